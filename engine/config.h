@@ -1,0 +1,169 @@
+/*
+ * config.h — the one typed, validated configuration of a zinc run.
+ *
+ * config.c is the only place in the tree that reads JSON config: it turns a DeepSpeed-style JSON
+ * document into a zcfg, applying DeepSpeed's defaults and meanings, rejecting what zinc cannot
+ * honour, and warning once for what only affects speed/placement/logging. Everything else reads
+ * the struct. docs/config.md lists every key, its default and its class.
+ */
+#ifndef ZINC_ENGINE_CONFIG_H
+#define ZINC_ENGINE_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "zinc.h"
+
+/* LR schedulers (DeepSpeed names). */
+typedef enum {
+    ZSCHED_NONE = 0,     /* constant optimizer.params.lr */
+    ZSCHED_WARMUP_LR,
+    ZSCHED_WARMUP_DECAY_LR,
+    ZSCHED_WARMUP_COSINE_LR,
+    ZSCHED_ONE_CYCLE,
+    ZSCHED_LR_RANGE_TEST
+} zsched_type;
+
+typedef enum { ZWARMUP_LOG = 0, ZWARMUP_LINEAR = 1 } zwarmup_type;
+
+typedef struct {
+    zsched_type type;
+    /* WarmupLR / WarmupDecayLR */
+    double warmup_min_lr;          /* default 0.0 */
+    double warmup_max_lr;          /* default 0.001 */
+    int64_t warmup_num_steps;      /* default 1000 */
+    zwarmup_type warmup_type;      /* default log */
+    int64_t total_num_steps;       /* WarmupDecayLR, WarmupCosineLR: required */
+    /* WarmupCosineLR */
+    double warmup_min_ratio;       /* default 0.0 */
+    double cos_min_ratio;          /* default 0.0001 */
+    /* OneCycle */
+    double cycle_min_lr, cycle_max_lr;          /* required */
+    double decay_lr_rate;                       /* default 0.0 */
+    int64_t cycle_first_step_size;              /* default 2000 */
+    int64_t cycle_second_step_size;             /* default -1 = same as first */
+    int64_t cycle_first_stair_count;            /* default 0 */
+    int64_t cycle_second_stair_count;           /* default -1 = same as first */
+    int64_t decay_step_size;                    /* default 0 */
+    int cycle_momentum;                         /* default 1 */
+    double cycle_min_mom, cycle_max_mom;        /* defaults 0.8, 0.9 */
+    double decay_mom_rate;                      /* default 0.0 */
+    /* LRRangeTest */
+    double lr_range_test_min_lr;                /* default 0.001 */
+    int64_t lr_range_test_step_size;            /* default 2000 */
+    double lr_range_test_step_rate;             /* default 1.0 */
+    int lr_range_test_staircase;                /* default 0 */
+} zcfg_sched;
+
+typedef struct {
+    int enabled;
+    int type_adamw;               /* 1: decoupled weight decay (AdamW), 0: L2 in the gradient */
+    double lr;                    /* default 1e-3 */
+    double beta1, beta2;          /* default 0.9, 0.999 */
+    double eps;                   /* default 1e-8 */
+    double weight_decay;          /* default 0.0 */
+    int bias_correction;          /* default 1 */
+} zcfg_optim;
+
+typedef struct {
+    int enabled;
+    double loss_scale;             /* 0 = dynamic (default) */
+    int initial_scale_power;       /* default 16: initial dynamic scale 2^16 */
+    int64_t loss_scale_window;     /* default 1000 */
+    int hysteresis;                /* default 2 */
+    int consecutive_hysteresis;    /* default 0 */
+    double min_loss_scale;         /* default 1 */
+} zcfg_fp16;
+
+typedef struct {
+    int stage;                               /* 0..3, default 0 */
+    int64_t reduce_bucket_size;              /* elements, default 5e8 */
+    int64_t allgather_bucket_size;           /* elements, default 5e8 */
+    int overlap_comm;                        /* default: 1 at stage 3, else 0 */
+    int contiguous_gradients;                /* default 1 */
+    int reduce_scatter;                      /* default 1 */
+    int allgather_partitions;                /* default 1 */
+    int round_robin_gradients;               /* default 0 */
+    int64_t sub_group_size;                  /* default 1e9 */
+    int64_t max_live_parameters;             /* stage3_max_live_parameters, default 1e9 */
+    int64_t max_reuse_distance;              /* default 1e9 */
+    int64_t prefetch_bucket_size;            /* default 5e7 */
+    int64_t param_persistence_threshold;     /* default 1e5 */
+    int gather_16bit_weights_on_model_save;  /* default 0 */
+    int offload_optimizer;                   /* device != none: accepted with a warning */
+    int offload_param;
+} zcfg_zero;
+
+typedef struct {
+    int tag_validation;           /* 0 ignore, 1 warn (default), 2 fail */
+    int load_universal;           /* default 0 */
+    int use_node_local_storage;   /* default 0 */
+    int parallel_write;           /* default 0 (pipeline_stage only in DeepSpeed) */
+} zcfg_ckpt;
+
+/* What DeepSpeed has no key for: the "zinc" section. */
+typedef struct {
+    int ckpt_compression_level;   /* zstd level, default 3 */
+    int ckpt_async;               /* default 0 */
+    size_t ckpt_chunk_bytes;      /* default 4 MiB */
+    double comm_timeout_s;        /* collective timeout, default 300 */
+    int grad_buckets;             /* stage 2/3 gradient buckets, default 2 */
+    int gather_buffers;           /* stage 3 gather ring, default 2 */
+    int csv_monitor;              /* resolved from csv_monitor.enabled */
+    char csv_output_path[512];
+    char csv_job_name[128];
+} zcfg_zinc;
+
+typedef struct zcfg {
+    /* batch (DeepSpeed's rule; resolved against world_size) */
+    int64_t train_batch_size;
+    int64_t micro_batch;                 /* train_micro_batch_size_per_gpu */
+    int64_t grad_accum;                  /* gradient_accumulation_steps */
+    double gradient_clipping;            /* 0 = off */
+    int64_t steps_per_print;             /* default 10 */
+    int prescale_gradients;              /* default 0 */
+    double gradient_predivide_factor;    /* default 1.0 */
+    zinc_dtype communication_data_type;  /* default: the working dtype */
+    int wall_clock_breakdown;
+    zinc_dtype dtype;                    /* working precision: fp16/bf16/fp32 */
+    zcfg_fp16 fp16;
+    zcfg_optim optim;
+    zcfg_sched sched;
+    zcfg_zero zero;
+    zcfg_ckpt ckpt;
+    zcfg_zinc zinc;
+    uint64_t hash;                       /* XXH64 of the canonical resolved JSON (zcfg_to_json) */
+    char hash_hex[17];
+} zcfg;
+
+/* Values the caller has from elsewhere (CLI flags) that may fill "auto" or override. */
+typedef struct {
+    int world_size;               /* required, > 0 */
+    int64_t micro_batch;          /* 0 = not given */
+    double lr;                    /* < 0 = not given */
+    int64_t grad_accum;           /* 0 = not given */
+    int64_t train_batch_size;     /* 0 = not given */
+} zcfg_overrides;
+
+/* One diagnostic line: "error: zero_optimization.stage: expected 0..3, got 4". */
+typedef struct {
+    int nerrors, nwarnings;
+    char **errors;                /* each names the full key path */
+    char **warnings;
+} zcfg_diag;
+
+/* Parses and validates. Fills `out` on success (return ZINC_OK, warnings may be present);
+ * returns ZINC_ERR_CONFIG with diag->errors on rejection, ZINC_ERR_IO if the file can't be read.
+ * `path` labels messages (may be NULL for text). */
+zinc_status zcfg_parse_text(const char *json, const char *path, const zcfg_overrides *ov,
+                            zcfg *out, zcfg_diag *diag);
+zinc_status zcfg_parse_file(const char *path, const zcfg_overrides *ov, zcfg *out, zcfg_diag *diag);
+void zcfg_diag_free(zcfg_diag *diag);
+
+/* The resolved config as JSON text (every default applied); caller frees. */
+char *zcfg_to_json(const zcfg *c);
+
+/* Defaults for every field (what an empty "{}" config with world_size 1 resolves to). */
+void zcfg_defaults(zcfg *c);
+
+#endif

@@ -1,0 +1,583 @@
+/*
+ * engine.c — engine lifecycle: create (config, world, comm, device), parameter registration,
+ * finalize (cross-rank check, plan, allocation), parameter values, views and introspection.
+ * The per-micro-step calls and the optimizer step are in step.c.
+ */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "engine/internal.h"
+#include "engine/log.h"
+
+zinc_status zeng_fail(zinc_engine_t *e, zinc_status s, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->err, sizeof e->err, fmt, ap);
+    va_end(ap);
+    zerr_thread(s, "%s", e->err);
+    return s;
+}
+
+/* Joins the config's diagnostics into one message; logs every line. */
+static zinc_status config_rejected(const zcfg_diag *d, const char *where)
+{
+    for (int i = 0; i < d->nerrors; i++) zlog(ZLOG_ERROR, "config", -1, "%s", d->errors[i]);
+    if (d->nerrors == 0) return zerr_thread(ZINC_ERR_CONFIG, "%s: config rejected", where);
+    return zerr_thread(ZINC_ERR_CONFIG, "%s: config rejected: %s%s", where, d->errors[0],
+                       d->nerrors > 1 ? " (and more errors, logged above)" : "");
+}
+
+static int default_threads(const zinc_world_t *w)
+{
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    if (ncpu < 1) ncpu = 1;
+    int local_ranks = 1;
+    if (w && !w->is_mpi) local_ranks = w->size;
+    const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    if (w && w->is_mpi && ls && atoi(ls) > 0) local_ranks = atoi(ls);
+    int t = (int)(ncpu / local_ranks);
+    return t < 1 ? 1 : t;
+}
+
+zinc_status zinc_engine_create(const zinc_engine_options_t *opt, zinc_engine_t **out)
+{
+    if (!out) return zerr_thread(ZINC_ERR_INVALID_ARG, "zinc_engine_create: out is NULL");
+    *out = NULL;
+    if (!opt) return zerr_thread(ZINC_ERR_INVALID_ARG, "zinc_engine_create: options are NULL");
+    if (!!opt->config_path == !!opt->config_json)
+        return zerr_thread(ZINC_ERR_INVALID_ARG,
+                           "zinc_engine_create: set exactly one of config_path and config_json");
+
+    zinc_engine_t *e = calloc(1, sizeof *e);
+    if (!e) return zerr_thread(ZINC_ERR_NOMEM, "zinc_engine_create: out of memory");
+    zinc_status s = ZINC_OK;
+
+    /* The world first: the config's batch rule needs its size. */
+    e->world = opt->world;
+    if (!e->world) {
+        s = zinc_world_create_local(1, &e->world);
+        if (s != ZINC_OK) goto fail;
+        e->owns_world = 1;
+    }
+    e->world_size = e->world->size;
+    if (e->world->is_mpi) {
+        e->rank = e->world->mpi_rank;
+    } else {
+        if (opt->rank < 0 || opt->rank >= e->world_size) {
+            s = zerr_thread(ZINC_ERR_INVALID_ARG,
+                            "zinc_engine_create: rank %d is outside the world of %d ranks",
+                            opt->rank, e->world_size);
+            goto fail;
+        }
+        e->rank = opt->rank;
+    }
+
+    zcfg_overrides ov = {.world_size = e->world_size, .lr = -1.0};
+    zcfg_diag diag = {0};
+    s = opt->config_path ? zcfg_parse_file(opt->config_path, &ov, &e->cfg, &diag)
+                         : zcfg_parse_text(opt->config_json, NULL, &ov, &e->cfg, &diag);
+    if (s == ZINC_OK && e->rank == 0)
+        for (int i = 0; i < diag.nwarnings; i++) zlog(ZLOG_WARN, "config", -1, "%s", diag.warnings[i]);
+    if (s == ZINC_ERR_CONFIG) s = config_rejected(&diag, "zinc_engine_create");
+    else if (s != ZINC_OK && diag.nerrors)
+        s = zerr_thread(s, "zinc_engine_create: %s", diag.errors[0]);
+    zcfg_diag_free(&diag);
+    if (s != ZINC_OK) goto fail;
+
+    e->stage = e->cfg.zero.stage;
+    e->dtype = e->cfg.dtype;
+    zscaler_init(&e->st.scaler, &e->cfg);
+
+    if (e->world->is_mpi) {
+        s = zcomm_mpi_create(&e->comm);
+        if (s == ZINC_OK) e->world->mpi_comm = e->comm;
+    } else {
+        s = zcomm_local_create(e->world->local, e->rank, &e->comm);
+    }
+    if (s != ZINC_OK) {
+        zerr_thread(s, "zinc_engine_create: cannot open the comm of rank %d: %s", e->rank,
+                    e->comm ? e->comm->err : zerr_thread_message());
+        goto fail;
+    }
+    zcomm_set_timeout(e->comm, e->cfg.zinc.comm_timeout_s);
+
+    const char *devname = opt->device ? opt->device : "cpu";
+    int threads = opt->threads > 0 ? opt->threads : default_threads(e->world);
+    int local_rank = e->world->is_mpi ? e->rank : 0;
+    const char *lr_env = getenv("LOCAL_RANK");
+    if (lr_env) local_rank = atoi(lr_env);
+    s = zdev_open(devname, threads, local_rank, &e->dev);
+    if (s != ZINC_OK) {
+        zerr_thread(s, "zinc_engine_create: cannot open device '%s'%s", devname,
+                    s == ZINC_ERR_UNSUPPORTED ? " (not built into this zinc, or no device present)"
+                                              : "");
+        goto fail;
+    }
+    if (e->rank == 0)
+        zlog(ZLOG_DEBUG, "engine", e->rank, "config %s, stage %d, %s, world %d, device %s",
+             e->cfg.hash_hex, e->stage, zinc_dtype_name(e->dtype), e->world_size, devname);
+    *out = e;
+    return ZINC_OK;
+
+fail:
+    {
+        /* Keep the first error's message across the cleanup. */
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", zerr_thread_message());
+        zinc_engine_destroy(e);
+        return zerr_thread(s, "%s", msg);
+    }
+}
+
+void zinc_engine_destroy(zinc_engine_t *e)
+{
+    if (!e) return;
+    zdev_t *d = e->dev;
+    if (d) {
+        void *bufs[] = {e->param16, e->grad, e->master, e->m, e->v, e->bucket, e->gather};
+        for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+            if (bufs[i]) d->iface->free(d, bufs[i]);
+        zdev_close(d);
+    }
+    if (e->comm) {
+        if (e->world && e->world->mpi_comm == e->comm) e->world->mpi_comm = NULL;
+        zcomm_destroy(e->comm);
+    }
+    if (e->owns_world) zinc_world_destroy(e->world);
+    zplan_free(&e->plan);
+    free(e->gstate);
+    free(e->bucket_owner);
+    free(e->gather_owner);
+    free(e);
+}
+
+/* ---- registration ------------------------------------------------------------------------- */
+
+static zinc_status check_registering(zinc_engine_t *e, const char *fn)
+{
+    if (e->finalized)
+        return zeng_fail(e, ZINC_ERR_USAGE, "%s: called after zinc_finalize; register every "
+                                            "group and parameter before finalizing", fn);
+    return ZINC_OK;
+}
+
+static int valid_name(const char *name)
+{
+    return name && *name && strlen(name) < ZPLAN_NAME_MAX;
+}
+
+zinc_status zinc_group_add(zinc_engine_t *e, const char *name, int *out_group)
+{
+    if (!e) return zerr_thread(ZINC_ERR_INVALID_ARG, "zinc_group_add: engine is NULL");
+    zinc_status s = check_registering(e, "zinc_group_add");
+    if (s != ZINC_OK) return s;
+    if (!valid_name(name))
+        return zeng_fail(e, ZINC_ERR_INVALID_ARG,
+                         "zinc_group_add: the name must be 1..%d characters", ZPLAN_NAME_MAX - 1);
+    for (int g = 0; g < e->plan.ngroups; g++)
+        if (!strcmp(e->plan.groups[g].name, name))
+            return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_group_add: group '%s' already exists",
+                             name);
+    zplan_group *ng = realloc(e->plan.groups, (size_t)(e->plan.ngroups + 1) * sizeof *ng);
+    if (!ng) return zeng_fail(e, ZINC_ERR_NOMEM, "zinc_group_add: out of memory");
+    e->plan.groups = ng;
+    zplan_group *G = &ng[e->plan.ngroups];
+    memset(G, 0, sizeof *G);
+    snprintf(G->name, sizeof G->name, "%s", name);
+    if (out_group) *out_group = e->plan.ngroups;
+    e->plan.ngroups++;
+    return ZINC_OK;
+}
+
+zinc_status zinc_param_add(zinc_engine_t *e, int group, const char *name, int ndim,
+                           const int64_t *shape, zinc_dtype dtype, int *out_param)
+{
+    if (!e) return zerr_thread(ZINC_ERR_INVALID_ARG, "zinc_param_add: engine is NULL");
+    zinc_status s = check_registering(e, "zinc_param_add");
+    if (s != ZINC_OK) return s;
+    if (group < 0 || group >= e->plan.ngroups)
+        return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_param_add: unknown group %d (%d groups)",
+                         group, e->plan.ngroups);
+    if (!valid_name(name))
+        return zeng_fail(e, ZINC_ERR_INVALID_ARG,
+                         "zinc_param_add: the name must be 1..%d characters", ZPLAN_NAME_MAX - 1);
+    if (ndim < 1 || ndim > ZPLAN_MAX_DIMS || !shape)
+        return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_param_add: '%s': ndim %d is outside 1..%d",
+                         name, ndim, ZPLAN_MAX_DIMS);
+    uint64_t numel = 1;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] <= 0 || shape[i] > ((int64_t)1 << 40) ||
+            numel > (UINT64_C(1) << 42) / (uint64_t)shape[i])
+            return zeng_fail(e, ZINC_ERR_INVALID_ARG,
+                             "zinc_param_add: '%s': dimension %d has extent %lld (must be positive "
+                             "and the tensor under 2^42 elements)", name, i, (long long)shape[i]);
+        numel *= (uint64_t)shape[i];
+    }
+    if (dtype != e->dtype)
+        return zeng_fail(e, ZINC_ERR_INVALID_ARG,
+                         "zinc_param_add: '%s' has dtype %s but the config's precision is %s "
+                         "(set by fp16.enabled / bf16.enabled)",
+                         name, zinc_dtype_name(dtype), zinc_dtype_name(e->dtype));
+    for (int p = 0; p < e->plan.nparams; p++)
+        if (!strcmp(e->plan.params[p].name, name))
+            return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_param_add: parameter '%s' already exists",
+                             name);
+    zplan_param *np = realloc(e->plan.params, (size_t)(e->plan.nparams + 1) * sizeof *np);
+    if (!np) return zeng_fail(e, ZINC_ERR_NOMEM, "zinc_param_add: out of memory");
+    e->plan.params = np;
+    zplan_param *P = &np[e->plan.nparams];
+    memset(P, 0, sizeof *P);
+    snprintf(P->name, sizeof P->name, "%s", name);
+    P->group = group;
+    P->ndim = ndim;
+    for (int i = 0; i < ndim; i++) P->shape[i] = shape[i];
+    P->numel = (size_t)numel;
+    if (out_param) *out_param = e->plan.nparams;
+    e->plan.nparams++;
+    return ZINC_OK;
+}
+
+/* ---- finalize ----------------------------------------------------------------------------- */
+
+/* Parameters are kept in registration order (their ids); the plan needs each group's parameters
+ * listed together. Parameters must therefore be registered group by group, in group order. */
+static zinc_status group_params(zinc_engine_t *e)
+{
+    zplan *p = &e->plan;
+    for (int g = 0; g < p->ngroups; g++) p->groups[g].nparams = 0;
+    int cur = -1;
+    for (int i = 0; i < p->nparams; i++) {
+        int g = p->params[i].group;
+        if (g != cur) {
+            if (g < cur || p->groups[g].nparams > 0)
+                return zeng_fail(e, ZINC_ERR_USAGE,
+                                 "zinc_finalize: parameter '%s' of group '%s' was registered after "
+                                 "parameters of a later group; register parameters group by group",
+                                 p->params[i].name, p->groups[g].name);
+            p->groups[g].first_param = i;
+            cur = g;
+        }
+        p->groups[g].nparams++;
+    }
+    for (int g = 0; g < p->ngroups; g++)
+        if (p->groups[g].nparams == 0) p->groups[g].first_param = p->nparams;
+    return ZINC_OK;
+}
+
+static uint64_t registration_hash(const zplan *p, zinc_dtype dtype)
+{
+    XXH64_state_t *h = XXH64_createState();
+    XXH64_reset(h, 0);
+    XXH64_update(h, &dtype, sizeof dtype);
+    for (int g = 0; g < p->ngroups; g++) XXH64_update(h, p->groups[g].name, strlen(p->groups[g].name) + 1);
+    for (int i = 0; i < p->nparams; i++) {
+        const zplan_param *P = &p->params[i];
+        XXH64_update(h, P->name, strlen(P->name) + 1);
+        XXH64_update(h, &P->group, sizeof P->group);
+        XXH64_update(h, &P->ndim, sizeof P->ndim);
+        XXH64_update(h, P->shape, sizeof(int64_t) * (size_t)P->ndim);
+    }
+    uint64_t v = XXH64_digest(h);
+    XXH64_freeState(h);
+    return v;
+}
+
+/* Every rank must register the same groups and parameters: compare hashes (uncounted traffic). */
+static zinc_status check_same_registration(zinc_engine_t *e)
+{
+    uint64_t mine = registration_hash(&e->plan, e->dtype), root = mine;
+    zcomm_t *c = e->comm;
+    zinc_status s = c->iface->broadcast(c, &root, sizeof root, 0);
+    if (s != ZINC_OK) return zeng_fail(e, s, "zinc_finalize: %s", c->err);
+    /* differ[r] = 1 when rank r's registration differs from rank 0's. */
+    double *differ = calloc((size_t)e->world_size, sizeof *differ);
+    if (!differ) return zeng_fail(e, ZINC_ERR_NOMEM, "zinc_finalize: out of memory");
+    differ[e->rank] = mine != root;
+    s = c->iface->all_reduce(c, differ, (size_t)e->world_size, ZDT_F64, 1.0f);
+    if (s != ZINC_OK) {
+        free(differ);
+        return zeng_fail(e, s, "zinc_finalize: %s", c->err);
+    }
+    char ranks[256] = "";
+    int nbad = 0;
+    for (int r = 0; r < e->world_size; r++)
+        if (differ[r] != 0.0) {
+            size_t l = strlen(ranks);
+            if (l < sizeof ranks - 16) snprintf(ranks + l, sizeof ranks - l, "%s%d", nbad ? ", " : "", r);
+            nbad++;
+        }
+    free(differ);
+    if (nbad)
+        return zeng_fail(e, ZINC_ERR_MISMATCH,
+                         "zinc_finalize: rank(s) %s registered different groups/parameters "
+                         "(names, shapes, order or dtype) than rank 0; this is rank %d with %d "
+                         "groups and %d parameters", ranks, e->rank, e->plan.ngroups, e->plan.nparams);
+    return ZINC_OK;
+}
+
+static zinc_status alloc_category(zinc_engine_t *e, zinc_mem_category c, void **out)
+{
+    *out = NULL;
+    uint64_t n = e->planned[c];
+    if (n == 0) return ZINC_OK;
+    *out = e->dev->iface->alloc(e->dev, (size_t)n);
+    if (!*out)
+        return zeng_fail(e, ZINC_ERR_NOMEM,
+                         "zinc_finalize: cannot allocate %.3f GB for %s on rank %d (see `zinc "
+                         "estimate` for the plan; a higher ZeRO stage or more ranks need less)",
+                         (double)n / 1e9, zinc_mem_category_name(c), e->rank);
+    e->allocated[c] = n;
+    return ZINC_OK;
+}
+
+zinc_status zinc_finalize(zinc_engine_t *e)
+{
+    if (!e) return zerr_thread(ZINC_ERR_INVALID_ARG, "zinc_finalize: engine is NULL");
+    if (e->finalized) return zeng_fail(e, ZINC_ERR_USAGE, "zinc_finalize: already finalized");
+    if (e->plan.nparams == 0)
+        return zeng_fail(e, ZINC_ERR_USAGE, "zinc_finalize: no parameters were registered");
+    zinc_status s = group_params(e);
+    if (s != ZINC_OK) return s;
+    s = check_same_registration(e);
+    if (s != ZINC_OK) return s;
+    if (zplan_layout(&e->plan, e->world_size) != 0)
+        return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_finalize: the model is too large to plan");
+
+    e->nbuckets = e->stage >= 2 ? e->cfg.zinc.grad_buckets : 0;
+    e->ngather = e->stage == 3 ? e->cfg.zinc.gather_buffers : 0;
+    zmem_plan(&e->plan, e->stage, e->dtype, e->nbuckets, e->ngather, e->planned);
+
+    e->gstate = calloc((size_t)e->plan.ngroups, sizeof *e->gstate);
+    e->bucket_owner = calloc((size_t)(e->nbuckets + 1), sizeof(int));
+    e->gather_owner = calloc((size_t)(e->ngather + 1), sizeof(int));
+    if (!e->gstate || !e->bucket_owner || !e->gather_owner)
+        return zeng_fail(e, ZINC_ERR_NOMEM, "zinc_finalize: out of memory");
+    for (int g = 0; g < e->plan.ngroups; g++) e->gstate[g].bucket = e->gstate[g].gather_slot = -1;
+    for (int i = 0; i < e->nbuckets; i++) e->bucket_owner[i] = -1;
+    for (int i = 0; i < e->ngather; i++) e->gather_owner[i] = -1;
+
+    void *master = NULL, *m = NULL, *v = NULL;
+    if ((s = alloc_category(e, ZINC_MEM_PARAM16, &e->param16)) != ZINC_OK ||
+        (s = alloc_category(e, ZINC_MEM_GRAD, &e->grad)) != ZINC_OK ||
+        (s = alloc_category(e, ZINC_MEM_MASTER, &master)) != ZINC_OK ||
+        (s = alloc_category(e, ZINC_MEM_ADAM_M, &m)) != ZINC_OK ||
+        (s = alloc_category(e, ZINC_MEM_ADAM_V, &v)) != ZINC_OK ||
+        (s = alloc_category(e, ZINC_MEM_BUCKET, &e->bucket)) != ZINC_OK ||
+        (s = alloc_category(e, ZINC_MEM_GATHER, &e->gather)) != ZINC_OK) {
+        e->master = master;
+        e->m = m;
+        e->v = v;
+        return s;
+    }
+    e->master = master;
+    e->m = m;
+    e->v = v;
+    memset(e->comm->bytes, 0, sizeof e->comm->bytes);
+    e->finalized = 1;
+    if (e->rank == 0) {
+        uint64_t total = 0;
+        for (int c = 0; c < ZINC_MEM_COUNT; c++) total += e->planned[c];
+        zlog(ZLOG_DEBUG, "engine", 0, "finalized: %d groups, %d params, %zu elements, %.3f MB per rank",
+             e->plan.ngroups, e->plan.nparams, e->plan.flat_numel, (double)total / 1e6);
+    }
+    return ZINC_OK;
+}
+
+/* ---- parameter values --------------------------------------------------------------------- */
+
+static zinc_status check_param(zinc_engine_t *e, int param, const char *fn)
+{
+    if (!e) return zerr_thread(ZINC_ERR_INVALID_ARG, "%s: engine is NULL", fn);
+    if (!e->finalized)
+        return zeng_fail(e, ZINC_ERR_USAGE, "%s: called before zinc_finalize", fn);
+    if (param < 0 || param >= e->plan.nparams)
+        return zeng_fail(e, ZINC_ERR_INVALID_ARG, "%s: unknown parameter id %d (%d parameters)", fn,
+                         param, e->plan.nparams);
+    return ZINC_OK;
+}
+
+/* Flat offset of element 0 of a parameter (full buffers). */
+static size_t flat_pos(const zinc_engine_t *e, int param)
+{
+    const zplan_param *P = &e->plan.params[param];
+    return e->plan.groups[P->group].flat_off + P->offset;
+}
+
+/* Where master element `lo` of a shard piece lives: shard position, or flat at stage 0. */
+static size_t master_pos(const zinc_engine_t *e, int param, size_t lo, size_t shard_pos)
+{
+    return e->stage == 0 ? flat_pos(e, param) + lo : shard_pos;
+}
+
+zinc_status zeng_shard_pieces(zinc_engine_t *e, zshard_piece **out, int *n)
+{
+    *out = NULL;
+    *n = 0;
+    zshard_piece *pc = calloc((size_t)e->plan.nparams + 1, sizeof *pc);
+    if (!pc) return zeng_fail(e, ZINC_ERR_NOMEM, "out of memory listing shard pieces");
+    int k = 0;
+    for (int p = 0; p < e->plan.nparams; p++) {
+        size_t lo, hi, sp;
+        if (!zplan_param_in_slice(&e->plan, p, e->rank, &lo, &hi, &sp)) continue;
+        size_t mp = master_pos(e, p, lo, sp);
+        pc[k++] = (zshard_piece){p, lo, hi, e->master + mp, e->m + mp, e->v + mp};
+    }
+    *out = pc;
+    *n = k;
+    return ZINC_OK;
+}
+
+static zinc_status upload_converted(zinc_engine_t *e, void *dst, const float *src, size_t n,
+                                    zinc_dtype dt)
+{
+    if (dt == ZINC_DTYPE_FP32) return e->dev->iface->upload(e->dev, dst, src, n * 4);
+    uint16_t *tmp = malloc(n * 2 + 2);
+    if (!tmp) return ZINC_ERR_NOMEM;
+    for (size_t i = 0; i < n; i++) zk_store(tmp, dt, i, src[i]);
+    zinc_status s = e->dev->iface->upload(e->dev, dst, tmp, n * 2);
+    free(tmp);
+    return s;
+}
+
+zinc_status zinc_param_set(zinc_engine_t *e, int param, const float *values)
+{
+    zinc_status s = check_param(e, param, "zinc_param_set");
+    if (s != ZINC_OK) return s;
+    if (!values) return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_param_set: values is NULL");
+    const zplan_param *P = &e->plan.params[param];
+    size_t d = zinc_dtype_size(e->dtype);
+    size_t lo, hi, sp;
+    int have = zplan_param_in_slice(&e->plan, param, e->rank, &lo, &hi, &sp);
+    if (e->stage == 0) {
+        lo = 0;
+        hi = P->numel;
+        have = 1;
+    }
+    if (have) {
+        s = e->dev->iface->upload(e->dev, e->master + master_pos(e, param, lo, sp), values + lo,
+                                  (hi - lo) * 4);
+        if (s == ZINC_OK && e->stage == 3)
+            s = upload_converted(e, (char *)e->param16 + sp * d, values + lo, hi - lo, e->dtype);
+    }
+    /* Stages 0-2 keep the full 16-bit copy: every rank writes all of it (same values). */
+    if (s == ZINC_OK && e->stage < 3)
+        s = upload_converted(e, (char *)e->param16 + flat_pos(e, param) * d, values, P->numel,
+                             e->dtype);
+    if (s != ZINC_OK)
+        return zeng_fail(e, s, "zinc_param_set: '%s': %s", P->name,
+                         s == ZINC_ERR_NOMEM ? "out of memory" : e->dev->err);
+    return ZINC_OK;
+}
+
+zinc_status zinc_param_get(zinc_engine_t *e, int param, float *out)
+{
+    zinc_status s = check_param(e, param, "zinc_param_get");
+    if (s != ZINC_OK) return s;
+    if (!out) return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_param_get: out is NULL");
+    const zplan_param *P = &e->plan.params[param];
+    const zplan_group *G = &e->plan.groups[P->group];
+    /* Every rank contributes its slice of the group's master weights; an (uncounted) all-gather
+     * assembles the group; the parameter is then read out of it. */
+    float *tmp = calloc(G->padded, sizeof *tmp);
+    if (!tmp) return zeng_fail(e, ZINC_ERR_NOMEM, "zinc_param_get: out of memory");
+    size_t own = e->stage == 0 ? G->flat_off + G->slice * (size_t)e->rank : G->shard_off;
+    s = e->dev->iface->download(e->dev, tmp + G->slice * (size_t)e->rank, e->master + own,
+                                G->slice * 4);
+    if (s == ZINC_OK) s = e->comm->iface->all_gather(e->comm, tmp, G->padded, ZDT_F32);
+    if (s == ZINC_OK) memcpy(out, tmp + P->offset, P->numel * 4);
+    free(tmp);
+    if (s != ZINC_OK) return zeng_fail(e, s, "zinc_param_get: '%s': %s", P->name, e->comm->err);
+    return ZINC_OK;
+}
+
+zinc_status zeng_refresh_params(zinc_engine_t *e)
+{
+    size_t d = zinc_dtype_size(e->dtype);
+    zinc_status s = ZINC_OK;
+    for (int g = 0; g < e->plan.ngroups && s == ZINC_OK; g++) {
+        const zplan_group *G = &e->plan.groups[g];
+        size_t own_flat = G->flat_off + G->slice * (size_t)e->rank;
+        const float *src = e->master + (e->stage == 0 ? own_flat : G->shard_off);
+        void *dst = (char *)e->param16 + (e->stage == 3 ? G->shard_off : own_flat) * d;
+        s = e->dev->iface->cast(e->dev, dst, e->dtype, src, ZINC_DTYPE_FP32, G->slice, 1.0f);
+        if (s == ZINC_OK && e->stage < 3)
+            s = e->comm->iface->all_gather(e->comm, (char *)e->param16 + G->flat_off * d, G->padded,
+                                           (zdt)e->dtype);
+    }
+    if (s != ZINC_OK) return zeng_fail(e, s, "refreshing the working parameters failed: %s%s",
+                                       e->dev->err, e->comm->err);
+    return ZINC_OK;
+}
+
+/* ---- views and introspection -------------------------------------------------------------- */
+
+zinc_status zinc_param_data(zinc_engine_t *e, int param, void **out)
+{
+    zinc_status s = check_param(e, param, "zinc_param_data");
+    if (s != ZINC_OK) return s;
+    if (!out) return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_param_data: out is NULL");
+    size_t d = zinc_dtype_size(e->dtype);
+    const zplan_param *P = &e->plan.params[param];
+    if (e->stage < 3) {
+        *out = (char *)e->param16 + flat_pos(e, param) * d;
+        return ZINC_OK;
+    }
+    int slot = e->gstate[P->group].gather_slot;
+    if (slot < 0) {
+        *out = NULL;
+        return zeng_fail(e, ZINC_ERR_USAGE,
+                         "zinc_param_data: '%s' (group '%s') is not gathered; at ZeRO stage 3 call "
+                         "zinc_gather on its group first", P->name, e->plan.groups[P->group].name);
+    }
+    *out = (char *)e->gather + ((size_t)slot * e->plan.max_group_padded + P->offset) * d;
+    return ZINC_OK;
+}
+
+int zinc_engine_rank(const zinc_engine_t *e) { return e ? e->rank : -1; }
+int zinc_engine_world_size(const zinc_engine_t *e) { return e ? e->world_size : 0; }
+int zinc_engine_stage(const zinc_engine_t *e) { return e ? e->stage : -1; }
+zinc_dtype zinc_engine_dtype(const zinc_engine_t *e) { return e ? e->dtype : ZINC_DTYPE_FP32; }
+int zinc_engine_group_count(const zinc_engine_t *e) { return e ? e->plan.ngroups : 0; }
+int zinc_engine_param_count(const zinc_engine_t *e) { return e ? e->plan.nparams : 0; }
+
+int64_t zinc_param_numel(const zinc_engine_t *e, int param)
+{
+    if (!e || param < 0 || param >= e->plan.nparams) return 0;
+    return (int64_t)e->plan.params[param].numel;
+}
+
+int zinc_param_group(const zinc_engine_t *e, int param)
+{
+    if (!e || param < 0 || param >= e->plan.nparams) return -1;
+    return e->plan.params[param].group;
+}
+
+zinc_status zinc_memory(const zinc_engine_t *e, uint64_t planned[ZINC_MEM_COUNT],
+                        uint64_t allocated[ZINC_MEM_COUNT])
+{
+    if (!e) return zerr_thread(ZINC_ERR_INVALID_ARG, "zinc_memory: engine is NULL");
+    if (planned) memcpy(planned, e->planned, sizeof e->planned);
+    if (allocated) memcpy(allocated, e->allocated, sizeof e->allocated);
+    return ZINC_OK;
+}
+
+zinc_status zinc_comm_bytes(const zinc_engine_t *e, uint64_t bytes[ZINC_COLL_COUNT])
+{
+    if (!e || !bytes) return zerr_thread(ZINC_ERR_INVALID_ARG, "zinc_comm_bytes: NULL argument");
+    memcpy(bytes, e->comm->bytes, sizeof(uint64_t) * ZINC_COLL_COUNT);
+    return ZINC_OK;
+}
+
+const char *zinc_config_hash(const zinc_engine_t *e) { return e ? e->cfg.hash_hex : ""; }
+
+float zinc_loss_multiplier(const zinc_engine_t *e)
+{
+    if (!e) return 1.0f;
+    return (float)(e->st.scaler.cur_scale / (double)e->cfg.grad_accum);
+}

@@ -1,0 +1,114 @@
+/*
+ * internal.h — the engine's private state, shared by the engine's files (engine.c, step.c,
+ * memplan.c) and by the modules that need to reach into a rank's shard (ckpt/).
+ *
+ * Buffers by stage (elements; F = plan.flat_numel, S = plan.shard_numel, B = max group padded):
+ *
+ *   category   stage 0      stage 1      stage 2          stage 3
+ *   param16    F (full)     F (full)     F (full)         S (own slices; full groups only
+ *                                                          while gathered, in `gather`)
+ *   grad       F (full)     F (full)     S (accumulated)  S (accumulated)
+ *   master,m,v F (full)     S            S                S
+ *   bucket     -            -            nbuckets * B     nbuckets * B
+ *   gather     -            -            -                ngather * B
+ *
+ * "Full" buffers are indexed by flat offset (group.flat_off + param.offset); shard buffers by
+ * shard offset (group.shard_off + position in the slice). At stage 0 every rank updates the whole
+ * flat buffer, but reductions and statistics still go slice by slice so that every stage does
+ * the same arithmetic in the same order (bitwise-identical weights across stages).
+ */
+#ifndef ZINC_ENGINE_INTERNAL_H
+#define ZINC_ENGINE_INTERNAL_H
+
+#include <stdint.h>
+
+#include "engine/config.h"
+#include "kernels/device.h"
+#include "optim/optim.h"
+#include "shard/comm.h"
+#include "shard/plan.h"
+#include "zinc.h"
+
+/* A world handle as the public API sees it. */
+struct zinc_world {
+    int size;
+    int is_mpi;
+    int mpi_rank;                 /* mpi worlds: this process's rank */
+    int we_initialised_mpi;
+    zlocal_world_t *local;        /* local worlds */
+    zcomm_t *mpi_comm;            /* mpi worlds: the comm of this process's engine, for abort */
+};
+
+typedef struct zgroup_state {
+    int bucket;                   /* stage 2-3: bucket slot holding its gradient, or -1 */
+    int gather_slot;              /* stage 3: gather slot while gathered, or -1 */
+    int ready;                    /* zinc_grads_ready was called this micro-step */
+} zgroup_state;
+
+/* Training state that checkpoints save and restore (besides the shard tensors). */
+typedef struct zengine_state {
+    int64_t step;                 /* optimizer updates applied */
+    int64_t skipped;              /* optimizer steps skipped for overflow */
+    int64_t micro;                /* micro-steps in the current accumulation window */
+    zscaler scaler;
+} zengine_state;
+
+struct zinc_engine {
+    zcfg cfg;
+    zinc_world_t *world;
+    int owns_world;
+    zcomm_t *comm;
+    zdev_t *dev;
+    int rank, world_size, stage;
+    zinc_dtype dtype;             /* working dtype (param16 and grads) */
+
+    zplan plan;
+    int finalized;
+    zgroup_state *gstate;         /* [plan.ngroups] */
+
+    /* Device buffers (see the table above). */
+    void *param16;
+    void *grad;
+    float *master, *m, *v;
+    void *bucket;                 /* [nbuckets * max_group_padded] */
+    void *gather;                 /* [ngather * max_group_padded] */
+    int nbuckets, ngather;
+    int *bucket_owner;            /* [nbuckets]: group using it or -1 */
+    int *gather_owner;            /* [ngather] */
+
+    uint64_t planned[ZINC_MEM_COUNT];
+    uint64_t allocated[ZINC_MEM_COUNT];
+
+    zengine_state st;
+    char err[1024];
+};
+
+/* Sets e->err and the thread's last error; returns s. */
+zinc_status zeng_fail(zinc_engine_t *e, zinc_status s, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* A piece of one parameter held in this rank's shard: elements [lo, hi) of the flattened
+ * parameter, at position shard_pos of the shard buffers (master/m/v) — or, at stage 0 where
+ * those are full, at the flat position of the same elements. Pieces come from the slice
+ * partition at every stage, so the ranks' pieces cover every parameter exactly once. */
+typedef struct zshard_piece {
+    int param;
+    size_t lo, hi;
+    float *master, *m, *v;        /* device pointers to element lo of each stream */
+} zshard_piece;
+
+/* This rank's pieces, in parameter order; caller frees *out. */
+zinc_status zeng_shard_pieces(zinc_engine_t *e, zshard_piece **out, int *n);
+
+/* After master weights were changed outside a step (param_set, checkpoint load): recomputes the
+ * 16-bit working copy from master and, at stages 0-2, all-gathers it. Collective. */
+zinc_status zeng_refresh_params(zinc_engine_t *e);
+
+/* Memory plan (memplan.c): bytes per category for a plan/stage/dtype, before allocating. */
+void zmem_plan(const zplan *p, int stage, zinc_dtype dtype, int nbuckets, int ngather,
+               uint64_t bytes[ZINC_MEM_COUNT]);
+/* The same from a bare parameter count (zinc estimate): one group of `params` elements. */
+void zmem_estimate(uint64_t params, int world, int stage, zinc_dtype dtype,
+                   uint64_t bytes[ZINC_MEM_COUNT]);
+
+#endif

@@ -1,0 +1,325 @@
+/*
+ * step.c — the micro-step calls (gather, release, gradient views, grads_ready) and the
+ * optimizer step state machine:
+ *
+ *   accumulate → reduce (stages 0-1) → statistics of the own slices → one all-reduce of
+ *   (norm², overflow) → loss scaler → skip, or fused Adam with one grad_scale → gather (stages 1-2)
+ *
+ * Every stage does the same arithmetic in the same order on the same slices (reductions in rank
+ * order, statistics slice by slice in group order, an element-wise Adam), which is what makes
+ * the weights bitwise identical across stages for a fixed world size.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "engine/internal.h"
+#include "engine/log.h"
+
+static zinc_status check_ready(zinc_engine_t *e, const char *fn)
+{
+    if (!e) return zerr_thread(ZINC_ERR_INVALID_ARG, "%s: engine is NULL", fn);
+    if (!e->finalized) return zeng_fail(e, ZINC_ERR_USAGE, "%s: called before zinc_finalize", fn);
+    return ZINC_OK;
+}
+
+static zinc_status check_group(zinc_engine_t *e, int group, const char *fn)
+{
+    zinc_status s = check_ready(e, fn);
+    if (s != ZINC_OK) return s;
+    if (group < 0 || group >= e->plan.ngroups)
+        return zeng_fail(e, ZINC_ERR_INVALID_ARG, "%s: unknown group %d (%d groups)", fn, group,
+                         e->plan.ngroups);
+    return ZINC_OK;
+}
+
+static zinc_status comm_fail(zinc_engine_t *e, zinc_status s, const char *fn, const char *what)
+{
+    return zeng_fail(e, s, "%s: %s failed on rank %d: %s", fn, what, e->rank, e->comm->err);
+}
+
+static size_t dsize(const zinc_engine_t *e) { return zinc_dtype_size(e->dtype); }
+
+/* ---- stage 3 gather / release ------------------------------------------------------------- */
+
+zinc_status zinc_gather(zinc_engine_t *e, int group)
+{
+    zinc_status s = check_group(e, group, "zinc_gather");
+    if (s != ZINC_OK || e->stage < 3) return s;
+    zgroup_state *gs = &e->gstate[group];
+    if (gs->gather_slot >= 0)
+        return zeng_fail(e, ZINC_ERR_USAGE, "zinc_gather: group '%s' is already gathered",
+                         e->plan.groups[group].name);
+    int slot = -1;
+    for (int i = 0; i < e->ngather && slot < 0; i++)
+        if (e->gather_owner[i] < 0) slot = i;
+    if (slot < 0)
+        return zeng_fail(e, ZINC_ERR_USAGE,
+                         "zinc_gather: all %d gather buffers are in use; zinc_release a group "
+                         "before gathering '%s', or raise zinc.gather_buffers in the config",
+                         e->ngather, e->plan.groups[group].name);
+    const zplan_group *G = &e->plan.groups[group];
+    size_t d = dsize(e);
+    char *buf = (char *)e->gather + (size_t)slot * e->plan.max_group_padded * d;
+    s = e->dev->iface->copy(e->dev, buf + G->slice * (size_t)e->rank * d,
+                            (char *)e->param16 + G->shard_off * d, G->slice * d);
+    if (s != ZINC_OK) return zeng_fail(e, s, "zinc_gather: %s", e->dev->err);
+    s = zcomm_all_gather(e->comm, buf, G->padded, (zdt)e->dtype);
+    if (s != ZINC_OK) return comm_fail(e, s, "zinc_gather", "all-gather");
+    e->gather_owner[slot] = group;
+    gs->gather_slot = slot;
+    return ZINC_OK;
+}
+
+zinc_status zinc_release(zinc_engine_t *e, int group)
+{
+    zinc_status s = check_group(e, group, "zinc_release");
+    if (s != ZINC_OK || e->stage < 3) return s;
+    zgroup_state *gs = &e->gstate[group];
+    if (gs->gather_slot < 0)
+        return zeng_fail(e, ZINC_ERR_USAGE, "zinc_release: group '%s' is not gathered",
+                         e->plan.groups[group].name);
+    e->gather_owner[gs->gather_slot] = -1;
+    gs->gather_slot = -1;
+    return ZINC_OK;
+}
+
+/* ---- gradients ---------------------------------------------------------------------------- */
+
+/* Stages 2-3: the bucket of a group, taken from the free ones on first use in a micro-step. */
+static zinc_status group_bucket(zinc_engine_t *e, int group, const char *fn, char **out)
+{
+    zgroup_state *gs = &e->gstate[group];
+    if (gs->bucket < 0) {
+        for (int i = 0; i < e->nbuckets && gs->bucket < 0; i++)
+            if (e->bucket_owner[i] < 0) {
+                e->bucket_owner[i] = group;
+                gs->bucket = i;
+            }
+        if (gs->bucket < 0)
+            return zeng_fail(e, ZINC_ERR_USAGE,
+                             "%s: all %d gradient buckets hold groups whose gradients were not "
+                             "handed over; call zinc_grads_ready sooner, or raise zinc.grad_buckets "
+                             "in the config (group '%s')",
+                             fn, e->nbuckets, e->plan.groups[group].name);
+    }
+    *out = (char *)e->bucket + (size_t)gs->bucket * e->plan.max_group_padded * dsize(e);
+    return ZINC_OK;
+}
+
+zinc_status zinc_param_grad(zinc_engine_t *e, int param, void **out)
+{
+    zinc_status s = check_ready(e, "zinc_param_grad");
+    if (s != ZINC_OK) return s;
+    if (param < 0 || param >= e->plan.nparams || !out)
+        return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_param_grad: unknown parameter id %d or NULL out",
+                         param);
+    const zplan_param *P = &e->plan.params[param];
+    size_t d = dsize(e);
+    if (e->stage < 2) {
+        *out = (char *)e->grad + (e->plan.groups[P->group].flat_off + P->offset) * d;
+        return ZINC_OK;
+    }
+    char *b;
+    s = group_bucket(e, P->group, "zinc_param_grad", &b);
+    if (s != ZINC_OK) return s;
+    *out = b + P->offset * d;
+    return ZINC_OK;
+}
+
+zinc_status zinc_grads_ready(zinc_engine_t *e, int group)
+{
+    zinc_status s = check_group(e, group, "zinc_grads_ready");
+    if (s != ZINC_OK) return s;
+    zgroup_state *gs = &e->gstate[group];
+    if (gs->ready)
+        return zeng_fail(e, ZINC_ERR_USAGE,
+                         "zinc_grads_ready: group '%s' was already handed over in this micro-step",
+                         e->plan.groups[group].name);
+    gs->ready = 1;
+    if (e->stage < 2) return ZINC_OK;
+
+    /* Reduce-scatter the group now (overlapping the rest of backward where the backend is
+     * asynchronous), keep the own slice in the shard accumulator, free the bucket. A group whose
+     * gradient was never touched still takes part with a zero bucket: the collective needs all. */
+    const zplan_group *G = &e->plan.groups[group];
+    size_t d = dsize(e);
+    char *b;
+    s = group_bucket(e, group, "zinc_grads_ready", &b);
+    if (s != ZINC_OK) return s;
+    s = zcomm_reduce_scatter(e->comm, b, G->padded, (zdt)e->dtype, 1.0f / (float)e->world_size);
+    if (s != ZINC_OK) return comm_fail(e, s, "zinc_grads_ready", "reduce-scatter");
+    s = e->dev->iface->accumulate(e->dev, (char *)e->grad + G->shard_off * d,
+                                  b + G->slice * (size_t)e->rank * d, e->dtype, G->slice);
+    if (s == ZINC_OK) s = e->dev->iface->memset0(e->dev, b, G->padded * d);
+    if (s != ZINC_OK) return zeng_fail(e, s, "zinc_grads_ready: %s", e->dev->err);
+    e->bucket_owner[gs->bucket] = -1;
+    gs->bucket = -1;
+    return ZINC_OK;
+}
+
+/* ---- the optimizer step ------------------------------------------------------------------- */
+
+/* The own slice of group g's reduced gradient. */
+static void *own_grad(zinc_engine_t *e, int g)
+{
+    const zplan_group *G = &e->plan.groups[g];
+    size_t off = e->stage < 2 ? G->flat_off + G->slice * (size_t)e->rank : G->shard_off;
+    return (char *)e->grad + off * dsize(e);
+}
+
+static zinc_status reduce_grads(zinc_engine_t *e)
+{
+    float scale = 1.0f / (float)e->world_size;
+    zinc_status s = ZINC_OK;
+    if (e->stage == 0) {
+        s = zcomm_all_reduce(e->comm, e->grad, e->plan.flat_numel, (zdt)e->dtype, scale);
+        if (s != ZINC_OK) return comm_fail(e, s, "zinc_step", "all-reduce of the gradients");
+    } else if (e->stage == 1) {
+        for (int g = 0; g < e->plan.ngroups; g++) {
+            const zplan_group *G = &e->plan.groups[g];
+            s = zcomm_reduce_scatter(e->comm, (char *)e->grad + G->flat_off * dsize(e), G->padded,
+                                     (zdt)e->dtype, scale);
+            if (s != ZINC_OK) return comm_fail(e, s, "zinc_step", "reduce-scatter of the gradients");
+        }
+    }
+    return ZINC_OK;
+}
+
+/* Sum of squares and non-finite count over this rank's slices, then across ranks. */
+static zinc_status global_stats(zinc_engine_t *e, double *sumsq, int *overflow)
+{
+    double acc[2] = {0.0, 0.0};
+    for (int g = 0; g < e->plan.ngroups; g++) {
+        zk_grad_stats st;
+        zinc_status s = e->dev->iface->grad_stats(e->dev, own_grad(e, g), e->dtype,
+                                                  e->plan.groups[g].slice, &st);
+        if (s != ZINC_OK) return zeng_fail(e, s, "zinc_step: gradient statistics: %s", e->dev->err);
+        acc[0] += st.sumsq;
+        acc[1] += st.nonfinite ? 1.0 : 0.0;
+    }
+    /* The one host synchronisation of the step. */
+    zinc_status s = zcomm_all_reduce(e->comm, acc, 2, ZDT_F64, 1.0f);
+    if (s != ZINC_OK) return comm_fail(e, s, "zinc_step", "all-reduce of the gradient norm");
+    *sumsq = acc[0];
+    *overflow = acc[1] != 0.0 || !isfinite(acc[0]);
+    return ZINC_OK;
+}
+
+static zinc_status apply_adam(zinc_engine_t *e, float lr, float beta1, float grad_scale)
+{
+    const zcfg_optim *o = &e->cfg.optim;
+    zk_adam_args a = {
+        .grad_dtype = e->dtype,
+        .param_dtype = e->dtype,
+        .lr = lr,
+        .beta1 = beta1,
+        .beta2 = (float)o->beta2,
+        .eps = (float)o->eps,
+        .weight_decay = (float)o->weight_decay,
+        .grad_scale = grad_scale,
+        .adamw = o->type_adamw,
+    };
+    zadam_bias_corrections(beta1, o->beta2, o->bias_correction, e->st.step + 1, &a.bias_c1,
+                           &a.bias_c2);
+    size_t d = dsize(e);
+    zinc_status s = ZINC_OK;
+    if (e->stage == 0 || e->stage == 3) {
+        /* One kernel over everything this rank updates: the whole flat buffer (stage 0) or the
+         * contiguous shard (stage 3), whose 16-bit copy is the shard itself. */
+        a.master = e->master;
+        a.m = e->m;
+        a.v = e->v;
+        a.grad = e->grad;
+        a.param_out = e->param16;
+        a.n = e->stage == 0 ? e->plan.flat_numel : e->plan.shard_numel;
+        s = e->dev->iface->adam_step(e->dev, &a);
+        if (s != ZINC_OK) return zeng_fail(e, s, "zinc_step: adam: %s", e->dev->err);
+        return ZINC_OK;
+    }
+    /* Stages 1-2: the 16-bit output goes straight into the rank's slice of each group in the full
+     * parameter buffer, which the all-gather then completes. */
+    for (int g = 0; g < e->plan.ngroups && s == ZINC_OK; g++) {
+        const zplan_group *G = &e->plan.groups[g];
+        a.master = e->master + G->shard_off;
+        a.m = e->m + G->shard_off;
+        a.v = e->v + G->shard_off;
+        a.grad = own_grad(e, g);
+        a.param_out = (char *)e->param16 + (G->flat_off + G->slice * (size_t)e->rank) * d;
+        a.n = G->slice;
+        s = e->dev->iface->adam_step(e->dev, &a);
+    }
+    if (s != ZINC_OK) return zeng_fail(e, s, "zinc_step: adam: %s", e->dev->err);
+    for (int g = 0; g < e->plan.ngroups; g++) {
+        const zplan_group *G = &e->plan.groups[g];
+        s = zcomm_all_gather(e->comm, (char *)e->param16 + G->flat_off * d, G->padded, (zdt)e->dtype);
+        if (s != ZINC_OK) return comm_fail(e, s, "zinc_step", "all-gather of the parameters");
+    }
+    return ZINC_OK;
+}
+
+static zinc_status zero_grads(zinc_engine_t *e)
+{
+    size_t n = e->stage < 2 ? e->plan.flat_numel : e->plan.shard_numel;
+    zinc_status s = e->dev->iface->memset0(e->dev, e->grad, n * dsize(e));
+    if (s != ZINC_OK) return zeng_fail(e, s, "zinc_step: clearing gradients: %s", e->dev->err);
+    return ZINC_OK;
+}
+
+zinc_status zinc_step(zinc_engine_t *e, zinc_step_info_t *info)
+{
+    zinc_status s = check_ready(e, "zinc_step");
+    if (s != ZINC_OK) return s;
+    zinc_step_info_t local_info;
+    if (!info) info = &local_info;
+    memset(info, 0, sizeof *info);
+    for (int g = 0; g < e->plan.ngroups; g++) {
+        if (!e->gstate[g].ready)
+            return zeng_fail(e, ZINC_ERR_USAGE,
+                             "zinc_step: group '%s' was not handed over with zinc_grads_ready in "
+                             "this micro-step (every group needs it, once, before zinc_step)",
+                             e->plan.groups[g].name);
+        if (e->gstate[g].gather_slot >= 0)
+            return zeng_fail(e, ZINC_ERR_USAGE, "zinc_step: group '%s' is still gathered; "
+                             "zinc_release it first", e->plan.groups[g].name);
+    }
+    for (int g = 0; g < e->plan.ngroups; g++) e->gstate[g].ready = 0;
+
+    double scale = e->st.scaler.cur_scale;
+    info->loss_scale = info->next_loss_scale = scale;
+    info->step = e->st.step;
+    info->skipped_total = e->st.skipped;
+    info->lr = zsched_lr(&e->cfg.sched, e->cfg.optim.lr, e->st.step);
+    if (++e->st.micro < e->cfg.grad_accum) return ZINC_OK;
+    e->st.micro = 0;
+    info->boundary = 1;
+
+    s = reduce_grads(e);
+    double sumsq = 0.0;
+    int overflow = 0;
+    if (s == ZINC_OK) s = global_stats(e, &sumsq, &overflow);
+    if (s != ZINC_OK) return s;
+
+    double norm = sqrt(sumsq) / scale;
+    info->grad_norm = overflow ? (isnan(sumsq) ? NAN : INFINITY) : norm;
+    zscaler_update(&e->st.scaler, overflow);
+    info->next_loss_scale = e->st.scaler.cur_scale;
+    if (overflow) {
+        e->st.skipped++;
+        info->skipped = 1;
+        info->grad_norm_clipped = info->grad_norm;
+        info->skipped_total = e->st.skipped;
+        if (e->rank == 0)
+            zlog(ZLOG_INFO, "engine", 0, "step %lld: gradient overflow, step skipped; loss scale %g -> %g",
+                 (long long)e->st.step, scale, e->st.scaler.cur_scale);
+        return zero_grads(e);
+    }
+    double coef = zclip_coef(norm, e->cfg.gradient_clipping);
+    info->grad_norm_clipped = norm / coef;
+    double beta1 = zsched_beta1(&e->cfg.sched, e->cfg.optim.beta1, e->st.step);
+    s = apply_adam(e, (float)info->lr, (float)beta1, (float)(1.0 / (scale * coef)));
+    if (s != ZINC_OK) return s;
+    e->st.step++;
+    info->applied = 1;
+    info->step = e->st.step;
+    return zero_grads(e);
+}

@@ -1,0 +1,67 @@
+/*
+ * world.c — the public world handles: a local world (ranks are threads) or an MPI world (one
+ * process per rank). A world only says who the ranks are; each engine opens its own comm on it.
+ */
+#include <stdlib.h>
+
+#include "engine/internal.h"
+#include "engine/log.h"
+
+zinc_status zinc_world_create_local(int world_size, zinc_world_t **out)
+{
+    if (!out) return zerr_thread(ZINC_ERR_INVALID_ARG, "zinc_world_create_local: out is NULL");
+    *out = NULL;
+    if (world_size < 1 || world_size > 4096)
+        return zerr_thread(ZINC_ERR_INVALID_ARG,
+                           "zinc_world_create_local: world_size %d is outside 1..4096", world_size);
+    zinc_world_t *w = calloc(1, sizeof *w);
+    if (!w) return zerr_thread(ZINC_ERR_NOMEM, "zinc_world_create_local: out of memory");
+    w->size = world_size;
+    zinc_status s = zlocal_world_create(world_size, &w->local);
+    if (s != ZINC_OK) {
+        free(w);
+        return zerr_thread(s, "zinc_world_create_local: cannot create a world of %d ranks",
+                           world_size);
+    }
+    *out = w;
+    return ZINC_OK;
+}
+
+zinc_status zinc_world_create_mpi(zinc_world_t **out)
+{
+    if (!out) return zerr_thread(ZINC_ERR_INVALID_ARG, "zinc_world_create_mpi: out is NULL");
+    *out = NULL;
+    int rank = 0, size = 1, inited = 0;
+    zinc_status s = zmpi_init(&rank, &size, &inited);
+    if (s == ZINC_ERR_UNSUPPORTED)
+        return zerr_thread(s, "zinc_world_create_mpi: this zinc was built without MPI "
+                              "(install libopenmpi-dev and rebuild)");
+    if (s != ZINC_OK) return zerr_thread(s, "zinc_world_create_mpi: MPI initialisation failed");
+    zinc_world_t *w = calloc(1, sizeof *w);
+    if (!w) return zerr_thread(ZINC_ERR_NOMEM, "zinc_world_create_mpi: out of memory");
+    w->size = size;
+    w->is_mpi = 1;
+    w->mpi_rank = rank;
+    w->we_initialised_mpi = inited;
+    *out = w;
+    return ZINC_OK;
+}
+
+void zinc_world_destroy(zinc_world_t *w)
+{
+    if (!w) return;
+    if (w->local) zlocal_world_destroy(w->local);
+    if (w->is_mpi && w->we_initialised_mpi) zmpi_finalize();
+    free(w);
+}
+
+int zinc_world_size(const zinc_world_t *w) { return w ? w->size : 0; }
+
+int zinc_world_rank(const zinc_world_t *w) { return w && w->is_mpi ? w->mpi_rank : -1; }
+
+void zinc_world_abort(zinc_world_t *w, int rank, const char *why)
+{
+    if (!w) return;
+    if (w->local) zlocal_world_abort(w->local, rank, why ? why : "aborted");
+    else if (w->mpi_comm) w->mpi_comm->iface->abort(w->mpi_comm, why ? why : "aborted");
+}

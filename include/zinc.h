@@ -1,0 +1,293 @@
+/*
+ * zinc.h — the whole public C API of zinc, a ZeRO-style sharded optimizer engine.
+ *
+ * A training program owns its model: it runs forward and backward itself and hands zinc the
+ * parameters (registered once, in groups) and their gradients (written into views zinc gives out).
+ * zinc shards the fp32 master weights, Adam moments and — depending on the ZeRO stage — the
+ * gradients and 16-bit parameters across the ranks of a "world", reduces the gradients, checks
+ * for overflow, clips, updates and gathers the parameters back.
+ *
+ * One engine per rank. With the `local` world every rank is a thread of one process; with the
+ * `mpi` world every rank is a process started by mpirun. Calls marked "collective" must be made
+ * by every rank of the world, in the same order.
+ *
+ * A typical step (see models/ for a complete program):
+ *
+ *     for each micro-batch:
+ *         for each group g in forward order: zinc_gather(e, g); forward(g); zinc_release(e, g);
+ *         loss *= zinc_loss_multiplier(e);
+ *         for each group g in backward order:
+ *             zinc_gather(e, g); add grads into zinc_param_grad(...) views; zinc_release(e, g);
+ *             zinc_grads_ready(e, g);
+ *         zinc_step(e, &info);            // applies the update at the accumulation boundary
+ *
+ * Errors: every fallible call returns a zinc_status; zinc_last_error(e) gives the sentence.
+ * Library code never exits or aborts the process on bad input.
+ */
+#ifndef ZINC_H
+#define ZINC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#define ZINC_API
+#else
+#define ZINC_API __attribute__((visibility("default")))
+#endif
+
+#define ZINC_VERSION_MAJOR 0
+#define ZINC_VERSION_MINOR 1
+#define ZINC_VERSION_PATCH 0
+#define ZINC_VERSION_STRING "0.1.0"
+
+/* Status codes. Values never change once released; new codes are only appended. */
+typedef enum zinc_status {
+    ZINC_OK = 0,
+    ZINC_ERR_INVALID_ARG = 1,   /* an argument is out of range or NULL where it may not be */
+    ZINC_ERR_USAGE = 2,         /* a call out of order: step before finalize, param after finalize */
+    ZINC_ERR_CONFIG = 3,        /* the JSON config was rejected; the message names the key */
+    ZINC_ERR_NOMEM = 4,         /* an allocation failed */
+    ZINC_ERR_IO = 5,            /* a file could not be read or written */
+    ZINC_ERR_COMM = 6,          /* a collective failed in the comm backend */
+    ZINC_ERR_TIMEOUT = 7,       /* a collective did not complete within the timeout */
+    ZINC_ERR_ABORTED = 8,       /* another rank failed or called zinc_world_abort */
+    ZINC_ERR_MISMATCH = 9,      /* ranks disagree (different registrations, world sizes, ...) */
+    ZINC_ERR_UNSUPPORTED = 10,  /* a feature this build or this zinc does not have */
+    ZINC_ERR_CORRUPT = 11,      /* stored data failed a checksum or a format check */
+    ZINC_ERR_DEVICE = 12,       /* the device (CUDA) reported an error */
+    ZINC_ERR_INTERNAL = 13      /* a bug in zinc: please report it with the message */
+} zinc_status;
+
+/* Element types of parameters and gradients. */
+typedef enum zinc_dtype {
+    ZINC_DTYPE_FP32 = 0,
+    ZINC_DTYPE_FP16 = 1,
+    ZINC_DTYPE_BF16 = 2
+} zinc_dtype;
+
+/* @return a static, constant name for a status code ("ZINC_ERR_CONFIG"); never NULL. */
+ZINC_API const char *zinc_status_string(zinc_status s);
+/* @return "fp32", "fp16" or "bf16"; "?" for an unknown value. */
+ZINC_API const char *zinc_dtype_name(zinc_dtype d);
+/* @return the size in bytes of one element of d (4 or 2); 0 for an unknown value. */
+ZINC_API size_t zinc_dtype_size(zinc_dtype d);
+
+/* ---- worlds: who the ranks are ------------------------------------------------------------ */
+
+typedef struct zinc_world zinc_world_t;
+
+/* A world of `world_size` ranks that are threads of this process (the `local` backend).
+ * Reductions are done in rank order, so results are deterministic. The world is shared by the
+ * engines of all its ranks and must outlive them. */
+ZINC_API zinc_status zinc_world_create_local(int world_size, zinc_world_t **out);
+
+/* A world over MPI_COMM_WORLD, one rank per process (the `mpi` backend). Calls MPI_Init_thread
+ * if MPI is not initialised yet (and then MPI_Finalize in zinc_world_destroy).
+ * @return ZINC_ERR_UNSUPPORTED when this build has no MPI. */
+ZINC_API zinc_status zinc_world_create_mpi(zinc_world_t **out);
+
+/* Destroys a world; accepts NULL. Every engine using it must be destroyed first. */
+ZINC_API void zinc_world_destroy(zinc_world_t *w);
+
+ZINC_API int zinc_world_size(const zinc_world_t *w);
+/* This process's rank for an mpi world; -1 for a local world (its ranks are threads). */
+ZINC_API int zinc_world_rank(const zinc_world_t *w);
+
+/* Marks the world failed: every rank blocked in, or later entering, a collective returns
+ * ZINC_ERR_ABORTED with `why` in its message. For a rank that hits an error it cannot recover
+ * from, so that the others stop instead of waiting for it. Thread-safe. */
+ZINC_API void zinc_world_abort(zinc_world_t *w, int rank, const char *why);
+
+/* ---- engine lifecycle --------------------------------------------------------------------- */
+
+typedef struct zinc_engine zinc_engine_t;
+
+typedef struct zinc_engine_options {
+    const char *config_path;   /* a DeepSpeed-style JSON config file, or NULL ...               */
+    const char *config_json;   /* ... the JSON text itself (exactly one of the two is set)      */
+    zinc_world_t *world;       /* NULL: a world of one rank, created and owned by the engine     */
+    int rank;                  /* local worlds: this engine's rank; ignored for mpi worlds       */
+    const char *device;        /* "cpu" (default when NULL) or "cuda"                           */
+    int threads;               /* CPU kernel threads of this rank; 0 = cores / local ranks      */
+} zinc_engine_options_t;
+
+/* Creates the engine of one rank: reads and validates the config (the same validation as
+ * `zinc config check`). Not collective.
+ * @return ZINC_ERR_CONFIG with the offending key in zinc_last_error(NULL) when rejected. */
+ZINC_API zinc_status zinc_engine_create(const zinc_engine_options_t *opt, zinc_engine_t **out);
+
+/* Releases every allocation of the engine; accepts NULL. Not collective. */
+ZINC_API void zinc_engine_destroy(zinc_engine_t *e);
+
+/* The last error message of this engine, or with e == NULL of this thread (for failures of
+ * zinc_engine_create and of calls that have no engine). Never NULL; "" when there was none.
+ * Valid until the next failing call on the same engine/thread. */
+ZINC_API const char *zinc_last_error(const zinc_engine_t *e);
+
+/* ---- registration (before zinc_finalize) -------------------------------------------------- */
+
+/* Adds a parameter group (typically one layer). Groups are the unit of gathering, reduction and
+ * prefetch. @param out_group receives the group id (0, 1, ... in registration order). */
+ZINC_API zinc_status zinc_group_add(zinc_engine_t *e, const char *name, int *out_group);
+
+/* Adds a parameter to a group. `dtype` is the dtype of the working copy the model computes with
+ * and must match the config's precision (fp16.enabled -> FP16, bf16.enabled -> BF16, else FP32).
+ * `shape` has `ndim` (1..8) positive extents. Names must be unique. */
+ZINC_API zinc_status zinc_param_add(zinc_engine_t *e, int group, const char *name, int ndim,
+                                    const int64_t *shape, zinc_dtype dtype, int *out_param);
+
+/* Collective. Checks that every rank registered the same groups and parameters, plans the
+ * memory of every category, allocates it (once; nothing is allocated inside a step) and zeroes
+ * the parameters. */
+ZINC_API zinc_status zinc_finalize(zinc_engine_t *e);
+
+/* ---- parameter values --------------------------------------------------------------------- */
+
+/* Sets a parameter's value from `values` (numel fp32 values, row-major). Every rank must pass
+ * the same values; each keeps the part in its own shard (fp32 master and 16-bit copy).
+ * Not collective; call between finalize and the first step, or after a step. */
+ZINC_API zinc_status zinc_param_set(zinc_engine_t *e, int param, const float *values);
+
+/* Collective. Copies a parameter's fp32 master value (numel floats) into `out` on every rank. */
+ZINC_API zinc_status zinc_param_get(zinc_engine_t *e, int param, float *out);
+
+/* ---- one micro-step ----------------------------------------------------------------------- */
+
+/* Collective at stage 3 (all-gathers the group's 16-bit parameters); a no-op below stage 3.
+ * Between gather and release the group's zinc_param_data views are valid. */
+ZINC_API zinc_status zinc_gather(zinc_engine_t *e, int group);
+ZINC_API zinc_status zinc_release(zinc_engine_t *e, int group);
+
+/* A view of the parameter's 16-bit (or fp32 in fp32 mode) working copy: numel elements of the
+ * registered dtype. Stages 0-2: valid from finalize on. Stage 3: valid only while the group is
+ * gathered. Read-only to the model. */
+ZINC_API zinc_status zinc_param_data(zinc_engine_t *e, int param, void **out);
+
+/* A view of the parameter's gradient buffer (numel elements of the registered dtype). The model
+ * ADDS its gradient into it (so a tied weight can receive several contributions). It holds zero
+ * at the start of every optimizer step and, at stages 2-3, again after each zinc_grads_ready of
+ * its group. At stages 2-3 the buffer is a group bucket: at most `zinc.grad_buckets` (config)
+ * groups may hold gradients that were not yet handed over with zinc_grads_ready. */
+ZINC_API zinc_status zinc_param_grad(zinc_engine_t *e, int param, void **out);
+
+/* Collective at stages 2-3: the group's gradient of this micro-step is complete; zinc
+ * reduce-scatters it now, keeps this rank's slice and frees the bucket. Must be called once
+ * per group per micro-step at every stage (below stage 2 it only records completion). */
+ZINC_API zinc_status zinc_grads_ready(zinc_engine_t *e, int group);
+
+/* What to multiply the loss by before backward: the loss scale (fp16) divided by
+ * gradient_accumulation_steps, as DeepSpeed's engine.backward does. 1/GA in bf16/fp32 mode. */
+ZINC_API float zinc_loss_multiplier(const zinc_engine_t *e);
+
+typedef struct zinc_step_info {
+    int boundary;             /* 1 when this call ended an accumulation window (an optimizer step) */
+    int applied;              /* 1 when the update was applied                                     */
+    int skipped;              /* 1 when skipped because the gradient was not finite (overflow)      */
+    int64_t step;             /* optimizer steps applied so far (skipped steps don't count)         */
+    int64_t skipped_total;    /* skipped steps so far                                               */
+    double grad_norm;         /* global L2 norm of the unscaled gradient before clipping (inf/nan
+                                 when skipped)                                                      */
+    double grad_norm_clipped; /* ... after clipping                                                 */
+    double loss_scale;        /* the loss scale used for this step                                  */
+    double next_loss_scale;   /* the loss scale for the next step                                   */
+    double lr;                /* the learning rate used for this step                               */
+} zinc_step_info_t;
+
+/* Collective. Call after every micro-step (as DeepSpeed's engine.step()). At the accumulation
+ * boundary: reduces the gradients (stages 0-1), computes the global norm and overflow with one
+ * collective, updates the loss scale, and unless overflowed runs the fused Adam/AdamW update
+ * and gathers the parameters (stages 0-2). `info` may be NULL. */
+ZINC_API zinc_status zinc_step(zinc_engine_t *e, zinc_step_info_t *info);
+
+/* ---- introspection ------------------------------------------------------------------------ */
+
+ZINC_API int zinc_engine_rank(const zinc_engine_t *e);
+ZINC_API int zinc_engine_world_size(const zinc_engine_t *e);
+ZINC_API int zinc_engine_stage(const zinc_engine_t *e);
+ZINC_API zinc_dtype zinc_engine_dtype(const zinc_engine_t *e);
+ZINC_API int zinc_engine_group_count(const zinc_engine_t *e);
+ZINC_API int zinc_engine_param_count(const zinc_engine_t *e);
+/* A parameter's number of elements; 0 for an unknown id. */
+ZINC_API int64_t zinc_param_numel(const zinc_engine_t *e, int param);
+/* A parameter's group; -1 for an unknown id. */
+ZINC_API int zinc_param_group(const zinc_engine_t *e, int param);
+
+/* Memory categories of the plan (bytes per rank). */
+typedef enum zinc_mem_category {
+    ZINC_MEM_PARAM16 = 0,   /* working copy of the parameters (16-bit, or fp32 in fp32 mode) */
+    ZINC_MEM_GRAD,          /* gradient accumulation (full below stage 2, the shard from 2)     */
+    ZINC_MEM_MASTER,        /* fp32 master weights of the shard                                 */
+    ZINC_MEM_ADAM_M,        /* Adam first moment of the shard                                   */
+    ZINC_MEM_ADAM_V,        /* Adam second moment of the shard                                  */
+    ZINC_MEM_BUCKET,        /* gradient buckets (stages 2-3)                                     */
+    ZINC_MEM_GATHER,        /* gather buffers for the parameters (stage 3)                       */
+    ZINC_MEM_COUNT
+} zinc_mem_category;
+
+ZINC_API const char *zinc_mem_category_name(zinc_mem_category c);
+
+/* Bytes of each category this rank planned and actually allocated (after finalize). */
+ZINC_API zinc_status zinc_memory(const zinc_engine_t *e, uint64_t planned[ZINC_MEM_COUNT],
+                                 uint64_t allocated[ZINC_MEM_COUNT]);
+
+/* Collectives counted by the comm byte counters. */
+typedef enum zinc_collective {
+    ZINC_COLL_ALL_REDUCE = 0,
+    ZINC_COLL_REDUCE_SCATTER,
+    ZINC_COLL_ALL_GATHER,
+    ZINC_COLL_BROADCAST,
+    ZINC_COLL_COUNT
+} zinc_collective;
+
+/* Payload bytes this rank has moved per collective since finalize, in the ZeRO paper's
+ * accounting (docs/comm-volume.md): a reduce-scatter or an all-gather of a buffer of B bytes
+ * counts B, an all-reduce counts 2B. */
+ZINC_API zinc_status zinc_comm_bytes(const zinc_engine_t *e, uint64_t bytes[ZINC_COLL_COUNT]);
+
+/* The config's hash (hex of 64 bits) as stored in checkpoints and logged at start. */
+ZINC_API const char *zinc_config_hash(const zinc_engine_t *e);
+
+/* ---- checkpoints (ckpt/; format in docs/checkpoint-format.md) ---------------------------- */
+
+typedef struct zinc_ckpt_save_options {
+    const void *client_blob;      /* caller state saved with the checkpoint (data position, RNG) */
+    size_t client_blob_bytes;
+    int save_weights16;           /* also store the 16-bit weights stream                        */
+    int async;                    /* -1: config's zinc.ckpt_async; 0: blocking; 1: background    */
+} zinc_ckpt_save_options_t;
+
+/* Collective. Saves into dir/tag (written as dir/tag.tmp, renamed when complete) and then points
+ * dir/latest at it. In async mode returns once the shard is staged in host memory; errors of the
+ * background write come back from the next zinc_step or from zinc_ckpt_wait. `opt` may be NULL. */
+ZINC_API zinc_status zinc_ckpt_save(zinc_engine_t *e, const char *dir, const char *tag,
+                                    const zinc_ckpt_save_options_t *opt);
+
+/* Waits for an async save in flight (if any) and reports its result. */
+ZINC_API zinc_status zinc_ckpt_wait(zinc_engine_t *e);
+
+typedef struct zinc_ckpt_load_options {
+    int weights_only;             /* 1: load master weights only, fresh optimizer state          */
+    void *client_blob;            /* receives the saved client blob (may be NULL)                 */
+    size_t client_blob_cap;
+    size_t client_blob_bytes;     /* out: its size                                                */
+    char loaded_tag[256];         /* out: the tag that was loaded                                 */
+} zinc_ckpt_load_options_t;
+
+/* Collective, after zinc_finalize. Loads dir/tag, or with tag NULL the newest valid tag of dir
+ * (damaged ones are skipped, each with a warning naming why). Any world size and stage. */
+ZINC_API zinc_status zinc_ckpt_load(zinc_engine_t *e, const char *dir, const char *tag,
+                                    zinc_ckpt_load_options_t *opt);
+
+/* Collective, after zinc_finalize. Sets every parameter found in a .safetensors file (matched by
+ * name; fp32/fp16/bf16 data; shapes must match). Parameters not in the file keep their values. */
+ZINC_API zinc_status zinc_load_safetensors(zinc_engine_t *e, const char *path);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ZINC_H */

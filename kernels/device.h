@@ -1,0 +1,116 @@
+/*
+ * device.h — the device layer: a backend vtable the engine calls for memory and kernels.
+ *
+ * Two implementations: cpu/ (portable C + AVX2/AVX-512, threaded; always built) and cuda/
+ * (built when nvcc is found). Every CUDA kernel has its CPU reference here, and tests compare
+ * them on the same inputs. Optional methods may be NULL. Nothing outside kernels/cuda/ and the
+ * build knows whether CUDA exists: the engine asks zdev_open("cuda") and gets UNSUPPORTED.
+ */
+#ifndef ZINC_KERNELS_DEVICE_H
+#define ZINC_KERNELS_DEVICE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "zinc.h"
+
+/* Arguments of one fused Adam/AdamW step over a contiguous shard of n elements.
+ *
+ *   g  = grad[i] * grad_scale                          (unscale + clip in one scalar)
+ *   if !adamw and weight_decay: g += weight_decay * p  (Adam's L2 penalty)
+ *   if adamw:   p = p * (1 - lr * weight_decay)        (decoupled decay on the pre-update weight)
+ *   m  = beta1 * m + (1 - beta1) * g
+ *   v  = beta2 * v + (1 - beta2) * g * g
+ *   p  = p - (lr / bias_c1) * m / (sqrt(v) / sqrt(bias_c2) + eps)
+ *   param_out[i] = (param_dtype) p
+ *
+ * bias_c1 = 1 - beta1^t and bias_c2 = 1 - beta2^t, or 1 and 1 without bias correction.
+ * The result of element i depends only on element i's inputs and the scalars, never on n,
+ * on where i falls in the buffer, or on the thread count: SIMD and scalar paths give the same
+ * bits (they use the same operations, fused multiply-adds included). */
+typedef struct zk_adam_args {
+    float *master;          /* [n] fp32 master weights, updated in place */
+    float *m;               /* [n] Adam first moment */
+    float *v;               /* [n] Adam second moment */
+    const void *grad;       /* [n] gradient of grad_dtype, as accumulated (loss-scaled) */
+    zinc_dtype grad_dtype;
+    void *param_out;        /* [n] working copy written in param_dtype, or NULL to skip */
+    zinc_dtype param_dtype;
+    size_t n;
+    float lr, beta1, beta2, eps, weight_decay;
+    float grad_scale;       /* 1 / (loss_scale * clip_coef) */
+    float bias_c1, bias_c2;
+    int adamw;              /* 1: decoupled weight decay; 0: L2 added to the gradient */
+} zk_adam_args;
+
+/* Gradient statistics over n elements of dtype: sum of squares (in double, summed over fixed
+ * blocks of ZK_STATS_BLOCK elements and then over blocks in order, so the result does not depend
+ * on the thread count) and whether any element is inf or nan. */
+#define ZK_STATS_BLOCK 4096
+typedef struct zk_grad_stats {
+    double sumsq;
+    int nonfinite;
+} zk_grad_stats;
+
+typedef struct zdev zdev_t;
+
+typedef struct zdev_iface {
+    const char *name;   /* "cpu", "cuda" */
+    /* Memory. alloc returns zeroed memory aligned to 64 bytes, or NULL. */
+    void *(*alloc)(zdev_t *d, size_t bytes);
+    void (*free)(zdev_t *d, void *p);
+    zinc_status (*memset0)(zdev_t *d, void *p, size_t bytes);
+    /* Device-to-device copy (host-to-host on cpu). */
+    zinc_status (*copy)(zdev_t *d, void *dst, const void *src, size_t bytes);
+    /* Host <-> device. On cpu these are memcpy. */
+    zinc_status (*upload)(zdev_t *d, void *dst_dev, const void *src_host, size_t bytes);
+    zinc_status (*download)(zdev_t *d, void *dst_host, const void *src_dev, size_t bytes);
+    /* Kernels. */
+    zinc_status (*adam_step)(zdev_t *d, const zk_adam_args *a);
+    zinc_status (*grad_stats)(zdev_t *d, const void *g, zinc_dtype dt, size_t n,
+                              zk_grad_stats *out);
+    /* dst[i] = (dst_dt) (src[i] * scale), n elements; scale 1 for a plain cast. */
+    zinc_status (*cast)(zdev_t *d, void *dst, zinc_dtype dst_dt, const void *src,
+                        zinc_dtype src_dt, size_t n, float scale);
+    /* acc[i] += x[i] in dtype dt (computed in fp32, rounded once). */
+    zinc_status (*accumulate)(zdev_t *d, void *acc, const void *x, zinc_dtype dt, size_t n);
+    /* Waits for all work queued on the device (no-op on cpu). Optional. */
+    zinc_status (*sync)(zdev_t *d);
+    void (*close)(zdev_t *d);
+} zdev_iface_t;
+
+struct zdev {
+    const zdev_iface_t *iface;
+    void *ctx;              /* backend state */
+    char err[512];          /* message of the last failing call */
+};
+
+/* Opens a device backend: "cpu" (threads: 0 = automatic) or "cuda".
+ * @return ZINC_ERR_UNSUPPORTED when the backend is not built or no device is present. */
+zinc_status zdev_open(const char *name, int threads, int device_index, zdev_t **out);
+void zdev_close(zdev_t *d);
+
+/* The CPU backend, always present. */
+zinc_status zdev_cpu_open(int threads, zdev_t **out);
+/* The CUDA backend; ZINC_ERR_UNSUPPORTED in builds without CUDA. */
+zinc_status zdev_cuda_open(int device_index, zdev_t **out);
+
+/* "CUDA 13.0, cuBLAS 13.x, NCCL 2.x" for a build with CUDA; NULL without. Needs no device. */
+const char *zdev_cuda_version(void);
+
+/* Scalar conversions shared by every CPU path (round to nearest even; nan stays nan). */
+uint16_t zk_f32_to_f16(float f);
+float zk_f16_to_f32(uint16_t h);
+uint16_t zk_f32_to_bf16(float f);
+float zk_bf16_to_f32(uint16_t b);
+
+/* Reads element i of a buffer of dtype dt as float / writes it (CPU only). */
+float zk_load(const void *p, zinc_dtype dt, size_t i);
+void zk_store(void *p, zinc_dtype dt, size_t i, float x);
+
+/* CPU reference kernels: scalar, single-threaded, the definition the SIMD, threaded and CUDA
+ * kernels are tested against. */
+void zk_ref_adam_step(const zk_adam_args *a);
+void zk_ref_grad_stats(const void *g, zinc_dtype dt, size_t n, zk_grad_stats *out);
+
+#endif

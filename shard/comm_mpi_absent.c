@@ -1,0 +1,20 @@
+/* comm_mpi_absent.c — the MPI entry points of a build without MPI: they say so. */
+#include "shard/comm.h"
+
+zinc_status zmpi_init(int *rank, int *size, int *we_initialised)
+{
+    *rank = 0;
+    *size = 1;
+    *we_initialised = 0;
+    return ZINC_ERR_UNSUPPORTED;
+}
+
+void zmpi_finalize(void) {}
+
+const char *zmpi_version(void) { return NULL; }
+
+zinc_status zcomm_mpi_create(zcomm_t **out)
+{
+    *out = NULL;
+    return ZINC_ERR_UNSUPPORTED;
+}

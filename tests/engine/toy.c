@@ -1,0 +1,190 @@
+/* toy.c — see toy.h. */
+#include "toy.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/device.h"
+#include "testutil.h"
+
+/* Groups of odd sizes, several params each, so slices split params and hold padding. */
+static const struct { int group; int ndim; int64_t shape[2]; } toy_params[] = {
+    {0, 1, {7}},   {0, 2, {3, 5}}, {1, 1, {1000}}, {2, 1, {1}},
+    {2, 2, {129, 3}}, {3, 1, {4097}}, {4, 2, {2, 2}},
+};
+#define TOY_NP ((int)(sizeof toy_params / sizeof toy_params[0]))
+#define TOY_NG 5
+
+/* Deterministic pseudo-random value in [-1, 1) from integers. */
+static float hash_unit(uint64_t a, uint64_t b, uint64_t c)
+{
+    uint64_t z = a * 0x9E3779B97F4A7C15ull ^ (b + 0x632BE59BD9B4E019ull) * 0xBF58476D1CE4E5B9ull ^
+                 (c + 0x85157AF5ull) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    z *= 0xD6E8FEB86659FD93ull;
+    z ^= z >> 29;
+    return (float)((double)(z >> 11) * 0x1.0p-53 * 2.0 - 1.0);
+}
+
+char *toy_config(const toy_run *r)
+{
+    char *buf = malloc(2048);
+    const char *prec = r->dtype == ZINC_DTYPE_FP16 ? "\"fp16\": {\"enabled\": true, \"initial_scale_power\": 8},"
+                       : r->dtype == ZINC_DTYPE_BF16 ? "\"bf16\": {\"enabled\": true},"
+                                                     : "";
+    snprintf(buf, 2048,
+             "{\"train_micro_batch_size_per_gpu\": 1, \"gradient_accumulation_steps\": %d, %s %s"
+             "\"gradient_clipping\": %g,"
+             "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01, \"weight_decay\": 0.01}},"
+             "\"zero_optimization\": {\"stage\": %d}, \"zinc\": {\"comm_timeout_s\": 20}}",
+             r->accum, prec, r->extra_json ? r->extra_json : "", r->clip, r->stage);
+    return buf;
+}
+
+zinc_status toy_register(zinc_engine_t *e, int *nparams)
+{
+    zinc_status s = ZINC_OK;
+    zinc_dtype dt = zinc_engine_dtype(e);
+    for (int g = 0; g < TOY_NG && s == ZINC_OK; g++) {
+        char name[32];
+        snprintf(name, sizeof name, "block%d", g);
+        s = zinc_group_add(e, name, NULL);
+    }
+    for (int p = 0; p < TOY_NP && s == ZINC_OK; p++) {
+        char name[32];
+        snprintf(name, sizeof name, "block%d.w%d", toy_params[p].group, p);
+        s = zinc_param_add(e, toy_params[p].group, name, toy_params[p].ndim, toy_params[p].shape,
+                           dt, NULL);
+    }
+    if (s == ZINC_OK) s = zinc_finalize(e);
+    for (int p = 0; p < TOY_NP && s == ZINC_OK; p++) {
+        int64_t n = zinc_param_numel(e, p);
+        float *v = malloc((size_t)n * sizeof *v);
+        for (int64_t i = 0; i < n; i++) v[i] = 0.5f * hash_unit(1, (uint64_t)p, (uint64_t)i);
+        s = zinc_param_set(e, p, v);
+        free(v);
+    }
+    *nparams = TOY_NP;
+    return s;
+}
+
+zinc_status toy_micro_step(zinc_engine_t *e, int rank, int world, int micro, int nparams,
+                           int inject_inf)
+{
+    zinc_dtype dt = zinc_engine_dtype(e);
+    float mult = zinc_loss_multiplier(e);
+    int per_rank = TOY_SAMPLES / world;
+    zinc_status s = ZINC_OK;
+    /* "Forward": gather every group once (stage 3 traffic: one all-gather per group). */
+    for (int g = 0; g < TOY_NG && s == ZINC_OK; g++) {
+        s = zinc_gather(e, g);
+        if (s == ZINC_OK) s = zinc_release(e, g);
+    }
+    /* "Backward", in reverse group order, as a real backward runs. */
+    for (int g = TOY_NG - 1; g >= 0 && s == ZINC_OK; g--) {
+        s = zinc_gather(e, g);
+        for (int p = 0; p < nparams && s == ZINC_OK; p++) {
+            if (zinc_param_group(e, p) != g) continue;
+            int64_t n = zinc_param_numel(e, p);
+            void *w, *gr;
+            s = zinc_param_data(e, p, &w);
+            if (s == ZINC_OK) s = zinc_param_grad(e, p, &gr);
+            for (int64_t i = 0; i < n && s == ZINC_OK; i++) {
+                float a = 1.0f + 0.5f * hash_unit(2, (uint64_t)p, (uint64_t)i);
+                float t = 0.3f * hash_unit(3, (uint64_t)p, (uint64_t)i);
+                float wi = zk_load(w, dt, (size_t)i);
+                float sum = 0.0f;
+                for (int k = 0; k < per_rank; k++) {
+                    int sample = rank * per_rank + k;
+                    sum += a * (wi - t - 0.2f * hash_unit(4 + (uint64_t)micro, (uint64_t)sample,
+                                                         (uint64_t)(p * 100003 + i)));
+                }
+                float gi = sum / (float)per_rank * mult;
+                if (inject_inf && p == 2 && i == 17) gi = INFINITY;
+                zk_store(gr, dt, (size_t)i, zk_load(gr, dt, (size_t)i) + gi);
+            }
+        }
+        if (s == ZINC_OK) s = zinc_release(e, g);
+        if (s == ZINC_OK) s = zinc_grads_ready(e, g);
+    }
+    return s;
+}
+
+typedef struct {
+    toy_run *r;
+    zinc_world_t *world;
+    pthread_mutex_t mu;
+} toy_ctx;
+
+static void toy_rank(int rank, void *arg)
+{
+    toy_ctx *c = arg;
+    toy_run *r = c->r;
+    char *cfg = toy_config(r);
+    zinc_engine_options_t o = {.config_json = cfg, .world = c->world, .rank = rank, .threads = 1};
+    zinc_engine_t *e = NULL;
+    int np = 0;
+    zinc_status s = zinc_engine_create(&o, &e);
+    free(cfg);
+    if (s == ZINC_OK) s = toy_register(e, &np);
+    int micro = 0;
+    zinc_step_info_t info = {0};
+    int applied = 0, skipped = 0;
+    for (int step = 0; step < r->steps && s == ZINC_OK; step++) {
+        for (int k = 0; k < r->accum && s == ZINC_OK; k++, micro++) {
+            int inj = step == r->inject_inf_step && rank == r->inject_rank && k == 0;
+            s = toy_micro_step(e, rank, r->world, micro, np, inj);
+            if (s == ZINC_OK) s = zinc_step(e, &info);
+        }
+        applied += info.applied;
+        skipped += info.skipped;
+    }
+    float *vals[TOY_MAX_PARAMS] = {0};
+    for (int p = 0; p < np && s == ZINC_OK; p++) {
+        vals[p] = malloc((size_t)zinc_param_numel(e, p) * sizeof(float));
+        s = zinc_param_get(e, p, vals[p]);
+    }
+    pthread_mutex_lock(&c->mu);
+    if (s != ZINC_OK && r->status == ZINC_OK) {
+        r->status = s;
+        snprintf(r->error, sizeof r->error, "rank %d: %s", rank, zinc_last_error(e));
+    }
+    if (rank == 0) {
+        r->nparams = np;
+        for (int p = 0; p < np; p++) {
+            r->final[p] = vals[p];
+            r->numel[p] = zinc_param_numel(e, p);
+            vals[p] = NULL;
+        }
+        r->last_info = info;
+        r->applied = applied;
+        r->skipped = skipped;
+    }
+    pthread_mutex_unlock(&c->mu);
+    for (int p = 0; p < np; p++) free(vals[p]);
+    if (s != ZINC_OK) zinc_world_abort(c->world, rank, "toy rank failed");
+    zinc_engine_destroy(e);
+}
+
+void toy_train(toy_run *r)
+{
+    toy_ctx c = {.r = r};
+    pthread_mutex_init(&c.mu, NULL);
+    r->status = zinc_world_create_local(r->world, &c.world);
+    if (r->status == ZINC_OK) {
+        zt_run_ranks(r->world, toy_rank, &c);
+    }
+    zinc_world_destroy(c.world);
+    pthread_mutex_destroy(&c.mu);
+}
+
+void toy_free(toy_run *r)
+{
+    for (int p = 0; p < TOY_MAX_PARAMS; p++) {
+        free(r->final[p]);
+        r->final[p] = NULL;
+    }
+}

@@ -1,0 +1,49 @@
+/*
+ * toy.h — a small model with analytic gradients for the engine tests, driven through the public
+ * API exactly as a user's model would be.
+ *
+ * Loss per sample s: 0.5 * sum_i a_i (w_i - t_i - noise_{s,i})^2, so the gradient of a sample is
+ * a_i (w_i - t_i - noise_{s,i}). A global batch of TOY_SAMPLES samples per micro-step is split
+ * evenly over the ranks (TOY_SAMPLES is divisible by 1, 2, 3, 4, 6, 8), each rank adds the mean
+ * over its samples times the loss multiplier into the gradient views — so the global update is
+ * the same for every world size, up to rounding.
+ */
+#ifndef ZINC_TESTS_TOY_H
+#define ZINC_TESTS_TOY_H
+
+#include "zinc.h"
+
+#define TOY_SAMPLES 24
+#define TOY_MAX_PARAMS 16
+
+typedef struct toy_run {
+    int world, stage, accum, steps;
+    zinc_dtype dtype;
+    double clip;                 /* gradient_clipping */
+    const char *extra_json;      /* extra top-level config keys, e.g. "\"fp16\": {...}," or NULL */
+    int inject_inf_step;         /* optimizer step at which rank `inject_rank` writes an inf, or -1 */
+    int inject_rank;
+    /* outputs */
+    int nparams;
+    float *final[TOY_MAX_PARAMS];      /* fp32 master values after the run (caller frees) */
+    int64_t numel[TOY_MAX_PARAMS];
+    zinc_step_info_t last_info;
+    int applied, skipped;
+    zinc_status status;                /* first failure of any rank */
+    char error[512];
+} toy_run;
+
+/* Builds the config, runs `steps` optimizer steps on `world` local ranks, fills the outputs. */
+void toy_train(toy_run *r);
+void toy_free(toy_run *r);
+
+/* The config JSON the toy uses (caller frees). */
+char *toy_config(const toy_run *r);
+
+/* Registers the toy's groups/params on an engine and sets the initial values. */
+zinc_status toy_register(zinc_engine_t *e, int *nparams);
+/* One micro-step of forward/backward for rank `rank` of `world` at global micro-step `micro`. */
+zinc_status toy_micro_step(zinc_engine_t *e, int rank, int world, int micro, int nparams,
+                           int inject_inf);
+
+#endif

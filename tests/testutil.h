@@ -1,0 +1,50 @@
+/*
+ * testutil.h — the few helpers every zinc test uses: checks that report file:line and keep
+ * going, a summary line, deterministic random numbers, and a runner for local-world ranks.
+ */
+#ifndef ZINC_TESTUTIL_H
+#define ZINC_TESTUTIL_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+extern int zt_failures;
+extern int zt_checks;
+
+#define ZT_CHECK(cond, ...)                                                                   \
+    do {                                                                                      \
+        __atomic_fetch_add(&zt_checks, 1, __ATOMIC_RELAXED);                                                                        \
+        if (!(cond)) {                                                                        \
+            __atomic_fetch_add(&zt_failures, 1, __ATOMIC_RELAXED);                                                                  \
+            fprintf(stderr, "%s:%d: check failed: %s: ", __FILE__, __LINE__, #cond);          \
+            fprintf(stderr, __VA_ARGS__);                                                     \
+            fputc('\n', stderr);                                                              \
+        }                                                                                     \
+    } while (0)
+
+/* A zinc call that must succeed; on failure prints the status and message and counts it. */
+#define ZT_OK(call)                                                                           \
+    do {                                                                                      \
+        __atomic_fetch_add(&zt_checks, 1, __ATOMIC_RELAXED);                                                                        \
+        zinc_status zt_s_ = (call);                                                           \
+        if (zt_s_ != ZINC_OK) {                                                               \
+            __atomic_fetch_add(&zt_failures, 1, __ATOMIC_RELAXED);                                                                  \
+            fprintf(stderr, "%s:%d: %s -> %s: %s\n", __FILE__, __LINE__, #call,               \
+                    zinc_status_string(zt_s_), zinc_last_error(NULL));                        \
+        }                                                                                     \
+    } while (0)
+
+/* Prints "name: N checks, N passed, N failed" and returns the process exit code. A test that made
+ * no check at all fails: a test must be able to fail. */
+int zt_finish(const char *name);
+
+/* splitmix64-based generator: reproducible streams from a seed. */
+typedef struct { uint64_t s; } zt_rng;
+uint64_t zt_next(zt_rng *r);
+double zt_uniform(zt_rng *r);          /* [0, 1) */
+double zt_normal(zt_rng *r);           /* standard normal (Box-Muller) */
+
+/* Runs fn(rank, arg) on `n` threads and waits for them. */
+void zt_run_ranks(int n, void (*fn)(int rank, void *arg), void *arg);
+
+#endif

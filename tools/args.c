@@ -1,0 +1,40 @@
+/* args.c — argument parsing helpers shared by the CLI commands (see commands.h). */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "tools/commands.h"
+
+int zarg_double(const char *s, double *out)
+{
+    if (!s || !*s) return -1;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || *end || !isfinite(v)) return -1;
+    *out = v;
+    return 0;
+}
+
+int zarg_int64(const char *s, long long *out)
+{
+    double v;
+    if (zarg_double(s, &v) != 0) return -1;
+    /* "7.5e9" is a whole number written as a float; "1.5" is not. */
+    if (v != floor(v) || fabs(v) > 9.0e18) return -1;
+    *out = (long long)v;
+    return 0;
+}
+
+int zarg_usage_error(const char *cmd, const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "zinc %s: ", cmd);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, " (see zinc %s --help)\n", cmd);
+    return 2;
+}

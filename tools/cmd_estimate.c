@@ -1,0 +1,98 @@
+/*
+ * cmd_estimate.c — `zinc estimate`: the memory plan per rank for N parameters, before anything
+ * is allocated, from the same function the engine allocates by (engine/memplan.c).
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "engine/internal.h"
+#include "tools/commands.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: zinc estimate --params N --world-size W --stage S [--dtype fp16|bf16|fp32]\n"
+            "                     [--group-size G] [--buckets B] [--gather-buffers K] [--json]\n\n"
+            "Bytes per rank for a model of N parameters trained with Adam (fp32 master, m, v)\n"
+            "on W data-parallel ranks under ZeRO stage S (0-3). Model state = working\n"
+            "parameters + gradients + master + m + v; buffers (gradient buckets at stages 2-3,\n"
+            "gather buffers at stage 3) are listed apart, sized by the largest group G\n"
+            "(default: min(N, 5e8), DeepSpeed's default bucket size). Numbers like 7.5e9 are fine.\n");
+}
+
+int cmd_estimate(int argc, char **argv)
+{
+    long long params = -1, world = -1, stage = -1, group = -1, buckets = 2, gathers = 2;
+    zinc_dtype dtype = ZINC_DTYPE_FP16;
+    int json = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        long long *dst = NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--json")) {
+            json = 1;
+            continue;
+        } else if (!strcmp(a, "--dtype")) {
+            if (!v) return zarg_usage_error("estimate", "--dtype needs a value");
+            if (!strcmp(v, "fp16")) dtype = ZINC_DTYPE_FP16;
+            else if (!strcmp(v, "bf16")) dtype = ZINC_DTYPE_BF16;
+            else if (!strcmp(v, "fp32")) dtype = ZINC_DTYPE_FP32;
+            else return zarg_usage_error("estimate", "--dtype must be fp16, bf16 or fp32, not '%s'", v);
+            i++;
+            continue;
+        } else if (!strcmp(a, "--params")) dst = &params;
+        else if (!strcmp(a, "--world-size")) dst = &world;
+        else if (!strcmp(a, "--stage")) dst = &stage;
+        else if (!strcmp(a, "--group-size")) dst = &group;
+        else if (!strcmp(a, "--buckets")) dst = &buckets;
+        else if (!strcmp(a, "--gather-buffers")) dst = &gathers;
+        else return zarg_usage_error("estimate", "unknown argument '%s'", a);
+        if (!v) return zarg_usage_error("estimate", "%s needs a value", a);
+        if (zarg_int64(v, dst) != 0)
+            return zarg_usage_error("estimate", "%s: '%s' is not a whole number", a, v);
+        i++;
+    }
+    if (params < 1) return zarg_usage_error("estimate", "--params N (N >= 1) is required");
+    if (world < 1 || world > 1000000)
+        return zarg_usage_error("estimate", "--world-size W (1..1000000) is required");
+    if (stage < 0 || stage > 3) return zarg_usage_error("estimate", "--stage S (0..3) is required");
+    if (buckets < 1 || gathers < 1)
+        return zarg_usage_error("estimate", "--buckets and --gather-buffers must be >= 1");
+    if (group < 0) group = params < 500000000LL ? params : 500000000LL;
+    if (group < 1 || group > params)
+        return zarg_usage_error("estimate", "--group-size must be in 1..N");
+
+    uint64_t b[ZINC_MEM_COUNT];
+    zmem_estimate((uint64_t)params, (int)world, (int)stage, dtype, b);
+    /* Buffers: sized by the largest group, padded as the planner pads it. */
+    uint64_t gpad = ((uint64_t)group + (uint64_t)world * ZPLAN_ALIGN - 1) /
+                    ((uint64_t)world * ZPLAN_ALIGN) * (uint64_t)world * ZPLAN_ALIGN;
+    uint64_t d = zinc_dtype_size(dtype);
+    b[ZINC_MEM_BUCKET] = stage >= 2 ? (uint64_t)buckets * gpad * d : 0;
+    b[ZINC_MEM_GATHER] = stage == 3 ? (uint64_t)gathers * gpad * d : 0;
+    uint64_t state = b[ZINC_MEM_PARAM16] + b[ZINC_MEM_GRAD] + b[ZINC_MEM_MASTER] +
+                     b[ZINC_MEM_ADAM_M] + b[ZINC_MEM_ADAM_V];
+    uint64_t total = state + b[ZINC_MEM_BUCKET] + b[ZINC_MEM_GATHER];
+    if (json) {
+        printf("{\"params\": %lld, \"world_size\": %lld, \"stage\": %lld, \"dtype\": \"%s\", "
+               "\"model_state_bytes_per_rank\": %llu, \"total_bytes_per_rank\": %llu, "
+               "\"bytes_per_rank\": {",
+               params, world, stage, zinc_dtype_name(dtype), (unsigned long long)state,
+               (unsigned long long)total);
+        for (int c = 0; c < ZINC_MEM_COUNT; c++)
+            printf("%s\"%s\": %llu", c ? ", " : "", zinc_mem_category_name((zinc_mem_category)c),
+                   (unsigned long long)b[c]);
+        printf("}}\n");
+        return 0;
+    }
+    printf("ZeRO stage %lld, %lld parameters, %lld ranks, %s working copy\n", stage, params, world,
+           zinc_dtype_name(dtype));
+    for (int c = 0; c < ZINC_MEM_COUNT; c++)
+        printf("  %-8s %14.3f GB\n", zinc_mem_category_name((zinc_mem_category)c), (double)b[c] / 1e9);
+    printf("  model state per rank: %.3f GB   with buffers: %.3f GB   (GB = 10^9 bytes)\n",
+           (double)state / 1e9, (double)total / 1e9);
+    return 0;
+}

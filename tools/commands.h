@@ -1,0 +1,22 @@
+/*
+ * commands.h — the subcommands of the `zinc` CLI. Each lives in tools/cmd_<name>.c and is
+ * listed in the table of tools/zinc.c. A command returns the process exit code:
+ * 0 success, 1 runtime failure, 2 bad usage or rejected input.
+ */
+#ifndef ZINC_TOOLS_COMMANDS_H
+#define ZINC_TOOLS_COMMANDS_H
+
+int cmd_estimate(int argc, char **argv);   /* zinc estimate   — memory plan per rank         */
+int cmd_config(int argc, char **argv);     /* zinc config check — validate a DeepSpeed config */
+int cmd_bench(int argc, char **argv);      /* zinc bench adam|...                            */
+int cmd_train(int argc, char **argv);      /* zinc train      — the built-in model            */
+int cmd_ckpt(int argc, char **argv);       /* zinc ckpt verify|inspect|export                 */
+int cmd_plot(int argc, char **argv);       /* zinc plot       — loss curve as SVG             */
+
+/* Shared argument helpers (tools/args.c): parse a whole number or a float like "7.5e9" that
+ * must be integral; print "zinc <cmd>: <msg>" to stderr and return 2. */
+int zarg_int64(const char *s, long long *out);
+int zarg_double(const char *s, double *out);
+int zarg_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#endif

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs the system packages zinc builds against, skipping what is present.
+# Debian/Ubuntu (apt-get); uses sudo when not root. The CUDA toolkit is not installed here: when
+# nvcc is present the CUDA backend is built too, otherwise the CPU build goes ahead without it.
+set -euo pipefail
+
+pkgs=(build-essential cmake pkg-config libjson-c-dev libzstd-dev libxxhash-dev libopenmpi-dev openmpi-bin)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]} == 0)); then
+  exit 0
+fi
+if ! command -v apt-get >/dev/null; then
+  echo "install-deps: missing packages (${missing[*]}) and no apt-get here; install them by hand" >&2
+  exit 1
+fi
+sudo=""
+if [ "$(id -u)" != 0 ]; then
+  command -v sudo >/dev/null || { echo "install-deps: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
+  sudo="sudo"
+fi
+echo "install-deps: installing ${missing[*]}"
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,63 @@
+/*
+ * zinc.c — the `zinc` command: dispatches to tools/cmd_*.c.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "kernels/device.h"
+#include "shard/comm.h"
+#include "tools/commands.h"
+#include "zinc.h"
+
+typedef struct {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+    const char *help;
+} zcommand;
+
+static const zcommand zcommands[] = {
+    {"estimate", cmd_estimate, "memory plan per rank for N parameters (ZeRO stages 0-3)"},
+    /* ZINC_COMMANDS: one line per command; keep in step with commands.h */
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "zinc %s — ZeRO-style sharded optimizer engine\n\n", ZINC_VERSION_STRING);
+    fprintf(f, "usage: zinc <command> [options]   (zinc <command> --help for its options)\n\n");
+    for (size_t i = 0; i < sizeof zcommands / sizeof zcommands[0]; i++)
+        fprintf(f, "  %-10s %s\n", zcommands[i].name, zcommands[i].help);
+    fprintf(f, "\n  --version  version and the backends built\n");
+}
+
+static void version(void)
+{
+    /* Each optional backend reports its library versions, or NULL when it was not built. */
+    const char *cuda = zdev_cuda_version(), *mpi = zmpi_version();
+    printf("zinc %s\nbackends: cpu, local", ZINC_VERSION_STRING);
+    if (mpi) printf(", mpi (%s)", mpi);
+    if (cuda) printf(", cuda, nccl (%s)", cuda);
+    printf("\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
+        !strcmp(argv[1], "help")) {
+        if (argc < 2) {
+            /* `zinc` alone runs the main job when it is built, as `make run` does. */
+            for (size_t i = 0; i < sizeof zcommands / sizeof zcommands[0]; i++)
+                if (!strcmp(zcommands[i].name, "train")) return zcommands[i].fn(argc - 1, argv + 1);
+        }
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(argv[1], "--version")) {
+        version();
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof zcommands / sizeof zcommands[0]; i++)
+        if (!strcmp(zcommands[i].name, argv[1])) return zcommands[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "zinc: unknown command '%s'\n\n", argv[1]);
+    usage(stderr);
+    return 2;
+}
