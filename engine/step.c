@@ -205,7 +205,8 @@ static zinc_status global_stats(zinc_engine_t *e, double *sumsq, int *overflow)
     return ZINC_OK;
 }
 
-static zinc_status apply_adam(zinc_engine_t *e, float lr, float beta1, float grad_scale)
+static zinc_status apply_adam(zinc_engine_t *e, float lr, float beta1, float beta2,
+                              float grad_scale)
 {
     const zcfg_optim *o = &e->cfg.optim;
     zk_adam_args a = {
@@ -213,13 +214,13 @@ static zinc_status apply_adam(zinc_engine_t *e, float lr, float beta1, float gra
         .param_dtype = e->dtype,
         .lr = lr,
         .beta1 = beta1,
-        .beta2 = (float)o->beta2,
+        .beta2 = beta2,
         .eps = (float)o->eps,
         .weight_decay = (float)o->weight_decay,
         .grad_scale = grad_scale,
         .adamw = o->type_adamw,
     };
-    zadam_bias_corrections(beta1, o->beta2, o->bias_correction, e->st.step + 1, &a.bias_c1,
+    zadam_bias_corrections(beta1, beta2, o->bias_correction, e->st.step + 1, &a.bias_c1,
                            &a.bias_c2);
     size_t d = dsize(e);
     zinc_status s = ZINC_OK;
@@ -315,8 +316,10 @@ zinc_status zinc_step(zinc_engine_t *e, zinc_step_info_t *info)
     }
     double coef = zclip_coef(norm, e->cfg.gradient_clipping);
     info->grad_norm_clipped = norm / coef;
+    /* OneCycle with cycle_momentum drives the betas, as DeepSpeed does; otherwise the config's. */
     double beta1 = zsched_beta1(&e->cfg.sched, e->cfg.optim.beta1, e->st.step);
-    s = apply_adam(e, (float)info->lr, (float)beta1, (float)(1.0 / (scale * coef)));
+    double beta2 = zsched_beta2(&e->cfg.sched, e->cfg.optim.beta2, e->st.step);
+    s = apply_adam(e, (float)info->lr, (float)beta1, (float)beta2, (float)(1.0 / (scale * coef)));
     if (s != ZINC_OK) return s;
     e->st.step++;
     info->applied = 1;
