@@ -11,9 +11,14 @@
  *    that, and 50 steps accumulate below 50 * 0.01 * 1e-5).
  *  - gradient_accumulation_steps = 4: stages 0-1 accumulate the micro-gradients in the 16-bit
  *    gradient buffer and reduce once; stages 2-3 reduce each micro-step and accumulate the 16-bit
- *    reduced slices, so the roundings differ: stages agree within 2 * lr * steps * 2^-8
- *    (bf16 rounding of a gradient changes one Adam step by at most a relative 2^-8 of its ~lr
- *    size) for bf16, and 2^-11 in place of 2^-8 for fp16.
+ *    reduced slices, so the roundings differ (stage 1 still equals stage 0 bitwise). Adam
+ *    normalises each element's step to about lr, so a rounding difference of relative size u
+ *    (u = 2^-8 for bf16, 2^-11 for fp16, half an ulp) in an element's gradient moves its step by
+ *    about u * lr — except for elements whose accumulated gradient is near zero, where rounding can
+ *    turn the step's direction and the difference is bounded only by the step size itself.
+ *    Tolerances therefore: RMS over all weights <= u * lr * steps (about one rounding per
+ *    step), and every element within lr * steps / 4 (no element drifts by more than a quarter of
+ *    its total possible travel).
  */
 #include <math.h>
 #include <stdio.h>
@@ -45,6 +50,18 @@ static double max_abs_diff(const toy_run *a, const toy_run *b, int *bitwise)
         }
     }
     return m;
+}
+
+static double rms_diff(const toy_run *a, const toy_run *b)
+{
+    double ss = 0.0;
+    int64_t n = 0;
+    for (int p = 0; p < a->nparams; p++)
+        for (int64_t i = 0; i < a->numel[p]; i++, n++) {
+            double d = (double)a->final[p][i] - (double)b->final[p][i];
+            ss += d * d;
+        }
+    return n ? sqrt(ss / (double)n) : 0.0;
 }
 
 int main(void)
@@ -87,9 +104,10 @@ int main(void)
     }
     /* Gradient accumulation 4: stages agree within the 16-bit rounding bound. */
     for (int di = 0; di < 2; di++) {
-        double ulp = dtypes[di] == ZINC_DTYPE_BF16 ? 0x1p-8 : 0x1p-11;
-        double tol = 2.0 * 0.01 * 10 * ulp;
-        toy_run ref = {.world = 4, .stage = 0, .accum = 4, .steps = 10, .dtype = dtypes[di],
+        const double lr = 0.01, u = dtypes[di] == ZINC_DTYPE_BF16 ? 0x1p-8 : 0x1p-11;
+        const int nsteps = 10;
+        double rms_tol = u * lr * nsteps, max_tol = lr * nsteps / 4.0;
+        toy_run ref = {.world = 4, .stage = 0, .accum = 4, .steps = nsteps, .dtype = dtypes[di],
                        .clip = 0.0, .inject_inf_step = -1};
         if (!run(&ref)) continue;
         for (int st = 1; st <= 3; st++) {
@@ -98,9 +116,12 @@ int main(void)
             r.stage = st;
             if (!run(&r)) continue;
             int bw;
-            double d = max_abs_diff(&ref, &r, &bw);
-            ZT_CHECK(d <= tol, "%s accum 4 world 4: stage %d vs stage 0: max |diff| %g > %g",
-                     zinc_dtype_name(dtypes[di]), st, d, tol);
+            double d = max_abs_diff(&ref, &r, &bw), rms = rms_diff(&ref, &r);
+            ZT_CHECK(rms <= rms_tol && d <= max_tol,
+                     "%s accum 4 world 4: stage %d vs stage 0: rms %g (bound %g), max %g (bound %g)",
+                     zinc_dtype_name(dtypes[di]), st, rms, rms_tol, d, max_tol);
+            printf("%s accum 4, stage %d vs 0: rms diff %.3g, max diff %.3g\n",
+                   zinc_dtype_name(dtypes[di]), st, rms, d);
             if (st == 1) ZT_CHECK(bw, "%s accum 4: stage 1 should equal stage 0 bitwise",
                                   zinc_dtype_name(dtypes[di]));
             toy_free(&r);
