@@ -1,0 +1,375 @@
+/*
+ * cpu_device.c — the "cpu" device: the zdev vtable over host memory.
+ *
+ * Memory calls are calloc/memcpy. Kernel calls validate their arguments, then split the element
+ * range into at most `threads` contiguous parts (multiples of 64 elements, so every part but the
+ * last runs whole SIMD vectors and cache lines; grad_stats parts are whole ZK_STATS_BLOCK
+ * blocks) and run them on the device's pool with the instruction set chosen at open time.
+ * Element results do not depend on the split (elem.h), so the thread count never changes bits.
+ *
+ * A device is used by one thread at a time (one engine = one rank = one device).
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "engine/log.h"
+#include "kernels/cpu/cpu.h"
+
+/* Below this many elements per part, waking a thread costs more than the part takes. */
+#define ZK_MIN_PART 16384
+#define ZK_ALIGN_ELEMS 64
+
+typedef struct zcpu {
+    const zk_kernels *k;
+    zk_pool *pool;
+    int threads;
+    double *sums;           /* [sums_cap] per-block sums of grad_stats, grown on demand */
+    size_t sums_cap;
+} zcpu;
+
+static const zdev_iface_t cpu_iface;
+
+static zcpu *ctx(zdev_t *d) { return d->ctx; }
+
+/* ---- instruction sets ------------------------------------------------------------------------ */
+
+int zk_cpu_has_isa(const char *isa)
+{
+    if (!strcmp(isa, "portable")) return 1;
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+               __builtin_cpu_supports("f16c");
+    if (!strcmp(isa, "avx2")) return avx2;
+    if (!strcmp(isa, "avx512"))
+        return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+#endif
+    return 0;
+}
+
+const char *zk_cpu_best_isa(void)
+{
+    if (zk_cpu_has_isa("avx512")) return "avx512";
+    if (zk_cpu_has_isa("avx2")) return "avx2";
+    return "portable";
+}
+
+static const zk_kernels *kernels_of(const char *isa)
+{
+    if (!strcmp(isa, "avx512")) return &zk_kernels_avx512;
+    if (!strcmp(isa, "avx2")) return &zk_kernels_avx2;
+    if (!strcmp(isa, "portable")) return &zk_kernels_portable;
+    return NULL;
+}
+
+/* ---- splitting a range over the pool --------------------------------------------------------- */
+
+/* Cuts n > 0 items into parts of `chunk` items (a multiple of align, at least min_part) and returns
+ * the number of parts, at most threads. */
+static int split(size_t n, int threads, size_t align, size_t min_part, size_t *chunk)
+{
+    size_t per = (n + (size_t)threads - 1) / (size_t)threads;
+    if (per < min_part) per = min_part;
+    per = (per + align - 1) / align * align;
+    *chunk = per;
+    return (int)((n + per - 1) / per);
+}
+
+typedef struct zjob {
+    const zk_kernels *k;
+    size_t n, chunk;
+    /* one kernel's arguments */
+    const zk_adam_args *adam;
+    zk_adam_consts consts;
+    const void *src;
+    void *dst;
+    zinc_dtype dt, sdt;
+    float scale;
+    double *sums;
+    size_t src_n;           /* grad_stats: elements (n counts blocks there) */
+    const float *b, *c;
+} zjob;
+
+static void range(const zjob *j, int part, size_t *lo, size_t *hi)
+{
+    *lo = (size_t)part * j->chunk;
+    *hi = *lo + j->chunk < j->n ? *lo + j->chunk : j->n;
+    if (*lo > *hi) *lo = *hi;
+}
+
+static void run_adam(void *arg, int part)
+{
+    zjob *j = arg;
+    size_t lo, hi;
+    range(j, part, &lo, &hi);
+    j->k->adam(j->adam, &j->consts, lo, hi);
+}
+
+static void run_cast(void *arg, int part)
+{
+    zjob *j = arg;
+    size_t lo, hi;
+    range(j, part, &lo, &hi);
+    j->k->cast(j->dst, j->dt, j->src, j->sdt, j->scale, lo, hi);
+}
+
+static void run_accumulate(void *arg, int part)
+{
+    zjob *j = arg;
+    size_t lo, hi;
+    range(j, part, &lo, &hi);
+    j->k->accumulate(j->dst, j->src, j->dt, lo, hi);
+}
+
+static void run_triad(void *arg, int part)
+{
+    zjob *j = arg;
+    size_t lo, hi;
+    range(j, part, &lo, &hi);
+    j->k->triad(j->dst, j->b, j->c, j->scale, lo, hi);
+}
+
+/* Here n counts blocks and a part is a range of blocks. */
+static void run_stats(void *arg, int part)
+{
+    zjob *j = arg;
+    size_t lo, hi;
+    range(j, part, &lo, &hi);
+    j->k->stats(j->src, j->dt, j->src_n, lo, hi, j->sums + lo);
+}
+
+/* ---- memory ---------------------------------------------------------------------------------- */
+
+/* calloc keeps large blocks as fresh zero pages (no memset pass over gigabytes); the pointer is
+ * moved up to the next 64-byte boundary and the original stored just below it. */
+static void *cpu_alloc(zdev_t *d, size_t bytes)
+{
+    (void)d;
+    if (bytes > SIZE_MAX - 128) return NULL;
+    char *raw = calloc(1, bytes + 64);
+    if (!raw) return NULL;
+    uintptr_t a = ((uintptr_t)raw + 64) & ~(uintptr_t)63; /* >= 16 bytes above raw */
+    ((void **)a)[-1] = raw;
+    return (void *)a;
+}
+
+static void cpu_free(zdev_t *d, void *p)
+{
+    (void)d;
+    if (p) free(((void **)p)[-1]);
+}
+
+static zinc_status cpu_memset0(zdev_t *d, void *p, size_t bytes)
+{
+    if (!p && bytes)
+        return zerr_fmt(d->err, sizeof d->err, ZINC_ERR_INVALID_ARG, "cpu memset0: NULL pointer");
+    if (bytes) memset(p, 0, bytes);
+    return ZINC_OK;
+}
+
+static zinc_status cpu_copy(zdev_t *d, void *dst, const void *src, size_t bytes)
+{
+    if ((!dst || !src) && bytes)
+        return zerr_fmt(d->err, sizeof d->err, ZINC_ERR_INVALID_ARG, "cpu copy: NULL pointer");
+    if (bytes && dst != src) memmove(dst, src, bytes);
+    return ZINC_OK;
+}
+
+/* ---- kernels --------------------------------------------------------------------------------- */
+
+static int dtype_ok(zinc_dtype dt)
+{
+    return dt == ZINC_DTYPE_FP32 || dt == ZINC_DTYPE_FP16 || dt == ZINC_DTYPE_BF16;
+}
+
+static zinc_status cpu_adam(zdev_t *d, const zk_adam_args *a)
+{
+    if (!a)
+        return zerr_fmt(d->err, sizeof d->err, ZINC_ERR_INVALID_ARG, "cpu adam_step: NULL arguments");
+    if (!dtype_ok(a->grad_dtype) || (a->param_out && !dtype_ok(a->param_dtype)))
+        return zerr_fmt(d->err, sizeof d->err, ZINC_ERR_INVALID_ARG,
+                        "cpu adam_step: unknown dtype (grad %d, param %d)", (int)a->grad_dtype,
+                        (int)a->param_dtype);
+    if (!(a->bias_c1 > 0.0f) || !(a->bias_c2 > 0.0f))
+        return zerr_fmt(d->err, sizeof d->err, ZINC_ERR_INVALID_ARG,
+                        "cpu adam_step: bias corrections must be > 0 (got %g, %g); pass 1 and 1 "
+                        "without bias correction", (double)a->bias_c1, (double)a->bias_c2);
+    if (a->n == 0) return ZINC_OK;
+    if (!a->master || !a->m || !a->v || !a->grad)
+        return zerr_fmt(d->err, sizeof d->err, ZINC_ERR_INVALID_ARG,
+                        "cpu adam_step: NULL master, m, v or grad for %zu elements", a->n);
+    zcpu *c = ctx(d);
+    zjob j = {.k = c->k, .n = a->n, .adam = a};
+    zk_adam_prep(a, &j.consts);
+    int parts = split(a->n, c->threads, ZK_ALIGN_ELEMS, ZK_MIN_PART, &j.chunk);
+    zk_pool_run(c->pool, parts, run_adam, &j);
+    return ZINC_OK;
+}
+
+static zinc_status cpu_grad_stats(zdev_t *d, const void *g, zinc_dtype dt, size_t n,
+                                  zk_grad_stats *out)
+{
+    if (!out || (!g && n) || !dtype_ok(dt))
+        return zerr_fmt(d->err, sizeof d->err, ZINC_ERR_INVALID_ARG,
+                        "cpu grad_stats: NULL buffer/result or unknown dtype %d", (int)dt);
+    if (n == 0) {
+        out->sumsq = 0.0;
+        out->nonfinite = 0;
+        return ZINC_OK;
+    }
+    zcpu *c = ctx(d);
+    size_t nblocks = (n + ZK_STATS_BLOCK - 1) / ZK_STATS_BLOCK;
+    if (nblocks > c->sums_cap) {
+        /* Grows once to the largest shard seen; steps after the first allocate nothing. */
+        double *s = realloc(c->sums, nblocks * sizeof *s);
+        if (!s)
+            return zerr_fmt(d->err, sizeof d->err, ZINC_ERR_NOMEM,
+                            "cpu grad_stats: no memory for %zu block sums", nblocks);
+        c->sums = s;
+        c->sums_cap = nblocks;
+    }
+    zjob j = {.k = c->k, .n = nblocks, .src = g, .dt = dt, .sums = c->sums, .src_n = n};
+    int parts = split(nblocks, c->threads, 1, ZK_MIN_PART / ZK_STATS_BLOCK, &j.chunk);
+    zk_pool_run(c->pool, parts, run_stats, &j);
+    double total = 0.0;
+    for (size_t b = 0; b < nblocks; b++) total += c->sums[b];
+    out->sumsq = total;
+    out->nonfinite = !isfinite(total);
+    return ZINC_OK;
+}
+
+static zinc_status cpu_cast(zdev_t *d, void *dst, zinc_dtype dst_dt, const void *src,
+                            zinc_dtype src_dt, size_t n, float scale)
+{
+    if ((!dst || !src) && n)
+        return zerr_fmt(d->err, sizeof d->err, ZINC_ERR_INVALID_ARG, "cpu cast: NULL buffer");
+    if (!dtype_ok(dst_dt) || !dtype_ok(src_dt))
+        return zerr_fmt(d->err, sizeof d->err, ZINC_ERR_INVALID_ARG,
+                        "cpu cast: unknown dtype (%d -> %d)", (int)src_dt, (int)dst_dt);
+    if (n == 0) return ZINC_OK;
+    zcpu *c = ctx(d);
+    zjob j = {.k = c->k, .n = n, .dst = dst, .dt = dst_dt, .src = src, .sdt = src_dt,
+              .scale = scale};
+    int parts = split(n, c->threads, ZK_ALIGN_ELEMS, ZK_MIN_PART, &j.chunk);
+    zk_pool_run(c->pool, parts, run_cast, &j);
+    return ZINC_OK;
+}
+
+static zinc_status cpu_accumulate(zdev_t *d, void *acc, const void *x, zinc_dtype dt, size_t n)
+{
+    if ((!acc || !x) && n)
+        return zerr_fmt(d->err, sizeof d->err, ZINC_ERR_INVALID_ARG, "cpu accumulate: NULL buffer");
+    if (!dtype_ok(dt))
+        return zerr_fmt(d->err, sizeof d->err, ZINC_ERR_INVALID_ARG,
+                        "cpu accumulate: unknown dtype %d", (int)dt);
+    if (n == 0) return ZINC_OK;
+    zcpu *c = ctx(d);
+    zjob j = {.k = c->k, .n = n, .dst = acc, .src = x, .dt = dt};
+    int parts = split(n, c->threads, ZK_ALIGN_ELEMS, ZK_MIN_PART, &j.chunk);
+    zk_pool_run(c->pool, parts, run_accumulate, &j);
+    return ZINC_OK;
+}
+
+zinc_status zk_cpu_triad(zdev_t *d, float *a, const float *b, const float *c, float s, size_t n)
+{
+    if (!d || d->iface != &cpu_iface)
+        return zerr_thread(ZINC_ERR_INVALID_ARG, "zk_cpu_triad: not a cpu device");
+    if ((!a || !b || !c) && n)
+        return zerr_fmt(d->err, sizeof d->err, ZINC_ERR_INVALID_ARG, "cpu triad: NULL buffer");
+    if (n == 0) return ZINC_OK;
+    zcpu *x = ctx(d);
+    zjob j = {.k = x->k, .n = n, .dst = a, .b = b, .c = c, .scale = s};
+    int parts = split(n, x->threads, ZK_ALIGN_ELEMS, ZK_MIN_PART, &j.chunk);
+    zk_pool_run(x->pool, parts, run_triad, &j);
+    return ZINC_OK;
+}
+
+static void cpu_close(zdev_t *d)
+{
+    if (!d) return;
+    zcpu *c = ctx(d);
+    if (c) {
+        zk_pool_destroy(c->pool);
+        free(c->sums);
+        free(c);
+    }
+    free(d);
+}
+
+static const zdev_iface_t cpu_iface = {
+    .name = "cpu",
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .memset0 = cpu_memset0,
+    .copy = cpu_copy,
+    .upload = cpu_copy,
+    .download = cpu_copy,
+    .adam_step = cpu_adam,
+    .grad_stats = cpu_grad_stats,
+    .cast = cpu_cast,
+    .accumulate = cpu_accumulate,
+    .sync = NULL,
+    .close = cpu_close,
+};
+
+/* ---- open ------------------------------------------------------------------------------------ */
+
+zinc_status zk_cpu_open_isa(int threads, const char *isa, zdev_t **out)
+{
+    if (!out) return zerr_thread(ZINC_ERR_INVALID_ARG, "zdev_cpu_open: out is NULL");
+    *out = NULL;
+    if (threads < 0)
+        return zerr_thread(ZINC_ERR_INVALID_ARG, "zdev_cpu_open: threads = %d; use 0 for one per "
+                           "online CPU or a positive count", threads);
+    const char *from = "the argument";
+    if (!isa) {
+        isa = getenv("ZINC_CPU_ISA");
+        from = "ZINC_CPU_ISA";
+        if (!isa || !*isa) isa = zk_cpu_best_isa();
+    }
+    const zk_kernels *k = kernels_of(isa);
+    if (!k)
+        return zerr_thread(ZINC_ERR_INVALID_ARG, "zdev_cpu_open: unknown instruction set '%s' "
+                           "(from %s); use portable, avx2 or avx512", isa, from);
+    if (!zk_cpu_has_isa(isa))
+        return zerr_thread(ZINC_ERR_UNSUPPORTED, "zdev_cpu_open: this CPU cannot run the '%s' "
+                           "kernels (from %s; avx2 needs AVX2+FMA+F16C, avx512 needs AVX-512 "
+                           "F/BW/VL/DQ); the best it runs is '%s'", isa, from,
+                           zk_cpu_best_isa());
+    if (threads == 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = n > 0 ? (int)(n < 1024 ? n : 1024) : 1;
+    }
+    zdev_t *d = calloc(1, sizeof *d);
+    zcpu *c = calloc(1, sizeof *c);
+    if (!d || !c) goto nomem;
+    c->k = k;
+    c->threads = threads;
+    c->pool = zk_pool_create(threads);
+    if (!c->pool) goto nomem;
+    d->iface = &cpu_iface;
+    d->ctx = c;
+    *out = d;
+    return ZINC_OK;
+nomem:
+    free(c);
+    free(d);
+    return zerr_thread(ZINC_ERR_NOMEM, "zdev_cpu_open: could not allocate the device or start "
+                       "%d threads", threads);
+}
+
+zinc_status zdev_cpu_open(int threads, zdev_t **out) { return zk_cpu_open_isa(threads, NULL, out); }
+
+const char *zk_cpu_isa(const zdev_t *d)
+{
+    return d && d->iface == &cpu_iface ? ((const zcpu *)d->ctx)->k->isa : NULL;
+}
+
+int zk_cpu_threads(const zdev_t *d)
+{
+    return d && d->iface == &cpu_iface ? ((const zcpu *)d->ctx)->threads : 0;
+}

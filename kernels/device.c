@@ -1,0 +1,32 @@
+/*
+ * device.c — opening a device backend by name. The only place that maps "cpu"/"cuda" to a
+ * backend; the CUDA entry points exist in every build (kernels/cuda/absent.c says
+ * UNSUPPORTED when CUDA was not built).
+ */
+#include <string.h>
+
+#include "engine/log.h"
+#include "kernels/device.h"
+
+zinc_status zdev_open(const char *name, int threads, int device_index, zdev_t **out)
+{
+    if (!out) return zerr_thread(ZINC_ERR_INVALID_ARG, "zdev_open: out is NULL");
+    *out = NULL;
+    if (!name || !strcmp(name, "cpu")) return zdev_cpu_open(threads, out);
+    if (!strcmp(name, "cuda")) {
+        zinc_status s = zdev_cuda_open(device_index, out);
+        /* absent.c sets no message; say what the user can do about it. */
+        if (s == ZINC_ERR_UNSUPPORTED && !zdev_cuda_version())
+            return zerr_thread(s, "zdev_open: device 'cuda' is not available: this zinc was "
+                               "built without CUDA (rebuild with nvcc present, -DZINC_CUDA=ON), "
+                               "or use device 'cpu'");
+        return s;
+    }
+    return zerr_thread(ZINC_ERR_INVALID_ARG, "zdev_open: unknown device '%s'; use 'cpu' or "
+                       "'cuda'", name);
+}
+
+void zdev_close(zdev_t *d)
+{
+    if (d && d->iface && d->iface->close) d->iface->close(d);
+}
