@@ -1,0 +1,24 @@
+# GPU tests (label gpu: each kernel against its CPU reference, NCCL at world size 1; they print
+# "SKIP: no CUDA device (...)" and exit 77 without a GPU) and the parts of the CUDA backend that
+# run anywhere (label unit).
+set(_gpu ${CMAKE_CURRENT_LIST_DIR})
+
+# The NCCL-id bootstrap is plain C and testable without a GPU. Builds without CUDA do not have it
+# in zinc_core, so the test compiles it in.
+if(ZINC_HAVE_CUDA)
+  zinc_test(NAME cuda_bootstrap SOURCES ${_gpu}/test_bootstrap.c LABELS unit TIMEOUT 60)
+else()
+  zinc_test(NAME cuda_bootstrap SOURCES ${_gpu}/test_bootstrap.c
+            ${CMAKE_SOURCE_DIR}/kernels/cuda/bootstrap.c LABELS unit TIMEOUT 60)
+endif()
+
+# The CUDA Adam kernel's element arithmetic, run on the host against the CPU definition. No CUDA
+# needed; without contraction the host operators are the device's separately rounded operations.
+zinc_test(NAME cuda_elem SOURCES ${_gpu}/test_cuda_elem.c LABELS unit TIMEOUT 60)
+target_compile_options(cuda_elem PRIVATE -ffp-contract=off)
+
+if(ZINC_HAVE_CUDA)
+  zinc_test(NAME cuda_nodevice SOURCES ${_gpu}/test_cuda_nodevice.c LABELS unit TIMEOUT 60)
+  zinc_test(NAME cuda_kernels SOURCES ${_gpu}/test_cuda_kernels.c LABELS gpu TIMEOUT 300)
+  zinc_test(NAME cuda_nccl SOURCES ${_gpu}/test_nccl.c LABELS gpu TIMEOUT 120)
+endif()
