@@ -30,7 +30,8 @@ typedef struct {
     zsched_type type;
     /* WarmupLR / WarmupDecayLR */
     double warmup_min_lr;          /* default 0.0 */
-    double warmup_max_lr;          /* default 0.001 */
+    double warmup_max_lr;          /* WarmupLR: default optimizer.params.lr (current DeepSpeed);
+                                      WarmupDecayLR: default 0.001 (its constructor's) */
     int64_t warmup_num_steps;      /* default 1000 */
     zwarmup_type warmup_type;      /* default log */
     int64_t total_num_steps;       /* WarmupDecayLR, WarmupCosineLR: required */
@@ -56,7 +57,7 @@ typedef struct {
 } zcfg_sched;
 
 typedef struct {
-    int enabled;
+    int enabled;                  /* always 1 once parsed: zinc always runs its Adam/AdamW */
     int type_adamw;               /* 1: decoupled weight decay (AdamW), 0: L2 in the gradient */
     double lr;                    /* default 1e-3 */
     double beta1, beta2;          /* default 0.9, 0.999 */
@@ -145,7 +146,9 @@ typedef struct {
     int64_t train_batch_size;     /* 0 = not given */
 } zcfg_overrides;
 
-/* One diagnostic line: "error: zero_optimization.stage: expected 0..3, got 4". */
+/* One diagnostic line per problem: "zero_optimization.stage: expected 0..3, got 4" — the full key
+ * path, then what is wrong. Lines carry no "error: "/"warning: " prefix; the printer adds it
+ * (zinc config check prints "error: <line>", zlog adds its own level tag). */
 typedef struct {
     int nerrors, nwarnings;
     char **errors;                /* each names the full key path */
@@ -153,17 +156,23 @@ typedef struct {
 } zcfg_diag;
 
 /* Parses and validates. Fills `out` on success (return ZINC_OK, warnings may be present);
- * returns ZINC_ERR_CONFIG with diag->errors on rejection, ZINC_ERR_IO if the file can't be read.
- * `path` labels messages (may be NULL for text). */
+ * returns ZINC_ERR_CONFIG with diag->errors on rejection (every problem, not only the first;
+ * `out` untouched), ZINC_ERR_IO if the file can't be read (one error naming it), ZINC_ERR_NOMEM.
+ * `path` labels syntax errors (may be NULL for text). `ov` NULL means world_size 1 and no
+ * overrides; `diag` NULL discards the lines; otherwise free it with zcfg_diag_free. */
 zinc_status zcfg_parse_text(const char *json, const char *path, const zcfg_overrides *ov,
                             zcfg *out, zcfg_diag *diag);
 zinc_status zcfg_parse_file(const char *path, const zcfg_overrides *ov, zcfg *out, zcfg_diag *diag);
 void zcfg_diag_free(zcfg_diag *diag);
 
-/* The resolved config as JSON text (every default applied); caller frees. */
+/* The resolved config as canonical JSON text (every default applied, members in a fixed order);
+ * it is itself a valid config that resolves to the same zcfg and hash. Caller frees; NULL when
+ * out of memory. */
 char *zcfg_to_json(const zcfg *c);
 
-/* Defaults for every field (what an empty "{}" config with world_size 1 resolves to). */
+/* Defaults for every field: what {"train_micro_batch_size_per_gpu": 1, "optimizer": {"type":
+ * "AdamW"}} resolves to at world_size 1, hash included. ("{}" itself is rejected, as DeepSpeed
+ * rejects a config with neither train_batch_size nor train_micro_batch_size_per_gpu.) */
 void zcfg_defaults(zcfg *c);
 
 #endif

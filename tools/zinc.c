@@ -17,6 +17,10 @@ typedef struct {
 
 static const zcommand zcommands[] = {
     {"estimate", cmd_estimate, "memory plan per rank for N parameters (ZeRO stages 0-3)"},
+    {"config", cmd_config, "config check FILE: validate a DeepSpeed-style JSON config"},
+    {"bench", cmd_bench, "benchmarks: adam (fused optimizer step vs memory bandwidth)"},
+    {"train", cmd_train, "train the built-in model from a DeepSpeed-style config"},
+    {"plot", cmd_plot, "plot metrics.jsonl as an SVG loss curve"},
     /* ZINC_COMMANDS: one line per command; keep in step with commands.h */
 };
 

@@ -1,0 +1,331 @@
+/*
+ * config_sections.c — the remaining sections: precision (fp16, bf16/bfloat16), zero_optimization
+ * (with its stage3_ aliases and offload), checkpoint, csv_monitor, the "zinc" section, and the
+ * top-level scalars (clipping, communication dtype, ...).
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "engine/config_internal.h"
+
+/* ---- precision ---------------------------------------------------------------------------- */
+
+void zc_parse_precision(zcctx *x, json_object *root, zcfg *c)
+{
+    json_object *f = zc_section(x, root, "fp16", "fp16");
+    if (f) {
+        zk_check(x, f, "fp16", &zk_fp16);
+        zcfg_fp16 *p = &c->fp16;
+        int64_t v;
+        zc_get_bool(x, f, "fp16", "enabled", &p->enabled);
+        zc_get_num(x, f, "fp16", "loss_scale", R_GE0, &p->loss_scale);
+        zc_get_int32(x, f, "fp16", "initial_scale_power", 0, 64, &p->initial_scale_power);
+        if (zc_get_int(x, f, "fp16", "loss_scale_window", 1, I64_MAX, &v) == V_SET)
+            p->loss_scale_window = v;
+        zc_get_int32(x, f, "fp16", "hysteresis", 1, INT32_MAX, &p->hysteresis);
+        zc_get_bool(x, f, "fp16", "consecutive_hysteresis", &p->consecutive_hysteresis);
+        zc_get_num(x, f, "fp16", "min_loss_scale", R_GT0, &p->min_loss_scale);
+    }
+
+    /* "bfloat16" is DeepSpeed's legacy name, read only when "bf16" is absent. */
+    json_object *bv, *blv;
+    int has_b = zc_member(root, "bf16", &bv), has_bl = zc_member(root, "bfloat16", &blv);
+    if (has_b && has_bl)
+        zc_error(x, "bfloat16",
+                 "both bf16 and its legacy name bfloat16 are given; keep only bf16");
+    const char *bsec = has_b ? "bf16" : "bfloat16";
+    json_object *b = zc_section(x, root, bsec, bsec);
+    int bf16 = 0;
+    if (b) {
+        zk_check(x, b, bsec, &zk_bf16);
+        zc_get_bool(x, b, bsec, "enabled", &bf16);
+        int cgo;
+        char p[64];
+        if (zc_get_bool(x, b, bsec, "check_grad_overflow", &cgo) == V_SET && !cgo)
+            zc_warn(x, zc_path(p, sizeof p, bsec, "check_grad_overflow"),
+                    "zinc always checks: a step whose gradient is not finite is skipped");
+    }
+    if (c->fp16.enabled && bf16) {
+        char p[64];
+        zc_error(x, zc_path(p, sizeof p, bsec, "enabled"), "fp16 and bf16 cannot both be enabled");
+    }
+    c->dtype = c->fp16.enabled ? ZINC_DTYPE_FP16 : bf16 ? ZINC_DTYPE_BF16 : ZINC_DTYPE_FP32;
+    c->communication_data_type = c->dtype;
+}
+
+/* ---- zero_optimization -------------------------------------------------------------------- */
+
+/* A stage-3 key and its unprefixed alias (DeepSpeed's pydantic aliases): either may be given;
+ * both with different values is an error. */
+static void alias_int(zcctx *x, json_object *z, const char *name, int64_t *out)
+{
+    char s3[96], p3[160], p[160];
+    snprintf(s3, sizeof s3, "stage3_%s", name);
+    zc_path(p3, sizeof p3, "zero_optimization", s3);
+    zc_path(p, sizeof p, "zero_optimization", name);
+    int64_t a = 0, b = 0;
+    int ra = zc_get_int(x, z, "zero_optimization", s3, 0, I64_MAX, &a);
+    int rb = zc_get_int(x, z, "zero_optimization", name, 0, I64_MAX, &b);
+    if (ra == V_SET && rb == V_SET && a != b)
+        zc_error(x, p3, "both %s (%lld) and its alias %s (%lld) are given; keep one", s3,
+                 (long long)a, name, (long long)b);
+    else if (ra == V_SET)
+        *out = a;
+    else if (rb == V_SET)
+        *out = b;
+}
+
+static void offload(zcctx *x, json_object *z, const char *key, const zkeyset *set, int *out)
+{
+    char path[96];
+    zc_path(path, sizeof path, "zero_optimization", key);
+    json_object *v;
+    if (!zc_member(z, key, &v) || !v) return; /* null is DeepSpeed's "no offload" */
+    json_object *o = zc_section(x, z, key, path);
+    if (!o) return;
+    zk_check(x, o, path, set);
+    static const char *bools[] = {"pin_memory", "pipeline_read", "pipeline_write", "fast_init",
+                                  "super_offload", "convert_grad_on_cpu"};
+    static const char *ints[] = {"buffer_count", "buffer_size", "max_in_cpu"};
+    int b;
+    int64_t n;
+    double d;
+    const char *sv;
+    for (size_t i = 0; i < sizeof bools / sizeof bools[0]; i++) zc_get_bool(x, o, path, bools[i], &b);
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
+        zc_get_int(x, o, path, ints[i], 0, I64_MAX, &n);
+    zc_get_num(x, o, path, "ratio", R_UNIT_CLOSED, &d);
+    zc_get_num(x, o, path, "cpuadam_cores_perc", R_UNIT_CLOSED, &d);
+    if (zc_member(o, "nvme_path", &v) && v) zc_get_str(x, o, path, "nvme_path", &sv);
+    const char *dev = "none";
+    if (zc_get_str(x, o, path, "device", &dev) == V_BAD) return;
+    char dp[128];
+    zc_path(dp, sizeof dp, path, "device");
+    if (strcmp(dev, "none") != 0 && strcmp(dev, "cpu") != 0 && strcmp(dev, "nvme") != 0) {
+        zc_error(x, dp, "expected \"none\", \"cpu\" or \"nvme\", got \"%s\"", dev);
+        return;
+    }
+    if (strcmp(dev, "none") != 0) {
+        *out = 1;
+        zc_warn(x, dp, "\"%s\" accepted, but zinc has no offload; memory placement only, "
+                       "everything stays on the device", dev);
+    }
+}
+
+void zc_parse_zero(zcctx *x, json_object *root, zcfg *c)
+{
+    zcfg_zero *z = &c->zero;
+    json_object *v;
+    const char *sec = "zero_optimization";
+    if (zc_member(root, sec, &v) && json_object_is_type(v, json_type_boolean)) {
+        zc_error(x, sec,
+                 "expected an object; the boolean form is DeepSpeed's deprecated format: write "
+                 "{\"stage\": 1}");
+        return;
+    }
+    json_object *o = zc_section(x, root, sec, sec);
+    if (!o) return;
+    zk_check(x, o, sec, &zk_zero);
+    zc_get_int32(x, o, sec, "stage", 0, 3, &z->stage);
+    zc_get_int(x, o, sec, "reduce_bucket_size", 0, I64_MAX, &z->reduce_bucket_size);
+    zc_get_int(x, o, sec, "allgather_bucket_size", 0, I64_MAX, &z->allgather_bucket_size);
+    /* DeepSpeed's validator: unset overlap_comm means "on at stage 3". */
+    if (zc_get_bool(x, o, sec, "overlap_comm", &z->overlap_comm) != V_SET)
+        z->overlap_comm = z->stage == 3;
+    zc_get_bool(x, o, sec, "contiguous_gradients", &z->contiguous_gradients);
+    zc_get_bool(x, o, sec, "reduce_scatter", &z->reduce_scatter);
+    zc_get_bool(x, o, sec, "allgather_partitions", &z->allgather_partitions);
+    zc_get_bool(x, o, sec, "round_robin_gradients", &z->round_robin_gradients);
+    zc_get_int(x, o, sec, "sub_group_size", 0, I64_MAX, &z->sub_group_size);
+    alias_int(x, o, "max_live_parameters", &z->max_live_parameters);
+    alias_int(x, o, "max_reuse_distance", &z->max_reuse_distance);
+    alias_int(x, o, "prefetch_bucket_size", &z->prefetch_bucket_size);
+    alias_int(x, o, "param_persistence_threshold", &z->param_persistence_threshold);
+
+    /* Three names for one flag: the current one, its stage3_ alias and the deprecated fp16 one. */
+    static const char *g16[] = {"stage3_gather_16bit_weights_on_model_save",
+                                "gather_16bit_weights_on_model_save",
+                                "stage3_gather_fp16_weights_on_model_save"};
+    int first = -1, val = 0;
+    for (int i = 0; i < 3; i++) {
+        int b;
+        if (zc_get_bool(x, o, sec, g16[i], &b) != V_SET) continue;
+        if (first >= 0 && b != val) {
+            char p[128];
+            zc_error(x, zc_path(p, sizeof p, sec, g16[i]),
+                     "conflicts with %s (%s); they are aliases, keep one", g16[first],
+                     val ? "true" : "false");
+            continue;
+        }
+        if (first < 0) first = i;
+        val = b;
+    }
+    if (first >= 0) z->gather_16bit_weights_on_model_save = val;
+
+    offload(x, o, "offload_optimizer", &zk_offload_optimizer, &z->offload_optimizer);
+    offload(x, o, "offload_param", &zk_offload_param, &z->offload_param);
+    int b;
+    if (zc_get_bool(x, o, sec, "cpu_offload", &b) == V_SET && b) {
+        z->offload_optimizer = 1;
+        zc_warn(x, "zero_optimization.cpu_offload",
+                "accepted (deprecated name of offload_optimizer), but zinc has no offload; memory "
+                "placement only");
+    }
+    if (zc_get_bool(x, o, sec, "cpu_offload_param", &b) == V_SET && b) {
+        z->offload_param = 1;
+        zc_warn(x, "zero_optimization.cpu_offload_param",
+                "accepted (deprecated name of offload_param), but zinc has no offload; memory "
+                "placement only");
+    }
+    if (zc_get_bool(x, o, sec, "load_from_fp32_weights", &b) == V_SET && !b)
+        zc_error(x, "zero_optimization.load_from_fp32_weights",
+                 "false is not supported: zinc always restores the fp32 master weights from the "
+                 "checkpoint; rebuilding them from 16-bit weights changes the math");
+    int64_t n;
+    if (zc_get_int(x, o, sec, "zero_hpz_partition_size", 0, I64_MAX, &n) == V_SET && n > 1)
+        zc_warn(x, "zero_optimization.zero_hpz_partition_size",
+                "accepted without effect: ZeRO++ hierarchical partitioning is not implemented "
+                "(memory placement and speed only; same math)");
+    if (zc_get_int(x, o, sec, "mics_shard_size", -1, I64_MAX, &n) == V_SET && n > 0)
+        zc_warn(x, "zero_optimization.mics_shard_size",
+                "accepted without effect: MiCS sharding is not implemented (memory placement and "
+                "speed only; same math)");
+}
+
+/* ---- checkpoint, csv_monitor, zinc -------------------------------------------------------- */
+
+void zc_parse_checkpoint(zcctx *x, json_object *root, zcfg *c)
+{
+    const char *sec = "checkpoint";
+    json_object *o = zc_section(x, root, sec, sec);
+    if (!o) return;
+    zk_check(x, o, sec, &zk_checkpoint);
+    const char *tv;
+    if (zc_get_str(x, o, sec, "tag_validation", &tv) == V_SET) {
+        char l[16];
+        zc_lower(l, sizeof l, tv);
+        if (!strcmp(l, "ignore"))
+            c->ckpt.tag_validation = 0;
+        else if (!strcmp(l, "warn"))
+            c->ckpt.tag_validation = 1;
+        else if (!strcmp(l, "fail"))
+            c->ckpt.tag_validation = 2;
+        else
+            zc_error(x, "checkpoint.tag_validation",
+                     "expected \"Ignore\", \"Warn\" or \"Fail\", got \"%s\"", tv);
+    }
+    zc_get_bool(x, o, sec, "load_universal", &c->ckpt.load_universal);
+    zc_get_bool(x, o, sec, "use_node_local_storage", &c->ckpt.use_node_local_storage);
+    json_object *pw = zc_section(x, o, "parallel_write", "checkpoint.parallel_write");
+    if (pw) {
+        zk_check(x, pw, "checkpoint.parallel_write", &zk_parallel_write);
+        zc_get_bool(x, pw, "checkpoint.parallel_write", "pipeline_stage", &c->ckpt.parallel_write);
+    }
+}
+
+static void copy_str(zcctx *x, json_object *o, const char *sec, const char *key, char *dst,
+                     size_t n)
+{
+    const char *s;
+    if (zc_get_str(x, o, sec, key, &s) != V_SET) return;
+    char p[96];
+    if (strlen(s) >= n)
+        zc_error(x, zc_path(p, sizeof p, sec, key), "longer than %zu characters", n - 1);
+    else
+        memcpy(dst, s, strlen(s) + 1);
+}
+
+void zc_parse_csv_monitor(zcctx *x, json_object *root, zcfg *c)
+{
+    const char *sec = "csv_monitor";
+    json_object *o = zc_section(x, root, sec, sec);
+    if (!o) return;
+    zk_check(x, o, sec, &zk_csv_monitor);
+    zc_get_bool(x, o, sec, "enabled", &c->zinc.csv_monitor);
+    copy_str(x, o, sec, "output_path", c->zinc.csv_output_path, sizeof c->zinc.csv_output_path);
+    copy_str(x, o, sec, "job_name", c->zinc.csv_job_name, sizeof c->zinc.csv_job_name);
+}
+
+void zc_parse_zinc(zcctx *x, json_object *root, zcfg *c)
+{
+    const char *sec = "zinc";
+    json_object *o = zc_section(x, root, sec, sec);
+    if (!o) return;
+    zk_check(x, o, sec, &zk_zinc);
+    zcfg_zinc *z = &c->zinc;
+    zc_get_int32(x, o, sec, "ckpt_compression_level", 1, 19, &z->ckpt_compression_level);
+    zc_get_bool(x, o, sec, "ckpt_async", &z->ckpt_async);
+    int64_t n;
+    if (zc_get_int(x, o, sec, "ckpt_chunk_bytes", 4096, (int64_t)1 << 30, &n) == V_SET)
+        z->ckpt_chunk_bytes = (size_t)n;
+    zc_get_num(x, o, sec, "comm_timeout_s", R_GT0, &z->comm_timeout_s);
+    zc_get_int32(x, o, sec, "grad_buckets", 1, 64, &z->grad_buckets);
+    zc_get_int32(x, o, sec, "gather_buffers", 1, 64, &z->gather_buffers);
+}
+
+/* ---- top-level scalars -------------------------------------------------------------------- */
+
+void zc_parse_scalars(zcctx *x, json_object *root, zcfg *c)
+{
+    json_object *v;
+    zc_get_num(x, root, "", "gradient_clipping", R_GE0, &c->gradient_clipping);
+    /* null is DeepSpeed's default (None: never print). */
+    if (zc_member(root, "steps_per_print", &v) && !v)
+        c->steps_per_print = 0;
+    else
+        zc_get_int(x, root, "", "steps_per_print", 0, I64_MAX, &c->steps_per_print);
+    zc_get_bool(x, root, "", "prescale_gradients", &c->prescale_gradients);
+    zc_get_num(x, root, "", "gradient_predivide_factor", R_GT0, &c->gradient_predivide_factor);
+    zc_get_bool(x, root, "", "wall_clock_breakdown", &c->wall_clock_breakdown);
+
+    const char *s;
+    if (zc_member(root, "communication_data_type", &v) && v &&
+        zc_get_str(x, root, "", "communication_data_type", &s) == V_SET) {
+        int ok;
+        zinc_dtype d = zc_dtype_of(s, &ok);
+        if (!ok)
+            zc_error(x, "communication_data_type",
+                     "expected \"fp32\", \"fp16\" or \"bf16\", got \"%s\"", s);
+        else if (d != c->dtype)
+            /* zinc sends gradients in the working dtype, accumulates every reduction in fp32
+             * and rounds once to the working dtype; another wire dtype would be a different
+             * rounding, so it is refused rather than ignored. */
+            zc_error(x, "communication_data_type",
+                     "\"%s\" is not supported with %s training: zinc reduces in the working dtype "
+                     "(%s) with fp32 accumulation and one rounding; remove the key or write \"%s\"",
+                     s, zc_dtype_name(c->dtype), zc_dtype_name(c->dtype), zc_dtype_name(c->dtype));
+    }
+    if (zc_member(root, "gradient_allreduce_op", &v) &&
+        zc_get_str(x, root, "", "gradient_allreduce_op", &s) == V_SET) {
+        char l[16];
+        zc_lower(l, sizeof l, s);
+        if (!strcmp(l, "sum"))
+            zc_error(x, "gradient_allreduce_op",
+                     "\"sum\" is not supported: it changes the gradient scale; zinc averages");
+        else if (strcmp(l, "avg") != 0)
+            zc_error(x, "gradient_allreduce_op", "expected \"avg\" or \"sum\", got \"%s\"", s);
+    }
+    int64_t sp;
+    if (zc_get_int(x, root, "", "sequence_parallel_size", 1, I64_MAX, &sp) == V_SET && sp > 1)
+        zc_error(x, "sequence_parallel_size",
+                 "not supported: zinc has no sequence parallelism (it changes how the world "
+                 "splits the batch)");
+
+    json_object *dt = zc_section(x, root, "data_types", "data_types");
+    if (dt) {
+        zk_check(x, dt, "data_types", &zk_data_types);
+        if (zc_member(dt, "grad_accum_dtype", &v) && v &&
+            zc_get_str(x, dt, "data_types", "grad_accum_dtype", &s) == V_SET) {
+            int ok;
+            zinc_dtype d = zc_dtype_of(s, &ok);
+            if (!ok)
+                zc_error(x, "data_types.grad_accum_dtype",
+                         "expected \"fp32\", \"fp16\" or \"bf16\", got \"%s\"", s);
+            else if (d != c->dtype)
+                zc_error(x, "data_types.grad_accum_dtype",
+                         "\"%s\" is not supported: zinc accumulates gradients in the working dtype "
+                         "(%s); a different accumulation dtype changes the math",
+                         s, zc_dtype_name(c->dtype));
+        }
+    }
+}

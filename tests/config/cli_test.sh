@@ -1,0 +1,67 @@
+#!/bin/sh
+# cli_test.sh ZINC CORPUS_DIR — `zinc config check`: exit codes, the one-line-per-problem
+# stderr format ("error: <key.path>: ...", "warning: <key.path>: ..."), --json and overrides.
+zinc=$1
+dir=$2
+tmp=${TMPDIR:-/tmp}/zinc-config-cli.$$
+fails=0
+checks=0
+if [ ! -x "$zinc" ]; then
+    echo "config_cli: $zinc is not built"
+    exit 1
+fi
+
+# expect CODE PATTERN(stderr, grep -E; "-" for none) ARGS...
+expect() {
+    code=$1; pat=$2; shift 2
+    checks=$((checks + 1))
+    "$zinc" config "$@" >"$tmp.out" 2>"$tmp.err"
+    got=$?
+    if [ "$got" != "$code" ]; then
+        echo "FAIL: zinc config $*: exit $got, want $code"; cat "$tmp.err"; fails=$((fails + 1)); return
+    fi
+    if [ "$pat" != "-" ] && ! grep -Eq -- "$pat" "$tmp.err"; then
+        echo "FAIL: zinc config $*: stderr lacks /$pat/"; cat "$tmp.err"; fails=$((fails + 1))
+    fi
+}
+
+expect 0 - check "$dir/accept_minimal.json" --world-size 2
+expect 0 "^warning: tensorboard: " check "$dir/warn_tensorboard.json"
+expect 0 "^warning: zero_optimization.offload_optimizer.device: " check "$dir/warn_offload.json"
+expect 2 "^error: zero_optimization.stage: " check "$dir/reject_stage4.json"
+expect 2 "^error: zero_optimization.stage3_param_persistance_threshold: .*stage3_param_persistence_threshold" \
+    check "$dir/reject_typo_persistence.json"
+expect 2 "malformed_trailing_comma.json:5:3: malformed JSON" check "$dir/malformed_trailing_comma.json"
+expect 2 "^error: train_batch_size: " check "$dir/accept_hf_zero2.json" --world-size 1
+expect 0 - check "$dir/accept_hf_zero2.json" --world-size 2
+expect 2 "^error: train_micro_batch_size_per_gpu: " check "$dir/auto_hf.json" --world-size 2
+expect 0 - check "$dir/auto_hf.json" --world-size 2 --micro-batch 8 --grad-accum 2 --lr 3e-4
+expect 2 "no-such-config.json" check "$dir/no-such-config.json"
+expect 2 - check
+expect 2 - check "$dir/accept_minimal.json" --world-size zero
+expect 2 - check "$dir/accept_minimal.json" --bogus
+expect 2 - frobnicate
+expect 0 - --help
+expect 0 - check --help
+
+# Every error is one line naming a key path: two problems, two lines.
+checks=$((checks + 1))
+"$zinc" config check "$dir/reject_zeropp_quantized.json" 2>"$tmp.err" >/dev/null
+n=$(grep -c '^error: zero_optimization\.zero_quantized_' "$tmp.err")
+if [ "$n" != 2 ]; then echo "FAIL: expected 2 error lines, got $n"; cat "$tmp.err"; fails=$((fails + 1)); fi
+
+# --json prints the resolved config: derived batch sizes and defaults.
+checks=$((checks + 1))
+"$zinc" config check "$dir/accept_hf_zero2.json" --world-size 2 --json >"$tmp.out" 2>"$tmp.err"
+missing=0
+for want in '"train_micro_batch_size_per_gpu": 8' '"gradient_accumulation_steps": 4' \
+            '"loss_scale_window": 1000' '"stage": 2' '"hash": "[0-9a-f]{16}"'; do
+    if ! grep -Eq -- "$want" "$tmp.out"; then
+        echo "FAIL: --json output lacks $want"; missing=1
+    fi
+done
+fails=$((fails + missing))
+
+rm -f "$tmp.out" "$tmp.err"
+echo "config_cli: $checks checks, $((checks - fails)) passed, $fails failed"
+[ "$fails" = 0 ]

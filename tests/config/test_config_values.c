@@ -1,0 +1,611 @@
+/*
+ * test_config_values.c — the resolved values of the config module, against references written
+ * here from DeepSpeed's documentation and source (not from zinc's output):
+ *   - DeepSpeed's defaults for a minimal config, and zcfg_defaults();
+ *   - a config giving every key: every field equals the value in the text;
+ *   - DeepSpeed's batch rule (runtime/config.py, _set_batch_related_parameters and
+ *     _batch_assertion), re-implemented below and compared over every combination of small
+ *     present/absent values and world sizes;
+ *   - the optimizer choice of engine.py (Adam means AdamW unless adam_w_mode is false; AdamW
+ *     stays AdamW);
+ *   - overrides filling "auto" and replacing values;
+ *   - the hash: XXH64 of zcfg_to_json's text, unchanged by key order and whitespace, changed
+ *     by any math-relevant value; and parse(to_json(c)) == c.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "engine/config.h"
+#include "engine/config_internal.h"
+#include "testutil.h"
+
+#ifndef ZINC_SOURCE_DIR
+#define ZINC_SOURCE_DIR "."
+#endif
+
+static zinc_status parse(const char *json, int world, zcfg *c, zcfg_diag *d)
+{
+    zcfg_overrides ov = {.world_size = world, .lr = -1.0};
+    return zcfg_parse_text(json, "test", &ov, c, d);
+}
+
+static void dump(const zcfg_diag *d)
+{
+    for (int i = 0; i < d->nwarnings; i++) fprintf(stderr, "    warning: %s\n", d->warnings[i]);
+    for (int i = 0; i < d->nerrors; i++) fprintf(stderr, "    error: %s\n", d->errors[i]);
+}
+
+/* Parses text that must be accepted with exactly `nwarn` warnings. */
+static int parse_ok(const char *json, int world, zcfg *c, int nwarn, int line)
+{
+    zcfg_diag d = {0};
+    zinc_status s = parse(json, world, c, &d);
+    int ok = s == ZINC_OK && d.nerrors == 0 && d.nwarnings == nwarn;
+    ZT_CHECK(ok, "line %d: expected acceptance with %d warnings, got status %d", line, nwarn, (int)s);
+    if (!ok) dump(&d);
+    zcfg_diag_free(&d);
+    return ok;
+}
+
+#define EQ_I(a, b) ZT_CHECK((long long)(a) == (long long)(b), "%s = %lld, want %lld", #a, (long long)(a), (long long)(b))
+#define EQ_D(a, b) ZT_CHECK((double)(a) == (double)(b), "%s = %.17g, want %.17g", #a, (double)(a), (double)(b))
+#define EQ_S(a, b) ZT_CHECK(strcmp((a), (b)) == 0, "%s = \"%s\", want \"%s\"", #a, (a), (b))
+
+/* DeepSpeed's defaults, as written in its sources (precision_config.py, zero/config.py,
+ * lr_schedules.py, monitor/config.py, constants.py; FusedAdam's defaults for Adam). */
+static void check_deepspeed_defaults(const zcfg *c)
+{
+    EQ_I(c->gradient_clipping, 0);
+    EQ_I(c->prescale_gradients, 0);
+    EQ_D(c->gradient_predivide_factor, 1.0);
+    EQ_I(c->wall_clock_breakdown, 0);
+    EQ_I(c->dtype, ZINC_DTYPE_FP32);
+    EQ_I(c->communication_data_type, ZINC_DTYPE_FP32);
+    EQ_I(c->fp16.enabled, 0);
+    EQ_D(c->fp16.loss_scale, 0.0);
+    EQ_I(c->fp16.initial_scale_power, 16);
+    EQ_I(c->fp16.loss_scale_window, 1000);
+    EQ_I(c->fp16.hysteresis, 2);
+    EQ_I(c->fp16.consecutive_hysteresis, 0);
+    EQ_D(c->fp16.min_loss_scale, 1.0);
+    EQ_I(c->optim.enabled, 1);
+    EQ_I(c->optim.type_adamw, 1);
+    EQ_D(c->optim.lr, 1e-3);
+    EQ_D(c->optim.beta1, 0.9);
+    EQ_D(c->optim.beta2, 0.999);
+    EQ_D(c->optim.eps, 1e-8);
+    EQ_D(c->optim.weight_decay, 0.0);
+    EQ_I(c->optim.bias_correction, 1);
+    EQ_I(c->sched.type, ZSCHED_NONE);
+    EQ_I(c->zero.stage, 0);
+    EQ_I(c->zero.reduce_bucket_size, 500000000);
+    EQ_I(c->zero.allgather_bucket_size, 500000000);
+    EQ_I(c->zero.overlap_comm, 0);
+    EQ_I(c->zero.contiguous_gradients, 1);
+    EQ_I(c->zero.reduce_scatter, 1);
+    EQ_I(c->zero.allgather_partitions, 1);
+    EQ_I(c->zero.round_robin_gradients, 0);
+    EQ_I(c->zero.sub_group_size, 1000000000);
+    EQ_I(c->zero.max_live_parameters, 1000000000);
+    EQ_I(c->zero.max_reuse_distance, 1000000000);
+    EQ_I(c->zero.prefetch_bucket_size, 50000000);
+    EQ_I(c->zero.param_persistence_threshold, 100000);
+    EQ_I(c->zero.gather_16bit_weights_on_model_save, 0);
+    EQ_I(c->zero.offload_optimizer, 0);
+    EQ_I(c->zero.offload_param, 0);
+    EQ_I(c->ckpt.tag_validation, 1);
+    EQ_I(c->ckpt.load_universal, 0);
+    EQ_I(c->ckpt.use_node_local_storage, 0);
+    EQ_I(c->ckpt.parallel_write, 0);
+    /* zinc's own section (docs/config.md). */
+    EQ_I(c->zinc.ckpt_compression_level, 3);
+    EQ_I(c->zinc.ckpt_async, 0);
+    EQ_I(c->zinc.ckpt_chunk_bytes, 4 * 1024 * 1024);
+    EQ_D(c->zinc.comm_timeout_s, 300.0);
+    EQ_I(c->zinc.grad_buckets, 2);
+    EQ_I(c->zinc.gather_buffers, 2);
+    EQ_I(c->zinc.csv_monitor, 0);
+    EQ_S(c->zinc.csv_output_path, "");
+    EQ_S(c->zinc.csv_job_name, "DeepSpeedJobName");
+}
+
+static void test_defaults(void)
+{
+    zcfg c;
+    if (!parse_ok("{\"train_micro_batch_size_per_gpu\": 1, \"optimizer\": {\"type\": \"AdamW\"}}", 1,
+                  &c, 0, __LINE__))
+        return;
+    check_deepspeed_defaults(&c);
+    EQ_I(c.train_batch_size, 1);
+    EQ_I(c.micro_batch, 1);
+    EQ_I(c.grad_accum, 1);
+    EQ_I(c.steps_per_print, 10);
+
+    zcfg d;
+    zcfg_defaults(&d);
+    check_deepspeed_defaults(&d);
+    EQ_I(d.train_batch_size, 1);
+    EQ_I(d.micro_batch, 1);
+    EQ_I(d.grad_accum, 1);
+    ZT_CHECK(d.hash == c.hash, "zcfg_defaults hash %s differs from the minimal config's %s",
+             d.hash_hex, c.hash_hex);
+
+    /* Scheduler defaults (lr_schedules.py), one scheduler at a time. */
+    if (parse_ok("{\"train_micro_batch_size_per_gpu\": 1, \"optimizer\": {\"type\": \"AdamW\", "
+                 "\"params\": {\"lr\": 0.02}}, \"scheduler\": {\"type\": \"WarmupLR\"}}",
+                 1, &c, 0, __LINE__)) {
+        EQ_I(c.sched.type, ZSCHED_WARMUP_LR);
+        EQ_D(c.sched.warmup_min_lr, 0.0);
+        EQ_D(c.sched.warmup_max_lr, 0.02); /* current DeepSpeed: the optimizer's lr */
+        EQ_I(c.sched.warmup_num_steps, 1000);
+        EQ_I(c.sched.warmup_type, ZWARMUP_LOG);
+    }
+    if (parse_ok("{\"train_micro_batch_size_per_gpu\": 1, \"optimizer\": {\"type\": \"AdamW\", "
+                 "\"params\": {\"lr\": 0.02}}, \"scheduler\": {\"type\": \"WarmupDecayLR\", "
+                 "\"params\": {\"total_num_steps\": 77}}}",
+                 1, &c, 0, __LINE__)) {
+        EQ_D(c.sched.warmup_max_lr, 0.001); /* WarmupDecayLR's constructor default */
+        EQ_I(c.sched.total_num_steps, 77);
+        EQ_I(c.sched.warmup_num_steps, 1000);
+    }
+    if (parse_ok("{\"train_micro_batch_size_per_gpu\": 1, \"optimizer\": {\"type\": \"AdamW\"}, "
+                 "\"scheduler\": {\"type\": \"WarmupCosineLR\", \"params\": {\"total_num_steps\": 9}}}",
+                 1, &c, 0, __LINE__)) {
+        EQ_D(c.sched.warmup_min_ratio, 0.0);
+        EQ_D(c.sched.cos_min_ratio, 0.0001);
+        EQ_I(c.sched.warmup_num_steps, 1000);
+    }
+    if (parse_ok("{\"train_micro_batch_size_per_gpu\": 1, \"optimizer\": {\"type\": \"AdamW\"}, "
+                 "\"scheduler\": {\"type\": \"OneCycle\", \"params\": {\"cycle_min_lr\": 0.1, "
+                 "\"cycle_max_lr\": 0.5}}}",
+                 1, &c, 0, __LINE__)) {
+        EQ_D(c.sched.cycle_min_lr, 0.1);
+        EQ_D(c.sched.cycle_max_lr, 0.5);
+        EQ_D(c.sched.decay_lr_rate, 0.0);
+        EQ_I(c.sched.cycle_first_step_size, 2000);
+        EQ_I(c.sched.cycle_second_step_size, -1);
+        EQ_I(c.sched.cycle_first_stair_count, 0);
+        EQ_I(c.sched.cycle_second_stair_count, -1);
+        EQ_I(c.sched.decay_step_size, 0);
+        EQ_I(c.sched.cycle_momentum, 1);
+        EQ_D(c.sched.cycle_min_mom, 0.8);
+        EQ_D(c.sched.cycle_max_mom, 0.9);
+        EQ_D(c.sched.decay_mom_rate, 0.0);
+    }
+    if (parse_ok("{\"train_micro_batch_size_per_gpu\": 1, \"optimizer\": {\"type\": \"AdamW\"}, "
+                 "\"scheduler\": {\"type\": \"LRRangeTest\"}}",
+                 1, &c, 0, __LINE__)) {
+        EQ_D(c.sched.lr_range_test_min_lr, 0.001);
+        EQ_I(c.sched.lr_range_test_step_size, 2000);
+        EQ_D(c.sched.lr_range_test_step_rate, 1.0);
+        EQ_I(c.sched.lr_range_test_staircase, 0);
+    }
+    /* overlap_comm: unset means on at stage 3 only (zero/config.py's validator). */
+    if (parse_ok("{\"train_micro_batch_size_per_gpu\": 1, \"optimizer\": {\"type\": \"AdamW\"}, "
+                 "\"zero_optimization\": {\"stage\": 3}}", 1, &c, 0, __LINE__))
+        EQ_I(c.zero.overlap_comm, 1);
+    if (parse_ok("{\"train_micro_batch_size_per_gpu\": 1, \"optimizer\": {\"type\": \"AdamW\"}, "
+                 "\"zero_optimization\": {\"stage\": 2}}", 1, &c, 0, __LINE__))
+        EQ_I(c.zero.overlap_comm, 0);
+}
+
+/* Every key, none at its default. */
+static const char *full_config =
+    "{\n"
+    "  \"train_batch_size\": 96,\n"
+    "  \"train_micro_batch_size_per_gpu\": 4,\n"
+    "  \"gradient_accumulation_steps\": 8,\n"
+    "  \"gradient_clipping\": 0.75,\n"
+    "  \"steps_per_print\": 25,\n"
+    "  \"prescale_gradients\": true,\n"
+    "  \"gradient_predivide_factor\": 2.5,\n"
+    "  \"communication_data_type\": \"FP16\",\n"
+    "  \"wall_clock_breakdown\": true,\n"
+    "  \"fp16\": {\"enabled\": true, \"loss_scale\": 0, \"initial_scale_power\": 11,\n"
+    "           \"loss_scale_window\": 250, \"hysteresis\": 3, \"consecutive_hysteresis\": true,\n"
+    "           \"min_loss_scale\": 0.25},\n"
+    "  \"bf16\": {\"enabled\": false},\n"
+    "  \"optimizer\": {\"type\": \"Adam\", \"params\": {\"lr\": 0.00025, \"betas\": [0.8, 0.95],\n"
+    "                \"eps\": 1e-6, \"weight_decay\": 0.05, \"bias_correction\": false,\n"
+    "                \"adam_w_mode\": false}},\n"
+    "  \"scheduler\": {\"type\": \"OneCycle\", \"params\": {\"cycle_min_lr\": 1e-5,\n"
+    "     \"cycle_max_lr\": 2e-4, \"decay_lr_rate\": 0.3, \"cycle_first_step_size\": 300,\n"
+    "     \"cycle_second_step_size\": 400, \"cycle_first_stair_count\": 5,\n"
+    "     \"cycle_second_stair_count\": 6, \"decay_step_size\": 50, \"cycle_momentum\": false,\n"
+    "     \"cycle_min_mom\": 0.7, \"cycle_max_mom\": 0.85, \"decay_mom_rate\": 0.01,\n"
+    "     \"last_batch_iteration\": -1}},\n"
+    "  \"zero_optimization\": {\"stage\": 3, \"reduce_bucket_size\": 1e7,\n"
+    "     \"allgather_bucket_size\": 2e7, \"overlap_comm\": false, \"contiguous_gradients\": false,\n"
+    "     \"reduce_scatter\": false, \"allgather_partitions\": false,\n"
+    "     \"round_robin_gradients\": true, \"sub_group_size\": 3e8,\n"
+    "     \"stage3_max_live_parameters\": 4e8, \"max_reuse_distance\": 5e8,\n"
+    "     \"prefetch_bucket_size\": 6e6, \"stage3_param_persistence_threshold\": 7e3,\n"
+    "     \"gather_16bit_weights_on_model_save\": true},\n"
+    "  \"checkpoint\": {\"tag_validation\": \"ignore\", \"load_universal\": true,\n"
+    "     \"use_node_local_storage\": true, \"parallel_write\": {\"pipeline_stage\": true}},\n"
+    "  \"csv_monitor\": {\"enabled\": true, \"output_path\": \"/tmp/runs\", \"job_name\": \"job7\"},\n"
+    "  \"data_types\": {\"grad_accum_dtype\": \"fp16\"},\n"
+    "  \"zinc\": {\"ckpt_compression_level\": 12, \"ckpt_async\": true,\n"
+    "     \"ckpt_chunk_bytes\": 65536, \"comm_timeout_s\": 42.5, \"grad_buckets\": 5,\n"
+    "     \"gather_buffers\": 6}\n"
+    "}\n";
+
+static void check_full(const zcfg *c)
+{
+    EQ_I(c->train_batch_size, 96);
+    EQ_I(c->micro_batch, 4);
+    EQ_I(c->grad_accum, 8);
+    EQ_D(c->gradient_clipping, 0.75);
+    EQ_I(c->steps_per_print, 25);
+    EQ_I(c->prescale_gradients, 1);
+    EQ_D(c->gradient_predivide_factor, 2.5);
+    EQ_I(c->communication_data_type, ZINC_DTYPE_FP16);
+    EQ_I(c->wall_clock_breakdown, 1);
+    EQ_I(c->dtype, ZINC_DTYPE_FP16);
+    EQ_I(c->fp16.enabled, 1);
+    EQ_D(c->fp16.loss_scale, 0.0);
+    EQ_I(c->fp16.initial_scale_power, 11);
+    EQ_I(c->fp16.loss_scale_window, 250);
+    EQ_I(c->fp16.hysteresis, 3);
+    EQ_I(c->fp16.consecutive_hysteresis, 1);
+    EQ_D(c->fp16.min_loss_scale, 0.25);
+    EQ_I(c->optim.type_adamw, 0);
+    EQ_D(c->optim.lr, 0.00025);
+    EQ_D(c->optim.beta1, 0.8);
+    EQ_D(c->optim.beta2, 0.95);
+    EQ_D(c->optim.eps, 1e-6);
+    EQ_D(c->optim.weight_decay, 0.05);
+    EQ_I(c->optim.bias_correction, 0);
+    EQ_I(c->sched.type, ZSCHED_ONE_CYCLE);
+    EQ_D(c->sched.cycle_min_lr, 1e-5);
+    EQ_D(c->sched.cycle_max_lr, 2e-4);
+    EQ_D(c->sched.decay_lr_rate, 0.3);
+    EQ_I(c->sched.cycle_first_step_size, 300);
+    EQ_I(c->sched.cycle_second_step_size, 400);
+    EQ_I(c->sched.cycle_first_stair_count, 5);
+    EQ_I(c->sched.cycle_second_stair_count, 6);
+    EQ_I(c->sched.decay_step_size, 50);
+    EQ_I(c->sched.cycle_momentum, 0);
+    EQ_D(c->sched.cycle_min_mom, 0.7);
+    EQ_D(c->sched.cycle_max_mom, 0.85);
+    EQ_D(c->sched.decay_mom_rate, 0.01);
+    EQ_I(c->zero.stage, 3);
+    EQ_I(c->zero.reduce_bucket_size, 10000000);
+    EQ_I(c->zero.allgather_bucket_size, 20000000);
+    EQ_I(c->zero.overlap_comm, 0);
+    EQ_I(c->zero.contiguous_gradients, 0);
+    EQ_I(c->zero.reduce_scatter, 0);
+    EQ_I(c->zero.allgather_partitions, 0);
+    EQ_I(c->zero.round_robin_gradients, 1);
+    EQ_I(c->zero.sub_group_size, 300000000);
+    EQ_I(c->zero.max_live_parameters, 400000000);
+    EQ_I(c->zero.max_reuse_distance, 500000000);
+    EQ_I(c->zero.prefetch_bucket_size, 6000000);
+    EQ_I(c->zero.param_persistence_threshold, 7000);
+    EQ_I(c->zero.gather_16bit_weights_on_model_save, 1);
+    EQ_I(c->zero.offload_optimizer, 0);
+    EQ_I(c->zero.offload_param, 0);
+    EQ_I(c->ckpt.tag_validation, 0);
+    EQ_I(c->ckpt.load_universal, 1);
+    EQ_I(c->ckpt.use_node_local_storage, 1);
+    EQ_I(c->ckpt.parallel_write, 1);
+    EQ_I(c->zinc.ckpt_compression_level, 12);
+    EQ_I(c->zinc.ckpt_async, 1);
+    EQ_I(c->zinc.ckpt_chunk_bytes, 65536);
+    EQ_D(c->zinc.comm_timeout_s, 42.5);
+    EQ_I(c->zinc.grad_buckets, 5);
+    EQ_I(c->zinc.gather_buffers, 6);
+    EQ_I(c->zinc.csv_monitor, 1);
+    EQ_S(c->zinc.csv_output_path, "/tmp/runs");
+    EQ_S(c->zinc.csv_job_name, "job7");
+}
+
+static void test_full(void)
+{
+    zcfg c;
+    if (!parse_ok(full_config, 3, &c, 0, __LINE__)) return;
+    check_full(&c);
+
+    /* The hash is XXH64 (seed 0) of the canonical text, as 16 lowercase hex digits. */
+    char *t = zcfg_to_json(&c);
+    ZT_CHECK(t != NULL, "zcfg_to_json returned NULL");
+    if (!t) return;
+    uint64_t h = XXH64(t, strlen(t), 0);
+    char hex[17];
+    snprintf(hex, sizeof hex, "%016llx", (unsigned long long)h);
+    ZT_CHECK(c.hash == h, "hash %016llx != XXH64 of the canonical text %016llx",
+             (unsigned long long)c.hash, (unsigned long long)h);
+    EQ_S(c.hash_hex, hex);
+
+    /* The canonical text is itself a config that resolves to the same values and hash. */
+    zcfg c2;
+    if (parse_ok(t, 3, &c2, 0, __LINE__)) {
+        check_full(&c2);
+        EQ_S(c2.hash_hex, c.hash_hex);
+    }
+    free(t);
+}
+
+/* DeepSpeed's _set_batch_related_parameters + _batch_assertion, transcribed from the Python
+ * (0 = None). Returns 1 and the three values when DeepSpeed accepts. */
+static int ds_batch(long long tb, long long mb, long long ga, long long world, long long out[3])
+{
+    if (tb && mb && ga) {
+    } else if (tb && mb) {
+        ga = tb / mb;
+        ga /= world;
+    } else if (tb && ga) {
+        mb = tb / world;
+        mb /= ga;
+    } else if (mb && ga) {
+        tb = mb * ga * world;
+    } else if (tb) {
+        ga = 1;
+        mb = tb / world;
+    } else if (mb) {
+        tb = mb * world;
+        ga = 1;
+    } else {
+        return 0;
+    }
+    if (!(tb > 0 && mb > 0 && ga > 0 && tb == mb * ga * world)) return 0;
+    out[0] = tb;
+    out[1] = mb;
+    out[2] = ga;
+    return 1;
+}
+
+static void test_batch_rule(void)
+{
+    int cases = 0, accepted = 0;
+    for (int world = 1; world <= 4; world++)
+        for (int tb = 0; tb <= 12; tb++)
+            for (int mb = 0; mb <= 5; mb++)
+                for (int ga = 0; ga <= 4; ga++) {
+                    char json[256];
+                    int n = snprintf(json, sizeof json, "{\"optimizer\": {\"type\": \"AdamW\"}");
+                    if (tb) n += snprintf(json + n, sizeof json - (size_t)n, ", \"train_batch_size\": %d", tb);
+                    if (mb) n += snprintf(json + n, sizeof json - (size_t)n, ", \"train_micro_batch_size_per_gpu\": %d", mb);
+                    if (ga) n += snprintf(json + n, sizeof json - (size_t)n, ", \"gradient_accumulation_steps\": %d", ga);
+                    snprintf(json + n, sizeof json - (size_t)n, "}");
+                    long long want[3] = {0, 0, 0};
+                    int ok = ds_batch(tb, mb, ga, world, want);
+                    zcfg c;
+                    zcfg_diag d = {0};
+                    zinc_status s = parse(json, world, &c, &d);
+                    cases++;
+                    ZT_CHECK((s == ZINC_OK) == ok, "%s world %d: zinc %s, DeepSpeed %s", json,
+                             world, s == ZINC_OK ? "accepts" : "rejects", ok ? "accepts" : "rejects");
+                    if (ok && s == ZINC_OK) {
+                        accepted++;
+                        ZT_CHECK(c.train_batch_size == want[0] && c.micro_batch == want[1] &&
+                                     c.grad_accum == want[2],
+                                 "%s world %d: got %lld/%lld/%lld, want %lld/%lld/%lld", json, world,
+                                 (long long)c.train_batch_size, (long long)c.micro_batch,
+                                 (long long)c.grad_accum, want[0], want[1], want[2]);
+                    }
+                    if (!ok && s != ZINC_OK) {
+                        /* The message names one of the batch keys. */
+                        int named = 0;
+                        for (int i = 0; i < d.nerrors; i++)
+                            named |= strncmp(d.errors[i], "train_batch_size:", 17) == 0 ||
+                                     strncmp(d.errors[i], "train_micro_batch_size_per_gpu:", 31) == 0 ||
+                                     strncmp(d.errors[i], "gradient_accumulation_steps:", 28) == 0;
+                        ZT_CHECK(named, "%s world %d: no error names a batch key", json, world);
+                    }
+                    zcfg_diag_free(&d);
+                }
+    ZT_CHECK(accepted > 50 && accepted < cases, "batch sweep: %d of %d accepted", accepted, cases);
+}
+
+static void test_adam_mode(void)
+{
+    static const struct { const char *type, *mode; int adamw; } t[] = {
+        {"Adam", NULL, 1}, {"Adam", "true", 1}, {"Adam", "false", 0}, {"adam", "false", 0},
+        {"AdamW", NULL, 1}, {"AdamW", "false", 1}, {"ADAMW", "true", 1}, {"aDaM", NULL, 1},
+    };
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        char json[256];
+        snprintf(json, sizeof json,
+                 "{\"train_micro_batch_size_per_gpu\": 1, \"optimizer\": {\"type\": \"%s\", "
+                 "\"params\": {%s%s}}}",
+                 t[i].type, t[i].mode ? "\"adam_w_mode\": " : "", t[i].mode ? t[i].mode : "");
+        zcfg c;
+        if (parse_ok(json, 1, &c, 0, __LINE__))
+            ZT_CHECK(c.optim.type_adamw == t[i].adamw, "%s: type_adamw %d, want %d", json,
+                     c.optim.type_adamw, t[i].adamw);
+    }
+}
+
+static void test_overrides(void)
+{
+    zcfg c;
+    zcfg_diag d = {0};
+    zcfg_overrides ov = {.world_size = 2, .micro_batch = 3, .lr = 5e-4, .grad_accum = 0};
+    /* An explicit micro batch is replaced (with a warning); the batch rule runs on the result. */
+    zinc_status s = zcfg_parse_text(
+        "{\"train_micro_batch_size_per_gpu\": 7, \"gradient_accumulation_steps\": 2, "
+        "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.1}}, "
+        "\"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"warmup_num_steps\": 5}}}",
+        NULL, &ov, &c, &d);
+    ZT_CHECK(s == ZINC_OK, "override config rejected");
+    if (s == ZINC_OK) {
+        EQ_I(c.micro_batch, 3);
+        EQ_I(c.grad_accum, 2);
+        EQ_I(c.train_batch_size, 12);
+        EQ_D(c.optim.lr, 5e-4);
+        EQ_D(c.sched.warmup_max_lr, 5e-4); /* WarmupLR follows the optimizer's lr */
+        EQ_I(d.nwarnings, 2);              /* micro batch and lr replaced */
+    } else {
+        dump(&d);
+    }
+    zcfg_diag_free(&d);
+
+    /* "auto" train_batch_size is derived by the batch rule once the others are known. */
+    ov = (zcfg_overrides){.world_size = 4, .micro_batch = 2, .lr = -1.0, .grad_accum = 3};
+    s = zcfg_parse_text("{\"train_batch_size\": \"auto\", \"train_micro_batch_size_per_gpu\": \"auto\", "
+                        "\"gradient_accumulation_steps\": \"auto\", \"optimizer\": {\"type\": \"AdamW\"}}",
+                        NULL, &ov, &c, &d);
+    ZT_CHECK(s == ZINC_OK && d.nwarnings == 0, "auto batch config: status %d", (int)s);
+    if (s == ZINC_OK) {
+        EQ_I(c.train_batch_size, 24);
+        EQ_I(c.micro_batch, 2);
+        EQ_I(c.grad_accum, 3);
+    }
+    zcfg_diag_free(&d);
+
+    /* A NULL diag and NULL overrides are allowed (world size 1). */
+    s = zcfg_parse_text("{\"train_batch_size\": 5, \"optimizer\": {\"type\": \"AdamW\"}}", NULL, NULL, &c, NULL);
+    ZT_CHECK(s == ZINC_OK && c.micro_batch == 5, "NULL diag/overrides: status %d", (int)s);
+    /* A world size <= 0 is an error naming it. */
+    ov = (zcfg_overrides){.world_size = 0, .lr = -1.0};
+    s = zcfg_parse_text("{\"train_batch_size\": 5, \"optimizer\": {\"type\": \"AdamW\"}}", NULL, &ov, &c, &d);
+    ZT_CHECK(s == ZINC_ERR_CONFIG && d.nerrors >= 1 && strncmp(d.errors[0], "world_size:", 11) == 0,
+             "world size 0: status %d", (int)s);
+    zcfg_diag_free(&d);
+    /* An unreadable file is an I/O error naming the file. */
+    s = zcfg_parse_file("/nonexistent/zinc-config.json", &ov, &c, &d);
+    ZT_CHECK(s == ZINC_ERR_IO && d.nerrors == 1 && strstr(d.errors[0], "/nonexistent/zinc-config.json"),
+             "missing file: status %d", (int)s);
+    zcfg_diag_free(&d);
+}
+
+static uint64_t hash_of(const char *json)
+{
+    zcfg c;
+    zcfg_diag d = {0};
+    zinc_status s = parse(json, 2, &c, &d);
+    ZT_CHECK(s == ZINC_OK, "hash_of: rejected: %s", json);
+    if (s != ZINC_OK) dump(&d);
+    zcfg_diag_free(&d);
+    return s == ZINC_OK ? c.hash : 0;
+}
+
+/* The base config of the hash test with one field replaced at a time. */
+typedef struct { const char *lr, *eps, *bf16, *micro, *type, *extra, *params_extra; } hash_variant;
+
+static uint64_t hash_variant_of(hash_variant v)
+{
+    char json[1024];
+    snprintf(json, sizeof json,
+             "{\"train_batch_size\": 16, \"train_micro_batch_size_per_gpu\": %s, %s"
+             "\"bf16\": {\"enabled\": %s}, \"optimizer\": {\"type\": \"%s\", \"params\": "
+             "{\"lr\": %s, \"eps\": %s, \"weight_decay\": 0.1%s}}, "
+             "\"zero_optimization\": {\"stage\": 2, \"reduce_bucket_size\": 500000000}}",
+             v.micro ? v.micro : "4", v.extra ? v.extra : "", v.bf16 ? v.bf16 : "true",
+             v.type ? v.type : "AdamW", v.lr ? v.lr : "0.001", v.eps ? v.eps : "1e-8",
+             v.params_extra ? v.params_extra : "");
+    return hash_of(json);
+}
+
+static void test_hash(void)
+{
+    uint64_t h0 = hash_variant_of((hash_variant){0});
+    /* Same content: other key order, other whitespace, other spellings of the same values. */
+    const char *same =
+        "{\n  \"zero_optimization\" : { \"reduce_bucket_size\" : 5e8 , \"stage\" : 2.0 },\n"
+        "  \"optimizer\": {\"params\": {\"weight_decay\": 0.1, \"eps\": 0.00000001, \"lr\": 1e-3},\n"
+        "                \"type\": \"adamw\"},\n"
+        "  \"bf16\": {\"enabled\": true},\t\"train_micro_batch_size_per_gpu\": 4,\n"
+        "  \"train_batch_size\": 16\n}\n";
+    uint64_t h1 = hash_of(same);
+    ZT_CHECK(h0 != 0 && h0 == h1, "key order / whitespace changed the hash: %016llx vs %016llx",
+             (unsigned long long)h0, (unsigned long long)h1);
+    /* Each differs from the base in one math-relevant value. */
+    const hash_variant diff[] = {
+        {.lr = "0.0011"},
+        {.eps = "1e-7"},
+        {.bf16 = "false"},
+        {.micro = "2"},
+        {.type = "Adam", .params_extra = ", \"adam_w_mode\": false"}, /* L2 weight decay */
+        {.params_extra = ", \"betas\": [0.9, 0.95]"},
+        {.params_extra = ", \"bias_correction\": false"},
+        {.bf16 = "false", .extra = "\"fp16\": {\"enabled\": true, \"loss_scale\": 128},"},
+        {.extra = "\"gradient_clipping\": 1.0,"},
+        {.extra = "\"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"warmup_num_steps\": 10}},"},
+    };
+    uint64_t seen[16];
+    int nseen = 0;
+    seen[nseen++] = h0;
+    for (size_t i = 0; i < sizeof diff / sizeof diff[0]; i++) {
+        uint64_t h = hash_variant_of(diff[i]);
+        for (int k = 0; k < nseen; k++)
+            ZT_CHECK(h != seen[k], "variant %zu has the hash of an earlier config", i);
+        seen[nseen++] = h;
+    }
+}
+
+/* parse(to_json(c)) == c for each scheduler, so the resolved JSON is a faithful config. */
+static void test_round_trip(void)
+{
+    const char *cfgs[] = {
+        "{\"train_micro_batch_size_per_gpu\": 2, \"optimizer\": {\"type\": \"AdamW\"}, "
+        "\"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"warmup_num_steps\": 3, \"warmup_type\": \"linear\"}}}",
+        "{\"train_micro_batch_size_per_gpu\": 2, \"optimizer\": {\"type\": \"AdamW\"}, "
+        "\"scheduler\": {\"type\": \"WarmupDecayLR\", \"params\": {\"total_num_steps\": 30, \"warmup_max_lr\": 0.1}}}",
+        "{\"train_micro_batch_size_per_gpu\": 2, \"optimizer\": {\"type\": \"AdamW\"}, "
+        "\"scheduler\": {\"type\": \"WarmupCosineLR\", \"params\": {\"total_num_steps\": 30, \"cos_min_ratio\": 0.3}}}",
+        "{\"train_micro_batch_size_per_gpu\": 2, \"optimizer\": {\"type\": \"AdamW\"}, "
+        "\"scheduler\": {\"type\": \"LRRangeTest\", \"params\": {\"lr_range_test_staircase\": true}}}",
+        "{\"train_micro_batch_size_per_gpu\": 2, \"optimizer\": {\"type\": \"Adam\", \"params\": {\"adam_w_mode\": false, \"lr\": 0.1}}, "
+        "\"fp16\": {\"enabled\": true, \"loss_scale\": 1024}}",
+    };
+    for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) {
+        zcfg a, b;
+        if (!parse_ok(cfgs[i], 2, &a, 0, __LINE__)) continue;
+        char *t = zcfg_to_json(&a);
+        if (t && parse_ok(t, 2, &b, 0, __LINE__)) {
+            char *t2 = zcfg_to_json(&b);
+            ZT_CHECK(t2 && strcmp(t, t2) == 0, "config %zu: to_json is not a fixed point", i);
+            ZT_CHECK(a.hash == b.hash, "config %zu: hash changed on round trip", i);
+            free(t2);
+        }
+        free(t);
+    }
+}
+
+/* docs/config.md names every key the module knows (written `key` or `section.key`). */
+static void test_docs_list_every_key(void)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/docs/config.md", ZINC_SOURCE_DIR);
+    FILE *f = fopen(path, "rb");
+    ZT_CHECK(f != NULL, "cannot open %s", path);
+    if (!f) return;
+    static char doc[1 << 18];
+    size_t n = fread(doc, 1, sizeof doc - 1, f);
+    doc[n] = 0;
+    fclose(f);
+    const zkeyset *sets[] = {&zk_top, &zk_fp16, &zk_bf16, &zk_optimizer, &zk_adam_params,
+                             &zk_scheduler, &zk_zero, &zk_offload_optimizer, &zk_offload_param,
+                             &zk_checkpoint, &zk_parallel_write, &zk_zinc, &zk_csv_monitor,
+                             &zk_data_types, &zk_warmup_lr, &zk_warmup_decay_lr,
+                             &zk_warmup_cosine_lr, &zk_one_cycle, &zk_lr_range_test};
+    for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++) {
+        for (int k = 0; k < sets[i]->nkeys; k++) {
+            const char *name = sets[i]->keys[k].name;
+            size_t len = strlen(name);
+            int found = 0;
+            for (const char *p = strstr(doc, name); p && !found; p = strstr(p + 1, name))
+                found = p > doc && (p[-1] == '`' || p[-1] == '.') && (p[len] == '`' || p[len] == '.');
+            ZT_CHECK(found, "docs/config.md does not list %s%s%s", sets[i]->path,
+                     sets[i]->path[0] ? "." : "", name);
+        }
+    }
+}
+
+int main(void)
+{
+    test_docs_list_every_key();
+    test_defaults();
+    test_full();
+    test_batch_rule();
+    test_adam_mode();
+    test_overrides();
+    test_hash();
+    test_round_trip();
+    return zt_finish("test_config_values");
+}
