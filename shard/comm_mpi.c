@@ -1,0 +1,624 @@
+/*
+ * comm_mpi.c — the `mpi` comm backend: one process per rank, over a duplicate of
+ * MPI_COMM_WORLD (so our messages never meet the application's). Built when CMake finds MPI;
+ * comm_mpi_absent.c stands in otherwise.
+ *
+ * Same bits as `local`: a reduction is never left to MPI's own (order-unspecified) reduce.
+ * Every rank receives the parts of its own segment from all peers into a scratch buffer and sums
+ * them with zreduce_sum in rank order, exactly as the local backend does.
+ *
+ *   reduce_scatter  rounds of a non-blocking all-to-all (Isend/Irecv with every peer) that move
+ *                   chunk k of every segment to its owner through a fixed scratch buffer
+ *                   (allocated at create: no allocation per call), then zreduce_sum of the chunk
+ *   all_gather      MPI_Iallgatherv in place (byte counts; point-to-point rounds beyond 2 GiB)
+ *   all_reduce      the reduce-scatter and all-gather pair over near-equal segments (any n)
+ *   broadcast       MPI_Ibcast in chunks of at most 1 GiB;  barrier: MPI_Ibarrier
+ *
+ * Nothing ever blocks inside MPI: every wait is a polling loop (MPI_Testall, then a yield or a
+ * short sleep) with a deadline. Past it the call returns ZINC_ERR_TIMEOUT, the comm is marked
+ * failed, and the other ranks are told (below). The loop also probes for a message with the
+ * reserved abort tag: zcomm abort (and a timeout) sends one to every other rank, so theirs return
+ * ZINC_ERR_ABORTED within a poll interval, with the reason. A failed comm fails every later call;
+ * requests still in flight are cancelled where MPI allows it (point-to-point) and otherwise left
+ * alone, so after a failure the process should wind down rather than keep using MPI heavily.
+ *
+ * Threads: MPI is initialised with MPI_THREAD_SERIALIZED when we initialise it. Collectives of a
+ * comm run on one thread at a time; abort may come from any thread: while a collective runs it
+ * only sets a flag that the polling loop acts on, so two threads never call MPI at once.
+ */
+#include <limits.h>
+#include <mpi.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "engine/log.h"
+#include "shard/comm.h"
+
+enum {
+    ZM_TAG_DATA = 7001,          /* segments of reduce-scatter / all-gather rounds */
+    ZM_TAG_ABORT = 7099,         /* the abort notice; reserved */
+};
+
+/* The per-peer scratch chunk of reduce-scatter rounds: 2 MiB, less for big worlds so that the
+ * whole scratch stays within 64 MiB. A multiple of 8 so that every dtype divides it. */
+#define ZM_CHUNK_MAX ((size_t)2 << 20)
+#define ZM_CHUNK_MIN ((size_t)64 << 10)
+#define ZM_SCRATCH_MAX ((size_t)64 << 20)
+/* All-gathers whose buffer is at most this many bytes use MPI_Iallgatherv (int byte counts and
+ * displacements); bigger ones go point to point. Overridable to test the second path. */
+#ifndef ZM_AG_COLL_MAX
+#define ZM_AG_COLL_MAX ((size_t)INT_MAX)
+#endif
+#define ZM_AG_CHUNK ((size_t)64 << 20)     /* bytes per message of point-to-point all-gathers */
+#define ZM_BCAST_CHUNK ((size_t)1 << 30)
+
+typedef struct zm_notice {
+    int32_t status;              /* ZINC_ERR_ABORTED; ZINC_ERR_TIMEOUT from a rank that timed out */
+    int32_t rank;
+    uint64_t seq;                /* the sender's collective count when it failed */
+    char why[440];
+} zm_notice;
+
+typedef struct zm_ctx {
+    MPI_Comm comm;
+    zinc_status failed;          /* ZINC_OK, or the comm is dead and `why` says why */
+    char why[460];
+    uint64_t seq;                /* collectives entered */
+
+    char *scratch;               /* [(size-1) * chunk] bytes: one chunk per peer */
+    size_t chunk;                /* bytes per peer per round */
+    MPI_Request *reqs;           /* [2 * size] */
+    int *req_peer;               /* [2 * size] peer of each request (timeout messages) */
+    const void **in;             /* [size] reduction operands */
+    size_t *off, *len;           /* [size] segments of the current collective (elements) */
+    int *counts, *displs;        /* [size] byte counts / displacements for Iallgatherv */
+
+    zm_notice *notice;           /* our outgoing notice (lives while its sends are in flight) */
+    MPI_Request *notice_reqs;    /* [size] */
+    int notice_sent;
+
+    pthread_mutex_t mu;          /* guards in_call against a concurrent abort */
+    int in_call;
+    atomic_int abort_pending;    /* abort() came while a collective ran; the poller sends */
+    char abort_why[400];
+} zm_ctx;
+
+/* Converts an MPI error at the call site: marks the comm failed and returns ZINC_ERR_COMM with
+ * the call, file:line and MPI's own message. Needs `c` in scope; used inside zinc_status
+ * functions. */
+#define ZINC_MPI_CHECK(call)                                                                  \
+    do {                                                                                      \
+        int zm_rc_ = (call);                                                                  \
+        if (zm_rc_ != MPI_SUCCESS) return zm_mpi_error(c, #call, __FILE__, __LINE__, zm_rc_); \
+    } while (0)
+
+/* Copies a message into a smaller buffer, cutting it short if needed. */
+static void zm_copy(char *dst, size_t n, const char *src)
+{
+    size_t l = strlen(src);
+    if (l >= n) l = n - 1;
+    memcpy(dst, src, l);
+    dst[l] = 0;
+}
+
+static zinc_status zm_mpi_error(zcomm_t *c, const char *call, const char *file, int line, int rc)
+{
+    zm_ctx *x = c->ctx;
+    char msg[MPI_MAX_ERROR_STRING] = "";
+    int len = 0;
+    MPI_Error_string(rc, msg, &len);
+    zerr_fmt(c->err, sizeof c->err, ZINC_ERR_COMM, "mpi rank %d: %s failed at %s:%d: %s",
+             c->rank, call, file, line, msg);
+    if (x && !x->failed) {
+        x->failed = ZINC_ERR_COMM;
+        zm_copy(x->why, sizeof x->why, c->err);
+    }
+    return ZINC_ERR_COMM;
+}
+
+/* ---- process-level entry points ----------------------------------------------------------- */
+
+zinc_status zmpi_init(int *rank, int *size, int *we_initialised)
+{
+    *rank = 0;
+    *size = 1;
+    *we_initialised = 0;
+    int inited = 0, finalized = 0;
+    MPI_Initialized(&inited);
+    MPI_Finalized(&finalized);
+    if (finalized)
+        return zerr_thread(ZINC_ERR_USAGE, "zmpi_init: MPI was already finalized in this "
+                                           "process; create mpi worlds before MPI_Finalize");
+    if (!inited) {
+        int provided = 0;
+        int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided);
+        if (rc != MPI_SUCCESS)
+            return zerr_thread(ZINC_ERR_COMM, "zmpi_init: MPI_Init_thread failed (code %d); was "
+                                              "the program started by mpirun?", rc);
+        *we_initialised = 1;
+    }
+    MPI_Comm_rank(MPI_COMM_WORLD, rank);
+    MPI_Comm_size(MPI_COMM_WORLD, size);
+    return ZINC_OK;
+}
+
+void zmpi_finalize(void)
+{
+    int inited = 0, finalized = 0;
+    MPI_Initialized(&inited);
+    MPI_Finalized(&finalized);
+    if (inited && !finalized) MPI_Finalize();
+}
+
+static char zm_version[MPI_MAX_LIBRARY_VERSION_STRING];
+static pthread_once_t zm_version_once = PTHREAD_ONCE_INIT;
+
+/* MPI_Get_library_version may be called before MPI_Init; keep its first line. */
+static void zm_read_version(void)
+{
+    int len = 0;
+    if (MPI_Get_library_version(zm_version, &len) != MPI_SUCCESS) zm_version[0] = 0;
+    zm_version[sizeof zm_version - 1] = 0;
+    zm_version[strcspn(zm_version, "\r\n")] = 0;
+}
+
+const char *zmpi_version(void)
+{
+    pthread_once(&zm_version_once, zm_read_version);
+    return zm_version[0] ? zm_version : "MPI (version unknown)";
+}
+
+/* ---- failure, notices, polling ------------------------------------------------------------- */
+
+static void zm_fail(zm_ctx *x, zinc_status s, const char *why)
+{
+    if (x->failed) return;
+    x->failed = s;
+    zm_copy(x->why, sizeof x->why, why);
+}
+
+/* Tells every other rank that this one failed (best effort: non-blocking, never waited on). */
+static void zm_send_notice(zcomm_t *c, zinc_status s, const char *why)
+{
+    zm_ctx *x = c->ctx;
+    if (x->notice_sent) return;
+    x->notice_sent = 1;
+    x->notice->status = (int32_t)s;
+    x->notice->rank = c->rank;
+    x->notice->seq = x->seq;
+    zm_copy(x->notice->why, sizeof x->notice->why, why);
+    for (int q = 0; q < c->size; q++) {
+        x->notice_reqs[q] = MPI_REQUEST_NULL;
+        if (q != c->rank)
+            MPI_Isend(x->notice, (int)sizeof *x->notice, MPI_BYTE, q, ZM_TAG_ABORT, x->comm,
+                      &x->notice_reqs[q]);
+    }
+}
+
+/* Cancels and frees what is cancellable of a failed wait (point-to-point requests). */
+static void zm_drop(int nreq, MPI_Request *reqs, int p2p)
+{
+    if (!p2p) return;   /* collective requests cannot be cancelled or freed */
+    for (int i = 0; i < nreq; i++)
+        if (reqs[i] != MPI_REQUEST_NULL) {
+            MPI_Cancel(&reqs[i]);
+            MPI_Request_free(&reqs[i]);
+        }
+}
+
+/* The status every call of a failed comm returns. */
+static zinc_status zm_failed(zcomm_t *c, const char *what)
+{
+    zm_ctx *x = c->ctx;
+    return zerr_fmt(c->err, sizeof c->err, ZINC_ERR_ABORTED, "%s #%llu (mpi rank %d): the comm "
+                    "has failed: %s", what, (unsigned long long)x->seq, c->rank, x->why);
+}
+
+/* Checks for an abort notice or a local abort request; returns its status or ZINC_OK. */
+static zinc_status zm_poll_abort(zcomm_t *c, const char *what)
+{
+    zm_ctx *x = c->ctx;
+    if (atomic_load(&x->abort_pending)) {
+        char why[sizeof x->abort_why + 32];
+        snprintf(why, sizeof why, "rank %d aborted: %s", c->rank, x->abort_why);
+        zm_send_notice(c, ZINC_ERR_ABORTED, why);
+        zm_fail(x, ZINC_ERR_ABORTED, why);
+        atomic_store(&x->abort_pending, 0);
+        return zerr_fmt(c->err, sizeof c->err, ZINC_ERR_ABORTED, "%s #%llu (mpi rank %d): %s",
+                        what, (unsigned long long)x->seq, c->rank, why);
+    }
+    int flag = 0;
+    MPI_Status st;
+    ZINC_MPI_CHECK(MPI_Iprobe(MPI_ANY_SOURCE, ZM_TAG_ABORT, x->comm, &flag, &st));
+    if (!flag) return ZINC_OK;
+    zm_notice m;
+    memset(&m, 0, sizeof m);
+    ZINC_MPI_CHECK(MPI_Recv(&m, (int)sizeof m, MPI_BYTE, st.MPI_SOURCE, ZM_TAG_ABORT, x->comm,
+                            MPI_STATUS_IGNORE));
+    m.why[sizeof m.why - 1] = 0;
+    /* A peer that timed out in the collective this rank is waiting in: that is a timeout here
+     * too. Anything else is an abort. */
+    zinc_status s = m.status == ZINC_ERR_TIMEOUT && m.seq == x->seq ? ZINC_ERR_TIMEOUT
+                                                                     : ZINC_ERR_ABORTED;
+    zm_fail(x, ZINC_ERR_ABORTED, m.why);
+    if (s == ZINC_ERR_TIMEOUT)
+        return zerr_fmt(c->err, sizeof c->err, s, "%s #%llu (mpi rank %d): %s", what,
+                        (unsigned long long)x->seq, c->rank, m.why);
+    return zerr_fmt(c->err, sizeof c->err, s, "%s #%llu (mpi rank %d): the world was aborted: %s",
+                    what, (unsigned long long)x->seq, c->rank, m.why);
+}
+
+/* Waits for nreq requests with the comm's deadline, watching for abort notices. `p2p`: the
+ * requests are point-to-point with x->req_peer naming their peers (for the timeout message). */
+static zinc_status zm_wait(zcomm_t *c, const char *what, int nreq, MPI_Request *reqs, int p2p)
+{
+    zm_ctx *x = c->ctx;
+    double deadline = MPI_Wtime() + c->timeout_s;
+    for (long spin = 0;; spin++) {
+        int done = 0;
+        ZINC_MPI_CHECK(MPI_Testall(nreq, reqs, &done, MPI_STATUSES_IGNORE));
+        if (done) return ZINC_OK;
+        zinc_status s = zm_poll_abort(c, what);
+        if (s != ZINC_OK) {
+            zm_drop(nreq, reqs, p2p);
+            return s;
+        }
+        if (MPI_Wtime() > deadline) {
+            char missing[200] = "not every rank arrived";
+            if (p2p) {
+                size_t o = (size_t)snprintf(missing, sizeof missing, "no data from rank(s)");
+                int any = 0;
+                int *named = x->counts;   /* free during point-to-point waits */
+                memset(named, 0, (size_t)c->size * sizeof *named);
+                for (int i = 0; i < nreq && o < sizeof missing - 16; i++) {
+                    int f = 1;
+                    if (reqs[i] != MPI_REQUEST_NULL)
+                        MPI_Request_get_status(reqs[i], &f, MPI_STATUS_IGNORE);
+                    if (f || named[x->req_peer[i]]) continue;
+                    named[x->req_peer[i]] = 1;
+                    o += (size_t)snprintf(missing + o, sizeof missing - o, "%s%d",
+                                          any++ ? ", " : " ", x->req_peer[i]);
+                }
+            }
+            char why[sizeof x->why];
+            snprintf(why, sizeof why, "%s #%llu timed out after %g s on rank %d: %s", what,
+                     (unsigned long long)x->seq, c->timeout_s, c->rank, missing);
+            zlog(ZLOG_ERROR, "comm", c->rank, "%s", why);
+            zm_drop(nreq, reqs, p2p);
+            zm_send_notice(c, ZINC_ERR_TIMEOUT, why);
+            zm_fail(x, ZINC_ERR_TIMEOUT, why);
+            return zerr_fmt(c->err, sizeof c->err, ZINC_ERR_TIMEOUT, "%s", why);
+        }
+        /* Stay responsive for short waits, then stop competing for the cores. */
+        if (spin < 200) {
+            sched_yield();
+        } else {
+            struct timespec ts = {0, spin < 2000 ? 20000 : 200000};
+            nanosleep(&ts, NULL);
+        }
+    }
+}
+
+/* ---- the collectives ----------------------------------------------------------------------- */
+
+/* Entering and leaving a collective; see the thread note at the top. */
+static zinc_status zm_begin(zcomm_t *c, const char *what)
+{
+    zm_ctx *x = c->ctx;
+    pthread_mutex_lock(&x->mu);
+    x->in_call = 1;
+    pthread_mutex_unlock(&x->mu);
+    x->seq++;
+    if (x->failed) return zm_failed(c, what);
+    return zm_poll_abort(c, what);
+}
+
+static zinc_status zm_end(zcomm_t *c, zinc_status s)
+{
+    zm_ctx *x = c->ctx;
+    if (atomic_load(&x->abort_pending)) {
+        zinc_status a = zm_poll_abort(c, "abort");   /* sends the notice of a late abort */
+        if (s == ZINC_OK) s = a;
+    }
+    pthread_mutex_lock(&x->mu);
+    x->in_call = 0;
+    pthread_mutex_unlock(&x->mu);
+    return s;
+}
+
+/* Segment q of n elements split into `size` near-equal contiguous parts (as comm_local.c). */
+static void zm_segments(zcomm_t *c, size_t n, int equal)
+{
+    zm_ctx *x = c->ctx;
+    size_t size = (size_t)c->size, base = n / size, extra = equal ? 0 : n % size;
+    for (size_t q = 0; q < size; q++) {
+        x->off[q] = q * base + (q < extra ? q : extra);
+        x->len[q] = base + (q < extra ? 1 : 0);
+    }
+}
+
+/* Scratch slot of peer q (no slot for this rank). */
+static char *zm_slot(zcomm_t *c, int q)
+{
+    zm_ctx *x = c->ctx;
+    return x->scratch + (size_t)(q < c->rank ? q : q - 1) * x->chunk;
+}
+
+/* Every rank ends with segment `rank` (x->off/x->len) reduced over all ranks in its buffer. */
+static zinc_status zm_reduce_segments(zcomm_t *c, const char *what, char *buf, zdt t, float scale)
+{
+    zm_ctx *x = c->ctx;
+    const int r = c->rank, size = c->size;
+    const size_t es = zdt_size(t), per = x->chunk / es;
+    size_t maxlen = 0;
+    for (int q = 0; q < size; q++)
+        if (x->len[q] > maxlen) maxlen = x->len[q];
+    char *mine = buf + x->off[r] * es;
+    for (size_t k0 = 0; k0 < maxlen; k0 += per) {
+        int nreq = 0;
+        size_t m = x->len[r] > k0 ? x->len[r] - k0 : 0;
+        if (m > per) m = per;
+        for (int q = 0; q < size; q++) {
+            if (q == r || m == 0) continue;
+            x->req_peer[nreq] = q;
+            ZINC_MPI_CHECK(MPI_Irecv(zm_slot(c, q), (int)(m * es), MPI_BYTE, q, ZM_TAG_DATA,
+                                     x->comm, &x->reqs[nreq++]));
+        }
+        for (int q = 0; q < size; q++) {
+            if (q == r || x->len[q] <= k0) continue;
+            size_t mq = x->len[q] - k0 < per ? x->len[q] - k0 : per;
+            x->req_peer[nreq] = q;
+            ZINC_MPI_CHECK(MPI_Isend(buf + (x->off[q] + k0) * es, (int)(mq * es), MPI_BYTE, q,
+                                     ZM_TAG_DATA, x->comm, &x->reqs[nreq++]));
+        }
+        zinc_status s = zm_wait(c, what, nreq, x->reqs, 1);
+        if (s != ZINC_OK) return s;
+        if (m == 0) continue;
+        for (int q = 0; q < size; q++) x->in[q] = q == r ? mine + k0 * es : zm_slot(c, q);
+        zreduce_sum(mine + k0 * es, x->in, size, m, t, scale);
+    }
+    return ZINC_OK;
+}
+
+/* Every rank ends with every segment (x->off/x->len) of every owner. */
+static zinc_status zm_gather_segments(zcomm_t *c, const char *what, char *buf, size_t n, zdt t)
+{
+    zm_ctx *x = c->ctx;
+    const int r = c->rank, size = c->size;
+    const size_t es = zdt_size(t);
+    if (size == 1) return ZINC_OK;
+    if (n * es <= ZM_AG_COLL_MAX) {
+        for (int q = 0; q < size; q++) {
+            x->counts[q] = (int)(x->len[q] * es);
+            x->displs[q] = (int)(x->off[q] * es);
+        }
+        ZINC_MPI_CHECK(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, x->counts,
+                                       x->displs, MPI_BYTE, x->comm, &x->reqs[0]));
+        return zm_wait(c, what, 1, x->reqs, 0);
+    }
+    const size_t per = ZM_AG_CHUNK / es;
+    size_t maxlen = 0;
+    for (int q = 0; q < size; q++)
+        if (x->len[q] > maxlen) maxlen = x->len[q];
+    for (size_t k0 = 0; k0 < maxlen; k0 += per) {
+        int nreq = 0;
+        for (int q = 0; q < size; q++) {
+            if (q == r || x->len[q] <= k0) continue;
+            size_t mq = x->len[q] - k0 < per ? x->len[q] - k0 : per;
+            x->req_peer[nreq] = q;
+            ZINC_MPI_CHECK(MPI_Irecv(buf + (x->off[q] + k0) * es, (int)(mq * es), MPI_BYTE, q,
+                                     ZM_TAG_DATA, x->comm, &x->reqs[nreq++]));
+        }
+        if (x->len[r] > k0) {
+            size_t m = x->len[r] - k0 < per ? x->len[r] - k0 : per;
+            for (int q = 0; q < size; q++) {
+                if (q == r) continue;
+                x->req_peer[nreq] = q;
+                ZINC_MPI_CHECK(MPI_Isend(buf + (x->off[r] + k0) * es, (int)(m * es), MPI_BYTE,
+                                         q, ZM_TAG_DATA, x->comm, &x->reqs[nreq++]));
+            }
+        }
+        zinc_status s = zm_wait(c, what, nreq, x->reqs, 1);
+        if (s != ZINC_OK) return s;
+    }
+    return ZINC_OK;
+}
+
+static zinc_status zm_all_reduce(zcomm_t *c, void *buf, size_t n, zdt t, float scale)
+{
+    zinc_status s = zm_begin(c, "all_reduce");
+    if (s == ZINC_OK) {
+        zm_segments(c, n, 0);
+        s = zm_reduce_segments(c, "all_reduce", buf, t, scale);
+    }
+    if (s == ZINC_OK) s = zm_gather_segments(c, "all_reduce", buf, n, t);
+    return zm_end(c, s);
+}
+
+static zinc_status zm_reduce_scatter(zcomm_t *c, void *buf, size_t n, zdt t, float scale)
+{
+    zinc_status s = zm_begin(c, "reduce_scatter");
+    if (s == ZINC_OK) {
+        zm_segments(c, n, 1);
+        s = zm_reduce_segments(c, "reduce_scatter", buf, t, scale);
+    }
+    return zm_end(c, s);
+}
+
+static zinc_status zm_all_gather(zcomm_t *c, void *buf, size_t n, zdt t)
+{
+    zinc_status s = zm_begin(c, "all_gather");
+    if (s == ZINC_OK) {
+        zm_segments(c, n, 1);
+        s = zm_gather_segments(c, "all_gather", buf, n, t);
+    }
+    return zm_end(c, s);
+}
+
+static zinc_status zm_broadcast_chunks(zcomm_t *c, char *buf, size_t bytes, int root)
+{
+    zm_ctx *x = c->ctx;
+    for (size_t o = 0; o < bytes; o += ZM_BCAST_CHUNK) {
+        size_t m = bytes - o < ZM_BCAST_CHUNK ? bytes - o : ZM_BCAST_CHUNK;
+        ZINC_MPI_CHECK(MPI_Ibcast(buf + o, (int)m, MPI_BYTE, root, x->comm, &x->reqs[0]));
+        zinc_status s = zm_wait(c, "broadcast", 1, x->reqs, 0);
+        if (s != ZINC_OK) return s;
+    }
+    return ZINC_OK;
+}
+
+static zinc_status zm_broadcast(zcomm_t *c, void *buf, size_t bytes, int root)
+{
+    zinc_status s = zm_begin(c, "broadcast");
+    if (s == ZINC_OK && c->size > 1) s = zm_broadcast_chunks(c, buf, bytes, root);
+    return zm_end(c, s);
+}
+
+static zinc_status zm_barrier_wait(zcomm_t *c)
+{
+    zm_ctx *x = c->ctx;
+    ZINC_MPI_CHECK(MPI_Ibarrier(x->comm, &x->reqs[0]));
+    return zm_wait(c, "barrier", 1, x->reqs, 0);
+}
+
+static zinc_status zm_barrier(zcomm_t *c)
+{
+    zinc_status s = zm_begin(c, "barrier");
+    if (s == ZINC_OK && c->size > 1) s = zm_barrier_wait(c);
+    return zm_end(c, s);
+}
+
+static void zm_abort(zcomm_t *c, const char *why)
+{
+    zm_ctx *x = c->ctx;
+    pthread_mutex_lock(&x->mu);
+    snprintf(x->abort_why, sizeof x->abort_why, "%s", why ? why : "(no reason given)");
+    if (x->in_call) {
+        atomic_store(&x->abort_pending, 1);   /* the polling thread sends the notices */
+    } else {
+        char msg[sizeof x->abort_why + 32];
+        snprintf(msg, sizeof msg, "rank %d aborted: %s", c->rank, x->abort_why);
+        zm_send_notice(c, ZINC_ERR_ABORTED, msg);
+        zm_fail(x, ZINC_ERR_ABORTED, msg);
+    }
+    pthread_mutex_unlock(&x->mu);
+}
+
+static void zm_destroy(zcomm_t *c)
+{
+    zm_ctx *x = c->ctx;
+    if (x) {
+        int keep_notice = 0;
+        if (x->notice_sent) {
+            /* Give the notices a moment to leave; if they cannot, their buffer must stay. */
+            double end = MPI_Wtime() + 0.5;
+            int done = 0;
+            while (!done && MPI_Wtime() < end)
+                MPI_Testall(c->size, x->notice_reqs, &done, MPI_STATUSES_IGNORE);
+            if (!done) {
+                keep_notice = 1;
+                for (int q = 0; q < c->size; q++)
+                    if (x->notice_reqs[q] != MPI_REQUEST_NULL)
+                        MPI_Request_free(&x->notice_reqs[q]);
+            }
+        }
+        /* A failed communicator is left allocated: it may still hold unreceived messages (a
+         * peer's data, abort notices) or unfinished requests, and a freed communicator's id can
+         * be reused by the next one, which would then match those strays. */
+        int finalized = 0, stray = 0;
+        MPI_Finalized(&finalized);
+        if (!finalized && x->comm != MPI_COMM_NULL && !x->failed) {
+            MPI_Iprobe(MPI_ANY_SOURCE, ZM_TAG_ABORT, x->comm, &stray, MPI_STATUS_IGNORE);
+            if (!stray) MPI_Comm_free(&x->comm);
+        }
+        pthread_mutex_destroy(&x->mu);
+        free(x->scratch);
+        free(x->reqs);
+        free(x->req_peer);
+        free(x->in);
+        free(x->off);
+        free(x->len);
+        free(x->counts);
+        free(x->displs);
+        free(x->notice_reqs);
+        if (!keep_notice) free(x->notice);
+        free(x);
+    }
+    free(c);
+}
+
+static const zcomm_iface_t zm_iface = {
+    .name = "mpi",
+    .all_reduce = zm_all_reduce,
+    .reduce_scatter = zm_reduce_scatter,
+    .all_gather = zm_all_gather,
+    .broadcast = zm_broadcast,
+    .barrier = zm_barrier,
+    .abort = zm_abort,
+    .destroy = zm_destroy,
+};
+
+zinc_status zcomm_mpi_create(zcomm_t **out)
+{
+    *out = NULL;
+    int inited = 0, finalized = 0;
+    MPI_Initialized(&inited);
+    MPI_Finalized(&finalized);
+    if (!inited || finalized)
+        return zerr_thread(ZINC_ERR_USAGE, "zcomm_mpi_create: MPI is %s; call zmpi_init first",
+                           finalized ? "already finalized" : "not initialised");
+    zcomm_t *c = calloc(1, sizeof *c);
+    zm_ctx *x = calloc(1, sizeof *x);
+    if (!c || !x) {
+        free(c);
+        free(x);
+        return zerr_thread(ZINC_ERR_NOMEM, "zcomm_mpi_create: out of memory");
+    }
+    c->iface = &zm_iface;
+    c->ctx = x;
+    c->timeout_s = 300.0;
+    x->comm = MPI_COMM_NULL;
+    pthread_mutex_init(&x->mu, NULL);
+    int rc = MPI_Comm_dup(MPI_COMM_WORLD, &x->comm);
+    if (rc == MPI_SUCCESS) rc = MPI_Comm_set_errhandler(x->comm, MPI_ERRORS_RETURN);
+    if (rc == MPI_SUCCESS) rc = MPI_Comm_rank(x->comm, &c->rank);
+    if (rc == MPI_SUCCESS) rc = MPI_Comm_size(x->comm, &c->size);
+    if (rc != MPI_SUCCESS) {
+        char msg[MPI_MAX_ERROR_STRING] = "";
+        int len = 0;
+        MPI_Error_string(rc, msg, &len);
+        zm_destroy(c);
+        return zerr_thread(ZINC_ERR_COMM, "zcomm_mpi_create: duplicating MPI_COMM_WORLD failed: %s",
+                           msg);
+    }
+    size_t peers = c->size > 1 ? (size_t)c->size - 1 : 1, size = (size_t)c->size;
+    size_t chunk = ZM_SCRATCH_MAX / peers;
+    if (chunk > ZM_CHUNK_MAX) chunk = ZM_CHUNK_MAX;
+    if (chunk < ZM_CHUNK_MIN) chunk = ZM_CHUNK_MIN;
+    x->chunk = chunk & ~(size_t)7;
+    x->scratch = malloc(peers * x->chunk);
+    x->reqs = calloc(2 * size, sizeof *x->reqs);
+    x->req_peer = calloc(2 * size, sizeof *x->req_peer);
+    x->in = calloc(size, sizeof *x->in);
+    x->off = calloc(size, sizeof *x->off);
+    x->len = calloc(size, sizeof *x->len);
+    x->counts = calloc(size, sizeof *x->counts);
+    x->displs = calloc(size, sizeof *x->displs);
+    x->notice = calloc(1, sizeof *x->notice);
+    x->notice_reqs = calloc(size, sizeof *x->notice_reqs);
+    if (!x->scratch || !x->reqs || !x->req_peer || !x->in || !x->off || !x->len || !x->counts ||
+        !x->displs || !x->notice || !x->notice_reqs) {
+        zm_destroy(c);
+        return zerr_thread(ZINC_ERR_NOMEM,
+                           "zcomm_mpi_create: out of memory for %zu bytes of scratch",
+                           peers * chunk);
+    }
+    for (size_t q = 0; q < size; q++) x->notice_reqs[q] = MPI_REQUEST_NULL;
+    *out = c;
+    return ZINC_OK;
+}

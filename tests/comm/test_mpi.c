@@ -1,0 +1,185 @@
+/*
+ * test_mpi.c — the `mpi` comm backend, run as `mpirun -np 4 test_comm_mpi`: every collective
+ * against the serial reference of comm_ref.h (the same bits the local backend gives), byte
+ * counters, a reduction big enough to take several scratch rounds, then the failure paths:
+ * a rank that skips a collective (the others get ZINC_ERR_TIMEOUT naming it) and a rank that
+ * aborts (the others get ZINC_ERR_ABORTED with its reason, promptly). Every rank prints its own
+ * summary; mpirun fails when any rank does.
+ */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "comm_ref.h"
+#include "shard/comm.h"
+#include "testutil.h"
+
+static double now_s(void) { return MPI_Wtime(); }
+
+static void sleep_s(double s)
+{
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+static void check_collectives(zcomm_t *c)
+{
+    static const zdt types[] = {ZDT_F32, ZDT_F16, ZDT_BF16, ZDT_F64};
+    static const char *names[] = {"f32", "f16", "bf16", "f64"};
+    for (int ti = 0; ti < 4; ti++)
+        for (int sc = 0; sc < 2; sc++) {
+            char tag[64];
+            snprintf(tag, sizeof tag, "mpi size %d %s scale %s", c->size, names[ti],
+                     sc ? "1/size" : "1");
+            cref_suite(c, types[ti], sc ? 1.0f / (float)c->size : 1.0f, 3000 + (uint64_t)ti * 2 +
+                                                                           (uint64_t)sc, tag);
+        }
+}
+
+/* An all-reduce and a reduce-scatter of several MB: several rounds through the scratch. */
+static void check_big(zcomm_t *c)
+{
+    const size_t n = ((size_t)5 << 20) / 4 + 17;   /* fp32 elements; not a multiple of size */
+    float *buf = malloc(n * sizeof *buf), *ref = malloc(n * sizeof *ref);
+    cref_fill(buf, ZDT_F32, n, 4242, c->rank);
+    for (size_t i = 0; i < n; i++) cref_reduce_elem(ref, ZDT_F32, i, 4242, c->size, 0.25f, 0);
+    double t0 = now_s();
+    zinc_status s = zcomm_all_reduce(c, buf, n, ZDT_F32, 0.25f);
+    double dt = now_s() - t0;
+    ZT_CHECK(s == ZINC_OK, "rank %d: big all_reduce: %s", c->rank, c->err);
+    size_t d = cref_first_diff(buf, ref, 0, n, ZDT_F32);
+    ZT_CHECK(d == n, "rank %d: big all_reduce differs at %zu", c->rank, d);
+    if (c->rank == 0)
+        printf("mpi all_reduce of %.1f MB fp32 on %d ranks: %.1f ms\n", (double)n * 4e-6, c->size,
+               dt * 1e3);
+
+    size_t sl = ((size_t)3 << 20) / 2 + 5, m = sl * (size_t)c->size;   /* bf16 slices > chunk */
+    uint16_t *b16 = malloc(m * 2), *r16 = malloc(m * 2);
+    cref_fill(b16, ZDT_BF16, m, 99, c->rank);
+    for (size_t i = (size_t)c->rank * sl; i < (size_t)(c->rank + 1) * sl; i++)
+        cref_reduce_elem(r16, ZDT_BF16, i, 99, c->size, 1.0f, 0);
+    s = zcomm_reduce_scatter(c, b16, m, ZDT_BF16, 1.0f);
+    ZT_CHECK(s == ZINC_OK, "rank %d: big reduce_scatter: %s", c->rank, c->err);
+    size_t lo = (size_t)c->rank * sl, hi = lo + sl;
+    d = cref_first_diff(b16, r16, lo, hi, ZDT_BF16);
+    ZT_CHECK(d == hi, "rank %d: big reduce_scatter differs at %zu", c->rank, d);
+    free(buf);
+    free(ref);
+    free(b16);
+    free(r16);
+}
+
+/* The last rank never enters an all-reduce; the others must time out, naming it. */
+static void check_timeout(void)
+{
+    zcomm_t *c = NULL;
+    ZT_OK(zcomm_mpi_create(&c));
+    if (!c) return;
+    const double timeout = 1.0;
+    zcomm_set_timeout(c, timeout);
+    int last = c->size - 1;
+    float buf[1000];
+    cref_fill(buf, ZDT_F32, 1000, 1, c->rank);
+    if (c->rank != last) {
+        double t0 = now_s();
+        zinc_status s = zcomm_all_reduce(c, buf, 1000, ZDT_F32, 1.0f);
+        double dt = now_s() - t0;
+        ZT_CHECK(s == ZINC_ERR_TIMEOUT, "rank %d: got %s: %s", c->rank, zinc_status_string(s),
+                 c->err);
+        ZT_CHECK(dt <= timeout + 1.0, "rank %d: returned after %.2f s", c->rank, dt);
+        char want[32];
+        snprintf(want, sizeof want, "rank(s) %d", last);
+        ZT_CHECK(strstr(c->err, want) && strstr(c->err, "all_reduce"),
+                 "rank %d: message should name rank %d and the call: %s", c->rank, last, c->err);
+        ZT_CHECK(c->bytes[ZINC_COLL_ALL_REDUCE] == 0, "failed collectives are not counted");
+    } else {
+        /* late: once the others gave up, its next collective fails at once */
+        sleep_s(timeout + 0.5);
+        double t0 = now_s();
+        zinc_status s = zcomm_reduce_scatter(c, buf, 1000 - 1000 % (size_t)c->size, ZDT_F32,
+                                             1.0f);
+        ZT_CHECK((s == ZINC_ERR_ABORTED || s == ZINC_ERR_TIMEOUT) && now_s() - t0 < 1.0,
+                 "late rank: got %s after %.2f s: %s", zinc_status_string(s), now_s() - t0,
+                 c->err);
+    }
+    zinc_status s = zcomm_barrier(c);
+    ZT_CHECK(s == ZINC_ERR_ABORTED, "rank %d: a failed comm stays failed: %s", c->rank,
+             zinc_status_string(s));
+    zcomm_destroy(c);
+}
+
+/* The last rank aborts while the others wait in an all-gather and a reduce-scatter. */
+static void check_abort(int use_gather)
+{
+    zcomm_t *c = NULL;
+    ZT_OK(zcomm_mpi_create(&c));
+    if (!c) return;
+    zcomm_set_timeout(c, 5);
+    int last = c->size - 1;
+    size_t n = 4096 * (size_t)c->size;
+    uint16_t *buf = calloc(n, 2);
+    if (c->rank == last) {
+        sleep_s(0.3);
+        c->iface->abort(c, "test hook: simulated failure");
+        zinc_status s = zcomm_barrier(c);
+        ZT_CHECK(s == ZINC_ERR_ABORTED, "the aborting rank's own calls fail: %s",
+                 zinc_status_string(s));
+    } else {
+        double t0 = now_s();
+        zinc_status s = use_gather ? zcomm_all_gather(c, buf, n, ZDT_F16)
+                                   : zcomm_reduce_scatter(c, buf, n, ZDT_F16, 1.0f);
+        double dt = now_s() - t0;
+        ZT_CHECK(s == ZINC_ERR_ABORTED, "rank %d: got %s: %s", c->rank, zinc_status_string(s),
+                 c->err);
+        ZT_CHECK(dt < 0.3 + 1.0, "rank %d: returned %.2f s after entering (abort at 0.3 s)",
+                 c->rank, dt);
+        char want[32];
+        snprintf(want, sizeof want, "rank %d aborted", last);
+        ZT_CHECK(strstr(c->err, "simulated failure") && strstr(c->err, want),
+                 "rank %d: message should carry the reason: %s", c->rank, c->err);
+    }
+    free(buf);
+    zcomm_destroy(c);
+}
+
+int main(void)
+{
+    int rank = 0, size = 1, we = 0;
+    zinc_status s = zmpi_init(&rank, &size, &we);
+    if (s != ZINC_OK) {
+        fprintf(stderr, "zmpi_init: %s\n", zinc_last_error(NULL));
+        return 1;
+    }
+    ZT_CHECK(we == 1, "zmpi_init reports that it initialised MPI");
+    const char *v = zmpi_version();
+    ZT_CHECK(v && strlen(v) > 0 && !strchr(v, '\n'), "zmpi_version: one line");
+    if (rank == 0) printf("%s, %d ranks\n", v, size);
+
+    zcomm_t *c = NULL;
+    ZT_OK(zcomm_mpi_create(&c));
+    if (c) {
+        ZT_CHECK(c->rank == rank && c->size == size && c->timeout_s == 300.0 &&
+                     strcmp(c->iface->name, "mpi") == 0,
+                 "handle fields");
+        zcomm_set_timeout(c, 60);
+        check_collectives(c);
+        check_big(c);
+        zcomm_destroy(c);
+    }
+    if (size >= 2) {
+        check_timeout();
+        check_abort(1);
+        check_abort(0);
+    }
+    /* A clean end on every rank: agree on the failure count, then finalize. */
+    int mine = zt_failures, total = 0;
+    MPI_Allreduce(&mine, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    if (rank == 0 && total) fprintf(stderr, "%d checks failed over all ranks\n", total);
+    char name[32];
+    snprintf(name, sizeof name, "comm_mpi rank %d", rank);
+    int rc = zt_finish(name);
+    zmpi_finalize();
+    return rc;
+}
