@@ -13,3 +13,15 @@ zinc_test(NAME engine_estimate SOURCES ${ZINC_ENGINE_TEST_DIR}/test_estimate.c
           LABELS unit TIMEOUT 60)
 add_dependencies(engine_estimate zinc_cli)
 target_compile_definitions(engine_estimate PRIVATE ZINC_CLI="$<TARGET_FILE:zinc_cli>")
+
+if(ZINC_HAVE_MPI)
+  add_executable(engine_stages_mpi ${ZINC_ENGINE_TEST_DIR}/test_stages_mpi.c)
+  target_link_libraries(engine_stages_mpi PRIVATE zinc_toy zinc_testutil zinc_core)
+  target_compile_options(engine_stages_mpi PRIVATE ${ZINC_WARNINGS})
+  add_test(NAME engine_stages_mpi
+           COMMAND ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe
+                   ${MPIEXEC_NUMPROC_FLAG} 4 ${MPIEXEC_PREFLAGS}
+                   $<TARGET_FILE:engine_stages_mpi> ${MPIEXEC_POSTFLAGS})
+  set_tests_properties(engine_stages_mpi PROPERTIES LABELS multirank TIMEOUT 300
+                       ENVIRONMENT "OMPI_MCA_btl_vader_single_copy_mechanism=none")
+endif()

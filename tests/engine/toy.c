@@ -119,10 +119,12 @@ typedef struct {
     pthread_mutex_t mu;
 } toy_ctx;
 
+/* One rank of a toy run on any world (a thread of a local world, or an MPI process). */
 static void toy_rank(int rank, void *arg)
 {
     toy_ctx *c = arg;
     toy_run *r = c->r;
+    if (zinc_world_rank(c->world) >= 0) rank = zinc_world_rank(c->world);
     char *cfg = toy_config(r);
     zinc_engine_options_t o = {.config_json = cfg, .world = c->world, .rank = rank, .threads = 1};
     zinc_engine_t *e = NULL;
@@ -178,6 +180,15 @@ void toy_train(toy_run *r)
         zt_run_ranks(r->world, toy_rank, &c);
     }
     zinc_world_destroy(c.world);
+    pthread_mutex_destroy(&c.mu);
+}
+
+void toy_train_on(toy_run *r, zinc_world_t *world)
+{
+    toy_ctx c = {.r = r, .world = world};
+    pthread_mutex_init(&c.mu, NULL);
+    r->status = ZINC_OK;
+    toy_rank(zinc_world_rank(world), &c);
     pthread_mutex_destroy(&c.mu);
 }
 

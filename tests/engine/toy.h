@@ -36,6 +36,8 @@ typedef struct toy_run {
 /* Builds the config, runs `steps` optimizer steps on `world` local ranks, fills the outputs. */
 void toy_train(toy_run *r);
 void toy_free(toy_run *r);
+/* The same on an MPI world: this process runs its own rank; outputs are filled on rank 0. */
+void toy_train_on(toy_run *r, zinc_world_t *world);
 
 /* The config JSON the toy uses (caller frees). */
 char *toy_config(const toy_run *r);
