@@ -13,6 +13,7 @@
 
 #include "engine/internal.h"
 #include "engine/log.h"
+#include "kernels/cuda/nccl_comm.h"
 
 zinc_status zeng_fail(zinc_engine_t *e, zinc_status s, const char *fmt, ...)
 {
@@ -43,6 +44,67 @@ static int default_threads(const zinc_world_t *w)
     if (w && w->is_mpi && ls && atoi(ls) > 0) local_ranks = atoi(ls);
     int t = (int)(ncpu / local_ranks);
     return t < 1 ? 1 : t;
+}
+
+/* CPU: the device is host memory and the comm is the world's own backend. */
+static zinc_status open_cpu(zinc_engine_t *e, const char *devname, int threads)
+{
+    zinc_status s = zdev_open(devname, threads, 0, &e->dev);
+    if (s != ZINC_OK)
+        return zerr_thread(s, "zinc_engine_create: cannot open device '%s': %s", devname,
+                           zerr_thread_message());
+    if (e->world->is_mpi) {
+        s = zcomm_mpi_create(&e->comm);
+        if (s == ZINC_OK) e->world->mpi_comm = e->comm;
+    } else {
+        s = zcomm_local_create(e->world->local, e->rank, &e->comm);
+        /* Test hook: run the local backend through the staging comm that GPUs sharing one device
+         * use, so that path is exercised on machines without a GPU. */
+        const char *staged = getenv("ZINC_TEST_STAGED_COMM");
+        if (s == ZINC_OK && staged && *staged == '1') {
+            zcomm_t *inner = e->comm;
+            e->comm = NULL;
+            s = zcomm_staged_create(inner, e->dev, &e->comm);
+        }
+    }
+    if (s != ZINC_OK)
+        return zerr_thread(s, "zinc_engine_create: cannot open the comm of rank %d: %s", e->rank,
+                           e->comm ? e->comm->err : zerr_thread_message());
+    return ZINC_OK;
+}
+
+/* CUDA: one GPU per process with NCCL (an mpi world, or a world of one), or several local ranks
+ * sharing one GPU through the staging comm (checks, not speed). */
+static zinc_status open_cuda(zinc_engine_t *e)
+{
+    zinc_status s;
+    double timeout = e->cfg.zinc.comm_timeout_s;
+    if (e->world->is_mpi) {
+        zboot_info info;
+        s = zcomm_nccl_launch(timeout, &info, &e->dev, &e->comm);
+        if (s == ZINC_OK && (info.rank != e->rank || info.size != e->world_size))
+            s = zerr_thread(ZINC_ERR_MISMATCH,
+                            "zinc_engine_create: the launcher says rank %d of %d (%s) but the MPI "
+                            "world says rank %d of %d", info.rank, info.size, info.method,
+                            e->rank, e->world_size);
+        return s;
+    }
+    const char *lr_env = getenv("LOCAL_RANK");
+    int gpu = lr_env && e->world_size == 1 ? atoi(lr_env) : 0;
+    s = zdev_open("cuda", 0, gpu, &e->dev);
+    if (s != ZINC_OK)
+        return zerr_thread(s, "zinc_engine_create: cannot open CUDA device %d: %s", gpu,
+                           zerr_thread_message());
+    if (e->world_size == 1) {
+        unsigned char id[ZBOOT_ID_BYTES];
+        s = zcomm_nccl_unique_id(id);
+        if (s == ZINC_OK) s = zcomm_nccl_create(e->dev, 0, 1, id, timeout, &e->comm);
+        return s;
+    }
+    zcomm_t *inner = NULL;
+    s = zcomm_local_create(e->world->local, e->rank, &inner);
+    if (s == ZINC_OK) s = zcomm_staged_create(inner, e->dev, &e->comm);
+    return s;
 }
 
 zinc_status zinc_engine_create(const zinc_engine_options_t *opt, zinc_engine_t **out)
@@ -94,31 +156,11 @@ zinc_status zinc_engine_create(const zinc_engine_options_t *opt, zinc_engine_t *
     e->dtype = e->cfg.dtype;
     zscaler_init(&e->st.scaler, &e->cfg);
 
-    if (e->world->is_mpi) {
-        s = zcomm_mpi_create(&e->comm);
-        if (s == ZINC_OK) e->world->mpi_comm = e->comm;
-    } else {
-        s = zcomm_local_create(e->world->local, e->rank, &e->comm);
-    }
-    if (s != ZINC_OK) {
-        zerr_thread(s, "zinc_engine_create: cannot open the comm of rank %d: %s", e->rank,
-                    e->comm ? e->comm->err : zerr_thread_message());
-        goto fail;
-    }
-    zcomm_set_timeout(e->comm, e->cfg.zinc.comm_timeout_s);
-
     const char *devname = opt->device ? opt->device : "cpu";
     int threads = opt->threads > 0 ? opt->threads : default_threads(e->world);
-    int local_rank = e->world->is_mpi ? e->rank : 0;
-    const char *lr_env = getenv("LOCAL_RANK");
-    if (lr_env) local_rank = atoi(lr_env);
-    s = zdev_open(devname, threads, local_rank, &e->dev);
-    if (s != ZINC_OK) {
-        zerr_thread(s, "zinc_engine_create: cannot open device '%s'%s", devname,
-                    s == ZINC_ERR_UNSUPPORTED ? " (not built into this zinc, or no device present)"
-                                              : "");
-        goto fail;
-    }
+    s = !strcmp(devname, "cuda") ? open_cuda(e) : open_cpu(e, devname, threads);
+    if (s != ZINC_OK) goto fail;
+    zcomm_set_timeout(e->comm, e->cfg.zinc.comm_timeout_s);
     if (e->rank == 0)
         zlog(ZLOG_DEBUG, "engine", e->rank, "config %s, stage %d, %s, world %d, device %s",
              e->cfg.hash_hex, e->stage, zinc_dtype_name(e->dtype), e->world_size, devname);
@@ -140,7 +182,7 @@ void zinc_engine_destroy(zinc_engine_t *e)
     if (!e) return;
     zdev_t *d = e->dev;
     if (d) {
-        void *bufs[] = {e->param16, e->grad, e->master, e->m, e->v, e->bucket, e->gather};
+        void *bufs[] = {e->param16, e->grad, e->master, e->m, e->v, e->bucket, e->gather, e->stats};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
             if (bufs[i]) d->iface->free(d, bufs[i]);
         zdev_close(d);
@@ -288,21 +330,32 @@ static uint64_t registration_hash(const zplan *p, zinc_dtype dtype)
     return v;
 }
 
-/* Every rank must register the same groups and parameters: compare hashes (uncounted traffic). */
+/* Every rank must register the same groups and parameters: compare hashes (uncounted traffic,
+ * through device memory since the comm may be NCCL). */
 static zinc_status check_same_registration(zinc_engine_t *e)
 {
     uint64_t mine = registration_hash(&e->plan, e->dtype), root = mine;
     zcomm_t *c = e->comm;
-    zinc_status s = c->iface->broadcast(c, &root, sizeof root, 0);
-    if (s != ZINC_OK) return zeng_fail(e, s, "zinc_finalize: %s", c->err);
+    zdev_t *d = e->dev;
+    size_t n = (size_t)e->world_size;
+    double *differ = calloc(n, sizeof *differ);
+    double *dbuf = d->iface->alloc(d, (n + 1) * sizeof(double));
+    zinc_status s = differ && dbuf ? ZINC_OK : ZINC_ERR_NOMEM;
+    if (s == ZINC_OK) s = d->iface->upload(d, dbuf, &root, sizeof root);
+    if (s == ZINC_OK) s = c->iface->broadcast(c, dbuf, sizeof root, 0);
+    if (s == ZINC_OK) s = d->iface->download(d, &root, dbuf, sizeof root);
     /* differ[r] = 1 when rank r's registration differs from rank 0's. */
-    double *differ = calloc((size_t)e->world_size, sizeof *differ);
-    if (!differ) return zeng_fail(e, ZINC_ERR_NOMEM, "zinc_finalize: out of memory");
-    differ[e->rank] = mine != root;
-    s = c->iface->all_reduce(c, differ, (size_t)e->world_size, ZDT_F64, 1.0f);
+    if (s == ZINC_OK) {
+        differ[e->rank] = mine != root;
+        s = d->iface->upload(d, dbuf, differ, n * sizeof(double));
+    }
+    if (s == ZINC_OK) s = c->iface->all_reduce(c, dbuf, n, ZDT_F64, 1.0f);
+    if (s == ZINC_OK) s = d->iface->download(d, differ, dbuf, n * sizeof(double));
+    if (dbuf) d->iface->free(d, dbuf);
     if (s != ZINC_OK) {
         free(differ);
-        return zeng_fail(e, s, "zinc_finalize: %s", c->err);
+        return zeng_fail(e, s, "zinc_finalize: comparing registrations across ranks: %s%s", c->err,
+                         d->err);
     }
     char ranks[256] = "";
     int nbad = 0;
@@ -378,6 +431,17 @@ zinc_status zinc_finalize(zinc_engine_t *e)
     e->master = master;
     e->m = m;
     e->v = v;
+    if (zcomm_is_staged(e->comm)) {
+        /* The largest collective: stage 0's all-reduce of the flat buffer, else one group. */
+        size_t big = (e->stage == 0 ? e->plan.flat_numel : e->plan.max_group_padded) *
+                     zinc_dtype_size(e->dtype);
+        size_t f32 = e->plan.max_group_padded * 4; /* zinc_param_get's fp32 all-gather */
+        s = zcomm_staged_reserve(e->comm, big > f32 ? big : f32);
+        if (s != ZINC_OK) return zeng_fail(e, s, "zinc_finalize: %s", e->comm->err);
+    }
+    /* 16 bytes for the step's statistics: outside the plan's categories, which count tensors. */
+    e->stats = e->dev->iface->alloc(e->dev, 2 * sizeof(double));
+    if (!e->stats) return zeng_fail(e, ZINC_ERR_NOMEM, "zinc_finalize: out of memory");
     memset(e->comm->bytes, 0, sizeof e->comm->bytes);
     e->finalized = 1;
     if (e->rank == 0) {
@@ -483,16 +547,17 @@ zinc_status zinc_param_get(zinc_engine_t *e, int param, float *out)
     const zplan_param *P = &e->plan.params[param];
     const zplan_group *G = &e->plan.groups[P->group];
     /* Every rank contributes its slice of the group's master weights; an (uncounted) all-gather
-     * assembles the group; the parameter is then read out of it. */
-    float *tmp = calloc(G->padded, sizeof *tmp);
+     * in device memory assembles the group; the parameter is then read out of it. */
+    zdev_t *d = e->dev;
+    float *tmp = d->iface->alloc(d, G->padded * sizeof(float));
     if (!tmp) return zeng_fail(e, ZINC_ERR_NOMEM, "zinc_param_get: out of memory");
     size_t own = e->stage == 0 ? G->flat_off + G->slice * (size_t)e->rank : G->shard_off;
-    s = e->dev->iface->download(e->dev, tmp + G->slice * (size_t)e->rank, e->master + own,
-                                G->slice * 4);
+    s = d->iface->copy(d, tmp + G->slice * (size_t)e->rank, e->master + own, G->slice * 4);
     if (s == ZINC_OK) s = e->comm->iface->all_gather(e->comm, tmp, G->padded, ZDT_F32);
-    if (s == ZINC_OK) memcpy(out, tmp + P->offset, P->numel * 4);
-    free(tmp);
-    if (s != ZINC_OK) return zeng_fail(e, s, "zinc_param_get: '%s': %s", P->name, e->comm->err);
+    if (s == ZINC_OK) s = d->iface->download(d, out, tmp + P->offset, P->numel * 4);
+    d->iface->free(d, tmp);
+    if (s != ZINC_OK)
+        return zeng_fail(e, s, "zinc_param_get: '%s': %s%s", P->name, e->comm->err, d->err);
     return ZINC_OK;
 }
 

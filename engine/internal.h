@@ -72,6 +72,7 @@ struct zinc_engine {
     float *master, *m, *v;
     void *bucket;                 /* [nbuckets * max_group_padded] */
     void *gather;                 /* [ngather * max_group_padded] */
+    double *stats;                /* [2] device: sum of squares, non-finite flag of the step */
     int nbuckets, ngather;
     int *bucket_owner;            /* [nbuckets]: group using it or -1 */
     int *gather_owner;            /* [ngather] */

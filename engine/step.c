@@ -185,21 +185,21 @@ static zinc_status reduce_grads(zinc_engine_t *e)
     return ZINC_OK;
 }
 
-/* Sum of squares and non-finite count over this rank's slices, then across ranks. */
+/* Sum of squares and non-finite flag over this rank's slices (accumulated on the device, group
+ * by group in order), then one all-reduce across ranks and one read of the two numbers: the one
+ * host synchronisation of the step. */
 static zinc_status global_stats(zinc_engine_t *e, double *sumsq, int *overflow)
 {
-    double acc[2] = {0.0, 0.0};
     for (int g = 0; g < e->plan.ngroups; g++) {
-        zk_grad_stats st;
-        zinc_status s = e->dev->iface->grad_stats(e->dev, own_grad(e, g), e->dtype,
-                                                  e->plan.groups[g].slice, &st);
+        zinc_status s = e->dev->iface->grad_stats_acc(e->dev, own_grad(e, g), e->dtype,
+                                                      e->plan.groups[g].slice, e->stats, g > 0);
         if (s != ZINC_OK) return zeng_fail(e, s, "zinc_step: gradient statistics: %s", e->dev->err);
-        acc[0] += st.sumsq;
-        acc[1] += st.nonfinite ? 1.0 : 0.0;
     }
-    /* The one host synchronisation of the step. */
-    zinc_status s = zcomm_all_reduce(e->comm, acc, 2, ZDT_F64, 1.0f);
+    zinc_status s = zcomm_all_reduce(e->comm, e->stats, 2, ZDT_F64, 1.0f);
     if (s != ZINC_OK) return comm_fail(e, s, "zinc_step", "all-reduce of the gradient norm");
+    double acc[2];
+    s = e->dev->iface->download(e->dev, acc, e->stats, sizeof acc);
+    if (s != ZINC_OK) return zeng_fail(e, s, "zinc_step: reading the gradient norm: %s", e->dev->err);
     *sumsq = acc[0];
     *overflow = acc[1] != 0.0 || !isfinite(acc[0]);
     return ZINC_OK;

@@ -69,6 +69,12 @@ typedef struct zdev_iface {
     zinc_status (*adam_step)(zdev_t *d, const zk_adam_args *a);
     zinc_status (*grad_stats)(zdev_t *d, const void *g, zinc_dtype dt, size_t n,
                               zk_grad_stats *out);
+    /* The same statistics accumulated into out[2] in DEVICE memory: out[0] = sum of squares,
+     * out[1] = 1.0 when non-finite else 0.0; with add != 0 they are added in (sumsq +=,
+     * flag = max). Queued without a host wait where the device has streams: the engine sums
+     * every slice this way, all-reduces out and reads the two numbers once per step. */
+    zinc_status (*grad_stats_acc)(zdev_t *d, const void *g, zinc_dtype dt, size_t n,
+                                  double *out, int add);
     /* dst[i] = (dst_dt) (src[i] * scale), n elements; scale 1 for a plain cast. */
     zinc_status (*cast)(zdev_t *d, void *dst, zinc_dtype dst_dt, const void *src,
                         zinc_dtype src_dt, size_t n, float scale);

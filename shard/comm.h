@@ -73,6 +73,15 @@ void zmpi_finalize(void);
 const char *zmpi_version(void);
 zinc_status zcomm_mpi_create(zcomm_t **out);
 
+/* A comm over device buffers made of a host comm (comm_staged.c): every collective stages the
+ * buffer through host memory. Takes ownership of `inner` (destroyed with it, or at once when
+ * creation fails); `dev` must outlive it. Reserve the
+ * largest collective's bytes before the first call (no allocation inside a step). */
+struct zdev;
+zinc_status zcomm_staged_create(zcomm_t *inner, struct zdev *dev, zcomm_t **out);
+zinc_status zcomm_staged_reserve(zcomm_t *c, size_t bytes);
+int zcomm_is_staged(const zcomm_t *c);
+
 void zcomm_destroy(zcomm_t *c);
 void zcomm_set_timeout(zcomm_t *c, double seconds);
 

@@ -242,6 +242,20 @@ static zinc_status cpu_grad_stats(zdev_t *d, const void *g, zinc_dtype dt, size_
     return ZINC_OK;
 }
 
+static zinc_status cpu_grad_stats_acc(zdev_t *d, const void *g, zinc_dtype dt, size_t n,
+                                      double *out, int add)
+{
+    zk_grad_stats st;
+    if (!out)
+        return zerr_fmt(d->err, sizeof d->err, ZINC_ERR_INVALID_ARG, "cpu grad_stats_acc: NULL out");
+    zinc_status s = cpu_grad_stats(d, g, dt, n, &st);
+    if (s != ZINC_OK) return s;
+    double flag = st.nonfinite ? 1.0 : 0.0;
+    out[0] = add ? out[0] + st.sumsq : st.sumsq;
+    out[1] = add && out[1] > flag ? out[1] : flag;
+    return ZINC_OK;
+}
+
 static zinc_status cpu_cast(zdev_t *d, void *dst, zinc_dtype dst_dt, const void *src,
                             zinc_dtype src_dt, size_t n, float scale)
 {
@@ -310,6 +324,7 @@ static const zdev_iface_t cpu_iface = {
     .download = cpu_copy,
     .adam_step = cpu_adam,
     .grad_stats = cpu_grad_stats,
+    .grad_stats_acc = cpu_grad_stats_acc,
     .cast = cpu_cast,
     .accumulate = cpu_accumulate,
     .sync = NULL,

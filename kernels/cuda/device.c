@@ -330,6 +330,12 @@ static void cu_close(zdev_t *d)
     free(d);
 }
 
+static zinc_status cu_grad_stats_acc(zdev_t *d, const void *g, zinc_dtype dt, size_t n,
+                                     double *out, int add)
+{
+    return zdev_cuda_grad_stats_dev(d, g, dt, n, out, add);
+}
+
 static const zdev_iface_t cuda_iface = {
     .name = "cuda",
     .alloc = cu_alloc,
@@ -340,6 +346,7 @@ static const zdev_iface_t cuda_iface = {
     .download = cu_download,
     .adam_step = cu_adam,
     .grad_stats = cu_grad_stats,
+    .grad_stats_acc = cu_grad_stats_acc,
     .cast = cu_cast,
     .accumulate = cu_accumulate,
     .sync = cu_sync,

@@ -25,3 +25,8 @@ if(ZINC_HAVE_MPI)
   set_tests_properties(engine_stages_mpi PROPERTIES LABELS multirank TIMEOUT 300
                        ENVIRONMENT "OMPI_MCA_btl_vader_single_copy_mechanism=none")
 endif()
+
+# The same equivalence through the staging comm that local ranks sharing one GPU use.
+add_test(NAME engine_stages_staged COMMAND engine_stages)
+set_tests_properties(engine_stages_staged PROPERTIES LABELS "multirank;unit" TIMEOUT 600
+                     ENVIRONMENT "ZINC_TEST_STAGED_COMM=1")
