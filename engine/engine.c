@@ -196,6 +196,7 @@ void zinc_engine_destroy(zinc_engine_t *e)
     free(e->gstate);
     free(e->bucket_owner);
     free(e->gather_owner);
+    free(e->trace);
     free(e);
 }
 
@@ -403,13 +404,14 @@ zinc_status zinc_finalize(zinc_engine_t *e)
         return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_finalize: the model is too large to plan");
 
     e->nbuckets = e->stage >= 2 ? e->cfg.zinc.grad_buckets : 0;
-    e->ngather = e->stage == 3 ? e->cfg.zinc.gather_buffers : 0;
-    zmem_plan(&e->plan, e->stage, e->dtype, e->nbuckets, e->ngather, e->planned);
-
     e->gstate = calloc((size_t)e->plan.ngroups, sizeof *e->gstate);
+    if (!e->gstate) return zeng_fail(e, ZINC_ERR_NOMEM, "zinc_finalize: out of memory");
+    s = zgather_plan(e);
+    if (s != ZINC_OK) return s;
+    zmem_plan(&e->plan, e->stage, e->dtype, e->nbuckets, e->ngather, e->persist_numel, e->planned);
     e->bucket_owner = calloc((size_t)(e->nbuckets + 1), sizeof(int));
     e->gather_owner = calloc((size_t)(e->ngather + 1), sizeof(int));
-    if (!e->gstate || !e->bucket_owner || !e->gather_owner)
+    if (!e->bucket_owner || !e->gather_owner)
         return zeng_fail(e, ZINC_ERR_NOMEM, "zinc_finalize: out of memory");
     for (int g = 0; g < e->plan.ngroups; g++) e->gstate[g].bucket = e->gstate[g].gather_slot = -1;
     for (int i = 0; i < e->nbuckets; i++) e->bucket_owner[i] = -1;
@@ -431,6 +433,10 @@ zinc_status zinc_finalize(zinc_engine_t *e)
     e->master = master;
     e->m = m;
     e->v = v;
+    /* The persistent stage-3 groups live after the gather ring, in the same block. */
+    if (e->persist_numel)
+        e->persist = (char *)e->gather +
+                     (size_t)e->ngather * e->plan.max_group_padded * zinc_dtype_size(e->dtype);
     if (zcomm_is_staged(e->comm)) {
         /* The largest collective: stage 0's all-reduce of the flat buffer, else one group. */
         size_t big = (e->stage == 0 ? e->plan.flat_numel : e->plan.max_group_padded) *
@@ -529,10 +535,15 @@ zinc_status zinc_param_set(zinc_engine_t *e, int param, const float *values)
         if (s == ZINC_OK && e->stage == 3)
             s = upload_converted(e, (char *)e->param16 + sp * d, values + lo, hi - lo, e->dtype);
     }
-    /* Stages 0-2 keep the full 16-bit copy: every rank writes all of it (same values). */
+    /* Stages 0-2 keep the full 16-bit copy, stage 3 the full copy of persistent groups: every
+     * rank writes all of it (same values). */
     if (s == ZINC_OK && e->stage < 3)
         s = upload_converted(e, (char *)e->param16 + flat_pos(e, param) * d, values, P->numel,
                              e->dtype);
+    const zgroup_state *gs = &e->gstate[P->group];
+    if (s == ZINC_OK && e->stage == 3 && gs->persistent)
+        s = upload_converted(e, (char *)e->persist + (gs->persist_off + P->offset) * d, values,
+                             P->numel, e->dtype);
     if (s != ZINC_OK)
         return zeng_fail(e, s, "zinc_param_set: '%s': %s", P->name,
                          s == ZINC_ERR_NOMEM ? "out of memory" : e->dev->err);
@@ -577,7 +588,7 @@ zinc_status zeng_refresh_params(zinc_engine_t *e)
     }
     if (s != ZINC_OK) return zeng_fail(e, s, "refreshing the working parameters failed: %s%s",
                                        e->dev->err, e->comm->err);
-    return ZINC_OK;
+    return e->stage == 3 ? zgather_refresh_persistent(e, 0) : ZINC_OK;
 }
 
 /* ---- views and introspection -------------------------------------------------------------- */
@@ -593,14 +604,17 @@ zinc_status zinc_param_data(zinc_engine_t *e, int param, void **out)
         *out = (char *)e->param16 + flat_pos(e, param) * d;
         return ZINC_OK;
     }
-    int slot = e->gstate[P->group].gather_slot;
-    if (slot < 0) {
+    const zgroup_state *gs = &e->gstate[P->group];
+    if (!gs->held) {
         *out = NULL;
         return zeng_fail(e, ZINC_ERR_USAGE,
                          "zinc_param_data: '%s' (group '%s') is not gathered; at ZeRO stage 3 call "
                          "zinc_gather on its group first", P->name, e->plan.groups[P->group].name);
     }
-    *out = (char *)e->gather + ((size_t)slot * e->plan.max_group_padded + P->offset) * d;
+    if (gs->persistent)
+        *out = (char *)e->persist + (gs->persist_off + P->offset) * d;
+    else
+        *out = (char *)e->gather + ((size_t)gs->gather_slot * e->plan.max_group_padded + P->offset) * d;
     return ZINC_OK;
 }
 

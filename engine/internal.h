@@ -10,7 +10,7 @@
  *   grad       F (full)     F (full)     S (accumulated)  S (accumulated)
  *   master,m,v F (full)     S            S                S
  *   bucket     -            -            nbuckets * B     nbuckets * B
- *   gather     -            -            -                ngather * B
+ *   gather     -            -            -                ngather * B + persistent groups
  *
  * "Full" buffers are indexed by flat offset (group.flat_off + param.offset); shard buffers by
  * shard offset (group.shard_off + position in the slice). At stage 0 every rank updates the whole
@@ -41,7 +41,10 @@ struct zinc_world {
 
 typedef struct zgroup_state {
     int bucket;                   /* stage 2-3: bucket slot holding its gradient, or -1 */
-    int gather_slot;              /* stage 3: gather slot while gathered, or -1 */
+    int gather_slot;              /* stage 3: gather slot holding it (gathered or prefetched), or -1 */
+    int held;                     /* stage 3: between the user's zinc_gather and zinc_release */
+    int persistent;               /* stage 3: below the persistence threshold, always gathered */
+    size_t persist_off;           /* persistent: element offset in e->persist */
     int ready;                    /* zinc_grads_ready was called this micro-step */
 } zgroup_state;
 
@@ -72,6 +75,12 @@ struct zinc_engine {
     float *master, *m, *v;
     void *bucket;                 /* [nbuckets * max_group_padded] */
     void *gather;                 /* [ngather * max_group_padded] */
+    void *persist;                /* stage 3: persistent groups, full and back to back */
+    size_t persist_numel;
+    /* Stage 3 prefetch: the order of zinc_gather calls of the first micro-step (the trace), and
+     * where the current micro-step is in it (-1 once it left the traced order). */
+    int *trace;                   /* [trace_cap] */
+    int trace_len, trace_cap, trace_done, trace_pos;
     double *stats;                /* [2] device: sum of squares, non-finite flag of the step */
     int nbuckets, ngather;
     int *bucket_owner;            /* [nbuckets]: group using it or -1 */
@@ -107,7 +116,16 @@ zinc_status zeng_refresh_params(zinc_engine_t *e);
 
 /* Memory plan (memplan.c): bytes per category for a plan/stage/dtype, before allocating. */
 void zmem_plan(const zplan *p, int stage, zinc_dtype dtype, int nbuckets, int ngather,
-               uint64_t bytes[ZINC_MEM_COUNT]);
+               size_t persist_numel, uint64_t bytes[ZINC_MEM_COUNT]);
+
+/* Stage 3 gather schedule (gather.c). */
+/* At finalize: persistent groups, the number of gather buffers, the trace. */
+zinc_status zgather_plan(zinc_engine_t *e);
+/* After the update of a step (and after a load): refresh the persistent groups. Collective;
+ * `counted` selects the counting wrappers (training traffic) or the raw backend. */
+zinc_status zgather_refresh_persistent(zinc_engine_t *e, int counted);
+/* At zinc_step: forgets prefetched groups nobody used and ends the trace's first recording. */
+void zgather_step_end(zinc_engine_t *e);
 /* The same from a bare parameter count (zinc estimate): one group of `params` elements. */
 void zmem_estimate(uint64_t params, int world, int stage, zinc_dtype dtype,
                    uint64_t bytes[ZINC_MEM_COUNT]);

@@ -8,14 +8,15 @@
  *   stage 0: 2Ψ + 2Ψ + 12Ψ        stage 1: 2Ψ + 2Ψ + 12Ψ/N
  *   stage 2: 2Ψ + 2Ψ/N + 12Ψ/N    stage 3: 2Ψ/N + 2Ψ/N + 12Ψ/N
  * plus buffers that are not model state: gradient buckets (stages 2-3) and gather buffers
- * (stage 3), each the size of the largest group.
+ * (stage 3), each the size of the largest group, and at stage 3 the full copies of the groups
+ * below stage3_param_persistence_threshold, which stay gathered.
  */
 #include <string.h>
 
 #include "engine/internal.h"
 
 void zmem_plan(const zplan *p, int stage, zinc_dtype dtype, int nbuckets, int ngather,
-               uint64_t bytes[ZINC_MEM_COUNT])
+               size_t persist_numel, uint64_t bytes[ZINC_MEM_COUNT])
 {
     uint64_t d = zinc_dtype_size(dtype);
     uint64_t F = p->flat_numel, S = p->shard_numel, B = p->max_group_padded;
@@ -26,7 +27,7 @@ void zmem_plan(const zplan *p, int stage, zinc_dtype dtype, int nbuckets, int ng
     bytes[ZINC_MEM_ADAM_M] = bytes[ZINC_MEM_MASTER];
     bytes[ZINC_MEM_ADAM_V] = bytes[ZINC_MEM_MASTER];
     bytes[ZINC_MEM_BUCKET] = stage >= 2 ? (uint64_t)nbuckets * B * d : 0;
-    bytes[ZINC_MEM_GATHER] = stage == 3 ? (uint64_t)ngather * B * d : 0;
+    bytes[ZINC_MEM_GATHER] = stage == 3 ? ((uint64_t)ngather * B + persist_numel) * d : 0;
 }
 
 void zmem_estimate(uint64_t params, int world, int stage, zinc_dtype dtype,
@@ -37,5 +38,5 @@ void zmem_estimate(uint64_t params, int world, int stage, zinc_dtype dtype,
     zplan_group grp = {.first_param = 0, .nparams = 1};
     zplan p = {.ngroups = 1, .nparams = 1, .groups = &grp, .params = &prm};
     zplan_layout(&p, world);
-    zmem_plan(&p, stage, dtype, 0, 0, bytes);
+    zmem_plan(&p, stage, dtype, 0, 0, 0, bytes);
 }

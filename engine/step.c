@@ -39,50 +39,6 @@ static zinc_status comm_fail(zinc_engine_t *e, zinc_status s, const char *fn, co
 
 static size_t dsize(const zinc_engine_t *e) { return zinc_dtype_size(e->dtype); }
 
-/* ---- stage 3 gather / release ------------------------------------------------------------- */
-
-zinc_status zinc_gather(zinc_engine_t *e, int group)
-{
-    zinc_status s = check_group(e, group, "zinc_gather");
-    if (s != ZINC_OK || e->stage < 3) return s;
-    zgroup_state *gs = &e->gstate[group];
-    if (gs->gather_slot >= 0)
-        return zeng_fail(e, ZINC_ERR_USAGE, "zinc_gather: group '%s' is already gathered",
-                         e->plan.groups[group].name);
-    int slot = -1;
-    for (int i = 0; i < e->ngather && slot < 0; i++)
-        if (e->gather_owner[i] < 0) slot = i;
-    if (slot < 0)
-        return zeng_fail(e, ZINC_ERR_USAGE,
-                         "zinc_gather: all %d gather buffers are in use; zinc_release a group "
-                         "before gathering '%s', or raise zinc.gather_buffers in the config",
-                         e->ngather, e->plan.groups[group].name);
-    const zplan_group *G = &e->plan.groups[group];
-    size_t d = dsize(e);
-    char *buf = (char *)e->gather + (size_t)slot * e->plan.max_group_padded * d;
-    s = e->dev->iface->copy(e->dev, buf + G->slice * (size_t)e->rank * d,
-                            (char *)e->param16 + G->shard_off * d, G->slice * d);
-    if (s != ZINC_OK) return zeng_fail(e, s, "zinc_gather: %s", e->dev->err);
-    s = zcomm_all_gather(e->comm, buf, G->padded, (zdt)e->dtype);
-    if (s != ZINC_OK) return comm_fail(e, s, "zinc_gather", "all-gather");
-    e->gather_owner[slot] = group;
-    gs->gather_slot = slot;
-    return ZINC_OK;
-}
-
-zinc_status zinc_release(zinc_engine_t *e, int group)
-{
-    zinc_status s = check_group(e, group, "zinc_release");
-    if (s != ZINC_OK || e->stage < 3) return s;
-    zgroup_state *gs = &e->gstate[group];
-    if (gs->gather_slot < 0)
-        return zeng_fail(e, ZINC_ERR_USAGE, "zinc_release: group '%s' is not gathered",
-                         e->plan.groups[group].name);
-    e->gather_owner[gs->gather_slot] = -1;
-    gs->gather_slot = -1;
-    return ZINC_OK;
-}
-
 /* ---- gradients ---------------------------------------------------------------------------- */
 
 /* Stages 2-3: the bucket of a group, taken from the free ones on first use in a micro-step. */
@@ -235,7 +191,7 @@ static zinc_status apply_adam(zinc_engine_t *e, float lr, float beta1, float bet
         a.n = e->stage == 0 ? e->plan.flat_numel : e->plan.shard_numel;
         s = e->dev->iface->adam_step(e->dev, &a);
         if (s != ZINC_OK) return zeng_fail(e, s, "zinc_step: adam: %s", e->dev->err);
-        return ZINC_OK;
+        return e->stage == 3 ? zgather_refresh_persistent(e, 1) : ZINC_OK;
     }
     /* Stages 1-2: the 16-bit output goes straight into the rank's slice of each group in the full
      * parameter buffer, which the all-gather then completes. */
@@ -279,11 +235,12 @@ zinc_status zinc_step(zinc_engine_t *e, zinc_step_info_t *info)
                              "zinc_step: group '%s' was not handed over with zinc_grads_ready in "
                              "this micro-step (every group needs it, once, before zinc_step)",
                              e->plan.groups[g].name);
-        if (e->gstate[g].gather_slot >= 0)
+        if (e->gstate[g].held)
             return zeng_fail(e, ZINC_ERR_USAGE, "zinc_step: group '%s' is still gathered; "
                              "zinc_release it first", e->plan.groups[g].name);
     }
     for (int g = 0; g < e->plan.ngroups; g++) e->gstate[g].ready = 0;
+    zgather_step_end(e);
 
     double scale = e->st.scaler.cur_scale;
     info->loss_scale = info->next_loss_scale = scale;

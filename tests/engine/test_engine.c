@@ -99,6 +99,7 @@ static void test_misuse(void)
 typedef struct {
     zinc_world_t *world;
     int stage;
+    int64_t persist;          /* toy_run.persist_threshold */
     zinc_status st[8];
     char msg[8][512];
     double seconds[8];
@@ -147,7 +148,8 @@ static void volume_rank(int rank, void *arg)
 {
     mr_ctx *c = arg;
     char *cfgs;
-    toy_run tr = {.world = 4, .stage = c->stage, .accum = 1, .dtype = ZINC_DTYPE_BF16};
+    toy_run tr = {.world = 4, .stage = c->stage, .accum = 1, .dtype = ZINC_DTYPE_BF16,
+                  .persist_threshold = c->persist};
     cfgs = toy_config(&tr);
     zinc_engine_options_t o = {.config_json = cfgs, .world = c->world, .rank = rank, .threads = 1};
     zinc_engine_t *e = NULL;
@@ -165,6 +167,12 @@ static void volume_rank(int rank, void *arg)
         /* The plan against the ZeRO formulas, in padded elements F (flat) and S (shard). */
         uint64_t F = e->plan.flat_numel, S = e->plan.shard_numel;
         uint64_t want16 = (c->stage < 3 ? F : S) * 2, wantg = (c->stage < 2 ? F : S) * 2;
+        /* Stage 3 buffers: the persistent groups (all of the toy's, at DeepSpeed's default
+         * threshold) in full, or the gather ring of whole groups. */
+        if (c->stage == 3)
+            ZT_CHECK(c->persist == 0 ? planned[ZINC_MEM_GATHER] == F * 2
+                                     : planned[ZINC_MEM_GATHER] % (e->plan.max_group_padded * 2) == 0,
+                     "stage 3 gather buffers: %llu bytes", (unsigned long long)planned[ZINC_MEM_GATHER]);
         uint64_t wantm = (c->stage == 0 ? F : S) * 4;
         ZT_CHECK(planned[ZINC_MEM_PARAM16] == want16 && planned[ZINC_MEM_GRAD] == wantg &&
                      planned[ZINC_MEM_MASTER] == wantm && planned[ZINC_MEM_ADAM_V] == wantm,
@@ -182,8 +190,11 @@ static void volume_rank(int rank, void *arg)
 
 static void test_volume_and_memory(void)
 {
-    for (int stage = 0; stage <= 3; stage++) {
-        mr_ctx c = {.stage = stage};
+    /* Stage 3 twice: with no persistent group (3Ψ), and with all persistent (2Ψ: their
+     * parameters are gathered once per step, after the update, instead of twice). */
+    for (int run = 0; run <= 4; run++) {
+        int stage = run > 3 ? 3 : run;
+        mr_ctx c = {.stage = stage, .persist = run == 3 ? -1 : 0};
         ZT_OK(zinc_world_create_local(4, &c.world));
         zt_run_ranks(4, volume_rank, &c);
         zinc_world_destroy(c.world);
@@ -193,10 +204,11 @@ static void test_volume_and_memory(void)
         uint64_t total = b[0] + b[1] + b[2] + b[3];
         /* The (norm², overflow) all-reduce: 2 doubles, counted twice as every all-reduce. */
         uint64_t stats = 2 * 2 * sizeof(double);
-        uint64_t want = (stage == 3 ? 3 : 2) * P + stats;
-        ZT_CHECK(total == want, "stage %d: %llu bytes moved, ZeRO volume %llu (+%llu stats)", stage,
-                 (unsigned long long)total, (unsigned long long)((stage == 3 ? 3 : 2) * P),
-                 (unsigned long long)stats);
+        uint64_t k = run == 3 ? 3 : 2;
+        uint64_t want = k * P + stats;
+        ZT_CHECK(total == want, "stage %d%s: %llu bytes moved, ZeRO volume %llu (+%llu stats)", stage,
+                 run == 4 ? " (persistent groups)" : "", (unsigned long long)total,
+                 (unsigned long long)(k * P), (unsigned long long)stats);
         for (int r = 1; r < 4; r++)
             ZT_CHECK(!memcmp(c.bytes[r], c.bytes[0], sizeof c.bytes[0]), "ranks count alike");
     }
@@ -416,8 +428,47 @@ static void test_failing_rank(void)
     }
 }
 
+/* Stage 3 prefetch: after the first micro-step recorded the order of gathers, gathering the
+ * first group also gathers the following ones into free buffers; leaving the order stops it. */
+static void test_prefetch(void)
+{
+    toy_run tr = {.world = 1, .stage = 3, .accum = 1, .dtype = ZINC_DTYPE_BF16,
+                  .persist_threshold = -1};
+    char *cfg = toy_config(&tr);
+    zinc_engine_options_t o = {.config_json = cfg, .threads = 1};
+    zinc_engine_t *e = NULL;
+    int np = 0;
+    ZT_OK(zinc_engine_create(&o, &e));
+    free(cfg);
+    if (!e) return;
+    ZT_OK(toy_register(e, &np));
+    ZT_CHECK(e->ngather >= 2, "stage 3 gather ring of %d buffers", e->ngather);
+    ZT_OK(toy_micro_step(e, 0, 1, 0, np, 0));
+    ZT_OK(zinc_step(e, NULL));
+    ZT_CHECK(e->gstate[1].gather_slot < 0, "nothing prefetched before the trace is followed");
+    ZT_OK(zinc_gather(e, 0));
+    ZT_CHECK(e->gstate[1].gather_slot >= 0 && !e->gstate[1].held, "group 1 prefetched");
+    ZT_OK(zinc_release(e, 0));
+    ZT_OK(zinc_gather(e, 1)); /* a prefetch hit: no new collective */
+    ZT_CHECK(e->gstate[1].held, "group 1 held after its gather");
+    ZT_OK(zinc_release(e, 1));
+    /* Out of order: group 4 next instead of 2; prefetch stops, gathering still works. */
+    int before = e->gstate[3].gather_slot;
+    ZT_OK(zinc_gather(e, 4));
+    ZT_CHECK(e->trace_pos == -1, "trace left");
+    ZT_OK(zinc_release(e, 4));
+    for (int g = 0; g < 5; g++) {
+        ZT_OK(zinc_grads_ready(e, g));
+    }
+    ZT_OK(zinc_step(e, NULL));
+    for (int g = 0; g < 5; g++)
+        ZT_CHECK(e->gstate[g].gather_slot < 0, "group %d (slot before %d) dropped at the step", g, before);
+    zinc_engine_destroy(e);
+}
+
 int main(void)
 {
+    test_prefetch();
     test_misuse();
     test_mismatch();
     test_volume_and_memory();

@@ -76,15 +76,19 @@ int main(void)
             toy_run ref = {.world = worlds[wi], .stage = 0, .accum = 1, .steps = steps,
                            .dtype = dtypes[di], .clip = 1.0, .inject_inf_step = -1};
             if (!run(&ref)) continue;
-            for (int st = 1; st <= 3; st++) {
+            /* Stage 3 twice: every group persistent (the toy's groups are all below DeepSpeed's
+             * default threshold), and none persistent (gathered on demand, with prefetch). */
+            for (int st = 1; st <= 4; st++) {
                 toy_run r = ref;
                 memset(r.final, 0, sizeof r.final);
-                r.stage = st;
+                r.stage = st > 3 ? 3 : st;
+                r.persist_threshold = st > 3 ? -1 : 0;
                 if (!run(&r)) continue;
                 int bitwise;
                 double d = max_abs_diff(&ref, &r, &bitwise);
-                ZT_CHECK(bitwise, "%s world %d: stage %d differs from stage 0 (max |diff| %g)",
-                         zinc_dtype_name(dtypes[di]), worlds[wi], st, d);
+                ZT_CHECK(bitwise, "%s world %d: stage %d%s differs from stage 0 (max |diff| %g)",
+                         zinc_dtype_name(dtypes[di]), worlds[wi], r.stage,
+                         st > 3 ? " (no persistent groups)" : "", d);
                 toy_free(&r);
             }
             /* The weights must have moved: a test that trains nothing could not fail above. */
