@@ -49,6 +49,11 @@ static int default_threads(const zinc_world_t *w)
 /* CPU: the device is host memory and the comm is the world's own backend. */
 static zinc_status open_cpu(zinc_engine_t *e, const char *devname, int threads)
 {
+    if (e->world->is_env)
+        return zerr_thread(ZINC_ERR_UNSUPPORTED,
+                           "zinc_engine_create: this process was started by torchrun/srun, whose "
+                           "ranks zinc connects with NCCL: use device \"cuda\", or start CPU ranks "
+                           "with mpirun");
     zinc_status s = zdev_open(devname, threads, 0, &e->dev);
     if (s != ZINC_OK)
         return zerr_thread(s, "zinc_engine_create: cannot open device '%s': %s", devname,
@@ -79,7 +84,7 @@ static zinc_status open_cuda(zinc_engine_t *e)
 {
     zinc_status s;
     double timeout = e->cfg.zinc.comm_timeout_s;
-    if (e->world->is_mpi) {
+    if (e->world->is_mpi || e->world->is_env) {
         zboot_info info;
         s = zcomm_nccl_launch(timeout, &info, &e->dev, &e->comm);
         if (s == ZINC_OK && (info.rank != e->rank || info.size != e->world_size))
@@ -128,7 +133,7 @@ zinc_status zinc_engine_create(const zinc_engine_options_t *opt, zinc_engine_t *
         e->owns_world = 1;
     }
     e->world_size = e->world->size;
-    if (e->world->is_mpi) {
+    if (e->world->is_mpi || e->world->is_env) {
         e->rank = e->world->mpi_rank;
     } else {
         if (opt->rank < 0 || opt->rank >= e->world_size) {

@@ -33,7 +33,8 @@
 struct zinc_world {
     int size;
     int is_mpi;
-    int mpi_rank;                 /* mpi worlds: this process's rank */
+    int is_env;                   /* started by torchrun/srun: one rank per process, NCCL only */
+    int mpi_rank;                 /* mpi and env worlds: this process's rank */
     int we_initialised_mpi;
     zlocal_world_t *local;        /* local worlds */
     zcomm_t *mpi_comm;            /* mpi worlds: the comm of this process's engine, for abort */

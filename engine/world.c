@@ -3,9 +3,11 @@
  * process per rank). A world only says who the ranks are; each engine opens its own comm on it.
  */
 #include <stdlib.h>
+#include <string.h>
 
 #include "engine/internal.h"
 #include "engine/log.h"
+#include "kernels/cuda/bootstrap.h"
 
 zinc_status zinc_world_create_local(int world_size, zinc_world_t **out)
 {
@@ -47,6 +49,30 @@ zinc_status zinc_world_create_mpi(zinc_world_t **out)
     return ZINC_OK;
 }
 
+zinc_status zinc_world_create_launched(zinc_world_t **out)
+{
+    if (!out) return zerr_thread(ZINC_ERR_INVALID_ARG, "zinc_world_create_launched: out is NULL");
+    *out = NULL;
+    zboot_info bi;
+    char err[512] = "";
+    zinc_status s = zboot_detect(&bi, err, sizeof err);
+    if (s != ZINC_OK) return zerr_thread(s, "zinc_world_create_launched: %s", err);
+    if (!strcmp(bi.method, "mpi")) {
+        s = zinc_world_create_mpi(out);
+        /* Detection initialised MPI: the world finalises it when destroyed. */
+        if (s == ZINC_OK && bi.mpi_initialised) (*out)->we_initialised_mpi = 1;
+        return s;
+    }
+    if (!strcmp(bi.method, "single")) return zinc_world_create_local(1, out);
+    zinc_world_t *w = calloc(1, sizeof *w);
+    if (!w) return zerr_thread(ZINC_ERR_NOMEM, "zinc_world_create_launched: out of memory");
+    w->size = bi.size;
+    w->is_env = 1;
+    w->mpi_rank = bi.rank;
+    *out = w;
+    return ZINC_OK;
+}
+
 void zinc_world_destroy(zinc_world_t *w)
 {
     if (!w) return;
@@ -57,7 +83,10 @@ void zinc_world_destroy(zinc_world_t *w)
 
 int zinc_world_size(const zinc_world_t *w) { return w ? w->size : 0; }
 
-int zinc_world_rank(const zinc_world_t *w) { return w && w->is_mpi ? w->mpi_rank : -1; }
+int zinc_world_rank(const zinc_world_t *w)
+{
+    return w && (w->is_mpi || w->is_env) ? w->mpi_rank : -1;
+}
 
 void zinc_world_abort(zinc_world_t *w, int rank, const char *why)
 {

@@ -3,14 +3,9 @@
 # run anywhere (label unit).
 set(_gpu ${CMAKE_CURRENT_LIST_DIR})
 
-# The NCCL-id bootstrap is plain C and testable without a GPU. Builds without CUDA do not have it
-# in zinc_core, so the test compiles it in.
-if(ZINC_HAVE_CUDA)
-  zinc_test(NAME cuda_bootstrap SOURCES ${_gpu}/test_bootstrap.c LABELS unit TIMEOUT 60)
-else()
-  zinc_test(NAME cuda_bootstrap SOURCES ${_gpu}/test_bootstrap.c
-            ${CMAKE_SOURCE_DIR}/kernels/cuda/bootstrap.c LABELS unit TIMEOUT 60)
-endif()
+# The NCCL-id bootstrap is plain C, in zinc_core in every build (zinc_world_create_launched reads
+# the launcher's environment with it), and testable without a GPU.
+zinc_test(NAME cuda_bootstrap SOURCES ${_gpu}/test_bootstrap.c LABELS unit TIMEOUT 60)
 
 # The CUDA Adam kernel's element arithmetic, run on the host against the CPU definition. No CUDA
 # needed; without contraction the host operators are the device's separately rounded operations.
