@@ -36,7 +36,10 @@ static void bench_usage(FILE *f)
             "  --dtype fp16|bf16|fp32 gradient and working-copy dtype (default fp16)\n"
             "  --threads T            cpu threads, 0 = online CPUs (default 0)\n"
             "  --repeat R             timed repeats after one warm-up (default 5)\n"
-            "  --json                 one JSON object on stdout\n"
+            "  --json                 one JSON object on stdout (torch_ms_median and\n"
+            "                         speedup_vs_torch are -1 when torch was not measured)\n"
+            "  --no-torch             skip the side-by-side run of torch.optim.AdamW(fused=True)\n"
+            "                         (bench/torch_adamw.py with $ZINC_PYTHON or python3)\n"
             "  --help                 this text\n\n"
             "env ZINC_CPU_ISA=portable|avx2|avx512 forces the cpu kernels' instruction set.\n"
             "exit codes: 0 done, 1 runtime failure (no memory, no device or ISA), 2 bad usage\n");
@@ -89,11 +92,37 @@ static zinc_status fill(zdev_t *d, void *dev, zinc_dtype dt, size_t n, float lo,
 
 static zinc_status sync_dev(zdev_t *d) { return d->iface->sync ? d->iface->sync(d) : ZINC_OK; }
 
+/* PyTorch's AdamW on the same sizes (bench/torch_adamw.py with $ZINC_PYTHON, else python3).
+ * Returns its median in ms, or a negative value with the reason in `why`. */
+static double torch_adamw_ms(const char *device, size_t n, const char *dtname, long long repeat,
+                             char *why, size_t whyn)
+{
+    const char *py = getenv("ZINC_PYTHON");
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "%s %s/bench/torch_adamw.py --device %s --params %zu --dtype %s "
+             "--repeat %lld --impl fused 2>&1", py && *py ? py : "python3", ZINC_SOURCE_DIR, device,
+             n, dtname, repeat);
+    FILE *f = popen(cmd, "r");
+    char out[4096] = "";
+    size_t got = f ? fread(out, 1, sizeof out - 1, f) : 0;
+    out[got] = 0;
+    int rc = f ? pclose(f) : -1;
+    const char *ms = strstr(out, "\"ms_median\": ");
+    if (rc != 0 || !ms) {
+        const char *r = strstr(out, "\"reason\": \"");
+        snprintf(why, whyn, "%s", r ? r + 11 : (*out ? out : "python3 not found"));
+        char *end = strpbrk(why, "\"\n");
+        if (end) *end = 0;
+        return -1.0;
+    }
+    return atof(ms + strlen("\"ms_median\": "));
+}
+
 static int bench_adam(int argc, char **argv)
 {
     const char *device = "cpu", *dtname = "fp16";
     long long params = 100000000, threads = 0, repeat = 5;
-    int json = 0;
+    int json = 0, with_torch = 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *val = i + 1 < argc ? argv[i + 1] : NULL;
@@ -102,6 +131,9 @@ static int bench_adam(int argc, char **argv)
             return 0;
         } else if (!strcmp(a, "--json")) {
             json = 1;
+            continue;
+        } else if (!strcmp(a, "--no-torch")) {
+            with_torch = 0;
             continue;
         }
         if (!val) return zarg_usage_error("bench adam", "%s needs a value", a);
@@ -188,6 +220,10 @@ static int bench_adam(int argc, char **argv)
         if (r > 0) t_step[r - 1] = t1 - t0, t_probe[r - 1] = t2 - t1;
     }
     timing ts = summarize(t_step, (int)repeat), tp = summarize(t_probe, (int)repeat);
+    /* Beside it, in the same run, PyTorch's fused AdamW when a Python with torch is there. */
+    char torch_why[512] = "not asked (--no-torch)";
+    double torch_ms = with_torch ? torch_adamw_ms(device, n, dtname, repeat, torch_why,
+                                                  sizeof torch_why) : -1.0;
     double pps = (double)n / ts.median;
     double gbps = pps * bytes_per_param / 1e9;
     double probe_gbps = probe_bytes / tp.median / 1e9;
@@ -201,11 +237,11 @@ static int bench_adam(int argc, char **argv)
                "\"params_per_s\": %.6g, \"gbytes_per_s\": %.4f, "
                "\"probe\": \"%s\", \"probe_bytes\": %.0f, \"probe_ms_median\": %.4f, "
                "\"probe_ms_min\": %.4f, \"probe_ms_max\": %.4f, \"probe_gbytes_per_s\": %.4f, "
-               "\"ratio\": %.4f}\n",
+               "\"ratio\": %.4f, \"torch_ms_median\": %.4f, \"speedup_vs_torch\": %.4f}\n",
                d->iface->name, isa, nthreads, n, dtname, repeat, bytes_per_param,
                ts.median * 1e3, ts.min * 1e3, ts.max * 1e3, pps, gbps,
                is_cpu ? "triad" : "copy", probe_bytes, tp.median * 1e3, tp.min * 1e3,
-               tp.max * 1e3, probe_gbps, ratio);
+               tp.max * 1e3, probe_gbps, ratio, torch_ms, torch_ms > 0 ? torch_ms / (ts.median * 1e3) : -1.0);
     } else {
         printf("zinc bench adam: device %s (%s, %d threads), %zu params, %s grads and params, "
                "%.0f bytes/param, median of %lld after a warm-up\n",
@@ -216,6 +252,13 @@ static int bench_adam(int argc, char **argv)
                is_cpu ? "triad" : "copy", tp.median * 1e3, tp.min * 1e3, tp.max * 1e3,
                probe_gbps, probe_bytes);
         printf("  ratio %.3f (step GB/s over probe GB/s; target >= 0.8)\n", ratio);
+    }
+    if (!json) {
+        if (torch_ms > 0)
+            printf("  torch AdamW(fused) on fp32 master + casts %8.2f ms  -> zinc %.2fx faster\n",
+                   torch_ms, torch_ms / (ts.median * 1e3));
+        else if (with_torch)
+            printf("  torch AdamW(fused): not measured (%s)\n", torch_why);
     }
     rc = 0;
 done:
