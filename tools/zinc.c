@@ -21,6 +21,7 @@ static const zcommand zcommands[] = {
     {"bench", cmd_bench, "benchmarks: adam (fused optimizer step vs memory bandwidth)"},
     {"train", cmd_train, "train the built-in model from a DeepSpeed-style config"},
     {"plot", cmd_plot, "plot metrics.jsonl as an SVG loss curve"},
+    {"ckpt", cmd_ckpt, "checkpoints: verify, inspect, export DIR"},
     /* ZINC_COMMANDS: one line per command; keep in step with commands.h */
 };
 

@@ -1,0 +1,286 @@
+/*
+ * data.c — the data sources of the built-in model (see data.h).
+ *
+ * The synthetic chain: SYN_A states, each with SYN_K distinct successors. Successor 0 of state i
+ * is i+1 (mod A), which makes the chain irreducible; the others are random. Transition weights
+ * are Dirichlet(1,...,1) draws (normalised exponentials). The stationary distribution pi comes
+ * from power iteration on the lazy chain (P + I) / 2, which has the same pi and is aperiodic, and
+ * the entropy rate is H = -sum_i pi_i sum_j P_ij ln P_ij.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "models/data.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#define SYN_A 32
+#define SYN_K 4
+static const char syn_alphabet[SYN_A + 1] = "abcdefghijklmnopqrstuvwxyz .,;!?";
+
+#define LLMC_MAGIC_U16 20240520
+#define LLMC_MAGIC_U32 20240801
+#define LLMC_HEADER_BYTES 1024
+
+struct zm_data {
+    int synthetic;
+    uint64_t seed, source_id;
+    /* synthetic */
+    int succ[SYN_A][SYN_K];
+    double cum[SYN_A][SYN_K];      /* cumulative transition probabilities */
+    double pi_cum[SYN_A];          /* cumulative stationary distribution */
+    double entropy;
+    /* file */
+    void *map;
+    size_t map_bytes;
+    const unsigned char *base;     /* first token */
+    int width;                     /* bytes per token: 1, 2 or 4 */
+    uint64_t ntok;
+    char desc[512];
+};
+
+static uint64_t mix64(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static double unif(uint64_t *s) { return ((double)(mix64(s) >> 11) + 0.5) * 0x1.0p-53; }
+
+/* The generator state of global sequence k: independent of how sequences are split over ranks. */
+static uint64_t seq_state(uint64_t seed, uint64_t k)
+{
+    uint64_t s = seed ^ 0x243F6A8885A308D3ull;
+    s = mix64(&s) ^ (k * 0x9E3779B97F4A7C15ull);
+    mix64(&s);
+    return s;
+}
+
+zinc_status zm_data_open_synthetic(uint64_t seed, zm_data **out)
+{
+    *out = NULL;
+    zm_data *d = calloc(1, sizeof *d);
+    if (!d) return ZINC_ERR_NOMEM;
+    d->synthetic = 1;
+    d->seed = seed;
+    uint64_t st = seed * 0xD6E8FEB86659FD93ull + 1;
+    double P[SYN_A][SYN_K];
+    for (int i = 0; i < SYN_A; i++) {
+        d->succ[i][0] = (i + 1) % SYN_A;
+        for (int k = 1; k < SYN_K; k++) {
+            int j, dup;
+            do {
+                j = (int)(mix64(&st) % SYN_A);
+                dup = 0;
+                for (int q = 0; q < k; q++) dup |= d->succ[i][q] == j;
+            } while (dup);
+            d->succ[i][k] = j;
+        }
+        double sum = 0.0;
+        for (int k = 0; k < SYN_K; k++) sum += P[i][k] = -log(unif(&st));
+        double c = 0.0;
+        for (int k = 0; k < SYN_K; k++) {
+            P[i][k] /= sum;
+            c += P[i][k];
+            d->cum[i][k] = c;
+        }
+        d->cum[i][SYN_K - 1] = 1.0;
+    }
+    double pi[SYN_A], nx[SYN_A];
+    for (int i = 0; i < SYN_A; i++) pi[i] = 1.0 / SYN_A;
+    for (int it = 0; it < 200000; it++) {
+        for (int i = 0; i < SYN_A; i++) nx[i] = 0.5 * pi[i];
+        for (int i = 0; i < SYN_A; i++)
+            for (int k = 0; k < SYN_K; k++) nx[d->succ[i][k]] += 0.5 * pi[i] * P[i][k];
+        double diff = 0.0, s = 0.0;
+        for (int i = 0; i < SYN_A; i++) {
+            diff += fabs(nx[i] - pi[i]);
+            s += nx[i];
+        }
+        for (int i = 0; i < SYN_A; i++) pi[i] = nx[i] / s;
+        if (diff < 1e-15) break;
+    }
+    double h = 0.0, c = 0.0;
+    for (int i = 0; i < SYN_A; i++) {
+        for (int k = 0; k < SYN_K; k++) h -= pi[i] * P[i][k] * log(P[i][k]);
+        c += pi[i];
+        d->pi_cum[i] = c;
+    }
+    d->pi_cum[SYN_A - 1] = 1.0;
+    d->entropy = h;
+    uint64_t idv[3] = {SYN_A, SYN_K, seed};
+    d->source_id = XXH64(idv, sizeof idv, 0);
+    snprintf(d->desc, sizeof d->desc,
+             "synthetic Markov chain (seed %llu): %d symbols, %d successors each, entropy rate "
+             "%.4f nats/token",
+             (unsigned long long)seed, SYN_A, SYN_K, h);
+    *out = d;
+    return ZINC_OK;
+}
+
+static uint32_t rd32(const unsigned char *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static uint32_t token_at(const zm_data *d, uint64_t i)
+{
+    const unsigned char *p = d->base + i * (uint64_t)d->width;
+    if (d->width == 1) return p[0];
+    if (d->width == 2) return (uint32_t)p[0] | (uint32_t)p[1] << 8;
+    return rd32(p);
+}
+
+zinc_status zm_data_open_file(const char *path, uint64_t seed, zm_data **out, char *err,
+                              size_t errn)
+{
+    *out = NULL;
+    zm_data *d = calloc(1, sizeof *d);
+    if (!d) return ZINC_ERR_NOMEM;
+    d->seed = seed;
+    zinc_status st = ZINC_ERR_IO;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat sb;
+    if (fd < 0 || fstat(fd, &sb) != 0) {
+        snprintf(err, errn, "cannot read data file '%s': %s", path, strerror(errno));
+        goto fail;
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        snprintf(err, errn, "data file '%s' is not a regular file", path);
+        goto fail;
+    }
+    d->map_bytes = (size_t)sb.st_size;
+    if (d->map_bytes == 0) {
+        snprintf(err, errn, "data file '%s' is empty", path);
+        st = ZINC_ERR_INVALID_ARG;
+        goto fail;
+    }
+    d->map = mmap(NULL, d->map_bytes, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (d->map == MAP_FAILED) {
+        d->map = NULL;
+        snprintf(err, errn, "cannot map data file '%s': %s", path, strerror(errno));
+        goto fail;
+    }
+    close(fd);
+    fd = -1;
+    const unsigned char *b = d->map;
+    size_t len = strlen(path);
+    int is_bin = len >= 4 && !strcmp(path + len - 4, ".bin");
+    const char *kind;
+    st = ZINC_ERR_INVALID_ARG;
+    if (is_bin && d->map_bytes >= LLMC_HEADER_BYTES &&
+        (rd32(b) == LLMC_MAGIC_U16 || rd32(b) == LLMC_MAGIC_U32)) {
+        uint32_t magic = rd32(b), version = rd32(b + 4), n = rd32(b + 8);
+        d->width = magic == LLMC_MAGIC_U16 ? 2 : 4;
+        if (version != 1) {
+            snprintf(err, errn, "data file '%s': llm.c token file version %u, expected 1", path,
+                     version);
+            goto fail;
+        }
+        if ((uint64_t)n * (uint64_t)d->width > d->map_bytes - LLMC_HEADER_BYTES) {
+            snprintf(err, errn, "data file '%s': header says %u tokens but the file holds %zu "
+                     "bytes after the header (truncated?)", path, n,
+                     d->map_bytes - LLMC_HEADER_BYTES);
+            goto fail;
+        }
+        d->base = b + LLMC_HEADER_BYTES;
+        d->ntok = n;
+        kind = d->width == 2 ? "llm.c token file (uint16)" : "llm.c token file (uint32)";
+    } else if (is_bin) {
+        if (d->map_bytes % 2) {
+            snprintf(err, errn, "data file '%s': a .bin without llm.c header is read as raw "
+                     "uint16 tokens, but its size (%zu bytes) is odd", path, d->map_bytes);
+            goto fail;
+        }
+        d->width = 2;
+        d->base = b;
+        d->ntok = d->map_bytes / 2;
+        kind = "raw uint16 token file";
+    } else {
+        d->width = 1;
+        d->base = b;
+        d->ntok = d->map_bytes;
+        kind = "bytes";
+    }
+    for (uint64_t i = 0; d->width > 1 && i < d->ntok; i++) {
+        uint32_t t = token_at(d, i);
+        if (t >= 256) {
+            snprintf(err, errn, "data file '%s': token %u at position %llu is outside the "
+                     "vocabulary of the built-in model (256, byte-level); give it a text file or "
+                     "a token file with ids < 256", path, t, (unsigned long long)i);
+            goto fail;
+        }
+    }
+    d->source_id = XXH64(d->base, (size_t)(d->ntok * (uint64_t)d->width), 0);
+    snprintf(d->desc, sizeof d->desc, "%s: %s, %llu tokens", path, kind,
+             (unsigned long long)d->ntok);
+    d->entropy = NAN;
+    *out = d;
+    return ZINC_OK;
+fail:
+    if (fd >= 0) close(fd);
+    zm_data_close(d);
+    return st;
+}
+
+void zm_data_close(zm_data *d)
+{
+    if (!d) return;
+    if (d->map) munmap(d->map, d->map_bytes);
+    free(d);
+}
+
+double zm_data_entropy(const zm_data *d) { return d->synthetic ? d->entropy : NAN; }
+const char *zm_data_describe(const zm_data *d) { return d->desc; }
+uint64_t zm_data_source_id(const zm_data *d) { return d->source_id; }
+uint64_t zm_data_tokens(const zm_data *d) { return d->synthetic ? 0 : d->ntok; }
+
+zinc_status zm_data_check_context(const zm_data *d, int T, char *err, size_t errn)
+{
+    if (d->synthetic || d->ntok >= (uint64_t)T + 1) return ZINC_OK;
+    snprintf(err, errn, "%s: too short for one sequence of the model's context (%d + 1 tokens)",
+             d->desc, T);
+    return ZINC_ERR_INVALID_ARG;
+}
+
+static int pick(const double *cum, int n, double u)
+{
+    int i = 0;
+    while (i < n - 1 && u >= cum[i]) i++;
+    return i;
+}
+
+void zm_data_read(const zm_data *d, uint64_t first, int count, int T, uint16_t *tokens,
+                  uint16_t *targets)
+{
+    for (int c = 0; c < count; c++) {
+        uint64_t st = seq_state(d->seed, first + (uint64_t)c);
+        uint16_t *x = tokens + (size_t)c * T, *y = targets + (size_t)c * T;
+        if (d->synthetic) {
+            int s = pick(d->pi_cum, SYN_A, unif(&st));
+            for (int t = 0; t < T; t++) {
+                x[t] = (uint16_t)(unsigned char)syn_alphabet[s];
+                s = d->succ[s][pick(d->cum[s], SYN_K, unif(&st))];
+                y[t] = (uint16_t)(unsigned char)syn_alphabet[s];
+            }
+        } else {
+            /* a random window, as nanoGPT's get_batch; T+1 <= ntok was checked */
+            uint64_t start = mix64(&st) % (d->ntok - (uint64_t)T);
+            for (int t = 0; t < T; t++) {
+                x[t] = (uint16_t)token_at(d, start + (uint64_t)t);
+                y[t] = (uint16_t)token_at(d, start + (uint64_t)t + 1);
+            }
+        }
+    }
+}

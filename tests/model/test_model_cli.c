@@ -1,0 +1,184 @@
+/*
+ * test_model_cli.c — `zinc train` and `zinc plot` as a user runs them (the zinc executable,
+ * ZINC_CLI): bad arguments and unreadable or unusable data give exit 2 and a message that names
+ * the problem; a short run writes metrics; the same run twice gives the same losses bit for bit
+ * (metrics print the loss with 17 digits); a run stopped at step 6 and resumed to step 12 ends
+ * with the same loss as an uninterrupted 12-step run; `zinc plot` draws an SVG.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include "testutil.h"
+
+#ifndef ZINC_CLI
+#define ZINC_CLI "zinc"
+#endif
+
+static char tmp[128];
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return calloc(1, 1);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = calloc(1, (size_t)n + 1);
+    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) b[0] = 0;
+    fclose(f);
+    return b;
+}
+
+/* Runs `zinc ARGS` with stdout and stderr to files; returns the exit code (-1: killed). */
+static int run(const char *args, char **err_out, char **out_out)
+{
+    char cmd[2048], ep[256], op[256];
+    snprintf(ep, sizeof ep, "%s/stderr", tmp);
+    snprintf(op, sizeof op, "%s/stdout", tmp);
+    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' %s > '%s' 2> '%s'", tmp, ZINC_CLI, args, op, ep);
+    int st = system(cmd);
+    if (err_out) *err_out = slurp(ep);
+    if (out_out) *out_out = slurp(op);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void expect_usage_error(const char *args, const char *needle)
+{
+    char *err;
+    int rc = run(args, &err, NULL);
+    ZT_CHECK(rc == 2, "zinc %s: exit %d, expected 2 (stderr: %s)", args, rc, err);
+    ZT_CHECK(strstr(err, needle) != NULL, "zinc %s: stderr \"%s\" lacks \"%s\"", args, err,
+             needle);
+    free(err);
+}
+
+/* The "loss" text of the metrics line of `step`, or "" (caller frees). */
+static char *loss_at(const char *metrics_file, int step)
+{
+    char path[256], key[64];
+    snprintf(path, sizeof path, "%s/%s", tmp, metrics_file);
+    char *all = slurp(path), *res = calloc(1, 64);
+    snprintf(key, sizeof key, "{\"step\":%d,", step);
+    char *l = strstr(all, key);
+    char *p = l ? strstr(l, "\"loss\":") : NULL;
+    if (p && res) {
+        p += 7;
+        size_t n = strcspn(p, ",}");
+        if (n > 63) n = 63;
+        memcpy(res, p, n);
+    }
+    free(all);
+    return res;
+}
+
+static void write_file(const char *name, const void *p, size_t n)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s", tmp, name);
+    FILE *f = fopen(path, "wb");
+    if (!f) return;
+    fwrite(p, 1, n, f);
+    fclose(f);
+}
+
+#define SMALL "--model L1-D16-H2-T16 --ranks 2 --config " ZINC_SOURCE_DIR "/configs/zero3_bf16.json"
+
+int main(void)
+{
+    snprintf(tmp, sizeof tmp, "/tmp/zinc-model-cli-XXXXXX");
+    if (!mkdtemp(tmp)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    /* inputs */
+    char text[4000];
+    for (size_t i = 0; i < sizeof text; i++) text[i] = "the quick brown fox jumps. "[i % 27];
+    write_file("text.txt", text, sizeof text);
+    unsigned short gpt2[100];
+    for (int i = 0; i < 100; i++) gpt2[i] = (unsigned short)(i == 40 ? 50256 : 65 + i % 26);
+    write_file("gpt2.bin", gpt2, sizeof gpt2);
+    write_file("short.txt", "abc", 3);
+    write_file("bad.json", "{\"zero_optimization\": {\"stage\": 9}}", 35);
+    write_file("nopoints.jsonl", "{\"a\":1}\n", 8);
+
+    /* bad usage and unusable input: exit 2 and a message */
+    expect_usage_error("train --steps x", "--steps");
+    expect_usage_error("train --steps", "needs a value");
+    expect_usage_error("train --ranks 0", "--ranks");
+    expect_usage_error("train --model L2-D63-H4-T64", "multiple of heads");
+    expect_usage_error("train --model nonsense", "model spec");
+    expect_usage_error("train --frobnicate 1", "unknown option '--frobnicate'");
+    expect_usage_error("train --device tpu", "--device");
+    expect_usage_error("train --lr -3", "--lr");
+    expect_usage_error("train --save-every 5", "--save-dir");
+    expect_usage_error("train --resume auto", "--save-dir");
+    expect_usage_error("train --resume no-such-dir", "no-such-dir");
+    expect_usage_error("train --config no-such.json", "no-such.json");
+    expect_usage_error("train --config bad.json", "zero_optimization.stage");
+    expect_usage_error("train --data no-such-file.txt", "cannot read data file 'no-such-file.txt'");
+    expect_usage_error("train --data .", "not a regular file");
+    expect_usage_error("train --data gpt2.bin", "token 50256 at position 40");
+    expect_usage_error("train " SMALL " --data short.txt", "too short");
+    expect_usage_error("plot", "metrics file");
+    expect_usage_error("plot no-such.jsonl", "cannot read 'no-such.jsonl'");
+    expect_usage_error("plot nopoints.jsonl", "no {\"step\"");
+    char *out;
+    ZT_CHECK(run("train --help", NULL, &out) == 0 && strstr(out, "usage: zinc train"), "--help");
+    free(out);
+
+    /* a short run with metrics; the same run again; one on a text file */
+    char *err;
+    int rc = run("train " SMALL " --steps 12 --seed 4 --metrics m1.jsonl", &err, &out);
+    ZT_CHECK(rc == 0, "short run: exit %d: %s", rc, err);
+    ZT_CHECK(strstr(out, "step 12/12") && strstr(out, "entropy rate"), "progress: %s", out);
+    free(err);
+    free(out);
+    rc = run("train " SMALL " --steps 12 --seed 4 --metrics m2.jsonl", NULL, NULL);
+    char *l1 = loss_at("m1.jsonl", 12), *l2 = loss_at("m2.jsonl", 12);
+    ZT_CHECK(rc == 0 && l1[0] && !strcmp(l1, l2), "same run twice: loss '%s' vs '%s'", l1, l2);
+    free(l1);
+    free(l2);
+    rc = run("train " SMALL " --steps 2 --data text.txt", &err, NULL);
+    ZT_CHECK(rc == 0, "text data: exit %d: %s", rc, err);
+    free(err);
+
+    /* stop at 6 and resume to 12 == 12 straight (and --resume auto starts fresh on nothing) */
+    rc = run("train " SMALL " --steps 6 --seed 4 --save-dir ck --resume auto", &err, &out);
+    ZT_CHECK(rc == 0 && strstr(out, "starting fresh"), "first half: exit %d: %s", rc, err);
+    free(err);
+    free(out);
+    rc = run("train " SMALL " --steps 12 --seed 4 --save-dir ck --resume auto --metrics r.jsonl",
+             &err, &out);
+    ZT_CHECK(rc == 0 && strstr(out, "resumed from ck/step000006 at step 6"),
+             "second half: exit %d: %s %s", rc, err, out);
+    free(err);
+    free(out);
+    l1 = loss_at("m1.jsonl", 12);
+    l2 = loss_at("r.jsonl", 12);
+    ZT_CHECK(l1[0] && !strcmp(l1, l2), "resumed: loss at step 12 '%s' vs uninterrupted '%s'",
+             l2, l1);
+    free(l1);
+    free(l2);
+    rc = run("train " SMALL " --steps 12 --seed 4 --save-dir ck --resume auto", NULL, &out);
+    ZT_CHECK(rc == 0 && strstr(out, "nothing to do"), "resume at the end: %s", out);
+    free(out);
+
+    /* plot */
+    rc = run("plot m1.jsonl -o loss.svg", &err, NULL);
+    char path[256];
+    snprintf(path, sizeof path, "%s/loss.svg", tmp);
+    char *svg = slurp(path);
+    ZT_CHECK(rc == 0 && strstr(svg, "<svg") && strstr(svg, "<polyline") &&
+                 strstr(svg, "entropy floor") && strstr(svg, "</svg>"),
+             "plot: exit %d: %s", rc, err);
+    free(svg);
+    free(err);
+
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmp);
+    return zt_finish("test_model_cli");
+}

@@ -1,0 +1,25 @@
+# Tests of the built-in model (models/) and of `zinc train` / `zinc plot`. Label: model.
+#   model_grad    backward vs finite differences (fp32 and a double build of the same source)
+#   model_data    data sources: entropy rate of the synthetic chain, file formats, rejections
+#   model_train   4 ranks, ZeRO-3, bf16: the loss goes from ln 256 to near the entropy floor
+#   model_resume  train -> save -> resume == uninterrupted, bit for bit (needs zinc_ckpt_*)
+#   model_cli     the zinc executable: exit 2 on bad input, metrics, resume, plot
+set(ZINC_MODEL_TEST_DIR ${CMAKE_CURRENT_LIST_DIR})
+if(TARGET zinc_models)
+  zinc_test(NAME model_grad SOURCES ${ZINC_MODEL_TEST_DIR}/test_model_grad.c
+            ${ZINC_MODEL_TEST_DIR}/grad_double.c LIBS zinc_models LABELS model TIMEOUT 60)
+  target_include_directories(model_grad PRIVATE ${ZINC_MODEL_TEST_DIR})
+  zinc_test(NAME model_data SOURCES ${ZINC_MODEL_TEST_DIR}/test_model_data.c
+            LIBS zinc_models LABELS model TIMEOUT 60)
+  zinc_test(NAME model_train SOURCES ${ZINC_MODEL_TEST_DIR}/test_model_train.c
+            ${ZINC_MODEL_TEST_DIR}/trainer.c LIBS zinc_models LABELS "model;multirank" TIMEOUT 120)
+  target_include_directories(model_train PRIVATE ${ZINC_MODEL_TEST_DIR})
+  zinc_test(NAME model_resume SOURCES ${ZINC_MODEL_TEST_DIR}/test_model_resume.c
+            ${ZINC_MODEL_TEST_DIR}/trainer.c LIBS zinc_models LABELS "model;multirank;ckpt"
+            TIMEOUT 120)
+  target_include_directories(model_resume PRIVATE ${ZINC_MODEL_TEST_DIR})
+  zinc_test(NAME model_cli SOURCES ${ZINC_MODEL_TEST_DIR}/test_model_cli.c
+            LABELS model TIMEOUT 120)
+  add_dependencies(model_cli zinc_cli)
+  target_compile_definitions(model_cli PRIVATE ZINC_CLI="$<TARGET_FILE:zinc_cli>")
+endif()

@@ -1,0 +1,251 @@
+/*
+ * cmd_plot.c — `zinc plot metrics.jsonl -o loss.svg`: the loss curve of a `zinc train --metrics`
+ * file as a self-contained SVG (no scripts, no external fonts), with the entropy floor of the
+ * synthetic data drawn as a dashed line when the metrics carry it.
+ *
+ * Input: JSON lines; every object with numeric "step" and "loss" is a point, "entropy_floor"
+ * (if any) the floor. Lines that are not such objects are skipped with a count on stderr. When
+ * a resumed run appended steps already present, the later value of a step wins.
+ */
+#include <errno.h>
+#include <json-c/json.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tools/commands.h"
+
+#define CMD "plot"
+
+typedef struct {
+    double step, loss;
+    size_t line;     /* order in the file: ties on step keep it */
+} pt;
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: zinc plot METRICS.jsonl [-o OUT.svg] [--title TEXT] [--log]\n"
+               "\n"
+               "Draws the loss curve of a `zinc train --metrics` file as an SVG, with the entropy\n"
+               "floor (the best possible loss) of synthetic data as a dashed line.\n"
+               "\n"
+               "  -o, --output FILE  SVG to write (default: METRICS with .svg for its extension)\n"
+               "  --title TEXT       title (default: the metrics file name)\n"
+               "  --log              logarithmic loss axis\n");
+}
+
+static int cmp_pt(const void *a, const void *b)
+{
+    const pt *x = a, *y = b;
+    if (x->step != y->step) return x->step < y->step ? -1 : 1;
+    return x->line < y->line ? -1 : x->line > y->line;
+}
+
+/* 1, 2 or 5 times a power of ten, near range/target. */
+static double nice_step(double range, int target)
+{
+    double raw = range / target, p = pow(10.0, floor(log10(raw))), f = raw / p;
+    return (f < 1.5 ? 1 : f < 3.5 ? 2 : f < 7.5 ? 5 : 10) * p;
+}
+
+static void xml_text(FILE *f, const char *s)
+{
+    for (; *s; s++) {
+        if (*s == '<') fputs("&lt;", f);
+        else if (*s == '>') fputs("&gt;", f);
+        else if (*s == '&') fputs("&amp;", f);
+        else if (*s == '"') fputs("&quot;", f);
+        else fputc(*s, f);
+    }
+}
+
+int cmd_plot(int argc, char **argv)
+{
+    const char *in = NULL, *out = NULL, *title = NULL;
+    int logy = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(argv[i], "-o") || !strcmp(argv[i], "--output")) {
+            if (++i >= argc) return zarg_usage_error(CMD, "%s needs a file name", argv[i - 1]);
+            out = argv[i];
+        } else if (!strcmp(argv[i], "--title")) {
+            if (++i >= argc) return zarg_usage_error(CMD, "--title needs a value");
+            title = argv[i];
+        } else if (!strcmp(argv[i], "--log")) {
+            logy = 1;
+        } else if (argv[i][0] == '-' && argv[i][1]) {
+            return zarg_usage_error(CMD, "unknown option '%s'", argv[i]);
+        } else if (in) {
+            return zarg_usage_error(CMD, "one metrics file, got '%s' and '%s'", in, argv[i]);
+        } else {
+            in = argv[i];
+        }
+    }
+    if (!in) return zarg_usage_error(CMD, "which metrics file? (zinc train --metrics FILE)");
+    char outbuf[1024];
+    if (!out) {
+        snprintf(outbuf, sizeof outbuf, "%s", in);
+        char *dot = strrchr(outbuf, '.'), *slash = strrchr(outbuf, '/');
+        if (dot && (!slash || dot > slash)) *dot = 0;
+        strncat(outbuf, ".svg", sizeof outbuf - strlen(outbuf) - 1);
+        out = outbuf;
+    }
+    FILE *f = fopen(in, "r");
+    if (!f) {
+        fprintf(stderr, "zinc plot: cannot read '%s': %s\n", in, strerror(errno));
+        return 2;
+    }
+    size_t n = 0, cap = 256;
+    int skipped = 0;
+    pt *p = malloc(cap * sizeof *p);
+    double floor_v = NAN;
+    char *line = NULL;
+    size_t lcap = 0;
+    while (p && getline(&line, &lcap, f) > 0) {
+        json_object *o = json_tokener_parse(line), *js, *jl, *jf;
+        if (!o || !json_object_is_type(o, json_type_object) ||
+            !json_object_object_get_ex(o, "step", &js) ||
+            !json_object_object_get_ex(o, "loss", &jl) ||
+            !(json_object_is_type(js, json_type_int) || json_object_is_type(js, json_type_double)) ||
+            !(json_object_is_type(jl, json_type_int) || json_object_is_type(jl, json_type_double))) {
+            if (line[0] != '\n') skipped++;
+            json_object_put(o);
+            continue;
+        }
+        if (json_object_object_get_ex(o, "entropy_floor", &jf) &&
+            (json_object_is_type(jf, json_type_double) || json_object_is_type(jf, json_type_int)))
+            floor_v = json_object_get_double(jf);
+        if (n == cap) {
+            pt *q = realloc(p, 2 * cap * sizeof *p);
+            if (!q) break;
+            p = q;
+            cap *= 2;
+        }
+        p[n].step = json_object_get_double(js);
+        p[n].loss = json_object_get_double(jl);
+        p[n].line = n;
+        if (isfinite(p[n].loss) && (!logy || p[n].loss > 0)) n++;
+        json_object_put(o);
+    }
+    free(line);
+    fclose(f);
+    if (!p) {
+        fprintf(stderr, "zinc plot: out of memory\n");
+        return 1;
+    }
+    if (skipped) fprintf(stderr, "zinc plot: skipped %d lines without numeric step and loss\n", skipped);
+    if (n == 0) {
+        free(p);
+        fprintf(stderr, "zinc plot: '%s' holds no {\"step\":..,\"loss\":..} lines\n", in);
+        return 2;
+    }
+    /* sort by step (file order on ties), then the last value of a repeated step wins (a resumed run re-logs) */
+    qsort(p, n, sizeof *p, cmp_pt);
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (m && p[m - 1].step == p[i].step) m--;
+        p[m++] = p[i];
+    }
+    n = m;
+
+    double x0 = p[0].step, x1 = p[n - 1].step, y0 = INFINITY, y1 = -INFINITY;
+    for (size_t i = 0; i < n; i++) {
+        if (p[i].loss < y0) y0 = p[i].loss;
+        if (p[i].loss > y1) y1 = p[i].loss;
+    }
+    if (isfinite(floor_v) && (!logy || floor_v > 0)) {
+        if (floor_v < y0) y0 = floor_v;
+        if (floor_v > y1) y1 = floor_v;
+    }
+    if (x1 <= x0) x1 = x0 + 1;
+    double (*tr)(double) = logy ? log10 : NULL;
+    double ly0 = tr ? tr(y0) : y0, ly1 = tr ? tr(y1) : y1;
+    if (ly1 <= ly0) ly1 = ly0 + 1;
+    double pad = 0.05 * (ly1 - ly0);
+    ly0 -= pad;
+    ly1 += pad;
+    if (!logy && ly0 < 0 && y0 >= 0) ly0 = 0;
+
+    const double W = 800, H = 480, L = 70, R = 20, T = 40, Bm = 50;
+    const double pw = W - L - R, ph = H - T - Bm;
+#define SX(x) (L + ((x) - x0) / (x1 - x0) * pw)
+#define SY(y) (T + ph - (((tr ? tr(y) : (y))) - ly0) / (ly1 - ly0) * ph)
+    FILE *o = fopen(out, "w");
+    if (!o) {
+        fprintf(stderr, "zinc plot: cannot write '%s': %s\n", out, strerror(errno));
+        free(p);
+        return 2;
+    }
+    fprintf(o, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+               "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
+               "viewBox=\"0 0 %.0f %.0f\" font-family=\"sans-serif\" font-size=\"12\">\n",
+            W, H, W, H);
+    fprintf(o, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
+    fprintf(o, "<text x=\"%.1f\" y=\"24\" text-anchor=\"middle\" font-size=\"15\">", W / 2);
+    xml_text(o, title ? title : in);
+    fprintf(o, "</text>\n");
+    /* grid and ticks */
+    double xs = nice_step(x1 - x0, 8);
+    for (double x = ceil(x0 / xs) * xs; x <= x1 + 1e-9 * xs; x += xs) {
+        fprintf(o, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e6e6e6\"/>\n",
+                SX(x), T, SX(x), T + ph);
+        fprintf(o, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%g</text>\n", SX(x),
+                T + ph + 16, x);
+    }
+    if (logy) {
+        for (int e = (int)floor(ly0); e <= (int)ceil(ly1); e++)
+            for (int k = 1; k < 10; k++) {
+                double v = k * pow(10.0, e), lv = log10(v);
+                if (lv < ly0 || lv > ly1) continue;
+                fprintf(o, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
+                           "stroke=\"#e6e6e6\"/>\n", L, SY(v), L + pw, SY(v));
+                if (k == 1 || k == 2 || k == 5)
+                    fprintf(o, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%g</text>\n",
+                            L - 6, SY(v) + 4, v);
+            }
+    } else {
+        double ys = nice_step(ly1 - ly0, 6);
+        for (double y = ceil(ly0 / ys) * ys; y <= ly1 + 1e-9 * ys; y += ys) {
+            fprintf(o, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e6e6e6\"/>\n",
+                    L, SY(y), L + pw, SY(y));
+            fprintf(o, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%g</text>\n", L - 6,
+                    SY(y) + 4, fabs(y) < 1e-12 * ys ? 0.0 : y);
+        }
+    }
+    fprintf(o, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" "
+               "stroke=\"#444\"/>\n", L, T, pw, ph);
+    fprintf(o, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">optimizer step</text>\n",
+            L + pw / 2, H - 12);
+    fprintf(o, "<text x=\"16\" y=\"%.1f\" text-anchor=\"middle\" transform=\"rotate(-90 16 %.1f)\">"
+               "loss (nats/token)</text>\n", T + ph / 2, T + ph / 2);
+    if (isfinite(floor_v) && (!logy || floor_v > 0)) {
+        fprintf(o, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#c0392b\" "
+                   "stroke-dasharray=\"6 4\"/>\n", L, SY(floor_v), L + pw, SY(floor_v));
+        fprintf(o, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\" fill=\"#c0392b\">entropy "
+                   "floor %.4f</text>\n", L + pw - 6, SY(floor_v) - 6, floor_v);
+    }
+    fprintf(o, "<polyline fill=\"none\" stroke=\"#1f77b4\" stroke-width=\"1.8\" points=\"");
+    for (size_t i = 0; i < n; i++)
+        fprintf(o, "%s%.1f,%.1f", i ? " " : "", SX(p[i].step), SY(p[i].loss));
+    fprintf(o, "\"/>\n");
+    if (n == 1)
+        fprintf(o, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"#1f77b4\"/>\n", SX(p[0].step),
+                SY(p[0].loss));
+    fprintf(o, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\" fill=\"#1f77b4\">loss: %g at step "
+               "%g</text>\n", L + pw - 6, T + 16, p[n - 1].loss, p[n - 1].step);
+    fprintf(o, "</svg>\n");
+#undef SX
+#undef SY
+    int bad = ferror(o);
+    if (fclose(o) != 0 || bad) {
+        fprintf(stderr, "zinc plot: writing '%s' failed\n", out);
+        free(p);
+        return 1;
+    }
+    printf("zinc plot: %zu points -> %s\n", n, out);
+    free(p);
+    return 0;
+}
