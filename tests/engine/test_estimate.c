@@ -1,7 +1,13 @@
 /*
  * test_estimate.c — `zinc estimate --json` for Ψ = 7.5e9 parameters on 64 ranks reproduces the
  * ZeRO paper's table (Rajbhandari et al. 2020, Figure 1: 120, 31.4, 16.6 and 1.9 GB per device
- * for stages 0-3, fp16 with Adam, K = 12) within 1%, through the CLI as a user runs it.
+ * for stages 0-3, fp16 with Adam, K = 12), through the CLI as a user runs it.
+ *
+ * Two checks per stage: (1) against the paper's formulas 16Ψ, 4Ψ + 12Ψ/N, 2Ψ + 14Ψ/N, 16Ψ/N,
+ * within 0.01% (the planner's padding); (2) against the table's printed figures at the table's
+ * precision: within 1%, or, where the table rounds to one decimal, within half a unit of that
+ * decimal. The second clause matters only for stage 3, whose exact value 16 * 7.5e9 / 64 =
+ * 1.875 GB the table prints as 1.9 (1.3% away).
  */
 #include <math.h>
 #include <stdio.h>
@@ -32,11 +38,16 @@ static long long run_estimate(int stage, const char *extra)
 int main(void)
 {
     const double paper_gb[4] = {120.0, 31.4, 16.6, 1.9};
+    const double psi = 7.5e9, n = 64;
+    const double formula[4] = {16 * psi, 4 * psi + 12 * psi / n, 2 * psi + 14 * psi / n, 16 * psi / n};
     for (int s = 0; s < 4; s++) {
         long long b = run_estimate(s, "");
         double gb = (double)b / 1e9;
-        ZT_CHECK(b > 0 && fabs(gb - paper_gb[s]) <= 0.01 * paper_gb[s],
-                 "stage %d: %.3f GB, paper %.1f GB", s, gb, paper_gb[s]);
+        ZT_CHECK(b > 0 && fabs((double)b - formula[s]) <= 1e-4 * formula[s],
+                 "stage %d: %lld bytes, formula %.0f", s, b, formula[s]);
+        double tol = fmax(0.01 * paper_gb[s], 0.05);
+        ZT_CHECK(b > 0 && fabs(gb - paper_gb[s]) <= tol, "stage %d: %.3f GB, paper %.1f GB", s, gb,
+                 paper_gb[s]);
     }
     /* bf16 has the same sizes as fp16; fp32 working copies add 2 bytes each of params and grads. */
     ZT_CHECK(run_estimate(2, "--dtype bf16") == run_estimate(2, ""), "bf16 = fp16 sizes");
