@@ -11,6 +11,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "ckpt/ckpt.h"
 #include "engine/internal.h"
 #include "engine/log.h"
 #include "kernels/cuda/nccl_comm.h"
@@ -185,9 +186,11 @@ fail:
 void zinc_engine_destroy(zinc_engine_t *e)
 {
     if (!e) return;
+    zck_engine_release(e); /* a background checkpoint save still writing: wait for it */
     zdev_t *d = e->dev;
     if (d) {
-        void *bufs[] = {e->param16, e->grad, e->master, e->m, e->v, e->bucket, e->gather, e->stats};
+        void *bufs[] = {e->param16, e->grad, e->master, e->m,       e->v,
+                        e->bucket,  e->gather, e->stats, e->scratch};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
             if (bufs[i]) d->iface->free(d, bufs[i]);
         zdev_close(d);
@@ -452,7 +455,8 @@ zinc_status zinc_finalize(zinc_engine_t *e)
     }
     /* 16 bytes for the step's statistics: outside the plan's categories, which count tensors. */
     e->stats = e->dev->iface->alloc(e->dev, 2 * sizeof(double));
-    if (!e->stats) return zeng_fail(e, ZINC_ERR_NOMEM, "zinc_finalize: out of memory");
+    e->scratch = e->dev->iface->alloc(e->dev, 8 * sizeof(double));
+    if (!e->stats || !e->scratch) return zeng_fail(e, ZINC_ERR_NOMEM, "zinc_finalize: out of memory");
     memset(e->comm->bytes, 0, sizeof e->comm->bytes);
     e->finalized = 1;
     if (e->rank == 0) {

@@ -12,6 +12,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "ckpt/ckpt.h"
 #include "engine/internal.h"
 #include "engine/log.h"
 
@@ -269,7 +270,8 @@ zinc_status zinc_step(zinc_engine_t *e, zinc_step_info_t *info)
         if (e->rank == 0)
             zlog(ZLOG_INFO, "engine", 0, "step %lld: gradient overflow, step skipped; loss scale %g -> %g",
                  (long long)e->st.step, scale, e->st.scaler.cur_scale);
-        return zero_grads(e);
+        s = zero_grads(e);
+        return s == ZINC_OK ? zck_engine_poll(e) : s;
     }
     double coef = zclip_coef(norm, e->cfg.gradient_clipping);
     info->grad_norm_clipped = norm / coef;
@@ -281,5 +283,8 @@ zinc_status zinc_step(zinc_engine_t *e, zinc_step_info_t *info)
     e->st.step++;
     info->applied = 1;
     info->step = e->st.step;
-    return zero_grads(e);
+    s = zero_grads(e);
+    /* Last, after the step's collectives, so that no rank leaves while the others still wait in
+     * one: the error of a background checkpoint save that finished meanwhile. */
+    return s == ZINC_OK ? zck_engine_poll(e) : s;
 }

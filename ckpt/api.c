@@ -1,0 +1,635 @@
+/*
+ * api.c — the public checkpoint calls (zinc_ckpt_save / _wait / _load, zinc_load_safetensors):
+ * the bridge between an engine's shard (engine/internal.h) and the ckpt layers.
+ *
+ * Save: this rank's pieces (zeng_shard_pieces) are copied from the device into one host staging
+ * block (master, m, v and optionally the 16-bit weights), then written by writer.c — at once, or
+ * on a background thread (async.c) while training goes on. Load: the same pieces, or at stage 0
+ * every parameter whole (every rank holds the full master there), are filled by the resharding
+ * reader into host memory and uploaded, then the working copy is recomputed
+ * (zeng_refresh_params).
+ *
+ * Every rank must take the same path through the collective calls, so each decision that could
+ * differ between ranks (a file one rank could not read, a failed background save) is first
+ * agreed on with a tiny all-reduce or a broadcast from rank 0. Those collectives go through the
+ * comm iface directly: they are not part of the ZeRO traffic the byte counters measure.
+ */
+#include <inttypes.h>
+#include <json-c/json.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ckpt/ckpt.h"
+#include "engine/internal.h"
+#include "engine/log.h"
+
+/* ---- the async save of each engine: at most one in flight, kept in the engine ------------- */
+
+static zck_async *reg_take(zinc_engine_t *e, int only_if_done)
+{
+    zck_async *a = e->ckpt_async;
+    if (!a || (only_if_done && !zck_async_done(a))) return NULL;
+    e->ckpt_async = NULL;
+    return a;
+}
+
+static int reg_put(zinc_engine_t *e, zck_async *a)
+{
+    if (e->ckpt_async) return 0;
+    e->ckpt_async = a;
+    return 1;
+}
+
+static int rank_of(const zinc_engine_t *e) { return e->comm ? e->comm->rank : e->rank; }
+
+/* 1 when any rank passes bad != 0 (sum over ranks); a comm failure counts as bad. Through the
+ * engine's device scratch, since the comm may work on device memory (NCCL). */
+static int any_rank(zinc_engine_t *e, int bad)
+{
+    if (!e->comm || e->comm->size <= 1) return bad;
+    double f = bad ? 1.0 : 0.0;
+    zdev_t *d = e->dev;
+    if (!e->scratch || d->iface->upload(d, e->scratch, &f, sizeof f) != ZINC_OK ||
+        e->comm->iface->all_reduce(e->comm, e->scratch, 1, ZDT_F64, 1.0f) != ZINC_OK ||
+        d->iface->download(d, &f, e->scratch, sizeof f) != ZINC_OK)
+        return 1;
+    return f > 0.5;
+}
+
+zinc_status zck_engine_poll(zinc_engine_t *e)
+{
+    zck_async *a = reg_take(e, 1);
+    if (!a) return ZINC_OK;
+    char err[ZCK_ERR];
+    zinc_status s = zck_async_wait(a, err);
+    if (s != ZINC_OK) return zeng_fail(e, s, "background checkpoint save failed: %s", err);
+    return ZINC_OK;
+}
+
+void zck_engine_release(zinc_engine_t *e)
+{
+    zck_async *a = reg_take(e, 0);
+    if (a) {
+        char err[ZCK_ERR];
+        if (zck_async_wait(a, err) != ZINC_OK)
+            zlog(ZLOG_ERROR, "ckpt", rank_of(e), "background checkpoint save failed: %s", err);
+    }
+}
+
+zinc_status zinc_ckpt_wait(zinc_engine_t *e)
+{
+    if (!e) return zerr_thread(ZINC_ERR_INVALID_ARG, "zinc_ckpt_wait: engine is NULL");
+    zck_async *a = reg_take(e, 0);
+    char err[ZCK_ERR];
+    zinc_status s = zck_async_wait(a, err);
+    if (s != ZINC_OK) return zeng_fail(e, s, "zinc_ckpt_wait: the background save failed: %s", err);
+    return ZINC_OK;
+}
+
+/* ---- engine state as JSON ----------------------------------------------------------------------- */
+
+/* Doubles are written with 17 significant digits, which read back to the same bits. */
+static json_object *jdbl(double x)
+{
+    char b[40];
+    snprintf(b, sizeof b, "%.17g", x);
+    return json_object_new_double_s(x, b);
+}
+
+static char *state_to_json(const zinc_engine_t *e)
+{
+    const zengine_state *st = &e->st;
+    const zscaler *sc = &st->scaler;
+    json_object *o = json_object_new_object(), *s = json_object_new_object();
+    json_object_object_add(o, "step", json_object_new_int64(st->step));
+    json_object_object_add(o, "skipped", json_object_new_int64(st->skipped));
+    json_object_object_add(o, "micro", json_object_new_int64(st->micro));
+    json_object_object_add(s, "dynamic", json_object_new_boolean(sc->dynamic));
+    json_object_object_add(s, "cur_scale", jdbl(sc->cur_scale));
+    json_object_object_add(s, "min_scale", jdbl(sc->min_scale));
+    json_object_object_add(s, "scale_factor", jdbl(sc->scale_factor));
+    json_object_object_add(s, "scale_window", json_object_new_int64(sc->scale_window));
+    json_object_object_add(s, "delayed_shift", json_object_new_int(sc->delayed_shift));
+    json_object_object_add(s, "cur_hysteresis", json_object_new_int(sc->cur_hysteresis));
+    json_object_object_add(s, "consecutive_hysteresis", json_object_new_boolean(sc->consecutive_hysteresis));
+    json_object_object_add(s, "cur_iter", json_object_new_int64(sc->cur_iter));
+    json_object_object_add(s, "last_overflow_iter", json_object_new_int64(sc->last_overflow_iter));
+    json_object_object_add(o, "loss_scaler", s);
+    /* Informational: the scheduler is a pure function of `step` (optim/optim.h). */
+    json_object_object_add(o, "lr", jdbl(zsched_lr(&e->cfg.sched, e->cfg.optim.lr, st->step)));
+    char *r = strdup(json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN));
+    json_object_put(o);
+    return r;
+}
+
+static int jget(json_object *o, const char *k, json_object **v, json_type t)
+{
+    return json_object_object_get_ex(o, k, v) && json_object_is_type(*v, t);
+}
+
+static int jnum(json_object *o, const char *k, double *out)
+{
+    json_object *v;
+    if (!json_object_object_get_ex(o, k, &v) ||
+        !(json_object_is_type(v, json_type_double) || json_object_is_type(v, json_type_int)))
+        return -1;
+    *out = json_object_get_double(v);
+    return 0;
+}
+
+static zinc_status state_from_json(const char *text, zengine_state *st, char *err)
+{
+    json_object *o = text ? json_tokener_parse(text) : NULL, *v, *s;
+    zinc_status r = ZINC_OK;
+    zengine_state n = *st;
+    double d;
+    if (!o || !jget(o, "step", &v, json_type_int)) goto bad;
+    n.step = json_object_get_int64(v);
+    if (!jget(o, "skipped", &v, json_type_int)) goto bad;
+    n.skipped = json_object_get_int64(v);
+    if (!jget(o, "micro", &v, json_type_int)) goto bad;
+    n.micro = json_object_get_int64(v);
+    if (!jget(o, "loss_scaler", &s, json_type_object)) goto bad;
+    zscaler *sc = &n.scaler;
+    if (!jget(s, "dynamic", &v, json_type_boolean)) goto bad;
+    sc->dynamic = json_object_get_boolean(v);
+    if (jnum(s, "cur_scale", &sc->cur_scale) || jnum(s, "min_scale", &sc->min_scale) ||
+        jnum(s, "scale_factor", &sc->scale_factor))
+        goto bad;
+    if (!jget(s, "scale_window", &v, json_type_int)) goto bad;
+    sc->scale_window = json_object_get_int64(v);
+    if (jnum(s, "delayed_shift", &d)) goto bad;
+    sc->delayed_shift = (int)d;
+    if (jnum(s, "cur_hysteresis", &d)) goto bad;
+    sc->cur_hysteresis = (int)d;
+    if (!jget(s, "consecutive_hysteresis", &v, json_type_boolean)) goto bad;
+    sc->consecutive_hysteresis = json_object_get_boolean(v);
+    if (!jget(s, "cur_iter", &v, json_type_int)) goto bad;
+    sc->cur_iter = json_object_get_int64(v);
+    if (!jget(s, "last_overflow_iter", &v, json_type_int)) goto bad;
+    sc->last_overflow_iter = json_object_get_int64(v);
+    *st = n;
+    json_object_put(o);
+    return r;
+bad:
+    if (o) json_object_put(o);
+    return zerr_fmt(err, ZCK_ERR, ZINC_ERR_CORRUPT,
+                    "the manifest's engine_state is missing or incomplete (step, skipped, micro, "
+                    "loss_scaler)");
+}
+
+/* ---- save --------------------------------------------------------------------------------------- */
+
+static void tensor_table(const zinc_engine_t *e, zck_tensor *t)
+{
+    for (int p = 0; p < e->plan.nparams; p++) {
+        const zplan_param *P = &e->plan.params[p];
+        memset(&t[p], 0, sizeof t[p]);
+        snprintf(t[p].name, sizeof t[p].name, "%s", P->name);
+        t[p].ndim = P->ndim;
+        for (int d = 0; d < P->ndim; d++) t[p].shape[d] = P->shape[d];
+        t[p].numel = P->numel;
+        t[p].dtype = e->dtype;
+    }
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+zinc_status zinc_ckpt_save(zinc_engine_t *e, const char *dir, const char *tag,
+                           const zinc_ckpt_save_options_t *opt)
+{
+    if (!e) return zerr_thread(ZINC_ERR_INVALID_ARG, "zinc_ckpt_save: engine is NULL");
+    if (!e->finalized) return zeng_fail(e, ZINC_ERR_USAGE, "zinc_ckpt_save: call zinc_finalize first");
+    if (!dir || !tag) return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_ckpt_save: dir and tag are required");
+    char err[ZCK_ERR] = "";
+    double t0 = now_s();
+
+    /* At most one save in flight: finish the previous one, and stop everyone if it failed
+     * anywhere (its error is reported now, as promised by the async contract). */
+    zck_async *prev = reg_take(e, 0);
+    zinc_status ps = zck_async_wait(prev, err);
+    if (any_rank(e, ps != ZINC_OK)) {
+        if (ps != ZINC_OK) return zeng_fail(e, ps, "zinc_ckpt_save: the previous background save failed: %s", err);
+        return zeng_fail(e, ZINC_ERR_ABORTED, "zinc_ckpt_save: the previous background save failed on "
+                                              "another rank (see its message); nothing was saved");
+    }
+
+    int async = opt && opt->async >= 0 ? opt->async : e->cfg.zinc.ckpt_async;
+    int w16 = opt && opt->save_weights16 && e->dtype != ZINC_DTYPE_FP32;
+    size_t es16 = zinc_dtype_size(e->dtype);
+    zshard_piece *sp = NULL;
+    int np = 0;
+    zinc_status s = zeng_shard_pieces(e, &sp, &np);
+    zck_tensor *tens = calloc((size_t)e->plan.nparams + 1, sizeof *tens);
+    zck_piece *pc = calloc((size_t)np + 1, sizeof *pc);
+    char *state = state_to_json(e);
+    uint64_t elems = 0;
+    for (int i = 0; i < np; i++) elems += sp[i].hi - sp[i].lo;
+    size_t stage_bytes = (size_t)elems * (12 + (w16 ? es16 : 0));
+    uint8_t *staging = malloc(stage_bytes ? stage_bytes : 1);
+    if (s == ZINC_OK && (!tens || !pc || !state || !staging))
+        s = zerr_fmt(err, ZCK_ERR, ZINC_ERR_NOMEM,
+                     "zinc_ckpt_save: out of host memory for %zu bytes of staging", stage_bytes);
+    else if (s != ZINC_OK)
+        snprintf(err, sizeof err, "%s", e->err);
+    if (s == ZINC_OK && e->dev->iface->sync) s = e->dev->iface->sync(e->dev);
+    /* Snapshot: streams back to back, pieces in order within each. */
+    if (s == ZINC_OK) {
+        tensor_table(e, tens);
+        uint8_t *sm = staging, *smm = sm + elems * 4, *sv = smm + elems * 4, *s16 = sv + elems * 4;
+        uint64_t at = 0;
+        for (int i = 0; i < np && s == ZINC_OK; i++) {
+            size_t n = sp[i].hi - sp[i].lo;
+            pc[i].tensor = sp[i].param;
+            pc[i].lo = sp[i].lo;
+            pc[i].hi = sp[i].hi;
+            pc[i].data[ZCK_MASTER] = sm + at * 4;
+            pc[i].data[ZCK_ADAM_M] = smm + at * 4;
+            pc[i].data[ZCK_ADAM_V] = sv + at * 4;
+            s = e->dev->iface->download(e->dev, sm + at * 4, sp[i].master, n * 4);
+            if (s == ZINC_OK) s = e->dev->iface->download(e->dev, smm + at * 4, sp[i].m, n * 4);
+            if (s == ZINC_OK) s = e->dev->iface->download(e->dev, sv + at * 4, sp[i].v, n * 4);
+            if (s == ZINC_OK && w16) {
+                const zplan_param *P = &e->plan.params[sp[i].param];
+                size_t pos = e->stage == 3 ? (size_t)(sp[i].master - e->master)
+                                           : e->plan.groups[P->group].flat_off + P->offset + sp[i].lo;
+                pc[i].data[ZCK_WEIGHTS16] = s16 + at * es16;
+                s = e->dev->iface->download(e->dev, s16 + at * es16, (char *)e->param16 + pos * es16,
+                                            n * es16);
+            }
+            at += n;
+        }
+        if (s != ZINC_OK)
+            zerr_fmt(err, ZCK_ERR, s, "zinc_ckpt_save: copying the shard to host memory failed: %s",
+                     e->dev->err);
+    }
+    /* Everyone agrees before the collective part, so a rank that failed here stops nobody. */
+    if (any_rank(e, s != ZINC_OK)) {
+        if (s == ZINC_OK) {
+            s = ZINC_ERR_ABORTED;
+            snprintf(err, sizeof err, "zinc_ckpt_save: another rank could not stage its shard; "
+                                      "nothing was saved");
+        }
+        goto done;
+    }
+    zck_save_desc d;
+    memset(&d, 0, sizeof d);
+    d.dir = dir;
+    d.tag = tag;
+    d.rank = rank_of(e);
+    d.world_size = e->world_size;
+    d.stage = e->stage;
+    d.step = e->st.step;
+    d.config_hash = e->cfg.hash_hex;
+    d.engine_state = state;
+    if (opt && opt->client_blob && opt->client_blob_bytes) {
+        d.blob = opt->client_blob;
+        d.blob_bytes = opt->client_blob_bytes;
+    }
+    d.ntensors = e->plan.nparams;
+    d.tensors = tens;
+    d.npieces = np;
+    d.pieces = pc;
+    d.streams = 0x7u | (w16 ? 1u << ZCK_WEIGHTS16 : 0);
+    d.dtype = e->dtype;
+    d.level = e->cfg.zinc.ckpt_compression_level;
+    d.chunk_bytes = e->cfg.zinc.ckpt_chunk_bytes;
+    d.threads = 2;
+    d.shuffle = 1;
+    d.timeout_s = e->cfg.zinc.comm_timeout_s;
+    if (async) {
+        zck_async *a = NULL;
+        s = zck_async_start(e->comm, &d, staging, &a, err);
+        staging = NULL;   /* owned by the async save now */
+        if (s == ZINC_OK && !reg_put(e, a)) {
+            s = zck_async_wait(a, err);   /* no slot: finish it now rather than lose it */
+        }
+        if (s == ZINC_OK && d.rank == 0)
+            zlog(ZLOG_INFO, "ckpt", 0, "saving %s/%s in the background (step %" PRId64 ", %.1f MB "
+                 "staged per rank in %.2f s)", dir, tag, e->st.step, (double)stage_bytes / 1e6,
+                 now_s() - t0);
+    } else {
+        s = zck_save(e->comm, &d, err);
+        if (s == ZINC_OK && d.rank == 0)
+            zlog(ZLOG_INFO, "ckpt", 0, "saved %s/%s (step %" PRId64 ", %.1f MB per rank in %.2f s)",
+                 dir, tag, e->st.step, (double)stage_bytes / 1e6, now_s() - t0);
+    }
+done:
+    free(sp);
+    free(tens);
+    free(pc);
+    free(state);
+    free(staging);
+    if (s != ZINC_OK) return zeng_fail(e, s, "%s", err);
+    return ZINC_OK;
+}
+
+/* ---- load --------------------------------------------------------------------------------------- */
+
+typedef struct {
+    int32_t status;
+    char tagdir[4096];
+    char tag[ZCK_TAG_MAX];
+    char msg[ZCK_ERR];
+} zpick;
+
+/* The load targets of this rank: device pointers and their sizes for master/m/v. */
+typedef struct {
+    int param;
+    uint64_t lo, hi;
+    float *master, *m, *v;
+} ztgt;
+
+static zinc_status load_targets(zinc_engine_t *e, ztgt **out, int *n)
+{
+    *out = NULL;
+    *n = 0;
+    if (e->stage != 0) {
+        zshard_piece *sp;
+        int np;
+        zinc_status s = zeng_shard_pieces(e, &sp, &np);
+        if (s != ZINC_OK) return s;
+        ztgt *t = calloc((size_t)np + 1, sizeof *t);
+        if (!t) { free(sp); return ZINC_ERR_NOMEM; }
+        for (int i = 0; i < np; i++) t[i] = (ztgt){sp[i].param, sp[i].lo, sp[i].hi, sp[i].master, sp[i].m, sp[i].v};
+        free(sp);
+        *out = t;
+        *n = np;
+        return ZINC_OK;
+    }
+    /* Stage 0 keeps full master/m/v on every rank: each rank loads all of them. */
+    ztgt *t = calloc((size_t)e->plan.nparams + 1, sizeof *t);
+    if (!t) return ZINC_ERR_NOMEM;
+    for (int p = 0; p < e->plan.nparams; p++) {
+        const zplan_param *P = &e->plan.params[p];
+        size_t f = e->plan.groups[P->group].flat_off + P->offset;
+        t[p] = (ztgt){p, 0, P->numel, e->master + f, e->m + f, e->v + f};
+    }
+    *out = t;
+    *n = e->plan.nparams;
+    return ZINC_OK;
+}
+
+/* Reads this rank's part of one tag into the engine. Not collective. */
+static zinc_status load_local(zinc_engine_t *e, const char *tagdir, zinc_ckpt_load_options_t *opt,
+                              zengine_state *st_out, int *have_state, char *err)
+{
+    zck_reader *r = NULL;
+    ztgt *t = NULL;
+    int nt = 0;
+    zck_target *zt = NULL;
+    float *host = NULL;
+    int *map = NULL;
+    zinc_status s = zck_open(tagdir, &r, err);
+    if (s != ZINC_OK) return s;
+    const zck_manifest *m = zck_reader_manifest(r);
+    int wonly = opt && opt->weights_only;
+    map = malloc(((size_t)e->plan.nparams + 1) * sizeof *map);
+    if (!map) { s = zerr_fmt(err, ZCK_ERR, ZINC_ERR_NOMEM, "out of memory"); goto done; }
+    /* match by name; shapes must agree */
+    for (int p = 0; p < e->plan.nparams; p++) {
+        const zplan_param *P = &e->plan.params[p];
+        map[p] = -1;
+        for (int k = 0; k < m->ntensors; k++)
+            if (!strcmp(m->tensors[k].name, P->name)) { map[p] = k; break; }
+        if (map[p] < 0) {
+            s = zerr_fmt(err, ZCK_ERR, ZINC_ERR_MISMATCH,
+                         "%s has no tensor '%s' (the model registers it; was the checkpoint saved "
+                         "from another model?)", tagdir, P->name);
+            goto done;
+        }
+        const zck_tensor *T = &m->tensors[map[p]];
+        int same = T->ndim == P->ndim;
+        for (int d = 0; same && d < P->ndim; d++) same = T->shape[d] == P->shape[d];
+        if (!same) {
+            s = zerr_fmt(err, ZCK_ERR, ZINC_ERR_MISMATCH,
+                         "%s: tensor '%s' has another shape in the checkpoint (%d dims, %" PRIu64
+                         " elements) than in the model (%d dims, %zu elements)", tagdir, P->name,
+                         T->ndim, T->numel, P->ndim, P->numel);
+            goto done;
+        }
+    }
+    if (!wonly && (m->streams & ZCK_OPTIM_MASK) != ZCK_OPTIM_MASK) {
+        s = zerr_fmt(err, ZCK_ERR, ZINC_ERR_UNSUPPORTED,
+                     "%s holds no Adam state (adam_m/adam_v streams); load it with weights_only "
+                     "to start with fresh optimizer state", tagdir);
+        goto done;
+    }
+    if (!wonly) {
+        zscaler keep = st_out->scaler;
+        s = state_from_json(m->engine_state, st_out, err);
+        if (s != ZINC_OK) goto done;
+        *have_state = 1;
+        /* A loss scale belongs to a precision: fp16's dynamic scale means nothing to bf16/fp32. */
+        if (m->dtype != e->dtype) {
+            st_out->scaler = keep;
+            if (rank_of(e) == 0)
+                zlog(ZLOG_INFO, "ckpt", 0, "%s was saved in %s, the engine runs %s: its loss "
+                     "scaler state is not restored", tagdir, zinc_dtype_name(m->dtype),
+                     zinc_dtype_name(e->dtype));
+        }
+    }
+    s = load_targets(e, &t, &nt);
+    if (s != ZINC_OK) { zerr_fmt(err, ZCK_ERR, s, "cannot list the shard: %s", e->err); goto done; }
+    uint64_t elems = 0;
+    for (int i = 0; i < nt; i++) elems += t[i].hi - t[i].lo;
+    host = malloc((size_t)(elems ? elems : 1) * 4);
+    zt = calloc((size_t)nt + 1, sizeof *zt);
+    if (!host || !zt) {
+        s = zerr_fmt(err, ZCK_ERR, ZINC_ERR_NOMEM, "out of host memory (%" PRIu64 " bytes)", elems * 4);
+        goto done;
+    }
+    uint64_t at = 0;
+    for (int i = 0; i < nt; i++) {
+        zt[i] = (zck_target){map[t[i].param], t[i].lo, t[i].hi, host + at};
+        at += t[i].hi - t[i].lo;
+    }
+    for (int stream = 0; stream < 3 && s == ZINC_OK; stream++) {
+        if (wonly && stream != ZCK_MASTER) break;
+        s = zck_read(r, stream, zt, nt, 2, err);
+        at = 0;
+        for (int i = 0; i < nt && s == ZINC_OK; i++) {
+            float *dst = stream == ZCK_MASTER ? t[i].master : stream == ZCK_ADAM_M ? t[i].m : t[i].v;
+            size_t n = t[i].hi - t[i].lo;
+            s = e->dev->iface->upload(e->dev, dst, host + at, n * 4);
+            if (s != ZINC_OK) zerr_fmt(err, ZCK_ERR, s, "upload to the device failed: %s", e->dev->err);
+            at += n;
+        }
+    }
+    if (s == ZINC_OK && wonly) {
+        size_t n = e->stage == 0 ? e->plan.flat_numel : e->plan.shard_numel;
+        s = e->dev->iface->memset0(e->dev, e->m, n * 4);
+        if (s == ZINC_OK) s = e->dev->iface->memset0(e->dev, e->v, n * 4);
+        if (s != ZINC_OK) zerr_fmt(err, ZCK_ERR, s, "clearing the Adam state failed: %s", e->dev->err);
+    }
+    if (s == ZINC_OK && opt && opt->client_blob) {
+        s = zck_read_blob(r, opt->client_blob, opt->client_blob_cap, &opt->client_blob_bytes, err);
+    } else if (s == ZINC_OK && opt) {
+        size_t nb;
+        s = zck_read_blob(r, NULL, 0, &nb, err);
+        opt->client_blob_bytes = nb;
+    }
+    if (s == ZINC_OK && rank_of(e) == 0) {
+        /* At another world size the resolved config differs anyway (batch sizes). */
+        if (m->config_hash[0] && strcmp(m->config_hash, e->cfg.hash_hex))
+            zlog(m->world_size == e->world_size ? ZLOG_WARN : ZLOG_INFO, "ckpt", 0,
+                 "%s was saved with another config (hash %s, now %s; world size %d, now %d)",
+                 tagdir, m->config_hash, e->cfg.hash_hex, m->world_size, e->world_size);
+        if (m->ntensors > e->plan.nparams)
+            zlog(ZLOG_WARN, "ckpt", 0, "%s holds %d tensors the model does not register; ignored",
+                 tagdir, m->ntensors - e->plan.nparams);
+    }
+done:
+    free(map);
+    free(t);
+    free(zt);
+    free(host);
+    zck_close(r);
+    return s;
+}
+
+zinc_status zinc_ckpt_load(zinc_engine_t *e, const char *dir, const char *tag,
+                           zinc_ckpt_load_options_t *opt)
+{
+    if (!e) return zerr_thread(ZINC_ERR_INVALID_ARG, "zinc_ckpt_load: engine is NULL");
+    if (!e->finalized) return zeng_fail(e, ZINC_ERR_USAGE, "zinc_ckpt_load: call zinc_finalize first");
+    if (!dir) return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_ckpt_load: dir is NULL");
+    char err[ZCK_ERR] = "";
+    zinc_status s = ZINC_OK;
+    /* a save in flight finishes first: it may be the very tag asked for */
+    zck_async *prev = reg_take(e, 0);
+    zinc_status ps = zck_async_wait(prev, err);
+    if (ps != ZINC_OK)
+        zlog(ZLOG_ERROR, "ckpt", rank_of(e), "the background save in flight failed: %s", err);
+    int autopick = !tag || !strcmp(tag, ZCK_LATEST);
+    int me = rank_of(e);
+    zpick *pk = malloc(sizeof *pk);
+    if (!pk) return zeng_fail(e, ZINC_ERR_NOMEM, "zinc_ckpt_load: out of memory");
+    for (int attempt = 0;; attempt++) {
+        /* rank 0 picks the tag so that every rank loads the same one */
+        memset(pk, 0, sizeof *pk);
+        if (me == 0) {
+            pk->status = (int32_t)zck_find_tag(dir, tag, attempt, 0, pk->tagdir, sizeof pk->tagdir,
+                                               pk->tag, sizeof pk->tag, pk->msg);
+        }
+        if (e->comm && e->comm->size > 1) {
+            s = e->comm->iface->broadcast(e->comm, pk, sizeof *pk, 0);
+            if (s != ZINC_OK) { snprintf(err, sizeof err, "zinc_ckpt_load: %.990s", e->comm->err); break; }
+        }
+        if (pk->status != ZINC_OK) {
+            s = (zinc_status)pk->status;
+            snprintf(err, sizeof err, "zinc_ckpt_load: %.990s", pk->msg);
+            break;
+        }
+        zengine_state st = e->st;
+        int have_state = 0;
+        char lerr[ZCK_ERR] = "";
+        s = load_local(e, pk->tagdir, opt, &st, &have_state, lerr);
+        int bad = any_rank(e, s != ZINC_OK);
+        if (!bad) {
+            if (have_state) e->st = st;
+            else if (opt && opt->weights_only) {
+                /* fresh optimizer: bias correction and the loss scale start over */
+                memset(&e->st, 0, sizeof e->st);
+                zscaler_init(&e->st.scaler, &e->cfg);
+            }
+            s = ZINC_OK;
+            break;
+        }
+        /* A chunk that fails to decode shows only now; with automatic selection, try the next
+         * tag (every rank does, since the failure was agreed on). */
+        int corrupt = s == ZINC_ERR_CORRUPT;
+        int any_corrupt = any_rank(e, corrupt);
+        if (s != ZINC_OK) snprintf(err, sizeof err, "zinc_ckpt_load: %.990s", lerr);
+        else { s = ZINC_ERR_ABORTED; snprintf(err, sizeof err, "zinc_ckpt_load: %.900s failed to load on another rank (see its message)", pk->tagdir); }
+        if (!autopick || !any_corrupt) break;
+        if (me == 0) zlog(ZLOG_WARN, "ckpt", 0, "skipping damaged checkpoint %s: %s", pk->tagdir,
+                          s == ZINC_ERR_CORRUPT ? lerr : "a chunk failed on another rank");
+    }
+    if (s == ZINC_OK) {
+        s = zeng_refresh_params(e);
+        if (s != ZINC_OK) snprintf(err, sizeof err, "zinc_ckpt_load: %.990s", e->err);
+    }
+    if (s == ZINC_OK) {
+        if (opt) snprintf(opt->loaded_tag, sizeof opt->loaded_tag, "%s", pk->tag);
+        if (me == 0)
+            zlog(ZLOG_INFO, "ckpt", 0, "loaded %s (step %" PRId64 "%s)", pk->tagdir, e->st.step,
+                 opt && opt->weights_only ? ", weights only" : "");
+    }
+    free(pk);
+    if (s != ZINC_OK) return zeng_fail(e, s, "%s", err);
+    return ZINC_OK;
+}
+
+/* ---- initial weights from .safetensors ---------------------------------------------------------- */
+
+zinc_status zinc_load_safetensors(zinc_engine_t *e, const char *path)
+{
+    if (!e) return zerr_thread(ZINC_ERR_INVALID_ARG, "zinc_load_safetensors: engine is NULL");
+    if (!e->finalized) return zeng_fail(e, ZINC_ERR_USAGE, "zinc_load_safetensors: call zinc_finalize first");
+    if (!path) return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_load_safetensors: path is NULL");
+    char err[ZCK_ERR] = "";
+    zst_file *f = NULL;
+    ztgt *t = NULL;
+    int nt = 0, found = 0;
+    float *buf = NULL;
+    zinc_status s = zst_open(path, &f, err);
+    if (s == ZINC_OK) {
+        s = load_targets(e, &t, &nt);
+        if (s != ZINC_OK) zerr_fmt(err, ZCK_ERR, s, "cannot list the shard: %s", e->err);
+    }
+    /* check every matching parameter first, so a mismatch changes nothing */
+    for (int p = 0; s == ZINC_OK && p < e->plan.nparams; p++) {
+        const zplan_param *P = &e->plan.params[p];
+        int k = zst_find(f, P->name);
+        if (k < 0) continue;
+        found++;
+        const zst_entry *E = &f->e[k];
+        int same = E->ndim == P->ndim;
+        for (int d = 0; same && d < P->ndim; d++) same = E->shape[d] == P->shape[d];
+        if (!same)
+            s = zerr_fmt(err, ZCK_ERR, ZINC_ERR_MISMATCH, "%s: tensor '%s' has another shape than "
+                         "the model's parameter (%zu elements)", path, P->name, P->numel);
+        else if (!E->supported)
+            s = zerr_fmt(err, ZCK_ERR, ZINC_ERR_UNSUPPORTED, "%s: tensor '%s' is %s; zinc reads "
+                         "F32, F16 and BF16", path, P->name, E->dtype_name);
+    }
+    size_t maxn = 0;
+    for (int i = 0; i < nt; i++)
+        if (t[i].hi - t[i].lo > maxn) maxn = t[i].hi - t[i].lo;
+    if (s == ZINC_OK && !(buf = malloc((maxn ? maxn : 1) * sizeof *buf)))
+        s = zerr_fmt(err, ZCK_ERR, ZINC_ERR_NOMEM, "out of memory");
+    for (int i = 0; s == ZINC_OK && i < nt; i++) {
+        int k = zst_find(f, e->plan.params[t[i].param].name);
+        if (k < 0) continue;
+        s = zst_read_f32(f, k, t[i].lo, t[i].hi, buf, err);
+        if (s == ZINC_OK) {
+            s = e->dev->iface->upload(e->dev, t[i].master, buf, (t[i].hi - t[i].lo) * 4);
+            if (s != ZINC_OK) zerr_fmt(err, ZCK_ERR, s, "upload failed: %s", e->dev->err);
+        }
+    }
+    free(buf);
+    free(t);
+    zst_close(f);
+    int bad = any_rank(e, s != ZINC_OK);
+    if (bad && s == ZINC_OK) {
+        s = ZINC_ERR_ABORTED;
+        snprintf(err, sizeof err, "reading %s failed on another rank (see its message)", path);
+    }
+    if (s == ZINC_OK) {
+        s = zeng_refresh_params(e);
+        if (s != ZINC_OK) snprintf(err, sizeof err, "%s", e->err);
+    }
+    if (s != ZINC_OK) return zeng_fail(e, s, "zinc_load_safetensors: %s", err);
+    if (rank_of(e) == 0)
+        zlog(ZLOG_INFO, "ckpt", 0, "set %d of %d parameters from %s", found, e->plan.nparams, path);
+    return ZINC_OK;
+}

@@ -1,0 +1,308 @@
+/*
+ * ckpt.h — the checkpoint module's internal interface (format in docs/checkpoint-format.md).
+ *
+ * Three layers, none of which needs an engine:
+ *   codec     (codec.c)    one chunk: byte-shuffle into planes, zstd, XXH3-64 of raw and stored
+ *   manifest  (manifest.c) the in-memory manifest and its JSON form (the only format parser)
+ *   writer / reader (writer.c, reader.c) a rank's shard file and the commit protocol over a
+ *             zcomm_t; the resharding reader, tag selection and verification
+ * The engine bridge (api.c) fills these from a rank's shard (zeng_shard_pieces) and implements
+ * the public zinc_ckpt_* calls; tools/cmd_ckpt.c and the tests use the layers directly.
+ *
+ * Errors: every fallible call returns a zinc_status and writes one sentence into `err`
+ * (ZCK_ERR bytes) naming what failed, where (file, chunk), and what to do.
+ */
+#ifndef ZINC_CKPT_CKPT_H
+#define ZINC_CKPT_CKPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "shard/comm.h"
+#include "zinc.h"
+
+#define ZCK_FORMAT_VERSION 1
+#define ZCK_ERR 1024
+#define ZCK_NAME_MAX 128
+#define ZCK_MAX_DIMS 8
+#define ZCK_TAG_MAX 256
+#define ZCK_MANIFEST "manifest.json"
+#define ZCK_LATEST "latest"
+#define ZCK_BLOB "client.bin"
+#define ZCK_FILE_MAGIC "ZINCSHRD"      /* 8 bytes, then u32 version, u32 rank (little-endian) */
+#define ZCK_FILE_HEADER 16
+
+/* Streams of a rank file. Every stream of one rank file holds the same pieces in the same order;
+ * only the element type differs. */
+typedef enum {
+    ZCK_MASTER = 0,      /* fp32 master weights */
+    ZCK_ADAM_M = 1,      /* fp32 Adam first moment */
+    ZCK_ADAM_V = 2,      /* fp32 Adam second moment */
+    ZCK_WEIGHTS16 = 3,   /* the 16-bit working weights (fp16 or bf16), optional */
+    ZCK_NSTREAMS = 4
+} zck_stream;
+
+#define ZCK_OPTIM_MASK ((1u << ZCK_ADAM_M) | (1u << ZCK_ADAM_V))
+
+const char *zck_stream_name(int s);     /* "master", "adam_m", "adam_v", "weights16" */
+int zck_stream_from_name(const char *s);/* -1 when unknown */
+int zck_dtype_from_name(const char *s, zinc_dtype *out); /* "fp32" ... -> 0, else -1 */
+
+/* ---- codec -------------------------------------------------------------------------------- */
+
+/* Byte-shuffle: n elements of esize bytes become esize planes of n bytes (plane b holds byte b
+ * of every element). Floats of similar magnitude share exponent bytes, which zstd then finds. */
+void zck_shuffle(uint8_t *dst, const uint8_t *src, size_t n, size_t esize);
+void zck_unshuffle(uint8_t *dst, const uint8_t *src, size_t n, size_t esize);
+
+/* Upper bound of an encoded chunk of raw_len bytes. */
+size_t zck_encode_bound(size_t raw_len);
+
+typedef struct zck_codec_ctx zck_codec_ctx;   /* zstd contexts and a shuffle scratch buffer */
+zck_codec_ctx *zck_codec_ctx_create(size_t max_raw);
+void zck_codec_ctx_free(zck_codec_ctx *c);
+
+/* Encodes raw_len bytes (a multiple of esize): shuffle (when shuffle != 0), zstd at `level`.
+ * Writes at most zck_encode_bound(raw_len) bytes to out. raw_xxh3 / comp_xxh3 receive the XXH3-64
+ * of the raw input and of the encoded output. */
+zinc_status zck_encode(zck_codec_ctx *c, const void *raw, size_t raw_len, size_t esize,
+                       int shuffle, int level, void *out, size_t *out_len, uint64_t *raw_xxh3,
+                       uint64_t *comp_xxh3, char *err);
+/* Decodes one chunk into raw (raw_len bytes), verifying both checksums. `where` names the chunk
+ * in messages ("rank-00001.zck, stream master, chunk 3 (bytes 16..4096)"). */
+zinc_status zck_decode(zck_codec_ctx *c, const void *comp, size_t comp_len, uint64_t comp_xxh3,
+                       void *raw, size_t raw_len, uint64_t raw_xxh3, size_t esize, int shuffle,
+                       const char *where, char *err);
+
+/* ---- manifest ----------------------------------------------------------------------------- */
+
+typedef struct zck_tensor {
+    char name[ZCK_NAME_MAX];
+    int ndim;
+    int64_t shape[ZCK_MAX_DIMS];
+    uint64_t numel;
+    zinc_dtype dtype;           /* the working dtype the model registered */
+} zck_tensor;
+
+typedef struct zck_chunk {
+    uint64_t raw_off, raw_len;  /* bytes in the decompressed stream */
+    uint64_t file_off, comp_len;/* bytes in the rank file */
+    uint64_t raw_xxh3, comp_xxh3;
+} zck_chunk;
+
+typedef struct zck_stream_info {
+    int present;
+    zinc_dtype dtype;
+    uint64_t file_off;          /* where its first chunk starts */
+    uint64_t raw_bytes, comp_bytes;
+    int nchunks;
+    zck_chunk *chunks;
+} zck_stream_info;
+
+/* Elements [lo, hi) of the flattened tensor, stored at element `elem_off` of every stream. */
+typedef struct zck_piece_rec {
+    int tensor;
+    uint64_t lo, hi;
+    uint64_t elem_off;
+} zck_piece_rec;
+
+typedef struct zck_rankfile {
+    int rank;
+    char file[64];              /* "rank-00003.zck", relative to the tag directory */
+    uint64_t bytes;             /* file size */
+    zck_stream_info streams[ZCK_NSTREAMS];
+    int npieces;
+    zck_piece_rec *pieces;
+} zck_rankfile;
+
+typedef struct zck_manifest {
+    int version;
+    char zinc_version[32];
+    char tag[ZCK_TAG_MAX];
+    int64_t step;
+    char config_hash[32];
+    int world_size, stage;
+    zinc_dtype dtype;           /* working dtype at save */
+    int level;
+    uint64_t chunk_bytes;
+    int shuffle;
+    unsigned streams;           /* mask of zck_stream stored by every rank */
+    int ntensors;
+    zck_tensor *tensors;
+    int nranks;
+    zck_rankfile *ranks;        /* [nranks], index = rank */
+    char *engine_state;         /* JSON object text, or NULL */
+    int has_blob;
+    uint64_t blob_bytes, blob_xxh3;
+} zck_manifest;
+
+void zck_manifest_free(zck_manifest *m);
+/* JSON text (caller frees) of a complete manifest. */
+char *zck_manifest_to_json(const zck_manifest *m);
+/* Parses a manifest; `where` labels messages. Refuses a newer format version (UNSUPPORTED) and
+ * any structural inconsistency (CORRUPT): unknown tensor index, pieces past a tensor's end,
+ * chunks that do not tile their stream, ranges past the file. */
+zinc_status zck_manifest_parse(const char *text, size_t len, const char *where, zck_manifest *m,
+                               char *err);
+/* The part of one rank file's description written by that rank (rank-N.json in <tag>.tmp/),
+ * merged by rank 0 into the manifest. */
+char *zck_rankfile_to_json(const zck_rankfile *rf);
+zinc_status zck_rankfile_parse(const char *text, size_t len, const char *where, zck_rankfile *rf,
+                               char *err);
+void zck_rankfile_free(zck_rankfile *rf);
+
+/* ---- files -------------------------------------------------------------------------------- */
+
+/* Reads a whole (small) file; caller frees. */
+zinc_status zck_read_file(const char *path, char **out, size_t *len, char *err);
+/* Writes a whole file durably: path.tmp, fsync, rename, fsync of the directory. */
+zinc_status zck_write_file_atomic(const char *path, const void *data, size_t len, char *err);
+zinc_status zck_fsync_dir(const char *dir, char *err);
+/* Removes a directory and the files in it (one level: tag directories are flat). */
+int zck_rmdir_flat(const char *dir);
+
+/* ---- writer ------------------------------------------------------------------------------- */
+
+/* One piece of this rank's shard, as host pointers to element 0 of the piece in each stream
+ * (NULL for streams not saved). */
+typedef struct zck_piece {
+    int tensor;
+    uint64_t lo, hi;
+    const void *data[ZCK_NSTREAMS];
+} zck_piece;
+
+typedef struct zck_save_desc {
+    const char *dir, *tag;
+    int rank, world_size, stage;
+    int64_t step;
+    const char *config_hash;      /* may be NULL */
+    const char *engine_state;     /* JSON object text (rank 0), may be NULL */
+    const void *blob;             /* rank 0's caller blob, may be NULL */
+    size_t blob_bytes;
+    int ntensors;
+    const zck_tensor *tensors;
+    int npieces;
+    const zck_piece *pieces;      /* this rank's pieces */
+    unsigned streams;             /* mask; every rank the same */
+    zinc_dtype dtype;             /* working dtype; the weights16 stream's element type */
+    int level;                    /* zstd level */
+    size_t chunk_bytes;           /* raw bytes per chunk (rounded down to a multiple of 4) */
+    int threads;                  /* compression threads; 0 = 2 */
+    int shuffle;                  /* 1 (the format's default); 0 only for benchmarks */
+    double timeout_s;             /* how long rank 0 waits for the other ranks' files */
+} zck_save_desc;
+
+/* Phase 1, collective: rank 0 removes a stale <tag>.tmp and creates it; barrier. */
+zinc_status zck_save_prepare(zcomm_t *c, const zck_save_desc *d, char *err);
+/* Phase 2, not collective (may run on a background thread): writes and fsyncs this rank's file
+ * and its description rank-N.json (or rank-N.failed with the message on failure). */
+zinc_status zck_save_write(const zck_save_desc *d, char *err);
+/* Phase 3, rank 0 only, not collective: waits (up to timeout_s) for every rank's description,
+ * writes the manifest and the blob, renames <tag>.tmp to <tag> and replaces `latest`. */
+zinc_status zck_save_commit(const zck_save_desc *d, char *err);
+/* All three, collective, synchronous; every rank returns rank 0's commit result. */
+zinc_status zck_save(zcomm_t *c, const zck_save_desc *d, char *err);
+
+/* Test hook: when set, called with a phase name at each step of the commit protocol
+ * ("file", "fsync", "rankjson", "manifest", "rename", "latest"); used by the fault tests. */
+extern void (*zck_test_hook)(const char *phase);
+
+/* ---- reader ------------------------------------------------------------------------------- */
+
+typedef struct zck_reader zck_reader;
+
+/* Opens a tag directory: parses and checks the manifest, checks every rank file exists with
+ * the recorded size, and the blob's checksum. */
+zinc_status zck_open(const char *tagdir, zck_reader **out, char *err);
+void zck_close(zck_reader *r);
+const zck_manifest *zck_reader_manifest(const zck_reader *r);
+const char *zck_reader_dir(const zck_reader *r);
+
+/* Finds the tag to load in save directory `dir`: `tag` given -> that one (error if damaged);
+ * NULL or "latest" -> the newest valid tag (by step, then manifest time), warning (zlog, rank
+ * `logrank`) for each damaged one skipped with why. Fills tagdir (path) and tagname. When
+ * skip_upto > 0 the first skip_upto valid candidates are passed over too (for a retry after a
+ * chunk failed to decode). */
+zinc_status zck_find_tag(const char *dir, const char *tag, int skip_upto, int logrank,
+                         char *tagdir, size_t tagdir_n, char *tagname, size_t tagname_n,
+                         char *err);
+/* Resolves what a user named: a tag directory (has a manifest) or a save directory (latest). */
+zinc_status zck_resolve_path(const char *path, char *tagdir, size_t n, char *err);
+
+/* A destination: elements [lo, hi) of tensor `tensor`, written to dst as the stream's dtype. */
+typedef struct zck_target {
+    int tensor;
+    uint64_t lo, hi;
+    void *dst;
+} zck_target;
+
+/* Fills every target from stream `s`, whatever layout saved it: finds the stored pieces that
+ * overlap each target and decompresses only the chunks they need (threads in parallel),
+ * verifying checksums. Fails (CORRUPT, naming file and chunk) on damage, (INVALID_ARG) when a
+ * target is not fully covered, (UNSUPPORTED/MISMATCH) when the stream was not saved. */
+zinc_status zck_read(zck_reader *r, int s, const zck_target *t, int n, int threads, char *err);
+/* The caller blob into buf (cap bytes); *bytes receives its size (0 when none). */
+zinc_status zck_read_blob(zck_reader *r, void *buf, size_t cap, size_t *bytes, char *err);
+/* Reads and checks every chunk of every stream, the blob and the coverage of every tensor.
+ * Reports the first problem. raw/comp receive per-stream byte totals (may be NULL). */
+zinc_status zck_verify(zck_reader *r, int threads, char *err);
+
+/* ---- async save (async.c) ----------------------------------------------------------------- */
+
+typedef struct zck_async zck_async;
+
+/* Collective: runs zck_save_prepare, then writes (and on rank 0 commits) on a background thread.
+ * The descriptor is copied; the piece data must stay valid until zck_async_wait: it normally
+ * points into `staging`, which the save takes over and frees (free()) when it ends. */
+zinc_status zck_async_start(zcomm_t *c, const zck_save_desc *d, void *staging, zck_async **out,
+                            char *err);
+/* 1 when the background work has finished (zck_async_wait will not block). */
+int zck_async_done(zck_async *a);
+/* Waits for the background work, returns its result and frees `a` (accepts NULL: ZINC_OK).
+ * Rank 0's result includes the commit; other ranks report their own file. */
+zinc_status zck_async_wait(zck_async *a, char *err);
+
+/* ---- safetensors (safetensors.c) ---------------------------------------------------------- */
+
+/* Writes the master weights of a tag as a .safetensors file in `dt` (fp32, fp16 or bf16),
+ * tensor by tensor (memory: the largest tensor), tensors sorted by name; the output is the same
+ * bytes for the same checkpoint. Written to out.tmp and renamed. */
+zinc_status zck_export_safetensors(const char *tagdir, const char *out, zinc_dtype dt,
+                                   int threads, char *err);
+
+typedef struct zst_entry {
+    char name[ZCK_NAME_MAX];
+    char dtype_name[16];          /* as in the file: "F32", "F16", "BF16", "I64", ... */
+    int supported;                /* F32, F16 or BF16 */
+    zinc_dtype dtype;
+    int ndim;
+    int64_t shape[ZCK_MAX_DIMS];
+    uint64_t numel;
+    uint64_t begin, end;          /* data_offsets, relative to the data section */
+} zst_entry;
+
+typedef struct zst_file {
+    int fd;
+    char path[4096];
+    uint64_t data_off;            /* 8 + header length */
+    int n;
+    zst_entry *e;
+} zst_file;
+
+zinc_status zst_open(const char *path, zst_file **out, char *err);
+void zst_close(zst_file *f);
+int zst_find(const zst_file *f, const char *name);   /* index or -1 */
+/* Elements [lo, hi) of entry i as fp32. */
+zinc_status zst_read_f32(zst_file *f, int i, uint64_t lo, uint64_t hi, float *dst, char *err);
+
+/* ---- engine hooks (api.c) ------------------------------------------------------------------- */
+
+struct zinc_engine;
+/* For the end of zinc_step (after its collectives): when this engine's background save has
+ * finished with an error, returns that error (and forgets the save); else ZINC_OK. Not
+ * collective, never blocks. */
+zinc_status zck_engine_poll(struct zinc_engine *e);
+/* For zinc_engine_destroy: waits for a background save still in flight (logging its error). */
+void zck_engine_release(struct zinc_engine *e);
+
+#endif

@@ -1,0 +1,125 @@
+/*
+ * files.c — the few durable-file primitives the commit protocol is built from: whole-file read,
+ * atomic replace (tmp + fsync + rename + fsync of the directory), directory fsync and removal.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ckpt/ckpt.h"
+#include "engine/log.h"
+
+zinc_status zck_read_file(const char *path, char **out, size_t *len, char *err)
+{
+    *out = NULL;
+    *len = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return zerr_fmt(err, ZCK_ERR, ZINC_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        close(fd);
+        return zerr_fmt(err, ZCK_ERR, ZINC_ERR_IO, "cannot stat %s: %s", path, strerror(errno));
+    }
+    size_t n = (size_t)st.st_size;
+    char *buf = malloc(n + 1);
+    if (!buf) {
+        close(fd);
+        return zerr_fmt(err, ZCK_ERR, ZINC_ERR_NOMEM, "out of memory reading %s (%zu bytes)",
+                        path, n);
+    }
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = read(fd, buf + got, n - got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            int e = r < 0 ? errno : EIO;
+            free(buf);
+            close(fd);
+            return zerr_fmt(err, ZCK_ERR, ZINC_ERR_IO, "cannot read %s: %s", path, strerror(e));
+        }
+        got += (size_t)r;
+    }
+    close(fd);
+    buf[n] = 0;
+    *out = buf;
+    *len = n;
+    return ZINC_OK;
+}
+
+zinc_status zck_fsync_dir(const char *dir, char *err)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return zerr_fmt(err, ZCK_ERR, ZINC_ERR_IO, "cannot open directory %s: %s", dir,
+                        strerror(errno));
+    int r = fsync(fd);
+    int e = errno;
+    close(fd);
+    /* Some file systems refuse fsync on directories (EINVAL); their renames are durable anyway. */
+    if (r != 0 && e != EINVAL)
+        return zerr_fmt(err, ZCK_ERR, ZINC_ERR_IO, "cannot fsync directory %s: %s", dir,
+                        strerror(e));
+    return ZINC_OK;
+}
+
+zinc_status zck_write_file_atomic(const char *path, const void *data, size_t len, char *err)
+{
+    char tmp[4096], dir[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash) *slash = 0;
+    else snprintf(dir, sizeof dir, ".");
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return zerr_fmt(err, ZCK_ERR, ZINC_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
+    const char *p = data;
+    size_t left = len;
+    while (left) {
+        ssize_t w = write(fd, p, left);
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0) {
+            int e = errno;
+            close(fd);
+            unlink(tmp);
+            return zerr_fmt(err, ZCK_ERR, ZINC_ERR_IO, "cannot write %s: %s", tmp, strerror(e));
+        }
+        p += w;
+        left -= (size_t)w;
+    }
+    if (fsync(fd) != 0) {
+        int e = errno;
+        close(fd);
+        unlink(tmp);
+        return zerr_fmt(err, ZCK_ERR, ZINC_ERR_IO, "cannot fsync %s: %s", tmp, strerror(e));
+    }
+    close(fd);
+    if (rename(tmp, path) != 0) {
+        int e = errno;
+        unlink(tmp);
+        return zerr_fmt(err, ZCK_ERR, ZINC_ERR_IO, "cannot rename %s to %s: %s", tmp, path,
+                        strerror(e));
+    }
+    return zck_fsync_dir(dir, err);
+}
+
+int zck_rmdir_flat(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d) return errno == ENOENT ? 0 : -1;
+    struct dirent *de;
+    char p[4096];
+    while ((de = readdir(d))) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+        snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
+        unlink(p);
+    }
+    closedir(d);
+    return rmdir(dir);
+}

@@ -1,0 +1,576 @@
+/*
+ * reader.c — opens a committed tag, reshards it into any target layout, verifies it, and picks
+ * the tag to resume from.
+ *
+ * Resharding is a range intersection in model space: a target asks for elements [lo, hi) of a
+ * tensor; the stored pieces of that tensor (from every rank file, sorted by lo and checked at open
+ * to tile the tensor exactly) give the overlapping ranges; each range maps to bytes of one rank's
+ * stream and so to the chunks that hold them. Only those chunks are read and decoded — by a few
+ * threads, each owning whole chunks, so every chunk is decoded once per call.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "ckpt/ckpt.h"
+#include "engine/log.h"
+
+typedef struct { int rank, piece; } zref;
+
+struct zck_reader {
+    char dir[4096];
+    zck_manifest m;
+    int *fds;               /* [nranks], opened at zck_open */
+    zref **by_tensor;       /* [ntensors][count]: stored pieces sorted by lo */
+    int *count;             /* [ntensors] */
+};
+
+static size_t esz(const zck_manifest *m, int s) { return s == ZCK_WEIGHTS16 ? zinc_dtype_size(m->dtype) : 4; }
+
+const zck_manifest *zck_reader_manifest(const zck_reader *r) { return &r->m; }
+const char *zck_reader_dir(const zck_reader *r) { return r->dir; }
+
+void zck_close(zck_reader *r)
+{
+    if (!r) return;
+    for (int i = 0; r->fds && i < r->m.nranks; i++)
+        if (r->fds[i] >= 0) close(r->fds[i]);
+    free(r->fds);
+    for (int t = 0; r->by_tensor && t < r->m.ntensors; t++) free(r->by_tensor[t]);
+    free(r->by_tensor);
+    free(r->count);
+    zck_manifest_free(&r->m);
+    free(r);
+}
+
+static const zck_piece_rec *pref(const zck_reader *r, zref x) { return &r->m.ranks[x.rank].pieces[x.piece]; }
+
+static zck_reader *sort_ctx;   /* qsort has no context argument; zck_open holds ref_mu */
+static pthread_mutex_t ref_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static int cmp_ref(const void *a, const void *b)
+{
+    const zck_piece_rec *x = pref(sort_ctx, *(const zref *)a), *y = pref(sort_ctx, *(const zref *)b);
+    return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+/* Indexes stored pieces by tensor and checks that they tile every tensor exactly once. */
+static zinc_status build_index(zck_reader *r, char *err)
+{
+    zck_manifest *m = &r->m;
+    r->count = calloc((size_t)m->ntensors + 1, sizeof *r->count);
+    r->by_tensor = calloc((size_t)m->ntensors + 1, sizeof *r->by_tensor);
+    if (!r->count || !r->by_tensor) return zerr_fmt(err, ZCK_ERR, ZINC_ERR_NOMEM, "ckpt: out of memory");
+    for (int k = 0; k < m->nranks; k++)
+        for (int i = 0; i < m->ranks[k].npieces; i++) r->count[m->ranks[k].pieces[i].tensor]++;
+    for (int t = 0; t < m->ntensors; t++) {
+        r->by_tensor[t] = calloc((size_t)r->count[t] + 1, sizeof(zref));
+        if (!r->by_tensor[t]) return zerr_fmt(err, ZCK_ERR, ZINC_ERR_NOMEM, "ckpt: out of memory");
+        r->count[t] = 0;
+    }
+    for (int k = 0; k < m->nranks; k++)
+        for (int i = 0; i < m->ranks[k].npieces; i++) {
+            int t = m->ranks[k].pieces[i].tensor;
+            r->by_tensor[t][r->count[t]++] = (zref){k, i};
+        }
+    pthread_mutex_lock(&ref_mu);
+    sort_ctx = r;
+    for (int t = 0; t < m->ntensors; t++) qsort(r->by_tensor[t], (size_t)r->count[t], sizeof(zref), cmp_ref);
+    pthread_mutex_unlock(&ref_mu);
+    for (int t = 0; t < m->ntensors; t++) {
+        uint64_t at = 0;
+        for (int i = 0; i < r->count[t]; i++) {
+            const zck_piece_rec *p = pref(r, r->by_tensor[t][i]);
+            if (p->lo != at)
+                return zerr_fmt(err, ZCK_ERR, ZINC_ERR_CORRUPT,
+                                "checkpoint damaged: %s/%s: tensor %s: elements %" PRIu64 "..%" PRIu64
+                                " are %s", r->dir, ZCK_MANIFEST, m->tensors[t].name,
+                                p->lo < at ? p->lo : at, p->lo < at ? at : p->lo,
+                                p->lo < at ? "stored twice" : "stored by no rank");
+            at = p->hi;
+        }
+        if (at != m->tensors[t].numel)
+            return zerr_fmt(err, ZCK_ERR, ZINC_ERR_CORRUPT,
+                            "checkpoint damaged: %s/%s: tensor %s: elements %" PRIu64 "..%" PRIu64
+                            " are stored by no rank", r->dir, ZCK_MANIFEST, m->tensors[t].name, at,
+                            m->tensors[t].numel);
+    }
+    return ZINC_OK;
+}
+
+zinc_status zck_open(const char *tagdir, zck_reader **out, char *err)
+{
+    *out = NULL;
+    zck_reader *r = calloc(1, sizeof *r);
+    if (!r) return zerr_fmt(err, ZCK_ERR, ZINC_ERR_NOMEM, "ckpt: out of memory");
+    snprintf(r->dir, sizeof r->dir, "%s", tagdir);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", tagdir, ZCK_MANIFEST);
+    char *txt = NULL;
+    size_t len;
+    zinc_status s = zck_read_file(path, &txt, &len, err);
+    if (s != ZINC_OK) {
+        if (errno == ENOENT)
+            s = zerr_fmt(err, ZCK_ERR, ZINC_ERR_IO,
+                         "%s is not a committed checkpoint: it has no %s (an interrupted save "
+                         "leaves <tag>.tmp; a save directory holds tags and `latest`)",
+                         tagdir, ZCK_MANIFEST);
+        goto fail;
+    }
+    s = zck_manifest_parse(txt, len, path, &r->m, err);
+    free(txt);
+    txt = NULL;
+    if (s != ZINC_OK) goto fail;
+    r->fds = malloc((size_t)r->m.nranks * sizeof *r->fds);
+    if (!r->fds) { s = zerr_fmt(err, ZCK_ERR, ZINC_ERR_NOMEM, "ckpt: out of memory"); goto fail; }
+    for (int k = 0; k < r->m.nranks; k++) r->fds[k] = -1;
+    for (int k = 0; k < r->m.nranks; k++) {
+        const zck_rankfile *rf = &r->m.ranks[k];
+        snprintf(path, sizeof path, "%s/%s", tagdir, rf->file);
+        r->fds[k] = open(path, O_RDONLY | O_CLOEXEC);
+        if (r->fds[k] < 0) {
+            s = zerr_fmt(err, ZCK_ERR, ZINC_ERR_CORRUPT,
+                         "checkpoint incomplete: %s (rank %d's file, listed in the manifest) "
+                         "is %s (%s)", path, k, errno == ENOENT ? "missing" : "unreadable",
+                         strerror(errno));
+            goto fail;
+        }
+        struct stat st;
+        uint8_t hdr[ZCK_FILE_HEADER];
+        if (fstat(r->fds[k], &st) != 0 || (uint64_t)st.st_size != rf->bytes) {
+            /* name the first chunk that no longer fits, so the message points at the data */
+            char where[256] = "";
+            for (int q = 0; q < ZCK_NSTREAMS && !where[0]; q++)
+                for (int c = 0; c < rf->streams[q].nchunks; c++) {
+                    const zck_chunk *ch = &rf->streams[q].chunks[c];
+                    if (ch->file_off + ch->comp_len > (uint64_t)st.st_size) {
+                        snprintf(where, sizeof where, "; stream %s chunk %d (file bytes %" PRIu64
+                                 "..%" PRIu64 ") is cut off", zck_stream_name(q), c, ch->file_off,
+                                 ch->file_off + ch->comp_len);
+                        break;
+                    }
+                }
+            s = zerr_fmt(err, ZCK_ERR, ZINC_ERR_CORRUPT,
+                         "checkpoint damaged: %s is %lld bytes, the manifest says %" PRIu64
+                         " (truncated or overwritten)%s", path, (long long)st.st_size, rf->bytes,
+                         where);
+            goto fail;
+        }
+        if (pread(r->fds[k], hdr, sizeof hdr, 0) != (ssize_t)sizeof hdr ||
+            memcmp(hdr, ZCK_FILE_MAGIC, 8) ||
+            (uint32_t)(hdr[12] | hdr[13] << 8 | hdr[14] << 16 | (uint32_t)hdr[15] << 24) != (uint32_t)k) {
+            s = zerr_fmt(err, ZCK_ERR, ZINC_ERR_CORRUPT,
+                         "checkpoint damaged: %s does not start with the rank %d file header", path, k);
+            goto fail;
+        }
+    }
+    if (r->m.has_blob) {
+        snprintf(path, sizeof path, "%s/%s", tagdir, ZCK_BLOB);
+        s = zck_read_file(path, &txt, &len, err);
+        if (s != ZINC_OK) {
+            s = zerr_fmt(err, ZCK_ERR, ZINC_ERR_CORRUPT, "checkpoint incomplete: %s is missing", path);
+            goto fail;
+        }
+        uint64_t h = XXH3_64bits(txt, len);
+        free(txt);
+        txt = NULL;
+        if (len != r->m.blob_bytes || h != r->m.blob_xxh3) {
+            s = zerr_fmt(err, ZCK_ERR, ZINC_ERR_CORRUPT,
+                         "checkpoint damaged: %s fails its size/checksum (%zu bytes, xxh3 %016" PRIx64
+                         "; manifest: %" PRIu64 " bytes, %016" PRIx64 ")", path, len, h,
+                         r->m.blob_bytes, r->m.blob_xxh3);
+            goto fail;
+        }
+    }
+    s = build_index(r, err);
+    if (s != ZINC_OK) goto fail;
+    *out = r;
+    return ZINC_OK;
+fail:
+    free(txt);
+    zck_close(r);
+    return s;
+}
+
+zinc_status zck_read_blob(zck_reader *r, void *buf, size_t cap, size_t *bytes, char *err)
+{
+    *bytes = 0;
+    if (!r->m.has_blob) return ZINC_OK;
+    char path[4200], *txt;
+    size_t len;
+    snprintf(path, sizeof path, "%s/%s", r->dir, ZCK_BLOB);
+    zinc_status s = zck_read_file(path, &txt, &len, err);
+    if (s != ZINC_OK) return s;
+    if (len != r->m.blob_bytes || XXH3_64bits(txt, len) != r->m.blob_xxh3) {
+        free(txt);
+        return zerr_fmt(err, ZCK_ERR, ZINC_ERR_CORRUPT, "checkpoint damaged: %s fails its checksum", path);
+    }
+    *bytes = len;
+    if (buf && len > cap) {
+        free(txt);
+        return zerr_fmt(err, ZCK_ERR, ZINC_ERR_INVALID_ARG,
+                        "ckpt load: the saved client blob is %zu bytes but client_blob_cap is %zu",
+                        len, cap);
+    }
+    if (buf) memcpy(buf, txt, len);
+    free(txt);
+    return ZINC_OK;
+}
+
+/* ---- chunk jobs ------------------------------------------------------------------------------- */
+
+typedef struct {
+    int rank, chunk;
+    uint64_t off, len;      /* bytes within the decoded chunk */
+    uint8_t *dst;
+} zop;
+
+typedef struct {
+    zck_reader *r;
+    int s;
+    zop *ops;
+    size_t nops;
+    size_t *starts;         /* [nuniq + 1]: ops of unique chunk u are ops[starts[u] .. starts[u+1]) */
+    size_t nuniq, next;
+    int failed;
+    zinc_status fs;
+    char msg[ZCK_ERR];
+    pthread_mutex_t mu;
+} zdec;
+
+static int cmp_op(const void *a, const void *b)
+{
+    const zop *x = a, *y = b;
+    if (x->rank != y->rank) return x->rank < y->rank ? -1 : 1;
+    if (x->chunk != y->chunk) return x->chunk < y->chunk ? -1 : 1;
+    return x->off < y->off ? -1 : x->off > y->off;
+}
+
+static void *dec_worker(void *arg)
+{
+    zdec *d = arg;
+    const zck_manifest *m = &d->r->m;
+    size_t cap = (size_t)m->chunk_bytes;
+    zck_codec_ctx *cc = zck_codec_ctx_create(cap);
+    uint8_t *raw = malloc(cap), *comp = malloc(zck_encode_bound(cap));
+    char err[ZCK_ERR], where[4600];
+    if (!cc || !raw || !comp) {
+        pthread_mutex_lock(&d->mu);
+        if (!d->failed) { d->failed = 1; d->fs = ZINC_ERR_NOMEM; snprintf(d->msg, sizeof d->msg, "ckpt: out of memory for decode buffers"); }
+        pthread_mutex_unlock(&d->mu);
+        goto out;
+    }
+    for (;;) {
+        pthread_mutex_lock(&d->mu);
+        size_t u = d->next++;
+        int stop = d->failed || u >= d->nuniq;
+        pthread_mutex_unlock(&d->mu);
+        if (stop) break;
+        const zop *o = &d->ops[d->starts[u]];
+        const zck_rankfile *rf = &m->ranks[o->rank];
+        const zck_chunk *c = &rf->streams[d->s].chunks[o->chunk];
+        snprintf(where, sizeof where, "%s/%s, stream %s, chunk %d (file bytes %" PRIu64 "..%" PRIu64 ")",
+                 d->r->dir, rf->file, zck_stream_name(d->s), o->chunk, c->file_off,
+                 c->file_off + c->comp_len);
+        zinc_status s = ZINC_OK;
+        if (c->raw_len > cap || c->comp_len > zck_encode_bound(cap)) {
+            s = zerr_fmt(err, ZCK_ERR, ZINC_ERR_CORRUPT,
+                         "checkpoint damaged: %s: larger than the chunk size %zu", where, cap);
+        } else {
+            ssize_t got = pread(d->r->fds[o->rank], comp, c->comp_len, (off_t)c->file_off);
+            if (got != (ssize_t)c->comp_len)
+                s = zerr_fmt(err, ZCK_ERR, ZINC_ERR_CORRUPT,
+                             "checkpoint damaged: %s: only %zd of %" PRIu64 " bytes could be read "
+                             "(truncated file)", where, got, c->comp_len);
+            else
+                s = zck_decode(cc, comp, c->comp_len, c->comp_xxh3, raw, c->raw_len, c->raw_xxh3,
+                               esz(m, d->s), m->shuffle, where, err);
+        }
+        if (s != ZINC_OK) {
+            pthread_mutex_lock(&d->mu);
+            if (!d->failed) { d->failed = 1; d->fs = s; snprintf(d->msg, sizeof d->msg, "%s", err); }
+            pthread_mutex_unlock(&d->mu);
+            break;
+        }
+        for (size_t i = d->starts[u]; i < d->starts[u + 1]; i++)
+            if (d->ops[i].dst) memcpy(d->ops[i].dst, raw + d->ops[i].off, d->ops[i].len);
+    }
+out:
+    zck_codec_ctx_free(cc);
+    free(raw);
+    free(comp);
+    return NULL;
+}
+
+/* Decodes the chunks the ops name (each once) and applies the ops. */
+static zinc_status run_ops(zck_reader *r, int s, zop *ops, size_t nops, int threads, char *err)
+{
+    if (!nops) return ZINC_OK;
+    qsort(ops, nops, sizeof *ops, cmp_op);
+    zdec d;
+    memset(&d, 0, sizeof d);
+    d.r = r;
+    d.s = s;
+    d.ops = ops;
+    d.nops = nops;
+    d.starts = malloc((nops + 1) * sizeof *d.starts);
+    if (!d.starts) return zerr_fmt(err, ZCK_ERR, ZINC_ERR_NOMEM, "ckpt: out of memory");
+    for (size_t i = 0; i < nops; i++)
+        if (i == 0 || ops[i].rank != ops[i - 1].rank || ops[i].chunk != ops[i - 1].chunk)
+            d.starts[d.nuniq++] = i;
+    d.starts[d.nuniq] = nops;
+    pthread_mutex_init(&d.mu, NULL);
+    int nt = threads > 0 ? threads : 2;
+    if ((size_t)nt > d.nuniq) nt = (int)d.nuniq;
+    if (nt > 64) nt = 64;
+    pthread_t th[64];
+    int started = 0;
+    for (; started < nt - 1; started++)
+        if (pthread_create(&th[started], NULL, dec_worker, &d) != 0) break;
+    dec_worker(&d);
+    for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
+    pthread_mutex_destroy(&d.mu);
+    free(d.starts);
+    if (d.failed) {
+        snprintf(err, ZCK_ERR, "%s", d.msg);
+        return d.fs;
+    }
+    return ZINC_OK;
+}
+
+static int find_chunk(const zck_stream_info *si, uint64_t off)
+{
+    int lo = 0, hi = si->nchunks - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (si->chunks[mid].raw_off <= off) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
+zinc_status zck_read(zck_reader *r, int s, const zck_target *t, int n, int threads, char *err)
+{
+    const zck_manifest *m = &r->m;
+    if (s < 0 || s >= ZCK_NSTREAMS || !(m->streams & (1u << s)))
+        return zerr_fmt(err, ZCK_ERR, ZINC_ERR_UNSUPPORTED,
+                        "%s has no %s stream (it was saved without it)%s", r->dir, zck_stream_name(s),
+                        s == ZCK_ADAM_M || s == ZCK_ADAM_V
+                            ? "; load with weights_only to start with fresh optimizer state" : "");
+    size_t es = esz(m, s), cap = 64, nops = 0;
+    zop *ops = malloc(cap * sizeof *ops);
+    if (!ops) return zerr_fmt(err, ZCK_ERR, ZINC_ERR_NOMEM, "ckpt: out of memory");
+    zinc_status st = ZINC_OK;
+    for (int i = 0; i < n && st == ZINC_OK; i++) {
+        const zck_target *tg = &t[i];
+        if (tg->tensor < 0 || tg->tensor >= m->ntensors || tg->lo > tg->hi ||
+            tg->hi > m->tensors[tg->tensor].numel) {
+            st = zerr_fmt(err, ZCK_ERR, ZINC_ERR_INVALID_ARG,
+                          "ckpt read: target %d asks for elements outside the stored tensor", i);
+            break;
+        }
+        uint64_t covered = 0;
+        for (int k = 0; k < r->count[tg->tensor] && st == ZINC_OK; k++) {
+            zref x = r->by_tensor[tg->tensor][k];
+            const zck_piece_rec *p = pref(r, x);
+            uint64_t a = p->lo > tg->lo ? p->lo : tg->lo, b = p->hi < tg->hi ? p->hi : tg->hi;
+            if (a >= b) continue;
+            covered += b - a;
+            const zck_stream_info *si = &m->ranks[x.rank].streams[s];
+            uint64_t boff = (p->elem_off + (a - p->lo)) * es, bend = boff + (b - a) * es;
+            uint8_t *dst = (uint8_t *)tg->dst + (a - tg->lo) * es;
+            while (boff < bend) {
+                int c = find_chunk(si, boff);
+                const zck_chunk *ch = &si->chunks[c];
+                uint64_t take = ch->raw_off + ch->raw_len - boff;
+                if (take > bend - boff) take = bend - boff;
+                if (nops == cap) {
+                    zop *g = realloc(ops, 2 * cap * sizeof *ops);
+                    if (!g) { st = zerr_fmt(err, ZCK_ERR, ZINC_ERR_NOMEM, "ckpt: out of memory"); break; }
+                    ops = g;
+                    cap *= 2;
+                }
+                ops[nops++] = (zop){x.rank, c, boff - ch->raw_off, take, dst};
+                dst += take;
+                boff += take;
+            }
+        }
+        if (st == ZINC_OK && covered != tg->hi - tg->lo)
+            st = zerr_fmt(err, ZCK_ERR, ZINC_ERR_CORRUPT,
+                          "checkpoint damaged: %s: tensor %s is not fully stored", r->dir,
+                          m->tensors[tg->tensor].name);
+    }
+    if (st == ZINC_OK) st = run_ops(r, s, ops, nops, threads, err);
+    free(ops);
+    return st;
+}
+
+zinc_status zck_verify(zck_reader *r, int threads, char *err)
+{
+    const zck_manifest *m = &r->m;
+    for (int s = 0; s < ZCK_NSTREAMS; s++) {
+        if (!(m->streams & (1u << s))) continue;
+        size_t nops = 0;
+        for (int k = 0; k < m->nranks; k++) nops += (size_t)m->ranks[k].streams[s].nchunks;
+        zop *ops = calloc(nops + 1, sizeof *ops);
+        if (!ops) return zerr_fmt(err, ZCK_ERR, ZINC_ERR_NOMEM, "ckpt: out of memory");
+        nops = 0;
+        for (int k = 0; k < m->nranks; k++)
+            for (int c = 0; c < m->ranks[k].streams[s].nchunks; c++)
+                ops[nops++] = (zop){k, c, 0, 0, NULL};
+        zinc_status st = run_ops(r, s, ops, nops, threads, err);
+        free(ops);
+        if (st != ZINC_OK) return st;
+    }
+    size_t bytes;
+    return zck_read_blob(r, NULL, 0, &bytes, err);
+}
+
+/* ---- finding the tag -------------------------------------------------------------------------- */
+
+static int valid_tag_name(const char *t)
+{
+    return *t && !strchr(t, '/') && t[0] != '.' && strlen(t) < ZCK_TAG_MAX;
+}
+
+static int read_latest(const char *dir, char *tag, size_t n)
+{
+    char path[4200], *txt, e[ZCK_ERR];
+    size_t len;
+    snprintf(path, sizeof path, "%s/%s", dir, ZCK_LATEST);
+    if (zck_read_file(path, &txt, &len, e) != ZINC_OK) return -1;
+    while (len && (txt[len - 1] == '\n' || txt[len - 1] == '\r' || txt[len - 1] == ' ')) txt[--len] = 0;
+    int ok = valid_tag_name(txt);
+    if (ok) snprintf(tag, n, "%s", txt);
+    free(txt);
+    return ok ? 0 : -1;
+}
+
+zinc_status zck_resolve_path(const char *path, char *tagdir, size_t n, char *err)
+{
+    char p[4200], tag[ZCK_TAG_MAX];
+    snprintf(p, sizeof p, "%s/%s", path, ZCK_MANIFEST);
+    if (access(p, F_OK) == 0) {
+        snprintf(tagdir, n, "%s", path);
+        return ZINC_OK;
+    }
+    if (read_latest(path, tag, sizeof tag) == 0) {
+        snprintf(tagdir, n, "%s/%s", path, tag);
+        return ZINC_OK;
+    }
+    return zerr_fmt(err, ZCK_ERR, ZINC_ERR_IO,
+                    "%s is neither a checkpoint tag (no %s) nor a save directory (no readable "
+                    "`latest` file)", path, ZCK_MANIFEST);
+}
+
+typedef struct {
+    char name[ZCK_TAG_MAX];
+    int64_t step;
+    double mtime;
+} zcand;
+
+static int cmp_cand(const void *a, const void *b)
+{
+    const zcand *x = a, *y = b;
+    if (x->step != y->step) return x->step > y->step ? -1 : 1;
+    if (x->mtime != y->mtime) return x->mtime > y->mtime ? -1 : 1;
+    return strcmp(x->name, y->name);
+}
+
+zinc_status zck_find_tag(const char *dir, const char *tag, int skip_upto, int logrank,
+                         char *tagdir, size_t tagdir_n, char *tagname, size_t tagname_n,
+                         char *err)
+{
+    zck_reader *r;
+    if (tag && strcmp(tag, ZCK_LATEST) != 0) {
+        if (!valid_tag_name(tag))
+            return zerr_fmt(err, ZCK_ERR, ZINC_ERR_INVALID_ARG, "ckpt load: \"%s\" is not a tag name", tag);
+        snprintf(tagdir, tagdir_n, "%s/%s", dir, tag);
+        snprintf(tagname, tagname_n, "%s", tag);
+        zinc_status s = zck_open(tagdir, &r, err);
+        zck_close(r);
+        return s;
+    }
+    DIR *dd = opendir(dir);
+    if (!dd)
+        return zerr_fmt(err, ZCK_ERR, ZINC_ERR_IO, "ckpt load: cannot open the save directory %s: %s",
+                        dir, strerror(errno));
+    zcand *c = NULL;
+    int nc = 0, cap = 0, ndamaged = 0;
+    char latest[ZCK_TAG_MAX] = "", path[4400];
+    read_latest(dir, latest, sizeof latest);
+    struct dirent *de;
+    while ((de = readdir(dd))) {
+        const char *nm = de->d_name;
+        size_t ln = strlen(nm);
+        if (nm[0] == '.' || ln >= ZCK_TAG_MAX) continue;
+        snprintf(path, sizeof path, "%s/%s", dir, nm);
+        struct stat st;
+        if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) continue;
+        if (ln > 4 && (!strcmp(nm + ln - 4, ".tmp") || !strcmp(nm + ln - 4, ".old"))) {
+            zlog(ZLOG_DEBUG, "ckpt", logrank, "ignoring %s: an unfinished save, never a tag", path);
+            continue;
+        }
+        char mp[4600];
+        snprintf(mp, sizeof mp, "%s/%s", path, ZCK_MANIFEST);
+        struct stat ms;
+        int has_manifest = stat(mp, &ms) == 0;
+        char e2[ZCK_ERR];
+        if (!has_manifest) {
+            /* Unrelated directories are not our business; one with rank files lost its manifest. */
+            snprintf(mp, sizeof mp, "%s/rank-00000.zck", path);
+            if (access(mp, F_OK) == 0 || !strcmp(nm, latest)) {
+                zlog(ZLOG_WARN, "ckpt", logrank, "skipping damaged checkpoint %s: it has no %s",
+                     path, ZCK_MANIFEST);
+                ndamaged++;
+            }
+            continue;
+        }
+        if (zck_open(path, &r, e2) != ZINC_OK) {
+            zlog(ZLOG_WARN, "ckpt", logrank, "skipping damaged checkpoint %s: %s", path, e2);
+            ndamaged++;
+            continue;
+        }
+        if (nc == cap) {
+            cap = cap ? 2 * cap : 16;
+            zcand *g = realloc(c, (size_t)cap * sizeof *c);
+            if (!g) { zck_close(r); free(c); closedir(dd); return zerr_fmt(err, ZCK_ERR, ZINC_ERR_NOMEM, "ckpt: out of memory"); }
+            c = g;
+        }
+        snprintf(c[nc].name, sizeof c[nc].name, "%s", nm);
+        c[nc].step = r->m.step;
+        c[nc].mtime = (double)ms.st_mtim.tv_sec + 1e-9 * (double)ms.st_mtim.tv_nsec;
+        nc++;
+        zck_close(r);
+    }
+    closedir(dd);
+    if (latest[0]) {
+        int found = 0;
+        for (int i = 0; i < nc; i++) found |= !strcmp(c[i].name, latest);
+        snprintf(path, sizeof path, "%s/%s", dir, latest);
+        if (!found && access(path, F_OK) != 0)
+            zlog(ZLOG_WARN, "ckpt", logrank, "%s/latest names \"%s\", which does not exist", dir, latest);
+    }
+    if (nc) qsort(c, (size_t)nc, sizeof *c, cmp_cand);
+    if (skip_upto >= nc) {
+        free(c);
+        return zerr_fmt(err, ZCK_ERR, nc || ndamaged ? ZINC_ERR_CORRUPT : ZINC_ERR_IO,
+                        "ckpt load: no valid checkpoint in %s (%d damaged, %d unusable; see the "
+                        "warnings above)", dir, ndamaged, skip_upto);
+    }
+    for (int i = 0; i < skip_upto; i++)
+        zlog(ZLOG_WARN, "ckpt", logrank, "skipping %s/%s: its data failed to load (see above)", dir,
+             c[i].name);
+    snprintf(tagdir, tagdir_n, "%s/%s", dir, c[skip_upto].name);
+    snprintf(tagname, tagname_n, "%s", c[skip_upto].name);
+    free(c);
+    return ZINC_OK;
+}

@@ -1,0 +1,409 @@
+/*
+ * test_ckpt_engine.c — checkpoints through the public API, on local worlds with the toy model of
+ * tests/engine (analytic gradients, odd group sizes).
+ *
+ *  - bitwise continuation: 3 steps, save (async), 3 more steps == 6 uninterrupted steps; a fresh
+ *    world that loads the tag and trains 3 steps gets the same bits (master, m, v, step, loss
+ *    scaler; fp16 with a dynamic loss scale)
+ *  - resharding: the tag saved at N = 4 (stage 2) loads at M = 1 (stage 0), 2 (stage 3),
+ *    8 (stage 1, ranks with empty slices), 3 (a prime, stage 2) and 7 (stage 3): master, m and v
+ *    in model space are exactly the saved ones; in fp32, training on at M in {1, 2, 3, 8}
+ *    agrees with the uninterrupted N = 4 run to fp32 rounding
+ *  - the client blob comes back; weights-only load gives step 0 and zero moments
+ *  - safetensors: export is deterministic and holds the master weights (fp32 exact, bf16
+ *    rounded to nearest even by an independent formula); zinc_load_safetensors sets them
+ */
+#include <json-c/json.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ckpt/ckpt.h"
+#include "engine/internal.h"
+#include "testutil.h"
+#include "toy.h"
+
+static char root[512];
+
+/* Model-space state gathered from every rank's pieces. */
+typedef struct {
+    int np;
+    int64_t numel[TOY_MAX_PARAMS];
+    float *w[TOY_MAX_PARAMS], *m[TOY_MAX_PARAMS], *v[TOY_MAX_PARAMS];
+    int64_t step;
+    double scale;
+} tstate;
+
+static void ts_free(tstate *t)
+{
+    for (int p = 0; p < TOY_MAX_PARAMS; p++) {
+        free(t->w[p]);
+        free(t->m[p]);
+        free(t->v[p]);
+    }
+    memset(t, 0, sizeof *t);
+}
+
+typedef struct {
+    int world, stage;
+    const char *prec;              /* "fp16", "fp32" */
+    int micro0;                    /* global micro-step of the first step trained */
+    const char *load_tag;          /* NULL: no load; "" : automatic; else the tag */
+    int weights_only;
+    int steps_before;              /* steps before the save */
+    const char *save_tag;          /* NULL: no save */
+    int async;
+    int steps_after;
+    const char *safetensors;       /* set initial weights from this file after registering */
+    zinc_status expect;            /* the status the session must end with */
+    tstate after_load, at_save, end;
+    char blob_back[64];
+    size_t blob_bytes;
+    char loaded_tag[256];
+    zinc_status status;
+    char error[1024];
+    pthread_mutex_t mu;
+} session;
+
+static char *config(const session *s)
+{
+    char *b = malloc(1024);
+    snprintf(b, 1024,
+             "{\"train_micro_batch_size_per_gpu\": 1, %s \"optimizer\": {\"type\": \"AdamW\", "
+             "\"params\": {\"lr\": 0.01, \"weight_decay\": 0.01}}, \"zero_optimization\": "
+             "{\"stage\": %d}, \"zinc\": {\"comm_timeout_s\": 20, \"ckpt_chunk_bytes\": 8192}}",
+             !strcmp(s->prec, "fp16") ? "\"fp16\": {\"enabled\": true, \"initial_scale_power\": 8},"
+                                      : "",
+             s->stage);
+    return b;
+}
+
+static zinc_status collect(zinc_engine_t *e, session *s, tstate *t)
+{
+    zshard_piece *pc;
+    int n;
+    zinc_status st = zeng_shard_pieces(e, &pc, &n);
+    if (st != ZINC_OK) return st;
+    pthread_mutex_lock(&s->mu);
+    t->np = zinc_engine_param_count(e);
+    for (int p = 0; p < t->np; p++) {
+        t->numel[p] = zinc_param_numel(e, p);
+        if (!t->w[p]) {
+            t->w[p] = calloc((size_t)t->numel[p], 4);
+            t->m[p] = calloc((size_t)t->numel[p], 4);
+            t->v[p] = calloc((size_t)t->numel[p], 4);
+        }
+    }
+    for (int i = 0; i < n && st == ZINC_OK; i++) {
+        size_t k = pc[i].hi - pc[i].lo;
+        st = e->dev->iface->download(e->dev, t->w[pc[i].param] + pc[i].lo, pc[i].master, k * 4);
+        if (st == ZINC_OK) st = e->dev->iface->download(e->dev, t->m[pc[i].param] + pc[i].lo, pc[i].m, k * 4);
+        if (st == ZINC_OK) st = e->dev->iface->download(e->dev, t->v[pc[i].param] + pc[i].lo, pc[i].v, k * 4);
+    }
+    t->step = e->st.step;
+    t->scale = e->st.scaler.cur_scale;
+    pthread_mutex_unlock(&s->mu);
+    free(pc);
+    return st;
+}
+
+static void fail(session *s, int rank, zinc_engine_t *e, zinc_status st)
+{
+    pthread_mutex_lock(&s->mu);
+    if (s->status == ZINC_OK) {
+        s->status = st;
+        snprintf(s->error, sizeof s->error, "rank %d: %s", rank, zinc_last_error(e));
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void train(zinc_engine_t *e, session *s, int rank, int *micro, int steps, zinc_status *st)
+{
+    for (int k = 0; k < steps && *st == ZINC_OK; k++, (*micro)++) {
+        *st = toy_micro_step(e, rank, s->world, *micro, zinc_engine_param_count(e), 0);
+        if (*st == ZINC_OK) *st = zinc_step(e, NULL);
+    }
+}
+
+static zinc_world_t *g_world;
+
+static void run_rank(int rank, void *arg)
+{
+    session *s = arg;
+    char *cfg = config(s);
+    zinc_engine_options_t o = {.config_json = cfg, .world = g_world, .rank = rank, .threads = 1};
+    zinc_engine_t *e = NULL;
+    int np = 0, micro = s->micro0;
+    char dir[700];
+    snprintf(dir, sizeof dir, "%s/save", root);
+    zinc_status st = zinc_engine_create(&o, &e);
+    free(cfg);
+    if (st == ZINC_OK) st = toy_register(e, &np);
+    if (st == ZINC_OK && s->safetensors) st = zinc_load_safetensors(e, s->safetensors);
+    if (st == ZINC_OK && s->load_tag) {
+        zinc_ckpt_load_options_t lo;
+        memset(&lo, 0, sizeof lo);
+        lo.weights_only = s->weights_only;
+        char blob[64];
+        lo.client_blob = blob;
+        lo.client_blob_cap = sizeof blob;
+        st = zinc_ckpt_load(e, dir, s->load_tag[0] ? s->load_tag : NULL, &lo);
+        if (st == ZINC_OK && rank == 0) {
+            memcpy(s->blob_back, blob, lo.client_blob_bytes < sizeof blob ? lo.client_blob_bytes : sizeof blob);
+            s->blob_bytes = lo.client_blob_bytes;
+            snprintf(s->loaded_tag, sizeof s->loaded_tag, "%s", lo.loaded_tag);
+        }
+    }
+    if (st == ZINC_OK) st = collect(e, s, &s->after_load);
+    train(e, s, rank, &micro, s->steps_before, &st);
+    if (st == ZINC_OK && s->save_tag) {
+        static const char blob[] = "epoch 3, batch 17";
+        zinc_ckpt_save_options_t so = {blob, sizeof blob, 1, s->async};
+        st = zinc_ckpt_save(e, dir, s->save_tag, &so);
+        if (st == ZINC_OK) st = collect(e, s, &s->at_save);
+    }
+    train(e, s, rank, &micro, s->steps_after, &st);
+    if (st == ZINC_OK) st = zinc_ckpt_wait(e);
+    if (st == ZINC_OK) st = collect(e, s, &s->end);
+    if (st != ZINC_OK) {
+        fail(s, rank, e, st);
+        if (st != s->expect) zinc_world_abort(g_world, rank, "test rank failed");
+    }
+    zinc_engine_destroy(e);
+}
+
+static void run(session *s)
+{
+    pthread_mutex_init(&s->mu, NULL);
+    s->status = zinc_world_create_local(s->world, &g_world);
+    if (s->status == ZINC_OK) zt_run_ranks(s->world, run_rank, s);
+    zinc_world_destroy(g_world);
+    g_world = NULL;
+    pthread_mutex_destroy(&s->mu);
+    ZT_CHECK(s->status == s->expect, "session world %d stage %d: %s (want %s)", s->world, s->stage,
+             s->error, zinc_status_string(s->expect));
+}
+
+/* Number of elements that differ (bitwise, or beyond tol when tol > 0). */
+static long diff(const tstate *a, const tstate *b, int which, double tol)
+{
+    long bad = 0;
+    for (int p = 0; p < a->np; p++) {
+        const float *x = which == 0 ? a->w[p] : which == 1 ? a->m[p] : a->v[p];
+        const float *y = which == 0 ? b->w[p] : which == 1 ? b->m[p] : b->v[p];
+        if (!x || !y) return -1;
+        for (int64_t i = 0; i < a->numel[p]; i++) {
+            if (tol > 0 ? fabs((double)x[i] - (double)y[i]) > tol : memcmp(&x[i], &y[i], 4) != 0) bad++;
+        }
+    }
+    return bad;
+}
+
+static void expect_same(const tstate *a, const tstate *b, const char *what, int with_scalars)
+{
+    for (int k = 0; k < 3; k++) {
+        long d = diff(a, b, k, 0);
+        ZT_CHECK(d == 0, "%s: %s differs in %ld elements", what, k == 0 ? "master" : k == 1 ? "m" : "v", d);
+    }
+    if (with_scalars)
+        ZT_CHECK(a->step == b->step && a->scale == b->scale, "%s: step %lld vs %lld, scale %g vs %g",
+                 what, (long long)a->step, (long long)b->step, a->scale, b->scale);
+}
+
+static uint16_t bf16_rne(float f)
+{
+    uint32_t b;
+    memcpy(&b, &f, 4);
+    return (uint16_t)((b + 0x7FFFu + ((b >> 16) & 1u)) >> 16);
+}
+
+int main(void)
+{
+    snprintf(root, sizeof root, "%s/zinc-ckpt-engine-%d",
+             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", (int)getpid());
+    mkdir(root, 0755);
+
+    /* --- same world size: bitwise continuation (fp16, dynamic loss scale) --- */
+    session A = {.world = 4, .stage = 2, .prec = "fp16", .steps_before = 6};
+    run(&A);
+    session B = {.world = 4, .stage = 2, .prec = "fp16", .steps_before = 3, .save_tag = "t3",
+                 .async = 1, .steps_after = 3};
+    run(&B);
+    expect_same(&A.end, &B.end, "6 steps with an async save after 3 vs without", 1);
+    session C = {.world = 4, .stage = 2, .prec = "fp16", .micro0 = 3, .load_tag = "",
+                 .steps_after = 3};
+    run(&C);
+    expect_same(&B.at_save, &C.after_load, "state after load vs at save", 1);
+    expect_same(&A.end, &C.end, "resumed run vs uninterrupted run", 1);
+    ZT_CHECK(C.blob_bytes == 18 && !strcmp(C.blob_back, "epoch 3, batch 17"), "client blob: %zu bytes",
+             C.blob_bytes);
+    ZT_CHECK(!strcmp(C.loaded_tag, "t3"), "loaded tag %s", C.loaded_tag);
+    ZT_CHECK(B.at_save.step == 3, "step at save %lld", (long long)B.at_save.step);
+
+    /* --- other world sizes and stages: the saved state, exactly --- */
+    static const int Ms[][2] = {{1, 0}, {2, 3}, {8, 1}, {3, 2}, {7, 3}};
+    for (int i = 0; i < 5; i++) {
+        session D = {.world = Ms[i][0], .stage = Ms[i][1], .prec = "fp16", .load_tag = "t3"};
+        run(&D);
+        char what[64];
+        snprintf(what, sizeof what, "load at world %d stage %d", Ms[i][0], Ms[i][1]);
+        expect_same(&B.at_save, &D.after_load, what, 1);
+        ts_free(&D.after_load);
+        ts_free(&D.at_save);
+        ts_free(&D.end);
+    }
+    /* weights only: fresh optimizer state */
+    session W = {.world = 2, .stage = 1, .prec = "fp16", .load_tag = "t3", .weights_only = 1};
+    run(&W);
+    ZT_CHECK(diff(&B.at_save, &W.after_load, 0, 0) == 0, "weights-only load: master differs");
+    long nz = 0;
+    for (int p = 0; p < W.after_load.np; p++)
+        for (int64_t k = 0; W.after_load.m[p] && k < W.after_load.numel[p]; k++)
+            nz += W.after_load.m[p][k] != 0 || W.after_load.v[p][k] != 0;
+    ZT_CHECK(nz == 0 && W.after_load.step == 0, "weights-only: %ld nonzero moments, step %lld", nz,
+             (long long)W.after_load.step);
+    ts_free(&W.after_load);
+    ts_free(&W.end);
+
+    /* a checkpoint without Adam state: an error unless weights_only is asked for */
+    {
+        char mp[800], *txt = NULL, err[ZCK_ERR];
+        size_t len;
+        snprintf(mp, sizeof mp, "%s/save/t3/manifest.json", root);
+        ZT_OK(zck_read_file(mp, &txt, &len, err));
+        json_object *o = txt ? json_tokener_parse(txt) : NULL, *rs, *ss;
+        if (o) {
+            json_object *st = json_object_new_array();
+            json_object_array_add(st, json_object_new_string("master"));
+            json_object_object_add(o, "streams", st);
+            json_object_object_get_ex(o, "ranks", &rs);
+            for (size_t r = 0; r < json_object_array_length(rs); r++) {
+                json_object_object_get_ex(json_object_array_get_idx(rs, r), "streams", &ss);
+                json_object_object_del(ss, "adam_m");
+                json_object_object_del(ss, "adam_v");
+                json_object_object_del(ss, "weights16");
+            }
+            const char *t = json_object_to_json_string(o);
+            FILE *f = fopen(mp, "w");
+            fwrite(t, 1, strlen(t), f);
+            fclose(f);
+            json_object_put(o);
+        }
+        free(txt);
+        session X = {.world = 2, .stage = 2, .prec = "fp16", .load_tag = "t3",
+                     .expect = ZINC_ERR_UNSUPPORTED};
+        run(&X);
+        ZT_CHECK(strstr(X.error, "weights_only") != NULL, "message: %s", X.error);
+        session Y = {.world = 2, .stage = 2, .prec = "fp16", .load_tag = "t3", .weights_only = 1};
+        run(&Y);
+        ZT_CHECK(diff(&B.at_save, &Y.after_load, 0, 0) == 0, "weights-only checkpoint: master differs");
+        ts_free(&X.after_load); ts_free(&X.end);
+        ts_free(&Y.after_load); ts_free(&Y.end);
+    }
+
+    /* --- fp32: training on at another world size agrees to rounding --- */
+    session A32 = {.world = 4, .stage = 1, .prec = "fp32", .steps_before = 6};
+    run(&A32);
+    session B32 = {.world = 4, .stage = 1, .prec = "fp32", .steps_before = 3, .save_tag = "f3"};
+    run(&B32);
+    static const int Ms32[][2] = {{1, 0}, {2, 3}, {3, 2}, {8, 1}};
+    for (int i = 0; i < 4; i++) {
+        session D = {.world = Ms32[i][0], .stage = Ms32[i][1], .prec = "fp32", .micro0 = 3,
+                     .load_tag = "f3", .steps_after = 3};
+        run(&D);
+        long d = diff(&A32.end, &D.end, 0, 1e-5);
+        ZT_CHECK(d == 0, "fp32 resume at world %d: %ld weights differ from the N=4 run by > 1e-5",
+                 Ms32[i][0], d);
+        ZT_CHECK(D.end.step == 6, "step %lld", (long long)D.end.step);
+        ts_free(&D.after_load);
+        ts_free(&D.end);
+    }
+
+    /* --- safetensors --- */
+    char tagdir[700], f1[800], f2[700], fb[700], err[ZCK_ERR];
+    snprintf(tagdir, sizeof tagdir, "%s/save/t3", root);
+    snprintf(f1, sizeof f1, "%s/a.safetensors", root);
+    snprintf(f2, sizeof f2, "%s/b.safetensors", root);
+    snprintf(fb, sizeof fb, "%s/bf.safetensors", root);
+    ZT_OK(zck_export_safetensors(tagdir, f1, ZINC_DTYPE_FP32, 2, err));
+    ZT_OK(zck_export_safetensors(tagdir, f2, ZINC_DTYPE_FP32, 1, err));
+    ZT_OK(zck_export_safetensors(tagdir, fb, ZINC_DTYPE_BF16, 2, err));
+    char *x = NULL, *y = NULL;
+    size_t lx = 0, ly = 0;
+    ZT_OK(zck_read_file(f1, &x, &lx, err));
+    ZT_OK(zck_read_file(f2, &y, &ly, err));
+    ZT_CHECK(x && y && lx == ly && !memcmp(x, y, lx), "two exports differ");
+    if (x && lx > 8) {
+        uint64_t hl = 0;
+        for (int b = 0; b < 8; b++) hl |= (uint64_t)(uint8_t)x[b] << (8 * b);
+        ZT_CHECK(hl % 8 == 0 && x[8] == '{' && 8 + hl <= lx, "header length %llu", (unsigned long long)hl);
+    }
+    free(x);
+    free(y);
+    zst_file *sf = NULL, *sb = NULL;
+    ZT_OK(zst_open(f1, &sf, err));
+    ZT_OK(zst_open(fb, &sb, err));
+    if (sf && sb) {
+        ZT_CHECK(sf->n == B.at_save.np, "%d tensors in the export", sf->n);
+        char name[64];
+        long bad = 0, badb = 0;
+        for (int p = 0; p < B.at_save.np; p++) {
+            /* toy names: block<g>.w<p>; find by scanning */
+            int k = -1;
+            for (int i = 0; i < sf->n; i++) {
+                snprintf(name, sizeof name, ".w%d", p);
+                size_t ln = strlen(sf->e[i].name), lk = strlen(name);
+                if (ln > lk && !strcmp(sf->e[i].name + ln - lk, name)) k = i;
+            }
+            ZT_CHECK(k >= 0, "param %d not in the export", p);
+            if (k < 0) continue;
+            float *v = malloc((size_t)B.at_save.numel[p] * 4);
+            ZT_OK(zst_read_f32(sf, k, 0, (uint64_t)B.at_save.numel[p], v, err));
+            bad += memcmp(v, B.at_save.w[p], (size_t)B.at_save.numel[p] * 4) != 0;
+            int kb = zst_find(sb, sf->e[k].name);
+            ZT_CHECK(kb >= 0 && !strcmp(sb->e[kb].dtype_name, "BF16"), "bf16 entry");
+            if (kb >= 0) {
+                uint16_t *raw = malloc((size_t)B.at_save.numel[p] * 2);
+                ssize_t got = pread(sb->fd, raw, (size_t)B.at_save.numel[p] * 2, (off_t)(sb->data_off + sb->e[kb].begin));
+                ZT_CHECK(got == (ssize_t)B.at_save.numel[p] * 2, "short read");
+                for (int64_t i = 0; i < B.at_save.numel[p]; i++) badb += raw[i] != bf16_rne(B.at_save.w[p][i]);
+                free(raw);
+            }
+            free(v);
+        }
+        ZT_CHECK(bad == 0, "%ld tensors of the fp32 export differ from the master weights", bad);
+        ZT_CHECK(badb == 0, "%ld bf16 values differ from round-to-nearest-even", badb);
+    }
+    zst_close(sf);
+    zst_close(sb);
+    session S = {.world = 3, .stage = 3, .prec = "fp16", .safetensors = f1};
+    run(&S);
+    ZT_CHECK(diff(&B.at_save, &S.after_load, 0, 0) == 0, "zinc_load_safetensors: master differs");
+
+    ts_free(&A.end); ts_free(&A.after_load);
+    ts_free(&B.end); ts_free(&B.at_save); ts_free(&B.after_load);
+    ts_free(&C.end); ts_free(&C.after_load);
+    ts_free(&A32.end); ts_free(&A32.after_load);
+    ts_free(&B32.end); ts_free(&B32.at_save); ts_free(&B32.after_load);
+    ts_free(&S.after_load); ts_free(&S.end);
+    unlink(f1);
+    unlink(f2);
+    unlink(fb);
+    char sv[700];
+    snprintf(sv, sizeof sv, "%s/save", root);
+    const char *tags[] = {"t3", "f3"};
+    for (int i = 0; i < 2; i++) {
+        char t[800];
+        snprintf(t, sizeof t, "%s/%s", sv, tags[i]);
+        zck_rmdir_flat(t);
+    }
+    snprintf(f1, sizeof f1, "%s/latest", sv);
+    unlink(f1);
+    rmdir(sv);
+    rmdir(root);
+    return zt_finish("test_ckpt_engine");
+}

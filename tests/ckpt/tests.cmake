@@ -1,0 +1,29 @@
+# Checkpoint tests (ckpt/). The format and fault tests use the checkpoint layers directly with
+# synthetic tensors (tests/ckpt/fixture.c) and the local comm backend; the engine tests go through
+# the public API. Each runs in a second or two.
+set(ZINC_CKPT_FIXTURE ${CMAKE_CURRENT_LIST_DIR}/fixture.c)
+zinc_test(NAME ckpt_format SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_ckpt_format.c ${ZINC_CKPT_FIXTURE}
+          LABELS ckpt TIMEOUT 60)
+zinc_test(NAME ckpt_fault SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_ckpt_fault.c ${ZINC_CKPT_FIXTURE}
+          LABELS "ckpt;fault" TIMEOUT 120)
+# Through the public API with the toy model of tests/engine (target zinc_toy).
+zinc_test(NAME ckpt_engine SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_ckpt_engine.c
+          LIBS zinc_toy LABELS "ckpt;multirank" TIMEOUT 120)
+# The `zinc ckpt` commands, run as a user runs them.
+zinc_test(NAME ckpt_cli SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_ckpt_cli.c ${ZINC_CKPT_FIXTURE}
+          LABELS ckpt TIMEOUT 60)
+add_dependencies(ckpt_cli zinc_cli)
+target_compile_definitions(ckpt_cli PRIVATE ZINC_CLI="$<TARGET_FILE:zinc_cli>")
+
+if(ZINC_HAVE_MPI)
+  add_executable(ckpt_mpi ${CMAKE_CURRENT_LIST_DIR}/test_ckpt_mpi.c ${ZINC_CKPT_FIXTURE})
+  target_link_libraries(ckpt_mpi PRIVATE zinc_testutil zinc_core MPI::MPI_C)
+  target_compile_options(ckpt_mpi PRIVATE ${ZINC_WARNINGS})
+  add_test(NAME ckpt_mpi
+           COMMAND ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe
+                   ${MPIEXEC_NUMPROC_FLAG} 3 ${MPIEXEC_PREFLAGS} $<TARGET_FILE:ckpt_mpi>
+                   ${MPIEXEC_POSTFLAGS})
+  set_tests_properties(ckpt_mpi PROPERTIES LABELS "ckpt;multirank" TIMEOUT 120
+                       ENVIRONMENT "OMPI_MCA_btl_vader_single_copy_mechanism=none"
+                       SKIP_RETURN_CODE 77)
+endif()
