@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <xxhash.h>
 
 #include "ckpt/ckpt.h"
 #include "engine/internal.h"
@@ -57,6 +58,21 @@ static int any_rank(zinc_engine_t *e, int bad)
         d->iface->download(d, &f, e->scratch, sizeof f) != ZINC_OK)
         return 1;
     return f > 0.5;
+}
+
+/* checkpoint.tag_validation: copies rank 0's tag into root (256 bytes) and returns 1 when some
+ * rank's tag differs from it. Collective. */
+static int tags_differ(zinc_engine_t *e, const char *tag, char root[256])
+{
+    snprintf(root, 256, "%s", tag);
+    if (!e->comm || e->comm->size <= 1) return 0;
+    zdev_t *d = e->dev;
+    if (!e->scratch || d->iface->upload(d, e->scratch, root, 256) != ZINC_OK ||
+        e->comm->iface->broadcast(e->comm, e->scratch, 256, 0) != ZINC_OK ||
+        d->iface->download(d, root, e->scratch, 256) != ZINC_OK)
+        return any_rank(e, 1);
+    root[255] = 0;
+    return any_rank(e, strcmp(root, tag) != 0);
 }
 
 zinc_status zck_engine_poll(zinc_engine_t *e)
@@ -209,6 +225,8 @@ zinc_status zinc_ckpt_save(zinc_engine_t *e, const char *dir, const char *tag,
     if (!e) return zerr_thread(ZINC_ERR_INVALID_ARG, "zinc_ckpt_save: engine is NULL");
     if (!e->finalized) return zeng_fail(e, ZINC_ERR_USAGE, "zinc_ckpt_save: call zinc_finalize first");
     if (!dir || !tag) return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_ckpt_save: dir and tag are required");
+    if (!*tag || strlen(tag) >= 256)
+        return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_ckpt_save: the tag must be 1..255 characters");
     char err[ZCK_ERR] = "";
     double t0 = now_s();
 
@@ -222,8 +240,25 @@ zinc_status zinc_ckpt_save(zinc_engine_t *e, const char *dir, const char *tag,
                                               "another rank (see its message); nothing was saved");
     }
 
+    /* checkpoint.tag_validation (DeepSpeed's): every rank must save under the same tag. Fail
+     * refuses; Warn (the default) and Ignore save under rank 0's tag, Warn saying so. */
+    char root_tag[256];
+    if (tags_differ(e, tag, root_tag)) {
+        if (e->cfg.ckpt.tag_validation == 2)
+            return zeng_fail(e, ZINC_ERR_MISMATCH,
+                             "zinc_ckpt_save: the ranks were given different tags (this is rank %d "
+                             "with '%s', rank 0 has '%s'); checkpoint.tag_validation is \"Fail\", "
+                             "nothing was saved", rank_of(e), tag, root_tag);
+        if (e->cfg.ckpt.tag_validation == 1 && strcmp(tag, root_tag) != 0)
+            zlog(ZLOG_WARN, "ckpt", rank_of(e),
+                 "zinc_ckpt_save: this rank's tag '%s' differs from rank 0's '%s'; saving under "
+                 "'%s' (checkpoint.tag_validation \"Warn\")", tag, root_tag, root_tag);
+        tag = root_tag;
+    }
     int async = opt && opt->async >= 0 ? opt->async : e->cfg.zinc.ckpt_async;
-    int w16 = opt && opt->save_weights16 && e->dtype != ZINC_DTYPE_FP32;
+    /* The 16-bit weights stream: asked for, or zero_optimization.gather_16bit_weights_on_model_save. */
+    int w16 = ((opt && opt->save_weights16) || e->cfg.zero.gather_16bit_weights_on_model_save) &&
+              e->dtype != ZINC_DTYPE_FP32;
     size_t es16 = zinc_dtype_size(e->dtype);
     zshard_piece *sp = NULL;
     int np = 0;

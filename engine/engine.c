@@ -455,7 +455,7 @@ zinc_status zinc_finalize(zinc_engine_t *e)
     }
     /* 16 bytes for the step's statistics: outside the plan's categories, which count tensors. */
     e->stats = e->dev->iface->alloc(e->dev, 2 * sizeof(double));
-    e->scratch = e->dev->iface->alloc(e->dev, 8 * sizeof(double));
+    e->scratch = e->dev->iface->alloc(e->dev, 64 * sizeof(double));
     if (!e->stats || !e->scratch) return zeng_fail(e, ZINC_ERR_NOMEM, "zinc_finalize: out of memory");
     memset(e->comm->bytes, 0, sizeof e->comm->bytes);
     e->finalized = 1;

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "engine/internal.h"
 #include "kernels/device.h"
@@ -466,8 +467,66 @@ static void test_prefetch(void)
     zinc_engine_destroy(e);
 }
 
+/* checkpoint.tag_validation: ranks saving under different tags. "Fail" refuses on every rank;
+ * "Warn" saves under rank 0's tag. */
+typedef struct {
+    zinc_world_t *world;
+    const char *mode;
+    const char *dir;
+    zinc_status st[3];
+} tag_ctx;
+
+static void tag_rank(int rank, void *arg)
+{
+    tag_ctx *c = arg;
+    char cfg[512], tag[32];
+    snprintf(cfg, sizeof cfg,
+             "{\"train_micro_batch_size_per_gpu\": 1, \"zero_optimization\": {\"stage\": 2},"
+             "\"checkpoint\": {\"tag_validation\": \"%s\"}}", c->mode);
+    zinc_engine_options_t o = {.config_json = cfg, .world = c->world, .rank = rank, .threads = 1};
+    zinc_engine_t *e = NULL;
+    int g;
+    int64_t shape[1] = {100};
+    zinc_status s = zinc_engine_create(&o, &e);
+    if (s == ZINC_OK) s = zinc_group_add(e, "g", &g);
+    if (s == ZINC_OK) s = zinc_param_add(e, g, "w", 1, shape, ZINC_DTYPE_FP32, NULL);
+    if (s == ZINC_OK) s = zinc_finalize(e);
+    snprintf(tag, sizeof tag, "tag%d", rank);
+    if (s == ZINC_OK) s = zinc_ckpt_save(e, c->dir, tag, NULL);
+    c->st[rank] = s;
+    zinc_engine_destroy(e);
+}
+
+static void test_tag_validation(void)
+{
+    char dir[] = "/tmp/zinc-tagtest-XXXXXX";
+    if (!mkdtemp(dir)) {
+        ZT_CHECK(0, "mkdtemp failed");
+        return;
+    }
+    const char *modes[2] = {"Fail", "Warn"};
+    for (int m = 0; m < 2; m++) {
+        tag_ctx c = {.mode = modes[m], .dir = dir};
+        ZT_OK(zinc_world_create_local(3, &c.world));
+        zt_run_ranks(3, tag_rank, &c);
+        zinc_world_destroy(c.world);
+        for (int r = 0; r < 3; r++)
+            ZT_CHECK(c.st[r] == (m == 0 ? ZINC_ERR_MISMATCH : ZINC_OK), "%s rank %d: %s", modes[m],
+                     r, zinc_status_string(c.st[r]));
+    }
+    char path[512];
+    snprintf(path, sizeof path, "%s/tag0/manifest.json", dir);
+    ZT_CHECK(access(path, F_OK) == 0, "Warn saved under rank 0's tag: %s", path);
+    snprintf(path, sizeof path, "%s/tag1", dir);
+    ZT_CHECK(access(path, F_OK) != 0, "nothing saved under rank 1's tag");
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    ZT_CHECK(system(cmd) == 0, "cleanup");
+}
+
 int main(void)
 {
+    test_tag_validation();
     test_prefetch();
     test_misuse();
     test_mismatch();
