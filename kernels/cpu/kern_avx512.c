@@ -77,26 +77,7 @@ ZK_INLINE void adam_loop(const zk_adam_args *a, const zk_adam_consts *c, size_t 
     }
 }
 
-/* One loop per (grad dtype, param dtype) pair, the dtypes constant inside it. */
-#define ADAM_G(gdt)                                                                         \
-    do {                                                                                    \
-        if (!a->param_out) adam_loop(a, c, lo, hi, gdt, ZINC_DTYPE_FP32, 0);                \
-        else if (a->param_dtype == ZINC_DTYPE_FP16)                                         \
-            adam_loop(a, c, lo, hi, gdt, ZINC_DTYPE_FP16, 1);                               \
-        else if (a->param_dtype == ZINC_DTYPE_BF16)                                         \
-            adam_loop(a, c, lo, hi, gdt, ZINC_DTYPE_BF16, 1);                               \
-        else                                                                                \
-            adam_loop(a, c, lo, hi, gdt, ZINC_DTYPE_FP32, 1);                               \
-    } while (0)
-
-static void adam(const zk_adam_args *a, const zk_adam_consts *c, size_t lo, size_t hi)
-{
-    switch (a->grad_dtype) {
-    case ZINC_DTYPE_FP16: ADAM_G(ZINC_DTYPE_FP16); break;
-    case ZINC_DTYPE_BF16: ADAM_G(ZINC_DTYPE_BF16); break;
-    default: ADAM_G(ZINC_DTYPE_FP32); break;
-    }
-}
+#include "kernels/cpu/adam_dtypes.h"
 
 ZK_INLINE void stats_loop(const void *g, zinc_dtype dt, size_t n, size_t blk_lo, size_t blk_hi,
                           double *sums)
