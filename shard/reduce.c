@@ -10,10 +10,9 @@
  * accumulator on the stack. Every loop then has one simple shape the compiler can vectorise,
  * and `out` may alias an input, because a block of `out` is written only after all inputs of
  * that block have been read.
- * The 16-bit conversions are inlined here as branch-free bit arithmetic: widening is exact, and
- * round-to-nearest-even of a non-nan value has only one right answer, so these give the same
- * bits as kernels/device.h's zk_f32_to_f16 / zk_f32_to_bf16. A nan's bits are up to the
- * implementation, so nan results go through the shared scalar functions instead.
+ * The 16-bit conversions are kernels/half.h's branch-free inline ones (the same definition as
+ * kernels/device.h's zk_f32_to_f16 / zk_f32_to_bf16); a nan's bits are up to the implementation,
+ * so nan results go through those scalar functions instead.
  * fp16 uses the F16C instructions where the CPU has them (ZINC_CPU_ISA=portable turns that off);
  * fp16 through portable bit arithmetic is several times slower than memory.
  */
@@ -34,71 +33,10 @@
 #endif
 
 #include "kernels/device.h"
+#include "kernels/half.h"
 #include "shard/comm.h"
 
 enum { ZR_BLOCK = 512 };   /* elements per block: 2 KiB of fp32 accumulator */
-
-static inline float zr_bits_f32(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-static inline uint32_t zr_f32_bits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-
-static inline float zr_bf16_to_f32(uint16_t b) { return zr_bits_f32((uint32_t)b << 16); }
-
-/* Exact fp16 -> fp32. Normal and inf/nan: move the exponent and mantissa into place and rebias.
- * Subnormal: the value is mant * 2^-24, exactly representable, so an int->float conversion and
- * a power-of-two multiply give it without rounding. */
-static inline float zr_f16_to_f32(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t em = h & 0x7fffu;
-    uint32_t exp = em & 0x7c00u;
-    uint32_t normal = (em << 13) + ((uint32_t)(127 - 15) << 23);
-    uint32_t infnan = (em << 13) | 0x7f800000u;
-    float sub = (float)(int32_t)em * 0x1p-24f;
-    /* Selects by masks, not branches, so that the loops over it vectorise. */
-    uint32_t is_infnan = 0u - (uint32_t)(exp == 0x7c00u);
-    uint32_t is_sub = 0u - (uint32_t)(exp == 0);
-    uint32_t mag = (infnan & is_infnan) | (normal & ~is_infnan);
-    mag = (zr_f32_bits(sub) & is_sub) | (mag & ~is_sub);
-    return zr_bits_f32(sign | mag);
-}
-
-/* fp32 -> bf16, round to nearest even; correct for every non-nan input (overflow becomes inf). */
-static inline uint16_t zr_f32_to_bf16(float f)
-{
-    uint32_t u = zr_f32_bits(f);
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-
-/* fp32 -> fp16, round to nearest even; correct for every non-nan input.
- *  - |f| >= 65520 (the midpoint above the largest half, 65504): inf.
- *  - |f| < 2^-14 (half subnormals): adding 0.5 makes the FPU round f to a multiple of 2^-24 with
- *    ties to even (the default rounding mode); the low mantissa bits are then the half's bits.
- *  - otherwise: rebias the exponent and round the 13 dropped mantissa bits to nearest even by
- *    integer addition (a carry into the exponent is the right answer, up to inf at 65520). */
-static inline uint16_t zr_f32_to_f16(float f)
-{
-    uint32_t u = zr_f32_bits(f);
-    uint32_t sign = (u >> 16) & 0x8000u;
-    uint32_t a = u & 0x7fffffffu;
-    uint32_t normal = (a - ((uint32_t)(127 - 15) << 23) + 0xfffu + ((a >> 13) & 1u)) >> 13;
-    uint32_t sub = zr_f32_bits(zr_bits_f32(a) + 0.5f) - 0x3f000000u;
-    uint32_t is_sub = 0u - (uint32_t)(a < 0x38800000u);
-    uint32_t is_inf = 0u - (uint32_t)(a >= 0x477ff000u);
-    uint32_t mag = (sub & is_sub) | (normal & ~is_sub);
-    mag = (0x7c00u & is_inf) | (mag & ~is_inf);
-    return (uint16_t)(sign | mag);
-}
 
 #ifdef ZR_HAVE_F16C_PATH
 /* fp16 with the F16C instructions (compiled for them here, called only when the CPU has them):
@@ -113,14 +51,14 @@ __attribute__((target("avx2,f16c"))) static void zr_f16_sum_f16c(float *acc,
     size_t j = 0;
     for (; j + 8 <= m; j += 8)
         _mm256_storeu_ps(acc + j, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x0 + j))));
-    for (; j < m; j++) acc[j] = zr_f16_to_f32(x0[j]);
+    for (; j < m; j++) acc[j] = zh_f16_to_f32(x0[j]);
     for (int k = 1; k < nin; k++) {
         const uint16_t *x = (const uint16_t *)in[k] + base;
         for (j = 0; j + 8 <= m; j += 8) {
             __m256 v = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + j)));
             _mm256_storeu_ps(acc + j, _mm256_add_ps(_mm256_loadu_ps(acc + j), v));
         }
-        for (; j < m; j++) acc[j] += zr_f16_to_f32(x[j]);
+        for (; j < m; j++) acc[j] += zh_f16_to_f32(x[j]);
     }
 }
 
@@ -132,7 +70,7 @@ __attribute__((target("avx2,f16c"))) static void zr_f16_store_f16c(uint16_t *o, 
         _mm_storeu_si128((__m128i *)(o + j),
                          _mm256_cvtps_ph(_mm256_loadu_ps(acc + j),
                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-    for (; j < m; j++) o[j] = zr_f32_to_f16(acc[j]);
+    for (; j < m; j++) o[j] = zh_f32_to_f16(acc[j]);
 }
 #endif
 
@@ -164,18 +102,18 @@ static void zr_sum_block(float *acc, const void *const *in, int nin, size_t base
         break;
     case ZDT_F16:
         for (size_t j = 0; j < m; j++)
-            acc[j] = zr_f16_to_f32(((const uint16_t *)in[0])[base + j]);
+            acc[j] = zh_f16_to_f32(((const uint16_t *)in[0])[base + j]);
         for (int k = 1; k < nin; k++) {
             const uint16_t *x = (const uint16_t *)in[k] + base;
-            for (size_t j = 0; j < m; j++) acc[j] += zr_f16_to_f32(x[j]);
+            for (size_t j = 0; j < m; j++) acc[j] += zh_f16_to_f32(x[j]);
         }
         break;
     case ZDT_BF16:
         for (size_t j = 0; j < m; j++)
-            acc[j] = zr_bf16_to_f32(((const uint16_t *)in[0])[base + j]);
+            acc[j] = zh_bf16_to_f32(((const uint16_t *)in[0])[base + j]);
         for (int k = 1; k < nin; k++) {
             const uint16_t *x = (const uint16_t *)in[k] + base;
-            for (size_t j = 0; j < m; j++) acc[j] += zr_bf16_to_f32(x[j]);
+            for (size_t j = 0; j < m; j++) acc[j] += zh_bf16_to_f32(x[j]);
         }
         break;
     default:
@@ -233,9 +171,9 @@ void zreduce_sum(void *out, const void *const *in, int nin, size_t n, zdt t, flo
             zr_f16_store_f16c(o, acc, m);
 #endif
         } else if (t == ZDT_F16)
-            for (size_t j = 0; j < m; j++) o[j] = zr_f32_to_f16(acc[j]);
+            for (size_t j = 0; j < m; j++) o[j] = zh_f32_to_f16(acc[j]);
         else
-            for (size_t j = 0; j < m; j++) o[j] = zr_f32_to_bf16(acc[j]);
+            for (size_t j = 0; j < m; j++) o[j] = zh_f32_to_bf16(acc[j]);
         if (any_nan)
             for (size_t j = 0; j < m; j++)
                 if (isnan(acc[j]))
