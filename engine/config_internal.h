@@ -92,7 +92,8 @@ int zc_hash(zcfg *c);
 /* ---- config_keys.c ---------------------------------------------------------------------- */
 
 typedef enum {
-    ZK_OWN = 0,      /* honoured: config.c reads and validates it */
+    ZK_OWN = 0,      /* read and validated by the section parser, which also gives the
+                        value-dependent warnings (a speed knob set to a non-default value) */
     ZK_WARN,         /* accepted with one warning: speed, memory placement or logging only */
     ZK_REJECT        /* rejected: it changes the math and zinc does not implement it */
 } zk_class;

@@ -34,7 +34,7 @@ static const zkey top_keys[] = {
     {"gradient_predivide_factor", ZK_OWN, ZK_ALWAYS, NULL},
     {"communication_data_type", ZK_OWN, ZK_ALWAYS, NULL},
     {"gradient_allreduce_op", ZK_OWN, ZK_ALWAYS, NULL},
-    {"wall_clock_breakdown", ZK_OWN, ZK_ALWAYS, NULL},
+    {"wall_clock_breakdown", ZK_OWN, ZK_ALWAYS, NULL}, /* warns when true (zc_parse_scalars) */
     {"fp16", ZK_OWN, ZK_ALWAYS, NULL},
     {"bf16", ZK_OWN, ZK_ALWAYS, NULL},
     {"bfloat16", ZK_OWN, ZK_ALWAYS, NULL},
@@ -220,6 +220,11 @@ ZK_SET(zk_lr_range_test, "scheduler.params", lr_range_test_keys);
 #define W_OFFLOAD "zinc has no offload; memory placement only, everything stays on the device"
 static const zkey zero_keys[] = {
     {"stage", ZK_OWN, ZK_ALWAYS, NULL},
+    /* Read and range-checked by zc_parse_zero, which warns once when one of these speed/memory
+     * knobs zinc does not implement has a value other than DeepSpeed's default (reduce and
+     * allgather buckets, overlap_comm, contiguous_gradients, reduce_scatter,
+     * allgather_partitions, round_robin_gradients, sub_group_size, max_reuse_distance); the
+     * other stage-3 keys here are honoured (docs/config.md). */
     {"reduce_bucket_size", ZK_OWN, ZK_ALWAYS, NULL},
     {"allgather_bucket_size", ZK_OWN, ZK_ALWAYS, NULL},
     {"overlap_comm", ZK_OWN, ZK_ALWAYS, NULL},
@@ -311,6 +316,9 @@ static const zkey offload_param_keys[] = {
 };
 ZK_SET(zk_offload_param, "zero_optimization.offload_param", offload_param_keys);
 
+/* tag_validation and load_universal are honoured; use_node_local_storage and
+ * parallel_write.pipeline_stage warn when true (zc_parse_checkpoint): every zinc rank always
+ * writes its own file to the shared save directory. */
 static const zkey checkpoint_keys[] = {
     {"tag_validation", ZK_OWN, ZK_ALWAYS, NULL},
     {"load_universal", ZK_OWN, ZK_ALWAYS, NULL},

@@ -56,8 +56,9 @@ void zc_parse_precision(zcctx *x, json_object *root, zcfg *c)
 /* ---- zero_optimization -------------------------------------------------------------------- */
 
 /* A stage-3 key and its unprefixed alias (DeepSpeed's pydantic aliases): either may be given;
- * both with different values is an error. */
-static void alias_int(zcctx *x, json_object *z, const char *name, int64_t *out)
+ * both with different values is an error. Returns the name that set *out (NULL: neither). */
+static const char *alias_int(zcctx *x, json_object *z, const char *name, int64_t *out,
+                             char *given, size_t gn)
 {
     char s3[96], p3[160], p[160];
     snprintf(s3, sizeof s3, "stage3_%s", name);
@@ -66,13 +67,45 @@ static void alias_int(zcctx *x, json_object *z, const char *name, int64_t *out)
     int64_t a = 0, b = 0;
     int ra = zc_get_int(x, z, "zero_optimization", s3, 0, I64_MAX, &a);
     int rb = zc_get_int(x, z, "zero_optimization", name, 0, I64_MAX, &b);
-    if (ra == V_SET && rb == V_SET && a != b)
+    if (ra == V_SET && rb == V_SET && a != b) {
         zc_error(x, p3, "both %s (%lld) and its alias %s (%lld) are given; keep one", s3,
                  (long long)a, name, (long long)b);
-    else if (ra == V_SET)
+        return NULL;
+    }
+    if (ra == V_SET) {
         *out = a;
-    else if (rb == V_SET)
+        snprintf(given, gn, "%s", s3);
+        return given;
+    }
+    if (rb == V_SET) {
         *out = b;
+        snprintf(given, gn, "%s", name);
+        return given;
+    }
+    return NULL;
+}
+
+/* One warning for a speed/memory/logging knob that zinc does not implement, given a value other
+ * than DeepSpeed's default: the value is kept (it is in the resolved JSON and the hash), but zinc
+ * does what `instead` says. */
+static void not_used(zcctx *x, const char *sec, const char *key, const char *instead)
+{
+    char p[160];
+    zc_warn(x, zc_path(p, sizeof p, sec, key), "accepted without effect: %s (speed/memory only)",
+            instead);
+}
+
+static void warn_int(zcctx *x, json_object *o, const char *sec, const char *key, int64_t *v,
+                     int64_t ds_default, const char *instead)
+{
+    if (zc_get_int(x, o, sec, key, 0, I64_MAX, v) == V_SET && *v != ds_default)
+        not_used(x, sec, key, instead);
+}
+
+static void warn_bool(zcctx *x, json_object *o, const char *sec, const char *key, int *v,
+                      int ds_default, const char *instead)
+{
+    if (zc_get_bool(x, o, sec, key, v) == V_SET && *v != ds_default) not_used(x, sec, key, instead);
 }
 
 static void offload(zcctx *x, json_object *z, const char *key, const zkeyset *set, int *out)
@@ -127,20 +160,48 @@ void zc_parse_zero(zcctx *x, json_object *root, zcfg *c)
     if (!o) return;
     zk_check(x, o, sec, &zk_zero);
     zc_get_int32(x, o, sec, "stage", 0, 3, &z->stage);
-    zc_get_int(x, o, sec, "reduce_bucket_size", 0, I64_MAX, &z->reduce_bucket_size);
-    zc_get_int(x, o, sec, "allgather_bucket_size", 0, I64_MAX, &z->allgather_bucket_size);
-    /* DeepSpeed's validator: unset overlap_comm means "on at stage 3". */
-    if (zc_get_bool(x, o, sec, "overlap_comm", &z->overlap_comm) != V_SET)
+    /* The knobs below are kept in the resolved config with DeepSpeed's meaning, but zinc's engine
+     * does not read them: a value other than DeepSpeed's default gets one warning saying what zinc
+     * does instead (docs/config.md, "zero_optimization"). */
+    warn_int(x, o, sec, "reduce_bucket_size", &z->reduce_bucket_size, 500000000,
+             "zinc reduces one parameter group per collective; bucket sizes are not used");
+    warn_int(x, o, sec, "allgather_bucket_size", &z->allgather_bucket_size, 500000000,
+             "zinc gathers one parameter group per collective; bucket sizes are not used");
+    /* DeepSpeed's validator: unset overlap_comm means "on at stage 3". zinc's engine reduces a
+     * group as soon as zinc_grads_ready hands it over at stages 2-3 (always overlapped), and once
+     * after backward at stages 0-1 (never overlapped). */
+    int ov;
+    if (zc_get_bool(x, o, sec, "overlap_comm", &ov) == V_SET) {
+        z->overlap_comm = ov;
+        if (!ov && z->stage >= 2)
+            not_used(x, sec, "overlap_comm",
+                     "zinc always overlaps: at stages 2-3 each group is reduce-scattered as soon "
+                     "as zinc_grads_ready hands it over");
+        else if (ov && z->stage < 2)
+            not_used(x, sec, "overlap_comm",
+                     "at stages 0-1 zinc reduces all gradients once after backward; no overlap");
+    } else {
         z->overlap_comm = z->stage == 3;
-    zc_get_bool(x, o, sec, "contiguous_gradients", &z->contiguous_gradients);
-    zc_get_bool(x, o, sec, "reduce_scatter", &z->reduce_scatter);
-    zc_get_bool(x, o, sec, "allgather_partitions", &z->allgather_partitions);
-    zc_get_bool(x, o, sec, "round_robin_gradients", &z->round_robin_gradients);
-    zc_get_int(x, o, sec, "sub_group_size", 0, I64_MAX, &z->sub_group_size);
-    alias_int(x, o, "max_live_parameters", &z->max_live_parameters);
-    alias_int(x, o, "max_reuse_distance", &z->max_reuse_distance);
-    alias_int(x, o, "prefetch_bucket_size", &z->prefetch_bucket_size);
-    alias_int(x, o, "param_persistence_threshold", &z->param_persistence_threshold);
+    }
+    warn_bool(x, o, sec, "contiguous_gradients", &z->contiguous_gradients, 1,
+              "zinc always keeps gradients in contiguous per-group buffers");
+    warn_bool(x, o, sec, "reduce_scatter", &z->reduce_scatter, 1,
+              "zinc always reduce-scatters gradients at stages 2-3 (same sum)");
+    warn_bool(x, o, sec, "allgather_partitions", &z->allgather_partitions, 1,
+              "zinc always all-gathers the partitions (same result)");
+    warn_bool(x, o, sec, "round_robin_gradients", &z->round_robin_gradients, 0,
+              "zinc partitions gradients in plan order (ordering only; same result)");
+    warn_int(x, o, sec, "sub_group_size", &z->sub_group_size, 1000000000,
+             "zinc updates the whole shard with one fused kernel");
+    char given[96];
+    alias_int(x, o, "max_live_parameters", &z->max_live_parameters, given, sizeof given);
+    const char *rd =
+        alias_int(x, o, "max_reuse_distance", &z->max_reuse_distance, given, sizeof given);
+    if (rd && z->max_reuse_distance != 1000000000)
+        not_used(x, sec, rd, "zinc releases a group at zinc_release; no reuse-distance cache");
+    alias_int(x, o, "prefetch_bucket_size", &z->prefetch_bucket_size, given, sizeof given);
+    alias_int(x, o, "param_persistence_threshold", &z->param_persistence_threshold, given,
+              sizeof given);
 
     /* Three names for one flag: the current one, its stage3_ alias and the deprecated fp16 one. */
     static const char *g16[] = {"stage3_gather_16bit_weights_on_model_save",
@@ -215,12 +276,16 @@ void zc_parse_checkpoint(zcctx *x, json_object *root, zcfg *c)
                      "expected \"Ignore\", \"Warn\" or \"Fail\", got \"%s\"", tv);
     }
     zc_get_bool(x, o, sec, "load_universal", &c->ckpt.load_universal);
-    zc_get_bool(x, o, sec, "use_node_local_storage", &c->ckpt.use_node_local_storage);
+    /* Every zinc rank always writes its own file, in parallel, to the shared save directory. */
+#define W_OWN_FILE "every zinc rank always writes its own file in parallel to the shared save directory"
+    warn_bool(x, o, sec, "use_node_local_storage", &c->ckpt.use_node_local_storage, 0, W_OWN_FILE);
     json_object *pw = zc_section(x, o, "parallel_write", "checkpoint.parallel_write");
     if (pw) {
         zk_check(x, pw, "checkpoint.parallel_write", &zk_parallel_write);
-        zc_get_bool(x, pw, "checkpoint.parallel_write", "pipeline_stage", &c->ckpt.parallel_write);
+        warn_bool(x, pw, "checkpoint.parallel_write", "pipeline_stage", &c->ckpt.parallel_write, 0,
+                  W_OWN_FILE);
     }
+#undef W_OWN_FILE
 }
 
 static void copy_str(zcctx *x, json_object *o, const char *sec, const char *key, char *dst,
@@ -276,7 +341,14 @@ void zc_parse_scalars(zcctx *x, json_object *root, zcfg *c)
         zc_get_int(x, root, "", "steps_per_print", 0, I64_MAX, &c->steps_per_print);
     zc_get_bool(x, root, "", "prescale_gradients", &c->prescale_gradients);
     zc_get_num(x, root, "", "gradient_predivide_factor", R_GT0, &c->gradient_predivide_factor);
-    zc_get_bool(x, root, "", "wall_clock_breakdown", &c->wall_clock_breakdown);
+    int wc;
+    if (zc_get_bool(x, root, "", "wall_clock_breakdown", &wc) == V_SET) {
+        c->wall_clock_breakdown = wc;
+        if (wc)
+            zc_warn(x, "wall_clock_breakdown",
+                    "accepted without effect: zinc prints ms/step; no per-phase breakdown "
+                    "(logging only)");
+    }
 
     const char *s;
     if (zc_member(root, "communication_data_type", &v) && v &&

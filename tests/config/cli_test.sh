@@ -28,6 +28,9 @@ expect() {
 expect 0 - check "$dir/accept_minimal.json" --world-size 2
 expect 0 "^warning: tensorboard: " check "$dir/warn_tensorboard.json"
 expect 0 "^warning: zero_optimization.offload_optimizer.device: " check "$dir/warn_offload.json"
+expect 0 "^warning: zero_optimization.reduce_bucket_size: .*bucket sizes are not used" \
+    check "$dir/warn_reduce_bucket.json"
+expect 2 "^error: zero_optimization.reduce_bucket_size: " check "$dir/reject_bucket_type.json"
 expect 2 "^error: zero_optimization.stage: " check "$dir/reject_stage4.json"
 expect 2 "^error: zero_optimization.stage3_param_persistance_threshold: .*stage3_param_persistence_threshold" \
     check "$dir/reject_typo_persistence.json"

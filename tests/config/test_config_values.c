@@ -2,7 +2,10 @@
  * test_config_values.c — the resolved values of the config module, against references written
  * here from DeepSpeed's documentation and source (not from zinc's output):
  *   - DeepSpeed's defaults for a minimal config, and zcfg_defaults();
- *   - a config giving every key: every field equals the value in the text;
+ *   - a config giving every key: every field equals the value in the text, and exactly the
+ *     speed/memory knobs zinc does not implement warn, one line each;
+ *   - each such knob: silent (and hash unchanged) at DeepSpeed's default, one warning naming it
+ *     otherwise, a type error still an error; overlap_comm against what zinc does per stage;
  *   - DeepSpeed's batch rule (runtime/config.py, _set_batch_related_parameters and
  *     _batch_assertion), re-implemented below and compared over every combination of small
  *     present/absent values and world sizes;
@@ -45,6 +48,29 @@ static int parse_ok(const char *json, int world, zcfg *c, int nwarn, int line)
     zinc_status s = parse(json, world, c, &d);
     int ok = s == ZINC_OK && d.nerrors == 0 && d.nwarnings == nwarn;
     ZT_CHECK(ok, "line %d: expected acceptance with %d warnings, got status %d", line, nwarn, (int)s);
+    if (!ok) dump(&d);
+    zcfg_diag_free(&d);
+    return ok;
+}
+
+/* Parses text that must be accepted with exactly one warning per key path of `keys` (a line
+ * "key: ...") and no other warning. */
+static int parse_warns(const char *json, int world, zcfg *c, const char *const *keys, int nkeys,
+                       int line)
+{
+    zcfg_diag d = {0};
+    zinc_status s = parse(json, world, c, &d);
+    int ok = s == ZINC_OK && d.nerrors == 0 && d.nwarnings == nkeys;
+    ZT_CHECK(ok, "line %d: expected acceptance with %d warnings, got status %d and %d", line, nkeys,
+             (int)s, d.nwarnings);
+    for (int k = 0; k < nkeys; k++) {
+        char prefix[160];
+        snprintf(prefix, sizeof prefix, "%s: ", keys[k]);
+        int n = 0;
+        for (int i = 0; i < d.nwarnings; i++) n += strncmp(d.warnings[i], prefix, strlen(prefix)) == 0;
+        ZT_CHECK(n == 1, "line %d: %d warnings name %s, want 1", line, n, keys[k]);
+        ok &= n == 1;
+    }
     if (!ok) dump(&d);
     zcfg_diag_free(&d);
     return ok;
@@ -192,7 +218,8 @@ static void test_defaults(void)
         EQ_I(c.zero.overlap_comm, 0);
 }
 
-/* Every key, none at its default. */
+/* Every key, none at its default. The speed/memory knobs zinc does not implement each give one
+ * warning (docs/config.md); their values are still read. */
 static const char *full_config =
     "{\n"
     "  \"train_batch_size\": 96,\n"
@@ -303,10 +330,28 @@ static void check_full(const zcfg *c)
     EQ_S(c->zinc.csv_job_name, "job7");
 }
 
+/* The keys of full_config that warn: not DeepSpeed's default, and zinc does not implement them.
+ * overlap_comm is false at stage 3, where zinc always overlaps. */
+#define FULL_WARNS_ZERO                                                                          \
+    "zero_optimization.reduce_bucket_size", "zero_optimization.allgather_bucket_size",           \
+        "zero_optimization.overlap_comm", "zero_optimization.contiguous_gradients",              \
+        "zero_optimization.reduce_scatter", "zero_optimization.allgather_partitions",            \
+        "zero_optimization.round_robin_gradients", "zero_optimization.sub_group_size"
+#define FULL_WARNS_OTHER                                                                         \
+    "wall_clock_breakdown", "checkpoint.use_node_local_storage",                                 \
+        "checkpoint.parallel_write.pipeline_stage"
+static const char *const full_warns[] = {FULL_WARNS_ZERO, "zero_optimization.max_reuse_distance",
+                                         FULL_WARNS_OTHER};
+/* The canonical text spells the reuse distance with its stage3_ name. */
+static const char *const full_warns_canon[] = {
+    FULL_WARNS_ZERO, "zero_optimization.stage3_max_reuse_distance", FULL_WARNS_OTHER};
+#define NFULL_WARNS ((int)(sizeof full_warns / sizeof full_warns[0]))
+
 static void test_full(void)
 {
     zcfg c;
-    if (!parse_ok(full_config, 3, &c, 0, __LINE__)) return;
+    ZT_CHECK(NFULL_WARNS == 12, "full_warns lists %d keys", NFULL_WARNS);
+    if (!parse_warns(full_config, 3, &c, full_warns, NFULL_WARNS, __LINE__)) return;
     check_full(&c);
 
     /* The hash is XXH64 (seed 0) of the canonical text, as 16 lowercase hex digits. */
@@ -322,11 +367,90 @@ static void test_full(void)
 
     /* The canonical text is itself a config that resolves to the same values and hash. */
     zcfg c2;
-    if (parse_ok(t, 3, &c2, 0, __LINE__)) {
+    if (parse_warns(t, 3, &c2, full_warns_canon, NFULL_WARNS, __LINE__)) {
         check_full(&c2);
         EQ_S(c2.hash_hex, c.hash_hex);
     }
     free(t);
+}
+
+/* The speed/memory knobs zinc does not implement: silent at DeepSpeed's default (given
+ * explicitly, in any spelling, and the hash is that of the config without them), one warning
+ * naming the key at any other value, and the value is still stored; a wrong type stays an error. */
+static void test_speed_knobs(void)
+{
+    const char *base = "{\"train_micro_batch_size_per_gpu\": 1, \"optimizer\": {\"type\": \"AdamW\"}";
+    struct {
+        const char *frag;   /* members added to base: DeepSpeed's default, then another value */
+        const char *dflt, *other;
+        const char *key;    /* the path the warning names */
+    } k[] = {
+        {"\"zero_optimization\": {\"stage\": 2, \"reduce_bucket_size\": %s}", "5e8", "1", "zero_optimization.reduce_bucket_size"},
+        {"\"zero_optimization\": {\"stage\": 2, \"allgather_bucket_size\": %s}", "500000000", "499999999", "zero_optimization.allgather_bucket_size"},
+        {"\"zero_optimization\": {\"stage\": 2, \"contiguous_gradients\": %s}", "true", "false", "zero_optimization.contiguous_gradients"},
+        {"\"zero_optimization\": {\"stage\": 2, \"reduce_scatter\": %s}", "true", "false", "zero_optimization.reduce_scatter"},
+        {"\"zero_optimization\": {\"stage\": 3, \"allgather_partitions\": %s}", "true", "false", "zero_optimization.allgather_partitions"},
+        {"\"zero_optimization\": {\"stage\": 2, \"round_robin_gradients\": %s}", "false", "true", "zero_optimization.round_robin_gradients"},
+        {"\"zero_optimization\": {\"stage\": 3, \"sub_group_size\": %s}", "1e9", "0", "zero_optimization.sub_group_size"},
+        {"\"zero_optimization\": {\"stage\": 3, \"stage3_max_reuse_distance\": %s}", "1000000000", "7", "zero_optimization.stage3_max_reuse_distance"},
+        {"\"zero_optimization\": {\"stage\": 3, \"max_reuse_distance\": %s}", "1e9", "1e8", "zero_optimization.max_reuse_distance"},
+        {"\"wall_clock_breakdown\": %s", "false", "true", "wall_clock_breakdown"},
+        {"\"checkpoint\": {\"use_node_local_storage\": %s}", "false", "true", "checkpoint.use_node_local_storage"},
+        {"\"checkpoint\": {\"parallel_write\": {\"pipeline_stage\": %s}}", "false", "true", "checkpoint.parallel_write.pipeline_stage"},
+    };
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+        char frag[256], json[512], plain[512];
+        zcfg a, b, p;
+        /* The same config without the knob: only the stage, if any. */
+        const char *st = strstr(k[i].frag, "\"stage\": ");
+        if (st)
+            snprintf(plain, sizeof plain, "%s, \"zero_optimization\": {\"stage\": %c}}", base, st[9]);
+        else
+            snprintf(plain, sizeof plain, "%s}", base);
+        if (!parse_ok(plain, 1, &p, 0, __LINE__)) continue;
+
+        snprintf(frag, sizeof frag, k[i].frag, k[i].dflt);
+        snprintf(json, sizeof json, "%s, %s}", base, frag);
+        if (parse_ok(json, 1, &a, 0, __LINE__))
+            ZT_CHECK(a.hash == p.hash, "%s at its default changed the hash", k[i].key);
+
+        snprintf(frag, sizeof frag, k[i].frag, k[i].other);
+        snprintf(json, sizeof json, "%s, %s}", base, frag);
+        if (parse_warns(json, 1, &b, &k[i].key, 1, __LINE__))
+            ZT_CHECK(b.hash != p.hash, "%s = %s is not in the resolved config", k[i].key, k[i].other);
+
+        snprintf(frag, sizeof frag, k[i].frag, "\"x\"");
+        snprintf(json, sizeof json, "%s, %s}", base, frag);
+        zcfg_diag d = {0};
+        zinc_status s = parse(json, 1, &b, &d);
+        int named = 0;
+        for (int e = 0; e < d.nerrors; e++)
+            named |= strncmp(d.errors[e], k[i].key, strlen(k[i].key)) == 0;
+        ZT_CHECK(s == ZINC_ERR_CONFIG && named, "%s = \"x\": expected an error naming the key",
+                 k[i].key);
+        zcfg_diag_free(&d);
+    }
+
+    /* overlap_comm, every stage: zinc reduces each group as soon as it is handed over at stages
+     * 2-3 (that is true) and once after backward at stages 0-1 (that is false); the other value
+     * warns, and an unset key is DeepSpeed's default (true at stage 3 only) with no warning. */
+    for (int stage = 0; stage <= 3; stage++) {
+        for (int given = -1; given <= 1; given++) {
+            char json[512];
+            if (given < 0)
+                snprintf(json, sizeof json, "%s, \"zero_optimization\": {\"stage\": %d}}", base, stage);
+            else
+                snprintf(json, sizeof json,
+                         "%s, \"zero_optimization\": {\"stage\": %d, \"overlap_comm\": %s}}", base,
+                         stage, given ? "true" : "false");
+            int zinc_overlaps = stage >= 2;
+            int warns = given >= 0 && given != zinc_overlaps;
+            const char *key = "zero_optimization.overlap_comm";
+            zcfg c;
+            if (parse_warns(json, 1, &c, &key, warns, __LINE__))
+                EQ_I(c.zero.overlap_comm, given >= 0 ? given : stage == 3);
+        }
+    }
 }
 
 /* DeepSpeed's _set_batch_related_parameters + _batch_assertion, transcribed from the Python
@@ -602,6 +726,7 @@ int main(void)
     test_docs_list_every_key();
     test_defaults();
     test_full();
+    test_speed_knobs();
     test_batch_rule();
     test_adam_mode();
     test_overrides();
