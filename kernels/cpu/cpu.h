@@ -17,6 +17,9 @@
 #include "kernels/cpu/elem.h"
 #include "kernels/device.h"
 
+/* Blocks of grad_stats summed per round through the device's fixed buffer (32 KiB). */
+#define ZK_STATS_ROUND 4096
+
 /* Elements per lane group of the grad_stats sum inside one ZK_STATS_BLOCK block (see elem.h). */
 #define ZK_STATS_LANES 16
 

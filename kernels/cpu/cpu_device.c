@@ -26,8 +26,7 @@ typedef struct zcpu {
     const zk_kernels *k;
     zk_pool *pool;
     int threads;
-    double *sums;           /* [sums_cap] per-block sums of grad_stats, grown on demand */
-    size_t sums_cap;
+    double *sums;           /* [ZK_STATS_ROUND] per-block sums of grad_stats, one round's */
 } zcpu;
 
 static const zdev_iface_t cpu_iface;
@@ -91,6 +90,7 @@ typedef struct zjob {
     float scale;
     double *sums;
     size_t src_n;           /* grad_stats: elements (n counts blocks there) */
+    size_t blk0;            /* grad_stats: first block of this round */
     const float *b, *c;
 } zjob;
 
@@ -139,7 +139,7 @@ static void run_stats(void *arg, int part)
     zjob *j = arg;
     size_t lo, hi;
     range(j, part, &lo, &hi);
-    j->k->stats(j->src, j->dt, j->src_n, lo, hi, j->sums + lo);
+    j->k->stats(j->src, j->dt, j->src_n, j->blk0 + lo, j->blk0 + hi, j->sums + lo);
 }
 
 /* ---- memory ---------------------------------------------------------------------------------- */
@@ -223,20 +223,17 @@ static zinc_status cpu_grad_stats(zdev_t *d, const void *g, zinc_dtype dt, size_
     }
     zcpu *c = ctx(d);
     size_t nblocks = (n + ZK_STATS_BLOCK - 1) / ZK_STATS_BLOCK;
-    if (nblocks > c->sums_cap) {
-        /* Grows once to the largest shard seen; steps after the first allocate nothing. */
-        double *s = realloc(c->sums, nblocks * sizeof *s);
-        if (!s)
-            return zerr_fmt(d->err, sizeof d->err, ZINC_ERR_NOMEM,
-                            "cpu grad_stats: no memory for %zu block sums", nblocks);
-        c->sums = s;
-        c->sums_cap = nblocks;
-    }
-    zjob j = {.k = c->k, .n = nblocks, .src = g, .dt = dt, .sums = c->sums, .src_n = n};
-    int parts = split(nblocks, c->threads, 1, ZK_MIN_PART / ZK_STATS_BLOCK, &j.chunk);
-    zk_pool_run(c->pool, parts, run_stats, &j);
+    /* Rounds of at most ZK_STATS_ROUND blocks through the fixed buffer (no allocation in a
+     * step); the blocks' sums are added in block order across rounds, so the result is the
+     * same as one pass, whatever the thread count. */
     double total = 0.0;
-    for (size_t b = 0; b < nblocks; b++) total += c->sums[b];
+    for (size_t r0 = 0; r0 < nblocks; r0 += ZK_STATS_ROUND) {
+        size_t nb = nblocks - r0 < ZK_STATS_ROUND ? nblocks - r0 : ZK_STATS_ROUND;
+        zjob j = {.k = c->k, .n = nb, .src = g, .dt = dt, .sums = c->sums, .src_n = n, .blk0 = r0};
+        int parts = split(nb, c->threads, 1, ZK_MIN_PART / ZK_STATS_BLOCK, &j.chunk);
+        zk_pool_run(c->pool, parts, run_stats, &j);
+        for (size_t b = 0; b < nb; b++) total += c->sums[b];
+    }
     out->sumsq = total;
     out->nonfinite = !isfinite(total);
     return ZINC_OK;
@@ -365,12 +362,15 @@ zinc_status zk_cpu_open_isa(int threads, const char *isa, zdev_t **out)
     c->k = k;
     c->threads = threads;
     c->pool = zk_pool_create(threads);
-    if (!c->pool) goto nomem;
+    c->sums = malloc(ZK_STATS_ROUND * sizeof *c->sums);
+    if (!c->pool || !c->sums) goto nomem;
     d->iface = &cpu_iface;
     d->ctx = c;
     *out = d;
     return ZINC_OK;
 nomem:
+    if (c && c->pool) zk_pool_destroy(c->pool);
+    if (c) free(c->sums);
     free(c);
     free(d);
     return zerr_thread(ZINC_ERR_NOMEM, "zdev_cpu_open: could not allocate the device or start "

@@ -65,6 +65,26 @@ int main(void)
             zdev_close(d);
         }
     }
+    /* More blocks than one round of the device's fixed block-sum buffer: the rounds must add up
+     * to the reference's single pass, bit for bit, at any thread count. */
+    {
+        size_t n = (size_t)ZK_STATS_ROUND * ZK_STATS_BLOCK + 12345;
+        uint16_t *g = malloc(n * 2);
+        for (size_t i = 0; i < n; i++) g[i] = zk_f32_to_bf16((float)zt_normal(&r));
+        zk_grad_stats ref, st;
+        zk_ref_grad_stats(g, ZINC_DTYPE_BF16, n, &ref);
+        for (int ti = 0; ti < 2; ti++) {
+            zdev_t *dv = NULL;
+            ZT_OK(zdev_cpu_open(threads[ti], &dv));
+            if (!dv) continue;
+            ZT_OK(dv->iface->grad_stats(dv, g, ZINC_DTYPE_BF16, n, &st));
+            ZT_CHECK(st.sumsq == ref.sumsq && !st.nonfinite,
+                     "%d threads, %zu blocks: sumsq %.17g, reference %.17g", threads[ti],
+                     (n + ZK_STATS_BLOCK - 1) / ZK_STATS_BLOCK, st.sumsq, ref.sumsq);
+            zdev_close(dv);
+        }
+        free(g);
+    }
     /* n = 0: zero and finite. */
     zdev_t *d = NULL;
     ZT_OK(zdev_cpu_open(1, &d));
