@@ -15,6 +15,7 @@
 #include "engine/internal.h"
 #include "engine/log.h"
 #include "kernels/cuda/nccl_comm.h"
+#include "kernels/cuda/zdev_cuda.h"
 
 zinc_status zeng_fail(zinc_engine_t *e, zinc_status s, const char *fmt, ...)
 {
@@ -668,4 +669,16 @@ float zinc_loss_multiplier(const zinc_engine_t *e)
 {
     if (!e) return 1.0f;
     return (float)(e->st.scaler.cur_scale / (double)e->cfg.grad_accum);
+}
+
+void *zinc_engine_cuda_stream(const zinc_engine_t *e) { return e ? zdev_cuda_stream(e->dev) : NULL; }
+
+int zinc_engine_cuda_device(const zinc_engine_t *e) { return e ? zdev_cuda_ordinal(e->dev) : -1; }
+
+zinc_status zinc_engine_sync(zinc_engine_t *e)
+{
+    if (!e) return zerr_thread(ZINC_ERR_INVALID_ARG, "zinc_engine_sync: engine is NULL");
+    zinc_status s = e->dev->iface->sync ? e->dev->iface->sync(e->dev) : ZINC_OK;
+    if (s != ZINC_OK) return zeng_fail(e, s, "zinc_engine_sync: %s", e->dev->err);
+    return ZINC_OK;
 }

@@ -256,6 +256,16 @@ typedef enum zinc_collective {
  * counts B, an all-reduce counts 2B. */
 ZINC_API zinc_status zinc_comm_bytes(const zinc_engine_t *e, uint64_t bytes[ZINC_COLL_COUNT]);
 
+/* For models that compute on the engine's GPU (models/cuda is one): the CUDA stream the engine
+ * queues its work on (a cudaStream_t; queue the model's work on it too, so no extra ordering is
+ * needed) and the GPU's ordinal. NULL and -1 when the engine's device is not "cuda". */
+ZINC_API void *zinc_engine_cuda_stream(const zinc_engine_t *e);
+ZINC_API int zinc_engine_cuda_device(const zinc_engine_t *e);
+
+/* Waits until the engine's device has finished everything queued on it (a no-op on the CPU).
+ * On CUDA the wait also watches the comm, so a vanished peer gives an error, not a hang. */
+ZINC_API zinc_status zinc_engine_sync(zinc_engine_t *e);
+
 /* The config's hash (hex of 64 bits) as stored in checkpoints and logged at start. */
 ZINC_API const char *zinc_config_hash(const zinc_engine_t *e);
 

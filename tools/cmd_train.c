@@ -25,6 +25,7 @@
 
 #include "engine/config.h"
 #include "models/data.h"
+#include "models/cuda/gpt_cuda.h"
 #include "models/gpt.h"
 #include "tools/commands.h"
 #include "zinc.h"
@@ -60,6 +61,8 @@ typedef struct {
     int threads;                /* model threads per rank; 0 = cores / local ranks */
     int demo;                   /* no arguments: train, save, resume, compare */
     int rank0;                  /* this process holds rank 0 (always, without mpirun) */
+    int cuda;                   /* --device cuda: the model's CUDA version (models/cuda/) */
+    int launched;               /* cuda under torchrun/srun/mpirun: zinc_world_create_launched */
 } topts;
 
 static void usage(FILE *f)
@@ -73,7 +76,8 @@ static void usage(FILE *f)
             "\n"
             "  --config FILE      DeepSpeed-style JSON config (default " DEFAULT_CONFIG ")\n"
             "  --ranks N          local ranks (threads), default %d; under mpirun: the MPI world\n"
-            "  --device cpu|cuda  where the engine runs (the built-in model runs on the CPU)\n"
+            "  --device cpu|cuda  where the engine and the model run; cuda: one GPU per process\n"
+            "                     under torchrun/srun/mpirun, or --ranks N threads sharing GPU 0\n"
             "  --model SPEC       model size, default " ZM_DEFAULT_SPEC
             " (layers, width, heads, context)\n"
             "  --steps N          total optimizer steps of the run, default %d; a resumed run\n"
@@ -100,8 +104,25 @@ static int file_exists(const char *p)
     return stat(p, &sb) == 0;
 }
 
+/* Processes started by torchrun (WORLD_SIZE, RANK) or inside an srun step (SLURM_*): their
+ * number, this one's rank in *rank; 0 when neither. zinc_world_create_launched reads the same. */
+static int launcher_world(int *rank)
+{
+    const char *ws = getenv("WORLD_SIZE"), *rk = getenv("RANK");
+    if (!ws || !rk) {
+        ws = getenv("SLURM_STEP_NUM_TASKS");
+        if (!ws) ws = getenv("SLURM_NTASKS");
+        rk = getenv("SLURM_PROCID");
+        if (!getenv("SLURM_STEP_ID")) ws = NULL;
+    }
+    if (!ws || !rk) return 0;
+    *rank = atoi(rk);
+    return atoi(ws);
+}
+
 static int parse_args(int argc, char **argv, topts *o)
 {
+    int env_rank = 0;
     memset(o, 0, sizeof *o);
     o->device = "cpu";
     o->steps = DEFAULT_STEPS;
@@ -181,9 +202,7 @@ static int parse_args(int argc, char **argv, topts *o)
         return zarg_usage_error(CMD, "--save-every needs --save-dir");
     if (o->resume && !strcmp(o->resume, "auto") && !o->save_dir)
         return zarg_usage_error(CMD, "--resume auto needs --save-dir (where to look)");
-    if (!strcmp(o->device, "cuda"))
-        return zarg_usage_error(CMD, "--device cuda: the built-in model has only a CPU "
-                                "implementation in this build; use --device cpu");
+    o->cuda = !strcmp(o->device, "cuda");
     /* Under mpirun the world is MPI's; --ranks must then agree with it. */
     const char *env = getenv("OMPI_COMM_WORLD_SIZE");
     if (!env) env = getenv("PMI_SIZE");
@@ -195,9 +214,19 @@ static int parse_args(int argc, char **argv, topts *o)
         const char *rk = getenv("OMPI_COMM_WORLD_RANK");
         if (!rk) rk = getenv("PMI_RANK");
         o->rank0 = !rk || atoi(rk) == 0;
+    } else if (o->cuda && launcher_world(&env_rank) > 1) {
+        /* torchrun / srun: one GPU per process, the world from the launcher's environment */
+        int n = launcher_world(&env_rank);
+        if (have_ranks && o->ranks != n)
+            return zarg_usage_error(CMD, "--ranks %d but the launcher started %d processes",
+                                    o->ranks, n);
+        o->mpi = 1;
+        o->ranks = n;
+        o->rank0 = env_rank == 0;
     } else if (!have_ranks) {
         o->ranks = DEFAULT_RANKS;
     }
+    o->launched = o->cuda && o->mpi;
     if (!have_config) {
         snprintf(o->config_path, sizeof o->config_path, "%s", DEFAULT_CONFIG);
         if (!file_exists(o->config_path))
@@ -329,7 +358,55 @@ static void json_num(FILE *f, const char *key, double v, int last)
         fprintf(f, "\"%s\":null%s", key, last ? "" : ",");
 }
 
-static void print_summary(const run_t *r, zinc_engine_t *e, const zm_model *m)
+/* The built-in model on the CPU (models/gpt.h) or its CUDA version (models/cuda/gpt_cuda.h):
+ * the same groups, parameters and micro-step, picked by --device. */
+typedef struct {
+    zm_model *cpu;
+    zm_cuda_model *cuda;
+} tmodel;
+
+static zinc_status tm_create(const topts *o, zinc_engine_t *e, int B, tmodel *m)
+{
+    return o->cuda ? zm_cuda_model_create(e, &o->spec, B, &m->cuda)
+                   : zm_model_create(e, &o->spec, B, o->threads, &m->cpu);
+}
+
+static zinc_status tm_init(tmodel *m, uint64_t seed)
+{
+    return m->cuda ? zm_cuda_model_init(m->cuda, seed) : zm_model_init(m->cpu, seed);
+}
+
+static zinc_status tm_micro_step(tmodel *m, const uint16_t *tok, const uint16_t *tgt,
+                                 double *loss)
+{
+    return m->cuda ? zm_cuda_model_micro_step(m->cuda, tok, tgt, loss)
+                   : zm_model_micro_step(m->cpu, tok, tgt, loss);
+}
+
+static const int *tm_params(const tmodel *m, int *n)
+{
+    return m->cuda ? zm_cuda_model_params(m->cuda, n) : zm_model_params(m->cpu, n);
+}
+
+static size_t tm_bytes(const tmodel *m)
+{
+    return m->cuda ? zm_cuda_model_bytes(m->cuda) : zm_model_bytes(m->cpu);
+}
+
+static void tm_destroy(tmodel *m)
+{
+    zm_cuda_model_destroy(m->cuda);
+    zm_model_destroy(m->cpu);
+}
+
+/* The CUDA model's own failures (CUDA, cuBLAS) are the thread's last error; the engine's calls
+ * set both. */
+static const char *tm_error(const tmodel *m, const zinc_engine_t *e)
+{
+    return m->cuda ? zinc_last_error(NULL) : zinc_last_error(e);
+}
+
+static void print_summary(const run_t *r, zinc_engine_t *e, const tmodel *m)
 {
     const topts *o = r->o;
     const zcfg *c = &o->cfg;
@@ -337,7 +414,7 @@ static void print_summary(const run_t *r, zinc_engine_t *e, const zm_model *m)
     char b1[32], b2[32];
     zinc_memory(e, planned, alloc);
     int np;
-    zm_model_params(m, &np);
+    tm_params(m, &np);
     printf("zinc train: model %s: %lld parameters in %d groups (%d tensors), vocab %d\n",
            o->spec_str, (long long)zm_param_total(&o->spec), zm_group_count(&o->spec), np,
            ZM_VOCAB);
@@ -354,9 +431,15 @@ static void print_summary(const run_t *r, zinc_engine_t *e, const zm_model *m)
            : c->sched.type == ZSCHED_ONE_CYCLE ? "OneCycle" : "LRRangeTest");
     if (c->dtype == ZINC_DTYPE_FP16)
         printf("            fp16 loss scale %s\n", c->fp16.loss_scale > 0 ? "static" : "dynamic");
-    printf("  world     %d %s, comm %s, device %s, model threads/rank %d\n",
-           zinc_engine_world_size(e), o->mpi ? "MPI processes" : "local ranks (threads)",
-           o->mpi ? "mpi" : "local", o->device, o->threads);
+    if (o->cuda)
+        printf("  world     %d %s, comm %s, device cuda (model on the GPU)\n",
+               zinc_engine_world_size(e),
+               o->launched ? "processes, one GPU each" : "local ranks (threads) on one GPU",
+               o->launched || o->ranks == 1 ? "nccl" : "local, staged through host memory");
+    else
+        printf("  world     %d %s, comm %s, device %s, model threads/rank %d\n",
+               zinc_engine_world_size(e), o->mpi ? "MPI processes" : "local ranks (threads)",
+               o->mpi ? "mpi" : "local", o->device, o->threads);
     printf("  batch     %lld seq x %d ranks x %lld accumulation = %lld sequences of %d tokens "
            "per step\n",
            (long long)c->micro_batch, o->ranks, (long long)c->grad_accum,
@@ -368,7 +451,7 @@ static void print_summary(const run_t *r, zinc_engine_t *e, const zm_model *m)
                              human_bytes((double)alloc[i], b1, sizeof b1));
     }
     printf("; engine %s + model %s\n", human_bytes((double)total, b1, sizeof b1),
-           human_bytes((double)zm_model_bytes(m), b2, sizeof b2));
+           human_bytes((double)tm_bytes(m), b2, sizeof b2));
     double H = zm_data_entropy(r->data);
     if (isfinite(H))
         printf("  floor     entropy rate %.4f nats/token (uniform guess: ln 256 = %.4f)\n", H,
@@ -380,6 +463,9 @@ typedef struct {
     double t_last, t_start;
     long long steps_last;
     int bar;
+    /* Seconds since the last print in the model's micro-steps (forward and backward, with the
+     * engine's per-group gather/release/grads_ready calls inside them) and in zinc_step. */
+    double model_s, zstep_s;
 } progress_t;
 
 static void report_step(run_t *r, progress_t *p, zinc_engine_t *e, long long step,
@@ -405,6 +491,8 @@ static void report_step(run_t *r, progress_t *p, zinc_engine_t *e, long long ste
         fprintf(f, "\"skipped\":%lld,", (long long)info->skipped_total);
         json_num(f, "tokens_per_s", tok_step / dt, 0);
         json_num(f, "ms_per_step", 1e3 * dt, 0);
+        json_num(f, "model_ms", 1e3 * p->model_s / (double)(step - p->steps_last), 0);
+        json_num(f, "zinc_step_ms", 1e3 * p->zstep_s / (double)(step - p->steps_last), 0);
         json_num(f, "entropy_floor", zm_data_entropy(r->data), 0);
         fprintf(f, "\"samples\":%lld,", step * (long long)(o->cfg.micro_batch * o->ranks *
                                                             o->cfg.grad_accum));
@@ -431,6 +519,7 @@ static void report_step(run_t *r, progress_t *p, zinc_engine_t *e, long long ste
                1e3 * dt, human_bytes((double)mem_rank, mb, sizeof mb));
         p->t_last = now;
         p->steps_last = step;
+        p->model_s = p->zstep_s = 0.0;
     }
     if (p->bar) {
         int width = 30;
@@ -453,7 +542,7 @@ static void *rank_main(void *arg)
     const topts *o = r->o;
     int rank = ra->rank;
     zinc_engine_t *e = NULL;
-    zm_model *m = NULL;
+    tmodel m = {NULL, NULL};
     uint16_t *tok = NULL, *tgt = NULL;
     zinc_status s;
 
@@ -473,13 +562,13 @@ static void *rank_main(void *arg)
     rank = zinc_engine_rank(e);
     int B = (int)o->cfg.micro_batch, T = o->spec.T, W = zinc_engine_world_size(e);
     long long GA = o->cfg.grad_accum;
-    s = zm_model_create(e, &o->spec, B, o->threads, &m);
+    s = tm_create(o, e, B, &m);
     if (s != ZINC_OK) {
-        fail(r, rank, s, 1, "building the model: %s", zinc_last_error(e));
+        fail(r, rank, s, 1, "building the model: %s", tm_error(&m, e));
         goto out;
     }
     s = zinc_finalize(e);
-    if (s == ZINC_OK) s = zm_model_init(m, o->seed);
+    if (s == ZINC_OK) s = tm_init(&m, o->seed);
     if (s != ZINC_OK) {
         fail(r, rank, s, 1, "%s", zinc_last_error(e));
         goto out;
@@ -527,13 +616,13 @@ static void *rank_main(void *arg)
     }
     if (rank == 0) r->start_step = blob.steps;
 
-    size_t mem_rank = zm_model_bytes(m);
+    size_t mem_rank = tm_bytes(&m);
     {
         uint64_t pl[ZINC_MEM_COUNT], al[ZINC_MEM_COUNT];
         zinc_memory(e, pl, al);
         for (int i = 0; i < ZINC_MEM_COUNT; i++) mem_rank += al[i];
     }
-    if (rank == 0 && !r->quiet) print_summary(r, e, m);
+    if (rank == 0 && !r->quiet) print_summary(r, e, &m);
 
     tok = malloc((size_t)B * T * sizeof *tok);
     tgt = malloc((size_t)B * T * sizeof *tgt);
@@ -542,7 +631,7 @@ static void *rank_main(void *arg)
         goto out;
     }
     /* mpirun hands its ranks a pty even when its own stdout is a pipe: no bar under MPI */
-    progress_t pr = {now_s(), now_s(), blob.steps, isatty(STDOUT_FILENO) && !o->mpi};
+    progress_t pr = {now_s(), now_s(), blob.steps, isatty(STDOUT_FILENO) && !o->mpi, 0.0, 0.0};
     double t0 = now_s();
     while (blob.steps < r->stop_at) {
         zinc_step_info_t info = {0};
@@ -551,10 +640,11 @@ static void *rank_main(void *arg)
             /* rank r's share of this micro-step's global batch */
             zm_data_read(r->data, blob.data.next_seq + (uint64_t)rank * (uint64_t)B, B, T, tok,
                          tgt);
-            double l;
-            s = zm_model_micro_step(m, tok, tgt, &l);
+            double l, tm = now_s();
+            s = tm_micro_step(&m, tok, tgt, &l);
+            pr.model_s += now_s() - tm;
             if (s != ZINC_OK) {
-                fail(r, rank, s, 1, "step %lld: %s", (long long)blob.steps + 1, zinc_last_error(e));
+                fail(r, rank, s, 1, "step %lld: %s", (long long)blob.steps + 1, tm_error(&m, e));
                 goto out;
             }
             lsum += l;
@@ -562,7 +652,9 @@ static void *rank_main(void *arg)
             blob.data.micro_steps++;
             if (!o->mpi && mi == GA - 1)
                 r->rank_loss[(blob.steps & 1) * o->ranks + rank] = lsum / (double)GA;
+            tm = now_s();
             s = zinc_step(e, &info);
+            pr.zstep_s += now_s() - tm;
             if (s != ZINC_OK) {
                 fail(r, rank, s, 1, "step %lld: %s", (long long)blob.steps + 1, zinc_last_error(e));
                 goto out;
@@ -611,7 +703,7 @@ static void *rank_main(void *arg)
 
     /* Final weights (collective gets), for the caller's comparisons. */
     int np;
-    const int *pid = zm_model_params(m, &np);
+    const int *pid = tm_params(&m, &np);
     size_t total = 0;
     for (int i = 0; i < np; i++) total += (size_t)zinc_param_numel(e, pid[i]);
     float *w = rank == 0 ? malloc(total * sizeof(float)) : NULL;
@@ -637,7 +729,7 @@ static void *rank_main(void *arg)
 out:
     free(tok);
     free(tgt);
-    zm_model_destroy(m);
+    tm_destroy(&m);
     zinc_engine_destroy(e);
     return NULL;
 }
@@ -656,10 +748,12 @@ static int run_ranks(run_t *r)
     }
     for (long long i = 0; i <= r->stop_at; i++) r->step_loss[i] = NAN;
     pthread_mutex_init(&r->mu, NULL);
-    zinc_status s = o->mpi ? zinc_world_create_mpi(&r->world)
-                           : zinc_world_create_local(o->ranks, &r->world);
+    zinc_status s = o->launched ? zinc_world_create_launched(&r->world)
+                    : o->mpi    ? zinc_world_create_mpi(&r->world)
+                                : zinc_world_create_local(o->ranks, &r->world);
     if (s != ZINC_OK) {
-        fprintf(stderr, "zinc train: cannot create the %s world: %s\n", o->mpi ? "mpi" : "local",
+        fprintf(stderr, "zinc train: cannot create the %s world: %s\n",
+                o->launched ? "launched" : o->mpi ? "mpi" : "local",
                 zinc_last_error(NULL));
         return s == ZINC_ERR_UNSUPPORTED ? 2 : 1;
     }
@@ -827,6 +921,20 @@ int cmd_train(int argc, char **argv)
     int rc = parse_args(argc, argv, &o);
     if (rc) return rc < 0 ? 0 : rc;
     if ((rc = resolve_config(&o)) != 0) return rc;
+    if (o.cuda) {
+        /* Before any world or engine: without a GPU (or a CUDA build) say so and stop. */
+        char why[512];
+        if (!zm_cuda_available(why, sizeof why)) {
+            int built = strstr(why, "built without CUDA") == NULL;
+            if (built)
+                fprintf(stderr, "zinc train: --device cuda: no CUDA device (%s); use --device "
+                        "cpu\n", why);
+            else
+                fprintf(stderr, "zinc train: --device cuda: %s\n", why);
+            free(o.config_json);
+            return built ? 1 : 2;
+        }
+    }
     if (o.threads == 0) {
         long nc = sysconf(_SC_NPROCESSORS_ONLN);
         const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");

@@ -26,6 +26,12 @@ int zdev_cuda_device_count(char *why, size_t n)
     return 0;
 }
 
+int zdev_cuda_ordinal(zdev_t *d)
+{
+    (void)d;
+    return -1;
+}
+
 void *zdev_cuda_stream(zdev_t *d)
 {
     (void)d;

@@ -418,6 +418,12 @@ fail:
     return s;
 }
 
+int zdev_cuda_ordinal(zdev_t *d)
+{
+    zcuda *c = zcu_ctx(d);
+    return c ? c->device : -1;
+}
+
 void *zdev_cuda_stream(zdev_t *d)
 {
     zcuda *c = zcu_ctx(d);

@@ -31,6 +31,9 @@
  * no device, ...) written to why (n bytes) if why is not NULL. */
 int zdev_cuda_device_count(char *why, size_t n);
 
+/* The CUDA ordinal of a CUDA device, -1 for any other device. */
+int zdev_cuda_ordinal(zdev_t *d);
+
 /* The compute stream of a CUDA device (a cudaStream_t), NULL for any other device. */
 void *zdev_cuda_stream(zdev_t *d);
 

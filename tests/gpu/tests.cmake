@@ -17,3 +17,21 @@ if(ZINC_HAVE_CUDA)
   zinc_test(NAME cuda_kernels SOURCES ${_gpu}/test_cuda_kernels.c LABELS gpu TIMEOUT 300)
   zinc_test(NAME cuda_nccl SOURCES ${_gpu}/test_nccl.c LABELS gpu TIMEOUT 120)
 endif()
+
+# The built-in model's CUDA version (models/cuda/): loss and every gradient against the CPU model
+# (gpu), and `zinc train --device cuda`: a 2-rank ZeRO-3 run next to the CPU's (gpu), a clean
+# failure without a GPU or without CUDA (model; skipped where a GPU is present).
+if(TARGET zinc_models)
+  zinc_test(NAME train_cuda_nodevice SOURCES ${_gpu}/test_train_cuda.c LIBS zinc_models
+            ARGS nodevice LABELS model TIMEOUT 60)
+  add_dependencies(train_cuda_nodevice zinc_cli)
+  target_compile_definitions(train_cuda_nodevice PRIVATE ZINC_CLI="$<TARGET_FILE:zinc_cli>")
+  if(ZINC_HAVE_CUDA)
+    zinc_test(NAME model_cuda SOURCES ${_gpu}/test_model_cuda.c LIBS zinc_models LABELS gpu
+              TIMEOUT 120)
+    zinc_test(NAME train_cuda SOURCES ${_gpu}/test_train_cuda.c LIBS zinc_models ARGS gpu
+              LABELS gpu TIMEOUT 300)
+    add_dependencies(train_cuda zinc_cli)
+    target_compile_definitions(train_cuda PRIVATE ZINC_CLI="$<TARGET_FILE:zinc_cli>")
+  endif()
+endif()

@@ -1,0 +1,74 @@
+/*
+ * gpt_cuda.h — the built-in model (models/gpt.h) on a CUDA GPU: the same layers, the same
+ * parameter groups and tensor layout, the same micro-step protocol with a zinc engine, so
+ * `zinc train` picks the CPU or the CUDA model by --device and nothing else changes.
+ *
+ * Numerics (models/cuda/model.cu): activations are fp32. Matrix products are cuBLAS GemmEx with
+ * fp32 accumulation (CUBLAS_COMPUTE_32F, no TF32) on inputs of the parameters' dtype: in
+ * fp16/bf16 mode the weights are the engine's 16-bit views as they are and each activation is
+ * rounded to that dtype just before it enters a product; in fp32 mode nothing is rounded. The
+ * other layers are plain kernels written operation for operation after gpt.c (compiled with
+ * --fmad=false, like the CPU's separately rounded x86 arithmetic). Gradients are summed per group
+ * in an fp32 scratch and added into the engine's gradient views once (one rounding), as
+ * gpt_zinc.c does.
+ *
+ * Streams: all work of a model bound to an engine is queued on the engine's CUDA compute stream,
+ * so the engine's gathers, reduce-scatters and steps are ordered against it without host waits;
+ * zm_cuda_model_micro_step waits once, at its end, for the loss.
+ *
+ * Builds without CUDA link models/cuda/absent.c: every call answers ZINC_ERR_UNSUPPORTED with a
+ * message (zinc_last_error(NULL)), and zm_cuda_available says why.
+ */
+#ifndef ZINC_MODELS_CUDA_GPT_CUDA_H
+#define ZINC_MODELS_CUDA_GPT_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "models/gpt.h"
+#include "zinc.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* 1 when this build has the CUDA model and a CUDA device is visible; otherwise 0 with the
+ * reason ("built without CUDA ...", "no CUDA device (...)") in why (n bytes). */
+int zm_cuda_available(char *why, size_t n);
+
+/* ---- bound to a zinc engine (same contract as zm_model_* in gpt.h) ------------------------- */
+
+typedef struct zm_cuda_model zm_cuda_model;
+
+/* e must have been created with .device = "cuda". Registers the groups and parameters (before
+ * zinc_finalize) and allocates the activations for micro-batches of B sequences on e's GPU. */
+zinc_status zm_cuda_model_create(zinc_engine_t *e, const zm_spec *s, int B, zm_cuda_model **out);
+void zm_cuda_model_destroy(zm_cuda_model *m);
+zinc_status zm_cuda_model_init(zm_cuda_model *m, uint64_t seed);
+zinc_status zm_cuda_model_micro_step(zm_cuda_model *m, const uint16_t *tokens,
+                                     const uint16_t *targets, double *loss);
+const int *zm_cuda_model_params(const zm_cuda_model *m, int *n);
+/* Bytes of the model's own device buffers (activations, scratch) on this rank. */
+size_t zm_cuda_model_bytes(const zm_cuda_model *m);
+
+/* ---- on plain device buffers (the tests' entry; like zm_forward_backward) ------------------ */
+
+typedef struct zm_cuda_run zm_cuda_run;
+
+/* Activations and a cuBLAS handle for micro-batches of B sequences, parameters of dtype dt, on
+ * CUDA device `device`, with a stream of its own. */
+zinc_status zm_cuda_run_create(const zm_spec *s, int B, zinc_dtype dt, int device,
+                               zm_cuda_run **out);
+void zm_cuda_run_destroy(zm_cuda_run *r);
+/* params[g]: device memory holding group g's layout (zm_tensors) in dtype dt. grads[g]: device
+ * fp32 group layouts into which gradients are ADDED, or grads == NULL for forward only.
+ * tokens/targets: host [B*T]. Waits for the result; *loss = mean cross-entropy. */
+zinc_status zm_cuda_forward_backward(zm_cuda_run *r, void *const *params, float *const *grads,
+                                     const uint16_t *tokens, const uint16_t *targets, float dloss,
+                                     double *loss);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,295 @@
+/*
+ * test_model_cuda.c — the CUDA model (models/cuda/) against the CPU model (models/gpt.c): the
+ * mean loss and every parameter's gradient, on the same tiny configs, weights and batch.
+ *
+ * Weights are random (LayerNorm weights and biases included, so no symmetry hides a wrong term);
+ * the CPU runs zm_forward_backward on the same values widened to fp32. Two shapes: one where
+ * every loop is short (L2-D32-H4-T16, B 2) and one whose attention rows are longer than a block
+ * (L1-D16-H2-T160, B 1).
+ *
+ * Tolerances:
+ *  - fp32: both sides compute in fp32 and differ only in summation order (cuBLAS's blocking,
+ *    the kernels' tree reductions vs gpt.c's serial sums) and in expf/tanhf/logf ulps. Each is
+ *    ~1e-6 relative to the exact gradient (tests/model/test_model_grad.c check 2 measures the CPU
+ *    side against a double build), so the bound of that check is used: per tensor
+ *    max |g_gpu - g_cpu| <= 1e-4 * max |g_cpu| (+ 1e-7 for the 0.5 the gradients are added to,
+ *    see below); the loss within 1e-5 relative: each row's log-sum-exp moves with its logits,
+ *    which carry the ~1e-6 relative differences of the layers below times |logit| ~ 3-5.
+ *  - bf16 / fp16: the GPU rounds every activation entering a matrix product to the dtype
+ *    (unit roundoff 2^-9 for bf16, 2^-12 for fp16); the CPU does not. Roundings of K independent
+ *    inputs give ~sqrt(K) u relative per product, ~0.3 % for bf16 here, and a gradient passes
+ *    through up to ~8 such products and two LayerNorms between the loss and a weight. Bound:
+ *    per tensor ||g_gpu - g_cpu||_2 <= 5e-2 ||g_cpu||_2, and the loss within 1e-2 absolute
+ *    (0.2 % of ln 256). fp16 is held to the same bound (its roundoff is 8x smaller).
+ *  - Gradients must be ADDED: the GPU's gradient buffers start at 0.5 and 0.5 is subtracted
+ *    before comparing.
+ * Then the engine path: a 1-rank fp32 stage-0 engine on the GPU with zm_cuda_model_*, whose
+ * gradient views after one micro-step are compared with the CPU's for the initial weights and
+ * the engine's loss multiplier, with the fp32 bound.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "kernels/cuda/zdev_cuda.h"
+#include "models/cuda/gpt_cuda.h"
+#include "models/gpt.h"
+#include "models/half.h"
+#include "testutil.h"
+
+#define MAXG 8
+
+static int cu_ok(cudaError_t e, const char *what)
+{
+    if (e == cudaSuccess) return 1;
+    fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
+    return 0;
+}
+
+/* Random weights: matrices N(0, 0.15), embeddings N(0, 0.5), LayerNorm weights 1 + N(0, 0.2),
+ * biases N(0, 0.1). Rounded to dt (so the CPU sees exactly the GPU's values). */
+static void random_group(zt_rng *rng, const zm_spec *s, int g, zinc_dtype dt, float *p)
+{
+    zm_tensor t[ZM_MAX_TENSORS];
+    int nt = zm_tensors(s, g, t);
+    for (int i = 0; i < nt; i++) {
+        const char *nm = t[i].name;
+        size_t len = strlen(nm);
+        int bias = len >= 2 && !strcmp(nm + len - 2, ".b");
+        int lnw = !bias && strstr(nm, "ln") && t[i].ndim == 1;
+        int emb = g == 0 && i < 2;
+        for (int64_t j = 0; j < t[i].numel; j++) {
+            double z = zt_normal(rng);
+            float v = (float)(lnw ? 1.0 + 0.2 * z : bias ? 0.1 * z : emb ? 0.5 * z : 0.15 * z);
+            if (dt == ZINC_DTYPE_BF16) v = zm_bf16_to_f32(zm_f32_to_bf16(v));
+            if (dt == ZINC_DTYPE_FP16) v = zm_f16_to_f32(zm_f32_to_f16(v));
+            p[t[i].offset + j] = v;
+        }
+    }
+}
+
+/* fp32 values -> n elements of dt in dst (host). */
+static void to_dtype(void *dst, const float *src, zinc_dtype dt, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (dt == ZINC_DTYPE_FP32) ((float *)dst)[i] = src[i];
+        else if (dt == ZINC_DTYPE_FP16) ((uint16_t *)dst)[i] = zm_f32_to_f16(src[i]);
+        else ((uint16_t *)dst)[i] = zm_f32_to_bf16(src[i]);
+    }
+}
+
+/* Compares one group's gradients tensor by tensor; returns the number of failing tensors. */
+static int compare_group(const zm_spec *s, int g, const float *gpu, const float *cpu,
+                         zinc_dtype dt, const char *what)
+{
+    zm_tensor t[ZM_MAX_TENSORS];
+    int nt = zm_tensors(s, g, t), bad = 0;
+    for (int i = 0; i < nt; i++) {
+        const float *a = gpu + t[i].offset, *b = cpu + t[i].offset;
+        double mx = 0, maxd = 0, nd = 0, nb = 0;
+        int64_t worst = 0;
+        for (int64_t j = 0; j < t[i].numel; j++) {
+            double d = fabs((double)a[j] - (double)b[j]);
+            if (!(d <= maxd)) maxd = d, worst = j; /* NaN counts as worst */
+            mx = fmax(mx, fabs((double)b[j]));
+            nd += d * d;
+            nb += (double)b[j] * b[j];
+        }
+        int ok = dt == ZINC_DTYPE_FP32 ? maxd <= 1e-4 * mx + 1e-7
+                                       : sqrt(nd) <= 5e-2 * sqrt(nb) && isfinite(nd);
+        if (!ok) {
+            bad++;
+            fprintf(stderr, "%s %s: max |diff| %.3g (element %lld: gpu %.9g cpu %.9g), max |cpu| "
+                    "%.3g, ||diff|| / ||cpu|| %.3g\n", what, t[i].name, maxd, (long long)worst,
+                    (double)a[worst], (double)b[worst], mx, sqrt(nd) / (sqrt(nb) + 1e-300));
+        }
+    }
+    return bad;
+}
+
+/* One config in one dtype through zm_cuda_forward_backward, against zm_forward_backward. */
+static void check_plain(const char *spec, int B, zinc_dtype dt, uint64_t seed)
+{
+    zm_spec s;
+    char err[256];
+    if (zm_spec_parse(spec, &s, err, sizeof err)) {
+        ZT_CHECK(0, "%s", err);
+        return;
+    }
+    int NG = zm_group_count(&s), BT = B * s.T;
+    ZT_CHECK(NG <= MAXG, "too many groups");
+    zt_rng rng = {seed};
+    float *P[MAXG] = {0}, *G[MAXG] = {0}, *Ggpu[MAXG] = {0};
+    void *dP[MAXG] = {0};
+    float *dG[MAXG] = {0};
+    uint16_t *tok = malloc((size_t)BT * 2), *tgt = malloc((size_t)BT * 2);
+    int ok = tok && tgt;
+    for (int i = 0; i < BT && ok; i++) {
+        tok[i] = (uint16_t)(zt_next(&rng) % 256);
+        tgt[i] = (uint16_t)(zt_next(&rng) % 256);
+    }
+    for (int g = 0; g < NG && ok; g++) {
+        size_t n = (size_t)zm_group_numel(&s, g), es = zinc_dtype_size(dt);
+        P[g] = malloc(n * 4);
+        G[g] = calloc(n, 4);
+        Ggpu[g] = malloc(n * 4);
+        void *h = malloc(n * es);
+        ok = P[g] && G[g] && Ggpu[g] && h;
+        if (ok) {
+            random_group(&rng, &s, g, dt, P[g]);
+            to_dtype(h, P[g], dt, n);
+            for (size_t j = 0; j < n; j++) Ggpu[g][j] = 0.5f;
+            ok = cu_ok(cudaMalloc(&dP[g], n * es), "cudaMalloc") &&
+                 cu_ok(cudaMalloc((void **)&dG[g], n * 4), "cudaMalloc") &&
+                 cu_ok(cudaMemcpy(dP[g], h, n * es, cudaMemcpyHostToDevice), "upload") &&
+                 cu_ok(cudaMemcpy(dG[g], Ggpu[g], n * 4, cudaMemcpyHostToDevice), "upload");
+        }
+        free(h);
+    }
+    ZT_CHECK(ok, "setup of %s failed", spec);
+    const float dloss = 1.75f; /* a loss multiplier other than 1 (as with loss scaling) */
+    zm_cuda_run *run = NULL;
+    zm_acts *acts = NULL;
+    double lg = NAN, lc = NAN;
+    if (ok) {
+        ZT_OK(zm_cuda_run_create(&s, B, dt, 0, &run));
+        ZT_OK(zm_acts_create(&s, B, 2, &acts));
+    }
+    if (run && acts) {
+        ZT_OK(zm_cuda_forward_backward(run, dP, dG, tok, tgt, dloss, &lg));
+        lc = zm_forward_backward(acts, P, G, tok, tgt, dloss);
+        double ltol = dt == ZINC_DTYPE_FP32 ? 1e-5 * fabs(lc) : 1e-2;
+        ZT_CHECK(fabs(lg - lc) <= ltol, "%s %s: loss gpu %.9g cpu %.9g (tolerance %.3g)", spec,
+                 zinc_dtype_name(dt), lg, lc, ltol);
+        int bad = 0;
+        char what[96];
+        snprintf(what, sizeof what, "%s %s", spec, zinc_dtype_name(dt));
+        for (int g = 0; g < NG; g++) {
+            size_t n = (size_t)zm_group_numel(&s, g);
+            if (!cu_ok(cudaMemcpy(Ggpu[g], dG[g], n * 4, cudaMemcpyDeviceToHost), "download")) {
+                bad++;
+                continue;
+            }
+            for (size_t j = 0; j < n; j++) Ggpu[g][j] -= 0.5f;
+            bad += compare_group(&s, g, Ggpu[g], G[g], dt, what);
+        }
+        ZT_CHECK(bad == 0, "%s: %d tensors' gradients off", what, bad);
+        printf("%s: loss gpu %.7f cpu %.7f, gradients of %d groups compared\n", what, lg, lc, NG);
+    }
+    zm_cuda_run_destroy(run);
+    zm_acts_destroy(acts);
+    for (int g = 0; g < NG; g++) {
+        free(P[g]);
+        free(G[g]);
+        free(Ggpu[g]);
+        cudaFree(dP[g]);
+        cudaFree(dG[g]);
+    }
+    free(tok);
+    free(tgt);
+}
+
+/* The engine path: views, gather/release, adding into the engine's gradient views. */
+static void check_engine(void)
+{
+    const char *spec = "L2-D32-H4-T16";
+    const int B = 2;
+    const char *cfg = "{\"train_micro_batch_size_per_gpu\": 2, \"gradient_accumulation_steps\": 2,"
+                      " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.001}},"
+                      " \"zero_optimization\": {\"stage\": 0}}";
+    zm_spec s;
+    char err[256];
+    ZT_CHECK(zm_spec_parse(spec, &s, err, sizeof err) == 0, "%s", err);
+    zinc_engine_options_t eo = {0};
+    eo.config_json = cfg;
+    eo.device = "cuda";
+    zinc_engine_t *e = NULL;
+    zm_cuda_model *m = NULL;
+    ZT_OK(zinc_engine_create(&eo, &e));
+    if (!e) return;
+    ZT_OK(zm_cuda_model_create(e, &s, B, &m));
+    if (!m) {
+        zinc_engine_destroy(e);
+        return;
+    }
+    ZT_OK(zinc_finalize(e));
+    ZT_OK(zm_cuda_model_init(m, 7));
+    int NG = zm_group_count(&s), BT = B * s.T;
+    uint16_t tok[2 * 16], tgt[2 * 16];
+    zt_rng rng = {99};
+    for (int i = 0; i < BT; i++) {
+        tok[i] = (uint16_t)(zt_next(&rng) % 256);
+        tgt[i] = (uint16_t)(zt_next(&rng) % 256);
+    }
+    double lg = NAN;
+    ZT_OK(zm_cuda_model_micro_step(m, tok, tgt, &lg));
+    float mult = zinc_loss_multiplier(e); /* 1/GA = 0.5: the objective is loss * 0.5 */
+
+    float *P[MAXG] = {0}, *G[MAXG] = {0}, *Gd[MAXG] = {0};
+    zm_acts *acts = NULL;
+    int ok = zm_acts_create(&s, B, 2, &acts) == ZINC_OK;
+    for (int g = 0; g < NG && ok; g++) {
+        size_t n = (size_t)zm_group_numel(&s, g);
+        P[g] = malloc(n * 4);
+        G[g] = calloc(n, 4);
+        Gd[g] = calloc(n, 4);
+        ok = P[g] && G[g] && Gd[g];
+        if (ok) zm_init_group(&s, g, 7, P[g]);
+    }
+    ZT_CHECK(ok, "engine check setup");
+    if (ok) {
+        double lc = zm_forward_backward(acts, P, G, tok, tgt, mult);
+        ZT_CHECK(fabs(lg - lc) <= 1e-5 * fabs(lc), "engine path: loss gpu %.9g cpu %.9g", lg, lc);
+        int np;
+        const int *pid = zm_cuda_model_params(m, &np);
+        int k = 0, bad = 0;
+        for (int g = 0; g < NG; g++) {
+            zm_tensor t[ZM_MAX_TENSORS];
+            int nt = zm_tensors(&s, g, t);
+            for (int i = 0; i < nt; i++, k++) {
+                void *v = NULL;
+                ZT_OK(zinc_param_grad(e, pid[k], &v));
+                if (v && !cu_ok(cudaMemcpy(Gd[g] + t[i].offset, v, (size_t)t[i].numel * 4,
+                                           cudaMemcpyDeviceToHost), "download grad view"))
+                    bad++;
+            }
+            bad += compare_group(&s, g, Gd[g], G[g], ZINC_DTYPE_FP32, "engine fp32 stage 0");
+        }
+        ZT_CHECK(k == np, "%d tensors, the model registered %d", k, np);
+        ZT_CHECK(bad == 0, "engine path: %d tensors' gradients off", bad);
+        printf("engine path (1 rank, stage 0, fp32): loss gpu %.7f cpu %.7f\n", lg, lc);
+        /* the accumulation window goes on, and the step runs on these gradients */
+        zinc_step_info_t info;
+        ZT_OK(zinc_step(e, &info));
+        ZT_CHECK(!info.boundary, "micro-step 1 of 2 ended the window");
+        ZT_OK(zm_cuda_model_micro_step(m, tok, tgt, &lg));
+        ZT_OK(zinc_step(e, &info));
+        ZT_CHECK(info.boundary && info.applied && isfinite(info.grad_norm), "step not applied");
+    }
+    for (int g = 0; g < NG; g++) {
+        free(P[g]);
+        free(G[g]);
+        free(Gd[g]);
+    }
+    zm_acts_destroy(acts);
+    zm_cuda_model_destroy(m);
+    zinc_engine_destroy(e);
+}
+
+int main(void)
+{
+    char why[300];
+    if (!zm_cuda_available(why, sizeof why)) {
+        printf("SKIP: no CUDA device (%s)\n", why);
+        return 77;
+    }
+    check_plain("L2-D32-H4-T16", 2, ZINC_DTYPE_FP32, 1);
+    check_plain("L1-D16-H2-T160", 1, ZINC_DTYPE_FP32, 2);
+    check_plain("L2-D32-H4-T16", 2, ZINC_DTYPE_BF16, 3);
+    check_plain("L2-D32-H4-T16", 2, ZINC_DTYPE_FP16, 4);
+    check_engine();
+    return zt_finish("model_cuda");
+}
