@@ -190,7 +190,8 @@ void zinc_engine_destroy(zinc_engine_t *e)
     zck_engine_release(e); /* a background checkpoint save still writing: wait for it */
     zdev_t *d = e->dev;
     if (d) {
-        void *bufs[] = {e->param16, e->grad, e->master, e->m,       e->v,
+        void *master = e->master == (float *)e->param16 ? NULL : e->master; /* aliased: once */
+        void *bufs[] = {e->param16, e->grad, master,   e->m,       e->v,
                         e->bucket,  e->gather, e->stats, e->scratch};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
             if (bufs[i]) d->iface->free(d, bufs[i]);
@@ -439,7 +440,8 @@ zinc_status zinc_finalize(zinc_engine_t *e)
         e->v = v;
         return s;
     }
-    e->master = master;
+    /* fp32 at stages 0 and 3: the working copy has the master's layout and is the master. */
+    e->master = zmem_master_aliased(e->stage, e->dtype) ? (float *)e->param16 : master;
     e->m = m;
     e->v = v;
     /* The persistent stage-3 groups live after the gather ring, in the same block. */

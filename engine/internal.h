@@ -129,6 +129,8 @@ zinc_status zgather_plan(zinc_engine_t *e);
 zinc_status zgather_refresh_persistent(zinc_engine_t *e, int counted);
 /* At zinc_step: forgets prefetched groups nobody used and ends the trace's first recording. */
 void zgather_step_end(zinc_engine_t *e);
+/* 1 when the fp32 working copy doubles as the master (fp32 mode, stages 0 and 3). */
+int zmem_master_aliased(int stage, zinc_dtype dtype);
 /* The same from a bare parameter count (zinc estimate): one group of `params` elements. */
 void zmem_estimate(uint64_t params, int world, int stage, zinc_dtype dtype,
                    uint64_t bytes[ZINC_MEM_COUNT]);

@@ -7,6 +7,10 @@
  * (K = 12 bytes of fp32 master + Adam m + v per parameter), up to padding:
  *   stage 0: 2Ψ + 2Ψ + 12Ψ        stage 1: 2Ψ + 2Ψ + 12Ψ/N
  *   stage 2: 2Ψ + 2Ψ/N + 12Ψ/N    stage 3: 2Ψ/N + 2Ψ/N + 12Ψ/N
+ * In fp32 mode at stages 0 and 3 the working copy has the master's layout (the flat buffer, or the
+ * shard) and the same dtype, so it IS the master: no separate master block, 16Ψ and 16Ψ/N as with
+ * DeepSpeed's fp32 training. (At stages 1-2 the working copy is the full flat buffer while the
+ * master is the shard, so both exist.)
  * plus buffers that are not model state: gradient buckets (stages 2-3) and gather buffers
  * (stage 3), each the size of the largest group, and at stage 3 the full copies of the groups
  * below stage3_param_persistence_threshold, which stay gathered.
@@ -14,6 +18,11 @@
 #include <string.h>
 
 #include "engine/internal.h"
+
+int zmem_master_aliased(int stage, zinc_dtype dtype)
+{
+    return dtype == ZINC_DTYPE_FP32 && (stage == 0 || stage == 3);
+}
 
 void zmem_plan(const zplan *p, int stage, zinc_dtype dtype, int nbuckets, int ngather,
                size_t persist_numel, uint64_t bytes[ZINC_MEM_COUNT])
@@ -23,9 +32,9 @@ void zmem_plan(const zplan *p, int stage, zinc_dtype dtype, int nbuckets, int ng
     memset(bytes, 0, sizeof(uint64_t) * ZINC_MEM_COUNT);
     bytes[ZINC_MEM_PARAM16] = (stage < 3 ? F : S) * d;
     bytes[ZINC_MEM_GRAD] = (stage < 2 ? F : S) * d;
-    bytes[ZINC_MEM_MASTER] = (stage == 0 ? F : S) * 4;
-    bytes[ZINC_MEM_ADAM_M] = bytes[ZINC_MEM_MASTER];
-    bytes[ZINC_MEM_ADAM_V] = bytes[ZINC_MEM_MASTER];
+    bytes[ZINC_MEM_ADAM_M] = (stage == 0 ? F : S) * 4;
+    bytes[ZINC_MEM_ADAM_V] = bytes[ZINC_MEM_ADAM_M];
+    bytes[ZINC_MEM_MASTER] = zmem_master_aliased(stage, dtype) ? 0 : bytes[ZINC_MEM_ADAM_M];
     bytes[ZINC_MEM_BUCKET] = stage >= 2 ? (uint64_t)nbuckets * B * d : 0;
     bytes[ZINC_MEM_GATHER] = stage == 3 ? ((uint64_t)ngather * B + persist_numel) * d : 0;
 }

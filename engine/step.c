@@ -188,7 +188,8 @@ static zinc_status apply_adam(zinc_engine_t *e, float lr, float beta1, float bet
         a.m = e->m;
         a.v = e->v;
         a.grad = e->grad;
-        a.param_out = e->param16;
+        /* In fp32 mode the working copy is the master itself: nothing more to write. */
+        a.param_out = e->master == (float *)e->param16 ? NULL : e->param16;
         a.n = e->stage == 0 ? e->plan.flat_numel : e->plan.shard_numel;
         s = e->dev->iface->adam_step(e->dev, &a);
         if (s != ZINC_OK) return zeng_fail(e, s, "zinc_step: adam: %s", e->dev->err);

@@ -524,8 +524,50 @@ static void test_tag_validation(void)
     ZT_CHECK(system(cmd) == 0, "cleanup");
 }
 
+/* fp32 at stages 0 and 3: the working copy is the master (no master block); after steps the
+ * weights the model sees are exactly the master weights. */
+static void test_fp32_alias(void)
+{
+    const int stages[2] = {0, 3};
+    for (int k = 0; k < 2; k++) {
+        toy_run tr = {.world = 1, .stage = stages[k], .accum = 1, .dtype = ZINC_DTYPE_FP32,
+                      .persist_threshold = -1};
+        char *cfg = toy_config(&tr);
+        zinc_engine_options_t o = {.config_json = cfg, .threads = 1};
+        zinc_engine_t *e = NULL;
+        int np = 0;
+        ZT_OK(zinc_engine_create(&o, &e));
+        free(cfg);
+        if (!e) continue;
+        ZT_OK(toy_register(e, &np));
+        uint64_t planned[ZINC_MEM_COUNT], alloc[ZINC_MEM_COUNT];
+        zinc_memory(e, planned, alloc);
+        ZT_CHECK(planned[ZINC_MEM_MASTER] == 0 && alloc[ZINC_MEM_MASTER] == 0 &&
+                     planned[ZINC_MEM_PARAM16] == alloc[ZINC_MEM_PARAM16] &&
+                     planned[ZINC_MEM_ADAM_M] == planned[ZINC_MEM_PARAM16],
+                 "stage %d fp32: master %llu bytes", stages[k],
+                 (unsigned long long)planned[ZINC_MEM_MASTER]);
+        for (int step = 0; step < 3; step++) {
+            ZT_OK(toy_micro_step(e, 0, 1, step, np, 0));
+            ZT_OK(zinc_step(e, NULL));
+        }
+        int64_t n = zinc_param_numel(e, 5);
+        float *master = malloc((size_t)n * sizeof(float));
+        ZT_OK(zinc_param_get(e, 5, master));
+        void *w = NULL;
+        ZT_OK(zinc_gather(e, zinc_param_group(e, 5)));
+        ZT_OK(zinc_param_data(e, 5, &w));
+        ZT_CHECK(w && !memcmp(w, master, (size_t)n * sizeof(float)),
+                 "stage %d fp32: working copy differs from the master", stages[k]);
+        ZT_OK(zinc_release(e, zinc_param_group(e, 5)));
+        free(master);
+        zinc_engine_destroy(e);
+    }
+}
+
 int main(void)
 {
+    test_fp32_alias();
     test_tag_validation();
     test_prefetch();
     test_misuse();

@@ -49,10 +49,15 @@ int main(void)
         ZT_CHECK(b > 0 && fabs(gb - paper_gb[s]) <= tol, "stage %d: %.3f GB, paper %.1f GB", s, gb,
                  paper_gb[s]);
     }
-    /* bf16 has the same sizes as fp16; fp32 working copies add 2 bytes each of params and grads. */
+    /* bf16 has the same sizes as fp16. fp32: the working copy is the master at stages 0 and 3
+     * (same layout and dtype), so 16Ψ and 16Ψ/N as DeepSpeed's fp32 training; at stage 1 the full
+     * fp32 params and grads plus the sharded master, m, v: 8Ψ + 12Ψ/N. */
     ZT_CHECK(run_estimate(2, "--dtype bf16") == run_estimate(2, ""), "bf16 = fp16 sizes");
-    long long f32 = run_estimate(0, "--dtype fp32");
-    ZT_CHECK(f32 > 0 && fabs((double)f32 / 1e9 - 150.0) <= 1.5, "fp32 stage 0: %lld", f32);
+    long long f0 = run_estimate(0, "--dtype fp32"), f1 = run_estimate(1, "--dtype fp32"),
+              f3 = run_estimate(3, "--dtype fp32");
+    ZT_CHECK(fabs((double)f0 - 16 * psi) <= 1e-4 * 16 * psi, "fp32 stage 0: %lld", f0);
+    ZT_CHECK(fabs((double)f1 - (8 * psi + 12 * psi / n)) <= 1e-4 * 8 * psi, "fp32 stage 1: %lld", f1);
+    ZT_CHECK(fabs((double)f3 - 16 * psi / n) <= 1e-4 * 16 * psi / n, "fp32 stage 3: %lld", f3);
     /* Bad arguments are refused with exit status 2. */
     char cmd[512];
     snprintf(cmd, sizeof cmd, "%s estimate --params 1.5 --world-size 4 --stage 1 2>/dev/null", ZINC_CLI);
