@@ -6,12 +6,19 @@
  *                    fp16 mode, so its GB/s over the probe's says how close it is to the memory
  *                    limit (target: ratio >= 0.8).
  *
+ *   zinc bench memory  engines of a synthetic model (G equal groups, Psi params in all) on local
+ *                    worlds of N ranks, stages 0-3: the model-state bytes each rank allocated
+ *                    (zinc_memory) beside the ZeRO paper's formulas, written here from the paper.
+ *   zinc bench comm  the same engines run one optimizer step; the payload bytes of the step
+ *                    (zinc_comm_bytes) beside 2Psi (stages 0-2) and 3Psi (stage 3).
+ *
  * Everything goes through the zdev vtable, so --device cuda measures the CUDA backend once it
  * exists; there the probe is a device-to-device copy. On cpu the probe is the triad
  * a[i] = b[i] + s * c[i] on the device's own threads, counted as 12 bytes per element (what the
  * program reads and writes; write-allocate traffic is not counted, as in STREAM).
  */
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,10 +34,19 @@
 static void bench_usage(FILE *f)
 {
     fprintf(f,
-            "usage: zinc bench adam [options]\n\n"
+            "usage: zinc bench adam [options]\n"
+            "       zinc bench memory|comm [--params LIST] [--worlds LIST] [--stages LIST]\n"
+            "                              [--groups G] [--dtype fp16|bf16|fp32] [--json]\n\n"
+            "  memory model-state bytes per rank (zinc_memory, allocated) vs the ZeRO formulas\n"
+            "         2Psi+2Psi+12Psi / 2Psi+2Psi+12Psi/N / 2Psi+(2+12)Psi/N / (2+2+12)Psi/N\n"
+            "         (16-bit dtypes; 4 bytes for fp32); default --params 1e6,4e6,1.6e7\n"
+            "  comm   payload bytes of one optimizer step (zinc_comm_bytes) vs 2Psi (stages 0-2)\n"
+            "         and 3Psi (stage 3), with no persistent groups; default --params 4e6\n"
+            "         (both: --worlds 1,2,4,8 --stages 0,1,2,3 --groups 4 --dtype bf16;\n"
+            "         LIST is comma-separated; every rank is a thread of this process)\n\n"
             "  adam   the fused Adam/AdamW step (fp32 master, m, v; 16-bit grads and params)\n"
             "         beside a memory-bandwidth probe measured in the same run\n\n"
-            "options:\n"
+            "adam options:\n"
             "  --device cpu|cuda      device backend (default cpu)\n"
             "  --params N             parameters in the shard (default 1e8)\n"
             "  --dtype fp16|bf16|fp32 gradient and working-copy dtype (default fp16)\n"
@@ -171,8 +187,11 @@ static int bench_adam(int argc, char **argv)
         return st == ZINC_ERR_INVALID_ARG ? 2 : 1;
     }
     size_t n = (size_t)params, es = zinc_dtype_size(dt);
-    /* Bytes one step moves per param: grad read, master/m/v read and written, param written. */
-    double bytes_per_param = (double)es + 12.0 + 12.0 + (double)es;
+    /* Bytes one step moves per param: grad read, master/m/v read and written, and the 16-bit
+     * working copy written. In fp32 mode the working copy is the master itself, as in the
+     * engine at stages 0 and 3, so nothing more is written (28 bytes either way). */
+    int fp32 = dt == ZINC_DTYPE_FP32;
+    double bytes_per_param = (double)es + 12.0 + 12.0 + (fp32 ? 0.0 : (double)es);
     int rc = 1;
     double *t_step = calloc((size_t)repeat, sizeof *t_step);
     double *t_probe = calloc((size_t)repeat, sizeof *t_probe);
@@ -193,7 +212,7 @@ static int bench_adam(int argc, char **argv)
         goto done;
     }
     zk_adam_args a = {.master = master, .m = m, .v = v, .grad = grad, .grad_dtype = dt,
-                      .param_out = out, .param_dtype = dt, .n = n, .lr = 1e-4f, .beta1 = 0.9f,
+                      .param_out = fp32 ? NULL : out, .param_dtype = dt, .n = n, .lr = 1e-4f, .beta1 = 0.9f,
                       .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.01f, .grad_scale = 1.0f,
                       .bias_c1 = 0.1f, .bias_c2 = 0.001f, .adamw = 1};
     int is_cpu = zk_cpu_isa(d) != NULL;
@@ -237,11 +256,19 @@ static int bench_adam(int argc, char **argv)
                "\"params_per_s\": %.6g, \"gbytes_per_s\": %.4f, "
                "\"probe\": \"%s\", \"probe_bytes\": %.0f, \"probe_ms_median\": %.4f, "
                "\"probe_ms_min\": %.4f, \"probe_ms_max\": %.4f, \"probe_gbytes_per_s\": %.4f, "
-               "\"ratio\": %.4f, \"torch_ms_median\": %.4f, \"speedup_vs_torch\": %.4f}\n",
+               "\"ratio\": %.4f, \"torch_ms_median\": %.4f, \"speedup_vs_torch\": %.4f",
                d->iface->name, isa, nthreads, n, dtname, repeat, bytes_per_param,
                ts.median * 1e3, ts.min * 1e3, ts.max * 1e3, pps, gbps,
                is_cpu ? "triad" : "copy", probe_bytes, tp.median * 1e3, tp.min * 1e3,
                tp.max * 1e3, probe_gbps, ratio, torch_ms, torch_ms > 0 ? torch_ms / (ts.median * 1e3) : -1.0);
+        /* Every timed repeat (sorted), so that a caller can pool several invocations. */
+        for (int k = 0; k < 2; k++) {
+            const double *t = k ? t_probe : t_step;
+            printf(", \"%s\": [", k ? "probe_ms_all" : "ms_all");
+            for (long long i = 0; i < repeat; i++) printf("%s%.4f", i ? ", " : "", t[i] * 1e3);
+            printf("]");
+        }
+        printf("}\n");
     } else {
         printf("zinc bench adam: device %s (%s, %d threads), %zu params, %s grads and params, "
                "%.0f bytes/param, median of %lld after a warm-up\n",
@@ -273,6 +300,283 @@ done:
     return rc;
 }
 
+/* ---- memory and comm: engines of a synthetic model on local worlds ------------------------ */
+
+#define ZB_MAXW 64
+
+typedef struct {
+    zinc_world_t *world;
+    int world_size, stage, groups, run_step;
+    zinc_dtype dtype;
+    long long params;
+    zinc_status st[ZB_MAXW];
+    char msg[ZB_MAXW][256];
+    uint64_t alloc[ZB_MAXW][ZINC_MEM_COUNT];
+    uint64_t comm[ZB_MAXW][ZINC_COLL_COUNT];
+} zb_run;
+
+typedef struct {
+    zb_run *r;
+    int rank;
+} zb_arg;
+
+/* Group g's share of the params: equal parts, the remainder to the last group. */
+static long long zb_group_numel(const zb_run *r, int g)
+{
+    long long q = r->params / r->groups;
+    return g == r->groups - 1 ? r->params - q * (r->groups - 1) : q;
+}
+
+static zinc_status zb_rank_work(zb_run *r, int rank, zinc_engine_t **pe)
+{
+    char cfg[768];
+    /* Persistence threshold 0: every stage-3 group is sharded, as the 3Psi formula assumes. */
+    snprintf(cfg, sizeof cfg,
+             "{\"train_micro_batch_size_per_gpu\": 1, \"gradient_accumulation_steps\": 1,"
+             " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 1e-4}},"
+             " \"%s\": {\"enabled\": %s},"
+             " \"zero_optimization\": {\"stage\": %d, \"stage3_param_persistence_threshold\": 0}}",
+             r->dtype == ZINC_DTYPE_FP16 ? "fp16" : "bf16",
+             r->dtype == ZINC_DTYPE_FP32 ? "false" : "true", r->stage);
+    zinc_engine_options_t o = {.config_json = cfg, .world = r->world, .rank = rank,
+                               .threads = 1};
+    zinc_status s = zinc_engine_create(&o, pe);
+    zinc_engine_t *e = *pe;
+    if (s != ZINC_OK) return s;
+    int gid[64], pid[64];
+    for (int g = 0; g < r->groups && s == ZINC_OK; g++) {
+        char name[32];
+        snprintf(name, sizeof name, "layer%d", g);
+        s = zinc_group_add(e, name, &gid[g]);
+        int64_t shape[1] = {zb_group_numel(r, g)};
+        snprintf(name, sizeof name, "layer%d.w", g);
+        if (s == ZINC_OK) s = zinc_param_add(e, gid[g], name, 1, shape, r->dtype, &pid[g]);
+    }
+    if (s == ZINC_OK) s = zinc_finalize(e);
+    if (s == ZINC_OK && r->run_step) {
+        /* One step as a model drives it: forward over the groups, backward in reverse order.
+         * The gradients stay zero; the bytes moved do not depend on their values. */
+        for (int g = 0; g < r->groups && s == ZINC_OK; g++) {
+            s = zinc_gather(e, gid[g]);
+            if (s == ZINC_OK) s = zinc_release(e, gid[g]);
+        }
+        for (int g = r->groups - 1; g >= 0 && s == ZINC_OK; g--) {
+            void *gv = NULL;
+            s = zinc_gather(e, gid[g]);
+            if (s == ZINC_OK) s = zinc_param_grad(e, pid[g], &gv);
+            if (s == ZINC_OK) s = zinc_release(e, gid[g]);
+            if (s == ZINC_OK) s = zinc_grads_ready(e, gid[g]);
+        }
+        zinc_step_info_t info;
+        if (s == ZINC_OK) s = zinc_step(e, &info);
+        if (s == ZINC_OK && !info.applied) {
+            snprintf(r->msg[rank], sizeof r->msg[rank], "the step with zero gradients was not "
+                     "applied");
+            s = ZINC_ERR_INTERNAL;
+        }
+    }
+    if (s == ZINC_OK) {
+        uint64_t planned[ZINC_MEM_COUNT];
+        s = zinc_memory(e, planned, r->alloc[rank]);
+    }
+    if (s == ZINC_OK) s = zinc_comm_bytes(e, r->comm[rank]);
+    return s;
+}
+
+static void *zb_rank_main(void *p)
+{
+    zb_arg *a = p;
+    zb_run *r = a->r;
+    zinc_engine_t *e = NULL;
+    zinc_status s = zb_rank_work(r, a->rank, &e);
+    r->st[a->rank] = s;
+    if (s != ZINC_OK) {
+        if (!r->msg[a->rank][0])
+            snprintf(r->msg[a->rank], sizeof r->msg[a->rank], "%s", zinc_last_error(e));
+        zinc_world_abort(r->world, a->rank, r->msg[a->rank]);
+    }
+    zinc_engine_destroy(e);
+    return NULL;
+}
+
+/* Parses "1e6,4e6" into v (at most cap values). Returns the count, or -1. */
+static int parse_list(const char *s, long long *v, int cap, long long lo, long long hi)
+{
+    int n = 0;
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", s);
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        if (n == cap || zarg_int64(t, &v[n]) || v[n] < lo || v[n] > hi) return -1;
+        n++;
+    }
+    return n ? n : -1;
+}
+
+static int bench_zero(int argc, char **argv, int comm)
+{
+    const char *cmd = comm ? "bench comm" : "bench memory";
+    long long params[16], worlds[8], stages[4], groups = 4;
+    int np = parse_list(comm ? "4e6" : "1e6,4e6,1.6e7", params, 16, 1, 1LL << 40);
+    int nw = parse_list("1,2,4,8", worlds, 8, 1, ZB_MAXW), ns = parse_list("0,1,2,3", stages, 4, 0, 3);
+    zinc_dtype dt = ZINC_DTYPE_BF16;
+    int json = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            bench_usage(stdout);
+            return 0;
+        }
+        if (!strcmp(a, "--json")) {
+            json = 1;
+            continue;
+        }
+        if (!val) return zarg_usage_error(cmd, "%s needs a value", a);
+        if (!strcmp(a, "--params")) {
+            if ((np = parse_list(val, params, 16, 1, 1LL << 40)) < 0)
+                return zarg_usage_error(cmd, "--params wants up to 16 counts >= 1, not '%s'", val);
+        } else if (!strcmp(a, "--worlds")) {
+            if ((nw = parse_list(val, worlds, 8, 1, ZB_MAXW)) < 0)
+                return zarg_usage_error(cmd, "--worlds wants up to 8 sizes 1..%d, not '%s'", ZB_MAXW, val);
+        } else if (!strcmp(a, "--stages")) {
+            if ((ns = parse_list(val, stages, 4, 0, 3)) < 0)
+                return zarg_usage_error(cmd, "--stages wants stages 0..3, not '%s'", val);
+        } else if (!strcmp(a, "--groups")) {
+            if (zarg_int64(val, &groups) || groups < 1 || groups > 64)
+                return zarg_usage_error(cmd, "--groups wants 1..64, not '%s'", val);
+        } else if (!strcmp(a, "--dtype")) {
+            if (!strcmp(val, "fp16")) dt = ZINC_DTYPE_FP16;
+            else if (!strcmp(val, "bf16")) dt = ZINC_DTYPE_BF16;
+            else if (!strcmp(val, "fp32")) dt = ZINC_DTYPE_FP32;
+            else return zarg_usage_error(cmd, "--dtype is fp16, bf16 or fp32, not '%s'", val);
+        } else {
+            return zarg_usage_error(cmd, "unknown option '%s'", a);
+        }
+        i++;
+    }
+    for (int pi = 0; pi < np; pi++)
+        if (params[pi] < groups)
+            return zarg_usage_error(cmd, "--params %lld is fewer than --groups %lld", params[pi], groups);
+    double d = (double)zinc_dtype_size(dt);
+    if (!json) {
+        if (comm)
+            printf("%12s %3s %5s %14s %14s %8s %14s %8s\n", "params", "N", "stage", "bytes/step",
+                   "ZeRO k*Psi", "ratio", "k*Psi_padded", "ratio");
+        else
+            printf("%12s %3s %5s %14s %14s %8s %12s\n", "params", "N", "stage",
+                   "state/rank", "ZeRO formula", "ratio", "buffers");
+    }
+    for (int pi = 0; pi < np; pi++)
+        for (int wi = 0; wi < nw; wi++)
+            for (int si = 0; si < ns; si++) {
+                int N = (int)worlds[wi], stage = (int)stages[si];
+                zb_run *r = calloc(1, sizeof *r);
+                zb_arg args[ZB_MAXW];
+                pthread_t th[ZB_MAXW];
+                if (!r) return 1;
+                r->world_size = N, r->stage = stage, r->groups = (int)groups, r->dtype = dt;
+                r->params = params[pi], r->run_step = comm;
+                zinc_status s = zinc_world_create_local(N, &r->world);
+                if (s != ZINC_OK) {
+                    fprintf(stderr, "zinc %s: local world of %d: %s\n", cmd, N, zinc_last_error(NULL));
+                    free(r);
+                    return 1;
+                }
+                int started = 0;
+                for (int k = 0; k < N; k++) {
+                    args[k] = (zb_arg){r, k};
+                    if (pthread_create(&th[k], NULL, zb_rank_main, &args[k])) {
+                        /* The started ranks would wait for this one in finalize: release them. */
+                        zinc_world_abort(r->world, k, "zinc bench: could not start the thread");
+                        break;
+                    }
+                    started++;
+                }
+                for (int k = 0; k < started; k++) pthread_join(th[k], NULL);
+                zinc_world_destroy(r->world);
+                if (started < N) {
+                    fprintf(stderr, "zinc %s: could not start %d threads\n", cmd, N);
+                    free(r);
+                    return 1;
+                }
+                int bad = -1;
+                for (int k = 0; k < N && bad < 0; k++)
+                    if (r->st[k] != ZINC_OK && r->st[k] != ZINC_ERR_ABORTED) bad = k;
+                for (int k = 0; k < N && bad < 0; k++)
+                    if (r->st[k] != ZINC_OK) bad = k;
+                if (bad >= 0) {
+                    fprintf(stderr, "zinc %s: %lld params, N=%d, stage %d: rank %d: %s: %s\n", cmd,
+                            params[pi], N, stage, bad, zinc_status_string(r->st[bad]), r->msg[bad]);
+                    free(r);
+                    return 1;
+                }
+                /* Psi as the paper counts it, and Psi padded the way shard/plan.h documents it
+                 * (each group to a multiple of 32 * N elements), both computed here. */
+                double psi = (double)params[pi], psi_pad = 0.0;
+                for (int g = 0; g < r->groups; g++) {
+                    long long unit = 32LL * N, n = zb_group_numel(r, g);
+                    psi_pad += (double)((n + unit - 1) / unit * unit);
+                }
+                if (comm) {
+                    /* The rank-0 counters; the stats all-reduce (2 doubles, counted 2x) aside. */
+                    uint64_t *b = r->comm[0], tot = 0;
+                    for (int c = 0; c < ZINC_COLL_COUNT; c++) tot += b[c];
+                    double k = stage == 3 ? 3.0 : 2.0, stats = 32.0;
+                    double zero = k * psi * d, zpad = k * psi_pad * d;
+                    if (json)
+                        printf("{\"bench\": \"comm\", \"params\": %lld, \"world\": %d, \"stage\": %d, "
+                               "\"dtype\": \"%s\", \"groups\": %d, \"all_reduce\": %llu, "
+                               "\"reduce_scatter\": %llu, \"all_gather\": %llu, \"broadcast\": %llu, "
+                               "\"total\": %llu, \"k\": %.0f, \"zero_bytes\": %.0f, "
+                               "\"zero_padded_bytes\": %.0f, \"stats_bytes\": %.0f, "
+                               "\"ratio\": %.6f, \"ratio_padded\": %.6f}\n",
+                               params[pi], N, stage, zinc_dtype_name(dt), r->groups,
+                               (unsigned long long)b[ZINC_COLL_ALL_REDUCE],
+                               (unsigned long long)b[ZINC_COLL_REDUCE_SCATTER],
+                               (unsigned long long)b[ZINC_COLL_ALL_GATHER],
+                               (unsigned long long)b[ZINC_COLL_BROADCAST], (unsigned long long)tot,
+                               k, zero, zpad, stats, (double)tot / zero,
+                               ((double)tot - stats) / zpad);
+                    else
+                        printf("%12lld %3d %5d %14llu %14.0f %8.4f %14.0f %8.4f\n", params[pi], N,
+                               stage, (unsigned long long)tot, zero, (double)tot / zero, zpad,
+                               ((double)tot - stats) / zpad);
+                } else {
+                    uint64_t *al = r->alloc[0];
+                    double state = (double)(al[ZINC_MEM_PARAM16] + al[ZINC_MEM_GRAD] +
+                                            al[ZINC_MEM_MASTER] + al[ZINC_MEM_ADAM_M] +
+                                            al[ZINC_MEM_ADAM_V]);
+                    double buffers = (double)(al[ZINC_MEM_BUCKET] + al[ZINC_MEM_GATHER]);
+                    /* ZeRO paper, section 5: 16-bit params and grads, K = 12 bytes of fp32
+                     * optimizer state (master, m, v) per param; stage s partitions the
+                     * optimizer state (1), then the gradients (2), then the params (3). */
+                    double par = stage >= 3 ? d * psi / N : d * psi;
+                    double grd = stage >= 2 ? d * psi / N : d * psi;
+                    double opt = stage >= 1 ? 12.0 * psi / N : 12.0 * psi;
+                    /* fp32 at stages 0 and 3: the working copy is the master (same layout), so
+                     * the optimizer state is only m and v, as in DeepSpeed's fp32 training. */
+                    if (dt == ZINC_DTYPE_FP32 && (stage == 0 || stage == 3)) opt = opt * 8.0 / 12.0;
+                    double formula = par + grd + opt;
+                    if (json) {
+                        printf("{\"bench\": \"memory\", \"params\": %lld, \"world\": %d, "
+                               "\"stage\": %d, \"dtype\": \"%s\", \"groups\": %d, ",
+                               params[pi], N, stage, zinc_dtype_name(dt), r->groups);
+                        for (int c = 0; c < ZINC_MEM_COUNT; c++)
+                            printf("\"%s\": %llu, ", zinc_mem_category_name((zinc_mem_category)c),
+                                   (unsigned long long)al[c]);
+                        printf("\"state_bytes\": %.0f, \"formula_bytes\": %.0f, \"ratio\": %.6f, "
+                               "\"buffer_bytes\": %.0f, \"psi_padded\": %.0f}\n",
+                               state, formula, state / formula, buffers, psi_pad);
+                    } else {
+                        printf("%12lld %3d %5d %14.0f %14.0f %8.4f %12.0f\n", params[pi], N,
+                               stage, state, formula, state / formula, buffers);
+                    }
+                }
+                fflush(stdout);
+                free(r);
+            }
+    return 0;
+}
+
 int cmd_bench(int argc, char **argv)
 {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
@@ -281,5 +585,8 @@ int cmd_bench(int argc, char **argv)
         return argc < 2 ? 2 : 0;
     }
     if (!strcmp(argv[1], "adam")) return bench_adam(argc - 1, argv + 1);
-    return zarg_usage_error("bench", "unknown benchmark '%s'; the benchmarks are: adam", argv[1]);
+    if (!strcmp(argv[1], "memory")) return bench_zero(argc - 1, argv + 1, 0);
+    if (!strcmp(argv[1], "comm")) return bench_zero(argc - 1, argv + 1, 1);
+    return zarg_usage_error("bench", "unknown benchmark '%s'; the benchmarks are: adam, memory, "
+                            "comm", argv[1]);
 }
