@@ -48,6 +48,32 @@ struct zm_model {
         if (s_ != ZINC_OK) return s_;                                                         \
     } while (0)
 
+zinc_status zm_register(zinc_engine_t *e, const zm_spec *s, zinc_dtype dt, int *gid, int *first,
+                        int *pid, zm_tensor *tensors, int *nparams)
+{
+    int ngroups = zm_group_count(s);
+    *nparams = 0;
+    for (int g = 0; g < ngroups; g++) {
+        char name[32];
+        if (g == 0)
+            snprintf(name, sizeof name, "embed");
+        else
+            snprintf(name, sizeof name, "h%d", g - 1);
+        zinc_status st = zinc_group_add(e, name, &gid[g]);
+        if (st != ZINC_OK) return st;
+        first[g] = *nparams;
+        zm_tensor t[ZM_MAX_TENSORS];
+        int nt = zm_tensors(s, g, t);
+        for (int i = 0; i < nt; i++) {
+            st = zinc_param_add(e, gid[g], t[i].name, t[i].ndim, t[i].shape, dt, &pid[*nparams]);
+            if (st != ZINC_OK) return st;
+            tensors[(*nparams)++] = t[i];
+        }
+    }
+    first[ngroups] = *nparams;
+    return ZINC_OK;
+}
+
 zinc_status zm_model_create(zinc_engine_t *e, const zm_spec *s, int B, int threads,
                             zm_model **out)
 {
@@ -76,25 +102,8 @@ zinc_status zm_model_create(zinc_engine_t *e, const zm_spec *s, int B, int threa
     if (st != ZINC_OK) goto fail;
     m->bytes = (2 * n0 + 2 * nb) * sizeof(float) + zm_acts_bytes(m->acts);
 
-    for (int g = 0; g < m->ngroups; g++) {
-        char name[32];
-        if (g == 0)
-            snprintf(name, sizeof name, "embed");
-        else
-            snprintf(name, sizeof name, "h%d", g - 1);
-        st = zinc_group_add(e, name, &m->gid[g]);
-        if (st != ZINC_OK) goto fail;
-        m->first[g] = m->nparams;
-        zm_tensor t[ZM_MAX_TENSORS];
-        int nt = zm_tensors(s, g, t);
-        for (int i = 0; i < nt; i++) {
-            st = zinc_param_add(e, m->gid[g], t[i].name, t[i].ndim, t[i].shape, m->dt,
-                                &m->pid[m->nparams]);
-            if (st != ZINC_OK) goto fail;
-            m->tensors[m->nparams++] = t[i];
-        }
-    }
-    m->first[m->ngroups] = m->nparams;
+    st = zm_register(e, s, m->dt, m->gid, m->first, m->pid, m->tensors, &m->nparams);
+    if (st != ZINC_OK) goto fail;
     *out = m;
     return ZINC_OK;
 fail:

@@ -467,25 +467,8 @@ extern "C" zinc_status zm_cuda_model_create(zinc_engine_t *e, const zm_spec *s, 
         }
         m->bytes = m->run->bytes + n0 + nb;
     }
-    for (int g = 0; g < m->ngroups; g++) {
-        char name[32];
-        if (g == 0)
-            snprintf(name, sizeof name, "embed");
-        else
-            snprintf(name, sizeof name, "h%d", g - 1);
-        st = zinc_group_add(e, name, &m->gid[g]);
-        if (st != ZINC_OK) goto fail;
-        m->first[g] = m->nparams;
-        zm_tensor t[ZM_MAX_TENSORS];
-        int nt = zm_tensors(s, g, t);
-        for (int i = 0; i < nt; i++) {
-            st = zinc_param_add(e, m->gid[g], t[i].name, t[i].ndim, t[i].shape, m->dt,
-                                &m->pid[m->nparams]);
-            if (st != ZINC_OK) goto fail;
-            m->tensors[m->nparams++] = t[i];
-        }
-    }
-    m->first[m->ngroups] = m->nparams;
+    st = zm_register(e, s, m->dt, m->gid, m->first, m->pid, m->tensors, &m->nparams);
+    if (st != ZINC_OK) goto fail;
     *out = m;
     return ZINC_OK;
 fail:
