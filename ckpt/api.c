@@ -46,17 +46,12 @@ static int reg_put(zinc_engine_t *e, zck_async *a)
 
 static int rank_of(const zinc_engine_t *e) { return e->comm ? e->comm->rank : e->rank; }
 
-/* 1 when any rank passes bad != 0 (sum over ranks); a comm failure counts as bad. Through the
- * engine's device scratch, since the comm may work on device memory (NCCL). */
+/* 1 when any rank passes bad != 0 (sum over ranks); a comm failure counts as bad. */
 static int any_rank(zinc_engine_t *e, int bad)
 {
     if (!e->comm || e->comm->size <= 1) return bad;
     double f = bad ? 1.0 : 0.0;
-    zdev_t *d = e->dev;
-    if (!e->scratch || d->iface->upload(d, e->scratch, &f, sizeof f) != ZINC_OK ||
-        e->comm->iface->all_reduce(e->comm, e->scratch, 1, ZDT_F64, 1.0f) != ZINC_OK ||
-        d->iface->download(d, &f, e->scratch, sizeof f) != ZINC_OK)
-        return 1;
+    if (zcomm_host_all_reduce_f64(e->comm, &f, 1) != ZINC_OK) return 1;
     return f > 0.5;
 }
 
@@ -64,13 +59,10 @@ static int any_rank(zinc_engine_t *e, int bad)
  * rank's tag differs from it. Collective. */
 static int tags_differ(zinc_engine_t *e, const char *tag, char root[256])
 {
+    memset(root, 0, 256);
     snprintf(root, 256, "%s", tag);
     if (!e->comm || e->comm->size <= 1) return 0;
-    zdev_t *d = e->dev;
-    if (!e->scratch || d->iface->upload(d, e->scratch, root, 256) != ZINC_OK ||
-        e->comm->iface->broadcast(e->comm, e->scratch, 256, 0) != ZINC_OK ||
-        d->iface->download(d, root, e->scratch, 256) != ZINC_OK)
-        return any_rank(e, 1);
+    if (zcomm_host_broadcast(e->comm, root, 256, 0) != ZINC_OK) return any_rank(e, 1);
     root[255] = 0;
     return any_rank(e, strcmp(root, tag) != 0);
 }
@@ -556,7 +548,7 @@ zinc_status zinc_ckpt_load(zinc_engine_t *e, const char *dir, const char *tag,
                                                pk->tag, sizeof pk->tag, pk->msg);
         }
         if (e->comm && e->comm->size > 1) {
-            s = e->comm->iface->broadcast(e->comm, pk, sizeof *pk, 0);
+            s = zcomm_host_broadcast(e->comm, pk, sizeof *pk, 0);
             if (s != ZINC_OK) { snprintf(err, sizeof err, "zinc_ckpt_load: %.990s", e->comm->err); break; }
         }
         if (pk->status != ZINC_OK) {

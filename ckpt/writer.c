@@ -76,7 +76,7 @@ static zinc_status agree(zcomm_t *c, zinc_status s, char *err)
         v.status = (int32_t)s;
         if (s != ZINC_OK) snprintf(v.msg, sizeof v.msg, "%s", err);
     }
-    zinc_status cs = c->iface->broadcast(c, &v, sizeof v, 0);
+    zinc_status cs = zcomm_host_broadcast(c, &v, sizeof v, 0);
     if (cs != ZINC_OK)
         return zerr_fmt(err, ZCK_ERR, cs, "ckpt: collective with rank 0 failed: %s", c->err);
     if (v.status != ZINC_OK && c->rank != 0)
@@ -595,7 +595,7 @@ zinc_status zck_save(zcomm_t *c, const zck_save_desc *d, char *err)
     /* Every rank learns whether any failed, so rank 0 does not wait for a file that will never
      * come (the failing rank left rank-N.failed with its reason). */
     if (c && c->size > 1) {
-        zinc_status cs = c->iface->all_reduce(c, &f, 1, ZDT_F64, 1.0f);
+        zinc_status cs = zcomm_host_all_reduce_f64(c, &f, 1);
         if (cs != ZINC_OK) return zerr_fmt(err, ZCK_ERR, cs, "ckpt save: collective failed: %s", c->err);
     }
     if (d->rank == 0) {

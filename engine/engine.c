@@ -191,8 +191,8 @@ void zinc_engine_destroy(zinc_engine_t *e)
     zdev_t *d = e->dev;
     if (d) {
         void *master = e->master == (float *)e->param16 ? NULL : e->master; /* aliased: once */
-        void *bufs[] = {e->param16, e->grad, master,   e->m,       e->v,
-                        e->bucket,  e->gather, e->stats, e->scratch};
+        void *bufs[] = {e->param16, e->grad,   master,  e->m,
+                        e->v,       e->bucket, e->gather, e->stats};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
             if (bufs[i]) d->iface->free(d, bufs[i]);
         zdev_close(d);
@@ -341,32 +341,22 @@ static uint64_t registration_hash(const zplan *p, zinc_dtype dtype)
     return v;
 }
 
-/* Every rank must register the same groups and parameters: compare hashes (uncounted traffic,
- * through device memory since the comm may be NCCL). */
+/* Every rank must register the same groups and parameters: compare hashes (uncounted traffic;
+ * the host helpers stage through device memory when the comm is NCCL). */
 static zinc_status check_same_registration(zinc_engine_t *e)
 {
     uint64_t mine = registration_hash(&e->plan, e->dtype), root = mine;
     zcomm_t *c = e->comm;
-    zdev_t *d = e->dev;
     size_t n = (size_t)e->world_size;
     double *differ = calloc(n, sizeof *differ);
-    double *dbuf = d->iface->alloc(d, (n + 1) * sizeof(double));
-    zinc_status s = differ && dbuf ? ZINC_OK : ZINC_ERR_NOMEM;
-    if (s == ZINC_OK) s = d->iface->upload(d, dbuf, &root, sizeof root);
-    if (s == ZINC_OK) s = c->iface->broadcast(c, dbuf, sizeof root, 0);
-    if (s == ZINC_OK) s = d->iface->download(d, &root, dbuf, sizeof root);
+    if (!differ) return zeng_fail(e, ZINC_ERR_NOMEM, "zinc_finalize: out of memory");
+    zinc_status s = zcomm_host_broadcast(c, &root, sizeof root, 0);
     /* differ[r] = 1 when rank r's registration differs from rank 0's. */
-    if (s == ZINC_OK) {
-        differ[e->rank] = mine != root;
-        s = d->iface->upload(d, dbuf, differ, n * sizeof(double));
-    }
-    if (s == ZINC_OK) s = c->iface->all_reduce(c, dbuf, n, ZDT_F64, 1.0f);
-    if (s == ZINC_OK) s = d->iface->download(d, differ, dbuf, n * sizeof(double));
-    if (dbuf) d->iface->free(d, dbuf);
+    differ[e->rank] = mine != root;
+    if (s == ZINC_OK) s = zcomm_host_all_reduce_f64(c, differ, n);
     if (s != ZINC_OK) {
         free(differ);
-        return zeng_fail(e, s, "zinc_finalize: comparing registrations across ranks: %s%s", c->err,
-                         d->err);
+        return zeng_fail(e, s, "zinc_finalize: comparing registrations across ranks: %s", c->err);
     }
     char ranks[256] = "";
     int nbad = 0;
@@ -458,8 +448,7 @@ zinc_status zinc_finalize(zinc_engine_t *e)
     }
     /* 16 bytes for the step's statistics: outside the plan's categories, which count tensors. */
     e->stats = e->dev->iface->alloc(e->dev, 2 * sizeof(double));
-    e->scratch = e->dev->iface->alloc(e->dev, 64 * sizeof(double));
-    if (!e->stats || !e->scratch) return zeng_fail(e, ZINC_ERR_NOMEM, "zinc_finalize: out of memory");
+    if (!e->stats) return zeng_fail(e, ZINC_ERR_NOMEM, "zinc_finalize: out of memory");
     memset(e->comm->bytes, 0, sizeof e->comm->bytes);
     e->finalized = 1;
     if (e->rank == 0) {

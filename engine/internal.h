@@ -83,7 +83,6 @@ struct zinc_engine {
     int *trace;                   /* [trace_cap] */
     int trace_len, trace_cap, trace_done, trace_pos;
     double *stats;                /* [2] device: sum of squares, non-finite flag of the step */
-    double *scratch;              /* [64] device: small collectives outside the step (ckpt/) */
     struct zck_async *ckpt_async; /* the checkpoint save in flight, or NULL (ckpt/async.c) */
     int nbuckets, ngather;
     int *bucket_owner;            /* [nbuckets]: group using it or -1 */

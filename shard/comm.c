@@ -10,6 +10,7 @@
 #include <stdio.h>
 
 #include "engine/log.h"
+#include "kernels/device.h"
 
 size_t zdt_size(zdt t)
 {
@@ -111,3 +112,37 @@ zinc_status zcomm_broadcast(zcomm_t *c, void *buf, size_t bytes, int root)
 }
 
 zinc_status zcomm_barrier(zcomm_t *c) { return c->iface->barrier(c); }
+
+/* ---- small collectives on host buffers ------------------------------------------------------ */
+
+/* kind 0: broadcast of `bytes` from root; kind 1: all-reduce of bytes / 8 doubles. */
+static zinc_status host_collective(zcomm_t *c, void *buf, size_t bytes, int root, int kind)
+{
+    zdev_t *d = c->mem_dev;
+    if (!d)
+        return kind ? c->iface->all_reduce(c, buf, bytes / 8, ZDT_F64, 1.0f)
+                    : c->iface->broadcast(c, buf, bytes, root);
+    void *tmp = d->iface->alloc(d, bytes ? bytes : 8);
+    if (!tmp)
+        return zerr_fmt(c->err, sizeof c->err, ZINC_ERR_NOMEM,
+                        "comm (rank %d): no device memory to stage %zu bytes", c->rank, bytes);
+    zinc_status s = d->iface->upload(d, tmp, buf, bytes);
+    if (s == ZINC_OK)
+        s = kind ? c->iface->all_reduce(c, tmp, bytes / 8, ZDT_F64, 1.0f)
+                 : c->iface->broadcast(c, tmp, bytes, root);
+    else
+        snprintf(c->err, sizeof c->err, "comm (rank %d): staging to the device: %.400s", c->rank, d->err);
+    if (s == ZINC_OK) s = d->iface->download(d, buf, tmp, bytes);
+    d->iface->free(d, tmp);
+    return s;
+}
+
+zinc_status zcomm_host_broadcast(zcomm_t *c, void *buf, size_t bytes, int root)
+{
+    return host_collective(c, buf, bytes, root, 0);
+}
+
+zinc_status zcomm_host_all_reduce_f64(zcomm_t *c, double *buf, size_t n)
+{
+    return host_collective(c, buf, n * sizeof(double), 0, 1);
+}

@@ -54,6 +54,8 @@ struct zcomm {
     int rank, size;
     double timeout_s;                       /* default 300 */
     uint64_t bytes[ZINC_COLL_COUNT];        /* counters, ZeRO accounting */
+    struct zdev *mem_dev;                   /* non-NULL: buffers must be memory of this device
+                                               (nccl, staged); NULL: host memory (local, mpi) */
     char err[512];                          /* message of the last failing collective */
 };
 
@@ -81,6 +83,11 @@ struct zdev;
 zinc_status zcomm_staged_create(zcomm_t *inner, struct zdev *dev, zcomm_t **out);
 zinc_status zcomm_staged_reserve(zcomm_t *c, size_t bytes);
 int zcomm_is_staged(const zcomm_t *c);
+
+/* Small collectives on HOST buffers whatever the backend (checkpoint bookkeeping, not training
+ * traffic, so uncounted): comms over device memory stage them through a temporary device buffer. */
+zinc_status zcomm_host_broadcast(zcomm_t *c, void *buf, size_t bytes, int root);
+zinc_status zcomm_host_all_reduce_f64(zcomm_t *c, double *buf, size_t n);
 
 void zcomm_destroy(zcomm_t *c);
 void zcomm_set_timeout(zcomm_t *c, double seconds);

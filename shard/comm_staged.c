@@ -134,6 +134,7 @@ zinc_status zcomm_staged_create(zcomm_t *inner, zdev_t *dev, zcomm_t **out)
     z->inner = inner;
     z->dev = dev;
     c->iface = &staged_iface;
+    c->mem_dev = dev;
     c->ctx = z;
     c->rank = inner->rank;
     c->size = inner->size;

@@ -377,6 +377,7 @@ zinc_status zcomm_nccl_create(zdev_t *dev, int rank, int size,
         return zerr_thread(ZINC_ERR_NOMEM, "zcomm_nccl_create: out of host memory");
     }
     c->iface = &nccl_iface;
+    c->mem_dev = dev;
     c->ctx = x;
     c->rank = rank;
     c->size = size;

@@ -27,3 +27,9 @@ if(ZINC_HAVE_MPI)
                        ENVIRONMENT "OMPI_MCA_btl_vader_single_copy_mechanism=none"
                        SKIP_RETURN_CODE 77)
 endif()
+
+# The same through the staging comm (device-memory collectives, as ranks sharing one GPU use):
+# checkpoint bookkeeping collectives on host buffers must stage themselves.
+add_test(NAME ckpt_engine_staged COMMAND ckpt_engine)
+set_tests_properties(ckpt_engine_staged PROPERTIES LABELS "ckpt;multirank" TIMEOUT 300
+                     ENVIRONMENT "ZINC_TEST_STAGED_COMM=1")
