@@ -673,3 +673,15 @@ zinc_status zinc_engine_sync(zinc_engine_t *e)
     if (s != ZINC_OK) return zeng_fail(e, s, "zinc_engine_sync: %s", e->dev->err);
     return ZINC_OK;
 }
+
+zinc_status zinc_mean_over_ranks(zinc_engine_t *e, double *values, int n)
+{
+    if (!e) return zerr_thread(ZINC_ERR_INVALID_ARG, "zinc_mean_over_ranks: engine is NULL");
+    if (n < 0 || (n > 0 && !values))
+        return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_mean_over_ranks: n = %d, values %p", n,
+                         (void *)values);
+    zinc_status s = zcomm_host_all_reduce_f64(e->comm, values, (size_t)n);
+    if (s != ZINC_OK) return zeng_fail(e, s, "zinc_mean_over_ranks: %s", e->comm->err);
+    for (int i = 0; i < n; i++) values[i] /= (double)e->world_size;
+    return ZINC_OK;
+}

@@ -256,6 +256,11 @@ typedef enum zinc_collective {
  * counts B, an all-reduce counts 2B. */
 ZINC_API zinc_status zinc_comm_bytes(const zinc_engine_t *e, uint64_t bytes[ZINC_COLL_COUNT]);
 
+/* Collective: replaces values[0..n) on every rank by their mean over the ranks — for logging a
+ * loss or a metric that each rank computed on its own data. Not part of the step's traffic (not
+ * counted by zinc_comm_bytes). */
+ZINC_API zinc_status zinc_mean_over_ranks(zinc_engine_t *e, double *values, int n);
+
 /* For models that compute on the engine's GPU (models/cuda is one): the CUDA stream the engine
  * queues its work on (a cudaStream_t; queue the model's work on it too, so no extra ordering is
  * needed) and the GPU's ordinal. NULL and -1 when the engine's device is not "cuda". */

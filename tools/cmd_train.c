@@ -666,9 +666,17 @@ static void *rank_main(void *arg)
             goto out;
         }
         blob.steps++;
+        double loss = lsum / (double)GA;
+        if (o->mpi) {
+            /* Each process has only its own loss: average it over the ranks (every rank calls). */
+            s = zinc_mean_over_ranks(e, &loss, 1);
+            if (s != ZINC_OK) {
+                fail(r, rank, s, 1, "step %lld: %s", (long long)blob.steps, zinc_last_error(e));
+                goto out;
+            }
+        }
         if (rank == 0) {
             /* zinc_step's reduction has seen every rank, so every rank's slot is written. */
-            double loss = lsum / (double)GA;
             if (!o->mpi) {
                 loss = 0.0;
                 for (int q = 0; q < o->ranks; q++)

@@ -23,3 +23,11 @@ if(TARGET zinc_models)
   add_dependencies(model_cli zinc_cli)
   target_compile_definitions(model_cli PRIVATE ZINC_CLI="$<TARGET_FILE:zinc_cli>")
 endif()
+
+if(ZINC_HAVE_MPI)
+  add_test(NAME model_mpi_loss
+           COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/mpi_loss_test.sh $<TARGET_FILE:zinc_cli>
+                   ${MPIEXEC_EXECUTABLE} ${CMAKE_SOURCE_DIR}/configs/zero2_bf16.json)
+  set_tests_properties(model_mpi_loss PROPERTIES LABELS "model;multirank" TIMEOUT 120
+                       ENVIRONMENT "OMPI_MCA_btl_vader_single_copy_mechanism=none")
+endif()
