@@ -169,6 +169,8 @@ void zcfg_diag_free(zcfg_diag *diag);
  * it is itself a valid config that resolves to the same zcfg and hash. Caller frees; NULL when
  * out of memory. */
 char *zcfg_to_json(const zcfg *c);
+/* The same plus a "hash" member: what `zinc config check --json` prints. Caller frees. */
+char *zcfg_report_json(const zcfg *c);
 
 /* Defaults for every field: what {"train_micro_batch_size_per_gpu": 1, "optimizer": {"type":
  * "AdamW"}} resolves to at world_size 1, hash included. ("{}" itself is rejected, as DeepSpeed

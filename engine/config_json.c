@@ -501,6 +501,19 @@ char *zcfg_to_json(const zcfg *c)
     return out;
 }
 
+char *zcfg_report_json(const zcfg *c)
+{
+    if (!c) return NULL;
+    json_object *r = to_object(c);
+    if (!r) return NULL;
+    json_object_object_add(r, "hash", json_object_new_string(c->hash_hex));
+    const char *s = json_object_to_json_string_ext(
+        r, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED | JSON_C_TO_STRING_NOSLASHESCAPE);
+    char *out = s ? strdup(s) : NULL;
+    json_object_put(r);
+    return out;
+}
+
 int zc_hash(zcfg *c)
 {
     char *t = zcfg_to_json(c);

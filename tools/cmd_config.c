@@ -4,7 +4,6 @@
  *
  * Exit codes: 0 accepted (warnings on stderr), 2 rejected, unreadable or bad usage.
  */
-#include <json-c/json.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,18 +90,13 @@ int cmd_config(int argc, char **argv)
         return s == ZINC_ERR_NOMEM ? 1 : 2;
     }
     if (as_json) {
-        char *text = zcfg_to_json(&c);
-        json_object *o = text ? json_tokener_parse(text) : NULL;
-        free(text);
-        if (!o) {
+        char *text = zcfg_report_json(&c);
+        if (!text) {
             fprintf(stderr, "zinc config: out of memory\n");
             return 1;
         }
-        json_object_object_add(o, "hash", json_object_new_string(c.hash_hex));
-        printf("%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY |
-                                                             JSON_C_TO_STRING_SPACED |
-                                                             JSON_C_TO_STRING_NOSLASHESCAPE));
-        json_object_put(o);
+        printf("%s\n", text);
+        free(text);
     } else {
         printf("%s: accepted (%d warning%s); world size %d: train_batch_size %lld = micro %lld x "
                "accumulation %lld x %d; stage %d, %s; hash %s\n",
