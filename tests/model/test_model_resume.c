@@ -15,14 +15,6 @@
 #include "testutil.h"
 #include "trainer.h"
 
-static const char *cfg_json =
-    "{\"train_micro_batch_size_per_gpu\": 4, \"gradient_accumulation_steps\": 1,"
-    " \"gradient_clipping\": 1.0,"
-    " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01, \"betas\": [0.9, 0.95],"
-    "   \"eps\": 1e-8, \"weight_decay\": 0.01}},"
-    " \"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"warmup_min_lr\": 0.0,"
-    "   \"warmup_num_steps\": 10, \"warmup_type\": \"linear\"}},"
-    " \"bf16\": {\"enabled\": true}, \"zero_optimization\": {\"stage\": 3}}";
 
 int main(void)
 {
@@ -32,7 +24,7 @@ int main(void)
         return 1;
     }
     static zt_train_job u, r;
-    u.config_json = cfg_json;
+    u.config_json = zt_zero3_bf16_config;
     u.spec = "L1-D32-H2-T32";
     u.ranks = 4;
     u.steps = 16;

@@ -29,19 +29,11 @@ static const char *cfg_fmt =
     " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01}},"
     " \"bf16\": {\"enabled\": true}, \"zero_optimization\": {\"stage\": %d}}";
 
-static const char *cfg_json =
-    "{\"train_micro_batch_size_per_gpu\": 4, \"gradient_accumulation_steps\": 1,"
-    " \"gradient_clipping\": 1.0,"
-    " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01, \"betas\": [0.9, 0.95],"
-    "   \"eps\": 1e-8, \"weight_decay\": 0.01}},"
-    " \"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"warmup_min_lr\": 0.0,"
-    "   \"warmup_num_steps\": 10, \"warmup_type\": \"linear\"}},"
-    " \"bf16\": {\"enabled\": true}, \"zero_optimization\": {\"stage\": 3}}";
 
 int main(void)
 {
     static zt_train_job a, b;
-    a.config_json = cfg_json;
+    a.config_json = zt_zero3_bf16_config;
     a.spec = "L1-D32-H2-T32";
     a.ranks = 4;
     a.steps = 150;

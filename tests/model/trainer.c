@@ -155,3 +155,12 @@ void zt_train_free(zt_train_job *j)
     free(j->weights);
     j->weights = NULL;
 }
+
+const char *const zt_zero3_bf16_config =
+    "{\"train_micro_batch_size_per_gpu\": 4, \"gradient_accumulation_steps\": 1,"
+    " \"gradient_clipping\": 1.0,"
+    " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01, \"betas\": [0.9, 0.95],"
+    "   \"eps\": 1e-8, \"weight_decay\": 0.01}},"
+    " \"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"warmup_min_lr\": 0.0,"
+    "   \"warmup_num_steps\": 10, \"warmup_type\": \"linear\"}},"
+    " \"bf16\": {\"enabled\": true}, \"zero_optimization\": {\"stage\": 3}}";

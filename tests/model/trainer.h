@@ -44,6 +44,9 @@ typedef struct {
 
 /* Runs the job; check job->failures afterwards. Frees nothing of a previous run: call
  * zt_train_free first when reusing. */
+/* The ZeRO-3 bf16 AdamW + WarmupLR config the training and resume tests share. */
+extern const char *const zt_zero3_bf16_config;
+
 void zt_train(zt_train_job *job);
 void zt_train_free(zt_train_job *job);
 
