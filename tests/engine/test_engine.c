@@ -435,14 +435,10 @@ static void test_prefetch(void)
 {
     toy_run tr = {.world = 1, .stage = 3, .accum = 1, .dtype = ZINC_DTYPE_BF16,
                   .persist_threshold = -1};
-    char *cfg = toy_config(&tr);
-    zinc_engine_options_t o = {.config_json = cfg, .threads = 1};
     zinc_engine_t *e = NULL;
     int np = 0;
-    ZT_OK(zinc_engine_create(&o, &e));
-    free(cfg);
+    ZT_OK(toy_engine(&tr, &e, &np));
     if (!e) return;
-    ZT_OK(toy_register(e, &np));
     ZT_CHECK(e->ngather >= 2, "stage 3 gather ring of %d buffers", e->ngather);
     ZT_OK(toy_micro_step(e, 0, 1, 0, np, 0));
     ZT_OK(zinc_step(e, NULL));
@@ -532,14 +528,10 @@ static void test_fp32_alias(void)
     for (int k = 0; k < 2; k++) {
         toy_run tr = {.world = 1, .stage = stages[k], .accum = 1, .dtype = ZINC_DTYPE_FP32,
                       .persist_threshold = -1};
-        char *cfg = toy_config(&tr);
-        zinc_engine_options_t o = {.config_json = cfg, .threads = 1};
         zinc_engine_t *e = NULL;
         int np = 0;
-        ZT_OK(zinc_engine_create(&o, &e));
-        free(cfg);
+        ZT_OK(toy_engine(&tr, &e, &np));
         if (!e) continue;
-        ZT_OK(toy_register(e, &np));
         uint64_t planned[ZINC_MEM_COUNT], alloc[ZINC_MEM_COUNT];
         zinc_memory(e, planned, alloc);
         ZT_CHECK(planned[ZINC_MEM_MASTER] == 0 && alloc[ZINC_MEM_MASTER] == 0 &&

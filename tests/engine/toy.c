@@ -74,6 +74,16 @@ zinc_status toy_register(zinc_engine_t *e, int *nparams)
     return s;
 }
 
+zinc_status toy_engine(const toy_run *r, zinc_engine_t **e, int *nparams)
+{
+    char *cfg = toy_config(r);
+    zinc_engine_options_t o = {.config_json = cfg, .threads = 1};
+    zinc_status s = zinc_engine_create(&o, e);
+    free(cfg);
+    if (s == ZINC_OK) s = toy_register(*e, nparams);
+    return s;
+}
+
 zinc_status toy_micro_step(zinc_engine_t *e, int rank, int world, int micro, int nparams,
                            int inject_inf)
 {

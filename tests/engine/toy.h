@@ -46,6 +46,9 @@ char *toy_config(const toy_run *r);
 
 /* Registers the toy's groups/params on an engine and sets the initial values. */
 zinc_status toy_register(zinc_engine_t *e, int *nparams);
+/* A one-rank engine (its own world) on the toy's config, registered and initialised. */
+zinc_status toy_engine(const toy_run *r, zinc_engine_t **e, int *nparams);
+
 /* One micro-step of forward/backward for rank `rank` of `world` at global micro-step `micro`. */
 zinc_status toy_micro_step(zinc_engine_t *e, int rank, int world, int micro, int nparams,
                            int inject_inf);
