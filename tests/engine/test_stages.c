@@ -5,10 +5,10 @@
  *    stages 1, 2, 3 are bitwise identical to stage 0's (fp16, bf16 and fp32 working copies).
  *  - across world sizes, with fp32 working copies (so gradients are not rounded to 16 bits before
  *    the reduction), weights agree with the single-rank run to fp32 rounding: the only difference
- *    is the order of the fp32 sums of per-rank gradient means. Bound used: 2e-5 absolute on weights
- *    of magnitude <= ~1 after 50 AdamW steps of lr 0.01 (each step moves a weight by at most
- *    ~lr; a relative perturbation of 1e-6 in the gradient perturbs an Adam step by far less than
- *    that, and 50 steps accumulate below 50 * 0.01 * 1e-5).
+ *    is the order of the fp32 sums of per-rank gradient means, a relative 1e-7 perturbation of
+ *    each gradient that Adam's normalised step turns into far less than an ulp of the weights
+ *    per step. Bound: 1e-6 absolute, 8 ulps of a weight of magnitude 1 (the toy's weights stay
+ *    below 1); measured after 50 steps: at most 1.2e-7 (2 ulps).
  *  - gradient_accumulation_steps = 4: stages 0-1 accumulate the micro-gradients in the 16-bit
  *    gradient buffer and reduce once; stages 2-3 reduce each micro-step and accumulate the 16-bit
  *    reduced slices, so the roundings differ (stage 1 still equals stage 0 bitwise). Adam
@@ -17,8 +17,9 @@
  *    about u * lr — except for elements whose accumulated gradient is near zero, where rounding can
  *    turn the step's direction and the difference is bounded only by the step size itself.
  *    Tolerances therefore: RMS over all weights <= u * lr * steps (about one rounding per
- *    step), and every element within lr * steps / 4 (no element drifts by more than a quarter of
- *    its total possible travel).
+ *    step), and every element within lr (no element diverges by more than one full step; such
+ *    flips are rare and partly undone by later steps). Measured: bf16 RMS 4.1e-5, max 1.1e-3;
+ *    fp16 RMS 5.6e-6, max 1.1e-4.
  */
 #include <math.h>
 #include <stdio.h>
@@ -101,7 +102,8 @@ int main(void)
             if (dtypes[di] == ZINC_DTYPE_FP32) {
                 int bw;
                 double d = max_abs_diff(&single[di], &ref, &bw);
-                ZT_CHECK(d <= 2e-5, "fp32 world %d vs world 1: max |diff| %g > 2e-5", worlds[wi], d);
+                ZT_CHECK(d <= 1e-6, "fp32 world %d vs world 1: max |diff| %g > 1e-6", worlds[wi], d);
+                printf("fp32 world %d vs world 1: max |diff| %.3g\n", worlds[wi], d);
             }
             toy_free(&ref);
         }
@@ -110,7 +112,7 @@ int main(void)
     for (int di = 0; di < 2; di++) {
         const double lr = 0.01, u = dtypes[di] == ZINC_DTYPE_BF16 ? 0x1p-8 : 0x1p-11;
         const int nsteps = 10;
-        double rms_tol = u * lr * nsteps, max_tol = lr * nsteps / 4.0;
+        double rms_tol = u * lr * nsteps, max_tol = lr;
         toy_run ref = {.world = 4, .stage = 0, .accum = 4, .steps = nsteps, .dtype = dtypes[di],
                        .clip = 0.0, .inject_inf_step = -1};
         if (!run(&ref)) continue;
