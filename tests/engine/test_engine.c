@@ -350,11 +350,13 @@ static void test_clip_norm(void)
         }
         double norm = sqrt((double)ss);
         for (int r = 0; r < 4; r++) {
-            ZT_CHECK(fabs(c.info[r].grad_norm - norm) <= 1e-5 * norm,
+            /* The engine's mean is rounded to fp32 per element (relative 2^-24) before its
+             * double sum of squares: the norms agree to a few 1e-8; 1e-6 leaves room. */
+            ZT_CHECK(fabs(c.info[r].grad_norm - norm) <= 1e-6 * norm,
                      "stage %d rank %d: engine norm %.9g, full-gradient norm %.9g", stage, r,
                      c.info[r].grad_norm, norm);
             double clipped = norm / ((norm + 1e-6) / 0.5);
-            ZT_CHECK(fabs(c.info[r].grad_norm_clipped - clipped) <= 1e-5,
+            ZT_CHECK(fabs(c.info[r].grad_norm_clipped - clipped) <= 1e-6 * clipped,
                      "stage %d: clipped norm %.9g, expected %.9g", stage,
                      c.info[r].grad_norm_clipped, clipped);
             free(c.full[r]);
