@@ -188,6 +188,13 @@ void zinc_engine_destroy(zinc_engine_t *e)
 {
     if (!e) return;
     zck_engine_release(e); /* a background checkpoint save still writing: wait for it */
+    /* The comm first: its destroy drains collectives still queued on the engine's buffers and,
+     * on a GPU, uses the device's state (NCCL's and the staging comm's streams), so the buffers
+     * and the device go after it. */
+    if (e->comm) {
+        if (e->world && e->world->mpi_comm == e->comm) e->world->mpi_comm = NULL;
+        zcomm_destroy(e->comm);
+    }
     zdev_t *d = e->dev;
     if (d) {
         void *master = e->master == (float *)e->param16 ? NULL : e->master; /* aliased: once */
@@ -196,10 +203,6 @@ void zinc_engine_destroy(zinc_engine_t *e)
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
             if (bufs[i]) d->iface->free(d, bufs[i]);
         zdev_close(d);
-    }
-    if (e->comm) {
-        if (e->world && e->world->mpi_comm == e->comm) e->world->mpi_comm = NULL;
-        zcomm_destroy(e->comm);
     }
     if (e->owns_world) zinc_world_destroy(e->world);
     zplan_free(&e->plan);

@@ -3,6 +3,8 @@
  * backend; the CUDA entry points exist in every build (kernels/cuda/absent.c says
  * UNSUPPORTED when CUDA was not built).
  */
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "engine/log.h"
@@ -28,5 +30,22 @@ zinc_status zdev_open(const char *name, int threads, int device_index, zdev_t **
 
 void zdev_close(zdev_t *d)
 {
-    if (d && d->iface && d->iface->close) d->iface->close(d);
+    if (!d) return;
+    int users = __atomic_load_n(&d->users, __ATOMIC_ACQUIRE);
+    if (users > 0) {
+        fprintf(stderr, "zinc: internal error: closing the %s device while %d comm(s) still use "
+                "it; destroy the comm first\n", d->iface ? d->iface->name : "?", users);
+        abort();
+    }
+    if (d->iface && d->iface->close) d->iface->close(d);
+}
+
+void zdev_use(zdev_t *d)
+{
+    if (d) __atomic_add_fetch(&d->users, 1, __ATOMIC_ACQ_REL);
+}
+
+void zdev_unuse(zdev_t *d)
+{
+    if (d) __atomic_sub_fetch(&d->users, 1, __ATOMIC_ACQ_REL);
 }

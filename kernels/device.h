@@ -89,12 +89,20 @@ struct zdev {
     const zdev_iface_t *iface;
     void *ctx;              /* backend state */
     char err[512];          /* message of the last failing call */
+    int users;              /* comms whose buffers live here (zdev_use / zdev_unuse): a comm may
+                               touch the device until it is destroyed, so zdev_close refuses
+                               while any is left */
 };
 
 /* Opens a device backend: "cpu" (threads: 0 = automatic) or "cuda".
  * @return ZINC_ERR_UNSUPPORTED when the backend is not built or no device is present. */
 zinc_status zdev_open(const char *name, int threads, int device_index, zdev_t **out);
 void zdev_close(zdev_t *d);
+/* A comm that stages through or runs on the device's memory takes it at create and gives it back
+ * at destroy. Closing a device that a comm still uses is a programming error (the comm's destroy
+ * would then read freed device state): zdev_close reports it on stderr and aborts. */
+void zdev_use(zdev_t *d);
+void zdev_unuse(zdev_t *d);
 
 /* The CPU backend, always present. */
 zinc_status zdev_cpu_open(int threads, zdev_t **out);

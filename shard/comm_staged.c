@@ -104,6 +104,7 @@ static void staged_destroy(zcomm_t *c)
 {
     zstaged *z = st(c);
     zcomm_destroy(z->inner);
+    zdev_unuse(z->dev);
     free(z->host);
     free(z);
     free(c);
@@ -133,6 +134,7 @@ zinc_status zcomm_staged_create(zcomm_t *inner, zdev_t *dev, zcomm_t **out)
     }
     z->inner = inner;
     z->dev = dev;
+    zdev_use(dev);
     c->iface = &staged_iface;
     c->mem_dev = dev;
     c->ctx = z;

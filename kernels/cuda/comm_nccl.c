@@ -297,6 +297,7 @@ static void nc_destroy(zcomm_t *c)
             if (x->stream) cudaStreamDestroy(x->stream);
         }
         if (x->dev && x->cu && x->cu->watch_arg == c) zcu_set_watch(x->dev, NULL, NULL);
+        zdev_unuse(x->dev);
         free(x);
     }
     free(c);
@@ -384,6 +385,7 @@ zinc_status zcomm_nccl_create(zdev_t *dev, int rank, int size,
     c->timeout_s = timeout_s > 0 ? timeout_s : 300.0;
     x->dev = dev;
     x->cu = cu;
+    zdev_use(dev);
     zinc_status s = ZINC_OK;
     cudaError_t e;
 #define STEP(call)                                                                              \
