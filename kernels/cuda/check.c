@@ -28,6 +28,11 @@ zinc_status zcu_fail_cuda(char *buf, size_t n, int code, const char *call, const
 {
     cudaError_t e = (cudaError_t)code;
     zinc_status s = ZINC_ERR_DEVICE;
+    /* The runtime also keeps this error as the thread's "last error" (a failed cudaMalloc too):
+     * clear it, or the next launch's cudaGetLastError reports it again as its own (seen on the
+     * first GPU run: an out-of-memory answer to a deliberately huge allocation failed the next
+     * Adam launch). Sticky errors (a kernel fault) are not cleared by this and keep failing. */
+    (void)cudaGetLastError();
     const char *advice = "the device may need a reset; see docs/cuda.md";
     switch (e) {
     case cudaErrorMemoryAllocation:
