@@ -33,5 +33,9 @@ if(TARGET zinc_models)
               LABELS gpu TIMEOUT 300)
     add_dependencies(train_cuda zinc_cli)
     target_compile_definitions(train_cuda PRIVATE ZINC_CLI="$<TARGET_FILE:zinc_cli>")
+    # The GPU's loss curves against the CPU's at stages 0-3 (bf16, fp16), and resume across
+    # devices (test_train_cuda.c states the bounds and where they come from).
+    add_test(NAME train_cuda_curves COMMAND train_cuda curves)
+    set_tests_properties(train_cuda_curves PROPERTIES LABELS gpu TIMEOUT 600 SKIP_RETURN_CODE 77)
   endif()
 endif()
