@@ -1,0 +1,167 @@
+#!/usr/bin/env bash
+# gpu_session.sh — docs/cuda.md's GPU checklist in one command, for a machine with a GPU.
+#
+#   bench/gpu_session.sh PHASE... [--build DIR] [--out DIR]
+#
+# Phases (each step's log goes to OUT/<step>.log; a summary table is printed last):
+#   env      nvidia-smi, the libraries the binaries load, `zinc --version`
+#   ctest    ctest -L gpu (every gpu test must pass, none skipped)
+#   sanitize compute-sanitizer memcheck on cuda_kernels and model_cuda, racecheck on cuda_kernels,
+#            memcheck on a short `zinc train --device cuda`; API errors are not counted (the
+#            tests ask for a failing allocation on purpose, and NCCL probes kernels it lacks)
+#   train    zinc train --device cuda at stages 0-3, bf16 and fp16, 1, 2 and 4 ranks, next to the
+#            CPU run of the same config and seed (loss curves compared by bench/gpu_compare.py),
+#            and resume across devices (GPU checkpoint -> GPU and CPU, CPU checkpoint -> GPU)
+#   adam     zinc bench adam --device cuda at 1e8 and 1e9 params, fp16/bf16/fp32, beside torch's
+#            fused AdamW on the same GPU (ZINC_PYTHON or python3 with CUDA torch)
+#   profile  the Adam and stats kernels' SASS (16-byte loads and stores?), and ncu: their time and
+#            DRAM throughput in `zinc bench adam` and in two steps of `zinc train`
+#   e2e      zinc train --device cuda tokens/s for larger models, and bench/torch_gpt.py (the same
+#            model in PyTorch: eager, bf16 autocast, fused AdamW) on the same GPU
+#
+# The build is made elsewhere or here (cmake -S . -B build-cuda -DZINC_CUDA=ON). Nothing here
+# changes the GPU's settings.
+set -uo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build="$root/build-cuda"
+out="${OUT:-$root/gpu-out}"
+phases=()
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --build) build="$(cd "$2" && pwd)"; shift 2 ;;
+        --out) out="$2"; shift 2 ;;
+        -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+        env|ctest|sanitize|train|adam|profile|e2e) phases+=("$1"); shift ;;
+        *) echo "gpu_session: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+    esac
+done
+[ ${#phases[@]} -gt 0 ] || { echo "gpu_session: name at least one phase (see --help)" >&2; exit 2; }
+mkdir -p "$out"
+zinc="$build/zinc"
+py="${ZINC_PYTHON:-python3}"
+summary="$out/summary.txt"
+: >"$summary"
+# What bench/bench.py's GPU section names: the device, the date and the commit measured.
+{
+    echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
+    echo "device: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1 | sed 's/, / (driver /; s/$/)/')"
+    echo "commit: ${ZINC_COMMIT:-$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')}"
+} >"$out/meta.txt"
+
+# step NAME TIMEOUT CMD...: runs CMD with its output in OUT/NAME.log, records rc and seconds.
+step() {
+    local name="$1" limit="$2"
+    shift 2
+    local t0=$EPOCHREALTIME
+    timeout "$limit" "$@" >"$out/$name.log" 2>&1
+    local rc=$?
+    local dt=$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')
+    printf '%-34s rc=%-3d %7s s\n' "$name" "$rc" "$dt" | tee -a "$summary"
+    if [ $rc -ne 0 ]; then tail -n 25 "$out/$name.log" | sed 's/^/    | /'; fi
+    return $rc
+}
+
+cfg() { echo "$root/configs/zero$1_$2.json"; }
+
+phase_env() {
+    step nvidia-smi 30 nvidia-smi
+    step ldd 30 sh -c "ldd '$zinc' | grep -E 'not found|cuda|nccl|cublas|json|zstd|xxhash'"
+    step version 60 "$zinc" --version
+}
+
+phase_ctest() {
+    step ctest-gpu 400 sh -c "cd '$build' && ctest -L gpu --output-on-failure --timeout 300"
+    step ctest-unit-cuda 120 sh -c "cd '$build' && ctest -R 'cuda_' --output-on-failure"
+}
+
+phase_sanitize() {
+    local cs=compute-sanitizer
+    command -v $cs >/dev/null || cs=/usr/local/cuda/bin/compute-sanitizer
+    step memcheck-kernels 300 $cs --tool memcheck --report-api-errors no --error-exitcode 9 "$build/tests/cuda_kernels"
+    step racecheck-kernels 300 $cs --tool racecheck --report-api-errors no --error-exitcode 9 "$build/tests/cuda_kernels"
+    step memcheck-model 300 $cs --tool memcheck --report-api-errors no --error-exitcode 9 "$build/tests/model_cuda"
+    step memcheck-train 300 $cs --tool memcheck --report-api-errors no --error-exitcode 9 "$zinc" train --device cuda \
+        --ranks 1 --steps 3 --model L2-D32-H4-T32 --config "$(cfg 3 bf16)"
+}
+
+phase_train() {
+    local d="$out/train" model="L2-D64-H4-T64" steps=40
+    # The configs' lr (1e-2, which passes through a loss spike near step 20) and a calmer 3e-3.
+    for lr in config 0.003; do
+        local ld="$d/lr-$lr" lrarg=()
+        [ "$lr" = config ] || lrarg=(--lr "$lr")
+        mkdir -p "$ld"
+        for dt in bf16 fp16; do
+            for s in 0 1 2 3; do
+                for r in 1 2 4; do
+                    for dev in cpu cuda; do
+                        step "train-lr$lr-$dev-z$s-$dt-r$r" 200 "$zinc" train --device $dev \
+                            --ranks $r --steps $steps --model $model --seed 7 "${lrarg[@]}" \
+                            --config "$(cfg $s $dt)" --metrics "$ld/$dev-z$s-$dt-r$r.jsonl"
+                    done
+                done
+            done
+        done
+        step "compare-curves-lr$lr" 60 "$py" "$root/bench/gpu_compare.py" curves "$ld"
+    done
+    d="$d/lr-config"
+    # Resume across devices: save at step 20 on one device, finish on the other; and the
+    # uninterrupted GPU run against a GPU run resumed on the GPU (same device: bit for bit).
+    local c="$(cfg 2 bf16)"
+    rm -rf "$d/ck-gpu" "$d/ck-cpu"
+    step resume-gpu-save 200 "$zinc" train --device cuda --ranks 2 --steps 20 --model $model \
+        --seed 7 --config "$c" --save-dir "$d/ck-gpu" --metrics "$d/rs-gpu-first.jsonl"
+    cp -r "$d/ck-gpu" "$d/ck-gpu2"
+    step resume-gpu-on-gpu 200 "$zinc" train --device cuda --ranks 2 --steps $steps --model $model \
+        --seed 7 --config "$c" --save-dir "$d/ck-gpu" --resume auto --metrics "$d/rs-gpu-gpu.jsonl"
+    step resume-gpu-on-cpu 200 "$zinc" train --device cpu --ranks 2 --steps $steps --model $model \
+        --seed 7 --config "$c" --save-dir "$d/ck-gpu2" --resume auto --metrics "$d/rs-gpu-cpu.jsonl"
+    step resume-cpu-save 200 "$zinc" train --device cpu --ranks 2 --steps 20 --model $model \
+        --seed 7 --config "$c" --save-dir "$d/ck-cpu" --metrics "$d/rs-cpu-first.jsonl"
+    step resume-cpu-on-gpu 200 "$zinc" train --device cuda --ranks 1 --steps $steps --model $model \
+        --seed 7 --config "$c" --save-dir "$d/ck-cpu" --resume auto --metrics "$d/rs-cpu-gpu.jsonl"
+    step compare-resume 60 "$py" "$root/bench/gpu_compare.py" resume "$d"
+}
+
+phase_adam() {
+    for n in 1e8 1e9; do
+        for dt in fp16 bf16 fp32; do
+            step "adam-$n-$dt" 300 env ZINC_PYTHON="$py" "$zinc" bench adam --device cuda \
+                --params $n --dtype $dt --repeat 10 --json
+        done
+    done
+    grep -h '^{' "$out"/adam-*.log >"$out/adam.jsonl" || true
+}
+
+phase_profile() {
+    local bin=/usr/local/cuda/bin
+    # Global loads/stores per kernel in the SASS: LDG.E.128 / STG.E.128 are the 16-byte ones.
+    step sass 120 sh -c "'$bin/cuobjdump' -sass '$zinc' | awk '/Function :/ { f = \$3 } \
+        /(LDG|STG)/ { match(\$0, /(LDG|STG)[A-Z0-9._]*/); c[f \" \" substr(\$0, RSTART, RLENGTH)]++ } \
+        END { for (k in c) print k, c[k] }' | grep -E 'adam|stats' | sort"
+    local ncu=ncu
+    command -v ncu >/dev/null || ncu="$(ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)"
+    local metrics=gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum,dram__bytes_write.sum
+    step ncu-adam 300 "$ncu" --clock-control none --kernel-name regex:adam --launch-skip 1 \
+        --launch-count 2 --metrics "$metrics" "$zinc" bench adam --device cuda --params 1e8 \
+        --dtype bf16 --repeat 2 --no-torch
+    step ncu-stats 300 "$ncu" --clock-control none --kernel-name regex:stats --launch-count 40 \
+        --metrics gpu__time_duration.sum "$zinc" train --device cuda --ranks 1 --steps 2 \
+        --model L12-D768-H12-T512 --micro-batch 8 --config "$(cfg 2 bf16)"
+}
+
+phase_e2e() {
+    local d="$out/e2e"
+    mkdir -p "$d"
+    for spec in "L6-D512-H8-T256:8" "L12-D768-H12-T512:8" "L24-D1024-H16-T1024:8"; do
+        local m="${spec%%:*}" b="${spec##*:}"
+        step "e2e-zinc-$m" 300 "$zinc" train --device cuda --ranks 1 --steps 30 --model "$m" \
+            --micro-batch "$b" --config "$(cfg 2 bf16)" --metrics "$d/zinc-$m.jsonl"
+        step "e2e-torch-$m" 300 "$py" "$root/bench/torch_gpt.py" --model "$m" --micro-batch "$b" \
+            --steps 30 --json
+    done
+}
+
+for p in "${phases[@]}"; do "phase_$p"; done
+echo "==== summary ($out/summary.txt)"
+cat "$summary"
