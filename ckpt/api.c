@@ -25,7 +25,7 @@
 
 #include "ckpt/ckpt.h"
 #include "engine/internal.h"
-#include "engine/log.h"
+#include "base/log.h"
 
 /* ---- the async save of each engine: at most one in flight, kept in the engine ------------- */
 

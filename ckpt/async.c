@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "ckpt/ckpt.h"
-#include "engine/log.h"
+#include "base/log.h"
 
 struct zck_async {
     zck_save_desc d;                /* with the copies below */

@@ -15,7 +15,7 @@
 #include <zstd.h>
 
 #include "ckpt/ckpt.h"
-#include "engine/log.h"
+#include "base/log.h"
 
 struct zck_codec_ctx {
     ZSTD_CCtx *cctx;

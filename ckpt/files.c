@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "ckpt/ckpt.h"
-#include "engine/log.h"
+#include "base/log.h"
 
 zinc_status zck_read_file(const char *path, char **out, size_t *len, char *err)
 {

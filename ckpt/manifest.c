@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "ckpt/ckpt.h"
-#include "engine/log.h"
+#include "base/log.h"
 
 void zck_rankfile_free(zck_rankfile *rf)
 {

@@ -21,7 +21,7 @@
 #include <xxhash.h>
 
 #include "ckpt/ckpt.h"
-#include "engine/log.h"
+#include "base/log.h"
 
 typedef struct { int rank, piece; } zref;
 

@@ -21,7 +21,7 @@
 #include <unistd.h>
 
 #include "ckpt/ckpt.h"
-#include "engine/log.h"
+#include "base/log.h"
 #include "kernels/device.h"
 
 /* ---- a growable text buffer ------------------------------------------------------------------- */

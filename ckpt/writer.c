@@ -26,7 +26,7 @@
 #include <xxhash.h>
 
 #include "ckpt/ckpt.h"
-#include "engine/log.h"
+#include "base/log.h"
 
 void (*zck_test_hook)(const char *phase);
 

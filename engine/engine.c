@@ -13,7 +13,7 @@
 
 #include "ckpt/ckpt.h"
 #include "engine/internal.h"
-#include "engine/log.h"
+#include "base/log.h"
 #include "kernels/cuda/nccl_comm.h"
 #include "kernels/cuda/zdev_cuda.h"
 
@@ -687,4 +687,10 @@ zinc_status zinc_mean_over_ranks(zinc_engine_t *e, double *values, int n)
     if (s != ZINC_OK) return zeng_fail(e, s, "zinc_mean_over_ranks: %s", e->comm->err);
     for (int i = 0; i < n; i++) values[i] /= (double)e->world_size;
     return ZINC_OK;
+}
+
+/* The engine's last error, or the calling thread's when e is NULL (include/zinc.h). */
+const char *zinc_last_error(const zinc_engine_t *e)
+{
+    return e ? e->err : zerr_thread_message();
 }

@@ -23,7 +23,7 @@
 #include <string.h>
 
 #include "engine/internal.h"
-#include "engine/log.h"
+#include "base/log.h"
 
 static size_t dsz(const zinc_engine_t *e) { return zinc_dtype_size(e->dtype); }
 

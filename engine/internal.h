@@ -22,7 +22,7 @@
 
 #include <stdint.h>
 
-#include "engine/config.h"
+#include "config/config.h"
 #include "kernels/device.h"
 #include "optim/optim.h"
 #include "shard/comm.h"

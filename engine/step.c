@@ -14,7 +14,7 @@
 
 #include "ckpt/ckpt.h"
 #include "engine/internal.h"
-#include "engine/log.h"
+#include "base/log.h"
 
 static zinc_status check_ready(zinc_engine_t *e, const char *fn)
 {

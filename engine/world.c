@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "engine/internal.h"
-#include "engine/log.h"
+#include "base/log.h"
 #include "kernels/cuda/bootstrap.h"
 
 zinc_status zinc_world_create_local(int world_size, zinc_world_t **out)

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/log.h"
+#include "base/log.h"
 #include "kernels/device.h"
 
 zinc_status zdev_open(const char *name, int threads, int device_index, zdev_t **out)

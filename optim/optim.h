@@ -8,7 +8,7 @@
 
 #include <stdint.h>
 
-#include "engine/config.h"
+#include "config/config.h"
 
 /* ---- LR schedulers (DeepSpeed's formulas, deepspeed/runtime/lr_schedules.py) ------------- */
 

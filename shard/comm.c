@@ -9,7 +9,7 @@
 
 #include <stdio.h>
 
-#include "engine/log.h"
+#include "base/log.h"
 #include "kernels/device.h"
 
 size_t zdt_size(zdt t)

@@ -33,7 +33,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "engine/log.h"
+#include "base/log.h"
 #include "shard/comm.h"
 
 enum { ZL_ALL_REDUCE, ZL_REDUCE_SCATTER, ZL_ALL_GATHER, ZL_BROADCAST, ZL_BARRIER };

@@ -36,7 +36,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "engine/log.h"
+#include "base/log.h"
 #include "shard/comm.h"
 
 enum {

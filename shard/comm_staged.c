@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/log.h"
+#include "base/log.h"
 #include "kernels/device.h"
 #include "shard/comm.h"
 

@@ -25,7 +25,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "engine/log.h"
+#include "base/log.h"
 #include "kernels/cpu/cpu.h"
 #include "kernels/device.h"
 #include "tools/commands.h"

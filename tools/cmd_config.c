@@ -1,6 +1,6 @@
 /*
  * cmd_config.c — `zinc config check FILE`: validates a DeepSpeed-style JSON config exactly as
- * `zinc train` and zinc_engine_create do (engine/config.c), and prints what it resolves to.
+ * `zinc train` and zinc_engine_create do (config/config.c), and prints what it resolves to.
  *
  * Exit codes: 0 accepted (warnings on stderr), 2 rejected, unreadable or bad usage.
  */
@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/config.h"
+#include "config/config.h"
 #include "tools/commands.h"
 
 static void help(FILE *f)

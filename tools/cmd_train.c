@@ -23,7 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "engine/config.h"
+#include "config/config.h"
 #include "models/data.h"
 #include "models/cuda/gpt_cuda.h"
 #include "models/gpt.h"

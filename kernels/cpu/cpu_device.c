@@ -15,7 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "engine/log.h"
+#include "base/log.h"
 #include "kernels/cpu/cpu.h"
 
 /* Below this many elements per part, waking a thread costs more than the part takes. */

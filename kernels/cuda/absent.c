@@ -4,7 +4,7 @@
  * the NCCL backend uses it.) */
 #include <stdio.h>
 
-#include "engine/log.h"
+#include "base/log.h"
 #include "kernels/cuda/nccl_comm.h"
 #include "kernels/cuda/zdev_cuda.h"
 #include "kernels/device.h"

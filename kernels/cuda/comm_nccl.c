@@ -20,7 +20,7 @@
 #include <nccl.h>
 #pragma GCC diagnostic pop
 
-#include "engine/log.h"
+#include "base/log.h"
 #include "kernels/cuda/nccl_comm.h"
 #include "kernels/cuda/zcuda.h"
 #include "kernels/cuda/zdev_cuda.h"

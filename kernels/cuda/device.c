@@ -27,7 +27,7 @@
 #include <nccl.h>
 #pragma GCC diagnostic pop
 
-#include "engine/log.h"
+#include "base/log.h"
 #include "kernels/cpu/elem.h"
 #include "kernels/cuda/zcuda.h"
 #include "kernels/cuda/zdev_cuda.h"

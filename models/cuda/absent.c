@@ -2,7 +2,7 @@
  * Keep in step with gpt_cuda.h. */
 #include <stdio.h>
 
-#include "engine/log.h"
+#include "base/log.h"
 #include "models/cuda/gpt_cuda.h"
 
 #define NO_CUDA "this zinc was built without CUDA, so the built-in model has no GPU version " \

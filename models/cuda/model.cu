@@ -20,7 +20,7 @@
 #include <cuda_runtime_api.h>
 
 extern "C" {
-#include "engine/log.h"
+#include "base/log.h"
 #include "kernels/cuda/zdev_cuda.h"
 #include "models/gpt.h"
 }

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/config.h"
+#include "config/config.h"
 #include "testutil.h"
 
 #ifndef ZINC_SOURCE_DIR

@@ -21,8 +21,8 @@
 #include <string.h>
 #include <xxhash.h>
 
-#include "engine/config.h"
-#include "engine/config_internal.h"
+#include "config/config.h"
+#include "config/config_internal.h"
 #include "testutil.h"
 
 #ifndef ZINC_SOURCE_DIR

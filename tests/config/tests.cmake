@@ -1,4 +1,4 @@
-# Config tests (engine/config*.c): the table-driven corpus (cases.txt over corpus/*.json), the
+# Config tests (config/config*.c): the table-driven corpus (cases.txt over corpus/*.json), the
 # resolved values against DeepSpeed's defaults and batch rule, a mutation fuzzer over the corpus,
 # and `zinc config check`'s exit codes.
 set(ZINC_CONFIG_TEST_DIR ${CMAKE_CURRENT_LIST_DIR})

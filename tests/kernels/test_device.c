@@ -5,7 +5,7 @@
  */
 #include <stdlib.h>
 
-#include "engine/log.h"
+#include "base/log.h"
 #include "kt.h"
 
 static void test_open(void)

@@ -29,7 +29,7 @@ static int close_to(double got, ld want, double rtol)
 #define HTOL 1e-10  /* hand values written with 11+ significant digits */
 
 /* DeepSpeed's constructor defaults (lr_schedules.py), written here rather than taken from
- * engine/config.c so that this test stands alone. */
+ * config/config.c so that this test stands alone. */
 static zcfg_sched ds_defaults(zsched_type type)
 {
     zcfg_sched s;

@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "engine/config_internal.h"
+#include "config/config_internal.h"
 
 const char *zc_show(json_object *v)
 {

@@ -14,7 +14,7 @@
 #include <string.h>
 #include <xxhash.h>
 
-#include "engine/config_internal.h"
+#include "config/config_internal.h"
 
 /* ---- parsing ------------------------------------------------------------------------------ */
 

@@ -6,8 +6,8 @@
  * honour, and warning once for what only affects speed/placement/logging. Everything else reads
  * the struct. docs/config.md lists every key, its default and its class.
  */
-#ifndef ZINC_ENGINE_CONFIG_H
-#define ZINC_ENGINE_CONFIG_H
+#ifndef ZINC_CONFIG_H
+#define ZINC_CONFIG_H
 
 #include <stddef.h>
 #include <stdint.h>

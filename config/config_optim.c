@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "engine/config_internal.h"
+#include "config/config_internal.h"
 
 /* ---- optimizer ---------------------------------------------------------------------------- */
 

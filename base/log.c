@@ -2,7 +2,7 @@
  * log.c — see log.h. ZINC_LOG is parsed once, lazily; the parse result is a default level plus up
  * to 16 per-subsystem overrides.
  */
-#include "engine/log.h"
+#include "base/log.h"
 
 #include <pthread.h>
 #include <stdio.h>

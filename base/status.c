@@ -1,6 +1,6 @@
-/* status.c — names of status codes, dtypes and memory categories; the last-error accessor. */
-#include "engine/internal.h"
-#include "engine/log.h"
+/* status.c — names of status codes, dtypes and memory categories (include/zinc.h's naming
+ * functions). Bottom layer: it uses nothing of zinc but the public header. */
+#include "zinc.h"
 
 const char *zinc_status_string(zinc_status s)
 {
@@ -48,9 +48,4 @@ const char *zinc_mem_category_name(zinc_mem_category c)
     static const char *names[ZINC_MEM_COUNT] = {"param16", "grad",   "master", "adam_m",
                                                 "adam_v",  "bucket", "gather"};
     return (unsigned)c < ZINC_MEM_COUNT ? names[c] : "?";
-}
-
-const char *zinc_last_error(const zinc_engine_t *e)
-{
-    return e ? e->err : zerr_thread_message();
 }

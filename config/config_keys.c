@@ -16,7 +16,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "engine/config_internal.h"
+#include "config/config_internal.h"
 
 #define ZK_SET(var, path, arr) const zkeyset var = {path, arr, (int)(sizeof arr / sizeof arr[0])}
 

@@ -1,6 +1,6 @@
 /*
  * config_internal.h — what the files of the config module share; nothing outside
- * engine/config*.c includes it.
+ * the config/config*.c files (and the config tests) includes it.
  *
  *   config.c           zcfg_parse_*, diagnostics, defaults, DeepSpeed's batch rule
  *   config_values.c    typed reads: JSON type, range, "auto", whole floats
@@ -11,12 +11,12 @@
  *   config_json.c      JSON text: syntax errors with line:column, duplicate keys, the canonical
  *                      resolved JSON (zcfg_to_json) and its hash
  */
-#ifndef ZINC_ENGINE_CONFIG_INTERNAL_H
-#define ZINC_ENGINE_CONFIG_INTERNAL_H
+#ifndef ZINC_CONFIG_INTERNAL_H
+#define ZINC_CONFIG_INTERNAL_H
 
 #include <json-c/json.h>
 
-#include "engine/config.h"
+#include "config/config.h"
 
 /* Diagnostics being collected for one parse. */
 typedef struct zcctx {

@@ -5,8 +5,8 @@
  * Lines are prefixed with the rank ("[zinc r3 ckpt] ..."). Progress is printed by rank 0 only
  * (the callers decide); errors by every rank.
  */
-#ifndef ZINC_ENGINE_LOG_H
-#define ZINC_ENGINE_LOG_H
+#ifndef ZINC_BASE_LOG_H
+#define ZINC_BASE_LOG_H
 
 #include <stdarg.h>
 #include <stddef.h>

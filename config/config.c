@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/config_internal.h"
+#include "config/config_internal.h"
 
 /* ---- diagnostics -------------------------------------------------------------------------- */
 
