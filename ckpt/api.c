@@ -1,6 +1,6 @@
 /*
  * api.c — the public checkpoint calls (zinc_ckpt_save / _wait / _load, zinc_load_safetensors):
- * the bridge between an engine's shard (engine/internal.h) and the ckpt layers.
+ * the bridge between an engine's shard (seen through engine/view.h) and the ckpt layers.
  *
  * Save: this rank's pieces (zeng_shard_pieces) are copied from the device into one host staging
  * block (master, m, v and optionally the 16-bit weights), then written by writer.c — at once, or
@@ -24,34 +24,46 @@
 #include <xxhash.h>
 
 #include "ckpt/ckpt.h"
-#include "engine/internal.h"
+#include "engine/view.h"
 #include "base/log.h"
 
-/* ---- the async save of each engine: at most one in flight, kept in the engine ------------- */
+/* ---- the async save of each engine: at most one in flight, in the engine's background slot -- */
+
+static zinc_status engine_poll(zinc_engine_t *e);
+static void engine_release(zinc_engine_t *e);
 
 static zck_async *reg_take(zinc_engine_t *e, int only_if_done)
 {
-    zck_async *a = e->ckpt_async;
+    zeng_background *bg = zeng_background_slot(e);
+    zck_async *a = bg->work;
     if (!a || (only_if_done && !zck_async_done(a))) return NULL;
-    e->ckpt_async = NULL;
+    bg->work = NULL;
     return a;
 }
 
 static int reg_put(zinc_engine_t *e, zck_async *a)
 {
-    if (e->ckpt_async) return 0;
-    e->ckpt_async = a;
+    zeng_background *bg = zeng_background_slot(e);
+    if (bg->work) return 0;
+    *bg = (zeng_background){.work = a, .poll = engine_poll, .release = engine_release};
     return 1;
 }
 
-static int rank_of(const zinc_engine_t *e) { return e->comm ? e->comm->rank : e->rank; }
+static int rank_of(zinc_engine_t *e)
+{
+    zeng_view view_, *ev = &view_;
+    zeng_view_get(e, ev);
+    return ev->comm ? ev->comm->rank : ev->rank;
+}
 
 /* 1 when any rank passes bad != 0 (sum over ranks); a comm failure counts as bad. */
 static int any_rank(zinc_engine_t *e, int bad)
 {
-    if (!e->comm || e->comm->size <= 1) return bad;
+    zeng_view view_, *ev = &view_;
+    zeng_view_get(e, ev);
+    if (!ev->comm || ev->comm->size <= 1) return bad;
     double f = bad ? 1.0 : 0.0;
-    if (zcomm_host_all_reduce_f64(e->comm, &f, 1) != ZINC_OK) return 1;
+    if (zcomm_host_all_reduce_f64(ev->comm, &f, 1) != ZINC_OK) return 1;
     return f > 0.5;
 }
 
@@ -59,15 +71,18 @@ static int any_rank(zinc_engine_t *e, int bad)
  * rank's tag differs from it. Collective. */
 static int tags_differ(zinc_engine_t *e, const char *tag, char root[256])
 {
+    zeng_view view_, *ev = &view_;
+    zeng_view_get(e, ev);
     memset(root, 0, 256);
     snprintf(root, 256, "%s", tag);
-    if (!e->comm || e->comm->size <= 1) return 0;
-    if (zcomm_host_broadcast(e->comm, root, 256, 0) != ZINC_OK) return any_rank(e, 1);
+    if (!ev->comm || ev->comm->size <= 1) return 0;
+    if (zcomm_host_broadcast(ev->comm, root, 256, 0) != ZINC_OK) return any_rank(e, 1);
     root[255] = 0;
     return any_rank(e, strcmp(root, tag) != 0);
 }
 
-zinc_status zck_engine_poll(zinc_engine_t *e)
+/* The engine's poll at the end of zinc_step: a finished save's error becomes the step's. */
+static zinc_status engine_poll(zinc_engine_t *e)
 {
     zck_async *a = reg_take(e, 1);
     if (!a) return ZINC_OK;
@@ -77,7 +92,8 @@ zinc_status zck_engine_poll(zinc_engine_t *e)
     return ZINC_OK;
 }
 
-void zck_engine_release(zinc_engine_t *e)
+/* The engine's release in zinc_engine_destroy: waits for the save, logging its error. */
+static void engine_release(zinc_engine_t *e)
 {
     zck_async *a = reg_take(e, 0);
     if (a) {
@@ -107,9 +123,11 @@ static json_object *jdbl(double x)
     return json_object_new_double_s(x, b);
 }
 
-static char *state_to_json(const zinc_engine_t *e)
+static char *state_to_json(zinc_engine_t *e)
 {
-    const zengine_state *st = &e->st;
+    zeng_view view_, *ev = &view_;
+    zeng_view_get(e, ev);
+    const zengine_state *st = ev->st;
     const zscaler *sc = &st->scaler;
     json_object *o = json_object_new_object(), *s = json_object_new_object();
     json_object_object_add(o, "step", json_object_new_int64(st->step));
@@ -127,7 +145,7 @@ static char *state_to_json(const zinc_engine_t *e)
     json_object_object_add(s, "last_overflow_iter", json_object_new_int64(sc->last_overflow_iter));
     json_object_object_add(o, "loss_scaler", s);
     /* Informational: the scheduler is a pure function of `step` (optim/optim.h). */
-    json_object_object_add(o, "lr", jdbl(zsched_lr(&e->cfg.sched, e->cfg.optim.lr, st->step)));
+    json_object_object_add(o, "lr", jdbl(zsched_lr(&ev->cfg->sched, ev->cfg->optim.lr, st->step)));
     char *r = strdup(json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN));
     json_object_put(o);
     return r;
@@ -191,16 +209,18 @@ bad:
 
 /* ---- save --------------------------------------------------------------------------------------- */
 
-static void tensor_table(const zinc_engine_t *e, zck_tensor *t)
+static void tensor_table(zinc_engine_t *e, zck_tensor *t)
 {
-    for (int p = 0; p < e->plan.nparams; p++) {
-        const zplan_param *P = &e->plan.params[p];
+    zeng_view view_, *ev = &view_;
+    zeng_view_get(e, ev);
+    for (int p = 0; p < ev->plan->nparams; p++) {
+        const zplan_param *P = &ev->plan->params[p];
         memset(&t[p], 0, sizeof t[p]);
         snprintf(t[p].name, sizeof t[p].name, "%s", P->name);
         t[p].ndim = P->ndim;
         for (int d = 0; d < P->ndim; d++) t[p].shape[d] = P->shape[d];
         t[p].numel = P->numel;
-        t[p].dtype = e->dtype;
+        t[p].dtype = ev->dtype;
     }
 }
 
@@ -215,7 +235,9 @@ zinc_status zinc_ckpt_save(zinc_engine_t *e, const char *dir, const char *tag,
                            const zinc_ckpt_save_options_t *opt)
 {
     if (!e) return zerr_thread(ZINC_ERR_INVALID_ARG, "zinc_ckpt_save: engine is NULL");
-    if (!e->finalized) return zeng_fail(e, ZINC_ERR_USAGE, "zinc_ckpt_save: call zinc_finalize first");
+    zeng_view view_, *ev = &view_;
+    zeng_view_get(e, ev);
+    if (!ev->finalized) return zeng_fail(e, ZINC_ERR_USAGE, "zinc_ckpt_save: call zinc_finalize first");
     if (!dir || !tag) return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_ckpt_save: dir and tag are required");
     if (!*tag || strlen(tag) >= 256)
         return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_ckpt_save: the tag must be 1..255 characters");
@@ -236,26 +258,26 @@ zinc_status zinc_ckpt_save(zinc_engine_t *e, const char *dir, const char *tag,
      * refuses; Warn (the default) and Ignore save under rank 0's tag, Warn saying so. */
     char root_tag[256];
     if (tags_differ(e, tag, root_tag)) {
-        if (e->cfg.ckpt.tag_validation == 2)
+        if (ev->cfg->ckpt.tag_validation == 2)
             return zeng_fail(e, ZINC_ERR_MISMATCH,
                              "zinc_ckpt_save: the ranks were given different tags (this is rank %d "
                              "with '%s', rank 0 has '%s'); checkpoint.tag_validation is \"Fail\", "
                              "nothing was saved", rank_of(e), tag, root_tag);
-        if (e->cfg.ckpt.tag_validation == 1 && strcmp(tag, root_tag) != 0)
+        if (ev->cfg->ckpt.tag_validation == 1 && strcmp(tag, root_tag) != 0)
             zlog(ZLOG_WARN, "ckpt", rank_of(e),
                  "zinc_ckpt_save: this rank's tag '%s' differs from rank 0's '%s'; saving under "
                  "'%s' (checkpoint.tag_validation \"Warn\")", tag, root_tag, root_tag);
         tag = root_tag;
     }
-    int async = opt && opt->async >= 0 ? opt->async : e->cfg.zinc.ckpt_async;
+    int async = opt && opt->async >= 0 ? opt->async : ev->cfg->zinc.ckpt_async;
     /* The 16-bit weights stream: asked for, or zero_optimization.gather_16bit_weights_on_model_save. */
-    int w16 = ((opt && opt->save_weights16) || e->cfg.zero.gather_16bit_weights_on_model_save) &&
-              e->dtype != ZINC_DTYPE_FP32;
-    size_t es16 = zinc_dtype_size(e->dtype);
+    int w16 = ((opt && opt->save_weights16) || ev->cfg->zero.gather_16bit_weights_on_model_save) &&
+              ev->dtype != ZINC_DTYPE_FP32;
+    size_t es16 = zinc_dtype_size(ev->dtype);
     zshard_piece *sp = NULL;
     int np = 0;
     zinc_status s = zeng_shard_pieces(e, &sp, &np);
-    zck_tensor *tens = calloc((size_t)e->plan.nparams + 1, sizeof *tens);
+    zck_tensor *tens = calloc((size_t)ev->plan->nparams + 1, sizeof *tens);
     zck_piece *pc = calloc((size_t)np + 1, sizeof *pc);
     char *state = state_to_json(e);
     uint64_t elems = 0;
@@ -266,8 +288,8 @@ zinc_status zinc_ckpt_save(zinc_engine_t *e, const char *dir, const char *tag,
         s = zerr_fmt(err, ZCK_ERR, ZINC_ERR_NOMEM,
                      "zinc_ckpt_save: out of host memory for %zu bytes of staging", stage_bytes);
     else if (s != ZINC_OK)
-        snprintf(err, sizeof err, "%s", e->err);
-    if (s == ZINC_OK && e->dev->iface->sync) s = e->dev->iface->sync(e->dev);
+        snprintf(err, sizeof err, "%s", ev->err);
+    if (s == ZINC_OK && ev->dev->iface->sync) s = ev->dev->iface->sync(ev->dev);
     /* Snapshot: streams back to back, pieces in order within each. */
     if (s == ZINC_OK) {
         tensor_table(e, tens);
@@ -281,22 +303,22 @@ zinc_status zinc_ckpt_save(zinc_engine_t *e, const char *dir, const char *tag,
             pc[i].data[ZCK_MASTER] = sm + at * 4;
             pc[i].data[ZCK_ADAM_M] = smm + at * 4;
             pc[i].data[ZCK_ADAM_V] = sv + at * 4;
-            s = e->dev->iface->download(e->dev, sm + at * 4, sp[i].master, n * 4);
-            if (s == ZINC_OK) s = e->dev->iface->download(e->dev, smm + at * 4, sp[i].m, n * 4);
-            if (s == ZINC_OK) s = e->dev->iface->download(e->dev, sv + at * 4, sp[i].v, n * 4);
+            s = ev->dev->iface->download(ev->dev, sm + at * 4, sp[i].master, n * 4);
+            if (s == ZINC_OK) s = ev->dev->iface->download(ev->dev, smm + at * 4, sp[i].m, n * 4);
+            if (s == ZINC_OK) s = ev->dev->iface->download(ev->dev, sv + at * 4, sp[i].v, n * 4);
             if (s == ZINC_OK && w16) {
-                const zplan_param *P = &e->plan.params[sp[i].param];
-                size_t pos = e->stage == 3 ? (size_t)(sp[i].master - e->master)
-                                           : e->plan.groups[P->group].flat_off + P->offset + sp[i].lo;
+                const zplan_param *P = &ev->plan->params[sp[i].param];
+                size_t pos = ev->stage == 3 ? (size_t)(sp[i].master - ev->master)
+                                           : ev->plan->groups[P->group].flat_off + P->offset + sp[i].lo;
                 pc[i].data[ZCK_WEIGHTS16] = s16 + at * es16;
-                s = e->dev->iface->download(e->dev, s16 + at * es16, (char *)e->param16 + pos * es16,
+                s = ev->dev->iface->download(ev->dev, s16 + at * es16, (char *)ev->param16 + pos * es16,
                                             n * es16);
             }
             at += n;
         }
         if (s != ZINC_OK)
             zerr_fmt(err, ZCK_ERR, s, "zinc_ckpt_save: copying the shard to host memory failed: %s",
-                     e->dev->err);
+                     ev->dev->err);
     }
     /* Everyone agrees before the collective part, so a rank that failed here stops nobody. */
     if (any_rank(e, s != ZINC_OK)) {
@@ -312,42 +334,42 @@ zinc_status zinc_ckpt_save(zinc_engine_t *e, const char *dir, const char *tag,
     d.dir = dir;
     d.tag = tag;
     d.rank = rank_of(e);
-    d.world_size = e->world_size;
-    d.stage = e->stage;
-    d.step = e->st.step;
-    d.config_hash = e->cfg.hash_hex;
+    d.world_size = ev->world_size;
+    d.stage = ev->stage;
+    d.step = ev->st->step;
+    d.config_hash = ev->cfg->hash_hex;
     d.engine_state = state;
     if (opt && opt->client_blob && opt->client_blob_bytes) {
         d.blob = opt->client_blob;
         d.blob_bytes = opt->client_blob_bytes;
     }
-    d.ntensors = e->plan.nparams;
+    d.ntensors = ev->plan->nparams;
     d.tensors = tens;
     d.npieces = np;
     d.pieces = pc;
     d.streams = 0x7u | (w16 ? 1u << ZCK_WEIGHTS16 : 0);
-    d.dtype = e->dtype;
-    d.level = e->cfg.zinc.ckpt_compression_level;
-    d.chunk_bytes = e->cfg.zinc.ckpt_chunk_bytes;
+    d.dtype = ev->dtype;
+    d.level = ev->cfg->zinc.ckpt_compression_level;
+    d.chunk_bytes = ev->cfg->zinc.ckpt_chunk_bytes;
     d.threads = 2;
     d.shuffle = 1;
-    d.timeout_s = e->cfg.zinc.comm_timeout_s;
+    d.timeout_s = ev->cfg->zinc.comm_timeout_s;
     if (async) {
         zck_async *a = NULL;
-        s = zck_async_start(e->comm, &d, staging, &a, err);
+        s = zck_async_start(ev->comm, &d, staging, &a, err);
         staging = NULL;   /* owned by the async save now */
         if (s == ZINC_OK && !reg_put(e, a)) {
             s = zck_async_wait(a, err);   /* no slot: finish it now rather than lose it */
         }
         if (s == ZINC_OK && d.rank == 0)
             zlog(ZLOG_INFO, "ckpt", 0, "saving %s/%s in the background (step %" PRId64 ", %.1f MB "
-                 "staged per rank in %.2f s)", dir, tag, e->st.step, (double)stage_bytes / 1e6,
+                 "staged per rank in %.2f s)", dir, tag, ev->st->step, (double)stage_bytes / 1e6,
                  now_s() - t0);
     } else {
-        s = zck_save(e->comm, &d, err);
+        s = zck_save(ev->comm, &d, err);
         if (s == ZINC_OK && d.rank == 0)
             zlog(ZLOG_INFO, "ckpt", 0, "saved %s/%s (step %" PRId64 ", %.1f MB per rank in %.2f s)",
-                 dir, tag, e->st.step, (double)stage_bytes / 1e6, now_s() - t0);
+                 dir, tag, ev->st->step, (double)stage_bytes / 1e6, now_s() - t0);
     }
 done:
     free(sp);
@@ -377,9 +399,11 @@ typedef struct {
 
 static zinc_status load_targets(zinc_engine_t *e, ztgt **out, int *n)
 {
+    zeng_view view_, *ev = &view_;
+    zeng_view_get(e, ev);
     *out = NULL;
     *n = 0;
-    if (e->stage != 0) {
+    if (ev->stage != 0) {
         zshard_piece *sp;
         int np;
         zinc_status s = zeng_shard_pieces(e, &sp, &np);
@@ -393,15 +417,15 @@ static zinc_status load_targets(zinc_engine_t *e, ztgt **out, int *n)
         return ZINC_OK;
     }
     /* Stage 0 keeps full master/m/v on every rank: each rank loads all of them. */
-    ztgt *t = calloc((size_t)e->plan.nparams + 1, sizeof *t);
+    ztgt *t = calloc((size_t)ev->plan->nparams + 1, sizeof *t);
     if (!t) return ZINC_ERR_NOMEM;
-    for (int p = 0; p < e->plan.nparams; p++) {
-        const zplan_param *P = &e->plan.params[p];
-        size_t f = e->plan.groups[P->group].flat_off + P->offset;
-        t[p] = (ztgt){p, 0, P->numel, e->master + f, e->m + f, e->v + f};
+    for (int p = 0; p < ev->plan->nparams; p++) {
+        const zplan_param *P = &ev->plan->params[p];
+        size_t f = ev->plan->groups[P->group].flat_off + P->offset;
+        t[p] = (ztgt){p, 0, P->numel, ev->master + f, ev->m + f, ev->v + f};
     }
     *out = t;
-    *n = e->plan.nparams;
+    *n = ev->plan->nparams;
     return ZINC_OK;
 }
 
@@ -409,6 +433,8 @@ static zinc_status load_targets(zinc_engine_t *e, ztgt **out, int *n)
 static zinc_status load_local(zinc_engine_t *e, const char *tagdir, zinc_ckpt_load_options_t *opt,
                               zengine_state *st_out, int *have_state, char *err)
 {
+    zeng_view view_, *ev = &view_;
+    zeng_view_get(e, ev);
     zck_reader *r = NULL;
     ztgt *t = NULL;
     int nt = 0;
@@ -419,11 +445,11 @@ static zinc_status load_local(zinc_engine_t *e, const char *tagdir, zinc_ckpt_lo
     if (s != ZINC_OK) return s;
     const zck_manifest *m = zck_reader_manifest(r);
     int wonly = opt && opt->weights_only;
-    map = malloc(((size_t)e->plan.nparams + 1) * sizeof *map);
+    map = malloc(((size_t)ev->plan->nparams + 1) * sizeof *map);
     if (!map) { s = zerr_fmt(err, ZCK_ERR, ZINC_ERR_NOMEM, "out of memory"); goto done; }
     /* match by name; shapes must agree */
-    for (int p = 0; p < e->plan.nparams; p++) {
-        const zplan_param *P = &e->plan.params[p];
+    for (int p = 0; p < ev->plan->nparams; p++) {
+        const zplan_param *P = &ev->plan->params[p];
         map[p] = -1;
         for (int k = 0; k < m->ntensors; k++)
             if (!strcmp(m->tensors[k].name, P->name)) { map[p] = k; break; }
@@ -456,16 +482,16 @@ static zinc_status load_local(zinc_engine_t *e, const char *tagdir, zinc_ckpt_lo
         if (s != ZINC_OK) goto done;
         *have_state = 1;
         /* A loss scale belongs to a precision: fp16's dynamic scale means nothing to bf16/fp32. */
-        if (m->dtype != e->dtype) {
+        if (m->dtype != ev->dtype) {
             st_out->scaler = keep;
             if (rank_of(e) == 0)
                 zlog(ZLOG_INFO, "ckpt", 0, "%s was saved in %s, the engine runs %s: its loss "
                      "scaler state is not restored", tagdir, zinc_dtype_name(m->dtype),
-                     zinc_dtype_name(e->dtype));
+                     zinc_dtype_name(ev->dtype));
         }
     }
     s = load_targets(e, &t, &nt);
-    if (s != ZINC_OK) { zerr_fmt(err, ZCK_ERR, s, "cannot list the shard: %s", e->err); goto done; }
+    if (s != ZINC_OK) { zerr_fmt(err, ZCK_ERR, s, "cannot list the shard: %s", ev->err); goto done; }
     uint64_t elems = 0;
     for (int i = 0; i < nt; i++) elems += t[i].hi - t[i].lo;
     host = malloc((size_t)(elems ? elems : 1) * 4);
@@ -486,16 +512,16 @@ static zinc_status load_local(zinc_engine_t *e, const char *tagdir, zinc_ckpt_lo
         for (int i = 0; i < nt && s == ZINC_OK; i++) {
             float *dst = stream == ZCK_MASTER ? t[i].master : stream == ZCK_ADAM_M ? t[i].m : t[i].v;
             size_t n = t[i].hi - t[i].lo;
-            s = e->dev->iface->upload(e->dev, dst, host + at, n * 4);
-            if (s != ZINC_OK) zerr_fmt(err, ZCK_ERR, s, "upload to the device failed: %s", e->dev->err);
+            s = ev->dev->iface->upload(ev->dev, dst, host + at, n * 4);
+            if (s != ZINC_OK) zerr_fmt(err, ZCK_ERR, s, "upload to the device failed: %s", ev->dev->err);
             at += n;
         }
     }
     if (s == ZINC_OK && wonly) {
-        size_t n = e->stage == 0 ? e->plan.flat_numel : e->plan.shard_numel;
-        s = e->dev->iface->memset0(e->dev, e->m, n * 4);
-        if (s == ZINC_OK) s = e->dev->iface->memset0(e->dev, e->v, n * 4);
-        if (s != ZINC_OK) zerr_fmt(err, ZCK_ERR, s, "clearing the Adam state failed: %s", e->dev->err);
+        size_t n = ev->stage == 0 ? ev->plan->flat_numel : ev->plan->shard_numel;
+        s = ev->dev->iface->memset0(ev->dev, ev->m, n * 4);
+        if (s == ZINC_OK) s = ev->dev->iface->memset0(ev->dev, ev->v, n * 4);
+        if (s != ZINC_OK) zerr_fmt(err, ZCK_ERR, s, "clearing the Adam state failed: %s", ev->dev->err);
     }
     if (s == ZINC_OK && opt && opt->client_blob) {
         s = zck_read_blob(r, opt->client_blob, opt->client_blob_cap, &opt->client_blob_bytes, err);
@@ -506,13 +532,13 @@ static zinc_status load_local(zinc_engine_t *e, const char *tagdir, zinc_ckpt_lo
     }
     if (s == ZINC_OK && rank_of(e) == 0) {
         /* At another world size the resolved config differs anyway (batch sizes). */
-        if (m->config_hash[0] && strcmp(m->config_hash, e->cfg.hash_hex))
-            zlog(m->world_size == e->world_size ? ZLOG_WARN : ZLOG_INFO, "ckpt", 0,
+        if (m->config_hash[0] && strcmp(m->config_hash, ev->cfg->hash_hex))
+            zlog(m->world_size == ev->world_size ? ZLOG_WARN : ZLOG_INFO, "ckpt", 0,
                  "%s was saved with another config (hash %s, now %s; world size %d, now %d)",
-                 tagdir, m->config_hash, e->cfg.hash_hex, m->world_size, e->world_size);
-        if (m->ntensors > e->plan.nparams)
+                 tagdir, m->config_hash, ev->cfg->hash_hex, m->world_size, ev->world_size);
+        if (m->ntensors > ev->plan->nparams)
             zlog(ZLOG_WARN, "ckpt", 0, "%s holds %d tensors the model does not register; ignored",
-                 tagdir, m->ntensors - e->plan.nparams);
+                 tagdir, m->ntensors - ev->plan->nparams);
     }
 done:
     free(map);
@@ -527,7 +553,9 @@ zinc_status zinc_ckpt_load(zinc_engine_t *e, const char *dir, const char *tag,
                            zinc_ckpt_load_options_t *opt)
 {
     if (!e) return zerr_thread(ZINC_ERR_INVALID_ARG, "zinc_ckpt_load: engine is NULL");
-    if (!e->finalized) return zeng_fail(e, ZINC_ERR_USAGE, "zinc_ckpt_load: call zinc_finalize first");
+    zeng_view view_, *ev = &view_;
+    zeng_view_get(e, ev);
+    if (!ev->finalized) return zeng_fail(e, ZINC_ERR_USAGE, "zinc_ckpt_load: call zinc_finalize first");
     if (!dir) return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_ckpt_load: dir is NULL");
     char err[ZCK_ERR] = "";
     zinc_status s = ZINC_OK;
@@ -547,26 +575,26 @@ zinc_status zinc_ckpt_load(zinc_engine_t *e, const char *dir, const char *tag,
             pk->status = (int32_t)zck_find_tag(dir, tag, attempt, 0, pk->tagdir, sizeof pk->tagdir,
                                                pk->tag, sizeof pk->tag, pk->msg);
         }
-        if (e->comm && e->comm->size > 1) {
-            s = zcomm_host_broadcast(e->comm, pk, sizeof *pk, 0);
-            if (s != ZINC_OK) { snprintf(err, sizeof err, "zinc_ckpt_load: %.990s", e->comm->err); break; }
+        if (ev->comm && ev->comm->size > 1) {
+            s = zcomm_host_broadcast(ev->comm, pk, sizeof *pk, 0);
+            if (s != ZINC_OK) { snprintf(err, sizeof err, "zinc_ckpt_load: %.990s", ev->comm->err); break; }
         }
         if (pk->status != ZINC_OK) {
             s = (zinc_status)pk->status;
             snprintf(err, sizeof err, "zinc_ckpt_load: %.990s", pk->msg);
             break;
         }
-        zengine_state st = e->st;
+        zengine_state st = (*ev->st);
         int have_state = 0;
         char lerr[ZCK_ERR] = "";
         s = load_local(e, pk->tagdir, opt, &st, &have_state, lerr);
         int bad = any_rank(e, s != ZINC_OK);
         if (!bad) {
-            if (have_state) e->st = st;
+            if (have_state) (*ev->st) = st;
             else if (opt && opt->weights_only) {
                 /* fresh optimizer: bias correction and the loss scale start over */
-                memset(&e->st, 0, sizeof e->st);
-                zscaler_init(&e->st.scaler, &e->cfg);
+                memset(ev->st, 0, sizeof *ev->st);
+                zscaler_init(&ev->st->scaler, ev->cfg);
             }
             s = ZINC_OK;
             break;
@@ -583,12 +611,12 @@ zinc_status zinc_ckpt_load(zinc_engine_t *e, const char *dir, const char *tag,
     }
     if (s == ZINC_OK) {
         s = zeng_refresh_params(e);
-        if (s != ZINC_OK) snprintf(err, sizeof err, "zinc_ckpt_load: %.990s", e->err);
+        if (s != ZINC_OK) snprintf(err, sizeof err, "zinc_ckpt_load: %.990s", ev->err);
     }
     if (s == ZINC_OK) {
         if (opt) snprintf(opt->loaded_tag, sizeof opt->loaded_tag, "%s", pk->tag);
         if (me == 0)
-            zlog(ZLOG_INFO, "ckpt", 0, "loaded %s (step %" PRId64 "%s)", pk->tagdir, e->st.step,
+            zlog(ZLOG_INFO, "ckpt", 0, "loaded %s (step %" PRId64 "%s)", pk->tagdir, ev->st->step,
                  opt && opt->weights_only ? ", weights only" : "");
     }
     free(pk);
@@ -601,7 +629,9 @@ zinc_status zinc_ckpt_load(zinc_engine_t *e, const char *dir, const char *tag,
 zinc_status zinc_load_safetensors(zinc_engine_t *e, const char *path)
 {
     if (!e) return zerr_thread(ZINC_ERR_INVALID_ARG, "zinc_load_safetensors: engine is NULL");
-    if (!e->finalized) return zeng_fail(e, ZINC_ERR_USAGE, "zinc_load_safetensors: call zinc_finalize first");
+    zeng_view view_, *ev = &view_;
+    zeng_view_get(e, ev);
+    if (!ev->finalized) return zeng_fail(e, ZINC_ERR_USAGE, "zinc_load_safetensors: call zinc_finalize first");
     if (!path) return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_load_safetensors: path is NULL");
     char err[ZCK_ERR] = "";
     zst_file *f = NULL;
@@ -611,11 +641,11 @@ zinc_status zinc_load_safetensors(zinc_engine_t *e, const char *path)
     zinc_status s = zst_open(path, &f, err);
     if (s == ZINC_OK) {
         s = load_targets(e, &t, &nt);
-        if (s != ZINC_OK) zerr_fmt(err, ZCK_ERR, s, "cannot list the shard: %s", e->err);
+        if (s != ZINC_OK) zerr_fmt(err, ZCK_ERR, s, "cannot list the shard: %s", ev->err);
     }
     /* check every matching parameter first, so a mismatch changes nothing */
-    for (int p = 0; s == ZINC_OK && p < e->plan.nparams; p++) {
-        const zplan_param *P = &e->plan.params[p];
+    for (int p = 0; s == ZINC_OK && p < ev->plan->nparams; p++) {
+        const zplan_param *P = &ev->plan->params[p];
         int k = zst_find(f, P->name);
         if (k < 0) continue;
         found++;
@@ -635,12 +665,12 @@ zinc_status zinc_load_safetensors(zinc_engine_t *e, const char *path)
     if (s == ZINC_OK && !(buf = malloc((maxn ? maxn : 1) * sizeof *buf)))
         s = zerr_fmt(err, ZCK_ERR, ZINC_ERR_NOMEM, "out of memory");
     for (int i = 0; s == ZINC_OK && i < nt; i++) {
-        int k = zst_find(f, e->plan.params[t[i].param].name);
+        int k = zst_find(f, ev->plan->params[t[i].param].name);
         if (k < 0) continue;
         s = zst_read_f32(f, k, t[i].lo, t[i].hi, buf, err);
         if (s == ZINC_OK) {
-            s = e->dev->iface->upload(e->dev, t[i].master, buf, (t[i].hi - t[i].lo) * 4);
-            if (s != ZINC_OK) zerr_fmt(err, ZCK_ERR, s, "upload failed: %s", e->dev->err);
+            s = ev->dev->iface->upload(ev->dev, t[i].master, buf, (t[i].hi - t[i].lo) * 4);
+            if (s != ZINC_OK) zerr_fmt(err, ZCK_ERR, s, "upload failed: %s", ev->dev->err);
         }
     }
     free(buf);
@@ -653,10 +683,10 @@ zinc_status zinc_load_safetensors(zinc_engine_t *e, const char *path)
     }
     if (s == ZINC_OK) {
         s = zeng_refresh_params(e);
-        if (s != ZINC_OK) snprintf(err, sizeof err, "%s", e->err);
+        if (s != ZINC_OK) snprintf(err, sizeof err, "%s", ev->err);
     }
     if (s != ZINC_OK) return zeng_fail(e, s, "zinc_load_safetensors: %s", err);
     if (rank_of(e) == 0)
-        zlog(ZLOG_INFO, "ckpt", 0, "set %d of %d parameters from %s", found, e->plan.nparams, path);
+        zlog(ZLOG_INFO, "ckpt", 0, "set %d of %d parameters from %s", found, ev->plan->nparams, path);
     return ZINC_OK;
 }

@@ -295,14 +295,4 @@ int zst_find(const zst_file *f, const char *name);   /* index or -1 */
 /* Elements [lo, hi) of entry i as fp32. */
 zinc_status zst_read_f32(zst_file *f, int i, uint64_t lo, uint64_t hi, float *dst, char *err);
 
-/* ---- engine hooks (api.c) ------------------------------------------------------------------- */
-
-struct zinc_engine;
-/* For the end of zinc_step (after its collectives): when this engine's background save has
- * finished with an error, returns that error (and forgets the save); else ZINC_OK. Not
- * collective, never blocks. */
-zinc_status zck_engine_poll(struct zinc_engine *e);
-/* For zinc_engine_destroy: waits for a background save still in flight (logging its error). */
-void zck_engine_release(struct zinc_engine *e);
-
 #endif

@@ -11,7 +11,6 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#include "ckpt/ckpt.h"
 #include "engine/internal.h"
 #include "base/log.h"
 #include "kernels/cuda/nccl_comm.h"
@@ -187,7 +186,8 @@ fail:
 void zinc_engine_destroy(zinc_engine_t *e)
 {
     if (!e) return;
-    zck_engine_release(e); /* a background checkpoint save still writing: wait for it */
+    /* A background save still writing from the engine's buffers: wait for it first. */
+    if (e->background.work && e->background.release) e->background.release(e);
     /* The comm first: its destroy drains collectives still queued on the engine's buffers and,
      * on a GPU, uses the device's state (NCCL's and the staging comm's streams), so the buffers
      * and the device go after it. */
@@ -693,4 +693,22 @@ zinc_status zinc_mean_over_ranks(zinc_engine_t *e, double *values, int n)
 const char *zinc_last_error(const zinc_engine_t *e)
 {
     return e ? e->err : zerr_thread_message();
+}
+
+/* ---- the view for the layer above (view.h) ----------------------------------------------- */
+
+void zeng_view_get(zinc_engine_t *e, zeng_view *out)
+{
+    *out = (zeng_view){.dev = e->dev, .comm = e->comm, .rank = e->rank,
+                       .world_size = e->world_size, .stage = e->stage, .finalized = e->finalized,
+                       .dtype = e->dtype, .plan = &e->plan, .cfg = &e->cfg, .st = &e->st,
+                       .master = e->master, .m = e->m, .v = e->v, .param16 = e->param16,
+                       .err = e->err};
+}
+
+zeng_background *zeng_background_slot(zinc_engine_t *e) { return &e->background; }
+
+zinc_status zeng_background_poll(zinc_engine_t *e)
+{
+    return e->background.work && e->background.poll ? e->background.poll(e) : ZINC_OK;
 }

@@ -1,6 +1,7 @@
 /*
  * internal.h — the engine's private state, shared by the engine's files (engine.c, step.c,
- * memplan.c) and by the modules that need to reach into a rank's shard (ckpt/).
+ * gather.c, memplan.c, world.c). The layers above see the engine through view.h only (ckpt/)
+ * or through include/zinc.h.
  *
  * Buffers by stage (elements; F = plan.flat_numel, S = plan.shard_numel, B = max group padded):
  *
@@ -23,6 +24,7 @@
 #include <stdint.h>
 
 #include "config/config.h"
+#include "engine/view.h"
 #include "kernels/device.h"
 #include "optim/optim.h"
 #include "shard/comm.h"
@@ -49,13 +51,6 @@ typedef struct zgroup_state {
     int ready;                    /* zinc_grads_ready was called this micro-step */
 } zgroup_state;
 
-/* Training state that checkpoints save and restore (besides the shard tensors). */
-typedef struct zengine_state {
-    int64_t step;                 /* optimizer updates applied */
-    int64_t skipped;              /* optimizer steps skipped for overflow */
-    int64_t micro;                /* micro-steps in the current accumulation window */
-    zscaler scaler;
-} zengine_state;
 
 struct zinc_engine {
     zcfg cfg;
@@ -83,7 +78,7 @@ struct zinc_engine {
     int *trace;                   /* [trace_cap] */
     int trace_len, trace_cap, trace_done, trace_pos;
     double *stats;                /* [2] device: sum of squares, non-finite flag of the step */
-    struct zck_async *ckpt_async; /* the checkpoint save in flight, or NULL (ckpt/async.c) */
+    zeng_background background;   /* a higher layer's work in flight (an async save), view.h */
     int nbuckets, ngather;
     int *bucket_owner;            /* [nbuckets]: group using it or -1 */
     int *gather_owner;            /* [ngather] */
@@ -95,26 +90,8 @@ struct zinc_engine {
     char err[1024];
 };
 
-/* Sets e->err and the thread's last error; returns s. */
-zinc_status zeng_fail(zinc_engine_t *e, zinc_status s, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-/* A piece of one parameter held in this rank's shard: elements [lo, hi) of the flattened
- * parameter, at position shard_pos of the shard buffers (master/m/v) — or, at stage 0 where
- * those are full, at the flat position of the same elements. Pieces come from the slice
- * partition at every stage, so the ranks' pieces cover every parameter exactly once. */
-typedef struct zshard_piece {
-    int param;
-    size_t lo, hi;
-    float *master, *m, *v;        /* device pointers to element lo of each stream */
-} zshard_piece;
-
-/* This rank's pieces, in parameter order; caller frees *out. */
-zinc_status zeng_shard_pieces(zinc_engine_t *e, zshard_piece **out, int *n);
-
-/* After master weights were changed outside a step (param_set, checkpoint load): recomputes the
- * 16-bit working copy from master and, at stages 0-2, all-gathers it. Collective. */
-zinc_status zeng_refresh_params(zinc_engine_t *e);
+/* The background slot's poll (view.h), ZINC_OK when nothing is in flight. */
+zinc_status zeng_background_poll(zinc_engine_t *e);
 
 /* Memory plan (memplan.c): bytes per category for a plan/stage/dtype, before allocating. */
 void zmem_plan(const zplan *p, int stage, zinc_dtype dtype, int nbuckets, int ngather,

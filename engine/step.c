@@ -12,7 +12,6 @@
 #include <math.h>
 #include <string.h>
 
-#include "ckpt/ckpt.h"
 #include "engine/internal.h"
 #include "base/log.h"
 
@@ -272,7 +271,7 @@ zinc_status zinc_step(zinc_engine_t *e, zinc_step_info_t *info)
             zlog(ZLOG_INFO, "engine", 0, "step %lld: gradient overflow, step skipped; loss scale %g -> %g",
                  (long long)e->st.step, scale, e->st.scaler.cur_scale);
         s = zero_grads(e);
-        return s == ZINC_OK ? zck_engine_poll(e) : s;
+        return s == ZINC_OK ? zeng_background_poll(e) : s;
     }
     double coef = zclip_coef(norm, e->cfg.gradient_clipping);
     info->grad_norm_clipped = norm / coef;
@@ -287,5 +286,5 @@ zinc_status zinc_step(zinc_engine_t *e, zinc_step_info_t *info)
     s = zero_grads(e);
     /* Last, after the step's collectives, so that no rank leaves while the others still wait in
      * one: the error of a background checkpoint save that finished meanwhile. */
-    return s == ZINC_OK ? zck_engine_poll(e) : s;
+    return s == ZINC_OK ? zeng_background_poll(e) : s;
 }

@@ -1,0 +1,82 @@
+/*
+ * view.h — the engine as the layer above it (ckpt/) sees it: a narrow view of one rank's state
+ * instead of the engine struct.
+ *
+ * ckpt reads and fills the rank's shard through it (the pieces: which elements of which
+ * parameter sit where in master/m/v), saves and restores the training counters, and parks its
+ * background work (an async save) in the engine's one background slot, whose poll and release
+ * the engine calls without knowing what the work is. So ckpt depends on the engine and the
+ * engine on nothing of ckpt. Offload's host-resident state will be one more kind of piece here.
+ */
+#ifndef ZINC_ENGINE_VIEW_H
+#define ZINC_ENGINE_VIEW_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config/config.h"
+#include "kernels/device.h"
+#include "optim/optim.h"
+#include "shard/comm.h"
+#include "shard/plan.h"
+#include "zinc.h"
+
+/* Training state that checkpoints save and restore (besides the shard tensors). */
+typedef struct zengine_state {
+    int64_t step;                 /* optimizer updates applied */
+    int64_t skipped;              /* optimizer steps skipped for overflow */
+    int64_t micro;                /* micro-steps in the current accumulation window */
+    zscaler scaler;
+} zengine_state;
+
+/* One rank's engine as ckpt sees it. The pointers point into the engine: valid until it is
+ * destroyed; the buffers exist once finalized. */
+typedef struct zeng_view {
+    zdev_t *dev;                  /* the device the shard buffers live on */
+    zcomm_t *comm;                /* the rank's comm (NULL only in a world of one without one) */
+    int rank, world_size, stage;
+    int finalized;
+    zinc_dtype dtype;             /* working dtype of param16 */
+    const zplan *plan;            /* groups and parameters: names, shapes, offsets */
+    const zcfg *cfg;              /* the resolved config: hash, checkpoint options, timeouts */
+    zengine_state *st;            /* step counters and loss scaler: saved, restored on load */
+    float *master, *m, *v;        /* device: [plan.flat_numel] at stage 0, else [shard_numel] */
+    void *param16;                /* device: the working copy, [flat_numel] (stage 3: the shard) */
+    const char *err;              /* the engine's last error message */
+} zeng_view;
+
+void zeng_view_get(zinc_engine_t *e, zeng_view *out);
+
+/* Sets the engine's last error (and the thread's); returns s. */
+zinc_status zeng_fail(zinc_engine_t *e, zinc_status s, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* A piece of one parameter held in this rank's shard: elements [lo, hi) of the flattened
+ * parameter, at position shard_pos of the shard buffers (master/m/v) — or, at stage 0 where
+ * those are full, at the flat position of the same elements. Pieces come from the slice
+ * partition at every stage, so the ranks' pieces cover every parameter exactly once. */
+typedef struct zshard_piece {
+    int param;
+    size_t lo, hi;
+    float *master, *m, *v;        /* device pointers to element lo of each stream */
+} zshard_piece;
+
+/* This rank's pieces, in parameter order; caller frees *out. */
+zinc_status zeng_shard_pieces(zinc_engine_t *e, zshard_piece **out, int *n);
+
+/* After master weights were changed outside a step (param_set, checkpoint load): recomputes the
+ * 16-bit working copy from master and, at stages 0-2, all-gathers it. Collective. */
+zinc_status zeng_refresh_params(zinc_engine_t *e);
+
+/* Background work a higher layer left running on the engine's state (at most one: an async
+ * checkpoint save). The engine calls poll at the end of each zinc_step, after its collectives
+ * (an error there becomes zinc_step's), and release in zinc_engine_destroy (waits for it). */
+typedef struct zeng_background {
+    void *work;                                   /* NULL: nothing in flight */
+    zinc_status (*poll)(zinc_engine_t *e);        /* never blocks */
+    void (*release)(zinc_engine_t *e);            /* waits */
+} zeng_background;
+
+zeng_background *zeng_background_slot(zinc_engine_t *e);
+
+#endif
