@@ -6,7 +6,7 @@
  *   manifest  (manifest.c) the in-memory manifest and its JSON form (the only format parser)
  *   writer / reader (writer.c, reader.c) a rank's shard file and the commit protocol over a
  *             zcomm_t; the resharding reader, tag selection and verification
- * The engine bridge (api.c) fills these from a rank's shard, seen through engine/view.h
+ * The engine bridge (api.c) fills these from a rank's shard, seen through engine/view.h, and implements
  * the public zinc_ckpt_* calls; tools/cmd_ckpt.c and the tests use the layers directly.
  *
  * Errors: every fallible call returns a zinc_status and writes one sentence into `err`
