@@ -113,100 +113,6 @@ zinc_status zinc_ckpt_wait(zinc_engine_t *e)
     return ZINC_OK;
 }
 
-/* ---- engine state as JSON ----------------------------------------------------------------------- */
-
-/* Doubles are written with 17 significant digits, which read back to the same bits. */
-static json_object *jdbl(double x)
-{
-    char b[40];
-    snprintf(b, sizeof b, "%.17g", x);
-    return json_object_new_double_s(x, b);
-}
-
-static char *state_to_json(zinc_engine_t *e)
-{
-    zeng_view view_, *ev = &view_;
-    zeng_view_get(e, ev);
-    const zengine_state *st = ev->st;
-    const zscaler *sc = &st->scaler;
-    json_object *o = json_object_new_object(), *s = json_object_new_object();
-    json_object_object_add(o, "step", json_object_new_int64(st->step));
-    json_object_object_add(o, "skipped", json_object_new_int64(st->skipped));
-    json_object_object_add(o, "micro", json_object_new_int64(st->micro));
-    json_object_object_add(s, "dynamic", json_object_new_boolean(sc->dynamic));
-    json_object_object_add(s, "cur_scale", jdbl(sc->cur_scale));
-    json_object_object_add(s, "min_scale", jdbl(sc->min_scale));
-    json_object_object_add(s, "scale_factor", jdbl(sc->scale_factor));
-    json_object_object_add(s, "scale_window", json_object_new_int64(sc->scale_window));
-    json_object_object_add(s, "delayed_shift", json_object_new_int(sc->delayed_shift));
-    json_object_object_add(s, "cur_hysteresis", json_object_new_int(sc->cur_hysteresis));
-    json_object_object_add(s, "consecutive_hysteresis", json_object_new_boolean(sc->consecutive_hysteresis));
-    json_object_object_add(s, "cur_iter", json_object_new_int64(sc->cur_iter));
-    json_object_object_add(s, "last_overflow_iter", json_object_new_int64(sc->last_overflow_iter));
-    json_object_object_add(o, "loss_scaler", s);
-    /* Informational: the scheduler is a pure function of `step` (optim/optim.h). */
-    json_object_object_add(o, "lr", jdbl(zsched_lr(&ev->cfg->sched, ev->cfg->optim.lr, st->step)));
-    char *r = strdup(json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN));
-    json_object_put(o);
-    return r;
-}
-
-static int jget(json_object *o, const char *k, json_object **v, json_type t)
-{
-    return json_object_object_get_ex(o, k, v) && json_object_is_type(*v, t);
-}
-
-static int jnum(json_object *o, const char *k, double *out)
-{
-    json_object *v;
-    if (!json_object_object_get_ex(o, k, &v) ||
-        !(json_object_is_type(v, json_type_double) || json_object_is_type(v, json_type_int)))
-        return -1;
-    *out = json_object_get_double(v);
-    return 0;
-}
-
-static zinc_status state_from_json(const char *text, zengine_state *st, char *err)
-{
-    json_object *o = text ? json_tokener_parse(text) : NULL, *v, *s;
-    zinc_status r = ZINC_OK;
-    zengine_state n = *st;
-    double d;
-    if (!o || !jget(o, "step", &v, json_type_int)) goto bad;
-    n.step = json_object_get_int64(v);
-    if (!jget(o, "skipped", &v, json_type_int)) goto bad;
-    n.skipped = json_object_get_int64(v);
-    if (!jget(o, "micro", &v, json_type_int)) goto bad;
-    n.micro = json_object_get_int64(v);
-    if (!jget(o, "loss_scaler", &s, json_type_object)) goto bad;
-    zscaler *sc = &n.scaler;
-    if (!jget(s, "dynamic", &v, json_type_boolean)) goto bad;
-    sc->dynamic = json_object_get_boolean(v);
-    if (jnum(s, "cur_scale", &sc->cur_scale) || jnum(s, "min_scale", &sc->min_scale) ||
-        jnum(s, "scale_factor", &sc->scale_factor))
-        goto bad;
-    if (!jget(s, "scale_window", &v, json_type_int)) goto bad;
-    sc->scale_window = json_object_get_int64(v);
-    if (jnum(s, "delayed_shift", &d)) goto bad;
-    sc->delayed_shift = (int)d;
-    if (jnum(s, "cur_hysteresis", &d)) goto bad;
-    sc->cur_hysteresis = (int)d;
-    if (!jget(s, "consecutive_hysteresis", &v, json_type_boolean)) goto bad;
-    sc->consecutive_hysteresis = json_object_get_boolean(v);
-    if (!jget(s, "cur_iter", &v, json_type_int)) goto bad;
-    sc->cur_iter = json_object_get_int64(v);
-    if (!jget(s, "last_overflow_iter", &v, json_type_int)) goto bad;
-    sc->last_overflow_iter = json_object_get_int64(v);
-    *st = n;
-    json_object_put(o);
-    return r;
-bad:
-    if (o) json_object_put(o);
-    return zerr_fmt(err, ZCK_ERR, ZINC_ERR_CORRUPT,
-                    "the manifest's engine_state is missing or incomplete (step, skipped, micro, "
-                    "loss_scaler)");
-}
-
 /* ---- save --------------------------------------------------------------------------------------- */
 
 static void tensor_table(zinc_engine_t *e, zck_tensor *t)
@@ -279,7 +185,7 @@ zinc_status zinc_ckpt_save(zinc_engine_t *e, const char *dir, const char *tag,
     zinc_status s = zeng_shard_pieces(e, &sp, &np);
     zck_tensor *tens = calloc((size_t)ev->plan->nparams + 1, sizeof *tens);
     zck_piece *pc = calloc((size_t)np + 1, sizeof *pc);
-    char *state = state_to_json(e);
+    char *state = zck_state_to_json(ev->st, zsched_lr(&ev->cfg->sched, ev->cfg->optim.lr, ev->st->step));
     uint64_t elems = 0;
     for (int i = 0; i < np; i++) elems += sp[i].hi - sp[i].lo;
     size_t stage_bytes = (size_t)elems * (12 + (w16 ? es16 : 0));
@@ -478,7 +384,7 @@ static zinc_status load_local(zinc_engine_t *e, const char *tagdir, zinc_ckpt_lo
     }
     if (!wonly) {
         zscaler keep = st_out->scaler;
-        s = state_from_json(m->engine_state, st_out, err);
+        s = zck_state_parse(m->engine_state, st_out, err);
         if (s != ZINC_OK) goto done;
         *have_state = 1;
         /* A loss scale belongs to a precision: fp16's dynamic scale means nothing to bf16/fp32. */

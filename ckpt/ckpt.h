@@ -18,6 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "engine/view.h"
 #include "shard/comm.h"
 #include "zinc.h"
 
@@ -153,6 +154,11 @@ void zck_rankfile_free(zck_rankfile *rf);
 
 /* ---- files -------------------------------------------------------------------------------- */
 
+/* Opens path for reading, refusing anything but a regular file: a FIFO, device or directory in
+ * a checkpoint's place would block or mislead the reader. Opened non-blocking, so a FIFO with no
+ * writer cannot hang the open itself. Returns the fd, or -1 with errno set (EINVAL: not a
+ * regular file) and the sentence in err. */
+int zck_open_regular(const char *path, char *err);
 /* Reads a whole (small) file; caller frees. */
 zinc_status zck_read_file(const char *path, char **out, size_t *len, char *err);
 /* Writes a whole file durably: path.tmp, fsync, rename, fsync of the directory. */
@@ -246,6 +252,14 @@ zinc_status zck_read_blob(zck_reader *r, void *buf, size_t cap, size_t *bytes, c
 /* Reads and checks every chunk of every stream, the blob and the coverage of every tensor.
  * Reports the first problem. raw/comp receive per-stream byte totals (may be NULL). */
 zinc_status zck_verify(zck_reader *r, int threads, char *err);
+
+/* ---- engine state (state.c) ---------------------------------------------------------------- */
+
+/* The manifest's engine_state object (caller frees); lr is informational. */
+char *zck_state_to_json(const zengine_state *st, double lr);
+/* Parses and range-checks engine_state into *st (left unchanged on error: CORRUPT naming the
+ * field). zck_verify runs it too, so what verifies also loads. */
+zinc_status zck_state_parse(const char *text, zengine_state *st, char *err);
 
 /* ---- async save (async.c) ----------------------------------------------------------------- */
 

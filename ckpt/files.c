@@ -14,13 +14,41 @@
 #include "ckpt/ckpt.h"
 #include "base/log.h"
 
+int zck_open_regular(const char *path, char *err)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) {
+        int e = errno;
+        zerr_fmt(err, ZCK_ERR, ZINC_ERR_IO, "cannot open %s: %s", path, strerror(e));
+        errno = e;
+        return -1;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        int e = errno;
+        int notreg = e == 0 || !S_ISREG(st.st_mode);
+        close(fd);
+        if (notreg)
+            zerr_fmt(err, ZCK_ERR, ZINC_ERR_IO, "%s is not a regular file (a FIFO, device or "
+                     "directory in a checkpoint file's place); refusing to read it", path);
+        else
+            zerr_fmt(err, ZCK_ERR, ZINC_ERR_IO, "cannot stat %s: %s", path, strerror(e));
+        errno = notreg ? EINVAL : e;
+        return -1;
+    }
+    /* Regular files never block; clear the flag so later reads behave as usual. */
+    int fl = fcntl(fd, F_GETFL);
+    if (fl >= 0) (void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    return fd;
+}
+
 zinc_status zck_read_file(const char *path, char **out, size_t *len, char *err)
 {
     *out = NULL;
     *len = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return zerr_fmt(err, ZCK_ERR, ZINC_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+    errno = 0;
+    int fd = zck_open_regular(path, err);
+    if (fd < 0) return ZINC_ERR_IO;
     struct stat st;
     if (fstat(fd, &st) != 0) {
         close(fd);

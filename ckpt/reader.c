@@ -31,7 +31,13 @@ struct zck_reader {
     int *fds;               /* [nranks], opened at zck_open */
     zref **by_tensor;       /* [ntensors][count]: stored pieces sorted by lo */
     int *count;             /* [ntensors] */
+    size_t max_raw;         /* largest chunk's raw bytes: the decode buffers' size */
 };
+
+/* The most a zstd frame expands: a 128 KiB block of one repeated byte is stored as a 4-byte RLE
+ * block (x32768). A chunk declaring more raw bytes than this allows from its stored bytes is
+ * damage or a lie, and must not make every decode thread allocate that much. */
+#define ZCK_MAX_EXPANSION 65536u
 
 static size_t esz(const zck_manifest *m, int s) { return s == ZCK_WEIGHTS16 ? zinc_dtype_size(m->dtype) : 4; }
 
@@ -135,12 +141,13 @@ zinc_status zck_open(const char *tagdir, zck_reader **out, char *err)
     for (int k = 0; k < r->m.nranks; k++) {
         const zck_rankfile *rf = &r->m.ranks[k];
         snprintf(path, sizeof path, "%s/%s", tagdir, rf->file);
-        r->fds[k] = open(path, O_RDONLY | O_CLOEXEC);
+        errno = 0;
+        r->fds[k] = zck_open_regular(path, err);
         if (r->fds[k] < 0) {
             s = zerr_fmt(err, ZCK_ERR, ZINC_ERR_CORRUPT,
                          "checkpoint incomplete: %s (rank %d's file, listed in the manifest) "
                          "is %s (%s)", path, k, errno == ENOENT ? "missing" : "unreadable",
-                         strerror(errno));
+                         errno == EINVAL ? "not a regular file" : strerror(errno));
             goto fail;
         }
         struct stat st;
@@ -171,6 +178,19 @@ zinc_status zck_open(const char *tagdir, zck_reader **out, char *err)
                          "checkpoint damaged: %s does not start with the rank %d file header", path, k);
             goto fail;
         }
+        /* The header's format version (docs/checkpoint-format.md): readers refuse newer ones. */
+        uint32_t fv = (uint32_t)(hdr[8] | hdr[9] << 8 | hdr[10] << 16 | (uint32_t)hdr[11] << 24);
+        if (fv == 0) {
+            s = zerr_fmt(err, ZCK_ERR, ZINC_ERR_CORRUPT, "checkpoint damaged: %s has file format "
+                         "version 0, which no zinc writes", path);
+            goto fail;
+        }
+        if (fv > ZCK_FORMAT_VERSION) {
+            s = zerr_fmt(err, ZCK_ERR, ZINC_ERR_UNSUPPORTED, "%s has file format version %u, "
+                         "written by a newer zinc; this zinc reads versions up to %d — upgrade "
+                         "zinc to load it", path, fv, ZCK_FORMAT_VERSION);
+            goto fail;
+        }
     }
     if (r->m.has_blob) {
         snprintf(path, sizeof path, "%s/%s", tagdir, ZCK_BLOB);
@@ -190,6 +210,20 @@ zinc_status zck_open(const char *tagdir, zck_reader **out, char *err)
             goto fail;
         }
     }
+    for (int k = 0; k < r->m.nranks; k++)
+        for (int q = 0; q < ZCK_NSTREAMS; q++)
+            for (int c = 0; c < r->m.ranks[k].streams[q].nchunks; c++) {
+                const zck_chunk *ch = &r->m.ranks[k].streams[q].chunks[c];
+                if (ch->raw_len > ch->comp_len * ZCK_MAX_EXPANSION + ZCK_MAX_EXPANSION) {
+                    s = zerr_fmt(err, ZCK_ERR, ZINC_ERR_CORRUPT,
+                                 "checkpoint damaged: %s/%s, stream %s, chunk %d declares %" PRIu64
+                                 " raw bytes from %" PRIu64 " stored bytes, more than zstd can "
+                                 "expand", tagdir, r->m.ranks[k].file, zck_stream_name(q), c,
+                                 ch->raw_len, ch->comp_len);
+                    goto fail;
+                }
+                if (ch->raw_len > r->max_raw) r->max_raw = (size_t)ch->raw_len;
+            }
     s = build_index(r, err);
     if (s != ZINC_OK) goto fail;
     *out = r;
@@ -258,7 +292,8 @@ static void *dec_worker(void *arg)
 {
     zdec *d = arg;
     const zck_manifest *m = &d->r->m;
-    size_t cap = (size_t)m->chunk_bytes;
+    /* Sized by the chunks the files hold, not by the declared chunk_bytes (up to 4 GiB). */
+    size_t cap = d->r->max_raw ? d->r->max_raw : 1;
     zck_codec_ctx *cc = zck_codec_ctx_create(cap);
     uint8_t *raw = malloc(cap), *comp = malloc(zck_encode_bound(cap));
     char err[ZCK_ERR], where[4600];
@@ -431,7 +466,14 @@ zinc_status zck_verify(zck_reader *r, int threads, char *err)
         if (st != ZINC_OK) return st;
     }
     size_t bytes;
-    return zck_read_blob(r, NULL, 0, &bytes, err);
+    zinc_status st = zck_read_blob(r, NULL, 0, &bytes, err);
+    if (st == ZINC_OK && m->engine_state) {
+        /* The same check a load makes, so that a checkpoint that verifies also resumes. */
+        zengine_state es;
+        memset(&es, 0, sizeof es);
+        st = zck_state_parse(m->engine_state, &es, err);
+    }
+    return st;
 }
 
 /* ---- finding the tag -------------------------------------------------------------------------- */

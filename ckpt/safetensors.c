@@ -209,11 +209,11 @@ zinc_status zst_open(const char *path, zst_file **out, char *err)
     zst_file *f = calloc(1, sizeof *f);
     if (!f) return zerr_fmt(err, ZCK_ERR, ZINC_ERR_NOMEM, "out of memory");
     snprintf(f->path, sizeof f->path, "%s", path);
-    f->fd = open(path, O_RDONLY | O_CLOEXEC);
+    f->fd = zck_open_regular(path, err);
     zinc_status s = ZINC_OK;
     char *hdr = NULL;
     json_object *o = NULL;
-    if (f->fd < 0) { s = zerr_fmt(err, ZCK_ERR, ZINC_ERR_IO, "cannot open %s: %s", path, strerror(errno)); goto fail; }
+    if (f->fd < 0) { s = ZINC_ERR_IO; goto fail; }  /* err names the path and why */
     struct stat st;
     uint8_t l8[8];
     if (fstat(f->fd, &st) != 0 || pread(f->fd, l8, 8, 0) != 8) {

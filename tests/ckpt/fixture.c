@@ -120,7 +120,11 @@ zck_save_desc fx_desc(const char *dir, const char *tag, const zplan *p, int rank
     d.stage = 2;
     d.step = 7;
     d.config_hash = "0123456789abcdef";
-    d.engine_state = "{\"step\":7}";
+    /* A complete engine state (what an engine writes): verify and load range-check it. */
+    d.engine_state = "{\"step\":7,\"skipped\":0,\"micro\":0,\"loss_scaler\":{\"dynamic\":false,"
+                     "\"cur_scale\":1,\"min_scale\":1,\"scale_factor\":2,\"scale_window\":1,"
+                     "\"delayed_shift\":1,\"cur_hysteresis\":1,\"consecutive_hysteresis\":false,"
+                     "\"cur_iter\":7,\"last_overflow_iter\":-1},\"lr\":0.001}";
     d.ntensors = FX_NTENSORS;
     d.tensors = tensors;
     d.npieces = fr->npieces;

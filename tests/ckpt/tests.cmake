@@ -6,6 +6,10 @@ zinc_test(NAME ckpt_format SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_ckpt_format.c 
           LABELS ckpt TIMEOUT 60)
 zinc_test(NAME ckpt_fault SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_ckpt_fault.c ${ZINC_CKPT_FIXTURE}
           LABELS "ckpt;fault" TIMEOUT 120)
+# Damaged and hostile checkpoints refused by open/verify (engine_state ranges, FIFOs, header
+# version, declared chunk sizes).
+zinc_test(NAME ckpt_hostile SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_ckpt_hostile.c ${ZINC_CKPT_FIXTURE}
+          LABELS "ckpt;fault" TIMEOUT 120)
 # Through the public API with the toy model of tests/engine (target zinc_toy).
 zinc_test(NAME ckpt_engine SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_ckpt_engine.c
           LIBS zinc_toy LABELS "ckpt;multirank" TIMEOUT 120)
