@@ -67,6 +67,35 @@ static int any_rank(zinc_engine_t *e, int bad)
     return f > 0.5;
 }
 
+/* The lowest failing rank and its message, on every rank (collective): a warning on rank 0 can
+ * then name the file and chunk that another rank saw fail. Returns that rank, or -1 when none
+ * failed or the comm could not tell. */
+static int first_failure(zinc_engine_t *e, int failed, const char *mine, char *out, size_t n)
+{
+    zeng_view view_, *ev = &view_;
+    zeng_view_get(e, ev);
+    out[0] = 0;
+    if (!ev->comm || ev->comm->size <= 1) {
+        if (failed) snprintf(out, n, "%s", mine);
+        return failed ? 0 : -1;
+    }
+    int size = ev->comm->size, me = ev->comm->rank, root = -1;
+    double *who = calloc((size_t)size, sizeof *who);
+    char msg[ZCK_ERR];
+    if (!who) return -1;
+    who[me] = failed ? 1.0 : 0.0;
+    if (zcomm_host_all_reduce_f64(ev->comm, who, (size_t)size) == ZINC_OK)
+        for (int r = 0; r < size && root < 0; r++)
+            if (who[r] > 0.5) root = r;
+    free(who);
+    if (root < 0) return -1;
+    snprintf(msg, sizeof msg, "%s", root == me ? mine : "");
+    if (zcomm_host_broadcast(ev->comm, msg, sizeof msg, root) != ZINC_OK) return -1;
+    msg[sizeof msg - 1] = 0;
+    snprintf(out, n, "%s", msg);
+    return root;
+}
+
 /* checkpoint.tag_validation: copies rank 0's tag into root (256 bytes) and returns 1 when some
  * rank's tag differs from it. Collective. */
 static int tags_differ(zinc_engine_t *e, const char *tag, char root[256])
@@ -509,11 +538,18 @@ zinc_status zinc_ckpt_load(zinc_engine_t *e, const char *dir, const char *tag,
          * tag (every rank does, since the failure was agreed on). */
         int corrupt = s == ZINC_ERR_CORRUPT;
         int any_corrupt = any_rank(e, corrupt);
+        /* Which rank saw what: its message names the file and the chunk. */
+        char first[ZCK_ERR];
+        int who = first_failure(e, s != ZINC_OK, lerr, first, sizeof first);
         if (s != ZINC_OK) snprintf(err, sizeof err, "zinc_ckpt_load: %.990s", lerr);
-        else { s = ZINC_ERR_ABORTED; snprintf(err, sizeof err, "zinc_ckpt_load: %.900s failed to load on another rank (see its message)", pk->tagdir); }
+        else {
+            s = ZINC_ERR_ABORTED;
+            snprintf(err, sizeof err, "zinc_ckpt_load: %.300s failed to load on rank %d: %.600s",
+                     pk->tagdir, who, who >= 0 ? first : "(its message was not received)");
+        }
         if (!autopick || !any_corrupt) break;
-        if (me == 0) zlog(ZLOG_WARN, "ckpt", 0, "skipping damaged checkpoint %s: %s", pk->tagdir,
-                          s == ZINC_ERR_CORRUPT ? lerr : "a chunk failed on another rank");
+        if (me == 0) zlog(ZLOG_WARN, "ckpt", 0, "skipping damaged checkpoint %s: rank %d: %s",
+                          pk->tagdir, who, who >= 0 ? first : "a chunk failed on another rank");
     }
     if (s == ZINC_OK) {
         s = zeng_refresh_params(e);
