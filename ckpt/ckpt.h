@@ -22,7 +22,9 @@
 #include "shard/comm.h"
 #include "zinc.h"
 
-#define ZCK_FORMAT_VERSION 1
+/* 2: the manifest carries its own checksum (manifest_xxh3). Version-1 checkpoints are still read. */
+#define ZCK_FORMAT_VERSION 2
+#define ZCK_MANIFEST_SUM_KEY "manifest_xxh3"
 #define ZCK_ERR 1024
 #define ZCK_NAME_MAX 128
 #define ZCK_MAX_DIMS 8
@@ -138,8 +140,12 @@ typedef struct zck_manifest {
 } zck_manifest;
 
 void zck_manifest_free(zck_manifest *m);
-/* JSON text (caller frees) of a complete manifest. */
+/* JSON text (caller frees) of a complete manifest, sealed with its checksum (manifest_xxh3: the
+ * XXH3-64 of the text with that value's 16 hex digits written as zeros). */
 char *zck_manifest_to_json(const zck_manifest *m);
+/* Recomputes the checksum of a manifest text in place (for tools and tests that edit a manifest
+ * on purpose). Returns -1 when the text has no manifest_xxh3 member. */
+int zck_manifest_reseal(char *text, size_t len);
 /* Parses a manifest; `where` labels messages. Refuses a newer format version (UNSUPPORTED) and
  * any structural inconsistency (CORRUPT): unknown tensor index, pieces past a tensor's end,
  * chunks that do not tile their stream, ranges past the file. */

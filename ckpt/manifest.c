@@ -5,6 +5,7 @@
  */
 #include <inttypes.h>
 #include <json-c/json.h>
+#include <xxhash.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -153,7 +154,48 @@ char *zck_manifest_to_json(const zck_manifest *m)
     json_object *rs = json_object_new_array();
     for (int r = 0; r < m->nranks; r++) json_object_array_add(rs, rankfile_to_jobj(&m->ranks[r]));
     json_object_object_add(o, "ranks", rs);
-    return jdump(o);
+    /* Last, so that it is the last occurrence of the key in the text: the seal. */
+    json_object_object_add(o, ZCK_MANIFEST_SUM_KEY, json_object_new_string("0000000000000000"));
+    char *text = jdump(o);
+    if (text) zck_manifest_reseal(text, strlen(text));
+    return text;
+}
+
+/* The 16 hex digits of the last manifest_xxh3 value in text, or NULL. */
+static char *sum_digits(char *text, size_t len)
+{
+    static const char key[] = "\"" ZCK_MANIFEST_SUM_KEY "\"";
+    char *at = NULL;
+    for (char *p = text; (p = memmem(p, len - (size_t)(p - text), key, sizeof key - 1)); p++) at = p;
+    if (!at) return NULL;
+    char *q = at + sizeof key - 1;
+    while (q < text + len && (*q == ' ' || *q == ':' || *q == '\n' || *q == '\t' || *q == '\r')) q++;
+    if (q + 18 > text + len || q[0] != '"' || q[17] != '"') return NULL;
+    return q + 1;
+}
+
+/* XXH3-64 of text with the checksum digits at `digits` read as zeros. */
+static uint64_t sealed_hash(const char *text, size_t len, const char *digits)
+{
+    XXH3_state_t *st = XXH3_createState();
+    if (!st) return 0;
+    XXH3_64bits_reset(st);
+    XXH3_64bits_update(st, text, (size_t)(digits - text));
+    XXH3_64bits_update(st, "0000000000000000", 16);
+    XXH3_64bits_update(st, digits + 16, len - (size_t)(digits - text) - 16);
+    uint64_t h = XXH3_64bits_digest(st);
+    XXH3_freeState(st);
+    return h;
+}
+
+int zck_manifest_reseal(char *text, size_t len)
+{
+    char *d = sum_digits(text, len);
+    if (!d) return -1;
+    char hex[17];
+    snprintf(hex, sizeof hex, "%016" PRIx64, sealed_hash(text, len, d));
+    memcpy(d, hex, 16);
+    return 0;
 }
 
 /* ---- parsing -------------------------------------------------------------------------------- */
@@ -176,16 +218,25 @@ static int jkey_u64(json_object *o, const char *k, uint64_t *out)
     return jget_u64(v, out);
 }
 
+static int cmp_name(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* 16 lowercase hex digits (as written) into *out. */
+static int jget_hex_str(const char *s, uint64_t *out)
+{
+    if (strlen(s) != 16) return -1;
+    for (int i = 0; i < 16; i++)
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f'))) return -1;
+    *out = strtoull(s, NULL, 16);
+    return 0;
+}
+
 static int jget_hex(json_object *o, uint64_t *out)
 {
     if (!o || !json_object_is_type(o, json_type_string)) return -1;
-    const char *s = json_object_get_string(o);
-    if (strlen(s) != 16) return -1;
-    char *end;
-    unsigned long long v = strtoull(s, &end, 16);
-    if (*end) return -1;
-    *out = v;
-    return 0;
+    return jget_hex_str(json_object_get_string(o), out);
 }
 
 static const char *jkey_str(json_object *o, const char *k)
@@ -371,6 +422,26 @@ zinc_status zck_manifest_parse(const char *text, size_t len, const char *where, 
     }
     m->version = (int)u;
     if (u < 1) { s = BAD("%s: format_version 0 is not valid", where); goto fail; }
+    if (u >= 2) {
+        /* The seal: any edit of the manifest (a swapped tensor name, a changed scale or step)
+         * shows here. The value must be the one the text's last manifest_xxh3 holds. */
+        const char *sv = jkey_str(o, ZCK_MANIFEST_SUM_KEY);
+        char *copy = malloc(len + 1);
+        if (!copy) { s = zerr_fmt(err, ZCK_ERR, ZINC_ERR_NOMEM, "%s: out of memory", where); goto fail; }
+        memcpy(copy, text, len);
+        copy[len] = 0;
+        char *d = sum_digits(copy, len);
+        uint64_t want = 0, got = d ? sealed_hash(copy, len, d) : 0;
+        int ok = sv && d && strlen(sv) == 16 && !strncmp(sv, d, 16) && !jget_hex_str(sv, &want) &&
+                 want == got;
+        free(copy);
+        if (!ok) {
+            s = BAD("%s: the manifest fails its checksum (%s): it was edited or damaged after the "
+                    "save; `zinc ckpt verify` names the checkpoint, an earlier tag may be intact",
+                    where, sv ? "manifest_xxh3 does not match" : "no manifest_xxh3");
+            goto fail;
+        }
+    }
     str = jkey_str(o, "format");
     if (!str || strcmp(str, "zinc-checkpoint")) {
         s = BAD("%s: \"format\" is not \"zinc-checkpoint\"", where);
@@ -454,6 +525,23 @@ zinc_status zck_manifest_parse(const char *text, size_t len, const char *where, 
                     t->numel);
             goto fail;
         }
+    }
+    /* Names are how a load finds a tensor: two entries of one name would fill one parameter
+     * twice. Sorted copy of the names, then neighbours. */
+    if (nt > 1) {
+        const char **names = malloc(nt * sizeof *names);
+        if (!names) { s = zerr_fmt(err, ZCK_ERR, ZINC_ERR_NOMEM, "%s: out of memory", where); goto fail; }
+        for (size_t i = 0; i < nt; i++) names[i] = m->tensors[i].name;
+        qsort(names, nt, sizeof *names, cmp_name);
+        const char *dup = NULL;
+        for (size_t i = 1; i < nt && !dup; i++)
+            if (!strcmp(names[i - 1], names[i])) dup = names[i];
+        if (dup) {
+            s = BAD("%s: tensor name \"%s\" appears twice in the tensor table", where, dup);
+            free(names);
+            goto fail;
+        }
+        free(names);
     }
     if (json_object_object_get_ex(o, "engine_state", &v) && v) {
         if (!json_object_is_type(v, json_type_object)) {

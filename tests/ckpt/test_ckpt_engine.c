@@ -294,10 +294,13 @@ int main(void)
                 json_object_object_del(ss, "adam_v");
                 json_object_object_del(ss, "weights16");
             }
-            const char *t = json_object_to_json_string(o);
+            /* An edit on purpose: reseal, or the load refuses the manifest's checksum. */
+            char *t = strdup(json_object_to_json_string(o));
+            ZT_CHECK(zck_manifest_reseal(t, strlen(t)) == 0, "reseal the edited manifest");
             FILE *f = fopen(mp, "w");
             fwrite(t, 1, strlen(t), f);
             fclose(f);
+            free(t);
             json_object_put(o);
         }
         free(txt);

@@ -3,6 +3,8 @@
  * (issue 12): each case edits one file of a good checkpoint and checks that zck_open/zck_verify
  * refuse it with a message naming the problem, within seconds.
  *
+ *   an unsealed manifest edit   two tensor names swapped, the step changed: the manifest's
+ *                               checksum (format 2) refuses it
  *   engine_state out of range   scale_window 0 (was SIGFPE in the scaler on resume), negative
  *                               window, cur_iter -2^63, cur_scale 0 and -1, step -1, step 2^62,
  *                               cur_hysteresis above delayed_shift: verify refuses (and so does
@@ -76,10 +78,50 @@ static int edit_manifest(const char *td, const char *path, const char *value)
             json_object_array_put_idx(parent, (size_t)atoi(last), v);
         else
             json_object_object_add(parent, last, v);
-        ok = json_object_to_file_ext(file, root_o, JSON_C_TO_STRING_PRETTY) == 0;
+        /* Resealed: these cases test the checks behind the checksum (a manifest that a buggy
+         * or foreign writer sealed); test_unsealed_edit tests the seal itself. */
+        char *t = strdup(json_object_to_json_string_ext(root_o, JSON_C_TO_STRING_PRETTY));
+        FILE *f = fopen(file, "wb");
+        ok = t && f && zck_manifest_reseal(t, strlen(t)) == 0 && fputs(t, f) >= 0;
+        if (f) fclose(f);
+        free(t);
     }
     json_object_put(root_o);
     return ok;
+}
+
+/* The issue's case: the names of two same-shaped tensors swapped in the manifest (it would load
+ * swapped weights), and a step changed — with no reseal: the checksum refuses both. */
+static void test_unsealed_edit(void)
+{
+    char td[800], file[900], err[ZCK_ERR];
+    for (int k = 0; k < 2; k++) {
+        fresh("unsealed", td, sizeof td);
+        snprintf(file, sizeof file, "%s/%s", td, ZCK_MANIFEST);
+        json_object *o = json_object_from_file(file), *ts = NULL, *es = NULL;
+        ZT_CHECK(o && json_object_object_get_ex(o, "tensors", &ts), "manifest tensors");
+        if (!o || !ts) { json_object_put(o); continue; }
+        if (k == 0) {
+            json_object *a = json_object_array_get_idx(ts, 0), *b = json_object_array_get_idx(ts, 1);
+            json_object *na, *nb;
+            json_object_object_get_ex(a, "name", &na);
+            json_object_object_get_ex(b, "name", &nb);
+            char *sa = strdup(json_object_get_string(na)), *sb = strdup(json_object_get_string(nb));
+            json_object_object_add(a, "name", json_object_new_string(sb));
+            json_object_object_add(b, "name", json_object_new_string(sa));
+            free(sa);
+            free(sb);
+        } else {
+            json_object_object_get_ex(o, "engine_state", &es);
+            json_object_object_add(es, "step", json_object_new_int64(8));
+        }
+        json_object_to_file_ext(file, o, JSON_C_TO_STRING_PRETTY);
+        json_object_put(o);
+        zinc_status s = open_verify(td, err);
+        ZT_CHECK(s == ZINC_ERR_CORRUPT && strstr(err, "checksum"),
+                 "%s without a reseal: %s (%s)", k ? "a changed step" : "swapped tensor names",
+                 zinc_status_string(s), err);
+    }
 }
 
 static void test_engine_state(void)
@@ -194,16 +236,39 @@ static void test_declared_chunk_bytes(void)
              "verify with codec.chunk_bytes 4 GiB under a 1 GiB address-space limit failed");
 }
 
+/* A format-1 checkpoint (no manifest checksum, header version 1) still opens and verifies. */
+static void test_v1_still_read(void)
+{
+    char td[800], file[900], err[ZCK_ERR];
+    fresh("v1", td, sizeof td);
+    snprintf(file, sizeof file, "%s/%s", td, ZCK_MANIFEST);
+    json_object *o = json_object_from_file(file);
+    ZT_CHECK(o != NULL, "read the manifest");
+    if (!o) return;
+    json_object_object_add(o, "format_version", json_object_new_int(1));
+    json_object_object_del(o, ZCK_MANIFEST_SUM_KEY);
+    json_object_to_file_ext(file, o, JSON_C_TO_STRING_PRETTY);
+    json_object_put(o);
+    for (int r = 0; r < 2; r++) {
+        snprintf(file, sizeof file, "%s/rank-%05d.zck", td, r);
+        set_header_version(file, 1);
+    }
+    zinc_status s = open_verify(td, err);
+    ZT_CHECK(s == ZINC_OK, "a format-1 checkpoint: %s (%s)", zinc_status_string(s), err);
+}
+
 int main(void)
 {
     snprintf(root, sizeof root, "%s/zinc-ckpt-hostile-%d",
              getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", (int)getpid());
     mkdir(root, 0755);
+    test_unsealed_edit();
     test_engine_state();
     test_fifo();
     test_header_version();
     test_chunk_expansion();
     test_declared_chunk_bytes();
+    test_v1_still_read();
     char cmd[700];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", root);
