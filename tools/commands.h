@@ -1,6 +1,7 @@
 /*
  * commands.h — the subcommands of the `zinc` CLI. Each lives in tools/cmd_<name>.c and is
- * listed in the table of tools/zinc.c. A command returns the process exit code:
+ * listed in the table of tools/zinc.c (`zinc train` has its pieces in tools/train_*.c, listed in
+ * tools/train.h). A command returns the process exit code:
  * 0 success, 1 runtime failure, 2 bad usage or rejected input.
  */
 #ifndef ZINC_TOOLS_COMMANDS_H

@@ -1,0 +1,229 @@
+/*
+ * train_args.c — the options of `zinc train` (see train.h): the --help text, parsing and checking
+ * argv into a topts, finding the world the process was started in (mpirun, torchrun, srun or none),
+ * and resolving the config file with the CLI's overrides as the engines will read it.
+ *
+ * Errors here are bad usage or input: a message on stderr and exit code 2 (1 only when out of
+ * memory). Defaults that depend on the machine (model threads per rank) are settled here too.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tools/commands.h"
+#include "tools/train.h"
+
+#ifndef ZINC_SOURCE_DIR
+#define ZINC_SOURCE_DIR "."
+#endif
+
+#define CMD "train"
+#define DEFAULT_CONFIG "configs/zero3_bf16.json"
+#define DEFAULT_STEPS 100
+#define DEFAULT_RANKS 4
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: zinc train [options]\n"
+            "\n"
+            "Trains the built-in byte-level GPT model with the zinc engine. With no options:\n"
+            "4 local ranks, ZeRO-3, bf16 (" DEFAULT_CONFIG "), synthetic data; trains, saves a\n"
+            "checkpoint half-way, resumes from it and checks that the resumed run matches.\n"
+            "\n"
+            "  --config FILE      DeepSpeed-style JSON config (default " DEFAULT_CONFIG ")\n"
+            "  --ranks N          local ranks (threads), default %d; under mpirun: the MPI world\n"
+            "  --device cpu|cuda  where the engine and the model run; cuda: one GPU per process\n"
+            "                     under torchrun/srun/mpirun, or --ranks N threads sharing GPU 0\n"
+            "  --model SPEC       model size, default " ZM_DEFAULT_SPEC
+            " (layers, width, heads, context)\n"
+            "  --steps N          total optimizer steps of the run, default %d; a resumed run\n"
+            "                     continues up to N\n"
+            "  --data FILE        train on a file: bytes of any file, or uint16 tokens (< 256) of a\n"
+            "                     .bin token file (llm.c header or raw nanoGPT); default: a synthetic\n"
+            "                     Markov chain with a known entropy rate\n"
+            "  --save-dir DIR     checkpoint directory (tags step000100, ...; DIR/latest)\n"
+            "  --save-every K     save every K steps (and at the end) into --save-dir\n"
+            "  --resume DIR|auto  resume from the newest valid checkpoint in DIR; auto: from\n"
+            "                     --save-dir if it has one, else start fresh\n"
+            "  --metrics FILE     JSON lines, one object per logged step (zinc plot draws them)\n"
+            "  --seed N           seed of the initial weights and of the data, default 1\n"
+            "  --micro-batch N    override train_micro_batch_size_per_gpu\n"
+            "  --lr X             override optimizer.params.lr\n"
+            "  --threads N        model threads per rank, default cores / local ranks\n"
+            "  --help             this text\n",
+            DEFAULT_RANKS, DEFAULT_STEPS);
+}
+
+/* Processes started by torchrun (WORLD_SIZE, RANK) or inside an srun step (SLURM_*): their
+ * number, this one's rank in *rank; 0 when neither. zinc_world_create_launched reads the same. */
+static int launcher_world(int *rank)
+{
+    const char *ws = getenv("WORLD_SIZE"), *rk = getenv("RANK");
+    if (!ws || !rk) {
+        ws = getenv("SLURM_STEP_NUM_TASKS");
+        if (!ws) ws = getenv("SLURM_NTASKS");
+        rk = getenv("SLURM_PROCID");
+        if (!getenv("SLURM_STEP_ID")) ws = NULL;
+    }
+    if (!ws || !rk) return 0;
+    *rank = atoi(rk);
+    return atoi(ws);
+}
+
+int train_parse_args(int argc, char **argv, topts *o)
+{
+    int env_rank = 0;
+    memset(o, 0, sizeof *o);
+    o->device = "cpu";
+    o->steps = DEFAULT_STEPS;
+    o->seed = 1;
+    o->lr = -1.0;
+    snprintf(o->spec_str, sizeof o->spec_str, "%s", ZM_DEFAULT_SPEC);
+    int have_ranks = 0, have_config = 0;
+    o->demo = argc <= 1;
+    o->rank0 = 1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return -1;
+        }
+        if (strncmp(a, "--", 2) != 0)
+            return zarg_usage_error(CMD, "unexpected argument '%s'", a);
+        if (i + 1 >= argc) return zarg_usage_error(CMD, "%s needs a value", a);
+        const char *v = argv[++i];
+        long long n;
+        double x;
+        if (!strcmp(a, "--config")) {
+            snprintf(o->config_path, sizeof o->config_path, "%s", v);
+            have_config = 1;
+        } else if (!strcmp(a, "--ranks")) {
+            if (zarg_int64(v, &n) || n < 1 || n > 1024)
+                return zarg_usage_error(CMD, "--ranks: expected 1..1024, got '%s'", v);
+            o->ranks = (int)n;
+            have_ranks = 1;
+        } else if (!strcmp(a, "--device")) {
+            if (strcmp(v, "cpu") && strcmp(v, "cuda"))
+                return zarg_usage_error(CMD, "--device: expected cpu or cuda, got '%s'", v);
+            o->device = v;
+        } else if (!strcmp(a, "--model")) {
+            char err[256];
+            if (zm_spec_parse(v, &o->spec, err, sizeof err))
+                return zarg_usage_error(CMD, "--model: %s", err);
+            snprintf(o->spec_str, sizeof o->spec_str, "%s", v);
+        } else if (!strcmp(a, "--steps")) {
+            if (zarg_int64(v, &n) || n < 1)
+                return zarg_usage_error(CMD, "--steps: expected a positive whole number, got '%s'", v);
+            o->steps = n;
+        } else if (!strcmp(a, "--data")) {
+            o->data_path = v;
+        } else if (!strcmp(a, "--save-dir")) {
+            o->save_dir = v;
+        } else if (!strcmp(a, "--save-every")) {
+            if (zarg_int64(v, &n) || n < 1)
+                return zarg_usage_error(CMD, "--save-every: expected a positive whole number, got '%s'", v);
+            o->save_every = n;
+        } else if (!strcmp(a, "--resume")) {
+            o->resume = v;
+        } else if (!strcmp(a, "--metrics")) {
+            o->metrics_path = v;
+        } else if (!strcmp(a, "--seed")) {
+            if (zarg_int64(v, &n) || n < 0)
+                return zarg_usage_error(CMD, "--seed: expected a whole number >= 0, got '%s'", v);
+            o->seed = (uint64_t)n;
+        } else if (!strcmp(a, "--micro-batch")) {
+            if (zarg_int64(v, &n) || n < 1 || n > 65536)
+                return zarg_usage_error(CMD, "--micro-batch: expected 1..65536, got '%s'", v);
+            o->micro_batch = n;
+        } else if (!strcmp(a, "--lr")) {
+            if (zarg_double(v, &x) || x < 0)
+                return zarg_usage_error(CMD, "--lr: expected a number >= 0, got '%s'", v);
+            o->lr = x;
+        } else if (!strcmp(a, "--threads")) {
+            if (zarg_int64(v, &n) || n < 1 || n > 64)
+                return zarg_usage_error(CMD, "--threads: expected 1..64, got '%s'", v);
+            o->threads = (int)n;
+        } else {
+            return zarg_usage_error(CMD, "unknown option '%s'", a);
+        }
+    }
+    if (zm_spec_parse(o->spec_str, &o->spec, (char[256]){0}, 256)) return 2;
+    if (o->save_every && !o->save_dir)
+        return zarg_usage_error(CMD, "--save-every needs --save-dir");
+    if (o->resume && !strcmp(o->resume, "auto") && !o->save_dir)
+        return zarg_usage_error(CMD, "--resume auto needs --save-dir (where to look)");
+    o->cuda = !strcmp(o->device, "cuda");
+    /* Under mpirun the world is MPI's; --ranks must then agree with it. */
+    const char *env = getenv("OMPI_COMM_WORLD_SIZE");
+    if (!env) env = getenv("PMI_SIZE");
+    if (env && atoi(env) > 1) {
+        o->mpi = 1;
+        if (have_ranks && o->ranks != atoi(env))
+            return zarg_usage_error(CMD, "--ranks %d but mpirun started %s processes", o->ranks, env);
+        o->ranks = atoi(env);
+        const char *rk = getenv("OMPI_COMM_WORLD_RANK");
+        if (!rk) rk = getenv("PMI_RANK");
+        o->rank0 = !rk || atoi(rk) == 0;
+    } else if (o->cuda && launcher_world(&env_rank) > 1) {
+        /* torchrun / srun: one GPU per process, the world from the launcher's environment */
+        int n = launcher_world(&env_rank);
+        if (have_ranks && o->ranks != n)
+            return zarg_usage_error(CMD, "--ranks %d but the launcher started %d processes",
+                                    o->ranks, n);
+        o->mpi = 1;
+        o->ranks = n;
+        o->rank0 = env_rank == 0;
+    } else if (!have_ranks) {
+        o->ranks = DEFAULT_RANKS;
+    }
+    o->launched = o->cuda && o->mpi;
+    if (!have_config) {
+        snprintf(o->config_path, sizeof o->config_path, "%s", DEFAULT_CONFIG);
+        if (!train_file_exists(o->config_path))
+            snprintf(o->config_path, sizeof o->config_path, "%s/%s", ZINC_SOURCE_DIR,
+                     DEFAULT_CONFIG);
+    }
+    if (o->threads == 0) {
+        long nc = sysconf(_SC_NPROCESSORS_ONLN);
+        const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+        int local = o->mpi ? (ls && atoi(ls) > 0 ? atoi(ls) : 1) : o->ranks;
+        o->threads = nc > local ? (int)(nc / local) : 1;
+    }
+    return 0;
+}
+
+/* Reads and validates the config as the engines will, with the CLI's overrides. */
+int train_resolve_config(topts *o)
+{
+    zcfg_overrides ov = {.world_size = o->ranks, .micro_batch = o->micro_batch, .lr = o->lr};
+    zcfg_diag diag = {0};
+    zinc_status s = zcfg_parse_file(o->config_path, &ov, &o->cfg, &diag);
+    for (int i = 0; i < diag.nwarnings; i++)
+        fprintf(stderr, "zinc train: config warning: %s\n", diag.warnings[i]);
+    if (s != ZINC_OK) {
+        if (diag.nerrors == 0)
+            fprintf(stderr, "zinc train: cannot use config '%s': %s\n", o->config_path,
+                    s == ZINC_ERR_IO ? strerror(errno) : zinc_status_string(s));
+        size_t pl = strlen(o->config_path);
+        for (int i = 0; i < diag.nerrors; i++) {
+            /* name the file once, whether or not the parser's message already does */
+            int named = !strncmp(diag.errors[i], o->config_path, pl);
+            fprintf(stderr, "zinc train: %s%s%s\n", named ? "" : o->config_path,
+                    named ? "" : ": ", diag.errors[i]);
+        }
+        zcfg_diag_free(&diag);
+        return 2;
+    }
+    zcfg_diag_free(&diag);
+    if (o->micro_batch > 0 || o->lr >= 0) {
+        o->config_json = zcfg_to_json(&o->cfg);
+        if (!o->config_json) {
+            fprintf(stderr, "zinc train: out of memory\n");
+            return 1;
+        }
+    }
+    return 0;
+}

@@ -1,0 +1,331 @@
+/*
+ * train_loop.c — one run of `zinc train` (see train.h): the world (local threads, MPI, or the
+ * processes of a launcher), then on every rank an engine, the built-in model on it (CPU or CUDA,
+ * behind the small tmodel switch below), and the loop of micro-steps and optimizer steps up to
+ * r->stop_at, reading each rank's share of every global batch from the one data source.
+ *
+ * Around the loop it calls train_ckpt.c (where to start, when to save) and train_report.c (what
+ * to print); after it, rank 0 collects the final weights for the caller's comparisons.
+ */
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "models/cuda/gpt_cuda.h"
+#include "tools/train.h"
+
+typedef struct {
+    run_t *r;
+    int rank;
+} rank_arg;
+
+/* Before any world or engine: without a GPU (or a CUDA build) say so and stop. */
+int train_check_device(const topts *o)
+{
+    if (!o->cuda) return 0;
+    char why[512];
+    if (zm_cuda_available(why, sizeof why)) return 0;
+    int built = strstr(why, "built without CUDA") == NULL;
+    if (built)
+        fprintf(stderr, "zinc train: --device cuda: no CUDA device (%s); use --device cpu\n",
+                why);
+    else
+        fprintf(stderr, "zinc train: --device cuda: %s\n", why);
+    return built ? 1 : 2;
+}
+
+void train_fail(run_t *r, int rank, zinc_status s, int exit_code, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    pthread_mutex_lock(&r->mu);
+    /* A rank that stopped because another failed reports ABORTED; keep the cause instead. */
+    if (r->err == ZINC_OK || (r->err == ZINC_ERR_ABORTED && s != ZINC_ERR_ABORTED)) {
+        r->err = s;
+        r->err_exit = exit_code;
+        snprintf(r->errmsg, sizeof r->errmsg, "rank %d: %s", rank, msg);
+    }
+    pthread_mutex_unlock(&r->mu);
+    zinc_world_abort(r->world, rank, msg);
+}
+
+/* The built-in model on the CPU (models/gpt.h) or its CUDA version (models/cuda/gpt_cuda.h):
+ * the same groups, parameters and micro-step, picked by --device. */
+typedef struct {
+    zm_model *cpu;
+    zm_cuda_model *cuda;
+} tmodel;
+
+static zinc_status tm_create(const topts *o, zinc_engine_t *e, int B, tmodel *m)
+{
+    return o->cuda ? zm_cuda_model_create(e, &o->spec, B, &m->cuda)
+                   : zm_model_create(e, &o->spec, B, o->threads, &m->cpu);
+}
+
+static zinc_status tm_init(tmodel *m, uint64_t seed)
+{
+    return m->cuda ? zm_cuda_model_init(m->cuda, seed) : zm_model_init(m->cpu, seed);
+}
+
+static zinc_status tm_micro_step(tmodel *m, const uint16_t *tok, const uint16_t *tgt,
+                                 double *loss)
+{
+    return m->cuda ? zm_cuda_model_micro_step(m->cuda, tok, tgt, loss)
+                   : zm_model_micro_step(m->cpu, tok, tgt, loss);
+}
+
+static const int *tm_params(const tmodel *m, int *n)
+{
+    return m->cuda ? zm_cuda_model_params(m->cuda, n) : zm_model_params(m->cpu, n);
+}
+
+static size_t tm_bytes(const tmodel *m)
+{
+    return m->cuda ? zm_cuda_model_bytes(m->cuda) : zm_model_bytes(m->cpu);
+}
+
+static void tm_destroy(tmodel *m)
+{
+    zm_cuda_model_destroy(m->cuda);
+    zm_model_destroy(m->cpu);
+}
+
+/* The CUDA model's own failures (CUDA, cuBLAS) are the thread's last error; the engine's calls
+ * set both. */
+static const char *tm_error(const tmodel *m, const zinc_engine_t *e)
+{
+    return m->cuda ? zinc_last_error(NULL) : zinc_last_error(e);
+}
+
+static void *rank_main(void *arg)
+{
+    rank_arg *ra = arg;
+    run_t *r = ra->r;
+    const topts *o = r->o;
+    int rank = ra->rank;
+    zinc_engine_t *e = NULL;
+    tmodel m = {NULL, NULL};
+    uint16_t *tok = NULL, *tgt = NULL;
+    zinc_status s;
+
+    zinc_engine_options_t eo = {0};
+    if (o->config_json)
+        eo.config_json = o->config_json;
+    else
+        eo.config_path = o->config_path;
+    eo.world = r->world;
+    eo.rank = rank;
+    eo.device = o->device;
+    s = zinc_engine_create(&eo, &e);
+    if (s != ZINC_OK) {
+        train_fail(r, rank, s, s == ZINC_ERR_CONFIG ? 2 : 1, "%s", zinc_last_error(NULL));
+        goto out;
+    }
+    rank = zinc_engine_rank(e);
+    int B = (int)o->cfg.micro_batch, T = o->spec.T, W = zinc_engine_world_size(e);
+    long long GA = o->cfg.grad_accum;
+    s = tm_create(o, e, B, &m);
+    if (s != ZINC_OK) {
+        train_fail(r, rank, s, 1, "building the model: %s", tm_error(&m, e));
+        goto out;
+    }
+    s = zinc_finalize(e);
+    if (s == ZINC_OK) s = tm_init(&m, o->seed);
+    if (s != ZINC_OK) {
+        train_fail(r, rank, s, 1, "%s", zinc_last_error(e));
+        goto out;
+    }
+
+    train_blob blob;
+    if (train_ckpt_start(r, e, rank, &blob) != 0) goto out;
+    if (rank == 0) r->start_step = blob.steps;
+
+    size_t mem_rank = tm_bytes(&m);
+    {
+        uint64_t pl[ZINC_MEM_COUNT], al[ZINC_MEM_COUNT];
+        zinc_memory(e, pl, al);
+        for (int i = 0; i < ZINC_MEM_COUNT; i++) mem_rank += al[i];
+    }
+    if (rank == 0 && !r->quiet) {
+        int np;
+        tm_params(&m, &np);
+        train_print_summary(r, e, np, tm_bytes(&m));
+    }
+
+    tok = malloc((size_t)B * T * sizeof *tok);
+    tgt = malloc((size_t)B * T * sizeof *tgt);
+    if (!tok || !tgt) {
+        train_fail(r, rank, ZINC_ERR_NOMEM, 1, "out of memory");
+        goto out;
+    }
+    /* mpirun hands its ranks a pty even when its own stdout is a pipe: no bar under MPI */
+    progress_t pr = {train_now_s(), train_now_s(), blob.steps,
+                     isatty(STDOUT_FILENO) && !o->mpi, 0.0, 0.0};
+    double t0 = train_now_s();
+    while (blob.steps < r->stop_at) {
+        zinc_step_info_t info = {0};
+        double lsum = 0.0;
+        for (long long mi = 0; mi < GA; mi++) {
+            /* rank r's share of this micro-step's global batch */
+            zm_data_read(r->data, blob.data.next_seq + (uint64_t)rank * (uint64_t)B, B, T, tok,
+                         tgt);
+            double l, tm = train_now_s();
+            s = tm_micro_step(&m, tok, tgt, &l);
+            pr.model_s += train_now_s() - tm;
+            if (s != ZINC_OK) {
+                train_fail(r, rank, s, 1, "step %lld: %s", (long long)blob.steps + 1,
+                           tm_error(&m, e));
+                goto out;
+            }
+            lsum += l;
+            blob.data.next_seq += (uint64_t)W * (uint64_t)B;
+            blob.data.micro_steps++;
+            if (!o->mpi && mi == GA - 1)
+                r->rank_loss[(blob.steps & 1) * o->ranks + rank] = lsum / (double)GA;
+            tm = train_now_s();
+            s = zinc_step(e, &info);
+            pr.zstep_s += train_now_s() - tm;
+            if (s != ZINC_OK) {
+                train_fail(r, rank, s, 1, "step %lld: %s", (long long)blob.steps + 1,
+                           zinc_last_error(e));
+                goto out;
+            }
+        }
+        if (!info.boundary) {
+            train_fail(r, rank, ZINC_ERR_INTERNAL, 1, "zinc_step did not end the accumulation "
+                       "window after %lld micro-steps", GA);
+            goto out;
+        }
+        blob.steps++;
+        double loss = lsum / (double)GA;
+        if (o->mpi) {
+            /* Each process has only its own loss: average it over the ranks (every rank calls). */
+            s = zinc_mean_over_ranks(e, &loss, 1);
+            if (s != ZINC_OK) {
+                train_fail(r, rank, s, 1, "step %lld: %s", (long long)blob.steps,
+                           zinc_last_error(e));
+                goto out;
+            }
+        }
+        if (rank == 0) {
+            /* zinc_step's reduction has seen every rank, so every rank's slot is written. */
+            if (!o->mpi) {
+                loss = 0.0;
+                for (int q = 0; q < o->ranks; q++)
+                    loss += r->rank_loss[((blob.steps - 1) & 1) * o->ranks + q];
+                loss /= o->ranks;
+            }
+            r->step_loss[blob.steps] = loss;
+            train_report_step(r, &pr, blob.steps, &info, loss, mem_rank);
+        }
+        if (train_ckpt_after_step(r, e, rank, &blob, pr.bar) != 0) goto out;
+    }
+    if (rank == 0) {
+        r->end_step = blob.steps;
+        r->seconds = train_now_s() - t0;
+    }
+
+    /* Final weights (collective gets), for the caller's comparisons. */
+    int np;
+    const int *pid = tm_params(&m, &np);
+    size_t total = 0;
+    for (int i = 0; i < np; i++) total += (size_t)zinc_param_numel(e, pid[i]);
+    float *w = rank == 0 ? malloc(total * sizeof(float)) : NULL;
+    float *tmp = malloc((size_t)zm_group_numel(&o->spec, 0) > (size_t)zm_group_numel(&o->spec, 1)
+                            ? (size_t)zm_group_numel(&o->spec, 0) * sizeof(float)
+                            : (size_t)zm_group_numel(&o->spec, 1) * sizeof(float));
+    size_t off = 0;
+    for (int i = 0; i < np && tmp; i++) {
+        size_t n = (size_t)zinc_param_numel(e, pid[i]);
+        s = zinc_param_get(e, pid[i], tmp);
+        if (s != ZINC_OK) {
+            train_fail(r, rank, s, 1, "reading the final weights: %s", zinc_last_error(e));
+            break;
+        }
+        if (w) memcpy(w + off, tmp, n * sizeof(float));
+        off += n;
+    }
+    free(tmp);
+    if (rank == 0) {
+        r->weights = w;
+        r->nweights = total;
+    }
+out:
+    free(tok);
+    free(tgt);
+    tm_destroy(&m);
+    zinc_engine_destroy(e);
+    return NULL;
+}
+
+int run_ranks(run_t *r)
+{
+    const topts *o = r->o;
+    r->err = ZINC_OK;
+    r->errmsg[0] = 0;
+    r->step_loss = malloc((size_t)(r->stop_at + 1) * sizeof *r->step_loss);
+    r->rank_loss = calloc((size_t)2 * o->ranks, sizeof *r->rank_loss);
+    if (!r->step_loss || !r->rank_loss) {
+        fprintf(stderr, "zinc train: out of memory\n");
+        return 1;
+    }
+    for (long long i = 0; i <= r->stop_at; i++) r->step_loss[i] = NAN;
+    pthread_mutex_init(&r->mu, NULL);
+    zinc_status s = o->launched ? zinc_world_create_launched(&r->world)
+                    : o->mpi    ? zinc_world_create_mpi(&r->world)
+                                : zinc_world_create_local(o->ranks, &r->world);
+    if (s != ZINC_OK) {
+        fprintf(stderr, "zinc train: cannot create the %s world: %s\n",
+                o->launched ? "launched" : o->mpi ? "mpi" : "local",
+                zinc_last_error(NULL));
+        return s == ZINC_ERR_UNSUPPORTED ? 2 : 1;
+    }
+    if (o->mpi) {
+        rank_arg a = {r, zinc_world_rank(r->world)};
+        rank_main(&a);
+    } else {
+        pthread_t *th = calloc((size_t)o->ranks, sizeof *th);
+        rank_arg *a = calloc((size_t)o->ranks, sizeof *a);
+        int *started = calloc((size_t)o->ranks, sizeof *started);
+        if (!th || !a || !started) {
+            fprintf(stderr, "zinc train: out of memory\n");
+            return 1;
+        }
+        for (int i = 0; i < o->ranks; i++) {
+            a[i] = (rank_arg){r, i};
+            started[i] = pthread_create(&th[i], NULL, rank_main, &a[i]) == 0;
+            if (!started[i])
+                train_fail(r, i, ZINC_ERR_NOMEM, 1, "cannot start the thread of rank %d", i);
+        }
+        for (int i = 0; i < o->ranks; i++)
+            if (started[i]) pthread_join(th[i], NULL);
+        free(th);
+        free(a);
+        free(started);
+    }
+    zinc_world_destroy(r->world);
+    r->world = NULL;
+    pthread_mutex_destroy(&r->mu);
+    if (r->err != ZINC_OK) {
+        fprintf(stderr, "zinc train: %s\n", r->errmsg);
+        return r->err_exit ? r->err_exit : 1;
+    }
+    return 0;
+}
+
+void run_free(run_t *r)
+{
+    free(r->step_loss);
+    free(r->rank_loss);
+    free(r->weights);
+    r->step_loss = NULL;
+    r->rank_loss = NULL;
+    r->weights = NULL;
+}

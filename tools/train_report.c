@@ -1,0 +1,222 @@
+/*
+ * train_report.c — what `zinc train` prints and writes while it trains (see train.h), all on rank
+ * 0: the startup summary, one progress line every steps_per_print steps (with a bar between them
+ * when stdout is a terminal), the same figures as JSON lines to --metrics (what `zinc plot`
+ * reads), and DeepSpeed's csv_monitor files when the config enables them.
+ *
+ * Nothing here changes the run: it reads the engine, the config and the step's figures.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "tools/train.h"
+
+static const char *human_bytes(double b, char *buf, size_t n)
+{
+    const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int i = 0;
+    while (b >= 1024.0 && i < 4) b /= 1024.0, i++;
+    snprintf(buf, n, i ? "%.1f %s" : "%.0f %s", b, u[i]);
+    return buf;
+}
+
+static void json_num(FILE *f, const char *key, double v, int last)
+{
+    if (isfinite(v))
+        fprintf(f, "\"%s\":%.9g%s", key, v, last ? "" : ",");
+    else
+        fprintf(f, "\"%s\":null%s", key, last ? "" : ",");
+}
+
+void train_print_summary(const run_t *r, zinc_engine_t *e, int ntensors, size_t model_bytes)
+{
+    const topts *o = r->o;
+    const zcfg *c = &o->cfg;
+    uint64_t planned[ZINC_MEM_COUNT], alloc[ZINC_MEM_COUNT], total = 0;
+    char b1[32], b2[32];
+    zinc_memory(e, planned, alloc);
+    printf("zinc train: model %s: %lld parameters in %d groups (%d tensors), vocab %d\n",
+           o->spec_str, (long long)zm_param_total(&o->spec), zm_group_count(&o->spec), ntensors,
+           ZM_VOCAB);
+    printf("  data      %s\n", zm_data_describe(r->data));
+    printf("  config    %s  hash %s\n", o->config_path, zinc_config_hash(e));
+    printf("  resolved  ZeRO stage %d, %s, %s lr %g betas (%g, %g) eps %g wd %g, clip %g, "
+           "scheduler %s\n",
+           zinc_engine_stage(e), zinc_dtype_name(zinc_engine_dtype(e)),
+           c->optim.type_adamw ? "AdamW" : "Adam", c->optim.lr, c->optim.beta1, c->optim.beta2,
+           c->optim.eps, c->optim.weight_decay, c->gradient_clipping,
+           c->sched.type == ZSCHED_NONE ? "none" : c->sched.type == ZSCHED_WARMUP_LR ? "WarmupLR"
+           : c->sched.type == ZSCHED_WARMUP_DECAY_LR ? "WarmupDecayLR"
+           : c->sched.type == ZSCHED_WARMUP_COSINE_LR ? "WarmupCosineLR"
+           : c->sched.type == ZSCHED_ONE_CYCLE ? "OneCycle" : "LRRangeTest");
+    if (c->dtype == ZINC_DTYPE_FP16)
+        printf("            fp16 loss scale %s\n", c->fp16.loss_scale > 0 ? "static" : "dynamic");
+    if (o->cuda)
+        printf("  world     %d %s, comm %s, device cuda (model on the GPU)\n",
+               zinc_engine_world_size(e),
+               o->launched ? "processes, one GPU each" : "local ranks (threads) on one GPU",
+               o->launched || o->ranks == 1 ? "nccl" : "local, staged through host memory");
+    else
+        printf("  world     %d %s, comm %s, device %s, model threads/rank %d\n",
+               zinc_engine_world_size(e), o->mpi ? "MPI processes" : "local ranks (threads)",
+               o->mpi ? "mpi" : "local", o->device, o->threads);
+    printf("  batch     %lld seq x %d ranks x %lld accumulation = %lld sequences of %d tokens "
+           "per step\n",
+           (long long)c->micro_batch, o->ranks, (long long)c->grad_accum,
+           (long long)(c->micro_batch * o->ranks * c->grad_accum), o->spec.T);
+    printf("  memory/rank");
+    for (int i = 0; i < ZINC_MEM_COUNT; i++) {
+        total += alloc[i];
+        if (alloc[i]) printf(" %s %s", zinc_mem_category_name((zinc_mem_category)i),
+                             human_bytes((double)alloc[i], b1, sizeof b1));
+    }
+    printf("; engine %s + model %s\n", human_bytes((double)total, b1, sizeof b1),
+           human_bytes((double)model_bytes, b2, sizeof b2));
+    double H = zm_data_entropy(r->data);
+    if (isfinite(H))
+        printf("  floor     entropy rate %.4f nats/token (uniform guess: ln 256 = %.4f)\n", H,
+               log(256.0));
+    fflush(stdout);
+}
+
+void train_report_step(run_t *r, progress_t *p, long long step, const zinc_step_info_t *info,
+                       double loss, size_t mem_rank)
+{
+    const topts *o = r->o;
+    double now = train_now_s();
+    long long every = o->cfg.steps_per_print > 0 ? o->cfg.steps_per_print : 10;
+    int print = step % every == 0 || step == r->stop_at || step == r->start_step + 1;
+    double tok_step = (double)(o->cfg.micro_batch * o->ranks * o->cfg.grad_accum) * o->spec.T;
+    if (r->metrics && print) {
+        FILE *f = r->metrics;
+        double dt = (now - p->t_last) / (double)(step - p->steps_last);
+        fprintf(f, "{\"step\":%lld,", step);
+        /* 17 digits: the exact double, so that runs can be compared bit for bit */
+        if (isfinite(loss))
+            fprintf(f, "\"loss\":%.17g,", loss);
+        else
+            fprintf(f, "\"loss\":null,");
+        json_num(f, "lr", info->lr, 0);
+        json_num(f, "loss_scale", info->loss_scale, 0);
+        json_num(f, "grad_norm", info->grad_norm, 0);
+        fprintf(f, "\"skipped\":%lld,", (long long)info->skipped_total);
+        json_num(f, "tokens_per_s", tok_step / dt, 0);
+        json_num(f, "ms_per_step", 1e3 * dt, 0);
+        json_num(f, "model_ms", 1e3 * p->model_s / (double)(step - p->steps_last), 0);
+        json_num(f, "zinc_step_ms", 1e3 * p->zstep_s / (double)(step - p->steps_last), 0);
+        json_num(f, "entropy_floor", zm_data_entropy(r->data), 0);
+        fprintf(f, "\"samples\":%lld,", step * (long long)(o->cfg.micro_batch * o->ranks *
+                                                            o->cfg.grad_accum));
+        json_num(f, "time_s", now - p->t_start, 1);
+        fprintf(f, "}\n");
+        fflush(f);
+    }
+    if (r->csv[0] && print) {
+        long long samples = step * (long long)(o->cfg.micro_batch * o->ranks * o->cfg.grad_accum);
+        double v[3] = {loss, info->lr, info->loss_scale};
+        for (int i = 0; i < 3; i++) {
+            fprintf(r->csv[i], "%lld,%.9g\n", samples, v[i]);
+            fflush(r->csv[i]);
+        }
+    }
+    if (print) {
+        double dt = (now - p->t_last) / (double)(step - p->steps_last);
+        char mb[32];
+        if (p->bar) printf("\r\033[K");
+        printf("step %*lld/%lld | loss %.4f | lr %.3e | scale %g | grad norm %.4f | skipped %lld "
+               "| %.0f tok/s | %.1f ms/step | mem/rank %s\n",
+               (int)snprintf(NULL, 0, "%lld", r->stop_at), step, r->stop_at, loss, info->lr,
+               info->loss_scale, info->grad_norm, (long long)info->skipped_total, tok_step / dt,
+               1e3 * dt, human_bytes((double)mem_rank, mb, sizeof mb));
+        p->t_last = now;
+        p->steps_last = step;
+        p->model_s = p->zstep_s = 0.0;
+    }
+    if (p->bar) {
+        int width = 30;
+        double frac = (double)(step - r->start_step) / (double)(r->stop_at - r->start_step);
+        double el = now - p->t_start, eta = frac > 0 ? el * (1 - frac) / frac : 0;
+        printf("\r\033[K[");
+        for (int i = 0; i < width; i++) putchar(i < (int)(frac * width) ? '#' : '.');
+        printf("] %lld/%lld loss %.4f  ETA %d:%02d", step, r->stop_at, loss, (int)eta / 60,
+               (int)eta % 60);
+        if (step == r->stop_at) printf("\r\033[K");
+    }
+    fflush(stdout);
+}
+
+static int mkdir_p(const char *path)
+{
+    char buf[1024];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = 0;
+        if (mkdir(buf, 0777) != 0 && errno != EEXIST) return -1;
+        *p = '/';
+    }
+    return mkdir(buf, 0777) == 0 || errno == EEXIST ? 0 : -1;
+}
+
+/* DeepSpeed's csv_monitor layout: <output_path>/<job_name>/<event>.csv with "step,value". */
+static int open_csv(const topts *o, run_t *r, int append)
+{
+    if (!o->cfg.zinc.csv_monitor) return 0;
+    char dir[1024], path[1200];
+    snprintf(dir, sizeof dir, "%s/%s", o->cfg.zinc.csv_output_path[0] ? o->cfg.zinc.csv_output_path
+                                                                      : "csv_monitor",
+             o->cfg.zinc.csv_job_name[0] ? o->cfg.zinc.csv_job_name : "DeepSpeedJobName");
+    if (mkdir_p(dir) != 0) {
+        fprintf(stderr, "zinc train: csv_monitor: cannot create %s: %s\n", dir, strerror(errno));
+        return 1;
+    }
+    static const char *const ev[3] = {"Train_Samples_train_loss", "Train_Samples_lr",
+                                      "Train_Samples_loss_scale"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(path, sizeof path, "%s/%s.csv", dir, ev[i]);
+        int fresh = !append || !train_file_exists(path);
+        r->csv[i] = fopen(path, append ? "a" : "w");
+        if (!r->csv[i]) {
+            fprintf(stderr, "zinc train: csv_monitor: cannot write %s: %s\n", path, strerror(errno));
+            return 1;
+        }
+        if (fresh) fprintf(r->csv[i], "step,%s\n", ev[i]);
+    }
+    return 0;
+}
+
+/* The metrics file is opened here, before the world, so that a bad --metrics path is a usage
+ * error before anything runs; a resumed run appends to it. */
+int train_report_open(const topts *o, run_t *r)
+{
+    if (o->metrics_path) {
+        r->metrics = fopen(o->metrics_path, r->resume_dir ? "a" : "w");
+        if (!r->metrics) {
+            fprintf(stderr, "zinc train: --metrics %s: %s\n", o->metrics_path, strerror(errno));
+            return 2;
+        }
+    }
+    return open_csv(o, r, r->resume_dir != NULL) != 0 ? 1 : 0;
+}
+
+void train_report_close(run_t *r)
+{
+    if (r->metrics) fclose(r->metrics);
+    for (int i = 0; i < 3; i++)
+        if (r->csv[i]) fclose(r->csv[i]);
+    r->metrics = NULL;
+    r->csv[0] = r->csv[1] = r->csv[2] = NULL;
+}
+
+void train_report_done(const run_t *r)
+{
+    if (r->end_step == r->start_step)
+        printf("nothing to do: the checkpoint is already at step %lld (--steps %lld)\n",
+               r->start_step, r->o->steps);
+    else
+        printf("done: steps %lld-%lld in %.1f s, final loss %.4f\n", r->start_step + 1,
+               r->end_step, r->seconds, r->step_loss[r->end_step]);
+}
