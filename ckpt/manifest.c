@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "ckpt/ckpt.h"
+#include "base/json_strict.h"
 #include "base/log.h"
 
 void zck_rankfile_free(zck_rankfile *rf)
@@ -355,6 +356,17 @@ static zinc_status rankfile_from_jobj(json_object *o, const char *where, zinc_dt
 static zinc_status parse_text(const char *text, size_t len, const char *where, json_object **out,
                               char *err)
 {
+    /* Strict JSON first: json-c would take NaN, keep the last of two equal keys, clamp big
+     * integers — all ways for damage to pass as a value. */
+    size_t bad = 0;
+    char why[200];
+    int rc = zjson_strict(text, len, NULL, &bad, why, sizeof why);
+    if (rc == -2) return zerr_fmt(err, ZCK_ERR, ZINC_ERR_NOMEM, "%s: out of memory", where);
+    if (rc) {
+        int line, col;
+        zjson_line_col(text, bad, &line, &col);
+        return BAD("%s:%d:%d: not valid JSON (%s); the file is damaged", where, line, col, why);
+    }
     json_tokener *tok = json_tokener_new_ex(64);
     if (!tok) return zerr_fmt(err, ZCK_ERR, ZINC_ERR_NOMEM, "%s: out of memory", where);
     json_object *o = json_tokener_parse_ex(tok, text, (int)len);

@@ -20,6 +20,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/json_strict.h"
 #include "ckpt/ckpt.h"
 #include "base/log.h"
 #include "kernels/device.h"
@@ -203,6 +204,24 @@ int zst_find(const zst_file *f, const char *name)
 
 #define STBAD(...) zerr_fmt(err, ZCK_ERR, ZINC_ERR_CORRUPT, __VA_ARGS__)
 
+/* Bytes per element of a safetensors dtype name, 0 when unknown. */
+static size_t st_dtype_size(const char *d)
+{
+    static const struct { const char *n; size_t b; } t[] = {
+        {"BOOL", 1}, {"U8", 1}, {"I8", 1}, {"F8_E5M2", 1}, {"F8_E4M3", 1}, {"I16", 2}, {"U16", 2},
+        {"F16", 2}, {"BF16", 2}, {"I32", 4}, {"U32", 4}, {"F32", 4}, {"F64", 8}, {"I64", 8},
+        {"U64", 8}};
+    for (size_t i = 0; i < sizeof t / sizeof *t; i++)
+        if (!strcmp(d, t[i].n)) return t[i].b;
+    return 0;
+}
+
+static int cmp_begin(const void *a, const void *b)
+{
+    const zst_entry *x = *(const zst_entry *const *)a, *y = *(const zst_entry *const *)b;
+    return x->begin < y->begin ? -1 : x->begin > y->begin ? 1 : x->end < y->end ? -1 : x->end > y->end;
+}
+
 zinc_status zst_open(const char *path, zst_file **out, char *err)
 {
     *out = NULL;
@@ -234,6 +253,20 @@ zinc_status zst_open(const char *path, zst_file **out, char *err)
     }
     hdr[hl] = 0;
     f->data_off = 8 + hl;
+    {
+        /* As strict as the format's reference reader: one JSON object, padded with spaces only,
+         * valid UTF-8, no duplicate names (json-c would keep the last). */
+        size_t bad = 0;
+        char why[200];
+        zjson_opts jo = {1, NULL, NULL, NULL, 0, NULL};
+        int rc = zjson_strict(hdr, hl, &jo, &bad, why, sizeof why);
+        if (rc == -2) { s = zerr_fmt(err, ZCK_ERR, ZINC_ERR_NOMEM, "out of memory"); goto fail; }
+        if (rc || hdr[0] != '{') {
+            s = STBAD("%s: the header is not valid: %s at header byte %zu", path,
+                      rc ? why : "it must start with '{'", rc ? bad : (size_t)0);
+            goto fail;
+        }
+    }
     o = json_tokener_parse(hdr);
     if (!o || !json_object_is_type(o, json_type_object)) {
         s = STBAD("%s: the header is not a JSON object", path);
@@ -244,7 +277,20 @@ zinc_status zst_open(const char *path, zst_file **out, char *err)
     if (!f->e) { s = zerr_fmt(err, ZCK_ERR, ZINC_ERR_NOMEM, "out of memory"); goto fail; }
     uint64_t dsz = fsz - f->data_off;
     json_object_object_foreach(o, key, v) {
-        if (!strcmp(key, "__metadata__")) continue;
+        if (!strcmp(key, "__metadata__")) {
+            int okm = json_object_is_type(v, json_type_object);
+            if (okm) {
+                json_object_object_foreach(v, mk, mv) {
+                    (void)mk;
+                    if (!json_object_is_type(mv, json_type_string)) okm = 0;
+                }
+            }
+            if (!okm) {
+                s = STBAD("%s: __metadata__ must map names to strings", path);
+                goto fail;
+            }
+            continue;
+        }
         zst_entry *e = &f->e[f->n];
         json_object *dt, *sh, *offs;
         if (strlen(key) >= sizeof e->name || !json_object_is_type(v, json_type_object) ||
@@ -285,12 +331,39 @@ zinc_status zst_open(const char *path, zst_file **out, char *err)
         }
         e->begin = (uint64_t)bv;
         e->end = (uint64_t)ev;
-        if (e->supported && e->end - e->begin != e->numel * zinc_dtype_size(e->dtype)) {
+        size_t esz = st_dtype_size(e->dtype_name);
+        if (!esz) {
+            s = STBAD("%s: entry \"%s\" has the unknown dtype \"%s\"", path, key, e->dtype_name);
+            goto fail;
+        }
+        if (e->end - e->begin != e->numel * esz) {
             s = STBAD("%s: entry \"%s\": %" PRIu64 " bytes of data for %" PRIu64 " %s elements",
                       path, key, e->end - e->begin, e->numel, e->dtype_name);
             goto fail;
         }
         f->n++;
+    }
+    /* The tensors tile the data section exactly: sorted by offset, each starts where the last
+     * ended, from 0 to the end of the file — no overlap, no gap, no trailing bytes. */
+    {
+        zst_entry **by = malloc(((size_t)f->n + 1) * sizeof *by);
+        if (!by) { s = zerr_fmt(err, ZCK_ERR, ZINC_ERR_NOMEM, "out of memory"); goto fail; }
+        for (int i = 0; i < f->n; i++) by[i] = &f->e[i];
+        qsort(by, (size_t)f->n, sizeof *by, cmp_begin);
+        uint64_t at = 0;
+        for (int i = 0; i < f->n && s == ZINC_OK; i++) {
+            if (by[i]->begin != at)
+                s = STBAD("%s: entry \"%s\" starts at data byte %" PRIu64 ", not %" PRIu64
+                          " (tensors overlap or leave a gap)", path, by[i]->name, by[i]->begin, at);
+            at = by[i]->end;
+        }
+        free(by);
+        if (s != ZINC_OK) goto fail;
+        if (at != dsz) {
+            s = STBAD("%s: the tensors cover %" PRIu64 " of the %" PRIu64 " data bytes (extra bytes "
+                      "after the last tensor)", path, at, dsz);
+            goto fail;
+        }
     }
     json_object_put(o);
     free(hdr);

@@ -3,9 +3,9 @@
  * errors, duplicate-key detection, and the canonical resolved JSON whose XXH64 is the config
  * hash.
  *
- * json-c keeps the last of two equal keys without a word, so duplicates are found by a second,
- * small scan of the text (which json-c has already accepted, so the scan needs no error
- * handling beyond staying inside the buffer).
+ * json-c builds the objects; base/json_strict.c holds the text to JSON's own rules on top (no
+ * NaN, single quotes, invalid UTF-8, control characters, "\u0000", leading zeros or integers
+ * beyond 64 bits) and finds duplicate keys, which json-c would keep the last of without a word.
  */
 #include <ctype.h>
 #include <math.h>
@@ -14,23 +14,14 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "base/json_strict.h"
 #include "config/config_internal.h"
 
 /* ---- parsing ------------------------------------------------------------------------------ */
 
-static void line_col(const char *text, size_t off, int *line, int *col)
+static void ignore_dup(void *ctx, const char *path, const char *key, size_t a, size_t b)
 {
-    int l = 1, c = 1;
-    for (size_t i = 0; i < off && text[i]; i++) {
-        if (text[i] == '\n') {
-            l++;
-            c = 1;
-        } else {
-            c++;
-        }
-    }
-    *line = l;
-    *col = c;
+    (void)ctx, (void)path, (void)key, (void)a, (void)b;
 }
 
 json_object *zc_json_parse(zcctx *x, const char *text, const char *label)
@@ -55,65 +46,42 @@ json_object *zc_json_parse(zcctx *x, const char *text, const char *label)
     int line, col;
     if (!root) {
         if (err == json_tokener_continue) {
-            line_col(text, len, &line, &col);
+            zjson_line_col(text, len, &line, &col);
             zc_error(x, "",
                      "%s:%d:%d: malformed JSON: unexpected end of input (an unclosed { [ or \")",
                      label, line, col);
         } else {
             /* The tokener stops on the offending character. */
-            line_col(text, end, &line, &col);
+            zjson_line_col(text, end, &line, &col);
             zc_error(x, "", "%s:%d:%d: malformed JSON: %s", label, line, col,
                      json_tokener_error_desc(err));
         }
         json_tokener_free(tok);
         return NULL;
     }
-    /* json-c accepts 'single-quoted' strings, NaN and Infinity even in strict mode; JSON does
-     * not. Outside double-quoted strings, a quote can only start such a string, and a word can
-     * only be true, false, null or the exponent of a number. */
-    int in_str = 0;
-    for (size_t i = 0; i < end && root; i++) {
-        char ch = text[i];
-        if (in_str) {
-            if (ch == '\\') i++;
-            else if (ch == '"') in_str = 0;
-            continue;
+    /* json-c accepts what JSON does not (see the top of this file): the strict check, with
+     * duplicates left to zc_json_duplicates, which names every one of them. */
+    if (root) {
+        size_t bad = 0;
+        char why[200];
+        char where[512] = "";
+        int is_value = 0;
+        zjson_opts o = {0, ignore_dup, NULL, where, sizeof where, &is_value};
+        int rc = zjson_strict(text, len, &o, &bad, why, sizeof why);
+        if (rc == -2) {
+            x->oom = 1;
+        } else if (rc && is_value && where[0]) {
+            /* Well-formed, but the number cannot be held: an error of that key. */
+            zjson_line_col(text, bad, &line, &col);
+            zc_error(x, where, "%s (line %d:%d)", why, line, col);
+        } else if (rc) {
+            zjson_line_col(text, bad, &line, &col);
+            zc_error(x, "", "%s:%d:%d: malformed JSON: %s", label, line, col, why);
         }
-        if (ch == '"') {
-            in_str = 1;
-            continue;
-        }
-        const char *bad = NULL;
-        size_t at = i;
-        if (ch == '\'') {
-            bad = "single-quoted string (JSON strings use \")";
-        } else if (isalpha((unsigned char)ch)) {
-            size_t w = i;
-            while (w < end && isalpha((unsigned char)text[w])) w++;
-            size_t n = w - i;
-            int exponent = i > 0 && (isdigit((unsigned char)text[i - 1]) || text[i - 1] == '.') &&
-                           n == 1 && (ch == 'e' || ch == 'E');
-            if (!exponent && !(n == 4 && !strncmp(text + i, "true", 4)) &&
-                !(n == 5 && !strncmp(text + i, "false", 5)) &&
-                !(n == 4 && !strncmp(text + i, "null", 4)))
-                bad = "not a JSON value (NaN and Infinity are not JSON)";
-            i = w - 1;
-        }
-        if (bad) {
-            line_col(text, at, &line, &col);
-            zc_error(x, "", "%s:%d:%d: malformed JSON: %s", label, line, col, bad);
+        if (rc) {
             json_object_put(root);
             root = NULL;
         }
-    }
-    for (size_t i = end; i < len && root; i++) {
-        if (text[i] == ' ' || text[i] == '\t' || text[i] == '\n' || text[i] == '\r') continue;
-        line_col(text, i, &line, &col);
-        zc_error(x, "", "%s:%d:%d: malformed JSON: unexpected text after the end of the document",
-                 label, line, col);
-        json_object_put(root);
-        root = NULL;
-        break;
     }
     json_tokener_free(tok);
     return root;
@@ -122,194 +90,28 @@ json_object *zc_json_parse(zcctx *x, const char *text, const char *label)
 /* ---- duplicate keys ----------------------------------------------------------------------- */
 
 typedef struct {
-    const char *s;
-    size_t i, n;
     zcctx *x;
-} dscan;
+    const char *text;
+} dupctx;
 
-static void skip_ws(dscan *d)
+static void report_dup(void *ctx, const char *path, const char *key, size_t first, size_t dup)
 {
-    while (d->i < d->n && (d->s[d->i] == ' ' || d->s[d->i] == '\t' || d->s[d->i] == '\n' ||
-                           d->s[d->i] == '\r'))
-        d->i++;
-}
-
-static void put_utf8(char *out, size_t *o, size_t cap, unsigned cp)
-{
-    char b[4];
-    int k;
-    if (cp < 0x80) {
-        b[0] = (char)cp;
-        k = 1;
-    } else if (cp < 0x800) {
-        b[0] = (char)(0xC0 | (cp >> 6));
-        b[1] = (char)(0x80 | (cp & 0x3F));
-        k = 2;
-    } else if (cp < 0x10000) {
-        b[0] = (char)(0xE0 | (cp >> 12));
-        b[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-        b[2] = (char)(0x80 | (cp & 0x3F));
-        k = 3;
-    } else {
-        b[0] = (char)(0xF0 | (cp >> 18));
-        b[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-        b[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
-        b[3] = (char)(0x80 | (cp & 0x3F));
-        k = 4;
-    }
-    for (int j = 0; j < k && *o + 1 < cap; j++) out[(*o)++] = b[j];
-}
-
-static unsigned hex4(const char *p)
-{
-    unsigned v = 0;
-    for (int k = 0; k < 4; k++) {
-        char c = p[k];
-        v <<= 4;
-        if (c >= '0' && c <= '9') v |= (unsigned)(c - '0');
-        else if (c >= 'a' && c <= 'f') v |= (unsigned)(c - 'a' + 10);
-        else if (c >= 'A' && c <= 'F') v |= (unsigned)(c - 'A' + 10);
-    }
-    return v;
-}
-
-/* Reads a string at d->i (on the opening quote) and decodes it into out (truncated to cap), so
- * that "a" and "\u0061" compare equal as json-c sees them. */
-static void read_string(dscan *d, char *out, size_t cap)
-{
-    size_t o = 0;
-    d->i++;
-    while (d->i < d->n && d->s[d->i] != '"') {
-        char c = d->s[d->i];
-        if (c == '\\' && d->i + 1 < d->n) {
-            char e = d->s[d->i + 1];
-            d->i += 2;
-            unsigned cp = (unsigned char)e;
-            switch (e) {
-            case 'n': cp = '\n'; break;
-            case 't': cp = '\t'; break;
-            case 'r': cp = '\r'; break;
-            case 'b': cp = '\b'; break;
-            case 'f': cp = '\f'; break;
-            case 'u':
-                if (d->i + 4 <= d->n) {
-                    cp = hex4(d->s + d->i);
-                    d->i += 4;
-                    /* A surrogate pair is one code point. */
-                    if (cp >= 0xD800 && cp < 0xDC00 && d->i + 6 <= d->n && d->s[d->i] == '\\' &&
-                        d->s[d->i + 1] == 'u') {
-                        unsigned lo = hex4(d->s + d->i + 2);
-                        if (lo >= 0xDC00 && lo < 0xE000) {
-                            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-                            d->i += 6;
-                        }
-                    }
-                }
-                break;
-            default: break;
-            }
-            put_utf8(out, &o, cap, cp);
-            continue;
-        }
-        if (o + 1 < cap) out[o++] = c;
-        d->i++;
-    }
-    d->i++; /* closing quote */
-    out[o] = 0;
-}
-
-static void scan_value(dscan *d, const char *path, int depth);
-
-static void scan_object(dscan *d, const char *path, int depth)
-{
-    /* Keys seen so far in this object, with the offset where each started. */
-    typedef struct { char *key; size_t at; } seen_t;
-    seen_t *seen = NULL;
-    int nseen = 0, cap = 0;
-    char key[512], kp[1024];
-
-    d->i++; /* { */
-    skip_ws(d);
-    if (d->i < d->n && d->s[d->i] == '}') {
-        d->i++;
-        return;
-    }
-    while (d->i < d->n) {
-        skip_ws(d);
-        size_t at = d->i;
-        read_string(d, key, sizeof key);
-        zc_path(kp, sizeof kp, path, key);
-        for (int k = 0; k < nseen; k++) {
-            if (strcmp(seen[k].key, key) != 0) continue;
-            int l1, c1, l2, c2;
-            line_col(d->s, seen[k].at, &l1, &c1);
-            line_col(d->s, at, &l2, &c2);
-            zc_error(d->x, kp, "duplicate key (at line %d, first at line %d); keep one", l2, l1);
-            break;
-        }
-        if (nseen == cap) {
-            int ncap = cap ? cap * 2 : 16;
-            seen_t *ns = realloc(seen, (size_t)ncap * sizeof *ns);
-            if (!ns) {
-                d->x->oom = 1;
-                break;
-            }
-            seen = ns;
-            cap = ncap;
-        }
-        seen[nseen].key = strdup(key);
-        seen[nseen].at = at;
-        if (!seen[nseen].key) d->x->oom = 1;
-        else nseen++;
-        skip_ws(d);
-        d->i++; /* : */
-        scan_value(d, kp, depth + 1);
-        skip_ws(d);
-        if (d->i < d->n && d->s[d->i] == ',') {
-            d->i++;
-            continue;
-        }
-        d->i++; /* } */
-        break;
-    }
-    for (int k = 0; k < nseen; k++) free(seen[k].key);
-    free(seen);
-}
-
-static void scan_value(dscan *d, const char *path, int depth)
-{
-    skip_ws(d);
-    if (d->i >= d->n || depth > 200) return;
-    char c = d->s[d->i];
-    if (c == '{') {
-        scan_object(d, path, depth);
-    } else if (c == '[') {
-        d->i++;
-        char ip[1100];
-        for (int idx = 0; d->i < d->n; idx++) {
-            skip_ws(d);
-            if (d->s[d->i] == ']') {
-                d->i++;
-                break;
-            }
-            snprintf(ip, sizeof ip, "%s[%d]", path, idx);
-            scan_value(d, ip, depth + 1);
-            skip_ws(d);
-            if (d->i < d->n && d->s[d->i] == ',') d->i++;
-        }
-    } else if (c == '"') {
-        char tmp[8];
-        read_string(d, tmp, sizeof tmp);
-    } else {
-        /* number, true, false, null */
-        while (d->i < d->n && !strchr(",]} \t\r\n", d->s[d->i])) d->i++;
-    }
+    dupctx *d = ctx;
+    char kp[1024];
+    int l1, c1, l2, c2;
+    zjson_line_col(d->text, first, &l1, &c1);
+    zjson_line_col(d->text, dup, &l2, &c2);
+    zc_path(kp, sizeof kp, path, key);
+    zc_error(d->x, kp, "duplicate key (at line %d, first at line %d); keep one", l2, l1);
 }
 
 void zc_json_duplicates(zcctx *x, const char *text)
 {
-    dscan d = {text, 0, strlen(text), x};
-    scan_value(&d, "", 0);
+    dupctx d = {x, text};
+    zjson_opts o = {0, report_dup, &d, NULL, 0, NULL};
+    size_t bad;
+    char why[64];
+    if (zjson_strict(text, strlen(text), &o, &bad, why, sizeof why) == -2) x->oom = 1;
 }
 
 /* ---- canonical resolved JSON -------------------------------------------------------------- */

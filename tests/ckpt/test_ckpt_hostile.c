@@ -11,6 +11,8 @@
  *                               load, which runs the same parse)
  *   a FIFO in a file's place    the rank file and the manifest: refused, not blocked in open()
  *   rank-file header version    0 (damage) and 2 (newer than this reader) refused
+ *   safetensors headers         trailing garbage, duplicate names, overlapping offsets, extra
+ *                               data, invalid UTF-8, unknown dtypes, non-string metadata
  *   declared chunk sizes        a chunk claiming far more raw bytes than zstd can expand from
  *                               its stored bytes is refused before any buffer is allocated, and a
  *                               4 GiB codec.chunk_bytes no longer sizes the decode buffers
@@ -236,6 +238,52 @@ static void test_declared_chunk_bytes(void)
              "verify with codec.chunk_bytes 4 GiB under a 1 GiB address-space limit failed");
 }
 
+/* A safetensors file of the given header text and `data` bytes of data (zeros). */
+static void write_st(const char *path, const char *hdr, size_t data)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f) return;
+    uint64_t hl = strlen(hdr);
+    unsigned char l8[8];
+    for (int b = 0; b < 8; b++) l8[b] = (unsigned char)(hl >> (8 * b));
+    fwrite(l8, 1, 8, f);
+    fwrite(hdr, 1, hl, f);
+    for (size_t k = 0; k < data; k++) fputc(0, f);
+    fclose(f);
+}
+
+/* safetensors headers the format's reference reader refuses; the good one first. */
+static void test_safetensors(void)
+{
+    static const struct { const char *hdr; size_t data; const char *says; } cases[] = {
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}  ", 8, NULL},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}xx", 8, "after the end"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+         "\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}}", 16, "duplicate"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+         "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}", 12, "overlap"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 12, "extra bytes"},
+        {"{\"a\xff\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8, "UTF-8"},
+        {"{\"a\":{\"dtype\":\"Q7\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8, "unknown dtype"},
+        {"{\"__metadata__\":{\"k\":1},\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8,
+         "__metadata__"},
+    };
+    char path[700], err[ZCK_ERR];
+    snprintf(path, sizeof path, "%s/t.safetensors", root);
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        write_st(path, cases[i].hdr, cases[i].data);
+        zst_file *f = NULL;
+        err[0] = 0;
+        zinc_status s = zst_open(path, &f, err);
+        if (!cases[i].says)
+            ZT_CHECK(s == ZINC_OK, "the good safetensors file: %s", err);
+        else
+            ZT_CHECK(s != ZINC_OK && strstr(err, cases[i].says), "safetensors case %zu: %s (%s), "
+                     "want a refusal saying '%s'", i, zinc_status_string(s), err, cases[i].says);
+        zst_close(f);
+    }
+}
+
 /* A format-1 checkpoint (no manifest checksum, header version 1) still opens and verifies. */
 static void test_v1_still_read(void)
 {
@@ -269,6 +317,7 @@ int main(void)
     test_chunk_expansion();
     test_declared_chunk_bytes();
     test_v1_still_read();
+    test_safetensors();
     char cmd[700];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", root);

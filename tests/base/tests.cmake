@@ -1,0 +1,2 @@
+# The bottom layer (base/): the strict JSON check every parser runs.
+zinc_test(NAME json_strict SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_json_strict.c LABELS unit TIMEOUT 60)
