@@ -19,6 +19,7 @@ const char *zinc_status_string(zinc_status s)
     case ZINC_ERR_CORRUPT: return "ZINC_ERR_CORRUPT";
     case ZINC_ERR_DEVICE: return "ZINC_ERR_DEVICE";
     case ZINC_ERR_INTERNAL: return "ZINC_ERR_INTERNAL";
+    case ZINC_ERR_NUMERIC: return "ZINC_ERR_NUMERIC";
     }
     return "ZINC_ERR_UNKNOWN";
 }

@@ -83,7 +83,7 @@ void zcfg_defaults(zcfg *c)
     c->train_batch_size = 1;
     c->micro_batch = 1;
     c->grad_accum = 1;
-    c->gradient_clipping = 0.0;
+    c->gradient_clipping = 1.0; /* DeepSpeed >= 0.19.3 (PR #8068); 0.19.2 and older: 0 */
     c->steps_per_print = 10;
     c->prescale_gradients = 0;
     c->gradient_predivide_factor = 1.0;
@@ -97,7 +97,7 @@ void zcfg_defaults(zcfg *c)
     c->fp16.loss_scale_window = 1000;
     c->fp16.hysteresis = 2;
     c->fp16.consecutive_hysteresis = 0;
-    c->fp16.min_loss_scale = 1.0;
+    c->fp16.min_loss_scale = 1;
 
     c->optim.enabled = 1;
     c->optim.type_adamw = 1;
@@ -316,6 +316,7 @@ zinc_status zcfg_parse_text(const char *json, const char *path, const zcfg_overr
             zc_parse_zinc(&x, root, &c);
             zc_parse_scalars(&x, root, &c);
             parse_batch(&x, root, ov, &c);
+            zc_check_precision_stage(&x, &c);
         }
         json_object_put(root);
     }

@@ -73,7 +73,7 @@ typedef struct {
     int64_t loss_scale_window;     /* default 1000 */
     int hysteresis;                /* default 2 */
     int consecutive_hysteresis;    /* default 0 */
-    double min_loss_scale;         /* default 1 */
+    int64_t min_loss_scale;        /* default 1; an integer >= 1 (DeepSpeed >= 0.17.1: int) */
 } zcfg_fp16;
 
 typedef struct {
@@ -120,7 +120,7 @@ typedef struct zcfg {
     int64_t train_batch_size;
     int64_t micro_batch;                 /* train_micro_batch_size_per_gpu */
     int64_t grad_accum;                  /* gradient_accumulation_steps */
-    double gradient_clipping;            /* 0 = off */
+    double gradient_clipping;            /* default 1.0 (DeepSpeed >= 0.19.3); 0 = off */
     int64_t steps_per_print;             /* default 10 */
     int prescale_gradients;              /* default 0 */
     double gradient_predivide_factor;    /* default 1.0 */

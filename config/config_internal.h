@@ -74,6 +74,8 @@ void zc_parse_checkpoint(zcctx *x, json_object *root, zcfg *c);
 void zc_parse_csv_monitor(zcctx *x, json_object *root, zcfg *c);
 void zc_parse_zinc(zcctx *x, json_object *root, zcfg *c);
 void zc_parse_scalars(zcctx *x, json_object *root, zcfg *c);
+/* After every section: warnings that depend on two sections (fp16 at ZeRO stage 0). */
+void zc_check_precision_stage(zcctx *x, const zcfg *c);
 
 /* ---- config_json.c ---------------------------------------------------------------------- */
 

@@ -218,7 +218,7 @@ static json_object *to_object(const zcfg *c)
     json_object_object_add(f, "loss_scale_window", i64(c->fp16.loss_scale_window));
     json_object_object_add(f, "hysteresis", i64(c->fp16.hysteresis));
     json_object_object_add(f, "consecutive_hysteresis", boolean(c->fp16.consecutive_hysteresis));
-    json_object_object_add(f, "min_loss_scale", num(c->fp16.min_loss_scale));
+    json_object_object_add(f, "min_loss_scale", i64(c->fp16.min_loss_scale));
     json_object_object_add(r, "fp16", f);
     json_object *b = json_object_new_object();
     json_object_object_add(b, "enabled", boolean(c->dtype == ZINC_DTYPE_BF16));

@@ -24,7 +24,10 @@ void zc_parse_precision(zcctx *x, json_object *root, zcfg *c)
             p->loss_scale_window = v;
         zc_get_int32(x, f, "fp16", "hysteresis", 1, INT32_MAX, &p->hysteresis);
         zc_get_bool(x, f, "fp16", "consecutive_hysteresis", &p->consecutive_hysteresis);
-        zc_get_num(x, f, "fp16", "min_loss_scale", R_GT0, &p->min_loss_scale);
+        /* An int in DeepSpeed's fp16 model since 0.17.1 (pydantic rejects 0.5), > 0 since 0.19.3;
+         * zinc checks both whatever the loss scale mode. */
+        if (zc_get_int(x, f, "fp16", "min_loss_scale", 1, I64_MAX, &v) == V_SET)
+            p->min_loss_scale = v;
     }
 
     /* "bfloat16" is DeepSpeed's legacy name, read only when "bf16" is absent. */
@@ -400,4 +403,21 @@ void zc_parse_scalars(zcctx *x, json_object *root, zcfg *c)
                          s, zc_dtype_name(c->dtype));
         }
     }
+}
+
+/* ---- checks across sections --------------------------------------------------------------- */
+
+void zc_check_precision_stage(zcctx *x, const zcfg *c)
+{
+    /* DeepSpeed 0.19.8 runs fp16 at stage 0 through FP16_Optimizer, whose _update_scale has no
+     * hysteresis and no stop at the minimum scale (fused_optimizer.py); zinc does the same
+     * (optim/scaler.c), so the keys that only the ZeRO optimizers' DynamicLossScaler reads are
+     * said to have no effect, even at their defaults: moving a config from stage 1 to stage 0
+     * changes how the scale backs off. */
+    if (c->dtype == ZINC_DTYPE_FP16 && c->fp16.loss_scale == 0.0 && c->zero.stage == 0)
+        zc_warn(x, "fp16.hysteresis",
+                "has no effect at ZeRO stage 0 (nor has consecutive_hysteresis): as in DeepSpeed "
+                "(FP16_Optimizer), every overflow halves the loss scale at once, and at "
+                "min_loss_scale overflowing steps keep being skipped instead of stopping the run; "
+                "stages 1-3 honour hysteresis %d", c->fp16.hysteresis);
 }

@@ -162,6 +162,12 @@ zinc_status zinc_engine_create(const zinc_engine_options_t *opt, zinc_engine_t *
     e->dtype = e->cfg.dtype;
     zscaler_init(&e->st.scaler, &e->cfg);
 
+    if (opt->threads < 0) {
+        s = zerr_thread(ZINC_ERR_INVALID_ARG,
+                        "zinc_engine_create: threads = %d; give 0 (the cores shared among this "
+                        "process's ranks) or a positive count", opt->threads);
+        goto fail;
+    }
     const char *devname = opt->device ? opt->device : "cpu";
     int threads = opt->threads > 0 ? opt->threads : default_threads(e->world);
     s = !strcmp(devname, "cuda") ? open_cuda(e) : open_cpu(e, devname, threads);
@@ -233,6 +239,10 @@ zinc_status zinc_group_add(zinc_engine_t *e, const char *name, int *out_group)
     if (!e) return zerr_thread(ZINC_ERR_INVALID_ARG, "zinc_group_add: engine is NULL");
     zinc_status s = check_registering(e, "zinc_group_add");
     if (s != ZINC_OK) return s;
+    if (!out_group)
+        return zeng_fail(e, ZINC_ERR_INVALID_ARG,
+                         "zinc_group_add: out_group is NULL; the group id is needed for "
+                         "zinc_param_add and the micro-step calls");
     if (!valid_name(name))
         return zeng_fail(e, ZINC_ERR_INVALID_ARG,
                          "zinc_group_add: the name must be 1..%d characters", ZPLAN_NAME_MAX - 1);
@@ -257,6 +267,10 @@ zinc_status zinc_param_add(zinc_engine_t *e, int group, const char *name, int nd
     if (!e) return zerr_thread(ZINC_ERR_INVALID_ARG, "zinc_param_add: engine is NULL");
     zinc_status s = check_registering(e, "zinc_param_add");
     if (s != ZINC_OK) return s;
+    if (!out_param)
+        return zeng_fail(e, ZINC_ERR_INVALID_ARG,
+                         "zinc_param_add: out_param is NULL; the parameter id is needed for "
+                         "zinc_param_set/get/data/grad");
     if (group < 0 || group >= e->plan.ngroups)
         return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_param_add: unknown group %d (%d groups)",
                          group, e->plan.ngroups);
@@ -344,32 +358,56 @@ static uint64_t registration_hash(const zplan *p, zinc_dtype dtype)
     return v;
 }
 
-/* Every rank must register the same groups and parameters: compare hashes (uncounted traffic;
- * the host helpers stage through device memory when the comm is NCCL). */
+/* "1, 3" for the ranks r whose differ[r] has `bit` set; returns how many. */
+static int ranks_with(const double *differ, int n, int bit, char *out, size_t cap)
+{
+    int nbad = 0;
+    out[0] = 0;
+    for (int r = 0; r < n; r++)
+        if ((int)differ[r] & bit) {
+            size_t l = strlen(out);
+            if (l < cap - 16) snprintf(out + l, cap - l, "%s%d", nbad ? ", " : "", r);
+            nbad++;
+        }
+    return nbad;
+}
+
+/* Every rank must run the same resolved config and register the same groups and parameters:
+ * compare both hashes with rank 0's (uncounted traffic; the host helpers stage through device
+ * memory when the comm is NCCL). The config hash covers every resolved value (docs/config.md),
+ * so two ranks given a different lr, stage or loss-scale setting are refused here instead of
+ * training their shards with different settings. */
 static zinc_status check_same_registration(zinc_engine_t *e)
 {
-    uint64_t mine = registration_hash(&e->plan, e->dtype), root = mine;
+    uint64_t mine[2] = {registration_hash(&e->plan, e->dtype), e->cfg.hash};
+    uint64_t root[2] = {mine[0], mine[1]};
     zcomm_t *c = e->comm;
     size_t n = (size_t)e->world_size;
     double *differ = calloc(n, sizeof *differ);
     if (!differ) return zeng_fail(e, ZINC_ERR_NOMEM, "zinc_finalize: out of memory");
-    zinc_status s = zcomm_host_broadcast(c, &root, sizeof root, 0);
-    /* differ[r] = 1 when rank r's registration differs from rank 0's. */
-    differ[e->rank] = mine != root;
+    zinc_status s = zcomm_host_broadcast(c, root, sizeof root, 0);
+    /* differ[r]: bit 1 when rank r's registration differs from rank 0's, bit 2 its config. */
+    differ[e->rank] = (double)((mine[0] != root[0]) | (mine[1] != root[1]) << 1);
     if (s == ZINC_OK) s = zcomm_host_all_reduce_f64(c, differ, n);
     if (s != ZINC_OK) {
         free(differ);
         return zeng_fail(e, s, "zinc_finalize: comparing registrations across ranks: %s", c->err);
     }
-    char ranks[256] = "";
-    int nbad = 0;
-    for (int r = 0; r < e->world_size; r++)
-        if (differ[r] != 0.0) {
-            size_t l = strlen(ranks);
-            if (l < sizeof ranks - 16) snprintf(ranks + l, sizeof ranks - l, "%s%d", nbad ? ", " : "", r);
-            nbad++;
-        }
+    char ranks[256], cranks[256];
+    int nbad = ranks_with(differ, e->world_size, 1, ranks, sizeof ranks);
+    int ncfg = ranks_with(differ, e->world_size, 2, cranks, sizeof cranks);
     free(differ);
+    /* The config first: a different precision also shows as a different registration. */
+    if (ncfg) {
+        char root_hex[17];
+        snprintf(root_hex, sizeof root_hex, "%016llx", (unsigned long long)root[1]);
+        return zeng_fail(e, ZINC_ERR_MISMATCH,
+                         "zinc_finalize: rank(s) %s run a different config than rank 0 (resolved "
+                         "config hash %s on rank 0, %s on this rank %d); every rank must resolve "
+                         "the same config: compare `zinc config check --json` with each rank's "
+                         "file and flags (lr, stage, precision, ...)",
+                         cranks, root_hex, e->cfg.hash_hex, e->rank);
+    }
     if (nbad)
         return zeng_fail(e, ZINC_ERR_MISMATCH,
                          "zinc_finalize: rank(s) %s registered different groups/parameters "
@@ -680,6 +718,11 @@ zinc_status zinc_engine_sync(zinc_engine_t *e)
 zinc_status zinc_mean_over_ranks(zinc_engine_t *e, double *values, int n)
 {
     if (!e) return zerr_thread(ZINC_ERR_INVALID_ARG, "zinc_mean_over_ranks: engine is NULL");
+    /* Before finalize the ranks are not known to agree (config, registration), and a collective
+     * here could pair with another rank's finalize collectives: refused, like every collective
+     * but zinc_finalize itself. */
+    if (!e->finalized)
+        return zeng_fail(e, ZINC_ERR_USAGE, "zinc_mean_over_ranks: called before zinc_finalize");
     if (n < 0 || (n > 0 && !values))
         return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_mean_over_ranks: n = %d, values %p", n,
                          (void *)values);

@@ -10,6 +10,7 @@
  * the weights bitwise identical across stages for a fixed world size.
  */
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "engine/internal.h"
@@ -161,6 +162,62 @@ static zinc_status global_stats(zinc_engine_t *e, double *sumsq, int *overflow)
     return ZINC_OK;
 }
 
+static zinc_status zero_grads(zinc_engine_t *e);
+
+/* Only on the way to the min-scale error: the first group (in group order) whose reduced gradient
+ * is not finite on any rank, or -1. One statistics pass and one small all-reduce per group until
+ * the first hit; every rank runs the same loop (the flags are global), so the collectives match.
+ * Reuses e->stats: nothing is allocated. */
+static zinc_status first_bad_group(zinc_engine_t *e, int *out)
+{
+    *out = -1;
+    for (int g = 0; g < e->plan.ngroups; g++) {
+        zinc_status s = e->dev->iface->grad_stats_acc(e->dev, own_grad(e, g), e->dtype,
+                                                      e->plan.groups[g].slice, e->stats, 0);
+        double acc[2];
+        if (s == ZINC_OK) s = e->dev->iface->download(e->dev, acc, e->stats, sizeof acc);
+        if (s != ZINC_OK) return zeng_fail(e, s, "zinc_step: gradient statistics: %s", e->dev->err);
+        double bad = acc[1] != 0.0 || !isfinite(acc[0]);
+        s = zcomm_host_all_reduce_f64(e->comm, &bad, 1);
+        if (s != ZINC_OK) return comm_fail(e, s, "zinc_step", "all-reduce of an overflow flag");
+        if (bad != 0.0) {
+            *out = g;
+            return ZINC_OK;
+        }
+    }
+    return ZINC_OK;
+}
+
+/* DeepSpeed (stages 1-3) stops the run when an overflow finds the loss scale at its minimum with
+ * the hysteresis spent: "Current loss scale already at minimum - cannot decrease scale anymore".
+ * zinc returns the error on every rank at the same step (the overflow flag and the scaler are
+ * the same everywhere), naming the first group whose gradient was not finite. Nothing was
+ * applied: weights, moments and the scaler are those after the last applied step. */
+static zinc_status min_scale_error(zinc_engine_t *e, zinc_step_info_t *info, double scale)
+{
+    int g = -1;
+    zinc_status s = first_bad_group(e, &g);
+    if (s == ZINC_OK) s = zero_grads(e);
+    if (s != ZINC_OK) return s;
+    info->skipped = 1;
+    char where[ZPLAN_NAME_MAX + 96];
+    if (g >= 0)
+        snprintf(where, sizeof where, "the first group with a non-finite gradient is '%s' (group %d)",
+                 e->plan.groups[g].name, g);
+    else
+        snprintf(where, sizeof where, "no single group holds a non-finite value: the global norm "
+                                      "overflowed");
+    return zeng_fail(e, ZINC_ERR_NUMERIC,
+                     "zinc_step: optimizer step %lld: the fp16 gradient overflowed with the loss scale "
+                     "already at its minimum %.17g (fp16.min_loss_scale) and the hysteresis spent, so "
+                     "the run stops, as DeepSpeed's does (\"Current loss scale already at minimum\"); "
+                     "%s. Weights and optimizer state are those of the last applied step (%lld "
+                     "applied, %lld skipped). Lower the learning rate, use bf16, or look for the "
+                     "source of the overflow in that group",
+                     (long long)(e->st.step + e->st.skipped + 1), scale, where,
+                     (long long)e->st.step, (long long)e->st.skipped);
+}
+
 static zinc_status apply_adam(zinc_engine_t *e, float lr, float beta1, float beta2,
                               float grad_scale)
 {
@@ -260,7 +317,8 @@ zinc_status zinc_step(zinc_engine_t *e, zinc_step_info_t *info)
 
     double norm = sqrt(sumsq) / scale;
     info->grad_norm = overflow ? (isnan(sumsq) ? NAN : INFINITY) : norm;
-    zscaler_update(&e->st.scaler, overflow);
+    if (zscaler_update(&e->st.scaler, overflow) == ZSCALER_AT_MIN)
+        return min_scale_error(e, info, scale);
     info->next_loss_scale = e->st.scaler.cur_scale;
     if (overflow) {
         e->st.skipped++;

@@ -60,7 +60,9 @@ typedef enum zinc_status {
     ZINC_ERR_UNSUPPORTED = 10,  /* a feature this build or this zinc does not have */
     ZINC_ERR_CORRUPT = 11,      /* stored data failed a checksum or a format check */
     ZINC_ERR_DEVICE = 12,       /* the device (CUDA) reported an error */
-    ZINC_ERR_INTERNAL = 13      /* a bug in zinc: please report it with the message */
+    ZINC_ERR_INTERNAL = 13,     /* a bug in zinc: please report it with the message */
+    ZINC_ERR_NUMERIC = 14       /* training cannot go on: the fp16 gradient overflows with the loss
+                                   scale at fp16.min_loss_scale (DeepSpeed stops the run there) */
 } zinc_status;
 
 /* Element types of parameters and gradients. */
@@ -120,7 +122,8 @@ typedef struct zinc_engine_options {
     zinc_world_t *world;       /* NULL: a world of one rank, created and owned by the engine     */
     int rank;                  /* local worlds: this engine's rank; ignored for mpi worlds       */
     const char *device;        /* "cpu" (default when NULL) or "cuda"                           */
-    int threads;               /* CPU kernel threads of this rank; 0 = cores / local ranks      */
+    int threads;               /* CPU kernel threads of this rank; 0 = cores / local ranks;
+                                  negative is ZINC_ERR_INVALID_ARG                              */
 } zinc_engine_options_t;
 
 /* Creates the engine of one rank: reads and validates the config (the same validation as
@@ -139,16 +142,20 @@ ZINC_API const char *zinc_last_error(const zinc_engine_t *e);
 /* ---- registration (before zinc_finalize) -------------------------------------------------- */
 
 /* Adds a parameter group (typically one layer). Groups are the unit of gathering, reduction and
- * prefetch. @param out_group receives the group id (0, 1, ... in registration order). */
+ * prefetch. @param out_group receives the group id (0, 1, ... in registration order); required
+ * (NULL is ZINC_ERR_INVALID_ARG). */
 ZINC_API zinc_status zinc_group_add(zinc_engine_t *e, const char *name, int *out_group);
 
 /* Adds a parameter to a group. `dtype` is the dtype of the working copy the model computes with
  * and must match the config's precision (fp16.enabled -> FP16, bf16.enabled -> BF16, else FP32).
- * `shape` has `ndim` (1..8) positive extents. Names must be unique. */
+ * `shape` has `ndim` (1..8) positive extents. Names must be unique. @param out_param receives
+ * the parameter id (0, 1, ... in registration order); required (NULL is ZINC_ERR_INVALID_ARG). */
 ZINC_API zinc_status zinc_param_add(zinc_engine_t *e, int group, const char *name, int ndim,
                                     const int64_t *shape, zinc_dtype dtype, int *out_param);
 
-/* Collective. Checks that every rank registered the same groups and parameters, plans the
+/* Collective. Checks that every rank resolved the same config (its hash, zinc_config_hash) and
+ * registered the same groups and parameters (ZINC_ERR_MISMATCH naming the ranks that differ from
+ * rank 0, on every rank), plans the
  * memory of every category, allocates it (once; nothing is allocated inside a step) and zeroes
  * the parameters. */
 ZINC_API zinc_status zinc_finalize(zinc_engine_t *e);
@@ -208,7 +215,13 @@ typedef struct zinc_step_info {
 /* Collective. Call after every micro-step (as DeepSpeed's engine.step()). At the accumulation
  * boundary: reduces the gradients (stages 0-1), computes the global norm and overflow with one
  * collective, updates the loss scale, and unless overflowed runs the fused Adam/AdamW update
- * and gathers the parameters (stages 0-2). `info` may be NULL. */
+ * and gathers the parameters (stages 0-2). `info` may be NULL.
+ * @return ZINC_ERR_NUMERIC (fp16, ZeRO stages 1-3, on every rank at the same step) when the
+ *         gradient overflows with the hysteresis spent and the loss scale already at
+ *         fp16.min_loss_scale: DeepSpeed stops the run there. The message names the step, the
+ *         scale and the first group whose gradient was not finite; nothing was applied (weights,
+ *         moments and loss scaler are as after the last applied step). At stage 0 DeepSpeed's
+ *         FP16_Optimizer never stops, and neither does zinc: overflowing steps keep being skipped. */
 ZINC_API zinc_status zinc_step(zinc_engine_t *e, zinc_step_info_t *info);
 
 /* ---- introspection ------------------------------------------------------------------------ */
@@ -258,7 +271,8 @@ ZINC_API zinc_status zinc_comm_bytes(const zinc_engine_t *e, uint64_t bytes[ZINC
 
 /* Collective: replaces values[0..n) on every rank by their mean over the ranks — for logging a
  * loss or a metric that each rank computed on its own data. Not part of the step's traffic (not
- * counted by zinc_comm_bytes). */
+ * counted by zinc_comm_bytes). After zinc_finalize only (ZINC_ERR_USAGE before: until then the
+ * ranks are not known to agree, and the call could pair with another rank's finalize). */
 ZINC_API zinc_status zinc_mean_over_ranks(zinc_engine_t *e, double *values, int n);
 
 /* For models that compute on the engine's GPU (models/cuda is one): the CUDA stream the engine

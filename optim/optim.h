@@ -39,10 +39,13 @@ double zsched_beta1(const zcfg_sched *s, double beta1, int64_t step);
  * Returns 0.99 for OneCycle with cycle_momentum, `beta2` unchanged otherwise. */
 double zsched_beta2(const zcfg_sched *s, double beta2, int64_t step);
 
-/* ---- loss scaler (DeepSpeed's DynamicLossScaler / static scale) ------------------------- */
+/* ---- loss scaler (DeepSpeed 0.19.8: DynamicLossScaler, FP16_Optimizer, static scale) -------- */
 
 typedef struct zscaler {
     int dynamic;                 /* 0: static scale, never changes */
+    int no_hysteresis;           /* 1 at ZeRO stage 0: DeepSpeed's FP16_Optimizer rule (every
+                                    overflow halves, no stop at min_scale); set by zscaler_init
+                                    from the config, not stored in checkpoints */
     double cur_scale;
     double min_scale;
     double scale_factor;         /* 2 */
@@ -58,14 +61,20 @@ typedef struct zscaler {
 void zscaler_init(zscaler *s, const zcfg *c);
 /* fp16 means c->fp16.enabled or c->dtype == ZINC_DTYPE_FP16. Dynamic (fp16.loss_scale == 0):
  * cur_scale = 2^initial_scale_power, window/hysteresis/min from the fp16 section (a window or
- * hysteresis below 1 is taken as 1). Static (fp16.loss_scale > 0): that value. */
+ * hysteresis below 1 is taken as 1); no_hysteresis when c->zero.stage == 0. Static
+ * (fp16.loss_scale > 0): that value. */
 
-/* Called once per optimizer step with that step's overflow flag (DeepSpeed update_scale). */
-void zscaler_update(zscaler *s, int overflow);
+enum { ZSCALER_OK = 0, ZSCALER_AT_MIN = 1 };
+
+/* Called once per optimizer step with that step's overflow flag (DeepSpeed update_scale).
+ * @return ZSCALER_OK, or ZSCALER_AT_MIN when the step overflowed with the hysteresis spent and
+ *         the scale already at min_scale (stages 1-3 only): DeepSpeed raises there and stops the
+ *         run; the scaler is left exactly as it was (no counter moves), as DeepSpeed raises
+ *         before changing anything. */
+int zscaler_update(zscaler *s, int overflow);
 /* Call it after the step has used cur_scale to unscale its gradients: a clean step may double
- * cur_scale for the NEXT step. A static scaler never changes. At min_scale zinc never fails: the
- * scale stays at min_scale and overflowing steps keep being skipped (DeepSpeed raises there);
- * warning about it is the engine's job. docs/optim.md has the rule and a worked table. */
+ * cur_scale for the NEXT step. A static scaler never changes. Growth: after scale_window + 1
+ * clean steps in a row (DeepSpeed >= 0.17.1). docs/optim.md has the rules and worked tables. */
 
 /* ---- Adam ------------------------------------------------------------------------------- */
 

@@ -1,11 +1,17 @@
 /*
- * scaler.c — the fp16 loss scaler: DeepSpeed's DynamicLossScaler.update_scale state machine
- * (deepspeed/runtime/fp16/loss_scaler.py) and its static LossScaler.
+ * scaler.c — the fp16 loss scaler, as DeepSpeed 0.19.8 runs it (docs/optim.md, section 3):
  *
- * The growth rule is the long-standing one, "(cur_iter - last_overflow_iter) % scale_window == 0"
- * (see docs/optim.md for the DeepSpeed versions that have it and the newer variant). One
- * deliberate difference: at min_scale DeepSpeed raises "Current loss scale already at minimum";
- * zinc keeps the scale at min_scale and lets the engine keep skipping (and warn).
+ * - ZeRO stages 1-3: DynamicLossScaler.update_scale (deepspeed/runtime/fp16/loss_scaler.py),
+ *   with hysteresis, consecutive_hysteresis and a hard stop when an overflow finds the scale
+ *   already at min_scale (DeepSpeed raises "Current loss scale already at minimum").
+ * - ZeRO stage 0: DeepSpeed wraps its fused Adam in FP16_Optimizer, whose _update_scale
+ *   (deepspeed/runtime/fp16/fused_optimizer.py) has no hysteresis and no stop: every overflow
+ *   halves the scale, never below min_scale, and skipping goes on there.
+ *
+ * Both grow with the rule of DeepSpeed >= 0.17.1 (PR #6976): a clean step doubles the scale when
+ * stable = cur_iter - last_overflow_iter - 1 is a positive multiple of scale_window, i.e. after
+ * scale_window + 1 clean steps in a row, and never on the first clean step after an overflow.
+ * The static scaler (and bf16/fp32's scale of 1) never changes.
  */
 #include "optim/optim.h"
 
@@ -30,8 +36,9 @@ void zscaler_init(zscaler *s, const zcfg *c)
         return;
     }
     s->dynamic = 1;
+    s->no_hysteresis = c->zero.stage == 0;
     s->cur_scale = ldexp(1.0, c->fp16.initial_scale_power);
-    s->min_scale = c->fp16.min_loss_scale;
+    s->min_scale = (double)c->fp16.min_loss_scale;
     /* A window or hysteresis below 1 has no meaning (and a 0 window would divide by zero);
      * config.c rejects them, this only keeps the state machine defined. */
     s->scale_window = c->fp16.loss_scale_window > 0 ? c->fp16.loss_scale_window : 1;
@@ -40,12 +47,18 @@ void zscaler_init(zscaler *s, const zcfg *c)
     s->consecutive_hysteresis = c->fp16.consecutive_hysteresis != 0;
 }
 
-void zscaler_update(zscaler *s, int overflow)
+int zscaler_update(zscaler *s, int overflow)
 {
-    if (!s->dynamic) return;
+    if (!s->dynamic) return ZSCALER_OK;
     if (overflow) {
-        if (s->delayed_shift == 1 || s->cur_hysteresis == 1) {
-            /* Hysteresis spent: back off, never below min_scale. */
+        if (s->no_hysteresis) {
+            /* FP16_Optimizer: halve at once, clamp at min_scale, never stop. */
+            double next = s->cur_scale / s->scale_factor;
+            s->cur_scale = next > s->min_scale ? next : s->min_scale;
+        } else if (s->delayed_shift == 1 || s->cur_hysteresis == 1) {
+            /* Hysteresis spent. DeepSpeed raises before touching any state when the scale is
+             * already at the floor; the caller stops the run with the state as it is. */
+            if (s->cur_scale == s->min_scale) return ZSCALER_AT_MIN;
             double next = s->cur_scale / s->scale_factor;
             s->cur_scale = next > s->min_scale ? next : s->min_scale;
         } else {
@@ -54,12 +67,17 @@ void zscaler_update(zscaler *s, int overflow)
         }
         s->last_overflow_iter = s->cur_iter;
     } else {
-        if (s->consecutive_hysteresis) s->cur_hysteresis = s->delayed_shift;
-        if ((s->cur_iter - s->last_overflow_iter) % s->scale_window == 0) {
+        if (s->consecutive_hysteresis && !s->no_hysteresis) s->cur_hysteresis = s->delayed_shift;
+        /* Clean steps since the last overflow, not counting this one: growth needs a full window
+         * of them before this step (DeepSpeed >= 0.17.1). */
+        int64_t stable = s->cur_iter - s->last_overflow_iter - 1;
+        if (stable > 0 && stable % s->scale_window == 0) {
             /* Without consecutive_hysteresis the tolerance refills only when the scale grows. */
-            if (!s->consecutive_hysteresis) s->cur_hysteresis = s->delayed_shift;
+            if (!s->consecutive_hysteresis && !s->no_hysteresis)
+                s->cur_hysteresis = s->delayed_shift;
             s->cur_scale *= s->scale_factor;
         }
     }
     s->cur_iter++;
+    return ZSCALER_OK;
 }

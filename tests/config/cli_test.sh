@@ -47,6 +47,24 @@ expect 2 - frobnicate
 expect 0 - --help
 expect 0 - check --help
 
+# DeepSpeed 0.19.8 parity: the resolved gradient_clipping is printed (1.0 when absent, as in
+# DeepSpeed >= 0.19.3, PR #8068); fp16 at stage 0 warns that hysteresis has no effect.
+expect_out() {
+    pat=$1; shift
+    checks=$((checks + 1))
+    "$zinc" config "$@" >"$tmp.out" 2>"$tmp.err"
+    if ! grep -Eq -- "$pat" "$tmp.out"; then
+        echo "FAIL: zinc config $*: stdout lacks /$pat/"; cat "$tmp.out"; fails=$((fails + 1))
+    fi
+}
+expect_out "gradient_clipping 1;" check "$dir/accept_minimal.json"
+expect_out "gradient_clipping 0 \(off\);" check "$dir/accept_clipping_off.json"
+expect_out '"gradient_clipping": 1' check "$dir/accept_minimal.json" --json
+expect 0 "^warning: fp16.hysteresis: has no effect at ZeRO stage 0" \
+    check "$dir/warn_fp16_stage0_hysteresis.json"
+expect 2 "^error: fp16.min_loss_scale: expected a whole number, got 0.5" \
+    check "$dir/reject_min_loss_scale_fraction.json"
+
 # Every error is one line naming a key path: two problems, two lines.
 checks=$((checks + 1))
 "$zinc" config check "$dir/reject_zeropp_quantized.json" 2>"$tmp.err" >/dev/null

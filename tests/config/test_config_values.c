@@ -84,7 +84,8 @@ static int parse_warns(const char *json, int world, zcfg *c, const char *const *
  * lr_schedules.py, monitor/config.py, constants.py; FusedAdam's defaults for Adam). */
 static void check_deepspeed_defaults(const zcfg *c)
 {
-    EQ_I(c->gradient_clipping, 0);
+    /* constants.py GRADIENT_CLIPPING_DEFAULT: 1.0 since DeepSpeed 0.19.3 (PR #8068), 0 before */
+    EQ_D(c->gradient_clipping, 1.0);
     EQ_I(c->prescale_gradients, 0);
     EQ_D(c->gradient_predivide_factor, 1.0);
     EQ_I(c->wall_clock_breakdown, 0);
@@ -96,7 +97,7 @@ static void check_deepspeed_defaults(const zcfg *c)
     EQ_I(c->fp16.loss_scale_window, 1000);
     EQ_I(c->fp16.hysteresis, 2);
     EQ_I(c->fp16.consecutive_hysteresis, 0);
-    EQ_D(c->fp16.min_loss_scale, 1.0);
+    EQ_I(c->fp16.min_loss_scale, 1);
     EQ_I(c->optim.enabled, 1);
     EQ_I(c->optim.type_adamw, 1);
     EQ_D(c->optim.lr, 1e-3);
@@ -233,7 +234,7 @@ static const char *full_config =
     "  \"wall_clock_breakdown\": true,\n"
     "  \"fp16\": {\"enabled\": true, \"loss_scale\": 0, \"initial_scale_power\": 11,\n"
     "           \"loss_scale_window\": 250, \"hysteresis\": 3, \"consecutive_hysteresis\": true,\n"
-    "           \"min_loss_scale\": 0.25},\n"
+    "           \"min_loss_scale\": 4.0},\n"
     "  \"bf16\": {\"enabled\": false},\n"
     "  \"optimizer\": {\"type\": \"Adam\", \"params\": {\"lr\": 0.00025, \"betas\": [0.8, 0.95],\n"
     "                \"eps\": 1e-6, \"weight_decay\": 0.05, \"bias_correction\": false,\n"
@@ -278,7 +279,7 @@ static void check_full(const zcfg *c)
     EQ_I(c->fp16.loss_scale_window, 250);
     EQ_I(c->fp16.hysteresis, 3);
     EQ_I(c->fp16.consecutive_hysteresis, 1);
-    EQ_D(c->fp16.min_loss_scale, 0.25);
+    EQ_I(c->fp16.min_loss_scale, 4);
     EQ_I(c->optim.type_adamw, 0);
     EQ_D(c->optim.lr, 0.00025);
     EQ_D(c->optim.beta1, 0.8);
@@ -648,7 +649,7 @@ static void test_hash(void)
         {.params_extra = ", \"betas\": [0.9, 0.95]"},
         {.params_extra = ", \"bias_correction\": false"},
         {.bf16 = "false", .extra = "\"fp16\": {\"enabled\": true, \"loss_scale\": 128},"},
-        {.extra = "\"gradient_clipping\": 1.0,"},
+        {.extra = "\"gradient_clipping\": 0,"}, /* off; absent means 1.0 (DeepSpeed >= 0.19.3) */
         {.extra = "\"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"warmup_num_steps\": 10}},"},
     };
     uint64_t seen[16];

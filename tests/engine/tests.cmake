@@ -30,3 +30,8 @@ endif()
 add_test(NAME engine_stages_staged COMMAND engine_stages)
 set_tests_properties(engine_stages_staged PROPERTIES LABELS "multirank;unit" TIMEOUT 600
                      ENVIRONMENT "ZINC_TEST_STAGED_COMM=1")
+
+# DeepSpeed 0.19.8 parity of the engine (issue 11): the stop at the minimum loss scale, configs
+# that differ across ranks, and the API gaps found beside them.
+zinc_test(NAME engine_parity SOURCES ${ZINC_ENGINE_TEST_DIR}/test_parity.c
+          LIBS zinc_toy LABELS "multirank;unit" TIMEOUT 120)

@@ -54,13 +54,15 @@ zinc_status toy_register(zinc_engine_t *e, int *nparams)
     for (int g = 0; g < TOY_NG && s == ZINC_OK; g++) {
         char name[32];
         snprintf(name, sizeof name, "block%d", g);
-        s = zinc_group_add(e, name, NULL);
+        int gid;
+        s = zinc_group_add(e, name, &gid);
     }
     for (int p = 0; p < TOY_NP && s == ZINC_OK; p++) {
         char name[32];
+        int pid;
         snprintf(name, sizeof name, "block%d.w%d", toy_params[p].group, p);
         s = zinc_param_add(e, toy_params[p].group, name, toy_params[p].ndim, toy_params[p].shape,
-                           dt, NULL);
+                           dt, &pid);
     }
     if (s == ZINC_OK) s = zinc_finalize(e);
     for (int p = 0; p < TOY_NP && s == ZINC_OK; p++) {

@@ -129,6 +129,25 @@ int main(void)
     ZT_CHECK(run("train --help", NULL, &out) == 0 && strstr(out, "usage: zinc train"), "--help");
     free(out);
 
+    /* fp16 at stage 1 with the loss scale starting at its minimum (2^30): the first step
+     * overflows and DeepSpeed 0.19.8 (DynamicLossScaler, raise_error_at_min_scale) stops the run;
+     * zinc train must exit non-zero with the engine's message: step, scale and group. */
+    {
+        static const char minscale[] =
+            "{\"train_micro_batch_size_per_gpu\": 4, \"fp16\": {\"enabled\": true, "
+            "\"initial_scale_power\": 30, \"min_loss_scale\": 1073741824, \"hysteresis\": 1}, "
+            "\"optimizer\": {\"type\": \"AdamW\"}, \"zero_optimization\": {\"stage\": 1}}";
+        write_file("minscale.json", minscale, sizeof minscale - 1);
+        char *e2;
+        int rc2 = run("train --model L1-D16-H2-T16 --ranks 2 --steps 3 --config minscale.json",
+                      &e2, NULL);
+        ZT_CHECK(rc2 == 1, "min loss scale: exit %d, expected 1 (stderr: %s)", rc2, e2);
+        ZT_CHECK(strstr(e2, "optimizer step 1:") && strstr(e2, "minimum 1073741824") &&
+                     strstr(e2, "first group with a non-finite gradient is '"),
+                 "min loss scale: stderr lacks step, scale or group: %s", e2);
+        free(e2);
+    }
+
     /* a short run with metrics; the same run again; one on a text file */
     char *err;
     int rc = run("train " SMALL " --steps 12 --seed 4 --metrics m1.jsonl", &err, &out);
