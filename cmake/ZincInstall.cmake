@@ -59,8 +59,8 @@ if(ZINC_HAVE_MPI)
   list(APPEND ZINC_PC_LIBS_LIST ${MPI_C_LIBRARIES})
 endif()
 if(ZINC_HAVE_CUDA)
-  # cudart/cuBLAS/NCCL as the shared libraries libzinc.so is linked with; the host code nvcc
-  # compiled needs the C++ runtime.
+  # cudart/cuBLAS/NCCL as the shared libraries libzinc.so is linked with; nvcc compiles host
+  # code as C++, so the C++ runtime is listed too (libzinc.so is linked by the C++ driver).
   list(APPEND ZINC_PC_LIBS_LIST ${CUDA_cudart_LIBRARY} ${CUDA_cublas_LIBRARY}
        ${CUDA_cublasLt_LIBRARY} ${NCCL_LIBRARY} stdc++)
 endif()
