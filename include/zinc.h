@@ -40,10 +40,16 @@ extern "C" {
 #define ZINC_API __attribute__((visibility("default")))
 #endif
 
+/* The version: these three lines are its one source of truth. CMakeLists.txt reads them for the
+ * project version, libzinc.so's SONAME (libzinc.so.MAJOR), zinc.pc and zincConfigVersion.cmake. */
 #define ZINC_VERSION_MAJOR 0
 #define ZINC_VERSION_MINOR 1
 #define ZINC_VERSION_PATCH 0
-#define ZINC_VERSION_STRING "0.1.0"
+#define ZINC_VERSION_NUMBER (ZINC_VERSION_MAJOR * 10000 + ZINC_VERSION_MINOR * 100 + ZINC_VERSION_PATCH)
+#define ZINC_STRINGIFY_(x) #x
+#define ZINC_EXPAND_STRINGIFY_(x) ZINC_STRINGIFY_(x)
+#define ZINC_VERSION_STRING ZINC_EXPAND_STRINGIFY_(ZINC_VERSION_MAJOR) "." \
+    ZINC_EXPAND_STRINGIFY_(ZINC_VERSION_MINOR) "." ZINC_EXPAND_STRINGIFY_(ZINC_VERSION_PATCH)
 
 /* Status codes. Values never change once released; new codes are only appended. */
 typedef enum zinc_status {
@@ -71,6 +77,13 @@ typedef enum zinc_dtype {
     ZINC_DTYPE_FP16 = 1,
     ZINC_DTYPE_BF16 = 2
 } zinc_dtype;
+
+/* The version of the library actually linked, which may differ from the header's macros when a
+ * program built against one release runs with another: compare with ZINC_VERSION_NUMBER.
+ * @return MAJOR*10000 + MINOR*100 + PATCH (0.1.0 -> 100). */
+ZINC_API unsigned zinc_version_number(void);
+/* @return the linked library's version as "MAJOR.MINOR.PATCH" (static; never NULL). */
+ZINC_API const char *zinc_version_string(void);
 
 /* @return a static, constant name for a status code ("ZINC_ERR_CONFIG"); never NULL. */
 ZINC_API const char *zinc_status_string(zinc_status s);

@@ -27,7 +27,7 @@ static const zcommand zcommands[] = {
 
 static void usage(FILE *f)
 {
-    fprintf(f, "zinc %s — ZeRO-style sharded optimizer engine\n\n", ZINC_VERSION_STRING);
+    fprintf(f, "zinc %s — ZeRO-style sharded optimizer engine\n\n", zinc_version_string());
     fprintf(f, "usage: zinc <command> [options]   (zinc <command> --help for its options)\n\n");
     for (size_t i = 0; i < sizeof zcommands / sizeof zcommands[0]; i++)
         fprintf(f, "  %-10s %s\n", zcommands[i].name, zcommands[i].help);
@@ -38,7 +38,7 @@ static void version(void)
 {
     /* Each optional backend reports its library versions, or NULL when it was not built. */
     const char *cuda = zdev_cuda_version(), *mpi = zmpi_version();
-    printf("zinc %s\nbackends: cpu, local", ZINC_VERSION_STRING);
+    printf("zinc %s\nbackends: cpu, local", zinc_version_string());
     if (mpi) printf(", mpi (%s)", mpi);
     if (cuda) printf(", cuda, nccl (%s)", cuda);
     printf("\n");
