@@ -4,7 +4,10 @@
 # nvcc is present the CUDA backend is built too, otherwise the CPU build goes ahead without it.
 set -euo pipefail
 
-pkgs=(build-essential cmake pkg-config libjson-c-dev libzstd-dev libxxhash-dev libopenmpi-dev openmpi-bin)
+# python3-torch (Debian, CPU): the `import zinc` tests (label python) run with it; it installs
+# for /usr/bin/python3.
+pkgs=(build-essential cmake pkg-config libjson-c-dev libzstd-dev libxxhash-dev libopenmpi-dev openmpi-bin
+      python3-torch)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

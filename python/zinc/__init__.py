@@ -1,0 +1,19 @@
+"""zinc — train PyTorch models with zinc's ZeRO engine and a DeepSpeed config.
+
+    import zinc
+    engine, optimizer, _, lr_scheduler = zinc.initialize(model=model,
+                                                         model_parameters=model.parameters(),
+                                                         config="ds_config.json")
+    for batch in data:
+        loss = loss_fn(engine(batch))
+        engine.backward(loss)
+        engine.step()
+
+The shape is DeepSpeed's (`deepspeed.initialize`); the engine is zinc's C library (libzinc), which
+does the sharding, reduction, loss scaling, clipping, Adam/AdamW and checkpoints. This package
+only hands it the model's tensors. docs/python.md says what is offered and what is not yet.
+"""
+from ._lib import ZincError  # noqa: F401
+from .engine import Engine, init_distributed, initialize, world_size  # noqa: F401
+
+__all__ = ["initialize", "init_distributed", "world_size", "Engine", "ZincError"]

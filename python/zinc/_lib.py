@@ -1,0 +1,118 @@
+"""_lib.py — the C library under `import zinc`: finding libzinc.so and declaring the calls.
+
+zinc's Python front-end is ctypes over the installed (or just-built) shared library; the engine
+does all the work. The library is looked up in this order: $ZINC_LIB, next to this package
+(an installed wheel), the build tree of a source checkout (../../build/libzinc.so), then the
+system's loader path.
+"""
+import ctypes
+import ctypes.util
+import os
+
+ZINC_OK = 0
+DTYPES = {"fp32": 0, "fp16": 1, "bf16": 2}
+
+
+class ZincError(RuntimeError):
+    """An error reported by the zinc engine; the message is zinc's own (what, where, what to do)."""
+
+    def __init__(self, status, message):
+        super().__init__(message)
+        self.status = status
+
+
+class EngineOptions(ctypes.Structure):
+    _fields_ = [("config_path", ctypes.c_char_p), ("config_json", ctypes.c_char_p),
+                ("world", ctypes.c_void_p), ("rank", ctypes.c_int),
+                ("device", ctypes.c_char_p), ("threads", ctypes.c_int)]
+
+
+class StepInfo(ctypes.Structure):
+    _fields_ = [("boundary", ctypes.c_int), ("applied", ctypes.c_int), ("skipped", ctypes.c_int),
+                ("step", ctypes.c_int64), ("skipped_total", ctypes.c_int64),
+                ("grad_norm", ctypes.c_double), ("grad_norm_clipped", ctypes.c_double),
+                ("loss_scale", ctypes.c_double), ("next_loss_scale", ctypes.c_double),
+                ("lr", ctypes.c_double)]
+
+
+class SaveOptions(ctypes.Structure):
+    _fields_ = [("client_blob", ctypes.c_void_p), ("client_blob_bytes", ctypes.c_size_t),
+                ("save_weights16", ctypes.c_int), ("async_", ctypes.c_int)]
+
+
+class LoadOptions(ctypes.Structure):
+    _fields_ = [("weights_only", ctypes.c_int), ("client_blob", ctypes.c_void_p),
+                ("client_blob_cap", ctypes.c_size_t), ("client_blob_bytes", ctypes.c_size_t),
+                ("loaded_tag", ctypes.c_char * 256)]
+
+
+def _find():
+    cands = []
+    if os.environ.get("ZINC_LIB"):
+        cands.append(os.environ["ZINC_LIB"])
+    here = os.path.dirname(os.path.abspath(__file__))
+    cands.append(os.path.join(here, "libzinc.so"))
+    cands.append(os.path.join(here, "..", "..", "build", "libzinc.so"))
+    found = ctypes.util.find_library("zinc")
+    if found:
+        cands.append(found)
+    for c in cands:
+        if os.path.exists(c) or c == found:
+            try:
+                return ctypes.CDLL(c, mode=ctypes.RTLD_GLOBAL)
+            except OSError:
+                continue
+    raise ImportError("zinc: libzinc.so not found (looked in: " + ", ".join(cands) +
+                      "); build it (make) or set ZINC_LIB to its path")
+
+
+lib = _find()
+
+_sig = {
+    "zinc_version_string": (ctypes.c_char_p, []),
+    "zinc_status_string": (ctypes.c_char_p, [ctypes.c_int]),
+    "zinc_world_create_launched": (ctypes.c_int, [ctypes.POINTER(ctypes.c_void_p)]),
+    "zinc_world_destroy": (None, [ctypes.c_void_p]),
+    "zinc_world_size": (ctypes.c_int, [ctypes.c_void_p]),
+    "zinc_world_rank": (ctypes.c_int, [ctypes.c_void_p]),
+    "zinc_engine_create": (ctypes.c_int, [ctypes.POINTER(EngineOptions), ctypes.POINTER(ctypes.c_void_p)]),
+    "zinc_engine_destroy": (None, [ctypes.c_void_p]),
+    "zinc_last_error": (ctypes.c_char_p, [ctypes.c_void_p]),
+    "zinc_group_add": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_int)]),
+    "zinc_param_add": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_int,
+                                      ctypes.POINTER(ctypes.c_int64), ctypes.c_int,
+                                      ctypes.POINTER(ctypes.c_int)]),
+    "zinc_finalize": (ctypes.c_int, [ctypes.c_void_p]),
+    "zinc_param_set": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]),
+    "zinc_param_get": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]),
+    "zinc_param_data": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_void_p)]),
+    "zinc_param_grad": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_void_p)]),
+    "zinc_grads_ready": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int]),
+    "zinc_gather": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int]),
+    "zinc_release": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int]),
+    "zinc_loss_multiplier": (ctypes.c_float, [ctypes.c_void_p]),
+    "zinc_step": (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(StepInfo)]),
+    "zinc_engine_rank": (ctypes.c_int, [ctypes.c_void_p]),
+    "zinc_engine_world_size": (ctypes.c_int, [ctypes.c_void_p]),
+    "zinc_engine_stage": (ctypes.c_int, [ctypes.c_void_p]),
+    "zinc_engine_dtype": (ctypes.c_int, [ctypes.c_void_p]),
+    "zinc_ckpt_save": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p,
+                                      ctypes.POINTER(SaveOptions)]),
+    "zinc_ckpt_wait": (ctypes.c_int, [ctypes.c_void_p]),
+    "zinc_ckpt_load": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p,
+                                      ctypes.POINTER(LoadOptions)]),
+    "zinc_memory": (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64),
+                                   ctypes.POINTER(ctypes.c_uint64)]),
+}
+for _name, (_res, _args) in _sig.items():
+    _f = getattr(lib, _name)
+    _f.restype = _res
+    _f.argtypes = _args
+
+
+def check(status, engine=None):
+    """Raises ZincError with zinc's message when status is not ZINC_OK."""
+    if status != ZINC_OK:
+        msg = lib.zinc_last_error(engine).decode(errors="replace")
+        name = lib.zinc_status_string(status).decode()
+        raise ZincError(status, f"{name}: {msg}" if msg else name)

@@ -1,0 +1,44 @@
+# The `import zinc` front-end (python/zinc, ctypes over libzinc.so), label python. The tests need
+# a Python that imports torch: Debian's python3-torch installs for /usr/bin/python3, which may not
+# be the python3 on PATH, so each candidate is asked. Without one the tests report skipped (77).
+set(ZINC_TORCH_PYTHON "" CACHE STRING "Python interpreter with torch for the python tests")
+if(NOT ZINC_TORCH_PYTHON)
+  foreach(_c /usr/bin/python3 python3)
+    execute_process(COMMAND ${_c} -c "import torch" RESULT_VARIABLE _r OUTPUT_QUIET ERROR_QUIET)
+    if(_r EQUAL 0)
+      set(ZINC_TORCH_PYTHON ${_c})
+      break()
+    endif()
+  endforeach()
+endif()
+set(_pyt ${CMAKE_CURRENT_LIST_DIR})
+if(ZINC_TORCH_PYTHON)
+  set(_py ${ZINC_TORCH_PYTHON})
+else()
+  set(_py sh -c "echo 'SKIP: no Python with torch (install python3-torch)'; exit 77" --)
+endif()
+set(_env "ZINC_LIB=$<TARGET_FILE:zinc>;OMPI_MCA_btl_vader_single_copy_mechanism=none")
+
+foreach(_s 0 1 2)
+  add_test(NAME python_parity_stage${_s} COMMAND ${_py} ${_pyt}/test_torch_parity.py ${_s})
+  set_tests_properties(python_parity_stage${_s} PROPERTIES LABELS python TIMEOUT 300
+                       SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
+endforeach()
+add_test(NAME python_errors COMMAND ${_py} ${_pyt}/test_torch_ckpt.py errors ${CMAKE_CURRENT_BINARY_DIR}/py_errors)
+set_tests_properties(python_errors PROPERTIES LABELS python TIMEOUT 120 SKIP_RETURN_CODE 77
+                     ENVIRONMENT "${_env}")
+
+if(ZINC_HAVE_MPI AND ZINC_TORCH_PYTHON)
+  set(_mpi ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe)
+  add_test(NAME python_parity_mpi_stage2
+           COMMAND ${_mpi} ${MPIEXEC_NUMPROC_FLAG} 2 ${_py} ${_pyt}/test_torch_parity.py 2)
+  set_tests_properties(python_parity_mpi_stage2 PROPERTIES LABELS "python;multirank" TIMEOUT 300
+                       SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
+  # Save at 4 ranks, resume at 2: one test (the second needs the first's checkpoint).
+  set(_d ${CMAKE_CURRENT_BINARY_DIR}/py_ckpt)
+  string(REPLACE ";" " " _mpis "${_mpi}")
+  add_test(NAME python_ckpt_4to2 COMMAND sh -c
+           "rm -rf '${_d}' && mkdir -p '${_d}' && ${_mpis} ${MPIEXEC_NUMPROC_FLAG} 4 '${_py}' '${_pyt}/test_torch_ckpt.py' save '${_d}' && ${_mpis} ${MPIEXEC_NUMPROC_FLAG} 2 '${_py}' '${_pyt}/test_torch_ckpt.py' resume '${_d}' && '$<TARGET_FILE:zinc_cli>' ckpt verify '${_d}'")
+  set_tests_properties(python_ckpt_4to2 PROPERTIES LABELS "python;multirank;ckpt" TIMEOUT 300
+                       SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
+endif()
