@@ -12,9 +12,12 @@ How the model and zinc share memory:
   gradient views and calling zinc_grads_ready (at stages 2-3 that reduce-scatters the group).
 - engine.step() is zinc_step: at the accumulation boundary reduce, clip, Adam/AdamW, gather.
 
-Not yet: ZeRO stage 3 from Python (parameters gathered per module by hooks), overlap of the
-reduce-scatter with backward (the hand-over runs after autograd), CUDA. They raise
-NotImplementedError rather than doing something else.
+Stage 3: zinc holds only the rank's shard between steps; a forward pre-hook per module gathers
+its group into tensors torch owns (what autograd saves for backward stays valid) and releases it
+in zinc at once. So parameters are sharded between steps, but a step's peak holds the whole
+model's parameters, as at stage 2 (re-gathering in backward, DeepSpeed's way, is not done yet).
+Not yet either: overlap of the reduce-scatter with backward (the hand-over runs after autograd),
+CUDA. What is absent raises NotImplementedError rather than doing something else.
 """
 import atexit
 import ctypes
@@ -53,6 +56,13 @@ def init_distributed():
         _world = w
         atexit.register(_destroy_world)
     return _world
+
+
+def _numel(shape):
+    n = 1
+    for s in shape:
+        n *= s
+    return n
 
 
 def world_size():
@@ -126,10 +136,6 @@ class Engine(torch.nn.Module):
             text, path = None, os.fsencode(config)
         else:
             raise TypeError("zinc.initialize: config must be a dict or the path of a JSON file")
-        stage = (self._cfg.get("zero_optimization") or {}).get("stage", 0)
-        if stage == 3:
-            raise NotImplementedError("zinc: ZeRO stage 3 from Python is not implemented yet "
-                                      "(stages 0-2 are); see docs/python.md")
         world = init_distributed()
         opts = EngineOptions(config_path=path, config_json=text, world=world,
                              rank=max(0, lib.zinc_world_rank(world)), device=b"cpu", threads=0)
@@ -140,6 +146,7 @@ class Engine(torch.nn.Module):
         self._code = lib.zinc_engine_dtype(e)
         wanted = None if model_parameters is None else {id(p) for p in model_parameters}
         self._groups = []          # [(group id, [(param id, name, tensor)])]
+        self._group_modules = []   # [(group id, module)]
         for mname, mod in model.named_modules():
             own = [(n, p) for n, p in mod.named_parameters(recurse=False)
                    if p.requires_grad and (wanted is None or id(p) in wanted)]
@@ -156,6 +163,7 @@ class Engine(torch.nn.Module):
                                               self._code, ctypes.byref(pid)))
                 params.append((pid.value, full, p))
             self._groups.append((g.value, params))
+            self._group_modules.append((g.value, mod))
         if not self._groups:
             raise ValueError("zinc.initialize: the model has no trainable parameters")
         self._call(lib.zinc_finalize(e))
@@ -164,11 +172,22 @@ class Engine(torch.nn.Module):
                 src = p.detach().to(torch.float32).contiguous()
                 self._call(lib.zinc_param_set(e, pid, ctypes.c_void_p(src.data_ptr())))
         self._check_same_weights()
-        for _, params in self._groups:
-            for pid, name, p in params:
-                ptr = ctypes.c_void_p()
-                self._call(lib.zinc_param_data(e, pid, ctypes.byref(ptr)))
-                p.data = _view(ptr.value, p.numel(), self._code, p.shape)
+        self._shapes = {pid: p.shape for _, ps in self._groups for pid, _, p in ps}
+        if self._stage < 3:
+            for _, params in self._groups:
+                for pid, name, p in params:
+                    ptr = ctypes.c_void_p()
+                    self._call(lib.zinc_param_data(e, pid, ctypes.byref(ptr)))
+                    p.data = _view(ptr.value, p.numel(), self._code, p.shape)
+        else:
+            # Stage 3: between steps a rank holds only its shard (inside zinc); each module's
+            # parameters are gathered just before its forward into tensors torch owns (so what
+            # autograd saves for backward stays valid) and released in zinc at once.
+            self._hooks = []
+            by_module = dict(self._group_modules)
+            for g, params in self._groups:
+                self._hooks.append(by_module[g].register_forward_pre_hook(self._gather_hook(g, params)))
+            self._drop_params()
         self._info = StepInfo()
         self._steps = 0
         lr = self._cfg.get("optimizer", {}).get("params", {}).get("lr")
@@ -179,6 +198,33 @@ class Engine(torch.nn.Module):
 
     def _call(self, status):
         check(status, self._e)
+
+    def _gather_hook(self, g, params):
+        def hook(module, inputs):
+            e = self._e
+            self._call(lib.zinc_gather(e, g))
+            try:
+                for pid, _, p in params:
+                    ptr = ctypes.c_void_p()
+                    self._call(lib.zinc_param_data(e, pid, ctypes.byref(ptr)))
+                    shape = self._shapes[pid]
+                    p.data = _view(ptr.value, _numel(shape), self._code, shape).clone()
+            finally:
+                self._call(lib.zinc_release(e, g))
+        return hook
+
+    def _drop_params(self):
+        """Stage 3, between steps: the model holds no parameter memory (zinc holds the shard)."""
+        for _, params in self._groups:
+            for _, _, p in params:
+                p.data = torch.empty(0, dtype=_TORCH_DTYPE[self._code])
+
+    def memory(self):
+        """zinc's memory of this rank by category: {name: (planned bytes, allocated bytes)}."""
+        names = ["param16", "grad", "master", "adam_m", "adam_v", "bucket", "gather"]
+        planned, alloc = (ctypes.c_uint64 * len(names))(), (ctypes.c_uint64 * len(names))()
+        self._call(lib.zinc_memory(self._e, planned, alloc))
+        return {n: (planned[i], alloc[i]) for i, n in enumerate(names)}
 
     def _check_same_weights(self):
         """zinc_param_set needs the same values on every rank (DeepSpeed broadcasts rank 0's):
@@ -204,6 +250,8 @@ class Engine(torch.nn.Module):
             for _, params in getattr(self, "_groups", []):
                 for _, _, p in params:
                     p.data = p.data.clone()
+            for h in getattr(self, "_hooks", []):
+                h.remove()
             lib.zinc_engine_destroy(self._e)
             self._e = ctypes.c_void_p()
 
@@ -225,7 +273,8 @@ class Engine(torch.nn.Module):
                 ptr = ctypes.c_void_p()
                 self._call(lib.zinc_param_grad(e, pid, ctypes.byref(ptr)))
                 if p.grad is not None:
-                    _view(ptr.value, p.numel(), self._code, p.shape).add_(p.grad.to(p.dtype))
+                    shape = self._shapes[pid]
+                    _view(ptr.value, _numel(shape), self._code, shape).add_(p.grad.to(p.dtype))
                     p.grad = None
             self._call(lib.zinc_grads_ready(e, g))
         return loss
@@ -234,6 +283,8 @@ class Engine(torch.nn.Module):
         """zinc_step: at the accumulation boundary reduce, clip, Adam/AdamW and gather."""
         info = StepInfo()
         self._call(lib.zinc_step(self._e, ctypes.byref(info)))
+        if self._stage == 3:
+            self._drop_params()
         if info.boundary:
             self._info = info
             self._steps = info.step
@@ -277,9 +328,10 @@ class Engine(torch.nn.Module):
         out = {}
         for _, params in self._groups:
             for pid, name, p in params:
-                buf = torch.empty(p.numel(), dtype=torch.float32)
+                shape = self._shapes[pid]
+                buf = torch.empty(_numel(shape), dtype=torch.float32)
                 self._call(lib.zinc_param_get(self._e, pid, ctypes.c_void_p(buf.data_ptr())))
-                out[name] = buf.view(p.shape).to(p.dtype)
+                out[name] = buf.view(shape).to(_TORCH_DTYPE[self._code])
         return out
 
     # ---- checkpoints ----------------------------------------------------------------------

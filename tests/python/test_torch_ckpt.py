@@ -6,7 +6,7 @@
                                             (same global batch; fp32 sums in another order:
                                             relative 1e-5), client_state round-trips
     python test_torch_ckpt.py errors DIR    a bad config key raises naming it; a missing
-                                            checkpoint raises; stage 3 says it is not there yet
+                                            checkpoint raises; an argument zinc does not offer raises NotImplementedError naming it
 Exit 77 when torch is not importable.
 """
 import json
@@ -113,11 +113,13 @@ def main():
             print(f"missing checkpoint raises: {str(ex)[:100]}")
         engine.close()
         try:
-            zinc.initialize(model=model(), config=cfg(GLOBAL, stage=3))
+            engine, *_ = zinc.initialize(model=model(), config=cfg(GLOBAL), training_data=[1])
             fails += 1
-            print("FAIL: stage 3 should say it is not implemented yet")
-        except NotImplementedError:
-            pass
+            print("FAIL: training_data should say it is not offered")
+        except NotImplementedError as ex:
+            if "training_data" not in str(ex):
+                fails += 1
+                print(f"FAIL: the NotImplementedError does not name training_data: {ex}")
         return 1 if fails else 0
     print(f"usage: {sys.argv[0]} save|resume|errors DIR")
     return 2

@@ -96,6 +96,19 @@ def main():
         engine.backward(loss)
         engine.step()
         losses.append(float(loss))
+    if STAGE == 3:
+        # Between steps the model holds no parameter memory and zinc holds the rank's shard:
+        # fp32 master bytes about 4 * params / world (plus padding of each group's slices).
+        held = sum(p.numel() for p in m.parameters())
+        psi = sum(t.numel() for t in ref_w.values())
+        mem = engine.memory()
+        master = mem["master"][1] + mem["param16"][1]   # fp32 mode: one buffer is the other
+        print(f"stage 3, rank {rank} of {world}: the model holds {held} parameter elements between "
+              f"steps; zinc's fp32 master shard {master} bytes for {psi} parameters "
+              f"({master / (4 * psi / world):.3f} x 4*psi/N)")
+        if held != 0 or master > 1.25 * 4 * psi / world:
+            print("FAIL: stage 3 does not shard the parameters between steps")
+            return 1
     w = engine.module_state_dict()
     worst_w = max(float((w[n] - ref_w[n]).abs().max() / ref_w[n].abs().max()) for n in ref_w)
     ok = True

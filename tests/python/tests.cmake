@@ -19,7 +19,7 @@ else()
 endif()
 set(_env "ZINC_LIB=$<TARGET_FILE:zinc>;OMPI_MCA_btl_vader_single_copy_mechanism=none")
 
-foreach(_s 0 1 2)
+foreach(_s 0 1 2 3)
   add_test(NAME python_parity_stage${_s} COMMAND ${_py} ${_pyt}/test_torch_parity.py ${_s})
   set_tests_properties(python_parity_stage${_s} PROPERTIES LABELS python TIMEOUT 300
                        SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
@@ -30,10 +30,12 @@ set_tests_properties(python_errors PROPERTIES LABELS python TIMEOUT 120 SKIP_RET
 
 if(ZINC_HAVE_MPI AND ZINC_TORCH_PYTHON)
   set(_mpi ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe)
-  add_test(NAME python_parity_mpi_stage2
-           COMMAND ${_mpi} ${MPIEXEC_NUMPROC_FLAG} 2 ${_py} ${_pyt}/test_torch_parity.py 2)
-  set_tests_properties(python_parity_mpi_stage2 PROPERTIES LABELS "python;multirank" TIMEOUT 300
-                       SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
+  foreach(_s 2 3)
+    add_test(NAME python_parity_mpi_stage${_s}
+             COMMAND ${_mpi} ${MPIEXEC_NUMPROC_FLAG} 2 ${_py} ${_pyt}/test_torch_parity.py ${_s})
+    set_tests_properties(python_parity_mpi_stage${_s} PROPERTIES LABELS "python;multirank"
+                         TIMEOUT 300 SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
+  endforeach()
   # Save at 4 ranks, resume at 2: one test (the second needs the first's checkpoint).
   set(_d ${CMAKE_CURRENT_BINARY_DIR}/py_ckpt)
   string(REPLACE ";" " " _mpis "${_mpi}")
