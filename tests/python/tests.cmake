@@ -24,6 +24,9 @@ foreach(_s 0 1 2 3)
   set_tests_properties(python_parity_stage${_s} PROPERTIES LABELS python TIMEOUT 300
                        SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
 endforeach()
+add_test(NAME python_parity_bf16_stage2 COMMAND ${_py} ${_pyt}/test_torch_parity.py 2 bf16)
+set_tests_properties(python_parity_bf16_stage2 PROPERTIES LABELS python TIMEOUT 300
+                     SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
 add_test(NAME python_errors COMMAND ${_py} ${_pyt}/test_torch_ckpt.py errors ${CMAKE_CURRENT_BINARY_DIR}/py_errors)
 set_tests_properties(python_errors PROPERTIES LABELS python TIMEOUT 120 SKIP_RETURN_CODE 77
                      ENVIRONMENT "${_env}")
