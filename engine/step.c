@@ -297,6 +297,16 @@ zinc_status zinc_step(zinc_engine_t *e, zinc_step_info_t *info)
             return zeng_fail(e, ZINC_ERR_USAGE, "zinc_step: group '%s' is still gathered; "
                              "zinc_release it first", e->plan.groups[g].name);
     }
+    /* A boundary adds one to step or skipped (and to the scaler's cur_iter, their sum): refuse
+     * the one that would take step + skipped past INT64_MAX instead of overflowing. Counters are
+     * the same on every rank, so every rank refuses the same call, before any collective;
+     * step, skipped >= 0 always (a loaded state is range-checked). */
+    int boundary = e->st.micro >= e->cfg.grad_accum - 1;
+    if (boundary && e->st.step > INT64_MAX - 1 - e->st.skipped)
+        return zeng_fail(e, ZINC_ERR_UNSUPPORTED,
+                         "zinc_step: rank %d: the step counters are at their limit (step %lld, "
+                         "skipped %lld: step + skipped reaches 2^63 - 1); zinc counts no further",
+                         e->rank, (long long)e->st.step, (long long)e->st.skipped);
     for (int g = 0; g < e->plan.ngroups; g++) e->gstate[g].ready = 0;
     zgather_step_end(e);
 
@@ -305,7 +315,10 @@ zinc_status zinc_step(zinc_engine_t *e, zinc_step_info_t *info)
     info->step = e->st.step;
     info->skipped_total = e->st.skipped;
     info->lr = zsched_lr(&e->cfg.sched, e->cfg.optim.lr, e->st.step);
-    if (++e->st.micro < e->cfg.grad_accum) return ZINC_OK;
+    if (!boundary) {
+        e->st.micro++;   /* < grad_accum - 1 here, so it cannot overflow */
+        return ZINC_OK;
+    }
     e->st.micro = 0;
     info->boundary = 1;
 

@@ -35,3 +35,23 @@ set_tests_properties(engine_stages_staged PROPERTIES LABELS "multirank;unit" TIM
 # that differ across ranks, and the API gaps found beside them.
 zinc_test(NAME engine_parity SOURCES ${ZINC_ENGINE_TEST_DIR}/test_parity.c
           LIBS zinc_toy LABELS "multirank;unit" TIMEOUT 120)
+
+# Counters near 2^63 (issue 12). engine/step.c and optim/*.c are compiled into the test itself
+# with -fsanitize=signed-integer-overflow -fno-sanitize-recover (they take precedence over the
+# same objects of zinc_core at link time), so a signed overflow there fails the test.
+include(CheckCSourceCompiles)
+set(CMAKE_REQUIRED_FLAGS "-fsanitize=signed-integer-overflow -fno-sanitize-recover")
+set(CMAKE_REQUIRED_LINK_OPTIONS "-fsanitize=signed-integer-overflow")
+check_c_source_compiles("int main(void) { return 0; }" ZINC_HAVE_SIO_SANITIZER)
+unset(CMAKE_REQUIRED_FLAGS)
+unset(CMAKE_REQUIRED_LINK_OPTIONS)
+zinc_test(NAME engine_counters
+          SOURCES ${ZINC_ENGINE_TEST_DIR}/test_counters.c ${CMAKE_SOURCE_DIR}/engine/step.c
+                  ${CMAKE_SOURCE_DIR}/optim/scaler.c ${CMAKE_SOURCE_DIR}/optim/sched.c
+                  ${CMAKE_SOURCE_DIR}/optim/adam.c ${CMAKE_SOURCE_DIR}/optim/clip.c
+          LIBS zinc_toy LABELS unit TIMEOUT 60)
+if(ZINC_HAVE_SIO_SANITIZER)
+  target_compile_options(engine_counters PRIVATE -fsanitize=signed-integer-overflow
+                         -fno-sanitize-recover)
+  target_link_options(engine_counters PRIVATE -fsanitize=signed-integer-overflow)
+endif()
