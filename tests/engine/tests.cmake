@@ -55,3 +55,8 @@ if(ZINC_HAVE_SIO_SANITIZER)
                          -fno-sanitize-recover)
   target_link_options(engine_counters PRIVATE -fsanitize=signed-integer-overflow)
 endif()
+
+# A usage error inside the collective sequence aborts the world (issue 12): the other ranks
+# return ZINC_ERR_ABORTED at once, not after comm_timeout_s (60 s here).
+zinc_test(NAME engine_usage_abort SOURCES ${ZINC_ENGINE_TEST_DIR}/test_usage_abort.c
+          LIBS zinc_toy LABELS "multirank;unit" TIMEOUT 120)
