@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ckpt/ckpt.h"
@@ -139,15 +140,23 @@ zinc_status zck_write_file_atomic(const char *path, const void *data, size_t len
 
 int zck_rmdir_flat(const char *dir)
 {
-    DIR *d = opendir(dir);
-    if (!d) return errno == ENOENT ? 0 : -1;
-    struct dirent *de;
-    char p[4096];
-    while ((de = readdir(d))) {
-        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
-        snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
-        unlink(p);
+    /* Another rank of a failed save may still be creating files in the directory (its write
+     * fails only once the directory is gone): a name made between readdir and rmdir makes rmdir
+     * fail with ENOTEMPTY, so list again. Once rmdir succeeds nothing can be created in it. */
+    for (int attempt = 0;; attempt++) {
+        DIR *d = opendir(dir);
+        if (!d) return errno == ENOENT ? 0 : -1;
+        struct dirent *de;
+        char p[4096];
+        while ((de = readdir(d))) {
+            if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+            snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
+            unlink(p);
+        }
+        closedir(d);
+        if (rmdir(dir) == 0 || errno == ENOENT) return 0;
+        if ((errno != ENOTEMPTY && errno != EEXIST) || attempt >= 50) return -1;
+        struct timespec ts = {0, 10000000L};   /* 10 ms */
+        nanosleep(&ts, NULL);
     }
-    closedir(d);
-    return rmdir(dir);
 }

@@ -84,6 +84,17 @@ static zinc_status agree(zcomm_t *c, zinc_status s, char *err)
     return (zinc_status)v.status;
 }
 
+/* Rank 0, after a failed save: the .tmp of the tag goes (zck_rmdir_flat retries while a
+ * straggling rank still adds files to it). */
+static void remove_tmp(const zck_save_desc *d)
+{
+    char tmp[4096];
+    tmpdir_of(d, tmp, sizeof tmp);
+    if (zck_rmdir_flat(tmp) != 0)
+        zlog(ZLOG_WARN, "ckpt", d->rank, "cannot remove %s after the failed save: %s", tmp,
+             strerror(errno));
+}
+
 static zinc_status mkdir_p(const char *path, char *err)
 {
     char p[4096];
@@ -116,7 +127,10 @@ zinc_status zck_save_prepare(zcomm_t *c, const zck_save_desc *d, char *err)
         if (s == ZINC_OK && mkdir(tmp, 0755) != 0)
             s = zerr_fmt(err, ZCK_ERR, ZINC_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
     }
-    return agree(c, s, err);
+    zinc_status a = agree(c, s, err);
+    /* Rank 0 made the .tmp but the save goes no further (the collective failed): remove it. */
+    if (a != ZINC_OK && s == ZINC_OK && d->rank == 0) remove_tmp(d);
+    return a;
 }
 
 /* ---- the compression pipeline ----------------------------------------------------------------- */
@@ -596,7 +610,11 @@ zinc_status zck_save(zcomm_t *c, const zck_save_desc *d, char *err)
      * come (the failing rank left rank-N.failed with its reason). */
     if (c && c->size > 1) {
         zinc_status cs = zcomm_host_all_reduce_f64(c, &f, 1);
-        if (cs != ZINC_OK) return zerr_fmt(err, ZCK_ERR, cs, "ckpt save: collective failed: %s", c->err);
+        if (cs != ZINC_OK) {
+            /* Nobody commits now: rank 0 takes the .tmp away with it. */
+            if (d->rank == 0) remove_tmp(d);
+            return zerr_fmt(err, ZCK_ERR, cs, "ckpt save: collective failed: %s", c->err);
+        }
     }
     if (d->rank == 0) {
         if (ws != ZINC_OK) {
@@ -608,11 +626,7 @@ zinc_status zck_save(zcomm_t *c, const zck_save_desc *d, char *err)
             if (f > 0) d2.timeout_s = 5;
             s = zck_save_commit(&d2, err);
         }
-        if (s != ZINC_OK) {
-            char tmp[4096];
-            tmpdir_of(d, tmp, sizeof tmp);
-            zck_rmdir_flat(tmp);
-        }
+        if (s != ZINC_OK) remove_tmp(d);
     } else if (ws != ZINC_OK) {
         snprintf(err, ZCK_ERR, "%s", werr);
     }

@@ -91,9 +91,13 @@ typedef struct {
     int64_t prefetch_bucket_size;            /* default 5e7 */
     int64_t param_persistence_threshold;     /* default 1e5 */
     int gather_16bit_weights_on_model_save;  /* default 0 */
-    int offload_optimizer;                   /* device != none: accepted with a warning */
-    int offload_param;
+    int offload_optimizer;                   /* the device the file names: ZCFG_OFFLOAD_NONE,
+                                                _CPU or _NVME; not none: accepted with a warning */
+    int offload_param;                       /* the same for offload_param */
 } zcfg_zero;
+
+/* zcfg_zero.offload_*: the device named in the file, kept so the resolved config says it. */
+enum { ZCFG_OFFLOAD_NONE = 0, ZCFG_OFFLOAD_CPU = 1, ZCFG_OFFLOAD_NVME = 2 };
 
 typedef struct {
     int tag_validation;           /* 0 ignore, 1 warn (default), 2 fail */

@@ -139,6 +139,13 @@ static json_object *i64(int64_t v) { return json_object_new_int64(v); }
 static json_object *boolean(int v) { return json_object_new_boolean(v != 0); }
 static json_object *str(const char *s) { return json_object_new_string(s); }
 
+/* The offload device as the file named it ("nvme" stays "nvme": the resolved JSON must resolve
+ * to the same config). */
+static const char *offload_device(int d)
+{
+    return d == ZCFG_OFFLOAD_NVME ? "nvme" : d == ZCFG_OFFLOAD_CPU ? "cpu" : "none";
+}
+
 static const char *dtype_str(zinc_dtype d)
 {
     return d == ZINC_DTYPE_FP16 ? "fp16" : d == ZINC_DTYPE_BF16 ? "bf16" : "fp32";
@@ -259,8 +266,8 @@ static json_object *to_object(const zcfg *c)
     json_object_object_add(zo, "stage3_gather_16bit_weights_on_model_save",
                            boolean(z->gather_16bit_weights_on_model_save));
     json_object *oo = json_object_new_object(), *opp = json_object_new_object();
-    json_object_object_add(oo, "device", str(z->offload_optimizer ? "cpu" : "none"));
-    json_object_object_add(opp, "device", str(z->offload_param ? "cpu" : "none"));
+    json_object_object_add(oo, "device", str(offload_device(z->offload_optimizer)));
+    json_object_object_add(opp, "device", str(offload_device(z->offload_param)));
     json_object_object_add(zo, "offload_optimizer", oo);
     json_object_object_add(zo, "offload_param", opp);
     json_object_object_add(r, "zero_optimization", zo);

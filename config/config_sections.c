@@ -142,7 +142,7 @@ static void offload(zcctx *x, json_object *z, const char *key, const zkeyset *se
         return;
     }
     if (strcmp(dev, "none") != 0) {
-        *out = 1;
+        *out = strcmp(dev, "nvme") == 0 ? ZCFG_OFFLOAD_NVME : ZCFG_OFFLOAD_CPU;
         zc_warn(x, dp, "\"%s\" accepted, but zinc has no offload; memory placement only, "
                        "everything stays on the device", dev);
     }
@@ -230,13 +230,13 @@ void zc_parse_zero(zcctx *x, json_object *root, zcfg *c)
     offload(x, o, "offload_param", &zk_offload_param, &z->offload_param);
     int b;
     if (zc_get_bool(x, o, sec, "cpu_offload", &b) == V_SET && b) {
-        z->offload_optimizer = 1;
+        z->offload_optimizer = ZCFG_OFFLOAD_CPU;
         zc_warn(x, "zero_optimization.cpu_offload",
                 "accepted (deprecated name of offload_optimizer), but zinc has no offload; memory "
                 "placement only");
     }
     if (zc_get_bool(x, o, sec, "cpu_offload_param", &b) == V_SET && b) {
-        z->offload_param = 1;
+        z->offload_param = ZCFG_OFFLOAD_CPU;
         zc_warn(x, "zero_optimization.cpu_offload_param",
                 "accepted (deprecated name of offload_param), but zinc has no offload; memory "
                 "placement only");

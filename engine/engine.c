@@ -26,6 +26,27 @@ zinc_status zeng_fail(zinc_engine_t *e, zinc_status s, const char *fmt, ...)
     return s;
 }
 
+zinc_status zeng_fail_sequence(zinc_engine_t *e, zinc_status s, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->err, sizeof e->err, fmt, ap);
+    va_end(ap);
+    if (e->world_size > 1 && e->comm) {
+        /* The others are in, or will enter, a collective this rank will not: stop them now
+         * rather than after comm_timeout_s. The comm prefixes "rank R aborted: ". */
+        char why[sizeof e->err + 64];
+        snprintf(why, sizeof why, "%s: %s", zinc_status_string(s), e->err);
+        zlog(ZLOG_ERROR, "engine", e->rank, "%s; aborting the world", why);
+        e->comm->iface->abort(e->comm, why);
+        size_t n = strlen(e->err);
+        snprintf(e->err + n, sizeof e->err - n, " (rank %d aborted the world, so that the other "
+                 "ranks stop instead of waiting for it)", e->rank);
+    }
+    zerr_thread(s, "%s", e->err);
+    return s;
+}
+
 /* Joins the config's diagnostics into one message; logs every line. */
 static zinc_status config_rejected(const zcfg_diag *d, const char *where)
 {

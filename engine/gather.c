@@ -141,7 +141,7 @@ zinc_status zinc_gather(zinc_engine_t *e, int group)
     if (e->stage < 3) return ZINC_OK;
     zgroup_state *gs = &e->gstate[group];
     if (gs->held)
-        return zeng_fail(e, ZINC_ERR_USAGE, "zinc_gather: group '%s' is already gathered",
+        return zeng_fail_sequence(e, ZINC_ERR_USAGE, "zinc_gather: group '%s' is already gathered",
                          e->plan.groups[group].name);
     if (gs->persistent) {
         gs->held = 1;
@@ -159,7 +159,7 @@ zinc_status zinc_gather(zinc_engine_t *e, int group)
                 }
         }
         if (slot < 0)
-            return zeng_fail(e, ZINC_ERR_USAGE,
+            return zeng_fail_sequence(e, ZINC_ERR_USAGE,
                              "zinc_gather: all %d gather buffers hold gathered groups; zinc_release "
                              "a group before gathering '%s', or raise zinc.gather_buffers",
                              e->ngather, e->plan.groups[group].name);

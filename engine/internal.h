@@ -90,6 +90,15 @@ struct zinc_engine {
     char err[1024];
 };
 
+/* A usage error inside the collective sequence (docs/engine.md, "Failure"): a call after
+ * zinc_finalize that should have entered, or led to, a collective the other ranks wait in
+ * (zinc_step, zinc_grads_ready, zinc_gather in the wrong state). Sets the error as zeng_fail
+ * does and, with more than one rank, aborts the world so that the others return
+ * ZINC_ERR_ABORTED naming this rank and the error at once instead of after comm_timeout_s.
+ * Purely local errors (bad arguments, calls before zinc_finalize) use zeng_fail. */
+zinc_status zeng_fail_sequence(zinc_engine_t *e, zinc_status s, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
 /* The background slot's poll (view.h), ZINC_OK when nothing is in flight. */
 zinc_status zeng_background_poll(zinc_engine_t *e);
 

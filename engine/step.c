@@ -52,12 +52,18 @@ static zinc_status group_bucket(zinc_engine_t *e, int group, const char *fn, cha
                 e->bucket_owner[i] = group;
                 gs->bucket = i;
             }
+        /* From zinc_grads_ready, the reduce-scatter the other ranks wait in is lost with it:
+         * an error inside the collective sequence. From zinc_param_grad it is a local one. */
+#define BUCKETS_FULL "%s: all %d gradient buckets hold groups whose gradients were not handed " \
+                     "over; call zinc_grads_ready sooner, or raise zinc.grad_buckets in the "   \
+                     "config (group '%s')"
+        if (gs->bucket < 0 && !strcmp(fn, "zinc_grads_ready"))
+            return zeng_fail_sequence(e, ZINC_ERR_USAGE, BUCKETS_FULL, fn, e->nbuckets,
+                                      e->plan.groups[group].name);
         if (gs->bucket < 0)
-            return zeng_fail(e, ZINC_ERR_USAGE,
-                             "%s: all %d gradient buckets hold groups whose gradients were not "
-                             "handed over; call zinc_grads_ready sooner, or raise zinc.grad_buckets "
-                             "in the config (group '%s')",
-                             fn, e->nbuckets, e->plan.groups[group].name);
+            return zeng_fail(e, ZINC_ERR_USAGE, BUCKETS_FULL, fn, e->nbuckets,
+                             e->plan.groups[group].name);
+#undef BUCKETS_FULL
     }
     *out = (char *)e->bucket + (size_t)gs->bucket * e->plan.max_group_padded * dsize(e);
     return ZINC_OK;
@@ -89,7 +95,7 @@ zinc_status zinc_grads_ready(zinc_engine_t *e, int group)
     if (s != ZINC_OK) return s;
     zgroup_state *gs = &e->gstate[group];
     if (gs->ready)
-        return zeng_fail(e, ZINC_ERR_USAGE,
+        return zeng_fail_sequence(e, ZINC_ERR_USAGE,
                          "zinc_grads_ready: group '%s' was already handed over in this micro-step",
                          e->plan.groups[group].name);
     gs->ready = 1;
@@ -289,14 +295,24 @@ zinc_status zinc_step(zinc_engine_t *e, zinc_step_info_t *info)
     memset(info, 0, sizeof *info);
     for (int g = 0; g < e->plan.ngroups; g++) {
         if (!e->gstate[g].ready)
-            return zeng_fail(e, ZINC_ERR_USAGE,
+            return zeng_fail_sequence(e, ZINC_ERR_USAGE,
                              "zinc_step: group '%s' was not handed over with zinc_grads_ready in "
                              "this micro-step (every group needs it, once, before zinc_step)",
                              e->plan.groups[g].name);
         if (e->gstate[g].held)
-            return zeng_fail(e, ZINC_ERR_USAGE, "zinc_step: group '%s' is still gathered; "
+            return zeng_fail_sequence(e, ZINC_ERR_USAGE, "zinc_step: group '%s' is still gathered; "
                              "zinc_release it first", e->plan.groups[g].name);
     }
+    /* A boundary adds one to step or skipped (and to the scaler's cur_iter, their sum): refuse
+     * the one that would take step + skipped past INT64_MAX instead of overflowing. Counters are
+     * the same on every rank, so every rank refuses the same call, before any collective;
+     * step, skipped >= 0 always (a loaded state is range-checked). */
+    int boundary = e->st.micro >= e->cfg.grad_accum - 1;
+    if (boundary && e->st.step > INT64_MAX - 1 - e->st.skipped)
+        return zeng_fail(e, ZINC_ERR_UNSUPPORTED,
+                         "zinc_step: rank %d: the step counters are at their limit (step %lld, "
+                         "skipped %lld: step + skipped reaches 2^63 - 1); zinc counts no further",
+                         e->rank, (long long)e->st.step, (long long)e->st.skipped);
     for (int g = 0; g < e->plan.ngroups; g++) e->gstate[g].ready = 0;
     zgather_step_end(e);
 
@@ -305,7 +321,10 @@ zinc_status zinc_step(zinc_engine_t *e, zinc_step_info_t *info)
     info->step = e->st.step;
     info->skipped_total = e->st.skipped;
     info->lr = zsched_lr(&e->cfg.sched, e->cfg.optim.lr, e->st.step);
-    if (++e->st.micro < e->cfg.grad_accum) return ZINC_OK;
+    if (!boundary) {
+        e->st.micro++;   /* < grad_accum - 1 here, so it cannot overflow */
+        return ZINC_OK;
+    }
     e->st.micro = 0;
     info->boundary = 1;
 

@@ -12,6 +12,9 @@
  * stable = cur_iter - last_overflow_iter - 1 is a positive multiple of scale_window, i.e. after
  * scale_window + 1 clean steps in a row, and never on the first clean step after an overflow.
  * The static scaler (and bf16/fp32's scale of 1) never changes.
+ *
+ * The iteration counters saturate at INT64_MAX and a saturated counter stops growth, so that no
+ * state, however large its counters, makes the arithmetic overflow (issue 12).
  */
 #include "optim/optim.h"
 
@@ -70,14 +73,19 @@ int zscaler_update(zscaler *s, int overflow)
         if (s->consecutive_hysteresis && !s->no_hysteresis) s->cur_hysteresis = s->delayed_shift;
         /* Clean steps since the last overflow, not counting this one: growth needs a full window
          * of them before this step (DeepSpeed >= 0.17.1). */
-        int64_t stable = s->cur_iter - s->last_overflow_iter - 1;
-        if (stable > 0 && stable % s->scale_window == 0) {
+        /* Written (cur_iter - 1) - last_overflow_iter: with -1 <= last_overflow_iter <= cur_iter
+         * no term overflows, even at cur_iter = INT64_MAX (cur_iter - (-1) would). A saturated
+         * counter (below) no longer measures anything, so it never grows the scale. */
+        int64_t stable = (s->cur_iter - 1) - s->last_overflow_iter;
+        if (stable > 0 && stable % s->scale_window == 0 && s->cur_iter < INT64_MAX) {
             /* Without consecutive_hysteresis the tolerance refills only when the scale grows. */
             if (!s->consecutive_hysteresis && !s->no_hysteresis)
                 s->cur_hysteresis = s->delayed_shift;
             s->cur_scale *= s->scale_factor;
         }
     }
-    s->cur_iter++;
+    /* Saturates instead of overflowing: 2^63 - 1 steps is out of reach of a run (the engine
+     * refuses a step past it), but the arithmetic stays defined whatever state it is given. */
+    if (s->cur_iter < INT64_MAX) s->cur_iter++;
     return ZSCALER_OK;
 }

@@ -106,6 +106,41 @@ static void zm_copy(char *dst, size_t n, const char *src)
     dst[l] = 0;
 }
 
+/* Set once any comm of this process fails (timeout, abort, MPI error): the process-wide verdict
+ * zmpi_finalize acts on, since the comm itself is destroyed before the world is. */
+static atomic_int zm_process_failed;
+static char zm_process_why[460];
+static double zm_process_grace_s;            /* the failed comm's timeout */
+static pthread_mutex_t zm_process_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void zm_note_process_failure(zinc_status s, const char *why, double timeout_s)
+{
+    pthread_mutex_lock(&zm_process_mu);
+    if (!atomic_load(&zm_process_failed)) {
+        snprintf(zm_process_why, sizeof zm_process_why, "%s", why);
+        zm_process_grace_s = timeout_s;
+        atomic_store(&zm_process_failed, (int)s);
+    }
+    pthread_mutex_unlock(&zm_process_mu);
+}
+
+/* After a failure: do all ranks reach this point within `grace_s`? A non-blocking barrier on
+ * MPI_COMM_WORLD, polled with a deadline. */
+static int zm_all_arrive(double grace_s)
+{
+    MPI_Request req = MPI_REQUEST_NULL;
+    if (MPI_Ibarrier(MPI_COMM_WORLD, &req) != MPI_SUCCESS) return 0;
+    double deadline = MPI_Wtime() + grace_s;
+    for (;;) {
+        int done = 0;
+        if (MPI_Test(&req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) return 0;
+        if (done) return 1;
+        if (MPI_Wtime() > deadline) return 0;
+        struct timespec ts = {0, 1000000L};
+        nanosleep(&ts, NULL);
+    }
+}
+
 static zinc_status zm_mpi_error(zcomm_t *c, const char *call, const char *file, int line, int rc)
 {
     zm_ctx *x = c->ctx;
@@ -117,6 +152,7 @@ static zinc_status zm_mpi_error(zcomm_t *c, const char *call, const char *file, 
     if (x && !x->failed) {
         x->failed = ZINC_ERR_COMM;
         zm_copy(x->why, sizeof x->why, c->err);
+        zm_note_process_failure(ZINC_ERR_COMM, c->err, c->timeout_s);
     }
     return ZINC_ERR_COMM;
 }
@@ -152,7 +188,24 @@ void zmpi_finalize(void)
     int inited = 0, finalized = 0;
     MPI_Initialized(&inited);
     MPI_Finalized(&finalized);
-    if (inited && !finalized) MPI_Finalize();
+    if (!inited || finalized) return;
+    int failed = atomic_load(&zm_process_failed);
+    double grace = zm_process_grace_s > 0 && zm_process_grace_s < 60 ? zm_process_grace_s : 60;
+    if (failed && !zm_all_arrive(grace)) {
+        /* MPI_Finalize is collective: with a rank stopped or gone it waits for it forever, and
+         * after a failure MPI promises nothing but MPI_Abort. Every rank still alive got the
+         * failed comm's timeout to arrive here; the others are lost. End the job, with the
+         * status as exit code, so that the launcher kills the lost rank and exits. */
+        int rank = -1;
+        MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+        pthread_mutex_lock(&zm_process_mu);
+        zlog(ZLOG_ERROR, "comm", rank, "ending the MPI job with MPI_Abort (MPI_Finalize would wait "
+             "for the lost rank): %s", zm_process_why);
+        pthread_mutex_unlock(&zm_process_mu);
+        fflush(NULL);
+        MPI_Abort(MPI_COMM_WORLD, failed);
+    }
+    MPI_Finalize();
 }
 
 static char zm_version[MPI_MAX_LIBRARY_VERSION_STRING];
@@ -175,11 +228,13 @@ const char *zmpi_version(void)
 
 /* ---- failure, notices, polling ------------------------------------------------------------- */
 
-static void zm_fail(zm_ctx *x, zinc_status s, const char *why)
+static void zm_fail(zcomm_t *c, zinc_status s, const char *why)
 {
+    zm_ctx *x = c->ctx;
     if (x->failed) return;
     x->failed = s;
     zm_copy(x->why, sizeof x->why, why);
+    zm_note_process_failure(s, why, c->timeout_s);
 }
 
 /* Tells every other rank that this one failed (best effort: non-blocking, never waited on). */
@@ -227,7 +282,7 @@ static zinc_status zm_poll_abort(zcomm_t *c, const char *what)
         char why[sizeof x->abort_why + 32];
         snprintf(why, sizeof why, "rank %d aborted: %s", c->rank, x->abort_why);
         zm_send_notice(c, ZINC_ERR_ABORTED, why);
-        zm_fail(x, ZINC_ERR_ABORTED, why);
+        zm_fail(c, ZINC_ERR_ABORTED, why);
         atomic_store(&x->abort_pending, 0);
         return zerr_fmt(c->err, sizeof c->err, ZINC_ERR_ABORTED, "%s #%llu (mpi rank %d): %s",
                         what, (unsigned long long)x->seq, c->rank, why);
@@ -245,7 +300,7 @@ static zinc_status zm_poll_abort(zcomm_t *c, const char *what)
      * too. Anything else is an abort. */
     zinc_status s = m.status == ZINC_ERR_TIMEOUT && m.seq == x->seq ? ZINC_ERR_TIMEOUT
                                                                      : ZINC_ERR_ABORTED;
-    zm_fail(x, ZINC_ERR_ABORTED, m.why);
+    zm_fail(c, ZINC_ERR_ABORTED, m.why);
     if (s == ZINC_ERR_TIMEOUT)
         return zerr_fmt(c->err, sizeof c->err, s, "%s #%llu (mpi rank %d): %s", what,
                         (unsigned long long)x->seq, c->rank, m.why);
@@ -291,7 +346,7 @@ static zinc_status zm_wait(zcomm_t *c, const char *what, int nreq, MPI_Request *
             zlog(ZLOG_ERROR, "comm", c->rank, "%s", why);
             zm_drop(nreq, reqs, p2p);
             zm_send_notice(c, ZINC_ERR_TIMEOUT, why);
-            zm_fail(x, ZINC_ERR_TIMEOUT, why);
+            zm_fail(c, ZINC_ERR_TIMEOUT, why);
             return zerr_fmt(c->err, sizeof c->err, ZINC_ERR_TIMEOUT, "%s", why);
         }
         /* Stay responsive for short waits, then stop competing for the cores. */
@@ -504,7 +559,7 @@ static void zm_abort(zcomm_t *c, const char *why)
         char msg[sizeof x->abort_why + 32];
         snprintf(msg, sizeof msg, "rank %d aborted: %s", c->rank, x->abort_why);
         zm_send_notice(c, ZINC_ERR_ABORTED, msg);
-        zm_fail(x, ZINC_ERR_ABORTED, msg);
+        zm_fail(c, ZINC_ERR_ABORTED, msg);
     }
     pthread_mutex_unlock(&x->mu);
 }

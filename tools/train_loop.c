@@ -310,13 +310,14 @@ int run_ranks(run_t *r)
         free(a);
         free(started);
     }
+    /* Report first: after a failed collective an mpi world ends the job in zinc_world_destroy
+     * (MPI_Abort; MPI_Finalize would wait for the lost rank forever). */
+    if (r->err != ZINC_OK) fprintf(stderr, "zinc train: %s\n", r->errmsg);
+    fflush(NULL);
     zinc_world_destroy(r->world);
     r->world = NULL;
     pthread_mutex_destroy(&r->mu);
-    if (r->err != ZINC_OK) {
-        fprintf(stderr, "zinc train: %s\n", r->errmsg);
-        return r->err_exit ? r->err_exit : 1;
-    }
+    if (r->err != ZINC_OK) return r->err_exit ? r->err_exit : 1;
     return 0;
 }
 

@@ -37,3 +37,8 @@ endif()
 add_test(NAME ckpt_engine_staged COMMAND ckpt_engine)
 set_tests_properties(ckpt_engine_staged PROPERTIES LABELS "ckpt;multirank" TIMEOUT 300
                      ENVIRONMENT "ZINC_TEST_STAGED_COMM=1")
+
+# A failed save (aborted world, a rank's write failing; synchronous and async) leaves no
+# <tag>.tmp behind (issue 12).
+zinc_test(NAME ckpt_tmp SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_ckpt_tmp.c ${ZINC_CKPT_FIXTURE}
+          LABELS "ckpt;fault" TIMEOUT 120)

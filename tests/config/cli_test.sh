@@ -83,6 +83,24 @@ for want in '"train_micro_batch_size_per_gpu": 8' '"gradient_accumulation_steps"
 done
 fails=$((fails + missing))
 
+# --json prints the offload device the file names ("nvme" was printed as "cpu"), so that the
+# resolved JSON resolves to the same config.
+checks=$((checks + 1))
+"$zinc" config check "$dir/warn_offload_param_nvme.json" --json >"$tmp.out" 2>/dev/null
+flat=$(tr -d ' \n' <"$tmp.out")
+for want in '"offload_param":{"device":"nvme"}' '"offload_optimizer":{"device":"none"}'; do
+    case "$flat" in
+    *"$want"*) ;;
+    *) echo "FAIL: --json of warn_offload_param_nvme.json lacks $want"; fails=$((fails + 1)) ;;
+    esac
+done
+checks=$((checks + 1))
+"$zinc" config check "$dir/warn_offload.json" --json >"$tmp.out" 2>/dev/null
+case "$(tr -d ' \n' <"$tmp.out")" in
+*'"offload_optimizer":{"device":"cpu"}'*) ;;
+*) echo "FAIL: --json of warn_offload.json lacks offload_optimizer device cpu"; fails=$((fails + 1)) ;;
+esac
+
 rm -f "$tmp.out" "$tmp.err"
 echo "config_cli: $checks checks, $((checks - fails)) passed, $fails failed"
 [ "$fails" = 0 ]

@@ -35,3 +35,41 @@ set_tests_properties(engine_stages_staged PROPERTIES LABELS "multirank;unit" TIM
 # that differ across ranks, and the API gaps found beside them.
 zinc_test(NAME engine_parity SOURCES ${ZINC_ENGINE_TEST_DIR}/test_parity.c
           LIBS zinc_toy LABELS "multirank;unit" TIMEOUT 120)
+
+# Counters near 2^63 (issue 12). engine/step.c and optim/*.c are compiled into the test itself
+# with -fsanitize=signed-integer-overflow -fno-sanitize-recover (they take precedence over the
+# same objects of zinc_core at link time), so a signed overflow there fails the test.
+include(CheckCSourceCompiles)
+set(CMAKE_REQUIRED_FLAGS "-fsanitize=signed-integer-overflow -fno-sanitize-recover")
+set(CMAKE_REQUIRED_LINK_OPTIONS "-fsanitize=signed-integer-overflow")
+check_c_source_compiles("int main(void) { return 0; }" ZINC_HAVE_SIO_SANITIZER)
+unset(CMAKE_REQUIRED_FLAGS)
+unset(CMAKE_REQUIRED_LINK_OPTIONS)
+zinc_test(NAME engine_counters
+          SOURCES ${ZINC_ENGINE_TEST_DIR}/test_counters.c ${CMAKE_SOURCE_DIR}/engine/step.c
+                  ${CMAKE_SOURCE_DIR}/optim/scaler.c ${CMAKE_SOURCE_DIR}/optim/sched.c
+                  ${CMAKE_SOURCE_DIR}/optim/adam.c ${CMAKE_SOURCE_DIR}/optim/clip.c
+          LIBS zinc_toy LABELS unit TIMEOUT 60)
+if(ZINC_HAVE_SIO_SANITIZER)
+  target_compile_options(engine_counters PRIVATE -fsanitize=signed-integer-overflow
+                         -fno-sanitize-recover)
+  target_link_options(engine_counters PRIVATE -fsanitize=signed-integer-overflow)
+endif()
+
+# A usage error inside the collective sequence aborts the world (issue 12): the other ranks
+# return ZINC_ERR_ABORTED at once, not after comm_timeout_s (60 s here).
+zinc_test(NAME engine_usage_abort SOURCES ${ZINC_ENGINE_TEST_DIR}/test_usage_abort.c
+          LIBS zinc_toy LABELS "multirank;unit" TIMEOUT 120)
+
+# A rank stopped with SIGSTOP (issue 12): the others time out, and mpirun must exit non-zero in
+# bounded time — zinc_world_destroy ends the job with MPI_Abort instead of MPI_Finalize.
+if(ZINC_HAVE_MPI)
+  add_executable(engine_stopped_rank_mpi ${ZINC_ENGINE_TEST_DIR}/test_stopped_rank_mpi.c)
+  target_link_libraries(engine_stopped_rank_mpi PRIVATE zinc_toy zinc_testutil zinc_core)
+  target_compile_options(engine_stopped_rank_mpi PRIVATE ${ZINC_WARNINGS})
+  add_test(NAME engine_stopped_rank_mpi
+           COMMAND sh ${ZINC_ENGINE_TEST_DIR}/stopped_rank.sh ${MPIEXEC_EXECUTABLE}
+                   $<TARGET_FILE:engine_stopped_rank_mpi>)
+  set_tests_properties(engine_stopped_rank_mpi PROPERTIES LABELS "multirank;fault" TIMEOUT 60
+                       ENVIRONMENT "OMPI_MCA_btl_vader_single_copy_mechanism=none")
+endif()

@@ -1,0 +1,50 @@
+/*
+ * test_stopped_rank_mpi.c — run under mpirun by stopped_rank.sh (issue 12): rank 1 stops itself
+ * with SIGSTOP before its first step; the other ranks must fail that step with ZINC_ERR_TIMEOUT
+ * (or ZINC_ERR_ABORTED, once the first of them has timed out and told the others) within the
+ * 2 s comm timeout, report it, and then zinc_world_destroy must end the job (MPI_Abort) instead
+ * of waiting in MPI_Finalize for the stopped rank. The script checks that mpirun exits non-zero
+ * in bounded time and that every live rank printed its line.
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "toy.h"
+
+int main(void)
+{
+    zinc_world_t *w = NULL;
+    zinc_status s = zinc_world_create_mpi(&w);
+    if (s != ZINC_OK) {
+        fprintf(stderr, "stopped_rank: no mpi world: %s\n", zinc_last_error(NULL));
+        return s == ZINC_ERR_UNSUPPORTED ? 77 : 1;
+    }
+    int rank = zinc_world_rank(w), world = zinc_world_size(w);
+    toy_run r = {.world = world, .stage = 2, .accum = 1, .steps = 1, .dtype = ZINC_DTYPE_BF16,
+                 .clip = 1.0, .inject_inf_step = -1};
+    char *cfg = toy_config(&r);
+    char *t = strstr(cfg, "\"comm_timeout_s\": 20");
+    if (t) memcpy(t, "\"comm_timeout_s\": 2 ", 20);   /* a 2 s timeout, same length */
+    zinc_engine_options_t o = {.config_json = cfg, .world = w, .threads = 1};
+    zinc_engine_t *e = NULL;
+    int np = 0;
+    s = zinc_engine_create(&o, &e);
+    free(cfg);
+    if (s == ZINC_OK) s = toy_register(e, &np);
+    if (s != ZINC_OK) {
+        fprintf(stderr, "stopped_rank: rank %d: setup failed: %s\n", rank, zinc_last_error(e));
+        return 1;
+    }
+    if (rank == 1) raise(SIGSTOP);   /* never continued: mpirun must kill it */
+    zinc_step_info_t info;
+    s = toy_micro_step(e, rank, world, 0, np, 0);
+    if (s == ZINC_OK) s = zinc_step(e, &info);
+    printf("stopped_rank: rank %d: %s: %s\n", rank, zinc_status_string(s), zinc_last_error(e));
+    fflush(stdout);
+    zinc_engine_destroy(e);
+    zinc_world_destroy(w);   /* must not return after a failure: MPI_Abort */
+    printf("stopped_rank: rank %d: zinc_world_destroy returned\n", rank);
+    return s == ZINC_OK ? 0 : 2;
+}
