@@ -91,8 +91,10 @@ typedef struct {
     int64_t prefetch_bucket_size;            /* default 5e7 */
     int64_t param_persistence_threshold;     /* default 1e5 */
     int gather_16bit_weights_on_model_save;  /* default 0 */
-    int offload_optimizer;                   /* device != none: accepted with a warning */
-    int offload_param;
+    int offload_optimizer;                   /* 1: device "cpu" at stages 1-3: master, m, v of
+                                                the shard in host memory (engine/offload.c) */
+    int offload_param;                       /* device != none: accepted with a warning, no
+                                                effect (not implemented) */
 } zcfg_zero;
 
 typedef struct {
@@ -110,6 +112,8 @@ typedef struct {
     double comm_timeout_s;        /* collective timeout, default 300 */
     int grad_buckets;             /* stage 2/3 gradient buckets, default 2 */
     int gather_buffers;           /* stage 3 gather ring, default 2 */
+    uint64_t device_memory_limit; /* bytes the device may allocate per rank, 0 (default) = no
+                                     limit; cpu device only (docs/config.md) */
     int csv_monitor;              /* resolved from csv_monitor.enabled */
     char csv_output_path[512];
     char csv_job_name[128];
