@@ -35,3 +35,8 @@ set_tests_properties(engine_stages_staged PROPERTIES LABELS "multirank;unit" TIM
 # that differ across ranks, and the API gaps found beside them.
 zinc_test(NAME engine_parity SOURCES ${ZINC_ENGINE_TEST_DIR}/test_parity.c
           LIBS zinc_toy LABELS "multirank;unit" TIMEOUT 120)
+
+# ZeRO-Offload of the optimizer state (issue 14): bitwise equal to the device run, copy volume,
+# the device memory limit, checkpoints across offload settings.
+zinc_test(NAME engine_offload SOURCES ${ZINC_ENGINE_TEST_DIR}/test_offload.c
+          LIBS zinc_toy LABELS "multirank;unit;ckpt" TIMEOUT 300)
