@@ -238,9 +238,11 @@ zinc_status zinc_ckpt_save(zinc_engine_t *e, const char *dir, const char *tag,
             pc[i].data[ZCK_MASTER] = sm + at * 4;
             pc[i].data[ZCK_ADAM_M] = smm + at * 4;
             pc[i].data[ZCK_ADAM_V] = sv + at * 4;
-            s = ev->dev->iface->download(ev->dev, sm + at * 4, sp[i].master, n * 4);
-            if (s == ZINC_OK) s = ev->dev->iface->download(ev->dev, smm + at * 4, sp[i].m, n * 4);
-            if (s == ZINC_OK) s = ev->dev->iface->download(ev->dev, sv + at * 4, sp[i].v, n * 4);
+            /* The state is on state_dev: the device, or host memory with offload_optimizer. */
+            zdev_t *sd = ev->state_dev;
+            s = sd->iface->download(sd, sm + at * 4, sp[i].master, n * 4);
+            if (s == ZINC_OK) s = sd->iface->download(sd, smm + at * 4, sp[i].m, n * 4);
+            if (s == ZINC_OK) s = sd->iface->download(sd, sv + at * 4, sp[i].v, n * 4);
             if (s == ZINC_OK && w16) {
                 const zplan_param *P = &ev->plan->params[sp[i].param];
                 size_t pos = ev->stage == 3 ? (size_t)(sp[i].master - ev->master)
@@ -325,7 +327,8 @@ typedef struct {
     char msg[ZCK_ERR];
 } zpick;
 
-/* The load targets of this rank: device pointers and their sizes for master/m/v. */
+/* The load targets of this rank: pointers (in the view's state_dev memory) and sizes for
+ * master/m/v. */
 typedef struct {
     int param;
     uint64_t lo, hi;
@@ -447,16 +450,18 @@ static zinc_status load_local(zinc_engine_t *e, const char *tagdir, zinc_ckpt_lo
         for (int i = 0; i < nt && s == ZINC_OK; i++) {
             float *dst = stream == ZCK_MASTER ? t[i].master : stream == ZCK_ADAM_M ? t[i].m : t[i].v;
             size_t n = t[i].hi - t[i].lo;
-            s = ev->dev->iface->upload(ev->dev, dst, host + at, n * 4);
-            if (s != ZINC_OK) zerr_fmt(err, ZCK_ERR, s, "upload to the device failed: %s", ev->dev->err);
+            s = ev->state_dev->iface->upload(ev->state_dev, dst, host + at, n * 4);
+            if (s != ZINC_OK)
+                zerr_fmt(err, ZCK_ERR, s, "upload to the device failed: %s", ev->state_dev->err);
             at += n;
         }
     }
     if (s == ZINC_OK && wonly) {
         size_t n = ev->stage == 0 ? ev->plan->flat_numel : ev->plan->shard_numel;
-        s = ev->dev->iface->memset0(ev->dev, ev->m, n * 4);
-        if (s == ZINC_OK) s = ev->dev->iface->memset0(ev->dev, ev->v, n * 4);
-        if (s != ZINC_OK) zerr_fmt(err, ZCK_ERR, s, "clearing the Adam state failed: %s", ev->dev->err);
+        s = ev->state_dev->iface->memset0(ev->state_dev, ev->m, n * 4);
+        if (s == ZINC_OK) s = ev->state_dev->iface->memset0(ev->state_dev, ev->v, n * 4);
+        if (s != ZINC_OK)
+            zerr_fmt(err, ZCK_ERR, s, "clearing the Adam state failed: %s", ev->state_dev->err);
     }
     if (s == ZINC_OK && opt && opt->client_blob) {
         s = zck_read_blob(r, opt->client_blob, opt->client_blob_cap, &opt->client_blob_bytes, err);
@@ -611,8 +616,9 @@ zinc_status zinc_load_safetensors(zinc_engine_t *e, const char *path)
         if (k < 0) continue;
         s = zst_read_f32(f, k, t[i].lo, t[i].hi, buf, err);
         if (s == ZINC_OK) {
-            s = ev->dev->iface->upload(ev->dev, t[i].master, buf, (t[i].hi - t[i].lo) * 4);
-            if (s != ZINC_OK) zerr_fmt(err, ZCK_ERR, s, "upload failed: %s", ev->dev->err);
+            s = ev->state_dev->iface->upload(ev->state_dev, t[i].master, buf,
+                                             (t[i].hi - t[i].lo) * 4);
+            if (s != ZINC_OK) zerr_fmt(err, ZCK_ERR, s, "upload failed: %s", ev->state_dev->err);
         }
     }
     free(buf);

@@ -150,6 +150,7 @@ void zcfg_defaults(zcfg *c)
     z->param_persistence_threshold = 100000;
     z->gather_16bit_weights_on_model_save = 0;
     z->offload_optimizer = 0;
+    z->offload_optimizer_active = 0;
     z->offload_param = 0;
 
     c->ckpt.tag_validation = 1;
@@ -163,6 +164,7 @@ void zcfg_defaults(zcfg *c)
     c->zinc.comm_timeout_s = 300.0;
     c->zinc.grad_buckets = 2;
     c->zinc.gather_buffers = 2;
+    c->zinc.device_memory_limit = 0;
     c->zinc.csv_monitor = 0;
     c->zinc.csv_output_path[0] = 0;
     snprintf(c->zinc.csv_job_name, sizeof c->zinc.csv_job_name, "%s", "DeepSpeedJobName");

@@ -92,8 +92,11 @@ typedef struct {
     int64_t param_persistence_threshold;     /* default 1e5 */
     int gather_16bit_weights_on_model_save;  /* default 0 */
     int offload_optimizer;                   /* the device the file names: ZCFG_OFFLOAD_NONE,
-                                                _CPU or _NVME; not none: accepted with a warning */
-    int offload_param;                       /* the same for offload_param */
+                                                _CPU or _NVME (the report and the hash keep it) */
+    int offload_optimizer_active;            /* 1: device "cpu" at stages 1-3: master, m, v of
+                                                the shard in host memory (engine/offload.c) */
+    int offload_param;                       /* the device the file names; not none: accepted
+                                                with a warning, no effect (not implemented) */
 } zcfg_zero;
 
 /* zcfg_zero.offload_*: the device named in the file, kept so the resolved config says it. */
@@ -114,6 +117,8 @@ typedef struct {
     double comm_timeout_s;        /* collective timeout, default 300 */
     int grad_buckets;             /* stage 2/3 gradient buckets, default 2 */
     int gather_buffers;           /* stage 3 gather ring, default 2 */
+    uint64_t device_memory_limit; /* bytes the device may allocate per rank, 0 (default) = no
+                                     limit; cpu device only (docs/config.md) */
     int csv_monitor;              /* resolved from csv_monitor.enabled */
     char csv_output_path[512];
     char csv_job_name[128];

@@ -60,7 +60,7 @@ static const zkey top_keys[] = {
     {"activation_checkpointing", ZK_WARN, ZK_IF_ON,
      "activation checkpointing is the model's business in zinc (memory only)"},
     {"autotuning", ZK_WARN, ZK_IF_ON, "the autotuner is not implemented (speed only)"},
-    {"aio", ZK_WARN, ZK_IF_ON, "asynchronous NVMe I/O is not implemented (zinc has no offload)"},
+    {"aio", ZK_WARN, ZK_IF_ON, "asynchronous NVMe I/O is not implemented (zinc offloads to cpu only)"},
     {"zero_allow_untested_optimizer", ZK_WARN, ZK_IF_ON, W_NO_EFFECT_OPT},
     {"zero_force_ds_cpu_optimizer", ZK_WARN, ZK_ALWAYS, W_NO_EFFECT_OPT},
     {"disable_allgather", ZK_WARN, ZK_IF_ON, "zinc always all-gathers (same result; speed only)"},
@@ -217,7 +217,7 @@ static const zkey lr_range_test_keys[] = {
 ZK_SET(zk_lr_range_test, "scheduler.params", lr_range_test_keys);
 
 #define W_STAGE3 "a stage-3 fetch tuning knob zinc does not implement (speed and memory only)"
-#define W_OFFLOAD "zinc has no offload; memory placement only, everything stays on the device"
+#define W_OFFLOAD "pinned host buffers are not implemented yet (copy speed on CUDA only)"
 static const zkey zero_keys[] = {
     {"stage", ZK_OWN, ZK_ALWAYS, NULL},
     /* Read and range-checked by zc_parse_zero, which warns once when one of these speed/memory
@@ -342,6 +342,7 @@ static const zkey zinc_keys[] = {
     {"comm_timeout_s", ZK_OWN, ZK_ALWAYS, NULL},
     {"grad_buckets", ZK_OWN, ZK_ALWAYS, NULL},
     {"gather_buffers", ZK_OWN, ZK_ALWAYS, NULL},
+    {"device_memory_limit", ZK_OWN, ZK_ALWAYS, NULL},
 };
 ZK_SET(zk_zinc, "zinc", zinc_keys);
 

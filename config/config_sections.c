@@ -3,7 +3,9 @@
  * (with its stage3_ aliases and offload), checkpoint, csv_monitor, the "zinc" section, and the
  * top-level scalars (clipping, communication dtype, ...).
  */
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "config/config_internal.h"
@@ -111,7 +113,13 @@ static void warn_bool(zcctx *x, json_object *o, const char *sec, const char *key
     if (zc_get_bool(x, o, sec, key, v) == V_SET && *v != ds_default) not_used(x, sec, key, instead);
 }
 
-static void offload(zcctx *x, json_object *z, const char *key, const zkeyset *set, int *out)
+/* One offload section. `kind` 0: offload_optimizer, which zinc implements with device "cpu" at
+ * stages 1-3 (host-resident master, m, v; engine/offload.c); 1: offload_param, not implemented
+ * (accepted with a warning, everything stays on the device). *device receives the device the
+ * file names (ZCFG_OFFLOAD_*; the report and the hash keep it); *active (offload_optimizer only)
+ * is 1 only when the engine will offload. */
+static void offload(zcctx *x, json_object *z, const char *key, const zkeyset *set, int kind,
+                    int stage, int *device, int *active)
 {
     char path[96];
     zc_path(path, sizeof path, "zero_optimization", key);
@@ -120,17 +128,18 @@ static void offload(zcctx *x, json_object *z, const char *key, const zkeyset *se
     json_object *o = zc_section(x, z, key, path);
     if (!o) return;
     zk_check(x, o, path, set);
-    static const char *bools[] = {"pin_memory", "pipeline_read", "pipeline_write", "fast_init",
+    static const char *bools[] = {"pipeline_read", "pipeline_write", "fast_init",
                                   "super_offload", "convert_grad_on_cpu"};
     static const char *ints[] = {"buffer_count", "buffer_size", "max_in_cpu"};
-    int b;
+    int b, pin = 0;
     int64_t n;
-    double d;
+    double d, ratio = 1.0;
     const char *sv;
     for (size_t i = 0; i < sizeof bools / sizeof bools[0]; i++) zc_get_bool(x, o, path, bools[i], &b);
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
         zc_get_int(x, o, path, ints[i], 0, I64_MAX, &n);
-    zc_get_num(x, o, path, "ratio", R_UNIT_CLOSED, &d);
+    int have_pin = zc_get_bool(x, o, path, "pin_memory", &pin) == V_SET;
+    int have_ratio = zc_get_num(x, o, path, "ratio", R_UNIT_CLOSED, &ratio) == V_SET;
     zc_get_num(x, o, path, "cpuadam_cores_perc", R_UNIT_CLOSED, &d);
     if (zc_member(o, "nvme_path", &v) && v) zc_get_str(x, o, path, "nvme_path", &sv);
     const char *dev = "none";
@@ -141,11 +150,33 @@ static void offload(zcctx *x, json_object *z, const char *key, const zkeyset *se
         zc_error(x, dp, "expected \"none\", \"cpu\" or \"nvme\", got \"%s\"", dev);
         return;
     }
-    if (strcmp(dev, "none") != 0) {
-        *out = strcmp(dev, "nvme") == 0 ? ZCFG_OFFLOAD_NVME : ZCFG_OFFLOAD_CPU;
-        zc_warn(x, dp, "\"%s\" accepted, but zinc has no offload; memory placement only, "
-                       "everything stays on the device", dev);
+    if (!strcmp(dev, "none")) return;
+    *device = strcmp(dev, "nvme") == 0 ? ZCFG_OFFLOAD_NVME : ZCFG_OFFLOAD_CPU;
+    if (kind == 1) {
+        zc_warn(x, dp, "\"%s\" accepted, but zinc does not offload parameters yet; memory "
+                       "placement only, the parameters stay on the device", dev);
+        return;
     }
+    if (!strcmp(dev, "nvme")) {
+        zc_warn(x, dp, "\"nvme\" accepted without effect: zinc offloads the optimizer state to "
+                       "\"cpu\" only; with \"nvme\" it stays on the device (memory placement only)");
+        return;
+    }
+    if (stage == 0) {
+        zc_warn(x, dp, "\"cpu\" accepted without effect at ZeRO stage 0: zinc offloads the "
+                       "optimizer state at stages 1-3, as DeepSpeed does (memory placement only)");
+        return;
+    }
+    if (active) *active = 1;
+    char p2[128];
+    if (have_pin && pin)
+        zc_warn(x, zc_path(p2, sizeof p2, path, "pin_memory"),
+                "accepted without effect: zinc does not pin the host buffers yet (copy speed on "
+                "CUDA only; the CPU device has nothing to pin)");
+    if (have_ratio && ratio != 1.0)
+        zc_warn(x, zc_path(p2, sizeof p2, path, "ratio"),
+                "%g accepted, but partial offload is not implemented: the whole optimizer state "
+                "of the shard is offloaded (memory placement only)", ratio);
 }
 
 void zc_parse_zero(zcctx *x, json_object *root, zcfg *c)
@@ -226,20 +257,24 @@ void zc_parse_zero(zcctx *x, json_object *root, zcfg *c)
     }
     if (first >= 0) z->gather_16bit_weights_on_model_save = val;
 
-    offload(x, o, "offload_optimizer", &zk_offload_optimizer, &z->offload_optimizer);
-    offload(x, o, "offload_param", &zk_offload_param, &z->offload_param);
+    offload(x, o, "offload_optimizer", &zk_offload_optimizer, 0, z->stage, &z->offload_optimizer,
+            &z->offload_optimizer_active);
+    offload(x, o, "offload_param", &zk_offload_param, 1, z->stage, &z->offload_param, NULL);
     int b;
     if (zc_get_bool(x, o, sec, "cpu_offload", &b) == V_SET && b) {
         z->offload_optimizer = ZCFG_OFFLOAD_CPU;
+        z->offload_optimizer_active = z->stage > 0;
         zc_warn(x, "zero_optimization.cpu_offload",
-                "accepted (deprecated name of offload_optimizer), but zinc has no offload; memory "
-                "placement only");
+                z->stage > 0 ? "accepted as the deprecated name of offload_optimizer {\"device\": "
+                               "\"cpu\"}; write that instead"
+                             : "accepted without effect at ZeRO stage 0 (deprecated name of "
+                               "offload_optimizer, which zinc honours at stages 1-3)");
     }
     if (zc_get_bool(x, o, sec, "cpu_offload_param", &b) == V_SET && b) {
         z->offload_param = ZCFG_OFFLOAD_CPU;
         zc_warn(x, "zero_optimization.cpu_offload_param",
-                "accepted (deprecated name of offload_param), but zinc has no offload; memory "
-                "placement only");
+                "accepted (deprecated name of offload_param), but zinc does not offload "
+                "parameters yet; memory placement only");
     }
     if (zc_get_bool(x, o, sec, "load_from_fp32_weights", &b) == V_SET && !b)
         zc_error(x, "zero_optimization.load_from_fp32_weights",
@@ -314,6 +349,44 @@ void zc_parse_csv_monitor(zcctx *x, json_object *root, zcfg *c)
     copy_str(x, o, sec, "job_name", c->zinc.csv_job_name, sizeof c->zinc.csv_job_name);
 }
 
+/* zinc.device_memory_limit: bytes as an integer (0 = no limit), or a string "<number><unit>"
+ * with unit B, KB, MB, GB, TB (powers of 1000) or KiB, MiB, GiB, TiB (powers of 1024), case
+ * ignored, e.g. "6MB", "1.5GiB". The result is rounded down to whole bytes. */
+static void device_memory_limit(zcctx *x, json_object *o, uint64_t *out)
+{
+    const char *key = "device_memory_limit", *path = "zinc.device_memory_limit";
+    json_object *v;
+    if (!zc_member(o, key, &v)) return;
+    if (!json_object_is_type(v, json_type_string)) {
+        int64_t n;
+        if (zc_get_int(x, o, "zinc", key, 0, I64_MAX, &n) == V_SET) *out = (uint64_t)n;
+        return;
+    }
+    const char *s = json_object_get_string(v);
+    static const struct { const char *unit; double mult; } units[] = {
+        {"b", 1.0},      {"kb", 1e3},         {"mb", 1e6},         {"gb", 1e9},
+        {"tb", 1e12},    {"kib", 0x1p10},     {"mib", 0x1p20},     {"gib", 0x1p30},
+        {"tib", 0x1p40},
+    };
+    char *end = NULL;
+    double num = 0.0;
+    if (*s >= '0' && *s <= '9') num = strtod(s, &end);
+    char unit[8];
+    int ok = end && end != s && strlen(end) < sizeof unit && isfinite(num);
+    double bytes = -1.0;
+    if (ok) {
+        zc_lower(unit, sizeof unit, end);
+        for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+            if (!strcmp(unit, units[i].unit)) bytes = num * units[i].mult;
+    }
+    if (bytes < 0.0 || bytes >= 0x1p63) {
+        zc_error(x, path, "expected bytes as an integer or a string like \"6MB\" or \"2GiB\" "
+                          "(units B, KB, MB, GB, TB, KiB, MiB, GiB, TiB), got \"%s\"", s);
+        return;
+    }
+    *out = (uint64_t)bytes;
+}
+
 void zc_parse_zinc(zcctx *x, json_object *root, zcfg *c)
 {
     const char *sec = "zinc";
@@ -329,6 +402,7 @@ void zc_parse_zinc(zcctx *x, json_object *root, zcfg *c)
     zc_get_num(x, o, sec, "comm_timeout_s", R_GT0, &z->comm_timeout_s);
     zc_get_int32(x, o, sec, "grad_buckets", 1, 64, &z->grad_buckets);
     zc_get_int32(x, o, sec, "gather_buffers", 1, 64, &z->gather_buffers);
+    device_memory_limit(x, o, &z->device_memory_limit);
 }
 
 /* ---- top-level scalars -------------------------------------------------------------------- */

@@ -193,6 +193,15 @@ zinc_status zinc_engine_create(const zinc_engine_options_t *opt, zinc_engine_t *
     int threads = opt->threads > 0 ? opt->threads : default_threads(e->world);
     s = !strcmp(devname, "cuda") ? open_cuda(e) : open_cpu(e, devname, threads);
     if (s != ZINC_OK) goto fail;
+    e->threads = threads;
+    e->offload = e->cfg.zero.offload_optimizer_active && e->stage >= 1;
+    if (e->cfg.zinc.device_memory_limit) {
+        s = zdev_set_limit(e->dev, e->cfg.zinc.device_memory_limit);
+        if (s != ZINC_OK) {
+            zerr_thread(s, "zinc_engine_create: zinc.device_memory_limit: %s", zerr_thread_message());
+            goto fail;
+        }
+    }
     zcomm_set_timeout(e->comm, e->cfg.zinc.comm_timeout_s);
     if (e->rank == 0)
         zlog(ZLOG_DEBUG, "engine", e->rank, "config %s, stage %d, %s, world %d, device %s",
@@ -224,13 +233,16 @@ void zinc_engine_destroy(zinc_engine_t *e)
     }
     zdev_t *d = e->dev;
     if (d) {
-        void *master = e->master == (float *)e->param16 ? NULL : e->master; /* aliased: once */
-        void *bufs[] = {e->param16, e->grad,   master,  e->m,
-                        e->v,       e->bucket, e->gather, e->stats};
+        /* Aliased: freed once, as param16. Offloaded: host state, freed by zoffload_free. */
+        int dev_state = !e->offload;
+        void *master = e->master == (float *)e->param16 || !dev_state ? NULL : e->master;
+        void *bufs[] = {e->param16, e->grad,   master,  dev_state ? e->m : NULL,
+                        dev_state ? e->v : NULL, e->bucket, e->gather, e->stats};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
             if (bufs[i]) d->iface->free(d, bufs[i]);
         zdev_close(d);
     }
+    zoffload_free(e);
     if (e->owns_world) zinc_world_destroy(e->world);
     zplan_free(&e->plan);
     free(e->gstate);
@@ -443,6 +455,16 @@ static zinc_status alloc_category(zinc_engine_t *e, zinc_mem_category c, void **
     uint64_t n = e->planned[c];
     if (n == 0) return ZINC_OK;
     *out = e->dev->iface->alloc(e->dev, (size_t)n);
+    if (!*out && e->dev->limit)
+        return zeng_fail(e, ZINC_ERR_NOMEM,
+                         "zinc_finalize: cannot allocate %s on rank %d: %llu bytes needed, %llu "
+                         "available under zinc.device_memory_limit = %llu bytes (%llu in use); "
+                         "see `zinc estimate` for the plan: a higher ZeRO stage, more ranks or "
+                         "zero_optimization.offload_optimizer {\"device\": \"cpu\"} need less",
+                         zinc_mem_category_name(c), e->rank, (unsigned long long)n,
+                         (unsigned long long)(e->dev->in_use < e->dev->limit
+                                                  ? e->dev->limit - e->dev->in_use : 0),
+                         (unsigned long long)e->dev->limit, (unsigned long long)e->dev->in_use);
     if (!*out)
         return zeng_fail(e, ZINC_ERR_NOMEM,
                          "zinc_finalize: cannot allocate %.3f GB for %s on rank %d (see `zinc "
@@ -470,7 +492,8 @@ zinc_status zinc_finalize(zinc_engine_t *e)
     if (!e->gstate) return zeng_fail(e, ZINC_ERR_NOMEM, "zinc_finalize: out of memory");
     s = zgather_plan(e);
     if (s != ZINC_OK) return s;
-    zmem_plan(&e->plan, e->stage, e->dtype, e->nbuckets, e->ngather, e->persist_numel, e->planned);
+    zmem_plan(&e->plan, e->stage, e->dtype, e->offload, e->nbuckets, e->ngather, e->persist_numel,
+              e->planned, e->host_planned);
     e->bucket_owner = calloc((size_t)(e->nbuckets + 1), sizeof(int));
     e->gather_owner = calloc((size_t)(e->ngather + 1), sizeof(int));
     if (!e->bucket_owner || !e->gather_owner)
@@ -493,9 +516,10 @@ zinc_status zinc_finalize(zinc_engine_t *e)
         return s;
     }
     /* fp32 at stages 0 and 3: the working copy has the master's layout and is the master. */
-    e->master = zmem_master_aliased(e->stage, e->dtype) ? (float *)e->param16 : master;
+    e->master = zmem_master_aliased(e->stage, e->dtype, e->offload) ? (float *)e->param16 : master;
     e->m = m;
     e->v = v;
+    if (e->offload && (s = zoffload_alloc(e)) != ZINC_OK) return s;
     /* The persistent stage-3 groups live after the gather ring, in the same block. */
     if (e->persist_numel)
         e->persist = (char *)e->gather +
@@ -548,6 +572,9 @@ static size_t master_pos(const zinc_engine_t *e, int param, size_t lo, size_t sh
     return e->stage == 0 ? flat_pos(e, param) + lo : shard_pos;
 }
 
+/* The device whose memory holds master, m and v: the host one with offload. */
+static zdev_t *state_dev(const zinc_engine_t *e) { return e->host ? e->host : e->dev; }
+
 zinc_status zeng_shard_pieces(zinc_engine_t *e, zshard_piece **out, int *n)
 {
     *out = NULL;
@@ -593,8 +620,8 @@ zinc_status zinc_param_set(zinc_engine_t *e, int param, const float *values)
         have = 1;
     }
     if (have) {
-        s = e->dev->iface->upload(e->dev, e->master + master_pos(e, param, lo, sp), values + lo,
-                                  (hi - lo) * 4);
+        s = state_dev(e)->iface->upload(state_dev(e), e->master + master_pos(e, param, lo, sp),
+                                        values + lo, (hi - lo) * 4);
         if (s == ZINC_OK && e->stage == 3)
             s = upload_converted(e, (char *)e->param16 + sp * d, values + lo, hi - lo, e->dtype);
     }
@@ -626,7 +653,8 @@ zinc_status zinc_param_get(zinc_engine_t *e, int param, float *out)
     float *tmp = d->iface->alloc(d, G->padded * sizeof(float));
     if (!tmp) return zeng_fail(e, ZINC_ERR_NOMEM, "zinc_param_get: out of memory");
     size_t own = e->stage == 0 ? G->flat_off + G->slice * (size_t)e->rank : G->shard_off;
-    s = d->iface->copy(d, tmp + G->slice * (size_t)e->rank, e->master + own, G->slice * 4);
+    s = e->offload ? d->iface->upload(d, tmp + G->slice * (size_t)e->rank, e->master + own, G->slice * 4)
+                   : d->iface->copy(d, tmp + G->slice * (size_t)e->rank, e->master + own, G->slice * 4);
     if (s == ZINC_OK) s = e->comm->iface->all_gather(e->comm, tmp, G->padded, ZDT_F32);
     if (s == ZINC_OK) s = d->iface->download(d, out, tmp + P->offset, P->numel * 4);
     d->iface->free(d, tmp);
@@ -638,19 +666,21 @@ zinc_status zinc_param_get(zinc_engine_t *e, int param, float *out)
 zinc_status zeng_refresh_params(zinc_engine_t *e)
 {
     size_t d = zinc_dtype_size(e->dtype);
-    zinc_status s = ZINC_OK;
+    /* Offloaded state: the own slices are converted on the host and uploaded in one go. */
+    zinc_status s = e->offload ? zoffload_refresh_own(e) : ZINC_OK;
     for (int g = 0; g < e->plan.ngroups && s == ZINC_OK; g++) {
         const zplan_group *G = &e->plan.groups[g];
         size_t own_flat = G->flat_off + G->slice * (size_t)e->rank;
         const float *src = e->master + (e->stage == 0 ? own_flat : G->shard_off);
         void *dst = (char *)e->param16 + (e->stage == 3 ? G->shard_off : own_flat) * d;
-        s = e->dev->iface->cast(e->dev, dst, e->dtype, src, ZINC_DTYPE_FP32, G->slice, 1.0f);
+        if (!e->offload)
+            s = e->dev->iface->cast(e->dev, dst, e->dtype, src, ZINC_DTYPE_FP32, G->slice, 1.0f);
         if (s == ZINC_OK && e->stage < 3)
             s = e->comm->iface->all_gather(e->comm, (char *)e->param16 + G->flat_off * d, G->padded,
                                            (zdt)e->dtype);
     }
-    if (s != ZINC_OK) return zeng_fail(e, s, "refreshing the working parameters failed: %s%s",
-                                       e->dev->err, e->comm->err);
+    if (s != ZINC_OK) return zeng_fail(e, s, "refreshing the working parameters failed: %s%s%s",
+                                       e->dev->err, e->comm->err, e->host ? e->host->err : "");
     return e->stage == 3 ? zgather_refresh_persistent(e, 0) : ZINC_OK;
 }
 
@@ -709,6 +739,23 @@ zinc_status zinc_memory(const zinc_engine_t *e, uint64_t planned[ZINC_MEM_COUNT]
     return ZINC_OK;
 }
 
+zinc_status zinc_memory_host(const zinc_engine_t *e, uint64_t planned[ZINC_MEM_COUNT],
+                             uint64_t allocated[ZINC_MEM_COUNT])
+{
+    if (!e) return zerr_thread(ZINC_ERR_INVALID_ARG, "zinc_memory_host: engine is NULL");
+    if (planned) memcpy(planned, e->host_planned, sizeof e->host_planned);
+    if (allocated) memcpy(allocated, e->host_allocated, sizeof e->host_allocated);
+    return ZINC_OK;
+}
+
+zinc_status zinc_offload_bytes(const zinc_engine_t *e, uint64_t *to_host, uint64_t *to_device)
+{
+    if (!e) return zerr_thread(ZINC_ERR_INVALID_ARG, "zinc_offload_bytes: engine is NULL");
+    if (to_host) *to_host = e->offload_bytes[0];
+    if (to_device) *to_device = e->offload_bytes[1];
+    return ZINC_OK;
+}
+
 zinc_status zinc_comm_bytes(const zinc_engine_t *e, uint64_t bytes[ZINC_COLL_COUNT])
 {
     if (!e || !bytes) return zerr_thread(ZINC_ERR_INVALID_ARG, "zinc_comm_bytes: NULL argument");
@@ -763,7 +810,7 @@ const char *zinc_last_error(const zinc_engine_t *e)
 
 void zeng_view_get(zinc_engine_t *e, zeng_view *out)
 {
-    *out = (zeng_view){.dev = e->dev, .comm = e->comm, .rank = e->rank,
+    *out = (zeng_view){.dev = e->dev, .state_dev = state_dev(e), .comm = e->comm, .rank = e->rank,
                        .world_size = e->world_size, .stage = e->stage, .finalized = e->finalized,
                        .dtype = e->dtype, .plan = &e->plan, .cfg = &e->cfg, .st = &e->st,
                        .master = e->master, .m = e->m, .v = e->v, .param16 = e->param16,

@@ -13,6 +13,13 @@
  *   bucket     -            -            nbuckets * B     nbuckets * B
  *   gather     -            -            -                ngather * B + persistent groups
  *
+ * With zero_optimization.offload_optimizer (stages 1-3, engine/offload.c) master, m and v are
+ * not device buffers but host arrays of S elements (h_master, h_m, h_v), beside two host staging
+ * buffers of S working-dtype elements: the downloaded gradient shard (h_grad) and the 16-bit
+ * result of the host Adam (h_param16; none in fp32 mode, where the master is uploaded as is).
+ * The master is then never aliased with param16. zinc_memory reports device bytes,
+ * zinc_memory_host these host bytes.
+ *
  * "Full" buffers are indexed by flat offset (group.flat_off + param.offset); shard buffers by
  * shard offset (group.shard_off + position in the slice). At stage 0 every rank updates the whole
  * flat buffer, but reductions and statistics still go slice by slice so that every stage does
@@ -83,8 +90,19 @@ struct zinc_engine {
     int *bucket_owner;            /* [nbuckets]: group using it or -1 */
     int *gather_owner;            /* [ngather] */
 
-    uint64_t planned[ZINC_MEM_COUNT];
+    uint64_t planned[ZINC_MEM_COUNT];           /* device bytes */
     uint64_t allocated[ZINC_MEM_COUNT];
+
+    /* Offload (offload.c): host-resident optimizer state, allocated on `host` (a cpu device of
+     * its own, so it never counts against the device's memory limit) and updated by its Adam. */
+    int offload;                  /* offload_optimizer "cpu" at stages 1-3 */
+    int threads;                  /* host threads (the engine's, or the automatic count) */
+    zdev_t *host;                 /* NULL without offload */
+    void *h_grad;                 /* host [shard_numel] working dtype: the reduced grad shard */
+    void *h_param16;              /* host [shard_numel] working dtype: Adam's 16-bit output */
+    uint64_t host_planned[ZINC_MEM_COUNT];      /* host bytes (zinc_memory_host) */
+    uint64_t host_allocated[ZINC_MEM_COUNT];
+    uint64_t offload_bytes[2];    /* step copies since finalize: [0] device->host, [1] host->device */
 
     zengine_state st;
     char err[1024];
@@ -102,9 +120,21 @@ zinc_status zeng_fail_sequence(zinc_engine_t *e, zinc_status s, const char *fmt,
 /* The background slot's poll (view.h), ZINC_OK when nothing is in flight. */
 zinc_status zeng_background_poll(zinc_engine_t *e);
 
-/* Memory plan (memplan.c): bytes per category for a plan/stage/dtype, before allocating. */
-void zmem_plan(const zplan *p, int stage, zinc_dtype dtype, int nbuckets, int ngather,
-               size_t persist_numel, uint64_t bytes[ZINC_MEM_COUNT]);
+/* Memory plan (memplan.c): bytes per category for a plan/stage/dtype, before allocating: device
+ * bytes in `bytes`, host bytes (offload_optimizer; all zero without) in `host` (may be NULL). */
+void zmem_plan(const zplan *p, int stage, zinc_dtype dtype, int offload, int nbuckets, int ngather,
+               size_t persist_numel, uint64_t bytes[ZINC_MEM_COUNT], uint64_t host[ZINC_MEM_COUNT]);
+
+/* Offload (offload.c). */
+/* At finalize, after the device blocks: opens the host device and allocates the host state. */
+zinc_status zoffload_alloc(zinc_engine_t *e);
+void zoffload_free(zinc_engine_t *e);
+/* The step's update with the state on the host: grad shard device->host, the fused Adam on the
+ * host (args `a` with the scalars set), the 16-bit result host->device into param16's own
+ * slices. The all-gather (stages 1-2) or the persistent refresh (stage 3) is the caller's. */
+zinc_status zoffload_adam(zinc_engine_t *e, zk_adam_args *a);
+/* zeng_refresh_params' first half with host state: param16's own slices from the master. */
+zinc_status zoffload_refresh_own(zinc_engine_t *e);
 
 /* Stage 3 gather schedule (gather.c). */
 /* At finalize: persistent groups, the number of gather buffers, the trace. */
@@ -114,10 +144,10 @@ zinc_status zgather_plan(zinc_engine_t *e);
 zinc_status zgather_refresh_persistent(zinc_engine_t *e, int counted);
 /* At zinc_step: forgets prefetched groups nobody used and ends the trace's first recording. */
 void zgather_step_end(zinc_engine_t *e);
-/* 1 when the fp32 working copy doubles as the master (fp32 mode, stages 0 and 3). */
-int zmem_master_aliased(int stage, zinc_dtype dtype);
+/* 1 when the fp32 working copy doubles as the master (fp32 mode, stages 0 and 3, no offload). */
+int zmem_master_aliased(int stage, zinc_dtype dtype, int offload);
 /* The same from a bare parameter count (zinc estimate): one group of `params` elements. */
-void zmem_estimate(uint64_t params, int world, int stage, zinc_dtype dtype,
-                   uint64_t bytes[ZINC_MEM_COUNT]);
+void zmem_estimate(uint64_t params, int world, int stage, zinc_dtype dtype, int offload,
+                   uint64_t bytes[ZINC_MEM_COUNT], uint64_t host[ZINC_MEM_COUNT]);
 
 #endif

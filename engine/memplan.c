@@ -14,18 +14,25 @@
  * plus buffers that are not model state: gradient buckets (stages 2-3) and gather buffers
  * (stage 3), each the size of the largest group, and at stage 3 the full copies of the groups
  * below stage3_param_persistence_threshold, which stay gathered.
+ *
+ * offload_optimizer (stages 1-3) moves master, m and v of the shard to the host (12Ψ/N there,
+ * 0 on the device) and adds two host staging buffers of the shard in the working dtype: the
+ * downloaded gradient (2Ψ/N) and Adam's 16-bit output before its upload (2Ψ/N; none in fp32 mode,
+ * where the master itself is uploaded). The reduced gradient shard stays on the device, where it
+ * is accumulated and its statistics are taken. Device: stage 1 4Ψ, stage 2 2Ψ + 2Ψ/N, stage 3
+ * 4Ψ/N; host 16Ψ/N at every stage (fp16/bf16).
  */
 #include <string.h>
 
 #include "engine/internal.h"
 
-int zmem_master_aliased(int stage, zinc_dtype dtype)
+int zmem_master_aliased(int stage, zinc_dtype dtype, int offload)
 {
-    return dtype == ZINC_DTYPE_FP32 && (stage == 0 || stage == 3);
+    return !offload && dtype == ZINC_DTYPE_FP32 && (stage == 0 || stage == 3);
 }
 
-void zmem_plan(const zplan *p, int stage, zinc_dtype dtype, int nbuckets, int ngather,
-               size_t persist_numel, uint64_t bytes[ZINC_MEM_COUNT])
+void zmem_plan(const zplan *p, int stage, zinc_dtype dtype, int offload, int nbuckets, int ngather,
+               size_t persist_numel, uint64_t bytes[ZINC_MEM_COUNT], uint64_t host[ZINC_MEM_COUNT])
 {
     uint64_t d = zinc_dtype_size(dtype);
     uint64_t F = p->flat_numel, S = p->shard_numel, B = p->max_group_padded;
@@ -34,18 +41,28 @@ void zmem_plan(const zplan *p, int stage, zinc_dtype dtype, int nbuckets, int ng
     bytes[ZINC_MEM_GRAD] = (stage < 2 ? F : S) * d;
     bytes[ZINC_MEM_ADAM_M] = (stage == 0 ? F : S) * 4;
     bytes[ZINC_MEM_ADAM_V] = bytes[ZINC_MEM_ADAM_M];
-    bytes[ZINC_MEM_MASTER] = zmem_master_aliased(stage, dtype) ? 0 : bytes[ZINC_MEM_ADAM_M];
+    bytes[ZINC_MEM_MASTER] = zmem_master_aliased(stage, dtype, offload) ? 0 : bytes[ZINC_MEM_ADAM_M];
     bytes[ZINC_MEM_BUCKET] = stage >= 2 ? (uint64_t)nbuckets * B * d : 0;
     bytes[ZINC_MEM_GATHER] = stage == 3 ? ((uint64_t)ngather * B + persist_numel) * d : 0;
+    if (host) memset(host, 0, sizeof(uint64_t) * ZINC_MEM_COUNT);
+    if (!offload || stage == 0) return;
+    for (int c = ZINC_MEM_MASTER; c <= ZINC_MEM_ADAM_V; c++) {
+        if (host) host[c] = S * 4;
+        bytes[c] = 0;
+    }
+    if (host) {
+        host[ZINC_MEM_GRAD] = S * d;
+        host[ZINC_MEM_PARAM16] = dtype == ZINC_DTYPE_FP32 ? 0 : S * d;
+    }
 }
 
-void zmem_estimate(uint64_t params, int world, int stage, zinc_dtype dtype,
-                   uint64_t bytes[ZINC_MEM_COUNT])
+void zmem_estimate(uint64_t params, int world, int stage, zinc_dtype dtype, int offload,
+                   uint64_t bytes[ZINC_MEM_COUNT], uint64_t host[ZINC_MEM_COUNT])
 {
     /* One group holding all parameters: the padding is then at most ZPLAN_ALIGN * world. */
     zplan_param prm = {.numel = (size_t)params, .group = 0, .ndim = 1};
     zplan_group grp = {.first_param = 0, .nparams = 1};
     zplan p = {.ngroups = 1, .nparams = 1, .groups = &grp, .params = &prm};
     zplan_layout(&p, world);
-    zmem_plan(&p, stage, dtype, 0, 0, 0, bytes);
+    zmem_plan(&p, stage, dtype, offload, 0, 0, 0, bytes, host);
 }

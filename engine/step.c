@@ -224,6 +224,19 @@ static zinc_status min_scale_error(zinc_engine_t *e, zinc_step_info_t *info, dou
                      (long long)e->st.step, (long long)e->st.skipped);
 }
 
+/* Stages 1-2, after the update: every group's 16-bit copy all-gathered from the own slices. */
+static zinc_status gather_params(zinc_engine_t *e)
+{
+    size_t d = dsize(e);
+    for (int g = 0; g < e->plan.ngroups; g++) {
+        const zplan_group *G = &e->plan.groups[g];
+        zinc_status s = zcomm_all_gather(e->comm, (char *)e->param16 + G->flat_off * d, G->padded,
+                                         (zdt)e->dtype);
+        if (s != ZINC_OK) return comm_fail(e, s, "zinc_step", "all-gather of the parameters");
+    }
+    return ZINC_OK;
+}
+
 static zinc_status apply_adam(zinc_engine_t *e, float lr, float beta1, float beta2,
                               float grad_scale)
 {
@@ -243,6 +256,12 @@ static zinc_status apply_adam(zinc_engine_t *e, float lr, float beta1, float bet
                            &a.bias_c2);
     size_t d = dsize(e);
     zinc_status s = ZINC_OK;
+    if (e->offload) {
+        /* Master, m, v on the host: the same kernel there, copies each way (offload.c). */
+        s = zoffload_adam(e, &a);
+        if (s != ZINC_OK) return s;
+        return e->stage == 3 ? zgather_refresh_persistent(e, 1) : gather_params(e);
+    }
     if (e->stage == 0 || e->stage == 3) {
         /* One kernel over everything this rank updates: the whole flat buffer (stage 0) or the
          * contiguous shard (stage 3), whose 16-bit copy is the shard itself. */
@@ -270,12 +289,7 @@ static zinc_status apply_adam(zinc_engine_t *e, float lr, float beta1, float bet
         s = e->dev->iface->adam_step(e->dev, &a);
     }
     if (s != ZINC_OK) return zeng_fail(e, s, "zinc_step: adam: %s", e->dev->err);
-    for (int g = 0; g < e->plan.ngroups; g++) {
-        const zplan_group *G = &e->plan.groups[g];
-        s = zcomm_all_gather(e->comm, (char *)e->param16 + G->flat_off * d, G->padded, (zdt)e->dtype);
-        if (s != ZINC_OK) return comm_fail(e, s, "zinc_step", "all-gather of the parameters");
-    }
-    return ZINC_OK;
+    return gather_params(e);
 }
 
 static zinc_status zero_grads(zinc_engine_t *e)

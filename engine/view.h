@@ -6,7 +6,8 @@
  * parameter sit where in master/m/v), saves and restores the training counters, and parks its
  * background work (an async save) in the engine's one background slot, whose poll and release
  * the engine calls without knowing what the work is. So ckpt depends on the engine and the
- * engine on nothing of ckpt. Offload's host-resident state will be one more kind of piece here.
+ * engine on nothing of ckpt. With offload_optimizer the shard's master, m and v are host memory:
+ * the view's state_dev says which device holds them, and ckpt moves them with its calls.
  */
 #ifndef ZINC_ENGINE_VIEW_H
 #define ZINC_ENGINE_VIEW_H
@@ -32,7 +33,10 @@ typedef struct zengine_state {
 /* One rank's engine as ckpt sees it. The pointers point into the engine: valid until it is
  * destroyed; the buffers exist once finalized. */
 typedef struct zeng_view {
-    zdev_t *dev;                  /* the device the shard buffers live on */
+    zdev_t *dev;                  /* the device param16 (and, without offload, the state) lives on */
+    zdev_t *state_dev;            /* the device master/m/v live on: dev, or with offload_optimizer
+                                     a cpu device over host memory (its upload/download/memset0
+                                     are memcpy/memset) */
     zcomm_t *comm;                /* the rank's comm (NULL only in a world of one without one) */
     int rank, world_size, stage;
     int finalized;
@@ -40,7 +44,7 @@ typedef struct zeng_view {
     const zplan *plan;            /* groups and parameters: names, shapes, offsets */
     const zcfg *cfg;              /* the resolved config: hash, checkpoint options, timeouts */
     zengine_state *st;            /* step counters and loss scaler: saved, restored on load */
-    float *master, *m, *v;        /* device: [plan.flat_numel] at stage 0, else [shard_numel] */
+    float *master, *m, *v;        /* on state_dev: [plan.flat_numel] at stage 0, else [shard_numel] */
     void *param16;                /* device: the working copy, [flat_numel] (stage 3: the shard) */
     const char *err;              /* the engine's last error message */
 } zeng_view;
@@ -58,7 +62,7 @@ zinc_status zeng_fail(zinc_engine_t *e, zinc_status s, const char *fmt, ...)
 typedef struct zshard_piece {
     int param;
     size_t lo, hi;
-    float *master, *m, *v;        /* device pointers to element lo of each stream */
+    float *master, *m, *v;        /* element lo of each stream, in state_dev's memory (view) */
 } zshard_piece;
 
 /* This rank's pieces, in parameter order; caller frees *out. */

@@ -49,3 +49,14 @@ void zdev_unuse(zdev_t *d)
 {
     if (d) __atomic_sub_fetch(&d->users, 1, __ATOMIC_ACQ_REL);
 }
+
+zinc_status zdev_set_limit(zdev_t *d, uint64_t bytes)
+{
+    if (!d || !d->iface) return zerr_thread(ZINC_ERR_INVALID_ARG, "zdev_set_limit: no device");
+    if (!d->iface->counts_bytes)
+        return zerr_thread(ZINC_ERR_UNSUPPORTED, "the %s device does not count its allocations, "
+                           "so it cannot enforce a memory limit (zinc.device_memory_limit is "
+                           "for the cpu device)", d->iface->name);
+    d->limit = bytes;
+    return ZINC_OK;
+}

@@ -56,7 +56,10 @@ typedef struct zdev zdev_t;
 
 typedef struct zdev_iface {
     const char *name;   /* "cpu", "cuda" */
-    /* Memory. alloc returns zeroed memory aligned to 64 bytes, or NULL. */
+    int counts_bytes;   /* alloc/free keep d->in_use, so d->limit can be enforced */
+    /* Memory. alloc returns zeroed memory aligned to 64 bytes, or NULL (with a message in
+     * d->err). A backend with counts_bytes keeps d->in_use and refuses an allocation that would
+     * take it past d->limit (zdev_set_limit). */
     void *(*alloc)(zdev_t *d, size_t bytes);
     void (*free)(zdev_t *d, void *p);
     zinc_status (*memset0)(zdev_t *d, void *p, size_t bytes);
@@ -89,6 +92,8 @@ struct zdev {
     const zdev_iface_t *iface;
     void *ctx;              /* backend state */
     char err[512];          /* message of the last failing call */
+    uint64_t limit;         /* bytes alloc may hold at once, 0 = no limit (zdev_set_limit) */
+    uint64_t in_use;        /* bytes held by live allocations (backends with counts_bytes) */
     int users;              /* comms whose buffers live here (zdev_use / zdev_unuse): a comm may
                                touch the device until it is destroyed, so zdev_close refuses
                                while any is left */
@@ -103,6 +108,12 @@ void zdev_close(zdev_t *d);
  * would then read freed device state): zdev_close reports it on stderr and aborts. */
 void zdev_use(zdev_t *d);
 void zdev_unuse(zdev_t *d);
+
+/* Caps the bytes the device's alloc may hold at once (0: no cap), so that a machine without a
+ * GPU can prove a plan fits a GPU's memory (zinc.device_memory_limit). Allocations past it fail
+ * like an out-of-memory device, with "device memory limit" in d->err.
+ * @return ZINC_ERR_UNSUPPORTED for a backend that does not count its bytes (cuda). */
+zinc_status zdev_set_limit(zdev_t *d, uint64_t bytes);
 
 /* The CPU backend, always present. */
 zinc_status zdev_cpu_open(int threads, zdev_t **out);

@@ -1,6 +1,8 @@
 /*
  * cmd_estimate.c — `zinc estimate`: the memory plan per rank for N parameters, before anything
- * is allocated, from the same function the engine allocates by (engine/memplan.c).
+ * is allocated, from the same function the engine allocates by (engine/memplan.c). With
+ * --offload-optimizer it splits the plan into device and host bytes, as zinc_memory and
+ * zinc_memory_host report them.
  */
 #include <stdio.h>
 #include <string.h>
@@ -12,19 +14,23 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: zinc estimate --params N --world-size W --stage S [--dtype fp16|bf16|fp32]\n"
-            "                     [--group-size G] [--buckets B] [--gather-buffers K] [--json]\n\n"
+            "                     [--group-size G] [--buckets B] [--gather-buffers K]\n"
+            "                     [--offload-optimizer] [--json]\n\n"
             "Bytes per rank for a model of N parameters trained with Adam (fp32 master, m, v)\n"
             "on W data-parallel ranks under ZeRO stage S (0-3). Model state = working\n"
             "parameters + gradients + master + m + v; buffers (gradient buckets at stages 2-3,\n"
             "gather buffers at stage 3) are listed apart, sized by the largest group G\n"
-            "(default: min(N, 5e8), DeepSpeed's default bucket size). Numbers like 7.5e9 are fine.\n");
+            "(default: min(N, 5e8), DeepSpeed's default bucket size). Numbers like 7.5e9 are fine.\n"
+            "--offload-optimizer (zero_optimization.offload_optimizer {\"device\": \"cpu\"}, stages\n"
+            "1-3): master, m, v of the shard in host memory, with host copies of the gradient\n"
+            "shard and of the 16-bit update; device and host bytes are listed apart.\n");
 }
 
 int cmd_estimate(int argc, char **argv)
 {
     long long params = -1, world = -1, stage = -1, group = -1, buckets = 2, gathers = 2;
     zinc_dtype dtype = ZINC_DTYPE_FP16;
-    int json = 0;
+    int json = 0, offload = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -34,6 +40,9 @@ int cmd_estimate(int argc, char **argv)
             return 0;
         } else if (!strcmp(a, "--json")) {
             json = 1;
+            continue;
+        } else if (!strcmp(a, "--offload-optimizer")) {
+            offload = 1;
             continue;
         } else if (!strcmp(a, "--dtype")) {
             if (!v) return zarg_usage_error("estimate", "--dtype needs a value");
@@ -61,12 +70,15 @@ int cmd_estimate(int argc, char **argv)
     if (stage < 0 || stage > 3) return zarg_usage_error("estimate", "--stage S (0..3) is required");
     if (buckets < 1 || gathers < 1)
         return zarg_usage_error("estimate", "--buckets and --gather-buffers must be >= 1");
+    if (offload && stage == 0)
+        return zarg_usage_error("estimate", "--offload-optimizer needs --stage 1, 2 or 3 (zinc, "
+                                "like DeepSpeed, offloads the optimizer state at stages 1-3)");
     if (group < 0) group = params < 500000000LL ? params : 500000000LL;
     if (group < 1 || group > params)
         return zarg_usage_error("estimate", "--group-size must be in 1..N");
 
-    uint64_t b[ZINC_MEM_COUNT];
-    zmem_estimate((uint64_t)params, (int)world, (int)stage, dtype, b);
+    uint64_t b[ZINC_MEM_COUNT], h[ZINC_MEM_COUNT];
+    zmem_estimate((uint64_t)params, (int)world, (int)stage, dtype, offload, b, h);
     /* Buffers: sized by the largest group, padded as the planner pads it. */
     uint64_t gpad = ((uint64_t)group + (uint64_t)world * ZPLAN_ALIGN - 1) /
                     ((uint64_t)world * ZPLAN_ALIGN) * (uint64_t)world * ZPLAN_ALIGN;
@@ -76,23 +88,36 @@ int cmd_estimate(int argc, char **argv)
     uint64_t state = b[ZINC_MEM_PARAM16] + b[ZINC_MEM_GRAD] + b[ZINC_MEM_MASTER] +
                      b[ZINC_MEM_ADAM_M] + b[ZINC_MEM_ADAM_V];
     uint64_t total = state + b[ZINC_MEM_BUCKET] + b[ZINC_MEM_GATHER];
+    uint64_t host = 0;
+    for (int c = 0; c < ZINC_MEM_COUNT; c++) host += h[c];
     if (json) {
+        /* model_state/total/bytes_per_rank: device bytes (everything, without offload). */
         printf("{\"params\": %lld, \"world_size\": %lld, \"stage\": %lld, \"dtype\": \"%s\", "
+               "\"offload_optimizer\": %s, "
                "\"model_state_bytes_per_rank\": %llu, \"total_bytes_per_rank\": %llu, "
-               "\"bytes_per_rank\": {",
-               params, world, stage, zinc_dtype_name(dtype), (unsigned long long)state,
-               (unsigned long long)total);
+               "\"host_bytes_per_rank\": %llu, \"bytes_per_rank\": {",
+               params, world, stage, zinc_dtype_name(dtype), offload ? "true" : "false",
+               (unsigned long long)state, (unsigned long long)total, (unsigned long long)host);
         for (int c = 0; c < ZINC_MEM_COUNT; c++)
             printf("%s\"%s\": %llu", c ? ", " : "", zinc_mem_category_name((zinc_mem_category)c),
                    (unsigned long long)b[c]);
+        printf("}, \"host_bytes\": {");
+        for (int c = 0; c < ZINC_MEM_COUNT; c++)
+            printf("%s\"%s\": %llu", c ? ", " : "", zinc_mem_category_name((zinc_mem_category)c),
+                   (unsigned long long)h[c]);
         printf("}}\n");
         return 0;
     }
-    printf("ZeRO stage %lld, %lld parameters, %lld ranks, %s working copy\n", stage, params, world,
-           zinc_dtype_name(dtype));
-    for (int c = 0; c < ZINC_MEM_COUNT; c++)
-        printf("  %-8s %14.3f GB\n", zinc_mem_category_name((zinc_mem_category)c), (double)b[c] / 1e9);
-    printf("  model state per rank: %.3f GB   with buffers: %.3f GB   (GB = 10^9 bytes)\n",
+    printf("ZeRO stage %lld, %lld parameters, %lld ranks, %s working copy%s\n", stage, params,
+           world, zinc_dtype_name(dtype), offload ? ", optimizer state offloaded to the host" : "");
+    if (offload) printf("  %-8s %14s    %14s\n", "", "device", "host");
+    for (int c = 0; c < ZINC_MEM_COUNT; c++) {
+        printf("  %-8s %14.3f GB", zinc_mem_category_name((zinc_mem_category)c), (double)b[c] / 1e9);
+        if (offload) printf(" %14.3f GB", (double)h[c] / 1e9);
+        printf("\n");
+    }
+    printf("  model state per rank: %.3f GB   with buffers: %.3f GB   (device; GB = 10^9 bytes)\n",
            (double)state / 1e9, (double)total / 1e9);
+    if (offload) printf("  host memory per rank: %.3f GB\n", (double)host / 1e9);
     return 0;
 }

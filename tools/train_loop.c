@@ -149,9 +149,10 @@ static void *rank_main(void *arg)
 
     size_t mem_rank = tm_bytes(&m);
     {
-        uint64_t pl[ZINC_MEM_COUNT], al[ZINC_MEM_COUNT];
+        uint64_t pl[ZINC_MEM_COUNT], al[ZINC_MEM_COUNT], hal[ZINC_MEM_COUNT];
         zinc_memory(e, pl, al);
-        for (int i = 0; i < ZINC_MEM_COUNT; i++) mem_rank += al[i];
+        zinc_memory_host(e, NULL, hal); /* offload_optimizer's host state */
+        for (int i = 0; i < ZINC_MEM_COUNT; i++) mem_rank += al[i] + hal[i];
     }
     if (rank == 0 && !r->quiet) {
         int np;

@@ -145,22 +145,36 @@ static void run_stats(void *arg, int part)
 /* ---- memory ---------------------------------------------------------------------------------- */
 
 /* calloc keeps large blocks as fresh zero pages (no memset pass over gigabytes); the pointer is
- * moved up to the next 64-byte boundary and the original stored just below it. */
+ * moved up to the next 64-byte boundary (at least 16 bytes above calloc's, which is 16-aligned)
+ * and the original pointer and the size are stored in the 16 bytes just below it. The size is
+ * what d->in_use counts, for zinc.device_memory_limit. */
 static void *cpu_alloc(zdev_t *d, size_t bytes)
 {
-    (void)d;
     if (bytes > SIZE_MAX - 128) return NULL;
+    if (d->limit && (d->in_use > d->limit || bytes > d->limit - d->in_use)) {
+        zerr_fmt(d->err, sizeof d->err, ZINC_ERR_NOMEM,
+                 "device memory limit: %zu bytes needed, %llu available (limit %llu, %llu in use)",
+                 bytes, (unsigned long long)(d->in_use > d->limit ? 0 : d->limit - d->in_use),
+                 (unsigned long long)d->limit, (unsigned long long)d->in_use);
+        return NULL;
+    }
     char *raw = calloc(1, bytes + 64);
-    if (!raw) return NULL;
+    if (!raw) {
+        zerr_fmt(d->err, sizeof d->err, ZINC_ERR_NOMEM, "cpu alloc: %zu bytes: out of memory", bytes);
+        return NULL;
+    }
     uintptr_t a = ((uintptr_t)raw + 64) & ~(uintptr_t)63; /* >= 16 bytes above raw */
     ((void **)a)[-1] = raw;
+    ((size_t *)a)[-2] = bytes;
+    __atomic_add_fetch(&d->in_use, bytes, __ATOMIC_RELAXED); /* a comm may free on its thread */
     return (void *)a;
 }
 
 static void cpu_free(zdev_t *d, void *p)
 {
-    (void)d;
-    if (p) free(((void **)p)[-1]);
+    if (!p) return;
+    __atomic_sub_fetch(&d->in_use, ((size_t *)p)[-2], __ATOMIC_RELAXED);
+    free(((void **)p)[-1]);
 }
 
 static zinc_status cpu_memset0(zdev_t *d, void *p, size_t bytes)
@@ -313,6 +327,7 @@ static void cpu_close(zdev_t *d)
 
 static const zdev_iface_t cpu_iface = {
     .name = "cpu",
+    .counts_bytes = 1,
     .alloc = cpu_alloc,
     .free = cpu_free,
     .memset0 = cpu_memset0,

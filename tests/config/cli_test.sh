@@ -27,7 +27,7 @@ expect() {
 
 expect 0 - check "$dir/accept_minimal.json" --world-size 2
 expect 0 "^warning: tensorboard: " check "$dir/warn_tensorboard.json"
-expect 0 "^warning: zero_optimization.offload_optimizer.device: " check "$dir/warn_offload.json"
+expect 0 "^warning: zero_optimization.offload_optimizer.pin_memory: " check "$dir/warn_offload.json"
 expect 0 "^warning: zero_optimization.reduce_bucket_size: .*bucket sizes are not used" \
     check "$dir/warn_reduce_bucket.json"
 expect 2 "^error: zero_optimization.reduce_bucket_size: " check "$dir/reject_bucket_type.json"

@@ -134,6 +134,7 @@ static void check_deepspeed_defaults(const zcfg *c)
     EQ_D(c->zinc.comm_timeout_s, 300.0);
     EQ_I(c->zinc.grad_buckets, 2);
     EQ_I(c->zinc.gather_buffers, 2);
+    EQ_I(c->zinc.device_memory_limit, 0);
     EQ_I(c->zinc.csv_monitor, 0);
     EQ_S(c->zinc.csv_output_path, "");
     EQ_S(c->zinc.csv_job_name, "DeepSpeedJobName");
@@ -722,8 +723,75 @@ static void test_docs_list_every_key(void)
     }
 }
 
+/* Offload (issue 14) and zinc.device_memory_limit: what is honoured, what warns, what is refused. */
+static void test_offload(void)
+{
+#define PRE "{\"train_micro_batch_size_per_gpu\": 1, \"optimizer\": {\"type\": \"AdamW\"}, "
+    zcfg c;
+    /* cpu at stages 1-3 is honoured silently; nvme, stage 0, pin_memory, ratio warn. */
+    for (int st = 1; st <= 3; st++) {
+        char j[256];
+        snprintf(j, sizeof j, PRE "\"zero_optimization\": {\"stage\": %d, \"offload_optimizer\": "
+                              "{\"device\": \"cpu\"}}}", st);
+        if (parse_ok(j, 1, &c, 0, __LINE__)) EQ_I(c.zero.offload_optimizer_active, 1);
+    }
+    const char *k_dev[] = {"zero_optimization.offload_optimizer.device"};
+    if (parse_warns(PRE "\"zero_optimization\": {\"stage\": 0, \"offload_optimizer\": {\"device\": \"cpu\"}}}",
+                    1, &c, k_dev, 1, __LINE__))
+        EQ_I(c.zero.offload_optimizer_active, 0);
+    if (parse_warns(PRE "\"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": \"nvme\"}}}",
+                    1, &c, k_dev, 1, __LINE__))
+        EQ_I(c.zero.offload_optimizer_active, 0);
+    const char *k_pin[] = {"zero_optimization.offload_optimizer.pin_memory",
+                           "zero_optimization.offload_optimizer.ratio"};
+    if (parse_warns(PRE "\"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": "
+                    "\"cpu\", \"pin_memory\": true, \"ratio\": 0.5}}}", 1, &c, k_pin, 2, __LINE__))
+        EQ_I(c.zero.offload_optimizer_active, 1);
+    const char *k_old[] = {"zero_optimization.cpu_offload"};
+    if (parse_warns(PRE "\"zero_optimization\": {\"stage\": 2, \"cpu_offload\": true}}", 1, &c, k_old, 1,
+                    __LINE__))
+        EQ_I(c.zero.offload_optimizer_active, 1);
+    /* The resolved config round-trips with offload on. */
+    if (parse_ok(PRE "\"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": {\"device\": \"cpu\"}}, "
+                 "\"zinc\": {\"device_memory_limit\": \"2GiB\"}}", 1, &c, 0, __LINE__)) {
+        EQ_I(c.zinc.device_memory_limit, 2147483648LL);
+        char *t = zcfg_to_json(&c);
+        zcfg b;
+        if (t && parse_ok(t, 1, &b, 0, __LINE__)) {
+            EQ_I(b.zero.offload_optimizer, 1);
+            EQ_I(b.zinc.device_memory_limit, 2147483648LL);
+            ZT_CHECK(b.hash == c.hash, "offload config: hash changed on round trip");
+        }
+        free(t);
+    }
+    /* device_memory_limit forms. */
+    static const struct { const char *v; long long want; } ok[] = {
+        {"0", 0}, {"123456", 123456}, {"\"6MB\"", 6000000}, {"\"6mb\"", 6000000},
+        {"\"1.5KiB\"", 1536}, {"\"2GiB\"", 2147483648LL}, {"\"7B\"", 7}, {"\"1TB\"", 1000000000000LL},
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        char j[256];
+        snprintf(j, sizeof j, PRE "\"zinc\": {\"device_memory_limit\": %s}}", ok[i].v);
+        if (parse_ok(j, 1, &c, 0, __LINE__)) EQ_I(c.zinc.device_memory_limit, ok[i].want);
+    }
+    static const char *bad[] = {"-1", "1.5", "\"6XB\"", "\"MB\"", "\"-6MB\"", "\"6 MB\"", "\"\"",
+                                "\"1e30GB\"", "true"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char j[256];
+        snprintf(j, sizeof j, PRE "\"zinc\": {\"device_memory_limit\": %s}}", bad[i]);
+        zcfg_diag d = {0};
+        zinc_status s = parse(j, 1, &c, &d);
+        ZT_CHECK(s == ZINC_ERR_CONFIG && d.nerrors >= 1 &&
+                     strncmp(d.errors[0], "zinc.device_memory_limit: ", 26) == 0,
+                 "device_memory_limit %s: status %d", bad[i], (int)s);
+        zcfg_diag_free(&d);
+    }
+#undef PRE
+}
+
 int main(void)
 {
+    test_offload();
     test_docs_list_every_key();
     test_defaults();
     test_full();

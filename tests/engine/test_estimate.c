@@ -16,6 +16,25 @@
 
 #include "testutil.h"
 
+static long long json_field(const char *buf, const char *key)
+{
+    const char *k = strstr(buf, key);
+    return k ? atoll(k + strlen(key)) : -1;
+}
+
+/* `zinc estimate --json` output for Ψ = 7.5e9 on 64 ranks at a stage, into buf. */
+static int estimate_json(int stage, const char *extra, char *buf, size_t cap)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s estimate --params 7.5e9 --world-size 64 --stage %d --json %s",
+             ZINC_CLI, stage, extra);
+    FILE *f = popen(cmd, "r");
+    if (!f) return -1;
+    size_t n = fread(buf, 1, cap - 1, f);
+    buf[n] = 0;
+    return pclose(f);
+}
+
 static long long run_estimate(int stage, const char *extra)
 {
     char cmd[1024];
@@ -58,10 +77,36 @@ int main(void)
     ZT_CHECK(fabs((double)f0 - 16 * psi) <= 1e-4 * 16 * psi, "fp32 stage 0: %lld", f0);
     ZT_CHECK(fabs((double)f1 - (8 * psi + 12 * psi / n)) <= 1e-4 * 8 * psi, "fp32 stage 1: %lld", f1);
     ZT_CHECK(fabs((double)f3 - 16 * psi / n) <= 1e-4 * 16 * psi / n, "fp32 stage 3: %lld", f3);
+    /* offload_optimizer (stages 1-3): master, m, v leave the device (12Ψ/N to the host) and the
+     * host also holds the gradient shard and the 16-bit update (2Ψ/N each): device stage 1
+     * 4Ψ, stage 2 2Ψ + 2Ψ/N, stage 3 4Ψ/N; host 16Ψ/N. Device + host = the plan without offload
+     * plus the two host copies (4Ψ/N). */
+    const double dev_off[4] = {0, 4 * psi, 2 * psi + 2 * psi / n, 4 * psi / n};
+    for (int s = 1; s < 4; s++) {
+        char buf[4096];
+        int rc = estimate_json(s, "--offload-optimizer", buf, sizeof buf);
+        long long dev = json_field(buf, "\"model_state_bytes_per_rank\": ");
+        long long host = json_field(buf, "\"host_bytes_per_rank\": ");
+        ZT_CHECK(rc == 0 && fabs((double)dev - dev_off[s]) <= 1e-4 * dev_off[s],
+                 "offload stage %d: device %lld, formula %.0f", s, dev, dev_off[s]);
+        ZT_CHECK(rc == 0 && fabs((double)host - 16 * psi / n) <= 1e-4 * 16 * psi / n,
+                 "offload stage %d: host %lld, formula %.0f", s, host, 16 * psi / n);
+        ZT_CHECK(strstr(buf, "\"master\": 0,") && strstr(buf, "\"offload_optimizer\": true"),
+                 "offload stage %d: master still on the device: %s", s, buf);
+        ZT_CHECK(fabs((double)(dev + host) - (formula[s] + 4 * psi / n)) <= 1e-4 * formula[s],
+                 "offload stage %d: device + host %lld", s, dev + host);
+    }
+    char hb[4096];
+    estimate_json(2, "", hb, sizeof hb);
+    ZT_CHECK(json_field(hb, "\"host_bytes_per_rank\": ") == 0, "no offload: host bytes %s", hb);
     /* Bad arguments are refused with exit status 2. */
     char cmd[512];
-    snprintf(cmd, sizeof cmd, "%s estimate --params 1.5 --world-size 4 --stage 1 2>/dev/null", ZINC_CLI);
+    snprintf(cmd, sizeof cmd, "%s estimate --params 100 --world-size 4 --stage 0 --offload-optimizer "
+             "2>/dev/null", ZINC_CLI);
     int rc = system(cmd);
+    ZT_CHECK(WIFEXITED(rc) && WEXITSTATUS(rc) == 2, "offload at stage 0: rc %d", rc);
+    snprintf(cmd, sizeof cmd, "%s estimate --params 1.5 --world-size 4 --stage 1 2>/dev/null", ZINC_CLI);
+    rc = system(cmd);
     ZT_CHECK(WIFEXITED(rc) && WEXITSTATUS(rc) == 2, "non-integral --params: rc %d", rc);
     snprintf(cmd, sizeof cmd, "%s estimate --params 100 --world-size 4 --stage 4 2>/dev/null", ZINC_CLI);
     rc = system(cmd);

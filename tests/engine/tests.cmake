@@ -73,3 +73,8 @@ if(ZINC_HAVE_MPI)
   set_tests_properties(engine_stopped_rank_mpi PROPERTIES LABELS "multirank;fault" TIMEOUT 60
                        ENVIRONMENT "OMPI_MCA_btl_vader_single_copy_mechanism=none")
 endif()
+
+# ZeRO-Offload of the optimizer state (issue 14): bitwise equal to the device run, copy volume,
+# the device memory limit, checkpoints across offload settings.
+zinc_test(NAME engine_offload SOURCES ${ZINC_ENGINE_TEST_DIR}/test_offload.c
+          LIBS zinc_toy LABELS "multirank;unit;ckpt" TIMEOUT 300)

@@ -39,11 +39,13 @@ char *toy_config(const toy_run *r)
              "{\"train_micro_batch_size_per_gpu\": 1, \"gradient_accumulation_steps\": %d, %s %s"
              "\"gradient_clipping\": %g,"
              "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01, \"weight_decay\": 0.01}},"
-             "\"zero_optimization\": {\"stage\": %d, \"stage3_param_persistence_threshold\": %lld},"
-             " \"zinc\": {\"comm_timeout_s\": 20}}",
-             r->accum, prec, r->extra_json ? r->extra_json : "", r->clip, r->stage,
+             "\"zero_optimization\": {%s\"stage\": %d, \"stage3_param_persistence_threshold\": %lld},"
+             " \"zinc\": {%s\"comm_timeout_s\": 20}}",
+             r->accum, prec, r->extra_json ? r->extra_json : "", r->clip,
+             r->zero_json ? r->zero_json : "", r->stage,
              (long long)(r->persist_threshold == 0 ? 100000 : r->persist_threshold < 0 ? 0
-                                                            : r->persist_threshold));
+                                                            : r->persist_threshold),
+             r->zinc_json ? r->zinc_json : "");
     return buf;
 }
 

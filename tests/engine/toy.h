@@ -21,6 +21,8 @@ typedef struct toy_run {
     zinc_dtype dtype;
     double clip;                 /* gradient_clipping */
     const char *extra_json;      /* extra top-level config keys, e.g. "\"fp16\": {...}," or NULL */
+    const char *zero_json;       /* extra zero_optimization members, each followed by ", ", or NULL */
+    const char *zinc_json;       /* extra "zinc" members, each followed by ", ", or NULL */
     int64_t persist_threshold;   /* stage3_param_persistence_threshold; 0 = DeepSpeed's default,
                                     -1 = none persistent (every group gathered on demand) */
     int inject_inf_step;         /* optimizer step at which rank `inject_rank` writes an inf, or -1 */

@@ -1,0 +1,369 @@
+/*
+ * test_offload.c — ZeRO-Offload of the optimizer state (issue 14, first milestone) and the
+ * device memory limit, through the public API on the toy model (toy.h).
+ *
+ *  1. bitwise: the same training with and without offload_optimizer {"device": "cpu"} gives
+ *     identical fp32 master weights, gradient norms and loss scales: local worlds of 2 and 4
+ *     ranks, stages 1-3 (stage 3 with and without persistent groups), fp16 (with an overflow
+ *     step skipped), bf16 and fp32, and with gradient accumulation.
+ *  2. copy volume: each applied step downloads exactly the gradient shard and uploads exactly
+ *     the 16-bit parameter shard (zinc_offload_bytes); a skipped step copies nothing; the state
+ *     is host memory (zinc_memory's master/m/v are 0, zinc_memory_host has them).
+ *  3. memory: under a zinc.device_memory_limit that holds the offloaded plan but not the full
+ *     one, finalize without offload fails with ZINC_ERR_NOMEM naming the category and the bytes;
+ *     with offload the same limit trains, with the same weights as an unlimited run.
+ *  4. checkpoints: save with offload, load without (and the reverse), then train on: bitwise the
+ *     weights of an uninterrupted run, so master, m, v and the counters all came back.
+ */
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "testutil.h"
+#include "toy.h"
+
+#define OFFLOAD "\"offload_optimizer\": {\"device\": \"cpu\"}, "
+
+static int bits_equal(const toy_run *a, const toy_run *b)
+{
+    if (a->nparams != b->nparams || a->nparams == 0) return 0;
+    for (int p = 0; p < a->nparams; p++)
+        if (a->numel[p] != b->numel[p] ||
+            memcmp(a->final[p], b->final[p], (size_t)a->numel[p] * sizeof(float)))
+            return 0;
+    return 1;
+}
+
+static int run_ok(toy_run *r, const char *what)
+{
+    toy_train(r);
+    ZT_CHECK(r->status == ZINC_OK, "%s: world %d stage %d %s: %s", what, r->world, r->stage,
+             zinc_dtype_name(r->dtype), r->error);
+    return r->status == ZINC_OK;
+}
+
+/* ---- 1. bitwise ---------------------------------------------------------------------------- */
+
+static void compare(toy_run ref, const char *label)
+{
+    toy_run off = ref;
+    if (!run_ok(&ref, "reference")) return;
+    off.zero_json = OFFLOAD;
+    if (run_ok(&off, "offload")) {
+        ZT_CHECK(bits_equal(&ref, &off), "%s: weights differ with offload", label);
+        ZT_CHECK(memcmp(&ref.last_info.grad_norm, &off.last_info.grad_norm, sizeof(double)) == 0 &&
+                     ref.last_info.loss_scale == off.last_info.loss_scale &&
+                     ref.last_info.next_loss_scale == off.last_info.next_loss_scale,
+                 "%s: last step: norm %.17g vs %.17g, scale %g vs %g", label,
+                 ref.last_info.grad_norm, off.last_info.grad_norm, ref.last_info.loss_scale,
+                 off.last_info.loss_scale);
+        ZT_CHECK(ref.applied == off.applied && ref.skipped == off.skipped,
+                 "%s: applied %d/%d skipped %d/%d", label, ref.applied, off.applied, ref.skipped,
+                 off.skipped);
+        ZT_CHECK(ref.applied > 0 && ref.last_info.grad_norm > 0.0, "%s: nothing trained", label);
+    }
+    toy_free(&ref);
+    toy_free(&off);
+}
+
+static void test_bitwise(void)
+{
+    const int worlds[] = {2, 4};
+    const zinc_dtype dts[] = {ZINC_DTYPE_FP16, ZINC_DTYPE_BF16, ZINC_DTYPE_FP32};
+    for (int wi = 0; wi < 2; wi++)
+        for (int di = 0; di < 3; di++)
+            for (int st = 1; st <= 4; st++) {
+                if (dts[di] == ZINC_DTYPE_FP32 && worlds[wi] != 2) continue;
+                toy_run r = {.world = worlds[wi], .stage = st > 3 ? 3 : st, .accum = 1,
+                             .steps = 12, .dtype = dts[di], .clip = 1.0, .inject_inf_step = -1,
+                             .persist_threshold = st > 3 ? -1 : 0};
+                /* fp16: an overflow at step 4 is skipped on every rank, offloaded or not. */
+                if (dts[di] == ZINC_DTYPE_FP16) {
+                    r.inject_inf_step = 4;
+                    r.inject_rank = 1;
+                }
+                char label[96];
+                snprintf(label, sizeof label, "world %d stage %d%s %s", r.world, r.stage,
+                         st > 3 ? " (none persistent)" : "", zinc_dtype_name(r.dtype));
+                compare(r, label);
+            }
+    /* Gradient accumulation: the accumulated shard is what is downloaded. */
+    for (int st = 1; st <= 3; st++) {
+        toy_run r = {.world = 2, .stage = st, .accum = 3, .steps = 5, .dtype = ZINC_DTYPE_BF16,
+                     .clip = 0.5, .inject_inf_step = -1};
+        char label[64];
+        snprintf(label, sizeof label, "accum 3 world 2 stage %d bf16", st);
+        compare(r, label);
+    }
+}
+
+/* ---- 2. copy volume ------------------------------------------------------------------------- */
+
+typedef struct {
+    zinc_world_t *world;
+    int stage;
+    zinc_dtype dtype;
+} vol_ctx;
+
+static void vol_rank(int rank, void *arg)
+{
+    vol_ctx *c = arg;
+    toy_run r = {.world = zinc_world_size(c->world), .stage = c->stage, .accum = 1,
+                 .dtype = c->dtype, .clip = 1.0, .zero_json = OFFLOAD};
+    char *cfg = toy_config(&r);
+    zinc_engine_options_t o = {.config_json = cfg, .world = c->world, .rank = rank, .threads = 1};
+    zinc_engine_t *e = NULL;
+    int np = 0;
+    zinc_status s = zinc_engine_create(&o, &e);
+    free(cfg);
+    if (s == ZINC_OK) s = toy_register(e, &np);
+    ZT_CHECK(s == ZINC_OK, "volume rank %d stage %d: %s", rank, c->stage, zinc_last_error(e));
+    if (s != ZINC_OK) {
+        zinc_world_abort(c->world, rank, "setup failed");
+        zinc_engine_destroy(e);
+        return;
+    }
+    uint64_t dp[ZINC_MEM_COUNT], da[ZINC_MEM_COUNT], hp[ZINC_MEM_COUNT], ha[ZINC_MEM_COUNT];
+    zinc_memory(e, dp, da);
+    zinc_memory_host(e, hp, ha);
+    ZT_CHECK(dp[ZINC_MEM_MASTER] == 0 && dp[ZINC_MEM_ADAM_M] == 0 && dp[ZINC_MEM_ADAM_V] == 0 &&
+                 da[ZINC_MEM_MASTER] == 0,
+             "stage %d: master/m/v on the device with offload: %llu %llu %llu", c->stage,
+             (unsigned long long)dp[ZINC_MEM_MASTER], (unsigned long long)dp[ZINC_MEM_ADAM_M],
+             (unsigned long long)dp[ZINC_MEM_ADAM_V]);
+    ZT_CHECK(memcmp(hp, ha, sizeof hp) == 0 && hp[ZINC_MEM_MASTER] > 0 &&
+                 hp[ZINC_MEM_ADAM_M] == hp[ZINC_MEM_MASTER] && hp[ZINC_MEM_ADAM_V] == hp[ZINC_MEM_MASTER],
+             "stage %d: host plan/allocation master %llu/%llu", c->stage,
+             (unsigned long long)hp[ZINC_MEM_MASTER], (unsigned long long)ha[ZINC_MEM_MASTER]);
+    /* The shard in elements: master is fp32. At stages 2-3 it is also the device's grad block. */
+    uint64_t shard = hp[ZINC_MEM_MASTER] / 4, d = zinc_dtype_size(c->dtype);
+    if (c->stage >= 2)
+        ZT_CHECK(dp[ZINC_MEM_GRAD] == shard * d, "stage %d: device grad %llu, shard %llu", c->stage,
+                 (unsigned long long)dp[ZINC_MEM_GRAD], (unsigned long long)shard);
+    uint64_t down0 = 1, up0 = 1;
+    zinc_offload_bytes(e, &down0, &up0);
+    ZT_CHECK(down0 == 0 && up0 == 0, "copies before the first step: %llu %llu",
+             (unsigned long long)down0, (unsigned long long)up0);
+    int applied = 0, skipped = 0;
+    for (int step = 0; step < 6 && s == ZINC_OK; step++) {
+        int inj = c->dtype == ZINC_DTYPE_FP16 && step == 2 && rank == 0;
+        s = toy_micro_step(e, rank, r.world, step, np, inj);
+        zinc_step_info_t info = {0};
+        uint64_t a0, b0, a1, b1;
+        zinc_offload_bytes(e, &a0, &b0);
+        if (s == ZINC_OK) s = zinc_step(e, &info);
+        zinc_offload_bytes(e, &a1, &b1);
+        uint64_t want = info.applied ? shard * d : 0;
+        ZT_CHECK(a1 - a0 == want && b1 - b0 == want,
+                 "stage %d %s step %d (%s): %llu bytes down, %llu up, want %llu each", c->stage,
+                 zinc_dtype_name(c->dtype), step, info.applied ? "applied" : "skipped",
+                 (unsigned long long)(a1 - a0), (unsigned long long)(b1 - b0),
+                 (unsigned long long)want);
+        applied += info.applied;
+        skipped += info.skipped;
+    }
+    ZT_CHECK(s == ZINC_OK, "volume rank %d: %s", rank, zinc_last_error(e));
+    ZT_CHECK(applied > 0 && (c->dtype != ZINC_DTYPE_FP16 || skipped == 1),
+             "applied %d skipped %d", applied, skipped);
+    if (s != ZINC_OK) zinc_world_abort(c->world, rank, "volume rank failed");
+    zinc_engine_destroy(e);
+}
+
+static void test_volume(void)
+{
+    for (int st = 1; st <= 3; st++)
+        for (int di = 0; di < 2; di++) {
+            vol_ctx c = {.stage = st, .dtype = di ? ZINC_DTYPE_BF16 : ZINC_DTYPE_FP16};
+            ZT_OK(zinc_world_create_local(2, &c.world));
+            zt_run_ranks(2, vol_rank, &c);
+            zinc_world_destroy(c.world);
+        }
+    /* Without offload nothing is counted and nothing is on the host. */
+    toy_run r = {.world = 1, .stage = 2, .accum = 1, .dtype = ZINC_DTYPE_FP16, .clip = 1.0};
+    zinc_engine_t *e = NULL;
+    int np;
+    ZT_OK(toy_engine(&r, &e, &np));
+    uint64_t hp[ZINC_MEM_COUNT], a = 1, b = 1, sum = 0;
+    zinc_memory_host(e, hp, NULL);
+    for (int k = 0; k < ZINC_MEM_COUNT; k++) sum += hp[k];
+    zinc_offload_bytes(e, &a, &b);
+    ZT_CHECK(sum == 0 && a == 0 && b == 0, "no offload: host %llu, copies %llu %llu",
+             (unsigned long long)sum, (unsigned long long)a, (unsigned long long)b);
+    zinc_engine_destroy(e);
+}
+
+/* ---- 3. device memory limit ---------------------------------------------------------------- */
+
+static uint64_t device_total(toy_run *r)
+{
+    zinc_engine_t *e = NULL;
+    int np;
+    uint64_t t = 0, p[ZINC_MEM_COUNT];
+    zinc_status s = toy_engine(r, &e, &np);
+    ZT_CHECK(s == ZINC_OK, "plan: %s", zinc_last_error(e));
+    if (s == ZINC_OK && zinc_memory(e, p, NULL) == ZINC_OK)
+        for (int k = 0; k < ZINC_MEM_COUNT; k++) t += p[k];
+    zinc_engine_destroy(e);
+    return t;
+}
+
+static void test_limit(void)
+{
+    toy_run base = {.world = 1, .stage = 2, .accum = 1, .steps = 8, .dtype = ZINC_DTYPE_FP16,
+                    .clip = 1.0, .inject_inf_step = -1};
+    toy_run off = base;
+    off.zero_json = OFFLOAD;
+    uint64_t full = device_total(&base), offl = device_total(&off);
+    /* The offloaded plan plus the 16 bytes of step statistics and room for zinc_param_get's
+     * temporary (the largest group in fp32, 4160 * 4 bytes for the toy); not the full plan. */
+    uint64_t limit = offl + 32768;
+    ZT_CHECK(limit < full, "the test needs offload to save device memory: %llu vs %llu",
+             (unsigned long long)offl, (unsigned long long)full);
+    char zinc_json[96];
+    snprintf(zinc_json, sizeof zinc_json, "\"device_memory_limit\": %llu, ", (unsigned long long)limit);
+
+    toy_run lim = base;
+    lim.zinc_json = zinc_json;
+    zinc_engine_t *e = NULL;
+    int np;
+    zinc_status s = toy_engine(&lim, &e, &np);
+    const char *msg = zinc_last_error(e);
+    ZT_CHECK(s == ZINC_ERR_NOMEM, "full plan over the limit: %s (%s)", zinc_status_string(s), msg);
+    ZT_CHECK(strstr(msg, "zinc_finalize") &&
+                 (strstr(msg, "master") || strstr(msg, "adam_m") || strstr(msg, "adam_v")) &&
+                 strstr(msg, "zinc.device_memory_limit") && strstr(msg, "bytes needed") &&
+                 strstr(msg, "available"),
+             "the error should name the call, the category and the bytes: %s", msg);
+    zinc_engine_destroy(e);
+
+    /* The same limit with offload: trains, and gives the unlimited run's weights. */
+    toy_run ref = base, lo = off;
+    lo.zinc_json = zinc_json;
+    if (run_ok(&ref, "unlimited") && run_ok(&lo, "offload under the limit"))
+        ZT_CHECK(bits_equal(&ref, &lo), "offload under the limit: weights differ");
+    toy_free(&ref);
+    toy_free(&lo);
+
+    /* A string limit too small even for the offloaded plan: the first category named. */
+    toy_run tiny = off;
+    tiny.zinc_json = "\"device_memory_limit\": \"1KiB\", ";
+    e = NULL;
+    s = toy_engine(&tiny, &e, &np);
+    msg = zinc_last_error(e);
+    ZT_CHECK(s == ZINC_ERR_NOMEM && strstr(msg, "param16") && strstr(msg, "1024 bytes"),
+             "1KiB limit: %s (%s)", zinc_status_string(s), msg);
+    zinc_engine_destroy(e);
+}
+
+/* ---- 4. checkpoints ------------------------------------------------------------------------ */
+
+typedef struct {
+    zinc_world_t *world;
+    int stage;
+    const char *save_zero, *load_zero; /* zero_json of the saving and the loading engine */
+    const char *dir;
+    toy_run out;                       /* rank 0's final weights */
+    pthread_mutex_t mu;
+} ck_ctx;
+
+#define CK_STEPS 3
+
+static zinc_engine_t *ck_engine(ck_ctx *c, int rank, const char *zero_json, int *np)
+{
+    toy_run r = {.world = zinc_world_size(c->world), .stage = c->stage, .accum = 1,
+                 .dtype = ZINC_DTYPE_FP16, .clip = 1.0, .zero_json = zero_json};
+    char *cfg = toy_config(&r);
+    zinc_engine_options_t o = {.config_json = cfg, .world = c->world, .rank = rank, .threads = 1};
+    zinc_engine_t *e = NULL;
+    zinc_status s = zinc_engine_create(&o, &e);
+    free(cfg);
+    if (s == ZINC_OK) s = toy_register(e, np);
+    if (s != ZINC_OK) {
+        ZT_CHECK(0, "checkpoint engine rank %d: %s", rank, zinc_last_error(e));
+        zinc_engine_destroy(e);
+        return NULL;
+    }
+    return e;
+}
+
+static zinc_status ck_train(zinc_engine_t *e, int rank, int world, int first, int np)
+{
+    zinc_status s = ZINC_OK;
+    for (int step = first; step < first + CK_STEPS && s == ZINC_OK; step++) {
+        s = toy_micro_step(e, rank, world, step, np, 0);
+        if (s == ZINC_OK) s = zinc_step(e, NULL);
+    }
+    return s;
+}
+
+static void ck_rank(int rank, void *arg)
+{
+    ck_ctx *c = arg;
+    int world = zinc_world_size(c->world), np = 0;
+    zinc_engine_t *e = ck_engine(c, rank, c->save_zero, &np);
+    zinc_status s = e ? ck_train(e, rank, world, 0, np) : ZINC_ERR_ABORTED;
+    if (s == ZINC_OK) s = zinc_ckpt_save(e, c->dir, "mid", NULL);
+    ZT_CHECK(s == ZINC_OK, "save rank %d: %s", rank, zinc_last_error(e));
+    zinc_engine_destroy(e);
+    e = s == ZINC_OK ? ck_engine(c, rank, c->load_zero, &np) : NULL;
+    if (e) s = zinc_ckpt_load(e, c->dir, "mid", NULL);
+    if (e && s == ZINC_OK) s = ck_train(e, rank, world, CK_STEPS, np);
+    ZT_CHECK(!e || s == ZINC_OK, "load/train rank %d: %s", rank, zinc_last_error(e));
+    for (int p = 0; e && s == ZINC_OK && p < np; p++) {
+        float *v = malloc((size_t)zinc_param_numel(e, p) * sizeof *v);
+        s = zinc_param_get(e, p, v);
+        pthread_mutex_lock(&c->mu);
+        if (rank == 0) {
+            c->out.final[p] = v;
+            c->out.numel[p] = zinc_param_numel(e, p);
+            c->out.nparams = np;
+            v = NULL;
+        }
+        pthread_mutex_unlock(&c->mu);
+        free(v);
+    }
+    if (!e || s != ZINC_OK) zinc_world_abort(c->world, rank, "checkpoint rank failed");
+    zinc_engine_destroy(e);
+}
+
+static void test_ckpt(void)
+{
+    char dir[] = "/tmp/zinc_offload_ckpt_XXXXXX";
+    ZT_CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    const char *modes[][2] = {{OFFLOAD, NULL}, {NULL, OFFLOAD}, {OFFLOAD, OFFLOAD}};
+    const char *names[] = {"offload -> none", "none -> offload", "offload -> offload"};
+    for (int st = 1; st <= 3; st++) {
+        toy_run ref = {.world = 2, .stage = st, .accum = 1, .steps = 2 * CK_STEPS,
+                       .dtype = ZINC_DTYPE_FP16, .clip = 1.0, .inject_inf_step = -1};
+        if (!run_ok(&ref, "uninterrupted")) continue;
+        for (int m = 0; m < 3; m++) {
+            char sub[256], cmd[300];
+            snprintf(sub, sizeof sub, "%s/s%d_m%d", dir, st, m);
+            ck_ctx c = {.stage = st, .save_zero = modes[m][0], .load_zero = modes[m][1], .dir = sub};
+            pthread_mutex_init(&c.mu, NULL);
+            ZT_OK(zinc_world_create_local(2, &c.world));
+            zt_run_ranks(2, ck_rank, &c);
+            zinc_world_destroy(c.world);
+            pthread_mutex_destroy(&c.mu);
+            ZT_CHECK(bits_equal(&ref, &c.out), "stage %d checkpoint %s: the resumed weights "
+                     "differ from the uninterrupted run's", st, names[m]);
+            toy_free(&c.out);
+            snprintf(cmd, sizeof cmd, "rm -rf '%s'", sub);
+            if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", sub);
+        }
+        toy_free(&ref);
+    }
+    rmdir(dir);
+}
+
+int main(void)
+{
+    test_bitwise();
+    test_volume();
+    test_limit();
+    test_ckpt();
+    return zt_finish("test_offload");
+}
