@@ -32,6 +32,7 @@
 #define ZR_HAVE_F16C_PATH 1
 #endif
 
+#include "base/cpu_isa.h"
 #include "kernels/device.h"
 #include "kernels/half.h"
 #include "shard/comm.h"
@@ -84,7 +85,7 @@ static void zr_pick(void)
 #ifdef ZR_HAVE_F16C_PATH
     const char *isa = getenv("ZINC_CPU_ISA");
     __builtin_cpu_init();
-    zr_use_f16c = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") &&
+    zr_use_f16c = __builtin_cpu_supports("avx2") && zisa_has_f16c() &&
                   !(isa && strcmp(isa, "portable") == 0);
 #endif
 }

@@ -15,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/cpu_isa.h"
 #include "base/log.h"
 #include "kernels/cpu/cpu.h"
 
@@ -41,7 +42,7 @@ int zk_cpu_has_isa(const char *isa)
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
     int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-               __builtin_cpu_supports("f16c");
+               zisa_has_f16c();
     if (!strcmp(isa, "avx2")) return avx2;
     if (!strcmp(isa, "avx512"))
         return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&

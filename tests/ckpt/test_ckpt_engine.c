@@ -355,7 +355,7 @@ int main(void)
         ZT_CHECK(strstr(L.rank_error[0], "on rank 1") && strstr(L.rank_error[0], "rank-00001.zck") &&
                      strstr(L.rank_error[0], "chunk"),
                  "rank 0's message should name rank 1, its file and chunk: %s", L.rank_error[0]);
-        ts_free(&S.end); ts_free(&S.at_save);
+        ts_free(&S.end); ts_free(&S.at_save); ts_free(&S.after_load);
         ts_free(&L.after_load); ts_free(&L.end);
     }
 

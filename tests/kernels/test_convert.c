@@ -13,6 +13,7 @@
 #include <immintrin.h>
 #include <stdlib.h>
 
+#include "base/cpu_isa.h"
 #include "kt.h"
 
 static uint16_t h_of(_Float16 h)
@@ -91,7 +92,7 @@ static float random_float(zt_rng *r)
 int main(void)
 {
     __builtin_cpu_init();
-    int has_f16c = __builtin_cpu_supports("f16c");
+    int has_f16c = zisa_has_f16c();
     if (!has_f16c) printf("test_convert: no F16C on this CPU; hardware comparisons skipped\n");
 
     /* All fp16 patterns. */
