@@ -22,7 +22,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "bench", "RESULTS.md")
-SECTIONS = ["adam", "memory", "comm", "ckpt", "train", "gpu"]
+SECTIONS = ["adam", "memory", "comm", "ckpt", "train", "gpu", "offload"]
 ZINC = os.environ.get("ZINC_BIN", os.path.join(ROOT, "build-bench", "zinc"))
 PY = os.environ.get("ZINC_BENCH_VENV_PY", "")
 PY_WHY = os.environ.get("ZINC_BENCH_VENV_WHY", "no Python with torch was given")
@@ -571,6 +571,68 @@ def sec_gpu():
         subprocess.run(["bash", os.path.join(ROOT, "bench", "gpu_session.sh"), "adam", "e2e",
                         "--build", os.path.dirname(ZINC), "--out", d], env=env, check=False)
     write_section("gpu", "\n".join(["## 6. GPU rows", ""] + gpu_rows(d)))
+
+
+# ---- 7. offload: memory estimates beside DeepSpeed's ---------------------------------------------
+
+def ds_zero2_offload(psi, gpus_per_node, nodes):
+    """deepspeed/runtime/zero/stage_1_and_2.py estimate_zero2_model_states_mem_needs(
+    cpu_offload=True, additional_buffer_factor=1.5): (cpu bytes per node, gpu bytes per GPU)."""
+    total = gpus_per_node * nodes
+    return psi * max(4 * total, 16) * 1.5, 2 * psi
+
+
+def ds_zero3_offload(psi, largest, gpus_per_node, nodes):
+    """deepspeed/runtime/zero/stage3.py estimate_zero3_model_states_mem_needs(cpu_offload=True,
+    cpu_offload_params=False, zero_init=True, additional_buffer_factor=1.5)."""
+    total = gpus_per_node * nodes
+    return psi * 16 * (1 / nodes) * 1.5, 4 * largest + int(2 * psi / total)
+
+
+def sec_offload():
+    # (name, parameters, width); the largest layer for DeepSpeed's stage-3 formula is the
+    # embedding of a 32,000-token vocabulary (vocab x width), as in Llama-style models.
+    models = [("1.3B", 1.3e9, 2048), ("7B", 7e9, 4096), ("13B", 13e9, 5120), ("70B", 70e9, 8192)]
+    rows = ["| model | stage | ranks N | zinc device: model state | zinc device: with buffers | "
+            "DeepSpeed GPU estimate | zinc host per rank | DeepSpeed CPU estimate per rank |",
+            "|---|---|---|---|---|---|---|---|"]
+    gb = 1e9
+    for name, psi, d in models:
+        for stage in (2, 3):
+            for n in (1, 8, 64):
+                z = run_json([ZINC, "estimate", "--params", str(int(psi)), "--world-size", str(n),
+                              "--stage", str(stage), "--offload-optimizer", "--json"])[0]
+                gpn = min(n, 8)
+                nodes = n // gpn
+                if stage == 2:
+                    cpu, gpu = ds_zero2_offload(psi, gpn, nodes)
+                else:
+                    cpu, gpu = ds_zero3_offload(psi, 32000 * d, gpn, nodes)
+                rows.append(f"| {name} | {stage} | {n} | {z['model_state_bytes_per_rank'] / gb:.2f} | "
+                            f"{z['total_bytes_per_rank'] / gb:.2f} | {gpu / gb:.2f} | "
+                            f"{z['host_bytes_per_rank'] / gb:.2f} | {cpu / gpn / gb:.2f} |")
+    out = ["## 7. Offload: memory per rank beside DeepSpeed's estimators", "",
+           stamp(), "",
+           f"Command: `{show([ZINC, 'estimate', '--params', 'P', '--world-size', 'N', '--stage', 'S', '--offload-optimizer', '--json'])}`"
+           " (zinc's plan, what `zinc_memory`/`zinc_memory_host` then report, exact to the byte "
+           "apart from padding); DeepSpeed's `estimate_zero2_model_states_mem_needs` and "
+           "`estimate_zero3_model_states_mem_needs` (cpu_offload, zero_init; cpu_offload_params "
+           "off: zinc does not offload parameters yet) as written in DeepSpeed's source, computed "
+           "here (bench/bench.py). fp16/bf16, GB = 10^9 bytes, 8 ranks per node.", "",
+           "Formula by formula:",
+           "- Stage 2 device: zinc `2Ψ + 2Ψ/N` (the 16-bit parameters and the rank's reduced "
+           "gradient shard, which zinc keeps on the device where it accumulates and its norm is "
+           "taken) plus a gradient bucket; DeepSpeed `2Ψ` (the 16-bit parameters only: its "
+           "gradients go to the host).",
+           "- Stage 3 device: zinc `4Ψ/N` (16-bit shard and gradient shard) plus bucket and gather "
+           "buffers; DeepSpeed `2Ψ/N + 4·largest layer` (its allowance for the gathered layer).",
+           "- Host: zinc `16Ψ/N` per rank exactly (fp32 master, m, v: 12Ψ/N; the host copies of "
+           "the gradient shard and of the 16-bit update: 4Ψ/N); DeepSpeed a per-node rule of thumb, "
+           "`max(4·GPUs, 16)·Ψ·1.5` at stage 2 and `16·Ψ/nodes·1.5` at stage 3 (divided by 8 GPUs "
+           "per node here). The 1.5 is DeepSpeed's `additional_buffer_factor`, a safety margin, "
+           "not memory it allocates; at stage 2 its `4·GPUs` term grows with the cluster "
+           "although each rank's state does not.", ""] + rows + [""]
+    write_section("offload", "\n".join(out))
 
 
 def main():
