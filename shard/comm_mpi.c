@@ -228,6 +228,18 @@ const char *zmpi_version(void)
 
 /* ---- failure, notices, polling ------------------------------------------------------------- */
 
+/* The outgoing abort notice has its own allocation site: when its sends cannot complete, zm_destroy
+ * leaves it allocated on purpose (MPI may still read it), and the sanitizer build's leak
+ * suppression names this function and nothing else of the comm (tests/sanitizer/lsan.supp). */
+static __attribute__((noinline)) zm_notice *zm_notice_alloc(void)
+{
+    zm_notice *n = calloc(1, sizeof *n);
+    /* Touch it so that the call stays a call (no sibling-call jump that would drop this frame
+     * from the allocation's stack). */
+    if (n) n->rank = -1;
+    return n;
+}
+
 static void zm_fail(zcomm_t *c, zinc_status s, const char *why)
 {
     zm_ctx *x = c->ctx;
@@ -664,7 +676,7 @@ zinc_status zcomm_mpi_create(zcomm_t **out)
     x->len = calloc(size, sizeof *x->len);
     x->counts = calloc(size, sizeof *x->counts);
     x->displs = calloc(size, sizeof *x->displs);
-    x->notice = calloc(1, sizeof *x->notice);
+    x->notice = zm_notice_alloc();
     x->notice_reqs = calloc(size, sizeof *x->notice_reqs);
     if (!x->scratch || !x->reqs || !x->req_peer || !x->in || !x->off || !x->len || !x->counts ||
         !x->displs || !x->notice || !x->notice_reqs) {
