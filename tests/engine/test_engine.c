@@ -149,16 +149,11 @@ static void test_mismatch(void)
 static void volume_rank(int rank, void *arg)
 {
     mr_ctx *c = arg;
-    char *cfgs;
     toy_run tr = {.world = 4, .stage = c->stage, .accum = 1, .dtype = ZINC_DTYPE_BF16,
                   .persist_threshold = c->persist};
-    cfgs = toy_config(&tr);
-    zinc_engine_options_t o = {.config_json = cfgs, .world = c->world, .rank = rank, .threads = 1};
     zinc_engine_t *e = NULL;
     int np = 0;
-    zinc_status s = zinc_engine_create(&o, &e);
-    free(cfgs);
-    if (s == ZINC_OK) s = toy_register(e, &np);
+    zinc_status s = toy_engine_on(&tr, c->world, rank, NULL, &e, &np);
     if (s == ZINC_OK) {
         uint64_t planned[ZINC_MEM_COUNT], alloc[ZINC_MEM_COUNT];
         zinc_memory(e, planned, alloc);
@@ -232,13 +227,9 @@ static void overflow_rank(int rank, void *arg)
 {
     ov_ctx *c = arg;
     toy_run tr = {.world = 4, .stage = c->stage, .accum = 1, .dtype = c->dtype, .clip = c->clip};
-    char *cfgs = toy_config(&tr);
-    zinc_engine_options_t o = {.config_json = cfgs, .world = c->world, .rank = rank, .threads = 1};
     zinc_engine_t *e = NULL;
     int np = 0, ok = 1;
-    zinc_status s = zinc_engine_create(&o, &e);
-    free(cfgs);
-    if (s == ZINC_OK) s = toy_register(e, &np);
+    zinc_status s = toy_engine_on(&tr, c->world, rank, NULL, &e, &np);
     /* Two clean steps so m and v are non-zero, then one with an inf on rank 1. */
     for (int k = 0; k < 2 && s == ZINC_OK; k++) {
         s = toy_micro_step(e, rank, 4, k, np, 0);

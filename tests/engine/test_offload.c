@@ -113,13 +113,9 @@ static void vol_rank(int rank, void *arg)
     vol_ctx *c = arg;
     toy_run r = {.world = zinc_world_size(c->world), .stage = c->stage, .accum = 1,
                  .dtype = c->dtype, .clip = 1.0, .zero_json = OFFLOAD};
-    char *cfg = toy_config(&r);
-    zinc_engine_options_t o = {.config_json = cfg, .world = c->world, .rank = rank, .threads = 1};
     zinc_engine_t *e = NULL;
     int np = 0;
-    zinc_status s = zinc_engine_create(&o, &e);
-    free(cfg);
-    if (s == ZINC_OK) s = toy_register(e, &np);
+    zinc_status s = toy_engine_on(&r, c->world, rank, NULL, &e, &np);
     ZT_CHECK(s == ZINC_OK, "volume rank %d stage %d: %s", rank, c->stage, zinc_last_error(e));
     if (s != ZINC_OK) {
         zinc_world_abort(c->world, rank, "setup failed");
@@ -275,12 +271,8 @@ static zinc_engine_t *ck_engine(ck_ctx *c, int rank, const char *zero_json, int 
 {
     toy_run r = {.world = zinc_world_size(c->world), .stage = c->stage, .accum = 1,
                  .dtype = ZINC_DTYPE_FP16, .clip = 1.0, .zero_json = zero_json};
-    char *cfg = toy_config(&r);
-    zinc_engine_options_t o = {.config_json = cfg, .world = c->world, .rank = rank, .threads = 1};
     zinc_engine_t *e = NULL;
-    zinc_status s = zinc_engine_create(&o, &e);
-    free(cfg);
-    if (s == ZINC_OK) s = toy_register(e, np);
+    zinc_status s = toy_engine_on(&r, c->world, rank, NULL, &e, np);
     if (s != ZINC_OK) {
         ZT_CHECK(0, "checkpoint engine rank %d: %s", rank, zinc_last_error(e));
         zinc_engine_destroy(e);

@@ -27,12 +27,10 @@ int main(void)
     char *cfg = toy_config(&r);
     char *t = strstr(cfg, "\"comm_timeout_s\": 20");
     if (t) memcpy(t, "\"comm_timeout_s\": 2 ", 20);   /* a 2 s timeout, same length */
-    zinc_engine_options_t o = {.config_json = cfg, .world = w, .threads = 1};
     zinc_engine_t *e = NULL;
     int np = 0;
-    s = zinc_engine_create(&o, &e);
+    s = toy_engine_on(&r, w, rank, cfg, &e, &np);
     free(cfg);
-    if (s == ZINC_OK) s = toy_register(e, &np);
     if (s != ZINC_OK) {
         fprintf(stderr, "stopped_rank: rank %d: setup failed: %s\n", rank, zinc_last_error(e));
         return 1;

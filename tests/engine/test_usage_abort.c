@@ -62,12 +62,10 @@ static void rank_fn(int rank, void *arg)
     /* toy_config writes its own zinc section after extra_json: keep ours by dropping its. */
     char *theirs = strstr(cfg, ", \"zinc\": {\"comm_timeout_s\": 20}");
     if (theirs) strcpy(theirs, "}");
-    zinc_engine_options_t o = {.config_json = cfg, .world = c->world, .rank = rank, .threads = 1};
     zinc_engine_t *e = NULL;
     int np = 0;
-    zinc_status s = zinc_engine_create(&o, &e);
+    zinc_status s = toy_engine_on(&r, c->world, rank, cfg, &e, &np);
     free(cfg);
-    if (s == ZINC_OK) s = toy_register(e, &np);
     double t0 = now_s();
     if (s == ZINC_OK) {
         if (rank == BAD_RANK) {

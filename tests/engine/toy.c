@@ -78,14 +78,22 @@ zinc_status toy_register(zinc_engine_t *e, int *nparams)
     return s;
 }
 
-zinc_status toy_engine(const toy_run *r, zinc_engine_t **e, int *nparams)
+zinc_status toy_engine_on(const toy_run *r, zinc_world_t *world, int rank, const char *config_json,
+                          zinc_engine_t **e, int *nparams)
 {
-    char *cfg = toy_config(r);
-    zinc_engine_options_t o = {.config_json = cfg, .threads = 1};
+    char *cfg = config_json ? NULL : toy_config(r);
+    zinc_engine_options_t o = {.config_json = config_json ? config_json : cfg, .world = world,
+                               .rank = rank, .threads = 1};
+    *e = NULL;
     zinc_status s = zinc_engine_create(&o, e);
     free(cfg);
     if (s == ZINC_OK) s = toy_register(*e, nparams);
     return s;
+}
+
+zinc_status toy_engine(const toy_run *r, zinc_engine_t **e, int *nparams)
+{
+    return toy_engine_on(r, NULL, 0, NULL, e, nparams);
 }
 
 zinc_status toy_micro_step(zinc_engine_t *e, int rank, int world, int micro, int nparams,
@@ -142,13 +150,9 @@ static void toy_rank(int rank, void *arg)
     toy_ctx *c = arg;
     toy_run *r = c->r;
     if (zinc_world_rank(c->world) >= 0) rank = zinc_world_rank(c->world);
-    char *cfg = toy_config(r);
-    zinc_engine_options_t o = {.config_json = cfg, .world = c->world, .rank = rank, .threads = 1};
     zinc_engine_t *e = NULL;
     int np = 0;
-    zinc_status s = zinc_engine_create(&o, &e);
-    free(cfg);
-    if (s == ZINC_OK) s = toy_register(e, &np);
+    zinc_status s = toy_engine_on(r, c->world, rank, NULL, &e, &np);
     int micro = 0;
     zinc_step_info_t info = {0};
     int applied = 0, skipped = 0;

@@ -50,6 +50,11 @@ char *toy_config(const toy_run *r);
 zinc_status toy_register(zinc_engine_t *e, int *nparams);
 /* A one-rank engine (its own world) on the toy's config, registered and initialised. */
 zinc_status toy_engine(const toy_run *r, zinc_engine_t **e, int *nparams);
+/* Rank `rank`'s engine on `world` (NULL: a world of its own), one thread, created from
+ * `config_json` (NULL: toy_config(r)), registered and initialised. *e is NULL when the create
+ * failed, else set even when the registration failed (for zinc_last_error); caller destroys. */
+zinc_status toy_engine_on(const toy_run *r, zinc_world_t *world, int rank, const char *config_json,
+                          zinc_engine_t **e, int *nparams);
 
 /* One micro-step of forward/backward for rank `rank` of `world` at global micro-step `micro`. */
 zinc_status toy_micro_step(zinc_engine_t *e, int rank, int world, int micro, int nparams,
