@@ -730,22 +730,29 @@ int zinc_param_group(const zinc_engine_t *e, int param)
     return e->plan.params[param].group;
 }
 
+/* zinc_memory (host = 0) and zinc_memory_host (host = 1): the planned and allocated bytes of one
+ * side. */
+static zinc_status copy_memory(const zinc_engine_t *e, int host, uint64_t planned[ZINC_MEM_COUNT],
+                               uint64_t allocated[ZINC_MEM_COUNT])
+{
+    if (!e)
+        return zerr_thread(ZINC_ERR_INVALID_ARG, "%s: engine is NULL",
+                           host ? "zinc_memory_host" : "zinc_memory");
+    if (planned) memcpy(planned, host ? e->host_planned : e->planned, sizeof e->planned);
+    if (allocated) memcpy(allocated, host ? e->host_allocated : e->allocated, sizeof e->allocated);
+    return ZINC_OK;
+}
+
 zinc_status zinc_memory(const zinc_engine_t *e, uint64_t planned[ZINC_MEM_COUNT],
                         uint64_t allocated[ZINC_MEM_COUNT])
 {
-    if (!e) return zerr_thread(ZINC_ERR_INVALID_ARG, "zinc_memory: engine is NULL");
-    if (planned) memcpy(planned, e->planned, sizeof e->planned);
-    if (allocated) memcpy(allocated, e->allocated, sizeof e->allocated);
-    return ZINC_OK;
+    return copy_memory(e, 0, planned, allocated);
 }
 
 zinc_status zinc_memory_host(const zinc_engine_t *e, uint64_t planned[ZINC_MEM_COUNT],
                              uint64_t allocated[ZINC_MEM_COUNT])
 {
-    if (!e) return zerr_thread(ZINC_ERR_INVALID_ARG, "zinc_memory_host: engine is NULL");
-    if (planned) memcpy(planned, e->host_planned, sizeof e->host_planned);
-    if (allocated) memcpy(allocated, e->host_allocated, sizeof e->host_allocated);
-    return ZINC_OK;
+    return copy_memory(e, 1, planned, allocated);
 }
 
 zinc_status zinc_offload_bytes(const zinc_engine_t *e, uint64_t *to_host, uint64_t *to_device)
