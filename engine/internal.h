@@ -13,8 +13,8 @@
  *   bucket     -            -            nbuckets * B     nbuckets * B
  *   gather     -            -            -                ngather * B + persistent groups
  *
- * With zero_optimization.offload_optimizer (stages 1-3, engine/offload.c) master, m and v are
- * not device buffers but host arrays of S elements (h_master, h_m, h_v), beside two host staging
+ * With zero_optimization.offload_optimizer (stages 1-3, engine/offload.c) the fields master, m
+ * and v point to host arrays of S elements (on the engine's `host` device), beside two host staging
  * buffers of S working-dtype elements: the downloaded gradient shard (h_grad) and the 16-bit
  * result of the host Adam (h_param16; none in fp32 mode, where the master is uploaded as is).
  * The master is then never aliased with param16. zinc_memory reports device bytes,
