@@ -1,8 +1,9 @@
 /*
  * test_scaler.c — the fp16 loss scaler against scripted overflow/clean sequences whose scale
  * sequences were worked out by hand from DeepSpeed 0.19.8's rules (DynamicLossScaler at stages
- * 1-3, FP16_Optimizer at stage 0; the same tables are in docs/optim.md), plus a random-sequence comparison with a reference restated in other terms
- * (a run length of clean steps instead of iteration counters), and the config mapping.
+ * 1-3, FP16_Optimizer at stage 0; the same tables are in docs/optim.md), plus a random-sequence
+ * comparison with a reference restated in other terms (a run length of clean steps instead of
+ * iteration counters), and the config mapping.
  */
 #include <math.h>
 #include <stdio.h>
