@@ -49,18 +49,14 @@ static int reg_put(zinc_engine_t *e, zck_async *a)
     return 1;
 }
 
-static int rank_of(zinc_engine_t *e)
+static int rank_of(const zeng_view *ev)
 {
-    zeng_view view_, *ev = &view_;
-    zeng_view_get(e, ev);
     return ev->comm ? ev->comm->rank : ev->rank;
 }
 
 /* 1 when any rank passes bad != 0 (sum over ranks); a comm failure counts as bad. */
-static int any_rank(zinc_engine_t *e, int bad)
+static int any_rank(const zeng_view *ev, int bad)
 {
-    zeng_view view_, *ev = &view_;
-    zeng_view_get(e, ev);
     if (!ev->comm || ev->comm->size <= 1) return bad;
     double f = bad ? 1.0 : 0.0;
     if (zcomm_host_all_reduce_f64(ev->comm, &f, 1) != ZINC_OK) return 1;
@@ -70,10 +66,8 @@ static int any_rank(zinc_engine_t *e, int bad)
 /* The lowest failing rank and its message, on every rank (collective): a warning on rank 0 can
  * then name the file and chunk that another rank saw fail. Returns that rank, or -1 when none
  * failed or the comm could not tell. */
-static int first_failure(zinc_engine_t *e, int failed, const char *mine, char *out, size_t n)
+static int first_failure(const zeng_view *ev, int failed, const char *mine, char *out, size_t n)
 {
-    zeng_view view_, *ev = &view_;
-    zeng_view_get(e, ev);
     out[0] = 0;
     if (!ev->comm || ev->comm->size <= 1) {
         if (failed) snprintf(out, n, "%s", mine);
@@ -98,16 +92,14 @@ static int first_failure(zinc_engine_t *e, int failed, const char *mine, char *o
 
 /* checkpoint.tag_validation: copies rank 0's tag into root (256 bytes) and returns 1 when some
  * rank's tag differs from it. Collective. */
-static int tags_differ(zinc_engine_t *e, const char *tag, char root[256])
+static int tags_differ(const zeng_view *ev, const char *tag, char root[256])
 {
-    zeng_view view_, *ev = &view_;
-    zeng_view_get(e, ev);
     memset(root, 0, 256);
     snprintf(root, 256, "%s", tag);
     if (!ev->comm || ev->comm->size <= 1) return 0;
-    if (zcomm_host_broadcast(ev->comm, root, 256, 0) != ZINC_OK) return any_rank(e, 1);
+    if (zcomm_host_broadcast(ev->comm, root, 256, 0) != ZINC_OK) return any_rank(ev, 1);
     root[255] = 0;
-    return any_rank(e, strcmp(root, tag) != 0);
+    return any_rank(ev, strcmp(root, tag) != 0);
 }
 
 /* The engine's poll at the end of zinc_step: a finished save's error becomes the step's. */
@@ -125,10 +117,11 @@ static zinc_status engine_poll(zinc_engine_t *e)
 static void engine_release(zinc_engine_t *e)
 {
     zck_async *a = reg_take(e, 0);
-    if (a) {
-        char err[ZCK_ERR];
-        if (zck_async_wait(a, err) != ZINC_OK)
-            zlog(ZLOG_ERROR, "ckpt", rank_of(e), "background checkpoint save failed: %s", err);
+    char err[ZCK_ERR];
+    if (a && zck_async_wait(a, err) != ZINC_OK) {
+        zeng_view ev;
+        zeng_view_get(e, &ev);
+        zlog(ZLOG_ERROR, "ckpt", rank_of(&ev), "background checkpoint save failed: %s", err);
     }
 }
 
@@ -144,10 +137,8 @@ zinc_status zinc_ckpt_wait(zinc_engine_t *e)
 
 /* ---- save --------------------------------------------------------------------------------------- */
 
-static void tensor_table(zinc_engine_t *e, zck_tensor *t)
+static void tensor_table(const zeng_view *ev, zck_tensor *t)
 {
-    zeng_view view_, *ev = &view_;
-    zeng_view_get(e, ev);
     for (int p = 0; p < ev->plan->nparams; p++) {
         const zplan_param *P = &ev->plan->params[p];
         memset(&t[p], 0, sizeof t[p]);
@@ -183,7 +174,7 @@ zinc_status zinc_ckpt_save(zinc_engine_t *e, const char *dir, const char *tag,
      * anywhere (its error is reported now, as promised by the async contract). */
     zck_async *prev = reg_take(e, 0);
     zinc_status ps = zck_async_wait(prev, err);
-    if (any_rank(e, ps != ZINC_OK)) {
+    if (any_rank(ev, ps != ZINC_OK)) {
         if (ps != ZINC_OK) return zeng_fail(e, ps, "zinc_ckpt_save: the previous background save failed: %s", err);
         return zeng_fail(e, ZINC_ERR_ABORTED, "zinc_ckpt_save: the previous background save failed on "
                                               "another rank (see its message); nothing was saved");
@@ -192,14 +183,14 @@ zinc_status zinc_ckpt_save(zinc_engine_t *e, const char *dir, const char *tag,
     /* checkpoint.tag_validation (DeepSpeed's): every rank must save under the same tag. Fail
      * refuses; Warn (the default) and Ignore save under rank 0's tag, Warn saying so. */
     char root_tag[256];
-    if (tags_differ(e, tag, root_tag)) {
+    if (tags_differ(ev, tag, root_tag)) {
         if (ev->cfg->ckpt.tag_validation == 2)
             return zeng_fail(e, ZINC_ERR_MISMATCH,
                              "zinc_ckpt_save: the ranks were given different tags (this is rank %d "
                              "with '%s', rank 0 has '%s'); checkpoint.tag_validation is \"Fail\", "
-                             "nothing was saved", rank_of(e), tag, root_tag);
+                             "nothing was saved", rank_of(ev), tag, root_tag);
         if (ev->cfg->ckpt.tag_validation == 1 && strcmp(tag, root_tag) != 0)
-            zlog(ZLOG_WARN, "ckpt", rank_of(e),
+            zlog(ZLOG_WARN, "ckpt", rank_of(ev),
                  "zinc_ckpt_save: this rank's tag '%s' differs from rank 0's '%s'; saving under "
                  "'%s' (checkpoint.tag_validation \"Warn\")", tag, root_tag, root_tag);
         tag = root_tag;
@@ -227,7 +218,7 @@ zinc_status zinc_ckpt_save(zinc_engine_t *e, const char *dir, const char *tag,
     if (s == ZINC_OK && ev->dev->iface->sync) s = ev->dev->iface->sync(ev->dev);
     /* Snapshot: streams back to back, pieces in order within each. */
     if (s == ZINC_OK) {
-        tensor_table(e, tens);
+        tensor_table(ev, tens);
         uint8_t *sm = staging, *smm = sm + elems * 4, *sv = smm + elems * 4, *s16 = sv + elems * 4;
         uint64_t at = 0;
         for (int i = 0; i < np && s == ZINC_OK; i++) {
@@ -258,7 +249,7 @@ zinc_status zinc_ckpt_save(zinc_engine_t *e, const char *dir, const char *tag,
                      ev->dev->err);
     }
     /* Everyone agrees before the collective part, so a rank that failed here stops nobody. */
-    if (any_rank(e, s != ZINC_OK)) {
+    if (any_rank(ev, s != ZINC_OK)) {
         if (s == ZINC_OK) {
             s = ZINC_ERR_ABORTED;
             snprintf(err, sizeof err, "zinc_ckpt_save: another rank could not stage its shard; "
@@ -270,7 +261,7 @@ zinc_status zinc_ckpt_save(zinc_engine_t *e, const char *dir, const char *tag,
     memset(&d, 0, sizeof d);
     d.dir = dir;
     d.tag = tag;
-    d.rank = rank_of(e);
+    d.rank = rank_of(ev);
     d.world_size = ev->world_size;
     d.stage = ev->stage;
     d.step = ev->st->step;
@@ -335,10 +326,8 @@ typedef struct {
     float *master, *m, *v;
 } ztgt;
 
-static zinc_status load_targets(zinc_engine_t *e, ztgt **out, int *n)
+static zinc_status load_targets(zinc_engine_t *e, const zeng_view *ev, ztgt **out, int *n)
 {
-    zeng_view view_, *ev = &view_;
-    zeng_view_get(e, ev);
     *out = NULL;
     *n = 0;
     if (ev->stage != 0) {
@@ -368,11 +357,10 @@ static zinc_status load_targets(zinc_engine_t *e, ztgt **out, int *n)
 }
 
 /* Reads this rank's part of one tag into the engine. Not collective. */
-static zinc_status load_local(zinc_engine_t *e, const char *tagdir, zinc_ckpt_load_options_t *opt,
-                              zengine_state *st_out, int *have_state, char *err)
+static zinc_status load_local(zinc_engine_t *e, const zeng_view *ev, const char *tagdir,
+                              zinc_ckpt_load_options_t *opt, zengine_state *st_out, int *have_state,
+                              char *err)
 {
-    zeng_view view_, *ev = &view_;
-    zeng_view_get(e, ev);
     zck_reader *r = NULL;
     ztgt *t = NULL;
     int nt = 0;
@@ -422,13 +410,13 @@ static zinc_status load_local(zinc_engine_t *e, const char *tagdir, zinc_ckpt_lo
         /* A loss scale belongs to a precision: fp16's dynamic scale means nothing to bf16/fp32. */
         if (m->dtype != ev->dtype) {
             st_out->scaler = keep;
-            if (rank_of(e) == 0)
+            if (rank_of(ev) == 0)
                 zlog(ZLOG_INFO, "ckpt", 0, "%s was saved in %s, the engine runs %s: its loss "
                      "scaler state is not restored", tagdir, zinc_dtype_name(m->dtype),
                      zinc_dtype_name(ev->dtype));
         }
     }
-    s = load_targets(e, &t, &nt);
+    s = load_targets(e, ev, &t, &nt);
     if (s != ZINC_OK) { zerr_fmt(err, ZCK_ERR, s, "cannot list the shard: %s", ev->err); goto done; }
     uint64_t elems = 0;
     for (int i = 0; i < nt; i++) elems += t[i].hi - t[i].lo;
@@ -470,7 +458,7 @@ static zinc_status load_local(zinc_engine_t *e, const char *tagdir, zinc_ckpt_lo
         s = zck_read_blob(r, NULL, 0, &nb, err);
         opt->client_blob_bytes = nb;
     }
-    if (s == ZINC_OK && rank_of(e) == 0) {
+    if (s == ZINC_OK && rank_of(ev) == 0) {
         /* At another world size the resolved config differs anyway (batch sizes). */
         if (m->config_hash[0] && strcmp(m->config_hash, ev->cfg->hash_hex))
             zlog(m->world_size == ev->world_size ? ZLOG_WARN : ZLOG_INFO, "ckpt", 0,
@@ -503,9 +491,9 @@ zinc_status zinc_ckpt_load(zinc_engine_t *e, const char *dir, const char *tag,
     zck_async *prev = reg_take(e, 0);
     zinc_status ps = zck_async_wait(prev, err);
     if (ps != ZINC_OK)
-        zlog(ZLOG_ERROR, "ckpt", rank_of(e), "the background save in flight failed: %s", err);
+        zlog(ZLOG_ERROR, "ckpt", rank_of(ev), "the background save in flight failed: %s", err);
     int autopick = !tag || !strcmp(tag, ZCK_LATEST);
-    int me = rank_of(e);
+    int me = rank_of(ev);
     zpick *pk = malloc(sizeof *pk);
     if (!pk) return zeng_fail(e, ZINC_ERR_NOMEM, "zinc_ckpt_load: out of memory");
     for (int attempt = 0;; attempt++) {
@@ -527,8 +515,8 @@ zinc_status zinc_ckpt_load(zinc_engine_t *e, const char *dir, const char *tag,
         zengine_state st = (*ev->st);
         int have_state = 0;
         char lerr[ZCK_ERR] = "";
-        s = load_local(e, pk->tagdir, opt, &st, &have_state, lerr);
-        int bad = any_rank(e, s != ZINC_OK);
+        s = load_local(e, ev, pk->tagdir, opt, &st, &have_state, lerr);
+        int bad = any_rank(ev, s != ZINC_OK);
         if (!bad) {
             if (have_state) (*ev->st) = st;
             else if (opt && opt->weights_only) {
@@ -542,10 +530,10 @@ zinc_status zinc_ckpt_load(zinc_engine_t *e, const char *dir, const char *tag,
         /* A chunk that fails to decode shows only now; with automatic selection, try the next
          * tag (every rank does, since the failure was agreed on). */
         int corrupt = s == ZINC_ERR_CORRUPT;
-        int any_corrupt = any_rank(e, corrupt);
+        int any_corrupt = any_rank(ev, corrupt);
         /* Which rank saw what: its message names the file and the chunk. */
         char first[ZCK_ERR];
-        int who = first_failure(e, s != ZINC_OK, lerr, first, sizeof first);
+        int who = first_failure(ev, s != ZINC_OK, lerr, first, sizeof first);
         if (s != ZINC_OK) snprintf(err, sizeof err, "zinc_ckpt_load: %.990s", lerr);
         else {
             s = ZINC_ERR_ABORTED;
@@ -587,7 +575,7 @@ zinc_status zinc_load_safetensors(zinc_engine_t *e, const char *path)
     float *buf = NULL;
     zinc_status s = zst_open(path, &f, err);
     if (s == ZINC_OK) {
-        s = load_targets(e, &t, &nt);
+        s = load_targets(e, ev, &t, &nt);
         if (s != ZINC_OK) zerr_fmt(err, ZCK_ERR, s, "cannot list the shard: %s", ev->err);
     }
     /* check every matching parameter first, so a mismatch changes nothing */
@@ -624,7 +612,7 @@ zinc_status zinc_load_safetensors(zinc_engine_t *e, const char *path)
     free(buf);
     free(t);
     zst_close(f);
-    int bad = any_rank(e, s != ZINC_OK);
+    int bad = any_rank(ev, s != ZINC_OK);
     if (bad && s == ZINC_OK) {
         s = ZINC_ERR_ABORTED;
         snprintf(err, sizeof err, "reading %s failed on another rank (see its message)", path);
@@ -634,7 +622,7 @@ zinc_status zinc_load_safetensors(zinc_engine_t *e, const char *path)
         if (s != ZINC_OK) snprintf(err, sizeof err, "%s", ev->err);
     }
     if (s != ZINC_OK) return zeng_fail(e, s, "zinc_load_safetensors: %s", err);
-    if (rank_of(e) == 0)
+    if (rank_of(ev) == 0)
         zlog(ZLOG_INFO, "ckpt", 0, "set %d of %d parameters from %s", found, ev->plan->nparams, path);
     return ZINC_OK;
 }

@@ -25,16 +25,18 @@ int zck_open_regular(const char *path, char *err)
         return -1;
     }
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    if (fstat(fd, &st) != 0) {
         int e = errno;
-        int notreg = e == 0 || !S_ISREG(st.st_mode);
         close(fd);
-        if (notreg)
-            zerr_fmt(err, ZCK_ERR, ZINC_ERR_IO, "%s is not a regular file (a FIFO, device or "
-                     "directory in a checkpoint file's place); refusing to read it", path);
-        else
-            zerr_fmt(err, ZCK_ERR, ZINC_ERR_IO, "cannot stat %s: %s", path, strerror(e));
-        errno = notreg ? EINVAL : e;
+        zerr_fmt(err, ZCK_ERR, ZINC_ERR_IO, "cannot stat %s: %s", path, strerror(e));
+        errno = e;
+        return -1;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        zerr_fmt(err, ZCK_ERR, ZINC_ERR_IO, "%s is not a regular file (a FIFO, device or "
+                 "directory in a checkpoint file's place); refusing to read it", path);
+        errno = EINVAL;
         return -1;
     }
     /* Regular files never block; clear the flag so later reads behave as usual. */

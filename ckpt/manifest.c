@@ -6,6 +6,7 @@
 #include <inttypes.h>
 #include <json-c/json.h>
 #include <xxhash.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -162,28 +163,29 @@ char *zck_manifest_to_json(const zck_manifest *m)
     return text;
 }
 
-/* The 16 hex digits of the last manifest_xxh3 value in text, or NULL. */
-static char *sum_digits(char *text, size_t len)
+/* The offset of the 16 hex digits of the last manifest_xxh3 value in text, or -1. */
+static ptrdiff_t sum_digits(const char *text, size_t len)
 {
     static const char key[] = "\"" ZCK_MANIFEST_SUM_KEY "\"";
-    char *at = NULL;
-    for (char *p = text; (p = memmem(p, len - (size_t)(p - text), key, sizeof key - 1)); p++) at = p;
-    if (!at) return NULL;
-    char *q = at + sizeof key - 1;
+    const char *at = NULL;
+    for (const char *p = text; (p = memmem(p, len - (size_t)(p - text), key, sizeof key - 1)); p++)
+        at = p;
+    if (!at) return -1;
+    const char *q = at + sizeof key - 1;
     while (q < text + len && (*q == ' ' || *q == ':' || *q == '\n' || *q == '\t' || *q == '\r')) q++;
-    if (q + 18 > text + len || q[0] != '"' || q[17] != '"') return NULL;
-    return q + 1;
+    if (q + 18 > text + len || q[0] != '"' || q[17] != '"') return -1;
+    return q + 1 - text;
 }
 
-/* XXH3-64 of text with the checksum digits at `digits` read as zeros. */
-static uint64_t sealed_hash(const char *text, size_t len, const char *digits)
+/* XXH3-64 of text with the 16 checksum digits at offset `d` read as zeros. */
+static uint64_t sealed_hash(const char *text, size_t len, size_t d)
 {
     XXH3_state_t *st = XXH3_createState();
     if (!st) return 0;
     XXH3_64bits_reset(st);
-    XXH3_64bits_update(st, text, (size_t)(digits - text));
+    XXH3_64bits_update(st, text, d);
     XXH3_64bits_update(st, "0000000000000000", 16);
-    XXH3_64bits_update(st, digits + 16, len - (size_t)(digits - text) - 16);
+    XXH3_64bits_update(st, text + d + 16, len - d - 16);
     uint64_t h = XXH3_64bits_digest(st);
     XXH3_freeState(st);
     return h;
@@ -191,11 +193,11 @@ static uint64_t sealed_hash(const char *text, size_t len, const char *digits)
 
 int zck_manifest_reseal(char *text, size_t len)
 {
-    char *d = sum_digits(text, len);
-    if (!d) return -1;
+    ptrdiff_t d = sum_digits(text, len);
+    if (d < 0) return -1;
     char hex[17];
-    snprintf(hex, sizeof hex, "%016" PRIx64, sealed_hash(text, len, d));
-    memcpy(d, hex, 16);
+    snprintf(hex, sizeof hex, "%016" PRIx64, sealed_hash(text, len, (size_t)d));
+    memcpy(text + d, hex, 16);
     return 0;
 }
 
@@ -438,15 +440,10 @@ zinc_status zck_manifest_parse(const char *text, size_t len, const char *where, 
         /* The seal: any edit of the manifest (a swapped tensor name, a changed scale or step)
          * shows here. The value must be the one the text's last manifest_xxh3 holds. */
         const char *sv = jkey_str(o, ZCK_MANIFEST_SUM_KEY);
-        char *copy = malloc(len + 1);
-        if (!copy) { s = zerr_fmt(err, ZCK_ERR, ZINC_ERR_NOMEM, "%s: out of memory", where); goto fail; }
-        memcpy(copy, text, len);
-        copy[len] = 0;
-        char *d = sum_digits(copy, len);
-        uint64_t want = 0, got = d ? sealed_hash(copy, len, d) : 0;
-        int ok = sv && d && strlen(sv) == 16 && !strncmp(sv, d, 16) && !jget_hex_str(sv, &want) &&
-                 want == got;
-        free(copy);
+        ptrdiff_t d = sum_digits(text, len);
+        uint64_t want = 0;
+        int ok = sv && d >= 0 && !jget_hex_str(sv, &want) && !strncmp(sv, text + d, 16) &&
+                 want == sealed_hash(text, len, (size_t)d);
         if (!ok) {
             s = BAD("%s: the manifest fails its checksum (%s): it was edited or damaged after the "
                     "save; `zinc ckpt verify` names the checkpoint, an earlier tag may be intact",

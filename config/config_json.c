@@ -7,7 +7,6 @@
  * NaN, single quotes, invalid UTF-8, control characters, "\u0000", leading zeros or integers
  * beyond 64 bits) and finds duplicate keys, which json-c would keep the last of without a word.
  */
-#include <ctype.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,27 +60,25 @@ json_object *zc_json_parse(zcctx *x, const char *text, const char *label)
     }
     /* json-c accepts what JSON does not (see the top of this file): the strict check, with
      * duplicates left to zc_json_duplicates, which names every one of them. */
-    if (root) {
-        size_t bad = 0;
-        char why[200];
-        char where[512] = "";
-        int is_value = 0;
-        zjson_opts o = {0, ignore_dup, NULL, where, sizeof where, &is_value};
-        int rc = zjson_strict(text, len, &o, &bad, why, sizeof why);
-        if (rc == -2) {
-            x->oom = 1;
-        } else if (rc && is_value && where[0]) {
-            /* Well-formed, but the number cannot be held: an error of that key. */
-            zjson_line_col(text, bad, &line, &col);
-            zc_error(x, where, "%s (line %d:%d)", why, line, col);
-        } else if (rc) {
-            zjson_line_col(text, bad, &line, &col);
-            zc_error(x, "", "%s:%d:%d: malformed JSON: %s", label, line, col, why);
-        }
-        if (rc) {
-            json_object_put(root);
-            root = NULL;
-        }
+    size_t bad = 0;
+    char why[200];
+    char where[512] = "";
+    int is_value = 0;
+    zjson_opts o = {0, ignore_dup, NULL, where, sizeof where, &is_value};
+    int rc = zjson_strict(text, len, &o, &bad, why, sizeof why);
+    if (rc == -2) {
+        x->oom = 1;
+    } else if (rc && is_value && where[0]) {
+        /* Well-formed, but the number cannot be held: an error of that key. */
+        zjson_line_col(text, bad, &line, &col);
+        zc_error(x, where, "%s (line %d:%d)", why, line, col);
+    } else if (rc) {
+        zjson_line_col(text, bad, &line, &col);
+        zc_error(x, "", "%s:%d:%d: malformed JSON: %s", label, line, col, why);
+    }
+    if (rc) {
+        json_object_put(root);
+        root = NULL;
     }
     json_tokener_free(tok);
     return root;

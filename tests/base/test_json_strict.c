@@ -92,6 +92,31 @@ int main(void)
                  d.dup == 24, "duplicate: n %d path '%s' key '%s' at %zu/%zu", d.n, d.path, d.key,
              d.first, d.dup);
 
+    /* A number that is JSON but does not fit: flagged as a value, with the path of its key. */
+    {
+        char where[64] = "";
+        int is_value = -1;
+        zjson_opts v = {0, NULL, NULL, where, sizeof where, &is_value};
+        const char *big = "{\"a\": {\"b\": [1, 99999999999999999999]}}";
+        ZT_CHECK(zjson_strict(big, strlen(big), &v, &bad, why, sizeof why) == -1 && is_value == 1 &&
+                     !strcmp(where, "a.b[1]"), "integer overflow: value %d path '%s'", is_value,
+                 where);
+        ZT_CHECK(zjson_strict("{\"a\": 1.}", 8, &v, &bad, why, sizeof why) == -1 && is_value == 0,
+                 "malformed text is not a value error");
+    }
+
+    /* Nesting: 256 levels pass, deeper is refused (the recursion's bound). */
+    {
+        char deep[602];
+        for (int n = 256; n <= 300; n += 44) {
+            memset(deep, '[', (size_t)n);
+            memset(deep + n, ']', (size_t)n);
+            int rc = zjson_strict(deep, 2 * (size_t)n, NULL, &bad, why, sizeof why);
+            ZT_CHECK(n == 256 ? rc == 0 : rc == -1 && strstr(why, "nested deeper"),
+                     "%d levels: rc %d (%s)", n, rc, why);
+        }
+    }
+
     /* Two distinct keys sharing a 600-byte prefix are not duplicates (a fixed key buffer once
      * made them so). */
     {

@@ -237,6 +237,13 @@ zinc_status fx_save_world(const char *dir, const char *tag, int world, unsigned 
     return ZINC_OK;
 }
 
+void fx_tmproot(char *out, size_t n, const char *name)
+{
+    const char *tmp = getenv("TMPDIR");
+    snprintf(out, n, "%s/zinc-ckpt-%s-%d", tmp ? tmp : "/tmp", name, (int)getpid());
+    mkdir(out, 0755);
+}
+
 void fx_rmtree(const char *dir)
 {
     DIR *d = opendir(dir);

@@ -7,6 +7,7 @@
 #ifndef ZINC_TESTS_CKPT_FIXTURE_H
 #define ZINC_TESTS_CKPT_FIXTURE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "ckpt/ckpt.h"
@@ -45,6 +46,10 @@ long fx_check_rank(zck_reader *r, const zplan *p, int rank, int s, uint32_t salt
  * each rank's message into errs[rank] when errs is not NULL. */
 zinc_status fx_save_world(const char *dir, const char *tag, int world, unsigned streams,
                           uint32_t salt, size_t chunk_bytes, int async);
+
+/* A fresh directory for one test process: $TMPDIR (or /tmp)/zinc-ckpt-<name>-<pid>, created;
+ * its path in out (n bytes). */
+void fx_tmproot(char *out, size_t n, const char *name);
 
 /* rm -rf of a test directory (two levels: save dir and its tags). */
 void fx_rmtree(const char *dir);

@@ -35,9 +35,7 @@ static char *slurp(const char *p)
 
 int main(void)
 {
-    snprintf(root, sizeof root, "%s/zinc-ckpt-cli-%d", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
-             (int)getpid());
-    mkdir(root, 0755);
+    fx_tmproot(root, sizeof root, "cli");
     snprintf(out, sizeof out, "%s/out.txt", root);
     snprintf(errf, sizeof errf, "%s/err.txt", root);
     char dir[700], args[2048], f1[800], f2[800];

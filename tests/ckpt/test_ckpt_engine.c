@@ -431,8 +431,8 @@ int main(void)
     unlink(fb);
     char sv[700];
     snprintf(sv, sizeof sv, "%s/save", root);
-    const char *tags[] = {"t3", "f3"};
-    for (int i = 0; i < 2; i++) {
+    const char *tags[] = {"t3", "f3", "c2"};
+    for (int i = 0; i < 3; i++) {
         char t[800];
         snprintf(t, sizeof t, "%s/%s", sv, tags[i]);
         zck_rmdir_flat(t);

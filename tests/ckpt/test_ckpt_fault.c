@@ -265,9 +265,7 @@ static void test_damage(void)
 
 int main(void)
 {
-    snprintf(root, sizeof root, "%s/zinc-ckpt-fault-%d",
-             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", (int)getpid());
-    mkdir(root, 0755);
+    fx_tmproot(root, sizeof root, "fault");
     test_damage();
     test_kills();
     rmdir(root);

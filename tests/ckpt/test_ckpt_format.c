@@ -265,9 +265,7 @@ static void test_empty_rank(void)
 
 int main(void)
 {
-    snprintf(root, sizeof root, "%s/zinc-ckpt-format-%d",
-             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", (int)getpid());
-    mkdir(root, 0755);
+    fx_tmproot(root, sizeof root, "format");
     test_shuffle();
     test_codec();
     test_reshard();

@@ -323,9 +323,7 @@ static void test_v1_still_read(void)
 
 int main(void)
 {
-    snprintf(root, sizeof root, "%s/zinc-ckpt-hostile-%d",
-             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", (int)getpid());
-    mkdir(root, 0755);
+    fx_tmproot(root, sizeof root, "hostile");
     test_unsealed_edit();
     test_engine_state();
     test_fifo();

@@ -140,9 +140,7 @@ static void scenario(const char *root, const char *name, int mode, int async)
 int main(void)
 {
     char root[512];
-    snprintf(root, sizeof root, "%s/zinc-ckpt-tmp.%d", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
-             (int)getpid());
-    mkdir(root, 0755);
+    fx_tmproot(root, sizeof root, "tmp");
     scenario(root, "abort-while-writing", FAIL_ABORT_WHILE_WRITING, 0);
     scenario(root, "abort-before-sync", FAIL_ABORT_BEFORE, 0);
     scenario(root, "abort-before-async", FAIL_ABORT_BEFORE, 1);
