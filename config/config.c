@@ -150,7 +150,6 @@ void zcfg_defaults(zcfg *c)
     z->param_persistence_threshold = 100000;
     z->gather_16bit_weights_on_model_save = 0;
     z->offload_optimizer = 0;
-    z->offload_optimizer_active = 0;
     z->offload_param = 0;
 
     c->ckpt.tag_validation = 1;

@@ -93,8 +93,6 @@ typedef struct {
     int gather_16bit_weights_on_model_save;  /* default 0 */
     int offload_optimizer;                   /* the device the file names: ZCFG_OFFLOAD_NONE,
                                                 _CPU or _NVME (the report and the hash keep it) */
-    int offload_optimizer_active;            /* 1: device "cpu" at stages 1-3: master, m, v of
-                                                the shard in host memory (engine/offload.c) */
     int offload_param;                       /* the device the file names; not none: accepted
                                                 with a warning, no effect (not implemented) */
 } zcfg_zero;
@@ -185,5 +183,12 @@ char *zcfg_report_json(const zcfg *c);
  * "AdamW"}} resolves to at world_size 1, hash included. ("{}" itself is rejected, as DeepSpeed
  * rejects a config with neither train_batch_size nor train_micro_batch_size_per_gpu.) */
 void zcfg_defaults(zcfg *c);
+
+/* Whether the engine offloads the optimizer state (engine/offload.c): offload_optimizer device
+ * "cpu" (or the deprecated cpu_offload) at ZeRO stages 1-3, as DeepSpeed honours it. */
+static inline int zcfg_offloads_optimizer(const zcfg *c)
+{
+    return c->zero.offload_optimizer == ZCFG_OFFLOAD_CPU && c->zero.stage > 0;
+}
 
 #endif

@@ -116,10 +116,10 @@ static void warn_bool(zcctx *x, json_object *o, const char *sec, const char *key
 /* One offload section. `kind` 0: offload_optimizer, which zinc implements with device "cpu" at
  * stages 1-3 (host-resident master, m, v; engine/offload.c); 1: offload_param, not implemented
  * (accepted with a warning, everything stays on the device). *device receives the device the
- * file names (ZCFG_OFFLOAD_*; the report and the hash keep it); *active (offload_optimizer only)
- * is 1 only when the engine will offload. */
+ * file names (ZCFG_OFFLOAD_*; the report and the hash keep it; zcfg_offloads_optimizer decides
+ * from it and the stage whether the engine offloads). */
 static void offload(zcctx *x, json_object *z, const char *key, const zkeyset *set, int kind,
-                    int stage, int *device, int *active)
+                    int stage, int *device)
 {
     char path[96];
     zc_path(path, sizeof path, "zero_optimization", key);
@@ -167,7 +167,6 @@ static void offload(zcctx *x, json_object *z, const char *key, const zkeyset *se
                        "optimizer state at stages 1-3, as DeepSpeed does (memory placement only)");
         return;
     }
-    if (active) *active = 1;
     char p2[128];
     if (have_pin && pin)
         zc_warn(x, zc_path(p2, sizeof p2, path, "pin_memory"),
@@ -257,13 +256,11 @@ void zc_parse_zero(zcctx *x, json_object *root, zcfg *c)
     }
     if (first >= 0) z->gather_16bit_weights_on_model_save = val;
 
-    offload(x, o, "offload_optimizer", &zk_offload_optimizer, 0, z->stage, &z->offload_optimizer,
-            &z->offload_optimizer_active);
-    offload(x, o, "offload_param", &zk_offload_param, 1, z->stage, &z->offload_param, NULL);
+    offload(x, o, "offload_optimizer", &zk_offload_optimizer, 0, z->stage, &z->offload_optimizer);
+    offload(x, o, "offload_param", &zk_offload_param, 1, z->stage, &z->offload_param);
     int b;
     if (zc_get_bool(x, o, sec, "cpu_offload", &b) == V_SET && b) {
         z->offload_optimizer = ZCFG_OFFLOAD_CPU;
-        z->offload_optimizer_active = z->stage > 0;
         zc_warn(x, "zero_optimization.cpu_offload",
                 z->stage > 0 ? "accepted as the deprecated name of offload_optimizer {\"device\": "
                                "\"cpu\"}; write that instead"

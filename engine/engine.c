@@ -194,7 +194,7 @@ zinc_status zinc_engine_create(const zinc_engine_options_t *opt, zinc_engine_t *
     s = !strcmp(devname, "cuda") ? open_cuda(e) : open_cpu(e, devname, threads);
     if (s != ZINC_OK) goto fail;
     e->threads = threads;
-    e->offload = e->cfg.zero.offload_optimizer_active && e->stage >= 1;
+    e->offload = zcfg_offloads_optimizer(&e->cfg);
     if (e->cfg.zinc.device_memory_limit) {
         s = zdev_set_limit(e->dev, e->cfg.zinc.device_memory_limit);
         if (s != ZINC_OK) {

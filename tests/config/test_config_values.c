@@ -733,24 +733,24 @@ static void test_offload(void)
         char j[256];
         snprintf(j, sizeof j, PRE "\"zero_optimization\": {\"stage\": %d, \"offload_optimizer\": "
                               "{\"device\": \"cpu\"}}}", st);
-        if (parse_ok(j, 1, &c, 0, __LINE__)) EQ_I(c.zero.offload_optimizer_active, 1);
+        if (parse_ok(j, 1, &c, 0, __LINE__)) EQ_I(zcfg_offloads_optimizer(&c), 1);
     }
     const char *k_dev[] = {"zero_optimization.offload_optimizer.device"};
     if (parse_warns(PRE "\"zero_optimization\": {\"stage\": 0, \"offload_optimizer\": {\"device\": \"cpu\"}}}",
                     1, &c, k_dev, 1, __LINE__))
-        EQ_I(c.zero.offload_optimizer_active, 0);
+        EQ_I(zcfg_offloads_optimizer(&c), 0);
     if (parse_warns(PRE "\"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": \"nvme\"}}}",
                     1, &c, k_dev, 1, __LINE__))
-        EQ_I(c.zero.offload_optimizer_active, 0);
+        EQ_I(zcfg_offloads_optimizer(&c), 0);
     const char *k_pin[] = {"zero_optimization.offload_optimizer.pin_memory",
                            "zero_optimization.offload_optimizer.ratio"};
     if (parse_warns(PRE "\"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": "
                     "\"cpu\", \"pin_memory\": true, \"ratio\": 0.5}}}", 1, &c, k_pin, 2, __LINE__))
-        EQ_I(c.zero.offload_optimizer_active, 1);
+        EQ_I(zcfg_offloads_optimizer(&c), 1);
     const char *k_old[] = {"zero_optimization.cpu_offload"};
     if (parse_warns(PRE "\"zero_optimization\": {\"stage\": 2, \"cpu_offload\": true}}", 1, &c, k_old, 1,
                     __LINE__))
-        EQ_I(c.zero.offload_optimizer_active, 1);
+        EQ_I(zcfg_offloads_optimizer(&c), 1);
     /* The resolved config round-trips with offload on. */
     if (parse_ok(PRE "\"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": {\"device\": \"cpu\"}}, "
                  "\"zinc\": {\"device_memory_limit\": \"2GiB\"}}", 1, &c, 0, __LINE__)) {
