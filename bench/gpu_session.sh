@@ -10,8 +10,10 @@
 #            memcheck on a short `zinc train --device cuda`; API errors are not counted (the
 #            tests ask for a failing allocation on purpose, and NCCL probes kernels it lacks)
 #   train    zinc train --device cuda at stages 0-3, bf16 and fp16, 1, 2 and 4 ranks, next to the
-#            CPU run of the same config and seed (loss curves compared by bench/gpu_compare.py),
-#            and resume across devices (GPU checkpoint -> GPU and CPU, CPU checkpoint -> GPU)
+#            CPU run of the same config and seed (loss curves compared by bench/gpu_compare.py:
+#            at lr 3e-3 within docs/cuda.md's bounds; at the configs' lr 1e-2 printed only),
+#            and resume across devices at lr 3e-3 (GPU checkpoint -> GPU and CPU, CPU checkpoint
+#            -> GPU)
 #   adam     zinc bench adam --device cuda at 1e8 and 1e9 params, fp16/bf16/fp32, beside torch's
 #            fused AdamW on the same GPU (ZINC_PYTHON or python3 with CUDA torch)
 #   profile  the Adam and stats kernels' SASS (16-byte loads and stores?), and ncu: their time and
@@ -19,8 +21,8 @@
 #   e2e      zinc train --device cuda tokens/s for larger models, and bench/torch_gpt.py (the same
 #            model in PyTorch: eager, bf16 autocast, fused AdamW) on the same GPU
 #
-# The build is made elsewhere or here (cmake -S . -B build-cuda -DZINC_CUDA=ON). Nothing here
-# changes the GPU's settings.
+# The script builds nothing: build first (cmake -S . -B build-cuda -DZINC_CUDA=ON && cmake --build
+# build-cuda -j) or name a CUDA build with --build. Nothing here changes the GPU's settings.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="$root/build-cuda"
@@ -30,7 +32,7 @@ while [ $# -gt 0 ]; do
     case "$1" in
         --build) build="$(cd "$2" && pwd)"; shift 2 ;;
         --out) out="$2"; shift 2 ;;
-        -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,/^[^#]/{/^#/p}' "$0"; exit 0 ;;
         env|ctest|sanitize|train|adam|profile|e2e) phases+=("$1"); shift ;;
         *) echo "gpu_session: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
@@ -46,6 +48,7 @@ summary="$out/summary.txt"
     echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
     echo "device: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1 | sed 's/, / (driver /; s/$/)/')"
     echo "commit: ${ZINC_COMMIT:-$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')}"
+    echo "build: cmake$(sed -n 's/^\(ZINC_CUDA\(_ARCHS\)\?\|CMAKE_BUILD_TYPE\):[A-Z]*=\(..*\)/ -D\1=\3/p' "$build/CMakeCache.txt" 2>/dev/null | tr -d '\n')"
 } >"$out/meta.txt"
 
 # step NAME TIMEOUT CMD...: runs CMD with its output in OUT/NAME.log, records rc and seconds.
@@ -86,7 +89,9 @@ phase_sanitize() {
 
 phase_train() {
     local d="$out/train" model="L2-D64-H4-T64" steps=40
-    # The configs' lr (1e-2, which passes through a loss spike near step 20) and a calmer 3e-3.
+    # The configs' lr (1e-2, which passes through a loss spike near step 20 that parts the curves
+    # by up to 0.13 nats: no bound applies, the differences are printed) and a calmer 3e-3, where
+    # gpu_compare.py holds them to docs/cuda.md's bounds.
     for lr in config 0.003; do
         local ld="$d/lr-$lr" lrarg=()
         [ "$lr" = config ] || lrarg=(--lr "$lr")
@@ -102,24 +107,28 @@ phase_train() {
                 done
             done
         done
-        step "compare-curves-lr$lr" 60 "$py" "$root/bench/gpu_compare.py" curves "$ld"
+        local report=()
+        [ "$lr" = config ] && report=(--report)
+        step "compare-curves-lr$lr" 60 "$py" "$root/bench/gpu_compare.py" curves "$ld" "${report[@]}"
     done
-    d="$d/lr-config"
-    # Resume across devices: save at step 20 on one device, finish on the other; and the
-    # uninterrupted GPU run against a GPU run resumed on the GPU (same device: bit for bit).
-    local c="$(cfg 2 bf16)"
-    rm -rf "$d/ck-gpu" "$d/ck-cpu"
-    step resume-gpu-save 200 "$zinc" train --device cuda --ranks 2 --steps 20 --model $model \
-        --seed 7 --config "$c" --save-dir "$d/ck-gpu" --metrics "$d/rs-gpu-first.jsonl"
+    d="$d/lr-0.003"
+    # Resume across devices at lr 3e-3 (where the bound applies): save at step 20 on one device,
+    # finish on the other; and the uninterrupted GPU run against a GPU run resumed on the GPU
+    # (same device: bit for bit). Each resumed run keeps its world size, so it is compared with
+    # the uninterrupted run of that size (the global batch is micro-batch x ranks).
+    local c="$(cfg 2 bf16)" a="--lr 0.003 --seed 7 --model $model"
+    rm -rf "$d/ck-gpu" "$d/ck-gpu2" "$d/ck-cpu"
+    step resume-gpu-save 200 "$zinc" train --device cuda --ranks 2 --steps 20 $a \
+        --config "$c" --save-dir "$d/ck-gpu" --metrics "$d/rs-gpu-first.jsonl"
     cp -r "$d/ck-gpu" "$d/ck-gpu2"
-    step resume-gpu-on-gpu 200 "$zinc" train --device cuda --ranks 2 --steps $steps --model $model \
-        --seed 7 --config "$c" --save-dir "$d/ck-gpu" --resume auto --metrics "$d/rs-gpu-gpu.jsonl"
-    step resume-gpu-on-cpu 200 "$zinc" train --device cpu --ranks 2 --steps $steps --model $model \
-        --seed 7 --config "$c" --save-dir "$d/ck-gpu2" --resume auto --metrics "$d/rs-gpu-cpu.jsonl"
-    step resume-cpu-save 200 "$zinc" train --device cpu --ranks 2 --steps 20 --model $model \
-        --seed 7 --config "$c" --save-dir "$d/ck-cpu" --metrics "$d/rs-cpu-first.jsonl"
-    step resume-cpu-on-gpu 200 "$zinc" train --device cuda --ranks 1 --steps $steps --model $model \
-        --seed 7 --config "$c" --save-dir "$d/ck-cpu" --resume auto --metrics "$d/rs-cpu-gpu.jsonl"
+    step resume-gpu-on-gpu 200 "$zinc" train --device cuda --ranks 2 --steps $steps $a \
+        --config "$c" --save-dir "$d/ck-gpu" --resume auto --metrics "$d/rs-gpu-gpu.jsonl"
+    step resume-gpu-on-cpu 200 "$zinc" train --device cpu --ranks 2 --steps $steps $a \
+        --config "$c" --save-dir "$d/ck-gpu2" --resume auto --metrics "$d/rs-gpu-cpu.jsonl"
+    step resume-cpu-save 200 "$zinc" train --device cpu --ranks 1 --steps 20 $a \
+        --config "$c" --save-dir "$d/ck-cpu" --metrics "$d/rs-cpu-first.jsonl"
+    step resume-cpu-on-gpu 200 "$zinc" train --device cuda --ranks 1 --steps $steps $a \
+        --config "$c" --save-dir "$d/ck-cpu" --resume auto --metrics "$d/rs-cpu-gpu.jsonl"
     step compare-resume 60 "$py" "$root/bench/gpu_compare.py" resume "$d"
 }
 

@@ -10,7 +10,7 @@ import ctypes.util
 import os
 
 ZINC_OK = 0
-DTYPES = {"fp32": 0, "fp16": 1, "bf16": 2}
+ZINC_ERR_MISMATCH = 9   # include/zinc.h: ranks disagree
 
 
 class ZincError(RuntimeError):
@@ -69,7 +69,6 @@ def _find():
 lib = _find()
 
 _sig = {
-    "zinc_version_string": (ctypes.c_char_p, []),
     "zinc_status_string": (ctypes.c_char_p, [ctypes.c_int]),
     "zinc_world_create_launched": (ctypes.c_int, [ctypes.POINTER(ctypes.c_void_p)]),
     "zinc_world_destroy": (None, [ctypes.c_void_p]),
@@ -103,6 +102,8 @@ _sig = {
                                       ctypes.POINTER(LoadOptions)]),
     "zinc_memory": (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64),
                                    ctypes.POINTER(ctypes.c_uint64)]),
+    "zinc_mean_over_ranks": (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(ctypes.c_double),
+                                            ctypes.c_int]),
 }
 for _name, (_res, _args) in _sig.items():
     _f = getattr(lib, _name)

@@ -27,7 +27,8 @@ import weakref
 
 import torch
 
-from ._lib import (EngineOptions, LoadOptions, SaveOptions, StepInfo, ZincError, check, lib)
+from ._lib import (ZINC_ERR_MISMATCH, EngineOptions, LoadOptions, SaveOptions, StepInfo, ZincError,
+                   check, lib)
 
 _TORCH_DTYPE = {0: torch.float32, 1: torch.float16, 2: torch.bfloat16}
 _CTYPE = {0: ctypes.c_float, 1: ctypes.c_uint16, 2: ctypes.c_uint16}
@@ -146,7 +147,7 @@ class Engine(torch.nn.Module):
         self._code = lib.zinc_engine_dtype(e)
         wanted = None if model_parameters is None else {id(p) for p in model_parameters}
         self._groups = []          # [(group id, [(param id, name, tensor)])]
-        self._group_modules = []   # [(group id, module)]
+        modules = []               # the module of each group, in the same order
         for mname, mod in model.named_modules():
             own = [(n, p) for n, p in mod.named_parameters(recurse=False)
                    if p.requires_grad and (wanted is None or id(p) in wanted)]
@@ -163,7 +164,7 @@ class Engine(torch.nn.Module):
                                               self._code, ctypes.byref(pid)))
                 params.append((pid.value, full, p))
             self._groups.append((g.value, params))
-            self._group_modules.append((g.value, mod))
+            modules.append(mod)
         if not self._groups:
             raise ValueError("zinc.initialize: the model has no trainable parameters")
         self._call(lib.zinc_finalize(e))
@@ -183,10 +184,8 @@ class Engine(torch.nn.Module):
             # Stage 3: between steps a rank holds only its shard (inside zinc); each module's
             # parameters are gathered just before its forward into tensors torch owns (so what
             # autograd saves for backward stays valid) and released in zinc at once.
-            self._hooks = []
-            by_module = dict(self._group_modules)
-            for g, params in self._groups:
-                self._hooks.append(by_module[g].register_forward_pre_hook(self._gather_hook(g, params)))
+            self._hooks = [mod.register_forward_pre_hook(self._gather_hook(g, params))
+                           for (g, params), mod in zip(self._groups, modules)]
             self._drop_params()
         self._info = StepInfo()
         self._steps = 0
@@ -234,14 +233,17 @@ class Engine(torch.nn.Module):
             return
         s = sum(float(p.detach().double().sum()) for _, ps in self._groups for _, _, p in ps)
         q = sum(float(p.detach().double().square().sum()) for _, ps in self._groups for _, _, p in ps)
-        mine = (ctypes.c_double * 2)(s, q)
-        lib.zinc_mean_over_ranks.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_double),
-                                             ctypes.c_int]
-        self._call(lib.zinc_mean_over_ranks(self._e, mine, 2))
-        if abs(mine[0] - s) > 1e-9 * (1 + abs(s)) or abs(mine[1] - q) > 1e-9 * (1 + abs(q)):
-            raise ZincError(9, f"zinc.initialize: rank {lib.zinc_engine_rank(self._e)}'s initial "
+        ms, mq = self._mean_over_ranks([s, q])
+        if abs(ms - s) > 1e-9 * (1 + abs(s)) or abs(mq - q) > 1e-9 * (1 + abs(q)):
+            raise ZincError(ZINC_ERR_MISMATCH, f"zinc.initialize: rank {lib.zinc_engine_rank(self._e)}'s initial "
                                "weights differ from the other ranks'; seed torch identically "
                                "before building the model on every rank")
+
+    def _mean_over_ranks(self, values):
+        """zinc_mean_over_ranks: each of values (floats) averaged over the ranks. Collective."""
+        buf = (ctypes.c_double * len(values))(*values)
+        self._call(lib.zinc_mean_over_ranks(self._e, buf, len(values)))
+        return list(buf)
 
     def close(self):
         """Releases the engine (its zinc memory: the model's parameters become copies first,

@@ -11,21 +11,14 @@ fp32 sums (zinc's rank-ordered reduction and its own Adam kernel vs torch's) —
 step, growing slowly. Measured (2026-11-23, torch 1.13, stages 0-3, 1 and 2 ranks): max relative
 weight difference 3.9e-7 after 30 steps, losses 2.3e-7; asserted below 4e-6 (about 10x).
 bf16 (the model computes on zinc's bf16 copy, the reference in fp32): see the bound in main();
-measured losses 4.0e-3 relative, weights 0.041 absolute. Usage:
+measured losses 4.0e-3 relative, weights 8.7e-3 absolute (stages 0-3, 1, 2 and 4 ranks: 8.2e-3 to
+8.7e-3). Usage:
     python test_torch_parity.py STAGE [bf16]     (mpirun -np N python ... STAGE [bf16])
 Exit 77 when torch is not importable.
 """
-import os
 import sys
 
-try:
-    import torch
-except Exception as ex:  # noqa: BLE001
-    print(f"SKIP: no torch ({ex})")
-    sys.exit(77)
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
-import zinc  # noqa: E402
+from _common import torch, zinc
 
 STAGE = int(sys.argv[1]) if len(sys.argv) > 1 else 0
 BF16 = len(sys.argv) > 2 and sys.argv[2] == "bf16"
@@ -108,21 +101,23 @@ def main():
         psi = sum(t.numel() for t in ref_w.values())
         mem = engine.memory()
         master = mem["master"][1] + mem["param16"][1]   # fp32 mode: one buffer is the other
-        per = (6 if BF16 else 4) * psi / world     # fp32 master (+ the bf16 working shard)
+        want = (6 if BF16 else 4) * psi / world     # fp32 master (+ the bf16 working shard)
         print(f"stage 3, rank {rank} of {world}: the model holds {held} parameter elements between "
               f"steps; zinc's parameter shard {master} bytes for {psi} parameters "
-              f"({master / per:.3f} x {6 if BF16 else 4}*psi/N)")
-        if held != 0 or master > 1.25 * per:
+              f"({master / want:.3f} x {6 if BF16 else 4}*psi/N)")
+        if held != 0 or master > 1.25 * want:
             print("FAIL: stage 3 does not shard the parameters between steps")
             return 1
     w = engine.module_state_dict()
     # fp32: relative to each tensor's largest weight, 4e-6. bf16: the model computes on bf16
-    # weights (2^-8 relative), so the gradients differ by rounding and Adam, which moves a weight
-    # by about lr per step whatever the gradient's size, can part two runs by up to lr per step:
-    # |dw| < lr * steps absolute, and the losses within 2e-2 relative (5 bf16 ulps).
+    # weights (2^-8 relative), so the gradients differ by rounding, and Adam, which moves a weight
+    # by about lr per step whatever the gradient's size, turns that into differences of a part of
+    # lr per step: measured 8.7e-3 absolute, bound 2.5e-2. Not lr * steps (0.09): the reference
+    # moves every tensor's largest weight by 0.087-0.098 in these 30 steps, so at that bound a
+    # tensor zinc never updated would pass. The losses within 2e-2 relative (5 bf16 ulps).
     if BF16:
         worst_w = max(float((w[n].float() - ref_w[n]).abs().max()) for n in ref_w)
-        bound_w, bound_l, what = LR * STEPS, 2e-2, "absolute"
+        bound_w, bound_l, what = 2.5e-2, 2e-2, "absolute"
     else:
         worst_w = max(float((w[n] - ref_w[n]).abs().max() / ref_w[n].abs().max()) for n in ref_w)
         bound_w, bound_l, what = 4e-6, 4e-6, "relative"
@@ -134,11 +129,11 @@ def main():
               f"(bound {bound_l:.0e})")
         ok &= worst_l < bound_l
     print(f"stage {STAGE} {mode}, rank {rank} of {world}: max {what} weight difference "
-          f"{worst_w:.2e} (bound {bound_w:.0e}) after {STEPS} steps (global step "
+          f"{worst_w:.2e} (bound {bound_w:.2g}) after {STEPS} steps (global step "
           f"{engine.global_steps})")
     ok &= worst_w < bound_w and engine.global_steps == STEPS
     if not ok:
-        print("FAIL: zinc and plain PyTorch parted beyond the fp32 bound")
+        print(f"FAIL: zinc and plain PyTorch parted beyond the {mode} bound")
     return 0 if ok else 1
 
 

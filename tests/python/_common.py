@@ -1,0 +1,19 @@
+"""_common.py — what every tests/python script needs first: torch (exit 77, CTest's skip, when
+it is not importable) and the source tree's python/ on sys.path, so `import zinc` finds the
+package of this checkout (which finds libzinc.so through $ZINC_LIB, set by tests.cmake).
+
+    from _common import torch, zinc
+"""
+import os
+import sys
+
+try:
+    import torch
+except Exception as ex:  # noqa: BLE001 — any failure to import torch means: skip
+    print(f"SKIP: no torch ({ex})")
+    sys.exit(77)
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+import zinc  # noqa: E402
+
+__all__ = ["torch", "zinc"]
