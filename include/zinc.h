@@ -285,9 +285,11 @@ ZINC_API zinc_status zinc_memory_host(const zinc_engine_t *e, uint64_t planned[Z
 
 /* Bytes the optimizer steps copied between device and host for offload_optimizer since finalize:
  * *to_host counts the gradient shards downloaded, *to_device the 16-bit parameter shards
- * uploaded (one of each per applied step; a skipped step copies nothing; copies made by
- * zinc_param_set/get and checkpoint loads are not counted). 0 and 0 without offload. Either
- * pointer may be NULL. */
+ * uploaded: one of each per applied step. At stages 2-3 a group's gradient goes down in
+ * zinc_grads_ready of the accumulation's last micro-step (overlapping the rest of backward), so
+ * it is counted also when the step then overflows and is skipped; at stage 1 a skipped step
+ * copies nothing. Copies made by zinc_param_set/get and checkpoint loads are not counted.
+ * 0 and 0 without offload. Either pointer may be NULL. */
 ZINC_API zinc_status zinc_offload_bytes(const zinc_engine_t *e, uint64_t *to_host,
                                         uint64_t *to_device);
 

@@ -78,6 +78,11 @@ endif()
 # the device memory limit, checkpoints across offload settings.
 zinc_test(NAME engine_offload SOURCES ${ZINC_ENGINE_TEST_DIR}/test_offload.c
           LIBS zinc_toy LABELS "multirank;unit;ckpt" TIMEOUT 300)
+# The same with the cpu device's asynchronous copies done when queued instead of at the wait (a
+# real device copies somewhere between): a copy queued before its source is final shows here.
+add_test(NAME engine_offload_eager COMMAND engine_offload)
+set_tests_properties(engine_offload_eager PROPERTIES LABELS "multirank;unit" TIMEOUT 300
+                     ENVIRONMENT "ZINC_CPU_ASYNC_COPY=eager")
 
 # zinc bench offload (issue 14's benchmark): argument errors and the shape of its rows.
 add_test(NAME bench_offload_cli COMMAND sh ${ZINC_ENGINE_TEST_DIR}/bench_offload.sh $<TARGET_FILE:zinc_cli>)
