@@ -105,6 +105,7 @@ struct zinc_engine {
     uint64_t offload_bytes[2];    /* step copies since finalize: [0] device->host, [1] host->device */
 
     zengine_state st;
+    char *config_warnings;        /* the config's warnings at create, one per line; "" when none */
     char err[1024];
 };
 
