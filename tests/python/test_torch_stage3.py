@@ -230,7 +230,7 @@ def test_odd(stage):
     for k, (x, y) in enumerate(batches()):
         loss = loss_fn(ref, x, y)
         (loss / ga).backward()
-        ref_losses.append(float(loss))
+        ref_losses.append(float(loss.detach()))
         if k % ga == ga - 1:
             # zinc (as DeepSpeed's flat buffers) gives a parameter without a gradient a zero
             # one: AdamW still decays it; torch skips a None gradient, so give it the zeros.
@@ -254,7 +254,7 @@ def test_odd(stage):
         loss = loss_fn(engine, x[rank * per:(rank + 1) * per], y[rank * per:(rank + 1) * per])
         engine.backward(loss)
         engine.step()
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
     w = engine.module_state_dict()
     ref_w = dict(ref.named_parameters())
     # The parity test's fp32 bound (test_torch_parity.py): relative to each tensor's largest
@@ -300,11 +300,14 @@ def measure(steps):
     m = torch_gpt.GPT()
     cfg = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "configs",
                        "zero3_bf16.json")
+    spy = Spy(zeng.lib)
+    zeng.lib = spy
     engine, _, _, _ = zinc.initialize(model=m, config=cfg)
     peak = {"now": 0}
 
     def sample(*_):
         peak["now"] = max(peak["now"], param_bytes(m))
+    spy.on_release = sample
     for mod in m.modules():
         mod.register_forward_pre_hook(sample)
         mod.register_forward_hook(sample)
@@ -323,9 +326,9 @@ def measure(steps):
         engine.step()
         times.append(time.perf_counter() - t0)
         peaks.append(peak["now"])
-    whole = sum(p.numel() for p in m.parameters()) * 2
+    whole = sum(torch.Size(s).numel() for s in engine._shapes.values()) * 2
     print(f"torch_gpt stage 3 bf16 world {world}: median step {statistics.median(times[3:]) * 1e3:.2f} "
-          f"ms over {steps - 3} steps; largest torch parameter bytes in forward (after step 1) "
+          f"ms over {steps - 3} steps; largest torch parameter bytes in a step (after step 1) "
           f"{max(peaks[1:])}, first step {peaks[0]}, model {whole} (16-bit); final loss {float(loss):.4f}")
     return 0
 
