@@ -127,7 +127,8 @@ def _storage_ptr(t):
 def register_external_parameter(module, parameter):
     """DeepSpeed's zero.register_external_parameter: `module`'s forward reads `parameter`, which
     another module owns; at stage 3 the module gathers it with its own. Needed only for reads
-    the first micro-step's trace cannot see (a read autograd does not save, e.g. under no_grad)."""
+    the first micro-step's trace cannot see (a read autograd does not save, e.g. under no_grad).
+    Call it before zinc.initialize (DeepSpeed users call it in the module's __init__)."""
     ext = module.__dict__.setdefault("_zinc_external_params", [])
     if all(q is not parameter for q in ext):
         ext.append(parameter)

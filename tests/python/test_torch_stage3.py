@@ -7,8 +7,10 @@
     python test_torch_stage3.py overlap STAGE   groups are handed to zinc (zinc_grads_ready)
                                                 during backward, once per group per micro-step
     python test_torch_stage3.py odd STAGE       a model with unused parameters, a module called
-                                                twice, tuple/dict outputs and integer outputs
-                                                trains as plain torch does (the parity bound)
+                                                twice, tuple/dict outputs and integer outputs,
+                                                reads of other modules' weights (one declared
+                                                with register_external_parameter) trains as
+                                                plain torch does (the parity bound)
     python test_torch_stage3.py warnings        a config warning arrives as zinc.ZincConfigWarning
     python test_torch_stage3.py measure [STEPS] not a test: examples/torch_gpt.py's model at stage 3
                                                 bf16, median step time and the largest parameter
@@ -206,6 +208,8 @@ class Odd(torch.nn.Module):
         self.dict = DictOut(d)
         self.unused = torch.nn.Linear(d, d)                  # never called
         self.head = torch.nn.Linear(d, vocab)
+        # Read below without autograd saving it (an indexed add): the trace cannot see it.
+        zinc.register_external_parameter(self, self.two.lin.bias)
 
     def forward(self, tok):
         x = self.emb(tok)
@@ -215,7 +219,7 @@ class Odd(torch.nn.Module):
         x = x + y * (count.float().mean() > -1)
         # Another module's weight read here, after that module's forward: the trace sees mul
         # save it and this module gathers it from then on.
-        return self.head(self.dict(x)["h"] * self.emb.weight[0])
+        return self.head(self.dict(x)["h"] * self.emb.weight[0]) + self.two.lin.bias[0]
 
 
 def test_odd(stage):
