@@ -203,7 +203,8 @@ class Odd(torch.nn.Module):
     def __init__(self, vocab=32, d=16):
         super().__init__()
         self.emb = torch.nn.Embedding(vocab, d)
-        self.shared = torch.nn.Sequential(torch.nn.LayerNorm(d), torch.nn.Linear(d, d))
+        self.shared = torch.nn.Sequential(torch.nn.LayerNorm(d), torch.nn.Linear(d, d),
+                                          torch.nn.ReLU(inplace=True))   # in place on an output
         self.two = TwoOut(d)
         self.dict = DictOut(d)
         self.unused = torch.nn.Linear(d, d)                  # never called
