@@ -302,7 +302,6 @@ class Engine(torch.nn.Module):
         if self._stage == 3:
             self._setup_stage3(model)
         self._info = StepInfo()
-        self._info = StepInfo()
         self._steps = 0
         lr = self._cfg.get("optimizer", {}).get("params", {}).get("lr")
         self._lr = float(lr) if isinstance(lr, (int, float)) else 0.0
@@ -383,7 +382,6 @@ class Engine(torch.nn.Module):
                     and "forward" not in mod.__dict__):
                 mod.forward = _linear_forward.__get__(mod)
                 self._linears.append(mod)
-        self._root = model
         self._drop_params()
 
     def _groups_of(self, mod):
