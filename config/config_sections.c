@@ -119,7 +119,7 @@ static void warn_bool(zcctx *x, json_object *o, const char *sec, const char *key
  * file names (ZCFG_OFFLOAD_*; the report and the hash keep it; zcfg_offloads_optimizer decides
  * from it and the stage whether the engine offloads). */
 static void offload(zcctx *x, json_object *z, const char *key, const zkeyset *set, int kind,
-                    int stage, int *device)
+                    int stage, int *device, int *pin_out)
 {
     char path[96];
     zc_path(path, sizeof path, "zero_optimization", key);
@@ -152,6 +152,8 @@ static void offload(zcctx *x, json_object *z, const char *key, const zkeyset *se
     }
     if (!strcmp(dev, "none")) return;
     *device = strcmp(dev, "nvme") == 0 ? ZCFG_OFFLOAD_NVME : ZCFG_OFFLOAD_CPU;
+    /* Speed only (page-locked copies on cuda; the cpu device has nothing to pin): no warning. */
+    if (have_pin && pin_out) *pin_out = pin;
     if (kind == 1) {
         zc_warn(x, dp, "\"%s\" accepted, but zinc does not offload parameters yet; memory "
                        "placement only, the parameters stay on the device", dev);
@@ -168,10 +170,6 @@ static void offload(zcctx *x, json_object *z, const char *key, const zkeyset *se
         return;
     }
     char p2[128];
-    if (have_pin && pin)
-        zc_warn(x, zc_path(p2, sizeof p2, path, "pin_memory"),
-                "accepted without effect: zinc does not pin the host buffers yet (copy speed on "
-                "CUDA only; the CPU device has nothing to pin)");
     if (have_ratio && ratio != 1.0)
         zc_warn(x, zc_path(p2, sizeof p2, path, "ratio"),
                 "%g accepted, but partial offload is not implemented: the whole optimizer state "
@@ -224,8 +222,10 @@ void zc_parse_zero(zcctx *x, json_object *root, zcfg *c)
               "zinc always all-gathers the partitions (same result)");
     warn_bool(x, o, sec, "round_robin_gradients", &z->round_robin_gradients, 0,
               "zinc partitions gradients in plan order (ordering only; same result)");
-    warn_int(x, o, sec, "sub_group_size", &z->sub_group_size, 1000000000,
-             "zinc updates the whole shard with one fused kernel");
+    /* sub_group_size bounds the offloaded step's chunks (engine/offload.c); without offload the
+     * whole shard is one fused kernel, so another value gets the warning (below, once the
+     * offload section is read). */
+    int sub_group_set = zc_get_int(x, o, sec, "sub_group_size", 0, I64_MAX, &z->sub_group_size) == V_SET;
     char given[96];
     alias_int(x, o, "max_live_parameters", &z->max_live_parameters, given, sizeof given);
     const char *rd =
@@ -256,8 +256,9 @@ void zc_parse_zero(zcctx *x, json_object *root, zcfg *c)
     }
     if (first >= 0) z->gather_16bit_weights_on_model_save = val;
 
-    offload(x, o, "offload_optimizer", &zk_offload_optimizer, 0, z->stage, &z->offload_optimizer);
-    offload(x, o, "offload_param", &zk_offload_param, 1, z->stage, &z->offload_param);
+    offload(x, o, "offload_optimizer", &zk_offload_optimizer, 0, z->stage, &z->offload_optimizer,
+            &z->offload_pin);
+    offload(x, o, "offload_param", &zk_offload_param, 1, z->stage, &z->offload_param, NULL);
     int b;
     if (zc_get_bool(x, o, sec, "cpu_offload", &b) == V_SET && b) {
         z->offload_optimizer = ZCFG_OFFLOAD_CPU;
@@ -273,6 +274,10 @@ void zc_parse_zero(zcctx *x, json_object *root, zcfg *c)
                 "accepted (deprecated name of offload_param), but zinc does not offload "
                 "parameters yet; memory placement only");
     }
+    if (sub_group_set && z->sub_group_size != 1000000000 && !zcfg_offloads_optimizer(c))
+        not_used(x, sec, "sub_group_size",
+                 "zinc updates the whole shard with one fused kernel; the value bounds the chunks "
+                 "of an offloaded step only (offload_optimizer)");
     if (zc_get_bool(x, o, sec, "load_from_fp32_weights", &b) == V_SET && !b)
         zc_error(x, "zero_optimization.load_from_fp32_weights",
                  "false is not supported: zinc always restores the fp32 master weights from the "

@@ -78,3 +78,7 @@ endif()
 # the device memory limit, checkpoints across offload settings.
 zinc_test(NAME engine_offload SOURCES ${ZINC_ENGINE_TEST_DIR}/test_offload.c
           LIBS zinc_toy LABELS "multirank;unit;ckpt" TIMEOUT 300)
+
+# zinc bench offload (issue 14's benchmark): argument errors and the shape of its rows.
+add_test(NAME bench_offload_cli COMMAND sh ${ZINC_ENGINE_TEST_DIR}/bench_offload.sh $<TARGET_FILE:zinc_cli>)
+set_tests_properties(bench_offload_cli PROPERTIES LABELS unit TIMEOUT 120)
