@@ -111,6 +111,7 @@ struct zinc_engine {
     void *pinned[2];              /* host buffers pinned on the device (pin_memory), to unpin */
 
     zengine_state st;
+    char *config_warnings;        /* the config's warnings at create, one per line; "" when none */
     char err[1024];
 };
 

@@ -158,6 +158,12 @@ ZINC_API void zinc_engine_destroy(zinc_engine_t *e);
  * Valid until the next failing call on the same engine/thread. */
 ZINC_API const char *zinc_last_error(const zinc_engine_t *e);
 
+/* The warnings of the config this engine was created from (a key accepted without effect, an
+ * override replacing the file's value, ...), one "key.path: what" line each, every line ending
+ * in '\n'; "" when there were none or e is NULL. The same lines rank 0 logs at create; every
+ * rank has them. Owned by the engine, valid until zinc_engine_destroy. */
+ZINC_API const char *zinc_config_warnings(const zinc_engine_t *e);
+
 /* ---- registration (before zinc_finalize) -------------------------------------------------- */
 
 /* Adds a parameter group (typically one layer). Groups are the unit of gathering, reduction and
