@@ -4,6 +4,10 @@ config: what a DeepSpeed user's script looks like under zinc.
 
     mpirun -np 4 python examples/torch_gpt.py --deepspeed_config configs/zero3_bf16.json
     python examples/torch_gpt.py --steps 50                 # one process
+    python examples/torch_gpt.py --model hf                 # Hugging Face GPT-2, if installed
+
+`--model hf` builds a tiny `transformers` GPT2LMHeadModel from a GPT2Config (no download; the
+same sizes as the plain model, dropout off) and trains it the same way.
 
 The data is zinc's synthetic byte-level task made small: sequences from a fixed random
 first-order Markov chain over 32 symbols, so the loss has somewhere to go (ln 32 = 3.47 at the
@@ -60,6 +64,29 @@ class GPT(torch.nn.Module):
         return self.lnf(x) @ self.wte.weight.t()       # tied head
 
 
+def hf_gpt2(vocab=32, d=64, h=4, layers=2, t=32):
+    """The same sizes as a transformers GPT-2 built from its config (nothing is downloaded);
+    dropout off, so that every rank and every run computes the same thing."""
+    try:
+        from transformers import GPT2Config, GPT2LMHeadModel
+    except ImportError as ex:
+        sys.exit(f"torch_gpt.py: --model hf needs the transformers package ({ex})")
+    cfg = GPT2Config(vocab_size=vocab, n_positions=t, n_embd=d, n_layer=layers, n_head=h,
+                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0,
+                     eos_token_id=0)
+    model = GPT2LMHeadModel(cfg)
+
+    class Logits(torch.nn.Module):                      # engine(x) -> logits, as GPT() gives
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, tok):
+            return self.m(input_ids=tok).logits
+
+    return Logits(model)
+
+
 def markov_batches(n_seq, t, seed=1):
     g = torch.Generator().manual_seed(seed)
     trans = torch.rand(32, 32, generator=g) ** 8             # a peaked random chain
@@ -80,10 +107,12 @@ def main():
     p.add_argument("--deepspeed_config", default=os.path.join(os.path.dirname(__file__), "..",
                                                               "configs", "zero3_bf16.json"))
     p.add_argument("--steps", type=int, default=100)
+    p.add_argument("--model", choices=["gpt", "hf"], default="gpt",
+                   help="gpt: the plain torch.nn GPT above; hf: transformers' GPT2LMHeadModel")
     args = p.parse_args()
 
     torch.manual_seed(0)                      # the same initial weights on every rank
-    model = GPT()
+    model = GPT() if args.model == "gpt" else hf_gpt2()
     engine, _, _, _ = zinc.initialize(args=args, model=model, model_parameters=model.parameters())
     rank, world = engine.global_rank, engine.world_size
     micro = engine.train_micro_batch_size_per_gpu()
@@ -96,7 +125,7 @@ def main():
             engine.backward(loss)
             engine.step()
         if rank == 0 and (step % 10 == 0 or step == 1):
-            print(f"step {step:4d}  loss {float(loss):.4f}  lr {engine.get_lr()[0]:.2e}  "
+            print(f"step {step:4d}  loss {float(loss.detach()):.4f}  lr {engine.get_lr()[0]:.2e}  "
                   f"grad norm {engine.get_global_grad_norm():.3f}", flush=True)
     engine.close()
 

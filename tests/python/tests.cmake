@@ -77,3 +77,10 @@ if(ZINC_HAVE_MPI AND ZINC_TORCH_PYTHON)
   set_tests_properties(python_ckpt_4to2 PROPERTIES LABELS "python;multirank;ckpt" TIMEOUT 300
                        SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
 endif()
+
+# examples/torch_gpt.py as the README runs it (the plain model; transformers' GPT-2 when that
+# package is importable, else skipped): the loss must fall.
+add_test(NAME python_example COMMAND ${_py} ${_pyt}/test_example.py gpt)
+add_test(NAME python_example_hf COMMAND ${_py} ${_pyt}/test_example.py hf)
+set_tests_properties(python_example python_example_hf PROPERTIES LABELS python TIMEOUT 300
+                     SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
