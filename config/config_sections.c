@@ -114,10 +114,12 @@ static void warn_bool(zcctx *x, json_object *o, const char *sec, const char *key
 }
 
 /* One offload section. `kind` 0: offload_optimizer, which zinc implements with device "cpu" at
- * stages 1-3 (host-resident master, m, v; engine/offload.c); 1: offload_param, not implemented
- * (accepted with a warning, everything stays on the device). *device receives the device the
- * file names (ZCFG_OFFLOAD_*; the report and the hash keep it; zcfg_offloads_optimizer decides
- * from it and the stage whether the engine offloads). */
+ * stages 1-3 (host-resident master, m, v; engine/offload.c); 1: offload_param, which zinc
+ * implements with device "cpu" at stage 3 (host-resident 16-bit shard). Both take "nvme" with a
+ * warning and no effect (zinc has no NVMe tier), and a stage where DeepSpeed ignores the section
+ * likewise. *device receives the device the file names (ZCFG_OFFLOAD_*; the report and the hash
+ * keep it; zcfg_offloads_optimizer / zcfg_offloads_param decide from it and the stage whether
+ * the engine offloads; zc_parse_zero checks the pair). */
 static void offload(zcctx *x, json_object *z, const char *key, const zkeyset *set, int kind,
                     int stage, int *device)
 {
@@ -152,14 +154,18 @@ static void offload(zcctx *x, json_object *z, const char *key, const zkeyset *se
     }
     if (!strcmp(dev, "none")) return;
     *device = strcmp(dev, "nvme") == 0 ? ZCFG_OFFLOAD_NVME : ZCFG_OFFLOAD_CPU;
-    if (kind == 1) {
-        zc_warn(x, dp, "\"%s\" accepted, but zinc does not offload parameters yet; memory "
-                       "placement only, the parameters stay on the device", dev);
+    const char *what = kind == 1 ? "the 16-bit parameters" : "the optimizer state";
+    if (!strcmp(dev, "nvme")) {
+        zc_warn(x, dp, "\"nvme\" accepted without effect: zinc offloads %s to \"cpu\" only; "
+                       "with \"nvme\" it stays on the device (memory placement only)", what);
         return;
     }
-    if (!strcmp(dev, "nvme")) {
-        zc_warn(x, dp, "\"nvme\" accepted without effect: zinc offloads the optimizer state to "
-                       "\"cpu\" only; with \"nvme\" it stays on the device (memory placement only)");
+    if (kind == 1) {
+        /* DeepSpeed reads offload_param at stage 3 only (its ZeRO-Infinity parameter tier). */
+        if (stage < 3)
+            zc_warn(x, dp, "\"cpu\" accepted without effect at ZeRO stage %d: zinc offloads the "
+                           "parameters at stage 3 only, as DeepSpeed does (memory placement only)",
+                    stage);
         return;
     }
     if (stage == 0) {
@@ -172,10 +178,14 @@ static void offload(zcctx *x, json_object *z, const char *key, const zkeyset *se
         zc_warn(x, zc_path(p2, sizeof p2, path, "pin_memory"),
                 "accepted without effect: zinc does not pin the host buffers yet (copy speed on "
                 "CUDA only; the CPU device has nothing to pin)");
-    if (have_ratio && ratio != 1.0)
-        zc_warn(x, zc_path(p2, sizeof p2, path, "ratio"),
-                "%g accepted, but partial offload is not implemented: the whole optimizer state "
-                "of the shard is offloaded (memory placement only)", ratio);
+    /* DeepSpeed's ratio (stage 3 only) keeps a prefix of the optimizer's sub-groups on the
+     * accelerator. zinc offloads the whole shard or nothing: a smaller ratio would silently
+     * place more on the host than asked (and a device limit sized for it would not hold), so
+     * it is refused rather than ignored. */
+    if (have_ratio && ratio < 1.0)
+        zc_error(x, zc_path(p2, sizeof p2, path, "ratio"),
+                 "%g is not supported: zinc offloads the whole optimizer state of the shard "
+                 "(partial offload is not implemented); remove the key or set it to 1.0", ratio);
 }
 
 void zc_parse_zero(zcctx *x, json_object *root, zcfg *c)
@@ -270,9 +280,21 @@ void zc_parse_zero(zcctx *x, json_object *root, zcfg *c)
     if (zc_get_bool(x, o, sec, "cpu_offload_param", &b) == V_SET && b) {
         z->offload_param = ZCFG_OFFLOAD_CPU;
         zc_warn(x, "zero_optimization.cpu_offload_param",
-                "accepted (deprecated name of offload_param), but zinc does not offload "
-                "parameters yet; memory placement only");
+                z->stage == 3 ? "accepted as the deprecated name of offload_param {\"device\": "
+                                "\"cpu\"}; write that instead"
+                              : "accepted without effect below ZeRO stage 3 (deprecated name of "
+                                "offload_param, which zinc honours at stage 3)");
     }
+    /* zinc's Adam with host parameters is the host Adam: it writes the new 16-bit shard straight
+     * into the host copy. A device Adam would have to download its result every step, a path
+     * zinc does not have; DeepSpeed's ZeRO-Infinity pairs the two the same way in practice. */
+    if (z->stage == 3 && z->offload_param == ZCFG_OFFLOAD_CPU &&
+        z->offload_optimizer != ZCFG_OFFLOAD_CPU)
+        zc_error(x, "zero_optimization.offload_param.device",
+                 "\"cpu\" needs zero_optimization.offload_optimizer.device \"cpu\" too: zinc "
+                 "offloads the parameters only together with the optimizer state (whose host "
+                 "Adam writes the host parameters); add offload_optimizer {\"device\": \"cpu\"} "
+                 "or drop offload_param");
     if (zc_get_bool(x, o, sec, "load_from_fp32_weights", &b) == V_SET && !b)
         zc_error(x, "zero_optimization.load_from_fp32_weights",
                  "false is not supported: zinc always restores the fp32 master weights from the "

@@ -45,7 +45,9 @@ typedef struct zeng_view {
     const zcfg *cfg;              /* the resolved config: hash, checkpoint options, timeouts */
     zengine_state *st;            /* step counters and loss scaler: saved, restored on load */
     float *master, *m, *v;        /* on state_dev: [plan.flat_numel] at stage 0, else [shard_numel] */
-    void *param16;                /* device: the working copy, [flat_numel] (stage 3: the shard) */
+    void *param16;                /* the working copy, [flat_numel] (stage 3: the shard), on
+                                     param16_dev */
+    zdev_t *param16_dev;          /* dev, or with offload_param (stage 3) the host device */
     const char *err;              /* the engine's last error message */
 } zeng_view;
 
