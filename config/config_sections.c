@@ -160,15 +160,14 @@ static void offload(zcctx *x, json_object *z, const char *key, const zkeyset *se
                        "with \"nvme\" it stays on the device (memory placement only)", what);
         return;
     }
-    if (kind == 1) {
-        /* DeepSpeed reads offload_param at stage 3 only (its ZeRO-Infinity parameter tier). */
-        if (stage < 3)
-            zc_warn(x, dp, "\"cpu\" accepted without effect at ZeRO stage %d: zinc offloads the "
-                           "parameters at stage 3 only, as DeepSpeed does (memory placement only)",
-                    stage);
+    /* DeepSpeed reads offload_param at stage 3 only (its ZeRO-Infinity parameter tier). */
+    if (kind == 1 && stage < 3) {
+        zc_warn(x, dp, "\"cpu\" accepted without effect at ZeRO stage %d: zinc offloads the "
+                       "parameters at stage 3 only, as DeepSpeed does (memory placement only)",
+                stage);
         return;
     }
-    if (stage == 0) {
+    if (kind == 0 && stage == 0) {
         zc_warn(x, dp, "\"cpu\" accepted without effect at ZeRO stage 0: zinc offloads the "
                        "optimizer state at stages 1-3, as DeepSpeed does (memory placement only)");
         return;
@@ -182,7 +181,7 @@ static void offload(zcctx *x, json_object *z, const char *key, const zkeyset *se
      * accelerator. zinc offloads the whole shard or nothing: a smaller ratio would silently
      * place more on the host than asked (and a device limit sized for it would not hold), so
      * it is refused rather than ignored. */
-    if (have_ratio && ratio < 1.0)
+    if (kind == 0 && have_ratio && ratio < 1.0)
         zc_error(x, zc_path(p2, sizeof p2, path, "ratio"),
                  "%g is not supported: zinc offloads the whole optimizer state of the shard "
                  "(partial offload is not implemented); remove the key or set it to 1.0", ratio);

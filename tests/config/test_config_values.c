@@ -781,6 +781,11 @@ static void test_offload(void)
     if (parse_warns(PRE "\"zero_optimization\": {\"stage\": 2, \"offload_param\": {\"device\": \"cpu\"}}}",
                     1, &c, k_pdev, 1, __LINE__))
         EQ_I(zcfg_offloads_param(&c), 0);
+    const char *k_ppin[] = {"zero_optimization.offload_param.pin_memory"};
+    if (parse_warns(PRE "\"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": {\"device\": "
+                    "\"cpu\"}, \"offload_param\": {\"device\": \"cpu\", \"pin_memory\": true}}}", 1,
+                    &c, k_ppin, 1, __LINE__))
+        EQ_I(zcfg_offloads_param(&c), 1);
     if (parse_warns(PRE "\"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": {\"device\": "
                     "\"cpu\"}, \"offload_param\": {\"device\": \"nvme\"}}}", 1, &c, k_pdev, 1, __LINE__))
         EQ_I(zcfg_offloads_param(&c), 0);
