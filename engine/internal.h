@@ -7,7 +7,8 @@
  *
  *   category   stage 0      stage 1      stage 2          stage 3
  *   param16    F (full)     F (full)     F (full)         S (own slices; full groups only
- *                                                          while gathered, in `gather`)
+ *                                                          while gathered, in `gather`;
+ *                                                          host with offload_param)
  *   grad       F (full)     F (full)     S (accumulated)  S (accumulated)
  *   master,m,v F (full)     S            S                S
  *   bucket     -            -            nbuckets * B     nbuckets * B
