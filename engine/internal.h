@@ -21,7 +21,7 @@
  * The master is then never aliased with param16. zinc_memory reports device bytes,
  * zinc_memory_host these host bytes.
  *
- * With zero_optimization.offload_param too (stage 3 only, offload_param_on), the 16-bit shard
+ * With zero_optimization.offload_param too (stage 3 only; e->offload_param), the 16-bit shard
  * itself is host memory: e->param16 is NULL (no device block), h_param16 is the shard (in fp32
  * mode the host master is), the host Adam writes it in place, and every gather uploads the own
  * slice from it into the gather slot (zoffload_own_to_device). Device memory for parameters is

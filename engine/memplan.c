@@ -25,8 +25,8 @@
  * offload_param (stage 3, with offload_optimizer) moves the 16-bit shard to the host as well: the
  * host staging buffer for Adam's 16-bit output becomes the shard itself (same size, so the host
  * side is unchanged: 16Ψ/N, or 12Ψ/N + 4Ψ/N in fp32 where the host master is the shard), and the
- * device keeps no param16 block: device 2Ψ/N (the gradient shard) plus the buffers — the gather
- * ring and the persistent groups, which do not grow with the model.
+ * device keeps no param16 block: device 2Ψ/N (the gradient shard) plus the buffers — buckets and
+ * the gather ring, sized by the largest group, and the persistent (small) groups in full.
  */
 #include <string.h>
 
