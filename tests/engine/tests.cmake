@@ -86,6 +86,11 @@ zinc_test(NAME engine_offload_param SOURCES ${ZINC_ENGINE_TEST_DIR}/test_offload
           LIBS zinc_toy LABELS "multirank;unit;ckpt" TIMEOUT 600)
 add_dependencies(engine_offload_param zinc_cli)
 target_compile_definitions(engine_offload_param PRIVATE ZINC_CLI="$<TARGET_FILE:zinc_cli>")
+# The same through the staging comm that local ranks sharing one GPU use (the uploads land in
+# the gather slot the staged all-gather then reads).
+add_test(NAME engine_offload_param_staged COMMAND engine_offload_param)
+set_tests_properties(engine_offload_param_staged PROPERTIES LABELS "multirank;unit" TIMEOUT 600
+                     ENVIRONMENT "ZINC_TEST_STAGED_COMM=1")
 
 # The offload comparisons on the mpi backend (one process per rank), stages 1-3.
 if(ZINC_HAVE_MPI)
