@@ -22,7 +22,9 @@
  *     offload_optimizer only on the other side), then train on: bitwise the weights of an
  *     uninterrupted run; and a reshard (saved on 2 ranks with offload_param, loaded on 4 and on
  *     1 with and without it) restores the master bitwise and the gathered 16-bit weights as its
- *     rounding.
+ *     rounding; the weights16 stream (stage3_gather_16bit_weights_on_model_save), read from the
+ *     host shard with offload_param, is bitwise the one saved without it and the rounding of the
+ *     saved master.
  */
 #include <math.h>
 #include <pthread.h>
@@ -31,6 +33,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ckpt/ckpt.h"
 #include "kernels/device.h"
 #include "testutil.h"
 #include "toy.h"
@@ -548,12 +551,82 @@ static void test_ckpt_reshard(const char *dir)
     }
 }
 
+/* Stream `st` of every tensor of the checkpoint in `tagdir` into out[p] (caller frees). */
+static int read_stream(const char *tagdir, int st, int np, const int64_t *numel, size_t esize,
+                       void **out)
+{
+    char err[512];
+    zck_reader *r = NULL;
+    zinc_status s = zck_open(tagdir, &r, err);
+    zck_target t[TOY_MAX_PARAMS];
+    for (int p = 0; p < np && s == ZINC_OK; p++) {
+        out[p] = malloc((size_t)numel[p] * esize);
+        t[p] = (zck_target){.tensor = p, .lo = 0, .hi = (uint64_t)numel[p], .dst = out[p]};
+    }
+    if (s == ZINC_OK) s = zck_read(r, st, t, np, 1, err);
+    ZT_CHECK(s == ZINC_OK, "reading stream %s of %s: %s", zck_stream_name(st), tagdir, err);
+    zck_close(r);
+    return s == ZINC_OK;
+}
+
+static void test_ckpt_weights16(const char *dir)
+{
+#define G16 "\"stage3_gather_16bit_weights_on_model_save\": true, "
+    const char *zero[] = {G16, BOTH G16};
+    void *w16[2][TOY_MAX_PARAMS] = {{0}}, *master[TOY_MAX_PARAMS] = {0};
+    int64_t numel[TOY_MAX_PARAMS];
+    int np = 0;
+    for (int k = 0; k < 2; k++) {
+        char sub[256];
+        snprintf(sub, sizeof sub, "%s/w16_%d", dir, k);
+        ck_ctx c = {.dtype = ZINC_DTYPE_BF16, .save_zero = zero[k], .dir = sub};
+        pthread_mutex_init(&c.mu, NULL);
+        ZT_OK(zinc_world_create_local(2, &c.world));
+        zt_run_ranks(2, ck_save_rank, &c);
+        zinc_world_destroy(c.world);
+        pthread_mutex_destroy(&c.mu);
+        np = 0;
+        for (int p = 0; p < TOY_MAX_PARAMS && c.saved[p]; p++) np++;
+        /* The toy's parameter sizes, from its groups' shapes (toy.c). */
+        static const int64_t sizes[] = {7, 15, 1000, 1, 387, 4097, 4};
+        for (int p = 0; p < np; p++) numel[p] = sizes[p];
+        ZT_CHECK(np == 7, "the toy has 7 parameters, got %d", np);
+        char tagdir[300];
+        snprintf(tagdir, sizeof tagdir, "%s/mid", sub);
+        if (np == 7) read_stream(tagdir, ZCK_WEIGHTS16, np, numel, 2, w16[k]);
+        if (np == 7 && k == 1) read_stream(tagdir, ZCK_MASTER, np, numel, 4, master);
+        for (int p = 0; p < TOY_MAX_PARAMS; p++) free(c.saved[p]);
+        char cmd[300];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", sub);
+        if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", sub);
+    }
+    for (int p = 0; p < np; p++) {
+        if (!w16[0][p] || !w16[1][p] || !master[p]) continue;
+        ZT_CHECK(memcmp(w16[0][p], w16[1][p], (size_t)numel[p] * 2) == 0,
+                 "weights16 of parameter %d differs with offload_param", p);
+        int ok = 1;
+        for (int64_t i = 0; i < numel[p]; i++) {
+            uint16_t h[2];
+            zk_store(h, ZINC_DTYPE_BF16, 0, ((float *)master[p])[i]);
+            ok &= h[0] == ((uint16_t *)w16[1][p])[i];
+        }
+        ZT_CHECK(ok, "weights16 of parameter %d is not the rounding of its master", p);
+    }
+    for (int p = 0; p < TOY_MAX_PARAMS; p++) {
+        free(w16[0][p]);
+        free(w16[1][p]);
+        free(master[p]);
+    }
+#undef G16
+}
+
 static void test_ckpt(void)
 {
     char dir[] = "/tmp/zinc_offload_param_XXXXXX";
     ZT_CHECK(mkdtemp(dir) != NULL, "mkdtemp");
     test_ckpt_same_world(dir);
     test_ckpt_reshard(dir);
+    test_ckpt_weights16(dir);
     rmdir(dir);
 }
 
