@@ -7,7 +7,8 @@
  * background work (an async save) in the engine's one background slot, whose poll and release
  * the engine calls without knowing what the work is. So ckpt depends on the engine and the
  * engine on nothing of ckpt. With offload_optimizer the shard's master, m and v are host memory:
- * the view's state_dev says which device holds them, and ckpt moves them with its calls.
+ * the view's state_dev says which device holds them, and ckpt moves them with its calls; with
+ * offload_param (stage 3) the 16-bit shard is host memory too, and param16_dev says so.
  */
 #ifndef ZINC_ENGINE_VIEW_H
 #define ZINC_ENGINE_VIEW_H
