@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # run.sh — zinc's benchmarks side by side with PyTorch and DeepSpeed; each section rewrites its
-# own part of bench/RESULTS.md.   usage: bench/run.sh adam|memory|comm|ckpt|train|gpu|offload|all ...
+# own part of bench/RESULTS.md.   usage: bench/run.sh adam|memory|comm|ckpt|train|gpu|offload|offload_time|all ...
 #
 # zinc:   $ZINC_BIN, else build-bench/zinc (configured here with -DZINC_CUDA=OFF, Release, when
 #         missing; set ZINC_BIN to measure another build).
@@ -15,7 +15,7 @@ root="$(dirname "$here")"
 cd "$root"
 
 if [ $# -eq 0 ]; then
-    echo "usage: bench/run.sh adam|memory|comm|ckpt|train|gpu|offload|all ..." >&2
+    echo "usage: bench/run.sh adam|memory|comm|ckpt|train|gpu|offload|offload_time|all ..." >&2
     exit 2
 fi
 

@@ -264,6 +264,7 @@ static json_object *to_object(const zcfg *c)
                            boolean(z->gather_16bit_weights_on_model_save));
     json_object *oo = json_object_new_object(), *opp = json_object_new_object();
     json_object_object_add(oo, "device", str(offload_device(z->offload_optimizer)));
+    json_object_object_add(oo, "pin_memory", boolean(z->offload_pin));
     json_object_object_add(opp, "device", str(offload_device(z->offload_param)));
     json_object_object_add(zo, "offload_optimizer", oo);
     json_object_object_add(zo, "offload_param", opp);

@@ -217,7 +217,7 @@ static const zkey lr_range_test_keys[] = {
 ZK_SET(zk_lr_range_test, "scheduler.params", lr_range_test_keys);
 
 #define W_STAGE3 "a stage-3 fetch tuning knob zinc does not implement (speed and memory only)"
-#define W_OFFLOAD "pinned host buffers are not implemented yet (copy speed on CUDA only)"
+#define W_OFFLOAD "deprecated and not read: write offload_optimizer.pin_memory (copy speed on CUDA only)"
 static const zkey zero_keys[] = {
     {"stage", ZK_OWN, ZK_ALWAYS, NULL},
     /* Read and range-checked by zc_parse_zero, which warns once when one of these speed/memory

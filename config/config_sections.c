@@ -121,7 +121,7 @@ static void warn_bool(zcctx *x, json_object *o, const char *sec, const char *key
  * keep it; zcfg_offloads_optimizer / zcfg_offloads_param decide from it and the stage whether
  * the engine offloads; zc_parse_zero checks the pair). */
 static void offload(zcctx *x, json_object *z, const char *key, const zkeyset *set, int kind,
-                    int stage, int *device)
+                    int stage, int *device, int *pin_out)
 {
     char path[96];
     zc_path(path, sizeof path, "zero_optimization", key);
@@ -154,6 +154,8 @@ static void offload(zcctx *x, json_object *z, const char *key, const zkeyset *se
     }
     if (!strcmp(dev, "none")) return;
     *device = strcmp(dev, "nvme") == 0 ? ZCFG_OFFLOAD_NVME : ZCFG_OFFLOAD_CPU;
+    /* Speed only (page-locked copies on cuda; the cpu device has nothing to pin): no warning. */
+    if (have_pin && pin_out) *pin_out = pin;
     const char *what = kind == 1 ? "the 16-bit parameters" : "the optimizer state";
     if (!strcmp(dev, "nvme")) {
         zc_warn(x, dp, "\"nvme\" accepted without effect: zinc offloads %s to \"cpu\" only; "
@@ -173,10 +175,13 @@ static void offload(zcctx *x, json_object *z, const char *key, const zkeyset *se
         return;
     }
     char p2[128];
-    if (have_pin && pin)
+    /* offload_param's host shard is offload_optimizer's 16-bit staging buffer (engine/offload.c),
+     * page-locked by offload_optimizer.pin_memory; this section's own flag adds nothing. */
+    if (kind == 1 && have_pin && pin)
         zc_warn(x, zc_path(p2, sizeof p2, path, "pin_memory"),
-                "accepted without effect: zinc does not pin the host buffers yet (copy speed on "
-                "CUDA only; the CPU device has nothing to pin)");
+                "accepted without effect: the host parameter shard is the optimizer offload's "
+                "16-bit staging buffer, page-locked when "
+                "zero_optimization.offload_optimizer.pin_memory is true (copy speed on CUDA only)");
     /* DeepSpeed's ratio (stage 3 only) keeps a prefix of the optimizer's sub-groups on the
      * accelerator. zinc offloads the whole shard or nothing: a smaller ratio would silently
      * place more on the host than asked (and a device limit sized for it would not hold), so
@@ -233,8 +238,10 @@ void zc_parse_zero(zcctx *x, json_object *root, zcfg *c)
               "zinc always all-gathers the partitions (same result)");
     warn_bool(x, o, sec, "round_robin_gradients", &z->round_robin_gradients, 0,
               "zinc partitions gradients in plan order (ordering only; same result)");
-    warn_int(x, o, sec, "sub_group_size", &z->sub_group_size, 1000000000,
-             "zinc updates the whole shard with one fused kernel");
+    /* sub_group_size bounds the offloaded step's chunks (engine/offload.c); without offload the
+     * whole shard is one fused kernel, so another value gets the warning (below, once the
+     * offload section is read). */
+    int sub_group_set = zc_get_int(x, o, sec, "sub_group_size", 0, I64_MAX, &z->sub_group_size) == V_SET;
     char given[96];
     alias_int(x, o, "max_live_parameters", &z->max_live_parameters, given, sizeof given);
     const char *rd =
@@ -265,8 +272,9 @@ void zc_parse_zero(zcctx *x, json_object *root, zcfg *c)
     }
     if (first >= 0) z->gather_16bit_weights_on_model_save = val;
 
-    offload(x, o, "offload_optimizer", &zk_offload_optimizer, 0, z->stage, &z->offload_optimizer);
-    offload(x, o, "offload_param", &zk_offload_param, 1, z->stage, &z->offload_param);
+    offload(x, o, "offload_optimizer", &zk_offload_optimizer, 0, z->stage, &z->offload_optimizer,
+            &z->offload_pin);
+    offload(x, o, "offload_param", &zk_offload_param, 1, z->stage, &z->offload_param, NULL);
     int b;
     if (zc_get_bool(x, o, sec, "cpu_offload", &b) == V_SET && b) {
         z->offload_optimizer = ZCFG_OFFLOAD_CPU;
@@ -294,6 +302,10 @@ void zc_parse_zero(zcctx *x, json_object *root, zcfg *c)
                  "offloads the parameters only together with the optimizer state (whose host "
                  "Adam writes the host parameters); add offload_optimizer {\"device\": \"cpu\"} "
                  "or drop offload_param");
+    if (sub_group_set && z->sub_group_size != 1000000000 && !zcfg_offloads_optimizer(c))
+        not_used(x, sec, "sub_group_size",
+                 "zinc updates the whole shard with one fused kernel; the value bounds the chunks "
+                 "of an offloaded step only (offload_optimizer)");
     if (zc_get_bool(x, o, sec, "load_from_fp32_weights", &b) == V_SET && !b)
         zc_error(x, "zero_optimization.load_from_fp32_weights",
                  "false is not supported: zinc always restores the fp32 master weights from the "

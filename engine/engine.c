@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -232,6 +233,8 @@ void zinc_engine_destroy(zinc_engine_t *e)
         if (e->world && e->world->mpi_comm == e->comm) e->world->mpi_comm = NULL;
         zcomm_destroy(e->comm);
     }
+    /* The host state before the device: its copies are waited for and its pins undone there. */
+    zoffload_free(e);
     zdev_t *d = e->dev;
     if (d) {
         /* Aliased: freed once, as param16. Offloaded: host state, freed by zoffload_free. */
@@ -243,7 +246,6 @@ void zinc_engine_destroy(zinc_engine_t *e)
             if (bufs[i]) d->iface->free(d, bufs[i]);
         zdev_close(d);
     }
-    zoffload_free(e);
     if (e->owns_world) zinc_world_destroy(e->world);
     zplan_free(&e->plan);
     free(e->gstate);
@@ -762,6 +764,28 @@ zinc_status zinc_memory_host(const zinc_engine_t *e, uint64_t planned[ZINC_MEM_C
                              uint64_t allocated[ZINC_MEM_COUNT])
 {
     return copy_memory(e, 1, planned, allocated);
+}
+
+double zeng_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+double zeng_lap(double *t)
+{
+    double now = zeng_now(), dt = now - *t;
+    *t = now;
+    return dt;
+}
+
+zinc_status zinc_step_seconds(const zinc_engine_t *e, double seconds[ZINC_PHASE_COUNT])
+{
+    if (!e || !seconds)
+        return zerr_thread(ZINC_ERR_INVALID_ARG, "zinc_step_seconds: engine or seconds is NULL");
+    memcpy(seconds, e->phase_s, sizeof e->phase_s);
+    return ZINC_OK;
 }
 
 zinc_status zinc_offload_bytes(const zinc_engine_t *e, uint64_t *to_host, uint64_t *to_device)

@@ -111,6 +111,10 @@ struct zinc_engine {
     uint64_t host_planned[ZINC_MEM_COUNT];      /* host bytes (zinc_memory_host) */
     uint64_t host_allocated[ZINC_MEM_COUNT];
     uint64_t offload_bytes[2];    /* step copies since finalize: [0] device->host, [1] host->device */
+    double phase_s[ZINC_PHASE_COUNT]; /* zinc_step_seconds */
+    int *ochunk;                  /* [nochunk + 1]: first group of each pipeline chunk, then ngroups */
+    int nochunk;
+    void *pinned[2];              /* host buffers pinned on the device (pin_memory), to unpin */
 
     zengine_state st;
     char err[1024];
@@ -124,6 +128,10 @@ struct zinc_engine {
  * Purely local errors (bad arguments, calls before zinc_finalize) use zeng_fail. */
 zinc_status zeng_fail_sequence(zinc_engine_t *e, zinc_status s, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* Monotonic seconds, and the seconds since *t (which it moves to now): the step's phase clock. */
+double zeng_now(void);
+double zeng_lap(double *t);
 
 /* The background slot's poll (view.h), ZINC_OK when nothing is in flight. */
 zinc_status zeng_background_poll(zinc_engine_t *e);

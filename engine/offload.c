@@ -12,14 +12,14 @@
  * cpu device runs on its shard: the arithmetic is element-wise and identical, so a run with
  * offload gives the same bits as one without.
  *
- * The step (after the device's statistics and the one all-reduce of the norm, unchanged):
- *   each group's own gradient slice   device -> host   (h_grad at the group's shard offset)
- *   one fused Adam over the host shard                  (master, m, v; 16-bit into h_param16)
- *   each group's own 16-bit slice     host -> device   (param16's own slice of the group)
- * then the caller's all-gather (stages 1-2) or persistent-group refresh (stage 3). Copies are
- * counted per direction (zinc_offload_bytes). Today the three phases run one after the other;
- * overlapping group g's copies with group g-1's host Adam (and pinned buffers with a copy stream
- * on CUDA) is the follow-up (docs/engine.md, "Offload").
+ * The step (after the device's statistics and the one all-reduce of the norm, unchanged) is a
+ * pipeline over chunks of whole groups (below): each chunk's own gradient slices device -> host
+ * into h_grad, the fused Adam over the chunk on the host (master, m, v; 16-bit into h_param16),
+ * its own 16-bit slices host -> device into param16, with the downloads of the next chunks and
+ * the uploads of the last ones running while the host computes (the device's asynchronous
+ * copies: a copy stream on CUDA, with the two staging buffers pinned when pin_memory is set).
+ * Then the caller's all-gather (stages 1-2) or persistent-group refresh (stage 3). Copies are
+ * counted per direction (zinc_offload_bytes).
  *
  * offload_param (stage 3, with the above): see the section at the end of this file.
  */
@@ -53,6 +53,60 @@ static zinc_status host_alloc(zinc_engine_t *e, zinc_mem_category c, void **out)
     return ZINC_OK;
 }
 
+/* ---- the pipeline ----------------------------------------------------------------------------
+ * The update runs chunk by chunk: a chunk is a run of whole groups, consecutive in the shard
+ * (so its host range is contiguous), that stays within a target of max(ZOFF_CHUNK_MIN, shard / 8)
+ * elements, or zero_optimization.sub_group_size when smaller (DeepSpeed's unit of the offloaded
+ * step); a group larger than the target is a chunk of its own. The downloads of up to ZOFF_AHEAD chunks are queued ahead on the device's copy
+ * queue (upload_async/download_async, device.h); the host waits for chunk c's gradient, runs the
+ * Adam over it and queues its upload, while the copies of the chunks around it run. The step then
+ * costs about max(copies, host Adam) plus one chunk of each, instead of their sum. The Adam is
+ * element-wise, so chunking changes no bit. */
+#define ZOFF_CHUNK_MIN ((size_t)1 << 20)
+#define ZOFF_AHEAD 4
+
+static zinc_status plan_chunks(zinc_engine_t *e)
+{
+    const zplan *p = &e->plan;
+    size_t target = p->shard_numel / 8 > ZOFF_CHUNK_MIN ? p->shard_numel / 8 : ZOFF_CHUNK_MIN;
+    if ((uint64_t)e->cfg.zero.sub_group_size < target) target = (size_t)e->cfg.zero.sub_group_size;
+    e->ochunk = malloc(((size_t)p->ngroups + 1) * sizeof *e->ochunk);
+    if (!e->ochunk)
+        return zeng_fail(e, ZINC_ERR_NOMEM, "zinc_finalize: offload: out of memory for %d chunks",
+                         p->ngroups);
+    int n = 0;
+    size_t in_chunk = 0;
+    for (int g = 0; g < p->ngroups; g++) {
+        size_t slice = p->groups[g].slice;
+        if (g == 0 || in_chunk + slice > target) {
+            e->ochunk[n++] = g;
+            in_chunk = 0;
+        }
+        in_chunk += slice;
+    }
+    e->ochunk[n] = p->ngroups;
+    e->nochunk = n;
+    return ZINC_OK;
+}
+
+/* Pins the host buffers the copies touch (offload_optimizer.pin_memory), where the device can. */
+static zinc_status pin_buffers(zinc_engine_t *e)
+{
+    const zdev_iface_t *D = e->dev->iface;
+    if (!e->cfg.zero.offload_pin || !D->pin_host) return ZINC_OK;
+    size_t n = e->plan.shard_numel * dsize(e);
+    void *bufs[] = {e->h_grad, e->dtype == ZINC_DTYPE_FP32 ? (void *)e->master : e->h_param16};
+    for (int i = 0; i < 2; i++) {
+        if (!bufs[i]) continue;
+        zinc_status s = D->pin_host(e->dev, bufs[i], n);
+        if (s != ZINC_OK)
+            return zeng_fail(e, s, "zinc_finalize: offload_optimizer.pin_memory: pinning %zu bytes "
+                             "of host memory on rank %d: %s", n, e->rank, e->dev->err);
+        e->pinned[i] = bufs[i];
+    }
+    return ZINC_OK;
+}
+
 zinc_status zoffload_alloc(zinc_engine_t *e)
 {
     zinc_status s = zdev_cpu_open(e->threads, &e->host);
@@ -65,6 +119,8 @@ zinc_status zoffload_alloc(zinc_engine_t *e)
     if (s == ZINC_OK && (s = host_alloc(e, ZINC_MEM_ADAM_V, &v)) == ZINC_OK) e->v = v;
     if (s == ZINC_OK) s = host_alloc(e, ZINC_MEM_GRAD, &e->h_grad);
     if (s == ZINC_OK) s = host_alloc(e, ZINC_MEM_PARAM16, &e->h_param16);
+    if (s == ZINC_OK) s = plan_chunks(e);
+    if (s == ZINC_OK) s = pin_buffers(e);
     return s;
 }
 
@@ -72,27 +128,55 @@ void zoffload_free(zinc_engine_t *e)
 {
     zdev_t *h = e->host;
     if (!h) return;
+    /* No copy may still read or write these buffers (a failed step can leave some queued). */
+    uint64_t t;
+    if (e->dev && e->dev->iface->copy_fence(e->dev, &t) == ZINC_OK)
+        e->dev->iface->copy_wait(e->dev, t);
+    for (int i = 0; i < 2; i++)
+        if (e->pinned[i]) e->dev->iface->unpin_host(e->dev, e->pinned[i]);
+    e->pinned[0] = e->pinned[1] = NULL;
     void *bufs[] = {e->master, e->m, e->v, e->h_grad, e->h_param16};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) h->iface->free(h, bufs[i]);
     e->master = e->m = e->v = NULL;
     e->h_grad = e->h_param16 = NULL;
+    free(e->ochunk);
+    e->ochunk = NULL;
     zdev_close(h);
     e->host = NULL;
 }
 
-/* The own 16-bit slices, from the host (h_param16, or the master itself in fp32 mode), into
- * param16 on the device, group by group. */
-static zinc_status upload_own(zinc_engine_t *e, int counted)
+/* Queues the reduced gradient slices of groups [g0, g1) device -> host, into h_grad at their
+ * shard offsets: from the shard (stages 2-3) or from the own slices of the full buffer (stage 1). */
+static zinc_status download_groups(zinc_engine_t *e, int g0, int g1)
+{
+    size_t d = dsize(e);
+    for (int g = g0; g < g1; g++) {
+        const zplan_group *G = &e->plan.groups[g];
+        size_t off = e->stage < 2 ? G->flat_off + G->slice * (size_t)e->rank : G->shard_off;
+        zinc_status s = e->dev->iface->download_async(e->dev, (char *)e->h_grad + G->shard_off * d,
+                                                      (const char *)e->grad + off * d, G->slice * d);
+        if (s != ZINC_OK)
+            return zeng_fail(e, s, "zinc_step: offload: downloading the gradient of group '%s': %s",
+                             G->name, e->dev->err);
+        e->offload_bytes[0] += G->slice * d;
+    }
+    return ZINC_OK;
+}
+
+/* Queues the own 16-bit slices of groups [g0, g1) host -> device into param16: from h_param16,
+ * or from the master itself in fp32 mode. */
+static zinc_status upload_groups(zinc_engine_t *e, int g0, int g1, int counted)
 {
     /* offload_param: the host shard is param16 itself; gathers upload from it. */
     if (e->offload_param) return ZINC_OK;
     size_t d = dsize(e);
     const char *src = e->dtype == ZINC_DTYPE_FP32 ? (const char *)e->master : e->h_param16;
-    for (int g = 0; g < e->plan.ngroups; g++) {
+    for (int g = g0; g < g1; g++) {
         const zplan_group *G = &e->plan.groups[g];
-        zinc_status s = e->dev->iface->upload(e->dev, (char *)e->param16 + own_param_pos(e, G) * d,
-                                              src + G->shard_off * d, G->slice * d);
+        zinc_status s = e->dev->iface->upload_async(e->dev,
+                                                    (char *)e->param16 + own_param_pos(e, G) * d,
+                                                    src + G->shard_off * d, G->slice * d);
         if (s != ZINC_OK)
             return zeng_fail(e, s, "offload: uploading the parameters of group '%s': %s", G->name,
                              e->dev->err);
@@ -101,30 +185,49 @@ static zinc_status upload_own(zinc_engine_t *e, int counted)
     return ZINC_OK;
 }
 
+static zinc_status copy_fail(zinc_engine_t *e, zinc_status s, const char *what)
+{
+    return zeng_fail(e, s, "zinc_step: offload: %s: %s", what, e->dev->err);
+}
+
 zinc_status zoffload_adam(zinc_engine_t *e, zk_adam_args *a)
 {
+    const zdev_iface_t *D = e->dev->iface;
+    const zplan_group *groups = e->plan.groups;
     size_t d = dsize(e);
-    /* The reduced gradient: the shard (stages 2-3) or the own slices of the full buffer
-     * (stage 1), in shard order into h_grad. */
-    for (int g = 0; g < e->plan.ngroups; g++) {
-        const zplan_group *G = &e->plan.groups[g];
-        size_t off = e->stage < 2 ? G->flat_off + G->slice * (size_t)e->rank : G->shard_off;
-        zinc_status s = e->dev->iface->download(e->dev, (char *)e->h_grad + G->shard_off * d,
-                                                (const char *)e->grad + off * d, G->slice * d);
-        if (s != ZINC_OK)
-            return zeng_fail(e, s, "zinc_step: offload: downloading the gradient of group '%s': %s",
-                             G->name, e->dev->err);
-        e->offload_bytes[0] += G->slice * d;
+    uint64_t ticket[ZOFF_AHEAD];
+    int queued = 0;
+    zinc_status s = ZINC_OK;
+    double t = zeng_now();
+    for (int c = 0; c < e->nochunk; c++) {
+        /* Keep ZOFF_AHEAD chunks of gradient on their way down. */
+        for (; queued < e->nochunk && queued < c + ZOFF_AHEAD; queued++) {
+            s = download_groups(e, e->ochunk[queued], e->ochunk[queued + 1]);
+            if (s != ZINC_OK) return s;
+            if ((s = D->copy_fence(e->dev, &ticket[queued % ZOFF_AHEAD])) != ZINC_OK)
+                return copy_fail(e, s, "copy fence");
+        }
+        s = D->copy_wait(e->dev, ticket[c % ZOFF_AHEAD]);
+        e->phase_s[ZINC_PHASE_COPY] += zeng_lap(&t);
+        if (s != ZINC_OK) return copy_fail(e, s, "waiting for a gradient download");
+        const zplan_group *first = &groups[e->ochunk[c]], *last = &groups[e->ochunk[c + 1] - 1];
+        size_t off = first->shard_off;
+        a->master = e->master + off;
+        a->m = e->m + off;
+        a->v = e->v + off;
+        a->grad = (const char *)e->h_grad + off * d;
+        a->param_out = e->dtype == ZINC_DTYPE_FP32 ? NULL : (char *)e->h_param16 + off * d;
+        a->n = last->shard_off + last->slice - off;
+        s = e->host->iface->adam_step(e->host, a);
+        e->phase_s[ZINC_PHASE_ADAM] += zeng_lap(&t);
+        if (s != ZINC_OK) return zeng_fail(e, s, "zinc_step: offload: host adam: %s", e->host->err);
+        if ((s = upload_groups(e, e->ochunk[c], e->ochunk[c + 1], 1)) != ZINC_OK) return s;
     }
-    a->master = e->master;
-    a->m = e->m;
-    a->v = e->v;
-    a->grad = e->h_grad;
-    a->param_out = e->dtype == ZINC_DTYPE_FP32 ? NULL : e->h_param16;
-    a->n = e->plan.shard_numel;
-    zinc_status s = e->host->iface->adam_step(e->host, a);
-    if (s != ZINC_OK) return zeng_fail(e, s, "zinc_step: offload: host adam: %s", e->host->err);
-    return upload_own(e, 1);
+    /* The all-gather (or the persistent refresh) that follows reads the uploaded slices. */
+    s = D->copy_join(e->dev);
+    e->phase_s[ZINC_PHASE_COPY] += zeng_lap(&t);
+    if (s != ZINC_OK) return copy_fail(e, s, "joining the copies");
+    return ZINC_OK;
 }
 
 zinc_status zoffload_refresh_own(zinc_engine_t *e)
@@ -134,7 +237,10 @@ zinc_status zoffload_refresh_own(zinc_engine_t *e)
                                              ZINC_DTYPE_FP32, e->plan.shard_numel, 1.0f);
         if (s != ZINC_OK) return zeng_fail(e, s, "offload: converting the master: %s", e->host->err);
     }
-    return upload_own(e, 0);
+    zinc_status s = upload_groups(e, 0, e->plan.ngroups, 0);
+    if (s == ZINC_OK && (s = e->dev->iface->copy_join(e->dev)) != ZINC_OK)
+        return zeng_fail(e, s, "offload: joining the parameter uploads: %s", e->dev->err);
+    return s;
 }
 
 /* ---- offload_param (stage 3): the 16-bit shard in host memory --------------------------------

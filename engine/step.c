@@ -256,11 +256,16 @@ static zinc_status apply_adam(zinc_engine_t *e, float lr, float beta1, float bet
                            &a.bias_c2);
     size_t d = dsize(e);
     zinc_status s = ZINC_OK;
+    double t = zeng_now();
     if (e->offload) {
-        /* Master, m, v on the host: the same kernel there, copies each way (offload.c). */
+        /* Master, m, v on the host: the same kernel there, copies each way (offload.c, which
+         * times its Adam and its waits for the copies). */
         s = zoffload_adam(e, &a);
         if (s != ZINC_OK) return s;
-        return e->stage == 3 ? zgather_refresh_persistent(e, 1) : gather_params(e);
+        t = zeng_now();
+        s = e->stage == 3 ? zgather_refresh_persistent(e, 1) : gather_params(e);
+        e->phase_s[ZINC_PHASE_GATHER] += zeng_lap(&t);
+        return s;
     }
     if (e->stage == 0 || e->stage == 3) {
         /* One kernel over everything this rank updates: the whole flat buffer (stage 0) or the
@@ -273,8 +278,11 @@ static zinc_status apply_adam(zinc_engine_t *e, float lr, float beta1, float bet
         a.param_out = e->master == (float *)e->param16 ? NULL : e->param16;
         a.n = e->stage == 0 ? e->plan.flat_numel : e->plan.shard_numel;
         s = e->dev->iface->adam_step(e->dev, &a);
+        e->phase_s[ZINC_PHASE_ADAM] += zeng_lap(&t);
         if (s != ZINC_OK) return zeng_fail(e, s, "zinc_step: adam: %s", e->dev->err);
-        return e->stage == 3 ? zgather_refresh_persistent(e, 1) : ZINC_OK;
+        s = e->stage == 3 ? zgather_refresh_persistent(e, 1) : ZINC_OK;
+        e->phase_s[ZINC_PHASE_GATHER] += zeng_lap(&t);
+        return s;
     }
     /* Stages 1-2: the 16-bit output goes straight into the rank's slice of each group in the full
      * parameter buffer, which the all-gather then completes. */
@@ -288,8 +296,11 @@ static zinc_status apply_adam(zinc_engine_t *e, float lr, float beta1, float bet
         a.n = G->slice;
         s = e->dev->iface->adam_step(e->dev, &a);
     }
+    e->phase_s[ZINC_PHASE_ADAM] += zeng_lap(&t);
     if (s != ZINC_OK) return zeng_fail(e, s, "zinc_step: adam: %s", e->dev->err);
-    return gather_params(e);
+    s = gather_params(e);
+    e->phase_s[ZINC_PHASE_GATHER] += zeng_lap(&t);
+    return s;
 }
 
 static zinc_status zero_grads(zinc_engine_t *e)
@@ -342,10 +353,13 @@ zinc_status zinc_step(zinc_engine_t *e, zinc_step_info_t *info)
     e->st.micro = 0;
     info->boundary = 1;
 
+    double t = zeng_now();
     s = reduce_grads(e);
+    e->phase_s[ZINC_PHASE_REDUCE] += zeng_lap(&t);
     double sumsq = 0.0;
     int overflow = 0;
     if (s == ZINC_OK) s = global_stats(e, &sumsq, &overflow);
+    e->phase_s[ZINC_PHASE_STATS] += zeng_lap(&t);
     if (s != ZINC_OK) return s;
 
     double norm = sqrt(sumsq) / scale;

@@ -296,6 +296,21 @@ ZINC_API zinc_status zinc_offload_bytes(const zinc_engine_t *e, uint64_t *to_hos
                                         uint64_t *to_device);
 
 /* Collectives counted by the comm byte counters. */
+/* Where zinc_step's time went since finalize, summed over the steps at accumulation boundaries,
+ * in host wall-clock seconds per phase (zinc bench offload prints them). On a CUDA device the
+ * kernels are queued, so a phase counts the time the host spent in it, and queued work shows up
+ * in the phase that next waits for the device. */
+typedef enum zinc_step_phase {
+    ZINC_PHASE_REDUCE,   /* what is left of the gradients' reduction at the step (stages 0-1) */
+    ZINC_PHASE_STATS,    /* the gradient norm and overflow flag: the pass and its all-reduce */
+    ZINC_PHASE_ADAM,     /* the fused Adam/AdamW (on the host with offload_optimizer) */
+    ZINC_PHASE_COPY,     /* offload_optimizer: the host waiting for device<->host copies */
+    ZINC_PHASE_GATHER,   /* the parameters' all-gather (stages 1-2), persistent refresh (3) */
+    ZINC_PHASE_COUNT
+} zinc_step_phase;
+
+ZINC_API zinc_status zinc_step_seconds(const zinc_engine_t *e, double seconds[ZINC_PHASE_COUNT]);
+
 typedef enum zinc_collective {
     ZINC_COLL_ALL_REDUCE = 0,
     ZINC_COLL_REDUCE_SCATTER,

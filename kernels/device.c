@@ -55,8 +55,7 @@ zinc_status zdev_set_limit(zdev_t *d, uint64_t bytes)
     if (!d || !d->iface) return zerr_thread(ZINC_ERR_INVALID_ARG, "zdev_set_limit: no device");
     if (!d->iface->counts_bytes)
         return zerr_thread(ZINC_ERR_UNSUPPORTED, "the %s device does not count its allocations, "
-                           "so it cannot enforce a memory limit (zinc.device_memory_limit is "
-                           "for the cpu device)", d->iface->name);
+                           "so it cannot enforce a memory limit (zinc.device_memory_limit)", d->iface->name);
     d->limit = bytes;
     return ZINC_OK;
 }

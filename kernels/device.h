@@ -68,6 +68,24 @@ typedef struct zdev_iface {
     /* Host <-> device. On cpu these are memcpy. */
     zinc_status (*upload)(zdev_t *d, void *dst_dev, const void *src_host, size_t bytes);
     zinc_status (*download)(zdev_t *d, void *dst_host, const void *src_dev, size_t bytes);
+    /* Asynchronous host <-> device copies, for the offload pipeline (engine/offload.c): the host
+     * works while they run. A copy queued here starts after everything queued on the device
+     * before it. copy_fence gives a ticket for the copies queued so far; copy_wait blocks the
+     * host until they are done (only then may it read what was downloaded or rewrite what was
+     * uploaded); after copy_join, work queued on the device starts only once every queued copy is
+     * done. CUDA runs them on a copy stream of its own; the cpu device defers each copy to the
+     * first copy_wait or copy_join that covers it, so a caller that forgets a wait reads stale
+     * data in the CPU tests instead of only on a GPU. */
+    zinc_status (*upload_async)(zdev_t *d, void *dst_dev, const void *src_host, size_t bytes);
+    zinc_status (*download_async)(zdev_t *d, void *dst_host, const void *src_dev, size_t bytes);
+    zinc_status (*copy_fence)(zdev_t *d, uint64_t *ticket);
+    zinc_status (*copy_wait)(zdev_t *d, uint64_t ticket);
+    zinc_status (*copy_join)(zdev_t *d);
+    /* Page-locks host memory allocated elsewhere (offload_optimizer.pin_memory), so that copies
+     * to and from it are direct and truly asynchronous. Optional: NULL where host memory is the
+     * device's own (cpu). unpin_host takes the pointer pin_host was given. */
+    zinc_status (*pin_host)(zdev_t *d, void *p, size_t bytes);
+    void (*unpin_host)(zdev_t *d, void *p);
     /* Kernels. */
     zinc_status (*adam_step)(zdev_t *d, const zk_adam_args *a);
     zinc_status (*grad_stats)(zdev_t *d, const void *g, zinc_dtype dt, size_t n,
@@ -112,7 +130,8 @@ void zdev_unuse(zdev_t *d);
 /* Caps the bytes the device's alloc may hold at once (0: no cap), so that a machine without a
  * GPU can prove a plan fits a GPU's memory (zinc.device_memory_limit). Allocations past it fail
  * like an out-of-memory device, with "device memory limit" in d->err.
- * @return ZINC_ERR_UNSUPPORTED for a backend that does not count its bytes (cuda). */
+ * On cuda it caps below the card. @return ZINC_ERR_UNSUPPORTED for a backend that does not count
+ * its bytes (none today). */
 zinc_status zdev_set_limit(zdev_t *d, uint64_t bytes);
 
 /* The CPU backend, always present. */

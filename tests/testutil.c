@@ -4,6 +4,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <time.h>
 
 int zt_failures = 0;
 int zt_checks = 0;
@@ -56,4 +57,11 @@ void zt_run_ranks(int n, void (*fn)(int rank, void *arg), void *arg)
     for (int r = 0; r < n; r++) pthread_join(th[r], NULL);
     free(th);
     free(ta);
+}
+
+double zt_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }

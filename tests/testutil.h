@@ -43,6 +43,7 @@ typedef struct { uint64_t s; } zt_rng;
 uint64_t zt_next(zt_rng *r);
 double zt_uniform(zt_rng *r);          /* [0, 1) */
 double zt_normal(zt_rng *r);           /* standard normal (Box-Muller) */
+double zt_now(void);                   /* monotonic seconds */
 
 /* Runs fn(rank, arg) on `n` threads and waits for them. */
 void zt_run_ranks(int n, void (*fn)(int rank, void *arg), void *arg);

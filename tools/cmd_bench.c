@@ -28,6 +28,7 @@
 #include "base/log.h"
 #include "kernels/cpu/cpu.h"
 #include "kernels/device.h"
+#include "tools/bench.h"
 #include "tools/commands.h"
 #include "zinc.h"
 
@@ -36,7 +37,8 @@ static void bench_usage(FILE *f)
     fprintf(f,
             "usage: zinc bench adam [options]\n"
             "       zinc bench memory|comm [--params LIST] [--worlds LIST] [--stages LIST]\n"
-            "                              [--groups G] [--dtype fp16|bf16|fp32] [--json]\n\n"
+            "                              [--groups G] [--dtype fp16|bf16|fp32] [--json]\n"
+            "       zinc bench offload [options]   (zinc bench offload --help)\n\n"
             "  memory model-state bytes per rank (zinc_memory, allocated) vs the ZeRO formulas\n"
             "         2Psi+2Psi+12Psi / 2Psi+2Psi+12Psi/N / 2Psi+(2+12)Psi/N / (2+2+12)Psi/N\n"
             "         (16-bit dtypes; 4 bytes for fp32); default --params 1e6,4e6,1.6e7\n"
@@ -61,7 +63,7 @@ static void bench_usage(FILE *f)
             "exit codes: 0 done, 1 runtime failure (no memory, no device or ISA), 2 bad usage\n");
 }
 
-static double now_s(void)
+double zb_now(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -74,11 +76,7 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-typedef struct {
-    double median, min, max;
-} timing;
-
-static timing summarize(double *t, int n)
+timing zb_summarize(double *t, int n)
 {
     qsort(t, (size_t)n, sizeof *t, cmp_double);
     timing s = {n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]), t[0], t[n - 1]};
@@ -220,10 +218,10 @@ static int bench_adam(int argc, char **argv)
     /* Round 0 is the warm-up (page faults, first touch, clocks); rounds 1..R are timed. The
      * step and the probe alternate so both see the same machine state. */
     for (long long r = 0; r <= repeat; r++) {
-        double t0 = now_s();
+        double t0 = zb_now();
         st = d->iface->adam_step(d, &a);
         if (st == ZINC_OK) st = sync_dev(d);
-        double t1 = now_s();
+        double t1 = zb_now();
         if (st == ZINC_OK) {
             /* The probe reuses the step's fp32 buffers: the same pages, the same placement.
              * m = master + 1e-3 * v keeps every value finite and normal. */
@@ -231,14 +229,14 @@ static int bench_adam(int argc, char **argv)
                         : d->iface->copy(d, m, master, n * 4);
             if (st == ZINC_OK) st = sync_dev(d);
         }
-        double t2 = now_s();
+        double t2 = zb_now();
         if (st != ZINC_OK) {
             fprintf(stderr, "zinc bench adam: %s: %s\n", zinc_status_string(st), d->err);
             goto done;
         }
         if (r > 0) t_step[r - 1] = t1 - t0, t_probe[r - 1] = t2 - t1;
     }
-    timing ts = summarize(t_step, (int)repeat), tp = summarize(t_probe, (int)repeat);
+    timing ts = zb_summarize(t_step, (int)repeat), tp = zb_summarize(t_probe, (int)repeat);
     /* Beside it, in the same run, PyTorch's fused AdamW when a Python with torch is there. */
     char torch_why[512] = "not asked (--no-torch)";
     double torch_ms = with_torch ? torch_adamw_ms(device, n, dtname, repeat, torch_why,
@@ -399,8 +397,7 @@ static void *zb_rank_main(void *p)
     return NULL;
 }
 
-/* Parses "1e6,4e6" into v (at most cap values). Returns the count, or -1. */
-static int parse_list(const char *s, long long *v, int cap, long long lo, long long hi)
+int zb_parse_list(const char *s, long long *v, int cap, long long lo, long long hi)
 {
     int n = 0;
     char buf[256];
@@ -416,8 +413,8 @@ static int bench_zero(int argc, char **argv, int comm)
 {
     const char *cmd = comm ? "bench comm" : "bench memory";
     long long params[16], worlds[8], stages[4], groups = 4;
-    int np = parse_list(comm ? "4e6" : "1e6,4e6,1.6e7", params, 16, 1, 1LL << 40);
-    int nw = parse_list("1,2,4,8", worlds, 8, 1, ZB_MAXW), ns = parse_list("0,1,2,3", stages, 4, 0, 3);
+    int np = zb_parse_list(comm ? "4e6" : "1e6,4e6,1.6e7", params, 16, 1, 1LL << 40);
+    int nw = zb_parse_list("1,2,4,8", worlds, 8, 1, ZB_MAXW), ns = zb_parse_list("0,1,2,3", stages, 4, 0, 3);
     zinc_dtype dt = ZINC_DTYPE_BF16;
     int json = 0;
     for (int i = 1; i < argc; i++) {
@@ -432,13 +429,13 @@ static int bench_zero(int argc, char **argv, int comm)
         }
         if (!val) return zarg_usage_error(cmd, "%s needs a value", a);
         if (!strcmp(a, "--params")) {
-            if ((np = parse_list(val, params, 16, 1, 1LL << 40)) < 0)
+            if ((np = zb_parse_list(val, params, 16, 1, 1LL << 40)) < 0)
                 return zarg_usage_error(cmd, "--params wants up to 16 counts >= 1, not '%s'", val);
         } else if (!strcmp(a, "--worlds")) {
-            if ((nw = parse_list(val, worlds, 8, 1, ZB_MAXW)) < 0)
+            if ((nw = zb_parse_list(val, worlds, 8, 1, ZB_MAXW)) < 0)
                 return zarg_usage_error(cmd, "--worlds wants up to 8 sizes 1..%d, not '%s'", ZB_MAXW, val);
         } else if (!strcmp(a, "--stages")) {
-            if ((ns = parse_list(val, stages, 4, 0, 3)) < 0)
+            if ((ns = zb_parse_list(val, stages, 4, 0, 3)) < 0)
                 return zarg_usage_error(cmd, "--stages wants stages 0..3, not '%s'", val);
         } else if (!strcmp(a, "--groups")) {
             if (zarg_int64(val, &groups) || groups < 1 || groups > 64)
@@ -587,6 +584,7 @@ int cmd_bench(int argc, char **argv)
     if (!strcmp(argv[1], "adam")) return bench_adam(argc - 1, argv + 1);
     if (!strcmp(argv[1], "memory")) return bench_zero(argc - 1, argv + 1, 0);
     if (!strcmp(argv[1], "comm")) return bench_zero(argc - 1, argv + 1, 1);
+    if (!strcmp(argv[1], "offload")) return bench_offload(argc - 1, argv + 1);
     return zarg_usage_error("bench", "unknown benchmark '%s'; the benchmarks are: adam, memory, "
-                            "comm", argv[1]);
+                            "comm, offload", argv[1]);
 }

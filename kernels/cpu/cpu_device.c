@@ -28,6 +28,15 @@ typedef struct zcpu {
     zk_pool *pool;
     int threads;
     double *sums;           /* [ZK_STATS_ROUND] per-block sums of grad_stats, one round's */
+    /* The asynchronous copies not yet done (device.h: deferred to the wait that covers them).
+     * Copy number k (from 1) is pending[k - done - 1]; a fence's ticket is the count queued. */
+    struct zk_pending_copy {
+        void *dst;
+        const void *src;
+        size_t bytes;
+    } *pending;
+    size_t npending, cap_pending;
+    uint64_t queued, done;
 } zcpu;
 
 static const zdev_iface_t cpu_iface;
@@ -194,6 +203,55 @@ static zinc_status cpu_copy(zdev_t *d, void *dst, const void *src, size_t bytes)
     return ZINC_OK;
 }
 
+/* Asynchronous copies (device.h): queued, then done in order by the first copy_wait or
+ * copy_join that covers them. On the CPU a copy costs the same whenever it runs; deferring it
+ * makes the caller's missing wait visible as stale data in the tests. */
+static zinc_status cpu_copy_async(zdev_t *d, void *dst, const void *src, size_t bytes)
+{
+    if ((!dst || !src) && bytes)
+        return zerr_fmt(d->err, sizeof d->err, ZINC_ERR_INVALID_ARG, "cpu async copy: NULL pointer");
+    zcpu *c = ctx(d);
+    if (c->npending == c->cap_pending) {
+        size_t cap = c->cap_pending ? 2 * c->cap_pending : 16;
+        struct zk_pending_copy *p = realloc(c->pending, cap * sizeof *p);
+        if (!p)
+            return zerr_fmt(d->err, sizeof d->err, ZINC_ERR_NOMEM, "cpu async copy: out of memory "
+                            "for the queue of %zu copies", cap);
+        c->pending = p;
+        c->cap_pending = cap;
+    }
+    c->pending[c->npending++] = (struct zk_pending_copy){dst, src, bytes};
+    c->queued++;
+    return ZINC_OK;
+}
+
+static zinc_status cpu_copy_fence(zdev_t *d, uint64_t *ticket)
+{
+    *ticket = ctx(d)->queued;
+    return ZINC_OK;
+}
+
+static zinc_status cpu_copy_wait(zdev_t *d, uint64_t ticket)
+{
+    zcpu *c = ctx(d);
+    if (ticket > c->queued)
+        return zerr_fmt(d->err, sizeof d->err, ZINC_ERR_INVALID_ARG,
+                        "cpu copy_wait: ticket %llu was never handed out (%llu copies queued)",
+                        (unsigned long long)ticket, (unsigned long long)c->queued);
+    if (ticket <= c->done) return ZINC_OK;
+    size_t k = (size_t)(ticket - c->done);
+    for (size_t i = 0; i < k; i++) {
+        struct zk_pending_copy *q = &c->pending[i];
+        if (q->bytes && q->dst != q->src) memmove(q->dst, q->src, q->bytes);
+    }
+    memmove(c->pending, c->pending + k, (c->npending - k) * sizeof *c->pending);
+    c->npending -= k;
+    c->done = ticket;
+    return ZINC_OK;
+}
+
+static zinc_status cpu_copy_join(zdev_t *d) { return cpu_copy_wait(d, ctx(d)->queued); }
+
 /* ---- kernels --------------------------------------------------------------------------------- */
 
 static int dtype_ok(zinc_dtype dt)
@@ -321,6 +379,7 @@ static void cpu_close(zdev_t *d)
     if (c) {
         zk_pool_destroy(c->pool);
         free(c->sums);
+        free(c->pending);
         free(c);
     }
     free(d);
@@ -335,6 +394,11 @@ static const zdev_iface_t cpu_iface = {
     .copy = cpu_copy,
     .upload = cpu_copy,
     .download = cpu_copy,
+    .upload_async = cpu_copy_async,
+    .download_async = cpu_copy_async,
+    .copy_fence = cpu_copy_fence,
+    .copy_wait = cpu_copy_wait,
+    .copy_join = cpu_copy_join,
     .adam_step = cpu_adam,
     .grad_stats = cpu_grad_stats,
     .grad_stats_acc = cpu_grad_stats_acc,

@@ -60,6 +60,33 @@ void zcu_set_watch(zdev_t *d, zcu_watch_fn fn, void *arg)
     c->watch_arg = arg;
 }
 
+/* Waits until `query` says done (cudaSuccess), polling the comm's watcher when one is registered:
+ * a few hundred tight queries for the common short wait, then sleeps that grow to 1 ms, asking
+ * the watcher each time whether the comm failed or timed out. */
+static zinc_status poll_done(zcuda *c, cudaError_t (*query)(void *), void *obj, const char *what,
+                             char *err, size_t n)
+{
+    double t0 = now_s();
+    long sleep_ns = 0;
+    for (int i = 0;; i++) {
+        cudaError_t e = query(obj);
+        if (e == cudaSuccess) return ZINC_OK;
+        if (e != cudaErrorNotReady) return zcu_fail_cuda(err, n, (int)e, what, __FILE__, __LINE__);
+        if (c->watch) {
+            zinc_status w = c->watch(c->watch_arg, now_s() - t0, err, n);
+            if (w != ZINC_OK) return w;
+        }
+        if (i > 200) {
+            sleep_ns = sleep_ns ? (sleep_ns < 1000000 ? sleep_ns * 2 : 1000000) : 10000;
+            struct timespec ts = {0, sleep_ns};
+            nanosleep(&ts, NULL);
+        }
+    }
+}
+
+static cudaError_t query_stream(void *s) { return cudaStreamQuery((cudaStream_t)s); }
+static cudaError_t query_event(void *ev) { return cudaEventQuery((cudaEvent_t)ev); }
+
 zinc_status zcu_wait_stream(zcuda *c, cudaStream_t s, char *err, size_t n)
 {
     if (!c->watch) {
@@ -68,23 +95,7 @@ zinc_status zcu_wait_stream(zcuda *c, cudaStream_t s, char *err, size_t n)
             return zcu_fail_cuda(err, n, (int)e, "cudaStreamSynchronize(stream)", __FILE__, __LINE__);
         return ZINC_OK;
     }
-    /* Poll: a few hundred tight queries for the common short wait, then sleeps that grow to
-     * 1 ms, asking the watcher each time whether the comm failed or timed out. */
-    double t0 = now_s();
-    long sleep_ns = 0;
-    for (int i = 0;; i++) {
-        cudaError_t e = cudaStreamQuery(s);
-        if (e == cudaSuccess) return ZINC_OK;
-        if (e != cudaErrorNotReady)
-            return zcu_fail_cuda(err, n, (int)e, "cudaStreamQuery(stream)", __FILE__, __LINE__);
-        zinc_status w = c->watch(c->watch_arg, now_s() - t0, err, n);
-        if (w != ZINC_OK) return w;
-        if (i > 200) {
-            sleep_ns = sleep_ns ? (sleep_ns < 1000000 ? sleep_ns * 2 : 1000000) : 10000;
-            struct timespec ts = {0, sleep_ns};
-            nanosleep(&ts, NULL);
-        }
-    }
+    return poll_done(c, query_stream, (void *)s, "cudaStreamQuery(stream)", err, n);
 }
 
 zinc_status zcu_wait(zdev_t *d)
@@ -111,10 +122,54 @@ static int dtype_ok(zinc_dtype dt)
 
 /* ---- memory ---------------------------------------------------------------------------------- */
 
+/* Records a live allocation (for d->in_use); 0 when the table cannot grow. */
+static int blocks_add(zcuda *c, void *p, size_t bytes)
+{
+    int ok = 1;
+    pthread_mutex_lock(&c->blocks_lock);
+    if (c->nblocks == c->cap_blocks) {
+        size_t cap = c->cap_blocks ? 2 * c->cap_blocks : 32;
+        struct zcu_block *b = realloc(c->blocks, cap * sizeof *b);
+        if (b) {
+            c->blocks = b;
+            c->cap_blocks = cap;
+        } else {
+            ok = 0;
+        }
+    }
+    if (ok) c->blocks[c->nblocks++] = (struct zcu_block){p, bytes};
+    pthread_mutex_unlock(&c->blocks_lock);
+    return ok;
+}
+
+/* Forgets a live allocation; its size, or 0 for a pointer this device did not hand out. */
+static size_t blocks_remove(zcuda *c, void *p)
+{
+    size_t bytes = 0;
+    pthread_mutex_lock(&c->blocks_lock);
+    for (size_t i = c->nblocks; i-- > 0;)
+        if (c->blocks[i].p == p) {
+            bytes = c->blocks[i].bytes;
+            c->blocks[i] = c->blocks[--c->nblocks];
+            break;
+        }
+    pthread_mutex_unlock(&c->blocks_lock);
+    return bytes;
+}
+
 static void *cu_alloc(zdev_t *d, size_t bytes)
 {
     zcuda *c = d->ctx;
     void *p = NULL;
+    /* The cap of zinc.device_memory_limit, as the cpu device applies it (d->in_use). */
+    uint64_t used = __atomic_load_n(&d->in_use, __ATOMIC_RELAXED);
+    if (d->limit && (used > d->limit || bytes > d->limit - used)) {
+        zerr_fmt(d->err, sizeof d->err, ZINC_ERR_NOMEM,
+                 "device memory limit: %zu bytes needed, %llu available (limit %llu, %llu in use)",
+                 bytes, (unsigned long long)(used > d->limit ? 0 : d->limit - used),
+                 (unsigned long long)d->limit, (unsigned long long)used);
+        return NULL;
+    }
     if (enter(d) != ZINC_OK) return NULL;
     /* cudaMalloc aligns to at least 256 bytes; a zero-byte request still gets a valid pointer. */
     cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
@@ -126,17 +181,24 @@ static void *cu_alloc(zdev_t *d, size_t bytes)
         return NULL;
     }
     e = cudaMemsetAsync(p, 0, bytes, c->stream);
-    if (e != cudaSuccess) {
-        zcu_fail_cuda(d->err, sizeof d->err, (int)e, "cudaMemsetAsync(p, 0, bytes)", __FILE__, __LINE__);
+    if (e != cudaSuccess || !blocks_add(c, p, bytes)) {
+        if (e != cudaSuccess)
+            zcu_fail_cuda(d->err, sizeof d->err, (int)e, "cudaMemsetAsync(p, 0, bytes)", __FILE__, __LINE__);
+        else
+            zerr_fmt(d->err, sizeof d->err, ZINC_ERR_NOMEM, "cuda alloc: out of host memory for "
+                     "the table of allocations");
         cudaFree(p);
         return NULL;
     }
+    __atomic_add_fetch(&d->in_use, bytes, __ATOMIC_RELAXED);
     return p;
 }
 
 static void cu_free(zdev_t *d, void *p)
 {
-    if (!p || enter(d) != ZINC_OK) return;
+    if (!p) return;
+    __atomic_sub_fetch(&d->in_use, blocks_remove(d->ctx, p), __ATOMIC_RELAXED);
+    if (enter(d) != ZINC_OK) return;
     /* cudaFree waits for the device; a failure here means the context is already broken and
      * the op that broke it reported it. */
     cudaFree(p);
@@ -192,6 +254,84 @@ static zinc_status cu_sync(zdev_t *d)
 {
     zinc_status s = enter(d);
     return s ? s : zcu_wait(d);
+}
+
+/* ---- asynchronous copies (device.h) ---------------------------------------------------------- */
+
+static zinc_status copy_async(zdev_t *d, void *dst, const void *src, size_t bytes,
+                              enum cudaMemcpyKind kind, const char *what)
+{
+    if (!bytes) return ZINC_OK;
+    if (!dst || !src) return zerr_fmt(d->err, sizeof d->err, ZINC_ERR_INVALID_ARG, "cuda %s: NULL pointer", what);
+    zinc_status s = enter(d);
+    if (s) return s;
+    zcuda *c = d->ctx;
+    /* After everything queued on the compute stream so far (the reduce-scatter that wrote a
+     * gradient; the all-gather that still reads the parameters an upload overwrites). */
+    ZINC_CUDA_CHECK(d->err, cudaEventRecord(c->copy_after, c->stream));
+    ZINC_CUDA_CHECK(d->err, cudaStreamWaitEvent(c->copy_stream, c->copy_after, 0));
+    ZINC_CUDA_CHECK(d->err, cudaMemcpyAsync(dst, src, bytes, kind, c->copy_stream));
+    return ZINC_OK;
+}
+
+static zinc_status cu_upload_async(zdev_t *d, void *dst_dev, const void *src_host, size_t bytes)
+{
+    return copy_async(d, dst_dev, src_host, bytes, cudaMemcpyHostToDevice, "upload_async");
+}
+
+static zinc_status cu_download_async(zdev_t *d, void *dst_host, const void *src_dev, size_t bytes)
+{
+    return copy_async(d, dst_host, src_dev, bytes, cudaMemcpyDeviceToHost, "download_async");
+}
+
+static zinc_status cu_copy_fence(zdev_t *d, uint64_t *ticket)
+{
+    zinc_status s = enter(d);
+    if (s) return s;
+    zcuda *c = d->ctx;
+    uint64_t t = c->copy_fences + 1;
+    ZINC_CUDA_CHECK(d->err, cudaEventRecord(c->copy_done[t % ZCU_COPY_EVENTS], c->copy_stream));
+    c->copy_fences = t;
+    *ticket = t;
+    return ZINC_OK;
+}
+
+static zinc_status cu_copy_wait(zdev_t *d, uint64_t ticket)
+{
+    zcuda *c = d->ctx;
+    if (ticket == 0) return ZINC_OK;
+    if (ticket > c->copy_fences)
+        return zerr_fmt(d->err, sizeof d->err, ZINC_ERR_INVALID_ARG,
+                        "cuda copy_wait: ticket %llu was never handed out (%llu fences)",
+                        (unsigned long long)ticket, (unsigned long long)c->copy_fences);
+    zinc_status s = enter(d);
+    if (s) return s;
+    return poll_done(c, query_event, (void *)c->copy_done[ticket % ZCU_COPY_EVENTS],
+                     "cudaEventQuery(copy fence)", d->err, sizeof d->err);
+}
+
+static zinc_status cu_copy_join(zdev_t *d)
+{
+    zinc_status s = enter(d);
+    if (s) return s;
+    zcuda *c = d->ctx;
+    ZINC_CUDA_CHECK(d->err, cudaEventRecord(c->copy_joined, c->copy_stream));
+    ZINC_CUDA_CHECK(d->err, cudaStreamWaitEvent(c->stream, c->copy_joined, 0));
+    return ZINC_OK;
+}
+
+static zinc_status cu_pin_host(zdev_t *d, void *p, size_t bytes)
+{
+    if (!bytes) return ZINC_OK;
+    zinc_status s = enter(d);
+    if (s) return s;
+    ZINC_CUDA_CHECK(d->err, cudaHostRegister(p, bytes, cudaHostRegisterDefault));
+    return ZINC_OK;
+}
+
+static void cu_unpin_host(zdev_t *d, void *p)
+{
+    if (p && enter(d) == ZINC_OK) cudaHostUnregister(p);
 }
 
 /* ---- kernels --------------------------------------------------------------------------------- */
@@ -320,11 +460,21 @@ static void cu_close(zdev_t *d)
     if (c) {
         if (cudaSetDevice(c->device) == cudaSuccess) {
             if (c->stream) cudaStreamSynchronize(c->stream);
+            if (c->copy_stream) {
+                cudaStreamSynchronize(c->copy_stream);
+                cudaStreamDestroy(c->copy_stream);
+            }
+            if (c->copy_after) cudaEventDestroy(c->copy_after);
+            if (c->copy_joined) cudaEventDestroy(c->copy_joined);
+            for (int i = 0; i < ZCU_COPY_EVENTS; i++)
+                if (c->copy_done[i]) cudaEventDestroy(c->copy_done[i]);
             cudaFree(c->partials);
             cudaFree(c->stats);
             cudaFreeHost(c->host_stats);
             if (c->stream) cudaStreamDestroy(c->stream);
         }
+        pthread_mutex_destroy(&c->blocks_lock);
+        free(c->blocks);
         free(c);
     }
     free(d);
@@ -338,12 +488,20 @@ static zinc_status cu_grad_stats_acc(zdev_t *d, const void *g, zinc_dtype dt, si
 
 static const zdev_iface_t cuda_iface = {
     .name = "cuda",
+    .counts_bytes = 1,
     .alloc = cu_alloc,
     .free = cu_free,
     .memset0 = cu_memset0,
     .copy = cu_copy,
     .upload = cu_upload,
     .download = cu_download,
+    .upload_async = cu_upload_async,
+    .download_async = cu_download_async,
+    .copy_fence = cu_copy_fence,
+    .copy_wait = cu_copy_wait,
+    .copy_join = cu_copy_join,
+    .pin_host = cu_pin_host,
+    .unpin_host = cu_unpin_host,
     .adam_step = cu_adam,
     .grad_stats = cu_grad_stats,
     .grad_stats_acc = cu_grad_stats_acc,
@@ -393,6 +551,7 @@ zinc_status zdev_cuda_open(int device_index, zdev_t **out)
     d->iface = &cuda_iface;
     d->ctx = c;
     c->device = device_index;
+    pthread_mutex_init(&c->blocks_lock, NULL);
     struct cudaDeviceProp prop;
     ZINC_CUDA_CHECK_GOTO(d->err, cudaSetDevice(device_index), s, fail);
     ZINC_CUDA_CHECK_GOTO(d->err, cudaGetDeviceProperties(&prop, device_index), s, fail);
@@ -403,6 +562,13 @@ zinc_status zdev_cuda_open(int device_index, zdev_t **out)
     /* A GPU older or newer than every image in the binary fails here, not in the first step. */
     ZINC_CUDA_CHECK_GOTO(d->err, zcu_probe(), s, fail);
     ZINC_CUDA_CHECK_GOTO(d->err, cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), s, fail);
+    ZINC_CUDA_CHECK_GOTO(d->err, cudaStreamCreateWithFlags(&c->copy_stream, cudaStreamNonBlocking),
+                         s, fail);
+    ZINC_CUDA_CHECK_GOTO(d->err, cudaEventCreateWithFlags(&c->copy_after, cudaEventDisableTiming), s, fail);
+    ZINC_CUDA_CHECK_GOTO(d->err, cudaEventCreateWithFlags(&c->copy_joined, cudaEventDisableTiming), s, fail);
+    for (int i = 0; i < ZCU_COPY_EVENTS; i++)
+        ZINC_CUDA_CHECK_GOTO(d->err, cudaEventCreateWithFlags(&c->copy_done[i], cudaEventDisableTiming),
+                             s, fail);
     ZINC_CUDA_CHECK_GOTO(d->err, cudaMalloc((void **)&c->partials,
                                             ZCU_STATS_CHUNK_BLOCKS * sizeof(double)), s, fail);
     ZINC_CUDA_CHECK_GOTO(d->err, cudaMalloc((void **)&c->stats, 4 * sizeof(double)), s, fail);

@@ -12,6 +12,7 @@
 #ifndef ZINC_KERNELS_CUDA_ZCUDA_H
 #define ZINC_KERNELS_CUDA_ZCUDA_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -74,6 +75,8 @@ typedef zinc_status (*zcu_watch_fn)(void *arg, double waited_s, char *err, size_
 /* Elements of one grad_stats chunk: the partial sums of at most this many ZK_STATS_BLOCK blocks
  * live in the device scratch at a time, so no call allocates. */
 #define ZCU_STATS_CHUNK_BLOCKS 65536
+/* Fence events in flight on the copy stream (device.h copy_fence). */
+#define ZCU_COPY_EVENTS 64
 
 typedef struct zcuda {
     int device;                 /* CUDA ordinal */
@@ -84,6 +87,21 @@ typedef struct zcuda {
     double *stats;              /* device [4]: {sumsq, nonfinite} of the vtable's grad_stats,
                                    then the running total of the chunks */
     double *host_stats;         /* pinned host [2], where grad_stats lands */
+    /* Offload's asynchronous copies (device.h upload_async ... copy_join): a stream of their
+     * own, ordered after the compute stream by copy_after at each copy; fence t records
+     * copy_done[t % ZCU_COPY_EVENTS] (a re-recorded slot only makes a wait on t wait longer:
+     * the stream is in order). */
+    cudaStream_t copy_stream;
+    cudaEvent_t copy_after, copy_joined;
+    cudaEvent_t copy_done[ZCU_COPY_EVENTS];
+    uint64_t copy_fences;
+    /* Live allocations, so that zinc.device_memory_limit can cap the card (d->in_use). */
+    struct zcu_block {
+        void *p;
+        size_t bytes;
+    } *blocks;
+    size_t nblocks, cap_blocks;
+    pthread_mutex_t blocks_lock; /* a comm may free on its own thread */
     zcu_watch_fn watch;         /* NULL, or the comm's health check */
     void *watch_arg;
     char name[256];             /* "NVIDIA H100 80GB HBM3" */

@@ -27,7 +27,7 @@ expect() {
 
 expect 0 - check "$dir/accept_minimal.json" --world-size 2
 expect 0 "^warning: tensorboard: " check "$dir/warn_tensorboard.json"
-expect 0 "^warning: zero_optimization.offload_optimizer.pin_memory: " check "$dir/warn_offload.json"
+expect 0 "^warning: zero_optimization.offload_optimizer.device: .*stage 0" check "$dir/warn_offload.json"
 expect 0 "^warning: zero_optimization.reduce_bucket_size: .*bucket sizes are not used" \
     check "$dir/warn_reduce_bucket.json"
 expect 2 "^error: zero_optimization.reduce_bucket_size: " check "$dir/reject_bucket_type.json"
@@ -88,7 +88,7 @@ fails=$((fails + missing))
 checks=$((checks + 1))
 "$zinc" config check "$dir/warn_offload_param_nvme.json" --json >"$tmp.out" 2>/dev/null
 flat=$(tr -d ' \n' <"$tmp.out")
-for want in '"offload_param":{"device":"nvme"}' '"offload_optimizer":{"device":"none"}'; do
+for want in '"offload_param":{"device":"nvme"}' '"offload_optimizer":{"device":"none","pin_memory":false}'; do
     case "$flat" in
     *"$want"*) ;;
     *) echo "FAIL: --json of warn_offload_param_nvme.json lacks $want"; fails=$((fails + 1)) ;;
@@ -97,8 +97,8 @@ done
 checks=$((checks + 1))
 "$zinc" config check "$dir/warn_offload.json" --json >"$tmp.out" 2>/dev/null
 case "$(tr -d ' \n' <"$tmp.out")" in
-*'"offload_optimizer":{"device":"cpu"}'*) ;;
-*) echo "FAIL: --json of warn_offload.json lacks offload_optimizer device cpu"; fails=$((fails + 1)) ;;
+*'"offload_optimizer":{"device":"cpu","pin_memory":true}'*) ;;
+*) echo "FAIL: --json of warn_offload.json lacks offload_optimizer device cpu, pin_memory true"; fails=$((fails + 1)) ;;
 esac
 
 rm -f "$tmp.out" "$tmp.err"

@@ -5,10 +5,12 @@
  *  1. bitwise: the same training with and without offload_optimizer {"device": "cpu"} gives
  *     identical fp32 master weights, gradient norms and loss scales: local worlds of 2 and 4
  *     ranks, stages 1-3 (stage 3 with and without persistent groups), fp16 (with an overflow
- *     step skipped), bf16 and fp32, and with gradient accumulation.
+ *     step skipped), bf16 and fp32, and with gradient accumulation; the offloaded step's
+ *     pipeline in one chunk and in a chunk per group.
  *  2. copy volume: each applied step downloads exactly the gradient shard and uploads exactly
  *     the 16-bit parameter shard (zinc_offload_bytes); a skipped step copies nothing; the state
- *     is host memory (zinc_memory's master/m/v are 0, zinc_memory_host has them).
+ *     is host memory (zinc_memory's master/m/v are 0, zinc_memory_host has them); the step's
+ *     time split (zinc_step_seconds) counts host Adam and copy waits exactly on applied steps.
  *  3. memory: under a zinc.device_memory_limit that holds the offloaded plan but not the full
  *     one, finalize without offload fails with ZINC_ERR_NOMEM naming the category and the bytes;
  *     with offload the same limit trains, with the same weights as an unlimited run.
@@ -47,11 +49,28 @@ static int run_ok(toy_run *r, const char *what)
 
 /* ---- 1. bitwise ---------------------------------------------------------------------------- */
 
+/* The offloaded step in one chunk (the toy's shard is far below the automatic chunk size) and
+ * in one chunk per group (sub_group_size 1: 5 chunks, more than the pipeline queues ahead, so
+ * every fence slot is reused). The cpu device defers each asynchronous copy to the wait that
+ * covers it, so a missing wait or join in the pipeline shows here as different weights. */
+static const char *const offload_variants[] = {OFFLOAD, OFFLOAD "\"sub_group_size\": 1, "};
+
+static void compare_one(toy_run ref, const char *zero_json, const char *label);
+
 static void compare(toy_run ref, const char *label)
+{
+    for (size_t i = 0; i < sizeof offload_variants / sizeof offload_variants[0]; i++) {
+        char l[160];
+        snprintf(l, sizeof l, "%s, %s", label, i ? "a chunk per group" : "one chunk");
+        compare_one(ref, offload_variants[i], l);
+    }
+}
+
+static void compare_one(toy_run ref, const char *zero_json, const char *label)
 {
     toy_run off = ref;
     if (!run_ok(&ref, "reference")) return;
-    off.zero_json = OFFLOAD;
+    off.zero_json = zero_json;
     if (run_ok(&off, "offload")) {
         ZT_CHECK(bits_equal(&ref, &off), "%s: weights differ with offload", label);
         ZT_CHECK(memcmp(&ref.last_info.grad_norm, &off.last_info.grad_norm, sizeof(double)) == 0 &&
@@ -149,9 +168,30 @@ static void vol_rank(int rank, void *arg)
         s = toy_micro_step(e, rank, r.world, step, np, inj);
         zinc_step_info_t info = {0};
         uint64_t a0, b0, a1, b1;
+        double ph0[ZINC_PHASE_COUNT], ph1[ZINC_PHASE_COUNT];
         zinc_offload_bytes(e, &a0, &b0);
+        ZT_OK(zinc_step_seconds(e, ph0));
+        double t0 = zt_now();
         if (s == ZINC_OK) s = zinc_step(e, &info);
+        double wall = zt_now() - t0;
         zinc_offload_bytes(e, &a1, &b1);
+        ZT_OK(zinc_step_seconds(e, ph1));
+        /* zinc_step_seconds: the phases of this step fit in its wall time; an applied step spent
+         * time in the host Adam and waiting for copies, a skipped one in neither. */
+        double sum = 0.0;
+        for (int p = 0; p < ZINC_PHASE_COUNT; p++) {
+            ZT_CHECK(ph1[p] >= ph0[p], "phase %d went back: %g -> %g", p, ph0[p], ph1[p]);
+            sum += ph1[p] - ph0[p];
+        }
+        ZT_CHECK(sum <= wall, "step %d: phases sum to %g s, the step took %g s", step, sum, wall);
+        if (info.applied)
+            ZT_CHECK(ph1[ZINC_PHASE_ADAM] > ph0[ZINC_PHASE_ADAM] &&
+                         ph1[ZINC_PHASE_COPY] > ph0[ZINC_PHASE_COPY],
+                     "step %d applied without Adam or copy time", step);
+        else
+            ZT_CHECK(ph1[ZINC_PHASE_ADAM] == ph0[ZINC_PHASE_ADAM] &&
+                         ph1[ZINC_PHASE_COPY] == ph0[ZINC_PHASE_COPY],
+                     "step %d skipped, yet Adam or copy time was counted", step);
         uint64_t want = info.applied ? shard * d : 0;
         ZT_CHECK(a1 - a0 == want && b1 - b0 == want,
                  "stage %d %s step %d (%s): %llu bytes down, %llu up, want %llu each", c->stage,
@@ -188,6 +228,15 @@ static void test_volume(void)
     zinc_offload_bytes(e, &a, &b);
     ZT_CHECK(sum == 0 && a == 0 && b == 0, "no offload: host %llu, copies %llu %llu",
              (unsigned long long)sum, (unsigned long long)a, (unsigned long long)b);
+    /* Without offload a step counts Adam time but never copy time. */
+    ZT_OK(toy_micro_step(e, 0, 1, 0, np, 0));
+    zinc_step_info_t info;
+    ZT_OK(zinc_step(e, &info));
+    double ph[ZINC_PHASE_COUNT];
+    ZT_OK(zinc_step_seconds(e, ph));
+    ZT_CHECK(info.applied && ph[ZINC_PHASE_ADAM] > 0.0 && ph[ZINC_PHASE_COPY] == 0.0,
+             "no offload: applied %d, Adam %g s, copies %g s", info.applied, ph[ZINC_PHASE_ADAM],
+             ph[ZINC_PHASE_COPY]);
     zinc_engine_destroy(e);
 }
 

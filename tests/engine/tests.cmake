@@ -79,6 +79,10 @@ endif()
 zinc_test(NAME engine_offload SOURCES ${ZINC_ENGINE_TEST_DIR}/test_offload.c
           LIBS zinc_toy LABELS "multirank;unit;ckpt" TIMEOUT 300)
 
+# zinc bench offload (issue 14's benchmark): argument errors and the shape of its rows.
+add_test(NAME bench_offload_cli COMMAND sh ${ZINC_ENGINE_TEST_DIR}/bench_offload.sh $<TARGET_FILE:zinc_cli>)
+set_tests_properties(bench_offload_cli PROPERTIES LABELS unit TIMEOUT 120)
+
 # ZeRO-Offload of the 16-bit parameters (issue 14, offload_param at stage 3): bitwise equal to
 # the device run, the memory split against `zinc estimate`, the device memory limit, the copy
 # volume, checkpoints across offload_param settings and world sizes.

@@ -75,6 +75,66 @@ static void test_memory(void)
     free(back);
 }
 
+/* The memory limit (zinc.device_memory_limit on cuda) and the asynchronous copies of the offload
+ * pipeline: downloads and uploads on the copy stream, fences reused past ZCU_COPY_EVENTS, pinned
+ * and pageable host memory, and a copy ordered after the compute stream's work before it. */
+static void test_limit_and_async(void)
+{
+    uint64_t base = D->in_use;
+    ZT_OK(zdev_set_limit(D, base + 4096));
+    void *p = D->iface->alloc(D, 4096);
+    ZT_CHECK(p != NULL && D->in_use == base + 4096, "alloc within the limit: %p, in use %llu", p,
+             (unsigned long long)D->in_use);
+    void *q = D->iface->alloc(D, 1);
+    ZT_CHECK(q == NULL && strstr(D->err, "device memory limit"), "alloc past the limit: %p '%s'", q,
+             D->err);
+    D->iface->free(D, p);
+    ZT_CHECK(D->in_use == base, "in use after free: %llu, want %llu", (unsigned long long)D->in_use,
+             (unsigned long long)base);
+    ZT_OK(zdev_set_limit(D, 0));
+
+    const size_t n = (1u << 22) + 5, parts = 3 * ZCU_COPY_EVENTS / 2, part = n / parts;
+    unsigned char *src = malloc(n), *dst = malloc(n);
+    zt_rng r = {7};
+    for (size_t i = 0; i < n; i++) src[i] = (unsigned char)zt_next(&r);
+    unsigned char *a = dalloc(n), *b = dalloc(n);
+    for (int pinned = 0; pinned < 2 && a && b; pinned++) {
+        if (pinned) {
+            ZT_OK(D->iface->pin_host(D, src, n));
+            ZT_OK(D->iface->pin_host(D, dst, n));
+        }
+        memset(dst, 0, n);
+        uint64_t t[3 * ZCU_COPY_EVENTS / 2];
+        for (size_t k = 0; k < parts; k++) {
+            size_t len = k == parts - 1 ? n - k * part : part;
+            ZT_OK(D->iface->upload_async(D, a + k * part, src + k * part, len));
+            ZT_OK(D->iface->copy_fence(D, &t[k]));
+        }
+        ZT_OK(D->iface->copy_join(D));
+        /* Queued on the compute stream after the join: sees every upload. */
+        ZT_OK(D->iface->copy(D, b, a, n));
+        /* Queued on the copy stream after the compute stream's copy above. */
+        for (size_t k = 0; k < parts; k++) {
+            size_t len = k == parts - 1 ? n - k * part : part;
+            ZT_OK(D->iface->download_async(D, dst + k * part, b + k * part, len));
+            ZT_OK(D->iface->copy_fence(D, &t[k]));
+        }
+        for (size_t k = 0; k < parts; k++) ZT_OK(D->iface->copy_wait(D, t[k]));
+        ZT_CHECK(!memcmp(src, dst, n), "async round trip differs (%s host memory)",
+                 pinned ? "pinned" : "pageable");
+        ZT_CHECK(D->iface->copy_wait(D, t[parts - 1] + 1) == ZINC_ERR_INVALID_ARG,
+                 "a ticket never handed out was accepted");
+        if (pinned) {
+            D->iface->unpin_host(D, src);
+            D->iface->unpin_host(D, dst);
+        }
+    }
+    D->iface->free(D, a);
+    D->iface->free(D, b);
+    free(src);
+    free(dst);
+}
+
 /* ---- adam ------------------------------------------------------------------------------------ */
 
 typedef struct adam_case {
@@ -349,6 +409,7 @@ int main(void)
 {
     D = zg_open_or_skip();
     test_memory();
+    test_limit_and_async();
     test_adam();
     test_stats();
     test_cast();

@@ -1,0 +1,236 @@
+/*
+ * bench_offload.c — `zinc bench offload`: the optimizer step with the state on the device and with
+ * offload_optimizer {"device": "cpu"}, side by side in one run, and where each one's time goes
+ * (zinc_step_seconds: reduce, stats, Adam, copies, gather).
+ *
+ * One rank (a world of one) on the cpu device: the engine of a synthetic model of --params
+ * elements in --groups equal groups, its gradient views filled with a fixed non-zero pattern
+ * before every step (outside the timing), then zinc_step timed. Without a GPU the "device" is
+ * host memory too, so the copies are memcpy and they cannot overlap the host Adam (the cpu
+ * device runs a copy when the host waits for it): the figures show what the offloaded step adds
+ * on one machine, not a GPU's PCIe transfers.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/device.h"
+#include "tools/bench.h"
+#include "tools/commands.h"
+#include "zinc.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: zinc bench offload [--params LIST] [--stage 1|2|3] [--dtype fp16|bf16|fp32]\n"
+            "                          [--groups G] [--repeat R] [--threads T] [--json]\n\n"
+            "The optimizer step of one rank with the Adam state on the device and with\n"
+            "zero_optimization.offload_optimizer {\"device\": \"cpu\"}, side by side, and the\n"
+            "split of each step (zinc_step_seconds), medians of R timed steps after one warm-up.\n\n"
+            "  --params LIST   comma-separated parameter counts (default 1e7,1e8)\n"
+            "  --stage S       ZeRO stage (default 2)\n"
+            "  --dtype D       working dtype (default bf16)\n"
+            "  --groups G      equal parameter groups, 1..1024 (default 16)\n"
+            "  --repeat R      timed steps, 1..100 (default 5)\n"
+            "  --threads T     cpu threads, 0 = online CPUs (default 0)\n"
+            "  --json          one JSON object per row on stdout\n\n"
+            "exit codes: 0 done, 1 runtime failure (e.g. out of memory), 2 bad usage\n");
+}
+
+typedef struct {
+    double step[100];                        /* per timed step, seconds */
+    double phase[100][ZINC_PHASE_COUNT];     /* per timed step */
+    uint64_t device_bytes, host_bytes;       /* allocated */
+} ob_result;
+
+/* Fills n elements of dtype dt at dst by repeating `pattern` (chunk elements). */
+static void fill_grad(void *dst, zinc_dtype dt, size_t n, const void *pattern, size_t chunk)
+{
+    size_t es = zinc_dtype_size(dt);
+    for (size_t off = 0; off < n; off += chunk) {
+        size_t k = n - off < chunk ? n - off : chunk;
+        memcpy((char *)dst + off * es, pattern, k * es);
+    }
+}
+
+static int run_one(long long params, int stage, zinc_dtype dt, int groups, int repeat, int threads,
+                   int offload, ob_result *out)
+{
+    char cfg[640];
+    snprintf(cfg, sizeof cfg,
+             "{\"train_micro_batch_size_per_gpu\": 1, \"gradient_accumulation_steps\": 1,"
+             " \"gradient_clipping\": 1.0,"
+             " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 1e-4, \"weight_decay\": 0.01}},"
+             " \"%s\": {\"enabled\": %s},"
+             " \"zero_optimization\": {\"stage\": %d, \"stage3_param_persistence_threshold\": 0%s}}",
+             dt == ZINC_DTYPE_FP16 ? "fp16" : "bf16", dt == ZINC_DTYPE_FP32 ? "false" : "true",
+             stage, offload ? ", \"offload_optimizer\": {\"device\": \"cpu\"}" : "");
+    zinc_engine_options_t o = {.config_json = cfg, .threads = threads};
+    zinc_engine_t *e = NULL;
+    zinc_status s = zinc_engine_create(&o, &e);
+    int *pid = calloc((size_t)groups, sizeof *pid);
+    enum { CHUNK = 1 << 16 };
+    void *pattern = malloc(CHUNK * 4);
+    if (!pid || !pattern) s = ZINC_ERR_NOMEM;
+    for (int g = 0; g < groups && s == ZINC_OK; g++) {
+        char name[32];
+        int gid;
+        snprintf(name, sizeof name, "layer%d", g);
+        s = zinc_group_add(e, name, &gid);
+        long long q = params / groups;
+        int64_t shape[1] = {g == groups - 1 ? params - q * (groups - 1) : q};
+        snprintf(name, sizeof name, "layer%d.w", g);
+        if (s == ZINC_OK) s = zinc_param_add(e, gid, name, 1, shape, dt, &pid[g]);
+    }
+    if (s == ZINC_OK) s = zinc_finalize(e);
+    /* Small gradients of both signs, well inside fp16's range: every step is applied. */
+    if (pattern)
+        for (size_t i = 0; i < CHUNK; i++)
+            zk_store(pattern, dt, i, 1e-3f * (float)((int)(i % 17) - 8));
+    for (int it = 0; it <= repeat && s == ZINC_OK; it++) {
+        for (int g = groups - 1; g >= 0 && s == ZINC_OK; g--) {
+            void *gv = NULL;
+            s = zinc_gather(e, g);
+            if (s == ZINC_OK) s = zinc_param_grad(e, pid[g], &gv);
+            if (s == ZINC_OK) fill_grad(gv, dt, (size_t)zinc_param_numel(e, pid[g]), pattern, CHUNK);
+            if (s == ZINC_OK) s = zinc_release(e, g);
+            if (s == ZINC_OK) s = zinc_grads_ready(e, g);
+        }
+        double before[ZINC_PHASE_COUNT], after[ZINC_PHASE_COUNT];
+        zinc_step_info_t info;
+        if (s == ZINC_OK) s = zinc_step_seconds(e, before);
+        double t0 = zb_now();
+        if (s == ZINC_OK) s = zinc_step(e, &info);
+        double t1 = zb_now();
+        if (s == ZINC_OK) s = zinc_step_seconds(e, after);
+        if (s == ZINC_OK && !info.applied) {
+            fprintf(stderr, "zinc bench offload: step %d was not applied\n", it);
+            s = ZINC_ERR_INTERNAL;
+        }
+        if (s == ZINC_OK && it > 0) {
+            out->step[it - 1] = t1 - t0;
+            for (int p = 0; p < ZINC_PHASE_COUNT; p++) out->phase[it - 1][p] = after[p] - before[p];
+        }
+    }
+    uint64_t planned[ZINC_MEM_COUNT], dev[ZINC_MEM_COUNT], host[ZINC_MEM_COUNT];
+    if (s == ZINC_OK) s = zinc_memory(e, planned, dev);
+    if (s == ZINC_OK) s = zinc_memory_host(e, planned, host);
+    out->device_bytes = out->host_bytes = 0;
+    for (int c = 0; c < ZINC_MEM_COUNT && s == ZINC_OK; c++) {
+        out->device_bytes += dev[c];
+        out->host_bytes += host[c];
+    }
+    if (s != ZINC_OK)
+        fprintf(stderr, "zinc bench offload: %lld params, stage %d, %s: %s: %s\n", params, stage,
+                offload ? "offload" : "device", zinc_status_string(s), zinc_last_error(e));
+    free(pid);
+    free(pattern);
+    zinc_engine_destroy(e);
+    return s == ZINC_OK ? 0 : 1;
+}
+
+static const char *const phase_names[ZINC_PHASE_COUNT] = {"reduce", "stats", "adam", "copy",
+                                                          "gather"};
+
+int bench_offload(int argc, char **argv)
+{
+    const char *cmd = "bench offload";
+    long long params[16], stage = 2, groups = 16, repeat = 5, threads = 0;
+    int np = zb_parse_list("1e7,1e8", params, 16, 1, 1LL << 40), json = 0;
+    zinc_dtype dt = ZINC_DTYPE_BF16;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        }
+        if (!strcmp(a, "--json")) {
+            json = 1;
+            continue;
+        }
+        if (!val) return zarg_usage_error(cmd, "%s needs a value", a);
+        if (!strcmp(a, "--params")) {
+            if ((np = zb_parse_list(val, params, 16, 1, 1LL << 40)) < 0)
+                return zarg_usage_error(cmd, "--params wants up to 16 counts >= 1, not '%s'", val);
+        } else if (!strcmp(a, "--stage")) {
+            if (zarg_int64(val, &stage) || stage < 1 || stage > 3)
+                return zarg_usage_error(cmd, "--stage wants 1, 2 or 3 (offload needs a sharded "
+                                        "optimizer state), not '%s'", val);
+        } else if (!strcmp(a, "--groups")) {
+            if (zarg_int64(val, &groups) || groups < 1 || groups > 1024)
+                return zarg_usage_error(cmd, "--groups wants 1..1024, not '%s'", val);
+        } else if (!strcmp(a, "--repeat")) {
+            if (zarg_int64(val, &repeat) || repeat < 1 || repeat > 100)
+                return zarg_usage_error(cmd, "--repeat wants 1..100, not '%s'", val);
+        } else if (!strcmp(a, "--threads")) {
+            if (zarg_int64(val, &threads) || threads < 0 || threads > 4096)
+                return zarg_usage_error(cmd, "--threads wants 0..4096, not '%s'", val);
+        } else if (!strcmp(a, "--dtype")) {
+            if (!strcmp(val, "fp16")) dt = ZINC_DTYPE_FP16;
+            else if (!strcmp(val, "bf16")) dt = ZINC_DTYPE_BF16;
+            else if (!strcmp(val, "fp32")) dt = ZINC_DTYPE_FP32;
+            else return zarg_usage_error(cmd, "--dtype is fp16, bf16 or fp32, not '%s'", val);
+        } else {
+            return zarg_usage_error(cmd, "unknown option '%s'", a);
+        }
+        i++;
+    }
+    for (int pi = 0; pi < np; pi++)
+        if (params[pi] < groups)
+            return zarg_usage_error(cmd, "--params %lld is fewer than --groups %lld", params[pi], groups);
+    if (!json)
+        printf("%12s %-8s %10s %8s %8s %8s %8s %8s %8s %10s %9s %9s\n", "params", "state",
+               "step ms", "reduce", "stats", "adam", "copy", "gather", "other", "vs device",
+               "dev GB", "host GB");
+    ob_result *r = calloc(2, sizeof *r);
+    if (!r) return 1;
+    for (int pi = 0; pi < np; pi++) {
+        /* Side by side: the device run, then the offloaded one, on the same model. */
+        for (int off = 0; off < 2; off++) {
+            if (!json) fprintf(stderr, "zinc bench offload: %lld params, %s ...\n", params[pi],
+                               off ? "offloaded" : "on the device");
+            if (run_one(params[pi], (int)stage, dt, (int)groups, (int)repeat, (int)threads, off,
+                        &r[off])) {
+                free(r);
+                return 1;
+            }
+        }
+        double med_step[2];
+        for (int off = 0; off < 2; off++) {
+            double t[100], ph[ZINC_PHASE_COUNT];
+            memcpy(t, r[off].step, (size_t)repeat * sizeof *t);
+            med_step[off] = zb_summarize(t, (int)repeat).median;
+            double sum = 0.0;
+            for (int p = 0; p < ZINC_PHASE_COUNT; p++) {
+                for (int k = 0; k < repeat; k++) t[k] = r[off].phase[k][p];
+                ph[p] = zb_summarize(t, (int)repeat).median;
+                sum += ph[p];
+            }
+            double other = med_step[off] - sum > 0.0 ? med_step[off] - sum : 0.0;
+            double ratio = med_step[off] / med_step[0];
+            if (json) {
+                printf("{\"bench\": \"offload\", \"params\": %lld, \"stage\": %lld, \"dtype\": "
+                       "\"%s\", \"groups\": %lld, \"threads\": %lld, \"offload\": %s, "
+                       "\"repeat\": %lld, \"step_ms_median\": %.4f, ",
+                       params[pi], stage, zinc_dtype_name(dt), groups, threads,
+                       off ? "true" : "false", repeat, 1e3 * med_step[off]);
+                for (int p = 0; p < ZINC_PHASE_COUNT; p++)
+                    printf("\"%s_ms_median\": %.4f, ", phase_names[p], 1e3 * ph[p]);
+                printf("\"other_ms\": %.4f, \"ratio_vs_device\": %.4f, \"device_bytes\": %llu, "
+                       "\"host_bytes\": %llu}\n",
+                       1e3 * other, ratio, (unsigned long long)r[off].device_bytes,
+                       (unsigned long long)r[off].host_bytes);
+            } else {
+                printf("%12lld %-8s %10.2f", params[pi], off ? "offload" : "device",
+                       1e3 * med_step[off]);
+                for (int p = 0; p < ZINC_PHASE_COUNT; p++) printf(" %8.2f", 1e3 * ph[p]);
+                printf(" %8.2f %10.3f %9.3f %9.3f\n", 1e3 * other, ratio,
+                       (double)r[off].device_bytes / 1e9, (double)r[off].host_bytes / 1e9);
+            }
+        }
+        fflush(stdout);
+    }
+    free(r);
+    return 0;
+}
