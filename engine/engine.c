@@ -135,6 +135,20 @@ static zinc_status open_cuda(zinc_engine_t *e)
     return s;
 }
 
+/* Keeps the config's warnings for zinc_config_warnings: a front-end (the Python package) hands
+ * them to its own warning machinery instead of leaving them on stderr only. */
+static zinc_status keep_warnings(zinc_engine_t *e, const zcfg_diag *d)
+{
+    size_t n = 1;
+    for (int i = 0; i < d->nwarnings; i++) n += strlen(d->warnings[i]) + 1;
+    e->config_warnings = malloc(n);
+    if (!e->config_warnings) return zerr_thread(ZINC_ERR_NOMEM, "zinc_engine_create: out of memory");
+    char *w = e->config_warnings;
+    for (int i = 0; i < d->nwarnings; i++) w += sprintf(w, "%s\n", d->warnings[i]);
+    *w = '\0';
+    return ZINC_OK;
+}
+
 zinc_status zinc_engine_create(const zinc_engine_options_t *opt, zinc_engine_t **out)
 {
     if (!out) return zerr_thread(ZINC_ERR_INVALID_ARG, "zinc_engine_create: out is NULL");
@@ -174,6 +188,7 @@ zinc_status zinc_engine_create(const zinc_engine_options_t *opt, zinc_engine_t *
                          : zcfg_parse_text(opt->config_json, NULL, &ov, &e->cfg, &diag);
     if (s == ZINC_OK && e->rank == 0)
         for (int i = 0; i < diag.nwarnings; i++) zlog(ZLOG_WARN, "config", -1, "%s", diag.warnings[i]);
+    if (s == ZINC_OK) s = keep_warnings(e, &diag);
     if (s == ZINC_ERR_CONFIG) s = config_rejected(&diag, "zinc_engine_create");
     else if (s != ZINC_OK && diag.nerrors)
         s = zerr_thread(s, "zinc_engine_create: %s", diag.errors[0]);
@@ -252,6 +267,7 @@ void zinc_engine_destroy(zinc_engine_t *e)
     free(e->bucket_owner);
     free(e->gather_owner);
     free(e->trace);
+    free(e->config_warnings);
     free(e);
 }
 
@@ -844,6 +860,11 @@ zinc_status zinc_mean_over_ranks(zinc_engine_t *e, double *values, int n)
 const char *zinc_last_error(const zinc_engine_t *e)
 {
     return e ? e->err : zerr_thread_message();
+}
+
+const char *zinc_config_warnings(const zinc_engine_t *e)
+{
+    return e && e->config_warnings ? e->config_warnings : "";
 }
 
 /* ---- the view for the layer above (view.h) ----------------------------------------------- */

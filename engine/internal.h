@@ -112,11 +112,14 @@ struct zinc_engine {
     uint64_t host_allocated[ZINC_MEM_COUNT];
     uint64_t offload_bytes[2];    /* step copies since finalize: [0] device->host, [1] host->device */
     double phase_s[ZINC_PHASE_COUNT]; /* zinc_step_seconds */
+    int grads_downloaded;         /* groups whose gradient zinc_grads_ready queued device -> host
+                                     in this accumulation's last micro-step (stages 2-3) */
     int *ochunk;                  /* [nochunk + 1]: first group of each pipeline chunk, then ngroups */
     int nochunk;
     void *pinned[2];              /* host buffers pinned on the device (pin_memory), to unpin */
 
     zengine_state st;
+    char *config_warnings;        /* the config's warnings at create, one per line; "" when none */
     char err[1024];
 };
 
@@ -150,10 +153,14 @@ void zmem_plan(const zplan *p, int stage, zinc_dtype dtype, int offload, int nbu
 /* At finalize, after the device blocks: opens the host device and allocates the host state. */
 zinc_status zoffload_alloc(zinc_engine_t *e);
 void zoffload_free(zinc_engine_t *e);
-/* The step's update with the state on the host: grad shard device->host, the fused Adam on the
- * host (args `a` with the scalars set), the 16-bit result host->device into param16's own
- * slices. The all-gather (stages 1-2) or the persistent refresh (stage 3) is the caller's. */
-zinc_status zoffload_adam(zinc_engine_t *e, zk_adam_args *a);
+/* The step's update with the state on the host: grad shard device->host (unless predownloaded:
+ * zoffload_grad_ready queued every group's already), the fused Adam on the host (args `a` with
+ * the scalars set), the 16-bit result host->device into param16's own slices. The all-gather
+ * (stages 1-2) or the persistent refresh (stage 3) is the caller's. */
+zinc_status zoffload_adam(zinc_engine_t *e, zk_adam_args *a, int predownloaded);
+/* Stages 2-3, zinc_grads_ready in the last micro-step of an accumulation: queues the group's
+ * final gradient slice device -> host, so the copy overlaps the rest of backward. */
+zinc_status zoffload_grad_ready(zinc_engine_t *e, int group);
 /* zeng_refresh_params' first half with host state: param16's own slices from the master. */
 zinc_status zoffload_refresh_own(zinc_engine_t *e);
 /* The host 16-bit shard with offload_param (h_param16, or the host master in fp32 mode). */

@@ -157,7 +157,7 @@ static zinc_status download_groups(zinc_engine_t *e, int g0, int g1)
         zinc_status s = e->dev->iface->download_async(e->dev, (char *)e->h_grad + G->shard_off * d,
                                                       (const char *)e->grad + off * d, G->slice * d);
         if (s != ZINC_OK)
-            return zeng_fail(e, s, "zinc_step: offload: downloading the gradient of group '%s': %s",
+            return zeng_fail(e, s, "offload: downloading the gradient of group '%s': %s",
                              G->name, e->dev->err);
         e->offload_bytes[0] += G->slice * d;
     }
@@ -190,7 +190,14 @@ static zinc_status copy_fail(zinc_engine_t *e, zinc_status s, const char *what)
     return zeng_fail(e, s, "zinc_step: offload: %s: %s", what, e->dev->err);
 }
 
-zinc_status zoffload_adam(zinc_engine_t *e, zk_adam_args *a)
+zinc_status zoffload_grad_ready(zinc_engine_t *e, int group)
+{
+    zinc_status s = download_groups(e, group, group + 1);
+    if (s == ZINC_OK) e->grads_downloaded++;
+    return s;
+}
+
+zinc_status zoffload_adam(zinc_engine_t *e, zk_adam_args *a, int predownloaded)
 {
     const zdev_iface_t *D = e->dev->iface;
     const zplan_group *groups = e->plan.groups;
@@ -200,9 +207,10 @@ zinc_status zoffload_adam(zinc_engine_t *e, zk_adam_args *a)
     zinc_status s = ZINC_OK;
     double t = zeng_now();
     for (int c = 0; c < e->nochunk; c++) {
-        /* Keep ZOFF_AHEAD chunks of gradient on their way down. */
+        /* Keep ZOFF_AHEAD chunks of gradient on their way down (already queued, during
+         * backward, when predownloaded: then the first fence covers them all). */
         for (; queued < e->nochunk && queued < c + ZOFF_AHEAD; queued++) {
-            s = download_groups(e, e->ochunk[queued], e->ochunk[queued + 1]);
+            s = predownloaded ? ZINC_OK : download_groups(e, e->ochunk[queued], e->ochunk[queued + 1]);
             if (s != ZINC_OK) return s;
             if ((s = D->copy_fence(e->dev, &ticket[queued % ZOFF_AHEAD])) != ZINC_OK)
                 return copy_fail(e, s, "copy fence");

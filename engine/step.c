@@ -117,6 +117,9 @@ zinc_status zinc_grads_ready(zinc_engine_t *e, int group)
     if (s != ZINC_OK) return zeng_fail(e, s, "zinc_grads_ready: %s", e->dev->err);
     e->bucket_owner[gs->bucket] = -1;
     gs->bucket = -1;
+    /* Offload: in the micro-step that ends the accumulation the group's shard slice is final, so
+     * its download starts now and runs during the rest of backward (zoffload_adam waits). */
+    if (e->offload && e->st.micro >= e->cfg.grad_accum - 1) return zoffload_grad_ready(e, group);
     return ZINC_OK;
 }
 
@@ -237,8 +240,10 @@ static zinc_status gather_params(zinc_engine_t *e)
     return ZINC_OK;
 }
 
+/* predownloaded: offload only, every group's gradient was queued device -> host by
+ * zinc_grads_ready (stages 2-3). */
 static zinc_status apply_adam(zinc_engine_t *e, float lr, float beta1, float beta2,
-                              float grad_scale)
+                              float grad_scale, int predownloaded)
 {
     const zcfg_optim *o = &e->cfg.optim;
     zk_adam_args a = {
@@ -260,7 +265,7 @@ static zinc_status apply_adam(zinc_engine_t *e, float lr, float beta1, float bet
     if (e->offload) {
         /* Master, m, v on the host: the same kernel there, copies each way (offload.c, which
          * times its Adam and its waits for the copies). */
-        s = zoffload_adam(e, &a);
+        s = zoffload_adam(e, &a, predownloaded);
         if (s != ZINC_OK) return s;
         t = zeng_now();
         s = e->stage == 3 ? zgather_refresh_persistent(e, 1) : gather_params(e);
@@ -352,6 +357,8 @@ zinc_status zinc_step(zinc_engine_t *e, zinc_step_info_t *info)
     }
     e->st.micro = 0;
     info->boundary = 1;
+    int predownloaded = e->offload && e->grads_downloaded == e->plan.ngroups;
+    e->grads_downloaded = 0;
 
     double t = zeng_now();
     s = reduce_grads(e);
@@ -383,7 +390,8 @@ zinc_status zinc_step(zinc_engine_t *e, zinc_step_info_t *info)
     /* OneCycle with cycle_momentum drives the betas, as DeepSpeed does; otherwise the config's. */
     double beta1 = zsched_beta1(&e->cfg.sched, e->cfg.optim.beta1, e->st.step);
     double beta2 = zsched_beta2(&e->cfg.sched, e->cfg.optim.beta2, e->st.step);
-    s = apply_adam(e, (float)info->lr, (float)beta1, (float)beta2, (float)(1.0 / (scale * coef)));
+    s = apply_adam(e, (float)info->lr, (float)beta1, (float)beta2, (float)(1.0 / (scale * coef)),
+                   predownloaded);
     if (s != ZINC_OK) return s;
     e->st.step++;
     info->applied = 1;

@@ -158,6 +158,12 @@ ZINC_API void zinc_engine_destroy(zinc_engine_t *e);
  * Valid until the next failing call on the same engine/thread. */
 ZINC_API const char *zinc_last_error(const zinc_engine_t *e);
 
+/* The warnings of the config this engine was created from (a key accepted without effect, an
+ * override replacing the file's value, ...), one "key.path: what" line each, every line ending
+ * in '\n'; "" when there were none or e is NULL. The same lines rank 0 logs at create; every
+ * rank has them. Owned by the engine, valid until zinc_engine_destroy. */
+ZINC_API const char *zinc_config_warnings(const zinc_engine_t *e);
+
 /* ---- registration (before zinc_finalize) -------------------------------------------------- */
 
 /* Adds a parameter group (typically one layer). Groups are the unit of gathering, reduction and
@@ -287,11 +293,13 @@ ZINC_API zinc_status zinc_memory_host(const zinc_engine_t *e, uint64_t planned[Z
 
 /* Bytes the optimizer steps copied between device and host for offload_optimizer since finalize:
  * *to_host counts the gradient shards downloaded, *to_device the 16-bit parameter shards
- * uploaded (one of each per applied step; a skipped step copies nothing; copies made by
- * zinc_param_set/get and checkpoint loads are not counted). With offload_param (stage 3) the
- * step uploads nothing but the persistent groups' own slices, and *to_device also counts the own
- * slice each zinc_gather (or its prefetch) uploads to gather a group. 0 and 0 without offload.
- * Either pointer may be NULL. */
+ * uploaded: one of each per applied step. At stages 2-3 a group's gradient goes down in
+ * zinc_grads_ready of the accumulation's last micro-step (overlapping the rest of backward), so
+ * it is counted also when the step then overflows and is skipped; at stage 1 a skipped step
+ * copies nothing. With offload_param (stage 3) the step uploads nothing but the persistent
+ * groups' own slices, and *to_device also counts the own slice each zinc_gather (or its
+ * prefetch) uploads to gather a group. Copies made by zinc_param_set/get and checkpoint loads are
+ * not counted. 0 and 0 without offload. Either pointer may be NULL. */
 ZINC_API zinc_status zinc_offload_bytes(const zinc_engine_t *e, uint64_t *to_host,
                                         uint64_t *to_device);
 

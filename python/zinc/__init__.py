@@ -14,6 +14,8 @@ does the sharding, reduction, loss scaling, clipping, Adam/AdamW and checkpoints
 only hands it the model's tensors. docs/python.md says what is offered and what is not yet.
 """
 from ._lib import ZincError  # noqa: F401
-from .engine import Engine, init_distributed, initialize, world_size  # noqa: F401
+from .engine import (Engine, ZincConfigWarning, init_distributed, initialize,  # noqa: F401
+                     register_external_parameter, world_size)
 
-__all__ = ["initialize", "init_distributed", "world_size", "Engine", "ZincError"]
+__all__ = ["initialize", "init_distributed", "world_size", "Engine", "ZincError",
+           "ZincConfigWarning", "register_external_parameter"]

@@ -77,6 +77,7 @@ _sig = {
     "zinc_engine_create": (ctypes.c_int, [ctypes.POINTER(EngineOptions), ctypes.POINTER(ctypes.c_void_p)]),
     "zinc_engine_destroy": (None, [ctypes.c_void_p]),
     "zinc_last_error": (ctypes.c_char_p, [ctypes.c_void_p]),
+    "zinc_config_warnings": (ctypes.c_char_p, [ctypes.c_void_p]),
     "zinc_group_add": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_int)]),
     "zinc_param_add": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_int,
                                       ctypes.POINTER(ctypes.c_int64), ctypes.c_int,

@@ -3,32 +3,59 @@
 How the model and zinc share memory:
 - Every module that owns parameters becomes one zinc group (registered in module order), every
   parameter one zinc parameter of the config's working dtype (fp32, or fp16/bf16 when enabled).
-- After zinc_finalize the parameters' values are set from the model (zinc_param_set), and each
-  `param.data` becomes a view of zinc's working copy (zinc_param_data): no copy per step — the
-  step writes the new weights where the model reads them.
+  A parameter shared by several modules (a tied head) is registered once, with the first.
+- After zinc_finalize the parameters' values are set from the model (zinc_param_set). Stages
+  0-2: each `param.data` becomes a view of zinc's working copy (zinc_param_data): no copy per
+  step — the step writes the new weights where the model reads them.
 - engine.backward(loss) scales the loss by zinc_loss_multiplier (loss scale / accumulation steps,
-  as DeepSpeed does), runs autograd into ordinary `.grad` tensors, then hands each group over —
-  last group first, as a backward pass finishes them — by adding its gradients into zinc's
-  gradient views and calling zinc_grads_ready (at stages 2-3 that reduce-scatters the group).
+  as DeepSpeed does) and runs autograd. A hook on each parameter's AccumulateGrad node (kept
+  alive by the engine, so autograd reuses it) notes when its gradient is accumulated; when a
+  group's parameters all have theirs, the group is handed over at once — gradients added into
+  zinc's gradient views, `.grad` dropped, zinc_grads_ready — so at stages 2-3 the reduce-scatter
+  runs while autograd goes on with the earlier layers. Groups that got no gradient in this
+  backward (unused parameters) are handed over with a zero gradient after autograd, last group
+  first: every rank makes the same collective calls in the same order.
 - engine.step() is zinc_step: at the accumulation boundary reduce, clip, Adam/AdamW, gather.
 
-Stage 3: zinc holds only the rank's shard between steps; a forward pre-hook per module gathers
-its group into tensors torch owns (what autograd saves for backward stays valid) and releases it
-in zinc at once. So parameters are sharded between steps, but a step's peak holds the whole
-model's parameters, as at stage 2 (re-gathering in backward, DeepSpeed's way, is not done yet).
-Not yet either: overlap of the reduce-scatter with backward (the hand-over runs after autograd),
-CUDA. What is absent raises NotImplementedError rather than doing something else.
+Stage 3 (DeepSpeed's scheme, built from forward hooks and autograd Functions so that it works on
+torch 1.13, which has no backward pre-hooks for modules, as on current torch):
+- Between steps the parameters hold no memory (`param.data` is an empty tensor); zinc holds the
+  rank's shard.
+- A forward pre-hook gathers the module's group (zinc_gather) and sets `param.data` to a copy
+  torch owns, then releases zinc's buffer at once; the forward post-hook empties `param.data`
+  again and passes every output tensor that requires grad through `_Regather`, whose backward
+  gathers the group back before the module's own backward runs. Autograd saves the Parameter
+  itself for most ops, so restoring `param.data` makes the saved tensor valid again; `nn.Linear`,
+  whose functional form saves a transposed view of the weight (which would keep the forward's
+  copy alive), runs through `_Linear`, which saves the Parameter.
+- Copies, not views of zinc's gather buffer: a view saved by autograd (`w.t()`) would read
+  another group's values once zinc reuses the buffer; a copy stays valid. zinc_gather is still
+  called in module order, so zinc's traced prefetch applies.
+- After backward a group is emptied as soon as its gradients are handed over (no later backward
+  node can need a parameter whose gradient is complete).
+- The first micro-step is the trace: its forward keeps every gathered group until backward, and
+  records (through saved-tensor hooks) parameters that a module's forward saves for backward
+  while no module owning them is running — the tied embedding read by the top module's head.
+  From then on that module gathers such a group with its own (DeepSpeed's "external
+  parameters"; zinc.register_external_parameter declares one by hand).
+- A module called more than once per forward gathers its group again at each call.
+What is absent raises NotImplementedError rather than doing something else.
 """
 import atexit
 import ctypes
 import json
 import os
+import warnings
 import weakref
 
 import torch
 
 from ._lib import (ZINC_ERR_MISMATCH, EngineOptions, LoadOptions, SaveOptions, StepInfo, ZincError,
                    check, lib)
+
+
+class ZincConfigWarning(UserWarning):
+    """A warning zinc gave about the config (a key accepted without effect, an override, ...)."""
 
 _TORCH_DTYPE = {0: torch.float32, 1: torch.float16, 2: torch.bfloat16}
 _CTYPE = {0: ctypes.c_float, 1: ctypes.c_uint16, 2: ctypes.c_uint16}
@@ -91,6 +118,79 @@ def _batch_rule(cfg, world):
     return mb, ga
 
 
+def _storage_ptr(t):
+    """The address of the storage a tensor lives in (0 for an empty one)."""
+    st = t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage()
+    return st.data_ptr()
+
+
+def register_external_parameter(module, parameter):
+    """DeepSpeed's zero.register_external_parameter: `module`'s forward reads `parameter`, which
+    another module owns; at stage 3 the module gathers it with its own. Needed only for reads
+    the first micro-step's trace cannot see (a read autograd does not save, e.g. under no_grad).
+    Call it before zinc.initialize (DeepSpeed users call it in the module's __init__)."""
+    ext = module.__dict__.setdefault("_zinc_external_params", [])
+    if all(q is not parameter for q in ext):
+        ext.append(parameter)
+
+
+class _Regather(torch.autograd.Function):
+    """Identity on a module's output; its backward gathers the module's groups again before the
+    module's own backward runs (stage 3)."""
+
+    @staticmethod
+    def forward(ctx, engine, groups, t):
+        ctx.engine, ctx.groups = engine, groups
+        return t.detach()
+
+    @staticmethod
+    def backward(ctx, grad):
+        for gi in ctx.groups:
+            ctx.engine._materialize(gi)
+        return None, None, grad
+
+
+class _Linear(torch.autograd.Function):
+    """nn.Linear at stage 3: saves the weight Parameter itself (F.linear saves the view w.t(),
+    which would keep the forward's gathered copy alive until backward)."""
+
+    @staticmethod
+    def forward(ctx, x, w, b):
+        ctx.save_for_backward(x, w)
+        ctx.has_bias = b is not None
+        return torch.nn.functional.linear(x, w, b)
+
+    @staticmethod
+    def backward(ctx, g):
+        x, w = ctx.saved_tensors
+        gx = gw = gb = None
+        if ctx.needs_input_grad[0]:
+            gx = g.matmul(w)
+        g2 = g.reshape(-1, g.shape[-1])
+        if ctx.needs_input_grad[1]:
+            gw = g2.t().matmul(x.reshape(-1, x.shape[-1]))
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            gb = g2.sum(0)
+        return gx, gw, gb
+
+
+def _linear_forward(self, x):
+    return _Linear.apply(x, self.weight, self.bias)
+
+
+class _Group:
+    """One zinc group on the Python side: its parameters and, at stage 3, whether torch holds
+    them gathered now."""
+
+    def __init__(self, gid, params):
+        self.gid = gid
+        self.params = params      # [(param id, name, tensor)]
+        self.live = False         # stage 3: param.data holds the gathered values
+        self.holds = 0            # stage 3: forwards running that need the group
+        self.got = set()          # param ids whose gradient autograd accumulated this backward
+        self.done = False         # handed over (zinc_grads_ready) this micro-step
+
+
 class _Optimizer:
     """What initialize returns as the optimizer: zinc runs Adam/AdamW itself in engine.step()."""
 
@@ -145,26 +245,38 @@ class Engine(torch.nn.Module):
         e = self._e
         self._stage = lib.zinc_engine_stage(e)
         self._code = lib.zinc_engine_dtype(e)
+        if lib.zinc_engine_rank(e) == 0:
+            for line in lib.zinc_config_warnings(e).decode(errors="replace").splitlines():
+                warnings.warn(f"zinc config: {line}", ZincConfigWarning, stacklevel=3)
         wanted = None if model_parameters is None else {id(p) for p in model_parameters}
         self._groups = []          # [(group id, [(param id, name, tensor)])]
-        modules = []               # the module of each group, in the same order
+        self._g = []               # [_Group], the same order
+        self._group_of = {}        # id(param) -> index into self._g
+        self._needs = {}           # module -> indices of the groups its forward reads
         for mname, mod in model.named_modules():
-            own = [(n, p) for n, p in mod.named_parameters(recurse=False)
-                   if p.requires_grad and (wanted is None or id(p) in wanted)]
-            if not own:
-                continue
-            g = ctypes.c_int()
-            self._call(lib.zinc_group_add(e, (mname or "root").encode(), ctypes.byref(g)))
-            params = []
-            for n, p in own:
-                full = f"{mname}.{n}" if mname else n
-                shape = (ctypes.c_int64 * max(1, p.dim()))(*(p.shape if p.dim() else (1,)))
-                pid = ctypes.c_int()
-                self._call(lib.zinc_param_add(e, g.value, full.encode(), max(1, p.dim()), shape,
-                                              self._code, ctypes.byref(pid)))
-                params.append((pid.value, full, p))
-            self._groups.append((g.value, params))
-            modules.append(mod)
+            own, shared = [], []
+            for n, p in mod.named_parameters(recurse=False):
+                if not p.requires_grad or (wanted is not None and id(p) not in wanted):
+                    continue
+                (shared if id(p) in self._group_of else own).append((n, p))
+            needs = sorted({self._group_of[id(p)] for _, p in shared})
+            if own:
+                g = ctypes.c_int()
+                self._call(lib.zinc_group_add(e, (mname or "root").encode(), ctypes.byref(g)))
+                params = []
+                for n, p in own:
+                    full = f"{mname}.{n}" if mname else n
+                    shape = (ctypes.c_int64 * max(1, p.dim()))(*(p.shape if p.dim() else (1,)))
+                    pid = ctypes.c_int()
+                    self._call(lib.zinc_param_add(e, g.value, full.encode(), max(1, p.dim()),
+                                                  shape, self._code, ctypes.byref(pid)))
+                    params.append((pid.value, full, p))
+                    self._group_of[id(p)] = len(self._g)
+                self._groups.append((g.value, params))
+                needs = [len(self._g)] + needs
+                self._g.append(_Group(g.value, params))
+            if needs:
+                self._needs[mod] = needs
         if not self._groups:
             raise ValueError("zinc.initialize: the model has no trainable parameters")
         self._call(lib.zinc_finalize(e))
@@ -174,6 +286,8 @@ class Engine(torch.nn.Module):
                 self._call(lib.zinc_param_set(e, pid, ctypes.c_void_p(src.data_ptr())))
         self._check_same_weights()
         self._shapes = {pid: p.shape for _, ps in self._groups for pid, _, p in ps}
+        self._hooks = []
+        self._in_backward = False
         if self._stage < 3:
             for _, params in self._groups:
                 for pid, name, p in params:
@@ -181,12 +295,12 @@ class Engine(torch.nn.Module):
                     self._call(lib.zinc_param_data(e, pid, ctypes.byref(ptr)))
                     p.data = _view(ptr.value, p.numel(), self._code, p.shape)
         else:
-            # Stage 3: between steps a rank holds only its shard (inside zinc); each module's
-            # parameters are gathered just before its forward into tensors torch owns (so what
-            # autograd saves for backward stays valid) and released in zinc at once.
-            self._hooks = [mod.register_forward_pre_hook(self._gather_hook(g, params))
-                           for (g, params), mod in zip(self._groups, modules)]
-            self._drop_params()
+            for _, params in self._groups:
+                for _, _, p in params:
+                    p.data = p.data.to(_TORCH_DTYPE[self._code])
+        self._watch_gradients()
+        if self._stage == 3:
+            self._setup_stage3(model)
         self._info = StepInfo()
         self._steps = 0
         lr = self._cfg.get("optimizer", {}).get("params", {}).get("lr")
@@ -198,25 +312,165 @@ class Engine(torch.nn.Module):
     def _call(self, status):
         check(status, self._e)
 
-    def _gather_hook(self, g, params):
-        def hook(module, inputs):
-            e = self._e
-            self._call(lib.zinc_gather(e, g))
-            try:
-                for pid, _, p in params:
-                    ptr = ctypes.c_void_p()
-                    self._call(lib.zinc_param_data(e, pid, ctypes.byref(ptr)))
-                    shape = self._shapes[pid]
-                    p.data = _view(ptr.value, _numel(shape), self._code, shape).clone()
-            finally:
-                self._call(lib.zinc_release(e, g))
+    def _watch_gradients(self):
+        """A hook on every parameter's AccumulateGrad node: it fires once per backward, after all
+        of the parameter's gradient contributions are summed into `.grad`. The engine keeps the
+        nodes (autograd holds them only weakly between graphs), so every backward reuses them.
+        Created while `param.data` has its full shape and final dtype: a node remembers both."""
+        self._acc_nodes = []
+        for gi, G in enumerate(self._g):
+            for pid, _, p in G.params:
+                node = p.expand_as(p).grad_fn.next_functions[0][0]
+                self._hooks.append(node.register_hook(self._accumulated_hook(gi, pid)))
+                self._acc_nodes.append(node)
+                if self._stage == 3:
+                    self._hooks.append(p.register_hook(self._incoming_hook(gi)))
+
+    def _accumulated_hook(self, gi, pid):
+        def hook(*_):
+            G = self._g[gi]
+            if not self._in_backward or G.done:
+                return
+            G.got.add(pid)
+            if len(G.got) == len(G.params):
+                self._hand_over(gi)
         return hook
+
+    def _incoming_hook(self, gi):
+        # Stage 3: a gradient reaching a parameter whose group no _Regather gathered (its module's
+        # output was not a tensor we could wrap): AccumulateGrad needs the full-shaped parameter.
+        def hook(grad):
+            if self._in_backward:
+                self._materialize(gi)
+        return hook
+
+    def _hand_over(self, gi):
+        """Adds the group's gradients into zinc's views, drops `.grad`, zinc_grads_ready."""
+        G, e = self._g[gi], self._e
+        for pid, _, p in G.params:
+            if p.grad is not None:
+                ptr = ctypes.c_void_p()
+                self._call(lib.zinc_param_grad(e, pid, ctypes.byref(ptr)))
+                shape = self._shapes[pid]
+                _view(ptr.value, _numel(shape), self._code, shape).add_(p.grad.to(p.dtype))
+                p.grad = None
+        self._call(lib.zinc_grads_ready(e, G.gid))
+        G.done = True
+        if self._stage == 3 and G.holds == 0:
+            self._dematerialize(gi)
+
+    # ---- stage 3 ----
+
+    def _setup_stage3(self, model):
+        self._empty = torch.empty(0, dtype=_TORCH_DTYPE[self._code])
+        self._stack = []           # modules whose forward is running, outermost first
+        self._adopted = {}         # module -> groups it reads that other modules own
+        self._tracing = True       # the first micro-step: record reads of other modules' groups
+        self._ptr_group = {}       # tracing: storage address of a gathered copy -> group index
+        self._saved_ctx = None
+        self._linears = []
+        for mod in model.modules():
+            ext = [self._group_of[id(q)] for q in mod.__dict__.get("_zinc_external_params", [])
+                   if id(q) in self._group_of]
+            if ext:
+                self._adopted[mod] = set(ext)
+        hooked = list(self._needs) + [m for m in self._adopted if m not in self._needs]
+        for mod in hooked + ([model] if model not in hooked else []):
+            self._hooks.append(mod.register_forward_pre_hook(self._pre_hook))
+            self._hooks.append(mod.register_forward_hook(self._post_hook))
+            if (isinstance(mod, torch.nn.Linear) and type(mod).forward is torch.nn.Linear.forward
+                    and "forward" not in mod.__dict__):
+                mod.forward = _linear_forward.__get__(mod)
+                self._linears.append(mod)
+        self._drop_params()
+
+    def _groups_of(self, mod):
+        need = self._needs.get(mod, [])
+        more = self._adopted.get(mod)
+        return need + sorted(more.difference(need)) if more else need
+
+    def _pre_hook(self, mod, inputs):
+        if self._tracing and not self._stack and torch.is_grad_enabled():
+            self._saved_ctx = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t)
+            self._saved_ctx.__enter__()
+        self._stack.append(mod)
+        for gi in self._groups_of(mod):
+            self._materialize(gi)
+            self._g[gi].holds += 1
+
+    def _post_hook(self, mod, inputs, out):
+        if self._stack and self._stack[-1] is mod:
+            self._stack.pop()
+        groups = tuple(self._groups_of(mod))
+        for gi in groups:
+            G = self._g[gi]
+            G.holds = max(0, G.holds - 1)
+            if G.holds == 0 and not self._tracing:
+                self._dematerialize(gi)
+        if not self._stack and self._saved_ctx is not None:
+            self._saved_ctx.__exit__(None, None, None)
+            self._saved_ctx = None
+        if groups and torch.is_grad_enabled():
+            return self._wrap(out, groups)
+        return out
+
+    def _wrap(self, out, groups):
+        if isinstance(out, torch.Tensor):
+            return _Regather.apply(self, groups, out) if out.requires_grad else out
+        if isinstance(out, tuple):
+            items = [self._wrap(o, groups) for o in out]
+            return type(out)(*items) if hasattr(out, "_fields") else tuple(items)
+        if isinstance(out, list):
+            return [self._wrap(o, groups) for o in out]
+        if isinstance(out, dict):
+            for k in list(out.keys()):
+                out[k] = self._wrap(out[k], groups)
+        return out
+
+    def _pack(self, t):
+        """Tracing: a tensor autograd saves. If it lives in a group's gathered copy and no
+        module reading that group is running, the innermost running module adopts the group."""
+        try:
+            gi = self._ptr_group.get(_storage_ptr(t)) if t.numel() else None
+        except (RuntimeError, NotImplementedError):    # a tensor without storage (sparse, ...)
+            gi = None
+        if gi is not None and self._stack and all(gi not in self._groups_of(m) for m in self._stack):
+            self._adopted.setdefault(self._stack[-1], set()).add(gi)
+        return t
+
+    def _materialize(self, gi):
+        """Stage 3: zinc_gather the group, copy it into `param.data`, zinc_release."""
+        G, e = self._g[gi], self._e
+        if G.live:
+            return
+        self._call(lib.zinc_gather(e, G.gid))
+        try:
+            for pid, _, p in G.params:
+                ptr = ctypes.c_void_p()
+                self._call(lib.zinc_param_data(e, pid, ctypes.byref(ptr)))
+                shape = self._shapes[pid]
+                p.data = _view(ptr.value, _numel(shape), self._code, shape).clone()
+                if self._tracing:
+                    self._ptr_group[_storage_ptr(p.data)] = gi
+        finally:
+            self._call(lib.zinc_release(e, G.gid))
+        G.live = True
+
+    def _dematerialize(self, gi):
+        G = self._g[gi]
+        if G.live:
+            for _, _, p in G.params:
+                p.data = self._empty
+            G.live = False
 
     def _drop_params(self):
         """Stage 3, between steps: the model holds no parameter memory (zinc holds the shard)."""
-        for _, params in self._groups:
-            for _, _, p in params:
-                p.data = torch.empty(0, dtype=_TORCH_DTYPE[self._code])
+        for gi, G in enumerate(self._g):
+            G.live = True
+            G.holds = 0
+            self._dematerialize(gi)
+        self._stack = []
+        self._ptr_group.clear()
 
     def memory(self):
         """zinc's memory of this rank by category: {name: (planned bytes, allocated bytes)}."""
@@ -254,6 +508,8 @@ class Engine(torch.nn.Module):
                     p.data = p.data.clone()
             for h in getattr(self, "_hooks", []):
                 h.remove()
+            for mod in getattr(self, "_linears", []):
+                mod.__dict__.pop("forward", None)
             lib.zinc_engine_destroy(self._e)
             self._e = ctypes.c_void_p()
 
@@ -266,19 +522,30 @@ class Engine(torch.nn.Module):
         return self.module(*inputs, **kwargs)
 
     def backward(self, loss):
-        """Scales the loss as DeepSpeed does, runs autograd, and hands every group's gradient
-        to zinc (last group first)."""
-        (loss * lib.zinc_loss_multiplier(self._e)).backward()
-        e = self._e
-        for g, params in reversed(self._groups):
-            for pid, name, p in params:
-                ptr = ctypes.c_void_p()
-                self._call(lib.zinc_param_grad(e, pid, ctypes.byref(ptr)))
-                if p.grad is not None:
-                    shape = self._shapes[pid]
-                    _view(ptr.value, _numel(shape), self._code, shape).add_(p.grad.to(p.dtype))
-                    p.grad = None
-            self._call(lib.zinc_grads_ready(e, g))
+        """Scales the loss as DeepSpeed does and runs autograd; each group is handed to zinc
+        (zinc_grads_ready) as soon as all its parameters have their gradient, the groups that
+        got none after autograd with a zero gradient, last group first. Collective at stages
+        2-3 (every rank must run the same graph)."""
+        if self._stage == 3 and self._tracing:
+            # The trace's forward kept every group gathered; from here on forward releases.
+            self._tracing = False
+            if self._saved_ctx is not None:
+                self._saved_ctx.__exit__(None, None, None)
+                self._saved_ctx = None
+            self._drop_params()
+        for G in self._g:
+            G.got.clear()
+            G.done = False
+        self._in_backward = True
+        try:
+            (loss * lib.zinc_loss_multiplier(self._e)).backward()
+        finally:
+            self._in_backward = False
+        for gi in reversed(range(len(self._g))):
+            if not self._g[gi].done:
+                self._hand_over(gi)
+        if self._stage == 3:
+            self._drop_params()
         return loss
 
     def step(self):

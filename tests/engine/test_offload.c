@@ -8,7 +8,9 @@
  *     step skipped), bf16 and fp32, and with gradient accumulation; the offloaded step's
  *     pipeline in one chunk and in a chunk per group.
  *  2. copy volume: each applied step downloads exactly the gradient shard and uploads exactly
- *     the 16-bit parameter shard (zinc_offload_bytes); a skipped step copies nothing; the state
+ *     the 16-bit parameter shard (zinc_offload_bytes); at stages 2-3 the download happens in
+ *     zinc_grads_ready of the accumulation's last micro-step (also before a skipped step), at
+ *     stage 1 in zinc_step (a skipped step copies nothing); the state
  *     is host memory (zinc_memory's master/m/v are 0, zinc_memory_host has them); the step's
  *     time split (zinc_step_seconds) counts host Adam and copy waits exactly on applied steps.
  *  3. memory: under a zinc.device_memory_limit that holds the offloaded plan but not the full
@@ -165,11 +167,17 @@ static void vol_rank(int rank, void *arg)
     int applied = 0, skipped = 0;
     for (int step = 0; step < 6 && s == ZINC_OK; step++) {
         int inj = c->dtype == ZINC_DTYPE_FP16 && step == 2 && rank == 0;
-        s = toy_micro_step(e, rank, r.world, step, np, inj);
         zinc_step_info_t info = {0};
-        uint64_t a0, b0, a1, b1;
+        uint64_t a0, b0, a1, b1, am, bm;
         double ph0[ZINC_PHASE_COUNT], ph1[ZINC_PHASE_COUNT];
         zinc_offload_bytes(e, &a0, &b0);
+        s = toy_micro_step(e, rank, r.world, step, np, inj);
+        /* Stages 2-3: each group's final gradient goes down as zinc_grads_ready reduces it. */
+        zinc_offload_bytes(e, &am, &bm);
+        uint64_t early = c->stage >= 2 ? shard * d : 0;
+        ZT_CHECK(am - a0 == early && bm == b0, "stage %d step %d: during backward %llu bytes down "
+                 "(want %llu), %llu up (want 0)", c->stage, step, (unsigned long long)(am - a0),
+                 (unsigned long long)early, (unsigned long long)(bm - b0));
         ZT_OK(zinc_step_seconds(e, ph0));
         double t0 = zt_now();
         if (s == ZINC_OK) s = zinc_step(e, &info);
@@ -192,12 +200,15 @@ static void vol_rank(int rank, void *arg)
             ZT_CHECK(ph1[ZINC_PHASE_ADAM] == ph0[ZINC_PHASE_ADAM] &&
                          ph1[ZINC_PHASE_COPY] == ph0[ZINC_PHASE_COPY],
                      "step %d skipped, yet Adam or copy time was counted", step);
-        uint64_t want = info.applied ? shard * d : 0;
-        ZT_CHECK(a1 - a0 == want && b1 - b0 == want,
-                 "stage %d %s step %d (%s): %llu bytes down, %llu up, want %llu each", c->stage,
-                 zinc_dtype_name(c->dtype), step, info.applied ? "applied" : "skipped",
+        /* Per step: the gradient shard down (at stages 2-3 during backward, so also when the
+         * step is then skipped; at stage 1 only for an applied step) and the 16-bit shard up
+         * for an applied step. */
+        uint64_t up = info.applied ? shard * d : 0, down = c->stage >= 2 ? shard * d : up;
+        ZT_CHECK(a1 - a0 == down && b1 - b0 == up,
+                 "stage %d %s step %d (%s): %llu bytes down, %llu up, want %llu and %llu",
+                 c->stage, zinc_dtype_name(c->dtype), step, info.applied ? "applied" : "skipped",
                  (unsigned long long)(a1 - a0), (unsigned long long)(b1 - b0),
-                 (unsigned long long)want);
+                 (unsigned long long)down, (unsigned long long)up);
         applied += info.applied;
         skipped += info.skipped;
     }
@@ -208,8 +219,46 @@ static void vol_rank(int rank, void *arg)
     zinc_engine_destroy(e);
 }
 
+/* With gradient accumulation the gradient goes down once per step, in the last micro-step
+ * (earlier micro-steps only add into the shard): zinc_grads_ready of micro-steps 0 and 1 of 3
+ * copies nothing. */
+static void accum_rank(int rank, void *arg)
+{
+    vol_ctx *c = arg;
+    toy_run r = {.world = zinc_world_size(c->world), .stage = c->stage, .accum = 3,
+                 .dtype = c->dtype, .clip = 1.0, .zero_json = OFFLOAD};
+    zinc_engine_t *e = NULL;
+    int np = 0;
+    zinc_status s = toy_engine_on(&r, c->world, rank, NULL, &e, &np);
+    ZT_CHECK(s == ZINC_OK, "accum rank %d stage %d: %s", rank, c->stage, zinc_last_error(e));
+    uint64_t hp[ZINC_MEM_COUNT];
+    if (s == ZINC_OK) s = zinc_memory_host(e, hp, NULL);
+    uint64_t shard_bytes = s == ZINC_OK ? hp[ZINC_MEM_MASTER] / 4 * zinc_dtype_size(c->dtype) : 0;
+    for (int micro = 0; micro < 6 && s == ZINC_OK; micro++) {
+        uint64_t a0, a1;
+        zinc_offload_bytes(e, &a0, NULL);
+        s = toy_micro_step(e, rank, r.world, micro, np, 0);
+        zinc_offload_bytes(e, &a1, NULL);
+        uint64_t want = micro % 3 == 2 ? shard_bytes : 0;
+        ZT_CHECK(a1 - a0 == want, "stage %d micro-step %d of 3: %llu bytes down during backward, "
+                 "want %llu", c->stage, micro % 3, (unsigned long long)(a1 - a0),
+                 (unsigned long long)want);
+        zinc_step_info_t info;
+        if (s == ZINC_OK) s = zinc_step(e, &info);
+    }
+    ZT_CHECK(s == ZINC_OK, "accum rank %d: %s", rank, zinc_last_error(e));
+    if (s != ZINC_OK) zinc_world_abort(c->world, rank, "accum rank failed");
+    zinc_engine_destroy(e);
+}
+
 static void test_volume(void)
 {
+    for (int st = 2; st <= 3; st++) {
+        vol_ctx c = {.stage = st, .dtype = ZINC_DTYPE_BF16};
+        ZT_OK(zinc_world_create_local(2, &c.world));
+        zt_run_ranks(2, accum_rank, &c);
+        zinc_world_destroy(c.world);
+    }
     for (int st = 1; st <= 3; st++)
         for (int di = 0; di < 2; di++) {
             vol_ctx c = {.stage = st, .dtype = di ? ZINC_DTYPE_BF16 : ZINC_DTYPE_FP16};

@@ -13,11 +13,12 @@
  *     zinc.device_memory_limit that holds the offloaded plan but not the offload_optimizer-only
  *     one, finalize without offload_param fails with ZINC_ERR_NOMEM naming the category that did
  *     not fit, and with offload_param the same limit trains, bitwise as an unlimited run.
- *  3. copy volume (zinc_offload_bytes), docs/engine.md "Offload": per applied step the gradient
- *     shard device->host (S * d); host->device slice_g * d per gather of a non-persistent group
- *     g (two per micro-step in the toy, forward and backward, with prefetch kept out by
- *     stage3_max_live_parameters) plus, per applied step, the persistent groups' slices; a
- *     skipped step adds no step copies. The formula is computed here from the toy's shapes.
+ *  3. copy volume (zinc_offload_bytes), docs/engine.md "Offload": the gradient shard
+ *     device->host (S * d) in the last micro-step of each window; host->device slice_g * d per
+ *     gather of a non-persistent group g (two per micro-step in the toy, forward and backward,
+ *     with prefetch kept out by stage3_max_live_parameters) plus, per applied step, the
+ *     persistent groups' slices; nothing else. The formula is computed here from the toy's
+ *     shapes.
  *  4. checkpoints across offload_param settings: save with it, load without, and back (and with
  *     offload_optimizer only on the other side), then train on: bitwise the weights of an
  *     uninterrupted run; and a reshard (saved on 2 ranks with offload_param, loaded on 4 and on
@@ -329,14 +330,16 @@ static void vol_rank(int rank, void *arg)
         zinc_step_info_t info = {0};
         if (s == ZINC_OK) s = zinc_step(e, &info);
         zinc_offload_bytes(e, &a2, &b2);
-        /* The micro-step: two gathers (forward, backward) per non-persistent group, nothing down. */
-        ZT_CHECK(a1 == a0 && b1 - b0 == 2 * gathered * d,
-                 "%s persistence %lld step %d micro-step: %llu down, %llu up, want 0 and %llu",
+        /* The micro-step (the window's last: accumulation 1): two gathers (forward, backward) per
+         * non-persistent group up; the gradient shard down as zinc_grads_ready reduces each
+         * group, whether the step then applies or skips. */
+        ZT_CHECK(a1 - a0 == S * d && b1 - b0 == 2 * gathered * d,
+                 "%s persistence %lld step %d micro-step: %llu down, %llu up, want %llu and %llu",
                  zinc_dtype_name(c->dtype), (long long)c->persist, step,
                  (unsigned long long)(a1 - a0), (unsigned long long)(b1 - b0),
-                 (unsigned long long)(2 * gathered * d));
-        /* The step: the gradient shard down; up only the persistent groups' refresh. */
-        uint64_t wdown = info.applied ? S * d : 0, wup = info.applied ? persistent * d : 0;
+                 (unsigned long long)(S * d), (unsigned long long)(2 * gathered * d));
+        /* The step: nothing down; up only the persistent groups' refresh of an applied step. */
+        uint64_t wdown = 0, wup = info.applied ? persistent * d : 0;
         ZT_CHECK(a2 - a1 == wdown && b2 - b1 == wup,
                  "%s persistence %lld step %d (%s): %llu down, %llu up, want %llu and %llu",
                  zinc_dtype_name(c->dtype), (long long)c->persist, step,

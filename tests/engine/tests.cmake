@@ -78,6 +78,11 @@ endif()
 # the device memory limit, checkpoints across offload settings.
 zinc_test(NAME engine_offload SOURCES ${ZINC_ENGINE_TEST_DIR}/test_offload.c
           LIBS zinc_toy LABELS "multirank;unit;ckpt" TIMEOUT 300)
+# The same with the cpu device's asynchronous copies done when queued instead of at the wait (a
+# real device copies somewhere between): a copy queued before its source is final shows here.
+add_test(NAME engine_offload_eager COMMAND engine_offload)
+set_tests_properties(engine_offload_eager PROPERTIES LABELS "multirank;unit" TIMEOUT 300
+                     ENVIRONMENT "ZINC_CPU_ASYNC_COPY=eager")
 
 # zinc bench offload (issue 14's benchmark): argument errors and the shape of its rows.
 add_test(NAME bench_offload_cli COMMAND sh ${ZINC_ENGINE_TEST_DIR}/bench_offload.sh $<TARGET_FILE:zinc_cli>)
@@ -95,6 +100,10 @@ target_compile_definitions(engine_offload_param PRIVATE ZINC_CLI="$<TARGET_FILE:
 add_test(NAME engine_offload_param_staged COMMAND engine_offload_param)
 set_tests_properties(engine_offload_param_staged PROPERTIES LABELS "multirank;unit" TIMEOUT 600
                      ENVIRONMENT "ZINC_TEST_STAGED_COMM=1")
+# And with the cpu device's asynchronous copies done when queued (as engine_offload_eager).
+add_test(NAME engine_offload_param_eager COMMAND engine_offload_param)
+set_tests_properties(engine_offload_param_eager PROPERTIES LABELS "multirank;unit" TIMEOUT 600
+                     ENVIRONMENT "ZINC_CPU_ASYNC_COPY=eager")
 
 # The offload comparisons on the mpi backend (one process per rank), stages 1-3.
 if(ZINC_HAVE_MPI)

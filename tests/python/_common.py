@@ -1,6 +1,7 @@
 """_common.py — what every tests/python script needs first: torch (exit 77, CTest's skip, when
 it is not importable) and the source tree's python/ on sys.path, so `import zinc` finds the
-package of this checkout (which finds libzinc.so through $ZINC_LIB, set by tests.cmake).
+package of this checkout (which finds libzinc.so through $ZINC_LIB, set by tests.cmake), or the
+one in $ZINC_PY when set (to run a test against another version of the package).
 
     from _common import torch, zinc
 """
@@ -13,7 +14,8 @@ except Exception as ex:  # noqa: BLE001 — any failure to import torch means: s
     print(f"SKIP: no torch ({ex})")
     sys.exit(77)
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+sys.path.insert(0, os.environ.get("ZINC_PY") or
+                os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 import zinc  # noqa: E402
 
 __all__ = ["torch", "zinc"]

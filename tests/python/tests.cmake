@@ -34,6 +34,20 @@ endforeach()
 add_test(NAME python_parity_bf16_stage2 COMMAND ${_py} ${_pyt}/test_torch_parity.py 2 bf16)
 set_tests_properties(python_parity_bf16_stage2 PROPERTIES LABELS python TIMEOUT 300
                      SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
+# Stage 3's gather/release and the hand-over during backward (test_torch_stage3.py says how
+# each fails): memory, overlap at stages 2-3, the odd model at every stage, config warnings.
+add_test(NAME python_stage3_memory COMMAND ${_py} ${_pyt}/test_torch_stage3.py memory)
+foreach(_s 2 3)
+  add_test(NAME python_overlap_stage${_s} COMMAND ${_py} ${_pyt}/test_torch_stage3.py overlap ${_s})
+endforeach()
+foreach(_s 0 1 2 3)
+  add_test(NAME python_odd_stage${_s} COMMAND ${_py} ${_pyt}/test_torch_stage3.py odd ${_s})
+endforeach()
+add_test(NAME python_config_warnings COMMAND ${_py} ${_pyt}/test_torch_stage3.py warnings)
+set_tests_properties(python_stage3_memory python_overlap_stage2 python_overlap_stage3
+                     python_odd_stage0 python_odd_stage1 python_odd_stage2 python_odd_stage3
+                     python_config_warnings PROPERTIES LABELS python TIMEOUT 300
+                     SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
 add_test(NAME python_errors COMMAND ${_py} ${_pyt}/test_torch_ckpt.py errors ${CMAKE_CURRENT_BINARY_DIR}/py_errors)
 set_tests_properties(python_errors PROPERTIES LABELS python TIMEOUT 120 SKIP_RETURN_CODE 77
                      ENVIRONMENT "${_env}")
@@ -46,6 +60,15 @@ if(ZINC_HAVE_MPI AND ZINC_TORCH_PYTHON)
     set_tests_properties(python_parity_mpi_stage${_s} PROPERTIES LABELS "python;multirank"
                          TIMEOUT 300 SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
   endforeach()
+  add_test(NAME python_stage3_memory_mpi
+           COMMAND ${_mpi} ${MPIEXEC_NUMPROC_FLAG} 2 ${_py} ${_pyt}/test_torch_stage3.py memory)
+  add_test(NAME python_overlap_mpi_stage3
+           COMMAND ${_mpi} ${MPIEXEC_NUMPROC_FLAG} 2 ${_py} ${_pyt}/test_torch_stage3.py overlap 3)
+  add_test(NAME python_odd_mpi_stage3
+           COMMAND ${_mpi} ${MPIEXEC_NUMPROC_FLAG} 2 ${_py} ${_pyt}/test_torch_stage3.py odd 3)
+  set_tests_properties(python_stage3_memory_mpi python_overlap_mpi_stage3 python_odd_mpi_stage3
+                       PROPERTIES LABELS "python;multirank" TIMEOUT 300 SKIP_RETURN_CODE 77
+                       ENVIRONMENT "${_env}")
   # Save at 4 ranks, resume at 2: one test (the second needs the first's checkpoint).
   set(_d ${CMAKE_CURRENT_BINARY_DIR}/py_ckpt)
   string(REPLACE ";" " " _mpis "${_mpi}")

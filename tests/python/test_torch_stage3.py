@@ -1,0 +1,363 @@
+"""test_torch_stage3.py — what the Python front-end does during a step, beyond parity.
+
+    python test_torch_stage3.py memory          stage 3 shards: zinc's 16-bit parameter bytes per
+                                                rank ~ 2*psi/N between steps, the model holds no
+                                                parameter memory then, and during forward and
+                                                backward torch holds at most two groups
+    python test_torch_stage3.py overlap STAGE   groups are handed to zinc (zinc_grads_ready)
+                                                during backward, once per group per micro-step
+    python test_torch_stage3.py odd STAGE       a model with unused parameters, a module called
+                                                twice, tuple/dict outputs and integer outputs,
+                                                reads of other modules' weights (one declared
+                                                with register_external_parameter) trains as
+                                                plain torch does (the parity bound)
+    python test_torch_stage3.py warnings        a config warning arrives as zinc.ZincConfigWarning
+    python test_torch_stage3.py measure [STEPS] not a test: examples/torch_gpt.py's model at stage 3
+                                                bf16, median step time and the largest parameter
+                                                bytes torch held (docs/python.md's figures)
+Any of them under mpirun too. How each can fail is said at its check. Exit 77 without torch.
+"""
+import os
+import statistics
+import sys
+import time
+import warnings
+
+from _common import torch, zinc
+
+import zinc.engine as zeng  # noqa: E402
+
+
+class Spy:
+    """Stands in for libzinc in zinc.engine: records zinc_gather/zinc_release/zinc_grads_ready
+    calls and calls `on_release` after every zinc_release (the engine has just copied a group
+    into the model's parameters then: the moments torch holds the most)."""
+
+    def __init__(self, lib):
+        self._lib, self.events, self.on_release = lib, [], None
+
+    def __getattr__(self, name):
+        f = getattr(self._lib, name)
+        if name not in ("zinc_release", "zinc_grads_ready"):
+            return f
+
+        def call(e, g):
+            s = f(e, g)
+            self.events.append((name, g))
+            if name == "zinc_release" and self.on_release:
+                self.on_release()
+            return s
+        return call
+
+
+def config(stage, ga=1, bf16=False, **zero):
+    c = {"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": ga,
+         "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "betas": [0.9, 0.999],
+                                                    "eps": 1e-8, "weight_decay": 0.01}},
+         "gradient_clipping": 1.0, "zero_optimization": dict(stage=stage, **zero)}
+    if bf16:
+        c["bf16"] = {"enabled": True}
+    return c
+
+
+def param_bytes(model):
+    return sum(p.data.numel() * p.data.element_size() for p in model.parameters())
+
+
+class Chain(torch.nn.Module):
+    """LAYERS blocks of LayerNorm -> Linear -> GELU, the blocks owning no parameters themselves:
+    2 * LAYERS groups, the Linear ones the largest."""
+
+    def __init__(self, d=64, layers=6):
+        super().__init__()
+        self.blocks = torch.nn.ModuleList(
+            torch.nn.Sequential(torch.nn.LayerNorm(d), torch.nn.Linear(d, d), torch.nn.GELU())
+            for _ in range(layers))
+
+    def forward(self, x):
+        for b in self.blocks:
+            x = x + b(x)
+        return x
+
+
+def test_memory():
+    torch.manual_seed(0)
+    m = Chain()
+    psi = sum(p.numel() for p in m.parameters())
+    # Persistence off: every group is gathered on demand (a persistent group stays in zinc's
+    # memory whole, by design, and would not be part of the 2*psi/N).
+    spy = Spy(zeng.lib)
+    zeng.lib = spy
+    engine, _, _, _ = zinc.initialize(model=m, config=config(3, ga=2, bf16=True,
+                                      stage3_param_persistence_threshold=0))
+    world, rank = engine.world_size, engine.global_rank
+    sizes = [sum(torch.Size(engine._shapes[pid]).numel() for pid, _, _ in params) * 2
+             for _, params in engine._groups]
+    ngroups, largest, whole = len(sizes), max(sizes), sum(sizes)
+    # The bound: while a module computes, torch holds its group; in backward the group whose
+    # gradients are being completed can still be held while the next one is gathered. So two
+    # groups — the largest twice — whatever the depth of the model. The old engine kept every
+    # group's copy from its forward to the step: `whole` (12 groups here).
+    bound = 2 * largest
+    assert ngroups >= 8 and bound < whole / 3, (ngroups, bound, whole)
+    peak = {"now": 0}
+
+    def sample(*_):
+        peak["now"] = max(peak["now"], param_bytes(m))
+    spy.on_release = sample
+    for mod in m.modules():                 # after the engine's pre-hooks: the module's group held
+        mod.register_forward_pre_hook(sample)
+    g = torch.Generator().manual_seed(1)
+    trace_peak, peaks, between, orders = 0, [], [], []
+    for step in range(6):
+        spy.events.clear()
+        x = torch.randn(4, 8, 64, generator=g).to(torch.bfloat16)
+        peak["now"] = 0
+        x.requires_grad_()
+        x.register_hook(sample)              # during backward, after the first block's
+        loss = engine(x).float().square().mean()
+        engine.backward(loss)
+        engine.step()
+        (peaks if step else [trace_peak]).append(peak["now"])
+        if step == 0:
+            trace_peak = peak["now"]
+        between.append(param_bytes(m))
+        orders.append([g for n, g in spy.events if n == "zinc_release"])
+    mem = engine.memory()
+    p16 = mem["param16"][1]
+    want = 2 * psi / world
+    print(f"stage 3 bf16, rank {rank} of {world}: {ngroups} groups, {whole} bytes of 16-bit "
+          f"parameters; zinc's param16 {p16} bytes per rank ({p16 / want:.3f} x 2*psi/N), gather "
+          f"ring {mem['gather'][1]} bytes; torch holds {max(between)} bytes between steps; largest "
+          f"torch parameter bytes in forward+backward: {max(peaks)} (bound 2 x largest group = "
+          f"{bound}; the first micro-step, the trace, {trace_peak})")
+    ok = True
+    if not (want <= p16 <= 1.25 * want) or max(between) != 0:
+        print("FAIL: stage 3 does not shard the parameters between steps")
+        ok = False
+    # zinc prefetches along the order of the first micro-step's zinc_gather calls (its trace)
+    # only while later micro-steps repeat it.
+    if any(o != orders[0] for o in orders):
+        print(f"FAIL: the gather order changes between micro-steps (zinc's prefetch stops): {orders}")
+        ok = False
+    if max(peaks) > bound or min(peaks) == 0:
+        print("FAIL: torch held more than two groups' parameters during a step (or none: the "
+              "sampling saw nothing)")
+        ok = False
+    return 0 if ok else 1
+
+
+def test_overlap(stage):
+    torch.manual_seed(0)
+    layers = 8
+    m = torch.nn.Sequential(*(torch.nn.Linear(32, 32) for _ in range(layers)))
+    spy = Spy(zeng.lib)
+    zeng.lib = spy
+    engine, _, _, _ = zinc.initialize(model=m, config=config(stage, ga=2))
+    g = torch.Generator().manual_seed(1)
+    ok = True
+    for micro in range(4):
+        spy.events.clear()
+        x = torch.randn(4, 32, generator=g).requires_grad_()
+        # x's gradient is computed by the first layer's backward: the last module backward of
+        # the pass. Handing over after autograd (the old engine) puts every group after it.
+        x.register_hook(lambda grad: spy.events.append(("input-grad", -1)))
+        engine.backward(engine(x).square().mean())
+        engine.step()
+        order = [g for n, g in spy.events if n == "zinc_grads_ready"]
+        at = [n for n, _ in spy.events].index("input-grad")
+        before = sum(1 for n, _ in spy.events[:at] if n == "zinc_grads_ready")
+        print(f"stage {stage}, micro-step {micro}: zinc_grads_ready order {order}; {before} of "
+              f"{layers} groups handed over before the first layer's backward")
+        if sorted(order) != list(range(layers)):
+            print("FAIL: not once per group per micro-step")
+            ok = False
+        if before < layers - 1 or order[0] != layers - 1:
+            print("FAIL: the hand-over does not overlap backward")
+            ok = False
+    return 0 if ok else 1
+
+
+class TwoOut(torch.nn.Module):
+    """Returns a tuple: a tensor that needs grad and an integer tensor that cannot."""
+
+    def __init__(self, d):
+        super().__init__()
+        self.lin = torch.nn.Linear(d, d)
+        self.spare = torch.nn.Parameter(torch.randn(d))    # never used: no gradient
+
+    def forward(self, x):
+        return self.lin(x), (x > 0).sum(-1)
+
+
+class DictOut(torch.nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.ln = torch.nn.LayerNorm(d)
+
+    def forward(self, x):
+        return {"h": self.ln(x), "n": x.shape[-1]}
+
+
+class Odd(torch.nn.Module):
+    def __init__(self, vocab=32, d=16):
+        super().__init__()
+        self.emb = torch.nn.Embedding(vocab, d)
+        self.shared = torch.nn.Sequential(torch.nn.LayerNorm(d), torch.nn.Linear(d, d),
+                                          torch.nn.ReLU(inplace=True))   # in place on an output
+        self.two = TwoOut(d)
+        self.dict = DictOut(d)
+        self.unused = torch.nn.Linear(d, d)                  # never called
+        self.head = torch.nn.Linear(d, vocab)
+        # Read below without autograd saving it (an indexed add): the trace cannot see it.
+        zinc.register_external_parameter(self, self.two.lin.bias)
+
+    def forward(self, tok):
+        x = self.emb(tok)
+        x = x + self.shared(x)
+        x = x + self.shared(torch.tanh(x))                   # the same module again
+        y, count = self.two(x)
+        x = x + y * (count.float().mean() > -1)
+        # Another module's weight read here, after that module's forward: the trace sees mul
+        # save it and this module gathers it from then on.
+        return self.head(self.dict(x)["h"] * self.emb.weight[0]) + self.two.lin.bias[0]
+
+
+def test_odd(stage):
+    steps, ga, glob, lr, wd = 12, 2, 8, 3e-3, 0.01
+
+    def batches():
+        g = torch.Generator().manual_seed(5)
+        for _ in range(steps * ga):
+            tok = torch.randint(0, 32, (glob, 9), generator=g)
+            yield tok[:, :-1], tok[:, 1:]
+
+    def loss_fn(f, x, y):
+        return torch.nn.functional.cross_entropy(f(x).float().reshape(-1, 32), y.reshape(-1))
+
+    torch.manual_seed(0)
+    ref = Odd()
+    opt = torch.optim.AdamW(ref.parameters(), lr=lr, eps=1e-8, weight_decay=wd)
+    ref_losses = []
+    for k, (x, y) in enumerate(batches()):
+        loss = loss_fn(ref, x, y)
+        (loss / ga).backward()
+        ref_losses.append(float(loss.detach()))
+        if k % ga == ga - 1:
+            # zinc (as DeepSpeed's flat buffers) gives a parameter without a gradient a zero
+            # one: AdamW still decays it; torch skips a None gradient, so give it the zeros.
+            for p in ref.parameters():
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p)
+            torch.nn.utils.clip_grad_norm_(ref.parameters(), 1.0)
+            opt.step()
+            opt.zero_grad()
+    torch.manual_seed(0)
+    m = Odd()
+    world = zinc.world_size()
+    per = glob // world
+    cfg = config(stage, ga=ga)
+    cfg["optimizer"]["params"].update(lr=lr, weight_decay=wd)
+    cfg["train_micro_batch_size_per_gpu"] = per
+    engine, _, _, _ = zinc.initialize(model=m, config=cfg)
+    rank = engine.global_rank
+    losses = []
+    for x, y in batches():
+        loss = loss_fn(engine, x[rank * per:(rank + 1) * per], y[rank * per:(rank + 1) * per])
+        engine.backward(loss)
+        engine.step()
+        losses.append(float(loss.detach()))
+    w = engine.module_state_dict()
+    ref_w = dict(ref.named_parameters())
+    # The parity test's fp32 bound (test_torch_parity.py): relative to each tensor's largest
+    # weight, 4e-6 (the unused parameters too: AdamW decays them, zinc must as well).
+    worst_w = max(float((w[n] - ref_w[n]).abs().max() / ref_w[n].abs().max()) for n in ref_w)
+    # One rank: the losses too (with more, each rank's loss is of its half of the batch).
+    worst_l = max(abs(a - b) / abs(b) for a, b in zip(losses, ref_losses)) if world == 1 else 0.0
+    print(f"odd model, stage {stage}, rank {rank} of {world}: max relative weight difference "
+          f"{worst_w:.2e}" + (f", losses {worst_l:.2e}" if world == 1 else "") +
+          f" (bound 4e-06) after {engine.global_steps} steps")
+    if worst_w >= 4e-6 or worst_l >= 4e-6 or engine.global_steps != steps:
+        print("FAIL: zinc and plain PyTorch parted on the odd model")
+        return 1
+    return 0
+
+
+def test_warnings():
+    torch.manual_seed(0)
+    m = torch.nn.Linear(4, 4)
+    cfg = config(1)
+    cfg["wall_clock_breakdown"] = True                     # accepted without effect: a warning
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        engine, _, _, _ = zinc.initialize(model=m, config=cfg)
+    got = [str(w.message) for w in seen if issubclass(w.category, zinc.ZincConfigWarning)]
+    print(f"config warnings through Python: {got}")
+    if engine.global_rank == 0 and not any("wall_clock_breakdown" in s for s in got):
+        print("FAIL: the config warning naming wall_clock_breakdown did not reach warnings")
+        return 1
+    engine.close()                                         # a world of one: one engine at a time
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        zinc.initialize(model=torch.nn.Linear(4, 4), config=config(1))
+    if any(issubclass(w.category, zinc.ZincConfigWarning) for w in seen):
+        print("FAIL: a clean config gave a config warning")
+        return 1
+    return 0
+
+
+def measure(steps):
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                    "examples"))
+    import torch_gpt
+    torch.manual_seed(0)
+    m = torch_gpt.GPT()
+    cfg = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "configs",
+                       "zero3_bf16.json")
+    spy = Spy(zeng.lib)
+    zeng.lib = spy
+    engine, _, _, _ = zinc.initialize(model=m, config=cfg)
+    peak = {"now": 0}
+
+    def sample(*_):
+        peak["now"] = max(peak["now"], param_bytes(m))
+    spy.on_release = sample
+    for mod in m.modules():
+        mod.register_forward_pre_hook(sample)
+        mod.register_forward_hook(sample)
+    micro, world, rank = engine.train_micro_batch_size_per_gpu(), engine.world_size, engine.global_rank
+    data = torch_gpt.markov_batches(micro * world, 32)
+    times, peaks = [], []
+    for step in range(steps):
+        x, y = next(data)
+        x, y = x[rank * micro:(rank + 1) * micro], y[rank * micro:(rank + 1) * micro]
+        peak["now"] = 0
+        t0 = time.perf_counter()
+        logits = engine(x)
+        loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, 32), y.reshape(-1))
+        sample()
+        engine.backward(loss)
+        engine.step()
+        times.append(time.perf_counter() - t0)
+        peaks.append(peak["now"])
+    whole = sum(torch.Size(s).numel() for s in engine._shapes.values()) * 2
+    print(f"torch_gpt stage 3 bf16 world {world}: median step {statistics.median(times[3:]) * 1e3:.2f} "
+          f"ms over {steps - 3} steps; largest torch parameter bytes in a step (after step 1) "
+          f"{max(peaks[1:])}, first step {peaks[0]}, model {whole} (16-bit); final loss {float(loss):.4f}")
+    return 0
+
+
+if __name__ == "__main__":
+    what = sys.argv[1] if len(sys.argv) > 1 else "memory"
+    arg = int(sys.argv[2]) if len(sys.argv) > 2 else None
+    if what == "memory":
+        sys.exit(test_memory())
+    if what == "overlap":
+        sys.exit(test_overlap(arg))
+    if what == "odd":
+        sys.exit(test_odd(arg))
+    if what == "warnings":
+        sys.exit(test_warnings())
+    if what == "measure":
+        sys.exit(measure(arg or 40))
+    sys.exit(f"unknown test {what}")
