@@ -592,10 +592,12 @@ def ds_zero2_offload(psi, gpus_per_node, nodes):
     return psi * max(4 * total, 16) * 1.5, 2 * psi
 
 
-def ds_zero3_offload(psi, largest, gpus_per_node, nodes):
+def ds_zero3_offload(psi, largest, gpus_per_node, nodes, params=False):
     """deepspeed/runtime/zero/stage3.py estimate_zero3_model_states_mem_needs(cpu_offload=True,
-    cpu_offload_params=False, zero_init=True, additional_buffer_factor=1.5)."""
+    cpu_offload_params=params, zero_init=True, additional_buffer_factor=1.5)."""
     total = gpus_per_node * nodes
+    if params:
+        return psi * 18 * (1 / nodes) * 1.5, 4 * largest
     return psi * 16 * (1 / nodes) * 1.5, 4 * largest + int(2 * psi / total)
 
 
@@ -608,16 +610,19 @@ def sec_offload():
             "|---|---|---|---|---|---|---|---|"]
     gb = 1e9
     for name, psi, d in models:
-        for stage in (2, 3):
+        # "3+p": stage 3 with offload_param as well (zinc --offload-param; DeepSpeed
+        # cpu_offload_params=True).
+        for stage in (2, 3, "3+p"):
             for n in (1, 8, 64):
+                extra = ["--offload-param"] if stage == "3+p" else []
                 z = run_json([ZINC, "estimate", "--params", str(int(psi)), "--world-size", str(n),
-                              "--stage", str(stage), "--offload-optimizer", "--json"])[0]
+                              "--stage", str(stage)[0], "--offload-optimizer", "--json"] + extra)[0]
                 gpn = min(n, 8)
                 nodes = n // gpn
                 if stage == 2:
                     cpu, gpu = ds_zero2_offload(psi, gpn, nodes)
                 else:
-                    cpu, gpu = ds_zero3_offload(psi, 32000 * d, gpn, nodes)
+                    cpu, gpu = ds_zero3_offload(psi, 32000 * d, gpn, nodes, params=stage == "3+p")
                 rows.append(f"| {name} | {stage} | {n} | {z['model_state_bytes_per_rank'] / gb:.2f} | "
                             f"{z['total_bytes_per_rank'] / gb:.2f} | {gpu / gb:.2f} | "
                             f"{z['host_bytes_per_rank'] / gb:.2f} | {cpu / gpn / gb:.2f} |")
@@ -627,8 +632,9 @@ def sec_offload():
            " (zinc's plan, what `zinc_memory`/`zinc_memory_host` then report, exact to the byte "
            "apart from padding); DeepSpeed's `estimate_zero2_model_states_mem_needs` and "
            "`estimate_zero3_model_states_mem_needs` (cpu_offload, zero_init; cpu_offload_params "
-           "off: zinc does not offload parameters yet) as written in DeepSpeed's source, computed "
-           "here (bench/bench.py). fp16/bf16, GB = 10^9 bytes, 8 ranks per node.", "",
+           "off, and on in the rows of stage `3+p`, which add `--offload-param` to zinc's command) "
+           "as written in DeepSpeed's source, computed here (bench/bench.py). fp16/bf16, "
+           "GB = 10^9 bytes, 8 ranks per node.", "",
            "Formula by formula:",
            "- Stage 2 device: zinc `2Ψ + 2Ψ/N` (the 16-bit parameters and the rank's reduced "
            "gradient shard, which zinc keeps on the device where it accumulates and its norm is "
@@ -636,6 +642,11 @@ def sec_offload():
            "gradients go to the host).",
            "- Stage 3 device: zinc `4Ψ/N` (16-bit shard and gradient shard) plus bucket and gather "
            "buffers; DeepSpeed `2Ψ/N + 4·largest layer` (its allowance for the gathered layer).",
+           "- Stage 3 with offload_param (`3+p`) device: zinc `2Ψ/N` (the gradient shard; the "
+           "16-bit shard moved to the host) plus bucket and gather buffers; DeepSpeed "
+           "`4·largest layer` only (its gradients go to the host too). Host: zinc `16Ψ/N` (the "
+           "host staging shard of the 16-bit update becomes the parameter shard: same size); "
+           "DeepSpeed `18·Ψ/nodes·1.5`.",
            "- Host: zinc `16Ψ/N` per rank exactly (fp32 master, m, v: 12Ψ/N; the host copies of "
            "the gradient shard and of the 16-bit update: 4Ψ/N); DeepSpeed a per-node rule of thumb, "
            "`max(4·GPUs, 16)·Ψ·1.5` at stage 2 and `16·Ψ/nodes·1.5` at stage 3 (divided by 8 GPUs "

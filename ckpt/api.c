@@ -239,8 +239,9 @@ zinc_status zinc_ckpt_save(zinc_engine_t *e, const char *dir, const char *tag,
                 size_t pos = ev->stage == 3 ? (size_t)(sp[i].master - ev->master)
                                            : ev->plan->groups[P->group].flat_off + P->offset + sp[i].lo;
                 pc[i].data[ZCK_WEIGHTS16] = s16 + at * es16;
-                s = ev->dev->iface->download(ev->dev, s16 + at * es16, (char *)ev->param16 + pos * es16,
-                                            n * es16);
+                zdev_t *pd = ev->param16_dev; /* the host with offload_param */
+                s = pd->iface->download(pd, s16 + at * es16, (char *)ev->param16 + pos * es16,
+                                        n * es16);
             }
             at += n;
         }

@@ -96,8 +96,8 @@ typedef struct {
     int offload_pin;                         /* offload_optimizer.pin_memory (default 0): the
                                                 host buffers the copies touch are page-locked
                                                 where the device can (cuda) */
-    int offload_param;                       /* the device the file names; not none: accepted
-                                                with a warning, no effect (not implemented) */
+    int offload_param;                       /* the device the file names (as above); "cpu"
+                                                takes effect at stage 3 (zcfg_offloads_param) */
 } zcfg_zero;
 
 /* zcfg_zero.offload_*: the device named in the file, kept so the resolved config says it. */
@@ -192,6 +192,14 @@ void zcfg_defaults(zcfg *c);
 static inline int zcfg_offloads_optimizer(const zcfg *c)
 {
     return c->zero.offload_optimizer == ZCFG_OFFLOAD_CPU && c->zero.stage > 0;
+}
+
+/* Whether the engine keeps the 16-bit parameter shard in host memory (engine/offload.c):
+ * offload_param device "cpu" (or the deprecated cpu_offload_param) at ZeRO stage 3. The parser
+ * refuses it without offload_optimizer "cpu", so this implies zcfg_offloads_optimizer. */
+static inline int zcfg_offloads_param(const zcfg *c)
+{
+    return c->zero.offload_param == ZCFG_OFFLOAD_CPU && c->zero.stage == 3;
 }
 
 #endif

@@ -114,10 +114,12 @@ static void warn_bool(zcctx *x, json_object *o, const char *sec, const char *key
 }
 
 /* One offload section. `kind` 0: offload_optimizer, which zinc implements with device "cpu" at
- * stages 1-3 (host-resident master, m, v; engine/offload.c); 1: offload_param, not implemented
- * (accepted with a warning, everything stays on the device). *device receives the device the
- * file names (ZCFG_OFFLOAD_*; the report and the hash keep it; zcfg_offloads_optimizer decides
- * from it and the stage whether the engine offloads). */
+ * stages 1-3 (host-resident master, m, v; engine/offload.c); 1: offload_param, which zinc
+ * implements with device "cpu" at stage 3 (host-resident 16-bit shard). Both take "nvme" with a
+ * warning and no effect (zinc has no NVMe tier), and a stage where DeepSpeed ignores the section
+ * likewise. *device receives the device the file names (ZCFG_OFFLOAD_*; the report and the hash
+ * keep it; zcfg_offloads_optimizer / zcfg_offloads_param decide from it and the stage whether
+ * the engine offloads; zc_parse_zero checks the pair). */
 static void offload(zcctx *x, json_object *z, const char *key, const zkeyset *set, int kind,
                     int stage, int *device, int *pin_out)
 {
@@ -154,26 +156,40 @@ static void offload(zcctx *x, json_object *z, const char *key, const zkeyset *se
     *device = strcmp(dev, "nvme") == 0 ? ZCFG_OFFLOAD_NVME : ZCFG_OFFLOAD_CPU;
     /* Speed only (page-locked copies on cuda; the cpu device has nothing to pin): no warning. */
     if (have_pin && pin_out) *pin_out = pin;
-    if (kind == 1) {
-        zc_warn(x, dp, "\"%s\" accepted, but zinc does not offload parameters yet; memory "
-                       "placement only, the parameters stay on the device", dev);
-        return;
-    }
+    const char *what = kind == 1 ? "the 16-bit parameters" : "the optimizer state";
     if (!strcmp(dev, "nvme")) {
-        zc_warn(x, dp, "\"nvme\" accepted without effect: zinc offloads the optimizer state to "
-                       "\"cpu\" only; with \"nvme\" it stays on the device (memory placement only)");
+        zc_warn(x, dp, "\"nvme\" accepted without effect: zinc offloads %s to \"cpu\" only; "
+                       "with \"nvme\" it stays on the device (memory placement only)", what);
         return;
     }
-    if (stage == 0) {
+    /* DeepSpeed reads offload_param at stage 3 only (its ZeRO-Infinity parameter tier). */
+    if (kind == 1 && stage < 3) {
+        zc_warn(x, dp, "\"cpu\" accepted without effect at ZeRO stage %d: zinc offloads the "
+                       "parameters at stage 3 only, as DeepSpeed does (memory placement only)",
+                stage);
+        return;
+    }
+    if (kind == 0 && stage == 0) {
         zc_warn(x, dp, "\"cpu\" accepted without effect at ZeRO stage 0: zinc offloads the "
                        "optimizer state at stages 1-3, as DeepSpeed does (memory placement only)");
         return;
     }
     char p2[128];
-    if (have_ratio && ratio != 1.0)
-        zc_warn(x, zc_path(p2, sizeof p2, path, "ratio"),
-                "%g accepted, but partial offload is not implemented: the whole optimizer state "
-                "of the shard is offloaded (memory placement only)", ratio);
+    /* offload_param's host shard is offload_optimizer's 16-bit staging buffer (engine/offload.c),
+     * page-locked by offload_optimizer.pin_memory; this section's own flag adds nothing. */
+    if (kind == 1 && have_pin && pin)
+        zc_warn(x, zc_path(p2, sizeof p2, path, "pin_memory"),
+                "accepted without effect: the host parameter shard is the optimizer offload's "
+                "16-bit staging buffer, page-locked when "
+                "zero_optimization.offload_optimizer.pin_memory is true (copy speed on CUDA only)");
+    /* DeepSpeed's ratio (stage 3 only) keeps a prefix of the optimizer's sub-groups on the
+     * accelerator. zinc offloads the whole shard or nothing: a smaller ratio would silently
+     * place more on the host than asked (and a device limit sized for it would not hold), so
+     * it is refused rather than ignored. */
+    if (kind == 0 && have_ratio && ratio < 1.0)
+        zc_error(x, zc_path(p2, sizeof p2, path, "ratio"),
+                 "%g is not supported: zinc offloads the whole optimizer state of the shard "
+                 "(partial offload is not implemented); remove the key or set it to 1.0", ratio);
 }
 
 void zc_parse_zero(zcctx *x, json_object *root, zcfg *c)
@@ -271,9 +287,21 @@ void zc_parse_zero(zcctx *x, json_object *root, zcfg *c)
     if (zc_get_bool(x, o, sec, "cpu_offload_param", &b) == V_SET && b) {
         z->offload_param = ZCFG_OFFLOAD_CPU;
         zc_warn(x, "zero_optimization.cpu_offload_param",
-                "accepted (deprecated name of offload_param), but zinc does not offload "
-                "parameters yet; memory placement only");
+                z->stage == 3 ? "accepted as the deprecated name of offload_param {\"device\": "
+                                "\"cpu\"}; write that instead"
+                              : "accepted without effect below ZeRO stage 3 (deprecated name of "
+                                "offload_param, which zinc honours at stage 3)");
     }
+    /* zinc's Adam with host parameters is the host Adam: it writes the new 16-bit shard straight
+     * into the host copy. A device Adam would have to download its result every step, a path
+     * zinc does not have; DeepSpeed's ZeRO-Infinity pairs the two the same way in practice. */
+    if (z->stage == 3 && z->offload_param == ZCFG_OFFLOAD_CPU &&
+        z->offload_optimizer != ZCFG_OFFLOAD_CPU)
+        zc_error(x, "zero_optimization.offload_param.device",
+                 "\"cpu\" needs zero_optimization.offload_optimizer.device \"cpu\" too: zinc "
+                 "offloads the parameters only together with the optimizer state (whose host "
+                 "Adam writes the host parameters); add offload_optimizer {\"device\": \"cpu\"} "
+                 "or drop offload_param");
     if (sub_group_set && z->sub_group_size != 1000000000 && !zcfg_offloads_optimizer(c))
         not_used(x, sec, "sub_group_size",
                  "zinc updates the whole shard with one fused kernel; the value bounds the chunks "

@@ -211,6 +211,7 @@ zinc_status zinc_engine_create(const zinc_engine_options_t *opt, zinc_engine_t *
     if (s != ZINC_OK) goto fail;
     e->threads = threads;
     e->offload = zcfg_offloads_optimizer(&e->cfg);
+    e->offload_param = zcfg_offloads_param(&e->cfg);
     if (e->cfg.zinc.device_memory_limit) {
         s = zdev_set_limit(e->dev, e->cfg.zinc.device_memory_limit);
         if (s != ZINC_OK) {
@@ -477,8 +478,9 @@ static zinc_status alloc_category(zinc_engine_t *e, zinc_mem_category c, void **
         return zeng_fail(e, ZINC_ERR_NOMEM,
                          "zinc_finalize: cannot allocate %s on rank %d: %llu bytes needed, %llu "
                          "available under zinc.device_memory_limit = %llu bytes (%llu in use); "
-                         "see `zinc estimate` for the plan: a higher ZeRO stage, more ranks or "
-                         "zero_optimization.offload_optimizer {\"device\": \"cpu\"} need less",
+                         "see `zinc estimate` for the plan: a higher ZeRO stage, more ranks, "
+                         "zero_optimization.offload_optimizer {\"device\": \"cpu\"} or, at stage 3, "
+                         "offload_param {\"device\": \"cpu\"} with it need less",
                          zinc_mem_category_name(c), e->rank, (unsigned long long)n,
                          (unsigned long long)(e->dev->in_use < e->dev->limit
                                                   ? e->dev->limit - e->dev->in_use : 0),
@@ -510,7 +512,9 @@ zinc_status zinc_finalize(zinc_engine_t *e)
     if (!e->gstate) return zeng_fail(e, ZINC_ERR_NOMEM, "zinc_finalize: out of memory");
     s = zgather_plan(e);
     if (s != ZINC_OK) return s;
-    zmem_plan(&e->plan, e->stage, e->dtype, e->offload, e->nbuckets, e->ngather, e->persist_numel,
+    int offload = (e->offload ? ZMEM_OFFLOAD_OPTIMIZER : 0) |
+                  (e->offload_param ? ZMEM_OFFLOAD_PARAM : 0);
+    zmem_plan(&e->plan, e->stage, e->dtype, offload, e->nbuckets, e->ngather, e->persist_numel,
               e->planned, e->host_planned);
     e->bucket_owner = calloc((size_t)(e->nbuckets + 1), sizeof(int));
     e->gather_owner = calloc((size_t)(e->ngather + 1), sizeof(int));
@@ -611,14 +615,14 @@ zinc_status zeng_shard_pieces(zinc_engine_t *e, zshard_piece **out, int *n)
     return ZINC_OK;
 }
 
-static zinc_status upload_converted(zinc_engine_t *e, void *dst, const float *src, size_t n,
-                                    zinc_dtype dt)
+/* fp32 values into `dst` in dtype `dt` on device `dv` (the engine's, or the host one). */
+static zinc_status upload_converted(zdev_t *dv, void *dst, const float *src, size_t n, zinc_dtype dt)
 {
-    if (dt == ZINC_DTYPE_FP32) return e->dev->iface->upload(e->dev, dst, src, n * 4);
+    if (dt == ZINC_DTYPE_FP32) return dv->iface->upload(dv, dst, src, n * 4);
     uint16_t *tmp = malloc(n * 2 + 2);
     if (!tmp) return ZINC_ERR_NOMEM;
     for (size_t i = 0; i < n; i++) zk_store(tmp, dt, i, src[i]);
-    zinc_status s = e->dev->iface->upload(e->dev, dst, tmp, n * 2);
+    zinc_status s = dv->iface->upload(dv, dst, tmp, n * 2);
     free(tmp);
     return s;
 }
@@ -640,17 +644,22 @@ zinc_status zinc_param_set(zinc_engine_t *e, int param, const float *values)
     if (have) {
         s = state_dev(e)->iface->upload(state_dev(e), e->master + master_pos(e, param, lo, sp),
                                         values + lo, (hi - lo) * 4);
-        if (s == ZINC_OK && e->stage == 3)
-            s = upload_converted(e, (char *)e->param16 + sp * d, values + lo, hi - lo, e->dtype);
+        /* Stage 3's own 16-bit slice: on the device, or with offload_param the host shard (in
+         * fp32 mode that is the host master, just written). */
+        if (s == ZINC_OK && e->stage == 3 && !e->offload_param)
+            s = upload_converted(e->dev, (char *)e->param16 + sp * d, values + lo, hi - lo, e->dtype);
+        if (s == ZINC_OK && e->offload_param && e->dtype != ZINC_DTYPE_FP32)
+            s = upload_converted(e->host, (char *)zoffload_param16(e) + sp * d, values + lo, hi - lo,
+                                 e->dtype);
     }
     /* Stages 0-2 keep the full 16-bit copy, stage 3 the full copy of persistent groups: every
      * rank writes all of it (same values). */
     if (s == ZINC_OK && e->stage < 3)
-        s = upload_converted(e, (char *)e->param16 + flat_pos(e, param) * d, values, P->numel,
+        s = upload_converted(e->dev, (char *)e->param16 + flat_pos(e, param) * d, values, P->numel,
                              e->dtype);
     const zgroup_state *gs = &e->gstate[P->group];
     if (s == ZINC_OK && e->stage == 3 && gs->persistent)
-        s = upload_converted(e, (char *)e->persist + (gs->persist_off + P->offset) * d, values,
+        s = upload_converted(e->dev, (char *)e->persist + (gs->persist_off + P->offset) * d, values,
                              P->numel, e->dtype);
     if (s != ZINC_OK)
         return zeng_fail(e, s, "zinc_param_set: '%s': %s", P->name,
@@ -865,8 +874,9 @@ void zeng_view_get(zinc_engine_t *e, zeng_view *out)
     *out = (zeng_view){.dev = e->dev, .state_dev = state_dev(e), .comm = e->comm, .rank = e->rank,
                        .world_size = e->world_size, .stage = e->stage, .finalized = e->finalized,
                        .dtype = e->dtype, .plan = &e->plan, .cfg = &e->cfg, .st = &e->st,
-                       .master = e->master, .m = e->m, .v = e->v, .param16 = e->param16,
-                       .err = e->err};
+                       .master = e->master, .m = e->m, .v = e->v,
+                       .param16 = e->offload_param ? zoffload_param16(e) : e->param16,
+                       .param16_dev = e->offload_param ? e->host : e->dev, .err = e->err};
 }
 
 zeng_background *zeng_background_slot(zinc_engine_t *e) { return &e->background; }

@@ -82,9 +82,11 @@ static zinc_status fetch(zinc_engine_t *e, int group, int slot)
     const zplan_group *G = &e->plan.groups[group];
     size_t d = dsz(e);
     char *buf = slot_buf(e, slot);
-    zinc_status s = e->dev->iface->copy(e->dev, buf + G->slice * (size_t)e->rank * d,
-                                        (char *)e->param16 + G->shard_off * d, G->slice * d);
-    if (s != ZINC_OK) return zeng_fail(e, s, "zinc_gather: %s", e->dev->err);
+    /* The own slice at its place in the slot, then the all-gather in place (every backend takes
+     * the buffer with this rank's slice filled). With offload_param that first copy is the
+     * upload from the host shard. */
+    zinc_status s = zoffload_own_to_device(e, group, buf + G->slice * (size_t)e->rank * d, 1);
+    if (s != ZINC_OK) return s;
     s = zcomm_all_gather(e->comm, buf, G->padded, (zdt)e->dtype);
     if (s != ZINC_OK)
         return zeng_fail(e, s, "zinc_gather: all-gather of group '%s' failed on rank %d: %s",
@@ -204,9 +206,8 @@ zinc_status zgather_refresh_persistent(zinc_engine_t *e, int counted)
         if (!gs->persistent) continue;
         const zplan_group *G = &e->plan.groups[g];
         char *buf = (char *)e->persist + gs->persist_off * d;
-        zinc_status s = e->dev->iface->copy(e->dev, buf + G->slice * (size_t)e->rank * d,
-                                            (char *)e->param16 + G->shard_off * d, G->slice * d);
-        if (s != ZINC_OK) return zeng_fail(e, s, "refreshing persistent group '%s': %s", G->name, e->dev->err);
+        zinc_status s = zoffload_own_to_device(e, g, buf + G->slice * (size_t)e->rank * d, counted);
+        if (s != ZINC_OK) return s;
         s = counted ? zcomm_all_gather(e->comm, buf, G->padded, (zdt)e->dtype)
                     : e->comm->iface->all_gather(e->comm, buf, G->padded, (zdt)e->dtype);
         if (s != ZINC_OK)

@@ -7,7 +7,8 @@
  *
  *   category   stage 0      stage 1      stage 2          stage 3
  *   param16    F (full)     F (full)     F (full)         S (own slices; full groups only
- *                                                          while gathered, in `gather`)
+ *                                                          while gathered, in `gather`;
+ *                                                          host with offload_param)
  *   grad       F (full)     F (full)     S (accumulated)  S (accumulated)
  *   master,m,v F (full)     S            S                S
  *   bucket     -            -            nbuckets * B     nbuckets * B
@@ -19,6 +20,12 @@
  * result of the host Adam (h_param16; none in fp32 mode, where the master is uploaded as is).
  * The master is then never aliased with param16. zinc_memory reports device bytes,
  * zinc_memory_host these host bytes.
+ *
+ * With zero_optimization.offload_param too (stage 3 only; e->offload_param), the 16-bit shard
+ * itself is host memory: e->param16 is NULL (no device block), h_param16 is the shard (in fp32
+ * mode the host master is), the host Adam writes it in place, and every gather uploads the own
+ * slice from it into the gather slot (zoffload_own_to_device). Device memory for parameters is
+ * then the gather ring and the persistent groups only.
  *
  * "Full" buffers are indexed by flat offset (group.flat_off + param.offset); shard buffers by
  * shard offset (group.shard_off + position in the slice). At stage 0 every rank updates the whole
@@ -96,6 +103,7 @@ struct zinc_engine {
     /* Offload (offload.c): host-resident optimizer state, allocated on `host` (a cpu device of
      * its own, so it never counts against the device's memory limit) and updated by its Adam. */
     int offload;                  /* offload_optimizer "cpu" at stages 1-3 */
+    int offload_param;            /* offload_param "cpu" at stage 3 (implies offload) */
     int threads;                  /* host threads (the engine's, or the automatic count) */
     zdev_t *host;                 /* NULL without offload */
     void *h_grad;                 /* host [shard_numel] working dtype: the reduced grad shard */
@@ -131,8 +139,13 @@ double zeng_lap(double *t);
 /* The background slot's poll (view.h), ZINC_OK when nothing is in flight. */
 zinc_status zeng_background_poll(zinc_engine_t *e);
 
+/* What is offloaded, for the memory plan: ZMEM_OFFLOAD_OPTIMIZER (master, m, v at stages 1-3)
+ * and ZMEM_OFFLOAD_PARAM (the 16-bit shard at stage 3; only with the former). */
+enum { ZMEM_OFFLOAD_OPTIMIZER = 1, ZMEM_OFFLOAD_PARAM = 2 };
+
 /* Memory plan (memplan.c): bytes per category for a plan/stage/dtype, before allocating: device
- * bytes in `bytes`, host bytes (offload_optimizer; all zero without) in `host` (may be NULL). */
+ * bytes in `bytes`, host bytes (offload; all zero without) in `host` (may be NULL). `offload` is
+ * a mask of ZMEM_OFFLOAD_*. */
 void zmem_plan(const zplan *p, int stage, zinc_dtype dtype, int offload, int nbuckets, int ngather,
                size_t persist_numel, uint64_t bytes[ZINC_MEM_COUNT], uint64_t host[ZINC_MEM_COUNT]);
 
@@ -150,6 +163,12 @@ zinc_status zoffload_adam(zinc_engine_t *e, zk_adam_args *a, int predownloaded);
 zinc_status zoffload_grad_ready(zinc_engine_t *e, int group);
 /* zeng_refresh_params' first half with host state: param16's own slices from the master. */
 zinc_status zoffload_refresh_own(zinc_engine_t *e);
+/* The host 16-bit shard with offload_param (h_param16, or the host master in fp32 mode). */
+void *zoffload_param16(const zinc_engine_t *e);
+/* Stage 3: group g's own 16-bit slice into `dst` on the device (its place in a gather slot or in
+ * the persistent block, before the in-place all-gather): a device copy from param16, or with
+ * offload_param an upload from the host shard, counted in zinc_offload_bytes when `counted`. */
+zinc_status zoffload_own_to_device(zinc_engine_t *e, int g, void *dst, int counted);
 
 /* Stage 3 gather schedule (gather.c). */
 /* At finalize: persistent groups, the number of gather buffers, the trace. */
@@ -159,7 +178,8 @@ zinc_status zgather_plan(zinc_engine_t *e);
 zinc_status zgather_refresh_persistent(zinc_engine_t *e, int counted);
 /* At zinc_step: forgets prefetched groups nobody used and ends the trace's first recording. */
 void zgather_step_end(zinc_engine_t *e);
-/* 1 when the fp32 working copy doubles as the master (fp32 mode, stages 0 and 3, no offload). */
+/* 1 when the fp32 working copy doubles as the master (fp32 mode, stages 0 and 3, no offload; with
+ * offload_param the host master doubles as the host shard, which the plan counts as master). */
 int zmem_master_aliased(int stage, zinc_dtype dtype, int offload);
 /* The same from a bare parameter count (zinc estimate): one group of `params` elements. */
 void zmem_estimate(uint64_t params, int world, int stage, zinc_dtype dtype, int offload,

@@ -21,6 +21,12 @@
  * where the master itself is uploaded). The reduced gradient shard stays on the device, where it
  * is accumulated and its statistics are taken. Device: stage 1 4Ψ, stage 2 2Ψ + 2Ψ/N, stage 3
  * 4Ψ/N; host 16Ψ/N at every stage (fp16/bf16).
+ *
+ * offload_param (stage 3, with offload_optimizer) moves the 16-bit shard to the host as well: the
+ * host staging buffer for Adam's 16-bit output becomes the shard itself (same size, so the host
+ * side is unchanged: 16Ψ/N, or 12Ψ/N + 4Ψ/N in fp32 where the host master is the shard), and the
+ * device keeps no param16 block: device 2Ψ/N (the gradient shard) plus the buffers — buckets and
+ * the gather ring, sized by the largest group, and the persistent (small) groups in full.
  */
 #include <string.h>
 
@@ -54,6 +60,7 @@ void zmem_plan(const zplan *p, int stage, zinc_dtype dtype, int offload, int nbu
         host[ZINC_MEM_GRAD] = S * d;
         host[ZINC_MEM_PARAM16] = dtype == ZINC_DTYPE_FP32 ? 0 : S * d;
     }
+    if ((offload & ZMEM_OFFLOAD_PARAM) && stage == 3) bytes[ZINC_MEM_PARAM16] = 0;
 }
 
 void zmem_estimate(uint64_t params, int world, int stage, zinc_dtype dtype, int offload,

@@ -20,6 +20,8 @@
  * copies: a copy stream on CUDA, with the two staging buffers pinned when pin_memory is set).
  * Then the caller's all-gather (stages 1-2) or persistent-group refresh (stage 3). Copies are
  * counted per direction (zinc_offload_bytes).
+ *
+ * offload_param (stage 3, with the above): see the section at the end of this file.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -166,6 +168,8 @@ static zinc_status download_groups(zinc_engine_t *e, int g0, int g1)
  * or from the master itself in fp32 mode. */
 static zinc_status upload_groups(zinc_engine_t *e, int g0, int g1, int counted)
 {
+    /* offload_param: the host shard is param16 itself; gathers upload from it. */
+    if (e->offload_param) return ZINC_OK;
     size_t d = dsize(e);
     const char *src = e->dtype == ZINC_DTYPE_FP32 ? (const char *)e->master : e->h_param16;
     for (int g = g0; g < g1; g++) {
@@ -245,4 +249,34 @@ zinc_status zoffload_refresh_own(zinc_engine_t *e)
     if (s == ZINC_OK && (s = e->dev->iface->copy_join(e->dev)) != ZINC_OK)
         return zeng_fail(e, s, "offload: joining the parameter uploads: %s", e->dev->err);
     return s;
+}
+
+/* ---- offload_param (stage 3): the 16-bit shard in host memory --------------------------------
+ *
+ * The host Adam already writes the 16-bit shard on the host (h_param16); with offload_param that
+ * buffer is the shard and nothing is uploaded after the update. Instead each gather uploads the
+ * group's own slice into its place in the gather slot (or the persistent block) and the usual
+ * in-place all-gather completes the group: per gather of a non-persistent group, slice * d bytes
+ * host->device, and per applied step the persistent groups' slices once. */
+
+void *zoffload_param16(const zinc_engine_t *e)
+{
+    return e->dtype == ZINC_DTYPE_FP32 ? (void *)e->master : e->h_param16;
+}
+
+zinc_status zoffload_own_to_device(zinc_engine_t *e, int g, void *dst, int counted)
+{
+    const zplan_group *G = &e->plan.groups[g];
+    size_t d = dsize(e), n = G->slice * d;
+    zinc_status s;
+    if (!e->offload_param) {
+        s = e->dev->iface->copy(e->dev, dst, (char *)e->param16 + G->shard_off * d, n);
+    } else {
+        s = e->dev->iface->upload(e->dev, dst, (const char *)zoffload_param16(e) + G->shard_off * d, n);
+        if (s == ZINC_OK && counted) e->offload_bytes[1] += n;
+    }
+    if (s != ZINC_OK)
+        return zeng_fail(e, s, "stage 3: staging the own slice of group '%s' for its all-gather: %s",
+                         G->name, e->dev->err);
+    return ZINC_OK;
 }

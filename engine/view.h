@@ -7,7 +7,8 @@
  * background work (an async save) in the engine's one background slot, whose poll and release
  * the engine calls without knowing what the work is. So ckpt depends on the engine and the
  * engine on nothing of ckpt. With offload_optimizer the shard's master, m and v are host memory:
- * the view's state_dev says which device holds them, and ckpt moves them with its calls.
+ * the view's state_dev says which device holds them, and ckpt moves them with its calls; with
+ * offload_param (stage 3) the 16-bit shard is host memory too, and param16_dev says so.
  */
 #ifndef ZINC_ENGINE_VIEW_H
 #define ZINC_ENGINE_VIEW_H
@@ -45,7 +46,9 @@ typedef struct zeng_view {
     const zcfg *cfg;              /* the resolved config: hash, checkpoint options, timeouts */
     zengine_state *st;            /* step counters and loss scaler: saved, restored on load */
     float *master, *m, *v;        /* on state_dev: [plan.flat_numel] at stage 0, else [shard_numel] */
-    void *param16;                /* device: the working copy, [flat_numel] (stage 3: the shard) */
+    void *param16;                /* the working copy, [flat_numel] (stage 3: the shard), on
+                                     param16_dev */
+    zdev_t *param16_dev;          /* dev, or with offload_param (stage 3) the host device */
     const char *err;              /* the engine's last error message */
 } zeng_view;
 

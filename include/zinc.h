@@ -278,14 +278,16 @@ ZINC_API const char *zinc_mem_category_name(zinc_mem_category c);
 
 /* Bytes of each category this rank planned and actually allocated on the DEVICE (after
  * finalize). With zero_optimization.offload_optimizer the master, m and v are 0 here: they are
- * host memory, reported by zinc_memory_host. Either array may be NULL. */
+ * host memory, reported by zinc_memory_host; with offload_param (stage 3) param16 is 0 as well.
+ * Either array may be NULL. */
 ZINC_API zinc_status zinc_memory(const zinc_engine_t *e, uint64_t planned[ZINC_MEM_COUNT],
                                  uint64_t allocated[ZINC_MEM_COUNT]);
 
 /* The same for HOST memory the engine plans and allocates for the model state: all zero without
  * offload. With offload_optimizer (stages 1-3): master, adam_m, adam_v of the shard (fp32), grad
  * (the host copy of the reduced gradient shard) and param16 (the host Adam's 16-bit output before
- * its upload; 0 in fp32 mode). docs/engine.md, "Offload". */
+ * its upload; 0 in fp32 mode). With offload_param (stage 3) that param16 is the rank's 16-bit
+ * parameter shard itself (same size). docs/engine.md, "Offload". */
 ZINC_API zinc_status zinc_memory_host(const zinc_engine_t *e, uint64_t planned[ZINC_MEM_COUNT],
                                       uint64_t allocated[ZINC_MEM_COUNT]);
 
@@ -294,8 +296,10 @@ ZINC_API zinc_status zinc_memory_host(const zinc_engine_t *e, uint64_t planned[Z
  * uploaded: one of each per applied step. At stages 2-3 a group's gradient goes down in
  * zinc_grads_ready of the accumulation's last micro-step (overlapping the rest of backward), so
  * it is counted also when the step then overflows and is skipped; at stage 1 a skipped step
- * copies nothing. Copies made by zinc_param_set/get and checkpoint loads are not counted.
- * 0 and 0 without offload. Either pointer may be NULL. */
+ * copies nothing. With offload_param (stage 3) the step uploads nothing but the persistent
+ * groups' own slices, and *to_device also counts the own slice each zinc_gather (or its
+ * prefetch) uploads to gather a group. Copies made by zinc_param_set/get and checkpoint loads are
+ * not counted. 0 and 0 without offload. Either pointer may be NULL. */
 ZINC_API zinc_status zinc_offload_bytes(const zinc_engine_t *e, uint64_t *to_host,
                                         uint64_t *to_device);
 

@@ -1,8 +1,8 @@
 /*
  * cmd_estimate.c — `zinc estimate`: the memory plan per rank for N parameters, before anything
  * is allocated, from the same function the engine allocates by (engine/memplan.c). With
- * --offload-optimizer it splits the plan into device and host bytes, as zinc_memory and
- * zinc_memory_host report them.
+ * --offload-optimizer (and --offload-param) it splits the plan into device and host bytes, as
+ * zinc_memory and zinc_memory_host report them.
  */
 #include <stdio.h>
 #include <string.h>
@@ -15,7 +15,7 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: zinc estimate --params N --world-size W --stage S [--dtype fp16|bf16|fp32]\n"
             "                     [--group-size G] [--buckets B] [--gather-buffers K]\n"
-            "                     [--offload-optimizer] [--json]\n\n"
+            "                     [--offload-optimizer [--offload-param]] [--json]\n\n"
             "Bytes per rank for a model of N parameters trained with Adam (fp32 master, m, v)\n"
             "on W data-parallel ranks under ZeRO stage S (0-3). Model state = working\n"
             "parameters + gradients + master + m + v; buffers (gradient buckets at stages 2-3,\n"
@@ -23,14 +23,17 @@ static void usage(FILE *f)
             "(default: min(N, 5e8), DeepSpeed's default bucket size). Numbers like 7.5e9 are fine.\n"
             "--offload-optimizer (zero_optimization.offload_optimizer {\"device\": \"cpu\"}, stages\n"
             "1-3): master, m, v of the shard in host memory, with host copies of the gradient\n"
-            "shard and of the 16-bit update; device and host bytes are listed apart.\n");
+            "shard and of the 16-bit update; device and host bytes are listed apart.\n"
+            "--offload-param (zero_optimization.offload_param {\"device\": \"cpu\"}, stage 3,\n"
+            "with --offload-optimizer): the 16-bit parameter shard in host memory too; the\n"
+            "device keeps the gradient shard and the buffers (gather ring, persistent groups).\n");
 }
 
 int cmd_estimate(int argc, char **argv)
 {
     long long params = -1, world = -1, stage = -1, group = -1, buckets = 2, gathers = 2;
     zinc_dtype dtype = ZINC_DTYPE_FP16;
-    int json = 0, offload = 0;
+    int json = 0, offload = 0, offload_param = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -43,6 +46,9 @@ int cmd_estimate(int argc, char **argv)
             continue;
         } else if (!strcmp(a, "--offload-optimizer")) {
             offload = 1;
+            continue;
+        } else if (!strcmp(a, "--offload-param")) {
+            offload_param = 1;
             continue;
         } else if (!strcmp(a, "--dtype")) {
             if (!v) return zarg_usage_error("estimate", "--dtype needs a value");
@@ -73,12 +79,18 @@ int cmd_estimate(int argc, char **argv)
     if (offload && stage == 0)
         return zarg_usage_error("estimate", "--offload-optimizer needs --stage 1, 2 or 3 (zinc, "
                                 "like DeepSpeed, offloads the optimizer state at stages 1-3)");
+    if (offload_param && (stage != 3 || !offload))
+        return zarg_usage_error("estimate", "--offload-param needs --stage 3 and --offload-optimizer "
+                                "(zinc offloads the parameters at stage 3, together with the "
+                                "optimizer state)");
     if (group < 0) group = params < 500000000LL ? params : 500000000LL;
     if (group < 1 || group > params)
         return zarg_usage_error("estimate", "--group-size must be in 1..N");
 
     uint64_t b[ZINC_MEM_COUNT], h[ZINC_MEM_COUNT];
-    zmem_estimate((uint64_t)params, (int)world, (int)stage, dtype, offload, b, h);
+    zmem_estimate((uint64_t)params, (int)world, (int)stage, dtype,
+                  (offload ? ZMEM_OFFLOAD_OPTIMIZER : 0) | (offload_param ? ZMEM_OFFLOAD_PARAM : 0),
+                  b, h);
     /* Buffers: sized by the largest group, padded as the planner pads it. */
     uint64_t gpad = ((uint64_t)group + (uint64_t)world * ZPLAN_ALIGN - 1) /
                     ((uint64_t)world * ZPLAN_ALIGN) * (uint64_t)world * ZPLAN_ALIGN;
@@ -93,10 +105,11 @@ int cmd_estimate(int argc, char **argv)
     if (json) {
         /* model_state/total/bytes_per_rank: device bytes (everything, without offload). */
         printf("{\"params\": %lld, \"world_size\": %lld, \"stage\": %lld, \"dtype\": \"%s\", "
-               "\"offload_optimizer\": %s, "
+               "\"offload_optimizer\": %s, \"offload_param\": %s, "
                "\"model_state_bytes_per_rank\": %llu, \"total_bytes_per_rank\": %llu, "
                "\"host_bytes_per_rank\": %llu, \"bytes_per_rank\": {",
                params, world, stage, zinc_dtype_name(dtype), offload ? "true" : "false",
+               offload_param ? "true" : "false",
                (unsigned long long)state, (unsigned long long)total, (unsigned long long)host);
         for (int c = 0; c < ZINC_MEM_COUNT; c++)
             printf("%s\"%s\": %llu", c ? ", " : "", zinc_mem_category_name((zinc_mem_category)c),
@@ -109,7 +122,10 @@ int cmd_estimate(int argc, char **argv)
         return 0;
     }
     printf("ZeRO stage %lld, %lld parameters, %lld ranks, %s working copy%s\n", stage, params,
-           world, zinc_dtype_name(dtype), offload ? ", optimizer state offloaded to the host" : "");
+           world, zinc_dtype_name(dtype),
+           offload_param ? ", optimizer state and 16-bit parameters offloaded to the host"
+           : offload     ? ", optimizer state offloaded to the host"
+                         : "");
     if (offload) printf("  %-8s %14s    %14s\n", "", "device", "host");
     for (int c = 0; c < ZINC_MEM_COUNT; c++) {
         printf("  %-8s %14.3f GB", zinc_mem_category_name((zinc_mem_category)c), (double)b[c] / 1e9);

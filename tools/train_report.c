@@ -75,6 +75,17 @@ void train_print_summary(const run_t *r, zinc_engine_t *e, int ntensors, size_t 
     }
     printf("; engine %s + model %s\n", human_bytes((double)total, b1, sizeof b1),
            human_bytes((double)model_bytes, b2, sizeof b2));
+    /* Offload (optimizer state, and at stage 3 the 16-bit parameters): the host side. */
+    uint64_t host[ZINC_MEM_COUNT], htotal = 0;
+    zinc_memory_host(e, NULL, host);
+    for (int i = 0; i < ZINC_MEM_COUNT; i++) htotal += host[i];
+    if (htotal) {
+        printf("  host/rank  ");
+        for (int i = 0; i < ZINC_MEM_COUNT; i++)
+            if (host[i]) printf(" %s %s", zinc_mem_category_name((zinc_mem_category)i),
+                                human_bytes((double)host[i], b1, sizeof b1));
+        printf("; offloaded %s\n", human_bytes((double)htotal, b1, sizeof b1));
+    }
     double H = zm_data_entropy(r->data);
     if (isfinite(H))
         printf("  floor     entropy rate %.4f nats/token (uniform guess: ln 256 = %.4f)\n", H,

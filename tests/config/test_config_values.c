@@ -742,16 +742,55 @@ static void test_offload(void)
     if (parse_warns(PRE "\"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": \"nvme\"}}}",
                     1, &c, k_dev, 1, __LINE__))
         EQ_I(zcfg_offloads_optimizer(&c), 0);
-    /* pin_memory is honoured silently (speed only) and kept; ratio still warns. */
-    const char *k_ratio[] = {"zero_optimization.offload_optimizer.ratio"};
-    if (parse_warns(PRE "\"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": "
-                    "\"cpu\", \"pin_memory\": true, \"ratio\": 0.5}}}", 1, &c, k_ratio, 1, __LINE__)) {
+    /* pin_memory is honoured silently (speed only) and kept; ratio 1 is accepted. */
+    if (parse_ok(PRE "\"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": "
+                 "\"cpu\", \"pin_memory\": true, \"ratio\": 1.0}}}", 1, &c, 0, __LINE__)) {
         EQ_I(zcfg_offloads_optimizer(&c), 1);
         EQ_I(c.zero.offload_pin, 1);
     }
-    if (parse_ok(PRE "\"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": "
-                 "\"cpu\", \"pin_memory\": true}}}", 1, &c, 0, __LINE__))
-        EQ_I(c.zero.offload_pin, 1);
+    /* ratio < 1 (partial offload) is refused, naming the key, at every stage. */
+    for (int st = 1; st <= 3; st++) {
+        char j[256];
+        snprintf(j, sizeof j, PRE "\"zero_optimization\": {\"stage\": %d, \"offload_optimizer\": "
+                              "{\"device\": \"cpu\", \"ratio\": 0.5}}}", st);
+        zcfg_diag d = {0};
+        zinc_status s = parse(j, 1, &c, &d);
+        ZT_CHECK(s == ZINC_ERR_CONFIG && d.nerrors >= 1 &&
+                     strstr(d.errors[0], "zero_optimization.offload_optimizer.ratio") &&
+                     strstr(d.errors[0], "0.5"),
+                 "ratio 0.5 at stage %d: status %d, %s", st, (int)s, d.nerrors ? d.errors[0] : "");
+        zcfg_diag_free(&d);
+    }
+    /* offload_param "cpu": honoured at stage 3 with offload_optimizer "cpu"; without it an error
+     * naming both keys; below stage 3 and with "nvme" a warning and no effect. */
+    if (parse_ok(PRE "\"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": {\"device\": "
+                 "\"cpu\"}, \"offload_param\": {\"device\": \"cpu\"}}}", 1, &c, 0, __LINE__)) {
+        EQ_I(zcfg_offloads_param(&c), 1);
+        EQ_I(zcfg_offloads_optimizer(&c), 1);
+    }
+    {
+        zcfg_diag d = {0};
+        zinc_status s = parse(PRE "\"zero_optimization\": {\"stage\": 3, \"offload_param\": "
+                              "{\"device\": \"cpu\"}}}", 1, &c, &d);
+        ZT_CHECK(s == ZINC_ERR_CONFIG && d.nerrors >= 1 &&
+                     strstr(d.errors[0], "zero_optimization.offload_param.device") &&
+                     strstr(d.errors[0], "zero_optimization.offload_optimizer.device"),
+                 "offload_param without offload_optimizer: status %d, %s", (int)s,
+                 d.nerrors ? d.errors[0] : "");
+        zcfg_diag_free(&d);
+    }
+    const char *k_pdev[] = {"zero_optimization.offload_param.device"};
+    if (parse_warns(PRE "\"zero_optimization\": {\"stage\": 2, \"offload_param\": {\"device\": \"cpu\"}}}",
+                    1, &c, k_pdev, 1, __LINE__))
+        EQ_I(zcfg_offloads_param(&c), 0);
+    const char *k_ppin[] = {"zero_optimization.offload_param.pin_memory"};
+    if (parse_warns(PRE "\"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": {\"device\": "
+                    "\"cpu\"}, \"offload_param\": {\"device\": \"cpu\", \"pin_memory\": true}}}", 1,
+                    &c, k_ppin, 1, __LINE__))
+        EQ_I(zcfg_offloads_param(&c), 1);
+    if (parse_warns(PRE "\"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": {\"device\": "
+                    "\"cpu\"}, \"offload_param\": {\"device\": \"nvme\"}}}", 1, &c, k_pdev, 1, __LINE__))
+        EQ_I(zcfg_offloads_param(&c), 0);
     const char *k_old[] = {"zero_optimization.cpu_offload"};
     if (parse_warns(PRE "\"zero_optimization\": {\"stage\": 2, \"cpu_offload\": true}}", 1, &c, k_old, 1,
                     __LINE__))

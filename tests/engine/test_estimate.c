@@ -96,6 +96,29 @@ int main(void)
         ZT_CHECK(fabs((double)(dev + host) - (formula[s] + 4 * psi / n)) <= 1e-4 * formula[s],
                  "offload stage %d: device + host %lld", s, dev + host);
     }
+    /* offload_param (stage 3, with offload_optimizer): the 16-bit shard leaves the device too;
+     * the host staging buffer for the 16-bit update becomes the shard (same size): device 2Ψ/N
+     * (the gradient shard), host 16Ψ/N; param16 0 on the device. */
+    {
+        char buf[4096];
+        int rc = estimate_json(3, "--offload-optimizer --offload-param", buf, sizeof buf);
+        long long dev = json_field(buf, "\"model_state_bytes_per_rank\": ");
+        long long host = json_field(buf, "\"host_bytes_per_rank\": ");
+        ZT_CHECK(rc == 0 && fabs((double)dev - 2 * psi / n) <= 1e-4 * 2 * psi / n,
+                 "offload_param: device %lld, formula %.0f", dev, 2 * psi / n);
+        ZT_CHECK(rc == 0 && fabs((double)host - 16 * psi / n) <= 1e-4 * 16 * psi / n,
+                 "offload_param: host %lld, formula %.0f", host, 16 * psi / n);
+        ZT_CHECK(strstr(buf, "\"param16\": 0,") && strstr(buf, "\"offload_param\": true"),
+                 "offload_param: param16 still on the device: %s", buf);
+    }
+    const char *bad_param[] = {"--stage 3 --offload-param", "--stage 2 --offload-optimizer --offload-param"};
+    for (int i = 0; i < 2; i++) {
+        char c2[512];
+        snprintf(c2, sizeof c2, "%s estimate --params 100 --world-size 4 %s 2>/dev/null", ZINC_CLI,
+                 bad_param[i]);
+        int r2 = system(c2);
+        ZT_CHECK(WIFEXITED(r2) && WEXITSTATUS(r2) == 2, "%s: rc %d", bad_param[i], r2);
+    }
     char hb[4096];
     estimate_json(2, "", hb, sizeof hb);
     ZT_CHECK(json_field(hb, "\"host_bytes_per_rank\": ") == 0, "no offload: host bytes %s", hb);

@@ -87,3 +87,33 @@ set_tests_properties(engine_offload_eager PROPERTIES LABELS "multirank;unit" TIM
 # zinc bench offload (issue 14's benchmark): argument errors and the shape of its rows.
 add_test(NAME bench_offload_cli COMMAND sh ${ZINC_ENGINE_TEST_DIR}/bench_offload.sh $<TARGET_FILE:zinc_cli>)
 set_tests_properties(bench_offload_cli PROPERTIES LABELS unit TIMEOUT 120)
+
+# ZeRO-Offload of the 16-bit parameters (issue 14, offload_param at stage 3): bitwise equal to
+# the device run, the memory split against `zinc estimate`, the device memory limit, the copy
+# volume, checkpoints across offload_param settings and world sizes.
+zinc_test(NAME engine_offload_param SOURCES ${ZINC_ENGINE_TEST_DIR}/test_offload_param.c
+          LIBS zinc_toy LABELS "multirank;unit;ckpt" TIMEOUT 600)
+add_dependencies(engine_offload_param zinc_cli)
+target_compile_definitions(engine_offload_param PRIVATE ZINC_CLI="$<TARGET_FILE:zinc_cli>")
+# The same through the staging comm that local ranks sharing one GPU use (the uploads land in
+# the gather slot the staged all-gather then reads).
+add_test(NAME engine_offload_param_staged COMMAND engine_offload_param)
+set_tests_properties(engine_offload_param_staged PROPERTIES LABELS "multirank;unit" TIMEOUT 600
+                     ENVIRONMENT "ZINC_TEST_STAGED_COMM=1")
+# And with the cpu device's asynchronous copies done when queued (as engine_offload_eager).
+add_test(NAME engine_offload_param_eager COMMAND engine_offload_param)
+set_tests_properties(engine_offload_param_eager PROPERTIES LABELS "multirank;unit" TIMEOUT 600
+                     ENVIRONMENT "ZINC_CPU_ASYNC_COPY=eager")
+
+# The offload comparisons on the mpi backend (one process per rank), stages 1-3.
+if(ZINC_HAVE_MPI)
+  add_executable(engine_offload_mpi ${ZINC_ENGINE_TEST_DIR}/test_offload_mpi.c)
+  target_link_libraries(engine_offload_mpi PRIVATE zinc_toy zinc_testutil zinc_core)
+  target_compile_options(engine_offload_mpi PRIVATE ${ZINC_WARNINGS})
+  add_test(NAME engine_offload_mpi
+           COMMAND ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe
+                   ${MPIEXEC_NUMPROC_FLAG} 2 ${MPIEXEC_PREFLAGS}
+                   $<TARGET_FILE:engine_offload_mpi> ${MPIEXEC_POSTFLAGS})
+  set_tests_properties(engine_offload_mpi PROPERTIES LABELS multirank TIMEOUT 300
+                       ENVIRONMENT "OMPI_MCA_btl_vader_single_copy_mechanism=none")
+endif()
