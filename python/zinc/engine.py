@@ -237,6 +237,14 @@ class Engine(torch.nn.Module):
             text, path = None, os.fsencode(config)
         else:
             raise TypeError("zinc.initialize: config must be a dict or the path of a JSON file")
+        # zinc's engine runs on the CPU device from Python today: a parameter anywhere else
+        # (cuda, meta) would be read through a host pointer, so refuse it before anything.
+        for name, p in model.named_parameters():
+            if p.device.type != "cpu":
+                raise NotImplementedError(
+                    f"zinc.initialize: parameter '{name}' is on {p.device}; zinc's Python "
+                    "front-end trains models on the CPU only for now (CUDA from Python is not "
+                    "offered yet; docs/python.md)")
         world = init_distributed()
         opts = EngineOptions(config_path=path, config_json=text, world=world,
                              rank=max(0, lib.zinc_world_rank(world)), device=b"cpu", threads=0)

@@ -109,6 +109,18 @@ def main():
             if "training_data" not in str(ex):
                 fails += 1
                 print(f"FAIL: the NotImplementedError does not name training_data: {ex}")
+        # A parameter that is not on the CPU (cuda on a GPU machine; meta here) is refused by
+        # name before the engine reads it through a host pointer.
+        off_cpu = model()
+        off_cpu.extra = torch.nn.Linear(2, 2, device="meta")
+        try:
+            zinc.initialize(model=off_cpu, config=cfg(GLOBAL))
+            fails += 1
+            print("FAIL: a parameter on the meta device was accepted")
+        except NotImplementedError as ex:
+            if "extra.weight" not in str(ex) or "meta" not in str(ex):
+                fails += 1
+                print(f"FAIL: the refusal does not name the parameter and its device: {ex}")
         return 1 if fails else 0
     print(f"usage: {sys.argv[0]} save|resume|errors DIR")
     return 2
