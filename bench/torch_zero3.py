@@ -141,7 +141,7 @@ def main():
     p.add_argument("--framework", required=True, choices=["zinc", "fsdp2", "deepspeed"])
     p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"])
     p.add_argument("--layers", type=int, default=4)
-    p.add_argument("--dim", type=int, default=256)
+    p.add_argument("--dim", type=int, default=192)
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--seq", type=int, default=128)
     p.add_argument("--vocab", type=int, default=256)
