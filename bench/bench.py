@@ -761,9 +761,9 @@ def sec_torch():
     nparams = any_run.get("params", 0)
     out += [f"Versions: torch {tv} (CPU wheels in the throwaway venv {rel(PY)}, Python "
             f"{any_run.get('python', '?')}), DeepSpeed {dv}, zinc = {rel(lib)} through python/zinc "
-            f"on the same torch. The machine was **shared with two other engineers' builds and "
-            f"tests while this ran**: these are preliminary figures, to be re-run on a quiet "
-            f"machine.{jit}", "",
+            f"on the same torch. The machine is **shared with two other engineers' builds and "
+            f"tests** (see the load average above; it changes by the minute): these are "
+            f"preliminary figures, to be re-run on a quiet machine.{jit}", "",
             f"The same work in every framework (bench/torch_zero3.py): examples/torch_gpt.py's "
             f"GPT in plain torch.nn ({model}: layers, width, heads, sequence, byte vocabulary; "
             f"{nparams / 1e6:.2f} M parameters, tied head, GPT-2 initialisation from "
