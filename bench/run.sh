@@ -1,21 +1,24 @@
 #!/usr/bin/env bash
 # run.sh — zinc's benchmarks side by side with PyTorch and DeepSpeed; each section rewrites its
-# own part of bench/RESULTS.md.   usage: bench/run.sh adam|memory|comm|ckpt|train|gpu|offload|offload_time|all ...
+# own part of bench/RESULTS.md.   usage: bench/run.sh adam|memory|comm|ckpt|train|gpu|offload|offload_time|torch|all ...
 #
 # zinc:   $ZINC_BIN, else build-bench/zinc (configured here with -DZINC_CUDA=OFF, Release, when
-#         missing; set ZINC_BIN to measure another build).
-# Python: adam and ckpt also measure torch and DeepSpeed. $ZINC_BENCH_PYTHON if set (an
-#         interpreter that already has torch and deepspeed); else a throwaway venv in bench/.venv
-#         (gitignored) made with python3 -m venv and pip-installed CPU torch + deepspeed. Neither
-#         is a dependency of zinc: when they cannot be had, the rows say so and zinc's own
-#         figures are still written.
+#         missing; set ZINC_BIN to measure another build). The torch section uses the libzinc.so
+#         beside it (built here too when missing).
+# Python: adam, ckpt and torch also measure torch and DeepSpeed (torch: zinc's python/zinc,
+#         PyTorch FSDP2 and DeepSpeed ZeRO-3 on one torch model under mpirun; it runs zinc on
+#         that Python's torch too). $ZINC_BENCH_PYTHON if set (an interpreter that already has
+#         torch and deepspeed); else a throwaway venv in bench/.venv (gitignored) made with
+#         python3 -m venv and pip-installed CPU torch + deepspeed. Neither is a dependency of
+#         zinc: when they cannot be had, the rows say so and zinc's own figures are still
+#         written.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(dirname "$here")"
 cd "$root"
 
 if [ $# -eq 0 ]; then
-    echo "usage: bench/run.sh adam|memory|comm|ckpt|train|gpu|offload|offload_time|all ..." >&2
+    echo "usage: bench/run.sh adam|memory|comm|ckpt|train|gpu|offload|offload_time|torch|all ..." >&2
     exit 2
 fi
 
@@ -29,10 +32,16 @@ if [ -z "${ZINC_BIN:-}" ]; then
 fi
 export ZINC_BIN
 
-need_py=0
+need_py=0 need_lib=0
 for s in "$@"; do
-    case "$s" in adam|ckpt|gpu|all) need_py=1 ;; esac
+    case "$s" in adam|ckpt|gpu|all) need_py=1 ;; torch) need_py=1 need_lib=1 ;; esac
+    [ "$s" = all ] && need_lib=1
 done
+zbuild="$(dirname "$ZINC_BIN")"
+if [ "$need_lib" = 1 ] && [ ! -e "$zbuild/libzinc.so" ] && [ -f "$zbuild/CMakeCache.txt" ]; then
+    echo "bench: building libzinc.so into $zbuild for the torch section ..." >&2
+    cmake --build "$zbuild" -j"$(nproc)" --target zinc >/dev/null
+fi
 
 py="" why=""
 if [ "$need_py" = 1 ]; then
