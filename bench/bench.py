@@ -803,11 +803,13 @@ def sec_torch():
     ds_opt = next((rr[0][0].get("ds_optimizer") for (_, _, fw), d in res.items()
                    if fw == "deepspeed" for rr in [d["rounds"]] if rr), None) or "not run"
     nparams = any_run.get("params", 0)
-    out += [f"Versions: torch {tv} (CPU wheels in the throwaway venv {rel(PY)}, Python "
+    wheel = ("a CUDA build of torch from PyPI, run on the CPU" if "+cu" in tv
+             else "CPU wheels")
+    out += [f"Versions: torch {tv} ({wheel}, in the throwaway venv {rel(PY)}, Python "
             f"{any_run.get('python', '?')}), DeepSpeed {dv}, zinc = {rel(lib)} through python/zinc "
-            f"on the same torch. The machine is **shared with two other engineers' builds and "
-            f"tests** (see the load average above; it changes by the minute): these are "
-            f"preliminary figures, to be re-run on a quiet machine.{jit}", "",
+            f"on the same torch. These machines are shared: the load average above is the one "
+            f"measured at the start, and the rounds are interleaved so that the ratios of one "
+            f"round see the same load.{jit}", "",
             f"The same work in every framework (bench/torch_zero3.py): examples/torch_gpt.py's "
             f"GPT in plain torch.nn ({model}: layers, width, heads, sequence, byte vocabulary; "
             f"{nparams / 1e6:.2f} M parameters, tied head, GPT-2 initialisation from "
