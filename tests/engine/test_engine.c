@@ -77,6 +77,12 @@ static void test_misuse(void)
     ZT_OK(zinc_grads_ready(e, g));
     ZT_CHECK(zinc_grads_ready(e, g) == ZINC_ERR_USAGE, "grads_ready twice");
     ZT_OK(zinc_step(e, &info));
+    /* What the Python front-end calls at every hand-over from zinc to torch: on the CPU device a
+     * wait with nothing to wait for, and no CUDA stream or ordinal to hand out. */
+    ZT_OK(zinc_engine_sync(e));
+    ZT_CHECK(zinc_engine_sync(NULL) == ZINC_ERR_INVALID_ARG, "sync of a NULL engine");
+    ZT_CHECK(zinc_engine_cuda_stream(e) == NULL && zinc_engine_cuda_device(e) == -1,
+             "a CPU engine hands out a CUDA stream or ordinal");
     ZT_CHECK(zinc_grads_ready(e, -1) == ZINC_ERR_INVALID_ARG, "grads_ready of group -1");
     ZT_CHECK(zinc_param_set(e, p, NULL) == ZINC_ERR_INVALID_ARG, "param_set NULL");
     zinc_engine_destroy(e);
