@@ -40,6 +40,20 @@ torch 1.13, which has no backward pre-hooks for modules, as on current torch):
   parameters"; zinc.register_external_parameter declares one by hand).
 - A module called more than once per forward gathers its group again at each call.
 What is absent raises NotImplementedError rather than doing something else.
+
+CUDA (written and reviewed, not yet run on a GPU; docs/python.md "CUDA"): parameters all on one
+CUDA device open zinc's "cuda" device, whose ordinal (the process's local rank) must be torch's
+device. The views are then device memory (__cuda_array_interface__, zero-copy). zinc queues all
+its work on its own compute stream (its NCCL stream is ordered against that one by zinc), torch
+on its current stream, so every hand-over between the two is ordered explicitly:
+- torch -> zinc (gradients added into zinc's views, a gathered copy read out of zinc's buffer
+  before zinc_release, the parameters torch may still read before zinc_step or a checkpoint
+  load overwrites them): an event recorded on torch's stream that zinc's stream waits for
+  (_torch_then_zinc), no host wait;
+- zinc -> torch (zinc_step's new weights, zinc_gather's buffer, a loaded checkpoint, the values
+  set at initialize): zinc_engine_sync, a host wait for zinc's device work (_zinc_then_torch);
+- zinc's earlier work on a buffer -> torch writes it (a gradient bucket zinc zeroes after each
+  zinc_grads_ready at stages 2-3): torch's stream waits for an event on zinc's stream.
 """
 import atexit
 import ctypes
@@ -98,10 +112,49 @@ def world_size():
     return lib.zinc_world_size(init_distributed())
 
 
-def _view(ptr, numel, code, shape):
-    """A torch tensor over zinc's memory at ptr (numel elements of dtype code), shaped."""
+# __cuda_array_interface__ typestr per zinc dtype code: bf16 has none, so it is read as int16
+# and viewed as bfloat16 (the same bytes).
+_CUDA_TYPESTR = {0: "<f4", 1: "<f2", 2: "<i2"}
+
+
+class _CudaMemory:
+    """zinc's device memory as torch.as_tensor reads it (zero-copy). No "stream" entry: the
+    consumer must not synchronize on its own; the engine orders every hand-over itself."""
+
+    def __init__(self, ptr, numel, code):
+        self.__cuda_array_interface__ = {"shape": (numel,), "typestr": _CUDA_TYPESTR[code],
+                                         "data": (ptr, False), "strides": None, "version": 2}
+
+
+def _view(ptr, numel, code, shape, device=None):
+    """A torch tensor over zinc's memory at ptr (numel elements of dtype code), shaped; device
+    memory of `device` when that is a CUDA device, else host memory."""
+    if device is not None and device.type == "cuda":
+        t = torch.as_tensor(_CudaMemory(ptr, numel, code), device=device)
+        if t.data_ptr() != ptr:
+            raise RuntimeError(f"zinc: a view of zinc's memory on {device} became a copy "
+                               f"(pointer {ptr:#x} is not on that device)")
+        return (t.view(torch.bfloat16) if code == 2 else t).view(shape)
     buf = (_CTYPE[code] * numel).from_address(ptr)
     return torch.frombuffer(buf, dtype=_TORCH_DTYPE[code]).view(shape)
+
+
+def _model_device(model):
+    """The one device the model's parameters are on: cpu or one CUDA device, else an error that
+    names a parameter."""
+    dev, first = None, None
+    for name, p in model.named_parameters():
+        if p.device.type not in ("cpu", "cuda"):
+            raise NotImplementedError(
+                f"zinc.initialize: parameter '{name}' is on {p.device}; zinc's Python front-end "
+                "trains models on the CPU or on one CUDA device (docs/python.md)")
+        if dev is None:
+            dev, first = p.device, name
+        elif p.device != dev:
+            raise ValueError(f"zinc.initialize: parameter '{name}' is on {p.device} but '{first}' "
+                             f"is on {dev}; zinc trains a model on one device: move the whole "
+                             "model there first (model.to(device))")
+    return dev if dev is not None else torch.device("cpu")
 
 
 def _batch_rule(cfg, world):
@@ -237,20 +290,30 @@ class Engine(torch.nn.Module):
             text, path = None, os.fsencode(config)
         else:
             raise TypeError("zinc.initialize: config must be a dict or the path of a JSON file")
-        # zinc's engine runs on the CPU device from Python today: a parameter anywhere else
-        # (cuda, meta) would be read through a host pointer, so refuse it before anything.
-        for name, p in model.named_parameters():
-            if p.device.type != "cpu":
-                raise NotImplementedError(
-                    f"zinc.initialize: parameter '{name}' is on {p.device}; zinc's Python "
-                    "front-end trains models on the CPU only for now (CUDA from Python is not "
-                    "offered yet; docs/python.md)")
+        # zinc's device is the model's: the CPU, or one CUDA device (meta, mps, ... are refused
+        # by name before anything, as parameters spread over several devices).
+        self._device = _model_device(model)
+        self._cuda = self._device.type == "cuda"
         world = init_distributed()
         opts = EngineOptions(config_path=path, config_json=text, world=world,
-                             rank=max(0, lib.zinc_world_rank(world)), device=b"cpu", threads=0)
+                             rank=max(0, lib.zinc_world_rank(world)),
+                             device=b"cuda" if self._cuda else b"cpu", threads=0)
         check(lib.zinc_engine_create(ctypes.byref(opts), ctypes.byref(self._e)))
         _engines.add(self)
         e = self._e
+        if self._cuda:
+            # zinc opens the GPU of the process's local rank (LOCAL_RANK, SLURM_LOCALID or MPI's
+            # node-local rank; LOCAL_RANK or 0 in a world of one): the model must be there, or
+            # zinc's views would be another device's memory.
+            ordinal = lib.zinc_engine_cuda_device(e)
+            if ordinal != self._device.index:
+                self.close()
+                raise ValueError(f"zinc.initialize: zinc opened cuda:{ordinal} (this process's "
+                                 f"local rank) but the model is on {self._device}; call "
+                                 "torch.cuda.set_device(local_rank) and build the model there "
+                                 "(model.to(f'cuda:{local_rank}'))")
+            self._zstream = torch.cuda.ExternalStream(lib.zinc_engine_cuda_stream(e),
+                                                      device=self._device)
         self._stage = lib.zinc_engine_stage(e)
         self._code = lib.zinc_engine_dtype(e)
         if lib.zinc_engine_rank(e) == 0:
@@ -290,8 +353,12 @@ class Engine(torch.nn.Module):
         self._call(lib.zinc_finalize(e))
         for _, params in self._groups:
             for pid, name, p in params:
-                src = p.detach().to(torch.float32).contiguous()
+                # zinc_param_set reads HOST fp32 values (a CUDA tensor's copy is synchronous).
+                src = p.detach().to("cpu", torch.float32).contiguous()
                 self._call(lib.zinc_param_set(e, pid, ctypes.c_void_p(src.data_ptr())))
+        # zinc -> torch: the values set (and finalize's zeroing) are complete before torch
+        # reads zinc's views.
+        self._zinc_then_torch()
         self._check_same_weights()
         self._shapes = {pid: p.shape for _, ps in self._groups for pid, _, p in ps}
         self._hooks = []
@@ -301,7 +368,7 @@ class Engine(torch.nn.Module):
                 for pid, name, p in params:
                     ptr = ctypes.c_void_p()
                     self._call(lib.zinc_param_data(e, pid, ctypes.byref(ptr)))
-                    p.data = _view(ptr.value, p.numel(), self._code, p.shape)
+                    p.data = _view(ptr.value, p.numel(), self._code, p.shape, self._device)
         else:
             for _, params in self._groups:
                 for _, _, p in params:
@@ -319,6 +386,30 @@ class Engine(torch.nn.Module):
 
     def _call(self, status):
         check(status, self._e)
+
+    def _torch_then_zinc(self):
+        """CUDA: what torch queued so far on its current stream runs before what zinc queues
+        from here on (zinc's stream waits for an event on torch's; no host wait). CPU: nothing
+        (torch's CPU ops are done when they return)."""
+        if self._cuda:
+            ev = torch.cuda.Event()
+            ev.record(torch.cuda.current_stream(self._device))
+            self._zstream.wait_event(ev)
+
+    def _zinc_then_torch(self):
+        """CUDA: zinc's device work (its compute stream, which waits for its NCCL collectives)
+        is finished before torch reads what it wrote: zinc_engine_sync, a host wait, which also
+        turns a vanished NCCL peer into an error. CPU: nothing (zinc_engine_sync is a no-op)."""
+        if self._cuda:
+            self._call(lib.zinc_engine_sync(self._e))
+
+    def _torch_after_zinc(self):
+        """CUDA: torch's stream waits (on the device) for what zinc queued so far, before torch
+        writes into a buffer zinc may still be using. CPU: nothing."""
+        if self._cuda:
+            ev = torch.cuda.Event()
+            ev.record(self._zstream)
+            torch.cuda.current_stream(self._device).wait_event(ev)
 
     def _watch_gradients(self):
         """A hook on every parameter's AccumulateGrad node: it fires once per backward, after all
@@ -355,13 +446,19 @@ class Engine(torch.nn.Module):
     def _hand_over(self, gi):
         """Adds the group's gradients into zinc's views, drops `.grad`, zinc_grads_ready."""
         G, e = self._g[gi], self._e
+        # zinc -> torch (WAR): at stages 2-3 the view is a bucket zinc zeroes after the previous
+        # group's zinc_grads_ready on its stream; torch's adds must run after that.
+        self._torch_after_zinc()
         for pid, _, p in G.params:
             if p.grad is not None:
                 ptr = ctypes.c_void_p()
                 self._call(lib.zinc_param_grad(e, pid, ctypes.byref(ptr)))
                 shape = self._shapes[pid]
-                _view(ptr.value, _numel(shape), self._code, shape).add_(p.grad.to(p.dtype))
-                p.grad = None
+                _view(ptr.value, _numel(shape), self._code, shape, self._device).add_(
+                    p.grad.to(p.dtype))
+                p.grad = None     # freed on torch's stream, after the add that reads it
+        # torch -> zinc (RAW): the reduce zinc_grads_ready queues reads the sums torch added.
+        self._torch_then_zinc()
         self._call(lib.zinc_grads_ready(e, G.gid))
         G.done = True
         if self._stage == 3 and G.holds == 0:
@@ -370,7 +467,7 @@ class Engine(torch.nn.Module):
     # ---- stage 3 ----
 
     def _setup_stage3(self, model):
-        self._empty = torch.empty(0, dtype=_TORCH_DTYPE[self._code])
+        self._empty = torch.empty(0, dtype=_TORCH_DTYPE[self._code], device=self._device)
         self._stack = []           # modules whose forward is running, outermost first
         self._adopted = {}         # module -> groups it reads that other modules own
         self._tracing = True       # the first micro-step: record reads of other modules' groups
@@ -453,14 +550,19 @@ class Engine(torch.nn.Module):
             return
         self._call(lib.zinc_gather(e, G.gid))
         try:
+            # zinc -> torch (RAW): the all-gather into zinc's buffer is complete before the copy.
+            self._zinc_then_torch()
             for pid, _, p in G.params:
                 ptr = ctypes.c_void_p()
                 self._call(lib.zinc_param_data(e, pid, ctypes.byref(ptr)))
                 shape = self._shapes[pid]
-                p.data = _view(ptr.value, _numel(shape), self._code, shape).clone()
+                p.data = _view(ptr.value, _numel(shape), self._code, shape, self._device).clone()
                 if self._tracing:
                     self._ptr_group[_storage_ptr(p.data)] = gi
         finally:
+            # torch -> zinc (WAR): after zinc_release zinc may all-gather another group into this
+            # buffer (its prefetch); that must wait for the copies queued on torch's stream.
+            self._torch_then_zinc()
             self._call(lib.zinc_release(e, G.gid))
         G.live = True
 
@@ -511,9 +613,14 @@ class Engine(torch.nn.Module):
         """Releases the engine (its zinc memory: the model's parameters become copies first,
         so the model stays usable). A world of one holds one engine at a time."""
         if getattr(self, "_e", None) is not None and self._e.value:
+            cuda = getattr(self, "_cuda", False)
+            if cuda:      # zinc's writes done before the copies read them (errors ignored here)
+                lib.zinc_engine_sync(self._e)
             for _, params in getattr(self, "_groups", []):
                 for _, _, p in params:
                     p.data = p.data.clone()
+            if cuda:      # the copies done before zinc frees the memory they read
+                torch.cuda.current_stream(self._device).synchronize()
             for h in getattr(self, "_hooks", []):
                 h.remove()
             for mod in getattr(self, "_linears", []):
@@ -559,7 +666,12 @@ class Engine(torch.nn.Module):
     def step(self):
         """zinc_step: at the accumulation boundary reduce, clip, Adam/AdamW and gather."""
         info = StepInfo()
+        # torch -> zinc (WAR): the step overwrites the weights (stages 0-2: torch's parameters)
+        # that kernels torch queued may still read.
+        self._torch_then_zinc()
         self._call(lib.zinc_step(self._e, ctypes.byref(info)))
+        # zinc -> torch (RAW): the next forward reads the new weights.
+        self._zinc_then_torch()
         if self._stage == 3:
             self._drop_params()
         if info.boundary:
@@ -609,6 +721,8 @@ class Engine(torch.nn.Module):
                 buf = torch.empty(_numel(shape), dtype=torch.float32)
                 self._call(lib.zinc_param_get(self._e, pid, ctypes.c_void_p(buf.data_ptr())))
                 out[name] = buf.view(shape).to(_TORCH_DTYPE[self._code])
+                if self._cuda:    # zinc_param_get wrote host memory; the model lives on the GPU
+                    out[name] = out[name].to(self._device)
         return out
 
     # ---- checkpoints ----------------------------------------------------------------------
@@ -642,9 +756,13 @@ class Engine(torch.nn.Module):
         buf = ctypes.create_string_buffer(_BLOB_CAP)
         opts = LoadOptions(0 if load_optimizer_states else 1, ctypes.cast(buf, ctypes.c_void_p),
                            _BLOB_CAP, 0)
+        # torch -> zinc (WAR): the load overwrites weights torch's queued kernels may still read.
+        self._torch_then_zinc()
         self._call(lib.zinc_ckpt_load(self._e, os.fsencode(load_dir),
                                       None if tag is None else str(tag).encode(),
                                       ctypes.byref(opts)))
+        # zinc -> torch (RAW): the loaded weights are in place before torch reads them.
+        self._zinc_then_torch()
         client = {}
         if opts.client_blob_bytes:
             saved = json.loads(buf.raw[:opts.client_blob_bytes].decode())
