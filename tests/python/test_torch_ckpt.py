@@ -8,11 +8,14 @@
                                             round-trips
     python test_torch_ckpt.py errors DIR    a bad config key raises naming it; a missing
                                             checkpoint raises; an argument zinc does not offer
-                                            raises NotImplementedError naming it
+                                            raises NotImplementedError naming it; a meta
+                                            parameter is refused by name; a CPU model under
+                                            torchrun's environment fails at once, saying why
 Exit 77 when torch is not importable.
 """
 import json
 import os
+import subprocess
 import sys
 
 from _common import torch, zinc
@@ -109,8 +112,8 @@ def main():
             if "training_data" not in str(ex):
                 fails += 1
                 print(f"FAIL: the NotImplementedError does not name training_data: {ex}")
-        # A parameter that is not on the CPU (cuda on a GPU machine; meta here) is refused by
-        # name before the engine reads it through a host pointer.
+        # A parameter on a device zinc has no backend for (meta, mps, ...) is refused by name
+        # before the engine reads it through a pointer.
         off_cpu = model()
         off_cpu.extra = torch.nn.Linear(2, 2, device="meta")
         try:
@@ -121,7 +124,31 @@ def main():
             if "extra.weight" not in str(ex) or "meta" not in str(ex):
                 fails += 1
                 print(f"FAIL: the refusal does not name the parameter and its device: {ex}")
+        # A CPU model under torchrun's environment: zinc connects torchrun's ranks with NCCL
+        # only, so initialize must fail at once saying what to do, not wait for peers. A child
+        # process: the launcher's world is made once per process.
+        env = dict(os.environ, RANK="0", WORLD_SIZE="1", LOCAL_RANK="0",
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT="29500")
+        try:
+            r = subprocess.run([sys.executable, __file__, "torchrun-cpu", d], env=env, timeout=120,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            out, rc = r.stdout, r.returncode
+        except subprocess.TimeoutExpired:
+            out, rc = "timed out after 120 s", -1
+        print(f"CPU model under torchrun's environment: {out.strip()[-200:]}")
+        if rc != 0:
+            fails += 1
+            print("FAIL: a CPU model under torchrun's environment did not fail at once with a "
+                  "ZincError naming mpirun")
         return 1 if fails else 0
+    if mode == "torchrun-cpu":    # the child of the errors mode, in torchrun's environment
+        try:
+            zinc.initialize(model=model(), config=cfg(GLOBAL))
+        except zinc.ZincError as ex:
+            print(f"raises: {ex}")
+            return 0 if "mpirun" in str(ex) and "cuda" in str(ex) else 1
+        print("initialize succeeded")
+        return 1
     print(f"usage: {sys.argv[0]} save|resume|errors DIR")
     return 2
 
