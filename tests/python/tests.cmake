@@ -51,6 +51,15 @@ set_tests_properties(python_stage3_memory python_overlap_stage2 python_overlap_s
 add_test(NAME python_errors COMMAND ${_py} ${_pyt}/test_torch_ckpt.py errors ${CMAKE_CURRENT_BINARY_DIR}/py_errors)
 set_tests_properties(python_errors PROPERTIES LABELS python TIMEOUT 120 SKIP_RETURN_CODE 77
                      ENVIRONMENT "${_env}")
+# The model on a CUDA device (test_torch_cuda.py; label gpu): skipped (77) where torch has no
+# CUDA device, which includes CI's Debian torch 1.13 (a CPU build). Its checks also run on the
+# CPU device, so the script itself is exercised where there is no GPU.
+add_test(NAME python_torch_cuda COMMAND ${_py} ${_pyt}/test_torch_cuda.py)
+set_tests_properties(python_torch_cuda PROPERTIES LABELS "gpu;python" TIMEOUT 300
+                     SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
+add_test(NAME python_torch_cuda_on_cpu COMMAND ${_py} ${_pyt}/test_torch_cuda.py --cpu)
+set_tests_properties(python_torch_cuda_on_cpu PROPERTIES LABELS python TIMEOUT 300
+                     SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
 
 if(ZINC_HAVE_MPI AND ZINC_TORCH_PYTHON)
   set(_mpi ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe)

@@ -1,0 +1,227 @@
+"""test_torch_cuda.py — the `import zinc` front-end with the model on a CUDA device (label gpu).
+
+Written without a GPU (2026-11-23) and not yet run on one: the first GPU session runs it
+(docs/cuda.md, GPU checklist). At world 1, on the GPU of LOCAL_RANK (0 without a launcher):
+- parity with plain PyTorch, fp32 and bf16, stages 0-3: test_torch_parity.py's model, batches and
+  bounds, the reference being plain torch on the same GPU (the same forward/backward kernels, so
+  only zinc's reduction and Adam differ, as on the CPU). One of them (stage 3 fp32) with torch on
+  a side stream, not the default one. Losses are kept as tensors and read only at the end, so no
+  per-step host sync on torch's side hides a missing stream ordering in the engine;
+- at stages 0-2 every parameter is zinc's device memory (its data_ptr is zinc_param_data's, no
+  copy) and equals module_state_dict's value, which equals zinc_param_get's host values and is on
+  the model's device; at stage 3 the model holds nothing between steps;
+- a checkpoint round trip (stage 2 bf16 and stage 3 fp32): a fresh engine loads what another
+  saved; its module_state_dict equals the saved engine's bit for bit and the next 3 steps'
+  losses match the uninterrupted run's within 1e-6 relative;
+- errors: parameters on two devices (cpu and cuda) are refused naming one; with 2 or more GPUs a
+  model on a GPU other than the local rank's is refused, saying torch.cuda.set_device.
+Usage:
+    ZINC_LIB=build-cuda/libzinc.so bench/.venv/bin/python tests/python/test_torch_cuda.py
+    python test_torch_cuda.py --cpu      the same checks on the CPU device (checks the test
+                                         itself where there is no GPU)
+Exit 77 ("SKIP: no CUDA device") when torch has no CUDA device; 1 on any failure.
+"""
+import ctypes
+import os
+import sys
+import tempfile
+
+from _common import torch, zinc
+
+ON_CPU = "--cpu" in sys.argv[1:]
+sys.argv = sys.argv[:1]     # test_torch_parity reads STAGE and BF16 from argv at import
+import test_torch_parity as tp  # noqa: E402
+from zinc._lib import lib  # noqa: E402
+
+
+def cfg(stage, bf16):
+    c = {"train_micro_batch_size_per_gpu": tp.GLOBAL_MICRO, "gradient_accumulation_steps": tp.GA,
+         "optimizer": {"type": "AdamW", "params": {"lr": tp.LR, "betas": [0.9, 0.999],
+                                                    "eps": 1e-8, "weight_decay": tp.WD}},
+         "gradient_clipping": 1.0, "zero_optimization": {"stage": stage}}
+    if bf16:
+        c["bf16"] = {"enabled": True}
+    return c
+
+
+def reference(dev):
+    """test_torch_parity.reference on `dev`: losses (tensors) and the final weights."""
+    torch.manual_seed(0)
+    m = tp.Tiny().to(dev)
+    opt = torch.optim.AdamW(m.parameters(), lr=tp.LR, betas=(0.9, 0.999), eps=1e-8,
+                            weight_decay=tp.WD)
+    losses = []
+    for k, (x, y) in enumerate(tp.batches()):
+        loss = tp.loss_fn(m, x.to(dev), y.to(dev))
+        (loss / tp.GA).backward()
+        if k % tp.GA == tp.GA - 1:
+            torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
+            opt.step()
+            opt.zero_grad()
+        losses.append(loss.detach())
+    return [float(v) for v in losses], {n: p.detach().clone() for n, p in m.named_parameters()}
+
+
+def train(engine, dev, batches):
+    losses = []
+    for x, y in batches:
+        loss = tp.loss_fn(engine, x.to(dev), y.to(dev))
+        engine.backward(loss)
+        engine.step()
+        losses.append(loss.detach())     # read at the end: no host sync per step
+    return [float(v) for v in losses]
+
+
+def check_memory(engine, dev, stage):
+    """Stages 0-2: each parameter is zinc's working copy on dev, equal to module_state_dict's
+    value; module_state_dict equals zinc_param_get's values and is on dev. Stage 3: the model
+    holds nothing. Returns the number of failures."""
+    fails = 0
+    sd = engine.module_state_dict()
+    for _, params in engine._groups:
+        for pid, name, p in params:
+            host = torch.empty(sd[name].numel(), dtype=torch.float32)
+            st = lib.zinc_param_get(engine._e, pid, ctypes.c_void_p(host.data_ptr()))
+            want = host.view(sd[name].shape).to(sd[name].dtype)
+            if st != 0 or sd[name].device != dev or not torch.equal(sd[name].cpu(), want):
+                fails += 1
+                print(f"FAIL: module_state_dict['{name}'] ({sd[name].device}) differs from "
+                      f"zinc_param_get (status {st})")
+            if stage < 3:
+                ptr = ctypes.c_void_p()
+                lib.zinc_param_data(engine._e, pid, ctypes.byref(ptr))
+                if p.device != dev or p.data_ptr() != ptr.value:
+                    fails += 1
+                    print(f"FAIL: '{name}' is not zinc's memory on {dev} ({p.device}, "
+                          f"{p.data_ptr():#x} vs {ptr.value or 0:#x})")
+                elif not torch.equal(p.detach(), sd[name]):
+                    fails += 1
+                    print(f"FAIL: '{name}' (the model's view) differs from module_state_dict")
+            elif p.numel() != 0:
+                fails += 1
+                print(f"FAIL: stage 3: '{name}' holds {p.numel()} elements between steps")
+    return fails
+
+
+def parity(dev, stage, bf16, ref, side_stream=False):
+    ref_losses, ref_w = ref
+    torch.manual_seed(0)
+    m = tp.Tiny().to(dev)
+    engine, *_ = zinc.initialize(model=m, model_parameters=m.parameters(), config=cfg(stage, bf16))
+    if side_stream:
+        s = torch.cuda.Stream(device=dev)
+        s.wait_stream(torch.cuda.current_stream(dev))
+        with torch.cuda.stream(s):
+            losses = train(engine, dev, tp.batches())
+    else:
+        losses = train(engine, dev, tp.batches())
+    fails = check_memory(engine, dev, stage)
+    w = engine.module_state_dict()
+    if bf16:
+        worst_w = max(float((w[n].float() - ref_w[n]).abs().max()) for n in ref_w)
+        bound_w, bound_l = 2.5e-2, 2e-2
+    else:
+        worst_w = max(float((w[n] - ref_w[n]).abs().max() / ref_w[n].abs().max()) for n in ref_w)
+        bound_w, bound_l = 4e-6, 4e-6
+    worst_l = max(abs(a - b) / abs(b) for a, b in zip(losses, ref_losses))
+    mode = "bf16" if bf16 else "fp32"
+    print(f"{dev} stage {stage} {mode}{' (side stream)' if side_stream else ''}: loss difference "
+          f"{worst_l:.2e} (bound {bound_l:.0e}), weight difference {worst_w:.2e} (bound "
+          f"{bound_w:.2g}), global step {engine.global_steps}")
+    if not (worst_l < bound_l and worst_w < bound_w and engine.global_steps == tp.STEPS):
+        fails += 1
+        print(f"FAIL: zinc on {dev} parted from plain PyTorch beyond the {mode} bound")
+    engine.close()
+    return fails
+
+
+def ckpt_round_trip(dev, stage, bf16, d):
+    batches = list(tp.batches())[:12]
+    torch.manual_seed(0)
+    m = tp.Tiny().to(dev)
+    engine, *_ = zinc.initialize(model=m, config=cfg(stage, bf16))
+    train(engine, dev, batches[:6])
+    engine.save_checkpoint(d, tag="t3", client_state={"at": 3})
+    saved = {n: t.clone() for n, t in engine.module_state_dict().items()}
+    after = train(engine, dev, batches[6:])
+    engine.close()
+    torch.manual_seed(1)                          # other initial weights: the load must win
+    m2 = tp.Tiny().to(dev)
+    engine, *_ = zinc.initialize(model=m2, config=cfg(stage, bf16))
+    path, client = engine.load_checkpoint(d)
+    at = engine.global_steps
+    fails = check_memory(engine, dev, stage)
+    loaded = engine.module_state_dict()
+    same = all(torch.equal(loaded[n], saved[n]) for n in saved)
+    resumed = train(engine, dev, batches[6:])
+    worst = max(abs(a - b) / abs(b) for a, b in zip(resumed, after))
+    print(f"{dev} stage {stage} {'bf16' if bf16 else 'fp32'} checkpoint: loaded {path}, "
+          f"client_state {client}, global step {at}, weights equal {same}, steps 4-6 loss difference {worst:.2e}")
+    if not same or client != {"at": 3} or at != 3 or engine.global_steps != 6 or not worst < 1e-6:
+        fails += 1
+        print("FAIL: the checkpoint round trip did not continue the run")
+    engine.close()
+    return fails
+
+
+def errors(dev):
+    fails = 0
+    if dev.type == "cuda":
+        m = tp.Tiny().to(dev)
+        m.ln.to("cpu")
+        try:
+            zinc.initialize(model=m, config=cfg(0, False))
+            fails += 1
+            print("FAIL: a model on two devices was accepted")
+        except ValueError as ex:
+            print(f"two devices: {ex}")
+            if "ln.weight" not in str(ex) and "ln.bias" not in str(ex):
+                fails += 1
+                print("FAIL: the refusal does not name a parameter")
+        if torch.cuda.device_count() > 1:
+            other = torch.device("cuda", (dev.index + 1) % torch.cuda.device_count())
+            try:
+                zinc.initialize(model=tp.Tiny().to(other), config=cfg(0, False))
+                fails += 1
+                print(f"FAIL: a model on {other} was accepted while zinc opens {dev}")
+            except ValueError as ex:
+                print(f"another GPU: {ex}")
+                if "set_device" not in str(ex):
+                    fails += 1
+                    print("FAIL: the refusal does not say torch.cuda.set_device")
+        else:
+            print("one GPU: the other-GPU refusal is not checked")
+    return fails
+
+
+def main(on_cpu):
+    if on_cpu:
+        dev = torch.device("cpu")
+    else:
+        if not torch.cuda.is_available():
+            print("SKIP: no CUDA device (torch.cuda.is_available() is false)")
+            return 77
+        dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(dev)
+        torch.backends.cuda.matmul.allow_tf32 = False     # fp32 parity: no TF32 matmuls
+        torch.backends.cudnn.allow_tf32 = False
+    if zinc.world_size() != 1:
+        print("SKIP: world 1 only")
+        return 77
+    fails = errors(dev)
+    ref = {False: reference(dev), True: None}
+    ref[True] = ref[False]                         # bf16 is held against the fp32 reference
+    for bf16 in (False, True):
+        for stage in range(4):
+            fails += parity(dev, stage, bf16, ref[bf16])
+    if dev.type == "cuda":
+        fails += parity(dev, 3, False, ref[False], side_stream=True)
+    with tempfile.TemporaryDirectory() as d:
+        fails += ckpt_round_trip(dev, 2, True, os.path.join(d, "s2"))
+        fails += ckpt_round_trip(dev, 3, False, os.path.join(d, "s3"))
+    print(f"{'FAIL' if fails else 'PASS'}: {fails} failure(s) on {dev}")
+    return 1 if fails else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(ON_CPU))
