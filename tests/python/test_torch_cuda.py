@@ -6,7 +6,9 @@ Written without a GPU (2026-11-23) and not yet run on one: the first GPU session
   bounds, the reference being plain torch on the same GPU (the same forward/backward kernels, so
   only zinc's reduction and Adam differ, as on the CPU). One of them (stage 3 fp32) with torch on
   a side stream, not the default one. Losses are kept as tensors and read only at the end, so no
-  per-step host sync on torch's side hides a missing stream ordering in the engine;
+  per-step host sync on torch's side hides a missing stream ordering in the engine, and a sleep
+  kernel before each backward (on torch's stream) and each step (on zinc's) makes the stream
+  that writes run late: a hand-over without ordering then reads stale values;
 - at stages 0-2 every parameter is zinc's device memory (its data_ptr is zinc_param_data's, no
   copy) and equals module_state_dict's value, which equals zinc_param_get's host values and is on
   the model's device; at stage 3 the model holds nothing between steps;
@@ -62,11 +64,22 @@ def reference(dev):
     return [float(v) for v in losses], {n: p.detach().clone() for n, p in m.named_parameters()}
 
 
+def lag(stream):
+    """CUDA: a sleep kernel (~1 ms) queued on `stream`: what is queued after it there runs late,
+    so a hand-over the engine did not order reads stale values instead of passing by luck."""
+    if stream is not None:
+        with torch.cuda.stream(stream):
+            torch.cuda._sleep(2_000_000)
+
+
 def train(engine, dev, batches):
     losses = []
+    cuda = dev.type == "cuda"
     for x, y in batches:
         loss = tp.loss_fn(engine, x.to(dev), y.to(dev))
+        lag(torch.cuda.current_stream(dev) if cuda else None)  # torch's gradients come late
         engine.backward(loss)
+        lag(engine._zstream if cuda else None)                  # zinc's new weights come late
         engine.step()
         losses.append(loss.detach())     # read at the end: no host sync per step
     return [float(v) for v in losses]
