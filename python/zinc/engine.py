@@ -713,7 +713,7 @@ class Engine(torch.nn.Module):
 
     def module_state_dict(self):
         """Every parameter's full value (the fp32 master, cast to the working dtype) on every
-        rank. Collective."""
+        rank, on the model's device. Collective."""
         out = {}
         for _, params in self._groups:
             for pid, name, p in params:
