@@ -31,3 +31,8 @@ if(ZINC_HAVE_MPI)
   set_tests_properties(model_mpi_loss PROPERTIES LABELS "model;multirank" TIMEOUT 120
                        ENVIRONMENT "OMPI_MCA_btl_vader_single_copy_mechanism=none")
 endif()
+
+# configs/*.json: accepted without a warning; the offload configs train like the others.
+add_test(NAME model_configs COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/configs_test.sh
+         $<TARGET_FILE:zinc_cli> ${CMAKE_SOURCE_DIR}/configs)
+set_tests_properties(model_configs PROPERTIES LABELS model TIMEOUT 120)
