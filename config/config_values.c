@@ -48,16 +48,26 @@ json_object *zc_section(zcctx *x, json_object *o, const char *key, const char *p
     return v;
 }
 
+/* The common start of the zc_get_* readers: the member (V_ABSENT without it), its full path
+ * "sec.key" into p[512], and DeepSpeed's "auto" refused (V_BAD). V_SET when there is a value. */
+static int lookup(zcctx *x, json_object *o, const char *sec, const char *key, json_object **v,
+                  char p[512])
+{
+    if (!zc_member(o, key, v)) return V_ABSENT;
+    zc_path(p, 512, sec, key);
+    if (zc_is_auto(*v)) {
+        zc_auto_error(x, p);
+        return V_BAD;
+    }
+    return V_SET;
+}
+
 int zc_get_bool(zcctx *x, json_object *o, const char *sec, const char *key, int *out)
 {
     json_object *v;
     char p[512];
-    if (!zc_member(o, key, &v)) return V_ABSENT;
-    zc_path(p, sizeof p, sec, key);
-    if (zc_is_auto(v)) {
-        zc_auto_error(x, p);
-        return V_BAD;
-    }
+    int got = lookup(x, o, sec, key, &v, p);
+    if (got != V_SET) return got;
     if (!json_object_is_type(v, json_type_boolean)) {
         zc_error(x, p, "expected true or false, got %s", zc_show(v));
         return V_BAD;
@@ -73,12 +83,8 @@ int zc_get_int(zcctx *x, json_object *o, const char *sec, const char *key, int64
 {
     json_object *v;
     char p[512];
-    if (!zc_member(o, key, &v)) return V_ABSENT;
-    zc_path(p, sizeof p, sec, key);
-    if (zc_is_auto(v)) {
-        zc_auto_error(x, p);
-        return V_BAD;
-    }
+    int got = lookup(x, o, sec, key, &v, p);
+    if (got != V_SET) return got;
     int64_t n;
     if (json_object_is_type(v, json_type_int)) {
         n = json_object_get_int64(v);
@@ -124,12 +130,8 @@ int zc_get_num(zcctx *x, json_object *o, const char *sec, const char *key, zrang
 {
     json_object *v;
     char p[512];
-    if (!zc_member(o, key, &v)) return V_ABSENT;
-    zc_path(p, sizeof p, sec, key);
-    if (zc_is_auto(v)) {
-        zc_auto_error(x, p);
-        return V_BAD;
-    }
+    int got = lookup(x, o, sec, key, &v, p);
+    if (got != V_SET) return got;
     if (!json_object_is_type(v, json_type_int) && !json_object_is_type(v, json_type_double)) {
         zc_error(x, p, "expected a number, got %s", zc_show(v));
         return V_BAD;

@@ -4,6 +4,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "tools/commands.h"
 
@@ -37,4 +38,18 @@ int zarg_usage_error(const char *cmd, const char *fmt, ...)
     va_end(ap);
     fprintf(stderr, " (see zinc %s --help)\n", cmd);
     return 2;
+}
+
+int zarg_dtype(const char *s, zinc_dtype *out)
+{
+    static const struct {
+        const char *name;
+        zinc_dtype dt;
+    } names[] = {{"fp16", ZINC_DTYPE_FP16}, {"bf16", ZINC_DTYPE_BF16}, {"fp32", ZINC_DTYPE_FP32}};
+    for (size_t i = 0; s && i < sizeof names / sizeof names[0]; i++)
+        if (!strcmp(s, names[i].name)) {
+            *out = names[i].dt;
+            return 0;
+        }
+    return -1;
 }

@@ -167,10 +167,8 @@ int bench_offload(int argc, char **argv)
             if (zarg_int64(val, &threads) || threads < 0 || threads > 4096)
                 return zarg_usage_error(cmd, "--threads wants 0..4096, not '%s'", val);
         } else if (!strcmp(a, "--dtype")) {
-            if (!strcmp(val, "fp16")) dt = ZINC_DTYPE_FP16;
-            else if (!strcmp(val, "bf16")) dt = ZINC_DTYPE_BF16;
-            else if (!strcmp(val, "fp32")) dt = ZINC_DTYPE_FP32;
-            else return zarg_usage_error(cmd, "--dtype is fp16, bf16 or fp32, not '%s'", val);
+            if (zarg_dtype(val, &dt))
+                return zarg_usage_error(cmd, "--dtype is fp16, bf16 or fp32, not '%s'", val);
         } else {
             return zarg_usage_error(cmd, "unknown option '%s'", a);
         }

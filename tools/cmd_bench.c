@@ -172,10 +172,8 @@ static int bench_adam(int argc, char **argv)
     if (strcmp(device, "cpu") && strcmp(device, "cuda"))
         return zarg_usage_error("bench adam", "--device is cpu or cuda, not '%s'", device);
     zinc_dtype dt;
-    if (!strcmp(dtname, "fp16")) dt = ZINC_DTYPE_FP16;
-    else if (!strcmp(dtname, "bf16")) dt = ZINC_DTYPE_BF16;
-    else if (!strcmp(dtname, "fp32")) dt = ZINC_DTYPE_FP32;
-    else return zarg_usage_error("bench adam", "--dtype is fp16, bf16 or fp32, not '%s'", dtname);
+    if (zarg_dtype(dtname, &dt))
+        return zarg_usage_error("bench adam", "--dtype is fp16, bf16 or fp32, not '%s'", dtname);
 
     zdev_t *d = NULL;
     zinc_status st = zdev_open(device, (int)threads, 0, &d);
@@ -441,10 +439,8 @@ static int bench_zero(int argc, char **argv, int comm)
             if (zarg_int64(val, &groups) || groups < 1 || groups > 64)
                 return zarg_usage_error(cmd, "--groups wants 1..64, not '%s'", val);
         } else if (!strcmp(a, "--dtype")) {
-            if (!strcmp(val, "fp16")) dt = ZINC_DTYPE_FP16;
-            else if (!strcmp(val, "bf16")) dt = ZINC_DTYPE_BF16;
-            else if (!strcmp(val, "fp32")) dt = ZINC_DTYPE_FP32;
-            else return zarg_usage_error(cmd, "--dtype is fp16, bf16 or fp32, not '%s'", val);
+            if (zarg_dtype(val, &dt))
+                return zarg_usage_error(cmd, "--dtype is fp16, bf16 or fp32, not '%s'", val);
         } else {
             return zarg_usage_error(cmd, "unknown option '%s'", a);
         }

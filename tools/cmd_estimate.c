@@ -52,10 +52,8 @@ int cmd_estimate(int argc, char **argv)
             continue;
         } else if (!strcmp(a, "--dtype")) {
             if (!v) return zarg_usage_error("estimate", "--dtype needs a value");
-            if (!strcmp(v, "fp16")) dtype = ZINC_DTYPE_FP16;
-            else if (!strcmp(v, "bf16")) dtype = ZINC_DTYPE_BF16;
-            else if (!strcmp(v, "fp32")) dtype = ZINC_DTYPE_FP32;
-            else return zarg_usage_error("estimate", "--dtype must be fp16, bf16 or fp32, not '%s'", v);
+            if (zarg_dtype(v, &dtype))
+                return zarg_usage_error("estimate", "--dtype must be fp16, bf16 or fp32, not '%s'", v);
             i++;
             continue;
         } else if (!strcmp(a, "--params")) dst = &params;

@@ -7,6 +7,8 @@
 #ifndef ZINC_TOOLS_COMMANDS_H
 #define ZINC_TOOLS_COMMANDS_H
 
+#include "zinc.h"
+
 int cmd_estimate(int argc, char **argv);   /* zinc estimate   — memory plan per rank         */
 int cmd_config(int argc, char **argv);     /* zinc config check — validate a DeepSpeed config */
 int cmd_bench(int argc, char **argv);      /* zinc bench adam|...                            */
@@ -19,5 +21,7 @@ int cmd_plot(int argc, char **argv);       /* zinc plot       — loss curve as 
 int zarg_int64(const char *s, long long *out);
 int zarg_double(const char *s, double *out);
 int zarg_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* "fp16", "bf16" or "fp32" into *out; -1 for anything else. */
+int zarg_dtype(const char *s, zinc_dtype *out);
 
 #endif

@@ -31,24 +31,6 @@
 
 #define OFFLOAD "\"offload_optimizer\": {\"device\": \"cpu\"}, "
 
-static int bits_equal(const toy_run *a, const toy_run *b)
-{
-    if (a->nparams != b->nparams || a->nparams == 0) return 0;
-    for (int p = 0; p < a->nparams; p++)
-        if (a->numel[p] != b->numel[p] ||
-            memcmp(a->final[p], b->final[p], (size_t)a->numel[p] * sizeof(float)))
-            return 0;
-    return 1;
-}
-
-static int run_ok(toy_run *r, const char *what)
-{
-    toy_train(r);
-    ZT_CHECK(r->status == ZINC_OK, "%s: world %d stage %d %s: %s", what, r->world, r->stage,
-             zinc_dtype_name(r->dtype), r->error);
-    return r->status == ZINC_OK;
-}
-
 /* ---- 1. bitwise ---------------------------------------------------------------------------- */
 
 /* The offloaded step in one chunk (the toy's shard is far below the automatic chunk size) and
@@ -71,21 +53,9 @@ static void compare(toy_run ref, const char *label)
 static void compare_one(toy_run ref, const char *zero_json, const char *label)
 {
     toy_run off = ref;
-    if (!run_ok(&ref, "reference")) return;
+    if (!toy_run_ok(&ref, "reference")) return;
     off.zero_json = zero_json;
-    if (run_ok(&off, "offload")) {
-        ZT_CHECK(bits_equal(&ref, &off), "%s: weights differ with offload", label);
-        ZT_CHECK(memcmp(&ref.last_info.grad_norm, &off.last_info.grad_norm, sizeof(double)) == 0 &&
-                     ref.last_info.loss_scale == off.last_info.loss_scale &&
-                     ref.last_info.next_loss_scale == off.last_info.next_loss_scale,
-                 "%s: last step: norm %.17g vs %.17g, scale %g vs %g", label,
-                 ref.last_info.grad_norm, off.last_info.grad_norm, ref.last_info.loss_scale,
-                 off.last_info.loss_scale);
-        ZT_CHECK(ref.applied == off.applied && ref.skipped == off.skipped,
-                 "%s: applied %d/%d skipped %d/%d", label, ref.applied, off.applied, ref.skipped,
-                 off.skipped);
-        ZT_CHECK(ref.applied > 0 && ref.last_info.grad_norm > 0.0, "%s: nothing trained", label);
-    }
+    if (toy_run_ok(&off, "offload")) toy_expect_same_training(&ref, &off, label);
     toy_free(&ref);
     toy_free(&off);
 }
@@ -336,8 +306,8 @@ static void test_limit(void)
     /* The same limit with offload: trains, and gives the unlimited run's weights. */
     toy_run ref = base, lo = off;
     lo.zinc_json = zinc_json;
-    if (run_ok(&ref, "unlimited") && run_ok(&lo, "offload under the limit"))
-        ZT_CHECK(bits_equal(&ref, &lo), "offload under the limit: weights differ");
+    if (toy_run_ok(&ref, "unlimited") && toy_run_ok(&lo, "offload under the limit"))
+        ZT_CHECK(toy_weights_equal(&ref, &lo), "offload under the limit: weights differ");
     toy_free(&ref);
     toy_free(&lo);
 
@@ -428,7 +398,7 @@ static void test_ckpt(void)
     for (int st = 1; st <= 3; st++) {
         toy_run ref = {.world = 2, .stage = st, .accum = 1, .steps = 2 * CK_STEPS,
                        .dtype = ZINC_DTYPE_FP16, .clip = 1.0, .inject_inf_step = -1};
-        if (!run_ok(&ref, "uninterrupted")) continue;
+        if (!toy_run_ok(&ref, "uninterrupted")) continue;
         for (int m = 0; m < 3; m++) {
             char sub[256], cmd[300];
             snprintf(sub, sizeof sub, "%s/s%d_m%d", dir, st, m);
@@ -438,7 +408,7 @@ static void test_ckpt(void)
             zt_run_ranks(2, ck_rank, &c);
             zinc_world_destroy(c.world);
             pthread_mutex_destroy(&c.mu);
-            ZT_CHECK(bits_equal(&ref, &c.out), "stage %d checkpoint %s: the resumed weights "
+            ZT_CHECK(toy_weights_equal(&ref, &c.out), "stage %d checkpoint %s: the resumed weights "
                      "differ from the uninterrupted run's", st, names[m]);
             toy_free(&c.out);
             snprintf(cmd, sizeof cmd, "rm -rf '%s'", sub);

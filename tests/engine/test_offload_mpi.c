@@ -15,18 +15,6 @@
 #define OPT "\"offload_optimizer\": {\"device\": \"cpu\"}, "
 #define BOTH OPT "\"offload_param\": {\"device\": \"cpu\"}, "
 
-static int same(const toy_run *a, const toy_run *b)
-{
-    for (int p = 0; p < a->nparams; p++)
-        if (a->numel[p] != b->numel[p] ||
-            memcmp(a->final[p], b->final[p], (size_t)a->numel[p] * sizeof(float)))
-            return 0;
-    return a->nparams == b->nparams && a->nparams > 0 &&
-           memcmp(&a->last_info.grad_norm, &b->last_info.grad_norm, sizeof(double)) == 0 &&
-           a->last_info.loss_scale == b->last_info.loss_scale && a->applied == b->applied &&
-           a->skipped == b->skipped;
-}
-
 int main(void)
 {
     zinc_world_t *w = NULL;
@@ -60,7 +48,7 @@ int main(void)
             toy_train_on(&off, w);
             ZT_CHECK(off.status == ZINC_OK, "rank %d %s: %s", rank, runs[k].name, off.error);
             if (rank == 0) {
-                ZT_CHECK(same(&ref, &off), "%s %s: differs from the run without offload",
+                ZT_CHECK(toy_same_training(&ref, &off), "%s %s: differs from the run without offload",
                          zinc_dtype_name(dts[di]), runs[k].name);
                 ZT_CHECK(ref.applied > 0 && ref.last_info.grad_norm > 0.0, "%s %s: nothing trained",
                          zinc_dtype_name(dts[di]), runs[k].name);

@@ -43,24 +43,6 @@
 #define PARAM "\"offload_param\": {\"device\": \"cpu\"}, "
 #define BOTH OPT PARAM
 
-static int bits_equal(const toy_run *a, const toy_run *b)
-{
-    if (a->nparams != b->nparams || a->nparams == 0) return 0;
-    for (int p = 0; p < a->nparams; p++)
-        if (a->numel[p] != b->numel[p] ||
-            memcmp(a->final[p], b->final[p], (size_t)a->numel[p] * sizeof(float)))
-            return 0;
-    return 1;
-}
-
-static int run_ok(toy_run *r, const char *what)
-{
-    toy_train(r);
-    ZT_CHECK(r->status == ZINC_OK, "%s: world %d stage %d %s: %s", what, r->world, r->stage,
-             zinc_dtype_name(r->dtype), r->error);
-    return r->status == ZINC_OK;
-}
-
 static uint64_t sum(const uint64_t b[ZINC_MEM_COUNT])
 {
     uint64_t t = 0;
@@ -73,25 +55,11 @@ static uint64_t sum(const uint64_t b[ZINC_MEM_COUNT])
 static void compare(toy_run ref, const char *label)
 {
     toy_run off = ref;
-    if (!run_ok(&ref, "reference")) return;
+    if (!toy_run_ok(&ref, "reference")) return;
     char zero[256];
     snprintf(zero, sizeof zero, BOTH "%s", ref.zero_json ? ref.zero_json : "");
     off.zero_json = zero;
-    if (run_ok(&off, "offload_param")) {
-        ZT_CHECK(bits_equal(&ref, &off), "%s: weights differ with offload_param", label);
-        ZT_CHECK(memcmp(&ref.last_info.grad_norm, &off.last_info.grad_norm, sizeof(double)) == 0 &&
-                     memcmp(&ref.last_info.grad_norm_clipped, &off.last_info.grad_norm_clipped,
-                            sizeof(double)) == 0 &&
-                     ref.last_info.loss_scale == off.last_info.loss_scale &&
-                     ref.last_info.next_loss_scale == off.last_info.next_loss_scale,
-                 "%s: last step: norm %.17g vs %.17g, scale %g vs %g", label,
-                 ref.last_info.grad_norm, off.last_info.grad_norm, ref.last_info.loss_scale,
-                 off.last_info.loss_scale);
-        ZT_CHECK(ref.applied == off.applied && ref.skipped == off.skipped,
-                 "%s: applied %d/%d skipped %d/%d", label, ref.applied, off.applied, ref.skipped,
-                 off.skipped);
-        ZT_CHECK(ref.applied > 0 && ref.last_info.grad_norm > 0.0, "%s: nothing trained", label);
-    }
+    if (toy_run_ok(&off, "offload_param")) toy_expect_same_training(&ref, &off, label);
     toy_free(&ref);
     toy_free(&off);
 }
@@ -260,8 +228,8 @@ static void test_limit(void)
     toy_run ref = opt, lb = both;
     ref.zero_json = NULL;
     lb.zinc_json = zinc_json;
-    if (run_ok(&ref, "unlimited") && run_ok(&lb, "offload_param under the limit"))
-        ZT_CHECK(bits_equal(&ref, &lb), "offload_param under the limit: weights differ");
+    if (toy_run_ok(&ref, "unlimited") && toy_run_ok(&lb, "offload_param under the limit"))
+        ZT_CHECK(toy_weights_equal(&ref, &lb), "offload_param under the limit: weights differ");
     toy_free(&ref);
     toy_free(&lb);
 }
@@ -460,7 +428,7 @@ static void test_ckpt_same_world(const char *dir)
     for (int di = 0; di < 2; di++) {
         toy_run ref = {.world = 2, .stage = 3, .accum = 1, .steps = 2 * CK_STEPS, .dtype = dts[di],
                        .clip = 1.0, .inject_inf_step = -1, .persist_threshold = 1000};
-        if (!run_ok(&ref, "uninterrupted")) continue;
+        if (!toy_run_ok(&ref, "uninterrupted")) continue;
         for (int m = 0; m < 5; m++) {
             char sub[256], cmd[300];
             snprintf(sub, sizeof sub, "%s/d%d_m%d", dir, di, m);
@@ -471,7 +439,7 @@ static void test_ckpt_same_world(const char *dir)
             zt_run_ranks(2, ck_rank, &c);
             zinc_world_destroy(c.world);
             pthread_mutex_destroy(&c.mu);
-            ZT_CHECK(bits_equal(&ref, &c.out), "%s checkpoint %s: the resumed weights differ from "
+            ZT_CHECK(toy_weights_equal(&ref, &c.out), "%s checkpoint %s: the resumed weights differ from "
                      "the uninterrupted run's", zinc_dtype_name(dts[di]), names[m]);
             toy_free(&c.out);
             snprintf(cmd, sizeof cmd, "rm -rf '%s'", sub);

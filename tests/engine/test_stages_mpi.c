@@ -10,13 +10,6 @@
 #include "testutil.h"
 #include "toy.h"
 
-static int same(const toy_run *a, const toy_run *b)
-{
-    for (int p = 0; p < a->nparams; p++)
-        if (memcmp(a->final[p], b->final[p], (size_t)a->numel[p] * sizeof(float))) return 0;
-    return a->nparams == b->nparams && a->nparams > 0;
-}
-
 int main(void)
 {
     zinc_world_t *w = NULL;
@@ -37,7 +30,7 @@ int main(void)
             toy_train_on(&r, w);
             ZT_CHECK(r.status == ZINC_OK, "rank %d stage %d: %s", rank, st, r.error);
             if (rank == 0)
-                ZT_CHECK(same(&ref, &r), "%s: mpi stage %d differs from stage 0",
+                ZT_CHECK(toy_weights_equal(&ref, &r), "%s: mpi stage %d differs from stage 0",
                          zinc_dtype_name(dts[di]), st);
             toy_free(&r);
         }
@@ -47,7 +40,7 @@ int main(void)
             loc.stage = 2;
             toy_train(&loc);
             ZT_CHECK(loc.status == ZINC_OK, "local run: %s", loc.error);
-            ZT_CHECK(same(&ref, &loc), "%s: mpi and local backends differ",
+            ZT_CHECK(toy_weights_equal(&ref, &loc), "%s: mpi and local backends differ",
                      zinc_dtype_name(dts[di]));
             toy_free(&loc);
         }

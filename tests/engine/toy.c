@@ -220,3 +220,48 @@ void toy_free(toy_run *r)
         r->final[p] = NULL;
     }
 }
+
+int toy_weights_equal(const toy_run *a, const toy_run *b)
+{
+    if (a->nparams != b->nparams || a->nparams == 0) return 0;
+    for (int p = 0; p < a->nparams; p++)
+        if (a->numel[p] != b->numel[p] ||
+            memcmp(a->final[p], b->final[p], (size_t)a->numel[p] * sizeof(float)))
+            return 0;
+    return 1;
+}
+
+static int same_last_step(const zinc_step_info_t *a, const zinc_step_info_t *b)
+{
+    return memcmp(&a->grad_norm, &b->grad_norm, sizeof(double)) == 0 &&
+           memcmp(&a->grad_norm_clipped, &b->grad_norm_clipped, sizeof(double)) == 0 &&
+           a->loss_scale == b->loss_scale && a->next_loss_scale == b->next_loss_scale;
+}
+
+int toy_same_training(const toy_run *a, const toy_run *b)
+{
+    return toy_weights_equal(a, b) && same_last_step(&a->last_info, &b->last_info) &&
+           a->applied == b->applied && a->skipped == b->skipped;
+}
+
+int toy_run_ok(toy_run *r, const char *what)
+{
+    toy_train(r);
+    ZT_CHECK(r->status == ZINC_OK, "%s: world %d stage %d %s: %s", what, r->world, r->stage,
+             zinc_dtype_name(r->dtype), r->error);
+    return r->status == ZINC_OK;
+}
+
+void toy_expect_same_training(const toy_run *ref, const toy_run *other, const char *label)
+{
+    ZT_CHECK(toy_weights_equal(ref, other), "%s: the weights differ", label);
+    ZT_CHECK(same_last_step(&ref->last_info, &other->last_info),
+             "%s: last step: norm %.17g vs %.17g, clipped %.17g vs %.17g, scale %g vs %g", label,
+             ref->last_info.grad_norm, other->last_info.grad_norm, ref->last_info.grad_norm_clipped,
+             other->last_info.grad_norm_clipped, ref->last_info.loss_scale,
+             other->last_info.loss_scale);
+    ZT_CHECK(ref->applied == other->applied && ref->skipped == other->skipped,
+             "%s: applied %d/%d skipped %d/%d", label, ref->applied, other->applied, ref->skipped,
+             other->skipped);
+    ZT_CHECK(ref->applied > 0 && ref->last_info.grad_norm > 0.0, "%s: nothing trained", label);
+}

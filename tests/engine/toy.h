@@ -56,6 +56,17 @@ zinc_status toy_engine(const toy_run *r, zinc_engine_t **e, int *nparams);
 zinc_status toy_engine_on(const toy_run *r, zinc_world_t *world, int rank, const char *config_json,
                           zinc_engine_t **e, int *nparams);
 
+/* Comparing runs (the offload and stage tests). toy_weights_equal: the same parameters with
+ * bitwise the same final fp32 masters (0 when either run has none). toy_same_training: that, and
+ * bitwise the same last gradient norms and loss scales and the same applied/skipped counts.
+ * toy_run_ok: toy_train, with a test failure naming the run when it fails. */
+int toy_weights_equal(const toy_run *a, const toy_run *b);
+int toy_same_training(const toy_run *a, const toy_run *b);
+int toy_run_ok(toy_run *r, const char *what);
+/* Checks (ZT_CHECK, messages prefixed by label) that `other` trained exactly as `ref`, and that
+ * `ref` trained at all. */
+void toy_expect_same_training(const toy_run *ref, const toy_run *other, const char *label);
+
 /* One micro-step of forward/backward for rank `rank` of `world` at global micro-step `micro`. */
 zinc_status toy_micro_step(zinc_engine_t *e, int rank, int world, int micro, int nparams,
                            int inject_inf);
