@@ -29,7 +29,6 @@ Every rank prints one JSON line; exits 3 (with a JSON reason) when the framework
 import argparse
 import bisect
 import json
-import math
 import os
 import random
 import resource
@@ -87,45 +86,22 @@ def markov_batches(steps, n_seq, t, vocab, seed=1):
     return out
 
 
-def build_model(torch, vocab, d, h, layers, t):
-    F = torch.nn.functional
+def build_model(vocab, d, h, layers, t):
+    """examples/torch_gpt.py's GPT, the model a zinc user trains, at the given sizes (its
+    initialisation draws from torch's generator in the same order in every framework)."""
+    sys.path.insert(0, os.path.join(ROOT, "examples"))
+    from torch_gpt import GPT
+    return GPT(vocab=vocab, d=d, h=h, layers=layers, t=t)
 
-    class Block(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.ln1, self.ln2 = torch.nn.LayerNorm(d), torch.nn.LayerNorm(d)
-            self.qkv, self.proj = torch.nn.Linear(d, 3 * d), torch.nn.Linear(d, d)
-            self.fc, self.out = torch.nn.Linear(d, 4 * d), torch.nn.Linear(4 * d, d)
 
-        def forward(self, x):
-            b, tt, dd = x.shape
-            q, k, v = self.qkv(self.ln1(x)).split(dd, dim=2)
-            q, k, v = (z.view(b, tt, h, dd // h).transpose(1, 2) for z in (q, k, v))
-            att = (q @ k.transpose(-2, -1)) / math.sqrt(dd // h)
-            att = att.masked_fill(torch.ones(tt, tt, dtype=torch.bool).triu(1), float("-inf"))
-            y = (att.softmax(-1) @ v).transpose(1, 2).reshape(b, tt, dd)
-            x = x + self.proj(y)
-            return x + self.out(F.gelu(self.fc(self.ln2(x))))
-
-    class GPT(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.wte, self.wpe = torch.nn.Embedding(vocab, d), torch.nn.Embedding(t, d)
-            self.blocks = torch.nn.ModuleList(Block() for _ in range(layers))
-            self.lnf = torch.nn.LayerNorm(d)
-            for m in self.modules():                        # GPT-2's initialisation
-                if isinstance(m, (torch.nn.Linear, torch.nn.Embedding)):
-                    torch.nn.init.normal_(m.weight, 0.0, 0.02)
-                if isinstance(m, torch.nn.Linear):
-                    torch.nn.init.zeros_(m.bias)
-
-        def forward(self, tok):
-            x = self.wte(tok) + self.wpe(torch.arange(tok.shape[1]))
-            for blk in self.blocks:
-                x = blk(x)
-            return self.lnf(x) @ self.wte.weight.t()       # tied head
-
-    return GPT()
+def engine_train_step(engine, vocab, F):
+    """One step the DeepSpeed way (zinc's engine has the same shape): forward, backward, step."""
+    def train_step(x, y):
+        loss = F.cross_entropy(engine(x).float().reshape(-1, vocab), y.reshape(-1))
+        engine.backward(loss)
+        engine.step()
+        return loss
+    return train_step
 
 
 def tensor_bytes(t):
@@ -208,7 +184,7 @@ def main():
 
     data = markov_batches(a.warmup + a.steps, a.global_batch, a.seq, a.vocab)
     torch.manual_seed(0)                         # the same initial weights on every rank
-    model = build_model(torch, a.vocab, a.dim, a.heads, a.layers, a.seq)
+    model = build_model(a.vocab, a.dim, a.heads, a.layers, a.seq)
     nparams = sum(q.numel() for q in model.parameters())
     fingerprint = float(sum(q.detach().double().square().sum() for q in model.parameters()))
     out.update(params=nparams, init_sumsq=fingerprint, micro_batch=micro,
@@ -220,11 +196,7 @@ def main():
             engine, _, _, _ = zinc.initialize(model=model, model_parameters=model.parameters(),
                                               config=cfg)
 
-            def train_step(x, y):
-                loss = F.cross_entropy(engine(x).float().reshape(-1, a.vocab), y.reshape(-1))
-                engine.backward(loss)
-                engine.step()
-                return loss
+            train_step = engine_train_step(engine, a.vocab, F)
 
             def state_bytes():
                 m = {k: v[1] for k, v in engine.memory().items()}
@@ -276,11 +248,7 @@ def main():
                                                      config=cfg)
             out["ds_optimizer"] = type(getattr(opt, "optimizer", opt)).__name__
 
-            def train_step(x, y):
-                loss = F.cross_entropy(engine(x).float().reshape(-1, a.vocab), y.reshape(-1))
-                engine.backward(loss)
-                engine.step()
-                return loss
+            train_step = engine_train_step(engine, a.vocab, F)
 
             def state_bytes():
                 zopt = engine.optimizer

@@ -22,8 +22,6 @@ import sys
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
-import zinc  # noqa: E402
 
 
 class Block(torch.nn.Module):
@@ -110,6 +108,10 @@ def main():
     p.add_argument("--model", choices=["gpt", "hf"], default="gpt",
                    help="gpt: the plain torch.nn GPT above; hf: transformers' GPT2LMHeadModel")
     args = p.parse_args()
+    # Imported here, not at the top, so that bench/torch_zero3.py can take the GPT class from
+    # this file without loading libzinc into the FSDP2 and DeepSpeed processes it measures.
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+    import zinc
 
     torch.manual_seed(0)                      # the same initial weights on every rank
     model = GPT() if args.model == "gpt" else hf_gpt2()
