@@ -3,8 +3,8 @@
 # own part of bench/RESULTS.md.   usage: bench/run.sh adam|memory|comm|ckpt|train|gpu|offload|offload_time|torch|all ...
 #
 # zinc:   $ZINC_BIN, else build-bench/zinc (configured here with -DZINC_CUDA=OFF, Release, when
-#         missing; set ZINC_BIN to measure another build). The torch section uses the libzinc.so
-#         beside it (built here too when missing).
+#         missing, and brought up to date on every run; set ZINC_BIN to measure another build).
+#         The torch section uses the libzinc.so beside it (brought up to date here too).
 # Python: adam, ckpt and torch also measure torch and DeepSpeed (torch: zinc's python/zinc,
 #         PyTorch FSDP2 and DeepSpeed ZeRO-3 on one torch model under mpirun; it runs zinc on
 #         that Python's torch too). $ZINC_BENCH_PYTHON if set (an interpreter that already has
@@ -23,12 +23,12 @@ if [ $# -eq 0 ]; then
 fi
 
 if [ -z "${ZINC_BIN:-}" ]; then
+    # Always brought up to date (incremental), so that the figures are those of this checkout.
     ZINC_BIN="$root/build-bench/zinc"
-    if [ ! -x "$ZINC_BIN" ]; then
-        echo "bench: building zinc into build-bench (Release, no CUDA) ..." >&2
+    echo "bench: building zinc into build-bench (Release, no CUDA) ..." >&2
+    [ -f build-bench/CMakeCache.txt ] ||
         cmake -S . -B build-bench -DZINC_CUDA=OFF -DCMAKE_BUILD_TYPE=Release >/dev/null
-        cmake --build build-bench -j"$(nproc)" --target zinc_cli >/dev/null
-    fi
+    cmake --build build-bench -j"$(nproc)" --target zinc_cli >/dev/null
 fi
 export ZINC_BIN
 
@@ -38,7 +38,7 @@ for s in "$@"; do
     [ "$s" = all ] && need_lib=1
 done
 zbuild="$(dirname "$ZINC_BIN")"
-if [ "$need_lib" = 1 ] && [ ! -e "$zbuild/libzinc.so" ] && [ -f "$zbuild/CMakeCache.txt" ]; then
+if [ "$need_lib" = 1 ] && [ -f "$zbuild/CMakeCache.txt" ]; then
     echo "bench: building libzinc.so into $zbuild for the torch section ..." >&2
     cmake --build "$zbuild" -j"$(nproc)" --target zinc >/dev/null
 fi
