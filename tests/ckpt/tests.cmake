@@ -20,16 +20,8 @@ add_dependencies(ckpt_cli zinc_cli)
 target_compile_definitions(ckpt_cli PRIVATE ZINC_CLI="$<TARGET_FILE:zinc_cli>")
 
 if(ZINC_HAVE_MPI)
-  add_executable(ckpt_mpi ${CMAKE_CURRENT_LIST_DIR}/test_ckpt_mpi.c ${ZINC_CKPT_FIXTURE})
-  target_link_libraries(ckpt_mpi PRIVATE zinc_testutil zinc_core MPI::MPI_C)
-  target_compile_options(ckpt_mpi PRIVATE ${ZINC_WARNINGS})
-  add_test(NAME ckpt_mpi
-           COMMAND ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe
-                   ${MPIEXEC_NUMPROC_FLAG} 3 ${MPIEXEC_PREFLAGS} $<TARGET_FILE:ckpt_mpi>
-                   ${MPIEXEC_POSTFLAGS})
-  set_tests_properties(ckpt_mpi PROPERTIES LABELS "ckpt;multirank" TIMEOUT 120
-                       ENVIRONMENT "OMPI_MCA_btl_vader_single_copy_mechanism=none"
-                       SKIP_RETURN_CODE 77)
+  zinc_mpi_test(NAME ckpt_mpi SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_ckpt_mpi.c ${ZINC_CKPT_FIXTURE}
+                LIBS MPI::MPI_C NP 3 LABELS "ckpt;multirank" TIMEOUT 120)
 endif()
 
 # The same through the staging comm (device-memory collectives, as ranks sharing one GPU use):

@@ -8,15 +8,8 @@ set_tests_properties(comm_reduce_portable PROPERTIES LABELS unit TIMEOUT 60
 zinc_test(NAME comm_local SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_local.c LABELS unit TIMEOUT 60)
 
 if(ZINC_HAVE_MPI)
-  add_executable(comm_mpi ${CMAKE_CURRENT_LIST_DIR}/test_mpi.c)
-  target_link_libraries(comm_mpi PRIVATE zinc_testutil zinc_core MPI::MPI_C)
-  target_compile_options(comm_mpi PRIVATE ${ZINC_WARNINGS})
-  add_test(NAME comm_mpi
-           COMMAND ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe
-                   ${MPIEXEC_NUMPROC_FLAG} 4 ${MPIEXEC_PREFLAGS} $<TARGET_FILE:comm_mpi>
-                   ${MPIEXEC_POSTFLAGS})
   # The failure paths wait for timeouts of a few seconds; the whole run takes ~5 s. The TIMEOUT
-  # keeps a hang from stalling CI. Single-copy (CMA) is off because containers often forbid it.
-  set_tests_properties(comm_mpi PROPERTIES LABELS multirank TIMEOUT 120
-                       ENVIRONMENT "OMPI_MCA_btl_vader_single_copy_mechanism=none")
+  # keeps a hang from stalling CI.
+  zinc_mpi_test(NAME comm_mpi SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_mpi.c LIBS MPI::MPI_C NP 4
+                LABELS multirank TIMEOUT 120)
 endif()

@@ -15,15 +15,8 @@ add_dependencies(engine_estimate zinc_cli)
 target_compile_definitions(engine_estimate PRIVATE ZINC_CLI="$<TARGET_FILE:zinc_cli>")
 
 if(ZINC_HAVE_MPI)
-  add_executable(engine_stages_mpi ${ZINC_ENGINE_TEST_DIR}/test_stages_mpi.c)
-  target_link_libraries(engine_stages_mpi PRIVATE zinc_toy zinc_testutil zinc_core)
-  target_compile_options(engine_stages_mpi PRIVATE ${ZINC_WARNINGS})
-  add_test(NAME engine_stages_mpi
-           COMMAND ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe
-                   ${MPIEXEC_NUMPROC_FLAG} 4 ${MPIEXEC_PREFLAGS}
-                   $<TARGET_FILE:engine_stages_mpi> ${MPIEXEC_POSTFLAGS})
-  set_tests_properties(engine_stages_mpi PROPERTIES LABELS multirank TIMEOUT 300
-                       ENVIRONMENT "OMPI_MCA_btl_vader_single_copy_mechanism=none")
+  zinc_mpi_test(NAME engine_stages_mpi SOURCES ${ZINC_ENGINE_TEST_DIR}/test_stages_mpi.c
+                LIBS zinc_toy NP 4 LABELS multirank TIMEOUT 300)
 endif()
 
 # The same equivalence through the staging comm that local ranks sharing one GPU use.
@@ -107,13 +100,6 @@ set_tests_properties(engine_offload_param_eager PROPERTIES LABELS "multirank;uni
 
 # The offload comparisons on the mpi backend (one process per rank), stages 1-3.
 if(ZINC_HAVE_MPI)
-  add_executable(engine_offload_mpi ${ZINC_ENGINE_TEST_DIR}/test_offload_mpi.c)
-  target_link_libraries(engine_offload_mpi PRIVATE zinc_toy zinc_testutil zinc_core)
-  target_compile_options(engine_offload_mpi PRIVATE ${ZINC_WARNINGS})
-  add_test(NAME engine_offload_mpi
-           COMMAND ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe
-                   ${MPIEXEC_NUMPROC_FLAG} 2 ${MPIEXEC_PREFLAGS}
-                   $<TARGET_FILE:engine_offload_mpi> ${MPIEXEC_POSTFLAGS})
-  set_tests_properties(engine_offload_mpi PROPERTIES LABELS multirank TIMEOUT 300
-                       ENVIRONMENT "OMPI_MCA_btl_vader_single_copy_mechanism=none")
+  zinc_mpi_test(NAME engine_offload_mpi SOURCES ${ZINC_ENGINE_TEST_DIR}/test_offload_mpi.c
+                LIBS zinc_toy NP 2 LABELS multirank TIMEOUT 300)
 endif()
