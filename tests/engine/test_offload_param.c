@@ -367,16 +367,6 @@ static zinc_engine_t *ck_engine(ck_ctx *c, zinc_world_t *w, int rank, const char
     return e;
 }
 
-static zinc_status ck_train(zinc_engine_t *e, int rank, int world, int first, int np)
-{
-    zinc_status s = ZINC_OK;
-    for (int step = first; step < first + CK_STEPS && s == ZINC_OK; step++) {
-        s = toy_micro_step(e, rank, world, step, np, 0);
-        if (s == ZINC_OK) s = zinc_step(e, NULL);
-    }
-    return s;
-}
-
 /* Every rank's weights (param_get is collective); rank 0 keeps them in out[]. */
 static zinc_status ck_weights(ck_ctx *c, zinc_engine_t *e, int rank, int np, float **out,
                               int64_t *numel)
@@ -404,13 +394,13 @@ static void ck_rank(int rank, void *arg)
     ck_ctx *c = arg;
     int world = zinc_world_size(c->world), np = 0;
     zinc_engine_t *e = ck_engine(c, c->world, rank, c->save_zero, &np);
-    zinc_status s = e ? ck_train(e, rank, world, 0, np) : ZINC_ERR_ABORTED;
+    zinc_status s = e ? toy_steps(e, rank, world, 0, CK_STEPS, np) : ZINC_ERR_ABORTED;
     if (s == ZINC_OK) s = zinc_ckpt_save(e, c->dir, "mid", NULL);
     ZT_CHECK(s == ZINC_OK, "save rank %d: %s", rank, zinc_last_error(e));
     zinc_engine_destroy(e);
     e = s == ZINC_OK ? ck_engine(c, c->world, rank, c->load_zero, &np) : NULL;
     if (e) s = zinc_ckpt_load(e, c->dir, "mid", NULL);
-    if (e && s == ZINC_OK) s = ck_train(e, rank, world, CK_STEPS, np);
+    if (e && s == ZINC_OK) s = toy_steps(e, rank, world, CK_STEPS, CK_STEPS, np);
     ZT_CHECK(!e || s == ZINC_OK, "load/train rank %d: %s", rank, zinc_last_error(e));
     if (e && s == ZINC_OK) s = ck_weights(c, e, rank, np, c->out.final, c->out.numel);
     if (rank == 0) c->out.nparams = np;
@@ -455,7 +445,8 @@ static void ck_save_rank(int rank, void *arg)
     ck_ctx *c = arg;
     int np = 0;
     zinc_engine_t *e = ck_engine(c, c->world, rank, c->save_zero, &np);
-    zinc_status s = e ? ck_train(e, rank, zinc_world_size(c->world), 0, np) : ZINC_ERR_ABORTED;
+    int world = zinc_world_size(c->world);
+    zinc_status s = e ? toy_steps(e, rank, world, 0, CK_STEPS, np) : ZINC_ERR_ABORTED;
     if (s == ZINC_OK) s = zinc_ckpt_save(e, c->dir, "mid", NULL);
     if (s == ZINC_OK) s = ck_weights(c, e, rank, np, c->saved, NULL);
     ZT_CHECK(s == ZINC_OK, "reshard save rank %d: %s", rank, zinc_last_error(e));

@@ -265,3 +265,13 @@ void toy_expect_same_training(const toy_run *ref, const toy_run *other, const ch
              other->skipped);
     ZT_CHECK(ref->applied > 0 && ref->last_info.grad_norm > 0.0, "%s: nothing trained", label);
 }
+
+zinc_status toy_steps(zinc_engine_t *e, int rank, int world, int first, int steps, int nparams)
+{
+    zinc_status s = ZINC_OK;
+    for (int step = first; step < first + steps && s == ZINC_OK; step++) {
+        s = toy_micro_step(e, rank, world, step, nparams, 0);
+        if (s == ZINC_OK) s = zinc_step(e, NULL);
+    }
+    return s;
+}

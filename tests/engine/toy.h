@@ -56,6 +56,10 @@ zinc_status toy_engine(const toy_run *r, zinc_engine_t **e, int *nparams);
 zinc_status toy_engine_on(const toy_run *r, zinc_world_t *world, int rank, const char *config_json,
                           zinc_engine_t **e, int *nparams);
 
+/* Optimizer steps first .. first + steps - 1 of rank `rank` with accumulation 1: a micro-step
+ * (toy_micro_step) and zinc_step each. */
+zinc_status toy_steps(zinc_engine_t *e, int rank, int world, int first, int steps, int nparams);
+
 /* Comparing runs (the offload and stage tests). toy_weights_equal: the same parameters with
  * bitwise the same final fp32 masters (0 when either run has none). toy_same_training: that, and
  * bitwise the same last gradient norms and loss scales and the same applied/skipped counts.
