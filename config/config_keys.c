@@ -58,7 +58,8 @@ static const zkey top_keys[] = {
     {"timers", ZK_WARN, ZK_IF_ON, "DeepSpeed's timers are not implemented (logging only)"},
     {"log_level", ZK_WARN, ZK_IF_ON, "zinc's log level is set with ZINC_LOG"},
     {"activation_checkpointing", ZK_WARN, ZK_IF_ON,
-     "activation checkpointing is the model's business in zinc (memory only)"},
+     "its options (partitioned, host or contiguous activations) are not implemented; checkpoint "
+     "with torch.utils.checkpoint or zinc.checkpointing (memory only)"},
     {"autotuning", ZK_WARN, ZK_IF_ON, "the autotuner is not implemented (speed only)"},
     {"aio", ZK_WARN, ZK_IF_ON, "asynchronous NVMe I/O is not implemented (zinc offloads to cpu only)"},
     {"zero_allow_untested_optimizer", ZK_WARN, ZK_IF_ON, W_NO_EFFECT_OPT},

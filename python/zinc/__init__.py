@@ -13,9 +13,10 @@ The shape is DeepSpeed's (`deepspeed.initialize`); the engine is zinc's C librar
 does the sharding, reduction, loss scaling, clipping, Adam/AdamW and checkpoints. This package
 only hands it the model's tensors. docs/python.md says what is offered and what is not yet.
 """
+from . import checkpointing  # noqa: F401
 from ._lib import ZincError  # noqa: F401
 from .engine import (Engine, ZincConfigWarning, init_distributed, initialize,  # noqa: F401
                      register_external_parameter, world_size)
 
 __all__ = ["initialize", "init_distributed", "world_size", "Engine", "ZincError",
-           "ZincConfigWarning", "register_external_parameter"]
+           "ZincConfigWarning", "register_external_parameter", "checkpointing"]

@@ -33,12 +33,17 @@ torch 1.13, which has no backward pre-hooks for modules, as on current torch):
   called in module order, so zinc's traced prefetch applies.
 - After backward a group is emptied as soon as its gradients are handed over (no later backward
   node can need a parameter whose gradient is complete).
-- The first micro-step is the trace: its forward keeps every gathered group until backward, and
-  records (through saved-tensor hooks) parameters that a module's forward saves for backward
-  while no module owning them is running — the tied embedding read by the top module's head.
-  From then on that module gathers such a group with its own (DeepSpeed's "external
-  parameters"; zinc.register_external_parameter declares one by hand).
-- A module called more than once per forward gathers its group again at each call.
+- A parameter read through another module's attribute while a forward runs (the tied embedding
+  read by the top module's head: `self.wte.weight`) is gathered at the read: each owning
+  module's `_parameters` is a dict that gathers on read (DeepSpeed's ZeROOrderedDict does the
+  same). The innermost running module holds that group until its forward ends and gathers it
+  again before its backward. The read comes at the same point of every micro-step, so zinc's
+  traced gather order repeats. A read that bypasses the attribute (a reference kept elsewhere)
+  is declared with zinc.register_external_parameter: the module then gathers the group with
+  its own. No step holds the whole model: the first micro-step releases as every later one.
+- A module called more than once per forward gathers its group again at each call; activation
+  checkpointing (torch.utils.checkpoint, zinc.checkpointing) re-runs the forward hooks in
+  backward, which gather and release as in forward.
 What is absent raises NotImplementedError rather than doing something else.
 
 CUDA (written and reviewed, not yet run on a GPU; docs/python.md "CUDA"): parameters all on one
@@ -56,6 +61,7 @@ on its current stream, so every hand-over between the two is ordered explicitly:
   zinc_grads_ready at stages 2-3): torch's stream waits for an event on zinc's stream.
 """
 import atexit
+import collections
 import ctypes
 import json
 import os
@@ -171,17 +177,31 @@ def _batch_rule(cfg, world):
     return mb, ga
 
 
-def _storage_ptr(t):
-    """The address of the storage a tensor lives in (0 for an empty one)."""
-    st = t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage()
-    return st.data_ptr()
+class _GatherOnRead(collections.OrderedDict):
+    """A module's `_parameters` at stage 3: `module.weight` reads `_parameters["weight"]`, and a
+    read while a forward runs gathers the parameter's group if it is not gathered (the engine's
+    _on_read). Iteration (named_parameters, state_dict) reads no value and gathers nothing."""
+
+    def __init__(self, items=(), engine=None):
+        super().__init__(items)
+        self._zinc = weakref.ref(engine) if engine is not None else None
+
+    def __getitem__(self, key):
+        p = super().__getitem__(key)
+        eng = self._zinc() if self._zinc is not None else None
+        if eng is not None and p is not None:
+            eng._on_read(p)
+        return p
+
+    def __reduce__(self):      # a copy of the model (deepcopy, pickle) gets a plain dict
+        return (collections.OrderedDict, (list(self.items()),))
 
 
 def register_external_parameter(module, parameter):
     """DeepSpeed's zero.register_external_parameter: `module`'s forward reads `parameter`, which
     another module owns; at stage 3 the module gathers it with its own. Needed only for reads
-    the first micro-step's trace cannot see (a read autograd does not save, e.g. under no_grad).
-    Call it before zinc.initialize (DeepSpeed users call it in the module's __init__)."""
+    that bypass the owning module's attribute (a reference to the Parameter kept elsewhere):
+    `other_module.weight` is gathered when read. Call it before zinc.initialize (DeepSpeed users call it in the module's __init__)."""
     ext = module.__dict__.setdefault("_zinc_external_params", [])
     if all(q is not parameter for q in ext):
         ext.append(parameter)
@@ -229,6 +249,18 @@ class _Linear(torch.autograd.Function):
 
 def _linear_forward(self, x):
     return _Linear.apply(x, self.weight, self.bias)
+
+
+def _post_hook_always(mod, hook):
+    """A forward hook that also runs when the forward raises (torch >= 2.0: always_call), so a
+    group's hold ends with it. Non-reentrant activation checkpointing needs this: its
+    recomputation in backward stops by raising inside the block's forward once it has what
+    backward needs, and every module the exception leaves must still release its group.
+    torch 1.13 has no always_call and its recomputation always runs to the end."""
+    try:
+        return mod.register_forward_hook(hook, always_call=True)
+    except TypeError:
+        return mod.register_forward_hook(hook)
 
 
 class _Group:
@@ -468,21 +500,22 @@ class Engine(torch.nn.Module):
 
     def _setup_stage3(self, model):
         self._empty = torch.empty(0, dtype=_TORCH_DTYPE[self._code], device=self._device)
-        self._stack = []           # modules whose forward is running, outermost first
-        self._adopted = {}         # module -> groups it reads that other modules own
-        self._tracing = True       # the first micro-step: record reads of other modules' groups
-        self._ptr_group = {}       # tracing: storage address of a gathered copy -> group index
-        self._saved_ctx = None
+        self._stack = []           # [module, groups gathered on read for it], outermost first
+        self._declared = {}        # module -> groups it reads that other modules own (declared)
         self._linears = []
+        self._watched = []         # modules whose _parameters gather on read
         for mod in model.modules():
             ext = [self._group_of[id(q)] for q in mod.__dict__.get("_zinc_external_params", [])
                    if id(q) in self._group_of]
             if ext:
-                self._adopted[mod] = set(ext)
-        hooked = list(self._needs) + [m for m in self._adopted if m not in self._needs]
+                self._declared[mod] = set(ext)
+            if any(id(p) in self._group_of for p in mod._parameters.values() if p is not None):
+                mod._parameters = _GatherOnRead(mod._parameters, self)
+                self._watched.append(mod)
+        hooked = list(self._needs) + [m for m in self._declared if m not in self._needs]
         for mod in hooked + ([model] if model not in hooked else []):
             self._hooks.append(mod.register_forward_pre_hook(self._pre_hook))
-            self._hooks.append(mod.register_forward_hook(self._post_hook))
+            self._hooks.append(_post_hook_always(mod, self._post_hook))
             if (isinstance(mod, torch.nn.Linear) and type(mod).forward is torch.nn.Linear.forward
                     and "forward" not in mod.__dict__):
                 mod.forward = _linear_forward.__get__(mod)
@@ -491,30 +524,39 @@ class Engine(torch.nn.Module):
 
     def _groups_of(self, mod):
         need = self._needs.get(mod, [])
-        more = self._adopted.get(mod)
+        more = self._declared.get(mod)
         return need + sorted(more.difference(need)) if more else need
 
     def _pre_hook(self, mod, inputs):
-        if self._tracing and not self._stack and torch.is_grad_enabled():
-            self._saved_ctx = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t)
-            self._saved_ctx.__enter__()
-        self._stack.append(mod)
+        self._stack.append((mod, []))
         for gi in self._groups_of(mod):
             self._materialize(gi)
             self._g[gi].holds += 1
 
+    def _on_read(self, p):
+        """A parameter read through its module's attribute (_GatherOnRead): if a forward is
+        running and the group is not gathered, gather it for the innermost running module,
+        which holds it until its forward ends and gathers it again before its backward."""
+        if not self._stack:
+            return
+        gi = self._group_of.get(id(p))
+        if gi is None or self._g[gi].live:
+            return
+        self._materialize(gi)
+        self._g[gi].holds += 1
+        self._stack[-1][1].append(gi)
+
     def _post_hook(self, mod, inputs, out):
-        if self._stack and self._stack[-1] is mod:
-            self._stack.pop()
-        groups = tuple(self._groups_of(mod))
+        read = []
+        if self._stack and self._stack[-1][0] is mod:
+            read = self._stack.pop()[1]
+        own = self._groups_of(mod)
+        groups = tuple(own + [gi for gi in dict.fromkeys(read) if gi not in own])
         for gi in groups:
             G = self._g[gi]
             G.holds = max(0, G.holds - 1)
-            if G.holds == 0 and not self._tracing:
+            if G.holds == 0:
                 self._dematerialize(gi)
-        if not self._stack and self._saved_ctx is not None:
-            self._saved_ctx.__exit__(None, None, None)
-            self._saved_ctx = None
         if groups and torch.is_grad_enabled():
             return self._wrap(out, groups)
         return out
@@ -532,17 +574,6 @@ class Engine(torch.nn.Module):
                 out[k] = self._wrap(out[k], groups)
         return out
 
-    def _pack(self, t):
-        """Tracing: a tensor autograd saves. If it lives in a group's gathered copy and no
-        module reading that group is running, the innermost running module adopts the group."""
-        try:
-            gi = self._ptr_group.get(_storage_ptr(t)) if t.numel() else None
-        except (RuntimeError, NotImplementedError):    # a tensor without storage (sparse, ...)
-            gi = None
-        if gi is not None and self._stack and all(gi not in self._groups_of(m) for m in self._stack):
-            self._adopted.setdefault(self._stack[-1], set()).add(gi)
-        return t
-
     def _materialize(self, gi):
         """Stage 3: zinc_gather the group, copy it into `param.data`, zinc_release."""
         G, e = self._g[gi], self._e
@@ -557,8 +588,6 @@ class Engine(torch.nn.Module):
                 self._call(lib.zinc_param_data(e, pid, ctypes.byref(ptr)))
                 shape = self._shapes[pid]
                 p.data = _view(ptr.value, _numel(shape), self._code, shape, self._device).clone()
-                if self._tracing:
-                    self._ptr_group[_storage_ptr(p.data)] = gi
         finally:
             # torch -> zinc (WAR): after zinc_release zinc may all-gather another group into this
             # buffer (its prefetch); that must wait for the copies queued on torch's stream.
@@ -580,7 +609,6 @@ class Engine(torch.nn.Module):
             G.holds = 0
             self._dematerialize(gi)
         self._stack = []
-        self._ptr_group.clear()
 
     def memory(self):
         """zinc's memory of this rank by category: {name: (planned bytes, allocated bytes)}."""
@@ -610,8 +638,11 @@ class Engine(torch.nn.Module):
         return list(buf)
 
     def close(self):
-        """Releases the engine (its zinc memory: the model's parameters become copies first,
-        so the model stays usable). A world of one holds one engine at a time."""
+        """Releases the engine and its zinc memory. At stages 0-2 the model's parameters become
+        copies first, so the model stays usable. At stage 3 they stay empty, as DeepSpeed's do
+        (zinc held the only copy, in shards, and gathering is collective, which close(), also
+        run by the garbage collector, cannot be): call module_state_dict() before, on every
+        rank, to keep the values. A world of one holds one engine at a time."""
         if getattr(self, "_e", None) is not None and self._e.value:
             cuda = getattr(self, "_cuda", False)
             if cuda:      # zinc's writes done before the copies read them (errors ignored here)
@@ -625,6 +656,9 @@ class Engine(torch.nn.Module):
                 h.remove()
             for mod in getattr(self, "_linears", []):
                 mod.__dict__.pop("forward", None)
+            for mod in getattr(self, "_watched", []):
+                if isinstance(mod._parameters, _GatherOnRead):
+                    mod._parameters = collections.OrderedDict(mod._parameters)
             lib.zinc_engine_destroy(self._e)
             self._e = ctypes.c_void_p()
 
@@ -634,20 +668,28 @@ class Engine(torch.nn.Module):
     # ---- training -------------------------------------------------------------------------
 
     def forward(self, *inputs, **kwargs):
-        return self.module(*inputs, **kwargs)
+        if self._stage < 3:
+            return self.module(*inputs, **kwargs)
+        try:
+            return self.module(*inputs, **kwargs)
+        except Exception as ex:
+            # The forward stopped half-way: nothing stays gathered for it. The error itself goes
+            # up unchanged, with a hint for the one stage-3 cause zinc cannot see.
+            self._drop_params()
+            hint = ("zinc, stage 3: if this comes from reading a parameter (an empty tensor "
+                    "outside its module's forward) through a reference other than its module's "
+                    "attribute, declare it: zinc.register_external_parameter(module, parameter)")
+            if hasattr(ex, "add_note"):
+                ex.add_note(hint)
+            else:
+                warnings.warn(hint, RuntimeWarning, stacklevel=2)
+            raise
 
     def backward(self, loss):
         """Scales the loss as DeepSpeed does and runs autograd; each group is handed to zinc
         (zinc_grads_ready) as soon as all its parameters have their gradient, the groups that
         got none after autograd with a zero gradient, last group first. Collective at stages
         2-3 (every rank must run the same graph)."""
-        if self._stage == 3 and self._tracing:
-            # The trace's forward kept every group gathered; from here on forward releases.
-            self._tracing = False
-            if self._saved_ctx is not None:
-                self._saved_ctx.__exit__(None, None, None)
-                self._saved_ctx = None
-            self._drop_params()
         for G in self._g:
             G.got.clear()
             G.done = False

@@ -124,6 +124,36 @@ def main():
             if "extra.weight" not in str(ex) or "meta" not in str(ex):
                 fails += 1
                 print(f"FAIL: the refusal does not name the parameter and its device: {ex}")
+        # Stage 3: a forward reading a parameter through a reference zinc cannot see (not its
+        # module's attribute) finds an empty tensor; the error says how to declare it. Declared,
+        # the same model trains.
+        class Hidden(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.a, self.b = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)
+                self.ref = [self.a.weight]
+
+            def forward(self, x):
+                return self.b(self.a(x)) @ self.ref[0]
+        hidden = Hidden()
+        engine, *_ = zinc.initialize(model=hidden, config=dict(cfg(GLOBAL, stage=3)))
+        try:
+            engine(torch.ones(2, 4))
+            fails += 1
+            print("FAIL: a hidden read at stage 3 did not raise")
+        except RuntimeError as ex:
+            notes = " ".join(getattr(ex, "__notes__", []))
+            print(f"hidden read at stage 3 raises: {str(ex)[:80]} ... {notes[:80]}")
+            if sys.version_info >= (3, 11) and "register_external_parameter" not in notes:
+                fails += 1
+                print("FAIL: the error's note does not name register_external_parameter")
+        engine.close()
+        hidden = Hidden()        # (closing at stage 3 leaves the parameters empty, as DeepSpeed)
+        zinc.register_external_parameter(hidden, hidden.a.weight)
+        engine, *_ = zinc.initialize(model=hidden, config=dict(cfg(GLOBAL, stage=3)))
+        engine.backward(engine(torch.ones(2, 4)).sum())
+        engine.step()
+        engine.close()
         # A CPU model under torchrun's environment: zinc connects torchrun's ranks with NCCL
         # only, so initialize must fail at once saying what to do, not wait for peers. A child
         # process: the launcher's world is made once per process.

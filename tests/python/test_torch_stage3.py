@@ -11,6 +11,10 @@
                                                 reads of other modules' weights (one declared
                                                 with register_external_parameter) trains as
                                                 plain torch does (the parity bound)
+    python test_torch_stage3.py actckpt STAGE   activation checkpointing (torch.utils.checkpoint
+                                                reentrant and not, zinc.checkpointing) trains as
+                                                plain torch; at stage 3 the recomputation gathers
+                                                and releases within the bound
     python test_torch_stage3.py warnings        a config warning arrives as zinc.ZincConfigWarning
     python test_torch_stage3.py measure [STEPS] not a test: examples/torch_gpt.py's model at stage 3
                                                 bf16, median step time and the largest parameter
@@ -108,7 +112,7 @@ def test_memory():
     for mod in m.modules():                 # after the engine's pre-hooks: the module's group held
         mod.register_forward_pre_hook(sample)
     g = torch.Generator().manual_seed(1)
-    trace_peak, peaks, between, orders = 0, [], [], []
+    peaks, between, orders = [], [], []
     for step in range(6):
         spy.events.clear()
         x = torch.randn(4, 8, 64, generator=g).to(torch.bfloat16)
@@ -118,9 +122,7 @@ def test_memory():
         loss = engine(x).float().square().mean()
         engine.backward(loss)
         engine.step()
-        (peaks if step else [trace_peak]).append(peak["now"])
-        if step == 0:
-            trace_peak = peak["now"]
+        peaks.append(peak["now"])
         between.append(param_bytes(m))
         orders.append([g for n, g in spy.events if n == "zinc_release"])
     mem = engine.memory()
@@ -130,7 +132,7 @@ def test_memory():
           f"parameters; zinc's param16 {p16} bytes per rank ({p16 / want:.3f} x 2*psi/N), gather "
           f"ring {mem['gather'][1]} bytes; torch holds {max(between)} bytes between steps; largest "
           f"torch parameter bytes in forward+backward: {max(peaks)} (bound 2 x largest group = "
-          f"{bound}; the first micro-step, the trace, {trace_peak})")
+          f"{bound}; the first micro-step {peaks[0]})")
     ok = True
     if not (want <= p16 <= 1.25 * want) or max(between) != 0:
         print("FAIL: stage 3 does not shard the parameters between steps")
@@ -140,6 +142,8 @@ def test_memory():
     if any(o != orders[0] for o in orders):
         print(f"FAIL: the gather order changes between micro-steps (zinc's prefetch stops): {orders}")
         ok = False
+    # The first micro-step too: it is zinc's trace of the gather order, but the model does not
+    # stay gathered for it (the engine before gather-on-read kept every group: `whole`).
     if max(peaks) > bound or min(peaks) == 0:
         print("FAIL: torch held more than two groups' parameters during a step (or none: the "
               "sampling saw nothing)")
@@ -200,6 +204,7 @@ class DictOut(torch.nn.Module):
 
 
 class Odd(torch.nn.Module):
+    read_by_top = ["emb", "head", "two.lin"]
     def __init__(self, vocab=32, d=16):
         super().__init__()
         self.emb = torch.nn.Embedding(vocab, d)
@@ -209,21 +214,64 @@ class Odd(torch.nn.Module):
         self.dict = DictOut(d)
         self.unused = torch.nn.Linear(d, d)                  # never called
         self.head = torch.nn.Linear(d, vocab)
-        # Read below without autograd saving it (an indexed add): the trace cannot see it.
+        # A reference that bypasses the owning module's attribute: reading through it cannot
+        # gather at stage 3, so it is declared (without the declaration the forward raises).
+        self.bias_ref = [self.two.lin.bias]
         zinc.register_external_parameter(self, self.two.lin.bias)
 
     def forward(self, tok):
-        x = self.emb(tok)
+        # Another module's parameter read through its attribute, before that module runs
+        # (gathered at the read, for this module).
+        x = self.emb(tok) + self.head.bias[:16]
         x = x + self.shared(x)
         x = x + self.shared(torch.tanh(x))                   # the same module again
         y, count = self.two(x)
         x = x + y * (count.float().mean() > -1)
-        # Another module's weight read here, after that module's forward: the trace sees mul
-        # save it and this module gathers it from then on.
-        return self.head(self.dict(x)["h"] * self.emb.weight[0]) + self.two.lin.bias[0]
+        # ... and after that module's forward.
+        return self.head(self.dict(x)["h"] * self.emb.weight[0]) + self.bias_ref[0][0]
+
+
+class Checkpointed(torch.nn.Module):
+    """Activation checkpointing: blocks re-run in backward by torch.utils.checkpoint, both
+    kinds (reentrant: the re-run is a backward of its own; non-reentrant: saved-tensor hooks)
+    and zinc.checkpointing's; a head tied to the embedding through its attribute."""
+    read_by_top = ["emb"]
+
+    def __init__(self, vocab=32, d=16, layers=4):
+        super().__init__()
+        self.emb = torch.nn.Embedding(vocab, d)
+        self.blocks = torch.nn.ModuleList(
+            torch.nn.Sequential(torch.nn.LayerNorm(d), torch.nn.Linear(d, 2 * d), torch.nn.GELU(),
+                                torch.nn.Linear(2 * d, d)) for _ in range(layers))
+        self.ln = torch.nn.LayerNorm(d)
+
+    def forward(self, tok):
+        import torch.utils.checkpoint as ckpt
+        x = self.emb(tok)
+        for i, b in enumerate(self.blocks):
+            if i % 3 == 0:
+                x = x + ckpt.checkpoint(b, x, use_reentrant=True)
+            elif i % 3 == 1:
+                x = x + ckpt.checkpoint(b, x, use_reentrant=False)
+            else:
+                x = x + zinc.checkpointing.checkpoint(b, x)
+        return torch.nn.functional.linear(self.ln(x), self.emb.weight)
 
 
 def test_odd(stage):
+    return train_like_torch(Odd, "odd model", stage)
+
+
+def test_activation_checkpointing(stage):
+    return train_like_torch(Checkpointed, "activation checkpointing", stage)
+
+
+def train_like_torch(make, what, stage):
+    """Trains make() with zinc at `stage` and with plain torch (AdamW, accumulation, clipping)
+    from the same weights and batches: the weights (and at one rank the losses) agree within
+    the parity bound. At stage 3 also: the same zinc_gather order in every micro-step (zinc's
+    prefetch follows the first one's), and torch never holds more than the groups gathered on
+    read plus two more."""
     steps, ga, glob, lr, wd = 12, 2, 8, 3e-3, 0.01
 
     def batches():
@@ -236,7 +284,7 @@ def test_odd(stage):
         return torch.nn.functional.cross_entropy(f(x).float().reshape(-1, 32), y.reshape(-1))
 
     torch.manual_seed(0)
-    ref = Odd()
+    ref = make()
     opt = torch.optim.AdamW(ref.parameters(), lr=lr, eps=1e-8, weight_decay=wd)
     ref_losses = []
     for k, (x, y) in enumerate(batches()):
@@ -253,20 +301,32 @@ def test_odd(stage):
             opt.step()
             opt.zero_grad()
     torch.manual_seed(0)
-    m = Odd()
+    m = make()
     world = zinc.world_size()
     per = glob // world
-    cfg = config(stage, ga=ga)
+    cfg = config(stage, ga=ga, stage3_param_persistence_threshold=0)
     cfg["optimizer"]["params"].update(lr=lr, weight_decay=wd)
     cfg["train_micro_batch_size_per_gpu"] = per
+    spy = Spy(zeng.lib)
+    zeng.lib = spy
+    peak = {"now": 0}
+
+    def sample(*_):
+        peak["now"] = max(peak["now"], param_bytes(m))
+    spy.on_release = sample
     engine, _, _, _ = zinc.initialize(model=m, config=cfg)
     rank = engine.global_rank
-    losses = []
+    losses, orders, peaks = [], [], []
     for x, y in batches():
+        spy.events.clear()
+        peak["now"] = 0
         loss = loss_fn(engine, x[rank * per:(rank + 1) * per], y[rank * per:(rank + 1) * per])
         engine.backward(loss)
         engine.step()
         losses.append(float(loss.detach()))
+        orders.append([g for n, g in spy.events if n == "zinc_release"])
+        peaks.append(peak["now"])
+    zeng.lib = spy._lib
     w = engine.module_state_dict()
     ref_w = dict(ref.named_parameters())
     # The parity test's fp32 bound (test_torch_parity.py): relative to each tensor's largest
@@ -274,13 +334,33 @@ def test_odd(stage):
     worst_w = max(float((w[n] - ref_w[n]).abs().max() / ref_w[n].abs().max()) for n in ref_w)
     # One rank: the losses too (with more, each rank's loss is of its half of the batch).
     worst_l = max(abs(a - b) / abs(b) for a, b in zip(losses, ref_losses)) if world == 1 else 0.0
-    print(f"odd model, stage {stage}, rank {rank} of {world}: max relative weight difference "
+    print(f"{what}, stage {stage}, rank {rank} of {world}: max relative weight difference "
           f"{worst_w:.2e}" + (f", losses {worst_l:.2e}" if world == 1 else "") +
           f" (bound 4e-06) after {engine.global_steps} steps")
+    ok = True
     if worst_w >= 4e-6 or worst_l >= 4e-6 or engine.global_steps != steps:
-        print("FAIL: zinc and plain PyTorch parted on the odd model")
-        return 1
-    return 0
+        print(f"FAIL: zinc and plain PyTorch parted on the {what}")
+        ok = False
+    if stage == 3:
+        # fp32 mode: 4 bytes per element. The top module holds the groups it reads through
+        # their attributes (and declared ones) for the whole forward and from the start of
+        # backward; of the rest torch holds at most two at a time.
+        size = {G.params[0][1].rsplit(".", 1)[0]:
+                sum(torch.Size(engine._shapes[pid]).numel() for pid, _, _ in G.params) * 4
+                for G in engine._g}
+        top = sum(size[n] for n in make.read_by_top)
+        bound = top + 2 * max(v for n, v in size.items() if n not in make.read_by_top)
+        print(f"  stage 3: {len(orders[0])} gathers per micro-step, the same order in all "
+              f"{len(orders)}: {all(o == orders[0] for o in orders)}; torch held at most "
+              f"{max(peaks)} parameter bytes (first micro-step {peaks[0]}; bound {bound}, "
+              f"model {sum(size.values())})")
+        if any(o != orders[0] for o in orders) or not orders[0]:
+            print("FAIL: the gather order changes between micro-steps (zinc's prefetch stops)")
+            ok = False
+        if max(peaks) > bound or bound >= sum(size.values()):
+            print("FAIL: torch held more parameters than the bound during a step")
+            ok = False
+    return 0 if ok else 1
 
 
 def test_warnings():
@@ -356,6 +436,8 @@ if __name__ == "__main__":
         sys.exit(test_overlap(arg))
     if what == "odd":
         sys.exit(test_odd(arg))
+    if what == "actckpt":
+        sys.exit(test_activation_checkpointing(arg))
     if what == "warnings":
         sys.exit(test_warnings())
     if what == "measure":
