@@ -744,6 +744,14 @@ int zinc_engine_stage(const zinc_engine_t *e) { return e ? e->stage : -1; }
 zinc_dtype zinc_engine_dtype(const zinc_engine_t *e) { return e ? e->dtype : ZINC_DTYPE_FP32; }
 int zinc_engine_group_count(const zinc_engine_t *e) { return e ? e->plan.ngroups : 0; }
 int zinc_engine_param_count(const zinc_engine_t *e) { return e ? e->plan.nparams : 0; }
+int zinc_engine_at_boundary(const zinc_engine_t *e)
+{
+    return e && e->st.micro >= e->cfg.grad_accum - 1;   /* zinc_step's own test */
+}
+int zinc_engine_gather_16bit_on_save(const zinc_engine_t *e)
+{
+    return e && e->cfg.zero.gather_16bit_weights_on_model_save;
+}
 
 int64_t zinc_param_numel(const zinc_engine_t *e, int param)
 {

@@ -257,6 +257,14 @@ ZINC_API int zinc_engine_stage(const zinc_engine_t *e);
 ZINC_API zinc_dtype zinc_engine_dtype(const zinc_engine_t *e);
 ZINC_API int zinc_engine_group_count(const zinc_engine_t *e);
 ZINC_API int zinc_engine_param_count(const zinc_engine_t *e);
+/* 1 when the next zinc_step ends an accumulation window (applies, or skips on overflow, an
+ * optimizer step): gradient_accumulation_steps - 1 micro-steps have passed since the last one.
+ * DeepSpeed's engine.is_gradient_accumulation_boundary(). 0 otherwise and for NULL. */
+ZINC_API int zinc_engine_at_boundary(const zinc_engine_t *e);
+/* 1 when the config asks for the full 16-bit weights on save (zero_optimization.
+ * stage3_gather_16bit_weights_on_model_save or one of its aliases), which DeepSpeed's
+ * save_16bit_model needs at stage 3. 0 otherwise and for NULL. */
+ZINC_API int zinc_engine_gather_16bit_on_save(const zinc_engine_t *e);
 /* A parameter's number of elements; 0 for an unknown id. */
 ZINC_API int64_t zinc_param_numel(const zinc_engine_t *e, int param);
 /* A parameter's group; -1 for an unknown id. */

@@ -96,6 +96,8 @@ _sig = {
     "zinc_engine_world_size": (ctypes.c_int, [ctypes.c_void_p]),
     "zinc_engine_stage": (ctypes.c_int, [ctypes.c_void_p]),
     "zinc_engine_dtype": (ctypes.c_int, [ctypes.c_void_p]),
+    "zinc_engine_at_boundary": (ctypes.c_int, [ctypes.c_void_p]),
+    "zinc_engine_gather_16bit_on_save": (ctypes.c_int, [ctypes.c_void_p]),
     "zinc_ckpt_save": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p,
                                       ctypes.POINTER(SaveOptions)]),
     "zinc_ckpt_wait": (ctypes.c_int, [ctypes.c_void_p]),

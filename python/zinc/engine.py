@@ -753,19 +753,123 @@ class Engine(torch.nn.Module):
     def world_size(self):
         return lib.zinc_engine_world_size(self._e)
 
-    def module_state_dict(self):
-        """Every parameter's full value (the fp32 master, cast to the working dtype) on every
-        rank, on the model's device. Collective."""
+    @property
+    def device(self):
+        """The torch.device the model is on (DeepSpeed's engine.device): the CPU or the one CUDA
+        device zinc opened."""
+        return self._device
+
+    @property
+    def local_rank(self):
+        """This process's index among the ranks of its node (DeepSpeed's engine.local_rank, which
+        is int(LOCAL_RANK) once its launcher or MPI discovery has set it). On CUDA the GPU zinc
+        opened, which zinc chose by that same index. On the CPU $LOCAL_RANK, else the MPI
+        launcher's node-local rank (OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID), else
+        SLURM_LOCALID, else 0 (a world of one: DeepSpeed's MPI discovery of a single process)."""
+        if self._cuda:
+            return lib.zinc_engine_cuda_device(self._e)
+        for var in ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"):
+            if os.environ.get(var, "") != "":
+                return int(os.environ[var])
+        return 0
+
+    def train_batch_size(self):
+        """The global batch of one optimizer step: micro batch x accumulation steps x ranks."""
+        if self._micro is None or self._ga is None:
+            return self._cfg.get("train_batch_size")
+        return self._micro * self._ga * self.world_size
+
+    def is_gradient_accumulation_boundary(self):
+        """True when the next engine.step() ends the accumulation window (reduces the gradients
+        and runs the optimizer): gradient_accumulation_steps - 1 micro-steps since the last one.
+        zinc's own count (zinc_engine_at_boundary), the one zinc_step acts on."""
+        return bool(lib.zinc_engine_at_boundary(self._e))
+
+    def zero_gather_16bit_weights_on_model_save(self):
+        """The config's zero_optimization.stage3_gather_16bit_weights_on_model_save (or an
+        alias), as zinc resolved it."""
+        return bool(lib.zinc_engine_gather_16bit_on_save(self._e))
+
+    def zero_grad(self):
+        """DeepSpeed's engine.zero_grad: sets every model parameter's `.grad` to None. zinc's own
+        gradient buffers are zeroed by engine.step() at each optimizer step."""
+        for p in self.module.parameters():
+            p.grad = None
+
+    def _zinc_values(self):
+        """Every zinc parameter's full value, {param id: host tensor of the working dtype}: the
+        fp32 master gathered by zinc_param_get, cast. Collective: every rank asks for the same
+        parameters in the same (registration) order."""
         out = {}
         for _, params in self._groups:
-            for pid, name, p in params:
+            for pid, _, _ in params:
                 shape = self._shapes[pid]
                 buf = torch.empty(_numel(shape), dtype=torch.float32)
                 self._call(lib.zinc_param_get(self._e, pid, ctypes.c_void_p(buf.data_ptr())))
-                out[name] = buf.view(shape).to(_TORCH_DTYPE[self._code])
-                if self._cuda:    # zinc_param_get wrote host memory; the model lives on the GPU
-                    out[name] = out[name].to(self._device)
+                out[pid] = buf.view(shape).to(_TORCH_DTYPE[self._code])
         return out
+
+    def _full_state_dict(self, destination, prefix, exclude_frozen, on_host):
+        """The model's state_dict with zinc's parameters' full values in (see module_state_dict).
+        on_host: every tensor on the CPU (a file's content), else on the model's device.
+        Collective."""
+        dtype = _TORCH_DTYPE[self._code]
+        values = self._zinc_values()
+        pid_of = {id(p): pid for _, ps in self._groups for pid, _, p in ps}
+        # State-dict key (before `prefix`) of every parameter, under each module that holds it:
+        # a tied parameter has one key per holder, as in module.state_dict().
+        holder = {}
+        for mname, mod in self.module.named_modules(remove_duplicate=False):
+            for n, p in mod._parameters.items():
+                if p is not None:
+                    holder[f"{mname}.{n}" if mname else n] = p
+        before = set(destination) if destination is not None else set()
+        sd = self.module.state_dict(destination=destination, prefix=prefix)
+        added = set(sd).difference(before)
+        moved = {}    # id(original) -> its converted tensor: a tied tensor stays one tensor
+        device = torch.device("cpu") if on_host else self._device
+
+        def convert(t, cast):
+            if id(t) not in moved:
+                u = t.detach()
+                moved[id(t)] = u.to(device, dtype if cast and u.is_floating_point() else u.dtype)
+            return moved[id(t)]
+
+        for key, p in holder.items():
+            k = prefix + key
+            if k not in sd:            # a module's own _save_to_state_dict left it out
+                continue
+            if id(p) in pid_of:
+                sd[k] = values[pid_of[id(p)]]
+                if not on_host:
+                    sd[k] = convert(sd[k], False)
+            elif exclude_frozen and not p.requires_grad:
+                del sd[k]
+            else:
+                # Not trained by zinc (frozen, or left out of model_parameters): the module's own
+                # value in the working dtype, as in DeepSpeed, which casts every floating-point
+                # parameter of the module to it.
+                sd[k] = convert(p, True)
+        if on_host:                 # buffers (and extra state): as the module holds them
+            for k in added.difference(prefix + key for key in holder):
+                if isinstance(sd[k], torch.Tensor):
+                    sd[k] = convert(sd[k], False)
+        return sd
+
+    def module_state_dict(self, destination=None, prefix="", keep_vars=False,
+                          exclude_frozen_parameters=False):
+        """DeepSpeed's module_state_dict: the model's state_dict() — its keys (every name of a
+        tied parameter), its persistent buffers, frozen parameters (left out with
+        exclude_frozen_parameters=True) — on the model's device. zinc's parameters hold their
+        full value at every stage (the fp32 master gathered from the shards, cast to the working
+        dtype; DeepSpeed's at stage 3 are empty placeholders); parameters zinc does not train
+        are the module's own, cast to the working dtype; buffers are as the module holds them.
+        `destination` (a dict to fill) and `prefix` (before every key) as in torch. Collective:
+        every rank must call it."""
+        if keep_vars:
+            raise NotImplementedError("zinc: module_state_dict(keep_vars=True): zinc's parameter "
+                                      "values are gathered copies, not the module's Parameters")
+        return self._full_state_dict(destination, prefix, exclude_frozen_parameters, False)
 
     # ---- checkpoints ----------------------------------------------------------------------
 
@@ -814,13 +918,66 @@ class Engine(torch.nn.Module):
                 self._lr = float(saved.get("lr", self._lr))
         return os.path.join(load_dir, opts.loaded_tag.decode()), client
 
+    def _zero3_consolidated_16bit_state_dict(self, exclude_frozen_parameters=False):
+        """DeepSpeed's (called by HF accelerate's get_state_dict at stage 3): the full 16-bit
+        state dict on the CPU on rank 0, None on the other ranks. Stage 3 only (ValueError
+        otherwise, as DeepSpeed). Collective."""
+        if self._stage != 3:
+            raise ValueError("zinc: _zero3_consolidated_16bit_state_dict requires ZeRO stage 3")
+        sd = self._full_state_dict(None, "", exclude_frozen_parameters, True)
+        return sd if self.global_rank == 0 else None
+
+    def save_16bit_model(self, save_dir, save_filename="pytorch_model.bin",
+                         exclude_frozen_parameters=False):
+        """DeepSpeed's save_16bit_model: the model's full state dict in the working dtype (what
+        module_state_dict returns, every tensor on the CPU) written by rank 0 with torch.save to
+        save_dir/save_filename, through a temporary file in save_dir renamed over it (a crash
+        leaves the old file or none, never half a file). At stage 3 only when the config sets
+        zero_optimization.stage3_gather_16bit_weights_on_model_save: without it, as DeepSpeed,
+        nothing is saved and it returns False (with a ZincConfigWarning on rank 0). Returns True
+        when saved. Collective: every rank must call it; a failure to write on rank 0 raises on
+        every rank."""
+        path = os.path.join(save_dir, save_filename)
+        if self._stage == 3 and not self.zero_gather_16bit_weights_on_model_save():
+            if self.global_rank == 0:
+                warnings.warn(f"zinc: save_16bit_model did not save {path}: at stage 3 it needs "
+                              "zero_optimization.stage3_gather_16bit_weights_on_model_save: "
+                              "true in the config (as DeepSpeed)", ZincConfigWarning,
+                              stacklevel=2)
+            return False
+        sd = self._full_state_dict(None, "", exclude_frozen_parameters, True)
+        failed = None
+        if self.global_rank == 0:
+            tmp = os.path.join(save_dir, f".{save_filename}.tmp{os.getpid()}")
+            try:
+                os.makedirs(save_dir, exist_ok=True)
+                with open(tmp, "wb") as f:
+                    torch.save(sd, f)
+                    f.flush()
+                    os.fsync(f.fileno())   # the bytes are on disk before the name points at them
+                os.replace(tmp, path)
+            except Exception as ex:    # noqa: BLE001 — reported below, on every rank
+                failed = ex
+                try:
+                    os.remove(tmp)
+                except OSError:
+                    pass
+        # Every rank learns whether rank 0 wrote the file (and waits for it).
+        if self._mean_over_ranks([1.0 if failed else 0.0])[0] > 0:
+            if failed is not None:
+                raise failed
+            raise OSError(f"zinc: save_16bit_model: rank 0 could not write {path} (its "
+                          "exception says why)")
+        return True
+
+    def save_fp16_model(self, save_dir, save_filename="pytorch_model.bin"):
+        """DeepSpeed's older name of save_16bit_model."""
+        return self.save_16bit_model(save_dir, save_filename)
+
     # ---- DeepSpeed methods zinc does not offer (yet) --------------------------------------
 
     def _absent(self, name):
         raise NotImplementedError(f"zinc: engine.{name} is not offered (docs/python.md)")
-
-    def save_16bit_model(self, *a, **k):
-        self._absent("save_16bit_model")
 
     def no_sync(self, *a, **k):
         self._absent("no_sync")

@@ -563,6 +563,42 @@ static void test_fp32_alias(void)
     }
 }
 
+/* zinc_engine_at_boundary says what the next zinc_step's info.boundary will be (DeepSpeed's
+ * is_gradient_accumulation_boundary, as the Python front-end reports it); the gather-on-save flag
+ * follows the config, under any of its names. */
+static void test_introspection(void)
+{
+    toy_run tr = {.world = 1, .stage = 2, .accum = 3, .dtype = ZINC_DTYPE_FP32};
+    zinc_engine_t *e = NULL;
+    int np = 0;
+    ZT_OK(toy_engine(&tr, &e, &np));
+    if (!e) return;
+    ZT_CHECK(!zinc_engine_gather_16bit_on_save(e), "gather-on-save off by default");
+    for (int m = 0; m < 7; m++) {
+        int said = zinc_engine_at_boundary(e);
+        zinc_step_info_t info = {0};
+        ZT_OK(toy_micro_step(e, 0, 1, m, np, 0));
+        ZT_OK(zinc_step(e, &info));
+        ZT_CHECK(said == info.boundary && said == (m % 3 == 2),
+                 "micro-step %d: at_boundary %d, the step's boundary %d", m, said, info.boundary);
+    }
+    zinc_engine_destroy(e);
+    ZT_CHECK(!zinc_engine_at_boundary(NULL) && !zinc_engine_gather_16bit_on_save(NULL), "NULL");
+    const char *names[] = {"stage3_gather_16bit_weights_on_model_save",
+                           "gather_16bit_weights_on_model_save",
+                           "stage3_gather_fp16_weights_on_model_save"};
+    for (int i = 0; i < 3; i++) {
+        char zero[128];
+        snprintf(zero, sizeof zero, "\"%s\": true, ", names[i]);
+        toy_run t3 = {.world = 1, .stage = 3, .accum = 1, .dtype = ZINC_DTYPE_BF16, .zero_json = zero};
+        e = NULL;
+        ZT_OK(toy_engine(&t3, &e, &np));
+        if (!e) continue;
+        ZT_CHECK(zinc_engine_gather_16bit_on_save(e) == 1, "%s: true", names[i]);
+        zinc_engine_destroy(e);
+    }
+}
+
 int main(void)
 {
     test_fp32_alias();
@@ -574,5 +610,6 @@ int main(void)
     test_overflow();
     test_clip_norm();
     test_failing_rank();
+    test_introspection();
     return zt_finish("test_engine");
 }

@@ -57,6 +57,14 @@ set_tests_properties(python_stage3_memory python_overlap_stage2 python_overlap_s
 add_test(NAME python_errors COMMAND ${_py} ${_pyt}/test_torch_ckpt.py errors ${CMAKE_CURRENT_BINARY_DIR}/py_errors)
 set_tests_properties(python_errors PROPERTIES LABELS python TIMEOUT 120 SKIP_RETURN_CODE 77
                      ENVIRONMENT "${_env}")
+# DeepSpeed's methods besides the loop (test_torch_api.py): module_state_dict, save_16bit_model,
+# is_gradient_accumulation_boundary, device, local_rank, ... at stage 1 and at stage 3.
+foreach(_s 1 3)
+  add_test(NAME python_torch_api_stage${_s}
+           COMMAND ${_py} ${_pyt}/test_torch_api.py ${_s} ${CMAKE_CURRENT_BINARY_DIR}/py_api${_s})
+  set_tests_properties(python_torch_api_stage${_s} PROPERTIES LABELS python TIMEOUT 120
+                       SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
+endforeach()
 # The model on a CUDA device (test_torch_cuda.py; label gpu): skipped (77) where torch has no
 # CUDA device, which includes CI's Debian torch 1.13 (a CPU build). Its checks also run on the
 # CPU device, so the script itself is exercised where there is no GPU.
@@ -87,6 +95,13 @@ if(ZINC_HAVE_MPI AND ZINC_TORCH_PYTHON)
                        python_actckpt_mpi_stage3
                        PROPERTIES LABELS "python;multirank" TIMEOUT 300 SKIP_RETURN_CODE 77
                        ENVIRONMENT "${_env}")
+  foreach(_s 1 3)
+    add_test(NAME python_torch_api_mpi_stage${_s}
+             COMMAND ${_mpi} ${MPIEXEC_NUMPROC_FLAG} 2 ${_py} ${_pyt}/test_torch_api.py ${_s}
+                     ${CMAKE_CURRENT_BINARY_DIR}/py_api_mpi${_s})
+    set_tests_properties(python_torch_api_mpi_stage${_s} PROPERTIES LABELS "python;multirank"
+                         TIMEOUT 120 SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
+  endforeach()
   # Save at 4 ranks, resume at 2: one test (the second needs the first's checkpoint).
   set(_d ${CMAKE_CURRENT_BINARY_DIR}/py_ckpt)
   string(REPLACE ";" " " _mpis "${_mpi}")

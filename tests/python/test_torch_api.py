@@ -1,0 +1,225 @@
+"""test_torch_api.py — the DeepSpeed engine methods a training script (and HF Trainer's DeepSpeed
+integration) calls besides the loop: module_state_dict, save_16bit_model, the accessors.
+
+    python test_torch_api.py STAGE DIR     (also under mpirun -np 2)
+
+bf16, gradient_accumulation_steps 2, a model with a tied weight (two keys, one Parameter), a
+frozen parameter, a persistent and a non-persistent buffer. Each check prints its name and fails
+the run (exit 1) when it does not hold:
+- is_gradient_accumulation_boundary() is False, True, False, True, ... around engine.step()
+  (the micro-step the next step() ends the window with), global_steps moves only at True;
+- train_batch_size() = micro x 2 x world; device is the model's; local_rank is this rank's index
+  on the node (one node: the global rank), $LOCAL_RANK when set; zero_grad() clears .grad;
+- module_state_dict(): the keys of model.state_dict() in its order (both tied names, the frozen
+  parameter and the persistent buffer, not the non-persistent one), bf16 parameters, the buffer
+  in fp32 as the module holds it; at stages 0-2 the values equal the model's parameters (zinc's
+  working copy); exclude_frozen_parameters drops the frozen one; keep_vars=True is refused;
+- save_16bit_model(): returns True, only rank 0 writes (each rank names its own directory; only
+  rank 0's exists), no temporary file remains, torch.load gives the same keys and tensors, bit
+  for bit, as module_state_dict, and a fresh model loads it; exclude_frozen_parameters leaves
+  the frozen parameter out of the file; when rank 0 cannot write, every rank raises OSError;
+- stage 3: without stage3_gather_16bit_weights_on_model_save it returns False, warns naming the
+  key (rank 0) and writes nothing; _zero3_consolidated_16bit_state_dict gives the same dict on
+  rank 0 and None elsewhere (stages 0-2: ValueError).
+Exit 77 when torch is not importable.
+"""
+import os
+import shutil
+import sys
+import warnings
+
+from _common import torch, zinc
+
+MICRO = 4
+GA = 2
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(6, 6)
+        self.b = torch.nn.Linear(6, 6)
+        self.b.weight = self.a.weight                      # tied: keys a.weight and b.weight
+        self.head = torch.nn.Linear(6, 3)
+        self.scale = torch.nn.Parameter(torch.linspace(0.5, 1.5, 6), requires_grad=False)
+        self.register_buffer("shift", torch.linspace(-1, 1, 6))
+        self.register_buffer("scratch", torch.zeros(6), persistent=False)
+
+    def forward(self, x):
+        h = torch.tanh(self.a(x)) * self.scale.to(x.dtype) + self.shift.to(x.dtype)
+        return self.head(torch.tanh(self.b(h)))
+
+
+def net():
+    torch.manual_seed(0)
+    return Net()
+
+
+def cfg(stage, gather=None):
+    c = {"train_micro_batch_size_per_gpu": MICRO, "gradient_accumulation_steps": GA,
+         "bf16": {"enabled": True},
+         "optimizer": {"type": "AdamW", "params": {"lr": 1e-2}},
+         "zero_optimization": {"stage": stage}}
+    if gather is not None:
+        c["zero_optimization"]["stage3_gather_16bit_weights_on_model_save"] = gather
+    return c
+
+
+failures = []
+
+
+def check(name, ok, detail=""):
+    print(f"{'ok  ' if ok else 'FAIL'} {name}{': ' + detail if detail and not ok else ''}",
+          flush=True)
+    if not ok:
+        failures.append(name)
+
+
+def micro_step(engine, i):
+    g = torch.Generator().manual_seed(1000 * engine.global_rank + i)
+    x = torch.randn(MICRO, 6, generator=g).to(torch.bfloat16)
+    y = torch.randn(MICRO, 3, generator=g).to(torch.bfloat16)
+    loss = ((engine(x) - y) ** 2).mean()
+    engine.backward(loss)
+
+
+def same_dicts(a, b):
+    """Same keys in the same order, same dtypes and values bit for bit (on the CPU)."""
+    if list(a) != list(b):
+        return False, f"keys {list(a)} != {list(b)}"
+    for k in a:
+        x, y = a[k].cpu(), b[k].cpu()
+        if x.dtype != y.dtype or x.shape != y.shape or not torch.equal(x, y):
+            return False, f"{k}: {x.dtype}{tuple(x.shape)} vs {y.dtype}{tuple(y.shape)}"
+    return True, ""
+
+
+def main():
+    stage, root = int(sys.argv[1]), sys.argv[2]
+    model = net()
+    engine, *_ = zinc.initialize(model=model, model_parameters=model.parameters(),
+                                 config=cfg(stage, True if stage == 3 else None))
+    rank, world = engine.global_rank, engine.world_size
+    if rank == 0:
+        shutil.rmtree(root, ignore_errors=True)
+    engine._mean_over_ranks([0.0])      # a barrier: the directory is gone on every rank
+
+    # ---- accessors -------------------------------------------------------------------------
+    seen, steps = [], []
+    for i in range(3 * GA):
+        micro_step(engine, i)
+        seen.append(engine.is_gradient_accumulation_boundary())
+        engine.step()
+        steps.append(engine.global_steps)
+    check("is_gradient_accumulation_boundary", seen == [False, True] * 3, str(seen))
+    check("global_steps at the boundaries", steps == [0, 1, 1, 2, 2, 3], str(steps))
+    check("train_batch_size", engine.train_batch_size() == MICRO * GA * world,
+          str(engine.train_batch_size()))
+    check("device", engine.device == torch.device("cpu"), str(engine.device))
+    check("local_rank (one node: the global rank)", engine.local_rank == rank,
+          f"{engine.local_rank} on rank {rank}")
+    if world == 1:
+        os.environ["LOCAL_RANK"] = "3"
+        check("local_rank is $LOCAL_RANK", engine.local_rank == 3, str(engine.local_rank))
+        del os.environ["LOCAL_RANK"]
+    if stage < 3:
+        model.head.bias.grad = torch.ones_like(model.head.bias)
+        engine.zero_grad()
+        check("zero_grad", model.head.bias.grad is None)
+
+    # ---- module_state_dict -------------------------------------------------------------------
+    sd = engine.module_state_dict()
+    want = list(net().state_dict())
+    check("module_state_dict keys are model.state_dict()'s", list(sd) == want,
+          f"{list(sd)} != {want}")
+    check("no non-persistent buffer", "scratch" not in sd)
+    check("parameters bf16, the buffer as the module holds it (fp32)",
+          all(sd[k].dtype == torch.bfloat16 for k in sd if k != "shift")
+          and sd["shift"].dtype == torch.float32 and torch.equal(sd["shift"], model.shift),
+          str({k: v.dtype for k, v in sd.items()}))
+    check("tied keys hold the same value", torch.equal(sd["a.weight"], sd["b.weight"]))
+    check("frozen parameter: the module's, in bf16",
+          torch.equal(sd["scale"], model.scale.detach().to(torch.bfloat16)))
+    if stage < 3:
+        bad = [n for n, p in model.named_parameters()
+               if p.requires_grad and not torch.equal(sd[n], p.detach())]
+        check("values equal the model's parameters (zinc's working copy)", not bad, str(bad))
+    else:
+        ok = all(sd[n].shape == p.shape for n, p in net().named_parameters())
+        check("stage 3: full shapes", ok)
+    ex = engine.module_state_dict(exclude_frozen_parameters=True)
+    check("exclude_frozen_parameters", list(ex) == [k for k in want if k != "scale"], str(list(ex)))
+    pre = engine.module_state_dict(prefix="module.")
+    check("prefix", list(pre) == ["module." + k for k in want], str(list(pre)))
+    try:
+        engine.module_state_dict(keep_vars=True)
+        check("keep_vars=True refused", False, "no exception")
+    except NotImplementedError as e:
+        check("keep_vars=True refused", "keep_vars" in str(e), str(e))
+
+    # ---- save_16bit_model --------------------------------------------------------------------
+    mine = os.path.join(root, f"rank{rank}")
+    ok = engine.save_16bit_model(mine)
+    check("save_16bit_model returns True", ok is True, str(ok))
+    f = os.path.join(root, "rank0", "pytorch_model.bin")
+    if rank == 0:
+        check("rank 0 wrote the file, no temporary file left",
+              os.listdir(os.path.join(root, "rank0")) == ["pytorch_model.bin"],
+              str(os.listdir(os.path.join(root, "rank0"))))
+        loaded = torch.load(f)
+        check("the file's tensors equal module_state_dict", *same_dicts(loaded, sd))
+        fresh = Net()
+        fresh.load_state_dict(loaded)
+        check("a fresh model loads it",
+              torch.equal(fresh.head.weight.detach(), sd["head.weight"].float()))
+    else:
+        check("only rank 0 writes", not os.path.exists(mine), f"{mine} exists")
+    engine.save_16bit_model(mine, "frozen_out.bin", exclude_frozen_parameters=True)
+    if rank == 0:
+        keys = list(torch.load(os.path.join(root, "rank0", "frozen_out.bin")))
+        check("save_16bit_model(exclude_frozen_parameters=True)", "scale" not in keys and
+              len(keys) == len(want) - 1, str(keys))
+
+    # rank 0 cannot write (the directory would be under a regular file): every rank raises
+    blocker = os.path.join(root, "a_file")
+    if rank == 0:
+        open(blocker, "w").close()
+    try:
+        engine.save_16bit_model(os.path.join(blocker, "sub"))
+        check("a failed write raises on every rank", False, "no exception")
+    except OSError:
+        check("a failed write raises on every rank", True)
+
+    if stage == 3:
+        full = engine._zero3_consolidated_16bit_state_dict()
+        if rank == 0:
+            check("_zero3_consolidated_16bit_state_dict on rank 0", *same_dicts(full, sd))
+        else:
+            check("_zero3_consolidated_16bit_state_dict elsewhere None", full is None)
+        engine.close()
+        model = net()
+        engine, *_ = zinc.initialize(model=model, config=cfg(3))
+        micro_step(engine, 0)
+        engine.step()
+        off = os.path.join(root, f"off{rank}")
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            r = engine.save_16bit_model(off)
+        named = [x for x in w if "stage3_gather_16bit_weights_on_model_save" in str(x.message)]
+        check("stage 3 without the key: False, nothing written",
+              r is False and not os.path.exists(off), f"returned {r}")
+        check("stage 3 without the key: a warning naming it (rank 0)",
+              len(named) == (1 if rank == 0 else 0), str([str(x.message) for x in w]))
+    else:
+        try:
+            engine._zero3_consolidated_16bit_state_dict()
+            check("_zero3_consolidated_16bit_state_dict refused below stage 3", False)
+        except ValueError:
+            check("_zero3_consolidated_16bit_state_dict refused below stage 3", True)
+    engine.close()
+    print(f"rank {rank}: {len(failures)} failed", flush=True)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
