@@ -5,6 +5,7 @@ config: what a DeepSpeed user's script looks like under zinc.
     mpirun -np 4 python examples/torch_gpt.py --deepspeed_config configs/zero3_bf16.json
     python examples/torch_gpt.py --steps 50                 # one process
     python examples/torch_gpt.py --model hf                 # Hugging Face GPT-2, if installed
+    python examples/torch_gpt.py --activation-checkpointing # blocks recomputed in backward
 
 `--model hf` builds a tiny `transformers` GPT2LMHeadModel from a GPT2Config (no download; the
 same sizes as the plain model, dropout off) and trains it the same way.
@@ -44,8 +45,9 @@ class Block(torch.nn.Module):
 
 
 class GPT(torch.nn.Module):
-    def __init__(self, vocab=32, d=64, h=4, layers=2, t=32):
+    def __init__(self, vocab=32, d=64, h=4, layers=2, t=32, checkpoint=None):
         super().__init__()
+        self.checkpoint = checkpoint    # e.g. zinc.checkpointing.checkpoint: blocks recomputed
         self.wte, self.wpe = torch.nn.Embedding(vocab, d), torch.nn.Embedding(t, d)
         self.blocks = torch.nn.ModuleList(Block(d, h) for _ in range(layers))
         self.lnf = torch.nn.LayerNorm(d)
@@ -58,7 +60,7 @@ class GPT(torch.nn.Module):
     def forward(self, tok):
         x = self.wte(tok) + self.wpe(torch.arange(tok.shape[1]))
         for blk in self.blocks:
-            x = blk(x)
+            x = self.checkpoint(blk, x) if self.checkpoint and self.training else blk(x)
         return self.lnf(x) @ self.wte.weight.t()       # tied head
 
 
@@ -107,6 +109,10 @@ def main():
     p.add_argument("--steps", type=int, default=100)
     p.add_argument("--model", choices=["gpt", "hf"], default="gpt",
                    help="gpt: the plain torch.nn GPT above; hf: transformers' GPT2LMHeadModel")
+    p.add_argument("--activation-checkpointing", action="store_true",
+                   help="recompute each block's activations in backward (gpt: "
+                        "zinc.checkpointing.checkpoint, DeepSpeed's deepspeed.checkpointing; hf: "
+                        "transformers' gradient_checkpointing_enable)")
     args = p.parse_args()
     # Imported here, not at the top, so that bench/torch_zero3.py can take the GPT class from
     # this file without loading libzinc into the FSDP2 and DeepSpeed processes it measures.
@@ -114,7 +120,13 @@ def main():
     import zinc
 
     torch.manual_seed(0)                      # the same initial weights on every rank
-    model = GPT() if args.model == "gpt" else hf_gpt2()
+    if args.model == "gpt":
+        model = GPT(checkpoint=zinc.checkpointing.checkpoint if args.activation_checkpointing
+                    else None)
+    else:
+        model = hf_gpt2()
+        if args.activation_checkpointing:
+            model.m.gradient_checkpointing_enable()
     engine, _, _, _ = zinc.initialize(args=args, model=model, model_parameters=model.parameters())
     rank, world = engine.global_rank, engine.world_size
     micro = engine.train_micro_batch_size_per_gpu()

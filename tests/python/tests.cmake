@@ -115,5 +115,10 @@ endif()
 # package is importable, else skipped): the loss must fall.
 add_test(NAME python_example COMMAND ${_py} ${_pyt}/test_example.py gpt)
 add_test(NAME python_example_hf COMMAND ${_py} ${_pyt}/test_example.py hf)
-set_tests_properties(python_example python_example_hf PROPERTIES LABELS python TIMEOUT 300
+add_test(NAME python_example_actckpt
+         COMMAND ${_py} ${_pyt}/test_example.py gpt --activation-checkpointing)
+add_test(NAME python_example_hf_actckpt
+         COMMAND ${_py} ${_pyt}/test_example.py hf --activation-checkpointing)
+set_tests_properties(python_example python_example_hf python_example_actckpt
+                     python_example_hf_actckpt PROPERTIES LABELS python TIMEOUT 300
                      SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
