@@ -893,14 +893,39 @@ class Engine(torch.nn.Module):
         self._call(lib.zinc_ckpt_wait(self._e))
         return True
 
-    def load_checkpoint(self, load_dir, tag=None, load_optimizer_states=True, **kwargs):
+    def load_checkpoint(self, load_dir, tag=None, load_module_strict=True,
+                        load_optimizer_states=True, load_lr_scheduler_states=True,
+                        load_module_only=False, custom_load_fn=None):
         """Loads load_dir/tag (default: the newest valid tag), at any world size and stage.
-        Returns (path, client_state). Collective."""
-        for k in ("load_module_only", "load_lr_scheduler_states"):
-            if kwargs.get(k):
-                raise NotImplementedError(f"zinc: load_checkpoint({k}=True)")
+        Returns (path, client_state). Collective. DeepSpeed's arguments, with its meaning:
+        - the defaults load everything: weights, Adam state, the LR schedule's position, the
+          step count and the loss scaler;
+        - load_module_only=True loads the weights only (warm start): the fp32 master from the
+          checkpoint, fresh Adam state, the schedule and the step count from zero.
+        zinc keeps the schedule's position and the Adam state in one step count (bias
+        correction and LR both follow it), so DeepSpeed's in-between forms, fresh Adam state
+        with the schedule kept (load_optimizer_states=False) or the schedule restarted with the
+        Adam state kept (load_lr_scheduler_states=False), raise NotImplementedError rather than
+        load something else; so do a non-strict load and custom_load_fn."""
+        if not load_module_only:
+            if not load_optimizer_states:
+                raise NotImplementedError(
+                    "zinc: load_checkpoint(load_optimizer_states=False): DeepSpeed keeps the LR "
+                    "schedule's position with fresh Adam state; zinc's step count drives both, so "
+                    "it loads both or neither: load_module_only=True for the weights alone")
+            if not load_lr_scheduler_states:
+                raise NotImplementedError(
+                    "zinc: load_checkpoint(load_lr_scheduler_states=False): zinc's LR schedule "
+                    "follows the step count it restores with the Adam state; "
+                    "load_module_only=True restarts both")
+        if not load_module_strict:
+            raise NotImplementedError("zinc: load_checkpoint(load_module_strict=False): a zinc "
+                                      "checkpoint must hold every parameter of the model")
+        if custom_load_fn is not None:
+            raise NotImplementedError("zinc: load_checkpoint(custom_load_fn=...)")
+        weights_only = bool(load_module_only)
         buf = ctypes.create_string_buffer(_BLOB_CAP)
-        opts = LoadOptions(0 if load_optimizer_states else 1, ctypes.cast(buf, ctypes.c_void_p),
+        opts = LoadOptions(1 if weights_only else 0, ctypes.cast(buf, ctypes.c_void_p),
                            _BLOB_CAP, 0)
         # torch -> zinc (WAR): the load overwrites weights torch's queued kernels may still read.
         self._torch_then_zinc()
@@ -913,9 +938,11 @@ class Engine(torch.nn.Module):
         if opts.client_blob_bytes:
             saved = json.loads(buf.raw[:opts.client_blob_bytes].decode())
             client = saved.get("client_state", {})
-            if load_optimizer_states:
+            if not weights_only:
                 self._steps = int(saved.get("global_steps", 0))
                 self._lr = float(saved.get("lr", self._lr))
+        if weights_only:
+            self._steps = 0       # zinc's step count starts over with the fresh Adam state
         return os.path.join(load_dir, opts.loaded_tag.decode()), client
 
     def _zero3_consolidated_16bit_state_dict(self, exclude_frozen_parameters=False):

@@ -55,8 +55,10 @@ set_tests_properties(python_stage3_memory python_overlap_stage2 python_overlap_s
                      python_config_warnings PROPERTIES LABELS python TIMEOUT 300
                      SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
 add_test(NAME python_errors COMMAND ${_py} ${_pyt}/test_torch_ckpt.py errors ${CMAKE_CURRENT_BINARY_DIR}/py_errors)
-set_tests_properties(python_errors PROPERTIES LABELS python TIMEOUT 120 SKIP_RETURN_CODE 77
-                     ENVIRONMENT "${_env}")
+add_test(NAME python_ckpt_warmstart
+         COMMAND ${_py} ${_pyt}/test_torch_ckpt.py warmstart ${CMAKE_CURRENT_BINARY_DIR}/py_warm)
+set_tests_properties(python_errors python_ckpt_warmstart PROPERTIES LABELS python TIMEOUT 120
+                     SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
 # DeepSpeed's methods besides the loop (test_torch_api.py): module_state_dict, save_16bit_model,
 # is_gradient_accumulation_boundary, device, local_rank, ... at stage 1 and at stage 3.
 foreach(_s 1 3)
