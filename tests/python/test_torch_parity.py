@@ -20,8 +20,7 @@ import sys
 
 from _common import torch, zinc
 
-STAGE = int(sys.argv[1]) if len(sys.argv) > 1 else 0
-BF16 = len(sys.argv) > 2 and sys.argv[2] == "bf16"
+STAGE, BF16 = 0, False          # set from the command line (the model is imported elsewhere)
 STEPS, GA, GLOBAL_MICRO = 30, 2, 8
 LR, WD = 3e-3, 0.01
 
@@ -138,4 +137,6 @@ def main():
 
 
 if __name__ == "__main__":
+    STAGE = int(sys.argv[1]) if len(sys.argv) > 1 else 0
+    BF16 = len(sys.argv) > 2 and sys.argv[2] == "bf16"
     sys.exit(main())

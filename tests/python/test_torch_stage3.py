@@ -28,6 +28,7 @@ import time
 import warnings
 
 from _common import torch, zinc
+from test_torch_parity import Tiny  # noqa: E402 — the parity test's model
 
 import zinc.engine as zeng  # noqa: E402
 
@@ -231,19 +232,14 @@ class Odd(torch.nn.Module):
         return self.head(self.dict(x)["h"] * self.emb.weight[0]) + self.bias_ref[0][0]
 
 
-class Checkpointed(torch.nn.Module):
+class Checkpointed(Tiny):
     """Activation checkpointing: blocks re-run in backward by torch.utils.checkpoint, both
     kinds (reentrant: the re-run is a backward of its own; non-reentrant: saved-tensor hooks)
     and zinc.checkpointing's; a head tied to the embedding through its attribute."""
     read_by_top = ["emb"]
 
-    def __init__(self, vocab=32, d=16, layers=4):
-        super().__init__()
-        self.emb = torch.nn.Embedding(vocab, d)
-        self.blocks = torch.nn.ModuleList(
-            torch.nn.Sequential(torch.nn.LayerNorm(d), torch.nn.Linear(d, 2 * d), torch.nn.GELU(),
-                                torch.nn.Linear(2 * d, d)) for _ in range(layers))
-        self.ln = torch.nn.LayerNorm(d)
+    def __init__(self):
+        super().__init__(layers=4)
 
     def forward(self, tok):
         import torch.utils.checkpoint as ckpt
@@ -255,7 +251,7 @@ class Checkpointed(torch.nn.Module):
                 x = x + ckpt.checkpoint(b, x, use_reentrant=False)
             else:
                 x = x + zinc.checkpointing.checkpoint(b, x)
-        return torch.nn.functional.linear(self.ln(x), self.emb.weight)
+        return self.ln(x) @ self.emb.weight.t()
 
 
 def test_odd(stage):
