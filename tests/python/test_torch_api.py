@@ -20,7 +20,9 @@ the run (exit 1) when it does not hold:
   the frozen parameter out of the file; when rank 0 cannot write, every rank raises OSError;
 - stage 3: without stage3_gather_16bit_weights_on_model_save it returns False, warns naming the
   key (rank 0) and writes nothing; _zero3_consolidated_16bit_state_dict gives the same dict on
-  rank 0 and None elsewhere (stages 0-2: ValueError).
+  rank 0 and None elsewhere (stages 0-2: ValueError);
+- evaluation: engine.eval() and a forward under no_grad and inference_mode give the output of a
+  plain model loaded with module_state_dict(), bit for bit; training goes on afterwards.
 Exit 77 when torch is not importable.
 """
 import os
@@ -216,6 +218,26 @@ def main():
             check("_zero3_consolidated_16bit_state_dict refused below stage 3", False)
         except ValueError:
             check("_zero3_consolidated_16bit_state_dict refused below stage 3", True)
+    # ---- evaluation -------------------------------------------------------------------------
+    # engine.eval() and a forward under no_grad / inference_mode (a validation loop): at stage 3
+    # the hooks gather and release without autograd; the output is the plain model's with
+    # module_state_dict's weights; training goes on afterwards.
+    plain = net().to(torch.bfloat16)
+    plain.load_state_dict(engine.module_state_dict())
+    x = torch.randn(MICRO, 6, generator=torch.Generator().manual_seed(7)).to(torch.bfloat16)
+    with torch.no_grad():
+        want = plain(x)
+    engine.eval()
+    for name, ctx in (("no_grad", torch.no_grad), ("inference_mode", torch.inference_mode)):
+        with ctx():
+            out = engine(x)
+        check(f"eval under {name}: the plain model's output", torch.equal(out, want),
+              f"max difference {float((out.float() - want.float()).abs().max())}")
+    engine.train()
+    micro_step(engine, 99)
+    engine.step()
+    check("training after evaluation", all(torch.isfinite(v.float()).all()
+                                           for v in engine.module_state_dict().values()))
     engine.close()
     print(f"rank {rank}: {len(failures)} failed", flush=True)
     return 1 if failures else 0
