@@ -15,8 +15,9 @@ only hands it the model's tensors. docs/python.md says what is offered and what 
 """
 from . import checkpointing  # noqa: F401
 from ._lib import ZincError  # noqa: F401
-from .engine import (Engine, ZincConfigWarning, init_distributed, initialize,  # noqa: F401
-                     register_external_parameter, world_size)
+from .engine import (Engine, ZincConfigWarning, add_config_arguments,  # noqa: F401
+                     init_distributed, initialize, register_external_parameter, world_size)
 
 __all__ = ["initialize", "init_distributed", "world_size", "Engine", "ZincError",
-           "ZincConfigWarning", "register_external_parameter", "checkpointing"]
+           "ZincConfigWarning", "register_external_parameter", "checkpointing",
+           "add_config_arguments"]

@@ -94,10 +94,25 @@ def _destroy_world():
         _world = None
 
 
-def init_distributed():
+def init_distributed(dist_backend=None, auto_mpi_discovery=True, distributed_port=None,
+                     verbose=True, timeout=None, init_method=None, dist_init_required=None,
+                     config=None, rank=-1, world_size=-1):
     """The world the launcher set up (mpirun: MPI ranks as processes; torchrun/srun environment;
-    none: a world of one). Called by initialize() when the script did not."""
+    none: a world of one). Called by initialize() when the script did not; calling it again
+    returns the same world.
+
+    DeepSpeed's arguments are accepted where they change nothing zinc computes: zinc connects
+    the ranks itself (MPI on the CPU, NCCL on GPUs) and does not set up torch.distributed, so
+    dist_backend, distributed_port, timeout, verbose, auto_mpi_discovery, dist_init_required
+    and config have no effect. A rank, world size or init_method given by hand is refused:
+    zinc takes them from the launcher."""
     global _world
+    if rank not in (-1, None) or world_size not in (-1, None) or init_method is not None:
+        raise NotImplementedError("zinc.init_distributed: rank, world_size and init_method come "
+                                  "from the launcher (mpirun, torchrun, srun), not from arguments")
+    if dist_backend not in (None, "nccl", "mpi", "gloo", "ccl"):
+        raise ValueError(f"zinc.init_distributed: dist_backend {dist_backend!r}: zinc connects "
+                         "CPU ranks with MPI and GPUs with NCCL")
     if _world is None:
         w = ctypes.c_void_p()
         check(lib.zinc_world_create_launched(ctypes.byref(w)))
@@ -1013,11 +1028,54 @@ class Engine(torch.nn.Module):
         self._absent("set_gradient_accumulation_boundary")
 
 
+def add_config_arguments(parser):
+    """DeepSpeed's add_config_arguments: --deepspeed, --deepspeed_config (and the deprecated
+    --deepscale, --deepscale_config) in an argument group; initialize(args=...) reads the
+    config path from them."""
+    group = parser.add_argument_group("DeepSpeed", "DeepSpeed configurations")
+    group.add_argument("--deepspeed", default=False, action="store_true",
+                       help="a flag for the script's own use (no effect on the engine)")
+    group.add_argument("--deepspeed_config", default=None, type=str,
+                       help="the DeepSpeed JSON config")
+    group.add_argument("--deepscale", default=False, action="store_true",
+                       help="deprecated name of --deepspeed")
+    group.add_argument("--deepscale_config", default=None, type=str,
+                       help="deprecated name of --deepspeed_config")
+    return parser
+
+
+def _config_of(args, config, config_params):
+    """The config as DeepSpeed's initialize finds it: config (or config_params), else
+    args.deepspeed_config (or the deprecated args.deepscale_config); two of them is an error."""
+    if config is None:
+        config = config_params
+    from_args = getattr(args, "deepspeed_config", None) if args is not None else None
+    old = getattr(args, "deepscale_config", None) if args is not None else None
+    if old is not None:
+        if from_args is not None:
+            raise ValueError("zinc.initialize: both args.deepscale_config and "
+                             "args.deepspeed_config are set; give one")
+        warnings.warn("zinc.initialize: --deepscale_config is deprecated, use --deepspeed_config",
+                      DeprecationWarning, stacklevel=3)
+        from_args = old
+    if from_args is not None:
+        if config is not None:
+            raise ValueError("zinc.initialize: a config in both args.deepspeed_config and the "
+                             "config argument; give one")
+        config = from_args
+    if config is None:
+        raise ValueError("zinc.initialize: no config (config=, config_params= or "
+                         "args.deepspeed_config)")
+    return config
+
+
 def initialize(args=None, model=None, optimizer=None, model_parameters=None, training_data=None,
-               lr_scheduler=None, config=None, config_params=None, dist_init_required=None,
-               **kwargs):
+               lr_scheduler=None, distributed_port=None, mpu=None, dist_init_required=None,
+               collate_fn=None, config=None, mesh_param=None, config_params=None):
     """DeepSpeed's initialize: returns (engine, optimizer, training_dataloader, lr_scheduler).
-    The optimizer and scheduler come from the config; zinc runs them inside engine.step()."""
+    The optimizer and scheduler come from the config; zinc runs them inside engine.step().
+    distributed_port and dist_init_required change nothing (zinc's ranks come from the
+    launcher); what zinc does not offer raises NotImplementedError naming it."""
     if model is None:
         raise ValueError("zinc.initialize: model is required")
     if optimizer is not None or lr_scheduler is not None:
@@ -1025,13 +1083,9 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
                                   "runs the config's optimizer and scheduler itself")
     if training_data is not None:
         raise NotImplementedError("zinc.initialize: training_data (zinc builds no dataloader)")
-    for k in kwargs:
-        raise NotImplementedError(f"zinc.initialize: argument {k!r}")
-    cfg = config if config is not None else config_params
-    if cfg is None and args is not None:
-        cfg = getattr(args, "deepspeed_config", None)
-    if cfg is None:
-        raise ValueError("zinc.initialize: no config (config=, config_params= or "
-                         "args.deepspeed_config)")
-    engine = Engine(model, model_parameters, cfg)
+    for name, value in (("mpu", mpu), ("collate_fn", collate_fn), ("mesh_param", mesh_param)):
+        if value is not None:
+            raise NotImplementedError(f"zinc.initialize: argument {name!r} (zinc has no model "
+                                      "or sequence parallelism and builds no dataloader)")
+    engine = Engine(model, model_parameters, _config_of(args, config, config_params))
     return engine, _Optimizer(engine), None, _Scheduler(engine)

@@ -191,6 +191,46 @@ def main():
             if "extra.weight" not in str(ex) or "meta" not in str(ex):
                 fails += 1
                 print(f"FAIL: the refusal does not name the parameter and its device: {ex}")
+        # DeepSpeed's command line and config rules: add_config_arguments, args.deepspeed_config
+        # (one config source only), init_distributed's arguments.
+        import argparse
+        path = os.path.join(d, "ds.json")
+        os.makedirs(d, exist_ok=True)
+        with open(path, "w") as f:
+            json.dump(cfg(GLOBAL), f)
+        args = zinc.add_config_arguments(argparse.ArgumentParser()).parse_args(
+            ["--deepspeed", "--deepspeed_config", path])
+        engine, *_ = zinc.initialize(args=args, model=model())
+        if engine.train_micro_batch_size_per_gpu() != GLOBAL:
+            fails += 1
+            print("FAIL: the config from --deepspeed_config was not the one used")
+        engine.close()
+        both = argparse.Namespace(deepspeed_config=path, deepscale_config=path)
+        for what, call in (
+                ("a config in args and in config=",
+                 lambda: zinc.initialize(args=args, model=model(), config=cfg(GLOBAL))),
+                ("deepscale_config with deepspeed_config",
+                 lambda: zinc.initialize(args=both, model=model())),
+                ("init_distributed(dist_backend='smoke signals')",
+                 lambda: zinc.init_distributed(dist_backend="smoke signals"))):
+            try:
+                call()
+                fails += 1
+                print(f"FAIL: {what} was accepted")
+            except ValueError as ex:
+                print(f"{what} raises: {str(ex)[:90]}")
+        for what, call in (("mpu", lambda: zinc.initialize(model=model(), config=cfg(GLOBAL),
+                                                           mpu=object())),
+                           ("rank", lambda: zinc.init_distributed(rank=0, world_size=1))):
+            try:
+                call()
+                fails += 1
+                print(f"FAIL: {what} was accepted")
+            except NotImplementedError as ex:
+                if what not in str(ex):
+                    fails += 1
+                    print(f"FAIL: the NotImplementedError does not name {what}: {ex}")
+        zinc.init_distributed(dist_backend="gloo", timeout=None, verbose=False)   # no effect
         # Stage 3: a forward reading a parameter through a reference zinc cannot see (not its
         # module's attribute) finds an empty tensor; the error says how to declare it. Declared,
         # the same model trains.
