@@ -12,7 +12,8 @@ the torch version); the same global batch split into one micro-batch per rank; A
 betas 0.9/0.95, eps 1e-8, weight decay 0.01), gradient clipping at 1.0, constant LR, no
 accumulation; mean cross-entropy in fp32.
 
-- zinc: `zinc.initialize` with a DeepSpeed config at stage 3 (zinc's MPI world from mpirun).
+- zinc: `zinc.initialize` with a DeepSpeed config at stage 3 (zinc's MPI world from mpirun);
+  the package of this checkout's python/, or the one in $ZINC_PY (to time another version).
 - fsdp2: `fully_shard` on every block and on the root (torch.distributed.fsdp, or
   torch.distributed._composable.fsdp before torch 2.6), gloo process group; bf16 mode is
   MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=bf16) over fp32 sharded parameters;
@@ -163,7 +164,7 @@ def main():
            "zero_optimization": {"stage": 3}}
     try:
         if a.framework == "zinc":
-            sys.path.insert(0, os.path.join(ROOT, "python"))
+            sys.path.insert(0, os.environ.get("ZINC_PY") or os.path.join(ROOT, "python"))
             import zinc
             zinc.init_distributed()
         elif a.framework == "fsdp2":
