@@ -263,6 +263,7 @@ void zinc_engine_destroy(zinc_engine_t *e)
     }
     if (e->owns_world) zinc_world_destroy(e->world);
     zplan_free(&e->plan);
+    free(e->group_wd);
     free(e->gstate);
     free(e->bucket_owner);
     free(e->gather_owner);
@@ -302,6 +303,10 @@ zinc_status zinc_group_add(zinc_engine_t *e, const char *name, int *out_group)
         if (!strcmp(e->plan.groups[g].name, name))
             return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_group_add: group '%s' already exists",
                              name);
+    double *nw = realloc(e->group_wd, (size_t)(e->plan.ngroups + 1) * sizeof *nw);
+    if (!nw) return zeng_fail(e, ZINC_ERR_NOMEM, "zinc_group_add: out of memory");
+    e->group_wd = nw;
+    nw[e->plan.ngroups] = NAN;
     zplan_group *ng = realloc(e->plan.groups, (size_t)(e->plan.ngroups + 1) * sizeof *ng);
     if (!ng) return zeng_fail(e, ZINC_ERR_NOMEM, "zinc_group_add: out of memory");
     e->plan.groups = ng;
@@ -311,6 +316,29 @@ zinc_status zinc_group_add(zinc_engine_t *e, const char *name, int *out_group)
     if (out_group) *out_group = e->plan.ngroups;
     e->plan.ngroups++;
     return ZINC_OK;
+}
+
+zinc_status zinc_group_set_weight_decay(zinc_engine_t *e, int group, double weight_decay)
+{
+    if (!e) return zerr_thread(ZINC_ERR_INVALID_ARG, "zinc_group_set_weight_decay: engine is NULL");
+    zinc_status s = check_registering(e, "zinc_group_set_weight_decay");
+    if (s != ZINC_OK) return s;
+    if (group < 0 || group >= e->plan.ngroups)
+        return zeng_fail(e, ZINC_ERR_INVALID_ARG,
+                         "zinc_group_set_weight_decay: unknown group %d (%d groups)", group,
+                         e->plan.ngroups);
+    if (!isfinite(weight_decay) || weight_decay < 0)
+        return zeng_fail(e, ZINC_ERR_INVALID_ARG,
+                         "zinc_group_set_weight_decay: group '%s': weight decay %g is not a finite "
+                         "value >= 0", e->plan.groups[group].name, weight_decay);
+    e->group_wd[group] = weight_decay;
+    return ZINC_OK;
+}
+
+float zeng_group_weight_decay(const zinc_engine_t *e, int group)
+{
+    double wd = e->group_wd ? e->group_wd[group] : NAN;
+    return (float)(isnan(wd) ? e->cfg.optim.weight_decay : wd);
 }
 
 zinc_status zinc_param_add(zinc_engine_t *e, int group, const char *name, int ndim,
@@ -392,12 +420,17 @@ static zinc_status group_params(zinc_engine_t *e)
     return ZINC_OK;
 }
 
-static uint64_t registration_hash(const zplan *p, zinc_dtype dtype)
+static uint64_t registration_hash(const zinc_engine_t *e)
 {
+    const zplan *p = &e->plan;
     XXH64_state_t *h = XXH64_createState();
     XXH64_reset(h, 0);
-    XXH64_update(h, &dtype, sizeof dtype);
-    for (int g = 0; g < p->ngroups; g++) XXH64_update(h, p->groups[g].name, strlen(p->groups[g].name) + 1);
+    XXH64_update(h, &e->dtype, sizeof e->dtype);
+    for (int g = 0; g < p->ngroups; g++) {
+        XXH64_update(h, p->groups[g].name, strlen(p->groups[g].name) + 1);
+        float wd = zeng_group_weight_decay(e, g);
+        XXH64_update(h, &wd, sizeof wd);
+    }
     for (int i = 0; i < p->nparams; i++) {
         const zplan_param *P = &p->params[i];
         XXH64_update(h, P->name, strlen(P->name) + 1);
@@ -431,7 +464,7 @@ static int ranks_with(const double *differ, int n, int bit, char *out, size_t ca
  * training their shards with different settings. */
 static zinc_status check_same_registration(zinc_engine_t *e)
 {
-    uint64_t mine[2] = {registration_hash(&e->plan, e->dtype), e->cfg.hash};
+    uint64_t mine[2] = {registration_hash(e), e->cfg.hash};
     uint64_t root[2] = {mine[0], mine[1]};
     zcomm_t *c = e->comm;
     size_t n = (size_t)e->world_size;
@@ -463,7 +496,7 @@ static zinc_status check_same_registration(zinc_engine_t *e)
     if (nbad)
         return zeng_fail(e, ZINC_ERR_MISMATCH,
                          "zinc_finalize: rank(s) %s registered different groups/parameters "
-                         "(names, shapes, order or dtype) than rank 0; this is rank %d with %d "
+                         "(names, shapes, order, dtype or weight decay) than rank 0; this is rank %d with %d "
                          "groups and %d parameters", ranks, e->rank, e->plan.ngroups, e->plan.nparams);
     return ZINC_OK;
 }

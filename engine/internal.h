@@ -76,6 +76,7 @@ struct zinc_engine {
     zinc_dtype dtype;             /* working dtype (param16 and grads) */
 
     zplan plan;
+    double *group_wd;             /* [plan.ngroups]: weight decay per group; NAN: the config's */
     int finalized;
     zgroup_state *gstate;         /* [plan.ngroups] */
 
@@ -131,6 +132,16 @@ struct zinc_engine {
  * Purely local errors (bad arguments, calls before zinc_finalize) use zeng_fail. */
 zinc_status zeng_fail_sequence(zinc_engine_t *e, zinc_status s, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* A group's weight decay: its zinc_group_set_weight_decay value, else the config's. */
+float zeng_group_weight_decay(const zinc_engine_t *e, int group);
+
+/* Runs the Adam kernel of `d` over groups [g0, g1), which lie back to back in the buffers `a`
+ * points into (a->master, m, v, grad, param_out at group g0's start): one call per run of
+ * consecutive groups with the same weight decay, each with that decay. shard: offsets are the
+ * groups' shard_off/slice (a rank's shard), else flat_off/padded (the full flat buffer). */
+zinc_status zeng_adam_groups(zinc_engine_t *e, zdev_t *d, const zk_adam_args *a, int g0, int g1,
+                             int shard);
 
 /* Monotonic seconds, and the seconds since *t (which it moves to now): the step's phase clock. */
 double zeng_now(void);

@@ -226,7 +226,7 @@ zinc_status zoffload_adam(zinc_engine_t *e, zk_adam_args *a, int predownloaded)
         a->grad = (const char *)e->h_grad + off * d;
         a->param_out = e->dtype == ZINC_DTYPE_FP32 ? NULL : (char *)e->h_param16 + off * d;
         a->n = last->shard_off + last->slice - off;
-        s = e->host->iface->adam_step(e->host, a);
+        s = zeng_adam_groups(e, e->host, a, e->ochunk[c], e->ochunk[c + 1], 1);
         e->phase_s[ZINC_PHASE_ADAM] += zeng_lap(&t);
         if (s != ZINC_OK) return zeng_fail(e, s, "zinc_step: offload: host adam: %s", e->host->err);
         if ((s = upload_groups(e, e->ochunk[c], e->ochunk[c + 1], 1)) != ZINC_OK) return s;

@@ -240,6 +240,34 @@ static zinc_status gather_params(zinc_engine_t *e)
     return ZINC_OK;
 }
 
+zinc_status zeng_adam_groups(zinc_engine_t *e, zdev_t *d, const zk_adam_args *a, int g0, int g1,
+                             int shard)
+{
+    const zplan_group *G = e->plan.groups;
+    size_t dz = dsize(e);
+    size_t base = shard ? G[g0].shard_off : G[g0].flat_off;
+    for (int r0 = g0; r0 < g1;) {
+        float wd = zeng_group_weight_decay(e, r0);
+        int r1 = r0 + 1;
+        while (r1 < g1 && zeng_group_weight_decay(e, r1) == wd) r1++;
+        const zplan_group *last = &G[r1 - 1];
+        size_t off = (shard ? G[r0].shard_off : G[r0].flat_off) - base;
+        size_t end = (shard ? last->shard_off + last->slice : last->flat_off + last->padded) - base;
+        zk_adam_args run = *a;
+        run.master = a->master + off;
+        run.m = a->m + off;
+        run.v = a->v + off;
+        run.grad = (const char *)a->grad + off * dz;
+        run.param_out = a->param_out ? (char *)a->param_out + off * dz : NULL;
+        run.n = end - off;
+        run.weight_decay = wd;
+        zinc_status s = d->iface->adam_step(d, &run);
+        if (s != ZINC_OK) return s;
+        r0 = r1;
+    }
+    return ZINC_OK;
+}
+
 /* predownloaded: offload only, every group's gradient was queued device -> host by
  * zinc_grads_ready (stages 2-3). */
 static zinc_status apply_adam(zinc_engine_t *e, float lr, float beta1, float beta2,
@@ -253,7 +281,7 @@ static zinc_status apply_adam(zinc_engine_t *e, float lr, float beta1, float bet
         .beta1 = beta1,
         .beta2 = beta2,
         .eps = (float)o->eps,
-        .weight_decay = (float)o->weight_decay,
+        .weight_decay = (float)o->weight_decay,   /* per group: zeng_adam_groups */
         .grad_scale = grad_scale,
         .adamw = o->type_adamw,
     };
@@ -282,7 +310,7 @@ static zinc_status apply_adam(zinc_engine_t *e, float lr, float beta1, float bet
         /* In fp32 mode the working copy is the master itself: nothing more to write. */
         a.param_out = e->master == (float *)e->param16 ? NULL : e->param16;
         a.n = e->stage == 0 ? e->plan.flat_numel : e->plan.shard_numel;
-        s = e->dev->iface->adam_step(e->dev, &a);
+        s = zeng_adam_groups(e, e->dev, &a, 0, e->plan.ngroups, e->stage == 3);
         e->phase_s[ZINC_PHASE_ADAM] += zeng_lap(&t);
         if (s != ZINC_OK) return zeng_fail(e, s, "zinc_step: adam: %s", e->dev->err);
         s = e->stage == 3 ? zgather_refresh_persistent(e, 1) : ZINC_OK;
@@ -299,6 +327,7 @@ static zinc_status apply_adam(zinc_engine_t *e, float lr, float beta1, float bet
         a.grad = own_grad(e, g);
         a.param_out = (char *)e->param16 + (G->flat_off + G->slice * (size_t)e->rank) * d;
         a.n = G->slice;
+        a.weight_decay = zeng_group_weight_decay(e, g);
         s = e->dev->iface->adam_step(e->dev, &a);
     }
     e->phase_s[ZINC_PHASE_ADAM] += zeng_lap(&t);

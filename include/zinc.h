@@ -178,6 +178,12 @@ ZINC_API zinc_status zinc_group_add(zinc_engine_t *e, const char *name, int *out
 ZINC_API zinc_status zinc_param_add(zinc_engine_t *e, int group, const char *name, int ndim,
                                     const int64_t *shape, zinc_dtype dtype, int *out_param);
 
+/* Sets a group's weight decay, in place of the config's optimizer.params.weight_decay (torch's
+ * and DeepSpeed's per-parameter-group weight_decay: biases and norms are usually given 0). A
+ * finite value >= 0; before zinc_finalize. Every rank must set the same values (zinc_finalize
+ * compares them with the registration). */
+ZINC_API zinc_status zinc_group_set_weight_decay(zinc_engine_t *e, int group, double weight_decay);
+
 /* Collective. Checks that every rank resolved the same config (its hash, zinc_config_hash) and
  * registered the same groups and parameters (ZINC_ERR_MISMATCH naming the ranks that differ from
  * rank 0, on every rank), plans the

@@ -77,6 +77,11 @@ add_test(NAME engine_offload_eager COMMAND engine_offload)
 set_tests_properties(engine_offload_eager PROPERTIES LABELS "multirank;unit" TIMEOUT 300
                      ENVIRONMENT "ZINC_CPU_ASYNC_COPY=eager")
 
+# A weight decay per group (zinc_group_set_weight_decay; torch's per-parameter-group decay):
+# every group bitwise as the run whose config decay is its own, at stages 0-3, offloaded too.
+zinc_test(NAME engine_group_decay SOURCES ${ZINC_ENGINE_TEST_DIR}/test_group_decay.c
+          LIBS zinc_toy LABELS "multirank;unit" TIMEOUT 300)
+
 # zinc bench offload (issue 14's benchmark): argument errors and the shape of its rows.
 add_test(NAME bench_offload_cli COMMAND sh ${ZINC_ENGINE_TEST_DIR}/bench_offload.sh $<TARGET_FILE:zinc_cli>)
 set_tests_properties(bench_offload_cli PROPERTIES LABELS unit TIMEOUT 120)

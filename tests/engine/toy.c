@@ -16,7 +16,7 @@ static const struct { int group; int ndim; int64_t shape[2]; } toy_params[] = {
     {2, 2, {129, 3}}, {3, 1, {4097}}, {4, 2, {2, 2}},
 };
 #define TOY_NP ((int)(sizeof toy_params / sizeof toy_params[0]))
-#define TOY_NG 5
+#define TOY_NG TOY_GROUPS
 
 /* Deterministic pseudo-random value in [-1, 1) from integers. */
 static float hash_unit(uint64_t a, uint64_t b, uint64_t c)
@@ -38,18 +38,28 @@ char *toy_config(const toy_run *r)
     snprintf(buf, 2048,
              "{\"train_micro_batch_size_per_gpu\": 1, \"gradient_accumulation_steps\": %d, %s %s"
              "\"gradient_clipping\": %g,"
-             "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01, \"weight_decay\": 0.01}},"
+             "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01, \"weight_decay\": %s}},"
              "\"zero_optimization\": {%s\"stage\": %d, \"stage3_param_persistence_threshold\": %lld},"
              " \"zinc\": {%s\"comm_timeout_s\": 20}}",
              r->accum, prec, r->extra_json ? r->extra_json : "", r->clip,
-             r->zero_json ? r->zero_json : "", r->stage,
+             r->weight_decay ? r->weight_decay : "0.01", r->zero_json ? r->zero_json : "", r->stage,
              (long long)(r->persist_threshold == 0 ? 100000 : r->persist_threshold < 0 ? 0
                                                             : r->persist_threshold),
              r->zinc_json ? r->zinc_json : "");
     return buf;
 }
 
+int toy_param_group(int p)
+{
+    return toy_params[p].group;
+}
+
 zinc_status toy_register(zinc_engine_t *e, int *nparams)
+{
+    return toy_register_wd(e, nparams, NULL);
+}
+
+zinc_status toy_register_wd(zinc_engine_t *e, int *nparams, const double *group_wd)
 {
     zinc_status s = ZINC_OK;
     zinc_dtype dt = zinc_engine_dtype(e);
@@ -58,6 +68,8 @@ zinc_status toy_register(zinc_engine_t *e, int *nparams)
         snprintf(name, sizeof name, "block%d", g);
         int gid;
         s = zinc_group_add(e, name, &gid);
+        if (s == ZINC_OK && group_wd && !isnan(group_wd[g]))
+            s = zinc_group_set_weight_decay(e, gid, group_wd[g]);
     }
     for (int p = 0; p < TOY_NP && s == ZINC_OK; p++) {
         char name[32];
@@ -87,7 +99,7 @@ zinc_status toy_engine_on(const toy_run *r, zinc_world_t *world, int rank, const
     *e = NULL;
     zinc_status s = zinc_engine_create(&o, e);
     free(cfg);
-    if (s == ZINC_OK) s = toy_register(*e, nparams);
+    if (s == ZINC_OK) s = toy_register_wd(*e, nparams, r ? r->group_wd : NULL);
     return s;
 }
 

@@ -15,6 +15,7 @@
 
 #define TOY_SAMPLES 24
 #define TOY_MAX_PARAMS 16
+#define TOY_GROUPS 5             /* the toy's groups, block0 .. block4 */
 
 typedef struct toy_run {
     int world, stage, accum, steps;
@@ -25,6 +26,9 @@ typedef struct toy_run {
     const char *zinc_json;       /* extra "zinc" members, each followed by ", ", or NULL */
     int64_t persist_threshold;   /* stage3_param_persistence_threshold; 0 = DeepSpeed's default,
                                     -1 = none persistent (every group gathered on demand) */
+    const char *weight_decay;    /* the config's optimizer weight_decay (JSON); NULL = 0.01 */
+    const double *group_wd;      /* [TOY_GROUPS]: zinc_group_set_weight_decay per group (NAN:
+                                    none, the config's), or NULL */
     int inject_inf_step;         /* optimizer step at which rank `inject_rank` writes an inf, or -1 */
     int inject_rank;
     /* outputs */
@@ -48,6 +52,10 @@ char *toy_config(const toy_run *r);
 
 /* Registers the toy's groups/params on an engine and sets the initial values. */
 zinc_status toy_register(zinc_engine_t *e, int *nparams);
+/* The same, with a weight decay per group (group_wd[TOY_GROUPS], NAN: the config's; or NULL). */
+zinc_status toy_register_wd(zinc_engine_t *e, int *nparams, const double *group_wd);
+/* The toy group that parameter p belongs to. */
+int toy_param_group(int p);
 /* A one-rank engine (its own world) on the toy's config, registered and initialised. */
 zinc_status toy_engine(const toy_run *r, zinc_engine_t **e, int *nparams);
 /* Rank `rank`'s engine on `world` (NULL: a world of its own), one thread, created from
