@@ -266,6 +266,62 @@ def _linear_forward(self, x):
     return _Linear.apply(x, self.weight, self.bias)
 
 
+# Keys of a torch/DeepSpeed parameter group dict: "params"; "weight_decay" (per group in zinc,
+# zinc_group_set_weight_decay); "name" (a label). Hyperparameters zinc keeps for the whole model
+# are accepted only equal to the config's.
+_SAME_AS_CONFIG = ("lr", "betas", "eps")
+
+
+def _parameter_groups(model_parameters, cfg):
+    """model_parameters as DeepSpeed takes it: None (every parameter that requires grad), an
+    iterable of tensors, or of param-group dicts {"params": [...], "weight_decay": wd, ...}.
+    Returns (ids of the parameters zinc trains, or None for all; {id: weight decay} for those a
+    group gave one)."""
+    if model_parameters is None:
+        return None, {}
+    items = list(model_parameters)
+    wanted, decay = set(), {}
+    opt = cfg.get("optimizer", {}).get("params", {})
+    for i, item in enumerate(items):
+        if isinstance(item, torch.Tensor):
+            wanted.add(id(item))
+            continue
+        if not isinstance(item, dict) or "params" not in item:
+            raise TypeError(f"zinc.initialize: model_parameters[{i}] is neither a tensor nor a "
+                            "param-group dict with 'params'")
+        for key, value in item.items():
+            if key in ("params", "name", "weight_decay"):
+                continue
+            if key in _SAME_AS_CONFIG:
+                want = opt.get(key)
+                same = (want is not None and
+                        (list(value) == list(want) if key == "betas" else value == want))
+                if same:
+                    continue
+                raise NotImplementedError(
+                    f"zinc.initialize: model_parameters[{i}]['{key}'] = {value!r}: zinc applies "
+                    f"one {key} to the whole model (the config's optimizer.params.{key} = "
+                    f"{want!r}); only weight_decay may differ between groups")
+            raise NotImplementedError(f"zinc.initialize: model_parameters[{i}]['{key}'] (only "
+                                      "'params', 'weight_decay' and 'name' are honoured)")
+        params = item["params"]
+        params = [params] if isinstance(params, torch.Tensor) else list(params)
+        wd = item.get("weight_decay")
+        if wd is not None:
+            wd = float(wd)
+            if not wd >= 0 or wd == float("inf"):
+                raise ValueError(f"zinc.initialize: model_parameters[{i}]['weight_decay'] = "
+                                 f"{item['weight_decay']!r} is not a finite value >= 0")
+        for p in params:
+            if id(p) in wanted:
+                raise ValueError(f"zinc.initialize: a parameter appears in more than one of "
+                                 f"model_parameters' groups (again in group {i})")
+            wanted.add(id(p))
+            if wd is not None:
+                decay[id(p)] = wd
+    return wanted, decay
+
+
 def _post_hook_always(mod, hook):
     """A forward hook that also runs when the forward raises (torch >= 2.0: always_call), so a
     group's hold ends with it. Non-reentrant activation checkpointing needs this: its
@@ -282,9 +338,10 @@ class _Group:
     """One zinc group on the Python side: its parameters and, at stage 3, whether torch holds
     them gathered now."""
 
-    def __init__(self, gid, params):
+    def __init__(self, gid, params, weight_decay=None):
         self.gid = gid
         self.params = params      # [(param id, name, tensor)]
+        self.weight_decay = weight_decay   # its own, or None: the config's
         self.live = False         # stage 3: param.data holds the gathered values
         self.holds = 0            # stage 3: forwards running that need the group
         self.got = set()          # param ids whose gradient autograd accumulated this backward
@@ -305,7 +362,15 @@ class _Optimizer:
 
     @property
     def param_groups(self):
-        return [{"lr": self._engine.get_lr()[0], "params": list(self._engine.module.parameters())}]
+        """One group per weight decay (for reading: lr and decay as zinc applies them)."""
+        eng = self._engine
+        default = eng._cfg.get("optimizer", {}).get("params", {}).get("weight_decay", 0.0)
+        out = {}
+        for G in eng._g:
+            wd = default if G.weight_decay is None else G.weight_decay
+            grp = out.setdefault(wd, {"lr": eng.get_lr()[0], "weight_decay": wd, "params": []})
+            grp["params"].extend(p for _, _, p in G.params)
+        return list(out.values())
 
 
 class _Scheduler:
@@ -337,6 +402,8 @@ class Engine(torch.nn.Module):
             text, path = None, os.fsencode(config)
         else:
             raise TypeError("zinc.initialize: config must be a dict or the path of a JSON file")
+        # model_parameters (tensors or param groups) checked before zinc holds anything.
+        wanted, decay = _parameter_groups(model_parameters, self._cfg)
         # zinc's device is the model's: the CPU, or one CUDA device (meta, mps, ... are refused
         # by name before anything, as parameters spread over several devices).
         self._device = _model_device(model)
@@ -366,7 +433,6 @@ class Engine(torch.nn.Module):
         if lib.zinc_engine_rank(e) == 0:
             for line in lib.zinc_config_warnings(e).decode(errors="replace").splitlines():
                 warnings.warn(f"zinc config: {line}", ZincConfigWarning, stacklevel=3)
-        wanted = None if model_parameters is None else {id(p) for p in model_parameters}
         self._groups = []          # [(group id, [(param id, name, tensor)])]
         self._g = []               # [_Group], the same order
         self._group_of = {}        # id(param) -> index into self._g
@@ -378,11 +444,21 @@ class Engine(torch.nn.Module):
                     continue
                 (shared if id(p) in self._group_of else own).append((n, p))
             needs = sorted({self._group_of[id(p)] for _, p in shared})
-            if own:
+            # One zinc group per module, or one per weight decay its parameters were given in
+            # model_parameters' groups (a zinc group has one decay): the first keeps the
+            # module's name, the others add the decay to it.
+            classes = {}
+            for n, p in own:
+                classes.setdefault(decay.get(id(p)), []).append((n, p))
+            mine = []
+            for k, (wd, members) in enumerate(classes.items()):
+                gname = (mname or "root") + ("" if k == 0 else f"#weight_decay={wd:g}")
                 g = ctypes.c_int()
-                self._call(lib.zinc_group_add(e, (mname or "root").encode(), ctypes.byref(g)))
+                self._call(lib.zinc_group_add(e, gname.encode(), ctypes.byref(g)))
+                if wd is not None:
+                    self._call(lib.zinc_group_set_weight_decay(e, g.value, wd))
                 params = []
-                for n, p in own:
+                for n, p in members:
                     full = f"{mname}.{n}" if mname else n
                     shape = (ctypes.c_int64 * max(1, p.dim()))(*(p.shape if p.dim() else (1,)))
                     pid = ctypes.c_int()
@@ -391,8 +467,9 @@ class Engine(torch.nn.Module):
                     params.append((pid.value, full, p))
                     self._group_of[id(p)] = len(self._g)
                 self._groups.append((g.value, params))
-                needs = [len(self._g)] + needs
-                self._g.append(_Group(g.value, params))
+                mine.append(len(self._g))
+                self._g.append(_Group(g.value, params, wd))
+            needs = mine + needs
             if needs:
                 self._needs[mod] = needs
         if not self._groups:

@@ -231,6 +231,26 @@ def main():
                     fails += 1
                     print(f"FAIL: the NotImplementedError does not name {what}: {ex}")
         zinc.init_distributed(dist_backend="gloo", timeout=None, verbose=False)   # no effect
+        # Param groups: only weight_decay may differ between groups; a bad decay or a parameter
+        # in two groups is refused.
+        pm = model()
+        first, second = list(pm.parameters())[:2], list(pm.parameters())[2:]
+        for what, groups, exc in (
+                ("lr", [{"params": first, "lr": 0.5}, {"params": second}], NotImplementedError),
+                ("amsgrad", [{"params": first, "amsgrad": True}, {"params": second}],
+                 NotImplementedError),
+                ("weight_decay", [{"params": first, "weight_decay": -1.0}, {"params": second}],
+                 ValueError),
+                ("more than one", [{"params": first}, {"params": first + second}], ValueError)):
+            try:
+                zinc.initialize(model=pm, model_parameters=groups, config=cfg(GLOBAL))
+                fails += 1
+                print(f"FAIL: param groups with {what} were accepted")
+            except exc as ex:
+                print(f"param groups, {what}: {str(ex)[:90]}")
+                if what not in str(ex):
+                    fails += 1
+                    print(f"FAIL: the error does not name {what}")
         # Stage 3: a forward reading a parameter through a reference zinc cannot see (not its
         # module's attribute) finds an empty tensor; the error says how to declare it. Declared,
         # the same model trains.

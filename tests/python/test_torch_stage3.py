@@ -15,6 +15,9 @@
                                                 reentrant and not, zinc.checkpointing) trains as
                                                 plain torch; at stage 3 the recomputation gathers
                                                 and releases within the bound
+    python test_torch_stage3.py groups STAGE    model_parameters as param groups with their own
+                                                weight decay (0.1 for matrices, 0 for the rest)
+                                                trains as torch.optim.AdamW with those groups
     python test_torch_stage3.py warnings        a config warning arrives as zinc.ZincConfigWarning
     python test_torch_stage3.py measure [STEPS] not a test: examples/torch_gpt.py's model at stage 3
                                                 bf16, median step time and the largest parameter
@@ -262,6 +265,24 @@ def test_activation_checkpointing(stage):
     return train_like_torch(Checkpointed, "activation checkpointing", stage)
 
 
+def decay_groups(model):
+    """The usual split (HF Trainer's, nanoGPT's): matrices decayed, biases and norms not; both
+    decays differ from the config's 0.01, so zinc must take them from the groups."""
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    rest = [p for p in model.parameters() if p.dim() < 2]
+    return [{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}]
+
+
+class Grouped(Tiny):
+    """The parity test's model, trained with decay_groups."""
+    read_by_top = ["emb"]
+    groups = staticmethod(decay_groups)
+
+
+def test_param_groups(stage):
+    return train_like_torch(Grouped, "param groups (decay 0.1 / 0)", stage)
+
+
 def train_like_torch(make, what, stage):
     """Trains make() with zinc at `stage` and with plain torch (AdamW, accumulation, clipping)
     from the same weights and batches: the weights (and at one rank the losses) agree within
@@ -281,7 +302,9 @@ def train_like_torch(make, what, stage):
 
     torch.manual_seed(0)
     ref = make()
-    opt = torch.optim.AdamW(ref.parameters(), lr=lr, eps=1e-8, weight_decay=wd)
+    groups = getattr(make, "groups", None)
+    opt = torch.optim.AdamW(groups(ref) if groups else ref.parameters(), lr=lr, eps=1e-8,
+                            weight_decay=wd)
     ref_losses = []
     for k, (x, y) in enumerate(batches()):
         loss = loss_fn(ref, x, y)
@@ -310,7 +333,8 @@ def train_like_torch(make, what, stage):
     def sample(*_):
         peak["now"] = max(peak["now"], param_bytes(m))
     spy.on_release = sample
-    engine, _, _, _ = zinc.initialize(model=m, config=cfg)
+    engine, _, _, _ = zinc.initialize(model=m, config=cfg,
+                                      model_parameters=groups(m) if groups else None)
     rank = engine.global_rank
     losses, orders, peaks = [], [], []
     for x, y in batches():
@@ -340,10 +364,12 @@ def train_like_torch(make, what, stage):
     if stage == 3:
         # fp32 mode: 4 bytes per element. The top module holds the groups it reads through
         # their attributes (and declared ones) for the whole forward and from the start of
-        # backward; of the rest torch holds at most two at a time.
-        size = {G.params[0][1].rsplit(".", 1)[0]:
-                sum(torch.Size(engine._shapes[pid]).numel() for pid, _, _ in G.params) * 4
-                for G in engine._g}
+        # backward; of the rest torch holds at most two modules' at a time.
+        size = {}           # per module: its groups together (one per weight decay)
+        for G in engine._g:
+            name = G.params[0][1].rsplit(".", 1)[0]
+            size[name] = size.get(name, 0) + sum(
+                torch.Size(engine._shapes[pid]).numel() for pid, _, _ in G.params) * 4
         top = sum(size[n] for n in make.read_by_top)
         bound = top + 2 * max(v for n, v in size.items() if n not in make.read_by_top)
         print(f"  stage 3: {len(orders[0])} gathers per micro-step, the same order in all "
@@ -434,6 +460,8 @@ if __name__ == "__main__":
         sys.exit(test_odd(arg))
     if what == "actckpt":
         sys.exit(test_activation_checkpointing(arg))
+    if what == "groups":
+        sys.exit(test_param_groups(arg))
     if what == "warnings":
         sys.exit(test_warnings())
     if what == "measure":
