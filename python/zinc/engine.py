@@ -322,6 +322,57 @@ def _parameter_groups(model_parameters, cfg):
     return wanted, decay
 
 
+def _client_optimizer(optimizer, model, model_parameters):
+    """A client optimizer for initialize(optimizer=...), as DeepSpeed takes it (an instance, or
+    a callable building one from model_parameters), where it replaces the config's optimizer.
+    zinc runs its own Adam: a torch.optim.Adam or AdamW is read into the config's optimizer
+    section (type, lr, betas, eps, weight decay; torch's Adam decays into the gradient, its
+    AdamW decoupled, as zinc's "Adam" with adam_w_mode false and "AdamW") and its param groups,
+    each with its weight decay. Returns (optimizer section, param groups for model_parameters).
+    Anything zinc would compute differently is refused by name."""
+    if not isinstance(optimizer, torch.optim.Optimizer) and callable(optimizer):
+        optimizer = optimizer(model.parameters() if model_parameters is None else model_parameters)
+    if not isinstance(optimizer, (torch.optim.Adam, torch.optim.AdamW)):
+        raise NotImplementedError(
+            f"zinc.initialize: client optimizer {type(optimizer).__name__}: zinc runs Adam/AdamW "
+            "itself; pass a torch.optim.Adam or AdamW, or put the optimizer in the config")
+    groups = [g for g in optimizer.param_groups if len(g["params"])]
+    if not groups:
+        raise ValueError("zinc.initialize: the client optimizer has no parameters")
+    decoupled = (isinstance(optimizer, torch.optim.AdamW) or
+                 bool(groups[0].get("decoupled_weight_decay", False)))
+
+    def scalar(v):
+        return float(v.item()) if isinstance(v, torch.Tensor) else v
+    first = groups[0]
+    for i, g in enumerate(groups):
+        for key in ("amsgrad", "maximize"):
+            if g.get(key):
+                raise NotImplementedError(f"zinc.initialize: client optimizer {key}=True (a "
+                                          "different algorithm than zinc's Adam)")
+        for key in ("lr", "eps"):
+            if scalar(g[key]) != scalar(first[key]):
+                raise NotImplementedError(f"zinc.initialize: the client optimizer's param group "
+                                          f"{i} has {key} {scalar(g[key])!r}, group 0 "
+                                          f"{scalar(first[key])!r}: zinc applies one {key} to the "
+                                          "whole model; only weight_decay may differ")
+        if [scalar(b) for b in g["betas"]] != [scalar(b) for b in first["betas"]]:
+            raise NotImplementedError(f"zinc.initialize: the client optimizer's param group {i} "
+                                      "has other betas than group 0: zinc applies one pair")
+        if bool(g.get("decoupled_weight_decay", decoupled)) != decoupled:
+            raise NotImplementedError("zinc.initialize: client optimizer param groups mix "
+                                      "decoupled and L2 weight decay")
+    section = {"type": "AdamW" if decoupled else "Adam",
+               "params": {"lr": scalar(first["lr"]),
+                          "betas": [scalar(b) for b in first["betas"]],
+                          "eps": scalar(first["eps"]),
+                          "weight_decay": float(first["weight_decay"])}}
+    if not decoupled:
+        section["params"]["adam_w_mode"] = False
+    return section, [{"params": g["params"], "weight_decay": float(g["weight_decay"])}
+                     for g in groups]
+
+
 def _post_hook_always(mod, hook):
     """A forward hook that also runs when the forward raises (torch >= 2.0: always_call), so a
     group's hold ends with it. Non-reentrant activation checkpointing needs this: its
@@ -1150,19 +1201,31 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
                lr_scheduler=None, distributed_port=None, mpu=None, dist_init_required=None,
                collate_fn=None, config=None, mesh_param=None, config_params=None):
     """DeepSpeed's initialize: returns (engine, optimizer, training_dataloader, lr_scheduler).
-    The optimizer and scheduler come from the config; zinc runs them inside engine.step().
+    The optimizer comes from the config, or from a client torch.optim.Adam/AdamW (`optimizer`,
+    read into the config's optimizer section), the scheduler from the config; zinc runs both
+    inside engine.step().
     distributed_port and dist_init_required change nothing (zinc's ranks come from the
     launcher); what zinc does not offer raises NotImplementedError naming it."""
     if model is None:
         raise ValueError("zinc.initialize: model is required")
-    if optimizer is not None or lr_scheduler is not None:
-        raise NotImplementedError("zinc.initialize: a client optimizer or scheduler object; zinc "
-                                  "runs the config's optimizer and scheduler itself")
+    if lr_scheduler is not None:
+        raise NotImplementedError("zinc.initialize: a client lr_scheduler; zinc runs the "
+                                  "config's \"scheduler\" section itself (WarmupLR, "
+                                  "WarmupDecayLR, WarmupCosineLR, OneCycle, LRRangeTest)")
     if training_data is not None:
         raise NotImplementedError("zinc.initialize: training_data (zinc builds no dataloader)")
     for name, value in (("mpu", mpu), ("collate_fn", collate_fn), ("mesh_param", mesh_param)):
         if value is not None:
             raise NotImplementedError(f"zinc.initialize: argument {name!r} (zinc has no model "
                                       "or sequence parallelism and builds no dataloader)")
-    engine = Engine(model, model_parameters, _config_of(args, config, config_params))
+    cfg = _config_of(args, config, config_params)
+    if optimizer is not None:
+        # As DeepSpeed: the client optimizer replaces the config's, its param groups are the
+        # parameters trained.
+        section, model_parameters = _client_optimizer(optimizer, model, model_parameters)
+        if not isinstance(cfg, dict):
+            with open(cfg) as f:
+                cfg = json.load(f)
+        cfg = dict(cfg, optimizer=section)
+    engine = Engine(model, model_parameters, cfg)
     return engine, _Optimizer(engine), None, _Scheduler(engine)

@@ -171,6 +171,24 @@ def main():
         except zinc.ZincError as ex:
             print(f"missing checkpoint raises: {str(ex)[:100]}")
         engine.close()
+        # A client optimizer zinc cannot run as DeepSpeed would, and a client scheduler.
+        cm = model()
+        for what, kw in (
+                ("SGD", {"optimizer": torch.optim.SGD(cm.parameters(), lr=0.1)}),
+                ("amsgrad", {"optimizer": torch.optim.AdamW(cm.parameters(), amsgrad=True)}),
+                ("lr", {"optimizer": torch.optim.AdamW(
+                    [{"params": list(cm.parameters())[:2], "lr": 0.1},
+                     {"params": list(cm.parameters())[2:]}], lr=1e-3)}),
+                ("scheduler", {"lr_scheduler": object()})):
+            try:
+                zinc.initialize(model=cm, config=cfg(GLOBAL), **kw)
+                fails += 1
+                print(f"FAIL: a client {what} was accepted")
+            except NotImplementedError as ex:
+                print(f"client {what}: {str(ex)[:90]}")
+                if what not in str(ex):
+                    fails += 1
+                    print(f"FAIL: the NotImplementedError does not name {what}")
         try:
             engine, *_ = zinc.initialize(model=model(), config=cfg(GLOBAL), training_data=[1])
             fails += 1

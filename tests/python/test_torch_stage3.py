@@ -18,6 +18,9 @@
     python test_torch_stage3.py groups STAGE    model_parameters as param groups with their own
                                                 weight decay (0.1 for matrices, 0 for the rest)
                                                 trains as torch.optim.AdamW with those groups
+    python test_torch_stage3.py client STAGE    a client torch.optim.AdamW (with param groups) and
+                                                torch.optim.Adam (L2 decay) passed to initialize
+                                                train as that optimizer does in plain torch
     python test_torch_stage3.py warnings        a config warning arrives as zinc.ZincConfigWarning
     python test_torch_stage3.py measure [STEPS] not a test: examples/torch_gpt.py's model at stage 3
                                                 bf16, median step time and the largest parameter
@@ -283,6 +286,31 @@ def test_param_groups(stage):
     return train_like_torch(Grouped, "param groups (decay 0.1 / 0)", stage)
 
 
+class ClientAdamW(Tiny):
+    """initialize(optimizer=torch.optim.AdamW(groups)): its lr, not the config's, and its groups'
+    decays."""
+    read_by_top = ["emb"]
+
+    @staticmethod
+    def client(model):
+        return torch.optim.AdamW(decay_groups(model), lr=2e-3, eps=1e-8)
+
+
+class ClientAdam(Tiny):
+    """initialize(optimizer=torch.optim.Adam(..., weight_decay=0.05)): L2 decay, added to the
+    gradient (zinc's "Adam" with adam_w_mode false)."""
+    read_by_top = ["emb"]
+
+    @staticmethod
+    def client(model):
+        return torch.optim.Adam(model.parameters(), lr=2e-3, eps=1e-8, weight_decay=0.05)
+
+
+def test_client_optimizer(stage):
+    return (train_like_torch(ClientAdamW, "client torch.optim.AdamW with groups", stage) |
+            train_like_torch(ClientAdam, "client torch.optim.Adam, L2 decay", stage))
+
+
 def train_like_torch(make, what, stage):
     """Trains make() with zinc at `stage` and with plain torch (AdamW, accumulation, clipping)
     from the same weights and batches: the weights (and at one rank the losses) agree within
@@ -303,8 +331,9 @@ def train_like_torch(make, what, stage):
     torch.manual_seed(0)
     ref = make()
     groups = getattr(make, "groups", None)
-    opt = torch.optim.AdamW(groups(ref) if groups else ref.parameters(), lr=lr, eps=1e-8,
-                            weight_decay=wd)
+    client = getattr(make, "client", None)
+    opt = client(ref) if client else torch.optim.AdamW(
+        groups(ref) if groups else ref.parameters(), lr=lr, eps=1e-8, weight_decay=wd)
     ref_losses = []
     for k, (x, y) in enumerate(batches()):
         loss = loss_fn(ref, x, y)
@@ -334,7 +363,8 @@ def train_like_torch(make, what, stage):
         peak["now"] = max(peak["now"], param_bytes(m))
     spy.on_release = sample
     engine, _, _, _ = zinc.initialize(model=m, config=cfg,
-                                      model_parameters=groups(m) if groups else None)
+                                      model_parameters=groups(m) if groups else None,
+                                      optimizer=client(m) if client else None)
     rank = engine.global_rank
     losses, orders, peaks = [], [], []
     for x, y in batches():
@@ -382,6 +412,7 @@ def train_like_torch(make, what, stage):
         if max(peaks) > bound or bound >= sum(size.values()):
             print("FAIL: torch held more parameters than the bound during a step")
             ok = False
+    engine.close()                      # a world of one holds one engine at a time
     return 0 if ok else 1
 
 
@@ -462,6 +493,8 @@ if __name__ == "__main__":
         sys.exit(test_activation_checkpointing(arg))
     if what == "groups":
         sys.exit(test_param_groups(arg))
+    if what == "client":
+        sys.exit(test_client_optimizer(arg))
     if what == "warnings":
         sys.exit(test_warnings())
     if what == "measure":

@@ -52,12 +52,17 @@ endforeach()
 foreach(_s 0 1 2 3)
   add_test(NAME python_groups_stage${_s} COMMAND ${_py} ${_pyt}/test_torch_stage3.py groups ${_s})
 endforeach()
+# A client torch.optim.AdamW / Adam passed to initialize (it replaces the config's optimizer).
+foreach(_s 0 2 3)
+  add_test(NAME python_client_stage${_s} COMMAND ${_py} ${_pyt}/test_torch_stage3.py client ${_s})
+endforeach()
 add_test(NAME python_config_warnings COMMAND ${_py} ${_pyt}/test_torch_stage3.py warnings)
 set_tests_properties(python_stage3_memory python_overlap_stage2 python_overlap_stage3
                      python_odd_stage0 python_odd_stage1 python_odd_stage2 python_odd_stage3
                      python_actckpt_stage0 python_actckpt_stage2 python_actckpt_stage3
                      python_groups_stage0 python_groups_stage1 python_groups_stage2
-                     python_groups_stage3
+                     python_groups_stage3 python_client_stage0 python_client_stage2
+                     python_client_stage3
                      python_config_warnings PROPERTIES LABELS python TIMEOUT 300
                      SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
 add_test(NAME python_errors COMMAND ${_py} ${_pyt}/test_torch_ckpt.py errors ${CMAKE_CURRENT_BINARY_DIR}/py_errors)
@@ -101,8 +106,11 @@ if(ZINC_HAVE_MPI AND ZINC_TORCH_PYTHON)
            COMMAND ${_mpi} ${MPIEXEC_NUMPROC_FLAG} 2 ${_py} ${_pyt}/test_torch_stage3.py actckpt 3)
   add_test(NAME python_groups_mpi_stage3
            COMMAND ${_mpi} ${MPIEXEC_NUMPROC_FLAG} 2 ${_py} ${_pyt}/test_torch_stage3.py groups 3)
+  add_test(NAME python_client_mpi_stage3
+           COMMAND ${_mpi} ${MPIEXEC_NUMPROC_FLAG} 2 ${_py} ${_pyt}/test_torch_stage3.py client 3)
   set_tests_properties(python_stage3_memory_mpi python_overlap_mpi_stage3 python_odd_mpi_stage3
                        python_actckpt_mpi_stage3 python_groups_mpi_stage3
+                       python_client_mpi_stage3
                        PROPERTIES LABELS "python;multirank" TIMEOUT 300 SKIP_RETURN_CODE 77
                        ENVIRONMENT "${_env}")
   foreach(_s 1 3)
