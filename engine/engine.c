@@ -160,6 +160,7 @@ zinc_status zinc_engine_create(const zinc_engine_options_t *opt, zinc_engine_t *
 
     zinc_engine_t *e = calloc(1, sizeof *e);
     if (!e) return zerr_thread(ZINC_ERR_NOMEM, "zinc_engine_create: out of memory");
+    e->lr_override = NAN;         /* the config's schedule until zinc_set_lr */
     zinc_status s = ZINC_OK;
 
     /* The world first: the config's batch rule needs its size. */

@@ -77,6 +77,7 @@ struct zinc_engine {
 
     zplan plan;
     double *group_wd;             /* [plan.ngroups]: weight decay per group; NAN: the config's */
+    double lr_override;           /* zinc_set_lr's learning rate; NAN: the config's schedule */
     int finalized;
     zgroup_state *gstate;         /* [plan.ngroups] */
 

@@ -171,6 +171,17 @@ static zinc_status global_stats(zinc_engine_t *e, double *sumsq, int *overflow)
     return ZINC_OK;
 }
 
+zinc_status zinc_set_lr(zinc_engine_t *e, double lr)
+{
+    if (!e) return zerr_thread(ZINC_ERR_INVALID_ARG, "zinc_set_lr: engine is NULL");
+    if (!isnan(lr) && (!isfinite(lr) || lr < 0))
+        return zeng_fail(e, ZINC_ERR_INVALID_ARG,
+                         "zinc_set_lr: learning rate %g is not a finite value >= 0 (NAN: the "
+                         "config's schedule)", lr);
+    e->lr_override = lr;
+    return ZINC_OK;
+}
+
 static zinc_status zero_grads(zinc_engine_t *e);
 
 /* Only on the way to the min-scale error: the first group (in group order) whose reduced gradient
@@ -379,7 +390,8 @@ zinc_status zinc_step(zinc_engine_t *e, zinc_step_info_t *info)
     info->loss_scale = info->next_loss_scale = scale;
     info->step = e->st.step;
     info->skipped_total = e->st.skipped;
-    info->lr = zsched_lr(&e->cfg.sched, e->cfg.optim.lr, e->st.step);
+    info->lr = isnan(e->lr_override) ? zsched_lr(&e->cfg.sched, e->cfg.optim.lr, e->st.step)
+                                     : e->lr_override;
     if (!boundary) {
         e->st.micro++;   /* < grad_accum - 1 here, so it cannot overflow */
         return ZINC_OK;

@@ -255,6 +255,12 @@ typedef struct zinc_step_info {
  *         FP16_Optimizer never stops, and neither does zinc: overflowing steps keep being skipped. */
 ZINC_API zinc_status zinc_step(zinc_engine_t *e, zinc_step_info_t *info);
 
+/* The learning rate of the optimizer steps from here on, in place of the config's schedule: a
+ * schedule the caller runs itself (a client LR scheduler, as DeepSpeed's engine steps one).
+ * A finite value >= 0; NAN gives the config's schedule back. Every rank must set the same value
+ * before the same zinc_step. Not saved in checkpoints: the caller sets it again after a load. */
+ZINC_API zinc_status zinc_set_lr(zinc_engine_t *e, double lr);
+
 /* ---- introspection ------------------------------------------------------------------------ */
 
 ZINC_API int zinc_engine_rank(const zinc_engine_t *e);

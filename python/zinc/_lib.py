@@ -93,6 +93,7 @@ _sig = {
     "zinc_release": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int]),
     "zinc_loss_multiplier": (ctypes.c_float, [ctypes.c_void_p]),
     "zinc_step": (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(StepInfo)]),
+    "zinc_set_lr": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_double]),
     "zinc_engine_rank": (ctypes.c_int, [ctypes.c_void_p]),
     "zinc_engine_world_size": (ctypes.c_int, [ctypes.c_void_p]),
     "zinc_engine_stage": (ctypes.c_int, [ctypes.c_void_p]),

@@ -61,8 +61,10 @@ on its current stream, so every hand-over between the two is ordered explicitly:
   zinc_grads_ready at stages 2-3): torch's stream waits for an event on zinc's stream.
 """
 import atexit
+import base64
 import collections
 import ctypes
+import io
 import json
 import os
 import warnings
@@ -328,7 +330,9 @@ def _client_optimizer(optimizer, model, model_parameters):
     zinc runs its own Adam: a torch.optim.Adam or AdamW is read into the config's optimizer
     section (type, lr, betas, eps, weight decay; torch's Adam decays into the gradient, its
     AdamW decoupled, as zinc's "Adam" with adam_w_mode false and "AdamW") and its param groups,
-    each with its weight decay. Returns (optimizer section, param groups for model_parameters).
+    each with its weight decay. Returns (the torch optimizer, optimizer section, param groups for
+    model_parameters). The torch optimizer's groups then carry the lr (a client scheduler sets
+    it there).
     Anything zinc would compute differently is refused by name."""
     if not isinstance(optimizer, torch.optim.Optimizer) and callable(optimizer):
         optimizer = optimizer(model.parameters() if model_parameters is None else model_parameters)
@@ -369,8 +373,8 @@ def _client_optimizer(optimizer, model, model_parameters):
                           "weight_decay": float(first["weight_decay"])}}
     if not decoupled:
         section["params"]["adam_w_mode"] = False
-    return section, [{"params": g["params"], "weight_decay": float(g["weight_decay"])}
-                     for g in groups]
+    return optimizer, section, [{"params": g["params"], "weight_decay": float(g["weight_decay"])}
+                                for g in groups]
 
 
 def _post_hook_always(mod, hook):
@@ -400,28 +404,60 @@ class _Group:
 
 
 class _Optimizer:
-    """What initialize returns as the optimizer: zinc runs Adam/AdamW itself in engine.step()."""
+    """What initialize returns as the optimizer: zinc runs Adam/AdamW itself in engine.step().
+    Its param_groups carry the learning rate as DeepSpeed's do: the client torch optimizer's own
+    groups when there is one, else one group per weight decay. Whatever writes a group's "lr"
+    (a client LR scheduler, or the script itself, as nanoGPT-style loops do) sets the lr of the
+    following steps (zinc_set_lr); until something does, the config's schedule runs and the
+    groups show its lr."""
 
-    def __init__(self, engine):
+    def __init__(self, engine, client=None):
         self._engine = engine
+        self._client = client
+        self._groups = None
+        if client is None:
+            default = engine._cfg.get("optimizer", {}).get("params", {}).get("weight_decay", 0.0)
+            by_decay = {}
+            for G in engine._g:
+                wd = default if G.weight_decay is None else G.weight_decay
+                grp = by_decay.setdefault(wd, {"lr": engine._lr, "weight_decay": wd,
+                                               "params": []})
+                grp["params"].extend(p for _, _, p in G.params)
+            self._groups = list(by_decay.values())
+        self._shown = self._lr_of_groups()     # the lr the groups showed after zinc's last step
+        self._taken = client is not None       # the groups' lr drives zinc (a client optimizer's)
+
+    @property
+    def param_groups(self):
+        return self._client.param_groups if self._client is not None else self._groups
+
+    def _lr_of_groups(self):
+        lrs = {float(g["lr"].item() if isinstance(g["lr"], torch.Tensor) else g["lr"])
+               for g in self.param_groups if len(g["params"])}
+        if len(lrs) != 1:
+            raise NotImplementedError(f"zinc: the optimizer's param groups have learning rates "
+                                      f"{sorted(lrs)}: zinc applies one lr to the whole model")
+        return lrs.pop()
+
+    def _before_step(self):
+        """At an accumulation boundary: the lr the groups say, if anything set one."""
+        lr = self._lr_of_groups()
+        if self._taken or lr != self._shown:
+            self._taken = True
+            self._engine._call(lib.zinc_set_lr(self._engine._e, lr))
+
+    def _after_step(self, lr):
+        """The schedule's lr shown in the groups while zinc's schedule runs."""
+        if not self._taken:
+            for g in self.param_groups:
+                g["lr"] = lr
+            self._shown = lr
 
     def zero_grad(self, set_to_none=True):
         """Nothing to do: zinc zeroes its gradient buffers at every optimizer step."""
 
     def step(self, closure=None):
         raise NotImplementedError("zinc: call engine.step(); the optimizer runs inside zinc's step")
-
-    @property
-    def param_groups(self):
-        """One group per weight decay (for reading: lr and decay as zinc applies them)."""
-        eng = self._engine
-        default = eng._cfg.get("optimizer", {}).get("params", {}).get("weight_decay", 0.0)
-        out = {}
-        for G in eng._g:
-            wd = default if G.weight_decay is None else G.weight_decay
-            grp = out.setdefault(wd, {"lr": eng.get_lr()[0], "weight_decay": wd, "params": []})
-            grp["params"].extend(p for _, _, p in G.params)
-        return list(out.values())
 
 
 class _Scheduler:
@@ -553,6 +589,8 @@ class Engine(torch.nn.Module):
             self._setup_stage3(model)
         self._info = StepInfo()
         self._steps = 0
+        self._opt = None             # initialize's optimizer (the lr carrier), set there
+        self._client_sched = None    # a client LR scheduler, stepped after applied steps
         lr = self._cfg.get("optimizer", {}).get("params", {}).get("lr")
         self._lr = float(lr) if isinstance(lr, (int, float)) else 0.0
         self._micro, self._ga = _batch_rule(self._cfg, lib.zinc_engine_world_size(e))
@@ -854,6 +892,8 @@ class Engine(torch.nn.Module):
         # torch -> zinc (WAR): the step overwrites the weights (stages 0-2: torch's parameters)
         # that kernels torch queued may still read.
         self._torch_then_zinc()
+        if self._opt is not None and lib.zinc_engine_at_boundary(self._e):
+            self._opt._before_step()             # the lr the optimizer's groups carry, if set
         self._call(lib.zinc_step(self._e, ctypes.byref(info)))
         # zinc -> torch (RAW): the next forward reads the new weights.
         self._zinc_then_torch()
@@ -863,6 +903,15 @@ class Engine(torch.nn.Module):
             self._info = info
             self._steps = info.step
             self._lr = info.lr
+            # As DeepSpeed: a client scheduler steps after every applied optimizer step (not
+            # after one skipped for an fp16 overflow).
+            if info.applied and self._client_sched is not None:
+                with warnings.catch_warnings():
+                    # torch's check that its optimizer stepped first: zinc's step is the step.
+                    warnings.filterwarnings("ignore", message=".*lr_scheduler.step.*optimizer.step")
+                    self._client_sched.step()
+            if self._opt is not None:
+                self._opt._after_step(info.lr)
 
     # ---- DeepSpeed's accessors ------------------------------------------------------------
 
@@ -1024,8 +1073,9 @@ class Engine(torch.nn.Module):
                                       "points `latest` at the newest complete tag")
         tag = tag if tag is not None else f"global_step{self._steps}"
         try:
-            blob = json.dumps({"client_state": client_state or {}, "global_steps": self._steps,
-                               "lr": self._lr}).encode()
+            blob = json.dumps(dict({"client_state": client_state or {},
+                                    "global_steps": self._steps, "lr": self._lr},
+                                   **self._lr_state())).encode()
         except TypeError as ex:
             raise TypeError(f"zinc.save_checkpoint: client_state must hold JSON values: {ex}")
         buf = ctypes.create_string_buffer(blob, len(blob))
@@ -1084,9 +1134,31 @@ class Engine(torch.nn.Module):
             if not weights_only:
                 self._steps = int(saved.get("global_steps", 0))
                 self._lr = float(saved.get("lr", self._lr))
+                self._load_lr_state(saved)
         if weights_only:
             self._steps = 0       # zinc's step count starts over with the fresh Adam state
         return os.path.join(load_dir, opts.loaded_tag.decode()), client
+
+    def _lr_state(self):
+        """What the checkpoint keeps of the lr carried outside zinc: whether the optimizer's
+        groups drive it and their lr, and a client scheduler's state_dict (torch.save, base64)."""
+        out = {}
+        if self._opt is not None and self._opt._taken:
+            out["group_lr"] = self._opt._lr_of_groups()
+        if self._client_sched is not None and hasattr(self._client_sched, "state_dict"):
+            raw = io.BytesIO()
+            torch.save(self._client_sched.state_dict(), raw)
+            out["lr_scheduler"] = base64.b64encode(raw.getvalue()).decode()
+        return out
+
+    def _load_lr_state(self, saved):
+        if self._client_sched is not None and "lr_scheduler" in saved:
+            state = torch.load(io.BytesIO(base64.b64decode(saved["lr_scheduler"])))
+            self._client_sched.load_state_dict(state)
+        if self._opt is not None and "group_lr" in saved:
+            for g in self._opt.param_groups:
+                g["lr"] = saved["group_lr"]
+            self._opt._taken = True
 
     def _zero3_consolidated_16bit_state_dict(self, exclude_frozen_parameters=False):
         """DeepSpeed's (called by HF accelerate's get_state_dict at stage 3): the full 16-bit
@@ -1208,10 +1280,12 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
     launcher); what zinc does not offer raises NotImplementedError naming it."""
     if model is None:
         raise ValueError("zinc.initialize: model is required")
-    if lr_scheduler is not None:
-        raise NotImplementedError("zinc.initialize: a client lr_scheduler; zinc runs the "
-                                  "config's \"scheduler\" section itself (WarmupLR, "
-                                  "WarmupDecayLR, WarmupCosineLR, OneCycle, LRRangeTest)")
+    if lr_scheduler is not None and optimizer is None:
+        raise NotImplementedError("zinc.initialize: a client lr_scheduler needs a client torch "
+                                  "optimizer (optimizer=torch.optim.AdamW(...)) whose groups it "
+                                  "sets, as in DeepSpeed; or use the config's \"scheduler\" "
+                                  "section (WarmupLR, WarmupDecayLR, WarmupCosineLR, OneCycle, "
+                                  "LRRangeTest)")
     if training_data is not None:
         raise NotImplementedError("zinc.initialize: training_data (zinc builds no dataloader)")
     for name, value in (("mpu", mpu), ("collate_fn", collate_fn), ("mesh_param", mesh_param)):
@@ -1219,13 +1293,20 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
             raise NotImplementedError(f"zinc.initialize: argument {name!r} (zinc has no model "
                                       "or sequence parallelism and builds no dataloader)")
     cfg = _config_of(args, config, config_params)
+    client = None
     if optimizer is not None:
         # As DeepSpeed: the client optimizer replaces the config's, its param groups are the
         # parameters trained.
-        section, model_parameters = _client_optimizer(optimizer, model, model_parameters)
+        client, section, model_parameters = _client_optimizer(optimizer, model, model_parameters)
         if not isinstance(cfg, dict):
             with open(cfg) as f:
                 cfg = json.load(f)
         cfg = dict(cfg, optimizer=section)
     engine = Engine(model, model_parameters, cfg)
-    return engine, _Optimizer(engine), None, _Scheduler(engine)
+    engine._opt = _Optimizer(engine, client)
+    if lr_scheduler is not None:
+        if not hasattr(lr_scheduler, "step") and callable(lr_scheduler):
+            lr_scheduler = lr_scheduler(client)    # DeepSpeed's callable form
+        engine._client_sched = lr_scheduler
+        return engine, engine._opt, None, lr_scheduler
+    return engine, engine._opt, None, _Scheduler(engine)

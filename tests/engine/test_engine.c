@@ -599,8 +599,48 @@ static void test_introspection(void)
     }
 }
 
+/* zinc_set_lr: the caller's learning rate replaces the config's schedule until NAN gives it back;
+ * reported in zinc_step_info_t.lr; bad values refused. */
+static void test_set_lr(void)
+{
+    toy_run r = {.world = 1, .stage = 2, .accum = 1, .dtype = ZINC_DTYPE_FP32, .inject_inf_step = -1};
+    zinc_engine_t *e = NULL;
+    int np = 0;
+    ZT_OK(toy_engine(&r, &e, &np));
+    if (!e) return;
+    int64_t n = zinc_param_numel(e, 0);
+    float *before = malloc((size_t)n * sizeof *before), *after = malloc((size_t)n * sizeof *after);
+    ZT_OK(zinc_param_get(e, 0, before));
+    ZT_CHECK(zinc_set_lr(e, -1.0) == ZINC_ERR_INVALID_ARG, "a negative lr accepted");
+    ZT_CHECK(zinc_set_lr(e, INFINITY) == ZINC_ERR_INVALID_ARG, "an infinite lr accepted");
+    ZT_CHECK(zinc_set_lr(NULL, 0.1) == ZINC_ERR_INVALID_ARG, "NULL accepted");
+    /* lr 0: AdamW moves nothing (its decay is scaled by lr too). */
+    ZT_OK(zinc_set_lr(e, 0.0));
+    zinc_step_info_t info;
+    ZT_OK(toy_micro_step(e, 0, 1, 0, np, 0));
+    ZT_OK(zinc_step(e, &info));
+    ZT_OK(zinc_param_get(e, 0, after));
+    ZT_CHECK(info.applied && info.lr == 0.0, "the step did not run at lr 0 (lr %g)", info.lr);
+    ZT_CHECK(!memcmp(before, after, (size_t)n * sizeof *before), "lr 0 moved the weights");
+    ZT_OK(zinc_set_lr(e, 0.25));
+    ZT_OK(toy_micro_step(e, 0, 1, 1, np, 0));
+    ZT_OK(zinc_step(e, &info));
+    ZT_CHECK(info.lr == 0.25, "the step's lr is %g, not the one set", info.lr);
+    /* NAN: the config's lr (0.01, constant) again. */
+    ZT_OK(zinc_set_lr(e, NAN));
+    ZT_OK(toy_micro_step(e, 0, 1, 2, np, 0));
+    ZT_OK(zinc_step(e, &info));
+    ZT_CHECK(fabs(info.lr - 0.01) < 1e-12, "NAN did not give the schedule back (lr %g)", info.lr);
+    ZT_OK(zinc_param_get(e, 0, after));
+    ZT_CHECK(memcmp(before, after, (size_t)n * sizeof *before), "the steps moved nothing");
+    free(before);
+    free(after);
+    zinc_engine_destroy(e);
+}
+
 int main(void)
 {
+    test_set_lr();
     test_fp32_alias();
     test_tag_validation();
     test_prefetch();

@@ -11,6 +11,8 @@
                                             raises NotImplementedError naming it; a meta
                                             parameter is refused by name; a CPU model under
                                             torchrun's environment fails at once, saying why
+    python test_torch_ckpt.py scheduled DIR a client AdamW + LambdaLR run saved and resumed by
+                                            a new engine continues bitwise as uninterrupted
     python test_torch_ckpt.py warmstart DIR load_checkpoint(load_module_only=True) is a warm
                                             start: it trains bitwise as a fresh engine built
                                             from the checkpoint's weights (fresh Adam state, the
@@ -122,6 +124,36 @@ def warmstart(d):
         fails += 1
         print("FAIL: load_module_only is not a warm start")
     return 1 if fails else 0
+
+
+def scheduled(d):
+    """A client AdamW and LambdaLR scheduler: saved after 3 steps, resumed by a new engine with a
+    new optimizer and scheduler, 3 more steps equal the uninterrupted run bitwise (the
+    scheduler's state and the lr it set come back with the checkpoint)."""
+    def build():
+        m = model()
+        opt = torch.optim.AdamW(m.parameters(), lr=1e-2)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0 / (1 + s))
+        engine, _, _, ret = zinc.initialize(model=m, config=cfg(GLOBAL), optimizer=opt,
+                                            lr_scheduler=sched)
+        return engine, ret
+    engine, sched = build()
+    train(engine, 1, 3, {})
+    engine.save_checkpoint(d)
+    train(engine, 4, 6, {})
+    want, want_lr = engine.module_state_dict(), sched.get_last_lr()
+    engine.close()
+    engine, sched = build()
+    engine.load_checkpoint(d)
+    train(engine, 4, 6, {})
+    got, got_lr = engine.module_state_dict(), sched.get_last_lr()
+    engine.close()
+    same = all(torch.equal(want[k], got[k]) for k in want)
+    print(f"client scheduler resumed: weights equal {same}, lr {got_lr} vs {want_lr}")
+    if not same or got_lr != want_lr:
+        print("FAIL: the client scheduler did not resume where it was saved")
+        return 1
+    return 0
 
 
 def main():
@@ -318,6 +350,8 @@ def main():
         return 1 if fails else 0
     if mode == "warmstart":
         return warmstart(d)
+    if mode == "scheduled":
+        return scheduled(d)
     if mode == "torchrun-cpu":    # the child of the errors mode, in torchrun's environment
         try:
             zinc.initialize(model=model(), config=cfg(GLOBAL))

@@ -18,9 +18,10 @@
     python test_torch_stage3.py groups STAGE    model_parameters as param groups with their own
                                                 weight decay (0.1 for matrices, 0 for the rest)
                                                 trains as torch.optim.AdamW with those groups
-    python test_torch_stage3.py client STAGE    a client torch.optim.AdamW (with param groups) and
-                                                torch.optim.Adam (L2 decay) passed to initialize
-                                                train as that optimizer does in plain torch
+    python test_torch_stage3.py client STAGE    a client torch.optim.AdamW (with param groups),
+                                                torch.optim.Adam (L2 decay), a client LambdaLR
+                                                scheduler, and lr written into param_groups by
+                                                the loop train as in plain torch
     python test_torch_stage3.py warnings        a config warning arrives as zinc.ZincConfigWarning
     python test_torch_stage3.py measure [STEPS] not a test: examples/torch_gpt.py's model at stage 3
                                                 bf16, median step time and the largest parameter
@@ -306,9 +307,31 @@ class ClientAdam(Tiny):
         return torch.optim.Adam(model.parameters(), lr=2e-3, eps=1e-8, weight_decay=0.05)
 
 
+class ClientScheduled(ClientAdamW):
+    """... with a client LR scheduler (linear warmup then decay, LambdaLR as HF's
+    get_linear_schedule_with_warmup builds it), stepped by engine.step()."""
+
+    @staticmethod
+    def scheduler(optimizer):
+        return torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda s: min((s + 1) / 4, max(0.0, (12 - s) / 8)))
+
+
+class ManualLr(Tiny):
+    """The config's optimizer, the loop writing each step's lr into the returned optimizer's
+    param_groups (nanoGPT's way)."""
+    read_by_top = ["emb"]
+
+    @staticmethod
+    def manual_lr(step):
+        return 3e-3 * (0.2 + 0.8 * step / 12)
+
+
 def test_client_optimizer(stage):
     return (train_like_torch(ClientAdamW, "client torch.optim.AdamW with groups", stage) |
-            train_like_torch(ClientAdam, "client torch.optim.Adam, L2 decay", stage))
+            train_like_torch(ClientAdam, "client torch.optim.Adam, L2 decay", stage) |
+            train_like_torch(ClientScheduled, "client AdamW and LambdaLR scheduler", stage) |
+            train_like_torch(ManualLr, "lr written into param_groups", stage))
 
 
 def train_like_torch(make, what, stage):
@@ -334,6 +357,9 @@ def train_like_torch(make, what, stage):
     client = getattr(make, "client", None)
     opt = client(ref) if client else torch.optim.AdamW(
         groups(ref) if groups else ref.parameters(), lr=lr, eps=1e-8, weight_decay=wd)
+    scheduler = getattr(make, "scheduler", None)          # a client LR scheduler
+    manual_lr = getattr(make, "manual_lr", None)          # the loop writes param_groups' lr
+    ref_sched = scheduler(opt) if scheduler else None
     ref_losses = []
     for k, (x, y) in enumerate(batches()):
         loss = loss_fn(ref, x, y)
@@ -346,8 +372,13 @@ def train_like_torch(make, what, stage):
                 if p.grad is None:
                     p.grad = torch.zeros_like(p)
             torch.nn.utils.clip_grad_norm_(ref.parameters(), 1.0)
+            if manual_lr:
+                for g in opt.param_groups:
+                    g["lr"] = manual_lr(k // ga)
             opt.step()
             opt.zero_grad()
+            if ref_sched:
+                ref_sched.step()
     torch.manual_seed(0)
     m = make()
     world = zinc.world_size()
@@ -362,16 +393,20 @@ def train_like_torch(make, what, stage):
     def sample(*_):
         peak["now"] = max(peak["now"], param_bytes(m))
     spy.on_release = sample
-    engine, _, _, _ = zinc.initialize(model=m, config=cfg,
-                                      model_parameters=groups(m) if groups else None,
-                                      optimizer=client(m) if client else None)
+    zopt = client(m) if client else None
+    engine, returned_opt, _, _ = zinc.initialize(
+        model=m, config=cfg, model_parameters=groups(m) if groups else None, optimizer=zopt,
+        lr_scheduler=scheduler(zopt) if scheduler else None)
     rank = engine.global_rank
     losses, orders, peaks = [], [], []
-    for x, y in batches():
+    for k, (x, y) in enumerate(batches()):
         spy.events.clear()
         peak["now"] = 0
         loss = loss_fn(engine, x[rank * per:(rank + 1) * per], y[rank * per:(rank + 1) * per])
         engine.backward(loss)
+        if manual_lr:
+            for g in returned_opt.param_groups:
+                g["lr"] = manual_lr(k // ga)
         engine.step()
         losses.append(float(loss.detach()))
         orders.append([g for n, g in spy.events if n == "zinc_release"])

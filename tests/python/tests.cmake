@@ -68,7 +68,9 @@ set_tests_properties(python_stage3_memory python_overlap_stage2 python_overlap_s
 add_test(NAME python_errors COMMAND ${_py} ${_pyt}/test_torch_ckpt.py errors ${CMAKE_CURRENT_BINARY_DIR}/py_errors)
 add_test(NAME python_ckpt_warmstart
          COMMAND ${_py} ${_pyt}/test_torch_ckpt.py warmstart ${CMAKE_CURRENT_BINARY_DIR}/py_warm)
-set_tests_properties(python_errors python_ckpt_warmstart PROPERTIES LABELS python TIMEOUT 120
+add_test(NAME python_ckpt_scheduler
+         COMMAND ${_py} ${_pyt}/test_torch_ckpt.py scheduled ${CMAKE_CURRENT_BINARY_DIR}/py_sched)
+set_tests_properties(python_errors python_ckpt_warmstart python_ckpt_scheduler PROPERTIES LABELS python TIMEOUT 120
                      SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
 # DeepSpeed's methods besides the loop (test_torch_api.py): module_state_dict, save_16bit_model,
 # is_gradient_accumulation_boundary, device, local_rank, ... at stage 1 and at stage 3.
