@@ -916,6 +916,18 @@ class Engine(torch.nn.Module):
     # ---- DeepSpeed's accessors ------------------------------------------------------------
 
     @property
+    def optimizer(self):
+        """What initialize returned as the optimizer (DeepSpeed's engine.optimizer)."""
+        return self._opt
+
+    @property
+    def lr_scheduler(self):
+        """The client LR scheduler, else the config's (DeepSpeed's engine.lr_scheduler)."""
+        if self._client_sched is not None:
+            return self._client_sched
+        return _Scheduler(self)
+
+    @property
     def global_steps(self):
         return self._steps
 

@@ -99,8 +99,8 @@ def same_dicts(a, b):
 def main():
     stage, root = int(sys.argv[1]), sys.argv[2]
     model = net()
-    engine, *_ = zinc.initialize(model=model, model_parameters=model.parameters(),
-                                 config=cfg(stage, True if stage == 3 else None))
+    engine, opt, _, _ = zinc.initialize(model=model, model_parameters=model.parameters(),
+                                        config=cfg(stage, True if stage == 3 else None))
     rank, world = engine.global_rank, engine.world_size
     if rank == 0:
         shutil.rmtree(root, ignore_errors=True)
@@ -118,6 +118,10 @@ def main():
     check("train_batch_size", engine.train_batch_size() == MICRO * GA * world,
           str(engine.train_batch_size()))
     check("device", engine.device == torch.device("cpu"), str(engine.device))
+    check("engine.optimizer is initialize's, its groups carry the lr",
+          engine.optimizer is opt and engine.optimizer.param_groups[0]["lr"] == engine.get_lr()[0],
+          f"{engine.optimizer.param_groups[0]['lr']} vs {engine.get_lr()}")
+    check("engine.lr_scheduler reports the lr", engine.lr_scheduler.get_last_lr() == engine.get_lr())
     check("local_rank (one node: the global rank)", engine.local_rank == rank,
           f"{engine.local_rank} on rank {rank}")
     if world == 1:
