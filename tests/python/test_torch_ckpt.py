@@ -64,6 +64,20 @@ def mean_losses(engine, log):
     return dict(zip(steps, engine._mean_over_ranks([log[s] for s in steps])))
 
 
+def refused(what, call, exc, name=None):
+    """1 (a failure, printed) unless call() raises exc whose message names `name` (when given)."""
+    try:
+        call()
+    except exc as ex:
+        print(f"{what} raises {exc.__name__}: {str(ex)[:90]}")
+        if name is not None and name not in str(ex):
+            print(f"FAIL: the {exc.__name__} does not name {name}")
+            return 1
+        return 0
+    print(f"FAIL: {what} was accepted")
+    return 1
+
+
 def warmstart(d):
     """Trains 3 steps with a warmup schedule and saves; a new engine on another model loads
     the weights only; a third engine is built from a model holding those weights. Both then
@@ -212,15 +226,8 @@ def main():
                     [{"params": list(cm.parameters())[:2], "lr": 0.1},
                      {"params": list(cm.parameters())[2:]}], lr=1e-3)}),
                 ("scheduler", {"lr_scheduler": object()})):
-            try:
-                zinc.initialize(model=cm, config=cfg(GLOBAL), **kw)
-                fails += 1
-                print(f"FAIL: a client {what} was accepted")
-            except NotImplementedError as ex:
-                print(f"client {what}: {str(ex)[:90]}")
-                if what not in str(ex):
-                    fails += 1
-                    print(f"FAIL: the NotImplementedError does not name {what}")
+            fails += refused(f"a client {what}", lambda: zinc.initialize(
+                model=cm, config=cfg(GLOBAL), **kw), NotImplementedError, what)
         try:
             engine, *_ = zinc.initialize(model=model(), config=cfg(GLOBAL), training_data=[1])
             fails += 1
@@ -256,30 +263,20 @@ def main():
             print("FAIL: the config from --deepspeed_config was not the one used")
         engine.close()
         both = argparse.Namespace(deepspeed_config=path, deepscale_config=path)
-        for what, call in (
+        for what, call, exc, name in (
                 ("a config in args and in config=",
-                 lambda: zinc.initialize(args=args, model=model(), config=cfg(GLOBAL))),
+                 lambda: zinc.initialize(args=args, model=model(), config=cfg(GLOBAL)),
+                 ValueError, "config"),
                 ("deepscale_config with deepspeed_config",
-                 lambda: zinc.initialize(args=both, model=model())),
+                 lambda: zinc.initialize(args=both, model=model()), ValueError, "deepscale"),
                 ("init_distributed(dist_backend='smoke signals')",
-                 lambda: zinc.init_distributed(dist_backend="smoke signals"))):
-            try:
-                call()
-                fails += 1
-                print(f"FAIL: {what} was accepted")
-            except ValueError as ex:
-                print(f"{what} raises: {str(ex)[:90]}")
-        for what, call in (("mpu", lambda: zinc.initialize(model=model(), config=cfg(GLOBAL),
-                                                           mpu=object())),
-                           ("rank", lambda: zinc.init_distributed(rank=0, world_size=1))):
-            try:
-                call()
-                fails += 1
-                print(f"FAIL: {what} was accepted")
-            except NotImplementedError as ex:
-                if what not in str(ex):
-                    fails += 1
-                    print(f"FAIL: the NotImplementedError does not name {what}: {ex}")
+                 lambda: zinc.init_distributed(dist_backend="smoke signals"), ValueError,
+                 "dist_backend"),
+                ("mpu", lambda: zinc.initialize(model=model(), config=cfg(GLOBAL), mpu=object()),
+                 NotImplementedError, "mpu"),
+                ("a rank by hand", lambda: zinc.init_distributed(rank=0, world_size=1),
+                 NotImplementedError, "rank")):
+            fails += refused(what, call, exc, name)
         zinc.init_distributed(dist_backend="gloo", timeout=None, verbose=False)   # no effect
         # Param groups: only weight_decay may differ between groups; a bad decay or a parameter
         # in two groups is refused.
@@ -292,15 +289,8 @@ def main():
                 ("weight_decay", [{"params": first, "weight_decay": -1.0}, {"params": second}],
                  ValueError),
                 ("more than one", [{"params": first}, {"params": first + second}], ValueError)):
-            try:
-                zinc.initialize(model=pm, model_parameters=groups, config=cfg(GLOBAL))
-                fails += 1
-                print(f"FAIL: param groups with {what} were accepted")
-            except exc as ex:
-                print(f"param groups, {what}: {str(ex)[:90]}")
-                if what not in str(ex):
-                    fails += 1
-                    print(f"FAIL: the error does not name {what}")
+            fails += refused(f"param groups with {what}", lambda: zinc.initialize(
+                model=pm, model_parameters=groups, config=cfg(GLOBAL)), exc, what)
         # Stage 3: a forward reading a parameter through a reference zinc cannot see (not its
         # module's attribute) finds an empty tensor; the error says how to declare it. Declared,
         # the same model trains.

@@ -37,34 +37,27 @@ set_tests_properties(python_parity_bf16_stage2 PROPERTIES LABELS python TIMEOUT 
 # Stage 3's gather/release and the hand-over during backward (test_torch_stage3.py says how
 # each fails): memory, overlap at stages 2-3, the odd model at every stage, config warnings.
 add_test(NAME python_stage3_memory COMMAND ${_py} ${_pyt}/test_torch_stage3.py memory)
-foreach(_s 2 3)
-  add_test(NAME python_overlap_stage${_s} COMMAND ${_py} ${_pyt}/test_torch_stage3.py overlap ${_s})
-endforeach()
-foreach(_s 0 1 2 3)
-  add_test(NAME python_odd_stage${_s} COMMAND ${_py} ${_pyt}/test_torch_stage3.py odd ${_s})
-endforeach()
-# Activation checkpointing (torch.utils.checkpoint both ways, zinc.checkpointing) at stages 0, 2
-# and 3: parity with plain torch, and at stage 3 the recomputation gathers and releases.
-foreach(_s 0 2 3)
-  add_test(NAME python_actckpt_stage${_s} COMMAND ${_py} ${_pyt}/test_torch_stage3.py actckpt ${_s})
-endforeach()
+# One test per stage of a test_torch_stage3.py mode: python_<mode>_stage<s>.
+function(zinc_stage3_script_tests mode)
+  foreach(_s ${ARGN})
+    add_test(NAME python_${mode}_stage${_s} COMMAND ${_py} ${_pyt}/test_torch_stage3.py ${mode} ${_s})
+    set_tests_properties(python_${mode}_stage${_s} PROPERTIES LABELS python TIMEOUT 300
+                         SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
+  endforeach()
+endfunction()
+zinc_stage3_script_tests(overlap 2 3)
+zinc_stage3_script_tests(odd 0 1 2 3)
+# Activation checkpointing (torch.utils.checkpoint both ways, zinc.checkpointing): parity with
+# plain torch, and at stage 3 the recomputation gathers and releases.
+zinc_stage3_script_tests(actckpt 0 2 3)
 # model_parameters as param groups with their own weight decay (zinc_group_set_weight_decay).
-foreach(_s 0 1 2 3)
-  add_test(NAME python_groups_stage${_s} COMMAND ${_py} ${_pyt}/test_torch_stage3.py groups ${_s})
-endforeach()
-# A client torch.optim.AdamW / Adam passed to initialize (it replaces the config's optimizer).
-foreach(_s 0 2 3)
-  add_test(NAME python_client_stage${_s} COMMAND ${_py} ${_pyt}/test_torch_stage3.py client ${_s})
-endforeach()
+zinc_stage3_script_tests(groups 0 1 2 3)
+# A client torch.optim.AdamW / Adam (it replaces the config's optimizer), a client LR scheduler,
+# lr written into param_groups by the loop.
+zinc_stage3_script_tests(client 0 2 3)
 add_test(NAME python_config_warnings COMMAND ${_py} ${_pyt}/test_torch_stage3.py warnings)
-set_tests_properties(python_stage3_memory python_overlap_stage2 python_overlap_stage3
-                     python_odd_stage0 python_odd_stage1 python_odd_stage2 python_odd_stage3
-                     python_actckpt_stage0 python_actckpt_stage2 python_actckpt_stage3
-                     python_groups_stage0 python_groups_stage1 python_groups_stage2
-                     python_groups_stage3 python_client_stage0 python_client_stage2
-                     python_client_stage3
-                     python_config_warnings PROPERTIES LABELS python TIMEOUT 300
-                     SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
+set_tests_properties(python_stage3_memory python_config_warnings PROPERTIES LABELS python
+                     TIMEOUT 300 SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
 add_test(NAME python_errors COMMAND ${_py} ${_pyt}/test_torch_ckpt.py errors ${CMAKE_CURRENT_BINARY_DIR}/py_errors)
 add_test(NAME python_ckpt_warmstart
          COMMAND ${_py} ${_pyt}/test_torch_ckpt.py warmstart ${CMAKE_CURRENT_BINARY_DIR}/py_warm)
