@@ -15,6 +15,9 @@ Written without a GPU (2026-11-23) and not yet run on one: the first GPU session
 - a checkpoint round trip (stage 2 bf16 and stage 3 fp32): a fresh engine loads what another
   saved; its module_state_dict equals the saved engine's bit for bit and the next 3 steps'
   losses match the uninterrupted run's within 1e-6 relative;
+- stages 1 and 3 with activation checkpointing (all three kinds), param groups with their own
+  weight decay and a client AdamW with a LambdaLR scheduler (test_torch_stage3.py's Checkpointed,
+  decay_groups, ClientScheduled) against the same in plain torch on the device: fp32 bound;
 - errors: parameters on two devices (cpu and cuda) are refused naming one; with 2 or more GPUs a
   model on a GPU other than the local rank's is refused, saying torch.cuda.set_device.
 Usage:
@@ -33,6 +36,7 @@ from _common import torch, zinc
 ON_CPU = "--cpu" in sys.argv[1:]
 sys.argv = sys.argv[:1]     # test_torch_parity reads STAGE and BF16 from argv at import
 import test_torch_parity as tp  # noqa: E402
+import test_torch_stage3 as ts  # noqa: E402
 from zinc._lib import lib  # noqa: E402
 
 
@@ -148,6 +152,43 @@ def parity(dev, stage, bf16, ref, side_stream=False):
     return fails
 
 
+def features(dev, stage):
+    """Activation checkpointing (reentrant, non-reentrant, zinc.checkpointing), param groups with
+    their own weight decay (zinc_group_set_weight_decay), a client AdamW with a LambdaLR (the lr
+    through zinc_set_lr), against the same in plain torch on `dev`: the fp32 parity bound."""
+    def build():
+        torch.manual_seed(0)
+        m = ts.Checkpointed().to(dev)
+        opt = torch.optim.AdamW(ts.decay_groups(m), lr=2e-3, eps=1e-8)
+        return m, opt, ts.ClientScheduled.scheduler(opt)
+    m, opt, sched = build()
+    ref_losses = []
+    for k, (x, y) in enumerate(tp.batches()):
+        loss = tp.loss_fn(m, x.to(dev), y.to(dev))
+        (loss / tp.GA).backward()
+        if k % tp.GA == tp.GA - 1:
+            torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
+            opt.step()
+            opt.zero_grad()
+            sched.step()
+        ref_losses.append(float(loss.detach()))
+    ref_w = {n: p.detach().clone() for n, p in m.named_parameters()}
+    m, opt, sched = build()
+    engine, *_ = zinc.initialize(model=m, optimizer=opt, lr_scheduler=sched,
+                                 config=cfg(stage, False))
+    losses = train(engine, dev, tp.batches())
+    w = engine.module_state_dict()
+    worst_w = max(float((w[n] - ref_w[n]).abs().max() / ref_w[n].abs().max()) for n in ref_w)
+    worst_l = max(abs(a - b) / abs(b) for a, b in zip(losses, ref_losses))
+    print(f"{dev} stage {stage} activation checkpointing + decay groups + client AdamW/LambdaLR: "
+          f"loss difference {worst_l:.2e}, weight difference {worst_w:.2e} (bound 4e-06)")
+    engine.close()
+    if not (worst_l < 4e-6 and worst_w < 4e-6):
+        print(f"FAIL: zinc on {dev} parted from plain PyTorch with session 3's features")
+        return 1
+    return 0
+
+
 def ckpt_round_trip(dev, stage, bf16, d):
     batches = list(tp.batches())[:12]
     torch.manual_seed(0)
@@ -229,6 +270,8 @@ def main(on_cpu):
             fails += parity(dev, stage, bf16, ref[bf16])
     if dev.type == "cuda":
         fails += parity(dev, 3, False, ref[False], side_stream=True)
+    for stage in (1, 3):
+        fails += features(dev, stage)
     with tempfile.TemporaryDirectory() as d:
         fails += ckpt_round_trip(dev, 2, True, os.path.join(d, "s2"))
         fails += ckpt_round_trip(dev, 3, False, os.path.join(d, "s3"))
