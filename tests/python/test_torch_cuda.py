@@ -50,12 +50,16 @@ def cfg(stage, bf16):
     return c
 
 
-def reference(dev):
-    """test_torch_parity.reference on `dev`: losses (tensors) and the final weights."""
-    torch.manual_seed(0)
-    m = tp.Tiny().to(dev)
-    opt = torch.optim.AdamW(m.parameters(), lr=tp.LR, betas=(0.9, 0.999), eps=1e-8,
-                            weight_decay=tp.WD)
+def reference(dev, build=None):
+    """test_torch_parity.reference on `dev`: losses and the final weights. build() gives another
+    (model, optimizer, LR scheduler or None) than the parity test's Tiny and AdamW."""
+    if build is None:
+        torch.manual_seed(0)
+        m = tp.Tiny().to(dev)
+        opt, sched = torch.optim.AdamW(m.parameters(), lr=tp.LR, betas=(0.9, 0.999), eps=1e-8,
+                                       weight_decay=tp.WD), None
+    else:
+        m, opt, sched = build()
     losses = []
     for k, (x, y) in enumerate(tp.batches()):
         loss = tp.loss_fn(m, x.to(dev), y.to(dev))
@@ -64,6 +68,8 @@ def reference(dev):
             torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
             opt.step()
             opt.zero_grad()
+            if sched is not None:
+                sched.step()
         losses.append(loss.detach())
     return [float(v) for v in losses], {n: p.detach().clone() for n, p in m.named_parameters()}
 
@@ -161,18 +167,7 @@ def features(dev, stage):
         m = ts.Checkpointed().to(dev)
         opt = torch.optim.AdamW(ts.decay_groups(m), lr=2e-3, eps=1e-8)
         return m, opt, ts.ClientScheduled.scheduler(opt)
-    m, opt, sched = build()
-    ref_losses = []
-    for k, (x, y) in enumerate(tp.batches()):
-        loss = tp.loss_fn(m, x.to(dev), y.to(dev))
-        (loss / tp.GA).backward()
-        if k % tp.GA == tp.GA - 1:
-            torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
-            opt.step()
-            opt.zero_grad()
-            sched.step()
-        ref_losses.append(float(loss.detach()))
-    ref_w = {n: p.detach().clone() for n, p in m.named_parameters()}
+    ref_losses, ref_w = reference(dev, build)
     m, opt, sched = build()
     engine, *_ = zinc.initialize(model=m, optimizer=opt, lr_scheduler=sched,
                                  config=cfg(stage, False))
