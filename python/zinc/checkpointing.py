@@ -16,14 +16,12 @@ saved activations across model-parallel ranks, moving them to the host, one cont
 are not implemented: `configure` accepts them with a warning, since they only change where
 activations are kept, never the math. Model parallelism (`mpu_`) is not offered.
 """
-import json
-import os
 import warnings
 
 import torch
 import torch.utils.checkpoint
 
-from .engine import ZincConfigWarning
+from .engine import ZincConfigWarning, config_dict
 
 _configured = False
 
@@ -57,10 +55,7 @@ def configure(mpu_, deepspeed_config=None, partition_activations=None,
                                   "not offered; pass None")
     flags = {}
     if deepspeed_config is not None:
-        if isinstance(deepspeed_config, (str, os.PathLike)):
-            with open(deepspeed_config) as f:
-                deepspeed_config = json.load(f)
-        section = deepspeed_config.get("activation_checkpointing", {}) or {}
+        section = config_dict(deepspeed_config).get("activation_checkpointing", {}) or {}
         for key, arg in _MEMORY_ONLY.items():
             if key in section:
                 flags[arg] = section[key]

@@ -274,6 +274,23 @@ def _linear_forward(self, x):
 _SAME_AS_CONFIG = ("lr", "betas", "eps")
 
 
+def config_dict(config):
+    """A DeepSpeed config given as a dict or as the path of a JSON file, as a dict (a copy): the
+    front-end's one reader of the file, for the values it needs on the Python side (the batch
+    rule, the optimizer's defaults, the activation_checkpointing section); zinc's C config
+    module validates and resolves the config itself."""
+    if isinstance(config, dict):
+        return dict(config)
+    if not isinstance(config, (str, os.PathLike)):
+        raise TypeError("zinc: a config is a dict or the path of a JSON file, not "
+                        f"{type(config).__name__}")
+    with open(config) as f:
+        try:
+            return json.load(f)
+        except ValueError as ex:
+            raise ValueError(f"zinc: {os.fspath(config)}: not valid JSON: {ex}") from None
+
+
 def _parameter_groups(model_parameters, cfg):
     """model_parameters as DeepSpeed takes it: None (every parameter that requires grad), an
     iterable of tensors, or of param-group dicts {"params": [...], "weight_decay": wd, ...}.
@@ -480,15 +497,11 @@ class Engine(torch.nn.Module):
         super().__init__()
         self.module = model
         self._e = ctypes.c_void_p()
+        self._cfg = config_dict(config)
         if isinstance(config, dict):
-            self._cfg = dict(config)
             text, path = json.dumps(config).encode(), None
-        elif isinstance(config, (str, os.PathLike)):
-            with open(config) as f:
-                self._cfg = json.load(f)
+        else:                        # zinc reads the file itself: its errors name it
             text, path = None, os.fsencode(config)
-        else:
-            raise TypeError("zinc.initialize: config must be a dict or the path of a JSON file")
         # model_parameters (tensors or param groups) checked before zinc holds anything.
         wanted, decay = _parameter_groups(model_parameters, self._cfg)
         # zinc's device is the model's: the CPU, or one CUDA device (meta, mps, ... are refused
@@ -1310,10 +1323,7 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
         # As DeepSpeed: the client optimizer replaces the config's, its param groups are the
         # parameters trained.
         client, section, model_parameters = _client_optimizer(optimizer, model, model_parameters)
-        if not isinstance(cfg, dict):
-            with open(cfg) as f:
-                cfg = json.load(f)
-        cfg = dict(cfg, optimizer=section)
+        cfg = dict(config_dict(cfg), optimizer=section)
     engine = Engine(model, model_parameters, cfg)
     engine._opt = _Optimizer(engine, client)
     if lr_scheduler is not None:

@@ -263,12 +263,18 @@ def main():
             print("FAIL: the config from --deepspeed_config was not the one used")
         engine.close()
         both = argparse.Namespace(deepspeed_config=path, deepscale_config=path)
+        bad = os.path.join(d, "bad.json")
+        with open(bad, "w") as f:
+            f.write('{"train_micro_batch_size_per_gpu": 8,')
         for what, call, exc, name in (
                 ("a config in args and in config=",
                  lambda: zinc.initialize(args=args, model=model(), config=cfg(GLOBAL)),
                  ValueError, "config"),
                 ("deepscale_config with deepspeed_config",
                  lambda: zinc.initialize(args=both, model=model()), ValueError, "deepscale"),
+                ("a config file that is not JSON", lambda: zinc.initialize(model=model(),
+                                                                          config=bad),
+                 ValueError, "bad.json"),
                 ("init_distributed(dist_backend='smoke signals')",
                  lambda: zinc.init_distributed(dist_backend="smoke signals"), ValueError,
                  "dist_backend"),
@@ -278,6 +284,23 @@ def main():
                  NotImplementedError, "rank")):
             fails += refused(what, call, exc, name)
         zinc.init_distributed(dist_backend="gloo", timeout=None, verbose=False)   # no effect
+        # zinc.checkpointing.configure: DeepSpeed's memory-only options warn by name (from the
+        # config's section, and from an argument, which overrides it); model parallelism is
+        # refused; is_configured() says it was called.
+        import warnings
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            zinc.checkpointing.configure(None, deepspeed_config={"activation_checkpointing": {
+                "partition_activations": True, "cpu_checkpointing": False}},
+                checkpoint_in_cpu=True)
+        said = " ".join(str(w.message) for w in seen if w.category is zinc.ZincConfigWarning)
+        print(f"checkpointing.configure warns: {said[:120]}")
+        if ("partition_activations" not in said or "checkpoint_in_cpu" not in said
+                or not zinc.checkpointing.is_configured()):
+            fails += 1
+            print("FAIL: checkpointing.configure did not warn about both memory-only options")
+        fails += refused("checkpointing.configure(mpu_)",
+                         lambda: zinc.checkpointing.configure(object()), NotImplementedError, "mpu_")
         # Param groups: only weight_decay may differ between groups; a bad decay or a parameter
         # in two groups is refused.
         pm = model()
