@@ -39,25 +39,13 @@
  * covers it, so a missing wait or join in the pipeline shows here as different weights. */
 static const char *const offload_variants[] = {OFFLOAD, OFFLOAD "\"sub_group_size\": 1, "};
 
-static void compare_one(toy_run ref, const char *zero_json, const char *label);
-
 static void compare(toy_run ref, const char *label)
 {
     for (size_t i = 0; i < sizeof offload_variants / sizeof offload_variants[0]; i++) {
         char l[160];
         snprintf(l, sizeof l, "%s, %s", label, i ? "a chunk per group" : "one chunk");
-        compare_one(ref, offload_variants[i], l);
+        toy_expect_same_with_zero(ref, offload_variants[i], "offload", l);
     }
-}
-
-static void compare_one(toy_run ref, const char *zero_json, const char *label)
-{
-    toy_run off = ref;
-    if (!toy_run_ok(&ref, "reference")) return;
-    off.zero_json = zero_json;
-    if (toy_run_ok(&off, "offload")) toy_expect_same_training(&ref, &off, label);
-    toy_free(&ref);
-    toy_free(&off);
 }
 
 static void test_bitwise(void)

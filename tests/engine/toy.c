@@ -278,6 +278,17 @@ void toy_expect_same_training(const toy_run *ref, const toy_run *other, const ch
     ZT_CHECK(ref->applied > 0 && ref->last_info.grad_norm > 0.0, "%s: nothing trained", label);
 }
 
+void toy_expect_same_with_zero(toy_run ref, const char *zero_json, const char *what,
+                               const char *label)
+{
+    toy_run other = ref;
+    other.zero_json = zero_json;
+    if (toy_run_ok(&ref, "reference") && toy_run_ok(&other, what))
+        toy_expect_same_training(&ref, &other, label);
+    toy_free(&ref);
+    toy_free(&other);
+}
+
 zinc_status toy_steps(zinc_engine_t *e, int rank, int world, int first, int steps, int nparams)
 {
     zinc_status s = ZINC_OK;

@@ -78,6 +78,10 @@ int toy_run_ok(toy_run *r, const char *what);
 /* Checks (ZT_CHECK, messages prefixed by label) that `other` trained exactly as `ref`, and that
  * `ref` trained at all. */
 void toy_expect_same_training(const toy_run *ref, const toy_run *other, const char *label);
+/* Trains `ref` and the same run with zero_json as its zero_optimization members (`what` names
+ * that run in a failure) and expects the same training (toy_expect_same_training). */
+void toy_expect_same_with_zero(toy_run ref, const char *zero_json, const char *what,
+                               const char *label);
 
 /* One micro-step of forward/backward for rank `rank` of `world` at global micro-step `micro`. */
 zinc_status toy_micro_step(zinc_engine_t *e, int rank, int world, int micro, int nparams,

@@ -238,10 +238,15 @@ def main():
         check(f"eval under {name}: the plain model's output", torch.equal(out, want),
               f"max difference {float((out.float() - want.float()).abs().max())}")
     engine.train()
-    micro_step(engine, 99)
-    engine.step()
-    check("training after evaluation", all(torch.isfinite(v.float()).all()
-                                           for v in engine.module_state_dict().values()))
+    before = engine.module_state_dict()
+    for i in range(GA):                  # one whole accumulation window: an optimizer step
+        micro_step(engine, 99 + i)
+        engine.step()
+    after = engine.module_state_dict()
+    moved = [k for k in before if before[k].is_floating_point() and not torch.equal(before[k], after[k])]
+    check("training after evaluation: the step moved the weights, all finite",
+          "head.weight" in moved and all(torch.isfinite(v.float()).all() for v in after.values()),
+          f"moved {moved}")
     engine.close()
     print(f"rank {rank}: {len(failures)} failed", flush=True)
     return 1 if failures else 0
