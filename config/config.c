@@ -89,6 +89,7 @@ void zcfg_defaults(zcfg *c)
     c->gradient_predivide_factor = 1.0;
     c->communication_data_type = ZINC_DTYPE_FP32;
     c->wall_clock_breakdown = 0;
+    c->dataloader_drop_last = 0;
     c->dtype = ZINC_DTYPE_FP32;
 
     c->fp16.enabled = 0;

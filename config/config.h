@@ -136,6 +136,8 @@ typedef struct zcfg {
     double gradient_predivide_factor;    /* default 1.0 */
     zinc_dtype communication_data_type;  /* default: the working dtype */
     int wall_clock_breakdown;
+    int dataloader_drop_last;            /* default 0; read by a front-end's data loader
+                                          * (Python's training_data): the engine has none */
     zinc_dtype dtype;                    /* working precision: fp16/bf16/fp32 */
     zcfg_fp16 fp16;
     zcfg_optim optim;

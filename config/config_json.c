@@ -214,6 +214,10 @@ static json_object *to_object(const zcfg *c)
     json_object_object_add(r, "gradient_predivide_factor", num(c->gradient_predivide_factor));
     json_object_object_add(r, "communication_data_type", str(dtype_str(c->communication_data_type)));
     json_object_object_add(r, "wall_clock_breakdown", boolean(c->wall_clock_breakdown));
+    /* Only when set: a data-loader key, not the engine's; the configs without it keep the hash
+     * (and so the checkpoints' config check) they had before zinc read it. */
+    if (c->dataloader_drop_last)
+        json_object_object_add(r, "dataloader_drop_last", boolean(1));
 
     json_object *f = json_object_new_object();
     json_object_object_add(f, "enabled", boolean(c->fp16.enabled));

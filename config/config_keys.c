@@ -35,6 +35,7 @@ static const zkey top_keys[] = {
     {"communication_data_type", ZK_OWN, ZK_ALWAYS, NULL},
     {"gradient_allreduce_op", ZK_OWN, ZK_ALWAYS, NULL},
     {"wall_clock_breakdown", ZK_OWN, ZK_ALWAYS, NULL}, /* warns when true (zc_parse_scalars) */
+    {"dataloader_drop_last", ZK_OWN, ZK_ALWAYS, NULL}, /* the Python front-end's data loader */
     {"fp16", ZK_OWN, ZK_ALWAYS, NULL},
     {"bf16", ZK_OWN, ZK_ALWAYS, NULL},
     {"bfloat16", ZK_OWN, ZK_ALWAYS, NULL},
@@ -68,7 +69,6 @@ static const zkey top_keys[] = {
     {"graph_harvesting", ZK_WARN, ZK_IF_ON, "graph harvesting is not implemented (speed only)"},
     {"sparse_gradients", ZK_WARN, ZK_IF_ON,
      "zinc reduces dense gradients (same sum; speed and memory only)"},
-    {"dataloader_drop_last", ZK_WARN, ZK_IF_ON, "zinc does not own the data loader"},
     {"vocabulary_size", ZK_WARN, ZK_IF_ON,
      "DeepSpeed only uses it for a tensor-core alignment warning"},
     {"pipeline", ZK_WARN, ZK_IF_ON,

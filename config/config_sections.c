@@ -457,6 +457,8 @@ void zc_parse_scalars(zcctx *x, json_object *root, zcfg *c)
                     "(logging only)");
     }
 
+    zc_get_bool(x, root, "", "dataloader_drop_last", &c->dataloader_drop_last);
+
     const char *s;
     if (zc_member(root, "communication_data_type", &v) && v &&
         zc_get_str(x, root, "", "communication_data_type", &s) == V_SET) {

@@ -14,10 +14,11 @@ does the sharding, reduction, loss scaling, clipping, Adam/AdamW and checkpoints
 only hands it the model's tensors. docs/python.md says what is offered and what is not yet.
 """
 from . import checkpointing  # noqa: F401
+from .dataloader import RepeatingLoader  # noqa: F401
 from ._lib import ZincError  # noqa: F401
 from .engine import (Engine, ZincConfigWarning, add_config_arguments,  # noqa: F401
                      init_distributed, initialize, register_external_parameter, world_size)
 
 __all__ = ["initialize", "init_distributed", "world_size", "Engine", "ZincError",
            "ZincConfigWarning", "register_external_parameter", "checkpointing",
-           "add_config_arguments"]
+           "add_config_arguments", "RepeatingLoader"]

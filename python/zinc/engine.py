@@ -74,6 +74,7 @@ import weakref
 import torch
 
 from . import _memory, _torch_dist
+from . import dataloader as _dataloader
 from ._optimizer import _Optimizer, _Scheduler, _client_optimizer, _parameter_groups, _scalar
 from ._lib import (ZINC_ERR_MISMATCH, EngineOptions, LoadOptions, SaveOptions, StepInfo, ZincError,
                    check, lib)
@@ -415,6 +416,8 @@ class Engine(torch.nn.Module):
         # DeepSpeed's batch rule, as zinc's config module applied it.
         self._micro = int(self._resolved["train_micro_batch_size_per_gpu"])
         self._ga = int(self._resolved["gradient_accumulation_steps"])
+        self.collate_fn = None             # initialize's collate_fn, deepspeed_io's default
+        self.training_dataloader = None    # initialize(training_data=...)'s loader
 
     # ---- plumbing -------------------------------------------------------------------------
 
@@ -902,6 +905,26 @@ class Engine(torch.nn.Module):
     def dp_world_size(self):
         return self.world_size
 
+    def dataloader_drop_last(self):
+        return bool(self._resolved.get("dataloader_drop_last", False))
+
+    # ---- data -----------------------------------------------------------------------------
+
+    def deepspeed_io(self, dataset, batch_size=None, route="train", pin_memory=True,
+                     data_sampler=None, collate_fn=None, num_local_io_workers=None):
+        """DeepSpeed's deepspeed_io: a loader giving this rank its part of a map-style dataset,
+        in batches of train_micro_batch_size_per_gpu (or batch_size), through a
+        DistributedSampler over the ranks (shuffled, seed 0, for "train"; in order for "eval"
+        and "predict") unless data_sampler is given; the config's dataloader_drop_last; two
+        worker processes unless num_local_io_workers; memory pinned only on a CUDA engine.
+        dataloader.py says more."""
+        return _dataloader.build(
+            dataset, batch_size=self._micro if batch_size is None else batch_size,
+            rank=self.global_rank, world_size=self.dp_world_size, route=route,
+            pin_memory=bool(pin_memory) and self._cuda, data_sampler=data_sampler,
+            collate_fn=self.collate_fn if collate_fn is None else collate_fn,
+            num_local_io_workers=num_local_io_workers, drop_last=self.dataloader_drop_last())
+
     def zero_grad(self):
         """DeepSpeed's engine.zero_grad: sets every model parameter's `.grad` to None. zinc's own
         gradient buffers are zeroed by engine.step() at each optimizer step."""
@@ -1250,6 +1273,8 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
                lr_scheduler=None, distributed_port=None, mpu=None, dist_init_required=None,
                collate_fn=None, config=None, mesh_param=None, config_params=None):
     """DeepSpeed's initialize: returns (engine, optimizer, training_dataloader, lr_scheduler).
+    The training_dataloader is engine.deepspeed_io(training_data) when training_data is given
+    (collate_fn then its collate_fn), else None.
     The optimizer comes from the config, or from a client torch.optim.Adam/AdamW (`optimizer`,
     read into the config's optimizer section), the scheduler from the config; zinc runs both
     inside engine.step().
@@ -1263,12 +1288,12 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
                                   "sets, as in DeepSpeed; or use the config's \"scheduler\" "
                                   "section (WarmupLR, WarmupDecayLR, WarmupCosineLR, OneCycle, "
                                   "LRRangeTest)")
-    if training_data is not None:
-        raise NotImplementedError("zinc.initialize: training_data (zinc builds no dataloader)")
-    for name, value in (("mpu", mpu), ("collate_fn", collate_fn), ("mesh_param", mesh_param)):
+    for name, value in (("mpu", mpu), ("mesh_param", mesh_param)):
         if value is not None:
             raise NotImplementedError(f"zinc.initialize: argument {name!r} (zinc has no model "
-                                      "or sequence parallelism and builds no dataloader)")
+                                      "or sequence parallelism)")
+    if training_data is not None:
+        _dataloader.check_dataset(training_data)    # before the engine holds the model
     cfg = _config_of(args, config, config_params)
     # As DeepSpeed's initialize: the launcher's world, torch.distributed with it unless
     # dist_init_required is False.
@@ -1281,9 +1306,13 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
         cfg = dict(config_dict(cfg), optimizer=section)
     engine = Engine(model, model_parameters, cfg, _client=client,
                     _client_scheduler=lr_scheduler is not None)
+    engine.collate_fn = collate_fn
+    if training_data is not None:
+        engine.training_dataloader = engine.deepspeed_io(training_data)
+    loader = engine.training_dataloader
     if lr_scheduler is not None:
         if not hasattr(lr_scheduler, "step") and callable(lr_scheduler):
             lr_scheduler = lr_scheduler(client)    # DeepSpeed's callable form
         engine._client_sched = lr_scheduler
-        return engine, engine._opt, None, lr_scheduler
-    return engine, engine._opt, None, _Scheduler(engine)
+        return engine, engine._opt, loader, lr_scheduler
+    return engine, engine._opt, loader, _Scheduler(engine)

@@ -89,6 +89,7 @@ static void check_deepspeed_defaults(const zcfg *c)
     EQ_I(c->prescale_gradients, 0);
     EQ_D(c->gradient_predivide_factor, 1.0);
     EQ_I(c->wall_clock_breakdown, 0);
+    EQ_I(c->dataloader_drop_last, 0);
     EQ_I(c->dtype, ZINC_DTYPE_FP32);
     EQ_I(c->communication_data_type, ZINC_DTYPE_FP32);
     EQ_I(c->fp16.enabled, 0);
@@ -233,6 +234,7 @@ static const char *full_config =
     "  \"gradient_predivide_factor\": 2.5,\n"
     "  \"communication_data_type\": \"FP16\",\n"
     "  \"wall_clock_breakdown\": true,\n"
+    "  \"dataloader_drop_last\": true,\n"
     "  \"fp16\": {\"enabled\": true, \"loss_scale\": 0, \"initial_scale_power\": 11,\n"
     "           \"loss_scale_window\": 250, \"hysteresis\": 3, \"consecutive_hysteresis\": true,\n"
     "           \"min_loss_scale\": 4.0},\n"
@@ -273,6 +275,7 @@ static void check_full(const zcfg *c)
     EQ_D(c->gradient_predivide_factor, 2.5);
     EQ_I(c->communication_data_type, ZINC_DTYPE_FP16);
     EQ_I(c->wall_clock_breakdown, 1);
+    EQ_I(c->dataloader_drop_last, 1);
     EQ_I(c->dtype, ZINC_DTYPE_FP16);
     EQ_I(c->fp16.enabled, 1);
     EQ_D(c->fp16.loss_scale, 0.0);
@@ -833,6 +836,32 @@ static void test_offload(void)
 #undef PRE
 }
 
+/* dataloader_drop_last: a front-end's key (Python's data loader reads it from the resolved
+ * config); accepted without a warning, in the canonical text only when true, so a config that
+ * gives DeepSpeed's default hashes as one without it. */
+static void test_dataloader_drop_last(void)
+{
+    const char *base = "{\"train_micro_batch_size_per_gpu\": 1, \"optimizer\": {\"type\": \"AdamW\"}";
+    char json[256];
+    zcfg p, f, t;
+    snprintf(json, sizeof json, "%s}", base);
+    if (!parse_ok(json, 1, &p, 0, __LINE__)) return;
+    snprintf(json, sizeof json, "%s, \"dataloader_drop_last\": false}", base);
+    if (parse_ok(json, 1, &f, 0, __LINE__)) {
+        EQ_I(f.dataloader_drop_last, 0);
+        ZT_CHECK(f.hash == p.hash, "dataloader_drop_last: false changed the hash");
+    }
+    snprintf(json, sizeof json, "%s, \"dataloader_drop_last\": true}", base);
+    if (parse_ok(json, 1, &t, 0, __LINE__)) {
+        EQ_I(t.dataloader_drop_last, 1);
+        ZT_CHECK(t.hash != p.hash, "dataloader_drop_last: true left the hash unchanged");
+        char *text = zcfg_to_json(&t);
+        ZT_CHECK(text && strstr(text, "\"dataloader_drop_last\": true"),
+                 "the resolved config does not say dataloader_drop_last: true: %s", text ? text : "");
+        free(text);
+    }
+}
+
 int main(void)
 {
     test_offload();
@@ -840,6 +869,7 @@ int main(void)
     test_defaults();
     test_full();
     test_speed_knobs();
+    test_dataloader_drop_last();
     test_batch_rule();
     test_adam_mode();
     test_overrides();

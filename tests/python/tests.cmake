@@ -77,6 +77,10 @@ endforeach()
 add_test(NAME python_torch_dist COMMAND ${_py} ${_pyt}/test_torch_dist.py)
 set_tests_properties(python_torch_dist PROPERTIES LABELS python TIMEOUT 120
                      SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
+# The data loader of initialize(training_data=...) and deepspeed_io (test_torch_data.py).
+add_test(NAME python_data COMMAND ${_py} ${_pyt}/test_torch_data.py)
+set_tests_properties(python_data PROPERTIES LABELS python TIMEOUT 120
+                     SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
 # An exception that stops a backward half way: the process still exits, with its status
 # (test_exit.py: torch 1.13 hung at exit, torch 2.x crashed, while views held Python objects).
 foreach(_s 1 3)
@@ -122,6 +126,10 @@ if(ZINC_HAVE_MPI AND ZINC_TORCH_PYTHON)
   add_test(NAME python_torch_dist_mpi
            COMMAND ${_mpi} ${MPIEXEC_NUMPROC_FLAG} 2 ${_py} ${_pyt}/test_torch_dist.py)
   set_tests_properties(python_torch_dist_mpi PROPERTIES LABELS "python;multirank" TIMEOUT 120
+                       SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
+  add_test(NAME python_data_mpi
+           COMMAND ${_mpi} ${MPIEXEC_NUMPROC_FLAG} 2 ${_py} ${_pyt}/test_torch_data.py)
+  set_tests_properties(python_data_mpi PROPERTIES LABELS "python;multirank" TIMEOUT 120
                        SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
   foreach(_s 1 3)
     add_test(NAME python_torch_api_mpi_stage${_s}

@@ -1,0 +1,116 @@
+"""dataloader.py — the data loader zinc.initialize(training_data=...) and engine.deepspeed_io
+build, with DeepSpeed's meaning (deepspeed/runtime/dataloader.py, 0.19.8):
+
+- each rank reads its own part of the dataset: a torch DistributedSampler over the data-parallel
+  world (shuffled with seed 0 for training; in order for the "eval" and "predict" routes), or
+  the data_sampler given (the "train" and "encode" routes shuffle);
+- batches of train_micro_batch_size_per_gpu samples (or batch_size), collate_fn when given;
+- the config's dataloader_drop_last drops each rank's last incomplete batch;
+- two worker processes (num_local_io_workers), pinned memory on a CUDA engine;
+- every iteration builds a fresh torch DataLoader. Like DeepSpeed's, it never calls the
+  sampler's set_epoch: each pass sees the same order unless the script calls
+  `loader.data_sampler.set_epoch(epoch)`.
+Nothing here touches zinc's engine: it only reads the rank, the world size and the config."""
+import math
+
+from torch.utils.data import DataLoader, DistributedSampler, IterableDataset
+
+ROUTES = ("train", "eval", "predict", "encode")
+
+
+class RepeatingLoader:
+    """DeepSpeed's RepeatingLoader: iterates a loader for ever, starting it again when it
+    ends."""
+
+    def __init__(self, loader):
+        self.loader = loader
+        self.data_iter = iter(loader)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        try:
+            return next(self.data_iter)
+        except StopIteration:
+            self.data_iter = iter(self.loader)
+            return next(self.data_iter)
+
+
+class ZincDataLoader:
+    """DeepSpeedDataLoader's shape: len() is the number of batches this rank reads, iter()
+    starts a pass, `data_sampler` is the sampler (set_epoch on it reshuffles)."""
+
+    def __init__(self, dataset, batch_size, rank, world_size, *, shuffle=True, pin_memory=False,
+                 collate_fn=None, num_local_io_workers=None, data_sampler=None, drop_last=False):
+        if data_sampler is None:
+            data_sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank,
+                                              shuffle=shuffle)
+        self.dataset = dataset
+        self.batch_size = batch_size
+        self.data_sampler = data_sampler
+        self.collate_fn = collate_fn
+        self.pin_memory = pin_memory
+        self.num_local_io_workers = 2 if num_local_io_workers is None else num_local_io_workers
+        self.dataloader_drop_last = drop_last
+        self.post_process_func = None
+        self.dataloader = None
+        self.data = None
+        n = len(data_sampler)
+        self.len = n // batch_size if drop_last else math.ceil(n / batch_size)
+
+    def __len__(self):
+        return self.len
+
+    def __iter__(self):
+        self._create_dataloader()
+        return self
+
+    def __next__(self):
+        return next(self.data)
+
+    def _create_dataloader(self):
+        kw = {} if self.collate_fn is None else {"collate_fn": self.collate_fn}
+        self.dataloader = DataLoader(self.dataset, batch_size=self.batch_size,
+                                     sampler=self.data_sampler, pin_memory=self.pin_memory,
+                                     num_workers=self.num_local_io_workers,
+                                     drop_last=self.dataloader_drop_last, **kw)
+        self.data = iter(self.dataloader)
+        return self.dataloader
+
+
+def check_dataset(dataset):
+    """Refuses what the loader cannot split between ranks, naming it (initialize checks the
+    training data before it builds the engine)."""
+    if isinstance(dataset, IterableDataset):
+        # DeepSpeed's loader puts a DistributedSampler over it, which torch refuses; an
+        # iterable stream cannot be split by index: the dataset must shard itself.
+        raise NotImplementedError(
+            "zinc: an IterableDataset cannot be split between ranks by a sampler; "
+            "give a map-style Dataset, or shard the stream per rank yourself and iterate a "
+            "torch DataLoader over it")
+    if not (hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__")):
+        raise ValueError(f"zinc: training data must be a torch Dataset (with __getitem__ and "
+                         f"__len__), not {type(dataset).__name__}")
+
+
+def build(dataset, *, batch_size, rank, world_size, route, pin_memory, data_sampler, collate_fn,
+          num_local_io_workers, drop_last):
+    """engine.deepspeed_io's loader, its arguments checked first (errors name what is wrong)."""
+    if route not in ROUTES:
+        raise ValueError(f"zinc: deepspeed_io: route {route!r} is not one of {ROUTES}")
+    check_dataset(dataset)
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"zinc: deepspeed_io: batch_size {batch_size!r} is not an integer >= 1")
+    if num_local_io_workers is not None and (isinstance(num_local_io_workers, bool) or
+                                             not isinstance(num_local_io_workers, int) or
+                                             num_local_io_workers < 0):
+        raise ValueError(f"zinc: deepspeed_io: num_local_io_workers {num_local_io_workers!r} "
+                         "is not an integer >= 0")
+    return ZincDataLoader(dataset, batch_size, rank, world_size,
+                          shuffle=route not in ("eval", "predict"), pin_memory=pin_memory, collate_fn=collate_fn,
+                          num_local_io_workers=num_local_io_workers, data_sampler=data_sampler,
+                          drop_last=drop_last)
+
+
+__all__ = ["RepeatingLoader", "ZincDataLoader", "build", "check_dataset"]

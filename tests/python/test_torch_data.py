@@ -1,0 +1,211 @@
+"""test_torch_data.py — the data loader zinc.initialize(training_data=...) and
+engine.deepspeed_io build, with DeepSpeed's meaning (deepspeed/runtime/dataloader.py).
+
+    python test_torch_data.py            (also under mpirun -np 2)
+
+- initialize returns it as its third value; one pass gives this rank ceil(ceil(N/W)/micro)
+  batches of train_micro_batch_size_per_gpu samples through initialize's collate_fn, in two
+  worker processes; the ranks' samples together are the whole dataset (DistributedSampler's
+  padding repeats the first ones), each rank's in DistributedSampler's shuffled order (seed 0),
+  the same order again in a second pass (DeepSpeed never calls set_epoch), another after
+  `loader.data_sampler.set_epoch(1)`;
+- one pass of training over it equals plain torch AdamW on the same global batches (the
+  ranks' batches together), within the parity bound of test_torch_parity.py (4e-6);
+- the "eval" route is in order (rank r: r, r + W, ...); batch_size, num_local_io_workers, a
+  list as the dataset; RepeatingLoader starts the loader again;
+- the config's dataloader_drop_last drops each rank's last incomplete batch;
+- an IterableDataset and a non-dataset are refused before the engine takes the model, a bad
+  route or batch size by deepspeed_io, a non-boolean dataloader_drop_last by zinc's config
+  check, naming the key.
+Each check prints its name; exit 1 when one fails, 77 without torch.
+"""
+import math
+import sys
+
+from _common import check, failures, torch, zinc
+
+dist = torch.distributed
+N, MICRO, FEAT = 21, 4, 5
+
+
+class Indexed(torch.utils.data.Dataset):
+    """Sample i: (x_i, y_i, i), so a batch tells which samples it holds."""
+
+    def __init__(self):
+        g = torch.Generator().manual_seed(7)
+        self.x = torch.randn(N, FEAT, generator=g)
+        self.y = torch.randn(N, 1, generator=g)
+
+    def __len__(self):
+        return N
+
+    def __getitem__(self, i):
+        return self.x[i], self.y[i], i
+
+
+def collate(items):
+    """A collate_fn that marks its batches, so the test sees it was used."""
+    xs, ys, idx = zip(*items)
+    return {"x": torch.stack(xs), "y": torch.stack(ys), "idx": list(idx), "by": "collate"}
+
+
+def cfg(**extra):
+    return dict({"train_micro_batch_size_per_gpu": MICRO, "gradient_accumulation_steps": 1,
+                 "gradient_clipping": 0.0,
+                 "optimizer": {"type": "AdamW", "params": {"lr": 1e-2, "weight_decay": 0.01}},
+                 "zero_optimization": {"stage": 2}}, **extra)
+
+
+def model_of():
+    torch.manual_seed(0)
+    return torch.nn.Linear(FEAT, 1)
+
+
+def indices(batches):
+    return [i for b in batches for i in b["idx"]]
+
+
+def gathered(obj, world):
+    out = [None] * world
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def reference(ds, global_batches):
+    """Plain torch: AdamW on each step's global batch (the mean loss over it: every rank's
+    batch has the same size here, so zinc's mean over ranks of each rank's mean is the same)."""
+    model = model_of()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.01)
+    for idx in global_batches:
+        loss = torch.nn.functional.mse_loss(model(ds.x[idx]), ds.y[idx])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return torch.cat([p.detach().flatten() for p in model.parameters()])
+
+
+def test_training_loader(ds):
+    model = model_of()
+    engine, _, loader, _ = zinc.initialize(model=model, model_parameters=model.parameters(),
+                                           config=cfg(), training_data=ds, collate_fn=collate)
+    rank, world = engine.global_rank, engine.world_size
+    per_rank = math.ceil(N / world)
+    check("initialize returns the loader, also as engine.training_dataloader",
+          loader is not None and loader is engine.training_dataloader)
+    check("len(loader) = ceil(ceil(N / W) / micro)", len(loader) == math.ceil(per_rank / MICRO),
+          f"{len(loader)}")
+    check("two worker processes by default", loader.num_local_io_workers == 2)
+    first = list(loader)
+    sizes = [len(b["idx"]) for b in first]
+    want = [MICRO] * (per_rank // MICRO) + ([per_rank % MICRO] if per_rank % MICRO else [])
+    check("batches of the micro batch size, the last one what is left", sizes == want,
+          f"{sizes} vs {want}")
+    check("initialize's collate_fn makes the batches", all(b["by"] == "collate" for b in first))
+    mine = indices(first)
+    spec = list(torch.utils.data.DistributedSampler(ds, num_replicas=world, rank=rank,
+                                                    shuffle=True, seed=0))
+    check("this rank's samples in DistributedSampler's order (shuffled, seed 0)", mine == spec,
+          f"{mine} vs {spec}")
+    check("the order is shuffled", mine != sorted(mine))
+    every = gathered(mine, world)
+    union = [i for r in every for i in r]
+    check("the ranks together read the whole dataset, the padding repeating first samples",
+          sorted(set(union)) == list(range(N)) and len(union) == per_rank * world, f"{union}")
+    check("a second pass, the same order (no set_epoch, as DeepSpeed)",
+          indices(list(loader)) == mine)
+    loader.data_sampler.set_epoch(1)
+    again = indices(list(loader))
+    check("set_epoch(1) on the loader's sampler: another order",
+          len(again) == len(mine) and again != mine, f"{again}")
+    loader.data_sampler.set_epoch(0)
+
+    # One pass of training over the loader, against plain torch on the same global batches.
+    for b in loader:
+        loss = torch.nn.functional.mse_loss(engine(b["x"]), b["y"])
+        engine.backward(loss)
+        engine.step()
+    check("a step per batch", engine.global_steps == len(loader), f"{engine.global_steps}")
+    per_step = [[i for r in every for i in r[k * MICRO:(k + 1) * MICRO]]
+                for k in range(len(loader))]
+    want = reference(ds, per_step)
+    got = torch.cat([t.float().flatten() for t in engine.module_state_dict().values()])
+    err = ((got - want).abs().max() / want.abs().max()).item()
+    check("training over the loader = plain torch AdamW on the same global batches", err < 4e-6,
+          f"relative error {err:.3g} (bound 4e-6)")
+
+    # The "eval" route: in order; batch_size and num_local_io_workers (initialize's collate_fn
+    # is deepspeed_io's default, as in DeepSpeed); a list as the dataset.
+    ev = engine.deepspeed_io(ds, route="eval", batch_size=5, num_local_io_workers=0)
+    got = indices(ev)
+    want = [i % N for i in range(rank, per_rank * world, world)]
+    check("route eval: rank r reads r, r + W, ... in batches of batch_size", got == want and
+          all(len(b["idx"]) <= 5 for b in ev), f"{got} vs {want}")
+    listed = engine.deepspeed_io([(ds.x[i], i) for i in range(N)], route="predict",
+                                 collate_fn=torch.utils.data.default_collate)
+    got = [i for b in listed for i in b[1].tolist()]
+    check("deepspeed_io takes a list (map-style: __getitem__ and __len__), its collate_fn",
+          got == want, f"{got} vs {want}")
+    rep = zinc.RepeatingLoader(loader)
+    got = [next(rep)["idx"] for _ in range(2 * len(loader) + 1)]
+    check("RepeatingLoader starts the loader again at its end",
+          got[len(loader)] == got[0] and got[2 * len(loader)] == got[0] and
+          indices([{"idx": g} for g in got[:len(loader)]]) == mine)
+    for route, kw in (("bogus", {}), ("train", {"batch_size": 0}),
+                      ("train", {"num_local_io_workers": -1})):
+        try:
+            engine.deepspeed_io(ds, route=route, **kw)
+            check(f"deepspeed_io(route={route!r}, {kw}) raises", False)
+        except ValueError as ex:
+            check(f"deepspeed_io(route={route!r}, {kw}) raises ValueError", True, str(ex))
+    engine.close()
+    return world
+
+
+def test_drop_last(ds, world):
+    model = model_of()
+    engine, _, loader, _ = zinc.initialize(model=model, config=cfg(dataloader_drop_last=True),
+                                           training_data=ds)
+    per_rank = math.ceil(N / world)
+    batches = list(loader)
+    check("dataloader_drop_last: len(loader) = ceil(N / W) // micro",
+          len(loader) == per_rank // MICRO == len(batches), f"{len(loader)}, {len(batches)}")
+    check("dataloader_drop_last: every batch full",
+          all(len(b[2]) == MICRO for b in batches))
+    check("engine.dataloader_drop_last()", engine.dataloader_drop_last() is True)
+    engine.close()
+
+
+def test_refused(ds):
+    class Stream(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            return iter(range(4))
+
+    model = model_of()
+    before = model.weight.detach().clone()
+    for data, kind in ((Stream(), NotImplementedError), (42, ValueError)):
+        try:
+            zinc.initialize(model=model, config=cfg(zero_optimization={"stage": 3}),
+                            training_data=data)
+            check(f"training_data={type(data).__name__} raises", False)
+        except kind as ex:
+            check(f"training_data={type(data).__name__} raises {kind.__name__}", True, str(ex))
+    check("a refused training_data leaves the model as it was (no engine took it)",
+          model.weight.shape == before.shape and torch.equal(model.weight.detach(), before))
+    try:
+        zinc.initialize(model=model, config=cfg(dataloader_drop_last="yes"), training_data=ds)
+        check("dataloader_drop_last: \"yes\" raises", False)
+    except zinc.ZincError as ex:
+        check("dataloader_drop_last: \"yes\" raises, naming the key",
+              "dataloader_drop_last" in str(ex), str(ex))
+
+
+def main():
+    ds = Indexed()
+    world = test_training_loader(ds)
+    test_drop_last(ds, world)
+    test_refused(ds)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
