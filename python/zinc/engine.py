@@ -1013,14 +1013,13 @@ class Engine(torch.nn.Module):
         """A zinc checkpoint in save_dir/tag (default global_step<N>); client_state (a dict of
         JSON values) is saved with it. Collective.
         It holds what zinc trains (the parameters, Adam's state, the step and loss scale) and,
-        in the client blob after the JSON, rank 0's persistent buffers (torch.save), as
-        DeepSpeed's module state does; not the frozen parameters (DeepSpeed's holds those too,
-        unless exclude_frozen_parameters): those come from the model the resuming script
-        builds, and rank 0 warns once, naming a few, when the model has any."""
+        as DeepSpeed's module state does, the rest of the module's state_dict as rank 0 holds
+        it: the persistent buffers and the parameters zinc does not train (frozen ones left
+        out with exclude_frozen_parameters=True), torch.save bytes in the client blob after
+        its JSON."""
         if not save_latest:
             raise NotImplementedError("zinc: save_checkpoint(save_latest=False): zinc always "
                                       "points `latest` at the newest complete tag")
-        self._warn_not_saved(exclude_frozen_parameters)
         tag = tag if tag is not None else f"global_step{self._steps}"
         try:
             blob = json.dumps(dict({"client_state": client_state or {},
@@ -1028,10 +1027,13 @@ class Engine(torch.nn.Module):
                                    **self._lr_state())).encode()
         except TypeError as ex:
             raise TypeError(f"zinc.save_checkpoint: client_state must hold JSON values: {ex}")
-        buffers = self._persistent_buffers()
-        if buffers:            # JSON text holds no NUL: the loader splits there
+        extra, untrained = self._persistent_buffers(), self._untrained_params()
+        extra.update({n: p for n, p in untrained.items()
+                      if p.requires_grad or not exclude_frozen_parameters})
+        # Also when it is empty (all excluded): the load then names what it did not find.
+        if extra or untrained:      # JSON text holds no NUL: the loader splits there
             raw = io.BytesIO()
-            torch.save({k: b.detach().cpu() for k, b in buffers.items()}, raw)
+            torch.save({k: t.detach().cpu() for k, t in extra.items()}, raw)
             blob += b"\0" + raw.getvalue()
         buf = ctypes.create_string_buffer(blob, len(blob))
         opts = SaveOptions(ctypes.cast(buf, ctypes.c_void_p), len(blob), 0, -1)
@@ -1041,42 +1043,46 @@ class Engine(torch.nn.Module):
         self._call(lib.zinc_ckpt_wait(self._e))
         return True
 
-    def _warn_not_saved(self, exclude_frozen):
-        if getattr(self, "_warned_not_saved", False) or self.global_rank != 0:
-            return
-        self._warned_not_saved = True
-        if exclude_frozen:
-            return
+    def _untrained_params(self):
+        """The module's parameters zinc does not train (frozen, or left out of
+        model_parameters), by name; a tied one once."""
         trained = {id(p) for G in self._g for _, _, p in G.params}
-        names = [n for n, p in self.module.named_parameters() if id(p) not in trained]
-        if names:
-            more = f" and {len(names) - 4} more" if len(names) > 4 else ""
-            warnings.warn(f"zinc: save_checkpoint saves the trained parameters, the optimizer "
-                          f"state and the buffers, not the frozen parameters "
-                          f"({', '.join(names[:4])}{more}): a resumed run takes them from the "
-                          f"model it builds", RuntimeWarning, stacklevel=3)
+        return {n: p for n, p in self.module.named_parameters() if id(p) not in trained}
 
     def _persistent_buffers(self):
         """The module's buffers its state_dict holds (not the non-persistent ones), by name."""
         saved_by_torch = set(self.module.state_dict(keep_vars=True))
         return {n: b for n, b in self.module.named_buffers() if n in saved_by_torch}
 
-    def _restore_buffers(self, raw):
-        """The buffers a checkpoint saved (rank 0's) copied into this module's, which must have
-        the same ones (DeepSpeed's strict module load)."""
+    def _restore_module_state(self, raw):
+        """The buffers and untrained parameters a checkpoint saved (rank 0's) copied into this
+        module's. The buffers must be the model's (DeepSpeed's strict module load); an
+        untrained parameter the checkpoint does not hold (saved with
+        exclude_frozen_parameters=True, or by zinc before it saved them) keeps the model's
+        value, and rank 0 says which."""
         saved = torch.load(io.BytesIO(raw))
-        mine = self._persistent_buffers()
-        if set(saved) != set(mine):
-            raise ValueError(f"zinc: load_checkpoint: the checkpoint's buffers "
-                             f"{sorted(set(saved) - set(mine))} are not the model's, the model's "
-                             f"{sorted(set(mine) - set(saved))} not in the checkpoint")
+        buffers, untrained = self._persistent_buffers(), self._untrained_params()
+        unknown = sorted(set(saved) - set(buffers) - set(untrained))
+        missing = sorted(set(buffers) - set(saved))
+        if unknown or missing:
+            raise ValueError(f"zinc: load_checkpoint: the checkpoint's module entries {unknown} "
+                             f"are not buffers or untrained parameters of the model, the "
+                             f"model's buffers {missing} are not in the checkpoint")
+        kept = [n for n in untrained if n not in saved]
+        if kept and self.global_rank == 0:
+            more = f" and {len(kept) - 4} more" if len(kept) > 4 else ""
+            warnings.warn(f"zinc: load_checkpoint: the checkpoint holds no value for the "
+                          f"parameters zinc does not train {', '.join(kept[:4])}{more} (saved "
+                          f"with exclude_frozen_parameters=True): they keep the model's",
+                          RuntimeWarning, stacklevel=3)
+        mine = dict(buffers, **{n: p for n, p in untrained.items() if n in saved})
+        for n, t in mine.items():
+            if saved[n].shape != t.shape:
+                raise ValueError(f"zinc: load_checkpoint: {n} is {tuple(saved[n].shape)} in "
+                                 f"the checkpoint, {tuple(t.shape)} in the model")
         with torch.no_grad():
-            for n, b in mine.items():
-                if saved[n].shape != b.shape:
-                    raise ValueError(f"zinc: load_checkpoint: buffer {n} is "
-                                     f"{tuple(saved[n].shape)} in the checkpoint, "
-                                     f"{tuple(b.shape)} in the model")
-                b.copy_(saved[n])
+            for n, t in mine.items():
+                t.copy_(saved[n])
 
     def load_checkpoint(self, load_dir, tag=None, load_module_strict=True,
                         load_optimizer_states=True, load_lr_scheduler_states=True,
@@ -1128,9 +1134,9 @@ class Engine(torch.nn.Module):
         self._zinc_then_torch()
         client = {}
         if opts.client_blob_bytes:
-            text, _, buffers = buf.raw[:opts.client_blob_bytes].partition(b"\0")
-            if buffers:
-                self._restore_buffers(buffers)
+            text, _, module_state = buf.raw[:opts.client_blob_bytes].partition(b"\0")
+            if module_state:
+                self._restore_module_state(module_state)
             saved = json.loads(text.decode())
             client = saved.get("client_state", {})
             if not weights_only:

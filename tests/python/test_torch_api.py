@@ -27,7 +27,11 @@ the run (exit 1) when it does not hold:
   backward inside no_sync and the second's outside (each loss halved), then step(), trains bit
   for bit as gradient_accumulation_steps 2 does, and so does running both inside and step()
   after the block; step() inside and entering it twice raise RuntimeError. At stage 3 entering
-  it raises RuntimeError (gradient partitioning, as in DeepSpeed).
+  it raises RuntimeError (gradient partitioning, as in DeepSpeed);
+- checkpoints keep the module's persistent buffer and frozen parameter (rank 0's): both come
+  back after the model's were changed, without a warning, also when the blob is larger than
+  the reader's first buffer; saved with exclude_frozen_parameters=True, the load keeps the
+  model's frozen value and rank 0 warns naming it.
 Exit 77 when torch is not importable.
 """
 import os
@@ -340,33 +344,52 @@ def main():
     check("training after evaluation: the step moved the weights, all finite",
           "head.weight" in moved and all(torch.isfinite(v.float()).all() for v in after.values()),
           f"moved {moved}")
-    # save_checkpoint keeps the persistent buffer (rank 0's), not the frozen parameter, and
-    # says so (rank 0, once); load_checkpoint puts the buffer back.
+    # save_checkpoint keeps the persistent buffer and the frozen parameter (rank 0's), as
+    # DeepSpeed's module state; load_checkpoint puts them back, without a warning.
     ck = os.path.join(root, f"ckpt{world}")
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        engine.save_checkpoint(ck)
-        engine.save_checkpoint(ck)
-    said = [str(w.message) for w in caught if "not the frozen parameters" in str(w.message)]
-    check("save_checkpoint names the frozen parameter it does not save, once",
-          (len(said) == 1 and "scale" in said[0] and "shift" not in said[0])
-          if rank == 0 else not said, str(said))
-    want = model.shift.clone()
+    engine.save_checkpoint(ck)
+    want, want_scale = model.shift.clone(), model.scale.detach().clone()
     with torch.no_grad():
         model.shift.add_(1.0)
-    engine.load_checkpoint(ck)
+        model.scale.mul_(3.0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        engine.load_checkpoint(ck)
     check("load_checkpoint restores the persistent buffer", torch.equal(model.shift, want),
           f"{model.shift} vs {want}")
+    check("load_checkpoint restores the frozen parameter", torch.equal(model.scale, want_scale),
+          f"{model.scale} vs {want_scale}")
+    said = [str(w.message) for w in caught if "does not train" in str(w.message)]
+    check("a checkpoint holding the frozen parameter loads without a warning", not said,
+          str(said))
+    # Saved with exclude_frozen_parameters=True: the load keeps the model's value and rank 0
+    # names the parameter.
+    ck_ex = os.path.join(root, f"ckpt_ex{world}")
+    engine.save_checkpoint(ck_ex, exclude_frozen_parameters=True)
+    with torch.no_grad():
+        model.scale.mul_(3.0)
+    changed = model.scale.detach().clone()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        engine.load_checkpoint(ck_ex)
+    said = [str(w.message) for w in caught if "does not train" in str(w.message)]
+    check("exclude_frozen_parameters=True: the load keeps the model's frozen parameter",
+          torch.equal(model.scale, changed))
+    check("... and rank 0 names it", (len(said) == 1 and "scale" in said[0])
+          if rank == 0 else not said, str(said))
+    engine.load_checkpoint(ck)
     # A blob larger than the reader's first buffer (big buffers): read again with the room.
     import zinc.engine as zeng
     cap, zeng._BLOB_CAP = zeng._BLOB_CAP, 256
     with torch.no_grad():
         model.shift.add_(1.0)
+        model.scale.mul_(3.0)
     try:
         engine.load_checkpoint(ck)
     finally:
         zeng._BLOB_CAP = cap
-    check("load_checkpoint of a blob over the first buffer's size", torch.equal(model.shift, want))
+    check("load_checkpoint of a blob over the first buffer's size",
+          torch.equal(model.shift, want) and torch.equal(model.scale, want_scale))
     engine.close()
     check_fp16_accessors(stage)
     check_no_sync(stage)
