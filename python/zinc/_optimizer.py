@@ -6,6 +6,8 @@ engine.step(); what DeepSpeed users hand initialize about the optimizer is read 
   rate as DeepSpeed's do (zinc_set_lr, zinc_group_set_lr).
 Anything zinc would compute differently is refused by name.
 """
+import warnings
+
 import torch
 
 from ._lib import lib
@@ -96,15 +98,14 @@ def _parameter_groups(model_parameters, cfg, client_scheduler=False):
                                  f"model_parameters' groups (again in group {i})")
             wanted.add(id(p))
             out.index[id(p)] = i
-    own = sorted({float(_scalar(d["lr"])) for d in out.dicts
-                  if "lr" in d and _scalar(d["lr"]) != opt.get("lr")})
-    if own and "scheduler" in cfg and not client_scheduler:
+    sched = cfg.get("scheduler") or {}
+    if (not client_scheduler and str(sched.get("type", "")).lower() == "warmupcosinelr" and
+            opt.get("lr") == 0 and any("lr" in d and _scalar(d["lr"]) for d in out.dicts)):
+        # zinc's schedule gives the config lr times the schedule's ratio; a group's own lr is
+        # scaled by that ratio, which an lr of 0 does not reveal.
         raise NotImplementedError(
-            f"zinc.initialize: param groups with their own learning rates ({own}; the config's "
-            f"optimizer lr is {opt.get('lr')!r}) and the config's scheduler: zinc runs the "
-            "config's schedule for the whole model (DeepSpeed's schedulers each treat group lrs "
-            "their own way); give a client lr_scheduler with a client torch optimizer, or the "
-            "config's lr")
+            "zinc.initialize: param groups with their own lr under WarmupCosineLR and an "
+            "optimizer lr of 0: give the config's optimizer a non-zero lr")
     return out
 
 
@@ -167,7 +168,12 @@ class _Optimizer:
     groups show its lr, until something writes a group's "lr" (the loop itself, as nanoGPT-style
     loops do): from then on the groups' lr is applied at every step. Without the config's
     scheduler, or with a client scheduler (stepped by engine.step()), the groups' lr is applied
-    at every step from the first."""
+    at every step from the first.
+    The groups' own lr under the config's schedule, as DeepSpeed's schedulers treat it:
+    WarmupCosineLR scales each group's initial lr by its ratio (zinc's lr over the config's
+    optimizer lr, zinc's schedule being that lr times the ratio); WarmupLR, WarmupDecayLR,
+    OneCycle and LRRangeTest set every group to the schedule's lr (rank 0 warns, naming the
+    groups whose lr is replaced)."""
 
     def __init__(self, engine, client=None, client_scheduler=False):
         self._engine = engine
@@ -190,6 +196,21 @@ class _Optimizer:
                 sources.append(grp)
             self._groups = sources
         self._sources = sources
+        sched = engine._resolved.get("scheduler", {}).get("type")
+        base = float(engine._resolved.get("optimizer", {}).get("params", {}).get("lr", 0.0))
+        orgs = self._lrs()
+        # Under WarmupCosineLR: each group's initial lr, scaled by the schedule's ratio.
+        self._scaled = None
+        self._base = base
+        if not client_scheduler and sched == "WarmupCosineLR" and any(o != base for o in orgs):
+            self._scaled = orgs
+        elif not client_scheduler and sched and any(o != base for o in orgs) and \
+                engine.global_rank == 0:
+            which = [i for i, o in enumerate(orgs) if o != base]
+            warnings.warn(f"zinc: the config's {sched} sets every param group's lr to its "
+                          f"schedule, as DeepSpeed's does: the own lr of group(s) {which} "
+                          f"({[orgs[i] for i in which]}) is not used", RuntimeWarning,
+                          stacklevel=4)
         # zinc groups per source group, for zinc_group_set_lr.
         self._gids = [[G.gid for G in engine._g if G.pgroup == i]
                       for i in range(len(sources))]
@@ -206,28 +227,46 @@ class _Optimizer:
         return [float(_scalar(g["lr"])) for g in self._sources]
 
     def _before_step(self):
-        """At an accumulation boundary: the groups' lr, if they drive it or anything wrote one."""
+        """At an accumulation boundary: the groups' lr, if they drive it or anything wrote one;
+        under WarmupCosineLR with groups of their own lr, each group's scaled lr."""
         lrs = self._lrs()
+        e = self._engine._e
         if not (self._taken or lrs != self._shown):
+            if self._scaled is not None:
+                self._set_group_lrs(self._scheduled())
             return
         self._taken = True
+        self._engine._call(lib.zinc_set_lr(e, lrs[0]))
+        if len(lrs) > 1 or self._scaled is not None:
+            self._set_group_lrs(lrs)
+
+    def _set_group_lrs(self, lrs):
         e, call = self._engine._e, self._engine._call
-        call(lib.zinc_set_lr(e, lrs[0]))
-        if len(lrs) > 1:
-            for i, lr in enumerate(lrs):
-                if lr != self._applied[i]:
-                    for gid in self._gids[i]:
-                        call(lib.zinc_group_set_lr(e, gid, lr))
-                    self._applied[i] = lr
+        for i, lr in enumerate(lrs):
+            if lr != self._applied[i]:
+                for gid in self._gids[i]:
+                    call(lib.zinc_group_set_lr(e, gid, lr))
+                self._applied[i] = lr
+
+    def _scheduled(self):
+        """The lr of each group at the next step under WarmupCosineLR: its initial lr times the
+        schedule's ratio (DeepSpeed's org_lr * lr_ratio)."""
+        ratio = lib.zinc_engine_lr(self._engine._e) / self._base
+        return [org * ratio for org in self._scaled]
 
     def _after_step(self):
         """While zinc's schedule runs, the groups show the lr of the next step (as DeepSpeed's
         after its scheduler stepped)."""
         if not self._taken:
             lr = lib.zinc_engine_lr(self._engine._e)
-            for g in self.param_groups:
-                g["lr"] = lr
-            self._shown = [lr] * len(self._sources)
+            if self._scaled is None:      # every group, those without parameters too
+                for g in self.param_groups:
+                    g["lr"] = lr
+                self._shown = [lr] * len(self._sources)
+            else:
+                self._shown = self._scheduled()
+                for g, lr in zip(self._sources, self._shown):
+                    g["lr"] = lr
 
     def _restore(self, saved):
         """A checkpoint's group lr (_lr_state): one value for every group (written before

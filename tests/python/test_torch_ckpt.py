@@ -54,6 +54,21 @@ def warmup_cfg(per, stage=2):
     return c
 
 
+def cosine_cfg(per, stage=2):
+    """cfg with the config's WarmupCosineLR."""
+    c = cfg(per, stage)
+    c["scheduler"] = {"type": "WarmupCosineLR", "params": {"total_num_steps": 10,
+                                                           "warmup_num_steps": 2}}
+    return c
+
+
+def cosine_lr0_cfg(per, stage=2):
+    """cosine_cfg with an optimizer lr of 0: groups of their own lr cannot be scaled."""
+    c = cosine_cfg(per, stage)
+    c["optimizer"]["params"]["lr"] = 0.0
+    return c
+
+
 def train(engine, first, last, log):
     per = GLOBAL // engine.world_size
     r = engine.global_rank
@@ -232,15 +247,15 @@ def main():
             print(f"missing checkpoint raises: {str(ex)[:100]}")
         engine.close()
         # A client optimizer zinc cannot run as DeepSpeed would, and a client scheduler; groups
-        # with their own lr under the config's scheduler.
+        # with their own lr under WarmupCosineLR with an optimizer lr of 0.
         cm = model()
         for what, kw, c in (
                 ("SGD", {"optimizer": torch.optim.SGD(cm.parameters(), lr=0.1)}, cfg),
                 ("amsgrad", {"optimizer": torch.optim.AdamW(cm.parameters(), amsgrad=True)},
                  cfg),
-                ("learning rates", {"optimizer": torch.optim.AdamW(
-                    [{"params": list(cm.parameters())[:2], "lr": 0.1},
-                     {"params": list(cm.parameters())[2:]}], lr=1e-3)}, warmup_cfg),
+                ("optimizer lr of 0", {"optimizer": torch.optim.AdamW(
+                    [{"params": list(cm.parameters())[:2], "lr": 0.0},
+                     {"params": list(cm.parameters())[2:]}], lr=1e-3)}, cosine_cfg),
                 ("scheduler", {"lr_scheduler": object()}, cfg)):
             fails += refused(f"a client {what}", lambda: zinc.initialize(
                 model=cm, config=c(GLOBAL), **kw), NotImplementedError, what)
@@ -314,14 +329,14 @@ def main():
             print("FAIL: checkpointing.configure did not warn about both memory-only options")
         fails += refused("checkpointing.configure(mpu_)",
                          lambda: zinc.checkpointing.configure(object()), NotImplementedError, "mpu_")
-        # Param groups: weight_decay and lr may differ between groups (lr not under the
-        # config's scheduler); a bad decay or lr, a parameter in two groups, tensors mixed with
+        # Param groups: weight_decay and lr may differ between groups (not under WarmupCosineLR
+        # with an optimizer lr of 0); a bad decay or lr, a parameter in two groups, tensors mixed with
         # groups are refused.
         pm = model()
         first, second = list(pm.parameters())[:2], list(pm.parameters())[2:]
         for what, groups, exc, c in (
-                ("learning rates", [{"params": first, "lr": 0.5}, {"params": second}],
-                 NotImplementedError, warmup_cfg),
+                ("optimizer lr of 0", [{"params": first, "lr": 0.5}, {"params": second}],
+                 NotImplementedError, cosine_lr0_cfg),
                 ("amsgrad", [{"params": first, "amsgrad": True}, {"params": second}],
                  NotImplementedError, cfg),
                 ("weight_decay", [{"params": first, "weight_decay": -1.0}, {"params": second}],

@@ -31,6 +31,7 @@
                                                 bytes torch held (docs/python.md's figures)
 Any of them under mpirun too. How each can fail is said at its check. Exit 77 without torch.
 """
+import math
 import os
 import statistics
 import sys
@@ -360,6 +361,47 @@ class ManualLr(Tiny):
         return 3e-3 * (0.2 + 0.8 * step / 12)
 
 
+def cosine_ratio(it, warmup=4, total=12, warmup_min=0.1, cos_min=0.05):
+    """DeepSpeed's WarmupCosineLR.get_lr_ratio (linear warmup) at last_batch_iteration `it`;
+    an optimizer step k (from 0) runs at iteration k - 1, the first at -1: ratio 0."""
+    if it < 0:
+        return 0.0
+    if it < warmup:
+        return warmup_min + it / warmup * (1.0 - warmup_min)
+    progress = min(1.0, (it - warmup + 1) / max(1, total - warmup))
+    return max(0.0, cos_min + (1.0 - cos_min) * (1 + math.cos(math.pi * progress)) / 2)
+
+
+class CosineGroups(Tiny):
+    """lr_groups (5e-3 / 1e-3) under the config's WarmupCosineLR: as DeepSpeed's, each group's
+    lr is its own lr times the schedule's ratio."""
+    read_by_top = ["emb"]
+    groups = staticmethod(lr_groups)
+    config_scheduler = {"type": "WarmupCosineLR", "params": {
+        "total_num_steps": 12, "warmup_num_steps": 4, "warmup_min_ratio": 0.1,
+        "cos_min_ratio": 0.05, "warmup_type": "linear"}}
+
+    @staticmethod
+    def ref_lr(step, own_lr):
+        return own_lr * cosine_ratio(step - 1)
+
+
+class WarmupGroups(Tiny):
+    """lr_groups under the config's WarmupLR: as DeepSpeed's, the schedule sets every group's
+    lr (the groups' own are not used), and rank 0 warns naming them."""
+    read_by_top = ["emb"]
+    groups = staticmethod(lr_groups)
+    config_scheduler = {"type": "WarmupLR", "params": {
+        "warmup_min_lr": 1e-4, "warmup_max_lr": 3e-3, "warmup_num_steps": 5,
+        "warmup_type": "linear"}}
+    warns = "is not used"
+
+    @staticmethod
+    def ref_lr(step, own_lr):
+        it = step - 1              # DeepSpeed's WarmupLR.get_lr at last_batch_iteration it
+        return 1e-4 if it < 0 else 1e-4 + (3e-3 - 1e-4) * min(1.0, it / 5)
+
+
 def test_client_optimizer(stage):
     return (train_like_torch(ClientAdamW, "client torch.optim.AdamW with groups", stage) |
             train_like_torch(ClientAdam, "client torch.optim.Adam, L2 decay", stage) |
@@ -367,6 +409,9 @@ def test_client_optimizer(stage):
             train_like_torch(ClientGroupSchedule, "client AdamW, an lr and a LambdaLR rule per "
                              "group", stage) |
             train_like_torch(ManualLr, "lr written into param_groups", stage) |
+            train_like_torch(CosineGroups, "group lrs under the config's WarmupCosineLR",
+                             stage) |
+            train_like_torch(WarmupGroups, "group lrs under the config's WarmupLR", stage) |
             client_under_config_schedule(stage))
 
 
@@ -441,6 +486,8 @@ def train_like_torch(make, what, stage):
         groups(ref) if groups else ref.parameters(), lr=lr, eps=1e-8, weight_decay=wd)
     scheduler = getattr(make, "scheduler", None)          # a client LR scheduler
     manual_lr = getattr(make, "manual_lr", None)          # the loop writes param_groups' lr
+    ref_lr = getattr(make, "ref_lr", None)       # the config scheduler's lr, per group's own
+    own_lrs = [g["lr"] for g in opt.param_groups]
     ref_sched = scheduler(opt) if scheduler else None
     ref_losses = []
     for k, (x, y) in enumerate(batches()):
@@ -457,6 +504,9 @@ def train_like_torch(make, what, stage):
             if manual_lr:
                 for g in opt.param_groups:
                     g["lr"] = manual_lr(k // ga)
+            if ref_lr:
+                for g, own in zip(opt.param_groups, own_lrs):
+                    g["lr"] = ref_lr(k // ga, own)
             opt.step()
             opt.zero_grad()
             if ref_sched:
@@ -468,6 +518,8 @@ def train_like_torch(make, what, stage):
     cfg = config(stage, ga=ga, stage3_param_persistence_threshold=0)
     cfg["optimizer"]["params"].update(lr=lr, weight_decay=wd)
     cfg["train_micro_batch_size_per_gpu"] = per
+    if getattr(make, "config_scheduler", None):
+        cfg["scheduler"] = make.config_scheduler
     spy = Spy(zeng.lib)
     zeng.lib = spy
     peak = {"now": 0}
@@ -476,10 +528,21 @@ def train_like_torch(make, what, stage):
         peak["now"] = max(peak["now"], param_bytes(m))
     spy.on_release = sample
     zopt = client(m) if client else None
-    engine, returned_opt, _, _ = zinc.initialize(
-        model=m, config=cfg, model_parameters=groups(m) if groups else None, optimizer=zopt,
-        lr_scheduler=scheduler(zopt) if scheduler else None)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        engine, returned_opt, _, _ = zinc.initialize(
+            model=m, config=cfg, model_parameters=groups(m) if groups else None, optimizer=zopt,
+            lr_scheduler=scheduler(zopt) if scheduler else None)
     rank = engine.global_rank
+    said = [str(w.message) for w in caught if isinstance(w.message, RuntimeWarning)]
+    warns = getattr(make, "warns", None)
+    want_said = 1 if warns and rank == 0 else 0
+    if len(said) != want_said or (want_said and warns not in said[0]):
+        print(f"FAIL: rank {rank} warned {said}, expected {want_said} warning(s) about {warns}")
+        spy.on_release = None
+        zeng.lib = spy._lib
+        engine.close()
+        return 1
     losses, orders, peaks = [], [], []
     for k, (x, y) in enumerate(batches()):
         spy.events.clear()
