@@ -240,6 +240,34 @@ def _linear_forward(self, x):
     return _Linear.apply(x, self.weight, self.bias)
 
 
+def _client_record(state):
+    """save_checkpoint's client_state in the blob's JSON: as JSON when it comes back equal from
+    it (readable by `zinc ckpt inspect` and without torch), else, as DeepSpeed keeps it,
+    torch.save bytes (base64): tensors, tuples, integer keys, any picklable object."""
+    try:
+        if json.loads(json.dumps(state)) == state:
+            return {"client_state": state}
+    except (TypeError, ValueError):
+        pass
+    raw = io.BytesIO()
+    try:
+        torch.save(state, raw)
+    except Exception as ex:  # noqa: BLE001 — pickling can fail in many ways; say which value
+        raise TypeError(f"zinc.save_checkpoint: client_state cannot be saved (torch.save: "
+                        f"{ex})") from None
+    return {"client_state_torch": base64.b64encode(raw.getvalue()).decode()}
+
+
+def _client_state_of(saved):
+    """The client_state a checkpoint's blob JSON holds (_client_record)."""
+    if "client_state_torch" in saved:
+        # Not weights_only: client_state holds the script's own objects, as DeepSpeed's
+        # checkpoints do; a checkpoint is trusted as the code that wrote it.
+        return torch.load(io.BytesIO(base64.b64decode(saved["client_state_torch"])),
+                          weights_only=False)
+    return saved.get("client_state", {})
+
+
 def config_dict(config):
     """A DeepSpeed config given as a dict or as the path of a JSON file, as a dict (a copy): the
     front-end's one reader of the file, for what it needs before zinc has resolved it (the
@@ -1010,8 +1038,9 @@ class Engine(torch.nn.Module):
 
     def save_checkpoint(self, save_dir, tag=None, client_state=None, save_latest=True,
                         exclude_frozen_parameters=False):
-        """A zinc checkpoint in save_dir/tag (default global_step<N>); client_state (a dict of
-        JSON values) is saved with it. Collective.
+        """A zinc checkpoint in save_dir/tag (default global_step<N>); client_state (a dict, as
+        DeepSpeed's: anything torch.save can pickle) is saved with it and load_checkpoint
+        returns it equal. Collective.
         It holds what zinc trains (the parameters, Adam's state, the step and loss scale) and,
         as DeepSpeed's module state does, the rest of the module's state_dict as rank 0 holds
         it: the persistent buffers and the parameters zinc does not train (frozen ones left
@@ -1021,12 +1050,8 @@ class Engine(torch.nn.Module):
             raise NotImplementedError("zinc: save_checkpoint(save_latest=False): zinc always "
                                       "points `latest` at the newest complete tag")
         tag = tag if tag is not None else f"global_step{self._steps}"
-        try:
-            blob = json.dumps(dict({"client_state": client_state or {},
-                                    "global_steps": self._steps, "lr": self._lr},
-                                   **self._lr_state())).encode()
-        except TypeError as ex:
-            raise TypeError(f"zinc.save_checkpoint: client_state must hold JSON values: {ex}")
+        blob = json.dumps(dict(_client_record(client_state or {}), global_steps=self._steps,
+                               lr=self._lr, **self._lr_state())).encode()
         extra, untrained = self._persistent_buffers(), self._untrained_params()
         extra.update({n: p for n, p in untrained.items()
                       if p.requires_grad or not exclude_frozen_parameters})
@@ -1138,7 +1163,7 @@ class Engine(torch.nn.Module):
             if module_state:
                 self._restore_module_state(module_state)
             saved = json.loads(text.decode())
-            client = saved.get("client_state", {})
+            client = _client_state_of(saved)
             if not weights_only:
                 self._steps = int(saved.get("global_steps", 0))
                 self._lr = float(saved.get("lr", self._lr))

@@ -31,9 +31,12 @@ the run (exit 1) when it does not hold:
 - checkpoints keep the module's persistent buffer and frozen parameter (rank 0's): both come
   back after the model's were changed, without a warning, also when the blob is larger than
   the reader's first buffer; saved with exclude_frozen_parameters=True, the load keeps the
-  model's frozen value and rank 0 warns naming it.
+  model's frozen value and rank 0 warns naming it;
+- client_state as DeepSpeed keeps it: tuples, integer keys, tensors, a script's objects come
+  back equal (torch.save); JSON values stay JSON in client.bin; an unpicklable one raises.
 Exit 77 when torch is not importable.
 """
+import json
 import os
 import shutil
 import sys
@@ -123,6 +126,36 @@ def check_fp16_accessors(stage):
     said = [str(w.message) for w in caught if "frozen parameters" in str(w.message)]
     check("save_checkpoint(exclude_frozen_parameters=True) warns of nothing", not said, str(said))
     engine.close()
+
+
+def check_client_state(engine, ck):
+    """client_state as DeepSpeed keeps it (torch.save): a tuple, an integer key, a tensor and a
+    script's own object come back equal; a dict of JSON values comes back equal and stays JSON
+    in the checkpoint's client.bin (readable without torch)."""
+    import argparse
+    rich = {"epoch": 2, "pair": (1, 2), 3: "int key", "t": torch.arange(4),
+            "args": argparse.Namespace(lr=0.1, name="run")}
+    plain = {"epoch": 2, "note": "hi", "sizes": [1, 2.5]}
+    engine.save_checkpoint(ck, tag="rich", client_state=rich)
+    engine.save_checkpoint(ck, tag="plain", client_state=plain)
+    _, got = engine.load_checkpoint(ck, tag="rich")
+    same = (set(got) == set(rich) and got["pair"] == (1, 2) and got[3] == "int key" and
+            torch.equal(got["t"], rich["t"]) and got["args"] == rich["args"] and
+            got["epoch"] == 2)
+    check("client_state with a tuple, an int key, a tensor, an object: back equal", same,
+          str(got))
+    _, got = engine.load_checkpoint(ck, tag="plain")
+    check("client_state of JSON values: back equal", got == plain, str(got))
+    if engine.global_rank == 0:
+        with open(os.path.join(ck, "plain", "client.bin"), "rb") as f:
+            text = f.read().partition(b"\0")[0]
+        check("... and stored as JSON in client.bin",
+              json.loads(text).get("client_state") == plain, text[:120])
+    try:
+        engine.save_checkpoint(ck, tag="bad", client_state={"f": lambda: 0})
+        check("a client_state torch.save cannot pickle raises TypeError", False)
+    except TypeError as ex:
+        check("a client_state torch.save cannot pickle raises TypeError", True, str(ex))
 
 
 def check_no_sync(stage):
@@ -390,6 +423,7 @@ def main():
         zeng._BLOB_CAP = cap
     check("load_checkpoint of a blob over the first buffer's size",
           torch.equal(model.shift, want) and torch.equal(model.scale, want_scale))
+    check_client_state(engine, os.path.join(root, f"ckpt_client{world}"))
     engine.close()
     check_fp16_accessors(stage)
     check_no_sync(stage)
