@@ -2,8 +2,8 @@
 build, with DeepSpeed's meaning (deepspeed/runtime/dataloader.py, 0.19.8):
 
 - each rank reads its own part of the dataset: a torch DistributedSampler over the data-parallel
-  world (shuffled with seed 0 for training; in order for the "eval" and "predict" routes), or
-  the data_sampler given (the "train" and "encode" routes shuffle);
+  world (shuffled with seed 0 for the "train" and "encode" routes, in order for "eval" and
+  "predict"), or the data_sampler given;
 - batches of train_micro_batch_size_per_gpu samples (or batch_size), collate_fn when given;
 - the config's dataloader_drop_last drops each rank's last incomplete batch;
 - two worker processes (num_local_io_workers), pinned memory on a CUDA engine;
@@ -53,30 +53,24 @@ class ZincDataLoader:
         self.pin_memory = pin_memory
         self.num_local_io_workers = 2 if num_local_io_workers is None else num_local_io_workers
         self.dataloader_drop_last = drop_last
-        self.post_process_func = None
-        self.dataloader = None
-        self.data = None
-        n = len(data_sampler)
-        self.len = n // batch_size if drop_last else math.ceil(n / batch_size)
+        self.dataloader = None      # the torch DataLoader of the pass under way
+        self.data = None            # its iterator
 
     def __len__(self):
-        return self.len
+        n = len(self.data_sampler)
+        return n // self.batch_size if self.dataloader_drop_last else math.ceil(n / self.batch_size)
 
     def __iter__(self):
-        self._create_dataloader()
-        return self
-
-    def __next__(self):
-        return next(self.data)
-
-    def _create_dataloader(self):
         kw = {} if self.collate_fn is None else {"collate_fn": self.collate_fn}
         self.dataloader = DataLoader(self.dataset, batch_size=self.batch_size,
                                      sampler=self.data_sampler, pin_memory=self.pin_memory,
                                      num_workers=self.num_local_io_workers,
                                      drop_last=self.dataloader_drop_last, **kw)
         self.data = iter(self.dataloader)
-        return self.dataloader
+        return self
+
+    def __next__(self):
+        return next(self.data)
 
 
 def check_dataset(dataset):
@@ -108,9 +102,9 @@ def build(dataset, *, batch_size, rank, world_size, route, pin_memory, data_samp
         raise ValueError(f"zinc: deepspeed_io: num_local_io_workers {num_local_io_workers!r} "
                          "is not an integer >= 0")
     return ZincDataLoader(dataset, batch_size, rank, world_size,
-                          shuffle=route not in ("eval", "predict"), pin_memory=pin_memory, collate_fn=collate_fn,
-                          num_local_io_workers=num_local_io_workers, data_sampler=data_sampler,
-                          drop_last=drop_last)
+                          shuffle=route not in ("eval", "predict"), pin_memory=pin_memory,
+                          collate_fn=collate_fn, num_local_io_workers=num_local_io_workers,
+                          data_sampler=data_sampler, drop_last=drop_last)
 
 
 __all__ = ["RepeatingLoader", "ZincDataLoader", "build", "check_dataset"]

@@ -942,10 +942,10 @@ class Engine(torch.nn.Module):
                      data_sampler=None, collate_fn=None, num_local_io_workers=None):
         """DeepSpeed's deepspeed_io: a loader giving this rank its part of a map-style dataset,
         in batches of train_micro_batch_size_per_gpu (or batch_size), through a
-        DistributedSampler over the ranks (shuffled, seed 0, for "train"; in order for "eval"
-        and "predict") unless data_sampler is given; the config's dataloader_drop_last; two
-        worker processes unless num_local_io_workers; memory pinned only on a CUDA engine.
-        dataloader.py says more."""
+        DistributedSampler over the ranks (shuffled, seed 0, for "train" and "encode"; in order
+        for "eval" and "predict") unless data_sampler is given; the config's
+        dataloader_drop_last; two worker processes unless num_local_io_workers; memory pinned
+        only on a CUDA engine. dataloader.py says more."""
         return _dataloader.build(
             dataset, batch_size=self._micro if batch_size is None else batch_size,
             rank=self.global_rank, world_size=self.dp_world_size, route=route,
@@ -1071,8 +1071,7 @@ class Engine(torch.nn.Module):
     def _untrained_params(self):
         """The module's parameters zinc does not train (frozen, or left out of
         model_parameters), by name; a tied one once."""
-        trained = {id(p) for G in self._g for _, _, p in G.params}
-        return {n: p for n, p in self.module.named_parameters() if id(p) not in trained}
+        return {n: p for n, p in self.module.named_parameters() if id(p) not in self._group_of}
 
     def _persistent_buffers(self):
         """The module's buffers its state_dict holds (not the non-persistent ones), by name."""

@@ -330,8 +330,8 @@ def main():
         fails += refused("checkpointing.configure(mpu_)",
                          lambda: zinc.checkpointing.configure(object()), NotImplementedError, "mpu_")
         # Param groups: weight_decay and lr may differ between groups (not under WarmupCosineLR
-        # with an optimizer lr of 0); a bad decay or lr, a parameter in two groups, tensors mixed with
-        # groups are refused.
+        # with an optimizer lr of 0); a bad decay or lr, a parameter in two groups, tensors
+        # mixed with groups are refused.
         pm = model()
         first, second = list(pm.parameters())[:2], list(pm.parameters())[2:]
         for what, groups, exc, c in (
