@@ -4,8 +4,8 @@ engine.deepspeed_io build, with DeepSpeed's meaning (deepspeed/runtime/dataloade
     python test_torch_data.py            (also under mpirun -np 2)
 
 - initialize returns it as its third value; one pass gives this rank ceil(ceil(N/W)/micro)
-  batches of train_micro_batch_size_per_gpu samples through initialize's collate_fn, in two
-  worker processes; the ranks' samples together are the whole dataset (DistributedSampler's
+  batches of train_micro_batch_size_per_gpu samples through initialize's collate_fn, built by
+  two worker processes (none with num_local_io_workers=0); the ranks' samples together are the whole dataset (DistributedSampler's
   padding repeats the first ones), each rank's in DistributedSampler's shuffled order (seed 0),
   the same order again in a second pass (DeepSpeed never calls set_epoch), another after
   `loader.data_sampler.set_epoch(1)`;
@@ -44,9 +44,12 @@ class Indexed(torch.utils.data.Dataset):
 
 
 def collate(items):
-    """A collate_fn that marks its batches, so the test sees it was used."""
+    """A collate_fn that marks its batches, so the test sees it was used and which worker
+    process built each batch (None: the main process)."""
     xs, ys, idx = zip(*items)
-    return {"x": torch.stack(xs), "y": torch.stack(ys), "idx": list(idx), "by": "collate"}
+    info = torch.utils.data.get_worker_info()
+    return {"x": torch.stack(xs), "y": torch.stack(ys), "idx": list(idx), "by": "collate",
+            "worker": None if info is None else info.id}
 
 
 def cfg(**extra):
@@ -94,8 +97,9 @@ def test_training_loader(ds):
           loader is not None and loader is engine.training_dataloader)
     check("len(loader) = ceil(ceil(N / W) / micro)", len(loader) == math.ceil(per_rank / MICRO),
           f"{len(loader)}")
-    check("two worker processes by default", loader.num_local_io_workers == 2)
     first = list(loader)
+    check("two worker processes by default build the batches",
+          {b["worker"] for b in first} == {0, 1}, str([b["worker"] for b in first]))
     sizes = [len(b["idx"]) for b in first]
     want = [MICRO] * (per_rank // MICRO) + ([per_rank % MICRO] if per_rank % MICRO else [])
     check("batches of the micro batch size, the last one what is left", sizes == want,
@@ -137,6 +141,8 @@ def test_training_loader(ds):
     # is deepspeed_io's default, as in DeepSpeed); a list as the dataset.
     ev = engine.deepspeed_io(ds, route="eval", batch_size=5, num_local_io_workers=0)
     got = indices(ev)
+    check("num_local_io_workers=0: the main process builds the batches",
+          all(b["worker"] is None for b in ev))
     want = [i % N for i in range(rank, per_rank * world, world)]
     check("route eval: rank r reads r, r + W, ... in batches of batch_size", got == want and
           all(len(b["idx"]) <= 5 for b in ev), f"{got} vs {want}")
