@@ -310,7 +310,7 @@ zinc_status zinc_group_add(zinc_engine_t *e, const char *name, int *out_group)
     zgroup_hparams *hp = realloc(e->group_hp, (size_t)(e->plan.ngroups + 1) * sizeof *hp);
     if (!hp) return zeng_fail(e, ZINC_ERR_NOMEM, "zinc_group_add: out of memory");
     e->group_hp = hp;
-    hp[e->plan.ngroups] = (zgroup_hparams){NAN, NAN};
+    hp[e->plan.ngroups] = (zgroup_hparams){NAN, NAN, NAN, NAN, NAN};
     zplan_group *ng = realloc(e->plan.groups, (size_t)(e->plan.ngroups + 1) * sizeof *ng);
     if (!ng) return zeng_fail(e, ZINC_ERR_NOMEM, "zinc_group_add: out of memory");
     e->plan.groups = ng;
@@ -322,15 +322,22 @@ zinc_status zinc_group_add(zinc_engine_t *e, const char *name, int *out_group)
     return ZINC_OK;
 }
 
+/* The checks of the setters of a group's Adam values, which precede zinc_finalize. */
+static zinc_status check_group_setter(zinc_engine_t *e, int group, const char *fn)
+{
+    zinc_status s = check_registering(e, fn);
+    if (s != ZINC_OK) return s;
+    if (group < 0 || group >= e->plan.ngroups)
+        return zeng_fail(e, ZINC_ERR_INVALID_ARG, "%s: unknown group %d (%d groups)", fn, group,
+                         e->plan.ngroups);
+    return ZINC_OK;
+}
+
 zinc_status zinc_group_set_weight_decay(zinc_engine_t *e, int group, double weight_decay)
 {
     if (!e) return zerr_thread(ZINC_ERR_INVALID_ARG, "zinc_group_set_weight_decay: engine is NULL");
-    zinc_status s = check_registering(e, "zinc_group_set_weight_decay");
+    zinc_status s = check_group_setter(e, group, "zinc_group_set_weight_decay");
     if (s != ZINC_OK) return s;
-    if (group < 0 || group >= e->plan.ngroups)
-        return zeng_fail(e, ZINC_ERR_INVALID_ARG,
-                         "zinc_group_set_weight_decay: unknown group %d (%d groups)", group,
-                         e->plan.ngroups);
     if (!isfinite(weight_decay) || weight_decay < 0)
         return zeng_fail(e, ZINC_ERR_INVALID_ARG,
                          "zinc_group_set_weight_decay: group '%s': weight decay %g is not a finite "
@@ -345,6 +352,35 @@ float zeng_group_weight_decay(const zinc_engine_t *e, int group)
     return (float)(isnan(wd) ? e->cfg.optim.weight_decay : wd);
 }
 
+zinc_status zinc_group_set_betas(zinc_engine_t *e, int group, double beta1, double beta2)
+{
+    if (!e) return zerr_thread(ZINC_ERR_INVALID_ARG, "zinc_group_set_betas: engine is NULL");
+    zinc_status s = check_group_setter(e, group, "zinc_group_set_betas");
+    if (s != ZINC_OK) return s;
+    /* The config's rule for optimizer.params.betas (torch's Adam: 0 <= beta < 1). */
+    if (!(beta1 >= 0 && beta1 < 1) || !(beta2 >= 0 && beta2 < 1))
+        return zeng_fail(e, ZINC_ERR_INVALID_ARG,
+                         "zinc_group_set_betas: group '%s': betas [%g, %g]: each must be in [0, 1)",
+                         e->plan.groups[group].name, beta1, beta2);
+    e->group_hp[group].beta1 = beta1;
+    e->group_hp[group].beta2 = beta2;
+    return ZINC_OK;
+}
+
+zinc_status zinc_group_set_eps(zinc_engine_t *e, int group, double eps)
+{
+    if (!e) return zerr_thread(ZINC_ERR_INVALID_ARG, "zinc_group_set_eps: engine is NULL");
+    zinc_status s = check_group_setter(e, group, "zinc_group_set_eps");
+    if (s != ZINC_OK) return s;
+    /* The config's rule for optimizer.params.eps. */
+    if (!isfinite(eps) || eps <= 0)
+        return zeng_fail(e, ZINC_ERR_INVALID_ARG,
+                         "zinc_group_set_eps: group '%s': eps %g is not a finite value > 0",
+                         e->plan.groups[group].name, eps);
+    e->group_hp[group].eps = eps;
+    return ZINC_OK;
+}
+
 zinc_status zinc_group_set_lr(zinc_engine_t *e, int group, double lr)
 {
     if (!e) return zerr_thread(ZINC_ERR_INVALID_ARG, "zinc_group_set_lr: engine is NULL");
@@ -357,12 +393,6 @@ zinc_status zinc_group_set_lr(zinc_engine_t *e, int group, double lr)
                          ">= 0 (NAN: the engine's learning rate)", e->plan.groups[group].name, lr);
     e->group_hp[group].lr = lr;
     return ZINC_OK;
-}
-
-float zeng_group_lr(const zinc_engine_t *e, int group, float engine_lr)
-{
-    double lr = e->group_hp[group].lr;
-    return isnan(lr) ? engine_lr : (float)lr;
 }
 
 zinc_status zinc_param_add(zinc_engine_t *e, int group, const char *name, int ndim,
@@ -452,8 +482,12 @@ static uint64_t registration_hash(const zinc_engine_t *e)
     XXH64_update(h, &e->dtype, sizeof e->dtype);
     for (int g = 0; g < p->ngroups; g++) {
         XXH64_update(h, p->groups[g].name, strlen(p->groups[g].name) + 1);
-        float wd = zeng_group_weight_decay(e, g);
-        XXH64_update(h, &wd, sizeof wd);
+        /* The Adam values the group runs with (the lr is not fixed at finalize). */
+        const zgroup_hparams *hp = &e->group_hp[g];
+        const zcfg_optim *o = &e->cfg.optim;
+        double adam[4] = {zeng_group_weight_decay(e, g), isnan(hp->beta1) ? o->beta1 : hp->beta1,
+                          isnan(hp->beta2) ? o->beta2 : hp->beta2, isnan(hp->eps) ? o->eps : hp->eps};
+        XXH64_update(h, adam, sizeof adam);
     }
     for (int i = 0; i < p->nparams; i++) {
         const zplan_param *P = &p->params[i];
@@ -520,7 +554,7 @@ static zinc_status check_same_registration(zinc_engine_t *e)
     if (nbad)
         return zeng_fail(e, ZINC_ERR_MISMATCH,
                          "zinc_finalize: rank(s) %s registered different groups/parameters "
-                         "(names, shapes, order, dtype or weight decay) than rank 0; this is rank %d with %d "
+                         "(names, shapes, order, dtype, or a group's weight decay, betas or eps) than rank 0; this is rank %d with %d "
                          "groups and %d parameters", ranks, e->rank, e->plan.ngroups, e->plan.nparams);
     return ZINC_OK;
 }

@@ -66,10 +66,11 @@ typedef struct zgroup_state {
 } zgroup_state;
 
 
-/* A group's own optimizer values: zinc_group_set_weight_decay's and zinc_group_set_lr's; NAN
- * where it has none (the config's decay, the engine's lr). */
+/* A group's own optimizer values: zinc_group_set_weight_decay's, zinc_group_set_lr's,
+ * zinc_group_set_betas' and zinc_group_set_eps'; NAN where it has none (the config's decay, betas
+ * and eps, the engine's lr). */
 typedef struct {
-    double weight_decay, lr;
+    double weight_decay, lr, beta1, beta2, eps;
 } zgroup_hparams;
 
 struct zinc_engine {
@@ -82,7 +83,7 @@ struct zinc_engine {
     zinc_dtype dtype;             /* working dtype (param16 and grads) */
 
     zplan plan;
-    zgroup_hparams *group_hp;     /* [plan.ngroups]: a group's own decay and lr, NAN if none */
+    zgroup_hparams *group_hp;     /* [plan.ngroups]: a group's own Adam values, NAN if none */
     double lr_override;           /* zinc_set_lr's learning rate; NAN: the config's schedule */
     int finalized;
     zgroup_state *gstate;         /* [plan.ngroups] */
@@ -144,14 +145,9 @@ zinc_status zeng_fail_sequence(zinc_engine_t *e, zinc_status s, const char *fmt,
 /* A group's weight decay: its zinc_group_set_weight_decay value, else the config's. */
 float zeng_group_weight_decay(const zinc_engine_t *e, int group);
 
-/* A group's learning rate: its zinc_group_set_lr value, else engine_lr (the config's schedule
- * or zinc_set_lr's). */
-float zeng_group_lr(const zinc_engine_t *e, int group, float engine_lr);
-
 /* Runs the Adam kernel of `d` over groups [g0, g1), which lie back to back in the buffers `a`
  * points into (a->master, m, v, grad, param_out at group g0's start): one call per run of
- * consecutive groups with the same weight decay and learning rate, each with those (a->lr is
- * the engine's, zeng_group_lr). shard: offsets are the
+ * consecutive groups with the same Adam values (zeng_group_adam_args). shard: offsets are the
  * groups' shard_off/slice (a rank's shard), else flat_off/padded (the full flat buffer). */
 zinc_status zeng_adam_groups(zinc_engine_t *e, zdev_t *d, const zk_adam_args *a, int g0, int g1,
                              int shard);

@@ -258,6 +258,37 @@ static zinc_status gather_params(zinc_engine_t *e)
     return ZINC_OK;
 }
 
+/* Group g's Adam arguments: *a (the engine's lr, the config's or the schedule's betas, the
+ * config's eps and decay, and the bias corrections of those betas at this step) with the group's
+ * own weight decay, lr, betas and eps where it has them, and the bias corrections of its own
+ * betas. Under OneCycle with cycle_momentum the schedule's betas apply to every group, as
+ * DeepSpeed's OneCycle writes them into every param group. Buffers and n stay a's. */
+static zk_adam_args group_adam_args(const zinc_engine_t *e, int g, const zk_adam_args *a)
+{
+    const zgroup_hparams *hp = &e->group_hp[g];
+    zk_adam_args out = *a;
+    out.weight_decay = zeng_group_weight_decay(e, g);
+    if (!isnan(hp->lr)) out.lr = (float)hp->lr;
+    if (!isnan(hp->eps)) out.eps = (float)hp->eps;
+    if (!isnan(hp->beta1) && !zsched_sets_betas(&e->cfg.sched)) {
+        out.beta1 = (float)hp->beta1;
+        out.beta2 = (float)hp->beta2;
+        /* From the float betas, as apply_adam's: the kernel's 1 - beta is taken from the float
+         * beta, and the bias correction from the same value cancels its rounding (with beta2
+         * 0.999 the two differ by 1.3e-5 relative from the double's). */
+        zadam_bias_corrections(out.beta1, out.beta2, e->cfg.optim.bias_correction,
+                               e->st.step + 1, &out.bias_c1, &out.bias_c2);
+    }
+    return out;
+}
+
+static int same_adam_values(const zk_adam_args *x, const zk_adam_args *y)
+{
+    return x->lr == y->lr && x->weight_decay == y->weight_decay && x->beta1 == y->beta1 &&
+           x->beta2 == y->beta2 && x->eps == y->eps && x->bias_c1 == y->bias_c1 &&
+           x->bias_c2 == y->bias_c2;
+}
+
 zinc_status zeng_adam_groups(zinc_engine_t *e, zdev_t *d, const zk_adam_args *a, int g0, int g1,
                              int shard)
 {
@@ -265,23 +296,22 @@ zinc_status zeng_adam_groups(zinc_engine_t *e, zdev_t *d, const zk_adam_args *a,
     size_t dz = dsize(e);
     size_t base = shard ? G[g0].shard_off : G[g0].flat_off;
     for (int r0 = g0; r0 < g1;) {
-        float wd = zeng_group_weight_decay(e, r0);
-        float lr = zeng_group_lr(e, r0, a->lr);
+        zk_adam_args run = group_adam_args(e, r0, a);
         int r1 = r0 + 1;
-        while (r1 < g1 && zeng_group_weight_decay(e, r1) == wd && zeng_group_lr(e, r1, a->lr) == lr)
+        while (r1 < g1) {
+            zk_adam_args next = group_adam_args(e, r1, a);
+            if (!same_adam_values(&run, &next)) break;
             r1++;
+        }
         const zplan_group *last = &G[r1 - 1];
         size_t off = (shard ? G[r0].shard_off : G[r0].flat_off) - base;
         size_t end = (shard ? last->shard_off + last->slice : last->flat_off + last->padded) - base;
-        zk_adam_args run = *a;
         run.master = a->master + off;
         run.m = a->m + off;
         run.v = a->v + off;
         run.grad = (const char *)a->grad + off * dz;
         run.param_out = a->param_out ? (char *)a->param_out + off * dz : NULL;
         run.n = end - off;
-        run.weight_decay = wd;
-        run.lr = lr;
         zinc_status s = d->iface->adam_step(d, &run);
         if (s != ZINC_OK) return s;
         r0 = r1;
@@ -298,11 +328,11 @@ static zinc_status apply_adam(zinc_engine_t *e, float lr, float beta1, float bet
     zk_adam_args a = {
         .grad_dtype = e->dtype,
         .param_dtype = e->dtype,
-        .lr = lr,                                 /* per group: zeng_adam_groups */
-        .beta1 = beta1,
+        .lr = lr,                                 /* per group: group_adam_args */
+        .beta1 = beta1,                           /* per group: group_adam_args */
         .beta2 = beta2,
-        .eps = (float)o->eps,
-        .weight_decay = (float)o->weight_decay,   /* per group: zeng_adam_groups */
+        .eps = (float)o->eps,                     /* per group: group_adam_args */
+        .weight_decay = (float)o->weight_decay,   /* per group: group_adam_args */
         .grad_scale = grad_scale,
         .adamw = o->type_adamw,
     };
@@ -342,15 +372,14 @@ static zinc_status apply_adam(zinc_engine_t *e, float lr, float beta1, float bet
      * parameter buffer, which the all-gather then completes. */
     for (int g = 0; g < e->plan.ngroups && s == ZINC_OK; g++) {
         const zplan_group *G = &e->plan.groups[g];
-        a.master = e->master + G->shard_off;
-        a.m = e->m + G->shard_off;
-        a.v = e->v + G->shard_off;
-        a.grad = own_grad(e, g);
-        a.param_out = (char *)e->param16 + (G->flat_off + G->slice * (size_t)e->rank) * d;
-        a.n = G->slice;
-        a.weight_decay = zeng_group_weight_decay(e, g);
-        a.lr = zeng_group_lr(e, g, lr);
-        s = e->dev->iface->adam_step(e->dev, &a);
+        zk_adam_args ga = group_adam_args(e, g, &a);
+        ga.master = e->master + G->shard_off;
+        ga.m = e->m + G->shard_off;
+        ga.v = e->v + G->shard_off;
+        ga.grad = own_grad(e, g);
+        ga.param_out = (char *)e->param16 + (G->flat_off + G->slice * (size_t)e->rank) * d;
+        ga.n = G->slice;
+        s = e->dev->iface->adam_step(e->dev, &ga);
     }
     e->phase_s[ZINC_PHASE_ADAM] += zeng_lap(&t);
     if (s != ZINC_OK) return zeng_fail(e, s, "zinc_step: adam: %s", e->dev->err);

@@ -197,6 +197,17 @@ ZINC_API zinc_status zinc_param_add(zinc_engine_t *e, int group, const char *nam
  * compares them with the registration). */
 ZINC_API zinc_status zinc_group_set_weight_decay(zinc_engine_t *e, int group, double weight_decay);
 
+/* Sets a group's Adam betas, in place of the config's optimizer.params.betas (torch's and
+ * DeepSpeed's per-parameter-group betas): each in [0, 1); the group's bias corrections are
+ * 1 - beta^t of its own betas. Under OneCycle with cycle_momentum the schedule sets the betas of
+ * every group, these included, as DeepSpeed's OneCycle does. Before zinc_finalize; every rank the
+ * same values (compared at finalize). */
+ZINC_API zinc_status zinc_group_set_betas(zinc_engine_t *e, int group, double beta1, double beta2);
+
+/* Sets a group's Adam eps, in place of the config's optimizer.params.eps: a finite value > 0.
+ * Before zinc_finalize; every rank the same value (compared at finalize). */
+ZINC_API zinc_status zinc_group_set_eps(zinc_engine_t *e, int group, double eps);
+
 /* Collective. Checks that every rank resolved the same config (its hash, zinc_config_hash) and
  * registered the same groups and parameters (ZINC_ERR_MISMATCH naming the ranks that differ from
  * rank 0, on every rank), plans the

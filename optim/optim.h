@@ -39,6 +39,10 @@ double zsched_beta1(const zcfg_sched *s, double beta1, int64_t step);
  * Returns 0.99 for OneCycle with cycle_momentum, `beta2` unchanged otherwise. */
 double zsched_beta2(const zcfg_sched *s, double beta2, int64_t step);
 
+/* 1 when the schedule sets the betas (OneCycle with cycle_momentum): it then sets every param
+ * group's, a group's own betas included, as DeepSpeed's OneCycle writes them into each group. */
+int zsched_sets_betas(const zcfg_sched *s);
+
 /* ---- loss scaler (DeepSpeed 0.19.8: DynamicLossScaler, FP16_Optimizer, static scale) -------- */
 
 typedef struct zscaler {

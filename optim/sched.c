@@ -186,9 +186,14 @@ double zsched_lr(const zcfg_sched *s, double base_lr, int64_t step)
     }
 }
 
+int zsched_sets_betas(const zcfg_sched *s)
+{
+    return s->type == ZSCHED_ONE_CYCLE && s->cycle_momentum;
+}
+
 double zsched_beta1(const zcfg_sched *s, double beta1, int64_t step)
 {
-    if (s->type != ZSCHED_ONE_CYCLE || !s->cycle_momentum) return beta1;
+    if (!zsched_sets_betas(s)) return beta1;
     if (step < 1) return s->cycle_min_mom;  /* the constructor's betas[0] */
     return one_cycle_mom(s, step - 1);
 }
@@ -196,6 +201,6 @@ double zsched_beta1(const zcfg_sched *s, double beta1, int64_t step)
 double zsched_beta2(const zcfg_sched *s, double beta2, int64_t step)
 {
     (void)step;
-    if (s->type != ZSCHED_ONE_CYCLE || !s->cycle_momentum) return beta2;
+    if (!zsched_sets_betas(s)) return beta2;
     return 0.99;  /* DeepSpeed's min_moms/max_moms carry a fixed second beta of 0.99 */
 }

@@ -77,9 +77,10 @@ add_test(NAME engine_offload_eager COMMAND engine_offload)
 set_tests_properties(engine_offload_eager PROPERTIES LABELS "multirank;unit" TIMEOUT 300
                      ENVIRONMENT "ZINC_CPU_ASYNC_COPY=eager")
 
-# A weight decay and a learning rate per group (zinc_group_set_weight_decay, zinc_group_set_lr;
-# torch's per-parameter-group values): every group bitwise as the run whose config values are
-# its own, at stages 0-3, offloaded too.
+# A weight decay, learning rate, betas and eps per group (zinc_group_set_weight_decay,
+# zinc_group_set_lr, zinc_group_set_betas, zinc_group_set_eps; torch's per-parameter-group
+# values): every group bitwise as the run whose config values are its own, at stages 0-3,
+# offloaded too; OneCycle's cycled betas replace the groups' own; ranks that differ refused.
 zinc_test(NAME engine_group_hparams SOURCES ${ZINC_ENGINE_TEST_DIR}/test_group_hparams.c
           LIBS zinc_toy LABELS "multirank;unit" TIMEOUT 300)
 

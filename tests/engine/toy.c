@@ -32,17 +32,20 @@ static float hash_unit(uint64_t a, uint64_t b, uint64_t c)
 char *toy_config(const toy_run *r)
 {
     char *buf = malloc(2048);
+    char adam[160];     /* the config's betas and eps, when the run gives them */
+    snprintf(adam, sizeof adam, "%s%s%s%s", r->betas ? ", \"betas\": " : "",
+             r->betas ? r->betas : "", r->eps ? ", \"eps\": " : "", r->eps ? r->eps : "");
     const char *prec = r->dtype == ZINC_DTYPE_FP16 ? "\"fp16\": {\"enabled\": true, \"initial_scale_power\": 8},"
                        : r->dtype == ZINC_DTYPE_BF16 ? "\"bf16\": {\"enabled\": true},"
                                                      : "";
     snprintf(buf, 2048,
              "{\"train_micro_batch_size_per_gpu\": 1, \"gradient_accumulation_steps\": %d, %s %s"
              "\"gradient_clipping\": %g,"
-             "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": %s, \"weight_decay\": %s}},"
+             "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": %s, \"weight_decay\": %s%s}},"
              "\"zero_optimization\": {%s\"stage\": %d, \"stage3_param_persistence_threshold\": %lld},"
              " \"zinc\": {%s\"comm_timeout_s\": 20}}",
              r->accum, prec, r->extra_json ? r->extra_json : "", r->clip,
-             r->lr ? r->lr : "0.01", r->weight_decay ? r->weight_decay : "0.01", r->zero_json ? r->zero_json : "", r->stage,
+             r->lr ? r->lr : "0.01", r->weight_decay ? r->weight_decay : "0.01", adam, r->zero_json ? r->zero_json : "", r->stage,
              (long long)(r->persist_threshold == 0 ? 100000 : r->persist_threshold < 0 ? 0
                                                             : r->persist_threshold),
              r->zinc_json ? r->zinc_json : "");
@@ -56,11 +59,14 @@ int toy_param_group(int p)
 
 zinc_status toy_register(zinc_engine_t *e, int *nparams)
 {
-    return toy_register_wd(e, nparams, NULL);
+    return toy_register_run(e, nparams, NULL);
 }
 
-zinc_status toy_register_wd(zinc_engine_t *e, int *nparams, const double *group_wd)
+zinc_status toy_register_run(zinc_engine_t *e, int *nparams, const toy_run *r)
 {
+    const double *group_wd = r ? r->group_wd : NULL;
+    const double(*group_betas)[2] = r ? r->group_betas : NULL;
+    const double *group_eps = r ? r->group_eps : NULL;
     zinc_status s = ZINC_OK;
     zinc_dtype dt = zinc_engine_dtype(e);
     for (int g = 0; g < TOY_NG && s == ZINC_OK; g++) {
@@ -70,6 +76,10 @@ zinc_status toy_register_wd(zinc_engine_t *e, int *nparams, const double *group_
         s = zinc_group_add(e, name, &gid);
         if (s == ZINC_OK && group_wd && !isnan(group_wd[g]))
             s = zinc_group_set_weight_decay(e, gid, group_wd[g]);
+        if (s == ZINC_OK && group_betas && !isnan(group_betas[g][0]))
+            s = zinc_group_set_betas(e, gid, group_betas[g][0], group_betas[g][1]);
+        if (s == ZINC_OK && group_eps && !isnan(group_eps[g]))
+            s = zinc_group_set_eps(e, gid, group_eps[g]);
     }
     for (int p = 0; p < TOY_NP && s == ZINC_OK; p++) {
         char name[32];
@@ -99,7 +109,7 @@ zinc_status toy_engine_on(const toy_run *r, zinc_world_t *world, int rank, const
     *e = NULL;
     zinc_status s = zinc_engine_create(&o, e);
     free(cfg);
-    if (s == ZINC_OK) s = toy_register_wd(*e, nparams, r ? r->group_wd : NULL);
+    if (s == ZINC_OK) s = toy_register_run(*e, nparams, r);
     for (int g = 0; g < TOY_NG && s == ZINC_OK && r && r->group_lr; g++)
         if (!isnan(r->group_lr[g])) s = zinc_group_set_lr(*e, g, r->group_lr[g]);
     return s;

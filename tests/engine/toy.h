@@ -32,6 +32,12 @@ typedef struct toy_run {
     const char *lr;              /* the config's optimizer lr (JSON); NULL = 0.01 */
     const double *group_lr;      /* [TOY_GROUPS]: zinc_group_set_lr per group, set after
                                     zinc_finalize (NAN: none, the engine's), or NULL */
+    const char *betas;           /* the config's optimizer betas (JSON); NULL = DeepSpeed's */
+    const char *eps;             /* the config's optimizer eps (JSON); NULL = DeepSpeed's */
+    const double (*group_betas)[2]; /* [TOY_GROUPS]: zinc_group_set_betas per group (NAN: none,
+                                       the config's), or NULL */
+    const double *group_eps;     /* [TOY_GROUPS]: zinc_group_set_eps per group (NAN: none), or
+                                    NULL */
     int inject_inf_step;         /* optimizer step at which rank `inject_rank` writes an inf, or -1 */
     int inject_rank;
     /* outputs */
@@ -55,8 +61,8 @@ char *toy_config(const toy_run *r);
 
 /* Registers the toy's groups/params on an engine and sets the initial values. */
 zinc_status toy_register(zinc_engine_t *e, int *nparams);
-/* The same, with a weight decay per group (group_wd[TOY_GROUPS], NAN: the config's; or NULL). */
-zinc_status toy_register_wd(zinc_engine_t *e, int *nparams, const double *group_wd);
+/* The same, with r's weight decay, betas and eps per group (r NULL: none). */
+zinc_status toy_register_run(zinc_engine_t *e, int *nparams, const toy_run *r);
 /* The toy group that parameter p belongs to. */
 int toy_param_group(int p);
 /* A one-rank engine (its own world) on the toy's config, registered and initialised. */
