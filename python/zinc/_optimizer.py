@@ -13,15 +13,36 @@ import torch
 from ._lib import lib
 
 
-# Keys of a torch/DeepSpeed parameter group dict: "params"; "weight_decay" and "lr" (per group in
-# zinc: zinc_group_set_weight_decay, zinc_group_set_lr); "name" (a label). Hyperparameters zinc
-# keeps for the whole model are accepted only equal to the config's.
-_SAME_AS_CONFIG = ("betas", "eps")
+# Keys of a torch/DeepSpeed parameter group dict zinc honours: "params"; "weight_decay", "lr",
+# "betas" and "eps" (per group in zinc: zinc_group_set_weight_decay, zinc_group_set_lr,
+# zinc_group_set_betas, zinc_group_set_eps); "name" (a label).
+_GROUP_KEYS = ("params", "name", "weight_decay", "lr", "betas", "eps")
 
 
 def _scalar(v):
     """A hyperparameter as torch keeps it (a number, or a 0-dim tensor) as a Python number."""
     return v.item() if isinstance(v, torch.Tensor) else v
+
+
+def _betas(value, where):
+    """A group's betas as (beta1, beta2) of floats, each in [0, 1) (the config's rule)."""
+    try:
+        b = tuple(float(_scalar(x)) for x in value)
+    except (TypeError, ValueError):
+        b = ()
+    if len(b) != 2 or not all(0.0 <= x < 1.0 for x in b):
+        raise ValueError(f"zinc.initialize: {where}['betas'] = {value!r}: expected "
+                         "(beta1, beta2), each in [0, 1)")
+    return b
+
+
+def _eps(value, where):
+    """A group's eps as a float, finite and > 0 (the config's rule)."""
+    v = _scalar(value)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < float("inf"):
+        raise ValueError(f"zinc.initialize: {where}['eps'] = {value!r} is not a finite "
+                         "value > 0")
+    return float(v)
 
 
 class _ParamGroups:
@@ -33,15 +54,20 @@ class _ParamGroups:
         self.index = {}      # id -> the index of its param-group dict (none: tensors were given)
         self.dicts = []      # the param-group dicts, in order (none: tensors were given)
         self.decays = []     # per dict: its weight_decay as a float, or None (the config's)
+        self.adam = []       # per dict: its own {"betas": (b1, b2), "eps": e}, those it gives
 
     def decay(self, i):
         return self.decays[i] if self.decays else None
+
+    def own(self, i, key):
+        """Dict i's own "betas" or "eps" (checked), or None: the config's."""
+        return self.adam[i].get(key) if self.adam else None
 
 
 def _parameter_groups(model_parameters, cfg, client_scheduler=False):
     """model_parameters as DeepSpeed takes it: None (every parameter that requires grad), an
     iterable of tensors, or of param-group dicts {"params": [...], "weight_decay": wd, "lr": lr,
-    ...}, as a _ParamGroups. Groups with their own learning rates need the lr to come from them:
+    "betas": (b1, b2), "eps": eps, "name": ...}, as a _ParamGroups. Groups with their own learning rates need the lr to come from them:
     with the config's scheduler (and no client one) they are refused, as zinc runs one schedule
     for the whole model where DeepSpeed's schedulers each have their own rule for groups."""
     out = _ParamGroups()
@@ -54,7 +80,6 @@ def _parameter_groups(model_parameters, cfg, client_scheduler=False):
     if len(kinds) > 1:
         raise TypeError("zinc.initialize: model_parameters mixes tensors and param-group dicts "
                         "(a torch optimizer takes one or the other)")
-    opt = cfg.get("optimizer", {}).get("params", {})
     for i, item in enumerate(items):
         if isinstance(item, torch.Tensor):
             wanted.add(id(item))
@@ -62,21 +87,17 @@ def _parameter_groups(model_parameters, cfg, client_scheduler=False):
         if not isinstance(item, dict) or "params" not in item:
             raise TypeError(f"zinc.initialize: model_parameters[{i}] is neither a tensor nor a "
                             "param-group dict with 'params'")
-        for key, value in item.items():
-            if key in ("params", "name", "weight_decay", "lr"):
-                continue
-            if key in _SAME_AS_CONFIG:
-                want = opt.get(key)
-                same = (want is not None and
-                        (list(value) == list(want) if key == "betas" else value == want))
-                if same:
-                    continue
-                raise NotImplementedError(
-                    f"zinc.initialize: model_parameters[{i}]['{key}'] = {value!r}: zinc applies "
-                    f"one {key} to the whole model (the config's optimizer.params.{key} = "
-                    f"{want!r}); only weight_decay and lr may differ between groups")
-            raise NotImplementedError(f"zinc.initialize: model_parameters[{i}]['{key}'] (only "
-                                      "'params', 'weight_decay', 'lr' and 'name' are honoured)")
+        for key in item:
+            if key not in _GROUP_KEYS:
+                raise NotImplementedError(f"zinc.initialize: model_parameters[{i}]['{key}'] "
+                                          f"(only {', '.join(map(repr, _GROUP_KEYS))} are "
+                                          "honoured)")
+        where = f"model_parameters[{i}]"
+        adam = {}
+        if "betas" in item:
+            adam["betas"] = _betas(item["betas"], where)
+        if "eps" in item:
+            adam["eps"] = _eps(item["eps"], where)
         params = item["params"]
         params = [params] if isinstance(params, torch.Tensor) else list(params)
         wd = item.get("weight_decay")
@@ -92,6 +113,7 @@ def _parameter_groups(model_parameters, cfg, client_scheduler=False):
                                  f"{item['lr']!r} is not a finite value >= 0")
         out.dicts.append(item)
         out.decays.append(wd)
+        out.adam.append(adam)
         for p in params:
             if id(p) in wanted:
                 raise ValueError(f"zinc.initialize: a parameter appears in more than one of "
@@ -99,6 +121,7 @@ def _parameter_groups(model_parameters, cfg, client_scheduler=False):
             wanted.add(id(p))
             out.index[id(p)] = i
     sched = cfg.get("scheduler") or {}
+    opt = cfg.get("optimizer", {}).get("params", {})
     if (not client_scheduler and str(sched.get("type", "")).lower() == "warmupcosinelr" and
             opt.get("lr") == 0 and any("lr" in d and _scalar(d["lr"]) for d in out.dicts)):
         # zinc's schedule gives the config lr times the schedule's ratio; a group's own lr is
@@ -113,9 +136,9 @@ def _client_optimizer(optimizer, model, model_parameters):
     """A client optimizer for initialize(optimizer=...), as DeepSpeed takes it (an instance, or
     a callable building one from model_parameters), where it replaces the config's optimizer.
     zinc runs its own Adam: a torch.optim.Adam or AdamW is read into the config's optimizer
-    section (type, lr, betas, eps, weight decay; torch's Adam decays into the gradient, its
-    AdamW decoupled, as zinc's "Adam" with adam_w_mode false and "AdamW") and its param groups,
-    each with its weight decay and lr. Returns (the torch optimizer, optimizer section, param
+    section (type, and group 0's lr, betas, eps and weight decay; torch's Adam decays into the
+    gradient, its AdamW decoupled, as zinc's "Adam" with adam_w_mode false and "AdamW") and its
+    param groups, each with its weight decay, lr, betas and eps. Returns (the torch optimizer, optimizer section, param
     groups for model_parameters: one per non-empty group of the torch optimizer, in order). The
     torch optimizer's groups then carry the lr (a client scheduler sets it there).
     Anything zinc would compute differently is refused by name."""
@@ -136,14 +159,6 @@ def _client_optimizer(optimizer, model, model_parameters):
             if g.get(key):
                 raise NotImplementedError(f"zinc.initialize: client optimizer {key}=True (a "
                                           "different algorithm than zinc's Adam)")
-        if _scalar(g["eps"]) != _scalar(first["eps"]):
-            raise NotImplementedError(f"zinc.initialize: the client optimizer's param group {i} "
-                                      f"has eps {_scalar(g['eps'])!r}, group 0 "
-                                      f"{_scalar(first['eps'])!r}: zinc applies one eps to the "
-                                      "whole model; only weight_decay and lr may differ")
-        if [_scalar(b) for b in g["betas"]] != [_scalar(b) for b in first["betas"]]:
-            raise NotImplementedError(f"zinc.initialize: the client optimizer's param group {i} "
-                                      "has other betas than group 0: zinc applies one pair")
         if bool(g.get("decoupled_weight_decay", decoupled)) != decoupled:
             raise NotImplementedError("zinc.initialize: client optimizer param groups mix "
                                       "decoupled and L2 weight decay")
@@ -155,7 +170,8 @@ def _client_optimizer(optimizer, model, model_parameters):
     if not decoupled:
         section["params"]["adam_w_mode"] = False
     return optimizer, section, [{"params": g["params"], "weight_decay": float(g["weight_decay"]),
-                                 "lr": _scalar(g["lr"])} for g in groups]
+                                 "lr": _scalar(g["lr"]), "betas": g["betas"], "eps": g["eps"]}
+                                for g in groups]
 
 
 class _Optimizer:
@@ -188,8 +204,11 @@ class _Optimizer:
             sources = []
             for i, d in enumerate(dicts):
                 wd = engine._pgs.decay(i)
+                betas = engine._pgs.own(i, "betas") or tuple(opt.get("betas", (0.9, 0.999)))
+                eps = engine._pgs.own(i, "eps") or opt.get("eps", 1e-8)
                 grp = {"params": [p for G in engine._g if G.pgroup == i for _, _, p in G.params],
                        "lr": d.get("lr", opt.get("lr", 0.0)),
+                       "betas": betas, "eps": eps,
                        "weight_decay": opt.get("weight_decay", 0.0) if wd is None else wd}
                 if "name" in d:
                     grp["name"] = d["name"]
@@ -211,6 +230,17 @@ class _Optimizer:
                           f"schedule, as DeepSpeed's does: the own lr of group(s) {which} "
                           f"({[orgs[i] for i in which]}) is not used", RuntimeWarning,
                           stacklevel=4)
+        # Each group's betas and eps as zinc runs them: fixed when the engine was built.
+        self._adam = [self._adam_of(g) for g in sources]
+        sp = engine._resolved.get("scheduler", {}).get("params", {})
+        if sched == "OneCycle" and sp.get("cycle_momentum") and engine.global_rank == 0:
+            cfg_betas = tuple(engine._resolved.get("optimizer", {}).get("params", {})
+                              .get("betas", (0.9, 0.999)))
+            which = [i for i, (b, _) in enumerate(self._adam) if b != cfg_betas]
+            if which:
+                warnings.warn(f"zinc: the config's OneCycle with cycle_momentum sets every param "
+                              f"group's betas, as DeepSpeed's does: the own betas of group(s) "
+                              f"{which} are not used", RuntimeWarning, stacklevel=4)
         # zinc groups per source group, for zinc_group_set_lr.
         self._gids = [[G.gid for G in engine._g if G.pgroup == i]
                       for i in range(len(sources))]
@@ -226,9 +256,27 @@ class _Optimizer:
     def _lrs(self):
         return [float(_scalar(g["lr"])) for g in self._sources]
 
+    @staticmethod
+    def _adam_of(g):
+        return tuple(float(_scalar(b)) for b in g["betas"]), float(_scalar(g["eps"]))
+
+    def _check_adam(self):
+        """A group's betas and eps are zinc's from the engine's build on: one written since
+        (a torch OneCycleLR with cycle_momentum, a loop's own momentum schedule) is refused
+        instead of being silently not applied."""
+        for i, g in enumerate(self._sources):
+            now = self._adam_of(g)
+            if now != self._adam[i]:
+                raise NotImplementedError(
+                    f"zinc: param group {i}'s (betas, eps) changed from {self._adam[i]} to {now} "
+                    "after initialize: zinc fixes each group's betas and eps when the engine is "
+                    "built (for a cycled momentum use the config's OneCycle scheduler with "
+                    "cycle_momentum)")
+
     def _before_step(self):
         """At an accumulation boundary: the groups' lr, if they drive it or anything wrote one;
         under WarmupCosineLR with groups of their own lr, each group's scaled lr."""
+        self._check_adam()
         lrs = self._lrs()
         e = self._engine._e
         if not (self._taken or lrs != self._shown):

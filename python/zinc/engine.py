@@ -375,8 +375,8 @@ class Engine(torch.nn.Module):
                 (shared if id(p) in self._group_of else own).append((n, p))
             needs = sorted({self._group_of[id(p)] for _, p in shared})
             # One zinc group per module, or one per param-group dict its parameters came in
-            # (a zinc group has one decay and one lr): the first keeps the module's name, the
-            # others add their decay to it, or the dict's index where decays repeat.
+            # (a zinc group has one decay, lr, betas and eps): the first keeps the module's name,
+            # the others add their decay to it, or the dict's index where decays repeat.
             classes = {}
             for n, p in own:
                 classes.setdefault(pgs.index.get(id(p), 0), []).append((n, p))
@@ -391,6 +391,11 @@ class Engine(torch.nn.Module):
                 self._call(lib.zinc_group_add(e, gname.encode(), ctypes.byref(g)))
                 if wd is not None:
                     self._call(lib.zinc_group_set_weight_decay(e, g.value, wd))
+                betas, eps = pgs.own(pgi, "betas"), pgs.own(pgi, "eps")
+                if betas is not None:
+                    self._call(lib.zinc_group_set_betas(e, g.value, *betas))
+                if eps is not None:
+                    self._call(lib.zinc_group_set_eps(e, g.value, eps))
                 params = []
                 for n, p in members:
                     full = f"{mname}.{n}" if mname else n

@@ -329,9 +329,9 @@ def main():
             print("FAIL: checkpointing.configure did not warn about both memory-only options")
         fails += refused("checkpointing.configure(mpu_)",
                          lambda: zinc.checkpointing.configure(object()), NotImplementedError, "mpu_")
-        # Param groups: weight_decay and lr may differ between groups (not under WarmupCosineLR
-        # with an optimizer lr of 0); a bad decay or lr, a parameter in two groups, tensors
-        # mixed with groups are refused.
+        # Param groups: weight_decay, lr, betas and eps may differ between groups (not an lr
+        # under WarmupCosineLR with an optimizer lr of 0); a bad decay, lr, betas or eps, a
+        # parameter in two groups, tensors mixed with groups are refused.
         pm = model()
         first, second = list(pm.parameters())[:2], list(pm.parameters())[2:]
         for what, groups, exc, c in (
@@ -342,11 +342,50 @@ def main():
                 ("weight_decay", [{"params": first, "weight_decay": -1.0}, {"params": second}],
                  ValueError, cfg),
                 ("'lr'", [{"params": first, "lr": -0.5}, {"params": second}], ValueError, cfg),
+                ("'betas'", [{"params": first, "betas": (1.0, 0.9)}, {"params": second}],
+                 ValueError, cfg),
+                ("'betas'", [{"params": first, "betas": (0.9,)}, {"params": second}],
+                 ValueError, cfg),
+                ("'eps'", [{"params": first, "eps": 0.0}, {"params": second}], ValueError, cfg),
                 ("mixes tensors", [{"params": first}] + second, TypeError, cfg),
                 ("more than one", [{"params": first}, {"params": first + second}], ValueError,
                  cfg)):
             fails += refused(f"param groups with {what}", lambda: zinc.initialize(
                 model=pm, model_parameters=groups, config=c(GLOBAL)), exc, what)
+        # The config's OneCycle with cycle_momentum sets every group's betas, as DeepSpeed's:
+        # rank 0 warns naming the groups whose own betas it replaces (and only those).
+        om = model()
+        ogroups = [{"params": list(om.parameters())[:2], "betas": (0.5, 0.9)},
+                   {"params": list(om.parameters())[2:]}]
+        ocfg = dict(cfg(GLOBAL), scheduler={"type": "OneCycle", "params": {
+            "cycle_min_lr": 1e-3, "cycle_max_lr": 1e-2, "cycle_first_step_size": 4,
+            "cycle_momentum": True}})
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            engine, *_ = zinc.initialize(model=om, config=ocfg, model_parameters=ogroups)
+        engine.close()
+        said = [str(w.message) for w in seen if issubclass(w.category, RuntimeWarning)]
+        if len(said) != 1 or "group(s) [0]" not in said[0] or "betas" not in said[0]:
+            fails += 1
+            print(f"FAIL: OneCycle with cycle_momentum and a group's own betas warned {said}")
+        # A group's betas and eps are fixed when the engine is built: a client scheduler that
+        # writes them (torch's OneCycleLR cycles Adam's beta1) is refused at the next step,
+        # naming them, instead of training with betas the optimizer no longer shows.
+        om = model()
+        oopt = torch.optim.AdamW(om.parameters(), lr=1e-3)
+        osched = torch.optim.lr_scheduler.OneCycleLR(oopt, max_lr=1e-2, total_steps=10,
+                                                     cycle_momentum=True)
+        engine, *_ = zinc.initialize(model=om, config=cfg(GLOBAL), optimizer=oopt,
+                                     lr_scheduler=osched)
+
+        def two_steps():
+            for step in range(2):
+                x, y = data(step)
+                engine.backward(torch.nn.functional.mse_loss(engine(x), y))
+                engine.step()
+        fails += refused("betas written by a client OneCycleLR", two_steps, NotImplementedError,
+                         "betas")
+        engine.close()
         # Stage 3: a forward reading a parameter through a reference zinc cannot see (not its
         # module's attribute) finds an empty tensor; the error says how to declare it. Declared,
         # the same model trains.

@@ -301,9 +301,37 @@ class LrGrouped(Tiny):
     groups = staticmethod(lr_groups)
 
 
+def adam_groups(model):
+    """lr_groups with their own betas and eps, neither the config's (0.9, 0.999) and 1e-8:
+    torch's Adam keeps them per group, its bias corrections from each group's betas
+    (zinc_group_set_betas, zinc_group_set_eps)."""
+    groups = lr_groups(model)
+    groups[0].update(betas=(0.8, 0.95), eps=1e-6)
+    groups[1].update(betas=(0.5, 0.9), eps=1e-4)
+    return groups
+
+
+class AdamGrouped(Tiny):
+    """The parity test's model, trained with adam_groups."""
+    read_by_top = ["emb"]
+    groups = staticmethod(adam_groups)
+
+
+class ClientAdamGroups(Tiny):
+    """A client AdamW whose groups have their own betas, eps, lr and decay."""
+    read_by_top = ["emb"]
+
+    @staticmethod
+    def client(model):
+        return torch.optim.AdamW(adam_groups(model), lr=2e-3, eps=1e-8)
+
+
 def test_param_groups(stage):
     return (train_like_torch(Grouped, "param groups (decay 0.1 / 0)", stage) |
-            train_like_torch(LrGrouped, "param groups (lr 5e-3 / 1e-3, decay 0.1 / 0)", stage))
+            train_like_torch(LrGrouped, "param groups (lr 5e-3 / 1e-3, decay 0.1 / 0)", stage) |
+            train_like_torch(AdamGrouped, "param groups (betas, eps, lr and decay each)",
+                             stage) |
+            train_like_torch(ClientAdamGroups, "client AdamW, betas and eps per group", stage))
 
 
 class ClientAdamW(Tiny):
