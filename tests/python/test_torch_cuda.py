@@ -16,8 +16,9 @@ Written without a GPU (2026-11-23) and not yet run on one: the first GPU session
   saved; its module_state_dict equals the saved engine's bit for bit and the next 3 steps'
   losses match the uninterrupted run's within 1e-6 relative;
 - stages 1 and 3 with activation checkpointing (all three kinds), param groups with their own
-  weight decay and lr and a client AdamW with a LambdaLR rule per group (test_torch_stage3.py's
-  Checkpointed, lr_groups, ClientGroupSchedule) against the same in plain torch on the device:
+  weight decay, lr, betas and eps in a client AdamW with a LambdaLR rule per group
+  (test_torch_stage3.py's Checkpointed, adam_groups, ClientGroupSchedule's scheduler) against
+  the same in plain torch on the device:
   fp32 bound;
 - errors: parameters on two devices (cpu and cuda) are refused naming one; with 2 or more GPUs a
   model on a GPU other than the local rank's is refused, saying torch.cuda.set_device.
@@ -161,13 +162,14 @@ def parity(dev, stage, bf16, ref, side_stream=False):
 
 def features(dev, stage):
     """Activation checkpointing (reentrant, non-reentrant, zinc.checkpointing), param groups with
-    their own weight decay and lr (zinc_group_set_weight_decay, zinc_group_set_lr), a client
-    AdamW with a LambdaLR rule per group (zinc_set_lr, zinc_group_set_lr at every step), against
-    the same in plain torch on `dev`: the fp32 parity bound."""
+    their own weight decay, lr, betas and eps (zinc_group_set_weight_decay, zinc_group_set_lr,
+    zinc_group_set_betas, zinc_group_set_eps) in a client AdamW with a LambdaLR rule per group
+    (zinc_set_lr, zinc_group_set_lr at every step), against the same in plain torch on `dev`:
+    the fp32 parity bound."""
     def build():
         torch.manual_seed(0)
         m = ts.Checkpointed().to(dev)
-        opt = ts.ClientGroupSchedule.client(m)
+        opt = torch.optim.AdamW(ts.adam_groups(m), lr=2e-3, eps=1e-8)
         return m, opt, ts.ClientGroupSchedule.scheduler(opt)
     ref_losses, ref_w = reference(dev, build)
     m, opt, sched = build()
@@ -177,7 +179,8 @@ def features(dev, stage):
     w = engine.module_state_dict()
     worst_w = max(float((w[n] - ref_w[n]).abs().max() / ref_w[n].abs().max()) for n in ref_w)
     worst_l = max(abs(a - b) / abs(b) for a, b in zip(losses, ref_losses))
-    print(f"{dev} stage {stage} activation checkpointing + decay/lr groups + client AdamW/LambdaLR: "
+    print(f"{dev} stage {stage} activation checkpointing + decay/lr/betas/eps groups + client "
+          "AdamW/LambdaLR: "
           f"loss difference {worst_l:.2e}, weight difference {worst_w:.2e} (bound 4e-06)")
     engine.close()
     if not (worst_l < 4e-6 and worst_w < 4e-6):
