@@ -485,8 +485,10 @@ static uint64_t registration_hash(const zinc_engine_t *e)
         /* The Adam values the group runs with (the lr is not fixed at finalize). */
         const zgroup_hparams *hp = &e->group_hp[g];
         const zcfg_optim *o = &e->cfg.optim;
-        double adam[4] = {zeng_group_weight_decay(e, g), isnan(hp->beta1) ? o->beta1 : hp->beta1,
-                          isnan(hp->beta2) ? o->beta2 : hp->beta2, isnan(hp->eps) ? o->eps : hp->eps};
+        double adam[4] = {zeng_group_weight_decay(e, g),
+                          isnan(hp->beta1) ? o->beta1 : hp->beta1,
+                          isnan(hp->beta2) ? o->beta2 : hp->beta2,
+                          isnan(hp->eps) ? o->eps : hp->eps};
         XXH64_update(h, adam, sizeof adam);
     }
     for (int i = 0; i < p->nparams; i++) {
@@ -554,8 +556,9 @@ static zinc_status check_same_registration(zinc_engine_t *e)
     if (nbad)
         return zeng_fail(e, ZINC_ERR_MISMATCH,
                          "zinc_finalize: rank(s) %s registered different groups/parameters "
-                         "(names, shapes, order, dtype, or a group's weight decay, betas or eps) than rank 0; this is rank %d with %d "
-                         "groups and %d parameters", ranks, e->rank, e->plan.ngroups, e->plan.nparams);
+                         "(names, shapes, order, dtype, or a group's weight decay, betas or eps) "
+                         "than rank 0; this is rank %d with %d groups and %d parameters", ranks,
+                         e->rank, e->plan.ngroups, e->plan.nparams);
     return ZINC_OK;
 }
 

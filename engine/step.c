@@ -273,9 +273,9 @@ static zk_adam_args group_adam_args(const zinc_engine_t *e, int g, const zk_adam
     if (!isnan(hp->beta1) && !zsched_sets_betas(&e->cfg.sched)) {
         out.beta1 = (float)hp->beta1;
         out.beta2 = (float)hp->beta2;
-        /* From the float betas, as apply_adam's: the kernel's 1 - beta is taken from the float
-         * beta, and the bias correction from the same value cancels its rounding (with beta2
-         * 0.999 the two differ by 1.3e-5 relative from the double's). */
+        /* From the float betas, as apply_adam's: the kernel takes 1 - beta from the float beta
+         * (for 0.999, 1.3e-5 relative off the double's), and 1 - beta^t from the same value
+         * cancels that rounding in m / bc1 and v / bc2. */
         zadam_bias_corrections(out.beta1, out.beta2, e->cfg.optim.bias_correction,
                                e->st.step + 1, &out.bias_c1, &out.bias_c2);
     }

@@ -67,9 +67,9 @@ class _ParamGroups:
 def _parameter_groups(model_parameters, cfg, client_scheduler=False):
     """model_parameters as DeepSpeed takes it: None (every parameter that requires grad), an
     iterable of tensors, or of param-group dicts {"params": [...], "weight_decay": wd, "lr": lr,
-    "betas": (b1, b2), "eps": eps, "name": ...}, as a _ParamGroups. Groups with their own learning rates need the lr to come from them:
-    with the config's scheduler (and no client one) they are refused, as zinc runs one schedule
-    for the whole model where DeepSpeed's schedulers each have their own rule for groups."""
+    "betas": (b1, b2), "eps": eps, "name": ...}, as a _ParamGroups. Groups with their own lr
+    under the config's WarmupCosineLR and an optimizer lr of 0 are refused: zinc scales a
+    group's lr by the schedule's ratio, which that lr does not reveal."""
     out = _ParamGroups()
     if model_parameters is None:
         return out
@@ -138,9 +138,10 @@ def _client_optimizer(optimizer, model, model_parameters):
     zinc runs its own Adam: a torch.optim.Adam or AdamW is read into the config's optimizer
     section (type, and group 0's lr, betas, eps and weight decay; torch's Adam decays into the
     gradient, its AdamW decoupled, as zinc's "Adam" with adam_w_mode false and "AdamW") and its
-    param groups, each with its weight decay, lr, betas and eps. Returns (the torch optimizer, optimizer section, param
-    groups for model_parameters: one per non-empty group of the torch optimizer, in order). The
-    torch optimizer's groups then carry the lr (a client scheduler sets it there).
+    param groups, each with its weight decay, lr, betas and eps. Returns (the torch optimizer,
+    optimizer section, param groups for model_parameters: one per non-empty group of the torch
+    optimizer, in order). The torch optimizer's groups then carry the lr (a client scheduler
+    sets it there).
     Anything zinc would compute differently is refused by name."""
     if not isinstance(optimizer, torch.optim.Optimizer) and callable(optimizer):
         optimizer = optimizer(model.parameters() if model_parameters is None else model_parameters)

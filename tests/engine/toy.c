@@ -45,7 +45,8 @@ char *toy_config(const toy_run *r)
              "\"zero_optimization\": {%s\"stage\": %d, \"stage3_param_persistence_threshold\": %lld},"
              " \"zinc\": {%s\"comm_timeout_s\": 20}}",
              r->accum, prec, r->extra_json ? r->extra_json : "", r->clip,
-             r->lr ? r->lr : "0.01", r->weight_decay ? r->weight_decay : "0.01", adam, r->zero_json ? r->zero_json : "", r->stage,
+             r->lr ? r->lr : "0.01", r->weight_decay ? r->weight_decay : "0.01", adam,
+             r->zero_json ? r->zero_json : "", r->stage,
              (long long)(r->persist_threshold == 0 ? 100000 : r->persist_threshold < 0 ? 0
                                                             : r->persist_threshold),
              r->zinc_json ? r->zinc_json : "");
