@@ -322,20 +322,24 @@ zinc_status zinc_group_add(zinc_engine_t *e, const char *name, int *out_group)
     return ZINC_OK;
 }
 
-/* The checks of the setters of a group's Adam values, which precede zinc_finalize. */
-static zinc_status check_group_setter(zinc_engine_t *e, int group, const char *fn)
+zinc_status zeng_check_group_id(zinc_engine_t *e, int group, const char *fn)
 {
-    zinc_status s = check_registering(e, fn);
-    if (s != ZINC_OK) return s;
     if (group < 0 || group >= e->plan.ngroups)
         return zeng_fail(e, ZINC_ERR_INVALID_ARG, "%s: unknown group %d (%d groups)", fn, group,
                          e->plan.ngroups);
     return ZINC_OK;
 }
 
+/* The checks of the setters of a group's Adam values, which precede zinc_finalize. */
+static zinc_status check_group_setter(zinc_engine_t *e, int group, const char *fn)
+{
+    if (!e) return zerr_thread(ZINC_ERR_INVALID_ARG, "%s: engine is NULL", fn);
+    zinc_status s = check_registering(e, fn);
+    return s != ZINC_OK ? s : zeng_check_group_id(e, group, fn);
+}
+
 zinc_status zinc_group_set_weight_decay(zinc_engine_t *e, int group, double weight_decay)
 {
-    if (!e) return zerr_thread(ZINC_ERR_INVALID_ARG, "zinc_group_set_weight_decay: engine is NULL");
     zinc_status s = check_group_setter(e, group, "zinc_group_set_weight_decay");
     if (s != ZINC_OK) return s;
     if (!isfinite(weight_decay) || weight_decay < 0)
@@ -354,7 +358,6 @@ float zeng_group_weight_decay(const zinc_engine_t *e, int group)
 
 zinc_status zinc_group_set_betas(zinc_engine_t *e, int group, double beta1, double beta2)
 {
-    if (!e) return zerr_thread(ZINC_ERR_INVALID_ARG, "zinc_group_set_betas: engine is NULL");
     zinc_status s = check_group_setter(e, group, "zinc_group_set_betas");
     if (s != ZINC_OK) return s;
     /* The config's rule for optimizer.params.betas (torch's Adam: 0 <= beta < 1). */
@@ -369,7 +372,6 @@ zinc_status zinc_group_set_betas(zinc_engine_t *e, int group, double beta1, doub
 
 zinc_status zinc_group_set_eps(zinc_engine_t *e, int group, double eps)
 {
-    if (!e) return zerr_thread(ZINC_ERR_INVALID_ARG, "zinc_group_set_eps: engine is NULL");
     zinc_status s = check_group_setter(e, group, "zinc_group_set_eps");
     if (s != ZINC_OK) return s;
     /* The config's rule for optimizer.params.eps. */
@@ -384,9 +386,8 @@ zinc_status zinc_group_set_eps(zinc_engine_t *e, int group, double eps)
 zinc_status zinc_group_set_lr(zinc_engine_t *e, int group, double lr)
 {
     if (!e) return zerr_thread(ZINC_ERR_INVALID_ARG, "zinc_group_set_lr: engine is NULL");
-    if (group < 0 || group >= e->plan.ngroups)
-        return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_group_set_lr: unknown group %d (%d groups)",
-                         group, e->plan.ngroups);
+    zinc_status s = zeng_check_group_id(e, group, "zinc_group_set_lr");
+    if (s != ZINC_OK) return s;
     if (!isnan(lr) && (!isfinite(lr) || lr < 0))
         return zeng_fail(e, ZINC_ERR_INVALID_ARG,
                          "zinc_group_set_lr: group '%s': learning rate %g is not a finite value "
@@ -405,9 +406,8 @@ zinc_status zinc_param_add(zinc_engine_t *e, int group, const char *name, int nd
         return zeng_fail(e, ZINC_ERR_INVALID_ARG,
                          "zinc_param_add: out_param is NULL; the parameter id is needed for "
                          "zinc_param_set/get/data/grad");
-    if (group < 0 || group >= e->plan.ngroups)
-        return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_param_add: unknown group %d (%d groups)",
-                         group, e->plan.ngroups);
+    s = zeng_check_group_id(e, group, "zinc_param_add");
+    if (s != ZINC_OK) return s;
     if (!valid_name(name))
         return zeng_fail(e, ZINC_ERR_INVALID_ARG,
                          "zinc_param_add: the name must be 1..%d characters", ZPLAN_NAME_MAX - 1);

@@ -137,9 +137,8 @@ zinc_status zinc_gather(zinc_engine_t *e, int group)
 {
     if (!e) return zerr_thread(ZINC_ERR_INVALID_ARG, "zinc_gather: engine is NULL");
     if (!e->finalized) return zeng_fail(e, ZINC_ERR_USAGE, "zinc_gather: called before zinc_finalize");
-    if (group < 0 || group >= e->plan.ngroups)
-        return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_gather: unknown group %d (%d groups)", group,
-                         e->plan.ngroups);
+    zinc_status bad = zeng_check_group_id(e, group, "zinc_gather");
+    if (bad != ZINC_OK) return bad;
     if (e->stage < 3) return ZINC_OK;
     zgroup_state *gs = &e->gstate[group];
     if (gs->held)
@@ -176,9 +175,8 @@ zinc_status zinc_release(zinc_engine_t *e, int group)
 {
     if (!e) return zerr_thread(ZINC_ERR_INVALID_ARG, "zinc_release: engine is NULL");
     if (!e->finalized) return zeng_fail(e, ZINC_ERR_USAGE, "zinc_release: called before zinc_finalize");
-    if (group < 0 || group >= e->plan.ngroups)
-        return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_release: unknown group %d (%d groups)", group,
-                         e->plan.ngroups);
+    zinc_status bad = zeng_check_group_id(e, group, "zinc_release");
+    if (bad != ZINC_OK) return bad;
     if (e->stage < 3) return ZINC_OK;
     zgroup_state *gs = &e->gstate[group];
     if (!gs->held)

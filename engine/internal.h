@@ -142,6 +142,10 @@ struct zinc_engine {
 zinc_status zeng_fail_sequence(zinc_engine_t *e, zinc_status s, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* ZINC_ERR_INVALID_ARG (message "<fn>: unknown group ...") unless `group` is a registered
+ * group's id. */
+zinc_status zeng_check_group_id(zinc_engine_t *e, int group, const char *fn);
+
 /* A group's weight decay: its zinc_group_set_weight_decay value, else the config's. */
 float zeng_group_weight_decay(const zinc_engine_t *e, int group);
 

@@ -26,11 +26,7 @@ static zinc_status check_ready(zinc_engine_t *e, const char *fn)
 static zinc_status check_group(zinc_engine_t *e, int group, const char *fn)
 {
     zinc_status s = check_ready(e, fn);
-    if (s != ZINC_OK) return s;
-    if (group < 0 || group >= e->plan.ngroups)
-        return zeng_fail(e, ZINC_ERR_INVALID_ARG, "%s: unknown group %d (%d groups)", fn, group,
-                         e->plan.ngroups);
-    return ZINC_OK;
+    return s != ZINC_OK ? s : zeng_check_group_id(e, group, fn);
 }
 
 static zinc_status comm_fail(zinc_engine_t *e, zinc_status s, const char *fn, const char *what)
