@@ -196,28 +196,29 @@ class _Optimizer:
         self._engine = engine
         self._client = client
         self._groups = None
+        # The config's values as zinc resolved them (DeepSpeed's defaults where it is silent;
+        # the resolved config always has every optimizer value).
+        opt = engine._resolved["optimizer"]["params"]
         if client is not None:
             sources = [g for g in client.param_groups if len(g["params"])]
         else:
-            # The config's values as zinc resolved them (DeepSpeed's defaults where it is silent).
-            opt = engine._resolved.get("optimizer", {}).get("params", {})
             dicts = engine._pgs.dicts or [{}]
             sources = []
             for i, d in enumerate(dicts):
                 wd = engine._pgs.decay(i)
-                betas = engine._pgs.own(i, "betas") or tuple(opt.get("betas", (0.9, 0.999)))
-                eps = engine._pgs.own(i, "eps") or opt.get("eps", 1e-8)
                 grp = {"params": [p for G in engine._g if G.pgroup == i for _, _, p in G.params],
-                       "lr": d.get("lr", opt.get("lr", 0.0)),
-                       "betas": betas, "eps": eps,
-                       "weight_decay": opt.get("weight_decay", 0.0) if wd is None else wd}
+                       "lr": d.get("lr", opt["lr"]),
+                       "betas": engine._pgs.own(i, "betas") or tuple(opt["betas"]),
+                       "eps": engine._pgs.own(i, "eps") or opt["eps"],
+                       "weight_decay": opt["weight_decay"] if wd is None else wd}
                 if "name" in d:
                     grp["name"] = d["name"]
                 sources.append(grp)
             self._groups = sources
         self._sources = sources
-        sched = engine._resolved.get("scheduler", {}).get("type")
-        base = float(engine._resolved.get("optimizer", {}).get("params", {}).get("lr", 0.0))
+        sched_sec = engine._resolved.get("scheduler", {})
+        sched = sched_sec.get("type")
+        base = float(opt["lr"])
         orgs = self._lrs()
         # Under WarmupCosineLR: each group's initial lr, scaled by the schedule's ratio.
         self._scaled = None
@@ -233,11 +234,9 @@ class _Optimizer:
                           stacklevel=4)
         # Each group's betas and eps as zinc runs them: fixed when the engine was built.
         self._adam = [self._adam_of(g) for g in sources]
-        sp = engine._resolved.get("scheduler", {}).get("params", {})
-        if sched == "OneCycle" and sp.get("cycle_momentum") and engine.global_rank == 0:
-            cfg_betas = tuple(engine._resolved.get("optimizer", {}).get("params", {})
-                              .get("betas", (0.9, 0.999)))
-            which = [i for i, (b, _) in enumerate(self._adam) if b != cfg_betas]
+        cycled = sched == "OneCycle" and sched_sec["params"].get("cycle_momentum")
+        if cycled and engine.global_rank == 0:
+            which = [i for i, (b, _) in enumerate(self._adam) if b != tuple(opt["betas"])]
             if which:
                 warnings.warn(f"zinc: the config's OneCycle with cycle_momentum sets every param "
                               f"group's betas, as DeepSpeed's does: the own betas of group(s) "

@@ -931,8 +931,7 @@ class Engine(torch.nn.Module):
 
     def get_mom(self):
         """Adam's betas of each of the optimizer's param groups, as DeepSpeed's."""
-        betas = tuple(self._resolved["optimizer"]["params"]["betas"])
-        return [tuple(_scalar(b) for b in g.get("betas", betas)) for g in self._opt.param_groups]
+        return [tuple(_scalar(b) for b in g["betas"]) for g in self._opt.param_groups]
 
     @property
     def dp_world_size(self):
