@@ -19,8 +19,6 @@
 #include "base/log.h"
 #include "ckpt/ckpt.h"
 
-#define ZCK_COUNTER_MAX 9007199254740992LL   /* 2^53 */
-
 /* Doubles are written with 17 significant digits, which read back to the same bits. */
 static json_object *jdbl(double x)
 {
@@ -106,9 +104,9 @@ zinc_status zck_state_parse(const char *text, zengine_state *st, char *err)
         bad = "engine_state";
         rc = -1;
     }
-    INT(o, "step", 0, ZCK_COUNTER_MAX, n.step);
-    INT(o, "skipped", 0, ZCK_COUNTER_MAX, n.skipped);
-    INT(o, "micro", 0, ZCK_COUNTER_MAX, n.micro);
+    INT(o, "step", 0, ZENG_COUNTER_MAX, n.step);
+    INT(o, "skipped", 0, ZENG_COUNTER_MAX, n.skipped);
+    INT(o, "micro", 0, ZENG_COUNTER_MAX, n.micro);
     if (!bad && (!json_object_object_get_ex(o, "loss_scaler", &s) ||
                  !json_object_is_type(s, json_type_object))) {
         bad = "loss_scaler";
@@ -118,12 +116,12 @@ zinc_status zck_state_parse(const char *text, zengine_state *st, char *err)
     NUM(s, "cur_scale", 0x1p-1022, HUGE_VAL, sc->cur_scale);
     NUM(s, "min_scale", 0.0, HUGE_VAL, sc->min_scale);
     NUM(s, "scale_factor", 1.0, HUGE_VAL, sc->scale_factor);
-    INT(s, "scale_window", 1, ZCK_COUNTER_MAX, sc->scale_window);
+    INT(s, "scale_window", 1, ZENG_COUNTER_MAX, sc->scale_window);
     INT(s, "delayed_shift", 1, 0x7fffffff, sc->delayed_shift);
     INT(s, "cur_hysteresis", 1, sc->delayed_shift, sc->cur_hysteresis);
     if (!bad && (rc = jbool(s, "consecutive_hysteresis", &sc->consecutive_hysteresis)) != 0)
         bad = "loss_scaler.consecutive_hysteresis";
-    INT(s, "cur_iter", 0, ZCK_COUNTER_MAX, sc->cur_iter);
+    INT(s, "cur_iter", 0, ZENG_COUNTER_MAX, sc->cur_iter);
     INT(s, "last_overflow_iter", -1, sc->cur_iter, sc->last_overflow_iter);
 #undef INT
 #undef NUM

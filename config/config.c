@@ -90,6 +90,7 @@ void zcfg_defaults(zcfg *c)
     c->communication_data_type = ZINC_DTYPE_FP32;
     c->wall_clock_breakdown = 0;
     c->dataloader_drop_last = 0;
+    c->managed_accumulation = 1;
     c->dtype = ZINC_DTYPE_FP32;
 
     c->fp16.enabled = 0;

@@ -138,6 +138,9 @@ typedef struct zcfg {
     int wall_clock_breakdown;
     int dataloader_drop_last;            /* default 0; read by a front-end's data loader
                                           * (Python's training_data): the engine has none */
+    int managed_accumulation;            /* managed_gradient_accumulation, default 1: zinc counts
+                                          * gradient_accumulation_steps; 0: every zinc_step ends
+                                          * the window and zinc_micro_step ends the others */
     zinc_dtype dtype;                    /* working precision: fp16/bf16/fp32 */
     zcfg_fp16 fp16;
     zcfg_optim optim;

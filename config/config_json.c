@@ -218,6 +218,9 @@ static json_object *to_object(const zcfg *c)
      * (and so the checkpoints' config check) they had before zinc read it. */
     if (c->dataloader_drop_last)
         json_object_object_add(r, "dataloader_drop_last", boolean(1));
+    /* Only when false, for the same reason: the configs without it keep their hash. */
+    if (!c->managed_accumulation)
+        json_object_object_add(r, "managed_gradient_accumulation", boolean(0));
 
     json_object *f = json_object_new_object();
     json_object_object_add(f, "enabled", boolean(c->fp16.enabled));

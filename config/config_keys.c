@@ -36,6 +36,7 @@ static const zkey top_keys[] = {
     {"gradient_allreduce_op", ZK_OWN, ZK_ALWAYS, NULL},
     {"wall_clock_breakdown", ZK_OWN, ZK_ALWAYS, NULL}, /* warns when true (zc_parse_scalars) */
     {"dataloader_drop_last", ZK_OWN, ZK_ALWAYS, NULL}, /* the Python front-end's data loader */
+    {"managed_gradient_accumulation", ZK_OWN, ZK_ALWAYS, NULL},
     {"fp16", ZK_OWN, ZK_ALWAYS, NULL},
     {"bf16", ZK_OWN, ZK_ALWAYS, NULL},
     {"bfloat16", ZK_OWN, ZK_ALWAYS, NULL},

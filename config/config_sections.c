@@ -458,6 +458,13 @@ void zc_parse_scalars(zcctx *x, json_object *root, zcfg *c)
     }
 
     zc_get_bool(x, root, "", "dataloader_drop_last", &c->dataloader_drop_last);
+    zc_get_bool(x, root, "", "managed_gradient_accumulation", &c->managed_accumulation);
+    /* DeepSpeed 0.19.8 asserts this combination at initialize (engine.py, _do_sanity_check);
+     * zinc refuses it the same way rather than run what DeepSpeed would not. */
+    if (!c->managed_accumulation && c->zero.overlap_comm && c->zero.stage < 2)
+        zc_error(x, "managed_gradient_accumulation",
+                 "false needs zero_optimization.overlap_comm off at ZeRO stage %d (DeepSpeed "
+                 "allows overlap_comm with it only at stages 2-3)", c->zero.stage);
 
     const char *s;
     if (zc_member(root, "communication_data_type", &v) && v &&

@@ -161,6 +161,7 @@ zinc_status zinc_engine_create(const zinc_engine_options_t *opt, zinc_engine_t *
     zinc_engine_t *e = calloc(1, sizeof *e);
     if (!e) return zerr_thread(ZINC_ERR_NOMEM, "zinc_engine_create: out of memory");
     e->lr_override = NAN;         /* the config's schedule until zinc_set_lr */
+    e->boundary_override = -1;    /* zinc counts until zinc_set_accumulation_boundary */
     zinc_status s = ZINC_OK;
 
     /* The world first: the config's batch rule needs its size. */
@@ -840,7 +841,7 @@ int zinc_engine_group_count(const zinc_engine_t *e) { return e ? e->plan.ngroups
 int zinc_engine_param_count(const zinc_engine_t *e) { return e ? e->plan.nparams : 0; }
 int zinc_engine_at_boundary(const zinc_engine_t *e)
 {
-    return e && e->st.micro >= e->cfg.grad_accum - 1;   /* zinc_step's own test */
+    return e && zeng_last_micro(e);
 }
 int zinc_engine_gather_16bit_on_save(const zinc_engine_t *e)
 {

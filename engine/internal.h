@@ -85,6 +85,7 @@ struct zinc_engine {
     zplan plan;
     zgroup_hparams *group_hp;     /* [plan.ngroups]: a group's own Adam values, NAN if none */
     double lr_override;           /* zinc_set_lr's learning rate; NAN: the config's schedule */
+    int boundary_override;        /* zinc_set_accumulation_boundary's 0 or 1; -1: zinc's count */
     int finalized;
     zgroup_state *gstate;         /* [plan.ngroups] */
 
@@ -141,6 +142,11 @@ struct zinc_engine {
  * Purely local errors (bad arguments, calls before zinc_finalize) use zeng_fail. */
 zinc_status zeng_fail_sequence(zinc_engine_t *e, zinc_status s, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* 1 when the current micro-step is known to end the accumulation window: zinc_set_accumulation_
+ * boundary's value, else zinc's count (gradient_accumulation_steps - 1 micro-steps passed).
+ * Always 0 with managed_gradient_accumulation false, where zinc_step itself is the boundary. */
+int zeng_last_micro(const zinc_engine_t *e);
 
 /* ZINC_ERR_INVALID_ARG (message "<fn>: unknown group ...") unless `group` is a registered
  * group's id. */

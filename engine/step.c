@@ -115,7 +115,7 @@ zinc_status zinc_grads_ready(zinc_engine_t *e, int group)
     gs->bucket = -1;
     /* Offload: in the micro-step that ends the accumulation the group's shard slice is final, so
      * its download starts now and runs during the rest of backward (zoffload_adam waits). */
-    if (e->offload && e->st.micro >= e->cfg.grad_accum - 1) return zoffload_grad_ready(e, group);
+    if (e->offload && zeng_last_micro(e)) return zoffload_grad_ready(e, group);
     return ZINC_OK;
 }
 
@@ -392,6 +392,83 @@ static zinc_status zero_grads(zinc_engine_t *e)
     return ZINC_OK;
 }
 
+/* ---- the end of a micro-step -------------------------------------------------------------- */
+
+int zeng_last_micro(const zinc_engine_t *e)
+{
+    if (!e->cfg.managed_accumulation) return 0;
+    if (e->boundary_override >= 0) return e->boundary_override;
+    return e->st.micro >= e->cfg.grad_accum - 1;
+}
+
+zinc_status zinc_set_accumulation_boundary(zinc_engine_t *e, int is_boundary)
+{
+    if (!e) return zerr_thread(ZINC_ERR_INVALID_ARG, "zinc_set_accumulation_boundary: engine is NULL");
+    if (is_boundary < -1 || is_boundary > 1)
+        return zeng_fail(e, ZINC_ERR_INVALID_ARG,
+                         "zinc_set_accumulation_boundary: %d is not 1 (boundary), 0 (not) or -1 "
+                         "(zinc's count of gradient_accumulation_steps)", is_boundary);
+    if (!e->cfg.managed_accumulation)
+        return zeng_fail(e, ZINC_ERR_USAGE,
+                         "zinc_set_accumulation_boundary: the config sets "
+                         "managed_gradient_accumulation false, where every zinc_step is the "
+                         "boundary (DeepSpeed refuses set_gradient_accumulation_boundary there too)");
+    e->boundary_override = is_boundary;
+    return ZINC_OK;
+}
+
+/* What every micro-step's end checks and resets, boundary or not: each group handed over once
+ * and none still gathered. Not collective: a failure aborts the world (the other ranks may
+ * already wait in the next collective). */
+static zinc_status end_micro_step(zinc_engine_t *e, const char *fn)
+{
+    for (int g = 0; g < e->plan.ngroups; g++) {
+        if (!e->gstate[g].ready)
+            return zeng_fail_sequence(e, ZINC_ERR_USAGE,
+                             "%s: group '%s' was not handed over with zinc_grads_ready in "
+                             "this micro-step (every group needs it, once, before %s)",
+                             fn, e->plan.groups[g].name, fn);
+        if (e->gstate[g].held)
+            return zeng_fail_sequence(e, ZINC_ERR_USAGE, "%s: group '%s' is still gathered; "
+                             "zinc_release it first", fn, e->plan.groups[g].name);
+    }
+    return ZINC_OK;
+}
+
+static void next_micro_step(zinc_engine_t *e)
+{
+    for (int g = 0; g < e->plan.ngroups; g++) e->gstate[g].ready = 0;
+    zgather_step_end(e);
+}
+
+/* A micro-step ended and the window goes on. Its micro-steps past the count (a caller-owned
+ * boundary) stop counting at the checkpoints' counter limit rather than overflow; only "more
+ * than gradient_accumulation_steps - 1" matters once the count is back in charge. A gradient
+ * download offload started in this micro-step (the boundary said it was the last, then moved
+ * on) holds a partial sum: the window's end must download again. */
+static void window_goes_on(zinc_engine_t *e)
+{
+    if (e->st.micro < ZENG_COUNTER_MAX) e->st.micro++;
+    e->grads_downloaded = 0;
+}
+
+zinc_status zinc_micro_step(zinc_engine_t *e)
+{
+    zinc_status s = check_ready(e, "zinc_micro_step");
+    if (s != ZINC_OK) return s;
+    if (zeng_last_micro(e))
+        return zeng_fail_sequence(e, ZINC_ERR_USAGE,
+                         "zinc_micro_step: this micro-step ends the accumulation window (%s); end "
+                         "it with zinc_step",
+                         e->boundary_override == 1 ? "zinc_set_accumulation_boundary(1)"
+                                                   : "gradient_accumulation_steps reached");
+    s = end_micro_step(e, "zinc_micro_step");
+    if (s != ZINC_OK) return s;
+    next_micro_step(e);
+    window_goes_on(e);
+    return ZINC_OK;
+}
+
 zinc_status zinc_step(zinc_engine_t *e, zinc_step_info_t *info)
 {
     zinc_status s = check_ready(e, "zinc_step");
@@ -399,28 +476,19 @@ zinc_status zinc_step(zinc_engine_t *e, zinc_step_info_t *info)
     zinc_step_info_t local_info;
     if (!info) info = &local_info;
     memset(info, 0, sizeof *info);
-    for (int g = 0; g < e->plan.ngroups; g++) {
-        if (!e->gstate[g].ready)
-            return zeng_fail_sequence(e, ZINC_ERR_USAGE,
-                             "zinc_step: group '%s' was not handed over with zinc_grads_ready in "
-                             "this micro-step (every group needs it, once, before zinc_step)",
-                             e->plan.groups[g].name);
-        if (e->gstate[g].held)
-            return zeng_fail_sequence(e, ZINC_ERR_USAGE, "zinc_step: group '%s' is still gathered; "
-                             "zinc_release it first", e->plan.groups[g].name);
-    }
+    s = end_micro_step(e, "zinc_step");
+    if (s != ZINC_OK) return s;
     /* A boundary adds one to step or skipped (and to the scaler's cur_iter, their sum): refuse
      * the one that would take step + skipped past INT64_MAX instead of overflowing. Counters are
      * the same on every rank, so every rank refuses the same call, before any collective;
      * step, skipped >= 0 always (a loaded state is range-checked). */
-    int boundary = e->st.micro >= e->cfg.grad_accum - 1;
+    int boundary = !e->cfg.managed_accumulation || zeng_last_micro(e);
     if (boundary && e->st.step > INT64_MAX - 1 - e->st.skipped)
         return zeng_fail(e, ZINC_ERR_UNSUPPORTED,
                          "zinc_step: rank %d: the step counters are at their limit (step %lld, "
                          "skipped %lld: step + skipped reaches 2^63 - 1); zinc counts no further",
                          e->rank, (long long)e->st.step, (long long)e->st.skipped);
-    for (int g = 0; g < e->plan.ngroups; g++) e->gstate[g].ready = 0;
-    zgather_step_end(e);
+    next_micro_step(e);
 
     double scale = e->st.scaler.cur_scale;
     info->loss_scale = info->next_loss_scale = scale;
@@ -428,7 +496,7 @@ zinc_status zinc_step(zinc_engine_t *e, zinc_step_info_t *info)
     info->skipped_total = e->st.skipped;
     info->lr = zinc_engine_lr(e);
     if (!boundary) {
-        e->st.micro++;   /* < grad_accum - 1 here, so it cannot overflow */
+        window_goes_on(e);
         return ZINC_OK;
     }
     e->st.micro = 0;

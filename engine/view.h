@@ -23,6 +23,10 @@
 #include "shard/plan.h"
 #include "zinc.h"
 
+/* The largest value a counter of zengine_state may take: checkpoints write them as JSON
+ * numbers, exact up to 2^53, and refuse larger ones at load. */
+#define ZENG_COUNTER_MAX 9007199254740992LL
+
 /* Training state that checkpoints save and restore (besides the shard tensors). */
 typedef struct zengine_state {
     int64_t step;                 /* optimizer updates applied */

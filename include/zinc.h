@@ -267,7 +267,8 @@ typedef struct zinc_step_info {
     double lr;                /* the learning rate used for this step                               */
 } zinc_step_info_t;
 
-/* Collective. Call after every micro-step (as DeepSpeed's engine.step()). At the accumulation
+/* Collective. Call after every micro-step (as DeepSpeed's engine.step()), or only at the window's
+ * end where the caller owns the boundary (zinc_micro_step, below). At the accumulation
  * boundary: reduces the gradients (stages 0-1), computes the global norm and overflow with one
  * collective, updates the loss scale, and unless overflowed runs the fused Adam/AdamW update
  * and gathers the parameters (stages 0-2). `info` may be NULL.
@@ -278,6 +279,29 @@ typedef struct zinc_step_info {
  *         moments and loss scaler are as after the last applied step). At stage 0 DeepSpeed's
  *         FP16_Optimizer never stops, and neither does zinc: overflowing steps keep being skipped. */
 ZINC_API zinc_status zinc_step(zinc_engine_t *e, zinc_step_info_t *info);
+
+/* ---- who decides where the accumulation window ends ---------------------------------------
+ * By default zinc counts: the gradient_accumulation_steps-th zinc_step since the last boundary
+ * is the boundary. A caller that owns the boundary instead (DeepSpeed's
+ * set_gradient_accumulation_boundary, or the config's managed_gradient_accumulation false, as
+ * Hugging Face Accelerate drives DeepSpeed) ends the micro-steps inside the window with
+ * zinc_micro_step and calls zinc_step only at its end. Either way the loss multiplier stays
+ * 1/gradient_accumulation_steps, as DeepSpeed's backward divides by it. */
+
+/* Ends a micro-step that is not the window's last: what zinc_step does between boundaries (the
+ * gradients stay accumulated; no collective). Refused (ZINC_ERR_USAGE, aborting the world as a
+ * usage error in the collective sequence does) when this micro-step ends the window
+ * (zinc_engine_at_boundary): end that one with zinc_step. */
+ZINC_API zinc_status zinc_micro_step(zinc_engine_t *e);
+
+/* DeepSpeed's engine.set_gradient_accumulation_boundary: 1 makes the current and the following
+ * micro-steps end the window (zinc_step applies an optimizer step), 0 makes them not (zinc_step
+ * only ends the micro-step, as zinc_micro_step), -1 gives zinc's count back. Holds until changed;
+ * not saved in checkpoints. Every rank must set the same value before the same micro-step's
+ * zinc_grads_ready (it decides when offload starts the gradients' download). Refused
+ * (ZINC_ERR_USAGE) when the config sets managed_gradient_accumulation false, as DeepSpeed
+ * refuses it there. */
+ZINC_API zinc_status zinc_set_accumulation_boundary(zinc_engine_t *e, int is_boundary);
 
 /* The learning rate of the optimizer steps from here on, in place of the config's schedule: a
  * schedule the caller runs itself (a client LR scheduler, as DeepSpeed's engine steps one).
@@ -300,9 +324,12 @@ ZINC_API int zinc_engine_stage(const zinc_engine_t *e);
 ZINC_API zinc_dtype zinc_engine_dtype(const zinc_engine_t *e);
 ZINC_API int zinc_engine_group_count(const zinc_engine_t *e);
 ZINC_API int zinc_engine_param_count(const zinc_engine_t *e);
-/* 1 when the next zinc_step ends an accumulation window (applies, or skips on overflow, an
- * optimizer step): gradient_accumulation_steps - 1 micro-steps have passed since the last one.
- * DeepSpeed's engine.is_gradient_accumulation_boundary(). 0 otherwise and for NULL. */
+/* 1 when the current micro-step ends the accumulation window, so that the next zinc_step
+ * applies (or skips on overflow) an optimizer step: zinc_set_accumulation_boundary's value, else
+ * gradient_accumulation_steps - 1 micro-steps have passed since the last one. DeepSpeed's
+ * engine.is_gradient_accumulation_boundary(). 0 otherwise, for NULL, and always with
+ * managed_gradient_accumulation false (DeepSpeed's is True only inside step(); every zinc_step
+ * is the boundary there). */
 ZINC_API int zinc_engine_at_boundary(const zinc_engine_t *e);
 /* The learning rate the next applied optimizer step uses (groups without zinc_group_set_lr):
  * zinc_set_lr's, else the config's schedule at the current step count — what DeepSpeed's

@@ -191,7 +191,9 @@ static void *rank_main(void *arg)
             if (!o->mpi && mi == GA - 1)
                 r->rank_loss[(blob.steps & 1) * o->ranks + rank] = lsum / (double)GA;
             tm = train_now_s();
-            s = zinc_step(e, &info);
+            /* The window's last micro-step is the optimizer step; the others only end: the
+             * same under zinc's count and with managed_gradient_accumulation false. */
+            s = mi < GA - 1 ? zinc_micro_step(e) : zinc_step(e, &info);
             pr.zstep_s += train_now_s() - tm;
             if (s != ZINC_OK) {
                 train_fail(r, rank, s, 1, "step %lld: %s", (long long)blob.steps + 1,

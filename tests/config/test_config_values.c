@@ -862,6 +862,58 @@ static void test_dataloader_drop_last(void)
     }
 }
 
+/* managed_gradient_accumulation (DeepSpeed 0.19.8): true is the default and hashes as a config
+ * without it; false is kept (the engine reads it) and in the canonical text; DeepSpeed's
+ * assertion against overlap_comm at stages 0-1 is an error naming the key. */
+static void test_managed_accumulation(void)
+{
+    const char *base = "{\"train_micro_batch_size_per_gpu\": 1, \"optimizer\": {\"type\": \"AdamW\"}";
+    char json[384];
+    zcfg p, t, f;
+    snprintf(json, sizeof json, "%s}", base);
+    if (!parse_ok(json, 1, &p, 0, __LINE__)) return;
+    EQ_I(p.managed_accumulation, 1);
+    snprintf(json, sizeof json, "%s, \"managed_gradient_accumulation\": true}", base);
+    if (parse_ok(json, 1, &t, 0, __LINE__)) {
+        EQ_I(t.managed_accumulation, 1);
+        ZT_CHECK(t.hash == p.hash, "managed_gradient_accumulation: true changed the hash");
+    }
+    snprintf(json, sizeof json, "%s, \"managed_gradient_accumulation\": false}", base);
+    if (parse_ok(json, 1, &f, 0, __LINE__)) {
+        EQ_I(f.managed_accumulation, 0);
+        ZT_CHECK(f.hash != p.hash, "managed_gradient_accumulation: false left the hash unchanged");
+        char *text = zcfg_to_json(&f);
+        ZT_CHECK(text && strstr(text, "\"managed_gradient_accumulation\": false"),
+                 "the resolved config does not say managed_gradient_accumulation: false: %s",
+                 text ? text : "");
+        zcfg again;
+        if (text && parse_ok(text, 1, &again, 0, __LINE__))
+            EQ_I(again.managed_accumulation, 0);
+        free(text);
+    }
+    /* overlap_comm at stage 1 alone is only a warning; with false it is DeepSpeed's assertion. */
+    snprintf(json, sizeof json,
+             "%s, \"managed_gradient_accumulation\": false, \"zero_optimization\": {\"stage\": 1, "
+             "\"overlap_comm\": true}}", base);
+    zcfg_diag d = {0};
+    zcfg r;
+    zinc_status s = parse(json, 1, &r, &d);
+    int named = 0;
+    for (int i = 0; i < d.nerrors; i++)
+        if (!strncmp(d.errors[i], "managed_gradient_accumulation:", 30) &&
+            strstr(d.errors[i], "overlap_comm"))
+            named = 1;
+    ZT_CHECK(s != ZINC_OK && named, "managed_gradient_accumulation false with overlap_comm at "
+             "stage 1 was not refused naming both keys (status %d)", (int)s);
+    if (!named) dump(&d);
+    zcfg_diag_free(&d);
+    /* ... and allowed at stages 2-3 (DeepSpeed's partition_gradients). */
+    snprintf(json, sizeof json,
+             "%s, \"managed_gradient_accumulation\": false, \"zero_optimization\": {\"stage\": 2, "
+             "\"overlap_comm\": true}}", base);
+    if (parse_ok(json, 1, &r, 0, __LINE__)) EQ_I(r.managed_accumulation, 0);
+}
+
 int main(void)
 {
     test_offload();
@@ -870,6 +922,7 @@ int main(void)
     test_full();
     test_speed_knobs();
     test_dataloader_drop_last();
+    test_managed_accumulation();
     test_batch_rule();
     test_adam_mode();
     test_overrides();

@@ -29,6 +29,17 @@ set_tests_properties(engine_stages_staged PROPERTIES LABELS "multirank;unit" TIM
 zinc_test(NAME engine_parity SOURCES ${ZINC_ENGINE_TEST_DIR}/test_parity.c
           LIBS zinc_toy LABELS "multirank;unit" TIMEOUT 120)
 
+# A caller-owned accumulation boundary (DeepSpeed's set_gradient_accumulation_boundary and
+# managed_gradient_accumulation false): bitwise the count's training where it ends the window
+# where the count would, one optimizer step per window otherwise, and the refusals.
+zinc_test(NAME engine_accum_boundary SOURCES ${ZINC_ENGINE_TEST_DIR}/test_accum_boundary.c
+          LIBS zinc_toy LABELS "multirank;unit" TIMEOUT 300)
+# Again with the cpu device's copies done when queued, as a GPU's copy engine does them: a
+# download offload started before the boundary moved on is then visibly stale.
+add_test(NAME engine_accum_boundary_eager COMMAND engine_accum_boundary)
+set_tests_properties(engine_accum_boundary_eager PROPERTIES LABELS "multirank;unit" TIMEOUT 300
+                     ENVIRONMENT "ZINC_CPU_ASYNC_COPY=eager")
+
 # Counters near 2^63 (issue 12). engine/step.c and optim/*.c are compiled into the test itself
 # with -fsanitize=signed-integer-overflow -fno-sanitize-recover (they take precedence over the
 # same objects of zinc_core at link time), so a signed overflow there fails the test.

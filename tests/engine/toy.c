@@ -39,12 +39,14 @@ char *toy_config(const toy_run *r)
                        : r->dtype == ZINC_DTYPE_BF16 ? "\"bf16\": {\"enabled\": true},"
                                                      : "";
     snprintf(buf, 2048,
-             "{\"train_micro_batch_size_per_gpu\": 1, \"gradient_accumulation_steps\": %d, %s %s"
+             "{\"train_micro_batch_size_per_gpu\": 1, \"gradient_accumulation_steps\": %d, %s%s %s"
              "\"gradient_clipping\": %g,"
              "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": %s, \"weight_decay\": %s%s}},"
              "\"zero_optimization\": {%s\"stage\": %d, \"stage3_param_persistence_threshold\": %lld},"
              " \"zinc\": {%s\"comm_timeout_s\": 20}}",
-             r->accum, prec, r->extra_json ? r->extra_json : "", r->clip,
+             r->accum,
+             r->boundary == TOY_UNMANAGED ? "\"managed_gradient_accumulation\": false, " : "",
+             prec, r->extra_json ? r->extra_json : "", r->clip,
              r->lr ? r->lr : "0.01", r->weight_decay ? r->weight_decay : "0.01", adam,
              r->zero_json ? r->zero_json : "", r->stage,
              (long long)(r->persist_threshold == 0 ? 100000 : r->persist_threshold < 0 ? 0
@@ -181,11 +183,22 @@ static void toy_rank(int rank, void *arg)
     int micro = 0;
     zinc_step_info_t info = {0};
     int applied = 0, skipped = 0;
+    int boundaries = 0;
     for (int step = 0; step < r->steps && s == ZINC_OK; step++) {
-        for (int k = 0; k < r->accum && s == ZINC_OK; k++, micro++) {
+        int n = r->windows && r->boundary != TOY_COUNT ? r->windows[step] : r->accum;
+        for (int k = 0; k < n && s == ZINC_OK; k++, micro++) {
             int inj = step == r->inject_inf_step && rank == r->inject_rank && k == 0;
-            s = toy_micro_step(e, rank, r->world, micro, np, inj);
-            if (s == ZINC_OK) s = zinc_step(e, &info);
+            int last = k == n - 1;
+            if (r->boundary == TOY_SET_STEP_EACH || r->boundary == TOY_SET_STEP_LAST)
+                s = zinc_set_accumulation_boundary(e, last);
+            if (s == ZINC_OK) s = toy_micro_step(e, rank, r->world, micro, np, inj);
+            if (s != ZINC_OK) break;
+            if (last || r->boundary == TOY_COUNT || r->boundary == TOY_SET_STEP_EACH) {
+                s = zinc_step(e, &info);
+                boundaries += info.boundary;
+            } else {
+                s = zinc_micro_step(e);
+            }
         }
         applied += info.applied;
         skipped += info.skipped;
@@ -210,6 +223,7 @@ static void toy_rank(int rank, void *arg)
         r->last_info = info;
         r->applied = applied;
         r->skipped = skipped;
+        r->boundaries = boundaries;
     }
     pthread_mutex_unlock(&c->mu);
     for (int p = 0; p < np; p++) free(vals[p]);

@@ -38,6 +38,9 @@ typedef struct toy_run {
                                        the config's), or NULL */
     const double *group_eps;     /* [TOY_GROUPS]: zinc_group_set_eps per group (NAN: none), or
                                     NULL */
+    int boundary;                /* who ends the accumulation window (TOY_COUNT: zinc) */
+    const int *windows;          /* [steps]: micro-steps of each optimizer step when the caller
+                                    owns the boundary (TOY_SET_*, TOY_UNMANAGED); NULL: accum */
     int inject_inf_step;         /* optimizer step at which rank `inject_rank` writes an inf, or -1 */
     int inject_rank;
     /* outputs */
@@ -46,9 +49,21 @@ typedef struct toy_run {
     int64_t numel[TOY_MAX_PARAMS];
     zinc_step_info_t last_info;
     int applied, skipped;
+    int boundaries;                    /* zinc_step calls that reported a boundary (rank 0) */
     zinc_status status;                /* first failure of any rank */
     char error[512];
 } toy_run;
+
+/* toy_run.boundary: how the run ends its micro-steps. */
+enum {
+    TOY_COUNT = 0,       /* zinc_step after every micro-step; zinc counts accum */
+    TOY_SET_STEP_EACH,   /* zinc_set_accumulation_boundary(last ? 1 : 0) before each micro-step's
+                            backward, zinc_step after each (DeepSpeed's engine.step() each time) */
+    TOY_SET_STEP_LAST,   /* the same settings, zinc_micro_step for the window's inner micro-steps
+                            and zinc_step after its last (Hugging Face Accelerate's pattern) */
+    TOY_UNMANAGED,       /* managed_gradient_accumulation false: zinc_micro_step inside the
+                            window, zinc_step at its end */
+};
 
 /* Builds the config, runs `steps` optimizer steps on `world` local ranks, fills the outputs. */
 void toy_train(toy_run *r);
