@@ -428,6 +428,13 @@ class Engine(torch.nn.Module):
         self._in_backward = False
         self._no_sync = False        # inside no_sync(): backward hands nothing over
         self._unsynced = False       # gradients a no_sync backward left in `.grad`
+        # Who ends the accumulation window (docs/python.md): zinc's count, the caller's
+        # set_gradient_accumulation_boundary (None: not set), or every step() (the config's
+        # managed_gradient_accumulation false). When the caller owns it, a backward's micro-step
+        # stays open until the next forward or backward ends it (zinc_micro_step) or step() does.
+        self._boundary_set = None
+        self._open_micro = False     # every group handed over, no zinc step since
+        self._open_at_boundary = False   # ... and zinc took that micro-step as the window's last
         if self._stage < 3:
             for _, params in self._groups:
                 for pid, name, p in params:
@@ -449,6 +456,7 @@ class Engine(torch.nn.Module):
         # DeepSpeed's batch rule, as zinc's config module applied it.
         self._micro = int(self._resolved["train_micro_batch_size_per_gpu"])
         self._ga = int(self._resolved["gradient_accumulation_steps"])
+        self._managed = bool(self._resolved.get("managed_gradient_accumulation", True))
         self.collate_fn = None             # initialize's collate_fn, deepspeed_io's default
         self.training_dataloader = None    # initialize(training_data=...)'s loader
 
@@ -566,6 +574,7 @@ class Engine(torch.nn.Module):
         return need + sorted(more.difference(need)) if more else need
 
     def _pre_hook(self, mod, inputs):
+        self._end_open_micro()     # a forward through engine.module, not the engine
         self._stack.append((mod, []))
         for gi in self._groups_of(mod):
             self._materialize(gi)
@@ -709,6 +718,7 @@ class Engine(torch.nn.Module):
     # ---- training -------------------------------------------------------------------------
 
     def forward(self, *inputs, **kwargs):
+        self._end_open_micro()
         if self._stage < 3:
             return self.module(*inputs, **kwargs)
         try:
@@ -726,24 +736,29 @@ class Engine(torch.nn.Module):
                 warnings.warn(hint, RuntimeWarning, stacklevel=2)
             raise
 
-    def backward(self, loss):
-        """Scales the loss as DeepSpeed does and runs autograd; each group is handed to zinc
-        (zinc_grads_ready) as soon as all its parameters have their gradient, the groups that
-        got none after autograd with a zero gradient, last group first. Collective at stages
-        2-3 (every rank must run the same graph)."""
+    def backward(self, loss, retain_graph=False, scale_wrt_gas=True):
+        """Scales the loss as DeepSpeed does (by 1/gradient_accumulation_steps unless
+        scale_wrt_gas is False, and by fp16's loss scale) and runs autograd; each group is
+        handed to zinc (zinc_grads_ready) as soon as all its parameters have their gradient,
+        the groups that got none after autograd with a zero gradient, last group first.
+        Collective at stages 2-3 (every rank must run the same graph). Returns the loss divided
+        by the accumulation steps (scale_wrt_gas), as DeepSpeed's backward does."""
+        self._end_open_micro()
         for G in self._g:
             G.got.clear()
             G.done = False
+        mult = (lib.zinc_loss_multiplier(self._e) if scale_wrt_gas
+                else lib.zinc_engine_loss_scale(self._e))
         self._in_backward = True
         try:
-            (loss * lib.zinc_loss_multiplier(self._e)).backward()
+            (loss * mult).backward(retain_graph=retain_graph)
         finally:
             self._in_backward = False
         if self._no_sync:          # the gradients stay in `.grad`, summed by autograd
             self._unsynced = True
-            return loss
-        self._hand_over_rest()
-        return loss
+        else:
+            self._hand_over_rest()
+        return loss / self._ga if scale_wrt_gas else loss
 
     def _hand_over_rest(self):
         """After autograd: the groups not handed over yet (no gradient this backward, or only
@@ -752,6 +767,8 @@ class Engine(torch.nn.Module):
             if not self._g[gi].done:
                 self._hand_over(gi)
         self._unsynced = False
+        self._open_micro = True
+        self._open_at_boundary = bool(lib.zinc_engine_at_boundary(self._e))
         if self._stage == 3:
             self._drop_params()
 
@@ -773,6 +790,44 @@ class Engine(torch.nn.Module):
         finally:
             self._no_sync = False
 
+    # ---- a caller-owned accumulation boundary -----------------------------------------------
+
+    def set_gradient_accumulation_boundary(self, is_boundary):
+        """DeepSpeed's: whether the current micro-batch (and the following ones, until set
+        again) ends the accumulation window, in place of the count of gradient_accumulation_steps;
+        None gives the count back. With it, engine.step() may be called only at the window's end:
+        the next forward or backward ends the open micro-step instead. Refused with the config's
+        managed_gradient_accumulation false, as DeepSpeed refuses it."""
+        if not self._managed:
+            raise RuntimeError("zinc: set_gradient_accumulation_boundary() is not supported with "
+                               "managed_gradient_accumulation=False; the caller owns the boundary "
+                               "by calling step() (as in DeepSpeed)")
+        self._boundary_set = None if is_boundary is None else bool(is_boundary)
+        value = -1 if is_boundary is None else int(bool(is_boundary))
+        self._call(lib.zinc_set_accumulation_boundary(self._e, value))
+
+    def _end_open_micro(self):
+        """Where the caller owns the boundary, ends the micro-step the last backward completed
+        and no step() ended (zinc_micro_step): its gradients stay accumulated for the window.
+        A micro-step zinc took as the window's last must be ended by step(): raise instead."""
+        if not self._open_micro or (self._managed and self._boundary_set is None):
+            return
+        if self._open_at_boundary:
+            raise RuntimeError("zinc: the last backward ended the accumulation window "
+                               "(set_gradient_accumulation_boundary(True), or the count of "
+                               "gradient_accumulation_steps) but engine.step() did not follow; "
+                               "call engine.step() before the next forward or backward")
+        # zinc_micro_step reads zinc's current setting, which may have been set to True since
+        # that backward: end it as what it was.
+        if self._boundary_set:
+            self._call(lib.zinc_set_accumulation_boundary(self._e, 0))
+        try:
+            self._call(lib.zinc_micro_step(self._e))
+        finally:
+            if self._boundary_set:
+                self._call(lib.zinc_set_accumulation_boundary(self._e, 1))
+        self._open_micro = False
+
     def step(self):
         """zinc_step: at the accumulation boundary reduce, clip, Adam/AdamW and gather."""
         if self._no_sync:
@@ -784,9 +839,10 @@ class Engine(torch.nn.Module):
         # torch -> zinc (WAR): the step overwrites the weights (stages 0-2: torch's parameters)
         # that kernels torch queued may still read.
         self._torch_then_zinc()
-        if lib.zinc_engine_at_boundary(self._e):
+        if not self._managed or lib.zinc_engine_at_boundary(self._e):
             self._opt._before_step()             # the lr the optimizer's groups carry, if set
         self._call(lib.zinc_step(self._e, ctypes.byref(info)))
+        self._open_micro = False
         # zinc -> torch (RAW): the next forward reads the new weights.
         self._zinc_then_torch()
         if self._stage == 3:
@@ -874,10 +930,17 @@ class Engine(torch.nn.Module):
         return int(self._resolved["train_batch_size"])
 
     def is_gradient_accumulation_boundary(self):
-        """True when the next engine.step() ends the accumulation window (reduces the gradients
-        and runs the optimizer): gradient_accumulation_steps - 1 micro-steps since the last one.
-        zinc's own count (zinc_engine_at_boundary), the one zinc_step acts on."""
+        """True when the current micro-batch ends the accumulation window, so that the next
+        engine.step() reduces the gradients and runs the optimizer: what
+        set_gradient_accumulation_boundary set, else gradient_accumulation_steps - 1 micro-steps
+        since the last one; always False with managed_gradient_accumulation false (DeepSpeed's
+        is True only inside step(), which is always the boundary there). zinc_engine_at_boundary,
+        the value zinc_step acts on."""
         return bool(lib.zinc_engine_at_boundary(self._e))
+
+    def managed_gradient_accumulation(self):
+        """The config's managed_gradient_accumulation (DeepSpeed 0.19.8; default True)."""
+        return self._managed
 
     def zero_gather_16bit_weights_on_model_save(self):
         """The config's zero_optimization.stage3_gather_16bit_weights_on_model_save (or an
@@ -1252,14 +1315,6 @@ class Engine(torch.nn.Module):
     def save_fp16_model(self, save_dir, save_filename="pytorch_model.bin"):
         """DeepSpeed's older name of save_16bit_model."""
         return self.save_16bit_model(save_dir, save_filename)
-
-    # ---- DeepSpeed methods zinc does not offer (yet) --------------------------------------
-
-    def _absent(self, name):
-        raise NotImplementedError(f"zinc: engine.{name} is not offered (docs/python.md)")
-
-    def set_gradient_accumulation_boundary(self, *a, **k):
-        self._absent("set_gradient_accumulation_boundary")
 
 
 def add_config_arguments(parser):

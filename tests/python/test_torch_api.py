@@ -34,6 +34,13 @@ the run (exit 1) when it does not hold:
   model's frozen value and rank 0 warns naming it;
 - client_state as DeepSpeed keeps it: tuples, integer keys, tensors, a script's objects come
   back equal (torch.save); JSON values stay JSON in client.bin; an unpicklable one raises.
+- a caller-owned accumulation boundary: set_gradient_accumulation_boundary in Hugging Face
+  Accelerate's loop and in DeepSpeed's docstring's, and managed_gradient_accumulation false,
+  train bit for bit as the count when their windows are its; windows of 1 and 3 give two steps,
+  the same in both ways and not the count's; a forward after the window's last backward before
+  step() raises and training goes on; the setting under managed false raises; backward returns
+  loss / gradient_accumulation_steps, and scale_wrt_gas=False on a loss halved by the script
+  trains as the count.
 Exit 77 when torch is not importable.
 """
 import json
@@ -213,6 +220,168 @@ def check_no_sync(stage):
                 except RuntimeError as ex:
                     check(f"{what} raises", "no_sync" in str(ex), str(ex))
         engine.close()
+
+
+def check_accum_boundary(stage):
+    """A caller-owned accumulation boundary: set_gradient_accumulation_boundary (Accelerate's
+    and DeepSpeed's docstring's patterns) and managed_gradient_accumulation false train bit for
+    bit as zinc's count when they end the window where it would; windows of other lengths give
+    one step each, the set and the unmanaged ways alike; the refusals; backward's return value
+    and scale_wrt_gas."""
+    def build(**extra):
+        c = cfg(stage)
+        c.update(extra)
+        model = net()
+        return zinc.initialize(model=model, model_parameters=model.parameters(), config=c)[0]
+
+    def data(engine, i):
+        g = torch.Generator().manual_seed(1000 * engine.global_rank + i)
+        return (torch.randn(MICRO, 6, generator=g).to(torch.bfloat16),
+                torch.randn(MICRO, 3, generator=g).to(torch.bfloat16))
+
+    def loss_of(engine, i):
+        x, y = data(engine, i)
+        return ((engine(x) - y) ** 2).mean()
+
+    engine = build()                                 # zinc's count: step() after every backward
+    for i in range(3 * GA):
+        engine.backward(loss_of(engine, i))
+        engine.step()
+    want = engine.module_state_dict()
+    engine.close()
+
+    def accelerate(engine, windows):
+        """Hugging Face Accelerate's DeepSpeed loop: forward, set the boundary, backward, and
+        step() only when it was the window's last."""
+        i, seen = 0, []
+        for n in windows:
+            for k in range(n):
+                loss = loss_of(engine, i)
+                engine.set_gradient_accumulation_boundary(k == n - 1)
+                seen.append(engine.is_gradient_accumulation_boundary())
+                engine.backward(loss)
+                i += 1
+                if k == n - 1:
+                    engine.step()
+        return seen
+
+    def docstring(engine, windows):
+        """DeepSpeed's docstring: set False, the inner micro-batches, set True, the last, step()."""
+        i = 0
+        for n in windows:
+            engine.set_gradient_accumulation_boundary(False)
+            for _ in range(n - 1):
+                engine.backward(loss_of(engine, i))
+                i += 1
+            engine.set_gradient_accumulation_boundary(True)
+            engine.backward(loss_of(engine, i))
+            i += 1
+            engine.step()
+        return []
+
+    def unmanaged(engine, windows):
+        """managed_gradient_accumulation false: backward for each micro-batch, step() at the end."""
+        i, seen = 0, []
+        for n in windows:
+            for _ in range(n):
+                seen.append(engine.is_gradient_accumulation_boundary())
+                engine.backward(loss_of(engine, i))
+                i += 1
+            engine.step()
+        return seen
+
+    ways = (("set_gradient_accumulation_boundary, Accelerate's loop", accelerate, {}),
+            ("set_gradient_accumulation_boundary, DeepSpeed's docstring", docstring, {}),
+            ("managed_gradient_accumulation false", unmanaged,
+             {"managed_gradient_accumulation": False}))
+    for what, run, extra in ways:
+        engine = build(**extra)
+        seen = run(engine, [GA] * 3)
+        same, detail = same_dicts(want, engine.module_state_dict())
+        check(f"stage {stage}, {what}: the count's weights, bit for bit", same and
+              engine.global_steps == 3, f"{detail}; global_steps {engine.global_steps}")
+        if run is accelerate:
+            check(f"stage {stage}, {what}: is_gradient_accumulation_boundary() follows the "
+                  "setting", seen == [False, True] * 3, str(seen))
+        if run is unmanaged:
+            check(f"stage {stage}, {what}: is_gradient_accumulation_boundary() is False",
+                  seen == [False] * 6 and engine.managed_gradient_accumulation() is False,
+                  str(seen))
+        engine.close()
+
+    # Windows of 1 and 3 micro-batches (the count's are 2): two steps, the set and the
+    # unmanaged ways alike, not the count's weights after the same four micro-batches.
+    engine = build()
+    for i in range(4):
+        engine.backward(loss_of(engine, i))
+        engine.step()
+    count4 = engine.module_state_dict()
+    engine.close()
+    got = []
+    for what, run, extra in (ways[0], ways[2]):
+        engine = build(**extra)
+        run(engine, [1, 3])
+        got.append(engine.module_state_dict())
+        check(f"stage {stage}, {what}, windows 1 and 3: two optimizer steps",
+              engine.global_steps == 2, f"global_steps {engine.global_steps}")
+        engine.close()
+    same, detail = same_dicts(got[0], got[1])
+    check(f"stage {stage}, windows 1 and 3: the set and the unmanaged ways agree bit for bit",
+          same, detail)
+    check(f"stage {stage}, windows 1 and 3: not the count's windows of 2",
+          not same_dicts(count4, got[0])[0])
+
+    # Refusals: a forward after a backward that ended the window, before step(); the engine
+    # goes on after it. The setting under managed_gradient_accumulation false.
+    engine = build()
+    engine.set_gradient_accumulation_boundary(True)
+    engine.backward(loss_of(engine, 0))
+    try:
+        loss_of(engine, 1)
+        check(f"stage {stage}: a forward after the window's last backward, before step(), "
+              "raises", False, "accepted")
+    except RuntimeError as ex:
+        check(f"stage {stage}: a forward after the window's last backward, before step(), "
+              "raises", "engine.step()" in str(ex), str(ex))
+    engine.step()
+    engine.set_gradient_accumulation_boundary(None)        # the count again
+    for i in range(GA):
+        engine.backward(loss_of(engine, i))
+        engine.step()
+    check(f"stage {stage}: training goes on after the refusal, with the count again",
+          engine.global_steps == 2, f"global_steps {engine.global_steps}")
+    engine.close()
+    engine = build(managed_gradient_accumulation=False)
+    try:
+        engine.set_gradient_accumulation_boundary(True)
+        check("set_gradient_accumulation_boundary under managed_gradient_accumulation false "
+              "raises", False, "accepted")
+    except RuntimeError as ex:
+        check("set_gradient_accumulation_boundary under managed_gradient_accumulation false "
+              "raises", "managed_gradient_accumulation" in str(ex), str(ex))
+    engine.close()
+
+    # backward returns the loss over the accumulation steps (DeepSpeed's); scale_wrt_gas=False
+    # on a loss the script divided itself trains as the count (the halving is exact in bf16).
+    engine = build()
+    returned_ok = True
+    for i in range(3 * GA):
+        loss = loss_of(engine, i)
+        half = loss / GA
+        ret = engine.backward(half, retain_graph=(i == 0), scale_wrt_gas=False)
+        returned_ok = returned_ok and torch.equal(ret, half)
+        engine.step()
+    same, detail = same_dicts(want, engine.module_state_dict())
+    check(f"stage {stage}: backward(scale_wrt_gas=False) of loss / {GA} trains as the count",
+          same and returned_ok, detail)
+    engine.close()
+    engine = build()
+    loss = loss_of(engine, 0)
+    ret = engine.backward(loss)
+    check("backward returns loss / gradient_accumulation_steps", torch.equal(ret, loss / GA),
+          f"{ret} vs {loss}")
+    engine.step()
+    engine.close()
 
 
 def main():
@@ -427,6 +596,7 @@ def main():
     engine.close()
     check_fp16_accessors(stage)
     check_no_sync(stage)
+    check_accum_boundary(stage)
     print(f"rank {rank}: {len(failures)} failed", flush=True)
     return 1 if failures else 0
 
