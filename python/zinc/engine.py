@@ -828,8 +828,14 @@ class Engine(torch.nn.Module):
                 self._call(lib.zinc_set_accumulation_boundary(self._e, 1))
         self._open_micro = False
 
-    def step(self):
-        """zinc_step: at the accumulation boundary reduce, clip, Adam/AdamW and gather."""
+    def step(self, lr_kwargs=None):
+        """zinc_step: at the accumulation boundary reduce, clip, Adam/AdamW and gather.
+        lr_kwargs (DeepSpeed's) go to a client scheduler's step(); the config's schedule is
+        zinc's, whose position follows the step count, so lr_kwargs with it raise."""
+        if lr_kwargs and self._client_sched is None:
+            raise NotImplementedError("zinc: step(lr_kwargs=...) with the config's scheduler: "
+                                      "zinc's schedule follows the step count (a client "
+                                      "lr_scheduler receives lr_kwargs)")
         if self._no_sync:
             raise RuntimeError("zinc: engine.step() inside no_sync (as in DeepSpeed: leave the "
                                "block first; its gradients are reduced then)")
@@ -857,7 +863,7 @@ class Engine(torch.nn.Module):
                 with warnings.catch_warnings():
                     # torch's check that its optimizer stepped first: zinc's step is the step.
                     warnings.filterwarnings("ignore", message=".*lr_scheduler.step.*optimizer.step")
-                    self._client_sched.step()
+                    self._client_sched.step(**(lr_kwargs or {}))
             self._opt._after_step()
 
     # ---- DeepSpeed's accessors ------------------------------------------------------------

@@ -386,6 +386,36 @@ def main():
         fails += refused("betas written by a client OneCycleLR", two_steps, NotImplementedError,
                          "betas")
         engine.close()
+        # step(lr_kwargs): DeepSpeed hands them to its scheduler's step(). A client scheduler
+        # gets them, at each applied step; the config's schedule follows zinc's step count, so
+        # lr_kwargs with it are refused rather than ignored.
+        class Recording(torch.optim.lr_scheduler.LambdaLR):
+            def step(self, *a, **kw):
+                self.kwargs_seen = getattr(self, "kwargs_seen", []) + [kw]
+                super().step()
+        rm = model()
+        ropt = torch.optim.AdamW(rm.parameters(), lr=1e-3)
+        rsched = Recording(ropt, lambda s: 1.0 / (1 + s))
+        engine, *_ = zinc.initialize(model=rm, config=cfg(GLOBAL), optimizer=ropt,
+                                     lr_scheduler=rsched)
+        rsched.kwargs_seen = []
+        for step in range(2):
+            x, y = data(step)
+            engine.backward(torch.nn.functional.mse_loss(engine(x), y))
+            engine.step(lr_kwargs={"tag": step})
+        if rsched.kwargs_seen != [{"tag": 0}, {"tag": 1}]:
+            fails += 1
+            print(f"FAIL: a client scheduler got {rsched.kwargs_seen} from step(lr_kwargs=...)")
+        engine.close()
+        engine, *_ = zinc.initialize(model=model(), config=warmup_cfg(GLOBAL))
+
+        def step_with_lr_kwargs():
+            x, y = data(0)
+            engine.backward(torch.nn.functional.mse_loss(engine(x), y))
+            engine.step(lr_kwargs={"last_batch_iteration": 5})
+        fails += refused("step(lr_kwargs) with the config's scheduler", step_with_lr_kwargs,
+                         NotImplementedError, "lr_kwargs")
+        engine.close()
         # Stage 3: a forward reading a parameter through a reference zinc cannot see (not its
         # module's attribute) finds an empty tensor; the error says how to declare it. Declared,
         # the same model trains.
