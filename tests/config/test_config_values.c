@@ -836,61 +836,57 @@ static void test_offload(void)
 #undef PRE
 }
 
-/* dataloader_drop_last: a front-end's key (Python's data loader reads it from the resolved
- * config); accepted without a warning, in the canonical text only when true, so a config that
- * gives DeepSpeed's default hashes as one without it. */
-static void test_dataloader_drop_last(void)
+static const char *const BOOL_KEY_BASE =
+    "{\"train_micro_batch_size_per_gpu\": 1, \"optimizer\": {\"type\": \"AdamW\"}";
+
+/* A boolean top-level key that is in the canonical text only when it differs from DeepSpeed's
+ * default `dflt`: a config giving the default hashes as one without it (so the checkpoints'
+ * config check of configs written before zinc read the key is unchanged); the other value is
+ * accepted without a warning, changes the hash, is in the text and reads back from it. */
+static void check_bool_key_only_when_set(const char *key, int dflt, int (*field)(const zcfg *))
 {
-    const char *base = "{\"train_micro_batch_size_per_gpu\": 1, \"optimizer\": {\"type\": \"AdamW\"}";
-    char json[256];
-    zcfg p, f, t;
-    snprintf(json, sizeof json, "%s}", base);
+    char json[256], want[96];
+    zcfg p, d, o;
+    snprintf(json, sizeof json, "%s}", BOOL_KEY_BASE);
     if (!parse_ok(json, 1, &p, 0, __LINE__)) return;
-    snprintf(json, sizeof json, "%s, \"dataloader_drop_last\": false}", base);
-    if (parse_ok(json, 1, &f, 0, __LINE__)) {
-        EQ_I(f.dataloader_drop_last, 0);
-        ZT_CHECK(f.hash == p.hash, "dataloader_drop_last: false changed the hash");
+    ZT_CHECK(field(&p) == dflt, "%s: default %d, expected %d", key, field(&p), dflt);
+    snprintf(json, sizeof json, "%s, \"%s\": %s}", BOOL_KEY_BASE, key, dflt ? "true" : "false");
+    if (parse_ok(json, 1, &d, 0, __LINE__)) {
+        ZT_CHECK(field(&d) == dflt, "%s: given the default, read %d", key, field(&d));
+        ZT_CHECK(d.hash == p.hash, "%s: the default value changed the hash", key);
     }
-    snprintf(json, sizeof json, "%s, \"dataloader_drop_last\": true}", base);
-    if (parse_ok(json, 1, &t, 0, __LINE__)) {
-        EQ_I(t.dataloader_drop_last, 1);
-        ZT_CHECK(t.hash != p.hash, "dataloader_drop_last: true left the hash unchanged");
-        char *text = zcfg_to_json(&t);
-        ZT_CHECK(text && strstr(text, "\"dataloader_drop_last\": true"),
-                 "the resolved config does not say dataloader_drop_last: true: %s", text ? text : "");
-        free(text);
-    }
+    snprintf(json, sizeof json, "%s, \"%s\": %s}", BOOL_KEY_BASE, key, dflt ? "false" : "true");
+    if (!parse_ok(json, 1, &o, 0, __LINE__)) return;
+    ZT_CHECK(field(&o) == !dflt, "%s: given %d, read %d", key, !dflt, field(&o));
+    ZT_CHECK(o.hash != p.hash, "%s: the other value left the hash unchanged", key);
+    char *text = zcfg_to_json(&o);
+    snprintf(want, sizeof want, "\"%s\": %s", key, dflt ? "false" : "true");
+    ZT_CHECK(text && strstr(text, want), "the resolved config does not say %s: %s", want,
+             text ? text : "");
+    zcfg again;
+    if (text && parse_ok(text, 1, &again, 0, __LINE__))
+        ZT_CHECK(field(&again) == !dflt, "%s: the resolved text reads back as %d", key,
+                 field(&again));
+    free(text);
 }
 
-/* managed_gradient_accumulation (DeepSpeed 0.19.8): true is the default and hashes as a config
- * without it; false is kept (the engine reads it) and in the canonical text; DeepSpeed's
- * assertion against overlap_comm at stages 0-1 is an error naming the key. */
+static int drop_last_of(const zcfg *c) { return c->dataloader_drop_last; }
+static int managed_of(const zcfg *c) { return c->managed_accumulation; }
+
+/* dataloader_drop_last: a front-end's key (Python's data loader reads it from the resolved
+ * config). */
+static void test_dataloader_drop_last(void)
+{
+    check_bool_key_only_when_set("dataloader_drop_last", 0, drop_last_of);
+}
+
+/* managed_gradient_accumulation (DeepSpeed 0.19.8; the engine reads it), and DeepSpeed's
+ * assertion against overlap_comm at stages 0-1 as an error naming the key. */
 static void test_managed_accumulation(void)
 {
-    const char *base = "{\"train_micro_batch_size_per_gpu\": 1, \"optimizer\": {\"type\": \"AdamW\"}";
+    check_bool_key_only_when_set("managed_gradient_accumulation", 1, managed_of);
+    const char *base = BOOL_KEY_BASE;
     char json[384];
-    zcfg p, t, f;
-    snprintf(json, sizeof json, "%s}", base);
-    if (!parse_ok(json, 1, &p, 0, __LINE__)) return;
-    EQ_I(p.managed_accumulation, 1);
-    snprintf(json, sizeof json, "%s, \"managed_gradient_accumulation\": true}", base);
-    if (parse_ok(json, 1, &t, 0, __LINE__)) {
-        EQ_I(t.managed_accumulation, 1);
-        ZT_CHECK(t.hash == p.hash, "managed_gradient_accumulation: true changed the hash");
-    }
-    snprintf(json, sizeof json, "%s, \"managed_gradient_accumulation\": false}", base);
-    if (parse_ok(json, 1, &f, 0, __LINE__)) {
-        EQ_I(f.managed_accumulation, 0);
-        ZT_CHECK(f.hash != p.hash, "managed_gradient_accumulation: false left the hash unchanged");
-        char *text = zcfg_to_json(&f);
-        ZT_CHECK(text && strstr(text, "\"managed_gradient_accumulation\": false"),
-                 "the resolved config does not say managed_gradient_accumulation: false: %s",
-                 text ? text : "");
-        zcfg again;
-        if (text && parse_ok(text, 1, &again, 0, __LINE__))
-            EQ_I(again.managed_accumulation, 0);
-        free(text);
-    }
     /* overlap_comm at stage 1 alone is only a warning; with false it is DeepSpeed's assertion. */
     snprintf(json, sizeof json,
              "%s, \"managed_gradient_accumulation\": false, \"zero_optimization\": {\"stage\": 1, "
