@@ -185,6 +185,14 @@ double zinc_engine_lr(const zinc_engine_t *e)
                                  : e->lr_override;
 }
 
+int zinc_engine_betas(const zinc_engine_t *e, double *beta1, double *beta2)
+{
+    if (!e || !beta1 || !beta2) return -1;
+    *beta1 = zsched_beta1(&e->cfg.sched, e->cfg.optim.beta1, e->st.step);
+    *beta2 = zsched_beta2(&e->cfg.sched, e->cfg.optim.beta2, e->st.step);
+    return zsched_sets_betas(&e->cfg.sched);
+}
+
 static zinc_status zero_grads(zinc_engine_t *e);
 
 /* Only on the way to the min-scale error: the first group (in group order) whose reduced gradient
@@ -532,8 +540,8 @@ zinc_status zinc_step(zinc_engine_t *e, zinc_step_info_t *info)
     double coef = zclip_coef(norm, e->cfg.gradient_clipping);
     info->grad_norm_clipped = norm / coef;
     /* OneCycle with cycle_momentum drives the betas, as DeepSpeed does; otherwise the config's. */
-    double beta1 = zsched_beta1(&e->cfg.sched, e->cfg.optim.beta1, e->st.step);
-    double beta2 = zsched_beta2(&e->cfg.sched, e->cfg.optim.beta2, e->st.step);
+    double beta1, beta2;
+    zinc_engine_betas(e, &beta1, &beta2);
     s = apply_adam(e, (float)info->lr, (float)beta1, (float)beta2, (float)(1.0 / (scale * coef)),
                    predownloaded);
     if (s != ZINC_OK) return s;

@@ -335,6 +335,12 @@ ZINC_API int zinc_engine_at_boundary(const zinc_engine_t *e);
  * zinc_set_lr's, else the config's schedule at the current step count — what DeepSpeed's
  * param_groups show once its scheduler stepped after the last step. NAN for NULL. */
 ZINC_API double zinc_engine_lr(const zinc_engine_t *e);
+/* Writes the betas the next applied optimizer step uses for the groups without
+ * zinc_group_set_betas: the config's OneCycle schedule with cycle_momentum at the current step
+ * count (it replaces every group's betas, their own too, as DeepSpeed's writes them into every
+ * param group), else optimizer.params.betas. Returns 1 when the schedule sets them, 0 when they
+ * are the config's, -1 for NULL arguments. */
+ZINC_API int zinc_engine_betas(const zinc_engine_t *e, double *beta1, double *beta2);
 /* The loss scale the next backward is to be multiplied by (zinc_loss_multiplier without the
  * division by the accumulation steps): fp16's dynamic or static scale, 1 otherwise. NAN for
  * NULL. */

@@ -111,6 +111,8 @@ _sig = {
     "zinc_engine_dtype": (ctypes.c_int, [ctypes.c_void_p]),
     "zinc_engine_at_boundary": (ctypes.c_int, [ctypes.c_void_p]),
     "zinc_engine_lr": (ctypes.c_double, [ctypes.c_void_p]),
+    "zinc_engine_betas": (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(ctypes.c_double),
+                                         ctypes.POINTER(ctypes.c_double)]),
     "zinc_engine_gather_16bit_on_save": (ctypes.c_int, [ctypes.c_void_p]),
     "zinc_ckpt_save": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p,
                                       ctypes.POINTER(SaveOptions)]),

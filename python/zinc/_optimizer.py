@@ -6,6 +6,7 @@ engine.step(); what DeepSpeed users hand initialize about the optimizer is read 
   rate as DeepSpeed's do (zinc_set_lr, zinc_group_set_lr).
 Anything zinc would compute differently is refused by name.
 """
+import ctypes
 import warnings
 
 import torch
@@ -302,9 +303,22 @@ class _Optimizer:
         ratio = lib.zinc_engine_lr(self._engine._e) / self._base
         return [org * ratio for org in self._scaled]
 
+    def _show_betas(self):
+        """Under the config's OneCycle with cycle_momentum every group shows the betas of the
+        next step, as DeepSpeed's scheduler writes them into every param group; zinc runs them
+        (zinc_engine_betas), so they become what _check_adam expects."""
+        b1, b2 = ctypes.c_double(), ctypes.c_double()
+        if lib.zinc_engine_betas(self._engine._e, ctypes.byref(b1), ctypes.byref(b2)) != 1:
+            return
+        betas = (b1.value, b2.value)
+        for g in self.param_groups:
+            g["betas"] = betas
+        self._adam = [(betas, eps) for _, eps in self._adam]
+
     def _after_step(self):
         """While zinc's schedule runs, the groups show the lr of the next step (as DeepSpeed's
-        after its scheduler stepped)."""
+        after its scheduler stepped), and the betas under OneCycle with cycle_momentum."""
+        self._show_betas()
         if not self._taken:
             lr = lib.zinc_engine_lr(self._engine._e)
             if self._scaled is None:      # every group, those without parameters too
@@ -326,6 +340,7 @@ class _Optimizer:
         for g, lr in zip(self._sources, lrs):
             g["lr"] = lr
         self._taken = True
+        self._show_betas()
 
     def zero_grad(self, set_to_none=True):
         """Nothing to do: zinc zeroes its gradient buffers at every optimizer step."""

@@ -362,12 +362,30 @@ def main():
             "cycle_momentum": True}})
         with warnings.catch_warnings(record=True) as seen:
             warnings.simplefilter("always")
-            engine, *_ = zinc.initialize(model=om, config=ocfg, model_parameters=ogroups)
-        engine.close()
+            engine, oopt, *_ = zinc.initialize(model=om, config=ocfg, model_parameters=ogroups)
         said = [str(w.message) for w in seen if issubclass(w.category, RuntimeWarning)]
         if len(said) != 1 or "group(s) [0]" not in said[0] or "betas" not in said[0]:
             fails += 1
             print(f"FAIL: OneCycle with cycle_momentum and a group's own betas warned {said}")
+        # ... and every group shows the schedule's betas of the next step, as DeepSpeed's
+        # scheduler writes them: (cycle_min_mom, 0.99) at first, then after step k
+        # cycle_max_mom - (max - min) * scale(k), scale rising to 1 over cycle_first_step_size
+        # 4 and falling after (DeepSpeed's defaults 0.8 and 0.9).
+        want = [0.8, 0.875, 0.85, 0.825, 0.8, 0.825]
+        shown = [[g["betas"] for g in oopt.param_groups]]
+        for step in range(5):
+            x, y = data(step)
+            engine.backward(torch.nn.functional.mse_loss(engine(x), y))
+            engine.step()
+            shown.append([g["betas"] for g in oopt.param_groups])
+        ok = all(len(groups) == 2 and all(abs(b[0] - w) < 1e-12 and b[1] == 0.99 for b in groups)
+                 for groups, w in zip(shown, want))
+        ok = ok and engine.get_mom() == [tuple(b) for b in shown[-1]]
+        if not ok:
+            fails += 1
+            print(f"FAIL: under OneCycle with cycle_momentum the groups show betas {shown}, "
+                  f"expected beta1 {want} and beta2 0.99 in both")
+        engine.close()
         # A group's betas and eps are fixed when the engine is built: a client scheduler that
         # writes them (torch's OneCycleLR cycles Adam's beta1) is refused at the next step,
         # naming them, instead of training with betas the optimizer no longer shows.
