@@ -433,7 +433,8 @@ class Engine(torch.nn.Module):
         # managed_gradient_accumulation false). When the caller owns it, a backward's micro-step
         # stays open until the next forward or backward ends it (zinc_micro_step) or step() does.
         self._boundary_set = None
-        self._open_micro = False     # every group handed over, no zinc step since
+        self._open_micro = False     # every group handed over, no zinc step since, and the
+                                     # caller owned the boundary then (step() need not follow)
         self._open_at_boundary = False   # ... and zinc took that micro-step as the window's last
         if self._stage < 3:
             for _, params in self._groups:
@@ -767,7 +768,7 @@ class Engine(torch.nn.Module):
             if not self._g[gi].done:
                 self._hand_over(gi)
         self._unsynced = False
-        self._open_micro = True
+        self._open_micro = not self._managed or self._boundary_set is not None
         self._open_at_boundary = bool(lib.zinc_engine_at_boundary(self._e))
         if self._stage == 3:
             self._drop_params()
@@ -803,29 +804,34 @@ class Engine(torch.nn.Module):
                                "managed_gradient_accumulation=False; the caller owns the boundary "
                                "by calling step() (as in DeepSpeed)")
         self._boundary_set = None if is_boundary is None else bool(is_boundary)
-        value = -1 if is_boundary is None else int(bool(is_boundary))
+        self._set_zinc_boundary()
+
+    def _set_zinc_boundary(self, value=None):
+        """zinc_set_accumulation_boundary: `value`, else the caller's setting (-1: none)."""
+        if value is None:
+            value = -1 if self._boundary_set is None else int(self._boundary_set)
         self._call(lib.zinc_set_accumulation_boundary(self._e, value))
 
     def _end_open_micro(self):
         """Where the caller owns the boundary, ends the micro-step the last backward completed
         and no step() ended (zinc_micro_step): its gradients stay accumulated for the window.
         A micro-step zinc took as the window's last must be ended by step(): raise instead."""
-        if not self._open_micro or (self._managed and self._boundary_set is None):
+        if not self._open_micro:
             return
         if self._open_at_boundary:
             raise RuntimeError("zinc: the last backward ended the accumulation window "
                                "(set_gradient_accumulation_boundary(True), or the count of "
                                "gradient_accumulation_steps) but engine.step() did not follow; "
                                "call engine.step() before the next forward or backward")
-        # zinc_micro_step reads zinc's current setting, which may have been set to True since
-        # that backward: end it as what it was.
-        if self._boundary_set:
-            self._call(lib.zinc_set_accumulation_boundary(self._e, 0))
+        # zinc_micro_step reads zinc's setting as it is now, which may have changed since that
+        # backward (to True, or back to the count): end it as what it was, not the last.
+        if self._managed:
+            self._set_zinc_boundary(0)
         try:
             self._call(lib.zinc_micro_step(self._e))
         finally:
-            if self._boundary_set:
-                self._call(lib.zinc_set_accumulation_boundary(self._e, 1))
+            if self._managed:
+                self._set_zinc_boundary()
         self._open_micro = False
 
     def step(self, lr_kwargs=None):

@@ -885,12 +885,11 @@ static void test_dataloader_drop_last(void)
 static void test_managed_accumulation(void)
 {
     check_bool_key_only_when_set("managed_gradient_accumulation", 1, managed_of);
-    const char *base = BOOL_KEY_BASE;
     char json[384];
     /* overlap_comm at stage 1 alone is only a warning; with false it is DeepSpeed's assertion. */
     snprintf(json, sizeof json,
              "%s, \"managed_gradient_accumulation\": false, \"zero_optimization\": {\"stage\": 1, "
-             "\"overlap_comm\": true}}", base);
+             "\"overlap_comm\": true}}", BOOL_KEY_BASE);
     zcfg_diag d = {0};
     zcfg r;
     zinc_status s = parse(json, 1, &r, &d);
@@ -906,7 +905,7 @@ static void test_managed_accumulation(void)
     /* ... and allowed at stages 2-3 (DeepSpeed's partition_gradients). */
     snprintf(json, sizeof json,
              "%s, \"managed_gradient_accumulation\": false, \"zero_optimization\": {\"stage\": 2, "
-             "\"overlap_comm\": true}}", base);
+             "\"overlap_comm\": true}}", BOOL_KEY_BASE);
     if (parse_ok(json, 1, &r, 0, __LINE__)) EQ_I(r.managed_accumulation, 0);
 }
 

@@ -37,7 +37,8 @@ the run (exit 1) when it does not hold:
 - a caller-owned accumulation boundary: set_gradient_accumulation_boundary in Hugging Face
   Accelerate's loop and in DeepSpeed's docstring's, and managed_gradient_accumulation false,
   train bit for bit as the count when their windows are its; windows of 1 and 3 give two steps,
-  the same in both ways and not the count's; a forward after the window's last backward before
+  the same in both ways and not the count's; set False then None inside a window trains as the
+  count; a forward after the window's last backward before
   step() raises and training goes on; the setting under managed false raises; backward returns
   loss / gradient_accumulation_steps, and scale_wrt_gas=False on a loss halved by the script
   trains as the count.
@@ -277,7 +278,6 @@ def check_accum_boundary(stage):
             engine.backward(loss_of(engine, i))
             i += 1
             engine.step()
-        return []
 
     def unmanaged(engine, windows):
         """managed_gradient_accumulation false: backward for each micro-batch, step() at the end."""
@@ -330,6 +330,22 @@ def check_accum_boundary(stage):
           same, detail)
     check(f"stage {stage}, windows 1 and 3: not the count's windows of 2",
           not same_dicts(count4, got[0])[0])
+
+    # Back to the count inside a window: the micro-step set False stays one of the window's,
+    # and the count ends the window after it (it trains as the count throughout).
+    engine = build()
+    engine.set_gradient_accumulation_boundary(False)
+    engine.backward(loss_of(engine, 0))
+    engine.set_gradient_accumulation_boundary(None)
+    engine.backward(loss_of(engine, 1))
+    engine.step()
+    for i in range(2, 3 * GA):
+        engine.backward(loss_of(engine, i))
+        engine.step()
+    same, detail = same_dicts(want, engine.module_state_dict())
+    check(f"stage {stage}: set False, then None inside the window: the count's weights, bit for "
+          "bit", same and engine.global_steps == 3, f"{detail}; global_steps {engine.global_steps}")
+    engine.close()
 
     # Refusals: a forward after a backward that ended the window, before step(); the engine
     # goes on after it. The setting under managed_gradient_accumulation false.
