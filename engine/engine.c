@@ -728,6 +728,8 @@ zinc_status zinc_param_set(zinc_engine_t *e, int param, const float *values)
     if (s != ZINC_OK) return s;
     if (!values) return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_param_set: values is NULL");
     const zplan_param *P = &e->plan.params[param];
+    s = zgather_forget(e, P->group, "zinc_param_set");
+    if (s != ZINC_OK) return s;
     size_t d = zinc_dtype_size(e->dtype);
     size_t lo, hi, sp;
     int have = zplan_param_in_slice(&e->plan, param, e->rank, &lo, &hi, &sp);
@@ -961,6 +963,22 @@ zinc_status zinc_mean_over_ranks(zinc_engine_t *e, double *values, int n)
     zinc_status s = zcomm_host_all_reduce_f64(e->comm, values, (size_t)n);
     if (s != ZINC_OK) return zeng_fail(e, s, "zinc_mean_over_ranks: %s", e->comm->err);
     for (int i = 0; i < n; i++) values[i] /= (double)e->world_size;
+    return ZINC_OK;
+}
+
+zinc_status zinc_broadcast(zinc_engine_t *e, void *buf, size_t bytes, int root)
+{
+    if (!e) return zerr_thread(ZINC_ERR_INVALID_ARG, "zinc_broadcast: engine is NULL");
+    /* Refused before finalize for the reason zinc_mean_over_ranks is. */
+    if (!e->finalized) return zeng_fail(e, ZINC_ERR_USAGE, "zinc_broadcast: called before zinc_finalize");
+    if (root < 0 || root >= e->world_size)
+        return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_broadcast: root %d is not a rank of a world of %d",
+                         root, e->world_size);
+    if (bytes > 0 && !buf)
+        return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_broadcast: buf is NULL for %zu bytes", bytes);
+    if (e->world_size == 1 || bytes == 0) return ZINC_OK;
+    zinc_status s = zcomm_host_broadcast(e->comm, buf, bytes, root);
+    if (s != ZINC_OK) return zeng_fail(e, s, "zinc_broadcast: %s", e->comm->err);
     return ZINC_OK;
 }
 

@@ -208,6 +208,11 @@ zinc_status zgather_plan(zinc_engine_t *e);
 zinc_status zgather_refresh_persistent(zinc_engine_t *e, int counted);
 /* At zinc_step: forgets prefetched groups nobody used and ends the trace's first recording. */
 void zgather_step_end(zinc_engine_t *e);
+/* Before a group's values change outside a step (zinc_param_set): forgets its prefetched copy,
+ * which holds the old values; refused (ZINC_ERR_USAGE, naming `who`) while the caller holds it
+ * gathered, whose view would not show the change. Persistent groups need nothing: their one
+ * copy is written in place. */
+zinc_status zgather_forget(zinc_engine_t *e, int group, const char *who);
 /* 1 when the fp32 working copy doubles as the master (fp32 mode, stages 0 and 3, no offload; with
  * offload_param the host master doubles as the host shard, which the plan counts as master). */
 int zmem_master_aliased(int stage, zinc_dtype dtype, int offload);

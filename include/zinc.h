@@ -219,7 +219,10 @@ ZINC_API zinc_status zinc_finalize(zinc_engine_t *e);
 
 /* Sets a parameter's value from `values` (numel fp32 values, row-major). Every rank must pass
  * the same values; each keeps the part in its own shard (fp32 master and 16-bit copy).
- * Not collective; call between finalize and the first step, or after a step. */
+ * Not collective; call after finalize, outside a micro-step's zinc_gather/zinc_grads_ready
+ * calls (before its first or after its last, or after a step). At stage 3 it is refused
+ * (ZINC_ERR_USAGE) while the parameter's group is gathered, and a prefetched copy of the group
+ * is dropped, so the next zinc_gather reads the new values. */
 ZINC_API zinc_status zinc_param_set(zinc_engine_t *e, int param, const float *values);
 
 /* Collective. Copies a parameter's fp32 master value (numel floats) into `out` on every rank. */
@@ -429,6 +432,12 @@ ZINC_API zinc_status zinc_comm_bytes(const zinc_engine_t *e, uint64_t bytes[ZINC
  * counted by zinc_comm_bytes). After zinc_finalize only (ZINC_ERR_USAGE before: until then the
  * ranks are not known to agree, and the call could pair with another rank's finalize). */
 ZINC_API zinc_status zinc_mean_over_ranks(zinc_engine_t *e, double *values, int n);
+
+/* Collective: copies `bytes` of host memory at `buf` on rank `root` into `buf` on every other
+ * rank — for values one rank decided (the Python front-end's GatheredParameters(modifier_rank=)
+ * sends that rank's edits). Every rank passes the same bytes and root. Not counted by
+ * zinc_comm_bytes. After zinc_finalize only, as zinc_mean_over_ranks. */
+ZINC_API zinc_status zinc_broadcast(zinc_engine_t *e, void *buf, size_t bytes, int root);
 
 /* For models that compute on the engine's GPU (models/cuda is one): the CUDA stream the engine
  * queues its work on (a cudaStream_t; queue the model's work on it too, so no extra ordering is

@@ -469,6 +469,95 @@ static void test_prefetch(void)
     zinc_engine_destroy(e);
 }
 
+/* zinc_param_set on a stage-3 group that zinc_gather prefetched: the prefetched copy holds the
+ * old values, so it is dropped and the next zinc_gather reads the new ones; on a group the caller
+ * holds gathered, refused. */
+static void test_set_prefetched(void)
+{
+    toy_run tr = {.world = 1, .stage = 3, .accum = 1, .dtype = ZINC_DTYPE_BF16,
+                  .persist_threshold = -1};
+    zinc_engine_t *e = NULL;
+    int np = 0;
+    ZT_OK(toy_engine(&tr, &e, &np));
+    if (!e) return;
+    int p0 = -1, p1 = -1;
+    for (int p = 0; p < np; p++) {
+        if (p0 < 0 && toy_param_group(p) == 0) p0 = p;
+        if (p1 < 0 && toy_param_group(p) == 1) p1 = p;
+    }
+    ZT_OK(toy_micro_step(e, 0, 1, 0, np, 0)); /* records the gather order */
+    ZT_OK(zinc_step(e, NULL));
+    ZT_OK(zinc_gather(e, 0));
+    ZT_CHECK(e->gstate[1].gather_slot >= 0, "group 1 prefetched");
+    size_t n1 = (size_t)zinc_param_numel(e, p1);
+    size_t n0 = (size_t)zinc_param_numel(e, p0);
+    float *vals = malloc((n0 > n1 ? n0 : n1) * sizeof *vals);
+    for (size_t i = 0; i < (n0 > n1 ? n0 : n1); i++) vals[i] = 0.5f;
+    ZT_CHECK(zinc_param_set(e, p0, vals) == ZINC_ERR_USAGE, "set while its group is gathered");
+    ZT_CHECK(strstr(zinc_last_error(e), "zinc_release it first") != NULL, "message: %s",
+             zinc_last_error(e));
+    ZT_OK(zinc_release(e, 0));
+    ZT_OK(zinc_param_set(e, p1, vals));
+    ZT_CHECK(e->gstate[1].gather_slot < 0, "the prefetched copy of group 1 dropped");
+    ZT_OK(zinc_gather(e, 1));
+    void *view = NULL;
+    ZT_OK(zinc_param_data(e, p1, &view));
+    size_t stale = 0;
+    for (size_t i = 0; view && i < n1; i++) stale += ((const uint16_t *)view)[i] != 0x3F00; /* bf16 0.5 */
+    ZT_CHECK(view && stale == 0, "%zu of %zu gathered values are not the ones set", stale, n1);
+    ZT_OK(zinc_release(e, 1));
+    free(vals);
+    zinc_engine_destroy(e);
+}
+
+/* zinc_broadcast: rank 1's bytes reach every rank; a root outside the world and a call before
+ * finalize are refused. */
+typedef struct {
+    zinc_world_t *world;
+    zinc_status st[3], bad_root[3], early[3];
+    unsigned char got[3][5];
+} bcast_ctx;
+
+static void bcast_rank(int rank, void *arg)
+{
+    bcast_ctx *c = arg;
+    static const char cfg[] = "{\"train_micro_batch_size_per_gpu\": 1, \"zero_optimization\": {\"stage\": 1}}";
+    zinc_engine_options_t o = {.config_json = cfg, .world = c->world, .rank = rank, .threads = 1};
+    zinc_engine_t *e = NULL;
+    int g, p;
+    int64_t shape[1] = {6};
+    unsigned char buf[5];
+    for (int i = 0; i < 5; i++) buf[i] = (unsigned char)(16 * rank + i);
+    zinc_status s = zinc_engine_create(&o, &e);
+    c->early[rank] = s == ZINC_OK ? zinc_broadcast(e, buf, 5, 0) : s;
+    if (s == ZINC_OK) s = zinc_group_add(e, "g", &g);
+    if (s == ZINC_OK) s = zinc_param_add(e, g, "w", 1, shape, ZINC_DTYPE_FP32, &p);
+    if (s == ZINC_OK) s = zinc_finalize(e);
+    c->bad_root[rank] = s == ZINC_OK ? zinc_broadcast(e, buf, 5, 3) : s;
+    if (s == ZINC_OK) s = zinc_broadcast(e, buf, 5, 1);
+    c->st[rank] = s;
+    memcpy(c->got[rank], buf, 5);
+    zinc_engine_destroy(e);
+}
+
+static void test_broadcast(void)
+{
+    bcast_ctx c = {0};
+    ZT_OK(zinc_world_create_local(3, &c.world));
+    zt_run_ranks(3, bcast_rank, &c);
+    zinc_world_destroy(c.world);
+    for (int r = 0; r < 3; r++) {
+        ZT_CHECK(c.early[r] == ZINC_ERR_USAGE, "rank %d: before finalize: %s", r,
+                 zinc_status_string(c.early[r]));
+        ZT_CHECK(c.bad_root[r] == ZINC_ERR_INVALID_ARG, "rank %d: root 3 of 3: %s", r,
+                 zinc_status_string(c.bad_root[r]));
+        ZT_OK(c.st[r]);
+        for (int i = 0; i < 5; i++)
+            ZT_CHECK(c.got[r][i] == 16 + i, "rank %d byte %d = %d, rank 1 sent %d", r, i,
+                     c.got[r][i], 16 + i);
+    }
+}
+
 /* checkpoint.tag_validation: ranks saving under different tags. "Fail" refuses on every rank;
  * "Warn" saves under rank 0's tag. */
 typedef struct {
@@ -692,6 +781,8 @@ int main(void)
     test_fp32_alias();
     test_tag_validation();
     test_prefetch();
+    test_set_prefetched();
+    test_broadcast();
     test_misuse();
     test_mismatch();
     test_volume_and_memory();
