@@ -119,7 +119,7 @@ def main():
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
     import zinc
 
-    torch.manual_seed(0)                      # the same initial weights on every rank
+    torch.manual_seed(0)                      # (zinc.initialize takes rank 0's weights)
     if args.model == "gpt":
         model = GPT(checkpoint=zinc.checkpointing.checkpoint if args.activation_checkpointing
                     else None)

@@ -13,7 +13,7 @@ The shape is DeepSpeed's (`deepspeed.initialize`); the engine is zinc's C librar
 does the sharding, reduction, loss scaling, clipping, Adam/AdamW and checkpoints. This package
 only hands it the model's tensors. docs/python.md says what is offered and what is not yet.
 """
-from . import checkpointing  # noqa: F401
+from . import checkpointing, zero  # noqa: F401
 from .dataloader import RepeatingLoader  # noqa: F401
 from ._lib import ZincError  # noqa: F401
 from .engine import (Engine, ZincConfigWarning, add_config_arguments,  # noqa: F401
@@ -21,4 +21,4 @@ from .engine import (Engine, ZincConfigWarning, add_config_arguments,  # noqa: F
 
 __all__ = ["initialize", "init_distributed", "world_size", "Engine", "ZincError",
            "ZincConfigWarning", "register_external_parameter", "checkpointing",
-           "add_config_arguments", "RepeatingLoader"]
+           "add_config_arguments", "RepeatingLoader", "zero"]

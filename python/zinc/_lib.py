@@ -123,6 +123,8 @@ _sig = {
                                    ctypes.POINTER(ctypes.c_uint64)]),
     "zinc_mean_over_ranks": (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(ctypes.c_double),
                                             ctypes.c_int]),
+    "zinc_broadcast": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t,
+                                      ctypes.c_int]),
     "zinc_engine_sync": (ctypes.c_int, [ctypes.c_void_p]),
     "zinc_engine_cuda_stream": (ctypes.c_void_p, [ctypes.c_void_p]),
     "zinc_engine_cuda_device": (ctypes.c_int, [ctypes.c_void_p]),

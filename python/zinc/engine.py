@@ -66,6 +66,7 @@ import collections
 import contextlib
 import ctypes
 import io
+import itertools
 import json
 import os
 import warnings
@@ -76,8 +77,7 @@ import torch
 from . import _memory, _torch_dist
 from . import dataloader as _dataloader
 from ._optimizer import _Optimizer, _Scheduler, _client_optimizer, _parameter_groups, _scalar
-from ._lib import (ZINC_ERR_MISMATCH, EngineOptions, LoadOptions, SaveOptions, StepInfo, ZincError,
-                   check, lib)
+from ._lib import EngineOptions, LoadOptions, SaveOptions, StepInfo, check, lib
 
 
 class ZincConfigWarning(UserWarning):
@@ -88,6 +88,7 @@ _BLOB_CAP = 64 << 20
 
 _world = None
 _engines = weakref.WeakSet()   # live engines: destroyed before the world they use
+_serials = itertools.count()   # engines' creation order (zero.GatheredParameters)
 
 
 def _destroy_world():
@@ -133,6 +134,12 @@ def _launcher_world():
         _world = w
         atexit.register(_destroy_world)
     return _world
+
+
+def _bits(t):
+    """A tensor's bits as integers, so that equality is bitwise (NaNs, -0.0)."""
+    ints = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+    return t.contiguous().view(ints[t.element_size()]) if t.is_floating_point() else t
 
 
 def _numel(shape):
@@ -308,6 +315,7 @@ class _Group:
         self.pgroup = pgroup      # index of the param group its parameters came in
         self.live = False         # stage 3: param.data holds the gathered values
         self.holds = 0            # stage 3: forwards running that need the group
+        self.ctx = 0              # stage 3: zero.GatheredParameters contexts holding it gathered
         self.got = set()          # param ids whose gradient autograd accumulated this backward
         self.done = False         # handed over (zinc_grads_ready) this micro-step
 
@@ -341,6 +349,8 @@ class Engine(torch.nn.Module):
                              device=b"cuda" if self._cuda else b"cpu", threads=0)
         check(lib.zinc_engine_create(ctypes.byref(opts), ctypes.byref(self._e)))
         _engines.add(self)
+        self._serial = next(_serials)
+        self._model_param_ids = {id(p) for p in model.parameters()}
         e = self._e
         if self._cuda:
             # zinc opens the GPU of the process's local rank (LOCAL_RANK, SLURM_LOCALID or MPI's
@@ -414,18 +424,23 @@ class Engine(torch.nn.Module):
         if not self._groups:
             raise ValueError("zinc.initialize: the model has no trainable parameters")
         self._call(lib.zinc_finalize(e))
+        # As DeepSpeed's initialize (its _broadcast_model): every rank takes rank 0's parameters,
+        # trained or not, so the script need not seed the ranks alike (nor load a pretrained
+        # model on every rank).
         for _, params in self._groups:
             for pid, name, p in params:
                 # zinc_param_set reads HOST fp32 values (a CUDA tensor's copy is synchronous).
                 src = p.detach().to("cpu", torch.float32).contiguous()
+                self._broadcast(src, 0)
                 self._call(lib.zinc_param_set(e, pid, ctypes.c_void_p(src.data_ptr())))
+        self._broadcast_into(list(self._untrained_params().values()), 0)
         # zinc -> torch: the values set (and finalize's zeroing) are complete before torch
         # reads zinc's views.
         self._zinc_then_torch()
-        self._check_same_weights()
         self._shapes = {pid: p.shape for _, ps in self._groups for pid, _, p in ps}
         self._hooks = []
         self._in_backward = False
+        self._contexts = 0           # zero.GatheredParameters contexts open over this engine
         self._no_sync = False        # inside no_sync(): backward hands nothing over
         self._unsynced = False       # gradients a no_sync backward left in `.grad`
         # Who ends the accumulation window (docs/python.md): zinc's count, the caller's
@@ -437,11 +452,7 @@ class Engine(torch.nn.Module):
                                      # caller owned the boundary then (step() need not follow)
         self._open_at_boundary = False   # ... and zinc took that micro-step as the window's last
         if self._stage < 3:
-            for _, params in self._groups:
-                for pid, name, p in params:
-                    ptr = ctypes.c_void_p()
-                    self._call(lib.zinc_param_data(e, pid, ctypes.byref(ptr)))
-                    p.data = _memory.view(ptr.value, p.numel(), self._code, p.shape, self._device)
+            self._view_params([p for _, ps in self._groups for _, _, p in ps])
         else:
             for _, params in self._groups:
                 for _, _, p in params:
@@ -646,7 +657,7 @@ class Engine(torch.nn.Module):
 
     def _dematerialize(self, gi):
         G = self._g[gi]
-        if G.live:
+        if G.live and G.ctx == 0:
             for _, _, p in G.params:
                 p.data = self._empty
             G.live = False
@@ -659,6 +670,135 @@ class Engine(torch.nn.Module):
             self._dematerialize(gi)
         self._stack = []
 
+    # ---- zero.GatheredParameters (zero.py) --------------------------------------------------
+
+    def _no_context(self, what):
+        if self._contexts:
+            raise RuntimeError(f"zinc: {what} inside zinc.zero.GatheredParameters over this "
+                               "model's parameters: leave the context first (the weights it "
+                               "gathered or changed would not be the step's)")
+
+    def _context_enter(self, params, modifier_rank):
+        """Makes `params` (this model's, trained by zinc or not) hold their full values until
+        _context_exit, and returns what that needs. Stage 3 outside a forward: their groups'
+        values come from zinc_param_get (collective; the fp32 master cast to the working dtype,
+        what zinc_gather gives) without zinc_gather, so zinc's traced gather order and its
+        prefetched copies stay as they are. Inside a forward: the running module gathers the
+        groups as for a read of their attribute (_on_read: held until its forward ends, gathered
+        again for its backward). With modifier_rank, that rank keeps a copy of the values to
+        tell at the exit which ones it changed."""
+        if self._in_backward:
+            raise RuntimeError("zinc: zinc.zero.GatheredParameters inside a backward")
+        world = lib.zinc_engine_world_size(self._e)
+        if modifier_rank is not None and not (isinstance(modifier_rank, int)
+                                              and 0 <= modifier_rank < world):
+            raise ValueError(f"zinc.zero.GatheredParameters: modifier_rank {modifier_rank!r} is "
+                             f"not a rank of this world of {world}")
+        pid_of = {id(p): pid for _, ps in self._groups for pid, _, p in ps}
+        trained = sorted((pid_of[id(p)], p) for p in params if id(p) in pid_of)
+        trained = [p for _, p in trained]
+        order = {id(p): k for k, p in enumerate(self.module.parameters())}
+        others = sorted((p for p in params if id(p) not in pid_of), key=lambda p: order[id(p)])
+        groups = sorted({self._group_of[id(p)] for p in trained})
+        if self._stage == 3 and self._stack:
+            if modifier_rank is not None:
+                raise RuntimeError("zinc: zinc.zero.GatheredParameters(modifier_rank=...) inside a "
+                                   "forward: change parameters between steps")
+            for p in trained:
+                self._on_read(p)
+            return None
+        if self._stage == 3:
+            values = None
+            for gi in groups:
+                G = self._g[gi]
+                if not G.live:
+                    values = values or {}
+                    for pid, _, p in G.params:
+                        values[pid] = self._zinc_value(pid)
+            # zinc_param_get is collective: every rank has made the same calls by now.
+            for gi in groups:
+                G = self._g[gi]
+                if not G.live:
+                    for pid, _, p in G.params:
+                        p.data = values[pid].to(self._device)
+                    G.live = True
+                G.ctx += 1
+        self._contexts += 1
+        mine = modifier_rank is not None and lib.zinc_engine_rank(self._e) == modifier_rank
+        snap = [p.detach().clone() for p in trained + others] if mine else None
+        return (trained, others, groups, modifier_rank, snap)
+
+    def _context_exit(self, rec, failed):
+        """Ends what _context_enter began. With a modifier rank (and no exception inside), the
+        parameters that rank changed get its values on every rank: zinc's ones through
+        zinc_broadcast and zinc_param_set (fp32 master and working copy, so the next step
+        starts from them), the others copied in. Collective then; the ones it left alone keep
+        their values, the fp32 master included. Stage 3: the groups are emptied again."""
+        if rec is None:
+            return
+        trained, others, groups, root, snap = rec
+        self._contexts -= 1
+        bad = None
+        try:
+            if root is not None and not failed:
+                bad = self._take_changes(trained, others, root, snap)
+        finally:
+            for gi in groups:
+                G = self._g[gi]
+                G.ctx -= 1
+                if G.holds == 0:
+                    self._dematerialize(gi)
+            if self._stage < 3 and root is not None:
+                self._view_params(trained)    # should the modifier have replaced `param.data`
+        if bad is not None:
+            raise ValueError(f"zinc.zero.GatheredParameters: rank {root} changed the shape of "
+                             f"a parameter to {bad}: only its values may change")
+
+    def _view_params(self, params):
+        """Stages 0-2: each parameter's `param.data` a view of zinc's working copy (no copy)."""
+        pid_of = {id(p): pid for _, ps in self._groups for pid, _, p in ps}
+        for p in params:
+            pid = pid_of[id(p)]
+            ptr = ctypes.c_void_p()
+            self._call(lib.zinc_param_data(self._e, pid, ctypes.byref(ptr)))
+            p.data = _memory.view(ptr.value, _numel(self._shapes[pid]), self._code,
+                                  self._shapes[pid], self._device)
+
+    def _take_changes(self, trained, others, root, snap):
+        """_context_exit's broadcast of the modifier rank's changes. Returns the new shape of a
+        parameter whose shape it changed (nothing taken then), else None."""
+        rank = lib.zinc_engine_rank(self._e)
+        params = trained + others
+        flags = torch.zeros(len(params), dtype=torch.uint8)
+        if rank == root:
+            for k, (p, old) in enumerate(zip(params, snap)):
+                if p.shape != old.shape:
+                    flags[k] = 2
+                elif p.dtype != old.dtype or not torch.equal(_bits(p.detach()), _bits(old)):
+                    flags[k] = 1
+        self._broadcast(flags, root)
+        for k, p in enumerate(params):
+            if flags[k] == 2:
+                return tuple(p.shape) if rank == root else "another shape"
+        # torch -> zinc (WAR): zinc_param_set overwrites weights torch's kernels may still read.
+        self._torch_then_zinc()
+        pid_of = {id(p): pid for _, ps in self._groups for pid, _, p in ps}
+        for k, p in enumerate(trained):
+            if flags[k]:
+                pid = pid_of[id(p)]
+                buf = (p.detach().to("cpu", torch.float32).contiguous() if rank == root
+                       else torch.empty(_numel(self._shapes[pid]), dtype=torch.float32))
+                self._broadcast(buf, root)
+                self._call(lib.zinc_param_set(self._e, pid, ctypes.c_void_p(buf.data_ptr())))
+        changed = [k for k in range(len(trained), len(params)) if flags[k]]
+        if rank == root:      # a changed dtype: the other ranks still have the one it had
+            for k in changed:
+                params[k].data = params[k].data.to(snap[k].dtype)
+        self._broadcast_into([params[k] for k in changed], root)
+        # zinc -> torch (RAW): the values set are in place before torch reads them.
+        self._zinc_then_torch()
+        return None
+
     def memory(self):
         """zinc's memory of this rank by category: {name: (planned bytes, allocated bytes)}."""
         names = ["param16", "grad", "master", "adam_m", "adam_v", "bucket", "gather"]
@@ -666,21 +806,24 @@ class Engine(torch.nn.Module):
         self._call(lib.zinc_memory(self._e, planned, alloc))
         return {n: (planned[i], alloc[i]) for i, n in enumerate(names)}
 
-    def _check_same_weights(self):
-        """zinc_param_set needs the same values on every rank (DeepSpeed broadcasts rank 0's):
-        compare a fingerprint of the initial weights across ranks and refuse a mismatch."""
-        world = lib.zinc_engine_world_size(self._e)
-        if world == 1:
+    def _broadcast(self, t, root):
+        """zinc_broadcast: a contiguous CPU tensor's bytes from rank `root` into every rank's
+        (its dtype and shape the same on every rank). Collective; nothing in a world of one."""
+        if lib.zinc_engine_world_size(self._e) > 1:
+            self._call(lib.zinc_broadcast(self._e, ctypes.c_void_p(t.data_ptr()),
+                                          t.numel() * t.element_size(), root))
+
+    def _broadcast_into(self, tensors, root):
+        """Rank `root`'s values of `tensors` (the model's, on any device) copied into every
+        rank's, one zinc_broadcast each. Collective."""
+        if lib.zinc_engine_world_size(self._e) == 1:
             return
-        params = [p for _, ps in self._groups for _, _, p in ps]
-        s = sum(float(p.detach().double().sum()) for p in params)
-        q = sum(float(p.detach().double().square().sum()) for p in params)
-        ms, mq = self._mean_over_ranks([s, q])
-        if abs(ms - s) > 1e-9 * (1 + abs(s)) or abs(mq - q) > 1e-9 * (1 + abs(q)):
-            raise ZincError(ZINC_ERR_MISMATCH,
-                            f"zinc.initialize: rank {lib.zinc_engine_rank(self._e)}'s initial "
-                            "weights differ from the other ranks'; seed torch identically "
-                            "before building the model on every rank")
+        with torch.no_grad():
+            for t in tensors:
+                buf = t.detach().to("cpu").contiguous()
+                self._broadcast(buf, root)
+                if lib.zinc_engine_rank(self._e) != root:
+                    t.copy_(buf)
 
     def _mean_over_ranks(self, values):
         """zinc_mean_over_ranks: each of values (floats) averaged over the ranks. Collective."""
@@ -845,6 +988,7 @@ class Engine(torch.nn.Module):
         if self._no_sync:
             raise RuntimeError("zinc: engine.step() inside no_sync (as in DeepSpeed: leave the "
                                "block first; its gradients are reduced then)")
+        self._no_context("engine.step()")
         if self._unsynced:         # no_sync gradients with no backward outside since
             self._hand_over_rest()
         info = StepInfo()
@@ -1042,14 +1186,15 @@ class Engine(torch.nn.Module):
         """Every zinc parameter's full value, {param id: host tensor of the working dtype}: the
         fp32 master gathered by zinc_param_get, cast. Collective: every rank asks for the same
         parameters in the same (registration) order."""
-        out = {}
-        for _, params in self._groups:
-            for pid, _, _ in params:
-                shape = self._shapes[pid]
-                buf = torch.empty(_numel(shape), dtype=torch.float32)
-                self._call(lib.zinc_param_get(self._e, pid, ctypes.c_void_p(buf.data_ptr())))
-                out[pid] = buf.view(shape).to(_TORCH_DTYPE[self._code])
-        return out
+        return {pid: self._zinc_value(pid) for _, params in self._groups for pid, _, _ in params}
+
+    def _zinc_value(self, pid):
+        """One parameter's full value (zinc_param_get: the fp32 master, cast to the working
+        dtype), a host tensor of its shape. Collective."""
+        shape = self._shapes[pid]
+        buf = torch.empty(_numel(shape), dtype=torch.float32)
+        self._call(lib.zinc_param_get(self._e, pid, ctypes.c_void_p(buf.data_ptr())))
+        return buf.view(shape).to(_TORCH_DTYPE[self._code])
 
     def _full_state_dict(self, destination, prefix, exclude_frozen, on_host):
         """The model's state_dict with zinc's parameters' full values in (see module_state_dict).
@@ -1217,6 +1362,7 @@ class Engine(torch.nn.Module):
                                       "checkpoint must hold every parameter of the model")
         if custom_load_fn is not None:
             raise NotImplementedError("zinc: load_checkpoint(custom_load_fn=...)")
+        self._no_context("load_checkpoint()")
         weights_only = bool(load_module_only)
         cap = _BLOB_CAP
         while True:

@@ -73,6 +73,13 @@ foreach(_s 1 3)
   set_tests_properties(python_torch_api_stage${_s} PROPERTIES LABELS python TIMEOUT 120
                        SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
 endforeach()
+# zinc.zero (GatheredParameters, Init) and initialize taking rank 0's parameters
+# (test_torch_zero.py).
+foreach(_s 0 1 2 3)
+  add_test(NAME python_zero_stage${_s} COMMAND ${_py} ${_pyt}/test_torch_zero.py ${_s})
+  set_tests_properties(python_zero_stage${_s} PROPERTIES LABELS python TIMEOUT 120
+                       SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
+endforeach()
 # torch.distributed set up for the script by initialize, as DeepSpeed's (test_torch_dist.py).
 add_test(NAME python_torch_dist COMMAND ${_py} ${_pyt}/test_torch_dist.py)
 set_tests_properties(python_torch_dist PROPERTIES LABELS python TIMEOUT 120
@@ -123,6 +130,12 @@ if(ZINC_HAVE_MPI AND ZINC_TORCH_PYTHON)
                        python_client_mpi_stage3
                        PROPERTIES LABELS "python;multirank" TIMEOUT 300 SKIP_RETURN_CODE 77
                        ENVIRONMENT "${_env}")
+  foreach(_s 1 3)
+    add_test(NAME python_zero_mpi_stage${_s}
+             COMMAND ${_mpi} ${MPIEXEC_NUMPROC_FLAG} 2 ${_py} ${_pyt}/test_torch_zero.py ${_s})
+    set_tests_properties(python_zero_mpi_stage${_s} PROPERTIES LABELS "python;multirank"
+                         TIMEOUT 120 SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
+  endforeach()
   add_test(NAME python_torch_dist_mpi
            COMMAND ${_mpi} ${MPIEXEC_NUMPROC_FLAG} 2 ${_py} ${_pyt}/test_torch_dist.py)
   set_tests_properties(python_torch_dist_mpi PROPERTIES LABELS "python;multirank" TIMEOUT 120

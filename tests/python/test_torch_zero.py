@@ -1,0 +1,292 @@
+"""test_torch_zero.py — DeepSpeed's zero namespace on zinc (zinc.zero: GatheredParameters, Init)
+and initialize taking rank 0's parameters.
+
+    python test_torch_zero.py STAGE        (also under mpirun -np 2)
+
+bf16, gradient_accumulation_steps 2, every stage-3 group gathered on demand (persistence
+threshold 0, so zinc's traced prefetch runs), a frozen parameter. Each check prints its name and
+fails the run (exit 1) when it does not hold:
+- initialize takes rank 0's parameters, trained and frozen, as DeepSpeed's: built from another
+  seed on every other rank, a run trains bit for bit as the run seeded alike on every rank;
+- GatheredParameters without modifier_rank: the full values, bit for bit module_state_dict's
+  (the fp32 master cast), on every parameter; at stage 3 emptied again at the exit; contexts
+  opened before the first forward (while zinc records its gather order), between the micro-steps
+  of a window and after a step leave the training bit for bit as without them;
+- modifier_rank (the last rank): the values it wrote into one weight and into the frozen
+  parameter are every rank's afterwards — zinc's fp32 master holds them exactly, the forward
+  reads them (a plain model loaded with module_state_dict gives the same output, bit for bit)
+  — and a parameter inside the context it did not change keeps its fp32 master bit for bit (not
+  rounded to bf16); at stages 0-2 a `param.data` it replaced becomes zinc's view again;
+- inside a forward: a weight read through a reference kept outside its module (which stage 3
+  would otherwise need register_external_parameter for), read inside GatheredParameters with
+  fwd_module, trains bit for bit as with register_external_parameter;
+- refused: modifier_rank outside the world (ValueError), engine.step() inside (RuntimeError),
+  modifier_rank inside a forward at stage 3 (RuntimeError), a shape changed by the modifier
+  (ValueError on every rank, nothing taken); training goes on after each;
+- zero.Init: a no-op context with one RuntimeWarning on rank 0 (none when enabled=False);
+  zero_quantized_weights raises NotImplementedError; a model built in it, changed by rank 0
+  inside GatheredParameters(modifier_rank=0) before initialize, starts with rank 0's values on
+  every rank.
+Exit 77 when torch is not importable.
+"""
+import ctypes
+import sys
+import warnings
+
+from _common import check, failures, torch, zinc
+
+MICRO = 4
+GA = 2
+STEPS = 3
+
+
+class Net(torch.nn.Module):
+    def __init__(self, external=None):
+        super().__init__()
+        self.a = torch.nn.Linear(6, 8)
+        self.b = torch.nn.Linear(8, 8)
+        self.head = torch.nn.Linear(8, 3)
+        self.scale = torch.nn.Parameter(torch.rand(8) + 0.5, requires_grad=False)
+        # external: "gathered" reads a.weight through a reference inside GatheredParameters,
+        # "registered" through the same reference declared with register_external_parameter.
+        self.external = external
+        self.modify_inside = False
+        self.refs = [self.a.weight]          # a reference that bypasses the attribute
+        if external == "registered":
+            zinc.register_external_parameter(self, self.a.weight)
+
+    def forward(self, x):
+        h = torch.tanh(self.a(x)) * self.scale.to(x.dtype)
+        h = self.head(torch.tanh(self.b(h)))
+        if self.modify_inside:
+            with zinc.zero.GatheredParameters(self.b.weight, modifier_rank=0):
+                pass
+        if self.external == "gathered":
+            with zinc.zero.GatheredParameters(self.refs[0], fwd_module=self):
+                h = h + 0.1 * (x @ self.refs[0].t()).sum(-1, keepdim=True)
+        elif self.external == "registered":
+            h = h + 0.1 * (x @ self.refs[0].t()).sum(-1, keepdim=True)
+        return h
+
+
+def cfg(stage):
+    return {"train_micro_batch_size_per_gpu": MICRO, "gradient_accumulation_steps": GA,
+            "bf16": {"enabled": True},
+            "optimizer": {"type": "AdamW", "params": {"lr": 1e-2}},
+            "zero_optimization": {"stage": stage, "stage3_param_persistence_threshold": 0}}
+
+
+def build(stage, seed=0, external=None):
+    torch.manual_seed(seed)
+    model = Net(external)
+    engine, _, _, _ = zinc.initialize(model=model, config=cfg(stage))
+    return engine, model
+
+
+def batch(rank, i):
+    g = torch.Generator().manual_seed(1000 * rank + i)
+    return (torch.randn(MICRO, 6, generator=g).to(torch.bfloat16),
+            torch.randn(MICRO, 3, generator=g).to(torch.bfloat16))
+
+
+def train(engine, steps=STEPS, between=None):
+    """steps optimizer steps of GA micro-steps; between(i) after micro-step i's backward and
+    after its step(). Returns the losses (this rank's) and the final module_state_dict."""
+    losses = []
+    for i in range(steps * GA):
+        x, y = batch(engine.global_rank, i)
+        loss = ((engine(x) - y) ** 2).mean()
+        engine.backward(loss)
+        if between:
+            between(i, "backward")
+        engine.step()
+        if between:
+            between(i, "step")
+        losses.append(loss.item())
+    return losses, engine.module_state_dict()
+
+
+def same(a, b):
+    return list(a) == list(b) and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def master(engine, name):
+    """zinc's fp32 master of a parameter (zinc_param_get: collective)."""
+    for _, params in engine._groups:
+        for pid, full, p in params:
+            if full == name:
+                buf = torch.empty(p.detach().numel() if engine._stage < 3 else
+                                  zinc.engine._numel(engine._shapes[pid]), dtype=torch.float32)
+                zinc._lib.check(zinc._lib.lib.zinc_param_get(engine._e, pid,
+                                                             ctypes.c_void_p(buf.data_ptr())),
+                                engine._e)
+                return buf.view(engine._shapes[pid])
+    raise KeyError(name)
+
+
+def raises(kind, fn):
+    try:
+        fn()
+    except kind as ex:
+        return str(ex)
+    return None
+
+
+def main():
+    stage = int(sys.argv[1])
+    world = zinc.world_size()
+    # ---- rank 0's parameters at initialize ---------------------------------------------------
+    engine, _ = build(stage, seed=0)
+    rank = engine.global_rank
+    last = world - 1
+    ref_losses, ref_final = train(engine)
+    engine.close()
+    engine, model = build(stage, seed=0 if rank == 0 else 10 + rank)
+    losses, final = train(engine)
+    check("initialize takes rank 0's parameters (others seeded apart): training as seeded alike",
+          losses == ref_losses and same(final, ref_final), f"{losses} vs {ref_losses}")
+    engine.close()
+
+    # ---- reading: the values, and training undisturbed ---------------------------------------
+    engine, model = build(stage)
+    reads = []
+
+    def read(i, phase):
+        with zinc.zero.GatheredParameters(model.parameters()):
+            got = {n: p.detach().clone() for n, p in model.named_parameters()}
+        reads.append((i, phase, got))
+    read(-1, "initialize")                    # before the first forward: zinc records its order
+    losses, final = train(engine, between=read)
+    check("GatheredParameters (read) before the first forward, between micro-steps and after "
+          "steps: training bit for bit as without", losses == ref_losses and same(final, ref_final),
+          f"{losses} vs {ref_losses}")
+    sd = engine.module_state_dict()
+    got = reads[-1][2]
+    sd["scale"] = model.scale.detach()       # the frozen one as the model holds it (fp32)
+    check("GatheredParameters (read): the full values, module_state_dict's bit for bit",
+          all(got[n].shape == sd[n].shape and torch.equal(got[n], sd[n]) for n in got),
+          str({n: tuple(got[n].shape) for n in got}))
+    # A forward inside the context (an evaluation) leaves the parameters gathered for it.
+    with zinc.zero.GatheredParameters(model.parameters()):
+        with torch.no_grad():
+            engine(batch(rank, 50)[0])
+        kept = all(torch.equal(p.detach(), got[n]) for n, p in model.named_parameters())
+    check("a forward inside the context leaves its values in place", kept)
+    if stage == 3:
+        check("stage 3: the trained parameters are empty again after the context",
+              all(p.numel() == 0 for n, p in model.named_parameters() if n != "scale"))
+
+    # ---- modifier_rank -------------------------------------------------------------------------
+    new_w = torch.linspace(-1, 1, 64).view(8, 8).to(torch.bfloat16)
+    new_scale = torch.linspace(2, 3, 8)
+    bias_master = master(engine, "head.bias").clone()
+    with zinc.zero.GatheredParameters([model.b.weight, model.head.bias, model.scale],
+                                      modifier_rank=last):
+        if rank == last:
+            with torch.no_grad():
+                model.b.weight.copy_(new_w)
+                if stage < 3:
+                    model.scale.data = new_scale.clone()     # replaced, not written in place
+                else:
+                    model.scale.copy_(new_scale)
+    sd = engine.module_state_dict()
+    check("modifier_rank: its weight is every rank's (module_state_dict)",
+          torch.equal(sd["b.weight"], new_w))
+    check("modifier_rank: zinc's fp32 master holds the values written",
+          torch.equal(master(engine, "b.weight"), new_w.float()))
+    check("modifier_rank: the frozen parameter is every rank's",
+          torch.equal(model.scale.detach(), new_scale))
+    check("modifier_rank: a parameter it did not change keeps its fp32 master (not rounded)",
+          torch.equal(master(engine, "head.bias"), bias_master)
+          and not torch.equal(bias_master, bias_master.to(torch.bfloat16).float()))
+    if stage < 3:
+        ptr = ctypes.c_void_p()
+        pid = [pid for _, ps in engine._groups for pid, n, _ in ps if n == "b.weight"][0]
+        zinc._lib.lib.zinc_param_data(engine._e, pid, ctypes.byref(ptr))
+        check("stages 0-2: the weight is zinc's view after the context",
+              model.b.weight.data_ptr() == ptr.value)
+    plain = Net().to(torch.bfloat16)
+    plain.load_state_dict(engine.module_state_dict())
+    x, _ = batch(0, 77)
+    with torch.no_grad():
+        want, out = plain(x), engine(x)
+    check("modifier_rank: the forward reads the new values (a plain model's output)",
+          torch.equal(out, want), f"max difference {float((out.float() - want.float()).abs().max())}")
+
+    # ---- refused ---------------------------------------------------------------------------
+    msg = raises(ValueError, lambda: zinc.zero.GatheredParameters(model.a.weight,
+                                                                  modifier_rank=world).__enter__())
+    check("modifier_rank outside the world: ValueError", msg is not None and "modifier_rank" in msg,
+          str(msg))
+
+    def step_inside():
+        with zinc.zero.GatheredParameters(model.a.weight):
+            engine.step()
+    msg = raises(RuntimeError, step_inside)
+    check("engine.step() inside: RuntimeError", msg is not None and "GatheredParameters" in msg,
+          str(msg))
+
+    def reshape():
+        with zinc.zero.GatheredParameters(model.head.weight, modifier_rank=last):
+            if rank == last:
+                model.head.weight.data = torch.zeros(2, 2, dtype=torch.bfloat16)
+    before = engine.module_state_dict()
+    msg = raises(ValueError, reshape)
+    check("a shape changed by the modifier: ValueError on every rank, nothing taken",
+          msg is not None and "shape" in msg and same(engine.module_state_dict(), before), str(msg))
+    if stage == 3:
+        model.modify_inside = True
+        msg = raises(RuntimeError, lambda: engine(batch(rank, 5)[0]))
+        model.modify_inside = False
+        check("stage 3: modifier_rank inside a forward: RuntimeError",
+              msg is not None and "forward" in msg, str(msg))
+    losses, _ = train(engine, steps=1)
+    check("training goes on after the refusals", all(map(lambda v: v == v, losses)), str(losses))
+    engine.close()
+
+    # ---- inside a forward, with fwd_module ----------------------------------------------------
+    engine, _ = build(stage, external="registered")
+    want_losses, want_final = train(engine)
+    engine.close()
+    engine, _ = build(stage, external="gathered")
+    losses, final = train(engine)
+    check("GatheredParameters(fwd_module=) inside a forward trains as register_external_parameter",
+          losses == want_losses and same(final, want_final), f"{losses} vs {want_losses}")
+    engine.close()
+
+    # ---- zero.Init ---------------------------------------------------------------------------
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        with zinc.zero.Init(enabled=False):
+            pass
+        quiet = len(w) == 0
+        with zinc.zero.Init(config_dict_or_path=cfg(stage)):
+            torch.manual_seed(0 if rank == 0 else 20 + rank)
+            model = Net()
+        said = [str(x.message) for x in w if issubclass(x.category, RuntimeWarning)]
+    check("zero.Init: no warning when disabled, one on rank 0 when enabled",
+          quiet and (len(said) == 1 if rank == 0 else not said), str(said))
+    msg = raises(NotImplementedError, lambda: zinc.zero.Init(zero_quantized_weights=True))
+    check("zero.Init(zero_quantized_weights=True): NotImplementedError", msg is not None)
+    with zinc.zero.GatheredParameters(model.a.weight, modifier_rank=0):   # no engine: a no-op
+        if rank == 0:
+            with torch.no_grad():
+                model.a.weight.fill_(0.125)
+    engine, _, _, _ = zinc.initialize(model=model, config=cfg(stage))
+    torch.manual_seed(0)
+    want = Net()                        # rank 0's model
+    with torch.no_grad():
+        want.a.weight.fill_(0.125)
+    sd = engine.module_state_dict()
+    check("a model changed on rank 0 before initialize starts with rank 0's values, frozen "
+          "parameter too", all(torch.equal(sd[k], v.to(torch.bfloat16))
+                               for k, v in want.state_dict().items())
+          and torch.equal(model.scale.detach(), want.scale.detach()))
+    engine.close()
+
+    print(f"{len(failures)} failed" if failures else "all passed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
