@@ -20,6 +20,9 @@ Written without a GPU (2026-11-23) and not yet run on one: the first GPU session
   (test_torch_stage3.py's Checkpointed, adam_groups, ClientGroupSchedule's scheduler) against
   the same in plain torch on the device:
   fp32 bound;
+- zinc.zero.GatheredParameters at stages 1 and 3 (bf16): a read gives module_state_dict's
+  values on the device; a weight written with modifier_rank=0 is zinc's afterwards, and the
+  check above (views, zinc_param_get) holds;
 - errors: parameters on two devices (cpu and cuda) are refused naming one; with 2 or more GPUs a
   model on a GPU other than the local rank's is refused, saying torch.cuda.set_device.
 Usage:
@@ -189,6 +192,33 @@ def features(dev, stage):
     return 0
 
 
+def gathered(dev, stage):
+    """zinc.zero.GatheredParameters on dev (bf16): a read gives module_state_dict's values, on
+    dev; a weight written inside with modifier_rank=0 is zinc's fp32 master afterwards and what
+    the model reads (check_memory: stages 0-2 the views). Returns the number of failures."""
+    torch.manual_seed(0)
+    m = tp.Tiny().to(dev)
+    engine, *_ = zinc.initialize(model=m, config=cfg(stage, True))
+    sd = engine.module_state_dict()
+    fails = 0
+    with zinc.zero.GatheredParameters(m.parameters()):
+        bad = [n for n, q in m.named_parameters()
+               if q.device != dev or not torch.equal(q.detach(), sd[n])]
+    if bad:
+        fails += 1
+        print(f"FAIL: stage {stage}: GatheredParameters read {bad} differs from module_state_dict")
+    name, p = next((n, q) for n, q in m.named_parameters() if sd[n].dim() == 2)
+    with zinc.zero.GatheredParameters(p, modifier_rank=0):
+        with torch.no_grad():
+            p.fill_(0.25)
+    if not bool((engine.module_state_dict()[name] == 0.25).all()):
+        fails += 1
+        print(f"FAIL: stage {stage}: '{name}' written inside GatheredParameters is not zinc's")
+    fails += check_memory(engine, dev, stage)
+    engine.close()
+    return fails
+
+
 def ckpt_round_trip(dev, stage, bf16, d):
     batches = list(tp.batches())[:12]
     torch.manual_seed(0)
@@ -272,6 +302,7 @@ def main(on_cpu):
         fails += parity(dev, 3, False, ref[False], side_stream=True)
     for stage in (1, 3):
         fails += features(dev, stage)
+        fails += gathered(dev, stage)
     with tempfile.TemporaryDirectory() as d:
         fails += ckpt_round_trip(dev, 2, True, os.path.join(d, "s2"))
         fails += ckpt_round_trip(dev, 3, False, os.path.join(d, "s3"))
