@@ -435,19 +435,28 @@ static void test_failing_rank(void)
     }
 }
 
-/* Stage 3 prefetch: after the first micro-step recorded the order of gathers, gathering the
- * first group also gathers the following ones into free buffers; leaving the order stops it. */
-static void test_prefetch(void)
+/* A stage-3 bf16 toy engine (no persistent group) whose first micro-step and step are done:
+ * zinc has recorded its gather order, so the next micro-step's gathers prefetch. NULL on failure. */
+static zinc_engine_t *traced_stage3(int *np)
 {
     toy_run tr = {.world = 1, .stage = 3, .accum = 1, .dtype = ZINC_DTYPE_BF16,
                   .persist_threshold = -1};
     zinc_engine_t *e = NULL;
-    int np = 0;
-    ZT_OK(toy_engine(&tr, &e, &np));
-    if (!e) return;
+    ZT_OK(toy_engine(&tr, &e, np));
+    if (!e) return NULL;
     ZT_CHECK(e->ngather >= 2, "stage 3 gather ring of %d buffers", e->ngather);
-    ZT_OK(toy_micro_step(e, 0, 1, 0, np, 0));
+    ZT_OK(toy_micro_step(e, 0, 1, 0, *np, 0));
     ZT_OK(zinc_step(e, NULL));
+    return e;
+}
+
+/* Stage 3 prefetch: after the first micro-step recorded the order of gathers, gathering the
+ * first group also gathers the following ones into free buffers; leaving the order stops it. */
+static void test_prefetch(void)
+{
+    int np = 0;
+    zinc_engine_t *e = traced_stage3(&np);
+    if (!e) return;
     ZT_CHECK(e->gstate[1].gather_slot < 0, "nothing prefetched before the trace is followed");
     ZT_OK(zinc_gather(e, 0));
     ZT_CHECK(e->gstate[1].gather_slot >= 0 && !e->gstate[1].held, "group 1 prefetched");
@@ -474,19 +483,14 @@ static void test_prefetch(void)
  * holds gathered, refused. */
 static void test_set_prefetched(void)
 {
-    toy_run tr = {.world = 1, .stage = 3, .accum = 1, .dtype = ZINC_DTYPE_BF16,
-                  .persist_threshold = -1};
-    zinc_engine_t *e = NULL;
     int np = 0;
-    ZT_OK(toy_engine(&tr, &e, &np));
+    zinc_engine_t *e = traced_stage3(&np);
     if (!e) return;
     int p0 = -1, p1 = -1;
     for (int p = 0; p < np; p++) {
         if (p0 < 0 && toy_param_group(p) == 0) p0 = p;
         if (p1 < 0 && toy_param_group(p) == 1) p1 = p;
     }
-    ZT_OK(toy_micro_step(e, 0, 1, 0, np, 0)); /* records the gather order */
-    ZT_OK(zinc_step(e, NULL));
     ZT_OK(zinc_gather(e, 0));
     ZT_CHECK(e->gstate[1].gather_slot >= 0, "group 1 prefetched");
     size_t n1 = (size_t)zinc_param_numel(e, p1);

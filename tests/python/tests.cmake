@@ -107,12 +107,16 @@ set_tests_properties(python_torch_cuda_on_cpu PROPERTIES LABELS python TIMEOUT 3
 
 if(ZINC_HAVE_MPI AND ZINC_TORCH_PYTHON)
   set(_mpi ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe)
-  foreach(_s 2 3)
-    add_test(NAME python_parity_mpi_stage${_s}
-             COMMAND ${_mpi} ${MPIEXEC_NUMPROC_FLAG} 2 ${_py} ${_pyt}/test_torch_parity.py ${_s})
-    set_tests_properties(python_parity_mpi_stage${_s} PROPERTIES LABELS "python;multirank"
-                         TIMEOUT 300 SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
-  endforeach()
+  # python_<name>_mpi_stage<s>: `script STAGE` under mpirun -np 2, for each stage given.
+  function(zinc_python_mpi_stage_tests name script timeout)
+    foreach(_s ${ARGN})
+      add_test(NAME python_${name}_mpi_stage${_s}
+               COMMAND ${_mpi} ${MPIEXEC_NUMPROC_FLAG} 2 ${_py} ${_pyt}/${script} ${_s})
+      set_tests_properties(python_${name}_mpi_stage${_s} PROPERTIES LABELS "python;multirank"
+                           TIMEOUT ${timeout} SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
+    endforeach()
+  endfunction()
+  zinc_python_mpi_stage_tests(parity test_torch_parity.py 300 2 3)
   add_test(NAME python_stage3_memory_mpi
            COMMAND ${_mpi} ${MPIEXEC_NUMPROC_FLAG} 2 ${_py} ${_pyt}/test_torch_stage3.py memory)
   add_test(NAME python_overlap_mpi_stage3
@@ -130,12 +134,7 @@ if(ZINC_HAVE_MPI AND ZINC_TORCH_PYTHON)
                        python_client_mpi_stage3
                        PROPERTIES LABELS "python;multirank" TIMEOUT 300 SKIP_RETURN_CODE 77
                        ENVIRONMENT "${_env}")
-  foreach(_s 1 3)
-    add_test(NAME python_zero_mpi_stage${_s}
-             COMMAND ${_mpi} ${MPIEXEC_NUMPROC_FLAG} 2 ${_py} ${_pyt}/test_torch_zero.py ${_s})
-    set_tests_properties(python_zero_mpi_stage${_s} PROPERTIES LABELS "python;multirank"
-                         TIMEOUT 120 SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
-  endforeach()
+  zinc_python_mpi_stage_tests(zero test_torch_zero.py 120 1 3)
   add_test(NAME python_torch_dist_mpi
            COMMAND ${_mpi} ${MPIEXEC_NUMPROC_FLAG} 2 ${_py} ${_pyt}/test_torch_dist.py)
   set_tests_properties(python_torch_dist_mpi PROPERTIES LABELS "python;multirank" TIMEOUT 120
