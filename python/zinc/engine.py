@@ -350,7 +350,8 @@ class Engine(torch.nn.Module):
         check(lib.zinc_engine_create(ctypes.byref(opts), ctypes.byref(self._e)))
         _engines.add(self)
         self._serial = next(_serials)
-        self._model_param_ids = {id(p) for p in model.parameters()}
+        # id(param) -> its index in model.parameters(), for every parameter of the model
+        self._model_order = {id(p): k for k, p in enumerate(model.parameters())}
         e = self._e
         if self._cuda:
             # zinc opens the GPU of the process's local rank (LOCAL_RANK, SLURM_LOCALID or MPI's
@@ -376,6 +377,7 @@ class Engine(torch.nn.Module):
         self._groups = []          # [(group id, [(param id, name, tensor)])]
         self._g = []               # [_Group], the same order
         self._group_of = {}        # id(param) -> index into self._g
+        self._pid_of = {}          # id(param) -> its zinc parameter id
         self._needs = {}           # module -> indices of the groups its forward reads
         for mname, mod in model.named_modules():
             own, shared = [], []
@@ -415,6 +417,7 @@ class Engine(torch.nn.Module):
                                                   shape, self._code, ctypes.byref(pid)))
                     params.append((pid.value, full, p))
                     self._group_of[id(p)] = len(self._g)
+                    self._pid_of[id(p)] = pid.value
                 self._groups.append((g.value, params))
                 mine.append(len(self._g))
                 self._g.append(_Group(g.value, params, pgi))
@@ -694,12 +697,11 @@ class Engine(torch.nn.Module):
                                               and 0 <= modifier_rank < world):
             raise ValueError(f"zinc.zero.GatheredParameters: modifier_rank {modifier_rank!r} is "
                              f"not a rank of this world of {world}")
-        pid_of = {id(p): pid for _, ps in self._groups for pid, _, p in ps}
-        trained = sorted((pid_of[id(p)], p) for p in params if id(p) in pid_of)
-        trained = [p for _, p in trained]
-        order = {id(p): k for k, p in enumerate(self.module.parameters())}
-        others = sorted((p for p in params if id(p) not in pid_of), key=lambda p: order[id(p)])
-        groups = sorted({self._group_of[id(p)] for p in trained})
+        # Every rank lists them in the same order (its collectives follow it).
+        trained = sorted((p for p in params if id(p) in self._pid_of),
+                         key=lambda p: self._pid_of[id(p)])
+        others = sorted((p for p in params if id(p) not in self._pid_of),
+                        key=lambda p: self._model_order[id(p)])
         if self._stage == 3 and self._stack:
             if modifier_rank is not None:
                 raise RuntimeError("zinc: zinc.zero.GatheredParameters(modifier_rank=...) inside a "
@@ -707,22 +709,21 @@ class Engine(torch.nn.Module):
             for p in trained:
                 self._on_read(p)
             return None
-        if self._stage == 3:
-            values = None
-            for gi in groups:
-                G = self._g[gi]
-                if not G.live:
-                    values = values or {}
-                    for pid, _, p in G.params:
-                        values[pid] = self._zinc_value(pid)
-            # zinc_param_get is collective: every rank has made the same calls by now.
+        # Stage 3: the groups the context holds gathered (below it every group always is).
+        groups = sorted({self._group_of[id(p)] for p in trained}) if self._stage == 3 else []
+        held = []
+        try:
             for gi in groups:
                 G = self._g[gi]
                 if not G.live:
                     for pid, _, p in G.params:
-                        p.data = values[pid].to(self._device)
+                        p.data = self._zinc_value(pid).to(self._device)
                     G.live = True
                 G.ctx += 1
+                held.append(gi)
+        except BaseException:
+            self._let_go(held)
+            raise
         self._contexts += 1
         mine = modifier_rank is not None and lib.zinc_engine_rank(self._e) == modifier_rank
         snap = [p.detach().clone() for p in trained + others] if mine else None
@@ -743,22 +744,25 @@ class Engine(torch.nn.Module):
             if root is not None and not failed:
                 bad = self._take_changes(trained, others, root, snap)
         finally:
-            for gi in groups:
-                G = self._g[gi]
-                G.ctx -= 1
-                if G.holds == 0:
-                    self._dematerialize(gi)
+            self._let_go(groups)
             if self._stage < 3 and root is not None:
                 self._view_params(trained)    # should the modifier have replaced `param.data`
         if bad is not None:
             raise ValueError(f"zinc.zero.GatheredParameters: rank {root} changed the shape of "
                              f"a parameter to {bad}: only its values may change")
 
+    def _let_go(self, groups):
+        """Stage 3: a context's hold on `groups` ends; those no forward holds are emptied."""
+        for gi in groups:
+            G = self._g[gi]
+            G.ctx -= 1
+            if G.holds == 0:
+                self._dematerialize(gi)
+
     def _view_params(self, params):
         """Stages 0-2: each parameter's `param.data` a view of zinc's working copy (no copy)."""
-        pid_of = {id(p): pid for _, ps in self._groups for pid, _, p in ps}
         for p in params:
-            pid = pid_of[id(p)]
+            pid = self._pid_of[id(p)]
             ptr = ctypes.c_void_p()
             self._call(lib.zinc_param_data(self._e, pid, ctypes.byref(ptr)))
             p.data = _memory.view(ptr.value, _numel(self._shapes[pid]), self._code,
@@ -782,10 +786,9 @@ class Engine(torch.nn.Module):
                 return tuple(p.shape) if rank == root else "another shape"
         # torch -> zinc (WAR): zinc_param_set overwrites weights torch's kernels may still read.
         self._torch_then_zinc()
-        pid_of = {id(p): pid for _, ps in self._groups for pid, _, p in ps}
         for k, p in enumerate(trained):
             if flags[k]:
-                pid = pid_of[id(p)]
+                pid = self._pid_of[id(p)]
                 buf = (p.detach().to("cpu", torch.float32).contiguous() if rank == root
                        else torch.empty(_numel(self._shapes[pid]), dtype=torch.float32))
                 self._broadcast(buf, root)
@@ -1202,7 +1205,6 @@ class Engine(torch.nn.Module):
         Collective."""
         dtype = _TORCH_DTYPE[self._code]
         values = self._zinc_values()
-        pid_of = {id(p): pid for _, ps in self._groups for pid, _, p in ps}
         # State-dict key (before `prefix`) of every parameter, under each module that holds it:
         # a tied parameter has one key per holder, as in module.state_dict().
         holder = {}
@@ -1226,8 +1228,8 @@ class Engine(torch.nn.Module):
             k = prefix + key
             if k not in sd:            # a module's own _save_to_state_dict left it out
                 continue
-            if id(p) in pid_of:
-                sd[k] = values[pid_of[id(p)]]
+            if id(p) in self._pid_of:
+                sd[k] = values[self._pid_of[id(p)]]
                 if not on_host:
                     sd[k] = convert(sd[k], False)
             elif exclude_frozen and not p.requires_grad:

@@ -46,7 +46,7 @@ def _owners(params):
     for eng in sorted(_engine._engines, key=lambda e: e._serial):
         if not eng._e.value:
             continue
-        mine = eng._model_param_ids
+        mine = eng._model_order
         held = [p for p in params if id(p) in mine]
         if held:
             out.append((eng, held))
