@@ -331,12 +331,14 @@ zinc_status zeng_check_group_id(zinc_engine_t *e, int group, const char *fn)
     return ZINC_OK;
 }
 
-/* The checks of the setters of a group's Adam values, which precede zinc_finalize. */
+/* The checks of the setters of a group's Adam values. They may be called at any time: before
+ * zinc_finalize the values are part of the registration every rank must agree on; after it they
+ * apply from the next optimizer step (group_adam_args reads them at every step), as torch and
+ * DeepSpeed read each param group's values at every step. */
 static zinc_status check_group_setter(zinc_engine_t *e, int group, const char *fn)
 {
     if (!e) return zerr_thread(ZINC_ERR_INVALID_ARG, "%s: engine is NULL", fn);
-    zinc_status s = check_registering(e, fn);
-    return s != ZINC_OK ? s : zeng_check_group_id(e, group, fn);
+    return zeng_check_group_id(e, group, fn);
 }
 
 zinc_status zinc_group_set_weight_decay(zinc_engine_t *e, int group, double weight_decay)
@@ -483,7 +485,8 @@ static uint64_t registration_hash(const zinc_engine_t *e)
     XXH64_update(h, &e->dtype, sizeof e->dtype);
     for (int g = 0; g < p->ngroups; g++) {
         XXH64_update(h, p->groups[g].name, strlen(p->groups[g].name) + 1);
-        /* The Adam values the group runs with (the lr is not fixed at finalize). */
+        /* The Adam values the group starts with (the lr is set any time; these may change
+         * after finalize too, every rank alike, as the lr). */
         const zgroup_hparams *hp = &e->group_hp[g];
         const zcfg_optim *o = &e->cfg.optim;
         double adam[4] = {zeng_group_weight_decay(e, g),

@@ -191,21 +191,26 @@ ZINC_API zinc_status zinc_group_add(zinc_engine_t *e, const char *name, int *out
 ZINC_API zinc_status zinc_param_add(zinc_engine_t *e, int group, const char *name, int ndim,
                                     const int64_t *shape, zinc_dtype dtype, int *out_param);
 
+/* The three setters below, for a group's Adam values, may be called at any time after
+ * zinc_group_add, as torch and DeepSpeed read each param group's values at every step (a
+ * weight-decay schedule, torch's OneCycleLR cycling beta1). Before zinc_finalize every rank must
+ * set the same values (zinc_finalize compares them with the registration); after it they apply
+ * from the next optimizer step, and every rank must set the same values before the same
+ * zinc_step (not compared, as zinc_group_set_lr). Not saved in checkpoints: the caller sets them
+ * again after a load. */
+
 /* Sets a group's weight decay, in place of the config's optimizer.params.weight_decay (torch's
  * and DeepSpeed's per-parameter-group weight_decay: biases and norms are usually given 0). A
- * finite value >= 0; before zinc_finalize. Every rank must set the same values (zinc_finalize
- * compares them with the registration). */
+ * finite value >= 0. */
 ZINC_API zinc_status zinc_group_set_weight_decay(zinc_engine_t *e, int group, double weight_decay);
 
 /* Sets a group's Adam betas, in place of the config's optimizer.params.betas (torch's and
  * DeepSpeed's per-parameter-group betas): each in [0, 1); the group's bias corrections are
- * 1 - beta^t of its own betas. Under OneCycle with cycle_momentum the schedule sets the betas of
- * every group, these included, as DeepSpeed's OneCycle does. Before zinc_finalize; every rank the
- * same values (compared at finalize). */
+ * 1 - beta^t of its own (current) betas, as torch's. Under OneCycle with cycle_momentum the
+ * schedule sets the betas of every group, these included, as DeepSpeed's OneCycle does. */
 ZINC_API zinc_status zinc_group_set_betas(zinc_engine_t *e, int group, double beta1, double beta2);
 
-/* Sets a group's Adam eps, in place of the config's optimizer.params.eps: a finite value > 0.
- * Before zinc_finalize; every rank the same value (compared at finalize). */
+/* Sets a group's Adam eps, in place of the config's optimizer.params.eps: a finite value > 0. */
 ZINC_API zinc_status zinc_group_set_eps(zinc_engine_t *e, int group, double eps);
 
 /* Collective. Checks that every rank resolved the same config (its hash, zinc_config_hash) and

@@ -1,7 +1,7 @@
 /*
  * test_group_hparams.c — hyperparameters per group: zinc_group_set_weight_decay,
- * zinc_group_set_betas and zinc_group_set_eps (before finalize) and zinc_group_set_lr (after),
- * torch's and DeepSpeed's per-parameter-group weight_decay, betas, eps and lr.
+ * zinc_group_set_betas, zinc_group_set_eps and zinc_group_set_lr, torch's and DeepSpeed's
+ * per-parameter-group weight_decay, betas, eps and lr.
  *
  * Adam is elementwise and, without clipping, nothing couples one element's update to another's:
  * a run whose groups have their own values must end with every group bitwise equal to the same
@@ -9,8 +9,10 @@
  * betas). At stages 0-3, world 2, fp32 and bf16, with the optimizer offloaded at stages 1-3 (its
  * chunks split at a change of values), and stage 3 with every group gathered on demand. Under
  * OneCycle with cycle_momentum the schedule's betas replace every group's, as in DeepSpeed. The
- * values are part of the registration ranks compare; bad values, and values set after finalize
- * (but the lr), are refused.
+ * values set before finalize are part of the registration ranks compare; set after it they
+ * apply from the next step (set before the first step, the run is bitwise the one that set them
+ * at registration; set before the second, it is neither that run nor the config's). Bad values
+ * are refused before and after finalize.
  */
 #include <math.h>
 #include <stdio.h>
@@ -189,6 +191,48 @@ static void test_one_cycle(void)
     }
 }
 
+/* The decays, betas and eps set after finalize: before the first step they give bitwise the run
+ * that set them at registration; before the second they apply from there on (the run differs
+ * from both the config's and the one with them from the start). */
+static void test_after_finalize(void)
+{
+    static const char *OFF = "\"offload_optimizer\": {\"device\": \"cpu\"}, ";
+    const group_values all = {GROUP_WD, NULL, GROUP_BETAS, GROUP_EPS};
+    zinc_dtype dts[] = {ZINC_DTYPE_FP32, ZINC_DTYPE_BF16};
+    for (int di = 0; di < 2; di++) {
+        for (int stage = 0; stage <= 4; stage++) {
+            /* "stage 4": stage 2 with the optimizer offloaded. */
+            const char *zero = stage == 4 ? OFF : NULL;
+            int st = stage == 4 ? 2 : stage;
+            char label[96];
+            snprintf(label, sizeof label, "set after finalize: stage %d%s %s", st,
+                     zero ? " offloaded" : "", di ? "bf16" : "fp32");
+            toy_run config = base(st, dts[di], zero, 0), early = config, first = config,
+                    second = config;
+            set_groups(&early, &all);
+            set_groups(&first, &all);
+            set_groups(&second, &all);
+            first.group_values_at = 1;
+            second.group_values_at = 2;
+            if (toy_run_ok(&config, label) && toy_run_ok(&early, label) &&
+                toy_run_ok(&first, label) && toy_run_ok(&second, label)) {
+                ZT_CHECK(toy_weights_equal(&early, &first),
+                         "%s: set before the first step is not the run that set them at "
+                         "registration", label);
+                ZT_CHECK(!toy_weights_equal(&second, &early) &&
+                             !toy_weights_equal(&second, &config),
+                         "%s: set before the second step, the run equals %s", label,
+                         toy_weights_equal(&second, &config) ? "the config's (not applied)"
+                                                             : "the one set from the start");
+            }
+            toy_free(&config);
+            toy_free(&early);
+            toy_free(&first);
+            toy_free(&second);
+        }
+    }
+}
+
 static void test_refusals(void)
 {
     toy_run r = base(2, ZINC_DTYPE_FP32, NULL, 0);
@@ -240,11 +284,19 @@ static void test_refusals(void)
     ZT_OK(zinc_group_set_lr(e, g, 0.1));
     ZT_OK(zinc_group_set_lr(e, g, NAN));      /* the engine's lr back */
     ZT_OK(zinc_finalize(e));
-    ZT_CHECK(zinc_group_set_weight_decay(e, g, 0.1) == ZINC_ERR_USAGE, "accepted after finalize");
-    ZT_CHECK(zinc_group_set_betas(e, g, 0.9, 0.99) == ZINC_ERR_USAGE,
-             "betas accepted after finalize");
-    ZT_CHECK(zinc_group_set_eps(e, g, 1e-6) == ZINC_ERR_USAGE, "eps accepted after finalize");
-    ZT_OK(zinc_group_set_lr(e, g, 0.2));      /* a learning rate changes between steps */
+    /* After finalize the values change between steps; bad ones are still refused. */
+    ZT_CHECK(zinc_group_set_weight_decay(e, g, -0.1) == ZINC_ERR_INVALID_ARG,
+             "negative decay accepted after finalize");
+    ZT_CHECK(zinc_group_set_betas(e, g, 0.9, 1.0) == ZINC_ERR_INVALID_ARG,
+             "beta2 1 accepted after finalize");
+    ZT_CHECK(zinc_group_set_eps(e, g, -1e-6) == ZINC_ERR_INVALID_ARG,
+             "negative eps accepted after finalize");
+    ZT_CHECK(zinc_group_set_eps(e, g + 1, 1e-6) == ZINC_ERR_INVALID_ARG,
+             "eps of an unknown group accepted after finalize");
+    ZT_OK(zinc_group_set_weight_decay(e, g, 0.1));
+    ZT_OK(zinc_group_set_betas(e, g, 0.9, 0.99));
+    ZT_OK(zinc_group_set_eps(e, g, 1e-6));
+    ZT_OK(zinc_group_set_lr(e, g, 0.2));
     zinc_engine_destroy(e);
 }
 
@@ -290,6 +342,7 @@ int main(void)
 {
     test_bitwise();
     test_one_cycle();
+    test_after_finalize();
     test_refusals();
     test_mismatch();
     return zt_finish("test_group_hparams");

@@ -65,11 +65,21 @@ zinc_status toy_register(zinc_engine_t *e, int *nparams)
     return toy_register_run(e, nparams, NULL);
 }
 
+/* Group g's own decay, betas and eps of r, where it has them (the group ids are 0, 1, ...). */
+static zinc_status set_group_values(zinc_engine_t *e, int g, const toy_run *r)
+{
+    zinc_status s = ZINC_OK;
+    if (r->group_wd && !isnan(r->group_wd[g]))
+        s = zinc_group_set_weight_decay(e, g, r->group_wd[g]);
+    if (s == ZINC_OK && r->group_betas && !isnan(r->group_betas[g][0]))
+        s = zinc_group_set_betas(e, g, r->group_betas[g][0], r->group_betas[g][1]);
+    if (s == ZINC_OK && r->group_eps && !isnan(r->group_eps[g]))
+        s = zinc_group_set_eps(e, g, r->group_eps[g]);
+    return s;
+}
+
 zinc_status toy_register_run(zinc_engine_t *e, int *nparams, const toy_run *r)
 {
-    const double *group_wd = r ? r->group_wd : NULL;
-    const double(*group_betas)[2] = r ? r->group_betas : NULL;
-    const double *group_eps = r ? r->group_eps : NULL;
     zinc_status s = ZINC_OK;
     zinc_dtype dt = zinc_engine_dtype(e);
     for (int g = 0; g < TOY_NG && s == ZINC_OK; g++) {
@@ -77,12 +87,7 @@ zinc_status toy_register_run(zinc_engine_t *e, int *nparams, const toy_run *r)
         snprintf(name, sizeof name, "block%d", g);
         int gid;
         s = zinc_group_add(e, name, &gid);
-        if (s == ZINC_OK && group_wd && !isnan(group_wd[g]))
-            s = zinc_group_set_weight_decay(e, gid, group_wd[g]);
-        if (s == ZINC_OK && group_betas && !isnan(group_betas[g][0]))
-            s = zinc_group_set_betas(e, gid, group_betas[g][0], group_betas[g][1]);
-        if (s == ZINC_OK && group_eps && !isnan(group_eps[g]))
-            s = zinc_group_set_eps(e, gid, group_eps[g]);
+        if (s == ZINC_OK && r && r->group_values_at == 0) s = set_group_values(e, gid, r);
     }
     for (int p = 0; p < TOY_NP && s == ZINC_OK; p++) {
         char name[32];
@@ -185,6 +190,8 @@ static void toy_rank(int rank, void *arg)
     int applied = 0, skipped = 0;
     int boundaries = 0;
     for (int step = 0; step < r->steps && s == ZINC_OK; step++) {
+        for (int g = 0; g < TOY_NG && s == ZINC_OK && step + 1 == r->group_values_at; g++)
+            s = set_group_values(e, g, r);
         int n = r->windows && r->boundary != TOY_COUNT ? r->windows[step] : r->accum;
         for (int k = 0; k < n && s == ZINC_OK; k++, micro++) {
             int inj = step == r->inject_inf_step && rank == r->inject_rank && k == 0;

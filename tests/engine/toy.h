@@ -38,6 +38,9 @@ typedef struct toy_run {
                                        the config's), or NULL */
     const double *group_eps;     /* [TOY_GROUPS]: zinc_group_set_eps per group (NAN: none), or
                                     NULL */
+    int group_values_at;         /* when group_wd, group_betas and group_eps are set: 0 at
+                                    registration (before zinc_finalize); k > 0 after finalize,
+                                    before optimizer step k (1: the first) */
     int boundary;                /* who ends the accumulation window (TOY_COUNT: zinc) */
     const int *windows;          /* [steps]: micro-steps of each optimizer step when the caller
                                     owns the boundary (TOY_SET_*, TOY_UNMANAGED); NULL: accum */
