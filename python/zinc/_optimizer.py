@@ -25,25 +25,37 @@ def _scalar(v):
     return v.item() if isinstance(v, torch.Tensor) else v
 
 
-def _betas(value, where):
+def _betas(value, where, fn="zinc.initialize"):
     """A group's betas as (beta1, beta2) of floats, each in [0, 1) (the config's rule)."""
     try:
         b = tuple(float(_scalar(x)) for x in value)
     except (TypeError, ValueError):
         b = ()
     if len(b) != 2 or not all(0.0 <= x < 1.0 for x in b):
-        raise ValueError(f"zinc.initialize: {where}['betas'] = {value!r}: expected "
+        raise ValueError(f"{fn}: {where}['betas'] = {value!r}: expected "
                          "(beta1, beta2), each in [0, 1)")
     return b
 
 
-def _eps(value, where):
+def _eps(value, where, fn="zinc.initialize"):
     """A group's eps as a float, finite and > 0 (the config's rule)."""
     v = _scalar(value)
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < float("inf"):
-        raise ValueError(f"zinc.initialize: {where}['eps'] = {value!r} is not a finite "
+        raise ValueError(f"{fn}: {where}['eps'] = {value!r} is not a finite "
                          "value > 0")
     return float(v)
+
+
+def _decay(value, where, fn="zinc.initialize"):
+    """A group's weight decay as a float, finite and >= 0 (the config's rule)."""
+    try:
+        wd = float(_scalar(value))
+    except (TypeError, ValueError):
+        wd = float("nan")
+    if not 0 <= wd < float("inf"):
+        raise ValueError(f"{fn}: {where}['weight_decay'] = {value!r} is not a finite "
+                         "value >= 0")
+    return wd
 
 
 class _ParamGroups:
@@ -103,10 +115,7 @@ def _parameter_groups(model_parameters, cfg, client_scheduler=False):
         params = [params] if isinstance(params, torch.Tensor) else list(params)
         wd = item.get("weight_decay")
         if wd is not None:
-            wd = float(wd)
-            if not wd >= 0 or wd == float("inf"):
-                raise ValueError(f"zinc.initialize: model_parameters[{i}]['weight_decay'] = "
-                                 f"{item['weight_decay']!r} is not a finite value >= 0")
+            wd = _decay(wd, where)
         if "lr" in item:
             lr = _scalar(item["lr"])
             if not isinstance(lr, (int, float)) or not lr >= 0 or lr == float("inf"):
@@ -233,11 +242,13 @@ class _Optimizer:
                           f"schedule, as DeepSpeed's does: the own lr of group(s) {which} "
                           f"({[orgs[i] for i in which]}) is not used", RuntimeWarning,
                           stacklevel=4)
-        # Each group's betas and eps as zinc runs them: fixed when the engine was built.
-        self._adam = [self._adam_of(g) for g in sources]
+        # Each group's (betas, eps, weight decay) as zinc runs them: those it was built with,
+        # then whatever a step found written into the group (_apply_adam).
+        self._adam = [self._adam_of(i, g) for i, g in enumerate(sources)]
         cycled = sched == "OneCycle" and sched_sec["params"].get("cycle_momentum")
+        self._cycled = bool(cycled)
         if cycled and engine.global_rank == 0:
-            which = [i for i, (b, _) in enumerate(self._adam) if b != tuple(opt["betas"])]
+            which = [i for i, (b, _, _) in enumerate(self._adam) if b != tuple(opt["betas"])]
             if which:
                 warnings.warn(f"zinc: the config's OneCycle with cycle_momentum sets every param "
                               f"group's betas, as DeepSpeed's does: the own betas of group(s) "
@@ -258,26 +269,43 @@ class _Optimizer:
         return [float(_scalar(g["lr"])) for g in self._sources]
 
     @staticmethod
-    def _adam_of(g):
-        return tuple(float(_scalar(b)) for b in g["betas"]), float(_scalar(g["eps"]))
+    def _adam_of(i, g):
+        """Group i's (betas, eps, weight decay) as floats, checked by the config's rules."""
+        where, fn = f"param_groups[{i}]", "zinc: engine.step()"
+        return (_betas(g["betas"], where, fn), _eps(g["eps"], where, fn),
+                _decay(g["weight_decay"], where, fn))
 
-    def _check_adam(self):
-        """A group's betas and eps are zinc's from the engine's build on: one written since
-        (a torch OneCycleLR with cycle_momentum, a loop's own momentum schedule) is refused
-        instead of being silently not applied."""
+    def _apply_adam(self):
+        """A group's betas, eps and weight decay written since the last step (torch's
+        OneCycleLR cycling beta1, a loop's weight-decay schedule) apply from this step, as
+        torch's and DeepSpeed's optimizers read each group's values at every step. Under the
+        config's OneCycle with cycle_momentum the schedule sets the betas: a group's betas
+        written by hand are refused rather than silently replaced."""
+        e, call = self._engine._e, self._engine._call
         for i, g in enumerate(self._sources):
-            now = self._adam_of(g)
-            if now != self._adam[i]:
+            now = self._adam_of(i, g)
+            was = self._adam[i]
+            if now == was:
+                continue
+            if self._cycled and now[0] != was[0]:
                 raise NotImplementedError(
-                    f"zinc: param group {i}'s (betas, eps) changed from {self._adam[i]} to {now} "
-                    "after initialize: zinc fixes each group's betas and eps when the engine is "
-                    "built (for a cycled momentum use the config's OneCycle scheduler with "
-                    "cycle_momentum)")
+                    f"zinc: param group {i}'s betas were changed from {was[0]} to {now[0]} "
+                    "under the config's OneCycle with cycle_momentum, which sets every group's "
+                    "betas at each step (drop cycle_momentum to set them yourself)")
+            for gid in self._gids[i]:
+                if now[0] != was[0]:
+                    call(lib.zinc_group_set_betas(e, gid, *now[0]))
+                if now[1] != was[1]:
+                    call(lib.zinc_group_set_eps(e, gid, now[1]))
+                if now[2] != was[2]:
+                    call(lib.zinc_group_set_weight_decay(e, gid, now[2]))
+            self._adam[i] = now
 
     def _before_step(self):
-        """At an accumulation boundary: the groups' lr, if they drive it or anything wrote one;
-        under WarmupCosineLR with groups of their own lr, each group's scaled lr."""
-        self._check_adam()
+        """At an accumulation boundary: the groups' betas, eps and weight decay where they
+        changed; the groups' lr, if they drive it or anything wrote one; under WarmupCosineLR
+        with groups of their own lr, each group's scaled lr."""
+        self._apply_adam()
         lrs = self._lrs()
         e = self._engine._e
         if not (self._taken or lrs != self._shown):
@@ -306,14 +334,14 @@ class _Optimizer:
     def _show_betas(self):
         """Under the config's OneCycle with cycle_momentum every group shows the betas of the
         next step, as DeepSpeed's scheduler writes them into every param group; zinc runs them
-        (zinc_engine_betas), so they become what _check_adam expects."""
+        (zinc_engine_betas), so they become what _apply_adam expects."""
         b1, b2 = ctypes.c_double(), ctypes.c_double()
         if lib.zinc_engine_betas(self._engine._e, ctypes.byref(b1), ctypes.byref(b2)) != 1:
             return
         betas = (b1.value, b2.value)
         for g in self.param_groups:
             g["betas"] = betas
-        self._adam = [(betas, eps) for _, eps in self._adam]
+        self._adam = [(betas, eps, wd) for _, eps, wd in self._adam]
 
     def _after_step(self):
         """While zinc's schedule runs, the groups show the lr of the next step (as DeepSpeed's
@@ -330,16 +358,34 @@ class _Optimizer:
                 for g, lr in zip(self._sources, self._shown):
                     g["lr"] = lr
 
+    def _adam_state(self):
+        """The groups' [beta1, beta2, eps, weight decay] for the checkpoint (torch's and
+        DeepSpeed's optimizer state_dict keeps each group's values)."""
+        return [[*b, eps, wd] for b, eps, wd in (self._adam_of(i, g)
+                                                 for i, g in enumerate(self._sources))]
+
+    def _check_count(self, saved, what):
+        if len(saved) != len(self._sources):
+            raise ValueError(f"zinc: load_checkpoint: the checkpoint's {what} are of "
+                             f"{len(saved)} param groups with parameters, this optimizer has "
+                             f"{len(self._sources)}")
+
     def _restore(self, saved):
         """A checkpoint's group lr (_lr_state): one value for every group (written before
         zinc had an lr per group), or one per group."""
         lrs = saved if isinstance(saved, list) else [saved] * len(self._sources)
-        if len(lrs) != len(self._sources):
-            raise ValueError(f"zinc: load_checkpoint: the checkpoint's optimizer had {len(lrs)} "
-                             f"param groups with parameters, this one has {len(self._sources)}")
+        self._check_count(lrs, "learning rates")
         for g, lr in zip(self._sources, lrs):
             g["lr"] = lr
         self._taken = True
+        self._show_betas()
+
+    def _restore_adam(self, saved):
+        """A checkpoint's group betas, eps and weight decay (_adam_state) back in the groups,
+        as DeepSpeed's load gives the optimizer's groups theirs; the next step applies them."""
+        self._check_count(saved, "betas, eps and weight decays")
+        for g, (b1, b2, eps, wd) in zip(self._sources, saved):
+            g["betas"], g["eps"], g["weight_decay"] = (b1, b2), eps, wd
         self._show_betas()
 
     def zero_grad(self, set_to_none=True):

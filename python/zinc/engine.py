@@ -1400,9 +1400,10 @@ class Engine(torch.nn.Module):
         return os.path.join(load_dir, opts.loaded_tag.decode()), client
 
     def _lr_state(self):
-        """What the checkpoint keeps of the lr carried outside zinc: whether the optimizer's
-        groups drive it and their lr, and a client scheduler's state_dict (torch.save, base64)."""
-        out = {}
+        """What the checkpoint keeps of the optimizer values carried outside zinc: each group's
+        betas, eps and weight decay, whether the groups drive the lr and their lr, and a client
+        scheduler's state_dict (torch.save, base64)."""
+        out = {"group_adam": self._opt._adam_state()}
         if self._opt._taken:
             out["group_lr"] = self._opt._lrs()
         if self._client_sched is not None and hasattr(self._client_sched, "state_dict"):
@@ -1419,6 +1420,8 @@ class Engine(torch.nn.Module):
             self._opt._restore(saved["group_lr"])
         else:                   # the schedule runs: the groups show the next step's lr
             self._opt._after_step()
+        if "group_adam" in saved:
+            self._opt._restore_adam(saved["group_adam"])
 
     def _zero3_consolidated_16bit_state_dict(self, exclude_frozen_parameters=False):
         """DeepSpeed's (called by HF accelerate's get_state_dict at stage 3): the full 16-bit

@@ -11,8 +11,9 @@
                                             raises NotImplementedError naming it; a meta
                                             parameter is refused by name; a CPU model under
                                             torchrun's environment fails at once, saying why
-    python test_torch_ckpt.py scheduled DIR a client AdamW + LambdaLR run saved and resumed by
-                                            a new engine continues bitwise as uninterrupted
+    python test_torch_ckpt.py scheduled DIR a client AdamW + LambdaLR (+ OneCycleLR, cycling
+                                            beta1) run saved and resumed by a new engine
+                                            continues bitwise as uninterrupted
     python test_torch_ckpt.py warmstart DIR load_checkpoint(load_module_only=True) is a warm
                                             start: it trains bitwise as a fresh engine built
                                             from the checkpoint's weights (fresh Adam state, the
@@ -166,37 +167,53 @@ def warmstart(d):
     return 1 if fails else 0
 
 
+def lambda_lr(opt):
+    return torch.optim.lr_scheduler.LambdaLR(opt, [lambda s: 1.0 / (1 + s), lambda s: 1.0 + 0.5 * s])
+
+
+def one_cycle(opt):
+    """torch's OneCycleLR cycles beta1 too: the betas it wrote last are in the groups."""
+    return torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=[1e-2, 3e-3], total_steps=8,
+                                               base_momentum=0.5, max_momentum=0.95)
+
+
 def scheduled(d):
-    """A client AdamW with two param groups of their own lr and a LambdaLR scheduler with a
-    rule per group: saved after 3 steps, resumed by a new engine with a new optimizer and
-    scheduler, 3 more steps equal the uninterrupted run bitwise (the scheduler's state and the
-    lr it set in each group come back with the checkpoint)."""
-    def build():
-        m = model()
-        ps = list(m.parameters())
-        opt = torch.optim.AdamW([{"params": ps[:2]}, {"params": ps[2:], "lr": 3e-3}], lr=1e-2)
-        sched = torch.optim.lr_scheduler.LambdaLR(
-            opt, [lambda s: 1.0 / (1 + s), lambda s: 1.0 + 0.5 * s])
-        engine, _, _, ret = zinc.initialize(model=m, config=cfg(GLOBAL), optimizer=opt,
-                                            lr_scheduler=sched)
-        return engine, ret
-    engine, sched = build()
-    train(engine, 1, 3, {})
-    engine.save_checkpoint(d)
-    train(engine, 4, 6, {})
-    want, want_lr = engine.module_state_dict(), sched.get_last_lr()
-    engine.close()
-    engine, sched = build()
-    engine.load_checkpoint(d)
-    train(engine, 4, 6, {})
-    got, got_lr = engine.module_state_dict(), sched.get_last_lr()
-    engine.close()
-    same = all(torch.equal(want[k], got[k]) for k in want)
-    print(f"client scheduler resumed: weights equal {same}, lr {got_lr} vs {want_lr}")
-    if not same or got_lr != want_lr or len(set(got_lr)) != 2:
-        print("FAIL: the client scheduler did not resume where it was saved")
-        return 1
-    return 0
+    """A client AdamW with two param groups of their own lr and a client scheduler (a LambdaLR
+    with a rule per group; torch's OneCycleLR, which writes beta1 into the groups too): saved
+    after 3 steps, resumed by a new engine with a new optimizer and scheduler, 3 more steps
+    equal the uninterrupted run bitwise (the scheduler's state and the lr and betas it set in
+    each group come back with the checkpoint)."""
+    fails = 0
+    for name, make_sched in (("LambdaLR", lambda_lr), ("OneCycleLR", one_cycle)):
+        def build():
+            m = model()
+            ps = list(m.parameters())
+            opt = torch.optim.AdamW([{"params": ps[:2]}, {"params": ps[2:], "lr": 3e-3}], lr=1e-2)
+            sched = make_sched(opt)
+            engine, _, _, ret = zinc.initialize(model=m, config=cfg(GLOBAL), optimizer=opt,
+                                                lr_scheduler=sched)
+            return engine, opt, ret
+        where = os.path.join(d, name)
+        engine, opt, sched = build()
+        train(engine, 1, 3, {})
+        engine.save_checkpoint(where)
+        train(engine, 4, 6, {})
+        want, want_lr = engine.module_state_dict(), sched.get_last_lr()
+        want_betas = [g["betas"] for g in opt.param_groups]
+        engine.close()
+        engine, opt, sched = build()
+        engine.load_checkpoint(where)
+        train(engine, 4, 6, {})
+        got, got_lr = engine.module_state_dict(), sched.get_last_lr()
+        got_betas = [g["betas"] for g in opt.param_groups]
+        engine.close()
+        same = all(torch.equal(want[k], got[k]) for k in want)
+        print(f"client {name} resumed: weights equal {same}, lr {got_lr} vs {want_lr}, betas "
+              f"{got_betas} vs {want_betas}")
+        if not same or got_lr != want_lr or len(set(got_lr)) != 2 or got_betas != want_betas:
+            print(f"FAIL: the client {name} did not resume where it was saved")
+            fails += 1
+    return 1 if fails else 0
 
 
 def main():
@@ -386,24 +403,26 @@ def main():
             print(f"FAIL: under OneCycle with cycle_momentum the groups show betas {shown}, "
                   f"expected beta1 {want} and beta2 0.99 in both")
         engine.close()
-        # A group's betas and eps are fixed when the engine is built: a client scheduler that
-        # writes them (torch's OneCycleLR cycles Adam's beta1) is refused at the next step,
-        # naming them, instead of training with betas the optimizer no longer shows.
-        om = model()
-        oopt = torch.optim.AdamW(om.parameters(), lr=1e-3)
-        osched = torch.optim.lr_scheduler.OneCycleLR(oopt, max_lr=1e-2, total_steps=10,
-                                                     cycle_momentum=True)
-        engine, *_ = zinc.initialize(model=om, config=cfg(GLOBAL), optimizer=oopt,
-                                     lr_scheduler=osched)
-
-        def two_steps():
-            for step in range(2):
-                x, y = data(step)
-                engine.backward(torch.nn.functional.mse_loss(engine(x), y))
-                engine.step()
-        fails += refused("betas written by a client OneCycleLR", two_steps, NotImplementedError,
-                         "betas")
+        # A group's betas, eps and weight decay written after initialize apply at the next
+        # step (test_torch_stage3.py client checks them against torch); under the config's
+        # OneCycle with cycle_momentum, which sets the betas, betas written by hand are refused
+        # naming them, and a bad value written into a group raises naming the group and key.
+        def one_step(engine, step=0):
+            x, y = data(step)
+            engine.backward(torch.nn.functional.mse_loss(engine(x), y))
+            engine.step()
+        engine, oopt, *_ = zinc.initialize(model=model(), config=ocfg)
+        one_step(engine)
+        oopt.param_groups[0]["betas"] = (0.5, 0.9)
+        fails += refused("betas written under the config's cycled OneCycle",
+                         lambda: one_step(engine, 1), NotImplementedError, "betas")
         engine.close()
+        for key, bad in (("betas", (1.0, 0.9)), ("eps", 0.0), ("weight_decay", -1.0)):
+            engine, oopt, *_ = zinc.initialize(model=model(), config=cfg(GLOBAL))
+            oopt.param_groups[0][key] = bad
+            fails += refused(f"{key} = {bad} written into a group", lambda: one_step(engine),
+                             ValueError, f"param_groups[0]['{key}']")
+            engine.close()
         # step(lr_kwargs): DeepSpeed hands them to its scheduler's step(). A client scheduler
         # gets them, at each applied step; the config's schedule follows zinc's step count, so
         # lr_kwargs with it are refused rather than ignored.

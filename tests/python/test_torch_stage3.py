@@ -21,10 +21,12 @@
                                                 torch.optim.AdamW with those groups
     python test_torch_stage3.py client STAGE    a client torch.optim.AdamW (with param groups),
                                                 torch.optim.Adam (L2 decay), a client LambdaLR
-                                                scheduler (one rule per group too), and lr
-                                                written into param_groups by the loop train as
-                                                in plain torch; a client AdamW under the
-                                                config's scheduler as the config's optimizer
+                                                scheduler (one rule per group too), a client
+                                                OneCycleLR cycling beta1, and lr, weight decay,
+                                                eps and betas written into param_groups by the
+                                                loop train as in plain torch; a client AdamW
+                                                under the config's scheduler as the config's
+                                                optimizer
     python test_torch_stage3.py warnings        a config warning arrives as zinc.ZincConfigWarning
     python test_torch_stage3.py measure [STEPS] not a test: examples/torch_gpt.py's model at stage 3
                                                 bf16, median step time and the largest parameter
@@ -379,14 +381,41 @@ class ClientGroupSchedule(Tiny):
             optimizer, [lambda s: min((s + 1) / 4, 1.0), lambda s: 1.0 / (1 + 0.2 * s)])
 
 
+class ClientOneCycle(ClientAdamW):
+    """... with torch's OneCycleLR, which cycles AdamW's beta1 (cycle_momentum, its default)
+    as well as the lr: the betas it writes into the groups apply at each step."""
+
+    @staticmethod
+    def scheduler(optimizer):
+        return torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=[6e-3, 4e-3],
+                                                   total_steps=12, base_momentum=0.6,
+                                                   max_momentum=0.95)
+
+
 class ManualLr(Tiny):
     """The config's optimizer, the loop writing each step's lr into the returned optimizer's
     param_groups (nanoGPT's way)."""
     read_by_top = ["emb"]
 
     @staticmethod
-    def manual_lr(step):
-        return 3e-3 * (0.2 + 0.8 * step / 12)
+    def write_groups(step, groups):
+        for g in groups:
+            g["lr"] = 3e-3 * (0.2 + 0.8 * step / 12)
+
+
+class ManualAdam(Tiny):
+    """decay_groups, the loop writing each step's weight decay into the groups that decay (a
+    weight-decay schedule, as DINO's loop writes one), and each group's eps and betas."""
+    read_by_top = ["emb"]
+    groups = staticmethod(decay_groups)
+
+    @staticmethod
+    def write_groups(step, groups):
+        for i, g in enumerate(groups):
+            if g["weight_decay"]:
+                g["weight_decay"] = 0.04 + 0.36 * step / 12
+            g["eps"] = 1e-8 * 10 ** (step % 4)
+            g["betas"] = (0.9 - 0.02 * step * (i + 1), 0.999 - 0.01 * step)
 
 
 def cosine_ratio(it, warmup=4, total=12, warmup_min=0.1, cos_min=0.05):
@@ -436,7 +465,11 @@ def test_client_optimizer(stage):
             train_like_torch(ClientScheduled, "client AdamW and LambdaLR scheduler", stage) |
             train_like_torch(ClientGroupSchedule, "client AdamW, an lr and a LambdaLR rule per "
                              "group", stage) |
+            train_like_torch(ClientOneCycle, "client AdamW and OneCycleLR cycling beta1",
+                             stage) |
             train_like_torch(ManualLr, "lr written into param_groups", stage) |
+            train_like_torch(ManualAdam, "weight decay, eps and betas written into "
+                             "param_groups", stage) |
             train_like_torch(CosineGroups, "group lrs under the config's WarmupCosineLR",
                              stage) |
             train_like_torch(WarmupGroups, "group lrs under the config's WarmupLR", stage) |
@@ -513,7 +546,7 @@ def train_like_torch(make, what, stage):
     opt = client(ref) if client else torch.optim.AdamW(
         groups(ref) if groups else ref.parameters(), lr=lr, eps=1e-8, weight_decay=wd)
     scheduler = getattr(make, "scheduler", None)          # a client LR scheduler
-    manual_lr = getattr(make, "manual_lr", None)          # the loop writes param_groups' lr
+    write_groups = getattr(make, "write_groups", None)    # the loop writes into param_groups
     ref_lr = getattr(make, "ref_lr", None)       # the config scheduler's lr, per group's own
     own_lrs = [g["lr"] for g in opt.param_groups]
     ref_sched = scheduler(opt) if scheduler else None
@@ -529,9 +562,8 @@ def train_like_torch(make, what, stage):
                 if p.grad is None:
                     p.grad = torch.zeros_like(p)
             torch.nn.utils.clip_grad_norm_(ref.parameters(), 1.0)
-            if manual_lr:
-                for g in opt.param_groups:
-                    g["lr"] = manual_lr(k // ga)
+            if write_groups:
+                write_groups(k // ga, opt.param_groups)
             if ref_lr:
                 for g, own in zip(opt.param_groups, own_lrs):
                     g["lr"] = ref_lr(k // ga, own)
@@ -577,9 +609,8 @@ def train_like_torch(make, what, stage):
         peak["now"] = 0
         loss = loss_fn(engine, x[rank * per:(rank + 1) * per], y[rank * per:(rank + 1) * per])
         engine.backward(loss)
-        if manual_lr:
-            for g in returned_opt.param_groups:
-                g["lr"] = manual_lr(k // ga)
+        if write_groups:
+            write_groups(k // ga, returned_opt.param_groups)
         engine.step()
         losses.append(float(loss.detach()))
         orders.append([g for n, g in spy.events if n == "zinc_release"])
