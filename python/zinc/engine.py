@@ -464,7 +464,12 @@ class Engine(torch.nn.Module):
         if self._stage == 3:
             self._setup_stage3(model)
         self._info = StepInfo()
+        # DeepSpeed's counters: optimizer steps taken (applied and skipped for an fp16
+        # overflow), the skipped ones, and the samples those steps trained on.
         self._steps = 0
+        self._skipped = 0
+        self._samples = 0
+        self._unmanaged_backwards = 0   # backwards since the last step() in unmanaged mode
         self._client_sched = None    # a client LR scheduler, stepped after applied steps
         self._lr = lib.zinc_engine_lr(e)    # the lr of the last applied step (until one: the next)
         self._opt = _Optimizer(self, _client, _client_scheduler)   # the lr carrier
@@ -897,6 +902,8 @@ class Engine(torch.nn.Module):
         mult = (lib.zinc_loss_multiplier(self._e) if scale_wrt_gas
                 else lib.zinc_engine_loss_scale(self._e))
         self._in_backward = True
+        if not self._managed:      # step() counts these micro-batches' samples, as DeepSpeed
+            self._unmanaged_backwards += 1
         try:
             (loss * mult).backward(retain_graph=retain_graph)
         finally:
@@ -1008,7 +1015,15 @@ class Engine(torch.nn.Module):
             self._drop_params()
         if info.boundary:
             self._info = info
-            self._steps = info.step
+            # As DeepSpeed's global_steps: every step at a boundary, those skipped too.
+            self._steps = info.step + info.skipped_total
+            self._skipped = info.skipped_total
+            if self._managed:
+                self._samples += self.train_batch_size()
+            else:                  # the micro-batches this window actually ran
+                self._samples += (self.train_batch_size() // self._ga *
+                                  self._unmanaged_backwards)
+                self._unmanaged_backwards = 0
             self._lr = info.lr
             # As DeepSpeed: a client scheduler steps after every applied optimizer step (not
             # after one skipped for an fp16 overflow).
@@ -1035,7 +1050,19 @@ class Engine(torch.nn.Module):
 
     @property
     def global_steps(self):
+        """DeepSpeed's: the optimizer steps taken, those skipped for an fp16 overflow too."""
         return self._steps
+
+    @property
+    def skipped_steps(self):
+        """DeepSpeed's: the optimizer steps skipped for an fp16 gradient overflow."""
+        return self._skipped
+
+    @property
+    def global_samples(self):
+        """DeepSpeed's: the samples the optimizer steps trained on, train_batch_size per step
+        (with managed_gradient_accumulation false, those of the micro-batches each ran)."""
+        return self._samples
 
     def get_lr(self):
         """The lr of each of the optimizer's param groups, as DeepSpeed's."""
@@ -1277,6 +1304,7 @@ class Engine(torch.nn.Module):
                                       "points `latest` at the newest complete tag")
         tag = tag if tag is not None else f"global_step{self._steps}"
         blob = json.dumps(dict(_client_record(client_state or {}), global_steps=self._steps,
+                               skipped_steps=self._skipped, global_samples=self._samples,
                                lr=self._lr, **self._lr_state())).encode()
         extra, untrained = self._persistent_buffers(), self._untrained_params()
         extra.update({n: p for n, p in untrained.items()
@@ -1392,10 +1420,16 @@ class Engine(torch.nn.Module):
             client = _client_state_of(saved)
             if not weights_only:
                 self._steps = int(saved.get("global_steps", 0))
+                # As DeepSpeed's load: global_samples defaults to steps x train_batch_size.
+                self._skipped = int(saved.get("skipped_steps", 0))
+                self._samples = int(saved.get("global_samples",
+                                              self._steps * self.train_batch_size()))
                 self._lr = float(saved.get("lr", self._lr))
                 self._load_lr_state(saved)
         if weights_only:
-            self._steps = 0       # zinc's step count starts over with the fresh Adam state
+            # zinc's step count starts over with the fresh Adam state (DeepSpeed's
+            # load_module_only leaves its counters as they were: 0 for a new engine).
+            self._steps = self._skipped = self._samples = 0
             self._opt._after_step()
         return os.path.join(load_dir, opts.loaded_tag.decode()), client
 

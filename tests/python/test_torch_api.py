@@ -32,6 +32,11 @@ the run (exit 1) when it does not hold:
   back after the model's were changed, without a warning, also when the blob is larger than
   the reader's first buffer; saved with exclude_frozen_parameters=True, the load keeps the
   model's frozen value and rank 0 warns naming it;
+- DeepSpeed's step counters on fp16 (an elementwise model): a window whose gradient overflows
+  is a skipped step that global_steps counts and skipped_steps too; global_samples grows by
+  train_batch_size per step, and with managed_gradient_accumulation false by the samples of the
+  micro-batches each window ran; the default tag is global_step<global_steps>; a load gives the
+  counters back and they go on;
 - client_state as DeepSpeed keeps it: tuples, integer keys, tensors, a script's objects come
   back equal (torch.save); JSON values stay JSON in client.bin; an unpicklable one raises.
 - a caller-owned accumulation boundary: set_gradient_accumulation_boundary in Hugging Face
@@ -133,6 +138,77 @@ def check_fp16_accessors(stage):
                                exclude_frozen_parameters=True)
     said = [str(w.message) for w in caught if "frozen parameters" in str(w.message)]
     check("save_checkpoint(exclude_frozen_parameters=True) warns of nothing", not said, str(said))
+    engine.close()
+
+
+class Gain(torch.nn.Module):
+    """An elementwise model (torch 1.13 has no fp16 matmul on the CPU): x * w + b."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.linspace(0.5, 1.5, 8))
+        self.b = torch.nn.Parameter(torch.zeros(8))
+
+    def forward(self, x):
+        return x * self.w + self.b
+
+
+def check_step_counters(stage, root):
+    """DeepSpeed's counters on fp16 with an overflow: global_steps counts every optimizer step,
+    the one skipped for the overflow too; skipped_steps the skipped; global_samples
+    train_batch_size per step (with managed_gradient_accumulation false, the micro-batches each
+    window ran). The default checkpoint tag is global_step<global_steps>, and a load gives all
+    three back."""
+    def build(**extra):
+        c = {"train_micro_batch_size_per_gpu": MICRO, "gradient_accumulation_steps": GA,
+             "fp16": {"enabled": True}, "optimizer": {"type": "AdamW", "params": {"lr": 1e-2}},
+             "zero_optimization": {"stage": stage}, **extra}
+        return zinc.initialize(model=Gain(), config=c)[0]
+
+    def window(engine, size, big=False):
+        for i in range(size):
+            g = torch.Generator().manual_seed(10 * engine.global_rank + i)
+            # 1e4 at a loss scale of 2^16 overflows fp16's gradient (65504): the step is skipped.
+            x = (torch.randn(MICRO, 8, generator=g) * (1e4 if big else 1.0)).half()
+            engine.backward((engine(x).float() ** 2).mean())
+            engine.step()
+
+    def counters(engine):
+        return (engine.global_steps, engine.skipped_steps, engine.global_samples,
+                engine.was_step_applied())
+
+    engine = build()
+    tb = engine.train_batch_size()
+    got = []
+    for big in (True, False, False):
+        window(engine, GA, big)
+        got.append(counters(engine))
+    want = [(1, 1, tb, False), (2, 1, 2 * tb, True), (3, 1, 3 * tb, True)]
+    check("global_steps, skipped_steps, global_samples with an fp16 overflow (DeepSpeed's)",
+          got == want, f"{got} != {want}")
+    ck = os.path.join(root, f"counters{engine.world_size}")
+    engine.save_checkpoint(ck)
+    engine.close()
+    check("the default tag is global_step<global_steps>",
+          os.path.isdir(os.path.join(ck, "global_step3")), str(sorted(os.listdir(ck))))
+    engine = build()
+    engine.load_checkpoint(ck)
+    check("load_checkpoint gives the counters back",
+          counters(engine)[:3] == want[-1][:3], f"{counters(engine)} vs {want[-1]}")
+    window(engine, GA)
+    check("... and they go on", counters(engine) == (4, 1, 4 * tb, True), str(counters(engine)))
+    engine.close()
+    # The caller owns the boundary: windows of 1 and 3 micro-batches train on 4 micro-batches
+    # of samples (DeepSpeed: train_batch_size / gradient_accumulation_steps per micro-batch).
+    engine = build(managed_gradient_accumulation=False)
+    for size in (1, 3):
+        for i in range(size):
+            g = torch.Generator().manual_seed(i)
+            engine.backward((engine(torch.randn(MICRO, 8, generator=g).half()).float() ** 2)
+                            .mean())
+        engine.step()
+    check("global_samples with managed_gradient_accumulation false",
+          counters(engine)[:3] == (2, 0, 4 * MICRO * engine.world_size), str(counters(engine)))
     engine.close()
 
 
@@ -611,6 +687,7 @@ def main():
     check_client_state(engine, os.path.join(root, f"ckpt_client{world}"))
     engine.close()
     check_fp16_accessors(stage)
+    check_step_counters(stage, root)
     check_no_sync(stage)
     check_accum_boundary(stage)
     print(f"rank {rank}: {len(failures)} failed", flush=True)
