@@ -1036,6 +1036,23 @@ class Engine(torch.nn.Module):
 
     # ---- DeepSpeed's accessors ------------------------------------------------------------
 
+    def __getattr__(self, name):
+        """What the engine does not have comes from the model, as DeepSpeed's engine passes it
+        through (HF models' engine.config, engine.generate(...)). Not names with a leading
+        underscore: the engine's own private state must never resolve to the model's."""
+        try:
+            return super().__getattr__(name)     # torch's: parameters, buffers, submodules
+        except AttributeError:
+            module = self.__dict__.get("_modules", {}).get("module")
+            if module is None or name.startswith("_"):
+                raise
+        try:
+            return getattr(module, name)
+        except AttributeError:
+            raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}', "
+                                 "nor has its module") from None
+
+
     @property
     def optimizer(self):
         """What initialize returned as the optimizer (DeepSpeed's engine.optimizer)."""

@@ -8,6 +8,8 @@ frozen parameter, a persistent and a non-persistent buffer. Each check prints it
 the run (exit 1) when it does not hold:
 - is_gradient_accumulation_boundary() is False, True, False, True, ... around engine.step()
   (the micro-step the next step() ends the window with), global_steps moves only at True;
+- a model's attribute and method reach through the engine, as DeepSpeed's passes them through
+  (the method runs the forward, gathered at stage 3); a name neither has: AttributeError;
 - train_batch_size() = micro x 2 x world; device is the model's; local_rank is this rank's index
   on the node (one node: the global rank), $LOCAL_RANK when set; zero_grad() clears .grad;
 - module_state_dict(): the keys of model.state_dict() in its order (both tied names, the frozen
@@ -71,10 +73,15 @@ class Net(torch.nn.Module):
         self.scale = torch.nn.Parameter(torch.linspace(0.5, 1.5, 6), requires_grad=False)
         self.register_buffer("shift", torch.linspace(-1, 1, 6))
         self.register_buffer("scratch", torch.zeros(6), persistent=False)
+        self.labels = ("x", "y", "z")     # a plain attribute (as HF models' .config)
 
     def forward(self, x):
         h = torch.tanh(self.a(x)) * self.scale.to(x.dtype) + self.shift.to(x.dtype)
         return self.head(torch.tanh(self.b(h)))
+
+    def predict(self, x):
+        """A method that runs the forward (as HF models' generate())."""
+        return self(x).argmax(-1)
 
 
 def net():
@@ -502,6 +509,16 @@ def main():
           engine.optimizer is opt and engine.optimizer.param_groups[0]["lr"] == engine.get_lr()[0],
           f"{engine.optimizer.param_groups[0]['lr']} vs {engine.get_lr()}")
     check("engine.lr_scheduler reports the lr", engine.lr_scheduler.get_last_lr() == engine.get_lr())
+    # DeepSpeed's engine passes what it does not have through to the module.
+    x = torch.randn(MICRO, 6).to(torch.bfloat16)
+    check("a module attribute through the engine", engine.labels == ("x", "y", "z"))
+    check("a module method through the engine runs the forward (gathered at stage 3)",
+          torch.equal(engine.predict(x), engine(x).argmax(-1)))
+    try:
+        engine.no_such_thing
+        check("a name neither has raises AttributeError", False)
+    except AttributeError as ex:
+        check("a name neither has raises AttributeError", "no_such_thing" in str(ex), str(ex))
     # DeepSpeed's defaults where the config is silent: clipping 1.0 (since 0.19.3),
     # steps_per_print 10, Adam's betas (0.9, 0.999); the loss scale 1 without fp16.
     check("config accessors (bf16 config)",
