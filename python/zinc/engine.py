@@ -1195,6 +1195,45 @@ class Engine(torch.nn.Module):
         sec = self.zero_offload_optimizer()
         return sec is not None and sec["device"] == "cpu"
 
+    def zero_optimization(self):
+        return self._stage > 0
+
+    def zero_optimization_partition_gradients(self):
+        return self._stage >= 2
+
+    def zero_optimization_partition_weights(self):
+        return self._stage >= 3
+
+    def optimizer_name(self):
+        """A client optimizer's class name, else the config's optimizer type (lower case, as
+        DeepSpeed's for its own optimizers)."""
+        if self._opt._client is not None:
+            return type(self._opt._client).__name__
+        return str(self._cfg["optimizer"]["type"]).lower() if "optimizer" in self._cfg else None
+
+    def optimizer_params(self):
+        """The config's optimizer params as written (None with a client optimizer, which
+        DeepSpeed does not allow beside the config's)."""
+        if self._opt._client is not None or "optimizer" not in self._cfg:
+            return None
+        return self._cfg["optimizer"].get("params")
+
+    def scheduler_name(self):
+        return (self._cfg.get("scheduler") or {}).get("type")
+
+    def scheduler_params(self):
+        return (self._cfg.get("scheduler") or {}).get("params")
+
+    def get_batch_info(self):
+        """(train_batch_size, train_micro_batch_size_per_gpu, gradient_accumulation_steps)."""
+        return self.train_batch_size(), self._micro, self._ga
+
+    def postscale_gradients(self):
+        return not self._resolved["prescale_gradients"]
+
+    def gradient_predivide_factor(self):
+        return float(self._resolved["gradient_predivide_factor"])
+
     def get_mom(self):
         """Adam's betas of each of the optimizer's param groups, as DeepSpeed's."""
         return [tuple(_scalar(b) for b in g["betas"]) for g in self._opt.param_groups]
@@ -1529,6 +1568,35 @@ class Engine(torch.nn.Module):
     def save_fp16_model(self, save_dir, save_filename="pytorch_model.bin"):
         """DeepSpeed's older name of save_16bit_model."""
         return self.save_16bit_model(save_dir, save_filename)
+
+
+# DeepSpeed's accessors of zero_optimization values: engine.<name>() is the key's value as
+# zinc resolved it (DeepSpeed's default where the config is silent, overlap_comm's by stage).
+_ZERO_ACCESSORS = {
+    "zero_reduce_bucket_size": "reduce_bucket_size",
+    "zero_allgather_bucket_size": "allgather_bucket_size",
+    "zero_overlap_comm": "overlap_comm",
+    "zero_contiguous_gradients": "contiguous_gradients",
+    "zero_reduce_scatter": "reduce_scatter",
+    "zero_allgather_partitions": "allgather_partitions",
+    "zero_round_robin_gradients": "round_robin_gradients",
+    "zero_sub_group_size": "sub_group_size",
+    "zero_max_live_parameters": "stage3_max_live_parameters",
+    "zero_max_reuse_distance": "stage3_max_reuse_distance",
+    "zero_prefetch_bucket_size": "stage3_prefetch_bucket_size",
+    "zero_param_persistence_threshold": "stage3_param_persistence_threshold",
+}
+
+
+def _zero_accessor(key):
+    def accessor(self):
+        return self._resolved["zero_optimization"][key]
+    accessor.__doc__ = f"The resolved zero_optimization.{key} (DeepSpeed's accessor)."
+    return accessor
+
+
+for _name, _key in _ZERO_ACCESSORS.items():
+    setattr(Engine, _name, _zero_accessor(_key))
 
 
 def add_config_arguments(parser):

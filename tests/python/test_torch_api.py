@@ -139,6 +139,20 @@ def check_fp16_accessors(stage):
     want = (True, False, 0.5, 7, "cpu", True, 0.0, True, [(0.8, 0.9)], 256.0, 256.0,
             MICRO * 3 * world, 3, [1e-3])       # DeepSpeed's default lr where the config has none
     check("config accessors (fp16, offloaded, clipping)", got == want, f"{got} != {want}")
+    # DeepSpeed's accessors of the optimizer, scheduler and zero sections: the config's values
+    # as written, the zero ones as resolved (DeepSpeed's defaults: buckets 5e8, overlap_comm
+    # False below stage 3 and True at it, persistence threshold 1e5, prefetch 5e7).
+    got = (engine.zero_optimization(), engine.zero_optimization_partition_gradients(),
+           engine.zero_optimization_partition_weights(), engine.optimizer_name(),
+           engine.optimizer_params(), engine.scheduler_name(), engine.scheduler_params(),
+           engine.get_batch_info(), engine.postscale_gradients(),
+           engine.gradient_predivide_factor(), engine.zero_reduce_bucket_size(),
+           engine.zero_allgather_bucket_size(), engine.zero_overlap_comm(),
+           engine.zero_param_persistence_threshold(), engine.zero_prefetch_bucket_size())
+    want = (stage > 0, stage >= 2, stage == 3, "adamw", {"betas": [0.8, 0.9]}, None, None,
+            (MICRO * 3 * world, MICRO, 3), True, 1.0, 500000000, 500000000, stage == 3, 100000,
+            50000000)
+    check("DeepSpeed's optimizer, scheduler and zero accessors", got == want, f"{got} != {want}")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         engine.save_checkpoint(os.path.join(sys.argv[2], f"ckpt_fp16_{world}"),
@@ -216,6 +230,21 @@ def check_step_counters(stage, root):
         engine.step()
     check("global_samples with managed_gradient_accumulation false",
           counters(engine)[:3] == (2, 0, 4 * MICRO * engine.world_size), str(counters(engine)))
+    engine.close()
+
+
+def check_client_accessors():
+    """With a client optimizer and the config's scheduler: optimizer_name() is its class name
+    and optimizer_params() None (DeepSpeed allows no config optimizer beside it)."""
+    model = net()
+    c = {"train_micro_batch_size_per_gpu": MICRO, "bf16": {"enabled": True},
+         "scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 3}}}
+    engine, *_ = zinc.initialize(model=model, config=c,
+                                 optimizer=torch.optim.AdamW(model.parameters(), lr=1e-3))
+    got = (engine.optimizer_name(), engine.optimizer_params(), engine.scheduler_name(),
+           engine.scheduler_params())
+    want = ("AdamW", None, "WarmupLR", {"warmup_num_steps": 3})
+    check("accessors with a client optimizer", got == want, f"{got} != {want}")
     engine.close()
 
 
@@ -705,6 +734,7 @@ def main():
     engine.close()
     check_fp16_accessors(stage)
     check_step_counters(stage, root)
+    check_client_accessors()
     check_no_sync(stage)
     check_accum_boundary(stage)
     print(f"rank {rank}: {len(failures)} failed", flush=True)
