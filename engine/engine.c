@@ -331,7 +331,7 @@ zinc_status zeng_check_group_id(zinc_engine_t *e, int group, const char *fn)
     return ZINC_OK;
 }
 
-/* The checks of the setters of a group's Adam values. They may be called at any time: before
+/* The checks of the setters of a group's Adam values and lr. They may be called at any time: before
  * zinc_finalize the values are part of the registration every rank must agree on; after it they
  * apply from the next optimizer step (group_adam_args reads them at every step), as torch and
  * DeepSpeed read each param group's values at every step. */
@@ -388,8 +388,7 @@ zinc_status zinc_group_set_eps(zinc_engine_t *e, int group, double eps)
 
 zinc_status zinc_group_set_lr(zinc_engine_t *e, int group, double lr)
 {
-    if (!e) return zerr_thread(ZINC_ERR_INVALID_ARG, "zinc_group_set_lr: engine is NULL");
-    zinc_status s = zeng_check_group_id(e, group, "zinc_group_set_lr");
+    zinc_status s = check_group_setter(e, group, "zinc_group_set_lr");
     if (s != ZINC_OK) return s;
     if (!isnan(lr) && (!isfinite(lr) || lr < 0))
         return zeng_fail(e, ZINC_ERR_INVALID_ARG,

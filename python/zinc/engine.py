@@ -1052,7 +1052,6 @@ class Engine(torch.nn.Module):
             raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}', "
                                  "nor has its module") from None
 
-
     @property
     def optimizer(self):
         """What initialize returned as the optimizer (DeepSpeed's engine.optimizer)."""

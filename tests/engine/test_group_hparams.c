@@ -196,14 +196,17 @@ static void test_one_cycle(void)
  * from both the config's and the one with them from the start). */
 static void test_after_finalize(void)
 {
-    static const char *OFF = "\"offload_optimizer\": {\"device\": \"cpu\"}, ";
+    static const struct {
+        int stage;
+        const char *zero_json;
+    } CASES[] = {{0, NULL}, {1, NULL}, {2, NULL}, {3, NULL},
+                 {2, "\"offload_optimizer\": {\"device\": \"cpu\"}, "}};
     const group_values all = {GROUP_WD, NULL, GROUP_BETAS, GROUP_EPS};
     zinc_dtype dts[] = {ZINC_DTYPE_FP32, ZINC_DTYPE_BF16};
     for (int di = 0; di < 2; di++) {
-        for (int stage = 0; stage <= 4; stage++) {
-            /* "stage 4": stage 2 with the optimizer offloaded. */
-            const char *zero = stage == 4 ? OFF : NULL;
-            int st = stage == 4 ? 2 : stage;
+        for (size_t k = 0; k < sizeof CASES / sizeof CASES[0]; k++) {
+            int st = CASES[k].stage;
+            const char *zero = CASES[k].zero_json;
             char label[96];
             snprintf(label, sizeof label, "set after finalize: stage %d%s %s", st,
                      zero ? " offloaded" : "", di ? "bf16" : "fp32");
