@@ -84,6 +84,7 @@ class ZincConfigWarning(UserWarning):
     """A warning zinc gave about the config (a key accepted without effect, an override, ...)."""
 
 _TORCH_DTYPE = {0: torch.float32, 1: torch.float16, 2: torch.bfloat16}
+_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}   # config names
 _BLOB_CAP = 64 << 20
 
 _world = None
@@ -1244,6 +1245,78 @@ class Engine(torch.nn.Module):
     def dataloader_drop_last(self):
         return bool(self._resolved.get("dataloader_drop_last", False))
 
+    def get_data_parallel_rank(self):
+        """zinc is data parallel only: the data-parallel rank is the global rank."""
+        return self.global_rank
+
+    def get_model_parallel_rank(self):
+        """Always 0: zinc has no tensor or model parallelism (a group of one)."""
+        return 0
+
+    get_tensor_parallel_rank = get_model_parallel_rank
+
+    def communication_data_type(self):
+        """The dtype gradients are reduced in: the resolved communication_data_type, which zinc
+        accepts only equal to the working dtype (DeepSpeed's default when it is not set)."""
+        return _DTYPES[self._resolved["communication_data_type"]]
+
+    def get_data_types(self):
+        """(model dtype, gradient accumulation dtype), as DeepSpeed's: zinc accepts
+        data_types.grad_accum_dtype only equal to the working dtype, so both are that one."""
+        dtype = _DTYPES["fp16" if self.fp16_enabled() else
+                        "bf16" if self.bfloat16_enabled() else "fp32"]
+        return dtype, dtype
+
+    def fp16_auto_cast(self):
+        """Always False: zinc refuses fp16.auto_cast true (it would change the model's math)."""
+        return False
+
+    def initial_dynamic_scale(self):
+        """2^fp16.initial_scale_power, the dynamic loss scale's start (with fp16 off too, as
+        DeepSpeed's)."""
+        return 2 ** int(self._resolved["fp16"]["initial_scale_power"])
+
+    def dynamic_loss_scale_args(self):
+        """The dynamic loss scaler's settings under DeepSpeed's key names."""
+        fp16 = self._resolved["fp16"]
+        return {"init_scale": self.initial_dynamic_scale(),
+                "scale_window": int(fp16["loss_scale_window"]),
+                "delayed_shift": int(fp16["hysteresis"]),
+                "consecutive_hysteresis": bool(fp16["consecutive_hysteresis"]),
+                "min_scale": fp16["min_loss_scale"]}
+
+    def checkpoint_tag_validation_enabled(self):
+        return self._resolved["checkpoint"]["tag_validation"].lower() != "ignore"
+
+    def checkpoint_tag_validation_fail(self):
+        return self._resolved["checkpoint"]["tag_validation"].lower() == "fail"
+
+    def load_universal_checkpoint(self):
+        """The config's checkpoint.load_universal. Every zinc checkpoint loads at any world size
+        and stage either way."""
+        return bool(self._resolved["checkpoint"]["load_universal"])
+
+    def use_node_local_storage(self):
+        return bool(self._resolved["checkpoint"]["use_node_local_storage"])
+
+    def zero_use_cpu_optimizer(self):
+        """True when the config's offload_optimizer.device is cpu or nvme, as DeepSpeed's (the
+        value as configured: docs/config.md says where zinc honours it)."""
+        return self.zero_offload_optimizer() is not None
+
+    def zero_load_from_fp32_weights(self):
+        """Always True: zinc refuses load_from_fp32_weights false; loads restore the fp32
+        master weights."""
+        return True
+
+    def is_compiled(self):
+        """Always False: zinc does not offer compile()."""
+        return False
+
+    def destroy(self):
+        """DeepSpeed's engine.destroy(): releases the engine, as close()."""
+        self.close()
+
     # ---- data -----------------------------------------------------------------------------
 
     def deepspeed_io(self, dataset, batch_size=None, route="train", pin_memory=True,
@@ -1596,6 +1669,39 @@ def _zero_accessor(key):
 
 for _name, _key in _ZERO_ACCESSORS.items():
     setattr(Engine, _name, _zero_accessor(_key))
+
+# DeepSpeed engine methods zinc does not offer, and why. Each is a method that raises
+# NotImplementedError naming it: without it the name would reach the model (__getattr__), or
+# torch's Module.compile, and do something else or fail with an AttributeError.
+_NOT_OFFERED = {
+    "set_train_batch_size": "gradient_accumulation_steps is fixed at initialize",
+    "set_train_micro_batch_size": "the micro batch size is fixed at initialize",
+    "empty_partition_cache": "zinc's stage 3 keeps the groups below "
+                             "stage3_param_persistence_threshold gathered and has no call to "
+                             "release them",
+    "offload_states": "zinc places state in host memory only by the config's "
+                      "zero_optimization.offload_optimizer / offload_param",
+    "reload_states": "zinc places state in host memory only by the config's "
+                     "zero_optimization.offload_optimizer / offload_param",
+    "compile": "zinc's engine (its hooks and autograd functions) is not compiled",
+    "load_module_state_dict": "load the weights with load_checkpoint(load_module_only=True)",
+    "allreduce_gradients": "engine.step() reduces the gradients at the accumulation boundary",
+    "get_sequence_parallel_group": "zinc has no sequence parallelism",
+    "set_data_post_process_func": "zinc has no data efficiency pipeline",
+    "set_custom_curriculum_learning_schedule": "zinc has no curriculum learning",
+}
+
+
+def _not_offered(name, reason):
+    def method(self, *args, **kwargs):
+        raise NotImplementedError(f"zinc: engine.{name}() is not offered: {reason}")
+    method.__name__ = name
+    method.__doc__ = f"Not offered (raises NotImplementedError): {reason}."
+    return method
+
+
+for _name, _reason in _NOT_OFFERED.items():
+    setattr(Engine, _name, _not_offered(_name, _reason))
 
 
 def add_config_arguments(parser):

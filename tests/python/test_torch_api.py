@@ -9,7 +9,9 @@ the run (exit 1) when it does not hold:
 - is_gradient_accumulation_boundary() is False, True, False, True, ... around engine.step()
   (the micro-step the next step() ends the window with), global_steps moves only at True;
 - a model's attribute and method reach through the engine, as DeepSpeed's passes them through
-  (the method runs the forward, gathered at stage 3); a name neither has: AttributeError;
+  (the method runs the forward, gathered at stage 3); a name neither has: AttributeError; the
+  DeepSpeed engine methods zinc does not offer raise NotImplementedError naming the method, the
+  model's compile() notwithstanding;
 - train_batch_size() = micro x 2 x world; device is the model's; local_rank is this rank's index
   on the node (one node: the global rank), $LOCAL_RANK when set; zero_grad() clears .grad;
 - module_state_dict(): the keys of model.state_dict() in its order (both tied names, the frozen
@@ -83,6 +85,11 @@ class Net(torch.nn.Module):
         """A method that runs the forward (as HF models' generate())."""
         return self(x).argmax(-1)
 
+    def compile(self, *args, **kwargs):
+        """A model method of a name DeepSpeed's engine has (torch 2's Module.compile): the
+        engine's, which zinc does not offer, must answer, not this one."""
+        return "the model's compile"
+
 
 def net():
     torch.manual_seed(0)
@@ -153,6 +160,22 @@ def check_fp16_accessors(stage):
             (MICRO * 3 * world, MICRO, 3), True, 1.0, 500000000, 500000000, stage == 3, 100000,
             50000000)
     check("DeepSpeed's optimizer, scheduler and zero accessors", got == want, f"{got} != {want}")
+    # DeepSpeed 0.19.8's values for this config (its DeepSpeedConfig and engine accessors, read
+    # in bench/.venv): the scaler's settings under its key names, the working dtype on the wire,
+    # tag validation "Warn", no universal or node-local checkpoints, a data-parallel-only world.
+    got = (engine.initial_dynamic_scale(), engine.dynamic_loss_scale_args(),
+           engine.communication_data_type(), engine.get_data_types(), engine.fp16_auto_cast(),
+           engine.checkpoint_tag_validation_enabled(), engine.checkpoint_tag_validation_fail(),
+           engine.load_universal_checkpoint(), engine.use_node_local_storage(),
+           engine.zero_use_cpu_optimizer(), engine.zero_load_from_fp32_weights(),
+           engine.get_data_parallel_rank(), engine.get_model_parallel_rank(),
+           engine.get_tensor_parallel_rank(), engine.is_compiled())
+    want = (256, {"init_scale": 256, "scale_window": 1000, "delayed_shift": 2,
+                  "consecutive_hysteresis": False, "min_scale": 1},
+            torch.float16, (torch.float16, torch.float16), False, True, False, False, False,
+            True, True, engine.global_rank, 0, 0, False)
+    check("DeepSpeed's precision, checkpoint and parallelism accessors", got == want,
+          f"{got} != {want}")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         engine.save_checkpoint(os.path.join(sys.argv[2], f"ckpt_fp16_{world}"),
@@ -238,12 +261,19 @@ def check_client_accessors():
     and optimizer_params() None (DeepSpeed allows no config optimizer beside it)."""
     model = net()
     c = {"train_micro_batch_size_per_gpu": MICRO, "bf16": {"enabled": True},
+         "communication_data_type": "BF16",
+         "checkpoint": {"tag_validation": "ignore", "load_universal": True},
          "scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 3}}}
     engine, *_ = zinc.initialize(model=model, config=c,
                                  optimizer=torch.optim.AdamW(model.parameters(), lr=1e-3))
     got = (engine.optimizer_name(), engine.optimizer_params(), engine.scheduler_name(),
-           engine.scheduler_params())
-    want = ("AdamW", None, "WarmupLR", {"warmup_num_steps": 3})
+           engine.scheduler_params(), engine.communication_data_type(), engine.get_data_types(),
+           engine.checkpoint_tag_validation_enabled(), engine.checkpoint_tag_validation_fail(),
+           engine.load_universal_checkpoint(), engine.initial_dynamic_scale(),
+           engine.zero_use_cpu_optimizer())
+    # DeepSpeed 0.19.8 gives these too: fp16's default 2^16 start with fp16 off.
+    want = ("AdamW", None, "WarmupLR", {"warmup_num_steps": 3}, torch.bfloat16,
+            (torch.bfloat16, torch.bfloat16), False, False, True, 65536, False)
     check("accessors with a client optimizer", got == want, f"{got} != {want}")
     engine.close()
 
@@ -548,6 +578,23 @@ def main():
         check("a name neither has raises AttributeError", False)
     except AttributeError as ex:
         check("a name neither has raises AttributeError", "no_such_thing" in str(ex), str(ex))
+    # DeepSpeed engine methods zinc does not offer raise NotImplementedError naming the method,
+    # whatever the arguments, and even where the model has the name (compile).
+    for name, args in (("set_train_batch_size", (2 * MICRO * world,)),
+                       ("set_train_micro_batch_size", (MICRO,)), ("empty_partition_cache", ()),
+                       ("offload_states", ()), ("reload_states", ()), ("compile", ()),
+                       ("load_module_state_dict", ({},)), ("allreduce_gradients", ()),
+                       ("get_sequence_parallel_group", ()),
+                       ("set_data_post_process_func", (None,)),
+                       ("set_custom_curriculum_learning_schedule", ({},))):
+        try:
+            got = getattr(engine, name)(*args)
+            check(f"engine.{name}() raises NotImplementedError", False, f"returned {got!r}")
+        except NotImplementedError as ex:
+            check(f"engine.{name}() raises NotImplementedError", f"engine.{name}()" in str(ex),
+                  str(ex))
+        except Exception as ex:        # an AttributeError: the name fell through to the model
+            check(f"engine.{name}() raises NotImplementedError", False, repr(ex))
     # DeepSpeed's defaults where the config is silent: clipping 1.0 (since 0.19.3),
     # steps_per_print 10, Adam's betas (0.9, 0.999); the loss scale 1 without fp16.
     check("config accessors (bf16 config)",
