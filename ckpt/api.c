@@ -372,6 +372,7 @@ static zinc_status load_local(zinc_engine_t *e, const zeng_view *ev, const char 
     if (s != ZINC_OK) return s;
     const zck_manifest *m = zck_reader_manifest(r);
     int wonly = opt && opt->weights_only;
+    int missing_ok = wonly && opt->missing_ok, missing = 0;
     map = malloc(((size_t)ev->plan->nparams + 1) * sizeof *map);
     if (!map) { s = zerr_fmt(err, ZCK_ERR, ZINC_ERR_NOMEM, "out of memory"); goto done; }
     /* match by name; shapes must agree */
@@ -380,6 +381,10 @@ static zinc_status load_local(zinc_engine_t *e, const zeng_view *ev, const char 
         map[p] = -1;
         for (int k = 0; k < m->ntensors; k++)
             if (!strcmp(m->tensors[k].name, P->name)) { map[p] = k; break; }
+        if (map[p] < 0 && missing_ok) {      /* keeps its value: not a target below */
+            missing++;
+            continue;
+        }
         if (map[p] < 0) {
             s = zerr_fmt(err, ZCK_ERR, ZINC_ERR_MISMATCH,
                          "%s has no tensor '%s' (the model registers it; was the checkpoint saved "
@@ -419,6 +424,12 @@ static zinc_status load_local(zinc_engine_t *e, const zeng_view *ev, const char 
     }
     s = load_targets(e, ev, &t, &nt);
     if (s != ZINC_OK) { zerr_fmt(err, ZCK_ERR, s, "cannot list the shard: %s", ev->err); goto done; }
+    if (missing) {              /* drop the missing parameters' pieces */
+        int kept = 0;
+        for (int i = 0; i < nt; i++)
+            if (map[t[i].param] >= 0) t[kept++] = t[i];
+        nt = kept;
+    }
     uint64_t elems = 0;
     for (int i = 0; i < nt; i++) elems += t[i].hi - t[i].lo;
     host = malloc((size_t)(elems ? elems : 1) * 4);
@@ -459,15 +470,20 @@ static zinc_status load_local(zinc_engine_t *e, const zeng_view *ev, const char 
         s = zck_read_blob(r, NULL, 0, &nb, err);
         opt->client_blob_bytes = nb;
     }
+    if (s == ZINC_OK && opt) opt->missing = missing;
     if (s == ZINC_OK && rank_of(ev) == 0) {
         /* At another world size the resolved config differs anyway (batch sizes). */
         if (m->config_hash[0] && strcmp(m->config_hash, ev->cfg->hash_hex))
             zlog(m->world_size == ev->world_size ? ZLOG_WARN : ZLOG_INFO, "ckpt", 0,
                  "%s was saved with another config (hash %s, now %s; world size %d, now %d)",
                  tagdir, m->config_hash, ev->cfg->hash_hex, m->world_size, ev->world_size);
-        if (m->ntensors > ev->plan->nparams)
-            zlog(ZLOG_WARN, "ckpt", 0, "%s holds %d tensors the model does not register; ignored",
-                 tagdir, m->ntensors - ev->plan->nparams);
+        if (m->ntensors > ev->plan->nparams - missing)
+            zlog(ZLOG_WARN, "ckpt", 0, "%s holds %d tensors the model does not register; the "
+                 "load leaves them (zinc_ckpt_read_tensor reads one)", tagdir,
+                 m->ntensors - (ev->plan->nparams - missing));
+        if (missing)
+            zlog(ZLOG_INFO, "ckpt", 0, "%s lacks %d of the model's parameters; they keep their "
+                 "values (missing_ok)", tagdir, missing);
     }
 done:
     free(map);
@@ -557,6 +573,53 @@ zinc_status zinc_ckpt_load(zinc_engine_t *e, const char *dir, const char *tag,
     }
     free(pk);
     if (s != ZINC_OK) return zeng_fail(e, s, "%s", err);
+    return ZINC_OK;
+}
+
+/* ---- one tensor the engine does not register ---------------------------------------------- */
+
+zinc_status zinc_ckpt_read_tensor(zinc_engine_t *e, const char *dir, const char *tag,
+                                  const char *name, const int64_t *shape, int ndim, float *out,
+                                  int *found)
+{
+    if (!e) return zerr_thread(ZINC_ERR_INVALID_ARG, "zinc_ckpt_read_tensor: engine is NULL");
+    if (!dir || !tag || !name || !found || ndim < 0 || ndim > ZCK_MAX_DIMS || (ndim && !shape))
+        return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_ckpt_read_tensor: dir, tag, name and "
+                         "found must be given, and 0 <= ndim <= %d with its shape", ZCK_MAX_DIMS);
+    zeng_view view_, *ev = &view_;
+    zeng_view_get(e, ev);
+    if (!ev->finalized)
+        return zeng_fail(e, ZINC_ERR_USAGE, "zinc_ckpt_read_tensor: call zinc_finalize first");
+    *found = 0;
+    char err[ZCK_ERR] = "", tagdir[4096], tagname[256];
+    zck_reader *r = NULL;
+    zinc_status s = zck_find_tag(dir, tag, 0, rank_of(ev), tagdir, sizeof tagdir, tagname, sizeof tagname,
+                                 err);
+    if (s == ZINC_OK) s = zck_open(tagdir, &r, err);
+    if (s == ZINC_OK) {
+        const zck_manifest *m = zck_reader_manifest(r);
+        int k = -1;
+        for (int i = 0; i < m->ntensors && k < 0; i++)
+            if (!strcmp(m->tensors[i].name, name)) k = i;
+        if (k >= 0) {
+            const zck_tensor *T = &m->tensors[k];
+            int same = T->ndim == ndim;
+            for (int d = 0; same && d < ndim; d++) same = T->shape[d] == shape[d];
+            if (!same)
+                s = zerr_fmt(err, ZCK_ERR, ZINC_ERR_MISMATCH, "%s: tensor '%s' has another "
+                             "shape in the checkpoint (%d dims, %" PRIu64 " elements) than the "
+                             "caller's (%d dims)", tagdir, name, T->ndim, T->numel, ndim);
+            else if (!out)          /* asks only whether the tensor is there */
+                *found = 1;
+            else {
+                zck_target t = {k, 0, T->numel, out};
+                s = zck_read(r, ZCK_MASTER, &t, 1, 2, err);
+                if (s == ZINC_OK) *found = 1;
+            }
+        }
+    }
+    zck_close(r);
+    if (s != ZINC_OK) return zeng_fail(e, s, "zinc_ckpt_read_tensor: %s", err);
     return ZINC_OK;
 }
 

@@ -481,12 +481,27 @@ typedef struct zinc_ckpt_load_options {
     size_t client_blob_cap;
     size_t client_blob_bytes;     /* out: its size                                                */
     char loaded_tag[256];         /* out: the tag that was loaded                                 */
+    int missing_ok;               /* with weights_only: a parameter the checkpoint lacks (frozen
+                                     when it was saved) keeps its value instead of an error; the
+                                     caller sets it (zinc_param_set)                              */
+    int missing;                  /* out: how many parameters missing_ok let keep their value     */
 } zinc_ckpt_load_options_t;
 
 /* Collective, after zinc_finalize. Loads dir/tag, or with tag NULL the newest valid tag of dir
  * (damaged ones are skipped, each with a warning naming why). Any world size and stage. */
 ZINC_API zinc_status zinc_ckpt_load(zinc_engine_t *e, const char *dir, const char *tag,
                                     zinc_ckpt_load_options_t *opt);
+
+/* Not collective, after zinc_finalize. Reads the fp32 master weights of tensor `name` of the
+ * checkpoint dir/tag (tag as zinc_ckpt_load's loaded_tag gave it), in full, into out (as many
+ * floats as the shape holds), with their checksums verified. For a tensor the engine does not
+ * register: a parameter trained when the checkpoint was saved but frozen now, whose value the
+ * caller restores itself. *found is 0 (and ZINC_OK, out untouched) when the checkpoint holds no
+ * tensor of that name; a shape other than the checkpoint's is ZINC_ERR_MISMATCH. With out NULL
+ * it only tells whether the tensor is there (found), reading nothing. */
+ZINC_API zinc_status zinc_ckpt_read_tensor(zinc_engine_t *e, const char *dir, const char *tag,
+                                           const char *name, const int64_t *shape, int ndim,
+                                           float *out, int *found);
 
 /* Collective, after zinc_finalize. Sets every parameter found in a .safetensors file (matched by
  * name; fp32/fp16/bf16 data; shapes must match). Parameters not in the file keep their values. */

@@ -44,7 +44,8 @@ class SaveOptions(ctypes.Structure):
 class LoadOptions(ctypes.Structure):
     _fields_ = [("weights_only", ctypes.c_int), ("client_blob", ctypes.c_void_p),
                 ("client_blob_cap", ctypes.c_size_t), ("client_blob_bytes", ctypes.c_size_t),
-                ("loaded_tag", ctypes.c_char * 256)]
+                ("loaded_tag", ctypes.c_char * 256), ("missing_ok", ctypes.c_int),
+                ("missing", ctypes.c_int)]
 
 
 def _find():
@@ -119,6 +120,10 @@ _sig = {
     "zinc_ckpt_wait": (ctypes.c_int, [ctypes.c_void_p]),
     "zinc_ckpt_load": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p,
                                       ctypes.POINTER(LoadOptions)]),
+    "zinc_ckpt_read_tensor": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p,
+                                             ctypes.c_char_p, ctypes.POINTER(ctypes.c_int64),
+                                             ctypes.c_int, ctypes.c_void_p,
+                                             ctypes.POINTER(ctypes.c_int)]),
     "zinc_memory": (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64),
                                    ctypes.POINTER(ctypes.c_uint64)]),
     "zinc_mean_over_ranks": (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(ctypes.c_double),

@@ -461,6 +461,13 @@ class Engine(torch.nn.Module):
             for _, params in self._groups:
                 for _, _, p in params:
                     p.data = p.data.to(_TORCH_DTYPE[self._code])
+        if self._code != 0:
+            # As DeepSpeed's engine (_cast_module_mixed_precision): with fp16/bf16 every
+            # floating-point parameter of the module computes in that dtype, the ones zinc does
+            # not train too (a frozen nn.Linear beside trained ones); buffers keep theirs.
+            for p in self._untrained_params().values():
+                if p.dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+                    p.data = p.data.to(_TORCH_DTYPE[self._code])
         self._watch_gradients()
         if self._stage == 3:
             self._setup_stage3(model)
@@ -1460,27 +1467,24 @@ class Engine(torch.nn.Module):
         saved_by_torch = set(self.module.state_dict(keep_vars=True))
         return {n: b for n, b in self.module.named_buffers() if n in saved_by_torch}
 
+    def _trained_params(self):
+        """zinc's parameters by name: (zinc parameter id, the Parameter)."""
+        return {name: (pid, p) for _, params in self._groups for pid, name, p in params}
+
     def _restore_module_state(self, raw):
         """The buffers and untrained parameters a checkpoint saved (rank 0's) copied into this
-        module's. The buffers must be the model's (DeepSpeed's strict module load); an
-        untrained parameter the checkpoint does not hold (saved with
-        exclude_frozen_parameters=True, or by zinc before it saved them) keeps the model's
-        value, and rank 0 says which."""
+        module's. The buffers must be the model's (DeepSpeed's strict module load). Returns
+        the names of the untrained parameters it set, and the saved values of the parameters
+        zinc trains now but that were frozen at the save (for _set_trained)."""
         saved = torch.load(io.BytesIO(raw))
         buffers, untrained = self._persistent_buffers(), self._untrained_params()
-        unknown = sorted(set(saved) - set(buffers) - set(untrained))
+        trained = self._trained_params()
+        unknown = sorted(set(saved) - set(buffers) - set(untrained) - set(trained))
         missing = sorted(set(buffers) - set(saved))
         if unknown or missing:
             raise ValueError(f"zinc: load_checkpoint: the checkpoint's module entries {unknown} "
                              f"are not buffers or untrained parameters of the model, the "
                              f"model's buffers {missing} are not in the checkpoint")
-        kept = [n for n in untrained if n not in saved]
-        if kept and self.global_rank == 0:
-            more = f" and {len(kept) - 4} more" if len(kept) > 4 else ""
-            warnings.warn(f"zinc: load_checkpoint: the checkpoint holds no value for the "
-                          f"parameters zinc does not train {', '.join(kept[:4])}{more} (saved "
-                          f"with exclude_frozen_parameters=True): they keep the model's",
-                          RuntimeWarning, stacklevel=3)
         mine = dict(buffers, **{n: p for n, p in untrained.items() if n in saved})
         for n, t in mine.items():
             if saved[n].shape != t.shape:
@@ -1489,6 +1493,69 @@ class Engine(torch.nn.Module):
         with torch.no_grad():
             for n, t in mine.items():
                 t.copy_(saved[n])
+        return {n for n in untrained if n in saved}, {n: saved[n] for n in saved if n in trained}
+
+    def _set_trained(self, load_dir, tag, values, missing):
+        """A weights-only load (zinc_ckpt_load with missing_ok) left `missing` of zinc's
+        parameters as they were: those frozen when the checkpoint was saved (unfrozen now, as
+        when a fine-tune trains more of the model than the run it resumes from). Their saved
+        values (`values`, the module state's 16-bit weights) become zinc's, fp32 master
+        included, as DeepSpeed's module load and refresh of the fp32 weights do. One the
+        checkpoint holds nowhere raises ValueError naming it."""
+        trained = self._trained_params()
+        for n, v in values.items():
+            pid, _ = trained[n]
+            if v.shape != self._shapes[pid]:     # the Parameter is empty between steps at stage 3
+                raise ValueError(f"zinc: load_checkpoint: {n} is {tuple(v.shape)} in the "
+                                 f"checkpoint, {tuple(self._shapes[pid])} in the model")
+            src = v.to("cpu", torch.float32).contiguous()
+            self._call(lib.zinc_param_set(self._e, pid, ctypes.c_void_p(src.data_ptr())))
+        if missing > len(values):
+            found, lost = ctypes.c_int(0), []
+            for n, (pid, _) in trained.items():
+                if n in values:
+                    continue
+                dims = self._shapes[pid]
+                shape = (ctypes.c_int64 * max(len(dims), 1))(*dims)
+                self._call(lib.zinc_ckpt_read_tensor(self._e, os.fsencode(load_dir), tag.encode(),
+                                                     n.encode(), shape, len(dims), None,
+                                                     ctypes.byref(found)))
+                if not found.value:
+                    lost.append(n)
+            raise ValueError(f"zinc: load_checkpoint: {os.path.join(load_dir, tag)} holds no "
+                             f"value for the parameters {lost} (neither trained nor saved as "
+                             f"frozen): a checkpoint of another model?")
+        self._zinc_then_torch()
+
+    def _restore_untrained(self, load_dir, tag, done):
+        """The untrained parameters the module state did not set (`done`): one that zinc
+        trained when the checkpoint was saved (frozen since, as when fine-tuning a pretrained
+        model with its body frozen) is a tensor of the checkpoint, read in full
+        (zinc_ckpt_read_tensor: its fp32 master, cast to the parameter's dtype, as DeepSpeed's
+        module state holds the 16-bit weight). One the checkpoint holds in neither place (saved
+        with exclude_frozen_parameters=True, or by zinc before it saved them) keeps the model's
+        value, and rank 0 says which."""
+        kept = []
+        for n, p in self._untrained_params().items():
+            if n in done:
+                continue
+            shape = (ctypes.c_int64 * max(p.dim(), 1))(*p.shape)
+            out = torch.empty(p.shape, dtype=torch.float32)
+            found = ctypes.c_int(0)
+            self._call(lib.zinc_ckpt_read_tensor(self._e, os.fsencode(load_dir), tag.encode(),
+                                                 n.encode(), shape, p.dim(), out.data_ptr(),
+                                                 ctypes.byref(found)))
+            if not found.value:
+                kept.append(n)
+                continue
+            with torch.no_grad():
+                p.copy_(out.to(p.dtype))
+        if kept and self.global_rank == 0:
+            more = f" and {len(kept) - 4} more" if len(kept) > 4 else ""
+            warnings.warn(f"zinc: load_checkpoint: the checkpoint holds no value for the "
+                          f"parameters zinc does not train {', '.join(kept[:4])}{more} (saved "
+                          f"with exclude_frozen_parameters=True): they keep the model's",
+                          RuntimeWarning, stacklevel=3)
 
     def load_checkpoint(self, load_dir, tag=None, load_module_strict=True,
                         load_optimizer_states=True, load_lr_scheduler_states=True,
@@ -1525,8 +1592,10 @@ class Engine(torch.nn.Module):
         cap = _BLOB_CAP
         while True:
             buf = ctypes.create_string_buffer(cap)
+            # missing_ok: a weights-only load takes what was frozen at the save from the
+            # module state (_set_trained).
             opts = LoadOptions(1 if weights_only else 0, ctypes.cast(buf, ctypes.c_void_p), cap,
-                               0)
+                               0, b"", 1 if weights_only else 0, 0)
             # torch -> zinc (WAR): the load overwrites weights torch's queued kernels may read.
             self._torch_then_zinc()
             status = lib.zinc_ckpt_load(self._e, os.fsencode(load_dir),
@@ -1539,11 +1608,11 @@ class Engine(torch.nn.Module):
             break
         # zinc -> torch (RAW): the loaded weights are in place before torch reads them.
         self._zinc_then_torch()
-        client = {}
+        client, done, frozen_then = {}, set(), {}
         if opts.client_blob_bytes:
             text, _, module_state = buf.raw[:opts.client_blob_bytes].partition(b"\0")
             if module_state:
-                self._restore_module_state(module_state)
+                done, frozen_then = self._restore_module_state(module_state)
             saved = json.loads(text.decode())
             client = _client_state_of(saved)
             if not weights_only:
@@ -1554,6 +1623,9 @@ class Engine(torch.nn.Module):
                                               self._steps * self.train_batch_size()))
                 self._lr = float(saved.get("lr", self._lr))
                 self._load_lr_state(saved)
+        if opts.missing:
+            self._set_trained(load_dir, opts.loaded_tag.decode(), frozen_then, opts.missing)
+        self._restore_untrained(load_dir, opts.loaded_tag.decode(), done)
         if weights_only:
             # zinc's step count starts over with the fresh Adam state (DeepSpeed's
             # load_module_only leaves its counters as they were: 0 for a new engine).

@@ -10,6 +10,10 @@
  *    in model space are exactly the saved ones; in fp32, training on at M in {1, 2, 3, 8}
  *    agrees with the uninterrupted N = 4 run to fp32 rounding
  *  - the client blob comes back; weights-only load gives step 0 and zero moments
+ *  - zinc_ckpt_read_tensor gives each tensor's saved master in full (saved at 4 ranks), found 0
+ *    for an absent name, MISMATCH for another shape, an error naming a missing tag; a model
+ *    with a parameter the tag lacks loads it weights-only with missing_ok (the parameter keeps
+ *    its value, the others are the tag's), and is refused naming it otherwise
  *  - safetensors: export is deterministic and holds the master weights (fp32 exact, bf16
  *    rounded to nearest even by an independent formula); zinc_load_safetensors sets them
  */
@@ -357,6 +361,95 @@ int main(void)
                  "rank 0's message should name rank 1, its file and chunk: %s", L.rank_error[0]);
         ts_free(&S.end); ts_free(&S.at_save); ts_free(&S.after_load);
         ts_free(&L.after_load); ts_free(&L.end);
+    }
+
+    /* --- zinc_ckpt_read_tensor: one tensor in full, for a parameter the engine does not
+     *     register (frozen now, trained at the save): t3 was saved at 4 ranks, stage 2 --- */
+    {
+        zinc_world_t *w1 = NULL;
+        zinc_engine_t *e = NULL;
+        char *cfg = config(&(session){.world = 1, .stage = 0, .prec = "fp32"});
+        zinc_engine_options_t o = {.config_json = cfg, .rank = 0, .threads = 1};
+        int np = 0;
+        ZT_OK(zinc_world_create_local(1, &w1));
+        o.world = w1;
+        ZT_OK(zinc_engine_create(&o, &e));
+        ZT_OK(toy_register(e, &np));
+        char dir[700];
+        snprintf(dir, sizeof dir, "%s/save", root);
+        long bad = 0;
+        for (int p = 0; e && p < np; p++) {
+            const zplan_param *P = &e->plan.params[p];
+            float *v = malloc(P->numel * 4);
+            int found = -1;
+            ZT_OK(zinc_ckpt_read_tensor(e, dir, "t3", P->name, P->shape, P->ndim, v, &found));
+            ZT_CHECK(found == 1, "%s: found %d", P->name, found);
+            bad += found == 1 && memcmp(v, B.at_save.w[p], P->numel * 4) != 0;
+            free(v);
+        }
+        ZT_CHECK(bad == 0, "zinc_ckpt_read_tensor: %ld tensors differ from the saved master", bad);
+        if (e && np > 0) {
+            const zplan_param *P = &e->plan.params[0];
+            float one = 7.0f;
+            int found = -1;
+            ZT_OK(zinc_ckpt_read_tensor(e, dir, "t3", "no.such.tensor", P->shape, P->ndim, &one,
+                                        &found));
+            ZT_CHECK(found == 0 && one == 7.0f, "an absent name: found %d, out written", found);
+            int64_t wrong[8];
+            memcpy(wrong, P->shape, sizeof wrong);
+            wrong[0] += 1;
+            float *v = malloc((P->numel + 64) * 4);
+            ZT_CHECK(zinc_ckpt_read_tensor(e, dir, "t3", P->name, wrong, P->ndim, v, &found) ==
+                         ZINC_ERR_MISMATCH && found == 0 && strstr(zinc_last_error(e), P->name),
+                     "another shape: %s", zinc_last_error(e));
+            ZT_CHECK(zinc_ckpt_read_tensor(e, dir, "no_tag", P->name, P->shape, P->ndim, v,
+                                           &found) != ZINC_OK && strstr(zinc_last_error(e), "no_tag"),
+                     "a missing tag: %s", zinc_last_error(e));
+            free(v);
+        }
+        /* missing_ok (weights only): a model with one of t3's tensors and one t3 lacks (a
+         * parameter frozen when t3 was saved) loads, and that one keeps its value */
+        zinc_engine_t *e2 = NULL;
+        zplan_param first;                    /* the world holds one engine at a time */
+        const zplan_param *P0 = e ? (first = e->plan.params[0], &first) : NULL;
+        zinc_engine_destroy(e);
+        e = NULL;
+        int g = -1, p0 = -1, px = -1;
+        static const int64_t three[1] = {3};
+        ZT_OK(zinc_engine_create(&o, &e2));
+        ZT_OK(zinc_group_add(e2, "g", &g));
+        if (P0) ZT_OK(zinc_param_add(e2, g, P0->name, P0->ndim, P0->shape, ZINC_DTYPE_FP32, &p0));
+        ZT_OK(zinc_param_add(e2, g, "extra.w", 1, three, ZINC_DTYPE_FP32, &px));
+        ZT_OK(zinc_finalize(e2));
+        const float mine[3] = {1.0f, 2.0f, 3.0f};
+        ZT_OK(zinc_param_set(e2, px, mine));
+        for (int mode = 0; mode < 3; mode++) {      /* full, weights only, weights + missing_ok */
+            zinc_ckpt_load_options_t lo;
+            memset(&lo, 0, sizeof lo);
+            lo.weights_only = mode > 0;
+            lo.missing_ok = mode != 1;                /* ignored by the full load */
+            zinc_status st = zinc_ckpt_load(e2, dir, "t3", &lo);
+            if (mode < 2) {
+                ZT_CHECK(st == ZINC_ERR_MISMATCH && strstr(zinc_last_error(e2), "extra.w"),
+                         "mode %d: %s", mode, zinc_last_error(e2));
+                continue;
+            }
+            ZT_CHECK(st == ZINC_OK && lo.missing == 1, "missing_ok: %s, missing %d",
+                     zinc_last_error(e2), lo.missing);
+            float back[3] = {0}, *w0 = P0 ? malloc(P0->numel * 4) : NULL;
+            ZT_OK(zinc_param_get(e2, px, back));
+            ZT_CHECK(!memcmp(back, mine, sizeof mine), "the missing parameter kept %g %g %g",
+                     back[0], back[1], back[2]);
+            if (w0) {
+                ZT_OK(zinc_param_get(e2, p0, w0));
+                ZT_CHECK(!memcmp(w0, B.at_save.w[0], P0->numel * 4), "%s not loaded", P0->name);
+            }
+            free(w0);
+        }
+        zinc_engine_destroy(e2);
+        zinc_engine_destroy(e);
+        zinc_world_destroy(w1);
+        free(cfg);
     }
 
     /* --- safetensors --- */

@@ -36,6 +36,10 @@ the run (exit 1) when it does not hold:
   back after the model's were changed, without a warning, also when the blob is larger than
   the reader's first buffer; saved with exclude_frozen_parameters=True, the load keeps the
   model's frozen value and rank 0 warns naming it;
+- a checkpoint whose trained parameters differ from the loading model's: one trained at the
+  save and frozen now gets the saved weight (full load and load_module_only); one frozen at
+  the save and trained now gets its saved value with load_module_only and trains on, while the
+  full load refuses naming it, and load_module_only raises naming it when the save excluded it;
 - DeepSpeed's step counters on fp16 (an elementwise model): a window whose gradient overflows
   is a skipped step that global_steps counts and skipped_steps too; global_samples grows by
   train_batch_size per step, and with managed_gradient_accumulation false by the samples of the
@@ -253,6 +257,85 @@ def check_step_counters(stage, root):
         engine.step()
     check("global_samples with managed_gradient_accumulation false",
           counters(engine)[:3] == (2, 0, 4 * MICRO * engine.world_size), str(counters(engine)))
+    engine.close()
+
+
+def check_freeze_changes(stage, root):
+    """A checkpoint loaded by a model that freezes what the saving run trained, or trains what
+    it froze (DeepSpeed's module state holds every parameter, so both load there):
+    - trained at the save, frozen now (a fine-tune with the pretrained body frozen): the full
+      load and load_module_only give the frozen parameter the saved weight, in the working
+      dtype as module_state_dict gave it at the save;
+    - frozen at the save (and changed by the script), trained now: load_module_only gives it the
+      saved value and zinc trains it on; the full load refuses naming it (Adam has no state for
+      it); saved with exclude_frozen_parameters=True it is nowhere, and load_module_only raises
+      ValueError naming it."""
+    world = None
+
+    def build(frozen=()):
+        model = net()
+        for name in frozen:
+            model.get_parameter(name).requires_grad_(False)
+        return model, zinc.initialize(model=model, config=cfg(stage))[0]
+
+    def window(engine):
+        for i in range(GA):
+            micro_step(engine, i)
+            engine.step()
+
+    # trained at the save, frozen at the load
+    _, engine = build()
+    world = engine.world_size
+    window(engine)
+    want = engine.module_state_dict()
+    ck = os.path.join(root, f"freeze{world}")
+    engine.save_checkpoint(ck)
+    engine.close()
+    for kw in ({}, {"load_module_only": True}):
+        model, engine = build(["head.weight"])
+        engine.load_checkpoint(ck, **kw)
+        got = engine.module_state_dict()
+        bad = [k for k in want if not torch.equal(got[k], want[k])]
+        check(f"trained at the save, frozen now: load_checkpoint({kw}) restores every weight",
+              not bad and torch.equal(model.head.weight, want["head.weight"]), f"differ: {bad}")
+        engine.close()
+
+    # frozen at the save (and changed by the script), trained at the load
+    model, engine = build(["head.weight"])
+    with torch.no_grad():
+        model.head.weight.mul_(2.0)
+    window(engine)
+    want = engine.module_state_dict()
+    engine.save_checkpoint(ck, tag="frozen")
+    engine.save_checkpoint(ck, tag="excluded", exclude_frozen_parameters=True)
+    engine.close()
+    _, engine = build()
+    try:
+        engine.load_checkpoint(ck, tag="frozen")
+        check("frozen at the save, trained now: the full load refuses", False, "loaded")
+    except zinc.ZincError as ex:
+        check("frozen at the save, trained now: the full load refuses", "head.weight" in str(ex),
+              str(ex))
+    engine.close()
+    _, engine = build()
+    engine.load_checkpoint(ck, tag="frozen", load_module_only=True)
+    got = engine.module_state_dict()
+    bad = [k for k in want if not torch.equal(got[k], want[k])]
+    check("frozen at the save, trained now: load_module_only restores every weight", not bad,
+          f"differ: {bad}")
+    window(engine)
+    moved = engine.module_state_dict()
+    check("... and zinc trains it from there",
+          not torch.equal(moved["head.weight"], want["head.weight"])
+          and torch.isfinite(moved["head.weight"].float()).all(), "head.weight did not move")
+    engine.close()
+    _, engine = build()
+    try:
+        engine.load_checkpoint(ck, tag="excluded", load_module_only=True)
+        check("saved excluded, trained now: load_module_only raises naming it", False, "loaded")
+    except ValueError as ex:
+        check("saved excluded, trained now: load_module_only raises naming it",
+              "head.weight" in str(ex), str(ex))
     engine.close()
 
 
@@ -782,6 +865,7 @@ def main():
     check_fp16_accessors(stage)
     check_step_counters(stage, root)
     check_client_accessors()
+    check_freeze_changes(stage, root)
     check_no_sync(stage)
     check_accum_boundary(stage)
     print(f"rank {rank}: {len(failures)} failed", flush=True)

@@ -161,7 +161,7 @@ def main():
           f"{losses} vs {ref_losses}")
     sd = engine.module_state_dict()
     got = reads[-1][2]
-    sd["scale"] = model.scale.detach()       # the frozen one as the model holds it (fp32)
+    sd["scale"] = model.scale.detach()       # the frozen one as the model holds it (bf16)
     check("GatheredParameters (read): the full values, module_state_dict's bit for bit",
           all(got[n].shape == sd[n].shape and torch.equal(got[n], sd[n]) for n in got),
           str({n: tuple(got[n].shape) for n in got}))
@@ -193,8 +193,9 @@ def main():
           torch.equal(sd["b.weight"], new_w))
     check("modifier_rank: zinc's fp32 master holds the values written",
           torch.equal(master(engine, "b.weight"), new_w.float()))
-    check("modifier_rank: the frozen parameter is every rank's",
-          torch.equal(model.scale.detach(), new_scale))
+    check("modifier_rank: the frozen parameter is every rank's (in bf16, as the module's)",
+          torch.equal(model.scale.detach(), new_scale.to(torch.bfloat16)),
+          f"{model.scale.dtype}")
     check("modifier_rank: a parameter it did not change keeps its fp32 master (not rounded)",
           torch.equal(master(engine, "head.bias"), bias_master)
           and not torch.equal(bias_master, bias_master.to(torch.bfloat16).float()))
@@ -287,7 +288,7 @@ def main():
     check("a model changed on rank 0 before initialize starts with rank 0's values, frozen "
           "parameter too", all(torch.equal(sd[k], v.to(torch.bfloat16))
                                for k, v in want.state_dict().items())
-          and torch.equal(model.scale.detach(), want.scale.detach()))
+          and torch.equal(model.scale.detach(), want.scale.detach().to(torch.bfloat16)))
     engine.close()
 
     print(f"{len(failures)} failed" if failures else "all passed")
