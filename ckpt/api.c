@@ -63,6 +63,23 @@ static int any_rank(const zeng_view *ev, int bad)
     return f > 0.5;
 }
 
+/* The index of the manifest's tensor named `name`, or -1. */
+static int tensor_index(const zck_manifest *m, const char *name)
+{
+    for (int k = 0; k < m->ntensors; k++)
+        if (!strcmp(m->tensors[k].name, name)) return k;
+    return -1;
+}
+
+/* 1 when two shapes are the same (dims and extents). */
+static int same_shape(int ndim_a, const int64_t *a, int ndim_b, const int64_t *b)
+{
+    if (ndim_a != ndim_b) return 0;
+    for (int d = 0; d < ndim_a; d++)
+        if (a[d] != b[d]) return 0;
+    return 1;
+}
+
 /* The lowest failing rank and its message, on every rank (collective): a warning on rank 0 can
  * then name the file and chunk that another rank saw fail. Returns that rank, or -1 when none
  * failed or the comm could not tell. */
@@ -378,9 +395,7 @@ static zinc_status load_local(zinc_engine_t *e, const zeng_view *ev, const char 
     /* match by name; shapes must agree */
     for (int p = 0; p < ev->plan->nparams; p++) {
         const zplan_param *P = &ev->plan->params[p];
-        map[p] = -1;
-        for (int k = 0; k < m->ntensors; k++)
-            if (!strcmp(m->tensors[k].name, P->name)) { map[p] = k; break; }
+        map[p] = tensor_index(m, P->name);
         if (map[p] < 0 && missing_ok) {      /* keeps its value: not a target below */
             missing++;
             continue;
@@ -392,9 +407,7 @@ static zinc_status load_local(zinc_engine_t *e, const zeng_view *ev, const char 
             goto done;
         }
         const zck_tensor *T = &m->tensors[map[p]];
-        int same = T->ndim == P->ndim;
-        for (int d = 0; same && d < P->ndim; d++) same = T->shape[d] == P->shape[d];
-        if (!same) {
+        if (!same_shape(T->ndim, T->shape, P->ndim, P->shape)) {
             s = zerr_fmt(err, ZCK_ERR, ZINC_ERR_MISMATCH,
                          "%s: tensor '%s' has another shape in the checkpoint (%d dims, %" PRIu64
                          " elements) than in the model (%d dims, %zu elements)", tagdir, P->name,
@@ -593,19 +606,15 @@ zinc_status zinc_ckpt_read_tensor(zinc_engine_t *e, const char *dir, const char 
     *found = 0;
     char err[ZCK_ERR] = "", tagdir[4096], tagname[256];
     zck_reader *r = NULL;
-    zinc_status s = zck_find_tag(dir, tag, 0, rank_of(ev), tagdir, sizeof tagdir, tagname, sizeof tagname,
-                                 err);
+    zinc_status s = zck_find_tag(dir, tag, 0, rank_of(ev), tagdir, sizeof tagdir, tagname,
+                                 sizeof tagname, err);
     if (s == ZINC_OK) s = zck_open(tagdir, &r, err);
     if (s == ZINC_OK) {
         const zck_manifest *m = zck_reader_manifest(r);
-        int k = -1;
-        for (int i = 0; i < m->ntensors && k < 0; i++)
-            if (!strcmp(m->tensors[i].name, name)) k = i;
+        int k = tensor_index(m, name);
         if (k >= 0) {
             const zck_tensor *T = &m->tensors[k];
-            int same = T->ndim == ndim;
-            for (int d = 0; same && d < ndim; d++) same = T->shape[d] == shape[d];
-            if (!same)
+            if (!same_shape(T->ndim, T->shape, ndim, shape))
                 s = zerr_fmt(err, ZCK_ERR, ZINC_ERR_MISMATCH, "%s: tensor '%s' has another "
                              "shape in the checkpoint (%d dims, %" PRIu64 " elements) than the "
                              "caller's (%d dims)", tagdir, name, T->ndim, T->numel, ndim);
@@ -649,9 +658,7 @@ zinc_status zinc_load_safetensors(zinc_engine_t *e, const char *path)
         if (k < 0) continue;
         found++;
         const zst_entry *E = &f->e[k];
-        int same = E->ndim == P->ndim;
-        for (int d = 0; same && d < P->ndim; d++) same = E->shape[d] == P->shape[d];
-        if (!same)
+        if (!same_shape(E->ndim, E->shape, P->ndim, P->shape))
             s = zerr_fmt(err, ZCK_ERR, ZINC_ERR_MISMATCH, "%s: tensor '%s' has another shape than "
                          "the model's parameter (%zu elements)", path, P->name, P->numel);
         else if (!E->supported)

@@ -84,7 +84,6 @@ class ZincConfigWarning(UserWarning):
     """A warning zinc gave about the config (a key accepted without effect, an override, ...)."""
 
 _TORCH_DTYPE = {0: torch.float32, 1: torch.float16, 2: torch.bfloat16}
-_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}   # config names
 _BLOB_CAP = 64 << 20
 
 _world = None
@@ -466,7 +465,8 @@ class Engine(torch.nn.Module):
             # floating-point parameter of the module computes in that dtype, the ones zinc does
             # not train too (a frozen nn.Linear beside trained ones); buffers keep theirs.
             for p in self._untrained_params().values():
-                if p.dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+                if p.dtype in (torch.float16, torch.bfloat16, torch.float32,
+                               torch.float64):       # DeepSpeed's CASTABLE_DTYPES
                     p.data = p.data.to(_TORCH_DTYPE[self._code])
         self._watch_gradients()
         if self._stage == 3:
@@ -1263,16 +1263,14 @@ class Engine(torch.nn.Module):
     get_tensor_parallel_rank = get_model_parallel_rank
 
     def communication_data_type(self):
-        """The dtype gradients are reduced in: the resolved communication_data_type, which zinc
-        accepts only equal to the working dtype (DeepSpeed's default when it is not set)."""
-        return _DTYPES[self._resolved["communication_data_type"]]
+        """The dtype gradients are reduced in: the working dtype (zinc refuses any other
+        communication_data_type; DeepSpeed's default when it is not set)."""
+        return _TORCH_DTYPE[self._code]
 
     def get_data_types(self):
         """(model dtype, gradient accumulation dtype), as DeepSpeed's: zinc accepts
         data_types.grad_accum_dtype only equal to the working dtype, so both are that one."""
-        dtype = _DTYPES["fp16" if self.fp16_enabled() else
-                        "bf16" if self.bfloat16_enabled() else "fp32"]
-        return dtype, dtype
+        return _TORCH_DTYPE[self._code], _TORCH_DTYPE[self._code]
 
     def fp16_auto_cast(self):
         """Always False: zinc refuses fp16.auto_cast true (it would change the model's math)."""
@@ -1495,6 +1493,17 @@ class Engine(torch.nn.Module):
                 t.copy_(saved[n])
         return {n for n in untrained if n in saved}, {n: saved[n] for n in saved if n in trained}
 
+    def _read_saved(self, load_dir, tag, name, dims, out=None):
+        """zinc_ckpt_read_tensor: True when the checkpoint holds tensor `name`; its fp32 master
+        read into `out` (a float32 CPU tensor of shape dims) when given."""
+        found = ctypes.c_int(0)
+        shape = (ctypes.c_int64 * max(len(dims), 1))(*dims)
+        self._call(lib.zinc_ckpt_read_tensor(self._e, os.fsencode(load_dir), tag.encode(),
+                                             name.encode(), shape, len(dims),
+                                             None if out is None else out.data_ptr(),
+                                             ctypes.byref(found)))
+        return bool(found.value)
+
     def _set_trained(self, load_dir, tag, values, missing):
         """A weights-only load (zinc_ckpt_load with missing_ok) left `missing` of zinc's
         parameters as they were: those frozen when the checkpoint was saved (unfrozen now, as
@@ -1511,17 +1520,8 @@ class Engine(torch.nn.Module):
             src = v.to("cpu", torch.float32).contiguous()
             self._call(lib.zinc_param_set(self._e, pid, ctypes.c_void_p(src.data_ptr())))
         if missing > len(values):
-            found, lost = ctypes.c_int(0), []
-            for n, (pid, _) in trained.items():
-                if n in values:
-                    continue
-                dims = self._shapes[pid]
-                shape = (ctypes.c_int64 * max(len(dims), 1))(*dims)
-                self._call(lib.zinc_ckpt_read_tensor(self._e, os.fsencode(load_dir), tag.encode(),
-                                                     n.encode(), shape, len(dims), None,
-                                                     ctypes.byref(found)))
-                if not found.value:
-                    lost.append(n)
+            lost = [n for n, (pid, _) in trained.items() if n not in values
+                    and not self._read_saved(load_dir, tag, n, self._shapes[pid])]
             raise ValueError(f"zinc: load_checkpoint: {os.path.join(load_dir, tag)} holds no "
                              f"value for the parameters {lost} (neither trained nor saved as "
                              f"frozen): a checkpoint of another model?")
@@ -1539,13 +1539,8 @@ class Engine(torch.nn.Module):
         for n, p in self._untrained_params().items():
             if n in done:
                 continue
-            shape = (ctypes.c_int64 * max(p.dim(), 1))(*p.shape)
             out = torch.empty(p.shape, dtype=torch.float32)
-            found = ctypes.c_int(0)
-            self._call(lib.zinc_ckpt_read_tensor(self._e, os.fsencode(load_dir), tag.encode(),
-                                                 n.encode(), shape, p.dim(), out.data_ptr(),
-                                                 ctypes.byref(found)))
-            if not found.value:
+            if not self._read_saved(load_dir, tag, n, p.shape, out):
                 kept.append(n)
                 continue
             with torch.no_grad():

@@ -403,7 +403,8 @@ int main(void)
                          ZINC_ERR_MISMATCH && found == 0 && strstr(zinc_last_error(e), P->name),
                      "another shape: %s", zinc_last_error(e));
             ZT_CHECK(zinc_ckpt_read_tensor(e, dir, "no_tag", P->name, P->shape, P->ndim, v,
-                                           &found) != ZINC_OK && strstr(zinc_last_error(e), "no_tag"),
+                                           &found) != ZINC_OK &&
+                         strstr(zinc_last_error(e), "no_tag"),
                      "a missing tag: %s", zinc_last_error(e));
             free(v);
         }

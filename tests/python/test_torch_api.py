@@ -270,8 +270,6 @@ def check_freeze_changes(stage, root):
       saved value and zinc trains it on; the full load refuses naming it (Adam has no state for
       it); saved with exclude_frozen_parameters=True it is nowhere, and load_module_only raises
       ValueError naming it."""
-    world = None
-
     def build(frozen=()):
         model = net()
         for name in frozen:
