@@ -469,7 +469,7 @@ static zinc_status load_local(zinc_engine_t *e, const zeng_view *ev, const char 
             at += n;
         }
     }
-    if (s == ZINC_OK && wonly) {
+    if (s == ZINC_OK && wonly && !opt->keep_optimizer) {
         size_t n = ev->stage == 0 ? ev->plan->flat_numel : ev->plan->shard_numel;
         s = ev->state_dev->iface->memset0(ev->state_dev, ev->m, n * 4);
         if (s == ZINC_OK) s = ev->state_dev->iface->memset0(ev->state_dev, ev->v, n * 4);
@@ -483,17 +483,20 @@ static zinc_status load_local(zinc_engine_t *e, const zeng_view *ev, const char 
         s = zck_read_blob(r, NULL, 0, &nb, err);
         opt->client_blob_bytes = nb;
     }
-    if (s == ZINC_OK && opt) opt->missing = missing;
+    int extra = m->ntensors - (ev->plan->nparams - missing);
+    if (s == ZINC_OK && opt) {
+        opt->missing = missing;
+        opt->extra = extra;
+    }
     if (s == ZINC_OK && rank_of(ev) == 0) {
         /* At another world size the resolved config differs anyway (batch sizes). */
         if (m->config_hash[0] && strcmp(m->config_hash, ev->cfg->hash_hex))
             zlog(m->world_size == ev->world_size ? ZLOG_WARN : ZLOG_INFO, "ckpt", 0,
                  "%s was saved with another config (hash %s, now %s; world size %d, now %d)",
                  tagdir, m->config_hash, ev->cfg->hash_hex, m->world_size, ev->world_size);
-        if (m->ntensors > ev->plan->nparams - missing)
+        if (extra > 0 && !(opt && opt->caller_reads_extra))
             zlog(ZLOG_WARN, "ckpt", 0, "%s holds %d tensors the model does not register; the "
-                 "load leaves them (zinc_ckpt_read_tensor reads one)", tagdir,
-                 m->ntensors - (ev->plan->nparams - missing));
+                 "load leaves them (zinc_ckpt_read_tensors reads them)", tagdir, extra);
         if (missing)
             zlog(ZLOG_INFO, "ckpt", 0, "%s lacks %d of the model's parameters; they keep their "
                  "values (missing_ok)", tagdir, missing);
@@ -549,7 +552,7 @@ zinc_status zinc_ckpt_load(zinc_engine_t *e, const char *dir, const char *tag,
         int bad = any_rank(ev, s != ZINC_OK);
         if (!bad) {
             if (have_state) (*ev->st) = st;
-            else if (opt && opt->weights_only) {
+            else if (opt && opt->weights_only && !opt->keep_optimizer) {
                 /* fresh optimizer: bias correction and the loss scale start over */
                 memset(ev->st, 0, sizeof *ev->st);
                 zscaler_init(&ev->st->scaler, ev->cfg);
@@ -589,47 +592,73 @@ zinc_status zinc_ckpt_load(zinc_engine_t *e, const char *dir, const char *tag,
     return ZINC_OK;
 }
 
-/* ---- one tensor the engine does not register ---------------------------------------------- */
+/* ---- tensors the engine does not register ------------------------------------------------- */
+
+zinc_status zinc_ckpt_read_tensors(zinc_engine_t *e, const char *dir, const char *tag,
+                                   zinc_ckpt_tensor_request_t *req, int n)
+{
+    if (!e) return zerr_thread(ZINC_ERR_INVALID_ARG, "zinc_ckpt_read_tensors: engine is NULL");
+    int ok = dir && tag && n >= 0 && (req || !n);
+    for (int i = 0; ok && i < n; i++)
+        ok = req[i].name && req[i].ndim >= 0 && req[i].ndim <= ZCK_MAX_DIMS &&
+             (!req[i].ndim || req[i].shape);
+    if (!ok)
+        return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_ckpt_read_tensors: dir, tag and each "
+                         "request's name must be given, and 0 <= ndim <= %d with its shape",
+                         ZCK_MAX_DIMS);
+    zeng_view view_, *ev = &view_;
+    zeng_view_get(e, ev);
+    if (!ev->finalized)
+        return zeng_fail(e, ZINC_ERR_USAGE, "zinc_ckpt_read_tensors: call zinc_finalize first");
+    for (int i = 0; i < n; i++) req[i].found = 0;
+    char err[ZCK_ERR] = "", tagdir[4096], tagname[256];
+    zck_reader *r = NULL;
+    zck_target *t = calloc((size_t)n + 1, sizeof *t);
+    int *at = calloc((size_t)n + 1, sizeof *at);      /* request of each target */
+    int nt = 0;
+    zinc_status s = t && at ? ZINC_OK : zerr_fmt(err, ZCK_ERR, ZINC_ERR_NOMEM, "out of memory");
+    if (s == ZINC_OK)
+        s = zck_find_tag(dir, tag, 0, rank_of(ev), tagdir, sizeof tagdir, tagname, sizeof tagname,
+                         err);
+    if (s == ZINC_OK) s = zck_open(tagdir, &r, err);
+    /* every shape is checked before anything is read, so a mismatch leaves each out untouched */
+    for (int i = 0; s == ZINC_OK && i < n; i++) {
+        const zck_manifest *m = zck_reader_manifest(r);
+        int k = tensor_index(m, req[i].name);
+        if (k < 0) continue;
+        const zck_tensor *T = &m->tensors[k];
+        if (!same_shape(T->ndim, T->shape, req[i].ndim, req[i].shape))
+            s = zerr_fmt(err, ZCK_ERR, ZINC_ERR_MISMATCH, "%s: tensor '%s' has another shape in "
+                         "the checkpoint (%d dims, %" PRIu64 " elements) than the caller's (%d "
+                         "dims)", tagdir, req[i].name, T->ndim, T->numel, req[i].ndim);
+        else if (req[i].out) {
+            at[nt] = i;
+            t[nt++] = (zck_target){k, 0, T->numel, req[i].out};
+        } else
+            req[i].found = 1;           /* asks only whether the tensor is there */
+    }
+    /* one read for all: each chunk is decoded once however many tensors it holds */
+    if (s == ZINC_OK && nt) s = zck_read(r, ZCK_MASTER, t, nt, 2, err);
+    for (int j = 0; s == ZINC_OK && j < nt; j++) req[at[j]].found = 1;
+    zck_close(r);
+    free(t);
+    free(at);
+    if (s != ZINC_OK) return zeng_fail(e, s, "zinc_ckpt_read_tensors: %s", err);
+    return ZINC_OK;
+}
 
 zinc_status zinc_ckpt_read_tensor(zinc_engine_t *e, const char *dir, const char *tag,
                                   const char *name, const int64_t *shape, int ndim, float *out,
                                   int *found)
 {
-    if (!e) return zerr_thread(ZINC_ERR_INVALID_ARG, "zinc_ckpt_read_tensor: engine is NULL");
-    if (!dir || !tag || !name || !found || ndim < 0 || ndim > ZCK_MAX_DIMS || (ndim && !shape))
-        return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_ckpt_read_tensor: dir, tag, name and "
-                         "found must be given, and 0 <= ndim <= %d with its shape", ZCK_MAX_DIMS);
-    zeng_view view_, *ev = &view_;
-    zeng_view_get(e, ev);
-    if (!ev->finalized)
-        return zeng_fail(e, ZINC_ERR_USAGE, "zinc_ckpt_read_tensor: call zinc_finalize first");
-    *found = 0;
-    char err[ZCK_ERR] = "", tagdir[4096], tagname[256];
-    zck_reader *r = NULL;
-    zinc_status s = zck_find_tag(dir, tag, 0, rank_of(ev), tagdir, sizeof tagdir, tagname,
-                                 sizeof tagname, err);
-    if (s == ZINC_OK) s = zck_open(tagdir, &r, err);
-    if (s == ZINC_OK) {
-        const zck_manifest *m = zck_reader_manifest(r);
-        int k = tensor_index(m, name);
-        if (k >= 0) {
-            const zck_tensor *T = &m->tensors[k];
-            if (!same_shape(T->ndim, T->shape, ndim, shape))
-                s = zerr_fmt(err, ZCK_ERR, ZINC_ERR_MISMATCH, "%s: tensor '%s' has another "
-                             "shape in the checkpoint (%d dims, %" PRIu64 " elements) than the "
-                             "caller's (%d dims)", tagdir, name, T->ndim, T->numel, ndim);
-            else if (!out)          /* asks only whether the tensor is there */
-                *found = 1;
-            else {
-                zck_target t = {k, 0, T->numel, out};
-                s = zck_read(r, ZCK_MASTER, &t, 1, 2, err);
-                if (s == ZINC_OK) *found = 1;
-            }
-        }
+    if (!found) {
+        if (!e) return zerr_thread(ZINC_ERR_INVALID_ARG, "zinc_ckpt_read_tensor: engine is NULL");
+        return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_ckpt_read_tensor: found is NULL");
     }
-    zck_close(r);
-    if (s != ZINC_OK) return zeng_fail(e, s, "zinc_ckpt_read_tensor: %s", err);
-    return ZINC_OK;
+    zinc_ckpt_tensor_request_t one = {name, shape, ndim, out, 0};
+    zinc_status s = zinc_ckpt_read_tensors(e, dir, tag, &one, 1);
+    *found = one.found;
+    return s;
 }
 
 /* ---- initial weights from .safetensors ---------------------------------------------------------- */

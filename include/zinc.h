@@ -485,6 +485,14 @@ typedef struct zinc_ckpt_load_options {
                                      when it was saved) keeps its value instead of an error; the
                                      caller sets it (zinc_param_set)                              */
     int missing;                  /* out: how many parameters missing_ok let keep their value     */
+    int keep_optimizer;           /* with weights_only: the Adam state, step count and loss scaler
+                                     stay as they are (DeepSpeed's load_module_only) instead of
+                                     starting fresh                                              */
+    int caller_reads_extra;       /* 1: the caller reads the tensors the engine does not register
+                                     itself (zinc_ckpt_read_tensors), so the load does not warn
+                                     about them                                                  */
+    int extra;                    /* out: how many of the checkpoint's tensors the engine does not
+                                     register (the load leaves them)                              */
 } zinc_ckpt_load_options_t;
 
 /* Collective, after zinc_finalize. Loads dir/tag, or with tag NULL the newest valid tag of dir
@@ -492,13 +500,26 @@ typedef struct zinc_ckpt_load_options {
 ZINC_API zinc_status zinc_ckpt_load(zinc_engine_t *e, const char *dir, const char *tag,
                                     zinc_ckpt_load_options_t *opt);
 
-/* Not collective, after zinc_finalize. Reads the fp32 master weights of tensor `name` of the
- * checkpoint dir/tag (tag as zinc_ckpt_load's loaded_tag gave it), in full, into out (as many
- * floats as the shape holds), with their checksums verified. For a tensor the engine does not
- * register: a parameter trained when the checkpoint was saved but frozen now, whose value the
- * caller restores itself. *found is 0 (and ZINC_OK, out untouched) when the checkpoint holds no
- * tensor of that name; a shape other than the checkpoint's is ZINC_ERR_MISMATCH. With out NULL
- * it only tells whether the tensor is there (found), reading nothing. */
+/* One tensor of a checkpoint that zinc_ckpt_read_tensors reads. */
+typedef struct zinc_ckpt_tensor_request {
+    const char *name;
+    const int64_t *shape;         /* the caller's shape; must be the checkpoint's                */
+    int ndim;
+    float *out;                   /* receives the tensor in full; NULL: only ask whether it is there */
+    int found;                    /* out: 1 when the checkpoint holds it (and out was filled)    */
+} zinc_ckpt_tensor_request_t;
+
+/* Not collective, after zinc_finalize. Reads the fp32 master weights of the tensors req[0..n) of
+ * the checkpoint dir/tag (tag as zinc_ckpt_load's loaded_tag gave it), each in full, into its
+ * out (as many floats as its shape holds), with their checksums verified; the tag is opened and
+ * each chunk decoded once for all of them. For tensors the engine does not register: parameters
+ * trained when the checkpoint was saved but frozen now, whose values the caller restores itself.
+ * found is 0 (out untouched) for a tensor the checkpoint does not hold; a shape other than the
+ * checkpoint's is ZINC_ERR_MISMATCH naming it, and then nothing is read. */
+ZINC_API zinc_status zinc_ckpt_read_tensors(zinc_engine_t *e, const char *dir, const char *tag,
+                                            zinc_ckpt_tensor_request_t *req, int n);
+
+/* zinc_ckpt_read_tensors for one tensor: *found as its request's found. */
 ZINC_API zinc_status zinc_ckpt_read_tensor(zinc_engine_t *e, const char *dir, const char *tag,
                                            const char *name, const int64_t *shape, int ndim,
                                            float *out, int *found);

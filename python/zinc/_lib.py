@@ -45,7 +45,13 @@ class LoadOptions(ctypes.Structure):
     _fields_ = [("weights_only", ctypes.c_int), ("client_blob", ctypes.c_void_p),
                 ("client_blob_cap", ctypes.c_size_t), ("client_blob_bytes", ctypes.c_size_t),
                 ("loaded_tag", ctypes.c_char * 256), ("missing_ok", ctypes.c_int),
-                ("missing", ctypes.c_int)]
+                ("missing", ctypes.c_int), ("keep_optimizer", ctypes.c_int),
+                ("caller_reads_extra", ctypes.c_int), ("extra", ctypes.c_int)]
+
+
+class TensorRequest(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("ndim", ctypes.c_int), ("out", ctypes.c_void_p), ("found", ctypes.c_int)]
 
 
 def _find():
@@ -120,10 +126,8 @@ _sig = {
     "zinc_ckpt_wait": (ctypes.c_int, [ctypes.c_void_p]),
     "zinc_ckpt_load": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p,
                                       ctypes.POINTER(LoadOptions)]),
-    "zinc_ckpt_read_tensor": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p,
-                                             ctypes.c_char_p, ctypes.POINTER(ctypes.c_int64),
-                                             ctypes.c_int, ctypes.c_void_p,
-                                             ctypes.POINTER(ctypes.c_int)]),
+    "zinc_ckpt_read_tensors": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p,
+                                              ctypes.POINTER(TensorRequest), ctypes.c_int]),
     "zinc_memory": (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64),
                                    ctypes.POINTER(ctypes.c_uint64)]),
     "zinc_mean_over_ranks": (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(ctypes.c_double),

@@ -77,7 +77,7 @@ import torch
 from . import _memory, _torch_dist
 from . import dataloader as _dataloader
 from ._optimizer import _Optimizer, _Scheduler, _client_optimizer, _parameter_groups, _scalar
-from ._lib import EngineOptions, LoadOptions, SaveOptions, StepInfo, check, lib
+from ._lib import EngineOptions, LoadOptions, SaveOptions, StepInfo, TensorRequest, check, lib
 
 
 class ZincConfigWarning(UserWarning):
@@ -1493,16 +1493,17 @@ class Engine(torch.nn.Module):
                 t.copy_(saved[n])
         return {n for n in untrained if n in saved}, {n: saved[n] for n in saved if n in trained}
 
-    def _read_saved(self, load_dir, tag, name, dims, out=None):
-        """zinc_ckpt_read_tensor: True when the checkpoint holds tensor `name`; its fp32 master
-        read into `out` (a float32 CPU tensor of shape dims) when given."""
-        found = ctypes.c_int(0)
-        shape = (ctypes.c_int64 * max(len(dims), 1))(*dims)
-        self._call(lib.zinc_ckpt_read_tensor(self._e, os.fsencode(load_dir), tag.encode(),
-                                             name.encode(), shape, len(dims),
-                                             None if out is None else out.data_ptr(),
-                                             ctypes.byref(found)))
-        return bool(found.value)
+    def _read_saved(self, load_dir, tag, wanted):
+        """zinc_ckpt_read_tensors, one read for all of `wanted`, a list of (name, shape, out):
+        whether the checkpoint holds each tensor, its fp32 master read into out (a float32 CPU
+        tensor of that shape) where out is not None."""
+        shapes = [(ctypes.c_int64 * max(len(dims), 1))(*dims) for _, dims, _ in wanted]
+        req = (TensorRequest * max(len(wanted), 1))(*[
+            TensorRequest(n.encode(), shape, len(dims), None if out is None else out.data_ptr(), 0)
+            for (n, dims, out), shape in zip(wanted, shapes)])
+        self._call(lib.zinc_ckpt_read_tensors(self._e, os.fsencode(load_dir), tag.encode(), req,
+                                              len(wanted)))
+        return [bool(req[i].found) for i in range(len(wanted))]
 
     def _set_trained(self, load_dir, tag, values, missing):
         """A weights-only load (zinc_ckpt_load with missing_ok) left `missing` of zinc's
@@ -1520,37 +1521,44 @@ class Engine(torch.nn.Module):
             src = v.to("cpu", torch.float32).contiguous()
             self._call(lib.zinc_param_set(self._e, pid, ctypes.c_void_p(src.data_ptr())))
         if missing > len(values):
-            lost = [n for n, (pid, _) in trained.items() if n not in values
-                    and not self._read_saved(load_dir, tag, n, self._shapes[pid])]
+            probe = [(n, self._shapes[pid], None) for n, (pid, _) in trained.items()
+                     if n not in values]
+            lost = [w[0] for w, f in zip(probe, self._read_saved(load_dir, tag, probe)) if not f]
             raise ValueError(f"zinc: load_checkpoint: {os.path.join(load_dir, tag)} holds no "
                              f"value for the parameters {lost} (neither trained nor saved as "
                              f"frozen): a checkpoint of another model?")
         self._zinc_then_torch()
 
-    def _restore_untrained(self, load_dir, tag, done):
+    def _restore_untrained(self, load_dir, tag, done, extra):
         """The untrained parameters the module state did not set (`done`): one that zinc
         trained when the checkpoint was saved (frozen since, as when fine-tuning a pretrained
         model with its body frozen) is a tensor of the checkpoint, read in full
-        (zinc_ckpt_read_tensor: its fp32 master, cast to the parameter's dtype, as DeepSpeed's
-        module state holds the 16-bit weight). One the checkpoint holds in neither place (saved
-        with exclude_frozen_parameters=True, or by zinc before it saved them) keeps the model's
-        value, and rank 0 says which."""
-        kept = []
-        for n, p in self._untrained_params().items():
-            if n in done:
-                continue
-            out = torch.empty(p.shape, dtype=torch.float32)
-            if not self._read_saved(load_dir, tag, n, p.shape, out):
-                kept.append(n)
-                continue
-            with torch.no_grad():
-                p.copy_(out.to(p.dtype))
+        (zinc_ckpt_read_tensors, all in one read: its fp32 master, cast to the parameter's
+        dtype, as DeepSpeed's module state holds the 16-bit weight). One the checkpoint holds in
+        neither place (saved with exclude_frozen_parameters=True, or by zinc before it saved
+        them) keeps the model's value, and rank 0 says which. Of the checkpoint's `extra`
+        tensors (those zinc does not register), rank 0 names how many are none of the model's:
+        the load leaves them."""
+        wanted = [(n, p.shape, torch.empty(p.shape, dtype=torch.float32))
+                  for n, p in self._untrained_params().items() if n not in done]
+        found = self._read_saved(load_dir, tag, wanted)
+        params = self._untrained_params()
+        with torch.no_grad():
+            for (n, _, out), f in zip(wanted, found):
+                if f:
+                    params[n].copy_(out.to(params[n].dtype))
+        kept = [w[0] for w, f in zip(wanted, found) if not f]
         if kept and self.global_rank == 0:
             more = f" and {len(kept) - 4} more" if len(kept) > 4 else ""
             warnings.warn(f"zinc: load_checkpoint: the checkpoint holds no value for the "
                           f"parameters zinc does not train {', '.join(kept[:4])}{more} (saved "
                           f"with exclude_frozen_parameters=True): they keep the model's",
                           RuntimeWarning, stacklevel=3)
+        unknown = extra - sum(found)
+        if unknown > 0 and self.global_rank == 0:
+            warnings.warn(f"zinc: load_checkpoint: {os.path.join(load_dir, tag)} holds "
+                          f"{unknown} tensors that are not parameters of the model; the load "
+                          f"leaves them", RuntimeWarning, stacklevel=3)
 
     def load_checkpoint(self, load_dir, tag=None, load_module_strict=True,
                         load_optimizer_states=True, load_lr_scheduler_states=True,
@@ -1560,7 +1568,8 @@ class Engine(torch.nn.Module):
         - the defaults load everything: weights, Adam state, the LR schedule's position, the
           step count and the loss scaler;
         - load_module_only=True loads the weights only (warm start): the fp32 master from the
-          checkpoint, fresh Adam state, the schedule and the step count from zero.
+          checkpoint; the Adam state, the schedule's position, the counters and the loss scaler
+          stay as they are (fresh in a new engine).
         zinc keeps the schedule's position and the Adam state in one step count (bias
         correction and LR both follow it), so DeepSpeed's in-between forms, fresh Adam state
         with the schedule kept (load_optimizer_states=False) or the schedule restarted with the
@@ -1588,9 +1597,14 @@ class Engine(torch.nn.Module):
         while True:
             buf = ctypes.create_string_buffer(cap)
             # missing_ok: a weights-only load takes what was frozen at the save from the
-            # module state (_set_trained).
-            opts = LoadOptions(1 if weights_only else 0, ctypes.cast(buf, ctypes.c_void_p), cap,
-                               0, b"", 1 if weights_only else 0, 0)
+            # module state (_set_trained). keep_optimizer: DeepSpeed's load_module_only
+            # leaves the optimizer state and the counters as they are. caller_reads_extra:
+            # _restore_untrained reads the tensors zinc does not register, and says what it
+            # leaves.
+            opts = LoadOptions(weights_only=int(weights_only),
+                               client_blob=ctypes.cast(buf, ctypes.c_void_p),
+                               client_blob_cap=cap, missing_ok=int(weights_only),
+                               keep_optimizer=int(weights_only), caller_reads_extra=1)
             # torch -> zinc (WAR): the load overwrites weights torch's queued kernels may read.
             self._torch_then_zinc()
             status = lib.zinc_ckpt_load(self._e, os.fsencode(load_dir),
@@ -1620,12 +1634,7 @@ class Engine(torch.nn.Module):
                 self._load_lr_state(saved)
         if opts.missing:
             self._set_trained(load_dir, opts.loaded_tag.decode(), frozen_then, opts.missing)
-        self._restore_untrained(load_dir, opts.loaded_tag.decode(), done)
-        if weights_only:
-            # zinc's step count starts over with the fresh Adam state (DeepSpeed's
-            # load_module_only leaves its counters as they were: 0 for a new engine).
-            self._steps = self._skipped = self._samples = 0
-            self._opt._after_step()
+        self._restore_untrained(load_dir, opts.loaded_tag.decode(), done, opts.extra)
         return os.path.join(load_dir, opts.loaded_tag.decode()), client
 
     def _lr_state(self):

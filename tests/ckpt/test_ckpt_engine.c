@@ -10,10 +10,15 @@
  *    in model space are exactly the saved ones; in fp32, training on at M in {1, 2, 3, 8}
  *    agrees with the uninterrupted N = 4 run to fp32 rounding
  *  - the client blob comes back; weights-only load gives step 0 and zero moments
+ *  - weights-only with keep_optimizer into an engine that trained 2 steps: the tag's master,
+ *    the 2 steps' moments, step count and loss scale
  *  - zinc_ckpt_read_tensor gives each tensor's saved master in full (saved at 4 ranks), found 0
- *    for an absent name, MISMATCH for another shape, an error naming a missing tag; a model
+ *    for an absent name, MISMATCH for another shape, an error naming a missing tag;
+ *    zinc_ckpt_read_tensors reads them all in one call beside an absent name and a probe, and a
+ *    wrong shape anywhere reads nothing; a model
  *    with a parameter the tag lacks loads it weights-only with missing_ok (the parameter keeps
- *    its value, the others are the tag's), and is refused naming it otherwise
+ *    its value, the others are the tag's; `extra` counts the tag's other tensors), and is
+ *    refused naming it otherwise
  *  - safetensors: export is deterministic and holds the master weights (fp32 exact, bf16
  *    rounded to nearest even by an independent formula); zinc_load_safetensors sets them
  */
@@ -58,6 +63,8 @@ typedef struct {
     int micro0;                    /* global micro-step of the first step trained */
     const char *load_tag;          /* NULL: no load; "" : automatic; else the tag */
     int weights_only;
+    int keep_optimizer;            /* with weights_only: keep the Adam state and counters */
+    int steps_pre_load;            /* steps trained before the load */
     int steps_before;              /* steps before the save */
     const char *save_tag;          /* NULL: no save */
     int async;
@@ -151,10 +158,12 @@ static void run_rank(int rank, void *arg)
     free(cfg);
     if (st == ZINC_OK) st = toy_register(e, &np);
     if (st == ZINC_OK && s->safetensors) st = zinc_load_safetensors(e, s->safetensors);
+    train(e, s, rank, &micro, s->steps_pre_load, &st);
     if (st == ZINC_OK && s->load_tag) {
         zinc_ckpt_load_options_t lo;
         memset(&lo, 0, sizeof lo);
         lo.weights_only = s->weights_only;
+        lo.keep_optimizer = s->keep_optimizer;
         char blob[64];
         lo.client_blob = blob;
         lo.client_blob_cap = sizeof blob;
@@ -279,6 +288,23 @@ int main(void)
              (long long)W.after_load.step);
     ts_free(&W.after_load);
     ts_free(&W.end);
+    /* weights only with keep_optimizer (DeepSpeed's load_module_only) into an engine that has
+     * trained 2 steps: the master is t3's; m, v, the step count and the loss scale are those of
+     * the 2 steps (an engine that trained them without a load) */
+    session P2 = {.world = 2, .stage = 1, .prec = "fp16", .steps_before = 2};
+    run(&P2);
+    session K = {.world = 2, .stage = 1, .prec = "fp16", .steps_pre_load = 2, .load_tag = "t3",
+                 .weights_only = 1, .keep_optimizer = 1};
+    run(&K);
+    ZT_CHECK(diff(&B.at_save, &K.after_load, 0, 0) == 0, "keep_optimizer: master differs");
+    ZT_CHECK(diff(&P2.end, &K.after_load, 1, 0) == 0 && diff(&P2.end, &K.after_load, 2, 0) == 0,
+             "keep_optimizer: the moments are not the 2 steps' (m %ld, v %ld differ)",
+             diff(&P2.end, &K.after_load, 1, 0), diff(&P2.end, &K.after_load, 2, 0));
+    ZT_CHECK(K.after_load.step == 2 && P2.end.step == 2 && K.after_load.scale == P2.end.scale,
+             "keep_optimizer: step %lld, scale %g (want 2, %g)", (long long)K.after_load.step,
+             K.after_load.scale, P2.end.scale);
+    ts_free(&P2.after_load); ts_free(&P2.end);
+    ts_free(&K.after_load); ts_free(&K.end);
 
     /* a checkpoint without Adam state: an error unless weights_only is asked for */
     {
@@ -408,6 +434,39 @@ int main(void)
                      "a missing tag: %s", zinc_last_error(e));
             free(v);
         }
+        /* zinc_ckpt_read_tensors: every tensor in one read, beside an absent name and a probe;
+         * a wrong shape anywhere in the list reads nothing and names the tensor */
+        if (e && np > 1) {
+            zinc_ckpt_tensor_request_t rq[TOY_MAX_PARAMS + 2];
+            float *outs[TOY_MAX_PARAMS];
+            float none = 7.0f;
+            for (int p = 0; p < np; p++) {
+                const zplan_param *P = &e->plan.params[p];
+                outs[p] = calloc(P->numel, 4);
+                rq[p] = (zinc_ckpt_tensor_request_t){P->name, P->shape, P->ndim, outs[p], -1};
+            }
+            const zplan_param *P1 = &e->plan.params[1];
+            rq[np] = (zinc_ckpt_tensor_request_t){"no.such.tensor", P1->shape, P1->ndim, &none, -1};
+            rq[np + 1] = (zinc_ckpt_tensor_request_t){P1->name, P1->shape, P1->ndim, NULL, -1};
+            ZT_OK(zinc_ckpt_read_tensors(e, dir, "t3", rq, np + 2));
+            long off = 0;
+            for (int p = 0; p < np; p++)
+                off += rq[p].found != 1 || memcmp(outs[p], B.at_save.w[p], e->plan.params[p].numel * 4);
+            ZT_CHECK(off == 0, "zinc_ckpt_read_tensors: %ld of %d tensors not found or not the "
+                     "saved master", off, np);
+            ZT_CHECK(rq[np].found == 0 && none == 7.0f && rq[np + 1].found == 1,
+                     "an absent name: found %d; a probe: found %d", rq[np].found, rq[np + 1].found);
+            int64_t wrong[8];
+            memcpy(wrong, P1->shape, sizeof wrong);
+            wrong[P1->ndim - 1] += 2;
+            rq[np + 1] = (zinc_ckpt_tensor_request_t){P1->name, wrong, P1->ndim, NULL, -1};
+            memset(outs[0], 0, e->plan.params[0].numel * 4);
+            ZT_CHECK(zinc_ckpt_read_tensors(e, dir, "t3", rq, np + 2) == ZINC_ERR_MISMATCH &&
+                         strstr(zinc_last_error(e), P1->name) && rq[0].found == 0 &&
+                         outs[0][0] == 0.0f && outs[0][e->plan.params[0].numel - 1] == 0.0f,
+                     "a wrong shape last: found %d, %s", rq[0].found, zinc_last_error(e));
+            for (int p = 0; p < np; p++) free(outs[p]);
+        }
         /* missing_ok (weights only): a model with one of t3's tensors and one t3 lacks (a
          * parameter frozen when t3 was saved) loads, and that one keeps its value */
         zinc_engine_t *e2 = NULL;
@@ -435,8 +494,9 @@ int main(void)
                          "mode %d: %s", mode, zinc_last_error(e2));
                 continue;
             }
-            ZT_CHECK(st == ZINC_OK && lo.missing == 1, "missing_ok: %s, missing %d",
-                     zinc_last_error(e2), lo.missing);
+            ZT_CHECK(st == ZINC_OK && lo.missing == 1 && lo.extra == np - 1,
+                     "missing_ok: %s, missing %d, extra %d (want %d)", zinc_last_error(e2),
+                     lo.missing, lo.extra, np - 1);
             float back[3] = {0}, *w0 = P0 ? malloc(P0->numel * 4) : NULL;
             ZT_OK(zinc_param_get(e2, px, back));
             ZT_CHECK(!memcmp(back, mine, sizeof mine), "the missing parameter kept %g %g %g",

@@ -61,6 +61,7 @@ import json
 import os
 import shutil
 import sys
+import tempfile
 import warnings
 
 from _common import check, failures, torch, zinc
@@ -260,6 +261,21 @@ def check_step_counters(stage, root):
     engine.close()
 
 
+def stderr_of(fn):
+    """What fn writes to file descriptor 2 (zinc's C log) while it runs."""
+    with tempfile.TemporaryFile() as f:
+        sys.stderr.flush()
+        saved = os.dup(2)
+        os.dup2(f.fileno(), 2)
+        try:
+            fn()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        f.seek(0)
+        return f.read().decode(errors="replace")
+
+
 def check_freeze_changes(stage, root):
     """A checkpoint loaded by a model that freezes what the saving run trained, or trains what
     it froze (DeepSpeed's module state holds every parameter, so both load there):
@@ -291,12 +307,34 @@ def check_freeze_changes(stage, root):
     engine.close()
     for kw in ({}, {"load_module_only": True}):
         model, engine = build(["head.weight"])
-        engine.load_checkpoint(ck, **kw)
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            err = stderr_of(lambda: engine.load_checkpoint(ck, **kw))
         got = engine.module_state_dict()
         bad = [k for k in want if not torch.equal(got[k], want[k])]
         check(f"trained at the save, frozen now: load_checkpoint({kw}) restores every weight",
               not bad and torch.equal(model.head.weight, want["head.weight"]), f"differ: {bad}")
+        # zinc restores head.weight itself: neither C nor Python says the load left a tensor
+        said = [str(w.message) for w in seen if issubclass(w.category, RuntimeWarning)]
+        check(f"... load_checkpoint({kw}) does not say it left a tensor",
+              not said and "does not register" not in err, f"{said} {err[-300:]}")
         engine.close()
+    # a tensor of the checkpoint that is none of the model's parameters: rank 0 warns
+    model = net()
+    model.spare = torch.nn.Parameter(torch.ones(5))          # trained at the save, unused
+    engine = zinc.initialize(model=model, config=cfg(stage))[0]
+    window(engine)
+    engine.save_checkpoint(ck, tag="spare")
+    engine.close()
+    _, engine = build()
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        engine.load_checkpoint(ck, tag="spare")
+    said = [str(w.message) for w in seen if issubclass(w.category, RuntimeWarning)]
+    told = any("holds 1 tensors that are not parameters of the model" in m for m in said)
+    check("a tensor the model lacks: rank 0 warns (1 tensor), the others do not",
+          told == (engine.global_rank == 0), str(said))
+    engine.close()
 
     # frozen at the save (and changed by the script), trained at the load
     model, engine = build(["head.weight"])

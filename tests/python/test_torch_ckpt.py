@@ -17,8 +17,10 @@
     python test_torch_ckpt.py warmstart DIR load_checkpoint(load_module_only=True) is a warm
                                             start: it trains bitwise as a fresh engine built
                                             from the checkpoint's weights (fresh Adam state, the
-                                            schedule from zero); the forms zinc cannot load with
-                                            DeepSpeed's meaning raise NotImplementedError
+                                            schedule from zero); in a trained engine it keeps
+                                            the Adam state and counters; the forms zinc cannot
+                                            load with DeepSpeed's meaning raise
+                                            NotImplementedError
 Exit 77 when torch is not importable.
 """
 import json
@@ -111,7 +113,8 @@ def warmstart(d):
     """Trains 3 steps with a warmup schedule and saves; a new engine on another model loads
     the weights only; a third engine is built from a model holding those weights. Both then
     train 3 steps: DeepSpeed's load_module_only means the same fresh Adam state and schedule,
-    so the weights must be bitwise equal (with the full state loaded they are not: checked)."""
+    so the weights must be bitwise equal (with the full state loaded they are not: checked).
+    An engine that has trained keeps its optimizer state and counters through it."""
     c = warmup_cfg(GLOBAL)
     fails = 0
     engine, *_ = zinc.initialize(model=model(), config=c)
@@ -164,6 +167,26 @@ def warmstart(d):
     if not eq or warm[1:] != fresh[1:] or not differs or full[1] != 6:
         fails += 1
         print("FAIL: load_module_only is not a warm start")
+
+    # In an engine that has trained, DeepSpeed's load_module_only replaces the weights and
+    # leaves the Adam state, the schedule and the counters as they are: loading the engine's own
+    # weights back changes nothing, so it trains on as one that did not load.
+    engine, *_ = zinc.initialize(model=model(), config=c)
+    train(engine, 1, 3, {})
+    engine.save_checkpoint(d, tag="own")
+    engine.load_checkpoint(d, tag="own", load_module_only=True)
+    kept = engine.global_steps
+    own = run(engine)
+    engine, *_ = zinc.initialize(model=model(), config=c)
+    train(engine, 1, 3, {})
+    plain = run(engine)
+    eq = all(torch.equal(own[0][k], plain[0][k]) for k in saved)
+    print(f"trained 3 steps, load_module_only of its own weights: global_steps {kept}; 3 more "
+          f"steps equal to an engine that did not load: {eq} (steps {own[1]} / {plain[1]}, lr "
+          f"{own[2]:.3e} / {plain[2]:.3e})")
+    if kept != 3 or not eq or own[1:] != plain[1:]:
+        fails += 1
+        print("FAIL: load_module_only in a trained engine did not keep its optimizer state")
     return 1 if fails else 0
 
 
