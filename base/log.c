@@ -92,10 +92,14 @@ static _Thread_local char zerr_tls[1024];
 
 zinc_status zerr_thread(zinc_status s, const char *fmt, ...)
 {
+    /* Formatted aside first: a caller wrapping the previous message passes zerr_thread_message()
+     * as an argument, which must not be the buffer being written. */
+    char buf[sizeof zerr_tls];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(zerr_tls, sizeof zerr_tls, fmt, ap);
+    vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
+    memcpy(zerr_tls, buf, sizeof buf);
     return s;
 }
 

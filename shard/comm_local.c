@@ -403,7 +403,8 @@ zinc_status zcomm_local_create(zlocal_world_t *w, int rank, zcomm_t **out)
         free(in);
         return zerr_thread(ZINC_ERR_USAGE,
                            "zcomm_local_create: rank %d of this local world already has a comm; "
-                           "each rank (thread) creates exactly one",
+                           "each rank (thread) holds one engine at a time (for another engine "
+                           "beside it, give that engine a world of its own)",
                            rank);
     }
     x->w = w;

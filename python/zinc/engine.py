@@ -344,8 +344,13 @@ class Engine(torch.nn.Module):
         self._device = _model_device(model)
         self._cuda = self._device.type == "cuda"
         world = _launcher_world()      # initialize() set up torch.distributed before
-        opts = EngineOptions(config_path=path, config_json=text, world=world,
-                             rank=max(0, lib.zinc_world_rank(world)),
+        rank = lib.zinc_world_rank(world)
+        # A world of one without a launcher (rank -1: a local world) holds one engine per rank;
+        # each engine gets a world of its own instead (world NULL), so that a script may keep
+        # several alive (a GAN's generator and discriminator), as DeepSpeed's initialize
+        # allows. Launched worlds (mpirun) give each engine its own communicator.
+        opts = EngineOptions(config_path=path, config_json=text,
+                             world=world if rank >= 0 else None, rank=max(0, rank),
                              device=b"cuda" if self._cuda else b"cpu", threads=0)
         check(lib.zinc_engine_create(ctypes.byref(opts), ctypes.byref(self._e)))
         _engines.add(self)
@@ -852,7 +857,7 @@ class Engine(torch.nn.Module):
         copies first, so the model stays usable. At stage 3 they stay empty, as DeepSpeed's do
         (zinc held the only copy, in shards, and gathering is collective, which close(), also
         run by the garbage collector, cannot be): call module_state_dict() before, on every
-        rank, to keep the values. A world of one holds one engine at a time."""
+        rank, to keep the values."""
         if getattr(self, "_e", None) is not None and self._e.value:
             cuda = getattr(self, "_cuda", False)
             if cuda:      # zinc's writes done before the copies read them (errors ignored here)

@@ -4,7 +4,8 @@
  *   ranks are refused on every rank; memory allocated equals the plan; comm volume per step equals
  *   the ZeRO volumes; an inf in one rank's gradient skips the step on every rank with weights, m
  *   and v unchanged; the clipped global norm equals the norm of the full gradient; a failed rank
- *   makes the others return an error within the timeout.
+ *   makes the others return an error within the timeout; a second engine on a local world's rank
+ *   is refused with the comm's message whole, engines with worlds of their own coexist.
  */
 #include <math.h>
 #include <pthread.h>
@@ -779,8 +780,36 @@ static void test_set_lr(void)
     zinc_engine_destroy(e);
 }
 
+/* A rank of a local world holds one engine at a time: a second one beside it is refused with a
+ * message that wraps the comm's own, whole (zerr_thread once formatted into the buffer it read
+ * the wrapped message from, and the text came out doubled and cut). Engines with worlds of
+ * their own (world NULL) live side by side. */
+static void test_second_engine(void)
+{
+    zinc_world_t *w = NULL;
+    zinc_engine_t *a = NULL, *b = NULL, *c = NULL;
+    ZT_OK(zinc_world_create_local(1, &w));
+    zinc_engine_options_t o = {.config_json = cfg_stage(1, NULL), .world = w, .threads = 1};
+    ZT_OK(zinc_engine_create(&o, &a));
+    ZT_CHECK(zinc_engine_create(&o, &b) == ZINC_ERR_USAGE && !b, "a second engine on rank 0");
+    const char *msg = zinc_last_error(NULL);
+    const char *want = "zinc_engine_create: cannot open the comm of rank 0: zcomm_local_create: "
+                       "rank 0 of this local world already has a comm";
+    ZT_CHECK(!strncmp(msg, want, strlen(want)) && strstr(msg, "a world of its own"),
+             "message: %s", msg);
+    o.world = NULL;
+    ZT_OK(zinc_engine_create(&o, &b));
+    ZT_OK(zinc_engine_create(&o, &c));
+    ZT_CHECK(a && b && c, "engines with worlds of their own beside one another");
+    zinc_engine_destroy(c);
+    zinc_engine_destroy(b);
+    zinc_engine_destroy(a);
+    zinc_world_destroy(w);
+}
+
 int main(void)
 {
+    test_second_engine();
     test_set_lr();
     test_fp32_alias();
     test_tag_validation();
