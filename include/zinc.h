@@ -505,7 +505,7 @@ typedef struct zinc_ckpt_tensor_request {
     const char *name;
     const int64_t *shape;         /* the caller's shape; must be the checkpoint's                */
     int ndim;
-    float *out;                   /* receives the tensor in full; NULL: only ask whether it is there */
+    float *out;                   /* receives the tensor in full; NULL: only ask if it is there  */
     int found;                    /* out: 1 when the checkpoint holds it (and out was filled)    */
 } zinc_ckpt_tensor_request_t;
 

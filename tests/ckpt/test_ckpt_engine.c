@@ -451,7 +451,8 @@ int main(void)
             ZT_OK(zinc_ckpt_read_tensors(e, dir, "t3", rq, np + 2));
             long off = 0;
             for (int p = 0; p < np; p++)
-                off += rq[p].found != 1 || memcmp(outs[p], B.at_save.w[p], e->plan.params[p].numel * 4);
+                off += rq[p].found != 1 ||
+                       memcmp(outs[p], B.at_save.w[p], e->plan.params[p].numel * 4);
             ZT_CHECK(off == 0, "zinc_ckpt_read_tensors: %ld of %d tensors not found or not the "
                      "saved master", off, np);
             ZT_CHECK(rq[np].found == 0 && none == 7.0f && rq[np + 1].found == 1,
