@@ -7,9 +7,11 @@
  * gradients and 16-bit parameters across the ranks of a "world", reduces the gradients, checks
  * for overflow, clips, updates and gathers the parameters back.
  *
- * One engine per rank. With the `local` world every rank is a thread of one process; with the
- * `mpi` world every rank is a process started by mpirun. Calls marked "collective" must be made
- * by every rank of the world, in the same order.
+ * One engine per rank of a `local` world at a time, where every rank is a thread of one process
+ * (another engine beside it takes a world of its own: world NULL makes a world of one); with the
+ * `mpi` world every rank is a process started by mpirun, and each engine has its own duplicate
+ * of MPI_COMM_WORLD. Calls marked "collective" must be made by every rank of the world, in the
+ * same order.
  *
  * A typical step (see models/ for a complete program):
  *
@@ -515,7 +517,8 @@ typedef struct zinc_ckpt_tensor_request {
  * each chunk decoded once for all of them. For tensors the engine does not register: parameters
  * trained when the checkpoint was saved but frozen now, whose values the caller restores itself.
  * found is 0 (out untouched) for a tensor the checkpoint does not hold; a shape other than the
- * checkpoint's is ZINC_ERR_MISMATCH naming it, and then nothing is read. */
+ * checkpoint's is ZINC_ERR_MISMATCH naming it, and then nothing is read. With n 0 it returns
+ * ZINC_OK without opening the tag. */
 ZINC_API zinc_status zinc_ckpt_read_tensors(zinc_engine_t *e, const char *dir, const char *tag,
                                             zinc_ckpt_tensor_request_t *req, int n);
 

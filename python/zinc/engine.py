@@ -1544,10 +1544,10 @@ class Engine(torch.nn.Module):
         them) keeps the model's value, and rank 0 says which. Of the checkpoint's `extra`
         tensors (those zinc does not register), rank 0 names how many are none of the model's:
         the load leaves them."""
-        wanted = [(n, p.shape, torch.empty(p.shape, dtype=torch.float32))
-                  for n, p in self._untrained_params().items() if n not in done]
-        found = self._read_saved(load_dir, tag, wanted)
         params = self._untrained_params()
+        wanted = [(n, p.shape, torch.empty(p.shape, dtype=torch.float32))
+                  for n, p in params.items() if n not in done]
+        found = self._read_saved(load_dir, tag, wanted)
         with torch.no_grad():
             for (n, _, out), f in zip(wanted, found):
                 if f:

@@ -15,7 +15,7 @@
  *  - zinc_ckpt_read_tensor gives each tensor's saved master in full (saved at 4 ranks), found 0
  *    for an absent name, MISMATCH for another shape, an error naming a missing tag;
  *    zinc_ckpt_read_tensors reads them all in one call beside an absent name and a probe, and a
- *    wrong shape anywhere reads nothing; a model
+ *    wrong shape anywhere reads nothing, and n 0 opens nothing; a model
  *    with a parameter the tag lacks loads it weights-only with missing_ok (the parameter keeps
  *    its value, the others are the tag's; `extra` counts the tag's other tensors), and is
  *    refused naming it otherwise
@@ -467,6 +467,9 @@ int main(void)
                          outs[0][0] == 0.0f && outs[0][e->plan.params[0].numel - 1] == 0.0f,
                      "a wrong shape last: found %d, %s", rq[0].found, zinc_last_error(e));
             for (int p = 0; p < np; p++) free(outs[p]);
+            /* nothing asked: the tag is not opened (a missing one is no error then) */
+            ZT_CHECK(zinc_ckpt_read_tensors(e, dir, "no_tag", NULL, 0) == ZINC_OK,
+                     "n 0 opened the tag: %s", zinc_last_error(e));
         }
         /* missing_ok (weights only): a model with one of t3's tensors and one t3 lacks (a
          * parameter frozen when t3 was saved) loads, and that one keeps its value */
