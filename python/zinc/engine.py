@@ -1474,21 +1474,26 @@ class Engine(torch.nn.Module):
         """zinc's parameters by name: (zinc parameter id, the Parameter)."""
         return {name: (pid, p) for _, params in self._groups for pid, name, p in params}
 
-    def _restore_module_state(self, raw):
+    def _restore_module_state(self, raw, strict):
         """The buffers and untrained parameters a checkpoint saved (rank 0's) copied into this
-        module's. The buffers must be the model's (DeepSpeed's strict module load). Returns
-        the names of the untrained parameters it set, and the saved values of the parameters
-        zinc trains now but that were frozen at the save (for _set_trained)."""
+        module's. Strict (DeepSpeed's default module load), the saved buffers must be the
+        model's and every saved entry one of the model's; not strict, the model's buffers the
+        checkpoint lacks keep their values and the entries the model lacks are left. A shape
+        that differs raises either way (as torch's load_state_dict). Returns the names of the
+        untrained parameters it set, and the saved values of the parameters zinc trains now
+        but that were frozen at the save (for _set_trained)."""
         saved = torch.load(io.BytesIO(raw))
         buffers, untrained = self._persistent_buffers(), self._untrained_params()
         trained = self._trained_params()
         unknown = sorted(set(saved) - set(buffers) - set(untrained) - set(trained))
         missing = sorted(set(buffers) - set(saved))
-        if unknown or missing:
+        if strict and (unknown or missing):
             raise ValueError(f"zinc: load_checkpoint: the checkpoint's module entries {unknown} "
                              f"are not buffers or untrained parameters of the model, the "
-                             f"model's buffers {missing} are not in the checkpoint")
-        mine = dict(buffers, **{n: p for n, p in untrained.items() if n in saved})
+                             f"model's buffers {missing} are not in the checkpoint "
+                             f"(load_module_strict=False leaves both)")
+        mine = {n: t for n, t in buffers.items() if n in saved}
+        mine.update({n: p for n, p in untrained.items() if n in saved})
         for n, t in mine.items():
             if saved[n].shape != t.shape:
                 raise ValueError(f"zinc: load_checkpoint: {n} is {tuple(saved[n].shape)} in "
@@ -1510,13 +1515,14 @@ class Engine(torch.nn.Module):
                                               len(wanted)))
         return [bool(req[i].found) for i in range(len(wanted))]
 
-    def _set_trained(self, load_dir, tag, values, missing):
+    def _set_trained(self, load_dir, tag, values, missing, strict):
         """A weights-only load (zinc_ckpt_load with missing_ok) left `missing` of zinc's
         parameters as they were: those frozen when the checkpoint was saved (unfrozen now, as
         when a fine-tune trains more of the model than the run it resumes from). Their saved
         values (`values`, the module state's 16-bit weights) become zinc's, fp32 master
         included, as DeepSpeed's module load and refresh of the fp32 weights do. One the
-        checkpoint holds nowhere raises ValueError naming it."""
+        checkpoint holds nowhere raises ValueError naming it when strict; not strict, it keeps
+        the engine's value (DeepSpeed's non-strict module load)."""
         trained = self._trained_params()
         for n, v in values.items():
             pid, _ = trained[n]
@@ -1525,45 +1531,49 @@ class Engine(torch.nn.Module):
                                  f"checkpoint, {tuple(self._shapes[pid])} in the model")
             src = v.to("cpu", torch.float32).contiguous()
             self._call(lib.zinc_param_set(self._e, pid, ctypes.c_void_p(src.data_ptr())))
-        if missing > len(values):
+        if strict and missing > len(values):
             probe = [(n, self._shapes[pid], None) for n, (pid, _) in trained.items()
                      if n not in values]
             lost = [w[0] for w, f in zip(probe, self._read_saved(load_dir, tag, probe)) if not f]
             raise ValueError(f"zinc: load_checkpoint: {os.path.join(load_dir, tag)} holds no "
                              f"value for the parameters {lost} (neither trained nor saved as "
-                             f"frozen): a checkpoint of another model?")
+                             f"frozen): a checkpoint of another model? "
+                             f"(load_module_strict=False keeps the engine's values)")
         self._zinc_then_torch()
 
-    def _restore_untrained(self, load_dir, tag, done, extra):
+    def _restore_untrained(self, load_dir, tag, done, extra, strict):
         """The untrained parameters the module state did not set (`done`): one that zinc
         trained when the checkpoint was saved (frozen since, as when fine-tuning a pretrained
         model with its body frozen) is a tensor of the checkpoint, read in full
         (zinc_ckpt_read_tensors, all in one read: its fp32 master, cast to the parameter's
-        dtype, as DeepSpeed's module state holds the 16-bit weight). One the checkpoint holds in
-        neither place (saved with exclude_frozen_parameters=True, or by zinc before it saved
-        them) keeps the model's value, and rank 0 says which. Of the checkpoint's `extra`
-        tensors (those zinc does not register), rank 0 names how many are none of the model's:
-        the load leaves them."""
+        dtype, as DeepSpeed's module state holds the 16-bit weight). As DeepSpeed's module
+        load, strict, one the checkpoint holds in neither place (saved with
+        exclude_frozen_parameters=True) raises ValueError naming it, and so do the
+        checkpoint's `extra` tensors (those zinc does not register) that are none of the
+        model's; not strict, the first keeps the model's value and the others are left. The
+        checks come before any of these parameters is set."""
         params = self._untrained_params()
         wanted = [(n, p.shape, torch.empty(p.shape, dtype=torch.float32))
                   for n, p in params.items() if n not in done]
         found = self._read_saved(load_dir, tag, wanted)
+        path = os.path.join(load_dir, tag)
+        kept = [w[0] for w, f in zip(wanted, found) if not f]
+        if kept and strict:
+            more = f" and {len(kept) - 4} more" if len(kept) > 4 else ""
+            raise ValueError(f"zinc: load_checkpoint: {path} holds no value for the parameters "
+                             f"zinc does not train {', '.join(kept[:4])}{more} (saved with "
+                             f"exclude_frozen_parameters=True?): load_module_strict=False "
+                             f"keeps the model's values")
+        unknown = extra - sum(found)
+        if unknown > 0 and strict:
+            raise ValueError(f"zinc: load_checkpoint: {path} holds {unknown} tensors that are "
+                             f"not parameters of the model (zinc ckpt inspect lists them): a "
+                             f"checkpoint of another model? load_module_strict=False leaves "
+                             f"them")
         with torch.no_grad():
             for (n, _, out), f in zip(wanted, found):
                 if f:
                     params[n].copy_(out.to(params[n].dtype))
-        kept = [w[0] for w, f in zip(wanted, found) if not f]
-        if kept and self.global_rank == 0:
-            more = f" and {len(kept) - 4} more" if len(kept) > 4 else ""
-            warnings.warn(f"zinc: load_checkpoint: the checkpoint holds no value for the "
-                          f"parameters zinc does not train {', '.join(kept[:4])}{more} (saved "
-                          f"with exclude_frozen_parameters=True): they keep the model's",
-                          RuntimeWarning, stacklevel=3)
-        unknown = extra - sum(found)
-        if unknown > 0 and self.global_rank == 0:
-            warnings.warn(f"zinc: load_checkpoint: {os.path.join(load_dir, tag)} holds "
-                          f"{unknown} tensors that are not parameters of the model; the load "
-                          f"leaves them", RuntimeWarning, stacklevel=3)
 
     def load_checkpoint(self, load_dir, tag=None, load_module_strict=True,
                         load_optimizer_states=True, load_lr_scheduler_states=True,
@@ -1579,7 +1589,14 @@ class Engine(torch.nn.Module):
         correction and LR both follow it), so DeepSpeed's in-between forms, fresh Adam state
         with the schedule kept (load_optimizer_states=False) or the schedule restarted with the
         Adam state kept (load_lr_scheduler_states=False), raise NotImplementedError rather than
-        load something else; so do a non-strict load and custom_load_fn."""
+        load something else; so does custom_load_fn.
+        load_module_strict (DeepSpeed's strict module load): True, a checkpoint must hold the
+        model's parameters and buffers, and nothing else, or ValueError names what differs;
+        False, what the checkpoint lacks keeps its value (a frozen base saved with
+        exclude_frozen_parameters=True, as Hugging Face's Trainer resumes a PEFT model) and
+        what the model lacks is left. Either way the full load needs Adam state for every
+        parameter zinc trains, and a shape that differs raises. A load that raises may have
+        set some of the weights already (as torch's load_state_dict): load again."""
         if not load_module_only:
             if not load_optimizer_states:
                 raise NotImplementedError(
@@ -1591,13 +1608,10 @@ class Engine(torch.nn.Module):
                     "zinc: load_checkpoint(load_lr_scheduler_states=False): zinc's LR schedule "
                     "follows the step count it restores with the Adam state; "
                     "load_module_only=True restarts both")
-        if not load_module_strict:
-            raise NotImplementedError("zinc: load_checkpoint(load_module_strict=False): a zinc "
-                                      "checkpoint must hold every parameter of the model")
         if custom_load_fn is not None:
             raise NotImplementedError("zinc: load_checkpoint(custom_load_fn=...)")
         self._no_context("load_checkpoint()")
-        weights_only = bool(load_module_only)
+        weights_only, strict = bool(load_module_only), bool(load_module_strict)
         cap = _BLOB_CAP
         while True:
             buf = ctypes.create_string_buffer(cap)
@@ -1626,7 +1640,7 @@ class Engine(torch.nn.Module):
         if opts.client_blob_bytes:
             text, _, module_state = buf.raw[:opts.client_blob_bytes].partition(b"\0")
             if module_state:
-                done, frozen_then = self._restore_module_state(module_state)
+                done, frozen_then = self._restore_module_state(module_state, strict)
             saved = json.loads(text.decode())
             client = _client_state_of(saved)
             if not weights_only:
@@ -1638,8 +1652,9 @@ class Engine(torch.nn.Module):
                 self._lr = float(saved.get("lr", self._lr))
                 self._load_lr_state(saved)
         if opts.missing:
-            self._set_trained(load_dir, opts.loaded_tag.decode(), frozen_then, opts.missing)
-        self._restore_untrained(load_dir, opts.loaded_tag.decode(), done, opts.extra)
+            self._set_trained(load_dir, opts.loaded_tag.decode(), frozen_then, opts.missing,
+                              strict)
+        self._restore_untrained(load_dir, opts.loaded_tag.decode(), done, opts.extra, strict)
         return os.path.join(load_dir, opts.loaded_tag.decode()), client
 
     def _lr_state(self):

@@ -34,12 +34,16 @@ the run (exit 1) when it does not hold:
   it raises RuntimeError (gradient partitioning, as in DeepSpeed);
 - checkpoints keep the module's persistent buffer and frozen parameter (rank 0's): both come
   back after the model's were changed, without a warning, also when the blob is larger than
-  the reader's first buffer; saved with exclude_frozen_parameters=True, the load keeps the
-  model's frozen value and rank 0 warns naming it;
+  the reader's first buffer; saved with exclude_frozen_parameters=True, the (strict) load
+  raises naming it and load_module_strict=False keeps the model's frozen value, silently; a
+  buffer only the model or only the checkpoint has: the strict load raises naming it, the
+  non-strict one loads the rest;
 - a checkpoint whose trained parameters differ from the loading model's: one trained at the
   save and frozen now gets the saved weight (full load and load_module_only); one frozen at
   the save and trained now gets its saved value with load_module_only and trains on, while the
-  full load refuses naming it, and load_module_only raises naming it when the save excluded it;
+  full load refuses naming it, and load_module_only raises naming it when the save excluded it
+  (not strict: it keeps the engine's value); a checkpoint tensor the model lacks: the strict
+  load raises counting it, the non-strict one leaves it;
 - DeepSpeed's step counters on fp16 (an elementwise model): a window whose gradient overflows
   is a skipped step that global_steps counts and skipped_steps too; global_samples grows by
   train_batch_size per step, and with managed_gradient_accumulation false by the samples of the
@@ -327,13 +331,22 @@ def check_freeze_changes(stage, root):
     engine.save_checkpoint(ck, tag="spare")
     engine.close()
     _, engine = build()
+    try:
+        engine.load_checkpoint(ck, tag="spare")
+        check("a tensor the model lacks: the strict load raises (1 tensor)", False, "loaded")
+    except ValueError as ex:
+        check("a tensor the model lacks: the strict load raises (1 tensor)",
+              "holds 1 tensors that are not parameters of the model" in str(ex), str(ex))
+    engine.close()
+    model, engine = build()
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
-        engine.load_checkpoint(ck, tag="spare")
+        engine.load_checkpoint(ck, tag="spare", load_module_strict=False)
     said = [str(w.message) for w in seen if issubclass(w.category, RuntimeWarning)]
-    told = any("holds 1 tensors that are not parameters of the model" in m for m in said)
-    check("a tensor the model lacks: rank 0 warns (1 tensor), the others do not",
-          told == (engine.global_rank == 0), str(said))
+    check("... load_module_strict=False leaves it, without a warning", not said, str(said))
+    window(engine)                      # it trains on from the checkpoint's weights
+    check("... and trains on", all(torch.isfinite(v.float()).all()
+                                   for v in engine.module_state_dict().values()))
     engine.close()
 
     # frozen at the save (and changed by the script), trained at the load
@@ -373,6 +386,46 @@ def check_freeze_changes(stage, root):
         check("saved excluded, trained now: load_module_only raises naming it",
               "head.weight" in str(ex), str(ex))
     engine.close()
+    # not strict: head.weight keeps the engine's value, every other weight is the saved one
+    model, engine = build()
+    mine = engine.module_state_dict()["head.weight"]
+    engine.load_checkpoint(ck, tag="excluded", load_module_only=True, load_module_strict=False)
+    got = engine.module_state_dict()
+    bad = [k for k in want if k != "head.weight" and not torch.equal(got[k], want[k])]
+    check("saved excluded, trained now, not strict: head.weight keeps the engine's value, the "
+          "rest is the checkpoint's", not bad and torch.equal(got["head.weight"], mine)
+          and not torch.equal(mine, want["head.weight"]), f"differ: {bad}")
+    engine.close()
+
+
+def check_buffer_strictness(engine, model, ck, root):
+    """The module state's buffers, strict and not: a model buffer the checkpoint lacks and a
+    checkpoint buffer the model lacks raise naming it (DeepSpeed's strict module load); with
+    load_module_strict=False the first keeps the model's value and the second is left, while
+    the buffers both have are loaded."""
+    want_shift = model.shift.clone()
+    model.register_buffer("extra", torch.full((2,), 7.0))       # the checkpoint lacks it
+    with torch.no_grad():
+        model.shift.add_(1.0)
+    for strict in (True, False):
+        try:
+            engine.load_checkpoint(ck, load_module_strict=strict)
+            check(f"a buffer the checkpoint lacks, strict={strict}: loads",
+                  not strict and torch.equal(model.extra, torch.full((2,), 7.0))
+                  and torch.equal(model.shift, want_shift), "loaded")
+        except ValueError as ex:
+            check(f"a buffer the checkpoint lacks, strict={strict}: raises naming it",
+                  strict and "extra" in str(ex), str(ex))
+    ck2 = os.path.join(root, f"ckpt_buf{engine.world_size}")
+    engine.save_checkpoint(ck2)                 # holds "extra"
+    del model._buffers["extra"]
+    for strict in (True, False):
+        try:
+            engine.load_checkpoint(ck2, load_module_strict=strict)
+            check(f"a buffer the model lacks, strict={strict}: loads", not strict, "loaded")
+        except ValueError as ex:
+            check(f"a buffer the model lacks, strict={strict}: raises naming it",
+                  strict and "extra" in str(ex), str(ex))
 
 
 def check_two_engines(stage):
@@ -905,22 +958,29 @@ def main():
     said = [str(w.message) for w in caught if "does not train" in str(w.message)]
     check("a checkpoint holding the frozen parameter loads without a warning", not said,
           str(said))
-    # Saved with exclude_frozen_parameters=True: the load keeps the model's value and rank 0
-    # names the parameter.
+    # Saved with exclude_frozen_parameters=True: the strict load raises naming the parameter
+    # (DeepSpeed's strict module load: a missing key); load_module_strict=False (how Hugging
+    # Face's Trainer resumes a PEFT model) keeps the model's value, without a warning.
     ck_ex = os.path.join(root, f"ckpt_ex{world}")
     engine.save_checkpoint(ck_ex, exclude_frozen_parameters=True)
     with torch.no_grad():
         model.scale.mul_(3.0)
     changed = model.scale.detach().clone()
+    try:
+        engine.load_checkpoint(ck_ex)
+        check("exclude_frozen_parameters=True: the strict load raises naming it", False,
+              "loaded")
+    except ValueError as ex:
+        check("exclude_frozen_parameters=True: the strict load raises naming it",
+              "scale" in str(ex) and "load_module_strict=False" in str(ex), str(ex))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        engine.load_checkpoint(ck_ex)
-    said = [str(w.message) for w in caught if "does not train" in str(w.message)]
-    check("exclude_frozen_parameters=True: the load keeps the model's frozen parameter",
-          torch.equal(model.scale, changed))
-    check("... and rank 0 names it", (len(said) == 1 and "scale" in said[0])
-          if rank == 0 else not said, str(said))
+        engine.load_checkpoint(ck_ex, load_module_strict=False)
+    said = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+    check("... load_module_strict=False keeps the model's frozen parameter, without a warning",
+          torch.equal(model.scale, changed) and not said, str(said))
     engine.load_checkpoint(ck)
+    check_buffer_strictness(engine, model, ck, root)
     # A blob larger than the reader's first buffer (big buffers): read again with the room.
     import zinc.engine as zeng
     cap, zeng._BLOB_CAP = zeng._BLOB_CAP, 256

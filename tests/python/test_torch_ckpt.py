@@ -122,7 +122,7 @@ def warmstart(d):
     engine.save_checkpoint(d, client_state={"epoch": 1})
     saved = {k: v.clone() for k, v in engine.module_state_dict().items()}
     for kw in ({"load_optimizer_states": False}, {"load_lr_scheduler_states": False},
-               {"load_module_strict": False}, {"custom_load_fn": print}):
+               {"custom_load_fn": print}):
         try:
             engine.load_checkpoint(d, **kw)
             fails += 1
