@@ -83,7 +83,7 @@ static zinc_status open_cpu(zinc_engine_t *e, const char *devname, int threads)
                            zerr_thread_message());
     if (e->world->is_mpi) {
         s = zcomm_mpi_create(&e->comm);
-        if (s == ZINC_OK) e->world->mpi_comm = e->comm;
+        if (s == ZINC_OK) s = zworld_add_comm(e->world, e->comm);
     } else {
         s = zcomm_local_create(e->world->local, e->rank, &e->comm);
         /* Test hook: run the local backend through the staging comm that GPUs sharing one device
@@ -249,7 +249,7 @@ void zinc_engine_destroy(zinc_engine_t *e)
      * on a GPU, uses the device's state (NCCL's and the staging comm's streams), so the buffers
      * and the device go after it. */
     if (e->comm) {
-        if (e->world && e->world->mpi_comm == e->comm) e->world->mpi_comm = NULL;
+        if (e->world && e->world->is_mpi) zworld_remove_comm(e->world, e->comm);
         zcomm_destroy(e->comm);
     }
     /* The host state before the device: its copies are waited for and its pins undone there. */

@@ -35,6 +35,7 @@
 #ifndef ZINC_ENGINE_INTERNAL_H
 #define ZINC_ENGINE_INTERNAL_H
 
+#include <pthread.h>
 #include <stdint.h>
 
 #include "config/config.h"
@@ -53,8 +54,17 @@ struct zinc_world {
     int mpi_rank;                 /* mpi and env worlds: this process's rank */
     int we_initialised_mpi;
     zlocal_world_t *local;        /* local worlds */
-    zcomm_t *mpi_comm;            /* mpi worlds: the comm of this process's engine, for abort */
+    /* mpi worlds: the comms of this process's live engines, each its own duplicate of
+     * MPI_COMM_WORLD, so that zinc_world_abort reaches the ranks blocked in any of them */
+    pthread_mutex_t comms_mu;
+    zcomm_t **comms;
+    int ncomms, comms_cap;
 };
+
+/* An engine's comm joins its MPI world's list for zinc_world_abort (ZINC_ERR_NOMEM when the
+ * list cannot grow) and leaves it before it is destroyed; leaving one not there is a no-op. */
+zinc_status zworld_add_comm(zinc_world_t *w, zcomm_t *c);
+void zworld_remove_comm(zinc_world_t *w, zcomm_t *c);
 
 typedef struct zgroup_state {
     int bucket;                   /* stage 2-3: bucket slot holding its gradient, or -1 */

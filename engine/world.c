@@ -9,6 +9,52 @@
 #include "base/log.h"
 #include "kernels/cuda/bootstrap.h"
 
+static zinc_world_t *world_new(void)
+{
+    zinc_world_t *w = calloc(1, sizeof *w);
+    if (w) pthread_mutex_init(&w->comms_mu, NULL);
+    return w;
+}
+
+/* The handle itself; its local world and MPI are closed by the caller. */
+static void world_free(zinc_world_t *w)
+{
+    pthread_mutex_destroy(&w->comms_mu);
+    free(w->comms);
+    free(w);
+}
+
+zinc_status zworld_add_comm(zinc_world_t *w, zcomm_t *c)
+{
+    pthread_mutex_lock(&w->comms_mu);
+    zinc_status s = ZINC_OK;
+    if (w->ncomms == w->comms_cap) {
+        int cap = w->comms_cap ? 2 * w->comms_cap : 4;
+        zcomm_t **grown = realloc(w->comms, (size_t)cap * sizeof *grown);
+        if (grown) {
+            w->comms = grown;
+            w->comms_cap = cap;
+        } else {
+            s = zerr_thread(ZINC_ERR_NOMEM, "zinc_engine_create: out of memory for the world's "
+                                            "list of comms");
+        }
+    }
+    if (s == ZINC_OK) w->comms[w->ncomms++] = c;
+    pthread_mutex_unlock(&w->comms_mu);
+    return s;
+}
+
+void zworld_remove_comm(zinc_world_t *w, zcomm_t *c)
+{
+    pthread_mutex_lock(&w->comms_mu);
+    for (int i = 0; i < w->ncomms; i++)
+        if (w->comms[i] == c) {
+            w->comms[i] = w->comms[--w->ncomms];
+            break;
+        }
+    pthread_mutex_unlock(&w->comms_mu);
+}
+
 zinc_status zinc_world_create_local(int world_size, zinc_world_t **out)
 {
     if (!out) return zerr_thread(ZINC_ERR_INVALID_ARG, "zinc_world_create_local: out is NULL");
@@ -16,12 +62,12 @@ zinc_status zinc_world_create_local(int world_size, zinc_world_t **out)
     if (world_size < 1 || world_size > 4096)
         return zerr_thread(ZINC_ERR_INVALID_ARG,
                            "zinc_world_create_local: world_size %d is outside 1..4096", world_size);
-    zinc_world_t *w = calloc(1, sizeof *w);
+    zinc_world_t *w = world_new();
     if (!w) return zerr_thread(ZINC_ERR_NOMEM, "zinc_world_create_local: out of memory");
     w->size = world_size;
     zinc_status s = zlocal_world_create(world_size, &w->local);
     if (s != ZINC_OK) {
-        free(w);
+        world_free(w);
         return zerr_thread(s, "zinc_world_create_local: cannot create a world of %d ranks",
                            world_size);
     }
@@ -39,7 +85,7 @@ zinc_status zinc_world_create_mpi(zinc_world_t **out)
         return zerr_thread(s, "zinc_world_create_mpi: this zinc was built without MPI "
                               "(install libopenmpi-dev and rebuild)");
     if (s != ZINC_OK) return zerr_thread(s, "zinc_world_create_mpi: MPI initialisation failed");
-    zinc_world_t *w = calloc(1, sizeof *w);
+    zinc_world_t *w = world_new();
     if (!w) return zerr_thread(ZINC_ERR_NOMEM, "zinc_world_create_mpi: out of memory");
     w->size = size;
     w->is_mpi = 1;
@@ -64,7 +110,7 @@ zinc_status zinc_world_create_launched(zinc_world_t **out)
         return s;
     }
     if (!strcmp(bi.method, "single")) return zinc_world_create_local(1, out);
-    zinc_world_t *w = calloc(1, sizeof *w);
+    zinc_world_t *w = world_new();
     if (!w) return zerr_thread(ZINC_ERR_NOMEM, "zinc_world_create_launched: out of memory");
     w->size = bi.size;
     w->is_env = 1;
@@ -78,7 +124,7 @@ void zinc_world_destroy(zinc_world_t *w)
     if (!w) return;
     if (w->local) zlocal_world_destroy(w->local);
     if (w->is_mpi && w->we_initialised_mpi) zmpi_finalize();
-    free(w);
+    world_free(w);
 }
 
 int zinc_world_size(const zinc_world_t *w) { return w ? w->size : 0; }
@@ -107,6 +153,13 @@ zinc_status zinc_world_broadcast(zinc_world_t *w, void *buf, size_t bytes, int r
 void zinc_world_abort(zinc_world_t *w, int rank, const char *why)
 {
     if (!w) return;
-    if (w->local) zlocal_world_abort(w->local, rank, why ? why : "aborted");
-    else if (w->mpi_comm) w->mpi_comm->iface->abort(w->mpi_comm, why ? why : "aborted");
+    if (w->local) {
+        zlocal_world_abort(w->local, rank, why ? why : "aborted");
+        return;
+    }
+    /* Every engine's comm: a rank may be blocked in any of them (two models, as a GAN's). */
+    pthread_mutex_lock(&w->comms_mu);
+    for (int i = 0; i < w->ncomms; i++)
+        w->comms[i]->iface->abort(w->comms[i], why ? why : "aborted");
+    pthread_mutex_unlock(&w->comms_mu);
 }

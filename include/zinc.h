@@ -137,7 +137,10 @@ ZINC_API zinc_status zinc_world_broadcast(zinc_world_t *w, void *buf, size_t byt
 
 /* Marks the world failed: every rank blocked in, or later entering, a collective returns
  * ZINC_ERR_ABORTED with `why` in its message. For a rank that hits an error it cannot recover
- * from, so that the others stop instead of waiting for it. Thread-safe. */
+ * from, so that the others stop instead of waiting for it. Thread-safe. On an MPI world the
+ * notice goes through the comm of every engine this process has alive on it (the others may
+ * be blocked in any of them); with none alive there is no comm to send it through: end the
+ * process non-zero, and the launcher ends the job. */
 ZINC_API void zinc_world_abort(zinc_world_t *w, int rank, const char *why);
 
 /* ---- engine lifecycle --------------------------------------------------------------------- */

@@ -78,6 +78,13 @@ if(ZINC_HAVE_MPI)
                        ENVIRONMENT "OMPI_MCA_btl_vader_single_copy_mechanism=none")
 endif()
 
+# zinc_world_abort with two engines per process on an MPI world: the notice reaches the ranks
+# blocked in either engine's comm, also after the later engine is gone.
+if(ZINC_HAVE_MPI)
+  zinc_mpi_test(NAME engine_abort_mpi SOURCES ${ZINC_ENGINE_TEST_DIR}/test_abort_mpi.c
+                LIBS zinc_toy NP 2 LABELS "multirank;fault" TIMEOUT 120)
+endif()
+
 # ZeRO-Offload of the optimizer state (issue 14): bitwise equal to the device run, copy volume,
 # the device memory limit, checkpoints across offload settings.
 zinc_test(NAME engine_offload SOURCES ${ZINC_ENGINE_TEST_DIR}/test_offload.c
