@@ -17,6 +17,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,12 +30,16 @@
 #include <mpi.h>
 #endif
 
-#define HELLO_MAGIC "ZINCBOOT"
-#define REPLY_MAGIC "ZINCIDv1"
-#define HELLO_BYTES 16                       /* magic[8] rank[4] size[4], big-endian */
-#define REPLY_BYTES (16 + ZBOOT_ID_BYTES)    /* magic[8] status[4] size[4] id[128] */
+#define HELLO_MAGIC "ZINCBOO2"
+#define REPLY_MAGIC "ZINCIDv2"
+#define HELLO_BYTES 20                       /* magic[8] rank[4] size[4] round[4], big-endian */
+#define REPLY_BYTES (20 + ZBOOT_ID_BYTES)    /* magic[8] status[4] size[4] round[4] id[128] */
 
-enum { REPLY_OK = 0, REPLY_SIZE = 1, REPLY_RANK = 2, REPLY_DUP = 3 };
+/* REPLY_LATER: the rank asks for a later exchange than rank 0 serves (it created its next engine
+ * while rank 0 still hands out this one's id): it asks again. REPLY_ROUND: an earlier one, which
+ * rank 0 has finished: the ranks did not create their engines in the same order. */
+enum { REPLY_OK = 0, REPLY_SIZE = 1, REPLY_RANK = 2, REPLY_DUP = 3, REPLY_LATER = 4,
+       REPLY_ROUND = 5 };
 
 static zinc_status fail(char *err, size_t n, zinc_status s, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -337,8 +342,9 @@ zinc_status zboot_tcp_listen(const char *host, int port, int *fd_out, int *port_
     return ZINC_OK;
 }
 
-zinc_status zboot_tcp_serve(int fd, int size, const unsigned char id[ZBOOT_ID_BYTES],
-                            double timeout_s, char *err, size_t n)
+zinc_status zboot_tcp_serve(int fd, int size, uint32_t round,
+                            const unsigned char id[ZBOOT_ID_BYTES], double timeout_s, char *err,
+                            size_t n)
 {
     double deadline = now_s() + timeout_s;
     unsigned char *seen = calloc((size_t)size, 1);
@@ -372,17 +378,23 @@ zinc_status zboot_tcp_serve(int fd, int size, const unsigned char id[ZBOOT_ID_BY
             continue;
         }
         uint32_t rank = get_u32(hello + 8), their = get_u32(hello + 12);
+        uint32_t their_round = get_u32(hello + 16);
         uint32_t status = REPLY_OK;
         if (their != (uint32_t)size) status = REPLY_SIZE;
         else if (rank == 0 || rank >= (uint32_t)size) status = REPLY_RANK;
+        else if (their_round > round) status = REPLY_LATER;
+        else if (their_round < round) status = REPLY_ROUND;
         else if (seen[rank]) status = REPLY_DUP;
         memset(reply, 0, sizeof reply);
         memcpy(reply, REPLY_MAGIC, 8);
         put_u32(reply + 8, status);
         put_u32(reply + 12, (uint32_t)size);
-        if (status == REPLY_OK) memcpy(reply + 16, id, ZBOOT_ID_BYTES);
+        put_u32(reply + 16, round);
+        if (status == REPLY_OK) memcpy(reply + 20, id, ZBOOT_ID_BYTES);
         int sent = io_all(c, reply, sizeof reply, deadline, 1) == 0;
         close(c);
+        /* Not this exchange's business: the asker retries, or reports the order it broke. */
+        if (status == REPLY_LATER || status == REPLY_ROUND) continue;
         if (status == REPLY_SIZE) {
             s = fail(err, n, ZINC_ERR_MISMATCH,
                      "rank %u says the world has %u ranks, rank 0 has %d; every rank must be "
@@ -427,17 +439,19 @@ static int connect_once(const struct addrinfo *a, double deadline)
     return fd;
 }
 
-zinc_status zboot_tcp_fetch(const char *host, int port, int rank, int size,
+zinc_status zboot_tcp_fetch(const char *host, int port, int rank, int size, uint32_t round,
                             unsigned char id[ZBOOT_ID_BYTES], double timeout_s, char *err,
                             size_t n)
 {
     double deadline = now_s() + timeout_s, pause = 0.05;
     char ps[16], last[160] = "no attempt";
+    uint32_t later = 0;           /* the exchange rank 0 served when it last said "later" */
     snprintf(ps, sizeof ps, "%d", port);
     unsigned char hello[HELLO_BYTES], reply[REPLY_BYTES];
     memcpy(hello, HELLO_MAGIC, 8);
     put_u32(hello + 8, (uint32_t)rank);
     put_u32(hello + 12, (uint32_t)size);
+    put_u32(hello + 16, round);
     for (;;) {
         struct addrinfo hints, *res = NULL;
         memset(&hints, 0, sizeof hints);
@@ -468,7 +482,17 @@ zinc_status zboot_tcp_fetch(const char *host, int port, int rank, int size,
                 continue;
             }
             uint32_t status = get_u32(reply + 8), theirs = get_u32(reply + 12);
+            uint32_t served = get_u32(reply + 16);
+            if (status == REPLY_LATER) {
+                later = served;
+                break;
+            }
             freeaddrinfo(res);
+            if (status == REPLY_ROUND)
+                return fail(err, n, ZINC_ERR_MISMATCH,
+                            "rank %d asked rank 0 at %s:%d for the NCCL id of its engine #%u, but "
+                            "rank 0 is at #%u: every rank must create its engines in the same "
+                            "order", rank, host, port, round, served);
             if (status == REPLY_SIZE)
                 return fail(err, n, ZINC_ERR_MISMATCH,
                             "rank %d has world size %d but rank 0 at %s:%d has %u; every rank "
@@ -477,10 +501,16 @@ zinc_status zboot_tcp_fetch(const char *host, int port, int rank, int size,
                 return fail(err, n, ZINC_ERR_MISMATCH,
                             "rank 0 at %s:%d refused rank %d (%s)", host, port, rank,
                             status == REPLY_DUP ? "another process has the same rank" : "invalid rank");
-            memcpy(id, reply + 16, ZBOOT_ID_BYTES);
+            memcpy(id, reply + 20, ZBOOT_ID_BYTES);
             return ZINC_OK;
         }
         if (res) freeaddrinfo(res);
+        if (ms_left(deadline) == 0 && later)
+            return fail(err, n, ZINC_ERR_TIMEOUT,
+                        "rank %d could not get the NCCL id of its engine #%u from rank 0 at %s:%d "
+                        "within %.0f s: rank 0 was still at exchange %u (its engine #%u); every "
+                        "rank must create its engines in the same order", rank, round, host,
+                        port, timeout_s, later, later);
         if (ms_left(deadline) == 0)
             return fail(err, n, ZINC_ERR_TIMEOUT,
                         "rank %d could not get the NCCL id from rank 0 at %s:%d within %.0f s "
@@ -506,9 +536,15 @@ zinc_status zboot_share_id(const zboot_info *bi, unsigned char id[ZBOOT_ID_BYTES
         return fail(err, n, ZINC_ERR_UNSUPPORTED, "this build has no MPI");
 #endif
     }
-    if (bi->rank != 0) return zboot_tcp_fetch(bi->host, bi->port, bi->rank, bi->size, id, timeout_s, err, n);
+    /* Each engine of the process bootstraps its own comm, every rank in the same order: the
+     * exchange's number tells a rank's next engine from this one at rank 0's port. */
+    static atomic_uint rounds;
+    uint32_t round = atomic_fetch_add(&rounds, 1) + 1;
+    if (bi->rank != 0)
+        return zboot_tcp_fetch(bi->host, bi->port, bi->rank, bi->size, round, id, timeout_s, err,
+                               n);
     int fd, port;
     zinc_status s = zboot_tcp_listen(NULL, bi->port, &fd, &port, err, n);
     if (s) return s;
-    return zboot_tcp_serve(fd, bi->size, id, timeout_s, err, n);
+    return zboot_tcp_serve(fd, bi->size, round, id, timeout_s, err, n);
 }

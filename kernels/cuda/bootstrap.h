@@ -20,6 +20,7 @@
 #define ZINC_KERNELS_CUDA_BOOTSTRAP_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "zinc.h"
 
@@ -41,6 +42,7 @@ typedef struct zboot_info {
 zinc_status zboot_detect(zboot_info *out, char *err, size_t errn);
 
 /* Collective over the job: every rank ends with rank 0's `id`. Rank 0 fills `id` before the call.
+ * Called once per engine (comm), in the same order on every rank.
  * Fails after `timeout_s` seconds with ZINC_ERR_TIMEOUT naming the ranks that never arrived
  * (rank 0) or the address that never answered (others). */
 zinc_status zboot_share_id(const zboot_info *bi, unsigned char id[ZBOOT_ID_BYTES],
@@ -50,12 +52,15 @@ zinc_status zboot_share_id(const zboot_info *bi, unsigned char id[ZBOOT_ID_BYTES
  * zboot_tcp_listen binds host:port (host NULL = every interface, port 0 = any) and reports the
  * bound port; zboot_tcp_serve hands `id` to size - 1 distinct ranks 1..size-1 and closes fd;
  * zboot_tcp_fetch connects (retrying until the deadline: rank 0 may not be listening yet),
- * introduces itself as rank/size and receives the id. */
+ * introduces itself as rank/size and receives the id. `round` numbers the process's exchanges
+ * from 1 (one per engine, zboot_share_id counts them): rank 0 sends a rank asking for a later
+ * round back to retry, and one asking for an earlier round fails with ZINC_ERR_MISMATCH. */
 zinc_status zboot_tcp_listen(const char *host, int port, int *fd_out, int *port_out, char *err,
                              size_t errn);
-zinc_status zboot_tcp_serve(int fd, int size, const unsigned char id[ZBOOT_ID_BYTES],
-                            double timeout_s, char *err, size_t errn);
-zinc_status zboot_tcp_fetch(const char *host, int port, int rank, int size,
+zinc_status zboot_tcp_serve(int fd, int size, uint32_t round,
+                            const unsigned char id[ZBOOT_ID_BYTES], double timeout_s, char *err,
+                            size_t errn);
+zinc_status zboot_tcp_fetch(const char *host, int port, int rank, int size, uint32_t round,
                             unsigned char id[ZBOOT_ID_BYTES], double timeout_s, char *err,
                             size_t errn);
 

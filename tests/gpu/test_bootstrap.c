@@ -110,13 +110,19 @@ static int free_port(void)
     return port;
 }
 
-/* The whole path through zboot_detect/zboot_share_id with torchrun variables: `size` processes,
- * the ranks > 0 start first (they must retry until rank 0 listens). */
-static void test_exchange(int size)
+/* The whole path through zboot_detect/zboot_share_id with torchrun variables: `size` processes
+ * make `rounds` exchanges one after the other, as each engine of a process (two models, as a
+ * GAN's) bootstraps its own NCCL comm; the ranks > 0 start first (they must retry until rank 0
+ * listens). With `slow_rank` > 0 that rank arrives 300 ms late to the first exchange, so the
+ * others are already asking for the second one while rank 0 still serves the first: their
+ * early hello must wait for its round, not count as a second rank of this one. */
+static void test_exchange(int size, int rounds, int slow_rank)
 {
-    unsigned char id[ZBOOT_ID_BYTES];
+    enum { MAX_ROUNDS = 3 };
+    unsigned char id[MAX_ROUNDS][ZBOOT_ID_BYTES];
     zt_rng r = {(uint64_t)time(NULL) * 7919u + (uint64_t)getpid()};
-    for (int i = 0; i < ZBOOT_ID_BYTES; i++) id[i] = (unsigned char)zt_next(&r);
+    for (int k = 0; k < rounds; k++)
+        for (int i = 0; i < ZBOOT_ID_BYTES; i++) id[k][i] = (unsigned char)zt_next(&r);
     int port = free_port();
     ZT_CHECK(port > 0, "no free port");
     if (port <= 0) return;
@@ -135,13 +141,15 @@ static void test_exchange(int size)
             clear_env();
             setenv("RANK", rs, 1); setenv("WORLD_SIZE", ws, 1); setenv("LOCAL_RANK", rs, 1);
             setenv("MASTER_ADDR", "127.0.0.1", 1); setenv("MASTER_PORT", ps, 1);
+            if (rk == slow_rank) usleep(600000);    /* rank 0 starts after 300 ms */
             zboot_info bi;
-            unsigned char got[ZBOOT_ID_BYTES + 1];
+            unsigned char got[MAX_ROUNDS * ZBOOT_ID_BYTES + 1];
             memset(got, 0, sizeof got);
             zinc_status s = zboot_detect(&bi, err, sizeof err);
-            if (!s) s = zboot_share_id(&bi, got, 10.0, err, sizeof err);
+            for (int k = 0; k < rounds && !s; k++)
+                s = zboot_share_id(&bi, got + k * ZBOOT_ID_BYTES, 10.0, err, sizeof err);
             if (s) fprintf(stderr, "rank %d: %s\n", rk, err);
-            got[ZBOOT_ID_BYTES] = (unsigned char)s;
+            got[MAX_ROUNDS * ZBOOT_ID_BYTES] = (unsigned char)s;
             ssize_t w = write(pipes[rk][1], got, sizeof got);
             _exit(w == (ssize_t)sizeof got ? 0 : 3);
         }
@@ -154,37 +162,52 @@ static void test_exchange(int size)
     setenv("MASTER_ADDR", "127.0.0.1", 1); setenv("MASTER_PORT", ps, 1);
     zboot_info bi;
     ZT_OK(zboot_detect(&bi, err, sizeof err));
-    unsigned char mine[ZBOOT_ID_BYTES];
-    memcpy(mine, id, sizeof mine);
-    zinc_status s = zboot_share_id(&bi, mine, 10.0, err, sizeof err);
-    ZT_CHECK(s == ZINC_OK, "rank 0: %s", err);
-    ZT_CHECK(!memcmp(mine, id, sizeof id), "rank 0's id changed");
+    for (int k = 0; k < rounds; k++) {
+        unsigned char mine[ZBOOT_ID_BYTES];
+        memcpy(mine, id[k], sizeof mine);
+        zinc_status s = zboot_share_id(&bi, mine, 10.0, err, sizeof err);
+        ZT_CHECK(s == ZINC_OK, "rank 0, exchange %d of %d: %s", k + 1, rounds, err);
+        ZT_CHECK(!memcmp(mine, id[k], sizeof mine), "rank 0's id changed");
+    }
     for (int rk = 1; rk < size; rk++) {
-        unsigned char got[ZBOOT_ID_BYTES + 1];
-        ssize_t k = read(pipes[rk][0], got, sizeof got);
+        unsigned char got[MAX_ROUNDS * ZBOOT_ID_BYTES + 1];
+        ssize_t n = read(pipes[rk][0], got, sizeof got);
         close(pipes[rk][0]);
         int st = 0;
         waitpid(pids[rk], &st, 0);
         ZT_CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "rank %d exited with %d", rk, st);
-        ZT_CHECK(k == (ssize_t)sizeof got && got[ZBOOT_ID_BYTES] == 0, "rank %d: status %d", rk,
-                 k > 0 ? got[ZBOOT_ID_BYTES] : -1);
-        ZT_CHECK(k == (ssize_t)sizeof got && !memcmp(got, id, ZBOOT_ID_BYTES),
-                 "rank %d got a different id", rk);
+        int whole = n == (ssize_t)sizeof got;
+        ZT_CHECK(whole && got[MAX_ROUNDS * ZBOOT_ID_BYTES] == 0, "rank %d: status %d", rk,
+                 n > 0 ? got[MAX_ROUNDS * ZBOOT_ID_BYTES] : -1);
+        for (int k = 0; k < rounds; k++)
+            ZT_CHECK(whole && !memcmp(got + k * ZBOOT_ID_BYTES, id[k], ZBOOT_ID_BYTES),
+                     "rank %d got another id in exchange %d of %d", rk, k + 1, rounds);
     }
     clear_env();
 }
 
 /* Runs one fetch in a child; returns its status through the exit code. */
-static pid_t fetch_child(int port, int rank, int size, double timeout)
+static pid_t fetch_round_child(int port, int rank, int size, uint32_t round, double timeout,
+                               const char *want_in_error)
 {
     pid_t p = fork();
     if (p == 0) {
         unsigned char got[ZBOOT_ID_BYTES];
-        char err[512];
-        zinc_status s = zboot_tcp_fetch("127.0.0.1", port, rank, size, got, timeout, err, sizeof err);
+        char err[512] = "";
+        zinc_status s = zboot_tcp_fetch("127.0.0.1", port, rank, size, round, got, timeout, err,
+                                        sizeof err);
+        if (s && want_in_error && !strstr(err, want_in_error)) {
+            fprintf(stderr, "rank %d: the error lacks \"%s\": %s\n", rank, want_in_error, err);
+            _exit(100);
+        }
         _exit((int)s);
     }
     return p;
+}
+
+static pid_t fetch_child(int port, int rank, int size, double timeout)
+{
+    return fetch_round_child(port, rank, size, 1, timeout, NULL);
 }
 
 static int child_status(pid_t p)
@@ -204,7 +227,7 @@ static void test_failures(void)
     ZT_OK(zboot_tcp_listen("127.0.0.1", 0, &fd, &port, err, sizeof err));
     pid_t c1 = fetch_child(port, 1, 3, 5.0);
     double t0 = now_s();
-    zinc_status s = zboot_tcp_serve(fd, 3, id, 0.7, err, sizeof err);
+    zinc_status s = zboot_tcp_serve(fd, 3, 1, id, 0.7, err, sizeof err);
     double dt = now_s() - t0;
     ZT_CHECK(s == ZINC_ERR_TIMEOUT && strstr(err, "missing: 2"), "status %d: %s", s, err);
     ZT_CHECK(dt < 3.0, "timeout of 0.7 s took %.2f s", dt);
@@ -214,7 +237,7 @@ static void test_failures(void)
     int p = free_port();
     unsigned char got[ZBOOT_ID_BYTES];
     t0 = now_s();
-    s = zboot_tcp_fetch("127.0.0.1", p, 1, 2, got, 0.5, err, sizeof err);
+    s = zboot_tcp_fetch("127.0.0.1", p, 1, 2, 1, got, 0.5, err, sizeof err);
     dt = now_s() - t0;
     ZT_CHECK(s == ZINC_ERR_TIMEOUT && strstr(err, "MASTER_ADDR"), "status %d: %s", s, err);
     ZT_CHECK(dt < 3.0, "client timeout of 0.5 s took %.2f s", dt);
@@ -222,7 +245,7 @@ static void test_failures(void)
     /* Different world sizes: both sides say so. */
     ZT_OK(zboot_tcp_listen("127.0.0.1", 0, &fd, &port, err, sizeof err));
     pid_t c2 = fetch_child(port, 1, 4, 5.0);
-    s = zboot_tcp_serve(fd, 3, id, 5.0, err, sizeof err);
+    s = zboot_tcp_serve(fd, 3, 1, id, 5.0, err, sizeof err);
     ZT_CHECK(s == ZINC_ERR_MISMATCH && strstr(err, "world"), "status %d: %s", s, err);
     ZT_CHECK(child_status(c2) == ZINC_ERR_MISMATCH, "client with the wrong size was not refused");
 
@@ -230,19 +253,36 @@ static void test_failures(void)
     ZT_OK(zboot_tcp_listen("127.0.0.1", 0, &fd, &port, err, sizeof err));
     pid_t c3 = fetch_child(port, 1, 3, 5.0);
     pid_t c4 = fetch_child(port, 1, 3, 5.0);
-    s = zboot_tcp_serve(fd, 3, id, 5.0, err, sizeof err);
+    s = zboot_tcp_serve(fd, 3, 1, id, 5.0, err, sizeof err);
     ZT_CHECK(s == ZINC_ERR_MISMATCH && strstr(err, "second"), "duplicate rank: status %d: %s", s, err);
     int a = child_status(c3), b = child_status(c4);
     ZT_CHECK((a == ZINC_OK && b == ZINC_ERR_MISMATCH) || (a == ZINC_ERR_MISMATCH && b == ZINC_OK),
              "duplicate rank: clients ended with %d and %d", a, b);
+
+    /* Rank 0 serves its second exchange: a rank asking for the first (it created one engine
+     * fewer) is told the order differs, one asking for the third retries until its deadline
+     * and says where rank 0 was; neither counts, and the rank of the second round gets it. */
+    ZT_OK(zboot_tcp_listen("127.0.0.1", 0, &fd, &port, err, sizeof err));
+    pid_t early = fetch_round_child(port, 1, 2, 1, 5.0, "same order");
+    pid_t ahead = fetch_round_child(port, 1, 2, 3, 3.0, "still at exchange 2");
+    usleep(300000);               /* both wait in the listen queue before the right one */
+    pid_t right = fetch_round_child(port, 1, 2, 2, 5.0, NULL);
+    s = zboot_tcp_serve(fd, 2, 2, id, 5.0, err, sizeof err);
+    ZT_CHECK(s == ZINC_OK, "round 2 after strays of rounds 1 and 3: %d: %s", s, err);
+    ZT_CHECK(child_status(right) == ZINC_OK, "the rank of round 2 did not get the id");
+    ZT_CHECK(child_status(early) == ZINC_ERR_MISMATCH, "a rank a round behind was not refused");
+    ZT_CHECK(child_status(ahead) == ZINC_ERR_TIMEOUT, "a rank a round ahead did not time out "
+             "saying why");
 }
 
 int main(void)
 {
     test_nodelist();
     test_detect();
-    test_exchange(2);
-    test_exchange(8);
+    test_exchange(2, 1, 0);
+    test_exchange(8, 1, 0);
+    test_exchange(3, 3, 2);     /* three engines per process, rank 2 late to the first */
+    test_exchange(8, 2, 5);
     test_failures();
     return zt_finish("bootstrap");
 }
