@@ -933,6 +933,14 @@ double zinc_engine_loss_scale(const zinc_engine_t *e)
     return e ? e->st.scaler.cur_scale : NAN;
 }
 
+int zinc_engine_steps(const zinc_engine_t *e, int64_t *applied, int64_t *skipped)
+{
+    if (!e) return -1;
+    if (applied) *applied = e->st.step;
+    if (skipped) *skipped = e->st.skipped;
+    return 0;
+}
+
 float zinc_loss_multiplier(const zinc_engine_t *e)
 {
     if (!e) return 1.0f;

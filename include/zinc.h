@@ -358,6 +358,12 @@ ZINC_API int zinc_engine_betas(const zinc_engine_t *e, double *beta1, double *be
  * division by the accumulation steps): fp16's dynamic or static scale, 1 otherwise. NAN for
  * NULL. */
 ZINC_API double zinc_engine_loss_scale(const zinc_engine_t *e);
+/* Writes the optimizer steps applied and those skipped for a gradient overflow so far (either
+ * pointer may be NULL): what the last zinc_step's info said in step and skipped_total, and after
+ * zinc_ckpt_load the checkpoint's (kept as they were by keep_optimizer, 0 after a weights_only
+ * load without it). Where a resumed program picks up its count (DeepSpeed's global_steps is
+ * their sum). Returns 0, -1 for NULL e. */
+ZINC_API int zinc_engine_steps(const zinc_engine_t *e, int64_t *applied, int64_t *skipped);
 /* 1 when the config asks for the full 16-bit weights on save (zero_optimization.
  * stage3_gather_16bit_weights_on_model_save or one of its aliases), which DeepSpeed's
  * save_16bit_model needs at stage 3. 0 otherwise and for NULL. */

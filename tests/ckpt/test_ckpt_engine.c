@@ -117,8 +117,9 @@ static zinc_status collect(zinc_engine_t *e, session *s, tstate *t)
         if (st == ZINC_OK) st = e->dev->iface->download(e->dev, t->m[pc[i].param] + pc[i].lo, pc[i].m, k * 4);
         if (st == ZINC_OK) st = e->dev->iface->download(e->dev, t->v[pc[i].param] + pc[i].lo, pc[i].v, k * 4);
     }
-    t->step = e->st.step;
-    t->scale = e->st.scaler.cur_scale;
+    int64_t skipped;                 /* the public accessors, which the checks below rely on */
+    if (zinc_engine_steps(e, &t->step, &skipped) != 0) st = ZINC_ERR_INVALID_ARG;
+    t->scale = zinc_engine_loss_scale(e);
     pthread_mutex_unlock(&s->mu);
     free(pc);
     return st;

@@ -706,6 +706,9 @@ static void test_introspection(void)
     if (e) ZT_CHECK(zinc_engine_loss_scale(e) == 256.0, "fp16 loss scale %g", zinc_engine_loss_scale(e));
     zinc_engine_destroy(e);
     ZT_CHECK(!zinc_engine_at_boundary(NULL) && !zinc_engine_gather_16bit_on_save(NULL), "NULL");
+    int64_t applied = 7;
+    ZT_CHECK(zinc_engine_steps(NULL, &applied, NULL) == -1 && applied == 7,
+             "zinc_engine_steps(NULL) wrote %lld", (long long)applied);
     const char *names[] = {"stage3_gather_16bit_weights_on_model_save",
                            "gather_16bit_weights_on_model_save",
                            "stage3_gather_fp16_weights_on_model_save"};
