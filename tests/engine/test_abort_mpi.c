@@ -41,16 +41,13 @@ static void expect_aborted(zinc_engine_t *e, int rank, int world, int np, const 
 int main(void)
 {
     zinc_world_t *w = NULL;
-    zinc_status s = zinc_world_create_mpi(&w);
-    if (s != ZINC_OK) {
-        fprintf(stderr, "abort_mpi: no mpi world: %s\n", zinc_last_error(NULL));
-        return s == ZINC_ERR_UNSUPPORTED ? 77 : 1;
-    }
+    ZT_OK(zinc_world_create_mpi(&w));
+    if (!w) return zt_finish("abort_mpi");
     int rank = zinc_world_rank(w), world = zinc_world_size(w);
+    ZT_CHECK(world >= 2, "run under mpirun -np 2 or more (size %d)", world);
     if (world < 2) {
-        fprintf(stderr, "abort_mpi: needs 2 or more ranks (mpirun -np 2)\n");
         zinc_world_destroy(w);
-        return 1;
+        return zt_finish("abort_mpi");
     }
     toy_run r = {.world = world, .stage = 2, .accum = 1, .steps = 1, .dtype = ZINC_DTYPE_BF16,
                  .clip = 1.0, .inject_inf_step = -1};

@@ -30,4 +30,14 @@ def check(name, ok, detail=""):
         failures.append(name)
 
 
-__all__ = ["torch", "zinc", "check", "failures"]
+def check_raises(name, fn, kind, *texts):
+    """A check that fn() raises `kind` with each of `texts` in its message."""
+    try:
+        fn()
+    except kind as ex:
+        check(name, all(t in str(ex) for t in texts), str(ex))
+    else:
+        check(name, False, "it did not raise")
+
+
+__all__ = ["torch", "zinc", "check", "check_raises", "failures"]
