@@ -66,6 +66,10 @@ int main(void)
             zinc_engine_destroy(later);
             later = NULL;
         }
+        /* Rank 1 aborts only once rank 0 has finished those steps: an abort notice that comes
+         * while a collective still completes fails it (rank 0 looks for notices first). */
+        int go = 1;
+        ZT_OK(zinc_world_broadcast(w, &go, sizeof go, 0));
         if (rank == 1) {
             zinc_world_abort(w, 1, why[round]);
         } else {
