@@ -622,9 +622,9 @@ zinc_status zinc_ckpt_read_tensors(zinc_engine_t *e, const char *dir, const char
         s = zck_find_tag(dir, tag, 0, rank_of(ev), tagdir, sizeof tagdir, tagname, sizeof tagname,
                          err);
     if (s == ZINC_OK) s = zck_open(tagdir, &r, err);
+    const zck_manifest *m = s == ZINC_OK ? zck_reader_manifest(r) : NULL;
     /* every shape is checked before anything is read, so a mismatch leaves each out untouched */
     for (int i = 0; s == ZINC_OK && i < n; i++) {
-        const zck_manifest *m = zck_reader_manifest(r);
         int k = tensor_index(m, req[i].name);
         if (k < 0) continue;
         const zck_tensor *T = &m->tensors[k];

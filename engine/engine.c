@@ -980,12 +980,15 @@ zinc_status zinc_broadcast(zinc_engine_t *e, void *buf, size_t bytes, int root)
 {
     if (!e) return zerr_thread(ZINC_ERR_INVALID_ARG, "zinc_broadcast: engine is NULL");
     /* Refused before finalize for the reason zinc_mean_over_ranks is. */
-    if (!e->finalized) return zeng_fail(e, ZINC_ERR_USAGE, "zinc_broadcast: called before zinc_finalize");
+    if (!e->finalized)
+        return zeng_fail(e, ZINC_ERR_USAGE, "zinc_broadcast: called before zinc_finalize");
     if (root < 0 || root >= e->world_size)
-        return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_broadcast: root %d is not a rank of a world of %d",
-                         root, e->world_size);
+        return zeng_fail(e, ZINC_ERR_INVALID_ARG,
+                         "zinc_broadcast: root %d is not a rank of a world of %d", root,
+                         e->world_size);
     if (bytes > 0 && !buf)
-        return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_broadcast: buf is NULL for %zu bytes", bytes);
+        return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_broadcast: buf is NULL for %zu bytes",
+                         bytes);
     if (e->world_size == 1 || bytes == 0) return ZINC_OK;
     zinc_status s = zcomm_host_broadcast(e->comm, buf, bytes, root);
     if (s != ZINC_OK) return zeng_fail(e, s, "zinc_broadcast: %s", e->comm->err);

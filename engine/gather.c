@@ -201,8 +201,9 @@ zinc_status zgather_forget(zinc_engine_t *e, int group, const char *who)
     zgroup_state *gs = &e->gstate[group];
     if (e->stage < 3 || gs->persistent || gs->gather_slot < 0) return ZINC_OK;
     if (gs->held)
-        return zeng_fail(e, ZINC_ERR_USAGE, "%s: group '%s' is gathered; zinc_release it first (its "
-                         "gathered view would keep the old values)", who, e->plan.groups[group].name);
+        return zeng_fail(e, ZINC_ERR_USAGE, "%s: group '%s' is gathered; zinc_release it first "
+                         "(its gathered view would keep the old values)", who,
+                         e->plan.groups[group].name);
     drop(e, group);
     return ZINC_OK;
 }

@@ -1551,13 +1551,14 @@ class Engine(torch.nn.Module):
         exclude_frozen_parameters=True) raises ValueError naming it, and so do the
         checkpoint's `extra` tensors (those zinc does not register) that are none of the
         model's; not strict, the first keeps the model's value and the others are left. The
-        checks come before any of these parameters is set."""
+        checks come before any of these parameters is set, and a read buffer is allocated only
+        for a tensor the checkpoint holds (a PEFT model's frozen base, saved excluded, can be
+        most of the model)."""
         params = self._untrained_params()
-        wanted = [(n, p.shape, torch.empty(p.shape, dtype=torch.float32))
-                  for n, p in params.items() if n not in done]
-        found = self._read_saved(load_dir, tag, wanted)
+        names = [n for n in params if n not in done]
+        found = self._read_saved(load_dir, tag, [(n, params[n].shape, None) for n in names])
         path = os.path.join(load_dir, tag)
-        kept = [w[0] for w, f in zip(wanted, found) if not f]
+        kept = [n for n, f in zip(names, found) if not f]
         if kept and strict:
             more = f" and {len(kept) - 4} more" if len(kept) > 4 else ""
             raise ValueError(f"zinc: load_checkpoint: {path} holds no value for the parameters "
@@ -1570,10 +1571,12 @@ class Engine(torch.nn.Module):
                              f"not parameters of the model (zinc ckpt inspect lists them): a "
                              f"checkpoint of another model? load_module_strict=False leaves "
                              f"them")
+        wanted = [(n, params[n].shape, torch.empty(params[n].shape, dtype=torch.float32))
+                  for n, f in zip(names, found) if f]
+        self._read_saved(load_dir, tag, wanted)
         with torch.no_grad():
-            for (n, _, out), f in zip(wanted, found):
-                if f:
-                    params[n].copy_(out.to(params[n].dtype))
+            for n, _, out in wanted:
+                params[n].copy_(out.to(params[n].dtype))
 
     def load_checkpoint(self, load_dir, tag=None, load_module_strict=True,
                         load_optimizer_states=True, load_lr_scheduler_states=True,

@@ -98,7 +98,7 @@ class GatheredParameters:
         for eng, rec in opened:
             try:
                 eng._context_exit(rec, failed or first is not None)
-            except Exception as ex:  # noqa: BLE001 — every context is closed, the first error raised
+            except Exception as ex:  # noqa: BLE001 — close them all, raise the first error
                 first = first or ex
         if first is not None and not failed:
             raise first

@@ -228,7 +228,8 @@ static void toy_rank(int rank, void *arg)
     pthread_mutex_lock(&c->mu);
     if (s != ZINC_OK && r->status == ZINC_OK) {
         r->status = s;
-        snprintf(r->error, sizeof r->error, "rank %d: %s", rank, note[0] ? note : zinc_last_error(e));
+        snprintf(r->error, sizeof r->error, "rank %d: %s", rank,
+                 note[0] ? note : zinc_last_error(e));
     }
     if (rank == 0) {
         r->nparams = np;
