@@ -81,6 +81,10 @@ zinc_status zmpi_world_bcast(void *buf, size_t bytes, int root);
 /* The MPI library's version string, or NULL in builds without MPI. */
 const char *zmpi_version(void);
 zinc_status zcomm_mpi_create(zcomm_t **out);
+/* How many mpi comms of this process are inside a collective now, and how many times a thread
+ * entered zinc's MPI calls while another was inside (0 unless the thread rule of comm_mpi.c was
+ * broken). Both 0 in builds without MPI. */
+void zmpi_thread_stats(int *in_collective, long *overlaps);
 
 /* A comm over device buffers made of a host comm (comm_staged.c): every collective stages the
  * buffer through host memory. Takes ownership of `inner` (destroyed with it, or at once when

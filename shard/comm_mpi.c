@@ -22,9 +22,12 @@
  * requests still in flight are cancelled where MPI allows it (point-to-point) and otherwise left
  * alone, so after a failure the process should wind down rather than keep using MPI heavily.
  *
- * Threads: MPI is initialised with MPI_THREAD_SERIALIZED when we initialise it. Collectives of a
- * comm run on one thread at a time; abort may come from any thread: while a collective runs it
- * only sets a flag that the polling loop acts on, so two threads never call MPI at once.
+ * Threads: MPI is initialised with MPI_THREAD_SERIALIZED when we initialise it, so collectives
+ * (of every comm of the process, not only of one) run on one thread at a time. Abort may come
+ * from any thread: while any comm of the process is inside a collective, it only marks its comm;
+ * the thread in that collective sends the notices from its polling loop (or as it leaves), so
+ * two threads never call MPI at once. Should they (two threads in collectives of two engines,
+ * say), the first time is logged as an error and every time counted (zmpi_thread_stats).
  */
 #include <limits.h>
 #include <mpi.h>
@@ -82,9 +85,11 @@ typedef struct zm_ctx {
     MPI_Request *notice_reqs;    /* [size] */
     int notice_sent;
 
-    pthread_mutex_t mu;          /* guards in_call against a concurrent abort */
-    int in_call;
-    atomic_int abort_pending;    /* abort() came while a collective ran; the poller sends */
+    /* Guarded by zm_calls_mu (process-wide, below): */
+    zcomm_t *self;
+    struct zm_ctx *next_live;    /* the process's live mpi comms */
+    int in_call;                 /* a thread is inside a collective of this comm */
+    int abort_pending;           /* abort() came while a collective ran: a poller sends */
     char abort_why[400];
 } zm_ctx;
 
@@ -104,6 +109,37 @@ static void zm_copy(char *dst, size_t n, const char *src)
     if (l >= n) l = n - 1;
     memcpy(dst, src, l);
     dst[l] = 0;
+}
+
+/* ---- threads: one inside MPI at a time, process-wide (the note at the top) ------------------ */
+
+static pthread_mutex_t zm_calls_mu = PTHREAD_MUTEX_INITIALIZER;
+static zm_ctx *zm_live;               /* every live mpi comm of the process */
+static int zm_calls;                  /* comms inside a collective */
+static atomic_int zm_pending;         /* comms with abort_pending set (pollers look when > 0) */
+static atomic_int zm_inside;          /* threads inside zinc's MPI calls */
+static atomic_long zm_overlaps;       /* times a thread came in while another was inside */
+static int zm_thread_level = -1;      /* MPI_Query_thread at the first comm's creation */
+
+/* Entering and leaving code that calls MPI. A second thread inside at once is a misuse under
+ * MPI_THREAD_SERIALIZED (two engines stepped from two threads, say): said once, counted always. */
+static void zm_enter(const char *what)
+{
+    if (atomic_fetch_add(&zm_inside, 1) == 0) return;
+    if (atomic_fetch_add(&zm_overlaps, 1) == 0 && zm_thread_level != MPI_THREAD_MULTIPLE)
+        zlog(ZLOG_ERROR, "comm", -1, "%s: two threads are inside zinc's MPI calls at once; MPI "
+             "runs at a thread level below MPI_THREAD_MULTIPLE, so run the collectives of every "
+             "engine of a process on one thread at a time", what);
+}
+
+static void zm_leave(void) { atomic_fetch_sub(&zm_inside, 1); }
+
+void zmpi_thread_stats(int *in_collective, long *overlaps)
+{
+    pthread_mutex_lock(&zm_calls_mu);
+    if (in_collective) *in_collective = zm_calls;
+    pthread_mutex_unlock(&zm_calls_mu);
+    if (overlaps) *overlaps = atomic_load(&zm_overlaps);
 }
 
 /* Set once any comm of this process fails (timeout, abort, MPI error): the process-wide verdict
@@ -213,7 +249,9 @@ zinc_status zmpi_world_bcast(void *buf, size_t bytes, int root)
     if (bytes > (size_t)INT_MAX)
         return zerr_thread(ZINC_ERR_INVALID_ARG, "zmpi_world_bcast: %zu bytes is over INT_MAX",
                            bytes);
+    zm_enter("world broadcast");
     int rc = MPI_Bcast(buf, (int)bytes, MPI_BYTE, root, MPI_COMM_WORLD);
+    zm_leave();
     if (rc != MPI_SUCCESS)
         return zerr_thread(ZINC_ERR_COMM, "zmpi_world_bcast: MPI_Bcast failed (code %d)", rc);
     return ZINC_OK;
@@ -278,6 +316,38 @@ static void zm_send_notice(zcomm_t *c, zinc_status s, const char *why)
     }
 }
 
+/* Acts on c's abort: the notice to every other rank, the comm failed. With zm_calls_mu held, on
+ * the one thread that may call MPI now. */
+static void zm_abort_now(zcomm_t *c)
+{
+    zm_ctx *x = c->ctx;
+    char msg[sizeof x->abort_why + 32];
+    snprintf(msg, sizeof msg, "rank %d aborted: %s", c->rank, x->abort_why);
+    zm_send_notice(c, ZINC_ERR_ABORTED, msg);
+    zm_fail(c, ZINC_ERR_ABORTED, msg);
+    if (x->abort_pending) {
+        x->abort_pending = 0;
+        atomic_fetch_sub(&zm_pending, 1);
+    }
+}
+
+/* From inside a collective of c, with zm_calls_mu held: acts on the aborts that waited for a
+ * thread in MPI, c's own and those of comms no thread is in. Returns 1 when c's own was one of
+ * them, with its reason in `why`. */
+static int zm_flush_aborts_locked(zcomm_t *c, char *why, size_t n)
+{
+    int own = 0;
+    for (zm_ctx *d = zm_live; d && atomic_load(&zm_pending) > 0; d = d->next_live) {
+        if (!d->abort_pending || (d != c->ctx && d->in_call)) continue;
+        if (d == c->ctx) {
+            own = 1;
+            snprintf(why, n, "rank %d aborted: %s", c->rank, d->abort_why);
+        }
+        zm_abort_now(d->self);
+    }
+    return own;
+}
+
 /* Cancels and frees what is cancellable of a failed wait (point-to-point requests). */
 static void zm_drop(int nreq, MPI_Request *reqs, int p2p)
 {
@@ -301,14 +371,14 @@ static zinc_status zm_failed(zcomm_t *c, const char *what)
 static zinc_status zm_poll_abort(zcomm_t *c, const char *what)
 {
     zm_ctx *x = c->ctx;
-    if (atomic_load(&x->abort_pending)) {
+    if (atomic_load(&zm_pending) > 0) {
         char why[sizeof x->abort_why + 32];
-        snprintf(why, sizeof why, "rank %d aborted: %s", c->rank, x->abort_why);
-        zm_send_notice(c, ZINC_ERR_ABORTED, why);
-        zm_fail(c, ZINC_ERR_ABORTED, why);
-        atomic_store(&x->abort_pending, 0);
-        return zerr_fmt(c->err, sizeof c->err, ZINC_ERR_ABORTED, "%s #%llu (mpi rank %d): %s",
-                        what, (unsigned long long)x->seq, c->rank, why);
+        pthread_mutex_lock(&zm_calls_mu);
+        int own = zm_flush_aborts_locked(c, why, sizeof why);
+        pthread_mutex_unlock(&zm_calls_mu);
+        if (own)
+            return zerr_fmt(c->err, sizeof c->err, ZINC_ERR_ABORTED, "%s #%llu (mpi rank %d): %s",
+                            what, (unsigned long long)x->seq, c->rank, why);
     }
     int flag = 0;
     MPI_Status st;
@@ -388,9 +458,11 @@ static zinc_status zm_wait(zcomm_t *c, const char *what, int nreq, MPI_Request *
 static zinc_status zm_begin(zcomm_t *c, const char *what)
 {
     zm_ctx *x = c->ctx;
-    pthread_mutex_lock(&x->mu);
+    pthread_mutex_lock(&zm_calls_mu);
     x->in_call = 1;
-    pthread_mutex_unlock(&x->mu);
+    zm_calls++;
+    pthread_mutex_unlock(&zm_calls_mu);
+    zm_enter(what);
     x->seq++;
     if (x->failed) return zm_failed(c, what);
     return zm_poll_abort(c, what);
@@ -399,13 +471,18 @@ static zinc_status zm_begin(zcomm_t *c, const char *what)
 static zinc_status zm_end(zcomm_t *c, zinc_status s)
 {
     zm_ctx *x = c->ctx;
-    if (atomic_load(&x->abort_pending)) {
-        zinc_status a = zm_poll_abort(c, "abort");   /* sends the notice of a late abort */
-        if (s == ZINC_OK) s = a;
-    }
-    pthread_mutex_lock(&x->mu);
+    char why[sizeof x->abort_why + 32];
+    /* Aborts that came during the call and were not yet acted on are sent now, before this
+     * thread leaves MPI: one that comes after finds no collective and sends its own. */
+    pthread_mutex_lock(&zm_calls_mu);
+    int own = zm_flush_aborts_locked(c, why, sizeof why);
     x->in_call = 0;
-    pthread_mutex_unlock(&x->mu);
+    zm_calls--;
+    zm_leave();
+    pthread_mutex_unlock(&zm_calls_mu);
+    if (own && s == ZINC_OK)
+        s = zerr_fmt(c->err, sizeof c->err, ZINC_ERR_ABORTED, "collective #%llu (mpi rank %d): %s",
+                     (unsigned long long)x->seq, c->rank, why);
     return s;
 }
 
@@ -574,23 +651,35 @@ static zinc_status zm_barrier(zcomm_t *c)
 static void zm_abort(zcomm_t *c, const char *why)
 {
     zm_ctx *x = c->ctx;
-    pthread_mutex_lock(&x->mu);
+    pthread_mutex_lock(&zm_calls_mu);
     snprintf(x->abort_why, sizeof x->abort_why, "%s", why ? why : "(no reason given)");
-    if (x->in_call) {
-        atomic_store(&x->abort_pending, 1);   /* the polling thread sends the notices */
+    if (zm_calls > 0) {
+        /* A thread is inside a collective (of this comm or another): it sends the notices. */
+        if (!x->abort_pending) {
+            x->abort_pending = 1;
+            atomic_fetch_add(&zm_pending, 1);
+        }
     } else {
-        char msg[sizeof x->abort_why + 32];
-        snprintf(msg, sizeof msg, "rank %d aborted: %s", c->rank, x->abort_why);
-        zm_send_notice(c, ZINC_ERR_ABORTED, msg);
-        zm_fail(c, ZINC_ERR_ABORTED, msg);
+        zm_enter("abort");
+        zm_abort_now(c);
+        zm_leave();
     }
-    pthread_mutex_unlock(&x->mu);
+    pthread_mutex_unlock(&zm_calls_mu);
 }
 
 static void zm_destroy(zcomm_t *c)
 {
     zm_ctx *x = c->ctx;
     if (x) {
+        pthread_mutex_lock(&zm_calls_mu);
+        for (zm_ctx **p = &zm_live; *p; p = &(*p)->next_live)
+            if (*p == x) {
+                *p = x->next_live;
+                break;
+            }
+        zm_enter("destroy");
+        if (x->abort_pending) zm_abort_now(c);   /* an abort no collective came to send */
+        pthread_mutex_unlock(&zm_calls_mu);
         int keep_notice = 0;
         if (x->notice_sent) {
             /* Give the notices a moment to leave; if they cannot, their buffer must stay. */
@@ -614,7 +703,7 @@ static void zm_destroy(zcomm_t *c)
             MPI_Iprobe(MPI_ANY_SOURCE, ZM_TAG_ABORT, x->comm, &stray, MPI_STATUS_IGNORE);
             if (!stray) MPI_Comm_free(&x->comm);
         }
-        pthread_mutex_destroy(&x->mu);
+        zm_leave();
         free(x->scratch);
         free(x->reqs);
         free(x->req_peer);
@@ -661,7 +750,7 @@ zinc_status zcomm_mpi_create(zcomm_t **out)
     c->ctx = x;
     c->timeout_s = 300.0;
     x->comm = MPI_COMM_NULL;
-    pthread_mutex_init(&x->mu, NULL);
+    x->self = c;
     int rc = MPI_Comm_dup(MPI_COMM_WORLD, &x->comm);
     if (rc == MPI_SUCCESS) rc = MPI_Comm_set_errhandler(x->comm, MPI_ERRORS_RETURN);
     if (rc == MPI_SUCCESS) rc = MPI_Comm_rank(x->comm, &c->rank);
@@ -697,6 +786,11 @@ zinc_status zcomm_mpi_create(zcomm_t **out)
                            peers * chunk);
     }
     for (size_t q = 0; q < size; q++) x->notice_reqs[q] = MPI_REQUEST_NULL;
+    pthread_mutex_lock(&zm_calls_mu);
+    if (zm_thread_level < 0) MPI_Query_thread(&zm_thread_level);
+    x->next_live = zm_live;
+    zm_live = x;
+    pthread_mutex_unlock(&zm_calls_mu);
     *out = c;
     return ZINC_OK;
 }
