@@ -23,6 +23,8 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "models/rng.h"
+
 #define SYN_A 32
 #define SYN_K 4
 static const char syn_alphabet[SYN_A + 1] = "abcdefghijklmnopqrstuvwxyz .,;!?";
@@ -48,22 +50,12 @@ struct zm_data {
     char desc[512];
 };
 
-static uint64_t mix64(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static double unif(uint64_t *s) { return ((double)(mix64(s) >> 11) + 0.5) * 0x1.0p-53; }
-
 /* The generator state of global sequence k: independent of how sequences are split over ranks. */
 static uint64_t seq_state(uint64_t seed, uint64_t k)
 {
     uint64_t s = seed ^ 0x243F6A8885A308D3ull;
-    s = mix64(&s) ^ (k * 0x9E3779B97F4A7C15ull);
-    mix64(&s);
+    s = zrng_next(&s) ^ (k * 0x9E3779B97F4A7C15ull);
+    zrng_next(&s);
     return s;
 }
 
@@ -81,14 +73,14 @@ zinc_status zm_data_open_synthetic(uint64_t seed, zm_data **out)
         for (int k = 1; k < SYN_K; k++) {
             int j, dup;
             do {
-                j = (int)(mix64(&st) % SYN_A);
+                j = (int)(zrng_next(&st) % SYN_A);
                 dup = 0;
                 for (int q = 0; q < k; q++) dup |= d->succ[i][q] == j;
             } while (dup);
             d->succ[i][k] = j;
         }
         double sum = 0.0;
-        for (int k = 0; k < SYN_K; k++) sum += P[i][k] = -log(unif(&st));
+        for (int k = 0; k < SYN_K; k++) sum += P[i][k] = -log(zrng_unit(&st));
         double c = 0.0;
         for (int k = 0; k < SYN_K; k++) {
             P[i][k] /= sum;
@@ -268,15 +260,15 @@ void zm_data_read(const zm_data *d, uint64_t first, int count, int T, uint16_t *
         uint64_t st = seq_state(d->seed, first + (uint64_t)c);
         uint16_t *x = tokens + (size_t)c * T, *y = targets + (size_t)c * T;
         if (d->synthetic) {
-            int s = pick(d->pi_cum, SYN_A, unif(&st));
+            int s = pick(d->pi_cum, SYN_A, zrng_unit(&st));
             for (int t = 0; t < T; t++) {
                 x[t] = (uint16_t)(unsigned char)syn_alphabet[s];
-                s = d->succ[s][pick(d->cum[s], SYN_K, unif(&st))];
+                s = d->succ[s][pick(d->cum[s], SYN_K, zrng_unit(&st))];
                 y[t] = (uint16_t)(unsigned char)syn_alphabet[s];
             }
         } else {
             /* a random window, as nanoGPT's get_batch; T+1 <= ntok was checked */
-            uint64_t start = mix64(&st) % (d->ntok - (uint64_t)T);
+            uint64_t start = zrng_next(&st) % (d->ntok - (uint64_t)T);
             for (int t = 0; t < T; t++) {
                 x[t] = (uint16_t)token_at(d, start + (uint64_t)t);
                 y[t] = (uint16_t)token_at(d, start + (uint64_t)t + 1);

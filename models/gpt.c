@@ -16,6 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "models/rng.h"
+
 /* ---- spec and layout ------------------------------------------------------------------------ */
 
 int zm_spec_parse(const char *s, zm_spec *out, char *err, size_t n)
@@ -151,17 +153,6 @@ void zm_block_views(const zm_spec *s, float *base, zm_block *o)
     for (int i = 0; i < 12; i++) *v[i] = base + t[i].offset;
 }
 
-/* splitmix64: a reproducible stream per (seed, group, tensor). */
-static uint64_t mix64(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static double unif(uint64_t *s) { return ((double)(mix64(s) >> 11) + 0.5) * 0x1.0p-53; }
-
 void zm_init_group(const zm_spec *s, int g, uint64_t seed, float *base)
 {
     zm_tensor t[ZM_MAX_TENSORS];
@@ -182,7 +173,7 @@ void zm_init_group(const zm_spec *s, int g, uint64_t seed, float *base)
         if (strstr(nm, "attn.proj.w") || strstr(nm, "mlp.proj.w")) std /= sqrt(2.0 * s->L);
         uint64_t st = seed * 0xD1B54A32D192ED03ull + (uint64_t)g * 0x100000001B3ull + (uint64_t)i;
         for (int64_t j = 0; j < t[i].numel; j += 2) {
-            double u1 = unif(&st), u2 = unif(&st), r = sqrt(-2.0 * log(u1));
+            double u1 = zrng_unit(&st), u2 = zrng_unit(&st), r = sqrt(-2.0 * log(u1));
             p[j] = (float)(std * r * cos(6.283185307179586 * u2));
             if (j + 1 < t[i].numel) p[j + 1] = (float)(std * r * sin(6.283185307179586 * u2));
         }

@@ -18,6 +18,7 @@
 #include <zstd.h>
 
 #include "ckpt/ckpt.h"
+#include "models/rng.h"
 #include "tools/commands.h"
 
 static void usage(FILE *f)
@@ -232,18 +233,10 @@ static double now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static uint64_t bench_rng(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
 static double bench_normal(uint64_t *s)
 {
-    double u1 = ((double)(bench_rng(s) >> 11) + 0.5) * 0x1.0p-53;
-    double u2 = (double)(bench_rng(s) >> 11) * 0x1.0p-53;
+    double u1 = zrng_unit(s);
+    double u2 = (double)(zrng_next(s) >> 11) * 0x1.0p-53;
     return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
 
