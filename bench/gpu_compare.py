@@ -4,6 +4,10 @@
   gpu_compare.py curves DIR [--report]   every cuda-*.jsonl against the cpu-*.jsonl of the same
                                          stage, dtype and ranks: the loss at each printed step
   gpu_compare.py resume DIR              resumed runs against the uninterrupted ones
+  gpu_compare.py offload DIR             offload-rN.jsonl against plain-rN.jsonl (the offload
+                                         phase): losses bit for bit, and the median step times;
+                                         offload-rN.safetensors against plain-rN.safetensors
+                                         (zinc ckpt export): every tensor the same bytes
 
 Prints a table and exits 1 when a run is missing, not finite, or off by more than the bound
 (absolute nats/token on the loss): 1e-2 for bf16 runs, 2e-3 for fp16, the bounds of the
@@ -16,6 +20,7 @@ import glob
 import json
 import math
 import os
+import struct
 import sys
 
 
@@ -108,15 +113,77 @@ def resume(d, tol):
     return 1 if bad else 0
 
 
+def median(rows, key):
+    """The median of `key` over the printed steps after the first (warm-up), or nan."""
+    v = sorted(float(r[key]) for s, r in rows.items() if s > 1 and r.get(key) is not None)
+    if not v:
+        return float("nan")
+    return v[len(v) // 2] if len(v) % 2 else 0.5 * (v[len(v) // 2 - 1] + v[len(v) // 2])
+
+
+def tensors(path):
+    """name -> (dtype, shape, bytes) of a .safetensors file (the header's metadata, which names
+    the config's hash, is left out)."""
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        head = json.loads(f.read(n))
+        data = f.read()
+    return {k: (v["dtype"], v["shape"], data[v["data_offsets"][0]:v["data_offsets"][1]])
+            for k, v in head.items() if k != "__metadata__"}
+
+
+def same_tensors(a, b, label):
+    """Whether two exports hold the same tensors, bit for bit; prints the verdict."""
+    if not (os.path.exists(a) and os.path.exists(b)):
+        print(f"{label}: missing {a if not os.path.exists(a) else b}")
+        return False
+    ta, tb = tensors(a), tensors(b)
+    if ta.keys() != tb.keys():
+        print(f"{label}: the exports name different tensors")
+        return False
+    differ = [k for k in sorted(ta) if ta[k] != tb[k]]
+    print(f"{label:<28} {len(ta)} tensors, {sum(len(v[2]) for v in ta.values())} bytes: "
+          + (f"FAIL, {len(differ)} differ (first {differ[0]})" if differ else "bitwise ok"))
+    return not differ
+
+
+def offload(d):
+    bad = 0
+    runs = sorted(glob.glob(os.path.join(d, "offload-r*.jsonl")))
+    if not runs:
+        print(f"no offload-r*.jsonl in {d}")
+        return 1
+    print("offload_optimizer (cpu) against none, the same config and seed: losses, and medians "
+          "of ms per step / zinc's step ms over the printed steps after the first")
+    for o in runs:
+        name = os.path.basename(o)[len("offload-"):-len(".jsonl")]
+        p = os.path.join(d, f"plain-{name}.jsonl")
+        if not os.path.exists(p):
+            print(f"{name}: no run without offload")
+            bad += 1
+            continue
+        a, b = load(o), load(p)
+        ok, _, text = compare(a, b, 0.0, f"offload vs none, {name}", exact=True)
+        print(text)
+        print(f"{'':<28} ms/step {median(a, 'ms_per_step'):.2f} vs {median(b, 'ms_per_step'):.2f}"
+              f"  zinc step ms {median(a, 'zinc_step_ms'):.3f} vs {median(b, 'zinc_step_ms'):.3f}")
+        ok &= same_tensors(o[:-len(".jsonl")] + ".safetensors", p[:-len(".jsonl")] + ".safetensors",
+                           f"weights, {name}")
+        bad += not ok
+    return 1 if bad else 0
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("mode", choices=["curves", "resume"])
+    p.add_argument("mode", choices=["curves", "resume", "offload"])
     p.add_argument("dir")
     p.add_argument("--tol", type=float, default=None,
                    help="one bound for every run (default: 1e-2 bf16, 2e-3 fp16)")
     p.add_argument("--report", action="store_true",
                    help="curves: print the differences, no verdict (a non-finite loss still fails)")
     a = p.parse_args()
+    if a.mode == "offload":
+        return offload(a.dir)
     return curves(a.dir, a.tol, a.report) if a.mode == "curves" else resume(a.dir, a.tol)
 
 

@@ -20,6 +20,15 @@
 #            DRAM throughput in `zinc bench adam` and in two steps of `zinc train`
 #   e2e      zinc train --device cuda tokens/s for larger models, and bench/torch_gpt.py (the same
 #            model in PyTorch: eager, bf16 autocast, fused AdamW) on the same GPU
+#   offload  docs/cuda.md item 10: zinc train with offload_optimizer (cpu, pinned) against the
+#            same run without, 1 and 2 ranks: the losses and the exported weights must be the
+#            same bits, and the step times of both are printed (bench/gpu_compare.py offload)
+#   python   docs/cuda.md item 11: tests/python/test_torch_cuda.py (must print PASS; a skip is
+#            rc 77, a failure), again with CUDA_LAUNCH_BLOCKING=1 (a difference that changes
+#            points at a stream hand-over), and examples/torch_gpt.py --device cuda
+#
+#   --device cpu runs the offload and python phases on the cpu device instead (test_torch_cuda.py
+#   --cpu): it checks the script where there is no GPU. Other phases need a GPU.
 #
 # The script builds nothing: build first (cmake -S . -B build-cuda -DZINC_CUDA=ON && cmake --build
 # build-cuda -j) or name a CUDA build with --build. Nothing here changes the GPU's settings.
@@ -28,12 +37,15 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="$root/build-cuda"
 out="${OUT:-$root/gpu-out}"
 phases=()
+dev=cuda
 while [ $# -gt 0 ]; do
     case "$1" in
         --build) build="$(cd "$2" && pwd)"; shift 2 ;;
         --out) out="$2"; shift 2 ;;
+        --device) dev="$2"; shift 2
+                  case "$dev" in cpu|cuda) ;; *) echo "gpu_session: --device cpu|cuda, not '$dev'" >&2; exit 2 ;; esac ;;
         -h|--help) sed -n '2,/^[^#]/{/^#/p}' "$0"; exit 0 ;;
-        env|ctest|sanitize|train|adam|profile|e2e) phases+=("$1"); shift ;;
+        env|ctest|sanitize|train|adam|profile|e2e|offload|python) phases+=("$1"); shift ;;
         *) echo "gpu_session: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -169,6 +181,39 @@ phase_e2e() {
         step "e2e-torch-$m" 300 "$py" "$root/bench/torch_gpt.py" --model "$m" --micro-batch "$b" \
             --steps 30 --json
     done
+}
+
+phase_offload() {
+    local d="$out/offload" model="L2-D64-H4-T64" steps=20 plain="$(cfg 2 bf16)"
+    local off="$d/zero2_bf16_offload.json"
+    rm -rf "$d"
+    mkdir -p "$d"
+    step offload-config 30 "$py" -c 'import json, sys
+c = json.load(open(sys.argv[1]))
+c["zero_optimization"]["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
+json.dump(c, open(sys.argv[2], "w"), indent=2)' "$plain" "$off"
+    for r in 1 2; do
+        for v in plain offload; do
+            local c="$plain"
+            [ $v = offload ] && c="$off"
+            step "offload-$v-r$r" 300 "$zinc" train --device "$dev" --ranks $r --steps $steps \
+                --model $model --seed 7 --config "$c" --save-dir "$d/ck-$v-r$r" \
+                --save-every $steps --metrics "$d/$v-r$r.jsonl"
+            step "offload-export-$v-r$r" 60 "$zinc" ckpt export "$d/ck-$v-r$r" \
+                --out "$d/$v-r$r.safetensors"
+        done
+    done
+    # The host Adam is the same element math: losses and weights are the same bits.
+    step offload-compare 30 "$py" "$root/bench/gpu_compare.py" offload "$d"
+}
+
+phase_python() {
+    local e=(env ZINC_LIB="$build/libzinc.so" PYTHONPATH="$root/python" PYTHONUNBUFFERED=1)
+    local t="$root/tests/python/test_torch_cuda.py" cpu=()
+    [ "$dev" = cpu ] && cpu=(--cpu)
+    step py-torch-cuda 500 "${e[@]}" "$py" "$t" "${cpu[@]}"
+    step py-torch-cuda-blocking 500 "${e[@]}" CUDA_LAUNCH_BLOCKING=1 "$py" "$t" "${cpu[@]}"
+    step py-example 300 "${e[@]}" "$py" "$root/examples/torch_gpt.py" --device "$dev" --steps 60
 }
 
 for p in "${phases[@]}"; do "phase_$p"; done

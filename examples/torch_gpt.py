@@ -6,6 +6,7 @@ config: what a DeepSpeed user's script looks like under zinc.
     python examples/torch_gpt.py --steps 50                 # one process
     python examples/torch_gpt.py --model hf                 # Hugging Face GPT-2, if installed
     python examples/torch_gpt.py --activation-checkpointing # blocks recomputed in backward
+    torchrun --nproc-per-node 2 examples/torch_gpt.py --device cuda   # one GPU per process
 
 `--model hf` builds a tiny `transformers` GPT2LMHeadModel from a GPT2Config (no download; the
 same sizes as the plain model, dropout off) and trains it the same way.
@@ -113,7 +114,12 @@ def main():
                    help="recompute each block's activations in backward (gpt: "
                         "zinc.checkpointing.checkpoint, DeepSpeed's deepspeed.checkpointing; hf: "
                         "transformers' gradient_checkpointing_enable)")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                   help="cuda: the model on the GPU of LOCAL_RANK (one per process: torchrun, "
+                        "srun or mpirun), NCCL between the processes")
     args = p.parse_args()
+    if args.device == "cuda" and not torch.cuda.is_available():
+        p.error("--device cuda: this torch sees no CUDA device")
     # Imported here, not at the top, so that bench/torch_zero3.py can take the GPT class from
     # this file without loading libzinc into the FSDP2 and DeepSpeed processes it measures.
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
@@ -127,6 +133,11 @@ def main():
         model = hf_gpt2()
         if args.activation_checkpointing:
             model.m.gradient_checkpointing_enable()
+    device = torch.device("cpu")
+    if args.device == "cuda":
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)
+        model.to(device)
     engine, _, _, _ = zinc.initialize(args=args, model=model, model_parameters=model.parameters())
     rank, world = engine.global_rank, engine.world_size
     micro = engine.train_micro_batch_size_per_gpu()
@@ -135,6 +146,7 @@ def main():
         for _ in range(engine.gradient_accumulation_steps()):
             x, y = next(data)
             x, y = x[rank * micro:(rank + 1) * micro], y[rank * micro:(rank + 1) * micro]
+            x, y = x.to(device), y.to(device)
             loss = F.cross_entropy(engine(x).float().reshape(-1, 32), y.reshape(-1))
             engine.backward(loss)
             engine.step()
