@@ -10,6 +10,8 @@ import ctypes.util
 import os
 
 ZINC_OK = 0
+ZINC_ERR_TIMEOUT = 7   # include/zinc.h: a collective did not complete within the timeout
+ZINC_ERR_ABORTED = 8   # include/zinc.h: another rank failed or called zinc_world_abort
 ZINC_ERR_MISMATCH = 9   # include/zinc.h: ranks disagree
 ZINC_ERR_UNSUPPORTED = 10   # include/zinc.h: a feature this build or this zinc does not have
 
@@ -82,6 +84,7 @@ _sig = {
     "zinc_world_destroy": (None, [ctypes.c_void_p]),
     "zinc_world_size": (ctypes.c_int, [ctypes.c_void_p]),
     "zinc_world_rank": (ctypes.c_int, [ctypes.c_void_p]),
+    "zinc_world_abort": (None, [ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p]),
     "zinc_world_broadcast": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t,
                                             ctypes.c_int]),
     "zinc_engine_create": (ctypes.c_int, [ctypes.POINTER(EngineOptions), ctypes.POINTER(ctypes.c_void_p)]),

@@ -69,6 +69,7 @@ import io
 import itertools
 import json
 import os
+import sys
 import warnings
 import weakref
 
@@ -77,7 +78,8 @@ import torch
 from . import _memory, _torch_dist
 from . import dataloader as _dataloader
 from ._optimizer import _Optimizer, _Scheduler, _client_optimizer, _parameter_groups, _scalar
-from ._lib import EngineOptions, LoadOptions, SaveOptions, StepInfo, TensorRequest, check, lib
+from ._lib import (ZINC_ERR_ABORTED, ZINC_ERR_TIMEOUT, EngineOptions, LoadOptions, SaveOptions,
+                   StepInfo, TensorRequest, ZincError, check, lib)
 
 
 class ZincConfigWarning(UserWarning):
@@ -133,7 +135,34 @@ def _launcher_world():
         check(lib.zinc_world_create_launched(ctypes.byref(w)))
         _world = w
         atexit.register(_destroy_world)
+        if lib.zinc_world_size(w) > 1:
+            _abort_on_uncaught()
     return _world
+
+
+# What the world learns of an exception nothing caught: its type and the start of its text.
+_ABORT_WHY_CHARS = 300
+
+
+def _abort_on_uncaught():
+    """Chains sys.excepthook so that an exception nothing catches aborts zinc's world before
+    the traceback is printed: the other ranks, blocked in a collective this rank will never
+    join, then raise ZINC_ERR_ABORTED naming it within a poll interval, instead of waiting
+    comm_timeout_s (300 s by default) and then the exit's grace. An exception that is itself
+    zinc's abort or timeout is not sent back: the world knows."""
+    previous = sys.excepthook
+
+    def hook(kind, value, tb):
+        known = isinstance(value, ZincError) and value.status in (ZINC_ERR_ABORTED,
+                                                                  ZINC_ERR_TIMEOUT)
+        if _world is not None and not known:
+            why = f"uncaught {kind.__name__}: {value}"
+            if len(why) > _ABORT_WHY_CHARS:
+                why = why[:_ABORT_WHY_CHARS - 3] + "..."
+            lib.zinc_world_abort(_world, lib.zinc_world_rank(_world), why.encode(errors="replace"))
+        previous(kind, value, tb)
+
+    sys.excepthook = hook
 
 
 def _bits(t):

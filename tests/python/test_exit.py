@@ -1,17 +1,28 @@
-"""test_exit.py — an exception that stops engine.backward half way leaves a process that exits.
+"""test_exit.py — an exception that stops engine.backward half way leaves a process that exits;
+an exception nothing catches on one rank stops the others at once.
 
     python test_exit.py STAGE
+    python test_exit.py uncaught MPIEXEC [ARG...]    `MPIEXEC ARG... 2 python ...` runs the MPI
+                                                     check (the last ARG: the -n flag)
 
 Runs itself as a child: a model whose last layer's gradient hook raises, so autograd stops with
 the earlier layers' nodes (which saved tensors over zinc's memory) still queued; the child
 catches the exception and exits with status 3. The parent wants status 3 within 60 s: neither
 the hang at exit torch 1.13 showed nor the crash torch 2.x showed while zinc's views held a
 Python object (python/zinc/_memory.py says why). Exit 77 without torch.
+
+uncaught: two ranks under mpirun (comm_timeout_s 60); after a step, rank 1 raises an exception
+nothing catches while rank 0 steps on. Rank 0's step must raise ZINC_ERR_ABORTED naming it
+("uncaught RuntimeError: ...": zinc's sys.excepthook aborted the world), rank 1 must still print
+its traceback, and the job must end within 100 s. Without the hook rank 0 waits out the 60 s and
+raises ZINC_ERR_TIMEOUT, and the job takes about two minutes (the exit's grace as well).
 """
 import subprocess
 import sys
+import time
 
 from _common import torch, zinc
+from zinc._lib import lib
 
 
 class Boom(Exception):
@@ -42,7 +53,61 @@ def child(stage):
     sys.exit(1)
 
 
+BUG = "rank 1 stops with a bug in its loop"
+
+
+def uncaught_child():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+    cfg = {"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1,
+           "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+           "zero_optimization": {"stage": 2}, "zinc": {"comm_timeout_s": 60}}
+    engine, *_ = zinc.initialize(model=model, config=cfg)
+    x = torch.randn(4, 8)
+    engine.backward(engine(x).pow(2).mean())
+    engine.step()
+    if engine.global_rank == 1:
+        raise RuntimeError(BUG)
+    t0 = time.monotonic()
+    try:
+        for _ in range(3):
+            engine.backward(engine(x).pow(2).mean())
+            engine.step()
+        print("rank 0: the steps went on without rank 1", flush=True)
+    except zinc.ZincError as ex:
+        name = lib.zinc_status_string(ex.status).decode()
+        print(f"rank 0: {name} after {time.monotonic() - t0:.1f} s: {ex}", flush=True)
+    sys.exit(0)
+
+
+def uncaught(mpiexec):
+    t0 = time.monotonic()
+    try:
+        r = subprocess.run(mpiexec + ["2", sys.executable, __file__, "uncaught-child"],
+                           timeout=100, capture_output=True, text=True)
+        out = r.stdout + r.stderr
+    except subprocess.TimeoutExpired as ex:   # its output is bytes, whatever text= said
+        out = "".join(b.decode(errors="replace") if isinstance(b, bytes) else b
+                      for b in (ex.stdout or "", ex.stderr or "")) + "\n(killed after 100 s)"
+    print(out)
+    line = next((x for x in out.splitlines() if x.startswith("rank 0:")), "")
+    ok = True
+    for what, good in [("rank 0 raised ZINC_ERR_ABORTED naming the exception",
+                        "ZINC_ERR_ABORTED" in line and f"uncaught RuntimeError: {BUG}" in line),
+                       ("rank 1 printed its traceback",
+                        "Traceback" in out and f"RuntimeError: {BUG}" in out),
+                       ("the job ended", "(killed after 100 s)" not in out)]:
+        print(f"{'ok' if good else 'FAIL'}: {what}")
+        ok &= good
+    print(f"{'PASS' if ok else 'FAIL'}: uncaught ({time.monotonic() - t0:.1f} s)")
+    return 0 if ok else 1
+
+
 def main():
+    if sys.argv[1:2] == ["uncaught-child"]:
+        uncaught_child()
+    if sys.argv[1:2] == ["uncaught"]:
+        return uncaught(sys.argv[2:])
     if len(sys.argv) > 2 and sys.argv[2] == "child":
         child(int(sys.argv[1]))
     stage = int(sys.argv[1])

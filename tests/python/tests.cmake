@@ -150,6 +150,12 @@ if(ZINC_HAVE_MPI AND ZINC_TORCH_PYTHON)
     set_tests_properties(python_torch_api_mpi_stage${_s} PROPERTIES LABELS "python;multirank"
                          TIMEOUT 120 SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
   endforeach()
+  # An exception nothing catches on rank 1 aborts the world (zinc's sys.excepthook): rank 0
+  # raises ZINC_ERR_ABORTED naming it instead of waiting out comm_timeout_s.
+  add_test(NAME python_uncaught_mpi
+           COMMAND ${_py} ${_pyt}/test_exit.py uncaught ${_mpi} ${MPIEXEC_NUMPROC_FLAG})
+  set_tests_properties(python_uncaught_mpi PROPERTIES LABELS "python;multirank;fault"
+                       TIMEOUT 150 SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
   # Save at 4 ranks, resume at 2: one test (the second needs the first's checkpoint).
   set(_d ${CMAKE_CURRENT_BINARY_DIR}/py_ckpt)
   string(REPLACE ";" " " _mpis "${_mpi}")
