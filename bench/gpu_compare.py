@@ -74,20 +74,31 @@ def compare(a, b, tol, label, exact=False):
     return ok, worst, text
 
 
+def pairs(d, prefix, other, missing):
+    """(name, run, counterpart) for each PREFIX-NAME.jsonl in d, counterpart OTHER-NAME.jsonl,
+    and how many failed: no run at all (1), or a counterpart missing (printed with `missing`)."""
+    runs = sorted(glob.glob(os.path.join(d, f"{prefix}-*.jsonl")))
+    if not runs:
+        print(f"no {prefix}-*.jsonl in {d}")
+        return [], 1
+    out, bad = [], 0
+    for r in runs:
+        name = os.path.basename(r)[len(prefix) + 1:-len(".jsonl")]
+        p = os.path.join(d, f"{other}-{name}.jsonl")
+        if os.path.exists(p):
+            out.append((name, r, p))
+        else:
+            print(f"{name}: {missing}")
+            bad += 1
+    return out, bad
+
+
 def curves(d, tol, report):
-    bad = 0
-    cuda = sorted(glob.glob(os.path.join(d, "cuda-*.jsonl")))
-    if not cuda:
-        print(f"no cuda-*.jsonl in {d}")
+    found, bad = pairs(d, "cuda", "cpu", "no CPU run")
+    if not found and bad:
         return 1
     print("loss, cuda/cpu, nats/token" + (": differences only, no bound applies" if report else ""))
-    for c in cuda:
-        name = os.path.basename(c)[len("cuda-"):-len(".jsonl")]
-        p = os.path.join(d, f"cpu-{name}.jsonl")
-        if not os.path.exists(p):
-            print(f"{name}: no CPU run")
-            bad += 1
-            continue
+    for name, c, p in found:
         ok, _, text = compare(load(c), load(p), None if report else bound(name, tol), name)
         print(text)
         bad += not ok
@@ -148,20 +159,12 @@ def same_tensors(a, b, label):
 
 
 def offload(d):
-    bad = 0
-    runs = sorted(glob.glob(os.path.join(d, "offload-r*.jsonl")))
-    if not runs:
-        print(f"no offload-r*.jsonl in {d}")
+    found, bad = pairs(d, "offload", "plain", "no run without offload")
+    if not found and bad:
         return 1
     print("offload_optimizer (cpu) against none, the same config and seed: losses, and medians "
           "of ms per step / zinc's step ms over the printed steps after the first")
-    for o in runs:
-        name = os.path.basename(o)[len("offload-"):-len(".jsonl")]
-        p = os.path.join(d, f"plain-{name}.jsonl")
-        if not os.path.exists(p):
-            print(f"{name}: no run without offload")
-            bad += 1
-            continue
+    for name, o, p in found:
         a, b = load(o), load(p)
         ok, _, text = compare(a, b, 0.0, f"offload vs none, {name}", exact=True)
         print(text)
