@@ -95,6 +95,11 @@ foreach(_s 1 3)
   set_tests_properties(python_exit_after_error_stage${_s} PROPERTIES LABELS python TIMEOUT 120
                        SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
 endforeach()
+# The sys.excepthook zinc chains in worlds of several ranks, called directly (test_exit.py hook);
+# python_uncaught_mpi runs it for real.
+add_test(NAME python_uncaught_hook COMMAND ${_py} ${_pyt}/test_exit.py hook)
+set_tests_properties(python_uncaught_hook PROPERTIES LABELS python TIMEOUT 60
+                     SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
 # The model on a CUDA device (test_torch_cuda.py; label gpu): skipped (77) where torch has no
 # CUDA device, which includes CI's Debian torch 1.13 (a CPU build). Its checks also run on the
 # CPU device, so the script itself is exercised where there is no GPU.
