@@ -115,8 +115,8 @@ def main():
                         "zinc.checkpointing.checkpoint, DeepSpeed's deepspeed.checkpointing; hf: "
                         "transformers' gradient_checkpointing_enable)")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
-                   help="cuda: the model on the GPU of LOCAL_RANK (one per process: torchrun, "
-                        "srun or mpirun), NCCL between the processes")
+                   help="cuda: the model on the GPU of the node-local rank (one per process: "
+                        "torchrun, srun or mpirun), NCCL between the processes")
     args = p.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         p.error("--device cuda: this torch sees no CUDA device")
@@ -135,7 +135,7 @@ def main():
             model.m.gradient_checkpointing_enable()
     device = torch.device("cpu")
     if args.device == "cuda":
-        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        device = torch.device("cuda", zinc.local_rank())
         torch.cuda.set_device(device)
         model.to(device)
     engine, _, _, _ = zinc.initialize(args=args, model=model, model_parameters=model.parameters())

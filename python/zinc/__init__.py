@@ -17,8 +17,9 @@ from . import checkpointing, zero  # noqa: F401
 from .dataloader import RepeatingLoader  # noqa: F401
 from ._lib import ZincError  # noqa: F401
 from .engine import (Engine, ZincConfigWarning, add_config_arguments,  # noqa: F401
-                     init_distributed, initialize, register_external_parameter, world_size)
+                     init_distributed, initialize, local_rank, register_external_parameter,
+                     world_size)
 
-__all__ = ["initialize", "init_distributed", "world_size", "Engine", "ZincError",
+__all__ = ["initialize", "init_distributed", "world_size", "local_rank", "Engine", "ZincError",
            "ZincConfigWarning", "register_external_parameter", "checkpointing",
            "add_config_arguments", "RepeatingLoader", "zero"]

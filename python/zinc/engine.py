@@ -183,6 +183,17 @@ def world_size():
     return lib.zinc_world_size(_launcher_world())
 
 
+def local_rank():
+    """This process's index among the ranks of its node, from the launcher's environment:
+    $LOCAL_RANK (torchrun), else the MPI launcher's node-local rank (OMPI_COMM_WORLD_LOCAL_RANK,
+    MPI_LOCALRANKID), else SLURM_LOCALID, else 0. The GPU a CUDA model goes on before
+    initialize (torch.cuda.set_device(zinc.local_rank()))."""
+    for var in ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"):
+        if os.environ.get(var, "") != "":
+            return int(os.environ[var])
+    return 0
+
+
 def _model_device(model):
     """The one device the model's parameters are on: cpu or one CUDA device, else an error that
     names a parameter."""
@@ -396,8 +407,8 @@ class Engine(torch.nn.Module):
                 self.close()
                 raise ValueError(f"zinc.initialize: zinc opened cuda:{ordinal} (this process's "
                                  f"local rank) but the model is on {self._device}; call "
-                                 "torch.cuda.set_device(local_rank) and build the model there "
-                                 "(model.to(f'cuda:{local_rank}'))")
+                                 "torch.cuda.set_device(zinc.local_rank()) and build the model "
+                                 "there (model.to(f'cuda:{zinc.local_rank()}'))")
             self._zstream = torch.cuda.ExternalStream(lib.zinc_engine_cuda_stream(e),
                                                       device=self._device)
         self._stage = lib.zinc_engine_stage(e)
@@ -1159,15 +1170,12 @@ class Engine(torch.nn.Module):
     def local_rank(self):
         """This process's index among the ranks of its node (DeepSpeed's engine.local_rank, which
         is int(LOCAL_RANK) once its launcher or MPI discovery has set it). On CUDA the GPU zinc
-        opened, which zinc chose by that same index. On the CPU $LOCAL_RANK, else the MPI
-        launcher's node-local rank (OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID), else
-        SLURM_LOCALID, else 0 (a world of one: DeepSpeed's MPI discovery of a single process)."""
+        opened, which zinc chose by that same index. On the CPU zinc.local_rank(): the
+        launcher's environment, else 0 (a world of one: DeepSpeed's MPI discovery of a single
+        process)."""
         if self._cuda:
             return lib.zinc_engine_cuda_device(self._e)
-        for var in ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"):
-            if os.environ.get(var, "") != "":
-                return int(os.environ[var])
-        return 0
+        return local_rank()
 
     def train_batch_size(self):
         """The global batch of one optimizer step: micro batch x accumulation steps x ranks."""

@@ -801,11 +801,12 @@ def main():
           str((engine.bfloat16_enabled(), engine.fp16_enabled(), engine.gradient_clipping(),
                engine.steps_per_print(), engine.zero_offload_optimizer(), engine.get_mom(),
                engine.dp_world_size, opt.cur_scale)))
-    check("local_rank (one node: the global rank)", engine.local_rank == rank,
-          f"{engine.local_rank} on rank {rank}")
+    check("local_rank (one node: the global rank)", engine.local_rank == rank == zinc.local_rank(),
+          f"{engine.local_rank}, zinc.local_rank() {zinc.local_rank()} on rank {rank}")
     if world == 1:
         os.environ["LOCAL_RANK"] = "3"
-        check("local_rank is $LOCAL_RANK", engine.local_rank == 3, str(engine.local_rank))
+        check("local_rank is $LOCAL_RANK", engine.local_rank == 3 == zinc.local_rank(),
+              f"{engine.local_rank}, zinc.local_rank() {zinc.local_rank()}")
         del os.environ["LOCAL_RANK"]
     if stage < 3:
         model.head.bias.grad = torch.ones_like(model.head.bias)
