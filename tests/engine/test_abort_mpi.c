@@ -74,8 +74,10 @@ static void abort_beside_collective(zinc_world_t *w, toy_run *r, int rank, int w
     }
     ZT_OK(toy_steps(older, rank, world, 1, 1, np));
     ZT_OK(toy_steps(later, rank, world, 1, 1, np));
+    /* Rank 0 aborts only once rank 1 has finished those steps (rank 1 is the root: a root's
+     * broadcast does not wait for the others, so rank 0 must be the one receiving). */
     int go = 1;
-    ZT_OK(zinc_world_broadcast(w, &go, sizeof go, 0));
+    ZT_OK(zinc_world_broadcast(w, &go, sizeof go, 1));
     if (rank != 0) {
         expect_aborted(older, rank, world, np, "the older engine, aborted by rank 0", why);
         ZT_OK(zinc_world_broadcast(w, &go, sizeof go, 1));
