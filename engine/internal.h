@@ -59,6 +59,9 @@ struct zinc_world {
     pthread_mutex_t comms_mu;
     zcomm_t **comms;
     int ncomms, comms_cap;
+    /* mpi and env worlds, after zinc_world_abort: its reason, for the comms created later */
+    int aborted;
+    char abort_why[256];
 };
 
 /* An engine's comm joins its MPI world's list for zinc_world_abort (ZINC_ERR_NOMEM when the

@@ -2,6 +2,7 @@
  * world.c — the public world handles: a local world (ranks are threads) or an MPI world (one
  * process per rank). A world only says who the ranks are; each engine opens its own comm on it.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -40,6 +41,11 @@ zinc_status zworld_add_comm(zinc_world_t *w, zcomm_t *c)
         }
     }
     if (s == ZINC_OK) w->comms[w->ncomms++] = c;
+    /* An engine created after the world was aborted with no engine alive: its first
+     * collective fails here, and tells the other ranks (theirs fail too, instead of running on
+     * without this rank). An abort with engines alive went through their comms; the engines
+     * created after it start afresh, as a local world's do not. */
+    if (s == ZINC_OK && w->aborted) c->iface->abort(c, w->abort_why);
     pthread_mutex_unlock(&w->comms_mu);
     return s;
 }
@@ -157,9 +163,23 @@ void zinc_world_abort(zinc_world_t *w, int rank, const char *why)
         zlocal_world_abort(w->local, rank, why ? why : "aborted");
         return;
     }
+    if (!why) why = "aborted";
     /* Every engine's comm: a rank may be blocked in any of them (two models, as a GAN's). */
     pthread_mutex_lock(&w->comms_mu);
-    for (int i = 0; i < w->ncomms; i++)
-        w->comms[i]->iface->abort(w->comms[i], why ? why : "aborted");
+    for (int i = 0; i < w->ncomms; i++) w->comms[i]->iface->abort(w->comms[i], why);
+    if (w->ncomms == 0 && !w->aborted) {
+        /* No comm to tell the others through: the next engine's comm carries it. */
+        w->aborted = 1;
+        snprintf(w->abort_why, sizeof w->abort_why, "%s", why);
+    }
+    if (w->is_mpi && w->ncomms == 0) {
+        /* And one of the other ranks may be blocked in a collective this rank will never join
+         * (its engine's creation): without this, MPI_Finalize at exit waits for it forever.
+         * zmpi_finalize ends the job with MPI_Abort unless every rank arrives there within the
+         * grace (all failed alike: then they keep their own exit statuses). */
+        char msg[300];
+        snprintf(msg, sizeof msg, "rank %d aborted: %s", rank, why);
+        zmpi_note_failure(ZINC_ERR_ABORTED, msg, ZMPI_LONE_ABORT_GRACE_S);
+    }
     pthread_mutex_unlock(&w->comms_mu);
 }

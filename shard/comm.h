@@ -70,11 +70,18 @@ zinc_status zcomm_local_create(zlocal_world_t *w, int rank, zcomm_t **out);
 /* MPI: ZINC_ERR_UNSUPPORTED in builds without MPI. zmpi_init initialises MPI if needed
  * (MPI_THREAD_MULTIPLE not required) and reports this process's rank and size. */
 zinc_status zmpi_init(int *rank, int *size, int *we_initialised);
-/* MPI_Finalize. After a failure of an mpi comm of this process (timeout, abort, MPI error) only
- * when every rank reaches this call within that comm's timeout (at most 60 s); otherwise
+/* MPI_Finalize. After a failure of an mpi comm of this process (timeout, abort, MPI error) or
+ * one zmpi_note_failure recorded, only when every rank reaches this call within that comm's
+ * timeout (at most 60 s) or the recorded grace; otherwise
  * MPI_Abort(MPI_COMM_WORLD, status), which does not return, since MPI_Finalize would wait for
  * the lost rank forever. */
 void zmpi_finalize(void);
+/* Records a failure of this process that no comm recorded, for zmpi_finalize to act on with
+ * `grace_s` (zinc_world_abort on an mpi world with no engine alive: nothing can tell the other
+ * ranks, and one of them may be blocked in a collective this process will never join). The
+ * first failure recorded wins. */
+#define ZMPI_LONE_ABORT_GRACE_S 10.0
+void zmpi_note_failure(zinc_status s, const char *why, double grace_s);
 /* MPI_Bcast of bytes over MPI_COMM_WORLD from root (blocking; every process calls it). For
  * bootstrapping something else over the MPI world (zinc_world_broadcast). */
 zinc_status zmpi_world_bcast(void *buf, size_t bytes, int root);

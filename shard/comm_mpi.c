@@ -160,12 +160,24 @@ static void zm_note_process_failure(zinc_status s, const char *why, double timeo
     pthread_mutex_unlock(&zm_process_mu);
 }
 
+void zmpi_note_failure(zinc_status s, const char *why, double grace_s)
+{
+    zm_note_process_failure(s, why, grace_s);
+}
+
+/* The process's own duplicate of MPI_COMM_WORLD, made in zmpi_init and used only by
+ * zm_all_arrive. Its barrier cannot be matched against another collective a live rank is blocked
+ * in on MPI_COMM_WORLD (an engine's MPI_Comm_dup, zmpi_world_bcast), which MPI leaves undefined. */
+static MPI_Comm zm_exit_comm = MPI_COMM_NULL;
+static pthread_mutex_t zm_exit_mu = PTHREAD_MUTEX_INITIALIZER;
+
 /* After a failure: do all ranks reach this point within `grace_s`? A non-blocking barrier on
- * MPI_COMM_WORLD, polled with a deadline. */
+ * zm_exit_comm, polled with a deadline. */
 static int zm_all_arrive(double grace_s)
 {
     MPI_Request req = MPI_REQUEST_NULL;
-    if (MPI_Ibarrier(MPI_COMM_WORLD, &req) != MPI_SUCCESS) return 0;
+    MPI_Comm comm = zm_exit_comm != MPI_COMM_NULL ? zm_exit_comm : MPI_COMM_WORLD;
+    if (MPI_Ibarrier(comm, &req) != MPI_SUCCESS) return 0;
     double deadline = MPI_Wtime() + grace_s;
     for (;;) {
         int done = 0;
@@ -216,6 +228,17 @@ zinc_status zmpi_init(int *rank, int *size, int *we_initialised)
     }
     MPI_Comm_rank(MPI_COMM_WORLD, rank);
     MPI_Comm_size(MPI_COMM_WORLD, size);
+    /* Every rank creates its first world at the same point, so this collective matches. */
+    pthread_mutex_lock(&zm_exit_mu);
+    int rc = MPI_SUCCESS;
+    if (zm_exit_comm == MPI_COMM_NULL) {
+        rc = MPI_Comm_dup(MPI_COMM_WORLD, &zm_exit_comm);
+        if (rc == MPI_SUCCESS) MPI_Comm_set_errhandler(zm_exit_comm, MPI_ERRORS_RETURN);
+    }
+    pthread_mutex_unlock(&zm_exit_mu);
+    if (rc != MPI_SUCCESS)
+        return zerr_thread(ZINC_ERR_COMM, "zmpi_init: duplicating MPI_COMM_WORLD failed (code %d)",
+                           rc);
     return ZINC_OK;
 }
 

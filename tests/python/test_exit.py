@@ -5,6 +5,7 @@ an exception nothing catches on one rank stops the others at once.
     python test_exit.py uncaught MPIEXEC [ARG...]    `MPIEXEC ARG... 2 python ...` runs the MPI
                                                      check (the last ARG: the -n flag)
     python test_exit.py hook                         the hook itself, in one process
+    python test_exit.py early one|all MPIEXEC [ARG...]   an exception before any engine
 
 Runs itself as a child: a model whose last layer's gradient hook raises, so autograd stops with
 the earlier layers' nodes (which saved tensors over zinc's memory) still queued; the child
@@ -18,10 +19,20 @@ nothing catches while rank 0 steps on. Rank 0's step must raise ZINC_ERR_ABORTED
 its traceback, and the job must end within 100 s. Without the hook rank 0 waits out the 60 s and
 raises ZINC_ERR_TIMEOUT, and the job takes about two minutes (the exit's grace as well).
 
+early: two ranks under mpirun; right after zinc.init_distributed, before any engine exists,
+rank 1 (`one`) or both ranks (`all`) raise an exception nothing catches. With `one`, rank 0 is
+in zinc.initialize, blocked creating its engine's communicator with rank 1; no comm exists to
+tell it, so rank 1's exit must end the job (MPI_Abort, logged with the exception) after the
+10 s grace, within 60 s: before, rank 1 waited in MPI_Finalize and rank 0 in the engine's
+creation, forever. With `all`, both ranks reach the exit within the grace: MPI_Finalize, no
+MPI_Abort, and mpirun exits with Python's status 1.
+
 hook: the sys.excepthook zinc chains, called directly with zinc_world_abort recorded instead of
 called: any exception but zinc's own abort or timeout aborts with "uncaught Type: text" cut to
 300 characters, and the previous hook prints every one, after the abort.
 """
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -85,15 +96,24 @@ def uncaught_child():
     sys.exit(0)
 
 
+def run_job(args, limit):
+    """(exit status or None, output) of a job run in its own session: past `limit` seconds the
+    whole session is killed (mpirun and its ranks), and the output ends with a note saying so.
+    The output is stdout then stderr, so that the ranks' printed lines stay whole."""
+    p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    try:
+        out, err = p.communicate(timeout=limit)
+        return p.returncode, out + err
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        out, err = p.communicate()
+        return None, out + err + f"\n(killed after {limit} s)"
+
+
 def uncaught(mpiexec):
     t0 = time.monotonic()
-    try:
-        r = subprocess.run(mpiexec + ["2", sys.executable, __file__, "uncaught-child"],
-                           timeout=100, capture_output=True, text=True)
-        out = r.stdout + r.stderr
-    except subprocess.TimeoutExpired as ex:   # its output is bytes, whatever text= said
-        out = "".join(b.decode(errors="replace") if isinstance(b, bytes) else b
-                      for b in (ex.stdout or "", ex.stderr or "")) + "\n(killed after 100 s)"
+    _, out = run_job(mpiexec + ["2", sys.executable, __file__, "uncaught-child"], 100)
     print(out)
     lines = out.splitlines()
     line = next((x for x in lines if x.startswith("rank 0:")), "")
@@ -108,6 +128,63 @@ def uncaught(mpiexec):
         print(f"{'ok' if good else 'FAIL'}: {what}")
         ok &= good
     print(f"{'PASS' if ok else 'FAIL'}: uncaught ({time.monotonic() - t0:.1f} s)")
+    return 0 if ok else 1
+
+
+EARLY = "rank {} cannot read its data"
+
+
+def early_child(who):
+    world = zinc.init_distributed()
+    rank = lib.zinc_world_rank(world)
+    if who == "all" or (who == "one" and rank == 1):
+        raise RuntimeError(EARLY.format(rank))
+    if who == "engine" and rank == 1:
+        lib.zinc_world_abort(world, rank, b"rank 1 gave up")
+    model = torch.nn.Linear(8, 2)
+    cfg = {"train_micro_batch_size_per_gpu": 4, "optimizer": {"type": "AdamW", "params": {}},
+           "zero_optimization": {"stage": 2}, "zinc": {"comm_timeout_s": 60}}
+    try:
+        engine, *_ = zinc.initialize(model=model, config=cfg)
+        x = torch.randn(4, 8)
+        engine.backward(engine(x).pow(2).mean())
+        engine.step()
+        line = f"rank {rank}: stepped"
+    except zinc.ZincError as ex:
+        line = f"rank {rank}: {lib.zinc_status_string(ex.status).decode()}: {ex}"
+    os.write(1, (line + "\n").encode())     # one write: the ranks share the pipe
+    sys.exit(0)
+
+
+def early(who, mpiexec):
+    t0 = time.monotonic()
+    code, out = run_job(mpiexec + ["2", sys.executable, __file__, "early-child", who], 60)
+    print(out)
+    lines = out.splitlines()
+    ended = [x for x in lines if "ending the MPI job with MPI_Abort" in x]
+    if who == "engine":
+        checks = [(f"rank {r} raised ZINC_ERR_ABORTED naming the reason",
+                   any(x.startswith(f"rank {r}: ZINC_ERR_ABORTED") and "rank 1 gave up" in x
+                       for x in lines)) for r in (0, 1)]
+        checks.append(("the job ended", code is not None))
+        ranks = ()
+    else:
+        ranks = (1,) if who == "one" else (0, 1)
+        checks = [(f"rank {r} printed its traceback",
+                   any(x.split("]: ")[-1] == "RuntimeError: " + EARLY.format(r) for x in lines))
+                  for r in ranks]
+        checks.append(("the job ended, non-zero", code not in (None, 0)))
+    if who == "one":
+        checks.append(("rank 1 ended the job with MPI_Abort, naming its exception",
+                       any(f"uncaught RuntimeError: {EARLY.format(1)}" in x for x in ended)))
+    elif who == "all":
+        checks.append(("no MPI_Abort: both ranks finalized", not ended))
+        checks.append(("mpirun exited with Python's status 1", code == 1))
+    ok = True
+    for what, good in checks:
+        print(f"{'ok' if good else 'FAIL'}: {what}")
+        ok &= good
+    print(f"{'PASS' if ok else 'FAIL'}: early {who} ({time.monotonic() - t0:.1f} s, status {code})")
     return 0 if ok else 1
 
 
@@ -143,6 +220,10 @@ def main():
         return hook()
     if sys.argv[1:2] == ["uncaught-child"]:
         uncaught_child()
+    if sys.argv[1:2] == ["early-child"]:
+        early_child(sys.argv[2])
+    if sys.argv[1:2] == ["early"]:
+        return early(sys.argv[2], sys.argv[3:])
     if sys.argv[1:2] == ["uncaught"]:
         return uncaught(sys.argv[2:])
     if len(sys.argv) > 2 and sys.argv[2] == "child":

@@ -161,6 +161,15 @@ if(ZINC_HAVE_MPI AND ZINC_TORCH_PYTHON)
            COMMAND ${_py} ${_pyt}/test_exit.py uncaught ${_mpi} ${MPIEXEC_NUMPROC_FLAG})
   set_tests_properties(python_uncaught_mpi PROPERTIES LABELS "python;multirank;fault"
                        TIMEOUT 150 SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
+  # An exception before any engine exists (test_exit.py early): on one rank the job still
+  # ends (MPI_Abort after the grace, instead of MPI_Finalize waiting forever); on every rank it
+  # ends normally; an engine created after zinc_world_abort fails on every rank.
+  foreach(_w one all engine)
+    add_test(NAME python_early_${_w}_mpi
+             COMMAND ${_py} ${_pyt}/test_exit.py early ${_w} ${_mpi} ${MPIEXEC_NUMPROC_FLAG})
+    set_tests_properties(python_early_${_w}_mpi PROPERTIES LABELS "python;multirank;fault"
+                         TIMEOUT 90 SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
+  endforeach()
   # Save at 4 ranks, resume at 2: one test (the second needs the first's checkpoint).
   set(_d ${CMAKE_CURRENT_BINARY_DIR}/py_ckpt)
   string(REPLACE ";" " " _mpis "${_mpi}")
