@@ -119,14 +119,16 @@ static int zm_calls;                  /* comms inside a collective */
 static atomic_int zm_pending;         /* comms with abort_pending set (pollers look when > 0) */
 static atomic_int zm_inside;          /* threads inside zinc's MPI calls */
 static atomic_long zm_overlaps;       /* times a thread came in while another was inside */
-static int zm_thread_level = -1;      /* MPI_Query_thread at the first comm's creation */
+static atomic_int zm_thread_level = -1; /* MPI_Query_thread at the first comm's creation (set
+                                           under zm_calls_mu, read by zm_enter without it) */
 
 /* Entering and leaving code that calls MPI. A second thread inside at once is a misuse under
  * MPI_THREAD_SERIALIZED (two engines stepped from two threads, say): said once, counted always. */
 static void zm_enter(const char *what)
 {
     if (atomic_fetch_add(&zm_inside, 1) == 0) return;
-    if (atomic_fetch_add(&zm_overlaps, 1) == 0 && zm_thread_level != MPI_THREAD_MULTIPLE)
+    if (atomic_fetch_add(&zm_overlaps, 1) == 0 &&
+        atomic_load(&zm_thread_level) != MPI_THREAD_MULTIPLE)
         zlog(ZLOG_ERROR, "comm", -1, "%s: two threads are inside zinc's MPI calls at once; MPI "
              "runs at a thread level below MPI_THREAD_MULTIPLE, so run the collectives of every "
              "engine of a process on one thread at a time", what);
@@ -810,7 +812,11 @@ zinc_status zcomm_mpi_create(zcomm_t **out)
     }
     for (size_t q = 0; q < size; q++) x->notice_reqs[q] = MPI_REQUEST_NULL;
     pthread_mutex_lock(&zm_calls_mu);
-    if (zm_thread_level < 0) MPI_Query_thread(&zm_thread_level);
+    if (atomic_load(&zm_thread_level) < 0) {
+        int level = -1;
+        MPI_Query_thread(&level);
+        atomic_store(&zm_thread_level, level);
+    }
     x->next_live = zm_live;
     zm_live = x;
     pthread_mutex_unlock(&zm_calls_mu);
