@@ -70,9 +70,10 @@ zinc_status zcomm_local_create(zlocal_world_t *w, int rank, zcomm_t **out);
 /* MPI: ZINC_ERR_UNSUPPORTED in builds without MPI. zmpi_init initialises MPI if needed
  * (MPI_THREAD_MULTIPLE not required) and reports this process's rank and size. */
 zinc_status zmpi_init(int *rank, int *size, int *we_initialised);
-/* MPI_Finalize. After a failure of an mpi comm of this process (timeout, abort, MPI error) or
- * one zmpi_note_failure recorded, only when every rank reaches this call within that comm's
- * timeout (at most 60 s) or the recorded grace; otherwise
+/* MPI_Finalize, after an exit notice to every peer (a peer waiting for this rank in a
+ * collective then fails it instead of timing out) and a barrier of every rank. After a failure
+ * of an mpi comm of this process (timeout, abort, MPI error) or one zmpi_note_failure recorded,
+ * the barrier waits at most that comm's timeout (at most 60 s) or the recorded grace, then
  * MPI_Abort(MPI_COMM_WORLD, status), which does not return, since MPI_Finalize would wait for
  * the lost rank forever. */
 void zmpi_finalize(void);

@@ -21,6 +21,8 @@
  * ZINC_ERR_ABORTED within a poll interval, with the reason. A failed comm fails every later call;
  * requests still in flight are cancelled where MPI allows it (point-to-point) and otherwise left
  * alone, so after a failure the process should wind down rather than keep using MPI heavily.
+ * The loop also watches for exit notices, which zmpi_finalize sends to every peer: a rank that
+ * ended while this one waits for it fails the wait within ZM_EXIT_GRACE_S.
  *
  * Threads: MPI is initialised with MPI_THREAD_SERIALIZED when we initialise it, so collectives
  * (of every comm of the process, not only of one) run on one thread at a time. Abort may come
@@ -30,6 +32,7 @@
  * say), the first time is logged as an error and every time counted (zmpi_thread_stats).
  */
 #include <limits.h>
+#include <math.h>
 #include <mpi.h>
 #include <pthread.h>
 #include <sched.h>
@@ -45,7 +48,13 @@
 enum {
     ZM_TAG_DATA = 7001,          /* segments of reduce-scatter / all-gather rounds */
     ZM_TAG_ABORT = 7099,         /* the abort notice; reserved */
+    ZM_TAG_EXIT = 7098,          /* the exit notice, on zm_exit_comm (below) */
 };
+
+/* A rank that receives a peer's exit notice while waiting in a collective gives the peer's data
+ * already sent (the collective the peer finished just before leaving) this long to arrive, then
+ * fails the collective: the peer will never join another. */
+#define ZM_EXIT_GRACE_S 2.0
 
 /* The per-peer scratch chunk of reduce-scatter rounds: 2 MiB, less for big worlds so that the
  * whole scratch stays within 64 MiB. A multiple of 8 so that every dtype divides it. */
@@ -167,12 +176,46 @@ void zmpi_note_failure(zinc_status s, const char *why, double grace_s)
     zm_note_process_failure(s, why, grace_s);
 }
 
-/* The process's own duplicate of MPI_COMM_WORLD, made in zmpi_init and used only by
- * zm_all_arrive. Its barrier cannot be matched against another collective a live rank is blocked
- * in on MPI_COMM_WORLD (an engine's MPI_Comm_dup, zmpi_world_bcast), which MPI leaves undefined. */
+/* The process's own duplicate of MPI_COMM_WORLD, made in zmpi_init and used only at the end of
+ * the job: the exit notices and the barrier of zmpi_finalize. Its barrier cannot be matched
+ * against another collective a live rank is blocked in on MPI_COMM_WORLD (an engine's
+ * MPI_Comm_dup, zmpi_world_bcast), which MPI leaves undefined; and it is never freed, so a late
+ * notice never meets a later communicator that reused its id. */
 static MPI_Comm zm_exit_comm = MPI_COMM_NULL;
 static pthread_mutex_t zm_exit_mu = PTHREAD_MUTEX_INITIALIZER;
 
+/* Exit notices: zmpi_finalize sends one to every peer before its barrier, so that a peer still
+ * waiting in a collective learns that this rank is gone (it returned from the script, or called
+ * sys.exit after catching an error) instead of waiting out comm_timeout_s. Seen by the pollers of
+ * every comm (zm_poll_exits, on the one thread inside MPI) and drained by zmpi_finalize. */
+static int zm_exit_size;
+static unsigned char *zm_exited;           /* [zm_exit_size] that peer's notice was received */
+static int zm_exit_rank = -1;              /* the first peer seen leaving, or -1 */
+static double zm_exit_deadline;            /* when waiting for it stops */
+static int zm_exit_sent_rank;              /* what the notices carry: this rank */
+static MPI_Request *zm_exit_reqs;          /* [zm_exit_size] this rank's notices */
+
+/* Receives the exit notices that came; returns the first peer seen leaving, or -1. */
+static int zm_poll_exits(void)
+{
+    if (zm_exit_comm == MPI_COMM_NULL || !zm_exited) return -1;
+    for (;;) {
+        int flag = 0, who = -1;
+        MPI_Status st;
+        if (MPI_Iprobe(MPI_ANY_SOURCE, ZM_TAG_EXIT, zm_exit_comm, &flag, &st) != MPI_SUCCESS ||
+            !flag)
+            break;
+        if (MPI_Recv(&who, 1, MPI_INT, st.MPI_SOURCE, ZM_TAG_EXIT, zm_exit_comm,
+                     MPI_STATUS_IGNORE) != MPI_SUCCESS)
+            break;
+        zm_exited[st.MPI_SOURCE] = 1;
+        if (zm_exit_rank < 0) {
+            zm_exit_rank = st.MPI_SOURCE;
+            zm_exit_deadline = MPI_Wtime() + ZM_EXIT_GRACE_S;
+        }
+    }
+    return zm_exit_rank;
+}
 /* After a failure: do all ranks reach this point within `grace_s`? A non-blocking barrier on
  * zm_exit_comm, polled with a deadline. */
 static int zm_all_arrive(double grace_s)
@@ -236,12 +279,43 @@ zinc_status zmpi_init(int *rank, int *size, int *we_initialised)
     if (zm_exit_comm == MPI_COMM_NULL) {
         rc = MPI_Comm_dup(MPI_COMM_WORLD, &zm_exit_comm);
         if (rc == MPI_SUCCESS) MPI_Comm_set_errhandler(zm_exit_comm, MPI_ERRORS_RETURN);
+        zm_exit_size = *size;
+        zm_exited = calloc((size_t)*size, 1);
+        zm_exit_reqs = calloc((size_t)*size, sizeof *zm_exit_reqs);
+        for (int q = 0; zm_exit_reqs && q < *size; q++) zm_exit_reqs[q] = MPI_REQUEST_NULL;
     }
+    int nomem = !zm_exited || !zm_exit_reqs;
     pthread_mutex_unlock(&zm_exit_mu);
     if (rc != MPI_SUCCESS)
         return zerr_thread(ZINC_ERR_COMM, "zmpi_init: duplicating MPI_COMM_WORLD failed (code %d)",
                            rc);
+    if (nomem) return zerr_thread(ZINC_ERR_NOMEM, "zmpi_init: out of memory");
     return ZINC_OK;
+}
+
+/* The exit notice to every peer (non-blocking; drained in zm_end_exits). */
+static void zm_send_exits(int rank)
+{
+    if (zm_exit_comm == MPI_COMM_NULL || !zm_exit_reqs) return;
+    zm_exit_sent_rank = rank;
+    for (int q = 0; q < zm_exit_size; q++)
+        if (q != rank)
+            MPI_Isend(&zm_exit_sent_rank, 1, MPI_INT, q, ZM_TAG_EXIT, zm_exit_comm,
+                      &zm_exit_reqs[q]);
+}
+
+/* After the barrier every peer has sent its notice: receive those not yet received, and see
+ * this rank's own delivered, so that MPI_Finalize finds nothing pending. */
+static void zm_end_exits(int rank)
+{
+    if (zm_exit_comm == MPI_COMM_NULL || !zm_exited || !zm_exit_reqs) return;
+    for (int q = 0; q < zm_exit_size; q++)
+        if (q != rank && !zm_exited[q]) {
+            int who = -1;
+            MPI_Recv(&who, 1, MPI_INT, q, ZM_TAG_EXIT, zm_exit_comm, MPI_STATUS_IGNORE);
+            zm_exited[q] = 1;
+        }
+    MPI_Waitall(zm_exit_size, zm_exit_reqs, MPI_STATUSES_IGNORE);
 }
 
 void zmpi_finalize(void)
@@ -252,20 +326,24 @@ void zmpi_finalize(void)
     if (!inited || finalized) return;
     int failed = atomic_load(&zm_process_failed);
     double grace = zm_process_grace_s > 0 && zm_process_grace_s < 60 ? zm_process_grace_s : 60;
-    if (failed && !zm_all_arrive(grace)) {
+    int me = -1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    zm_send_exits(me);
+    /* Without a failure the barrier waits as long as MPI_Finalize would (another rank may still
+     * be working); it is the one a failed rank's bounded barrier meets. */
+    if (!zm_all_arrive(failed ? grace : INFINITY)) {
         /* MPI_Finalize is collective: with a rank stopped or gone it waits for it forever, and
          * after a failure MPI promises nothing but MPI_Abort. Every rank still alive got the
          * failed comm's timeout to arrive here; the others are lost. End the job, with the
          * status as exit code, so that the launcher kills the lost rank and exits. */
-        int rank = -1;
-        MPI_Comm_rank(MPI_COMM_WORLD, &rank);
         pthread_mutex_lock(&zm_process_mu);
-        zlog(ZLOG_ERROR, "comm", rank, "ending the MPI job with MPI_Abort (MPI_Finalize would wait "
-             "for the lost rank): %s", zm_process_why);
+        zlog(ZLOG_ERROR, "comm", me, "ending the MPI job with MPI_Abort (MPI_Finalize would wait "
+             "for the lost rank): %s", failed ? zm_process_why : "the exit barrier failed");
         pthread_mutex_unlock(&zm_process_mu);
         fflush(NULL);
-        MPI_Abort(MPI_COMM_WORLD, failed);
+        MPI_Abort(MPI_COMM_WORLD, failed ? failed : ZINC_ERR_COMM);
     }
+    zm_end_exits(me);
     MPI_Finalize();
 }
 
@@ -426,6 +504,24 @@ static zinc_status zm_poll_abort(zcomm_t *c, const char *what)
                     what, (unsigned long long)x->seq, c->rank, m.why);
 }
 
+/* A peer that reached zmpi_finalize (its process is ending) and whose data did not come within
+ * ZM_EXIT_GRACE_S of its notice: it will never join this collective. The comm fails; no notice
+ * is sent, since every other rank got the peer's exit notice too (and the peer's comm is gone). */
+static zinc_status zm_check_exits(zcomm_t *c, const char *what)
+{
+    zm_ctx *x = c->ctx;
+    int gone = zm_poll_exits();
+    if (gone < 0 || MPI_Wtime() <= zm_exit_deadline) return ZINC_OK;
+    char why[sizeof x->why];
+    snprintf(why, sizeof why, "rank %d ended its process (it reached MPI finalisation) while "
+             "rank %d waits in %s #%llu, which it will never join", gone, c->rank, what,
+             (unsigned long long)x->seq);
+    zlog(ZLOG_ERROR, "comm", c->rank, "%s", why);
+    zm_fail(c, ZINC_ERR_ABORTED, why);
+    return zerr_fmt(c->err, sizeof c->err, ZINC_ERR_ABORTED, "%s #%llu (mpi rank %d): %s", what,
+                    (unsigned long long)x->seq, c->rank, why);
+}
+
 /* Waits for nreq requests with the comm's deadline, watching for abort notices. `p2p`: the
  * requests are point-to-point with x->req_peer naming their peers (for the timeout message). */
 static zinc_status zm_wait(zcomm_t *c, const char *what, int nreq, MPI_Request *reqs, int p2p)
@@ -437,6 +533,7 @@ static zinc_status zm_wait(zcomm_t *c, const char *what, int nreq, MPI_Request *
         ZINC_MPI_CHECK(MPI_Testall(nreq, reqs, &done, MPI_STATUSES_IGNORE));
         if (done) return ZINC_OK;
         zinc_status s = zm_poll_abort(c, what);
+        if (s == ZINC_OK) s = zm_check_exits(c, what);
         if (s != ZINC_OK) {
             zm_drop(nreq, reqs, p2p);
             return s;

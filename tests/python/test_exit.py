@@ -6,6 +6,7 @@ an exception nothing catches on one rank stops the others at once.
                                                      check (the last ARG: the -n flag)
     python test_exit.py hook                         the hook itself, in one process
     python test_exit.py early one|all MPIEXEC [ARG...]   an exception before any engine
+    python test_exit.py leave MPIEXEC [ARG...]       a rank that catches an error and exits
 
 Runs itself as a child: a model whose last layer's gradient hook raises, so autograd stops with
 the earlier layers' nodes (which saved tensors over zinc's memory) still queued; the child
@@ -26,6 +27,11 @@ tell it, so rank 1's exit must end the job (MPI_Abort, logged with the exception
 10 s grace, within 60 s: before, rank 1 waited in MPI_Finalize and rank 0 in the engine's
 creation, forever. With `all`, both ranks reach the exit within the grace: MPI_Finalize, no
 MPI_Abort, and mpirun exits with Python's status 1.
+
+leave: two ranks under mpirun (comm_timeout_s 60); after a step rank 1 catches an error and
+calls sys.exit(1), which no excepthook sees. Rank 0's next step must raise ZINC_ERR_ABORTED
+saying rank 1 ended its process (the exit notice zmpi_finalize sends), within 30 s; without the
+notice it raises ZINC_ERR_TIMEOUT after the 60 s, and the job takes two minutes.
 
 hook: the sys.excepthook zinc chains, called directly with zinc_world_abort recorded instead of
 called: any exception but zinc's own abort or timeout aborts with "uncaught Type: text" cut to
@@ -188,6 +194,47 @@ def early(who, mpiexec):
     return 0 if ok else 1
 
 
+def leave_child():
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+    cfg = {"train_micro_batch_size_per_gpu": 4, "optimizer": {"type": "AdamW", "params": {}},
+           "zero_optimization": {"stage": 2}, "zinc": {"comm_timeout_s": 60}}
+    engine, *_ = zinc.initialize(model=model, config=cfg)
+    x = torch.randn(4, 8)
+    engine.backward(engine(x).pow(2).mean())
+    engine.step()
+    if engine.global_rank == 1:
+        print("rank 1: caught an error, calling sys.exit(1)", flush=True)
+        sys.exit(1)
+    t0 = time.monotonic()
+    try:
+        for _ in range(3):
+            engine.backward(engine(x).pow(2).mean())
+            engine.step()
+        line = "rank 0: the steps went on without rank 1"
+    except zinc.ZincError as ex:
+        name = lib.zinc_status_string(ex.status).decode()
+        line = f"rank 0: {name} after {time.monotonic() - t0:.1f} s: {ex}"
+    os.write(1, (line + "\n").encode())
+    sys.exit(0)
+
+
+def leave(mpiexec):
+    t0 = time.monotonic()
+    code, out = run_job(mpiexec + ["2", sys.executable, __file__, "leave-child"], 150)
+    print(out)
+    line = next((x for x in out.splitlines() if x.startswith("rank 0:")), "")
+    took = float(line.split(" after ")[1].split(" s")[0]) if " after " in line else None
+    ok = True
+    for what, good in [("rank 0 raised ZINC_ERR_ABORTED saying rank 1 ended its process",
+                        "ZINC_ERR_ABORTED" in line and "rank 1 ended its process" in line),
+                       ("within 30 s (comm_timeout_s is 60)", took is not None and took < 30),
+                       ("the job ended, non-zero", code not in (None, 0))]:
+        print(f"{'ok' if good else 'FAIL'}: {what}")
+        ok &= good
+    print(f"{'PASS' if ok else 'FAIL'}: leave ({time.monotonic() - t0:.1f} s, status {code})")
+    return 0 if ok else 1
+
+
 def hook():
     import zinc.engine as ze
     seen = []
@@ -220,6 +267,10 @@ def main():
         return hook()
     if sys.argv[1:2] == ["uncaught-child"]:
         uncaught_child()
+    if sys.argv[1:2] == ["leave-child"]:
+        leave_child()
+    if sys.argv[1:2] == ["leave"]:
+        return leave(sys.argv[2:])
     if sys.argv[1:2] == ["early-child"]:
         early_child(sys.argv[2])
     if sys.argv[1:2] == ["early"]:
