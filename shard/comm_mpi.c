@@ -345,6 +345,10 @@ void zmpi_finalize(void)
     }
     zm_end_exits(me);
     MPI_Finalize();
+    free(zm_exited);
+    free(zm_exit_reqs);
+    zm_exited = NULL;
+    zm_exit_reqs = NULL;
 }
 
 zinc_status zmpi_world_bcast(void *buf, size_t bytes, int root)

@@ -78,7 +78,9 @@ def child(stage):
 BUG = "rank 1 stops with a bug in its loop"
 
 
-def uncaught_child():
+def rank1_stops_child(how):
+    """After a step, rank 1 stops: `raise` (an exception nothing catches) or `exit` (it catches
+    an error and calls sys.exit(1)); rank 0 steps on and prints one line saying how that ended."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
     cfg = {"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1,
@@ -89,16 +91,20 @@ def uncaught_child():
     engine.backward(engine(x).pow(2).mean())
     engine.step()
     if engine.global_rank == 1:
-        raise RuntimeError(BUG)
+        if how == "raise":
+            raise RuntimeError(BUG)
+        print("rank 1: caught an error, calling sys.exit(1)", flush=True)
+        sys.exit(1)
     t0 = time.monotonic()
     try:
         for _ in range(3):
             engine.backward(engine(x).pow(2).mean())
             engine.step()
-        print("rank 0: the steps went on without rank 1", flush=True)
+        line = "rank 0: the steps went on without rank 1"
     except zinc.ZincError as ex:
         name = lib.zinc_status_string(ex.status).decode()
-        print(f"rank 0: {name} after {time.monotonic() - t0:.1f} s: {ex}", flush=True)
+        line = f"rank 0: {name} after {time.monotonic() - t0:.1f} s: {ex}"
+    os.write(1, (line + "\n").encode())     # one write: the ranks share the pipe
     sys.exit(0)
 
 
@@ -117,24 +123,30 @@ def run_job(args, limit):
         return None, out + err + f"\n(killed after {limit} s)"
 
 
+def report(name, checks, t0, code):
+    """Prints each (what, good) check and the verdict; the test's exit status."""
+    ok = True
+    for what, good in checks:
+        print(f"{'ok' if good else 'FAIL'}: {what}")
+        ok &= good
+    print(f"{'PASS' if ok else 'FAIL'}: {name} ({time.monotonic() - t0:.1f} s, status {code})")
+    return 0 if ok else 1
+
+
 def uncaught(mpiexec):
     t0 = time.monotonic()
-    _, out = run_job(mpiexec + ["2", sys.executable, __file__, "uncaught-child"], 100)
+    code, out = run_job(mpiexec + ["2", sys.executable, __file__, "rank1-child", "raise"], 100)
     print(out)
     lines = out.splitlines()
     line = next((x for x in lines if x.startswith("rank 0:")), "")
     # The traceback's last line, as Python prints it (torch 2.x's hook prefixes "[rank1]: ").
     last = f"RuntimeError: {BUG}"
-    ok = True
-    for what, good in [("rank 0 raised ZINC_ERR_ABORTED naming the exception",
-                        "ZINC_ERR_ABORTED" in line and f"uncaught {last}" in line),
-                       ("rank 1 printed its traceback",
-                        "Traceback" in out and any(x.split("]: ")[-1] == last for x in lines)),
-                       ("the job ended", "(killed after 100 s)" not in out)]:
-        print(f"{'ok' if good else 'FAIL'}: {what}")
-        ok &= good
-    print(f"{'PASS' if ok else 'FAIL'}: uncaught ({time.monotonic() - t0:.1f} s)")
-    return 0 if ok else 1
+    return report("uncaught", [
+        ("rank 0 raised ZINC_ERR_ABORTED naming the exception",
+         "ZINC_ERR_ABORTED" in line and f"uncaught {last}" in line),
+        ("rank 1 printed its traceback",
+         "Traceback" in out and any(x.split("]: ")[-1] == last for x in lines)),
+        ("the job ended", code is not None)], t0, code)
 
 
 EARLY = "rank {} cannot read its data"
@@ -173,12 +185,11 @@ def early(who, mpiexec):
                    any(x.startswith(f"rank {r}: ZINC_ERR_ABORTED") and "rank 1 gave up" in x
                        for x in lines)) for r in (0, 1)]
         checks.append(("the job ended", code is not None))
-        ranks = ()
     else:
         ranks = (1,) if who == "one" else (0, 1)
+        # A substring: with both ranks printing at once, their lines may interleave.
         checks = [(f"rank {r} printed its traceback",
-                   any(x.split("]: ")[-1] == "RuntimeError: " + EARLY.format(r) for x in lines))
-                  for r in ranks]
+                   "RuntimeError: " + EARLY.format(r) in out) for r in ranks]
         checks.append(("the job ended, non-zero", code not in (None, 0)))
     if who == "one":
         checks.append(("rank 1 ended the job with MPI_Abort, naming its exception",
@@ -186,53 +197,20 @@ def early(who, mpiexec):
     elif who == "all":
         checks.append(("no MPI_Abort: both ranks finalized", not ended))
         checks.append(("mpirun exited with Python's status 1", code == 1))
-    ok = True
-    for what, good in checks:
-        print(f"{'ok' if good else 'FAIL'}: {what}")
-        ok &= good
-    print(f"{'PASS' if ok else 'FAIL'}: early {who} ({time.monotonic() - t0:.1f} s, status {code})")
-    return 0 if ok else 1
-
-
-def leave_child():
-    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
-    cfg = {"train_micro_batch_size_per_gpu": 4, "optimizer": {"type": "AdamW", "params": {}},
-           "zero_optimization": {"stage": 2}, "zinc": {"comm_timeout_s": 60}}
-    engine, *_ = zinc.initialize(model=model, config=cfg)
-    x = torch.randn(4, 8)
-    engine.backward(engine(x).pow(2).mean())
-    engine.step()
-    if engine.global_rank == 1:
-        print("rank 1: caught an error, calling sys.exit(1)", flush=True)
-        sys.exit(1)
-    t0 = time.monotonic()
-    try:
-        for _ in range(3):
-            engine.backward(engine(x).pow(2).mean())
-            engine.step()
-        line = "rank 0: the steps went on without rank 1"
-    except zinc.ZincError as ex:
-        name = lib.zinc_status_string(ex.status).decode()
-        line = f"rank 0: {name} after {time.monotonic() - t0:.1f} s: {ex}"
-    os.write(1, (line + "\n").encode())
-    sys.exit(0)
+    return report(f"early {who}", checks, t0, code)
 
 
 def leave(mpiexec):
     t0 = time.monotonic()
-    code, out = run_job(mpiexec + ["2", sys.executable, __file__, "leave-child"], 150)
+    code, out = run_job(mpiexec + ["2", sys.executable, __file__, "rank1-child", "exit"], 150)
     print(out)
     line = next((x for x in out.splitlines() if x.startswith("rank 0:")), "")
     took = float(line.split(" after ")[1].split(" s")[0]) if " after " in line else None
-    ok = True
-    for what, good in [("rank 0 raised ZINC_ERR_ABORTED saying rank 1 ended its process",
-                        "ZINC_ERR_ABORTED" in line and "rank 1 ended its process" in line),
-                       ("within 30 s (comm_timeout_s is 60)", took is not None and took < 30),
-                       ("the job ended, non-zero", code not in (None, 0))]:
-        print(f"{'ok' if good else 'FAIL'}: {what}")
-        ok &= good
-    print(f"{'PASS' if ok else 'FAIL'}: leave ({time.monotonic() - t0:.1f} s, status {code})")
-    return 0 if ok else 1
+    return report("leave", [
+        ("rank 0 raised ZINC_ERR_ABORTED saying rank 1 ended its process",
+         "ZINC_ERR_ABORTED" in line and "rank 1 ended its process" in line),
+        ("within 30 s (comm_timeout_s is 60)", took is not None and took < 30),
+        ("the job ended, non-zero", code not in (None, 0))], t0, code)
 
 
 def hook():
@@ -265,10 +243,8 @@ def hook():
 def main():
     if sys.argv[1:2] == ["hook"]:
         return hook()
-    if sys.argv[1:2] == ["uncaught-child"]:
-        uncaught_child()
-    if sys.argv[1:2] == ["leave-child"]:
-        leave_child()
+    if sys.argv[1:2] == ["rank1-child"]:
+        rank1_stops_child(sys.argv[2])
     if sys.argv[1:2] == ["leave"]:
         return leave(sys.argv[2:])
     if sys.argv[1:2] == ["early-child"]:
