@@ -216,8 +216,9 @@ static int zm_poll_exits(void)
     }
     return zm_exit_rank;
 }
-/* After a failure: do all ranks reach this point within `grace_s`? A non-blocking barrier on
- * zm_exit_comm, polled with a deadline. */
+
+/* Do all ranks reach this point within `grace_s` (INFINITY: however long it takes)? A
+ * non-blocking barrier on zm_exit_comm, polled with a deadline. */
 static int zm_all_arrive(double grace_s)
 {
     MPI_Request req = MPI_REQUEST_NULL;
