@@ -54,12 +54,12 @@ struct zinc_world {
     int mpi_rank;                 /* mpi and env worlds: this process's rank */
     int we_initialised_mpi;
     zlocal_world_t *local;        /* local worlds */
-    /* mpi worlds: the comms of this process's live engines, each its own duplicate of
+    /* mpi worlds: the comms of this process's live CPU engines, each its own duplicate of
      * MPI_COMM_WORLD, so that zinc_world_abort reaches the ranks blocked in any of them */
     pthread_mutex_t comms_mu;
     zcomm_t **comms;
     int ncomms, comms_cap;
-    /* mpi and env worlds, after zinc_world_abort: its reason, for the comms created later */
+    /* mpi worlds, after zinc_world_abort with no comm alive: its reason, for the next comm */
     int aborted;
     char abort_why[256];
 };

@@ -164,15 +164,17 @@ void zinc_world_abort(zinc_world_t *w, int rank, const char *why)
         return;
     }
     if (!why) why = "aborted";
-    /* Every engine's comm: a rank may be blocked in any of them (two models, as a GAN's). */
+    /* Every CPU engine's comm: a rank may be blocked in any of them (two models, as a GAN's).
+     * A CUDA engine's NCCL comm is not on the list: NCCL cannot tell the other ranks, and its
+     * abort is not safe against the stepping thread (docs/cuda.md). */
     pthread_mutex_lock(&w->comms_mu);
     for (int i = 0; i < w->ncomms; i++) w->comms[i]->iface->abort(w->comms[i], why);
-    if (w->ncomms == 0 && !w->aborted) {
-        /* No comm to tell the others through: the next engine's comm carries it. */
-        w->aborted = 1;
-        snprintf(w->abort_why, sizeof w->abort_why, "%s", why);
-    }
     if (w->is_mpi && w->ncomms == 0) {
+        /* No comm to tell the others through: the next engine's comm carries it. */
+        if (!w->aborted) {
+            w->aborted = 1;
+            snprintf(w->abort_why, sizeof w->abort_why, "%s", why);
+        }
         /* And one of the other ranks may be blocked in a collective this rank will never join
          * (its engine's creation): without this, MPI_Finalize at exit waits for it forever.
          * zmpi_finalize ends the job with MPI_Abort unless every rank arrives there within the

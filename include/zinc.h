@@ -138,8 +138,9 @@ ZINC_API zinc_status zinc_world_broadcast(zinc_world_t *w, void *buf, size_t byt
 /* Marks the world failed: every rank blocked in, or later entering, a collective returns
  * ZINC_ERR_ABORTED with `why` in its message. For a rank that hits an error it cannot recover
  * from, so that the others stop instead of waiting for it. Thread-safe. On an MPI world the
- * notice goes through the comm of every engine this process has alive on it (the others may
- * be blocked in any of them). With none alive there is no comm to send it through: the next
+ * notice goes through the comm of every CPU engine this process has alive on it (the others
+ * may be blocked in any of them); a CUDA engine's NCCL comm is not reached (docs/cuda.md: the
+ * others stop at their timeout). With none alive there is no comm to send it through: the next
  * engine created on the world fails its first collective on every rank, and zinc_world_destroy
  * ends the job with MPI_Abort unless every rank arrives there within 10 s (docs/comm.md). */
 ZINC_API void zinc_world_abort(zinc_world_t *w, int rank, const char *why);

@@ -157,23 +157,18 @@ void zmpi_thread_stats(int *in_collective, long *overlaps)
  * zmpi_finalize acts on, since the comm itself is destroyed before the world is. */
 static atomic_int zm_process_failed;
 static char zm_process_why[460];
-static double zm_process_grace_s;            /* the failed comm's timeout */
+static double zm_process_grace_s;            /* the failed comm's timeout, or the grace given */
 static pthread_mutex_t zm_process_mu = PTHREAD_MUTEX_INITIALIZER;
 
-static void zm_note_process_failure(zinc_status s, const char *why, double timeout_s)
+void zmpi_note_failure(zinc_status s, const char *why, double grace_s)
 {
     pthread_mutex_lock(&zm_process_mu);
     if (!atomic_load(&zm_process_failed)) {
         snprintf(zm_process_why, sizeof zm_process_why, "%s", why);
-        zm_process_grace_s = timeout_s;
+        zm_process_grace_s = grace_s;
         atomic_store(&zm_process_failed, (int)s);
     }
     pthread_mutex_unlock(&zm_process_mu);
-}
-
-void zmpi_note_failure(zinc_status s, const char *why, double grace_s)
-{
-    zm_note_process_failure(s, why, grace_s);
 }
 
 /* The process's own duplicate of MPI_COMM_WORLD, made in zmpi_init and used only at the end of
@@ -184,7 +179,8 @@ void zmpi_note_failure(zinc_status s, const char *why, double grace_s)
 static MPI_Comm zm_exit_comm = MPI_COMM_NULL;
 static pthread_mutex_t zm_exit_mu = PTHREAD_MUTEX_INITIALIZER;
 
-/* Exit notices: zmpi_finalize sends one to every peer before its barrier, so that a peer still
+/* Exit notices (empty messages: who sent one is the news): zmpi_finalize sends one to every peer
+ * before its barrier, so that a peer still
  * waiting in a collective learns that this rank is gone (it returned from the script, or called
  * sys.exit after catching an error) instead of waiting out comm_timeout_s. Seen by the pollers of
  * every comm (zm_poll_exits, on the one thread inside MPI) and drained by zmpi_finalize. */
@@ -192,7 +188,6 @@ static int zm_exit_size;
 static unsigned char *zm_exited;           /* [zm_exit_size] that peer's notice was received */
 static int zm_exit_rank = -1;              /* the first peer seen leaving, or -1 */
 static double zm_exit_deadline;            /* when waiting for it stops */
-static int zm_exit_sent_rank;              /* what the notices carry: this rank */
 static MPI_Request *zm_exit_reqs;          /* [zm_exit_size] this rank's notices */
 
 /* Receives the exit notices that came; returns the first peer seen leaving, or -1. */
@@ -200,12 +195,12 @@ static int zm_poll_exits(void)
 {
     if (zm_exit_comm == MPI_COMM_NULL || !zm_exited) return -1;
     for (;;) {
-        int flag = 0, who = -1;
+        int flag = 0;
         MPI_Status st;
         if (MPI_Iprobe(MPI_ANY_SOURCE, ZM_TAG_EXIT, zm_exit_comm, &flag, &st) != MPI_SUCCESS ||
             !flag)
             break;
-        if (MPI_Recv(&who, 1, MPI_INT, st.MPI_SOURCE, ZM_TAG_EXIT, zm_exit_comm,
+        if (MPI_Recv(NULL, 0, MPI_BYTE, st.MPI_SOURCE, ZM_TAG_EXIT, zm_exit_comm,
                      MPI_STATUS_IGNORE) != MPI_SUCCESS)
             break;
         zm_exited[st.MPI_SOURCE] = 1;
@@ -246,7 +241,7 @@ static zinc_status zm_mpi_error(zcomm_t *c, const char *call, const char *file, 
     if (x && !x->failed) {
         x->failed = ZINC_ERR_COMM;
         zm_copy(x->why, sizeof x->why, c->err);
-        zm_note_process_failure(ZINC_ERR_COMM, c->err, c->timeout_s);
+        zmpi_note_failure(ZINC_ERR_COMM, c->err, c->timeout_s);
     }
     return ZINC_ERR_COMM;
 }
@@ -298,11 +293,9 @@ zinc_status zmpi_init(int *rank, int *size, int *we_initialised)
 static void zm_send_exits(int rank)
 {
     if (zm_exit_comm == MPI_COMM_NULL || !zm_exit_reqs) return;
-    zm_exit_sent_rank = rank;
     for (int q = 0; q < zm_exit_size; q++)
         if (q != rank)
-            MPI_Isend(&zm_exit_sent_rank, 1, MPI_INT, q, ZM_TAG_EXIT, zm_exit_comm,
-                      &zm_exit_reqs[q]);
+            MPI_Isend(NULL, 0, MPI_BYTE, q, ZM_TAG_EXIT, zm_exit_comm, &zm_exit_reqs[q]);
 }
 
 /* After the barrier every peer has sent its notice: receive those not yet received, and see
@@ -312,8 +305,7 @@ static void zm_end_exits(int rank)
     if (zm_exit_comm == MPI_COMM_NULL || !zm_exited || !zm_exit_reqs) return;
     for (int q = 0; q < zm_exit_size; q++)
         if (q != rank && !zm_exited[q]) {
-            int who = -1;
-            MPI_Recv(&who, 1, MPI_INT, q, ZM_TAG_EXIT, zm_exit_comm, MPI_STATUS_IGNORE);
+            MPI_Recv(NULL, 0, MPI_BYTE, q, ZM_TAG_EXIT, zm_exit_comm, MPI_STATUS_IGNORE);
             zm_exited[q] = 1;
         }
     MPI_Waitall(zm_exit_size, zm_exit_reqs, MPI_STATUSES_IGNORE);
@@ -403,7 +395,7 @@ static void zm_fail(zcomm_t *c, zinc_status s, const char *why)
     if (x->failed) return;
     x->failed = s;
     zm_copy(x->why, sizeof x->why, why);
-    zm_note_process_failure(s, why, c->timeout_s);
+    zmpi_note_failure(s, why, c->timeout_s);
 }
 
 /* Tells every other rank that this one failed (best effort: non-blocking, never waited on). */
