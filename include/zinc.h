@@ -129,7 +129,9 @@ ZINC_API int zinc_world_size(const zinc_world_t *w);
 ZINC_API int zinc_world_rank(const zinc_world_t *w);
 
 /* Collective over an MPI world's processes, outside any engine: `bytes` of buf copied from rank
- * `root` to every rank (MPI_Bcast; blocking, every rank must call it). For bootstrapping
+ * `root` to every rank (every rank must call it). It waits as long as the other ranks take, but
+ * returns ZINC_ERR_ABORTED, naming the rank, when another rank's process ends before joining
+ * (MPI_Ibcast through a staging block; buf is untouched then). For bootstrapping
  * something else over the launcher's world (the Python package sets up torch.distributed with
  * it). A world of one: nothing to do. Local and launcher-environment worlds:
  * ZINC_ERR_UNSUPPORTED. */

@@ -70,8 +70,9 @@ zinc_status zcomm_local_create(zlocal_world_t *w, int rank, zcomm_t **out);
 /* MPI: ZINC_ERR_UNSUPPORTED in builds without MPI. zmpi_init initialises MPI if needed
  * (MPI_THREAD_MULTIPLE not required) and reports this process's rank and size. */
 zinc_status zmpi_init(int *rank, int *size, int *we_initialised);
-/* MPI_Finalize, after an exit notice to every peer (a peer waiting for this rank in a
- * collective then fails it instead of timing out) and a barrier of every rank. After a failure
+/* MPI_Finalize, after an exit notice to every peer, carrying this process's recorded failure if
+ * any (a peer waiting for this rank in a collective, an engine comm's creation or a world
+ * broadcast then fails it instead of timing out or waiting forever) and a barrier of every rank. After a failure
  * of an mpi comm of this process (timeout, abort, MPI error) or one zmpi_note_failure recorded,
  * the barrier waits at most that comm's timeout (at most 60 s) or the recorded grace, then
  * MPI_Abort(MPI_COMM_WORLD, status), which does not return, since MPI_Finalize would wait for
@@ -83,8 +84,10 @@ void zmpi_finalize(void);
  * first failure recorded wins. */
 #define ZMPI_LONE_ABORT_GRACE_S 10.0
 void zmpi_note_failure(zinc_status s, const char *why, double grace_s);
-/* MPI_Bcast of bytes over MPI_COMM_WORLD from root (blocking; every process calls it). For
- * bootstrapping something else over the MPI world (zinc_world_broadcast). */
+/* A broadcast of bytes over MPI_COMM_WORLD from root (every process calls it): MPI_Ibcast
+ * through a staging block, waited for without a deadline until done, or until a peer's exit
+ * notice says it will never join (ZINC_ERR_ABORTED; buf untouched). For bootstrapping something
+ * else over the MPI world (zinc_world_broadcast). */
 zinc_status zmpi_world_bcast(void *buf, size_t bytes, int root);
 /* The MPI library's version string, or NULL in builds without MPI. */
 const char *zmpi_version(void);

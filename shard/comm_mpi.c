@@ -55,6 +55,9 @@ enum {
  * already sent (the collective the peer finished just before leaving) this long to arrive, then
  * fails the collective: the peer will never join another. */
 #define ZM_EXIT_GRACE_S 2.0
+/* The longest zmpi_finalize's barrier waits after a failure: a failed comm's timeout beyond it,
+ * or a failure with no timeout of its own (a world-level wait a peer's exit ended), gets this. */
+#define ZM_FINALIZE_GRACE_MAX_S 60.0
 
 /* The per-peer scratch chunk of reduce-scatter rounds: 2 MiB, less for big worlds so that the
  * whole scratch stays within 64 MiB. A multiple of 8 so that every dtype divides it. */
@@ -173,20 +176,22 @@ void zmpi_note_failure(zinc_status s, const char *why, double grace_s)
 
 /* The process's own duplicate of MPI_COMM_WORLD, made in zmpi_init and used only at the end of
  * the job: the exit notices and the barrier of zmpi_finalize. Its barrier cannot be matched
- * against another collective a live rank is blocked in on MPI_COMM_WORLD (an engine's
- * MPI_Comm_dup, zmpi_world_bcast), which MPI leaves undefined; and it is never freed, so a late
- * notice never meets a later communicator that reused its id. */
+ * against another collective on MPI_COMM_WORLD that a rank waits in or left pending (an engine's
+ * comm duplicate, a world broadcast), which MPI leaves undefined; and it is never freed, so a
+ * late notice never meets a later communicator that reused its id. */
 static MPI_Comm zm_exit_comm = MPI_COMM_NULL;
 static pthread_mutex_t zm_exit_mu = PTHREAD_MUTEX_INITIALIZER;
 
-/* Exit notices (empty messages: who sent one is the news): zmpi_finalize sends one to every peer
- * before its barrier, so that a peer still
- * waiting in a collective learns that this rank is gone (it returned from the script, or called
- * sys.exit after catching an error) instead of waiting out comm_timeout_s. Seen by the pollers of
- * every comm (zm_poll_exits, on the one thread inside MPI) and drained by zmpi_finalize. */
+/* Exit notices: zmpi_finalize sends one to every peer before its barrier, so that a peer still
+ * waiting in a collective learns that this rank is gone (it returned from the script, called
+ * sys.exit after catching an error, or failed) instead of waiting out comm_timeout_s, or forever
+ * where there is no timeout (zm_wait_world). The message is this process's failure (the text
+ * zmpi_note_failure recorded) or empty: who sent it is the news. Seen by the pollers of every
+ * comm (zm_poll_exits, on the one thread inside MPI) and drained by zmpi_finalize. */
 static int zm_exit_size;
 static unsigned char *zm_exited;           /* [zm_exit_size] that peer's notice was received */
 static int zm_exit_rank = -1;              /* the first peer seen leaving, or -1 */
+static char zm_exit_why[sizeof zm_process_why]; /* its failure, or "" */
 static double zm_exit_deadline;            /* when waiting for it stops */
 static MPI_Request *zm_exit_reqs;          /* [zm_exit_size] this rank's notices */
 
@@ -200,12 +205,15 @@ static int zm_poll_exits(void)
         if (MPI_Iprobe(MPI_ANY_SOURCE, ZM_TAG_EXIT, zm_exit_comm, &flag, &st) != MPI_SUCCESS ||
             !flag)
             break;
-        if (MPI_Recv(NULL, 0, MPI_BYTE, st.MPI_SOURCE, ZM_TAG_EXIT, zm_exit_comm,
+        char why[sizeof zm_exit_why] = "";
+        if (MPI_Recv(why, (int)sizeof why, MPI_BYTE, st.MPI_SOURCE, ZM_TAG_EXIT, zm_exit_comm,
                      MPI_STATUS_IGNORE) != MPI_SUCCESS)
             break;
+        why[sizeof why - 1] = 0;
         zm_exited[st.MPI_SOURCE] = 1;
         if (zm_exit_rank < 0) {
             zm_exit_rank = st.MPI_SOURCE;
+            memcpy(zm_exit_why, why, sizeof why);
             zm_exit_deadline = MPI_Wtime() + ZM_EXIT_GRACE_S;
         }
     }
@@ -227,6 +235,101 @@ static int zm_all_arrive(double grace_s)
         if (MPI_Wtime() > deadline) return 0;
         struct timespec ts = {0, 1000000L};
         nanosleep(&ts, NULL);
+    }
+}
+
+/* Memory MPI may still use after a wait gave up on it: the buffer of an abort notice whose sends
+ * did not complete, the new communicator of an MPI_Comm_idup or the staging of an MPI_Ibcast
+ * that a peer's exit left pending (collective requests cannot be cancelled). Freed by
+ * zmpi_finalize after MPI_Finalize, when nothing can touch it; a process whose MPI someone else
+ * finalizes keeps it to the end. If even the list's node cannot be had, the block is left
+ * allocated (a leak, never a use after free). */
+typedef struct zm_kept {
+    struct zm_kept *next;
+    void *block;
+} zm_kept;
+static zm_kept *zm_kept_list;
+static pthread_mutex_t zm_kept_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void zm_keep(void *block)
+{
+    zm_kept *k = malloc(sizeof *k);
+    if (!k) return;
+    k->block = block;
+    pthread_mutex_lock(&zm_kept_mu);
+    k->next = zm_kept_list;
+    zm_kept_list = k;
+    pthread_mutex_unlock(&zm_kept_mu);
+}
+
+static void zm_free_kept(void)
+{
+    pthread_mutex_lock(&zm_kept_mu);
+    while (zm_kept_list) {
+        zm_kept *k = zm_kept_list;
+        zm_kept_list = k->next;
+        free(k->block);
+        free(k);
+    }
+    pthread_mutex_unlock(&zm_kept_mu);
+}
+
+/* Between polls of a wait: stay responsive for short waits, then stop competing for the cores. */
+static void zm_pause(long spin)
+{
+    if (spin < 200) {
+        sched_yield();
+    } else {
+        struct timespec ts = {0, spin < 2000 ? 20000 : 200000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* The first peer whose exit notice came more than ZM_EXIT_GRACE_S ago (it will never join
+ * another call, and the data it sent before leaving had time to arrive), or -1. */
+static int zm_peer_gone(void)
+{
+    int gone = zm_poll_exits();
+    return gone >= 0 && MPI_Wtime() > zm_exit_deadline ? gone : -1;
+}
+
+/* The reason a wait of rank `me` in `what` failed because peer `gone` ended its process, with
+ * the failure that ended it when its notice carried one. */
+static void zm_gone_why(char *why, size_t n, int gone, int me, const char *what)
+{
+    if (gone == zm_exit_rank && zm_exit_why[0])
+        snprintf(why, n, "rank %d ended its process after a failure while rank %d waits in %s, "
+                 "which it will never join: %s", gone, me, what, zm_exit_why);
+    else
+        snprintf(why, n, "rank %d ended its process (it reached MPI finalisation) while rank %d "
+                 "waits in %s, which it will never join", gone, me, what);
+}
+
+/* Waits for a request over the whole world outside any comm (an engine comm's duplicate, a
+ * world broadcast). No deadline, as the blocking call it stands for: the other ranks may be busy
+ * elsewhere for as long as they need. But a peer's exit notice ends the wait with
+ * ZINC_ERR_ABORTED (recorded for zmpi_finalize): that peer will never join, and the blocking
+ * call waited for it forever. On failure the request stays pending: what it writes must be kept
+ * (zm_keep). */
+static zinc_status zm_wait_world(MPI_Request *req, const char *what)
+{
+    for (long spin = 0;; spin++) {
+        int done = 0;
+        int rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS)
+            return zerr_thread(ZINC_ERR_COMM, "%s: MPI_Test failed (code %d)", what, rc);
+        if (done) return ZINC_OK;
+        int gone = zm_peer_gone();
+        if (gone >= 0) {
+            int me = -1;
+            MPI_Comm_rank(MPI_COMM_WORLD, &me);
+            char why[1024];   /* zm_gone_why: the call and the peer's failure */
+            zm_gone_why(why, sizeof why, gone, me, what);
+            zlog(ZLOG_ERROR, "comm", me, "%s", why);
+            zmpi_note_failure(ZINC_ERR_ABORTED, why, ZM_FINALIZE_GRACE_MAX_S);
+            return zerr_thread(ZINC_ERR_ABORTED, "%s", why);
+        }
+        zm_pause(spin);
     }
 }
 
@@ -293,9 +396,14 @@ zinc_status zmpi_init(int *rank, int *size, int *we_initialised)
 static void zm_send_exits(int rank)
 {
     if (zm_exit_comm == MPI_COMM_NULL || !zm_exit_reqs) return;
+    /* The failure's text, if any: once recorded it never changes, so it can be the send buffer. */
+    pthread_mutex_lock(&zm_process_mu);
+    int len = atomic_load(&zm_process_failed) ? (int)strlen(zm_process_why) + 1 : 0;
+    pthread_mutex_unlock(&zm_process_mu);
     for (int q = 0; q < zm_exit_size; q++)
         if (q != rank)
-            MPI_Isend(NULL, 0, MPI_BYTE, q, ZM_TAG_EXIT, zm_exit_comm, &zm_exit_reqs[q]);
+            MPI_Isend(zm_process_why, len, MPI_BYTE, q, ZM_TAG_EXIT, zm_exit_comm,
+                      &zm_exit_reqs[q]);
 }
 
 /* After the barrier every peer has sent its notice: receive those not yet received, and see
@@ -305,7 +413,9 @@ static void zm_end_exits(int rank)
     if (zm_exit_comm == MPI_COMM_NULL || !zm_exited || !zm_exit_reqs) return;
     for (int q = 0; q < zm_exit_size; q++)
         if (q != rank && !zm_exited[q]) {
-            MPI_Recv(NULL, 0, MPI_BYTE, q, ZM_TAG_EXIT, zm_exit_comm, MPI_STATUS_IGNORE);
+            char why[sizeof zm_exit_why];
+            MPI_Recv(why, (int)sizeof why, MPI_BYTE, q, ZM_TAG_EXIT, zm_exit_comm,
+                     MPI_STATUS_IGNORE);
             zm_exited[q] = 1;
         }
     MPI_Waitall(zm_exit_size, zm_exit_reqs, MPI_STATUSES_IGNORE);
@@ -318,7 +428,9 @@ void zmpi_finalize(void)
     MPI_Finalized(&finalized);
     if (!inited || finalized) return;
     int failed = atomic_load(&zm_process_failed);
-    double grace = zm_process_grace_s > 0 && zm_process_grace_s < 60 ? zm_process_grace_s : 60;
+    double grace = zm_process_grace_s > 0 && zm_process_grace_s < ZM_FINALIZE_GRACE_MAX_S
+                       ? zm_process_grace_s
+                       : ZM_FINALIZE_GRACE_MAX_S;
     int me = -1;
     MPI_Comm_rank(MPI_COMM_WORLD, &me);
     zm_send_exits(me);
@@ -338,6 +450,7 @@ void zmpi_finalize(void)
     }
     zm_end_exits(me);
     MPI_Finalize();
+    zm_free_kept();
     free(zm_exited);
     free(zm_exit_reqs);
     zm_exited = NULL;
@@ -349,11 +462,29 @@ zinc_status zmpi_world_bcast(void *buf, size_t bytes, int root)
     if (bytes > (size_t)INT_MAX)
         return zerr_thread(ZINC_ERR_INVALID_ARG, "zmpi_world_bcast: %zu bytes is over INT_MAX",
                            bytes);
+    /* Through a staging block, which stays with MPI if the wait fails (zm_keep): the caller's
+     * buffer must be its own again when this returns. */
+    char *stage = malloc(bytes ? bytes : 1);
+    if (!stage)
+        return zerr_thread(ZINC_ERR_NOMEM, "zmpi_world_bcast: out of memory for %zu bytes", bytes);
+    int me = -1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    if (me == root) memcpy(stage, buf, bytes);
+    MPI_Request req = MPI_REQUEST_NULL;
     zm_enter("world broadcast");
-    int rc = MPI_Bcast(buf, (int)bytes, MPI_BYTE, root, MPI_COMM_WORLD);
+    int rc = MPI_Ibcast(stage, (int)bytes, MPI_BYTE, root, MPI_COMM_WORLD, &req);
+    zinc_status s = rc == MPI_SUCCESS
+                        ? zm_wait_world(&req, "a world broadcast (zinc_world_broadcast)")
+                        : zerr_thread(ZINC_ERR_COMM, "zmpi_world_bcast: MPI_Ibcast failed (code "
+                                                     "%d)", rc);
     zm_leave();
-    if (rc != MPI_SUCCESS)
-        return zerr_thread(ZINC_ERR_COMM, "zmpi_world_bcast: MPI_Bcast failed (code %d)", rc);
+    if (s != ZINC_OK) {
+        if (rc == MPI_SUCCESS) zm_keep(stage);
+        else free(stage);
+        return s;
+    }
+    if (me != root) memcpy(buf, stage, bytes);
+    free(stage);
     return ZINC_OK;
 }
 
@@ -376,18 +507,6 @@ const char *zmpi_version(void)
 }
 
 /* ---- failure, notices, polling ------------------------------------------------------------- */
-
-/* The outgoing abort notice has its own allocation site: when its sends cannot complete, zm_destroy
- * leaves it allocated on purpose (MPI may still read it), and the sanitizer build's leak
- * suppression names this function and nothing else of the comm (tests/sanitizer/lsan.supp). */
-static __attribute__((noinline)) zm_notice *zm_notice_alloc(void)
-{
-    zm_notice *n = calloc(1, sizeof *n);
-    /* Touch it so that the call stays a call (no sibling-call jump that would drop this frame
-     * from the allocation's stack). */
-    if (n) n->rank = -1;
-    return n;
-}
 
 static void zm_fail(zcomm_t *c, zinc_status s, const char *why)
 {
@@ -507,12 +626,11 @@ static zinc_status zm_poll_abort(zcomm_t *c, const char *what)
 static zinc_status zm_check_exits(zcomm_t *c, const char *what)
 {
     zm_ctx *x = c->ctx;
-    int gone = zm_poll_exits();
-    if (gone < 0 || MPI_Wtime() <= zm_exit_deadline) return ZINC_OK;
-    char why[sizeof x->why];
-    snprintf(why, sizeof why, "rank %d ended its process (it reached MPI finalisation) while "
-             "rank %d waits in %s #%llu, which it will never join", gone, c->rank, what,
-             (unsigned long long)x->seq);
+    int gone = zm_peer_gone();
+    if (gone < 0) return ZINC_OK;
+    char call[120], why[1024];   /* zm_gone_why: the call and the peer's failure */
+    snprintf(call, sizeof call, "%s #%llu", what, (unsigned long long)x->seq);
+    zm_gone_why(why, sizeof why, gone, c->rank, call);
     zlog(ZLOG_ERROR, "comm", c->rank, "%s", why);
     zm_fail(c, ZINC_ERR_ABORTED, why);
     return zerr_fmt(c->err, sizeof c->err, ZINC_ERR_ABORTED, "%s #%llu (mpi rank %d): %s", what,
@@ -561,13 +679,7 @@ static zinc_status zm_wait(zcomm_t *c, const char *what, int nreq, MPI_Request *
             zm_fail(c, ZINC_ERR_TIMEOUT, why);
             return zerr_fmt(c->err, sizeof c->err, ZINC_ERR_TIMEOUT, "%s", why);
         }
-        /* Stay responsive for short waits, then stop competing for the cores. */
-        if (spin < 200) {
-            sched_yield();
-        } else {
-            struct timespec ts = {0, spin < 2000 ? 20000 : 200000};
-            nanosleep(&ts, NULL);
-        }
+        zm_pause(spin);
     }
 }
 
@@ -832,7 +944,8 @@ static void zm_destroy(zcomm_t *c)
         free(x->counts);
         free(x->displs);
         free(x->notice_reqs);
-        if (!keep_notice) free(x->notice);
+        if (keep_notice) zm_keep(x->notice);
+        else free(x->notice);
         free(x);
     }
     free(c);
@@ -848,6 +961,35 @@ static const zcomm_iface_t zm_iface = {
     .abort = zm_abort,
     .destroy = zm_destroy,
 };
+
+/* MPI_Comm_dup of MPI_COMM_WORLD, as MPI_Comm_idup waited for by zm_wait_world: a peer that
+ * ended its process (it will never create this comm) fails it instead of blocking this rank
+ * forever. The new handle lands in a block of its own, kept with MPI if the wait fails. */
+static zinc_status zm_dup_world(MPI_Comm *out)
+{
+    MPI_Comm *slot = malloc(sizeof *slot);
+    if (!slot) return zerr_thread(ZINC_ERR_NOMEM, "zcomm_mpi_create: out of memory");
+    *slot = MPI_COMM_NULL;
+    MPI_Request req = MPI_REQUEST_NULL;
+    zm_enter("comm creation");
+    int rc = MPI_Comm_idup(MPI_COMM_WORLD, slot, &req);
+    zinc_status s = ZINC_OK;
+    if (rc == MPI_SUCCESS) {
+        s = zm_wait_world(&req, "zcomm_mpi_create (the duplicate of MPI_COMM_WORLD every rank "
+                                "makes for its engine)");
+    } else {
+        char msg[MPI_MAX_ERROR_STRING] = "";
+        int len = 0;
+        MPI_Error_string(rc, msg, &len);
+        s = zerr_thread(ZINC_ERR_COMM, "zcomm_mpi_create: duplicating MPI_COMM_WORLD failed: %s",
+                        msg);
+    }
+    zm_leave();
+    if (s == ZINC_OK) *out = *slot;
+    if (s != ZINC_OK && rc == MPI_SUCCESS) zm_keep(slot);
+    else free(slot);
+    return s;
+}
 
 zinc_status zcomm_mpi_create(zcomm_t **out)
 {
@@ -870,8 +1012,12 @@ zinc_status zcomm_mpi_create(zcomm_t **out)
     c->timeout_s = 300.0;
     x->comm = MPI_COMM_NULL;
     x->self = c;
-    int rc = MPI_Comm_dup(MPI_COMM_WORLD, &x->comm);
-    if (rc == MPI_SUCCESS) rc = MPI_Comm_set_errhandler(x->comm, MPI_ERRORS_RETURN);
+    zinc_status made = zm_dup_world(&x->comm);
+    if (made != ZINC_OK) {
+        zm_destroy(c);
+        return made;
+    }
+    int rc = MPI_Comm_set_errhandler(x->comm, MPI_ERRORS_RETURN);
     if (rc == MPI_SUCCESS) rc = MPI_Comm_rank(x->comm, &c->rank);
     if (rc == MPI_SUCCESS) rc = MPI_Comm_size(x->comm, &c->size);
     if (rc != MPI_SUCCESS) {
@@ -879,8 +1025,8 @@ zinc_status zcomm_mpi_create(zcomm_t **out)
         int len = 0;
         MPI_Error_string(rc, msg, &len);
         zm_destroy(c);
-        return zerr_thread(ZINC_ERR_COMM, "zcomm_mpi_create: duplicating MPI_COMM_WORLD failed: %s",
-                           msg);
+        return zerr_thread(ZINC_ERR_COMM, "zcomm_mpi_create: setting up the duplicate of "
+                                          "MPI_COMM_WORLD failed: %s", msg);
     }
     size_t peers = c->size > 1 ? (size_t)c->size - 1 : 1, size = (size_t)c->size;
     size_t chunk = ZM_SCRATCH_MAX / peers;
@@ -895,7 +1041,7 @@ zinc_status zcomm_mpi_create(zcomm_t **out)
     x->len = calloc(size, sizeof *x->len);
     x->counts = calloc(size, sizeof *x->counts);
     x->displs = calloc(size, sizeof *x->displs);
-    x->notice = zm_notice_alloc();
+    x->notice = calloc(1, sizeof *x->notice);
     x->notice_reqs = calloc(size, sizeof *x->notice_reqs);
     if (!x->scratch || !x->reqs || !x->req_peer || !x->in || !x->off || !x->len || !x->counts ||
         !x->displs || !x->notice || !x->notice_reqs) {

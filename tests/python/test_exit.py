@@ -5,7 +5,8 @@ an exception nothing catches on one rank stops the others at once.
     python test_exit.py uncaught MPIEXEC [ARG...]    `MPIEXEC ARG... 2 python ...` runs the MPI
                                                      check (the last ARG: the -n flag)
     python test_exit.py hook                         the hook itself, in one process
-    python test_exit.py early one|all MPIEXEC [ARG...]   an exception before any engine
+    python test_exit.py early one|busy|all|engine|quit|quit-bcast MPIEXEC [ARG...]
+                                                     trouble before any engine
     python test_exit.py leave MPIEXEC [ARG...]       a rank that catches an error and exits
 
 Runs itself as a child: a model whose last layer's gradient hook raises, so autograd stops with
@@ -21,12 +22,21 @@ its traceback, and the job must end within 100 s. Without the hook rank 0 waits 
 raises ZINC_ERR_TIMEOUT, and the job takes about two minutes (the exit's grace as well).
 
 early: two ranks under mpirun; right after zinc.init_distributed, before any engine exists,
-rank 1 (`one`) or both ranks (`all`) raise an exception nothing catches. With `one`, rank 0 is
-in zinc.initialize, blocked creating its engine's communicator with rank 1; no comm exists to
-tell it, so rank 1's exit must end the job (MPI_Abort, logged with the exception) after the
-10 s grace, within 60 s: before, rank 1 waited in MPI_Finalize and rank 0 in the engine's
-creation, forever. With `all`, both ranks reach the exit within the grace: MPI_Finalize, no
-MPI_Abort, and mpirun exits with Python's status 1.
+rank 1 (`one`, `busy`) or both ranks (`all`) raise an exception nothing catches. With `one`,
+rank 0 is in zinc.initialize, waiting to create its engine's communicator with rank 1: rank 1's
+exit notice, which carries its abort ("uncaught RuntimeError: ..."), must fail that with
+ZINC_ERR_ABORTED naming the exception, and both ranks finalize (no MPI_Abort). With `busy`,
+rank 0 works outside zinc (a 100 s sleep) and nothing can tell it: rank 1's exit must end the
+job (MPI_Abort, logged with the exception) after the 10 s grace, within 60 s. Before either,
+rank 1 waited in MPI_Finalize, and rank 0 in the engine's creation or its work, forever. With
+`all`, both ranks reach the exit within the grace: MPI_Finalize, no MPI_Abort, and mpirun
+exits with Python's status 1. With `engine`, rank 1 calls
+zinc_world_abort first: the engines both ranks create then fail at once, naming its reason.
+With `quit` and `quit-bcast`, rank 1 catches an error and calls sys.exit(1) (no excepthook, no
+abort) while rank 0 creates its engine, or waits for rank 1's zinc_world_broadcast. Rank 0 must
+get ZINC_ERR_ABORTED saying rank 1 ended its process (its exit notice) within 20 s, and both
+ranks finalize; before, rank 0 blocked in MPI_Comm_dup or MPI_Bcast and rank 1 in the exit
+barrier, forever.
 
 leave: two ranks under mpirun (comm_timeout_s 60); after a step rank 1 catches an error and
 calls sys.exit(1), which no excepthook sees. Rank 0's next step must raise ZINC_ERR_ABORTED
@@ -37,6 +47,7 @@ hook: the sys.excepthook zinc chains, called directly with zinc_world_abort reco
 called: any exception but zinc's own abort or timeout aborts with "uncaught Type: text" cut to
 300 characters, and the previous hook prints every one, after the abort.
 """
+import ctypes
 import os
 import signal
 import subprocess
@@ -155,10 +166,24 @@ EARLY = "rank {} cannot read its data"
 def early_child(who):
     world = zinc.init_distributed()
     rank = lib.zinc_world_rank(world)
-    if who == "all" or (who == "one" and rank == 1):
+    if who == "all" or (who in ("one", "busy") and rank == 1):
         raise RuntimeError(EARLY.format(rank))
+    if who == "busy":
+        time.sleep(100)       # rank 0 works outside zinc: nothing of zinc's can tell it
     if who == "engine" and rank == 1:
         lib.zinc_world_abort(world, rank, b"rank 1 gave up")
+    if who.startswith("quit") and rank == 1:
+        print("rank 1: caught an error, calling sys.exit(1)", flush=True)
+        sys.exit(1)
+    if who == "quit-bcast":
+        buf = ctypes.create_string_buffer(64)
+        t0 = time.monotonic()
+        status = lib.zinc_world_broadcast(world, buf, 64, 1)   # from the rank that left
+        name = lib.zinc_status_string(status).decode()
+        os.write(1, (f"rank {rank}: {name} after {time.monotonic() - t0:.1f} s: "
+                     f"{lib.zinc_last_error(None).decode()}\n").encode())
+        sys.exit(0)
+    t0 = time.monotonic()
     model = torch.nn.Linear(8, 2)
     cfg = {"train_micro_batch_size_per_gpu": 4, "optimizer": {"type": "AdamW", "params": {}},
            "zero_optimization": {"stage": 2}, "zinc": {"comm_timeout_s": 60}}
@@ -169,7 +194,8 @@ def early_child(who):
         engine.step()
         line = f"rank {rank}: stepped"
     except zinc.ZincError as ex:
-        line = f"rank {rank}: {lib.zinc_status_string(ex.status).decode()}: {ex}"
+        line = (f"rank {rank}: {lib.zinc_status_string(ex.status).decode()} after "
+                f"{time.monotonic() - t0:.1f} s: {ex}")
     os.write(1, (line + "\n").encode())     # one write: the ranks share the pipe
     sys.exit(0)
 
@@ -180,20 +206,35 @@ def early(who, mpiexec):
     print(out)
     lines = out.splitlines()
     ended = [x for x in lines if "ending the MPI job with MPI_Abort" in x]
-    if who == "engine":
+    if who.startswith("quit"):
+        line = next((x for x in lines if x.startswith("rank 0:")), "")
+        took = float(line.split(" after ")[1].split(" s")[0]) if " after " in line else None
+        checks = [("rank 0 got ZINC_ERR_ABORTED saying rank 1 ended its process",
+                   "ZINC_ERR_ABORTED" in line and "rank 1 ended its process" in line),
+                  ("within 20 s", took is not None and took < 20),
+                  ("no MPI_Abort: both ranks finalized", not ended),
+                  ("the job ended, non-zero", code not in (None, 0))]
+    elif who == "engine":
         checks = [(f"rank {r} raised ZINC_ERR_ABORTED naming the reason",
                    any(x.startswith(f"rank {r}: ZINC_ERR_ABORTED") and "rank 1 gave up" in x
                        for x in lines)) for r in (0, 1)]
         checks.append(("the job ended", code is not None))
     else:
-        ranks = (1,) if who == "one" else (0, 1)
+        ranks = (0, 1) if who == "all" else (1,)
         # A substring: with both ranks printing at once, their lines may interleave.
         checks = [(f"rank {r} printed its traceback",
                    "RuntimeError: " + EARLY.format(r) in out) for r in ranks]
         checks.append(("the job ended, non-zero", code not in (None, 0)))
+    uncaught = f"uncaught RuntimeError: {EARLY.format(1)}"
     if who == "one":
+        line = next((x for x in lines if x.startswith("rank 0:")), "")
+        checks.append(("rank 0 got ZINC_ERR_ABORTED naming rank 1's exception",
+                       "ZINC_ERR_ABORTED" in line and "rank 1 ended its process" in line and
+                       uncaught in line))
+        checks.append(("no MPI_Abort: both ranks finalized", not ended))
+    elif who == "busy":
         checks.append(("rank 1 ended the job with MPI_Abort, naming its exception",
-                       any(f"uncaught RuntimeError: {EARLY.format(1)}" in x for x in ended)))
+                       any(uncaught in x for x in ended)))
     elif who == "all":
         checks.append(("no MPI_Abort: both ranks finalized", not ended))
         checks.append(("mpirun exited with Python's status 1", code == 1))

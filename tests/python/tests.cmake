@@ -161,10 +161,12 @@ if(ZINC_HAVE_MPI AND ZINC_TORCH_PYTHON)
            COMMAND ${_py} ${_pyt}/test_exit.py uncaught ${_mpi} ${MPIEXEC_NUMPROC_FLAG})
   set_tests_properties(python_uncaught_mpi PROPERTIES LABELS "python;multirank;fault"
                        TIMEOUT 150 SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
-  # An exception before any engine exists (test_exit.py early): on one rank the job still
-  # ends (MPI_Abort after the grace, instead of MPI_Finalize waiting forever); on every rank it
-  # ends normally; an engine created after zinc_world_abort fails on every rank.
-  foreach(_w one all engine)
+  # An exception before any engine exists (test_exit.py early): on one rank, rank 0's engine
+  # creation fails naming it, or, with rank 0 busy outside zinc, the job still ends (MPI_Abort
+  # after the grace, instead of MPI_Finalize waiting forever); on every rank it ends normally;
+  # an engine created after zinc_world_abort fails on every rank; a rank that calls sys.exit
+  # stops rank 0's engine creation or world broadcast with its exit notice.
+  foreach(_w one busy all engine quit quit-bcast)
     add_test(NAME python_early_${_w}_mpi
              COMMAND ${_py} ${_pyt}/test_exit.py early ${_w} ${_mpi} ${MPIEXEC_NUMPROC_FLAG})
     set_tests_properties(python_early_${_w}_mpi PROPERTIES LABELS "python;multirank;fault"
