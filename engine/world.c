@@ -175,10 +175,11 @@ void zinc_world_abort(zinc_world_t *w, int rank, const char *why)
             w->aborted = 1;
             snprintf(w->abort_why, sizeof w->abort_why, "%s", why);
         }
-        /* And one of the other ranks may be blocked in a collective this rank will never join
-         * (its engine's creation): without this, MPI_Finalize at exit waits for it forever.
-         * zmpi_finalize ends the job with MPI_Abort unless every rank arrives there within the
-         * grace (all failed alike: then they keep their own exit statuses). */
+        /* And another rank may be busy where no exit notice reaches it (outside zinc): without
+         * this, MPI_Finalize at exit waits for it forever. zinc's end of the job (inside
+         * MPI_Finalize) ends the job with MPI_Abort unless every rank arrives within the grace
+         * (all failed alike: then they keep their own exit statuses), and its exit notices
+         * carry this failure to ranks waiting in zinc's calls. */
         char msg[300];
         snprintf(msg, sizeof msg, "rank %d aborted: %s", rank, why);
         zmpi_note_failure(ZINC_ERR_ABORTED, msg, ZMPI_LONE_ABORT_GRACE_S);

@@ -116,12 +116,14 @@ ZINC_API zinc_status zinc_world_create_mpi(zinc_world_t **out);
 ZINC_API zinc_status zinc_world_create_launched(zinc_world_t **out);
 
 /* Destroys a world; accepts NULL. Every engine using it must be destroyed first.
- * An mpi world whose MPI zinc initialised finalises it — except after a collective of this
- * process failed (ZINC_ERR_TIMEOUT, ZINC_ERR_ABORTED, ZINC_ERR_COMM): then it waits up to the
- * comm timeout for every rank to arrive, and if one does not (stopped, gone), MPI_Finalize would
- * wait for it forever, so the call ends the whole job with MPI_Abort (exit code: the status) and
- * does not return. Report errors before calling it. A program that initialised MPI
- * itself should call MPI_Abort rather than MPI_Finalize after such an error. */
+ * An mpi world whose MPI zinc initialised finalises it. zinc's end of the job runs inside
+ * MPI_Finalize, whoever calls it (this call, or a program that initialised MPI itself): an exit
+ * notice to every other rank (one still waiting for this rank fails its wait, naming it), then
+ * a barrier. After a collective of this process failed (ZINC_ERR_TIMEOUT, ZINC_ERR_ABORTED,
+ * ZINC_ERR_COMM) the barrier waits up to the comm timeout for every rank to arrive, and if one
+ * does not (stopped, gone), MPI_Finalize would wait for it forever, so it ends the whole job
+ * with MPI_Abort (exit code: the status) and does not return. Report errors before calling it
+ * (or MPI_Finalize). */
 ZINC_API void zinc_world_destroy(zinc_world_t *w);
 
 ZINC_API int zinc_world_size(const zinc_world_t *w);

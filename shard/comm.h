@@ -70,15 +70,17 @@ zinc_status zcomm_local_create(zlocal_world_t *w, int rank, zcomm_t **out);
 /* MPI: ZINC_ERR_UNSUPPORTED in builds without MPI. zmpi_init initialises MPI if needed
  * (MPI_THREAD_MULTIPLE not required) and reports this process's rank and size. */
 zinc_status zmpi_init(int *rank, int *size, int *we_initialised);
-/* MPI_Finalize, after an exit notice to every peer, carrying this process's recorded failure if
- * any (a peer waiting for this rank in a collective, an engine comm's creation or a world
- * broadcast then fails it instead of timing out or waiting forever) and a barrier of every rank. After a failure
- * of an mpi comm of this process (timeout, abort, MPI error) or one zmpi_note_failure recorded,
- * the barrier waits at most that comm's timeout (at most 60 s) or the recorded grace, then
- * MPI_Abort(MPI_COMM_WORLD, status), which does not return, since MPI_Finalize would wait for
- * the lost rank forever. */
+/* MPI_Finalize (for MPI that zmpi_init initialised), then frees what MPI could still write.
+ * zinc's end of the job runs inside MPI_Finalize, whoever calls it (a callback zmpi_init sets on
+ * MPI_COMM_SELF): an exit notice to every peer, carrying this process's recorded failure if any
+ * (a peer waiting for this rank in a collective, an engine comm's creation or a world broadcast
+ * then fails it instead of timing out or waiting forever), and a barrier of every rank. After a
+ * failure of an mpi comm of this process (timeout, abort, MPI error) or one zmpi_note_failure
+ * recorded, the barrier waits at most that comm's timeout (at most 60 s) or the recorded grace,
+ * then MPI_Abort(MPI_COMM_WORLD, status), which does not return, since MPI_Finalize would wait
+ * for the lost rank forever. */
 void zmpi_finalize(void);
-/* Records a failure of this process that no comm recorded, for zmpi_finalize to act on with
+/* Records a failure of this process that no comm recorded, for the end of the job to act on with
  * `grace_s` (zinc_world_abort on an mpi world with no engine alive: nothing can tell the other
  * ranks, and one of them may be blocked in a collective this process will never join). The
  * first failure recorded wins. */

@@ -21,8 +21,9 @@
  * ZINC_ERR_ABORTED within a poll interval, with the reason. A failed comm fails every later call;
  * requests still in flight are cancelled where MPI allows it (point-to-point) and otherwise left
  * alone, so after a failure the process should wind down rather than keep using MPI heavily.
- * The loop also watches for exit notices, which zmpi_finalize sends to every peer: a rank that
- * ended while this one waits for it fails the wait within ZM_EXIT_GRACE_S.
+ * The loop also watches for exit notices, which the end of the job (zm_end_job, run inside
+ * MPI_Finalize) sends to every peer: a rank that ended while this one waits for it fails the
+ * wait within ZM_EXIT_GRACE_S.
  *
  * Threads: MPI is initialised with MPI_THREAD_SERIALIZED when we initialise it, so collectives
  * (of every comm of the process, not only of one) run on one thread at a time. Abort may come
@@ -55,7 +56,7 @@ enum {
  * already sent (the collective the peer finished just before leaving) this long to arrive, then
  * fails the collective: the peer will never join another. */
 #define ZM_EXIT_GRACE_S 2.0
-/* The longest zmpi_finalize's barrier waits after a failure: a failed comm's timeout beyond it,
+/* The longest zm_end_job's barrier waits after a failure: a failed comm's timeout beyond it,
  * or a failure with no timeout of its own (a world-level wait a peer's exit ended), gets this. */
 #define ZM_FINALIZE_GRACE_MAX_S 60.0
 
@@ -157,7 +158,7 @@ void zmpi_thread_stats(int *in_collective, long *overlaps)
 }
 
 /* Set once any comm of this process fails (timeout, abort, MPI error): the process-wide verdict
- * zmpi_finalize acts on, since the comm itself is destroyed before the world is. */
+ * zm_end_job acts on, since the comm itself is destroyed before the world is. */
 static atomic_int zm_process_failed;
 static char zm_process_why[460];
 static double zm_process_grace_s;            /* the failed comm's timeout, or the grace given */
@@ -175,19 +176,19 @@ void zmpi_note_failure(zinc_status s, const char *why, double grace_s)
 }
 
 /* The process's own duplicate of MPI_COMM_WORLD, made in zmpi_init and used only at the end of
- * the job: the exit notices and the barrier of zmpi_finalize. Its barrier cannot be matched
+ * the job: the exit notices and the barrier of zm_end_job. Its barrier cannot be matched
  * against another collective on MPI_COMM_WORLD that a rank waits in or left pending (an engine's
  * comm duplicate, a world broadcast), which MPI leaves undefined; and it is never freed, so a
  * late notice never meets a later communicator that reused its id. */
 static MPI_Comm zm_exit_comm = MPI_COMM_NULL;
 static pthread_mutex_t zm_exit_mu = PTHREAD_MUTEX_INITIALIZER;
 
-/* Exit notices: zmpi_finalize sends one to every peer before its barrier, so that a peer still
+/* Exit notices: zm_end_job sends one to every peer before its barrier, so that a peer still
  * waiting in a collective learns that this rank is gone (it returned from the script, called
  * sys.exit after catching an error, or failed) instead of waiting out comm_timeout_s, or forever
  * where there is no timeout (zm_wait_world). The message is this process's failure (the text
  * zmpi_note_failure recorded) or empty: who sent it is the news. Seen by the pollers of every
- * comm (zm_poll_exits, on the one thread inside MPI) and drained by zmpi_finalize. */
+ * comm (zm_poll_exits, on the one thread inside MPI) and drained by zm_end_job. */
 static int zm_exit_size;
 static unsigned char *zm_exited;           /* [zm_exit_size] that peer's notice was received */
 static int zm_exit_rank = -1;              /* the first peer seen leaving, or -1 */
@@ -308,7 +309,7 @@ static void zm_gone_why(char *why, size_t n, int gone, int me, const char *what)
 /* Waits for a request over the whole world outside any comm (an engine comm's duplicate, a
  * world broadcast). No deadline, as the blocking call it stands for: the other ranks may be busy
  * elsewhere for as long as they need. But a peer's exit notice ends the wait with
- * ZINC_ERR_ABORTED (recorded for zmpi_finalize): that peer will never join, and the blocking
+ * ZINC_ERR_ABORTED (recorded for zm_end_job): that peer will never join, and the blocking
  * call waited for it forever. On failure the request stays pending: what it writes must be kept
  * (zm_keep). */
 static zinc_status zm_wait_world(MPI_Request *req, const char *what)
@@ -351,6 +352,8 @@ static zinc_status zm_mpi_error(zcomm_t *c, const char *call, const char *file, 
 
 /* ---- process-level entry points ----------------------------------------------------------- */
 
+static int zm_at_finalize(MPI_Comm comm, int key, void *attr, void *extra);
+
 zinc_status zmpi_init(int *rank, int *size, int *we_initialised)
 {
     *rank = 0;
@@ -378,6 +381,11 @@ zinc_status zmpi_init(int *rank, int *size, int *we_initialised)
     if (zm_exit_comm == MPI_COMM_NULL) {
         rc = MPI_Comm_dup(MPI_COMM_WORLD, &zm_exit_comm);
         if (rc == MPI_SUCCESS) MPI_Comm_set_errhandler(zm_exit_comm, MPI_ERRORS_RETURN);
+        /* zinc's end of the job runs inside MPI_Finalize, whoever calls it (zm_at_finalize). */
+        int key = MPI_KEYVAL_INVALID;
+        if (rc == MPI_SUCCESS)
+            rc = MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, zm_at_finalize, &key, NULL);
+        if (rc == MPI_SUCCESS) rc = MPI_Comm_set_attr(MPI_COMM_SELF, key, NULL);
         zm_exit_size = *size;
         zm_exited = calloc((size_t)*size, 1);
         zm_exit_reqs = calloc((size_t)*size, sizeof *zm_exit_reqs);
@@ -386,8 +394,9 @@ zinc_status zmpi_init(int *rank, int *size, int *we_initialised)
     int nomem = !zm_exited || !zm_exit_reqs;
     pthread_mutex_unlock(&zm_exit_mu);
     if (rc != MPI_SUCCESS)
-        return zerr_thread(ZINC_ERR_COMM, "zmpi_init: duplicating MPI_COMM_WORLD failed (code %d)",
-                           rc);
+        return zerr_thread(ZINC_ERR_COMM, "zmpi_init: setting up zinc's end of the job (a "
+                                          "duplicate of MPI_COMM_WORLD, a callback at "
+                                          "MPI_Finalize) failed (code %d)", rc);
     if (nomem) return zerr_thread(ZINC_ERR_NOMEM, "zmpi_init: out of memory");
     return ZINC_OK;
 }
@@ -421,12 +430,11 @@ static void zm_end_exits(int rank)
     MPI_Waitall(zm_exit_size, zm_exit_reqs, MPI_STATUSES_IGNORE);
 }
 
-void zmpi_finalize(void)
+/* zinc's end of an MPI job: the exit notices, then the barrier every rank meets (bounded after a
+ * failure of this process, ending the job with MPI_Abort when a rank does not come), then the
+ * notices not yet received. */
+static void zm_end_job(void)
 {
-    int inited = 0, finalized = 0;
-    MPI_Initialized(&inited);
-    MPI_Finalized(&finalized);
-    if (!inited || finalized) return;
     int failed = atomic_load(&zm_process_failed);
     double grace = zm_process_grace_s > 0 && zm_process_grace_s < ZM_FINALIZE_GRACE_MAX_S
                        ? zm_process_grace_s
@@ -449,12 +457,30 @@ void zmpi_finalize(void)
         MPI_Abort(MPI_COMM_WORLD, failed ? failed : ZINC_ERR_COMM);
     }
     zm_end_exits(me);
-    MPI_Finalize();
-    zm_free_kept();
     free(zm_exited);
     free(zm_exit_reqs);
     zm_exited = NULL;
     zm_exit_reqs = NULL;
+}
+
+/* The delete callback of an attribute zmpi_init sets on MPI_COMM_SELF: MPI_Finalize runs it
+ * first, while MPI still works (MPI standard, "Allowing User Functions at Process Termination").
+ * So zinc's end of the job also runs when the application initialised MPI and finalizes it
+ * itself (a C program, or Python with mpi4py imported first), not only through zmpi_finalize. */
+static int zm_at_finalize(MPI_Comm comm, int key, void *attr, void *extra)
+{
+    zm_end_job();
+    return MPI_SUCCESS;
+}
+
+void zmpi_finalize(void)
+{
+    int inited = 0, finalized = 0;
+    MPI_Initialized(&inited);
+    MPI_Finalized(&finalized);
+    if (!inited || finalized) return;
+    MPI_Finalize();     /* zm_end_job first (zm_at_finalize) */
+    zm_free_kept();
 }
 
 zinc_status zmpi_world_bcast(void *buf, size_t bytes, int root)
@@ -620,7 +646,7 @@ static zinc_status zm_poll_abort(zcomm_t *c, const char *what)
                     what, (unsigned long long)x->seq, c->rank, m.why);
 }
 
-/* A peer that reached zmpi_finalize (its process is ending) and whose data did not come within
+/* A peer that reached MPI_Finalize (its process is ending) and whose data did not come within
  * ZM_EXIT_GRACE_S of its notice: it will never join this collective. The comm fails; no notice
  * is sent, since every other rank got the peer's exit notice too (and the peer's comm is gone). */
 static zinc_status zm_check_exits(zcomm_t *c, const char *what)

@@ -12,4 +12,8 @@ if(ZINC_HAVE_MPI)
   # keeps a hang from stalling CI.
   zinc_mpi_test(NAME comm_mpi SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_mpi.c LIBS MPI::MPI_C NP 4
                 LABELS multirank TIMEOUT 120)
+  # The application owns MPI (its own MPI_Init and MPI_Finalize): a rank's MPI_Finalize still
+  # tells the others, whose comm creation and world broadcast would otherwise wait forever.
+  zinc_mpi_test(NAME comm_mpi_app SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_mpi_app.c
+                LIBS MPI::MPI_C NP 3 LABELS "multirank;fault" TIMEOUT 60)
 endif()

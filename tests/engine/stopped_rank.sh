@@ -1,11 +1,13 @@
 #!/bin/sh
-# stopped_rank.sh MPIEXEC PROGRAM — issue 12: with one rank stopped (SIGSTOP), the others time
-# out, and the whole mpirun must then exit non-zero within a bounded time instead of hanging in
-# MPI_Finalize. `timeout` turns a hang into a failure (exit 124).
+# stopped_rank.sh MPIEXEC PROGRAM [app] — issue 12: with one rank stopped (SIGSTOP), the others
+# time out, and the whole mpirun must then exit non-zero within a bounded time instead of hanging
+# in MPI_Finalize. `timeout` turns a hang into a failure (exit 124). `app`: the program
+# initialises and finalizes MPI itself.
 mpiexec=$1
 prog=$2
+mode=${3:-}
 out=${TMPDIR:-/tmp}/zinc-stopped-rank.$$
-timeout -k 5 45 "$mpiexec" --allow-run-as-root --oversubscribe -n 3 "$prog" >"$out" 2>&1
+timeout -k 5 45 "$mpiexec" --allow-run-as-root --oversubscribe -n 3 "$prog" $mode >"$out" 2>&1
 rc=$?
 fails=0
 cat "$out"

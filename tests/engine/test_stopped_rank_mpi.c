@@ -5,7 +5,12 @@
  * 5 s comm timeout, report it, and then zinc_world_destroy must end the job (MPI_Abort) instead
  * of waiting in MPI_Finalize for the stopped rank. The script checks that mpirun exits non-zero
  * in bounded time and that every live rank printed its line.
+ *
+ * With the argument `app` the program owns MPI: it calls MPI_Init_thread before creating the
+ * world and MPI_Finalize after destroying it (zinc_world_destroy then leaves MPI alone). Its
+ * MPI_Finalize must end the job the same way: zinc's end of the job runs inside it.
  */
+#include <mpi.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,8 +18,14 @@
 
 #include "toy.h"
 
-int main(void)
+int main(int argc, char **argv)
 {
+    int app = argc > 1 && strcmp(argv[1], "app") == 0;
+    int provided = 0;
+    if (app && MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS) {
+        fprintf(stderr, "stopped_rank: MPI_Init_thread failed\n");
+        return 1;
+    }
     zinc_world_t *w = NULL;
     zinc_status s = zinc_world_create_mpi(&w);
     if (s != ZINC_OK) {
@@ -49,6 +60,8 @@ int main(void)
     fflush(stdout);
     zinc_engine_destroy(e);
     zinc_world_destroy(w);   /* must not return after a failure: MPI_Abort */
-    printf("stopped_rank: rank %d: zinc_world_destroy returned\n", rank);
+    if (app) MPI_Finalize(); /* the application's: the same */
+    printf("stopped_rank: rank %d: %s returned\n", rank,
+           app ? "MPI_Finalize" : "zinc_world_destroy");
     return s == ZINC_OK ? 0 : 2;
 }

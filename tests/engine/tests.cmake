@@ -69,12 +69,18 @@ zinc_test(NAME engine_usage_abort SOURCES ${ZINC_ENGINE_TEST_DIR}/test_usage_abo
 # bounded time — zinc_world_destroy ends the job with MPI_Abort instead of MPI_Finalize.
 if(ZINC_HAVE_MPI)
   add_executable(engine_stopped_rank_mpi ${ZINC_ENGINE_TEST_DIR}/test_stopped_rank_mpi.c)
-  target_link_libraries(engine_stopped_rank_mpi PRIVATE zinc_toy zinc_testutil zinc_core)
+  target_link_libraries(engine_stopped_rank_mpi PRIVATE zinc_toy zinc_testutil zinc_core
+                                                        MPI::MPI_C)
   target_compile_options(engine_stopped_rank_mpi PRIVATE ${ZINC_WARNINGS})
   add_test(NAME engine_stopped_rank_mpi
            COMMAND sh ${ZINC_ENGINE_TEST_DIR}/stopped_rank.sh ${MPIEXEC_EXECUTABLE}
                    $<TARGET_FILE:engine_stopped_rank_mpi>)
-  set_tests_properties(engine_stopped_rank_mpi PROPERTIES LABELS "multirank;fault" TIMEOUT 60
+  # The same with the program owning MPI: its own MPI_Finalize must end the job alike.
+  add_test(NAME engine_stopped_rank_app_mpi
+           COMMAND sh ${ZINC_ENGINE_TEST_DIR}/stopped_rank.sh ${MPIEXEC_EXECUTABLE}
+                   $<TARGET_FILE:engine_stopped_rank_mpi> app)
+  set_tests_properties(engine_stopped_rank_mpi engine_stopped_rank_app_mpi PROPERTIES
+                       LABELS "multirank;fault" TIMEOUT 60
                        ENVIRONMENT "OMPI_MCA_btl_vader_single_copy_mechanism=none")
 endif()
 
