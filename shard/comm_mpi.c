@@ -221,24 +221,6 @@ static int zm_poll_exits(void)
     return zm_exit_rank;
 }
 
-/* Do all ranks reach this point within `grace_s` (INFINITY: however long it takes)? A
- * non-blocking barrier on zm_exit_comm, polled with a deadline. */
-static int zm_all_arrive(double grace_s)
-{
-    MPI_Request req = MPI_REQUEST_NULL;
-    MPI_Comm comm = zm_exit_comm != MPI_COMM_NULL ? zm_exit_comm : MPI_COMM_WORLD;
-    if (MPI_Ibarrier(comm, &req) != MPI_SUCCESS) return 0;
-    double deadline = MPI_Wtime() + grace_s;
-    for (;;) {
-        int done = 0;
-        if (MPI_Test(&req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) return 0;
-        if (done) return 1;
-        if (MPI_Wtime() > deadline) return 0;
-        struct timespec ts = {0, 1000000L};
-        nanosleep(&ts, NULL);
-    }
-}
-
 /* Memory MPI may still use after a wait gave up on it: the buffer of an abort notice whose sends
  * did not complete, the new communicator of an MPI_Comm_idup or the staging of an MPI_Ibcast
  * that a peer's exit left pending (collective requests cannot be cancelled). Freed by
@@ -286,6 +268,23 @@ static void zm_pause(long spin)
     }
 }
 
+/* Do all ranks reach this point within `grace_s` (INFINITY: however long it takes)? A
+ * non-blocking barrier on zm_exit_comm (zm_end_job runs only where zmpi_init made it), polled
+ * with a deadline. */
+static int zm_all_arrive(double grace_s)
+{
+    MPI_Request req = MPI_REQUEST_NULL;
+    if (MPI_Ibarrier(zm_exit_comm, &req) != MPI_SUCCESS) return 0;
+    double deadline = MPI_Wtime() + grace_s;
+    for (long spin = 0;; spin++) {
+        int done = 0;
+        if (MPI_Test(&req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) return 0;
+        if (done) return 1;
+        if (MPI_Wtime() > deadline) return 0;
+        zm_pause(spin);
+    }
+}
+
 /* The first peer whose exit notice came more than ZM_EXIT_GRACE_S ago (it will never join
  * another call, and the data it sent before leaving had time to arrive), or -1. */
 static int zm_peer_gone(void)
@@ -294,11 +293,11 @@ static int zm_peer_gone(void)
     return gone >= 0 && MPI_Wtime() > zm_exit_deadline ? gone : -1;
 }
 
-/* The reason a wait of rank `me` in `what` failed because peer `gone` ended its process, with
- * the failure that ended it when its notice carried one. */
+/* The reason a wait of rank `me` in `what` failed because peer `gone` (zm_peer_gone's) ended
+ * its process, with the failure that ended it when its notice carried one. */
 static void zm_gone_why(char *why, size_t n, int gone, int me, const char *what)
 {
-    if (gone == zm_exit_rank && zm_exit_why[0])
+    if (zm_exit_why[0])
         snprintf(why, n, "rank %d ended its process after a failure while rank %d waits in %s, "
                  "which it will never join: %s", gone, me, what, zm_exit_why);
     else
@@ -404,7 +403,7 @@ zinc_status zmpi_init(int *rank, int *size, int *we_initialised)
 /* The exit notice to every peer (non-blocking; drained in zm_end_exits). */
 static void zm_send_exits(int rank)
 {
-    if (zm_exit_comm == MPI_COMM_NULL || !zm_exit_reqs) return;
+    if (!zm_exit_reqs) return;
     /* The failure's text, if any: once recorded it never changes, so it can be the send buffer. */
     pthread_mutex_lock(&zm_process_mu);
     int len = atomic_load(&zm_process_failed) ? (int)strlen(zm_process_why) + 1 : 0;
@@ -419,7 +418,7 @@ static void zm_send_exits(int rank)
  * this rank's own delivered, so that MPI_Finalize finds nothing pending. */
 static void zm_end_exits(int rank)
 {
-    if (zm_exit_comm == MPI_COMM_NULL || !zm_exited || !zm_exit_reqs) return;
+    if (!zm_exited || !zm_exit_reqs) return;
     for (int q = 0; q < zm_exit_size; q++)
         if (q != rank && !zm_exited[q]) {
             char why[sizeof zm_exit_why];
