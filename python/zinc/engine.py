@@ -75,7 +75,7 @@ import weakref
 
 import torch
 
-from . import _memory, _torch_dist
+from . import _memory, _torch_dist, _zero_init
 from . import dataloader as _dataloader
 from ._optimizer import _Optimizer, _Scheduler, _client_optimizer, _parameter_groups, _scalar
 from ._lib import (ZINC_ERR_ABORTED, ZINC_ERR_TIMEOUT, EngineOptions, LoadOptions, SaveOptions,
@@ -377,6 +377,10 @@ class Engine(torch.nn.Module):
             text, path = None, os.fsencode(config)
         # model_parameters (tensors or param groups) checked before zinc holds anything.
         pgs = _parameter_groups(model_parameters, self._cfg, _client_scheduler)
+        # Parameters zero.Init partitioned: a write since then would be lost (_zero_init.py).
+        for n, p in model.named_parameters():
+            if _zero_init.held(p) is not None:
+                _zero_init.check_untouched(p, n)
         wanted = pgs.wanted
         self._pgs = pgs
         # zinc's device is the model's: the CPU, or one CUDA device (meta, mps, ... are refused
@@ -475,13 +479,26 @@ class Engine(torch.nn.Module):
         # As DeepSpeed's initialize (its _broadcast_model): every rank takes rank 0's parameters,
         # trained or not, so the script need not seed the ranks alike (nor load a pretrained
         # model on every rank).
+        # A parameter zero.Init partitioned has rank 0's values in pieces over the ranks: they
+        # are put together (one parameter at a time) and it keeps its one-element mark until
+        # zinc's views or stage 3's empty tensor replace it below.
+        partitioned = set()
         for _, params in self._groups:
             for pid, name, p in params:
-                # zinc_param_set reads HOST fp32 values (a CUDA tensor's copy is synchronous).
-                src = p.detach().to("cpu", torch.float32).contiguous()
-                self._broadcast(src, 0)
+                if _zero_init.held(p) is not None:
+                    src = _zero_init.gather(p).to(torch.float32).contiguous()
+                    _zero_init.release(p)
+                    partitioned.add(id(p))
+                else:
+                    # zinc_param_set reads HOST fp32 values (a CUDA tensor's copy is synchronous).
+                    src = p.detach().to("cpu", torch.float32).contiguous()
+                    self._broadcast(src, 0)
                 self._call(lib.zinc_param_set(e, pid, ctypes.c_void_p(src.data_ptr())))
-        self._broadcast_into(list(self._untrained_params().values()), 0)
+        untrained = list(self._untrained_params().values())
+        for p in untrained:                  # zinc does not shard these: whole again
+            if _zero_init.held(p) is not None:
+                _zero_init.restore(p)
+        self._broadcast_into(untrained, 0)
         # zinc -> torch: the values set (and finalize's zeroing) are complete before torch
         # reads zinc's views.
         self._zinc_then_torch()
@@ -504,7 +521,10 @@ class Engine(torch.nn.Module):
         else:
             for _, params in self._groups:
                 for _, _, p in params:
-                    p.data = p.data.to(_TORCH_DTYPE[self._code])
+                    # A partitioned parameter's mark cast without materializing it: its shape
+                    # must read right until _watch_gradients has its gradient accumulator.
+                    p.data = (_zero_init.mark(p.shape, _TORCH_DTYPE[self._code], p.device)
+                              if id(p) in partitioned else p.data.to(_TORCH_DTYPE[self._code]))
         if self._code != 0:
             # As DeepSpeed's engine (_cast_module_mixed_precision): with fp16/bf16 every
             # floating-point parameter of the module computes in that dtype, the ones zinc does

@@ -21,17 +21,30 @@ engine's _context_enter/_context_exit):
   too.
 - Collective (every rank enters with the same parameters); engine.step() and load_checkpoint()
   inside raise, as does modifier_rank inside a forward, or the context inside a backward.
-- Parameters no engine holds (before zinc.initialize): a no-op, as DeepSpeed's for parameters
-  not partitioned. zinc.initialize takes rank 0's parameters, as DeepSpeed's does, so a model
-  built or loaded on rank 0 inside this context reaches every rank there.
+- Parameters Init partitioned (before zinc.initialize): their full values inside, put together
+  from the pieces; with modifier_rank that rank's values are cut into the new pieces at the
+  exit, without it the pieces stay as they were (a write is dropped, as DeepSpeed's).
+- Parameters neither holds: a no-op, as DeepSpeed's for parameters not partitioned.
+  zinc.initialize takes rank 0's parameters, as DeepSpeed's does, so a model built or loaded on
+  rank 0 inside this context reaches every rank there.
 
-Init is accepted as a no-op context: zinc builds the model whole on each rank and shards it at
-initialize (its peak memory at construction is the full model's), with a warning on rank 0.
+Init partitions the model while it is built, as DeepSpeed's: at the end of each module's
+constructor its parameters are cut into one piece per rank (rank 0's values), each rank keeping
+its own, so that no rank ever holds more of the model than its pieces and the one parameter
+being cut (_zero_init.py). initialize puts each parameter together from the pieces, one at a
+time, to hand it to zinc. Between the two a partitioned parameter is a one-element NaN seen with
+its shape: writing it (an init pass of an enclosing constructor) goes through Module.apply,
+which Init makes gather each module's parameters for the function and keep rank 0's result, or
+through GatheredParameters(modifier_rank=0); a write any other way raises, in torch or at
+initialize. Where the launcher's world cannot broadcast before an engine exists (torchrun or
+srun without MPI), Init leaves the model whole, with a warning on rank 0.
 """
+import functools
 import warnings
 
 import torch
 
+from . import _zero_init
 from . import engine as _engine
 from ._lib import lib
 from .engine import register_external_parameter
@@ -59,6 +72,7 @@ class GatheredParameters:
     def __init__(self, params, modifier_rank=None, fwd_module=None, enabled=True):
         self.enabled = bool(enabled)
         self._open = []
+        self._parts = []        # parameters zero.Init partitioned, full inside the context
         self.params = []
         if not self.enabled:
             return
@@ -77,9 +91,20 @@ class GatheredParameters:
     def __enter__(self):
         if not self.enabled:
             return None
+        parts = [p for p in self.params if _zero_init.held(p) is not None]
+        if parts and self.modifier_rank is not None:
+            size = _zero_init.world_rank_size()[1]
+            if not 0 <= self.modifier_rank < size:
+                raise ValueError(f"zinc.zero.GatheredParameters: modifier_rank "
+                                 f"{self.modifier_rank} is outside the world's ranks 0..{size - 1}")
+        for p in parts:          # before any collective: every rank raises alike
+            _zero_init.check_untouched(p)
         try:
             for eng, held in _owners(self.params):
                 self._open.append((eng, eng._context_enter(held, self.modifier_rank)))
+            for p in parts:
+                _zero_init.open_full(p)
+                self._parts.append(p)
         except BaseException:
             self._close(failed=True)
             raise
@@ -94,20 +119,33 @@ class GatheredParameters:
         """Each engine's _context_exit, in the order entered; with an exception inside the
         context nothing is broadcast (the other ranks may not be here)."""
         opened, self._open = self._open, []
+        parts, self._parts = self._parts, []
         first = None
         for eng, rec in opened:
             try:
                 eng._context_exit(rec, failed or first is not None)
             except Exception as ex:  # noqa: BLE001 — close them all, raise the first error
                 first = first or ex
+        try:
+            _zero_init.close_full(parts, None if failed or first is not None
+                                  else self.modifier_rank)
+        except Exception as ex:  # noqa: BLE001
+            first = first or ex
         if first is not None and not failed:
             raise first
 
 
 class Init:
-    """DeepSpeed's zero.Init, accepted as a no-op context (see the module's docstring).
-    zero_quantized_weights, which would change the weights' values, raises."""
+    """DeepSpeed's zero.Init (see the module's docstring): the parameters of each module built
+    inside are partitioned over the ranks at the end of its constructor (_zero_init.py).
+    zero_quantized_weights, which would change the weights' values, raises. The other arguments
+    are accepted: the pieces keep the dtype and device the parameters were built with (zinc
+    casts to the config's precision at initialize), and zinc's sharding is over every rank."""
 
+    _depth = 0            # Init contexts open (nested ones add nothing)
+    _partitioning = False  # whether the open contexts partition (False: the world cannot)
+    _patched = {}          # class -> its own __init__ before Init wrapped it
+    _init_subclass = None  # (had one, Module's own __init_subclass__) while patched
     _warned = False
 
     def __init__(self, module=None, data_parallel_group=None, mem_efficient_linear=True,
@@ -118,16 +156,158 @@ class Init:
         if enabled and (zero_quantized_weights or zero_quantized_nontrainable_weights):
             raise NotImplementedError("zinc.zero.Init(zero_quantized_weights=True): zinc keeps "
                                       "the weights unquantized")
-        if enabled and not Init._warned:
-            Init._warned = True
-            if lib.zinc_world_rank(_engine._launcher_world()) <= 0:
-                warnings.warn("zinc.zero.Init: zinc builds the model whole on each rank and "
-                              "shards it at zinc.initialize (rank 0's weights), so construction "
-                              "needs the full model's memory on each rank", RuntimeWarning,
-                              stacklevel=2)
+        self.enabled = bool(enabled)
+        self._entered = False
+        if self.enabled and module is not None:      # DeepSpeed's form for a built model
+            with self:
+                if Init._partitioning:
+                    _zero_init.partition_module(module)
 
     def __enter__(self):
+        if not self.enabled or self._entered:
+            return self
+        if Init._depth == 0:
+            Init._partitioning = _zero_init.can_partition()
+            if Init._partitioning:
+                _patch()
+            elif not Init._warned:
+                Init._warned = True
+                if lib.zinc_world_rank(_engine._launcher_world()) <= 0:
+                    warnings.warn("zinc.zero.Init: this launcher's world cannot broadcast "
+                                  "before an engine exists (only mpirun's MPI world can), so "
+                                  "the model is built whole on each rank and sharded at "
+                                  "zinc.initialize", RuntimeWarning, stacklevel=2)
+        Init._depth += 1
+        self._entered = True
         return self
 
     def __exit__(self, exc_type, exc, tb):
+        if self._entered:
+            self._entered = False
+            Init._depth -= 1
+            if Init._depth == 0 and Init._partitioning:
+                _unpatch()
         return False
+
+
+class _WriteAfterPartition(RuntimeError):
+    """A constructor wrote a parameter zero.Init had partitioned (the write would be lost)."""
+
+
+# id(module) -> how many of its classes' constructors are running (a subclass's __init__ calls
+# its base's): the module is partitioned when the outermost returns.
+_building = {}
+
+
+def _wrap_init(orig):
+    @functools.wraps(orig)
+    def __init__(self, *args, **kwargs):
+        if not (Init._depth and Init._partitioning):
+            return orig(self, *args, **kwargs)
+        key = id(self)
+        _building[key] = _building.get(key, 0) + 1
+        try:
+            orig(self, *args, **kwargs)
+        except RuntimeError as ex:
+            # torch's words for an in-place write to a partitioned parameter's mark
+            if "written-to tensor" in str(ex) and not isinstance(ex, _WriteAfterPartition):
+                raise _WriteAfterPartition(
+                    f"zinc.zero.Init: {type(self).__name__}'s constructor wrote a parameter that "
+                    "zinc.zero.Init had already partitioned at the end of its own module's "
+                    "constructor (an init_weights pass over submodules, say): do that write "
+                    "through self.apply(fn) or inside zinc.zero.GatheredParameters(params, "
+                    "modifier_rank=0), or build the model outside zinc.zero.Init (torch said: "
+                    f"{ex})") from ex
+            raise
+        finally:
+            left = _building.pop(key) - 1
+            if left:
+                _building[key] = left
+        if not left:
+            _zero_init.partition_module(self)
+
+    __init__._zinc_orig = orig
+    return __init__
+
+
+def _wrap_class(cls):
+    orig = cls.__dict__.get("__init__")
+    if orig is not None and not hasattr(orig, "_zinc_orig") and cls not in Init._patched:
+        Init._patched[cls] = orig
+        cls.__init__ = _wrap_init(orig)
+
+
+def _subclasses(cls):
+    out, todo = [], [cls]
+    while todo:
+        for sub in todo.pop().__subclasses__():
+            out.append(sub)
+            todo.append(sub)
+    return out
+
+
+def _patch():
+    """Wraps the constructor of every torch.nn.Module class, and of those defined while Init is
+    open (__init_subclass__), as DeepSpeed's Init does. A class defined inside keeps its
+    wrapper after the exit; the wrapper then only calls the constructor."""
+    for cls in _subclasses(torch.nn.Module):
+        if not issubclass(cls, _engine.Engine):    # initialize inside Init: zinc's, not a model
+            _wrap_class(cls)
+    own = torch.nn.Module.__dict__.get("__init_subclass__")
+    Init._init_subclass = (own is not None, own)
+
+    def init_subclass(cls, **kwargs):
+        if own is not None:
+            own.__get__(None, cls)(**kwargs)
+        else:
+            super(torch.nn.Module, cls).__init_subclass__(**kwargs)
+        orig = cls.__dict__.get("__init__")
+        if orig is not None and not hasattr(orig, "_zinc_orig"):
+            cls.__init__ = _wrap_init(orig)
+
+    torch.nn.Module.__init_subclass__ = classmethod(init_subclass)
+    torch.nn.Module.apply = _apply_gathered
+
+
+_module_apply = torch.nn.Module.apply
+
+
+def _apply_gathered(module, fn):
+    """Module.apply while Init is open, as DeepSpeed's (its zero config's override_module_apply,
+    true by default): fn sees each module's own partitioned parameters whole (an init_weights
+    pass of an enclosing constructor, `self.apply(self._init_weights)`), and rank 0's values
+    after it are cut into the new pieces, as GatheredParameters(modifier_rank=0) would."""
+    if getattr(fn, "_zinc_gathering", False):      # torch's apply recursing into the children
+        return _module_apply(module, fn)
+
+    def each(mod):
+        parts = [p for p in mod.parameters(recurse=False) if _zero_init.held(p) is not None]
+        if not parts:
+            return fn(mod)
+        for p in parts:
+            _zero_init.check_untouched(p)
+        for p in parts:
+            _zero_init.open_full(p)
+        try:
+            fn(mod)
+        except BaseException:
+            _zero_init.close_full(parts, None)
+            raise
+        _zero_init.close_full(parts, 0)
+        return None
+
+    each._zinc_gathering = True
+    return _module_apply(module, each)
+
+
+def _unpatch():
+    for cls, orig in Init._patched.items():
+        cls.__init__ = orig
+    Init._patched = {}
+    torch.nn.Module.apply = _module_apply
+    had, own = Init._init_subclass
+    if had:
+        torch.nn.Module.__init_subclass__ = own
+    else:
+        del torch.nn.Module.__init_subclass__
+    Init._init_subclass = None

@@ -30,6 +30,7 @@ fails the run (exit 1) when it does not hold:
 Exit 77 when torch is not importable.
 """
 import ctypes
+import os
 import sys
 import warnings
 
@@ -131,9 +132,52 @@ def raises(kind, fn):
     return None
 
 
+def storage_bytes(t):
+    """The bytes of the storage a tensor's data lives in."""
+    d = t.data
+    if hasattr(d, "untyped_storage"):
+        return d.untyped_storage().nbytes()
+    return d.storage().size() * d.element_size()
+
+
+def init_memory(world):
+    """zero.Init's memory at `world` ranks: the RSS a model built inside keeps is about 1/world
+    of the model's bytes (the pieces), measured beside the same model built whole, which keeps
+    all of them (so the measure is seen to count the parameters). malloc_trim first, so that
+    free heap pages from before are not reused unseen."""
+    trim = ctypes.CDLL(None).malloc_trim
+
+    def rss():
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+    def layers():
+        return torch.nn.Sequential(*[torch.nn.Linear(512, 512) for _ in range(32)])
+
+    trim(0)
+    before = rss()
+    with zinc.zero.Init():
+        model = layers()
+    kept_init = rss() - before
+    full = sum(p.numel() * p.element_size() for p in model.parameters())
+    del model
+    trim(0)
+    before = rss()
+    model = layers()
+    kept_whole = rss() - before
+    del model
+    bound = (1 / world + 0.25) * full
+    check(f"zero.Init at {world} ranks keeps under (1/{world} + 1/4) of the model's bytes",
+          kept_whole >= 0.9 * full and kept_init < bound,
+          f"built in Init {kept_init / 2**20:.1f} MiB, whole {kept_whole / 2**20:.1f} MiB, "
+          f"model {full / 2**20:.1f} MiB, bound {bound / 2**20:.1f} MiB")
+
+
 def main():
     stage = int(sys.argv[1])
     world = zinc.world_size()
+    if world > 1:
+        init_memory(world)
     # ---- rank 0's parameters at initialize ---------------------------------------------------
     engine, _ = build(stage, seed=0)
     rank = engine.global_rank
@@ -265,31 +309,121 @@ def main():
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
         with zinc.zero.Init(enabled=False):
-            pass
-        quiet = len(w) == 0
+            whole = Net()
         with zinc.zero.Init(config_dict_or_path=cfg(stage)):
             torch.manual_seed(0 if rank == 0 else 20 + rank)
             model = Net()
         said = [str(x.message) for x in w if issubclass(x.category, RuntimeWarning)]
-    check("zero.Init: no warning when disabled, one on rank 0 when enabled",
-          quiet and (len(said) == 1 if rank == 0 else not said), str(said))
+    check("zero.Init: no warning (mpirun's world and a world of one partition)", not said,
+          str(said))
+    check("zero.Init(enabled=False): the model is built whole",
+          all(storage_bytes(p) == p.numel() * p.element_size() for p in whole.parameters()))
+    torch.manual_seed(0)
+    want = Net()                        # rank 0's model
+    cut = []
+    for (n, p), q in zip(model.named_parameters(), want.parameters()):
+        h = p._zinc_held
+        chunk = -(-q.numel() // world)
+        lo, hi = min(q.numel(), rank * chunk), min(q.numel(), (rank + 1) * chunk)
+        cut.append(p.shape == q.shape and storage_bytes(p) == p.element_size()
+                   and bool(torch.isnan(p.data.reshape(-1)[:1]).all())
+                   and torch.equal(h.piece, q.detach().reshape(-1)[lo:hi]))
+    check("zero.Init partitions every parameter (frozen too) at its module's construction: "
+          "param.data is one NaN element seen with the shape, and this rank keeps its piece of "
+          "rank 0's values", all(cut) and len(cut) == 7, str(cut))
     msg = raises(NotImplementedError, lambda: zinc.zero.Init(zero_quantized_weights=True))
     check("zero.Init(zero_quantized_weights=True): NotImplementedError", msg is not None)
-    with zinc.zero.GatheredParameters(model.a.weight, modifier_rank=0):   # no engine: a no-op
+    msg = raises(ValueError, lambda: zinc.zero.GatheredParameters(model.a.weight,
+                                                                  modifier_rank=world).__enter__())
+    check("GatheredParameters over a partitioned parameter: modifier_rank outside the world "
+          "raises ValueError", msg is not None and "modifier_rank" in msg, str(msg))
+    with zinc.zero.GatheredParameters(model.a.weight, modifier_rank=0):   # no engine yet
+        inside = model.a.weight.detach().clone()
         if rank == 0:
             with torch.no_grad():
                 model.a.weight.fill_(0.125)
+    with zinc.zero.GatheredParameters(model.b.weight):     # no modifier: a write is dropped
+        with torch.no_grad():
+            model.b.weight.fill_(7.0)
+    check("GatheredParameters over partitioned parameters: the full values inside, the "
+          "partition again after", torch.equal(inside, want.a.weight.detach())
+          and storage_bytes(model.a.weight) == model.a.weight.element_size())
     engine, _, _, _ = zinc.initialize(model=model, config=cfg(stage))
-    torch.manual_seed(0)
-    want = Net()                        # rank 0's model
     with torch.no_grad():
         want.a.weight.fill_(0.125)
     sd = engine.module_state_dict()
-    check("a model changed on rank 0 before initialize starts with rank 0's values, frozen "
-          "parameter too", all(torch.equal(sd[k], v.to(torch.bfloat16))
-                               for k, v in want.state_dict().items())
+    check("a model built in zero.Init and changed on rank 0 inside GatheredParameters "
+          "(modifier_rank=0) starts with rank 0's values, frozen parameter too, and the write "
+          "without modifier_rank is dropped", all(torch.equal(sd[k], v.to(torch.bfloat16))
+                                                  for k, v in want.state_dict().items())
           and torch.equal(model.scale.detach(), want.scale.detach().to(torch.bfloat16)))
     engine.close()
+
+    with zinc.zero.Init():
+        torch.manual_seed(0 if rank == 0 else 30 + rank)
+        model = Net()
+    engine, _, _, _ = zinc.initialize(model=model, config=cfg(stage))
+    losses, final = train(engine)
+    check("a model built in zero.Init (the ranks seeded apart) trains bit for bit as the one "
+          "built whole", losses == ref_losses and same(final, ref_final),
+          f"{losses} vs {ref_losses}")
+    engine.close()
+
+    def halve(mod):
+        if isinstance(mod, torch.nn.Linear):
+            with torch.no_grad():
+                mod.weight.mul_(0.5)
+
+    class Post(Net):
+        """An init pass in the enclosing constructor, after the submodules were partitioned:
+        written directly, inside GatheredParameters, or through Module.apply."""
+
+        def __init__(self, gathered):
+            super().__init__()
+            if gathered == "apply":
+                self.apply(halve)
+                return
+            with zinc.zero.GatheredParameters(list(self.parameters()), modifier_rank=0,
+                                              enabled=gathered):
+                with torch.no_grad():
+                    self.b.weight.mul_(0.5)
+                    self.scale.add_(1.0)          # not partitioned yet: Post's own parameter
+
+    with zinc.zero.Init():
+        msg = raises(RuntimeError, lambda: Post(gathered=False))
+    check("zero.Init: an enclosing constructor writing a partitioned parameter outside "
+          "GatheredParameters raises, naming the way", msg is not None
+          and "GatheredParameters" in msg and "Post" in msg, str(msg))
+    with zinc.zero.Init():
+        torch.manual_seed(0)
+        model = Post(gathered=True)
+    engine, _, _, _ = zinc.initialize(model=model, config=cfg(stage))
+    torch.manual_seed(0)
+    want = Post(gathered=True)
+    sd = engine.module_state_dict()
+    check("zero.Init: the same write inside GatheredParameters(modifier_rank=0) gives the "
+          "model built whole", all(torch.equal(sd[k], v.to(torch.bfloat16))
+                                   for k, v in want.state_dict().items()))
+    engine.close()
+    with zinc.zero.Init():
+        torch.manual_seed(0 if rank == 0 else 40 + rank)
+        model = Post(gathered="apply")
+    engine, _, _, _ = zinc.initialize(model=model, config=cfg(stage))
+    torch.manual_seed(0)
+    want = Post(gathered="apply")
+    sd = engine.module_state_dict()
+    check("zero.Init: Module.apply in an enclosing constructor sees each module's parameters "
+          "whole and keeps rank 0's result (DeepSpeed's override_module_apply)",
+          all(torch.equal(sd[k], v.to(torch.bfloat16)) for k, v in want.state_dict().items())
+          and torch.nn.Module.apply is zinc.zero._module_apply)
+    engine.close()
+    with zinc.zero.Init():
+        model = Net()
+    with torch.no_grad():
+        model.head.bias.zero_()                      # a write torch lets through: caught
+    msg = raises(RuntimeError, lambda: zinc.initialize(model=model, config=cfg(stage)))
+    check("a partitioned parameter written after construction: initialize raises naming it",
+          msg is not None and "'head.bias'" in msg and "GatheredParameters" in msg, str(msg))
 
     print(f"{len(failures)} failed" if failures else "all passed")
     return 1 if failures else 0

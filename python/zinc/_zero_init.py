@@ -1,0 +1,252 @@
+"""_zero_init.py — the parameters zinc.zero.Init partitioned at construction: what each rank keeps
+of them until zinc.initialize hands their values to an engine.
+
+Why: without it every rank builds the whole model before initialize shards it, so construction
+needs the full model's memory on each rank. Inside zinc.zero.Init, at the end of each module's
+constructor, every floating-point parameter of the module not yet partitioned is:
+- made the same on every rank: rank 0's values are broadcast (as DeepSpeed's Init does, so the
+  ranks need not be seeded alike; initialize takes rank 0's values in any case);
+- cut into world-size equal pieces of its flattened values (the last ones shorter or empty), of
+  which this rank keeps piece `rank` (`Held.piece`, in the parameter's dtype and device);
+- left with a one-element "mark" in place of its data: `param.data` is that element seen with
+  the parameter's shape and zero strides, so the shape, dtype and device still read right, the
+  memory is one element, and the element is NaN so that a forward run on the unbuilt model
+  gives NaN rather than plausible numbers.
+
+A write to a partitioned parameter would be lost (the values are in the pieces), so it is made
+to show: most in-place ops on a zero-stride tensor raise in torch ("more than one element of the
+written-to tensor refers to a single memory location"), and the rest (fill_, zero_, a slice
+written) change the NaN, which `check_untouched` finds before initialize or GatheredParameters
+read the pieces. Writes after partitioning go through Module.apply (which Init wraps) or inside
+zinc.zero.GatheredParameters (zero.py): both gather the pieces into a full `param.data` and cut
+rank 0's (modifier_rank's) values into new pieces afterwards.
+
+Collectives go through zinc's launcher world (zinc_world_broadcast: mpirun's MPI world, or a
+world of one). Every rank must build the same modules in the same order, as under DeepSpeed.
+"""
+import ctypes
+import math
+
+import torch
+
+from ._lib import ZINC_ERR_UNSUPPORTED, check, lib
+
+
+class Held:
+    """What a partitioned parameter carries (as `param._zinc_held`)."""
+    __slots__ = ("shape", "numel", "piece", "mark", "where")
+
+    def __init__(self, shape, numel, piece, mark, where):
+        self.shape = shape      # the parameter's shape (torch.Size)
+        self.numel = numel
+        self.piece = piece      # this rank's piece of the flattened values (1-D)
+        self.mark = mark        # what param.data is: one NaN element seen with the shape
+        self.where = where      # "ClassName.attribute", for messages before names are known
+
+
+# glibc's malloc_trim, called after each module is partitioned. Why: the parameter a module's
+# constructor allocated is freed once cut, but the smaller piece kept is often placed inside
+# the freed block, so the heap cannot shrink and the next parameter takes new memory: at 4 ranks
+# a 64 MiB model built in Init kept 70 MiB without it, 21 MiB with it (docs/python.md).
+# malloc_trim gives the free pages inside the heap back. Absent outside glibc: not called.
+try:
+    _trim = ctypes.CDLL(None).malloc_trim
+except (OSError, AttributeError):
+    _trim = None
+
+
+def _world():
+    from .engine import _launcher_world     # engine imports this module: resolved at call time
+    return _launcher_world()
+
+
+def world_rank_size():
+    w = _world()
+    return max(0, lib.zinc_world_rank(w)), lib.zinc_world_size(w)
+
+
+def can_partition():
+    """Whether the launcher's world broadcasts outside an engine (mpirun's MPI world, or a world
+    of one). Under torchrun or srun without MPI it does not (the NCCL world exists only inside
+    an engine): Init then leaves the model whole. Collective in an MPI world (a broadcast of
+    nothing), so every rank must ask."""
+    w = _world()
+    if lib.zinc_world_size(w) == 1:
+        return True
+    dummy = ctypes.c_char()
+    status = lib.zinc_world_broadcast(w, ctypes.byref(dummy), 0, 0)
+    if status == 0:
+        return True
+    if status == ZINC_ERR_UNSUPPORTED:
+        return False
+    check(status)
+    return False
+
+
+def _bcast(t, root):
+    """A contiguous CPU tensor's bytes from rank `root` to every rank. Collective."""
+    w = _world()
+    if lib.zinc_world_size(w) > 1 and t.numel():
+        check(lib.zinc_world_broadcast(w, ctypes.c_void_p(t.data_ptr()),
+                                       t.numel() * t.element_size(), root))
+
+
+def held(p):
+    return getattr(p, "_zinc_held", None)
+
+
+def partitionable(p):
+    return (held(p) is None and p.is_floating_point() and p.numel() > 0
+            and not isinstance(p, torch.nn.parameter.UninitializedParameter))
+
+
+def _piece_bounds(numel, rank, size):
+    chunk = math.ceil(numel / size)
+    return min(numel, rank * chunk), min(numel, (rank + 1) * chunk), chunk
+
+
+def mark(shape, dtype, device):
+    """A one-element NaN seen with `shape` and zero strides."""
+    return torch.full((1,), float("nan"), dtype=dtype, device=device).as_strided(
+        shape, (0,) * len(shape))
+
+
+def _set_mark(p, shape, dtype, device):
+    p.data = mark(shape, dtype, device)
+    return p.data
+
+
+def partition(p, where):
+    """Partitions one parameter (see the module's docstring). Collective."""
+    rank, size = world_rank_size()
+    with torch.no_grad():
+        flat = p.detach().reshape(-1)
+        if size > 1:
+            host = flat.to("cpu").contiguous()
+            if host.data_ptr() == flat.data_ptr():
+                host = host.clone()            # the broadcast must not write the parameter
+            _bcast(host, 0)
+            flat = host.to(p.device)
+        lo, hi, _ = _piece_bounds(flat.numel(), rank, size)
+        piece = flat[lo:hi].clone()
+        shape, numel = p.shape, p.numel()
+        mark = _set_mark(p, shape, p.dtype, p.device)
+    p._zinc_held = Held(shape, numel, piece, mark, where)
+
+
+def partition_module(mod):
+    """At the end of a module's constructor: its parameters, its submodules' included (a
+    parameter given to a submodule after the submodule was built), not yet partitioned."""
+    cut = False
+    for name, p in mod.named_parameters():
+        if partitionable(p):
+            partition(p, f"{type(mod).__name__}.{name}")
+            cut = True
+    if cut and _trim is not None:
+        _trim(0)
+
+
+def check_untouched(p, name=None):
+    """Raises RuntimeError naming the parameter when something wrote it after it was
+    partitioned (the write would be lost). A whole `param.data` replaced by a tensor of the
+    same shape that is all NaN is a move or cast of the unbuilt model (model.to(...)): it is
+    taken as the parameter's new device and dtype, with the mark moved there. Local."""
+    h = held(p)
+    d = p.data
+    if d.data_ptr() == h.mark.data_ptr() and d.shape == h.shape and not any(d.stride()):
+        if bool(torch.isnan(h.mark.as_strided((1,), (1,)))):
+            return
+    elif d.shape == h.shape and d.is_floating_point() and bool(torch.isnan(d).all()):
+        h.mark = _set_mark(p, h.shape, d.dtype, d.device)
+        return
+    raise RuntimeError(
+        f"zinc.zero.Init: parameter '{name or h.where}' {tuple(h.shape)} was written after "
+        "zinc.zero.Init partitioned it at the end of its module's constructor, and the write "
+        "would be lost: write it inside zinc.zero.GatheredParameters(params, modifier_rank=0) "
+        "(an init_weights pass of an enclosing module's constructor too), or build the model "
+        "outside zinc.zero.Init")
+
+
+def gather(p):
+    """The parameter's full values (a CPU tensor of its shape and current dtype), the pieces of
+    every rank put together. Collective: every rank in the same order."""
+    h = held(p)
+    rank, size = world_rank_size()
+    _, _, chunk = _piece_bounds(h.numel, rank, size)
+    out = torch.empty(chunk * size, dtype=h.mark.dtype)
+    for q in range(size):
+        seg = out[q * chunk:(q + 1) * chunk]
+        if q == rank:
+            seg[:h.piece.numel()].copy_(h.piece)
+        _bcast(seg, q)
+    return out[:h.numel].view(h.shape)
+
+
+def restore(p):
+    """The parameter whole again (its full values in `param.data` on its device), no longer
+    partitioned. Collective."""
+    full = gather(p)
+    p.data = full.to(held(p).mark.device)
+    del p._zinc_held
+
+
+def release(p):
+    """The parameter no longer partitioned: its values were handed to an engine (which sets
+    `param.data` next). Local."""
+    del p._zinc_held
+
+
+def repartition(p, full):
+    """New pieces from `full` (the same on every rank), `param.data` the mark again. Local."""
+    h = held(p)
+    rank, size = world_rank_size()
+    lo, hi, _ = _piece_bounds(h.numel, rank, size)
+    with torch.no_grad():
+        h.piece = full.reshape(-1)[lo:hi].to(h.mark.device, h.mark.dtype).clone()
+    h.mark = _set_mark(p, h.shape, h.mark.dtype, h.mark.device)
+
+
+def unmark(p):
+    """`param.data` the mark again, the pieces unchanged (a GatheredParameters context without
+    modifier_rank, or one left by an exception). Local."""
+    h = held(p)
+    h.mark = _set_mark(p, h.shape, h.mark.dtype, h.mark.device)
+
+
+
+def open_full(p):
+    """Inside zinc.zero.GatheredParameters: the full values in `param.data` (on its device),
+    the pieces kept. Collective."""
+    p.data = gather(p).to(held(p).mark.device)
+
+
+def close_full(params, root):
+    """At the exit of zinc.zero.GatheredParameters: with `root` (modifier_rank), that rank's
+    values of `params` cut into every rank's new pieces; without, the pieces as they were (the
+    changes dropped, as DeepSpeed's). `param.data` the mark again either way. Collective when
+    root is given: a shape or dtype the modifier changed raises ValueError on every rank, with
+    nothing taken."""
+    if root is None:
+        for p in params:
+            unmark(p)
+        return
+    rank = world_rank_size()[0]
+    bad = torch.zeros(1, dtype=torch.int64)
+    if rank == root:
+        for k, p in enumerate(params):
+            h = held(p)
+            if p.data.shape != h.shape or p.data.dtype != h.mark.dtype:
+                bad[0] = k + 1
+                break
+    _bcast(bad, root)
+    if bad[0]:
+        for p in params:
+            unmark(p)
+        h = held(params[int(bad[0]) - 1])
+        raise ValueError(f"zinc.zero.GatheredParameters: rank {root} (modifier_rank) changed "
+                         f"the shape or dtype of parameter '{h.where}' {tuple(h.shape)}; "
+                         "nothing was taken")
+    for p in params:
+        full = p.detach().to("cpu").contiguous()   # on the others, written by the broadcast
+        _bcast(full, root)
+        repartition(p, full)
