@@ -144,6 +144,11 @@ if(ZINC_HAVE_MPI AND ZINC_TORCH_PYTHON)
            COMMAND ${_mpi} ${MPIEXEC_NUMPROC_FLAG} 2 ${_py} ${_pyt}/test_torch_dist.py)
   set_tests_properties(python_torch_dist_mpi PROPERTIES LABELS "python;multirank" TIMEOUT 120
                        SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
+  # examples/torch_gpt.py --zero-init under mpirun -np 2 beside the model built whole.
+  add_test(NAME python_example_zero_init_mpi
+           COMMAND ${_py} ${_pyt}/test_example.py zero-init ${MPIEXEC_EXECUTABLE} 2)
+  set_tests_properties(python_example_zero_init_mpi PROPERTIES LABELS "python;multirank"
+                       TIMEOUT 300 SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
   add_test(NAME python_data_mpi
            COMMAND ${_mpi} ${MPIEXEC_NUMPROC_FLAG} 2 ${_py} ${_pyt}/test_torch_data.py)
   set_tests_properties(python_data_mpi PROPERTIES LABELS "python;multirank" TIMEOUT 120
