@@ -266,10 +266,12 @@ def _patch():
             cls.__init__ = _wrap_init(orig)
 
     torch.nn.Module.__init_subclass__ = classmethod(init_subclass)
+    global _module_apply
+    _module_apply = torch.nn.Module.apply
     torch.nn.Module.apply = _apply_gathered
 
 
-_module_apply = torch.nn.Module.apply
+_module_apply = torch.nn.Module.apply    # Module.apply as it was before the last _patch
 
 
 def _apply_gathered(module, fn):
