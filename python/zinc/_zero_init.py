@@ -130,8 +130,8 @@ def partition(p, where):
         lo, hi, _ = _piece_bounds(flat.numel(), rank, size)
         piece = flat[lo:hi].clone()
         shape, numel = p.shape, p.numel()
-        mark = _set_mark(p, shape, p.dtype, p.device)
-    p._zinc_held = Held(shape, numel, piece, mark, where)
+        marked = _set_mark(p, shape, p.dtype, p.device)
+    p._zinc_held = Held(shape, numel, piece, marked, where)
 
 
 def partition_module(mod):
