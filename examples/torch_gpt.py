@@ -129,8 +129,9 @@ def main():
                         "--model gpt only")
     args = p.parse_args()
     if args.zero_init and args.model != "gpt":
-        p.error("--zero-init is offered with --model gpt only (transformers' own initialisation "
-                "has not been checked under zinc.zero.Init)")
+        p.error("--zero-init is offered with --model gpt only: transformers' post_init "
+                "initialises the weights through its own recursion, not Module.apply, so under "
+                "zinc.zero.Init it writes parameters already partitioned (and raises)")
     if args.device == "cuda" and not torch.cuda.is_available():
         p.error("--device cuda: this torch sees no CUDA device")
     # Imported here, not at the top, so that bench/torch_zero3.py can take the GPT class from
