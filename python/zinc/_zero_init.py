@@ -44,7 +44,7 @@ class Held:
         self.where = where      # "ClassName.attribute", for messages before names are known
 
 
-# glibc's malloc_trim, called after each module is partitioned. Why: the parameter a module's
+# glibc's malloc_trim, called after each module is partitioned or cut again. Why: the parameter a module's
 # constructor allocated is freed once cut, but the smaller piece kept is often placed inside
 # the freed block, so the heap cannot shrink and the next parameter takes new memory: at 4 ranks
 # a 64 MiB model built in Init kept 70 MiB without it, 21 MiB with it (docs/python.md).
@@ -142,7 +142,13 @@ def partition_module(mod):
         if partitionable(p):
             partition(p, f"{type(mod).__name__}.{name}")
             cut = True
-    if cut and _trim is not None:
+    if cut:
+        give_back()
+
+
+def give_back():
+    """Free heap pages back to the system (see _trim), after parameters were cut."""
+    if _trim is not None:
         _trim(0)
 
 
@@ -250,3 +256,5 @@ def close_full(params, root):
         full = p.detach().to("cpu").contiguous()   # on the others, written by the broadcast
         _bcast(full, root)
         repartition(p, full)
+    del full
+    give_back()
