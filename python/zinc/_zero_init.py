@@ -232,6 +232,8 @@ def close_full(params, root):
     changes dropped, as DeepSpeed's). `param.data` the mark again either way. Collective when
     root is given: a shape or dtype the modifier changed raises ValueError on every rank, with
     nothing taken."""
+    if not params:
+        return
     if root is None:
         for p in params:
             unmark(p)
@@ -256,5 +258,5 @@ def close_full(params, root):
         full = p.detach().to("cpu").contiguous()   # on the others, written by the broadcast
         _bcast(full, root)
         repartition(p, full)
-    del full
+        del full
     give_back()
