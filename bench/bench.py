@@ -23,7 +23,8 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "bench", "RESULTS.md")
-SECTIONS = ["adam", "memory", "comm", "ckpt", "train", "gpu", "offload", "offload_time", "torch"]
+SECTIONS = ["adam", "memory", "comm", "ckpt", "train", "gpu", "offload", "offload_time", "torch",
+            "torch_init"]
 ZINC = os.environ.get("ZINC_BIN", os.path.join(ROOT, "build-bench", "zinc"))
 PY = os.environ.get("ZINC_BENCH_VENV_PY", "")
 PY_WHY = os.environ.get("ZINC_BENCH_VENV_WHY", "no Python with torch was given")
@@ -705,12 +706,13 @@ def ds_extensions_built():
                for name in ("fused_adam", "deepspeed_shm_comm"))
 
 
-def torch_launch(fw, n, dtype, warmup, steps, port, tmpd, lib):
-    """One `mpirun -np n bench/torch_zero3.py` run; returns (every rank's JSON, command, env)."""
+def torch_launch(fw, n, dtype, warmup, steps, port, tmpd, lib, extra=()):
+    """One `mpirun -np n bench/torch_zero3.py` run (`extra`: more of its arguments); returns
+    (every rank's JSON, command, env)."""
     script = os.path.join(ROOT, "bench", "torch_zero3.py")
     cmd = ["mpirun"] + (["--allow-run-as-root"] if os.geteuid() == 0 else []) + [
         "--oversubscribe", "--bind-to", "none", "-np", str(n), PY, script, "--framework", fw,
-        "--dtype", dtype, "--warmup", str(warmup), "--steps", str(steps)]
+        "--dtype", dtype, "--warmup", str(warmup), "--steps", str(steps)] + list(extra)
     env = {"OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // n)), "DS_ACCELERATOR": "cpu",
            "ZINC_LIB": lib, "MASTER_PORT": str(port)}
     prefix = os.path.join(tmpd, f"{fw}-{n}-{dtype}-{port}")
@@ -735,6 +737,31 @@ def torch_launch(fw, n, dtype, warmup, steps, port, tmpd, lib):
     return ranks, cmd, env
 
 
+def torch_versions():
+    """(torch's version, DeepSpeed's version or why it is not importable) in PY."""
+    probe = subprocess.run([PY, "-c", "import torch, sys; print(torch.__version__); "
+                            "import deepspeed; print(deepspeed.__version__)"],
+                           capture_output=True, text=True, env=dict(os.environ, DS_ACCELERATOR="cpu"))
+    vers = probe.stdout.split()
+    tv = vers[0] if vers else "?"
+    dv = vers[1] if len(vers) > 1 else f"not importable ({(probe.stderr.strip().splitlines() or ['?'])[-1]})"
+    return tv, dv, len(vers) > 1
+
+
+def ds_build_once(have_ds, port, tmpd, lib):
+    """Runs DeepSpeed once, untimed, when its CPU ops are not JIT-built yet (so that no figure
+    pays the compile); returns the sentence saying so, or ""."""
+    if not have_ds or ds_extensions_built():
+        return ""
+    t0 = time.time()
+    print("bench: DeepSpeed's CPU ops are not built yet: one untimed run builds them (JIT, "
+          "a few minutes once) ...", flush=True)
+    torch_launch("deepspeed", 2, "fp32", 1, 1, port, tmpd, lib)
+    return (f" Before the timed runs DeepSpeed JIT-compiled its CPU ops (FusedAdam, shm comm) "
+            f"into torch's extension cache in one untimed run: {time.time() - t0:.0f} s, once "
+            f"per venv; not part of any figure.")
+
+
 def sec_torch():
     """zinc's Python front-end at ZeRO-3 beside FSDP2 and DeepSpeed on one torch model, under
     mpirun on this CPU: step time (interleaved rounds, ratios within a round) and memory."""
@@ -756,24 +783,11 @@ def sec_torch():
         out += [f"Not measured: no Python with torch ({PY_WHY}).", ""]
         write_section("torch", "\n".join(out))
         return
-    probe = subprocess.run([PY, "-c", "import torch, sys; print(torch.__version__); "
-                            "import deepspeed; print(deepspeed.__version__)"],
-                           capture_output=True, text=True, env=dict(os.environ, DS_ACCELERATOR="cpu"))
-    vers = probe.stdout.split()
-    tv = vers[0] if vers else "?"
-    dv = vers[1] if len(vers) > 1 else f"not importable ({(probe.stderr.strip().splitlines() or ['?'])[-1]})"
+    tv, dv, have_ds = torch_versions()
     tmpd = tempfile.mkdtemp(prefix="zinc-bench-torch-")
     port = 29600
-    jit = ""
-    if len(vers) > 1 and not ds_extensions_built():
-        t0 = time.time()
-        print("bench: DeepSpeed's CPU ops are not built yet: one untimed run builds them (JIT, "
-              "a few minutes once) ...", flush=True)
-        torch_launch("deepspeed", 2, "fp32", 1, 1, port, tmpd, lib)
-        port += 1
-        jit = (f" Before the timed runs DeepSpeed JIT-compiled its CPU ops (FusedAdam, shm comm) "
-               f"into torch's extension cache in one untimed run: {time.time() - t0:.0f} s, once "
-               f"per venv; not part of any figure.")
+    jit = ds_build_once(have_ds, port, tmpd, lib)
+    port += 1
     res = {}     # (dtype, n, fw) -> {"rounds": [[rank JSON]], "why": str}
     cmds = {}
     for dtype, ranks, rounds, warm, steps in plan:
@@ -905,6 +919,101 @@ def sec_torch():
     out += ["", f"Regenerate: `bench/run.sh torch` (this section took {time.time() - t_start:.0f} s "
             f"on this machine, shared as said above).", ""]
     write_section("torch", "\n".join(out))
+
+
+INIT_RUNS = [("zinc", False, "zinc, built whole"), ("zinc", True, "zinc, `zinc.zero.Init`"),
+             ("deepspeed", False, "DeepSpeed, built whole"),
+             ("deepspeed", True, "DeepSpeed, `deepspeed.zero.Init`")]
+
+
+def sec_torch_init():
+    """A torch model built partitioned (zinc.zero.Init, deepspeed.zero.Init) beside the same
+    model built whole, at ZeRO-3 under mpirun on this CPU: the memory each rank holds after the
+    construction, through initialize, and through a few steps."""
+    t_start = time.time()
+    lib = os.path.join(os.path.dirname(ZINC), "libzinc.so")
+    # 25.4 M parameters (101.7 MB in fp32): large beside what torch itself holds, small enough
+    # for steps at 4 ranks on 2 CPUs.
+    layers, dim, heads = (8, 512, 8) if not QUICK else (2, 256, 4)
+    sizes = ["--layers", str(layers), "--dim", str(dim), "--heads", str(heads)]
+    ranks = [2, 4] if not QUICK else [2]
+    warm, steps = 1, 2
+    out = ["## 10. Building a torch model partitioned: `zinc.zero.Init` beside DeepSpeed's", "",
+           stamp(), ""]
+    if not PY:
+        out += [f"Not measured: no Python with torch ({PY_WHY}).", ""]
+        write_section("torch_init", "\n".join(out))
+        return
+    tv, dv, have_ds = torch_versions()
+    tmpd = tempfile.mkdtemp(prefix="zinc-bench-torch-init-")
+    port = 29700
+    jit = ds_build_once(have_ds, port, tmpd, lib)
+    port += 1
+    res, cmds = {}, {}
+    for n in ranks:
+        for fw, zi, _ in INIT_RUNS:
+            t0 = time.time()
+            got, cmd, env = torch_launch(fw, n, "fp32", warm, steps, port, tmpd, lib,
+                                         sizes + (["--zero-init"] if zi else []))
+            port += 1
+            cmds[(n, fw, zi)] = show(cmd, dict(env, ZINC_LIB=rel(lib)))
+            ok = sorted((j for j in got if j.get("available")), key=lambda j: j["rank"])
+            res[(n, fw, zi)] = ok if len(ok) == n else next(
+                (j.get("reason") for j in got if not j.get("available")), "not every rank reported")
+            print(f"bench: torch_init np {n} {fw} zero_init={zi}: "
+                  f"{'ok' if len(ok) == n else str(res[(n, fw, zi)])[:300]} "
+                  f"({time.time() - t0:.0f} s)", flush=True)
+    shutil.rmtree(tmpd, ignore_errors=True)
+    any_run = next((v[0] for v in res.values() if isinstance(v, list)), {})
+    nparams = any_run.get("params", 0)
+    out += [f"Versions: torch {tv} (in {rel(PY)}), DeepSpeed {dv}, zinc = {rel(lib)} through "
+            f"python/zinc.{jit}", "",
+            f"bench/torch_zero3.py with `--zero-init` (and without, for the whole rows): "
+            f"examples/torch_gpt.py's GPT at {any_run.get('model', '?')} ({nparams / 1e6:.1f} M "
+            f"parameters, {nparams * 4 / 2**20:.1f} MiB in fp32), torch.manual_seed(0) on every "
+            f"rank, its GPT-2 initialisation through `self.apply` (which both contexts wrap, so "
+            f"the values are the same built whole or partitioned), fp32, ZeRO-3 (the same "
+            f"DeepSpeed config for both; DeepSpeed's Init reads it too), {warm} warm-up + {steps} "
+            f"steps of section 9's work. zinc's Init keeps ⌈numel/N⌉ values of each parameter "
+            f"per rank, so it should hold about {nparams * 4 / 2**20:.0f}/N MiB after the "
+            f"construction. Memory per rank, the largest over the ranks, as growth over the RSS "
+            f"before the construction (after imports and process-group setup): the RSS right "
+            f"after the construction (/proc/self/status VmRSS), and the high-water mark "
+            f"(getrusage ru_maxrss) after initialize and after the steps, with the high-water "
+            f"mark itself in brackets. One run each (these are memory figures; the steps are "
+            f"there to show the training is the same); the step time is rank 0's median.", ""]
+    for n in ranks:
+        share = nparams * 4 / n / 2**20
+        out += [f"### N = {n} ranks{' (4 processes on ' + str(os.cpu_count()) + ' CPUs)' if n > (os.cpu_count() or 1) else ''}", "",
+                "| framework, construction | after construction MiB | through initialize MiB | "
+                "through the steps MiB | loss, first → last step | step ms |",
+                "|---|---|---|---|---|---|"]
+        for fw, zi, label in INIT_RUNS:
+            v = res.get((n, fw, zi))
+            if not isinstance(v, list):
+                out.append(f"| {label} | not measured: {v} | | | | |")
+                continue
+            built = max(j["rss_built_kib"] - j["rss0_kib"] for j in v) / 1024
+            at_init = max(j["peak_rss_init_kib"] - j["rss0_kib"] for j in v) / 1024
+            at_steps = max(j["peak_rss_kib"] - j["rss0_kib"] for j in v) / 1024
+            pk_init = max(j["peak_rss_init_kib"] for j in v) / 1024
+            pk = max(j["peak_rss_kib"] for j in v) / 1024
+            r0 = v[0]
+            out.append(f"| {label} | {built:.0f} | {at_init:.0f} ({pk_init:.0f}) | {at_steps:.0f} "
+                       f"({pk:.0f}) | {r0['loss_first']:.5f} → {r0['loss_last']:.5f} | "
+                       f"{med(r0['ms_all']):.0f} |")
+        z = res.get((n, "zinc", True))
+        if isinstance(z, list):
+            built = max(j["rss_built_kib"] - j["rss0_kib"] for j in z) / 1024
+            out += ["", f"zinc.zero.Init after the construction: {built:.0f} MiB against "
+                    f"{nparams * 4 / 2**20:.0f}/{n} = {share:.1f} MiB of pieces "
+                    f"({built / share:.2f}×)."]
+        out += ["", "Commands:", ""]
+        out += [f"    {cmds[(n, fw, zi)]}" for fw, zi, _ in INIT_RUNS if (n, fw, zi) in cmds]
+        out.append("")
+    out += [f"Regenerate: `bench/run.sh torch_init` (this section took "
+            f"{time.time() - t_start:.0f} s on this machine).", ""]
+    write_section("torch_init", "\n".join(out))
 
 
 def main():

@@ -3,6 +3,11 @@
 FSDP2 or DeepSpeed, for bench/bench.py's `torch` section (bench/RESULTS.md section 9).
 
     mpirun -np 2 python bench/torch_zero3.py --framework zinc|fsdp2|deepspeed --dtype fp32|bf16
+    mpirun -np 4 python bench/torch_zero3.py --framework zinc|deepspeed --zero-init ...
+
+`--zero-init` builds the model partitioned (zinc.zero.Init, deepspeed.zero.Init) for bench.py's
+`torch_init` section (bench/RESULTS.md section 10); `rss_built_kib` is the RSS right after the
+construction.
 
 The same work in every framework: examples/torch_gpt.py's GPT (plain torch.nn, pre-LayerNorm
 blocks, explicit causal attention, tied head, GPT-2 initialisation) over a byte vocabulary, built
@@ -30,6 +35,7 @@ Every rank prints one JSON line; exits 3 (with a JSON reason) when the framework
 """
 import argparse
 import bisect
+import contextlib
 import json
 import os
 import random
@@ -126,6 +132,11 @@ def main():
     p.add_argument("--global-batch", type=int, default=16)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--steps", type=int, default=5, help="timed steps after --warmup")
+    p.add_argument("--zero-init", action="store_true",
+                   help="build the model partitioned: inside zinc.zero.Init (zinc) or "
+                        "deepspeed.zero.Init with the same config (deepspeed); FSDP2 has no "
+                        "such context (its large-model path builds on the meta device and "
+                        "initialises the shards afterwards, with other random values)")
     p.add_argument("--out", help="also write this rank's JSON to OUT.rank<r>.json (ranks' stdout "
                                  "lines can interleave under mpirun)")
     a = p.parse_args()
@@ -145,6 +156,8 @@ def main():
         emit()
         return code
 
+    if a.zero_init and a.framework == "fsdp2":
+        return fail("--zero-init: FSDP2 has no partitioned construction context")
     if a.global_batch % world:
         return fail(f"--global-batch {a.global_batch} is not a multiple of {world} ranks", 2)
     micro = a.global_batch // world
@@ -188,10 +201,20 @@ def main():
 
     data = markov_batches(a.warmup + a.steps, a.global_batch, a.seq, a.vocab)
     torch.manual_seed(0)                         # the same initial weights on every rank
-    model = build_model(a.vocab, a.dim, a.heads, a.layers, a.seq)
-    nparams = sum(q.numel() for q in model.parameters())
-    fingerprint = float(sum(q.detach().double().square().sum() for q in model.parameters()))
+    building = contextlib.nullcontext()
+    if a.zero_init:
+        building = (zinc.zero.Init() if a.framework == "zinc"
+                    else deepspeed.zero.Init(config_dict_or_path=cfg))
+    with building:
+        model = build_model(a.vocab, a.dim, a.heads, a.layers, a.seq)
+    rss_built = rss_kib()
+    # DeepSpeed's partitioned parameters are empty tensors with the count in ds_numel; zinc's
+    # keep their shape (one element seen with it).
+    nparams = sum(getattr(q, "ds_numel", q.numel()) for q in model.parameters())
+    fingerprint = (None if a.zero_init else
+                   float(sum(q.detach().double().square().sum() for q in model.parameters())))
     out.update(params=nparams, init_sumsq=fingerprint, micro_batch=micro,
+               zero_init=a.zero_init, rss_built_kib=rss_built,
                global_batch=a.global_batch,
                model=f"L{a.layers}-D{a.dim}-H{a.heads}-T{a.seq}-V{a.vocab}")
 
@@ -274,6 +297,9 @@ def main():
         return fail(f"{a.framework} initialize failed: {type(e).__name__}: {e} "
                     f"[{' | '.join(tb[-4:])}]", 4)
 
+    # The high-water mark through construction and initialize, before any step's activations:
+    # where a model built whole and one built partitioned differ.
+    out["peak_rss_init_kib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     times, losses = [], []
     for i, batch in enumerate(data):
         seq = torch.tensor(batch[rank * micro:(rank + 1) * micro], dtype=torch.long)
