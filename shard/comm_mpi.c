@@ -168,7 +168,11 @@ void zmpi_note_failure(zinc_status s, const char *why, double grace_s)
 {
     pthread_mutex_lock(&zm_process_mu);
     if (!atomic_load(&zm_process_failed)) {
-        snprintf(zm_process_why, sizeof zm_process_why, "%s", why);
+        /* Cut to fit: the reason travels in a fixed-size exit notice. */
+        size_t n = strlen(why);
+        if (n > sizeof zm_process_why - 1) n = sizeof zm_process_why - 1;
+        memcpy(zm_process_why, why, n);
+        zm_process_why[n] = 0;
         zm_process_grace_s = grace_s;
         atomic_store(&zm_process_failed, (int)s);
     }
