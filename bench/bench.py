@@ -1002,12 +1002,22 @@ def sec_torch_init():
             out.append(f"| {label} | {built:.0f} | {at_init:.0f} ({pk_init:.0f}) | {at_steps:.0f} "
                        f"({pk:.0f}) | {r0['loss_first']:.5f} → {r0['loss_last']:.5f} | "
                        f"{med(r0['ms_all']):.0f} |")
-        z = res.get((n, "zinc", True))
-        if isinstance(z, list):
-            built = max(j["rss_built_kib"] - j["rss0_kib"] for j in z) / 1024
-            out += ["", f"zinc.zero.Init after the construction: {built:.0f} MiB against "
-                    f"{nparams * 4 / 2**20:.0f}/{n} = {share:.1f} MiB of pieces "
-                    f"({built / share:.2f}×)."]
+        reading = []
+        for fw, label in (("zinc", "zinc.zero.Init"), ("deepspeed", "deepspeed.zero.Init")):
+            w, p = res.get((n, fw, False)), res.get((n, fw, True))
+            if isinstance(w, list) and isinstance(p, list):
+                def grown(v, key):
+                    return max(j[key] - j["rss0_kib"] for j in v) / 1024
+                b_w, b_p = grown(w, "rss_built_kib"), grown(p, "rss_built_kib")
+                i_w, i_p = grown(w, "peak_rss_init_kib"), grown(p, "peak_rss_init_kib")
+                same = w[0]["losses"] == p[0]["losses"]
+                reading.append(f"- {label}: after the construction {b_p:.0f} against {b_w:.0f} MiB "
+                               f"built whole ({b_p / b_w:.2f}×; the pieces are {share:.1f} MiB), "
+                               f"through initialize {i_p:.0f} against {i_w:.0f} MiB "
+                               f"({i_p / i_w:.2f}×); losses {'the same' if same else 'DIFFERENT'} "
+                               f"at every step.")
+        if reading:
+            out += [""] + reading
         out += ["", "Commands:", ""]
         out += [f"    {cmds[(n, fw, zi)]}" for fw, zi, _ in INIT_RUNS if (n, fw, zi) in cmds]
         out.append("")
