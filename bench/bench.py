@@ -762,6 +762,21 @@ def ds_build_once(have_ds, port, tmpd, lib):
             f"per venv; not part of any figure.")
 
 
+def torch_section_start(name, heading, port, lib):
+    """The opening of a section run under PY: its heading and stamp, torch's and DeepSpeed's
+    versions, a scratch folder, and DeepSpeed's one-time JIT build (on `port`). Returns (lines,
+    torch version, DeepSpeed version, folder, the JIT sentence), or None after writing the
+    section as not measured when there is no Python with torch."""
+    out = [heading, "", stamp(), ""]
+    if not PY:
+        out += [f"Not measured: no Python with torch ({PY_WHY}).", ""]
+        write_section(name, "\n".join(out))
+        return None
+    tv, dv, have_ds = torch_versions()
+    tmpd = tempfile.mkdtemp(prefix=f"zinc-bench-{name}-")
+    return out, tv, dv, tmpd, ds_build_once(have_ds, port, tmpd, lib)
+
+
 def sec_torch():
     """zinc's Python front-end at ZeRO-3 beside FSDP2 and DeepSpeed on one torch model, under
     mpirun on this CPU: step time (interleaved rounds, ratios within a round) and memory."""
@@ -777,16 +792,12 @@ def sec_torch():
     plan = [("fp32", [2, 4], 2, 2, 4), ("bf16", [2], 3, 1, 2)]
     if QUICK:
         plan = [("fp32", [2], 1, 1, 2)]
-    out = ["## 9. A torch model at ZeRO-3: zinc vs PyTorch FSDP2 vs DeepSpeed on the CPU", "",
-           stamp(), ""]
-    if not PY:
-        out += [f"Not measured: no Python with torch ({PY_WHY}).", ""]
-        write_section("torch", "\n".join(out))
-        return
-    tv, dv, have_ds = torch_versions()
-    tmpd = tempfile.mkdtemp(prefix="zinc-bench-torch-")
     port = 29600
-    jit = ds_build_once(have_ds, port, tmpd, lib)
+    start = torch_section_start("torch", "## 9. A torch model at ZeRO-3: zinc vs PyTorch FSDP2 "
+                                "vs DeepSpeed on the CPU", port, lib)
+    if start is None:
+        return
+    out, tv, dv, tmpd, jit = start
     port += 1
     res = {}     # (dtype, n, fw) -> {"rounds": [[rank JSON]], "why": str}
     cmds = {}
@@ -938,16 +949,12 @@ def sec_torch_init():
     sizes = ["--layers", str(layers), "--dim", str(dim), "--heads", str(heads)]
     ranks = [2, 4] if not QUICK else [2]
     warm, steps = 1, 2
-    out = ["## 10. Building a torch model partitioned: `zinc.zero.Init` beside DeepSpeed's", "",
-           stamp(), ""]
-    if not PY:
-        out += [f"Not measured: no Python with torch ({PY_WHY}).", ""]
-        write_section("torch_init", "\n".join(out))
-        return
-    tv, dv, have_ds = torch_versions()
-    tmpd = tempfile.mkdtemp(prefix="zinc-bench-torch-init-")
     port = 29700
-    jit = ds_build_once(have_ds, port, tmpd, lib)
+    start = torch_section_start("torch_init", "## 10. Building a torch model partitioned: "
+                                "`zinc.zero.Init` beside DeepSpeed's", port, lib)
+    if start is None:
+        return
+    out, tv, dv, tmpd, jit = start
     port += 1
     res, cmds = {}, {}
     for n in ranks:
