@@ -179,7 +179,7 @@ def gather(p):
     h = held(p)
     rank, size = world_rank_size()
     _, _, chunk = _piece_bounds(h.numel, rank, size)
-    out = torch.empty(chunk * size, dtype=h.mark.dtype)
+    out = torch.empty(chunk * size, dtype=h.mark.dtype, device="cpu")   # host, for MPI
     for q in range(size):
         seg = out[q * chunk:(q + 1) * chunk]
         if q == rank:
@@ -239,7 +239,7 @@ def close_full(params, root):
             unmark(p)
         return
     rank = world_rank_size()[0]
-    bad = torch.zeros(1, dtype=torch.int64)
+    bad = torch.zeros(1, dtype=torch.int64, device="cpu")
     if rank == root:
         for k, p in enumerate(params):
             h = held(p)

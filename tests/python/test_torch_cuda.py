@@ -23,6 +23,8 @@ Written without a GPU (2026-11-23) and not yet run on one: the first GPU session
 - zinc.zero.GatheredParameters at stages 1 and 3 (bf16): a read gives module_state_dict's
   values on the device; a weight written with modifier_rank=0 is zinc's afterwards, and the
   check above (views, zinc_param_get) holds;
+- zinc.zero.Init at stages 1 and 3 (fp32): the model built inside on the device (the pieces
+  there, one element in each param.data) trains bit for bit as the one built whole there;
 - errors: parameters on two devices (cpu and cuda) are refused naming one; with 2 or more GPUs a
   model on a GPU other than the local rank's is refused, saying torch.cuda.set_device.
 Usage:
@@ -31,6 +33,7 @@ Usage:
                                          itself where there is no GPU)
 Exit 77 ("SKIP: no CUDA device") when torch has no CUDA device; 1 on any failure.
 """
+import contextlib
 import ctypes
 import os
 import sys
@@ -219,6 +222,38 @@ def gathered(dev, stage):
     return fails
 
 
+def zero_init(dev, stage):
+    """zinc.zero.Init on dev: the model built inside (on the GPU: under `with torch.device(dev)`,
+    torch 2.x) keeps its pieces on dev with one element in each param.data, and trains bit for
+    bit as the one built whole there (fp32, losses and final weights). Returns failures."""
+    def build(partitioned):
+        torch.manual_seed(0)
+        where = torch.device(dev) if dev.type == "cuda" else contextlib.nullcontext()
+        with where, zinc.zero.Init(enabled=partitioned):
+            return tp.Tiny()
+
+    runs = []
+    for partitioned in (False, True):
+        m = build(partitioned)
+        if partitioned:
+            bad = [n for n, p in m.named_parameters()
+                   if p.device != dev or any(p.data.stride())
+                   or p._zinc_held.piece.device != dev]
+            if bad:
+                print(f"FAIL: stage {stage}: zero.Init left {bad} whole or off {dev}")
+                return 1
+        engine, *_ = zinc.initialize(model=m, config=cfg(stage, False))
+        runs.append((train(engine, dev, tp.batches()), engine.module_state_dict()))
+        engine.close()
+    (lw, ww), (lp, wp) = runs
+    same = lw == lp and all(torch.equal(ww[n], wp[n]) for n in ww)
+    print(f"{dev} stage {stage} zero.Init: {'the same' if same else 'NOT the same'} losses and "
+          "weights as the model built whole")
+    if not same:
+        print(f"FAIL: stage {stage}: a model built in zinc.zero.Init on {dev} trains differently")
+    return 0 if same else 1
+
+
 def ckpt_round_trip(dev, stage, bf16, d):
     batches = list(tp.batches())[:12]
     torch.manual_seed(0)
@@ -303,6 +338,7 @@ def main(on_cpu):
     for stage in (1, 3):
         fails += features(dev, stage)
         fails += gathered(dev, stage)
+        fails += zero_init(dev, stage)
     with tempfile.TemporaryDirectory() as d:
         fails += ckpt_round_trip(dev, 2, True, os.path.join(d, "s2"))
         fails += ckpt_round_trip(dev, 3, False, os.path.join(d, "s3"))
