@@ -23,10 +23,15 @@ fails the run (exit 1) when it does not hold:
 - refused: modifier_rank outside the world (ValueError), engine.step() inside (RuntimeError),
   modifier_rank inside a forward at stage 3 (RuntimeError), a shape changed by the modifier
   (ValueError on every rank, nothing taken); training goes on after each;
-- zero.Init: a no-op context with one RuntimeWarning on rank 0 (none when enabled=False);
-  zero_quantized_weights raises NotImplementedError; a model built in it, changed by rank 0
-  inside GatheredParameters(modifier_rank=0) before initialize, starts with rank 0's values on
-  every rank.
+- zero.Init (python/zinc/_zero_init.py): under mpirun (first in the run) a model built inside
+  keeps about 1/N of its bytes in RSS, beside the same model built whole; no warning;
+  enabled=False builds whole; each parameter, frozen too, is one NaN element with its shape and
+  this rank keeps its piece of rank 0's values; zero_quantized_weights and a modifier_rank
+  outside the world raise; GatheredParameters over partitioned parameters gives the full values,
+  takes rank 0's write with modifier_rank=0 and drops one without; a model built inside (ranks
+  seeded apart) trains bit for bit as the one built whole; an enclosing constructor's write
+  raises unless it goes through Module.apply or GatheredParameters(modifier_rank=0), which give
+  the model built whole; a write after the construction makes initialize raise naming it.
 Exit 77 when torch is not importable.
 """
 import ctypes
