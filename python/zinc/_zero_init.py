@@ -34,18 +34,17 @@ from ._lib import ZINC_ERR_UNSUPPORTED, check, lib
 
 class Held:
     """What a partitioned parameter carries (as `param._zinc_held`)."""
-    __slots__ = ("shape", "numel", "piece", "mark", "where")
+    __slots__ = ("shape", "piece", "mark", "where")
 
-    def __init__(self, shape, numel, piece, mark, where):
+    def __init__(self, shape, piece, mark, where):
         self.shape = shape      # the parameter's shape (torch.Size)
-        self.numel = numel
         self.piece = piece      # this rank's piece of the flattened values (1-D)
         self.mark = mark        # what param.data is: one NaN element seen with the shape
         self.where = where      # "ClassName.attribute", for messages before names are known
 
 
-# glibc's malloc_trim, called after each module is partitioned or cut again. Why: the parameter a module's
-# constructor allocated is freed once cut, but the smaller piece kept is often placed inside
+# glibc's malloc_trim, called after each module is partitioned or cut again. Why: the parameter
+# a module's constructor allocated is freed once cut, but the smaller piece kept is often placed inside
 # the freed block, so the heap cannot shrink and the next parameter takes new memory: at 4 ranks
 # a 64 MiB model built in Init kept 70 MiB without it, 21 MiB with it (docs/python.md).
 # malloc_trim gives the free pages inside the heap back. Absent outside glibc: not called.
@@ -129,9 +128,9 @@ def partition(p, where):
             flat = host.to(p.device)
         lo, hi, _ = _piece_bounds(flat.numel(), rank, size)
         piece = flat[lo:hi].clone()
-        shape, numel = p.shape, p.numel()
+        shape = p.shape
         marked = _set_mark(p, shape, p.dtype, p.device)
-    p._zinc_held = Held(shape, numel, piece, marked, where)
+    p._zinc_held = Held(shape, piece, marked, where)
 
 
 def partition_module(mod):
@@ -168,9 +167,9 @@ def check_untouched(p, name=None):
     raise RuntimeError(
         f"zinc.zero.Init: parameter '{name or h.where}' {tuple(h.shape)} was written after "
         "zinc.zero.Init partitioned it at the end of its module's constructor, and the write "
-        "would be lost: write it inside zinc.zero.GatheredParameters(params, modifier_rank=0) "
-        "(an init_weights pass of an enclosing module's constructor too), or build the model "
-        "outside zinc.zero.Init")
+        "would be lost: write it through Module.apply(fn) inside zinc.zero.Init or inside "
+        "zinc.zero.GatheredParameters(params, modifier_rank=0), or build the model outside "
+        "zinc.zero.Init")
 
 
 def gather(p):
@@ -178,22 +177,22 @@ def gather(p):
     every rank put together. Collective: every rank in the same order."""
     h = held(p)
     rank, size = world_rank_size()
-    _, _, chunk = _piece_bounds(h.numel, rank, size)
+    numel = h.shape.numel()
+    _, _, chunk = _piece_bounds(numel, rank, size)
     out = torch.empty(chunk * size, dtype=h.mark.dtype, device="cpu")   # host, for MPI
     for q in range(size):
         seg = out[q * chunk:(q + 1) * chunk]
         if q == rank:
             seg[:h.piece.numel()].copy_(h.piece)
         _bcast(seg, q)
-    return out[:h.numel].view(h.shape)
+    return out[:numel].view(h.shape)
 
 
 def restore(p):
     """The parameter whole again (its full values in `param.data` on its device), no longer
     partitioned. Collective."""
-    full = gather(p)
-    p.data = full.to(held(p).mark.device)
-    del p._zinc_held
+    open_full(p)
+    release(p)
 
 
 def release(p):
@@ -206,7 +205,7 @@ def repartition(p, full):
     """New pieces from `full` (the same on every rank), `param.data` the mark again. Local."""
     h = held(p)
     rank, size = world_rank_size()
-    lo, hi, _ = _piece_bounds(h.numel, rank, size)
+    lo, hi, _ = _piece_bounds(h.shape.numel(), rank, size)
     with torch.no_grad():
         h.piece = full.reshape(-1)[lo:hi].to(h.mark.device, h.mark.dtype).clone()
     h.mark = _set_mark(p, h.shape, h.mark.dtype, h.mark.device)
@@ -217,7 +216,6 @@ def unmark(p):
     modifier_rank, or one left by an exception). Local."""
     h = held(p)
     h.mark = _set_mark(p, h.shape, h.mark.dtype, h.mark.device)
-
 
 
 def open_full(p):

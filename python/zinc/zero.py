@@ -231,8 +231,9 @@ def _wrap_init(orig):
 
 
 def _wrap_class(cls):
+    """Wraps the class's own constructor (once), kept in Init._patched for _unpatch."""
     orig = cls.__dict__.get("__init__")
-    if orig is not None and not hasattr(orig, "_zinc_orig") and cls not in Init._patched:
+    if orig is not None and not hasattr(orig, "_zinc_orig"):
         Init._patched[cls] = orig
         cls.__init__ = _wrap_init(orig)
 
@@ -248,8 +249,7 @@ def _subclasses(cls):
 
 def _patch():
     """Wraps the constructor of every torch.nn.Module class, and of those defined while Init is
-    open (__init_subclass__), as DeepSpeed's Init does. A class defined inside keeps its
-    wrapper after the exit; the wrapper then only calls the constructor."""
+    open (__init_subclass__), as DeepSpeed's Init does, and Module.apply (_apply_gathered)."""
     for cls in _subclasses(torch.nn.Module):
         if not issubclass(cls, _engine.Engine):    # initialize inside Init: zinc's, not a model
             _wrap_class(cls)
@@ -261,9 +261,7 @@ def _patch():
             own.__get__(None, cls)(**kwargs)
         else:
             super(torch.nn.Module, cls).__init_subclass__(**kwargs)
-        orig = cls.__dict__.get("__init__")
-        if orig is not None and not hasattr(orig, "_zinc_orig"):
-            cls.__init__ = _wrap_init(orig)
+        _wrap_class(cls)
 
     torch.nn.Module.__init_subclass__ = classmethod(init_subclass)
     global _module_apply
@@ -284,19 +282,8 @@ def _apply_gathered(module, fn):
 
     def each(mod):
         parts = [p for p in mod.parameters(recurse=False) if _zero_init.held(p) is not None]
-        if not parts:
-            return fn(mod)
-        for p in parts:
-            _zero_init.check_untouched(p)
-        for p in parts:
-            _zero_init.open_full(p)
-        try:
+        with GatheredParameters(parts, modifier_rank=0, enabled=bool(parts)):
             fn(mod)
-        except BaseException:
-            _zero_init.close_full(parts, None)
-            raise
-        _zero_init.close_full(parts, 0)
-        return None
 
     each._zinc_gathering = True
     return _module_apply(module, each)
