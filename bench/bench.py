@@ -932,6 +932,12 @@ def sec_torch():
     write_section("torch", "\n".join(out))
 
 
+def grown(ranks, key):
+    """The largest growth over the ranks of a KiB figure over the RSS before the construction,
+    in MiB."""
+    return max(j[key] - j["rss0_kib"] for j in ranks) / 1024
+
+
 INIT_RUNS = [("zinc", False, "zinc, built whole"), ("zinc", True, "zinc, `zinc.zero.Init`"),
              ("deepspeed", False, "DeepSpeed, built whole"),
              ("deepspeed", True, "DeepSpeed, `deepspeed.zero.Init`")]
@@ -987,34 +993,35 @@ def sec_torch_init():
             f"before the construction (after imports and process-group setup): the RSS right "
             f"after the construction (/proc/self/status VmRSS), and the high-water mark "
             f"(getrusage ru_maxrss) after initialize and after the steps, with the high-water "
-            f"mark itself in brackets. One run each (these are memory figures; the steps are "
+            f"mark itself in brackets; beside them the construction's time and the parameter "
+            f"bytes a rank holds right after it (zinc's pieces, DeepSpeed's ds_tensor "
+            f"partitions, or the whole tensors), the largest over the ranks. One run each (these are memory figures; the steps are "
             f"there to show the training is the same); the step time is rank 0's median.", ""]
     for n in ranks:
         share = nparams * 4 / n / 2**20
         out += [f"### N = {n} ranks{' (4 processes on ' + str(os.cpu_count()) + ' CPUs)' if n > (os.cpu_count() or 1) else ''}", "",
-                "| framework, construction | after construction MiB | through initialize MiB | "
-                "through the steps MiB | loss, first → last step | step ms |",
-                "|---|---|---|---|---|---|"]
+                "| framework, construction | construction s | parameter MiB held | after "
+                "construction MiB | through initialize MiB | through the steps MiB | loss, "
+                "first → last step | step ms |",
+                "|---|---|---|---|---|---|---|---|"]
         for fw, zi, label in INIT_RUNS:
             v = res.get((n, fw, zi))
             if not isinstance(v, list):
-                out.append(f"| {label} | not measured: {v} | | | | |")
+                out.append(f"| {label} | not measured: {v} | | | | | | |")
                 continue
-            built = max(j["rss_built_kib"] - j["rss0_kib"] for j in v) / 1024
-            at_init = max(j["peak_rss_init_kib"] - j["rss0_kib"] for j in v) / 1024
-            at_steps = max(j["peak_rss_kib"] - j["rss0_kib"] for j in v) / 1024
             pk_init = max(j["peak_rss_init_kib"] for j in v) / 1024
             pk = max(j["peak_rss_kib"] for j in v) / 1024
             r0 = v[0]
-            out.append(f"| {label} | {built:.0f} | {at_init:.0f} ({pk_init:.0f}) | {at_steps:.0f} "
-                       f"({pk:.0f}) | {r0['loss_first']:.5f} → {r0['loss_last']:.5f} | "
-                       f"{med(r0['ms_all']):.0f} |")
+            out.append(f"| {label} | {max(j['build_s'] for j in v):.2f} | "
+                       f"{max(j['param_bytes_built'] for j in v) / 2**20:.1f} | "
+                       f"{grown(v, 'rss_built_kib'):.0f} | "
+                       f"{grown(v, 'peak_rss_init_kib'):.0f} ({pk_init:.0f}) | "
+                       f"{grown(v, 'peak_rss_kib'):.0f} ({pk:.0f}) | {r0['loss_first']:.5f} → "
+                       f"{r0['loss_last']:.5f} | {med(r0['ms_all']):.0f} |")
         reading = []
         for fw, label in (("zinc", "zinc.zero.Init"), ("deepspeed", "deepspeed.zero.Init")):
             w, p = res.get((n, fw, False)), res.get((n, fw, True))
             if isinstance(w, list) and isinstance(p, list):
-                def grown(v, key):
-                    return max(j[key] - j["rss0_kib"] for j in v) / 1024
                 b_w, b_p = grown(w, "rss_built_kib"), grown(p, "rss_built_kib")
                 i_w, i_p = grown(w, "peak_rss_init_kib"), grown(p, "peak_rss_init_kib")
                 same = w[0]["losses"] == p[0]["losses"]

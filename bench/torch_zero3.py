@@ -7,7 +7,9 @@ FSDP2 or DeepSpeed, for bench/bench.py's `torch` section (bench/RESULTS.md secti
 
 `--zero-init` builds the model partitioned (zinc.zero.Init, deepspeed.zero.Init) for bench.py's
 `torch_init` section (bench/RESULTS.md section 10); `rss_built_kib` is the RSS right after the
-construction.
+construction, `build_s` its time, `param_bytes_built` the parameter bytes this rank holds then
+(zinc's pieces, DeepSpeed's ds_tensor partitions, or the whole tensors). Diagnostics:
+`--no-trim` (zinc's Init without malloc_trim), `--trim-after-build` (rss_trimmed_kib).
 
 The same work in every framework: examples/torch_gpt.py's GPT (plain torch.nn, pre-LayerNorm
 blocks, explicit causal attention, tied head, GPT-2 initialisation) over a byte vocabulary, built
@@ -36,6 +38,7 @@ Every rank prints one JSON line; exits 3 (with a JSON reason) when the framework
 import argparse
 import bisect
 import contextlib
+import ctypes
 import json
 import os
 import random
@@ -137,6 +140,12 @@ def main():
                         "deepspeed.zero.Init with the same config (deepspeed); FSDP2 has no "
                         "such context (its large-model path builds on the meta device and "
                         "initialises the shards afterwards, with other random values)")
+    p.add_argument("--no-trim", action="store_true",
+                   help="zinc only, a diagnostic: zinc.zero.Init without its malloc_trim calls "
+                        "(docs/python.md: why it trims)")
+    p.add_argument("--trim-after-build", action="store_true",
+                   help="a diagnostic: malloc_trim(0) after the construction, its RSS as "
+                        "rss_trimmed_kib (what the heap kept of freed parameters)")
     p.add_argument("--out", help="also write this rank's JSON to OUT.rank<r>.json (ranks' stdout "
                                  "lines can interleave under mpirun)")
     a = p.parse_args()
@@ -183,6 +192,8 @@ def main():
             # zinc's engine does not use torch.distributed; leave it down (no gloo group in
             # the process measured), as initialize below does.
             zinc.init_distributed(dist_init_required=False)
+            if a.no_trim:
+                zinc._zero_init._trim = None
         elif a.framework == "fsdp2":
             import torch.distributed as dist
             try:
@@ -205,12 +216,22 @@ def main():
     if a.zero_init:
         building = (zinc.zero.Init() if a.framework == "zinc"
                     else deepspeed.zero.Init(config_dict_or_path=cfg))
+    t_build = time.perf_counter()
     with building:
         model = build_model(a.vocab, a.dim, a.heads, a.layers, a.seq)
+    out["build_s"] = time.perf_counter() - t_build
     rss_built = rss_kib()
-    # DeepSpeed's partitioned parameters are empty tensors with the count in ds_numel; zinc's
-    # keep their shape (one element seen with it).
+    if a.trim_after_build:
+        ctypes.CDLL(None).malloc_trim(0)
+        out["rss_trimmed_kib"] = rss_kib()
+    # DeepSpeed's partitioned parameters are empty tensors with the count in ds_numel and this
+    # rank's partition in ds_tensor; zinc's keep their shape (one element seen with it) and this
+    # rank's piece in _zinc_held.
     nparams = sum(getattr(q, "ds_numel", q.numel()) for q in model.parameters())
+    out["param_bytes_built"] = sum(
+        tensor_bytes(q._zinc_held.piece) if hasattr(q, "_zinc_held")
+        else tensor_bytes(q.ds_tensor) if hasattr(q, "ds_tensor") else tensor_bytes(q)
+        for q in model.parameters())
     fingerprint = (None if a.zero_init else
                    float(sum(q.detach().double().square().sum() for q in model.parameters())))
     out.update(params=nparams, init_sumsq=fingerprint, micro_batch=micro,
