@@ -44,10 +44,11 @@ class Held:
 
 
 # glibc's malloc_trim, called after each module is partitioned or cut again. Why: the parameter
-# a module's constructor allocated is freed once cut, but the smaller piece kept is often placed inside
-# the freed block, so the heap cannot shrink and the next parameter takes new memory: at 4 ranks
-# a 64 MiB model built in Init kept 70 MiB without it, 21 MiB with it (docs/python.md).
-# malloc_trim gives the free pages inside the heap back. Absent outside glibc: not called.
+# a module's constructor allocated is freed once cut, but the smaller piece kept is often placed
+# inside the freed block, so the heap cannot shrink and the next parameter takes new memory: at
+# 4 ranks bench/RESULTS.md section 10's 97 MiB GPT kept 42-133 MiB per rank without it, 31 MiB
+# with it (bench/torch_zero3.py --no-trim; docs/python.md). malloc_trim gives the free pages
+# inside the heap back. Absent outside glibc: not called.
 try:
     _trim = ctypes.CDLL(None).malloc_trim
 except (OSError, AttributeError):
