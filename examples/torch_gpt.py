@@ -125,13 +125,8 @@ def main():
                         "torchrun, srun or mpirun), NCCL between the processes")
     p.add_argument("--zero-init", action="store_true",
                    help="build the model inside zinc.zero.Init (partitioned over the ranks as "
-                        "it is built, for a model too large to build whole on every rank); "
-                        "--model gpt only")
+                        "it is built, for a model too large to build whole on every rank)")
     args = p.parse_args()
-    if args.zero_init and args.model != "gpt":
-        p.error("--zero-init is offered with --model gpt only: transformers' post_init "
-                "initialises the weights through its own recursion, not Module.apply, so under "
-                "zinc.zero.Init it writes parameters already partitioned (and raises)")
     if args.device == "cuda" and not torch.cuda.is_available():
         p.error("--device cuda: this torch sees no CUDA device")
     # Imported here, not at the top, so that bench/torch_zero3.py can take the GPT class from
@@ -140,16 +135,16 @@ def main():
     import zinc
 
     torch.manual_seed(0)                      # (zinc.initialize takes rank 0's weights)
-    if args.model == "gpt":
-        # --zero-init: each module's parameters are partitioned over the ranks as it is built
-        # (rank 0's values), so no rank holds the whole model before initialize.
-        with zinc.zero.Init(enabled=args.zero_init):
+    # --zero-init: each module's parameters are partitioned over the ranks as it is built
+    # (rank 0's values), so no rank holds the whole model before initialize.
+    with zinc.zero.Init(enabled=args.zero_init):
+        if args.model == "gpt":
             model = GPT(checkpoint=zinc.checkpointing.checkpoint
                         if args.activation_checkpointing else None)
-    else:
-        model = hf_gpt2()
-        if args.activation_checkpointing:
-            model.m.gradient_checkpointing_enable()
+        else:
+            model = hf_gpt2()
+    if args.model == "hf" and args.activation_checkpointing:
+        model.m.gradient_checkpointing_enable()
     device = torch.device("cpu")
     if args.device == "cuda":
         device = torch.device("cuda", zinc.local_rank())

@@ -40,6 +40,7 @@ initialize. Where the launcher's world cannot broadcast before an engine exists 
 srun without MPI), Init leaves the model whole, with a warning on rank 0.
 """
 import functools
+import sys
 import warnings
 
 import torch
@@ -264,12 +265,15 @@ def _patch():
         _wrap_class(cls)
 
     torch.nn.Module.__init_subclass__ = classmethod(init_subclass)
-    global _module_apply
+    global _module_apply, _smart_apply
     _module_apply = torch.nn.Module.apply
     torch.nn.Module.apply = _apply_gathered
+    _smart_apply = torch.nn.Module.__dict__.get("smart_apply")
+    torch.nn.Module.smart_apply = _smart_apply_gathered
 
 
 _module_apply = torch.nn.Module.apply    # Module.apply as it was before the last _patch
+_smart_apply = None                      # transformers' Module.smart_apply before it, if defined
 
 
 def _apply_gathered(module, fn):
@@ -289,11 +293,51 @@ def _apply_gathered(module, fn):
     return _module_apply(module, each)
 
 
+def _hf_model_class():
+    """transformers' PreTrainedModel where transformers is loaded (smart_apply hands each such
+    sub-model its own init function), else None."""
+    mod = sys.modules.get("transformers.modeling_utils")
+    return getattr(mod, "PreTrainedModel", None)
+
+
+def _smart_apply_gathered(module, fn, is_custom_code):
+    """transformers' initialisation recursion while Init is open. PreTrainedModel.post_init
+    initialises the weights through `torch.nn.Module.smart_apply(fn, is_custom_code)` (it sets
+    that attribute when absent), not Module.apply: the same walk as Module.apply, children first,
+    each sub-model (a PreTrainedModel child) with its own _initialize_weights. Each module's fn
+    sees its own partitioned parameters and its direct children's whole (an _init_weights may
+    write `module.q_proj.weight`), and rank 0's values after it are cut into the new pieces, as
+    GatheredParameters(modifier_rank=0) would; transformers does the same under DeepSpeed's Init
+    (integrations/deepspeed.py, initialize_weights_zero3). A module transformers has already
+    initialised (_is_hf_initialized: an inner model's post_init ran first) is handed to fn
+    without gathering: fn returns at once for it."""
+    hf_model = _hf_model_class()
+
+    def is_sub_model(child):
+        return hf_model is not None and isinstance(child, hf_model)
+
+    for child in module.children():
+        _smart_apply_gathered(child, child._initialize_weights if is_sub_model(child) else fn,
+                              is_custom_code)
+    parts = []
+    if not getattr(module, "_is_hf_initialized", False):
+        mods = [module] + [c for c in module.children() if not is_sub_model(c)]
+        parts = list({id(p): p for m in mods for p in m.parameters(recurse=False)
+                      if _zero_init.held(p) is not None}.values())     # a tied one once
+    with GatheredParameters(parts, modifier_rank=0, enabled=bool(parts)):
+        fn(module, is_custom_code)
+    return module
+
+
 def _unpatch():
     for cls, orig in Init._patched.items():
         cls.__init__ = orig
     Init._patched = {}
     torch.nn.Module.apply = _module_apply
+    if _smart_apply is not None:
+        torch.nn.Module.smart_apply = _smart_apply
+    else:
+        del torch.nn.Module.smart_apply
     had, own = Init._init_subclass
     if had:
         torch.nn.Module.__init_subclass__ = own

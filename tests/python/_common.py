@@ -5,6 +5,7 @@ one in $ZINC_PY when set (to run a test against another version of the package).
 
     from _common import torch, zinc
     from _common import check, failures     # named checks: print each, collect the failed
+    from _common import storage_bytes       # the bytes of the storage a tensor's data is in
 """
 import os
 import sys
@@ -28,6 +29,14 @@ def check(name, ok, detail=""):
           flush=True)
     if not ok:
         failures.append(name)
+
+
+def storage_bytes(t):
+    """The bytes of the storage a tensor's data lives in."""
+    d = t.data
+    if hasattr(d, "untyped_storage"):
+        return d.untyped_storage().nbytes()
+    return d.storage().size() * d.element_size()
 
 
 def check_raises(name, fn, kind, *texts):

@@ -4,11 +4,12 @@ config's lr take it below 3.1 — measured 2.93 with the plain model). With `hf`
 transformers GPT-2 (skipped, exit 77, when transformers is not installed).
 
     test_example.py gpt|hf [extra example args...]
-    test_example.py zero-init MPIEXEC N
+    test_example.py zero-init gpt|hf LAUNCHER...      (LAUNCHER: mpiexec [flags] -np N)
 
-`zero-init`: the plain model under `MPIEXEC -np N`, built inside zinc.zero.Init (`--zero-init`)
-and built whole: the same criteria, and the two print the same lines (losses, lr, grad norms)
-— the partitioned construction gives the model built whole.
+`zero-init`: the model under the launcher, built inside zinc.zero.Init (`--zero-init`) and
+built whole: the same criteria, and the two print the same lines (losses, lr, grad norms) — the
+partitioned construction gives the model built whole (with `hf`, transformers' own weight
+initialisation inside it included).
 """
 import os
 import re
@@ -18,7 +19,8 @@ import sys
 from _common import torch  # noqa: F401 — skips without torch
 
 which = sys.argv[1]
-if which == "hf":
+model = sys.argv[2] if which == "zero-init" else which
+if model == "hf":
     try:
         import transformers  # noqa: F401
     except Exception as ex:  # noqa: BLE001
@@ -46,8 +48,7 @@ def run(cmd):
 
 
 if which == "zero-init":
-    launch = [sys.argv[2], "--allow-run-as-root", "--oversubscribe", "-np", sys.argv[3],
-              sys.executable, example, "--steps", "20"]
+    launch = sys.argv[3:] + [sys.executable, example, "--model", model, "--steps", "20"]
     whole = run(launch)
     parted = run(launch + ["--zero-init"])
     if parted != whole:

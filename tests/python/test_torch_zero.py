@@ -39,7 +39,7 @@ import os
 import sys
 import warnings
 
-from _common import check, failures, torch, zinc
+from _common import check, failures, storage_bytes, torch, zinc
 
 MICRO = 4
 GA = 2
@@ -135,14 +135,6 @@ def raises(kind, fn):
     except kind as ex:
         return str(ex)
     return None
-
-
-def storage_bytes(t):
-    """The bytes of the storage a tensor's data lives in."""
-    d = t.data
-    if hasattr(d, "untyped_storage"):
-        return d.untyped_storage().nbytes()
-    return d.storage().size() * d.element_size()
 
 
 def init_memory(world):

@@ -80,6 +80,11 @@ foreach(_s 0 1 2 3)
   set_tests_properties(python_zero_stage${_s} PROPERTIES LABELS python TIMEOUT 120
                        SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
 endforeach()
+# zinc.zero.Init around a model that initialises its weights as transformers' PreTrainedModel
+# does (post_init through Module.smart_apply; test_torch_hf_init.py, a stand-in of it).
+add_test(NAME python_hf_init COMMAND ${_py} ${_pyt}/test_torch_hf_init.py)
+set_tests_properties(python_hf_init PROPERTIES LABELS python TIMEOUT 120
+                     SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
 # torch.distributed set up for the script by initialize, as DeepSpeed's (test_torch_dist.py).
 add_test(NAME python_torch_dist COMMAND ${_py} ${_pyt}/test_torch_dist.py)
 set_tests_properties(python_torch_dist PROPERTIES LABELS python TIMEOUT 120
@@ -144,10 +149,17 @@ if(ZINC_HAVE_MPI AND ZINC_TORCH_PYTHON)
            COMMAND ${_mpi} ${MPIEXEC_NUMPROC_FLAG} 2 ${_py} ${_pyt}/test_torch_dist.py)
   set_tests_properties(python_torch_dist_mpi PROPERTIES LABELS "python;multirank" TIMEOUT 120
                        SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
-  # examples/torch_gpt.py --zero-init under mpirun -np 2 beside the model built whole.
+  # examples/torch_gpt.py --zero-init under mpirun -np 2 beside the model built whole (the
+  # plain model; transformers' GPT-2 when that package is importable, else skipped).
   add_test(NAME python_example_zero_init_mpi
-           COMMAND ${_py} ${_pyt}/test_example.py zero-init ${MPIEXEC_EXECUTABLE} 2)
-  set_tests_properties(python_example_zero_init_mpi PROPERTIES LABELS "python;multirank"
+           COMMAND ${_py} ${_pyt}/test_example.py zero-init gpt ${_mpi} ${MPIEXEC_NUMPROC_FLAG} 2)
+  add_test(NAME python_example_hf_zero_init_mpi
+           COMMAND ${_py} ${_pyt}/test_example.py zero-init hf ${_mpi} ${MPIEXEC_NUMPROC_FLAG} 2)
+  # A model initialising its weights as transformers' PreTrainedModel does, built in Init.
+  add_test(NAME python_hf_init_mpi
+           COMMAND ${_mpi} ${MPIEXEC_NUMPROC_FLAG} 2 ${_py} ${_pyt}/test_torch_hf_init.py)
+  set_tests_properties(python_example_zero_init_mpi python_example_hf_zero_init_mpi
+                       python_hf_init_mpi PROPERTIES LABELS "python;multirank"
                        TIMEOUT 300 SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
   add_test(NAME python_data_mpi
            COMMAND ${_mpi} ${MPIEXEC_NUMPROC_FLAG} 2 ${_py} ${_pyt}/test_torch_data.py)

@@ -1,0 +1,172 @@
+"""test_torch_hf_init.py — zinc.zero.Init with models that initialise their weights the way
+transformers' PreTrainedModel does (zero.py's _smart_apply_gathered).
+
+    python test_torch_hf_init.py            (also under mpirun -np 2)
+
+transformers (5.x) initialises a model's weights at the end of its constructor, in post_init,
+through `torch.nn.Module.smart_apply(fn, is_custom_code)` — an attribute it sets on
+torch.nn.Module when absent: Module.apply's walk (children first) where each sub-model (a
+PreTrainedModel child) is handed its own _initialize_weights, which skips a module already
+marked `_is_hf_initialized`. CI has no transformers, so this test registers a stand-in
+`transformers.modeling_utils` with that protocol (the real GPT2LMHeadModel is checked by
+test_example.py zero-init hf where transformers is installed). The stand-in model nests a
+sub-model, and an _init_weights writes a direct child's parameter. Checks:
+- built inside zinc.zero.Init (the ranks seeded apart), every parameter is partitioned (a
+  one-element mark) and the values put together are rank 0's model built whole, bit for bit
+  (the weight init ran on the whole parameters and rank 0's result was kept);
+- trained at stage 3, the same losses, bit for bit, as the model built whole;
+- smart_apply is the stand-in's own again after the context (and absent after one opened
+  before the stand-in ever defined it).
+Without _smart_apply_gathered the construction raises (the init writes partitioned parameters).
+Exit 77 when torch is not importable.
+"""
+import sys
+import types
+
+from _common import check, failures, storage_bytes, torch, zinc
+
+
+def stand_in_transformers():
+    """A `transformers.modeling_utils` module whose PreTrainedModel initialises as
+    transformers 5's does: post_init -> initialize_weights -> Module.smart_apply."""
+    mod = types.ModuleType("transformers.modeling_utils")
+
+    class PreTrainedModel(torch.nn.Module):
+        def post_init(self):
+            self.initialize_weights()
+
+        @torch.no_grad()
+        def initialize_weights(self):
+            if not hasattr(torch.nn.Module, "smart_apply"):
+                def smart_apply(module, fn, is_custom_code):
+                    for child in module.children():
+                        sub = isinstance(child, PreTrainedModel)
+                        smart_apply(child, child._initialize_weights if sub else fn,
+                                    is_custom_code)
+                    fn(module, is_custom_code)
+                    return module
+                torch.nn.Module.smart_apply = smart_apply
+            self.smart_apply(self._initialize_weights, False)
+
+        def _initialize_weights(self, module, is_custom_code=False):
+            if getattr(module, "_is_hf_initialized", False):
+                return
+            self._init_weights(module)
+            module._is_hf_initialized = True
+
+    mod.PreTrainedModel = PreTrainedModel
+    sys.modules["transformers.modeling_utils"] = mod
+    return PreTrainedModel
+
+
+PreTrainedModel = stand_in_transformers()
+
+
+class Attention(torch.nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.proj = torch.nn.Linear(d, d)
+        self.gain = torch.nn.Parameter(torch.ones(d))
+
+    def forward(self, x):
+        return torch.tanh(self.proj(x)) * self.gain
+
+
+class Body(PreTrainedModel):
+    """The inner model: its post_init runs first, inside the outer model's constructor."""
+
+    def __init__(self, d=16):
+        super().__init__()
+        self.embed = torch.nn.Linear(6, d)
+        self.attn = torch.nn.ModuleList([Attention(d) for _ in range(2)])
+        self.post_init()
+
+    def _init_weights(self, module):
+        if isinstance(module, torch.nn.Linear):
+            module.weight.normal_(0.0, 0.02)
+            module.bias.zero_()
+        elif isinstance(module, Attention):    # writes its direct child's parameter too
+            module.proj.weight.mul_(3.0)
+            module.gain.fill_(0.5)
+
+    def forward(self, x):
+        for a in self.attn:
+            x = x + a(x)
+        return x
+
+
+class Model(PreTrainedModel):
+    """The outer model: smart_apply hands `body` its own init (already done: skipped) and the
+    head this model's."""
+
+    def __init__(self, d=16):
+        super().__init__()
+        self.body = Body(d)
+        self.head = torch.nn.Linear(d, 3)
+        self.post_init()
+
+    def _init_weights(self, module):
+        if isinstance(module, torch.nn.Linear):
+            module.weight.normal_(0.0, 0.5)
+            module.bias.fill_(0.1)
+
+    def forward(self, x):
+        return self.head(self.body(self.body.embed(x)))
+
+
+def train(model, rank, steps=3):
+    cfg = {"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1,
+           "optimizer": {"type": "AdamW", "params": {"lr": 1e-2}},
+           "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0}}
+    engine, _, _, _ = zinc.initialize(model=model, config=cfg)
+    losses = []
+    for i in range(steps):
+        g = torch.Generator().manual_seed(100 * i + rank)
+        x, y = torch.randn(4, 6, generator=g), torch.randint(0, 3, (4,), generator=g)
+        loss = torch.nn.functional.cross_entropy(engine(x), y)
+        engine.backward(loss)
+        engine.step()
+        losses.append(float(loss.detach()))
+    engine.close()
+    return losses
+
+
+def main():
+    rank = max(0, zinc._lib.lib.zinc_world_rank(zinc.engine._launcher_world()))
+    with zinc.zero.Init():            # before the stand-in ever defined smart_apply
+        torch.manual_seed(0 if rank == 0 else 10 + rank)
+        model = Model()
+    check("after an Init in which smart_apply was first defined, torch.nn.Module has none",
+          not hasattr(torch.nn.Module, "smart_apply"))
+    torch.manual_seed(0)
+    whole = Model()                   # defines the stand-in's smart_apply
+    theirs = torch.nn.Module.smart_apply
+    marks = [storage_bytes(p) == p.element_size() for p in model.parameters()]
+    check("built in zinc.zero.Init: each parameter is partitioned (a one-element mark)",
+          all(marks) and len(marks) == 10, str(marks))
+    with zinc.zero.GatheredParameters(list(model.parameters())):
+        got = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    want = whole.state_dict()
+    differ = [k for k, v in want.items() if not torch.equal(got[k], v)]
+    check("built in zinc.zero.Init (ranks seeded apart): rank 0's model built whole, bit for "
+          "bit, the sub-model's init, a child's parameter written by its parent's init and the "
+          "outer init included", not differ and set(got) == set(want), str(differ))
+    check("the values are the init's, not the constructors' (the init pass ran)",
+          bool((got["body.attn.0.gain"] == 0.5).all()) and bool((got["head.bias"] == 0.1).all()))
+    with zinc.zero.Init():
+        torch.manual_seed(0 if rank == 0 else 20 + rank)
+        model = Model()
+    check("after the context, smart_apply is the stand-in's own again",
+          torch.nn.Module.smart_apply is theirs)
+    got_losses = train(model, rank)
+    torch.manual_seed(0)
+    want_losses = train(Model(), rank)
+    check("trained at stage 3: the model built in zinc.zero.Init gives the losses of the model "
+          "built whole, bit for bit", got_losses == want_losses,
+          f"{got_losses} vs {want_losses}")
+    print(f"{len(failures)} failed" if failures else "all passed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
