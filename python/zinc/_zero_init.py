@@ -97,7 +97,15 @@ def held(p):
 
 def partitionable(p):
     return (held(p) is None and p.is_floating_point() and p.numel() > 0
+            and p.device.type != "meta"
             and not isinstance(p, torch.nn.parameter.UninitializedParameter))
+
+
+# Parameters on the meta device found at the end of constructors since the last Init exit:
+# they have no values to cut (transformers' from_pretrained builds the model there, then gives
+# each parameter its loaded values as a new whole tensor), so they are left as they are, and
+# Init says so at its exit. id -> the first name it was found under.
+meta_left = {}
 
 
 def _piece_bounds(numel, rank, size):
@@ -139,7 +147,9 @@ def partition_module(mod):
     parameter given to a submodule after the submodule was built), not yet partitioned."""
     cut = False
     for name, p in mod.named_parameters():
-        if partitionable(p):
+        if held(p) is None and p.device.type == "meta":
+            meta_left.setdefault(id(p), f"{type(mod).__name__}.{name}")
+        elif partitionable(p):
             partition(p, f"{type(mod).__name__}.{name}")
             cut = True
     if cut:

@@ -188,7 +188,20 @@ class Init:
             Init._depth -= 1
             if Init._depth == 0 and Init._partitioning:
                 _unpatch()
+                _say_meta_left()
         return False
+
+
+def _say_meta_left():
+    """A warning (rank 0) when parameters built on the meta device were left whole-to-be."""
+    left = _zero_init.meta_left
+    if left and lib.zinc_world_rank(_engine._launcher_world()) <= 0:
+        warnings.warn(f"zinc.zero.Init: {len(left)} parameters were built on the meta device "
+                      f"(the first: {next(iter(left.values()))}; transformers' from_pretrained "
+                      "builds there, then loads each parameter's values as a new tensor) and "
+                      "were not partitioned: each rank holds them whole once they are loaded, "
+                      "until zinc.initialize", RuntimeWarning, stacklevel=3)
+    _zero_init.meta_left = {}
 
 
 class _WriteAfterPartition(RuntimeError):

@@ -16,12 +16,17 @@ sub-model, and an _init_weights writes a direct child's parameter. Checks:
   (the weight init ran on the whole parameters and rank 0's result was kept);
 - trained at stage 3, the same losses, bit for bit, as the model built whole;
 - smart_apply is the stand-in's own again after the context (and absent after one opened
-  before the stand-in ever defined it).
+  before the stand-in ever defined it);
+- from_pretrained's way (transformers builds the model on the meta device, then gives each
+  parameter its loaded values as a new tensor): parameters built on the meta device are left
+  as they are, with a RuntimeWarning at the exit naming the meta device (rank 0), and the
+  loaded model trains from the loaded values (without the meta rule: the construction raises).
 Without _smart_apply_gathered the construction raises (the init writes partitioned parameters).
 Exit 77 when torch is not importable.
 """
 import sys
 import types
+import warnings
 
 from _common import check, failures, storage_bytes, torch, zinc
 
@@ -164,6 +169,24 @@ def main():
     check("trained at stage 3: the model built in zinc.zero.Init gives the losses of the model "
           "built whole, bit for bit", got_losses == want_losses,
           f"{got_losses} vs {want_losses}")
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        with zinc.zero.Init():
+            lin = torch.nn.Linear(6, 3, device="meta")
+    meta = [w for w in said if "meta device" in str(w.message)]
+    check("zinc.zero.Init: parameters built on the meta device are left there, with a warning "
+          "on rank 0", lin.weight.device.type == "meta" and lin.bias.device.type == "meta"
+          and len(meta) == (1 if rank == 0 else 0), str([str(w.message) for w in said]))
+    lin.weight = torch.nn.Parameter(torch.full((3, 6), 0.25))    # the loaded values
+    lin.bias = torch.nn.Parameter(torch.zeros(3))
+    cfg = {"train_micro_batch_size_per_gpu": 4,
+           "optimizer": {"type": "AdamW", "params": {"lr": 1e-2}},
+           "zero_optimization": {"stage": 3}}
+    engine, _, _, _ = zinc.initialize(model=lin, config=cfg)
+    sd = engine.module_state_dict()
+    check("the model loaded after a construction on the meta device starts from the loaded "
+          "values", bool((sd["weight"] == 0.25).all()) and bool((sd["bias"] == 0).all()))
+    engine.close()
     print(f"{len(failures)} failed" if failures else "all passed")
     return 1 if failures else 0
 
