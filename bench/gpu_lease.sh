@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# gpu_lease.sh — a whole GPU session in one call of the device tool: build zinc for the lent GPU,
+# then run bench/gpu_session.sh's phases in order of need while time is left, and pack the logs
+# into $OUT, which the tool brings back (at most 8 files: gpu_session.sh alone writes dozens).
+#
+#   bench/gpu_lease.sh [--budget SECONDS] [--build DIR] [--device cpu] [PHASE...]
+#
+# The device tool lends 15 minutes of device time per task, start-up included, and at most
+# 10 minutes per command, so the checks that matter most go first:
+#   env ctest python offload sanitize train        (the default)
+# ctest re-runs docs/cuda.md items 1-9 on the code as it is now (the first GPU session ran an
+# older commit), python and offload are items 11 and 10 (issue 16's last), sanitize and train
+# repeat items 3 and 8 at length. A phase starts only while its estimate (below, from the
+# H100 session of 2026-11-23 where there is one) fits in what is left of --budget (default 540 s,
+# counted from the script's start, the build included); the ones skipped are listed.
+#
+# --build DIR: use that build (nothing is built); otherwise build-cuda is configured and built
+# for sm_90 (the H100 and H200) with every core. --device cpu: gpu_session.sh's cpu run of the
+# offload and python phases (to check this script where there is no GPU).
+#
+# $OUT (or gpu-out/ when unset) gets: summary.txt (each step's rc and seconds, the phases
+# skipped), meta.txt (device, date, commit, build), logs.tar.gz (every log and metrics file;
+# not the checkpoints).
+# The device tool's call, with a timeout that leaves room to rerun:
+#   run  command="bench/gpu_lease.sh"  timeout_s=600
+set -uo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+t_start=$SECONDS
+budget=540
+build=""
+dev=()
+phases=()
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --budget) budget="$2"; shift 2 ;;
+        --build) build="$(cd "$2" && pwd)" || exit 2; shift 2 ;;
+        --device) dev=(--device "$2"); shift 2 ;;
+        -h|--help) sed -n '2,/^[^#]/{/^#/p}' "$0"; exit 0 ;;
+        env|ctest|sanitize|train|adam|profile|e2e|offload|python) phases+=("$1"); shift ;;
+        *) echo "gpu_lease: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+    esac
+done
+[ ${#phases[@]} -gt 0 ] || phases=(env ctest python offload sanitize train)
+out="${OUT:-$root/gpu-out}"
+mkdir -p "$out"
+logs="$(mktemp -d)"
+summary="$out/summary.txt"
+: >"$summary"
+say() { echo "$*" >>"$summary"; }
+
+# Seconds each phase needs, about (the H100 session: ctest -L gpu 50 s; the train phase's 96
+# short runs and 5 resumes several minutes; sanitize's four runs under memcheck/racecheck).
+estimate() {
+    case "$1" in
+        env) echo 15 ;; ctest) echo 120 ;; python) echo 150 ;; offload) echo 60 ;;
+        sanitize) echo 200 ;; train) echo 420 ;; adam) echo 120 ;; profile) echo 150 ;;
+        e2e) echo 300 ;;
+    esac
+}
+
+if [ -z "$build" ]; then
+    build="$root/build-cuda"
+    t0=$SECONDS
+    if cmake -S "$root" -B "$build" -DZINC_CUDA=ON -DZINC_CUDA_ARCHS=90 >"$logs/build.log" 2>&1 &&
+       cmake --build "$build" -j "$(nproc)" >>"$logs/build.log" 2>&1; then
+        say "build                              rc=0   $((SECONDS - t0)) s"
+    else
+        say "build                              FAILED after $((SECONDS - t0)) s"
+        tail -n 40 "$logs/build.log" >>"$summary"
+        tar -czf "$out/logs.tar.gz" -C "$logs" .
+        cat "$summary"
+        exit 1
+    fi
+fi
+
+status=0
+skipped=()
+for p in "${phases[@]}"; do
+    left=$((budget - (SECONDS - t_start)))
+    need=$(estimate "$p")
+    if [ "$need" -gt "$left" ]; then
+        skipped+=("$p")
+        continue
+    fi
+    say "== $p (about ${need} s, ${left} s left)"
+    OUT="$logs/$p" ZINC_PYTHON="${ZINC_PYTHON:-python3}" \
+        "$root/bench/gpu_session.sh" "$p" --build "$build" --out "$logs/$p" "${dev[@]}" \
+        >"$logs/$p.console" 2>&1
+    cat "$logs/$p/summary.txt" >>"$summary" 2>/dev/null
+    # A step's rc is its column in the summary; a phase with any non-zero one counts as failed.
+    if grep -q 'rc=[1-9]' "$logs/$p/summary.txt" 2>/dev/null; then
+        status=1
+    fi
+    [ -f "$logs/$p/meta.txt" ] && cp "$logs/$p/meta.txt" "$out/meta.txt"
+done
+[ ${#skipped[@]} -eq 0 ] || say "skipped (over the ${budget} s budget): ${skipped[*]}"
+say "total $((SECONDS - t_start)) s; $([ $status = 0 ] && echo 'every step rc=0' || echo 'some step failed: see above')"
+# Checkpoints and exported weights stay behind (megabytes; the logs and metrics say what they held).
+tar -czf "$out/logs.tar.gz" --exclude='ck-*' --exclude='*.safetensors' -C "$logs" .
+rm -rf "$logs"
+cat "$summary"
+exit $status
