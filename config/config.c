@@ -175,6 +175,17 @@ void zcfg_defaults(zcfg *c)
 
 /* ---- batch sizes -------------------------------------------------------------------------- */
 
+int zcfg_set_batch(zcfg *c, int64_t micro_batch, int64_t grad_accum, int64_t world_size)
+{
+    zcfg t = *c;
+    t.micro_batch = micro_batch;
+    t.grad_accum = grad_accum;
+    t.train_batch_size = micro_batch * grad_accum * world_size;
+    if (zc_hash(&t) != 0) return -1;
+    *c = t;
+    return 0;
+}
+
 /* Reads one batch key, letting an override fill "auto" or replace the file's value. Returns
  * V_SET, V_ABSENT or V_BAD. `derivable`: "auto" may be left to the batch rule. */
 static int batch_key(zcctx *x, json_object *root, const char *key, int64_t override,

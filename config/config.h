@@ -187,6 +187,12 @@ char *zcfg_to_json(const zcfg *c);
 /* The same plus a "hash" member: what `zinc config check --json` prints. Caller frees. */
 char *zcfg_report_json(const zcfg *c);
 
+/* DeepSpeed's engine.set_train_batch_size / set_train_micro_batch_size on a resolved config:
+ * the micro batch and accumulation steps given (each >= 1, their product with world_size
+ * checked by the caller), train_batch_size their product, and the hash of the result. 0, or -1
+ * (out of memory; the config unchanged). */
+int zcfg_set_batch(zcfg *c, int64_t micro_batch, int64_t grad_accum, int64_t world_size);
+
 /* Defaults for every field: what {"train_micro_batch_size_per_gpu": 1, "optimizer": {"type":
  * "AdamW"}} resolves to at world_size 1, hash included. ("{}" itself is rejected, as DeepSpeed
  * rejects a config with neither train_batch_size nor train_micro_batch_size_per_gpu.) */

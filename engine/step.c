@@ -11,6 +11,7 @@
  */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "engine/internal.h"
@@ -422,6 +423,45 @@ zinc_status zinc_set_accumulation_boundary(zinc_engine_t *e, int is_boundary)
                          "managed_gradient_accumulation false, where every zinc_step is the "
                          "boundary (DeepSpeed refuses set_gradient_accumulation_boundary there too)");
     e->boundary_override = is_boundary;
+    return ZINC_OK;
+}
+
+zinc_status zinc_set_batch_size(zinc_engine_t *e, int64_t micro_batch, int64_t grad_accum)
+{
+    if (!e) return zerr_thread(ZINC_ERR_INVALID_ARG, "zinc_set_batch_size: engine is NULL");
+    if (micro_batch < 1 || grad_accum < 1)
+        return zeng_fail(e, ZINC_ERR_INVALID_ARG,
+                         "zinc_set_batch_size: train_micro_batch_size_per_gpu %lld and "
+                         "gradient_accumulation_steps %lld must both be at least 1",
+                         (long long)micro_batch, (long long)grad_accum);
+    /* Checkpoints and the resolved config write the batch sizes as JSON numbers: keep the
+     * global batch exact there, as the config's own overflow check does. */
+    if (micro_batch > ZENG_COUNTER_MAX / grad_accum ||
+        micro_batch * grad_accum > ZENG_COUNTER_MAX / e->world_size)
+        return zeng_fail(e, ZINC_ERR_INVALID_ARG,
+                         "zinc_set_batch_size: micro batch %lld x accumulation steps %lld x "
+                         "world size %d is past 2^53", (long long)micro_batch,
+                         (long long)grad_accum, e->world_size);
+    /* The loss of a micro-step already run was scaled by 1/(the old steps), and zinc's count of
+     * the window is against the old value: a change takes effect between windows only. */
+    int handed = 0;
+    for (int g = 0; e->gstate && g < e->plan.ngroups; g++) handed |= e->gstate[g].ready;
+    if (e->st.micro > 0 || handed)
+        return zeng_fail(e, ZINC_ERR_USAGE,
+                         "zinc_set_batch_size: inside an accumulation window (%lld micro-step(s) "
+                         "ended since the last boundary%s; their loss was scaled by 1/%lld): "
+                         "change the batch sizes after the step that ends a window, or before "
+                         "the first micro-step", (long long)e->st.micro,
+                         handed ? ", and this one's gradients handed over" : "",
+                         (long long)e->cfg.grad_accum);
+    zcfg c = e->cfg;
+    char *json = NULL;
+    if (zcfg_set_batch(&c, micro_batch, grad_accum, e->world_size) != 0 ||
+        !(json = zcfg_to_json(&c)))
+        return zeng_fail(e, ZINC_ERR_NOMEM, "zinc_set_batch_size: out of memory");
+    e->cfg = c;
+    free(e->config_json);
+    e->config_json = json;
     return ZINC_OK;
 }
 

@@ -322,6 +322,18 @@ ZINC_API zinc_status zinc_micro_step(zinc_engine_t *e);
  * refuses it there. */
 ZINC_API zinc_status zinc_set_accumulation_boundary(zinc_engine_t *e, int is_boundary);
 
+/* DeepSpeed's engine.set_train_batch_size and set_train_micro_batch_size: the micro batch
+ * (train_micro_batch_size_per_gpu) and gradient_accumulation_steps from here on, each >= 1;
+ * train_batch_size becomes micro_batch x grad_accum x world size. The loss multiplier and zinc's
+ * count of the window follow the new steps. Between accumulation windows only (after the
+ * zinc_step that ended one, or before the first micro-step; ZINC_ERR_USAGE inside one, whose
+ * losses were scaled by the old steps): DeepSpeed's takes it at any micro-step and counts the
+ * window against its global micro-step count, so its first window after a change can be
+ * shorter. The resolved config (zinc_engine_config_json) and its hash change with it, so a
+ * checkpoint saved afterwards records the batch sizes in force. Every rank must pass the same
+ * values; not collective, not saved in the engine state. */
+ZINC_API zinc_status zinc_set_batch_size(zinc_engine_t *e, int64_t micro_batch, int64_t grad_accum);
+
 /* The learning rate of the optimizer steps from here on, in place of the config's schedule: a
  * schedule the caller runs itself (a client LR scheduler, as DeepSpeed's engine steps one).
  * A finite value >= 0; NAN gives the config's schedule back. Every rank must set the same value

@@ -9,7 +9,9 @@
  * the parameters too (stage 3), whose gradient download starts in the micro-step that the
  * boundary marks as the last. Windows of other lengths than gradient_accumulation_steps must give
  * one optimizer step per window, the same in all three ways, and not the count's result. Calls
- * out of turn are refused with a message naming what to call instead.
+ * out of turn are refused with a message naming what to call instead. zinc_set_batch_size
+ * (DeepSpeed's set_train_batch_size): between windows it changes the window and the loss
+ * multiplier (bit for bit the engine configured so), inside one it is refused.
  */
 #include <math.h>
 #include <stdio.h>
@@ -260,8 +262,124 @@ static void test_moved_boundary_offload(void)
     }
 }
 
+/* zinc_set_batch_size (DeepSpeed's set_train_batch_size / set_train_micro_batch_size). */
+static int read_weights(zinc_engine_t *e, int np, float *out[TOY_MAX_PARAMS],
+                        int64_t numel[TOY_MAX_PARAMS])
+{
+    for (int p = 0; p < np; p++) {
+        numel[p] = zinc_param_numel(e, p);
+        out[p] = malloc((size_t)numel[p] * sizeof(float));
+        if (!out[p] || zinc_param_get(e, p, out[p]) != ZINC_OK) return 0;
+    }
+    return 1;
+}
+
+static void test_batch_size_training(void)
+{
+    /* Configured with 3 accumulation steps and set to 2 before the first micro-step: bit for bit
+     * the engine configured with 2 (the loss multiplier and the window follow the new value);
+     * without the set, not. At stage 2, world 2 and the optimizer offloaded too. */
+    static const char *const zero[] = {NULL, "\"offload_optimizer\": {\"device\": \"cpu\"}, "};
+    for (int z = 0; z < 2; z++) {
+        float *w[3][TOY_MAX_PARAMS] = {{0}};
+        int64_t numel[TOY_MAX_PARAMS] = {0};
+        int np = 0, ok = 1;
+        static const int accum[3] = {2, 3, 3};
+        for (int k = 0; k < 3; k++) {
+            toy_run r = base(2, ZINC_DTYPE_FP32, zero[z], 0);
+            r.world = 1;
+            r.accum = accum[k];
+            zinc_engine_t *e = NULL;
+            zinc_status s = toy_engine(&r, &e, &np);
+            if (s == ZINC_OK && k == 1) s = zinc_set_batch_size(e, 1, 2);
+            if (s == ZINC_OK) s = toy_steps(e, 0, 1, 0, 6, np);
+            if (s == ZINC_OK && !read_weights(e, np, w[k], numel)) s = ZINC_ERR_INTERNAL;
+            ZT_CHECK(s == ZINC_OK, "batch size run %d%s: %s", k, z ? " offloaded" : "",
+                     e ? zinc_last_error(e) : "");
+            ok &= s == ZINC_OK;
+            zinc_engine_destroy(e);
+        }
+        int same = ok, differs = 0;
+        for (int p = 0; ok && p < np; p++) {
+            size_t n = (size_t)numel[p] * sizeof(float);
+            same &= !memcmp(w[0][p], w[1][p], n);
+            differs |= memcmp(w[0][p], w[2][p], n) != 0;
+        }
+        ZT_CHECK(same, "accumulation 3 set to 2 before training%s: not bit for bit the engine "
+                 "configured with 2", z ? " (offloaded)" : "");
+        ZT_CHECK(!ok || differs, "the engine left at 3 trains as the one at 2: the comparison "
+                 "sees nothing");
+        for (int k = 0; k < 3; k++)
+            for (int p = 0; p < np; p++) free(w[k][p]);
+    }
+}
+
+static int config_says(zinc_engine_t *e, const char *key, long long want)
+{
+    char text[96];
+    snprintf(text, sizeof text, "\"%s\": %lld,", key, want);
+    return strstr(zinc_engine_config_json(e), text) != NULL;
+}
+
+static void test_batch_size_calls(void)
+{
+    toy_run r = base(2, ZINC_DTYPE_FP32, NULL, 0);
+    r.world = 1;
+    zinc_engine_t *e = NULL;
+    int np = 0;
+    zinc_status s = toy_engine(&r, &e, &np);
+    ZT_CHECK(s == ZINC_OK, "toy_engine: %s", e ? zinc_last_error(e) : "");
+    if (s != ZINC_OK) {
+        zinc_engine_destroy(e);
+        return;
+    }
+    char hash0[32];
+    snprintf(hash0, sizeof hash0, "%s", zinc_config_hash(e));
+    ZT_CHECK(config_says(e, "gradient_accumulation_steps", 3), "the toy's config: %s",
+             zinc_engine_config_json(e));
+    s = zinc_set_batch_size(e, 2, 2);
+    ZT_CHECK(s == ZINC_OK, "set 2 x 2: %s", zinc_last_error(e));
+    ZT_CHECK(config_says(e, "train_batch_size", 4) &&
+             config_says(e, "train_micro_batch_size_per_gpu", 2) &&
+             config_says(e, "gradient_accumulation_steps", 2),
+             "the resolved config after set 2 x 2: %s", zinc_engine_config_json(e));
+    ZT_CHECK(strcmp(hash0, zinc_config_hash(e)) != 0, "the config hash did not change");
+    ZT_CHECK(zinc_loss_multiplier(e) == 0.5f, "loss multiplier %g after set (accumulation 2)",
+             (double)zinc_loss_multiplier(e));
+    s = zinc_set_batch_size(e, 1, 2);
+    /* Inside a window: a micro-step's gradients handed over, then a micro-step ended. */
+    if (s == ZINC_OK) s = toy_micro_step(e, 0, 1, 0, np, 0);
+    ZT_CHECK(s == ZINC_OK, "micro-step: %s", zinc_last_error(e));
+    expect_error(e, zinc_set_batch_size(e, 1, 4), ZINC_ERR_USAGE, "handed over",
+                 "set after a backward");
+    ZT_CHECK(zinc_micro_step(e) == ZINC_OK, "zinc_micro_step: %s", zinc_last_error(e));
+    expect_error(e, zinc_set_batch_size(e, 1, 4), ZINC_ERR_USAGE, "inside an accumulation window",
+                 "set after a micro-step");
+    ZT_CHECK(zinc_engine_at_boundary(e) == 1, "the second micro-step of a window of 2 is not "
+             "its last (the refused set changed the count?)");
+    zinc_step_info_t info = {0};
+    s = toy_micro_step(e, 0, 1, 1, np, 0);
+    if (s == ZINC_OK) s = zinc_step(e, &info);
+    ZT_CHECK(s == ZINC_OK && info.boundary && info.step == 1, "window of 2: status %d boundary "
+             "%d step %lld: %s", (int)s, info.boundary, (long long)info.step, zinc_last_error(e));
+    ZT_CHECK(zinc_set_batch_size(e, 1, 1) == ZINC_OK, "set after the window's step: %s",
+             zinc_last_error(e));
+    ZT_CHECK(zinc_engine_at_boundary(e) == 1, "accumulation 1: the next micro-step is not the last");
+    expect_error(e, zinc_set_batch_size(e, 0, 2), ZINC_ERR_INVALID_ARG, "at least 1", "micro 0");
+    expect_error(e, zinc_set_batch_size(e, 1, -3), ZINC_ERR_INVALID_ARG, "at least 1",
+                 "accumulation -3");
+    expect_error(e, zinc_set_batch_size(e, (int64_t)1 << 40, (int64_t)1 << 20),
+                 ZINC_ERR_INVALID_ARG, "past 2^53", "2^60 samples");
+    ZT_CHECK(config_says(e, "gradient_accumulation_steps", 1), "a refused set changed the "
+             "config: %s", zinc_engine_config_json(e));
+    ZT_CHECK(zinc_set_batch_size(NULL, 1, 1) == ZINC_ERR_INVALID_ARG, "set on NULL");
+    zinc_engine_destroy(e);
+}
+
 int main(void)
 {
+    test_batch_size_calls();
+    test_batch_size_training();
     test_calls();
     test_moved_boundary_offload();
     test_same_as_count();
