@@ -114,6 +114,7 @@ _sig = {
     "zinc_step": (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(StepInfo)]),
     "zinc_micro_step": (ctypes.c_int, [ctypes.c_void_p]),
     "zinc_set_accumulation_boundary": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int]),
+    "zinc_set_batch_size": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]),
     "zinc_set_lr": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_double]),
     "zinc_group_set_lr": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int, ctypes.c_double]),
     "zinc_engine_rank": (ctypes.c_int, [ctypes.c_void_p]),

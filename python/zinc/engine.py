@@ -68,6 +68,7 @@ import ctypes
 import io
 import itertools
 import json
+import operator
 import os
 import sys
 import warnings
@@ -1201,6 +1202,41 @@ class Engine(torch.nn.Module):
         """The global batch of one optimizer step: micro batch x accumulation steps x ranks."""
         return int(self._resolved["train_batch_size"])
 
+    def set_train_batch_size(self, train_batch_size):
+        """DeepSpeed's: the global batch from the next accumulation window on, by changing
+        gradient_accumulation_steps (the micro batch stays). ValueError, as DeepSpeed's, unless
+        it is a multiple of micro batch x ranks. Between windows only (zinc_set_batch_size:
+        after the step() that ended one, or before the first backward): inside one, whose losses
+        were scaled by the old steps, ZincError (a RuntimeError) — DeepSpeed's takes it anywhere
+        and counts the new steps against its global micro-step count, so its first window after
+        a change can be shorter. Every rank must pass the same value."""
+        n = operator.index(train_batch_size)
+        unit = self._micro * self.world_size
+        if n % unit != 0:
+            raise ValueError("Train batch size must be divisible by micro-batch data parallelism "
+                             f"(zinc: {n} is not a multiple of train_micro_batch_size_per_gpu "
+                             f"{self._micro} x {self.world_size} ranks)")
+        self._set_batch(self._micro, n // unit)
+
+    def set_train_micro_batch_size(self, micro_batch_size):
+        """DeepSpeed's: the micro batch from the next accumulation window on, the accumulation
+        steps kept (train_batch_size follows). As set_train_batch_size, between windows only.
+        The loader initialize(training_data=...) built keeps its batch size, as DeepSpeed's."""
+        self._set_batch(operator.index(micro_batch_size), self._ga)
+
+    def _set_batch(self, micro, ga):
+        if self._unsynced or self._in_backward:
+            raise RuntimeError("zinc: the batch sizes change between accumulation windows only: "
+                               "gradients of this window are pending (a backward inside "
+                               "no_sync(), or one running); call it after the step that ends "
+                               "the window")
+        if micro < 1 or ga < 1:
+            raise ValueError(f"zinc: train_micro_batch_size_per_gpu {micro} and "
+                             f"gradient_accumulation_steps {ga} must both be at least 1")
+        self._call(lib.zinc_set_batch_size(self._e, micro, ga))
+        self._resolved = json.loads(lib.zinc_engine_config_json(self._e).decode())
+        self._micro, self._ga = micro, ga
+
     def is_gradient_accumulation_boundary(self):
         """True when the current micro-batch ends the accumulation window, so that the next
         engine.step() reduces the gradients and runs the optimizer: what
@@ -1830,8 +1866,6 @@ for _name, _key in _ZERO_ACCESSORS.items():
 # NotImplementedError naming it: without it the name would reach the model (__getattr__), or
 # torch's Module.compile, and do something else or fail with an AttributeError.
 _NOT_OFFERED = {
-    "set_train_batch_size": "gradient_accumulation_steps is fixed at initialize",
-    "set_train_micro_batch_size": "the micro batch size is fixed at initialize",
     "empty_partition_cache": "zinc's stage 3 keeps the groups below "
                              "stage3_param_persistence_threshold gathered and has no call to "
                              "release them",

@@ -58,7 +58,11 @@ the run (exit 1) when it does not hold:
   count; a forward after the window's last backward before
   step() raises and training goes on; the setting under managed false raises; backward returns
   loss / gradient_accumulation_steps, and scale_wrt_gas=False on a loss halved by the script
-  trains as the count.
+  trains as the count;
+- set_train_batch_size (DeepSpeed's) to twice the global batch after a window: the next window
+  is twice as long, one step, bit for bit the same window and loss scale made by the script;
+  the accessors follow; set_train_micro_batch_size keeps the steps; a batch not a multiple of
+  micro x ranks, 0, a float and a call inside a window raise, and training goes on.
 Exit 77 when torch is not importable.
 """
 import json
@@ -737,6 +741,95 @@ def check_accum_boundary(stage):
     engine.close()
 
 
+def check_batch_size(stage):
+    """set_train_batch_size / set_train_micro_batch_size (DeepSpeed's): after a window of GA,
+    set_train_batch_size to twice the global batch makes the next window 2 x GA micro-steps,
+    each loss scaled by 1/(2 x GA) — bit for bit the same run made with a caller-owned boundary
+    and the loss divided by the script (scale_wrt_gas=False); the accessors follow; the
+    refusals (not a multiple, inside a window, below 1) leave training going."""
+    def build():
+        model = net()
+        return zinc.initialize(model=model, model_parameters=model.parameters(),
+                               config=cfg(stage))[0]
+
+    def loss_of(engine, i):
+        g = torch.Generator().manual_seed(1000 * engine.global_rank + i)
+        x = torch.randn(MICRO, 6, generator=g).to(torch.bfloat16)
+        y = torch.randn(MICRO, 3, generator=g).to(torch.bfloat16)
+        return ((engine(x) - y) ** 2).mean()
+
+    engine = build()
+    world = engine.world_size
+    for i in range(GA):
+        engine.backward(loss_of(engine, i))
+        engine.step()
+    engine.set_train_batch_size(2 * GA * MICRO * world)
+    check("set_train_batch_size: the accessors follow",
+          (engine.train_batch_size(), engine.gradient_accumulation_steps(),
+           engine.train_micro_batch_size_per_gpu(), engine.get_batch_info())
+          == (2 * GA * MICRO * world, 2 * GA, MICRO, (2 * GA * MICRO * world, MICRO, 2 * GA)),
+          str(engine.get_batch_info()))
+    at = []
+    for i in range(GA, 3 * GA):
+        at.append(engine.is_gradient_accumulation_boundary())
+        engine.backward(loss_of(engine, i))
+        engine.step()
+    got = engine.module_state_dict()
+    check("set_train_batch_size: the next window is 2 x GA micro-steps, one optimizer step",
+          at == [False] * (2 * GA - 1) + [True] and engine.global_steps == 2,
+          f"{at}, global_steps {engine.global_steps}")
+    engine.close()
+
+    engine = build()                 # the same run, the window and the scale by the script
+    for i in range(GA):
+        engine.backward(loss_of(engine, i))
+        engine.step()
+    for k, i in enumerate(range(GA, 3 * GA)):
+        loss = loss_of(engine, i)
+        engine.set_gradient_accumulation_boundary(k == 2 * GA - 1)
+        engine.backward(loss / (2 * GA), scale_wrt_gas=False)
+        engine.step()
+    same, detail = same_dicts(engine.module_state_dict(), got)
+    check(f"stage {stage}: set_train_batch_size trains bit for bit as the window and loss scale "
+          "set by the script", same, detail)
+    engine.close()
+
+    engine = build()
+    engine.set_train_micro_batch_size(2 * MICRO)
+    check("set_train_micro_batch_size: the micro batch changes, the accumulation steps stay",
+          engine.get_batch_info() == (2 * MICRO * GA * world, 2 * MICRO, GA)
+          and engine.train_micro_batch_size_per_gpu() == 2 * MICRO,
+          str(engine.get_batch_info()))
+    engine.set_train_micro_batch_size(MICRO)
+    for name, fn, kind in (
+            ("a batch not a multiple of micro x ranks",
+             lambda: engine.set_train_batch_size(MICRO * world + 1), ValueError),
+            ("a micro batch of 0", lambda: engine.set_train_micro_batch_size(0), ValueError),
+            ("a float", lambda: engine.set_train_batch_size(8.0), TypeError)):
+        msg = None
+        try:
+            fn()
+        except kind as ex:
+            msg = str(ex)
+        check(f"set_train_batch_size: {name} raises {kind.__name__}", msg is not None, str(msg))
+    engine.backward(loss_of(engine, 0))
+    msg = None
+    try:
+        engine.set_train_batch_size(4 * GA * MICRO * world)
+    except RuntimeError as ex:
+        msg = str(ex)
+    check("set_train_batch_size inside a window raises RuntimeError naming it",
+          msg is not None and "accumulation window" in msg, str(msg))
+    engine.step()
+    for i in range(1, GA):
+        engine.backward(loss_of(engine, i))
+        engine.step()
+    check("training goes on after the refusals, with the batch as it was",
+          engine.global_steps == 1 and engine.get_batch_info() == (GA * MICRO * world, MICRO, GA),
+          f"global_steps {engine.global_steps}, {engine.get_batch_info()}")
+    engine.close()
+
+
 def main():
     stage, root = int(sys.argv[1]), sys.argv[2]
     model = net()
@@ -775,8 +868,7 @@ def main():
         check("a name neither has raises AttributeError", "no_such_thing" in str(ex), str(ex))
     # DeepSpeed engine methods zinc does not offer raise NotImplementedError naming the method,
     # whatever the arguments, and even where the model has the name (compile).
-    for name, args in (("set_train_batch_size", (2 * MICRO * world,)),
-                       ("set_train_micro_batch_size", (MICRO,)), ("empty_partition_cache", ()),
+    for name, args in (("empty_partition_cache", ()),
                        ("offload_states", ()), ("reload_states", ()), ("compile", ()),
                        ("load_module_state_dict", ({},)), ("allreduce_gradients", ()),
                        ("get_sequence_parallel_group", ()),
@@ -984,6 +1076,7 @@ def main():
     check_freeze_changes(stage, root)
     check_no_sync(stage)
     check_accum_boundary(stage)
+    check_batch_size(stage)
     check_two_engines(stage)
     print(f"rank {rank}: {len(failures)} failed", flush=True)
     return 1 if failures else 0
