@@ -8,7 +8,10 @@ must be DeepSpeed's (a cross-check run by hand: DeepSpeed is never a dependency,
   in the same order, the same len();
 - param groups with their own lr under the config's scheduler: DeepSpeed's WarmupCosineLR and
   WarmupLR objects stepping a torch AdamW with groups of lr 5e-3 and 1e-3, against the lr zinc
-  shows in each group before each of 12 steps (within 1e-15 relative: a few double ulps).
+  shows in each group before each of 12 steps (within 1e-15 relative: a few double ulps);
+- set_train_batch_size at a window's end (2 -> 4 accumulation steps): zinc's next windows are 4
+  micro-steps long; DeepSpeed's first one is 2 (its boundary counts global micro-steps), as
+  docs/python.md says.
 Prints each comparison and exits 1 when one differs.
 """
 import os
@@ -93,10 +96,63 @@ def group_lrs(name, steps=12):
     return worst <= 1e-15
 
 
+def windows(engine, micro_steps, change_at, new_batch):
+    """The micro-steps of each optimizer window over `micro_steps` micro-steps of a one-rank
+    engine with gradient accumulation 2, set_train_batch_size(new_batch) called after the
+    step() ending micro-step `change_at` (a window's end)."""
+    x = torch.ones(1, 4)
+    out, n = [], 0
+    for i in range(micro_steps):
+        boundary = engine.is_gradient_accumulation_boundary()
+        engine.backward(engine(x).float().sum())
+        engine.step()
+        n += 1
+        if boundary:
+            out.append(n)
+            n = 0
+        if i + 1 == change_at:
+            engine.set_train_batch_size(new_batch)
+    return out + ([n] if n else [])
+
+
+def batch_size_change():
+    """set_train_batch_size at a window's end: zinc's next window is the new length; DeepSpeed's
+    boundary is (global micro-steps + 1) % new steps == 0, so its first window after a change
+    from 2 to 4 steps at micro-step 2 is 2 long (docs/python.md says so; this checks it)."""
+    import deepspeed
+    cfg = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 2,
+           "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}, "zero_optimization": {"stage": 1}}
+    got = {}
+    # zinc first: DeepSpeed's one-process world needs torchrun's variables, which zinc takes for
+    # a torchrun launch (NCCL ranks).
+    for name in ("zinc", "deepspeed"):
+        torch.manual_seed(0)
+        m = torch.nn.Linear(4, 2)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if name == "deepspeed":
+                os.environ.setdefault("DS_ACCELERATOR", "cpu")
+                for k, v in (("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", "29531"),
+                             ("RANK", "0"), ("WORLD_SIZE", "1"), ("LOCAL_RANK", "0")):
+                    os.environ.setdefault(k, v)
+                deepspeed.init_distributed(dist_backend="gloo")
+                engine = deepspeed.initialize(model=m, model_parameters=m.parameters(),
+                                              config=cfg)[0]
+            else:
+                engine = zinc.initialize(model=m, model_parameters=m.parameters(), config=cfg)[0]
+        got[name] = windows(engine, 10, 2, 4)
+        if name == "zinc":
+            engine.close()
+    print(f"set_train_batch_size 2 -> 4 steps after the first window: windows DeepSpeed "
+          f"{got['deepspeed']}, zinc {got['zinc']}")
+    return got["zinc"] == [2, 4, 4] and got["deepspeed"] == [2, 2, 4, 2]
+
+
 def main():
     ok = loaders()
     for name in SCHEDULES:
         ok = group_lrs(name) and ok
+    ok = batch_size_change() and ok
     return 0 if ok else 1
 
 
