@@ -122,18 +122,28 @@ static void expect_error(zinc_engine_t *e, zinc_status got, zinc_status want, co
     ZT_CHECK(strstr(msg, text) != NULL, "%s: the message does not say \"%s\": %s", what, text, msg);
 }
 
-static void test_calls(void)
+/* A one-rank stage-2 fp32 toy engine (accumulation 3), or NULL after a failed check. */
+static zinc_engine_t *one_rank_engine(toy_run *r, int *np)
 {
-    toy_run r = base(2, ZINC_DTYPE_FP32, NULL, 0);
-    r.world = 1;
+    *r = base(2, ZINC_DTYPE_FP32, NULL, 0);
+    r->world = 1;
     zinc_engine_t *e = NULL;
-    int np = 0;
-    zinc_status s = toy_engine(&r, &e, &np);
+    zinc_status s = toy_engine(r, &e, np);
     ZT_CHECK(s == ZINC_OK, "toy_engine: %s", e ? zinc_last_error(e) : "");
     if (s != ZINC_OK) {
         zinc_engine_destroy(e);
-        return;
+        return NULL;
     }
+    return e;
+}
+
+static void test_calls(void)
+{
+    toy_run r;
+    int np = 0;
+    zinc_engine_t *e = one_rank_engine(&r, &np);
+    if (!e) return;
+    zinc_status s = ZINC_OK;
     /* The count: 0, 0, 1 over a window of 3; zinc_micro_step ends the inner ones like zinc_step. */
     int at[3];
     zinc_step_info_t info;
@@ -209,6 +219,18 @@ static void test_calls(void)
     zinc_engine_destroy(e);
 }
 
+/* Each parameter's fp32 values (caller frees out[]); 0 on a failure. */
+static int read_weights(zinc_engine_t *e, int np, float *out[TOY_MAX_PARAMS],
+                        int64_t numel[TOY_MAX_PARAMS])
+{
+    for (int p = 0; p < np; p++) {
+        numel[p] = zinc_param_numel(e, p);
+        out[p] = malloc((size_t)numel[p] * sizeof(float));
+        if (!out[p] || zinc_param_get(e, p, out[p]) != ZINC_OK) return 0;
+    }
+    return 1;
+}
+
 /* Offload starts a group's gradient download in the micro-step the boundary marks as the last.
  * When the caller then moves the boundary on (set(1), backward, set(0), zinc_micro_step), that
  * download holds a partial gradient and must not be taken for the window's: the run must end
@@ -225,11 +247,7 @@ static zinc_status moved_boundary(zinc_engine_t *e, int np, float *out[TOY_MAX_P
     zinc_step_info_t info = {0};
     if (s == ZINC_OK) s = zinc_step(e, &info);
     if (s == ZINC_OK && !info.applied) s = ZINC_ERR_INTERNAL;
-    for (int p = 0; p < np && s == ZINC_OK; p++) {
-        numel[p] = zinc_param_numel(e, p);
-        out[p] = malloc((size_t)numel[p] * sizeof(float));
-        s = zinc_param_get(e, p, out[p]);
-    }
+    if (s == ZINC_OK && !read_weights(e, np, out, numel)) s = ZINC_ERR_INTERNAL;
     return s;
 }
 
@@ -263,16 +281,6 @@ static void test_moved_boundary_offload(void)
 }
 
 /* zinc_set_batch_size (DeepSpeed's set_train_batch_size / set_train_micro_batch_size). */
-static int read_weights(zinc_engine_t *e, int np, float *out[TOY_MAX_PARAMS],
-                        int64_t numel[TOY_MAX_PARAMS])
-{
-    for (int p = 0; p < np; p++) {
-        numel[p] = zinc_param_numel(e, p);
-        out[p] = malloc((size_t)numel[p] * sizeof(float));
-        if (!out[p] || zinc_param_get(e, p, out[p]) != ZINC_OK) return 0;
-    }
-    return 1;
-}
 
 static void test_batch_size_training(void)
 {
@@ -323,21 +331,15 @@ static int config_says(zinc_engine_t *e, const char *key, long long want)
 
 static void test_batch_size_calls(void)
 {
-    toy_run r = base(2, ZINC_DTYPE_FP32, NULL, 0);
-    r.world = 1;
-    zinc_engine_t *e = NULL;
+    toy_run r;
     int np = 0;
-    zinc_status s = toy_engine(&r, &e, &np);
-    ZT_CHECK(s == ZINC_OK, "toy_engine: %s", e ? zinc_last_error(e) : "");
-    if (s != ZINC_OK) {
-        zinc_engine_destroy(e);
-        return;
-    }
+    zinc_engine_t *e = one_rank_engine(&r, &np);
+    if (!e) return;
     char hash0[32];
     snprintf(hash0, sizeof hash0, "%s", zinc_config_hash(e));
     ZT_CHECK(config_says(e, "gradient_accumulation_steps", 3), "the toy's config: %s",
              zinc_engine_config_json(e));
-    s = zinc_set_batch_size(e, 2, 2);
+    zinc_status s = zinc_set_batch_size(e, 2, 2);
     ZT_CHECK(s == ZINC_OK, "set 2 x 2: %s", zinc_last_error(e));
     ZT_CHECK(config_says(e, "train_batch_size", 4) &&
              config_says(e, "train_micro_batch_size_per_gpu", 2) &&
