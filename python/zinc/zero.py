@@ -33,9 +33,10 @@ constructor its parameters are cut into one piece per rank (rank 0's values), ea
 its own, so that no rank ever holds more of the model than its pieces and the one parameter
 being cut (_zero_init.py). initialize puts each parameter together from the pieces, one at a
 time, to hand it to zinc. Between the two a partitioned parameter is a one-element NaN seen with
-its shape: writing it (an init pass of an enclosing constructor) goes through Module.apply,
-which Init makes gather each module's parameters for the function and keep rank 0's result, or
-through GatheredParameters(modifier_rank=0); a write any other way raises, in torch or at
+its shape: writing it (an init pass of an enclosing constructor) goes through Module.apply
+(or transformers' Module.smart_apply, its post_init's walk), which Init makes gather each
+module's parameters for the function and keep rank 0's result, or through
+GatheredParameters(modifier_rank=0); a write any other way raises, in torch or at
 initialize. Where the launcher's world cannot broadcast before an engine exists (torchrun or
 srun without MPI), Init leaves the model whole, with a warning on rank 0.
 """
