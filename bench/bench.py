@@ -762,11 +762,12 @@ def ds_build_once(have_ds, port, tmpd, lib):
             f"per venv; not part of any figure.")
 
 
-def torch_section_start(name, heading, port, lib):
+def torch_section_start(name, heading, port):
     """The opening of a section run under PY: its heading and stamp, torch's and DeepSpeed's
     versions, a scratch folder, and DeepSpeed's one-time JIT build (on `port`). Returns (lines,
-    torch version, DeepSpeed version, folder, the JIT sentence), or None after writing the
-    section as not measured when there is no Python with torch."""
+    torch version, DeepSpeed version, folder, the JIT sentence, the libzinc.so beside ZINC, the
+    next free port), or None after writing the section as not measured when there is no Python
+    with torch."""
     out = [heading, "", stamp(), ""]
     if not PY:
         out += [f"Not measured: no Python with torch ({PY_WHY}).", ""]
@@ -774,7 +775,8 @@ def torch_section_start(name, heading, port, lib):
         return None
     tv, dv, have_ds = torch_versions()
     tmpd = tempfile.mkdtemp(prefix=f"zinc-bench-{name}-")
-    return out, tv, dv, tmpd, ds_build_once(have_ds, port, tmpd, lib)
+    lib = os.path.join(os.path.dirname(ZINC), "libzinc.so")
+    return out, tv, dv, tmpd, ds_build_once(have_ds, port, tmpd, lib), lib, port + 1
 
 
 def sec_torch():
@@ -782,7 +784,6 @@ def sec_torch():
     mpirun on this CPU: step time (interleaved rounds, ratios within a round) and memory."""
     t_start = time.time()
     cpus = os.cpu_count() or 1
-    lib = os.path.join(os.path.dirname(ZINC), "libzinc.so")
     flags = open("/proc/cpuinfo").read() if os.path.exists("/proc/cpuinfo") else ""
     has_bf16 = any(f in flags for f in ("avx512_bf16", "amx_bf16"))
     # (dtype, ranks, rounds, warm-up steps, timed steps). bf16 GEMMs on a CPU without bf16
@@ -792,13 +793,11 @@ def sec_torch():
     plan = [("fp32", [2, 4], 2, 2, 4), ("bf16", [2], 3, 1, 2)]
     if QUICK:
         plan = [("fp32", [2], 1, 1, 2)]
-    port = 29600
     start = torch_section_start("torch", "## 9. A torch model at ZeRO-3: zinc vs PyTorch FSDP2 "
-                                "vs DeepSpeed on the CPU", port, lib)
+                                "vs DeepSpeed on the CPU", 29600)
     if start is None:
         return
-    out, tv, dv, tmpd, jit = start
-    port += 1
+    out, tv, dv, tmpd, jit, lib, port = start
     res = {}     # (dtype, n, fw) -> {"rounds": [[rank JSON]], "why": str}
     cmds = {}
     for dtype, ranks, rounds, warm, steps in plan:
@@ -948,20 +947,17 @@ def sec_torch_init():
     model built whole, at ZeRO-3 under mpirun on this CPU: the memory each rank holds after the
     construction, through initialize, and through a few steps."""
     t_start = time.time()
-    lib = os.path.join(os.path.dirname(ZINC), "libzinc.so")
     # 25.4 M parameters (101.7 MB in fp32): large beside what torch itself holds, small enough
     # for steps at 4 ranks on 2 CPUs.
     layers, dim, heads = (8, 512, 8) if not QUICK else (2, 256, 4)
     sizes = ["--layers", str(layers), "--dim", str(dim), "--heads", str(heads)]
     ranks = [2, 4] if not QUICK else [2]
     warm, steps = 1, 2
-    port = 29700
     start = torch_section_start("torch_init", "## 10. Building a torch model partitioned: "
-                                "`zinc.zero.Init` beside DeepSpeed's", port, lib)
+                                "`zinc.zero.Init` beside DeepSpeed's", 29700)
     if start is None:
         return
-    out, tv, dv, tmpd, jit = start
-    port += 1
+    out, tv, dv, tmpd, jit, lib, port = start
     res, cmds = {}, {}
     for n in ranks:
         for fw, zi, _ in INIT_RUNS:
