@@ -17,8 +17,8 @@ A write to a partitioned parameter would be lost (the values are in the pieces),
 to show: most in-place ops on a zero-stride tensor raise in torch ("more than one element of the
 written-to tensor refers to a single memory location"), and the rest (fill_, zero_, a slice
 written) change the NaN, which `check_untouched` finds before initialize or GatheredParameters
-read the pieces. Writes after partitioning go through Module.apply (which Init wraps) or inside
-zinc.zero.GatheredParameters (zero.py): both gather the pieces into a full `param.data` and cut
+read the pieces. Writes after partitioning go through Module.apply or transformers'
+Module.smart_apply (both of which Init wraps) or inside zinc.zero.GatheredParameters (zero.py): both gather the pieces into a full `param.data` and cut
 rank 0's (modifier_rank's) values into new pieces afterwards.
 
 Collectives go through zinc's launcher world (zinc_world_broadcast: mpirun's MPI world, or a
@@ -95,17 +95,24 @@ def held(p):
     return getattr(p, "_zinc_held", None)
 
 
-def partitionable(p):
-    return (held(p) is None and p.is_floating_point() and p.numel() > 0
-            and p.device.type != "meta"
+def _has_values(p):
+    """A parameter with values to cut: floating point, not empty, not lazy."""
+    return (p.is_floating_point() and p.numel() > 0
             and not isinstance(p, torch.nn.parameter.UninitializedParameter))
 
 
-# Parameters on the meta device found at the end of constructors since the last Init exit:
-# they have no values to cut (transformers' from_pretrained builds the model there, then gives
-# each parameter its loaded values as a new whole tensor), so they are left as they are, and
-# Init says so at its exit. id -> the first name it was found under.
-meta_left = {}
+# Parameters on the meta device found at the end of constructors since take_meta_left: they
+# have no values to cut (transformers' from_pretrained builds the model there, then gives each
+# parameter its loaded values as a new whole tensor), so they are left as they are, and Init
+# says so at its exit. id -> the first name it was found under.
+_meta_left = {}
+
+
+def take_meta_left():
+    """The names of the meta-device parameters left since the last call (see _meta_left)."""
+    global _meta_left
+    left, _meta_left = _meta_left, {}
+    return list(left.values())
 
 
 def _piece_bounds(numel, rank, size):
@@ -147,10 +154,13 @@ def partition_module(mod):
     parameter given to a submodule after the submodule was built), not yet partitioned."""
     cut = False
     for name, p in mod.named_parameters():
-        if held(p) is None and p.device.type == "meta":
-            meta_left.setdefault(id(p), f"{type(mod).__name__}.{name}")
-        elif partitionable(p):
-            partition(p, f"{type(mod).__name__}.{name}")
+        if held(p) is not None:
+            continue
+        where = f"{type(mod).__name__}.{name}"
+        if p.device.type == "meta":
+            _meta_left.setdefault(id(p), where)
+        elif _has_values(p):
+            partition(p, where)
             cut = True
     if cut:
         give_back()

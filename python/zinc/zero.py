@@ -194,15 +194,14 @@ class Init:
 
 
 def _say_meta_left():
-    """A warning (rank 0) when parameters built on the meta device were left whole-to-be."""
-    left = _zero_init.meta_left
+    """A warning (rank 0) when parameters built on the meta device were left unpartitioned."""
+    left = _zero_init.take_meta_left()
     if left and lib.zinc_world_rank(_engine._launcher_world()) <= 0:
         warnings.warn(f"zinc.zero.Init: {len(left)} parameters were built on the meta device "
-                      f"(the first: {next(iter(left.values()))}; transformers' from_pretrained "
-                      "builds there, then loads each parameter's values as a new tensor) and "
-                      "were not partitioned: each rank holds them whole once they are loaded, "
-                      "until zinc.initialize", RuntimeWarning, stacklevel=3)
-    _zero_init.meta_left = {}
+                      f"(the first: {left[0]}; transformers' from_pretrained builds there, then "
+                      "loads each parameter's values as a new tensor) and were not partitioned: "
+                      "each rank holds them whole once they are loaded, until zinc.initialize",
+                      RuntimeWarning, stacklevel=3)
 
 
 class _WriteAfterPartition(RuntimeError):
@@ -264,7 +263,8 @@ def _subclasses(cls):
 
 def _patch():
     """Wraps the constructor of every torch.nn.Module class, and of those defined while Init is
-    open (__init_subclass__), as DeepSpeed's Init does, and Module.apply (_apply_gathered)."""
+    open (__init_subclass__), as DeepSpeed's Init does, Module.apply (_apply_gathered) and
+    transformers' Module.smart_apply (_smart_apply_gathered)."""
     for cls in _subclasses(torch.nn.Module):
         if not issubclass(cls, _engine.Engine):    # initialize inside Init: zinc's, not a model
             _wrap_class(cls)
@@ -299,12 +299,19 @@ def _apply_gathered(module, fn):
         return _module_apply(module, fn)
 
     def each(mod):
-        parts = [p for p in mod.parameters(recurse=False) if _zero_init.held(p) is not None]
-        with GatheredParameters(parts, modifier_rank=0, enabled=bool(parts)):
-            fn(mod)
+        _gathered_call([mod], lambda: fn(mod))
 
     each._zinc_gathering = True
     return _module_apply(module, each)
+
+
+def _gathered_call(mods, call):
+    """call() with the partitioned parameters of `mods` (each module's own) whole, and rank 0's
+    values after it cut into the new pieces: GatheredParameters(modifier_rank=0)."""
+    parts = [p for m in mods for p in m.parameters(recurse=False)
+             if _zero_init.held(p) is not None]
+    with GatheredParameters(parts, modifier_rank=0, enabled=bool(parts)):
+        call()
 
 
 def _hf_model_class():
@@ -333,13 +340,10 @@ def _smart_apply_gathered(module, fn, is_custom_code):
     for child in module.children():
         _smart_apply_gathered(child, child._initialize_weights if is_sub_model(child) else fn,
                               is_custom_code)
-    parts = []
+    mods = []
     if not getattr(module, "_is_hf_initialized", False):
         mods = [module] + [c for c in module.children() if not is_sub_model(c)]
-        parts = list({id(p): p for m in mods for p in m.parameters(recurse=False)
-                      if _zero_init.held(p) is not None}.values())     # a tied one once
-    with GatheredParameters(parts, modifier_rank=0, enabled=bool(parts)):
-        fn(module, is_custom_code)
+    _gathered_call(mods, lambda: fn(module, is_custom_code))
     return module
 
 
