@@ -10,6 +10,7 @@ import ctypes.util
 import os
 
 ZINC_OK = 0
+ZINC_ERR_INVALID_ARG = 1   # include/zinc.h: an argument is out of range
 ZINC_ERR_COMM = 6      # include/zinc.h: a collective failed in the comm backend
 ZINC_ERR_TIMEOUT = 7   # include/zinc.h: a collective did not complete within the timeout
 ZINC_ERR_ABORTED = 8   # include/zinc.h: another rank failed or called zinc_world_abort

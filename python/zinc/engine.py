@@ -79,7 +79,7 @@ import torch
 from . import _memory, _torch_dist, _zero_init
 from . import dataloader as _dataloader
 from ._optimizer import _Optimizer, _Scheduler, _client_optimizer, _parameter_groups, _scalar
-from ._lib import (ZINC_ERR_ABORTED, ZINC_ERR_TIMEOUT, EngineOptions, LoadOptions, SaveOptions,
+from ._lib import (ZINC_ERR_ABORTED, ZINC_ERR_INVALID_ARG, ZINC_ERR_TIMEOUT, EngineOptions, LoadOptions, SaveOptions,
                    StepInfo, TensorRequest, ZincError, check, lib)
 
 
@@ -419,7 +419,7 @@ class Engine(torch.nn.Module):
         self._stage = lib.zinc_engine_stage(e)
         # The config as zinc resolved it (defaults, aliases, derived batch sizes): DeepSpeed's
         # config accessors below read it.
-        self._resolved = json.loads(lib.zinc_engine_config_json(e).decode())
+        self._read_batch()
         self._code = lib.zinc_engine_dtype(e)
         if lib.zinc_engine_rank(e) == 0:
             for line in lib.zinc_config_warnings(e).decode(errors="replace").splitlines():
@@ -547,9 +547,6 @@ class Engine(torch.nn.Module):
         self._client_sched = None    # a client LR scheduler, stepped after applied steps
         self._lr = lib.zinc_engine_lr(e)    # the lr of the last applied step (until one: the next)
         self._opt = _Optimizer(self, _client, _client_scheduler)   # the lr carrier
-        # DeepSpeed's batch rule, as zinc's config module applied it.
-        self._micro = int(self._resolved["train_micro_batch_size_per_gpu"])
-        self._ga = int(self._resolved["gradient_accumulation_steps"])
         self._managed = bool(self._resolved.get("managed_gradient_accumulation", True))
         self.collate_fn = None             # initialize's collate_fn, deepspeed_io's default
         self.training_dataloader = None    # initialize(training_data=...)'s loader
@@ -1202,6 +1199,13 @@ class Engine(torch.nn.Module):
         """The global batch of one optimizer step: micro batch x accumulation steps x ranks."""
         return int(self._resolved["train_batch_size"])
 
+    def _read_batch(self):
+        """The resolved config (zinc_engine_config_json; DeepSpeed's batch rule as zinc's config
+        module applied it, or zinc_set_batch_size's values) and the batch sizes from it."""
+        self._resolved = json.loads(lib.zinc_engine_config_json(self._e).decode())
+        self._micro = int(self._resolved["train_micro_batch_size_per_gpu"])
+        self._ga = int(self._resolved["gradient_accumulation_steps"])
+
     def set_train_batch_size(self, train_batch_size):
         """DeepSpeed's: the global batch from the next accumulation window on, by changing
         gradient_accumulation_steps (the micro batch stays). ValueError, as DeepSpeed's, unless
@@ -1230,12 +1234,13 @@ class Engine(torch.nn.Module):
                                "gradients of this window are pending (a backward inside "
                                "no_sync(), or one running); call it after the step that ends "
                                "the window")
-        if micro < 1 or ga < 1:
-            raise ValueError(f"zinc: train_micro_batch_size_per_gpu {micro} and "
-                             f"gradient_accumulation_steps {ga} must both be at least 1")
-        self._call(lib.zinc_set_batch_size(self._e, micro, ga))
-        self._resolved = json.loads(lib.zinc_engine_config_json(self._e).decode())
-        self._micro, self._ga = micro, ga
+        try:
+            self._call(lib.zinc_set_batch_size(self._e, micro, ga))
+        except ZincError as ex:     # a value below 1 or too large: zinc's message
+            if ex.status == ZINC_ERR_INVALID_ARG:
+                raise ValueError(str(ex)) from ex
+            raise
+        self._read_batch()
 
     def is_gradient_accumulation_boundary(self):
         """True when the current micro-batch ends the accumulation window, so that the next

@@ -801,17 +801,19 @@ def check_batch_size(stage):
           and engine.train_micro_batch_size_per_gpu() == 2 * MICRO,
           str(engine.get_batch_info()))
     engine.set_train_micro_batch_size(MICRO)
-    for name, fn, kind in (
+    for name, fn, kind, text in (
             ("a batch not a multiple of micro x ranks",
-             lambda: engine.set_train_batch_size(MICRO * world + 1), ValueError),
-            ("a micro batch of 0", lambda: engine.set_train_micro_batch_size(0), ValueError),
-            ("a float", lambda: engine.set_train_batch_size(8.0), TypeError)):
+             lambda: engine.set_train_batch_size(MICRO * world + 1), ValueError, "not a multiple"),
+            ("a micro batch of 0", lambda: engine.set_train_micro_batch_size(0), ValueError,
+             "at least 1"),
+            ("a float", lambda: engine.set_train_batch_size(8.0), TypeError, "")):
         msg = None
         try:
             fn()
         except kind as ex:
             msg = str(ex)
-        check(f"set_train_batch_size: {name} raises {kind.__name__}", msg is not None, str(msg))
+        check(f"set_train_batch_size: {name} raises {kind.__name__}",
+              msg is not None and text in msg, str(msg))
     engine.backward(loss_of(engine, 0))
     msg = None
     try:
