@@ -175,15 +175,17 @@ void zcfg_defaults(zcfg *c)
 
 /* ---- batch sizes -------------------------------------------------------------------------- */
 
-int zcfg_set_batch(zcfg *c, int64_t micro_batch, int64_t grad_accum, int64_t world_size)
+zinc_status zcfg_set_batch(zcfg *c, int64_t micro_batch, int64_t grad_accum, int64_t world_size)
 {
-    zcfg t = *c;
-    t.micro_batch = micro_batch;
-    t.grad_accum = grad_accum;
-    t.train_batch_size = micro_batch * grad_accum * world_size;
-    if (zc_hash(&t) != 0) return -1;
-    *c = t;
-    return 0;
+    int64_t tbs;
+    /* The parser's rule for a given micro batch and steps (parse_batch below). */
+    if (micro_batch < 1 || grad_accum < 1 || __builtin_mul_overflow(micro_batch, grad_accum, &tbs) ||
+        __builtin_mul_overflow(tbs, world_size, &tbs))
+        return ZINC_ERR_INVALID_ARG;
+    c->micro_batch = micro_batch;
+    c->grad_accum = grad_accum;
+    c->train_batch_size = tbs;
+    return zc_hash(c) == 0 ? ZINC_OK : ZINC_ERR_NOMEM;
 }
 
 /* Reads one batch key, letting an override fill "auto" or replace the file's value. Returns

@@ -188,10 +188,11 @@ char *zcfg_to_json(const zcfg *c);
 char *zcfg_report_json(const zcfg *c);
 
 /* DeepSpeed's engine.set_train_batch_size / set_train_micro_batch_size on a resolved config:
- * the micro batch and accumulation steps given (each >= 1, their product with world_size
- * checked by the caller), train_batch_size their product, and the hash of the result. 0, or -1
- * (out of memory; the config unchanged). */
-int zcfg_set_batch(zcfg *c, int64_t micro_batch, int64_t grad_accum, int64_t world_size);
+ * the micro batch and accumulation steps given, train_batch_size their product with world_size,
+ * and the hash of the result. ZINC_ERR_INVALID_ARG (c unchanged) when a value is below 1 or the
+ * product overflows, as the parser refuses them; ZINC_ERR_NOMEM when hashing fails (c half
+ * changed: pass a copy). */
+zinc_status zcfg_set_batch(zcfg *c, int64_t micro_batch, int64_t grad_accum, int64_t world_size);
 
 /* Defaults for every field: what {"train_micro_batch_size_per_gpu": 1, "optimizer": {"type":
  * "AdamW"}} resolves to at world_size 1, hash included. ("{}" itself is rejected, as DeepSpeed

@@ -429,19 +429,6 @@ zinc_status zinc_set_accumulation_boundary(zinc_engine_t *e, int is_boundary)
 zinc_status zinc_set_batch_size(zinc_engine_t *e, int64_t micro_batch, int64_t grad_accum)
 {
     if (!e) return zerr_thread(ZINC_ERR_INVALID_ARG, "zinc_set_batch_size: engine is NULL");
-    if (micro_batch < 1 || grad_accum < 1)
-        return zeng_fail(e, ZINC_ERR_INVALID_ARG,
-                         "zinc_set_batch_size: train_micro_batch_size_per_gpu %lld and "
-                         "gradient_accumulation_steps %lld must both be at least 1",
-                         (long long)micro_batch, (long long)grad_accum);
-    /* Checkpoints and the resolved config write the batch sizes as JSON numbers: keep the
-     * global batch exact there, as the config's own overflow check does. */
-    if (micro_batch > ZENG_COUNTER_MAX / grad_accum ||
-        micro_batch * grad_accum > ZENG_COUNTER_MAX / e->world_size)
-        return zeng_fail(e, ZINC_ERR_INVALID_ARG,
-                         "zinc_set_batch_size: micro batch %lld x accumulation steps %lld x "
-                         "world size %d is past 2^53", (long long)micro_batch,
-                         (long long)grad_accum, e->world_size);
     /* The loss of a micro-step already run was scaled by 1/(the old steps), and zinc's count of
      * the window is against the old value: a change takes effect between windows only. */
     int handed = 0;
@@ -455,10 +442,14 @@ zinc_status zinc_set_batch_size(zinc_engine_t *e, int64_t micro_batch, int64_t g
                          handed ? ", and this one's gradients handed over" : "",
                          (long long)e->cfg.grad_accum);
     zcfg c = e->cfg;
-    char *json = NULL;
-    if (zcfg_set_batch(&c, micro_batch, grad_accum, e->world_size) != 0 ||
-        !(json = zcfg_to_json(&c)))
-        return zeng_fail(e, ZINC_ERR_NOMEM, "zinc_set_batch_size: out of memory");
+    zinc_status s = zcfg_set_batch(&c, micro_batch, grad_accum, e->world_size);
+    if (s == ZINC_ERR_INVALID_ARG)
+        return zeng_fail(e, s, "zinc_set_batch_size: train_micro_batch_size_per_gpu %lld and "
+                         "gradient_accumulation_steps %lld must both be at least 1, and their "
+                         "product with the world size %d fit in 64 bits", (long long)micro_batch,
+                         (long long)grad_accum, e->world_size);
+    char *json = s == ZINC_OK ? zcfg_to_json(&c) : NULL;
+    if (!json) return zeng_fail(e, ZINC_ERR_NOMEM, "zinc_set_batch_size: out of memory");
     e->cfg = c;
     free(e->config_json);
     e->config_json = json;
