@@ -324,7 +324,8 @@ ZINC_API zinc_status zinc_set_accumulation_boundary(zinc_engine_t *e, int is_bou
 
 /* DeepSpeed's engine.set_train_batch_size and set_train_micro_batch_size: the micro batch
  * (train_micro_batch_size_per_gpu) and gradient_accumulation_steps from here on, each >= 1;
- * train_batch_size becomes micro_batch x grad_accum x world size. The loss multiplier and zinc's
+ * train_batch_size becomes micro_batch x grad_accum x world size (ZINC_ERR_INVALID_ARG for a
+ * value below 1 or a product past int64, as the config parser refuses them). The loss multiplier and zinc's
  * count of the window follow the new steps. Between accumulation windows only (after the
  * zinc_step that ended one, or before the first micro-step; ZINC_ERR_USAGE inside one, whose
  * losses were scaled by the old steps): DeepSpeed's takes it at any micro-step and counts the
