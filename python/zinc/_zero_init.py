@@ -151,12 +151,19 @@ def partition(p, where):
 
 def partition_module(mod):
     """At the end of a module's constructor: its parameters, its submodules' included (a
-    parameter given to a submodule after the submodule was built), not yet partitioned."""
+    parameter given to a submodule after the submodule was built), not yet partitioned. A
+    partitioned one whose data is no longer its mark goes through check_untouched: a mark made
+    whole (transformers 5's tie_weights pads a tied bias's data with nothing, `_adjust_bias`, a
+    vocabulary-sized tensor of the mark's NaN) becomes the mark again, a write raises here."""
     cut = False
     for name, p in mod.named_parameters():
-        if held(p) is not None:
-            continue
         where = f"{type(mod).__name__}.{name}"
+        h = held(p)
+        if h is not None:
+            if p.data.data_ptr() != h.mark.data_ptr():
+                check_untouched(p, where)
+                cut = True
+            continue
         if p.device.type == "meta":
             _meta_left.setdefault(id(p), where)
         elif _has_values(p):

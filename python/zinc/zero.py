@@ -294,12 +294,16 @@ def _apply_gathered(module, fn):
     """Module.apply while Init is open, as DeepSpeed's (its zero config's override_module_apply,
     true by default): fn sees each module's own partitioned parameters whole (an init_weights
     pass of an enclosing constructor, `self.apply(self._init_weights)`), and rank 0's values
-    after it are cut into the new pieces, as GatheredParameters(modifier_rank=0) would."""
+    after it are cut into the new pieces, as GatheredParameters(modifier_rank=0) would.
+    transformers before smart_apply (up to 4.51) initialises through
+    `self.apply(self._initialize_weights)`: that fn gets _hf_init_mods' parameters whole, as
+    smart_apply's does (a GPT-2 attention block's init writes its child's `c_proj.weight`)."""
     if getattr(fn, "_zinc_gathering", False):      # torch's apply recursing into the children
         return _module_apply(module, fn)
+    hf_init = _is_hf_init(fn)
 
     def each(mod):
-        _gathered_call([mod], lambda: fn(mod))
+        _gathered_call(_hf_init_mods(mod, fn) if hf_init else [mod], lambda: fn(mod))
 
     each._zinc_gathering = True
     return _module_apply(module, each)
@@ -321,29 +325,42 @@ def _hf_model_class():
     return getattr(mod, "PreTrainedModel", None)
 
 
-def _smart_apply_gathered(module, fn, is_custom_code):
-    """transformers' initialisation recursion while Init is open. PreTrainedModel.post_init
-    initialises the weights through `torch.nn.Module.smart_apply(fn, is_custom_code)` (it sets
-    that attribute when absent), not Module.apply: the same walk as Module.apply, children first,
-    each sub-model (a PreTrainedModel child) with its own _initialize_weights. Each module's fn
-    sees its own partitioned parameters and its direct children's whole (an _init_weights may
-    write `module.q_proj.weight`), and rank 0's values after it are cut into the new pieces, as
-    GatheredParameters(modifier_rank=0) would; transformers does the same under DeepSpeed's Init
-    (integrations/deepspeed.py, initialize_weights_zero3). A module transformers has already
-    initialised (_is_hf_initialized: an inner model's post_init ran first) is handed to fn
-    without gathering: fn returns at once for it."""
+def _is_hf_init(fn):
+    """Whether fn is a transformers model's own init function (its bound _initialize_weights or
+    _init_weights)."""
     hf_model = _hf_model_class()
+    return (hf_model is not None and isinstance(getattr(fn, "__self__", None), hf_model)
+            and getattr(fn, "__name__", "") in ("_initialize_weights", "_init_weights"))
 
-    def is_sub_model(child):
-        return hf_model is not None and isinstance(child, hf_model)
 
+def _hf_init_mods(module, fn):
+    """The modules whose own parameters a transformers init fn of `module` may write: the module
+    and its direct children that are not sub-models (an _init_weights may write
+    `module.q_proj.weight`; a sub-model has its own init), as transformers gathers under
+    DeepSpeed's Init (integrations/deepspeed.py, initialize_weights_zero3). None when fn is
+    _initialize_weights and transformers has already initialised the module
+    (_is_hf_initialized: an inner model's post_init ran first): fn returns at once."""
+    if (getattr(fn, "__name__", "") == "_initialize_weights"
+            and getattr(module, "_is_hf_initialized", False)):
+        return []
+    hf_model = _hf_model_class()
+    return [module] + [c for c in module.children()
+                       if hf_model is None or not isinstance(c, hf_model)]
+
+
+def _smart_apply_gathered(module, fn, *is_custom_code):
+    """transformers' initialisation recursion while Init is open. PreTrainedModel.post_init
+    initialises the weights through `torch.nn.Module.smart_apply(fn[, is_custom_code])` (it sets
+    that attribute when absent; 4.5x passes fn alone, 5.x also is_custom_code, handed on to fn),
+    not Module.apply: the same walk as Module.apply, children first, each sub-model (a
+    PreTrainedModel child) with its own _initialize_weights. Each module's fn sees
+    _hf_init_mods' partitioned parameters whole, and rank 0's values after it are cut into the
+    new pieces, as GatheredParameters(modifier_rank=0) would."""
+    hf_model = _hf_model_class()
     for child in module.children():
-        _smart_apply_gathered(child, child._initialize_weights if is_sub_model(child) else fn,
-                              is_custom_code)
-    mods = []
-    if not getattr(module, "_is_hf_initialized", False):
-        mods = [module] + [c for c in module.children() if not is_sub_model(c)]
-    _gathered_call(mods, lambda: fn(module, is_custom_code))
+        sub = hf_model is not None and isinstance(child, hf_model)
+        _smart_apply_gathered(child, child._initialize_weights if sub else fn, *is_custom_code)
+    _gathered_call(_hf_init_mods(module, fn), lambda: fn(module, *is_custom_code))
     return module
 
 

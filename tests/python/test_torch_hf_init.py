@@ -1,27 +1,37 @@
 """test_torch_hf_init.py — zinc.zero.Init with models that initialise their weights the way
-transformers' PreTrainedModel does (zero.py's _smart_apply_gathered).
+transformers' PreTrainedModel does (zero.py's _smart_apply_gathered and _apply_gathered).
 
     python test_torch_hf_init.py            (also under mpirun -np 2)
 
-transformers (5.x) initialises a model's weights at the end of its constructor, in post_init,
-through `torch.nn.Module.smart_apply(fn, is_custom_code)` — an attribute it sets on
-torch.nn.Module when absent: Module.apply's walk (children first) where each sub-model (a
-PreTrainedModel child) is handed its own _initialize_weights, which skips a module already
-marked `_is_hf_initialized`. CI has no transformers, so this test registers a stand-in
-`transformers.modeling_utils` with that protocol (the real GPT2LMHeadModel is checked by
-test_example.py zero-init hf where transformers is installed). The stand-in model nests a
-sub-model, and an _init_weights writes a direct child's parameter. Checks:
+transformers initialises a model's weights at the end of its constructor, in post_init, each
+module through the model's _initialize_weights (which skips a module already marked
+`_is_hf_initialized`), in one of three ways by release:
+- "5"    (5.x): `torch.nn.Module.smart_apply(fn, is_custom_code)`, an attribute it sets on
+  torch.nn.Module when absent: Module.apply's walk (children first) where each sub-model (a
+  PreTrainedModel child) is handed its own _initialize_weights;
+- "4.52" (4.52 to 4.57): the same smart_apply with fn alone;
+- "4.46" (up to 4.51): `self.apply(self._initialize_weights)`.
+CI has no transformers, so this test registers a stand-in `transformers.modeling_utils` with
+those protocols (the real GPT2LMHeadModel is checked by test_example.py zero-init hf where
+transformers is installed). The stand-in model nests a sub-model, and an _init_weights writes a
+direct child's parameter (as GPT-2's writes `c_proj.weight`). For each protocol:
 - built inside zinc.zero.Init (the ranks seeded apart), every parameter is partitioned (a
   one-element mark) and the values put together are rank 0's model built whole, bit for bit
   (the weight init ran on the whole parameters and rank 0's result was kept);
 - trained at stage 3, the same losses, bit for bit, as the model built whole;
 - smart_apply is the stand-in's own again after the context (and absent after one opened
-  before the stand-in ever defined it);
-- from_pretrained's way (transformers builds the model on the meta device, then gives each
-  parameter its loaded values as a new tensor): parameters built on the meta device are left
-  as they are, with a RuntimeWarning at the exit naming the meta device (rank 0), and the
-  loaded model trains from the loaded values (without the meta rule: the construction raises).
-Without _smart_apply_gathered the construction raises (the init writes partitioned parameters).
+  before the stand-in ever defined it); Module.apply is torch's again;
+- at "5" the stand-in pads the head's bias by nothing after the init, as 5.x's tie_weights
+  does (_adjust_bias), which makes the mark a whole tensor of NaN: it is the mark again at the
+  end of the constructor (without that rule the partitioned check fails);
+once, a constructor replacing a partitioned parameter's data with values raises at its end,
+naming the parameter (without the rule: nothing raised until initialize); and once, from_pretrained's way (transformers builds the model on the meta device, then gives
+each parameter its loaded values as a new tensor): parameters built on the meta device are left
+as they are, with a RuntimeWarning at the exit naming the meta device (rank 0), and the loaded
+model trains from the loaded values (without the meta rule: the construction raises).
+Without _smart_apply_gathered the construction raises (the init writes partitioned parameters);
+so it does at "4.46" when Module.apply gathers each module's own parameters only (DeepSpeed's
+rule), and at "4.52" when zinc's smart_apply requires is_custom_code.
 Exit 77 when torch is not importable.
 """
 import sys
@@ -32,28 +42,40 @@ from _common import check, failures, storage_bytes, torch, zinc
 
 
 def stand_in_transformers():
-    """A `transformers.modeling_utils` module whose PreTrainedModel initialises as
-    transformers 5's does: post_init -> initialize_weights -> Module.smart_apply."""
+    """A `transformers.modeling_utils` module whose PreTrainedModel initialises as transformers
+    `PreTrainedModel.protocol` does (the module's docstring): post_init -> initialize_weights ->
+    Module.smart_apply, or post_init -> init_weights -> Module.apply."""
     mod = types.ModuleType("transformers.modeling_utils")
 
     class PreTrainedModel(torch.nn.Module):
+        protocol = "5"
+
         def post_init(self):
-            self.initialize_weights()
+            if self.protocol == "4.46":
+                with torch.no_grad():
+                    self.apply(self._initialize_weights)
+            else:
+                self.initialize_weights()
+            if self.protocol == "5" and hasattr(self, "head"):
+                # 5.x's tie_weights pads a tied bias to its weight's rows (_adjust_bias): a
+                # padding by nothing, which makes a partitioned parameter's mark whole
+                self.head.bias.data = torch.nn.functional.pad(self.head.bias.data, (0, 0))
 
         @torch.no_grad()
         def initialize_weights(self):
+            custom = (False,) if self.protocol == "5" else ()
             if not hasattr(torch.nn.Module, "smart_apply"):
-                def smart_apply(module, fn, is_custom_code):
+                def smart_apply(module, fn, *is_custom_code):
                     for child in module.children():
                         sub = isinstance(child, PreTrainedModel)
                         smart_apply(child, child._initialize_weights if sub else fn,
-                                    is_custom_code)
-                    fn(module, is_custom_code)
+                                    *is_custom_code)
+                    fn(module, *is_custom_code)
                     return module
                 torch.nn.Module.smart_apply = smart_apply
-            self.smart_apply(self._initialize_weights, False)
+            self.smart_apply(self._initialize_weights, *custom)
 
-        def _initialize_weights(self, module, is_custom_code=False):
+        def _initialize_weights(self, module, *is_custom_code):
             if getattr(module, "_is_hf_initialized", False):
                 return
             self._init_weights(module)
@@ -136,39 +158,68 @@ def train(model, rank, steps=3):
     return losses
 
 
-def main():
-    rank = max(0, zinc._lib.lib.zinc_world_rank(zinc.engine._launcher_world()))
+def check_protocol(proto, rank):
+    """The checks of the module's docstring for one of transformers' init protocols."""
+    PreTrainedModel.protocol = proto
+    if hasattr(torch.nn.Module, "smart_apply"):    # another protocol's (4.52 and 5 differ)
+        del torch.nn.Module.smart_apply
+    torch_apply = torch.nn.Module.apply
+    smart = proto != "4.46"
     with zinc.zero.Init():            # before the stand-in ever defined smart_apply
         torch.manual_seed(0 if rank == 0 else 10 + rank)
         model = Model()
-    check("after an Init in which smart_apply was first defined, torch.nn.Module has none",
-          not hasattr(torch.nn.Module, "smart_apply"))
+    check(f"[{proto}] after an Init in which smart_apply was first defined, torch.nn.Module has "
+          "none", not hasattr(torch.nn.Module, "smart_apply"))
     torch.manual_seed(0)
     whole = Model()                   # defines the stand-in's smart_apply
-    theirs = torch.nn.Module.smart_apply
+    theirs = getattr(torch.nn.Module, "smart_apply", None)
+    check(f"[{proto}] the stand-in initialises through smart_apply or Module.apply as said",
+          (theirs is not None) == smart)
     marks = [storage_bytes(p) == p.element_size() for p in model.parameters()]
-    check("built in zinc.zero.Init: each parameter is partitioned (a one-element mark)",
-          all(marks) and len(marks) == 10, str(marks))
+    check(f"[{proto}] built in zinc.zero.Init: each parameter is partitioned (a one-element "
+          "mark)", all(marks) and len(marks) == 10, str(marks))
     with zinc.zero.GatheredParameters(list(model.parameters())):
         got = {k: v.detach().clone() for k, v in model.state_dict().items()}
     want = whole.state_dict()
     differ = [k for k, v in want.items() if not torch.equal(got[k], v)]
-    check("built in zinc.zero.Init (ranks seeded apart): rank 0's model built whole, bit for "
-          "bit, the sub-model's init, a child's parameter written by its parent's init and the "
-          "outer init included", not differ and set(got) == set(want), str(differ))
-    check("the values are the init's, not the constructors' (the init pass ran)",
+    check(f"[{proto}] built in zinc.zero.Init (ranks seeded apart): rank 0's model built whole, "
+          "bit for bit, the sub-model's init, a child's parameter written by its parent's init "
+          "and the outer init included", not differ and set(got) == set(want), str(differ))
+    check(f"[{proto}] the values are the init's, not the constructors' (the init pass ran)",
           bool((got["body.attn.0.gain"] == 0.5).all()) and bool((got["head.bias"] == 0.1).all()))
     with zinc.zero.Init():
         torch.manual_seed(0 if rank == 0 else 20 + rank)
         model = Model()
-    check("after the context, smart_apply is the stand-in's own again",
-          torch.nn.Module.smart_apply is theirs)
+    check(f"[{proto}] after the context, smart_apply is the stand-in's own again and "
+          "Module.apply torch's",
+          getattr(torch.nn.Module, "smart_apply", None) is theirs
+          and torch.nn.Module.apply is torch_apply)
     got_losses = train(model, rank)
     torch.manual_seed(0)
     want_losses = train(Model(), rank)
-    check("trained at stage 3: the model built in zinc.zero.Init gives the losses of the model "
-          "built whole, bit for bit", got_losses == want_losses,
+    check(f"[{proto}] trained at stage 3: the model built in zinc.zero.Init gives the losses of "
+          "the model built whole, bit for bit", got_losses == want_losses,
           f"{got_losses} vs {want_losses}")
+
+
+def main():
+    rank = max(0, zinc._lib.lib.zinc_world_rank(zinc.engine._launcher_world()))
+    for proto in ("5", "4.52", "4.46"):
+        check_protocol(proto, rank)
+    class Overwrites(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 4)
+            self.lin.bias.data = torch.ones(4)     # replaces a partitioned parameter's data
+    try:
+        with zinc.zero.Init():
+            Overwrites()
+        raised = ""
+    except RuntimeError as ex:
+        raised = str(ex)
+    check("zinc.zero.Init: a constructor that replaces a partitioned parameter's data with "
+          "values raises at its end, naming the parameter", "'Overwrites.lin.bias'" in raised
+          and "written after" in raised, raised)
     with warnings.catch_warnings(record=True) as said:
         warnings.simplefilter("always")
         with zinc.zero.Init():

@@ -81,7 +81,8 @@ foreach(_s 0 1 2 3)
                        SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
 endforeach()
 # zinc.zero.Init around a model that initialises its weights as transformers' PreTrainedModel
-# does (post_init through Module.smart_apply; test_torch_hf_init.py, a stand-in of it).
+# does (post_init through Module.smart_apply or Module.apply, by release; test_torch_hf_init.py,
+# a stand-in of it).
 add_test(NAME python_hf_init COMMAND ${_py} ${_pyt}/test_torch_hf_init.py)
 set_tests_properties(python_hf_init PROPERTIES LABELS python TIMEOUT 120
                      SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
@@ -158,8 +159,12 @@ if(ZINC_HAVE_MPI AND ZINC_TORCH_PYTHON)
   # A model initialising its weights as transformers' PreTrainedModel does, built in Init.
   add_test(NAME python_hf_init_mpi
            COMMAND ${_mpi} ${MPIEXEC_NUMPROC_FLAG} 2 ${_py} ${_pyt}/test_torch_hf_init.py)
+  # Real transformers models (GPT-2, Llama, BERT, T5, OPT) built in Init; skipped without
+  # transformers (CI has none; docs/python.md gives the runs with three releases of it).
+  add_test(NAME python_hf_models_mpi
+           COMMAND ${_mpi} ${MPIEXEC_NUMPROC_FLAG} 2 ${_py} ${_pyt}/test_hf_models.py)
   set_tests_properties(python_example_zero_init_mpi python_example_hf_zero_init_mpi
-                       python_hf_init_mpi PROPERTIES LABELS "python;multirank"
+                       python_hf_init_mpi python_hf_models_mpi PROPERTIES LABELS "python;multirank"
                        TIMEOUT 300 SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
   add_test(NAME python_data_mpi
            COMMAND ${_mpi} ${MPIEXEC_NUMPROC_FLAG} 2 ${_py} ${_pyt}/test_torch_data.py)
