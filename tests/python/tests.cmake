@@ -159,8 +159,8 @@ if(ZINC_HAVE_MPI AND ZINC_TORCH_PYTHON)
   # A model initialising its weights as transformers' PreTrainedModel does, built in Init.
   add_test(NAME python_hf_init_mpi
            COMMAND ${_mpi} ${MPIEXEC_NUMPROC_FLAG} 2 ${_py} ${_pyt}/test_torch_hf_init.py)
-  # Real transformers models (GPT-2, Llama, BERT, T5, OPT) built in Init; skipped without
-  # transformers (CI has none; docs/python.md gives the runs with three releases of it).
+  # Real transformers models (GPT-2, Llama, BERT, T5, OPT) built in Init, and trained at
+  # stages 0-3 beside plain torch; skipped without transformers (CI has none; docs/python.md gives the runs with three releases of it).
   add_test(NAME python_hf_models_mpi
            COMMAND ${_mpi} ${MPIEXEC_NUMPROC_FLAG} 2 ${_py} ${_pyt}/test_hf_models.py)
   set_tests_properties(python_example_zero_init_mpi python_example_hf_zero_init_mpi
