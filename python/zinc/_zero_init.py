@@ -22,7 +22,10 @@ Module.smart_apply (both of which Init wraps) or inside zinc.zero.GatheredParame
 rank 0's (modifier_rank's) values into new pieces afterwards.
 
 Collectives go through zinc's launcher world (zinc_world_broadcast: mpirun's MPI world, or a
-world of one). Every rank must build the same modules in the same order, as under DeepSpeed.
+world of one). Under torchrun or srun zinc's ranks meet only inside an engine (its NCCL world),
+so there they go through torch.distributed over the same ranks, set up as DeepSpeed's Init does
+(init_distributed: env:// from MASTER_ADDR/MASTER_PORT; NCCL on this rank's GPU when torch sees
+one, else gloo). Every rank must build the same modules in the same order, as under DeepSpeed.
 """
 import ctypes
 import math
@@ -65,11 +68,19 @@ def world_rank_size():
     return max(0, lib.zinc_world_rank(w)), lib.zinc_world_size(w)
 
 
+# Whether Init's collectives go through torch.distributed (torchrun, srun) rather than zinc's
+# launcher world; set by can_partition, for the life of the process (the world does not change).
+_via_torch = False
+
+
 def can_partition():
-    """Whether the launcher's world broadcasts outside an engine (mpirun's MPI world, or a world
-    of one). Under torchrun or srun without MPI it does not (the NCCL world exists only inside
-    an engine): Init then leaves the model whole. Collective in an MPI world (a broadcast of
-    nothing), so every rank must ask."""
+    """Whether Init's collectives can run before an engine exists: in mpirun's MPI world or a
+    world of one through zinc's world; under torchrun or srun (zinc's world cannot broadcast
+    before an engine) through torch.distributed, set up here if the script has not (as
+    DeepSpeed's Init calls init_distributed). Without MASTER_ADDR (srun) torch.distributed is
+    not set up (with a warning): Init then leaves the model whole. Collective, so every rank
+    must ask."""
+    global _via_torch
     w = _world()
     if lib.zinc_world_size(w) == 1:
         return True
@@ -77,18 +88,37 @@ def can_partition():
     status = lib.zinc_world_broadcast(w, ctypes.byref(dummy), 0, 0)
     if status == 0:
         return True
-    if status == ZINC_ERR_UNSUPPORTED:
+    if status != ZINC_ERR_UNSUPPORTED:
+        check(status)
+    dist = torch.distributed
+    if not dist.is_available():
         return False
-    check(status)
-    return False
+    if not dist.is_initialized():
+        from . import _torch_dist
+        _torch_dist.setup(w)
+    _via_torch = dist.is_initialized()
+    return _via_torch
 
 
 def _bcast(t, root):
     """A contiguous CPU tensor's bytes from rank `root` to every rank. Collective."""
     w = _world()
-    if lib.zinc_world_size(w) > 1 and t.numel():
+    if lib.zinc_world_size(w) == 1 or not t.numel():
+        return
+    if not _via_torch:
         check(lib.zinc_world_broadcast(w, ctypes.c_void_p(t.data_ptr()),
                                        t.numel() * t.element_size(), root))
+        return
+    # As bytes, so that every dtype travels (gloo has no bf16 in older torch); NCCL moves device
+    # memory only: through this rank's GPU (the one its engine will use).
+    raw = t.reshape(-1).view(torch.uint8)
+    if torch.distributed.get_backend() == "nccl":
+        from .engine import local_rank
+        on_gpu = raw.to(torch.device("cuda", local_rank()))
+        torch.distributed.broadcast(on_gpu, root)
+        raw.copy_(on_gpu)
+    else:
+        torch.distributed.broadcast(raw, root)
 
 
 def held(p):

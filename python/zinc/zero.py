@@ -175,10 +175,12 @@ class Init:
             elif not Init._warned:
                 Init._warned = True
                 if lib.zinc_world_rank(_engine._launcher_world()) <= 0:
-                    warnings.warn("zinc.zero.Init: this launcher's world cannot broadcast "
-                                  "before an engine exists (only mpirun's MPI world can), so "
-                                  "the model is built whole on each rank and sharded at "
-                                  "zinc.initialize", RuntimeWarning, stacklevel=2)
+                    warnings.warn("zinc.zero.Init: this launcher's ranks cannot meet before "
+                                  "an engine exists (zinc's world broadcasts under mpirun, "
+                                  "torch.distributed under torchrun, or srun with "
+                                  "MASTER_ADDR/MASTER_PORT set), so the model is built whole "
+                                  "on each rank and sharded at zinc.initialize",
+                                  RuntimeWarning, stacklevel=2)
         Init._depth += 1
         self._entered = True
         return self

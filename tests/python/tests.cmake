@@ -80,6 +80,11 @@ foreach(_s 0 1 2 3)
   set_tests_properties(python_zero_stage${_s} PROPERTIES LABELS python TIMEOUT 120
                        SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
 endforeach()
+# zinc.zero.Init under torchrun's environment (no MPI): its broadcasts through torch.distributed
+# (gloo here); the script starts its own 2 ranks.
+add_test(NAME python_zero_torchrun COMMAND ${_py} ${_pyt}/test_torch_zero_torchrun.py)
+set_tests_properties(python_zero_torchrun PROPERTIES LABELS "python;multirank" TIMEOUT 300
+                     SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
 # zinc.zero.Init around a model that initialises its weights as transformers' PreTrainedModel
 # does (post_init through Module.smart_apply or Module.apply, by release; test_torch_hf_init.py,
 # a stand-in of it).
