@@ -156,6 +156,40 @@ def mark(shape, dtype, device):
         shape, (0,) * len(shape))
 
 
+_torch_module_apply = None    # torch.nn.Module._apply before keep_marks_on_moves
+
+
+def keep_marks_on_moves():
+    """Makes Module._apply, behind model.to(), .cuda(), .half(), .bfloat16() and the like, give
+    a partitioned parameter a mark of the new dtype and device instead of converting its mark:
+    torch converts a zero-stride tensor into a whole one (a 1 GiB NaN tensor per 1 GiB
+    parameter), which a move after the construction would otherwise cost on every rank. The
+    pieces stay as they are: gather() casts them to the mark's dtype. Installed by the first
+    Init that partitions and kept for the life of the process, since the move comes after the
+    context; every other tensor goes to torch's conversion as before."""
+    global _torch_module_apply
+    if _torch_module_apply is not None:
+        return
+    _torch_module_apply = torch.nn.Module._apply
+
+    def _apply(module, fn, *args, **kwargs):
+        if getattr(fn, "_zinc_marks", False):        # torch's _apply recursing into children
+            return _torch_module_apply(module, fn, *args, **kwargs)
+
+        def each(t):
+            h = held(t) if isinstance(t, torch.nn.Parameter) else None
+            if h is None or t.data.data_ptr() != h.mark.data_ptr():
+                return fn(t)
+            moved = fn(h.mark.as_strided((1,), (1,)))    # the conversion of one element
+            h.mark = mark(h.shape, moved.dtype, moved.device)
+            return h.mark
+
+        each._zinc_marks = True
+        return _torch_module_apply(module, each, *args, **kwargs)
+
+    torch.nn.Module._apply = _apply
+
+
 def _set_mark(p, shape, dtype, device):
     p.data = mark(shape, dtype, device)
     return p.data

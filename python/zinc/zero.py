@@ -281,6 +281,7 @@ def _patch():
         _wrap_class(cls)
 
     torch.nn.Module.__init_subclass__ = classmethod(init_subclass)
+    _zero_init.keep_marks_on_moves()
     global _module_apply, _smart_apply
     _module_apply = torch.nn.Module.apply
     torch.nn.Module.apply = _apply_gathered

@@ -31,7 +31,9 @@ fails the run (exit 1) when it does not hold:
   takes rank 0's write with modifier_rank=0 and drops one without; a model built inside (ranks
   seeded apart) trains bit for bit as the one built whole; an enclosing constructor's write
   raises unless it goes through Module.apply or GatheredParameters(modifier_rank=0), which give
-  the model built whole; a write after the construction makes initialize raise naming it.
+  the model built whole; a write after the construction makes initialize raise naming it; a
+  model cast after the construction (.double(), .to(bf16)) keeps one-element marks of the new
+  dtype and initialize takes rank 0's values cast the same way (keep_marks_on_moves).
 Exit 77 when torch is not importable.
 """
 import ctypes
@@ -157,6 +159,12 @@ def init_memory(world):
         model = layers()
     kept_init = rss() - before
     full = sum(p.numel() * p.element_size() for p in model.parameters())
+    model.to(torch.bfloat16)            # a cast after the construction: the marks stay marks
+    trim(0)
+    cast = rss() - before - kept_init
+    check(f"zero.Init at {world} ranks: .to(bfloat16) after the construction adds under 1/8 "
+          "of the model's bytes (torch's own conversion of the marks: the whole model in bf16, "
+          "1/2)", cast < full / 8, f"{cast / 2**20:.1f} MiB, model {full / 2**20:.1f} MiB")
     del model
     trim(0)
     before = rss()
@@ -364,6 +372,24 @@ def main():
     check("a model built in zero.Init (the ranks seeded apart) trains bit for bit as the one "
           "built whole", losses == ref_losses and same(final, ref_final),
           f"{losses} vs {ref_losses}")
+    engine.close()
+
+    with zinc.zero.Init():
+        torch.manual_seed(0 if rank == 0 else 50 + rank)
+        model = Net()
+    model.double()                                   # moved and cast after the construction
+    model.to(torch.bfloat16)
+    marks = [storage_bytes(p) == p.element_size() and p.dtype == torch.bfloat16
+             for p in model.parameters()]
+    check("zero.Init: a model cast after the construction (.double(), .to(bf16)) keeps one-"
+          "element marks, of the new dtype (torch would convert each into a whole tensor)",
+          all(marks), str(marks))
+    engine, _, _, _ = zinc.initialize(model=model, config=cfg(stage))
+    torch.manual_seed(0)
+    want = Net().double().to(torch.bfloat16)
+    sd = engine.module_state_dict()
+    check("zero.Init: ... and initialize takes rank 0's values, cast as the model built whole "
+          "and cast the same way", all(torch.equal(sd[k], v) for k, v in want.state_dict().items()))
     engine.close()
 
     def halve(mod):
