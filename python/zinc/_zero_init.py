@@ -29,6 +29,7 @@ one, else gloo). Every rank must build the same modules in the same order, as un
 """
 import ctypes
 import math
+import weakref
 
 import torch
 
@@ -133,9 +134,37 @@ def _has_values(p):
 
 # Parameters on the meta device found at the end of constructors since take_meta_left: they
 # have no values to cut (transformers' from_pretrained builds the model there, then gives each
-# parameter its loaded values as a new whole tensor), so they are left as they are, and Init
-# says so at its exit. id -> the first name it was found under.
+# parameter its loaded values as a new whole tensor), so they are left as they are; Init's exit
+# partitions them if they were loaded by then (partition_tops) and names those still on the
+# meta device. id -> the first name it was found under.
 _meta_left = {}
+
+# The modules built inside the open Init at the top (no other constructor running), as weak
+# references: Init's exit partitions what they hold whole by then (partition_tops).
+_tops = []
+
+
+def note_top(mod):
+    _tops.append(weakref.ref(mod))
+
+
+def partition_tops(failed):
+    """At Init's exit: the parameters the top modules built inside hold whole by then and not
+    yet partitioned — a model from_pretrained loaded after its construction (on the meta device,
+    or replaced through load_state_dict(assign=True)), or given afterwards — are partitioned as
+    at a constructor's end (rank 0's values), so that the loaded model is not kept whole on
+    every rank until initialize; the meta-left record is then what is still on the meta device.
+    Not after a failure (the ranks may not all have reached the exit). Collective."""
+    tops, _tops[:] = list(_tops), []
+    if failed:
+        return
+    take_meta_left()
+    seen = set()
+    for ref in reversed(tops):          # the outermost last built: its walk covers the rest
+        mod = ref()
+        if mod is not None and id(mod) not in seen:
+            seen.add(id(mod))
+            partition_module(mod)
 
 
 def take_meta_left():

@@ -191,19 +191,20 @@ class Init:
             Init._depth -= 1
             if Init._depth == 0 and Init._partitioning:
                 _unpatch()
+                _zero_init.partition_tops(failed=exc_type is not None)
                 _say_meta_left()
         return False
 
 
 def _say_meta_left():
-    """A warning (rank 0) when parameters built on the meta device were left unpartitioned."""
+    """A warning (rank 0) when parameters are still on the meta device at Init's exit."""
     left = _zero_init.take_meta_left()
     if left and lib.zinc_world_rank(_engine._launcher_world()) <= 0:
-        warnings.warn(f"zinc.zero.Init: {len(left)} parameters were built on the meta device "
-                      f"(the first: {left[0]}; transformers' from_pretrained builds there, then "
-                      "loads each parameter's values as a new tensor) and were not partitioned: "
-                      "each rank holds them whole once they are loaded, until zinc.initialize",
-                      RuntimeWarning, stacklevel=3)
+        warnings.warn(f"zinc.zero.Init: {len(left)} parameters are still on the meta device "
+                      f"at the context's exit (the first: {left[0]}) and were not partitioned: "
+                      "given values later, each rank holds them whole until zinc.initialize; "
+                      "load them inside the context (transformers' from_pretrained does) to "
+                      "have them partitioned at its exit", RuntimeWarning, stacklevel=3)
 
 
 class _WriteAfterPartition(RuntimeError):
@@ -241,6 +242,8 @@ def _wrap_init(orig):
                 _building[key] = left
         if not left:
             _zero_init.partition_module(self)
+            if not _building:             # no enclosing constructor: a top module
+                _zero_init.note_top(self)
 
     __init__._zinc_orig = orig
     return __init__

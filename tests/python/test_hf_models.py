@@ -10,14 +10,19 @@ whole build's, bit for bit (the init ran on whole parameters and rank 0's result
 transformers has initialised weights three ways (test_torch_hf_init.py checks a stand-in of each
 in CI): Module.apply up to 4.51, smart_apply(fn) in 4.52-4.57, smart_apply(fn, is_custom_code)
 in 5.x. Run against each with a transformers of that release first on PYTHONPATH (docs/python.md).
-Then each trains 4 steps at ZeRO stages 0-3 (fp32, dropout off: eval mode) beside plain torch
+GPT-2 saved with save_pretrained (each rank its own copy) and loaded with from_pretrained inside
+zinc.zero.Init is partitioned at the context's exit and holds the saved values (transformers
+loads after the construction: on the meta device in 4.57 and 5.x, through
+load_state_dict(assign=True) in 4.46). Then each trains 4 steps at ZeRO stages 0-3 (fp32, dropout off: eval mode) beside plain torch
 (AdamW, clip_grad_norm_ 1.0 = DeepSpeed's default gradient_clipping, the same global batch): the
 losses (averaged over the ranks) agree within 2e-6 relative. Both compute the same fp32
 function; they differ in the order of fp32 sums (the ranks' reduction, zinc's Adam kernel), a
 few ulps a step: measured at most 1.2e-7 (1 and 2 ranks, the three releases, 2026-11-27).
 Exit 77 when torch or transformers is not importable (CI has no transformers).
 """
+import shutil
 import sys
+import tempfile
 import warnings
 
 from _common import check, failures, storage_bytes, torch, zinc
@@ -115,6 +120,24 @@ def main():
               "and put together it is rank 0's model built whole, bit for bit",
               not held and not differ and set(got) == set(want),
               f"not partitioned: {held[:4]}, differ: {differ[:4]}")
+    saved = tempfile.mkdtemp()
+    try:
+        torch.manual_seed(0)
+        MODELS["gpt2"]().save_pretrained(saved)
+        want = tf.GPT2LMHeadModel.from_pretrained(saved).state_dict()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with zinc.zero.Init():
+                model = tf.GPT2LMHeadModel.from_pretrained(saved)
+        held = [n for n, p in model.named_parameters() if storage_bytes(p) != p.element_size()]
+        with zinc.zero.GatheredParameters(list(model.parameters())):
+            got = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        differ = [k for k in want if k not in got or not torch.equal(want[k], got[k])]
+        check(f"transformers {tf.__version__}: from_pretrained inside zinc.zero.Init is "
+              "partitioned at the exit and holds the saved values",
+              not held and not differ, f"not partitioned: {held[:4]}, differ: {differ[:4]}")
+    finally:
+        shutil.rmtree(saved, ignore_errors=True)
     for name in MODELS:
         want = train_torch(name, world)
         for stage in range(4):

@@ -25,10 +25,14 @@ direct child's parameter (as GPT-2's writes `c_proj.weight`). For each protocol:
   does (_adjust_bias), which makes the mark a whole tensor of NaN: it is the mark again at the
   end of the constructor (without that rule the partitioned check fails);
 once, a constructor replacing a partitioned parameter's data with values raises at its end,
-naming the parameter (without the rule: nothing raised until initialize); and once, from_pretrained's way (transformers builds the model on the meta device, then gives
-each parameter its loaded values as a new tensor): parameters built on the meta device are left
-as they are, with a RuntimeWarning at the exit naming the meta device (rank 0), and the loaded
-model trains from the loaded values (without the meta rule: the construction raises).
+naming the parameter (without the rule: nothing raised until initialize); and once,
+from_pretrained's ways: transformers 5 (and 4.57) builds the model on the meta device, then
+gives each parameter its loaded values as a new tensor; 4.46 builds it (partitioned, here) and
+replaces each parameter through load_state_dict(assign=True). Loaded inside the context, both
+are partitioned at its exit (every parameter a mark, put together the loaded values, no
+warning; without partition_tops: whole); a parameter still on the meta device at the exit stays
+there with a RuntimeWarning naming the meta device (rank 0), and given values afterwards, the
+model trains from them (without the meta rule: the construction raises).
 Without _smart_apply_gathered the construction raises (the init writes partitioned parameters);
 so it does at "4.46" when Module.apply gathers each module's own parameters only (DeepSpeed's
 rule), and at "4.52" when zinc's smart_apply requires is_custom_code.
@@ -220,6 +224,21 @@ def main():
     check("zinc.zero.Init: a constructor that replaces a partitioned parameter's data with "
           "values raises at its end, naming the parameter", "'Overwrites.lin.bias'" in raised
           and "written after" in raised, raised)
+    loaded = {"weight": torch.full((3, 6), 0.25), "bias": torch.arange(3.0)}
+    for way in ("meta", "assign"):
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            with zinc.zero.Init():
+                lin = torch.nn.Linear(6, 3, device="meta" if way == "meta" else "cpu")
+                for name, value in loaded.items():     # from_pretrained's load, a new tensor
+                    setattr(lin, name, torch.nn.Parameter(value.clone()))
+        marks = [storage_bytes(p) == p.element_size() for p in lin.parameters()]
+        with zinc.zero.GatheredParameters(list(lin.parameters())):
+            got = {k: v.detach().clone() for k, v in lin.state_dict().items()}
+        check(f"zinc.zero.Init: a model loaded inside the context ({way}) is partitioned at its "
+              "exit, and put together it holds the loaded values; no warning",
+              all(marks) and all(torch.equal(got[k], v) for k, v in loaded.items())
+              and not said, f"{marks} {[str(w.message) for w in said]}")
     with warnings.catch_warnings(record=True) as said:
         warnings.simplefilter("always")
         with zinc.zero.Init():
