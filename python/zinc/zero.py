@@ -37,8 +37,12 @@ its shape: writing it (an init pass of an enclosing constructor) goes through Mo
 (or transformers' Module.smart_apply, its post_init's walk), which Init makes gather each
 module's parameters for the function and keep rank 0's result, or through
 GatheredParameters(modifier_rank=0); a write any other way raises, in torch or at
-initialize. Where the launcher's world cannot broadcast before an engine exists (torchrun or
-srun without MPI), Init leaves the model whole, with a warning on rank 0.
+initialize. A move or cast after the construction (model.to(...)) gives the marks the new dtype
+and device. At the context's exit, what the models built inside hold whole by then (a load
+after the construction: transformers' from_pretrained) is partitioned too. Under torchrun or
+srun (zinc's world meets only inside an engine) the broadcasts go through torch.distributed;
+where that cannot be set up (srun without MASTER_ADDR), Init leaves the model whole, with a
+warning on rank 0.
 """
 import functools
 import sys
