@@ -38,13 +38,14 @@ from ._lib import ZINC_ERR_UNSUPPORTED, check, lib
 
 class Held:
     """What a partitioned parameter carries (as `param._zinc_held`)."""
-    __slots__ = ("shape", "piece", "mark", "where")
+    __slots__ = ("shape", "piece", "mark", "where", "opened")
 
     def __init__(self, shape, piece, mark, where):
         self.shape = shape      # the parameter's shape (torch.Size)
         self.piece = piece      # this rank's piece of the flattened values (1-D)
         self.mark = mark        # what param.data is: one NaN element seen with the shape
         self.where = where      # "ClassName.attribute", for messages before names are known
+        self.opened = False     # inside GatheredParameters: param.data the full values
 
 
 # glibc's malloc_trim, called after each module is partitioned or cut again. Why: the parameter
@@ -253,7 +254,7 @@ def partition_module(mod):
         where = f"{type(mod).__name__}.{name}"
         h = held(p)
         if h is not None:
-            if p.data.data_ptr() != h.mark.data_ptr():
+            if not h.opened and p.data.data_ptr() != h.mark.data_ptr():
                 check_untouched(p, where)
                 cut = True
             continue
@@ -330,6 +331,7 @@ def repartition(p, full):
     with torch.no_grad():
         h.piece = full.reshape(-1)[lo:hi].to(h.mark.device, h.mark.dtype).clone()
     h.mark = _set_mark(p, h.shape, h.mark.dtype, h.mark.device)
+    h.opened = False
 
 
 def unmark(p):
@@ -337,12 +339,14 @@ def unmark(p):
     modifier_rank, or one left by an exception). Local."""
     h = held(p)
     h.mark = _set_mark(p, h.shape, h.mark.dtype, h.mark.device)
+    h.opened = False
 
 
 def open_full(p):
     """Inside zinc.zero.GatheredParameters: the full values in `param.data` (on its device),
     the pieces kept. Collective."""
     p.data = gather(p).to(held(p).mark.device)
+    held(p).opened = True
 
 
 def close_full(params, root):

@@ -25,7 +25,9 @@ direct child's parameter (as GPT-2's writes `c_proj.weight`). For each protocol:
   does (_adjust_bias), which makes the mark a whole tensor of NaN: it is the mark again at the
   end of the constructor (without that rule the partitioned check fails);
 once, a constructor replacing a partitioned parameter's data with values raises at its end,
-naming the parameter (without the rule: nothing raised until initialize); and once,
+naming the parameter (without the rule: nothing raised until initialize), but one ending inside
+GatheredParameters around partitioned parameters (whole while open) does not (without the
+`opened` flag: it raises); and once,
 from_pretrained's ways: transformers 5 (and 4.57) builds the model on the meta device, then
 gives each parameter its loaded values as a new tensor; 4.46 builds it (partitioned, here) and
 replaces each parameter through load_state_dict(assign=True). Loaded inside the context, both
@@ -224,6 +226,26 @@ def main():
     check("zinc.zero.Init: a constructor that replaces a partitioned parameter's data with "
           "values raises at its end, naming the parameter", "'Overwrites.lin.bias'" in raised
           and "written after" in raised, raised)
+
+    class Wrap(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+            self.extra = torch.nn.Linear(4, 4)
+
+    with zinc.zero.Init():
+        torch.manual_seed(0)
+        inner = torch.nn.Linear(4, 4)
+        with zinc.zero.GatheredParameters(list(inner.parameters())):
+            wrap = Wrap(inner)            # its end walks inner's parameters, open and whole
+    torch.manual_seed(0)
+    want = torch.nn.Linear(4, 4).state_dict()
+    with zinc.zero.GatheredParameters(list(wrap.inner.parameters())):
+        got = {k: v.detach().clone() for k, v in wrap.inner.state_dict().items()}
+    check("zinc.zero.Init: a module built inside GatheredParameters around partitioned "
+          "parameters (open, whole) does not take them for a write, and they keep their values",
+          all(torch.equal(got[k], v) for k, v in want.items())
+          and all(storage_bytes(p) == p.element_size() for p in wrap.parameters()))
     loaded = {"weight": torch.full((3, 6), 0.25), "bias": torch.arange(3.0)}
     for way in ("meta", "assign"):
         with warnings.catch_warnings(record=True) as said:
