@@ -18,8 +18,9 @@ to show: most in-place ops on a zero-stride tensor raise in torch ("more than on
 written-to tensor refers to a single memory location"), and the rest (fill_, zero_, a slice
 written) change the NaN, which `check_untouched` finds before initialize or GatheredParameters
 read the pieces. Writes after partitioning go through Module.apply or transformers'
-Module.smart_apply (both of which Init wraps) or inside zinc.zero.GatheredParameters (zero.py): both gather the pieces into a full `param.data` and cut
-rank 0's (modifier_rank's) values into new pieces afterwards.
+Module.smart_apply (both of which Init wraps) or inside zinc.zero.GatheredParameters (zero.py):
+both gather the pieces into a full `param.data` and cut rank 0's (modifier_rank's) values into
+new pieces afterwards.
 
 Collectives go through zinc's launcher world (zinc_world_broadcast: mpirun's MPI world, or a
 world of one). Under torchrun or srun zinc's ranks meet only inside an engine (its NCCL world),

@@ -13,8 +13,8 @@ in 5.x. Run against each with a transformers of that release first on PYTHONPATH
 GPT-2 saved with save_pretrained (each rank its own copy) and loaded with from_pretrained inside
 zinc.zero.Init is partitioned at the context's exit and holds the saved values (transformers
 loads after the construction: on the meta device in 4.57 and 5.x, through
-load_state_dict(assign=True) in 4.46). Then each trains 4 steps at ZeRO stages 0-3 (fp32, dropout off: eval mode) beside plain torch
-(AdamW, clip_grad_norm_ 1.0 = DeepSpeed's default gradient_clipping, the same global batch): the
+load_state_dict(assign=True) in 4.46). Then each trains 4 steps at ZeRO stages 0-3 (fp32,
+dropout off: eval mode) beside plain torch (AdamW, clip_grad_norm_ 1.0 = DeepSpeed's default gradient_clipping, the same global batch): the
 losses (averaged over the ranks) agree within 2e-6 relative. Both compute the same fp32
 function; they differ in the order of fp32 sums (the ranks' reduction, zinc's Adam kernel), a
 few ulps a step: measured at most 1.2e-7 (1 and 2 ranks, the three releases, 2026-11-27).
@@ -101,41 +101,43 @@ def train_zinc(name, stage, rank, world):
     return losses
 
 
+def check_built_in_init(what, build, want):
+    """build() inside zinc.zero.Init: every parameter partitioned, and put together the state
+    dict `want`, bit for bit."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")              # transformers' own notices
+        with zinc.zero.Init():
+            model = build()
+    held = [n for n, p in model.named_parameters() if storage_bytes(p) != p.element_size()]
+    with zinc.zero.GatheredParameters(list(model.parameters())):
+        got = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    differ = [k for k in want if k not in got or not torch.equal(want[k], got[k])]
+    check(f"transformers {tf.__version__} {what}",
+          not held and not differ and set(got) == set(want), f"not partitioned: {held[:4]}, differ: {differ[:4]}")
+
+
 def main():
     rank = max(0, zinc._lib.lib.zinc_world_rank(zinc.engine._launcher_world()))
     world = max(1, zinc._lib.lib.zinc_world_size(zinc.engine._launcher_world()))
+
+    def seeded_apart(make):
+        torch.manual_seed(0 if rank == 0 else 7 + rank)
+        return make()
+
     for name, make in MODELS.items():
         torch.manual_seed(0)
         want = {k: v.detach().clone() for k, v in make().state_dict().items()}
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")          # transformers' own notices
-            with zinc.zero.Init():
-                torch.manual_seed(0 if rank == 0 else 7 + rank)
-                model = make()
-        held = [n for n, p in model.named_parameters() if storage_bytes(p) != p.element_size()]
-        with zinc.zero.GatheredParameters(list(model.parameters())):
-            got = {k: v.detach().clone() for k, v in model.state_dict().items()}
-        differ = [k for k in want if k not in got or not torch.equal(want[k], got[k])]
-        check(f"transformers {tf.__version__} {name}: built in zinc.zero.Init, partitioned, "
-              "and put together it is rank 0's model built whole, bit for bit",
-              not held and not differ and set(got) == set(want),
-              f"not partitioned: {held[:4]}, differ: {differ[:4]}")
+        check_built_in_init(f"{name}: built in zinc.zero.Init, partitioned, and put together it "
+                            "is rank 0's model built whole, bit for bit",
+                            lambda make=make: seeded_apart(make), want)
     saved = tempfile.mkdtemp()
     try:
         torch.manual_seed(0)
         MODELS["gpt2"]().save_pretrained(saved)
         want = tf.GPT2LMHeadModel.from_pretrained(saved).state_dict()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            with zinc.zero.Init():
-                model = tf.GPT2LMHeadModel.from_pretrained(saved)
-        held = [n for n, p in model.named_parameters() if storage_bytes(p) != p.element_size()]
-        with zinc.zero.GatheredParameters(list(model.parameters())):
-            got = {k: v.detach().clone() for k, v in model.state_dict().items()}
-        differ = [k for k in want if k not in got or not torch.equal(want[k], got[k])]
-        check(f"transformers {tf.__version__}: from_pretrained inside zinc.zero.Init is "
-              "partitioned at the exit and holds the saved values",
-              not held and not differ, f"not partitioned: {held[:4]}, differ: {differ[:4]}")
+        check_built_in_init("gpt2: from_pretrained inside zinc.zero.Init is partitioned at the "
+                            "exit and holds the saved values",
+                            lambda: tf.GPT2LMHeadModel.from_pretrained(saved), want)
     finally:
         shutil.rmtree(saved, ignore_errors=True)
     for name in MODELS:
