@@ -14,8 +14,9 @@ GPT-2 saved with save_pretrained (each rank its own copy) and loaded with from_p
 zinc.zero.Init is partitioned at the context's exit and holds the saved values (transformers
 loads after the construction: on the meta device in 4.57 and 5.x, through
 load_state_dict(assign=True) in 4.46). Then each trains 4 steps at ZeRO stages 0-3 (fp32,
-dropout off: eval mode) beside plain torch (AdamW, clip_grad_norm_ 1.0 = DeepSpeed's default gradient_clipping, the same global batch): the
-losses (averaged over the ranks) agree within 2e-6 relative. Both compute the same fp32
+dropout off: eval mode) beside plain torch (AdamW, clip_grad_norm_ 1.0 = DeepSpeed's default
+gradient_clipping, the same global batch): the losses (averaged over the ranks) agree within
+2e-6 relative. Both compute the same fp32
 function; they differ in the order of fp32 sums (the ranks' reduction, zinc's Adam kernel), a
 few ulps a step: measured at most 1.2e-7 (1 and 2 ranks, the three releases, 2026-11-27).
 Exit 77 when torch or transformers is not importable (CI has no transformers).
@@ -113,7 +114,8 @@ def check_built_in_init(what, build, want):
         got = {k: v.detach().clone() for k, v in model.state_dict().items()}
     differ = [k for k in want if k not in got or not torch.equal(want[k], got[k])]
     check(f"transformers {tf.__version__} {what}",
-          not held and not differ and set(got) == set(want), f"not partitioned: {held[:4]}, differ: {differ[:4]}")
+          not held and not differ and set(got) == set(want),
+          f"not partitioned: {held[:4]}, differ: {differ[:4]}")
 
 
 def main():
