@@ -16,9 +16,9 @@ loads after the construction: on the meta device in 4.57 and 5.x, through
 load_state_dict(assign=True) in 4.46). Then each trains 4 steps at ZeRO stages 0-3 (fp32,
 dropout off: eval mode) beside plain torch (AdamW, clip_grad_norm_ 1.0 = DeepSpeed's default
 gradient_clipping, the same global batch): the losses (averaged over the ranks) agree within
-2e-6 relative. Both compute the same fp32
-function; they differ in the order of fp32 sums (the ranks' reduction, zinc's Adam kernel), a
-few ulps a step: measured at most 1.2e-7 (1 and 2 ranks, the three releases, 2026-11-27).
+2e-6 relative. Both compute the same fp32 function; they differ in the order of fp32 sums (the
+ranks' reduction, zinc's Adam kernel), a few ulps a step: measured at most 1.2e-7 (1 and 2
+ranks, the three releases, 2026-11-27).
 Exit 77 when torch or transformers is not importable (CI has no transformers).
 """
 import shutil
