@@ -693,6 +693,9 @@ def sec_offload_time():
 
 # ---- 9. a torch model at ZeRO-3: zinc vs PyTorch FSDP2 vs DeepSpeed -----------------------------
 
+# bench/torch_zero3.py's arguments for each model of section 9.
+TORCH_MODELS = {"gpt": [], "llama": ["--model", "llama", "--dim", "256", "--heads", "8",
+                                     "--vocab", "1024"]}
 FRAMEWORKS = [("zinc", "zinc ZeRO-3 (`import zinc`)"), ("fsdp2", "PyTorch FSDP2 (`fully_shard`)"),
               ("deepspeed", "DeepSpeed ZeRO-3")]
 
@@ -790,44 +793,55 @@ def sec_torch():
     # instructions run ~10x slower than fp32 here, so bf16 runs at 2 ranks only, with few
     # steps; three rounds, since one round's ratio moved by 5 % between two runs of the section
     # (load on this shared machine), which is the size of the difference measured.
-    plan = [("fp32", [2, 4], 2, 2, 4), ("bf16", [2], 3, 1, 2)]
+    # The Llama rows (transformers' LlamaForCausalLM, fp32): the same comparison on a model
+    # from the library most users train; skipped, with the reason, where transformers is not
+    # importable.
+    plan = [("gpt", "fp32", [2, 4], 2, 2, 4), ("gpt", "bf16", [2], 3, 1, 2),
+            ("llama", "fp32", [2, 4], 2, 2, 4)]
     if QUICK:
-        plan = [("fp32", [2], 1, 1, 2)]
+        plan = [("gpt", "fp32", [2], 1, 1, 2), ("llama", "fp32", [2], 1, 1, 2)]
     start = torch_section_start("torch", "## 9. A torch model at ZeRO-3: zinc vs PyTorch FSDP2 "
                                 "vs DeepSpeed on the CPU", 29600)
     if start is None:
         return
     out, tv, dv, tmpd, jit, lib, port = start
-    res = {}     # (dtype, n, fw) -> {"rounds": [[rank JSON]], "why": str}
+    res = {}     # (model, dtype, n, fw) -> {"rounds": [[rank JSON]], "why": str}
     cmds = {}
-    for dtype, ranks, rounds, warm, steps in plan:
+    for model, dtype, ranks, rounds, warm, steps in plan:
         for n in ranks:
             for r in range(rounds):
                 order = FRAMEWORKS[r % 3:] + FRAMEWORKS[:r % 3]
                 for fw, _ in order:
-                    d = res.setdefault((dtype, n, fw), {"rounds": [], "why": None})
+                    key = (model, dtype, n, fw)
+                    d = res.setdefault(key, {"rounds": [], "why": None})
                     if d["why"] and not d["rounds"] and r > 0:
                         continue            # failed in round 0: do not pay for it again
                     t0 = time.time()
-                    ranks_json, cmd, env = torch_launch(fw, n, dtype, warm, steps, port, tmpd, lib)
+                    ranks_json, cmd, env = torch_launch(fw, n, dtype, warm, steps, port, tmpd, lib,
+                                                        TORCH_MODELS[model])
                     port += 1
-                    cmds[(dtype, n, fw)] = show(cmd, dict(env, ZINC_LIB=rel(lib)))
+                    cmds[key] = show(cmd, dict(env, ZINC_LIB=rel(lib)))
                     ok = [j for j in ranks_json if j.get("available")]
                     if len(ok) == n:
                         d["rounds"].append(sorted(ok, key=lambda j: j["rank"]))
                     else:
                         d["why"] = next((j.get("reason") for j in ranks_json if not j.get("available")),
                                         "not every rank reported")
-                    print(f"bench: torch {dtype} np {n} round {r} {fw}: "
+                    print(f"bench: torch {model} {dtype} np {n} round {r} {fw}: "
                           f"{'ok' if len(ok) == n else d['why'][:300]} ({time.time() - t0:.0f} s)",
                           flush=True)
     shutil.rmtree(tmpd, ignore_errors=True)
 
-    any_run = next((rr[0][0] for rr in (d["rounds"] for d in res.values()) if rr), {})
+    def first_run(which):
+        return next((d["rounds"][0][0] for k, d in res.items() if k[0] == which and d["rounds"]),
+                    {})
+    any_run = first_run("gpt")
     model = any_run.get("model", "?")
-    ds_opt = next((rr[0][0].get("ds_optimizer") for (_, _, fw), d in res.items()
+    ds_opt = next((rr[0][0].get("ds_optimizer") for (_, _, _, fw), d in res.items()
                    if fw == "deepspeed" for rr in [d["rounds"]] if rr), None) or "not run"
     nparams = any_run.get("params", 0)
+    llama = first_run("llama")
+    llama_why = next((d["why"] for k, d in res.items() if k[0] == "llama" and d["why"]), None)
     wheel = ("a CUDA build of torch from PyPI, run on the CPU" if "+cu" in tv
              else "CPU wheels")
     out += [f"Versions: torch {tv} ({wheel}, in the throwaway venv {rel(PY)}, Python "
@@ -870,21 +884,30 @@ def sec_torch():
             f"torch's bf16 matrix products are then several times slower than fp32 (compare the "
             f"tables), so bf16 runs short "
             f"(three rounds of 1 warm-up + 2 timed steps, N = 2 only) to stay within the "
-            f"section's time budget.", ""]
+            f"section's time budget.", "",
+            (f"The Llama rows: transformers {llama.get('transformers', '?')}'s LlamaForCausalLM "
+             f"built from a LlamaConfig ({llama.get('model', '?')}: layers, width, heads — as many "
+             f"key/value heads — sequence, vocabulary; feed-forward width 704, RoPE, SwiGLU, "
+             f"RMSNorm, untied head; {llama.get('params', 0) / 1e6:.2f} M parameters) with "
+             f"transformers' own initialisation from torch.manual_seed(0), its logits through a "
+             f"one-line wrapper (`model(x)`, as the GPT's); the same data, optimizer, config and "
+             f"launch as above, FSDP2 wrapping each decoder layer and the root. fp32 only."
+             if llama else f"The Llama rows: not measured ({llama_why or 'not run'})."), ""]
     goals = []
-    for dtype, ranks, rounds, warm, steps in plan:
+    for model_kind, dtype, ranks, rounds, warm, steps in plan:
+        title = "Llama (transformers), " if model_kind == "llama" else ""
         for n in ranks:
-            out += [f"### {dtype}, N = {n} ranks{' (oversubscribed: ' + str(n) + ' processes on ' + str(cpus) + ' CPUs)' if n > cpus else ''}, "
+            out += [f"### {title}{dtype}, N = {n} ranks{' (oversubscribed: ' + str(n) + ' processes on ' + str(cpus) + ' CPUs)' if n > cpus else ''}, "
                     f"{rounds} round{'s' if rounds > 1 else ''} × {steps} timed steps after {warm} warm-up", "",
                     "| framework | step ms, median (min–max) | ÷ zinc (rounds) | loss, first → last step | "
                     "peak RSS MiB | RSS growth MiB | own params / grads / optimizer MiB |",
                     "|---|---|---|---|---|---|---|"]
-            z = res.get((dtype, n, "zinc"), {"rounds": []})["rounds"]
+            z = res.get((model_kind, dtype, n, "zinc"), {"rounds": []})["rounds"]
             zmed = [med(rr[0]["ms_all"]) for rr in z]
             zloss = z[0][0]["loss_last"] if z else None
             cell = {}
             for fw, label in FRAMEWORKS:
-                d = res.get((dtype, n, fw), {"rounds": [], "why": "not run"})
+                d = res.get((model_kind, dtype, n, fw), {"rounds": [], "why": "not run"})
                 if not d["rounds"]:
                     out.append(f"| {label} | not measured: {d['why']} | | | | | |")
                     continue
@@ -906,24 +929,25 @@ def sec_torch():
                            f"{r0['loss_last']:.5f}{dl} | {peak:.0f} | {grow:.0f} | {own} |")
             out += ["", "Commands (each round; the driver adds `--out PREFIX`, where each rank "
                     "writes its JSON line):", ""]
-            out += [f"    {cmds[(dtype, n, fw)]}" for fw, _ in FRAMEWORKS if (dtype, n, fw) in cmds]
+            out += [f"    {cmds[(model_kind, dtype, n, fw)]}" for fw, _ in FRAMEWORKS
+                    if (model_kind, dtype, n, fw) in cmds]
             out.append("")
             if "zinc" in cell and "fsdp2" in cell:
-                goals.append((dtype, n, cell["zinc"], cell["fsdp2"], cell.get("deepspeed")))
+                goals.append((title, dtype, n, cell["zinc"], cell["fsdp2"], cell.get("deepspeed")))
     out += ["### Goal: zinc's step no slower than FSDP2's, its memory no higher", ""]
     if not goals:
         out.append("- Not judged: zinc and FSDP2 did not both run.")
-    for dtype, n, zc, fc, dc in goals:
+    for title, dtype, n, zc, fc, dc in goals:
         r = fc["ratios"]
         ds = f"; DeepSpeed ÷ zinc {med(dc['ratios']):.2f}×" if dc and dc["ratios"] else ""
-        out.append(f"- {dtype}, N = {n}: step **{'met' if med(r) >= 1 else 'NOT met'}** (FSDP2 ÷ "
+        out.append(f"- {title}{dtype}, N = {n}: step **{'met' if med(r) >= 1 else 'NOT met'}** (FSDP2 ÷ "
                    f"zinc {med(r):.2f}×, rounds {min(r):.2f}–{max(r):.2f}{ds}); peak RSS "
                    f"**{'met' if zc['peak'] <= fc['peak'] else 'NOT met'}** (zinc ÷ FSDP2 "
                    f"{zc['peak'] / fc['peak']:.2f}: {zc['peak']:.0f} vs {fc['peak']:.0f} MiB; growth "
                    f"{zc['grow']:.0f} vs {fc['grow']:.0f} MiB, ÷ {zc['grow'] / fc['grow']:.2f}).")
     out += ["", "Own bytes, how each framework's were read:"]
     for fw, label in FRAMEWORKS:
-        how = next((d["rounds"][0][0]["state"]["how"] for (dt, n, f), d in res.items()
+        how = next((d["rounds"][0][0]["state"]["how"] for (_, _, _, f), d in res.items()
                     if f == fw and d["rounds"]), None)
         out.append(f"- {label}: {how or 'not measured'}.")
     out += ["", f"Regenerate: `bench/run.sh torch` (this section took {time.time() - t_start:.0f} s "

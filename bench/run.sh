@@ -9,7 +9,8 @@
 #         PyTorch FSDP2 and DeepSpeed ZeRO-3 on one torch model under mpirun; it runs zinc on
 #         that Python's torch too). $ZINC_BENCH_PYTHON if set (an interpreter that already has
 #         torch and deepspeed); else a throwaway venv in bench/.venv (gitignored) made with
-#         python3 -m venv and pip-installed CPU torch + deepspeed. Neither is a dependency of
+#         python3 -m venv and pip-installed CPU torch + deepspeed (+ transformers for the
+#         torch section's Llama rows). None is a dependency of
 #         zinc: when they cannot be had, the rows say so and zinc's own figures are still
 #         written.
 set -euo pipefail
@@ -69,6 +70,11 @@ if [ "$need_py" = 1 ]; then
             "$venv/bin/pip" install -q --no-build-isolation deepspeed >&2 \
                 || "$venv/bin/pip" install -q deepspeed >&2 \
                 || echo "bench: WARNING: pip could not install deepspeed; its rows will say so" >&2
+        fi
+        if [ -z "$why" ] && ! "$venv/bin/python" -c "import transformers" 2>/dev/null; then
+            echo "bench: pip install transformers (the torch section's Llama rows) ..." >&2
+            "$venv/bin/pip" install -q transformers >&2 \
+                || echo "bench: WARNING: pip could not install transformers; the Llama rows will say so" >&2
         fi
         [ -z "$why" ] && py="$venv/bin/python"
     fi

@@ -5,6 +5,8 @@ FSDP2 or DeepSpeed, for bench/bench.py's `torch` section (bench/RESULTS.md secti
     mpirun -np 2 python bench/torch_zero3.py --framework zinc|fsdp2|deepspeed --dtype fp32|bf16
     mpirun -np 4 python bench/torch_zero3.py --framework zinc|deepspeed --zero-init ...
 
+`--model llama` trains transformers' LlamaForCausalLM (a LlamaConfig of the same sizes, its own
+initialisation) instead of the GPT, for the Llama rows of section 9.
 `--zero-init` builds the model partitioned (zinc.zero.Init, deepspeed.zero.Init) for bench.py's
 `torch_init` section (bench/RESULTS.md section 10); `rss_built_kib` is the RSS right after the
 construction, `build_s` its time, `param_bytes_built` the parameter bytes this rank holds then
@@ -97,12 +99,39 @@ def markov_batches(steps, n_seq, t, vocab, seed=1):
     return out
 
 
-def build_model(vocab, d, h, layers, t):
-    """examples/torch_gpt.py's GPT, the model a zinc user trains, at the given sizes (its
-    initialisation draws from torch's generator in the same order in every framework)."""
-    sys.path.insert(0, os.path.join(ROOT, "examples"))
-    from torch_gpt import GPT
-    return GPT(vocab=vocab, d=d, h=h, layers=layers, t=t)
+def build_model(kind, vocab, d, h, layers, t):
+    """The model at the given sizes, and its blocks (FSDP2 wraps each): examples/torch_gpt.py's
+    GPT, the model a zinc user trains, or transformers' LlamaForCausalLM from a LlamaConfig
+    (`--model llama`; its logits as the output). Each initialisation draws from torch's
+    generator in the same order in every framework."""
+    if kind == "gpt":
+        sys.path.insert(0, os.path.join(ROOT, "examples"))
+        from torch_gpt import GPT
+        model = GPT(vocab=vocab, d=d, h=h, layers=layers, t=t)
+        return model, model.blocks
+    import torch
+    import transformers
+    cfg = transformers.LlamaConfig(vocab_size=vocab, hidden_size=d, num_hidden_layers=layers,
+                                   num_attention_heads=h, num_key_value_heads=h,
+                                   intermediate_size=(int(LLAMA_FFN * d) + 63) // 64 * 64,
+                                   max_position_embeddings=t)
+
+    class Logits(torch.nn.Module):
+        """model(x) -> logits, the same call as the GPT's."""
+
+        def __init__(self):
+            super().__init__()
+            self.m = transformers.LlamaForCausalLM(cfg)
+
+        def forward(self, x):
+            return self.m(input_ids=x).logits
+
+    model = Logits()
+    return model, model.m.model.layers
+
+
+# Llama's feed-forward width over the model width (its 8/3 with SwiGLU, rounded to 64 above).
+LLAMA_FFN = 8 / 3
 
 
 def engine_train_step(engine, vocab, F):
@@ -126,6 +155,9 @@ def tensor_bytes(t):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--framework", required=True, choices=["zinc", "fsdp2", "deepspeed"])
+    p.add_argument("--model", default="gpt", choices=["gpt", "llama"],
+                   help="gpt: examples/torch_gpt.py's GPT; llama: transformers' "
+                        "LlamaForCausalLM from a LlamaConfig of the same sizes")
     p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"])
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--dim", type=int, default=192)
@@ -217,8 +249,14 @@ def main():
         building = (zinc.zero.Init() if a.framework == "zinc"
                     else deepspeed.zero.Init(config_dict_or_path=cfg))
     t_build = time.perf_counter()
+    if a.model == "llama":
+        try:
+            import transformers
+            out["transformers"] = transformers.__version__
+        except Exception as e:  # noqa: BLE001 - any import failure means "not available"
+            return fail(f"--model llama: import transformers failed: {e}")
     with building:
-        model = build_model(a.vocab, a.dim, a.heads, a.layers, a.seq)
+        model, blocks = build_model(a.model, a.vocab, a.dim, a.heads, a.layers, a.seq)
     out["build_s"] = time.perf_counter() - t_build
     rss_built = rss_kib()
     if a.trim_after_build:
@@ -237,7 +275,8 @@ def main():
     out.update(params=nparams, init_sumsq=fingerprint, micro_batch=micro,
                zero_init=a.zero_init, rss_built_kib=rss_built,
                global_batch=a.global_batch,
-               model=f"L{a.layers}-D{a.dim}-H{a.heads}-T{a.seq}-V{a.vocab}")
+               model=f"{'Llama ' if a.model == 'llama' else ''}"
+                     f"L{a.layers}-D{a.dim}-H{a.heads}-T{a.seq}-V{a.vocab}")
 
     try:
         if a.framework == "zinc":
@@ -258,7 +297,7 @@ def main():
         elif a.framework == "fsdp2":
             mp = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.bfloat16)
                   if a.dtype == "bf16" else MixedPrecisionPolicy())
-            for blk in model.blocks:
+            for blk in blocks:
                 fully_shard(blk, mp_policy=mp)
             fully_shard(model, mp_policy=mp)
             opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.95), eps=1e-8,
