@@ -347,7 +347,7 @@ def _hf_init_mods(module, fn):
     """The modules whose own parameters a transformers init fn of `module` may write: the module
     and its direct children that are not sub-models (an _init_weights may write
     `module.q_proj.weight`; a sub-model has its own init), as transformers gathers under
-    DeepSpeed's Init (integrations/deepspeed.py, initialize_weights_zero3). None when fn is
+    DeepSpeed's Init (integrations/deepspeed.py, initialize_weights_zero3). No module when fn is
     _initialize_weights and transformers has already initialised the module
     (_is_hf_initialized: an inner model's post_init ran first): fn returns at once."""
     if (getattr(fn, "__name__", "") == "_initialize_weights"
