@@ -741,6 +741,53 @@ def check_accum_boundary(stage):
     engine.close()
 
 
+def check_backward_frees_graph(stage):
+    """engine.backward without retain_graph detaches the loss it was given (its graph is spent;
+    kept alive by the loop's `loss` it pins heap memory through the next forward): the value
+    stays, grad_fn goes, the returned loss / GA has none; a view is left as it is; with
+    retain_graph=True the graph stays and a second backward through it works (and then
+    detaches). Training goes on: a window of GA micro-steps moves the weights."""
+    model = net()
+    engine = zinc.initialize(model=model, model_parameters=model.parameters(),
+                             config=cfg(stage))[0]
+
+    def loss_of(i):
+        g = torch.Generator().manual_seed(1000 * engine.global_rank + i)
+        x = torch.randn(MICRO, 6, generator=g).to(torch.bfloat16)
+        y = torch.randn(MICRO, 3, generator=g).to(torch.bfloat16)
+        return ((engine(x) - y) ** 2).mean()
+
+    loss = loss_of(0)
+    value = float(loss.detach())
+    back = engine.backward(loss)
+    engine.step()
+    check(f"stage {stage}: engine.backward detaches the loss (value kept, no grad_fn), and "
+          "its return (loss / GA) has no graph either",
+          loss.grad_fn is None and not loss.requires_grad and float(loss) == value
+          and back.grad_fn is None and float(back) == float(torch.tensor(value) / GA))
+    view = loss_of(1).reshape(1)[0]      # a view: detach_ would raise; left as it is
+    engine.backward(view)
+    engine.step()
+    check(f"stage {stage}: a loss that is a view keeps its grad_fn", view.grad_fn is not None)
+    loss = loss_of(2)
+    engine.backward(loss, retain_graph=True)
+    engine.step()
+    kept = loss.grad_fn is not None
+    engine.backward(loss)                # the next micro-step, through the same graph
+    engine.step()
+    check(f"stage {stage}: retain_graph=True keeps the graph; a second backward through it "
+          "works and then detaches", kept and loss.grad_fn is None)
+    before = {k: v.clone() for k, v in engine.module_state_dict().items()}
+    for i in range(GA):
+        engine.backward(loss_of(4 + i))
+        engine.step()
+    after = engine.module_state_dict()
+    check(f"stage {stage}: training goes on after (a window moves the weights)",
+          any(not torch.equal(before[k], after[k]) for k in after
+              if after[k].is_floating_point()))
+    engine.close()
+
+
 def check_batch_size(stage):
     """set_train_batch_size / set_train_micro_batch_size (DeepSpeed's): after a window of GA,
     set_train_batch_size to twice the global batch makes the next window 2 x GA micro-steps,
@@ -1079,6 +1126,7 @@ def main():
     check_no_sync(stage)
     check_accum_boundary(stage)
     check_batch_size(stage)
+    check_backward_frees_graph(stage)
     check_two_engines(stage)
     print(f"rank {rank}: {len(failures)} failed", flush=True)
     return 1 if failures else 0
