@@ -331,8 +331,7 @@ def repartition(p, full):
     lo, hi, _ = _piece_bounds(h.shape.numel(), rank, size)
     with torch.no_grad():
         h.piece = full.reshape(-1)[lo:hi].to(h.mark.device, h.mark.dtype).clone()
-    h.mark = _set_mark(p, h.shape, h.mark.dtype, h.mark.device)
-    h.opened = False
+    unmark(p)
 
 
 def unmark(p):
