@@ -887,7 +887,8 @@ def sec_torch():
             f"section's time budget.", "",
             (f"The Llama rows: transformers {llama.get('transformers', '?')}'s LlamaForCausalLM "
              f"built from a LlamaConfig ({llama.get('model', '?')}: layers, width, heads — as many "
-             f"key/value heads — sequence, vocabulary; feed-forward width 704, RoPE, SwiGLU, "
+             f"key/value heads — sequence, vocabulary; feed-forward width "
+             f"{llama.get('ffn', '?')}, RoPE, SwiGLU, "
              f"RMSNorm, untied head; {llama.get('params', 0) / 1e6:.2f} M parameters) with "
              f"transformers' own initialisation from torch.manual_seed(0), its logits through a "
              f"one-line wrapper (`model(x)`, as the GPT's); the same data, optimizer, config and "

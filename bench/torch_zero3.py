@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""torch_zero3.py — one rank of a ZeRO-3 training run of a small torch GPT, under zinc, PyTorch
-FSDP2 or DeepSpeed, for bench/bench.py's `torch` section (bench/RESULTS.md section 9).
+"""torch_zero3.py — one rank of a ZeRO-3 training run of a small torch GPT (or transformers'
+Llama), under zinc, PyTorch FSDP2 or DeepSpeed, for bench/bench.py's `torch` section (bench/RESULTS.md section 9).
 
     mpirun -np 2 python bench/torch_zero3.py --framework zinc|fsdp2|deepspeed --dtype fp32|bf16
     mpirun -np 4 python bench/torch_zero3.py --framework zinc|deepspeed --zero-init ...
@@ -99,6 +99,10 @@ def markov_batches(steps, n_seq, t, vocab, seed=1):
     return out
 
 
+# Llama's feed-forward width over the model width (its 8/3 with SwiGLU, rounded up to 64).
+LLAMA_FFN = 8 / 3
+
+
 def build_model(kind, vocab, d, h, layers, t):
     """The model at the given sizes, and its blocks (FSDP2 wraps each): examples/torch_gpt.py's
     GPT, the model a zinc user trains, or transformers' LlamaForCausalLM from a LlamaConfig
@@ -127,11 +131,8 @@ def build_model(kind, vocab, d, h, layers, t):
             return self.m(input_ids=x).logits
 
     model = Logits()
+    model.ffn = cfg.intermediate_size           # for the JSON (bench.py's text says it)
     return model, model.m.model.layers
-
-
-# Llama's feed-forward width over the model width (its 8/3 with SwiGLU, rounded to 64 above).
-LLAMA_FFN = 8 / 3
 
 
 def engine_train_step(engine, vocab, F):
@@ -272,6 +273,8 @@ def main():
         for q in model.parameters())
     fingerprint = (None if a.zero_init else
                    float(sum(q.detach().double().square().sum() for q in model.parameters())))
+    if a.model == "llama":
+        out["ffn"] = model.ffn
     out.update(params=nparams, init_sumsq=fingerprint, micro_batch=micro,
                zero_init=a.zero_init, rss_built_kib=rss_built,
                global_batch=a.global_batch,
