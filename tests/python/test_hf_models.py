@@ -16,9 +16,9 @@ loads after the construction: on the meta device in 4.57 and 5.x, through
 load_state_dict(assign=True) in 4.46). Then each trains 4 steps at ZeRO stages 0-3 (fp32,
 dropout off: eval mode) beside plain torch (AdamW, clip_grad_norm_ 1.0 = DeepSpeed's default
 gradient_clipping, the same global batch): the losses (averaged over the ranks) agree within
-2e-6 relative. Both compute the same fp32 function; they differ in the order of fp32 sums (the
+1e-6 relative. Both compute the same fp32 function; they differ in the order of fp32 sums (the
 ranks' reduction, zinc's Adam kernel), a few ulps a step: measured at most 1.2e-7 (1 and 2
-ranks, the three releases, 2026-11-27).
+ranks, the three releases, 2026-11-27), so the bound is about 8x that.
 Exit 77 when torch or transformers is not importable (CI has no transformers).
 """
 import shutil
@@ -148,8 +148,8 @@ def main():
             got = train_zinc(name, stage, rank, world)
             worst = max(abs(a - b) / abs(b) for a, b in zip(got, want))
             check(f"transformers {tf.__version__} {name}: {STEPS} steps at stage {stage}, "
-                  f"{world} rank(s): the losses of plain torch within 2e-6 (worst {worst:.1e})",
-                  worst < 2e-6, f"{got} vs {want}")
+                  f"{world} rank(s): the losses of plain torch within 1e-6 (worst {worst:.1e})",
+                  worst < 1e-6, f"{got} vs {want}")
     print(f"{len(failures)} failed" if failures else "all passed")
     return 1 if failures else 0
 
