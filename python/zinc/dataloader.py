@@ -7,11 +7,13 @@ build, with DeepSpeed's meaning (deepspeed/runtime/dataloader.py, 0.19.8):
 - batches of train_micro_batch_size_per_gpu samples (or batch_size), collate_fn when given;
 - the config's dataloader_drop_last drops each rank's last incomplete batch;
 - two worker processes (num_local_io_workers), pinned memory on a CUDA engine;
-- every iteration builds a fresh torch DataLoader. Like DeepSpeed's, it never calls the
-  sampler's set_epoch: each pass sees the same order unless the script calls
-  `loader.data_sampler.set_epoch(epoch)`.
+- every iteration builds a fresh torch DataLoader (after a short wait: see __iter__). Like
+  DeepSpeed's, it never calls the sampler's set_epoch: each pass sees the same order unless the
+  script calls `loader.data_sampler.set_epoch(epoch)`.
 Nothing here touches zinc's engine: it only reads the rank, the world size and the config."""
 import math
+import sys
+import time
 
 from torch.utils.data import DataLoader, DistributedSampler, IterableDataset
 
@@ -62,6 +64,14 @@ class ZincDataLoader:
 
     def __iter__(self):
         kw = {} if self.collate_fn is None else {"collate_fn": self.collate_fn}
+        if self.num_local_io_workers > 0:
+            # Let the threads that wait for the GIL run before the DataLoader forks its
+            # workers: on CPython without the fix for gh-112275 (Debian 12's 3.11.2, 3.11.7), a
+            # pass started right after a gloo collective had a worker hang in the fork itself
+            # (docs/python.md, "Data"). One switch interval (5 ms by default) is the time a
+            # waiting thread gives the holder before it asks for the GIL; a bare yield
+            # (sleep(0)) still let 1 of 8 runs hang at 4 ranks on 2 busy cores.
+            time.sleep(sys.getswitchinterval())
         self.dataloader = DataLoader(self.dataset, batch_size=self.batch_size,
                                      sampler=self.data_sampler, pin_memory=self.pin_memory,
                                      num_workers=self.num_local_io_workers,

@@ -5,14 +5,16 @@ engine.deepspeed_io build, with DeepSpeed's meaning (deepspeed/runtime/dataloade
 
 - initialize returns it as its third value; one pass gives this rank ceil(ceil(N/W)/micro)
   batches of train_micro_batch_size_per_gpu samples through initialize's collate_fn, built by
-  two worker processes (none with num_local_io_workers=0); the ranks' samples together are the whole dataset (DistributedSampler's
-  padding repeats the first ones), each rank's in DistributedSampler's shuffled order (seed 0),
-  the same order again in a second pass (DeepSpeed never calls set_epoch), another after
-  `loader.data_sampler.set_epoch(1)`;
+  two worker processes (none with num_local_io_workers=0); the ranks' samples together are the
+  whole dataset (DistributedSampler's padding repeats the first ones), each rank's in
+  DistributedSampler's shuffled order (seed 0), the same order again in a second pass
+  (DeepSpeed never calls set_epoch), another after `loader.data_sampler.set_epoch(1)`;
 - one pass of training over it equals plain torch AdamW on the same global batches (the
   ranks' batches together), within the parity bound of test_torch_parity.py (4e-6);
 - the "eval" route is in order (rank r: r, r + W, ...); batch_size, num_local_io_workers, a
   list as the dataset; RepeatingLoader starts the loader again;
+- 60 passes, each right after a torch.distributed all_gather_object, all finish (a worker
+  forked then can hang on CPython 3.11.2 unless the loader lets waiting threads run first);
 - the config's dataloader_drop_last drops each rank's last incomplete batch;
 - an IterableDataset and a non-dataset are refused before the engine takes the model, a bad
   route or batch size by deepspeed_io, a non-boolean dataloader_drop_last by zinc's config
@@ -20,12 +22,16 @@ engine.deepspeed_io build, with DeepSpeed's meaning (deepspeed/runtime/dataloade
 Each check prints its name; exit 1 when one fails, 77 without torch.
 """
 import math
+import multiprocessing
+import os
+import signal
 import sys
 
 from _common import check, failures, torch, zinc
 
 dist = torch.distributed
 N, MICRO, FEAT = 21, 4, 5
+GATHER_PASSES, PASS_S = 60, 30    # test_pass_after_gather: passes, seconds one may take
 
 
 class Indexed(torch.utils.data.Dataset):
@@ -68,10 +74,17 @@ def indices(batches):
     return [i for b in batches for i in b["idx"]]
 
 
-def gathered(obj, world):
-    out = [None] * world
-    dist.all_gather_object(out, obj)
-    return out
+def gathered(engine, mine):
+    """Every rank's list of sample indices (all of one length: DistributedSampler pads), sent
+    through zinc's broadcast, not torch.distributed: on CPython before 3.11.10 (gh-112275;
+    Debian 12 has 3.11.2) a DataLoader worker forked just after a gloo all_gather_object can
+    hang in the fork itself; docs/python.md has the measurements."""
+    every = []
+    for root in range(engine.world_size):
+        buf = torch.tensor(mine, dtype=torch.int64)
+        engine._broadcast(buf, root)
+        every.append(buf.tolist())
+    return every
 
 
 def reference(ds, global_batches):
@@ -111,7 +124,7 @@ def test_training_loader(ds):
     check("this rank's samples in DistributedSampler's order (shuffled, seed 0)", mine == spec,
           f"{mine} vs {spec}")
     check("the order is shuffled", mine != sorted(mine))
-    every = gathered(mine, world)
+    every = gathered(engine, mine)
     union = [i for r in every for i in r]
     check("the ranks together read the whole dataset, the padding repeating first samples",
           sorted(set(union)) == list(range(N)) and len(union) == per_rank * world, f"{union}")
@@ -167,6 +180,45 @@ def test_training_loader(ds):
     return world
 
 
+def test_pass_after_gather(ds):
+    """Passes that start right after a torch.distributed all_gather_object (a script's metrics at
+    an epoch's end). On CPython before the fix for gh-112275 (Debian 12's 3.11.2 is one) a
+    worker forked then can hang in the fork: 13 of 15 runs did without the switch interval
+    zinc's loader waits before it forks (docs/python.md, bench/fork_after_gather.py). A pass
+    stuck for PASS_S seconds fails the test and ends this rank (the others would wait in the
+    next gather)."""
+    if not dist.is_initialized():
+        check("torch.distributed is set up by initialize", False)
+        return
+    model = model_of()
+    engine, _, loader, _ = zinc.initialize(model=model, config=cfg(), training_data=ds)
+
+    def stuck(*_):
+        raise TimeoutError
+
+    previous = signal.signal(signal.SIGALRM, stuck)
+    batches = 0
+    for i in range(GATHER_PASSES):
+        out = [None] * dist.get_world_size()
+        dist.all_gather_object(out, i)
+        signal.alarm(PASS_S)
+        try:
+            batches += sum(1 for _ in loader)
+        except TimeoutError:
+            check(f"pass {i} after an all_gather_object finishes within {PASS_S} s", False,
+                  "a worker process is stuck (CPython gh-112275?)")
+            sys.stdout.flush()
+            for worker in multiprocessing.active_children():
+                worker.kill()       # the stuck one would keep the test's output open
+            os._exit(1)
+        finally:
+            signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)
+    check(f"{GATHER_PASSES} passes, each right after an all_gather_object, all finish",
+          batches == GATHER_PASSES * len(loader), f"{batches} batches")
+    engine.close()
+
+
 def test_drop_last(ds, world):
     model = model_of()
     engine, _, loader, _ = zinc.initialize(model=model, config=cfg(dataloader_drop_last=True),
@@ -208,6 +260,7 @@ def test_refused(ds):
 def main():
     ds = Indexed()
     world = test_training_loader(ds)
+    test_pass_after_gather(ds)
     test_drop_last(ds, world)
     test_refused(ds)
     return 1 if failures else 0
