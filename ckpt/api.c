@@ -594,33 +594,19 @@ zinc_status zinc_ckpt_load(zinc_engine_t *e, const char *dir, const char *tag,
 
 /* ---- tensors the engine does not register ------------------------------------------------- */
 
-zinc_status zinc_ckpt_read_tensors(zinc_engine_t *e, const char *dir, const char *tag,
-                                   zinc_ckpt_tensor_request_t *req, int n)
+/* Reads req[0..n) of dir/tag from the master stream; the caller checked the requests. */
+static zinc_status read_tensors(const char *dir, const char *tag, zinc_ckpt_tensor_request_t *req,
+                                int n, int logrank, char *err)
 {
-    if (!e) return zerr_thread(ZINC_ERR_INVALID_ARG, "zinc_ckpt_read_tensors: engine is NULL");
-    int ok = dir && tag && n >= 0 && (req || !n);
-    for (int i = 0; ok && i < n; i++)
-        ok = req[i].name && req[i].ndim >= 0 && req[i].ndim <= ZCK_MAX_DIMS &&
-             (!req[i].ndim || req[i].shape);
-    if (!ok)
-        return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_ckpt_read_tensors: dir, tag and each "
-                         "request's name must be given, and 0 <= ndim <= %d with its shape",
-                         ZCK_MAX_DIMS);
-    zeng_view view_, *ev = &view_;
-    zeng_view_get(e, ev);
-    if (!ev->finalized)
-        return zeng_fail(e, ZINC_ERR_USAGE, "zinc_ckpt_read_tensors: call zinc_finalize first");
-    if (!n) return ZINC_OK;     /* the Python load asks on every load, mostly for nothing */
     for (int i = 0; i < n; i++) req[i].found = 0;
-    char err[ZCK_ERR] = "", tagdir[4096], tagname[256];
+    char tagdir[4096], tagname[256];
     zck_reader *r = NULL;
     zck_target *t = calloc((size_t)n + 1, sizeof *t);
     int *at = calloc((size_t)n + 1, sizeof *at);      /* request of each target */
     int nt = 0;
     zinc_status s = t && at ? ZINC_OK : zerr_fmt(err, ZCK_ERR, ZINC_ERR_NOMEM, "out of memory");
     if (s == ZINC_OK)
-        s = zck_find_tag(dir, tag, 0, rank_of(ev), tagdir, sizeof tagdir, tagname, sizeof tagname,
-                         err);
+        s = zck_find_tag(dir, tag, 0, logrank, tagdir, sizeof tagdir, tagname, sizeof tagname, err);
     if (s == ZINC_OK) s = zck_open(tagdir, &r, err);
     const zck_manifest *m = s == ZINC_OK ? zck_reader_manifest(r) : NULL;
     /* every shape is checked before anything is read, so a mismatch leaves each out untouched */
@@ -644,7 +630,65 @@ zinc_status zinc_ckpt_read_tensors(zinc_engine_t *e, const char *dir, const char
     zck_close(r);
     free(t);
     free(at);
+    return s;
+}
+
+zinc_status zinc_ckpt_read_tensors(zinc_engine_t *e, const char *dir, const char *tag,
+                                   zinc_ckpt_tensor_request_t *req, int n)
+{
+    int ok = dir && (tag || !e) && n >= 0 && (req || !n);
+    for (int i = 0; ok && i < n; i++)
+        ok = req[i].name && req[i].ndim >= 0 && req[i].ndim <= ZCK_MAX_DIMS &&
+             (!req[i].ndim || req[i].shape);
+    char err[ZCK_ERR] = "";
+    if (!e) {
+        /* No engine: a checkpoint read outside training (zinc.utils.zero_to_fp32). */
+        if (!ok)
+            return zerr_thread(ZINC_ERR_INVALID_ARG, "zinc_ckpt_read_tensors: dir and each "
+                               "request's name must be given, and 0 <= ndim <= %d with its shape",
+                               ZCK_MAX_DIMS);
+        zinc_status s = n ? read_tensors(dir, tag, req, n, 0, err) : ZINC_OK;
+        if (s != ZINC_OK) return zerr_thread(s, "zinc_ckpt_read_tensors: %s", err);
+        return ZINC_OK;
+    }
+    if (!ok)
+        return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_ckpt_read_tensors: dir, tag and each "
+                         "request's name must be given, and 0 <= ndim <= %d with its shape",
+                         ZCK_MAX_DIMS);
+    zeng_view view_, *ev = &view_;
+    zeng_view_get(e, ev);
+    if (!ev->finalized)
+        return zeng_fail(e, ZINC_ERR_USAGE, "zinc_ckpt_read_tensors: call zinc_finalize first");
+    if (!n) return ZINC_OK;     /* the Python load asks on every load, mostly for nothing */
+    zinc_status s = read_tensors(dir, tag, req, n, rank_of(ev), err);
     if (s != ZINC_OK) return zeng_fail(e, s, "zinc_ckpt_read_tensors: %s", err);
+    return ZINC_OK;
+}
+
+zinc_status zinc_ckpt_find_tag(const char *dir, const char *tag, char *tag_out, size_t tag_cap,
+                               void *blob, size_t blob_cap, size_t *blob_bytes)
+{
+    if (blob_bytes) *blob_bytes = 0;
+    if (!dir || !tag_out || !tag_cap)
+        return zerr_thread(ZINC_ERR_INVALID_ARG, "zinc_ckpt_find_tag: dir and tag_out must be "
+                           "given");
+    tag_out[0] = 0;
+    char err[ZCK_ERR] = "", tagdir[4096], name[ZCK_TAG_MAX];
+    zck_reader *r = NULL;
+    size_t nb = 0;
+    zinc_status s = zck_find_tag(dir, tag, 0, 0, tagdir, sizeof tagdir, name, sizeof name, err);
+    if (s == ZINC_OK) s = zck_open(tagdir, &r, err);
+    if (s == ZINC_OK && blob)
+        s = zck_read_blob(r, blob, blob_cap, &nb, err);
+    else if (s == ZINC_OK)      /* only its size: the manifest's, without reading the file */
+        nb = zck_reader_manifest(r)->has_blob ? (size_t)zck_reader_manifest(r)->blob_bytes : 0;
+    zck_close(r);
+    if (blob_bytes) *blob_bytes = nb;
+    if (s == ZINC_OK && strlen(name) >= tag_cap)
+        s = zerr_fmt(err, ZCK_ERR, ZINC_ERR_INVALID_ARG, "the tag %s is longer than tag_cap %zu",
+                     name, tag_cap);
+    if (s != ZINC_OK) return zerr_thread(s, "zinc_ckpt_find_tag: %s", err);
+    memcpy(tag_out, name, strlen(name) + 1);
     return ZINC_OK;
 }
 

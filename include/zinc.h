@@ -546,7 +546,10 @@ typedef struct zinc_ckpt_tensor_request {
  * trained when the checkpoint was saved but frozen now, whose values the caller restores itself.
  * found is 0 (out untouched) for a tensor the checkpoint does not hold; a shape other than the
  * checkpoint's is ZINC_ERR_MISMATCH naming it, and then nothing is read. With n 0 it returns
- * ZINC_OK without opening the tag. */
+ * ZINC_OK without opening the tag.
+ * With e NULL it needs no engine (a checkpoint read outside training, as zinc.utils.zero_to_fp32
+ * does): tag may then be NULL or "latest" (the newest valid tag, as zinc_ckpt_load picks it), and
+ * errors are read with zinc_last_error(NULL). */
 ZINC_API zinc_status zinc_ckpt_read_tensors(zinc_engine_t *e, const char *dir, const char *tag,
                                             zinc_ckpt_tensor_request_t *req, int n);
 
@@ -554,6 +557,17 @@ ZINC_API zinc_status zinc_ckpt_read_tensors(zinc_engine_t *e, const char *dir, c
 ZINC_API zinc_status zinc_ckpt_read_tensor(zinc_engine_t *e, const char *dir, const char *tag,
                                            const char *name, const int64_t *shape, int ndim,
                                            float *out, int *found);
+
+/* No engine, not collective: finds the tag of save directory dir as zinc_ckpt_load does (tag NULL
+ * or "latest": the newest valid one, each damaged one skipped with a warning; a tag named: that
+ * one, checked), writes its name into tag_out (tag_cap bytes) and, with blob non-NULL, its client
+ * blob into blob (blob_cap bytes), checksum verified (with blob NULL the blob is not read).
+ * *blob_bytes (may be NULL) receives the blob's size, 0 when none was saved; a blob larger than blob_cap is ZINC_ERR_INVALID_ARG with
+ * *blob_bytes set, so the caller can ask again with the room. The manifest of the tag found is
+ * checked (its seal too) before this returns ZINC_OK. Errors: zinc_last_error(NULL). */
+ZINC_API zinc_status zinc_ckpt_find_tag(const char *dir, const char *tag, char *tag_out,
+                                        size_t tag_cap, void *blob, size_t blob_cap,
+                                        size_t *blob_bytes);
 
 /* Collective, after zinc_finalize. Sets every parameter found in a .safetensors file (matched by
  * name; fp32/fp16/bf16 data; shapes must match). Parameters not in the file keep their values. */

@@ -134,6 +134,9 @@ _sig = {
                                       ctypes.POINTER(LoadOptions)]),
     "zinc_ckpt_read_tensors": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p,
                                               ctypes.POINTER(TensorRequest), ctypes.c_int]),
+    "zinc_ckpt_find_tag": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p,
+                                          ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t,
+                                          ctypes.POINTER(ctypes.c_size_t)]),
     "zinc_memory": (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64),
                                    ctypes.POINTER(ctypes.c_uint64)]),
     "zinc_mean_over_ranks": (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(ctypes.c_double),
@@ -156,3 +159,18 @@ def check(status, engine=None):
         msg = lib.zinc_last_error(engine).decode(errors="replace")
         name = lib.zinc_status_string(status).decode()
         raise ZincError(status, f"{name}: {msg}" if msg else name)
+
+
+def read_tensors(engine, checkpoint_dir, tag, wanted):
+    """zinc_ckpt_read_tensors, one read for all of `wanted`, a list of (name, shape, out): the
+    fp32 master of each read into out (a float32 CPU tensor of that shape; None: only ask whether
+    the checkpoint holds it). engine None reads without one (tag None: the newest valid tag).
+    Returns whether the checkpoint holds each tensor."""
+    shapes = [(ctypes.c_int64 * max(len(dims), 1))(*dims) for _, dims, _ in wanted]
+    req = (TensorRequest * max(len(wanted), 1))(*[
+        TensorRequest(n.encode(), shape, len(dims), None if out is None else out.data_ptr(), 0)
+        for (n, dims, out), shape in zip(wanted, shapes)])
+    check(lib.zinc_ckpt_read_tensors(engine, os.fsencode(checkpoint_dir),
+                                     None if tag is None else tag.encode(), req, len(wanted)),
+          engine)
+    return [bool(req[i].found) for i in range(len(wanted))]

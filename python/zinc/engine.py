@@ -80,7 +80,7 @@ from . import _memory, _torch_dist, _zero_init
 from . import dataloader as _dataloader
 from ._optimizer import _Optimizer, _Scheduler, _client_optimizer, _parameter_groups, _scalar
 from ._lib import (ZINC_ERR_ABORTED, ZINC_ERR_INVALID_ARG, ZINC_ERR_TIMEOUT, EngineOptions,
-                   LoadOptions, SaveOptions, StepInfo, TensorRequest, ZincError, check, lib)
+                   LoadOptions, SaveOptions, StepInfo, ZincError, check, lib, read_tensors)
 
 
 class ZincConfigWarning(UserWarning):
@@ -1547,12 +1547,13 @@ class Engine(torch.nn.Module):
             raise NotImplementedError("zinc: save_checkpoint(save_latest=False): zinc always "
                                       "points `latest` at the newest complete tag")
         tag = tag if tag is not None else f"global_step{self._steps}"
-        blob = json.dumps(dict(_client_record(client_state or {}), global_steps=self._steps,
-                               skipped_steps=self._skipped, global_samples=self._samples,
-                               lr=self._lr, **self._lr_state())).encode()
         extra, untrained = self._persistent_buffers(), self._untrained_params()
         extra.update({n: p for n, p in untrained.items()
                       if p.requires_grad or not exclude_frozen_parameters})
+        blob = json.dumps(dict(_client_record(client_state or {}), global_steps=self._steps,
+                               skipped_steps=self._skipped, global_samples=self._samples,
+                               lr=self._lr, **self._lr_state(),
+                               **self._layout_record(extra))).encode()
         # Also when it is empty (all excluded): the load then names what it did not find.
         if extra or untrained:      # JSON text holds no NUL: the loader splits there
             raw = io.BytesIO()
@@ -1565,6 +1566,23 @@ class Engine(torch.nn.Module):
                                       ctypes.byref(opts)))
         self._call(lib.zinc_ckpt_wait(self._e))
         return True
+
+    def _layout_record(self, extra):
+        """What a reader without the model needs to rebuild its state_dict from a checkpoint
+        (zinc.utils.zero_to_fp32): the other names of a tied tensor (state_dict has one key per
+        holder, the checkpoint one tensor), which saved entries are frozen parameters, and the
+        0-dim parameters (zinc stores them with shape (1,))."""
+        tied, first = {}, {}
+        for n, t in self.module.state_dict(keep_vars=True).items():
+            if id(t) in first:
+                tied[n] = first[id(t)]
+            else:
+                first[id(t)] = n
+        frozen = sorted(n for n, p in self._untrained_params().items()
+                        if n in extra and not p.requires_grad)
+        scalars = sorted(n for n, (pid, _) in self._trained_params().items()
+                         if len(self._shapes[pid]) == 0)
+        return {"tied": tied, "frozen_params": frozen, "scalar_params": scalars}
 
     def _untrained_params(self):
         """The module's parameters zinc does not train (frozen, or left out of
@@ -1613,13 +1631,7 @@ class Engine(torch.nn.Module):
         """zinc_ckpt_read_tensors, one read for all of `wanted`, a list of (name, shape, out):
         whether the checkpoint holds each tensor, its fp32 master read into out (a float32 CPU
         tensor of that shape) where out is not None."""
-        shapes = [(ctypes.c_int64 * max(len(dims), 1))(*dims) for _, dims, _ in wanted]
-        req = (TensorRequest * max(len(wanted), 1))(*[
-            TensorRequest(n.encode(), shape, len(dims), None if out is None else out.data_ptr(), 0)
-            for (n, dims, out), shape in zip(wanted, shapes)])
-        self._call(lib.zinc_ckpt_read_tensors(self._e, os.fsencode(load_dir), tag.encode(), req,
-                                              len(wanted)))
-        return [bool(req[i].found) for i in range(len(wanted))]
+        return read_tensors(self._e, load_dir, tag, wanted)
 
     def _set_trained(self, load_dir, tag, values, missing, strict):
         """A weights-only load (zinc_ckpt_load with missing_ok) left `missing` of zinc's

@@ -15,7 +15,9 @@
  *  - zinc_ckpt_read_tensor gives each tensor's saved master in full (saved at 4 ranks), found 0
  *    for an absent name, MISMATCH for another shape, an error naming a missing tag;
  *    zinc_ckpt_read_tensors reads them all in one call beside an absent name and a probe, and a
- *    wrong shape anywhere reads nothing, and n 0 opens nothing; a model
+ *    wrong shape anywhere reads nothing, and n 0 opens nothing; the same without an engine
+ *    (e NULL; tag NULL: the newest valid tag), and zinc_ckpt_find_tag's tag and client blob
+ *    (a blob larger than the room: INVALID_ARG with its size); a model
  *    with a parameter the tag lacks loads it weights-only with missing_ok (the parameter keeps
  *    its value, the others are the tag's; `extra` counts the tag's other tensors), and is
  *    refused naming it otherwise
@@ -467,6 +469,42 @@ int main(void)
                          strstr(zinc_last_error(e), P1->name) && rq[0].found == 0 &&
                          outs[0][0] == 0.0f && outs[0][e->plan.params[0].numel - 1] == 0.0f,
                      "a wrong shape last: found %d, %s", rq[0].found, zinc_last_error(e));
+            /* no engine (zinc.utils.zero_to_fp32's read): the same tensors with e NULL, the
+             * tag named or NULL (the newest valid one); errors in zinc_last_error(NULL) */
+            for (int p = 0; p < np; p++) {
+                memset(outs[p], 0, e->plan.params[p].numel * 4);
+                rq[p].found = -1;
+            }
+            rq[np + 1] = (zinc_ckpt_tensor_request_t){P1->name, P1->shape, P1->ndim, NULL, -1};
+            ZT_OK(zinc_ckpt_read_tensors(NULL, dir, "t3", rq, np + 2));
+            off = 0;
+            for (int p = 0; p < np; p++)
+                off += rq[p].found != 1 ||
+                       memcmp(outs[p], B.at_save.w[p], e->plan.params[p].numel * 4);
+            ZT_CHECK(off == 0 && rq[np].found == 0 && rq[np + 1].found == 1,
+                     "without an engine: %ld of %d tensors not the saved master", off, np);
+            ZT_OK(zinc_ckpt_read_tensors(NULL, dir, NULL, rq, 1));
+            ZT_CHECK(rq[0].found == 1, "without an engine, tag NULL: found %d", rq[0].found);
+            ZT_CHECK(zinc_ckpt_read_tensors(NULL, dir, "no_tag", rq, 1) != ZINC_OK &&
+                         strstr(zinc_last_error(NULL), "no_tag"),
+                     "without an engine, a missing tag: %s", zinc_last_error(NULL));
+            char tag[256], blob[64];
+            size_t nb = 99;
+            ZT_OK(zinc_ckpt_find_tag(dir, "t3", tag, sizeof tag, blob, sizeof blob, &nb));
+            ZT_CHECK(!strcmp(tag, "t3") && nb == sizeof "epoch 3, batch 17" &&
+                         !memcmp(blob, "epoch 3, batch 17", nb),
+                     "zinc_ckpt_find_tag: tag %s, blob %zu bytes", tag, nb);
+            ZT_CHECK(zinc_ckpt_find_tag(dir, "t3", tag, sizeof tag, blob, 4, &nb) ==
+                         ZINC_ERR_INVALID_ARG && nb == sizeof "epoch 3, batch 17",
+                     "a blob larger than blob_cap: %zu bytes, %s", nb, zinc_last_error(NULL));
+            ZT_OK(zinc_ckpt_find_tag(dir, NULL, tag, sizeof tag, NULL, 0, &nb));
+            ZT_CHECK(tag[0] && strcmp(tag, "c2") && nb > 0,
+                     "the newest valid tag: %s (c2 is damaged), blob %zu bytes", tag, nb);
+            char missing[760];
+            snprintf(missing, sizeof missing, "%s/nowhere", root);
+            ZT_CHECK(zinc_ckpt_find_tag(missing, NULL, tag, sizeof tag, NULL, 0, &nb) !=
+                         ZINC_OK && strstr(zinc_last_error(NULL), "nowhere") && !tag[0],
+                     "a missing save directory: %s", zinc_last_error(NULL));
             for (int p = 0; p < np; p++) free(outs[p]);
             /* nothing asked: the tag is not opened (a missing one is no error then) */
             ZT_CHECK(zinc_ckpt_read_tensors(e, dir, "no_tag", NULL, 0) == ZINC_OK,

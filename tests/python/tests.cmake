@@ -99,6 +99,17 @@ set_tests_properties(python_torch_dist PROPERTIES LABELS python TIMEOUT 120
 add_test(NAME python_data COMMAND ${_py} ${_pyt}/test_torch_data.py)
 set_tests_properties(python_data PROPERTIES LABELS python TIMEOUT 120
                      SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
+# zinc.utils.zero_to_fp32: a checkpoint consolidated into a torch state_dict without an engine
+# (test_zero_to_fp32.py STAGE DTYPE DIR).
+foreach(_c "1;fp32" "3;bf16")
+  list(GET _c 0 _s)
+  list(GET _c 1 _t)
+  add_test(NAME python_zero_to_fp32_${_t}_stage${_s}
+           COMMAND ${_py} ${_pyt}/test_zero_to_fp32.py ${_s} ${_t}
+                   ${CMAKE_CURRENT_BINARY_DIR}/py_z2f_${_t}${_s}/ckpt)
+  set_tests_properties(python_zero_to_fp32_${_t}_stage${_s} PROPERTIES LABELS "python;ckpt"
+                       TIMEOUT 120 SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
+endforeach()
 # An exception that stops a backward half way: the process still exits, with its status
 # (test_exit.py: torch 1.13 hung at exit, torch 2.x crashed, while views held Python objects).
 foreach(_s 1 3)
@@ -175,6 +186,16 @@ if(ZINC_HAVE_MPI AND ZINC_TORCH_PYTHON)
            COMMAND ${_mpi} ${MPIEXEC_NUMPROC_FLAG} 2 ${_py} ${_pyt}/test_torch_data.py)
   set_tests_properties(python_data_mpi PROPERTIES LABELS "python;multirank" TIMEOUT 120
                        SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
+  foreach(_c "3;fp32" "2;bf16")
+    list(GET _c 0 _s)
+    list(GET _c 1 _t)
+    add_test(NAME python_zero_to_fp32_mpi_${_t}_stage${_s}
+             COMMAND ${_mpi} ${MPIEXEC_NUMPROC_FLAG} 2 ${_py} ${_pyt}/test_zero_to_fp32.py ${_s}
+                     ${_t} ${CMAKE_CURRENT_BINARY_DIR}/py_z2f_mpi_${_t}${_s}/ckpt)
+    set_tests_properties(python_zero_to_fp32_mpi_${_t}_stage${_s} PROPERTIES
+                         LABELS "python;multirank;ckpt" TIMEOUT 120 SKIP_RETURN_CODE 77
+                         ENVIRONMENT "${_env}")
+  endforeach()
   foreach(_s 1 3)
     add_test(NAME python_torch_api_mpi_stage${_s}
              COMMAND ${_mpi} ${MPIEXEC_NUMPROC_FLAG} 2 ${_py} ${_pyt}/test_torch_api.py ${_s}
