@@ -468,6 +468,7 @@ class Engine(torch.nn.Module):
                     params.append((pid.value, full, p))
                     self._group_of[id(p)] = len(self._g)
                     self._pid_of[id(p)] = pid.value
+                    _trains(p, self, pid.value)
                 self._groups.append((g.value, params))
                 mine.append(len(self._g))
                 self._g.append(_Group(g.value, params, pgi))
@@ -877,6 +878,25 @@ class Engine(torch.nn.Module):
         # zinc -> torch (RAW): the values set are in place before torch reads them.
         self._zinc_then_torch()
         return None
+
+    def _full_fp32(self, pid):
+        """zinc_param_get: the parameter's fp32 master, whole, on the engine's device.
+        Collective."""
+        out = torch.empty(self._shapes[pid], dtype=torch.float32)
+        self._call(lib.zinc_param_get(self._e, pid, ctypes.c_void_p(out.data_ptr())))
+        return out.to(self._device)
+
+    def _set_full_fp32(self, pid, value):
+        """zinc_param_set: the parameter's fp32 master and working copy from `value` (the same
+        on every rank, as DeepSpeed's); stage 3's next gather reads it."""
+        self._no_context("safe_set_full_fp32_param")
+        shape = self._shapes[pid]
+        if tuple(value.shape) != tuple(shape):
+            raise ValueError(f"zinc: safe_set_full_fp32_param: a value of shape "
+                             f"{tuple(value.shape)} for a parameter of shape {tuple(shape)}")
+        src = value.detach().to("cpu", torch.float32).contiguous()
+        self._call(lib.zinc_param_set(self._e, pid, ctypes.c_void_p(src.data_ptr())))
+        self._zinc_then_torch()
 
     def memory(self):
         """zinc's memory of this rank by category: {name: (planned bytes, allocated bytes)}."""
@@ -1886,6 +1906,29 @@ def _zero_accessor(key):
 
 for _name, _key in _ZERO_ACCESSORS.items():
     setattr(Engine, _name, _zero_accessor(_key))
+
+# id(parameter) -> (weak references to it and to the engine that trains it, its zinc parameter
+# id), for zinc.utils' safe_get_full_fp32_param and friends, which take a parameter alone as
+# DeepSpeed's. Keyed by id: a WeakKeyDictionary would compare tensors with ==.
+_TRAINED_BY = {}
+
+
+def _trains(param, engine, pid):
+    key = id(param)
+    _TRAINED_BY[key] = (weakref.ref(param, lambda _: _TRAINED_BY.pop(key, None)),
+                        weakref.ref(engine), pid)
+
+
+def trained_by(param):
+    """(engine, zinc parameter id) of a parameter an engine trains (not closed), else None."""
+    entry = _TRAINED_BY.get(id(param))
+    if entry is None or entry[0]() is not param:
+        return None
+    engine = entry[1]()
+    if engine is None or not getattr(engine, "_e", None):      # gone, or closed
+        return None
+    return engine, entry[2]
+
 
 # DeepSpeed engine methods zinc does not offer, and why. Each is a method that raises
 # NotImplementedError naming it: without it the name would reach the model (__getattr__), or

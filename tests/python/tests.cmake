@@ -110,6 +110,15 @@ foreach(_c "1;fp32" "3;bf16")
   set_tests_properties(python_zero_to_fp32_${_t}_stage${_s} PROPERTIES LABELS "python;ckpt"
                        TIMEOUT 120 SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
 endforeach()
+# zinc.utils' safe_get_full_fp32_param / safe_set_full_fp32_param (test_tensor_fragment.py).
+foreach(_c "1;fp32" "3;bf16")
+  list(GET _c 0 _s)
+  list(GET _c 1 _t)
+  add_test(NAME python_tensor_fragment_${_t}_stage${_s}
+           COMMAND ${_py} ${_pyt}/test_tensor_fragment.py ${_s} ${_t})
+  set_tests_properties(python_tensor_fragment_${_t}_stage${_s} PROPERTIES LABELS python
+                       TIMEOUT 120 SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
+endforeach()
 # An exception that stops a backward half way: the process still exits, with its status
 # (test_exit.py: torch 1.13 hung at exit, torch 2.x crashed, while views held Python objects).
 foreach(_s 1 3)
@@ -186,6 +195,16 @@ if(ZINC_HAVE_MPI AND ZINC_TORCH_PYTHON)
            COMMAND ${_mpi} ${MPIEXEC_NUMPROC_FLAG} 2 ${_py} ${_pyt}/test_torch_data.py)
   set_tests_properties(python_data_mpi PROPERTIES LABELS "python;multirank" TIMEOUT 120
                        SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
+  foreach(_c "3;bf16" "2;fp32")
+    list(GET _c 0 _s)
+    list(GET _c 1 _t)
+    add_test(NAME python_tensor_fragment_mpi_${_t}_stage${_s}
+             COMMAND ${_mpi} ${MPIEXEC_NUMPROC_FLAG} 2 ${_py} ${_pyt}/test_tensor_fragment.py
+                     ${_s} ${_t})
+    set_tests_properties(python_tensor_fragment_mpi_${_t}_stage${_s} PROPERTIES
+                         LABELS "python;multirank" TIMEOUT 120 SKIP_RETURN_CODE 77
+                         ENVIRONMENT "${_env}")
+  endforeach()
   foreach(_c "3;fp32" "2;bf16")
     list(GET _c 0 _s)
     list(GET _c 1 _t)

@@ -1,0 +1,59 @@
+"""tensor_fragment.py — DeepSpeed's deepspeed.utils safe_get_*/safe_set_* calls (0.19.8,
+deepspeed/utils/tensor_fragment.py), which take a model parameter alone:
+
+- safe_get_full_fp32_param(param): the parameter's fp32 master weight, whole (zinc_param_get:
+  collective, every rank calls it), on the engine's device; None for a parameter no live zinc
+  engine trains (frozen, never given to one, or its engine closed), as DeepSpeed's;
+- safe_set_full_fp32_param(param, value): sets the fp32 master and the working copy the model
+  computes with (zinc_param_set; every rank passes the same value, as DeepSpeed's); not while
+  the parameter's group is gathered for a forward, nor inside zero.GatheredParameters.
+
+zinc keeps gradients and Adam's moments only in its shards and has no call yet that gathers
+or sets them from Python: the grad and optimizer-state forms raise NotImplementedError naming
+themselves, as do the local (this rank's fragment) forms."""
+from ..engine import trained_by
+
+
+def safe_get_full_fp32_param(param):
+    """The fp32 master of `param`, whole; None when no live zinc engine trains it."""
+    owner = trained_by(param)
+    return None if owner is None else owner[0]._full_fp32(owner[1])
+
+
+def safe_set_full_fp32_param(param, value):
+    """Sets `param`'s fp32 master (and the working copy) to `value`; nothing for a parameter
+    no live zinc engine trains (as DeepSpeed's)."""
+    owner = trained_by(param)
+    if owner is not None:
+        owner[0]._set_full_fp32(owner[1], value)
+
+
+def _not_offered(name, what):
+    def call(*args, **kwargs):
+        raise NotImplementedError(f"zinc.utils.{name}: zinc keeps {what} only in its shards and "
+                                  "has no call that reads or writes them from Python")
+    call.__name__ = name
+    call.__doc__ = f"Not offered (raises NotImplementedError): zinc keeps {what} in its shards."
+    return call
+
+
+safe_get_full_grad = _not_offered("safe_get_full_grad", "gradients")
+safe_set_full_grad = _not_offered("safe_set_full_grad", "gradients")
+safe_get_local_grad = _not_offered("safe_get_local_grad", "gradients")
+safe_set_local_grad = _not_offered("safe_set_local_grad", "gradients")
+safe_get_full_optimizer_state = _not_offered("safe_get_full_optimizer_state", "Adam's moments")
+safe_set_full_optimizer_state = _not_offered("safe_set_full_optimizer_state", "Adam's moments")
+safe_get_local_optimizer_state = _not_offered("safe_get_local_optimizer_state", "Adam's moments")
+safe_set_local_optimizer_state = _not_offered("safe_set_local_optimizer_state", "Adam's moments")
+safe_get_local_fp32_param = _not_offered("safe_get_local_fp32_param",
+                                         "this rank's fragment of the master weights")
+safe_set_local_fp32_param = _not_offered("safe_set_local_fp32_param",
+                                         "this rank's fragment of the master weights")
+safe_update_full_grad_vectorized = _not_offered("safe_update_full_grad_vectorized", "gradients")
+
+__all__ = ["safe_get_full_fp32_param", "safe_set_full_fp32_param", "safe_get_full_grad",
+           "safe_set_full_grad", "safe_get_local_grad", "safe_set_local_grad",
+           "safe_get_full_optimizer_state", "safe_set_full_optimizer_state",
+           "safe_get_local_optimizer_state", "safe_set_local_optimizer_state",
+           "safe_get_local_fp32_param", "safe_set_local_fp32_param",
+           "safe_update_full_grad_vectorized"]
