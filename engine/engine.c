@@ -766,26 +766,73 @@ zinc_status zinc_param_set(zinc_engine_t *e, int param, const float *values)
     return ZINC_OK;
 }
 
-zinc_status zinc_param_get(zinc_engine_t *e, int param, float *out)
+/* A parameter's whole value of one fp32 stream laid out as the master (master, m or v): every
+ * rank contributes its slice of the group; an (uncounted) all-gather in device memory assembles
+ * the group; the parameter is then read out of it. Collective. */
+static zinc_status gather_stream(zinc_engine_t *e, int param, const float *base, float *out,
+                                 const char *fn)
 {
-    zinc_status s = check_param(e, param, "zinc_param_get");
+    zinc_status s = check_param(e, param, fn);
     if (s != ZINC_OK) return s;
-    if (!out) return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_param_get: out is NULL");
+    if (!out) return zeng_fail(e, ZINC_ERR_INVALID_ARG, "%s: out is NULL", fn);
     const zplan_param *P = &e->plan.params[param];
     const zplan_group *G = &e->plan.groups[P->group];
-    /* Every rank contributes its slice of the group's master weights; an (uncounted) all-gather
-     * in device memory assembles the group; the parameter is then read out of it. */
     zdev_t *d = e->dev;
     float *tmp = d->iface->alloc(d, G->padded * sizeof(float));
-    if (!tmp) return zeng_fail(e, ZINC_ERR_NOMEM, "zinc_param_get: out of memory");
+    if (!tmp) return zeng_fail(e, ZINC_ERR_NOMEM, "%s: out of memory", fn);
     size_t own = e->stage == 0 ? G->flat_off + G->slice * (size_t)e->rank : G->shard_off;
-    s = e->offload ? d->iface->upload(d, tmp + G->slice * (size_t)e->rank, e->master + own, G->slice * 4)
-                   : d->iface->copy(d, tmp + G->slice * (size_t)e->rank, e->master + own, G->slice * 4);
+    s = e->offload ? d->iface->upload(d, tmp + G->slice * (size_t)e->rank, base + own, G->slice * 4)
+                   : d->iface->copy(d, tmp + G->slice * (size_t)e->rank, base + own, G->slice * 4);
     if (s == ZINC_OK) s = e->comm->iface->all_gather(e->comm, tmp, G->padded, ZDT_F32);
     if (s == ZINC_OK) s = d->iface->download(d, out, tmp + P->offset, P->numel * 4);
     d->iface->free(d, tmp);
     if (s != ZINC_OK)
-        return zeng_fail(e, s, "zinc_param_get: '%s': %s%s", P->name, e->comm->err, d->err);
+        return zeng_fail(e, s, "%s: '%s': %s%s", fn, P->name, e->comm->err, d->err);
+    return ZINC_OK;
+}
+
+zinc_status zinc_param_get(zinc_engine_t *e, int param, float *out)
+{
+    return gather_stream(e, param, e ? e->master : NULL, out, "zinc_param_get");
+}
+
+static float *moment(zinc_engine_t *e, zinc_param_state which)
+{
+    return which == ZINC_STATE_EXP_AVG ? e->m : which == ZINC_STATE_EXP_AVG_SQ ? e->v : NULL;
+}
+
+zinc_status zinc_param_state_get(zinc_engine_t *e, int param, zinc_param_state which, float *out)
+{
+    if (e && !moment(e, which))
+        return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_param_state_get: unknown state %d "
+                         "(ZINC_STATE_EXP_AVG or ZINC_STATE_EXP_AVG_SQ)", (int)which);
+    return gather_stream(e, param, e ? moment(e, which) : NULL, out, "zinc_param_state_get");
+}
+
+zinc_status zinc_param_state_set(zinc_engine_t *e, int param, zinc_param_state which,
+                                 const float *values)
+{
+    zinc_status s = check_param(e, param, "zinc_param_state_set");
+    if (s != ZINC_OK) return s;
+    float *base = moment(e, which);
+    if (!base)
+        return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_param_state_set: unknown state %d "
+                         "(ZINC_STATE_EXP_AVG or ZINC_STATE_EXP_AVG_SQ)", (int)which);
+    if (!values) return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_param_state_set: values is NULL");
+    const zplan_param *P = &e->plan.params[param];
+    size_t lo, hi, sp;
+    int have = zplan_param_in_slice(&e->plan, param, e->rank, &lo, &hi, &sp);
+    if (e->stage == 0) {
+        lo = 0;
+        hi = P->numel;
+        have = 1;
+    }
+    /* m and v share the master's layout and device (the host one with offload) */
+    if (have)
+        s = state_dev(e)->iface->upload(state_dev(e), base + master_pos(e, param, lo, sp),
+                                        values + lo, (hi - lo) * 4);
+    if (s != ZINC_OK)
+        return zeng_fail(e, s, "zinc_param_state_set: '%s': %s", P->name, state_dev(e)->err);
     return ZINC_OK;
 }
 

@@ -244,6 +244,20 @@ ZINC_API zinc_status zinc_param_set(zinc_engine_t *e, int param, const float *va
 /* Collective. Copies a parameter's fp32 master value (numel floats) into `out` on every rank. */
 ZINC_API zinc_status zinc_param_get(zinc_engine_t *e, int param, float *out);
 
+/* A parameter's Adam state: the first moment (torch's exp_avg) or the second (exp_avg_sq). */
+typedef enum { ZINC_STATE_EXP_AVG = 0, ZINC_STATE_EXP_AVG_SQ = 1 } zinc_param_state;
+
+/* Collective. Copies a parameter's Adam moment (numel floats, fp32, as of the last step) into
+ * `out` on every rank. */
+ZINC_API zinc_status zinc_param_state_get(zinc_engine_t *e, int param, zinc_param_state which,
+                                          float *out);
+
+/* Sets a parameter's Adam moment from `values` (numel floats; every rank passes the same values,
+ * each keeps the part in its shard). Not collective; between steps. The next step's Adam update
+ * starts from it. */
+ZINC_API zinc_status zinc_param_state_set(zinc_engine_t *e, int param, zinc_param_state which,
+                                          const float *values);
+
 /* ---- one micro-step ----------------------------------------------------------------------- */
 
 /* Collective at stage 3 (all-gathers the group's 16-bit parameters); a no-op below stage 3.

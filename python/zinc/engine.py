@@ -879,24 +879,43 @@ class Engine(torch.nn.Module):
         self._zinc_then_torch()
         return None
 
-    def _full_fp32(self, pid):
-        """zinc_param_get: the parameter's fp32 master, whole, on the engine's device.
-        Collective."""
+    # Adam's state in torch's names (safe_get_full_optimizer_state): zinc_param_state values.
+    _ADAM_STATE = {"exp_avg": 0, "exp_avg_sq": 1}
+
+    def _full_fp32(self, pid, state=None):
+        """zinc_param_get: the parameter's fp32 master, whole, on the engine's device; with
+        state ("exp_avg", "exp_avg_sq") that Adam moment (zinc_param_state_get). Collective."""
         out = torch.empty(self._shapes[pid], dtype=torch.float32)
-        self._call(lib.zinc_param_get(self._e, pid, ctypes.c_void_p(out.data_ptr())))
+        ptr = ctypes.c_void_p(out.data_ptr())
+        if state is None:
+            self._call(lib.zinc_param_get(self._e, pid, ptr))
+        else:
+            self._call(lib.zinc_param_state_get(self._e, pid, self._state_id(state), ptr))
         return out.to(self._device)
 
-    def _set_full_fp32(self, pid, value):
+    def _set_full_fp32(self, pid, value, state=None):
         """zinc_param_set: the parameter's fp32 master and working copy from `value` (the same
-        on every rank, as DeepSpeed's); stage 3's next gather reads it."""
-        self._no_context("safe_set_full_fp32_param")
+        on every rank, as DeepSpeed's); stage 3's next gather reads it. With state, that Adam
+        moment (zinc_param_state_set), which the next step starts from."""
+        what = "safe_set_full_fp32_param" if state is None else "safe_set_full_optimizer_state"
+        self._no_context(what)
         shape = self._shapes[pid]
         if tuple(value.shape) != tuple(shape):
-            raise ValueError(f"zinc: safe_set_full_fp32_param: a value of shape "
-                             f"{tuple(value.shape)} for a parameter of shape {tuple(shape)}")
+            raise ValueError(f"zinc: {what}: a value of shape {tuple(value.shape)} for a "
+                             f"parameter of shape {tuple(shape)}")
         src = value.detach().to("cpu", torch.float32).contiguous()
-        self._call(lib.zinc_param_set(self._e, pid, ctypes.c_void_p(src.data_ptr())))
+        ptr = ctypes.c_void_p(src.data_ptr())
+        if state is None:
+            self._call(lib.zinc_param_set(self._e, pid, ptr))
+        else:
+            self._call(lib.zinc_param_state_set(self._e, pid, self._state_id(state), ptr))
         self._zinc_then_torch()
+
+    def _state_id(self, state):
+        if state not in self._ADAM_STATE:
+            raise ValueError(f"zinc: optimizer state {state!r}: zinc's Adam keeps "
+                             f"{sorted(self._ADAM_STATE)}")
+        return self._ADAM_STATE[state]
 
     def memory(self):
         """zinc's memory of this rank by category: {name: (planned bytes, allocated bytes)}."""

@@ -10,6 +10,8 @@
  *    in model space are exactly the saved ones; in fp32, training on at M in {1, 2, 3, 8}
  *    agrees with the uninterrupted N = 4 run to fp32 rounding
  *  - the client blob comes back; weights-only load gives step 0 and zero moments
+ *  - zinc_param_state_get gives each parameter's saved m and v whole after those loads (every
+ *    world size and stage); zinc_param_state_set reads back; an unknown state is refused
  *  - weights-only with keep_optimizer into an engine that trained 2 steps: the tag's master,
  *    the 2 steps' moments, step count and loss scale
  *  - zinc_ckpt_read_tensor gives each tensor's saved master in full (saved at 4 ranks), found 0
@@ -74,6 +76,10 @@ typedef struct {
     const char *safetensors;       /* set initial weights from this file after registering */
     zinc_status expect;            /* the status the session must end with */
     tstate after_load, at_save, end;
+    int state_api;                 /* after the load: m and v through zinc_param_state_get, and
+                                      a zinc_param_state_set read back */
+    tstate api;                    /* rank 0's zinc_param_state_get results (m, v) */
+    long set_bad;                  /* elements the set-then-get round trip got wrong */
     char blob_back[64];
     size_t blob_bytes;
     char loaded_tag[256];
@@ -124,6 +130,45 @@ static zinc_status collect(zinc_engine_t *e, session *s, tstate *t)
     t->scale = zinc_engine_loss_scale(e);
     pthread_mutex_unlock(&s->mu);
     free(pc);
+    return st;
+}
+
+/* zinc_param_state_get of every parameter's m and v (collective; rank 0 keeps them in s->api),
+ * then zinc_param_state_set of parameter 0's v to a pattern, read back (rank 0 counts the
+ * elements that differ in s->set_bad) and the saved v put back. */
+static zinc_status state_api(zinc_engine_t *e, session *s, int rank)
+{
+    int np = zinc_engine_param_count(e);
+    zinc_status st = ZINC_OK;
+    for (int p = 0; p < np && st == ZINC_OK; p++) {
+        size_t n = (size_t)zinc_param_numel(e, p);
+        float *m = malloc(n * 4), *v = malloc(n * 4);
+        st = zinc_param_state_get(e, p, ZINC_STATE_EXP_AVG, m);
+        if (st == ZINC_OK) st = zinc_param_state_get(e, p, ZINC_STATE_EXP_AVG_SQ, v);
+        if (rank == 0 && st == ZINC_OK) {
+            s->api.np = np;
+            s->api.numel[p] = (int64_t)n;
+            s->api.m[p] = m;
+            s->api.v[p] = v;
+        } else {
+            free(m);
+            free(v);
+        }
+    }
+    size_t n0 = np > 0 ? (size_t)zinc_param_numel(e, 0) : 0;
+    float *pat = malloc(n0 * 4 + 4), *back = malloc(n0 * 4 + 4), *keep = malloc(n0 * 4 + 4);
+    for (size_t i = 0; i < n0; i++) pat[i] = 0.25f * (float)i + 1.0f;
+    if (st == ZINC_OK && n0) st = zinc_param_state_get(e, 0, ZINC_STATE_EXP_AVG_SQ, keep);
+    if (st == ZINC_OK && n0) st = zinc_param_state_set(e, 0, ZINC_STATE_EXP_AVG_SQ, pat);
+    if (st == ZINC_OK && n0) st = zinc_param_state_get(e, 0, ZINC_STATE_EXP_AVG_SQ, back);
+    if (st == ZINC_OK && rank == 0)
+        for (size_t i = 0; i < n0; i++) s->set_bad += back[i] != pat[i];
+    if (st == ZINC_OK && n0) st = zinc_param_state_set(e, 0, ZINC_STATE_EXP_AVG_SQ, keep);
+    if (st == ZINC_OK && zinc_param_state_get(e, 0, (zinc_param_state)7, back) != ZINC_ERR_INVALID_ARG)
+        s->set_bad += 1000000;     /* an unknown state must be refused */
+    free(pat);
+    free(back);
+    free(keep);
     return st;
 }
 
@@ -178,6 +223,7 @@ static void run_rank(int rank, void *arg)
         }
     }
     if (st == ZINC_OK) st = collect(e, s, &s->after_load);
+    if (st == ZINC_OK && s->state_api) st = state_api(e, s, rank);
     train(e, s, rank, &micro, s->steps_before, &st);
     if (st == ZINC_OK && s->save_tag) {
         static const char blob[] = "epoch 3, batch 17";
@@ -270,11 +316,19 @@ int main(void)
     /* --- other world sizes and stages: the saved state, exactly --- */
     static const int Ms[][2] = {{1, 0}, {2, 3}, {8, 1}, {3, 2}, {7, 3}};
     for (int i = 0; i < 5; i++) {
-        session D = {.world = Ms[i][0], .stage = Ms[i][1], .prec = "fp16", .load_tag = "t3"};
+        session D = {.world = Ms[i][0], .stage = Ms[i][1], .prec = "fp16", .load_tag = "t3",
+                     .state_api = 1};
         run(&D);
         char what[64];
         snprintf(what, sizeof what, "load at world %d stage %d", Ms[i][0], Ms[i][1]);
         expect_same(&B.at_save, &D.after_load, what, 1);
+        /* zinc_param_state_get gives the saved moments whole, at every world size and stage */
+        ZT_CHECK(diff(&B.at_save, &D.api, 1, 0) == 0 && diff(&B.at_save, &D.api, 2, 0) == 0,
+                 "%s: zinc_param_state_get differs from the saved m (%ld) or v (%ld)", what,
+                 diff(&B.at_save, &D.api, 1, 0), diff(&B.at_save, &D.api, 2, 0));
+        ZT_CHECK(D.set_bad == 0, "%s: zinc_param_state_set read back wrong in %ld elements",
+                 what, D.set_bad);
+        ts_free(&D.api);
         ts_free(&D.after_load);
         ts_free(&D.at_save);
         ts_free(&D.end);

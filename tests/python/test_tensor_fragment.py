@@ -1,5 +1,6 @@
-"""test_tensor_fragment.py — zinc.utils' safe_get_full_fp32_param / safe_set_full_fp32_param
-(DeepSpeed's deepspeed.utils calls that take a parameter alone).
+"""test_tensor_fragment.py — zinc.utils' safe_get/set_full_fp32_param and
+safe_get/set_full_optimizer_state (DeepSpeed's deepspeed.utils calls that take a parameter
+alone).
 
     python test_tensor_fragment.py STAGE DTYPE          (also under mpirun -np 2)
 
@@ -12,8 +13,13 @@ After 2 steps at ZeRO stage STAGE (fp32 or bf16), on every rank:
   (bf16: rounded), the next forward computes with it (equal to a plain torch model holding
   module_state_dict's values), and training goes on from it (a step moves it); a value of
   another shape raises ValueError naming both shapes;
-- the gradient and optimizer-state forms raise NotImplementedError naming themselves;
-- after engine.close(), safe_get_full_fp32_param gives None.
+- the gradient and the local forms raise NotImplementedError naming themselves, an optimizer
+  state other than exp_avg / exp_avg_sq ValueError;
+- after engine.close(), safe_get_full_fp32_param and safe_get_full_optimizer_state give None;
+- fp32, every rank the same batches: safe_get_full_optimizer_state's exp_avg and exp_avg_sq
+  equal torch.optim.AdamW's after 2 steps (relative 1e-5), and after
+  safe_set_full_optimizer_state of both moments (read back as set) and the same setting in
+  torch's optimizer, one more step gives the same weights and moments.
 Each check prints its name; exit 1 when one fails, 77 without torch.
 """
 import sys
@@ -100,13 +106,84 @@ def main():
     check_raises("a value of another shape raises ValueError naming both shapes",
                  lambda: zu.safe_set_full_fp32_param(model.body.weight, torch.zeros(3, 6)),
                  ValueError, "(3, 6)", "(6, 6)")
-    for name in ("safe_get_full_grad", "safe_get_full_optimizer_state", "safe_get_local_grad",
+    for name in ("safe_get_full_grad", "safe_get_local_optimizer_state", "safe_get_local_grad",
                  "safe_set_full_grad", "safe_get_local_fp32_param"):
         check_raises(f"{name} raises NotImplementedError naming itself",
                      lambda: getattr(zu, name)(model.body.weight), NotImplementedError, name)
+    check_raises("an optimizer state zinc's Adam does not keep raises ValueError naming both",
+                 lambda: zu.safe_get_full_optimizer_state(model.body.weight, "momentum_buffer"),
+                 ValueError, "momentum_buffer", "exp_avg_sq")
     engine.close()
     check("after engine.close(): None", zu.safe_get_full_fp32_param(model.body.weight) is None)
+    check("after engine.close(): no optimizer state either",
+          zu.safe_get_full_optimizer_state(model.body.weight, "exp_avg") is None)
+    if dtype == "fp32":
+        check_moments(stage)
     return 1 if failures else 0
+
+
+def close(a, b, rel=1e-5):
+    return a.shape == b.shape and (a - b).abs().max().item() <= rel * b.abs().max().item() + 1e-12
+
+
+def check_moments(stage):
+    """fp32, every rank the same batches (so the mean gradient is each rank's): Adam's moments
+    against torch.optim.AdamW's exp_avg / exp_avg_sq on the same model and batches; then both
+    moments set (zinc and torch alike) and one more step: the same weights and moments."""
+    cfg = {"train_micro_batch_size_per_gpu": 2, "gradient_clipping": 0.0,
+           "optimizer": {"type": "AdamW", "params": {"lr": 1e-2, "weight_decay": 0.01}},
+           "zero_optimization": {"stage": stage}}
+    model, ref = Model(), Model()
+    engine, *_ = zinc.initialize(model=model, config=cfg)
+    # zinc's kernel takes 1 - beta in fp32 from the fp32 beta (1.0f - 0.999f = 0.000999987,
+    # kernels/cpu/ref.c), torch from the double (0.001f): v's increments differ by 1.29e-5
+    # relatively. The reference is given zinc's fp32 betas, so both compute the same arithmetic.
+    betas = tuple(torch.tensor(b, dtype=torch.float32).item() for b in (0.9, 0.999))
+    opt = torch.optim.AdamW([p for p in ref.parameters() if p.requires_grad], lr=1e-2,
+                            betas=betas, weight_decay=0.01)
+    g = torch.Generator().manual_seed(3)
+
+    def step():
+        idx = torch.randint(0, 12, (2, 4), generator=g)
+        loss = engine(idx).pow(2).mean()
+        engine.backward(loss)
+        engine.step()
+        opt.zero_grad()
+        ref(idx).pow(2).mean().backward()
+        opt.step()
+
+    def compare(what):
+        bad = []
+        for name in ("emb.weight", "body.weight", "body.bias"):
+            mine, theirs = dict(model.named_parameters())[name], dict(ref.named_parameters())[name]
+            for key in ("exp_avg", "exp_avg_sq"):
+                if not close(zu.safe_get_full_optimizer_state(mine, key), opt.state[theirs][key]):
+                    bad.append(f"{name} {key}")
+        want = {k: v for k, v in ref.state_dict().items()}
+        got = engine.module_state_dict()
+        bad += [k for k in ("emb.weight", "body.weight", "body.bias") if not close(got[k], want[k])]
+        check(what, not bad, f"{bad}")
+
+    step()
+    step()
+    compare("safe_get_full_optimizer_state: exp_avg, exp_avg_sq and the weights equal "
+            "torch AdamW's after 2 steps (relative 1e-5)")
+    for mine, theirs in ((model.body.weight, ref.body.weight), (model.emb.weight, ref.emb.weight)):
+        m = torch.full(theirs.shape, 0.01)
+        v = torch.full(theirs.shape, 1e-4)
+        zu.safe_set_full_optimizer_state(mine, m, "exp_avg")
+        zu.safe_set_full_optimizer_state(mine, v, "exp_avg_sq")
+        opt.state[theirs]["exp_avg"].copy_(m)
+        opt.state[theirs]["exp_avg_sq"].copy_(v)
+    check("safe_set_full_optimizer_state: the moments read back as set",
+          torch.equal(zu.safe_get_full_optimizer_state(model.body.weight, "exp_avg"),
+                      torch.full((6, 6), 0.01)) and
+          torch.equal(zu.safe_get_full_optimizer_state(model.emb.weight, "exp_avg_sq"),
+                      torch.full((12, 6), 1e-4)))
+    step()
+    compare("a step after both moments were set: torch AdamW's weights and moments after the "
+            "same setting")
+    engine.close()
 
 
 if __name__ == "__main__":

@@ -6,11 +6,14 @@ deepspeed/utils/tensor_fragment.py), which take a model parameter alone:
   engine trains (frozen, never given to one, or its engine closed), as DeepSpeed's;
 - safe_set_full_fp32_param(param, value): sets the fp32 master and the working copy the model
   computes with (zinc_param_set; every rank passes the same value, as DeepSpeed's); not while
-  the parameter's group is gathered for a forward, nor inside zero.GatheredParameters.
+  the parameter's group is gathered for a forward, nor inside zero.GatheredParameters;
+- safe_get_full_optimizer_state(param, key) / safe_set_full_optimizer_state(param, value, key):
+  Adam's moments, key "exp_avg" or "exp_avg_sq" (torch's names; zinc_param_state_get/_set),
+  the same rules.
 
-zinc keeps gradients and Adam's moments only in its shards and has no call yet that gathers
-or sets them from Python: the grad and optimizer-state forms raise NotImplementedError naming
-themselves, as do the local (this rank's fragment) forms."""
+zinc keeps gradients only in its buckets and shards and has no call yet that gathers or sets
+them from Python: the grad forms raise NotImplementedError naming themselves, as do the local
+(this rank's fragment) forms."""
 from ..engine import trained_by
 
 
@@ -28,6 +31,21 @@ def safe_set_full_fp32_param(param, value):
         owner[0]._set_full_fp32(owner[1], value)
 
 
+def safe_get_full_optimizer_state(param, optim_state_key):
+    """Adam's moment of `param` ("exp_avg" or "exp_avg_sq", torch's names), fp32 and whole
+    (collective); None when no live zinc engine trains it."""
+    owner = trained_by(param)
+    return None if owner is None else owner[0]._full_fp32(owner[1], optim_state_key)
+
+
+def safe_set_full_optimizer_state(param, value, optim_state_key):
+    """Sets Adam's moment of `param` ("exp_avg" or "exp_avg_sq"); the next step starts from
+    it. Nothing for a parameter no live zinc engine trains."""
+    owner = trained_by(param)
+    if owner is not None:
+        owner[0]._set_full_fp32(owner[1], value, optim_state_key)
+
+
 def _not_offered(name, what):
     def call(*args, **kwargs):
         raise NotImplementedError(f"zinc.utils.{name}: zinc keeps {what} only in its shards and "
@@ -41,8 +59,6 @@ safe_get_full_grad = _not_offered("safe_get_full_grad", "gradients")
 safe_set_full_grad = _not_offered("safe_set_full_grad", "gradients")
 safe_get_local_grad = _not_offered("safe_get_local_grad", "gradients")
 safe_set_local_grad = _not_offered("safe_set_local_grad", "gradients")
-safe_get_full_optimizer_state = _not_offered("safe_get_full_optimizer_state", "Adam's moments")
-safe_set_full_optimizer_state = _not_offered("safe_set_full_optimizer_state", "Adam's moments")
 safe_get_local_optimizer_state = _not_offered("safe_get_local_optimizer_state", "Adam's moments")
 safe_set_local_optimizer_state = _not_offered("safe_set_local_optimizer_state", "Adam's moments")
 safe_get_local_fp32_param = _not_offered("safe_get_local_fp32_param",
