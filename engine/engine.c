@@ -694,6 +694,19 @@ static size_t master_pos(const zinc_engine_t *e, int param, size_t lo, size_t sh
 /* The device whose memory holds master, m and v: the host one with offload. */
 static zdev_t *state_dev(const zinc_engine_t *e) { return e->host ? e->host : e->dev; }
 
+/* The elements [lo, hi) of a parameter this rank keeps the fp32 state of (all of them at stage
+ * 0), sp their shard position; 0 when it keeps none. */
+static int own_range(const zinc_engine_t *e, int param, size_t *lo, size_t *hi, size_t *sp)
+{
+    if (e->stage == 0) {
+        *lo = 0;
+        *hi = e->plan.params[param].numel;
+        *sp = 0;
+        return 1;
+    }
+    return zplan_param_in_slice(&e->plan, param, e->rank, lo, hi, sp);
+}
+
 zinc_status zeng_shard_pieces(zinc_engine_t *e, zshard_piece **out, int *n)
 {
     *out = NULL;
@@ -734,13 +747,7 @@ zinc_status zinc_param_set(zinc_engine_t *e, int param, const float *values)
     if (s != ZINC_OK) return s;
     size_t d = zinc_dtype_size(e->dtype);
     size_t lo, hi, sp;
-    int have = zplan_param_in_slice(&e->plan, param, e->rank, &lo, &hi, &sp);
-    if (e->stage == 0) {
-        lo = 0;
-        hi = P->numel;
-        have = 1;
-    }
-    if (have) {
+    if (own_range(e, param, &lo, &hi, &sp)) {
         s = state_dev(e)->iface->upload(state_dev(e), e->master + master_pos(e, param, lo, sp),
                                         values + lo, (hi - lo) * 4);
         /* Stage 3's own 16-bit slice: on the device, or with offload_param the host shard (in
@@ -821,14 +828,8 @@ zinc_status zinc_param_state_set(zinc_engine_t *e, int param, zinc_param_state w
     if (!values) return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_param_state_set: values is NULL");
     const zplan_param *P = &e->plan.params[param];
     size_t lo, hi, sp;
-    int have = zplan_param_in_slice(&e->plan, param, e->rank, &lo, &hi, &sp);
-    if (e->stage == 0) {
-        lo = 0;
-        hi = P->numel;
-        have = 1;
-    }
     /* m and v share the master's layout and device (the host one with offload) */
-    if (have)
+    if (own_range(e, param, &lo, &hi, &sp))
         s = state_dev(e)->iface->upload(state_dev(e), base + master_pos(e, param, lo, sp),
                                         values + lo, (hi - lo) * 4);
     if (s != ZINC_OK)

@@ -66,10 +66,3 @@ safe_get_local_fp32_param = _not_offered("safe_get_local_fp32_param",
 safe_set_local_fp32_param = _not_offered("safe_set_local_fp32_param",
                                          "this rank's fragment of the master weights")
 safe_update_full_grad_vectorized = _not_offered("safe_update_full_grad_vectorized", "gradients")
-
-__all__ = ["safe_get_full_fp32_param", "safe_set_full_fp32_param", "safe_get_full_grad",
-           "safe_set_full_grad", "safe_get_local_grad", "safe_set_local_grad",
-           "safe_get_full_optimizer_state", "safe_set_full_optimizer_state",
-           "safe_get_local_optimizer_state", "safe_set_local_optimizer_state",
-           "safe_get_local_fp32_param", "safe_set_local_fp32_param",
-           "safe_update_full_grad_vectorized"]
