@@ -136,8 +136,9 @@ def check_moments(stage):
     model, ref = Model(), Model()
     engine, *_ = zinc.initialize(model=model, config=cfg)
     # zinc's kernel takes 1 - beta in fp32 from the fp32 beta (1.0f - 0.999f = 0.000999987,
-    # kernels/cpu/ref.c), torch from the double (0.001f): v's increments differ by 1.29e-5
-    # relatively. The reference is given zinc's fp32 betas, so both compute the same arithmetic.
+    # kernels/cpu/ref.c, as DeepSpeed's CPU Adam and FusedAdam), torch from the double (0.001f):
+    # v's increments differ by 1.29e-5 relatively. The reference is given zinc's fp32 betas, so
+    # both compute the same arithmetic.
     betas = tuple(torch.tensor(b, dtype=torch.float32).item() for b in (0.9, 0.999))
     opt = torch.optim.AdamW([p for p in ref.parameters() if p.requires_grad], lr=1e-2,
                             betas=betas, weight_decay=0.01)
