@@ -636,33 +636,28 @@ static zinc_status read_tensors(const char *dir, const char *tag, zinc_ckpt_tens
 zinc_status zinc_ckpt_read_tensors(zinc_engine_t *e, const char *dir, const char *tag,
                                    zinc_ckpt_tensor_request_t *req, int n)
 {
+    /* e NULL: a checkpoint read without an engine (zinc.utils.zero_to_fp32), tag NULL allowed */
     int ok = dir && (tag || !e) && n >= 0 && (req || !n);
     for (int i = 0; ok && i < n; i++)
         ok = req[i].name && req[i].ndim >= 0 && req[i].ndim <= ZCK_MAX_DIMS &&
              (!req[i].ndim || req[i].shape);
     char err[ZCK_ERR] = "";
-    if (!e) {
-        /* No engine: a checkpoint read outside training (zinc.utils.zero_to_fp32). */
-        if (!ok)
-            return zerr_thread(ZINC_ERR_INVALID_ARG, "zinc_ckpt_read_tensors: dir and each "
-                               "request's name must be given, and 0 <= ndim <= %d with its shape",
-                               ZCK_MAX_DIMS);
-        zinc_status s = n ? read_tensors(dir, tag, req, n, 0, err) : ZINC_OK;
-        if (s != ZINC_OK) return zerr_thread(s, "zinc_ckpt_read_tensors: %s", err);
-        return ZINC_OK;
+    zinc_status s = ok ? ZINC_OK
+                       : zerr_fmt(err, ZCK_ERR, ZINC_ERR_INVALID_ARG, "dir%s and each request's "
+                                  "name must be given, and 0 <= ndim <= %d with its shape",
+                                  e ? ", tag" : "", ZCK_MAX_DIMS);
+    int logrank = 0;
+    if (s == ZINC_OK && e) {
+        zeng_view view_, *ev = &view_;
+        zeng_view_get(e, ev);
+        if (!ev->finalized) s = zerr_fmt(err, ZCK_ERR, ZINC_ERR_USAGE, "call zinc_finalize first");
+        logrank = rank_of(ev);
     }
-    if (!ok)
-        return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_ckpt_read_tensors: dir, tag and each "
-                         "request's name must be given, and 0 <= ndim <= %d with its shape",
-                         ZCK_MAX_DIMS);
-    zeng_view view_, *ev = &view_;
-    zeng_view_get(e, ev);
-    if (!ev->finalized)
-        return zeng_fail(e, ZINC_ERR_USAGE, "zinc_ckpt_read_tensors: call zinc_finalize first");
-    if (!n) return ZINC_OK;     /* the Python load asks on every load, mostly for nothing */
-    zinc_status s = read_tensors(dir, tag, req, n, rank_of(ev), err);
-    if (s != ZINC_OK) return zeng_fail(e, s, "zinc_ckpt_read_tensors: %s", err);
-    return ZINC_OK;
+    /* n 0: nothing opened (the Python load asks on every load, mostly for nothing) */
+    if (s == ZINC_OK && n) s = read_tensors(dir, tag, req, n, logrank, err);
+    if (s == ZINC_OK) return ZINC_OK;
+    return e ? zeng_fail(e, s, "zinc_ckpt_read_tensors: %s", err)
+             : zerr_thread(s, "zinc_ckpt_read_tensors: %s", err);
 }
 
 zinc_status zinc_ckpt_find_tag(const char *dir, const char *tag, char *tag_out, size_t tag_cap,

@@ -576,9 +576,10 @@ ZINC_API zinc_status zinc_ckpt_read_tensor(zinc_engine_t *e, const char *dir, co
  * or "latest": the newest valid one, each damaged one skipped with a warning; a tag named: that
  * one, checked), writes its name into tag_out (tag_cap bytes) and, with blob non-NULL, its client
  * blob into blob (blob_cap bytes), checksum verified (with blob NULL the blob is not read).
- * *blob_bytes (may be NULL) receives the blob's size, 0 when none was saved; a blob larger than blob_cap is ZINC_ERR_INVALID_ARG with
- * *blob_bytes set, so the caller can ask again with the room. The manifest of the tag found is
- * checked (its seal too) before this returns ZINC_OK. Errors: zinc_last_error(NULL). */
+ * *blob_bytes (may be NULL) receives the blob's size, 0 when none was saved; a blob larger than
+ * blob_cap is ZINC_ERR_INVALID_ARG with *blob_bytes set, so the caller can ask again with the
+ * room. The manifest of the tag found is checked (its seal too) before this returns ZINC_OK.
+ * Errors: zinc_last_error(NULL). */
 ZINC_API zinc_status zinc_ckpt_find_tag(const char *dir, const char *tag, char *tag_out,
                                         size_t tag_cap, void *blob, size_t blob_cap,
                                         size_t *blob_bytes);
