@@ -13,7 +13,8 @@ Rank 0 then reads them with no engine:
   exclude_frozen_parameters leaves the frozen one out; lazy_mode reads on contiguous();
 - load_state_dict_from_zero_checkpoint fills a fresh model (strict load of its state_dict);
 - convert_zero_checkpoint_to_fp32_state_dict writes pytorch_model.bin (torch.load gives the
-  same), sharded with an index under a small max_shard_size, bf16 with dtype;
+  same), sharded with an index under a small max_shard_size (the tied names in one shard), bf16
+  with dtype;
 - `python -m zinc.utils.zero_to_fp32` does the same and exits 0; a missing directory, an empty
   one, a bad tag and a damaged rank file are errors naming them (exit 1 from the command).
 Each check prints its name; exit 1 when one fails, 77 without torch.
@@ -72,9 +73,9 @@ def equal(a, b):
     return a.shape == b.shape and a.dtype == b.dtype and torch.equal(a, b)
 
 
-def saved_master(engine, dtype):
-    """What the consolidated dict must hold, from the live engine: fp32 values; in bf16 mode
-    only the bf16 copy is visible, so the dict's values are compared rounded to bf16."""
+def saved_state(engine):
+    """The engine's module_state_dict at a save: the working dtype's values, which the
+    consolidated dict's fp32 master must round to (check_dict)."""
     return {k: v.detach().clone() for k, v in engine.module_state_dict().items()}
 
 
@@ -145,6 +146,9 @@ def offline(d, stage, dtype, want_new, want_old, trained):
     check("convert, max_shard_size 600 bytes: several shards, the index maps every key",
           len(files) > 1 and set(index["weight_map"]) == set(sd) and
           all(equal(merged[k], as32[k]) for k in sd), f"{files}")
+    check("convert, sharded: the tied names in one shard (the tensor written once)",
+          index["weight_map"]["head.weight"] == index["weight_map"]["emb.weight"],
+          f"{index['weight_map']['head.weight']} vs {index['weight_map']['emb.weight']}")
     z2f.convert_zero_checkpoint_to_state_dict(d, out + "_bf16", dtype=torch.bfloat16)
     b = torch.load(os.path.join(out + "_bf16", "pytorch_model.bin"))
     check("convert, dtype bfloat16: floating tensors bf16, the int64 buffer kept",
@@ -195,10 +199,10 @@ def main():
     rank = engine.global_rank
     trained = {n for n, p in model.named_parameters() if p.requires_grad} | {"head.weight"}
     train(engine, 2)
-    want_old = saved_master(engine, dtype)
+    want_old = saved_state(engine)
     engine.save_checkpoint(d, tag="first")
     train(engine, 1)
-    want_new = saved_master(engine, dtype)
+    want_new = saved_state(engine)
     engine.save_checkpoint(d, tag="second")
     engine.close()
     if rank == 0:

@@ -161,18 +161,20 @@ def _size_bytes(size):
 
 def _shards(state, dtype, max_bytes):
     """[[names]]: state's tensors in order, a new shard started when the next would pass
-    max_bytes (one larger than it alone in a shard); a tied tensor counts once."""
-    shards, size, seen = [[]], 0, set()
+    max_bytes (one larger than it alone in a shard). A tied name joins its tensor's shard, so
+    each tensor is written once."""
+    shards, size, home = [[]], 0, {}
     for n, t in state.items():
-        nbytes = 0
-        if id(t) not in seen:
-            seen.add(id(t))
-            item = torch.empty((), dtype=dtype if t.dtype.is_floating_point else t.dtype)
-            nbytes = t.numel() * item.element_size()
+        if id(t) in home:
+            shards[home[id(t)]].append(n)
+            continue
+        item = torch.empty((), dtype=dtype if t.dtype.is_floating_point else t.dtype)
+        nbytes = t.numel() * item.element_size()
         if shards[-1] and max_bytes is not None and size + nbytes > max_bytes:
             shards.append([])
             size = 0
         shards[-1].append(n)
+        home[id(t)] = len(shards) - 1
         size += nbytes
     return shards
 
