@@ -17,7 +17,7 @@ After 2 steps at ZeRO stage STAGE (fp32 or bf16), on every rank:
   state other than exp_avg / exp_avg_sq ValueError;
 - after engine.close(), safe_get_full_fp32_param and safe_get_full_optimizer_state give None;
 - fp32, every rank the same batches: safe_get_full_optimizer_state's exp_avg and exp_avg_sq
-  equal torch.optim.AdamW's after 2 steps (relative 1e-5), and after
+  equal torch.optim.AdamW's after 2 steps (relative 4e-6), and after
   safe_set_full_optimizer_state of both moments (read back as set) and the same setting in
   torch's optimizer, one more step gives the same weights and moments.
 Each check prints its name; exit 1 when one fails, 77 without torch.
@@ -122,7 +122,9 @@ def main():
     return 1 if failures else 0
 
 
-def close(a, b, rel=1e-5):
+# Measured worst, stages 0-3 at 1 and 2 ranks: 4.4e-7 of the tensor's largest value (fp32
+# rounding of the gradients); 4e-6 is test_torch_parity's bound, about 9x that.
+def close(a, b, rel=4e-6):
     return a.shape == b.shape and (a - b).abs().max().item() <= rel * b.abs().max().item() + 1e-12
 
 
@@ -168,7 +170,7 @@ def check_moments(stage):
     step()
     step()
     compare("safe_get_full_optimizer_state: exp_avg, exp_avg_sq and the weights equal "
-            "torch AdamW's after 2 steps (relative 1e-5)")
+            "torch AdamW's after 2 steps (relative 4e-6)")
     for mine, theirs in ((model.body.weight, ref.body.weight), (model.emb.weight, ref.emb.weight)):
         m = torch.full(theirs.shape, 0.01)
         v = torch.full(theirs.shape, 1e-4)
