@@ -4,6 +4,7 @@
 # into $OUT, which the tool brings back (at most 8 files: gpu_session.sh alone writes dozens).
 #
 #   bench/gpu_lease.sh [--budget SECONDS] [--build DIR] [--device cpu] [PHASE...]
+#   bench/gpu_lease.sh --get-debs        (here, before the call: see "Libraries" below)
 #
 # The device tool lends 15 minutes of device time per task, start-up included, and at most
 # 10 minutes per command, so the checks that matter most go first:
@@ -21,8 +22,15 @@
 # $OUT (or gpu-out/ when unset) gets: summary.txt (each step's rc and seconds, the phases
 # skipped), meta.txt (device, date, commit, build), logs.tar.gz (every log and metrics file;
 # not the checkpoints).
+# Libraries: the lent machines' image has no json-c, zstd or xxhash development files and
+# reaches no package archive (seen 2026-11-27 on an H200: cmake stopped at json-c). So
+# `--get-debs` (run here, with apt) downloads this machine's Debian packages of the three, the
+# -dev and the runtime ones, into .gpu-debs/ (git-ignored; the call carries it). On the device,
+# when .gpu-debs/ holds packages, they are unpacked into a private prefix (never into /), their
+# pkg-config files pointed at it, and PKG_CONFIG_PATH and LD_LIBRARY_PATH set for the build and
+# every phase. MPI is not carried: the multi-rank GPU runs use zinc's threads.
 # The device tool's call, with a timeout that leaves room to rerun:
-#   run  command="bench/gpu_lease.sh"  timeout_s=600
+#   run  command="bench/gpu_lease.sh"  carry=[".gpu-debs"]  timeout_s=600
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 t_start=$SECONDS
@@ -35,8 +43,13 @@ while [ $# -gt 0 ]; do
         --budget) budget="$2"; shift 2 ;;
         --build) build="$(cd "$2" && pwd)" || exit 2; shift 2 ;;
         --device) dev=(--device "$2"); shift 2 ;;
+        --get-debs)
+            mkdir -p "$root/.gpu-debs" && cd "$root/.gpu-debs" || exit 2
+            apt-get download libjson-c-dev libjson-c5 libzstd-dev libzstd1 libxxhash-dev libxxhash0 ||
+                { echo "gpu_lease: apt-get download failed" >&2; exit 1; }
+            ls -l "$root/.gpu-debs"; exit 0 ;;
         -h|--help) sed -n '2,/^[^#]/{/^#/p}' "$0"; exit 0 ;;
-        env|ctest|sanitize|train|adam|profile|e2e|offload|python) phases+=("$1"); shift ;;
+        env|ctest|sanitize|train|adam|profile|e2e|offload|python|example) phases+=("$1"); shift ;;
         *) echo "gpu_lease: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -54,14 +67,41 @@ estimate() {
     case "$1" in
         env) echo 15 ;; ctest) echo 120 ;; python) echo 150 ;; offload) echo 60 ;;
         sanitize) echo 200 ;; train) echo 420 ;; adam) echo 120 ;; profile) echo 150 ;;
-        e2e) echo 300 ;;
+        e2e) echo 300 ;; example) echo 30 ;;
     esac
 }
+
+# The carried packages (see "Libraries" above), unpacked where nothing of the system is touched.
+if compgen -G "$root/.gpu-debs/*.deb" >/dev/null; then
+    deps="$(mktemp -d)/deps"
+    for f in "$root"/.gpu-debs/*.deb; do dpkg-deb -x "$f" "$deps" || exit 1; done
+    libdir="$deps/usr/lib/$(ls "$deps/usr/lib" | grep -- '-linux-gnu$' | head -1)"
+    # (Debian's libzstd.pc says libdir=/usr/lib, where the system's linker path covered for it.)
+    sed -i -E -e "s#^([a-z_]+)=/usr#\1=$deps/usr#" -e "s#^libdir=.*#libdir=$libdir#" \
+        "$libdir"/pkgconfig/*.pc
+    export PKG_CONFIG_PATH="$libdir/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
+    export LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    say "libraries from .gpu-debs: $(ls "$root/.gpu-debs" | tr '\n' ' ')"
+fi
+
+# NCCL: CMake looks beside the CUDA toolkit. Where it is not there, the NCCL of the machine's
+# PyTorch (the nvidia-nccl wheel: include/ and lib/libnccl.so.2, no unversioned link) is named.
+nccl=()
+if ! compgen -G "/usr/local/cuda/lib*/libnccl.so*" >/dev/null; then
+    nd="$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null)"
+    nl="$(ls "$nd"/lib/libnccl.so* 2>/dev/null | head -1)"
+    if [ -n "$nl" ] && [ -f "$nd/include/nccl.h" ]; then
+        nccl=(-DNCCL_LIBRARY="$nl" -DNCCL_INCLUDE_DIR="$nd/include")
+        export LD_LIBRARY_PATH="$nd/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+        say "nccl from the python wheel: $nl"
+    fi
+fi
 
 if [ -z "$build" ]; then
     build="$root/build-cuda"
     t0=$SECONDS
-    if cmake -S "$root" -B "$build" -DZINC_CUDA=ON -DZINC_CUDA_ARCHS=90 >"$logs/build.log" 2>&1 &&
+    if cmake -S "$root" -B "$build" -DZINC_CUDA=ON -DZINC_CUDA_ARCHS=90 "${nccl[@]}" \
+           >"$logs/build.log" 2>&1 &&
        cmake --build "$build" -j "$(nproc)" >>"$logs/build.log" 2>&1; then
         say "build                              rc=0   $((SECONDS - t0)) s"
     else

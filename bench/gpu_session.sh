@@ -25,7 +25,8 @@
 #            same bits, and the step times of both are printed (bench/gpu_compare.py offload)
 #   python   docs/cuda.md item 11: tests/python/test_torch_cuda.py (must print PASS; a skip is
 #            rc 77, a failure), again with CUDA_LAUNCH_BLOCKING=1 (a difference that changes
-#            points at a stream hand-over), and examples/torch_gpt.py --device cuda
+#            points at a stream hand-over), and examples/torch_gpt.py --device cuda (the example
+#            phase alone)
 #
 #   --device cpu runs the offload and python phases on the cpu device instead (test_torch_cuda.py
 #   --cpu): it checks the script where there is no GPU. Other phases need a GPU.
@@ -45,7 +46,7 @@ while [ $# -gt 0 ]; do
         --device) dev="$2"; shift 2
                   case "$dev" in cpu|cuda) ;; *) echo "gpu_session: --device cpu|cuda, not '$dev'" >&2; exit 2 ;; esac ;;
         -h|--help) sed -n '2,/^[^#]/{/^#/p}' "$0"; exit 0 ;;
-        env|ctest|sanitize|train|adam|profile|e2e|offload|python) phases+=("$1"); shift ;;
+        env|ctest|sanitize|train|adam|profile|e2e|offload|python|example) phases+=("$1"); shift ;;
         *) echo "gpu_session: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -213,7 +214,12 @@ phase_python() {
     [ "$dev" = cpu ] && cpu=(--cpu)
     step py-torch-cuda 500 "${e[@]}" "$py" "$t" "${cpu[@]}"
     step py-torch-cuda-blocking 500 "${e[@]}" CUDA_LAUNCH_BLOCKING=1 "$py" "$t" "${cpu[@]}"
-    step py-example 300 "${e[@]}" "$py" "$root/examples/torch_gpt.py" --device "$dev" --steps 60
+    phase_example
+}
+
+phase_example() {
+    step py-example 300 env ZINC_LIB="$build/libzinc.so" PYTHONPATH="$root/python" \
+        PYTHONUNBUFFERED=1 "$py" "$root/examples/torch_gpt.py" --device "$dev" --steps 60
 }
 
 for p in "${phases[@]}"; do "phase_$p"; done
