@@ -40,7 +40,8 @@ class Block(torch.nn.Module):
         q, k, v = self.qkv(self.ln1(x)).split(d, dim=2)
         q, k, v = (z.view(b, t, self.h, d // self.h).transpose(1, 2) for z in (q, k, v))
         att = (q @ k.transpose(-2, -1)) / math.sqrt(d // self.h)
-        att = att.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf"))
+        causal = torch.ones(t, t, dtype=torch.bool, device=att.device).triu(1)
+        att = att.masked_fill(causal, float("-inf"))
         y = (att.softmax(-1) @ v).transpose(1, 2).reshape(b, t, d)
         x = x + self.proj(y)
         return x + self.out(F.gelu(self.fc(self.ln2(x))))
@@ -65,7 +66,7 @@ class GPT(torch.nn.Module):
         self.apply(gpt2_init)
 
     def forward(self, tok):
-        x = self.wte(tok) + self.wpe(torch.arange(tok.shape[1]))
+        x = self.wte(tok) + self.wpe(torch.arange(tok.shape[1], device=tok.device))
         for blk in self.blocks:
             x = self.checkpoint(blk, x) if self.checkpoint and self.training else blk(x)
         return self.lnf(x) @ self.wte.weight.t()       # tied head

@@ -10,6 +10,11 @@ transformers GPT-2 (skipped, exit 77, when transformers is not installed).
 built whole: the same criteria, and the two print the same lines (losses, lr, grad norms) — the
 partitioned construction gives the model built whole (with `hf`, transformers' own weight
 initialisation inside it included).
+
+`gpt` also runs the plain model's forward on the meta device and fails if any op there makes a
+tensor on the CPU: a tensor made without the input's device (the causal mask, the positions)
+breaks `--device cuda`, which the first GPU run of the example found (2026-11-27). This is the
+check that CI, which has no GPU, can make of it.
 """
 import os
 import re
@@ -28,6 +33,34 @@ if model == "hf":
         sys.exit(77)
 example = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples",
                        "torch_gpt.py")
+
+
+def forward_on_meta():
+    """The ops of the plain model's forward, on the meta device, that made a CPU tensor."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    sys.path.insert(0, os.path.dirname(example))
+    import torch_gpt
+
+    class CpuResults(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            outs = out if isinstance(out, (tuple, list)) else [out]
+            if any(isinstance(o, torch.Tensor) and o.device.type == "cpu" for o in outs):
+                self.ops.append(str(func))
+            return out
+
+    model = torch_gpt.GPT().to("meta")
+    tok = torch.zeros(2, 16, dtype=torch.long, device="meta")
+    try:
+        with CpuResults() as mode:
+            model(tok)
+    except RuntimeError as ex:  # a newer torch refuses the mix itself
+        return [str(ex)]
+    return mode.ops
 
 
 def run(cmd):
@@ -55,4 +88,9 @@ if which == "zero-init":
         sys.exit(f"FAIL: built in zinc.zero.Init {parted} vs built whole {whole}")
     print("ok: built in zinc.zero.Init, the same lines as built whole")
 else:
+    if which == "gpt":
+        cpu_ops = forward_on_meta()
+        if cpu_ops:
+            sys.exit(f"FAIL: the model's forward on the meta device made CPU tensors: {cpu_ops}")
+        print("ok: the forward makes every tensor on its input's device")
     run([sys.executable, example, "--model", which, "--steps", "20"] + sys.argv[2:])
