@@ -837,6 +837,85 @@ zinc_status zinc_param_state_set(zinc_engine_t *e, int param, zinc_param_state w
     return ZINC_OK;
 }
 
+/* ---- gradients (DeepSpeed's safe_get_full_grad / safe_set_full_grad) ----------------------- */
+
+/* Stages 2-3: a group's gradient is in the shard only once zinc_grads_ready handed its bucket
+ * over; before that part of it is in a bucket these calls do not read. */
+static zinc_status grad_handed_over(zinc_engine_t *e, int param, const char *fn, int collective)
+{
+    const zplan_param *P = &e->plan.params[param];
+    if (e->stage < 2 || e->gstate[P->group].bucket < 0) return ZINC_OK;
+    const char *fmt = "%s: '%s': its group '%s' holds gradients not yet handed over with "
+                      "zinc_grads_ready (call it after the group's backward)";
+    const char *g = e->plan.groups[P->group].name;
+    return collective ? zeng_fail_sequence(e, ZINC_ERR_USAGE, fmt, fn, P->name, g)
+                      : zeng_fail(e, ZINC_ERR_USAGE, fmt, fn, P->name, g);
+}
+
+zinc_status zinc_param_grad_get(zinc_engine_t *e, int param, float *out)
+{
+    const char *fn = "zinc_param_grad_get";
+    zinc_status s = check_param(e, param, fn);
+    if (s != ZINC_OK) return s;
+    if (!out) return zeng_fail(e, ZINC_ERR_INVALID_ARG, "%s: out is NULL", fn);
+    s = grad_handed_over(e, param, fn, 1);
+    if (s != ZINC_OK) return s;
+    const zplan_param *P = &e->plan.params[param];
+    const zplan_group *G = &e->plan.groups[P->group];
+    zdev_t *d = e->dev;
+    size_t dsz = zinc_dtype_size(e->dtype);
+    size_t n = e->stage < 2 ? P->numel : G->padded;
+    float *tmp = d->iface->alloc(d, n * sizeof(float));
+    if (!tmp) return zeng_fail(e, ZINC_ERR_NOMEM, "%s: out of memory", fn);
+    if (e->stage < 2) {
+        /* This rank's sums, averaged over the ranks here in fp32 (zinc_step averages the buffer
+         * itself, in the working dtype). */
+        s = d->iface->cast(d, tmp, ZINC_DTYPE_FP32, (const char *)e->grad + flat_pos(e, param) * dsz,
+                           e->dtype, P->numel, 1.0f);
+        if (s == ZINC_OK)
+            s = zcomm_all_reduce(e->comm, tmp, P->numel, ZDT_F32, 1.0f / (float)e->world_size);
+        if (s == ZINC_OK) s = d->iface->download(d, out, tmp, P->numel * 4);
+    } else {
+        /* Already averaged by zinc_grads_ready's reduce-scatter: each rank's slice, gathered. */
+        s = d->iface->cast(d, tmp + G->slice * (size_t)e->rank, ZINC_DTYPE_FP32,
+                           (const char *)e->grad + G->shard_off * dsz, e->dtype, G->slice, 1.0f);
+        if (s == ZINC_OK) s = e->comm->iface->all_gather(e->comm, tmp, G->padded, ZDT_F32);
+        if (s == ZINC_OK) s = d->iface->download(d, out, tmp + P->offset, P->numel * 4);
+    }
+    d->iface->free(d, tmp);
+    if (s != ZINC_OK)
+        return zeng_fail(e, s, "%s: '%s': %s%s", fn, P->name, e->comm->err, d->err);
+    return ZINC_OK;
+}
+
+zinc_status zinc_param_grad_set(zinc_engine_t *e, int param, const float *values)
+{
+    const char *fn = "zinc_param_grad_set";
+    zinc_status s = check_param(e, param, fn);
+    if (s != ZINC_OK) return s;
+    if (!values) return zeng_fail(e, ZINC_ERR_INVALID_ARG, "%s: values is NULL", fn);
+    s = grad_handed_over(e, param, fn, 0);
+    if (s != ZINC_OK) return s;
+    const zplan_param *P = &e->plan.params[param];
+    size_t dsz = zinc_dtype_size(e->dtype);
+    size_t lo, hi, sp;
+    if (e->stage < 2) {
+        /* Every rank writes the whole value; zinc_step's average of equal values is the value. */
+        s = upload_converted(e->dev, (char *)e->grad + flat_pos(e, param) * dsz, values, P->numel,
+                             e->dtype);
+    } else if (own_range(e, param, &lo, &hi, &sp)) {
+        s = upload_converted(e->dev, (char *)e->grad + sp * dsz, values + lo, hi - lo, e->dtype);
+    }
+    if (s != ZINC_OK)
+        return zeng_fail(e, s, "%s: '%s': %s", fn, P->name,
+                         s == ZINC_ERR_NOMEM ? "out of memory" : e->dev->err);
+    /* Offload: the group's slice may already be on its way to the host (zinc_grads_ready of
+     * the accumulation's last micro-step queued it); it goes again, after this write. */
+    if (e->offload && e->stage >= 2 && e->gstate[P->group].ready && zeng_last_micro(e))
+        return zoffload_grad_changed(e, P->group);
+    return ZINC_OK;
+}
+
 zinc_status zeng_refresh_params(zinc_engine_t *e)
 {
     size_t d = zinc_dtype_size(e->dtype);

@@ -204,6 +204,10 @@ zinc_status zoffload_adam(zinc_engine_t *e, zk_adam_args *a, int predownloaded);
 /* Stages 2-3, zinc_grads_ready in the last micro-step of an accumulation: queues the group's
  * final gradient slice device -> host, so the copy overlaps the rest of backward. */
 zinc_status zoffload_grad_ready(zinc_engine_t *e, int group);
+/* The group's shard slice changed after zoffload_grad_ready queued it (zinc_param_grad_set):
+ * queues its download again, after the write (the copies run in order). Not counted again in
+ * grads_downloaded. */
+zinc_status zoffload_grad_changed(zinc_engine_t *e, int group);
 /* zeng_refresh_params' first half with host state: param16's own slices from the master. */
 zinc_status zoffload_refresh_own(zinc_engine_t *e);
 /* The host 16-bit shard with offload_param (h_param16, or the host master in fp32 mode). */

@@ -197,6 +197,11 @@ zinc_status zoffload_grad_ready(zinc_engine_t *e, int group)
     return s;
 }
 
+zinc_status zoffload_grad_changed(zinc_engine_t *e, int group)
+{
+    return download_groups(e, group, group + 1);
+}
+
 zinc_status zoffload_adam(zinc_engine_t *e, zk_adam_args *a, int predownloaded)
 {
     const zdev_iface_t *D = e->dev->iface;

@@ -258,6 +258,22 @@ ZINC_API zinc_status zinc_param_state_get(zinc_engine_t *e, int param, zinc_para
 ZINC_API zinc_status zinc_param_state_set(zinc_engine_t *e, int param, zinc_param_state which,
                                           const float *values);
 
+/* A parameter's gradient as the next zinc_step will see it (DeepSpeed's safe_get_full_grad), in
+ * fp32 into `out` (numel floats): the sum over this optimizer step's micro-steps so far, averaged
+ * over the ranks, in the units the model's backward produced — multiplied by zinc_loss_multiplier
+ * (the fp16 loss scale, 1/gradient_accumulation_steps), as DeepSpeed's holds it before step.
+ * Collective. Between a micro-step's backward (at stages 2-3, after its group's zinc_grads_ready;
+ * before that, ZINC_ERR_USAGE) and zinc_step; zeros after zinc_step. At stages 0-1 the average is
+ * taken here over a copy, in fp32 (zinc_step averages the buffer itself in the working dtype, so
+ * in bf16/fp16 its values can differ from these by the working dtype's rounding). */
+ZINC_API zinc_status zinc_param_grad_get(zinc_engine_t *e, int param, float *out);
+
+/* Sets a parameter's gradient for the next zinc_step from `values` (numel floats, in
+ * zinc_param_grad_get's units, rounded to the working dtype; every rank passes the same values,
+ * each keeps what it reduces). Not collective; the same window as zinc_param_grad_get. Later
+ * micro-steps of the same optimizer step add to it. */
+ZINC_API zinc_status zinc_param_grad_set(zinc_engine_t *e, int param, const float *values);
+
 /* ---- one micro-step ----------------------------------------------------------------------- */
 
 /* Collective at stage 3 (all-gathers the group's 16-bit parameters); a no-op below stage 3.

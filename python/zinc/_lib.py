@@ -110,6 +110,8 @@ _sig = {
                                             ctypes.c_void_p]),
     "zinc_param_state_set": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int, ctypes.c_int,
                                             ctypes.c_void_p]),
+    "zinc_param_grad_get": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]),
+    "zinc_param_grad_set": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]),
     "zinc_param_data": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_void_p)]),
     "zinc_param_grad": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_void_p)]),
     "zinc_grads_ready": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int]),

@@ -884,11 +884,15 @@ class Engine(torch.nn.Module):
 
     def _full_fp32(self, pid, state=None):
         """zinc_param_get: the parameter's fp32 master, whole, on the engine's device; with
-        state ("exp_avg", "exp_avg_sq") that Adam moment (zinc_param_state_get). Collective."""
+        state ("exp_avg", "exp_avg_sq") that Adam moment (zinc_param_state_get); with "grad"
+        the gradient the next step will use (zinc_param_grad_get: averaged over the ranks,
+        still times the loss multiplier). Collective."""
         out = torch.empty(self._shapes[pid], dtype=torch.float32)
         ptr = ctypes.c_void_p(out.data_ptr())
         if state is None:
             self._call(lib.zinc_param_get(self._e, pid, ptr))
+        elif state == "grad":
+            self._call(lib.zinc_param_grad_get(self._e, pid, ptr))
         else:
             self._call(lib.zinc_param_state_get(self._e, pid, self._state_id(state), ptr))
         return out.to(self._device)
@@ -896,9 +900,12 @@ class Engine(torch.nn.Module):
     def _set_full_fp32(self, pid, value, state=None):
         """zinc_param_set: the parameter's fp32 master and working copy from `value` (the same
         on every rank, as DeepSpeed's); stage 3's next gather reads it. With state, that Adam
-        moment (zinc_param_state_set), which the next step starts from."""
-        what = "safe_set_full_fp32_param" if state is None else "safe_set_full_optimizer_state"
-        self._no_context(what)
+        moment (zinc_param_state_set), which the next step starts from; with "grad" the
+        gradient the next step uses (zinc_param_grad_set)."""
+        what = ("safe_set_full_fp32_param" if state is None else
+                "safe_set_full_grad" if state == "grad" else "safe_set_full_optimizer_state")
+        if state != "grad":      # a gradient is not what a gathered module computes with
+            self._no_context(what)
         shape = self._shapes[pid]
         if tuple(value.shape) != tuple(shape):
             raise ValueError(f"zinc: {what}: a value of shape {tuple(value.shape)} for a "
@@ -907,6 +914,8 @@ class Engine(torch.nn.Module):
         ptr = ctypes.c_void_p(src.data_ptr())
         if state is None:
             self._call(lib.zinc_param_set(self._e, pid, ptr))
+        elif state == "grad":
+            self._call(lib.zinc_param_grad_set(self._e, pid, ptr))
         else:
             self._call(lib.zinc_param_state_set(self._e, pid, self._state_id(state), ptr))
         self._zinc_then_torch()

@@ -9,6 +9,14 @@ zinc_test(NAME engine_stages SOURCES ${ZINC_ENGINE_TEST_DIR}/test_stages.c
           LIBS zinc_toy LABELS "multirank;unit" TIMEOUT 600)
 zinc_test(NAME engine_api SOURCES ${ZINC_ENGINE_TEST_DIR}/test_engine.c
           LIBS zinc_toy LABELS "multirank;unit" TIMEOUT 300)
+zinc_test(NAME engine_grad_access SOURCES ${ZINC_ENGINE_TEST_DIR}/test_grad_access.c
+          LABELS "multirank;unit" TIMEOUT 120)
+# With the cpu device's asynchronous copies done when queued: offload's download of a gradient
+# queued before zinc_param_grad_set changed it must be queued again (the deferred default copies
+# late enough to hide a missing one).
+add_test(NAME engine_grad_access_eager COMMAND engine_grad_access)
+set_tests_properties(engine_grad_access_eager PROPERTIES LABELS "multirank;unit" TIMEOUT 120
+                     ENVIRONMENT "ZINC_CPU_ASYNC_COPY=eager")
 zinc_test(NAME engine_estimate SOURCES ${ZINC_ENGINE_TEST_DIR}/test_estimate.c
           LABELS unit TIMEOUT 60)
 add_dependencies(engine_estimate zinc_cli)

@@ -1,5 +1,5 @@
-"""test_tensor_fragment.py — zinc.utils' safe_get/set_full_fp32_param and
-safe_get/set_full_optimizer_state (DeepSpeed's deepspeed.utils calls that take a parameter
+"""test_tensor_fragment.py — zinc.utils' safe_get/set_full_fp32_param,
+safe_get/set_full_optimizer_state and safe_get/set_full_grad (DeepSpeed's deepspeed.utils calls that take a parameter
 alone).
 
     python test_tensor_fragment.py STAGE DTYPE          (also under mpirun -np 2)
@@ -13,13 +13,20 @@ After 2 steps at ZeRO stage STAGE (fp32 or bf16), on every rank:
   (bf16: rounded), the next forward computes with it (equal to a plain torch model holding
   module_state_dict's values), and training goes on from it (a step moves it); a value of
   another shape raises ValueError naming both shapes;
-- the gradient and the local forms raise NotImplementedError naming themselves, an optimizer
-  state other than exp_avg / exp_avg_sq ValueError;
+- the local forms and safe_update_full_grad_vectorized raise NotImplementedError naming
+  themselves, an optimizer state other than exp_avg / exp_avg_sq ValueError;
 - after engine.close(), safe_get_full_fp32_param and safe_get_full_optimizer_state give None;
 - fp32, every rank the same batches: safe_get_full_optimizer_state's exp_avg and exp_avg_sq
   equal torch.optim.AdamW's after 2 steps (relative 4e-6), and after
   safe_set_full_optimizer_state of both moments (read back as set) and the same setting in
   torch's optimizer, one more step gives the same weights and moments.
+- safe_get_full_grad / safe_set_full_grad (check_grads), 2 micro-batches per step, each rank its
+  own batches: after both backwards the gradient is fp32, of the parameter's shape, the tied
+  weight's once under either name, None for a frozen parameter; in fp32 it equals the mean over
+  ranks and micro-batches of plain torch's gradients of the same batches (relative 5e-7); a
+  value set reads back exactly (bf16: multiples of 1/64, which bf16 holds); in fp32 the step
+  after it equals torch AdamW's given that gradient; after the step the gradient reads zero;
+  a value of another shape raises ValueError; inside no_sync (stages 0-1) `.grad` itself.
 Each check prints its name; exit 1 when one fails, 77 without torch.
 """
 import sys
@@ -106,8 +113,8 @@ def main():
     check_raises("a value of another shape raises ValueError naming both shapes",
                  lambda: zu.safe_set_full_fp32_param(model.body.weight, torch.zeros(3, 6)),
                  ValueError, "(3, 6)", "(6, 6)")
-    for name in ("safe_get_full_grad", "safe_get_local_optimizer_state", "safe_get_local_grad",
-                 "safe_set_full_grad", "safe_get_local_fp32_param"):
+    for name in ("safe_update_full_grad_vectorized", "safe_get_local_optimizer_state",
+                 "safe_get_local_grad", "safe_set_local_grad", "safe_get_local_fp32_param"):
         check_raises(f"{name} raises NotImplementedError naming itself",
                      lambda: getattr(zu, name)(model.body.weight), NotImplementedError, name)
     check_raises("an optimizer state zinc's Adam does not keep raises ValueError naming both",
@@ -119,6 +126,7 @@ def main():
           zu.safe_get_full_optimizer_state(model.body.weight, "exp_avg") is None)
     if dtype == "fp32":
         check_moments(stage)
+    check_grads(stage, dtype)
     return 1 if failures else 0
 
 
@@ -187,6 +195,81 @@ def check_moments(stage):
     compare("a step after both moments were set: torch AdamW's weights and moments after the "
             "same setting")
     engine.close()
+
+
+def check_grads(stage, dtype):
+    """safe_get_full_grad / safe_set_full_grad between the backwards of a 2-micro-batch step
+    and its engine.step(), against plain torch's gradients of all ranks' batches (fp32)."""
+    ga = 2
+    cfg = {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": ga,
+           "gradient_clipping": 0.0,
+           "optimizer": {"type": "AdamW", "params": {"lr": 1e-2, "weight_decay": 0.01}},
+           "zero_optimization": {"stage": stage}}
+    if dtype == "bf16":
+        cfg["bf16"] = {"enabled": True}
+    model, ref = Model(), Model()
+    engine, *_ = zinc.initialize(model=model, config=cfg)
+    world, rank = engine.world_size, engine.global_rank
+    betas = tuple(torch.tensor(b, dtype=torch.float32).item() for b in (0.9, 0.999))
+    opt = torch.optim.AdamW([p for p in ref.parameters() if p.requires_grad], lr=1e-2,
+                            betas=betas, weight_decay=0.01)
+
+    def batch(r, m):
+        return torch.randint(0, 12, (2, 4), generator=torch.Generator().manual_seed(100 + 10 * r + m))
+
+    for m in range(ga):          # DeepSpeed's loop; the last step() comes after the checks
+        engine.backward(engine(batch(rank, m)).float().pow(2).mean())
+        if m < ga - 1:
+            engine.step()
+    opt.zero_grad()
+    for m in range(ga):
+        for r in range(world):     # DeepSpeed's gradient: the mean over ranks, loss / GA each
+            (ref(batch(r, m)).pow(2).mean() / (ga * world)).backward()
+    names = ("emb.weight", "body.weight", "body.bias")
+    mine, theirs = dict(model.named_parameters()), dict(ref.named_parameters())
+    grads = {n: zu.safe_get_full_grad(mine[n]) for n in names}
+    check("safe_get_full_grad: fp32 and the parameter's shape",
+          all(g is not None and g.dtype == torch.float32 and g.shape == theirs[n].shape
+              for n, g in grads.items()), f"{[(n, None if g is None else (g.dtype, g.shape)) for n, g in grads.items()]}")
+    check("the tied weight's gradient under either name",
+          torch.equal(zu.safe_get_full_grad(model.head.weight), grads["emb.weight"]))
+    check("a frozen parameter's gradient: None", zu.safe_get_full_grad(model.frozen.weight) is None)
+    if dtype == "fp32":
+        # fp32 summation order only (ranks, micro-batches, torch's kernels): measured worst
+        # 6.6e-8 of the tensor's largest value at stages 0-3, 1 and 2 ranks; 5e-7 is ~8x that.
+        bad = [n for n in names if not close(grads[n], theirs[n].grad, 5e-7)]
+        check("the gradient is the mean over ranks and micro-batches of torch's (relative 5e-7)",
+              not bad, f"{bad}")
+    value = ((torch.arange(36) % 13 - 6) / 64.0).reshape(6, 6)
+    zu.safe_set_full_grad(model.body.weight, value)
+    check("safe_set_full_grad: the gradient reads back as set",
+          torch.equal(zu.safe_get_full_grad(model.body.weight), value))
+    check_raises("a gradient of another shape raises ValueError naming both shapes",
+                 lambda: zu.safe_set_full_grad(model.body.weight, torch.zeros(6)),
+                 ValueError, "(6,)", "(6, 6)")
+    before = zu.safe_get_full_fp32_param(model.body.weight)
+    engine.step()
+    ref.body.weight.grad.copy_(value)
+    opt.step()
+    if dtype == "fp32":
+        got, want = engine.module_state_dict(), ref.state_dict()
+        bad = [n for n in names if not close(got[n], want[n])]
+        check("the step uses the gradient set: torch AdamW's weights given that gradient", not bad,
+              f"{bad}")
+    else:
+        check("the step moved the weight the gradient was set for",
+              not torch.equal(zu.safe_get_full_fp32_param(model.body.weight), before))
+    check("after the step the gradients read zero",
+          all(not zu.safe_get_full_grad(mine[n]).any() for n in names))
+    if stage < 2:                # no_sync: zinc has not been handed the gradient, `.grad` has it
+        with engine.no_sync():
+            engine.backward(engine(batch(rank, 0)).float().pow(2).mean())
+            g = zu.safe_get_full_grad(model.body.weight)
+            check("inside no_sync: `.grad` itself, as DeepSpeed's",
+                  g is not None and g is model.body.weight.grad)
+        engine.step()
+    engine.close()
+    check("after engine.close(): no gradient", zu.safe_get_full_grad(model.body.weight) is None)
 
 
 if __name__ == "__main__":

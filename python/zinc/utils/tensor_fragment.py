@@ -11,9 +11,17 @@ deepspeed/utils/tensor_fragment.py), which take a model parameter alone:
   Adam's moments, key "exp_avg" or "exp_avg_sq" (torch's names; zinc_param_state_get/_set),
   the same rules.
 
-zinc keeps gradients only in its buckets and shards and has no call yet that gathers or sets
-them from Python: the grad forms raise NotImplementedError naming themselves, as do the local
-(this rank's fragment) forms."""
+- safe_get_full_grad(param) / safe_set_full_grad(param, value): the gradient the next
+  engine.step() will use, fp32 and whole (zinc_param_grad_get, collective; zinc_param_grad_set):
+  after engine.backward() and before engine.step(), the sum of this step's micro-batches so far
+  averaged over the ranks, in the units backward left it — times the fp16 loss scale and
+  divided by gradient_accumulation_steps, as DeepSpeed holds it before its step unscales. A
+  set value (the same on every rank) replaces it; later backwards of the same step add to it.
+  As DeepSpeed's, a parameter whose `.grad` is set (inside no_sync, where zinc has not been
+  handed the gradient yet) gets that `.grad` read or written instead.
+
+The local (this rank's fragment) forms and safe_update_full_grad_vectorized raise
+NotImplementedError naming themselves."""
 from ..engine import trained_by
 
 
@@ -46,6 +54,27 @@ def safe_set_full_optimizer_state(param, value, optim_state_key):
         owner[0]._set_full_fp32(owner[1], value, optim_state_key)
 
 
+def safe_get_full_grad(param):
+    """The gradient of `param` the next step will use, fp32 and whole (collective); `.grad`
+    itself where it is set (no_sync); None when no live zinc engine trains it."""
+    if param.grad is not None:
+        return param.grad
+    owner = trained_by(param)
+    return None if owner is None else owner[0]._full_fp32(owner[1], "grad")
+
+
+def safe_set_full_grad(param, value):
+    """Sets the gradient of `param` the next step will use (the same value on every rank);
+    `.grad` itself where it is set (no_sync). Nothing for a parameter no live zinc engine
+    trains."""
+    if param.grad is not None:
+        param.grad.copy_(value)
+        return
+    owner = trained_by(param)
+    if owner is not None:
+        owner[0]._set_full_fp32(owner[1], value, "grad")
+
+
 def _not_offered(name, what):
     def call(*args, **kwargs):
         raise NotImplementedError(f"zinc.utils.{name}: zinc keeps {what} only in its shards and "
@@ -55,8 +84,6 @@ def _not_offered(name, what):
     return call
 
 
-safe_get_full_grad = _not_offered("safe_get_full_grad", "gradients")
-safe_set_full_grad = _not_offered("safe_set_full_grad", "gradients")
 safe_get_local_grad = _not_offered("safe_get_local_grad", "gradients")
 safe_set_local_grad = _not_offered("safe_set_local_grad", "gradients")
 safe_get_local_optimizer_state = _not_offered("safe_get_local_optimizer_state", "Adam's moments")

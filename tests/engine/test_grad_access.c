@@ -1,0 +1,257 @@
+/*
+ * test_grad_access.c — zinc_param_grad_get / zinc_param_grad_set (DeepSpeed's safe_get_full_grad
+ * and safe_set_full_grad) at stages 0-3, fp32 and bf16, 1, 2 and 4 local ranks, with and without
+ * optimizer offload.
+ *
+ * Two parameters in two groups (777 and 33x3 elements, so slices and padding differ by world
+ * size). Each optimizer step has 2 micro-steps; in micro-step k rank r adds (r + 1) * G_k into
+ * the gradient views, G_k made of multiples of 1/64 no larger than 6/64, so every sum, every
+ * average over 2 or 4 ranks and its bf16 rounding are exact: the gradient read back must equal
+ * sum_k G_k * (N + 1) / 2 bit for bit, after each micro-step's backward (the accumulation so
+ * far), and be zero after the optimizer step.
+ *
+ * Then, before the first optimizer step, every rank sets parameter "a"'s gradient to H. The
+ * weights after that step must be bitwise those of a reference run whose micro-steps produce H
+ * for "a" themselves (micro-step 0 adds nothing to it, micro-step 1 adds H on every rank): the
+ * step uses the gradient set, also when offload has already queued the old one to the host
+ * (engine_grad_access_eager runs this with ZINC_CPU_ASYNC_COPY=eager, where a queued copy reads
+ * its source at once: without the second download the offload rows fail there).
+ *
+ * Misuse at one rank, stage 2: reading or setting while the group's gradient is still in its
+ * bucket (before zinc_grads_ready) is ZINC_ERR_USAGE naming zinc_grads_ready; NULL buffers and
+ * unknown ids are refused.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+#include "zinc.h"
+
+#define NA 777
+#define NB 99
+#define MAXR 4
+
+typedef struct {
+    zinc_world_t *world;
+    int world_size, stage, bf16, offload;
+    int reference;              /* 1: the run that produces H in its micro-steps, no set */
+    float *weights[MAXR][2];    /* the masters after the first optimizer step, per rank */
+    int checks_failed[MAXR];
+} run_ctx;
+
+/* G_k[i] and H[i]: multiples of 1/64 in [-6/64, 6/64]. */
+static float g_val(int k, int64_t i) { return (float)((i * 7 + k * 5 + 3) % 13 - 6) / 64.0f; }
+static float h_val(int64_t i) { return (float)((i * 11 + 1) % 13 - 6) / 64.0f; }
+
+static zinc_dtype dtype_of(const run_ctx *c) { return c->bf16 ? ZINC_DTYPE_BF16 : ZINC_DTYPE_FP32; }
+
+/* Adds `scale` * f(i) into the gradient view of a parameter (in the working dtype). */
+static void add_grad(zinc_engine_t *e, int p, const run_ctx *c, int64_t n, int k, float scale,
+                     int use_h)
+{
+    void *v = NULL;
+    ZT_OK(zinc_param_grad(e, p, &v));
+    if (!v) return;
+    for (int64_t i = 0; i < n; i++) {
+        float x = scale * (use_h ? h_val(i) : g_val(k, i));
+        if (c->bf16) {
+            uint16_t *b = v;
+            float cur;
+            uint32_t u = (uint32_t)b[i] << 16;
+            memcpy(&cur, &u, 4);
+            cur += x;             /* exact: small multiples of 1/64 */
+            memcpy(&u, &cur, 4);
+            b[i] = (uint16_t)(u >> 16);
+        } else {
+            ((float *)v)[i] += x;
+        }
+    }
+}
+
+/* Compares the gradient read back with `want` (fp32) bit for bit; returns 1 when equal. */
+static int same(const float *got, const float *want, int64_t n, const char *what, int rank)
+{
+    for (int64_t i = 0; i < n; i++)
+        if (memcmp(&got[i], &want[i], 4)) {
+            ZT_CHECK(0, "%s rank %d: element %lld is %.9g, want %.9g", what, rank, (long long)i,
+                     got[i], want[i]);
+            return 0;
+        }
+    return 1;
+}
+
+static void rank_fn(int rank, void *arg)
+{
+    run_ctx *c = arg;
+    char cfg[1024], label[128];
+    snprintf(label, sizeof label, "stage %d %s N=%d%s%s", c->stage, c->bf16 ? "bf16" : "fp32",
+             c->world_size, c->offload ? " offload" : "", c->reference ? " (reference)" : "");
+    snprintf(cfg, sizeof cfg,
+             "{\"train_micro_batch_size_per_gpu\": 1, \"gradient_accumulation_steps\": 2, %s"
+             "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01}},"
+             "\"zero_optimization\": {\"stage\": %d%s}}",
+             c->bf16 ? "\"bf16\": {\"enabled\": true}," : "", c->stage,
+             c->offload ? ", \"offload_optimizer\": {\"device\": \"cpu\"}" : "");
+    zinc_engine_options_t o = {.config_json = cfg, .world = c->world, .rank = rank, .threads = 1};
+    zinc_engine_t *e = NULL;
+    ZT_OK(zinc_engine_create(&o, &e));
+    if (!e) return;
+    int ga, gb, pa, pb;
+    int64_t sa[1] = {NA}, sb[2] = {33, 3};
+    ZT_OK(zinc_group_add(e, "a", &ga));
+    ZT_OK(zinc_group_add(e, "b", &gb));
+    ZT_OK(zinc_param_add(e, ga, "a.w", 1, sa, dtype_of(c), &pa));
+    ZT_OK(zinc_param_add(e, gb, "b.w", 2, sb, dtype_of(c), &pb));
+    ZT_OK(zinc_finalize(e));
+    float *init = malloc(NA * sizeof(float));
+    for (int64_t i = 0; i < NA; i++) init[i] = (float)(i % 17) / 32.0f - 0.25f;
+    ZT_OK(zinc_param_set(e, pa, init));
+    ZT_OK(zinc_param_set(e, pb, init));
+    const int params[2] = {pa, pb};
+    const int64_t numel[2] = {NA, NB};
+    float *got = malloc(NA * sizeof(float)), *want = malloc(NA * sizeof(float));
+    float mean = (float)(c->world_size + 1) / 2.0f;
+    for (int k = 0; k < 2; k++) {
+        for (int q = 0; q < 2; q++) {
+            int g = q ? gb : ga;
+            ZT_OK(zinc_gather(e, g));
+            if (c->reference && q == 0)
+                add_grad(e, pa, c, NA, k, k == 1 ? 1.0f : 0.0f, 1);
+            else
+                add_grad(e, params[q], c, numel[q], k, (float)(rank + 1), 0);
+            ZT_OK(zinc_release(e, g));
+            ZT_OK(zinc_grads_ready(e, g));
+        }
+        if (!c->reference) {
+            /* The accumulation so far, averaged over the ranks. */
+            for (int q = 0; q < 2; q++) {
+                for (int64_t i = 0; i < numel[q]; i++)
+                    want[i] = (g_val(0, i) + (k == 1 ? g_val(1, i) : 0.0f)) * mean;
+                ZT_OK(zinc_param_grad_get(e, params[q], got));
+                char what[200];
+                snprintf(what, sizeof what, "%s: grad of %s after micro-step %d", label,
+                         q ? "b" : "a", k);
+                c->checks_failed[rank] += !same(got, want, numel[q], what, rank);
+            }
+            if (k == 1) {
+                /* Every rank sets the same H; the step must use it. */
+                for (int64_t i = 0; i < NA; i++) want[i] = h_val(i);
+                ZT_OK(zinc_param_grad_set(e, pa, want));
+                ZT_OK(zinc_param_grad_get(e, pa, got));
+                char what[200];
+                snprintf(what, sizeof what, "%s: grad of a after zinc_param_grad_set", label);
+                c->checks_failed[rank] += !same(got, want, NA, what, rank);
+            }
+        }
+        zinc_step_info_t info = {0};
+        ZT_OK(zinc_step(e, &info));
+        ZT_CHECK(info.boundary == (k == 1) && !info.skipped, "%s: micro-step %d: boundary %d, "
+                 "skipped %d", label, k, info.boundary, info.skipped);
+    }
+    /* After the step the gradients start again from zero. */
+    memset(want, 0, NA * sizeof(float));
+    for (int q = 0; q < 2; q++) {
+        ZT_OK(zinc_param_grad_get(e, params[q], got));
+        char what[200];
+        snprintf(what, sizeof what, "%s: grad of %s after zinc_step", label, q ? "b" : "a");
+        c->checks_failed[rank] += !same(got, want, numel[q], what, rank);
+    }
+    for (int q = 0; q < 2; q++) {
+        c->weights[rank][q] = malloc((size_t)numel[q] * sizeof(float));
+        ZT_OK(zinc_param_get(e, params[q], c->weights[rank][q]));
+    }
+    free(init);
+    free(got);
+    free(want);
+    zinc_engine_destroy(e);
+}
+
+static void run(run_ctx *c)
+{
+    ZT_OK(zinc_world_create_local(c->world_size, &c->world));
+    if (!c->world) return;
+    zt_run_ranks(c->world_size, rank_fn, c);
+    zinc_world_destroy(c->world);
+}
+
+static void free_run(run_ctx *c)
+{
+    for (int r = 0; r < MAXR; r++)
+        for (int q = 0; q < 2; q++) free(c->weights[r][q]);
+}
+
+static void test_get_set(int stage, int bf16, int world_size, int offload)
+{
+    run_ctx t = {.world_size = world_size, .stage = stage, .bf16 = bf16, .offload = offload};
+    run_ctx ref = t;
+    ref.reference = 1;
+    run(&t);
+    run(&ref);
+    int failed = 0;
+    for (int r = 0; r < world_size; r++) failed += t.checks_failed[r];
+    int equal = 1;
+    for (int r = 0; r < world_size && equal; r++)
+        for (int q = 0; q < 2; q++)
+            if (!t.weights[r][q] || !ref.weights[r][q] ||
+                memcmp(t.weights[r][q], ref.weights[r][q], (q ? NB : NA) * sizeof(float)))
+                equal = 0;
+    ZT_CHECK(equal, "stage %d %s N=%d%s: the weights after a step with the gradient set differ "
+             "from those of the run that produced it", stage, bf16 ? "bf16" : "fp32", world_size,
+             offload ? " offload" : "");
+    /* The reference trained at all: its weights moved from the initial ones. */
+    int moved = ref.weights[0][0] && ref.weights[0][0][1] != (float)(1 % 17) / 32.0f - 0.25f;
+    ZT_CHECK(moved, "stage %d: the reference run's weights did not move", stage);
+    printf("stage %d %s N=%d%s: gradients read back exactly (%s), the step uses the one set\n",
+           stage, bf16 ? "bf16" : "fp32", world_size, offload ? " offload" : "",
+           failed ? "NOT" : "ok");
+    free_run(&t);
+    free_run(&ref);
+}
+
+/* One rank, stage 2: the gradient of a group not handed over yet is refused, by name. */
+static void test_misuse(void)
+{
+    const char *cfg = "{\"train_micro_batch_size_per_gpu\": 1, \"zero_optimization\": "
+                      "{\"stage\": 2}}";
+    zinc_engine_options_t o = {.config_json = cfg, .threads = 1};
+    zinc_engine_t *e = NULL;
+    ZT_OK(zinc_engine_create(&o, &e));
+    if (!e) return;
+    int g, p;
+    int64_t s[1] = {10};
+    ZT_OK(zinc_group_add(e, "a", &g));
+    ZT_OK(zinc_param_add(e, g, "a.w", 1, s, ZINC_DTYPE_FP32, &p));
+    float buf[10] = {0};
+    ZT_CHECK(zinc_param_grad_get(e, p, buf) == ZINC_ERR_USAGE, "get before zinc_finalize");
+    ZT_OK(zinc_finalize(e));
+    float *v = NULL;
+    ZT_OK(zinc_param_grad(e, p, (void **)&v));
+    ZT_CHECK(zinc_param_grad_get(e, p, buf) == ZINC_ERR_USAGE &&
+                 strstr(zinc_last_error(e), "zinc_grads_ready") && strstr(zinc_last_error(e), "a.w"),
+             "get with the gradient in its bucket: %s", zinc_last_error(e));
+    ZT_CHECK(zinc_param_grad_set(e, p, buf) == ZINC_ERR_USAGE &&
+                 strstr(zinc_last_error(e), "zinc_grads_ready"),
+             "set with the gradient in its bucket: %s", zinc_last_error(e));
+    ZT_OK(zinc_grads_ready(e, g));
+    ZT_CHECK(zinc_param_grad_get(e, p, NULL) == ZINC_ERR_INVALID_ARG, "NULL out");
+    ZT_CHECK(zinc_param_grad_set(e, p, NULL) == ZINC_ERR_INVALID_ARG, "NULL values");
+    ZT_CHECK(zinc_param_grad_get(e, 7, buf) == ZINC_ERR_INVALID_ARG &&
+                 strstr(zinc_last_error(e), "unknown parameter"),
+             "unknown id: %s", zinc_last_error(e));
+    ZT_CHECK(zinc_param_grad_get(NULL, 0, buf) == ZINC_ERR_INVALID_ARG, "NULL engine");
+    ZT_OK(zinc_param_grad_get(e, p, buf));
+    ZT_OK(zinc_step(e, NULL));
+    zinc_engine_destroy(e);
+}
+
+int main(void)
+{
+    for (int stage = 0; stage <= 3; stage++)
+        for (int bf16 = 0; bf16 <= 1; bf16++)
+            for (int n = 1; n <= 4; n *= 2) test_get_set(stage, bf16, n, 0);
+    for (int stage = 1; stage <= 3; stage++)
+        for (int bf16 = 0; bf16 <= 1; bf16++) test_get_set(stage, bf16, 2, 1);
+    test_misuse();
+    return zt_finish("engine_grad_access");
+}
