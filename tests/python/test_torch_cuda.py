@@ -1,7 +1,7 @@
 """test_torch_cuda.py — the `import zinc` front-end with the model on a CUDA device (label gpu).
 
-Written without a GPU (2026-11-23) and not yet run on one: the first GPU session runs it
-(docs/cuda.md, GPU checklist). At world 1, on the GPU of LOCAL_RANK (0 without a launcher):
+Written without a GPU (2026-11-23); passes on an NVIDIA H200 (2026-11-27, torch 2.11, the
+gradient checks included; docs/cuda.md, GPU checklist item 11). At world 1, on the GPU of LOCAL_RANK (0 without a launcher):
 - parity with plain PyTorch, fp32 and bf16, stages 0-3: test_torch_parity.py's model, batches and
   bounds, the reference being plain torch on the same GPU (the same forward/backward kernels, so
   only zinc's reduction and Adam differ, as on the CPU). One of them (stage 3 fp32) with torch on
@@ -25,6 +25,9 @@ Written without a GPU (2026-11-23) and not yet run on one: the first GPU session
   check above (views, zinc_param_get) holds;
 - zinc.zero.Init at stages 1 and 3 (fp32): the model built inside on the device (the pieces
   there, one element in each param.data) trains bit for bit as the one built whole there;
+- safe_get_full_grad / safe_set_full_grad at stages 0-3 (fp32): between backward and the step
+  the gradient is plain torch's accumulated one on the device (fp32 bound); a value set reads
+  back and the step after it equals torch's clip + AdamW given it;
 - errors: parameters on two devices (cpu and cuda) are refused naming one; with 2 or more GPUs a
   model on a GPU other than the local rank's is refused, saying torch.cuda.set_device.
 Usage:
@@ -164,6 +167,52 @@ def parity(dev, stage, bf16, ref, side_stream=False):
         print(f"FAIL: zinc on {dev} parted from plain PyTorch beyond the {mode} bound")
     engine.close()
     return fails
+
+
+def grads(dev, stage):
+    """safe_get_full_grad / safe_set_full_grad on the device, fp32: after the first optimizer
+    step's backwards (its last step() not yet called, a sleep queued on zinc's stream first) the
+    gradient of every parameter is plain torch's accumulated one on the same device within the
+    fp32 bound; a value set reads back as set, and the step then equals torch's clip + AdamW
+    given that gradient."""
+    import zinc.utils as zu
+    torch.manual_seed(0)
+    m = tp.Tiny().to(dev)
+    engine, *_ = zinc.initialize(model=m, model_parameters=m.parameters(), config=cfg(stage, False))
+    torch.manual_seed(0)
+    r = tp.Tiny().to(dev)
+    opt = torch.optim.AdamW(r.parameters(), lr=tp.LR, betas=(0.9, 0.999), eps=1e-8,
+                            weight_decay=tp.WD)
+    cuda = dev.type == "cuda"
+    for k, (x, y) in zip(range(tp.GA), tp.batches()):
+        loss = tp.loss_fn(engine, x.to(dev), y.to(dev))
+        lag(torch.cuda.current_stream(dev) if cuda else None)
+        engine.backward(loss)
+        if k < tp.GA - 1:
+            engine.step()
+        (tp.loss_fn(r, x.to(dev), y.to(dev)) / tp.GA).backward()
+    lag(engine._zstream if cuda else None)
+    mine, theirs = dict(m.named_parameters()), dict(r.named_parameters())
+    worst = max(float((zu.safe_get_full_grad(mine[n]) - p.grad).abs().max() / p.grad.abs().max())
+                for n, p in theirs.items())
+    name = next(iter(theirs))
+    value = torch.linspace(-0.1, 0.1, theirs[name].numel(), device=dev).reshape(theirs[name].shape)
+    zu.safe_set_full_grad(mine[name], value)
+    read = zu.safe_get_full_grad(mine[name])
+    engine.step()
+    theirs[name].grad.copy_(value)
+    torch.nn.utils.clip_grad_norm_(r.parameters(), 1.0)
+    opt.step()
+    w = engine.module_state_dict()
+    worst_w = max(float((w[n] - p.detach()).abs().max() / p.detach().abs().max())
+                  for n, p in theirs.items())
+    ok = worst < 4e-6 and torch.equal(read, value) and read.device == dev and worst_w < 4e-6
+    print(f"{dev} stage {stage} gradients: safe_get_full_grad against torch's {worst:.2e}, "
+          f"set reads back {torch.equal(read, value)}, the step after it {worst_w:.2e} (bound 4e-6)")
+    if not ok:
+        print(f"FAIL: safe_get_full_grad / safe_set_full_grad on {dev}")
+    engine.close()
+    return 0 if ok else 1
 
 
 def features(dev, stage):
@@ -335,6 +384,8 @@ def main(on_cpu):
             fails += parity(dev, stage, bf16, ref[bf16])
     if dev.type == "cuda":
         fails += parity(dev, 3, False, ref[False], side_stream=True)
+    for stage in range(4):
+        fails += grads(dev, stage)
     for stage in (1, 3):
         fails += features(dev, stage)
         fails += gathered(dev, stage)
