@@ -839,10 +839,18 @@ zinc_status zinc_param_state_set(zinc_engine_t *e, int param, zinc_param_state w
 
 /* ---- gradients (DeepSpeed's safe_get_full_grad / safe_set_full_grad) ----------------------- */
 
-/* Stages 2-3: a group's gradient is in the shard only once zinc_grads_ready handed its bucket
- * over; before that part of it is in a bucket these calls do not read. */
-static zinc_status grad_handed_over(zinc_engine_t *e, int param, const char *fn, int collective)
+/* The checks of zinc_param_grad_get (collective, `buf` its out) and _set (`buf` its values):
+ * a known parameter after finalize, a buffer, and at stages 2-3 the group's gradient in the
+ * shard — it gets there only once zinc_grads_ready hands the bucket over, and before that part
+ * of it is in a bucket these calls do not read. */
+static zinc_status grad_access_check(zinc_engine_t *e, int param, const void *buf, const char *fn,
+                                     int collective)
 {
+    zinc_status s = check_param(e, param, fn);
+    if (s != ZINC_OK) return s;
+    if (!buf)
+        return zeng_fail(e, ZINC_ERR_INVALID_ARG, "%s: %s is NULL", fn,
+                         collective ? "out" : "values");
     const zplan_param *P = &e->plan.params[param];
     if (e->stage < 2 || e->gstate[P->group].bucket < 0) return ZINC_OK;
     const char *fmt = "%s: '%s': its group '%s' holds gradients not yet handed over with "
@@ -855,10 +863,7 @@ static zinc_status grad_handed_over(zinc_engine_t *e, int param, const char *fn,
 zinc_status zinc_param_grad_get(zinc_engine_t *e, int param, float *out)
 {
     const char *fn = "zinc_param_grad_get";
-    zinc_status s = check_param(e, param, fn);
-    if (s != ZINC_OK) return s;
-    if (!out) return zeng_fail(e, ZINC_ERR_INVALID_ARG, "%s: out is NULL", fn);
-    s = grad_handed_over(e, param, fn, 1);
+    zinc_status s = grad_access_check(e, param, out, fn, 1);
     if (s != ZINC_OK) return s;
     const zplan_param *P = &e->plan.params[param];
     const zplan_group *G = &e->plan.groups[P->group];
@@ -891,10 +896,7 @@ zinc_status zinc_param_grad_get(zinc_engine_t *e, int param, float *out)
 zinc_status zinc_param_grad_set(zinc_engine_t *e, int param, const float *values)
 {
     const char *fn = "zinc_param_grad_set";
-    zinc_status s = check_param(e, param, fn);
-    if (s != ZINC_OK) return s;
-    if (!values) return zeng_fail(e, ZINC_ERR_INVALID_ARG, "%s: values is NULL", fn);
-    s = grad_handed_over(e, param, fn, 0);
+    zinc_status s = grad_access_check(e, param, values, fn, 0);
     if (s != ZINC_OK) return s;
     const zplan_param *P = &e->plan.params[param];
     size_t dsz = zinc_dtype_size(e->dtype);

@@ -212,7 +212,8 @@ static void test_get_set(int stage, int bf16, int world_size, int offload)
 /* One rank, stage 2: the gradient of a group not handed over yet is refused, by name. */
 static void test_misuse(void)
 {
-    const char *cfg = "{\"train_micro_batch_size_per_gpu\": 1, \"zero_optimization\": "
+    const char *cfg = "{\"train_micro_batch_size_per_gpu\": 1, \"optimizer\": {\"type\": "
+                      "\"AdamW\", \"params\": {\"lr\": 0.01}}, \"zero_optimization\": "
                       "{\"stage\": 2}}";
     zinc_engine_options_t o = {.config_json = cfg, .threads = 1};
     zinc_engine_t *e = NULL;
