@@ -773,11 +773,13 @@ zinc_status zinc_param_set(zinc_engine_t *e, int param, const float *values)
     return ZINC_OK;
 }
 
-/* A parameter's whole value of one fp32 stream laid out as the master (master, m or v): every
- * rank contributes its slice of the group; an (uncounted) all-gather in device memory assembles
- * the group; the parameter is then read out of it. Collective. */
-static zinc_status gather_stream(zinc_engine_t *e, int param, const float *base, float *out,
-                                 const char *fn)
+/* A parameter's whole value, in fp32, of one stream laid out as the master (master, m or v, on
+ * `src_dev`: the host one with offload) or as the stage 2-3 gradient accumulator (dtype `dt`,
+ * on the engine's device): every rank contributes its slice of the group, converted to fp32; an
+ * (uncounted) all-gather in device memory assembles the group; the parameter is then read out
+ * of it. Collective. */
+static zinc_status gather_stream(zinc_engine_t *e, int param, const void *base, zinc_dtype dt,
+                                 zdev_t *src_dev, float *out, const char *fn)
 {
     zinc_status s = check_param(e, param, fn);
     if (s != ZINC_OK) return s;
@@ -788,8 +790,11 @@ static zinc_status gather_stream(zinc_engine_t *e, int param, const float *base,
     float *tmp = d->iface->alloc(d, G->padded * sizeof(float));
     if (!tmp) return zeng_fail(e, ZINC_ERR_NOMEM, "%s: out of memory", fn);
     size_t own = e->stage == 0 ? G->flat_off + G->slice * (size_t)e->rank : G->shard_off;
-    s = e->offload ? d->iface->upload(d, tmp + G->slice * (size_t)e->rank, base + own, G->slice * 4)
-                   : d->iface->copy(d, tmp + G->slice * (size_t)e->rank, base + own, G->slice * 4);
+    float *mine = tmp + G->slice * (size_t)e->rank;
+    const char *src = (const char *)base + own * zinc_dtype_size(dt);
+    /* host state is fp32 (offload): uploaded as is */
+    s = src_dev != d ? d->iface->upload(d, mine, src, G->slice * 4)
+                     : d->iface->cast(d, mine, ZINC_DTYPE_FP32, src, dt, G->slice, 1.0f);
     if (s == ZINC_OK) s = e->comm->iface->all_gather(e->comm, tmp, G->padded, ZDT_F32);
     if (s == ZINC_OK) s = d->iface->download(d, out, tmp + P->offset, P->numel * 4);
     d->iface->free(d, tmp);
@@ -800,7 +805,8 @@ static zinc_status gather_stream(zinc_engine_t *e, int param, const float *base,
 
 zinc_status zinc_param_get(zinc_engine_t *e, int param, float *out)
 {
-    return gather_stream(e, param, e ? e->master : NULL, out, "zinc_param_get");
+    return gather_stream(e, param, e ? e->master : NULL, ZINC_DTYPE_FP32, e ? state_dev(e) : NULL,
+                         out, "zinc_param_get");
 }
 
 static float *moment(zinc_engine_t *e, zinc_param_state which)
@@ -813,7 +819,8 @@ zinc_status zinc_param_state_get(zinc_engine_t *e, int param, zinc_param_state w
     if (e && !moment(e, which))
         return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_param_state_get: unknown state %d "
                          "(ZINC_STATE_EXP_AVG or ZINC_STATE_EXP_AVG_SQ)", (int)which);
-    return gather_stream(e, param, e ? moment(e, which) : NULL, out, "zinc_param_state_get");
+    return gather_stream(e, param, e ? moment(e, which) : NULL, ZINC_DTYPE_FP32,
+                         e ? state_dev(e) : NULL, out, "zinc_param_state_get");
 }
 
 zinc_status zinc_param_state_set(zinc_engine_t *e, int param, zinc_param_state which,
@@ -865,28 +872,20 @@ zinc_status zinc_param_grad_get(zinc_engine_t *e, int param, float *out)
     const char *fn = "zinc_param_grad_get";
     zinc_status s = grad_access_check(e, param, out, fn, 1);
     if (s != ZINC_OK) return s;
+    /* Stages 2-3: already averaged by zinc_grads_ready's reduce-scatter; the slices, gathered. */
+    if (e->stage >= 2) return gather_stream(e, param, e->grad, e->dtype, e->dev, out, fn);
+    /* Stages 0-1: this rank's sums, averaged over the ranks here in fp32 (zinc_step averages
+     * the buffer itself, in the working dtype). */
     const zplan_param *P = &e->plan.params[param];
-    const zplan_group *G = &e->plan.groups[P->group];
     zdev_t *d = e->dev;
-    size_t dsz = zinc_dtype_size(e->dtype);
-    size_t n = e->stage < 2 ? P->numel : G->padded;
-    float *tmp = d->iface->alloc(d, n * sizeof(float));
+    float *tmp = d->iface->alloc(d, P->numel * sizeof(float));
     if (!tmp) return zeng_fail(e, ZINC_ERR_NOMEM, "%s: out of memory", fn);
-    if (e->stage < 2) {
-        /* This rank's sums, averaged over the ranks here in fp32 (zinc_step averages the buffer
-         * itself, in the working dtype). */
-        s = d->iface->cast(d, tmp, ZINC_DTYPE_FP32, (const char *)e->grad + flat_pos(e, param) * dsz,
-                           e->dtype, P->numel, 1.0f);
-        if (s == ZINC_OK)
-            s = zcomm_all_reduce(e->comm, tmp, P->numel, ZDT_F32, 1.0f / (float)e->world_size);
-        if (s == ZINC_OK) s = d->iface->download(d, out, tmp, P->numel * 4);
-    } else {
-        /* Already averaged by zinc_grads_ready's reduce-scatter: each rank's slice, gathered. */
-        s = d->iface->cast(d, tmp + G->slice * (size_t)e->rank, ZINC_DTYPE_FP32,
-                           (const char *)e->grad + G->shard_off * dsz, e->dtype, G->slice, 1.0f);
-        if (s == ZINC_OK) s = e->comm->iface->all_gather(e->comm, tmp, G->padded, ZDT_F32);
-        if (s == ZINC_OK) s = d->iface->download(d, out, tmp + P->offset, P->numel * 4);
-    }
+    s = d->iface->cast(d, tmp, ZINC_DTYPE_FP32,
+                       (const char *)e->grad + flat_pos(e, param) * zinc_dtype_size(e->dtype),
+                       e->dtype, P->numel, 1.0f);
+    if (s == ZINC_OK)
+        s = zcomm_all_reduce(e->comm, tmp, P->numel, ZDT_F32, 1.0f / (float)e->world_size);
+    if (s == ZINC_OK) s = d->iface->download(d, out, tmp, P->numel * 4);
     d->iface->free(d, tmp);
     if (s != ZINC_OK)
         return zeng_fail(e, s, "%s: '%s': %s%s", fn, P->name, e->comm->err, d->err);
