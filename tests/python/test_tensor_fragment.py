@@ -26,7 +26,9 @@ After 2 steps at ZeRO stage STAGE (fp32 or bf16), on every rank:
   ranks and micro-batches of plain torch's gradients of the same batches (relative 5e-7); a
   value set reads back exactly (bf16: multiples of 1/64, which bf16 holds); in fp32 the step
   after it equals torch AdamW's given that gradient; after the step the gradient reads zero;
-  a value of another shape raises ValueError; inside no_sync (stages 0-1) `.grad` itself.
+  a value of another shape raises ValueError; inside no_sync (stages 0-1) `.grad` itself;
+  safe_update_full_grad_vectorized calls update_func(gradient, param) once per trained
+  parameter (not the frozen one) and its result becomes the gradient.
 Each check prints its name; exit 1 when one fails, 77 without torch.
 """
 import sys
@@ -113,8 +115,8 @@ def main():
     check_raises("a value of another shape raises ValueError naming both shapes",
                  lambda: zu.safe_set_full_fp32_param(model.body.weight, torch.zeros(3, 6)),
                  ValueError, "(3, 6)", "(6, 6)")
-    for name in ("safe_update_full_grad_vectorized", "safe_get_local_optimizer_state",
-                 "safe_get_local_grad", "safe_set_local_grad", "safe_get_local_fp32_param"):
+    for name in ("safe_get_local_optimizer_state", "safe_get_local_grad", "safe_set_local_grad",
+                 "safe_get_local_fp32_param"):
         check_raises(f"{name} raises NotImplementedError naming itself",
                      lambda: getattr(zu, name)(model.body.weight), NotImplementedError, name)
     check_raises("an optimizer state zinc's Adam does not keep raises ValueError naming both",
@@ -247,6 +249,28 @@ def check_grads(stage, dtype):
     check_raises("a gradient of another shape raises ValueError naming both shapes",
                  lambda: zu.safe_set_full_grad(model.body.weight, torch.zeros(6)),
                  ValueError, "(6,)", "(6, 6)")
+    # The vectorized update over every parameter, the frozen one included (passed over): each
+    # gradient doubled, body.weight's from the value just set. A value set is held in the
+    # working dtype: at stages 0-1 with several ranks the gradient read is an fp32 average of
+    # bf16 sums, so in bf16 the doubled one comes back rounded to bf16.
+    old = {n: zu.safe_get_full_grad(mine[n]) for n in names}
+    work = torch.float32 if dtype == "fp32" else torch.bfloat16
+    seen = []
+
+    def double(grad, param):
+        seen.append(param)
+        return grad * 2
+
+    zu.safe_update_full_grad_vectorized(list(model.parameters()), double)
+    check("safe_update_full_grad_vectorized: update_func(gradient, param) for each trained "
+          "parameter, its result the gradient",
+          all(torch.equal(zu.safe_get_full_grad(mine[n]), (old[n] * 2).to(work).float())
+              for n in names) and
+          len(seen) == len(names) and not any(p is model.frozen.weight for p in seen),
+          f"{len(seen)} calls")
+    zu.safe_set_full_grad(model.body.weight, value)   # back to the value the step is checked with
+    for n in ("emb.weight", "body.bias"):
+        zu.safe_set_full_grad(mine[n], old[n])
     before = zu.safe_get_full_fp32_param(model.body.weight)
     engine.step()
     ref.body.weight.grad.copy_(value)

@@ -20,8 +20,11 @@ deepspeed/utils/tensor_fragment.py), which take a model parameter alone:
   As DeepSpeed's, a parameter whose `.grad` is set (inside no_sync, where zinc has not been
   handed the gradient yet) gets that `.grad` read or written instead.
 
-The local (this rank's fragment) forms and safe_update_full_grad_vectorized raise
-NotImplementedError naming themselves."""
+- safe_update_full_grad_vectorized(params, update_func): each gradient replaced by
+  update_func(gradient, param), through the two calls above (DeepSpeed does the same at stages
+  1-2; at stage 3 it batches them).
+
+The local (this rank's fragment) forms raise NotImplementedError naming themselves."""
 from ..engine import trained_by
 
 
@@ -75,6 +78,19 @@ def safe_set_full_grad(param, value):
         owner[0]._set_full_fp32(owner[1], value, "grad")
 
 
+def safe_update_full_grad_vectorized(param_list, update_func):
+    """DeepSpeed's: each parameter's gradient replaced by update_func(gradient, param) — `.grad`
+    in place where it is set (no_sync), else the gradient the next step uses, read and set
+    whole (collective: every rank calls it with the same list; update_func must give every
+    rank the same value). Frozen parameters and those no live zinc engine trains are passed
+    over."""
+    for p in param_list:
+        if p.grad is not None:
+            p.grad.copy_(update_func(p.grad, p))
+        elif p.requires_grad and trained_by(p) is not None:
+            safe_set_full_grad(p, update_func(safe_get_full_grad(p), p))
+
+
 def _not_offered(name, what):
     def call(*args, **kwargs):
         raise NotImplementedError(f"zinc.utils.{name}: zinc keeps {what} only in its shards and "
@@ -92,4 +108,3 @@ safe_get_local_fp32_param = _not_offered("safe_get_local_fp32_param",
                                          "this rank's fragment of the master weights")
 safe_set_local_fp32_param = _not_offered("safe_set_local_fp32_param",
                                          "this rank's fragment of the master weights")
-safe_update_full_grad_vectorized = _not_offered("safe_update_full_grad_vectorized", "gradients")
