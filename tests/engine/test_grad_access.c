@@ -229,7 +229,8 @@ static void test_misuse(void)
     float *v = NULL;
     ZT_OK(zinc_param_grad(e, p, (void **)&v));
     ZT_CHECK(zinc_param_grad_get(e, p, buf) == ZINC_ERR_USAGE &&
-                 strstr(zinc_last_error(e), "zinc_grads_ready") && strstr(zinc_last_error(e), "a.w"),
+                 strstr(zinc_last_error(e), "zinc_grads_ready") &&
+                 strstr(zinc_last_error(e), "a.w"),
              "get with the gradient in its bucket: %s", zinc_last_error(e));
     ZT_CHECK(zinc_param_grad_set(e, p, buf) == ZINC_ERR_USAGE &&
                  strstr(zinc_last_error(e), "zinc_grads_ready"),

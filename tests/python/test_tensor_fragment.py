@@ -217,7 +217,8 @@ def check_grads(stage, dtype):
                             betas=betas, weight_decay=0.01)
 
     def batch(r, m):
-        return torch.randint(0, 12, (2, 4), generator=torch.Generator().manual_seed(100 + 10 * r + m))
+        gen = torch.Generator().manual_seed(100 + 10 * r + m)
+        return torch.randint(0, 12, (2, 4), generator=gen)
 
     for m in range(ga):          # DeepSpeed's loop; the last step() comes after the checks
         engine.backward(engine(batch(rank, m)).float().pow(2).mean())
@@ -232,7 +233,8 @@ def check_grads(stage, dtype):
     grads = {n: zu.safe_get_full_grad(mine[n]) for n in names}
     check("safe_get_full_grad: fp32 and the parameter's shape",
           all(g is not None and g.dtype == torch.float32 and g.shape == theirs[n].shape
-              for n, g in grads.items()), f"{[(n, None if g is None else (g.dtype, g.shape)) for n, g in grads.items()]}")
+              for n, g in grads.items()),
+          f"{[(n, None if g is None else (g.dtype, g.shape)) for n, g in grads.items()]}")
     check("the tied weight's gradient under either name",
           torch.equal(zu.safe_get_full_grad(model.head.weight), grads["emb.weight"]))
     check("a frozen parameter's gradient: None", zu.safe_get_full_grad(model.frozen.weight) is None)

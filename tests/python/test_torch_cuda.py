@@ -208,7 +208,8 @@ def grads(dev, stage):
                   for n, p in theirs.items())
     ok = worst < 4e-6 and torch.equal(read, value) and read.device == dev and worst_w < 4e-6
     print(f"{dev} stage {stage} gradients: safe_get_full_grad against torch's {worst:.2e}, "
-          f"set reads back {torch.equal(read, value)}, the step after it {worst_w:.2e} (bound 4e-6)")
+          f"set reads back {torch.equal(read, value)}, the step after it {worst_w:.2e} "
+          "(bound 4e-6)")
     if not ok:
         print(f"FAIL: safe_get_full_grad / safe_set_full_grad on {dev}")
     engine.close()
