@@ -867,6 +867,24 @@ static zinc_status grad_access_check(zinc_engine_t *e, int param, const void *bu
                       : zeng_fail(e, ZINC_ERR_USAGE, fmt, fn, P->name, g);
 }
 
+/* Stages 2-3: `n` values into the gradient accumulator at shard position `pos` (a slice of
+ * the parameter's part), in the working dtype. Offload: the group's slice may already be on its
+ * way to the host (zinc_grads_ready of the accumulation's last micro-step queued it); it goes
+ * again, after this write. */
+static zinc_status write_grad_slice(zinc_engine_t *e, int param, size_t pos, const float *values,
+                                    size_t n, const char *fn)
+{
+    const zplan_param *P = &e->plan.params[param];
+    zinc_status s = upload_converted(e->dev, (char *)e->grad + pos * zinc_dtype_size(e->dtype),
+                                     values, n, e->dtype);
+    if (s != ZINC_OK)
+        return zeng_fail(e, s, "%s: '%s': %s", fn, P->name,
+                         s == ZINC_ERR_NOMEM ? "out of memory" : e->dev->err);
+    if (e->offload && e->gstate[P->group].ready && zeng_last_micro(e))
+        return zoffload_grad_changed(e, P->group);
+    return ZINC_OK;
+}
+
 zinc_status zinc_param_grad_get(zinc_engine_t *e, int param, float *out)
 {
     const char *fn = "zinc_param_grad_get";
@@ -898,22 +916,110 @@ zinc_status zinc_param_grad_set(zinc_engine_t *e, int param, const float *values
     zinc_status s = grad_access_check(e, param, values, fn, 0);
     if (s != ZINC_OK) return s;
     const zplan_param *P = &e->plan.params[param];
-    size_t dsz = zinc_dtype_size(e->dtype);
     size_t lo, hi, sp;
-    if (e->stage < 2) {
-        /* Every rank writes the whole value; zinc_step's average of equal values is the value. */
-        s = upload_converted(e->dev, (char *)e->grad + flat_pos(e, param) * dsz, values, P->numel,
-                             e->dtype);
-    } else if (own_range(e, param, &lo, &hi, &sp)) {
-        s = upload_converted(e->dev, (char *)e->grad + sp * dsz, values + lo, hi - lo, e->dtype);
-    }
+    if (e->stage >= 2)
+        return own_range(e, param, &lo, &hi, &sp) ? write_grad_slice(e, param, sp, values + lo,
+                                                                     hi - lo, fn)
+                                                   : ZINC_OK;
+    /* Every rank writes the whole value; zinc_step's average of equal values is the value. */
+    s = upload_converted(e->dev, (char *)e->grad + flat_pos(e, param) * zinc_dtype_size(e->dtype),
+                         values, P->numel, e->dtype);
     if (s != ZINC_OK)
         return zeng_fail(e, s, "%s: '%s': %s", fn, P->name,
                          s == ZINC_ERR_NOMEM ? "out of memory" : e->dev->err);
-    /* Offload: the group's slice may already be on its way to the host (zinc_grads_ready of
-     * the accumulation's last micro-step queued it); it goes again, after this write. */
-    if (e->offload && e->stage >= 2 && e->gstate[P->group].ready && zeng_last_micro(e))
-        return zoffload_grad_changed(e, P->group);
+    return ZINC_OK;
+}
+
+/* ---- this rank's fragment (DeepSpeed's safe_get_local_* / safe_set_local_*) ---------------- */
+
+zinc_status zinc_param_local_range(zinc_engine_t *e, int param, int64_t *lo, int64_t *hi)
+{
+    zinc_status s = check_param(e, param, "zinc_param_local_range");
+    if (s != ZINC_OK) return s;
+    if (!lo || !hi)
+        return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_param_local_range: lo or hi is NULL");
+    size_t l = 0, h = 0, sp;
+    if (!own_range(e, param, &l, &h, &sp)) l = h = 0;
+    *lo = (int64_t)l;
+    *hi = (int64_t)h;
+    return ZINC_OK;
+}
+
+/* Where this rank's fragment of `which` lives: the stream's base, its dtype and device, the
+ * fragment's position in it and its length. The gradient has one from stage 2 on, once its
+ * group was handed over. */
+typedef struct {
+    char *base;
+    zinc_dtype dt;
+    zdev_t *dev;
+    size_t pos, n;
+} local_frag;
+
+static zinc_status local_stream(zinc_engine_t *e, int param, zinc_param_state which,
+                                const void *buf, const char *fn, local_frag *f)
+{
+    zinc_status s = which == ZINC_STATE_GRAD ? grad_access_check(e, param, buf, fn, 0)
+                                             : check_param(e, param, fn);
+    if (s != ZINC_OK) return s;
+    if (!buf) return zeng_fail(e, ZINC_ERR_INVALID_ARG, "%s: the buffer is NULL", fn);
+    size_t lo = 0, hi = 0, sp = 0;
+    int has = own_range(e, param, &lo, &hi, &sp);
+    f->n = has ? hi - lo : 0;
+    if (which == ZINC_STATE_GRAD) {
+        if (e->stage < 2)
+            return zeng_fail(e, ZINC_ERR_USAGE, "%s: below ZeRO stage 2 the gradient is not "
+                             "partitioned (this engine runs stage %d): zinc_param_grad_get "
+                             "reads it whole", fn, e->stage);
+        *f = (local_frag){(char *)e->grad, e->dtype, e->dev, sp, f->n};
+        return ZINC_OK;
+    }
+    float *base = which == ZINC_STATE_MASTER ? e->master : moment(e, which);
+    if (!base)
+        return zeng_fail(e, ZINC_ERR_INVALID_ARG, "%s: unknown state %d (ZINC_STATE_MASTER, "
+                         "_EXP_AVG, _EXP_AVG_SQ or _GRAD)", fn, (int)which);
+    *f = (local_frag){(char *)base, ZINC_DTYPE_FP32, state_dev(e),
+                      has ? master_pos(e, param, lo, sp) : 0, f->n};
+    return ZINC_OK;
+}
+
+zinc_status zinc_param_local_get(zinc_engine_t *e, int param, zinc_param_state which, float *out)
+{
+    const char *fn = "zinc_param_local_get";
+    local_frag f;
+    zinc_status s = local_stream(e, param, which, out, fn, &f);
+    if (s != ZINC_OK || f.n == 0) return s;
+    const char *src = f.base + f.pos * zinc_dtype_size(f.dt);
+    if (f.dt == ZINC_DTYPE_FP32) {
+        s = f.dev->iface->download(f.dev, out, src, f.n * 4);
+    } else {             /* the 16-bit gradient accumulator: converted on its device */
+        float *tmp = f.dev->iface->alloc(f.dev, f.n * sizeof(float));
+        if (!tmp) return zeng_fail(e, ZINC_ERR_NOMEM, "%s: out of memory", fn);
+        s = f.dev->iface->cast(f.dev, tmp, ZINC_DTYPE_FP32, src, f.dt, f.n, 1.0f);
+        if (s == ZINC_OK) s = f.dev->iface->download(f.dev, out, tmp, f.n * 4);
+        f.dev->iface->free(f.dev, tmp);
+    }
+    if (s != ZINC_OK)
+        return zeng_fail(e, s, "%s: '%s': %s", fn, e->plan.params[param].name, f.dev->err);
+    return ZINC_OK;
+}
+
+zinc_status zinc_param_local_set(zinc_engine_t *e, int param, zinc_param_state which,
+                                 const float *values)
+{
+    const char *fn = "zinc_param_local_set";
+    local_frag f;
+    zinc_status s = local_stream(e, param, which, values, fn, &f);
+    if (s != ZINC_OK || f.n == 0) return s;
+    if (which == ZINC_STATE_GRAD) return write_grad_slice(e, param, f.pos, values, f.n, fn);
+    /* In fp32 mode at stage 3 the master is the working copy's shard: a prefetched gather of
+     * the group holds the old values (and one gathered for a forward may not change). */
+    if (which == ZINC_STATE_MASTER && e->stage == 3 && e->dtype == ZINC_DTYPE_FP32) {
+        s = zgather_forget(e, e->plan.params[param].group, fn);
+        if (s != ZINC_OK) return s;
+    }
+    s = f.dev->iface->upload(f.dev, f.base + f.pos * 4, values, f.n * 4);
+    if (s != ZINC_OK)
+        return zeng_fail(e, s, "%s: '%s': %s", fn, e->plan.params[param].name, f.dev->err);
     return ZINC_OK;
 }
 

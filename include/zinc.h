@@ -244,8 +244,15 @@ ZINC_API zinc_status zinc_param_set(zinc_engine_t *e, int param, const float *va
 /* Collective. Copies a parameter's fp32 master value (numel floats) into `out` on every rank. */
 ZINC_API zinc_status zinc_param_get(zinc_engine_t *e, int param, float *out);
 
-/* A parameter's Adam state: the first moment (torch's exp_avg) or the second (exp_avg_sq). */
-typedef enum { ZINC_STATE_EXP_AVG = 0, ZINC_STATE_EXP_AVG_SQ = 1 } zinc_param_state;
+/* A parameter's Adam state: the first moment (torch's exp_avg) or the second (exp_avg_sq);
+ * and, for the fragment calls (zinc_param_local_get/_set) only, its fp32 master and its
+ * gradient. */
+typedef enum {
+    ZINC_STATE_EXP_AVG = 0,
+    ZINC_STATE_EXP_AVG_SQ = 1,
+    ZINC_STATE_MASTER = 2,
+    ZINC_STATE_GRAD = 3
+} zinc_param_state;
 
 /* Collective. Copies a parameter's Adam moment (numel floats, fp32, as of the last step) into
  * `out` on every rank. */
@@ -273,6 +280,26 @@ ZINC_API zinc_status zinc_param_grad_get(zinc_engine_t *e, int param, float *out
  * each keeps what it reduces). Not collective; the same window as zinc_param_grad_get. Later
  * micro-steps of the same optimizer step add to it. */
 ZINC_API zinc_status zinc_param_grad_set(zinc_engine_t *e, int param, const float *values);
+
+/* This rank's fragment of a parameter (DeepSpeed's ZeRO-3 "local partition"): the elements
+ * [*lo, *hi) of the flattened parameter whose fp32 state, and from stage 2 on reduced gradient,
+ * this rank keeps — all of them at stage 0, the part inside this rank's slice of the group at
+ * stages 1-3 (the ranks' fragments tile the parameter in rank order); *lo == *hi when none.
+ * Not collective. */
+ZINC_API zinc_status zinc_param_local_range(zinc_engine_t *e, int param, int64_t *lo, int64_t *hi);
+
+/* Reads or writes this rank's fragment (hi - lo floats) of the parameter's fp32 master
+ * (ZINC_STATE_MASTER), an Adam moment, or its gradient (ZINC_STATE_GRAD, stages 2-3 only, in
+ * zinc_param_grad_get's units, between the group's zinc_grads_ready and zinc_step). Not
+ * collective. As DeepSpeed's safe_set_local_fp32_param, a master written here reaches the
+ * weights the model computes with at the next optimizer step. (In fp32 mode at stages 0 and 3
+ * the master is the working copy itself: at stage 3 a group gathered after the write reads it
+ * already, the persistent groups kept whole at the next step, and the write is refused,
+ * ZINC_ERR_USAGE, while the group is gathered.) */
+ZINC_API zinc_status zinc_param_local_get(zinc_engine_t *e, int param, zinc_param_state which,
+                                          float *out);
+ZINC_API zinc_status zinc_param_local_set(zinc_engine_t *e, int param, zinc_param_state which,
+                                          const float *values);
 
 /* ---- one micro-step ----------------------------------------------------------------------- */
 

@@ -920,6 +920,52 @@ class Engine(torch.nn.Module):
             self._call(lib.zinc_param_state_set(self._e, pid, self._state_id(state), ptr))
         self._zinc_then_torch()
 
+    # The fragment calls' streams (zinc_param_state): Adam's moments, the master, the gradient.
+    _LOCAL = {"exp_avg": 0, "exp_avg_sq": 1, None: 2, "grad": 3}
+
+    def _local_range(self, pid):
+        """zinc_param_local_range: the elements [lo, hi) of the flattened parameter this rank
+        keeps (its "local partition")."""
+        lo, hi = ctypes.c_int64(), ctypes.c_int64()
+        self._call(lib.zinc_param_local_range(self._e, pid, ctypes.byref(lo), ctypes.byref(hi)))
+        return lo.value, hi.value
+
+    def _local(self, pid, state, what):
+        """This rank's fragment, 1-D fp32 on the engine's device, of the master (state None),
+        an Adam moment or the gradient (zinc_param_local_get; ZeRO stage 3 only, as
+        DeepSpeed's local calls). Not collective."""
+        which = self._local_id(state, what)
+        lo, hi = self._local_range(pid)
+        out = torch.empty(hi - lo, dtype=torch.float32)
+        if hi > lo:
+            self._call(lib.zinc_param_local_get(self._e, pid, which,
+                                                ctypes.c_void_p(out.data_ptr())))
+        return out.to(self._device)
+
+    def _set_local(self, pid, value, state, what):
+        """Writes this rank's fragment (zinc_param_local_set): `value` has its hi - lo
+        elements."""
+        which = self._local_id(state, what)
+        lo, hi = self._local_range(pid)
+        if value.numel() != hi - lo:
+            raise ValueError(f"zinc: {what}: a value of {value.numel()} elements for this "
+                             f"rank's fragment of {hi - lo} (elements {lo}..{hi} of the "
+                             f"parameter)")
+        src = value.detach().to("cpu", torch.float32).contiguous().view(-1)
+        if hi > lo:
+            self._torch_then_zinc()
+            self._call(lib.zinc_param_local_set(self._e, pid, which,
+                                                ctypes.c_void_p(src.data_ptr())))
+            self._zinc_then_torch()
+
+    def _local_id(self, state, what):
+        if self._stage != 3:
+            raise ValueError(f"zinc: {what} is defined for ZeRO stage 3 partitioned parameters "
+                             f"only (as DeepSpeed's); this engine runs stage {self._stage}")
+        if state is not None and state != "grad":
+            self._state_id(state)       # raises for a state zinc's Adam does not keep
+        return self._LOCAL[state]
+
     def _state_id(self, state):
         if state not in self._ADAM_STATE:
             raise ValueError(f"zinc: optimizer state {state!r}: zinc's Adam keeps "

@@ -36,6 +36,8 @@ typedef struct {
     zinc_world_t *world;
     int world_size, stage, bf16, offload;
     int reference;              /* 1: the run that produces H in its micro-steps, no set */
+    int local;                  /* 1: H set fragment by fragment (zinc_param_local_set) */
+    int64_t lo[MAXR], hi[MAXR]; /* each rank's fragment of parameter "a" */
     float *weights[MAXR][2];    /* the masters after the first optimizer step, per rank */
     int checks_failed[MAXR];
 } run_ctx;
@@ -135,9 +137,26 @@ static void rank_fn(int rank, void *arg)
                 c->checks_failed[rank] += !same(got, want, numel[q], what, rank);
             }
             if (k == 1) {
-                /* Every rank sets the same H; the step must use it. */
+                /* Every rank sets the same H (whole, or its fragment); the step must use it. */
                 for (int64_t i = 0; i < NA; i++) want[i] = h_val(i);
-                ZT_OK(zinc_param_grad_set(e, pa, want));
+                int64_t lo = 0, hi = 0;
+                ZT_OK(zinc_param_local_range(e, pa, &lo, &hi));
+                if (c->local) {
+                    ZT_OK(zinc_param_local_set(e, pa, ZINC_STATE_GRAD, want + lo));
+                } else {
+                    ZT_OK(zinc_param_grad_set(e, pa, want));
+                }
+                /* The fragment of the gradient reads back (from stage 2; refused below). */
+                if (c->stage >= 2) {
+                    ZT_OK(zinc_param_local_get(e, pa, ZINC_STATE_GRAD, got));
+                    char what[200];
+                    snprintf(what, sizeof what, "%s: local grad of a", label);
+                    c->checks_failed[rank] += !same(got, want + lo, hi - lo, what, rank);
+                } else {
+                    ZT_CHECK(zinc_param_local_get(e, pa, ZINC_STATE_GRAD, got) == ZINC_ERR_USAGE &&
+                                 strstr(zinc_last_error(e), "not partitioned"),
+                             "%s: local grad below stage 2: %s", label, zinc_last_error(e));
+                }
                 ZT_OK(zinc_param_grad_get(e, pa, got));
                 char what[200];
                 snprintf(what, sizeof what, "%s: grad of a after zinc_param_grad_set", label);
@@ -161,6 +180,32 @@ static void rank_fn(int rank, void *arg)
         c->weights[rank][q] = malloc((size_t)numel[q] * sizeof(float));
         ZT_OK(zinc_param_get(e, params[q], c->weights[rank][q]));
     }
+    /* The fragments: each rank's local master and first moment read its part of the whole
+     * ones, and written fragment by fragment on every rank they read back whole. */
+    int64_t lo = 0, hi = 0;
+    ZT_OK(zinc_param_local_range(e, pa, &lo, &hi));
+    c->lo[rank] = lo;
+    c->hi[rank] = hi;
+    if (c->weights[rank][0]) {
+        ZT_OK(zinc_param_local_get(e, pa, ZINC_STATE_MASTER, got));
+        char what[200];
+        snprintf(what, sizeof what, "%s: local master of a", label);
+        c->checks_failed[rank] += !same(got, c->weights[rank][0] + lo, hi - lo, what, rank);
+    }
+    for (int64_t i = 0; i < NA; i++) want[i] = 2.0f * h_val(i) + 0.5f;
+    ZT_OK(zinc_param_local_set(e, pa, ZINC_STATE_MASTER, want + lo));
+    ZT_OK(zinc_param_local_set(e, pa, ZINC_STATE_EXP_AVG_SQ, want + lo));
+    const zinc_param_state read[2] = {ZINC_STATE_MASTER, ZINC_STATE_EXP_AVG_SQ};
+    for (int k = 0; k < 2; k++) {
+        ZT_OK(k ? zinc_param_state_get(e, pa, read[k], got) : zinc_param_get(e, pa, got));
+        char what[200];
+        snprintf(what, sizeof what, "%s: %s set fragment by fragment", label,
+                 k ? "exp_avg_sq" : "master");
+        c->checks_failed[rank] += !same(got, want, NA, what, rank);
+    }
+    ZT_CHECK(zinc_param_local_get(e, pa, (zinc_param_state)9, got) == ZINC_ERR_INVALID_ARG &&
+                 zinc_param_local_set(e, pa, ZINC_STATE_MASTER, NULL) == ZINC_ERR_INVALID_ARG,
+             "%s: an unknown stream, a NULL buffer: %s", label, zinc_last_error(e));
     free(init);
     free(got);
     free(want);
@@ -181,13 +226,28 @@ static void free_run(run_ctx *c)
         for (int q = 0; q < 2; q++) free(c->weights[r][q]);
 }
 
-static void test_get_set(int stage, int bf16, int world_size, int offload)
+static void test_get_set(int stage, int bf16, int world_size, int offload, int local)
 {
-    run_ctx t = {.world_size = world_size, .stage = stage, .bf16 = bf16, .offload = offload};
+    run_ctx t = {.world_size = world_size, .stage = stage, .bf16 = bf16, .offload = offload,
+                 .local = local};
     run_ctx ref = t;
     ref.reference = 1;
     run(&t);
     run(&ref);
+    /* The fragments tile the parameter in rank order (stage 0: each rank has all of it). */
+    int64_t at = 0;
+    int tiled = 1;
+    for (int r = 0; r < world_size; r++) {
+        if (stage == 0) {
+            tiled &= t.lo[r] == 0 && t.hi[r] == NA;
+        } else {
+            tiled &= t.lo[r] == at && t.hi[r] >= t.lo[r];
+            at = t.hi[r];
+        }
+    }
+    ZT_CHECK(tiled && (stage == 0 || at == NA), "stage %d N=%d: the fragments of a do not tile "
+             "it (rank 0 [%lld, %lld), last ends at %lld)", stage, world_size,
+             (long long)t.lo[0], (long long)t.hi[0], (long long)at);
     int failed = 0;
     for (int r = 0; r < world_size; r++) failed += t.checks_failed[r];
     int equal = 1;
@@ -202,9 +262,9 @@ static void test_get_set(int stage, int bf16, int world_size, int offload)
     /* The reference trained at all: its weights moved from the initial ones. */
     int moved = ref.weights[0][0] && ref.weights[0][0][1] != (float)(1 % 17) / 32.0f - 0.25f;
     ZT_CHECK(moved, "stage %d: the reference run's weights did not move", stage);
-    printf("stage %d %s N=%d%s: gradients read back exactly (%s), the step uses the one set\n",
+    printf("stage %d %s N=%d%s%s: gradients read back exactly (%s), the step uses the one set\n",
            stage, bf16 ? "bf16" : "fp32", world_size, offload ? " offload" : "",
-           failed ? "NOT" : "ok");
+           local ? " (set by fragments)" : "", failed ? "NOT" : "ok");
     free_run(&t);
     free_run(&ref);
 }
@@ -251,9 +311,15 @@ int main(void)
 {
     for (int stage = 0; stage <= 3; stage++)
         for (int bf16 = 0; bf16 <= 1; bf16++)
-            for (int n = 1; n <= 4; n *= 2) test_get_set(stage, bf16, n, 0);
+            for (int n = 1; n <= 4; n *= 2) test_get_set(stage, bf16, n, 0, 0);
     for (int stage = 1; stage <= 3; stage++)
-        for (int bf16 = 0; bf16 <= 1; bf16++) test_get_set(stage, bf16, 2, 1);
+        for (int bf16 = 0; bf16 <= 1; bf16++) test_get_set(stage, bf16, 2, 1, 0);
+    /* The gradient set fragment by fragment (stages 2-3), with and without offload. */
+    for (int stage = 2; stage <= 3; stage++)
+        for (int n = 1; n <= 4; n *= 2) {
+            test_get_set(stage, 1, n, 0, 1);
+            test_get_set(stage, 0, n, 1, 1);
+        }
     test_misuse();
     return zt_finish("engine_grad_access");
 }

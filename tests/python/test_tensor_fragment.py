@@ -13,8 +13,10 @@ After 2 steps at ZeRO stage STAGE (fp32 or bf16), on every rank:
   (bf16: rounded), the next forward computes with it (equal to a plain torch model holding
   module_state_dict's values), and training goes on from it (a step moves it); a value of
   another shape raises ValueError naming both shapes;
-- the local forms and safe_update_full_grad_vectorized raise NotImplementedError naming
-  themselves, an optimizer state other than exp_avg / exp_avg_sq ValueError;
+- the local forms (check_local): below stage 3 ValueError naming the stage; at stage 3 this
+  rank's fragment lo..hi (engine._local_range) of the master and of exp_avg, 1-D fp32, and
+  fragments written on every rank read back whole; a fragment of another size ValueError;
+  an optimizer state other than exp_avg / exp_avg_sq ValueError;
 - after engine.close(), safe_get_full_fp32_param and safe_get_full_optimizer_state give None;
 - fp32, every rank the same batches: safe_get_full_optimizer_state's exp_avg and exp_avg_sq
   equal torch.optim.AdamW's after 2 steps (relative 4e-6), and after
@@ -26,7 +28,8 @@ After 2 steps at ZeRO stage STAGE (fp32 or bf16), on every rank:
   ranks and micro-batches of plain torch's gradients of the same batches (relative 5e-7); a
   value set reads back exactly (bf16: multiples of 1/64, which bf16 holds); in fp32 the step
   after it equals torch AdamW's given that gradient; after the step the gradient reads zero;
-  a value of another shape raises ValueError; inside no_sync (stages 0-1) `.grad` itself;
+  a value of another shape raises ValueError; inside no_sync (stages 0-1) `.grad` itself; at
+  stage 3 the local gradient is its elements lo..hi and one set on every rank reads back whole;
   safe_update_full_grad_vectorized calls update_func(gradient, param) once per trained
   parameter (not the frozen one) and its result becomes the gradient.
 Each check prints its name; exit 1 when one fails, 77 without torch.
@@ -115,10 +118,7 @@ def main():
     check_raises("a value of another shape raises ValueError naming both shapes",
                  lambda: zu.safe_set_full_fp32_param(model.body.weight, torch.zeros(3, 6)),
                  ValueError, "(3, 6)", "(6, 6)")
-    for name in ("safe_get_local_optimizer_state", "safe_get_local_grad", "safe_set_local_grad",
-                 "safe_get_local_fp32_param"):
-        check_raises(f"{name} raises NotImplementedError naming itself",
-                     lambda: getattr(zu, name)(model.body.weight), NotImplementedError, name)
+    check_local(engine, model, stage)
     check_raises("an optimizer state zinc's Adam does not keep raises ValueError naming both",
                  lambda: zu.safe_get_full_optimizer_state(model.body.weight, "momentum_buffer"),
                  ValueError, "momentum_buffer", "exp_avg_sq")
@@ -130,6 +130,46 @@ def main():
         check_moments(stage)
     check_grads(stage, dtype)
     return 1 if failures else 0
+
+
+def fragment(engine, p):
+    """(lo, hi): the elements of the flattened parameter this rank keeps."""
+    return engine._local_range(engine._pid_of[id(p)])
+
+
+def check_local(engine, model, stage):
+    """The local (this rank's fragment) forms: ZeRO stage 3 only; there each is the whole
+    value's elements lo..hi, and fragments written on every rank read back whole."""
+    p = model.body.weight
+    if stage != 3:
+        for name, call in (("safe_get_local_fp32_param", lambda: zu.safe_get_local_fp32_param(p)),
+                           ("safe_get_local_grad", lambda: zu.safe_get_local_grad(p)),
+                           ("safe_set_local_optimizer_state",
+                            lambda: zu.safe_set_local_optimizer_state(p, torch.zeros(1),
+                                                                      "exp_avg"))):
+            check_raises(f"{name} below stage 3 raises ValueError naming the stage", call,
+                         ValueError, name, f"stage {stage}")
+        return
+    lo, hi = fragment(engine, p)
+    full = zu.safe_get_full_fp32_param(p).flatten()
+    local = zu.safe_get_local_fp32_param(p)
+    check(f"safe_get_local_fp32_param: elements {lo}..{hi} of the master, 1-D fp32",
+          local.dtype == torch.float32 and local.dim() == 1 and torch.equal(local, full[lo:hi]))
+    m = zu.safe_get_full_optimizer_state(p, "exp_avg").flatten()
+    check("safe_get_local_optimizer_state: the moment's elements lo..hi",
+          torch.equal(zu.safe_get_local_optimizer_state(p, "exp_avg"), m[lo:hi]))
+    new = torch.linspace(-1, 1, 36)
+    zu.safe_set_local_fp32_param(p, new[lo:hi])
+    zu.safe_set_local_optimizer_state(p, new[lo:hi] * 0.5, "exp_avg")
+    check("every rank's fragment written: the whole master and moment read back",
+          torch.equal(zu.safe_get_full_fp32_param(p).flatten(), new) and
+          torch.equal(zu.safe_get_full_optimizer_state(p, "exp_avg").flatten(), new * 0.5))
+    check_raises("a fragment of another size raises ValueError naming both sizes",
+                 lambda: zu.safe_set_local_fp32_param(p, torch.zeros(hi - lo + 1)),
+                 ValueError, str(hi - lo + 1), str(hi - lo))
+    check_raises("an optimizer state zinc's Adam does not keep raises ValueError",
+                 lambda: zu.safe_get_local_optimizer_state(p, "momentum_buffer"), ValueError,
+                 "momentum_buffer")
 
 
 # Measured worst, stages 0-3 at 1 and 2 ranks: 4.4e-7 of the tensor's largest value (fp32
@@ -248,6 +288,14 @@ def check_grads(stage, dtype):
     zu.safe_set_full_grad(model.body.weight, value)
     check("safe_set_full_grad: the gradient reads back as set",
           torch.equal(zu.safe_get_full_grad(model.body.weight), value))
+    if stage == 3:               # the fragment forms of the gradient
+        lo, hi = fragment(engine, model.body.weight)
+        check("safe_get_local_grad: the gradient's elements lo..hi",
+              torch.equal(zu.safe_get_local_grad(model.body.weight), value.flatten()[lo:hi]))
+        zu.safe_set_local_grad(model.body.weight, -value.flatten()[lo:hi])
+        check("safe_set_local_grad on every rank: the whole gradient reads back",
+              torch.equal(zu.safe_get_full_grad(model.body.weight), -value))
+        zu.safe_set_local_grad(model.body.weight, value.flatten()[lo:hi])
     check_raises("a gradient of another shape raises ValueError naming both shapes",
                  lambda: zu.safe_set_full_grad(model.body.weight, torch.zeros(6)),
                  ValueError, "(6,)", "(6, 6)")

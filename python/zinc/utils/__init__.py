@@ -1,7 +1,7 @@
 """zinc.utils — DeepSpeed's deepspeed.utils names that training scripts import:
-- safe_get/set_full_fp32_param, safe_get/set_full_optimizer_state, safe_get/set_full_grad and
-  safe_update_full_grad_vectorized (tensor_fragment.py; the local forms raise
-  NotImplementedError naming themselves);
+- safe_get/set_full_fp32_param, safe_get/set_full_optimizer_state, safe_get/set_full_grad,
+  safe_update_full_grad_vectorized and the local (this rank's fragment, ZeRO stage 3) forms
+  (tensor_fragment.py);
 - `from zinc.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint` (a zinc
   checkpoint consolidated into a torch state_dict, no engine needed). zero_to_fp32 is not
   imported here, so that `python -m zinc.utils.zero_to_fp32` runs it once."""

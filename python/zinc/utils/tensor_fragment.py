@@ -24,7 +24,13 @@ deepspeed/utils/tensor_fragment.py), which take a model parameter alone:
   update_func(gradient, param), through the two calls above (DeepSpeed does the same at stages
   1-2; at stage 3 it batches them).
 
-The local (this rank's fragment) forms raise NotImplementedError naming themselves."""
+- the local forms (safe_get/set_local_fp32_param, _optimizer_state, _grad): this rank's
+  fragment, 1-D fp32, not collective; ZeRO stage 3 only (ValueError at other stages, as
+  DeepSpeed's assert). zinc's fragment is the part of the parameter inside this rank's slice
+  of its group (DeepSpeed splits each parameter evenly instead): the ranks' fragments tile the
+  flattened parameter in rank order, and one may be empty. A master fragment set reaches the
+  weights the model computes with at the next step, as in DeepSpeed (the full form sets them
+  at once)."""
 from ..engine import trained_by
 
 
@@ -91,20 +97,44 @@ def safe_update_full_grad_vectorized(param_list, update_func):
             safe_set_full_grad(p, update_func(safe_get_full_grad(p), p))
 
 
-def _not_offered(name, what):
-    def call(*args, **kwargs):
-        raise NotImplementedError(f"zinc.utils.{name}: zinc keeps {what} only in its shards and "
-                                  "has no call that reads or writes them from Python")
-    call.__name__ = name
-    call.__doc__ = f"Not offered (raises NotImplementedError): zinc keeps {what} in its shards."
-    return call
+def _local_get(param, state, what):
+    owner = trained_by(param)
+    return None if owner is None else owner[0]._local(owner[1], state, what)
 
 
-safe_get_local_grad = _not_offered("safe_get_local_grad", "gradients")
-safe_set_local_grad = _not_offered("safe_set_local_grad", "gradients")
-safe_get_local_optimizer_state = _not_offered("safe_get_local_optimizer_state", "Adam's moments")
-safe_set_local_optimizer_state = _not_offered("safe_set_local_optimizer_state", "Adam's moments")
-safe_get_local_fp32_param = _not_offered("safe_get_local_fp32_param",
-                                         "this rank's fragment of the master weights")
-safe_set_local_fp32_param = _not_offered("safe_set_local_fp32_param",
-                                         "this rank's fragment of the master weights")
+def _local_set(param, value, state, what):
+    owner = trained_by(param)
+    if owner is not None:
+        owner[0]._set_local(owner[1], value, state, what)
+
+
+def safe_get_local_fp32_param(param):
+    """This rank's fragment of `param`'s fp32 master, 1-D (ZeRO stage 3; not collective)."""
+    return _local_get(param, None, "safe_get_local_fp32_param")
+
+
+def safe_set_local_fp32_param(param, value):
+    """Writes this rank's fragment of `param`'s fp32 master; the weights the model computes
+    with follow at the next step, as DeepSpeed's (ZeRO stage 3)."""
+    _local_set(param, value, None, "safe_set_local_fp32_param")
+
+
+def safe_get_local_optimizer_state(param, optim_state_key):
+    """This rank's fragment of Adam's moment ("exp_avg" or "exp_avg_sq"), 1-D (stage 3)."""
+    return _local_get(param, optim_state_key, "safe_get_local_optimizer_state")
+
+
+def safe_set_local_optimizer_state(param, value, optim_state_key):
+    """Writes this rank's fragment of Adam's moment (stage 3)."""
+    _local_set(param, value, optim_state_key, "safe_set_local_optimizer_state")
+
+
+def safe_get_local_grad(param):
+    """This rank's fragment of the gradient the next step uses, 1-D, in safe_get_full_grad's
+    units (stage 3; after backward, before step)."""
+    return _local_get(param, "grad", "safe_get_local_grad")
+
+
+def safe_set_local_grad(param, value):
+    """Writes this rank's fragment of the gradient the next step uses (stage 3)."""
+    _local_set(param, value, "grad", "safe_set_local_grad")
