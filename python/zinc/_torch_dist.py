@@ -13,7 +13,14 @@ it up. The rendezvous:
   set (zinc itself does not need it).
 The backend is DeepSpeed's default, NCCL when torch sees a GPU and gloo otherwise, unless
 dist_backend names one.
+
+A process group zinc set up is destroyed at exit (atexit) unless the script did it already:
+left to the interpreter's finalization, gloo's worker threads can be torn down mid-work and
+torch then aborts a process whose run succeeded ("terminate called without an active
+exception", exit 134: pytorch/pytorch#190489; seen here in python_zero_torchrun, 1 of 25 runs
+under load), and torch 2.x warns that destroy_process_group() was not called.
 """
+import atexit
 import ctypes
 import datetime
 import os
@@ -44,10 +51,24 @@ def setup(world, backend=None, timeout=None):
     if n > 1 and os.environ.get("MASTER_ADDR") and os.environ.get("MASTER_PORT"):
         dist.init_process_group(backend, init_method="env://", rank=rank, world_size=n,
                                 timeout=timeout)
+        atexit.register(_destroy_at_exit)
         return
     store = _store_over_world(world, n, rank, timeout)
     if store is not None:
         dist.init_process_group(backend, store=store, rank=rank, world_size=n, timeout=timeout)
+        atexit.register(_destroy_at_exit)
+
+
+def _destroy_at_exit():
+    """The process group zinc set up, destroyed while the interpreter is still whole (see the
+    module's text); nothing when the script destroyed it itself."""
+    dist = torch.distributed
+    if dist.is_initialized():
+        try:
+            dist.destroy_process_group()
+        except Exception as ex:  # noqa: BLE001 — at exit there is no caller left to raise to
+            warnings.warn(f"zinc: destroying torch.distributed's process group at exit failed: "
+                          f"{ex}", RuntimeWarning)
 
 
 def _store_over_world(world, n, rank, timeout):
