@@ -958,19 +958,19 @@ typedef struct {
 static zinc_status local_stream(zinc_engine_t *e, int param, zinc_param_state which,
                                 const void *buf, const char *fn, local_frag *f)
 {
+    /* the gradient's check also refuses a group whose gradient is still in its bucket */
     zinc_status s = which == ZINC_STATE_GRAD ? grad_access_check(e, param, buf, fn, 0)
                                              : check_param(e, param, fn);
     if (s != ZINC_OK) return s;
     if (!buf) return zeng_fail(e, ZINC_ERR_INVALID_ARG, "%s: the buffer is NULL", fn);
     size_t lo = 0, hi = 0, sp = 0;
-    int has = own_range(e, param, &lo, &hi, &sp);
-    f->n = has ? hi - lo : 0;
+    size_t n = own_range(e, param, &lo, &hi, &sp) ? hi - lo : 0;
     if (which == ZINC_STATE_GRAD) {
         if (e->stage < 2)
             return zeng_fail(e, ZINC_ERR_USAGE, "%s: below ZeRO stage 2 the gradient is not "
                              "partitioned (this engine runs stage %d): zinc_param_grad_get "
                              "reads it whole", fn, e->stage);
-        *f = (local_frag){(char *)e->grad, e->dtype, e->dev, sp, f->n};
+        *f = (local_frag){(char *)e->grad, e->dtype, e->dev, sp, n};
         return ZINC_OK;
     }
     float *base = which == ZINC_STATE_MASTER ? e->master : moment(e, which);
@@ -978,7 +978,7 @@ static zinc_status local_stream(zinc_engine_t *e, int param, zinc_param_state wh
         return zeng_fail(e, ZINC_ERR_INVALID_ARG, "%s: unknown state %d (ZINC_STATE_MASTER, "
                          "_EXP_AVG, _EXP_AVG_SQ or _GRAD)", fn, (int)which);
     *f = (local_frag){(char *)base, ZINC_DTYPE_FP32, state_dev(e),
-                      has ? master_pos(e, param, lo, sp) : 0, f->n};
+                      n ? master_pos(e, param, lo, sp) : 0, n};
     return ZINC_OK;
 }
 

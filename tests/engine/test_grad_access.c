@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/device.h"
 #include "testutil.h"
 #include "zinc.h"
 
@@ -55,20 +56,10 @@ static void add_grad(zinc_engine_t *e, int p, const run_ctx *c, int64_t n, int k
     void *v = NULL;
     ZT_OK(zinc_param_grad(e, p, &v));
     if (!v) return;
-    for (int64_t i = 0; i < n; i++) {
-        float x = scale * (use_h ? h_val(i) : g_val(k, i));
-        if (c->bf16) {
-            uint16_t *b = v;
-            float cur;
-            uint32_t u = (uint32_t)b[i] << 16;
-            memcpy(&cur, &u, 4);
-            cur += x;             /* exact: small multiples of 1/64 */
-            memcpy(&u, &cur, 4);
-            b[i] = (uint16_t)(u >> 16);
-        } else {
-            ((float *)v)[i] += x;
-        }
-    }
+    zinc_dtype dt = dtype_of(c);
+    for (int64_t i = 0; i < n; i++)        /* exact in bf16: small multiples of 1/64 */
+        zk_store(v, dt, (size_t)i, zk_load(v, dt, (size_t)i) +
+                                       scale * (use_h ? h_val(i) : g_val(k, i)));
 }
 
 /* Compares the gradient read back with `want` (fp32) bit for bit; returns 1 when equal. */
