@@ -879,31 +879,37 @@ class Engine(torch.nn.Module):
         self._zinc_then_torch()
         return None
 
-    # Adam's state in torch's names (safe_get_full_optimizer_state): zinc_param_state values.
+    # zinc_param_state's values by name: Adam's moments in torch's names; for the fragment
+    # calls also the master (None) and the gradient.
     _ADAM_STATE = {"exp_avg": 0, "exp_avg_sq": 1}
+    _LOCAL = {**_ADAM_STATE, None: 2, "grad": 3}
+
+    def _full_calls(self, state):
+        """(get, set, leading arguments) of the whole-value calls for `state`: None the fp32
+        master (zinc_param_get/_set), "grad" the gradient (zinc_param_grad_get/_set), else an
+        Adam moment (zinc_param_state_get/_set; ValueError for another name)."""
+        if state is None:
+            return lib.zinc_param_get, lib.zinc_param_set, ()
+        if state == "grad":
+            return lib.zinc_param_grad_get, lib.zinc_param_grad_set, ()
+        return lib.zinc_param_state_get, lib.zinc_param_state_set, (self._state_id(state),)
 
     def _full_fp32(self, pid, state=None):
-        """zinc_param_get: the parameter's fp32 master, whole, on the engine's device; with
-        state ("exp_avg", "exp_avg_sq") that Adam moment (zinc_param_state_get); with "grad"
-        the gradient the next step will use (zinc_param_grad_get: averaged over the ranks,
+        """The parameter's whole value, fp32, on the engine's device (_full_calls: the master,
+        an Adam moment, or the gradient the next step will use — averaged over the ranks,
         still times the loss multiplier). Collective."""
+        get, _, args = self._full_calls(state)
         out = torch.empty(self._shapes[pid], dtype=torch.float32)
-        ptr = ctypes.c_void_p(out.data_ptr())
-        if state is None:
-            self._call(lib.zinc_param_get(self._e, pid, ptr))
-        elif state == "grad":
-            self._call(lib.zinc_param_grad_get(self._e, pid, ptr))
-        else:
-            self._call(lib.zinc_param_state_get(self._e, pid, self._state_id(state), ptr))
+        self._call(get(self._e, pid, *args, ctypes.c_void_p(out.data_ptr())))
         return out.to(self._device)
 
     def _set_full_fp32(self, pid, value, state=None):
-        """zinc_param_set: the parameter's fp32 master and working copy from `value` (the same
-        on every rank, as DeepSpeed's); stage 3's next gather reads it. With state, that Adam
-        moment (zinc_param_state_set), which the next step starts from; with "grad" the
-        gradient the next step uses (zinc_param_grad_set)."""
+        """Sets the parameter's whole value (the same on every rank, as DeepSpeed's): the
+        master also sets the working copy (stage 3's next gather reads it), a moment is where
+        the next step starts from, the gradient what it uses."""
         what = ("safe_set_full_fp32_param" if state is None else
                 "safe_set_full_grad" if state == "grad" else "safe_set_full_optimizer_state")
+        _, put, args = self._full_calls(state)
         if state != "grad":      # a gradient is not what a gathered module computes with
             self._no_context(what)
         shape = self._shapes[pid]
@@ -911,17 +917,8 @@ class Engine(torch.nn.Module):
             raise ValueError(f"zinc: {what}: a value of shape {tuple(value.shape)} for a "
                              f"parameter of shape {tuple(shape)}")
         src = value.detach().to("cpu", torch.float32).contiguous()
-        ptr = ctypes.c_void_p(src.data_ptr())
-        if state is None:
-            self._call(lib.zinc_param_set(self._e, pid, ptr))
-        elif state == "grad":
-            self._call(lib.zinc_param_grad_set(self._e, pid, ptr))
-        else:
-            self._call(lib.zinc_param_state_set(self._e, pid, self._state_id(state), ptr))
+        self._call(put(self._e, pid, *args, ctypes.c_void_p(src.data_ptr())))
         self._zinc_then_torch()
-
-    # The fragment calls' streams (zinc_param_state): Adam's moments, the master, the gradient.
-    _LOCAL = {"exp_avg": 0, "exp_avg_sq": 1, None: 2, "grad": 3}
 
     def _local_range(self, pid):
         """zinc_param_local_range: the elements [lo, hi) of the flattened parameter this rank
@@ -953,7 +950,6 @@ class Engine(torch.nn.Module):
                              f"parameter)")
         src = value.detach().to("cpu", torch.float32).contiguous().view(-1)
         if hi > lo:
-            self._torch_then_zinc()
             self._call(lib.zinc_param_local_set(self._e, pid, which,
                                                 ctypes.c_void_p(src.data_ptr())))
             self._zinc_then_torch()

@@ -9,8 +9,7 @@ deepspeed/utils/tensor_fragment.py), which take a model parameter alone:
   the parameter's group is gathered for a forward, nor inside zero.GatheredParameters;
 - safe_get_full_optimizer_state(param, key) / safe_set_full_optimizer_state(param, value, key):
   Adam's moments, key "exp_avg" or "exp_avg_sq" (torch's names; zinc_param_state_get/_set),
-  the same rules.
-
+  the same rules;
 - safe_get_full_grad(param) / safe_set_full_grad(param, value): the gradient the next
   engine.step() will use, fp32 and whole (zinc_param_grad_get, collective; zinc_param_grad_set):
   after engine.backward() and before engine.step(), the sum of this step's micro-batches so far
@@ -18,70 +17,72 @@ deepspeed/utils/tensor_fragment.py), which take a model parameter alone:
   divided by gradient_accumulation_steps, as DeepSpeed holds it before its step unscales. A
   set value (the same on every rank) replaces it; later backwards of the same step add to it.
   As DeepSpeed's, a parameter whose `.grad` is set (inside no_sync, where zinc has not been
-  handed the gradient yet) gets that `.grad` read or written instead.
-
+  handed the gradient yet) gets that `.grad` read or written instead;
 - safe_update_full_grad_vectorized(params, update_func): each gradient replaced by
   update_func(gradient, param), through the two calls above (DeepSpeed does the same at stages
-  1-2; at stage 3 it batches them).
-
+  1-2; at stage 3 it batches them);
 - the local forms (safe_get/set_local_fp32_param, _optimizer_state, _grad): this rank's
   fragment, 1-D fp32, not collective; ZeRO stage 3 only (ValueError at other stages, as
   DeepSpeed's assert). zinc's fragment is the part of the parameter inside this rank's slice
   of its group (DeepSpeed splits each parameter evenly instead): the ranks' fragments tile the
   flattened parameter in rank order, and one may be empty. A master fragment set reaches the
   weights the model computes with at the next step, as in DeepSpeed (the full form sets them
-  at once)."""
+  at once; in fp32 the master is the working copy, so a group gathered after the write
+  already has it)."""
 from ..engine import trained_by
+
+
+def _get(param, method, *args):
+    """The engine's `method` for `param`; None when no live zinc engine trains it."""
+    owner = trained_by(param)
+    return None if owner is None else getattr(owner[0], method)(owner[1], *args)
+
+
+def _set(param, method, value, *args):
+    """The engine's `method` with `value` for `param`; nothing when no live engine trains it
+    (as DeepSpeed's, which has no mapping for it)."""
+    owner = trained_by(param)
+    if owner is not None:
+        getattr(owner[0], method)(owner[1], value, *args)
 
 
 def safe_get_full_fp32_param(param):
     """The fp32 master of `param`, whole; None when no live zinc engine trains it."""
-    owner = trained_by(param)
-    return None if owner is None else owner[0]._full_fp32(owner[1])
+    return _get(param, "_full_fp32")
 
 
 def safe_set_full_fp32_param(param, value):
-    """Sets `param`'s fp32 master (and the working copy) to `value`; nothing for a parameter
-    no live zinc engine trains (as DeepSpeed's)."""
-    owner = trained_by(param)
-    if owner is not None:
-        owner[0]._set_full_fp32(owner[1], value)
+    """Sets `param`'s fp32 master (and the working copy) to `value`."""
+    _set(param, "_set_full_fp32", value)
 
 
 def safe_get_full_optimizer_state(param, optim_state_key):
     """Adam's moment of `param` ("exp_avg" or "exp_avg_sq", torch's names), fp32 and whole
-    (collective); None when no live zinc engine trains it."""
-    owner = trained_by(param)
-    return None if owner is None else owner[0]._full_fp32(owner[1], optim_state_key)
+    (collective)."""
+    return _get(param, "_full_fp32", optim_state_key)
 
 
 def safe_set_full_optimizer_state(param, value, optim_state_key):
     """Sets Adam's moment of `param` ("exp_avg" or "exp_avg_sq"); the next step starts from
-    it. Nothing for a parameter no live zinc engine trains."""
-    owner = trained_by(param)
-    if owner is not None:
-        owner[0]._set_full_fp32(owner[1], value, optim_state_key)
+    it."""
+    _set(param, "_set_full_fp32", value, optim_state_key)
 
 
 def safe_get_full_grad(param):
     """The gradient of `param` the next step will use, fp32 and whole (collective); `.grad`
-    itself where it is set (no_sync); None when no live zinc engine trains it."""
+    itself where it is set (no_sync)."""
     if param.grad is not None:
         return param.grad
-    owner = trained_by(param)
-    return None if owner is None else owner[0]._full_fp32(owner[1], "grad")
+    return _get(param, "_full_fp32", "grad")
 
 
 def safe_set_full_grad(param, value):
     """Sets the gradient of `param` the next step will use (the same value on every rank);
-    `.grad` itself where it is set (no_sync). Nothing for a parameter no live zinc engine
-    trains."""
+    `.grad` itself where it is set (no_sync)."""
     if param.grad is not None:
         param.grad.copy_(value)
-        return
-    owner = trained_by(param)
-    if owner is not None:
-        owner[0]._set_full_fp32(owner[1], value, "grad")
+    else:
+        _set(param, "_set_full_fp32", value, "grad")
 
 
 def safe_update_full_grad_vectorized(param_list, update_func):
@@ -97,44 +98,33 @@ def safe_update_full_grad_vectorized(param_list, update_func):
             safe_set_full_grad(p, update_func(safe_get_full_grad(p), p))
 
 
-def _local_get(param, state, what):
-    owner = trained_by(param)
-    return None if owner is None else owner[0]._local(owner[1], state, what)
-
-
-def _local_set(param, value, state, what):
-    owner = trained_by(param)
-    if owner is not None:
-        owner[0]._set_local(owner[1], value, state, what)
-
-
 def safe_get_local_fp32_param(param):
     """This rank's fragment of `param`'s fp32 master, 1-D (ZeRO stage 3; not collective)."""
-    return _local_get(param, None, "safe_get_local_fp32_param")
+    return _get(param, "_local", None, "safe_get_local_fp32_param")
 
 
 def safe_set_local_fp32_param(param, value):
     """Writes this rank's fragment of `param`'s fp32 master; the weights the model computes
     with follow at the next step, as DeepSpeed's (ZeRO stage 3)."""
-    _local_set(param, value, None, "safe_set_local_fp32_param")
+    _set(param, "_set_local", value, None, "safe_set_local_fp32_param")
 
 
 def safe_get_local_optimizer_state(param, optim_state_key):
     """This rank's fragment of Adam's moment ("exp_avg" or "exp_avg_sq"), 1-D (stage 3)."""
-    return _local_get(param, optim_state_key, "safe_get_local_optimizer_state")
+    return _get(param, "_local", optim_state_key, "safe_get_local_optimizer_state")
 
 
 def safe_set_local_optimizer_state(param, value, optim_state_key):
     """Writes this rank's fragment of Adam's moment (stage 3)."""
-    _local_set(param, value, optim_state_key, "safe_set_local_optimizer_state")
+    _set(param, "_set_local", value, optim_state_key, "safe_set_local_optimizer_state")
 
 
 def safe_get_local_grad(param):
     """This rank's fragment of the gradient the next step uses, 1-D, in safe_get_full_grad's
     units (stage 3; after backward, before step)."""
-    return _local_get(param, "grad", "safe_get_local_grad")
+    return _get(param, "_local", "grad", "safe_get_local_grad")
 
 
 def safe_set_local_grad(param, value):
     """Writes this rank's fragment of the gradient the next step uses (stage 3)."""
-    _local_set(param, value, "grad", "safe_set_local_grad")
+    _set(param, "_set_local", value, "grad", "safe_set_local_grad")
