@@ -129,9 +129,9 @@ for p in "${phases[@]}"; do
     OUT="$logs/$p" ZINC_PYTHON="${ZINC_PYTHON:-python3}" timeout -k 5 "$left" \
         "$root/bench/gpu_session.sh" "$p" --build "$build" --out "$logs/$p" "${dev[@]}" \
         >"$logs/$p.console" 2>&1
+    rc=$?
     # (A step's own `timeout` is a process group of its own, which the stop does not reach: it
     # may run on while the logs are packed; the device tool ends it when the command returns.)
-    rc=$?
     cat "$logs/$p/summary.txt" >>"$summary" 2>/dev/null
     if [ $rc -eq 124 ]; then
         say "   $p stopped at the budget after $((SECONDS - t_start)) s (its steps so far above)"

@@ -208,18 +208,20 @@ json.dump(c, open(sys.argv[2], "w"), indent=2)' "$plain" "$off"
     step offload-compare 30 "$py" "$root/bench/gpu_compare.py" offload "$d"
 }
 
+# `import zinc` from the source tree over this build's libzinc.
+pyenv=(env ZINC_LIB="$build/libzinc.so" PYTHONPATH="$root/python" PYTHONUNBUFFERED=1)
+
 phase_python() {
-    local e=(env ZINC_LIB="$build/libzinc.so" PYTHONPATH="$root/python" PYTHONUNBUFFERED=1)
     local t="$root/tests/python/test_torch_cuda.py" cpu=()
     [ "$dev" = cpu ] && cpu=(--cpu)
-    step py-torch-cuda 500 "${e[@]}" "$py" "$t" "${cpu[@]}"
-    step py-torch-cuda-blocking 500 "${e[@]}" CUDA_LAUNCH_BLOCKING=1 "$py" "$t" "${cpu[@]}"
+    step py-torch-cuda 500 "${pyenv[@]}" "$py" "$t" "${cpu[@]}"
+    step py-torch-cuda-blocking 500 "${pyenv[@]}" CUDA_LAUNCH_BLOCKING=1 "$py" "$t" "${cpu[@]}"
     phase_example
 }
 
 phase_example() {
-    step py-example 300 env ZINC_LIB="$build/libzinc.so" PYTHONPATH="$root/python" \
-        PYTHONUNBUFFERED=1 "$py" "$root/examples/torch_gpt.py" --device "$dev" --steps 60
+    step py-example 300 "${pyenv[@]}" "$py" "$root/examples/torch_gpt.py" --device "$dev" \
+        --steps 60
 }
 
 for p in "${phases[@]}"; do "phase_$p"; done
