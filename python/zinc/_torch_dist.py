@@ -51,12 +51,12 @@ def setup(world, backend=None, timeout=None):
     if n > 1 and os.environ.get("MASTER_ADDR") and os.environ.get("MASTER_PORT"):
         dist.init_process_group(backend, init_method="env://", rank=rank, world_size=n,
                                 timeout=timeout)
-        atexit.register(_destroy_at_exit)
-        return
-    store = _store_over_world(world, n, rank, timeout)
-    if store is not None:
+    else:
+        store = _store_over_world(world, n, rank, timeout)
+        if store is None:
+            return
         dist.init_process_group(backend, store=store, rank=rank, world_size=n, timeout=timeout)
-        atexit.register(_destroy_at_exit)
+    atexit.register(_destroy_at_exit)
 
 
 def _destroy_at_exit():

@@ -1,7 +1,8 @@
 """test_torch_cuda.py — the `import zinc` front-end with the model on a CUDA device (label gpu).
 
 Written without a GPU (2026-11-23); passes on an NVIDIA H200 (2026-11-27, torch 2.11, the
-gradient checks included; docs/cuda.md, GPU checklist item 11). At world 1, on the GPU of LOCAL_RANK (0 without a launcher):
+gradient checks included; docs/cuda.md, GPU checklist item 11). At world 1, on the GPU of
+LOCAL_RANK (0 without a launcher):
 - parity with plain PyTorch, fp32 and bf16, stages 0-3: test_torch_parity.py's model, batches and
   bounds, the reference being plain torch on the same GPU (the same forward/backward kernels, so
   only zinc's reduction and Adam differ, as on the CPU). One of them (stage 3 fp32) with torch on
@@ -26,7 +27,7 @@ gradient checks included; docs/cuda.md, GPU checklist item 11). At world 1, on t
 - zinc.zero.Init at stages 1 and 3 (fp32): the model built inside on the device (the pieces
   there, one element in each param.data) trains bit for bit as the one built whole there;
 - safe_get_full_grad / safe_set_full_grad at stages 0-3 (fp32): between backward and the step
-  the gradient is plain torch's accumulated one on the device (fp32 bound); a value set reads
+  the gradient is plain torch's accumulated one on the device (1e-6); a value set reads
   back and the step after it equals torch's clip + AdamW given it;
 - errors: parameters on two devices (cpu and cuda) are refused naming one; with 2 or more GPUs a
   model on a GPU other than the local rank's is refused, saying torch.cuda.set_device.
@@ -206,10 +207,14 @@ def grads(dev, stage):
     w = engine.module_state_dict()
     worst_w = max(float((w[n] - p.detach()).abs().max() / p.detach().abs().max())
                   for n, p in theirs.items())
-    ok = worst < 4e-6 and torch.equal(read, value) and read.device == dev and worst_w < 4e-6
-    print(f"{dev} stage {stage} gradients: safe_get_full_grad against torch's {worst:.2e}, "
-          f"set reads back {torch.equal(read, value)}, the step after it {worst_w:.2e} "
-          "(bound 4e-6)")
+    # The gradient: the same sums in the same order as torch's (zinc adds each backward's
+    # .grad into its buffer, torch accumulates .grad), measured 0 on the CPU and the H200; 1e-6
+    # leaves room for GPU kernels that add in a nondeterministic order. The step: the parity
+    # bound (measured 3.1e-7 on the CPU, 3.9e-7 on the H200).
+    ok = worst < 1e-6 and torch.equal(read, value) and read.device == dev and worst_w < 4e-6
+    print(f"{dev} stage {stage} gradients: safe_get_full_grad against torch's {worst:.2e} "
+          f"(bound 1e-6), set reads back {torch.equal(read, value)}, the step after it "
+          f"{worst_w:.2e} (bound 4e-6)")
     if not ok:
         print(f"FAIL: safe_get_full_grad / safe_set_full_grad on {dev}")
     engine.close()
