@@ -24,7 +24,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "bench", "RESULTS.md")
 SECTIONS = ["adam", "memory", "comm", "ckpt", "train", "gpu", "offload", "offload_time", "torch",
-            "torch_init"]
+            "torch_init", "gpu_torch"]
 ZINC = os.environ.get("ZINC_BIN", os.path.join(ROOT, "build-bench", "zinc"))
 PY = os.environ.get("ZINC_BENCH_VENV_PY", "")
 PY_WHY = os.environ.get("ZINC_BENCH_VENV_WHY", "no Python with torch was given")
@@ -1059,6 +1059,40 @@ def sec_torch_init():
     out += [f"Regenerate: `bench/run.sh torch_init` (this section took "
             f"{time.time() - t_start:.0f} s on this machine).", ""]
     write_section("torch_init", "\n".join(out))
+
+
+# ---- 11. transformers models on one GPU: torch, zinc, DeepSpeed (issue 38) ---------------------
+
+def sec_gpu_torch():
+    """bench/gpu_torch.py's cells written as the gpu_torch section. ZINC_GPU_TORCH_OUT=DIR takes
+    them from a lease's output (bench/gpu_lease.sh gpu_torch: logs.tar.gz's gpu_torch/gpu_torch;
+    its meta.txt, one folder up, names the device, date and commit); with a GPU here the cells
+    are run now; without one it is the dry run on the CPU (tiny models), printed, not written."""
+    d = os.environ.get("ZINC_GPU_TORCH_OUT")
+    script = os.path.join(ROOT, "bench", "gpu_torch.py")
+    py = PY or "python3"
+    env = dict(os.environ, ZINC_LIB=os.path.join(os.path.dirname(ZINC), "libzinc.so"))
+    if not d:
+        have = subprocess.run(["sh", "-c", "nvidia-smi -L >/dev/null 2>&1"]).returncode == 0
+        d = tempfile.mkdtemp(prefix="zinc-gpu-torch-")
+        cmd = [py, script, "all", "--out", d] + ([] if have else ["--device", "cpu"])
+        subprocess.run(cmd, env=env, check=False)
+        if not have:
+            print("bench: no GPU here: the gpu_torch cells ran on the CPU (a dry run); the "
+                  "section is left as it is", file=sys.stderr)
+            return
+    meta = ""
+    for m in (os.path.join(d, "meta.txt"), os.path.join(d, "..", "meta.txt")):
+        if os.path.exists(m):
+            meta = open(m).read().strip()
+            break
+    rows = subprocess.run([sys.executable, script, "report", d], capture_output=True,
+                          text=True, check=True).stdout
+    write_section("gpu_torch", "\n".join([
+        "## 11. transformers models on one GPU: plain torch, zinc, DeepSpeed", "",
+        "`bench/gpu_torch.py all` (bench/gpu_torch.py's docstring: models, data, settings, how "
+        "each figure is taken); × torch and × DeepSpeed are tokens/s ratios on the same machine "
+        "in the same call.", "", "    " + meta.replace("\n", "\n    "), "", rows.strip(), ""]))
 
 
 def main():

@@ -5,6 +5,7 @@
 #
 #   bench/gpu_lease.sh [--budget SECONDS] [--build DIR] [--device cpu] [PHASE...]
 #   bench/gpu_lease.sh --get-debs        (here, before the call: see "Libraries" below)
+#   bench/gpu_lease.sh --get-wheels      (here, before a gpu_torch call: DeepSpeed's wheels)
 #
 # The device tool lends 15 minutes of device time per task, start-up included, and at most
 # 10 minutes per command, so the checks that matter most go first:
@@ -32,11 +33,21 @@
 # pkg-config files pointed at it, and PKG_CONFIG_PATH and LD_LIBRARY_PATH set for the build and
 # every phase. MPI is not carried: the multi-rank GPU runs use zinc's threads.
 # The device tool's call, with a timeout that leaves room to rerun:
+# gpu_torch (issue 38: transformers models through torch, zinc and DeepSpeed) also needs
+# DeepSpeed, which the image lacks: `--get-wheels` (here) builds its wheel and fetches the
+# dependencies the image lacks into .gpu-wheels/ (git-ignored), which the phase pip-installs
+# from (no index) when `import deepspeed` fails there; carry both folders. The phase gets
+# $ZINC_GPU_TORCH_BUDGET seconds (default 330), or what is left when less, and fits its cells
+# into it (bench/gpu_torch.py all).
 #   run  command="bench/gpu_lease.sh"  carry=[".gpu-debs"]  timeout_s=600
+#   run  command="bench/gpu_lease.sh env gpu_torch adam"  carry=[".gpu-debs", ".gpu-wheels"]
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 t_start=$SECONDS
 budget=540
+# gpu_torch (bench/gpu_torch.py all) fits its cells into what it is given: this, or less when
+# less is left (ZINC_PHASE_BUDGET, passed on to it).
+gpu_torch_budget=${ZINC_GPU_TORCH_BUDGET:-330}
 build=""
 dev=()
 phases=()
@@ -50,8 +61,22 @@ while [ $# -gt 0 ]; do
             apt-get download libjson-c-dev libjson-c5 libzstd-dev libzstd1 libxxhash-dev libxxhash0 ||
                 { echo "gpu_lease: apt-get download failed" >&2; exit 1; }
             ls -l "$root/.gpu-debs"; exit 0 ;;
+        --get-wheels)
+            # DeepSpeed 0.19.8 for gpu_torch's rows: built here into a wheel (no ops: the
+            # device JIT-builds the one it needs), with the dependencies the lent image lacks,
+            # for its Python 3.12 (pydantic's core is compiled).
+            py="${ZINC_BENCH_PYTHON:-$root/bench/.venv/bin/python}"
+            mkdir -p "$root/.gpu-wheels" || exit 2
+            DS_BUILD_OPS=0 "$py" -m pip wheel -q --no-deps --no-build-isolation \
+                -w "$root/.gpu-wheels" deepspeed==0.19.8 &&
+            "$py" -m pip download -q --only-binary=:all: --python-version 3.12 \
+                --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
+                --implementation cp -d "$root/.gpu-wheels" pydantic hjson ||
+                { echo "gpu_lease: building or downloading the wheels failed" >&2; exit 1; }
+            ls -l "$root/.gpu-wheels"; exit 0 ;;
         -h|--help) sed -n '2,/^[^#]/{/^#/p}' "$0"; exit 0 ;;
-        env|ctest|sanitize|train|adam|profile|e2e|offload|python|example) phases+=("$1"); shift ;;
+        env|ctest|sanitize|train|adam|profile|e2e|offload|python|example|gpu_torch)
+            phases+=("$1"); shift ;;
         *) echo "gpu_lease: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -70,7 +95,7 @@ estimate() {
     case "$1" in
         env) echo 15 ;; ctest) echo 110 ;; python) echo 80 ;; offload) echo 20 ;;
         sanitize) echo 70 ;; train) echo 240 ;; adam) echo 120 ;; profile) echo 150 ;;
-        e2e) echo 300 ;; example) echo 30 ;;
+        e2e) echo 300 ;; example) echo 30 ;; gpu_torch) echo "$gpu_torch_budget" ;;
     esac
 }
 
@@ -121,12 +146,16 @@ skipped=()
 for p in "${phases[@]}"; do
     left=$((budget - (SECONDS - t_start)))
     need=$(estimate "$p")
+    # gpu_torch takes what is left, up to its budget, when that still runs its first cells.
+    if [ "$p" = gpu_torch ] && [ "$need" -gt $((left - 15)) ] && [ $((left - 15)) -ge 90 ]; then
+        need=$((left - 15))
+    fi
     if [ "$need" -gt "$left" ]; then
         skipped+=("$p")
         continue
     fi
     say "== $p (about ${need} s, ${left} s left)"
-    OUT="$logs/$p" ZINC_PYTHON="${ZINC_PYTHON:-python3}" timeout -k 5 "$left" \
+    OUT="$logs/$p" ZINC_PHASE_BUDGET=$need ZINC_PYTHON="${ZINC_PYTHON:-python3}" timeout -k 5 "$left" \
         "$root/bench/gpu_session.sh" "$p" --build "$build" --out "$logs/$p" "${dev[@]}" \
         >"$logs/$p.console" 2>&1
     rc=$?

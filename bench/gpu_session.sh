@@ -28,6 +28,11 @@
 #            points at a stream hand-over), and examples/torch_gpt.py --device cuda (the example
 #            phase alone)
 #
+#   gpu_torch  issue 38: bench/gpu_torch.py all — transformers' GPT-2 and a 1B Llama trained
+#            through plain torch, zinc (stages 0-3, offload) and DeepSpeed, tokens/s, memory,
+#            losses, and a profile of one zinc stage-3 step; its cells fit $ZINC_PHASE_BUDGET
+#            seconds (default 420). DeepSpeed is pip-installed from .gpu-wheels/ when missing.
+#
 #   --device cpu runs the offload and python phases on the cpu device instead (test_torch_cuda.py
 #   --cpu): it checks the script where there is no GPU. Other phases need a GPU.
 #
@@ -46,7 +51,8 @@ while [ $# -gt 0 ]; do
         --device) dev="$2"; shift 2
                   case "$dev" in cpu|cuda) ;; *) echo "gpu_session: --device cpu|cuda, not '$dev'" >&2; exit 2 ;; esac ;;
         -h|--help) sed -n '2,/^[^#]/{/^#/p}' "$0"; exit 0 ;;
-        env|ctest|sanitize|train|adam|profile|e2e|offload|python|example) phases+=("$1"); shift ;;
+        env|ctest|sanitize|train|adam|profile|e2e|offload|python|example|gpu_torch)
+            phases+=("$1"); shift ;;
         *) echo "gpu_session: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -222,6 +228,20 @@ phase_python() {
 phase_example() {
     step py-example 300 "${pyenv[@]}" "$py" "$root/examples/torch_gpt.py" --device "$dev" \
         --steps 60
+}
+
+phase_gpu_torch() {
+    local d="$out/gpu_torch" budget="${ZINC_PHASE_BUDGET:-420}"
+    mkdir -p "$d"
+    if ! "$py" -c "import deepspeed" >/dev/null 2>&1 && compgen -G "$root/.gpu-wheels/*.whl" >/dev/null; then
+        step gpu-torch-wheels 120 "$py" -m pip install --no-index --find-links "$root/.gpu-wheels" \
+            deepspeed
+        budget=$((budget - 20))
+    fi
+    step gpu-torch $((budget + 30)) "${pyenv[@]}" "$py" "$root/bench/gpu_torch.py" all --out "$d" \
+        --device "$dev" --budget "$budget"
+    # The rows for bench/RESULTS.md, in the summary that comes back.
+    sed -n '/^gpu_torch: /p; /^|/p; /^Profile/p' "$out/gpu-torch.log" >>"$summary"
 }
 
 for p in "${phases[@]}"; do "phase_$p"; done

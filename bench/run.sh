@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # run.sh — zinc's benchmarks side by side with PyTorch and DeepSpeed; each section rewrites its
-# own part of bench/RESULTS.md.   usage: bench/run.sh adam|memory|comm|ckpt|train|gpu|offload|offload_time|torch|torch_init|all ...
+# own part of bench/RESULTS.md.   usage: bench/run.sh adam|memory|comm|ckpt|train|gpu|offload|offload_time|torch|torch_init|gpu_torch|all ...
 #
 # zinc:   $ZINC_BIN, else build-bench/zinc (configured here with -DZINC_CUDA=OFF, Release, when
 #         missing, and brought up to date on every run; set ZINC_BIN to measure another build).
@@ -19,7 +19,7 @@ root="$(dirname "$here")"
 cd "$root"
 
 if [ $# -eq 0 ]; then
-    echo "usage: bench/run.sh adam|memory|comm|ckpt|train|gpu|offload|offload_time|torch|torch_init|all ..." >&2
+    echo "usage: bench/run.sh adam|memory|comm|ckpt|train|gpu|offload|offload_time|torch|torch_init|gpu_torch|all ..." >&2
     exit 2
 fi
 
@@ -35,7 +35,7 @@ export ZINC_BIN
 
 need_py=0 need_lib=0
 for s in "$@"; do
-    case "$s" in adam|ckpt|gpu|all) need_py=1 ;; torch|torch_init) need_py=1 need_lib=1 ;; esac
+    case "$s" in adam|ckpt|gpu|all) need_py=1 ;; torch|torch_init|gpu_torch) need_py=1 need_lib=1 ;; esac
     [ "$s" = all ] && need_lib=1
 done
 zbuild="$(dirname "$ZINC_BIN")"
