@@ -158,10 +158,11 @@ def run_cell(a):
     import torch.nn.functional as F
     import transformers
     out.update(torch=torch.__version__, transformers=transformers.__version__)
-    dev = torch.device(a.device)
-    cuda = dev.type == "cuda"
+    cuda = a.device == "cuda"
     if cuda and not torch.cuda.is_available():
         return dict(out, available=False, reason="torch sees no CUDA device")
+    # (an index: torch 2.11's set_device and get_device_name refuse a bare "cuda")
+    dev = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
     if cuda:
         out["gpu"] = torch.cuda.get_device_name(dev)
         torch.cuda.set_device(dev)
