@@ -1188,10 +1188,13 @@ int zinc_engine_cuda_device(const zinc_engine_t *e) { return e ? zdev_cuda_ordin
 zinc_status zinc_engine_sync(zinc_engine_t *e)
 {
     if (!e) return zerr_thread(ZINC_ERR_INVALID_ARG, "zinc_engine_sync: engine is NULL");
+    e->dev->host_waits++;
     zinc_status s = e->dev->iface->sync ? e->dev->iface->sync(e->dev) : ZINC_OK;
     if (s != ZINC_OK) return zeng_fail(e, s, "zinc_engine_sync: %s", e->dev->err);
     return ZINC_OK;
 }
+
+uint64_t zinc_host_waits(const zinc_engine_t *e) { return e && e->dev ? e->dev->host_waits : 0; }
 
 zinc_status zinc_mean_over_ranks(zinc_engine_t *e, double *values, int n)
 {

@@ -541,6 +541,15 @@ ZINC_API int zinc_engine_cuda_device(const zinc_engine_t *e);
  * On CUDA the wait also watches the comm, so a vanished peer gives an error, not a hang. */
 ZINC_API zinc_status zinc_engine_sync(zinc_engine_t *e);
 
+/* How many times this engine made the host wait for its device since it was created: blocking
+ * copies between host and device (the step's one read of the gradient norm and overflow flag,
+ * parameter and checkpoint reads and writes, a host-staged comm's copies), offload's waits for
+ * its asynchronous copies, and zinc_engine_sync calls. The difference around a step is that
+ * step's count: one (the norm) without offload, however many groups are gathered or handed
+ * over. Counted on the cpu device too, where these waits are free, so a test there sees every
+ * place a GPU would stall. 0 for NULL. */
+ZINC_API uint64_t zinc_host_waits(const zinc_engine_t *e);
+
 /* The config's hash (hex of 64 bits) as stored in checkpoints and logged at start. */
 ZINC_API const char *zinc_config_hash(const zinc_engine_t *e);
 

@@ -115,6 +115,10 @@ struct zdev {
     int users;              /* comms whose buffers live here (zdev_use / zdev_unuse): a comm may
                                touch the device until it is destroyed, so zdev_close refuses
                                while any is left */
+    uint64_t host_waits;    /* calls that made the host wait for the device: upload, download,
+                               copy_wait (counted by each backend, also on the cpu, where the
+                               wait is free, so tests there see where a GPU would stall) and
+                               zinc_engine_sync (counted by the engine) */
 };
 
 /* Opens a device backend: "cpu" (threads: 0 = automatic) or "cuda".

@@ -244,6 +244,7 @@ static zinc_status cpu_copy_fence(zdev_t *d, uint64_t *ticket)
 static zinc_status cpu_copy_wait(zdev_t *d, uint64_t ticket)
 {
     zcpu *c = ctx(d);
+    d->host_waits++;
     if (ticket > c->queued)
         return zerr_fmt(d->err, sizeof d->err, ZINC_ERR_INVALID_ARG,
                         "cpu copy_wait: ticket %llu was never handed out (%llu copies queued)",
@@ -395,6 +396,19 @@ static void cpu_close(zdev_t *d)
     free(d);
 }
 
+/* upload and download are plain copies here; counted as the host waits they are on a GPU. */
+static zinc_status cpu_upload(zdev_t *d, void *dst, const void *src, size_t bytes)
+{
+    d->host_waits++;
+    return cpu_copy(d, dst, src, bytes);
+}
+
+static zinc_status cpu_download(zdev_t *d, void *dst, const void *src, size_t bytes)
+{
+    d->host_waits++;
+    return cpu_copy(d, dst, src, bytes);
+}
+
 static const zdev_iface_t cpu_iface = {
     .name = "cpu",
     .counts_bytes = 1,
@@ -402,8 +416,8 @@ static const zdev_iface_t cpu_iface = {
     .free = cpu_free,
     .memset0 = cpu_memset0,
     .copy = cpu_copy,
-    .upload = cpu_copy,
-    .download = cpu_copy,
+    .upload = cpu_upload,
+    .download = cpu_download,
     .upload_async = cpu_copy_async,
     .download_async = cpu_copy_async,
     .copy_fence = cpu_copy_fence,

@@ -232,6 +232,7 @@ static zinc_status cu_upload(zdev_t *d, void *dst_dev, const void *src_host, siz
         return zerr_fmt(d->err, sizeof d->err, ZINC_ERR_INVALID_ARG, "cuda upload: NULL pointer");
     zinc_status s = enter(d);
     if (s) return s;
+    d->host_waits++;
     ZINC_CUDA_CHECK(d->err, cudaMemcpyAsync(dst_dev, src_host, bytes, cudaMemcpyHostToDevice,
                                             ((zcuda *)d->ctx)->stream));
     /* The caller may reuse its buffer on return (pinned sources would otherwise still be read). */
@@ -245,6 +246,7 @@ static zinc_status cu_download(zdev_t *d, void *dst_host, const void *src_dev, s
         return zerr_fmt(d->err, sizeof d->err, ZINC_ERR_INVALID_ARG, "cuda download: NULL pointer");
     zinc_status s = enter(d);
     if (s) return s;
+    d->host_waits++;
     ZINC_CUDA_CHECK(d->err, cudaMemcpyAsync(dst_host, src_dev, bytes, cudaMemcpyDeviceToHost,
                                             ((zcuda *)d->ctx)->stream));
     return zcu_wait(d);
@@ -306,6 +308,7 @@ static zinc_status cu_copy_wait(zdev_t *d, uint64_t ticket)
                         (unsigned long long)ticket, (unsigned long long)c->copy_fences);
     zinc_status s = enter(d);
     if (s) return s;
+    d->host_waits++;
     return poll_done(c, query_event, (void *)c->copy_done[ticket % ZCU_COPY_EVENTS],
                      "cudaEventQuery(copy fence)", d->err, sizeof d->err);
 }

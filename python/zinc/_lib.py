@@ -157,6 +157,7 @@ _sig = {
     "zinc_broadcast": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t,
                                       ctypes.c_int]),
     "zinc_engine_sync": (ctypes.c_int, [ctypes.c_void_p]),
+    "zinc_host_waits": (ctypes.c_uint64, [ctypes.c_void_p]),
     "zinc_engine_cuda_stream": (ctypes.c_void_p, [ctypes.c_void_p]),
     "zinc_engine_cuda_device": (ctypes.c_int, [ctypes.c_void_p]),
 }

@@ -189,9 +189,11 @@ static void toy_rank(int rank, void *arg)
     zinc_step_info_t info = {0};
     int applied = 0, skipped = 0;
     int boundaries = 0;
+    uint64_t waits_min = UINT64_MAX, waits_max = 0;
     for (int step = 0; step < r->steps && s == ZINC_OK; step++) {
         for (int g = 0; g < TOY_NG && s == ZINC_OK && step + 1 == r->group_values_at; g++)
             s = set_group_values(e, g, r);
+        uint64_t waits0 = zinc_host_waits(e);
         int n = r->windows && r->boundary != TOY_COUNT ? r->windows[step] : r->accum;
         for (int k = 0; k < n && s == ZINC_OK; k++, micro++) {
             int inj = step == r->inject_inf_step && rank == r->inject_rank && k == 0;
@@ -209,6 +211,9 @@ static void toy_rank(int rank, void *arg)
         }
         applied += info.applied;
         skipped += info.skipped;
+        uint64_t w = zinc_host_waits(e) - waits0;
+        if (w < waits_min) waits_min = w;
+        if (w > waits_max) waits_max = w;
     }
     /* zinc_engine_steps must count what the steps reported (fp16 overflow runs skip some). */
     char note[160] = "";
@@ -242,6 +247,8 @@ static void toy_rank(int rank, void *arg)
         r->applied = applied;
         r->skipped = skipped;
         r->boundaries = boundaries;
+        r->waits_min = waits_min;
+        r->waits_max = waits_max;
     }
     pthread_mutex_unlock(&c->mu);
     for (int p = 0; p < np; p++) free(vals[p]);

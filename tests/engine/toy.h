@@ -11,6 +11,8 @@
 #ifndef ZINC_TESTS_TOY_H
 #define ZINC_TESTS_TOY_H
 
+#include <stdint.h>
+
 #include "zinc.h"
 
 #define TOY_SAMPLES 24
@@ -53,6 +55,8 @@ typedef struct toy_run {
     zinc_step_info_t last_info;
     int applied, skipped;
     int boundaries;                    /* zinc_step calls that reported a boundary (rank 0) */
+    uint64_t waits_min, waits_max;     /* zinc_host_waits over one optimizer step (its whole
+                                          window of micro-steps), fewest and most (rank 0) */
     zinc_status status;                /* first failure of any rank */
     char error[512];
 } toy_run;
