@@ -118,6 +118,8 @@ struct zinc_engine {
     zeng_background background;   /* a higher layer's work in flight (an async save), view.h */
     int nbuckets, ngather;
     int *bucket_owner;            /* [nbuckets]: group using it or -1 */
+    int bucket_next;              /* where group_bucket's search for a free bucket starts: the one
+                                     after the last taken, so buckets are used in rotation */
     int *gather_owner;            /* [ngather] */
 
     uint64_t planned[ZINC_MEM_COUNT];           /* device bytes */

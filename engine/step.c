@@ -39,16 +39,22 @@ static size_t dsize(const zinc_engine_t *e) { return zinc_dtype_size(e->dtype); 
 
 /* ---- gradients ---------------------------------------------------------------------------- */
 
-/* Stages 2-3: the bucket of a group, taken from the free ones on first use in a micro-step. */
+/* Stages 2-3: the bucket of a group, taken from the free ones on first use in a micro-step. The
+ * search starts after the bucket taken last: in rotation, the bucket a group gets is the one
+ * freed longest ago, whose reduce (queued at that zinc_grads_ready) is the most likely done —
+ * what a caller adding from another stream waits for (zinc_grad_bucket). */
 static zinc_status group_bucket(zinc_engine_t *e, int group, const char *fn, char **out)
 {
     zgroup_state *gs = &e->gstate[group];
     if (gs->bucket < 0) {
-        for (int i = 0; i < e->nbuckets && gs->bucket < 0; i++)
+        for (int k = 0; k < e->nbuckets && gs->bucket < 0; k++) {
+            int i = (e->bucket_next + k) % e->nbuckets;
             if (e->bucket_owner[i] < 0) {
                 e->bucket_owner[i] = group;
                 gs->bucket = i;
+                e->bucket_next = (i + 1) % e->nbuckets;
             }
+        }
         /* From zinc_grads_ready, the reduce-scatter the other ranks wait in is lost with it:
          * an error inside the collective sequence. From zinc_param_grad it is a local one. */
 #define BUCKETS_FULL "%s: all %d gradient buckets hold groups whose gradients were not handed " \
@@ -84,6 +90,19 @@ zinc_status zinc_param_grad(zinc_engine_t *e, int param, void **out)
     if (s != ZINC_OK) return s;
     *out = b + P->offset * d;
     return ZINC_OK;
+}
+
+zinc_status zinc_grad_bucket(zinc_engine_t *e, int group, int *slot)
+{
+    zinc_status s = check_group(e, group, "zinc_grad_bucket");
+    if (s != ZINC_OK) return s;
+    if (!slot) return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_grad_bucket: slot is NULL");
+    *slot = -1;
+    if (e->stage < 2) return ZINC_OK;
+    char *b;
+    s = group_bucket(e, group, "zinc_grad_bucket", &b);
+    if (s == ZINC_OK) *slot = e->gstate[group].bucket;
+    return s;
 }
 
 zinc_status zinc_grads_ready(zinc_engine_t *e, int group)

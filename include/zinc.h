@@ -320,6 +320,14 @@ ZINC_API zinc_status zinc_param_data(zinc_engine_t *e, int param, void **out);
  * groups may hold gradients that were not yet handed over with zinc_grads_ready. */
 ZINC_API zinc_status zinc_param_grad(zinc_engine_t *e, int param, void **out);
 
+/* Stages 2-3: the bucket (0 .. zinc.grad_buckets - 1) that holds the group's gradient in this
+ * micro-step, taking one if the group has none yet, as zinc_param_grad does; -1 in *slot below
+ * stage 2. Buckets are taken in rotation, so consecutive groups use different ones: a caller on
+ * another stream (the Python front-end) orders its adds after the work zinc queued after the
+ * zinc_grads_ready that last used THAT bucket (an event per bucket), not after all of zinc's
+ * work, and the reduce of one group overlaps the next group's backward. */
+ZINC_API zinc_status zinc_grad_bucket(zinc_engine_t *e, int group, int *slot);
+
 /* Collective at stages 2-3: the group's gradient of this micro-step is complete; zinc
  * reduce-scatters it now, keeps this rank's slice and frees the bucket. Must be called once
  * per group per micro-step at every stage (below stage 2 it only records completion). */

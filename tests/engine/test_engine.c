@@ -810,8 +810,65 @@ static void test_second_engine(void)
     zinc_world_destroy(w);
 }
 
+/* zinc_grad_bucket (issue 38): -1 below stage 2; at stages 2-3 the bucket zinc_param_grad's view
+ * lies in, taken in rotation, so consecutive groups get different buckets (with the default 2:
+ * 0, 1, 0, 1, ...) and a caller ordering its adds per bucket waits for the reduce two groups
+ * back, not the last one. The first-free choice that came before gave every group bucket 0. */
+static void test_grad_bucket(void)
+{
+    for (int stage = 1; stage <= 3; stage++) {
+        toy_run r = {.world = 1, .stage = stage, .accum = 1, .steps = 1, .dtype = ZINC_DTYPE_BF16,
+                     .clip = 1.0, .inject_inf_step = -1};
+        zinc_engine_t *e = NULL;
+        int np = 0;
+        if (toy_engine(&r, &e, &np) != ZINC_OK) {
+            ZT_CHECK(0, "stage %d: toy engine: %s", stage, e ? zinc_last_error(e) : "?");
+            zinc_engine_destroy(e);
+            continue;
+        }
+        for (int round = 0; round < 2; round++) {      /* the rotation goes on across steps */
+            for (int g = 0; g < TOY_GROUPS; g++) {
+                int slot = -2, again = -2;
+                ZT_OK(zinc_grad_bucket(e, g, &slot));
+                ZT_OK(zinc_grad_bucket(e, g, &again));
+                if (stage < 2) {
+                    ZT_CHECK(slot == -1, "stage %d: bucket %d, not -1", stage, slot);
+                } else {
+                    ZT_CHECK(slot == e->gstate[g].bucket && again == slot,
+                             "stage %d group %d: zinc_grad_bucket %d then %d, the engine's %d",
+                             stage, g, slot, again, e->gstate[g].bucket);
+                    int p = 0;
+                    while (p < np && toy_param_group(p) != g) p++;
+                    void *view = NULL;
+                    ZT_OK(zinc_param_grad(e, p, &view));
+                    char *base = (char *)e->bucket + (size_t)slot * e->plan.max_group_padded * 2;
+                    ZT_CHECK((char *)view >= base &&
+                             (char *)view < base + e->plan.max_group_padded * 2,
+                             "stage %d group %d: zinc_param_grad's view is not in bucket %d",
+                             stage, g, slot);
+                    int want = (round * TOY_GROUPS + g) % e->nbuckets;
+                    ZT_CHECK(slot == want, "stage %d group %d (round %d): bucket %d, not %d (in "
+                             "rotation)", stage, g, round, slot, want);
+                }
+                if (stage == 3) {
+                    ZT_OK(zinc_gather(e, g));
+                    ZT_OK(zinc_release(e, g));
+                }
+                ZT_OK(zinc_grads_ready(e, g));
+            }
+            ZT_OK(zinc_step(e, NULL));
+        }
+        int slot = 0;
+        ZT_CHECK(zinc_grad_bucket(e, TOY_GROUPS, &slot) == ZINC_ERR_INVALID_ARG,
+                 "an unknown group is refused");
+        ZT_CHECK(zinc_grad_bucket(e, 0, NULL) == ZINC_ERR_INVALID_ARG, "a NULL slot is refused");
+        zinc_engine_destroy(e);
+    }
+}
+
 int main(void)
 {
+    test_grad_bucket();
     test_second_engine();
     test_set_lr();
     test_fp32_alias();
