@@ -101,13 +101,17 @@ static zinc_status open_cpu(zinc_engine_t *e, const char *devname, int threads)
     return ZINC_OK;
 }
 
-/* CUDA: one GPU per process with NCCL (an mpi world, or a world of one), or several local ranks
- * sharing one GPU through the staging comm (checks, not speed). */
+/* CUDA: one GPU per process with NCCL (a launched world, or a world of one), or several ranks
+ * sharing one GPU through the staging comm (checks, not speed): local ranks as threads, or
+ * mpirun's processes where a node has more of them than GPUs (gpu_share.c). */
 static zinc_status open_cuda(zinc_engine_t *e)
 {
     zinc_status s;
     double timeout = e->cfg.zinc.comm_timeout_s;
     if (e->world->is_mpi || e->world->is_env) {
+        int nccl = 1;
+        s = e->world->is_mpi ? zeng_open_cuda_mpi(e, timeout, &nccl) : zeng_check_env_cuda_world();
+        if (s != ZINC_OK || !nccl) return s;
         zboot_info info;
         s = zcomm_nccl_launch(timeout, &info, &e->dev, &e->comm);
         if (s == ZINC_OK && (info.rank != e->rank || info.size != e->world_size))
