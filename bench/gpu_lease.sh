@@ -35,8 +35,8 @@
 # and the fabric libraries libopenmpi3 loads); on the device it is used only where the machine has
 # no mpirun of its own: unpacked into a prefix of its own, found by Open MPI through OPAL_PREFIX
 # and by PMIx through PMIX_MCA_mca_base_component_path, mpirun/mpiexec/mpicc put first on PATH
-# and cmake pointed at them (checked on a Debian machine with its own Open MPI hidden in a mount
-# namespace; not yet on a lent machine). libudev1 and libnuma1, which the machine may well have,
+# and cmake pointed at them (checked on a Debian machine with its own Open MPI hidden by
+# bench/without_mpi.sh; not yet on a lent machine). libudev1 and libnuma1, which the machine may well have,
 # are used only where it has not.
 # The device tool's call, with a timeout that leaves room to rerun:
 #   run  command="bench/gpu_lease.sh"  carry=[".gpu-debs"]  timeout_s=600

@@ -1079,7 +1079,10 @@ int zinc_engine_rank(const zinc_engine_t *e) { return e ? e->rank : -1; }
 int zinc_engine_world_size(const zinc_engine_t *e) { return e ? e->world_size : 0; }
 int zinc_engine_stage(const zinc_engine_t *e) { return e ? e->stage : -1; }
 zinc_dtype zinc_engine_dtype(const zinc_engine_t *e) { return e ? e->dtype : ZINC_DTYPE_FP32; }
-const char *zinc_engine_comm(const zinc_engine_t *e) { return e ? zcomm_backend_name(e->comm) : NULL; }
+const char *zinc_engine_comm(const zinc_engine_t *e)
+{
+    return e ? zcomm_backend_name(e->comm) : NULL;
+}
 int zinc_engine_group_count(const zinc_engine_t *e) { return e ? e->plan.ngroups : 0; }
 int zinc_engine_param_count(const zinc_engine_t *e) { return e ? e->plan.nparams : 0; }
 int zinc_engine_at_boundary(const zinc_engine_t *e)

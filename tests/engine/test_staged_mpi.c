@@ -1,7 +1,7 @@
 /*
- * test_staged_mpi.c — the staged comm over the mpi backend, which CUDA ranks sharing one GPU under
- * mpirun use (engine/gpu_share.c), run on the cpu device under `mpirun -np 2` through the test
- * hook ZINC_TEST_STAGED_COMM=1:
+ * test_staged_mpi.c — the staged comm over the mpi backend, which CUDA ranks sharing one GPU
+ * under mpirun use (engine/gpu_share.c), run on the cpu device under `mpirun -np 2` through the
+ * test hook ZINC_TEST_STAGED_COMM=1:
  *  - with the hook an engine's comm is the staged one over mpi, without it the plain mpi comm
  *    (so the comparisons below compare the two paths, not one path twice);
  *  - for fp16, bf16 and fp32 at stages 0-3, the staged run trains exactly as the plain one:

@@ -17,12 +17,15 @@ for s in 1 2 3; do
         ZINC_TEST_STAGED_COMM=$hook "$mpiexec" --allow-run-as-root --oversubscribe -np 2 \
             "$zinc" train --config "$cfgdir/zero${s}_bf16.json" --steps 8 --model L2-D32-H4-T32 \
             --save-dir "$dir/ck-$v-$s" --save-every 8 --metrics "$dir/$v-$s.jsonl" \
-            > "$dir/$v-$s.log" 2>&1 || { cat "$dir/$v-$s.log"; fail "stage $s $v: zinc train"; continue; }
-        "$zinc" ckpt export "$dir/ck-$v-$s" --out "$dir/$v-$s.safetensors" > "$dir/export-$v-$s.log" 2>&1 ||
-            { cat "$dir/export-$v-$s.log"; fail "stage $s $v: export"; }
+            > "$dir/$v-$s.log" 2>&1 ||
+            { cat "$dir/$v-$s.log"; fail "stage $s $v: zinc train"; continue; }
+        "$zinc" ckpt export "$dir/ck-$v-$s" --out "$dir/$v-$s.safetensors" \
+            > "$dir/export-$v-$s.log" 2>&1 || { cat "$dir/export-$v-$s.log"; fail "stage $s $v: export"; }
     done
-    grep -q 'comm mpi,' "$dir/plain-$s.log" || fail "stage $s: the plain run's comm is not mpi: $(grep world "$dir/plain-$s.log")"
-    grep -q 'comm staged/mpi,' "$dir/staged-$s.log" || fail "stage $s: the hooked run's comm is not staged/mpi: $(grep world "$dir/staged-$s.log")"
+    grep -q 'comm mpi,' "$dir/plain-$s.log" ||
+        fail "stage $s: the plain run's comm is not mpi: $(grep world "$dir/plain-$s.log")"
+    grep -q 'comm staged/mpi,' "$dir/staged-$s.log" ||
+        fail "stage $s: the hooked run's comm is not staged/mpi: $(grep world "$dir/staged-$s.log")"
     a=$(sed -n 's/.*"loss":\([^,]*\),.*"grad_norm":\([^,]*\),.*/\1 \2/p' "$dir/plain-$s.jsonl")
     b=$(sed -n 's/.*"loss":\([^,]*\),.*"grad_norm":\([^,]*\),.*/\1 \2/p' "$dir/staged-$s.jsonl")
     if [ -n "$a" ] && [ "$a" = "$b" ]; then
@@ -37,5 +40,6 @@ for s in 1 2 3; do
         fail "stage $s: the exported weights differ"
     fi
 done
-echo "mpi_staged: $passes passed, $fails failed (stages 1-3: losses and gradient norms of 8 steps, exported weights)"
+echo "mpi_staged: $passes passed, $fails failed (stages 1-3: losses and gradient norms of 8 steps," \
+     "exported weights)"
 [ $fails -eq 0 ]
