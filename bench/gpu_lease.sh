@@ -9,10 +9,10 @@
 #
 # The device tool lends 15 minutes of device time per task, start-up included, and at most
 # 10 minutes per command, so the checks that matter most go first:
-#   env ctest python offload train sanitize        (the default)
+#   env ctest python offload mpi2 train sanitize        (the default)
 # ctest re-runs docs/cuda.md items 1-9 on the code as it is now, python and offload are items 11
-# and 10, train repeats item 8 at 1, 2 and 4 ranks (not run since the first GPU session), and
-# sanitize item 3 at length. A phase starts only while its estimate (below: the H200 session of
+# and 10, mpi2 is item 12 (two processes sharing the GPU under mpirun), train repeats item 8 at
+# 1, 2 and 4 ranks (not run since the first GPU session), and sanitize item 3 at length. A phase starts only while its estimate (below: the H200 session of
 # 2026-11-27 where it ran, with room) fits in what is left of --budget (default 540 s, counted
 # from the script's start, the build included); the ones skipped are listed. A phase that
 # outruns what is left is stopped there (`timeout`), so the logs are always packed before the
@@ -31,7 +31,14 @@
 # -dev and the runtime ones, into .gpu-debs/ (git-ignored; the call carries it). On the device,
 # when .gpu-debs/ holds packages, they are unpacked into a private prefix (never into /), their
 # pkg-config files pointed at it, and PKG_CONFIG_PATH and LD_LIBRARY_PATH set for the build and
-# every phase. MPI is not carried: the multi-rank GPU runs use zinc's threads.
+# every phase. Open MPI (for the mpi2 phase: mpirun, and MPI in the build) goes into
+# .gpu-debs/mpi/ (about 7 MB: openmpi-bin, libopenmpi3, libopenmpi-dev, PMIx, hwloc, libevent
+# and the fabric libraries libopenmpi3 loads); on the device it is used only where the machine has
+# no mpirun of its own: unpacked into a prefix of its own, found by Open MPI through OPAL_PREFIX
+# and by PMIx through PMIX_MCA_mca_base_component_path, mpirun/mpiexec/mpicc put first on PATH
+# and cmake pointed at them (checked on a Debian machine with its own Open MPI hidden by
+# bench/without_mpi.sh; not yet on a lent machine). libudev1 and libnuma1, which the machine may well have,
+# are used only where it has not.
 # The device tool's call, with a timeout that leaves room to rerun:
 # gpu_torch (issue 38: transformers models through torch, zinc and DeepSpeed) also needs
 # DeepSpeed, which the image lacks: `--get-wheels` (here) builds its wheel and fetches the
@@ -60,7 +67,13 @@ while [ $# -gt 0 ]; do
             mkdir -p "$root/.gpu-debs" && cd "$root/.gpu-debs" || exit 2
             apt-get download libjson-c-dev libjson-c5 libzstd-dev libzstd1 libxxhash-dev libxxhash0 ||
                 { echo "gpu_lease: apt-get download failed" >&2; exit 1; }
-            ls -l "$root/.gpu-debs"; exit 0 ;;
+            mkdir -p mpi && cd mpi || exit 2
+            apt-get download openmpi-bin openmpi-common libopenmpi3 libopenmpi-dev libpmix2 \
+                libhwloc15 libevent-core-2.1-7 libevent-pthreads-2.1-7 libfabric1 libucx0 \
+                libibverbs1 ibverbs-providers librdmacm1 libpsm2-2 libpsm-infinipath1 libnl-3-200 \
+                libnl-route-3-200 libmunge2 libnuma1 libudev1 ||
+                { echo "gpu_lease: apt-get download of Open MPI failed" >&2; exit 1; }
+            ls -l "$root/.gpu-debs" "$root/.gpu-debs/mpi"; du -sh "$root/.gpu-debs"; exit 0 ;;
         --get-wheels)
             # DeepSpeed 0.19.8 for gpu_torch's rows: built here into a wheel (no ops: the
             # device JIT-builds the one it needs), with the dependencies the lent image lacks,
@@ -75,12 +88,12 @@ while [ $# -gt 0 ]; do
                 { echo "gpu_lease: building or downloading the wheels failed" >&2; exit 1; }
             ls -l "$root/.gpu-wheels"; exit 0 ;;
         -h|--help) sed -n '2,/^[^#]/{/^#/p}' "$0"; exit 0 ;;
-        env|ctest|sanitize|train|adam|profile|e2e|offload|python|example|gpu_torch)
+        env|ctest|sanitize|train|adam|profile|e2e|offload|python|example|mpi2|gpu_torch)
             phases+=("$1"); shift ;;
         *) echo "gpu_lease: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
 done
-[ ${#phases[@]} -gt 0 ] || phases=(env ctest python offload train sanitize)
+[ ${#phases[@]} -gt 0 ] || phases=(env ctest python offload mpi2 train sanitize)
 out="${OUT:-$root/gpu-out}"
 mkdir -p "$out"
 logs="$(mktemp -d)"
@@ -90,12 +103,15 @@ say() { echo "$*" >>"$summary"; }
 
 # Seconds each phase needs, with room. Measured on the H200 (2026-11-27): build 16-21 s, env
 # 1 s, ctest 95 s, python 62 s, offload 5 s, sanitize 53 s. train, not run there: 96 runs of 40
-# steps (offload's 20-step runs took 0.5-1.3 s each) and 6 resumes, about 2-3 minutes.
+# steps (offload's 20-step runs took 0.5-1.3 s each) and 6 resumes, about 2-3 minutes. mpi2, not
+# run yet: 2 mpirun launches of the Python test (each ~2 trainings of 30 steps and a reference)
+# and 4 short zinc train runs, about a minute.
 estimate() {
     case "$1" in
         env) echo 15 ;; ctest) echo 110 ;; python) echo 80 ;; offload) echo 20 ;;
         sanitize) echo 70 ;; train) echo 240 ;; adam) echo 120 ;; profile) echo 150 ;;
-        e2e) echo 300 ;; example) echo 30 ;; gpu_torch) echo "$gpu_torch_budget" ;;
+        e2e) echo 300 ;; example) echo 30 ;; mpi2) echo 60 ;;
+        gpu_torch) echo "$gpu_torch_budget" ;;
     esac
 }
 
@@ -109,7 +125,41 @@ if compgen -G "$root/.gpu-debs/*.deb" >/dev/null; then
         "$libdir"/pkgconfig/*.pc
     export PKG_CONFIG_PATH="$libdir/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
     export LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-    say "libraries from .gpu-debs: $(ls "$root/.gpu-debs" | tr '\n' ' ')"
+    say "libraries from .gpu-debs: $(cd "$root/.gpu-debs" && ls *.deb | tr '\n' ' ')"
+fi
+
+# Open MPI where the machine has no mpirun (see "Libraries" above).
+mpi=()
+if [ -z "${ZINC_MPIRUN:-}" ] && ! command -v mpirun >/dev/null &&
+   compgen -G "$root/.gpu-debs/mpi/*.deb" >/dev/null; then
+    ompi="$(mktemp -d)/ompi"
+    for f in "$root"/.gpu-debs/mpi/*.deb; do dpkg-deb -x "$f" "$ompi" || exit 1; done
+    triplet="$(ls "$ompi/usr/lib" | grep -- '-linux-gnu$' | head -1)"
+    olib="$ompi/usr/lib/$triplet"
+    for l in libudev.so.1 libnuma.so.1; do
+        if ldconfig -p 2>/dev/null | grep -q "$l ("; then rm -f "$olib/$l"* "$ompi/lib/$triplet/$l"*; fi
+    done
+    mkdir -p "$ompi/bin"
+    # (libpsm_infinipath.so.1 is an alternatives link that dpkg's scripts would make.)
+    ln -s "$ompi"/usr/lib/libpsm1/libpsm_infinipath.so.1.* "$olib/libpsm_infinipath.so.1"
+    ln -s "$ompi/usr/bin/orterun" "$ompi/bin/mpirun"
+    ln -s "$ompi/usr/bin/orterun" "$ompi/bin/mpiexec"
+    ln -s "$ompi/usr/bin/opal_wrapper" "$ompi/bin/mpicc"    # reads share/openmpi/mpicc-wrapper-data.txt
+    export OPAL_PREFIX="$ompi/usr" PMIX_MCA_mca_base_component_path="$olib/pmix2/lib/pmix"
+    export PATH="$ompi/bin:$PATH"
+    # (Some of Debian's libraries, libnl-3 for one, are still in /lib.)
+    export LD_LIBRARY_PATH="$olib:$olib/openmpi/lib:$ompi/lib/$triplet${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    # Without ssh or rsh, Open MPI 4's mpirun stops at its remote launcher even for one node;
+    # `isolated` launches on this node only, which is all the phases need.
+    if ! [ -x "$(command -v ssh)" ] && ! [ -x "$(command -v rsh)" ]; then
+        export OMPI_MCA_plm=isolated
+    fi
+    mpi=(-DMPI_C_COMPILER="$ompi/bin/mpicc" -DMPIEXEC_EXECUTABLE="$ompi/bin/mpiexec")
+    say "open mpi from .gpu-debs/mpi (the machine has no mpirun): $(mpirun --version 2>&1 | head -1)"
+elif command -v "${ZINC_MPIRUN:-mpirun}" >/dev/null; then
+    say "mpirun: $(command -v "${ZINC_MPIRUN:-mpirun}") ($("${ZINC_MPIRUN:-mpirun}" --version 2>&1 | head -1))"
+else
+    say "no mpirun and no .gpu-debs/mpi (bench/gpu_lease.sh --get-debs): the mpi2 phase is skipped"
 fi
 
 # NCCL: CMake looks beside the CUDA toolkit. Where it is not there, the NCCL of the machine's
@@ -128,7 +178,7 @@ fi
 if [ -z "$build" ]; then
     build="$root/build-cuda"
     t0=$SECONDS
-    if cmake -S "$root" -B "$build" -DZINC_CUDA=ON -DZINC_CUDA_ARCHS=90 "${nccl[@]}" \
+    if cmake -S "$root" -B "$build" -DZINC_CUDA=ON -DZINC_CUDA_ARCHS=90 "${nccl[@]}" "${mpi[@]}" \
            >"$logs/build.log" 2>&1 &&
        cmake --build "$build" -j "$(nproc)" >>"$logs/build.log" 2>&1; then
         say "build                              rc=0   $((SECONDS - t0)) s"

@@ -33,8 +33,20 @@
 #            losses, and a profile of one zinc stage-3 step; its cells fit $ZINC_PHASE_BUDGET
 #            seconds (default 420). DeepSpeed is pip-installed from .gpu-wheels/ when missing.
 #
-#   --device cpu runs the offload and python phases on the cpu device instead (test_torch_cuda.py
-#   --cpu): it checks the script where there is no GPU. Other phases need a GPU.
+#   mpi2     docs/cuda.md item 12: ranks as processes sharing the one GPU (`mpirun -np 2`, the
+#            staged comm over MPI): tests/python/test_torch_staged.py --cuda at stages 1 and 3
+#            (both processes' model on cuda:0, fp32 and bf16, against plain torch with the whole
+#            batch within the parity bounds), and zinc train --device cuda under mpirun -np 2
+#            against the same run as 2 threads on the GPU (--ranks 2), stages 1 and 3: the same
+#            losses and gradient norms, digit for digit (both reduce in rank order through host
+#            memory). Needs
+#            mpirun ($ZINC_MPIRUN, else the one on PATH) and a build with MPI; without them the
+#            phase says why and is skipped (the script then exits 77)
+#
+#   --device cpu runs the offload, python, mpi2 and gpu_torch phases on the cpu device instead
+#   (test_torch_cuda.py --cpu; mpi2: test_torch_staged.py through ZINC_TEST_STAGED_COMM=1, and
+#   the mpi against the local comm; gpu_torch: its dry run, tiny models): it checks the script
+#   where there is no GPU. Other phases need a GPU.
 #
 # The script builds nothing: build first (cmake -S . -B build-cuda -DZINC_CUDA=ON && cmake --build
 # build-cuda -j) or name a CUDA build with --build. Nothing here changes the GPU's settings.
@@ -51,7 +63,7 @@ while [ $# -gt 0 ]; do
         --device) dev="$2"; shift 2
                   case "$dev" in cpu|cuda) ;; *) echo "gpu_session: --device cpu|cuda, not '$dev'" >&2; exit 2 ;; esac ;;
         -h|--help) sed -n '2,/^[^#]/{/^#/p}' "$0"; exit 0 ;;
-        env|ctest|sanitize|train|adam|profile|e2e|offload|python|example|gpu_torch)
+        env|ctest|sanitize|train|adam|profile|e2e|offload|python|example|mpi2|gpu_torch)
             phases+=("$1"); shift ;;
         *) echo "gpu_session: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
@@ -244,6 +256,59 @@ phase_gpu_torch() {
     sed -n '/^gpu_torch: /p; /^|/p; /^Profile/p' "$out/gpu-torch.log" >>"$summary"
 }
 
+# Ranks as processes on one GPU: the staged comm over MPI that engine/gpu_share.c picks when a node
+# has more ranks than GPUs (NCCL refuses two ranks on one device). For checks, not speed.
+phase_mpi2() {
+    local mpirun="${ZINC_MPIRUN:-$(command -v mpirun)}" why=""
+    if [ -z "$mpirun" ]; then
+        why="no mpirun on this machine (set ZINC_MPIRUN; bench/gpu_lease.sh carries Open MPI from .gpu-debs/mpi, see docs/cuda.md item 12)"
+    elif ! "$zinc" --version 2>/dev/null | grep -q ' mpi ('; then
+        why="$zinc was built without MPI (no libopenmpi-dev at cmake time; docs/cuda.md item 12)"
+    fi
+    if [ -n "$why" ]; then
+        printf '%-34s skipped (rc 77): %s\n' mpi2 "$why" | tee -a "$summary"
+        phase_status=77
+        return
+    fi
+    # Open MPI 4 without ssh or rsh stops at its remote launcher even for one node: `isolated`
+    # launches on this node only (gpu_lease.sh sets it for the Open MPI it carries).
+    local plm=()
+    if ! [ -x "$(command -v ssh)" ] && ! [ -x "$(command -v rsh)" ] &&
+       "$mpirun" --version 2>&1 | grep -q 'Open MPI) [34]\.'; then
+        plm=(OMPI_MCA_plm=isolated)
+    fi
+    local mr=(env OMPI_MCA_btl_vader_single_copy_mechanism=none "${plm[@]}" "$mpirun"
+              --allow-run-as-root --oversubscribe -np 2)
+    local t="$root/tests/python/test_torch_staged.py" how=(--cuda) s
+    [ "$dev" = cpu ] && how=()
+    step mpi2-mpirun 60 "${mr[@]}" hostname
+    for s in 1 3; do
+        step "mpi2-python-z$s" 300 "${pyenv[@]}" "${mr[@]}" "$py" "$t" $s "${how[@]}"
+    done
+    local d="$out/mpi2" a="--steps 20 --model L2-D64-H4-T64 --seed 7"
+    local comm=staged/mpi
+    [ "$dev" = cpu ] && comm=mpi
+    # same_losses LOG COMM A.jsonl B.jsonl: LOG's report names COMM; A and B log the same losses
+    # and gradient norms.
+    local same_losses='grep "world" "$1"; grep -q "comm $2," "$1" || { echo "not comm $2"; exit 1; }
+        pick() { sed -n "s/.*\"loss\":\([^,]*\),.*\"grad_norm\":\([^,]*\),.*/\1 \2/p" "$1"; }
+        a=$(pick "$3"); b=$(pick "$4")
+        if [ -n "$a" ] && [ "$a" = "$b" ]; then echo "losses and gradient norms identical ($(echo "$a" | wc -l) logged steps)"
+        else echo "losses, gradient norms differ (< mpirun, > threads):"; diff <(echo "$a") <(echo "$b"); exit 1; fi'
+    mkdir -p "$d"
+    for s in 1 3; do
+        step "mpi2-train-mpirun-z$s" 200 "${mr[@]}" "$zinc" train --device "$dev" $a \
+            --config "$(cfg $s bf16)" --metrics "$d/mpirun-z$s.jsonl"
+        step "mpi2-train-threads-z$s" 200 "$zinc" train --device "$dev" --ranks 2 $a \
+            --config "$(cfg $s bf16)" --metrics "$d/threads-z$s.jsonl"
+        # The mpirun run's comm as its report names it, and the losses of both, digit for digit.
+        step "mpi2-compare-z$s" 30 bash -c "$same_losses" same_losses \
+            "$out/mpi2-train-mpirun-z$s.log" "$comm" "$d/mpirun-z$s.jsonl" "$d/threads-z$s.jsonl"
+    done
+}
+
+phase_status=0
 for p in "${phases[@]}"; do "phase_$p"; done
 echo "==== summary ($out/summary.txt)"
 cat "$summary"
+exit $phase_status

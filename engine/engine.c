@@ -81,33 +81,37 @@ static zinc_status open_cpu(zinc_engine_t *e, const char *devname, int threads)
     if (s != ZINC_OK)
         return zerr_thread(s, "zinc_engine_create: cannot open device '%s': %s", devname,
                            zerr_thread_message());
-    if (e->world->is_mpi) {
-        s = zcomm_mpi_create(&e->comm);
-        if (s == ZINC_OK) s = zworld_add_comm(e->world, e->comm);
-    } else {
-        s = zcomm_local_create(e->world->local, e->rank, &e->comm);
-        /* Test hook: run the local backend through the staging comm that GPUs sharing one device
-         * use, so that path is exercised on machines without a GPU. */
-        const char *staged = getenv("ZINC_TEST_STAGED_COMM");
-        if (s == ZINC_OK && staged && *staged == '1') {
-            zcomm_t *inner = e->comm;
-            e->comm = NULL;
-            s = zcomm_staged_create(inner, e->dev, &e->comm);
-        }
+    s = e->world->is_mpi ? zcomm_mpi_create(&e->comm)
+                         : zcomm_local_create(e->world->local, e->rank, &e->comm);
+    /* Test hook: run the backend through the staging comm that ranks sharing one GPU use (local
+     * ranks as threads, mpi ranks as processes), so that path is exercised without a GPU. */
+    const char *staged = getenv("ZINC_TEST_STAGED_COMM");
+    if (s == ZINC_OK && staged && *staged == '1') {
+        zcomm_t *inner = e->comm;
+        e->comm = NULL;
+        s = zcomm_staged_create(inner, e->dev, &e->comm);
+        if (s == ZINC_OK && e->rank == 0)
+            zlog(ZLOG_DEBUG, "comm", e->rank, "ZINC_TEST_STAGED_COMM=1: the %s comm runs under "
+                 "the staged comm", inner->iface->name);
     }
+    if (s == ZINC_OK && e->world->is_mpi) s = zworld_add_comm(e->world, e->comm);
     if (s != ZINC_OK)
         return zerr_thread(s, "zinc_engine_create: cannot open the comm of rank %d: %s", e->rank,
                            e->comm ? e->comm->err : zerr_thread_message());
     return ZINC_OK;
 }
 
-/* CUDA: one GPU per process with NCCL (an mpi world, or a world of one), or several local ranks
- * sharing one GPU through the staging comm (checks, not speed). */
+/* CUDA: one GPU per process with NCCL (a launched world, or a world of one), or several ranks
+ * sharing one GPU through the staging comm (checks, not speed): local ranks as threads, or
+ * mpirun's processes where a node has more of them than GPUs (gpu_share.c). */
 static zinc_status open_cuda(zinc_engine_t *e)
 {
     zinc_status s;
     double timeout = e->cfg.zinc.comm_timeout_s;
     if (e->world->is_mpi || e->world->is_env) {
+        int nccl = 1;
+        s = e->world->is_mpi ? zeng_open_cuda_mpi(e, timeout, &nccl) : zeng_check_env_cuda_world();
+        if (s != ZINC_OK || !nccl) return s;
         zboot_info info;
         s = zcomm_nccl_launch(timeout, &info, &e->dev, &e->comm);
         if (s == ZINC_OK && (info.rank != e->rank || info.size != e->world_size))
@@ -1075,6 +1079,10 @@ int zinc_engine_rank(const zinc_engine_t *e) { return e ? e->rank : -1; }
 int zinc_engine_world_size(const zinc_engine_t *e) { return e ? e->world_size : 0; }
 int zinc_engine_stage(const zinc_engine_t *e) { return e ? e->stage : -1; }
 zinc_dtype zinc_engine_dtype(const zinc_engine_t *e) { return e ? e->dtype : ZINC_DTYPE_FP32; }
+const char *zinc_engine_comm(const zinc_engine_t *e)
+{
+    return e ? zcomm_backend_name(e->comm) : NULL;
+}
 int zinc_engine_group_count(const zinc_engine_t *e) { return e ? e->plan.ngroups : 0; }
 int zinc_engine_param_count(const zinc_engine_t *e) { return e ? e->plan.nparams : 0; }
 int zinc_engine_at_boundary(const zinc_engine_t *e)

@@ -158,6 +158,16 @@ struct zinc_engine {
 zinc_status zeng_fail_sequence(zinc_engine_t *e, zinc_status s, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* CUDA engines launched as processes (gpu_share.c). zeng_open_cuda_mpi, for an mpirun world:
+ * when the ranks share GPUs (a node with more ranks than GPUs, or ZINC_SHARE_DEVICE=1 on any
+ * rank) it opens e->dev (GPU local_rank % GPUs) and e->comm (the staged comm over a new mpi comm,
+ * on the world's list); otherwise it opens nothing and sets *use_nccl. Collective: every rank
+ * calls it and every rank reaches the same verdict. zeng_check_env_cuda_world, for a
+ * torchrun/srun world: ZINC_ERR_UNSUPPORTED, saying to use mpirun, when ZINC_SHARE_DEVICE=1 or
+ * the node has more ranks (LOCAL_WORLD_SIZE) than GPUs. Errors are in zinc_last_error(NULL). */
+zinc_status zeng_open_cuda_mpi(zinc_engine_t *e, double timeout_s, int *use_nccl);
+zinc_status zeng_check_env_cuda_world(void);
+
 /* 1 when the current micro-step is known to end the accumulation window: zinc_set_accumulation_
  * boundary's value, else zinc's count (gradient_accumulation_steps - 1 micro-steps passed).
  * Always 0 with managed_gradient_accumulation false, where zinc_step itself is the boundary. */

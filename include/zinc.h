@@ -421,6 +421,10 @@ ZINC_API int zinc_engine_stage(const zinc_engine_t *e);
 ZINC_API zinc_dtype zinc_engine_dtype(const zinc_engine_t *e);
 ZINC_API int zinc_engine_group_count(const zinc_engine_t *e);
 ZINC_API int zinc_engine_param_count(const zinc_engine_t *e);
+/* The comm backend the engine's collectives go through: "local", "mpi", "nccl", or the staged
+ * comm over one of the host backends, "staged/local" (ranks as threads sharing a GPU) or
+ * "staged/mpi" (mpirun's ranks sharing a GPU; docs/comm.md). A static string; NULL for NULL. */
+ZINC_API const char *zinc_engine_comm(const zinc_engine_t *e);
 /* 1 when the current micro-step ends the accumulation window, so that the next zinc_step
  * applies (or skips on overflow) an optimizer step: zinc_set_accumulation_boundary's value, else
  * gradient_accumulation_steps - 1 micro-steps have passed since the last one. DeepSpeed's

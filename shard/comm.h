@@ -107,6 +107,8 @@ struct zdev;
 zinc_status zcomm_staged_create(zcomm_t *inner, struct zdev *dev, zcomm_t **out);
 zinc_status zcomm_staged_reserve(zcomm_t *c, size_t bytes);
 int zcomm_is_staged(const zcomm_t *c);
+/* The backend's name ("local", "mpi", "nccl"), or "staged/<inner>" for a staged comm; static. */
+const char *zcomm_backend_name(const zcomm_t *c);
 
 /* Small collectives on HOST buffers whatever the backend (checkpoint bookkeeping, not training
  * traffic, so uncounted): comms over device memory stage them through a temporary device buffer. */

@@ -166,3 +166,11 @@ zinc_status zcomm_staged_reserve(zcomm_t *c, size_t bytes)
 }
 
 int zcomm_is_staged(const zcomm_t *c) { return c && c->iface == &staged_iface; }
+
+const char *zcomm_backend_name(const zcomm_t *c)
+{
+    if (!c) return NULL;
+    if (!zcomm_is_staged(c)) return c->iface->name;
+    const char *in = ((const zstaged *)c->ctx)->inner->iface->name;
+    return !strcmp(in, "mpi") ? "staged/mpi" : !strcmp(in, "local") ? "staged/local" : "staged";
+}

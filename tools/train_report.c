@@ -54,15 +54,20 @@ void train_print_summary(const run_t *r, zinc_engine_t *e, int ntensors, size_t 
            : c->sched.type == ZSCHED_ONE_CYCLE ? "OneCycle" : "LRRangeTest");
     if (c->dtype == ZINC_DTYPE_FP16)
         printf("            fp16 loss scale %s\n", c->fp16.loss_scale > 0 ? "static" : "dynamic");
+    /* The engine's own comm: staged/mpi when mpirun's ranks share a GPU (or under the test
+     * hook ZINC_TEST_STAGED_COMM=1), staged/local for threads on one GPU. */
+    const char *comm = zinc_engine_comm(e);
+    int staged = !strncmp(comm, "staged/", 7);
     if (o->cuda)
-        printf("  world     %d %s, comm %s, device cuda (model on the GPU)\n",
+        printf("  world     %d %s, comm %s%s, device cuda (model on the GPU)\n",
                zinc_engine_world_size(e),
-               o->launched ? "processes, one GPU each" : "local ranks (threads) on one GPU",
-               o->launched || o->ranks == 1 ? "nccl" : "local, staged through host memory");
+               !o->launched ? "local ranks (threads) on one GPU"
+               : staged     ? "processes sharing GPUs" : "processes, one GPU each",
+               comm, staged ? " (through host memory: for checks, not speed)" : "");
     else
         printf("  world     %d %s, comm %s, device %s, model threads/rank %d\n",
                zinc_engine_world_size(e), o->mpi ? "MPI processes" : "local ranks (threads)",
-               o->mpi ? "mpi" : "local", o->device, o->threads);
+               comm, o->device, o->threads);
     printf("  batch     %lld seq x %d ranks x %lld accumulation = %lld sequences of %d tokens "
            "per step\n",
            (long long)c->micro_batch, o->ranks, (long long)c->grad_accum,

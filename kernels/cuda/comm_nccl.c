@@ -444,7 +444,9 @@ zinc_status zcomm_nccl_launch(double timeout_s, zboot_info *info, zdev_t **dev, 
     if (bi.local_rank >= count)
         return zerr_thread(ZINC_ERR_CONFIG,
                            "rank %d: local rank %d but this node shows %d GPU(s); start at most "
-                           "one process per GPU (--nproc-per-node, --ntasks-per-node)",
+                           "one process per GPU (--nproc-per-node, --ntasks-per-node), or, for "
+                           "checks with several ranks on one GPU, start them with mpirun without "
+                           "ZINC_SHARE_DEVICE=0 (NCCL refuses two ranks on one GPU; docs/comm.md)",
                            bi.rank, bi.local_rank, count);
     if ((s = zdev_cuda_open(bi.local_rank, dev))) return s;
     unsigned char id[ZBOOT_ID_BYTES];

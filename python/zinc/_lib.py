@@ -160,6 +160,7 @@ _sig = {
     "zinc_host_waits": (ctypes.c_uint64, [ctypes.c_void_p]),
     "zinc_engine_cuda_stream": (ctypes.c_void_p, [ctypes.c_void_p]),
     "zinc_engine_cuda_device": (ctypes.c_int, [ctypes.c_void_p]),
+    "zinc_engine_comm": (ctypes.c_char_p, [ctypes.c_void_p]),
 }
 for _name, (_res, _args) in _sig.items():
     _f = getattr(lib, _name)

@@ -12,7 +12,8 @@ it up. The rendezvous:
 - a launcher environment without MASTER_ADDR (srun): not set up, with a warning saying what to
   set (zinc itself does not need it).
 The backend is DeepSpeed's default, NCCL when torch sees a GPU and gloo otherwise, unless
-dist_backend names one.
+dist_backend names one; gloo also where ranks share a GPU (mpirun -np 2 on one GPU: zinc stages
+its own collectives through host memory there, and NCCL refuses two ranks on one device).
 
 A process group zinc set up is destroyed at exit (atexit) unless the script did it already:
 left to the interpreter's finalization, gloo's worker threads can be torn down mid-work and
@@ -46,7 +47,8 @@ def setup(world, backend=None, timeout=None):
                              f"rank {dist.get_rank()} of {dist.get_world_size()}, but the "
                              f"launcher's world makes this process rank {rank} of {n}")
         return
-    backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
+    backend = backend or ("nccl" if torch.cuda.is_available() and not _ranks_share_gpu()
+                          else "gloo")
     timeout = timeout or datetime.timedelta(minutes=30)      # DeepSpeed's default
     if n > 1 and os.environ.get("MASTER_ADDR") and os.environ.get("MASTER_PORT"):
         dist.init_process_group(backend, init_method="env://", rank=rank, world_size=n,
@@ -57,6 +59,19 @@ def setup(world, backend=None, timeout=None):
             return
         dist.init_process_group(backend, store=store, rank=rank, world_size=n, timeout=timeout)
     atexit.register(_destroy_at_exit)
+
+
+def _ranks_share_gpu():
+    """Whether zinc's ranks share GPUs on this node (more of them than torch sees GPUs, or
+    ZINC_SHARE_DEVICE=1; engine/gpu_share.c decides the same for zinc's own comm): NCCL refuses
+    two ranks on one GPU, so the script's torch.distributed then gets gloo."""
+    setting = os.environ.get("ZINC_SHARE_DEVICE", "")
+    if setting in ("0", "1"):
+        return setting == "1"
+    for var in ("OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "LOCAL_WORLD_SIZE"):
+        if os.environ.get(var, "").isdigit():
+            return int(os.environ[var]) > torch.cuda.device_count()
+    return False
 
 
 def _destroy_at_exit():

@@ -27,6 +27,14 @@ if(ZINC_HAVE_MPI)
                 LIBS zinc_toy NP 4 LABELS multirank TIMEOUT 300)
 endif()
 
+# The staging comm over the mpi backend (CUDA ranks sharing one GPU under mpirun use it), on the
+# cpu device through ZINC_TEST_STAGED_COMM=1: the same training as the plain mpi comm, bit for
+# bit, at stages 0-3 (the test sets the hook itself, run by run).
+if(ZINC_HAVE_MPI)
+  zinc_mpi_test(NAME engine_staged_mpi SOURCES ${ZINC_ENGINE_TEST_DIR}/test_staged_mpi.c
+                LIBS zinc_toy NP 2 LABELS multirank TIMEOUT 300)
+endif()
+
 # The same equivalence through the staging comm that local ranks sharing one GPU use.
 add_test(NAME engine_stages_staged COMMAND engine_stages)
 set_tests_properties(engine_stages_staged PROPERTIES LABELS "multirank;unit" TIMEOUT 600

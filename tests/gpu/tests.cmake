@@ -18,6 +18,14 @@ if(ZINC_HAVE_CUDA)
   zinc_test(NAME cuda_nccl SOURCES ${_gpu}/test_nccl.c LABELS gpu TIMEOUT 120)
 endif()
 
+# A CUDA engine under mpirun -np 2 (engine/gpu_share.c): ranks sharing a GPU get the staged comm
+# over MPI, a GPU each NCCL; a bad ZINC_SHARE_DEVICE or no GPU fails every rank at once. It runs
+# anywhere with MPI (without a GPU, the failures), hence multirank as well as gpu.
+if(ZINC_HAVE_MPI)
+  zinc_mpi_test(NAME cuda_share_mpi SOURCES ${_gpu}/test_share_mpi.c LIBS zinc_toy NP 2
+                LABELS "multirank;gpu" TIMEOUT 120)
+endif()
+
 # The built-in model's CUDA version (models/cuda/): loss and every gradient against the CPU model
 # (gpu), and `zinc train --device cuda`: a 2-rank ZeRO-3 run next to the CPU's (gpu), a clean
 # failure without a GPU or without CUDA (model; skipped where a GPU is present).

@@ -153,6 +153,10 @@ if(ZINC_HAVE_MPI AND ZINC_TORCH_PYTHON)
     endforeach()
   endfunction()
   zinc_python_mpi_stage_tests(parity test_torch_parity.py 300 2 3)
+  # The staged comm over MPI that ranks sharing a GPU get, here on the cpu device through
+  # ZINC_TEST_STAGED_COMM=1 (test_torch_staged.py): the plain mpi run's losses and weights, bit
+  # for bit. Its --cuda mode is bench/gpu_session.sh's mpi2 phase.
+  zinc_python_mpi_stage_tests(staged test_torch_staged.py 300 1 3)
   add_test(NAME python_stage3_memory_mpi
            COMMAND ${_mpi} ${MPIEXEC_NUMPROC_FLAG} 2 ${_py} ${_pyt}/test_torch_stage3.py memory)
   add_test(NAME python_overlap_mpi_stage3
