@@ -8,6 +8,8 @@ ever at exit and torch 2.x crashes (tests/python/test_torch_api.py checks the ex
 capsule gives torch a C deleter instead: the 72-byte descriptor below, malloc'd, released by
 libc's free, no Python involved. The memory itself stays zinc's (the engine outlives its views
 or turns them into copies at close).
+Also what the engine's parts share to describe such a tensor: the torch dtype of a zinc dtype
+code, a shape's element count.
 """
 import ctypes
 import struct
@@ -35,6 +37,16 @@ _capsule = ctypes.pythonapi.PyCapsule_New
 _capsule.restype = ctypes.py_object
 _capsule.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
 assert _DESCRIPTOR.size == _SHAPE_AT + 8 and ctypes.sizeof(ctypes.c_void_p) == 8
+
+# zinc dtype code -> the torch dtype: fp32, fp16, bf16.
+_TORCH_DTYPE = {0: torch.float32, 1: torch.float16, 2: torch.bfloat16}
+
+
+def _numel(shape):
+    n = 1
+    for s in shape:
+        n *= s
+    return n
 
 
 def view(ptr, numel, code, shape, device=None):

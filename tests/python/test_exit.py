@@ -255,7 +255,7 @@ def leave(mpiexec):
 
 
 def hook():
-    import zinc.engine as ze
+    import zinc._world as ze
     seen = []
     sys.excepthook = lambda kind, value, tb: seen.append(("printed", kind.__name__))
     ze.lib.zinc_world_abort = lambda w, rank, why: seen.append(("abort", why.decode()))

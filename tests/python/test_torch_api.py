@@ -1107,15 +1107,15 @@ def main():
     engine.load_checkpoint(ck)
     check_buffer_strictness(engine, model, ck, root)
     # A blob larger than the reader's first buffer (big buffers): read again with the room.
-    import zinc.engine as zeng
-    cap, zeng._BLOB_CAP = zeng._BLOB_CAP, 256
+    import zinc._state_io as zio
+    cap, zio._BLOB_CAP = zio._BLOB_CAP, 256
     with torch.no_grad():
         model.shift.add_(1.0)
         model.scale.mul_(3.0)
     try:
         engine.load_checkpoint(ck)
     finally:
-        zeng._BLOB_CAP = cap
+        zio._BLOB_CAP = cap
     check("load_checkpoint of a blob over the first buffer's size",
           torch.equal(model.shift, want) and torch.equal(model.scale, want_scale))
     check_client_state(engine, os.path.join(root, f"ckpt_client{world}"))

@@ -44,12 +44,23 @@ from _common import torch, zinc
 from test_torch_parity import Tiny  # noqa: E402 — the parity test's model
 
 import zinc.engine as zeng  # noqa: E402
+from zinc import _accessors, _handover, _stage3, _state_io, _values, _world  # noqa: E402
+
+# The modules of the engine (engine.py and its parts): each calls libzinc through its own `lib`.
+_ENGINE_MODULES = (zeng, _world, _stage3, _handover, _values, _accessors, _state_io)
+
+
+def set_lib(lib):
+    """Makes `lib` (a Spy, or the real libzinc back) the one every module of the engine calls."""
+    for m in _ENGINE_MODULES:
+        m.lib = lib
 
 
 class Spy:
-    """Stands in for libzinc in zinc.engine: records zinc_gather/zinc_release/zinc_grads_ready
-    calls and calls `on_release` after every zinc_release (the engine has just copied a group
-    into the model's parameters then: the moments torch holds the most)."""
+    """Stands in for libzinc in the engine's modules (set_lib): records
+    zinc_gather/zinc_release/zinc_grads_ready calls and calls `on_release` after every
+    zinc_release (the engine has just copied a group into the model's parameters then: the
+    moments torch holds the most)."""
 
     def __init__(self, lib):
         self._lib, self.events, self.on_release = lib, [], None
@@ -105,7 +116,7 @@ def test_memory():
     # Persistence off: every group is gathered on demand (a persistent group stays in zinc's
     # memory whole, by design, and would not be part of the 2*psi/N).
     spy = Spy(zeng.lib)
-    zeng.lib = spy
+    set_lib(spy)
     engine, _, _, _ = zinc.initialize(model=m, config=config(3, ga=2, bf16=True,
                                       stage3_param_persistence_threshold=0))
     world, rank = engine.world_size, engine.global_rank
@@ -170,7 +181,7 @@ def test_overlap(stage):
     layers = 8
     m = torch.nn.Sequential(*(torch.nn.Linear(32, 32) for _ in range(layers)))
     spy = Spy(zeng.lib)
-    zeng.lib = spy
+    set_lib(spy)
     engine, _, _, _ = zinc.initialize(model=m, config=config(stage, ga=2))
     g = torch.Generator().manual_seed(1)
     ok = True
@@ -581,7 +592,7 @@ def train_like_torch(make, what, stage):
     if getattr(make, "config_scheduler", None):
         cfg["scheduler"] = make.config_scheduler
     spy = Spy(zeng.lib)
-    zeng.lib = spy
+    set_lib(spy)
     peak = {"now": 0}
 
     def sample(*_):
@@ -600,7 +611,7 @@ def train_like_torch(make, what, stage):
     if len(said) != want_said or (want_said and warns not in said[0]):
         print(f"FAIL: rank {rank} warned {said}, expected {want_said} warning(s) about {warns}")
         spy.on_release = None
-        zeng.lib = spy._lib
+        set_lib(spy._lib)
         engine.close()
         return 1
     losses, orders, peaks = [], [], []
@@ -615,7 +626,7 @@ def train_like_torch(make, what, stage):
         losses.append(float(loss.detach()))
         orders.append([g for n, g in spy.events if n == "zinc_release"])
         peaks.append(peak["now"])
-    zeng.lib = spy._lib
+    set_lib(spy._lib)
     w = engine.module_state_dict()
     ref_w = dict(ref.named_parameters())
     # The parity test's fp32 bound (test_torch_parity.py): relative to each tensor's largest
@@ -687,7 +698,7 @@ def measure(steps):
     cfg = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "configs",
                        "zero3_bf16.json")
     spy = Spy(zeng.lib)
-    zeng.lib = spy
+    set_lib(spy)
     engine, _, _, _ = zinc.initialize(model=m, config=cfg)
     peak = {"now": 0}
 

@@ -123,7 +123,7 @@ def master(engine, name):
     for _, params in engine._groups:
         for pid, full, _ in params:
             if full == name:
-                buf = torch.empty(zinc.engine._numel(engine._shapes[pid]), dtype=torch.float32)
+                buf = torch.empty(zinc._memory._numel(engine._shapes[pid]), dtype=torch.float32)
                 zinc._lib.check(zinc._lib.lib.zinc_param_get(engine._e, pid,
                                                              ctypes.c_void_p(buf.data_ptr())),
                                 engine._e)

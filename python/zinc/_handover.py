@@ -1,0 +1,84 @@
+"""_handover.py — gradients from autograd to zinc. A hook on each parameter's AccumulateGrad node
+notes when its gradient is complete; when a group's parameters all have theirs, the group is
+handed over at once (its gradients added into zinc's gradient views, `.grad` dropped,
+zinc_grads_ready), so that at stages 2-3 the reduce-scatter runs while autograd goes on with the
+earlier layers. After autograd the groups that got no gradient are handed over with a zero one,
+last group first (engine.py's docstring gives the whole backward).
+
+_HandOverMixin is one of the parts of engine.py's Engine; engine.backward and engine.step call
+it, Engine.__init__ sets the hooks up (_watch_gradients).
+"""
+import ctypes
+
+from . import _memory
+from ._lib import lib
+from ._memory import _numel
+
+
+class _HandOverMixin:
+    """The Engine's gradient hand-over: from autograd's `.grad` into zinc."""
+
+    def _watch_gradients(self):
+        """A hook on every parameter's AccumulateGrad node: it fires once per backward, after all
+        of the parameter's gradient contributions are summed into `.grad`. The engine keeps the
+        nodes (autograd holds them only weakly between graphs), so every backward reuses them.
+        Created while `param.data` has its full shape and final dtype: a node remembers both."""
+        self._acc_nodes = []
+        for gi, G in enumerate(self._g):
+            for pid, _, p in G.params:
+                node = p.expand_as(p).grad_fn.next_functions[0][0]
+                self._hooks.append(node.register_hook(self._accumulated_hook(gi, pid)))
+                self._acc_nodes.append(node)
+                if self._stage == 3:
+                    self._hooks.append(p.register_hook(self._incoming_hook(gi)))
+
+    def _accumulated_hook(self, gi, pid):
+        def hook(*_):
+            G = self._g[gi]
+            if not self._in_backward or G.done or self._no_sync:
+                return
+            G.got.add(pid)
+            if len(G.got) == len(G.params):
+                self._hand_over(gi)
+        return hook
+
+    def _incoming_hook(self, gi):
+        # Stage 3: a gradient reaching a parameter whose group no _Regather gathered (its module's
+        # output was not a tensor we could wrap): AccumulateGrad needs the full-shaped parameter.
+        def hook(grad):
+            if self._in_backward:
+                self._materialize(gi)
+        return hook
+
+    def _hand_over(self, gi):
+        """Adds the group's gradients into zinc's views, drops `.grad`, zinc_grads_ready."""
+        G, e = self._g[gi], self._e
+        # zinc -> torch (WAR): at stages 2-3 the view is a bucket zinc zeroes after the previous
+        # group's zinc_grads_ready on its stream; torch's adds must run after that.
+        self._torch_after_zinc()
+        for pid, _, p in G.params:
+            if p.grad is not None:
+                ptr = ctypes.c_void_p()
+                self._call(lib.zinc_param_grad(e, pid, ctypes.byref(ptr)))
+                shape = self._shapes[pid]
+                _memory.view(ptr.value, _numel(shape), self._code, shape, self._device).add_(
+                    p.grad.to(p.dtype))
+                p.grad = None     # freed on torch's stream, after the add that reads it
+        # torch -> zinc (RAW): the reduce zinc_grads_ready queues reads the sums torch added.
+        self._torch_then_zinc()
+        self._call(lib.zinc_grads_ready(e, G.gid))
+        G.done = True
+        if self._stage == 3 and G.holds == 0:
+            self._dematerialize(gi)
+
+    def _hand_over_rest(self):
+        """After autograd: the groups not handed over yet (no gradient this backward, or only
+        from no_sync backwards), last group first."""
+        for gi in reversed(range(len(self._g))):
+            if not self._g[gi].done:
+                self._hand_over(gi)
+        self._unsynced = False
+        self._open_micro = not self._managed or self._boundary_set is not None
+        self._open_at_boundary = bool(lib.zinc_engine_at_boundary(self._e))
+        if self._stage == 3:
+            self._drop_params()

@@ -1,0 +1,375 @@
+"""_stage3.py — ZeRO stage 3 on the torch side: the hooks that gather a module's group for its
+forward and its backward and empty it after, and the engine's side of zinc.zero.GatheredParameters
+(zero.py), which holds parameters gathered, or changed on one rank, for a block of code.
+
+_Stage3Mixin is one of the parts of engine.py's Engine; its methods work on the state
+Engine.__init__ and _setup_stage3 set up (self._g, self._needs, self._stack, ...).
+
+Stage 3 (DeepSpeed's scheme, built from forward hooks and autograd Functions so that it works on
+torch 1.13, which has no backward pre-hooks for modules, as on current torch):
+- Between steps the parameters hold no memory (`param.data` is an empty tensor); zinc holds the
+  rank's shard.
+- A forward pre-hook gathers the module's group (zinc_gather) and sets `param.data` to a copy
+  torch owns, then releases zinc's buffer at once; the forward post-hook empties `param.data`
+  again and passes every output tensor that requires grad through `_Regather`, whose backward
+  gathers the group back before the module's own backward runs. Autograd saves the Parameter
+  itself for most ops, so restoring `param.data` makes the saved tensor valid again; `nn.Linear`,
+  whose functional form saves a transposed view of the weight (which would keep the forward's
+  copy alive), runs through `_Linear`, which saves the Parameter.
+- Copies, not views of zinc's gather buffer: a view saved by autograd (`w.t()`) would read
+  another group's values once zinc reuses the buffer; a copy stays valid. zinc_gather is still
+  called in module order, so zinc's traced prefetch applies.
+- After backward a group is emptied as soon as its gradients are handed over (no later backward
+  node can need a parameter whose gradient is complete).
+- A parameter read through another module's attribute while a forward runs (the tied embedding
+  read by the top module's head: `self.wte.weight`) is gathered at the read: each owning
+  module's `_parameters` is a dict that gathers on read (DeepSpeed's ZeROOrderedDict does the
+  same). The innermost running module holds that group until its forward ends and gathers it
+  again before its backward. The read comes at the same point of every micro-step, so zinc's
+  traced gather order repeats. A read that bypasses the attribute (a reference kept elsewhere)
+  is declared with zinc.register_external_parameter: the module then gathers the group with
+  its own. No step holds the whole model: the first micro-step releases as every later one.
+- A module called more than once per forward gathers its group again at each call; activation
+  checkpointing (torch.utils.checkpoint, zinc.checkpointing) re-runs the forward hooks in
+  backward, which gather and release as in forward.
+"""
+import collections
+import ctypes
+import weakref
+
+import torch
+
+from . import _memory
+from ._lib import lib
+from ._memory import _TORCH_DTYPE, _numel
+
+
+def _bits(t):
+    """A tensor's bits as integers, so that equality is bitwise (NaNs, -0.0)."""
+    ints = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+    return t.contiguous().view(ints[t.element_size()]) if t.is_floating_point() else t
+
+
+class _GatherOnRead(collections.OrderedDict):
+    """A module's `_parameters` at stage 3: `module.weight` reads `_parameters["weight"]`, and a
+    read while a forward runs gathers the parameter's group if it is not gathered (the engine's
+    _on_read). Iteration (named_parameters, state_dict) reads no value and gathers nothing."""
+
+    def __init__(self, items=(), engine=None):
+        super().__init__(items)
+        self._zinc = weakref.ref(engine) if engine is not None else None
+
+    def __getitem__(self, key):
+        p = super().__getitem__(key)
+        eng = self._zinc() if self._zinc is not None else None
+        if eng is not None and p is not None:
+            eng._on_read(p)
+        return p
+
+    def __reduce__(self):      # a copy of the model (deepcopy, pickle) gets a plain dict
+        return (collections.OrderedDict, (list(self.items()),))
+
+
+class _Regather(torch.autograd.Function):
+    """Identity on a module's output; its backward gathers the module's groups again before the
+    module's own backward runs (stage 3)."""
+
+    @staticmethod
+    def forward(ctx, engine, groups, t):
+        ctx.engine, ctx.groups = engine, groups
+        return t.detach()
+
+    @staticmethod
+    def backward(ctx, grad):
+        for gi in ctx.groups:
+            ctx.engine._materialize(gi)
+        return None, None, grad
+
+
+class _Linear(torch.autograd.Function):
+    """nn.Linear at stage 3: saves the weight Parameter itself (F.linear saves the view w.t(),
+    which would keep the forward's gathered copy alive until backward)."""
+
+    @staticmethod
+    def forward(ctx, x, w, b):
+        ctx.save_for_backward(x, w)
+        ctx.has_bias = b is not None
+        return torch.nn.functional.linear(x, w, b)
+
+    @staticmethod
+    def backward(ctx, g):
+        x, w = ctx.saved_tensors
+        gx = gw = gb = None
+        if ctx.needs_input_grad[0]:
+            gx = g.matmul(w)
+        g2 = g.reshape(-1, g.shape[-1])
+        if ctx.needs_input_grad[1]:
+            gw = g2.t().matmul(x.reshape(-1, x.shape[-1]))
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            gb = g2.sum(0)
+        return gx, gw, gb
+
+
+def _linear_forward(self, x):
+    return _Linear.apply(x, self.weight, self.bias)
+
+
+def _post_hook_always(mod, hook):
+    """A forward hook that also runs when the forward raises (torch >= 2.0: always_call), so a
+    group's hold ends with it. Non-reentrant activation checkpointing needs this: its
+    recomputation in backward stops by raising inside the block's forward once it has what
+    backward needs, and every module the exception leaves must still release its group.
+    torch 1.13 has no always_call and its recomputation always runs to the end."""
+    try:
+        return mod.register_forward_hook(hook, always_call=True)
+    except TypeError:
+        return mod.register_forward_hook(hook)
+
+
+class _Stage3Mixin:
+    """The Engine's stage-3 hooks and zero.GatheredParameters' contexts."""
+
+    # ---- stage 3 ----
+
+    def _setup_stage3(self, model):
+        self._empty = torch.empty(0, dtype=_TORCH_DTYPE[self._code], device=self._device)
+        self._stack = []           # [module, groups gathered on read for it], outermost first
+        self._declared = {}        # module -> groups it reads that other modules own (declared)
+        self._linears = []
+        self._watched = []         # modules whose _parameters gather on read
+        for mod in model.modules():
+            ext = [self._group_of[id(q)] for q in mod.__dict__.get("_zinc_external_params", [])
+                   if id(q) in self._group_of]
+            if ext:
+                self._declared[mod] = set(ext)
+            if any(id(p) in self._group_of for p in mod._parameters.values() if p is not None):
+                mod._parameters = _GatherOnRead(mod._parameters, self)
+                self._watched.append(mod)
+        hooked = list(self._needs) + [m for m in self._declared if m not in self._needs]
+        for mod in hooked + ([model] if model not in hooked else []):
+            self._hooks.append(mod.register_forward_pre_hook(self._pre_hook))
+            self._hooks.append(_post_hook_always(mod, self._post_hook))
+            if (isinstance(mod, torch.nn.Linear) and type(mod).forward is torch.nn.Linear.forward
+                    and "forward" not in mod.__dict__):
+                mod.forward = _linear_forward.__get__(mod)
+                self._linears.append(mod)
+        self._drop_params()
+
+    def _groups_of(self, mod):
+        need = self._needs.get(mod, [])
+        more = self._declared.get(mod)
+        return need + sorted(more.difference(need)) if more else need
+
+    def _pre_hook(self, mod, inputs):
+        self._end_open_micro()     # a forward through engine.module, not the engine
+        self._stack.append((mod, []))
+        for gi in self._groups_of(mod):
+            self._materialize(gi)
+            self._g[gi].holds += 1
+
+    def _on_read(self, p):
+        """A parameter read through its module's attribute (_GatherOnRead): if a forward is
+        running and the group is not gathered, gather it for the innermost running module,
+        which holds it until its forward ends and gathers it again before its backward."""
+        if not self._stack:
+            return
+        gi = self._group_of.get(id(p))
+        if gi is None or self._g[gi].live:
+            return
+        self._materialize(gi)
+        self._g[gi].holds += 1
+        self._stack[-1][1].append(gi)
+
+    def _post_hook(self, mod, inputs, out):
+        read = []
+        if self._stack and self._stack[-1][0] is mod:
+            read = self._stack.pop()[1]
+        own = self._groups_of(mod)
+        groups = tuple(own + [gi for gi in dict.fromkeys(read) if gi not in own])
+        for gi in groups:
+            G = self._g[gi]
+            G.holds = max(0, G.holds - 1)
+            if G.holds == 0:
+                self._dematerialize(gi)
+        if groups and torch.is_grad_enabled():
+            return self._wrap(out, groups)
+        return out
+
+    def _wrap(self, out, groups):
+        if isinstance(out, torch.Tensor):
+            return _Regather.apply(self, groups, out) if out.requires_grad else out
+        if isinstance(out, tuple):
+            items = [self._wrap(o, groups) for o in out]
+            return type(out)(*items) if hasattr(out, "_fields") else tuple(items)
+        if isinstance(out, list):
+            return [self._wrap(o, groups) for o in out]
+        if isinstance(out, dict):
+            for k in list(out.keys()):
+                out[k] = self._wrap(out[k], groups)
+        return out
+
+    def _materialize(self, gi):
+        """Stage 3: zinc_gather the group, copy it into `param.data`, zinc_release."""
+        G, e = self._g[gi], self._e
+        if G.live:
+            return
+        self._call(lib.zinc_gather(e, G.gid))
+        try:
+            # zinc -> torch (RAW): the all-gather into zinc's buffer is complete before the copy.
+            self._zinc_then_torch()
+            for pid, _, p in G.params:
+                ptr = ctypes.c_void_p()
+                self._call(lib.zinc_param_data(e, pid, ctypes.byref(ptr)))
+                shape = self._shapes[pid]
+                p.data = _memory.view(ptr.value, _numel(shape), self._code, shape,
+                                      self._device).clone()
+        finally:
+            # torch -> zinc (WAR): after zinc_release zinc may all-gather another group into this
+            # buffer (its prefetch); that must wait for the copies queued on torch's stream.
+            self._torch_then_zinc()
+            self._call(lib.zinc_release(e, G.gid))
+        G.live = True
+
+    def _dematerialize(self, gi):
+        G = self._g[gi]
+        if G.live and G.ctx == 0:
+            for _, _, p in G.params:
+                p.data = self._empty
+            G.live = False
+
+    def _drop_params(self):
+        """Stage 3, between steps: the model holds no parameter memory (zinc holds the shard)."""
+        for gi, G in enumerate(self._g):
+            G.live = True
+            G.holds = 0
+            self._dematerialize(gi)
+        self._stack = []
+
+    # ---- zero.GatheredParameters (zero.py) --------------------------------------------------
+
+    def _no_context(self, what):
+        if self._contexts:
+            raise RuntimeError(f"zinc: {what} inside zinc.zero.GatheredParameters over this "
+                               "model's parameters: leave the context first (the weights it "
+                               "gathered or changed would not be the step's)")
+
+    def _context_enter(self, params, modifier_rank):
+        """Makes `params` (this model's, trained by zinc or not) hold their full values until
+        _context_exit, and returns what that needs. Stage 3 outside a forward: their groups'
+        values come from zinc_param_get (collective; the fp32 master cast to the working dtype,
+        what zinc_gather gives) without zinc_gather, so zinc's traced gather order and its
+        prefetched copies stay as they are. Inside a forward: the running module gathers the
+        groups as for a read of their attribute (_on_read: held until its forward ends, gathered
+        again for its backward). With modifier_rank, that rank keeps a copy of the values to
+        tell at the exit which ones it changed."""
+        if self._in_backward:
+            raise RuntimeError("zinc: zinc.zero.GatheredParameters inside a backward")
+        world = lib.zinc_engine_world_size(self._e)
+        if modifier_rank is not None and not (isinstance(modifier_rank, int)
+                                              and 0 <= modifier_rank < world):
+            raise ValueError(f"zinc.zero.GatheredParameters: modifier_rank {modifier_rank!r} is "
+                             f"not a rank of this world of {world}")
+        # Every rank lists them in the same order (its collectives follow it).
+        trained = sorted((p for p in params if id(p) in self._pid_of),
+                         key=lambda p: self._pid_of[id(p)])
+        others = sorted((p for p in params if id(p) not in self._pid_of),
+                        key=lambda p: self._model_order[id(p)])
+        if self._stage == 3 and self._stack:
+            if modifier_rank is not None:
+                raise RuntimeError("zinc: zinc.zero.GatheredParameters(modifier_rank=...) inside a "
+                                   "forward: change parameters between steps")
+            for p in trained:
+                self._on_read(p)
+            return None
+        # Stage 3: the groups the context holds gathered (below it every group always is).
+        groups = sorted({self._group_of[id(p)] for p in trained}) if self._stage == 3 else []
+        held = []
+        try:
+            for gi in groups:
+                G = self._g[gi]
+                if not G.live:
+                    for pid, _, p in G.params:
+                        p.data = self._zinc_value(pid).to(self._device)
+                    G.live = True
+                G.ctx += 1
+                held.append(gi)
+        except BaseException:
+            self._let_go(held)
+            raise
+        self._contexts += 1
+        mine = modifier_rank is not None and lib.zinc_engine_rank(self._e) == modifier_rank
+        snap = [p.detach().clone() for p in trained + others] if mine else None
+        return (trained, others, groups, modifier_rank, snap)
+
+    def _context_exit(self, rec, failed):
+        """Ends what _context_enter began. With a modifier rank (and no exception inside), the
+        parameters that rank changed get its values on every rank: zinc's ones through
+        zinc_broadcast and zinc_param_set (fp32 master and working copy, so the next step
+        starts from them), the others copied in. Collective then; the ones it left alone keep
+        their values, the fp32 master included. Stage 3: the groups are emptied again."""
+        if rec is None:
+            return
+        trained, others, groups, root, snap = rec
+        self._contexts -= 1
+        bad = None
+        try:
+            if root is not None and not failed:
+                bad = self._take_changes(trained, others, root, snap)
+        finally:
+            self._let_go(groups)
+            if self._stage < 3 and root is not None:
+                self._view_params(trained)    # should the modifier have replaced `param.data`
+        if bad is not None:
+            raise ValueError(f"zinc.zero.GatheredParameters: rank {root} changed the shape of "
+                             f"a parameter to {bad}: only its values may change")
+
+    def _let_go(self, groups):
+        """Stage 3: a context's hold on `groups` ends; those no forward holds are emptied."""
+        for gi in groups:
+            G = self._g[gi]
+            G.ctx -= 1
+            if G.holds == 0:
+                self._dematerialize(gi)
+
+    def _view_params(self, params):
+        """Stages 0-2: each parameter's `param.data` a view of zinc's working copy (no copy)."""
+        for p in params:
+            pid = self._pid_of[id(p)]
+            ptr = ctypes.c_void_p()
+            self._call(lib.zinc_param_data(self._e, pid, ctypes.byref(ptr)))
+            p.data = _memory.view(ptr.value, _numel(self._shapes[pid]), self._code,
+                                  self._shapes[pid], self._device)
+
+    def _take_changes(self, trained, others, root, snap):
+        """_context_exit's broadcast of the modifier rank's changes. Returns the new shape of a
+        parameter whose shape it changed (nothing taken then), else None."""
+        rank = lib.zinc_engine_rank(self._e)
+        params = trained + others
+        flags = torch.zeros(len(params), dtype=torch.uint8)
+        if rank == root:
+            for k, (p, old) in enumerate(zip(params, snap)):
+                if p.shape != old.shape:
+                    flags[k] = 2
+                elif p.dtype != old.dtype or not torch.equal(_bits(p.detach()), _bits(old)):
+                    flags[k] = 1
+        self._broadcast(flags, root)
+        for k, p in enumerate(params):
+            if flags[k] == 2:
+                return tuple(p.shape) if rank == root else "another shape"
+        # torch -> zinc (WAR): zinc_param_set overwrites weights torch's kernels may still read.
+        self._torch_then_zinc()
+        for k, p in enumerate(trained):
+            if flags[k]:
+                pid = self._pid_of[id(p)]
+                buf = (p.detach().to("cpu", torch.float32).contiguous() if rank == root
+                       else torch.empty(_numel(self._shapes[pid]), dtype=torch.float32))
+                self._broadcast(buf, root)
+                self._call(lib.zinc_param_set(self._e, pid, ctypes.c_void_p(buf.data_ptr())))
+        changed = [k for k in range(len(trained), len(params)) if flags[k]]
+        if rank == root:      # a changed dtype: the other ranks still have the one it had
+            for k in changed:
+                params[k].data = params[k].data.to(snap[k].dtype)
+        self._broadcast_into([params[k] for k in changed], root)
+        # zinc -> torch (RAW): the values set are in place before torch reads them.
+        self._zinc_then_torch()
+        return None
