@@ -53,9 +53,17 @@ class _HandOverMixin:
     def _hand_over(self, gi):
         """Adds the group's gradients into zinc's views, drops `.grad`, zinc_grads_ready."""
         G, e = self._g[gi], self._e
-        # zinc -> torch (WAR): at stages 2-3 the view is a bucket zinc zeroes after the previous
-        # group's zinc_grads_ready on its stream; torch's adds must run after that.
-        self._torch_after_zinc()
+        # zinc -> torch (WAR): at stages 2-3 the view is a bucket zinc zeroed on its stream after
+        # the zinc_grads_ready that last used it; torch's adds run after that one (the buckets
+        # rotate, so not after the reduce of the group just handed over). Stages 0-1: zinc
+        # queues nothing during backward; the buffers were zeroed by the step, which torch's
+        # stream already waits for.
+        slot = -1
+        if self._stage >= 2:
+            s = ctypes.c_int()
+            self._call(lib.zinc_grad_bucket(e, G.gid, ctypes.byref(s)))
+            slot = s.value
+            self._torch_after_bucket(slot)
         for pid, _, p in G.params:
             if p.grad is not None:
                 ptr = ctypes.c_void_p()
@@ -67,9 +75,27 @@ class _HandOverMixin:
         # torch -> zinc (RAW): the reduce zinc_grads_ready queues reads the sums torch added.
         self._torch_then_zinc()
         self._call(lib.zinc_grads_ready(e, G.gid))
+        if slot >= 0:
+            self._bucket_done(slot)
         G.done = True
         if self._stage == 3 and G.holds == 0:
             self._dematerialize(gi)
+
+    def _torch_after_bucket(self, slot):
+        """CUDA: torch's stream waits for the event recorded after the zinc_grads_ready that
+        last used bucket `slot` (nothing before the first). CPU: nothing."""
+        ev = self._bucket_events.get(slot) if self._cuda else None
+        if ev is not None:
+            torch.cuda.current_stream(self._device).wait_event(ev)
+
+    def _bucket_done(self, slot):
+        """CUDA: an event on zinc's stream after the work zinc_grads_ready queued on bucket
+        `slot` (its reduce and zeroing), for the next group that takes that bucket."""
+        if self._cuda:
+            ev = self._bucket_events.get(slot)
+            if ev is None:
+                ev = self._bucket_events[slot] = torch.cuda.Event()
+            ev.record(self._zstream)
 
     def _hand_over_rest(self):
         """After autograd: the groups not handed over yet (no gradient this backward, or only

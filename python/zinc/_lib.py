@@ -122,6 +122,7 @@ _sig = {
     "zinc_param_data": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_void_p)]),
     "zinc_param_grad": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_void_p)]),
     "zinc_grads_ready": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int]),
+    "zinc_grad_bucket": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_int)]),
     "zinc_gather": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int]),
     "zinc_release": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int]),
     "zinc_loss_multiplier": (ctypes.c_float, [ctypes.c_void_p]),

@@ -215,8 +215,9 @@ class _Stage3Mixin:
             return
         self._call(lib.zinc_gather(e, G.gid))
         try:
-            # zinc -> torch (RAW): the all-gather into zinc's buffer is complete before the copy.
-            self._zinc_then_torch()
+            # zinc -> torch (RAW): the all-gather into zinc's buffer is complete before the copy
+            # (an event on zinc's stream that torch's waits for: no host wait per gather).
+            self._torch_after_zinc()
             for pid, _, p in G.params:
                 ptr = ctypes.c_void_p()
                 self._call(lib.zinc_param_data(e, pid, ctypes.byref(ptr)))

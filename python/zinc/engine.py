@@ -39,10 +39,17 @@ on its current stream, so every hand-over between the two is ordered explicitly:
   before zinc_release, the parameters torch may still read before zinc_step or a checkpoint
   load overwrites them): an event recorded on torch's stream that zinc's stream waits for
   (_torch_then_zinc), no host wait;
-- zinc -> torch (zinc_step's new weights, zinc_gather's buffer, a loaded checkpoint, the values
-  set at initialize): zinc_engine_sync, a host wait for zinc's device work (_zinc_then_torch);
+- zinc -> torch inside the training step (zinc_step's new weights, zinc_gather's buffer): torch's
+  stream waits for an event on zinc's stream (_torch_after_zinc), no host wait: the step's one
+  host wait is the engine's read of the gradient norm (issue 38; counted by zinc_host_waits,
+  python_host_waits);
 - zinc's earlier work on a buffer -> torch writes it (a gradient bucket zinc zeroes after each
-  zinc_grads_ready at stages 2-3): torch's stream waits for an event on zinc's stream.
+  zinc_grads_ready at stages 2-3): torch's stream waits for the event recorded after the
+  zinc_grads_ready that last used THAT bucket (_torch_after_bucket; buckets rotate), so a
+  group's reduce overlaps the next group's backward;
+- zinc -> torch outside the step (a loaded checkpoint, values set at initialize or by a
+  GatheredParameters context, values read to the host): zinc_engine_sync, a host wait
+  (_zinc_then_torch).
 """
 import collections
 import contextlib
@@ -312,6 +319,7 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
         self._zinc_then_torch()
         self._shapes = {pid: p.shape for _, ps in self._groups for pid, _, p in ps}
         self._hooks = []
+        self._bucket_events = {}     # CUDA, stages 2-3: bucket -> event after its last reduce
         self._in_backward = False
         self._contexts = 0           # zero.GatheredParameters contexts open over this engine
         self._no_sync = False        # inside no_sync(): backward hands nothing over
@@ -373,19 +381,27 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
             self._zstream.wait_event(ev)
 
     def _zinc_then_torch(self):
-        """CUDA: zinc's device work (its compute stream, which waits for its NCCL collectives)
-        is finished before torch reads what it wrote: zinc_engine_sync, a host wait, which also
-        turns a vanished NCCL peer into an error. CPU: nothing (zinc_engine_sync is a no-op)."""
-        if self._cuda:
-            self._call(lib.zinc_engine_sync(self._e))
+        """zinc's device work (its compute stream, which waits for its NCCL collectives) is
+        finished before the host or torch reads what it wrote: zinc_engine_sync, a host wait,
+        which also turns a vanished NCCL peer into an error. Outside the training step only.
+        Called on the CPU too, where it waits for nothing but is counted (zinc_host_waits), so
+        a test there sees one put back into the step's path (python_host_waits)."""
+        self._call(lib.zinc_engine_sync(self._e))
 
     def _torch_after_zinc(self):
         """CUDA: torch's stream waits (on the device) for what zinc queued so far, before torch
-        writes into a buffer zinc may still be using. CPU: nothing."""
+        reads what zinc wrote (new weights, a gathered group) or writes a buffer zinc may still
+        use. No host wait. CPU: nothing (zinc's work is done when its call returns)."""
         if self._cuda:
             ev = torch.cuda.Event()
             ev.record(self._zstream)
             torch.cuda.current_stream(self._device).wait_event(ev)
+
+    def host_waits(self):
+        """zinc's own (not DeepSpeed's): how many times zinc made the host wait for its device
+        since initialize (zinc_host_waits) — one per optimizer step without offload, counted on
+        the CPU as on a GPU. Differences around a step give its count."""
+        return int(lib.zinc_host_waits(self._e))
 
     def memory(self):
         """zinc's memory of this rank by category: {name: (planned bytes, allocated bytes)}."""
@@ -585,8 +601,10 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
             self._opt._before_step()             # the lr the optimizer's groups carry, if set
         self._call(lib.zinc_step(self._e, ctypes.byref(info)))
         self._open_micro = False
-        # zinc -> torch (RAW): the next forward reads the new weights.
-        self._zinc_then_torch()
+        # zinc -> torch (RAW): the next forward reads the new weights, and the next backward adds
+        # into gradient buffers the step zeroed: an event, no host wait (the step's one is inside
+        # zinc_step, the read of the gradient norm).
+        self._torch_after_zinc()
         if self._stage == 3:
             self._drop_params()
         if info.boundary:

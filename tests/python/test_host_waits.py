@@ -1,0 +1,63 @@
+"""test_host_waits.py — at most one host wait per optimizer step through `import zinc` (issue 38).
+
+On a GPU every host wait stops the host from running ahead of the device: the front-end's stream
+hand-overs (stage 3's gathers, the gradient adds, the weights after a step) must be events, and
+the one wait of a step is the engine's read of the gradient norm and overflow flag. zinc counts
+its host waits on the cpu device too (zinc_host_waits: free there, counted as on a GPU), and the
+front-end's ordering calls go to zinc on the cpu as on CUDA, so this test sees, without a GPU,
+every wait a GPU would make. A zinc_engine_sync put back into the stage-3 gather (the front-end
+before issue 38) makes 2 + 2 x (modules) waits per step here, and fails.
+
+    python test_host_waits.py            (stages 0-3, bf16 and fp32, accumulation 1 and 2)
+"""
+import sys
+
+from _common import check, failures, torch, zinc
+from test_torch_parity import Tiny  # several modules: several groups, gathers at stage 3
+
+F = torch.nn.functional
+
+
+def waits_per_step(stage, dtype, accum, steps=4):
+    torch.manual_seed(0)
+    model = Tiny(vocab=48, d=24, layers=3)
+    cfg = {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": accum,
+           "gradient_clipping": 1.0, "steps_per_print": 1 << 30,
+           "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+           "bf16": {"enabled": dtype == "bf16"},
+           "zero_optimization": {"stage": stage, "stage3_param_persistence_threshold": 0}}
+    engine, _, _, _ = zinc.initialize(model=model, model_parameters=model.parameters(),
+                                      config=cfg, dist_init_required=False)
+    g = torch.Generator().manual_seed(1)
+    data = [torch.randint(0, 48, (2, 9), generator=g) for _ in range(accum)]
+    counts, losses = [], []
+    for _ in range(steps):          # the same batches each step: the loss must fall
+        before = engine.host_waits()
+        for x in data:
+            loss = F.cross_entropy(engine(x[:, :-1]).float().reshape(-1, 48), x[:, 1:].reshape(-1))
+            engine.backward(loss)
+            engine.step()
+            losses.append(float(loss))
+        counts.append(engine.host_waits() - before)
+    engine.close()
+    return counts, losses
+
+
+def main():
+    for stage in (0, 1, 2, 3):
+        for dtype in ("fp32", "bf16"):
+            for accum in (1, 2):
+                counts, losses = waits_per_step(stage, dtype, accum)
+                check(f"stage {stage} {dtype} accumulation {accum}: one host wait per optimizer "
+                      f"step", counts == [1] * len(counts), f"per step {counts}")
+                check(f"stage {stage} {dtype} accumulation {accum}: it trained",
+                      losses[-1] < losses[0], f"losses {losses[0]:.4f} -> {losses[-1]:.4f}")
+    if failures:
+        print(f"FAILED: {len(failures)}: {', '.join(failures)}")
+        return 1
+    print("PASS")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
