@@ -8,8 +8,10 @@ LOCAL_RANK (0 without a launcher):
   only zinc's reduction and Adam differ, as on the CPU). One of them (stage 3 fp32) with torch on
   a side stream, not the default one. Losses are kept as tensors and read only at the end, so no
   per-step host sync on torch's side hides a missing stream ordering in the engine, and a sleep
-  kernel before each backward (on torch's stream) and each step (on zinc's) makes the stream
-  that writes run late: a hand-over without ordering then reads stale values;
+  kernel before each backward (on torch's stream), each step, each zinc_grads_ready and each
+  zinc_gather (on zinc's) makes the stream that writes run late: a hand-over without ordering
+  then reads stale values (since issue 38 the gathers and the weights after a step reach torch
+  through events, and the gradient adds wait per bucket — none of that has run on a GPU yet);
 - at stages 0-2 every parameter is zinc's device memory (its data_ptr is zinc_param_data's, no
   copy) and equals module_state_dict's value, which equals zinc_param_get's host values and is on
   the model's device; at stage 3 the model holds nothing between steps;
@@ -94,16 +96,53 @@ def lag(stream):
             torch.cuda._sleep(2_000_000)
 
 
+class _LateZinc:
+    """The front-end's libzinc with a sleep kernel queued on zinc's stream before each
+    zinc_grads_ready and zinc_gather (issue 38): the reduce and zeroing of a gradient bucket and
+    an all-gather run late, so torch's adds into a bucket that did not wait for the event of that
+    bucket's last reduce, or a copy out of the gather slot that did not wait for the gather,
+    read or write the wrong values and the parity check fails."""
+
+    def __init__(self, real, stream):
+        self._real, self._stream = real, stream
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+    def zinc_grads_ready(self, e, g):
+        lag(self._stream)
+        return self._real.zinc_grads_ready(e, g)
+
+    def zinc_gather(self, e, g):
+        lag(self._stream)
+        return self._real.zinc_gather(e, g)
+
+
+@contextlib.contextmanager
+def late_zinc(engine, cuda):
+    """_LateZinc installed in the front-end's hand-over and stage-3 modules (CUDA only)."""
+    mods = (zinc._handover, zinc._stage3)
+    if cuda:
+        for m in mods:
+            m.lib = _LateZinc(lib, engine._zstream)
+    try:
+        yield
+    finally:
+        for m in mods:
+            m.lib = lib
+
+
 def train(engine, dev, batches):
     losses = []
     cuda = dev.type == "cuda"
-    for x, y in batches:
-        loss = tp.loss_fn(engine, x.to(dev), y.to(dev))
-        lag(torch.cuda.current_stream(dev) if cuda else None)  # torch's gradients come late
-        engine.backward(loss)
-        lag(engine._zstream if cuda else None)                  # zinc's new weights come late
-        engine.step()
-        losses.append(loss.detach())     # read at the end: no host sync per step
+    with late_zinc(engine, cuda):        # zinc's reduces and gathers come late
+        for x, y in batches:
+            loss = tp.loss_fn(engine, x.to(dev), y.to(dev))
+            lag(torch.cuda.current_stream(dev) if cuda else None)  # torch's gradients come late
+            engine.backward(loss)
+            lag(engine._zstream if cuda else None)                  # zinc's new weights come late
+            engine.step()
+            losses.append(loss.detach())     # read at the end: no host sync per step
     return [float(v) for v in losses]
 
 
