@@ -9,12 +9,15 @@
 #
 # The device tool lends 15 minutes of device time per task, start-up included, and at most
 # 10 minutes per command, so the checks that matter most go first:
-#   env ctest python offload mpi2 train sanitize        (the default)
+#   env ctest python mpi2 gpu_torch offload train sanitize        (the default)
 # ctest re-runs docs/cuda.md items 1-9 on the code as it is now, python and offload are items 11
-# and 10, mpi2 is item 12 (two processes sharing the GPU under mpirun), train repeats item 8 at
-# 1, 2 and 4 ranks (not run since the first GPU session), and sanitize item 3 at length. A phase starts only while its estimate (below: the H200 session of
-# 2026-11-27 where it ran, with room) fits in what is left of --budget (default 540 s, counted
-# from the script's start, the build included); the ones skipped are listed. A phase that
+# and 10, mpi2 is item 12 (two processes sharing the GPU under mpirun), gpu_torch item 13
+# (transformers models through torch, zinc and DeepSpeed: it takes what is left, up to its
+# budget, and needs .gpu-wheels), train repeats item 8 at 1, 2 and 4 ranks (not run since the
+# first GPU session), and sanitize item 3 at length. A phase starts only while its estimate
+# (below: the H200 session of 2026-11-27 where it ran, with room) fits in what is left of
+# --budget (default 540 s, counted from the script's start, the build included); the ones
+# skipped are listed. A phase that
 # outruns what is left is stopped there (`timeout`), so the logs are always packed before the
 # device tool's limit.
 #
@@ -93,7 +96,7 @@ while [ $# -gt 0 ]; do
         *) echo "gpu_lease: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
 done
-[ ${#phases[@]} -gt 0 ] || phases=(env ctest python offload mpi2 train sanitize)
+[ ${#phases[@]} -gt 0 ] || phases=(env ctest python mpi2 gpu_torch offload train sanitize)
 out="${OUT:-$root/gpu-out}"
 mkdir -p "$out"
 logs="$(mktemp -d)"
