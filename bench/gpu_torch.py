@@ -9,9 +9,9 @@ and DeepSpeed, side by side (issue 38, bench/RESULTS.md section gpu_torch).
 
 `cell` runs one framework at one setting in this process and prints one JSON line (also written
 to --out). `all` runs every cell, each in a process of its own (so each peak is its own), in order
-of value: the 1B Llama at stages 0-3 beside torch and DeepSpeed first, then GPT-2, then the
-stage-3 profile, then optimizer offload; a cell whose estimate no longer fits in --budget is
-skipped and listed. `--device cpu` is the dry run: the tiny models, a few steps, on the CPU, to
+of value (plan() below): the 1B Llama at stages 0-3 beside torch and DeepSpeed first, then the
+stage-3 profile, GPT-2's optimizer offload beside ZeRO-Offload, GPT-2 at stages 0-3, the 1B's
+offload; a cell whose estimate no longer fits in --budget is skipped and listed. `--device cpu` is the dry run: the tiny models, a few steps, on the CPU, to
 check every path before a GPU lease.
 
 The models (transformers, built from a config, random initialisation, torch.manual_seed(0)):
@@ -283,18 +283,24 @@ def run_cell(a):
 
 
 # The cells of `all`, in order of value (issue 38): (framework, model, stage, offload, profile).
+# The big model at stages 0-3 beside torch and DeepSpeed first, then the stage-3 profile (where
+# the GPU idles), then optimizer offload beside ZeRO-Offload on the small model (cheaper; the
+# first DeepSpeed offload cell pays cpu_adam's JIT build), then the small model's stages, then
+# the big model's offload. (The H100 lease of 2026-11-28 ran the first two groups' cells in
+# the older order — big, small, profile, offload — and ran out before the profile.)
 def plan(models):
     big, small = models
     cells = [("torch", big, 0, False, False)]
     for s in range(4):
         cells += [("zinc", big, s, False, False), ("deepspeed", big, s, False, False)]
+    cells.append(("zinc", big, 3, False, True))
+    for s in (2, 3):
+        cells += [("zinc", small, s, True, False), ("deepspeed", small, s, True, False)]
     cells.append(("torch", small, 0, False, False))
     for s in range(4):
         cells += [("zinc", small, s, False, False), ("deepspeed", small, s, False, False)]
-    cells.append(("zinc", big, 3, False, True))
-    for m in (small, big):
-        for s in (2, 3):
-            cells += [("zinc", m, s, True, False), ("deepspeed", m, s, True, False)]
+    for s in (2, 3):
+        cells += [("zinc", big, s, True, False), ("deepspeed", big, s, True, False)]
     return cells
 
 
