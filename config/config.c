@@ -166,6 +166,7 @@ void zcfg_defaults(zcfg *c)
     c->zinc.grad_buckets = 2;
     c->zinc.gather_buffers = 2;
     c->zinc.device_memory_limit = 0;
+    c->zinc.host_memory_limit = 0;
     c->zinc.csv_monitor = 0;
     c->zinc.csv_output_path[0] = 0;
     snprintf(c->zinc.csv_job_name, sizeof c->zinc.csv_job_name, "%s", "DeepSpeedJobName");

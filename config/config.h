@@ -120,6 +120,8 @@ typedef struct {
     int gather_buffers;           /* stage 3 gather ring, default 2 */
     uint64_t device_memory_limit; /* bytes the device may allocate per rank, 0 (default) = no
                                      limit; cpu device only (docs/config.md) */
+    uint64_t host_memory_limit;   /* bytes of host memory the plan may hold per rank (offloaded
+                                     state, zinc_memory_host), 0 (default) = no limit */
     int csv_monitor;              /* resolved from csv_monitor.enabled */
     char csv_output_path[512];
     char csv_job_name[128];

@@ -300,6 +300,10 @@ static json_object *to_object(const zcfg *c)
     json_object_object_add(zi, "grad_buckets", i64(c->zinc.grad_buckets));
     json_object_object_add(zi, "gather_buffers", i64(c->zinc.gather_buffers));
     json_object_object_add(zi, "device_memory_limit", i64((int64_t)c->zinc.device_memory_limit));
+    /* Only when set: the configs without it keep the hash (and so the checkpoints' config check)
+     * they had before zinc read it. */
+    if (c->zinc.host_memory_limit)
+        json_object_object_add(zi, "host_memory_limit", i64((int64_t)c->zinc.host_memory_limit));
     json_object_object_add(r, "zinc", zi);
     return r;
 }

@@ -379,12 +379,14 @@ void zc_parse_csv_monitor(zcctx *x, json_object *root, zcfg *c)
     copy_str(x, o, sec, "job_name", c->zinc.csv_job_name, sizeof c->zinc.csv_job_name);
 }
 
-/* zinc.device_memory_limit: bytes as an integer (0 = no limit), or a string "<number><unit>"
- * with unit B, KB, MB, GB, TB (powers of 1000) or KiB, MiB, GiB, TiB (powers of 1024), case
- * ignored, e.g. "6MB", "1.5GiB". The result is rounded down to whole bytes. */
-static void device_memory_limit(zcctx *x, json_object *o, uint64_t *out)
+/* zinc.device_memory_limit and zinc.host_memory_limit (`key`): bytes as an integer (0 = no
+ * limit), or a string "<number><unit>" with unit B, KB, MB, GB, TB (powers of 1000) or KiB, MiB,
+ * GiB, TiB (powers of 1024), case ignored, e.g. "6MB", "1.5GiB". The result is rounded down to
+ * whole bytes. */
+static void memory_limit(zcctx *x, json_object *o, const char *key, uint64_t *out)
 {
-    const char *key = "device_memory_limit", *path = "zinc.device_memory_limit";
+    char path[64];
+    zc_path(path, sizeof path, "zinc", key);
     json_object *v;
     if (!zc_member(o, key, &v)) return;
     if (!json_object_is_type(v, json_type_string)) {
@@ -432,7 +434,8 @@ void zc_parse_zinc(zcctx *x, json_object *root, zcfg *c)
     zc_get_num(x, o, sec, "comm_timeout_s", R_GT0, &z->comm_timeout_s);
     zc_get_int32(x, o, sec, "grad_buckets", 1, 64, &z->grad_buckets);
     zc_get_int32(x, o, sec, "gather_buffers", 1, 64, &z->gather_buffers);
-    device_memory_limit(x, o, &z->device_memory_limit);
+    memory_limit(x, o, "device_memory_limit", &z->device_memory_limit);
+    memory_limit(x, o, "host_memory_limit", &z->host_memory_limit);
 }
 
 /* ---- top-level scalars -------------------------------------------------------------------- */

@@ -617,6 +617,7 @@ zinc_status zinc_finalize(zinc_engine_t *e)
                   (e->offload_param ? ZMEM_OFFLOAD_PARAM : 0);
     zmem_plan(&e->plan, e->stage, e->dtype, offload, e->nbuckets, e->ngather, e->persist_numel,
               e->planned, e->host_planned);
+    if ((s = zoffload_check_limit(e)) != ZINC_OK) return s;
     e->bucket_owner = calloc((size_t)(e->nbuckets + 1), sizeof(int));
     e->gather_owner = calloc((size_t)(e->ngather + 1), sizeof(int));
     if (!e->bucket_owner || !e->gather_owner)

@@ -205,6 +205,10 @@ void zmem_plan(const zplan *p, int stage, zinc_dtype dtype, int offload, int nbu
                size_t persist_numel, uint64_t bytes[ZINC_MEM_COUNT], uint64_t host[ZINC_MEM_COUNT]);
 
 /* Offload (offload.c). */
+/* At finalize, before any allocation: ZINC_ERR_NOMEM (with the error set, naming the first host
+ * category past it) when host_planned exceeds zinc.host_memory_limit. The plan is the same on
+ * every rank (the shard is padded to one size), so every rank fails alike without a collective. */
+zinc_status zoffload_check_limit(zinc_engine_t *e);
 /* At finalize, after the device blocks: opens the host device and allocates the host state. */
 zinc_status zoffload_alloc(zinc_engine_t *e);
 void zoffload_free(zinc_engine_t *e);

@@ -53,6 +53,37 @@ static zinc_status host_alloc(zinc_engine_t *e, zinc_mem_category c, void **out)
     return ZINC_OK;
 }
 
+/* The order zoffload_alloc allocates the host categories in, which zoffload_check_limit follows
+ * to name the one that does not fit, as a device allocation past zinc.device_memory_limit does. */
+static const zinc_mem_category host_order[] = {ZINC_MEM_MASTER, ZINC_MEM_ADAM_M, ZINC_MEM_ADAM_V,
+                                               ZINC_MEM_GRAD, ZINC_MEM_PARAM16};
+
+zinc_status zoffload_check_limit(zinc_engine_t *e)
+{
+    uint64_t limit = e->cfg.zinc.host_memory_limit, used = 0;
+    if (!limit) return ZINC_OK;
+    for (size_t i = 0; i < sizeof host_order / sizeof host_order[0]; i++) {
+        zinc_mem_category c = host_order[i];
+        uint64_t n = e->host_planned[c];
+        if (used + n <= limit) {
+            used += n;
+            continue;
+        }
+        int shard = c == ZINC_MEM_PARAM16 && e->offload_param;
+        return zeng_fail(e, ZINC_ERR_NOMEM,
+                         "zinc_finalize: cannot allocate %s%s in host memory on rank %d: %llu "
+                         "bytes needed, %llu available under zinc.host_memory_limit = %llu bytes "
+                         "(%llu planned before it); see `zinc estimate --offload-optimizer` for "
+                         "the plan: raise the limit, use more ranks (the host holds 16 bytes per "
+                         "parameter over the ranks at every stage), or keep the optimizer state "
+                         "on the device (no offload_optimizer)",
+                         zinc_mem_category_name(c), shard ? " (the offload_param shard)" : "",
+                         e->rank, (unsigned long long)n, (unsigned long long)(limit - used),
+                         (unsigned long long)limit, (unsigned long long)used);
+    }
+    return ZINC_OK;
+}
+
 /* ---- the pipeline ----------------------------------------------------------------------------
  * The update runs chunk by chunk: a chunk is a run of whole groups, consecutive in the shard
  * (so its host range is contiguous), that stays within a target of max(ZOFF_CHUNK_MIN, shard / 8)

@@ -136,6 +136,7 @@ static void check_deepspeed_defaults(const zcfg *c)
     EQ_I(c->zinc.grad_buckets, 2);
     EQ_I(c->zinc.gather_buffers, 2);
     EQ_I(c->zinc.device_memory_limit, 0);
+    EQ_I(c->zinc.host_memory_limit, 0);
     EQ_I(c->zinc.csv_monitor, 0);
     EQ_S(c->zinc.csv_output_path, "");
     EQ_S(c->zinc.csv_job_name, "DeepSpeedJobName");
@@ -261,7 +262,7 @@ static const char *full_config =
     "  \"data_types\": {\"grad_accum_dtype\": \"fp16\"},\n"
     "  \"zinc\": {\"ckpt_compression_level\": 12, \"ckpt_async\": true,\n"
     "     \"ckpt_chunk_bytes\": 65536, \"comm_timeout_s\": 42.5, \"grad_buckets\": 5,\n"
-    "     \"gather_buffers\": 6}\n"
+    "     \"gather_buffers\": 6, \"host_memory_limit\": \"512MiB\"}\n"
     "}\n";
 
 static void check_full(const zcfg *c)
@@ -330,6 +331,7 @@ static void check_full(const zcfg *c)
     EQ_D(c->zinc.comm_timeout_s, 42.5);
     EQ_I(c->zinc.grad_buckets, 5);
     EQ_I(c->zinc.gather_buffers, 6);
+    EQ_I(c->zinc.host_memory_limit, 536870912);
     EQ_I(c->zinc.csv_monitor, 1);
     EQ_S(c->zinc.csv_output_path, "/tmp/runs");
     EQ_S(c->zinc.csv_job_name, "job7");
@@ -800,38 +802,63 @@ static void test_offload(void)
         EQ_I(zcfg_offloads_optimizer(&c), 1);
     /* The resolved config round-trips with offload on. */
     if (parse_ok(PRE "\"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": {\"device\": \"cpu\"}}, "
-                 "\"zinc\": {\"device_memory_limit\": \"2GiB\"}}", 1, &c, 0, __LINE__)) {
+                 "\"zinc\": {\"device_memory_limit\": \"2GiB\", \"host_memory_limit\": \"3GB\"}}",
+                 1, &c, 0, __LINE__)) {
         EQ_I(c.zinc.device_memory_limit, 2147483648LL);
+        EQ_I(c.zinc.host_memory_limit, 3000000000LL);
         char *t = zcfg_to_json(&c);
+        ZT_CHECK(t && strstr(t, "\"host_memory_limit\": 3000000000"),
+                 "the resolved config should give host_memory_limit: %s", t ? t : "(null)");
         zcfg b;
         if (t && parse_ok(t, 1, &b, 0, __LINE__)) {
             EQ_I(b.zero.offload_optimizer, 1);
             EQ_I(b.zinc.device_memory_limit, 2147483648LL);
+            EQ_I(b.zinc.host_memory_limit, 3000000000LL);
             ZT_CHECK(b.hash == c.hash, "offload config: hash changed on round trip");
         }
         free(t);
     }
-    /* device_memory_limit forms. */
+    /* host_memory_limit 0 (no limit) is in the canonical text only when set, so a config giving
+     * 0 hashes as one without the key (the checkpoints' config check of older configs). */
+    {
+        zcfg z, n;
+        if (parse_ok(PRE "\"zinc\": {\"host_memory_limit\": 0}}", 1, &z, 0, __LINE__) &&
+            parse_ok(PRE "\"zinc\": {}}", 1, &n, 0, __LINE__)) {
+            char *t = zcfg_to_json(&z);
+            ZT_CHECK(z.hash == n.hash && t && !strstr(t, "host_memory_limit"),
+                     "host_memory_limit 0 should resolve as no key: %s", t ? t : "(null)");
+            free(t);
+        }
+    }
+    /* The forms of device_memory_limit and host_memory_limit (one parser): each sets its own
+     * field only; a bad value is an error naming its key. */
+    static const char *const lim_keys[] = {"device_memory_limit", "host_memory_limit"};
     static const struct { const char *v; long long want; } ok[] = {
         {"0", 0}, {"123456", 123456}, {"\"6MB\"", 6000000}, {"\"6mb\"", 6000000},
         {"\"1.5KiB\"", 1536}, {"\"2GiB\"", 2147483648LL}, {"\"7B\"", 7}, {"\"1TB\"", 1000000000000LL},
     };
-    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
-        char j[256];
-        snprintf(j, sizeof j, PRE "\"zinc\": {\"device_memory_limit\": %s}}", ok[i].v);
-        if (parse_ok(j, 1, &c, 0, __LINE__)) EQ_I(c.zinc.device_memory_limit, ok[i].want);
-    }
     static const char *bad[] = {"-1", "1.5", "\"6XB\"", "\"MB\"", "\"-6MB\"", "\"6 MB\"", "\"\"",
-                                "\"1e30GB\"", "true"};
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        char j[256];
-        snprintf(j, sizeof j, PRE "\"zinc\": {\"device_memory_limit\": %s}}", bad[i]);
-        zcfg_diag d = {0};
-        zinc_status s = parse(j, 1, &c, &d);
-        ZT_CHECK(s == ZINC_ERR_CONFIG && d.nerrors >= 1 &&
-                     strncmp(d.errors[0], "zinc.device_memory_limit: ", 26) == 0,
-                 "device_memory_limit %s: status %d", bad[i], (int)s);
-        zcfg_diag_free(&d);
+                                "\"1e30GB\"", "true", "null", "\"lots\""};
+    for (int k = 0; k < 2; k++) {
+        for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+            char j[256];
+            snprintf(j, sizeof j, PRE "\"zinc\": {\"%s\": %s}}", lim_keys[k], ok[i].v);
+            if (!parse_ok(j, 1, &c, 0, __LINE__)) continue;
+            EQ_I(k ? c.zinc.host_memory_limit : c.zinc.device_memory_limit, ok[i].want);
+            EQ_I(k ? c.zinc.device_memory_limit : c.zinc.host_memory_limit, 0);
+        }
+        for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+            char j[256], want[64];
+            snprintf(j, sizeof j, PRE "\"zinc\": {\"%s\": %s}}", lim_keys[k], bad[i]);
+            snprintf(want, sizeof want, "zinc.%s: ", lim_keys[k]);
+            zcfg_diag d = {0};
+            zinc_status s = parse(j, 1, &c, &d);
+            ZT_CHECK(s == ZINC_ERR_CONFIG && d.nerrors >= 1 &&
+                         strncmp(d.errors[0], want, strlen(want)) == 0,
+                     "%s %s: status %d, %s", lim_keys[k], bad[i], (int)s,
+                     d.nerrors ? d.errors[0] : "");
+            zcfg_diag_free(&d);
+        }
     }
 #undef PRE
 }

@@ -128,6 +128,12 @@ zinc_test(NAME engine_group_hparams SOURCES ${ZINC_ENGINE_TEST_DIR}/test_group_h
 add_test(NAME bench_offload_cli COMMAND sh ${ZINC_ENGINE_TEST_DIR}/bench_offload.sh $<TARGET_FILE:zinc_cli>)
 set_tests_properties(bench_offload_cli PROPERTIES LABELS unit TIMEOUT 120)
 
+# zinc.host_memory_limit (issue 39 item 3): a plan whose host bytes exceed it fails zinc_finalize
+# on every rank, naming the category, before allocating; one that fits trains bit for bit as
+# without the limit (offload_optimizer at stages 1-3, no offload, offload_param at stage 3).
+zinc_test(NAME engine_host_limit SOURCES ${ZINC_ENGINE_TEST_DIR}/test_host_limit.c
+          LIBS zinc_toy LABELS "multirank;unit" TIMEOUT 300)
+
 # ZeRO-Offload of the 16-bit parameters (issue 14, offload_param at stage 3): bitwise equal to
 # the device run, the memory split against `zinc estimate`, the device memory limit, the copy
 # volume, checkpoints across offload_param settings and world sizes.
