@@ -245,6 +245,14 @@ zinc_status zgather_forget(zinc_engine_t *e, int group, const char *who);
 /* 1 when the fp32 working copy doubles as the master (fp32 mode, stages 0 and 3, no offload; with
  * offload_param the host master doubles as the host shard, which the plan counts as master). */
 int zmem_master_aliased(int stage, zinc_dtype dtype, int offload);
+/* The plan of a bare parameter count: one group of `params` elements laid out for `world` ranks
+ * (the plan points into the struct: keep it in place while the plan is used). */
+typedef struct {
+    zplan_param prm;
+    zplan_group grp;
+    zplan plan;
+} zmem_bare;
+void zmem_bare_plan(zmem_bare *b, uint64_t params, int world);
 /* The same from a bare parameter count (zinc estimate): one group of `params` elements. */
 void zmem_estimate(uint64_t params, int world, int stage, zinc_dtype dtype, int offload,
                    uint64_t bytes[ZINC_MEM_COUNT], uint64_t host[ZINC_MEM_COUNT]);

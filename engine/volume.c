@@ -40,10 +40,7 @@ void zvol_plan(const zplan *p, int stage, zinc_dtype dtype, int accum,
 void zvol_estimate(uint64_t params, int world, int stage, zinc_dtype dtype, int accum,
                    uint64_t bytes[ZINC_COLL_COUNT])
 {
-    /* One group holding all parameters, laid out as zmem_estimate lays it out. */
-    zplan_param prm = {.numel = (size_t)params, .group = 0, .ndim = 1};
-    zplan_group grp = {.first_param = 0, .nparams = 1};
-    zplan p = {.ngroups = 1, .nparams = 1, .groups = &grp, .params = &prm};
-    zplan_layout(&p, world);
-    zvol_plan(&p, stage, dtype, accum, bytes);
+    zmem_bare b; /* laid out as zmem_estimate lays it out */
+    zmem_bare_plan(&b, params, world);
+    zvol_plan(&b.plan, stage, dtype, accum, bytes);
 }
