@@ -107,7 +107,7 @@ static void print_json(const zplan_in *in, const zplan_out *o, const zplan_out *
            in->gpu->hbm_bw, in->gpu->source);
     printf(" \"links\": {\"intra_bytes_per_s\": %.6g, \"intra_latency_s\": %.6g, "
            "\"inter_bytes_per_s\": %.6g, \"inter_latency_s\": %.6g, \"pcie_bytes_per_s\": %.6g, "
-           "\"host_bytes_per_s\": %.6g}, \"efficiency\": %.6g,\n",
+           "\"host_bytes_per_s\": %.6g}, \"compute_efficiency\": %.6g,\n",
            in->intra.bw, in->intra.alpha, in->inter.bw, in->inter.alpha, in->pcie_bw, in->host_bw,
            in->efficiency);
     printf(" \"memory\": {");

@@ -6,8 +6,9 @@
  *      counters (zinc_comm_bytes) of the engines `zinc bench comm` runs for a step, stages 0-3,
  *      local worlds of 2 and 4, one group and three, accumulation 1 and 2;
  *   3. the memory per rank `zinc plan --json` prints equals `zinc estimate --json`'s;
- *   4. monotonicity: doubling any bandwidth never makes the step slower; more GPUs never give
- *      more bytes per rank at stage 3.
+ *   4. monotonicity: doubling any bandwidth (or halving a latency) never makes the step slower;
+ *      more GPUs never give more bytes per rank at stage 3; what is exposed of the comm is
+ *      within 0 and all of it.
  * The CLI's refusals are tests/plan/cli_test.sh.
  */
 #include <math.h>
@@ -218,6 +219,17 @@ static void test_monotonic(void)
                                        .pcie_bw = 32e9, .host_bw = 50e9, .efficiency = 0.5};
                         zplan_out base, more;
                         zplan_step(&in, &base);
+                        /* Overlap hides comm, never more than there is. */
+                        double comm = base.reduce_scatter + base.all_gather + base.all_reduce;
+                        ZT_CHECK(base.exposed <= comm * (1 + 1e-12) && base.exposed >= 0,
+                                 "stage %d N %d: exposed %.9g of %.9g s", stage, gpus[gi],
+                                 base.exposed, comm);
+                        /* Halving a latency never makes it slower either. */
+                        zplan_in fast = in;
+                        fast.intra.alpha /= 2, fast.inter.alpha /= 2;
+                        zplan_step(&fast, &more);
+                        ZT_CHECK(more.step <= base.step, "stage %d N %d: halved latency %.9g s "
+                                 "> %.9g s", stage, gpus[gi], more.step, base.step);
                         double *bw[] = {&in.intra.bw, &in.inter.bw, &in.pcie_bw, &in.host_bw};
                         for (int b = 0; b < 4; b++) {
                             zplan_in f = in;
