@@ -190,10 +190,13 @@ int cmd_plan(int argc, char **argv)
             usage(stdout);
             return 0;
         }
-        if (!strcmp(a, "--json") || !strcmp(a, "--checkpointing") ||
-            !strcmp(a, "--offload-optimizer") || !strcmp(a, "--offload-param")) {
-            *(!strcmp(a, "--json") ? &json : !strcmp(a, "--checkpointing") ? &ckpt
-              : !strcmp(a, "--offload-param") ? &offload_param : &offload) = 1;
+        int *on = !strcmp(a, "--json")                ? &json
+                  : !strcmp(a, "--checkpointing")     ? &ckpt
+                  : !strcmp(a, "--offload-optimizer") ? &offload
+                  : !strcmp(a, "--offload-param")     ? &offload_param
+                                                      : NULL;
+        if (on) { /* a switch: no value */
+            *on = 1;
             continue;
         }
         int p = 0;
