@@ -249,8 +249,27 @@ zinc_status zgather_forget(zinc_engine_t *e, int group, const char *who);
 /* 1 when the fp32 working copy doubles as the master (fp32 mode, stages 0 and 3, no offload; with
  * offload_param the host master doubles as the host shard, which the plan counts as master). */
 int zmem_master_aliased(int stage, zinc_dtype dtype, int offload);
+/* The plan of a bare parameter count: one group of `params` elements laid out for `world` ranks
+ * (the plan points into the struct: keep it in place while the plan is used). */
+typedef struct {
+    zplan_param prm;
+    zplan_group grp;
+    zplan plan;
+} zmem_bare;
+void zmem_bare_plan(zmem_bare *b, uint64_t params, int world);
 /* The same from a bare parameter count (zinc estimate): one group of `params` elements. */
 void zmem_estimate(uint64_t params, int world, int stage, zinc_dtype dtype, int offload,
                    uint64_t bytes[ZINC_MEM_COUNT], uint64_t host[ZINC_MEM_COUNT]);
+
+/* Comm volume (volume.c): the payload bytes per collective that one optimizer step of
+ * `accum` micro-steps moves on each rank, in zinc_comm_bytes' accounting (docs/comm-volume.md),
+ * with no stage-3 persistent groups (stage3_param_persistence_threshold 0). `dtype` is the
+ * communication element type. ZVOL_STATS_BYTES is the step's (norm², overflow) all-reduce. */
+#define ZVOL_STATS_BYTES (2 * 2 * sizeof(double))
+void zvol_plan(const zplan *p, int stage, zinc_dtype dtype, int accum,
+               uint64_t bytes[ZINC_COLL_COUNT]);
+/* The same from a bare parameter count, one group (as zmem_estimate). */
+void zvol_estimate(uint64_t params, int world, int stage, zinc_dtype dtype, int accum,
+                   uint64_t bytes[ZINC_COLL_COUNT]);
 
 #endif

@@ -63,13 +63,19 @@ void zmem_plan(const zplan *p, int stage, zinc_dtype dtype, int offload, int nbu
     if ((offload & ZMEM_OFFLOAD_PARAM) && stage == 3) bytes[ZINC_MEM_PARAM16] = 0;
 }
 
+void zmem_bare_plan(zmem_bare *b, uint64_t params, int world)
+{
+    /* One group holding all parameters: the padding is then at most ZPLAN_ALIGN * world. */
+    b->prm = (zplan_param){.numel = (size_t)params, .group = 0, .ndim = 1};
+    b->grp = (zplan_group){.first_param = 0, .nparams = 1};
+    b->plan = (zplan){.ngroups = 1, .nparams = 1, .groups = &b->grp, .params = &b->prm};
+    zplan_layout(&b->plan, world);
+}
+
 void zmem_estimate(uint64_t params, int world, int stage, zinc_dtype dtype, int offload,
                    uint64_t bytes[ZINC_MEM_COUNT], uint64_t host[ZINC_MEM_COUNT])
 {
-    /* One group holding all parameters: the padding is then at most ZPLAN_ALIGN * world. */
-    zplan_param prm = {.numel = (size_t)params, .group = 0, .ndim = 1};
-    zplan_group grp = {.first_param = 0, .nparams = 1};
-    zplan p = {.ngroups = 1, .nparams = 1, .groups = &grp, .params = &prm};
-    zplan_layout(&p, world);
-    zmem_plan(&p, stage, dtype, offload, 0, 0, 0, bytes, host);
+    zmem_bare b;
+    zmem_bare_plan(&b, params, world);
+    zmem_plan(&b.plan, stage, dtype, offload, 0, 0, 0, bytes, host);
 }

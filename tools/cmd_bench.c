@@ -38,12 +38,14 @@ static void bench_usage(FILE *f)
             "usage: zinc bench adam [options]\n"
             "       zinc bench memory|comm [--params LIST] [--worlds LIST] [--stages LIST]\n"
             "                              [--groups G] [--dtype fp16|bf16|fp32] [--json]\n"
+            "                              [--accum K]  (comm only)\n"
             "       zinc bench offload [options]   (zinc bench offload --help)\n\n"
             "  memory model-state bytes per rank (zinc_memory, allocated) vs the ZeRO formulas\n"
             "         2Psi+2Psi+12Psi / 2Psi+2Psi+12Psi/N / 2Psi+(2+12)Psi/N / (2+2+12)Psi/N\n"
             "         (16-bit dtypes; 4 bytes for fp32); default --params 1e6,4e6,1.6e7\n"
             "  comm   payload bytes of one optimizer step (zinc_comm_bytes) vs 2Psi (stages 0-2)\n"
-            "         and 3Psi (stage 3), with no persistent groups; default --params 4e6\n"
+            "         and 3Psi (stage 3), with no persistent groups; default --params 4e6;\n"
+            "         --accum K micro-steps per step (default 1): (1+K)Psi at stage 2, 3KPsi at 3\n"
             "         (both: --worlds 1,2,4,8 --stages 0,1,2,3 --groups 4 --dtype bf16;\n"
             "         LIST is comma-separated; every rank is a thread of this process)\n\n"
             "  adam   the fused Adam/AdamW step (fp32 master, m, v; 16-bit grads and params)\n"
@@ -302,7 +304,7 @@ done:
 
 typedef struct {
     zinc_world_t *world;
-    int world_size, stage, groups, run_step;
+    int world_size, stage, groups, run_step, accum;
     zinc_dtype dtype;
     long long params;
     zinc_status st[ZB_MAXW];
@@ -328,11 +330,11 @@ static zinc_status zb_rank_work(zb_run *r, int rank, zinc_engine_t **pe)
     char cfg[768];
     /* Persistence threshold 0: every stage-3 group is sharded, as the 3Psi formula assumes. */
     snprintf(cfg, sizeof cfg,
-             "{\"train_micro_batch_size_per_gpu\": 1, \"gradient_accumulation_steps\": 1,"
+             "{\"train_micro_batch_size_per_gpu\": 1, \"gradient_accumulation_steps\": %d,"
              " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 1e-4}},"
              " \"%s\": {\"enabled\": %s},"
              " \"zero_optimization\": {\"stage\": %d, \"stage3_param_persistence_threshold\": 0}}",
-             r->dtype == ZINC_DTYPE_FP16 ? "fp16" : "bf16",
+             r->accum, r->dtype == ZINC_DTYPE_FP16 ? "fp16" : "bf16",
              r->dtype == ZINC_DTYPE_FP32 ? "false" : "true", r->stage);
     zinc_engine_options_t o = {.config_json = cfg, .world = r->world, .rank = rank,
                                .threads = 1};
@@ -349,9 +351,9 @@ static zinc_status zb_rank_work(zb_run *r, int rank, zinc_engine_t **pe)
         if (s == ZINC_OK) s = zinc_param_add(e, gid[g], name, 1, shape, r->dtype, &pid[g]);
     }
     if (s == ZINC_OK) s = zinc_finalize(e);
-    if (s == ZINC_OK && r->run_step) {
-        /* One step as a model drives it: forward over the groups, backward in reverse order.
-         * The gradients stay zero; the bytes moved do not depend on their values. */
+    /* One step of `accum` micro-steps as a model drives it: forward over the groups, backward in
+     * reverse order. The gradients stay zero; the bytes moved do not depend on their values. */
+    for (int m = 0; r->run_step && m < r->accum && s == ZINC_OK; m++) {
         for (int g = 0; g < r->groups && s == ZINC_OK; g++) {
             s = zinc_gather(e, gid[g]);
             if (s == ZINC_OK) s = zinc_release(e, gid[g]);
@@ -365,7 +367,7 @@ static zinc_status zb_rank_work(zb_run *r, int rank, zinc_engine_t **pe)
         }
         zinc_step_info_t info;
         if (s == ZINC_OK) s = zinc_step(e, &info);
-        if (s == ZINC_OK && !info.applied) {
+        if (s == ZINC_OK && m == r->accum - 1 && !info.applied) {
             snprintf(r->msg[rank], sizeof r->msg[rank], "the step with zero gradients was not "
                      "applied");
             s = ZINC_ERR_INTERNAL;
@@ -410,7 +412,7 @@ int zb_parse_list(const char *s, long long *v, int cap, long long lo, long long 
 static int bench_zero(int argc, char **argv, int comm)
 {
     const char *cmd = comm ? "bench comm" : "bench memory";
-    long long params[16], worlds[8], stages[4], groups = 4;
+    long long params[16], worlds[8], stages[4], groups = 4, accum = 1;
     int np = zb_parse_list(comm ? "4e6" : "1e6,4e6,1.6e7", params, 16, 1, 1LL << 40);
     int nw = zb_parse_list("1,2,4,8", worlds, 8, 1, ZB_MAXW), ns = zb_parse_list("0,1,2,3", stages, 4, 0, 3);
     zinc_dtype dt = ZINC_DTYPE_BF16;
@@ -435,6 +437,9 @@ static int bench_zero(int argc, char **argv, int comm)
         } else if (!strcmp(a, "--stages")) {
             if ((ns = zb_parse_list(val, stages, 4, 0, 3)) < 0)
                 return zarg_usage_error(cmd, "--stages wants stages 0..3, not '%s'", val);
+        } else if (!strcmp(a, "--accum") && comm) {
+            if (zarg_int64(val, &accum) || accum < 1 || accum > 64)
+                return zarg_usage_error(cmd, "--accum wants 1..64, not '%s'", val);
         } else if (!strcmp(a, "--groups")) {
             if (zarg_int64(val, &groups) || groups < 1 || groups > 64)
                 return zarg_usage_error(cmd, "--groups wants 1..64, not '%s'", val);
@@ -467,7 +472,7 @@ static int bench_zero(int argc, char **argv, int comm)
                 pthread_t th[ZB_MAXW];
                 if (!r) return 1;
                 r->world_size = N, r->stage = stage, r->groups = (int)groups, r->dtype = dt;
-                r->params = params[pi], r->run_step = comm;
+                r->params = params[pi], r->run_step = comm, r->accum = (int)accum;
                 zinc_status s = zinc_world_create_local(N, &r->world);
                 if (s != ZINC_OK) {
                     fprintf(stderr, "zinc %s: local world of %d: %s\n", cmd, N, zinc_last_error(NULL));
@@ -513,16 +518,19 @@ static int bench_zero(int argc, char **argv, int comm)
                     /* The rank-0 counters; the stats all-reduce (2 doubles, counted 2x) aside. */
                     uint64_t *b = r->comm[0], tot = 0;
                     for (int c = 0; c < ZINC_COLL_COUNT; c++) tot += b[c];
-                    double k = stage == 3 ? 3.0 : 2.0, stats = 32.0;
+                    /* With K micro-steps stages 2-3 reduce-scatter and stage 3 gathers at
+                     * every one (docs/comm-volume.md). */
+                    double K = (double)accum, stats = 32.0;
+                    double k = stage == 3 ? 3.0 * K : stage == 2 ? 1.0 + K : 2.0;
                     double zero = k * psi * d, zpad = k * psi_pad * d;
                     if (json)
                         printf("{\"bench\": \"comm\", \"params\": %lld, \"world\": %d, \"stage\": %d, "
-                               "\"dtype\": \"%s\", \"groups\": %d, \"all_reduce\": %llu, "
+                               "\"dtype\": \"%s\", \"groups\": %d, \"accum\": %lld, \"all_reduce\": %llu, "
                                "\"reduce_scatter\": %llu, \"all_gather\": %llu, \"broadcast\": %llu, "
                                "\"total\": %llu, \"k\": %.0f, \"zero_bytes\": %.0f, "
                                "\"zero_padded_bytes\": %.0f, \"stats_bytes\": %.0f, "
                                "\"ratio\": %.6f, \"ratio_padded\": %.6f}\n",
-                               params[pi], N, stage, zinc_dtype_name(dt), r->groups,
+                               params[pi], N, stage, zinc_dtype_name(dt), r->groups, accum,
                                (unsigned long long)b[ZINC_COLL_ALL_REDUCE],
                                (unsigned long long)b[ZINC_COLL_REDUCE_SCATTER],
                                (unsigned long long)b[ZINC_COLL_ALL_GATHER],

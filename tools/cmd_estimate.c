@@ -85,38 +85,17 @@ int cmd_estimate(int argc, char **argv)
     if (group < 1 || group > params)
         return zarg_usage_error("estimate", "--group-size must be in 1..N");
 
-    uint64_t b[ZINC_MEM_COUNT], h[ZINC_MEM_COUNT];
-    zmem_estimate((uint64_t)params, (int)world, (int)stage, dtype,
-                  (offload ? ZMEM_OFFLOAD_OPTIMIZER : 0) | (offload_param ? ZMEM_OFFLOAD_PARAM : 0),
-                  b, h);
-    /* Buffers: sized by the largest group, padded as the planner pads it. */
-    uint64_t gpad = ((uint64_t)group + (uint64_t)world * ZPLAN_ALIGN - 1) /
-                    ((uint64_t)world * ZPLAN_ALIGN) * (uint64_t)world * ZPLAN_ALIGN;
-    uint64_t d = zinc_dtype_size(dtype);
-    b[ZINC_MEM_BUCKET] = stage >= 2 ? (uint64_t)buckets * gpad * d : 0;
-    b[ZINC_MEM_GATHER] = stage == 3 ? (uint64_t)gathers * gpad * d : 0;
-    uint64_t state = b[ZINC_MEM_PARAM16] + b[ZINC_MEM_GRAD] + b[ZINC_MEM_MASTER] +
-                     b[ZINC_MEM_ADAM_M] + b[ZINC_MEM_ADAM_V];
-    uint64_t total = state + b[ZINC_MEM_BUCKET] + b[ZINC_MEM_GATHER];
-    uint64_t host = 0;
-    for (int c = 0; c < ZINC_MEM_COUNT; c++) host += h[c];
+    zest_mem m;
+    zest_memory(params, (int)world, (int)stage, dtype, offload, offload_param, group,
+                (int)buckets, (int)gathers, &m);
+    const uint64_t *b = m.dev, *h = m.host;
     if (json) {
-        /* model_state/total/bytes_per_rank: device bytes (everything, without offload). */
         printf("{\"params\": %lld, \"world_size\": %lld, \"stage\": %lld, \"dtype\": \"%s\", "
-               "\"offload_optimizer\": %s, \"offload_param\": %s, "
-               "\"model_state_bytes_per_rank\": %llu, \"total_bytes_per_rank\": %llu, "
-               "\"host_bytes_per_rank\": %llu, \"bytes_per_rank\": {",
+               "\"offload_optimizer\": %s, \"offload_param\": %s, ",
                params, world, stage, zinc_dtype_name(dtype), offload ? "true" : "false",
-               offload_param ? "true" : "false",
-               (unsigned long long)state, (unsigned long long)total, (unsigned long long)host);
-        for (int c = 0; c < ZINC_MEM_COUNT; c++)
-            printf("%s\"%s\": %llu", c ? ", " : "", zinc_mem_category_name((zinc_mem_category)c),
-                   (unsigned long long)b[c]);
-        printf("}, \"host_bytes\": {");
-        for (int c = 0; c < ZINC_MEM_COUNT; c++)
-            printf("%s\"%s\": %llu", c ? ", " : "", zinc_mem_category_name((zinc_mem_category)c),
-                   (unsigned long long)h[c]);
-        printf("}}\n");
+               offload_param ? "true" : "false");
+        zest_memory_json(&m);
+        printf("}\n");
         return 0;
     }
     printf("ZeRO stage %lld, %lld parameters, %lld ranks, %s working copy%s\n", stage, params,
@@ -131,7 +110,44 @@ int cmd_estimate(int argc, char **argv)
         printf("\n");
     }
     printf("  model state per rank: %.3f GB   with buffers: %.3f GB   (device; GB = 10^9 bytes)\n",
-           (double)state / 1e9, (double)total / 1e9);
-    if (offload) printf("  host memory per rank: %.3f GB\n", (double)host / 1e9);
+           (double)m.state / 1e9, (double)m.total / 1e9);
+    if (offload) printf("  host memory per rank: %.3f GB\n", (double)m.host_total / 1e9);
     return 0;
+}
+
+void zest_memory(long long params, int world, int stage, zinc_dtype dtype, int offload,
+                 int offload_param, long long group, int buckets, int gathers, zest_mem *m)
+{
+    zmem_estimate((uint64_t)params, world, stage, dtype,
+                  (offload ? ZMEM_OFFLOAD_OPTIMIZER : 0) | (offload_param ? ZMEM_OFFLOAD_PARAM : 0),
+                  m->dev, m->host);
+    uint64_t *b = m->dev;
+    /* Buffers: sized by the largest group, padded as the planner pads it. */
+    uint64_t gpad = ((uint64_t)group + (uint64_t)world * ZPLAN_ALIGN - 1) /
+                    ((uint64_t)world * ZPLAN_ALIGN) * (uint64_t)world * ZPLAN_ALIGN;
+    uint64_t d = zinc_dtype_size(dtype);
+    b[ZINC_MEM_BUCKET] = stage >= 2 ? (uint64_t)buckets * gpad * d : 0;
+    b[ZINC_MEM_GATHER] = stage == 3 ? (uint64_t)gathers * gpad * d : 0;
+    m->state = b[ZINC_MEM_PARAM16] + b[ZINC_MEM_GRAD] + b[ZINC_MEM_MASTER] + b[ZINC_MEM_ADAM_M] +
+               b[ZINC_MEM_ADAM_V];
+    m->total = m->state + b[ZINC_MEM_BUCKET] + b[ZINC_MEM_GATHER];
+    m->host_total = 0;
+    for (int c = 0; c < ZINC_MEM_COUNT; c++) m->host_total += m->host[c];
+}
+
+void zest_memory_json(const zest_mem *m)
+{
+    /* model_state/total/bytes_per_rank: device bytes (everything, without offload). */
+    printf("\"model_state_bytes_per_rank\": %llu, \"total_bytes_per_rank\": %llu, "
+           "\"host_bytes_per_rank\": %llu, \"bytes_per_rank\": {",
+           (unsigned long long)m->state, (unsigned long long)m->total,
+           (unsigned long long)m->host_total);
+    for (int c = 0; c < ZINC_MEM_COUNT; c++)
+        printf("%s\"%s\": %llu", c ? ", " : "", zinc_mem_category_name((zinc_mem_category)c),
+               (unsigned long long)m->dev[c]);
+    printf("}, \"host_bytes\": {");
+    for (int c = 0; c < ZINC_MEM_COUNT; c++)
+        printf("%s\"%s\": %llu", c ? ", " : "", zinc_mem_category_name((zinc_mem_category)c),
+               (unsigned long long)m->host[c]);
+    printf("}");
 }

@@ -15,6 +15,7 @@ int cmd_bench(int argc, char **argv);      /* zinc bench adam|...               
 int cmd_train(int argc, char **argv);      /* zinc train      — the built-in model            */
 int cmd_ckpt(int argc, char **argv);       /* zinc ckpt verify|inspect|export                 */
 int cmd_plot(int argc, char **argv);       /* zinc plot       — loss curve as SVG             */
+int cmd_plan(int argc, char **argv);       /* zinc plan       — predicted step time, scaling  */
 
 /* Shared argument helpers (tools/args.c): parse a whole number or a float like "7.5e9" that
  * must be integral; print "zinc <cmd>: <msg>" to stderr and return 2. */
@@ -23,5 +24,22 @@ int zarg_double(const char *s, double *out);
 int zarg_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* "fp16", "bf16" or "fp32" into *out; -1 for anything else. */
 int zarg_dtype(const char *s, zinc_dtype *out);
+
+
+/* The memory plan per rank that `zinc estimate` prints (tools/cmd_estimate.c), shared with
+ * `zinc plan` so that both print the same numbers: device bytes per category (buffers sized by
+ * the largest group `group`: `buckets` gradient buckets at stages 2-3, `gathers` gather buffers
+ * at stage 3), host bytes with offload, and their sums. */
+typedef struct {
+    uint64_t dev[ZINC_MEM_COUNT], host[ZINC_MEM_COUNT];  /* bytes per category */
+    uint64_t state;       /* device model state: param16 + grad + master + m + v */
+    uint64_t total;       /* state + buckets + gather buffers */
+    uint64_t host_total;  /* sum of host[] */
+} zest_mem;
+void zest_memory(long long params, int world, int stage, zinc_dtype dtype, int offload,
+                 int offload_param, long long group, int buckets, int gathers, zest_mem *m);
+/* Its JSON members (no braces): model_state_bytes_per_rank, total_bytes_per_rank,
+ * host_bytes_per_rank, bytes_per_rank {...}, host_bytes {...}. */
+void zest_memory_json(const zest_mem *m);
 
 #endif

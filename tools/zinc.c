@@ -17,6 +17,7 @@ typedef struct {
 
 static const zcommand zcommands[] = {
     {"estimate", cmd_estimate, "memory plan per rank for N parameters (ZeRO stages 0-3)"},
+    {"plan", cmd_plan, "predicted step time, tokens/s, MFU and scaling of a run"},
     {"config", cmd_config, "config check FILE: validate a DeepSpeed-style JSON config"},
     {"bench", cmd_bench, "benchmarks: adam (fused optimizer step vs memory bandwidth)"},
     {"train", cmd_train, "train the built-in model from a DeepSpeed-style config"},

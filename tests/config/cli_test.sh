@@ -3,27 +3,9 @@
 # stderr format ("error: <key.path>: ...", "warning: <key.path>: ..."), --json and overrides.
 zinc=$1
 dir=$2
-tmp=${TMPDIR:-/tmp}/zinc-config-cli.$$
-fails=0
-checks=0
-if [ ! -x "$zinc" ]; then
-    echo "config_cli: $zinc is not built"
-    exit 1
-fi
-
-# expect CODE PATTERN(stderr, grep -E; "-" for none) ARGS...
-expect() {
-    code=$1; pat=$2; shift 2
-    checks=$((checks + 1))
-    "$zinc" config "$@" >"$tmp.out" 2>"$tmp.err"
-    got=$?
-    if [ "$got" != "$code" ]; then
-        echo "FAIL: zinc config $*: exit $got, want $code"; cat "$tmp.err"; fails=$((fails + 1)); return
-    fi
-    if [ "$pat" != "-" ] && ! grep -Eq -- "$pat" "$tmp.err"; then
-        echo "FAIL: zinc config $*: stderr lacks /$pat/"; cat "$tmp.err"; fails=$((fails + 1))
-    fi
-}
+cmd=config
+name=config_cli
+. "$(dirname "$0")/../cli_lib.sh"
 
 expect 0 - check "$dir/accept_minimal.json" --world-size 2
 expect 0 "^warning: tensorboard: " check "$dir/warn_tensorboard.json"
@@ -101,6 +83,4 @@ case "$(tr -d ' \n' <"$tmp.out")" in
 *) echo "FAIL: --json of warn_offload.json lacks offload_optimizer device cpu, pin_memory true"; fails=$((fails + 1)) ;;
 esac
 
-rm -f "$tmp.out" "$tmp.err"
-echo "config_cli: $checks checks, $((checks - fails)) passed, $fails failed"
-[ "$fails" = 0 ]
+cli_finish

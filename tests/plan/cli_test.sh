@@ -1,0 +1,68 @@
+#!/bin/sh
+# cli_test.sh ZINC — `zinc plan`: bad input is refused with exit 2 and a message naming the flag;
+# the issue's "done when" command prints a step time, tokens/s, memory per rank and the scaling
+# table; --config feeds stage, precision and accumulation; --help exits 0.
+zinc=$1
+cmd=plan
+name=plan_cli
+. "$(dirname "$0")/../cli_lib.sh"
+base="--params 7e9 --layers 32 --hidden 4096 --seq 4096 --gpus 64 --gpu h100 --stage 3"
+
+expect 0 - $base
+expect 0 - --help
+expect 2 "^zinc plan: --gpu 'v100' is not in the table" $base --gpu v100
+expect 2 "^zinc plan: --params must be a whole number in" $base --params -7e9
+expect 2 "^zinc plan: --gpus N is required" --params 7e9 --seq 4096 --gpu h100 --stage 3
+expect 2 "^zinc plan: --gpu NAME is required" --params 7e9 --seq 4096 --gpus 8 --stage 3
+expect 2 "^zinc plan: --seq S is required" --params 7e9 --gpus 8 --gpu h100 --stage 3
+expect 2 "^zinc plan: --stage S \(0..3\) or --config is required" --params 7e9 --seq 4096 \
+    --gpus 8 --gpu h100
+expect 2 "^zinc plan: --params P is required" --seq 4096 --gpus 8 --gpu h100 --stage 3
+expect 2 "^zinc plan: --stage must be a whole number in 0..3, not '4'" $base --stage 4
+expect 2 "^zinc plan: --inter-bw must be a number" $base --inter-bw -1
+expect 2 "^zinc plan: --efficiency must be a number" $base --efficiency 1.5
+expect 2 "^zinc plan: --gpus needs a value" $base --gpus
+expect 2 "^zinc plan: unknown argument '--bogus'" $base --bogus
+expect 2 "^zinc plan: --offload-param needs stage 3" $base --stage 2 --offload-optimizer \
+    --offload-param
+expect 2 "no-such-config.json" --params 7e9 --seq 4096 --gpus 8 --gpu h100 \
+    --config "$tmp.no-such-config.json"
+
+# The issue's "done when": one JSON object with the step, tokens/s, memory and the scaling.
+checks=$((checks + 1))
+"$zinc" plan $base --json >"$tmp.out" 2>"$tmp.err"
+for want in '"step": [0-9.e+-]+' '"tokens_per_s": [0-9.e+-]+' '"mfu": 0\.[0-9]+' \
+            '"total_bytes_per_rank": [0-9]+' '"gpus": 1024, "step_s": [0-9.e+-]+' \
+            '"efficiency": 1,'; do
+    if ! grep -Eq -- "$want" "$tmp.out"; then
+        echo "FAIL: --json output lacks /$want/"; fails=$((fails + 1))
+    fi
+done
+if command -v python3 >/dev/null && ! python3 -m json.tool "$tmp.out" >/dev/null 2>&1; then
+    echo "FAIL: --json output is not JSON"; cat "$tmp.out"; fails=$((fails + 1))
+fi
+
+# --config: stage, precision and accumulation from the file; a flag given as well wins.
+checks=$((checks + 1))
+cat >"$tmp.json" <<'JSON'
+{"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4,
+ "fp16": {"enabled": true}, "zero_optimization": {"stage": 2}}
+JSON
+"$zinc" plan --params 1e9 --seq 1024 --gpus 16 --gpu a100-80 --config "$tmp.json" --json \
+    >"$tmp.out" 2>"$tmp.err"
+flat=$(tr -d ' \n' <"$tmp.out")
+for want in '"micro_batch":2,"accumulation":4' '"stage":2,"dtype":"fp16"'; do
+    case "$flat" in
+    *"$want"*) ;;
+    *) echo "FAIL: --config: output lacks $want"; cat "$tmp.err"; fails=$((fails + 1)) ;;
+    esac
+done
+"$zinc" plan --params 1e9 --seq 1024 --gpus 16 --gpu a100-80 --config "$tmp.json" --stage 3 \
+    --json >"$tmp.out" 2>&1
+case "$(tr -d ' \n' <"$tmp.out")" in
+*'"stage":3,'*) ;;
+*) echo "FAIL: --stage 3 beside --config's stage 2 did not win"; fails=$((fails + 1)) ;;
+esac
+
+rm -f "$tmp.json"
+cli_finish

@@ -1,0 +1,263 @@
+/*
+ * test_plan.c — `zinc plan`'s model (tools/plan_model.c, compiled into this test) and its bytes:
+ *   1. the ring α–β formula and its hierarchical form against hand-computed numbers, and one
+ *      whole step (stage 1, one node) written out by hand;
+ *   2. the per-step collective bytes the plan prices (zvol_*, and the CLI's --json) equal the
+ *      counters (zinc_comm_bytes) of the engines `zinc bench comm` runs for a step, stages 0-3,
+ *      local worlds of 2 and 4, one group and three, accumulation 1 and 2;
+ *   3. the memory per rank `zinc plan --json` prints equals `zinc estimate --json`'s;
+ *   4. monotonicity: doubling any bandwidth (or halving a latency) never makes the step slower;
+ *      more GPUs never give more bytes per rank at stage 3; what is exposed of the comm is
+ *      within 0 and all of it.
+ * The CLI's refusals are tests/plan/cli_test.sh.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/internal.h"
+#include "testutil.h"
+#include "tools/plan.h"
+
+static int close_to(double got, double want)
+{
+    return fabs(got - want) <= 1e-12 * fabs(want) + 1e-18;
+}
+
+static void test_alpha_beta(void)
+{
+    /* 1e9 bytes on 4 ranks, 100 GB/s, 10 us: 3 * 1e-5 + 3/4 * 1e9 / 1e11 = 0.00753 s. */
+    zplan_link l = {100e9, 1e-5};
+    double t = zplan_ring(1e9, 4, l);
+    ZT_CHECK(close_to(t, 0.00753), "ring: %.12g, want 0.00753", t);
+    ZT_CHECK(zplan_ring(1e9, 1, l) == 0.0, "one rank moves nothing");
+    /* 8e9 bytes as 2 collectives on 16 GPUs, 8 per node: each call 4e9 bytes; inside the node
+     * 7 * 2e-6 + 7/8 * 4e9 / 200e9 = 0.017514; across 2 nodes the node's 1/8, 5e8 bytes:
+     * 1e-5 + 1/2 * 5e8 / 25e9 = 0.01001; two calls: 2 * 0.027524 = 0.055048 s. */
+    zplan_link intra = {200e9, 2e-6}, inter = {25e9, 1e-5};
+    t = zplan_collective(8e9, 2, 16, 8, intra, inter);
+    ZT_CHECK(close_to(t, 0.055048), "hierarchical: %.12g, want 0.055048", t);
+    /* Within one node the inter-node link is not used. */
+    t = zplan_collective(8e9, 2, 8, 8, intra, inter);
+    ZT_CHECK(close_to(t, 2 * (7 * 2e-6 + 7.0 / 8 * 4e9 / 200e9)), "one node: %.12g", t);
+
+    /* A whole step by hand: stage 1, 8 H100s on one node, 2.56e8 parameters (a multiple of
+     * 32 * 8, so no padding), seq 1000, micro-batch 1, efficiency 0.5, link 100 GB/s, 1 us.
+     *   compute   6 * 2.56e8 * 1000 / (989e12 * 0.5)
+     *   RS = AG   7e-6 + 7/8 * 5.12e8 / 1e11 (the bf16 flat buffer), at the step, not hidden
+     *   stats     all-reduce of 16 bytes: 2 * (7e-6 + 7/8 * 16 / 1e11)
+     *   Adam      28 bytes * 2.56e8 / 8 / 3.35e12 */
+    zplan_in in = {.params = 2.56e8, .seq = 1000, .micro_batch = 1, .gpus = 8, .per_node = 8,
+                   .stage = 1, .accum = 1, .dtype = ZINC_DTYPE_BF16, .gpu = zplan_gpu_find("h100"),
+                   .intra = {100e9, 1e-6}, .inter = {50e9, 5e-6}, .pcie_bw = 64e9,
+                   .host_bw = 50e9, .efficiency = 0.5};
+    zplan_out o;
+    zplan_step(&in, &o);
+    double compute = 6 * 2.56e8 * 1000 / (989e12 * 0.5);
+    double rs = 7e-6 + 7.0 / 8 * 5.12e8 / 1e11, stats = 2 * (7e-6 + 7.0 / 8 * 16 / 1e11);
+    double adam = 28 * 2.56e8 / 8 / 3.35e12;
+    double want = compute + 2 * rs + stats + adam;
+    ZT_CHECK(close_to(o.step, want), "stage 1 step: %.12g s, by hand %.12g s", o.step, want);
+    ZT_CHECK(close_to(o.tokens_per_s, 8000 / want), "tokens/s %.12g", o.tokens_per_s);
+    ZT_CHECK(close_to(o.mfu, 6 * 2.56e8 * 8000 / want / (8 * 989e12)), "mfu %.12g", o.mfu);
+    /* Checkpointing adds one forward: compute x 4/3. */
+    in.checkpointing = 1;
+    zplan_step(&in, &o);
+    ZT_CHECK(close_to(o.forward + o.backward, compute * 4 / 3), "checkpointing: %.12g",
+             o.forward + o.backward);
+}
+
+/* ---- the engine's counters --------------------------------------------------------------- */
+
+/* Runs `cmd` and returns its stdout (static buffer), NULL when it fails. */
+static const char *run_out(const char *cmd)
+{
+    static char buf[65536];
+    FILE *f = popen(cmd, "r");
+    if (!f) return NULL;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = 0;
+    return pclose(f) == 0 ? buf : NULL;
+}
+
+/* The four counters of a --json line at `at` ("all_reduce": ..., "broadcast": ...). */
+static int read_counters(const char *at, uint64_t out[ZINC_COLL_COUNT])
+{
+    const char *k = at ? strstr(at, "\"all_reduce\": ") : NULL;
+    unsigned long long v[4];
+    if (!k || sscanf(k, "\"all_reduce\": %llu, \"reduce_scatter\": %llu, \"all_gather\": "
+                        "%llu, \"broadcast\": %llu", &v[0], &v[1], &v[2], &v[3]) != 4)
+        return -1;
+    for (int c = 0; c < ZINC_COLL_COUNT; c++) out[c] = v[c];
+    return 0;
+}
+
+/* The engines of `zinc bench comm` (tools/cmd_bench.c: G groups of P/G parameters, the last
+ * taking the remainder, one step of `accum` micro-steps, no persistent groups) ran one step on
+ * local worlds of 2 and 4 ranks: their counters against zvol_plan of the same groups, and, for
+ * one group (what the CLI plans), against `zinc plan --json`'s comm_bytes. */
+static void test_volumes(void)
+{
+    const long long P = 10007;
+    for (int groups = 1; groups <= 3; groups += 2)
+        for (int accum = 1; accum <= 2; accum++) {
+            char cmd[512];
+            snprintf(cmd, sizeof cmd, "%s bench comm --params %lld --worlds 2,4 --stages 0,1,2,3 "
+                     "--groups %d --accum %d --json", ZINC_CLI, P, groups, accum);
+            const char *out = run_out(cmd);
+            ZT_CHECK(out != NULL, "%s failed", cmd);
+            if (!out) continue;
+            char *lines = strdup(out);
+            int seen = 0;
+            for (char *save = NULL, *l = strtok_r(lines, "\n", &save); l;
+                 l = strtok_r(NULL, "\n", &save)) {
+                int n = 0, stage = -1;
+                const char *w = strstr(l, "\"world\": "), *st = strstr(l, "\"stage\": ");
+                if (!w || !st) continue;
+                n = atoi(w + 9), stage = atoi(st + 9);
+                uint64_t engine[ZINC_COLL_COUNT], want[ZINC_COLL_COUNT];
+                ZT_CHECK(read_counters(l, engine) == 0, "no counters in %s", l);
+                zplan_param prm[3];
+                zplan_group grp[3];
+                memset(prm, 0, sizeof prm);
+                memset(grp, 0, sizeof grp);
+                for (int g = 0; g < groups; g++) {
+                    long long q = P / groups;
+                    prm[g] = (zplan_param){.numel = (size_t)(g == groups - 1 ? P - q * g : q),
+                                           .group = g, .ndim = 1};
+                    grp[g] = (zplan_group){.first_param = g, .nparams = 1};
+                }
+                zplan p = {.ngroups = groups, .nparams = groups, .groups = grp, .params = prm};
+                ZT_CHECK(zplan_layout(&p, n) == 0, "layout");
+                zvol_plan(&p, stage, ZINC_DTYPE_BF16, accum, want);
+                for (int k = 0; k < ZINC_COLL_COUNT; k++)
+                    ZT_CHECK(engine[k] == want[k], "N=%d stage %d groups %d accum %d collective "
+                             "%d: engine %llu, plan %llu", n, stage, groups, accum, k,
+                             (unsigned long long)engine[k], (unsigned long long)want[k]);
+                seen++;
+                if (groups != 1) continue;
+                uint64_t cli[ZINC_COLL_COUNT];
+                snprintf(cmd, sizeof cmd, "%s plan --params %lld --seq 16 --gpus %d --gpu h100 "
+                         "--stage %d --accum %d --json", ZINC_CLI, P, n, stage, accum);
+                int rc = read_counters(run_out(cmd), cli);
+                ZT_CHECK(rc == 0, "%s: no comm_bytes", cmd);
+                for (int k = 0; rc == 0 && k < ZINC_COLL_COUNT; k++)
+                    ZT_CHECK(cli[k] == engine[k], "CLI N=%d stage %d accum %d collective %d: "
+                             "plan %llu, engine %llu", n, stage, accum, k,
+                             (unsigned long long)cli[k], (unsigned long long)engine[k]);
+            }
+            free(lines);
+            ZT_CHECK(seen == 8, "groups %d accum %d: %d rows of zinc bench comm, want 8", groups,
+                     accum, seen);
+        }
+}
+
+/* ---- memory against zinc estimate -------------------------------------------------------- */
+
+static long long json_field(const char *buf, const char *key)
+{
+    const char *k = strstr(buf, key);
+    return k ? atoll(k + strlen(key)) : -1;
+}
+
+/* `zinc ARGS --json` into buf; 0 on success. */
+static int run_json(const char *args, char *buf, size_t cap)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s %s --json", ZINC_CLI, args);
+    const char *out = run_out(cmd);
+    snprintf(buf, cap, "%s", out ? out : "");
+    return out ? 0 : -1;
+}
+
+static void test_memory(void)
+{
+    const char *keys[] = {"\"model_state_bytes_per_rank\": ", "\"total_bytes_per_rank\": ",
+                          "\"host_bytes_per_rank\": ", "\"adam_m\": ", "\"gather\": "};
+    const char *offl[] = {"", "--offload-optimizer", "--offload-optimizer --offload-param"};
+    for (int stage = 0; stage < 4; stage++)
+        for (int oi = 0; oi < 3; oi++) {
+            if ((oi >= 1 && stage == 0) || (oi == 2 && stage != 3)) continue;
+            static char plan[16384], est[8192];
+            char a[512];
+            snprintf(a, sizeof a, "plan --params 7e9 --layers 32 --hidden 4096 --seq 4096 "
+                     "--gpus 64 --gpu h100 --stage %d %s", stage, offl[oi]);
+            int rp = run_json(a, plan, sizeof plan);
+            snprintf(a, sizeof a, "estimate --params 7e9 --world-size 64 --dtype bf16 --stage %d "
+                     "%s", stage, offl[oi]);
+            int re = run_json(a, est, sizeof est);
+            ZT_CHECK(rp == 0 && re == 0, "stage %d %s: plan rc %d, estimate rc %d", stage,
+                     offl[oi], rp, re);
+            for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
+                long long p = json_field(plan, keys[k]), e = json_field(est, keys[k]);
+                ZT_CHECK(p >= 0 && p == e, "stage %d %s %s plan %lld, estimate %lld", stage,
+                         offl[oi], keys[k], p, e);
+            }
+        }
+}
+
+/* ---- monotonicity ------------------------------------------------------------------------ */
+
+static void test_monotonic(void)
+{
+    const int gpus[] = {1, 2, 8, 16, 24, 64, 256, 1024};
+    const double params[] = {1e8, 1.3e9, 7e9, 7e10};
+    int checks = 0;
+    for (int stage = 0; stage < 4; stage++)
+        for (size_t pi = 0; pi < sizeof params / sizeof params[0]; pi++)
+            for (int layers = 0; layers <= 80; layers += 40)
+                for (int off = 0; off <= (stage > 0) + (stage == 3); off++) {
+                    uint64_t prev_mem = UINT64_MAX;
+                    for (size_t gi = 0; gi < sizeof gpus / sizeof gpus[0]; gi++) {
+                        zplan_in in = {.params = params[pi], .layers = layers, .hidden = 4096,
+                                       .seq = 2048, .micro_batch = 2, .gpus = gpus[gi],
+                                       .per_node = 8, .stage = stage, .accum = 2,
+                                       .dtype = ZINC_DTYPE_BF16, .offload = off >= 1,
+                                       .offload_param = off == 2, .gpu = zplan_gpu_find("a100"),
+                                       .intra = {300e9, 2e-6}, .inter = {50e9, 5e-6},
+                                       .pcie_bw = 32e9, .host_bw = 50e9, .efficiency = 0.5};
+                        zplan_out base, more;
+                        zplan_step(&in, &base);
+                        /* Overlap hides comm, never more than there is. */
+                        double comm = base.reduce_scatter + base.all_gather + base.all_reduce;
+                        ZT_CHECK(base.exposed <= comm * (1 + 1e-12) && base.exposed >= 0,
+                                 "stage %d N %d: exposed %.9g of %.9g s", stage, gpus[gi],
+                                 base.exposed, comm);
+                        /* Halving a latency never makes it slower either. */
+                        zplan_in fast = in;
+                        fast.intra.alpha /= 2, fast.inter.alpha /= 2;
+                        zplan_step(&fast, &more);
+                        ZT_CHECK(more.step <= base.step, "stage %d N %d: halved latency %.9g s "
+                                 "> %.9g s", stage, gpus[gi], more.step, base.step);
+                        double *bw[] = {&in.intra.bw, &in.inter.bw, &in.pcie_bw, &in.host_bw};
+                        for (int b = 0; b < 4; b++) {
+                            zplan_in f = in;
+                            double *fb[] = {&f.intra.bw, &f.inter.bw, &f.pcie_bw, &f.host_bw};
+                            *fb[b] = *bw[b] * 2;
+                            zplan_step(&f, &more);
+                            checks++;
+                            ZT_CHECK(more.step <= base.step, "stage %d P %g N %d bandwidth %d "
+                                     "doubled: %.9g s > %.9g s", stage, params[pi], gpus[gi], b,
+                                     more.step, base.step);
+                        }
+                        if (stage == 3) {
+                            ZT_CHECK(base.mem.total <= prev_mem, "stage 3 P %g: %llu bytes per "
+                                     "rank on %d GPUs, %llu on fewer", params[pi],
+                                     (unsigned long long)base.mem.total, gpus[gi],
+                                     (unsigned long long)prev_mem);
+                            prev_mem = base.mem.total;
+                        }
+                    }
+                }
+    ZT_CHECK(checks > 100, "only %d checks", checks);
+}
+
+int main(void)
+{
+    test_alpha_beta();
+    test_volumes();
+    test_memory();
+    test_monotonic();
+    return zt_finish("test_plan");
+}

@@ -1,0 +1,276 @@
+/*
+ * cmd_plan.c — `zinc plan`: the predicted step time, tokens/s, MFU and memory per rank of a ZeRO
+ * run before it is launched, and how it scales from 1 to 1024 GPUs (issue 41, first step). The
+ * model is tools/plan_model.c; this file reads the flags (and a DeepSpeed config through the one
+ * parser, config/) and prints. Formulas, GPU figures and their sources: docs/plan.md.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "config/config.h"
+#include "tools/commands.h"
+#include "tools/plan.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: zinc plan --params P --seq S --gpus N --gpu NAME (--stage S | --config FILE)\n"
+            "                 [--layers L --hidden H [--vocab V]] [--micro-batch B] [--accum K]\n"
+            "                 [--checkpointing] [--dtype fp16|bf16|fp32] [--offload-optimizer\n"
+            "                 [--offload-param]] [--gpus-per-node G] [--intra-bw GB/s]\n"
+            "                 [--inter-bw GB/s] [--intra-lat us] [--inter-lat us]\n"
+            "                 [--pcie-bw GB/s] [--host-bw GB/s] [--efficiency E] [--json]\n\n"
+            "Predicts one optimizer step of data-parallel ZeRO training with Adam: compute from\n"
+            "6P FLOPs per token (+ 12*L*H*S for attention when --layers and --hidden are given;\n"
+            "x4/3 with --checkpointing) at E x the GPU's dense bf16 peak (default E = %.2f);\n"
+            "the step's collective bytes as the engine counts them (zinc_comm_bytes) priced by a\n"
+            "ring alpha-beta model, hierarchical across nodes; what zinc overlaps at each stage;\n"
+            "Adam at memory bandwidth. Prints memory per rank (as zinc estimate), the time split,\n"
+            "tokens/s, MFU and a scaling table (1, 8, 16, 64, 256, 1024 GPUs, micro-batch and\n"
+            "accumulation per GPU fixed). Formulas and sources: docs/plan.md.\n\n"
+            "  --params P        parameters (7e9 is fine); without it, 12*L*H^2 + V*H\n"
+            "  --gpu NAME        a100-40, a100-80, h100, h200 (SXM; figures from the datasheets)\n"
+            "  --config FILE     DeepSpeed JSON: its stage, precision, gradient accumulation,\n"
+            "                    micro-batch and offload (flags given as well win)\n"
+            "  --gpus-per-node G default 8; --intra-bw default the GPU's NVLink per direction,\n"
+            "                    --inter-bw default 50 (400 Gb/s InfiniBand NDR per GPU);\n"
+            "                    --intra-lat 2, --inter-lat 5 (us per ring step, assumed)\n"
+            "  --pcie-bw, --host-bw  offload: host link per direction (default the GPU's) and\n"
+            "                    host memory bandwidth per rank for the host Adam (default 50)\n",
+            ZPLAN_EFFICIENCY);
+}
+
+/* Numeric flags: value range and whether it must be whole. Unset values stay -1. */
+enum { P_PARAMS, P_LAYERS, P_HIDDEN, P_SEQ, P_VOCAB, P_MICRO, P_GPUS, P_PERNODE, P_STAGE,
+       P_ACCUM, P_INTRA_BW, P_INTER_BW, P_INTRA_LAT, P_INTER_LAT, P_PCIE_BW, P_HOST_BW, P_EFF,
+       P_COUNT };
+static const struct {
+    const char *flag;
+    double lo, hi;
+    int whole;
+} zplan_flags[P_COUNT] = {
+    [P_PARAMS] = {"--params", 1, 1e15, 1},     [P_LAYERS] = {"--layers", 1, 1e5, 1},
+    [P_HIDDEN] = {"--hidden", 1, 1e7, 1},      [P_SEQ] = {"--seq", 1, 1e8, 1},
+    [P_VOCAB] = {"--vocab", 1, 1e9, 1},        [P_MICRO] = {"--micro-batch", 1, 1e6, 1},
+    [P_GPUS] = {"--gpus", 1, 1e6, 1},          [P_PERNODE] = {"--gpus-per-node", 1, 1024, 1},
+    [P_STAGE] = {"--stage", 0, 3, 1},          [P_ACCUM] = {"--accum", 1, 1e6, 1},
+    [P_INTRA_BW] = {"--intra-bw", 1e-3, 1e6, 0}, [P_INTER_BW] = {"--inter-bw", 1e-3, 1e6, 0},
+    [P_INTRA_LAT] = {"--intra-lat", 0, 1e6, 0}, [P_INTER_LAT] = {"--inter-lat", 0, 1e6, 0},
+    [P_PCIE_BW] = {"--pcie-bw", 1e-3, 1e6, 0}, [P_HOST_BW] = {"--host-bw", 1e-3, 1e6, 0},
+    [P_EFF] = {"--efficiency", 1e-3, 1, 0},
+};
+
+static const int zplan_scale[] = {1, 8, 16, 64, 256, 1024};
+#define ZPLAN_NSCALE ((int)(sizeof zplan_scale / sizeof zplan_scale[0]))
+
+/* Fills stage, dtype, accumulation, micro-batch and offload from a DeepSpeed config where the
+ * flags left them unset. Returns 0, or the exit code after printing the config's errors. */
+static int plan_config(const char *file, double *v, zinc_dtype *dtype, int dtype_set,
+                       int *offload, int *offload_param)
+{
+    zcfg_overrides ov = {.world_size = (int)v[P_GPUS], .lr = -1.0};
+    if (v[P_MICRO] > 0) ov.micro_batch = (int64_t)v[P_MICRO];
+    if (v[P_ACCUM] > 0) ov.grad_accum = (int64_t)v[P_ACCUM];
+    zcfg c;
+    zcfg_diag diag = {0};
+    zinc_status s = zcfg_parse_file(file, &ov, &c, &diag);
+    for (int i = 0; i < diag.nerrors; i++) fprintf(stderr, "error: %s\n", diag.errors[i]);
+    int nerr = diag.nerrors;
+    zcfg_diag_free(&diag);
+    if (s != ZINC_OK) {
+        if (nerr == 0) fprintf(stderr, "error: %s: %s\n", file, zinc_status_string(s));
+        return zarg_usage_error("plan", "--config %s rejected (with --gpus %g as its world size)",
+                                file, v[P_GPUS]);
+    }
+    if (v[P_STAGE] < 0) v[P_STAGE] = c.zero.stage;
+    if (v[P_ACCUM] < 0) v[P_ACCUM] = (double)c.grad_accum;
+    if (v[P_MICRO] < 0) v[P_MICRO] = (double)c.micro_batch;
+    if (!dtype_set) *dtype = c.dtype;
+    *offload |= zcfg_offloads_optimizer(&c);
+    *offload_param |= zcfg_offloads_param(&c);
+    return 0;
+}
+
+static void print_json(const zplan_in *in, const zplan_out *o, const zplan_out *scale)
+{
+    printf("{\"params\": %.0f, \"layers\": %d, \"hidden\": %.0f, \"seq\": %.0f, "
+           "\"micro_batch\": %lld, \"accumulation\": %d, \"checkpointing\": %s, "
+           "\"gpus\": %d, \"gpus_per_node\": %d, \"stage\": %d, \"dtype\": \"%s\", "
+           "\"offload_optimizer\": %s, \"offload_param\": %s,\n",
+           in->params, in->layers, in->hidden, in->seq, in->micro_batch, in->accum,
+           in->checkpointing ? "true" : "false", in->gpus, in->per_node, in->stage,
+           zinc_dtype_name(in->dtype), in->offload ? "true" : "false",
+           in->offload_param ? "true" : "false");
+    printf(" \"gpu\": {\"name\": \"%s\", \"label\": \"%s\", \"peak_flops\": %.6g, "
+           "\"memory_bytes\": %.6g, \"hbm_bytes_per_s\": %.6g, \"source\": \"%s\"},\n",
+           in->gpu->name, in->gpu->label, in->gpu->peak_flops, in->gpu->mem_bytes,
+           in->gpu->hbm_bw, in->gpu->source);
+    printf(" \"links\": {\"intra_bytes_per_s\": %.6g, \"intra_latency_s\": %.6g, "
+           "\"inter_bytes_per_s\": %.6g, \"inter_latency_s\": %.6g, \"pcie_bytes_per_s\": %.6g, "
+           "\"host_bytes_per_s\": %.6g}, \"compute_efficiency\": %.6g,\n",
+           in->intra.bw, in->intra.alpha, in->inter.bw, in->inter.alpha, in->pcie_bw, in->host_bw,
+           in->efficiency);
+    printf(" \"memory\": {");
+    zest_memory_json(&o->mem);
+    printf("},\n \"comm_bytes\": {\"all_reduce\": %llu, \"reduce_scatter\": %llu, "
+           "\"all_gather\": %llu, \"broadcast\": %llu},\n",
+           (unsigned long long)o->coll[ZINC_COLL_ALL_REDUCE],
+           (unsigned long long)o->coll[ZINC_COLL_REDUCE_SCATTER],
+           (unsigned long long)o->coll[ZINC_COLL_ALL_GATHER],
+           (unsigned long long)o->coll[ZINC_COLL_BROADCAST]);
+    printf(" \"time_s\": {\"forward\": %.6g, \"backward\": %.6g, \"reduce_scatter\": %.6g, "
+           "\"all_gather\": %.6g, \"all_reduce\": %.6g, \"exposed_comm\": %.6g, "
+           "\"optimizer\": %.6g, \"offload\": %.6g, \"step\": %.6g},\n",
+           o->forward, o->backward, o->reduce_scatter, o->all_gather, o->all_reduce, o->exposed,
+           o->optimizer, o->offload, o->step);
+    printf(" \"flops_per_token\": %.6g, \"tokens_per_step\": %.0f, \"tokens_per_s\": %.6g, "
+           "\"mfu\": %.6g,\n \"scaling\": [",
+           o->flops_per_token, o->tokens, o->tokens_per_s, o->mfu);
+    for (int i = 0; i < ZPLAN_NSCALE; i++)
+        printf("%s\n  {\"gpus\": %d, \"step_s\": %.6g, \"tokens_per_s\": %.6g, "
+               "\"efficiency\": %.6g, \"total_bytes_per_rank\": %llu, \"fits\": %s}",
+               i ? "," : "", zplan_scale[i], scale[i].step, scale[i].tokens_per_s,
+               scale[i].tokens_per_s / (zplan_scale[i] * scale[0].tokens_per_s),
+               (unsigned long long)scale[i].mem.total,
+               (double)scale[i].mem.total <= in->gpu->mem_bytes ? "true" : "false");
+    printf("]}\n");
+}
+
+static void print_text(const zplan_in *in, const zplan_out *o, const zplan_out *scale)
+{
+    printf("zinc plan: %.4g parameters", in->params);
+    if (in->layers > 0) printf(", %d layers, hidden %.0f", in->layers, in->hidden);
+    printf(", seq %.0f; micro-batch %lld x accumulation %d%s\n", in->seq, in->micro_batch,
+           in->accum, in->checkpointing ? ", activation checkpointing" : "");
+    printf("  ZeRO stage %d, %s%s; %d x %s (%d per node), efficiency %.2f\n", in->stage,
+           zinc_dtype_name(in->dtype),
+           in->offload_param ? ", optimizer and parameters offloaded"
+           : in->offload     ? ", optimizer offloaded" : "",
+           in->gpus, in->gpu->label, in->per_node, in->efficiency);
+    printf("memory per rank (zinc estimate; activations not counted): model state %.3f GB,\n"
+           "  with buffers %.3f GB of %.0f GB%s", (double)o->mem.state / 1e9,
+           (double)o->mem.total / 1e9, in->gpu->mem_bytes / 1e9,
+           (double)o->mem.total > in->gpu->mem_bytes ? "  DOES NOT FIT" : "");
+    if (in->offload) printf("; host %.3f GB", (double)o->mem.host_total / 1e9);
+    printf("\n");
+    printf("step, seconds:\n");
+    printf("  %-22s %10.4f\n  %-22s %10.4f\n", "forward", o->forward, "backward", o->backward);
+    printf("  %-22s %10.4f   %.3f GB per rank\n", "reduce-scatter", o->reduce_scatter,
+           (double)o->coll[ZINC_COLL_REDUCE_SCATTER] / 1e9);
+    printf("  %-22s %10.4f   %.3f GB per rank\n", "all-gather", o->all_gather,
+           (double)o->coll[ZINC_COLL_ALL_GATHER] / 1e9);
+    printf("  %-22s %10.4f   %.3f GB per rank\n", "all-reduce", o->all_reduce,
+           (double)o->coll[ZINC_COLL_ALL_REDUCE] / 1e9);
+    printf("  %-22s %10.4f\n  %-22s %10.4f\n", "comm not overlapped", o->exposed, "optimizer",
+           o->optimizer);
+    if (in->offload) printf("  %-22s %10.4f\n", "offload PCIe copies", o->offload);
+    printf("  %-22s %10.4f\n", "step", o->step);
+    printf("tokens/s %.4g (%.0f tokens per step), MFU %.1f%%\n", o->tokens_per_s, o->tokens,
+           100.0 * o->mfu);
+    printf("scaling (per-GPU batch fixed):\n  %6s %10s %12s %10s %14s %5s\n", "gpus", "step s",
+           "tokens/s", "efficiency", "GB per rank", "fits");
+    for (int i = 0; i < ZPLAN_NSCALE; i++)
+        printf("  %6d %10.4f %12.4g %10.3f %14.3f %5s\n", zplan_scale[i], scale[i].step,
+               scale[i].tokens_per_s,
+               scale[i].tokens_per_s / (zplan_scale[i] * scale[0].tokens_per_s),
+               (double)scale[i].mem.total / 1e9,
+               (double)scale[i].mem.total <= in->gpu->mem_bytes ? "yes" : "no");
+}
+
+int cmd_plan(int argc, char **argv)
+{
+    double v[P_COUNT];
+    for (int p = 0; p < P_COUNT; p++) v[p] = -1.0;
+    const char *gpu_name = NULL, *config = NULL;
+    zinc_dtype dtype = ZINC_DTYPE_BF16;
+    int json = 0, ckpt = 0, offload = 0, offload_param = 0, dtype_set = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        }
+        int *on = !strcmp(a, "--json")                ? &json
+                  : !strcmp(a, "--checkpointing")     ? &ckpt
+                  : !strcmp(a, "--offload-optimizer") ? &offload
+                  : !strcmp(a, "--offload-param")     ? &offload_param
+                                                      : NULL;
+        if (on) { /* a switch: no value */
+            *on = 1;
+            continue;
+        }
+        int p = 0;
+        while (p < P_COUNT && strcmp(a, zplan_flags[p].flag)) p++;
+        if (p == P_COUNT && strcmp(a, "--gpu") && strcmp(a, "--config") && strcmp(a, "--dtype"))
+            return zarg_usage_error("plan", "unknown argument '%s'", a);
+        if (!val) return zarg_usage_error("plan", "%s needs a value", a);
+        i++;
+        if (!strcmp(a, "--gpu")) {
+            gpu_name = val;
+        } else if (!strcmp(a, "--config")) {
+            config = val;
+        } else if (!strcmp(a, "--dtype")) {
+            if (zarg_dtype(val, &dtype))
+                return zarg_usage_error("plan", "--dtype must be fp16, bf16 or fp32, not '%s'",
+                                        val);
+            dtype_set = 1;
+        } else {
+            long long whole;
+            int bad = zplan_flags[p].whole ? zarg_int64(val, &whole) : zarg_double(val, &v[p]);
+            if (!bad && zplan_flags[p].whole) v[p] = (double)whole;
+            if (bad || v[p] < zplan_flags[p].lo || v[p] > zplan_flags[p].hi)
+                return zarg_usage_error("plan", "%s must be a %s in %g..%g, not '%s'", a,
+                                        zplan_flags[p].whole ? "whole number" : "number",
+                                        zplan_flags[p].lo, zplan_flags[p].hi, val);
+        }
+    }
+    if (v[P_GPUS] < 0) return zarg_usage_error("plan", "--gpus N is required");
+    if (!gpu_name) return zarg_usage_error("plan", "--gpu NAME is required (a100-40, a100-80, "
+                                           "h100, h200)");
+    const zplan_gpu *gpu = zplan_gpu_find(gpu_name);
+    if (!gpu) return zarg_usage_error("plan", "--gpu '%s' is not in the table (a100-40, a100-80, "
+                                      "h100, h200)", gpu_name);
+    if (v[P_SEQ] < 0) return zarg_usage_error("plan", "--seq S is required");
+    if ((v[P_LAYERS] < 0) != (v[P_HIDDEN] < 0))
+        return zarg_usage_error("plan", "--layers and --hidden go together");
+    if (v[P_PARAMS] < 0 && v[P_LAYERS] < 0)
+        return zarg_usage_error("plan", "--params P is required (or --layers and --hidden)");
+    if (v[P_PARAMS] < 0)
+        v[P_PARAMS] = 12.0 * v[P_LAYERS] * v[P_HIDDEN] * v[P_HIDDEN] +
+                      (v[P_VOCAB] > 0 ? v[P_VOCAB] : 0.0) * v[P_HIDDEN];
+    if (config) {
+        int rc = plan_config(config, v, &dtype, dtype_set, &offload, &offload_param);
+        if (rc) return rc;
+    }
+    if (v[P_STAGE] < 0) return zarg_usage_error("plan", "--stage S (0..3) or --config is required");
+    if (offload && v[P_STAGE] == 0)
+        return zarg_usage_error("plan", "--offload-optimizer needs stage 1, 2 or 3");
+    if (offload_param && (v[P_STAGE] != 3 || !offload))
+        return zarg_usage_error("plan", "--offload-param needs stage 3 and --offload-optimizer");
+
+    zplan_in in = {
+        .params = v[P_PARAMS], .layers = v[P_LAYERS] > 0 ? (int)v[P_LAYERS] : 0,
+        .hidden = v[P_HIDDEN] > 0 ? v[P_HIDDEN] : 0, .seq = v[P_SEQ],
+        .micro_batch = v[P_MICRO] > 0 ? (long long)v[P_MICRO] : 1, .checkpointing = ckpt,
+        .gpus = (int)v[P_GPUS], .per_node = v[P_PERNODE] > 0 ? (int)v[P_PERNODE] : 8,
+        .stage = (int)v[P_STAGE], .accum = v[P_ACCUM] > 0 ? (int)v[P_ACCUM] : 1,
+        .dtype = dtype, .offload = offload, .offload_param = offload_param, .gpu = gpu,
+        .intra = {v[P_INTRA_BW] > 0 ? v[P_INTRA_BW] * 1e9 : gpu->nvlink_bw,
+                  v[P_INTRA_LAT] >= 0 ? v[P_INTRA_LAT] * 1e-6 : ZPLAN_INTRA_ALPHA},
+        .inter = {v[P_INTER_BW] > 0 ? v[P_INTER_BW] * 1e9 : ZPLAN_IB_NDR_BW,
+                  v[P_INTER_LAT] >= 0 ? v[P_INTER_LAT] * 1e-6 : ZPLAN_INTER_ALPHA},
+        .pcie_bw = v[P_PCIE_BW] > 0 ? v[P_PCIE_BW] * 1e9 : gpu->pcie_bw,
+        .host_bw = v[P_HOST_BW] > 0 ? v[P_HOST_BW] * 1e9 : ZPLAN_HOST_BW,
+        .efficiency = v[P_EFF] > 0 ? v[P_EFF] : ZPLAN_EFFICIENCY,
+    };
+    zplan_out o, scale[ZPLAN_NSCALE];
+    zplan_step(&in, &o);
+    for (int i = 0; i < ZPLAN_NSCALE; i++) {
+        zplan_in s = in;
+        s.gpus = zplan_scale[i];
+        zplan_step(&s, &scale[i]);
+    }
+    if (json) print_json(&in, &o, scale);
+    else print_text(&in, &o, scale);
+    return 0;
+}

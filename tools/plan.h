@@ -1,0 +1,92 @@
+/*
+ * plan.h — the model behind `zinc plan` (tools/plan_model.c): a predicted optimizer step of a
+ * ZeRO run from the engine's own memory plan and per-step collective volumes (zest_memory,
+ * zvol_estimate), a compute model (6·P FLOPs per token plus attention, at a fraction of the GPU's
+ * peak), a ring α–β model of the links, and the overlap zinc's schedule allows at each stage.
+ * Every formula is in docs/plan.md; the figures of the GPU table carry their sources there and
+ * in plan_model.c. Pure functions: no I/O, so tests call them directly.
+ */
+#ifndef ZINC_TOOLS_PLAN_H
+#define ZINC_TOOLS_PLAN_H
+
+#include "tools/commands.h"
+
+typedef struct {
+    const char *name;   /* what --gpu takes, e.g. "h100" */
+    const char *label;  /* the product, e.g. "H100 SXM 80GB" */
+    double peak_flops;  /* dense bf16 tensor FLOP/s (no sparsity) */
+    double mem_bytes;   /* device memory, the datasheet's GB x 10^9 */
+    double hbm_bw;      /* device memory bandwidth, bytes/s */
+    double nvlink_bw;   /* NVLink bytes/s per GPU per direction (half the datasheet's total) */
+    double pcie_bw;     /* host link bytes/s per direction (half the datasheet's total) */
+    const char *source; /* the datasheet the figures come from */
+} zplan_gpu;
+
+/* The built-in table, and a lookup by name (case-insensitive; "h100-sxm" and "a100-80gb" style
+ * aliases accepted). NULL for an unknown name. */
+extern const zplan_gpu zplan_gpus[];
+extern const int zplan_ngpus;
+const zplan_gpu *zplan_gpu_find(const char *name);
+
+/* One link: bandwidth in bytes/s per GPU per direction, latency α in seconds per ring step. */
+typedef struct {
+    double bw, alpha;
+} zplan_link;
+
+/* Default inter-node link: one 400 Gb/s InfiniBand NDR adapter per GPU, 50e9 bytes/s. Default
+ * latencies (assumptions, not datasheet figures; docs/plan.md): 2 µs per NVLink ring step,
+ * 5 µs per InfiniBand ring step. */
+#define ZPLAN_IB_NDR_BW 50e9
+#define ZPLAN_INTRA_ALPHA 2e-6
+#define ZPLAN_INTER_ALPHA 5e-6
+/* Default compute efficiency (achieved / peak FLOP/s of the matrix work), docs/plan.md. */
+#define ZPLAN_EFFICIENCY 0.5
+/* Default host memory bandwidth per rank for offload's host Adam, bytes/s (assumption). */
+#define ZPLAN_HOST_BW 50e9
+
+/* A ring reduce-scatter or all-gather of a buffer of `bytes` over n ranks:
+ * (n-1)·α + (n-1)/n · bytes / bw. 0 for n = 1. */
+double zplan_ring(double bytes, int n, zplan_link l);
+
+/* A reduce-scatter or all-gather of `bytes` in all, issued as `calls` equal collectives over n
+ * ranks with `per_node` GPUs per node: one ring when n <= per_node; else a ring inside the node
+ * over the whole buffer, then a ring across the ceil(n / per_node) nodes over the node's
+ * 1/per_node share, on the inter-node link. An all-reduce costs twice this. 0 for 0 bytes
+ * (a collective the stage does not issue). */
+double zplan_collective(double bytes, int calls, int n, int per_node, zplan_link intra,
+                        zplan_link inter);
+
+typedef struct {
+    /* model */
+    double params;          /* P */
+    int layers;             /* 0 = not given: no attention term, one group */
+    double hidden, seq;     /* hidden size (0 = not given), sequence length */
+    long long micro_batch;  /* sequences per GPU per micro-step */
+    int checkpointing;      /* activation checkpointing: forward recomputed in backward */
+    /* run */
+    int gpus, per_node, stage, accum;
+    zinc_dtype dtype;
+    int offload, offload_param;
+    /* machine */
+    const zplan_gpu *gpu;
+    zplan_link intra, inter;
+    double pcie_bw, host_bw, efficiency;
+} zplan_in;
+
+typedef struct {
+    double flops_per_token;          /* 6P + 12·layers·hidden·seq */
+    double tokens;                   /* tokens per step, all GPUs */
+    double forward, backward;        /* compute seconds per step (all micro-steps) */
+    zest_mem mem;                    /* what `zinc estimate` prints for this run */
+    uint64_t coll[ZINC_COLL_COUNT];  /* payload bytes per rank per step (zinc_comm_bytes) */
+    double reduce_scatter, all_gather, all_reduce;  /* seconds per step, whole, unhidden */
+    double exposed;                  /* comm seconds not hidden behind compute */
+    double optimizer;                /* Adam on the shard (device, or host with offload) */
+    double offload;                  /* PCIe copies of offload, not hidden */
+    double step, tokens_per_s, mfu;
+} zplan_out;
+
+/* The predicted step of `in`. */
+void zplan_step(const zplan_in *in, zplan_out *out);
+
+#endif
