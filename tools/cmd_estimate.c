@@ -31,7 +31,8 @@ static void usage(FILE *f)
 
 int cmd_estimate(int argc, char **argv)
 {
-    long long params = -1, world = -1, stage = -1, group = -1, buckets = 2, gathers = 2;
+    long long params = -1, world = -1, stage = -1, group = -1, buckets = ZEST_BUCKETS,
+              gathers = ZEST_GATHERS;
     zinc_dtype dtype = ZINC_DTYPE_FP16;
     int json = 0, offload = 0, offload_param = 0;
     for (int i = 1; i < argc; i++) {
@@ -81,7 +82,7 @@ int cmd_estimate(int argc, char **argv)
         return zarg_usage_error("estimate", "--offload-param needs --stage 3 and --offload-optimizer "
                                 "(zinc offloads the parameters at stage 3, together with the "
                                 "optimizer state)");
-    if (group < 0) group = params < 500000000LL ? params : 500000000LL;
+    if (group < 0) group = zest_default_group(params);
     if (group < 1 || group > params)
         return zarg_usage_error("estimate", "--group-size must be in 1..N");
 

@@ -38,6 +38,16 @@ typedef struct {
 } zest_mem;
 void zest_memory(long long params, int world, int stage, zinc_dtype dtype, int offload,
                  int offload_param, long long group, int buckets, int gathers, zest_mem *m);
+/* zinc estimate's defaults, which zinc plan uses too: the largest group is all the parameters
+ * up to DeepSpeed's default bucket size (5e8 elements); the engine's default zinc.grad_buckets
+ * and zinc.gather_buffers. */
+#define ZEST_GROUP_CAP 500000000LL
+#define ZEST_BUCKETS 2
+#define ZEST_GATHERS 2
+static inline long long zest_default_group(long long params)
+{
+    return params < ZEST_GROUP_CAP ? params : ZEST_GROUP_CAP;
+}
 /* Its JSON members (no braces): model_state_bytes_per_rank, total_bytes_per_rank,
  * host_bytes_per_rank, bytes_per_rank {...}, host_bytes {...}. */
 void zest_memory_json(const zest_mem *m);

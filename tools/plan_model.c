@@ -87,7 +87,7 @@ void zplan_step(const zplan_in *in, zplan_out *o)
     /* Memory and bytes: the engine's own, for one group of P parameters (zinc estimate's). */
     long long P = (long long)in->params;
     zest_memory(P, n, in->stage, in->dtype, in->offload, in->offload_param,
-                P < 500000000LL ? P : 500000000LL, 2, 2, &o->mem);
+                zest_default_group(P), ZEST_BUCKETS, ZEST_GATHERS, &o->mem);
     zvol_estimate((uint64_t)P, n, in->stage, in->dtype, k, o->coll);
 
     double rs = (double)o->coll[ZINC_COLL_REDUCE_SCATTER];

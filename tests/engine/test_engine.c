@@ -841,9 +841,10 @@ static void test_grad_bucket(void)
                     while (p < np && toy_param_group(p) != g) p++;
                     void *view = NULL;
                     ZT_OK(zinc_param_grad(e, p, &view));
-                    char *base = (char *)e->bucket + (size_t)slot * e->plan.max_group_padded * 2;
+                    size_t bytes = e->plan.max_group_padded * zinc_dtype_size(e->dtype);
+                    char *base = (char *)e->bucket + (size_t)slot * bytes;
                     ZT_CHECK((char *)view >= base &&
-                             (char *)view < base + e->plan.max_group_padded * 2,
+                             (char *)view < base + bytes,
                              "stage %d group %d: zinc_param_grad's view is not in bucket %d",
                              stage, g, slot);
                     int want = (round * TOY_GROUPS + g) % e->nbuckets;

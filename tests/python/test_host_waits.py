@@ -8,7 +8,8 @@ front-end's ordering calls go to zinc on the cpu as on CUDA, so this test sees, 
 every wait a GPU would make. A zinc_engine_sync put back into the stage-3 gather (the front-end
 before issue 38) makes 2 + 2 x (modules) waits per step here, and fails.
 
-    python test_host_waits.py            (stages 0-3, bf16 and fp32, accumulation 1 and 2)
+    python test_host_waits.py            (stages 0-3, bf16 and fp32, accumulation 1 and 2; and
+                                          with offload_optimizer at stages 1-3: 2 per step)
 """
 import sys
 
@@ -18,7 +19,7 @@ from test_torch_parity import Tiny  # several modules: several groups, gathers a
 F = torch.nn.functional
 
 
-def waits_per_step(stage, dtype, accum, steps=4):
+def waits_per_step(stage, dtype, accum, steps=4, offload=False):
     torch.manual_seed(0)
     model = Tiny(vocab=48, d=24, layers=3)
     cfg = {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": accum,
@@ -26,6 +27,8 @@ def waits_per_step(stage, dtype, accum, steps=4):
            "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
            "bf16": {"enabled": dtype == "bf16"},
            "zero_optimization": {"stage": stage, "stage3_param_persistence_threshold": 0}}
+    if offload:
+        cfg["zero_optimization"]["offload_optimizer"] = {"device": "cpu"}
     engine, _, _, _ = zinc.initialize(model=model, model_parameters=model.parameters(),
                                       config=cfg, dist_init_required=False)
     g = torch.Generator().manual_seed(1)
@@ -52,6 +55,13 @@ def main():
                       f"step", counts == [1] * len(counts), f"per step {counts}")
                 check(f"stage {stage} {dtype} accumulation {accum}: it trained",
                       losses[-1] < losses[0], f"losses {losses[0]:.4f} -> {losses[-1]:.4f}")
+    # Optimizer offload adds the host's wait for the gradient download of each chunk before its
+    # Adam (engine/offload.c: this model's shard is one chunk), and nothing for the copy joins,
+    # which a GPU waits for on the device (the cpu device counting them: 3 per step, fails).
+    for stage in (1, 2, 3):
+        counts, _ = waits_per_step(stage, "bf16", 2, offload=True)
+        check(f"stage {stage} bf16 offload_optimizer: two host waits per optimizer step",
+              counts == [2] * len(counts), f"per step {counts}")
     if failures:
         print(f"FAILED: {len(failures)}: {', '.join(failures)}")
         return 1

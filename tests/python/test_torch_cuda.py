@@ -54,16 +54,6 @@ import test_torch_stage3 as ts  # noqa: E402
 from zinc._lib import lib  # noqa: E402
 
 
-def cfg(stage, bf16):
-    c = {"train_micro_batch_size_per_gpu": tp.GLOBAL_MICRO, "gradient_accumulation_steps": tp.GA,
-         "optimizer": {"type": "AdamW", "params": {"lr": tp.LR, "betas": [0.9, 0.999],
-                                                    "eps": 1e-8, "weight_decay": tp.WD}},
-         "gradient_clipping": 1.0, "zero_optimization": {"stage": stage}}
-    if bf16:
-        c["bf16"] = {"enabled": True}
-    return c
-
-
 def reference(dev, build=None):
     """test_torch_parity.reference on `dev`: losses and the final weights. build() gives another
     (model, optimizer, LR scheduler or None) than the parity test's Tiny and AdamW."""
@@ -181,7 +171,7 @@ def parity(dev, stage, bf16, ref, side_stream=False):
     ref_losses, ref_w = ref
     torch.manual_seed(0)
     m = tp.Tiny().to(dev)
-    engine, *_ = zinc.initialize(model=m, model_parameters=m.parameters(), config=cfg(stage, bf16))
+    engine, *_ = zinc.initialize(model=m, model_parameters=m.parameters(), config=tp.config(stage, bf16))
     if side_stream:
         s = torch.cuda.Stream(device=dev)
         s.wait_stream(torch.cuda.current_stream(dev))
@@ -218,7 +208,7 @@ def grads(dev, stage):
     import zinc.utils as zu
     torch.manual_seed(0)
     m = tp.Tiny().to(dev)
-    engine, *_ = zinc.initialize(model=m, model_parameters=m.parameters(), config=cfg(stage, False))
+    engine, *_ = zinc.initialize(model=m, model_parameters=m.parameters(), config=tp.config(stage, False))
     torch.manual_seed(0)
     r = tp.Tiny().to(dev)
     opt = torch.optim.AdamW(r.parameters(), lr=tp.LR, betas=(0.9, 0.999), eps=1e-8,
@@ -274,7 +264,7 @@ def features(dev, stage):
     ref_losses, ref_w = reference(dev, build)
     m, opt, sched = build()
     engine, *_ = zinc.initialize(model=m, optimizer=opt, lr_scheduler=sched,
-                                 config=cfg(stage, False))
+                                 config=tp.config(stage, False))
     losses = train(engine, dev, tp.batches())
     w = engine.module_state_dict()
     worst_w = max(float((w[n] - ref_w[n]).abs().max() / ref_w[n].abs().max()) for n in ref_w)
@@ -295,7 +285,7 @@ def gathered(dev, stage):
     the model reads (check_memory: stages 0-2 the views). Returns the number of failures."""
     torch.manual_seed(0)
     m = tp.Tiny().to(dev)
-    engine, *_ = zinc.initialize(model=m, config=cfg(stage, True))
+    engine, *_ = zinc.initialize(model=m, config=tp.config(stage, True))
     sd = engine.module_state_dict()
     fails = 0
     with zinc.zero.GatheredParameters(m.parameters()):
@@ -336,7 +326,7 @@ def zero_init(dev, stage):
             if bad:
                 print(f"FAIL: stage {stage}: zero.Init left {bad} whole or off {dev}")
                 return 1
-        engine, *_ = zinc.initialize(model=m, config=cfg(stage, False))
+        engine, *_ = zinc.initialize(model=m, config=tp.config(stage, False))
         runs.append((train(engine, dev, tp.batches()), engine.module_state_dict()))
         engine.close()
     (lw, ww), (lp, wp) = runs
@@ -352,7 +342,7 @@ def ckpt_round_trip(dev, stage, bf16, d):
     batches = list(tp.batches())[:12]
     torch.manual_seed(0)
     m = tp.Tiny().to(dev)
-    engine, *_ = zinc.initialize(model=m, config=cfg(stage, bf16))
+    engine, *_ = zinc.initialize(model=m, config=tp.config(stage, bf16))
     train(engine, dev, batches[:6])
     engine.save_checkpoint(d, tag="t3", client_state={"at": 3})
     saved = {n: t.clone() for n, t in engine.module_state_dict().items()}
@@ -360,7 +350,7 @@ def ckpt_round_trip(dev, stage, bf16, d):
     engine.close()
     torch.manual_seed(1)                          # other initial weights: the load must win
     m2 = tp.Tiny().to(dev)
-    engine, *_ = zinc.initialize(model=m2, config=cfg(stage, bf16))
+    engine, *_ = zinc.initialize(model=m2, config=tp.config(stage, bf16))
     path, client = engine.load_checkpoint(d)
     at = engine.global_steps
     fails = check_memory(engine, dev, stage)
@@ -383,7 +373,7 @@ def errors(dev):
         m = tp.Tiny().to(dev)
         m.ln.to("cpu")
         try:
-            zinc.initialize(model=m, config=cfg(0, False))
+            zinc.initialize(model=m, config=tp.config(0, False))
             fails += 1
             print("FAIL: a model on two devices was accepted")
         except ValueError as ex:
@@ -394,7 +384,7 @@ def errors(dev):
         if torch.cuda.device_count() > 1:
             other = torch.device("cuda", (dev.index + 1) % torch.cuda.device_count())
             try:
-                zinc.initialize(model=tp.Tiny().to(other), config=cfg(0, False))
+                zinc.initialize(model=tp.Tiny().to(other), config=tp.config(0, False))
                 fails += 1
                 print(f"FAIL: a model on {other} was accepted while zinc opens {dev}")
             except ValueError as ex:

@@ -68,23 +68,29 @@ def reference():
     return losses, {n: p.detach().clone() for n, p in m.named_parameters()}
 
 
+def config(stage, bf16, per=GLOBAL_MICRO):
+    """The DeepSpeed config of these runs (the GPU and shared-GPU tests use it too): `per`
+    sequences per rank and micro-step, accumulation GA, AdamW as reference() steps it."""
+    c = {"train_micro_batch_size_per_gpu": per, "gradient_accumulation_steps": GA,
+         "optimizer": {"type": "AdamW", "params": {"lr": LR, "betas": [0.9, 0.999], "eps": 1e-8,
+                                                    "weight_decay": WD}},
+         "gradient_clipping": 1.0, "zero_optimization": {"stage": stage}}
+    if bf16:
+        c["bf16"] = {"enabled": True}
+    return c
+
+
 def main():
     ref_losses, ref_w = reference()
     torch.manual_seed(0)
     m = Tiny()
-    cfg = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": GA,
-           "optimizer": {"type": "AdamW", "params": {"lr": LR, "betas": [0.9, 0.999], "eps": 1e-8,
-                                                      "weight_decay": WD}},
-           "gradient_clipping": 1.0, "zero_optimization": {"stage": STAGE}}
-    if BF16:
-        cfg["bf16"] = {"enabled": True}
     world = zinc.world_size()
     if GLOBAL_MICRO % world:
         print(f"SKIP: world {world} does not divide the batch")
         return 77
     per = GLOBAL_MICRO // world
     engine, _, _, _ = zinc.initialize(model=m, model_parameters=m.parameters(),
-                                      config=dict(cfg, train_micro_batch_size_per_gpu=per))
+                                      config=config(STAGE, BF16, per))
     rank = engine.global_rank
     losses = []
     for k, (x, y) in enumerate(batches()):

@@ -33,16 +33,6 @@ from zinc._lib import lib  # noqa: E402
 dist = torch.distributed
 
 
-def config(stage, bf16, per):
-    c = {"train_micro_batch_size_per_gpu": per, "gradient_accumulation_steps": tp.GA,
-         "optimizer": {"type": "AdamW", "params": {"lr": tp.LR, "betas": [0.9, 0.999],
-                                                    "eps": 1e-8, "weight_decay": tp.WD}},
-         "gradient_clipping": 1.0, "zero_optimization": {"stage": stage}}
-    if bf16:
-        c["bf16"] = {"enabled": True}
-    return c
-
-
 def run(dev, stage, bf16):
     """Trains on this rank's half of each global batch; returns (comm, GPU or -1, losses as a
     tensor on dev, the final state_dict)."""
@@ -51,7 +41,7 @@ def run(dev, stage, bf16):
     torch.manual_seed(0)
     m = tp.Tiny().to(dev)
     engine, *_ = zinc.initialize(model=m, model_parameters=m.parameters(),
-                                 config=config(stage, bf16, per))
+                                 config=tp.config(stage, bf16, per))
     rank = engine.global_rank
     losses = []
     for x, y in tp.batches():
