@@ -180,14 +180,8 @@ def parity(dev, stage, bf16, ref, side_stream=False):
     else:
         losses = train(engine, dev, tp.batches())
     fails = check_memory(engine, dev, stage)
-    w = engine.module_state_dict()
-    if bf16:
-        worst_w = max(float((w[n].float() - ref_w[n]).abs().max()) for n in ref_w)
-        bound_w, bound_l = 2.5e-2, 2e-2
-    else:
-        worst_w = max(float((w[n] - ref_w[n]).abs().max() / ref_w[n].abs().max()) for n in ref_w)
-        bound_w, bound_l = 4e-6, 4e-6
-    worst_l = max(abs(a - b) / abs(b) for a, b in zip(losses, ref_losses))
+    worst_w, bound_w, bound_l, _ = tp.differences(engine.module_state_dict(), ref_w, bf16)
+    worst_l = tp.worst_loss(losses, ref_losses)
     mode = "bf16" if bf16 else "fp32"
     print(f"{dev} stage {stage} {mode}{' (side stream)' if side_stream else ''}: loss difference "
           f"{worst_l:.2e} (bound {bound_l:.0e}), weight difference {worst_w:.2e} (bound "

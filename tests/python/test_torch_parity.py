@@ -80,6 +80,28 @@ def config(stage, bf16, per=GLOBAL_MICRO):
     return c
 
 
+def differences(w, ref_w, bf16):
+    """(worst weight difference, its bound, the loss bound, "absolute"/"relative") of the final
+    weights `w` against reference()'s `ref_w` — the parity bounds every test of this model uses.
+
+    fp32: relative to each tensor's largest weight, 4e-6. bf16: the model computes on bf16
+    weights (2^-8 relative), so the gradients differ by rounding, and Adam, which moves a weight
+    by about lr per step whatever the gradient's size, turns that into differences of a part of
+    lr per step: measured 8.7e-3 absolute, bound 2.5e-2. Not lr * steps (0.09): the reference
+    moves every tensor's largest weight by 0.087-0.098 in these 30 steps, so at that bound a
+    tensor zinc never updated would pass. The losses within 2e-2 relative (5 bf16 ulps)."""
+    if bf16:
+        worst = max(float((w[n].float() - ref_w[n]).abs().max()) for n in ref_w)
+        return worst, 2.5e-2, 2e-2, "absolute"
+    worst = max(float((w[n] - ref_w[n]).abs().max() / ref_w[n].abs().max()) for n in ref_w)
+    return worst, 4e-6, 4e-6, "relative"
+
+
+def worst_loss(losses, ref_losses):
+    """The largest relative difference of the losses, step by step."""
+    return max(abs(a - b) / abs(b) for a, b in zip(losses, ref_losses))
+
+
 def main():
     ref_losses, ref_w = reference()
     torch.manual_seed(0)
@@ -113,23 +135,11 @@ def main():
         if held != 0 or master > 1.25 * want:
             print("FAIL: stage 3 does not shard the parameters between steps")
             return 1
-    w = engine.module_state_dict()
-    # fp32: relative to each tensor's largest weight, 4e-6. bf16: the model computes on bf16
-    # weights (2^-8 relative), so the gradients differ by rounding, and Adam, which moves a weight
-    # by about lr per step whatever the gradient's size, turns that into differences of a part of
-    # lr per step: measured 8.7e-3 absolute, bound 2.5e-2. Not lr * steps (0.09): the reference
-    # moves every tensor's largest weight by 0.087-0.098 in these 30 steps, so at that bound a
-    # tensor zinc never updated would pass. The losses within 2e-2 relative (5 bf16 ulps).
-    if BF16:
-        worst_w = max(float((w[n].float() - ref_w[n]).abs().max()) for n in ref_w)
-        bound_w, bound_l, what = 2.5e-2, 2e-2, "absolute"
-    else:
-        worst_w = max(float((w[n] - ref_w[n]).abs().max() / ref_w[n].abs().max()) for n in ref_w)
-        bound_w, bound_l, what = 4e-6, 4e-6, "relative"
+    worst_w, bound_w, bound_l, what = differences(engine.module_state_dict(), ref_w, BF16)
     ok = True
     mode = "bf16" if BF16 else "fp32"
     if world == 1:
-        worst_l = max(abs(a - b) / abs(b) for a, b in zip(losses, ref_losses))
+        worst_l = worst_loss(losses, ref_losses)
         print(f"stage {STAGE} {mode}, 1 rank: max relative loss difference {worst_l:.2e} "
               f"(bound {bound_l:.0e})")
         ok &= worst_l < bound_l

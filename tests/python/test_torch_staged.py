@@ -91,15 +91,8 @@ def on_cuda(stage, dev):
         check(f"stage {stage} {mode}: the comm is staged/mpi on {dev}",
               (comm, gpu) == ("staged/mpi", dev.index), f"{comm} on GPU {gpu}")
         dist.all_reduce(losses)        # the mean over ranks of each half-batch loss
-        mean = [float(v) / world for v in losses]
-        worst_l = max(abs(a - b) / abs(b) for a, b in zip(mean, ref_losses))
-        if bf16:
-            worst_w = max(float((w[n].float() - ref_w[n]).abs().max()) for n in ref_w)
-            bound_w, bound_l = 2.5e-2, 2e-2
-        else:
-            worst_w = max(float((w[n] - ref_w[n]).abs().max() / ref_w[n].abs().max())
-                          for n in ref_w)
-            bound_w, bound_l = 4e-6, 4e-6
+        worst_l = tp.worst_loss([float(v) / world for v in losses], ref_losses)
+        worst_w, bound_w, bound_l, _ = tp.differences(w, ref_w, bf16)
         print(f"stage {stage} {mode}, rank {dist.get_rank()} of {world} on {dev}: loss "
               f"difference {worst_l:.2e} (bound {bound_l:.0e}), weight difference {worst_w:.2e} "
               f"(bound {bound_w:.2g}) against plain torch with the whole batch", flush=True)
