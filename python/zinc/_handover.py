@@ -10,6 +10,8 @@ it, Engine.__init__ sets the hooks up (_watch_gradients).
 """
 import ctypes
 
+import torch
+
 from . import _memory
 from ._lib import lib
 from ._memory import _numel

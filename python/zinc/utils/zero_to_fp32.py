@@ -222,7 +222,6 @@ def convert_zero_checkpoint_to_state_dict(checkpoint_dir, output_dir, dtype=torc
     Face's) when it is larger than max_shard_size (None: never sharded). Each file is written
     under a temporary name and renamed when complete."""
     dtype = _output_dtype(dtype)
-    save = torch.save
     if safe_serialization:
         try:
             from safetensors.torch import save_file
@@ -232,6 +231,8 @@ def convert_zero_checkpoint_to_state_dict(checkpoint_dir, output_dir, dtype=torc
 
         def save(tensors, path):
             save_file(tensors, path, metadata={"format": "pt"})
+    else:
+        save = torch.save
     max_bytes = None if max_shard_size is None else _size_bytes(max_shard_size)
     state = get_fp32_state_dict_from_zero_checkpoint(checkpoint_dir, tag,
                                                      exclude_frozen_parameters, lazy_mode=True)
