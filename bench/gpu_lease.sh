@@ -61,41 +61,52 @@ gpu_torch_budget=${ZINC_GPU_TORCH_BUDGET:-330}
 build=""
 dev=()
 phases=()
+get=()
 while [ $# -gt 0 ]; do
     case "$1" in
         --budget) budget="$2"; shift 2 ;;
         --build) build="$(cd "$2" && pwd)" || exit 2; shift 2 ;;
         --device) dev=(--device "$2"); shift 2 ;;
-        --get-debs)
-            mkdir -p "$root/.gpu-debs" && cd "$root/.gpu-debs" || exit 2
-            apt-get download libjson-c-dev libjson-c5 libzstd-dev libzstd1 libxxhash-dev libxxhash0 ||
-                { echo "gpu_lease: apt-get download failed" >&2; exit 1; }
-            mkdir -p mpi && cd mpi || exit 2
-            apt-get download openmpi-bin openmpi-common libopenmpi3 libopenmpi-dev libpmix2 \
-                libhwloc15 libevent-core-2.1-7 libevent-pthreads-2.1-7 libfabric1 libucx0 \
-                libibverbs1 ibverbs-providers librdmacm1 libpsm2-2 libpsm-infinipath1 libnl-3-200 \
-                libnl-route-3-200 libmunge2 libnuma1 libudev1 ||
-                { echo "gpu_lease: apt-get download of Open MPI failed" >&2; exit 1; }
-            ls -l "$root/.gpu-debs" "$root/.gpu-debs/mpi"; du -sh "$root/.gpu-debs"; exit 0 ;;
-        --get-wheels)
-            # DeepSpeed 0.19.8 for gpu_torch's rows: built here into a wheel (no ops: the
-            # device JIT-builds the one it needs), with the dependencies the lent image lacks,
-            # for its Python 3.12 (pydantic's core is compiled).
-            py="${ZINC_BENCH_PYTHON:-$root/bench/.venv/bin/python}"
-            mkdir -p "$root/.gpu-wheels" || exit 2
-            DS_BUILD_OPS=0 "$py" -m pip wheel -q --no-deps --no-build-isolation \
-                -w "$root/.gpu-wheels" deepspeed==0.19.8 &&
-            "$py" -m pip download -q --only-binary=:all: --python-version 3.12 \
-                --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
-                --implementation cp -d "$root/.gpu-wheels" pydantic hjson ||
-                { echo "gpu_lease: building or downloading the wheels failed" >&2; exit 1; }
-            ls -l "$root/.gpu-wheels"; exit 0 ;;
+        --get-debs) get+=(debs); shift ;;
+        --get-wheels) get+=(wheels); shift ;;
         -h|--help) sed -n '2,/^[^#]/{/^#/p}' "$0"; exit 0 ;;
         env|ctest|sanitize|train|adam|profile|e2e|offload|python|example|mpi2|gpu_torch)
             phases+=("$1"); shift ;;
         *) echo "gpu_lease: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
 done
+# --get-debs / --get-wheels (here, with the network; both may be given): what the lease carries.
+get_debs() {
+    mkdir -p "$root/.gpu-debs/mpi" || return 2
+    (cd "$root/.gpu-debs" &&
+     apt-get download libjson-c-dev libjson-c5 libzstd-dev libzstd1 libxxhash-dev libxxhash0) ||
+        { echo "gpu_lease: apt-get download failed" >&2; return 1; }
+    (cd "$root/.gpu-debs/mpi" &&
+     apt-get download openmpi-bin openmpi-common libopenmpi3 libopenmpi-dev libpmix2 \
+         libhwloc15 libevent-core-2.1-7 libevent-pthreads-2.1-7 libfabric1 libucx0 \
+         libibverbs1 ibverbs-providers librdmacm1 libpsm2-2 libpsm-infinipath1 libnl-3-200 \
+         libnl-route-3-200 libmunge2 libnuma1 libudev1) ||
+        { echo "gpu_lease: apt-get download of Open MPI failed" >&2; return 1; }
+    ls -l "$root/.gpu-debs" "$root/.gpu-debs/mpi"; du -sh "$root/.gpu-debs"
+}
+# DeepSpeed 0.19.8 for gpu_torch's rows: built here into a wheel (no ops: the device JIT-builds
+# the one it needs), with the dependencies the lent image lacks, for its Python 3.12 (pydantic's
+# core is compiled).
+get_wheels() {
+    local py="${ZINC_BENCH_PYTHON:-$root/bench/.venv/bin/python}"
+    mkdir -p "$root/.gpu-wheels" || return 2
+    DS_BUILD_OPS=0 "$py" -m pip wheel -q --no-deps --no-build-isolation \
+        -w "$root/.gpu-wheels" deepspeed==0.19.8 &&
+    "$py" -m pip download -q --only-binary=:all: --python-version 3.12 \
+        --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
+        --implementation cp -d "$root/.gpu-wheels" pydantic hjson ||
+        { echo "gpu_lease: building or downloading the wheels failed" >&2; return 1; }
+    ls -l "$root/.gpu-wheels"
+}
+if [ ${#get[@]} -gt 0 ]; then
+    for g in "${get[@]}"; do "get_$g" || exit $?; done
+    exit 0
+fi
 [ ${#phases[@]} -gt 0 ] || phases=(env ctest python mpi2 gpu_torch offload train sanitize)
 out="${OUT:-$root/gpu-out}"
 mkdir -p "$out"
