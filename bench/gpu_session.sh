@@ -280,17 +280,21 @@ phase_mpi2() {
     local mr=(env OMPI_MCA_btl_vader_single_copy_mechanism=none "${plm[@]}" "$mpirun"
               --allow-run-as-root --oversubscribe -np 2)
     local t="$root/tests/python/test_torch_staged.py" how=(--cuda) s
+    # mpirun may put its own bin/ first on the ranks' PATH (the H200 lease of 2026-11-28: a bare
+    # python3 there was the system's, without torch), so the ranks get the interpreter's full path.
+    local pyabs
+    pyabs="$(command -v "$py")" || pyabs="$py"
     [ "$dev" = cpu ] && how=()
     step mpi2-mpirun 60 "${mr[@]}" hostname
     for s in 1 3; do
-        step "mpi2-python-z$s" 300 "${pyenv[@]}" "${mr[@]}" "$py" "$t" $s "${how[@]}"
+        step "mpi2-python-z$s" 300 "${pyenv[@]}" "${mr[@]}" "$pyabs" "$t" $s "${how[@]}"
     done
     local d="$out/mpi2" a="--steps 20 --model L2-D64-H4-T64 --seed 7"
     local comm=staged/mpi
     [ "$dev" = cpu ] && comm=mpi
-    # same_losses LOG COMM A.jsonl B.jsonl: LOG's report names COMM; A and B log the same losses
-    # and gradient norms.
-    local same_losses='grep "world" "$1"; grep -q "comm $2," "$1" || { echo "not comm $2"; exit 1; }
+    # same_losses LOG COMM A.jsonl B.jsonl: LOG's report names COMM (followed by ',' or, for the
+    # staged comms, by ' (through host memory...'); A and B log the same losses and gradient norms.
+    local same_losses='grep "world" "$1"; grep -Eq "comm $2[ ,]" "$1" || { echo "not comm $2"; exit 1; }
         pick() { sed -n "s/.*\"loss\":\([^,]*\),.*\"grad_norm\":\([^,]*\),.*/\1 \2/p" "$1"; }
         a=$(pick "$3"); b=$(pick "$4")
         if [ -n "$a" ] && [ "$a" = "$b" ]; then echo "losses and gradient norms identical ($(echo "$a" | wc -l) logged steps)"
