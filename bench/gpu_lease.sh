@@ -70,7 +70,7 @@ while [ $# -gt 0 ]; do
         --get-debs) get+=(debs); shift ;;
         --get-wheels) get+=(wheels); shift ;;
         -h|--help) sed -n '2,/^[^#]/{/^#/p}' "$0"; exit 0 ;;
-        env|ctest|sanitize|train|adam|profile|e2e|offload|python|example|mpi2|gpu_torch)
+        env|ctest|sanitize|train|adam|profile|e2e|offload|python|pycuda|example|mpi2|gpu_torch)
             phases+=("$1"); shift ;;
         *) echo "gpu_lease: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
@@ -124,7 +124,7 @@ estimate() {
     case "$1" in
         env) echo 15 ;; ctest) echo 110 ;; python) echo 80 ;; offload) echo 20 ;;
         sanitize) echo 70 ;; train) echo 240 ;; adam) echo 120 ;; profile) echo 150 ;;
-        e2e) echo 300 ;; example) echo 30 ;; mpi2) echo 60 ;;
+        e2e) echo 300 ;; example) echo 30 ;; mpi2) echo 60 ;; pycuda) echo 50 ;;
         gpu_torch) echo "$gpu_torch_budget" ;;
     esac
 }

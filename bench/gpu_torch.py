@@ -236,17 +236,25 @@ def run_cell(a):
         if cuda:
             torch.cuda.synchronize(dev)
 
-    losses, times = [], []
+    # zinc's host waits per optimizer step (issue 38's goal: at most one), counted by the engine.
+    waits_of = (engine.host_waits if a.framework == "zinc" and hasattr(engine, "host_waits")
+                else None)
+    losses, times, waits = [], [], []
     for i in range(n_steps):
         if i == a.warmup and cuda:
             torch.cuda.reset_peak_memory_stats(dev)
         x, y = data[i, :, :-1], data[i, :, 1:]
         sync()
+        w0 = waits_of() if waits_of else 0
         t0 = time.perf_counter()
         losses.append(train_step(x, y).detach())
         sync()
         if i >= a.warmup:
             times.append(time.perf_counter() - t0)
+            if waits_of:
+                waits.append(waits_of() - w0)
+    if waits_of:
+        out["host_waits_per_step"] = waits
     med = statistics.median(times)
     out.update(available=True, steps=a.steps, warmup=a.warmup,
                step_ms=[round(t * 1e3, 3) for t in times], median_ms=med * 1e3,
@@ -408,6 +416,14 @@ def report(d):
                     f"{c['median_ms']:.1f} | {fmt(c.get('dev_peak_gib'))} "
                     f"({fmt(c.get('zinc_dev_gib'))}) | {fmt(c.get('dev_used_gib'))} | "
                     f"{c['host_peak_gib']:.2f} | {c['losses'][0]:.3f} → {c['losses'][-1]:.3f} |")
+    counted = [c for c in cells if c.get("host_waits_per_step")]
+    if counted:
+        rows.append("")
+        rows.append("zinc's host waits per optimizer step (engine.host_waits() around each timed "
+                    "step): " + "; ".join(
+                        f"{c['model']} stage {c['stage']}{' offload' if c['offload'] else ''} "
+                        f"{'/'.join(str(n) for n in sorted(set(c['host_waits_per_step'])))}"
+                        for c in counted))
     prof = [c for c in cells if c.get("profile", {}).get("step_ms")]     # GPU traces only
     for c in prof:
         p = c["profile"]

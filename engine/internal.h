@@ -129,6 +129,8 @@ struct zinc_engine {
      * its own, so it never counts against the device's memory limit) and updated by its Adam. */
     int offload;                  /* offload_optimizer "cpu" at stages 1-3 */
     int offload_param;            /* offload_param "cpu" at stage 3 (implies offload) */
+    int own_uploads_pending;      /* offload_param: gathers queued uploads from the host shard
+                                     that the host may not have seen finish (zoffload_settle) */
     int threads;                  /* host threads (the engine's, or the automatic count) */
     zdev_t *host;                 /* NULL without offload */
     void *h_grad;                 /* host [shard_numel] working dtype: the reduced grad shard */
@@ -232,6 +234,10 @@ void *zoffload_param16(const zinc_engine_t *e);
  * the persistent block, before the in-place all-gather): a device copy from param16, or with
  * offload_param an upload from the host shard, counted in zinc_offload_bytes when `counted`. */
 zinc_status zoffload_own_to_device(zinc_engine_t *e, int g, void *dst, int counted);
+/* offload_param: before the host rewrites the host shard or the master outside the step
+ * (zinc_param_set, a checkpoint load, a refresh), the host waits for the uploads the gathers
+ * queued from it; nothing to wait for (and no wait counted) when none is pending. */
+zinc_status zoffload_settle(zinc_engine_t *e);
 
 /* Stage 3 gather schedule (gather.c). */
 /* At finalize: persistent groups, the number of gather buffers, the trace. */

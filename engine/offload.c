@@ -254,6 +254,9 @@ zinc_status zoffload_adam(zinc_engine_t *e, zk_adam_args *a, int predownloaded)
         s = D->copy_wait(e->dev, ticket[c % ZOFF_AHEAD]);
         e->phase_s[ZINC_PHASE_COPY] += zeng_lap(&t);
         if (s != ZINC_OK) return copy_fail(e, s, "waiting for a gradient download");
+        /* The copy stream is in order: that fence came after every upload the gathers queued
+         * from the host shard, which Adam now rewrites. */
+        e->own_uploads_pending = 0;
         const zplan_group *first = &groups[e->ochunk[c]], *last = &groups[e->ochunk[c + 1] - 1];
         size_t off = first->shard_off;
         a->master = e->master + off;
@@ -274,8 +277,22 @@ zinc_status zoffload_adam(zinc_engine_t *e, zk_adam_args *a, int predownloaded)
     return ZINC_OK;
 }
 
+zinc_status zoffload_settle(zinc_engine_t *e)
+{
+    if (!e->own_uploads_pending) return ZINC_OK;
+    uint64_t t = 0;
+    zinc_status s = e->dev->iface->copy_fence(e->dev, &t);
+    if (s == ZINC_OK) s = e->dev->iface->copy_wait(e->dev, t);
+    if (s != ZINC_OK)
+        return zeng_fail(e, s, "offload_param: waiting for the parameter uploads: %s", e->dev->err);
+    e->own_uploads_pending = 0;
+    return ZINC_OK;
+}
+
 zinc_status zoffload_refresh_own(zinc_engine_t *e)
 {
+    zinc_status s0 = zoffload_settle(e);
+    if (s0 != ZINC_OK) return s0;
     if (e->dtype != ZINC_DTYPE_FP32) {
         zinc_status s = e->host->iface->cast(e->host, e->h_param16, e->dtype, e->master,
                                              ZINC_DTYPE_FP32, e->plan.shard_numel, 1.0f);
@@ -308,7 +325,15 @@ zinc_status zoffload_own_to_device(zinc_engine_t *e, int g, void *dst, int count
     if (!e->offload_param) {
         s = e->dev->iface->copy(e->dev, dst, (char *)e->param16 + G->shard_off * d, n);
     } else {
-        s = e->dev->iface->upload(e->dev, dst, (const char *)zoffload_param16(e) + G->shard_off * d, n);
+        /* On the copy stream, after what the compute stream queued so far (earlier readers of
+         * this slot); the all-gather that follows waits for it on the device (copy_join): no
+         * host wait per gather. The host shard it reads is rewritten only by the step's Adam,
+         * whose first copy_wait covers every copy queued before it, and outside the step after
+         * zoffload_settle. */
+        s = e->dev->iface->upload_async(e->dev, dst,
+                                        (const char *)zoffload_param16(e) + G->shard_off * d, n);
+        if (s == ZINC_OK) s = e->dev->iface->copy_join(e->dev);
+        if (s == ZINC_OK) e->own_uploads_pending = 1;
         if (s == ZINC_OK && counted) e->offload_bytes[1] += n;
     }
     if (s != ZINC_OK)

@@ -12,9 +12,7 @@ import ctypes
 
 import torch
 
-from . import _memory
 from ._lib import lib
-from ._memory import _numel
 
 
 class _HandOverMixin:
@@ -70,9 +68,7 @@ class _HandOverMixin:
             if p.grad is not None:
                 ptr = ctypes.c_void_p()
                 self._call(lib.zinc_param_grad(e, pid, ctypes.byref(ptr)))
-                shape = self._shapes[pid]
-                _memory.view(ptr.value, _numel(shape), self._code, shape, self._device).add_(
-                    p.grad.to(p.dtype))
+                self._zinc_view(pid, ptr.value).add_(p.grad.to(p.dtype))
                 p.grad = None     # freed on torch's stream, after the add that reads it
         # torch -> zinc (RAW): the reduce zinc_grads_ready queues reads the sums torch added.
         self._torch_then_zinc()

@@ -221,9 +221,7 @@ class _Stage3Mixin:
             for pid, _, p in G.params:
                 ptr = ctypes.c_void_p()
                 self._call(lib.zinc_param_data(e, pid, ctypes.byref(ptr)))
-                shape = self._shapes[pid]
-                p.data = _memory.view(ptr.value, _numel(shape), self._code, shape,
-                                      self._device).clone()
+                p.data = self._zinc_view(pid, ptr.value).clone()
         finally:
             # torch -> zinc (WAR): after zinc_release zinc may all-gather another group into this
             # buffer (its prefetch); that must wait for the copies queued on torch's stream.

@@ -61,12 +61,12 @@ import warnings
 
 import torch
 
-from . import _torch_dist, _zero_init
+from . import _memory, _torch_dist, _zero_init
 from . import dataloader as _dataloader
 from ._accessors import _AccessorsMixin
 from ._handover import _HandOverMixin
 from ._lib import EngineOptions, StepInfo, check, lib
-from ._memory import _TORCH_DTYPE
+from ._memory import _TORCH_DTYPE, _numel
 from ._optimizer import _Optimizer, _Scheduler, _client_optimizer, _parameter_groups
 from ._stage3 import _GatherOnRead, _Stage3Mixin
 from ._state_io import _StateIOMixin
@@ -320,6 +320,12 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
         self._shapes = {pid: p.shape for _, ps in self._groups for pid, _, p in ps}
         self._hooks = []
         self._bucket_events = {}     # CUDA, stages 2-3: bucket -> event after its last reduce
+        self._views = {}             # (pid, pointer) -> a view of zinc's memory (_zinc_view)
+        # The two hand-over events, recorded again at each use: a stream's wait_event waits for
+        # the record that came before it, so a later record of the same event moves no wait
+        # already queued (CUDA's cudaStreamWaitEvent), and no event is created per hand-over.
+        self._ev_torch = torch.cuda.Event() if self._cuda else None     # on torch's stream
+        self._ev_zinc = torch.cuda.Event() if self._cuda else None      # on zinc's stream
         self._in_backward = False
         self._contexts = 0           # zero.GatheredParameters contexts open over this engine
         self._no_sync = False        # inside no_sync(): backward hands nothing over
@@ -376,9 +382,8 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
         from here on (zinc's stream waits for an event on torch's; no host wait). CPU: nothing
         (torch's CPU ops are done when they return)."""
         if self._cuda:
-            ev = torch.cuda.Event()
-            ev.record(torch.cuda.current_stream(self._device))
-            self._zstream.wait_event(ev)
+            self._ev_torch.record(torch.cuda.current_stream(self._device))
+            self._zstream.wait_event(self._ev_torch)
 
     def _zinc_then_torch(self):
         """zinc's device work (its compute stream, which waits for its NCCL collectives) is
@@ -393,9 +398,22 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
         reads what zinc wrote (new weights, a gathered group) or writes a buffer zinc may still
         use. No host wait. CPU: nothing (zinc's work is done when its call returns)."""
         if self._cuda:
-            ev = torch.cuda.Event()
-            ev.record(self._zstream)
-            torch.cuda.current_stream(self._device).wait_event(ev)
+            self._ev_zinc.record(self._zstream)
+            torch.cuda.current_stream(self._device).wait_event(self._ev_zinc)
+
+    def _zinc_view(self, pid, ptr):
+        """A tensor over zinc's memory at ptr holding parameter pid (its shape, the working
+        dtype): zinc_param_data's gather slot or zinc_param_grad's bucket. Kept by (pid, ptr):
+        zinc gathers and reduces into the same few buffers every step, and a view costs a
+        DLPack descriptor and a torch import each time (the larger part of a stage-3 gather's
+        host time, 2026-11-28). The same key is the same memory holding the same parameter, so
+        a kept view is what a new one would be; close() drops them with the engine."""
+        t = self._views.get((pid, ptr))
+        if t is None:
+            shape = self._shapes[pid]
+            t = self._views[(pid, ptr)] = _memory.view(ptr, _numel(shape), self._code, shape,
+                                                       self._device)
+        return t
 
     def host_waits(self):
         """zinc's own (not DeepSpeed's): how many times zinc made the host wait for its device
@@ -452,6 +470,7 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
                 torch.cuda.current_stream(self._device).synchronize()
             for h in getattr(self, "_hooks", []):
                 h.remove()
+            self._views = {}
             for mod in getattr(self, "_linears", []):
                 mod.__dict__.pop("forward", None)
             for mod in getattr(self, "_watched", []):
