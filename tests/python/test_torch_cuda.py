@@ -167,11 +167,19 @@ def check_memory(engine, dev, stage):
     return fails
 
 
-def parity(dev, stage, bf16, ref, side_stream=False):
+def parity(dev, stage, bf16, ref, side_stream=False, offload_param=False):
     ref_losses, ref_w = ref
     torch.manual_seed(0)
     m = tp.Tiny().to(dev)
-    engine, *_ = zinc.initialize(model=m, model_parameters=m.parameters(), config=tp.config(stage, bf16))
+    cfg = tp.config(stage, bf16)
+    if offload_param:
+        # Each gather uploads the group's own slice from the host shard on the copy stream and
+        # the all-gather waits for it on the device (no host wait): threshold 0 gathers every
+        # group, behind the sleep late_zinc puts before each zinc_gather.
+        cfg["zero_optimization"].update(offload_optimizer={"device": "cpu", "pin_memory": True},
+                                        offload_param={"device": "cpu"},
+                                        stage3_param_persistence_threshold=0)
+    engine, *_ = zinc.initialize(model=m, model_parameters=m.parameters(), config=cfg)
     if side_stream:
         s = torch.cuda.Stream(device=dev)
         s.wait_stream(torch.cuda.current_stream(dev))
@@ -183,7 +191,8 @@ def parity(dev, stage, bf16, ref, side_stream=False):
     worst_w, bound_w, bound_l, _ = tp.differences(engine.module_state_dict(), ref_w, bf16)
     worst_l = tp.worst_loss(losses, ref_losses)
     mode = "bf16" if bf16 else "fp32"
-    print(f"{dev} stage {stage} {mode}{' (side stream)' if side_stream else ''}: loss difference "
+    how = " (side stream)" if side_stream else " (offload_param)" if offload_param else ""
+    print(f"{dev} stage {stage} {mode}{how}: loss difference "
           f"{worst_l:.2e} (bound {bound_l:.0e}), weight difference {worst_w:.2e} (bound "
           f"{bound_w:.2g}), global step {engine.global_steps}")
     if not (worst_l < bound_l and worst_w < bound_w and engine.global_steps == tp.STEPS):
@@ -413,6 +422,8 @@ def main(on_cpu):
             fails += parity(dev, stage, bf16, ref[bf16])
     if dev.type == "cuda":
         fails += parity(dev, 3, False, ref[False], side_stream=True)
+    for bf16 in (False, True):
+        fails += parity(dev, 3, bf16, ref[bf16], offload_param=True)
     for stage in range(4):
         fails += grads(dev, stage)
     for stage in (1, 3):
