@@ -10,7 +10,7 @@ and DeepSpeed, side by side (issue 38, bench/RESULTS.md section gpu_torch).
 `cell` runs one framework at one setting in this process and prints one JSON line (also written
 to --out). `all` runs every cell, each in a process of its own (so each peak is its own), in order
 of value (plan() below): the 1B Llama at stages 0-3 beside torch and DeepSpeed first, then the
-stage-3 profile, GPT-2's optimizer offload beside ZeRO-Offload, GPT-2 at stages 0-3, the 1B's
+stage-3 profiles (the 1B's, GPT-2's), GPT-2's optimizer offload beside ZeRO-Offload, GPT-2 at stages 0-3, the 1B's
 offload; a cell whose estimate no longer fits in --budget is skipped and listed. `--device cpu` is the dry run: the tiny models, a few steps, on the CPU, to
 check every path before a GPU lease.
 
@@ -39,7 +39,10 @@ wait that covers zinc's streams too; tokens/s is micro-batch x sequence / the me
 --steps timed steps after --warmup. Memory: `dev_peak_gib` is torch's max_memory_allocated
 over the timed steps (reset after the warm-up) plus zinc's own device bytes (engine.memory(),
 allocated outside torch's allocator; 0 for the others); `dev_used_gib` is the device's used
-memory at the end (cudaMemGetInfo: context, caches and all); `host_peak_gib` the peak RSS.
+memory at the end (cudaMemGetInfo: context, caches and all); `host_peak_gib` the peak RSS;
+`mem_phases_gib` torch's allocated + zinc's own at four points of the last step (before the
+forward: the state held between steps; after the forward: + activations; after the backward;
+after the step). `host_waits_per_step`: zinc's engine.host_waits() around each timed step.
 Losses: every step's, read after the last (no host wait for them inside the loop).
 """
 import argparse
@@ -199,18 +202,31 @@ def run_cell(a):
     def loss_of(logits, y):
         return F.cross_entropy(logits.float().reshape(-1, vocab), y.reshape(-1))
 
+    # Device memory (torch's allocated + zinc's own) at the phases of the last step, so that a
+    # difference in peaks splits into state held between steps and what a step adds (issue 38:
+    # zinc's stages 0-2 peak 2.1 GiB over DeepSpeed's). Allocator bookkeeping: no device wait.
+    phases = {}
+
+    def mark(name):
+        if cuda and phases.get("on"):
+            phases[name] = (torch.cuda.memory_allocated(dev) + own_bytes()) / GIB
+
     if a.framework == "torch":
         opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), eps=1e-8,
                                 weight_decay=0.1, fused=cuda)
 
         def train_step(x, y):
+            mark("before forward")
             with torch.autocast(dev.type, dtype=torch.bfloat16):
                 logits = model(input_ids=x).logits
             loss = loss_of(logits, y)
+            mark("after forward")
             loss.backward()
+            mark("after backward")
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
             opt.zero_grad(set_to_none=True)
+            mark("after step")
             return loss
         own_bytes = lambda: 0          # noqa: E731 - everything is torch's
     else:
@@ -226,9 +242,13 @@ def run_cell(a):
             own_bytes = lambda: 0      # noqa: E731 - DeepSpeed allocates through torch
 
         def train_step(x, y):
+            mark("before forward")
             loss = loss_of(engine(input_ids=x).logits, y)
+            mark("after forward")
             engine.backward(loss)
+            mark("after backward")
             engine.step()
+            mark("after step")
             return loss
     out["setup_s"] = time.perf_counter() - t_setup
 
@@ -246,6 +266,7 @@ def run_cell(a):
         x, y = data[i, :, :-1], data[i, :, 1:]
         sync()
         w0 = waits_of() if waits_of else 0
+        phases["on"] = i == n_steps - 1
         t0 = time.perf_counter()
         losses.append(train_step(x, y).detach())
         sync()
@@ -255,6 +276,9 @@ def run_cell(a):
                 waits.append(waits_of() - w0)
     if waits_of:
         out["host_waits_per_step"] = waits
+    phases.pop("on", None)
+    if phases:
+        out["mem_phases_gib"] = phases
     med = statistics.median(times)
     out.update(available=True, steps=a.steps, warmup=a.warmup,
                step_ms=[round(t * 1e3, 3) for t in times], median_ms=med * 1e3,
@@ -302,6 +326,7 @@ def plan(models):
     for s in range(4):
         cells += [("zinc", big, s, False, False), ("deepspeed", big, s, False, False)]
     cells.append(("zinc", big, 3, False, True))
+    cells.append(("zinc", small, 3, False, True))      # GPT-2's stage 3 stays at 0.71-0.78x
     for s in (2, 3):
         cells += [("zinc", small, s, True, False), ("deepspeed", small, s, True, False)]
     cells.append(("torch", small, 0, False, False))
@@ -424,6 +449,17 @@ def report(d):
                         f"{c['model']} stage {c['stage']}{' offload' if c['offload'] else ''} "
                         f"{'/'.join(str(n) for n in sorted(set(c['host_waits_per_step'])))}"
                         for c in counted))
+    phased = [c for c in cells if c.get("mem_phases_gib")]
+    if phased:
+        rows.append("")
+        rows.append("Device memory at the phases of the last step (torch's allocated + zinc's own, "
+                    "GiB; before forward = what is held between steps):")
+        for c in phased:
+            ph = c["mem_phases_gib"]
+            rows.append(f"- {c['model']} {c['framework']}"
+                        f"{'' if c['framework'] == 'torch' else ' stage ' + str(c['stage'])}"
+                        f"{' offload' if c['offload'] else ''}: "
+                        + ", ".join(f"{k} {v:.2f}" for k, v in ph.items()))
     prof = [c for c in cells if c.get("profile", {}).get("step_ms")]     # GPU traces only
     for c in prof:
         p = c["profile"]
