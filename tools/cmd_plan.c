@@ -14,8 +14,10 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: zinc plan --params P --seq S --gpus N --gpu NAME (--stage S | --config FILE)\n"
-            "                 [--layers L --hidden H [--vocab V]] [--micro-batch B] [--accum K]\n"
+            "usage: zinc plan (--params P --seq S | --hf-config FILE) --gpus N --gpu NAME\n"
+            "                 (--stage S | --config FILE | --recommend --global-batch G)\n"
+            "                 [--layers L --hidden H [--vocab V] [--ffn I] [--gated]]\n"
+            "                 [--micro-batch B] [--accum K]\n"
             "                 [--checkpointing] [--dtype fp16|bf16|fp32] [--offload-optimizer\n"
             "                 [--offload-param]] [--gpus-per-node G] [--intra-bw GB/s]\n"
             "                 [--inter-bw GB/s] [--intra-lat us] [--inter-lat us]\n"
@@ -25,10 +27,19 @@ static void usage(FILE *f)
             "x4/3 with --checkpointing) at E x the GPU's dense bf16 peak (default E = %.2f);\n"
             "the step's collective bytes as the engine counts them (zinc_comm_bytes) priced by a\n"
             "ring alpha-beta model, hierarchical across nodes; what zinc overlaps at each stage;\n"
-            "Adam at memory bandwidth. Prints memory per rank (as zinc estimate), the time split,\n"
-            "tokens/s, MFU and a scaling table (1, 8, 16, 64, 256, 1024 GPUs, micro-batch and\n"
-            "accumulation per GPU fixed). Formulas and sources: docs/plan.md.\n\n"
+            "Adam at memory bandwidth. Prints memory per rank (as zinc estimate, plus the\n"
+            "activations when --layers and --hidden are known), the time split, tokens/s, MFU\n"
+            "and a scaling table (1, 8, 16, 64, 256, 1024 GPUs, micro-batch and accumulation per\n"
+            "GPU fixed). Formulas and sources: docs/plan.md.\n\n"
             "  --params P        parameters (7e9 is fine); without it, 12*L*H^2 + V*H\n"
+            "  --hf-config FILE  a transformers config.json (gpt2, llama, mistral, qwen2): the\n"
+            "                    parameters as transformers counts them, layers, hidden, vocab,\n"
+            "                    MLP size, and --seq from its context length if not given\n"
+            "  --ffn I, --gated  MLP intermediate size (default 4H) and a gated (SwiGLU) MLP,\n"
+            "                    for the activation memory\n"
+            "  --recommend --global-batch G  every stage, offload and micro-batch that keeps G\n"
+            "                    sequences per step on --gpus: the fastest that fits, and why\n"
+            "                    each other lost\n"
             "  --gpu NAME        a100-40, a100-80, h100, h200 (SXM; figures from the datasheets)\n"
             "  --config FILE     DeepSpeed JSON: its stage, precision, gradient accumulation,\n"
             "                    micro-batch and offload (flags given as well win)\n"
@@ -43,7 +54,7 @@ static void usage(FILE *f)
 /* Numeric flags: value range and whether it must be whole. Unset values stay -1. */
 enum { P_PARAMS, P_LAYERS, P_HIDDEN, P_SEQ, P_VOCAB, P_MICRO, P_GPUS, P_PERNODE, P_STAGE,
        P_ACCUM, P_INTRA_BW, P_INTER_BW, P_INTRA_LAT, P_INTER_LAT, P_PCIE_BW, P_HOST_BW, P_EFF,
-       P_COUNT };
+       P_FFN, P_GLOBAL, P_COUNT };
 static const struct {
     const char *flag;
     double lo, hi;
@@ -57,7 +68,8 @@ static const struct {
     [P_INTRA_BW] = {"--intra-bw", 1e-3, 1e6, 0}, [P_INTER_BW] = {"--inter-bw", 1e-3, 1e6, 0},
     [P_INTRA_LAT] = {"--intra-lat", 0, 1e6, 0}, [P_INTER_LAT] = {"--inter-lat", 0, 1e6, 0},
     [P_PCIE_BW] = {"--pcie-bw", 1e-3, 1e6, 0}, [P_HOST_BW] = {"--host-bw", 1e-3, 1e6, 0},
-    [P_EFF] = {"--efficiency", 1e-3, 1, 0},
+    [P_EFF] = {"--efficiency", 1e-3, 1, 0},    [P_FFN] = {"--ffn", 1, 1e8, 1},
+    [P_GLOBAL] = {"--global-batch", 1, 1e9, 1},
 };
 
 static const int zplan_scale[] = {1, 8, 16, 64, 256, 1024};
@@ -112,7 +124,9 @@ static void print_json(const zplan_in *in, const zplan_out *o, const zplan_out *
            in->efficiency);
     printf(" \"memory\": {");
     zest_memory_json(&o->mem);
-    printf("},\n \"comm_bytes\": {\"all_reduce\": %llu, \"reduce_scatter\": %llu, "
+    printf("},\n \"activation_bytes_per_rank\": %.0f, \"fits\": %s,\n \"comm_bytes\": {",
+           o->activations, o->fits ? "true" : "false");
+    printf("\"all_reduce\": %llu, \"reduce_scatter\": %llu, "
            "\"all_gather\": %llu, \"broadcast\": %llu},\n",
            (unsigned long long)o->coll[ZINC_COLL_ALL_REDUCE],
            (unsigned long long)o->coll[ZINC_COLL_REDUCE_SCATTER],
@@ -131,8 +145,7 @@ static void print_json(const zplan_in *in, const zplan_out *o, const zplan_out *
                "\"efficiency\": %.6g, \"total_bytes_per_rank\": %llu, \"fits\": %s}",
                i ? "," : "", zplan_scale[i], scale[i].step, scale[i].tokens_per_s,
                scale[i].tokens_per_s / (zplan_scale[i] * scale[0].tokens_per_s),
-               (unsigned long long)scale[i].mem.total,
-               (double)scale[i].mem.total <= in->gpu->mem_bytes ? "true" : "false");
+               (unsigned long long)scale[i].mem.total, scale[i].fits ? "true" : "false");
     printf("]}\n");
 }
 
@@ -147,10 +160,15 @@ static void print_text(const zplan_in *in, const zplan_out *o, const zplan_out *
            in->offload_param ? ", optimizer and parameters offloaded"
            : in->offload     ? ", optimizer offloaded" : "",
            in->gpus, in->gpu->label, in->per_node, in->efficiency);
-    printf("memory per rank (zinc estimate; activations not counted): model state %.3f GB,\n"
-           "  with buffers %.3f GB of %.0f GB%s", (double)o->mem.state / 1e9,
-           (double)o->mem.total / 1e9, in->gpu->mem_bytes / 1e9,
-           (double)o->mem.total > in->gpu->mem_bytes ? "  DOES NOT FIT" : "");
+    printf("memory per rank: model state %.3f GB, with buffers %.3f GB (zinc estimate)",
+           (double)o->mem.state / 1e9, (double)o->mem.total / 1e9);
+    if (o->activations > 0)
+        printf(",\n  + activations %.3f GB = %.3f GB of %.0f GB%s", o->activations / 1e9,
+               ((double)o->mem.total + o->activations) / 1e9, in->gpu->mem_bytes / 1e9,
+               o->fits ? "" : "  DOES NOT FIT");
+    else
+        printf(" of %.0f GB%s (activations not counted: give --layers and --hidden)",
+               in->gpu->mem_bytes / 1e9, o->fits ? "" : "  DOES NOT FIT");
     if (in->offload) printf("; host %.3f GB", (double)o->mem.host_total / 1e9);
     printf("\n");
     printf("step, seconds:\n");
@@ -173,17 +191,110 @@ static void print_text(const zplan_in *in, const zplan_out *o, const zplan_out *
         printf("  %6d %10.4f %12.4g %10.3f %14.3f %5s\n", zplan_scale[i], scale[i].step,
                scale[i].tokens_per_s,
                scale[i].tokens_per_s / (zplan_scale[i] * scale[0].tokens_per_s),
-               (double)scale[i].mem.total / 1e9,
-               (double)scale[i].mem.total <= in->gpu->mem_bytes ? "yes" : "no");
+               ((double)scale[i].mem.total + scale[i].activations) / 1e9,
+               scale[i].fits ? "yes" : "no");
+}
+
+static const char *mode_name(const zplan_choice *c)
+{
+    return c->offload_param ? "optimizer+params" : c->offload ? "optimizer" : "none";
+}
+
+static int same_mode(const zplan_choice *a, const zplan_choice *b)
+{
+    return a->stage == b->stage && a->offload == b->offload &&
+           a->offload_param == b->offload_param && a->checkpointing == b->checkpointing;
+}
+
+static double total_gb(const zplan_out *o)
+{
+    return ((double)o->mem.total + o->activations) / 1e9;
+}
+
+/* --recommend: the best candidate of each (stage, offload) and why it lost to the chosen one. */
+static int plan_recommend(const zplan_in *in, long long global_batch, int json)
+{
+    enum { MAX = 256, MODES = 16 };
+    static zplan_choice all[MAX];
+    int n = zplan_recommend(in, global_batch, all, MAX);
+    /* zplan_recommend sorts best first: the first of each mode is that mode's best. */
+    zplan_choice rows[MODES];
+    int nrows = 0;
+    for (int i = 0; i < n && nrows < MODES; i++) {
+        int seen = 0;
+        for (int r = 0; r < nrows; r++) seen |= same_mode(&rows[r], &all[i]);
+        if (!seen) rows[nrows++] = all[i];
+    }
+    const zplan_choice *best = nrows && rows[0].out.fits ? &rows[0] : NULL;
+    char why[MODES][160];
+    for (int r = 0; r < nrows; r++) {
+        const zplan_choice *c = &rows[r];
+        if (c == best)
+            snprintf(why[r], sizeof why[r], "chosen: the fastest that fits");
+        else if (!c->out.fits)
+            snprintf(why[r], sizeof why[r], "does not fit: %.1f GB > %.0f GB even at micro-batch "
+                     "%lld", total_gb(&c->out), in->gpu->mem_bytes / 1e9, c->micro_batch);
+        else if (c->out.tokens_per_s < best->out.tokens_per_s)
+            snprintf(why[r], sizeof why[r], "slower: %.1f%% of the chosen one's tokens/s",
+                     100.0 * c->out.tokens_per_s / best->out.tokens_per_s);
+        else
+            snprintf(why[r], sizeof why[r], "as fast, but %.1f GB against %.1f GB",
+                     total_gb(&c->out), total_gb(&best->out));
+    }
+    if (json) {
+        printf("{\"global_batch\": %lld, \"gpus\": %d, \"gpu\": \"%s\", \"params\": %.0f, "
+               "\"recommended\": %d,\n \"candidates\": [", global_batch, in->gpus,
+               in->gpu->name, in->params, best ? 0 : -1);
+        for (int r = 0; r < nrows; r++) {
+            const zplan_choice *c = &rows[r];
+            printf("%s\n  {\"stage\": %d, \"offload\": \"%s\", \"checkpointing\": %s, "
+                   "\"micro_batch\": %lld, "
+                   "\"accumulation\": %d, \"step_s\": %.6g, \"tokens_per_s\": %.6g, "
+                   "\"mfu\": %.6g, \"bytes_per_rank\": %.0f, \"activation_bytes\": %.0f, "
+                   "\"fits\": %s, \"why\": \"%s\"}", r ? "," : "", c->stage, mode_name(c),
+                   c->checkpointing ? "true" : "false", c->micro_batch, c->accum, c->out.step, c->out.tokens_per_s, c->out.mfu,
+                   (double)c->out.mem.total + c->out.activations, c->out.activations,
+                   c->out.fits ? "true" : "false", why[r]);
+        }
+        printf("]}\n");
+        return best ? 0 : 1;
+    }
+    printf("zinc plan --recommend: %.4g parameters, seq %.0f, global batch %lld on %d x %s\n",
+           in->params, in->seq, global_batch, in->gpus, in->gpu->label);
+    if (in->layers <= 0)
+        printf("  (activations not counted: give --layers and --hidden or --hf-config)\n");
+    printf("  %5s %-16s %5s %6s %6s %10s %12s %6s %10s  %s\n", "stage", "offload", "ckpt",
+           "micro", "accum", "step s", "tokens/s", "MFU", "GB/rank", "");
+    for (int r = 0; r < nrows; r++) {
+        const zplan_choice *c = &rows[r];
+        printf("  %5d %-16s %5s %6lld %6d %10.4f %12.4g %5.1f%% %10.1f  %s\n", c->stage,
+               mode_name(c), c->checkpointing ? "yes" : "no", c->micro_batch, c->accum,
+               c->out.step, c->out.tokens_per_s, 100.0 * c->out.mfu, total_gb(&c->out), why[r]);
+    }
+    if (!best) {
+        printf("nothing fits %.0f GB per GPU, even with activation checkpointing: more GPUs or a "
+               "smaller global batch\n", in->gpu->mem_bytes / 1e9);
+        return 1;
+    }
+    printf("recommended: ZeRO stage %d, offload %s, micro-batch %lld x accumulation %d%s "
+           "(\"zero_optimization\": {\"stage\": %d}%s, \"train_micro_batch_size_per_gpu\": "
+           "%lld, \"gradient_accumulation_steps\": %d)\n", best->stage, mode_name(best),
+           best->micro_batch, best->accum,
+           best->checkpointing ? ", activation checkpointing" : "", best->stage,
+           best->offload_param ? " with offload_optimizer and offload_param {\"device\": \"cpu\"}"
+           : best->offload   ? " with offload_optimizer {\"device\": \"cpu\"}" : "",
+           best->micro_batch, best->accum);
+    return 0;
 }
 
 int cmd_plan(int argc, char **argv)
 {
     double v[P_COUNT];
     for (int p = 0; p < P_COUNT; p++) v[p] = -1.0;
-    const char *gpu_name = NULL, *config = NULL;
+    const char *gpu_name = NULL, *config = NULL, *hf = NULL;
     zinc_dtype dtype = ZINC_DTYPE_BF16;
-    int json = 0, ckpt = 0, offload = 0, offload_param = 0, dtype_set = 0;
+    int json = 0, ckpt = 0, offload = 0, offload_param = 0, dtype_set = 0, gated = 0;
+    int recommend = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -194,6 +305,8 @@ int cmd_plan(int argc, char **argv)
                   : !strcmp(a, "--checkpointing")     ? &ckpt
                   : !strcmp(a, "--offload-optimizer") ? &offload
                   : !strcmp(a, "--offload-param")     ? &offload_param
+                  : !strcmp(a, "--gated")             ? &gated
+                  : !strcmp(a, "--recommend")         ? &recommend
                                                       : NULL;
         if (on) { /* a switch: no value */
             *on = 1;
@@ -201,7 +314,8 @@ int cmd_plan(int argc, char **argv)
         }
         int p = 0;
         while (p < P_COUNT && strcmp(a, zplan_flags[p].flag)) p++;
-        if (p == P_COUNT && strcmp(a, "--gpu") && strcmp(a, "--config") && strcmp(a, "--dtype"))
+        if (p == P_COUNT && strcmp(a, "--gpu") && strcmp(a, "--config") && strcmp(a, "--dtype") &&
+            strcmp(a, "--hf-config"))
             return zarg_usage_error("plan", "unknown argument '%s'", a);
         if (!val) return zarg_usage_error("plan", "%s needs a value", a);
         i++;
@@ -209,6 +323,8 @@ int cmd_plan(int argc, char **argv)
             gpu_name = val;
         } else if (!strcmp(a, "--config")) {
             config = val;
+        } else if (!strcmp(a, "--hf-config")) {
+            hf = val;
         } else if (!strcmp(a, "--dtype")) {
             if (zarg_dtype(val, &dtype))
                 return zarg_usage_error("plan", "--dtype must be fp16, bf16 or fp32, not '%s'",
@@ -230,14 +346,48 @@ int cmd_plan(int argc, char **argv)
     const zplan_gpu *gpu = zplan_gpu_find(gpu_name);
     if (!gpu) return zarg_usage_error("plan", "--gpu '%s' is not in the table (a100-40, a100-80, "
                                       "h100, h200)", gpu_name);
+    /* A transformers config.json gives the shape; flags given as well win. */
+    zplan_in shape = {.seq = v[P_SEQ] > 0 ? v[P_SEQ] : 0};
+    if (hf) {
+        char err[512];
+        if (zplan_from_hf_config(hf, &shape, err, sizeof err))
+            return zarg_usage_error("plan", "--hf-config: %s", err);
+        if (v[P_SEQ] < 0) v[P_SEQ] = shape.seq > 0 ? shape.seq : -1;
+        if (v[P_LAYERS] < 0 && v[P_HIDDEN] < 0) {
+            v[P_LAYERS] = shape.layers;
+            v[P_HIDDEN] = shape.hidden;
+        }
+        if (v[P_PARAMS] < 0) v[P_PARAMS] = shape.params;
+        if (v[P_VOCAB] < 0) v[P_VOCAB] = shape.vocab;
+        if (v[P_FFN] < 0) v[P_FFN] = shape.ffn;
+        gated |= shape.gated;
+    }
     if (v[P_SEQ] < 0) return zarg_usage_error("plan", "--seq S is required");
     if ((v[P_LAYERS] < 0) != (v[P_HIDDEN] < 0))
         return zarg_usage_error("plan", "--layers and --hidden go together");
     if (v[P_PARAMS] < 0 && v[P_LAYERS] < 0)
-        return zarg_usage_error("plan", "--params P is required (or --layers and --hidden)");
+        return zarg_usage_error("plan", "--params P is required (or --layers and --hidden, or "
+                                "--hf-config)");
     if (v[P_PARAMS] < 0)
         v[P_PARAMS] = 12.0 * v[P_LAYERS] * v[P_HIDDEN] * v[P_HIDDEN] +
                       (v[P_VOCAB] > 0 ? v[P_VOCAB] : 0.0) * v[P_HIDDEN];
+    if (recommend) {
+        if (v[P_GLOBAL] < 0)
+            return zarg_usage_error("plan", "--recommend needs --global-batch G (sequences per "
+                                    "optimizer step, all GPUs)");
+        if (v[P_STAGE] >= 0 || v[P_MICRO] >= 0 || v[P_ACCUM] >= 0 || offload || offload_param ||
+            config)
+            return zarg_usage_error("plan", "--recommend chooses the stage, offload, micro-batch "
+                                    "and accumulation itself: drop --stage, --config, "
+                                    "--micro-batch, --accum and --offload-*");
+        if ((long long)v[P_GLOBAL] % (long long)v[P_GPUS])
+            return zarg_usage_error("plan", "--global-batch %.0f is not a multiple of --gpus %.0f",
+                                    v[P_GLOBAL], v[P_GPUS]);
+        v[P_STAGE] = 0;      /* replaced for every candidate */
+    } else if (v[P_GLOBAL] >= 0) {
+        return zarg_usage_error("plan", "--global-batch goes with --recommend (otherwise "
+                                "--micro-batch x --accum x --gpus is the batch)");
+    }
     if (config) {
         int rc = plan_config(config, v, &dtype, dtype_set, &offload, &offload_param);
         if (rc) return rc;
@@ -251,6 +401,8 @@ int cmd_plan(int argc, char **argv)
     zplan_in in = {
         .params = v[P_PARAMS], .layers = v[P_LAYERS] > 0 ? (int)v[P_LAYERS] : 0,
         .hidden = v[P_HIDDEN] > 0 ? v[P_HIDDEN] : 0, .seq = v[P_SEQ],
+        .vocab = v[P_VOCAB] > 0 ? v[P_VOCAB] : 0, .ffn = v[P_FFN] > 0 ? v[P_FFN] : 0,
+        .gated = gated,
         .micro_batch = v[P_MICRO] > 0 ? (long long)v[P_MICRO] : 1, .checkpointing = ckpt,
         .gpus = (int)v[P_GPUS], .per_node = v[P_PERNODE] > 0 ? (int)v[P_PERNODE] : 8,
         .stage = (int)v[P_STAGE], .accum = v[P_ACCUM] > 0 ? (int)v[P_ACCUM] : 1,
@@ -263,6 +415,7 @@ int cmd_plan(int argc, char **argv)
         .host_bw = v[P_HOST_BW] > 0 ? v[P_HOST_BW] * 1e9 : ZPLAN_HOST_BW,
         .efficiency = v[P_EFF] > 0 ? v[P_EFF] : ZPLAN_EFFICIENCY,
     };
+    if (recommend) return plan_recommend(&in, (long long)v[P_GLOBAL], json);
     zplan_out o, scale[ZPLAN_NSCALE];
     zplan_step(&in, &o);
     for (int i = 0; i < ZPLAN_NSCALE; i++) {

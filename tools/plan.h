@@ -59,8 +59,11 @@ double zplan_collective(double bytes, int calls, int n, int per_node, zplan_link
 typedef struct {
     /* model */
     double params;          /* P */
-    int layers;             /* 0 = not given: no attention term, one group */
+    int layers;             /* 0 = not given: no attention term, one group, no activations */
     double hidden, seq;     /* hidden size (0 = not given), sequence length */
+    double vocab;           /* vocabulary (0 = not given: no logits in the activations) */
+    double ffn;             /* MLP intermediate size (0 = 4 x hidden) */
+    int gated;              /* gated MLP (SwiGLU: gate and up projections), as Llama's */
     long long micro_batch;  /* sequences per GPU per micro-step */
     int checkpointing;      /* activation checkpointing: forward recomputed in backward */
     /* run */
@@ -78,6 +81,9 @@ typedef struct {
     double tokens;                   /* tokens per step, all GPUs */
     double forward, backward;        /* compute seconds per step (all micro-steps) */
     zest_mem mem;                    /* what `zinc estimate` prints for this run */
+    double activations;              /* bytes per rank a micro-step's activations hold at their
+                                        peak (zplan_activations); 0 when layers are not given */
+    int fits;                        /* mem.total + activations <= the GPU's memory */
     uint64_t coll[ZINC_COLL_COUNT];  /* payload bytes per rank per step (zinc_comm_bytes) */
     double reduce_scatter, all_gather, all_reduce;  /* seconds per step, whole, unhidden */
     double exposed;                  /* comm seconds not hidden behind compute */
@@ -88,5 +94,36 @@ typedef struct {
 
 /* The predicted step of `in`. */
 void zplan_step(const zplan_in *in, zplan_out *out);
+
+/* Bytes of activations one micro-step holds per rank at its peak (the start of backward), 16-bit
+ * training, attention that keeps no s x s scores (flash / SDPA): per layer s·b·(15·h + MLP) —
+ * Korthikanti et al. 2022's 11·s·b·h for attention and 4·s·b·h for the two layer norms, the MLP
+ * 2·h + 4·I + h (mask) for a plain one (19·h at I = 4h: their 34·s·b·h in all) and 3·h + 8·I for
+ * a gated one (gate, up, activation, product) — plus the logits at 14 bytes per token per
+ * vocabulary entry (16-bit logits, their fp32 copy for the loss, the saved log-softmax and its
+ * gradient). With checkpointing: each layer's 16-bit input (2·s·b·h), one layer recomputed in
+ * full, the logits. 0 without layers and hidden. docs/plan.md derives and checks it. */
+double zplan_activations(const zplan_in *in);
+
+/* --recommend: the configurations tried for a global batch (sequences per optimizer step). */
+typedef struct {
+    int stage, offload, offload_param, checkpointing;
+    long long micro_batch;
+    int accum;
+    zplan_out out;
+} zplan_choice;
+
+/* Every candidate for `base` (its model, GPUs and links; its stage, offload, micro-batch and
+ * accumulation are replaced): stages 0-3 x {no offload, optimizer offload (stages 1-3),
+ * optimizer + parameter offload (stage 3)} x micro-batches 1, 2, 4, ... 1024 that divide
+ * global_batch / gpus (accumulation the quotient) x checkpointing off and on (on only, when base
+ * has it). Fills up to `max` into `out`: those that fit first, fastest first, then those that do
+ * not, smallest first; returns how many (0 when global_batch is not a multiple of gpus). */
+int zplan_recommend(const zplan_in *base, long long global_batch, zplan_choice *out, int max);
+
+/* A transformers config.json (GPT-2, Llama, Mistral, Qwen2 families): fills params (counted as
+ * those classes build their weights), layers, hidden, vocab, ffn, gated and, when seq is 0, seq
+ * from the context length. Returns 0, or -1 with the reason in err. */
+int zplan_from_hf_config(const char *path, zplan_in *in, char *err, size_t errlen);
 
 #endif

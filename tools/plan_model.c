@@ -138,4 +138,24 @@ void zplan_step(const zplan_in *in, zplan_out *o)
     o->step = o->forward + o->backward + o->exposed + o->optimizer + o->offload;
     o->tokens_per_s = o->tokens / o->step;
     o->mfu = o->flops_per_token * o->tokens_per_s / (n * g->peak_flops);
+    o->activations = zplan_activations(in);
+    o->fits = (double)o->mem.total + o->activations <= g->mem_bytes;
+}
+
+double zplan_activations(const zplan_in *in)
+{
+    if (in->layers <= 0 || in->hidden <= 0) return 0.0;
+    double h = in->hidden, I = in->ffn > 0 ? in->ffn : 4.0 * h;
+    double tokens = (double)in->micro_batch * in->seq;
+    /* Per token of one layer, bytes: attention 11h and the two layer norms 4h (Korthikanti et
+     * al. 2022, "Reducing Activation Recomputation in Large Transformer Models", section 4.1,
+     * without the 5as/h of stored scores, which flash attention and SDPA do not keep); the MLP's
+     * input 2h, then for a plain MLP the activation's input and output 2I + 2I and the dropout
+     * mask h, for a gated one the gate and up outputs, the activation's output and the product
+     * (4 x 2I) and the input counted once more for the second projection's read (h). */
+    double mlp = in->gated ? 3.0 * h + 8.0 * I : 3.0 * h + 4.0 * I;
+    double layer = (15.0 * h + mlp) * tokens;
+    double logits = in->vocab > 0 ? 14.0 * in->vocab * tokens : 0.0;
+    if (in->checkpointing) return in->layers * 2.0 * h * tokens + layer + logits;
+    return in->layers * layer + logits;
 }

@@ -64,5 +64,36 @@ case "$(tr -d ' \n' <"$tmp.out")" in
 *) echo "FAIL: --stage 3 beside --config's stage 2 did not win"; fails=$((fails + 1)) ;;
 esac
 
+# --hf-config and --recommend (issue 41 items 1-2).
+here=$(dirname "$0")
+rec="--hf-config $here/llama-1b-config.json --seq 1024 --gpus 8 --gpu h100"
+expect 0 - $rec --recommend --global-batch 256
+if ! grep -Eq '^recommended: ZeRO stage [0-3], offload ' "$tmp.out"; then
+    echo "FAIL: --recommend printed no recommendation"; cat "$tmp.out"; fails=$((fails + 1))
+fi
+expect 0 - $rec --stage 2 --micro-batch 8
+if ! grep -q '+ activations' "$tmp.out"; then
+    echo "FAIL: --hf-config gave no activation memory"; cat "$tmp.out"; fails=$((fails + 1))
+fi
+expect 2 "^zinc plan: --recommend needs --global-batch" $rec --recommend
+expect 2 "^zinc plan: --global-batch 100 is not a multiple of --gpus 8" $rec --recommend \
+    --global-batch 100
+expect 2 "^zinc plan: --recommend chooses the stage" $rec --recommend --global-batch 64 --stage 2
+expect 2 "^zinc plan: --global-batch goes with --recommend" $rec --stage 2 --global-batch 64
+expect 2 "^zinc plan: --hf-config: .*no-such\.json: not readable" --hf-config "$tmp.no-such.json" \
+    --gpus 8 --gpu h100 --stage 1
+printf '{"model_type": "bert", "hidden_size": 768}' >"$tmp.json"
+expect 2 'model_type "bert" is not one zinc plan counts' --hf-config "$tmp.json" --gpus 8 \
+    --gpu h100 --stage 1 --seq 512
+printf '{"model_type": "gpt2", "n_embd": 768, "n_layer": -1}' >"$tmp.json"
+expect 2 '"n_layer" must be a whole number above 0' --hf-config "$tmp.json" --gpus 8 --gpu h100 \
+    --stage 1 --seq 512
+# Nothing fits: exit 1 and say so (not a usage error).
+expect 1 - --params 1e12 --layers 200 --hidden 25600 --seq 8192 --gpus 1 --gpu a100-40 \
+    --recommend --global-batch 1
+if ! grep -q '^nothing fits 40 GB per GPU' "$tmp.out"; then
+    echo "FAIL: an impossible run did not say nothing fits"; cat "$tmp.out"; fails=$((fails + 1))
+fi
+
 rm -f "$tmp.json"
 cli_finish

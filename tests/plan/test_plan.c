@@ -253,11 +253,103 @@ static void test_monotonic(void)
     ZT_CHECK(checks > 100, "only %d checks", checks);
 }
 
+/* ---- activations, transformers configs, --recommend -------------------------------------- */
+
+static zplan_in h100_node(void)
+{
+    return (zplan_in){.seq = 2048, .micro_batch = 1, .gpus = 8, .per_node = 8, .stage = 1,
+                      .accum = 1, .dtype = ZINC_DTYPE_BF16, .gpu = zplan_gpu_find("h100"),
+                      .intra = {450e9, 2e-6}, .inter = {50e9, 5e-6}, .pcie_bw = 64e9,
+                      .host_bw = 50e9, .efficiency = 0.5};
+}
+
+static void test_activations(void)
+{
+    zplan_in in = h100_node();
+    in.params = 3.5e8;
+    ZT_CHECK(zplan_activations(&in) == 0.0, "no layers: no activations modelled");
+    /* Plain MLP, I = 4h: Korthikanti et al.'s 34 s b h per layer, and 14 bytes per logit.
+     * 24 layers, h 1024, s 2048, b 2, V 50000: 24 * 34 * 1024 * 4096 + 14 * 50000 * 4096. */
+    in.layers = 24, in.hidden = 1024, in.micro_batch = 2, in.vocab = 50000;
+    double want = 24.0 * 34 * 1024 * 4096 + 14.0 * 50000 * 4096;
+    ZT_CHECK(close_to(zplan_activations(&in), want), "plain: %.12g, by hand %.12g",
+             zplan_activations(&in), want);
+    /* Gated MLP, I = 2816: per token 15h + 3h + 8I = 18 * 1024 + 22528 = 40960 bytes. */
+    in.gated = 1, in.ffn = 2816;
+    want = 24.0 * 40960 * 4096 + 14.0 * 50000 * 4096;
+    ZT_CHECK(close_to(zplan_activations(&in), want), "gated: %.12g, by hand %.12g",
+             zplan_activations(&in), want);
+    /* Checkpointing: each layer's 16-bit input, one layer in full, the logits. */
+    in.checkpointing = 1;
+    want = 24.0 * 2 * 1024 * 4096 + 40960.0 * 4096 + 14.0 * 50000 * 4096;
+    ZT_CHECK(close_to(zplan_activations(&in), want), "checkpointing: %.12g, by hand %.12g",
+             zplan_activations(&in), want);
+    zplan_out o;
+    zplan_step(&in, &o);
+    ZT_CHECK(close_to(o.activations, want) &&
+             o.fits == ((double)o.mem.total + want <= in.gpu->mem_bytes),
+             "zplan_step's activations %.12g, fits %d", o.activations, o.fits);
+}
+
+static void test_hf_configs(void)
+{
+    /* The parameter counts transformers 5.24 gives for these files (GPT2LMHeadModel and
+     * LlamaForCausalLM built from them: sum of numel over model.parameters()). */
+    char err[512];
+    zplan_in in = h100_node();
+    in.seq = 0;
+    int rc = zplan_from_hf_config(ZINC_PLAN_TEST_DIR "/gpt2-config.json", &in, err, sizeof err);
+    ZT_CHECK(rc == 0, "gpt2 config: %s", err);
+    ZT_CHECK(in.params == 124439808.0 && in.layers == 12 && in.hidden == 768 &&
+             in.vocab == 50257 && in.ffn == 3072 && !in.gated && in.seq == 1024,
+             "gpt2: params %.0f layers %d hidden %.0f vocab %.0f ffn %.0f gated %d seq %.0f",
+             in.params, in.layers, in.hidden, in.vocab, in.ffn, in.gated, in.seq);
+    in = h100_node();      /* seq given: kept */
+    rc = zplan_from_hf_config(ZINC_PLAN_TEST_DIR "/llama-1b-config.json", &in, err, sizeof err);
+    ZT_CHECK(rc == 0, "llama config: %s", err);
+    ZT_CHECK(in.params == 1104218112.0 && in.layers == 16 && in.hidden == 2048 &&
+             in.ffn == 8192 && in.gated && in.seq == 2048,
+             "llama: params %.0f layers %d hidden %.0f ffn %.0f gated %d seq %.0f", in.params,
+             in.layers, in.hidden, in.ffn, in.gated, in.seq);
+    rc = zplan_from_hf_config(ZINC_PLAN_TEST_DIR "/no-such-config.json", &in, err, sizeof err);
+    ZT_CHECK(rc != 0 && strstr(err, "no-such-config.json"), "missing file: rc %d, '%s'", rc, err);
+}
+
+static void test_recommend(void)
+{
+    /* 13e9 parameters on one 80 GB H100: 16 bytes per parameter (208 GB) cannot stay on the
+     * device at any stage, so the choice must offload; every candidate keeps the batch. */
+    zplan_in in = h100_node();
+    in.params = 13e9, in.gpus = 1, in.layers = 40, in.hidden = 5120, in.vocab = 32000;
+    zplan_choice c[256];
+    int n = zplan_recommend(&in, 16, c, 256);
+    ZT_CHECK(n > 0 && c[0].out.fits && c[0].offload, "13B on one GPU: %d candidates, first fits "
+             "%d offload %d", n, n ? c[0].out.fits : -1, n ? c[0].offload : -1);
+    for (int i = 0; i < n; i++) {
+        ZT_CHECK(c[i].micro_batch * c[i].accum * in.gpus == 16, "candidate %d: %lld x %d", i,
+                 c[i].micro_batch, c[i].accum);
+        ZT_CHECK(!c[i].out.fits || c[i].out.tokens_per_s <= c[0].out.tokens_per_s,
+                 "candidate %d fits and is faster than the choice (%.6g > %.6g)", i,
+                 c[i].out.tokens_per_s, c[0].out.tokens_per_s);
+        ZT_CHECK(!c[i].out.fits || c[i].stage > 0 || !c[i].offload, "offload at stage 0");
+    }
+    /* A small model fits everywhere: no offload (it only adds copies). */
+    in.params = 1.25e8, in.layers = 12, in.hidden = 768, in.gpus = 8;
+    n = zplan_recommend(&in, 64, c, 256);
+    ZT_CHECK(n > 0 && c[0].out.fits && !c[0].offload && !c[0].checkpointing,
+             "small model: offload %d checkpointing %d", n ? c[0].offload : -1,
+             n ? c[0].checkpointing : -1);
+    ZT_CHECK(zplan_recommend(&in, 60, c, 256) == 0, "a global batch of 60 on 8 GPUs");
+}
+
 int main(void)
 {
     test_alpha_beta();
     test_volumes();
     test_memory();
     test_monotonic();
+    test_activations();
+    test_hf_configs();
+    test_recommend();
     return zt_finish("test_plan");
 }

@@ -4,9 +4,11 @@
 set(ZINC_PLAN_TEST_DIR ${CMAKE_CURRENT_LIST_DIR})
 zinc_test(NAME plan_model
           SOURCES ${ZINC_PLAN_TEST_DIR}/test_plan.c ${CMAKE_SOURCE_DIR}/tools/plan_model.c
+                  ${CMAKE_SOURCE_DIR}/tools/plan_recommend.c ${CMAKE_SOURCE_DIR}/tools/plan_hf.c
                   ${CMAKE_SOURCE_DIR}/tools/cmd_estimate.c ${CMAKE_SOURCE_DIR}/tools/args.c
           LIBS m LABELS "multirank;unit" TIMEOUT 300)
 add_dependencies(plan_model zinc_cli)
-target_compile_definitions(plan_model PRIVATE ZINC_CLI="$<TARGET_FILE:zinc_cli>")
+target_compile_definitions(plan_model PRIVATE ZINC_CLI="$<TARGET_FILE:zinc_cli>"
+                           ZINC_PLAN_TEST_DIR="${ZINC_PLAN_TEST_DIR}")
 add_test(NAME plan_cli COMMAND sh ${ZINC_PLAN_TEST_DIR}/cli_test.sh $<TARGET_FILE:zinc_cli>)
 set_tests_properties(plan_cli PROPERTIES LABELS unit TIMEOUT 60)

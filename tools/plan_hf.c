@@ -1,0 +1,128 @@
+/*
+ * plan_hf.c — `zinc plan --hf-config FILE`: the model's shape from a transformers config.json,
+ * and its parameters counted as transformers builds them, so that a plan starts from the file a
+ * user already has (issue 41 item 1). Families: GPT-2 (gpt2) and the Llama-style decoders
+ * (llama, mistral, qwen2: gated SiLU MLP, RMSNorm, grouped key/value heads). Another model_type
+ * is refused by name; its shape can still be given with --params, --layers and --hidden.
+ */
+#include <json-c/json.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "tools/plan.h"
+
+static int fail(char *err, size_t len, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, len, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+/* A whole number >= 0 under `key`, or `dflt` when the key is absent or null (transformers'
+ * default then applies). -1 when present but not a whole number >= 0. */
+static long long count_of(json_object *o, const char *key, long long dflt)
+{
+    json_object *v;
+    if (!json_object_object_get_ex(o, key, &v) || json_object_is_type(v, json_type_null))
+        return dflt;
+    if (!json_object_is_type(v, json_type_int)) return -1;
+    long long x = (long long)json_object_get_int64(v);
+    return x >= 0 ? x : -1;
+}
+
+static int flag_of(json_object *o, const char *key, int dflt)
+{
+    json_object *v;
+    if (!json_object_object_get_ex(o, key, &v) || !json_object_is_type(v, json_type_boolean))
+        return dflt;
+    return json_object_get_boolean(v);
+}
+
+/* The counts a family needs, each > 0; names the first that is missing or bad. */
+static int need(json_object *o, const char *path, char *err, size_t len, int n,
+                const char *const *keys, long long *out)
+{
+    for (int i = 0; i < n; i++) {
+        out[i] = count_of(o, keys[i], 0);
+        if (out[i] <= 0)
+            return fail(err, len, "%s: \"%s\" must be a whole number above 0", path, keys[i]);
+    }
+    return 0;
+}
+
+int zplan_from_hf_config(const char *path, zplan_in *in, char *err, size_t errlen)
+{
+    json_object *o = json_object_from_file(path);
+    if (!o) return fail(err, errlen, "%s: not readable as JSON (%s)", path, json_util_get_last_err());
+    int rc = -1;
+    json_object *mt;
+    const char *type = json_object_object_get_ex(o, "model_type", &mt) &&
+                               json_object_is_type(mt, json_type_string)
+                           ? json_object_get_string(mt) : NULL;
+    if (!type) {
+        rc = fail(err, errlen, "%s: no \"model_type\" (is it a transformers config.json?)", path);
+    } else if (!strcmp(type, "gpt2")) {
+        static const char *const keys[] = {"n_embd", "n_layer", "vocab_size", "n_positions"};
+        long long k[4];
+        if (need(o, path, err, errlen, 4, keys, k) == 0) {
+            double h = (double)k[0], L = (double)k[1], V = (double)k[2], pos = (double)k[3];
+            long long inner = count_of(o, "n_inner", 0);
+            double I = inner > 0 ? (double)inner : 4.0 * h;
+            /* GPT2LMHeadModel: wte, wpe; per block ln_1 and ln_2 (weight, bias), c_attn (h x 3h
+             * + 3h), attn c_proj (h x h + h), c_fc (h x I + I), mlp c_proj (I x h + h); ln_f;
+             * the head tied to wte unless tie_word_embeddings is false. */
+            double block = 4 * h + (3 * h * h + 3 * h) + (h * h + h) + (h * I + I) + (I * h + h);
+            in->params = V * h + pos * h + L * block + 2 * h +
+                         (flag_of(o, "tie_word_embeddings", 1) ? 0 : V * h);
+            in->layers = (int)k[1];
+            in->hidden = h;
+            in->vocab = V;
+            in->ffn = I;
+            in->gated = 0;
+            if (in->seq <= 0) in->seq = pos;
+            rc = 0;
+        }
+    } else if (!strcmp(type, "llama") || !strcmp(type, "mistral") || !strcmp(type, "qwen2")) {
+        static const char *const keys[] = {"hidden_size", "num_hidden_layers", "vocab_size",
+                                           "intermediate_size", "num_attention_heads"};
+        long long k[5];
+        if (need(o, path, err, errlen, 5, keys, k) == 0) {
+            double h = (double)k[0], L = (double)k[1], V = (double)k[2], I = (double)k[3];
+            double heads = (double)k[4];
+            long long kvh = count_of(o, "num_key_value_heads", k[4]);
+            long long hd = count_of(o, "head_dim", k[0] / k[4]);
+            long long pos = count_of(o, "max_position_embeddings", 0);
+            if (kvh <= 0 || hd <= 0 || pos < 0) {
+                rc = fail(err, errlen, "%s: num_key_value_heads, head_dim and "
+                          "max_position_embeddings must be whole numbers above 0", path);
+            } else {
+                double q = heads * (double)hd, kv = (double)kvh * (double)hd;
+                /* q, k, v, o projections; Qwen2 has q/k/v biases, Llama all four when
+                 * attention_bias (o's is h wide); gate, up, down (biases with mlp_bias); two
+                 * RMSNorm weights per layer, one at the end; the head unless tied. */
+                int qwen = !strcmp(type, "qwen2"), llama = !strcmp(type, "llama");
+                double attn = h * q + 2 * h * kv + q * h;
+                if (qwen || (llama && flag_of(o, "attention_bias", 0))) attn += q + 2 * kv;
+                if (llama && flag_of(o, "attention_bias", 0)) attn += h;
+                double mlp = 3 * h * I + (llama && flag_of(o, "mlp_bias", 0) ? 2 * I + h : 0);
+                in->params = V * h + L * (attn + mlp + 2 * h) + h +
+                             (flag_of(o, "tie_word_embeddings", 0) ? 0 : V * h);
+                in->layers = (int)k[1];
+                in->hidden = h;
+                in->vocab = V;
+                in->ffn = I;
+                in->gated = 1;
+                if (in->seq <= 0 && pos > 0) in->seq = (double)pos;
+                rc = 0;
+            }
+        }
+    } else {
+        rc = fail(err, errlen, "%s: model_type \"%s\" is not one zinc plan counts (gpt2, llama, "
+                  "mistral, qwen2): give --params, --layers and --hidden instead", path, type);
+    }
+    json_object_put(o);
+    return rc;
+}
