@@ -6,15 +6,21 @@
  */
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "config/config.h"
+#include "models/gpt.h"
 #include "tools/commands.h"
 #include "tools/plan.h"
+
+/* The model --calibrate times by default: big enough that its matrix work dominates a step. */
+#define ZPLAN_CAL_MODEL "L4-D256-H4-T256"
 
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: zinc plan (--params P --seq S | --hf-config FILE) --gpus N --gpu NAME\n"
+            "usage: zinc plan (--params P --seq S | --hf-config FILE) --gpus N\n"
+            "                 (--gpu NAME | --calibration FILE)\n"
             "                 (--stage S | --config FILE | --recommend --global-batch G)\n"
             "                 [--layers L --hidden H [--vocab V] [--ffn I] [--gated]]\n"
             "                 [--micro-batch B] [--accum K]\n"
@@ -40,6 +46,13 @@ static void usage(FILE *f)
             "  --recommend --global-batch G  every stage, offload and micro-batch that keeps G\n"
             "                    sequences per step on --gpus: the fastest that fits, and why\n"
             "                    each other lost\n"
+            "  --calibration FILE  price with this machine's figures (zinc plan --calibrate)\n"
+            "                    instead of --gpu's row: efficiency 1 against its FLOP/s, its\n"
+            "                    link inside the node (all --gpus on one node by default)\n\n"
+            "       zinc plan --calibrate [--out FILE] [--model SPEC] [--ranks N] [--threads T]\n"
+            "measures here, on the cpu device: one rank's FLOP/s on the built-in model (SPEC,\n"
+            "default %s, T threads, default 1), the Adam step's bytes/s and the link (alpha,\n"
+            "beta) of N local ranks (default 2); writes FILE (default zinc-calibration.json)\n"
             "  --gpu NAME        a100-40, a100-80, h100, h200 (SXM; figures from the datasheets)\n"
             "  --config FILE     DeepSpeed JSON: its stage, precision, gradient accumulation,\n"
             "                    micro-batch and offload (flags given as well win)\n"
@@ -48,13 +61,13 @@ static void usage(FILE *f)
             "                    --intra-lat 2, --inter-lat 5 (us per ring step, assumed)\n"
             "  --pcie-bw, --host-bw  offload: host link per direction (default the GPU's) and\n"
             "                    host memory bandwidth per rank for the host Adam (default 50)\n",
-            ZPLAN_EFFICIENCY);
+            ZPLAN_EFFICIENCY, ZPLAN_CAL_MODEL);
 }
 
 /* Numeric flags: value range and whether it must be whole. Unset values stay -1. */
 enum { P_PARAMS, P_LAYERS, P_HIDDEN, P_SEQ, P_VOCAB, P_MICRO, P_GPUS, P_PERNODE, P_STAGE,
        P_ACCUM, P_INTRA_BW, P_INTER_BW, P_INTRA_LAT, P_INTER_LAT, P_PCIE_BW, P_HOST_BW, P_EFF,
-       P_FFN, P_GLOBAL, P_COUNT };
+       P_FFN, P_GLOBAL, P_RANKS, P_THREADS, P_COUNT };
 static const struct {
     const char *flag;
     double lo, hi;
@@ -70,6 +83,7 @@ static const struct {
     [P_PCIE_BW] = {"--pcie-bw", 1e-3, 1e6, 0}, [P_HOST_BW] = {"--host-bw", 1e-3, 1e6, 0},
     [P_EFF] = {"--efficiency", 1e-3, 1, 0},    [P_FFN] = {"--ffn", 1, 1e8, 1},
     [P_GLOBAL] = {"--global-batch", 1, 1e9, 1},
+    [P_RANKS] = {"--ranks", 2, 64, 1},        [P_THREADS] = {"--threads", 1, 4096, 1},
 };
 
 static const int zplan_scale[] = {1, 8, 16, 64, 256, 1024};
@@ -291,10 +305,11 @@ int cmd_plan(int argc, char **argv)
 {
     double v[P_COUNT];
     for (int p = 0; p < P_COUNT; p++) v[p] = -1.0;
-    const char *gpu_name = NULL, *config = NULL, *hf = NULL;
+    const char *gpu_name = NULL, *config = NULL, *hf = NULL, *cal_file = NULL, *out_file = NULL;
+    const char *cal_model = NULL;
     zinc_dtype dtype = ZINC_DTYPE_BF16;
     int json = 0, ckpt = 0, offload = 0, offload_param = 0, dtype_set = 0, gated = 0;
-    int recommend = 0;
+    int recommend = 0, calibrate = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -307,6 +322,7 @@ int cmd_plan(int argc, char **argv)
                   : !strcmp(a, "--offload-param")     ? &offload_param
                   : !strcmp(a, "--gated")             ? &gated
                   : !strcmp(a, "--recommend")         ? &recommend
+                  : !strcmp(a, "--calibrate")         ? &calibrate
                                                       : NULL;
         if (on) { /* a switch: no value */
             *on = 1;
@@ -314,8 +330,11 @@ int cmd_plan(int argc, char **argv)
         }
         int p = 0;
         while (p < P_COUNT && strcmp(a, zplan_flags[p].flag)) p++;
-        if (p == P_COUNT && strcmp(a, "--gpu") && strcmp(a, "--config") && strcmp(a, "--dtype") &&
-            strcmp(a, "--hf-config"))
+        static const char *const named[] = {"--gpu", "--config", "--dtype", "--hf-config",
+                                            "--calibration", "--out", "--model"};
+        int is_named = 0;
+        for (size_t k = 0; k < sizeof named / sizeof named[0]; k++) is_named |= !strcmp(a, named[k]);
+        if (p == P_COUNT && !is_named)
             return zarg_usage_error("plan", "unknown argument '%s'", a);
         if (!val) return zarg_usage_error("plan", "%s needs a value", a);
         i++;
@@ -325,6 +344,12 @@ int cmd_plan(int argc, char **argv)
             config = val;
         } else if (!strcmp(a, "--hf-config")) {
             hf = val;
+        } else if (!strcmp(a, "--calibration")) {
+            cal_file = val;
+        } else if (!strcmp(a, "--out")) {
+            out_file = val;
+        } else if (!strcmp(a, "--model")) {
+            cal_model = val;
         } else if (!strcmp(a, "--dtype")) {
             if (zarg_dtype(val, &dtype))
                 return zarg_usage_error("plan", "--dtype must be fp16, bf16 or fp32, not '%s'",
@@ -340,12 +365,54 @@ int cmd_plan(int argc, char **argv)
                                         zplan_flags[p].lo, zplan_flags[p].hi, val);
         }
     }
+    if (calibrate) {
+        if (gpu_name || cal_file || hf || config || recommend || v[P_GPUS] >= 0 ||
+            v[P_PARAMS] >= 0 || v[P_STAGE] >= 0)
+            return zarg_usage_error("plan", "--calibrate takes only --out, --model, --ranks and "
+                                    "--threads (it measures this machine; plan with "
+                                    "--calibration FILE afterwards)");
+        zm_spec sp;
+        char perr[256];
+        const char *spec = cal_model ? cal_model : ZPLAN_CAL_MODEL;
+        if (zm_spec_parse(spec, &sp, perr, sizeof perr))
+            return zarg_usage_error("plan", "--model '%s': %s", spec, perr);
+        /* This binary's path for the child runs (a shell's /proc/self/exe is the shell). */
+        char self[4096];
+        ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+        if (len <= 0) {
+            fprintf(stderr, "zinc plan --calibrate: cannot find this binary's path\n");
+            return 1;
+        }
+        self[len] = 0;
+        return zplan_calibrate(self, out_file ? out_file : "zinc-calibration.json",
+                               spec, v[P_RANKS] > 0 ? (int)v[P_RANKS] : 2,
+                               v[P_THREADS] > 0 ? (int)v[P_THREADS] : 1);
+    }
+    if (out_file || cal_model || v[P_RANKS] >= 0 || v[P_THREADS] >= 0)
+        return zarg_usage_error("plan", "--out, --model, --ranks and --threads go with --calibrate");
     if (v[P_GPUS] < 0) return zarg_usage_error("plan", "--gpus N is required");
-    if (!gpu_name) return zarg_usage_error("plan", "--gpu NAME is required (a100-40, a100-80, "
-                                           "h100, h200)");
-    const zplan_gpu *gpu = zplan_gpu_find(gpu_name);
-    if (!gpu) return zarg_usage_error("plan", "--gpu '%s' is not in the table (a100-40, a100-80, "
-                                      "h100, h200)", gpu_name);
+    static zplan_gpu calibrated;
+    zplan_link cal_link = {0, 0};
+    const zplan_gpu *gpu = NULL;
+    if (cal_file) {
+        char err[512];
+        if (gpu_name)
+            return zarg_usage_error("plan", "--gpu and --calibration: give one (the calibration "
+                                    "is the device)");
+        if (zplan_read_calibration(cal_file, &calibrated, &cal_link, err, sizeof err))
+            return zarg_usage_error("plan", "--calibration: %s", err);
+        gpu = &calibrated;
+        if (v[P_EFF] < 0) v[P_EFF] = 1.0;             /* its FLOP/s are achieved ones */
+        if (v[P_PERNODE] < 0) v[P_PERNODE] = v[P_GPUS]; /* one machine */
+    } else {
+        if (!gpu_name)
+            return zarg_usage_error("plan", "--gpu NAME is required (a100-40, a100-80, h100, "
+                                    "h200), or --calibration FILE");
+        gpu = zplan_gpu_find(gpu_name);
+        if (!gpu)
+            return zarg_usage_error("plan", "--gpu '%s' is not in the table (a100-40, a100-80, "
+                                    "h100, h200)", gpu_name);
+    }
     /* A transformers config.json gives the shape; flags given as well win. */
     zplan_in shape = {.seq = v[P_SEQ] > 0 ? v[P_SEQ] : 0};
     if (hf) {
@@ -408,7 +475,8 @@ int cmd_plan(int argc, char **argv)
         .stage = (int)v[P_STAGE], .accum = v[P_ACCUM] > 0 ? (int)v[P_ACCUM] : 1,
         .dtype = dtype, .offload = offload, .offload_param = offload_param, .gpu = gpu,
         .intra = {v[P_INTRA_BW] > 0 ? v[P_INTRA_BW] * 1e9 : gpu->nvlink_bw,
-                  v[P_INTRA_LAT] >= 0 ? v[P_INTRA_LAT] * 1e-6 : ZPLAN_INTRA_ALPHA},
+                  v[P_INTRA_LAT] >= 0 ? v[P_INTRA_LAT] * 1e-6
+                  : cal_file          ? cal_link.alpha : ZPLAN_INTRA_ALPHA},
         .inter = {v[P_INTER_BW] > 0 ? v[P_INTER_BW] * 1e9 : ZPLAN_IB_NDR_BW,
                   v[P_INTER_LAT] >= 0 ? v[P_INTER_LAT] * 1e-6 : ZPLAN_INTER_ALPHA},
         .pcie_bw = v[P_PCIE_BW] > 0 ? v[P_PCIE_BW] * 1e9 : gpu->pcie_bw,

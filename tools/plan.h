@@ -121,6 +121,18 @@ typedef struct {
  * not, smallest first; returns how many (0 when global_batch is not a multiple of gpus). */
 int zplan_recommend(const zplan_in *base, long long global_batch, zplan_choice *out, int max);
 
+/* `zinc plan --calibrate` (tools/plan_calibrate.c): measures one rank's compute on the built-in
+ * model at `spec` with `threads` threads (this binary's `train`, `self` its path), the Adam step's
+ * bytes/s, and the link (α, β) of a local world of `ranks` threads, on the cpu device; writes
+ * them to out_path as JSON. Returns the exit code (0, or 1 with the reason on stderr). */
+int zplan_calibrate(const char *self, const char *out_path, const char *spec, int ranks,
+                    int threads);
+/* Reads a file zplan_calibrate wrote: the rank as a row of the GPU table (peak_flops the FLOP/s
+ * measured, hbm_bw the optimizer's bytes/s, mem_bytes the machine's memory) and its link.
+ * Returns 0, or -1 with the reason (naming the file and the key) in err. */
+int zplan_read_calibration(const char *path, zplan_gpu *gpu, zplan_link *link, char *err,
+                           size_t len);
+
 /* A transformers config.json (GPT-2, Llama, Mistral, Qwen2 families): fills params (counted as
  * those classes build their weights), layers, hidden, vocab, ffn, gated and, when seq is 0, seq
  * from the context length. Returns 0, or -1 with the reason in err. */

@@ -95,5 +95,33 @@ if ! grep -q '^nothing fits 40 GB per GPU' "$tmp.out"; then
     echo "FAIL: an impossible run did not say nothing fits"; cat "$tmp.out"; fails=$((fails + 1))
 fi
 
-rm -f "$tmp.json"
+# --calibrate measures this machine (a tiny model: seconds) and --calibration plans with it.
+checks=$((checks + 1))
+if "$zinc" plan --calibrate --out "$tmp.cal" --model L1-D32-H2-T32 >"$tmp.out" 2>"$tmp.err"; then
+    for key in '"flops_per_s": [0-9]' '"optimizer_bytes_per_s": [0-9]' '"link_alpha_s": [0-9]' \
+               '"link_bytes_per_s": [0-9]' '"memory_bytes": [0-9]'; do
+        if ! grep -Eq -- "$key" "$tmp.cal"; then
+            echo "FAIL: the calibration lacks /$key/"; cat "$tmp.cal"; fails=$((fails + 1))
+        fi
+    done
+    expect 0 - --calibration "$tmp.cal" --params 30000 --layers 1 --hidden 32 --seq 32 --gpus 2 \
+        --stage 2 --json
+    if ! grep -q '"name": "calibrated"' "$tmp.out"; then
+        echo "FAIL: --calibration did not price with the calibrated rank"; cat "$tmp.out"
+        fails=$((fails + 1))
+    fi
+else
+    echo "FAIL: zinc plan --calibrate failed"; cat "$tmp.err"; fails=$((fails + 1))
+fi
+expect 2 "^zinc plan: --calibrate takes only --out" --calibrate --gpus 8
+expect 2 "^zinc plan: --out, --model, --ranks and --threads go with --calibrate" $base --ranks 2
+expect 2 "^zinc plan: --calibration: .*no-such\.cal: cannot open" --calibration "$tmp.no-such.cal" \
+    --params 7e9 --seq 4096 --gpus 8 --stage 3
+printf '{"zinc_calibration": 1, "flops_per_s": 1e10}' >"$tmp.json"
+expect 2 "link_alpha_s.*is missing|optimizer_bytes_per_s.*is missing" --calibration "$tmp.json" \
+    --params 7e9 --seq 4096 --gpus 8 --stage 3
+expect 2 "^zinc plan: --gpu and --calibration: give one" --calibration "$tmp.cal" $base
+expect 2 "^zinc plan: --model 'L0-D1': " --calibrate --model L0-D1
+
+rm -f "$tmp.json" "$tmp.cal"
 cli_finish

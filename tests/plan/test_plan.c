@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "engine/internal.h"
 #include "testutil.h"
@@ -342,6 +343,40 @@ static void test_recommend(void)
     ZT_CHECK(zplan_recommend(&in, 60, c, 256) == 0, "a global batch of 60 on 8 GPUs");
 }
 
+/* A calibration file as `zinc plan --calibrate` writes it: read back as the GPU table's row, and
+ * a step priced with it at efficiency 1 is its FLOPs over the measured FLOP/s plus Adam at the
+ * measured bytes/s (one rank: no comm). */
+static void test_calibration(void)
+{
+    char path[] = "/tmp/zinc-plan-cal-XXXXXX";
+    int fd = mkstemp(path);
+    ZT_CHECK(fd >= 0, "mkstemp");
+    if (fd < 0) return;
+    FILE *f = fdopen(fd, "w");
+    fprintf(f, "{\"zinc_calibration\": 1, \"device\": \"cpu\",\n \"flops_per_s\": 2e10, "
+               "\"optimizer_bytes_per_s\": 3e10,\n \"link_alpha_s\": 1e-05, "
+               "\"link_bytes_per_s\": 4e9, \"link_ranks\": 2,\n \"memory_bytes\": 2.5e10}\n");
+    fclose(f);
+    zplan_gpu g;
+    zplan_link l;
+    char err[256];
+    int rc = zplan_read_calibration(path, &g, &l, err, sizeof err);
+    unlink(path);
+    ZT_CHECK(rc == 0, "read: %s", err);
+    ZT_CHECK(g.peak_flops == 2e10 && g.hbm_bw == 3e10 && g.mem_bytes == 2.5e10 && l.bw == 4e9 &&
+             l.alpha == 1e-5, "calibrated row: %g %g %g, link %g %g", g.peak_flops, g.hbm_bw,
+             g.mem_bytes, l.bw, l.alpha);
+    zplan_in in = h100_node();
+    in.gpu = &g, in.intra = l, in.gpus = 1, in.per_node = 1, in.efficiency = 1.0;
+    in.params = 1.2e6, in.layers = 2, in.hidden = 128, in.seq = 128, in.micro_batch = 4;
+    zplan_out o;
+    zplan_step(&in, &o);
+    double flops = (6 * 1.2e6 + 12.0 * 2 * 128 * 128) * 512;
+    double want = flops / 2e10 + 28.0 * 1.2e6 / 3e10;
+    ZT_CHECK(fabs(o.step - want) <= 1e-9 * want, "calibrated step %.12g, by hand %.12g", o.step,
+             want);
+}
+
 int main(void)
 {
     test_alpha_beta();
@@ -351,5 +386,6 @@ int main(void)
     test_activations();
     test_hf_configs();
     test_recommend();
+    test_calibration();
     return zt_finish("test_plan");
 }

@@ -5,8 +5,10 @@ set(ZINC_PLAN_TEST_DIR ${CMAKE_CURRENT_LIST_DIR})
 zinc_test(NAME plan_model
           SOURCES ${ZINC_PLAN_TEST_DIR}/test_plan.c ${CMAKE_SOURCE_DIR}/tools/plan_model.c
                   ${CMAKE_SOURCE_DIR}/tools/plan_recommend.c ${CMAKE_SOURCE_DIR}/tools/plan_hf.c
+                  ${CMAKE_SOURCE_DIR}/tools/plan_calibrate.c ${CMAKE_SOURCE_DIR}/tools/cmd_bench.c
+                  ${CMAKE_SOURCE_DIR}/tools/bench_offload.c
                   ${CMAKE_SOURCE_DIR}/tools/cmd_estimate.c ${CMAKE_SOURCE_DIR}/tools/args.c
-          LIBS m LABELS "multirank;unit" TIMEOUT 300)
+          LIBS zinc_models m LABELS "multirank;unit" TIMEOUT 300)
 add_dependencies(plan_model zinc_cli)
 target_compile_definitions(plan_model PRIVATE ZINC_CLI="$<TARGET_FILE:zinc_cli>"
                            ZINC_PLAN_TEST_DIR="${ZINC_PLAN_TEST_DIR}")
