@@ -42,7 +42,8 @@ allocated outside torch's allocator; 0 for the others); `dev_used_gib` is the de
 memory at the end (cudaMemGetInfo: context, caches and all); `host_peak_gib` the peak RSS;
 `mem_phases_gib` torch's allocated + zinc's own at four points of the last step (before the
 forward: the state held between steps; after the forward: + activations; after the backward;
-after the step). `host_waits_per_step`: zinc's engine.host_waits() around each timed step.
+after the step). `host_waits_per_step`: zinc's engine.host_waits() around each timed step;
+`hook_ms_per_step`: the host milliseconds inside zinc's torch hooks in each (engine.hook_seconds()).
 Losses: every step's, read after the last (no host wait for them inside the loop).
 """
 import argparse
@@ -259,13 +260,16 @@ def run_cell(a):
     # zinc's host waits per optimizer step (issue 38's goal: at most one), counted by the engine.
     waits_of = (engine.host_waits if a.framework == "zinc" and hasattr(engine, "host_waits")
                 else None)
-    losses, times, waits = [], [], []
+    hooks_of = (engine.hook_seconds if a.framework == "zinc" and hasattr(engine, "hook_seconds")
+                else None)
+    losses, times, waits, hooks = [], [], [], []
     for i in range(n_steps):
         if i == a.warmup and cuda:
             torch.cuda.reset_peak_memory_stats(dev)
         x, y = data[i, :, :-1], data[i, :, 1:]
         sync()
         w0 = waits_of() if waits_of else 0
+        h0 = hooks_of() if hooks_of else 0.0
         phases["on"] = i == n_steps - 1
         t0 = time.perf_counter()
         losses.append(train_step(x, y).detach())
@@ -274,8 +278,12 @@ def run_cell(a):
             times.append(time.perf_counter() - t0)
             if waits_of:
                 waits.append(waits_of() - w0)
+            if hooks_of:
+                hooks.append(round((hooks_of() - h0) * 1e3, 3))
     if waits_of:
         out["host_waits_per_step"] = waits
+    if hooks_of:
+        out["hook_ms_per_step"] = hooks
     phases.pop("on", None)
     if phases:
         out["mem_phases_gib"] = phases
@@ -449,6 +457,14 @@ def report(d):
                         f"{c['model']} stage {c['stage']}{' offload' if c['offload'] else ''} "
                         f"{'/'.join(str(n) for n in sorted(set(c['host_waits_per_step'])))}"
                         for c in counted))
+    hooked = [c for c in cells if c.get("hook_ms_per_step")]
+    if hooked:
+        rows.append("")
+        rows.append("Host time inside zinc's torch hooks per step (engine.hook_seconds(), median "
+                    "ms; beside the step's median): " + "; ".join(
+                        f"{c['model']} stage {c['stage']}{' offload' if c['offload'] else ''} "
+                        f"{statistics.median(c['hook_ms_per_step']):.1f} of {c['median_ms']:.1f}"
+                        for c in hooked))
     phased = [c for c in cells if c.get("mem_phases_gib")]
     if phased:
         rows.append("")

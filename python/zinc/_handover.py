@@ -12,6 +12,7 @@ import ctypes
 
 import torch
 
+from ._hooktime import timed
 from ._lib import lib
 
 
@@ -50,6 +51,7 @@ class _HandOverMixin:
                 self._materialize(gi)
         return hook
 
+    @timed
     def _hand_over(self, gi):
         """Adds the group's gradients into zinc's views, drops `.grad`, zinc_grads_ready."""
         G, e = self._g[gi], self._e

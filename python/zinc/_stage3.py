@@ -40,6 +40,7 @@ import weakref
 import torch
 
 from . import _memory
+from ._hooktime import timed
 from ._lib import lib
 from ._memory import _TORCH_DTYPE, _numel
 
@@ -160,6 +161,7 @@ class _Stage3Mixin:
         more = self._declared.get(mod)
         return need + sorted(more.difference(need)) if more else need
 
+    @timed
     def _pre_hook(self, mod, inputs):
         self._end_open_micro()     # a forward through engine.module, not the engine
         self._stack.append((mod, []))
@@ -167,6 +169,7 @@ class _Stage3Mixin:
             self._materialize(gi)
             self._g[gi].holds += 1
 
+    @timed
     def _on_read(self, p):
         """A parameter read through its module's attribute (_GatherOnRead): if a forward is
         running and the group is not gathered, gather it for the innermost running module,
@@ -180,6 +183,7 @@ class _Stage3Mixin:
         self._g[gi].holds += 1
         self._stack[-1][1].append(gi)
 
+    @timed
     def _post_hook(self, mod, inputs, out):
         read = []
         if self._stack and self._stack[-1][0] is mod:
@@ -208,6 +212,7 @@ class _Stage3Mixin:
                 out[k] = self._wrap(out[k], groups)
         return out
 
+    @timed
     def _materialize(self, gi):
         """Stage 3: zinc_gather the group, copy it into `param.data`, zinc_release."""
         G, e = self._g[gi], self._e

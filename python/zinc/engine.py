@@ -201,6 +201,8 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
         # by name before anything, as parameters spread over several devices).
         self._device = _model_device(model)
         self._cuda = self._device.type == "cuda"
+        self._hook_s = 0.0            # host seconds inside the torch hooks (_hooktime.timed)
+        self._hook_depth = 0
         world = _launcher_world()      # initialize() set up torch.distributed before
         rank = lib.zinc_world_rank(world)
         # A world of one without a launcher (rank -1: a local world) holds one engine per rank;
@@ -420,6 +422,13 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
         since initialize (zinc_host_waits) — one per optimizer step without offload, counted on
         the CPU as on a GPU. Differences around a step give its count."""
         return int(lib.zinc_host_waits(self._e))
+
+    def hook_seconds(self):
+        """zinc's own (not DeepSpeed's): the host's wall seconds inside zinc's torch hooks since
+        initialize — stage 3's gathers, copies and releases around each module, the gradient
+        hand-overs. On a GPU, when a step's time is about this per step, the step is limited by
+        the host launching work, not by the device (python/zinc/_hooktime.py)."""
+        return self._hook_s
 
     def memory(self):
         """zinc's memory of this rank by category: {name: (planned bytes, allocated bytes)}."""

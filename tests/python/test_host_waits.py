@@ -35,15 +35,22 @@ def waits_per_step(stage, dtype, accum, steps=4, offload=False, offload_param=Fa
                                       config=cfg, dist_init_required=False)
     g = torch.Generator().manual_seed(1)
     data = [torch.randint(0, 48, (2, 9), generator=g) for _ in range(accum)]
-    counts, losses = [], []
+    counts, losses, hooks = [], [], []
     for _ in range(steps):          # the same batches each step: the loss must fall
-        before = engine.host_waits()
+        before, h0 = engine.host_waits(), engine.hook_seconds()
         for x in data:
             loss = F.cross_entropy(engine(x[:, :-1]).float().reshape(-1, 48), x[:, 1:].reshape(-1))
             engine.backward(loss)
             engine.step()
             losses.append(float(loss))
         counts.append(engine.host_waits() - before)
+        hooks.append(engine.hook_seconds() - h0)
+    # engine.hook_seconds(): every step spends host time in the hooks (the hand-overs at least),
+    # and nothing outside a step adds to it.
+    idle = engine.hook_seconds()
+    engine.global_steps, engine.get_lr()
+    check(f"stage {stage} {dtype}: hook_seconds grows in every step and only there",
+          all(h > 0 for h in hooks) and engine.hook_seconds() == idle, f"per step {hooks}")
     engine.close()
     return counts, losses
 
