@@ -409,7 +409,9 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
         zinc gathers and reduces into the same few buffers every step, and a view costs a
         DLPack descriptor and a torch import each time (the larger part of a stage-3 gather's
         host time, 2026-11-28). The same key is the same memory holding the same parameter, so
-        a kept view is what a new one would be; close() drops them with the engine."""
+        a kept view is what a new one would be. zinc's gather slots and buckets are fixed
+        buffers (engine/gather.c slot_buf), so a parameter has at most one view per slot and
+        bucket; close() drops them with the engine."""
         t = self._views.get((pid, ptr))
         if t is None:
             shape = self._shapes[pid]
