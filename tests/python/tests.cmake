@@ -153,6 +153,15 @@ foreach(_c "s0_fp32;3" "s0_bf16;2" "s1_fp32;2" "s1_bf16;0" "s1_bf16_fp32acc;3" "
   set_tests_properties(python_ds_import_${_f} PROPERTIES LABELS "python;ckpt" TIMEOUT 120
                        SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
 endforeach()
+# python -m zinc.utils.from_deepspeed: the zinc checkpoint it writes passes `zinc ckpt verify`
+# and loads (engine, zero_to_fp32) with DeepSpeed's values.
+foreach(_f s3_bf16 u2_fp32)
+  add_test(NAME python_ds_convert_${_f}
+           COMMAND ${_py} ${_pyt}/test_ds_import.py convert ${_f}
+                   ${CMAKE_CURRENT_BINARY_DIR}/py_ds_convert_${_f} $<TARGET_FILE:zinc_cli>)
+  set_tests_properties(python_ds_convert_${_f} PROPERTIES LABELS "python;ckpt" TIMEOUT 120
+                       SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
+endforeach()
 add_test(NAME python_ds_import_refused
          COMMAND ${_py} ${_pyt}/test_ds_import.py refuse ${CMAKE_CURRENT_BINARY_DIR}/py_ds_refuse)
 set_tests_properties(python_ds_import_refused PROPERTIES LABELS "python;ckpt" TIMEOUT 120
