@@ -246,7 +246,8 @@ if(ZINC_HAVE_MPI AND ZINC_TORCH_PYTHON)
                          ENVIRONMENT "${_env}")
   endforeach()
   # DeepSpeed's 2-rank checkpoints at zinc's 2 and 4 ranks (zinc reshards them itself).
-  foreach(_c "s2_fp32;3;2" "s3_bf16;1;2" "s1_fp32;2;4")
+  # s0_bf16: the warning that DeepSpeed's Adam and scheduler counts differ comes from rank 0 only.
+  foreach(_c "s2_fp32;3;2" "s3_bf16;1;2" "s1_fp32;2;4" "s0_bf16;1;2")
     list(GET _c 0 _f)
     list(GET _c 1 _s)
     list(GET _c 2 _n)
