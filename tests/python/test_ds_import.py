@@ -15,6 +15,11 @@
         file, another optimizer's type, a rank's file missing; a folder that is no checkpoint
         raises. And zinc_engine_set_train_state (how the import sets the counters and the
         fp16 loss scaler) refuses out-of-range fields by name, and a save keeps what it set.
+    python test_ds_import.py export NAME DIR STAGE   from_deepspeed, then python -m
+        zinc.utils.to_deepspeed: the universal checkpoint it writes holds DeepSpeed's values
+        bitwise (read back by ds_checkpoint's universal reader, which the fixtures DeepSpeed's
+        ds_to_universal wrote check), its step, counters, scheduler position and client_state;
+        a zinc engine at STAGE resumes it and trains on to DeepSpeed's later weights (as load).
     python test_ds_import.py convert NAME DIR ZINC_CLI   python -m zinc.utils.from_deepspeed
         writes a zinc checkpoint that `zinc ckpt verify` passes and that a zinc engine (and
         zinc.utils.zero_to_fp32) loads with the same values.
@@ -231,7 +236,8 @@ def main(argv):
         refuse(argv[1])
     elif mode == "convert":
         convert(argv[1], argv[2], argv[3])
-
+    elif mode == "export":
+        export(argv[1], argv[2], int(argv[3]))
     else:
         raise SystemExit(f"test_ds_import: unknown mode {mode}")
     if failures:
@@ -270,6 +276,39 @@ def convert(name, out, cli):
           f"{engine.global_steps, engine.global_samples}")
     check(f"{name}: its client_state", client.get("epoch") == 7, f"{client}")
 
+
+def export(name, work, stage):
+    """from_deepspeed then to_deepspeed: the universal checkpoint written holds DeepSpeed's
+    values (read back by ds_checkpoint, whose universal reader the fixtures made by DeepSpeed's
+    ds_to_universal check), and a zinc engine resumes it to DeepSpeed's later weights."""
+    want = expected(name)
+    zdir, udir = os.path.join(work, "zinc"), os.path.join(work, "universal")
+    shutil.rmtree(work, ignore_errors=True)
+    env = dict(os.environ, PYTHONPATH=os.path.join(HERE, "..", "..", "python"))
+    for mod, args in (("from_deepspeed", [os.path.join(FIXTURES, name, "ckpt"), zdir]),
+                      ("to_deepspeed", [zdir, udir])):
+        r = subprocess.run([sys.executable, "-m", f"zinc.utils.{mod}"] + args, env=env,
+                           capture_output=True, text=True)
+        check(f"{name}: {mod} exits 0", r.returncode == 0, r.stderr[-2000:])
+    with open(os.path.join(udir, "latest_universal"), encoding="utf-8") as f:
+        check(f"{name}: latest_universal names the tag", f.read() == "global_step3")
+    ds = read_deepspeed_checkpoint(udir)
+    check(f"{name}: read back as a universal checkpoint", ds.kind == "universal", ds.kind)
+    for key in ("master", "exp_avg", "exp_avg_sq"):
+        got = getattr(ds, key)
+        bad = [n for n in want[key] if n not in got or not bitwise(got[n], want[key][n])]
+        check(f"{name}: its {key} is DeepSpeed's, bitwise", not bad, f"{bad}")
+    check(f"{name}: its step, counters, scheduler position, client_state",
+          (ds.adam_step, ds.global_steps, ds.global_samples, ds.lr_scheduler,
+           ds.client_state.get("epoch")) == (want["adam_step"], want["global_steps"],
+                                             want["global_samples"],
+                                             {"last_batch_iteration": 2}, 7),
+          f"{ds.adam_step, ds.global_steps, ds.global_samples, ds.lr_scheduler}")
+    # zinc resumes the exported folder as DeepSpeed resumed its own save.
+    os.makedirs(os.path.join(work, name))
+    os.rename(udir, os.path.join(work, name, "ckpt"))
+    shutil.copy(os.path.join(FIXTURES, name, "expected.json"), os.path.join(work, name))
+    load(name, stage, work)
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

@@ -162,6 +162,17 @@ foreach(_f s3_bf16 u2_fp32)
   set_tests_properties(python_ds_convert_${_f} PROPERTIES LABELS "python;ckpt" TIMEOUT 120
                        SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
 endforeach()
+# from_deepspeed then to_deepspeed: the universal checkpoint holds DeepSpeed's values and zinc
+# resumes it to DeepSpeed's later weights.
+foreach(_c "s2_fp32;3" "s3_bf16;0")
+  list(GET _c 0 _f)
+  list(GET _c 1 _s)
+  add_test(NAME python_ds_export_${_f}
+           COMMAND ${_py} ${_pyt}/test_ds_import.py export ${_f}
+                   ${CMAKE_CURRENT_BINARY_DIR}/py_ds_export_${_f} ${_s})
+  set_tests_properties(python_ds_export_${_f} PROPERTIES LABELS "python;ckpt" TIMEOUT 120
+                       SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
+endforeach()
 add_test(NAME python_ds_import_refused
          COMMAND ${_py} ${_pyt}/test_ds_import.py refuse ${CMAKE_CURRENT_BINARY_DIR}/py_ds_refuse)
 set_tests_properties(python_ds_import_refused PROPERTIES LABELS "python;ckpt" TIMEOUT 120
