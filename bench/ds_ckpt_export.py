@@ -5,7 +5,7 @@ continues from it as it continued from its own save (run by hand from a venv wit
 CI has none).
 
     DS_ACCELERATOR=cpu ZINC_LIB=build/libzinc.so /work/main/bench/.venv/bin/python \\
-        bench/ds_ckpt_export.py [--work DIR] [--stages 1,2,3] [NAME ...]
+        bench/ds_ckpt_export.py [--work DIR] [--stages 1,2,3] [--zinc-python PY] [NAME ...]
 
 For each committed fixture NAME (tests/python/ds_fixtures, default s2_fp32 s3_bf16): zinc
 writes DeepSpeed's checkpoint as a zinc checkpoint (python -m zinc.utils.from_deepspeed), then
@@ -89,7 +89,12 @@ def main(argv):
         return 0
     p = argparse.ArgumentParser()
     p.add_argument("--work", default=None)
-    p.add_argument("--stages", default="1,2,3")
+    p.add_argument("--stages", default="1,2,3",
+                   help="DeepSpeed's ZeRO stages (0 fails: DeepSpeed reads universal "
+                        "checkpoints only through its ZeRO optimizers)")
+    p.add_argument("--zinc-python", default=sys.executable,
+                   help="the Python (and so the torch) that runs zinc's converters, e.g. "
+                        "CI's /usr/bin/python3 with torch 1.13: DeepSpeed must read its files")
     p.add_argument("names", nargs="*")
     a = p.parse_args(argv)
     work = a.work or tempfile.mkdtemp(prefix="ds_export_")
@@ -99,7 +104,7 @@ def main(argv):
         zdir, udir = os.path.join(work, name, "zinc"), os.path.join(work, name, "universal")
         for mod, args in (("from_deepspeed", [os.path.join(FIXTURES, name, "ckpt"), zdir]),
                           ("to_deepspeed", [zdir, udir])):
-            subprocess.run([sys.executable, "-m", f"zinc.utils.{mod}"] + args, env=env,
+            subprocess.run([a.zinc_python, "-m", f"zinc.utils.{mod}"] + args, env=env,
                            check=True, capture_output=True)
         want = json.load(open(os.path.join(FIXTURES, name, "expected.json")))
         tol = 1e-5 if want["dtype"] == "fp32" else 1e-2
