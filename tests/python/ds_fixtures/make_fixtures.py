@@ -170,6 +170,12 @@ def launch(out, stage, dtype):
     rcs = [p.wait() for p in procs]
     if any(rcs):
         raise SystemExit(f"make_fixtures: {out}: ranks exited {rcs}")
+    # DeepSpeed copies its zero_to_fp32.py / zero_to_torch.py into every save folder: 40 kB of
+    # its source the fixtures need not carry.
+    for helper in ("zero_to_fp32.py", "zero_to_torch.py"):
+        path = os.path.join(out, "ckpt", helper)
+        if os.path.exists(path):
+            os.remove(path)
 
 
 def universal(root, name, source):
