@@ -164,7 +164,7 @@ def refuse(tmp):
     shutil.copytree(src, d)
     f = os.path.join(d, "global_step3", "mp_rank_00_model_states.pt")
     from zinc.utils import _ds_pickle
-    sd = _ds_pickle.load(f)
+    sd = _ds_pickle.load_file(f)
     sd["ds_config"]["optimizer"]["type"] = "SGD"
     torch.save(sd, f)
     check_raises("refused: another optimizer", lambda: engine.load_checkpoint(d),

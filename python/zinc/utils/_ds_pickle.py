@@ -9,14 +9,14 @@ values can be read as attributes: scaler.cur_scale, stage.args[0]. Everything el
 pickle normally does (torch's tensors, collections.OrderedDict, ...).
 
 torch.load takes a pickle_module (torch 1.13 and 2.x): ours is this module, whose Unpickler
-maps the names.
+maps the names; load_file(path) is the call.
 """
 import pickle
 import sys
 
 import torch
 
-__all__ = ["load", "DSObject"]
+__all__ = ["load_file", "DSObject"]
 
 
 class DSObject:
@@ -70,16 +70,17 @@ class Unpickler(pickle.Unpickler):
         return super().find_class(module, name)
 
 
-# torch.load reads these attributes of its pickle_module.
-Pickler = pickle.Pickler
-dump, dumps, loads = pickle.dump, pickle.dumps, pickle.loads
+def load(f, **kwargs):
+    """pickle.load with the stand-ins: torch.load's pickle_module.load, which it calls for the
+    parts of a file outside its zip reader (the legacy, pre-1.6 format)."""
+    return Unpickler(f, **kwargs).load()
 
 
 def _this_module():
     return sys.modules[__name__]
 
 
-def load(path):
+def load_file(path):
     """torch.load(path) on the CPU with DeepSpeed's classes as stand-ins. Not weights_only: a
     DeepSpeed checkpoint holds the client's own objects too (client_state), as its loader
     trusts them; the file is trusted as the code that wrote it."""

@@ -200,7 +200,7 @@ def _take(name_shapes, flat, flat_m, flat_v, out, paddings=None, path=""):
 
 def _flat_groups(ds, tagdir, files, param_shapes):
     """ZeRO 1-2 and BF16_Optimizer files: the ranks' flat partitions per group."""
-    per_rank = [_ds_pickle.load(f)["optimizer_state_dict"] for f in files]
+    per_rank = [_ds_pickle.load_file(f)["optimizer_state_dict"] for f in files]
     first = per_rank[0]
     ds.scaler = _scaler_of(first["loss_scaler"]) if "loss_scaler" in first else None
     steps = []
@@ -228,7 +228,7 @@ def _flat_groups(ds, tagdir, files, param_shapes):
 
 def _stage3(ds, tagdir, files, param_shapes):
     """ZeRO 3: each parameter split on its own, ceil(numel / ranks) elements per rank."""
-    per_rank = [_ds_pickle.load(f)["optimizer_state_dict"] for f in files]
+    per_rank = [_ds_pickle.load_file(f)["optimizer_state_dict"] for f in files]
     ranks = len(files)
     first = per_rank[0]
     ds.scaler = _scaler_of(first["loss_scaler"]) if "loss_scaler" in first else None
@@ -309,20 +309,20 @@ def _universal(ds, tagdir, param_shapes):
             _refuse(pdir, f"optimizer state {others}: not Adam's")
         for dst, f in ((ds.master, "fp32"), (ds.exp_avg, "exp_avg"), (ds.exp_avg_sq,
                                                                        "exp_avg_sq")):
-            d = _ds_pickle.load(os.path.join(pdir, f + ".pt"))
+            d = _ds_pickle.load_file(os.path.join(pdir, f + ".pt"))
             t = (d["param"] if isinstance(d, dict) else d).float()
             # ds_to_universal of a stage-3 checkpoint leaves the tensors flat: the model
             # states' param_shapes give them their shape back.
             dst[name] = t.view(tuple(shapes[name])) if name in shapes else t
         sp = os.path.join(pdir, "step.pt")
         if os.path.exists(sp):
-            s = _ds_pickle.load(sp)
+            s = _ds_pickle.load_file(sp)
             steps.append({"step": s["param"] if isinstance(s, dict) else s})
     if not ds.master:
         _refuse(zdir, "no zero/<param>/exp_avg.pt: a universal checkpoint without Adam state")
     osp = os.path.join(zdir, "optimizer_state.pt")
     if os.path.exists(osp):
-        osd = _ds_pickle.load(osp)
+        osd = _ds_pickle.load_file(osp)
         if "loss_scaler" in osd:
             ds.scaler = _scaler_of(osd["loss_scaler"])
         # A stage-3 source has no step.pt: its step is in rank 0's optimizer state, kept here.
@@ -354,7 +354,7 @@ def read_deepspeed_checkpoint(load_dir, tag=None):
     names = os.listdir(tagdir)
     _check_layout(tagdir, names)
     msf = _model_states_file(tagdir, names)
-    sd = _ds_pickle.load(msf)
+    sd = _ds_pickle.load_file(msf)
     _check_model_states(msf, sd)
     ds.ds_config, ds.ds_version = sd.get("ds_config") or {}, sd.get("ds_version")
     ds.dtype = _dtype_of(ds.ds_config)
@@ -384,7 +384,7 @@ def _native(ds, tagdir, msf, sd, param_shapes):
     files = (_rank_files(tagdir, "zero_pp_rank_{}_mp_rank_00_optim_states.pt") or
              _rank_files(tagdir, "bf16_zero_pp_rank_{}_mp_rank_00_optim_states.pt"))
     if files:
-        head = _ds_pickle.load(files[0])["optimizer_state_dict"]
+        head = _ds_pickle.load_file(files[0])["optimizer_state_dict"]
         stage = head.get("zero_stage")
         stage = int(getattr(stage, "value", stage) or 0)
         if "fp32_flat_groups" in head:
