@@ -14,7 +14,9 @@
         the engine changes: a tensor-parallel rank's file, a pipeline layer file, an expert
         file, another optimizer's type, a rank's file missing; a folder that is no checkpoint
         raises. And zinc_engine_set_train_state (how the import sets the counters and the
-        fp16 loss scaler) refuses out-of-range fields by name, and a save keeps what it set.
+        fp16 loss scaler) refuses out-of-range fields by name, and a save keeps what it set;
+        a DynamicLossScaler pickled under DeepSpeed's module path (made here: no fp16
+        fixture exists) reaches an fp16 engine's scaler, fields and all.
     python test_ds_import.py export NAME DIR STAGE   from_deepspeed, then python -m
         zinc.utils.to_deepspeed: the universal checkpoint it writes holds DeepSpeed's values
         bitwise (read back by ds_checkpoint's universal reader, which the fixtures DeepSpeed's
@@ -181,7 +183,77 @@ def refuse(tmp):
     check_raises("a folder that is no checkpoint", lambda: read_deepspeed_checkpoint(tmp),
                  FileNotFoundError, "not a DeepSpeed checkpoint")
     train_state(tmp)
+    fp16_scaler(tmp)
     return 0
+
+
+def fp16_scaler(tmp):
+    """DeepSpeed's fp16 loss scaler carried into an fp16 engine. No fixture has one (DeepSpeed's
+    CPU accelerator refuses fp16 training), so this one is made here: the s2_fp32 fixture with
+    fp16 enabled in its config and, in its optimizer files, a DynamicLossScaler pickled under
+    DeepSpeed's module path (a class registered there only while saving), which the load must
+    read without deepspeed. Checks the mapping of its fields, not DeepSpeed's arithmetic."""
+    import types
+    from zinc.utils import _ds_pickle
+    d = os.path.join(tmp, "fp16")
+    shutil.rmtree(d, ignore_errors=True)
+    shutil.copytree(os.path.join(FIXTURES, "s2_fp32", "ckpt"), d)
+    step_dir = os.path.join(d, "global_step3")
+    mod_name = "deepspeed.runtime.fp16.loss_scaler"
+    fake = types.ModuleType(mod_name)
+
+    class DynamicLossScaler:
+        pass
+    DynamicLossScaler.__module__ = mod_name
+    DynamicLossScaler.__qualname__ = "DynamicLossScaler"
+    fake.DynamicLossScaler = DynamicLossScaler
+    parts = mod_name.split(".")
+    added = [".".join(parts[:i + 1]) for i in range(len(parts))
+             if ".".join(parts[:i + 1]) not in sys.modules]
+    files = [os.path.join(step_dir, f"zero_pp_rank_{r}_mp_rank_00_optim_states.pt")
+             for r in (0, 1)]
+    states = [_ds_pickle.load_file(f) for f in files]   # before the fake module exists
+    try:
+        for name in added:
+            sys.modules[name] = fake if name == mod_name else types.ModuleType(name)
+        for f, sd in zip(files, states):
+            osd = sd["optimizer_state_dict"]
+            scaler = DynamicLossScaler()
+            scaler.__dict__.update(cur_scale=1024.0, cur_iter=9, last_overflow_iter=3,
+                                   scale_factor=2.0, scale_window=1000, min_scale=1,
+                                   delayed_shift=2, cur_hysteresis=1,
+                                   consecutive_hysteresis=False, dynamic=True)
+            osd["loss_scaler"] = scaler
+            osd["dynamic_loss_scale"] = True
+            osd["zero_stage"] = 2             # the stand-ins cannot be pickled again
+            osd.pop("param_slice_mappings", None)
+            torch.save(sd, f)
+    finally:
+        for name in added:
+            del sys.modules[name]
+    f = os.path.join(step_dir, "mp_rank_00_model_states.pt")
+    sd = _ds_pickle.load_file(f)
+    sd["ds_config"]["fp16"] = {"enabled": True, "loss_scale": 0, "hysteresis": 2}
+    torch.save(sd, f)
+    want = expected("s2_fp32")
+    cfg = zinc_config(want, 1, 1)
+    cfg["fp16"] = {"enabled": True, "loss_scale": 0, "initial_scale_power": 8, "hysteresis": 2}
+    model = make_fixtures.net(torch).half()
+    model.shift.data = model.shift.data.float()
+    engine, *_ = zinc.initialize(model=model, model_parameters=model.parameters(), config=cfg)
+    engine.load_checkpoint(d)
+    bad = [n for n, p in model.named_parameters()
+           if not bitwise(safe_get_full_fp32_param(p), want["master"][n])]
+    check("fp16: DeepSpeed's fp32 master into an fp16 engine", not bad, f"{bad}")
+    check("fp16: the loss scale is the checkpoint's DynamicLossScaler's",
+          float(engine.optimizer.cur_scale) == 1024.0, f"{engine.optimizer.cur_scale}")
+    out = os.path.join(tmp, "fp16_zinc")
+    engine.save_checkpoint(out, tag="t")
+    with open(os.path.join(out, "t", "manifest.json"), encoding="utf-8") as f:
+        sc = json.load(f)["engine_state"]["loss_scaler"]
+    check("fp16: its hysteresis, cur_iter, last_overflow_iter are the engine's (a save keeps "
+          "them)", (sc["cur_scale"], sc["cur_hysteresis"], sc["cur_iter"],
+                    sc["last_overflow_iter"]) == (1024, 1, 9, 3), f"{sc}")
 
 
 def train_state(tmp):
