@@ -1190,6 +1190,45 @@ int zinc_engine_steps(const zinc_engine_t *e, int64_t *applied, int64_t *skipped
     return 0;
 }
 
+zinc_status zinc_engine_set_train_state(zinc_engine_t *e, const zinc_train_state_t *s)
+{
+    if (!e || !s) return zerr_thread(ZINC_ERR_INVALID_ARG, "zinc_engine_set_train_state: NULL argument");
+    const zscaler *sc = &e->st.scaler;
+    const int fp16 = e->cfg.fp16.enabled || e->cfg.dtype == ZINC_DTYPE_FP16;   /* as zscaler_init */
+    const char *bad = NULL;
+    /* The same bounds a checkpoint's engine_state must keep (ckpt/state.c): a later save writes
+     * these values and a later load must accept them. */
+    if (s->applied < 0 || s->applied > ZENG_COUNTER_MAX) bad = "applied";
+    else if (s->skipped < 0 || s->skipped > ZENG_COUNTER_MAX) bad = "skipped";
+    else if (fp16 && s->scaler_scale != 0 && !(isfinite(s->scaler_scale) && s->scaler_scale > 0))
+        bad = "scaler_scale";
+    else if (fp16 && s->scaler_scale != 0 && sc->dynamic &&
+             (s->scaler_hysteresis < 1 || s->scaler_hysteresis > sc->delayed_shift))
+        bad = "scaler_hysteresis";
+    else if (fp16 && s->scaler_scale != 0 && sc->dynamic &&
+             (s->scaler_iter < 0 || s->scaler_iter > ZENG_COUNTER_MAX))
+        bad = "scaler_iter";
+    else if (fp16 && s->scaler_scale != 0 && sc->dynamic &&
+             (s->scaler_last_overflow_iter < -1 || s->scaler_last_overflow_iter > s->scaler_iter))
+        bad = "scaler_last_overflow_iter";
+    if (bad)
+        return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_engine_set_train_state: %s is out of "
+                         "range (counters 0..2^53, a finite scale > 0, hysteresis 1..%d, "
+                         "last_overflow_iter -1..iter)", bad, sc->delayed_shift);
+    e->st.step = s->applied;
+    e->st.skipped = s->skipped;
+    e->st.micro = 0;
+    if (fp16 && s->scaler_scale != 0) {
+        e->st.scaler.cur_scale = s->scaler_scale;
+        if (sc->dynamic) {
+            e->st.scaler.cur_hysteresis = s->scaler_hysteresis;
+            e->st.scaler.cur_iter = s->scaler_iter;
+            e->st.scaler.last_overflow_iter = s->scaler_last_overflow_iter;
+        }
+    }
+    return ZINC_OK;
+}
+
 float zinc_loss_multiplier(const zinc_engine_t *e)
 {
     if (!e) return 1.0f;

@@ -452,6 +452,26 @@ ZINC_API double zinc_engine_loss_scale(const zinc_engine_t *e);
  * load without it). Where a resumed program picks up its count (DeepSpeed's global_steps is
  * their sum). Returns 0, -1 for NULL e. */
 ZINC_API int zinc_engine_steps(const zinc_engine_t *e, int64_t *applied, int64_t *skipped);
+/* The training counters and loss scaler a resumed run starts from, for state that comes from
+ * outside a zinc checkpoint (the Python package's DeepSpeed checkpoint import, zinc.utils).
+ * scaler_* are DeepSpeed's DynamicLossScaler fields (cur_scale, cur_hysteresis, cur_iter,
+ * last_overflow_iter); the scale window, factor and minimum stay the config's. */
+typedef struct zinc_train_state {
+    int64_t applied;             /* optimizer updates applied: Adam's step count, the schedule's */
+    int64_t skipped;             /* optimizer steps skipped for a gradient overflow              */
+    double scaler_scale;         /* fp16's scale; 0: the engine's loss scaler stays as it is (the
+                                    source had none); ignored without fp16                       */
+    int scaler_hysteresis;       /* 1 .. the config's hysteresis; ignored unless dynamic         */
+    int64_t scaler_iter;         /* ignored unless dynamic                                       */
+    int64_t scaler_last_overflow_iter;   /* -1 .. scaler_iter; ignored unless dynamic            */
+} zinc_train_state_t;
+
+/* Sets the engine's counters and loss scaler (and starts a new accumulation window), between
+ * optimizer steps, after zinc_finalize. Not collective: every rank passes the same values.
+ * Range-checked as a checkpoint's engine_state is (docs/checkpoint-format.md): counters in
+ * 0..2^53, a finite scale > 0, hysteresis and iterations in range; ZINC_ERR_INVALID_ARG naming
+ * the field otherwise, and nothing is changed. */
+ZINC_API zinc_status zinc_engine_set_train_state(zinc_engine_t *e, const zinc_train_state_t *s);
 /* 1 when the config asks for the full 16-bit weights on save (zero_optimization.
  * stage3_gather_16bit_weights_on_model_save or one of its aliases), which DeepSpeed's
  * save_16bit_model needs at stage 3. 0 otherwise and for NULL. */

@@ -53,6 +53,14 @@ class LoadOptions(ctypes.Structure):
                 ("caller_reads_extra", ctypes.c_int), ("extra", ctypes.c_int)]
 
 
+class TrainState(ctypes.Structure):
+    """zinc_train_state_t (include/zinc.h): counters and loss scaler set from outside a zinc
+    checkpoint (the DeepSpeed import)."""
+    _fields_ = [("applied", ctypes.c_int64), ("skipped", ctypes.c_int64),
+                ("scaler_scale", ctypes.c_double), ("scaler_hysteresis", ctypes.c_int),
+                ("scaler_iter", ctypes.c_int64), ("scaler_last_overflow_iter", ctypes.c_int64)]
+
+
 class TensorRequest(ctypes.Structure):
     _fields_ = [("name", ctypes.c_char_p), ("shape", ctypes.POINTER(ctypes.c_int64)),
                 ("ndim", ctypes.c_int), ("out", ctypes.c_void_p), ("found", ctypes.c_int)]
@@ -141,6 +149,7 @@ _sig = {
     "zinc_engine_betas": (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(ctypes.c_double),
                                          ctypes.POINTER(ctypes.c_double)]),
     "zinc_engine_gather_16bit_on_save": (ctypes.c_int, [ctypes.c_void_p]),
+    "zinc_engine_set_train_state": (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(TrainState)]),
     "zinc_ckpt_save": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p,
                                       ctypes.POINTER(SaveOptions)]),
     "zinc_ckpt_wait": (ctypes.c_int, [ctypes.c_void_p]),

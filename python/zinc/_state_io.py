@@ -301,7 +301,10 @@ class _StateIOMixin:
         exclude_frozen_parameters=True, as Hugging Face's Trainer resumes a PEFT model) and
         what the model lacks is left. Either way the full load needs Adam state for every
         parameter zinc trains, and a shape that differs raises. A load that raises may have
-        set some of the weights already (as torch's load_state_dict): load again."""
+        set some of the weights already (as torch's load_state_dict): load again.
+        A DeepSpeed checkpoint folder (load_dir/tag, or the tag its `latest` names) loads as it
+        is: ZeRO stages 0-3 and universal checkpoints, fp32/fp16/bf16 (_ds_import.py,
+        docs/deepspeed-checkpoints.md); what zinc cannot carry raises before anything is set."""
         if not load_module_only:
             if not load_optimizer_states:
                 raise NotImplementedError(
@@ -316,6 +319,11 @@ class _StateIOMixin:
         if custom_load_fn is not None:
             raise NotImplementedError("zinc: load_checkpoint(custom_load_fn=...)")
         self._no_context("load_checkpoint()")
+        # At call time: zinc.utils imports the engine, which imports this module.
+        from ._ds_import import is_deepspeed, load_deepspeed
+        if is_deepspeed(load_dir, tag):
+            return load_deepspeed(self, load_dir, tag, bool(load_module_strict),
+                                  bool(load_module_only))
         weights_only, strict = bool(load_module_only), bool(load_module_strict)
         cap = _BLOB_CAP
         while True:

@@ -141,6 +141,43 @@ add_test(NAME python_torch_cuda_on_cpu COMMAND ${_py} ${_pyt}/test_torch_cuda.py
 set_tests_properties(python_torch_cuda_on_cpu PROPERTIES LABELS python TIMEOUT 300
                      SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
 
+# DeepSpeed checkpoints loaded as they are, without DeepSpeed (test_ds_import.py): the fixtures
+# in ds_fixtures/ were written by DeepSpeed 0.19.8 itself (make_fixtures.py, 2 ranks); each is
+# loaded by zinc at another ZeRO stage than DeepSpeed's and checked against what DeepSpeed held
+# (expected.json), then trained on to DeepSpeed's own later weights.
+foreach(_c "s0_fp32;3" "s0_bf16;2" "s1_fp32;2" "s1_bf16;0" "s1_bf16_fp32acc;3" "s2_fp32;3"
+           "s2_bf16;1" "s3_fp32;1" "s3_bf16;2" "u2_fp32;0" "u3_bf16;3")
+  list(GET _c 0 _f)
+  list(GET _c 1 _s)
+  add_test(NAME python_ds_import_${_f} COMMAND ${_py} ${_pyt}/test_ds_import.py load ${_f} ${_s})
+  set_tests_properties(python_ds_import_${_f} PROPERTIES LABELS "python;ckpt" TIMEOUT 120
+                       SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
+endforeach()
+# python -m zinc.utils.from_deepspeed: the zinc checkpoint it writes passes `zinc ckpt verify`
+# and loads (engine, zero_to_fp32) with DeepSpeed's values.
+foreach(_f s3_bf16 u2_fp32)
+  add_test(NAME python_ds_convert_${_f}
+           COMMAND ${_py} ${_pyt}/test_ds_import.py convert ${_f}
+                   ${CMAKE_CURRENT_BINARY_DIR}/py_ds_convert_${_f} $<TARGET_FILE:zinc_cli>)
+  set_tests_properties(python_ds_convert_${_f} PROPERTIES LABELS "python;ckpt" TIMEOUT 120
+                       SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
+endforeach()
+# from_deepspeed then to_deepspeed: the universal checkpoint holds DeepSpeed's values and zinc
+# resumes it to DeepSpeed's later weights.
+foreach(_c "s2_fp32;3" "s3_bf16;0")
+  list(GET _c 0 _f)
+  list(GET _c 1 _s)
+  add_test(NAME python_ds_export_${_f}
+           COMMAND ${_py} ${_pyt}/test_ds_import.py export ${_f}
+                   ${CMAKE_CURRENT_BINARY_DIR}/py_ds_export_${_f} ${_s})
+  set_tests_properties(python_ds_export_${_f} PROPERTIES LABELS "python;ckpt" TIMEOUT 120
+                       SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
+endforeach()
+add_test(NAME python_ds_import_refused
+         COMMAND ${_py} ${_pyt}/test_ds_import.py refuse ${CMAKE_CURRENT_BINARY_DIR}/py_ds_refuse)
+set_tests_properties(python_ds_import_refused PROPERTIES LABELS "python;ckpt" TIMEOUT 120
+                     SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
+
 if(ZINC_HAVE_MPI AND ZINC_TORCH_PYTHON)
   set(_mpi ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe)
   # python_<name>_mpi_stage<s>: `script STAGE` under mpirun -np 2, for each stage given.
@@ -217,6 +254,19 @@ if(ZINC_HAVE_MPI AND ZINC_TORCH_PYTHON)
                      ${_t} ${CMAKE_CURRENT_BINARY_DIR}/py_z2f_mpi_${_t}${_s}/ckpt)
     set_tests_properties(python_zero_to_fp32_mpi_${_t}_stage${_s} PROPERTIES
                          LABELS "python;multirank;ckpt" TIMEOUT 120 SKIP_RETURN_CODE 77
+                         ENVIRONMENT "${_env}")
+  endforeach()
+  # DeepSpeed's 2-rank checkpoints at zinc's 2 and 4 ranks (zinc reshards them itself).
+  # s0_bf16: the warning that DeepSpeed's Adam and scheduler counts differ comes from rank 0 only.
+  foreach(_c "s2_fp32;3;2" "s3_bf16;1;2" "s1_fp32;2;4" "s0_bf16;1;2")
+    list(GET _c 0 _f)
+    list(GET _c 1 _s)
+    list(GET _c 2 _n)
+    add_test(NAME python_ds_import_mpi${_n}_${_f}
+             COMMAND ${_mpi} ${MPIEXEC_NUMPROC_FLAG} ${_n} ${_py} ${_pyt}/test_ds_import.py load
+                     ${_f} ${_s})
+    set_tests_properties(python_ds_import_mpi${_n}_${_f} PROPERTIES
+                         LABELS "python;multirank;ckpt" TIMEOUT 300 SKIP_RETURN_CODE 77
                          ENVIRONMENT "${_env}")
   endforeach()
   foreach(_s 1 3)

@@ -1,0 +1,141 @@
+"""_ds_import.py — engine.load_checkpoint of a DeepSpeed checkpoint folder, as it is.
+
+zinc.utils.ds_checkpoint reads the folder into model space (every parameter's fp32 master,
+exp_avg and exp_avg_sq in full, the counters, the loss scaler, the module's buffers); this
+file checks it against the model and hands it to the engine through its parameter calls
+(zinc_param_set, zinc_param_state_set) and zinc_engine_set_train_state. Each rank keeps its
+part of what it is given, so any zinc world size and stage loads any DeepSpeed stage and world
+size: the resharding is the engine's own.
+
+Everything is read and checked before anything is set: a checkpoint zinc cannot carry, or one of
+another model, raises with the engine as it was.
+"""
+import ctypes
+import os
+import warnings
+
+import torch
+
+from ._lib import TrainState, lib
+from .utils.ds_checkpoint import read_deepspeed_checkpoint
+
+_EXP_AVG, _EXP_AVG_SQ = 0, 1     # zinc_param_state
+
+
+def _plan(engine, ds, strict):
+    """{pid: name} of zinc's parameters to set, {Parameter: tensor} of the model's untrained
+    parameters, {buffer: tensor}: DeepSpeed's values matched to the model by name. Raises
+    ValueError naming what differs (strict: anything missing or unknown; always: a shape)."""
+    trained = engine._trained_params()
+    untrained = engine._untrained_params()
+    buffers = engine._persistent_buffers()
+    shapes = {pid: tuple(engine._shapes[pid]) for pid, _ in trained.values()}
+    lost = [n for n in trained if n not in ds.master]
+    if lost and strict:
+        raise ValueError(f"zinc: load_checkpoint: the DeepSpeed checkpoint {ds.path} has no "
+                         f"optimizer state for the parameters {lost} that zinc trains (a "
+                         f"checkpoint of another model, or saved with them frozen?); "
+                         f"load_module_strict=False keeps their values")
+    set_trained = {}
+    for n, (pid, _) in trained.items():
+        if n not in ds.master:
+            continue
+        if tuple(ds.master[n].shape) != shapes[pid]:
+            raise ValueError(f"zinc: load_checkpoint: {n} is {tuple(ds.master[n].shape)} in "
+                             f"{ds.path}, {shapes[pid]} in the model")
+        set_trained[pid] = n
+    set_untrained = {}
+    for n, p in untrained.items():
+        src = ds.master.get(n, ds.module.get(n))
+        if src is None or src.numel() == 0:         # stage 3's module holds placeholders
+            if strict:
+                raise ValueError(f"zinc: load_checkpoint: {ds.path} holds no value for the "
+                                 f"parameter {n} that zinc does not train; "
+                                 f"load_module_strict=False keeps the model's value")
+            continue
+        if tuple(src.shape) != tuple(p.shape):
+            raise ValueError(f"zinc: load_checkpoint: {n} is {tuple(src.shape)} in {ds.path}, "
+                             f"{tuple(p.shape)} in the model")
+        set_untrained[p] = src
+    set_buffers = {}
+    for n, b in buffers.items():
+        if n not in ds.module:
+            if strict:
+                raise ValueError(f"zinc: load_checkpoint: the model's buffer {n} is not in "
+                                 f"{ds.path}; load_module_strict=False keeps its value")
+            continue
+        if tuple(ds.module[n].shape) != tuple(b.shape):
+            raise ValueError(f"zinc: load_checkpoint: buffer {n} is "
+                             f"{tuple(ds.module[n].shape)} in {ds.path}, {tuple(b.shape)} in "
+                             f"the model")
+        set_buffers[b] = ds.module[n]
+    known = set(trained) | set(untrained) | set(buffers)
+    unknown = sorted(n for n in ds.master if n not in known)
+    if unknown and strict:
+        raise ValueError(f"zinc: load_checkpoint: {ds.path} trains {unknown}, which are not "
+                         f"parameters of the model (a checkpoint of another model?); "
+                         f"load_module_strict=False leaves them")
+    return set_trained, set_untrained, set_buffers
+
+
+def _train_state(engine, ds):
+    """The zinc_train_state_t of ds. The schedule's position is Adam's step count (zinc keeps
+    one count for both): where DeepSpeed's differ, Adam's wins, with a warning."""
+    st = TrainState(applied=ds.adam_step, skipped=ds.skipped_steps, scaler_scale=0.0,
+                    scaler_hysteresis=1, scaler_iter=0, scaler_last_overflow_iter=-1)
+    if ds.scaler is not None:
+        st.scaler_scale = ds.scaler["scale"]
+        st.scaler_hysteresis = ds.scaler["hysteresis"]
+        st.scaler_iter = ds.scaler["iter"]
+        st.scaler_last_overflow_iter = ds.scaler["last_overflow_iter"]
+    sched = ds.lr_scheduler if isinstance(ds.lr_scheduler, dict) else {}
+    at = sched.get("last_batch_iteration")
+    if at is not None and int(at) + 1 != ds.adam_step and engine.global_rank == 0:
+        warnings.warn(f"zinc: {ds.path}: DeepSpeed's optimizer counts {ds.adam_step} Adam "
+                      f"steps, its LR scheduler {int(at) + 1}; zinc keeps one count for both "
+                      f"and takes Adam's (the schedule resumes at step {ds.adam_step})",
+                      RuntimeWarning, stacklevel=4)
+    return st
+
+
+def load_deepspeed(engine, load_dir, tag, strict, weights_only):
+    """engine.load_checkpoint of the DeepSpeed checkpoint load_dir/tag: (tag folder,
+    client_state). weights_only (load_module_only): the weights and buffers alone, the Adam
+    state, counters and loss scaler kept as they are."""
+    ds = read_deepspeed_checkpoint(load_dir, tag)
+    set_trained, set_untrained, set_buffers = _plan(engine, ds, strict)
+    state = None if weights_only else _train_state(engine, ds)
+    engine._torch_then_zinc()       # the writes below replace weights torch may still read
+    for pid, n in set_trained.items():
+        values = [ds.master[n]] if weights_only else [ds.master[n], ds.exp_avg[n],
+                                                      ds.exp_avg_sq[n]]
+        values = [v.to(torch.float32).contiguous() for v in values]
+        engine._call(lib.zinc_param_set(engine._e, pid, ctypes.c_void_p(values[0].data_ptr())))
+        if not weights_only:
+            for which, v in ((_EXP_AVG, values[1]), (_EXP_AVG_SQ, values[2])):
+                engine._call(lib.zinc_param_state_set(engine._e, pid, which,
+                                                      ctypes.c_void_p(v.data_ptr())))
+    if state is not None:
+        engine._call(lib.zinc_engine_set_train_state(engine._e, ctypes.byref(state)))
+    engine._zinc_then_torch()
+    with torch.no_grad():
+        for p, v in set_untrained.items():
+            p.copy_(v.to(p.dtype))
+        for b, v in set_buffers.items():
+            b.copy_(v.to(b.dtype))
+    if not weights_only:
+        # DeepSpeed's global_steps counts skipped steps too, as zinc's engine.global_steps.
+        engine._steps = ds.global_steps
+        engine._skipped = ds.skipped_steps
+        engine._samples = ds.global_samples or ds.global_steps * engine.train_batch_size()
+        engine._lr = lib.zinc_engine_lr(engine._e)
+        if engine._client_sched is not None and isinstance(ds.lr_scheduler, dict):
+            engine._client_sched.load_state_dict(ds.lr_scheduler)
+        engine._opt._after_step()       # the groups show the next step's lr
+    return ds.path, ds.client_state
+
+
+def is_deepspeed(load_dir, tag):
+    """Whether load_dir/tag (tag None: `latest`) is a DeepSpeed checkpoint, not zinc's."""
+    from .utils.ds_checkpoint import find_deepspeed_tag
+    return os.path.isdir(load_dir) and find_deepspeed_tag(load_dir, tag) is not None

@@ -1,0 +1,99 @@
+"""_ds_pickle.py — torch.load of DeepSpeed's checkpoint files without importing deepspeed.
+
+DeepSpeed pickles objects of its own into its checkpoints: the loss scaler
+(deepspeed.runtime.fp16.loss_scaler.LossScaler / DynamicLossScaler), ZeroStageEnum, the
+fragment_address namedtuple of param_slice_mappings. Unpickling them normally imports
+deepspeed, which zinc never depends on. Here every global under `deepspeed.` becomes a plain
+stand-in that keeps what the pickle gives it (constructor arguments, __dict__ state), so the
+values can be read as attributes: scaler.cur_scale, stage.args[0]. Everything else resolves as
+pickle normally does (torch's tensors, collections.OrderedDict, ...).
+
+torch.load takes a pickle_module (torch 1.13 and 2.x): ours is this module, whose Unpickler
+maps the names; load_file(path) is the call.
+"""
+import pickle
+import sys
+
+import torch
+
+__all__ = ["load_file", "DSObject"]
+
+
+class DSObject:
+    """A DeepSpeed object as its pickle described it: `args` (what it was built from: an enum's
+    value, a namedtuple's fields) and its __dict__ state as attributes. `ds_class` names the
+    class DeepSpeed pickled."""
+
+    ds_class = "deepspeed.?"
+
+    def __new__(cls, *args, **kwargs):
+        obj = object.__new__(cls)
+        obj.args, obj.kwargs = args, kwargs
+        return obj
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def __setstate__(self, state):
+        if isinstance(state, tuple) and len(state) == 2:     # (dict, slots)
+            state = {**(state[0] or {}), **(state[1] or {})}
+        if isinstance(state, dict):
+            self.__dict__.update(state)
+        else:
+            self.state = state
+
+    @property
+    def value(self):
+        """An enum's value (ZeroStageEnum(2).value == 2)."""
+        return self.args[0] if self.args else None
+
+    def __repr__(self):
+        return f"<{self.ds_class} {self.args or ''} {sorted(k for k in vars(self))}>"
+
+
+_stand_ins = {}
+
+
+def _stand_in(module, name):
+    key = f"{module}.{name}"
+    if key not in _stand_ins:
+        _stand_ins[key] = type(name, (DSObject,), {"ds_class": key})
+    return _stand_ins[key]
+
+
+class Unpickler(pickle.Unpickler):
+    """pickle.Unpickler with DeepSpeed's classes replaced by stand-ins (DSObject)."""
+
+    def find_class(self, module, name):
+        if module == "deepspeed" or module.startswith("deepspeed."):
+            return _stand_in(module, name)
+        return super().find_class(module, name)
+
+
+def load(f, **kwargs):
+    """pickle.load with the stand-ins: torch.load's pickle_module.load, which it calls for the
+    parts of a file outside its zip reader (the legacy, pre-1.6 format)."""
+    return Unpickler(f, **kwargs).load()
+
+
+def _this_module():
+    return sys.modules[__name__]
+
+
+def load_file(path):
+    """torch.load(path) on the CPU with DeepSpeed's classes as stand-ins. Not weights_only: a
+    DeepSpeed checkpoint holds the client's own objects too (client_state), as its loader
+    trusts them; the file is trusted as the code that wrote it."""
+    try:
+        return torch.load(path, map_location="cpu", pickle_module=sys.modules[__name__],
+                          weights_only=False)
+    except ModuleNotFoundError as ex:
+        if ex.name != "deepspeed" and not str(ex.name).startswith("deepspeed."):
+            raise
+    # torch 1.13's torch.load replaces the pickle_module it is given by pickle unless
+    # weights_only is set (fixed in torch 2.0), so it would import deepspeed: its zip reader
+    # is called here with ours. DeepSpeed writes the zip format (torch.save's default since
+    # torch 1.6), the only one this path reads.
+    from torch import serialization as ser
+    with ser._open_file_like(path, "rb") as f, ser._open_zipfile_reader(f) as z:
+        return ser._load(z, "cpu", sys.modules[__name__])

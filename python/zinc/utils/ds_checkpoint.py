@@ -1,0 +1,402 @@
+"""ds_checkpoint.py — a DeepSpeed checkpoint folder read into model space, without deepspeed.
+
+    from zinc.utils.ds_checkpoint import read_deepspeed_checkpoint
+    ds = read_deepspeed_checkpoint("checkpoints", tag=None)     # tag None: DeepSpeed's `latest`
+    ds.master["fc1.weight"], ds.exp_avg[...], ds.adam_step, ds.global_steps, ds.scaler, ...
+
+What it reads (DeepSpeed 0.19.8's file layout; docs/deepspeed-checkpoints.md):
+- ZeRO stages 1-2 and BF16_Optimizer: each rank's flat fp32 partition of every param group
+  (single_partition_of_fp32_groups) and the Adam moments of the same partition; concatenated
+  over the ranks, the group's parameters follow one another in param_shapes order (with
+  param_alignment_paddings after each, where DeepSpeed wrote them);
+- ZeRO stage 3: every parameter is split on its own, ceil(numel / ranks) elements per rank, and
+  a rank's flat groups are its slices of the parameters in param_shapes order;
+- stage 0: the model states file's optimizer: torch's state_dict (fp32) or DeepSpeed's fp16/bf16
+  optimizer's (fp32 copies beside torch's state);
+- universal checkpoints: zero/<param>/fp32.pt, exp_avg.pt, exp_avg_sq.pt, step.pt.
+Everything becomes full fp32 tensors by parameter name, which zinc (any world size, any stage)
+loads through its own parameter calls: resharding is zinc's, not this file's.
+
+Refused by name, before anything is read into an engine: model or pipeline parallelism
+(mp_rank other than 00, layer_* files, tp/pp degrees above 1), MoE (expert files), an optimizer
+other than Adam/AdamW (state other than exp_avg/exp_avg_sq/step).
+"""
+import glob
+import math
+import os
+import re
+
+import torch
+
+from . import _ds_pickle
+
+# Keys of DeepSpeed's model states file that are DeepSpeed's own: DeepSpeed 0.19.8's
+# load_checkpoint returns every other key as client_state (so does zinc).
+_DS_KEYS = {"module", "skipped_steps", "global_steps", "dp_world_size", "mp_world_size",
+            "data_sampler", "random_ltd", "lr_scheduler", "optimizer"}
+_ADAM_STATE = {"exp_avg", "exp_avg_sq", "step"}
+_ADAM_TYPES = {"adam", "adamw", "fusedadam", "torch_adam", "cpuadam", "deepspeedcpuadam"}
+
+
+class DeepSpeedCheckpointError(ValueError):
+    """A DeepSpeed checkpoint zinc cannot carry (the message names the file and what)."""
+
+
+class DeepSpeedState:
+    """What a DeepSpeed checkpoint holds, in model space (every tensor full, on the CPU).
+
+    master, exp_avg, exp_avg_sq: {name: fp32 tensor of the parameter's shape}, the parameters
+    DeepSpeed's optimizer trained, in its order. adam_step: the Adam step count (updates
+    applied). global_steps, global_samples, skipped_steps: the engine's counters. scaler: None
+    (no fp16) or {"scale", "dynamic", "hysteresis", "iter", "last_overflow_iter"}.
+    lr_scheduler: DeepSpeed's scheduler state_dict (or None). module: the model states file's
+    module state_dict (buffers, frozen parameters; 16-bit copies of the trained ones; empty
+    placeholders at stage 3). buffer_names, frozen: names. client_state: the other keys, as
+    DeepSpeed's load_checkpoint returns them. path, tag, kind ("zero-0".."zero-3",
+    "bf16-optimizer", "universal"), dtype ("fp32"|"fp16"|"bf16"), world_size (DeepSpeed's data
+    parallel ranks), ds_config, ds_version."""
+
+    def __init__(self):
+        self.master, self.exp_avg, self.exp_avg_sq = {}, {}, {}
+        self.adam_step = 0
+        self.global_steps = self.global_samples = self.skipped_steps = 0
+        self.scaler = None
+        self.lr_scheduler = None
+        self.module, self.buffer_names, self.frozen = {}, [], []
+        self.client_state = {}
+        self.path = self.tag = self.kind = self.dtype = None
+        self.world_size, self.ds_config, self.ds_version = 1, {}, None
+
+
+def _refuse(path, what):
+    raise DeepSpeedCheckpointError(f"zinc: {path}: {what}; zinc carries only data-parallel "
+                                   "ZeRO checkpoints of Adam/AdamW (docs/deepspeed-"
+                                   "checkpoints.md)")
+
+
+def find_deepspeed_tag(load_dir, tag=None):
+    """(tag, tag folder) when load_dir/tag is a DeepSpeed checkpoint (tag None: the one its
+    `latest` file names, else `latest_universal`'s), None when it is not one (a zinc
+    checkpoint, or nothing there)."""
+    if tag is None or str(tag) == "latest":
+        for name in ("latest", "latest_universal"):
+            p = os.path.join(load_dir, name)
+            if os.path.isfile(p):
+                with open(p, encoding="utf-8") as f:
+                    tag = f.read().strip()
+                break
+        else:
+            return None
+    tagdir = os.path.join(load_dir, str(tag))
+    if not os.path.isdir(tagdir) or os.path.exists(os.path.join(tagdir, "manifest.json")):
+        return None
+    names = os.listdir(tagdir)
+    if (os.path.isdir(os.path.join(tagdir, "zero")) or
+            any(re.search(r"model_states\.pt$|optim_states\.pt$", n) for n in names)):
+        return str(tag), tagdir
+    return None
+
+
+def _check_layout(tagdir, names):
+    """Refuses, naming the file, what zinc cannot carry: model/tensor parallel ranks, pipeline
+    stages, experts."""
+    for n in sorted(names):
+        m = re.search(r"mp_rank_(\d+)", n)
+        if m and int(m.group(1)) != 0:
+            _refuse(os.path.join(tagdir, n), "a model (tensor) parallel rank's file "
+                    f"(mp_rank_{m.group(1)}): tensor parallelism")
+        if n.startswith("layer_"):
+            _refuse(os.path.join(tagdir, n), "a pipeline stage's layer file: pipeline "
+                    "parallelism")
+        if "expert" in n or "expp_rank" in n:
+            _refuse(os.path.join(tagdir, n), "an expert file: mixture of experts (MoE)")
+
+
+def _check_model_states(path, sd):
+    if int(sd.get("mp_world_size", 1) or 1) != 1:
+        _refuse(path, f"mp_world_size {sd['mp_world_size']}: tensor parallelism")
+    dims = sd.get("checkpoint_parallel_dimensions") or {}
+    for key, what in (("tp_degree", "tensor parallelism"), ("pp_degree", "pipeline "
+                                                              "parallelism")):
+        if int(dims.get(key, 1) or 1) != 1:
+            _refuse(path, f"{key} {dims[key]}: {what}")
+    if sd.get("num_experts") or any("expert" in str(k) for k in sd.get("module") or {}):
+        _refuse(path, "expert parameters: mixture of experts (MoE)")
+    opt = ((sd.get("ds_config") or {}).get("optimizer") or {}).get("type")
+    if opt is not None and str(opt).lower() not in _ADAM_TYPES:
+        _refuse(path, f"optimizer type {opt!r}: only Adam/AdamW state is carried")
+
+
+def _check_adam(path, state):
+    """state: one torch optimizer state entry; refuses another optimizer's by its keys."""
+    other = sorted(set(state) - _ADAM_STATE)
+    if other or "exp_avg" not in state or "exp_avg_sq" not in state:
+        _refuse(path, f"optimizer state with keys {sorted(state)}: not Adam's "
+                "(exp_avg, exp_avg_sq, step)")
+
+
+def _dtype_of(cfg):
+    if (cfg.get("bf16") or {}).get("enabled") or (cfg.get("bfloat16") or {}).get("enabled"):
+        return "bf16"
+    if (cfg.get("fp16") or {}).get("enabled"):
+        return "fp16"
+    return "fp32"
+
+
+def _scaler_of(obj):
+    """DeepSpeed's loss scaler (a pickled LossScaler/DynamicLossScaler stand-in, or the fp16
+    optimizer's keys) as zinc's fields."""
+    get = obj.get if isinstance(obj, dict) else (lambda k, d=None: getattr(obj, k, d))
+    dynamic = bool(get("dynamic", get("dynamic_loss_scale", False)))
+    return {"scale": float(get("cur_scale", 1.0)), "dynamic": dynamic,
+            "hysteresis": int(get("cur_hysteresis", get("delayed_shift", 1)) or 1),
+            "iter": int(get("cur_iter", 0) or 0),
+            "last_overflow_iter": int(get("last_overflow_iter", -1))}
+
+
+def _step_of(path, states):
+    steps = {int(float(s["step"])) for s in states if "step" in s}
+    if len(steps) > 1:
+        _refuse(path, f"Adam step counts {sorted(steps)} differ between parameter groups "
+                "(zinc keeps one)")
+    return steps.pop() if steps else 0
+
+
+def _model_states_file(tagdir, names):
+    for n in ("mp_rank_00_model_states.pt", "zero_pp_rank_0_mp_rank_00_model_states.pt"):
+        if n in names:
+            return os.path.join(tagdir, n)
+    _refuse(tagdir, "no mp_rank_00_model_states.pt or zero_pp_rank_0_mp_rank_00_model_states"
+            ".pt (not a DeepSpeed checkpoint of a data-parallel run)")
+
+
+def _rank_files(tagdir, pattern):
+    """The files of every rank, in rank order (pattern has one {} for the rank)."""
+    rx = re.compile("^" + re.escape(pattern).replace(r"\{\}", r"(\d+)") + "$")
+    found = {}
+    for n in os.listdir(tagdir):
+        m = rx.match(n)
+        if m:
+            found[int(m.group(1))] = os.path.join(tagdir, n)
+    if found and sorted(found) != list(range(len(found))):
+        missing = sorted(set(range(max(found) + 1)) - set(found))
+        _refuse(tagdir, f"the files of ranks {missing} ({pattern.format(missing[0])}) are "
+                "missing")
+    return [found[r] for r in sorted(found)]
+
+
+def _take(name_shapes, flat, flat_m, flat_v, out, paddings=None, path=""):
+    """Stage 1-2 layout: the group's parameters one after another in the flat buffers."""
+    off = 0
+    for i, (name, shape) in enumerate(name_shapes.items()):
+        n = math.prod(shape)
+        if off + n > flat.numel():
+            _refuse(path, f"the flat partitions hold {flat.numel()} elements, {name} needs "
+                    f"{off + n} (param_shapes and partitions disagree)")
+        for dst, src in zip(out, (flat, flat_m, flat_v)):
+            dst[name] = src[off:off + n].clone().view(tuple(shape))
+        off += n + (int(paddings[i]) if paddings else 0)
+
+
+def _flat_groups(ds, tagdir, files, param_shapes):
+    """ZeRO 1-2 and BF16_Optimizer files: the ranks' flat partitions per group."""
+    per_rank = [_ds_pickle.load_file(f)["optimizer_state_dict"] for f in files]
+    first = per_rank[0]
+    ds.scaler = _scaler_of(first["loss_scaler"]) if "loss_scaler" in first else None
+    steps = []
+    groups = len(first["single_partition_of_fp32_groups"])
+    if groups != len(param_shapes):
+        _refuse(files[0], f"{groups} flat groups, param_shapes has {len(param_shapes)}")
+    paddings = first.get("param_alignment_paddings")
+    cat = {k: [] for k in ("fp32", "m", "v")}
+    for g in range(groups):
+        for key in cat:
+            cat[key].append([])
+        for f, osd in zip(files, per_rank):
+            base = osd["base_optimizer_state"]
+            st = base["state"][g] if isinstance(base, dict) else base[g]
+            _check_adam(f, st)
+            steps.append(st)
+            cat["fp32"][g].append(osd["single_partition_of_fp32_groups"][g].float())
+            cat["m"][g].append(st["exp_avg"].float())
+            cat["v"][g].append(st["exp_avg_sq"].float())
+        _take(param_shapes[g], torch.cat(cat["fp32"][g]), torch.cat(cat["m"][g]),
+              torch.cat(cat["v"][g]), (ds.master, ds.exp_avg, ds.exp_avg_sq),
+              paddings[g] if paddings else None, files[0])
+    ds.adam_step = _step_of(files[0], steps)
+
+
+def _stage3(ds, tagdir, files, param_shapes):
+    """ZeRO 3: each parameter split on its own, ceil(numel / ranks) elements per rank."""
+    per_rank = [_ds_pickle.load_file(f)["optimizer_state_dict"] for f in files]
+    ranks = len(files)
+    first = per_rank[0]
+    ds.scaler = _scaler_of(first["loss_scaler"]) if "loss_scaler" in first else None
+    flats = {k: [] for k in ("fp32", "m", "v")}
+    steps = []
+    for f, osd in zip(files, per_rank):
+        inner = osd["optimizer_state_dict"]["state"]
+        keys = sorted(inner)
+        for k in keys:
+            _check_adam(f, inner[k])
+            steps.append(inner[k])
+        flats["fp32"].append(torch.cat([t.float() for t in osd["fp32_flat_groups"]]))
+        flats["m"].append(torch.cat([inner[k]["exp_avg"].float() for k in keys]))
+        flats["v"].append(torch.cat([inner[k]["exp_avg_sq"].float() for k in keys]))
+    off = 0
+    for name, shape in ((n, s) for group in param_shapes for n, s in group.items()):
+        numel = math.prod(shape)
+        part = -(-numel // ranks)
+        for dst, key in ((ds.master, "fp32"), (ds.exp_avg, "m"), (ds.exp_avg_sq, "v")):
+            if off + part > flats[key][0].numel():
+                _refuse(files[0], f"the stage-3 partitions end before {name}")
+            whole = torch.cat([flat[off:off + part] for flat in flats[key]])
+            dst[name] = whole[:numel].clone().view(tuple(shape))
+        off += part
+    ds.adam_step = _step_of(files[0], steps)
+
+
+def _stage0(ds, path, opt, module, buffer_names):
+    """Stage 0: the optimizer in the model states file. Its parameters are the module's, in
+    order (DeepSpeed keeps no names at stage 0), so every parameter must be in it."""
+    names = [n for n in module if n not in set(buffer_names)]
+    if "optimizer_state_dict" in opt:              # DeepSpeed's fp16/bf16 optimizer
+        ds.scaler = _scaler_of(opt) if ds.dtype == "fp16" else None
+        torch_sd = opt["optimizer_state_dict"]
+        if "fp32_groups" in opt:                    # unfused: one fp32 copy per parameter
+            fp32 = [t for g in opt["fp32_groups"] for t in g]
+        else:                                       # fused: one flat fp32 copy per group
+            fp32 = [t for t in opt["fp32_groups_flat"]]
+    else:                                           # fp32: torch's optimizer itself
+        torch_sd, fp32 = opt, None
+    order = [i for g in torch_sd["param_groups"] for i in g["params"]]
+    state = [torch_sd["state"].get(i, {}) for i in order]
+    for st in state:
+        _check_adam(path, st)
+    if fp32 is not None and len(fp32) != len(names) and len(fp32) == len(order):
+        # fused: flat per group; split it in module order
+        flat = torch.cat([t.float() for t in fp32])
+        m = torch.cat([s["exp_avg"].float().flatten() for s in state])
+        v = torch.cat([s["exp_avg_sq"].float().flatten() for s in state])
+        shapes = {n: tuple(module[n].shape) for n in names}
+        _take(shapes, flat, m, v, (ds.master, ds.exp_avg, ds.exp_avg_sq), None, path)
+    else:
+        if len(order) != len(names):
+            _refuse(path, f"a stage-0 optimizer over {len(order)} of the module's "
+                    f"{len(names)} parameters (frozen parameters at stage 0 are not carried: "
+                    "DeepSpeed keeps no parameter names there)")
+        for i, n in enumerate(names):
+            src = module[n] if fp32 is None else fp32[i]
+            ds.master[n] = src.float().clone().view(tuple(module[n].shape))
+            ds.exp_avg[n] = state[i]["exp_avg"].float().clone().view(tuple(module[n].shape))
+            ds.exp_avg_sq[n] = state[i]["exp_avg_sq"].float().clone().view(
+                tuple(module[n].shape))
+    ds.adam_step = _step_of(path, state)
+
+
+def _universal(ds, tagdir, param_shapes):
+    """zero/<param>/{fp32,exp_avg,exp_avg_sq,step}.pt: each param whole. A folder with only
+    fp32.pt is a buffer or a frozen parameter (from the module state)."""
+    zdir = os.path.join(tagdir, "zero")
+    steps = []
+    shapes = {n: s for group in param_shapes or [] for n, s in group.items()}
+    for pdir in sorted(glob.glob(os.path.join(zdir, "**", "exp_avg.pt"), recursive=True)):
+        pdir = os.path.dirname(pdir)
+        name = os.path.relpath(pdir, zdir).replace(os.sep, "/")
+        others = sorted(set(os.path.splitext(n)[0] for n in os.listdir(pdir)) -
+                        {"fp32", "exp_avg", "exp_avg_sq", "step"})
+        if others:
+            _refuse(pdir, f"optimizer state {others}: not Adam's")
+        for dst, f in ((ds.master, "fp32"), (ds.exp_avg, "exp_avg"), (ds.exp_avg_sq,
+                                                                       "exp_avg_sq")):
+            d = _ds_pickle.load_file(os.path.join(pdir, f + ".pt"))
+            t = (d["param"] if isinstance(d, dict) else d).float()
+            # ds_to_universal of a stage-3 checkpoint leaves the tensors flat: the model
+            # states' param_shapes give them their shape back.
+            dst[name] = t.view(tuple(shapes[name])) if name in shapes else t
+        sp = os.path.join(pdir, "step.pt")
+        if os.path.exists(sp):
+            s = _ds_pickle.load_file(sp)
+            steps.append({"step": s["param"] if isinstance(s, dict) else s})
+    if not ds.master:
+        _refuse(zdir, "no zero/<param>/exp_avg.pt: a universal checkpoint without Adam state")
+    osp = os.path.join(zdir, "optimizer_state.pt")
+    if os.path.exists(osp):
+        osd = _ds_pickle.load_file(osp)
+        if "loss_scaler" in osd:
+            ds.scaler = _scaler_of(osd["loss_scaler"])
+        # A stage-3 source has no step.pt: its step is in rank 0's optimizer state, kept here.
+        inner = (osd.get("optimizer_state_dict") or {}).get("state") or {}
+        steps.extend(st for st in inner.values() if isinstance(st, dict) and "step" in st)
+    ds.adam_step = _step_of(zdir, steps)
+    # The module state says the order the model registers them in; universal folders are
+    # listed alphabetically.
+    order = [n for n in ds.module if n in ds.master]
+    for store in (ds.master, ds.exp_avg, ds.exp_avg_sq):
+        items = dict(store)
+        store.clear()
+        store.update({n: items[n] for n in order})
+        store.update({n: t for n, t in items.items() if n not in store})
+
+
+def read_deepspeed_checkpoint(load_dir, tag=None):
+    """load_dir/tag (tag None: DeepSpeed's `latest`, else `latest_universal`) as a
+    DeepSpeedState. Raises DeepSpeedCheckpointError naming the file for what zinc does not
+    carry, FileNotFoundError when there is no DeepSpeed checkpoint."""
+    found = find_deepspeed_tag(load_dir, tag)
+    if found is None:
+        raise FileNotFoundError(f"zinc: {os.path.join(load_dir, str(tag or 'latest'))} is not "
+                                "a DeepSpeed checkpoint (no model_states/optim_states files, "
+                                "no zero/ folder)")
+    ds = DeepSpeedState()
+    ds.tag, tagdir = found
+    ds.path = tagdir
+    names = os.listdir(tagdir)
+    _check_layout(tagdir, names)
+    msf = _model_states_file(tagdir, names)
+    sd = _ds_pickle.load_file(msf)
+    _check_model_states(msf, sd)
+    ds.ds_config, ds.ds_version = sd.get("ds_config") or {}, sd.get("ds_version")
+    ds.dtype = _dtype_of(ds.ds_config)
+    ds.module = sd.get("module") or {}
+    ds.buffer_names = list(sd.get("buffer_names") or [])
+    ds.global_steps = int(sd.get("global_steps", 0))
+    ds.skipped_steps = int(sd.get("skipped_steps", 0))
+    ds.global_samples = int(sd.get("global_samples", 0))
+    ds.world_size = int(sd.get("dp_world_size", 1) or 1)
+    ds.lr_scheduler = sd.get("lr_scheduler")
+    ds.client_state = {k: v for k, v in sd.items() if k not in _DS_KEYS}
+    ds.frozen = list((sd.get("frozen_param_shapes") or {}).keys())
+    param_shapes = sd.get("param_shapes")
+    if os.path.isdir(os.path.join(tagdir, "zero")):
+        ds.kind = "universal"
+        _universal(ds, tagdir, param_shapes)
+    else:
+        _native(ds, tagdir, msf, sd, param_shapes)
+    if ds.dtype != "fp16":
+        ds.scaler = None
+    return ds
+
+
+def _native(ds, tagdir, msf, sd, param_shapes):
+    # bf16 runs name their ZeRO files bf16_zero_pp_rank_* (stages 1-3, and BF16_Optimizer):
+    # the layout is told by the content, not the name.
+    files = (_rank_files(tagdir, "zero_pp_rank_{}_mp_rank_00_optim_states.pt") or
+             _rank_files(tagdir, "bf16_zero_pp_rank_{}_mp_rank_00_optim_states.pt"))
+    if files:
+        head = _ds_pickle.load_file(files[0])["optimizer_state_dict"]
+        stage = head.get("zero_stage")
+        stage = int(getattr(stage, "value", stage) or 0)
+        if "fp32_flat_groups" in head:
+            ds.kind = "zero-3"
+            _stage3(ds, tagdir, files, param_shapes)
+        else:
+            ds.kind = f"zero-{stage}" if stage else "bf16-optimizer"
+            _flat_groups(ds, tagdir, files, param_shapes)
+    else:
+        ds.kind = "zero-0"
+        opt = sd.get("optimizer")
+        if not isinstance(opt, dict):
+            _refuse(msf, "no optimizer state (saved without it, or a stage-0 checkpoint "
+                    "of another layout)")
+        _stage0(ds, msf, opt, ds.module, ds.buffer_names)

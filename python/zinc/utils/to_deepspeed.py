@@ -1,0 +1,197 @@
+#!/usr/bin/env python3
+"""to_deepspeed.py — a zinc checkpoint written as a DeepSpeed universal checkpoint, offline:
+
+    python -m zinc.utils.to_deepspeed ZINC_DIR OUT_DIR [--tag T]
+
+OUT_DIR/T (T: the zinc tag, default the newest valid one) is what DeepSpeed 0.19.8's
+ds_to_universal writes, so DeepSpeed resumes it at any world size and ZeRO stage with
+"checkpoint": {"load_universal": true}; OUT_DIR/latest_universal names it.
+
+    T/zero/<param>/fp32.pt, exp_avg.pt, exp_avg_sq.pt   {"param": full fp32 tensor}
+    T/zero/<param>/step.pt                              the Adam step (a tensor), stages 1-2
+    T/zero/<buffer>/fp32.pt                             as ds_to_universal writes buffers
+    T/zero/optimizer_state.pt                           param_groups (lr, betas, eps, weight
+                                                        decay per group), the step (stage 3's
+                                                        loader reads it there), ds_version
+    T/mp_rank_00_model_states.pt and                    the counters, the LR scheduler's
+    T/zero_pp_rank_0_mp_rank_00_model_states.pt         position, param_shapes, the module
+                                                        state (16-bit weights, buffers),
+                                                        client_state (stages 0-2 read the
+                                                        first name, stage 3 the second)
+
+The tensors come through libzinc: a one-rank engine registers the checkpoint's tensors (its
+manifest's table), loads the tag (checksums verified) and gives each tensor's fp32 master and
+Adam moments (zinc_param_get, zinc_param_state_get) and the step count; the buffers, frozen
+parameters, counters, lr and client_state come from the blob engine.save_checkpoint writes.
+Not carried (documented in docs/deepspeed-checkpoints.md): the fp16 loss scaler's state (it is
+a pickled DeepSpeed object, which zinc does not import: DeepSpeed's loss scaler restarts from
+its config) and the buffers at DeepSpeed's universal load (DeepSpeed reads weights from zero/
+only; the module state holds them for a reader that wants them).
+"""
+import argparse
+import base64
+import collections
+import ctypes
+import io
+import json
+import os
+import shutil
+import sys
+
+import torch
+
+from .._lib import EngineOptions, check, lib
+from .zero_to_fp32 import _find_tag, _saved_module_state
+
+_DS_VERSION = "0.19.8"     # the DeepSpeed whose layout this writes (its loaders check >= 0.3.17)
+_CODE = {"fp32": 0, "fp16": 1, "bf16": 2}
+_TORCH = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def _read_zinc(zinc_dir, tag):
+    """(manifest, {name: (master, exp_avg, exp_avg_sq)} fp32, Adam step count): a one-rank
+    engine over the checkpoint's tensor table loads the tag and hands its values out."""
+    with open(os.path.join(zinc_dir, tag, "manifest.json"), encoding="utf-8") as f:
+        manifest = json.load(f)
+    dtype = manifest["dtype"]
+    cfg = {"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 0},
+           "optimizer": {"type": "AdamW", "params": {}}}
+    if dtype in ("fp16", "bf16"):
+        cfg[dtype] = {"enabled": True}
+    e = ctypes.c_void_p()
+    opts = EngineOptions(config_path=None, config_json=json.dumps(cfg).encode(), world=None,
+                         rank=0, device=b"cpu", threads=0)
+    check(lib.zinc_engine_create(ctypes.byref(opts), ctypes.byref(e)))
+    try:
+        group = ctypes.c_int()
+        check(lib.zinc_group_add(e, b"all", ctypes.byref(group)), e)
+        pids = []
+        for t in manifest["tensors"]:
+            shape = (ctypes.c_int64 * len(t["shape"]))(*t["shape"])
+            pid = ctypes.c_int()
+            check(lib.zinc_param_add(e, group.value, t["name"].encode(), len(t["shape"]), shape,
+                                     _CODE[dtype], ctypes.byref(pid)), e)
+            pids.append(pid.value)
+        check(lib.zinc_finalize(e), e)
+        from .._lib import LoadOptions
+        load = LoadOptions(weights_only=0, client_blob=None, client_blob_cap=0, missing_ok=0,
+                           keep_optimizer=0, caller_reads_extra=1)
+        check(lib.zinc_ckpt_load(e, os.fsencode(zinc_dir), tag.encode(), ctypes.byref(load)), e)
+        values = {}
+        for t, pid in zip(manifest["tensors"], pids):
+            out = [torch.empty(t["shape"], dtype=torch.float32) for _ in range(3)]
+            check(lib.zinc_param_get(e, pid, ctypes.c_void_p(out[0].data_ptr())), e)
+            for which, o in ((0, out[1]), (1, out[2])):
+                check(lib.zinc_param_state_get(e, pid, which, ctypes.c_void_p(o.data_ptr())), e)
+            values[t["name"]] = out
+        step = int(manifest["engine_state"]["step"]) if manifest.get("engine_state") else 0
+    finally:
+        lib.zinc_engine_destroy(e)
+    return manifest, values, step
+
+
+def _save(obj, path):
+    """torch.save through a temporary name, renamed when complete."""
+    torch.save(obj, path + ".tmp")
+    os.replace(path + ".tmp", path)
+
+
+def convert(zinc_dir, out_dir, tag=None):
+    """Writes out_dir/<tag> (the zinc tag) as a DeepSpeed universal checkpoint and
+    out_dir/latest_universal; returns the tag."""
+    tag, blob = _find_tag(zinc_dir, tag)
+    record, extra = _saved_module_state(blob)
+    manifest, values, step = _read_zinc(zinc_dir, tag)
+    scalars = set(record.get("scalar_params", []))
+    frozen = set(record.get("frozen_params", []))
+    dtype = _TORCH[manifest["dtype"]]
+
+    def shaped(n, t):
+        return t.reshape(()) if n in scalars else t
+
+    tmp = os.path.join(out_dir, tag + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    zdir = os.path.join(tmp, "zero")
+    os.makedirs(zdir)
+    for n, (master, m, v) in values.items():
+        pdir = os.path.join(zdir, n)
+        os.makedirs(pdir)
+        for key, t in (("fp32", master), ("exp_avg", m), ("exp_avg_sq", v)):
+            _save({"param": shaped(n, t)}, os.path.join(pdir, key + ".pt"))
+        _save(torch.tensor(float(step)), os.path.join(pdir, "step.pt"))
+    buffers = [n for n in extra if n not in frozen and n not in values]
+    for n in list(buffers) + sorted(frozen & set(extra)):
+        pdir = os.path.join(zdir, n)
+        os.makedirs(pdir, exist_ok=True)
+        _save({"param": extra[n].float()}, os.path.join(pdir, "fp32.pt"))
+    lrs = record.get("group_lr") or [record.get("lr", 0.0)] * max(1, len(record.get(
+        "group_adam", [[]])))
+    groups = [{"lr": float(lr), "betas": (b1, b2), "eps": eps, "weight_decay": wd}
+              for lr, (b1, b2, eps, wd) in zip(lrs, record.get("group_adam", []))]
+    _save({"optimizer_state_dict": {"state": {0: {"step": torch.tensor(float(step))}},
+                                    "param_groups": groups},
+           "param_groups": groups, "ds_version": _DS_VERSION, "dynamic_loss_scale": False,
+           "overflow": False}, os.path.join(zdir, "optimizer_state.pt"))
+    if "lr_scheduler" in record:         # a client scheduler's own state_dict
+        sched = torch.load(io.BytesIO(base64.b64decode(record["lr_scheduler"])))
+    else:                                 # DeepSpeed's schedulers: the position alone
+        sched = {"last_batch_iteration": step - 1}
+    module = collections.OrderedDict()
+    for n, t in extra.items():
+        module[n] = t
+    for n, (master, _, _) in values.items():
+        module[n] = shaped(n, master).to(dtype)
+    client = {}
+    if "client_state_torch" in record or "client_state" in record:
+        from .._state_io import _client_state_of
+        client = _client_state_of(record)
+    states = dict(client)
+    states.update({
+        "module": module, "buffer_names": buffers, "optimizer": None,
+        "param_shapes": [collections.OrderedDict((n, torch.Size(shaped(n, m).shape))
+                                                 for n, (m, _, _) in values.items())],
+        "frozen_param_shapes": collections.OrderedDict(
+            (n, extra[n].shape) for n in sorted(frozen & set(extra))),
+        "shared_params": dict(record.get("tied", {})), "frozen_param_fragments": {},
+        "lr_scheduler": sched, "data_sampler": None, "random_ltd": None,
+        "sparse_tensor_module_names": set(),
+        "skipped_steps": int(record.get("skipped_steps", 0)),
+        "global_steps": int(record.get("global_steps", step)),
+        "global_samples": int(record.get("global_samples", 0)),
+        "dp_world_size": int(manifest.get("world_size", 1)), "mp_world_size": 1,
+        "ds_config": {}, "ds_version": _DS_VERSION})
+    for name in ("mp_rank_00_model_states.pt", "zero_pp_rank_0_mp_rank_00_model_states.pt"):
+        _save(states, os.path.join(tmp, name))
+    final = os.path.join(out_dir, tag)
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(tmp, final)
+    with open(os.path.join(out_dir, "latest_universal.tmp"), "w", encoding="utf-8") as f:
+        f.write(tag)
+    os.replace(os.path.join(out_dir, "latest_universal.tmp"),
+               os.path.join(out_dir, "latest_universal"))
+    return tag
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(
+        prog="python -m zinc.utils.to_deepspeed",
+        description="Write a zinc checkpoint as a DeepSpeed universal checkpoint "
+                    "(DeepSpeed resumes it with checkpoint.load_universal).")
+    p.add_argument("zinc_dir", help="zinc's save directory")
+    p.add_argument("out_dir", help="where OUT_DIR/TAG and OUT_DIR/latest_universal go")
+    p.add_argument("-t", "--tag", default=None, help="the zinc tag (default: the newest valid)")
+    a = p.parse_args(argv)
+    try:
+        tag = convert(a.zinc_dir, a.out_dir, a.tag)
+    except (OSError, ValueError, RuntimeError) as ex:
+        print(f"to_deepspeed: {ex}", file=sys.stderr)
+        return 1
+    print(f"to_deepspeed: wrote {os.path.join(a.out_dir, tag)} (and latest_universal)",
+          flush=True)
+    return 0
+
+
+__all__ = ["convert", "main"]
+
+if __name__ == "__main__":
+    sys.exit(main())

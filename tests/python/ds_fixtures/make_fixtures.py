@@ -1,0 +1,211 @@
+#!/usr/bin/env python3
+"""make_fixtures.py — writes the DeepSpeed checkpoints that tests/python/test_ds_import.py loads
+without DeepSpeed. Run by hand from a venv with DeepSpeed 0.19.8 (never by CI):
+
+    DS_ACCELERATOR=cpu /work/main/bench/.venv/bin/python tests/python/ds_fixtures/make_fixtures.py \
+        tests/python/ds_fixtures [NAME ...]
+
+Each fixture NAME (e.g. s2_bf16) is DeepSpeed itself, 2 ranks on the CPU (gloo), training a tiny
+model (the Net below, 217 parameters, one buffer) for 3 steps, then save_checkpoint(NAME/ckpt,
+tag "global_step3", client_state), then 3 more steps. NAME/expected.json holds what DeepSpeed's
+own objects said at the save (read back through deepspeed.utils.safe_get_full_fp32_param and
+safe_get_full_optimizer_state, the engine's counters, lr, loss scale, the buffer), the data of
+all 6 steps, and the fp32 master weights after the 3 steps that follow the save: what a run that
+resumes the checkpoint must reach. Nothing in expected.json is written by hand.
+The checkpoints are torch.save'd by DeepSpeed with the venv's torch; the test reads them with
+CI's torch 1.13 (a zip format both read: checked by the test itself).
+"""
+import json
+import os
+import socket
+import subprocess
+import sys
+
+STEPS_BEFORE, STEPS_AFTER, MICRO = 3, 3, 4
+
+# name -> (stage, dtype). fp16 is left out: DeepSpeed's CPU accelerator refuses fp16 training.
+FIXTURES = {f"s{s}_{d}": (s, d) for s in (0, 1, 2, 3) for d in ("fp32", "bf16")}
+# bf16 at stage 1 with fp32 gradient accumulation: DeepSpeed's BF16_Optimizer, whose files are
+# bf16_zero_pp_rank_<r>_mp_rank_00_optim_states.pt.
+FIXTURES["s1_bf16_fp32acc"] = (1, "bf16_fp32acc")
+# Universal checkpoints: DeepSpeed's own ds_to_universal over a fixture above (its expected.json
+# holds: the conversion changes no value). --inject_missing_state: a model without Megatron's
+# universal_checkpoint_info (ds_to_universal asks for it otherwise).
+UNIVERSAL = {"u2_fp32": "s2_fp32", "u3_bf16": "s3_bf16"}
+
+
+def config(stage, dtype):
+    c = {"train_micro_batch_size_per_gpu": MICRO, "gradient_accumulation_steps": 1,
+            "steps_per_print": 1 << 30, "gradient_clipping": 1.0,
+            "optimizer": {"type": "AdamW", "params": {"lr": 1e-2, "betas": [0.9, 0.95],
+                                                      "eps": 1e-8, "weight_decay": 0.01,
+                                                      "torch_adam": True}},
+            "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": 0,
+                                                         "warmup_max_lr": 1e-2,
+                                                         "warmup_num_steps": 10}},
+            "bf16": {"enabled": dtype.startswith("bf16")},
+            "zero_optimization": {"stage": stage}}
+    if dtype == "bf16_fp32acc":
+        c["data_types"] = {"grad_accum_dtype": "fp32"}
+    return c
+
+
+def net(torch):
+    class Net(torch.nn.Module):
+        """7 -> 13 -> LayerNorm -> 5 (odd sizes, so DeepSpeed pads its partitions), one buffer."""
+
+        def __init__(self):
+            super().__init__()
+            self.fc1 = torch.nn.Linear(7, 13)
+            self.norm = torch.nn.LayerNorm(13)
+            self.fc2 = torch.nn.Linear(13, 5)
+            self.register_buffer("shift", torch.arange(5, dtype=torch.float32) / 10)
+
+        def forward(self, x):
+            return self.fc2(self.norm(torch.tanh(self.fc1(x)))) + self.shift
+    return Net()
+
+
+def batches(torch):
+    """[(x, y)] of every step: the global batch (rank r's micro-batch is rows r*MICRO...)."""
+    g = torch.Generator().manual_seed(1234)
+    return [(torch.randn(2 * MICRO, 7, generator=g), torch.randn(2 * MICRO, 5, generator=g))
+            for _ in range(STEPS_BEFORE + STEPS_AFTER)]
+
+
+def rank_main(out, stage, dtype):
+    import torch
+    import deepspeed
+    from deepspeed.utils import safe_get_full_fp32_param, safe_get_full_optimizer_state
+    deepspeed.init_distributed(dist_backend="gloo")
+    rank = int(os.environ["RANK"])
+    torch.manual_seed(0)
+    model = net(torch)
+    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(),
+                                           config=config(stage, dtype))
+    data = batches(torch)
+    cast = torch.bfloat16 if dtype.startswith("bf16") else torch.float32
+
+    def step(i):
+        x, y = data[i]
+        x, y = x[rank * MICRO:(rank + 1) * MICRO], y[rank * MICRO:(rank + 1) * MICRO]
+        loss = torch.nn.functional.mse_loss(engine(x.to(cast)).float(), y)
+        engine.backward(loss)
+        engine.step()
+
+    for i in range(STEPS_BEFORE):
+        step(i)
+    engine.save_checkpoint(os.path.join(out, "ckpt"), tag=f"global_step{STEPS_BEFORE}",
+                           client_state={"epoch": 7, "note": "client"})
+    names = [n for n, _ in model.named_parameters()]
+    inner = getattr(engine.optimizer, "optimizer", engine.optimizer)
+
+    def full(p, key=None):
+        """DeepSpeed's own full fp32 value of p (key None: the master) or of its Adam state;
+        at fp32 stage 0 (no ZeRO optimizer, so the accessors give None) the parameter itself
+        and torch's optimizer state."""
+        v = (safe_get_full_fp32_param(p) if key is None
+             else safe_get_full_optimizer_state(p, key))
+        if v is None:
+            # FP16_UnfusedOptimizer (bf16 at stage 0) keeps an fp32 copy per parameter, in
+            # its fp32_groups beside fp16_groups.
+            fp32 = p
+            for lows, highs in zip(getattr(engine.optimizer, "fp16_groups", []),
+                                   getattr(engine.optimizer, "fp32_groups", [])):
+                for low, high in zip(lows, highs):
+                    if low is p:
+                        fp32 = high
+            v = fp32.detach() if key is None else inner.state[fp32][key]
+        return v.float().flatten().tolist()
+    rec = {"stage": stage, "dtype": dtype, "world_size": 2, "micro_batch": MICRO,
+           "deepspeed": deepspeed.__version__, "torch": torch.__version__,
+           "global_steps": engine.global_steps, "global_samples": engine.global_samples,
+           "skipped_steps": engine.skipped_steps, "lr": engine.get_lr()[0],
+           "loss_scale": float(getattr(engine.optimizer, "cur_scale", 1.0)),
+           "config": config(stage, dtype),
+           "data": [[x.tolist(), y.tolist()] for x, y in data],
+           "buffers": {n: b.tolist() for n, b in model.named_buffers()},
+           "shapes": {}, "master": {}, "exp_avg": {}, "exp_avg_sq": {}}
+    for n, p in model.named_parameters():
+        rec["shapes"][n] = list(p.ds_shape if hasattr(p, "ds_shape") else p.shape)
+        rec["master"][n] = full(p)
+        rec["exp_avg"][n] = full(p, "exp_avg")
+        rec["exp_avg_sq"][n] = full(p, "exp_avg_sq")
+    # The Adam step count as torch's optimizer inside DeepSpeed holds it.
+    st = next(iter(inner.state.values()))
+    rec["adam_step"] = int(st["step"])
+    for i in range(STEPS_BEFORE, STEPS_BEFORE + STEPS_AFTER):
+        step(i)
+    rec["continued"] = {n: full(p) for n, p in model.named_parameters()}
+    rec["continued_lr"] = engine.get_lr()[0]
+    assert len(names) == len(rec["master"])
+    if rank == 0:
+        with open(os.path.join(out, "expected.json"), "w") as f:
+            json.dump(rec, f)
+            f.write("\n")
+    torch.distributed.barrier()
+    # Skip the interpreter's teardown: a rank's gloo/shm threads sometimes abort it
+    # ("terminate called without an active exception") after everything is written.
+    sys.stdout.flush()
+    os._exit(0)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(out, stage, dtype):
+    """Two ranks of rank_main, DeepSpeed's launcher environment set by hand (gloo, CPU)."""
+    os.makedirs(out, exist_ok=True)
+    port = str(free_port())
+    procs = []
+    for r in range(2):
+        env = dict(os.environ, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE="2",
+                   LOCAL_WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=port,
+                   DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1")
+        procs.append(subprocess.Popen([sys.executable, __file__, "--rank", out, str(stage),
+                                       dtype], env=env))
+    rcs = [p.wait() for p in procs]
+    if any(rcs):
+        raise SystemExit(f"make_fixtures: {out}: ranks exited {rcs}")
+    # DeepSpeed copies its zero_to_fp32.py / zero_to_torch.py into every save folder: 40 kB of
+    # its source the fixtures need not carry.
+    for helper in ("zero_to_fp32.py", "zero_to_torch.py"):
+        path = os.path.join(out, "ckpt", helper)
+        if os.path.exists(path):
+            os.remove(path)
+
+
+def universal(root, name, source):
+    """root/name/ckpt/global_step<N>_universal (and latest_universal) from root/source's
+    checkpoint, by DeepSpeed's ds_to_universal."""
+    import shutil
+    src = os.path.join(root, source, "ckpt", f"global_step{STEPS_BEFORE}")
+    out = os.path.join(root, name, "ckpt", f"global_step{STEPS_BEFORE}_universal")
+    shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+    os.makedirs(os.path.dirname(out))
+    subprocess.run([sys.executable, "-m", "deepspeed.checkpoint.ds_to_universal",
+                    "--input_folder", src, "--output_folder", out, "--num_extract_workers", "1",
+                    "--num_merge_workers", "1", "--inject_missing_state"], check=True,
+                   env=dict(os.environ, DS_ACCELERATOR="cpu"))
+    shutil.copy(os.path.join(root, source, "expected.json"), os.path.join(root, name))
+
+
+def main(argv):
+    if argv[:1] == ["--rank"]:
+        rank_main(argv[1], int(argv[2]), argv[3])
+        return 0
+    root, names = argv[0], argv[1:] or list(FIXTURES) + list(UNIVERSAL)
+    for name in names:
+        if name in UNIVERSAL:
+            universal(root, name, UNIVERSAL[name])
+        else:
+            launch(os.path.join(root, name), *FIXTURES[name])
+        print(f"make_fixtures: wrote {os.path.join(root, name)}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

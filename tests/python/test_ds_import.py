@@ -1,0 +1,386 @@
+"""test_ds_import.py — DeepSpeed checkpoints loaded by zinc without DeepSpeed.
+
+    python test_ds_import.py load NAME STAGE [bf16]   (world 1, or mpirun -np N): zinc at ZeRO
+        STAGE loads ds_fixtures/NAME/ckpt (written by DeepSpeed 0.19.8, 2 ranks; tag None
+        through DeepSpeed's `latest`) and must hold what DeepSpeed held at the save, as
+        NAME/expected.json recorded it from DeepSpeed's own objects: every parameter's fp32
+        master, exp_avg and exp_avg_sq (bitwise), global_steps, global_samples, skipped_steps,
+        the lr, the loss scale, the buffer, client_state. Then it trains the 3 steps DeepSpeed
+        trained after the save on the same data and must reach DeepSpeed's fp32 master
+        weights: relative 1e-5 of each tensor's largest value in fp32, 1e-2 in bf16 (the
+        16-bit forward and backward round differently; measured figures in
+        docs/deepspeed-checkpoints.md).
+    python test_ds_import.py refuse DIR      what zinc cannot carry is refused by name before
+        the engine changes: a tensor-parallel rank's file, a pipeline layer file, an expert
+        file, another optimizer's type, a rank's file missing; a folder that is no checkpoint
+        raises. And zinc_engine_set_train_state (how the import sets the counters and the
+        fp16 loss scaler) refuses out-of-range fields by name, and a save keeps what it set;
+        a DynamicLossScaler pickled under DeepSpeed's module path (made here: no fp16
+        fixture exists) reaches an fp16 engine's scaler, fields and all.
+    python test_ds_import.py export NAME DIR STAGE   from_deepspeed, then python -m
+        zinc.utils.to_deepspeed: the universal checkpoint it writes holds DeepSpeed's values
+        bitwise (read back by ds_checkpoint's universal reader, which the fixtures DeepSpeed's
+        ds_to_universal wrote check), its step, counters, scheduler position and client_state;
+        a zinc engine at STAGE resumes it and trains on to DeepSpeed's later weights (as load).
+    python test_ds_import.py convert NAME DIR ZINC_CLI   python -m zinc.utils.from_deepspeed
+        writes a zinc checkpoint that `zinc ckpt verify` passes and that a zinc engine (and
+        zinc.utils.zero_to_fp32) loads with the same values.
+Exit 77 when torch is not importable; 1 when a check fails.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import warnings
+
+from _common import check, check_raises, failures, torch, zinc
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+# ZINC_DS_FIXTURES: another folder of fixtures (bench/ds_ckpt_roundtrip.py's, fresh from
+# DeepSpeed); the model's definition always comes from this checkout's make_fixtures.py.
+FIXTURES = os.environ.get("ZINC_DS_FIXTURES") or os.path.join(HERE, "ds_fixtures")
+sys.path.insert(0, os.path.join(HERE, "ds_fixtures"))
+import make_fixtures  # noqa: E402  (the model's definition; it imports no DeepSpeed at the top)
+
+from zinc.utils import safe_get_full_fp32_param, safe_get_full_optimizer_state  # noqa: E402
+from zinc.utils.ds_checkpoint import (DeepSpeedCheckpointError,  # noqa: E402
+                                      read_deepspeed_checkpoint)
+
+
+def expected(name, root=None):
+    with open(os.path.join(root or FIXTURES, name, "expected.json"), encoding="utf-8") as f:
+        return json.load(f)
+
+
+def zinc_config(want, stage, world):
+    """DeepSpeed's config of the fixture at zinc's stage and world size: the same global
+    batch (DeepSpeed's 2 ranks x micro batch) split over zinc's ranks."""
+    cfg = json.loads(json.dumps(want["config"]))
+    cfg["zero_optimization"] = {"stage": stage}
+    cfg["train_micro_batch_size_per_gpu"] = 2 * want["micro_batch"] // world
+    cfg["optimizer"]["params"].pop("torch_adam", None)
+    cfg.pop("data_types", None)
+    return cfg
+
+
+def engine_for(want, stage):
+    world = int(os.environ.get("OMPI_COMM_WORLD_SIZE", "1"))
+    torch.manual_seed(1)     # not DeepSpeed's initial weights: the load must replace them
+    model = make_fixtures.net(torch)
+    if want["dtype"].startswith("bf16"):
+        model = model.to(torch.bfloat16)
+        model.shift.data = model.shift.data.float()
+    engine, *_ = zinc.initialize(model=model, model_parameters=model.parameters(),
+                                 config=zinc_config(want, stage, world))
+    return engine, model, world
+
+
+def bitwise(got, want):
+    return torch.equal(got.detach().float().flatten(), torch.tensor(want, dtype=torch.float32))
+
+
+def load(name, stage, root=None):
+    """root/name/ckpt (root: the fixtures) against root/name/expected.json."""
+    root = root or FIXTURES
+    want = expected(name, root)
+    engine, model, world = engine_for(want, stage)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        path, client = engine.load_checkpoint(os.path.join(root, name, "ckpt"))
+    schedule_warned = any("LR scheduler" in str(w.message) for w in caught)
+    tag = f"{name} at zinc stage {stage}, {world} rank(s)"
+    check(f"{tag}: loaded the tag `latest` (or `latest_universal`) names",
+          os.path.basename(path).startswith(
+        "global_step3"), path)
+    for key, get in (("master", safe_get_full_fp32_param),
+                     ("exp_avg", lambda p: safe_get_full_optimizer_state(p, "exp_avg")),
+                     ("exp_avg_sq", lambda p: safe_get_full_optimizer_state(p, "exp_avg_sq"))):
+        bad = [n for n, p in model.named_parameters() if not bitwise(get(p), want[key][n])]
+        check(f"{tag}: {key} of every parameter bitwise DeepSpeed's", not bad, f"{bad}")
+    check(f"{tag}: the buffer", bitwise(model.shift, want["buffers"]["shift"]))
+    for key in ("global_steps", "global_samples", "skipped_steps"):
+        check(f"{tag}: {key}", getattr(engine, key) == want[key],
+              f"{getattr(engine, key)} != {want[key]}")
+    check(f"{tag}: client_state", client.get("epoch") == 7 and client.get("note") == "client",
+          f"{client}")
+    scale = float(engine.optimizer.cur_scale)
+    check(f"{tag}: loss scale", scale == want["loss_scale"], f"{scale} != {want['loss_scale']}")
+    same_count = want["adam_step"] == want["global_steps"] - want["skipped_steps"]
+    # Rank 0 warns (as zinc's other load messages), the others stay quiet.
+    check(f"{tag}: a warning exactly when DeepSpeed's Adam and scheduler counts differ",
+          schedule_warned == (not same_count and engine.global_rank == 0),
+          f"warned {schedule_warned}")
+    lr = engine.get_lr()[0]
+    if same_count:
+        check(f"{tag}: lr {lr} is DeepSpeed's {want['lr']}",
+              abs(lr - want["lr"]) <= 1e-12 * abs(want["lr"]))
+    else:
+        print(f"note {tag}: DeepSpeed's optimizer took {want['adam_step']} Adam steps in "
+              f"{want['global_steps']} (its fp16/bf16 stage-0 optimizer steps once at init): "
+              "the continuation below cannot match (docs/deepspeed-checkpoints.md)")
+        return 0
+    # The 3 steps DeepSpeed trained after its save, on the same global batches.
+    rank, cast = engine.global_rank, next(model.parameters()).dtype
+    per = 2 * want["micro_batch"] // world
+    for x, y in want["data"][3:]:
+        x = torch.tensor(x)[rank * per:(rank + 1) * per]
+        y = torch.tensor(y)[rank * per:(rank + 1) * per]
+        loss = torch.nn.functional.mse_loss(engine(x.to(cast)).float(), y)
+        engine.backward(loss)
+        engine.step()
+    tol = 1e-5 if want["dtype"] == "fp32" else 1e-2
+    worst = 0.0
+    for n, p in model.named_parameters():
+        got = safe_get_full_fp32_param(p).float().flatten()
+        ref = torch.tensor(want["continued"][n])
+        worst = max(worst, ((got - ref).abs().max() / ref.abs().max()).item())
+    check(f"{tag}: 3 more steps reach DeepSpeed's weights (worst {worst:.2e} of a tensor's "
+          f"largest value, bound {tol:g})", worst <= tol)
+    check(f"{tag}: lr after them is DeepSpeed's", abs(engine.get_lr()[0] - want["continued_lr"])
+          <= 1e-12 * want["continued_lr"], f"{engine.get_lr()[0]} != {want['continued_lr']}")
+    return 0
+
+
+def refuse(tmp):
+    """Each thing zinc cannot carry, added to a copy of a fixture: refused naming it, with the
+    engine's weights unchanged."""
+    want = expected("s2_fp32")
+    engine, model, _ = engine_for(want, 2)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    src = os.path.join(FIXTURES, "s2_fp32", "ckpt")
+    cases = [("mp_rank_01_model_states.pt", "tensor parallelism"),
+             ("layer_01-model_00-model_states.pt", "pipeline parallelism"),
+             ("expert_0_mp_rank_00_model_states.pt", "mixture of experts")]
+    for extra, why in cases:
+        d = os.path.join(tmp, extra.split(".")[0])
+        shutil.rmtree(d, ignore_errors=True)
+        shutil.copytree(src, d)
+        shutil.copy(os.path.join(d, "global_step3", "mp_rank_00_model_states.pt"),
+                    os.path.join(d, "global_step3", extra))
+        check_raises(f"refused: {why}", lambda: engine.load_checkpoint(d),
+                     DeepSpeedCheckpointError, extra, why)
+    # Another optimizer: the config's type says so (before any tensor is read).
+    d = os.path.join(tmp, "sgd")
+    shutil.rmtree(d, ignore_errors=True)
+    shutil.copytree(src, d)
+    f = os.path.join(d, "global_step3", "mp_rank_00_model_states.pt")
+    from zinc.utils import _ds_pickle
+    sd = _ds_pickle.load_file(f)
+    sd["ds_config"]["optimizer"]["type"] = "SGD"
+    torch.save(sd, f)
+    check_raises("refused: another optimizer", lambda: engine.load_checkpoint(d),
+                 DeepSpeedCheckpointError, "'SGD'", "mp_rank_00_model_states.pt")
+    # A rank's optimizer file missing.
+    d = os.path.join(tmp, "lost")
+    shutil.rmtree(d, ignore_errors=True)
+    shutil.copytree(src, d)
+    os.remove(os.path.join(d, "global_step3", "zero_pp_rank_0_mp_rank_00_optim_states.pt"))
+    check_raises("refused: a rank's file missing", lambda: engine.load_checkpoint(d),
+                 DeepSpeedCheckpointError, "ranks [0]")
+    changed = [n for n, p in model.named_parameters() if not torch.equal(p.detach(), before[n])]
+    check("nothing changed by a refused load", not changed, f"{changed}")
+    check_raises("a folder that is no checkpoint", lambda: read_deepspeed_checkpoint(tmp),
+                 FileNotFoundError, "not a DeepSpeed checkpoint")
+    train_state(tmp)
+    fp16_scaler(tmp)
+    return 0
+
+
+def fp16_scaler(tmp):
+    """DeepSpeed's fp16 loss scaler carried into an fp16 engine. No fixture has one (DeepSpeed's
+    CPU accelerator refuses fp16 training), so this one is made here: the s2_fp32 fixture with
+    fp16 enabled in its config and, in its optimizer files, a DynamicLossScaler pickled under
+    DeepSpeed's module path (a class registered there only while saving), which the load must
+    read without deepspeed. Checks the mapping of its fields, not DeepSpeed's arithmetic."""
+    import types
+    from zinc.utils import _ds_pickle
+    d = os.path.join(tmp, "fp16")
+    shutil.rmtree(d, ignore_errors=True)
+    shutil.copytree(os.path.join(FIXTURES, "s2_fp32", "ckpt"), d)
+    step_dir = os.path.join(d, "global_step3")
+    mod_name = "deepspeed.runtime.fp16.loss_scaler"
+    fake = types.ModuleType(mod_name)
+
+    class DynamicLossScaler:
+        pass
+    DynamicLossScaler.__module__ = mod_name
+    DynamicLossScaler.__qualname__ = "DynamicLossScaler"
+    fake.DynamicLossScaler = DynamicLossScaler
+    parts = mod_name.split(".")
+    added = [".".join(parts[:i + 1]) for i in range(len(parts))
+             if ".".join(parts[:i + 1]) not in sys.modules]
+    files = [os.path.join(step_dir, f"zero_pp_rank_{r}_mp_rank_00_optim_states.pt")
+             for r in (0, 1)]
+    states = [_ds_pickle.load_file(f) for f in files]   # before the fake module exists
+    try:
+        for name in added:
+            sys.modules[name] = fake if name == mod_name else types.ModuleType(name)
+        for f, sd in zip(files, states):
+            osd = sd["optimizer_state_dict"]
+            scaler = DynamicLossScaler()
+            scaler.__dict__.update(cur_scale=1024.0, cur_iter=9, last_overflow_iter=3,
+                                   scale_factor=2.0, scale_window=1000, min_scale=1,
+                                   delayed_shift=2, cur_hysteresis=1,
+                                   consecutive_hysteresis=False, dynamic=True)
+            osd["loss_scaler"] = scaler
+            osd["dynamic_loss_scale"] = True
+            osd["zero_stage"] = 2             # the stand-ins cannot be pickled again
+            osd.pop("param_slice_mappings", None)
+            torch.save(sd, f)
+    finally:
+        for name in added:
+            del sys.modules[name]
+    f = os.path.join(step_dir, "mp_rank_00_model_states.pt")
+    sd = _ds_pickle.load_file(f)
+    sd["ds_config"]["fp16"] = {"enabled": True, "loss_scale": 0, "hysteresis": 2}
+    torch.save(sd, f)
+    want = expected("s2_fp32")
+    cfg = zinc_config(want, 1, 1)
+    cfg["fp16"] = {"enabled": True, "loss_scale": 0, "initial_scale_power": 8, "hysteresis": 2}
+    model = make_fixtures.net(torch).half()
+    model.shift.data = model.shift.data.float()
+    engine, *_ = zinc.initialize(model=model, model_parameters=model.parameters(), config=cfg)
+    engine.load_checkpoint(d)
+    bad = [n for n, p in model.named_parameters()
+           if not bitwise(safe_get_full_fp32_param(p), want["master"][n])]
+    check("fp16: DeepSpeed's fp32 master into an fp16 engine", not bad, f"{bad}")
+    check("fp16: the loss scale is the checkpoint's DynamicLossScaler's",
+          float(engine.optimizer.cur_scale) == 1024.0, f"{engine.optimizer.cur_scale}")
+    out = os.path.join(tmp, "fp16_zinc")
+    engine.save_checkpoint(out, tag="t")
+    with open(os.path.join(out, "t", "manifest.json"), encoding="utf-8") as f:
+        sc = json.load(f)["engine_state"]["loss_scaler"]
+    check("fp16: its hysteresis, cur_iter, last_overflow_iter are the engine's (a save keeps "
+          "them)", (sc["cur_scale"], sc["cur_hysteresis"], sc["cur_iter"],
+                    sc["last_overflow_iter"]) == (1024, 1, 9, 3), f"{sc}")
+
+
+def train_state(tmp):
+    """zinc_engine_set_train_state (the import's way into the engine's counters and fp16 loss
+    scaler): out-of-range values are refused naming the field, with nothing changed; values in
+    range are the engine's, and a zinc checkpoint saved then keeps them."""
+    import ctypes
+    from zinc._lib import TrainState, ZincError, lib
+    cfg = {"train_micro_batch_size_per_gpu": 2, "optimizer": {"type": "AdamW",
+                                                             "params": {"lr": 1e-3}},
+           "fp16": {"enabled": True, "loss_scale": 0, "initial_scale_power": 8,
+                    "hysteresis": 2}, "zero_optimization": {"stage": 2}}
+    model = make_fixtures.net(torch).half()
+    engine, *_ = zinc.initialize(model=model, model_parameters=model.parameters(), config=cfg)
+
+    def put(**kw):
+        st = dict(applied=5, skipped=1, scaler_scale=1024.0, scaler_hysteresis=1,
+                  scaler_iter=9, scaler_last_overflow_iter=3)
+        st.update(kw)
+        engine._call(lib.zinc_engine_set_train_state(engine._e, ctypes.byref(TrainState(**st))))
+
+    for field, bad in (("applied", -1), ("skipped", 2 ** 60), ("scaler_scale", float("inf")),
+                       ("scaler_hysteresis", 3), ("scaler_last_overflow_iter", 10)):
+        check_raises(f"set_train_state refuses {field}={bad}", lambda: put(**{field: bad}),
+                     ZincError, field)
+    check("nothing set by a refused call", float(engine.optimizer.cur_scale) == 256.0,
+          f"{engine.optimizer.cur_scale}")
+    put()
+    applied, skipped = ctypes.c_int64(), ctypes.c_int64()
+    lib.zinc_engine_steps.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int64),
+                                      ctypes.POINTER(ctypes.c_int64)]
+    lib.zinc_engine_steps(engine._e, ctypes.byref(applied), ctypes.byref(skipped))
+    check("set_train_state: counters and scale are the engine's",
+          (applied.value, skipped.value, float(engine.optimizer.cur_scale)) == (5, 1, 1024.0),
+          f"{applied.value, skipped.value, engine.optimizer.cur_scale}")
+    d = os.path.join(tmp, "zinc_state")
+    engine.save_checkpoint(d, tag="t")
+    with open(os.path.join(d, "t", "manifest.json"), encoding="utf-8") as f:
+        es = json.load(f)["engine_state"]
+    sc = es["loss_scaler"]
+    check("a zinc checkpoint saved after it keeps them",
+          (es["step"], es["skipped"], sc["cur_scale"], sc["cur_hysteresis"], sc["cur_iter"],
+           sc["last_overflow_iter"]) == (5, 1, 1024, 1, 9, 3), f"{es}")
+
+
+def main(argv):
+    mode = argv[0]
+    if mode == "load":
+        load(argv[1], int(argv[2]))
+    elif mode == "refuse":
+        os.makedirs(argv[1], exist_ok=True)
+        refuse(argv[1])
+    elif mode == "convert":
+        convert(argv[1], argv[2], argv[3])
+    elif mode == "export":
+        export(argv[1], argv[2], int(argv[3]))
+    else:
+        raise SystemExit(f"test_ds_import: unknown mode {mode}")
+    if failures:
+        print(f"FAILED: {len(failures)} checks: {failures}")
+        return 1
+    return 0
+
+
+def convert(name, out, cli):
+    """from_deepspeed, then zinc's own readers."""
+    want = expected(name)
+    shutil.rmtree(out, ignore_errors=True)
+    r = subprocess.run([sys.executable, "-m", "zinc.utils.from_deepspeed",
+                        os.path.join(FIXTURES, name, "ckpt"), out],
+                       env=dict(os.environ, PYTHONPATH=os.path.join(HERE, "..", "..", "python")),
+                       capture_output=True, text=True)
+    check(f"{name}: from_deepspeed exits 0", r.returncode == 0, r.stderr[-2000:])
+    r = subprocess.run([cli, "ckpt", "verify", out], capture_output=True, text=True)
+    check(f"{name}: zinc ckpt verify passes the converted checkpoint", r.returncode == 0,
+          r.stdout[-1000:] + r.stderr[-1000:])
+    from zinc.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+    sd = get_fp32_state_dict_from_zero_checkpoint(out)
+    bad = [n for n in want["master"] if n not in sd or not bitwise(sd[n], want["master"][n])]
+    check(f"{name}: zero_to_fp32 of it: DeepSpeed's fp32 master", not bad, f"{bad}")
+    check(f"{name}: zero_to_fp32 of it: the buffer", "shift" in sd and
+          bitwise(sd["shift"], want["buffers"]["shift"]))
+    engine, model, _ = engine_for(want, 1)
+    _, client = engine.load_checkpoint(out)
+    for key, get in (("master", safe_get_full_fp32_param),
+                     ("exp_avg", lambda p: safe_get_full_optimizer_state(p, "exp_avg")),
+                     ("exp_avg_sq", lambda p: safe_get_full_optimizer_state(p, "exp_avg_sq"))):
+        bad = [n for n, p in model.named_parameters() if not bitwise(get(p), want[key][n])]
+        check(f"{name}: the zinc checkpoint loads {key} bitwise DeepSpeed's", not bad, f"{bad}")
+    check(f"{name}: its counters", (engine.global_steps, engine.global_samples) ==
+          (want["global_steps"], want["global_samples"]),
+          f"{engine.global_steps, engine.global_samples}")
+    check(f"{name}: its client_state", client.get("epoch") == 7, f"{client}")
+
+
+def export(name, work, stage):
+    """from_deepspeed then to_deepspeed: the universal checkpoint written holds DeepSpeed's
+    values (read back by ds_checkpoint, whose universal reader the fixtures made by DeepSpeed's
+    ds_to_universal check), and a zinc engine resumes it to DeepSpeed's later weights."""
+    want = expected(name)
+    zdir, udir = os.path.join(work, "zinc"), os.path.join(work, "universal")
+    shutil.rmtree(work, ignore_errors=True)
+    env = dict(os.environ, PYTHONPATH=os.path.join(HERE, "..", "..", "python"))
+    for mod, args in (("from_deepspeed", [os.path.join(FIXTURES, name, "ckpt"), zdir]),
+                      ("to_deepspeed", [zdir, udir])):
+        r = subprocess.run([sys.executable, "-m", f"zinc.utils.{mod}"] + args, env=env,
+                           capture_output=True, text=True)
+        check(f"{name}: {mod} exits 0", r.returncode == 0, r.stderr[-2000:])
+    with open(os.path.join(udir, "latest_universal"), encoding="utf-8") as f:
+        check(f"{name}: latest_universal names the tag", f.read() == "global_step3")
+    ds = read_deepspeed_checkpoint(udir)
+    check(f"{name}: read back as a universal checkpoint", ds.kind == "universal", ds.kind)
+    for key in ("master", "exp_avg", "exp_avg_sq"):
+        got = getattr(ds, key)
+        bad = [n for n in want[key] if n not in got or not bitwise(got[n], want[key][n])]
+        check(f"{name}: its {key} is DeepSpeed's, bitwise", not bad, f"{bad}")
+    check(f"{name}: its step, counters, scheduler position, client_state",
+          (ds.adam_step, ds.global_steps, ds.global_samples, ds.lr_scheduler,
+           ds.client_state.get("epoch")) == (want["adam_step"], want["global_steps"],
+                                             want["global_samples"],
+                                             {"last_batch_iteration": 2}, 7),
+          f"{ds.adam_step, ds.global_steps, ds.global_samples, ds.lr_scheduler}")
+    # zinc resumes the exported folder as DeepSpeed resumed its own save.
+    os.makedirs(os.path.join(work, name))
+    os.rename(udir, os.path.join(work, name, "ckpt"))
+    shutil.copy(os.path.join(FIXTURES, name, "expected.json"), os.path.join(work, name))
+    load(name, stage, work)
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
