@@ -33,7 +33,9 @@ class ZincAccelerator:
         return self._name
 
     def device(self, device_index=None):
-        return torch.device("cuda", device_index) if self._cuda else torch.device("cpu")
+        """torch.device('cuda', index); None on the CPU, as DeepSpeed's CPU accelerator answers
+        (`model.to(None)` leaves the model where it is)."""
+        return torch.device("cuda", device_index) if self._cuda else None
 
     def set_device(self, device_index):
         if self._cuda:

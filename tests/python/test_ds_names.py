@@ -48,7 +48,8 @@ def api_accelerator():
     got = (acc.device_name(), acc.device_name(0), acc.current_device_name(),
            acc.communication_backend_name(), acc.is_available(), acc.is_bf16_supported(),
            acc.Stream, acc.Event, acc.device(), acc.on_accelerator(torch.zeros(1)))
-    want = ("cpu", "cpu", "cpu", "gloo", True, True, None, None, torch.device("cpu"), True)
+    # DeepSpeed 0.19.8's CPU_Accelerator gives these (read in bench/.venv): device() is None.
+    want = ("cpu", "cpu", "cpu", "gloo", True, True, None, None, None, True)
     check("the CPU accelerator (DeepSpeed's CPU_Accelerator answers)", got == want,
           f"{got} != {want}")
     check("device_count() >= 1", acc.device_count() >= 1, str(acc.device_count()))
