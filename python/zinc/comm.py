@@ -53,6 +53,9 @@ def get_global_rank(group=None, group_rank=0):
     _need("get_global_rank")
     if group is None:
         return group_rank
+    public = getattr(_td, "get_global_rank", None)       # torch 2.x; 1.13 has the private one
+    if public is not None:
+        return public(group, group_rank)
     return _td.distributed_c10d._get_global_rank(group, group_rank)
 
 

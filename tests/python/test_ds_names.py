@@ -97,6 +97,9 @@ def api_comm_after():
     out = torch.zeros(2)
     zinc.comm.all_gather_into_tensor(out, torch.tensor([3.0, 4.0]))
     zinc.comm.barrier()
+    check("get_global_rank of a new group's rank 0, and of the world's",
+          zinc.comm.get_global_rank(zinc.comm.new_group([0]), 0) == 0
+          and zinc.comm.get_global_rank(None, 0) == 0)
     check("zinc.comm after init_distributed: all_reduce, broadcast, all_gather, barrier",
           zinc.comm.is_initialized() and t.item() == 2.0 and b.item() == 7.0
           and parts[0].tolist() == [1.0, 2.0] and out.tolist() == [3.0, 4.0],
