@@ -146,6 +146,16 @@ def api_leaf():
                  ValueError, "GRU")
     check("raise_if_not_found=False: []",
           set_z3_leaf_modules(m, [torch.nn.GRU], raise_if_not_found=False) == [])
+    from zinc.utils import set_z3_leaf_modules_by_name, set_z3_leaf_modules_by_suffix
+    m = MoE()
+    got = set_z3_leaf_modules_by_name(m, ["moe", "nothing"], raise_if_not_found=False)
+    check("set_z3_leaf_modules_by_name: (modules, names not found)",
+          got == ([m.moe], ["nothing"]) and get_z3_leaf_modules(m) == [m.moe], str(got))
+    check_raises("... a name not found raises naming it",
+                 lambda: set_z3_leaf_modules_by_name(m, ["nothing"]), ValueError, "nothing")
+    got = set_z3_leaf_modules_by_suffix(m, ["up"], flag=True)
+    check("set_z3_leaf_modules_by_suffix: each expert's 'up'",
+          got == ([m.moe.experts[0].up, m.moe.experts[1].up], []), str(got))
 
     def train(leaf):
         torch.manual_seed(0)

@@ -17,6 +17,7 @@ from .tensor_fragment import (safe_get_full_fp32_param, safe_get_full_grad,
                               safe_set_local_grad, safe_set_local_optimizer_state,
                               safe_update_full_grad_vectorized)
 from .z3_leaf import (get_z3_leaf_modules, set_z3_leaf_module, set_z3_leaf_modules,
+                      set_z3_leaf_modules_by_name, set_z3_leaf_modules_by_suffix,
                       unset_z3_leaf_modules, z3_leaf_module)
 
 __all__ = ["safe_get_full_fp32_param", "safe_set_full_fp32_param", "safe_get_full_grad",
@@ -26,4 +27,5 @@ __all__ = ["safe_get_full_fp32_param", "safe_set_full_fp32_param", "safe_get_ful
            "safe_get_local_fp32_param", "safe_set_local_fp32_param",
            "safe_update_full_grad_vectorized", "logger", "log_dist", "set_log_level_from_string",
            "RepeatingLoader", "set_z3_leaf_modules", "unset_z3_leaf_modules",
-           "get_z3_leaf_modules", "set_z3_leaf_module", "z3_leaf_module"]
+           "get_z3_leaf_modules", "set_z3_leaf_module", "z3_leaf_module",
+           "set_z3_leaf_modules_by_name", "set_z3_leaf_modules_by_suffix"]

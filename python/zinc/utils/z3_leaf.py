@@ -62,3 +62,38 @@ def set_z3_leaf_modules(model: torch.nn.Module, leaf_module_classes, raise_if_no
 def unset_z3_leaf_modules(model: torch.nn.Module, leaf_module_classes, raise_if_not_found=True):
     """Clears the flag on those modules; returns them."""
     return _set(model, leaf_module_classes, False, raise_if_not_found, "unset_z3_leaf_modules")
+
+
+def _set_by(model, keys, flag, raise_if_not_found, fn, match):
+    """Flags the modules whose name in model.named_modules() matches a key (`match(name,
+    key)`); returns (the modules, each once, in module order of the keys; the keys nothing
+    matched). Keys nothing matched: ValueError naming them unless raise_if_not_found is
+    False."""
+    named = list(model.named_modules())
+    found, missing, seen = [], [], set()
+    for key in keys:
+        hits = [m for name, m in named if match(name, key)]
+        if not hits:
+            missing.append(key)
+        for m in hits:
+            m._z3_leaf = flag
+            if id(m) not in seen:
+                seen.add(id(m))
+                found.append(m)
+    if missing and raise_if_not_found:
+        raise ValueError(f"zinc.utils.{fn}: no module named {missing} in the model")
+    return found, missing
+
+
+def set_z3_leaf_modules_by_name(model, module_names, flag=True, raise_if_not_found=True):
+    """DeepSpeed's: flags (or with flag=False clears) the modules with these names in
+    model.named_modules(); returns (modules, names not found)."""
+    return _set_by(model, module_names, flag, raise_if_not_found,
+                   "set_z3_leaf_modules_by_name", lambda name, key: name == key)
+
+
+def set_z3_leaf_modules_by_suffix(model, module_name_suffixes, flag=True,
+                                  raise_if_not_found=True):
+    """DeepSpeed's: the same for the modules whose name ends with one of the suffixes."""
+    return _set_by(model, module_name_suffixes, flag, raise_if_not_found,
+                   "set_z3_leaf_modules_by_suffix", lambda name, key: name.endswith(key))
