@@ -22,6 +22,9 @@
 
 /* Reasons shared by several keys. */
 #define W_MONITOR "a monitor zinc does not implement (logging only); zinc writes CSV via csv_monitor"
+/* tensorboard and wandb: the Python front-end writes them through the user's package
+ * (python/zinc/_monitor.py, which drops this warning); zinc train does not. */
+#define W_MONITOR_PY "zinc train does not write this monitor (logging only; the Python front-end does); it writes CSV via csv_monitor"
 #define W_NO_EFFECT_OPT "zinc runs only its own Adam/AdamW, so this has no effect"
 
 static const zkey top_keys[] = {
@@ -49,8 +52,8 @@ static const zkey top_keys[] = {
     {"sequence_parallel_size", ZK_OWN, ZK_ALWAYS, NULL},
     {"zinc", ZK_OWN, ZK_ALWAYS, NULL},
     /* speed, memory placement or logging only */
-    {"tensorboard", ZK_WARN, ZK_IF_ON, W_MONITOR},
-    {"wandb", ZK_WARN, ZK_IF_ON, W_MONITOR},
+    {"tensorboard", ZK_WARN, ZK_IF_ON, W_MONITOR_PY},
+    {"wandb", ZK_WARN, ZK_IF_ON, W_MONITOR_PY},
     {"comet", ZK_WARN, ZK_IF_ON, W_MONITOR},
     {"trackio", ZK_WARN, ZK_IF_ON, W_MONITOR},
     {"comms_logger", ZK_WARN, ZK_IF_ON, "communication logging is not implemented (logging only)"},

@@ -100,10 +100,12 @@ static void not_used(zcctx *x, const char *sec, const char *key, const char *ins
             instead);
 }
 
+/* lo: the smallest value DeepSpeed's validator takes (its Field's ge/gt), so a config DeepSpeed
+ * refuses is refused here too rather than accepted with the warning. */
 static void warn_int(zcctx *x, json_object *o, const char *sec, const char *key, int64_t *v,
-                     int64_t ds_default, const char *instead)
+                     int64_t lo, int64_t ds_default, const char *instead)
 {
-    if (zc_get_int(x, o, sec, key, 0, I64_MAX, v) == V_SET && *v != ds_default)
+    if (zc_get_int(x, o, sec, key, lo, I64_MAX, v) == V_SET && *v != ds_default)
         not_used(x, sec, key, instead);
 }
 
@@ -210,9 +212,11 @@ void zc_parse_zero(zcctx *x, json_object *root, zcfg *c)
     /* The knobs below are kept in the resolved config with DeepSpeed's meaning, but zinc's engine
      * does not read them: a value other than DeepSpeed's default gets one warning saying what zinc
      * does instead (docs/config.md, "zero_optimization"). */
-    warn_int(x, o, sec, "reduce_bucket_size", &z->reduce_bucket_size, 500000000,
+    /* DeepSpeed 0.19.8 (zero/config.py) declares reduce_bucket_size Field(gt=0) and
+     * allgather_bucket_size Field(ge=0): 0 is refused for the first, taken for the second. */
+    warn_int(x, o, sec, "reduce_bucket_size", &z->reduce_bucket_size, 1, 500000000,
              "zinc reduces one parameter group per collective; bucket sizes are not used");
-    warn_int(x, o, sec, "allgather_bucket_size", &z->allgather_bucket_size, 500000000,
+    warn_int(x, o, sec, "allgather_bucket_size", &z->allgather_bucket_size, 0, 500000000,
              "zinc gathers one parameter group per collective; bucket sizes are not used");
     /* DeepSpeed's validator: unset overlap_comm means "on at stage 3". zinc's engine reduces a
      * group as soon as zinc_grads_ready hands it over at stages 2-3 (always overlapped), and once

@@ -19,7 +19,11 @@ from ._lib import ZincError  # noqa: F401
 from .engine import (Engine, ZincConfigWarning, add_config_arguments,  # noqa: F401
                      init_distributed, initialize, local_rank, register_external_parameter,
                      world_size)
+# DeepSpeed's other module paths, for scripts (docs/python.md, "DeepSpeed's other names").
+from . import accelerator, comm, ops, runtime, utils  # noqa: F401
+from .accelerator import get_accelerator  # noqa: F401
 
 __all__ = ["initialize", "init_distributed", "world_size", "local_rank", "Engine", "ZincError",
            "ZincConfigWarning", "register_external_parameter", "checkpointing",
-           "add_config_arguments", "RepeatingLoader", "zero"]
+           "add_config_arguments", "RepeatingLoader", "zero", "accelerator", "comm", "ops",
+           "runtime", "utils", "get_accelerator"]

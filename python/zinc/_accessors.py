@@ -73,7 +73,17 @@ class _AccessorsMixin:
         return bool(self._info.applied)
 
     def get_global_grad_norm(self):
-        return self._info.grad_norm
+        """DeepSpeed's: the global L2 norm of the unscaled gradient before clipping, from the
+        last optimizer step; None before the engine's first optimizer step (DeepSpeed's engine
+        starts with _global_grad_norm = None and sets it only in _take_model_step), and
+        float("inf") after a step skipped for a non-finite gradient (DeepSpeed's ZeRO and fp16
+        optimizers set inf on overflow; zinc's step reports nan for a nan gradient, which
+        DeepSpeed never returns)."""
+        if not self._info.boundary:
+            return None
+        if self._info.skipped:
+            return float("inf")
+        return float(self._info.grad_norm)
 
     def train_micro_batch_size_per_gpu(self):
         return self._micro

@@ -1,7 +1,8 @@
 """_optimizer.py — the optimizer side of the front-end. zinc runs Adam/AdamW itself inside
 engine.step(); what DeepSpeed users hand initialize about the optimizer is read here:
 - model_parameters' param groups (which parameters zinc trains; a decay and an lr per group);
-- a client torch.optim.Adam/AdamW, read into the config's optimizer section and groups;
+- a client torch.optim.Adam/AdamW, or zinc.ops.adam's FusedAdam/DeepSpeedCPUAdam (DeepSpeed's
+  names), read into the config's optimizer section and groups;
 - the optimizer and scheduler objects initialize returns, whose param_groups carry the learning
   rate as DeepSpeed's do (zinc_set_lr, zinc_group_set_lr).
 Anything zinc would compute differently is refused by name.
@@ -12,6 +13,7 @@ import warnings
 import torch
 
 from ._lib import lib
+from .ops.adam import _AdamHyperparameters
 
 
 # Keys of a torch/DeepSpeed parameter group dict zinc honours: "params"; "weight_decay", "lr",
@@ -155,15 +157,23 @@ def _client_optimizer(optimizer, model, model_parameters):
     Anything zinc would compute differently is refused by name."""
     if not isinstance(optimizer, torch.optim.Optimizer) and callable(optimizer):
         optimizer = optimizer(model.parameters() if model_parameters is None else model_parameters)
-    if not isinstance(optimizer, (torch.optim.Adam, torch.optim.AdamW)):
+    ds_adam = isinstance(optimizer, _AdamHyperparameters)   # zinc.ops.adam's classes
+    if not ds_adam and not isinstance(optimizer, (torch.optim.Adam, torch.optim.AdamW)):
         raise NotImplementedError(
             f"zinc.initialize: client optimizer {type(optimizer).__name__}: zinc runs Adam/AdamW "
-            "itself; pass a torch.optim.Adam or AdamW, or put the optimizer in the config")
+            "itself; pass a torch.optim.Adam or AdamW, zinc.ops.adam.FusedAdam or "
+            "DeepSpeedCPUAdam, or put the optimizer in the config")
+    if getattr(optimizer, "fp32_optimizer_states", True) is False:
+        raise NotImplementedError("zinc.initialize: client optimizer fp32_optimizer_states=False "
+                                  "(zinc keeps Adam's moments in fp32)")
     groups = [g for g in optimizer.param_groups if len(g["params"])]
     if not groups:
         raise ValueError("zinc.initialize: the client optimizer has no parameters")
-    decoupled = (isinstance(optimizer, torch.optim.AdamW) or
-                 bool(groups[0].get("decoupled_weight_decay", False)))
+    if ds_adam:       # DeepSpeed's classes say it once for the optimizer: adam_w_mode
+        decoupled = bool(optimizer.adam_w_mode)
+    else:
+        decoupled = (isinstance(optimizer, torch.optim.AdamW) or
+                     bool(groups[0].get("decoupled_weight_decay", False)))
     first = groups[0]
     for i, g in enumerate(groups):
         for key in ("amsgrad", "maximize"):
@@ -173,6 +183,10 @@ def _client_optimizer(optimizer, model, model_parameters):
         if bool(g.get("decoupled_weight_decay", decoupled)) != decoupled:
             raise NotImplementedError("zinc.initialize: client optimizer param groups mix "
                                       "decoupled and L2 weight decay")
+        # zinc's bias correction is one setting for the engine (optimizer.params).
+        if bool(g.get("bias_correction", True)) != bool(first.get("bias_correction", True)):
+            raise NotImplementedError(f"zinc.initialize: client optimizer param_groups[{i}] "
+                                      "has its own bias_correction; zinc has one for all groups")
     section = {"type": "AdamW" if decoupled else "Adam",
                "params": {"lr": _scalar(first["lr"]),
                           "betas": [_scalar(b) for b in first["betas"]],
@@ -180,6 +194,8 @@ def _client_optimizer(optimizer, model, model_parameters):
                           "weight_decay": float(first["weight_decay"])}}
     if not decoupled:
         section["params"]["adam_w_mode"] = False
+    if not first.get("bias_correction", True):
+        section["params"]["bias_correction"] = False
     return optimizer, section, [{"params": g["params"], "weight_decay": float(g["weight_decay"]),
                                  "lr": _scalar(g["lr"]), "betas": g["betas"], "eps": g["eps"]}
                                 for g in groups]

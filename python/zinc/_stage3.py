@@ -146,7 +146,9 @@ class _Stage3Mixin:
             if any(id(p) in self._group_of for p in mod._parameters.values() if p is not None):
                 mod._parameters = _GatherOnRead(mod._parameters, self)
                 self._watched.append(mod)
+        inside = self._leaves(model)
         hooked = list(self._needs) + [m for m in self._declared if m not in self._needs]
+        hooked = [m for m in hooked if m not in inside]
         for mod in hooked + ([model] if model not in hooked else []):
             self._hooks.append(mod.register_forward_pre_hook(self._pre_hook))
             self._hooks.append(_post_hook_always(mod, self._post_hook))
@@ -155,6 +157,25 @@ class _Stage3Mixin:
                 mod.forward = _linear_forward.__get__(mod)
                 self._linears.append(mod)
         self._drop_params()
+
+    def _leaves(self, model):
+        """DeepSpeed's ZeRO-3 leaf modules (module._z3_leaf, zinc.utils.set_z3_leaf_modules):
+        each leaf gathers the groups of its whole subtree (declared as its own, as
+        register_external_parameter declares) and its submodules get no hooks. Returns the
+        submodules of leaves (a leaf inside a leaf is one of them)."""
+        inside = set()
+        for mod in model.modules():
+            if mod in inside or not getattr(mod, "_z3_leaf", False):
+                continue
+            subtree = [m for m in mod.modules() if m is not mod]
+            groups = {gi for m in subtree for gi in self._needs.get(m, [])}
+            for m in subtree:
+                groups |= self._declared.get(m, set())
+            groups.difference_update(self._needs.get(mod, []))
+            if groups:
+                self._declared[mod] = self._declared.get(mod, set()) | groups
+            inside.update(subtree)
+        return inside
 
     def _groups_of(self, mod):
         need = self._needs.get(mod, [])

@@ -67,6 +67,7 @@ from ._accessors import _AccessorsMixin
 from ._handover import _HandOverMixin
 from ._lib import EngineOptions, StepInfo, check, lib
 from ._memory import _TORCH_DTYPE, _numel
+from ._monitor import Monitors
 from ._optimizer import _Optimizer, _Scheduler, _client_optimizer, _parameter_groups
 from ._stage3 import _GatherOnRead, _Stage3Mixin
 from ._state_io import _StateIOMixin
@@ -84,6 +85,9 @@ class ZincConfigWarning(UserWarning):
 
 
 _serials = itertools.count()   # engines' creation order (zero.GatheredParameters)
+# Config warnings of `zinc train` (the C config) about monitors this front-end writes
+# (_monitor.py): not passed on.
+_MONITORED = ("tensorboard:", "wandb:")
 
 
 def init_distributed(dist_backend=None, auto_mpi_discovery=True, distributed_port=None,
@@ -238,7 +242,10 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
         self._code = lib.zinc_engine_dtype(e)
         if lib.zinc_engine_rank(e) == 0:
             for line in lib.zinc_config_warnings(e).decode(errors="replace").splitlines():
+                if line.startswith(_MONITORED):   # zinc train's; this front-end writes them
+                    continue
                 warnings.warn(f"zinc config: {line}", ZincConfigWarning, stacklevel=3)
+        self._monitor = Monitors(self._cfg, lib.zinc_engine_rank(e))
         self._groups = []          # [(group id, [(param id, name, tensor)])]
         self._g = []               # [_Group], the same order
         self._group_of = {}        # id(param) -> index into self._g
@@ -470,6 +477,8 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
         (zinc held the only copy, in shards, and gathering is collective, which close(), also
         run by the garbage collector, cannot be): call module_state_dict() before, on every
         rank, to keep the values."""
+        if getattr(self, "_monitor", None) is not None:
+            self._monitor.close()
         if getattr(self, "_e", None) is not None and self._e.value:
             cuda = getattr(self, "_cuda", False)
             if cuda:      # zinc's writes done before the copies read them (errors ignored here)
@@ -540,6 +549,7 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
             (loss * mult).backward(retain_graph=retain_graph)
         finally:
             self._in_backward = False
+        self._monitor.note_loss(loss)
         if self._no_sync:          # the gradients stay in `.grad`, summed by autograd
             self._unsynced = True
         else:
@@ -657,6 +667,7 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
                     warnings.filterwarnings("ignore", message=".*lr_scheduler.step.*optimizer.step")
                     self._client_sched.step(**(lr_kwargs or {}))
             self._opt._after_step()
+            self._monitor.after_step(self)
 
 
 def add_config_arguments(parser):

@@ -460,6 +460,55 @@ static void test_speed_knobs(void)
     }
 }
 
+/* DeepSpeed 0.19.8's lower bounds on the zero_optimization sizes (zero/config.py):
+ * reduce_bucket_size is Field(gt=0), so 0 is an error naming the key and the value, as DeepSpeed's
+ * validator refuses it; the other sizes are Field(ge=0), so 0 is taken (with the knob's warning
+ * where zinc does not use it) and only -1 is refused. */
+static void test_zero_size_bounds(void)
+{
+    const char *base = "{\"train_micro_batch_size_per_gpu\": 1, \"optimizer\": {\"type\": \"AdamW\"}, "
+                       "\"zero_optimization\": {\"stage\": 3, \"%s\": %s}}";
+    struct {
+        const char *key;
+        int zero_ok, zero_warns; /* DeepSpeed takes 0; zinc warns for 0 (a non-default knob) */
+    } k[] = {
+        {"reduce_bucket_size", 0, 0},
+        {"allgather_bucket_size", 1, 1},
+        {"stage3_prefetch_bucket_size", 1, 0},
+        {"prefetch_bucket_size", 1, 0},
+        {"stage3_param_persistence_threshold", 1, 0},
+        {"stage3_max_live_parameters", 1, 0},
+        {"sub_group_size", 1, 1},
+    };
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+        char json[512], path[160], want[200];
+        snprintf(path, sizeof path, "zero_optimization.%s", k[i].key);
+        for (int v = -1; v <= 0; v++) {
+            snprintf(json, sizeof json, base, k[i].key, v ? "-1" : "0");
+            zcfg c;
+            zcfg_diag d = {0};
+            zinc_status s = parse(json, 1, &c, &d);
+            if (v == 0 && k[i].zero_ok) {
+                const char *key = path;
+                ZT_CHECK(s == ZINC_OK && d.nwarnings == k[i].zero_warns,
+                         "%s = 0: DeepSpeed takes it; got status %d, %d warnings", path, (int)s,
+                         d.nwarnings);
+                if (s == ZINC_OK && k[i].zero_warns) parse_warns(json, 1, &c, &key, 1, __LINE__);
+            } else {
+                /* The error line names the key and the value given. */
+                snprintf(want, sizeof want, "%s: expected a whole number >= %d, got %d", path,
+                         k[i].zero_ok ? 0 : 1, v);
+                int named = 0;
+                for (int e = 0; e < d.nerrors; e++) named |= strcmp(d.errors[e], want) == 0;
+                ZT_CHECK(s == ZINC_ERR_CONFIG && named, "%s = %d: expected the error \"%s\"",
+                         path, v, want);
+                if (!named) dump(&d);
+            }
+            zcfg_diag_free(&d);
+        }
+    }
+}
+
 /* DeepSpeed's _set_batch_related_parameters + _batch_assertion, transcribed from the Python
  * (0 = None). Returns 1 and the three values when DeepSpeed accepts. */
 static int ds_batch(long long tb, long long mb, long long ga, long long world, long long out[3])
@@ -943,6 +992,7 @@ int main(void)
     test_defaults();
     test_full();
     test_speed_knobs();
+    test_zero_size_bounds();
     test_dataloader_drop_last();
     test_managed_accumulation();
     test_batch_rule();

@@ -52,6 +52,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 from _common import torch, zinc
@@ -89,9 +90,12 @@ def child(stage):
 BUG = "rank 1 stops with a bug in its loop"
 
 
-def rank1_stops_child(how):
+def rank1_stops_child(how, folder):
     """After a step, rank 1 stops: `raise` (an exception nothing catches) or `exit` (it catches
-    an error and calls sys.exit(1)); rank 0 steps on and prints one line saying how that ended."""
+    an error and calls sys.exit(1)); rank 0 steps on and prints one line saying how that ended.
+    Each rank's output goes to its file in `folder` (own_output)."""
+    from zinc._world import _launcher_world          # the engine's world, created a bit early
+    own_output(lib.zinc_world_rank(_launcher_world()), folder)
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
     cfg = {"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1,
@@ -117,6 +121,37 @@ def rank1_stops_child(how):
         line = f"rank 0: {name} after {time.monotonic() - t0:.1f} s: {ex}"
     os.write(1, (line + "\n").encode())     # one write: the ranks share the pipe
     sys.exit(0)
+
+
+def own_output(rank, folder):
+    """Sends this rank's stdout and stderr (Python's and the C library's: file descriptors 1 and
+    2) to FOLDER/rank<rank>.txt. Under load mpirun forwards the ranks' pipes in pieces, so two
+    ranks' tracebacks printed at once interleaved inside one line and a check on the merged text
+    missed a line each rank had printed whole (python_early_all_mpi, issue 40 item 5): with a
+    file per rank the checks read what each rank wrote, whatever the launcher does with it."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    fd = os.open(os.path.join(folder, f"rank{rank}.txt"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
+def run_ranks(args, limit, ranks=2):
+    """run_job for a child that calls own_output with the folder given as its last argument:
+    (exit status or None, every output as one text, the lines of each source). The sources are
+    mpirun's own output and each rank's file, split into lines separately, so no line mixes two
+    ranks."""
+    with tempfile.TemporaryDirectory(prefix="zinc_exit_") as folder:
+        code, out = run_job(args + [folder], limit)
+        pieces = [out]
+        for r in range(ranks):
+            try:
+                with open(os.path.join(folder, f"rank{r}.txt"), errors="replace") as f:
+                    pieces.append(f"---- rank {r} ----\n" + f.read())
+            except OSError:
+                pieces.append(f"---- rank {r}: no output file ----\n")
+    return code, "\n".join(pieces), [x for p in pieces for x in p.splitlines()]
 
 
 def run_job(args, limit):
@@ -146,9 +181,9 @@ def report(name, checks, t0, code):
 
 def uncaught(mpiexec):
     t0 = time.monotonic()
-    code, out = run_job(mpiexec + ["2", sys.executable, __file__, "rank1-child", "raise"], 100)
+    code, out, lines = run_ranks(mpiexec + ["2", sys.executable, __file__, "rank1-child",
+                                            "raise"], 100)
     print(out)
-    lines = out.splitlines()
     line = next((x for x in lines if x.startswith("rank 0:")), "")
     # The traceback's last line, as Python prints it (torch 2.x's hook prefixes "[rank1]: ").
     last = f"RuntimeError: {BUG}"
@@ -163,9 +198,10 @@ def uncaught(mpiexec):
 EARLY = "rank {} cannot read its data"
 
 
-def early_child(who):
+def early_child(who, folder):
     world = zinc.init_distributed()
     rank = lib.zinc_world_rank(world)
+    own_output(rank, folder)
     if who == "all" or (who in ("one", "busy") and rank == 1):
         raise RuntimeError(EARLY.format(rank))
     if who == "busy":
@@ -196,15 +232,14 @@ def early_child(who):
     except zinc.ZincError as ex:
         line = (f"rank {rank}: {lib.zinc_status_string(ex.status).decode()} after "
                 f"{time.monotonic() - t0:.1f} s: {ex}")
-    os.write(1, (line + "\n").encode())     # one write: the ranks share the pipe
+    os.write(1, (line + "\n").encode())
     sys.exit(0)
 
 
 def early(who, mpiexec):
     t0 = time.monotonic()
-    code, out = run_job(mpiexec + ["2", sys.executable, __file__, "early-child", who], 60)
+    code, out, lines = run_ranks(mpiexec + ["2", sys.executable, __file__, "early-child", who], 60)
     print(out)
-    lines = out.splitlines()
     ended = [x for x in lines if "ending the MPI job with MPI_Abort" in x]
     if who.startswith("quit"):
         line = next((x for x in lines if x.startswith("rank 0:")), "")
@@ -221,9 +256,11 @@ def early(who, mpiexec):
         checks.append(("the job ended", code is not None))
     else:
         ranks = (0, 1) if who == "all" else (1,)
-        # A substring: with both ranks printing at once, their lines may interleave.
+        # The traceback's last line, whole (each rank's own file; torch 2.x's hook may prefix
+        # "[rank<r>]: ").
         checks = [(f"rank {r} printed its traceback",
-                   "RuntimeError: " + EARLY.format(r) in out) for r in ranks]
+                   any(x.split("]: ")[-1] == "RuntimeError: " + EARLY.format(r) for x in lines))
+                  for r in ranks]
         checks.append(("the job ended, non-zero", code not in (None, 0)))
     uncaught = f"uncaught RuntimeError: {EARLY.format(1)}"
     if who == "one":
@@ -243,9 +280,10 @@ def early(who, mpiexec):
 
 def leave(mpiexec):
     t0 = time.monotonic()
-    code, out = run_job(mpiexec + ["2", sys.executable, __file__, "rank1-child", "exit"], 150)
+    code, out, lines = run_ranks(mpiexec + ["2", sys.executable, __file__, "rank1-child",
+                                            "exit"], 150)
     print(out)
-    line = next((x for x in out.splitlines() if x.startswith("rank 0:")), "")
+    line = next((x for x in lines if x.startswith("rank 0:")), "")
     took = float(line.split(" after ")[1].split(" s")[0]) if " after " in line else None
     return report("leave", [
         ("rank 0 raised ZINC_ERR_ABORTED saying rank 1 ended its process",
@@ -285,11 +323,11 @@ def main():
     if sys.argv[1:2] == ["hook"]:
         return hook()
     if sys.argv[1:2] == ["rank1-child"]:
-        rank1_stops_child(sys.argv[2])
+        rank1_stops_child(sys.argv[2], sys.argv[3])
     if sys.argv[1:2] == ["leave"]:
         return leave(sys.argv[2:])
     if sys.argv[1:2] == ["early-child"]:
-        early_child(sys.argv[2])
+        early_child(sys.argv[2], sys.argv[3])
     if sys.argv[1:2] == ["early"]:
         return early(sys.argv[2], sys.argv[3:])
     if sys.argv[1:2] == ["uncaught"]:

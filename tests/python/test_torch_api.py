@@ -236,13 +236,25 @@ def check_step_counters(stage, root):
 
     engine = build()
     tb = engine.train_batch_size()
+    # DeepSpeed's get_global_grad_norm(): None until the first optimizer step (also after a
+    # micro-step inside the first window), inf after the step the overflow skipped, then the
+    # step's finite norm.
+    norms = [engine.get_global_grad_norm()]
+    window(engine, 1)
+    norms.append(engine.get_global_grad_norm())
+    engine.close()
+    engine = build()
     got = []
     for big in (True, False, False):
         window(engine, GA, big)
         got.append(counters(engine))
+        norms.append(engine.get_global_grad_norm())
     want = [(1, 1, tb, False), (2, 1, 2 * tb, True), (3, 1, 3 * tb, True)]
     check("global_steps, skipped_steps, global_samples with an fp16 overflow (DeepSpeed's)",
           got == want, f"{got} != {want}")
+    check("get_global_grad_norm: None, None, inf, then finite floats > 0 (DeepSpeed's)",
+          norms[:3] == [None, None, float("inf")]
+          and all(type(n) is float and 0 < n < float("inf") for n in norms[3:]), str(norms))
     ck = os.path.join(root, f"counters{engine.world_size}")
     engine.save_checkpoint(ck)
     engine.close()

@@ -95,6 +95,20 @@ set_tests_properties(python_hf_init PROPERTIES LABELS python TIMEOUT 120
 add_test(NAME python_torch_dist COMMAND ${_py} ${_pyt}/test_torch_dist.py)
 set_tests_properties(python_torch_dist PROPERTIES LABELS python TIMEOUT 120
                      SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
+# DeepSpeed's other names under zinc's paths (zinc.accelerator, zinc.comm, zinc.ops.adam,
+# zinc.utils, zinc.runtime.zero) and `python -m zinc.as_deepspeed` (test_ds_names.py): the names
+# in one process, then ds_script.py run unedited, with zinc's names and as plain zinc.
+add_test(NAME python_ds_names COMMAND ${_py} ${_pyt}/test_ds_names.py api)
+foreach(_s 1 3)
+  add_test(NAME python_ds_script_stage${_s} COMMAND ${_py} ${_pyt}/test_ds_names.py runs ${_s})
+endforeach()
+set_tests_properties(python_ds_names python_ds_script_stage1 python_ds_script_stage3 PROPERTIES
+                     LABELS python TIMEOUT 300 SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
+# DeepSpeed's monitors (csv_monitor, tensorboard, wandb) on the Python front-end
+# (test_monitor.py).
+add_test(NAME python_monitor COMMAND ${_py} ${_pyt}/test_monitor.py ${CMAKE_CURRENT_BINARY_DIR}/py_monitor)
+set_tests_properties(python_monitor PROPERTIES LABELS python TIMEOUT 120
+                     SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
 # The data loader of initialize(training_data=...) and deepspeed_io (test_torch_data.py).
 add_test(NAME python_data COMMAND ${_py} ${_pyt}/test_torch_data.py)
 set_tests_properties(python_data PROPERTIES LABELS python TIMEOUT 120
@@ -212,6 +226,16 @@ if(ZINC_HAVE_MPI AND ZINC_TORCH_PYTHON)
                        PROPERTIES LABELS "python;multirank" TIMEOUT 300 SKIP_RETURN_CODE 77
                        ENVIRONMENT "${_env}")
   zinc_python_mpi_stage_tests(zero test_torch_zero.py 120 1 3)
+  # ds_script.py the three ways under mpirun -np 2 (test_ds_names.py runs).
+  add_test(NAME python_ds_script_mpi_stage3
+           COMMAND ${_py} ${_pyt}/test_ds_names.py runs 3 ${_mpi} ${MPIEXEC_NUMPROC_FLAG})
+  set_tests_properties(python_ds_script_mpi_stage3 PROPERTIES LABELS "python;multirank"
+                       TIMEOUT 300 SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
+  add_test(NAME python_monitor_mpi
+           COMMAND ${_mpi} ${MPIEXEC_NUMPROC_FLAG} 2 ${_py} ${_pyt}/test_monitor.py
+                   ${CMAKE_CURRENT_BINARY_DIR}/py_monitor_mpi)
+  set_tests_properties(python_monitor_mpi PROPERTIES LABELS "python;multirank" TIMEOUT 120
+                       SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
   add_test(NAME python_torch_dist_mpi
            COMMAND ${_mpi} ${MPIEXEC_NUMPROC_FLAG} 2 ${_py} ${_pyt}/test_torch_dist.py)
   set_tests_properties(python_torch_dist_mpi PROPERTIES LABELS "python;multirank" TIMEOUT 120
