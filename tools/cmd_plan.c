@@ -231,6 +231,10 @@ static int plan_recommend(const zplan_in *in, long long global_batch, int json)
     enum { MAX = 256, MODES = 16 };
     static zplan_choice all[MAX];
     int n = zplan_recommend(in, global_batch, all, MAX);
+    if (n == 0)
+        return zarg_usage_error("plan", "--global-batch %lld on %d GPUs: no micro-batch of 1..1024 "
+                                "divides it with at most 1e6 accumulation steps", global_batch,
+                                in->gpus);
     /* zplan_recommend sorts best first: the first of each mode is that mode's best. */
     zplan_choice rows[MODES];
     int nrows = 0;
@@ -438,6 +442,16 @@ int cmd_plan(int argc, char **argv)
     if (v[P_PARAMS] < 0)
         v[P_PARAMS] = 12.0 * v[P_LAYERS] * v[P_HIDDEN] * v[P_HIDDEN] +
                       (v[P_VOCAB] > 0 ? v[P_VOCAB] : 0.0) * v[P_HIDDEN];
+    /* Values from --hf-config or derived from the shape keep the flags' ranges too (the memory
+     * plan counts parameters in 64-bit integers). */
+    static const int shape_flags[] = {P_PARAMS, P_LAYERS, P_HIDDEN, P_SEQ, P_VOCAB, P_FFN};
+    for (size_t k = 0; k < sizeof shape_flags / sizeof shape_flags[0]; k++) {
+        int p = shape_flags[k];
+        if (v[p] >= 0 && (v[p] < zplan_flags[p].lo || v[p] > zplan_flags[p].hi))
+            return zarg_usage_error("plan", "%s %.6g (%s) is outside %g..%g", zplan_flags[p].flag,
+                                    v[p], hf ? "from --hf-config or the shape" : "from the shape",
+                                    zplan_flags[p].lo, zplan_flags[p].hi);
+    }
     if (recommend) {
         if (v[P_GLOBAL] < 0)
             return zarg_usage_error("plan", "--recommend needs --global-batch G (sequences per "
