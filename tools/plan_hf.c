@@ -69,8 +69,13 @@ int zplan_from_hf_config(const char *path, zplan_in *in, char *err, size_t errle
         long long k[4];
         if (need(o, path, err, errlen, 4, keys, k) == 0) {
             double h = (double)k[0], L = (double)k[1], V = (double)k[2], pos = (double)k[3];
-            long long inner = count_of(o, "n_inner", 0);
+            long long inner = count_of(o, "n_inner", 0);    /* null or absent: 4h */
             double I = inner > 0 ? (double)inner : 4.0 * h;
+            if (inner < 0) {
+                json_object_put(o);
+                return fail(err, errlen, "%s: \"n_inner\" must be null or a whole number above "
+                            "0", path);
+            }
             /* GPT2LMHeadModel: wte, wpe; per block ln_1 and ln_2 (weight, bias), c_attn (h x 3h
              * + 3h), attn c_proj (h x h + h), c_fc (h x I + I), mlp c_proj (I x h + h); ln_f;
              * the head tied to wte unless tie_word_embeddings is false. */

@@ -95,6 +95,9 @@ expect 2 "^zinc plan: --params 1\.2e\+20 \(from the shape\) is outside" --layers
     --hidden 10000000 --seq 8 --gpus 8 --gpu h100 --stage 3
 expect 2 "^zinc plan: --global-batch 999999999 on 1 GPUs: no micro-batch" --params 1e9 --seq 8 \
     --gpus 1 --gpu h100 --recommend --global-batch 999999999
+printf '{"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "vocab_size": 50, "n_positions": 8, "n_inner": -5}' >"$tmp.json"
+expect 2 '"n_inner" must be null or a whole number above 0' --hf-config "$tmp.json" --gpus 8 \
+    --gpu h100 --stage 1
 # Nothing fits: exit 1 and say so (not a usage error).
 expect 1 - --params 1e12 --layers 200 --hidden 25600 --seq 8192 --gpus 1 --gpu a100-40 \
     --recommend --global-batch 1
