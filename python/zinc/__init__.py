@@ -22,8 +22,9 @@ from .engine import (Engine, ZincConfigWarning, add_config_arguments,  # noqa: F
 # DeepSpeed's other module paths, for scripts (docs/python.md, "DeepSpeed's other names").
 from . import accelerator, comm, ops, runtime, utils  # noqa: F401
 from .accelerator import get_accelerator  # noqa: F401
+from .plan import plan  # noqa: F401
 
 __all__ = ["initialize", "init_distributed", "world_size", "local_rank", "Engine", "ZincError",
            "ZincConfigWarning", "register_external_parameter", "checkpointing",
            "add_config_arguments", "RepeatingLoader", "zero", "accelerator", "comm", "ops",
-           "runtime", "utils", "get_accelerator"]
+           "runtime", "utils", "get_accelerator", "plan"]

@@ -348,6 +348,10 @@ set_tests_properties(python_example python_example_hf python_example_actckpt
 add_test(NAME python_host_waits COMMAND ${_py} ${_pyt}/test_host_waits.py)
 set_tests_properties(python_host_waits PROPERTIES LABELS python TIMEOUT 300
                      SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
+# zinc.plan(): `zinc plan` from a script, the CLI's JSON for the same flags (issue 41).
+add_test(NAME python_plan COMMAND ${_py} ${_pyt}/test_plan.py)
+set_tests_properties(python_plan PROPERTIES LABELS python TIMEOUT 120 SKIP_RETURN_CODE 77
+                     ENVIRONMENT "${_env};ZINC_CLI=$<TARGET_FILE:zinc_cli>")
 # pyflakes over the front-end and the GPU benchmark: their CUDA-only branches run on no CI
 # machine, so a name they use without importing it (seen in review: torch in _handover.py's
 # bucket events) would otherwise surface only on a lent GPU. Skipped without pyflakes.
