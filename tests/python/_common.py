@@ -3,7 +3,7 @@ it is not importable) and the source tree's python/ on sys.path, so `import zinc
 package of this checkout (which finds libzinc.so through $ZINC_LIB, set by tests.cmake), or the
 one in $ZINC_PY when set (to run a test against another version of the package).
 
-    from _common import torch, zinc
+    from _common import torch, zinc, finish
     from _common import check, failures     # named checks: print each, collect the failed
     from _common import storage_bytes       # the bytes of the storage a tensor's data is in
 """
@@ -49,4 +49,13 @@ def check_raises(name, fn, kind, *texts):
         check(name, False, "it did not raise")
 
 
-__all__ = ["torch", "zinc", "check", "check_raises", "failures"]
+def finish():
+    """The test's exit status after its checks: 1 (and the failed names) when any failed."""
+    if failures:
+        print(f"FAILED: {len(failures)}: {', '.join(failures)}")
+        return 1
+    print("PASS")
+    return 0
+
+
+__all__ = ["torch", "zinc", "check", "check_raises", "failures", "finish"]

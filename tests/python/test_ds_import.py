@@ -34,7 +34,7 @@ import subprocess
 import sys
 import warnings
 
-from _common import check, check_raises, failures, torch, zinc
+from _common import check, check_raises, finish, torch, zinc
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # ZINC_DS_FIXTURES: another folder of fixtures (bench/ds_ckpt_roundtrip.py's, fresh from
@@ -312,10 +312,7 @@ def main(argv):
         export(argv[1], argv[2], int(argv[3]))
     else:
         raise SystemExit(f"test_ds_import: unknown mode {mode}")
-    if failures:
-        print(f"FAILED: {len(failures)} checks: {failures}")
-        return 1
-    return 0
+    return finish()
 
 
 def convert(name, out, cli):

@@ -13,7 +13,7 @@ before issue 38) makes 2 + 2 x (modules) waits per step here, and fails.
 """
 import sys
 
-from _common import check, failures, torch, zinc
+from _common import check, finish, torch, zinc
 from test_torch_parity import Tiny  # several modules: several groups, gathers at stage 3
 
 F = torch.nn.functional
@@ -80,11 +80,7 @@ def main():
               f"step", counts == [2] * len(counts), f"per step {counts}")
         check(f"stage 3 {dtype} offload_param: it trained", losses[-1] < losses[0],
               f"losses {losses[0]:.4f} -> {losses[-1]:.4f}")
-    if failures:
-        print(f"FAILED: {len(failures)}: {', '.join(failures)}")
-        return 1
-    print("PASS")
-    return 0
+    return finish()
 
 
 if __name__ == "__main__":

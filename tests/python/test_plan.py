@@ -8,7 +8,7 @@ import json
 import subprocess
 import sys
 
-from _common import check, failures, zinc
+from _common import check, check_raises, finish, zinc
 
 
 def main():
@@ -32,16 +32,10 @@ def main():
     check("recommend=True returns the candidates and a choice that fits",
           best is not None and best["fits"] and best["micro_batch"] * best["accumulation"] * 8
           == 64, str(best))
-    try:
-        zinc.plan(params=7e9, seq=4096, gpus=8, gpu="v100", stage=3)
-        check("an unknown GPU raises", False, "no exception")
-    except ValueError as e:
-        check("an unknown GPU raises ValueError naming --gpu", "--gpu 'v100'" in str(e), str(e))
-    if failures:
-        print(f"FAILED: {len(failures)}: {', '.join(failures)}")
-        return 1
-    print("PASS")
-    return 0
+    check_raises("an unknown GPU raises ValueError naming --gpu",
+                 lambda: zinc.plan(params=7e9, seq=4096, gpus=8, gpu="v100", stage=3),
+                 ValueError, "--gpu 'v100'")
+    return finish()
 
 
 if __name__ == "__main__":
