@@ -449,22 +449,19 @@ def report(d):
                     f"{c['median_ms']:.1f} | {fmt(c.get('dev_peak_gib'))} "
                     f"({fmt(c.get('zinc_dev_gib'))}) | {fmt(c.get('dev_used_gib'))} | "
                     f"{c['host_peak_gib']:.2f} | {c['losses'][0]:.3f} → {c['losses'][-1]:.3f} |")
-    counted = [c for c in cells if c.get("host_waits_per_step")]
-    if counted:
-        rows.append("")
-        rows.append("zinc's host waits per optimizer step (engine.host_waits() around each timed "
-                    "step): " + "; ".join(
-                        f"{c['model']} stage {c['stage']}{' offload' if c['offload'] else ''} "
-                        f"{'/'.join(str(n) for n in sorted(set(c['host_waits_per_step'])))}"
-                        for c in counted))
-    hooked = [c for c in cells if c.get("hook_ms_per_step")]
-    if hooked:
-        rows.append("")
-        rows.append("Host time inside zinc's torch hooks per step (engine.hook_seconds(), median "
-                    "ms; beside the step's median): " + "; ".join(
-                        f"{c['model']} stage {c['stage']}{' offload' if c['offload'] else ''} "
-                        f"{statistics.median(c['hook_ms_per_step']):.1f} of {c['median_ms']:.1f}"
-                        for c in hooked))
+    def per_cell(title, key, show):
+        """One line over the zinc cells that recorded `key`: each cell's `show(values)`."""
+        with_key = [c for c in cells if c.get(key)]
+        if with_key:
+            rows.extend(["", title + ": " + "; ".join(
+                f"{c['model']} stage {c['stage']}{' offload' if c['offload'] else ''} "
+                f"{show(c[key], c)}" for c in with_key)])
+
+    per_cell("zinc's host waits per optimizer step (engine.host_waits() around each timed step)",
+             "host_waits_per_step", lambda v, c: "/".join(str(n) for n in sorted(set(v))))
+    per_cell("Host time inside zinc's torch hooks per step (engine.hook_seconds(), median ms; "
+             "beside the step's median)", "hook_ms_per_step",
+             lambda v, c: f"{statistics.median(v):.1f} of {c['median_ms']:.1f}")
     phased = [c for c in cells if c.get("mem_phases_gib")]
     if phased:
         rows.append("")
