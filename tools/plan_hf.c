@@ -53,6 +53,24 @@ static int need(json_object *o, const char *path, char *err, size_t len, int n,
     return 0;
 }
 
+/* What a family's counts give the plan; seq from the context length (ctx, 0 = not stated) when
+ * the caller gave none. The layer count is held to --layers' range here (it becomes an int); the
+ * other values are checked against their flags' ranges by the caller. */
+static int set_shape(zplan_in *in, double params, long long layers, double hidden, double vocab,
+                     double ffn, int gated, double ctx, const char *path, char *err, size_t len)
+{
+    if (layers > 100000)
+        return fail(err, len, "%s: %lld layers, more than --layers takes (100000)", path, layers);
+    in->params = params;
+    in->layers = (int)layers;
+    in->hidden = hidden;
+    in->vocab = vocab;
+    in->ffn = ffn;
+    in->gated = gated;
+    if (in->seq <= 0 && ctx > 0) in->seq = ctx;
+    return 0;
+}
+
 int zplan_from_hf_config(const char *path, zplan_in *in, char *err, size_t errlen)
 {
     json_object *o = json_object_from_file(path);
@@ -80,15 +98,9 @@ int zplan_from_hf_config(const char *path, zplan_in *in, char *err, size_t errle
              * + 3h), attn c_proj (h x h + h), c_fc (h x I + I), mlp c_proj (I x h + h); ln_f;
              * the head tied to wte unless tie_word_embeddings is false. */
             double block = 4 * h + (3 * h * h + 3 * h) + (h * h + h) + (h * I + I) + (I * h + h);
-            in->params = V * h + pos * h + L * block + 2 * h +
-                         (flag_of(o, "tie_word_embeddings", 1) ? 0 : V * h);
-            in->layers = (int)k[1];
-            in->hidden = h;
-            in->vocab = V;
-            in->ffn = I;
-            in->gated = 0;
-            if (in->seq <= 0) in->seq = pos;
-            rc = 0;
+            rc = set_shape(in, V * h + pos * h + L * block + 2 * h +
+                                   (flag_of(o, "tie_word_embeddings", 1) ? 0 : V * h),
+                           k[1], h, V, I, 0, pos, path, err, errlen);
         }
     } else if (!strcmp(type, "llama") || !strcmp(type, "mistral") || !strcmp(type, "qwen2")) {
         static const char *const keys[] = {"hidden_size", "num_hidden_layers", "vocab_size",
@@ -113,15 +125,9 @@ int zplan_from_hf_config(const char *path, zplan_in *in, char *err, size_t errle
                 if (qwen || (llama && flag_of(o, "attention_bias", 0))) attn += q + 2 * kv;
                 if (llama && flag_of(o, "attention_bias", 0)) attn += h;
                 double mlp = 3 * h * I + (llama && flag_of(o, "mlp_bias", 0) ? 2 * I + h : 0);
-                in->params = V * h + L * (attn + mlp + 2 * h) + h +
-                             (flag_of(o, "tie_word_embeddings", 0) ? 0 : V * h);
-                in->layers = (int)k[1];
-                in->hidden = h;
-                in->vocab = V;
-                in->ffn = I;
-                in->gated = 1;
-                if (in->seq <= 0 && pos > 0) in->seq = (double)pos;
-                rc = 0;
+                rc = set_shape(in, V * h + L * (attn + mlp + 2 * h) + h +
+                                       (flag_of(o, "tie_word_embeddings", 0) ? 0 : V * h),
+                               k[1], h, V, I, 1, (double)pos, path, err, errlen);
             }
         }
     } else {

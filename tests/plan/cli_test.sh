@@ -89,7 +89,10 @@ printf '{"model_type": "gpt2", "n_embd": 768, "n_layer": -1}' >"$tmp.json"
 expect 2 '"n_layer" must be a whole number above 0' --hf-config "$tmp.json" --gpus 8 --gpu h100 \
     --stage 1 --seq 512
 printf '{"model_type": "gpt2", "n_embd": 99999999999, "n_layer": 99999999999, "vocab_size": 5, "n_positions": 5}' >"$tmp.json"
-expect 2 "^zinc plan: --params 1\.2e\+34 \(from --hf-config or the shape\) is outside" \
+expect 2 "99999999999 layers, more than --layers takes" --hf-config "$tmp.json" --gpus 8 \
+    --gpu h100 --stage 3
+printf '{"model_type": "gpt2", "n_embd": 99999999999, "n_layer": 2, "vocab_size": 5, "n_positions": 5}' >"$tmp.json"
+expect 2 "^zinc plan: --params 2\.4e\+23 \(from --hf-config or the shape\) is outside" \
     --hf-config "$tmp.json" --gpus 8 --gpu h100 --stage 3
 expect 2 "^zinc plan: --params 1\.2e\+20 \(from the shape\) is outside" --layers 100000 \
     --hidden 10000000 --seq 8 --gpus 8 --gpu h100 --stage 3
