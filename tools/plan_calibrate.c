@@ -15,6 +15,7 @@
  *             t = (N−1)·α + (N−1)/N · bytes/β.
  * Each figure is a median of repeats; the file records how it was measured.
  */
+#include <json-c/json.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -146,10 +147,23 @@ static char *run_child(const char *cmd)
     return out;
 }
 
-static double json_number(const char *s, const char *key)
+/* The number under `key` of a JSON object, -1 when absent or not a number. */
+static double number_of(json_object *o, const char *key)
 {
-    const char *k = s ? strstr(s, key) : NULL;
-    return k ? strtod(k + strlen(key), NULL) : -1.0;
+    json_object *v;
+    if (!o || !json_object_object_get_ex(o, key, &v) ||
+        !(json_object_is_type(v, json_type_double) || json_object_is_type(v, json_type_int)))
+        return -1.0;
+    return json_object_get_double(v);
+}
+
+/* The number under `key` of the JSON object in text (one line of a child's output). */
+static double number_in(const char *text, const char *key)
+{
+    json_object *o = json_tokener_parse(text);
+    double x = number_of(o, key);
+    json_object_put(o);
+    return x;
 }
 
 static int cmp_d(const void *a, const void *b)
@@ -187,10 +201,13 @@ static int measure_compute(const char *self, const char *spec, int threads, cons
     char *out = run_child(cmd);
     double ms[64];
     int n = 0;
-    for (const char *p = out; p && (p = strstr(p, "\"model_ms\":")) && n < 64; p++) {
-        const char *st = p;
-        while (st > out && *st != '{') st--;
-        if (json_number(st, "\"step\":") > steps / 3) ms[n++] = strtod(p + 11, NULL);
+    /* One JSON object per logged step (--metrics). */
+    for (char *save = NULL, *line = out ? strtok_r(out, "\n", &save) : NULL; line && n < 64;
+         line = strtok_r(NULL, "\n", &save)) {
+        json_object *o = json_tokener_parse(line);
+        if (number_of(o, "step") > steps / 3 && number_of(o, "model_ms") > 0)
+            ms[n++] = number_of(o, "model_ms");
+        json_object_put(o);
     }
     free(out);
     unlink(met), unlink(cfg), rmdir(dir);
@@ -215,7 +232,7 @@ static int measure_adam(const char *self, int threads, const char *device, doubl
     snprintf(cmd, sizeof cmd, "'%s' bench adam --device %s --threads %d --params 1e7 --dtype bf16 "
              "--repeat 7 --no-torch --json 2>/dev/null", self, device, threads);
     char *out = run_child(cmd);
-    double gb = json_number(out, "\"gbytes_per_s\": ");
+    double gb = out ? number_in(out, "gbytes_per_s") : -1.0;
     free(out);
     if (gb <= 0) {
         snprintf(err, len, "zinc bench adam --device %s failed", device);
@@ -288,31 +305,30 @@ fail:
 int zplan_read_calibration(const char *path, zplan_gpu *gpu, zplan_link *link, char *err,
                            size_t len)
 {
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        snprintf(err, len, "%s: cannot open", path);
+    json_object *o = json_object_from_file(path);
+    if (!o) {
+        snprintf(err, len, "%s: cannot open or not JSON (%s)", path, json_util_get_last_err());
         return -1;
     }
-    char buf[16384];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
+    static const char *const keys[5] = {"flops_per_s", "optimizer_bytes_per_s", "link_alpha_s",
+                                        "link_bytes_per_s", "memory_bytes"};
     double v[5];
-    const char *keys[5] = {"\"flops_per_s\": ", "\"optimizer_bytes_per_s\": ",
-                           "\"link_alpha_s\": ", "\"link_bytes_per_s\": ", "\"memory_bytes\": "};
-    if (!strstr(buf, "\"zinc_calibration\": 1")) {
+    int rc = 0;
+    if (number_of(o, "zinc_calibration") != 1) {
         snprintf(err, len, "%s: not a zinc calibration file (zinc plan --calibrate writes one)",
                  path);
-        return -1;
+        rc = -1;
     }
-    for (int i = 0; i < 5; i++) {
-        v[i] = json_number(buf, keys[i]);
-        if (!(v[i] > 0 || (i == 2 && v[i] == 0)) || !isfinite(v[i])) {
-            snprintf(err, len, "%s: %.*s is missing or not a number above 0", path,
-                     (int)strlen(keys[i]) - 2, keys[i]);
-            return -1;
+    for (int i = 0; i < 5 && rc == 0; i++) {
+        v[i] = number_of(o, keys[i]);
+        /* alpha may be 0; the rest are rates and sizes above 0 */
+        if (!isfinite(v[i]) || !(v[i] > 0 || (i == 2 && v[i] == 0))) {
+            snprintf(err, len, "%s: \"%s\" is missing or not a number above 0", path, keys[i]);
+            rc = -1;
         }
     }
+    json_object_put(o);
+    if (rc) return rc;
     *gpu = (zplan_gpu){.name = "calibrated", .label = "calibrated rank", .peak_flops = v[0],
                        .mem_bytes = v[4], .hbm_bw = v[1], .nvlink_bw = v[3], .pcie_bw = v[3],
                        .source = path};
