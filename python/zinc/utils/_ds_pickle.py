@@ -76,10 +76,6 @@ def load(f, **kwargs):
     return Unpickler(f, **kwargs).load()
 
 
-def _this_module():
-    return sys.modules[__name__]
-
-
 def load_file(path):
     """torch.load(path) on the CPU with DeepSpeed's classes as stand-ins. Not weights_only: a
     DeepSpeed checkpoint holds the client's own objects too (client_state), as its loader

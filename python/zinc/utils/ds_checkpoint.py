@@ -260,6 +260,7 @@ def _stage0(ds, path, opt, module, buffer_names):
     """Stage 0: the optimizer in the model states file. Its parameters are the module's, in
     order (DeepSpeed keeps no names at stage 0), so every parameter must be in it."""
     names = [n for n in module if n not in set(buffer_names)]
+    fused = "fp32_groups_flat" in opt               # one flat fp32 copy per group
     if "optimizer_state_dict" in opt:              # DeepSpeed's fp16/bf16 optimizer
         ds.scaler = _scaler_of(opt) if ds.dtype == "fp16" else None
         torch_sd = opt["optimizer_state_dict"]
@@ -273,8 +274,8 @@ def _stage0(ds, path, opt, module, buffer_names):
     state = [torch_sd["state"].get(i, {}) for i in order]
     for st in state:
         _check_adam(path, st)
-    if fp32 is not None and len(fp32) != len(names) and len(fp32) == len(order):
-        # fused: flat per group; split it in module order
+    if fused:
+        # flat per group; split it in module order
         flat = torch.cat([t.float() for t in fp32])
         m = torch.cat([s["exp_avg"].float().flatten() for s in state])
         v = torch.cat([s["exp_avg_sq"].float().flatten() for s in state])
