@@ -10,8 +10,9 @@ set -euo pipefail
 # python3-torch (Debian, CPU): the `import zinc` tests (label python) run with it; it installs
 # for /usr/bin/python3. python3-pyflakes: python_lint, which reads the CUDA-only branches of the
 # front-end that no CPU test executes (a missing import there stops only a GPU run).
+# liburing-dev: the NVMe store's asynchronous I/O (engine/nvme_store.c; optional to the build).
 pkgs=(build-essential cmake pkg-config libjson-c-dev libzstd-dev libxxhash-dev libopenmpi-dev openmpi-bin
-      python3-torch python3-pyflakes)
+      python3-torch python3-pyflakes liburing-dev)
 optional=()   # installed when the distribution has them (checked after apt-get update)
 if [ "${1:-}" = fuzz ] && ! command -v clang >/dev/null; then
   pkgs+=(clang)

@@ -156,3 +156,10 @@ if(ZINC_HAVE_MPI)
   zinc_mpi_test(NAME engine_offload_mpi SOURCES ${ZINC_ENGINE_TEST_DIR}/test_offload_mpi.c
                 LIBS zinc_toy NP 2 LABELS multirank TIMEOUT 300)
 endif()
+# The NVMe offload's scratch file (engine/nvme_store.c, issue 39): io_uring where built, and the
+# pread/pwrite backend.
+zinc_test(NAME engine_nvme_store SOURCES ${ZINC_ENGINE_TEST_DIR}/test_nvme_store.c
+          LABELS "unit" TIMEOUT 120)
+add_test(NAME engine_nvme_store_pread COMMAND engine_nvme_store)
+set_tests_properties(engine_nvme_store_pread PROPERTIES LABELS unit TIMEOUT 120
+                     ENVIRONMENT ZINC_NVME_BACKEND=pread)

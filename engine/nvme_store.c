@@ -1,0 +1,322 @@
+/*
+ * nvme_store.c — see nvme_store.h.
+ */
+#include "engine/nvme_store.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#ifdef ZINC_HAVE_URING
+#include <liburing.h>
+#endif
+
+#define ZNVME_ALIGN 4096
+
+struct znvme {
+    int fd;           /* O_DIRECT where the filesystem allows it */
+    int buffered;     /* a second descriptor without O_DIRECT, for unaligned positioned calls */
+    size_t align;
+    uint64_t bytes;
+    char path[4096];
+    char err[4608];
+    zinc_status pending; /* first error of an asynchronous call since the last wait */
+    uint64_t issued;     /* tickets handed out */
+    uint64_t done_below; /* every ticket < done_below is done */
+    uint8_t *done;       /* ring of done flags, depth entries, by ticket % depth */
+    int depth, inflight;
+#ifdef ZINC_HAVE_URING
+    int uring;
+    struct io_uring ring;
+#endif
+};
+
+static zinc_status fail(znvme_t *f, zinc_status s, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int k = snprintf(f->err, sizeof f->err, "%s: ", f->path);
+    vsnprintf(f->err + k, sizeof f->err - (size_t)k, fmt, ap);
+    va_end(ap);
+    return s;
+}
+
+/* Every failure of the file (a full disk included) is an I/O error: the message says which. */
+static zinc_status io_status(int e)
+{
+    (void)e;
+    return ZINC_ERR_IO;
+}
+
+/* The whole of [off, off + n) with pread/pwrite, resuming after short transfers. */
+static zinc_status transfer(znvme_t *f, int fd, int write, uint64_t off, void *buf, size_t n)
+{
+    char *p = buf;
+    while (n) {
+        ssize_t k = write ? pwrite(fd, p, n, (off_t)off) : pread(fd, p, n, (off_t)off);
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0)
+            return fail(f, io_status(errno), "%s of %zu bytes at %llu: %s", write ? "write" : "read",
+                        n, (unsigned long long)off, strerror(errno));
+        if (k == 0)
+            return fail(f, ZINC_ERR_IO, "read at %llu: past the end of the file",
+                        (unsigned long long)off);
+        p += k, off += (uint64_t)k, n -= (size_t)k;
+    }
+    return ZINC_OK;
+}
+
+zinc_status znvme_open(const char *dir, int rank, uint64_t bytes, int queue_depth, znvme_t **out,
+                       char *err, size_t errlen)
+{
+    *out = NULL;
+    znvme_t *f = calloc(1, sizeof *f);
+    if (!f) {
+        snprintf(err, errlen, "%s: out of memory", dir);
+        return ZINC_ERR_NOMEM;
+    }
+    f->fd = f->buffered = -1;
+    f->bytes = bytes;
+    f->depth = queue_depth > 0 ? queue_depth : 8;
+    snprintf(f->path, sizeof f->path, "%s/zinc-nvme-%ld-r%d.swap", dir, (long)getpid(), rank);
+    zinc_status s = ZINC_OK;
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        s = ZINC_ERR_IO;
+        snprintf(err, errlen, "%s: %s", dir, stat(dir, &st) != 0 ? strerror(errno)
+                                                                  : "not a directory");
+        free(f);
+        return s;
+    }
+    /* A full disk is an error of the run, not a signal that kills it. */
+    signal(SIGXFSZ, SIG_IGN);
+    f->fd = open(f->path, O_RDWR | O_CREAT | O_EXCL | O_DIRECT | O_CLOEXEC, 0600);
+    f->align = ZNVME_ALIGN;
+    if (f->fd < 0 && errno == EINVAL) { /* no O_DIRECT here (tmpfs) */
+        f->fd = open(f->path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        f->align = 1;
+    }
+    if (f->fd >= 0) f->buffered = open(f->path, O_RDWR | O_CLOEXEC);
+    if (f->fd < 0 || f->buffered < 0) {
+        s = ZINC_ERR_IO;
+        snprintf(err, errlen, "%s: %s", f->path, strerror(errno));
+    } else {
+        int r = posix_fallocate(f->fd, 0, (off_t)bytes);
+        if (r == EOPNOTSUPP || r == EINVAL) r = ftruncate(f->fd, (off_t)bytes) ? errno : 0;
+        if (r) {
+            s = io_status(r);
+            snprintf(err, errlen, "%s: reserving %llu bytes: %s", f->path,
+                     (unsigned long long)bytes, strerror(r));
+        }
+    }
+    f->done = calloc((size_t)f->depth, 1);
+    if (s == ZINC_OK && !f->done) {
+        s = ZINC_ERR_NOMEM;
+        snprintf(err, errlen, "%s: out of memory", f->path);
+    }
+#ifdef ZINC_HAVE_URING
+    const char *want = getenv("ZINC_NVME_BACKEND");
+    if (s == ZINC_OK && !(want && !strcmp(want, "pread")))
+        f->uring = io_uring_queue_init((unsigned)f->depth, &f->ring, 0) == 0;
+#endif
+    if (s != ZINC_OK) {
+        znvme_close(f);
+        return s;
+    }
+    *out = f;
+    return ZINC_OK;
+}
+
+size_t znvme_align(const znvme_t *f) { return f->align; }
+const char *znvme_path(const znvme_t *f) { return f->path; }
+const char *znvme_error(const znvme_t *f) { return f->err; }
+
+const char *znvme_backend(const znvme_t *f)
+{
+#ifdef ZINC_HAVE_URING
+    if (f->uring) return "io_uring";
+#endif
+    (void)f;
+    return "pread";
+}
+
+static void mark_done(znvme_t *f, uint64_t ticket)
+{
+    f->done[ticket % (uint64_t)f->depth] = 1;
+    while (f->done_below < f->issued && f->done[f->done_below % (uint64_t)f->depth]) {
+        f->done[f->done_below % (uint64_t)f->depth] = 0;
+        f->done_below++;
+    }
+}
+
+#ifdef ZINC_HAVE_URING
+/* A request's ticket, buffer and range ride in its user data (a malloc'd record). */
+typedef struct {
+    uint64_t ticket, off;
+    void *buf;
+    size_t n;
+    int write;
+} zreq;
+
+/* Takes one completion (waiting for it). Short transfers are finished with pread/pwrite. */
+static zinc_status reap_one(znvme_t *f)
+{
+    struct io_uring_cqe *cqe;
+    int r;
+    do r = io_uring_wait_cqe(&f->ring, &cqe);
+    while (r == -EINTR);
+    if (r < 0) return fail(f, ZINC_ERR_IO, "io_uring_wait_cqe: %s", strerror(-r));
+    zreq *q = io_uring_cqe_get_data(cqe);
+    int res = cqe->res;
+    io_uring_cqe_seen(&f->ring, cqe);
+    zinc_status s = ZINC_OK;
+    if (res < 0) {
+        s = fail(f, io_status(-res), "%s of %zu bytes at %llu: %s", q->write ? "write" : "read",
+                 q->n, (unsigned long long)q->off, strerror(-res));
+    } else if ((size_t)res < q->n) {
+        s = transfer(f, f->fd, q->write, q->off + (uint64_t)res, (char *)q->buf + res,
+                     q->n - (size_t)res);
+    }
+    if (s != ZINC_OK && f->pending == ZINC_OK) f->pending = s;
+    mark_done(f, q->ticket);
+    f->inflight--;
+    free(q);
+    return ZINC_OK;
+}
+#endif
+
+static zinc_status submit(znvme_t *f, int write, uint64_t off, void *buf, size_t n,
+                          uint64_t *ticket)
+{
+    if (f->align > 1 && (off % f->align || n % f->align || (uintptr_t)buf % f->align))
+        return fail(f, ZINC_ERR_INVALID_ARG, "%s of %zu bytes at %llu from %p: not aligned to %zu "
+                    "(O_DIRECT)", write ? "write" : "read", n, (unsigned long long)off, buf,
+                    f->align);
+    if (off > f->bytes || n > f->bytes - off)
+        return fail(f, ZINC_ERR_INVALID_ARG, "%s of %zu bytes at %llu: past the file's %llu bytes",
+                    write ? "write" : "read", n, (unsigned long long)off,
+                    (unsigned long long)f->bytes);
+    *ticket = f->issued;
+#ifdef ZINC_HAVE_URING
+    if (f->uring) {
+        while (f->issued - f->done_below >= (uint64_t)f->depth) { /* the done ring's size */
+            zinc_status s = reap_one(f);
+            if (s != ZINC_OK) return s;
+        }
+        zreq *q = malloc(sizeof *q);
+        struct io_uring_sqe *sqe = q ? io_uring_get_sqe(&f->ring) : NULL;
+        if (!sqe) {
+            free(q);
+            return fail(f, ZINC_ERR_NOMEM, "no io_uring submission entry");
+        }
+        *q = (zreq){f->issued, off, buf, n, write};
+        if (write) io_uring_prep_write(sqe, f->fd, buf, (unsigned)n, off);
+        else io_uring_prep_read(sqe, f->fd, buf, (unsigned)n, off);
+        io_uring_sqe_set_data(sqe, q);
+        int r = io_uring_submit(&f->ring);
+        if (r < 0) {
+            free(q);
+            return fail(f, ZINC_ERR_IO, "io_uring_submit: %s", strerror(-r));
+        }
+        f->issued++;
+        f->inflight++;
+        return ZINC_OK;
+    }
+#endif
+    f->issued++;
+    zinc_status s = transfer(f, f->fd, write, off, buf, n);
+    if (s != ZINC_OK && f->pending == ZINC_OK) f->pending = s;
+    mark_done(f, *ticket);
+    return ZINC_OK;
+}
+
+zinc_status znvme_read_async(znvme_t *f, uint64_t off, void *buf, size_t n, uint64_t *ticket)
+{
+    return submit(f, 0, off, buf, n, ticket);
+}
+
+zinc_status znvme_write_async(znvme_t *f, uint64_t off, const void *buf, size_t n,
+                              uint64_t *ticket)
+{
+    return submit(f, 1, off, (void *)buf, n, ticket);
+}
+
+zinc_status znvme_wait(znvme_t *f, uint64_t ticket)
+{
+    if (ticket >= f->issued)
+        return fail(f, ZINC_ERR_INVALID_ARG, "wait for ticket %llu: only %llu handed out",
+                    (unsigned long long)ticket, (unsigned long long)f->issued);
+#ifdef ZINC_HAVE_URING
+    while (f->uring && f->done_below <= ticket) {
+        zinc_status s = reap_one(f);
+        if (s != ZINC_OK) return s;
+    }
+#endif
+    zinc_status s = f->pending;
+    f->pending = ZINC_OK;
+    return s;
+}
+
+zinc_status znvme_pread(znvme_t *f, uint64_t off, void *buf, size_t n)
+{
+    if (off > f->bytes || n > f->bytes - off)
+        return fail(f, ZINC_ERR_INVALID_ARG, "read of %zu bytes at %llu: past the file's %llu bytes",
+                    n, (unsigned long long)off, (unsigned long long)f->bytes);
+    return transfer(f, f->buffered, 0, off, buf, n);
+}
+
+zinc_status znvme_pwrite(znvme_t *f, uint64_t off, const void *buf, size_t n)
+{
+    if (off > f->bytes || n > f->bytes - off)
+        return fail(f, ZINC_ERR_INVALID_ARG, "write of %zu bytes at %llu: past the file's %llu "
+                    "bytes", n, (unsigned long long)off, (unsigned long long)f->bytes);
+    zinc_status s = transfer(f, f->buffered, 1, off, (void *)buf, n);
+    /* Written back before an O_DIRECT read of the range can look past the page cache. */
+    if (s == ZINC_OK && f->align > 1 && fdatasync(f->buffered) != 0)
+        s = fail(f, io_status(errno), "fdatasync: %s", strerror(errno));
+    return s;
+}
+
+void znvme_close(znvme_t *f)
+{
+    if (!f) return;
+    if (f->issued) (void)znvme_wait(f, f->issued - 1);
+#ifdef ZINC_HAVE_URING
+    if (f->uring) io_uring_queue_exit(&f->ring);
+#endif
+    if (f->buffered >= 0) close(f->buffered);
+    if (f->fd >= 0) {
+        close(f->fd);
+        unlink(f->path);
+    }
+    free(f->done);
+    free(f);
+}
+
+int znvme_remove_stale(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int removed = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        long pid;
+        int rank, used = 0;
+        if (sscanf(e->d_name, "zinc-nvme-%ld-r%d.swap%n", &pid, &rank, &used) != 2 ||
+            e->d_name[used] != 0 || pid <= 0)
+            continue;
+        /* Gone: no such process (a live one of another user answers EPERM, and stays). */
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
+        char p[4096];
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        if (unlink(p) == 0) removed++;
+    }
+    closedir(d);
+    return removed;
+}

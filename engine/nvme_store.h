@@ -1,0 +1,58 @@
+/*
+ * nvme_store.h — a rank's scratch file for state that does not fit in host memory (issue 39,
+ * ZeRO-Infinity's optimizer state on NVMe): asynchronous reads and writes of large aligned
+ * blocks, for the offloaded step's pipeline (read chunk c+1 and write chunk c-1 while the host
+ * Adam runs chunk c), and plain positioned reads and writes of any range for the paths outside
+ * the step (a parameter's values, a checkpoint).
+ *
+ * Backends: io_uring (liburing) where the build has it and the kernel allows it; otherwise each
+ * asynchronous call is done when it is made (pread/pwrite), which keeps every result the same
+ * and only loses the overlap. ZINC_NVME_BACKEND=pread forces the second, for tests.
+ * The file is O_DIRECT where the filesystem allows it (no page-cache copy of state that is
+ * larger than memory by design): the asynchronous calls then need buffers, offsets and sizes
+ * that are multiples of znvme_align(); the positioned calls take any range.
+ * The file is scratch: created by znvme_open, removed by znvme_close, never part of a checkpoint;
+ * znvme_remove_stale removes the files of processes that are gone.
+ */
+#ifndef ZINC_ENGINE_NVME_STORE_H
+#define ZINC_ENGINE_NVME_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "zinc.h"
+
+typedef struct znvme znvme_t;
+
+/* Creates `dir`/zinc-nvme-<pid>-r<rank>.swap of `bytes` bytes (its space reserved with
+ * posix_fallocate where the filesystem has it, so that a full disk shows here, not in the step).
+ * queue_depth: the most asynchronous calls in flight (DeepSpeed's aio.queue_depth). On failure
+ * err names the path and the reason. */
+zinc_status znvme_open(const char *dir, int rank, uint64_t bytes, int queue_depth, znvme_t **out,
+                       char *err, size_t errlen);
+/* Alignment the asynchronous calls need (4096 with O_DIRECT, else 1). */
+size_t znvme_align(const znvme_t *f);
+const char *znvme_path(const znvme_t *f);
+/* "io_uring" or "pread". */
+const char *znvme_backend(const znvme_t *f);
+/* Queues a read of [off, off + n) into buf, or a write of buf there; *ticket identifies it. The
+ * buffer must stay (and, for a write, stay unchanged) until znvme_wait covers the ticket. */
+zinc_status znvme_read_async(znvme_t *f, uint64_t off, void *buf, size_t n, uint64_t *ticket);
+zinc_status znvme_write_async(znvme_t *f, uint64_t off, const void *buf, size_t n,
+                              uint64_t *ticket);
+/* Waits until every call up to `ticket` is done. The first I/O error since the last
+ * znvme_wait (a full disk, an I/O error) is returned here, with znvme_error() naming the path. */
+zinc_status znvme_wait(znvme_t *f, uint64_t ticket);
+/* Positioned read or write of any range, done on return (waits for nothing in flight: the
+ * caller waits first where a range may be in flight). */
+zinc_status znvme_pread(znvme_t *f, uint64_t off, void *buf, size_t n);
+zinc_status znvme_pwrite(znvme_t *f, uint64_t off, const void *buf, size_t n);
+/* The message of the last failure. */
+const char *znvme_error(const znvme_t *f);
+/* Waits for what is in flight, closes and removes the file. NULL is fine. */
+void znvme_close(znvme_t *f);
+/* Removes dir's zinc-nvme-<pid>-*.swap files whose process is gone (a run that crashed).
+ * Returns how many. */
+int znvme_remove_stale(const char *dir);
+
+#endif

@@ -1,0 +1,170 @@
+/*
+ * test_nvme_store.c — engine/nvme_store.c, the NVMe offload's scratch file (issue 39):
+ *   - asynchronous writes of many aligned blocks, more than the queue holds, read back
+ *     asynchronously into other buffers: the same bytes; waits cover every earlier ticket;
+ *   - positioned reads and writes of unaligned ranges agree with the asynchronous ones;
+ *   - misaligned and out-of-range calls are refused naming the file; a full file system (a
+ *     file-size limit) is an I/O error naming the path at the wait, not a crash;
+ *   - the file is removed at close; stale files of gone processes are removed, a live
+ *     process's kept; a missing directory is refused naming it.
+ * Run twice by CTest: with io_uring where the build has it, and with ZINC_NVME_BACKEND=pread.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "engine/nvme_store.h"
+#include "testutil.h"
+
+#define BLOCK (64 * 1024)
+#define NBLOCK 40
+
+static int exists(const char *p)
+{
+    struct stat st;
+    return stat(p, &st) == 0;
+}
+
+static void fill(unsigned char *b, size_t n, unsigned seed)
+{
+    for (size_t i = 0; i < n; i++) b[i] = (unsigned char)(seed * 131u + i * 7u + (i >> 9));
+}
+
+static void test_round_trip(const char *dir)
+{
+    char err[512];
+    znvme_t *f = NULL;
+    zinc_status s = znvme_open(dir, 3, (uint64_t)BLOCK * NBLOCK, 4, &f, err, sizeof err);
+    ZT_CHECK(s == ZINC_OK, "open: %s", err);
+    if (s != ZINC_OK) return;
+    printf("backend %s, alignment %zu, %s\n", znvme_backend(f), znvme_align(f), znvme_path(f));
+    unsigned char *w = NULL, *r = NULL;
+    ZT_CHECK(posix_memalign((void **)&w, 4096, (size_t)BLOCK * NBLOCK) == 0 &&
+             posix_memalign((void **)&r, 4096, (size_t)BLOCK * NBLOCK) == 0, "buffers");
+    for (int b = 0; b < NBLOCK; b++) fill(w + (size_t)b * BLOCK, BLOCK, (unsigned)b);
+    memset(r, 0, (size_t)BLOCK * NBLOCK);
+    uint64_t t = 0, first = 0;
+    /* 40 writes through a queue of 4: submission has to take completions as it goes. */
+    for (int b = 0; b < NBLOCK; b++) {
+        s = znvme_write_async(f, (uint64_t)b * BLOCK, w + (size_t)b * BLOCK, BLOCK, &t);
+        ZT_CHECK(s == ZINC_OK, "write %d: %s", b, znvme_error(f));
+        if (b == 0) first = t;
+    }
+    ZT_CHECK(znvme_wait(f, t) == ZINC_OK, "wait for the writes: %s", znvme_error(f));
+    ZT_CHECK(znvme_wait(f, first) == ZINC_OK, "a wait for an earlier ticket is done at once");
+    for (int b = NBLOCK - 1; b >= 0; b--) { /* reversed: out of order on the device */
+        s = znvme_read_async(f, (uint64_t)b * BLOCK, r + (size_t)b * BLOCK, BLOCK, &t);
+        ZT_CHECK(s == ZINC_OK, "read %d: %s", b, znvme_error(f));
+    }
+    ZT_CHECK(znvme_wait(f, t) == ZINC_OK, "wait for the reads: %s", znvme_error(f));
+    ZT_CHECK(memcmp(w, r, (size_t)BLOCK * NBLOCK) == 0, "the blocks read back differ");
+
+    /* Unaligned positioned calls see and change the same bytes. */
+    unsigned char small[1000], back[1000];
+    ZT_CHECK(znvme_pread(f, 12345, small, sizeof small) == ZINC_OK &&
+             memcmp(small, w + 12345, sizeof small) == 0, "pread of an unaligned range");
+    fill(small, sizeof small, 99);
+    ZT_CHECK(znvme_pwrite(f, 70001, small, sizeof small) == ZINC_OK, "pwrite: %s", znvme_error(f));
+    s = znvme_read_async(f, BLOCK, r, BLOCK, &t);      /* block 1 holds 70001.. */
+    ZT_CHECK(s == ZINC_OK && znvme_wait(f, t) == ZINC_OK &&
+             memcmp(r + (70001 - BLOCK), small, sizeof small) == 0,
+             "an asynchronous read after a positioned write sees it");
+    ZT_CHECK(znvme_pread(f, 70001, back, sizeof back) == ZINC_OK &&
+             memcmp(back, small, sizeof back) == 0, "pread after pwrite");
+
+    /* Refusals name the file. */
+    if (znvme_align(f) > 1) {
+        s = znvme_read_async(f, 100, r, BLOCK, &t);
+        ZT_CHECK(s == ZINC_ERR_INVALID_ARG && strstr(znvme_error(f), "not aligned") &&
+                 strstr(znvme_error(f), znvme_path(f)), "misaligned: %d '%s'", s, znvme_error(f));
+    }
+    s = znvme_write_async(f, (uint64_t)BLOCK * NBLOCK, w, BLOCK, &t);
+    ZT_CHECK(s == ZINC_ERR_INVALID_ARG && strstr(znvme_error(f), "past the file"),
+             "past the end: %d '%s'", s, znvme_error(f));
+    char path[4096];
+    snprintf(path, sizeof path, "%s", znvme_path(f));
+    ZT_CHECK(exists(path), "the file exists while open");
+    znvme_close(f);
+    ZT_CHECK(!exists(path), "close removes %s", path);
+    free(w);
+    free(r);
+}
+
+/* A file-size limit below what a write needs: EFBIG, as a full disk gives ENOSPC. */
+static void test_full(const char *dir)
+{
+    char err[512];
+    znvme_t *f = NULL;
+    zinc_status s = znvme_open(dir, 4, 1 << 20, 4, &f, err, sizeof err);
+    ZT_CHECK(s == ZINC_OK, "open: %s", err);
+    if (s != ZINC_OK) return;
+    struct rlimit old, lim;
+    getrlimit(RLIMIT_FSIZE, &old);
+    lim = old;
+    lim.rlim_cur = 256 * 1024;     /* the file is 1 MiB: writes past 256 KiB fail */
+    setrlimit(RLIMIT_FSIZE, &lim);
+    unsigned char *w = NULL;
+    ZT_CHECK(posix_memalign((void **)&w, 4096, BLOCK) == 0, "buffer");
+    memset(w, 7, BLOCK);
+    uint64_t t = 0;
+    s = znvme_write_async(f, 512 * 1024, w, BLOCK, &t);
+    if (s == ZINC_OK) s = znvme_wait(f, t);
+    setrlimit(RLIMIT_FSIZE, &old);
+    ZT_CHECK(s == ZINC_ERR_IO && strstr(znvme_error(f), znvme_path(f)) &&
+             strstr(znvme_error(f), "write"), "a write past the limit: %d '%s'", s,
+             znvme_error(f));
+    /* The store goes on: an allowed write and its read-back still work. */
+    s = znvme_write_async(f, 0, w, BLOCK, &t);
+    ZT_CHECK(s == ZINC_OK && znvme_wait(f, t) == ZINC_OK, "after the error: %s", znvme_error(f));
+    znvme_close(f);
+    free(w);
+}
+
+static void test_open_and_stale(const char *dir)
+{
+    char err[512], p[4096];
+    znvme_t *f = NULL;
+    zinc_status s = znvme_open("/nonexistent-zinc-dir", 0, 4096, 4, &f, err, sizeof err);
+    ZT_CHECK(s == ZINC_ERR_IO && f == NULL && strstr(err, "/nonexistent-zinc-dir"),
+             "a missing directory: %d '%s'", s, err);
+    /* pid 2^22 + 17 is above the kernel's default pid_max: no such process. */
+    snprintf(p, sizeof p, "%s/zinc-nvme-4194321-r0.swap", dir);
+    FILE *g = fopen(p, "w");
+    if (g) fclose(g);
+    char live[4096], other[4096];
+    snprintf(live, sizeof live, "%s/zinc-nvme-%ld-r9.swap", dir, (long)getpid());
+    snprintf(other, sizeof other, "%s/zinc-nvme-4194321-r0.swap.keep", dir);
+    if ((g = fopen(live, "w"))) fclose(g);
+    if ((g = fopen(other, "w"))) fclose(g);
+    int n = znvme_remove_stale(dir);
+    ZT_CHECK(n == 1 && !exists(p) && exists(live) && exists(other),
+             "stale files: removed %d; gone %d, live kept %d, other name kept %d", n, !exists(p),
+             exists(live), exists(other));
+    unlink(live);
+    unlink(other);
+}
+
+int main(void)
+{
+    char dir[] = "/tmp/zinc-nvme-test-XXXXXX";
+    if (!mkdtemp(dir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    test_round_trip(dir);
+    /* A directory on disk too, where O_DIRECT applies (/tmp may be tmpfs). */
+    char disk[] = "zinc-nvme-test-XXXXXX";
+    if (mkdtemp(disk)) {
+        test_round_trip(disk);
+        rmdir(disk);
+    }
+    test_full(dir);
+    test_open_and_stale(dir);
+    rmdir(dir);
+    return zt_finish("test_nvme_store");
+}
