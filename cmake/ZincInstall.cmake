@@ -54,6 +54,10 @@ function(zinc_pc_libs out)
 endfunction()
 
 set(ZINC_PC_REQUIRES_PRIVATE "json-c libzstd libxxhash")
+if(URING_FOUND)
+  # the NVMe store's io_uring (engine/nvme_store.c), when the build found liburing
+  string(APPEND ZINC_PC_REQUIRES_PRIVATE " liburing")
+endif()
 set(ZINC_PC_LIBS_LIST "")
 if(ZINC_HAVE_MPI)
   list(APPEND ZINC_PC_LIBS_LIST ${MPI_C_LIBRARIES})

@@ -153,6 +153,12 @@ void zcfg_defaults(zcfg *c)
     z->gather_16bit_weights_on_model_save = 0;
     z->offload_optimizer = 0;
     z->offload_param = 0;
+    z->nvme_path[0] = 0;
+    z->nvme_buffer_count = 4;
+    z->nvme_pipeline_read = 0;
+    z->nvme_pipeline_write = 0;
+    c->aio = (zcfg_aio){.block_size = 1048576, .queue_depth = 8, .intra_op_parallelism = 1,
+                        .single_submit = 0, .overlap_events = 1};
 
     c->ckpt.tag_validation = 1;
     c->ckpt.load_universal = 0;
@@ -330,6 +336,7 @@ zinc_status zcfg_parse_text(const char *json, const char *path, const zcfg_overr
             zc_parse_zero(&x, root, &c);
             zc_parse_checkpoint(&x, root, &c);
             zc_parse_csv_monitor(&x, root, &c);
+            zc_parse_aio(&x, root, &c);
             zc_parse_zinc(&x, root, &c);
             zc_parse_scalars(&x, root, &c);
             parse_batch(&x, root, ov, &c);

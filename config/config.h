@@ -98,7 +98,21 @@ typedef struct {
                                                 where the device can (cuda) */
     int offload_param;                       /* the device the file names (as above); "cpu"
                                                 takes effect at stage 3 (zcfg_offloads_param) */
+    /* offload_optimizer with device "nvme" (ZeRO-Infinity; engine/offload_nvme.c) */
+    char nvme_path[1024];                    /* nvme_path: an existing writable directory */
+    int nvme_buffer_count;                   /* buffer_count (default 4): chunk buffers */
+    int nvme_pipeline_read;                  /* pipeline_read (default 0): read ahead */
+    int nvme_pipeline_write;                 /* pipeline_write (default 0): write behind */
 } zcfg_zero;
+
+/* The "aio" section (DeepSpeed's asynchronous I/O for NVMe offload). */
+typedef struct {
+    int64_t block_size;                      /* bytes per I/O request (default 1048576) */
+    int queue_depth;                         /* requests in flight (default 8) */
+    int intra_op_parallelism;                /* default 1; type-checked, no effect */
+    int single_submit;                       /* default 0; type-checked, no effect */
+    int overlap_events;                      /* default 1; type-checked, no effect */
+} zcfg_aio;
 
 /* zcfg_zero.offload_*: the device named in the file, kept so the resolved config says it. */
 enum { ZCFG_OFFLOAD_NONE = 0, ZCFG_OFFLOAD_CPU = 1, ZCFG_OFFLOAD_NVME = 2 };
@@ -150,6 +164,7 @@ typedef struct zcfg {
     zcfg_zero zero;
     zcfg_ckpt ckpt;
     zcfg_zinc zinc;
+    zcfg_aio aio;
     uint64_t hash;                       /* XXH64 of the canonical resolved JSON (zcfg_to_json) */
     char hash_hex[17];
 } zcfg;
@@ -202,15 +217,23 @@ zinc_status zcfg_set_batch(zcfg *c, int64_t micro_batch, int64_t grad_accum, int
 void zcfg_defaults(zcfg *c);
 
 /* Whether the engine offloads the optimizer state (engine/offload.c): offload_optimizer device
- * "cpu" (or the deprecated cpu_offload) at ZeRO stages 1-3, as DeepSpeed honours it. */
+ * "cpu" (or the deprecated cpu_offload) or "nvme" at ZeRO stages 1-3, as DeepSpeed honours it. */
 static inline int zcfg_offloads_optimizer(const zcfg *c)
 {
-    return c->zero.offload_optimizer == ZCFG_OFFLOAD_CPU && c->zero.stage > 0;
+    return c->zero.offload_optimizer != ZCFG_OFFLOAD_NONE && c->zero.stage > 0;
+}
+
+/* Whether the offloaded optimizer state lives in a file under zero.nvme_path rather than in host
+ * memory (engine/offload_nvme.c). */
+static inline int zcfg_offloads_nvme(const zcfg *c)
+{
+    return c->zero.offload_optimizer == ZCFG_OFFLOAD_NVME && c->zero.stage > 0;
 }
 
 /* Whether the engine keeps the 16-bit parameter shard in host memory (engine/offload.c):
  * offload_param device "cpu" (or the deprecated cpu_offload_param) at ZeRO stage 3. The parser
- * refuses it without offload_optimizer "cpu", so this implies zcfg_offloads_optimizer. */
+ * refuses it without offload_optimizer ("cpu" or "nvme"), so this implies
+ * zcfg_offloads_optimizer. */
 static inline int zcfg_offloads_param(const zcfg *c)
 {
     return c->zero.offload_param == ZCFG_OFFLOAD_CPU && c->zero.stage == 3;

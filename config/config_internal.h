@@ -72,6 +72,7 @@ void zc_parse_scheduler(zcctx *x, json_object *root, const zcfg_overrides *ov, z
 void zc_parse_zero(zcctx *x, json_object *root, zcfg *c);
 void zc_parse_checkpoint(zcctx *x, json_object *root, zcfg *c);
 void zc_parse_csv_monitor(zcctx *x, json_object *root, zcfg *c);
+void zc_parse_aio(zcctx *x, json_object *root, zcfg *c);
 void zc_parse_zinc(zcctx *x, json_object *root, zcfg *c);
 void zc_parse_scalars(zcctx *x, json_object *root, zcfg *c);
 /* After every section: warnings that depend on two sections (fp16 at ZeRO stage 0). */
@@ -122,7 +123,7 @@ typedef struct {
 
 extern const zkeyset zk_top, zk_fp16, zk_bf16, zk_optimizer, zk_adam_params, zk_scheduler,
     zk_zero, zk_offload_optimizer, zk_offload_param, zk_checkpoint, zk_parallel_write, zk_zinc,
-    zk_csv_monitor, zk_data_types, zk_warmup_lr, zk_warmup_decay_lr, zk_warmup_cosine_lr,
+    zk_csv_monitor, zk_aio, zk_data_types, zk_warmup_lr, zk_warmup_decay_lr, zk_warmup_cosine_lr,
     zk_one_cycle, zk_lr_range_test;
 
 /* Checks every member of `obj` (the section at `path`) against `set`: an unknown key is an

@@ -273,6 +273,20 @@ static json_object *to_object(const zcfg *c)
     json_object_object_add(oo, "device", str(offload_device(z->offload_optimizer)));
     json_object_object_add(oo, "pin_memory", boolean(z->offload_pin));
     json_object_object_add(opp, "device", str(offload_device(z->offload_param)));
+    /* Only with "nvme" (and the aio section below): the other configs keep their hash. */
+    if (z->offload_optimizer == ZCFG_OFFLOAD_NVME) {
+        json_object_object_add(oo, "nvme_path", str(z->nvme_path));
+        json_object_object_add(oo, "buffer_count", i64(z->nvme_buffer_count));
+        json_object_object_add(oo, "pipeline_read", boolean(z->nvme_pipeline_read));
+        json_object_object_add(oo, "pipeline_write", boolean(z->nvme_pipeline_write));
+        json_object *aio = json_object_new_object();
+        json_object_object_add(aio, "block_size", i64(c->aio.block_size));
+        json_object_object_add(aio, "queue_depth", i64(c->aio.queue_depth));
+        json_object_object_add(aio, "intra_op_parallelism", i64(c->aio.intra_op_parallelism));
+        json_object_object_add(aio, "single_submit", boolean(c->aio.single_submit));
+        json_object_object_add(aio, "overlap_events", boolean(c->aio.overlap_events));
+        json_object_object_add(r, "aio", aio);
+    }
     json_object_object_add(zo, "offload_optimizer", oo);
     json_object_object_add(zo, "offload_param", opp);
     json_object_object_add(r, "zero_optimization", zo);

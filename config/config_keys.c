@@ -66,7 +66,7 @@ static const zkey top_keys[] = {
      "its options (partitioned, host or contiguous activations) are not implemented; checkpoint "
      "with torch.utils.checkpoint or zinc.checkpointing (memory only)"},
     {"autotuning", ZK_WARN, ZK_IF_ON, "the autotuner is not implemented (speed only)"},
-    {"aio", ZK_WARN, ZK_IF_ON, "asynchronous NVMe I/O is not implemented (zinc offloads to cpu only)"},
+    {"aio", ZK_OWN, ZK_ALWAYS, NULL},
     {"zero_allow_untested_optimizer", ZK_WARN, ZK_IF_ON, W_NO_EFFECT_OPT},
     {"zero_force_ds_cpu_optimizer", ZK_WARN, ZK_ALWAYS, W_NO_EFFECT_OPT},
     {"disable_allgather", ZK_WARN, ZK_IF_ON, "zinc always all-gathers (same result; speed only)"},
@@ -359,6 +359,18 @@ static const zkey csv_monitor_keys[] = {
 };
 ZK_SET(zk_csv_monitor, "csv_monitor", csv_monitor_keys);
 
+/* DeepSpeed's asynchronous I/O settings for NVMe offload (zc_parse_aio). */
+static const zkey aio_keys[] = {
+    {"block_size", ZK_OWN, ZK_ALWAYS, NULL},
+    {"queue_depth", ZK_OWN, ZK_ALWAYS, NULL},
+    {"intra_op_parallelism", ZK_OWN, ZK_ALWAYS, NULL},
+    {"single_submit", ZK_OWN, ZK_ALWAYS, NULL},
+    {"overlap_events", ZK_OWN, ZK_ALWAYS, NULL},
+    {"use_gds", ZK_WARN, ZK_IF_ON,
+     "GPUDirect Storage is not implemented: zinc's NVMe I/O goes through host memory (speed only)"},
+};
+ZK_SET(zk_aio, "aio", aio_keys);
+
 static const zkey data_types_keys[] = {
     {"grad_accum_dtype", ZK_OWN, ZK_ALWAYS, NULL},
     {"param_dtype", ZK_REJECT, ZK_IF_ON,
@@ -371,7 +383,7 @@ ZK_SET(zk_data_types, "data_types", data_types_keys);
 static const zkeyset *const all_sets[] = {
     &zk_top, &zk_fp16, &zk_bf16, &zk_optimizer, &zk_adam_params, &zk_scheduler, &zk_zero,
     &zk_offload_optimizer, &zk_offload_param, &zk_checkpoint, &zk_zinc, &zk_csv_monitor,
-    &zk_data_types, &zk_warmup_lr, &zk_warmup_decay_lr, &zk_warmup_cosine_lr, &zk_one_cycle,
+    &zk_aio, &zk_data_types, &zk_warmup_lr, &zk_warmup_decay_lr, &zk_warmup_cosine_lr, &zk_one_cycle,
     &zk_lr_range_test,
 };
 

@@ -3,10 +3,13 @@
  * (with its stage3_ aliases and offload), checkpoint, csv_monitor, the "zinc" section, and the
  * top-level scalars (clipping, communication dtype, ...).
  */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "config/config_internal.h"
 
@@ -115,37 +118,64 @@ static void warn_bool(zcctx *x, json_object *o, const char *sec, const char *key
     if (zc_get_bool(x, o, sec, key, v) == V_SET && *v != ds_default) not_used(x, sec, key, instead);
 }
 
+static void copy_str(zcctx *x, json_object *o, const char *sec, const char *key, char *dst,
+                     size_t n);
+
+/* offload_optimizer.nvme_path: needed with device "nvme", and an existing directory this process
+ * can write (checked here, so that a typo fails at config time, not at the first step). */
+static void nvme_dir(zcctx *x, json_object *o, const char *path, zcfg_zero *z)
+{
+    char p[128];
+    zc_path(p, sizeof p, path, "nvme_path");
+    copy_str(x, o, path, "nvme_path", z->nvme_path, sizeof z->nvme_path);
+    if (!z->nvme_path[0]) {
+        zc_error(x, p, "needed with device \"nvme\": the directory that holds the optimizer "
+                       "state's scratch files (on a fast local disk)");
+        return;
+    }
+    struct stat st;
+    if (stat(z->nvme_path, &st) != 0)
+        zc_error(x, p, "'%s': %s", z->nvme_path, strerror(errno));
+    else if (!S_ISDIR(st.st_mode))
+        zc_error(x, p, "'%s' is not a directory", z->nvme_path);
+    else if (access(z->nvme_path, W_OK | X_OK) != 0)
+        zc_error(x, p, "'%s' is not writable: %s", z->nvme_path, strerror(errno));
+}
+
 /* One offload section. `kind` 0: offload_optimizer, which zinc implements with device "cpu" at
- * stages 1-3 (host-resident master, m, v; engine/offload.c); 1: offload_param, which zinc
- * implements with device "cpu" at stage 3 (host-resident 16-bit shard). Both take "nvme" with a
- * warning and no effect (zinc has no NVMe tier), and a stage where DeepSpeed ignores the section
- * likewise. *device receives the device the file names (ZCFG_OFFLOAD_*; the report and the hash
- * keep it; zcfg_offloads_optimizer / zcfg_offloads_param decide from it and the stage whether
- * the engine offloads; zc_parse_zero checks the pair). */
-static void offload(zcctx *x, json_object *z, const char *key, const zkeyset *set, int kind,
-                    int stage, int *device, int *pin_out)
+ * stages 1-3 (host-resident master, m, v; engine/offload.c) and with "nvme" there (the same state
+ * in a file under nvme_path, read and written a chunk at a time; engine/offload_nvme.c); 1:
+ * offload_param, which zinc implements with device "cpu" at stage 3 (host-resident 16-bit shard)
+ * and takes "nvme" with a warning and no effect (no NVMe parameter tier). A stage where DeepSpeed
+ * ignores the section is warned about likewise. *device receives the device the file names
+ * (ZCFG_OFFLOAD_*; the report and the hash keep it; zcfg_offloads_optimizer /
+ * zcfg_offloads_param decide from it and the stage whether the engine offloads; zc_parse_zero
+ * checks the pair). */
+static void offload(zcctx *x, json_object *zo, const char *key, const zkeyset *set, int kind,
+                    zcfg_zero *z)
 {
     char path[96];
     zc_path(path, sizeof path, "zero_optimization", key);
     json_object *v;
-    if (!zc_member(z, key, &v) || !v) return; /* null is DeepSpeed's "no offload" */
-    json_object *o = zc_section(x, z, key, path);
+    if (!zc_member(zo, key, &v) || !v) return; /* null is DeepSpeed's "no offload" */
+    json_object *o = zc_section(x, zo, key, path);
     if (!o) return;
     zk_check(x, o, path, set);
-    static const char *bools[] = {"pipeline_read", "pipeline_write", "fast_init",
-                                  "super_offload", "convert_grad_on_cpu"};
-    static const char *ints[] = {"buffer_count", "buffer_size", "max_in_cpu"};
-    int b, pin = 0;
-    int64_t n;
+    static const char *bools[] = {"fast_init", "super_offload", "convert_grad_on_cpu"};
+    int b, pin = 0, pread = 0, pwrite = 0;
+    int64_t n, nbuf = 4;
     double d, ratio = 1.0;
     const char *sv;
     for (size_t i = 0; i < sizeof bools / sizeof bools[0]; i++) zc_get_bool(x, o, path, bools[i], &b);
-    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
-        zc_get_int(x, o, path, ints[i], 0, I64_MAX, &n);
+    zc_get_bool(x, o, path, "pipeline_read", &pread);
+    zc_get_bool(x, o, path, "pipeline_write", &pwrite);
+    zc_get_int(x, o, path, "buffer_count", 0, 1 << 20, &nbuf);
+    zc_get_int(x, o, path, "buffer_size", 0, I64_MAX, &n);
+    zc_get_int(x, o, path, "max_in_cpu", 0, I64_MAX, &n);
     int have_pin = zc_get_bool(x, o, path, "pin_memory", &pin) == V_SET;
     int have_ratio = zc_get_num(x, o, path, "ratio", R_UNIT_CLOSED, &ratio) == V_SET;
     zc_get_num(x, o, path, "cpuadam_cores_perc", R_UNIT_CLOSED, &d);
-    if (zc_member(o, "nvme_path", &v) && v) zc_get_str(x, o, path, "nvme_path", &sv);
+    if (kind == 1 && zc_member(o, "nvme_path", &v) && v) zc_get_str(x, o, path, "nvme_path", &sv);
     const char *dev = "none";
     if (zc_get_str(x, o, path, "device", &dev) == V_BAD) return;
     char dp[128];
@@ -155,26 +185,34 @@ static void offload(zcctx *x, json_object *z, const char *key, const zkeyset *se
         return;
     }
     if (!strcmp(dev, "none")) return;
+    int *device = kind == 1 ? &z->offload_param : &z->offload_optimizer;
     *device = strcmp(dev, "nvme") == 0 ? ZCFG_OFFLOAD_NVME : ZCFG_OFFLOAD_CPU;
     /* Speed only (page-locked copies on cuda; the cpu device has nothing to pin): no warning. */
-    if (have_pin && pin_out) *pin_out = pin;
-    const char *what = kind == 1 ? "the 16-bit parameters" : "the optimizer state";
-    if (!strcmp(dev, "nvme")) {
-        zc_warn(x, dp, "\"nvme\" accepted without effect: zinc offloads %s to \"cpu\" only; "
-                       "with \"nvme\" it stays on the device (memory placement only)", what);
+    if (have_pin && kind == 0) z->offload_pin = pin;
+    if (kind == 1 && !strcmp(dev, "nvme")) {
+        zc_warn(x, dp, "\"nvme\" accepted without effect: zinc keeps the 16-bit parameters on "
+                       "the device, or in host memory with \"cpu\" (memory placement only; the "
+                       "optimizer state does go to NVMe with offload_optimizer \"nvme\")");
         return;
     }
     /* DeepSpeed reads offload_param at stage 3 only (its ZeRO-Infinity parameter tier). */
-    if (kind == 1 && stage < 3) {
+    if (kind == 1 && z->stage < 3) {
         zc_warn(x, dp, "\"cpu\" accepted without effect at ZeRO stage %d: zinc offloads the "
                        "parameters at stage 3 only, as DeepSpeed does (memory placement only)",
-                stage);
+                z->stage);
         return;
     }
-    if (kind == 0 && stage == 0) {
-        zc_warn(x, dp, "\"cpu\" accepted without effect at ZeRO stage 0: zinc offloads the "
-                       "optimizer state at stages 1-3, as DeepSpeed does (memory placement only)");
+    if (kind == 0 && z->stage == 0) {
+        zc_warn(x, dp, "\"%s\" accepted without effect at ZeRO stage 0: zinc offloads the "
+                       "optimizer state at stages 1-3, as DeepSpeed does (memory placement only)",
+                dev);
         return;
+    }
+    if (kind == 0 && !strcmp(dev, "nvme")) {
+        nvme_dir(x, o, path, z);
+        z->nvme_buffer_count = (int)nbuf;
+        z->nvme_pipeline_read = pread;
+        z->nvme_pipeline_write = pwrite;
     }
     char p2[128];
     /* offload_param's host shard is offload_optimizer's 16-bit staging buffer (engine/offload.c),
@@ -276,9 +314,8 @@ void zc_parse_zero(zcctx *x, json_object *root, zcfg *c)
     }
     if (first >= 0) z->gather_16bit_weights_on_model_save = val;
 
-    offload(x, o, "offload_optimizer", &zk_offload_optimizer, 0, z->stage, &z->offload_optimizer,
-            &z->offload_pin);
-    offload(x, o, "offload_param", &zk_offload_param, 1, z->stage, &z->offload_param, NULL);
+    offload(x, o, "offload_optimizer", &zk_offload_optimizer, 0, z);
+    offload(x, o, "offload_param", &zk_offload_param, 1, z);
     int b;
     if (zc_get_bool(x, o, sec, "cpu_offload", &b) == V_SET && b) {
         z->offload_optimizer = ZCFG_OFFLOAD_CPU;
@@ -300,9 +337,10 @@ void zc_parse_zero(zcctx *x, json_object *root, zcfg *c)
      * into the host copy. A device Adam would have to download its result every step, a path
      * zinc does not have; DeepSpeed's ZeRO-Infinity pairs the two the same way in practice. */
     if (z->stage == 3 && z->offload_param == ZCFG_OFFLOAD_CPU &&
-        z->offload_optimizer != ZCFG_OFFLOAD_CPU)
+        z->offload_optimizer == ZCFG_OFFLOAD_NONE)
         zc_error(x, "zero_optimization.offload_param.device",
-                 "\"cpu\" needs zero_optimization.offload_optimizer.device \"cpu\" too: zinc "
+                 "\"cpu\" needs zero_optimization.offload_optimizer.device \"cpu\" (or "
+                 "\"nvme\") too: zinc "
                  "offloads the parameters only together with the optimizer state (whose host "
                  "Adam writes the host parameters); add offload_optimizer {\"device\": \"cpu\"} "
                  "or drop offload_param");
@@ -540,4 +578,27 @@ void zc_check_precision_stage(zcctx *x, const zcfg *c)
                 "(FP16_Optimizer), every overflow halves the loss scale at once, and at "
                 "min_loss_scale overflowing steps keep being skipped instead of stopping the run; "
                 "stages 1-3 honour hysteresis %d", c->fp16.hysteresis);
+}
+
+/* The "aio" section: block_size and queue_depth shape the NVMe store's requests
+ * (engine/nvme_store.c); the rest is DeepSpeed's thread and event tuning, type-checked only. */
+void zc_parse_aio(zcctx *x, json_object *root, zcfg *c)
+{
+    const char *sec = "aio";
+    json_object *o = zc_section(x, root, sec, sec);
+    if (!o) return;
+    zk_check(x, o, sec, &zk_aio);
+    int64_t n;
+    if (zc_get_int(x, o, sec, "block_size", 4096, (int64_t)1 << 30, &n) == V_SET) {
+        char p[64];
+        if (n % 4096)
+            zc_error(x, zc_path(p, sizeof p, sec, "block_size"),
+                     "%lld is not a multiple of 4096 (direct I/O's block)", (long long)n);
+        c->aio.block_size = n;
+    }
+    if (zc_get_int(x, o, sec, "queue_depth", 1, 4096, &n) == V_SET) c->aio.queue_depth = (int)n;
+    if (zc_get_int(x, o, sec, "intra_op_parallelism", 1, 1024, &n) == V_SET)
+        c->aio.intra_op_parallelism = (int)n;
+    zc_get_bool(x, o, sec, "single_submit", &c->aio.single_submit);
+    zc_get_bool(x, o, sec, "overlap_events", &c->aio.overlap_events);
 }

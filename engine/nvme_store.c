@@ -32,6 +32,10 @@ struct znvme {
     uint64_t done_below; /* every ticket < done_below is done */
     uint8_t *done;       /* ring of done flags, depth entries, by ticket % depth */
     int depth, inflight;
+    /* ZINC_NVME_BACKEND=deferred (tests): every asynchronous call is done only when a wait covers
+     * it, in order, so that a buffer used before its wait holds the wrong bytes */
+    int deferred;
+    struct zdeferred { int write; uint64_t off; void *buf; size_t n; } *later;
 #ifdef ZINC_HAVE_URING
     int uring;
     struct io_uring ring;
@@ -121,9 +125,14 @@ zinc_status znvme_open(const char *dir, int rank, uint64_t bytes, int queue_dept
         s = ZINC_ERR_NOMEM;
         snprintf(err, errlen, "%s: out of memory", f->path);
     }
-#ifdef ZINC_HAVE_URING
     const char *want = getenv("ZINC_NVME_BACKEND");
-    if (s == ZINC_OK && !(want && !strcmp(want, "pread")))
+    f->deferred = want && !strcmp(want, "deferred");
+    if (s == ZINC_OK && f->deferred && !(f->later = calloc((size_t)f->depth, sizeof *f->later))) {
+        s = ZINC_ERR_NOMEM;
+        snprintf(err, errlen, "%s: out of memory", f->path);
+    }
+#ifdef ZINC_HAVE_URING
+    if (s == ZINC_OK && !f->deferred && !(want && !strcmp(want, "pread")))
         f->uring = io_uring_queue_init((unsigned)f->depth, &f->ring, 0) == 0;
 #endif
     if (s != ZINC_OK) {
@@ -140,6 +149,7 @@ const char *znvme_error(const znvme_t *f) { return f->err; }
 
 const char *znvme_backend(const znvme_t *f)
 {
+    if (f->deferred) return "deferred";
 #ifdef ZINC_HAVE_URING
     if (f->uring) return "io_uring";
 #endif
@@ -192,6 +202,18 @@ static zinc_status reap_one(znvme_t *f)
 }
 #endif
 
+/* The deferred backend: does the calls up to `ticket` that are not done yet, in order. */
+static void run_deferred(znvme_t *f, uint64_t ticket)
+{
+    while (f->done_below <= ticket && f->done_below < f->issued) {
+        uint64_t t = f->done_below;
+        struct zdeferred *q = &f->later[t % (uint64_t)f->depth];
+        zinc_status s = transfer(f, f->fd, q->write, q->off, q->buf, q->n);
+        if (s != ZINC_OK && f->pending == ZINC_OK) f->pending = s;
+        mark_done(f, t);
+    }
+}
+
 static zinc_status submit(znvme_t *f, int write, uint64_t off, void *buf, size_t n,
                           uint64_t *ticket)
 {
@@ -230,6 +252,13 @@ static zinc_status submit(znvme_t *f, int write, uint64_t off, void *buf, size_t
         return ZINC_OK;
     }
 #endif
+    if (f->deferred) {
+        /* the oldest first when the ring is full, as a queue of that depth would */
+        if (f->issued - f->done_below >= (uint64_t)f->depth) run_deferred(f, f->done_below);
+        f->later[f->issued % (uint64_t)f->depth] = (struct zdeferred){write, off, buf, n};
+        f->issued++;
+        return ZINC_OK;
+    }
     f->issued++;
     zinc_status s = transfer(f, f->fd, write, off, buf, n);
     if (s != ZINC_OK && f->pending == ZINC_OK) f->pending = s;
@@ -253,6 +282,7 @@ zinc_status znvme_wait(znvme_t *f, uint64_t ticket)
     if (ticket >= f->issued)
         return fail(f, ZINC_ERR_INVALID_ARG, "wait for ticket %llu: only %llu handed out",
                     (unsigned long long)ticket, (unsigned long long)f->issued);
+    if (f->deferred) run_deferred(f, ticket);
 #ifdef ZINC_HAVE_URING
     while (f->uring && f->done_below <= ticket) {
         zinc_status s = reap_one(f);
@@ -297,6 +327,7 @@ void znvme_close(znvme_t *f)
         unlink(f->path);
     }
     free(f->done);
+    free(f->later);
     free(f);
 }
 

@@ -7,7 +7,10 @@
  *
  * Backends: io_uring (liburing) where the build has it and the kernel allows it; otherwise each
  * asynchronous call is done when it is made (pread/pwrite), which keeps every result the same
- * and only loses the overlap. ZINC_NVME_BACKEND=pread forces the second, for tests.
+ * and only loses the overlap. ZINC_NVME_BACKEND=pread forces the second, for tests;
+ * ZINC_NVME_BACKEND=deferred (tests) does each asynchronous call only when a wait covers it, so
+ * that a caller that uses a buffer before waiting for its read, or rewrites one before its write
+ * is done, gets wrong bytes and fails its test.
  * The file is O_DIRECT where the filesystem allows it (no page-cache copy of state that is
  * larger than memory by design): the asynchronous calls then need buffers, offsets and sizes
  * that are multiples of znvme_align(); the positioned calls take any range.
@@ -33,7 +36,7 @@ zinc_status znvme_open(const char *dir, int rank, uint64_t bytes, int queue_dept
 /* Alignment the asynchronous calls need (4096 with O_DIRECT, else 1). */
 size_t znvme_align(const znvme_t *f);
 const char *znvme_path(const znvme_t *f);
-/* "io_uring" or "pread". */
+/* "io_uring", "pread" or "deferred". */
 const char *znvme_backend(const znvme_t *f);
 /* Queues a read of [off, off + n) into buf, or a write of buf there; *ticket identifies it. The
  * buffer must stay (and, for a write, stay unchanged) until znvme_wait covers the ticket. */

@@ -793,7 +793,53 @@ static void test_offload(void)
     if (parse_warns(PRE "\"zero_optimization\": {\"stage\": 0, \"offload_optimizer\": {\"device\": \"cpu\"}}}",
                     1, &c, k_dev, 1, __LINE__))
         EQ_I(zcfg_offloads_optimizer(&c), 0);
-    if (parse_warns(PRE "\"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": \"nvme\"}}}",
+    /* nvme at stages 1-3: honoured with an existing writable nvme_path (its keys kept, aio's
+     * block_size and queue_depth read); without one, or with a missing path or a file, an error
+     * naming zero_optimization.offload_optimizer.nvme_path; at stage 0 a warning and no effect. */
+    for (int st = 1; st <= 3; st++) {
+        char j[512];
+        snprintf(j, sizeof j, PRE "\"zero_optimization\": {\"stage\": %d, \"offload_optimizer\": "
+                 "{\"device\": \"nvme\", \"nvme_path\": \"/tmp\", \"buffer_count\": 5, "
+                 "\"pipeline_read\": true}}, \"aio\": {\"block_size\": 262144, \"queue_depth\": 16, "
+                 "\"single_submit\": false, \"overlap_events\": true, \"intra_op_parallelism\": 2}}",
+                 st);
+        if (parse_ok(j, 1, &c, 0, __LINE__)) {
+            EQ_I(zcfg_offloads_optimizer(&c), 1);
+            EQ_I(zcfg_offloads_nvme(&c), 1);
+            EQ_I(c.zero.nvme_buffer_count, 5);
+            EQ_I(c.zero.nvme_pipeline_read, 1);
+            EQ_I(c.zero.nvme_pipeline_write, 0);
+            EQ_I(c.aio.block_size, 262144);
+            EQ_I(c.aio.queue_depth, 16);
+            ZT_CHECK(strcmp(c.zero.nvme_path, "/tmp") == 0, "nvme_path %s", c.zero.nvme_path);
+        }
+    }
+    const char *bad_nvme[] = {
+        "{\"device\": \"nvme\"}", "{\"device\": \"nvme\", \"nvme_path\": \"/no/such/zinc/dir\"}",
+        "{\"device\": \"nvme\", \"nvme_path\": \"/etc/hostname\"}"};
+    const char *bad_why[] = {"needed with device", "No such file", "not a directory"};
+    for (int i = 0; i < 3; i++) {
+        char j[512];
+        snprintf(j, sizeof j, PRE "\"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": %s}}",
+                 bad_nvme[i]);
+        zcfg_diag d = {0};
+        zinc_status s = parse(j, 1, &c, &d);
+        ZT_CHECK(s == ZINC_ERR_CONFIG && d.nerrors >= 1 &&
+                     strstr(d.errors[0], "zero_optimization.offload_optimizer.nvme_path") &&
+                     strstr(d.errors[0], bad_why[i]),
+                 "%s: status %d, %s", bad_nvme[i], (int)s, d.nerrors ? d.errors[0] : "");
+        zcfg_diag_free(&d);
+    }
+    {
+        zcfg_diag d = {0};
+        zinc_status s = parse(PRE "\"aio\": {\"block_size\": 1000}}", 1, &c, &d);
+        ZT_CHECK(s == ZINC_ERR_CONFIG && d.nerrors >= 1 && strstr(d.errors[0], "aio.block_size"),
+                 "aio.block_size 1000: status %d, %s", (int)s, d.nerrors ? d.errors[0] : "");
+        zcfg_diag_free(&d);
+    }
+    const char *k_gds[] = {"aio.use_gds"};
+    parse_warns(PRE "\"aio\": {\"use_gds\": true}}", 1, &c, k_gds, 1, __LINE__);
+    if (parse_warns(PRE "\"zero_optimization\": {\"stage\": 0, \"offload_optimizer\": {\"device\": \"nvme\"}}}",
                     1, &c, k_dev, 1, __LINE__))
         EQ_I(zcfg_offloads_optimizer(&c), 0);
     /* pin_memory is honoured silently (speed only) and kept; ratio 1 is accepted. */

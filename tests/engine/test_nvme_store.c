@@ -7,7 +7,10 @@
  *     file-size limit) is an I/O error naming the path at the wait, not a crash;
  *   - the file is removed at close; stale files of gone processes are removed, a live
  *     process's kept; a missing directory is refused naming it.
- * Run twice by CTest: with io_uring where the build has it, and with ZINC_NVME_BACKEND=pread.
+ *   - the deferred backend (tests' ordering check) leaves a read's buffer untouched until a wait
+ *     covers it, and does the calls in order.
+ * Run three times by CTest: with io_uring where the build has it, with ZINC_NVME_BACKEND=pread
+ * and with ZINC_NVME_BACKEND=deferred.
  */
 #include <errno.h>
 #include <signal.h>
@@ -149,6 +152,33 @@ static void test_open_and_stale(const char *dir)
     unlink(other);
 }
 
+/* ZINC_NVME_BACKEND=deferred: nothing happens before the wait that covers it. */
+static void test_deferred(const char *dir)
+{
+    const char *want = getenv("ZINC_NVME_BACKEND");
+    if (!want || strcmp(want, "deferred") != 0) return;
+    char err[512];
+    znvme_t *f = NULL;
+    ZT_CHECK(znvme_open(dir, 5, 4 * 4096, 8, &f, err, sizeof err) == ZINC_OK, "open: %s", err);
+    if (!f) return;
+    ZT_CHECK(strcmp(znvme_backend(f), "deferred") == 0, "backend %s", znvme_backend(f));
+    unsigned char *a = NULL, *b = NULL;
+    ZT_CHECK(posix_memalign((void **)&a, 4096, 4096) == 0 &&
+             posix_memalign((void **)&b, 4096, 4096) == 0, "buffers");
+    memset(a, 7, 4096);
+    memset(b, 0, 4096);
+    uint64_t tw, tr;
+    ZT_CHECK(znvme_write_async(f, 4096, a, 4096, &tw) == ZINC_OK, "write");
+    ZT_CHECK(znvme_read_async(f, 4096, b, 4096, &tr) == ZINC_OK, "read");
+    ZT_CHECK(b[0] == 0 && b[4095] == 0, "a deferred read filled its buffer before the wait");
+    memset(a, 9, 4096); /* a rewrite before the write's wait: the write takes the new bytes */
+    ZT_CHECK(znvme_wait(f, tr) == ZINC_OK, "wait: %s", znvme_error(f));
+    ZT_CHECK(b[0] == 9 && b[4095] == 9, "after the wait the read has the write's bytes (%d)", b[0]);
+    free(a);
+    free(b);
+    znvme_close(f);
+}
+
 int main(void)
 {
     char dir[] = "/tmp/zinc-nvme-test-XXXXXX";
@@ -165,6 +195,7 @@ int main(void)
     }
     test_full(dir);
     test_open_and_stale(dir);
+    test_deferred(dir);
     rmdir(dir);
     return zt_finish("test_nvme_store");
 }

@@ -163,3 +163,6 @@ zinc_test(NAME engine_nvme_store SOURCES ${ZINC_ENGINE_TEST_DIR}/test_nvme_store
 add_test(NAME engine_nvme_store_pread COMMAND engine_nvme_store)
 set_tests_properties(engine_nvme_store_pread PROPERTIES LABELS unit TIMEOUT 120
                      ENVIRONMENT ZINC_NVME_BACKEND=pread)
+add_test(NAME engine_nvme_store_deferred COMMAND engine_nvme_store)
+set_tests_properties(engine_nvme_store_deferred PROPERTIES LABELS unit TIMEOUT 120
+                     ENVIRONMENT ZINC_NVME_BACKEND=deferred)
