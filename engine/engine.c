@@ -617,6 +617,7 @@ zinc_status zinc_finalize(zinc_engine_t *e)
                   (e->offload_param ? ZMEM_OFFLOAD_PARAM : 0);
     zmem_plan(&e->plan, e->stage, e->dtype, offload, e->nbuckets, e->ngather, e->persist_numel,
               e->planned, e->host_planned);
+    if (e->offload && zcfg_offloads_nvme(&e->cfg)) zoffload_nvme_plan(e);
     if ((s = zoffload_check_limit(e)) != ZINC_OK) return s;
     e->bucket_owner = calloc((size_t)(e->nbuckets + 1), sizeof(int));
     e->gather_owner = calloc((size_t)(e->ngather + 1), sizeof(int));
@@ -697,7 +698,11 @@ static size_t master_pos(const zinc_engine_t *e, int param, size_t lo, size_t sh
 }
 
 /* The device whose memory holds master, m and v: the host one with offload. */
-static zdev_t *state_dev(const zinc_engine_t *e) { return e->host ? e->host : e->dev; }
+static zdev_t *state_dev(zinc_engine_t *e)
+{
+    zdev_t *nv = zoffload_nvme_dev(e);     /* the NVMe offload's file */
+    return nv ? nv : e->host ? e->host : e->dev;
+}
 
 /* The elements [lo, hi) of a parameter this rank keeps the fp32 state of (all of them at stage
  * 0), sp their shard position; 0 when it keeps none. */
@@ -764,7 +769,7 @@ zinc_status zinc_param_set(zinc_engine_t *e, int param, const float *values)
          * fp32 mode that is the host master, just written). */
         if (s == ZINC_OK && e->stage == 3 && !e->offload_param)
             s = upload_converted(e->dev, (char *)e->param16 + sp * d, values + lo, hi - lo, e->dtype);
-        if (s == ZINC_OK && e->offload_param && e->dtype != ZINC_DTYPE_FP32)
+        if (s == ZINC_OK && e->offload_param && zoffload_param16(e) != (void *)e->master)
             s = upload_converted(e->host, (char *)zoffload_param16(e) + sp * d, values + lo, hi - lo,
                                  e->dtype);
     }
@@ -802,9 +807,17 @@ static zinc_status gather_stream(zinc_engine_t *e, int param, const void *base, 
     size_t own = e->stage == 0 ? G->flat_off + G->slice * (size_t)e->rank : G->shard_off;
     float *mine = tmp + G->slice * (size_t)e->rank;
     const char *src = (const char *)base + own * zinc_dtype_size(dt);
-    /* host state is fp32 (offload): uploaded as is */
-    s = src_dev != d ? d->iface->upload(d, mine, src, G->slice * 4)
-                     : d->iface->cast(d, mine, ZINC_DTYPE_FP32, src, dt, G->slice, 1.0f);
+    if (src_dev != d) {
+        /* offloaded state is fp32: read from its device (host memory, or the NVMe file) into
+         * host memory, then uploaded as is */
+        float *h = malloc(G->slice * 4 + 4);
+        s = h ? src_dev->iface->download(src_dev, h, src, G->slice * 4) : ZINC_ERR_NOMEM;
+        if (s == ZINC_OK) s = d->iface->upload(d, mine, h, G->slice * 4);
+        if (s != ZINC_OK && s != ZINC_ERR_NOMEM) snprintf(d->err, sizeof d->err, "%s", src_dev->err);
+        free(h);
+    } else {
+        s = d->iface->cast(d, mine, ZINC_DTYPE_FP32, src, dt, G->slice, 1.0f);
+    }
     if (s == ZINC_OK) s = e->comm->iface->all_gather(e->comm, tmp, G->padded, ZDT_F32);
     if (s == ZINC_OK) s = d->iface->download(d, out, tmp + P->offset, P->numel * 4);
     d->iface->free(d, tmp);
@@ -1029,6 +1042,10 @@ zinc_status zinc_param_local_set(zinc_engine_t *e, int param, zinc_param_state w
         if (s != ZINC_OK) return s;
     }
     s = f.dev->iface->upload(f.dev, f.base + f.pos * 4, values, f.n * 4);
+    /* ... and with the master in the NVMe file the host shard is a copy of its own */
+    if (s == ZINC_OK && which == ZINC_STATE_MASTER && e->stage == 3 &&
+        e->dtype == ZINC_DTYPE_FP32 && e->offload_param && zoffload_param16(e) != (void *)e->master)
+        s = e->host->iface->upload(e->host, (char *)zoffload_param16(e) + f.pos * 4, values, f.n * 4);
     if (s != ZINC_OK)
         return zeng_fail(e, s, "%s: '%s': %s", fn, e->plan.params[param].name, f.dev->err);
     return ZINC_OK;

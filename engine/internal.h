@@ -144,6 +144,8 @@ struct zinc_engine {
     int *ochunk;                  /* [nochunk + 1]: first group of each pipeline chunk, then ngroups */
     int nochunk;
     void *pinned[2];              /* host buffers pinned on the device (pin_memory), to unpin */
+    struct znv *nv;               /* offload_optimizer "nvme" (offload_nvme.c): master, m and v
+                                     point into a reserved range standing for its file */
 
     zengine_state st;
     char *config_warnings;        /* the config's warnings at create, one per line; "" when none */
@@ -189,6 +191,12 @@ float zeng_group_weight_decay(const zinc_engine_t *e, int group);
 zinc_status zeng_adam_groups(zinc_engine_t *e, zdev_t *d, const zk_adam_args *a, int g0, int g1,
                              int shard);
 
+/* The same over the shard elements [lo, hi), which may begin and end inside groups (the NVMe
+ * offload's fixed-size chunks): `a` points at element lo of each buffer; each group's part gets
+ * the group's values. The Adam is element-wise, so where a range is cut changes no bit. */
+zinc_status zeng_adam_range(zinc_engine_t *e, zdev_t *d, const zk_adam_args *a, size_t lo,
+                            size_t hi);
+
 /* Monotonic seconds, and the seconds since *t (which it moves to now): the step's phase clock. */
 double zeng_now(void);
 double zeng_lap(double *t);
@@ -228,7 +236,16 @@ zinc_status zoffload_grad_ready(zinc_engine_t *e, int group);
 zinc_status zoffload_grad_changed(zinc_engine_t *e, int group);
 /* zeng_refresh_params' first half with host state: param16's own slices from the master. */
 zinc_status zoffload_refresh_own(zinc_engine_t *e);
-/* The host 16-bit shard with offload_param (h_param16, or the host master in fp32 mode). */
+/* Queues the reduced gradient slices of groups [g0, g1) device -> host, into h_grad at their
+ * shard offsets: from the shard (stages 2-3) or from the own slices of the full buffer (stage 1). */
+zinc_status zoffload_download(zinc_engine_t *e, int g0, int g1);
+/* Waits for every copy queued so far (a fence and its wait). */
+zinc_status zoffload_wait_copies(zinc_engine_t *e);
+/* Queues the 16-bit result of shard elements [lo, hi) host -> device (counted); nothing with
+ * offload_param. */
+zinc_status zoffload_upload_range(zinc_engine_t *e, size_t lo, size_t hi);
+/* The host 16-bit shard with offload_param (h_param16, or the host master in fp32 mode with
+ * the state in memory). */
 void *zoffload_param16(const zinc_engine_t *e);
 /* Stage 3: group g's own 16-bit slice into `dst` on the device (its place in a gather slot or in
  * the persistent block, before the in-place all-gather): a device copy from param16, or with
@@ -238,6 +255,22 @@ zinc_status zoffload_own_to_device(zinc_engine_t *e, int g, void *dst, int count
  * (zinc_param_set, a checkpoint load, a refresh), the host waits for the uploads the gathers
  * queued from it; nothing to wait for (and no wait counted) when none is pending. */
 zinc_status zoffload_settle(zinc_engine_t *e);
+
+/* NVMe offload (offload_nvme.c), offload_optimizer "nvme". */
+/* At finalize, after zmem_plan: the host categories become the chunk buffers (and h_param16). */
+void zoffload_nvme_plan(zinc_engine_t *e);
+/* The scratch file's size (master, m, v of the shard, each rounded up to whole blocks). */
+uint64_t zoffload_nvme_file_bytes(const zinc_engine_t *e);
+/* From zoffload_alloc: the file, the chunk buffers, master/m/v pointing into the reserved range. */
+zinc_status zoffload_nvme_open(zinc_engine_t *e);
+/* Closes and removes the file; NULL-safe (nothing without NVMe). */
+void zoffload_nvme_close(zinc_engine_t *e);
+/* The device whose memory the file is (state_dev), or NULL without NVMe. */
+zdev_t *zoffload_nvme_dev(zinc_engine_t *e);
+/* zoffload_adam with the state in the file: the read / Adam / write pipeline over chunks. */
+zinc_status zoffload_nvme_adam(zinc_engine_t *e, zk_adam_args *a, int predownloaded);
+/* zoffload_refresh_own's conversion: h_param16 from the master in the file. */
+zinc_status zoffload_nvme_refresh(zinc_engine_t *e);
 
 /* Stage 3 gather schedule (gather.c). */
 /* At finalize: persistent groups, the number of gather buffers, the trace. */

@@ -35,6 +35,7 @@ struct znvme {
     /* ZINC_NVME_BACKEND=deferred (tests): every asynchronous call is done only when a wait covers
      * it, in order, so that a buffer used before its wait holds the wrong bytes */
     int deferred;
+    int64_t fault_at; /* ZINC_NVME_FAULT=N (tests): asynchronous call N fails with EIO; -1 none */
     struct zdeferred { int write; uint64_t off; void *buf; size_t n; } *later;
 #ifdef ZINC_HAVE_URING
     int uring;
@@ -127,6 +128,8 @@ zinc_status znvme_open(const char *dir, int rank, uint64_t bytes, int queue_dept
     }
     const char *want = getenv("ZINC_NVME_BACKEND");
     f->deferred = want && !strcmp(want, "deferred");
+    const char *fault = getenv("ZINC_NVME_FAULT");
+    f->fault_at = fault && *fault ? strtoll(fault, NULL, 10) : -1;
     if (s == ZINC_OK && f->deferred && !(f->later = calloc((size_t)f->depth, sizeof *f->later))) {
         s = ZINC_ERR_NOMEM;
         snprintf(err, errlen, "%s: out of memory", f->path);
@@ -202,16 +205,18 @@ static zinc_status reap_one(znvme_t *f)
 }
 #endif
 
-/* The deferred backend: does the calls up to `ticket` that are not done yet, in order. */
+/* The deferred backend: does the calls up to `ticket` that are not done yet, the newest first:
+ * calls in flight together may complete in any order (io_uring does not order them), so this is
+ * the order that breaks a caller who relies on one. */
 static void run_deferred(znvme_t *f, uint64_t ticket)
 {
-    while (f->done_below <= ticket && f->done_below < f->issued) {
-        uint64_t t = f->done_below;
+    uint64_t end = ticket + 1 < f->issued ? ticket + 1 : f->issued;
+    for (uint64_t t = end; t-- > f->done_below;) {
         struct zdeferred *q = &f->later[t % (uint64_t)f->depth];
         zinc_status s = transfer(f, f->fd, q->write, q->off, q->buf, q->n);
         if (s != ZINC_OK && f->pending == ZINC_OK) f->pending = s;
-        mark_done(f, t);
     }
+    for (uint64_t t = f->done_below; t < end; t++) mark_done(f, t);
 }
 
 static zinc_status submit(znvme_t *f, int write, uint64_t off, void *buf, size_t n,
@@ -226,6 +231,16 @@ static zinc_status submit(znvme_t *f, int write, uint64_t off, void *buf, size_t
                     write ? "write" : "read", n, (unsigned long long)off,
                     (unsigned long long)f->bytes);
     *ticket = f->issued;
+    if ((int64_t)f->issued == f->fault_at) { /* the injected failure, reported at the wait */
+        zinc_status s = fail(f, ZINC_ERR_IO, "%s of %zu bytes at %llu: %s (injected by "
+                             "ZINC_NVME_FAULT)", write ? "write" : "read", n,
+                             (unsigned long long)off, strerror(EIO));
+        if (f->pending == ZINC_OK) f->pending = s;
+        if (f->deferred) f->later[f->issued % (uint64_t)f->depth] = (struct zdeferred){0, 0, NULL, 0};
+        f->issued++;
+        if (!f->deferred) mark_done(f, *ticket);
+        return ZINC_OK;
+    }
 #ifdef ZINC_HAVE_URING
     if (f->uring) {
         while (f->issued - f->done_below >= (uint64_t)f->depth) { /* the done ring's size */
@@ -253,7 +268,7 @@ static zinc_status submit(znvme_t *f, int write, uint64_t off, void *buf, size_t
     }
 #endif
     if (f->deferred) {
-        /* the oldest first when the ring is full, as a queue of that depth would */
+        /* the ring is full: the oldest call is done (alone), as a queue of that depth would */
         if (f->issued - f->done_below >= (uint64_t)f->depth) run_deferred(f, f->done_below);
         f->later[f->issued % (uint64_t)f->depth] = (struct zdeferred){write, off, buf, n};
         f->issued++;

@@ -8,9 +8,12 @@
  * Backends: io_uring (liburing) where the build has it and the kernel allows it; otherwise each
  * asynchronous call is done when it is made (pread/pwrite), which keeps every result the same
  * and only loses the overlap. ZINC_NVME_BACKEND=pread forces the second, for tests;
- * ZINC_NVME_BACKEND=deferred (tests) does each asynchronous call only when a wait covers it, so
- * that a caller that uses a buffer before waiting for its read, or rewrites one before its write
- * is done, gets wrong bytes and fails its test.
+ * ZINC_NVME_BACKEND=deferred (tests) does each asynchronous call only when a wait covers it, and
+ * the calls a wait covers newest first, so that a caller that uses a buffer before waiting for
+ * its read, rewrites one before its write is done, or counts on calls in flight together to
+ * complete in order, gets wrong bytes and fails its test.
+ * ZINC_NVME_FAULT=N (tests) makes asynchronous call N (from 0, since the open) fail with EIO,
+ * reported by the wait that covers it.
  * The file is O_DIRECT where the filesystem allows it (no page-cache copy of state that is
  * larger than memory by design): the asynchronous calls then need buffers, offsets and sizes
  * that are multiples of znvme_align(); the positioned calls take any range.

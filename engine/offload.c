@@ -126,7 +126,7 @@ static zinc_status pin_buffers(zinc_engine_t *e)
     const zdev_iface_t *D = e->dev->iface;
     if (!e->cfg.zero.offload_pin || !D->pin_host) return ZINC_OK;
     size_t n = e->plan.shard_numel * dsize(e);
-    void *bufs[] = {e->h_grad, e->dtype == ZINC_DTYPE_FP32 ? (void *)e->master : e->h_param16};
+    void *bufs[] = {e->h_grad, zoffload_param16(e)};
     for (int i = 0; i < 2; i++) {
         if (!bufs[i]) continue;
         zinc_status s = D->pin_host(e->dev, bufs[i], n);
@@ -145,9 +145,13 @@ zinc_status zoffload_alloc(zinc_engine_t *e)
         return zeng_fail(e, s, "zinc_finalize: offload_optimizer: cannot open the host device: %s",
                          zerr_thread_message());
     void *master, *m, *v;
-    if ((s = host_alloc(e, ZINC_MEM_MASTER, &master)) == ZINC_OK) e->master = master;
-    if (s == ZINC_OK && (s = host_alloc(e, ZINC_MEM_ADAM_M, &m)) == ZINC_OK) e->m = m;
-    if (s == ZINC_OK && (s = host_alloc(e, ZINC_MEM_ADAM_V, &v)) == ZINC_OK) e->v = v;
+    if (zcfg_offloads_nvme(&e->cfg)) {
+        s = zoffload_nvme_open(e);   /* master, m, v in the scratch file (offload_nvme.c) */
+    } else {
+        if ((s = host_alloc(e, ZINC_MEM_MASTER, &master)) == ZINC_OK) e->master = master;
+        if (s == ZINC_OK && (s = host_alloc(e, ZINC_MEM_ADAM_M, &m)) == ZINC_OK) e->m = m;
+        if (s == ZINC_OK && (s = host_alloc(e, ZINC_MEM_ADAM_V, &v)) == ZINC_OK) e->v = v;
+    }
     if (s == ZINC_OK) s = host_alloc(e, ZINC_MEM_GRAD, &e->h_grad);
     if (s == ZINC_OK) s = host_alloc(e, ZINC_MEM_PARAM16, &e->h_param16);
     if (s == ZINC_OK) s = plan_chunks(e);
@@ -166,6 +170,7 @@ void zoffload_free(zinc_engine_t *e)
     for (int i = 0; i < 2; i++)
         if (e->pinned[i]) e->dev->iface->unpin_host(e->dev, e->pinned[i]);
     e->pinned[0] = e->pinned[1] = NULL;
+    zoffload_nvme_close(e);          /* NVMe: the file and chunk buffers; master, m, v are NULL */
     void *bufs[] = {e->master, e->m, e->v, e->h_grad, e->h_param16};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) h->iface->free(h, bufs[i]);
@@ -177,9 +182,12 @@ void zoffload_free(zinc_engine_t *e)
     e->host = NULL;
 }
 
-/* Queues the reduced gradient slices of groups [g0, g1) device -> host, into h_grad at their
- * shard offsets: from the shard (stages 2-3) or from the own slices of the full buffer (stage 1). */
-static zinc_status download_groups(zinc_engine_t *e, int g0, int g1)
+static zinc_status copy_fail(zinc_engine_t *e, zinc_status s, const char *what)
+{
+    return zeng_fail(e, s, "zinc_step: offload: %s: %s", what, e->dev->err);
+}
+
+zinc_status zoffload_download(zinc_engine_t *e, int g0, int g1)
 {
     size_t d = dsize(e);
     for (int g = g0; g < g1; g++) {
@@ -195,46 +203,70 @@ static zinc_status download_groups(zinc_engine_t *e, int g0, int g1)
     return ZINC_OK;
 }
 
-/* Queues the own 16-bit slices of groups [g0, g1) host -> device into param16: from h_param16,
- * or from the master itself in fp32 mode. */
-static zinc_status upload_groups(zinc_engine_t *e, int g0, int g1, int counted)
+/* Queues the own 16-bit values of shard elements [lo, hi) host -> device into param16, group
+ * by group (each group's part to its own slice's place): from h_param16, or from the master
+ * itself in fp32 mode with host state. */
+static zinc_status upload_range(zinc_engine_t *e, size_t lo, size_t hi, int counted)
 {
     /* offload_param: the host shard is param16 itself; gathers upload from it. */
     if (e->offload_param) return ZINC_OK;
     size_t d = dsize(e);
-    const char *src = e->dtype == ZINC_DTYPE_FP32 ? (const char *)e->master : e->h_param16;
-    for (int g = g0; g < g1; g++) {
+    const char *src = zoffload_param16(e);
+    for (int g = 0; g < e->plan.ngroups; g++) {
         const zplan_group *G = &e->plan.groups[g];
-        zinc_status s = e->dev->iface->upload_async(e->dev,
-                                                    (char *)e->param16 + own_param_pos(e, G) * d,
-                                                    src + G->shard_off * d, G->slice * d);
+        size_t a = G->shard_off > lo ? G->shard_off : lo;
+        size_t b = G->shard_off + G->slice < hi ? G->shard_off + G->slice : hi;
+        if (a >= b) continue;
+        zinc_status s = e->dev->iface->upload_async(
+            e->dev, (char *)e->param16 + (own_param_pos(e, G) + a - G->shard_off) * d,
+            src + a * d, (b - a) * d);
         if (s != ZINC_OK)
             return zeng_fail(e, s, "offload: uploading the parameters of group '%s': %s", G->name,
                              e->dev->err);
-        if (counted) e->offload_bytes[1] += G->slice * d;
+        if (counted) e->offload_bytes[1] += (b - a) * d;
     }
     return ZINC_OK;
 }
 
-static zinc_status copy_fail(zinc_engine_t *e, zinc_status s, const char *what)
+static zinc_status upload_groups(zinc_engine_t *e, int g0, int g1, int counted)
 {
-    return zeng_fail(e, s, "zinc_step: offload: %s: %s", what, e->dev->err);
+    if (g0 >= g1) return ZINC_OK;
+    const zplan_group *last = &e->plan.groups[g1 - 1];
+    return upload_range(e, e->plan.groups[g0].shard_off, last->shard_off + last->slice, counted);
+}
+
+zinc_status zoffload_upload_range(zinc_engine_t *e, size_t lo, size_t hi)
+{
+    return upload_range(e, lo, hi, 1);
+}
+
+zinc_status zoffload_wait_copies(zinc_engine_t *e)
+{
+    uint64_t t = 0;
+    zinc_status s = e->dev->iface->copy_fence(e->dev, &t);
+    if (s == ZINC_OK) s = e->dev->iface->copy_wait(e->dev, t);
+    if (s != ZINC_OK) return copy_fail(e, s, "waiting for the gradient downloads");
+    /* The copy stream is in order: that wait covered every upload the gathers queued from the
+     * host shard, which the Adam now rewrites. */
+    e->own_uploads_pending = 0;
+    return ZINC_OK;
 }
 
 zinc_status zoffload_grad_ready(zinc_engine_t *e, int group)
 {
-    zinc_status s = download_groups(e, group, group + 1);
+    zinc_status s = zoffload_download(e, group, group + 1);
     if (s == ZINC_OK) e->grads_downloaded++;
     return s;
 }
 
 zinc_status zoffload_grad_changed(zinc_engine_t *e, int group)
 {
-    return download_groups(e, group, group + 1);
+    return zoffload_download(e, group, group + 1);
 }
 
 zinc_status zoffload_adam(zinc_engine_t *e, zk_adam_args *a, int predownloaded)
 {
+    if (e->nv) return zoffload_nvme_adam(e, a, predownloaded);
     const zdev_iface_t *D = e->dev->iface;
     const zplan_group *groups = e->plan.groups;
     size_t d = dsize(e);
@@ -246,7 +278,7 @@ zinc_status zoffload_adam(zinc_engine_t *e, zk_adam_args *a, int predownloaded)
         /* Keep ZOFF_AHEAD chunks of gradient on their way down (already queued, during
          * backward, when predownloaded: then the first fence covers them all). */
         for (; queued < e->nochunk && queued < c + ZOFF_AHEAD; queued++) {
-            s = predownloaded ? ZINC_OK : download_groups(e, e->ochunk[queued], e->ochunk[queued + 1]);
+            s = predownloaded ? ZINC_OK : zoffload_download(e, e->ochunk[queued], e->ochunk[queued + 1]);
             if (s != ZINC_OK) return s;
             if ((s = D->copy_fence(e->dev, &ticket[queued % ZOFF_AHEAD])) != ZINC_OK)
                 return copy_fail(e, s, "copy fence");
@@ -293,7 +325,10 @@ zinc_status zoffload_refresh_own(zinc_engine_t *e)
 {
     zinc_status s0 = zoffload_settle(e);
     if (s0 != ZINC_OK) return s0;
-    if (e->dtype != ZINC_DTYPE_FP32) {
+    if (e->nv) {
+        zinc_status s = zoffload_nvme_refresh(e);     /* chunk by chunk from the file */
+        if (s != ZINC_OK) return s;
+    } else if (e->dtype != ZINC_DTYPE_FP32) {
         zinc_status s = e->host->iface->cast(e->host, e->h_param16, e->dtype, e->master,
                                              ZINC_DTYPE_FP32, e->plan.shard_numel, 1.0f);
         if (s != ZINC_OK) return zeng_fail(e, s, "offload: converting the master: %s", e->host->err);
@@ -314,7 +349,7 @@ zinc_status zoffload_refresh_own(zinc_engine_t *e)
 
 void *zoffload_param16(const zinc_engine_t *e)
 {
-    return e->dtype == ZINC_DTYPE_FP32 ? (void *)e->master : e->h_param16;
+    return e->h_param16 ? e->h_param16 : (void *)e->master;
 }
 
 zinc_status zoffload_own_to_device(zinc_engine_t *e, int g, void *dst, int counted)

@@ -343,6 +343,40 @@ zinc_status zeng_adam_groups(zinc_engine_t *e, zdev_t *d, const zk_adam_args *a,
     return ZINC_OK;
 }
 
+zinc_status zeng_adam_range(zinc_engine_t *e, zdev_t *d, const zk_adam_args *a, size_t lo,
+                            size_t hi)
+{
+    const zplan_group *G = e->plan.groups;
+    size_t dz = dsize(e);
+    int g = 0;
+    while (g < e->plan.ngroups && G[g].shard_off + G[g].slice <= lo) g++;
+    while (g < e->plan.ngroups && G[g].shard_off < hi) {
+        /* a run of groups with the same values, clipped to [lo, hi) */
+        zk_adam_args run = group_adam_args(e, g, a);
+        int r = g + 1;
+        while (r < e->plan.ngroups && G[r].shard_off < hi) {
+            zk_adam_args next = group_adam_args(e, r, a);
+            if (!same_adam_values(&run, &next)) break;
+            r++;
+        }
+        size_t from = G[g].shard_off > lo ? G[g].shard_off : lo;
+        size_t end = G[r - 1].shard_off + G[r - 1].slice < hi ? G[r - 1].shard_off + G[r - 1].slice
+                                                              : hi;
+        size_t off = from - lo;
+        run.master = a->master + off;
+        run.m = a->m + off;
+        run.v = a->v + off;
+        run.grad = (const char *)a->grad + off * dz;
+        run.param_out = a->param_out ? (char *)a->param_out + off * zinc_dtype_size(a->param_dtype)
+                                     : NULL;
+        run.n = end - from;
+        zinc_status s = d->iface->adam_step(d, &run);
+        if (s != ZINC_OK) return s;
+        g = r;
+    }
+    return ZINC_OK;
+}
+
 /* predownloaded: offload only, every group's gradient was queued device -> host by
  * zinc_grads_ready (stages 2-3). */
 static zinc_status apply_adam(zinc_engine_t *e, float lr, float beta1, float beta2,

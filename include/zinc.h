@@ -522,6 +522,15 @@ ZINC_API zinc_status zinc_memory_host(const zinc_engine_t *e, uint64_t planned[Z
 ZINC_API zinc_status zinc_offload_bytes(const zinc_engine_t *e, uint64_t *to_host,
                                         uint64_t *to_device);
 
+/* NVMe offload (zero_optimization.offload_optimizer {"device": "nvme"}): *file_bytes is the size
+ * of this rank's scratch file under nvme_path (the fp32 master, Adam m and v of the shard, each
+ * rounded up to whole 4096-byte blocks); *read and *written the bytes the optimizer steps read
+ * from it and wrote to it since zinc_finalize (each applied step reads and writes the whole file
+ * once; zinc_param_set/get, the state accessors and checkpoints are not counted). All 0 without
+ * NVMe offload. Any pointer may be NULL. */
+ZINC_API zinc_status zinc_nvme_bytes(const zinc_engine_t *e, uint64_t *file_bytes, uint64_t *read,
+                                     uint64_t *written);
+
 /* Collectives counted by the comm byte counters. */
 /* Where zinc_step's time went since finalize, summed over the steps at accumulation boundaries,
  * in host wall-clock seconds per phase (zinc bench offload prints them). On a CUDA device the

@@ -166,3 +166,15 @@ set_tests_properties(engine_nvme_store_pread PROPERTIES LABELS unit TIMEOUT 120
 add_test(NAME engine_nvme_store_deferred COMMAND engine_nvme_store)
 set_tests_properties(engine_nvme_store_deferred PROPERTIES LABELS unit TIMEOUT 120
                      ENVIRONMENT ZINC_NVME_BACKEND=deferred)
+# NVMe offload of the optimizer state (issue 39): bitwise equal to the device run, I/O volume,
+# the host cap it meets where cpu offload cannot, checkpoints across offload settings, I/O
+# errors. Again with every read and write deferred to its wait (a missing wait in the pipeline
+# gives other weights), and with the cpu device's copies done when queued and plain pread/pwrite.
+zinc_test(NAME engine_offload_nvme SOURCES ${ZINC_ENGINE_TEST_DIR}/test_offload_nvme.c
+          LIBS zinc_toy LABELS "multirank;unit;ckpt" TIMEOUT 600)
+add_test(NAME engine_offload_nvme_deferred COMMAND engine_offload_nvme)
+set_tests_properties(engine_offload_nvme_deferred PROPERTIES LABELS "multirank;unit" TIMEOUT 600
+                     ENVIRONMENT "ZINC_NVME_BACKEND=deferred")
+add_test(NAME engine_offload_nvme_eager COMMAND engine_offload_nvme)
+set_tests_properties(engine_offload_nvme_eager PROPERTIES LABELS "multirank;unit" TIMEOUT 600
+                     ENVIRONMENT "ZINC_NVME_BACKEND=pread;ZINC_CPU_ASYNC_COPY=eager")

@@ -1,0 +1,370 @@
+/*
+ * offload_nvme.c — ZeRO-Infinity's optimizer tier: zero_optimization.offload_optimizer
+ * {"device": "nvme"} at stages 1-3. The fp32 master, Adam m and v of this rank's shard live in a
+ * scratch file under nvme_path (engine/nvme_store.c: io_uring, O_DIRECT where the filesystem
+ * allows it) instead of host memory; everything else is the cpu offload of offload.c (the reduced
+ * gradient shard downloaded into h_grad, the host Adam, its 16-bit output in h_param16 uploaded,
+ * offload_param's host shard), so the arithmetic — and every bit of the result — is the same.
+ *
+ * The file: three streams back to back, master, m, v, each `stream` bytes (the shard rounded up to
+ * whole 4096-byte blocks). Host memory holds `nbuf` chunk buffers, each the master, m and v of one
+ * chunk of E elements (zero_optimization.sub_group_size, at most ZNV_CHUNK_MAX), instead of 12
+ * bytes per shard element; h_param16 always exists here (in fp32 mode too), since the master is
+ * no longer in memory to upload from.
+ *
+ * The step is a pipeline over the chunks (zoffload_nvme_adam): read chunk c + k ahead, the host
+ * Adam over chunk c, write chunk c back and upload its 16-bit result, while the reads of the next
+ * chunks and the write of the last one run. offload_optimizer.pipeline_read enables the reads
+ * ahead (as many as the buffers allow), pipeline_write the write behind; without them each read
+ * and write is waited for at once, as DeepSpeed does without them.
+ *
+ * Outside the step (zinc_param_set/get, the state accessors, checkpoints) the state is reached
+ * through `state_dev`, a device whose memory is the file: e->master, m and v point into an
+ * address range reserved without access (PROT_NONE), so that they keep their meaning as
+ * positions — ckpt/ and the accessors index them as before — and any code that would read them
+ * as memory faults at once instead of reading something else; its upload and download are
+ * positioned writes and reads of the file.
+ *
+ * An I/O error in the step leaves the file with some chunks of the new step and some of the old:
+ * the engine then refuses every further use of its state, naming the file, and the run resumes
+ * from its last checkpoint (which never depends on the scratch file). A full disk cannot happen
+ * in the step: the file's space is reserved at finalize.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "engine/internal.h"
+#include "engine/nvme_store.h"
+#include "base/log.h"
+
+#define ZNV_ALIGN_ELEMS 1024               /* 4096 bytes of fp32: O_DIRECT's block */
+#define ZNV_CHUNK_MAX ((size_t)1 << 22)    /* 16 MB per state per chunk buffer */
+#define ZNV_STATES 3                       /* master, m, v */
+
+struct znv {
+    znvme_t *file;
+    zdev_t dev;               /* state_dev: its memory is the file */
+    char *base;               /* the reserved (PROT_NONE) range master/m/v point into */
+    size_t stream;            /* bytes per state stream in the file (and in the range) */
+    size_t E;                 /* elements per chunk */
+    int nbuf, ahead, behind;  /* chunk buffers; reads ahead; 1: the write is waited one chunk late */
+    float *buf;               /* nbuf * 3 * E */
+    uint64_t io[2];           /* bytes the steps read, wrote */
+    int lost;                 /* an I/O error left the file half updated */
+};
+
+static size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+
+/* ---- the plan ------------------------------------------------------------------------------- */
+
+static size_t chunk_elems(const zinc_engine_t *e)
+{
+    size_t spad = round_up(e->plan.shard_numel ? e->plan.shard_numel : 1, ZNV_ALIGN_ELEMS);
+    size_t E = ZNV_CHUNK_MAX;
+    if ((uint64_t)e->cfg.zero.sub_group_size < E) E = (size_t)e->cfg.zero.sub_group_size;
+    E = round_up(E ? E : 1, ZNV_ALIGN_ELEMS);
+    return E < spad ? E : spad;
+}
+
+static int chunk_buffers(const zinc_engine_t *e)
+{
+    const zcfg_zero *z = &e->cfg.zero;
+    int need = 1 + z->nvme_pipeline_read + z->nvme_pipeline_write;
+    return z->nvme_buffer_count > need ? z->nvme_buffer_count : need;
+}
+
+void zoffload_nvme_plan(zinc_engine_t *e)
+{
+    uint64_t per_state = (uint64_t)chunk_buffers(e) * chunk_elems(e) * 4;
+    e->host_planned[ZINC_MEM_MASTER] = per_state;
+    e->host_planned[ZINC_MEM_ADAM_M] = per_state;
+    e->host_planned[ZINC_MEM_ADAM_V] = per_state;
+    /* The Adam's output (and offload_param's shard) has no master to come from in fp32 mode. */
+    e->host_planned[ZINC_MEM_PARAM16] = (uint64_t)e->plan.shard_numel * zinc_dtype_size(e->dtype);
+}
+
+uint64_t zoffload_nvme_file_bytes(const zinc_engine_t *e)
+{
+    size_t spad = round_up(e->plan.shard_numel ? e->plan.shard_numel : 1, ZNV_ALIGN_ELEMS);
+    return (uint64_t)ZNV_STATES * spad * 4;
+}
+
+/* ---- the state device: upload and download are positioned writes and reads of the file ----- */
+
+static struct znv *nv_of(zdev_t *d) { return d->ctx; }
+
+static zinc_status range_of(zdev_t *d, const void *p, size_t n, uint64_t *off)
+{
+    struct znv *nv = nv_of(d);
+    const char *c = p;
+    if (nv->lost) {
+        snprintf(d->err, sizeof d->err, "%s: the optimizer state was lost to an earlier I/O error "
+                 "(resume from the last checkpoint)", znvme_path(nv->file));
+        return ZINC_ERR_IO;
+    }
+    if (c < nv->base || c + n > nv->base + ZNV_STATES * nv->stream) {
+        snprintf(d->err, sizeof d->err, "%s: %zu bytes at %p are outside the NVMe state",
+                 znvme_path(nv->file), n, p);
+        return ZINC_ERR_INVALID_ARG;
+    }
+    *off = (uint64_t)(c - nv->base);
+    return ZINC_OK;
+}
+
+static zinc_status io_fail(zdev_t *d, zinc_status s)
+{
+    snprintf(d->err, sizeof d->err, "%s", znvme_error(nv_of(d)->file));
+    return s;
+}
+
+static zinc_status nv_upload(zdev_t *d, void *dst, const void *src, size_t n)
+{
+    uint64_t off;
+    zinc_status s = range_of(d, dst, n, &off);
+    if (s == ZINC_OK && (s = znvme_pwrite(nv_of(d)->file, off, src, n)) != ZINC_OK) io_fail(d, s);
+    return s;
+}
+
+static zinc_status nv_download(zdev_t *d, void *dst, const void *src, size_t n)
+{
+    uint64_t off;
+    zinc_status s = range_of(d, src, n, &off);
+    if (s == ZINC_OK && (s = znvme_pread(nv_of(d)->file, off, dst, n)) != ZINC_OK) io_fail(d, s);
+    return s;
+}
+
+static zinc_status nv_memset0(zdev_t *d, void *p, size_t n)
+{
+    static const char zeros[1 << 16];
+    uint64_t off;
+    zinc_status s = range_of(d, p, n, &off);
+    for (size_t done = 0; s == ZINC_OK && done < n; done += sizeof zeros) {
+        size_t k = n - done < sizeof zeros ? n - done : sizeof zeros;
+        if ((s = znvme_pwrite(nv_of(d)->file, off + done, zeros, k)) != ZINC_OK) io_fail(d, s);
+    }
+    return s;
+}
+
+/* Only what the layers above call on a state device: ckpt/ and the engine's accessors. */
+static const zdev_iface_t nv_iface = {
+    .name = "nvme",
+    .upload = nv_upload,
+    .download = nv_download,
+    .memset0 = nv_memset0,
+};
+
+/* ---- open and close -------------------------------------------------------------------------- */
+
+zinc_status zoffload_nvme_open(zinc_engine_t *e)
+{
+    const char *dir = e->cfg.zero.nvme_path;
+    struct znv *nv = calloc(1, sizeof *nv);
+    if (!nv) return zeng_fail(e, ZINC_ERR_NOMEM, "zinc_finalize: offload_optimizer nvme: out of memory");
+    e->nv = nv;
+    nv->E = chunk_elems(e);
+    nv->nbuf = chunk_buffers(e);
+    nv->behind = e->cfg.zero.nvme_pipeline_write;
+    nv->ahead = e->cfg.zero.nvme_pipeline_read ? nv->nbuf - 1 - nv->behind : 0;
+    uint64_t bytes = zoffload_nvme_file_bytes(e);
+    nv->stream = (size_t)(bytes / ZNV_STATES);
+    int stale = znvme_remove_stale(dir);
+    if (stale)
+        zlog(ZLOG_INFO, "offload", e->rank, "removed %d stale NVMe scratch file(s) of ended runs "
+             "from %s", stale, dir);
+    char err[1024];
+    zinc_status s = znvme_open(dir, e->rank, bytes, e->cfg.aio.queue_depth, &nv->file, err,
+                               sizeof err);
+    if (s != ZINC_OK)
+        return zeng_fail(e, s, "zinc_finalize: offload_optimizer nvme on rank %d: %s (%llu bytes "
+                         "of scratch space needed under zero_optimization.offload_optimizer."
+                         "nvme_path)", e->rank, err, (unsigned long long)bytes);
+    void *base = mmap(NULL, (size_t)bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                      -1, 0);
+    size_t bufbytes = (size_t)nv->nbuf * ZNV_STATES * nv->E * 4;
+    if (base == MAP_FAILED || posix_memalign((void **)&nv->buf, 4096, bufbytes) != 0) {
+        if (base != MAP_FAILED) munmap(base, (size_t)bytes);
+        nv->buf = NULL;
+        return zeng_fail(e, ZINC_ERR_NOMEM, "zinc_finalize: offload_optimizer nvme on rank %d: "
+                         "cannot reserve the state's %llu bytes of address space or allocate "
+                         "%zu bytes of chunk buffers", e->rank, (unsigned long long)bytes,
+                         bufbytes);
+    }
+    nv->base = base;
+    nv->dev = (zdev_t){.iface = &nv_iface, .ctx = nv};
+    e->master = (float *)nv->base;
+    e->m = (float *)(nv->base + nv->stream);
+    e->v = (float *)(nv->base + 2 * nv->stream);
+    for (int c = ZINC_MEM_MASTER; c <= ZINC_MEM_ADAM_V; c++) e->host_allocated[c] = e->host_planned[c];
+    if (e->rank == 0)
+        zlog(ZLOG_DEBUG, "offload", 0, "nvme: %s (%s), %llu bytes, chunks of %zu elements, %d "
+             "buffers, %d read(s) ahead, write %s", znvme_path(nv->file), znvme_backend(nv->file),
+             (unsigned long long)bytes, nv->E, nv->nbuf, nv->ahead,
+             nv->behind ? "behind" : "waited");
+    return ZINC_OK;
+}
+
+void zoffload_nvme_close(zinc_engine_t *e)
+{
+    struct znv *nv = e->nv;
+    if (!nv) return;
+    znvme_close(nv->file);   /* waits for what is in flight, removes the file */
+    if (nv->base) munmap(nv->base, ZNV_STATES * nv->stream);
+    free(nv->buf);
+    free(nv);
+    e->nv = NULL;
+    e->master = e->m = e->v = NULL;
+}
+
+zdev_t *zoffload_nvme_dev(zinc_engine_t *e) { return e->nv ? &e->nv->dev : NULL; }
+
+zinc_status zinc_nvme_bytes(const zinc_engine_t *e, uint64_t *file_bytes, uint64_t *read,
+                            uint64_t *written)
+{
+    if (!e) return zerr_thread(ZINC_ERR_INVALID_ARG, "zinc_nvme_bytes: engine is NULL");
+    if (file_bytes) *file_bytes = e->nv ? zoffload_nvme_file_bytes(e) : 0;
+    if (read) *read = e->nv ? e->nv->io[0] : 0;
+    if (written) *written = e->nv ? e->nv->io[1] : 0;
+    return ZINC_OK;
+}
+
+/* ---- the step's pipeline ------------------------------------------------------------------- */
+
+typedef struct {
+    zinc_engine_t *e;
+    struct znv *nv;
+    size_t S;            /* shard elements */
+    int n;               /* chunks */
+    uint64_t *rt, *wt;   /* [nbuf]: the last read / write ticket of the chunk in each buffer */
+    int *written;        /* [nbuf]: a write from the buffer is in flight or done, not yet waited */
+} znv_run;
+
+static float *chunk_buf(const znv_run *r, int c, int state)
+{
+    return r->nv->buf + ((size_t)(c % r->nv->nbuf) * ZNV_STATES + (size_t)state) * r->nv->E;
+}
+
+/* Elements of chunk c in the file (whole blocks: the last chunk's tail is the padding) and in
+ * the shard. */
+static size_t chunk_io_elems(const znv_run *r, int c)
+{
+    size_t lo = (size_t)c * r->nv->E, spad = r->nv->stream / 4;
+    return spad - lo < r->nv->E ? spad - lo : r->nv->E;
+}
+
+static zinc_status nv_io_fail(znv_run *r, zinc_status s, const char *what, int c)
+{
+    r->nv->lost = 1;
+    return zeng_fail(r->e, s, "zinc_step: offload_optimizer nvme: %s chunk %d of %d: %s; the "
+                     "optimizer state in the scratch file is no longer whole: resume from the "
+                     "last checkpoint", what, c, r->n, znvme_error(r->nv->file));
+}
+
+static zinc_status wait_write(znv_run *r, int b)
+{
+    if (!r->written[b]) return ZINC_OK;
+    r->written[b] = 0;
+    return znvme_wait(r->nv->file, r->wt[b]);
+}
+
+static zinc_status issue_read(znv_run *r, int c)
+{
+    int b = c % r->nv->nbuf;
+    /* the buffer's last chunk must be on disk before the buffer takes this one */
+    zinc_status s = wait_write(r, b);
+    if (s != ZINC_OK) return nv_io_fail(r, s, "writing back", c - r->nv->nbuf);
+    size_t k = chunk_io_elems(r, c);
+    for (int st = 0; st < ZNV_STATES; st++) {
+        uint64_t off = (uint64_t)st * r->nv->stream + (uint64_t)c * r->nv->E * 4;
+        s = znvme_read_async(r->nv->file, off, chunk_buf(r, c, st), k * 4, &r->rt[b]);
+        if (s != ZINC_OK) return nv_io_fail(r, s, "reading", c);
+        r->nv->io[0] += k * 4;
+    }
+    return ZINC_OK;
+}
+
+static zinc_status issue_write(znv_run *r, int c)
+{
+    int b = c % r->nv->nbuf;
+    size_t k = chunk_io_elems(r, c);
+    for (int st = 0; st < ZNV_STATES; st++) {
+        uint64_t off = (uint64_t)st * r->nv->stream + (uint64_t)c * r->nv->E * 4;
+        zinc_status s = znvme_write_async(r->nv->file, off, chunk_buf(r, c, st), k * 4, &r->wt[b]);
+        if (s != ZINC_OK) return nv_io_fail(r, s, "writing back", c);
+        r->nv->io[1] += k * 4;
+    }
+    r->written[b] = 1;
+    if (r->nv->behind) return ZINC_OK;
+    zinc_status s = wait_write(r, b);
+    return s == ZINC_OK ? ZINC_OK : nv_io_fail(r, s, "writing back", c);
+}
+
+zinc_status zoffload_nvme_adam(zinc_engine_t *e, zk_adam_args *a, int predownloaded)
+{
+    struct znv *nv = e->nv;
+    if (nv->lost)
+        return zeng_fail(e, ZINC_ERR_IO, "zinc_step: offload_optimizer nvme: %s: the optimizer "
+                         "state was lost to an earlier I/O error; resume from the last checkpoint",
+                         znvme_path(nv->file));
+    size_t d = zinc_dtype_size(e->dtype), S = e->plan.shard_numel;
+    int n = (int)((S + nv->E - 1) / nv->E);
+    uint64_t rt[nv->nbuf], wt[nv->nbuf];
+    int written[nv->nbuf];
+    memset(written, 0, sizeof written);
+    znv_run r = {e, nv, S, n, rt, wt, written};
+    /* The gradient: one fence over every group's download (queued during backward when
+     * predownloaded), waited before the first chunk. */
+    zinc_status s = predownloaded ? ZINC_OK : zoffload_download(e, 0, e->plan.ngroups);
+    if (s != ZINC_OK) return s;
+    double t = zeng_now();
+    s = zoffload_wait_copies(e);
+    e->phase_s[ZINC_PHASE_COPY] += zeng_lap(&t);
+    if (s != ZINC_OK) return s;
+    int next = 0;
+    for (int c = 0; c < n; c++) {
+        for (; next < n && next <= c + nv->ahead; next++)
+            if ((s = issue_read(&r, next)) != ZINC_OK) return s;
+        s = znvme_wait(nv->file, rt[c % nv->nbuf]);
+        e->phase_s[ZINC_PHASE_COPY] += zeng_lap(&t);
+        if (s != ZINC_OK) return nv_io_fail(&r, s, "reading", c);
+        size_t lo = (size_t)c * nv->E, hi = lo + nv->E < S ? lo + nv->E : S;
+        zk_adam_args ca = *a;
+        ca.master = chunk_buf(&r, c, 0);
+        ca.m = chunk_buf(&r, c, 1);
+        ca.v = chunk_buf(&r, c, 2);
+        ca.grad = (const char *)e->h_grad + lo * d;
+        ca.param_out = (char *)e->h_param16 + lo * d;
+        ca.param_dtype = e->dtype;
+        s = zeng_adam_range(e, e->host, &ca, lo, hi);
+        e->phase_s[ZINC_PHASE_ADAM] += zeng_lap(&t);
+        if (s != ZINC_OK) return zeng_fail(e, s, "zinc_step: offload: host adam: %s", e->host->err);
+        if ((s = issue_write(&r, c)) != ZINC_OK) return s;
+        if ((s = zoffload_upload_range(e, lo, hi)) != ZINC_OK) return s;
+    }
+    for (int b = 0; b < nv->nbuf; b++)
+        if ((s = wait_write(&r, b)) != ZINC_OK) return nv_io_fail(&r, s, "writing back", n - 1);
+    /* The all-gather (or the persistent refresh) that follows reads the uploaded slices. */
+    s = e->dev->iface->copy_join(e->dev);
+    e->phase_s[ZINC_PHASE_COPY] += zeng_lap(&t);
+    if (s != ZINC_OK) return zeng_fail(e, s, "zinc_step: offload: joining the copies: %s", e->dev->err);
+    return ZINC_OK;
+}
+
+zinc_status zoffload_nvme_refresh(zinc_engine_t *e)
+{
+    struct znv *nv = e->nv;
+    size_t S = e->plan.shard_numel;
+    for (size_t lo = 0; lo < S; lo += nv->E) {
+        size_t k = S - lo < nv->E ? S - lo : nv->E;
+        zinc_status s = nv_download(&nv->dev, nv->buf, e->master + lo, k * 4);
+        if (s == ZINC_OK)
+            s = e->host->iface->cast(e->host, (char *)e->h_param16 + lo * zinc_dtype_size(e->dtype),
+                                     e->dtype, nv->buf, ZINC_DTYPE_FP32, k, 1.0f);
+        if (s != ZINC_OK)
+            return zeng_fail(e, s, "offload_optimizer nvme: converting the master: %s%s",
+                             nv->dev.err, e->host->err);
+    }
+    return ZINC_OK;
+}

@@ -1,0 +1,423 @@
+/*
+ * test_offload_nvme.c — ZeRO-Infinity's optimizer tier (issue 39): offload_optimizer
+ * {"device": "nvme"}, the fp32 master, Adam m and v in a scratch file (engine/offload_nvme.c),
+ * through the public API on the toy model (toy.h).
+ *
+ *  1. bitwise: the same training as on the device at stages 1-3 (stage 3 with and without
+ *     persistent groups), 1, 2 and 4 local ranks, fp16 (with an overflow step skipped), bf16 and
+ *     fp32, gradient accumulation, offload_param; the pipeline in one chunk and in chunks of 1024
+ *     elements that cut through groups, with and without pipeline_read/pipeline_write, and with
+ *     the fewest buffers. CTest runs it also with ZINC_NVME_BACKEND=deferred (every read and
+ *     write done only at the wait that covers it) and with the cpu device's copies done when
+ *     queued: a missing wait anywhere in the pipeline gives other weights.
+ *  2. volume and placement: each applied step reads and writes the whole file once
+ *     (zinc_nvme_bytes), a skipped one touches nothing; the host holds the chunk buffers, not the
+ *     state (zinc_memory_host); the file exists under nvme_path while the engine lives and is
+ *     gone after zinc_engine_destroy; a stale file of a gone process is removed at finalize.
+ *  3. the host cap: under a zinc.host_memory_limit that cpu offload cannot meet, finalize with
+ *     cpu offload fails with ZINC_ERR_NOMEM naming the category, and NVMe offload trains with
+ *     the unlimited run's weights.
+ *  4. checkpoints: save with NVMe, load without offload and with cpu offload (and the reverse),
+ *     then train on: bitwise an uninterrupted run; the scratch file is not in the checkpoint.
+ *  5. failures: an I/O error in the step (ZINC_NVME_FAULT) is ZINC_ERR_IO naming the file;
+ *     every later step and state read is refused saying the state was lost; the engine is still
+ *     destroyed cleanly, removing its file. A file-size limit too small for the file fails
+ *     finalize naming the path.
+ */
+#include <dirent.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "testutil.h"
+#include "toy.h"
+
+static char g_dir[256];   /* nvme_path for every run here */
+
+/* zero_json members for NVMe offload with `extra` members after it (each followed by ", "). */
+static const char *nvme_json(const char *extra)
+{
+    static char buf[8][1024];
+    static int next;
+    char *b = buf[next++ % 8];
+    snprintf(b, sizeof buf[0], "\"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"%s\"%s}, ",
+             g_dir, extra ? extra : "");
+    return b;
+}
+
+/* Files named zinc-nvme-* in g_dir. */
+static int nvme_files(void)
+{
+    DIR *d = opendir(g_dir);
+    int n = 0;
+    for (struct dirent *x; d && (x = readdir(d));)
+        n += strncmp(x->d_name, "zinc-nvme-", 10) == 0;
+    if (d) closedir(d);
+    return n;
+}
+
+/* ---- 1. bitwise ---------------------------------------------------------------------------- */
+
+static void compare(toy_run ref, const char *label)
+{
+    /* one chunk; chunks of 1024 elements cutting groups, all waits at once; the same pipelined
+     * with the fewest buffers (3) and with more (5) */
+    const char *chunked = "\"sub_group_size\": 1024, ";
+    struct { const char *extra, *zero_after, *name; } v[] = {
+        {NULL, NULL, "one chunk"},
+        {NULL, chunked, "1024-element chunks, unpipelined"},
+        {", \"pipeline_read\": true, \"pipeline_write\": true, \"buffer_count\": 3", chunked,
+         "pipelined, 3 buffers"},
+        {", \"pipeline_read\": true, \"pipeline_write\": false, \"buffer_count\": 5", chunked,
+         "reads ahead, 5 buffers"},
+    };
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
+        char zero[1536], l[200];
+        snprintf(zero, sizeof zero, "%s%s", nvme_json(v[i].extra), v[i].zero_after ? v[i].zero_after : "");
+        snprintf(l, sizeof l, "%s, %s", label, v[i].name);
+        toy_expect_same_with_zero(ref, zero, "nvme offload", l);
+    }
+    ZT_CHECK(nvme_files() == 0, "%s: %d scratch file(s) left behind", label, nvme_files());
+}
+
+static void test_bitwise(void)
+{
+    const int worlds[] = {1, 2, 4};
+    const zinc_dtype dts[] = {ZINC_DTYPE_FP16, ZINC_DTYPE_BF16, ZINC_DTYPE_FP32};
+    for (int wi = 0; wi < 3; wi++)
+        for (int di = 0; di < 3; di++)
+            for (int st = 1; st <= 4; st++) {
+                /* 4 ranks in bf16 only: the cases differ in the partition, not the dtype */
+                if (worlds[wi] == 4 && dts[di] != ZINC_DTYPE_BF16) continue;
+                toy_run r = {.world = worlds[wi], .stage = st > 3 ? 3 : st, .accum = 1,
+                             .steps = 8, .dtype = dts[di], .clip = 1.0, .inject_inf_step = -1,
+                             .persist_threshold = st > 3 ? -1 : 0};
+                if (dts[di] == ZINC_DTYPE_FP16) {
+                    r.inject_inf_step = 3;
+                    r.inject_rank = worlds[wi] - 1;
+                }
+                char label[96];
+                snprintf(label, sizeof label, "world %d stage %d%s %s", r.world, r.stage,
+                         st > 3 ? " (none persistent)" : "", zinc_dtype_name(r.dtype));
+                compare(r, label);
+            }
+    for (int st = 1; st <= 3; st++) {
+        toy_run r = {.world = 2, .stage = st, .accum = 3, .steps = 4, .dtype = ZINC_DTYPE_BF16,
+                     .clip = 0.5, .inject_inf_step = -1};
+        char label[64];
+        snprintf(label, sizeof label, "accum 3 world 2 stage %d bf16", st);
+        compare(r, label);
+    }
+    /* offload_param: the host 16-bit shard is the Adam's output; with the master in the file it
+     * is a buffer of its own in fp32 mode too. */
+    const zinc_dtype pd[] = {ZINC_DTYPE_BF16, ZINC_DTYPE_FP32};
+    for (int i = 0; i < 2; i++) {
+        toy_run r = {.world = 2, .stage = 3, .accum = 1, .steps = 6, .dtype = pd[i], .clip = 1.0,
+                     .inject_inf_step = -1, .persist_threshold = -1};
+        char zero[1536];
+        snprintf(zero, sizeof zero, "%s\"sub_group_size\": 1024, \"offload_param\": {\"device\": \"cpu\"}, ",
+                 nvme_json(", \"pipeline_read\": true, \"pipeline_write\": true"));
+        char label[64];
+        snprintf(label, sizeof label, "offload_param world 2 %s", zinc_dtype_name(pd[i]));
+        toy_expect_same_with_zero(r, zero, "nvme offload with offload_param", label);
+    }
+}
+
+/* ---- 2. volume and placement ---------------------------------------------------------------- */
+
+static void test_volume(void)
+{
+    /* A stale file of a process that is gone (pid 2^22 + 12345 is above the default pid_max). */
+    char stale[512];
+    snprintf(stale, sizeof stale, "%s/zinc-nvme-4206649-r0.swap", g_dir);
+    FILE *f = fopen(stale, "w");
+    if (f) fclose(f);
+    toy_run r = {.world = 1, .stage = 2, .accum = 1, .dtype = ZINC_DTYPE_FP16, .clip = 1.0,
+                 .zero_json = nvme_json(NULL)};
+    char zero[1536];
+    snprintf(zero, sizeof zero, "%s\"sub_group_size\": 2048, ",
+             nvme_json(", \"pipeline_read\": true, \"pipeline_write\": true"));
+    r.zero_json = zero;
+    zinc_engine_t *e = NULL;
+    int np = 0;
+    zinc_status s = toy_engine(&r, &e, &np);
+    ZT_CHECK(s == ZINC_OK, "nvme engine: %s", zinc_last_error(e));
+    if (s != ZINC_OK) {
+        zinc_engine_destroy(e);
+        return;
+    }
+    struct stat st;
+    ZT_CHECK(stat(stale, &st) != 0, "the stale scratch file %s was not removed", stale);
+    ZT_CHECK(nvme_files() == 1, "%d scratch files under %s while the engine lives, want 1",
+             nvme_files(), g_dir);
+    uint64_t file = 0, rd = 1, wr = 1, dp[ZINC_MEM_COUNT], hp[ZINC_MEM_COUNT], ha[ZINC_MEM_COUNT];
+    ZT_OK(zinc_nvme_bytes(e, &file, &rd, &wr));
+    zinc_memory(e, dp, NULL);
+    zinc_memory_host(e, hp, ha);
+    /* The shard: the device's gradient block at stage 2. The file: 3 streams of it in blocks. */
+    uint64_t shard = dp[ZINC_MEM_GRAD] / 2, spad = (shard + 1023) / 1024 * 1024;
+    ZT_CHECK(file == 12 * spad && rd == 0 && wr == 0, "file %llu bytes (want %llu), read %llu, "
+             "written %llu before any step", (unsigned long long)file,
+             (unsigned long long)(12 * spad), (unsigned long long)rd, (unsigned long long)wr);
+    /* Host: 4 buffers (DeepSpeed's default buffer_count) of 2048 elements per state. */
+    uint64_t bufs = 4 * 2048 * 4;
+    ZT_CHECK(memcmp(hp, ha, sizeof hp) == 0 && hp[ZINC_MEM_MASTER] == bufs &&
+                 hp[ZINC_MEM_ADAM_M] == bufs && hp[ZINC_MEM_ADAM_V] == bufs &&
+                 hp[ZINC_MEM_GRAD] == shard * 2 && hp[ZINC_MEM_PARAM16] == shard * 2 &&
+                 dp[ZINC_MEM_MASTER] == 0 && dp[ZINC_MEM_ADAM_M] == 0,
+             "host plan: master %llu m %llu v %llu grad %llu param16 %llu (want %llu buffers, "
+             "%llu per staging buffer)", (unsigned long long)hp[ZINC_MEM_MASTER],
+             (unsigned long long)hp[ZINC_MEM_ADAM_M], (unsigned long long)hp[ZINC_MEM_ADAM_V],
+             (unsigned long long)hp[ZINC_MEM_GRAD], (unsigned long long)hp[ZINC_MEM_PARAM16],
+             (unsigned long long)bufs, (unsigned long long)(shard * 2));
+    ZT_CHECK(shard > 2048, "the toy's shard (%llu) should need several chunks",
+             (unsigned long long)shard);
+    for (int step = 0; step < 5 && s == ZINC_OK; step++) {
+        uint64_t r0, w0, r1, w1;
+        zinc_nvme_bytes(e, NULL, &r0, &w0);
+        s = toy_micro_step(e, 0, 1, step, np, step == 2);
+        zinc_step_info_t info = {0};
+        if (s == ZINC_OK) s = zinc_step(e, &info);
+        zinc_nvme_bytes(e, NULL, &r1, &w1);
+        uint64_t want = info.applied ? file : 0;
+        ZT_CHECK(r1 - r0 == want && w1 - w0 == want, "step %d (%s): read %llu, wrote %llu, want "
+                 "%llu each", step, info.applied ? "applied" : "skipped",
+                 (unsigned long long)(r1 - r0), (unsigned long long)(w1 - w0),
+                 (unsigned long long)want);
+        ZT_CHECK(step != 2 || !info.applied, "the overflow step was applied");
+    }
+    ZT_CHECK(s == ZINC_OK, "steps: %s", zinc_last_error(e));
+    zinc_engine_destroy(e);
+    ZT_CHECK(nvme_files() == 0, "%d scratch file(s) left after zinc_engine_destroy", nvme_files());
+}
+
+/* ---- 3. the host cap ------------------------------------------------------------------------ */
+
+static uint64_t host_total(toy_run *r)
+{
+    zinc_engine_t *e = NULL;
+    int np;
+    uint64_t t = 0, p[ZINC_MEM_COUNT];
+    zinc_status s = toy_engine(r, &e, &np);
+    ZT_CHECK(s == ZINC_OK, "plan: %s", zinc_last_error(e));
+    if (s == ZINC_OK && zinc_memory_host(e, p, NULL) == ZINC_OK)
+        for (int k = 0; k < ZINC_MEM_COUNT; k++) t += p[k];
+    zinc_engine_destroy(e);
+    return t;
+}
+
+static void test_host_limit(void)
+{
+    char nv[1536];
+    snprintf(nv, sizeof nv, "%s\"sub_group_size\": 1024, ", nvme_json(", \"buffer_count\": 1"));
+    toy_run base = {.world = 1, .stage = 2, .accum = 1, .steps = 6, .dtype = ZINC_DTYPE_BF16,
+                    .clip = 1.0, .inject_inf_step = -1};
+    toy_run cpu = base, nvme = base;
+    cpu.zero_json = "\"offload_optimizer\": {\"device\": \"cpu\"}, ";
+    nvme.zero_json = nv;
+    uint64_t need_cpu = host_total(&cpu), need_nvme = host_total(&nvme);
+    ZT_CHECK(need_nvme < need_cpu, "NVMe should need less host memory: %llu vs %llu",
+             (unsigned long long)need_nvme, (unsigned long long)need_cpu);
+    char zinc_json[96];
+    snprintf(zinc_json, sizeof zinc_json, "\"host_memory_limit\": %llu, ",
+             (unsigned long long)need_nvme);
+    cpu.zinc_json = nvme.zinc_json = zinc_json;
+    zinc_engine_t *e = NULL;
+    int np;
+    zinc_status s = toy_engine(&cpu, &e, &np);
+    const char *msg = zinc_last_error(e);
+    ZT_CHECK(s == ZINC_ERR_NOMEM && strstr(msg, "zinc.host_memory_limit") &&
+                 (strstr(msg, "master") || strstr(msg, "adam")),
+             "cpu offload over the host cap: %s (%s)", zinc_status_string(s), msg);
+    zinc_engine_destroy(e);
+    toy_run ref = base;
+    if (toy_run_ok(&ref, "unlimited, on the device") && toy_run_ok(&nvme, "nvme under the host cap"))
+        toy_expect_same_training(&ref, &nvme, "nvme under a host cap cpu offload cannot meet");
+    toy_free(&ref);
+    toy_free(&nvme);
+}
+
+/* ---- 4. checkpoints ------------------------------------------------------------------------- */
+
+typedef struct {
+    zinc_world_t *world;
+    int stage;
+    const char *save_zero, *load_zero;
+    const char *dir;
+    toy_run out;
+    pthread_mutex_t mu;
+} ck_ctx;
+
+#define CK_STEPS 3
+
+static zinc_engine_t *ck_engine(ck_ctx *c, int rank, const char *zero_json, int *np)
+{
+    toy_run r = {.world = zinc_world_size(c->world), .stage = c->stage, .accum = 1,
+                 .dtype = ZINC_DTYPE_BF16, .clip = 1.0, .zero_json = zero_json};
+    zinc_engine_t *e = NULL;
+    zinc_status s = toy_engine_on(&r, c->world, rank, NULL, &e, np);
+    if (s != ZINC_OK) {
+        ZT_CHECK(0, "checkpoint engine rank %d: %s", rank, zinc_last_error(e));
+        zinc_engine_destroy(e);
+        return NULL;
+    }
+    return e;
+}
+
+static void ck_rank(int rank, void *arg)
+{
+    ck_ctx *c = arg;
+    int world = zinc_world_size(c->world), np = 0;
+    zinc_engine_t *e = ck_engine(c, rank, c->save_zero, &np);
+    zinc_status s = e ? toy_steps(e, rank, world, 0, CK_STEPS, np) : ZINC_ERR_ABORTED;
+    if (s == ZINC_OK) s = zinc_ckpt_save(e, c->dir, "mid", NULL);
+    ZT_CHECK(s == ZINC_OK, "save rank %d: %s", rank, zinc_last_error(e));
+    zinc_engine_destroy(e);
+    e = s == ZINC_OK ? ck_engine(c, rank, c->load_zero, &np) : NULL;
+    if (e) s = zinc_ckpt_load(e, c->dir, "mid", NULL);
+    if (e && s == ZINC_OK) s = toy_steps(e, rank, world, CK_STEPS, CK_STEPS, np);
+    ZT_CHECK(!e || s == ZINC_OK, "load/train rank %d: %s", rank, zinc_last_error(e));
+    for (int p = 0; e && s == ZINC_OK && p < np; p++) {
+        float *v = malloc((size_t)zinc_param_numel(e, p) * sizeof *v);
+        s = zinc_param_get(e, p, v);
+        pthread_mutex_lock(&c->mu);
+        if (rank == 0) {
+            c->out.final[p] = v;
+            c->out.numel[p] = zinc_param_numel(e, p);
+            c->out.nparams = np;
+            v = NULL;
+        }
+        pthread_mutex_unlock(&c->mu);
+        free(v);
+    }
+    if (!e || s != ZINC_OK) zinc_world_abort(c->world, rank, "checkpoint rank failed");
+    zinc_engine_destroy(e);
+}
+
+static void test_ckpt(void)
+{
+    char dir[] = "/tmp/zinc_nvme_ckpt_XXXXXX";
+    ZT_CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    char nv[1536];
+    snprintf(nv, sizeof nv, "%s\"sub_group_size\": 1024, ",
+             nvme_json(", \"pipeline_read\": true, \"pipeline_write\": true"));
+    const char *cpu = "\"offload_optimizer\": {\"device\": \"cpu\"}, ";
+    const char *modes[][2] = {{nv, NULL}, {NULL, nv}, {nv, cpu}, {cpu, nv}, {nv, nv}};
+    const char *names[] = {"nvme -> none", "none -> nvme", "nvme -> cpu", "cpu -> nvme",
+                           "nvme -> nvme"};
+    for (int st = 1; st <= 3; st++) {
+        toy_run ref = {.world = 2, .stage = st, .accum = 1, .steps = 2 * CK_STEPS,
+                       .dtype = ZINC_DTYPE_BF16, .clip = 1.0, .inject_inf_step = -1};
+        if (!toy_run_ok(&ref, "uninterrupted")) continue;
+        for (int m = 0; m < 5; m++) {
+            char sub[256], cmd[300];
+            snprintf(sub, sizeof sub, "%s/s%d_m%d", dir, st, m);
+            ck_ctx c = {.stage = st, .save_zero = modes[m][0], .load_zero = modes[m][1], .dir = sub};
+            pthread_mutex_init(&c.mu, NULL);
+            ZT_OK(zinc_world_create_local(2, &c.world));
+            zt_run_ranks(2, ck_rank, &c);
+            zinc_world_destroy(c.world);
+            pthread_mutex_destroy(&c.mu);
+            ZT_CHECK(toy_weights_equal(&ref, &c.out), "stage %d checkpoint %s: the resumed weights "
+                     "differ from the uninterrupted run's", st, names[m]);
+            toy_free(&c.out);
+            /* nothing of the scratch file went into the checkpoint */
+            snprintf(cmd, sizeof cmd, "grep -rlq zinc-nvme '%s'", sub);
+            ZT_CHECK(system(cmd) != 0, "stage %d %s: the checkpoint names a scratch file", st,
+                     names[m]);
+            snprintf(cmd, sizeof cmd, "find '%s' -name '*.swap' | grep -q .", sub);
+            ZT_CHECK(system(cmd) != 0, "stage %d %s: a scratch file in the checkpoint", st, names[m]);
+            snprintf(cmd, sizeof cmd, "rm -rf '%s'", sub);
+            if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", sub);
+        }
+        toy_free(&ref);
+    }
+    rmdir(dir);
+}
+
+/* ---- 5. failures ---------------------------------------------------------------------------- */
+
+static void test_io_error(void)
+{
+    /* Call 7 of the step's asynchronous I/O fails: reads of chunks 0-1 are calls 0-5. */
+    setenv("ZINC_NVME_FAULT", "7", 1);
+    toy_run r = {.world = 1, .stage = 1, .accum = 1, .dtype = ZINC_DTYPE_BF16, .clip = 1.0};
+    char zero[1536];
+    snprintf(zero, sizeof zero, "%s\"sub_group_size\": 1024, ",
+             nvme_json(", \"pipeline_read\": true, \"pipeline_write\": true"));
+    r.zero_json = zero;
+    zinc_engine_t *e = NULL;
+    int np = 0;
+    zinc_status s = toy_engine(&r, &e, &np);
+    unsetenv("ZINC_NVME_FAULT");
+    ZT_CHECK(s == ZINC_OK, "engine: %s", zinc_last_error(e));
+    if (s == ZINC_OK) s = toy_micro_step(e, 0, 1, 0, np, 0);
+    if (s == ZINC_OK) s = zinc_step(e, NULL);
+    const char *msg = zinc_last_error(e);
+    ZT_CHECK(s == ZINC_ERR_IO && strstr(msg, g_dir) && strstr(msg, "zinc-nvme-") &&
+                 strstr(msg, "last checkpoint"),
+             "the failed step: %s (%s)", zinc_status_string(s), msg);
+    /* Later use of the state is refused, naming the loss. */
+    ZT_OK(toy_micro_step(e, 0, 1, 1, np, 0));
+    s = zinc_step(e, NULL);
+    ZT_CHECK(s == ZINC_ERR_IO && strstr(zinc_last_error(e), "lost"), "a step after the loss: %s (%s)",
+             zinc_status_string(s), zinc_last_error(e));
+    float v[8];
+    s = zinc_param_get(e, 0, v);
+    ZT_CHECK(s == ZINC_ERR_IO && strstr(zinc_last_error(e), "lost"),
+             "zinc_param_get after the loss: %s (%s)", zinc_status_string(s), zinc_last_error(e));
+    zinc_engine_destroy(e);
+    ZT_CHECK(nvme_files() == 0, "the failed engine left %d scratch file(s)", nvme_files());
+
+    /* The disk cannot hold the file (a file-size limit in a child): finalize fails naming it. */
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        struct rlimit lim = {4096, 4096};
+        setrlimit(RLIMIT_FSIZE, &lim);
+        toy_run q = r;
+        zinc_engine_t *x = NULL;
+        int n;
+        zinc_status fs = toy_engine(&q, &x, &n);
+        const char *m = zinc_last_error(x);
+        int ok = fs == ZINC_ERR_IO && strstr(m, "zinc_finalize") && strstr(m, "zinc-nvme-") &&
+                 strstr(m, "nvme_path");
+        if (!ok) fprintf(stderr, "finalize past the file-size limit: %s (%s)\n",
+                         zinc_status_string(fs), m);
+        zinc_engine_destroy(x);
+        _exit(ok ? 0 : 1);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    ZT_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+             "a file-size limit below the scratch file: finalize did not fail cleanly (status %d)",
+             status);
+    ZT_CHECK(nvme_files() == 0, "the refused engine left %d scratch file(s)", nvme_files());
+}
+
+int main(void)
+{
+    /* A directory on disk (./, the build tree) where O_DIRECT applies; /tmp may be tmpfs. */
+    snprintf(g_dir, sizeof g_dir, "zinc-nvme-engine-XXXXXX");
+    if (!mkdtemp(g_dir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    char abs[4096];
+    if (realpath(g_dir, abs) && strlen(abs) < sizeof g_dir) snprintf(g_dir, sizeof g_dir, "%s", abs);
+    test_volume();
+    test_bitwise();
+    test_host_limit();
+    test_ckpt();
+    test_io_error();
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_dir);
+    return zt_finish("test_offload_nvme");
+}
