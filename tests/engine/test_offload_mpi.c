@@ -3,17 +3,25 @@
  * rank, so the host state and the copies are per process, as in production): for fp16 (with an
  * overflow step skipped), bf16 and fp32, the toy's training with offload_optimizer "cpu" at
  * stages 1-3, and with offload_optimizer + offload_param "cpu" at stage 3 (persistent groups and
- * none), ends at weights, gradient norm, loss scale and step counts bitwise identical to the
- * same run without offload.
+ * none), and with offload_optimizer "nvme" (each process its own scratch file in one shared
+ * directory, chunks cut through groups, pipelined) at stages 1-3, ends at weights, gradient norm,
+ * loss scale and step counts bitwise identical to the same run without offload.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "testutil.h"
 #include "toy.h"
 
 #define OPT "\"offload_optimizer\": {\"device\": \"cpu\"}, "
 #define BOTH OPT "\"offload_param\": {\"device\": \"cpu\"}, "
+/* NVMe: the directory both processes use (made by rank 0's mkdir, or already there). */
+#define NVME_DIR "/tmp/zinc-nvme-mpi-test"
+#define NVME "\"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"" NVME_DIR "\", " \
+             "\"pipeline_read\": true, \"pipeline_write\": true}, \"sub_group_size\": 1024, "
 
 int main(void)
 {
@@ -21,6 +29,7 @@ int main(void)
     ZT_OK(zinc_world_create_mpi(&w));
     if (!w) return zt_finish("test_offload_mpi");
     int rank = zinc_world_rank(w), size = zinc_world_size(w);
+    mkdir(NVME_DIR, 0700);   /* both try: the config checks it exists when parsed */
     ZT_CHECK(size == 2, "run under mpirun -np 2 (size %d)", size);
     const zinc_dtype dts[] = {ZINC_DTYPE_FP16, ZINC_DTYPE_BF16, ZINC_DTYPE_FP32};
     /* Stage 1-3 with offload_optimizer; then stage 3 with offload_param, persistent groups
@@ -31,6 +40,9 @@ int main(void)
         {3, OPT, -1, "stage 3 offload_optimizer"},
         {3, BOTH, 0, "stage 3 offload_param (persistent)"},
         {3, BOTH, -1, "stage 3 offload_param (none persistent)"},
+        {1, NVME, 0, "stage 1 offload_optimizer nvme"},
+        {2, NVME, 0, "stage 2 offload_optimizer nvme"},
+        {3, NVME, -1, "stage 3 offload_optimizer nvme"},
     };
     for (int di = 0; di < 3; di++)
         for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++) {
@@ -58,5 +70,6 @@ int main(void)
         }
     int rc = zt_finish("test_offload_mpi");
     zinc_world_destroy(w);
+    rmdir(NVME_DIR);   /* empty by now (each engine removed its file); the other rank's try fails */
     return rc;
 }
