@@ -8,8 +8,8 @@
  *
  * The file: three streams back to back, master, m, v, each `stream` bytes (the shard rounded up to
  * whole 4096-byte blocks). Host memory holds `nbuf` chunk buffers, each the master, m and v of one
- * chunk of E elements (zero_optimization.sub_group_size, at most ZNV_CHUNK_MAX), instead of 12
- * bytes per shard element; h_param16 always exists here (in fp32 mode too), since the master is
+ * chunk of E elements (zero_optimization.sub_group_size, at most ZNV_CHUNK_MAX, and at most
+ * what keeps the buffers to half the shard's state), instead of 12 bytes per shard element; h_param16 always exists here (in fp32 mode too), since the master is
  * no longer in memory to upload from.
  *
  * The step is a pipeline over the chunks (zoffload_nvme_adam): read chunk c + k ahead, the host
@@ -60,20 +60,23 @@ static size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
 /* ---- the plan ------------------------------------------------------------------------------- */
 
-static size_t chunk_elems(const zinc_engine_t *e)
-{
-    size_t spad = round_up(e->plan.shard_numel ? e->plan.shard_numel : 1, ZNV_ALIGN_ELEMS);
-    size_t E = ZNV_CHUNK_MAX;
-    if ((uint64_t)e->cfg.zero.sub_group_size < E) E = (size_t)e->cfg.zero.sub_group_size;
-    E = round_up(E ? E : 1, ZNV_ALIGN_ELEMS);
-    return E < spad ? E : spad;
-}
-
 static int chunk_buffers(const zinc_engine_t *e)
 {
     const zcfg_zero *z = &e->cfg.zero;
     int need = 1 + z->nvme_pipeline_read + z->nvme_pipeline_write;
     return z->nvme_buffer_count > need ? z->nvme_buffer_count : need;
+}
+
+/* A chunk: sub_group_size elements (DeepSpeed's unit of the NVMe swap), at most ZNV_CHUNK_MAX,
+ * and small enough that the buffers together hold at most half the shard's state (a model
+ * smaller than the buffers would otherwise need more host memory with NVMe than without). */
+static size_t chunk_elems(const zinc_engine_t *e)
+{
+    size_t spad = round_up(e->plan.shard_numel ? e->plan.shard_numel : 1, ZNV_ALIGN_ELEMS);
+    size_t E = ZNV_CHUNK_MAX, half = spad / (2 * (size_t)chunk_buffers(e));
+    if ((uint64_t)e->cfg.zero.sub_group_size < E) E = (size_t)e->cfg.zero.sub_group_size;
+    if (half < E) E = half;
+    return round_up(E ? E : 1, ZNV_ALIGN_ELEMS);
 }
 
 void zoffload_nvme_plan(zinc_engine_t *e)

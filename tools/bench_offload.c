@@ -9,12 +9,20 @@
  * host memory too, so the copies are memcpy and they cannot overlap the host Adam (the cpu
  * device runs a copy when the host waits for it): the figures show what the offloaded step adds
  * on one machine, not a GPU's PCIe transfers.
+ *
+ * --nvme DIR adds a third row: offload_optimizer {"device": "nvme", "nvme_path": DIR} (pipelined
+ * reads and writes), with the bytes it reads and writes per step (zinc_nvme_bytes) and, measured
+ * in the same run on a file in DIR, the disk's sequential read and write bandwidth through the
+ * same store (engine/nvme_store.c, 16 MB requests as the step's): the step's I/O bound is then
+ * read/read-bandwidth + written/write-bandwidth + the row's own host Adam time, and the row says
+ * its step's ratio to that bound (issue 39's goal: within 1.3).
  */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/nvme_store.h"
 #include "kernels/device.h"
 #include "tools/bench.h"
 #include "tools/commands.h"
@@ -24,7 +32,8 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: zinc bench offload [--params LIST] [--stage 1|2|3] [--dtype fp16|bf16|fp32]\n"
-            "                          [--groups G] [--repeat R] [--threads T] [--json]\n\n"
+            "                          [--groups G] [--repeat R] [--threads T] [--nvme DIR]\n"
+            "                          [--disk-mb MB] [--json]\n\n"
             "The optimizer step of one rank with the Adam state on the device and with\n"
             "zero_optimization.offload_optimizer {\"device\": \"cpu\"}, side by side, and the\n"
             "split of each step (zinc_step_seconds), medians of R timed steps after one warm-up.\n\n"
@@ -34,6 +43,10 @@ static void usage(FILE *f)
             "  --groups G      equal parameter groups, 1..1024 (default 16)\n"
             "  --repeat R      timed steps, 1..100 (default 5)\n"
             "  --threads T     cpu threads, 0 = online CPUs (default 0)\n"
+            "  --nvme DIR      also offload_optimizer {\"device\": \"nvme\"} with nvme_path DIR, and\n"
+            "                  DIR's disk bandwidth measured in the same run (a scratch file there)\n"
+            "  --disk-mb MB    size of that measurement, 16..2048, at least the largest state\n"
+            "                  file (default 1024: smaller files may be served from a cache)\n"
             "  --json          one JSON object per row on stdout\n\n"
             "exit codes: 0 done, 1 runtime failure (e.g. out of memory), 2 bad usage\n");
 }
@@ -42,7 +55,12 @@ typedef struct {
     double step[100];                        /* per timed step, seconds */
     double phase[100][ZINC_PHASE_COUNT];     /* per timed step */
     uint64_t device_bytes, host_bytes;       /* allocated */
+    uint64_t io_read, io_written;            /* nvme: bytes per timed step */
 } ob_result;
+
+/* Where the state lives in a run. */
+enum { OB_DEVICE, OB_CPU, OB_NVME };
+static const char *const state_names[] = {"device", "offload", "nvme"};
 
 /* Fills n elements of dtype dt at dst by repeating `pattern` (chunk elements). */
 static void fill_grad(void *dst, zinc_dtype dt, size_t n, const void *pattern, size_t chunk)
@@ -55,9 +73,14 @@ static void fill_grad(void *dst, zinc_dtype dt, size_t n, const void *pattern, s
 }
 
 static int run_one(long long params, int stage, zinc_dtype dt, int groups, int repeat, int threads,
-                   int offload, ob_result *out)
+                   int where, const char *nvme_dir, ob_result *out)
 {
-    char cfg[640];
+    char off_json[1400] = "";
+    if (where == OB_CPU) snprintf(off_json, sizeof off_json, ", \"offload_optimizer\": {\"device\": \"cpu\"}");
+    if (where == OB_NVME)
+        snprintf(off_json, sizeof off_json, ", \"offload_optimizer\": {\"device\": \"nvme\", "
+                 "\"nvme_path\": \"%s\", \"pipeline_read\": true, \"pipeline_write\": true}", nvme_dir);
+    char cfg[2048];
     snprintf(cfg, sizeof cfg,
              "{\"train_micro_batch_size_per_gpu\": 1, \"gradient_accumulation_steps\": 1,"
              " \"gradient_clipping\": 1.0,"
@@ -65,7 +88,7 @@ static int run_one(long long params, int stage, zinc_dtype dt, int groups, int r
              " \"%s\": {\"enabled\": %s},"
              " \"zero_optimization\": {\"stage\": %d, \"stage3_param_persistence_threshold\": 0%s}}",
              dt == ZINC_DTYPE_FP16 ? "fp16" : "bf16", dt == ZINC_DTYPE_FP32 ? "false" : "true",
-             stage, offload ? ", \"offload_optimizer\": {\"device\": \"cpu\"}" : "");
+             stage, off_json);
     zinc_engine_options_t o = {.config_json = cfg, .threads = threads};
     zinc_engine_t *e = NULL;
     zinc_status s = zinc_engine_create(&o, &e);
@@ -88,7 +111,9 @@ static int run_one(long long params, int stage, zinc_dtype dt, int groups, int r
     if (pattern)
         for (size_t i = 0; i < CHUNK; i++)
             zk_store(pattern, dt, i, 1e-3f * (float)((int)(i % 17) - 8));
+    uint64_t rd0 = 0, wr0 = 0, rd1 = 0, wr1 = 0;
     for (int it = 0; it <= repeat && s == ZINC_OK; it++) {
+        if (it == 1) zinc_nvme_bytes(e, NULL, &rd0, &wr0);
         for (int g = groups - 1; g >= 0 && s == ZINC_OK; g--) {
             void *gv = NULL;
             s = zinc_gather(e, g);
@@ -113,6 +138,9 @@ static int run_one(long long params, int stage, zinc_dtype dt, int groups, int r
             for (int p = 0; p < ZINC_PHASE_COUNT; p++) out->phase[it - 1][p] = after[p] - before[p];
         }
     }
+    if (s == ZINC_OK) zinc_nvme_bytes(e, NULL, &rd1, &wr1);
+    out->io_read = (rd1 - rd0) / (uint64_t)repeat;
+    out->io_written = (wr1 - wr0) / (uint64_t)repeat;
     uint64_t planned[ZINC_MEM_COUNT], dev[ZINC_MEM_COUNT], host[ZINC_MEM_COUNT];
     if (s == ZINC_OK) s = zinc_memory(e, planned, dev);
     if (s == ZINC_OK) s = zinc_memory_host(e, planned, host);
@@ -123,10 +151,50 @@ static int run_one(long long params, int stage, zinc_dtype dt, int groups, int r
     }
     if (s != ZINC_OK)
         fprintf(stderr, "zinc bench offload: %lld params, stage %d, %s: %s: %s\n", params, stage,
-                offload ? "offload" : "device", zinc_status_string(s), zinc_last_error(e));
+                state_names[where], zinc_status_string(s), zinc_last_error(e));
     free(pid);
     free(pattern);
     zinc_engine_destroy(e);
+    return s == ZINC_OK ? 0 : 1;
+}
+
+/* DIR's sequential write and read bandwidth (bytes/s) through the NVMe store, as the step uses
+ * it: `bytes` (whole 16 MB blocks) written, waited, read back, waited. */
+static int disk_bandwidth(const char *dir, uint64_t bytes, double *rd, double *wr)
+{
+    enum { BLOCK = 16 << 20 };
+    uint64_t n = (bytes + BLOCK - 1) / BLOCK;
+    char err[1024];
+    znvme_t *f = NULL;
+    void *buf = NULL;
+    zinc_status s = znvme_open(dir, 0, n * BLOCK, 8, &f, err, sizeof err);
+    if (s == ZINC_OK && posix_memalign(&buf, 4096, 4 * (size_t)BLOCK) != 0) {
+        snprintf(err, sizeof err, "out of memory");
+        s = ZINC_ERR_NOMEM;
+    }
+    if (buf) memset(buf, 0x5a, 4 * (size_t)BLOCK);
+    uint64_t t = 0;
+    for (int pass = 0; pass < 2 && s == ZINC_OK; pass++) {
+        double t0 = zb_now();
+        /* four buffers in rotation: a buffer is reused once its call four back is done */
+        uint64_t tk[4] = {0};
+        for (uint64_t b = 0; b < n && s == ZINC_OK; b++) {
+            char *p = (char *)buf + (b % 4) * (size_t)BLOCK;
+            if (b >= 4) s = znvme_wait(f, tk[b % 4]);
+            if (s == ZINC_OK)
+                s = pass == 0 ? znvme_write_async(f, b * BLOCK, p, BLOCK, &t)
+                              : znvme_read_async(f, b * BLOCK, p, BLOCK, &t);
+            tk[b % 4] = t;
+        }
+        if (s == ZINC_OK) s = znvme_wait(f, t);
+        double dt = zb_now() - t0;
+        *(pass == 0 ? wr : rd) = (double)(n * BLOCK) / (dt > 0 ? dt : 1e-9);
+    }
+    if (s != ZINC_OK)
+        fprintf(stderr, "zinc bench offload: measuring %s's bandwidth: %s\n", dir,
+                f ? znvme_error(f) : err);
+    free(buf);
+    znvme_close(f);
     return s == ZINC_OK ? 0 : 1;
 }
 
@@ -138,6 +206,8 @@ int bench_offload(int argc, char **argv)
     const char *cmd = "bench offload";
     long long params[16], stage = 2, groups = 16, repeat = 5, threads = 0;
     int np = zb_parse_list("1e7,1e8", params, 16, 1, 1LL << 40), json = 0;
+    const char *nvme_dir = NULL;
+    long long disk_mb = 1024;
     zinc_dtype dt = ZINC_DTYPE_BF16;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
@@ -166,6 +236,11 @@ int bench_offload(int argc, char **argv)
         } else if (!strcmp(a, "--threads")) {
             if (zarg_int64(val, &threads) || threads < 0 || threads > 4096)
                 return zarg_usage_error(cmd, "--threads wants 0..4096, not '%s'", val);
+        } else if (!strcmp(a, "--nvme")) {
+            nvme_dir = val;
+        } else if (!strcmp(a, "--disk-mb")) {
+            if (zarg_int64(val, &disk_mb) || disk_mb < 16 || disk_mb > 2048)
+                return zarg_usage_error(cmd, "--disk-mb wants 16..2048, not '%s'", val);
         } else if (!strcmp(a, "--dtype")) {
             if (zarg_dtype(val, &dt))
                 return zarg_usage_error(cmd, "--dtype is fp16, bf16 or fp32, not '%s'", val);
@@ -177,25 +252,42 @@ int bench_offload(int argc, char **argv)
     for (int pi = 0; pi < np; pi++)
         if (params[pi] < groups)
             return zarg_usage_error(cmd, "--params %lld is fewer than --groups %lld", params[pi], groups);
+    double disk_rd = 0.0, disk_wr = 0.0;
+    if (nvme_dir) {
+        /* The largest case's state file (12 bytes per parameter), at least --disk-mb (a small
+         * file can sit in the disk's or the hypervisor's cache and overstate the bandwidth),
+         * at most 2 GiB. */
+        long long big = 0;
+        for (int pi = 0; pi < np; pi++) big = params[pi] > big ? params[pi] : big;
+        uint64_t bytes = (uint64_t)big * 12 < (2ULL << 30) ? (uint64_t)big * 12 : (2ULL << 30);
+        if (bytes < (uint64_t)disk_mb << 20) bytes = (uint64_t)disk_mb << 20;
+        if (!json) fprintf(stderr, "zinc bench offload: measuring %s's bandwidth (%.0f MB) ...\n",
+                           nvme_dir, (double)bytes / 1e6);
+        if (disk_bandwidth(nvme_dir, bytes, &disk_rd, &disk_wr)) return 1;
+        if (!json)
+            printf("disk %s: sequential write %.2f GB/s, read %.2f GB/s (16 MB requests, the "
+                   "store's backend)\n", nvme_dir, disk_wr / 1e9, disk_rd / 1e9);
+    }
+    int nstates = nvme_dir ? 3 : 2;
     if (!json)
-        printf("%12s %-8s %10s %8s %8s %8s %8s %8s %8s %10s %9s %9s\n", "params", "state",
+        printf("%12s %-8s %10s %8s %8s %8s %8s %8s %8s %10s %9s %9s%s\n", "params", "state",
                "step ms", "reduce", "stats", "adam", "copy", "gather", "other", "vs device",
-               "dev GB", "host GB");
-    ob_result *r = calloc(2, sizeof *r);
+               "dev GB", "host GB", nvme_dir ? "  io MB/step  bound ms  vs bound" : "");
+    ob_result *r = calloc(3, sizeof *r);
     if (!r) return 1;
     for (int pi = 0; pi < np; pi++) {
-        /* Side by side: the device run, then the offloaded one, on the same model. */
-        for (int off = 0; off < 2; off++) {
+        /* Side by side: the device run, then the offloaded ones, on the same model. */
+        for (int off = 0; off < nstates; off++) {
             if (!json) fprintf(stderr, "zinc bench offload: %lld params, %s ...\n", params[pi],
-                               off ? "offloaded" : "on the device");
+                               state_names[off]);
             if (run_one(params[pi], (int)stage, dt, (int)groups, (int)repeat, (int)threads, off,
-                        &r[off])) {
+                        nvme_dir, &r[off])) {
                 free(r);
                 return 1;
             }
         }
-        double med_step[2];
-        for (int off = 0; off < 2; off++) {
+        double med_step[3];
+        for (int off = 0; off < nstates; off++) {
             double t[100], ph[ZINC_PHASE_COUNT];
             memcpy(t, r[off].step, (size_t)repeat * sizeof *t);
             med_step[off] = zb_summarize(t, (int)repeat).median;
@@ -207,12 +299,23 @@ int bench_offload(int argc, char **argv)
             }
             double other = med_step[off] - sum > 0.0 ? med_step[off] - sum : 0.0;
             double ratio = med_step[off] / med_step[0];
+            /* nvme: the I/O at the disk's measured bandwidth plus the host Adam */
+            double bound = off == OB_NVME ? (double)r[off].io_read / disk_rd +
+                                                (double)r[off].io_written / disk_wr + ph[ZINC_PHASE_ADAM]
+                                          : 0.0;
             if (json) {
                 printf("{\"bench\": \"offload\", \"params\": %lld, \"stage\": %lld, \"dtype\": "
                        "\"%s\", \"groups\": %lld, \"threads\": %lld, \"offload\": %s, "
                        "\"repeat\": %lld, \"step_ms_median\": %.4f, ",
                        params[pi], stage, zinc_dtype_name(dt), groups, threads,
                        off ? "true" : "false", repeat, 1e3 * med_step[off]);
+                printf("\"state\": \"%s\", ", state_names[off]);
+                if (off == OB_NVME)
+                    printf("\"nvme_read_bytes_per_step\": %llu, \"nvme_written_bytes_per_step\": "
+                           "%llu, \"disk_read_GBps\": %.4f, \"disk_write_GBps\": %.4f, "
+                           "\"io_bound_ms\": %.4f, \"ratio_vs_io_bound\": %.4f, ",
+                           (unsigned long long)r[off].io_read, (unsigned long long)r[off].io_written,
+                           disk_rd / 1e9, disk_wr / 1e9, 1e3 * bound, med_step[off] / bound);
                 for (int p = 0; p < ZINC_PHASE_COUNT; p++)
                     printf("\"%s_ms_median\": %.4f, ", phase_names[p], 1e3 * ph[p]);
                 printf("\"other_ms\": %.4f, \"ratio_vs_device\": %.4f, \"device_bytes\": %llu, "
@@ -220,11 +323,15 @@ int bench_offload(int argc, char **argv)
                        1e3 * other, ratio, (unsigned long long)r[off].device_bytes,
                        (unsigned long long)r[off].host_bytes);
             } else {
-                printf("%12lld %-8s %10.2f", params[pi], off ? "offload" : "device",
-                       1e3 * med_step[off]);
+                printf("%12lld %-8s %10.2f", params[pi], state_names[off], 1e3 * med_step[off]);
                 for (int p = 0; p < ZINC_PHASE_COUNT; p++) printf(" %8.2f", 1e3 * ph[p]);
-                printf(" %8.2f %10.3f %9.3f %9.3f\n", 1e3 * other, ratio,
+                printf(" %8.2f %10.3f %9.3f %9.3f", 1e3 * other, ratio,
                        (double)r[off].device_bytes / 1e9, (double)r[off].host_bytes / 1e9);
+                if (off == OB_NVME)
+                    printf("  %11.1f %9.2f %9.3f",
+                           (double)(r[off].io_read + r[off].io_written) / 1e6, 1e3 * bound,
+                           med_step[off] / bound);
+                printf("\n");
             }
         }
         fflush(stdout);

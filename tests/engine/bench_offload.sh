@@ -32,5 +32,25 @@ awk "BEGIN { exit !($(num "$off" device_bytes) < $(num "$dev" device_bytes)) }" 
 # Host bytes with offload: master, m, v (4 bytes each) and the two bf16 staging copies per
 # element of the shard, which for one rank is the padded model (4 groups of 50000 -> 50016).
 [ "$(num "$off" host_bytes)" = $((4 * 50016 * 16)) ] || fail "host bytes $(num "$off" host_bytes), want $((4 * 50016 * 16))"
+# --nvme: a third row whose step reads and writes the whole state file (12 bytes per element of
+# the padded shard, 4 * 50016, in whole 4096-byte blocks: 200704) and holds less host memory
+# than cpu offload.
+dir=$(mktemp -d)
+out=$("$zinc" bench offload --params 200000 --groups 4 --repeat 2 --stage 2 --nvme "$dir" \
+      --disk-mb 16 --json 2>"$err") || fail "the --nvme run failed: $(cat "$err")"
+nv=$(printf '%s\n' "$out" | grep '"state": "nvme"')
+off=$(printf '%s\n' "$out" | grep '"state": "offload"')
+[ -n "$nv" ] || fail "no nvme row: $out"
+[ "$(num "$nv" nvme_read_bytes_per_step)" = $((12 * 200704)) ] || fail "nvme read per step: $nv"
+[ "$(num "$nv" nvme_written_bytes_per_step)" = $((12 * 200704)) ] || fail "nvme written per step: $nv"
+awk "BEGIN { exit !($(num "$nv" host_bytes) < $(num "$off" host_bytes)) }" ||
+    fail "nvme holds no less host memory than cpu offload: $nv"
+awk "BEGIN { exit !($(num "$nv" disk_read_GBps) > 0 && $(num "$nv" io_bound_ms) > 0) }" ||
+    fail "no disk bandwidth or bound: $nv"
+[ -z "$(ls "$dir")" ] || fail "files left in the nvme directory: $(ls "$dir")"
+rm -rf "$dir"
+"$zinc" bench offload --nvme /no/such/zinc/dir --params 200000 --groups 4 >/dev/null 2>"$err" &&
+    fail "--nvme with a missing directory succeeded"
+grep -q "/no/such/zinc/dir" "$err" || fail "a missing --nvme directory is not named: $(cat "$err")"
 [ "$fails" = 0 ] && echo "bench_offload: ok"
 [ "$fails" = 0 ]
