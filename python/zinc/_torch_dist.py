@@ -30,6 +30,7 @@ import warnings
 
 import torch
 
+from . import _world
 from ._lib import ZINC_ERR_UNSUPPORTED, lib
 
 _MSG = 512        # bytes of the broadcast "host port" message
@@ -40,7 +41,7 @@ def setup(world, backend=None, timeout=None):
         return
     dist = torch.distributed
     n = lib.zinc_world_size(world)
-    rank = max(0, lib.zinc_world_rank(world))
+    rank = _world.rank()
     if dist.is_initialized():
         if (dist.get_world_size(), dist.get_rank()) != (n, rank):
             raise ValueError(f"zinc.init_distributed: torch.distributed is already set up as "

@@ -67,6 +67,12 @@ def world_size():
     return lib.zinc_world_size(_launcher_world())
 
 
+def rank():
+    """This process's rank in the launcher's world (0 without a launcher: zinc's local world
+    answers -1 there, which no caller wants)."""
+    return max(0, lib.zinc_world_rank(_launcher_world()))
+
+
 def local_rank():
     """This process's index among the ranks of its node, from the launcher's environment:
     $LOCAL_RANK (torchrun), else the MPI launcher's node-local rank (OMPI_COMM_WORLD_LOCAL_RANK,

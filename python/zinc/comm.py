@@ -34,7 +34,7 @@ def _need(what):
 def get_rank(group=None):
     if is_initialized():
         return _td.get_rank(group) if group is not None else _td.get_rank()
-    return max(0, _world.lib.zinc_world_rank(_world._launcher_world()))
+    return _world.rank()
 
 
 def get_world_size(group=None):

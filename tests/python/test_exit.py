@@ -94,8 +94,8 @@ def rank1_stops_child(how, folder):
     """After a step, rank 1 stops: `raise` (an exception nothing catches) or `exit` (it catches
     an error and calls sys.exit(1)); rank 0 steps on and prints one line saying how that ended.
     Each rank's output goes to its file in `folder` (own_output)."""
-    from zinc._world import _launcher_world          # the engine's world, created a bit early
-    own_output(lib.zinc_world_rank(_launcher_world()), folder)
+    from zinc._world import rank                     # the engine's world, created a bit early
+    own_output(rank(), folder)
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
     cfg = {"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1,
@@ -200,7 +200,7 @@ EARLY = "rank {} cannot read its data"
 
 def early_child(who, folder):
     world = zinc.init_distributed()
-    rank = lib.zinc_world_rank(world)
+    rank = zinc._world.rank()
     own_output(rank, folder)
     if who == "all" or (who in ("one", "busy") and rank == 1):
         raise RuntimeError(EARLY.format(rank))

@@ -119,7 +119,7 @@ def check_built_in_init(what, build, want):
 
 
 def main():
-    rank = max(0, zinc._lib.lib.zinc_world_rank(zinc.engine._launcher_world()))
+    rank = zinc._world.rank()
     world = max(1, zinc._lib.lib.zinc_world_size(zinc.engine._launcher_world()))
 
     def seeded_apart(make):
