@@ -6,6 +6,7 @@ one in $ZINC_PY when set (to run a test against another version of the package).
     from _common import torch, zinc, finish
     from _common import check, failures     # named checks: print each, collect the failed
     from _common import storage_bytes       # the bytes of the storage a tensor's data is in
+    from _common import Gain                # an elementwise model, for fp16 on the CPU
 """
 import os
 import sys
@@ -21,6 +22,19 @@ sys.path.insert(0, os.environ.get("ZINC_PY") or
 import zinc  # noqa: E402
 
 failures = []
+
+
+class Gain(torch.nn.Module):
+    """An elementwise model, x * w + b over 8 features (torch 1.13 has no fp16 matmul on the
+    CPU, so fp16 runs use it)."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.linspace(0.5, 1.5, 8))
+        self.b = torch.nn.Parameter(torch.zeros(8))
+
+    def forward(self, x):
+        return x * self.w + self.b
 
 
 def check(name, ok, detail=""):
@@ -58,4 +72,4 @@ def finish():
     return 0
 
 
-__all__ = ["torch", "zinc", "check", "check_raises", "failures", "finish"]
+__all__ = ["torch", "zinc", "check", "check_raises", "failures", "finish", "Gain"]

@@ -72,7 +72,7 @@ import sys
 import tempfile
 import warnings
 
-from _common import check, check_raises, failures, torch, zinc
+from _common import Gain, check, check_raises, failures, torch, zinc
 
 MICRO = 4
 GA = 2
@@ -196,18 +196,6 @@ def check_fp16_accessors(stage):
     said = [str(w.message) for w in caught if "frozen parameters" in str(w.message)]
     check("save_checkpoint(exclude_frozen_parameters=True) warns of nothing", not said, str(said))
     engine.close()
-
-
-class Gain(torch.nn.Module):
-    """An elementwise model (torch 1.13 has no fp16 matmul on the CPU): x * w + b."""
-
-    def __init__(self):
-        super().__init__()
-        self.w = torch.nn.Parameter(torch.linspace(0.5, 1.5, 8))
-        self.b = torch.nn.Parameter(torch.zeros(8))
-
-    def forward(self, x):
-        return x * self.w + self.b
 
 
 def check_step_counters(stage, root):
