@@ -8,14 +8,20 @@ sections; deepspeed/monitor/, 0.19.8) for the Python front-end: after every opti
 - `Train/Samples/loss_scale`: with fp16 only, the loss scale the next backward uses
   (DeepSpeed's optimizer.cur_scale after the step);
 each at step `global_samples` (after the step counted its samples), as DeepSpeed's engine.
-Where: `<output_path>/<job_name>` (an output_path of "" is the current folder, as DeepSpeed's
-os.path.join gives) — tensorboard through the user's torch.utils.tensorboard.SummaryWriter
-(add_scalar, flushed per step); wandb through wandb.init(project, group, entity=team) and
-wandb.log({name: value}, step=samples); csv as DeepSpeed's csvMonitor: one file per event,
-`Train_Samples_train_loss.csv`, first line `step,train_loss`, then `samples,value`.
+Where: `<output_path>/<job_name>` (_log_dir: an output_path of "" puts the job's folder in the
+current one, as DeepSpeed's os.path.join gives) — tensorboard through the user's
+torch.utils.tensorboard.SummaryWriter (add_scalar, flushed per step); wandb through
+wandb.init(project, group, entity=team) and wandb.log({name: value}, step=samples); csv as
+DeepSpeed's csvMonitor: one file per event, `Train_Samples_train_loss.csv`, first line
+`step,train_loss`, then `samples,value`. The csv section's values are the engine's resolved
+config's (zinc_engine_config_json: the C config's, which `zinc train` uses too), so Python and
+C cannot read the section differently; tensorboard and wandb, which the C config only warns
+about, come from the script's dict.
 A section whose package is not importable gets one RuntimeWarning naming the package and is
-left out; the others still write. The loss average is one collective per step, made on every
-rank whenever a monitor is enabled (the config is the same on every rank)."""
+left out; the others still write.
+Cost: an enabled monitor reads the window's loss on the host at each optimizer step (a device
+sync on CUDA) and averages it over the ranks (one collective, made on every rank: the config is
+the same on every rank), as DeepSpeed's monitors read it. Without one, none of that is done."""
 import csv
 import importlib
 import os
@@ -24,11 +30,18 @@ import warnings
 EVENTS = ("Train/Samples/train_loss", "Train/Samples/lr", "Train/Samples/loss_scale")
 
 
+def _log_dir(sec):
+    """`<output_path>/<job_name>` of a tensorboard or csv section, created: DeepSpeed 0.19.8's
+    os.path.join(output_path, job_name) with its defaults "" and "DeepSpeedJobName" (an
+    output_path of "" puts the job's folder in the current one)."""
+    path = os.path.join(sec.get("output_path") or "", sec.get("job_name") or "DeepSpeedJobName")
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
 class _Csv:
     def __init__(self, sec):
-        self.dir = os.path.join(sec.get("output_path") or "", sec.get("job_name") or
-                                "DeepSpeedJobName")
-        os.makedirs(self.dir or ".", exist_ok=True)
+        self.dir = _log_dir(sec)
         self.started = set()
 
     def write(self, events):
@@ -49,10 +62,7 @@ class _TensorBoard:
     def __init__(self, sec):
         importlib.import_module("tensorboard")   # torch.utils.tensorboard needs it (DeepSpeed
         from torch.utils.tensorboard import SummaryWriter  # checks it first too)
-        log_dir = os.path.join(sec.get("output_path") or "", sec.get("job_name") or
-                               "DeepSpeedJobName")
-        os.makedirs(log_dir or ".", exist_ok=True)
-        self.writer = SummaryWriter(log_dir=log_dir)
+        self.writer = SummaryWriter(log_dir=_log_dir(sec))
 
     def write(self, events):
         for name, value, step in events:
@@ -84,15 +94,16 @@ _KINDS = (("tensorboard", _TensorBoard, "tensorboard (pip install tensorboard)")
 
 
 class Monitors:
-    """The enabled monitors of a config (the dict the script gave). enabled: whether any
+    """The enabled monitors of a config: tensorboard and wandb from `cfg` (the dict the script
+    gave), csv_monitor from `resolved` (the engine's resolved config). enabled: whether any
     section is (then every rank averages the loss); writers: rank 0's."""
 
-    def __init__(self, cfg, rank):
+    def __init__(self, cfg, resolved, rank):
         self.enabled = False
         self.writers = []
         self._loss_sum, self._losses = 0.0, 0
         for key, kind, package in _KINDS:
-            sec = cfg.get(key)
+            sec = (resolved if key == "csv_monitor" else cfg).get(key)
             if not isinstance(sec, dict) or not sec.get("enabled"):
                 continue
             self.enabled = True

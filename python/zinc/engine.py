@@ -245,7 +245,7 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
                 if line.startswith(_MONITORED):   # zinc train's; this front-end writes them
                     continue
                 warnings.warn(f"zinc config: {line}", ZincConfigWarning, stacklevel=3)
-        self._monitor = Monitors(self._cfg, lib.zinc_engine_rank(e))
+        self._monitor = Monitors(self._cfg, self._resolved, lib.zinc_engine_rank(e))
         self._groups = []          # [(group id, [(param id, name, tensor)])]
         self._g = []               # [_Group], the same order
         self._group_of = {}        # id(param) -> index into self._g
