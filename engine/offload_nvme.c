@@ -272,6 +272,21 @@ static zinc_status wait_write(znv_run *r, int b)
     return znvme_wait(r->nv->file, r->wt[b]);
 }
 
+/* One state's part of a chunk, in requests of aio.block_size bytes (DeepSpeed's unit of I/O;
+ * the store keeps at most aio.queue_depth of them in flight). *ticket: the last one's. */
+static zinc_status chunk_io(znv_run *r, int write, uint64_t off, float *buf, size_t bytes,
+                            uint64_t *ticket)
+{
+    size_t block = (size_t)r->e->cfg.aio.block_size;
+    for (size_t done = 0; done < bytes; done += block) {
+        size_t n = bytes - done < block ? bytes - done : block;
+        zinc_status s = write ? znvme_write_async(r->nv->file, off + done, (char *)buf + done, n, ticket)
+                              : znvme_read_async(r->nv->file, off + done, (char *)buf + done, n, ticket);
+        if (s != ZINC_OK) return s;
+    }
+    return ZINC_OK;
+}
+
 static zinc_status issue_read(znv_run *r, int c)
 {
     int b = c % r->nv->nbuf;
@@ -281,7 +296,7 @@ static zinc_status issue_read(znv_run *r, int c)
     size_t k = chunk_io_elems(r, c);
     for (int st = 0; st < ZNV_STATES; st++) {
         uint64_t off = (uint64_t)st * r->nv->stream + (uint64_t)c * r->nv->E * 4;
-        s = znvme_read_async(r->nv->file, off, chunk_buf(r, c, st), k * 4, &r->rt[b]);
+        s = chunk_io(r, 0, off, chunk_buf(r, c, st), k * 4, &r->rt[b]);
         if (s != ZINC_OK) return nv_io_fail(r, s, "reading", c);
         r->nv->io[0] += k * 4;
     }
@@ -294,7 +309,7 @@ static zinc_status issue_write(znv_run *r, int c)
     size_t k = chunk_io_elems(r, c);
     for (int st = 0; st < ZNV_STATES; st++) {
         uint64_t off = (uint64_t)st * r->nv->stream + (uint64_t)c * r->nv->E * 4;
-        zinc_status s = znvme_write_async(r->nv->file, off, chunk_buf(r, c, st), k * 4, &r->wt[b]);
+        zinc_status s = chunk_io(r, 1, off, chunk_buf(r, c, st), k * 4, &r->wt[b]);
         if (s != ZINC_OK) return nv_io_fail(r, s, "writing back", c);
         r->nv->io[1] += k * 4;
     }

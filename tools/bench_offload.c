@@ -33,7 +33,8 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: zinc bench offload [--params LIST] [--stage 1|2|3] [--dtype fp16|bf16|fp32]\n"
             "                          [--groups G] [--repeat R] [--threads T] [--nvme DIR]\n"
-            "                          [--disk-mb MB] [--json]\n\n"
+            "                          [--disk-mb MB] [--aio-block-size B] [--aio-queue-depth Q]\n"
+            "                          [--json]\n\n"
             "The optimizer step of one rank with the Adam state on the device and with\n"
             "zero_optimization.offload_optimizer {\"device\": \"cpu\"}, side by side, and the\n"
             "split of each step (zinc_step_seconds), medians of R timed steps after one warm-up.\n\n"
@@ -47,6 +48,9 @@ static void usage(FILE *f)
             "                  DIR's disk bandwidth measured in the same run (a scratch file there)\n"
             "  --disk-mb MB    size of that measurement, 16..2048, at least the largest state\n"
             "                  file (default 1024: smaller files may be served from a cache)\n"
+            "  --aio-block-size B, --aio-queue-depth Q\n"
+            "                  the config's aio.block_size and aio.queue_depth for the NVMe row\n"
+            "                  and the bandwidth measurement (default DeepSpeed's, 1048576 and 8)\n"
             "  --json          one JSON object per row on stdout\n\n"
             "exit codes: 0 done, 1 runtime failure (e.g. out of memory), 2 bad usage\n");
 }
@@ -73,21 +77,26 @@ static void fill_grad(void *dst, zinc_dtype dt, size_t n, const void *pattern, s
 }
 
 static int run_one(long long params, int stage, zinc_dtype dt, int groups, int repeat, int threads,
-                   int where, const char *nvme_dir, ob_result *out)
+                   int where, const char *nvme_dir, long long block, long long depth,
+                   ob_result *out)
 {
     char off_json[1400] = "";
     if (where == OB_CPU) snprintf(off_json, sizeof off_json, ", \"offload_optimizer\": {\"device\": \"cpu\"}");
     if (where == OB_NVME)
         snprintf(off_json, sizeof off_json, ", \"offload_optimizer\": {\"device\": \"nvme\", "
                  "\"nvme_path\": \"%s\", \"pipeline_read\": true, \"pipeline_write\": true}", nvme_dir);
+    char aio[128] = "";
+    if (where == OB_NVME)
+        snprintf(aio, sizeof aio, " \"aio\": {\"block_size\": %lld, \"queue_depth\": %lld},", block,
+                 depth);
     char cfg[2048];
     snprintf(cfg, sizeof cfg,
              "{\"train_micro_batch_size_per_gpu\": 1, \"gradient_accumulation_steps\": 1,"
-             " \"gradient_clipping\": 1.0,"
+             " \"gradient_clipping\": 1.0,%s"
              " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 1e-4, \"weight_decay\": 0.01}},"
              " \"%s\": {\"enabled\": %s},"
              " \"zero_optimization\": {\"stage\": %d, \"stage3_param_persistence_threshold\": 0%s}}",
-             dt == ZINC_DTYPE_FP16 ? "fp16" : "bf16", dt == ZINC_DTYPE_FP32 ? "false" : "true",
+             aio, dt == ZINC_DTYPE_FP16 ? "fp16" : "bf16", dt == ZINC_DTYPE_FP32 ? "false" : "true",
              stage, off_json);
     zinc_engine_options_t o = {.config_json = cfg, .threads = threads};
     zinc_engine_t *e = NULL;
@@ -158,42 +167,45 @@ static int run_one(long long params, int stage, zinc_dtype dt, int groups, int r
     return s == ZINC_OK ? 0 : 1;
 }
 
-/* DIR's sequential write and read bandwidth (bytes/s) through the NVMe store, as the step uses
- * it: `bytes` (whole 16 MB blocks) written, waited, read back, waited. */
-static int disk_bandwidth(const char *dir, uint64_t bytes, double *rd, double *wr)
+/* DIR's sequential write and read bandwidth (bytes/s) through the NVMe store, with the step's
+ * request shape (aio.block_size bytes per request, aio.queue_depth in flight): `bytes` written,
+ * waited, read back, waited. */
+static int disk_bandwidth(const char *dir, uint64_t bytes, size_t block, int depth, double *rd,
+                          double *wr)
 {
-    enum { BLOCK = 16 << 20 };
-    uint64_t n = (bytes + BLOCK - 1) / BLOCK;
+    uint64_t n = (bytes + block - 1) / block;
     char err[1024];
     znvme_t *f = NULL;
     void *buf = NULL;
-    zinc_status s = znvme_open(dir, 0, n * BLOCK, 8, &f, err, sizeof err);
-    if (s == ZINC_OK && posix_memalign(&buf, 4096, 4 * (size_t)BLOCK) != 0) {
+    zinc_status s = znvme_open(dir, 0, n * block, depth, &f, err, sizeof err);
+    if (s == ZINC_OK && posix_memalign(&buf, 4096, (size_t)depth * block) != 0) {
         snprintf(err, sizeof err, "out of memory");
         s = ZINC_ERR_NOMEM;
     }
-    if (buf) memset(buf, 0x5a, 4 * (size_t)BLOCK);
+    if (buf) memset(buf, 0x5a, (size_t)depth * block);
     uint64_t t = 0;
+    uint64_t *tk = calloc((size_t)depth, sizeof *tk);
+    if (!tk) s = ZINC_ERR_NOMEM;
     for (int pass = 0; pass < 2 && s == ZINC_OK; pass++) {
         double t0 = zb_now();
-        /* four buffers in rotation: a buffer is reused once its call four back is done */
-        uint64_t tk[4] = {0};
+        /* `depth` buffers in rotation: one is reused once its call `depth` back is done */
         for (uint64_t b = 0; b < n && s == ZINC_OK; b++) {
-            char *p = (char *)buf + (b % 4) * (size_t)BLOCK;
-            if (b >= 4) s = znvme_wait(f, tk[b % 4]);
+            char *p = (char *)buf + (b % (uint64_t)depth) * block;
+            if (b >= (uint64_t)depth) s = znvme_wait(f, tk[b % (uint64_t)depth]);
             if (s == ZINC_OK)
-                s = pass == 0 ? znvme_write_async(f, b * BLOCK, p, BLOCK, &t)
-                              : znvme_read_async(f, b * BLOCK, p, BLOCK, &t);
-            tk[b % 4] = t;
+                s = pass == 0 ? znvme_write_async(f, b * block, p, block, &t)
+                              : znvme_read_async(f, b * block, p, block, &t);
+            tk[b % (uint64_t)depth] = t;
         }
         if (s == ZINC_OK) s = znvme_wait(f, t);
         double dt = zb_now() - t0;
-        *(pass == 0 ? wr : rd) = (double)(n * BLOCK) / (dt > 0 ? dt : 1e-9);
+        *(pass == 0 ? wr : rd) = (double)(n * block) / (dt > 0 ? dt : 1e-9);
     }
     if (s != ZINC_OK)
         fprintf(stderr, "zinc bench offload: measuring %s's bandwidth: %s\n", dir,
                 f ? znvme_error(f) : err);
     free(buf);
+    free(tk);
     znvme_close(f);
     return s == ZINC_OK ? 0 : 1;
 }
@@ -207,7 +219,7 @@ int bench_offload(int argc, char **argv)
     long long params[16], stage = 2, groups = 16, repeat = 5, threads = 0;
     int np = zb_parse_list("1e7,1e8", params, 16, 1, 1LL << 40), json = 0;
     const char *nvme_dir = NULL;
-    long long disk_mb = 1024;
+    long long disk_mb = 1024, block = 1048576, depth = 8;   /* aio: DeepSpeed's defaults */
     zinc_dtype dt = ZINC_DTYPE_BF16;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
@@ -238,6 +250,13 @@ int bench_offload(int argc, char **argv)
                 return zarg_usage_error(cmd, "--threads wants 0..4096, not '%s'", val);
         } else if (!strcmp(a, "--nvme")) {
             nvme_dir = val;
+        } else if (!strcmp(a, "--aio-block-size")) {
+            if (zarg_int64(val, &block) || block < 4096 || block > (1 << 30) || block % 4096)
+                return zarg_usage_error(cmd, "--aio-block-size wants a multiple of 4096 up to "
+                                        "2^30, not '%s'", val);
+        } else if (!strcmp(a, "--aio-queue-depth")) {
+            if (zarg_int64(val, &depth) || depth < 1 || depth > 4096)
+                return zarg_usage_error(cmd, "--aio-queue-depth wants 1..4096, not '%s'", val);
         } else if (!strcmp(a, "--disk-mb")) {
             if (zarg_int64(val, &disk_mb) || disk_mb < 16 || disk_mb > 2048)
                 return zarg_usage_error(cmd, "--disk-mb wants 16..2048, not '%s'", val);
@@ -263,10 +282,11 @@ int bench_offload(int argc, char **argv)
         if (bytes < (uint64_t)disk_mb << 20) bytes = (uint64_t)disk_mb << 20;
         if (!json) fprintf(stderr, "zinc bench offload: measuring %s's bandwidth (%.0f MB) ...\n",
                            nvme_dir, (double)bytes / 1e6);
-        if (disk_bandwidth(nvme_dir, bytes, &disk_rd, &disk_wr)) return 1;
+        if (disk_bandwidth(nvme_dir, bytes, (size_t)block, (int)depth, &disk_rd, &disk_wr)) return 1;
         if (!json)
-            printf("disk %s: sequential write %.2f GB/s, read %.2f GB/s (16 MB requests, the "
-                   "store's backend)\n", nvme_dir, disk_wr / 1e9, disk_rd / 1e9);
+            printf("disk %s: sequential write %.2f GB/s, read %.2f GB/s (%lld-byte requests, %lld "
+                   "in flight, as the NVMe row's aio)\n", nvme_dir, disk_wr / 1e9, disk_rd / 1e9,
+                   block, depth);
     }
     int nstates = nvme_dir ? 3 : 2;
     if (!json)
@@ -281,7 +301,7 @@ int bench_offload(int argc, char **argv)
             if (!json) fprintf(stderr, "zinc bench offload: %lld params, %s ...\n", params[pi],
                                state_names[off]);
             if (run_one(params[pi], (int)stage, dt, (int)groups, (int)repeat, (int)threads, off,
-                        nvme_dir, &r[off])) {
+                        nvme_dir, block, depth, &r[off])) {
                 free(r);
                 return 1;
             }
