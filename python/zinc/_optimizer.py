@@ -163,7 +163,7 @@ def _client_optimizer(optimizer, model, model_parameters):
             f"zinc.initialize: client optimizer {type(optimizer).__name__}: zinc runs Adam/AdamW "
             "itself; pass a torch.optim.Adam or AdamW, zinc.ops.adam.FusedAdam or "
             "DeepSpeedCPUAdam, or put the optimizer in the config")
-    if getattr(optimizer, "fp32_optimizer_states", True) is False:
+    if not getattr(optimizer, "fp32_optimizer_states", True):
         raise NotImplementedError("zinc.initialize: client optimizer fp32_optimizer_states=False "
                                   "(zinc keeps Adam's moments in fp32)")
     groups = [g for g in optimizer.param_groups if len(g["params"])]

@@ -104,6 +104,11 @@ foreach(_s 1 3)
 endforeach()
 set_tests_properties(python_ds_names python_ds_script_stage1 python_ds_script_stage3 PROPERTIES
                      LABELS python TIMEOUT 300 SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
+# A client optimizer's Adam settings (bias_correction, fp32_optimizer_states) against Adam
+# computed by hand (test_client_adam.py).
+add_test(NAME python_client_adam COMMAND ${_py} ${_pyt}/test_client_adam.py)
+set_tests_properties(python_client_adam PROPERTIES LABELS python TIMEOUT 120
+                     SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
 # DeepSpeed's monitors (csv_monitor, tensorboard, wandb) on the Python front-end
 # (test_monitor.py).
 add_test(NAME python_monitor COMMAND ${_py} ${_pyt}/test_monitor.py ${CMAKE_CURRENT_BINARY_DIR}/py_monitor)
