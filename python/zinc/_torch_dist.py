@@ -48,8 +48,7 @@ def setup(world, backend=None, timeout=None):
                              f"rank {dist.get_rank()} of {dist.get_world_size()}, but the "
                              f"launcher's world makes this process rank {rank} of {n}")
         return
-    backend = backend or ("nccl" if torch.cuda.is_available() and not _ranks_share_gpu()
-                          else "gloo")
+    backend = backend or default_backend()
     timeout = timeout or datetime.timedelta(minutes=30)      # DeepSpeed's default
     if n > 1 and os.environ.get("MASTER_ADDR") and os.environ.get("MASTER_PORT"):
         dist.init_process_group(backend, init_method="env://", rank=rank, world_size=n,
@@ -60,6 +59,13 @@ def setup(world, backend=None, timeout=None):
             return
         dist.init_process_group(backend, store=store, rank=rank, world_size=n, timeout=timeout)
     atexit.register(_destroy_at_exit)
+
+
+def default_backend():
+    """The backend setup() picks when the script names none, DeepSpeed's default: 'nccl' when
+    torch sees a GPU and zinc's ranks do not share one, else 'gloo'. zinc.accelerator's
+    communication_backend_name() answers it too, before a process group exists."""
+    return "nccl" if torch.cuda.is_available() and not _ranks_share_gpu() else "gloo"
 
 
 def _ranks_share_gpu():

@@ -12,6 +12,7 @@ import os
 import resource
 
 import torch
+import torch.distributed
 
 
 class ZincAccelerator:
@@ -73,9 +74,16 @@ class ZincAccelerator:
         return not self._cuda
 
     def communication_backend_name(self):
-        """The torch.distributed backend zinc.init_distributed gives scripts: 'nccl' with CUDA,
-        'gloo' on the CPU (DeepSpeed's CPU one is 'ccl' only with oneCCL installed)."""
-        return "nccl" if self._cuda else "gloo"
+        """The torch.distributed backend: the script's process group's once it is set up
+        (zinc.init_distributed's choice, dist_backend's, or the script's own), else the one
+        zinc.init_distributed would choose (_torch_dist.default_backend: 'nccl' with a GPU the
+        ranks do not share, else 'gloo'), whichever device kind this accelerator is.
+        DeepSpeed's answers by device kind ('nccl', or 'ccl' with oneCCL) and its
+        init_distributed picks that; here the two cannot disagree either."""
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            return torch.distributed.get_backend()
+        from ._torch_dist import default_backend
+        return default_backend()
 
     # ---- dtypes ----
     def is_bf16_supported(self):

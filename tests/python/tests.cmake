@@ -85,6 +85,11 @@ endforeach()
 add_test(NAME python_zero_torchrun COMMAND ${_py} ${_pyt}/test_torch_zero_torchrun.py)
 set_tests_properties(python_zero_torchrun PROPERTIES LABELS "python;multirank" TIMEOUT 300
                      SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
+# zinc.comm at 2 ranks under torchrun's environment (test_comm.py starts them): gloo's
+# all_gather_into_tensor, the rank, and the accelerator's backend name beside torch.distributed's.
+add_test(NAME python_comm_torchrun COMMAND ${_py} ${_pyt}/test_comm.py)
+set_tests_properties(python_comm_torchrun PROPERTIES LABELS "python;multirank" TIMEOUT 300
+                     SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
 # zinc.zero.Init around a model that initialises its weights as transformers' PreTrainedModel
 # does (post_init through Module.smart_apply or Module.apply, by release; test_torch_hf_init.py,
 # a stand-in of it).

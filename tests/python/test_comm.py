@@ -1,0 +1,103 @@
+"""test_comm.py — zinc.comm and the accelerator's backend name at 2 ranks on the CPU.
+
+    python test_comm.py            (starts its own 2 ranks)
+
+Two copies of this script with torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
+a free MASTER_PORT: no MPI needed), as test_torch_zero_torchrun.py starts them. Each rank calls
+zinc.init_distributed() (torch.distributed through env://; gloo without a GPU) and checks:
+- comm.get_rank(), zinc._world.rank() and torch.distributed's rank are RANK; the size is 2;
+- accelerator.communication_backend_name(), for a "cpu" and a "cuda" accelerator alike, asked
+  before the set-up and after it, is the backend torch.distributed got (a "cuda" accelerator
+  on a machine without a GPU once answered "nccl" while the process group was gloo);
+- comm.all_gather_into_tensor on gloo (all_gather into views of the output: torch 1.13's gloo
+  has no _all_gather_base): each rank's [10r+1, 10r+2] gives [1, 2, 11, 12] on every rank,
+  in rank order; a (2, 3) input into a (4, 3) output stacks the ranks' rows; async_op=True
+  returns a work whose wait() leaves the same values.
+The parent waits up to 240 s for each rank (2 busy cores); exit 77 without gloo."""
+import os
+import socket
+import subprocess
+import sys
+
+from _common import check, finish, torch, zinc
+from zinc.accelerator import ZincAccelerator
+
+RANKS = 2
+WAIT_S = 240
+
+
+def rank_main():
+    rank = int(os.environ["RANK"])
+    before = [ZincAccelerator(k).communication_backend_name() for k in ("cpu", "cuda")]
+    zinc.init_distributed()
+    dist = torch.distributed
+    check(f"rank {rank}: torch.distributed set up at 2 ranks",
+          dist.is_initialized() and dist.get_world_size() == RANKS)
+    got = (zinc.comm.get_rank(), zinc._world.rank(), dist.get_rank(), zinc.comm.get_world_size())
+    check(f"rank {rank}: comm.get_rank, _world.rank, torch's rank; the size",
+          got == (rank, rank, rank, RANKS), str(got))
+    backend = dist.get_backend()
+    after = [ZincAccelerator(k).communication_backend_name() for k in ("cpu", "cuda")]
+    check(f"rank {rank}: communication_backend_name() is torch.distributed's {backend}, "
+          "before the set-up and after, for either device kind",
+          before == after == [backend, backend], f"before {before}, after {after}")
+    if backend != "gloo":
+        print(f"(backend {backend}: the gloo checks are skipped)")
+        return finish()
+    out = torch.zeros(2 * RANKS)
+    zinc.comm.all_gather_into_tensor(out, torch.tensor([10.0 * rank + 1, 10.0 * rank + 2]))
+    want = [v for r in range(RANKS) for v in (10.0 * r + 1, 10.0 * r + 2)]
+    check(f"rank {rank}: all_gather_into_tensor on gloo, in rank order", out.tolist() == want,
+          f"{out.tolist()} != {want}")
+    mine = torch.arange(6, dtype=torch.float32).view(2, 3) + 100 * rank
+    out2 = torch.zeros(2 * RANKS, 3)
+    zinc.comm.all_gather_into_tensor(out2, mine)
+    want2 = torch.cat([torch.arange(6, dtype=torch.float32).view(2, 3) + 100 * r
+                       for r in range(RANKS)])
+    check(f"rank {rank}: a (2, 3) input into a (4, 3) output: the ranks' rows stacked",
+          torch.equal(out2, want2), f"{out2.tolist()}")
+    out3 = torch.zeros(2 * RANKS)
+    work = zinc.comm.all_gather_into_tensor(out3, torch.tensor([10.0 * rank + 1,
+                                                                10.0 * rank + 2]), async_op=True)
+    work.wait()
+    check(f"rank {rank}: async_op=True, then wait(): the same values", out3.tolist() == want,
+          f"{out3.tolist()}")
+    zinc.comm.barrier()
+    return finish()
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def main():
+    if not (torch.distributed.is_available() and torch.distributed.is_gloo_available()):
+        print("SKIP: torch without gloo")
+        return 77
+    port = str(free_port())
+    procs = []
+    for r in range(RANKS):
+        env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(RANKS), LOCAL_RANK=str(r),
+                   LOCAL_WORLD_SIZE=str(RANKS), MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+        for var in [v for v in env if v.startswith(("OMPI_", "PMI_", "PMIX_", "SLURM_"))]:
+            del env[var]                     # torchrun's environment only, not mpirun's
+        procs.append(subprocess.Popen([sys.executable, __file__, "rank"], env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                      text=True))
+    for r, p in enumerate(procs):
+        try:
+            out, _ = p.communicate(timeout=WAIT_S)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            out, _ = p.communicate()
+            out += f"\n(timed out after {WAIT_S} s)"
+        print(f"---- rank {r} (rc {p.returncode})\n{out.rstrip()}", flush=True)
+        check(f"rank {r} passed", p.returncode == 0, f"exit {p.returncode}")
+    return finish()
+
+
+if __name__ == "__main__":
+    sys.exit(rank_main() if sys.argv[1:] == ["rank"] else main())
