@@ -8,7 +8,10 @@ part of what it is given, so any zinc world size and stage loads any DeepSpeed s
 size: the resharding is the engine's own.
 
 Everything is read and checked before anything is set: a checkpoint zinc cannot carry, or one of
-another model, raises with the engine as it was.
+another model, raises with the engine as it was. Reading (read_deepspeed_checkpoint) and
+applying (apply_deepspeed) are apart so that a caller that has read the folder already
+(from_deepspeed, which builds its module from it) applies that state instead of reading the
+folder a second time: one copy of the checkpoint in memory, not two.
 """
 import ctypes
 import os
@@ -78,7 +81,7 @@ def _plan(engine, ds, strict):
     return set_trained, set_untrained, set_buffers
 
 
-def _train_state(engine, ds):
+def _train_state(engine, ds, stacklevel):
     """The zinc_train_state_t of ds. The schedule's position is Adam's step count (zinc keeps
     one count for both): where DeepSpeed's differ, Adam's wins, with a warning."""
     st = TrainState(applied=ds.adam_step, skipped=ds.skipped_steps, scaler_scale=0.0,
@@ -94,7 +97,7 @@ def _train_state(engine, ds):
         warnings.warn(f"zinc: {ds.path}: DeepSpeed's optimizer counts {ds.adam_step} Adam "
                       f"steps, its LR scheduler {int(at) + 1}; zinc keeps one count for both "
                       f"and takes Adam's (the schedule resumes at step {ds.adam_step})",
-                      RuntimeWarning, stacklevel=4)
+                      RuntimeWarning, stacklevel=stacklevel + 1)
     return st
 
 
@@ -102,9 +105,16 @@ def load_deepspeed(engine, load_dir, tag, strict, weights_only):
     """engine.load_checkpoint of the DeepSpeed checkpoint load_dir/tag: (tag folder,
     client_state). weights_only (load_module_only): the weights and buffers alone, the Adam
     state, counters and loss scaler kept as they are."""
-    ds = read_deepspeed_checkpoint(load_dir, tag)
+    return apply_deepspeed(engine, read_deepspeed_checkpoint(load_dir, tag), strict,
+                           weights_only, stacklevel=4)
+
+
+def apply_deepspeed(engine, ds, strict, weights_only, stacklevel=2):
+    """load_deepspeed of a checkpoint already read (ds: a DeepSpeedState): checks it against
+    the engine's model, then sets it; (tag folder, client_state). ds is only read.
+    stacklevel: the frame a warning names, as warnings.warn's counted from this call."""
     set_trained, set_untrained, set_buffers = _plan(engine, ds, strict)
-    state = None if weights_only else _train_state(engine, ds)
+    state = None if weights_only else _train_state(engine, ds, stacklevel)
     engine._torch_then_zinc()       # the writes below replace weights torch may still read
     for pid, n in set_trained.items():
         values = [ds.master[n]] if weights_only else [ds.master[n], ds.exp_avg[n],

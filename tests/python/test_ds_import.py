@@ -18,6 +18,9 @@
         fp16 loss scaler) refuses out-of-range fields by name, and a save keeps what it set;
         a DynamicLossScaler pickled under DeepSpeed's module path (made here: no fp16
         fixture exists) reaches an fp16 engine's scaler, fields and all.
+    python test_ds_import.py reads DIR   every file of a checkpoint read once by
+        read_deepspeed_checkpoint and by from_deepspeed's convert, which holds one copy of
+        the state at a time (counted: torch.load calls, live DeepSpeedState objects).
     python test_ds_import.py export NAME DIR STAGE   from_deepspeed, then python -m
         zinc.utils.to_deepspeed: the universal checkpoint it writes holds DeepSpeed's values
         bitwise (read back by ds_checkpoint's universal reader, which the fixtures DeepSpeed's
@@ -188,6 +191,57 @@ def refuse(tmp):
     return 0
 
 
+def read_once(tmp):
+    """Every file of a DeepSpeed checkpoint is read once: by read_deepspeed_checkpoint (rank
+    0's optimizer file was read a second time to tell the layout), and by from_deepspeed's
+    convert, which read the whole folder, then had engine.load_checkpoint read it again while
+    the first copy was still held. Counted by wrapping _ds_pickle.load_file (every torch.load
+    of the reader goes through it); the copies held at once by counting the live
+    DeepSpeedState objects (weakly) at each file read."""
+    import collections
+    import weakref
+    from zinc.utils import _ds_pickle, ds_checkpoint, from_deepspeed
+    reads = collections.Counter()
+    live = weakref.WeakSet()
+    most = [0]
+    load_file, init = _ds_pickle.load_file, ds_checkpoint.DeepSpeedState.__init__
+
+    def counted(path):
+        reads[os.path.relpath(path, FIXTURES)] += 1
+        most[0] = max(most[0], len(live))
+        return load_file(path)
+
+    def tracked(self):
+        init(self)
+        live.add(self)
+    _ds_pickle.load_file, ds_checkpoint.DeepSpeedState.__init__ = counted, tracked
+    try:
+        for name in ("s0_bf16", "s1_fp32", "s1_bf16_fp32acc", "s2_bf16", "s3_fp32", "u2_fp32"):
+            reads.clear()
+            read_deepspeed_checkpoint(os.path.join(FIXTURES, name, "ckpt"))
+            twice = {f: n for f, n in reads.items() if n != 1}
+            check(f"read_deepspeed_checkpoint({name}): each of its {len(reads)} files read "
+                  "once", reads and not twice, f"{twice}")
+        for name in ("s2_fp32", "s3_bf16"):
+            reads.clear()
+            most[0] = 0
+            from_deepspeed.convert(os.path.join(FIXTURES, name, "ckpt"),
+                                   os.path.join(tmp, name))
+            twice = {f: n for f, n in reads.items() if n != 1}
+            check(f"from_deepspeed {name}: each of its {len(reads)} files read once",
+                  reads and not twice, f"{twice}")
+            check(f"from_deepspeed {name}: one copy of the checkpoint's state held at a time",
+                  most[0] == 1, f"{most[0]} DeepSpeedState objects alive at once")
+    finally:
+        _ds_pickle.load_file, ds_checkpoint.DeepSpeedState.__init__ = load_file, init
+    ds = read_deepspeed_checkpoint(os.path.join(FIXTURES, "s2_fp32", "ckpt"))
+    held = sum(t.numel() * t.element_size() for store in (ds.master, ds.exp_avg, ds.exp_avg_sq,
+                                                          ds.module) for t in store.values())
+    print(f"note: a DeepSpeedState of s2_fp32 holds {held} bytes of tensors (12 bytes a "
+          "trained parameter and the module state); from_deepspeed held two of them during "
+          "its load, now one")
+
+
 def fp16_scaler(tmp):
     """DeepSpeed's fp16 loss scaler carried into an fp16 engine. No fixture has one (DeepSpeed's
     CPU accelerator refuses fp16 training), so this one is made here: the s2_fp32 fixture with
@@ -307,6 +361,10 @@ def main(argv):
     elif mode == "refuse":
         os.makedirs(argv[1], exist_ok=True)
         refuse(argv[1])
+    elif mode == "reads":
+        shutil.rmtree(argv[1], ignore_errors=True)
+        os.makedirs(argv[1])
+        read_once(argv[1])
     elif mode == "convert":
         convert(argv[1], argv[2], argv[3])
     elif mode == "export":

@@ -201,6 +201,12 @@ add_test(NAME python_ds_import_refused
          COMMAND ${_py} ${_pyt}/test_ds_import.py refuse ${CMAKE_CURRENT_BINARY_DIR}/py_ds_refuse)
 set_tests_properties(python_ds_import_refused PROPERTIES LABELS "python;ckpt" TIMEOUT 120
                      SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
+# Every file of a DeepSpeed checkpoint read once, by the reader and by from_deepspeed, which
+# holds one copy of the state at a time.
+add_test(NAME python_ds_read_once
+         COMMAND ${_py} ${_pyt}/test_ds_import.py reads ${CMAKE_CURRENT_BINARY_DIR}/py_ds_reads)
+set_tests_properties(python_ds_read_once PROPERTIES LABELS "python;ckpt" TIMEOUT 120
+                     SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
 
 if(ZINC_HAVE_MPI AND ZINC_TORCH_PYTHON)
   set(_mpi ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe)

@@ -198,9 +198,9 @@ def _take(name_shapes, flat, flat_m, flat_v, out, paddings=None, path=""):
         off += n + (int(paddings[i]) if paddings else 0)
 
 
-def _flat_groups(ds, tagdir, files, param_shapes):
-    """ZeRO 1-2 and BF16_Optimizer files: the ranks' flat partitions per group."""
-    per_rank = [_ds_pickle.load_file(f)["optimizer_state_dict"] for f in files]
+def _flat_groups(ds, files, per_rank, param_shapes):
+    """ZeRO 1-2 and BF16_Optimizer files: the ranks' flat partitions per group (per_rank: each
+    file's optimizer_state_dict)."""
     first = per_rank[0]
     ds.scaler = _scaler_of(first["loss_scaler"]) if "loss_scaler" in first else None
     steps = []
@@ -226,9 +226,9 @@ def _flat_groups(ds, tagdir, files, param_shapes):
     ds.adam_step = _step_of(files[0], steps)
 
 
-def _stage3(ds, tagdir, files, param_shapes):
-    """ZeRO 3: each parameter split on its own, ceil(numel / ranks) elements per rank."""
-    per_rank = [_ds_pickle.load_file(f)["optimizer_state_dict"] for f in files]
+def _stage3(ds, files, per_rank, param_shapes):
+    """ZeRO 3: each parameter split on its own, ceil(numel / ranks) elements per rank
+    (per_rank: each file's optimizer_state_dict)."""
     ranks = len(files)
     first = per_rank[0]
     ds.scaler = _scaler_of(first["loss_scaler"]) if "loss_scaler" in first else None
@@ -385,15 +385,17 @@ def _native(ds, tagdir, msf, sd, param_shapes):
     files = (_rank_files(tagdir, "zero_pp_rank_{}_mp_rank_00_optim_states.pt") or
              _rank_files(tagdir, "bf16_zero_pp_rank_{}_mp_rank_00_optim_states.pt"))
     if files:
-        head = _ds_pickle.load_file(files[0])["optimizer_state_dict"]
+        # Each file read once: the layout is told by rank 0's, which is then used as it is.
+        per_rank = [_ds_pickle.load_file(f)["optimizer_state_dict"] for f in files]
+        head = per_rank[0]
         stage = head.get("zero_stage")
         stage = int(getattr(stage, "value", stage) or 0)
         if "fp32_flat_groups" in head:
             ds.kind = "zero-3"
-            _stage3(ds, tagdir, files, param_shapes)
+            _stage3(ds, files, per_rank, param_shapes)
         else:
             ds.kind = f"zero-{stage}" if stage else "bf16-optimizer"
-            _flat_groups(ds, tagdir, files, param_shapes)
+            _flat_groups(ds, files, per_rank, param_shapes)
     else:
         ds.kind = "zero-0"
         opt = sd.get("optimizer")

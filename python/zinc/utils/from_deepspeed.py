@@ -13,8 +13,8 @@ zinc.utils.zero_to_fp32 read it as any zinc checkpoint.
 How: a torch module is built from the checkpoint's names alone (a submodule per dotted prefix,
 the trained parameters, the frozen ones and the buffers, in DeepSpeed's order and dtype), a
 zinc engine of one rank at stage 0 is made for it from DeepSpeed's config (its optimizer,
-scheduler and fp16/bf16 sections), loads the DeepSpeed checkpoint the way engine.load_checkpoint
-does, and saves. The group layout does not matter to a reader: a zinc checkpoint stores tensors
+scheduler and fp16/bf16 sections), sets the state it read the way engine.load_checkpoint does
+(the folder is read once), and saves. The group layout does not matter to a reader: a zinc checkpoint stores tensors
 in model space (name, element range), so any model that names its parameters as DeepSpeed's
 module did loads it at any world size and stage. The client blob holds what
 engine.save_checkpoint writes: DeepSpeed's counters, the buffers and frozen parameters, and
@@ -80,12 +80,15 @@ def _config(ds):
 def convert(ds_dir, zinc_dir, tag=None):
     """Writes zinc_dir/<tag> from the DeepSpeed checkpoint ds_dir/tag; returns the tag."""
     from .. import initialize          # at call time: zinc.utils is imported by the engine
+    from .._ds_import import apply_deepspeed
     ds = read_deepspeed_checkpoint(ds_dir, tag)
     model = _module_from_names(ds)
     engine, *_ = initialize(model=model, model_parameters=[p for p in model.parameters()
                                                            if p.requires_grad],
                             config=_config(ds), dist_init_required=False)
-    engine.load_checkpoint(ds_dir, ds.tag)
+    # The state read above, applied as engine.load_checkpoint(ds_dir) would apply it (strict,
+    # everything): the folder is read once and held once.
+    apply_deepspeed(engine, ds, strict=True, weights_only=False)
     engine.save_checkpoint(zinc_dir, tag=ds.tag, client_state=ds.client_state)
     return ds.tag
 
