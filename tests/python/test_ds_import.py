@@ -18,6 +18,10 @@
         fp16 loss scaler) refuses out-of-range fields by name, and a save keeps what it set;
         a DynamicLossScaler pickled under DeepSpeed's module path (made here: no fp16
         fixture exists) reaches an fp16 engine's scaler, fields and all.
+        Refusals told by a key inside a file (refused_keys: a copy of a fixture with one key
+        edited): tp_degree, pp_degree, mp_world_size above 1, an expert parameter in the
+        module, another optimizer's state keys in one rank's file, Adam step counts that
+        differ between param groups; each error names the key and the value refused.
     python test_ds_import.py reads DIR   every file of a checkpoint read once by
         read_deepspeed_checkpoint and by from_deepspeed's convert, which holds one copy of
         the state at a time (counted: torch.load calls, live DeepSpeedState objects).
@@ -182,6 +186,7 @@ def refuse(tmp):
     os.remove(os.path.join(d, "global_step3", "zero_pp_rank_0_mp_rank_00_optim_states.pt"))
     check_raises("refused: a rank's file missing", lambda: engine.load_checkpoint(d),
                  DeepSpeedCheckpointError, "ranks [0]")
+    refused_keys(tmp, engine)
     changed = [n for n, p in model.named_parameters() if not torch.equal(p.detach(), before[n])]
     check("nothing changed by a refused load", not changed, f"{changed}")
     check_raises("a folder that is no checkpoint", lambda: read_deepspeed_checkpoint(tmp),
@@ -189,6 +194,74 @@ def refuse(tmp):
     train_state(tmp)
     fp16_scaler(tmp)
     return 0
+
+
+def edited(tmp, case, fixture, edits):
+    """A copy of ds_fixtures/fixture/ckpt in tmp/case with edits applied: {file in the tag
+    folder: fn(its torch.load'ed dict)}, each file saved back with torch.save."""
+    from zinc.utils import _ds_pickle
+    d = os.path.join(tmp, case)
+    shutil.rmtree(d, ignore_errors=True)
+    shutil.copytree(os.path.join(FIXTURES, fixture, "ckpt"), d)
+    for name, fn in edits.items():
+        f = os.path.join(d, "global_step3", name)
+        sd = _ds_pickle.load_file(f)
+        fn(sd)
+        torch.save(sd, f)
+    return d
+
+
+def refused_keys(tmp, engine):
+    """Refusals told by keys inside the files, not by file names: each case edits one key of a
+    copy of a fixture, and the error must name the key (and the value that is refused)."""
+    states = "mp_rank_00_model_states.pt"
+    rank1 = "zero_pp_rank_1_mp_rank_00_optim_states.pt"
+
+    def dims(key):
+        return lambda sd: sd["checkpoint_parallel_dimensions"].update({key: 2})
+
+    def expert(sd):
+        sd["module"]["moe.experts.0.weight"] = torch.zeros(3)
+
+    def sgd_state(sd):
+        # rank 1's state of group 0 as torch's SGD with momentum keeps it
+        osd = sd["optimizer_state_dict"]
+        base = osd["base_optimizer_state"]
+        st = base["state"][0] if isinstance(base, dict) else base[0]
+        st["momentum_buffer"] = st.pop("exp_avg")
+        del st["exp_avg_sq"]
+        # DeepSpeed's pickled objects are stand-ins here, which torch.save cannot write back;
+        # the reader takes the scaler and the stage from rank 0's file.
+        osd["zero_stage"] = 2
+        for key in ("loss_scaler", "param_slice_mappings"):
+            osd.pop(key, None)
+
+    def two_groups(sd):
+        # stage 0's torch optimizer split in two param groups, the second one step ahead
+        opt = sd["optimizer"]
+        g0 = opt["param_groups"][0]
+        g1 = dict(g0, params=g0["params"][3:])
+        g0["params"] = g0["params"][:3]
+        opt["param_groups"].append(g1)
+        for i in g1["params"]:
+            opt["state"][i]["step"] = opt["state"][i]["step"] + 1
+
+    cases = [("tp_degree", "s2_fp32", {states: dims("tp_degree")},
+              [states, "tp_degree 2", "tensor parallelism"]),
+             ("pp_degree", "s2_fp32", {states: dims("pp_degree")},
+              [states, "pp_degree 2", "pipeline parallelism"]),
+             ("mp_world_size", "s2_fp32", {states: lambda sd: sd.update(mp_world_size=2)},
+              [states, "mp_world_size 2", "tensor parallelism"]),
+             ("expert_keys", "s2_fp32", {states: expert},
+              [states, "moe.experts.0.weight", "mixture of experts"]),
+             ("sgd_state", "s2_fp32", {rank1: sgd_state},
+              [rank1, "momentum_buffer", "not Adam's"]),
+             ("group_steps", "s0_fp32", {states: two_groups},
+              [states, "3 at group 0", "4 at group 1", "differ between parameter groups"])]
+    for case, fixture, edits, names in cases:
+        d = edited(tmp, case, fixture, edits)
+        check_raises(f"refused by key: {case} (the error names {names})",
+                     lambda: engine.load_checkpoint(d), DeepSpeedCheckpointError, *names)
 
 
 def read_once(tmp):

@@ -120,8 +120,12 @@ def _check_model_states(path, sd):
                                                               "parallelism")):
         if int(dims.get(key, 1) or 1) != 1:
             _refuse(path, f"{key} {dims[key]}: {what}")
-    if sd.get("num_experts") or any("expert" in str(k) for k in sd.get("module") or {}):
-        _refuse(path, "expert parameters: mixture of experts (MoE)")
+    if sd.get("num_experts"):
+        _refuse(path, f"num_experts {sd['num_experts']}: mixture of experts (MoE)")
+    experts = [str(k) for k in sd.get("module") or {} if "expert" in str(k)]
+    if experts:
+        _refuse(path, f"expert parameters {experts[:3]}{' ...' if len(experts) > 3 else ''}: "
+                "mixture of experts (MoE)")
     opt = ((sd.get("ds_config") or {}).get("optimizer") or {}).get("type")
     if opt is not None and str(opt).lower() not in _ADAM_TYPES:
         _refuse(path, f"optimizer type {opt!r}: only Adam/AdamW state is carried")
@@ -155,11 +159,17 @@ def _scaler_of(obj):
 
 
 def _step_of(path, states):
-    steps = {int(float(s["step"])) for s in states if "step" in s}
-    if len(steps) > 1:
-        _refuse(path, f"Adam step counts {sorted(steps)} differ between parameter groups "
-                "(zinc keeps one)")
-    return steps.pop() if steps else 0
+    """The one Adam step count of states, [(where, torch state entry)]: refused, naming where
+    each count was found, when they differ."""
+    where = {}
+    for at, s in states:
+        if "step" in s:
+            where.setdefault(int(float(s["step"])), at)
+    if len(where) > 1:
+        counts = ", ".join(f"{n} at {where[n]}" for n in sorted(where))
+        _refuse(path, f"Adam step counts differ between parameter groups ({counts}); zinc "
+                "keeps one")
+    return next(iter(where)) if where else 0
 
 
 def _model_states_file(tagdir, names):
@@ -216,7 +226,7 @@ def _flat_groups(ds, files, per_rank, param_shapes):
             base = osd["base_optimizer_state"]
             st = base["state"][g] if isinstance(base, dict) else base[g]
             _check_adam(f, st)
-            steps.append(st)
+            steps.append((f"group {g} of {os.path.basename(f)}", st))
             cat["fp32"][g].append(osd["single_partition_of_fp32_groups"][g].float())
             cat["m"][g].append(st["exp_avg"].float())
             cat["v"][g].append(st["exp_avg_sq"].float())
@@ -239,7 +249,7 @@ def _stage3(ds, files, per_rank, param_shapes):
         keys = sorted(inner)
         for k in keys:
             _check_adam(f, inner[k])
-            steps.append(inner[k])
+            steps.append((f"group {k} of {os.path.basename(f)}", inner[k]))
         flats["fp32"].append(torch.cat([t.float() for t in osd["fp32_flat_groups"]]))
         flats["m"].append(torch.cat([inner[k]["exp_avg"].float() for k in keys]))
         flats["v"].append(torch.cat([inner[k]["exp_avg_sq"].float() for k in keys]))
@@ -271,6 +281,7 @@ def _stage0(ds, path, opt, module, buffer_names):
     else:                                           # fp32: torch's optimizer itself
         torch_sd, fp32 = opt, None
     order = [i for g in torch_sd["param_groups"] for i in g["params"]]
+    group_of = {i: g for g, grp in enumerate(torch_sd["param_groups"]) for i in grp["params"]}
     state = [torch_sd["state"].get(i, {}) for i in order]
     for st in state:
         _check_adam(path, st)
@@ -292,7 +303,7 @@ def _stage0(ds, path, opt, module, buffer_names):
             ds.exp_avg[n] = state[i]["exp_avg"].float().clone().view(tuple(module[n].shape))
             ds.exp_avg_sq[n] = state[i]["exp_avg_sq"].float().clone().view(
                 tuple(module[n].shape))
-    ds.adam_step = _step_of(path, state)
+    ds.adam_step = _step_of(path, [(f"group {group_of[i]}", st) for i, st in zip(order, state)])
 
 
 def _universal(ds, tagdir, param_shapes):
@@ -318,7 +329,7 @@ def _universal(ds, tagdir, param_shapes):
         sp = os.path.join(pdir, "step.pt")
         if os.path.exists(sp):
             s = _ds_pickle.load_file(sp)
-            steps.append({"step": s["param"] if isinstance(s, dict) else s})
+            steps.append((name, {"step": s["param"] if isinstance(s, dict) else s}))
     if not ds.master:
         _refuse(zdir, "no zero/<param>/exp_avg.pt: a universal checkpoint without Adam state")
     osp = os.path.join(zdir, "optimizer_state.pt")
@@ -328,7 +339,8 @@ def _universal(ds, tagdir, param_shapes):
             ds.scaler = _scaler_of(osd["loss_scaler"])
         # A stage-3 source has no step.pt: its step is in rank 0's optimizer state, kept here.
         inner = (osd.get("optimizer_state_dict") or {}).get("state") or {}
-        steps.extend(st for st in inner.values() if isinstance(st, dict) and "step" in st)
+        steps.extend((f"group {k} of optimizer_state.pt", st) for k, st in inner.items()
+                     if isinstance(st, dict) and "step" in st)
     ds.adam_step = _step_of(zdir, steps)
     # The module state says the order the model registers them in; universal folders are
     # listed alphabetically.
