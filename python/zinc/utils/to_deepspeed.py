@@ -40,7 +40,7 @@ import sys
 
 import torch
 
-from .._lib import EngineOptions, check, lib
+from .._lib import EngineOptions, LoadOptions, check, lib
 from .zero_to_fp32 import _find_tag, _saved_module_state
 
 _DS_VERSION = "0.19.8"     # the DeepSpeed whose layout this writes (its loaders check >= 0.3.17)
@@ -73,7 +73,6 @@ def _read_zinc(zinc_dir, tag):
                                      _CODE[dtype], ctypes.byref(pid)), e)
             pids.append(pid.value)
         check(lib.zinc_finalize(e), e)
-        from .._lib import LoadOptions
         load = LoadOptions(weights_only=0, client_blob=None, client_blob_cap=0, missing_ok=0,
                            keep_optimizer=0, caller_reads_extra=1)
         check(lib.zinc_ckpt_load(e, os.fsencode(zinc_dir), tag.encode(), ctypes.byref(load)), e)
@@ -90,10 +89,52 @@ def _read_zinc(zinc_dir, tag):
     return manifest, values, step
 
 
+def _replace(path, write):
+    """write(path + ".tmp") (a file or a folder), then renamed to path, so a reader finds the
+    old path or the complete new one; a .tmp a crashed run left is removed first."""
+    tmp = path + ".tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    write(tmp)
+    if os.path.isdir(path):
+        shutil.rmtree(path, ignore_errors=True)
+    os.replace(tmp, path)
+
+
 def _save(obj, path):
     """torch.save through a temporary name, renamed when complete."""
-    torch.save(obj, path + ".tmp")
-    os.replace(path + ".tmp", path)
+    _replace(path, lambda tmp: torch.save(obj, tmp))
+
+
+def _save_param(zdir, name, **tensors):
+    """zdir/<name>/<key>.pt = {"param": tensor} for each key=tensor, as ds_to_universal writes
+    a parameter's or a buffer's files."""
+    pdir = os.path.join(zdir, name)
+    os.makedirs(pdir, exist_ok=True)
+    for key, t in tensors.items():
+        _save({"param": t}, os.path.join(pdir, key + ".pt"))
+
+
+def _write_tag(tmp, values, step, extra, buffers, frozen, states, record):
+    """The universal tag folder tmp: zero/ (each trained tensor's master, moments and step; the
+    buffers' and frozen parameters' values; optimizer_state.pt) and the model states file
+    under both of DeepSpeed's names."""
+    zdir = os.path.join(tmp, "zero")
+    os.makedirs(zdir)
+    for n, (master, m, v) in values.items():
+        _save_param(zdir, n, fp32=master, exp_avg=m, exp_avg_sq=v)
+        _save(torch.tensor(float(step)), os.path.join(zdir, n, "step.pt"))
+    for n in buffers + frozen:
+        _save_param(zdir, n, fp32=extra[n].float())
+    lrs = record.get("group_lr") or [record.get("lr", 0.0)] * max(1, len(record.get(
+        "group_adam", [[]])))
+    groups = [{"lr": float(lr), "betas": (b1, b2), "eps": eps, "weight_decay": wd}
+              for lr, (b1, b2, eps, wd) in zip(lrs, record.get("group_adam", []))]
+    _save({"optimizer_state_dict": {"state": {0: {"step": torch.tensor(float(step))}},
+                                    "param_groups": groups},
+           "param_groups": groups, "ds_version": _DS_VERSION, "dynamic_loss_scale": False,
+           "overflow": False}, os.path.join(zdir, "optimizer_state.pt"))
+    for name in ("mp_rank_00_model_states.pt", "zero_pp_rank_0_mp_rank_00_model_states.pt"):
+        _save(states, os.path.join(tmp, name))
 
 
 def convert(zinc_dir, out_dir, tag=None):
@@ -103,55 +144,27 @@ def convert(zinc_dir, out_dir, tag=None):
     record, extra = _saved_module_state(blob)
     manifest, values, step = _read_zinc(zinc_dir, tag)
     scalars = set(record.get("scalar_params", []))
-    frozen = set(record.get("frozen_params", []))
-    dtype = _TORCH[manifest["dtype"]]
-
-    def shaped(n, t):
-        return t.reshape(()) if n in scalars else t
-
-    tmp = os.path.join(out_dir, tag + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    zdir = os.path.join(tmp, "zero")
-    os.makedirs(zdir)
-    for n, (master, m, v) in values.items():
-        pdir = os.path.join(zdir, n)
-        os.makedirs(pdir)
-        for key, t in (("fp32", master), ("exp_avg", m), ("exp_avg_sq", v)):
-            _save({"param": shaped(n, t)}, os.path.join(pdir, key + ".pt"))
-        _save(torch.tensor(float(step)), os.path.join(pdir, "step.pt"))
+    # A 0-d parameter is stored with one element: DeepSpeed's files give it its shape back.
+    values = {n: [t.reshape(()) for t in ts] if n in scalars else ts
+              for n, ts in values.items()}
+    frozen = sorted(set(record.get("frozen_params", [])) & set(extra))
     buffers = [n for n in extra if n not in frozen and n not in values]
-    for n in list(buffers) + sorted(frozen & set(extra)):
-        pdir = os.path.join(zdir, n)
-        os.makedirs(pdir, exist_ok=True)
-        _save({"param": extra[n].float()}, os.path.join(pdir, "fp32.pt"))
-    lrs = record.get("group_lr") or [record.get("lr", 0.0)] * max(1, len(record.get(
-        "group_adam", [[]])))
-    groups = [{"lr": float(lr), "betas": (b1, b2), "eps": eps, "weight_decay": wd}
-              for lr, (b1, b2, eps, wd) in zip(lrs, record.get("group_adam", []))]
-    _save({"optimizer_state_dict": {"state": {0: {"step": torch.tensor(float(step))}},
-                                    "param_groups": groups},
-           "param_groups": groups, "ds_version": _DS_VERSION, "dynamic_loss_scale": False,
-           "overflow": False}, os.path.join(zdir, "optimizer_state.pt"))
     if "lr_scheduler" in record:         # a client scheduler's own state_dict
         sched = torch.load(io.BytesIO(base64.b64decode(record["lr_scheduler"])))
     else:                                 # DeepSpeed's schedulers: the position alone
         sched = {"last_batch_iteration": step - 1}
-    module = collections.OrderedDict()
-    for n, t in extra.items():
-        module[n] = t
-    for n, (master, _, _) in values.items():
-        module[n] = shaped(n, master).to(dtype)
-    client = {}
+    dtype = _TORCH[manifest["dtype"]]
+    module = collections.OrderedDict(extra)
+    module.update((n, master.to(dtype)) for n, (master, _, _) in values.items())
+    states = {}
     if "client_state_torch" in record or "client_state" in record:
         from .._state_io import _client_state_of
-        client = _client_state_of(record)
-    states = dict(client)
+        states.update(_client_state_of(record))
     states.update({
         "module": module, "buffer_names": buffers, "optimizer": None,
-        "param_shapes": [collections.OrderedDict((n, torch.Size(shaped(n, m).shape))
+        "param_shapes": [collections.OrderedDict((n, torch.Size(m.shape))
                                                  for n, (m, _, _) in values.items())],
-        "frozen_param_shapes": collections.OrderedDict(
-            (n, extra[n].shape) for n in sorted(frozen & set(extra))),
+        "frozen_param_shapes": collections.OrderedDict((n, extra[n].shape) for n in frozen),
         "shared_params": dict(record.get("tied", {})), "frozen_param_fragments": {},
         "lr_scheduler": sched, "data_sampler": None, "random_ltd": None,
         "sparse_tensor_module_names": set(),
@@ -160,15 +173,13 @@ def convert(zinc_dir, out_dir, tag=None):
         "global_samples": int(record.get("global_samples", 0)),
         "dp_world_size": int(manifest.get("world_size", 1)), "mp_world_size": 1,
         "ds_config": {}, "ds_version": _DS_VERSION})
-    for name in ("mp_rank_00_model_states.pt", "zero_pp_rank_0_mp_rank_00_model_states.pt"):
-        _save(states, os.path.join(tmp, name))
-    final = os.path.join(out_dir, tag)
-    shutil.rmtree(final, ignore_errors=True)
-    os.replace(tmp, final)
-    with open(os.path.join(out_dir, "latest_universal.tmp"), "w", encoding="utf-8") as f:
-        f.write(tag)
-    os.replace(os.path.join(out_dir, "latest_universal.tmp"),
-               os.path.join(out_dir, "latest_universal"))
+    _replace(os.path.join(out_dir, tag), lambda tmp: _write_tag(
+        tmp, values, step, extra, buffers, frozen, states, record))
+
+    def write_latest(tmp):
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(tag)
+    _replace(os.path.join(out_dir, "latest_universal"), write_latest)
     return tag
 
 
