@@ -10,7 +10,11 @@
         weights: relative 1e-6 of each tensor's largest value in fp32 (measured: at most
         1.7e-7), 2^-8 in bf16 — one bf16 rounding step at that largest value: the 16-bit
         forward and backward round differently, and 3 steps moved it less than one step
-        (measured: at most 2.6e-3; figures in docs/deepspeed-checkpoints.md).
+        (measured: at most 2.6e-3; figures in docs/deepspeed-checkpoints.md). s2_fp16 (fp16,
+        DeepSpeed's fp16 check overridden on the CPU: make_fixtures.py) checks the same at the
+        load and the loss scaler's hysteresis, cur_iter and last_overflow_iter; its 3 steps
+        after run only where torch has CPU fp16 matmul (not 1.13) and are printed, not
+        checked (an open difference of 8.8e-3).
     python test_ds_import.py refuse DIR      what zinc cannot carry is refused by name before
         the engine changes: a tensor-parallel rank's file, a pipeline layer file, an expert
         file, another optimizer's type, a rank's file missing; a folder that is no checkpoint
@@ -76,8 +80,9 @@ def engine_for(want, stage):
     world = int(os.environ.get("OMPI_COMM_WORLD_SIZE", "1"))
     torch.manual_seed(1)     # not DeepSpeed's initial weights: the load must replace them
     model = make_fixtures.net(torch)
-    if want["dtype"].startswith("bf16"):
-        model = model.to(torch.bfloat16)
+    low = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(want["dtype"][:4])
+    if low is not None:
+        model = model.to(low)
         model.shift.data = model.shift.data.float()
     engine, *_ = zinc.initialize(model=model, model_parameters=model.parameters(),
                                  config=zinc_config(want, stage, world))
@@ -119,6 +124,8 @@ def load(name, stage, root=None):
     check(f"{tag}: a warning exactly when DeepSpeed's Adam and scheduler counts differ",
           schedule_warned == (not same_count and engine.global_rank == 0),
           f"warned {schedule_warned}")
+    if want["dtype"] == "fp16" and world == 1:      # (a save to one folder of its own)
+        fp16_fields(tag, engine, os.path.join(root, name, "ckpt"))
     lr = engine.get_lr()[0]
     if same_count:
         check(f"{tag}: lr {lr} is DeepSpeed's {want['lr']}",
@@ -127,6 +134,10 @@ def load(name, stage, root=None):
         print(f"note {tag}: DeepSpeed's optimizer took {want['adam_step']} Adam steps in "
               f"{want['global_steps']} (its fp16/bf16 stage-0 optimizer steps once at init): "
               "the continuation below cannot match (docs/deepspeed-checkpoints.md)")
+        return 0
+    if want["dtype"] == "fp16" and not cpu_fp16_matmul():
+        print(f"note {tag}: this torch ({torch.__version__}) has no fp16 matmul on the CPU, so "
+              "the 3 steps after the load are not run (docs/deepspeed-checkpoints.md)")
         return 0
     # The 3 steps DeepSpeed trained after its save, on the same global batches.
     rank, cast = engine.global_rank, next(model.parameters()).dtype
@@ -143,11 +154,45 @@ def load(name, stage, root=None):
         got = safe_get_full_fp32_param(p).float().flatten()
         ref = torch.tensor(want["continued"][n])
         worst = max(worst, ((got - ref).abs().max() / ref.abs().max()).item())
+    if want["dtype"] == "fp16":
+        # Open: zinc lands 8.8e-3 (norm.bias) from the fixture's weights at 1 and at 2 ranks
+        # alike (torch 2.15), so it is no batch-split rounding; the cause is not found, and no
+        # bound is claimed (docs/deepspeed-checkpoints.md).
+        print(f"note {tag}: fp16, 3 more steps land {worst:.2e} of a tensor's largest value "
+              "from DeepSpeed's weights (not checked: an open difference)")
+        return 0
     check(f"{tag}: 3 more steps reach DeepSpeed's weights (worst {worst:.2e} of a tensor's "
           f"largest value, bound {tol:g})", worst <= tol)
     check(f"{tag}: lr after them is DeepSpeed's", abs(engine.get_lr()[0] - want["continued_lr"])
           <= 1e-12 * want["continued_lr"], f"{engine.get_lr()[0]} != {want['continued_lr']}")
     return 0
+
+
+def cpu_fp16_matmul():
+    """Whether torch multiplies fp16 matrices on the CPU (torch 1.13: "addmm_impl_cpu_" not
+    implemented for 'Half')."""
+    try:
+        torch.ones(2, 2, dtype=torch.float16) @ torch.ones(2, 2, dtype=torch.float16)
+        return True
+    except RuntimeError:
+        return False
+
+
+def fp16_fields(tag, engine, ckpt):
+    """The fp16 loss scaler's fields beyond the scale, against the DynamicLossScaler DeepSpeed
+    pickled into rank 0's optimizer file: a zinc save right after the load keeps them."""
+    import tempfile
+    from zinc.utils import _ds_pickle
+    f = os.path.join(ckpt, "global_step3", "zero_pp_rank_0_mp_rank_00_optim_states.pt")
+    ds = _ds_pickle.load_file(f)["optimizer_state_dict"]["loss_scaler"]
+    with tempfile.TemporaryDirectory() as d:
+        engine.save_checkpoint(d, tag="t")
+        with open(os.path.join(d, "t", "manifest.json"), encoding="utf-8") as fh:
+            sc = json.load(fh)["engine_state"]["loss_scaler"]
+    got = (sc["cur_scale"], sc["cur_hysteresis"], sc["cur_iter"], sc["last_overflow_iter"])
+    want = (ds.cur_scale, ds.cur_hysteresis, ds.cur_iter, ds.last_overflow_iter)
+    check(f"{tag}: the loss scaler's scale, hysteresis, cur_iter, last_overflow_iter are "
+          f"DeepSpeed's {want}", got == want and ds.cur_scale != 2 ** 8, f"{got}")
 
 
 def refuse(tmp):
