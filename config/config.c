@@ -153,6 +153,7 @@ void zcfg_defaults(zcfg *c)
     z->gather_16bit_weights_on_model_save = 0;
     z->offload_optimizer = 0;
     z->offload_param = 0;
+    z->offload_pin = 1;          /* DeepSpeed 0.19.8: offload_optimizer.pin_memory defaults to true */
     z->nvme_path[0] = 0;
     z->nvme_buffer_count = 4;
     z->nvme_pipeline_read = 0;

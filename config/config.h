@@ -93,7 +93,7 @@ typedef struct {
     int gather_16bit_weights_on_model_save;  /* default 0 */
     int offload_optimizer;                   /* the device the file names: ZCFG_OFFLOAD_NONE,
                                                 _CPU or _NVME (the report and the hash keep it) */
-    int offload_pin;                         /* offload_optimizer.pin_memory (default 0): the
+    int offload_pin;                         /* offload_optimizer.pin_memory (default 1): the
                                                 host buffers the copies touch are page-locked
                                                 where the device can (cuda) */
     int offload_param;                       /* the device the file names (as above); "cpu"

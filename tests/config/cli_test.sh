@@ -70,7 +70,7 @@ fails=$((fails + missing))
 checks=$((checks + 1))
 "$zinc" config check "$dir/warn_offload_param_nvme.json" --json >"$tmp.out" 2>/dev/null
 flat=$(tr -d ' \n' <"$tmp.out")
-for want in '"offload_param":{"device":"nvme"}' '"offload_optimizer":{"device":"none","pin_memory":false}'; do
+for want in '"offload_param":{"device":"nvme"}' '"offload_optimizer":{"device":"none","pin_memory":true}'; do
     case "$flat" in
     *"$want"*) ;;
     *) echo "FAIL: --json of warn_offload_param_nvme.json lacks $want"; fails=$((fails + 1)) ;;

@@ -787,7 +787,10 @@ static void test_offload(void)
         char j[256];
         snprintf(j, sizeof j, PRE "\"zero_optimization\": {\"stage\": %d, \"offload_optimizer\": "
                               "{\"device\": \"cpu\"}}}", st);
-        if (parse_ok(j, 1, &c, 0, __LINE__)) EQ_I(zcfg_offloads_optimizer(&c), 1);
+        if (parse_ok(j, 1, &c, 0, __LINE__)) {
+            EQ_I(zcfg_offloads_optimizer(&c), 1);
+            EQ_I(c.zero.offload_pin, 1);   /* DeepSpeed 0.19.8's default pin_memory: true */
+        }
     }
     const char *k_dev[] = {"zero_optimization.offload_optimizer.device"};
     if (parse_warns(PRE "\"zero_optimization\": {\"stage\": 0, \"offload_optimizer\": {\"device\": \"cpu\"}}}",
