@@ -177,14 +177,16 @@ static int mkdir_p(const char *path)
     return mkdir(buf, 0777) == 0 || errno == EEXIST ? 0 : -1;
 }
 
-/* DeepSpeed's csv_monitor layout: <output_path>/<job_name>/<event>.csv with "step,value". */
+/* DeepSpeed's csv_monitor layout: <output_path>/<job_name>/<event>.csv with "step,value"; an
+ * empty output_path is DeepSpeed's os.path.join("", job_name), ./<job_name>, as the Python
+ * front-end writes it too. */
 static int open_csv(const topts *o, run_t *r, int append)
 {
     if (!o->cfg.zinc.csv_monitor) return 0;
     char dir[1024], path[1200];
-    snprintf(dir, sizeof dir, "%s/%s", o->cfg.zinc.csv_output_path[0] ? o->cfg.zinc.csv_output_path
-                                                                      : "csv_monitor",
-             o->cfg.zinc.csv_job_name[0] ? o->cfg.zinc.csv_job_name : "DeepSpeedJobName");
+    const char *out = o->cfg.zinc.csv_output_path;
+    const char *job = o->cfg.zinc.csv_job_name[0] ? o->cfg.zinc.csv_job_name : "DeepSpeedJobName";
+    snprintf(dir, sizeof dir, "%s%s%s", out, out[0] ? "/" : "", job);
     if (mkdir_p(dir) != 0) {
         fprintf(stderr, "zinc train: csv_monitor: cannot create %s: %s\n", dir, strerror(errno));
         return 1;

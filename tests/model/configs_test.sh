@@ -28,5 +28,30 @@ for st in 2 3; do
     [ -n "$a" ] && [ "$a" = "$b" ] || fail "stage $st: with offload '$b', without '$a'"
     printf '%s\n' "$off" | grep -q "host/rank .*master" || fail "stage $st: no host state line: $off"
 done
+# NVMe offload of the optimizer state: the same bits again, the state in a scratch file that is
+# gone after the run. csv_monitor with DeepSpeed's defaults (output_path "", job_name
+# "DeepSpeedJobName") writes ./DeepSpeedJobName/, as DeepSpeed's os.path.join("", job_name) does.
+tmp=$(mktemp -d)
+python3 - "$dir/zero2_bf16.json" "$tmp" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["zero_optimization"]["offload_optimizer"] = {"device": "nvme", "nvme_path": sys.argv[2],
+                                               "pipeline_read": True, "pipeline_write": True}
+c["zero_optimization"]["sub_group_size"] = 4096
+c["csv_monitor"] = {"enabled": True}
+json.dump(c, open(sys.argv[2] + "/nvme.json", "w"))
+PY
+ref=$("$zinc" train --config "$dir/zero2_bf16.json" --ranks 2 --steps 8 2>&1)
+nv=$(cd "$tmp" && "$zinc" train --config nvme.json --ranks 2 --steps 8 2>&1) ||
+    fail "nvme offload did not train: $nv"
+a=$(printf '%s\n' "$ref" | grep -o 'grad norm [0-9.]*\|final loss [0-9.]*')
+b=$(printf '%s\n' "$nv" | grep -o 'grad norm [0-9.]*\|final loss [0-9.]*')
+[ -n "$a" ] && [ "$a" = "$b" ] || fail "nvme: with NVMe offload '$b', without '$a'"
+[ -z "$(ls "$tmp" | grep zinc-nvme)" ] || fail "nvme: scratch files left: $(ls "$tmp")"
+csv="$tmp/DeepSpeedJobName/Train_Samples_train_loss.csv"
+[ "$(head -n 1 "$csv" 2>/dev/null)" = "step,Train_Samples_train_loss" ] && [ "$(wc -l <"$csv")" -ge 2 ] ||
+    fail "csv_monitor: no $csv with a header and rows: $(ls -R "$tmp" | tr '\n' ' ')"
+[ ! -e "$tmp/csv_monitor" ] || fail "csv_monitor: wrote under csv_monitor/ (DeepSpeed writes ./<job_name>)"
+rm -rf "$tmp"
 [ "$fails" = 0 ] && echo "configs: ok"
 [ "$fails" = 0 ]
