@@ -220,6 +220,7 @@ zinc_status zinc_engine_create(const zinc_engine_options_t *opt, zinc_engine_t *
     e->threads = threads;
     e->offload = zcfg_offloads_optimizer(&e->cfg);
     e->offload_param = zcfg_offloads_param(&e->cfg);
+    e->grad_host = e->offload && e->stage >= 2;
     if (e->cfg.zinc.device_memory_limit) {
         s = zdev_set_limit(e->dev, e->cfg.zinc.device_memory_limit);
         if (s != ZINC_OK) {
@@ -645,6 +646,10 @@ zinc_status zinc_finalize(zinc_engine_t *e)
     e->m = m;
     e->v = v;
     if (e->offload && (s = zoffload_alloc(e)) != ZINC_OK) return s;
+    /* The host gradient's device scratch lives after the buckets, in the same block. */
+    if (e->grad_host)
+        e->acc_tmp = (char *)e->bucket +
+                     (size_t)e->nbuckets * e->plan.max_group_padded * zinc_dtype_size(e->dtype);
     /* The persistent stage-3 groups live after the gather ring, in the same block. */
     if (e->persist_numel)
         e->persist = (char *)e->gather +
@@ -808,10 +813,13 @@ static zinc_status gather_stream(zinc_engine_t *e, int param, const void *base, 
     float *mine = tmp + G->slice * (size_t)e->rank;
     const char *src = (const char *)base + own * zinc_dtype_size(dt);
     if (src_dev != d) {
-        /* offloaded state is fp32: read from its device (host memory, or the NVMe file) into
-         * host memory, then uploaded as is */
+        /* offloaded state (host memory, or the NVMe file): read into host memory, converted to
+         * fp32 there (the host gradient is 16-bit), then uploaded */
+        size_t es = zinc_dtype_size(dt);
         float *h = malloc(G->slice * 4 + 4);
-        s = h ? src_dev->iface->download(src_dev, h, src, G->slice * 4) : ZINC_ERR_NOMEM;
+        s = h ? src_dev->iface->download(src_dev, h, src, G->slice * es) : ZINC_ERR_NOMEM;
+        for (size_t i = G->slice; s == ZINC_OK && es != 4 && i-- > 0;)  /* in place, from the end */
+            h[i] = zk_load(h, dt, i);
         if (s == ZINC_OK) s = d->iface->upload(d, mine, h, G->slice * 4);
         if (s != ZINC_OK && s != ZINC_ERR_NOMEM) snprintf(d->err, sizeof d->err, "%s", src_dev->err);
         free(h);
@@ -891,20 +899,27 @@ static zinc_status grad_access_check(zinc_engine_t *e, int param, const void *bu
 }
 
 /* Stages 2-3: `n` values into the gradient accumulator at shard position `pos` (a slice of
- * the parameter's part), in the working dtype. Offload: the group's slice may already be on its
- * way to the host (zinc_grads_ready of the accumulation's last micro-step queued it); it goes
- * again, after this write. */
+ * the parameter's part), in the working dtype: on the device, or with offload in host memory
+ * (after its downloads are waited for). */
 static zinc_status write_grad_slice(zinc_engine_t *e, int param, size_t pos, const float *values,
                                     size_t n, const char *fn)
 {
     const zplan_param *P = &e->plan.params[param];
-    zinc_status s = upload_converted(e->dev, (char *)e->grad + pos * zinc_dtype_size(e->dtype),
-                                     values, n, e->dtype);
+    size_t off = pos * zinc_dtype_size(e->dtype);
+    zinc_status s;
+    if (e->grad_host) {
+        /* the host accumulator, once its downloads are done; the group's next micro-step adds to
+         * what is written here, as it adds to the device's */
+        s = zoffload_grad_settle(e);
+        if (s != ZINC_OK) return s;
+        s = upload_converted(e->host, (char *)e->h_grad + off, values, n, e->dtype);
+        e->gstate[P->group].acc_on_host = 1;
+    } else {
+        s = upload_converted(e->dev, (char *)e->grad + off, values, n, e->dtype);
+    }
     if (s != ZINC_OK)
         return zeng_fail(e, s, "%s: '%s': %s", fn, P->name,
                          s == ZINC_ERR_NOMEM ? "out of memory" : e->dev->err);
-    if (e->offload && e->gstate[P->group].ready && zeng_last_micro(e))
-        return zoffload_grad_changed(e, P->group);
     return ZINC_OK;
 }
 
@@ -913,8 +928,12 @@ zinc_status zinc_param_grad_get(zinc_engine_t *e, int param, float *out)
     const char *fn = "zinc_param_grad_get";
     zinc_status s = grad_access_check(e, param, out, fn, 1);
     if (s != ZINC_OK) return s;
-    /* Stages 2-3: already averaged by zinc_grads_ready's reduce-scatter; the slices, gathered. */
-    if (e->stage >= 2) return gather_stream(e, param, e->grad, e->dtype, e->dev, out, fn);
+    /* Stages 2-3: already averaged by zinc_grads_ready's reduce-scatter; the slices, gathered
+     * (from host memory with offload, once its downloads are done). */
+    if (e->grad_host && (s = zoffload_grad_settle(e)) != ZINC_OK) return s;
+    if (e->stage >= 2)
+        return e->grad_host ? gather_stream(e, param, e->h_grad, e->dtype, e->host, out, fn)
+                            : gather_stream(e, param, e->grad, e->dtype, e->dev, out, fn);
     /* Stages 0-1: this rank's sums, averaged over the ranks here in fp32 (zinc_step averages
      * the buffer itself, in the working dtype). */
     const zplan_param *P = &e->plan.params[param];
@@ -993,6 +1012,11 @@ static zinc_status local_stream(zinc_engine_t *e, int param, zinc_param_state wh
             return zeng_fail(e, ZINC_ERR_USAGE, "%s: below ZeRO stage 2 the gradient is not "
                              "partitioned (this engine runs stage %d): zinc_param_grad_get "
                              "reads it whole", fn, e->stage);
+        if (e->grad_host) {    /* in host memory (offload), once its downloads are done */
+            s = zoffload_grad_settle(e);
+            *f = (local_frag){(char *)e->h_grad, e->dtype, e->host, sp, n};
+            return s;
+        }
         *f = (local_frag){(char *)e->grad, e->dtype, e->dev, sp, n};
         return ZINC_OK;
     }

@@ -15,9 +15,11 @@
  *   gather     -            -            -                ngather * B + persistent groups
  *
  * With zero_optimization.offload_optimizer (stages 1-3, engine/offload.c) the fields master, m
- * and v point to host arrays of S elements (on the engine's `host` device), beside two host staging
- * buffers of S working-dtype elements: the downloaded gradient shard (h_grad) and the 16-bit
- * result of the host Adam (h_param16; none in fp32 mode, where the master is uploaded as is).
+ * and v point to host arrays of S elements (on the engine's `host` device; with "nvme" into a
+ * reserved range standing for a file, offload_nvme.c), beside two host buffers of S
+ * working-dtype elements: the gradient shard (h_grad: downloaded at stage 1, the accumulator
+ * itself at stages 2-3, where e->grad is then NULL) and the 16-bit result of the host Adam
+ * (h_param16; none in fp32 mode with the state in memory, where the master is uploaded as is).
  * The master is then never aliased with param16. zinc_memory reports device bytes,
  * zinc_memory_host these host bytes.
  *
@@ -76,6 +78,7 @@ typedef struct zgroup_state {
     int persistent;               /* stage 3: below the persistence threshold, always gathered */
     size_t persist_off;           /* persistent: element offset in e->persist */
     int ready;                    /* zinc_grads_ready was called this micro-step */
+    int acc_on_host;              /* grad_host: h_grad holds the group's sum of this window */
 } zgroup_state;
 
 
@@ -139,8 +142,13 @@ struct zinc_engine {
     uint64_t host_allocated[ZINC_MEM_COUNT];
     uint64_t offload_bytes[2];    /* step copies since finalize: [0] device->host, [1] host->device */
     double phase_s[ZINC_PHASE_COUNT]; /* zinc_step_seconds */
-    int grads_downloaded;         /* groups whose gradient zinc_grads_ready queued device -> host
-                                     in this accumulation's last micro-step (stages 2-3) */
+    int grad_host;                /* offload at stages 2-3: the reduced gradient shard accumulates
+                                     in h_grad (offload.c); e->grad is NULL */
+    void *acc_tmp;                /* grad_host: device scratch of the largest slice, after the
+                                     buckets in their block */
+    int grad_copies_pending;      /* grad_host: downloads into h_grad the host has not waited for */
+    double host_stats[2];         /* grad_host: the statistics taken on the host, uploaded into
+                                     stats asynchronously (so they must outlive the call) */
     int *ochunk;                  /* [nochunk + 1]: first group of each pipeline chunk, then ngroups */
     int nochunk;
     void *pinned[2];              /* host buffers pinned on the device (pin_memory), to unpin */
@@ -222,18 +230,18 @@ zinc_status zoffload_check_limit(zinc_engine_t *e);
 /* At finalize, after the device blocks: opens the host device and allocates the host state. */
 zinc_status zoffload_alloc(zinc_engine_t *e);
 void zoffload_free(zinc_engine_t *e);
-/* The step's update with the state on the host: grad shard device->host (unless predownloaded:
- * zoffload_grad_ready queued every group's already), the fused Adam on the host (args `a` with
+/* The step's update with the state on the host: grad shard device->host (stage 1; at stages 2-3,
+ * predownloaded, it is in h_grad already), the fused Adam on the host (args `a` with
  * the scalars set), the 16-bit result host->device into param16's own slices. The all-gather
  * (stages 1-2) or the persistent refresh (stage 3) is the caller's. */
 zinc_status zoffload_adam(zinc_engine_t *e, zk_adam_args *a, int predownloaded);
-/* Stages 2-3, zinc_grads_ready in the last micro-step of an accumulation: queues the group's
- * final gradient slice device -> host, so the copy overlaps the rest of backward. */
-zinc_status zoffload_grad_ready(zinc_engine_t *e, int group);
-/* The group's shard slice changed after zoffload_grad_ready queued it (zinc_param_grad_set):
- * queues its download again, after the write (the copies run in order). Not counted again in
- * grads_downloaded. */
-zinc_status zoffload_grad_changed(zinc_engine_t *e, int group);
+/* Stages 2-3 (grad_host), zinc_grads_ready after the group's reduce-scatter: adds the own slice
+ * `own` (device) to the group's sum in h_grad, through acc_tmp, all on the copy stream and the
+ * device (no host wait). */
+zinc_status zoffload_reduce_to_host(zinc_engine_t *e, int group, const void *own);
+/* grad_host: before the host reads or writes h_grad, waits for the downloads into it (one wait;
+ * none when none is pending). */
+zinc_status zoffload_grad_settle(zinc_engine_t *e);
 /* zeng_refresh_params' first half with host state: param16's own slices from the master. */
 zinc_status zoffload_refresh_own(zinc_engine_t *e);
 /* Queues the reduced gradient slices of groups [g0, g1) device -> host, into h_grad at their

@@ -18,14 +18,16 @@
  * offload_optimizer (stages 1-3) moves master, m and v of the shard to the host (12Ψ/N there,
  * 0 on the device) and adds two host staging buffers of the shard in the working dtype: the
  * downloaded gradient (2Ψ/N) and Adam's 16-bit output before its upload (2Ψ/N; none in fp32 mode,
- * where the master itself is uploaded). The reduced gradient shard stays on the device, where it
- * is accumulated and its statistics are taken. Device: stage 1 4Ψ, stage 2 2Ψ + 2Ψ/N, stage 3
- * 4Ψ/N; host 16Ψ/N at every stage (fp16/bf16).
+ * where the master itself is uploaded). At stages 2-3 the reduced gradient shard accumulates in
+ * that host buffer and its statistics are taken there: no device grad block, only a scratch of
+ * the largest slice after the buckets (offload.c). At stage 1 the full gradient stays on the
+ * device (the step reduces it). Device: stage 1 4Ψ, stage 2 2Ψ, stage 3 2Ψ/N (plus buffers);
+ * host 16Ψ/N at every stage (fp16/bf16).
  *
  * offload_param (stage 3, with offload_optimizer) moves the 16-bit shard to the host as well: the
  * host staging buffer for Adam's 16-bit output becomes the shard itself (same size, so the host
  * side is unchanged: 16Ψ/N, or 12Ψ/N + 4Ψ/N in fp32 where the host master is the shard), and the
- * device keeps no param16 block: device 2Ψ/N (the gradient shard) plus the buffers — buckets and
+ * device keeps no param16 block: no model state on the device, only the buffers — buckets and
  * the gather ring, sized by the largest group, and the persistent (small) groups in full.
  */
 #include <string.h>
@@ -55,6 +57,15 @@ void zmem_plan(const zplan *p, int stage, zinc_dtype dtype, int offload, int nbu
     for (int c = ZINC_MEM_MASTER; c <= ZINC_MEM_ADAM_V; c++) {
         if (host) host[c] = S * 4;
         bytes[c] = 0;
+    }
+    /* Stages 2-3: the reduced gradient shard accumulates on the host (offload.c); the device
+     * keeps one slice of scratch for the additions, after the buckets. */
+    if (stage >= 2) {
+        uint64_t slice = 0;
+        for (int g = 0; g < p->ngroups; g++)
+            if (p->groups[g].slice > slice) slice = p->groups[g].slice;
+        bytes[ZINC_MEM_GRAD] = 0;
+        bytes[ZINC_MEM_BUCKET] += slice * d;
     }
     if (host) {
         host[ZINC_MEM_GRAD] = S * d;

@@ -252,16 +252,49 @@ zinc_status zoffload_wait_copies(zinc_engine_t *e)
     return ZINC_OK;
 }
 
-zinc_status zoffload_grad_ready(zinc_engine_t *e, int group)
+/* ---- the gradient shard in host memory (stages 2-3) -------------------------------------------
+ * The reduced gradient shard accumulates in h_grad, not on the device. Each zinc_grads_ready of
+ * a group, after its reduce-scatter (the own slice `own` in the bucket): the group's partial sum
+ * of the window so far is uploaded into the device's one-slice scratch (acc_tmp; zeros in the
+ * window's first micro-step), the own slice is added there with the device's accumulate — the
+ * same addition, same operands in the same order, as the device accumulator it replaces — and the
+ * sum goes back down into h_grad. Every copy is queued on the copy stream and joined on the
+ * device, so backward never waits on the host; the host waits once, when it next reads h_grad
+ * (zoffload_grad_settle: the step's statistics, an accessor, the clearing after the step). */
+zinc_status zoffload_reduce_to_host(zinc_engine_t *e, int group, const void *own)
 {
-    zinc_status s = zoffload_download(e, group, group + 1);
-    if (s == ZINC_OK) e->grads_downloaded++;
-    return s;
+    const zdev_iface_t *D = e->dev->iface;
+    const zplan_group *G = &e->plan.groups[group];
+    zgroup_state *gs = &e->gstate[group];
+    size_t n = G->slice * dsize(e);
+    char *host = (char *)e->h_grad + G->shard_off * dsize(e);
+    zinc_status s;
+    if (gs->acc_on_host) {
+        s = D->upload_async(e->dev, e->acc_tmp, host, n);
+        if (s == ZINC_OK) s = D->copy_join(e->dev);
+        if (s == ZINC_OK) e->offload_bytes[1] += n;
+    } else {
+        s = D->memset0(e->dev, e->acc_tmp, n);
+    }
+    if (s == ZINC_OK) s = D->accumulate(e->dev, e->acc_tmp, own, e->dtype, G->slice);
+    if (s == ZINC_OK) s = D->download_async(e->dev, host, e->acc_tmp, n);
+    /* the bucket's clearing and the next group's use of acc_tmp come after the download */
+    if (s == ZINC_OK) s = D->copy_join(e->dev);
+    if (s != ZINC_OK)
+        return zeng_fail(e, s, "zinc_grads_ready: offload: moving the gradient of group '%s' to "
+                         "the host: %s", G->name, e->dev->err);
+    e->offload_bytes[0] += n;
+    gs->acc_on_host = 1;
+    e->grad_copies_pending = 1;
+    return ZINC_OK;
 }
 
-zinc_status zoffload_grad_changed(zinc_engine_t *e, int group)
+zinc_status zoffload_grad_settle(zinc_engine_t *e)
 {
-    return zoffload_download(e, group, group + 1);
+    if (!e->grad_copies_pending) return ZINC_OK;
+    zinc_status s = zoffload_wait_copies(e);
+    if (s == ZINC_OK) e->grad_copies_pending = 0;
+    return s;
 }
 
 zinc_status zoffload_adam(zinc_engine_t *e, zk_adam_args *a, int predownloaded)
@@ -274,21 +307,30 @@ zinc_status zoffload_adam(zinc_engine_t *e, zk_adam_args *a, int predownloaded)
     int queued = 0;
     zinc_status s = ZINC_OK;
     double t = zeng_now();
+    if (predownloaded) {
+        /* Stages 2-3: the gradient is in h_grad, waited for by the statistics; only uploads the
+         * gathers queued from the host shard (offload_param) may still be in flight. */
+        s = zoffload_grad_settle(e);
+        if (s == ZINC_OK) s = zoffload_settle(e);
+        e->phase_s[ZINC_PHASE_COPY] += zeng_lap(&t);
+        if (s != ZINC_OK) return s;
+    }
     for (int c = 0; c < e->nochunk; c++) {
-        /* Keep ZOFF_AHEAD chunks of gradient on their way down (already queued, during
-         * backward, when predownloaded: then the first fence covers them all). */
-        for (; queued < e->nochunk && queued < c + ZOFF_AHEAD; queued++) {
-            s = predownloaded ? ZINC_OK : zoffload_download(e, e->ochunk[queued], e->ochunk[queued + 1]);
+        /* Stage 1: keep ZOFF_AHEAD chunks of gradient on their way down. */
+        for (; !predownloaded && queued < e->nochunk && queued < c + ZOFF_AHEAD; queued++) {
+            s = zoffload_download(e, e->ochunk[queued], e->ochunk[queued + 1]);
             if (s != ZINC_OK) return s;
             if ((s = D->copy_fence(e->dev, &ticket[queued % ZOFF_AHEAD])) != ZINC_OK)
                 return copy_fail(e, s, "copy fence");
         }
-        s = D->copy_wait(e->dev, ticket[c % ZOFF_AHEAD]);
-        e->phase_s[ZINC_PHASE_COPY] += zeng_lap(&t);
-        if (s != ZINC_OK) return copy_fail(e, s, "waiting for a gradient download");
-        /* The copy stream is in order: that fence came after every upload the gathers queued
-         * from the host shard, which Adam now rewrites. */
-        e->own_uploads_pending = 0;
+        if (!predownloaded) {
+            s = D->copy_wait(e->dev, ticket[c % ZOFF_AHEAD]);
+            e->phase_s[ZINC_PHASE_COPY] += zeng_lap(&t);
+            if (s != ZINC_OK) return copy_fail(e, s, "waiting for a gradient download");
+            /* The copy stream is in order: that fence came after every upload the gathers
+             * queued from the host shard, which Adam now rewrites. */
+            e->own_uploads_pending = 0;
+        }
         const zplan_group *first = &groups[e->ochunk[c]], *last = &groups[e->ochunk[c + 1] - 1];
         size_t off = first->shard_off;
         a->master = e->master + off;

@@ -332,12 +332,18 @@ zinc_status zoffload_nvme_adam(zinc_engine_t *e, zk_adam_args *a, int predownloa
     int written[nv->nbuf];
     memset(written, 0, sizeof written);
     znv_run r = {e, nv, S, n, rt, wt, written};
-    /* The gradient: one fence over every group's download (queued during backward when
-     * predownloaded), waited before the first chunk. */
+    /* The gradient: in h_grad already at stages 2-3 (predownloaded; then only the gathers'
+     * uploads from the host shard may be in flight); at stage 1 every group's download, waited
+     * for before the first chunk. */
     zinc_status s = predownloaded ? ZINC_OK : zoffload_download(e, 0, e->plan.ngroups);
     if (s != ZINC_OK) return s;
     double t = zeng_now();
-    s = zoffload_wait_copies(e);
+    if (predownloaded) {
+        s = zoffload_grad_settle(e);
+        if (s == ZINC_OK) s = zoffload_settle(e);
+    } else {
+        s = zoffload_wait_copies(e);
+    }
     e->phase_s[ZINC_PHASE_COPY] += zeng_lap(&t);
     if (s != ZINC_OK) return s;
     int next = 0;

@@ -127,15 +127,19 @@ zinc_status zinc_grads_ready(zinc_engine_t *e, int group)
     if (s != ZINC_OK) return s;
     s = zcomm_reduce_scatter(e->comm, b, G->padded, (zdt)e->dtype, 1.0f / (float)e->world_size);
     if (s != ZINC_OK) return comm_fail(e, s, "zinc_grads_ready", "reduce-scatter");
-    s = e->dev->iface->accumulate(e->dev, (char *)e->grad + G->shard_off * d,
-                                  b + G->slice * (size_t)e->rank * d, e->dtype, G->slice);
+    const char *own = b + G->slice * (size_t)e->rank * d;
+    /* Offload: the shard accumulates in host memory (offload.c); else on the device. */
+    if (e->grad_host) {
+        s = zoffload_reduce_to_host(e, group, own);
+        if (s != ZINC_OK) return s;
+    } else {
+        s = e->dev->iface->accumulate(e->dev, (char *)e->grad + G->shard_off * d, own, e->dtype,
+                                      G->slice);
+    }
     if (s == ZINC_OK) s = e->dev->iface->memset0(e->dev, b, G->padded * d);
     if (s != ZINC_OK) return zeng_fail(e, s, "zinc_grads_ready: %s", e->dev->err);
     e->bucket_owner[gs->bucket] = -1;
     gs->bucket = -1;
-    /* Offload: in the micro-step that ends the accumulation the group's shard slice is final, so
-     * its download starts now and runs during the rest of backward (zoffload_adam waits). */
-    if (e->offload && zeng_last_micro(e)) return zoffload_grad_ready(e, group);
     return ZINC_OK;
 }
 
@@ -167,17 +171,40 @@ static zinc_status reduce_grads(zinc_engine_t *e)
     return ZINC_OK;
 }
 
+/* The statistics of groups [g0, g1)'s own slices, accumulated group by group in order into
+ * e->stats on the device. With the gradient on the host (grad_host) the same kernel runs there,
+ * once the downloads are waited for, and its two numbers are uploaded into e->stats: the
+ * all-reduce is the device's, as without offload. */
+static zinc_status own_stats(zinc_engine_t *e, int g0, int g1)
+{
+    zdev_t *d = e->grad_host ? e->host : e->dev;
+    double *out = e->grad_host ? e->host_stats : e->stats;
+    zinc_status s = e->grad_host ? zoffload_grad_settle(e) : ZINC_OK;
+    for (int g = g0; g < g1 && s == ZINC_OK; g++) {
+        const zplan_group *G = &e->plan.groups[g];
+        const void *src = e->grad_host ? (const char *)e->h_grad + G->shard_off * dsize(e)
+                                       : own_grad(e, g);
+        s = d->iface->grad_stats_acc(d, src, e->dtype, G->slice, out, g > g0);
+        if (s != ZINC_OK) return zeng_fail(e, s, "zinc_step: gradient statistics: %s", d->err);
+    }
+    /* queued and joined: the all-reduce waits for it on the device, the host does not */
+    if (s == ZINC_OK && e->grad_host)
+        s = e->dev->iface->upload_async(e->dev, e->stats, e->host_stats, sizeof e->host_stats);
+    if (s == ZINC_OK && e->grad_host) s = e->dev->iface->copy_join(e->dev);
+    if (s != ZINC_OK) return zeng_fail(e, s, "zinc_step: gradient statistics: %s", e->dev->err);
+    return ZINC_OK;
+}
+
 /* Sum of squares and non-finite flag over this rank's slices (accumulated on the device, group
  * by group in order), then one all-reduce across ranks and one read of the two numbers: the one
  * host synchronisation of the step. */
+static zinc_status own_stats(zinc_engine_t *e, int g0, int g1);
+
 static zinc_status global_stats(zinc_engine_t *e, double *sumsq, int *overflow)
 {
-    for (int g = 0; g < e->plan.ngroups; g++) {
-        zinc_status s = e->dev->iface->grad_stats_acc(e->dev, own_grad(e, g), e->dtype,
-                                                      e->plan.groups[g].slice, e->stats, g > 0);
-        if (s != ZINC_OK) return zeng_fail(e, s, "zinc_step: gradient statistics: %s", e->dev->err);
-    }
-    zinc_status s = zcomm_all_reduce(e->comm, e->stats, 2, ZDT_F64, 1.0f);
+    zinc_status s = own_stats(e, 0, e->plan.ngroups);
+    if (s != ZINC_OK) return s;
+    s = zcomm_all_reduce(e->comm, e->stats, 2, ZDT_F64, 1.0f);
     if (s != ZINC_OK) return comm_fail(e, s, "zinc_step", "all-reduce of the gradient norm");
     double acc[2];
     s = e->dev->iface->download(e->dev, acc, e->stats, sizeof acc);
@@ -223,8 +250,7 @@ static zinc_status first_bad_group(zinc_engine_t *e, int *out)
 {
     *out = -1;
     for (int g = 0; g < e->plan.ngroups; g++) {
-        zinc_status s = e->dev->iface->grad_stats_acc(e->dev, own_grad(e, g), e->dtype,
-                                                      e->plan.groups[g].slice, e->stats, 0);
+        zinc_status s = own_stats(e, g, g + 1);
         double acc[2];
         if (s == ZINC_OK) s = e->dev->iface->download(e->dev, acc, e->stats, sizeof acc);
         if (s != ZINC_OK) return zeng_fail(e, s, "zinc_step: gradient statistics: %s", e->dev->err);
@@ -449,6 +475,13 @@ static zinc_status apply_adam(zinc_engine_t *e, float lr, float beta1, float bet
 static zinc_status zero_grads(zinc_engine_t *e)
 {
     size_t n = e->stage < 2 ? e->plan.flat_numel : e->plan.shard_numel;
+    if (e->grad_host) {
+        zinc_status s = zoffload_grad_settle(e);
+        if (s != ZINC_OK) return s;
+        memset(e->h_grad, 0, n * dsize(e));
+        for (int g = 0; g < e->plan.ngroups; g++) e->gstate[g].acc_on_host = 0;
+        return ZINC_OK;
+    }
     zinc_status s = e->dev->iface->memset0(e->dev, e->grad, n * dsize(e));
     if (s != ZINC_OK) return zeng_fail(e, s, "zinc_step: clearing gradients: %s", e->dev->err);
     return ZINC_OK;
@@ -535,13 +568,10 @@ static void next_micro_step(zinc_engine_t *e)
 
 /* A micro-step ended and the window goes on. Its micro-steps past the count (a caller-owned
  * boundary) stop counting at the checkpoints' counter limit rather than overflow; only "more
- * than gradient_accumulation_steps - 1" matters once the count is back in charge. A gradient
- * download offload started in this micro-step (the boundary said it was the last, then moved
- * on) holds a partial sum: the window's end must download again. */
+ * than gradient_accumulation_steps - 1" matters once the count is back in charge. */
 static void window_goes_on(zinc_engine_t *e)
 {
     if (e->st.micro < ZENG_COUNTER_MAX) e->st.micro++;
-    e->grads_downloaded = 0;
 }
 
 zinc_status zinc_micro_step(zinc_engine_t *e)
@@ -593,8 +623,8 @@ zinc_status zinc_step(zinc_engine_t *e, zinc_step_info_t *info)
     }
     e->st.micro = 0;
     info->boundary = 1;
-    int predownloaded = e->offload && e->grads_downloaded == e->plan.ngroups;
-    e->grads_downloaded = 0;
+    /* Stages 2-3 with offload: the gradient is in host memory already (zinc_grads_ready). */
+    int predownloaded = e->grad_host;
 
     double t = zeng_now();
     s = reduce_grads(e);

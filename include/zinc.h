@@ -512,10 +512,11 @@ ZINC_API zinc_status zinc_memory_host(const zinc_engine_t *e, uint64_t planned[Z
 
 /* Bytes the optimizer steps copied between device and host for offload_optimizer since finalize:
  * *to_host counts the gradient shards downloaded, *to_device the 16-bit parameter shards
- * uploaded: one of each per applied step. At stages 2-3 a group's gradient goes down in
- * zinc_grads_ready of the accumulation's last micro-step (overlapping the rest of backward), so
- * it is counted also when the step then overflows and is skipped; at stage 1 a skipped step
- * copies nothing. With offload_param (stage 3) the step uploads nothing but the persistent
+ * uploaded: one of each per applied step. At stages 2-3 the gradient shard accumulates in host
+ * memory: every micro-step's zinc_grads_ready sends the group's sum down (overlapping the rest
+ * of backward), so it is counted also when the step then overflows and is skipped, and from a
+ * window's second micro-step on first brings the group's partial sum up (counted in *to_device)
+ * to add the new slice to on the device; at stage 1 a skipped step copies nothing. With offload_param (stage 3) the step uploads nothing but the persistent
  * groups' own slices, and *to_device also counts the own slice each zinc_gather (or its
  * prefetch) uploads to gather a group. Copies made by zinc_param_set/get and checkpoint loads are
  * not counted. 0 and 0 without offload. Either pointer may be NULL. */

@@ -160,8 +160,11 @@ static void test_volume(void)
     ZT_OK(zinc_nvme_bytes(e, &file, &rd, &wr));
     zinc_memory(e, dp, NULL);
     zinc_memory_host(e, hp, ha);
-    /* The shard: the device's gradient block at stage 2. The file: 3 streams of it in blocks. */
-    uint64_t shard = dp[ZINC_MEM_GRAD] / 2, spad = (shard + 1023) / 1024 * 1024;
+    /* The shard: the host's gradient block at stage 2 (none on the device). The file: 3
+     * streams of it in blocks. */
+    uint64_t shard = hp[ZINC_MEM_GRAD] / 2, spad = (shard + 1023) / 1024 * 1024;
+    ZT_CHECK(dp[ZINC_MEM_GRAD] == 0, "a device gradient block with offload: %llu",
+             (unsigned long long)dp[ZINC_MEM_GRAD]);
     ZT_CHECK(file == 12 * spad && rd == 0 && wr == 0, "file %llu bytes (want %llu), read %llu, "
              "written %llu before any step", (unsigned long long)file,
              (unsigned long long)(12 * spad), (unsigned long long)rd, (unsigned long long)wr);

@@ -14,7 +14,7 @@
  *     one, finalize without offload_param fails with ZINC_ERR_NOMEM naming the category that did
  *     not fit, and with offload_param the same limit trains, bitwise as an unlimited run.
  *  3. copy volume (zinc_offload_bytes), docs/engine.md "Offload": the gradient shard
- *     device->host (S * d) in the last micro-step of each window; host->device slice_g * d per
+ *     device->host (S * d) in each micro-step (one per window here); host->device slice_g * d per
  *     gather of a non-persistent group g (two per micro-step in the toy, forward and backward,
  *     with prefetch kept out by stage3_max_live_parameters) plus, per applied step, the
  *     persistent groups' slices; nothing else. The formula is computed here from the toy's
