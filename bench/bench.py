@@ -638,19 +638,17 @@ def sec_offload():
            "as written in DeepSpeed's source, computed here (bench/bench.py). fp16/bf16, "
            "GB = 10^9 bytes, 8 ranks per node.", "",
            "Formula by formula:",
-           "- Stage 2 device: zinc `2Ψ + 2Ψ/N` (the 16-bit parameters and the rank's reduced "
-           "gradient shard, which zinc keeps on the device where it accumulates and its norm is "
-           "taken) plus a gradient bucket; DeepSpeed `2Ψ` (the 16-bit parameters only: its "
-           "gradients go to the host).",
-           "- Stage 3 device: zinc `4Ψ/N` (16-bit shard and gradient shard) plus bucket and gather "
+           "- Stage 2 device: zinc `2Ψ` (the 16-bit parameters; the reduced gradient shard "
+           "accumulates in host memory, as DeepSpeed's) plus a gradient bucket and one slice of "
+           "scratch; DeepSpeed `2Ψ`.",
+           "- Stage 3 device: zinc `2Ψ/N` (the 16-bit shard) plus bucket, scratch and gather "
            "buffers; DeepSpeed `2Ψ/N + 4·largest layer` (its allowance for the gathered layer).",
-           "- Stage 3 with offload_param (`3+p`) device: zinc `2Ψ/N` (the gradient shard; the "
-           "16-bit shard moved to the host) plus bucket and gather buffers; DeepSpeed "
-           "`4·largest layer` only (its gradients go to the host too). Host: zinc `16Ψ/N` (the "
-           "host staging shard of the 16-bit update becomes the parameter shard: same size); "
-           "DeepSpeed `18·Ψ/nodes·1.5`.",
-           "- Host: zinc `16Ψ/N` per rank exactly (fp32 master, m, v: 12Ψ/N; the host copies of "
-           "the gradient shard and of the 16-bit update: 4Ψ/N); DeepSpeed a per-node rule of thumb, "
+           "- Stage 3 with offload_param (`3+p`) device: zinc no model state (the 16-bit shard and "
+           "the gradient shard on the host), only bucket, scratch and gather buffers; DeepSpeed "
+           "`4·largest layer` only. Host: zinc `16Ψ/N` (the host staging shard of the 16-bit "
+           "update becomes the parameter shard: same size); DeepSpeed `18·Ψ/nodes·1.5`.",
+           "- Host: zinc `16Ψ/N` per rank exactly (fp32 master, m, v: 12Ψ/N; the gradient shard "
+           "and the 16-bit update: 4Ψ/N); DeepSpeed a per-node rule of thumb, "
            "`max(4·GPUs, 16)·Ψ·1.5` at stage 2 and `16·Ψ/nodes·1.5` at stage 3 (divided by 8 GPUs "
            "per node here). The 1.5 is DeepSpeed's `additional_buffer_factor`, a safety margin, "
            "not memory it allocates; at stage 2 its `4·GPUs` term grows with the cluster "
