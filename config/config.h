@@ -230,13 +230,20 @@ static inline int zcfg_offloads_nvme(const zcfg *c)
     return c->zero.offload_optimizer == ZCFG_OFFLOAD_NVME && c->zero.stage > 0;
 }
 
-/* Whether the engine keeps the 16-bit parameter shard in host memory (engine/offload.c):
- * offload_param device "cpu" (or the deprecated cpu_offload_param) at ZeRO stage 3. The parser
+/* Whether the engine keeps the 16-bit parameter shard off the device (engine/offload.c):
+ * offload_param device "cpu" (or the deprecated cpu_offload_param) or "nvme" at ZeRO stage 3. The parser
  * refuses it without offload_optimizer ("cpu" or "nvme"), so this implies
  * zcfg_offloads_optimizer. */
 static inline int zcfg_offloads_param(const zcfg *c)
 {
-    return c->zero.offload_param == ZCFG_OFFLOAD_CPU && c->zero.stage == 3;
+    return c->zero.offload_param != ZCFG_OFFLOAD_NONE && c->zero.stage == 3;
+}
+
+/* offload_param "nvme" at stage 3: the 16-bit shard in the optimizer's scratch file (the parser
+ * refuses it without offload_optimizer "nvme"). */
+static inline int zcfg_offloads_param_nvme(const zcfg *c)
+{
+    return c->zero.offload_param == ZCFG_OFFLOAD_NVME && c->zero.stage == 3;
 }
 
 #endif

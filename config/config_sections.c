@@ -175,10 +175,13 @@ static void offload(zcctx *x, json_object *zo, const char *key, const zkeyset *s
     int have_pin = zc_get_bool(x, o, path, "pin_memory", &pin) == V_SET;
     int have_ratio = zc_get_num(x, o, path, "ratio", R_UNIT_CLOSED, &ratio) == V_SET;
     zc_get_num(x, o, path, "cpuadam_cores_perc", R_UNIT_CLOSED, &d);
-    if (kind == 1 && zc_member(o, "nvme_path", &v) && v) zc_get_str(x, o, path, "nvme_path", &sv);
+    const char *param_path = NULL;
+    if (kind == 1 && zc_member(o, "nvme_path", &v) && v &&
+        zc_get_str(x, o, path, "nvme_path", &sv) == V_SET)
+        param_path = sv;
     const char *dev = "none";
     if (zc_get_str(x, o, path, "device", &dev) == V_BAD) return;
-    char dp[128];
+    char dp[128], p2pre[128];
     zc_path(dp, sizeof dp, path, "device");
     if (strcmp(dev, "none") != 0 && strcmp(dev, "cpu") != 0 && strcmp(dev, "nvme") != 0) {
         zc_error(x, dp, "expected \"none\", \"cpu\" or \"nvme\", got \"%s\"", dev);
@@ -189,19 +192,21 @@ static void offload(zcctx *x, json_object *zo, const char *key, const zkeyset *s
     *device = strcmp(dev, "nvme") == 0 ? ZCFG_OFFLOAD_NVME : ZCFG_OFFLOAD_CPU;
     /* Speed only (page-locked copies on cuda; the cpu device has nothing to pin): no warning. */
     if (have_pin && kind == 0) z->offload_pin = pin;
-    if (kind == 1 && !strcmp(dev, "nvme")) {
-        zc_warn(x, dp, "\"nvme\" accepted without effect: zinc keeps the 16-bit parameters on "
-                       "the device, or in host memory with \"cpu\" (memory placement only; the "
-                       "optimizer state does go to NVMe with offload_optimizer \"nvme\")");
-        return;
-    }
     /* DeepSpeed reads offload_param at stage 3 only (its ZeRO-Infinity parameter tier). */
     if (kind == 1 && z->stage < 3) {
-        zc_warn(x, dp, "\"cpu\" accepted without effect at ZeRO stage %d: zinc offloads the "
+        zc_warn(x, dp, "\"%s\" accepted without effect at ZeRO stage %d: zinc offloads the "
                        "parameters at stage 3 only, as DeepSpeed does (memory placement only)",
-                z->stage);
+                dev, z->stage);
         return;
     }
+    /* zinc keeps the NVMe parameter shard in the optimizer's scratch file (engine/offload_nvme.c),
+     * so its directory is offload_optimizer's (zc_parse_zero checks that one is there). */
+    if (kind == 1 && !strcmp(dev, "nvme") && param_path && z->nvme_path[0] &&
+        strcmp(param_path, z->nvme_path) != 0)
+        zc_warn(x, zc_path(p2pre, sizeof p2pre, path, "nvme_path"),
+                "'%s' not used: zinc keeps the 16-bit parameter shard in the optimizer state's "
+                "scratch file under zero_optimization.offload_optimizer.nvme_path ('%s')",
+                param_path, z->nvme_path);
     if (kind == 0 && z->stage == 0) {
         zc_warn(x, dp, "\"%s\" accepted without effect at ZeRO stage 0: zinc offloads the "
                        "optimizer state at stages 1-3, as DeepSpeed does (memory placement only)",
@@ -336,6 +341,14 @@ void zc_parse_zero(zcctx *x, json_object *root, zcfg *c)
     /* zinc's Adam with host parameters is the host Adam: it writes the new 16-bit shard straight
      * into the host copy. A device Adam would have to download its result every step, a path
      * zinc does not have; DeepSpeed's ZeRO-Infinity pairs the two the same way in practice. */
+    /* NVMe parameters live in the optimizer's scratch file, whose chunk pipeline writes them. */
+    if (z->stage == 3 && z->offload_param == ZCFG_OFFLOAD_NVME &&
+        z->offload_optimizer != ZCFG_OFFLOAD_NVME)
+        zc_error(x, "zero_optimization.offload_param.device",
+                 "\"nvme\" needs zero_optimization.offload_optimizer.device \"nvme\" too: zinc "
+                 "keeps the 16-bit parameter shard in the optimizer state's scratch file, written "
+                 "by its chunk pipeline; set offload_optimizer {\"device\": \"nvme\", "
+                 "\"nvme_path\": ...} or use offload_param \"cpu\"");
     if (z->stage == 3 && z->offload_param == ZCFG_OFFLOAD_CPU &&
         z->offload_optimizer == ZCFG_OFFLOAD_NONE)
         zc_error(x, "zero_optimization.offload_param.device",

@@ -775,8 +775,8 @@ zinc_status zinc_param_set(zinc_engine_t *e, int param, const float *values)
         if (s == ZINC_OK && e->stage == 3 && !e->offload_param)
             s = upload_converted(e->dev, (char *)e->param16 + sp * d, values + lo, hi - lo, e->dtype);
         if (s == ZINC_OK && e->offload_param && zoffload_param16(e) != (void *)e->master)
-            s = upload_converted(e->host, (char *)zoffload_param16(e) + sp * d, values + lo, hi - lo,
-                                 e->dtype);
+            s = upload_converted(zoffload_param16_dev(e), (char *)zoffload_param16(e) + sp * d,
+                                 values + lo, hi - lo, e->dtype);
     }
     /* Stages 0-2 keep the full 16-bit copy, stage 3 the full copy of persistent groups: every
      * rank writes all of it (same values). */
@@ -1069,7 +1069,9 @@ zinc_status zinc_param_local_set(zinc_engine_t *e, int param, zinc_param_state w
     /* ... and with the master in the NVMe file the host shard is a copy of its own */
     if (s == ZINC_OK && which == ZINC_STATE_MASTER && e->stage == 3 &&
         e->dtype == ZINC_DTYPE_FP32 && e->offload_param && zoffload_param16(e) != (void *)e->master)
-        s = e->host->iface->upload(e->host, (char *)zoffload_param16(e) + f.pos * 4, values, f.n * 4);
+        s = zoffload_param16_dev(e)->iface->upload(zoffload_param16_dev(e),
+                                                   (char *)zoffload_param16(e) + f.pos * 4, values,
+                                                   f.n * 4);
     if (s != ZINC_OK)
         return zeng_fail(e, s, "%s: '%s': %s", fn, e->plan.params[param].name, f.dev->err);
     return ZINC_OK;
@@ -1352,7 +1354,8 @@ void zeng_view_get(zinc_engine_t *e, zeng_view *out)
                        .dtype = e->dtype, .plan = &e->plan, .cfg = &e->cfg, .st = &e->st,
                        .master = e->master, .m = e->m, .v = e->v,
                        .param16 = e->offload_param ? zoffload_param16(e) : e->param16,
-                       .param16_dev = e->offload_param ? e->host : e->dev, .err = e->err};
+                       .param16_dev = e->offload_param ? zoffload_param16_dev(e) : e->dev,
+                       .err = e->err};
 }
 
 zeng_background *zeng_background_slot(zinc_engine_t *e) { return &e->background; }

@@ -277,6 +277,11 @@ void zoffload_nvme_close(zinc_engine_t *e);
 zdev_t *zoffload_nvme_dev(zinc_engine_t *e);
 /* zoffload_adam with the state in the file: the read / Adam / write pipeline over chunks. */
 zinc_status zoffload_nvme_adam(zinc_engine_t *e, zk_adam_args *a, int predownloaded);
+/* offload_param "nvme": the device whose memory holds the 16-bit shard (the file's, else the
+ * host one), whether it is the file, and a gather's own slice read from it and uploaded. */
+zdev_t *zoffload_param16_dev(zinc_engine_t *e);
+int zoffload_param16_in_file(const zinc_engine_t *e);
+zinc_status zoffload_nvme_own_to_device(zinc_engine_t *e, int g, void *dst, int counted);
 /* zoffload_refresh_own's conversion: h_param16 from the master in the file. */
 zinc_status zoffload_nvme_refresh(zinc_engine_t *e);
 

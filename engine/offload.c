@@ -126,7 +126,8 @@ static zinc_status pin_buffers(zinc_engine_t *e)
     const zdev_iface_t *D = e->dev->iface;
     if (!e->cfg.zero.offload_pin || !D->pin_host) return ZINC_OK;
     size_t n = e->plan.shard_numel * dsize(e);
-    void *bufs[] = {e->h_grad, zoffload_param16(e)};
+    /* (with the parameters in the NVMe file there is no host shard to pin) */
+    void *bufs[] = {e->h_grad, zoffload_param16_in_file(e) ? NULL : zoffload_param16(e)};
     for (int i = 0; i < 2; i++) {
         if (!bufs[i]) continue;
         zinc_status s = D->pin_host(e->dev, bufs[i], n);
@@ -153,7 +154,7 @@ zinc_status zoffload_alloc(zinc_engine_t *e)
         if (s == ZINC_OK && (s = host_alloc(e, ZINC_MEM_ADAM_V, &v)) == ZINC_OK) e->v = v;
     }
     if (s == ZINC_OK) s = host_alloc(e, ZINC_MEM_GRAD, &e->h_grad);
-    if (s == ZINC_OK) s = host_alloc(e, ZINC_MEM_PARAM16, &e->h_param16);
+    if (s == ZINC_OK && !e->h_param16) s = host_alloc(e, ZINC_MEM_PARAM16, &e->h_param16);
     if (s == ZINC_OK) s = plan_chunks(e);
     if (s == ZINC_OK) s = pin_buffers(e);
     return s;
@@ -401,6 +402,8 @@ zinc_status zoffload_own_to_device(zinc_engine_t *e, int g, void *dst, int count
     zinc_status s;
     if (!e->offload_param) {
         s = e->dev->iface->copy(e->dev, dst, (char *)e->param16 + G->shard_off * d, n);
+    } else if (zoffload_param16_in_file(e)) {
+        return zoffload_nvme_own_to_device(e, g, dst, counted);   /* offload_nvme.c */
     } else {
         /* On the copy stream, after what the compute stream queued so far (earlier readers of
          * this slot); the all-gather that follows waits for it on the device (copy_join): no

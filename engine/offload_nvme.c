@@ -40,11 +40,19 @@
 #include "engine/nvme_store.h"
 #include "base/log.h"
 
-#define ZNV_ALIGN_ELEMS 1024               /* 4096 bytes of fp32: O_DIRECT's block */
+#define ZNV_ALIGN_BYTES 4096               /* O_DIRECT's block */
 #define ZNV_CHUNK_MAX ((size_t)1 << 22)    /* 16 MB per state per chunk buffer */
 #define ZNV_STATES 3                       /* master, m, v */
+#define ZNV_STAGE 4                        /* gather staging slots (offload_param "nvme") */
 
 struct znv {
+    int param;                /* offload_param "nvme": the 16-bit shard is a 4th stream */
+    size_t pstream;           /* its bytes in the file (0 without) */
+    char *pbuf;               /* param: nbuf * E 16-bit chunk buffers (the Adam's output) */
+    char *stage;              /* param: ZNV_STAGE slots of the largest slice, for gathers */
+    size_t stage_slot;        /* bytes per slot */
+    uint64_t stage_ticket[ZNV_STAGE]; /* the copy ticket of each slot's last upload (0: none) */
+    int stage_next;
     znvme_t *file;
     zdev_t dev;               /* state_dev: its memory is the file */
     char *base;               /* the reserved (PROT_NONE) range master/m/v point into */
@@ -57,6 +65,27 @@ struct znv {
 };
 
 static size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+
+/* Elements per O_DIRECT block of the narrowest stream: the 16-bit parameters' when they are in
+ * the file too, else fp32's. Chunks and streams are whole multiples of it. */
+static size_t align_elems(const zinc_engine_t *e)
+{
+    size_t d = zcfg_offloads_param_nvme(&e->cfg) ? zinc_dtype_size(e->dtype) : 4;
+    return ZNV_ALIGN_BYTES / d;
+}
+
+static size_t shard_padded(const zinc_engine_t *e)
+{
+    return round_up(e->plan.shard_numel ? e->plan.shard_numel : 1, align_elems(e));
+}
+
+static size_t max_slice(const zinc_engine_t *e)
+{
+    size_t m = 0;
+    for (int g = 0; g < e->plan.ngroups; g++)
+        if (e->plan.groups[g].slice > m) m = e->plan.groups[g].slice;
+    return m;
+}
 
 /* ---- the plan ------------------------------------------------------------------------------- */
 
@@ -72,11 +101,11 @@ static int chunk_buffers(const zinc_engine_t *e)
  * smaller than the buffers would otherwise need more host memory with NVMe than without). */
 static size_t chunk_elems(const zinc_engine_t *e)
 {
-    size_t spad = round_up(e->plan.shard_numel ? e->plan.shard_numel : 1, ZNV_ALIGN_ELEMS);
+    size_t spad = shard_padded(e);
     size_t E = ZNV_CHUNK_MAX, half = spad / (2 * (size_t)chunk_buffers(e));
     if ((uint64_t)e->cfg.zero.sub_group_size < E) E = (size_t)e->cfg.zero.sub_group_size;
     if (half < E) E = half;
-    return round_up(E ? E : 1, ZNV_ALIGN_ELEMS);
+    return round_up(E ? E : 1, align_elems(e));
 }
 
 void zoffload_nvme_plan(zinc_engine_t *e)
@@ -85,14 +114,26 @@ void zoffload_nvme_plan(zinc_engine_t *e)
     e->host_planned[ZINC_MEM_MASTER] = per_state;
     e->host_planned[ZINC_MEM_ADAM_M] = per_state;
     e->host_planned[ZINC_MEM_ADAM_V] = per_state;
-    /* The Adam's output (and offload_param's shard) has no master to come from in fp32 mode. */
-    e->host_planned[ZINC_MEM_PARAM16] = (uint64_t)e->plan.shard_numel * zinc_dtype_size(e->dtype);
+    size_t d = zinc_dtype_size(e->dtype);
+    /* The Adam's output (and offload_param's shard) has no master to come from in fp32 mode;
+     * with the parameters in the file too, only its chunk buffers and the gathers' staging. */
+    e->host_planned[ZINC_MEM_PARAM16] =
+        zcfg_offloads_param_nvme(&e->cfg)
+            ? (uint64_t)chunk_buffers(e) * chunk_elems(e) * d + (uint64_t)ZNV_STAGE * max_slice(e) * d
+            : (uint64_t)e->plan.shard_numel * d;
+}
+
+/* The three fp32 state streams' bytes (each), and the parameter stream's (0 without). */
+static uint64_t state_stream(const zinc_engine_t *e) { return (uint64_t)shard_padded(e) * 4; }
+static uint64_t param_stream(const zinc_engine_t *e)
+{
+    return zcfg_offloads_param_nvme(&e->cfg)
+               ? (uint64_t)shard_padded(e) * zinc_dtype_size(e->dtype) : 0;
 }
 
 uint64_t zoffload_nvme_file_bytes(const zinc_engine_t *e)
 {
-    size_t spad = round_up(e->plan.shard_numel ? e->plan.shard_numel : 1, ZNV_ALIGN_ELEMS);
-    return (uint64_t)ZNV_STATES * spad * 4;
+    return ZNV_STATES * state_stream(e) + param_stream(e);
 }
 
 /* ---- the state device: upload and download are positioned writes and reads of the file ----- */
@@ -108,7 +149,7 @@ static zinc_status range_of(zdev_t *d, const void *p, size_t n, uint64_t *off)
                  "(resume from the last checkpoint)", znvme_path(nv->file));
         return ZINC_ERR_IO;
     }
-    if (c < nv->base || c + n > nv->base + ZNV_STATES * nv->stream) {
+    if (c < nv->base || c + n > nv->base + ZNV_STATES * nv->stream + nv->pstream) {
         snprintf(d->err, sizeof d->err, "%s: %zu bytes at %p are outside the NVMe state",
                  znvme_path(nv->file), n, p);
         return ZINC_ERR_INVALID_ARG;
@@ -172,7 +213,9 @@ zinc_status zoffload_nvme_open(zinc_engine_t *e)
     nv->behind = e->cfg.zero.nvme_pipeline_write;
     nv->ahead = e->cfg.zero.nvme_pipeline_read ? nv->nbuf - 1 - nv->behind : 0;
     uint64_t bytes = zoffload_nvme_file_bytes(e);
-    nv->stream = (size_t)(bytes / ZNV_STATES);
+    nv->stream = (size_t)state_stream(e);
+    nv->param = zcfg_offloads_param_nvme(&e->cfg);
+    nv->pstream = (size_t)param_stream(e);
     int stale = znvme_remove_stale(dir);
     if (stale)
         zlog(ZLOG_INFO, "offload", e->rank, "removed %d stale NVMe scratch file(s) of ended runs "
@@ -186,8 +229,11 @@ zinc_status zoffload_nvme_open(zinc_engine_t *e)
                          "nvme_path)", e->rank, err, (unsigned long long)bytes);
     void *base = mmap(NULL, (size_t)bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
                       -1, 0);
-    size_t bufbytes = (size_t)nv->nbuf * ZNV_STATES * nv->E * 4;
-    if (base == MAP_FAILED || posix_memalign((void **)&nv->buf, 4096, bufbytes) != 0) {
+    size_t bufbytes = (size_t)nv->nbuf * ZNV_STATES * nv->E * 4, d = zinc_dtype_size(e->dtype);
+    nv->stage_slot = max_slice(e) * d;
+    int pfail = nv->param && (posix_memalign((void **)&nv->pbuf, 4096, (size_t)nv->nbuf * nv->E * d) ||
+                              !(nv->stage = malloc(ZNV_STAGE * nv->stage_slot + 1)));
+    if (base == MAP_FAILED || pfail || posix_memalign((void **)&nv->buf, 4096, bufbytes) != 0) {
         if (base != MAP_FAILED) munmap(base, (size_t)bytes);
         nv->buf = NULL;
         return zeng_fail(e, ZINC_ERR_NOMEM, "zinc_finalize: offload_optimizer nvme on rank %d: "
@@ -201,6 +247,10 @@ zinc_status zoffload_nvme_open(zinc_engine_t *e)
     e->m = (float *)(nv->base + nv->stream);
     e->v = (float *)(nv->base + 2 * nv->stream);
     for (int c = ZINC_MEM_MASTER; c <= ZINC_MEM_ADAM_V; c++) e->host_allocated[c] = e->host_planned[c];
+    if (nv->param) {   /* the host shard's place: the 4th stream */
+        e->h_param16 = nv->base + ZNV_STATES * nv->stream;
+        e->host_allocated[ZINC_MEM_PARAM16] = e->host_planned[ZINC_MEM_PARAM16];
+    }
     if (e->rank == 0)
         zlog(ZLOG_DEBUG, "offload", 0, "nvme: %s (%s), %llu bytes, chunks of %zu elements, %d "
              "buffers, %d read(s) ahead, write %s", znvme_path(nv->file), znvme_backend(nv->file),
@@ -214,14 +264,54 @@ void zoffload_nvme_close(zinc_engine_t *e)
     struct znv *nv = e->nv;
     if (!nv) return;
     znvme_close(nv->file);   /* waits for what is in flight, removes the file */
-    if (nv->base) munmap(nv->base, ZNV_STATES * nv->stream);
+    if (nv->base) munmap(nv->base, ZNV_STATES * nv->stream + nv->pstream);
     free(nv->buf);
+    free(nv->pbuf);
+    free(nv->stage);
+    if (nv->param) e->h_param16 = NULL;
     free(nv);
     e->nv = NULL;
     e->master = e->m = e->v = NULL;
 }
 
 zdev_t *zoffload_nvme_dev(zinc_engine_t *e) { return e->nv ? &e->nv->dev : NULL; }
+
+zdev_t *zoffload_param16_dev(zinc_engine_t *e)
+{
+    return e->nv && e->nv->param ? &e->nv->dev : e->host;
+}
+
+int zoffload_param16_in_file(const zinc_engine_t *e) { return e->nv && e->nv->param; }
+
+/* ---- gathers with the parameters in the file ------------------------------------------------
+ * A gather's own slice is read from the file into a staging slot (a positioned read: the host
+ * waits for the disk) and uploaded from there on the copy stream; a slot is reused once the
+ * upload made from it ZNV_STAGE gathers ago is done (a copy wait, normally long satisfied). */
+zinc_status zoffload_nvme_own_to_device(zinc_engine_t *e, int g, void *dst, int counted)
+{
+    struct znv *nv = e->nv;
+    const zdev_iface_t *D = e->dev->iface;
+    const zplan_group *G = &e->plan.groups[g];
+    size_t n = G->slice * zinc_dtype_size(e->dtype);
+    int k = nv->stage_next++ % ZNV_STAGE;
+    char *slot = nv->stage + (size_t)k * nv->stage_slot;
+    zinc_status s = nv->stage_ticket[k] ? D->copy_wait(e->dev, nv->stage_ticket[k]) : ZINC_OK;
+    if (s != ZINC_OK)
+        return zeng_fail(e, s, "stage 3: offload_param nvme: waiting for a staging slot: %s",
+                         e->dev->err);
+    s = nv_download(&nv->dev, slot, (char *)e->h_param16 + G->shard_off * zinc_dtype_size(e->dtype), n);
+    if (s != ZINC_OK)
+        return zeng_fail(e, s, "stage 3: offload_param nvme: reading the own slice of group "
+                         "'%s': %s", G->name, nv->dev.err);
+    s = D->upload_async(e->dev, dst, slot, n);
+    if (s == ZINC_OK) s = D->copy_fence(e->dev, &nv->stage_ticket[k]);
+    if (s == ZINC_OK) s = D->copy_join(e->dev);
+    if (s != ZINC_OK)
+        return zeng_fail(e, s, "stage 3: staging the own slice of group '%s' for its all-gather: "
+                         "%s", G->name, e->dev->err);
+    if (counted) e->offload_bytes[1] += n;
+    return ZINC_OK;
+}
 
 zinc_status zinc_nvme_bytes(const zinc_engine_t *e, uint64_t *file_bytes, uint64_t *read,
                             uint64_t *written)
@@ -247,6 +337,11 @@ typedef struct {
 static float *chunk_buf(const znv_run *r, int c, int state)
 {
     return r->nv->buf + ((size_t)(c % r->nv->nbuf) * ZNV_STATES + (size_t)state) * r->nv->E;
+}
+
+static char *chunk_pbuf(const znv_run *r, int c)
+{
+    return r->nv->pbuf + (size_t)(c % r->nv->nbuf) * r->nv->E * zinc_dtype_size(r->e->dtype);
 }
 
 /* Elements of chunk c in the file (whole blocks: the last chunk's tail is the padding) and in
@@ -313,6 +408,13 @@ static zinc_status issue_write(znv_run *r, int c)
         if (s != ZINC_OK) return nv_io_fail(r, s, "writing back", c);
         r->nv->io[1] += k * 4;
     }
+    if (r->nv->param) {   /* the Adam's 16-bit output: the parameter shard's chunk */
+        size_t d = zinc_dtype_size(r->e->dtype);
+        uint64_t off = (uint64_t)ZNV_STATES * r->nv->stream + (uint64_t)c * r->nv->E * d;
+        zinc_status s = chunk_io(r, 1, off, (float *)chunk_pbuf(r, c), k * d, &r->wt[b]);
+        if (s != ZINC_OK) return nv_io_fail(r, s, "writing back", c);
+        r->nv->io[1] += k * d;
+    }
     r->written[b] = 1;
     if (r->nv->behind) return ZINC_OK;
     zinc_status s = wait_write(r, b);
@@ -359,7 +461,7 @@ zinc_status zoffload_nvme_adam(zinc_engine_t *e, zk_adam_args *a, int predownloa
         ca.m = chunk_buf(&r, c, 1);
         ca.v = chunk_buf(&r, c, 2);
         ca.grad = (const char *)e->h_grad + lo * d;
-        ca.param_out = (char *)e->h_param16 + lo * d;
+        ca.param_out = nv->param ? chunk_pbuf(&r, c) : (char *)e->h_param16 + lo * d;
         ca.param_dtype = e->dtype;
         s = zeng_adam_range(e, e->host, &ca, lo, hi);
         e->phase_s[ZINC_PHASE_ADAM] += zeng_lap(&t);
@@ -381,11 +483,14 @@ zinc_status zoffload_nvme_refresh(zinc_engine_t *e)
     struct znv *nv = e->nv;
     size_t S = e->plan.shard_numel;
     for (size_t lo = 0; lo < S; lo += nv->E) {
-        size_t k = S - lo < nv->E ? S - lo : nv->E;
+        size_t k = S - lo < nv->E ? S - lo : nv->E, d = zinc_dtype_size(e->dtype);
+        char *dst = nv->param ? nv->pbuf : (char *)e->h_param16 + lo * d;
         zinc_status s = nv_download(&nv->dev, nv->buf, e->master + lo, k * 4);
         if (s == ZINC_OK)
-            s = e->host->iface->cast(e->host, (char *)e->h_param16 + lo * zinc_dtype_size(e->dtype),
-                                     e->dtype, nv->buf, ZINC_DTYPE_FP32, k, 1.0f);
+            s = e->host->iface->cast(e->host, dst, e->dtype, nv->buf, ZINC_DTYPE_FP32, k, 1.0f);
+        /* with the parameters in the file: from the chunk buffer into their stream */
+        if (s == ZINC_OK && nv->param)
+            s = nv_upload(&nv->dev, (char *)e->h_param16 + lo * d, nv->pbuf, k * d);
         if (s != ZINC_OK)
             return zeng_fail(e, s, "offload_optimizer nvme: converting the master: %s%s",
                              nv->dev.err, e->host->err);

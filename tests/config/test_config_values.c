@@ -891,7 +891,32 @@ static void test_offload(void)
                     "\"cpu\"}, \"offload_param\": {\"device\": \"cpu\", \"pin_memory\": true}}}", 1,
                     &c, k_ppin, 1, __LINE__))
         EQ_I(zcfg_offloads_param(&c), 1);
-    if (parse_warns(PRE "\"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": {\"device\": "
+    /* offload_param "nvme": needs offload_optimizer "nvme" (an error naming both keys with
+     * "cpu"); with it honoured, a different offload_param.nvme_path warned about (not used). */
+    {
+        zcfg_diag d = {0};
+        zinc_status s = parse(PRE "\"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": "
+                              "{\"device\": \"cpu\"}, \"offload_param\": {\"device\": \"nvme\"}}}",
+                              1, &c, &d);
+        ZT_CHECK(s == ZINC_ERR_CONFIG && d.nerrors >= 1 &&
+                     strstr(d.errors[0], "zero_optimization.offload_param.device") &&
+                     strstr(d.errors[0], "zero_optimization.offload_optimizer.device"),
+                 "offload_param nvme with optimizer cpu: status %d, %s", (int)s,
+                 d.nerrors ? d.errors[0] : "");
+        zcfg_diag_free(&d);
+    }
+    if (parse_ok(PRE "\"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": {\"device\": "
+                 "\"nvme\", \"nvme_path\": \"/tmp\"}, \"offload_param\": {\"device\": \"nvme\", "
+                 "\"buffer_count\": 5, \"buffer_size\": 100000000, \"max_in_cpu\": 1000000000}}}",
+                 1, &c, 0, __LINE__)) {
+        EQ_I(zcfg_offloads_param(&c), 1);
+        EQ_I(zcfg_offloads_param_nvme(&c), 1);
+    }
+    const char *k_ppath[] = {"zero_optimization.offload_param.nvme_path"};
+    parse_warns(PRE "\"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": {\"device\": "
+                "\"nvme\", \"nvme_path\": \"/tmp\"}, \"offload_param\": {\"device\": \"nvme\", "
+                "\"nvme_path\": \"/var/tmp\"}}}", 1, &c, k_ppath, 1, __LINE__);
+    if (parse_warns(PRE "\"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": "
                     "\"cpu\"}, \"offload_param\": {\"device\": \"nvme\"}}}", 1, &c, k_pdev, 1, __LINE__))
         EQ_I(zcfg_offloads_param(&c), 0);
     const char *k_old[] = {"zero_optimization.cpu_offload"};

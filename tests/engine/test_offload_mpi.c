@@ -4,7 +4,8 @@
  * overflow step skipped), bf16 and fp32, the toy's training with offload_optimizer "cpu" at
  * stages 1-3, and with offload_optimizer + offload_param "cpu" at stage 3 (persistent groups and
  * none), and with offload_optimizer "nvme" (each process its own scratch file in one shared
- * directory, chunks cut through groups, pipelined) at stages 1-3, ends at weights, gradient norm,
+ * directory, chunks cut through groups, pipelined) at stages 1-3 and with offload_param "nvme"
+ * at stage 3, ends at weights, gradient norm,
  * loss scale and step counts bitwise identical to the same run without offload.
  */
 #include <stdio.h>
@@ -43,6 +44,8 @@ int main(void)
         {1, NVME, 0, "stage 1 offload_optimizer nvme"},
         {2, NVME, 0, "stage 2 offload_optimizer nvme"},
         {3, NVME, -1, "stage 3 offload_optimizer nvme"},
+        {3, NVME "\"offload_param\": {\"device\": \"nvme\"}, ", 0,
+         "stage 3 offload_optimizer + offload_param nvme (persistent)"},
     };
     for (int di = 0; di < 3; di++)
         for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++) {

@@ -5,15 +5,16 @@
  *
  *  1. bitwise: the same training as on the device at stages 1-3 (stage 3 with and without
  *     persistent groups), 1, 2 and 4 local ranks, fp16 (with an overflow step skipped), bf16 and
- *     fp32, gradient accumulation, offload_param; the pipeline in one chunk and in chunks of 1024
+ *     fp32, gradient accumulation, offload_param "cpu" and "nvme"; the pipeline in one chunk and in chunks of 1024
  *     elements that cut through groups, with and without pipeline_read/pipeline_write, and with
  *     the fewest buffers. CTest runs it also with ZINC_NVME_BACKEND=deferred (every read and
  *     write done only at the wait that covers it) and with the cpu device's copies done when
  *     queued: a missing wait anywhere in the pipeline gives other weights.
- *  2. volume and placement: each applied step reads and writes the whole file once
+ *  2. volume and placement: each applied step reads and writes the whole state once
  *     (zinc_nvme_bytes), a skipped one touches nothing; the host holds the chunk buffers, not the
  *     state (zinc_memory_host); the file exists under nvme_path while the engine lives and is
  *     gone after zinc_engine_destroy; a stale file of a gone process is removed at finalize.
+ *     With offload_param "nvme" the file holds the 16-bit shard too, written once per step.
  *  3. the host cap: under a zinc.host_memory_limit that cpu offload cannot meet, finalize with
  *     cpu offload fails with ZINC_ERR_NOMEM naming the category, and NVMe offload trains with
  *     the unlimited run's weights.
@@ -114,19 +115,34 @@ static void test_bitwise(void)
         snprintf(label, sizeof label, "accum 3 world 2 stage %d bf16", st);
         compare(r, label);
     }
-    /* offload_param: the host 16-bit shard is the Adam's output; with the master in the file it
-     * is a buffer of its own in fp32 mode too. */
-    const zinc_dtype pd[] = {ZINC_DTYPE_BF16, ZINC_DTYPE_FP32};
-    for (int i = 0; i < 2; i++) {
-        toy_run r = {.world = 2, .stage = 3, .accum = 1, .steps = 6, .dtype = pd[i], .clip = 1.0,
-                     .inject_inf_step = -1, .persist_threshold = -1};
-        char zero[1536];
-        snprintf(zero, sizeof zero, "%s\"sub_group_size\": 1024, \"offload_param\": {\"device\": \"cpu\"}, ",
-                 nvme_json(", \"pipeline_read\": true, \"pipeline_write\": true"));
-        char label[64];
-        snprintf(label, sizeof label, "offload_param world 2 %s", zinc_dtype_name(pd[i]));
-        toy_expect_same_with_zero(r, zero, "nvme offload with offload_param", label);
-    }
+    /* offload_param "cpu": the host 16-bit shard is the Adam's output; with the master in the
+     * file it is a buffer of its own in fp32 mode too. offload_param "nvme": the shard is the
+     * file's 4th stream, written by the chunk pipeline and read by every gather (persistent
+     * groups and none, accumulation, an fp16 overflow, 1 and 2 ranks, one chunk and many). */
+    const zinc_dtype pd[] = {ZINC_DTYPE_BF16, ZINC_DTYPE_FP32, ZINC_DTYPE_FP16};
+    const char *pdev[] = {"cpu", "nvme"};
+    for (int pi = 0; pi < 2; pi++)
+        for (int i = 0; i < 3; i++)
+            for (int w = 1; w <= 2; w++)
+                for (int persist = 0; persist < 2; persist++) {
+                    if (pi == 0 && (w == 1 || persist || i == 2)) continue; /* cpu: as before */
+                    toy_run r = {.world = w, .stage = 3, .accum = persist ? 2 : 1, .steps = 6,
+                                 .dtype = pd[i], .clip = 1.0, .inject_inf_step = -1,
+                                 .persist_threshold = persist ? 0 : -1};
+                    if (pd[i] == ZINC_DTYPE_FP16) {
+                        r.inject_inf_step = 2;
+                        r.inject_rank = w - 1;
+                    }
+                    char zero[1536];
+                    snprintf(zero, sizeof zero, "%s%s\"offload_param\": {\"device\": \"%s\"}, ",
+                             nvme_json(persist ? NULL
+                                               : ", \"pipeline_read\": true, \"pipeline_write\": true"),
+                             persist ? "" : "\"sub_group_size\": 1024, ", pdev[pi]);
+                    char label[128];
+                    snprintf(label, sizeof label, "offload_param %s world %d %s%s", pdev[pi], w,
+                             zinc_dtype_name(pd[i]), persist ? " (persistent groups, accum 2)" : "");
+                    toy_expect_same_with_zero(r, zero, "nvme offload with offload_param", label);
+                }
 }
 
 /* ---- 2. volume and placement ---------------------------------------------------------------- */
@@ -201,6 +217,58 @@ static void test_volume(void)
     ZT_CHECK(s == ZINC_OK, "steps: %s", zinc_last_error(e));
     zinc_engine_destroy(e);
     ZT_CHECK(nvme_files() == 0, "%d scratch file(s) left after zinc_engine_destroy", nvme_files());
+}
+
+/* offload_param "nvme": the file gains the 16-bit shard (2 bytes per element, in 4096-byte
+ * blocks: the shard padded to 2048 elements), each applied step writes it once more (the Adam's
+ * output) and reads only the state; the host holds chunk buffers and 4 staging slots instead of
+ * the shard; the device holds no model state. */
+static void test_param_volume(void)
+{
+    toy_run r = {.world = 1, .stage = 3, .accum = 1, .dtype = ZINC_DTYPE_BF16, .clip = 1.0,
+                 .persist_threshold = -1};
+    char zero[1536];
+    snprintf(zero, sizeof zero, "%s\"sub_group_size\": 2048, \"offload_param\": {\"device\": \"nvme\"}, ",
+             nvme_json(", \"pipeline_read\": true, \"pipeline_write\": true"));
+    r.zero_json = zero;
+    zinc_engine_t *e = NULL;
+    int np = 0;
+    zinc_status s = toy_engine(&r, &e, &np);
+    ZT_CHECK(s == ZINC_OK, "nvme params engine: %s", zinc_last_error(e));
+    if (s != ZINC_OK) {
+        zinc_engine_destroy(e);
+        return;
+    }
+    uint64_t file = 0, dp[ZINC_MEM_COUNT], hp[ZINC_MEM_COUNT];
+    zinc_nvme_bytes(e, &file, NULL, NULL);
+    zinc_memory(e, dp, NULL);
+    zinc_memory_host(e, hp, NULL);
+    uint64_t shard = hp[ZINC_MEM_GRAD] / 2, spad = (shard + 2047) / 2048 * 2048;
+    ZT_CHECK(file == 12 * spad + 2 * spad, "file %llu bytes, want %llu (shard %llu)",
+             (unsigned long long)file, (unsigned long long)(14 * spad), (unsigned long long)shard);
+    ZT_CHECK(dp[ZINC_MEM_PARAM16] == 0 && dp[ZINC_MEM_GRAD] == 0 && dp[ZINC_MEM_MASTER] == 0,
+             "model state on the device: param16 %llu grad %llu master %llu",
+             (unsigned long long)dp[ZINC_MEM_PARAM16], (unsigned long long)dp[ZINC_MEM_GRAD],
+             (unsigned long long)dp[ZINC_MEM_MASTER]);
+    /* the host's parameter bytes are 4 chunk buffers of 2048 bf16 elements plus 4 staging slots
+     * of the largest slice (the toy is too small for that to be less than its shard) */
+    ZT_CHECK(hp[ZINC_MEM_PARAM16] > 4 * 2048 * 2 && hp[ZINC_MEM_PARAM16] != shard * 2,
+             "the host holds %llu bytes of parameters (the shard is %llu)",
+             (unsigned long long)hp[ZINC_MEM_PARAM16], (unsigned long long)(shard * 2));
+    for (int step = 0; step < 3 && s == ZINC_OK; step++) {
+        uint64_t r0, w0, r1, w1;
+        zinc_nvme_bytes(e, NULL, &r0, &w0);
+        s = toy_micro_step(e, 0, 1, step, np, 0);
+        zinc_step_info_t info = {0};
+        if (s == ZINC_OK) s = zinc_step(e, &info);
+        zinc_nvme_bytes(e, NULL, &r1, &w1);
+        ZT_CHECK(info.applied && r1 - r0 == 12 * spad && w1 - w0 == 14 * spad,
+                 "step %d: read %llu (want %llu), wrote %llu (want %llu)", step,
+                 (unsigned long long)(r1 - r0), (unsigned long long)(12 * spad),
+                 (unsigned long long)(w1 - w0), (unsigned long long)(14 * spad));
+    }
+    ZT_CHECK(s == ZINC_OK, "steps: %s", zinc_last_error(e));
+    zinc_engine_destroy(e);
 }
 
 /* ---- 3. the host cap ------------------------------------------------------------------------ */
@@ -314,14 +382,18 @@ static void test_ckpt(void)
     snprintf(nv, sizeof nv, "%s\"sub_group_size\": 1024, ",
              nvme_json(", \"pipeline_read\": true, \"pipeline_write\": true"));
     const char *cpu = "\"offload_optimizer\": {\"device\": \"cpu\"}, ";
-    const char *modes[][2] = {{nv, NULL}, {NULL, nv}, {nv, cpu}, {cpu, nv}, {nv, nv}};
+    char nvp[1600];   /* the parameters in the file too (stage 3; elsewhere warned, no effect) */
+    snprintf(nvp, sizeof nvp, "%s\"offload_param\": {\"device\": \"nvme\"}, ", nv);
+    const char *modes[][2] = {{nv, NULL}, {NULL, nv}, {nv, cpu}, {cpu, nv}, {nv, nv}, {nvp, NULL},
+                              {NULL, nvp}};
     const char *names[] = {"nvme -> none", "none -> nvme", "nvme -> cpu", "cpu -> nvme",
-                           "nvme -> nvme"};
+                           "nvme -> nvme", "nvme params -> none", "none -> nvme params"};
     for (int st = 1; st <= 3; st++) {
         toy_run ref = {.world = 2, .stage = st, .accum = 1, .steps = 2 * CK_STEPS,
                        .dtype = ZINC_DTYPE_BF16, .clip = 1.0, .inject_inf_step = -1};
         if (!toy_run_ok(&ref, "uninterrupted")) continue;
-        for (int m = 0; m < 5; m++) {
+        for (int m = 0; m < 7; m++) {
+            if (m >= 5 && st != 3) continue;
             char sub[256], cmd[300];
             snprintf(sub, sizeof sub, "%s/s%d_m%d", dir, st, m);
             ck_ctx c = {.stage = st, .save_zero = modes[m][0], .load_zero = modes[m][1], .dir = sub};
@@ -418,6 +490,7 @@ int main(void)
     char abs[4096];
     if (realpath(g_dir, abs) && strlen(abs) < sizeof g_dir) snprintf(g_dir, sizeof g_dir, "%s", abs);
     test_volume();
+    test_param_volume();
     test_bitwise();
     test_host_limit();
     test_ckpt();
