@@ -159,21 +159,30 @@ def same_tensors(a, b, label):
 
 
 def offload(d):
-    found, bad = pairs(d, "offload", "plain", "no run without offload")
-    if not found and bad:
-        return 1
-    print("offload_optimizer (cpu) against none, the same config and seed: losses, and medians "
-          "of ms per step / zinc's step ms over the printed steps after the first")
-    for name, o, p in found:
-        a, b = load(o), load(p)
-        ok, _, text = compare(a, b, 0.0, f"offload vs none, {name}", exact=True)
-        print(text)
-        print(f"{'':<28} ms/step {median(a, 'ms_per_step'):.2f} vs {median(b, 'ms_per_step'):.2f}"
-              f"  zinc step ms {median(a, 'zinc_step_ms'):.3f} vs {median(b, 'zinc_step_ms'):.3f}")
-        ok &= same_tensors(o[:-len(".jsonl")] + ".safetensors", p[:-len(".jsonl")] + ".safetensors",
-                           f"weights, {name}")
-        bad += not ok
-    return 1 if bad else 0
+    """offload_optimizer "cpu" (offload-*) and, where the phase made them, "nvme" (nvme-*)
+    against no offload (plain-*): the same losses and weights, bit for bit."""
+    bad_all = 0
+    for kind in ("offload", "nvme"):
+        found, bad = pairs(d, kind, "plain", "no run without offload")
+        if not found:
+            if kind == "offload":
+                return 1 if bad else 0
+            continue
+        print(f"offload_optimizer ({'cpu' if kind == 'offload' else kind}) against none, the same "
+              "config and seed: losses, and medians of ms per step / zinc's step ms over the "
+              "printed steps after the first")
+        for name, o, p in found:
+            a, b = load(o), load(p)
+            ok, _, text = compare(a, b, 0.0, f"{kind} vs none, {name}", exact=True)
+            print(text)
+            print(f"{'':<28} ms/step {median(a, 'ms_per_step'):.2f} vs {median(b, 'ms_per_step'):.2f}"
+                  f"  zinc step ms {median(a, 'zinc_step_ms'):.3f} vs "
+                  f"{median(b, 'zinc_step_ms'):.3f}")
+            ok &= same_tensors(o[:-len(".jsonl")] + ".safetensors",
+                               p[:-len(".jsonl")] + ".safetensors", f"weights, {name}")
+            bad += not ok
+        bad_all += bad
+    return 1 if bad_all else 0
 
 
 def main():

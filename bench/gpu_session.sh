@@ -206,17 +206,21 @@ phase_e2e() {
 
 phase_offload() {
     local d="$out/offload" model="L2-D64-H4-T64" steps=20 plain="$(cfg 2 bf16)"
-    local off="$d/zero2_bf16_offload.json"
+    local off="$d/zero2_bf16_offload.json" nv="$d/zero2_bf16_nvme.json"
     rm -rf "$d"
-    mkdir -p "$d"
+    mkdir -p "$d/nvme"
     step offload-config 30 "$py" -c 'import json, sys
 c = json.load(open(sys.argv[1]))
 c["zero_optimization"]["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
-json.dump(c, open(sys.argv[2], "w"), indent=2)' "$plain" "$off"
+json.dump(c, open(sys.argv[2], "w"), indent=2)
+c["zero_optimization"]["offload_optimizer"] = {"device": "nvme", "nvme_path": sys.argv[4],
+    "pin_memory": True, "pipeline_read": True, "pipeline_write": True}
+json.dump(c, open(sys.argv[3], "w"), indent=2)' "$plain" "$off" "$nv" "$d/nvme"
     for r in 1 2; do
-        for v in plain offload; do
+        for v in plain offload nvme; do
             local c="$plain"
             [ $v = offload ] && c="$off"
+            [ $v = nvme ] && c="$nv"
             step "offload-$v-r$r" 300 "$zinc" train --device "$dev" --ranks $r --steps $steps \
                 --model $model --seed 7 --config "$c" --save-dir "$d/ck-$v-r$r" \
                 --save-every $steps --metrics "$d/$v-r$r.jsonl"
@@ -224,7 +228,9 @@ json.dump(c, open(sys.argv[2], "w"), indent=2)' "$plain" "$off"
                 --out "$d/$v-r$r.safetensors"
         done
     done
-    # The host Adam is the same element math: losses and weights are the same bits.
+    # The host Adam is the same element math: losses and weights are the same bits (NVMe too).
+    step offload-bench-nvme 120 "$zinc" bench offload --params 1e7 --repeat 3 --nvme "$d/nvme" \
+        --disk-mb 256
     step offload-compare 30 "$py" "$root/bench/gpu_compare.py" offload "$d"
 }
 
