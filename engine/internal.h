@@ -265,6 +265,23 @@ zinc_status zoffload_own_to_device(zinc_engine_t *e, int g, void *dst, int count
 zinc_status zoffload_settle(zinc_engine_t *e);
 
 /* NVMe offload (offload_nvme.c), offload_optimizer "nvme". */
+/* The NVMe tier's sizes from the shard and the settings (zinc estimate uses it too). */
+typedef struct {
+    uint64_t shard;                /* elements of a rank's shard */
+    size_t max_slice;              /* the largest group's slice */
+    zinc_dtype dtype;
+    int64_t sub_group_size;
+    int buffer_count, pipeline_read, pipeline_write;
+    int param;                     /* offload_param "nvme" too */
+} znv_shape;
+typedef struct {
+    size_t align_elems, spad, E;   /* block in elements; the shard padded to it; chunk elements */
+    int nbuf;                      /* chunk buffers */
+    uint64_t state_stream, param_stream, file_bytes;
+    uint64_t host_state_each;      /* host bytes of master, of m, of v (the chunk buffers) */
+    uint64_t host_param16;         /* host bytes of the 16-bit shard's category */
+} znv_layout;
+void zoffload_nvme_layout(const znv_shape *in, znv_layout *out);
 /* At finalize, after zmem_plan: the host categories become the chunk buffers (and h_param16). */
 void zoffload_nvme_plan(zinc_engine_t *e);
 /* The scratch file's size (master, m, v of the shard, each rounded up to whole blocks). */

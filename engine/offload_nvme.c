@@ -66,74 +66,64 @@ struct znv {
 
 static size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
-/* Elements per O_DIRECT block of the narrowest stream: the 16-bit parameters' when they are in
- * the file too, else fp32's. Chunks and streams are whole multiples of it. */
-static size_t align_elems(const zinc_engine_t *e)
+/* ---- the plan ------------------------------------------------------------------------------- */
+
+void zoffload_nvme_layout(const znv_shape *in, znv_layout *out)
 {
-    size_t d = zcfg_offloads_param_nvme(&e->cfg) ? zinc_dtype_size(e->dtype) : 4;
-    return ZNV_ALIGN_BYTES / d;
+    size_t d = zinc_dtype_size(in->dtype);
+    /* Chunks and streams are whole O_DIRECT blocks of the narrowest stream: the 16-bit
+     * parameters' when they are in the file too, else fp32's. */
+    out->align_elems = ZNV_ALIGN_BYTES / (in->param ? d : 4);
+    out->spad = round_up(in->shard ? (size_t)in->shard : 1, out->align_elems);
+    int need = 1 + in->pipeline_read + in->pipeline_write;
+    out->nbuf = in->buffer_count > need ? in->buffer_count : need;
+    /* A chunk: sub_group_size elements (DeepSpeed's unit of the NVMe swap), at most
+     * ZNV_CHUNK_MAX, and small enough that the buffers together hold at most about half the
+     * shard's state (a model smaller than the buffers would otherwise need more host memory
+     * with NVMe than without). */
+    size_t E = ZNV_CHUNK_MAX, half = out->spad / (2 * (size_t)out->nbuf);
+    if ((uint64_t)in->sub_group_size < E) E = (size_t)in->sub_group_size;
+    if (half < E) E = half;
+    out->E = round_up(E ? E : 1, out->align_elems);
+    out->state_stream = (uint64_t)out->spad * 4;
+    out->param_stream = in->param ? (uint64_t)out->spad * d : 0;
+    out->file_bytes = ZNV_STATES * out->state_stream + out->param_stream;
+    out->host_state_each = (uint64_t)out->nbuf * out->E * 4;
+    /* The Adam's output (and offload_param's shard) has no master to come from in fp32 mode;
+     * with the parameters in the file too, only its chunk buffers and the gathers' staging. */
+    out->host_param16 = in->param ? (uint64_t)out->nbuf * out->E * d +
+                                        (uint64_t)ZNV_STAGE * in->max_slice * d
+                                  : in->shard * d;
 }
 
-static size_t shard_padded(const zinc_engine_t *e)
-{
-    return round_up(e->plan.shard_numel ? e->plan.shard_numel : 1, align_elems(e));
-}
-
-static size_t max_slice(const zinc_engine_t *e)
+static void layout_of(const zinc_engine_t *e, znv_layout *out)
 {
     size_t m = 0;
     for (int g = 0; g < e->plan.ngroups; g++)
         if (e->plan.groups[g].slice > m) m = e->plan.groups[g].slice;
-    return m;
-}
-
-/* ---- the plan ------------------------------------------------------------------------------- */
-
-static int chunk_buffers(const zinc_engine_t *e)
-{
     const zcfg_zero *z = &e->cfg.zero;
-    int need = 1 + z->nvme_pipeline_read + z->nvme_pipeline_write;
-    return z->nvme_buffer_count > need ? z->nvme_buffer_count : need;
-}
-
-/* A chunk: sub_group_size elements (DeepSpeed's unit of the NVMe swap), at most ZNV_CHUNK_MAX,
- * and small enough that the buffers together hold at most half the shard's state (a model
- * smaller than the buffers would otherwise need more host memory with NVMe than without). */
-static size_t chunk_elems(const zinc_engine_t *e)
-{
-    size_t spad = shard_padded(e);
-    size_t E = ZNV_CHUNK_MAX, half = spad / (2 * (size_t)chunk_buffers(e));
-    if ((uint64_t)e->cfg.zero.sub_group_size < E) E = (size_t)e->cfg.zero.sub_group_size;
-    if (half < E) E = half;
-    return round_up(E ? E : 1, align_elems(e));
+    znv_shape in = {.shard = e->plan.shard_numel, .max_slice = m, .dtype = e->dtype,
+                    .sub_group_size = z->sub_group_size, .buffer_count = z->nvme_buffer_count,
+                    .pipeline_read = z->nvme_pipeline_read, .pipeline_write = z->nvme_pipeline_write,
+                    .param = zcfg_offloads_param_nvme(&e->cfg)};
+    zoffload_nvme_layout(&in, out);
 }
 
 void zoffload_nvme_plan(zinc_engine_t *e)
 {
-    uint64_t per_state = (uint64_t)chunk_buffers(e) * chunk_elems(e) * 4;
-    e->host_planned[ZINC_MEM_MASTER] = per_state;
-    e->host_planned[ZINC_MEM_ADAM_M] = per_state;
-    e->host_planned[ZINC_MEM_ADAM_V] = per_state;
-    size_t d = zinc_dtype_size(e->dtype);
-    /* The Adam's output (and offload_param's shard) has no master to come from in fp32 mode;
-     * with the parameters in the file too, only its chunk buffers and the gathers' staging. */
-    e->host_planned[ZINC_MEM_PARAM16] =
-        zcfg_offloads_param_nvme(&e->cfg)
-            ? (uint64_t)chunk_buffers(e) * chunk_elems(e) * d + (uint64_t)ZNV_STAGE * max_slice(e) * d
-            : (uint64_t)e->plan.shard_numel * d;
-}
-
-/* The three fp32 state streams' bytes (each), and the parameter stream's (0 without). */
-static uint64_t state_stream(const zinc_engine_t *e) { return (uint64_t)shard_padded(e) * 4; }
-static uint64_t param_stream(const zinc_engine_t *e)
-{
-    return zcfg_offloads_param_nvme(&e->cfg)
-               ? (uint64_t)shard_padded(e) * zinc_dtype_size(e->dtype) : 0;
+    znv_layout L;
+    layout_of(e, &L);
+    e->host_planned[ZINC_MEM_MASTER] = L.host_state_each;
+    e->host_planned[ZINC_MEM_ADAM_M] = L.host_state_each;
+    e->host_planned[ZINC_MEM_ADAM_V] = L.host_state_each;
+    e->host_planned[ZINC_MEM_PARAM16] = L.host_param16;
 }
 
 uint64_t zoffload_nvme_file_bytes(const zinc_engine_t *e)
 {
-    return ZNV_STATES * state_stream(e) + param_stream(e);
+    znv_layout L;
+    layout_of(e, &L);
+    return L.file_bytes;
 }
 
 /* ---- the state device: upload and download are positioned writes and reads of the file ----- */
@@ -208,14 +198,16 @@ zinc_status zoffload_nvme_open(zinc_engine_t *e)
     struct znv *nv = calloc(1, sizeof *nv);
     if (!nv) return zeng_fail(e, ZINC_ERR_NOMEM, "zinc_finalize: offload_optimizer nvme: out of memory");
     e->nv = nv;
-    nv->E = chunk_elems(e);
-    nv->nbuf = chunk_buffers(e);
+    znv_layout L;
+    layout_of(e, &L);
+    nv->E = L.E;
+    nv->nbuf = L.nbuf;
     nv->behind = e->cfg.zero.nvme_pipeline_write;
     nv->ahead = e->cfg.zero.nvme_pipeline_read ? nv->nbuf - 1 - nv->behind : 0;
-    uint64_t bytes = zoffload_nvme_file_bytes(e);
-    nv->stream = (size_t)state_stream(e);
+    uint64_t bytes = L.file_bytes;
+    nv->stream = (size_t)L.state_stream;
     nv->param = zcfg_offloads_param_nvme(&e->cfg);
-    nv->pstream = (size_t)param_stream(e);
+    nv->pstream = (size_t)L.param_stream;
     int stale = znvme_remove_stale(dir);
     if (stale)
         zlog(ZLOG_INFO, "offload", e->rank, "removed %d stale NVMe scratch file(s) of ended runs "
@@ -230,7 +222,7 @@ zinc_status zoffload_nvme_open(zinc_engine_t *e)
     void *base = mmap(NULL, (size_t)bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
                       -1, 0);
     size_t bufbytes = (size_t)nv->nbuf * ZNV_STATES * nv->E * 4, d = zinc_dtype_size(e->dtype);
-    nv->stage_slot = max_slice(e) * d;
+    nv->stage_slot = (size_t)(L.host_param16 - (uint64_t)nv->nbuf * nv->E * d) / ZNV_STAGE;
     int pfail = nv->param && (posix_memalign((void **)&nv->pbuf, 4096, (size_t)nv->nbuf * nv->E * d) ||
                               !(nv->stage = malloc(ZNV_STAGE * nv->stage_slot + 1)));
     if (base == MAP_FAILED || pfail || posix_memalign((void **)&nv->buf, 4096, bufbytes) != 0) {

@@ -15,7 +15,7 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: zinc estimate --params N --world-size W --stage S [--dtype fp16|bf16|fp32]\n"
             "                     [--group-size G] [--buckets B] [--gather-buffers K]\n"
-            "                     [--offload-optimizer [--offload-param]] [--json]\n\n"
+            "                     [--offload-optimizer [--offload-param] [--nvme]] [--json]\n\n"
             "Bytes per rank for a model of N parameters trained with Adam (fp32 master, m, v)\n"
             "on W data-parallel ranks under ZeRO stage S (0-3). Model state = working\n"
             "parameters + gradients + master + m + v; buffers (gradient buckets at stages 2-3,\n"
@@ -26,7 +26,11 @@ static void usage(FILE *f)
             "shard and of the 16-bit update; device and host bytes are listed apart.\n"
             "--offload-param (zero_optimization.offload_param {\"device\": \"cpu\"}, stage 3,\n"
             "with --offload-optimizer): the 16-bit parameter shard in host memory too; the\n"
-            "device keeps the gradient shard and the buffers (gather ring, persistent groups).\n");
+            "device keeps only the buffers (gather ring, persistent groups, buckets).\n"
+            "--nvme (offload_optimizer {\"device\": \"nvme\"}, and offload_param \"nvme\" with\n"
+            "--offload-param): master, m, v (and the 16-bit shard) in a scratch file on disk; host\n"
+            "memory is then the chunk buffers (DeepSpeed's default buffer_count 4, zinc's chunk\n"
+            "size), and the file's bytes per rank are listed too.\n");
 }
 
 int cmd_estimate(int argc, char **argv)
@@ -34,7 +38,7 @@ int cmd_estimate(int argc, char **argv)
     long long params = -1, world = -1, stage = -1, group = -1, buckets = ZEST_BUCKETS,
               gathers = ZEST_GATHERS;
     zinc_dtype dtype = ZINC_DTYPE_FP16;
-    int json = 0, offload = 0, offload_param = 0;
+    int json = 0, offload = 0, offload_param = 0, nvme = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -50,6 +54,9 @@ int cmd_estimate(int argc, char **argv)
             continue;
         } else if (!strcmp(a, "--offload-param")) {
             offload_param = 1;
+            continue;
+        } else if (!strcmp(a, "--nvme")) {
+            nvme = 1;
             continue;
         } else if (!strcmp(a, "--dtype")) {
             if (!v) return zarg_usage_error("estimate", "--dtype needs a value");
@@ -82,6 +89,9 @@ int cmd_estimate(int argc, char **argv)
         return zarg_usage_error("estimate", "--offload-param needs --stage 3 and --offload-optimizer "
                                 "(zinc offloads the parameters at stage 3, together with the "
                                 "optimizer state)");
+    if (nvme && !offload)
+        return zarg_usage_error("estimate", "--nvme needs --offload-optimizer (the NVMe tier "
+                                "holds the offloaded optimizer state)");
     if (group < 0) group = zest_default_group(params);
     if (group < 1 || group > params)
         return zarg_usage_error("estimate", "--group-size must be in 1..N");
@@ -89,12 +99,14 @@ int cmd_estimate(int argc, char **argv)
     zest_mem m;
     zest_memory(params, (int)world, (int)stage, dtype, offload, offload_param, group,
                 (int)buckets, (int)gathers, &m);
+    uint64_t disk = nvme ? zest_nvme(&m, (int)world, dtype, offload_param, group) : 0;
     const uint64_t *b = m.dev, *h = m.host;
     if (json) {
         printf("{\"params\": %lld, \"world_size\": %lld, \"stage\": %lld, \"dtype\": \"%s\", "
                "\"offload_optimizer\": %s, \"offload_param\": %s, ",
                params, world, stage, zinc_dtype_name(dtype), offload ? "true" : "false",
                offload_param ? "true" : "false");
+        if (nvme) printf("\"nvme\": true, \"disk_bytes_per_rank\": %llu, ", (unsigned long long)disk);
         zest_memory_json(&m);
         printf("}\n");
         return 0;
@@ -113,6 +125,8 @@ int cmd_estimate(int argc, char **argv)
     printf("  model state per rank: %.3f GB   with buffers: %.3f GB   (device; GB = 10^9 bytes)\n",
            (double)m.state / 1e9, (double)m.total / 1e9);
     if (offload) printf("  host memory per rank: %.3f GB\n", (double)m.host_total / 1e9);
+    if (nvme) printf("  NVMe scratch file per rank: %.3f GB (offload_optimizer.nvme_path)\n",
+                     (double)disk / 1e9);
     return 0;
 }
 
@@ -136,6 +150,24 @@ void zest_memory(long long params, int world, int stage, zinc_dtype dtype, int o
     m->total = m->state + b[ZINC_MEM_BUCKET] + b[ZINC_MEM_GATHER];
     m->host_total = 0;
     for (int c = 0; c < ZINC_MEM_COUNT; c++) m->host_total += m->host[c];
+}
+
+uint64_t zest_nvme(zest_mem *m, int world, zinc_dtype dtype, int offload_param, long long group)
+{
+    uint64_t d = zinc_dtype_size(dtype);
+    uint64_t gpad = ((uint64_t)group + (uint64_t)world * ZPLAN_ALIGN - 1) /
+                    ((uint64_t)world * ZPLAN_ALIGN) * (uint64_t)world * ZPLAN_ALIGN;
+    /* the engine's layout with DeepSpeed's defaults: buffer_count 4, sub_group_size 1e9 */
+    znv_shape in = {.shard = m->host[ZINC_MEM_GRAD] / d, .max_slice = (size_t)(gpad / (uint64_t)world),
+                    .dtype = dtype, .sub_group_size = 1000000000, .buffer_count = 4,
+                    .param = offload_param};
+    znv_layout L;
+    zoffload_nvme_layout(&in, &L);
+    m->host[ZINC_MEM_MASTER] = m->host[ZINC_MEM_ADAM_M] = m->host[ZINC_MEM_ADAM_V] = L.host_state_each;
+    m->host[ZINC_MEM_PARAM16] = L.host_param16;
+    m->host_total = 0;
+    for (int c = 0; c < ZINC_MEM_COUNT; c++) m->host_total += m->host[c];
+    return L.file_bytes;
 }
 
 void zest_memory_json(const zest_mem *m)

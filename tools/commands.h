@@ -51,5 +51,9 @@ static inline long long zest_default_group(long long params)
 /* Its JSON members (no braces): model_state_bytes_per_rank, total_bytes_per_rank,
  * host_bytes_per_rank, bytes_per_rank {...}, host_bytes {...}. */
 void zest_memory_json(const zest_mem *m);
+/* --nvme: the host categories of `m` (from zest_memory with offload) become the NVMe tier's
+ * buffers (engine/offload_nvme.c's layout, DeepSpeed's default buffer_count); returns the
+ * scratch file's bytes per rank. */
+uint64_t zest_nvme(zest_mem *m, int world, zinc_dtype dtype, int offload_param, long long group);
 
 #endif

@@ -121,6 +121,34 @@ int main(void)
         int r2 = system(c2);
         ZT_CHECK(WIFEXITED(r2) && WEXITSTATUS(r2) == 2, "%s: rc %d", bad_param[i], r2);
     }
+    /* --nvme: master, m, v leave host memory for a scratch file of 12 bytes per shard element
+     * (in 4096-byte blocks); the host keeps 4 chunk buffers of 2^22 elements per state and the
+     * two 16-bit shards (4Ψ/N); with --offload-param the file gains the 16-bit shard (2Ψ/N) and
+     * the host keeps chunk buffers and 4 staging slots for it. Without --offload-optimizer
+     * --nvme is refused. */
+    {
+        char buf[4096];
+        int rc = estimate_json(2, "--offload-optimizer --nvme", buf, sizeof buf);
+        long long disk = json_field(buf, "\"disk_bytes_per_rank\": ");
+        long long host = json_field(buf, "\"host_bytes_per_rank\": ");
+        long long master = json_field(buf, "\"host_bytes\": {\"param16\": ");
+        ZT_CHECK(rc == 0 && fabs((double)disk - 12 * psi / n) <= 1e-4 * 12 * psi / n,
+                 "--nvme: disk %lld, formula %.0f", disk, 12 * psi / n);
+        double want_host = 4 * psi / n + 3.0 * 4 * 4194304 * 4;
+        ZT_CHECK(rc == 0 && fabs((double)host - want_host) <= 1e-4 * want_host,
+                 "--nvme: host %lld, formula %.0f (%s)", host, want_host, buf);
+        ZT_CHECK(master > 0, "--nvme: no host param16: %s", buf);
+        rc = estimate_json(3, "--offload-optimizer --offload-param --nvme", buf, sizeof buf);
+        disk = json_field(buf, "\"disk_bytes_per_rank\": ");
+        ZT_CHECK(rc == 0 && fabs((double)disk - 14 * psi / n) <= 1e-4 * 14 * psi / n,
+                 "--nvme --offload-param: disk %lld, formula %.0f", disk, 14 * psi / n);
+        char c2[512];
+        snprintf(c2, sizeof c2, "%s estimate --params 100 --world-size 4 --stage 2 --nvme "
+                 "2>/dev/null", ZINC_CLI);
+        int r2 = system(c2);
+        ZT_CHECK(WIFEXITED(r2) && WEXITSTATUS(r2) == 2, "--nvme without --offload-optimizer: rc %d",
+                 r2);
+    }
     char hb[4096];
     estimate_json(2, "", hb, sizeof hb);
     ZT_CHECK(json_field(hb, "\"host_bytes_per_rank\": ") == 0, "no offload: host bytes %s", hb);
