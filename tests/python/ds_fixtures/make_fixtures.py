@@ -11,7 +11,9 @@ tag "global_step3", client_state), then 3 more steps. NAME/expected.json holds w
 own objects said at the save (read back through deepspeed.utils.safe_get_full_fp32_param and
 safe_get_full_optimizer_state, the engine's counters, lr, loss scale, the buffer), the data of
 all 6 steps, and the fp32 master weights after the 3 steps that follow the save: what a run that
-resumes the checkpoint must reach. Nothing in expected.json is written by hand.
+resumes the checkpoint must reach (fp16 also: the same 3 steps with DeepSpeed's loss scale update
+moved after its unscale, continued_unscale_before_update). Nothing in expected.json is written
+by hand.
 The checkpoints are torch.save'd by DeepSpeed with the venv's torch; the test reads them with
 CI's torch 1.13 (a zip format both read: checked by the test itself).
 """
@@ -156,6 +158,29 @@ def rank_main(out, stage, dtype):
         step(i)
     rec["continued"] = {n: full(p) for n, p in model.named_parameters()}
     rec["continued_lr"] = engine.get_lr()[0]
+    if dtype == "fp16":
+        # DeepSpeed's fp16 step updates the loss scale before it unscales the gradients
+        # (stage_1_and_2.py step(): _update_scale, then unscale_and_clip_grads, which divides
+        # by self.loss_scale), so a step where the scale grows divides by twice the scale its
+        # backward used. The same 3 steps again from the checkpoint (DeepSpeed's load of it
+        # gives the same continuation bit for bit), with the one change that the unscale sees
+        # the scale backward used: what zinc's order (unscale, then update) must reach.
+        engine.load_checkpoint(os.path.join(out, "ckpt"))
+        unscale, used = engine.optimizer.unscale_and_clip_grads, {}
+
+        def unscale_before_update(grads, norm):
+            after = engine.optimizer.loss_scaler.cur_scale
+            engine.optimizer.loss_scaler.cur_scale = used["scale"]
+            try:
+                unscale(grads, norm)
+            finally:
+                engine.optimizer.loss_scaler.cur_scale = after
+        engine.optimizer.unscale_and_clip_grads = unscale_before_update
+        for i in range(STEPS_BEFORE, STEPS_BEFORE + STEPS_AFTER):
+            used["scale"] = engine.optimizer.loss_scaler.cur_scale
+            step(i)
+        rec["continued_unscale_before_update"] = {n: full(p)
+                                                  for n, p in model.named_parameters()}
     assert len(names) == len(rec["master"])
     if rank == 0:
         with open(os.path.join(out, "expected.json"), "w") as f:
