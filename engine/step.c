@@ -651,12 +651,21 @@ zinc_status zinc_step(zinc_engine_t *e, zinc_step_info_t *info)
         s = zero_grads(e);
         return s == ZINC_OK ? zeng_background_poll(e) : s;
     }
-    double coef = zclip_coef(norm, e->cfg.gradient_clipping);
-    info->grad_norm_clipped = norm / coef;
+    /* DeepSpeed 0.19.8 updates the loss scale before it unscales: on a step where the scale
+     * grows, the clip test and the gradient are divided by the new scale, not the one backward
+     * used (stage_1_and_2.py step -> unscale_and_clip_grads, stage3.py, FP16_Optimizer alike; a
+     * known upstream quirk). zinc does the same, so that fp16 runs give DeepSpeed's weights. The
+     * reported norm is the old scale's at stages 1-2 and the new one's at stages 0 and 3, as
+     * each DeepSpeed optimizer reports it. Only a growing dynamic scale differs from `scale`. */
+    double unscale = e->st.scaler.cur_scale;
+    double norm_applied = sqrt(sumsq) / unscale;
+    if (e->stage == 0 || e->stage == 3) info->grad_norm = norm_applied;
+    double coef = zclip_coef(norm_applied, e->cfg.gradient_clipping);
+    info->grad_norm_clipped = norm_applied / coef;
     /* OneCycle with cycle_momentum drives the betas, as DeepSpeed does; otherwise the config's. */
     double beta1, beta2;
     zinc_engine_betas(e, &beta1, &beta2);
-    s = apply_adam(e, (float)info->lr, (float)beta1, (float)beta2, (float)(1.0 / (scale * coef)),
+    s = apply_adam(e, (float)info->lr, (float)beta1, (float)beta2, (float)(1.0 / (unscale * coef)),
                    predownloaded);
     if (s != ZINC_OK) return s;
     e->st.step++;

@@ -11,6 +11,10 @@ zinc_test(NAME engine_api SOURCES ${ZINC_ENGINE_TEST_DIR}/test_engine.c
           LIBS zinc_toy LABELS "multirank;unit" TIMEOUT 300)
 zinc_test(NAME engine_grad_access SOURCES ${ZINC_ENGINE_TEST_DIR}/test_grad_access.c
           LABELS "multirank;unit" TIMEOUT 120)
+# fp16 on a step where the loss scale grows: unscaled and clipped with the new scale, as
+# DeepSpeed 0.19.8 does (stages 0-3, offload).
+zinc_test(NAME engine_scale_growth SOURCES ${ZINC_ENGINE_TEST_DIR}/test_scale_growth.c
+          LABELS "unit" TIMEOUT 120)
 # With the cpu device's asynchronous copies done when queued: offload's download of a gradient
 # queued before zinc_param_grad_set changed it must be queued again (the deferred default copies
 # late enough to hide a missing one).

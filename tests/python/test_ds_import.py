@@ -154,22 +154,19 @@ def load(name, stage, root=None):
     tol = {"fp32": 1e-6, "fp16": 2.0 ** -11}.get(want["dtype"], 2.0 ** -8)
     got = {n: safe_get_full_fp32_param(p).float().flatten() for n, p in model.named_parameters()}
     worst = distance(got, want["continued"])
+    what = "DeepSpeed's weights"
     if want["dtype"] == "fp16":
         # DeepSpeed 0.19.8 updates its loss scale before it unscales (stage_1_and_2.py step()):
         # step 5 here grows the scale 512 -> 1024 and DeepSpeed divides gradients made at 512
-        # by 1024. zinc unscales with the scale backward used, then updates. The reference is
-        # DeepSpeed's own run with that one order changed (make_fixtures.py); its distance
-        # from DeepSpeed's unchanged run (8.8e-3) shows the bound tells the two orders apart.
+        # by 1024; zinc does the same (engine/step.c). make_fixtures.py also records DeepSpeed's
+        # run with that one order changed: its distance from the real one (8.8e-3) shows the
+        # bound tells the two orders apart, so an engine unscaling with the old scale fails.
         order = distance(want["continued_unscale_before_update"], want["continued"])
         check(f"{tag}: the bound {tol:g} tells DeepSpeed's two orders apart ({order:.2e})",
               order > 4 * tol)
-        print(f"note {tag}: fp16, 3 more steps land {worst:.2e} of a tensor's largest value "
-              "from DeepSpeed's weights (DeepSpeed unscales with the grown loss scale: "
-              "docs/deepspeed-checkpoints.md)")
-        worst = distance(got, want["continued_unscale_before_update"])
-        what = "DeepSpeed's weights with its unscale before its loss scale update"
-    else:
-        what = "DeepSpeed's weights"
+        print(f"note {tag}: fp16, 3 more steps land "
+              f"{distance(got, want['continued_unscale_before_update']):.2e} from the run that "
+              "unscales with the scale backward used")
     check(f"{tag}: 3 more steps reach {what} (worst {worst:.2e} of a tensor's largest value, "
           f"bound {tol:g})", worst <= tol)
     check(f"{tag}: lr after them is DeepSpeed's", abs(engine.get_lr()[0] - want["continued_lr"])
