@@ -21,7 +21,6 @@
  *     weights of an uninterrupted run, so master, m, v and the counters all came back.
  */
 #include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -317,60 +316,7 @@ static void test_limit(void)
 
 /* ---- 4. checkpoints ------------------------------------------------------------------------ */
 
-typedef struct {
-    zinc_world_t *world;
-    int stage;
-    const char *save_zero, *load_zero; /* zero_json of the saving and the loading engine */
-    const char *dir;
-    toy_run out;                       /* rank 0's final weights */
-    pthread_mutex_t mu;
-} ck_ctx;
-
 #define CK_STEPS 3
-
-static zinc_engine_t *ck_engine(ck_ctx *c, int rank, const char *zero_json, int *np)
-{
-    toy_run r = {.world = zinc_world_size(c->world), .stage = c->stage, .accum = 1,
-                 .dtype = ZINC_DTYPE_FP16, .clip = 1.0, .zero_json = zero_json};
-    zinc_engine_t *e = NULL;
-    zinc_status s = toy_engine_on(&r, c->world, rank, NULL, &e, np);
-    if (s != ZINC_OK) {
-        ZT_CHECK(0, "checkpoint engine rank %d: %s", rank, zinc_last_error(e));
-        zinc_engine_destroy(e);
-        return NULL;
-    }
-    return e;
-}
-
-static void ck_rank(int rank, void *arg)
-{
-    ck_ctx *c = arg;
-    int world = zinc_world_size(c->world), np = 0;
-    zinc_engine_t *e = ck_engine(c, rank, c->save_zero, &np);
-    zinc_status s = e ? toy_steps(e, rank, world, 0, CK_STEPS, np) : ZINC_ERR_ABORTED;
-    if (s == ZINC_OK) s = zinc_ckpt_save(e, c->dir, "mid", NULL);
-    ZT_CHECK(s == ZINC_OK, "save rank %d: %s", rank, zinc_last_error(e));
-    zinc_engine_destroy(e);
-    e = s == ZINC_OK ? ck_engine(c, rank, c->load_zero, &np) : NULL;
-    if (e) s = zinc_ckpt_load(e, c->dir, "mid", NULL);
-    if (e && s == ZINC_OK) s = toy_steps(e, rank, world, CK_STEPS, CK_STEPS, np);
-    ZT_CHECK(!e || s == ZINC_OK, "load/train rank %d: %s", rank, zinc_last_error(e));
-    for (int p = 0; e && s == ZINC_OK && p < np; p++) {
-        float *v = malloc((size_t)zinc_param_numel(e, p) * sizeof *v);
-        s = zinc_param_get(e, p, v);
-        pthread_mutex_lock(&c->mu);
-        if (rank == 0) {
-            c->out.final[p] = v;
-            c->out.numel[p] = zinc_param_numel(e, p);
-            c->out.nparams = np;
-            v = NULL;
-        }
-        pthread_mutex_unlock(&c->mu);
-        free(v);
-    }
-    if (!e || s != ZINC_OK) zinc_world_abort(c->world, rank, "checkpoint rank failed");
-    zinc_engine_destroy(e);
-}
 
 static void test_ckpt(void)
 {
@@ -385,15 +331,11 @@ static void test_ckpt(void)
         for (int m = 0; m < 3; m++) {
             char sub[256], cmd[300];
             snprintf(sub, sizeof sub, "%s/s%d_m%d", dir, st, m);
-            ck_ctx c = {.stage = st, .save_zero = modes[m][0], .load_zero = modes[m][1], .dir = sub};
-            pthread_mutex_init(&c.mu, NULL);
-            ZT_OK(zinc_world_create_local(2, &c.world));
-            zt_run_ranks(2, ck_rank, &c);
-            zinc_world_destroy(c.world);
-            pthread_mutex_destroy(&c.mu);
-            ZT_CHECK(toy_weights_equal(&ref, &c.out), "stage %d checkpoint %s: the resumed weights "
+            toy_run out = {0};
+            toy_resume_run(st, ZINC_DTYPE_FP16, modes[m][0], modes[m][1], sub, CK_STEPS, &out);
+            ZT_CHECK(toy_weights_equal(&ref, &out), "stage %d checkpoint %s: the resumed weights "
                      "differ from the uninterrupted run's", st, names[m]);
-            toy_free(&c.out);
+            toy_free(&out);
             snprintf(cmd, sizeof cmd, "rm -rf '%s'", sub);
             if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", sub);
         }

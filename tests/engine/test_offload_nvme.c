@@ -26,7 +26,6 @@
  *     finalize naming the path.
  */
 #include <dirent.h>
-#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,6 +60,33 @@ static int nvme_files(void)
         n += strncmp(x->d_name, "zinc-nvme-", 10) == 0;
     if (d) closedir(d);
     return n;
+}
+
+/* A one-rank toy engine on r's config; NULL (a test failure naming `what`) when it fails. */
+static zinc_engine_t *nvme_engine(const toy_run *r, int *np, const char *what)
+{
+    zinc_engine_t *e = NULL;
+    zinc_status s = toy_engine(r, &e, np);
+    ZT_CHECK(s == ZINC_OK, "%s engine: %s", what, zinc_last_error(e));
+    if (s == ZINC_OK) return e;
+    zinc_engine_destroy(e);
+    return NULL;
+}
+
+/* One micro-step and zinc_step of a one-rank engine (an inf injected when `inject`), and the
+ * bytes the step read from and wrote to the scratch file. */
+static zinc_status nvme_step(zinc_engine_t *e, int step, int np, int inject, zinc_step_info_t *info,
+                             uint64_t *read, uint64_t *written)
+{
+    uint64_t r0, w0, r1, w1;
+    zinc_nvme_bytes(e, NULL, &r0, &w0);
+    zinc_status s = toy_micro_step(e, 0, 1, step, np, inject);
+    *info = (zinc_step_info_t){0};
+    if (s == ZINC_OK) s = zinc_step(e, info);
+    zinc_nvme_bytes(e, NULL, &r1, &w1);
+    *read = r1 - r0;
+    *written = w1 - w0;
+    return s;
 }
 
 /* ---- 1. bitwise ---------------------------------------------------------------------------- */
@@ -160,14 +186,10 @@ static void test_volume(void)
     snprintf(zero, sizeof zero, "%s\"sub_group_size\": 1024, ",
              nvme_json(", \"pipeline_read\": true, \"pipeline_write\": true"));
     r.zero_json = zero;
-    zinc_engine_t *e = NULL;
     int np = 0;
-    zinc_status s = toy_engine(&r, &e, &np);
-    ZT_CHECK(s == ZINC_OK, "nvme engine: %s", zinc_last_error(e));
-    if (s != ZINC_OK) {
-        zinc_engine_destroy(e);
-        return;
-    }
+    zinc_engine_t *e = nvme_engine(&r, &np, "nvme");
+    if (!e) return;
+    zinc_status s = ZINC_OK;
     struct stat st;
     ZT_CHECK(stat(stale, &st) != 0, "the stale scratch file %s was not removed", stale);
     ZT_CHECK(nvme_files() == 1, "%d scratch files under %s while the engine lives, want 1",
@@ -201,17 +223,13 @@ static void test_volume(void)
     ZT_CHECK(shard > 2 * 1024, "the toy's shard (%llu) should need several chunks",
              (unsigned long long)shard);
     for (int step = 0; step < 5 && s == ZINC_OK; step++) {
-        uint64_t r0, w0, r1, w1;
-        zinc_nvme_bytes(e, NULL, &r0, &w0);
-        s = toy_micro_step(e, 0, 1, step, np, step == 2);
-        zinc_step_info_t info = {0};
-        if (s == ZINC_OK) s = zinc_step(e, &info);
-        zinc_nvme_bytes(e, NULL, &r1, &w1);
+        zinc_step_info_t info;
+        uint64_t read, written;
+        s = nvme_step(e, step, np, step == 2, &info, &read, &written);
         uint64_t want = info.applied ? file : 0;
-        ZT_CHECK(r1 - r0 == want && w1 - w0 == want, "step %d (%s): read %llu, wrote %llu, want "
+        ZT_CHECK(read == want && written == want, "step %d (%s): read %llu, wrote %llu, want "
                  "%llu each", step, info.applied ? "applied" : "skipped",
-                 (unsigned long long)(r1 - r0), (unsigned long long)(w1 - w0),
-                 (unsigned long long)want);
+                 (unsigned long long)read, (unsigned long long)written, (unsigned long long)want);
         ZT_CHECK(step != 2 || !info.applied, "the overflow step was applied");
     }
     ZT_CHECK(s == ZINC_OK, "steps: %s", zinc_last_error(e));
@@ -231,14 +249,10 @@ static void test_param_volume(void)
     snprintf(zero, sizeof zero, "%s\"sub_group_size\": 2048, \"offload_param\": {\"device\": \"nvme\"}, ",
              nvme_json(", \"pipeline_read\": true, \"pipeline_write\": true"));
     r.zero_json = zero;
-    zinc_engine_t *e = NULL;
     int np = 0;
-    zinc_status s = toy_engine(&r, &e, &np);
-    ZT_CHECK(s == ZINC_OK, "nvme params engine: %s", zinc_last_error(e));
-    if (s != ZINC_OK) {
-        zinc_engine_destroy(e);
-        return;
-    }
+    zinc_engine_t *e = nvme_engine(&r, &np, "nvme params");
+    if (!e) return;
+    zinc_status s = ZINC_OK;
     uint64_t file = 0, dp[ZINC_MEM_COUNT], hp[ZINC_MEM_COUNT];
     zinc_nvme_bytes(e, &file, NULL, NULL);
     zinc_memory(e, dp, NULL);
@@ -256,16 +270,13 @@ static void test_param_volume(void)
              "the host holds %llu bytes of parameters (the shard is %llu)",
              (unsigned long long)hp[ZINC_MEM_PARAM16], (unsigned long long)(shard * 2));
     for (int step = 0; step < 3 && s == ZINC_OK; step++) {
-        uint64_t r0, w0, r1, w1;
-        zinc_nvme_bytes(e, NULL, &r0, &w0);
-        s = toy_micro_step(e, 0, 1, step, np, 0);
-        zinc_step_info_t info = {0};
-        if (s == ZINC_OK) s = zinc_step(e, &info);
-        zinc_nvme_bytes(e, NULL, &r1, &w1);
-        ZT_CHECK(info.applied && r1 - r0 == 12 * spad && w1 - w0 == 14 * spad,
+        zinc_step_info_t info;
+        uint64_t read, written;
+        s = nvme_step(e, step, np, 0, &info, &read, &written);
+        ZT_CHECK(info.applied && read == 12 * spad && written == 14 * spad,
                  "step %d: read %llu (want %llu), wrote %llu (want %llu)", step,
-                 (unsigned long long)(r1 - r0), (unsigned long long)(12 * spad),
-                 (unsigned long long)(w1 - w0), (unsigned long long)(14 * spad));
+                 (unsigned long long)read, (unsigned long long)(12 * spad),
+                 (unsigned long long)written, (unsigned long long)(14 * spad));
     }
     ZT_CHECK(s == ZINC_OK, "steps: %s", zinc_last_error(e));
     zinc_engine_destroy(e);
@@ -319,60 +330,7 @@ static void test_host_limit(void)
 
 /* ---- 4. checkpoints ------------------------------------------------------------------------- */
 
-typedef struct {
-    zinc_world_t *world;
-    int stage;
-    const char *save_zero, *load_zero;
-    const char *dir;
-    toy_run out;
-    pthread_mutex_t mu;
-} ck_ctx;
-
 #define CK_STEPS 3
-
-static zinc_engine_t *ck_engine(ck_ctx *c, int rank, const char *zero_json, int *np)
-{
-    toy_run r = {.world = zinc_world_size(c->world), .stage = c->stage, .accum = 1,
-                 .dtype = ZINC_DTYPE_BF16, .clip = 1.0, .zero_json = zero_json};
-    zinc_engine_t *e = NULL;
-    zinc_status s = toy_engine_on(&r, c->world, rank, NULL, &e, np);
-    if (s != ZINC_OK) {
-        ZT_CHECK(0, "checkpoint engine rank %d: %s", rank, zinc_last_error(e));
-        zinc_engine_destroy(e);
-        return NULL;
-    }
-    return e;
-}
-
-static void ck_rank(int rank, void *arg)
-{
-    ck_ctx *c = arg;
-    int world = zinc_world_size(c->world), np = 0;
-    zinc_engine_t *e = ck_engine(c, rank, c->save_zero, &np);
-    zinc_status s = e ? toy_steps(e, rank, world, 0, CK_STEPS, np) : ZINC_ERR_ABORTED;
-    if (s == ZINC_OK) s = zinc_ckpt_save(e, c->dir, "mid", NULL);
-    ZT_CHECK(s == ZINC_OK, "save rank %d: %s", rank, zinc_last_error(e));
-    zinc_engine_destroy(e);
-    e = s == ZINC_OK ? ck_engine(c, rank, c->load_zero, &np) : NULL;
-    if (e) s = zinc_ckpt_load(e, c->dir, "mid", NULL);
-    if (e && s == ZINC_OK) s = toy_steps(e, rank, world, CK_STEPS, CK_STEPS, np);
-    ZT_CHECK(!e || s == ZINC_OK, "load/train rank %d: %s", rank, zinc_last_error(e));
-    for (int p = 0; e && s == ZINC_OK && p < np; p++) {
-        float *v = malloc((size_t)zinc_param_numel(e, p) * sizeof *v);
-        s = zinc_param_get(e, p, v);
-        pthread_mutex_lock(&c->mu);
-        if (rank == 0) {
-            c->out.final[p] = v;
-            c->out.numel[p] = zinc_param_numel(e, p);
-            c->out.nparams = np;
-            v = NULL;
-        }
-        pthread_mutex_unlock(&c->mu);
-        free(v);
-    }
-    if (!e || s != ZINC_OK) zinc_world_abort(c->world, rank, "checkpoint rank failed");
-    zinc_engine_destroy(e);
-}
 
 static void test_ckpt(void)
 {
@@ -396,15 +354,11 @@ static void test_ckpt(void)
             if (m >= 5 && st != 3) continue;
             char sub[256], cmd[300];
             snprintf(sub, sizeof sub, "%s/s%d_m%d", dir, st, m);
-            ck_ctx c = {.stage = st, .save_zero = modes[m][0], .load_zero = modes[m][1], .dir = sub};
-            pthread_mutex_init(&c.mu, NULL);
-            ZT_OK(zinc_world_create_local(2, &c.world));
-            zt_run_ranks(2, ck_rank, &c);
-            zinc_world_destroy(c.world);
-            pthread_mutex_destroy(&c.mu);
-            ZT_CHECK(toy_weights_equal(&ref, &c.out), "stage %d checkpoint %s: the resumed weights "
+            toy_run out = {0};
+            toy_resume_run(st, ZINC_DTYPE_BF16, modes[m][0], modes[m][1], sub, CK_STEPS, &out);
+            ZT_CHECK(toy_weights_equal(&ref, &out), "stage %d checkpoint %s: the resumed weights "
                      "differ from the uninterrupted run's", st, names[m]);
-            toy_free(&c.out);
+            toy_free(&out);
             /* nothing of the scratch file went into the checkpoint */
             snprintf(cmd, sizeof cmd, "grep -rlq zinc-nvme '%s'", sub);
             ZT_CHECK(system(cmd) != 0, "stage %d %s: the checkpoint names a scratch file", st,

@@ -350,3 +350,70 @@ zinc_status toy_steps(zinc_engine_t *e, int rank, int world, int first, int step
     }
     return s;
 }
+
+/* ---- toy_resume_run ------------------------------------------------------------------------ */
+
+typedef struct {
+    zinc_world_t *world;
+    int stage, steps;
+    zinc_dtype dtype;
+    const char *save_zero, *load_zero, *dir;
+    toy_run *out;
+    pthread_mutex_t mu;
+} resume_ctx;
+
+static zinc_engine_t *resume_engine(resume_ctx *c, int rank, const char *zero_json, int *np)
+{
+    toy_run r = {.world = zinc_world_size(c->world), .stage = c->stage, .accum = 1,
+                 .dtype = c->dtype, .clip = 1.0, .zero_json = zero_json};
+    zinc_engine_t *e = NULL;
+    zinc_status s = toy_engine_on(&r, c->world, rank, NULL, &e, np);
+    if (s != ZINC_OK) {
+        ZT_CHECK(0, "checkpoint engine rank %d: %s", rank, zinc_last_error(e));
+        zinc_engine_destroy(e);
+        return NULL;
+    }
+    return e;
+}
+
+static void resume_rank(int rank, void *arg)
+{
+    resume_ctx *c = arg;
+    int world = zinc_world_size(c->world), np = 0;
+    zinc_engine_t *e = resume_engine(c, rank, c->save_zero, &np);
+    zinc_status s = e ? toy_steps(e, rank, world, 0, c->steps, np) : ZINC_ERR_ABORTED;
+    if (s == ZINC_OK) s = zinc_ckpt_save(e, c->dir, "mid", NULL);
+    ZT_CHECK(s == ZINC_OK, "save rank %d: %s", rank, zinc_last_error(e));
+    zinc_engine_destroy(e);
+    e = s == ZINC_OK ? resume_engine(c, rank, c->load_zero, &np) : NULL;
+    if (e) s = zinc_ckpt_load(e, c->dir, "mid", NULL);
+    if (e && s == ZINC_OK) s = toy_steps(e, rank, world, c->steps, c->steps, np);
+    ZT_CHECK(!e || s == ZINC_OK, "load/train rank %d: %s", rank, zinc_last_error(e));
+    for (int p = 0; e && s == ZINC_OK && p < np; p++) {
+        float *v = malloc((size_t)zinc_param_numel(e, p) * sizeof *v);
+        s = zinc_param_get(e, p, v);
+        pthread_mutex_lock(&c->mu);
+        if (rank == 0) {
+            c->out->final[p] = v;
+            c->out->numel[p] = zinc_param_numel(e, p);
+            c->out->nparams = np;
+            v = NULL;
+        }
+        pthread_mutex_unlock(&c->mu);
+        free(v);
+    }
+    if (!e || s != ZINC_OK) zinc_world_abort(c->world, rank, "checkpoint rank failed");
+    zinc_engine_destroy(e);
+}
+
+void toy_resume_run(int stage, zinc_dtype dtype, const char *save_zero, const char *load_zero,
+                    const char *dir, int steps, toy_run *out)
+{
+    resume_ctx c = {.stage = stage, .steps = steps, .dtype = dtype, .save_zero = save_zero,
+                    .load_zero = load_zero, .dir = dir, .out = out};
+    pthread_mutex_init(&c.mu, NULL);
+    ZT_OK(zinc_world_create_local(2, &c.world));
+    zt_run_ranks(2, resume_rank, &c);
+    zinc_world_destroy(c.world);
+    pthread_mutex_destroy(&c.mu);
+}

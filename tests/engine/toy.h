@@ -115,6 +115,13 @@ void toy_expect_same_training(const toy_run *ref, const toy_run *other, const ch
 void toy_expect_same_with_zero(toy_run ref, const char *zero_json, const char *what,
                                const char *label);
 
+/* A checkpoint round trip across settings on 2 local ranks: `steps` optimizer steps of an engine
+ * with `save_zero` as its zero_optimization members, a save to `dir`, a new engine with
+ * `load_zero`, the load, `steps` more; rank 0's final masters into *out (caller frees with
+ * toy_free). Failures are test failures naming the rank. */
+void toy_resume_run(int stage, zinc_dtype dtype, const char *save_zero, const char *load_zero,
+                    const char *dir, int steps, toy_run *out);
+
 /* One micro-step of forward/backward for rank `rank` of `world` at global micro-step `micro`. */
 zinc_status toy_micro_step(zinc_engine_t *e, int rank, int world, int micro, int nparams,
                            int inject_inf);
