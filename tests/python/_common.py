@@ -7,8 +7,11 @@ one in $ZINC_PY when set (to run a test against another version of the package).
     from _common import check, failures     # named checks: print each, collect the failed
     from _common import storage_bytes       # the bytes of the storage a tensor's data is in
     from _common import Gain                # an elementwise model, for fp16 on the CPU
+    from _common import run_torchrun_ranks  # this script's "rank" mode as torchrun's ranks
 """
 import os
+import socket
+import subprocess
 import sys
 
 try:
@@ -73,3 +76,33 @@ def finish():
 
 
 __all__ = ["torch", "zinc", "check", "check_raises", "failures", "finish", "Gain"]
+
+
+def run_torchrun_ranks(script, ranks, wait_s):
+    """Runs `script rank` as `ranks` processes with torchrun's environment (RANK, WORLD_SIZE,
+    LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR/PORT on a free local port; mpirun's and slurm's
+    variables removed) and returns [(returncode, output)] by rank, each waited for at most
+    `wait_s` seconds (then every rank is killed and the output says so)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    procs = []
+    for r in range(ranks):
+        env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(ranks), LOCAL_RANK=str(r),
+                   LOCAL_WORLD_SIZE=str(ranks), MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+        for var in [v for v in env if v.startswith(("OMPI_", "PMI_", "PMIX_", "SLURM_"))]:
+            del env[var]                     # torchrun's environment only, not mpirun's
+        procs.append(subprocess.Popen([sys.executable, script, "rank"], env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                      text=True))
+    results = []
+    for p in procs:
+        try:
+            out, _ = p.communicate(timeout=wait_s)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            out, _ = p.communicate()
+            out += f"\n(timed out after {wait_s} s)"
+        results.append((p.returncode, out))
+    return results

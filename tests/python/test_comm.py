@@ -15,11 +15,9 @@ zinc.init_distributed() (torch.distributed through env://; gloo without a GPU) a
   returns a work whose wait() leaves the same values.
 The parent waits up to 240 s for each rank (2 busy cores); exit 77 without gloo."""
 import os
-import socket
-import subprocess
 import sys
 
-from _common import check, finish, torch, zinc
+from _common import check, finish, run_torchrun_ranks, torch, zinc
 from zinc.accelerator import ZincAccelerator
 
 RANKS = 2
@@ -66,36 +64,13 @@ def rank_main():
     return finish()
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def main():
     if not (torch.distributed.is_available() and torch.distributed.is_gloo_available()):
         print("SKIP: torch without gloo")
         return 77
-    port = str(free_port())
-    procs = []
-    for r in range(RANKS):
-        env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(RANKS), LOCAL_RANK=str(r),
-                   LOCAL_WORLD_SIZE=str(RANKS), MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
-        for var in [v for v in env if v.startswith(("OMPI_", "PMI_", "PMIX_", "SLURM_"))]:
-            del env[var]                     # torchrun's environment only, not mpirun's
-        procs.append(subprocess.Popen([sys.executable, __file__, "rank"], env=env,
-                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                      text=True))
-    for r, p in enumerate(procs):
-        try:
-            out, _ = p.communicate(timeout=WAIT_S)
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            out, _ = p.communicate()
-            out += f"\n(timed out after {WAIT_S} s)"
-        print(f"---- rank {r} (rc {p.returncode})\n{out.rstrip()}", flush=True)
-        check(f"rank {r} passed", p.returncode == 0, f"exit {p.returncode}")
+    for r, (rc, out) in enumerate(run_torchrun_ranks(__file__, RANKS, WAIT_S)):
+        print(f"---- rank {r} (rc {rc})\n{out.rstrip()}", flush=True)
+        check(f"rank {r} passed", rc == 0, f"exit {rc}")
     return finish()
 
 

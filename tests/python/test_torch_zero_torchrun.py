@@ -23,12 +23,10 @@ checks fail. Exit 77 when torch (or its gloo backend) is not there.
 """
 import atexit
 import os
-import socket
-import subprocess
 import sys
 import warnings
 
-from _common import check, failures, storage_bytes, torch, zinc
+from _common import check, failures, run_torchrun_ranks, storage_bytes, torch, zinc
 
 RANKS = 2
 
@@ -119,37 +117,14 @@ def rank_main():
     return 1 if failures else 0
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def main():
     if not (torch.distributed.is_available() and torch.distributed.is_gloo_available()):
         print("SKIP: torch without gloo")
         return 77
-    port = str(free_port())
-    procs = []
-    for r in range(RANKS):
-        env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(RANKS), LOCAL_RANK=str(r),
-                   LOCAL_WORLD_SIZE=str(RANKS), MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
-        for var in [v for v in env if v.startswith(("OMPI_", "PMI_", "PMIX_", "SLURM_"))]:
-            del env[var]                     # torchrun's environment only, not mpirun's
-        procs.append(subprocess.Popen([sys.executable, __file__, "rank"], env=env,
-                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                      text=True))
     rc = 0
-    for r, p in enumerate(procs):
-        try:
-            out, _ = p.communicate(timeout=120)
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            out, _ = p.communicate()
-            out += "\n(timed out after 120 s)"
-        print(f"---- rank {r} (rc {p.returncode})\n{out.rstrip()}")
-        rc = rc or (p.returncode != 0)
+    for r, (code, out) in enumerate(run_torchrun_ranks(__file__, RANKS, 120)):
+        print(f"---- rank {r} (rc {code})\n{out.rstrip()}")
+        rc = rc or (code != 0)
         if "at exit: process group destroyed" not in out:
             print(f"FAIL: rank {r}: the process group zinc set up was not destroyed at exit "
                   "(torch can abort the process in its finalization: exit 134)")
