@@ -320,7 +320,6 @@ zinc_status zinc_nvme_bytes(const zinc_engine_t *e, uint64_t *file_bytes, uint64
 typedef struct {
     zinc_engine_t *e;
     struct znv *nv;
-    size_t S;            /* shard elements */
     int n;               /* chunks */
     uint64_t *rt, *wt;   /* [nbuf]: the last read / write ticket of the chunk in each buffer */
     int *written;        /* [nbuf]: a write from the buffer is in flight or done, not yet waited */
@@ -361,7 +360,7 @@ static zinc_status wait_write(znv_run *r, int b)
 
 /* One state's part of a chunk, in requests of aio.block_size bytes (DeepSpeed's unit of I/O;
  * the store keeps at most aio.queue_depth of them in flight). *ticket: the last one's. */
-static zinc_status chunk_io(znv_run *r, int write, uint64_t off, float *buf, size_t bytes,
+static zinc_status chunk_io(znv_run *r, int write, uint64_t off, void *buf, size_t bytes,
                             uint64_t *ticket)
 {
     size_t block = (size_t)r->e->cfg.aio.block_size;
@@ -374,42 +373,43 @@ static zinc_status chunk_io(znv_run *r, int write, uint64_t off, float *buf, siz
     return ZINC_OK;
 }
 
+/* Chunk c's master, m and v between the file and its buffer, counted; *ticket: the last one's. */
+static zinc_status state_io(znv_run *r, int c, int write, uint64_t *ticket)
+{
+    size_t k = chunk_io_elems(r, c);
+    for (int st = 0; st < ZNV_STATES; st++) {
+        uint64_t off = (uint64_t)st * r->nv->stream + (uint64_t)c * r->nv->E * 4;
+        zinc_status s = chunk_io(r, write, off, chunk_buf(r, c, st), k * 4, ticket);
+        if (s != ZINC_OK) return nv_io_fail(r, s, write ? "writing back" : "reading", c);
+        r->nv->io[write] += k * 4;
+    }
+    return ZINC_OK;
+}
+
 static zinc_status issue_read(znv_run *r, int c)
 {
     int b = c % r->nv->nbuf;
     /* the buffer's last chunk must be on disk before the buffer takes this one */
     zinc_status s = wait_write(r, b);
     if (s != ZINC_OK) return nv_io_fail(r, s, "writing back", c - r->nv->nbuf);
-    size_t k = chunk_io_elems(r, c);
-    for (int st = 0; st < ZNV_STATES; st++) {
-        uint64_t off = (uint64_t)st * r->nv->stream + (uint64_t)c * r->nv->E * 4;
-        s = chunk_io(r, 0, off, chunk_buf(r, c, st), k * 4, &r->rt[b]);
-        if (s != ZINC_OK) return nv_io_fail(r, s, "reading", c);
-        r->nv->io[0] += k * 4;
-    }
-    return ZINC_OK;
+    return state_io(r, c, 0, &r->rt[b]);
 }
 
 static zinc_status issue_write(znv_run *r, int c)
 {
     int b = c % r->nv->nbuf;
-    size_t k = chunk_io_elems(r, c);
-    for (int st = 0; st < ZNV_STATES; st++) {
-        uint64_t off = (uint64_t)st * r->nv->stream + (uint64_t)c * r->nv->E * 4;
-        zinc_status s = chunk_io(r, 1, off, chunk_buf(r, c, st), k * 4, &r->wt[b]);
-        if (s != ZINC_OK) return nv_io_fail(r, s, "writing back", c);
-        r->nv->io[1] += k * 4;
-    }
+    zinc_status s = state_io(r, c, 1, &r->wt[b]);
+    if (s != ZINC_OK) return s;
     if (r->nv->param) {   /* the Adam's 16-bit output: the parameter shard's chunk */
-        size_t d = zinc_dtype_size(r->e->dtype);
+        size_t d = zinc_dtype_size(r->e->dtype), k = chunk_io_elems(r, c);
         uint64_t off = (uint64_t)ZNV_STATES * r->nv->stream + (uint64_t)c * r->nv->E * d;
-        zinc_status s = chunk_io(r, 1, off, (float *)chunk_pbuf(r, c), k * d, &r->wt[b]);
+        s = chunk_io(r, 1, off, chunk_pbuf(r, c), k * d, &r->wt[b]);
         if (s != ZINC_OK) return nv_io_fail(r, s, "writing back", c);
         r->nv->io[1] += k * d;
     }
     r->written[b] = 1;
     if (r->nv->behind) return ZINC_OK;
-    zinc_status s = wait_write(r, b);
+    s = wait_write(r, b);
     return s == ZINC_OK ? ZINC_OK : nv_io_fail(r, s, "writing back", c);
 }
 
@@ -425,7 +425,7 @@ zinc_status zoffload_nvme_adam(zinc_engine_t *e, zk_adam_args *a, int predownloa
     uint64_t rt[nv->nbuf], wt[nv->nbuf];
     int written[nv->nbuf];
     memset(written, 0, sizeof written);
-    znv_run r = {e, nv, S, n, rt, wt, written};
+    znv_run r = {e, nv, n, rt, wt, written};
     /* The gradient: in h_grad already at stages 2-3 (predownloaded; then only the gathers'
      * uploads from the host shard may be in flight); at stage 1 every group's download, waited
      * for before the first chunk. */
