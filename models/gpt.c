@@ -579,6 +579,25 @@ static void att_bwd_pairs(void *c, int lo, int hi)
     }
 }
 
+/* Plain-buffer entries to att_fwd_pairs / att_bwd_pairs: a zm_acts holding only what they read
+ * (s, B) and a layer whose qkv, att and atty are the caller's (read only where const). */
+void zm_attention_forward(const zm_spec *s, int B, const float *qkv, float *att, float *y)
+{
+    zm_acts a = {.s = *s, .B = B, .threads = 1};
+    zm_layer_acts la = {.qkv = (float *)qkv, .att = att, .atty = y};
+    att_ctx ac = {.a = &a, .la = &la};
+    att_fwd_pairs(&ac, 0, B * s->H);
+}
+
+void zm_attention_backward(const zm_spec *s, int B, const float *qkv, const float *att,
+                           const float *dy, float *dqkv)
+{
+    zm_acts a = {.s = *s, .B = B, .threads = 1};
+    zm_layer_acts la = {.qkv = (float *)qkv, .att = (float *)att};
+    att_ctx ac = {.a = &a, .la = &la, .datty = dy, .dqkv = dqkv};
+    att_bwd_pairs(&ac, 0, B * s->H);
+}
+
 /* ---- the model pieces ----------------------------------------------------------------------- */
 
 void zm_embed_forward(zm_acts *a, const zm_embed *w, const uint16_t *tokens)

@@ -106,6 +106,14 @@ double zm_head(zm_acts *a, const zm_embed *w, const uint16_t *targets, float dlo
 void zm_block_backward(zm_acts *a, int layer, const zm_block *w, zm_block *g);
 void zm_embed_backward(zm_acts *a, const uint16_t *tokens, zm_embed *g);
 
+/* The causal attention of one layer as zm_block_forward / zm_block_backward run it (single
+ * threaded), on plain buffers, for tests of other implementations (models/cuda/flash_rows.h).
+ * qkv [B*T, 3D] (rows [q | k | v]); att [B, H, T, T] probabilities, written by forward, read by
+ * backward; y [B*T, D] written; backward ADDS dq, dk, dv into dqkv [B*T, 3D] from dy [B*T, D]. */
+void zm_attention_forward(const zm_spec *s, int B, const float *qkv, float *att, float *y);
+void zm_attention_backward(const zm_spec *s, int B, const float *qkv, const float *att,
+                           const float *dy, float *dqkv);
+
 /* The whole model in fp32 on plain buffers: params[g] / grads[g] hold group g's layout.
  * grads may be NULL (forward only); otherwise gradients are ADDED. Returns the mean loss. */
 double zm_forward_backward(zm_acts *a, float *const *params, float *const *grads,

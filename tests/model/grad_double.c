@@ -39,6 +39,8 @@
 #define zm_block_backward zmd_block_backward
 #define zm_embed_backward zmd_embed_backward
 #define zm_forward_backward zmd_forward_backward
+#define zm_attention_forward zmd_attention_forward
+#define zm_attention_backward zmd_attention_backward
 #define zm_model_create zmd_model_create
 #define zm_model_destroy zmd_model_destroy
 #define zm_model_init zmd_model_init

@@ -1,5 +1,6 @@
 # Tests of the built-in model (models/) and of `zinc train` / `zinc plot`. Label: model.
 #   model_grad    backward vs finite differences (fp32 and a double build of the same source)
+#   model_flash_rows  the CUDA model's fast attention rows on the host against gpt.c's
 #   model_data    data sources: entropy rate of the synthetic chain, file formats, rejections
 #   model_train   4 ranks, ZeRO-3, bf16: the loss goes from ln 256 to near the entropy floor
 #   model_resume  train -> save -> resume == uninterrupted, bit for bit (needs zinc_ckpt_*)
@@ -9,6 +10,9 @@ if(TARGET zinc_models)
   zinc_test(NAME model_grad SOURCES ${ZINC_MODEL_TEST_DIR}/test_model_grad.c
             ${ZINC_MODEL_TEST_DIR}/grad_double.c LIBS zinc_models LABELS model TIMEOUT 60)
   target_include_directories(model_grad PRIVATE ${ZINC_MODEL_TEST_DIR})
+  # The CUDA model's fast attention rows (models/cuda/flash_rows.h) on the host against gpt.c.
+  zinc_test(NAME model_flash_rows SOURCES ${ZINC_MODEL_TEST_DIR}/test_flash_rows.c
+            LIBS zinc_models LABELS model TIMEOUT 60)
   zinc_test(NAME model_data SOURCES ${ZINC_MODEL_TEST_DIR}/test_model_data.c
             LIBS zinc_models LABELS model TIMEOUT 60)
   zinc_test(NAME model_train SOURCES ${ZINC_MODEL_TEST_DIR}/test_model_train.c
