@@ -47,7 +47,7 @@ class _HandOverMixin:
         # Stage 3: a gradient reaching a parameter whose group no _Regather gathered (its module's
         # output was not a tensor we could wrap): AccumulateGrad needs the full-shaped parameter.
         def hook(grad):
-            if self._in_backward:
+            if self._in_backward and not self._g[gi].live:
                 self._materialize(gi)
         return hook
 
@@ -66,12 +66,18 @@ class _HandOverMixin:
             self._call(lib.zinc_grad_bucket(e, G.gid, ctypes.byref(s)))
             slot = s.value
             self._torch_after_bucket(slot)
-        for pid, _, p in G.params:
-            if p.grad is not None:
-                ptr = ctypes.c_void_p()
-                self._call(lib.zinc_param_grad(e, pid, ctypes.byref(ptr)))
-                self._zinc_view(pid, ptr.value).add_(p.grad.to(p.dtype))
+        # All of the group's adds in one call (one multi-tensor kernel on a GPU, not one per
+        # parameter), into slices of one view of the group's gradient memory (_group_span).
+        dst, src = [], []
+        span, layout = self._group_span(G, "grad")
+        for (_, _, p), (off, shape, strides) in zip(G.params, layout or ()):
+            g = p.grad
+            if g is not None:
+                dst.append(span.as_strided(shape, strides, off))
+                src.append(g if g.dtype == span.dtype else g.to(span.dtype))
                 p.grad = None     # freed on torch's stream, after the add that reads it
+        if dst:
+            torch._foreach_add_(dst, src)
         # torch -> zinc (RAW): the reduce zinc_grads_ready queues reads the sums torch added.
         self._torch_then_zinc()
         self._call(lib.zinc_grads_ready(e, G.gid))

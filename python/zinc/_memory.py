@@ -49,6 +49,20 @@ def _numel(shape):
     return n
 
 
+def contiguous_strides(shape):
+    """The strides (in elements) of a contiguous tensor of this shape."""
+    strides, n = [], 1
+    for d in reversed(tuple(shape)):
+        strides.append(n)
+        n *= max(d, 1)
+    return tuple(reversed(strides))
+
+
+def dtype_size(code):
+    """Bytes of one element of zinc dtype code."""
+    return _DL_DTYPE[code][1] // 8
+
+
 def view(ptr, numel, code, shape, device=None):
     """A torch tensor over zinc's memory at ptr (numel elements of zinc dtype code), shaped;
     device memory of `device` when that is a CUDA device, else host memory."""

@@ -190,16 +190,21 @@ class _Stage3Mixin:
             self._materialize(gi)
             self._g[gi].holds += 1
 
-    @timed
     def _on_read(self, p):
         """A parameter read through its module's attribute (_GatherOnRead): if a forward is
         running and the group is not gathered, gather it for the innermost running module,
-        which holds it until its forward ends and gathers it again before its backward."""
+        which holds it until its forward ends and gathers it again before its backward. Every
+        attribute read of a weight comes here, nearly all of a gathered group: those return
+        before the hook timer (its cost would be most of theirs)."""
         if not self._stack:
             return
         gi = self._group_of.get(id(p))
         if gi is None or self._g[gi].live:
             return
+        self._gather_on_read(gi)
+
+    @timed
+    def _gather_on_read(self, gi):
         self._materialize(gi)
         self._g[gi].holds += 1
         self._stack[-1][1].append(gi)
@@ -244,10 +249,17 @@ class _Stage3Mixin:
             # zinc -> torch (RAW): the all-gather into zinc's buffer is complete before the copy
             # (an event on zinc's stream that torch's waits for: no host wait per gather).
             self._torch_after_zinc()
-            for pid, _, p in G.params:
-                ptr = ctypes.c_void_p()
-                self._call(lib.zinc_param_data(e, pid, ctypes.byref(ptr)))
-                p.data = self._zinc_view(pid, ptr.value).clone()
+            # One copy of the whole group (one kernel on a GPU, not one per parameter); each
+            # parameter's data is its slice. The slices share the copy's memory, which is freed
+            # when every parameter of the group has been emptied and nothing autograd saved
+            # still views one of them.
+            span, layout = self._group_span(G, "data")
+            whole = span.clone() if span is not None else None
+            for (_, _, p), (off, shape, strides) in zip(G.params, layout or ()):
+                p.data = whole.as_strided(shape, strides, off)
+            if span is None:          # a group of empty parameters only
+                for pid, _, p in G.params:
+                    p.data = self._empty.new_empty(self._shapes[pid])
         finally:
             # torch -> zinc (WAR): after zinc_release zinc may all-gather another group into this
             # buffer (its prefetch); that must wait for the copies queued on torch's stream.

@@ -65,6 +65,7 @@ from . import _memory, _torch_dist, _zero_init
 from . import dataloader as _dataloader
 from ._accessors import _AccessorsMixin
 from ._handover import _HandOverMixin
+from ._hooktime import HookClock
 from ._lib import EngineOptions, StepInfo, check, lib
 from ._memory import _TORCH_DTYPE, _numel
 from ._monitor import Monitors
@@ -175,6 +176,7 @@ class _Group:
         self.ctx = 0              # stage 3: zero.GatheredParameters contexts holding it gathered
         self.got = set()          # param ids whose gradient autograd accumulated this backward
         self.done = False         # handed over (zinc_grads_ready) this micro-step
+        self.layout = {}          # "data"/"grad" -> its parameters' place in zinc's buffer
 
 
 class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _StateIOMixin,
@@ -205,8 +207,7 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
         # by name before anything, as parameters spread over several devices).
         self._device = _model_device(model)
         self._cuda = self._device.type == "cuda"
-        self._hook_s = 0.0            # host seconds inside the torch hooks (_hooktime.timed)
-        self._hook_depth = 0
+        self._hook_clock = HookClock()  # host seconds inside the torch hooks (_hooktime.timed)
         world = _launcher_world()      # initialize() set up torch.distributed before
         rank = lib.zinc_world_rank(world)
         # A world of one without a launcher (rank -1: a local world) holds one engine per rank;
@@ -329,7 +330,7 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
         self._shapes = {pid: p.shape for _, ps in self._groups for pid, _, p in ps}
         self._hooks = []
         self._bucket_events = {}     # CUDA, stages 2-3: bucket -> event after its last reduce
-        self._views = {}             # (pid, pointer) -> a view of zinc's memory (_zinc_view)
+        self._views = {}             # (group, kind, base) -> a view of zinc's memory (_group_span)
         # The two hand-over events, recorded again at each use: a stream's wait_event waits for
         # the record that came before it, so a later record of the same event moves no wait
         # already queued (CUDA's cudaStreamWaitEvent), and no event is created per hand-over.
@@ -410,21 +411,46 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
             self._ev_zinc.record(self._zstream)
             torch.cuda.current_stream(self._device).wait_event(self._ev_zinc)
 
-    def _zinc_view(self, pid, ptr):
-        """A tensor over zinc's memory at ptr holding parameter pid (its shape, the working
-        dtype): zinc_param_data's gather slot or zinc_param_grad's bucket. Kept by (pid, ptr):
-        zinc gathers and reduces into the same few buffers every step, and a view costs a
-        DLPack descriptor and a torch import each time (the larger part of a stage-3 gather's
-        host time, 2026-11-28). The same key is the same memory holding the same parameter, so
-        a kept view is what a new one would be. zinc's gather slots and buckets are fixed
-        buffers (engine/gather.c slot_buf), so a parameter has at most one view per slot and
-        bucket; close() drops them with the engine."""
-        t = self._views.get((pid, ptr))
+    def _group_span(self, G, kind):
+        """One view over zinc's memory holding all of group G's parameters (kind "data": the
+        gather slot zinc_param_data points into, "grad": the bucket of zinc_param_grad), and the
+        layout [(element offset, shape, strides)] of G.params inside it (for as_strided, the
+        cheapest way to a slice: about 1 us against 1.5 for span[a:b].view(shape)). A group's parameters sit
+        at fixed offsets of whatever buffer holds it (the plan's), so the layout is measured
+        once per kind from each parameter's pointer, and later calls ask zinc for the first
+        parameter's pointer only: one C call per group instead of one per parameter. The span
+        view is kept like _zinc_view's, by (group, kind, base). None when G has no elements."""
+        fn = lib.zinc_param_data if kind == "data" else lib.zinc_param_grad
+        lay = G.layout.get(kind)
+        ptr = ctypes.c_void_p()
+        if lay is None:
+            ptrs = []
+            for pid, _, _ in G.params:
+                self._call(fn(self._e, pid, ctypes.byref(ptr)))
+                ptrs.append(ptr.value or 0)
+            sized = [(q, _numel(self._shapes[pid])) for q, (pid, _, _) in zip(ptrs, G.params)
+                     if _numel(self._shapes[pid])]
+            if not sized:
+                return None, None
+            esz = _memory.dtype_size(self._code)
+            base = min(q for q, _ in sized)
+            offs = [(q - base) // esz if _numel(self._shapes[pid]) else 0
+                    for q, (pid, _, _) in zip(ptrs, G.params)]
+            anchor = next(k for k, (pid, _, _) in enumerate(G.params) if _numel(self._shapes[pid]))
+            span = max(o + _numel(self._shapes[pid]) for o, (pid, _, _) in zip(offs, G.params))
+            lay = G.layout[kind] = (anchor, offs[anchor] * esz, span,
+                                    [(o, tuple(self._shapes[pid]),
+                                      _memory.contiguous_strides(self._shapes[pid]))
+                                     for o, (pid, _, _) in zip(offs, G.params)])
+        else:
+            self._call(fn(self._e, G.params[lay[0]][0], ctypes.byref(ptr)))
+            base = (ptr.value or 0) - lay[1]
+        _, _, span, layout = lay
+        key = (G.gid, kind, base)
+        t = self._views.get(key)
         if t is None:
-            shape = self._shapes[pid]
-            t = self._views[(pid, ptr)] = _memory.view(ptr, _numel(shape), self._code, shape,
-                                                       self._device)
-        return t
+            t = self._views[key] = _memory.view(base, span, self._code, (span,), self._device)
+        return t, layout
 
     def host_waits(self):
         """zinc's own (not DeepSpeed's): how many times zinc made the host wait for its device
@@ -437,7 +463,7 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
         initialize — stage 3's gathers, copies and releases around each module, the gradient
         hand-overs. On a GPU, when a step's time is about this per step, the step is limited by
         the host launching work, not by the device (python/zinc/_hooktime.py)."""
-        return self._hook_s
+        return self._hook_clock.seconds
 
     def memory(self):
         """zinc's memory of this rank by category: {name: (planned bytes, allocated bytes)}."""

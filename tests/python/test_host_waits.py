@@ -16,6 +16,7 @@ import sys
 import tempfile
 
 from _common import check, finish, torch, zinc
+from zinc._lib import lib
 from test_torch_parity import Tiny  # several modules: several groups, gathers at stage 3
 
 F = torch.nn.functional
@@ -59,7 +60,65 @@ def waits_per_step(stage, dtype, accum, steps=4, offload=False, offload_param=Fa
     return counts, losses
 
 
+def launches_per_step(stage):
+    """(torch copies, torch multi-tensor adds, zinc_gather calls, zinc_grads_ready calls) in one
+    optimizer step after a first one: torch's op counts from its profiler, zinc's calls counted
+    by wrapping the front-end's library functions."""
+    torch.manual_seed(0)
+    model = Tiny(vocab=48, d=24, layers=3)
+    cfg = {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1,
+           "steps_per_print": 1 << 30, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+           "bf16": {"enabled": True},
+           "zero_optimization": {"stage": stage, "stage3_param_persistence_threshold": 0}}
+    engine, _, _, _ = zinc.initialize(model=model, model_parameters=model.parameters(),
+                                      config=cfg, dist_init_required=False)
+    x = torch.randint(0, 48, (2, 9), generator=torch.Generator().manual_seed(1))
+
+    def step():
+        loss = F.cross_entropy(engine(x[:, :-1]).float().reshape(-1, 48), x[:, 1:].reshape(-1))
+        engine.backward(loss)
+        engine.step()
+    step()
+    calls = {"zinc_gather": 0, "zinc_grads_ready": 0}
+    real = {name: getattr(lib, name) for name in calls}
+
+    def counting(name):
+        def call(*args):
+            calls[name] += 1
+            return real[name](*args)
+        return call
+    try:
+        for name in calls:
+            setattr(lib, name, counting(name))
+        with torch.autograd.profiler.profile() as prof:
+            step()
+    finally:
+        for name, fn in real.items():
+            setattr(lib, name, fn)
+    engine.close()
+    ops = [e.name for e in prof.function_events]
+    return (ops.count("aten::clone"), ops.count("aten::_foreach_add_"), calls["zinc_gather"],
+            calls["zinc_grads_ready"])
+
+
+def check_launches():
+    """On a GPU each torch op of a hook is a kernel launch on the host's critical path, so the
+    hooks launch per group, not per parameter: stage 3 copies a gathered group once (its
+    parameters are slices of the copy) and every hand-over adds a group's gradients with one
+    multi-tensor add. Tiny's groups hold two parameters but the embedding's one: copying each
+    parameter (the front-end before 2026-11-28) makes the stage-3 copies about twice the
+    gathers, a loop of add_ no _foreach_add_ at all, and both fail. The copies the model and the
+    loss make themselves are those of stage 2, which gathers nothing."""
+    copies2, adds2, _, ready2 = launches_per_step(2)
+    copies3, adds3, gathers3, ready3 = launches_per_step(3)
+    check("stage 3: one copy per gathered group", gathers3 > 0 and copies3 - copies2 == gathers3,
+          f"{copies3} copies at stage 3, {copies2} at stage 2, {gathers3} gathers")
+    check("stages 2-3: one multi-tensor add per hand-over", ready2 > 0 and adds2 == ready2 and
+          adds3 == ready3, f"stage 2: {adds2} adds, {ready2} hand-overs; stage 3: {adds3}, {ready3}")
+
+
 def main():
+    check_launches()
     for stage in (0, 1, 2, 3):
         for dtype in ("fp32", "bf16"):
             for accum in (1, 2):

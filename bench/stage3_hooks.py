@@ -1,0 +1,64 @@
+#!/usr/bin/env python3
+"""stage3_hooks.py — the host cost of `import zinc`'s stage-3 hooks, on the CPU (issue 38).
+
+    python bench/stage3_hooks.py [--stage 3] [--steps 80] [--tree DIR]
+
+A GPT-2 of transformers' at 12 layers but tiny widths (n_embd 32, vocabulary 64, sequence 16),
+bf16, every group partitioned (stage3_param_persistence_threshold 0: 75 groups), one thread: the
+compute is a few milliseconds, so what stage 3 adds over stage 2 is mostly the front-end's
+Python per gather and hand-over, the part a GPU step pays on its host. Prints one JSON line: the
+median and minimum step time and the median of engine.hook_seconds() per step. --tree DIR
+imports zinc from DIR/python (another checkout, for a side-by-side run of two versions:
+alternate the two a few times, the machine's load moves). Needs torch and transformers.
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--stage", type=int, default=3, choices=(0, 1, 2, 3))
+    ap.add_argument("--steps", type=int, default=80)
+    ap.add_argument("--tree", default=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    a = ap.parse_args()
+    sys.path.insert(0, os.path.join(a.tree, "python"))
+    import torch
+    import transformers
+    import zinc
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    cfg = transformers.GPT2Config(n_layer=12, n_embd=32, n_head=2, vocab_size=64, n_positions=16,
+                                  bos_token_id=0, eos_token_id=0)
+    model = transformers.GPT2LMHeadModel(cfg)
+    ds = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1,
+          "steps_per_print": 1 << 30, "gradient_clipping": 1.0,
+          "optimizer": {"type": "AdamW", "params": {"lr": 3e-4}}, "bf16": {"enabled": True},
+          "zero_optimization": {"stage": a.stage, "stage3_param_persistence_threshold": 0}}
+    engine, _, _, _ = zinc.initialize(model=model, model_parameters=model.parameters(),
+                                      config=ds, dist_init_required=False)
+    x = torch.randint(0, 64, (1, 16), generator=torch.Generator().manual_seed(1))
+
+    def step():
+        out = engine(input_ids=x, labels=x)
+        engine.backward(out.loss)
+        engine.step()
+    for _ in range(3):
+        step()
+    times, hooks = [], []
+    for _ in range(a.steps):
+        h0, t0 = engine.hook_seconds(), time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t0)
+        hooks.append(engine.hook_seconds() - h0)
+    print(json.dumps({"tree": a.tree, "stage": a.stage, "steps": a.steps,
+                      "step_ms_median": round(statistics.median(times) * 1e3, 3),
+                      "step_ms_min": round(min(times) * 1e3, 3),
+                      "hook_ms_median": round(statistics.median(hooks) * 1e3, 3)}))
+
+
+if __name__ == "__main__":
+    main()
