@@ -147,10 +147,19 @@ def gpu_idle_report(trace_path, top=6):
         return min(inside, key=lambda e: e.get("dur", 0))["name"][:80] if inside else "-"
     gaps.sort(reverse=True)
     span = s1 - s0
+    # The idle time by what the host was doing when each gap began (the trace is recorded with
+    # Python stacks, so a gap inside one of zinc's hooks names the hook's function): where the
+    # many short gaps of a host-bound step come from.
+    by_op = {}
+    for g, at in gaps:
+        op = host_op_at(at)
+        by_op[op] = by_op.get(op, 0.0) + g
     return {"step_ms": span / 1e3, "gpu_busy_ms": busy / 1e3,
             "idle_frac": 1 - busy / span if span else 0.0, "gaps": len(gaps),
             "longest_gaps": [{"ms": g / 1e3, "at_ms": (at - s0) / 1e3, "host_op": host_op_at(at)}
-                             for g, at in gaps[:top]]}
+                             for g, at in gaps[:top]],
+            "idle_ms_by_host_op": {k: round(v / 1e3, 3) for k, v in
+                                   sorted(by_op.items(), key=lambda kv: -kv[1])[:2 * top]}}
 
 
 def run_cell(a):
@@ -307,7 +316,7 @@ def run_cell(a):
         os.makedirs(a.profile, exist_ok=True)
         x, y = data[-1, :, :-1], data[-1, :, 1:]
         sync()
-        with profile(activities=acts) as prof:
+        with profile(activities=acts, with_stack=True) as prof:
             with record_function("train_step"):
                 train_step(x, y)
             sync()
@@ -483,6 +492,10 @@ def report(d):
                     f"{100 * p.get('idle_frac', 0):.1f} %, {p.get('gaps', 0)} gaps); longest: "
                     + "; ".join(f"{g['ms']:.2f} ms at {g['at_ms']:.1f} ms ({g['host_op']})"
                                 for g in p.get("longest_gaps", [])))
+        if p.get("idle_ms_by_host_op"):
+            rows.append("Idle time by what the host was running when the gap began: "
+                        + "; ".join(f"{op} {ms:.2f} ms"
+                                    for op, ms in p["idle_ms_by_host_op"].items()))
     return "\n".join(rows)
 
 
