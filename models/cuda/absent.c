@@ -14,9 +14,10 @@ int zm_cuda_available(char *why, size_t n)
     return 0;
 }
 
-zinc_status zm_cuda_model_create(zinc_engine_t *e, const zm_spec *s, int B, zm_cuda_model **out)
+zinc_status zm_cuda_model_create(zinc_engine_t *e, const zm_spec *s, int B, zm_cuda_kernels k,
+                                 zm_cuda_model **out)
 {
-    (void)e; (void)s; (void)B;
+    (void)e; (void)s; (void)B; (void)k;
     if (out) *out = NULL;
     return zerr_thread(ZINC_ERR_UNSUPPORTED, "%s", NO_CUDA);
 }
@@ -49,10 +50,10 @@ size_t zm_cuda_model_bytes(const zm_cuda_model *m)
     return 0;
 }
 
-zinc_status zm_cuda_run_create(const zm_spec *s, int B, zinc_dtype dt, int device,
-                               zm_cuda_run **out)
+zinc_status zm_cuda_run_create(const zm_spec *s, int B, zinc_dtype dt, zm_cuda_kernels k,
+                               int device, zm_cuda_run **out)
 {
-    (void)s; (void)B; (void)dt; (void)device;
+    (void)s; (void)B; (void)dt; (void)k; (void)device;
     if (out) *out = NULL;
     return zerr_thread(ZINC_ERR_UNSUPPORTED, "%s", NO_CUDA);
 }

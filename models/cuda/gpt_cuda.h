@@ -3,6 +3,14 @@
  * parameter groups and tensor layout, the same micro-step protocol with a zinc engine, so
  * `zinc train` picks the CPU or the CUDA model by --device and nothing else changes.
  *
+ * Kernels: two modes, chosen when a run or model is created (zm_cuda_kernels). EXACT is the
+ * parity model described next; FAST swaps its attention for one that never stores the T x T
+ * probabilities (flash_rows.h: online softmax, log-sum-exp kept for backward) and its column
+ * sums for two-pass parallel ones (colsum.h), compiled with nvcc's fused multiply-adds. The
+ * matrix products and the other layers are the same in both. FAST has been compiled and its
+ * arithmetic checked on the host, but has not run on a GPU as of its first commit
+ * (tests/gpu/test_model_cuda.c is the check).
+ *
  * Numerics (models/cuda/model.cu): activations are fp32. Matrix products are cuBLAS GemmEx with
  * fp32 accumulation (CUBLAS_COMPUTE_32F, no TF32) on inputs of the parameters' dtype: in
  * fp16/bf16 mode the weights are the engine's 16-bit views as they are and each activation is
@@ -32,6 +40,17 @@
 extern "C" {
 #endif
 
+typedef enum zm_cuda_kernels {
+    ZM_CUDA_EXACT = 0,   /* layers.cu, --fmad=false: gpt.c's operations in gpt.c's order */
+    ZM_CUDA_FAST = 1     /* fast.cu attention and reductions; heads of <= 128 channels */
+} zm_cuda_kernels;
+
+/* "exact" / "fast" (NULL for other values). */
+static inline const char *zm_cuda_kernels_name(zm_cuda_kernels k)
+{
+    return k == ZM_CUDA_EXACT ? "exact" : k == ZM_CUDA_FAST ? "fast" : NULL;
+}
+
 /* 1 when this build has the CUDA model and a CUDA device is visible; otherwise 0 with the
  * reason ("built without CUDA ...", "no CUDA device (...)") in why (n bytes). */
 int zm_cuda_available(char *why, size_t n);
@@ -41,8 +60,10 @@ int zm_cuda_available(char *why, size_t n);
 typedef struct zm_cuda_model zm_cuda_model;
 
 /* e must have been created with .device = "cuda". Registers the groups and parameters (before
- * zinc_finalize) and allocates the activations for micro-batches of B sequences on e's GPU. */
-zinc_status zm_cuda_model_create(zinc_engine_t *e, const zm_spec *s, int B, zm_cuda_model **out);
+ * zinc_finalize) and allocates the activations for micro-batches of B sequences on e's GPU, for
+ * the kernels of mode k. ZINC_ERR_INVALID_ARG for ZM_CUDA_FAST with heads over 128 channels. */
+zinc_status zm_cuda_model_create(zinc_engine_t *e, const zm_spec *s, int B, zm_cuda_kernels k,
+                                 zm_cuda_model **out);
 void zm_cuda_model_destroy(zm_cuda_model *m);
 zinc_status zm_cuda_model_init(zm_cuda_model *m, uint64_t seed);
 zinc_status zm_cuda_model_micro_step(zm_cuda_model *m, const uint16_t *tokens,
@@ -55,10 +76,10 @@ size_t zm_cuda_model_bytes(const zm_cuda_model *m);
 
 typedef struct zm_cuda_run zm_cuda_run;
 
-/* Activations and a cuBLAS handle for micro-batches of B sequences, parameters of dtype dt, on
- * CUDA device `device`, with a stream of its own. */
-zinc_status zm_cuda_run_create(const zm_spec *s, int B, zinc_dtype dt, int device,
-                               zm_cuda_run **out);
+/* Activations and a cuBLAS handle for micro-batches of B sequences, parameters of dtype dt,
+ * kernels of mode k, on CUDA device `device`, with a stream of its own. */
+zinc_status zm_cuda_run_create(const zm_spec *s, int B, zinc_dtype dt, zm_cuda_kernels k,
+                               int device, zm_cuda_run **out);
 void zm_cuda_run_destroy(zm_cuda_run *r);
 /* params[g]: device memory holding group g's layout (zm_tensors) in dtype dt. grads[g]: device
  * fp32 group layouts into which gradients are ADDED, or grads == NULL for forward only.

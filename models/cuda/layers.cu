@@ -358,6 +358,14 @@ extern "C" cudaError_t zmc_ln_bwd(float *dx, float *dw, float *db, const float *
     return cudaGetLastError();
 }
 
+extern "C" cudaError_t zmc_ln_bwd_dx(float *dx, const float *dout, const float *x,
+                                     const float *mean, const float *rstd, const void *w, int dt,
+                                     int R, int C, cudaStream_t s)
+{
+    ln_bwd_dx_k<<<cover(R, 4), 128, 0, s>>>(dx, dout, x, mean, rstd, w, dt, R, C);
+    return cudaGetLastError();
+}
+
 extern "C" cudaError_t zmc_bias_res(float *out, const void *b, int dt, const float *res, int R,
                                     int C, cudaStream_t s)
 {

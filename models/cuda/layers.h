@@ -30,6 +30,9 @@ cudaError_t zmc_ln_fwd(float *out, float *mean, float *rstd, const float *x, con
 cudaError_t zmc_ln_bwd(float *dx, float *dw, float *db, const float *dout, const float *x,
                        const float *mean, const float *rstd, const void *w, int dt, int R, int C,
                        cudaStream_t s);
+/* layernorm_bwd's dx part alone (dx added into); the fast mode sums dw, db itself (fast.h). */
+cudaError_t zmc_ln_bwd_dx(float *dx, const float *dout, const float *x, const float *mean,
+                          const float *rstd, const void *w, int dt, int R, int C, cudaStream_t s);
 /* out[r, c] = (out[r, c] + b[c]) (+ res[r, c] when res != NULL): matmul_fwd's bias, then the
  * residual add of zm_block_forward. */
 cudaError_t zmc_bias_res(float *out, const void *b, int dt, const float *res, int R, int C,

@@ -10,6 +10,12 @@
  *   d weight  dW^T += X^T dY             gemm(N, T, m=in,  n=out, k=R, A=X  lda=in,  B=dY ldb=out)
  * A and B are in the parameters' dtype (activations rounded to it first by zmc_cast), C is fp32,
  * compute CUBLAS_COMPUTE_32F: fp32 accumulation and no TF32, whatever the math mode.
+ *
+ * Kernels (zm_cuda_kernels): ZM_CUDA_EXACT runs layers.cu throughout; ZM_CUDA_FAST replaces its
+ * attention (att [B, H, T, T] per layer, ds scratch) by fast.cu's rows (lse [B*H, T] per layer,
+ * drow scratch) and its one-thread-per-column sums (bias, LayerNorm dw/db, embeddings) by two-pass
+ * reductions; the upload of a batch then also groups its rows by token for the wte gradient.
+ * The helpers att_fwd ... embed_bwd below pick the mode's kernel; nothing else differs.
  */
 #include <math.h>
 #include <stdio.h>
@@ -25,6 +31,9 @@ extern "C" {
 #include "models/gpt.h"
 }
 #include "kernels/cuda/zcuda.h"
+#include "models/cuda/colsum.h"
+#include "models/cuda/fast.h"
+#include "models/cuda/flash_rows.h"
 #include "models/cuda/gpt_cuda.h"
 #include "models/cuda/layers.h"
 
@@ -33,6 +42,7 @@ namespace {
 struct layer_acts {
     float *x, *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *atty, *xmid, *ln2, *ln2_mean, *ln2_rstd,
         *fch, *fcg;
+    float *lse;                         /* fast: [B*H, T] attention log-sum-exp (att is NULL) */
 };
 
 /* Parameter views of one group in the parameters' dtype, gradients fp32, in zm_tensors order. */
@@ -47,14 +57,20 @@ struct zm_cuda_run {
     zm_spec s;
     int B, BT, device, own_stream;
     zinc_dtype dt;
+    zm_cuda_kernels kernels;
     cudaStream_t stream;
     cublasHandle_t blas;
     layer_acts *layer;                  /* [L] */
     float *xfinal, *lnf, *lnf_mean, *lnf_rstd, *losses, *probs, *dres, *dtmp, *dqkv, *dfc, *ds;
+    float *drow, *part;                 /* fast: [B*H, T]; [2 * ZM_CS_MAX_CHUNKS * 4D] (ds NULL) */
     float *block;                       /* the one fp32 allocation */
     void *cast_a, *cast_b;              /* [BT * max(4D, V)] in dt; NULL in fp32 mode */
     uint16_t *tok, *tgt;                /* device [BT] each */
     float *host_losses;                 /* pinned [BT] */
+    /* fast: the batch's rows by token (zm_token_buckets) as rows [BT], start [V + 1], id [V] */
+    int *bk, *host_bk;                  /* device; pinned host */
+    int *bk_count;                      /* host [V] scratch */
+    int ntok;                           /* tokens present in the batch */
     size_t bytes;
     char err[512];
 };
@@ -116,6 +132,54 @@ zinc_status mm_bwd(zm_cuda_run *r, float *din, float *dw, const void *dout, cons
     return gemm(r, CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, R, in, IC, dout, OC, 1.0f, dw, IC);
 }
 
+/* ---- the kernels of the mode ------------------------------------------------------------------ */
+
+bool fast(const zm_cuda_run *r) { return r->kernels == ZM_CUDA_FAST; }
+
+cudaError_t att_fwd(zm_cuda_run *r, layer_acts *la)
+{
+    const zm_spec *s = &r->s;
+    if (fast(r)) return zmf_att_fwd(la->atty, la->lse, la->qkv, r->B, s->T, s->D, s->H, r->stream);
+    return zmc_att_fwd(la->att, la->atty, la->qkv, r->B, s->T, s->D, s->H, r->stream);
+}
+
+/* dqkv from d atty (in dtmp). */
+cudaError_t att_bwd(zm_cuda_run *r, layer_acts *la)
+{
+    const zm_spec *s = &r->s;
+    if (fast(r))
+        return zmf_att_bwd(r->dqkv, r->drow, r->dtmp, la->atty, la->lse, la->qkv, r->B, s->T, s->D,
+                           s->H, r->stream);
+    return zmc_att_bwd(r->dqkv, r->ds, r->dtmp, la->att, la->qkv, r->B, s->T, s->D, s->H,
+                       r->stream);
+}
+
+cudaError_t bias_grad(zm_cuda_run *r, float *db, const float *dy, int C)
+{
+    if (fast(r)) return zmf_bias_grad(db, r->part, dy, r->BT, C, r->stream);
+    return zmc_bias_grad(db, dy, r->BT, C, r->stream);
+}
+
+/* layernorm_bwd over the BT rows of width D: dx, dw, db added into. */
+cudaError_t ln_bwd(zm_cuda_run *r, float *dx, float *dw, float *db, const float *dout,
+                   const float *x, const float *mean, const float *rstd, const void *w)
+{
+    int BT = r->BT, D = r->s.D;
+    if (!fast(r)) return zmc_ln_bwd(dx, dw, db, dout, x, mean, rstd, w, r->dt, BT, D, r->stream);
+    cudaError_t e = zmc_ln_bwd_dx(dx, dout, x, mean, rstd, w, r->dt, BT, D, r->stream);
+    if (e == cudaSuccess) e = zmf_ln_bwd_dwdb(dw, db, r->part, dout, x, mean, rstd, BT, D, r->stream);
+    return e;
+}
+
+cudaError_t embed_bwd(zm_cuda_run *r, float *dwte, float *dwpe)
+{
+    const zm_spec *s = &r->s;
+    if (!fast(r)) return zmc_embed_bwd(dwte, dwpe, r->dres, r->tok, r->BT, s->T, s->D, r->stream);
+    int *rows = r->bk, *start = rows + r->BT, *id = start + s->V + 1;
+    return zmf_embed_bwd(dwte, dwpe, r->dres, rows, start, id, r->ntok, r->B, s->T, s->D,
+                         r->stream);
+}
+
 /* ---- the pieces, as gpt.c's zm_embed_forward ... zm_embed_backward ------------------------- */
 
 zinc_status embed_forward(zm_cuda_run *r, const views &w)
@@ -137,7 +201,7 @@ zinc_status block_forward(zm_cuda_run *r, int l, const views &w)
     CK(as_dt(r, la->ln1, nD, r->cast_a, &a));
     CK(mm_fwd(r, la->qkv, a, w.p[2], BT, D, 3 * D));
     CU(zmc_bias_res(la->qkv, w.p[3], dt, NULL, BT, 3 * D, st));
-    CU(zmc_att_fwd(la->att, la->atty, la->qkv, r->B, r->s.T, D, r->s.H, st));
+    CU(att_fwd(r, la));
     CK(as_dt(r, la->atty, nD, r->cast_a, &a));
     CK(mm_fwd(r, la->xmid, a, w.p[4], BT, D, D));
     CU(zmc_bias_res(la->xmid, w.p[5], dt, la->x, BT, D, st));
@@ -169,15 +233,15 @@ zinc_status head(zm_cuda_run *r, const views &w, float dloss, const views *g)
     CK(as_dt(r, r->probs, (size_t)BT * V, r->cast_b, &dy));
     CK(mm_bwd(r, r->dtmp, g->g[0], dy, a, w.p[0], BT, D, V));
     CU(cudaMemsetAsync(r->dres, 0, (size_t)BT * D * sizeof(float), st));
-    CU(zmc_ln_bwd(r->dres, g->g[2], g->g[3], r->dtmp, r->xfinal, r->lnf_mean, r->lnf_rstd,
-                  w.p[2], dt, BT, D, st));
+    CU(ln_bwd(r, r->dres, g->g[2], g->g[3], r->dtmp, r->xfinal, r->lnf_mean, r->lnf_rstd,
+              w.p[2]));
     return ZINC_OK;
 }
 
 zinc_status block_backward(zm_cuda_run *r, int l, const views &w, const views &g)
 {
     layer_acts *la = &r->layer[l];
-    int D = r->s.D, BT = r->BT, dt = r->dt;
+    int D = r->s.D, BT = r->BT;
     size_t nD = (size_t)BT * D;
     cudaStream_t st = r->stream;
     const void *x = NULL, *dy = NULL;
@@ -185,40 +249,47 @@ zinc_status block_backward(zm_cuda_run *r, int l, const views &w, const views &g
     CK(as_dt(r, r->dres, nD, r->cast_b, &dy));
     CK(as_dt(r, la->fcg, nD * 4, r->cast_a, &x));
     CK(mm_bwd(r, r->dfc, g.g[10], dy, x, w.p[10], BT, 4 * D, D));
-    CU(zmc_bias_grad(g.g[11], r->dres, BT, D, st));
+    CU(bias_grad(r, g.g[11], r->dres, D));
     CU(zmc_gelu_bwd(r->dfc, la->fch, nD * 4, st));
     CK(as_dt(r, r->dfc, nD * 4, r->cast_b, &dy));
     CK(as_dt(r, la->ln2, nD, r->cast_a, &x));
     CK(mm_bwd(r, r->dtmp, g.g[8], dy, x, w.p[8], BT, D, 4 * D));
-    CU(zmc_bias_grad(g.g[9], r->dfc, BT, 4 * D, st));
-    CU(zmc_ln_bwd(r->dres, g.g[6], g.g[7], r->dtmp, la->xmid, la->ln2_mean, la->ln2_rstd, w.p[6],
-                  dt, BT, D, st));
+    CU(bias_grad(r, g.g[9], r->dfc, 4 * D));
+    CU(ln_bwd(r, r->dres, g.g[6], g.g[7], r->dtmp, la->xmid, la->ln2_mean, la->ln2_rstd, w.p[6]));
     /* xmid = x + proj(attention(qkv(ln1(x)))): dres is now d xmid */
     CK(as_dt(r, r->dres, nD, r->cast_b, &dy));
     CK(as_dt(r, la->atty, nD, r->cast_a, &x));
     CK(mm_bwd(r, r->dtmp, g.g[4], dy, x, w.p[4], BT, D, D));
-    CU(zmc_bias_grad(g.g[5], r->dres, BT, D, st));
-    CU(zmc_att_bwd(r->dqkv, r->ds, r->dtmp, la->att, la->qkv, r->B, r->s.T, D, r->s.H, st));
+    CU(bias_grad(r, g.g[5], r->dres, D));
+    CU(att_bwd(r, la));
     CK(as_dt(r, r->dqkv, nD * 3, r->cast_b, &dy));
     CK(as_dt(r, la->ln1, nD, r->cast_a, &x));
     CK(mm_bwd(r, r->dtmp, g.g[2], dy, x, w.p[2], BT, D, 3 * D));
-    CU(zmc_bias_grad(g.g[3], r->dqkv, BT, 3 * D, st));
-    CU(zmc_ln_bwd(r->dres, g.g[0], g.g[1], r->dtmp, la->x, la->ln1_mean, la->ln1_rstd, w.p[0], dt,
-                  BT, D, st));
+    CU(bias_grad(r, g.g[3], r->dqkv, 3 * D));
+    CU(ln_bwd(r, r->dres, g.g[0], g.g[1], r->dtmp, la->x, la->ln1_mean, la->ln1_rstd, w.p[0]));
     return ZINC_OK;
 }
 
 zinc_status embed_backward(zm_cuda_run *r, const views &g)
 {
-    CU(zmc_embed_bwd(g.g[0], g.g[1], r->dres, r->tok, r->BT, r->s.T, r->s.D, r->stream));
+    CU(embed_bwd(r, g.g[0], g.g[1]));
     return ZINC_OK;
 }
+
+/* rows [BT], start [V + 1], id [V] */
+size_t bucket_bytes(const zm_cuda_run *r) { return ((size_t)r->BT + 2 * r->s.V + 1) * sizeof(int); }
 
 zinc_status upload_batch(zm_cuda_run *r, const uint16_t *tokens, const uint16_t *targets)
 {
     size_t n = (size_t)r->BT * sizeof(uint16_t);
     CU(cudaMemcpyAsync(r->tok, tokens, n, cudaMemcpyHostToDevice, r->stream));
     CU(cudaMemcpyAsync(r->tgt, targets, n, cudaMemcpyHostToDevice, r->stream));
+    if (!fast(r)) return ZINC_OK;
+    /* The pinned buffer is free again: the previous call's copy finished before it returned (its
+     * one wait, for the loss). */
+    int V = r->s.V, *rows = r->host_bk, *start = rows + r->BT, *id = start + V + 1;
+    r->ntok = zm_token_buckets(tokens, r->BT, V, r->bk_count, rows, start, id);
+    CU(cudaMemcpyAsync(r->bk, r->host_bk, bucket_bytes(r), cudaMemcpyHostToDevice, r->stream));
     return ZINC_OK;
 }
 
@@ -245,21 +316,26 @@ void group_views(const zm_cuda_run *r, int grp, void *p, float *g, views *v)
 zinc_status run_alloc(zm_cuda_run *r)
 {
     const zm_spec *s = &r->s;
-    size_t BT = (size_t)r->BT, D = (size_t)s->D, T = (size_t)s->T, att = (size_t)r->B * s->H * T * T;
+    size_t BT = (size_t)r->BT, D = (size_t)s->D, T = (size_t)s->T, bht = (size_t)r->B * s->H * T;
     size_t wmax = 4 * D > (size_t)s->V ? 4 * D : (size_t)s->V;
+    /* exact: att per layer and ds [B, H, T, T]; fast: lse per layer and drow [B*H, T], and the
+     * reductions' partial sums (4D: the widest bias; LayerNorm's pair needs 2D) */
+    size_t att = fast(r) ? 0 : bht * T, lse = fast(r) ? bht : 0;
+    size_t part = fast(r) ? (size_t)ZM_CS_MAX_CHUNKS * 4 * D : 0;
     /* every piece starts on a 256-byte boundary (cuBLAS's fast paths want 16) */
 #define PAD(n) (((n) + 63) / 64 * 64)
-    size_t per_layer = PAD(BT * D) * 6 + PAD(BT) * 4 + PAD(BT * 3 * D) + PAD(att) +
+    size_t per_layer = PAD(BT * D) * 6 + PAD(BT) * 4 + PAD(BT * 3 * D) + PAD(att) + PAD(lse) +
                        PAD(BT * 4 * D) * 2;
     size_t total = per_layer * (size_t)s->L + PAD(BT * D) * 4 + PAD(BT) * 3 + PAD(BT * s->V) +
-                   PAD(BT * 3 * D) + PAD(BT * 4 * D) + PAD(att);
+                   PAD(BT * 3 * D) + PAD(BT * 4 * D) + PAD(att) + PAD(lse) + PAD(part);
     r->layer = (layer_acts *)calloc((size_t)s->L + 1, sizeof *r->layer);
     if (!r->layer) return zerr_thread(ZINC_ERR_NOMEM, "CUDA model: out of host memory");
     CU(cudaMalloc((void **)&r->block, total * sizeof(float)));
     CU(cudaMemset(r->block, 0, total * sizeof(float)));
     r->bytes = total * sizeof(float);
     float *p = r->block;
-#define TAKE(n) (p += PAD(n), p - PAD(n))
+    /* a piece of 0 floats is NULL, so a mode's unused array cannot be used by mistake */
+#define TAKE(n) ((n) ? (p += PAD(n), p - PAD(n)) : NULL)
     for (int l = 0; l < s->L; l++) {
         layer_acts *la = &r->layer[l];
         la->x = TAKE(BT * D);
@@ -268,6 +344,7 @@ zinc_status run_alloc(zm_cuda_run *r)
         la->ln1_rstd = TAKE(BT);
         la->qkv = TAKE(BT * 3 * D);
         la->att = TAKE(att);
+        la->lse = TAKE(lse);
         la->atty = TAKE(BT * D);
         la->xmid = TAKE(BT * D);
         la->ln2 = TAKE(BT * D);
@@ -287,6 +364,8 @@ zinc_status run_alloc(zm_cuda_run *r)
     r->dqkv = TAKE(BT * 3 * D);
     r->dfc = TAKE(BT * 4 * D);
     r->ds = TAKE(att);
+    r->drow = TAKE(lse);
+    r->part = TAKE(part);
 #undef TAKE
 #undef PAD
     if (r->dt != ZINC_DTYPE_FP32) {
@@ -299,23 +378,37 @@ zinc_status run_alloc(zm_cuda_run *r)
     CU(cudaMalloc((void **)&r->tgt, BT * sizeof(uint16_t)));
     CU(cudaMallocHost((void **)&r->host_losses, BT * sizeof(float)));
     r->bytes += 2 * BT * sizeof(uint16_t);
+    if (fast(r)) {
+        r->bk_count = (int *)malloc((size_t)s->V * sizeof(int));
+        if (!r->bk_count) return zerr_thread(ZINC_ERR_NOMEM, "CUDA model: out of host memory");
+        CU(cudaMalloc((void **)&r->bk, bucket_bytes(r)));
+        CU(cudaMallocHost((void **)&r->host_bk, bucket_bytes(r)));
+        r->bytes += bucket_bytes(r);
+    }
     return ZINC_OK;
 }
 
 /* A run on `device` with `stream` (NULL: a stream of its own). */
-zinc_status run_create(const zm_spec *s, int B, zinc_dtype dt, int device, cudaStream_t stream,
-                       zm_cuda_run **out)
+zinc_status run_create(const zm_spec *s, int B, zinc_dtype dt, zm_cuda_kernels kernels,
+                       int device, cudaStream_t stream, zm_cuda_run **out)
 {
     *out = NULL;
     if (B < 1 || (int64_t)B * s->H > 65535 || (int64_t)B * s->T > (1 << 24))
         return zerr_thread(ZINC_ERR_INVALID_ARG, "CUDA model: micro-batch %d x heads %d or x "
                            "context %d is out of range (B*H <= 65535, B*T <= 2^24)", B, s->H, s->T);
+    if (kernels != ZM_CUDA_EXACT && kernels != ZM_CUDA_FAST)
+        return zerr_thread(ZINC_ERR_INVALID_ARG, "CUDA model: unknown kernel mode %d", (int)kernels);
+    if (kernels == ZM_CUDA_FAST && s->D / s->H > ZM_FLASH_MAX_HS)
+        return zerr_thread(ZINC_ERR_INVALID_ARG, "CUDA model: the fast kernels take heads of at "
+                           "most %d channels, this model's are %d (D %d / H %d); use more heads "
+                           "or the exact kernels", ZM_FLASH_MAX_HS, s->D / s->H, s->D, s->H);
     zm_cuda_run *r = (zm_cuda_run *)calloc(1, sizeof *r);
     if (!r) return zerr_thread(ZINC_ERR_NOMEM, "CUDA model: out of host memory");
     r->s = *s;
     r->B = B;
     r->BT = B * s->T;
     r->dt = dt;
+    r->kernels = kernels;
     r->device = device;
     zinc_status st = ZINC_OK;
     cudaError_t ce = cudaSetDevice(device);
@@ -354,10 +447,10 @@ fail:
 
 /* ---- plain buffers ----------------------------------------------------------------------------- */
 
-extern "C" zinc_status zm_cuda_run_create(const zm_spec *s, int B, zinc_dtype dt, int device,
-                                          zm_cuda_run **out)
+extern "C" zinc_status zm_cuda_run_create(const zm_spec *s, int B, zinc_dtype dt,
+                                          zm_cuda_kernels kernels, int device, zm_cuda_run **out)
 {
-    return run_create(s, B, dt, device, NULL, out);
+    return run_create(s, B, dt, kernels, device, NULL, out);
 }
 
 extern "C" void zm_cuda_run_destroy(zm_cuda_run *r)
@@ -372,6 +465,9 @@ extern "C" void zm_cuda_run_destroy(zm_cuda_run *r)
     cudaFree(r->tok);
     cudaFree(r->tgt);
     cudaFreeHost(r->host_losses);
+    cudaFree(r->bk);
+    cudaFreeHost(r->host_bk);
+    free(r->bk_count);
     if (r->own_stream) cudaStreamDestroy(r->stream);
     free(r->layer);
     free(r);
@@ -428,7 +524,7 @@ struct zm_cuda_model {
 };
 
 extern "C" zinc_status zm_cuda_model_create(zinc_engine_t *e, const zm_spec *s, int B,
-                                            zm_cuda_model **out)
+                                            zm_cuda_kernels kernels, zm_cuda_model **out)
 {
     *out = NULL;
     cudaStream_t stream = (cudaStream_t)zinc_engine_cuda_stream(e);
@@ -452,7 +548,7 @@ extern "C" zinc_status zm_cuda_model_create(zinc_engine_t *e, const zm_spec *s, 
         zerr_thread(st, "CUDA model: out of host memory");
         goto fail;
     }
-    st = run_create(s, B, m->dt, device, stream, &m->run);
+    st = run_create(s, B, m->dt, kernels, device, stream, &m->run);
     if (st != ZINC_OK) goto fail;
     {
         size_t n0 = (size_t)zm_group_numel(s, 0) * sizeof(float);

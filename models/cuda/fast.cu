@@ -1,0 +1,185 @@
+/*
+ * fast.cu — the CUDA model's fast-mode kernels (fast.h): attention without T x T arrays and
+ * parallel column reductions. The arithmetic of each thread is a function of flash_rows.h or
+ * colsum.h, which the host tests run against gpt.c (tests/model/test_flash_rows.c,
+ * test_colsum.c); this file only maps rows and columns onto threads.
+ *
+ * Compiled without --fmad=false (unlike layers.cu): nvcc contracts a*b+c into one rounding, so
+ * results differ from gpt.c's in the last bits, as any reordering does; model_cuda's fast-mode
+ * bounds allow for it.
+ *
+ * Attention: one thread per row. Query rows t of one (b, h) lie along threadIdx.x, so at each
+ * step of the key loop the 32 lanes of a warp read the same key/value row (a broadcast); the
+ * key-row kernel starts every lane's query loop at the warp's first row for the same reason.
+ * Rows late in the sequence do the most work in the forward and dq kernels, so their blocks are
+ * launched first (x reversed) and the short ones fill the tail. Head sizes 32 and 64 get their
+ * own instantiation, where the row functions' local arrays become registers.
+ */
+#include "models/cuda/colsum.h"
+#include "models/cuda/fast.h"
+#include "models/cuda/flash_rows.h"
+
+namespace {
+
+constexpr int ROWS = 64;   /* attention rows per block */
+constexpr int COLS = 128;  /* columns per block of the reductions */
+
+/* Row t of this thread, with the blocks of x taken from the end. */
+__device__ __forceinline__ int row_late_first()
+{
+    return (int)(gridDim.x - 1 - blockIdx.x) * blockDim.x + threadIdx.x;
+}
+
+/* The shape with hs fixed at compile time when HS > 0 (then the loops unroll fully). */
+template <int HS>
+__device__ __forceinline__ zm_flash_shape shape(zm_flash_shape g)
+{
+    if (HS > 0) g.hs = HS;
+    return g;
+}
+
+template <int HS>
+__global__ void att_fwd_k(zm_flash_shape g, float *y, float *lse, const float *qkv)
+{
+    int t = row_late_first(), bh = blockIdx.y;
+    if (t >= g.T) return;
+    zm_flash_fwd_row(shape<HS>(g), qkv, y, lse, bh / g.H, bh % g.H, t);
+}
+
+__global__ void att_drow_k(zm_flash_shape g, float *drow, const float *dy, const float *y)
+{
+    int t = blockIdx.x * blockDim.x + threadIdx.x, bh = blockIdx.y, b = bh / g.H, h = bh % g.H;
+    if (t >= g.T) return;
+    drow[zm_flash_bht(&g, b, h, t)] = zm_flash_drow(g, dy, y, b, h, t);
+}
+
+template <int HS>
+__global__ void att_dq_k(zm_flash_shape g, float *dqkv, const float *dy, const float *lse,
+                         const float *drow, const float *qkv)
+{
+    int t = row_late_first(), bh = blockIdx.y;
+    if (t >= g.T) return;
+    zm_flash_dq_row(shape<HS>(g), qkv, dy, lse, drow, dqkv, bh / g.H, bh % g.H, t);
+}
+
+/* Key rows: the early ones have the longest loops and come first in x already. */
+template <int HS>
+__global__ void att_dkv_k(zm_flash_shape g, float *dqkv, const float *dy, const float *lse,
+                          const float *drow, const float *qkv)
+{
+    int t2 = blockIdx.x * blockDim.x + threadIdx.x, bh = blockIdx.y;
+    if (t2 >= g.T) return;
+    /* blockDim.x is a multiple of 32, so t2 & ~31 is the warp's first row */
+    zm_flash_dkv_row(shape<HS>(g), qkv, dy, lse, drow, dqkv, bh / g.H, bh % g.H, t2, t2 & ~31);
+}
+
+/* Pass 1 of a column sum: block (column tile, chunk). */
+__global__ void colsum_part_k(float *part, const float *x, int R, int C, int n)
+{
+    int c = blockIdx.x * blockDim.x + threadIdx.x, k = blockIdx.y;
+    if (c >= C) return;
+    part[(size_t)k * C + c] =
+        zm_cs_rows(x, C, c, zm_cs_chunk_lo(R, n, k), zm_cs_chunk_lo(R, n, k + 1));
+}
+
+__global__ void ln_part_k(float *pw, float *pb, const float *dout, const float *x,
+                          const float *mean, const float *rstd, int R, int C, int n)
+{
+    int c = blockIdx.x * blockDim.x + threadIdx.x, k = blockIdx.y;
+    if (c >= C) return;
+    size_t i = (size_t)k * C + c;
+    zm_cs_ln_rows(dout, x, mean, rstd, C, c, zm_cs_chunk_lo(R, n, k),
+                  zm_cs_chunk_lo(R, n, k + 1), &pw[i], &pb[i]);
+}
+
+/* Pass 2: out[c] += the chunk sums in chunk order (out2/part2 optional: LayerNorm's pair). */
+__global__ void colsum_total_k(float *out, const float *part, float *out2, const float *part2,
+                               int C, int n)
+{
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    out[c] = out[c] + zm_cs_total(part, C, c, n);
+    if (out2) out2[c] = out2[c] + zm_cs_total(part2, C, c, n);
+}
+
+__global__ void embed_wte_k(float *dwte, const float *d, const int *rows, const int *start,
+                            const int *id, int D)
+{
+    int c = blockIdx.x * blockDim.x + threadIdx.x, u = blockIdx.y;
+    if (c >= D) return;
+    float *w = dwte + (size_t)id[u] * D + c;
+    *w = zm_cs_gather(*w, d, D, c, rows, start[u], start[u + 1]);
+}
+
+__global__ void embed_wpe_k(float *dwpe, const float *d, int B, int T, int D)
+{
+    size_t n = (size_t)T * D;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        dwpe[i] = zm_cs_position(dwpe[i], d, B, T, D, (int)(i / D), (int)(i % D));
+}
+
+unsigned cover(size_t n, size_t per_block) { return (unsigned)((n + per_block - 1) / per_block); }
+
+/* One attention kernel at the head size's instantiation. */
+#define ZMF_LAUNCH(kernel, grid, g, ...)                                                      \
+    do {                                                                                      \
+        if ((g).hs == 64) kernel<64><<<grid, ROWS, 0, s>>>(g, __VA_ARGS__);                   \
+        else if ((g).hs == 32) kernel<32><<<grid, ROWS, 0, s>>>(g, __VA_ARGS__);              \
+        else kernel<0><<<grid, ROWS, 0, s>>>(g, __VA_ARGS__);                                 \
+    } while (0)
+
+}  // namespace
+
+extern "C" cudaError_t zmf_att_fwd(float *y, float *lse, const float *qkv, int B, int T, int D,
+                                   int H, cudaStream_t s)
+{
+    zm_flash_shape g = zm_flash_shape_of(T, D, H);
+    dim3 grid(cover(T, ROWS), B * H);
+    ZMF_LAUNCH(att_fwd_k, grid, g, y, lse, qkv);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t zmf_att_bwd(float *dqkv, float *drow, const float *dy, const float *y,
+                                   const float *lse, const float *qkv, int B, int T, int D, int H,
+                                   cudaStream_t s)
+{
+    zm_flash_shape g = zm_flash_shape_of(T, D, H);
+    dim3 grid(cover(T, ROWS), B * H);
+    att_drow_k<<<grid, ROWS, 0, s>>>(g, drow, dy, y);
+    ZMF_LAUNCH(att_dq_k, grid, g, dqkv, dy, lse, drow, qkv);
+    ZMF_LAUNCH(att_dkv_k, grid, g, dqkv, dy, lse, drow, qkv);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t zmf_bias_grad(float *db, float *part, const float *dy, int R, int C,
+                                     cudaStream_t s)
+{
+    int n = zm_cs_chunks(R);
+    colsum_part_k<<<dim3(cover(C, COLS), n), COLS, 0, s>>>(part, dy, R, C, n);
+    colsum_total_k<<<cover(C, COLS), COLS, 0, s>>>(db, part, NULL, NULL, C, n);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t zmf_ln_bwd_dwdb(float *dw, float *db, float *part, const float *dout,
+                                       const float *x, const float *mean, const float *rstd,
+                                       int R, int C, cudaStream_t s)
+{
+    int n = zm_cs_chunks(R);
+    float *pw = part, *pb = part + (size_t)n * C;
+    ln_part_k<<<dim3(cover(C, COLS), n), COLS, 0, s>>>(pw, pb, dout, x, mean, rstd, R, C, n);
+    colsum_total_k<<<cover(C, COLS), COLS, 0, s>>>(dw, pw, db, pb, C, n);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t zmf_embed_bwd(float *dwte, float *dwpe, const float *d, const int *rows,
+                                     const int *start, const int *id, int ntok, int B, int T,
+                                     int D, cudaStream_t s)
+{
+    if (ntok > 0) embed_wte_k<<<dim3(cover(D, COLS), ntok), COLS, 0, s>>>(dwte, d, rows, start,
+                                                                          id, D);
+    size_t n = (size_t)T * D;
+    unsigned blocks = cover(n, 256);
+    embed_wpe_k<<<blocks < 65535 ? blocks : 65535, 256, 0, s>>>(dwpe, d, B, T, D);
+    return cudaGetLastError();
+}
