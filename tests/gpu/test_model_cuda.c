@@ -26,6 +26,18 @@
  * Then the engine path: a 1-rank fp32 stage-0 engine on the GPU with zm_cuda_model_*, whose
  * gradient views after one micro-step are compared with the CPU's for the initial weights and
  * the engine's loss multiplier, with the fp32 bound.
+ *
+ * Both kernel modes (gpt_cuda.h) run every check; the fast one is also compared with the exact
+ * one on the same weights, with the same bounds. Fast mode changes the order and number of
+ * roundings only: the online-softmax attention (measured on the host against gpt.c: at most
+ * 1.23 u sqrt(T) relative to each tensor's largest value, tests/model/test_flash_rows.c), the
+ * two-pass column sums (at most 6.2 u sum|x|, tests/model/test_colsum.c) and nvcc's fused
+ * multiply-adds (each removes one rounding of <= u). These are of the size the fp32 bound was
+ * set for (~1e-6 relative), so it applies unchanged, with about 100x margin; bf16/fp16 differ
+ * from the CPU by their activation rounding whatever the kernels, so their bound stays too.
+ * Extra shapes exercise what only fast mode has: the head sizes 64 and 32 (compiled
+ * specialisations), several warps and blocks of rows, T not a multiple of 32, and B*T of 160-200
+ * rows (three 64-row chunks in the reductions); heads over 128 channels are refused at creation.
  */
 #include <math.h>
 #include <stdio.h>
@@ -110,7 +122,34 @@ static int compare_group(const zm_spec *s, int g, const float *gpu, const float 
     return bad;
 }
 
-/* One config in one dtype through zm_cuda_forward_backward, against zm_forward_backward. */
+/* Gradients of one run of mode k, downloaded into out[g] (0.5 subtracted), loss into *loss.
+ * The device gradients dG start at 0.5 (uploaded here), so a kernel that overwrites instead of
+ * adding shows. Returns 0 on a setup failure (already reported). */
+static int gpu_grads(const zm_spec *s, int B, zinc_dtype dt, zm_cuda_kernels k, void *const *dP,
+                     float *const *dG, const uint16_t *tok, const uint16_t *tgt, float dloss,
+                     float *const *out, double *loss)
+{
+    int NG = zm_group_count(s), ok = 1;
+    for (int g = 0; g < NG && ok; g++) {
+        size_t n = (size_t)zm_group_numel(s, g);
+        for (size_t j = 0; j < n; j++) out[g][j] = 0.5f;
+        ok = cu_ok(cudaMemcpy(dG[g], out[g], n * 4, cudaMemcpyHostToDevice), "upload");
+    }
+    zm_cuda_run *run = NULL;
+    if (ok) ZT_OK(zm_cuda_run_create(s, B, dt, k, 0, &run));
+    if (!run) return 0;
+    ZT_OK(zm_cuda_forward_backward(run, dP, dG, tok, tgt, dloss, loss));
+    zm_cuda_run_destroy(run);
+    for (int g = 0; g < NG && ok; g++) {
+        size_t n = (size_t)zm_group_numel(s, g);
+        ok = cu_ok(cudaMemcpy(out[g], dG[g], n * 4, cudaMemcpyDeviceToHost), "download");
+        for (size_t j = 0; j < n; j++) out[g][j] -= 0.5f;
+    }
+    return ok;
+}
+
+/* One config in one dtype through zm_cuda_forward_backward in both kernel modes, each against
+ * zm_forward_backward, and the fast mode against the exact one on the same weights. */
 static void check_plain(const char *spec, int B, zinc_dtype dt, uint64_t seed)
 {
     zm_spec s;
@@ -122,7 +161,7 @@ static void check_plain(const char *spec, int B, zinc_dtype dt, uint64_t seed)
     int NG = zm_group_count(&s), BT = B * s.T;
     ZT_CHECK(NG <= MAXG, "too many groups");
     zt_rng rng = {seed};
-    float *P[MAXG] = {0}, *G[MAXG] = {0}, *Ggpu[MAXG] = {0};
+    float *P[MAXG] = {0}, *G[MAXG] = {0}, *Gk[2][MAXG] = {{0}};
     void *dP[MAXG] = {0};
     float *dG[MAXG] = {0};
     uint16_t *tok = malloc((size_t)BT * 2), *tgt = malloc((size_t)BT * 2);
@@ -135,56 +174,58 @@ static void check_plain(const char *spec, int B, zinc_dtype dt, uint64_t seed)
         size_t n = (size_t)zm_group_numel(&s, g), es = zinc_dtype_size(dt);
         P[g] = malloc(n * 4);
         G[g] = calloc(n, 4);
-        Ggpu[g] = malloc(n * 4);
+        Gk[0][g] = malloc(n * 4);
+        Gk[1][g] = malloc(n * 4);
         void *h = malloc(n * es);
-        ok = P[g] && G[g] && Ggpu[g] && h;
+        ok = P[g] && G[g] && Gk[0][g] && Gk[1][g] && h;
         if (ok) {
             random_group(&rng, &s, g, dt, P[g]);
             to_dtype(h, P[g], dt, n);
-            for (size_t j = 0; j < n; j++) Ggpu[g][j] = 0.5f;
             ok = cu_ok(cudaMalloc(&dP[g], n * es), "cudaMalloc") &&
                  cu_ok(cudaMalloc((void **)&dG[g], n * 4), "cudaMalloc") &&
-                 cu_ok(cudaMemcpy(dP[g], h, n * es, cudaMemcpyHostToDevice), "upload") &&
-                 cu_ok(cudaMemcpy(dG[g], Ggpu[g], n * 4, cudaMemcpyHostToDevice), "upload");
+                 cu_ok(cudaMemcpy(dP[g], h, n * es, cudaMemcpyHostToDevice), "upload");
         }
         free(h);
     }
     ZT_CHECK(ok, "setup of %s failed", spec);
     const float dloss = 1.75f; /* a loss multiplier other than 1 (as with loss scaling) */
-    zm_cuda_run *run = NULL;
     zm_acts *acts = NULL;
-    double lg = NAN, lc = NAN;
-    if (ok) {
-        ZT_OK(zm_cuda_run_create(&s, B, dt, 0, &run));
-        ZT_OK(zm_acts_create(&s, B, 2, &acts));
-    }
-    if (run && acts) {
-        ZT_OK(zm_cuda_forward_backward(run, dP, dG, tok, tgt, dloss, &lg));
-        lc = zm_forward_backward(acts, P, G, tok, tgt, dloss);
+    double lk[2] = {NAN, NAN}, lc = NAN;
+    if (ok) ZT_OK(zm_acts_create(&s, B, 2, &acts));
+    if (acts) lc = zm_forward_backward(acts, P, G, tok, tgt, dloss);
+    const zm_cuda_kernels modes[2] = {ZM_CUDA_EXACT, ZM_CUDA_FAST};
+    int done[2] = {0, 0};
+    for (int k = 0; k < 2 && acts; k++) {
+        const char *mode = zm_cuda_kernels_name(modes[k]);
+        done[k] = gpu_grads(&s, B, dt, modes[k], dP, dG, tok, tgt, dloss, Gk[k], &lk[k]);
+        if (!done[k]) continue;
         double ltol = dt == ZINC_DTYPE_FP32 ? 1e-5 * fabs(lc) : 1e-2;
-        ZT_CHECK(fabs(lg - lc) <= ltol, "%s %s: loss gpu %.9g cpu %.9g (tolerance %.3g)", spec,
-                 zinc_dtype_name(dt), lg, lc, ltol);
+        ZT_CHECK(fabs(lk[k] - lc) <= ltol, "%s %s %s: loss gpu %.9g cpu %.9g (tolerance %.3g)",
+                 spec, zinc_dtype_name(dt), mode, lk[k], lc, ltol);
         int bad = 0;
         char what[96];
-        snprintf(what, sizeof what, "%s %s", spec, zinc_dtype_name(dt));
-        for (int g = 0; g < NG; g++) {
-            size_t n = (size_t)zm_group_numel(&s, g);
-            if (!cu_ok(cudaMemcpy(Ggpu[g], dG[g], n * 4, cudaMemcpyDeviceToHost), "download")) {
-                bad++;
-                continue;
-            }
-            for (size_t j = 0; j < n; j++) Ggpu[g][j] -= 0.5f;
-            bad += compare_group(&s, g, Ggpu[g], G[g], dt, what);
-        }
+        snprintf(what, sizeof what, "%s %s %s", spec, zinc_dtype_name(dt), mode);
+        for (int g = 0; g < NG; g++) bad += compare_group(&s, g, Gk[k][g], G[g], dt, what);
         ZT_CHECK(bad == 0, "%s: %d tensors' gradients off", what, bad);
-        printf("%s: loss gpu %.7f cpu %.7f, gradients of %d groups compared\n", what, lg, lc, NG);
+        printf("%s: loss gpu %.7f cpu %.7f, gradients of %d groups compared\n", what, lk[k], lc,
+               NG);
     }
-    zm_cuda_run_destroy(run);
+    if (done[0] && done[1]) {
+        /* the two modes on the same weights, the exact one as the reference */
+        char what[96];
+        snprintf(what, sizeof what, "%s %s fast vs exact", spec, zinc_dtype_name(dt));
+        int bad = 0;
+        for (int g = 0; g < NG; g++) bad += compare_group(&s, g, Gk[1][g], Gk[0][g], dt, what);
+        double ltol = dt == ZINC_DTYPE_FP32 ? 1e-5 * fabs(lk[0]) : 1e-2;
+        ZT_CHECK(bad == 0 && fabs(lk[1] - lk[0]) <= ltol, "%s: %d tensors' gradients off, loss "
+                 "fast %.9g exact %.9g", what, bad, lk[1], lk[0]);
+    }
     zm_acts_destroy(acts);
     for (int g = 0; g < NG; g++) {
         free(P[g]);
         free(G[g]);
-        free(Ggpu[g]);
+        free(Gk[0][g]);
+        free(Gk[1][g]);
         cudaFree(dP[g]);
         cudaFree(dG[g]);
     }
@@ -192,8 +233,22 @@ static void check_plain(const char *spec, int B, zinc_dtype dt, uint64_t seed)
     free(tgt);
 }
 
+/* The fast kernels refuse heads wider than their local arrays, at creation, with a sentence. */
+static void check_fast_limits(void)
+{
+    zm_spec s;
+    char err[256];
+    ZT_CHECK(zm_spec_parse("L1-D256-H1-T8", &s, err, sizeof err) == 0, "%s", err);
+    zm_cuda_run *run = NULL;
+    zinc_status st = zm_cuda_run_create(&s, 1, ZINC_DTYPE_FP32, ZM_CUDA_FAST, 0, &run);
+    ZT_CHECK(st == ZINC_ERR_INVALID_ARG && !run && strstr(zinc_last_error(NULL), "128"),
+             "fast mode with 256-channel heads: %s (%s)", zinc_status_string(st),
+             zinc_last_error(NULL));
+    zm_cuda_run_destroy(run);
+}
+
 /* The engine path: views, gather/release, adding into the engine's gradient views. */
-static void check_engine(void)
+static void check_engine(zm_cuda_kernels kernels)
 {
     const char *spec = "L2-D32-H4-T16";
     const int B = 2;
@@ -210,7 +265,7 @@ static void check_engine(void)
     zm_cuda_model *m = NULL;
     ZT_OK(zinc_engine_create(&eo, &e));
     if (!e) return;
-    ZT_OK(zm_cuda_model_create(e, &s, B, &m));
+    ZT_OK(zm_cuda_model_create(e, &s, B, kernels, &m));
     if (!m) {
         zinc_engine_destroy(e);
         return;
@@ -242,7 +297,8 @@ static void check_engine(void)
     ZT_CHECK(ok, "engine check setup");
     if (ok) {
         double lc = zm_forward_backward(acts, P, G, tok, tgt, mult);
-        ZT_CHECK(fabs(lg - lc) <= 1e-5 * fabs(lc), "engine path: loss gpu %.9g cpu %.9g", lg, lc);
+        ZT_CHECK(fabs(lg - lc) <= 1e-5 * fabs(lc), "engine path (%s): loss gpu %.9g cpu %.9g",
+                 zm_cuda_kernels_name(kernels), lg, lc);
         int np;
         const int *pid = zm_cuda_model_params(m, &np);
         int k = 0, bad = 0;
@@ -256,11 +312,14 @@ static void check_engine(void)
                                            cudaMemcpyDeviceToHost), "download grad view"))
                     bad++;
             }
-            bad += compare_group(&s, g, Gd[g], G[g], ZINC_DTYPE_FP32, "engine fp32 stage 0");
+            bad += compare_group(&s, g, Gd[g], G[g], ZINC_DTYPE_FP32,
+                                 kernels == ZM_CUDA_FAST ? "engine fp32 stage 0 fast"
+                                                         : "engine fp32 stage 0 exact");
         }
         ZT_CHECK(k == np, "%d tensors, the model registered %d", k, np);
         ZT_CHECK(bad == 0, "engine path: %d tensors' gradients off", bad);
-        printf("engine path (1 rank, stage 0, fp32): loss gpu %.7f cpu %.7f\n", lg, lc);
+        printf("engine path (1 rank, stage 0, fp32, %s kernels): loss gpu %.7f cpu %.7f\n",
+               zm_cuda_kernels_name(kernels), lg, lc);
         /* the accumulation window goes on, and the step runs on these gradients */
         zinc_step_info_t info;
         ZT_OK(zinc_step(e, &info));
@@ -290,6 +349,13 @@ int main(void)
     check_plain("L1-D16-H2-T160", 1, ZINC_DTYPE_FP32, 2);
     check_plain("L2-D32-H4-T16", 2, ZINC_DTYPE_BF16, 3);
     check_plain("L2-D32-H4-T16", 2, ZINC_DTYPE_FP16, 4);
-    check_engine();
+    /* the fast attention's compiled head sizes (64, 32) over several warps of rows, T not a
+     * multiple of 32, and B*T over the reductions' 64-row chunks */
+    check_plain("L1-D128-H2-T80", 2, ZINC_DTYPE_FP32, 5);
+    check_plain("L1-D64-H2-T100", 2, ZINC_DTYPE_FP32, 6);
+    check_plain("L1-D128-H2-T80", 2, ZINC_DTYPE_BF16, 7);
+    check_fast_limits();
+    check_engine(ZM_CUDA_EXACT);
+    check_engine(ZM_CUDA_FAST);
     return zt_finish("model_cuda");
 }
