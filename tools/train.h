@@ -24,6 +24,7 @@
 #include <time.h>
 
 #include "config/config.h"
+#include "models/cuda/gpt_cuda.h"
 #include "models/data.h"
 #include "models/gpt.h"
 #include "zinc.h"
@@ -51,6 +52,7 @@ typedef struct {
     int demo;                   /* no arguments: train, save, resume, compare */
     int rank0;                  /* this process holds rank 0 (always, without mpirun) */
     int cuda;                   /* --device cuda: the model's CUDA version (models/cuda/) */
+    zm_cuda_kernels gpu_kernels; /* --gpu-kernels exact|fast (cuda only; default exact) */
     int launched;               /* cuda under torchrun/srun/mpirun: zinc_world_create_launched */
 } topts;
 

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "models/cuda/flash_rows.h"
 #include "tools/commands.h"
 #include "tools/train.h"
 
@@ -37,6 +38,11 @@ static void usage(FILE *f)
             "  --ranks N          local ranks (threads), default %d; under mpirun: the MPI world\n"
             "  --device cpu|cuda  where the engine and the model run; cuda: one GPU per process\n"
             "                     under torchrun/srun/mpirun, or --ranks N threads sharing GPU 0\n"
+            "  --gpu-kernels exact|fast\n"
+            "                     the CUDA model's kernels (--device cuda only), default exact:\n"
+            "                     gpt.c's operations in its order (the CPU's loss curve); fast:\n"
+            "                     attention without T x T arrays and parallel column sums (heads\n"
+            "                     of <= 128 channels; not yet run on a GPU, docs/train.md)\n"
             "  --model SPEC       model size, default " ZM_DEFAULT_SPEC
             " (layers, width, heads, context)\n"
             "  --steps N          total optimizer steps of the run, default %d; a resumed run\n"
@@ -82,7 +88,7 @@ int train_parse_args(int argc, char **argv, topts *o)
     o->seed = 1;
     o->lr = -1.0;
     snprintf(o->spec_str, sizeof o->spec_str, "%s", ZM_DEFAULT_SPEC);
-    int have_ranks = 0, have_config = 0;
+    int have_ranks = 0, have_config = 0, have_kernels = 0;
     o->demo = argc <= 1;
     o->rank0 = 1;
     for (int i = 1; i < argc; i++) {
@@ -109,6 +115,14 @@ int train_parse_args(int argc, char **argv, topts *o)
             if (strcmp(v, "cpu") && strcmp(v, "cuda"))
                 return zarg_usage_error(CMD, "--device: expected cpu or cuda, got '%s'", v);
             o->device = v;
+        } else if (!strcmp(a, "--gpu-kernels")) {
+            if (!strcmp(v, "exact"))
+                o->gpu_kernels = ZM_CUDA_EXACT;
+            else if (!strcmp(v, "fast"))
+                o->gpu_kernels = ZM_CUDA_FAST;
+            else
+                return zarg_usage_error(CMD, "--gpu-kernels: expected exact or fast, got '%s'", v);
+            have_kernels = 1;
         } else if (!strcmp(a, "--model")) {
             char err[256];
             if (zm_spec_parse(v, &o->spec, err, sizeof err))
@@ -151,11 +165,19 @@ int train_parse_args(int argc, char **argv, topts *o)
         }
     }
     if (zm_spec_parse(o->spec_str, &o->spec, (char[256]){0}, 256)) return 2;
+    if (o->gpu_kernels == ZM_CUDA_FAST && o->spec.D / o->spec.H > ZM_FLASH_MAX_HS)
+        return zarg_usage_error(CMD, "--gpu-kernels fast takes heads of at most %d channels; "
+                                "--model %s has %d (D/H): use more heads or the exact kernels",
+                                ZM_FLASH_MAX_HS, o->spec_str, o->spec.D / o->spec.H);
     if (o->save_every && !o->save_dir)
         return zarg_usage_error(CMD, "--save-every needs --save-dir");
     if (o->resume && !strcmp(o->resume, "auto") && !o->save_dir)
         return zarg_usage_error(CMD, "--resume auto needs --save-dir (where to look)");
     o->cuda = !strcmp(o->device, "cuda");
+    /* Refused rather than ignored: a CPU run asked for GPU kernels is a mistaken command line. */
+    if (have_kernels && !o->cuda)
+        return zarg_usage_error(CMD, "--gpu-kernels needs --device cuda (the CPU model has one "
+                                "set of kernels)");
     /* Under mpirun the world is MPI's; --ranks must then agree with it. */
     const char *env = getenv("OMPI_COMM_WORLD_SIZE");
     if (!env) env = getenv("PMI_SIZE");

@@ -65,7 +65,7 @@ typedef struct {
 
 static zinc_status tm_create(const topts *o, zinc_engine_t *e, int B, tmodel *m)
 {
-    return o->cuda ? zm_cuda_model_create(e, &o->spec, B, &m->cuda)
+    return o->cuda ? zm_cuda_model_create(e, &o->spec, B, o->gpu_kernels, &m->cuda)
                    : zm_model_create(e, &o->spec, B, o->threads, &m->cpu);
 }
 
@@ -158,6 +158,8 @@ static void *rank_main(void *arg)
         int np;
         tm_params(&m, &np);
         train_print_summary(r, e, np, tm_bytes(&m));
+        if (o->cuda)
+            printf("  kernels   %s (--gpu-kernels)\n", zm_cuda_kernels_name(o->gpu_kernels));
     }
 
     tok = malloc((size_t)B * T * sizeof *tok);
