@@ -18,8 +18,9 @@
 #            fused AdamW on the same GPU (ZINC_PYTHON or python3 with CUDA torch)
 #   profile  the Adam and stats kernels' SASS (16-byte loads and stores?), and ncu: their time and
 #            DRAM throughput in `zinc bench adam` and in two steps of `zinc train`
-#   e2e      zinc train --device cuda tokens/s for larger models, and bench/torch_gpt.py (the same
-#            model in PyTorch: eager, bf16 autocast, fused AdamW) on the same GPU
+#   e2e      zinc train --device cuda tokens/s for larger models, with the exact and the fast
+#            kernels (--gpu-kernels), and bench/torch_gpt.py (the same model in PyTorch: eager,
+#            bf16 autocast, fused AdamW) on the same GPU
 #   offload  docs/cuda.md item 10: zinc train with offload_optimizer (cpu, pinned) against the
 #            same run without, 1 and 2 ranks: the losses and the exported weights must be the
 #            same bits, and the step times of both are printed (bench/gpu_compare.py offload)
@@ -199,6 +200,11 @@ phase_e2e() {
         local m="${spec%%:*}" b="${spec##*:}"
         step "e2e-zinc-$m" 300 "$zinc" train --device cuda --ranks 1 --steps 30 --model "$m" \
             --micro-batch "$b" --config "$(cfg 2 bf16)" --metrics "$d/zinc-$m.jsonl"
+        # the same run with the fast kernels (issue 42; first GPU run of them: compare the loss
+        # column with the exact run's, not only tokens/s)
+        step "e2e-zinc-fast-$m" 300 "$zinc" train --device cuda --gpu-kernels fast --ranks 1 \
+            --steps 30 --model "$m" --micro-batch "$b" --config "$(cfg 2 bf16)" \
+            --metrics "$d/zinc-fast-$m.jsonl"
         step "e2e-torch-$m" 300 "$py" "$root/bench/torch_gpt.py" --model "$m" --micro-batch "$b" \
             --steps 30 --json
     done
