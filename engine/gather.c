@@ -24,6 +24,7 @@
 
 #include "engine/internal.h"
 #include "base/log.h"
+#include "kernels/cuda/zdev_cuda.h"
 
 static size_t dsz(const zinc_engine_t *e) { return zinc_dtype_size(e->dtype); }
 
@@ -91,6 +92,12 @@ static zinc_status fetch(zinc_engine_t *e, int group, int slot)
     if (s != ZINC_OK)
         return zeng_fail(e, s, "zinc_gather: all-gather of group '%s' failed on rank %d: %s",
                          G->name, e->rank, e->comm->err);
+    /* The slot's mark: the point of the compute stream where this group's values are in place,
+     * for zinc_stream_wait_gather (later prefetches and reduce-scatters are queued after it). */
+    s = zdev_cuda_mark(e->dev, slot);
+    if (s != ZINC_OK)
+        return zeng_fail(e, s, "zinc_gather: marking group '%s' gathered: %s", G->name,
+                         e->dev->err);
     e->gather_owner[slot] = group;
     e->gstate[group].gather_slot = slot;
     return ZINC_OK;
@@ -184,6 +191,31 @@ zinc_status zinc_release(zinc_engine_t *e, int group)
                          e->plan.groups[group].name);
     if (gs->persistent) gs->held = 0;
     else drop(e, group);
+    return ZINC_OK;
+}
+
+zinc_status zinc_stream_wait_gather(zinc_engine_t *e, int group, void *stream)
+{
+    const char *fn = "zinc_stream_wait_gather";
+    if (!e) return zerr_thread(ZINC_ERR_INVALID_ARG, "%s: engine is NULL", fn);
+    if (!e->finalized) return zeng_fail(e, ZINC_ERR_USAGE, "%s: called before zinc_finalize", fn);
+    zinc_status s = zeng_check_group_id(e, group, fn);
+    if (s != ZINC_OK) return s;
+    const zgroup_state *gs = &e->gstate[group];
+    int own_mark = e->stage == 3 && !gs->persistent;
+    if (own_mark && !gs->held)
+        return zeng_fail(e, ZINC_ERR_USAGE, "%s: group '%s' is not gathered; call zinc_gather "
+                         "first", fn, e->plan.groups[group].name);
+    if (!zdev_cuda_stream(e->dev)) return ZINC_OK; /* cpu: zinc's work is done when queued */
+    if (!stream) return zeng_fail(e, ZINC_ERR_INVALID_ARG, "%s: stream is NULL", fn);
+    /* Persistent groups and stages 0-2 have no gather of their own to wait for: the values are
+     * zinc's working copy, current after everything queued so far (mark `ngather`, past the
+     * slots' marks). */
+    int id = own_mark ? gs->gather_slot : e->ngather;
+    if (!own_mark) s = zdev_cuda_mark(e->dev, id);
+    if (s == ZINC_OK) s = zdev_cuda_wait_mark(e->dev, id, stream);
+    if (s != ZINC_OK) return zeng_fail(e, s, "%s: group '%s': %s", fn,
+                                       e->plan.groups[group].name, e->dev->err);
     return ZINC_OK;
 }
 

@@ -308,6 +308,15 @@ ZINC_API zinc_status zinc_param_local_set(zinc_engine_t *e, int param, zinc_para
 ZINC_API zinc_status zinc_gather(zinc_engine_t *e, int group);
 ZINC_API zinc_status zinc_release(zinc_engine_t *e, int group);
 
+/* CUDA: makes `cuda_stream` (a cudaStream_t of the engine's device, e.g. PyTorch's current
+ * stream) wait, on the device, until the gathered values of `group` are in place — and not for
+ * the work zinc queued after its all-gather (the prefetches of later groups, the reduce-scatter
+ * of a group handed over before), which waiting for zinc's whole stream would add. No host
+ * wait. At stage 3 the group must be gathered (between zinc_gather and zinc_release); a
+ * persistent group, or any group below stage 3, waits for everything zinc queued so far. On
+ * the CPU device there is nothing to wait for: ZINC_OK once the arguments are checked. */
+ZINC_API zinc_status zinc_stream_wait_gather(zinc_engine_t *e, int group, void *cuda_stream);
+
 /* A view of the parameter's 16-bit (or fp32 in fp32 mode) working copy: numel elements of the
  * registered dtype. Stages 0-2: valid from finalize on. Stage 3: valid only while the group is
  * gathered. Read-only to the model. */

@@ -38,6 +38,18 @@ void *zdev_cuda_stream(zdev_t *d)
     return NULL;
 }
 
+zinc_status zdev_cuda_mark(zdev_t *d, int id)
+{
+    (void)d; (void)id;
+    return ZINC_OK; /* no CUDA device exists: nothing is ever queued on one */
+}
+
+zinc_status zdev_cuda_wait_mark(zdev_t *d, int id, void *stream)
+{
+    (void)d; (void)id; (void)stream;
+    return ZINC_OK;
+}
+
 zinc_status zdev_cuda_grad_stats_dev(zdev_t *d, const void *g, zinc_dtype dt, size_t n,
                                      double *out_dev, int add)
 {

@@ -471,12 +471,14 @@ static void cu_close(zdev_t *d)
             if (c->copy_joined) cudaEventDestroy(c->copy_joined);
             for (int i = 0; i < ZCU_COPY_EVENTS; i++)
                 if (c->copy_done[i]) cudaEventDestroy(c->copy_done[i]);
+            for (int i = 0; i < c->nmarks; i++) cudaEventDestroy(c->marks[i]);
             cudaFree(c->partials);
             cudaFree(c->stats);
             cudaFreeHost(c->host_stats);
             if (c->stream) cudaStreamDestroy(c->stream);
         }
         pthread_mutex_destroy(&c->blocks_lock);
+        free(c->marks);
         free(c->blocks);
         free(c);
     }
@@ -597,6 +599,40 @@ void *zdev_cuda_stream(zdev_t *d)
 {
     zcuda *c = zcu_ctx(d);
     return c ? (void *)c->stream : NULL;
+}
+
+zinc_status zdev_cuda_mark(zdev_t *d, int id)
+{
+    zcuda *c = zcu_ctx(d);
+    if (!c) return ZINC_OK; /* another device: its work is done when queued */
+    if (id < 0 || id > 1 << 20)
+        return zerr_fmt(d->err, sizeof d->err, ZINC_ERR_INVALID_ARG, "cuda mark: id %d", id);
+    zinc_status s = enter(d);
+    if (s) return s;
+    if (id >= c->nmarks) {
+        int n = id + 1;
+        cudaEvent_t *m = realloc(c->marks, (size_t)n * sizeof *m);
+        if (!m) return zerr_fmt(d->err, sizeof d->err, ZINC_ERR_NOMEM, "cuda mark: out of memory");
+        c->marks = m;
+        for (; c->nmarks < n; c->nmarks++)
+            ZINC_CUDA_CHECK(d->err, cudaEventCreateWithFlags(&c->marks[c->nmarks],
+                                                             cudaEventDisableTiming));
+    }
+    ZINC_CUDA_CHECK(d->err, cudaEventRecord(c->marks[id], c->stream));
+    return ZINC_OK;
+}
+
+zinc_status zdev_cuda_wait_mark(zdev_t *d, int id, void *stream)
+{
+    zcuda *c = zcu_ctx(d);
+    if (!c) return ZINC_OK;
+    if (id < 0 || id >= c->nmarks || !stream)
+        return zerr_fmt(d->err, sizeof d->err, ZINC_ERR_INVALID_ARG,
+                        "cuda wait_mark: mark %d was never recorded, or the stream is NULL", id);
+    zinc_status s = enter(d);
+    if (s) return s;
+    ZINC_CUDA_CHECK(d->err, cudaStreamWaitEvent((cudaStream_t)stream, c->marks[id], 0));
+    return ZINC_OK;
 }
 
 zinc_status zdev_cuda_grad_stats_dev(zdev_t *d, const void *g, zinc_dtype dt, size_t n,

@@ -95,6 +95,11 @@ typedef struct zcuda {
     cudaEvent_t copy_after, copy_joined;
     cudaEvent_t copy_done[ZCU_COPY_EVENTS];
     uint64_t copy_fences;
+    /* Marks (zdev_cuda_mark): events recorded on the compute stream at points the engine names,
+     * which another stream waits for instead of for the whole queue (stage 3: one per gather
+     * slot, recorded after the slot's all-gather). Created as ids are first used. */
+    cudaEvent_t *marks;
+    int nmarks;
     /* Live allocations, so that zinc.device_memory_limit can cap the card (d->in_use). */
     struct zcu_block {
         void *p;

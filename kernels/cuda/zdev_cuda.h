@@ -37,6 +37,14 @@ int zdev_cuda_ordinal(zdev_t *d);
 /* The compute stream of a CUDA device (a cudaStream_t), NULL for any other device. */
 void *zdev_cuda_stream(zdev_t *d);
 
+/* Marks: a point of the compute stream that a foreign CUDA stream can wait for (on the device,
+ * no host wait) without waiting for what is queued after it. zdev_cuda_mark records mark `id`
+ * (0, 1, ...; recording it again moves it) after everything queued so far;
+ * zdev_cuda_wait_mark makes `stream` (a cudaStream_t of the same device) wait for the last
+ * record of `id`. Any other device has nothing to wait for: both return ZINC_OK. */
+zinc_status zdev_cuda_mark(zdev_t *d, int id);
+zinc_status zdev_cuda_wait_mark(zdev_t *d, int id, void *stream);
+
 /* grad_stats into device memory: out_dev[0] = sum of squares, out_dev[1] = 1.0 if not finite
  * else 0.0 — the same numbers zk_ref_grad_stats gives, queued, no host wait. With add != 0 the
  * call's result is added into out_dev (sumsq +=, flag |=) as a host would add per-slice results.

@@ -133,6 +133,7 @@ _sig = {
     "zinc_grad_bucket": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_int)]),
     "zinc_gather": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int]),
     "zinc_release": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int]),
+    "zinc_stream_wait_gather": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]),
     "zinc_loss_multiplier": (ctypes.c_float, [ctypes.c_void_p]),
     "zinc_step": (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(StepInfo)]),
     "zinc_micro_step": (ctypes.c_int, [ctypes.c_void_p]),

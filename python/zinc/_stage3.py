@@ -246,9 +246,11 @@ class _Stage3Mixin:
             return
         self._call(lib.zinc_gather(e, G.gid))
         try:
-            # zinc -> torch (RAW): the all-gather into zinc's buffer is complete before the copy
-            # (an event on zinc's stream that torch's waits for: no host wait per gather).
-            self._torch_after_zinc()
+            # zinc -> torch (RAW): the all-gather into zinc's buffer is complete before the copy:
+            # torch's stream waits on the device for this group's gather only, not for what
+            # zinc queued after it (prefetches of later groups, the reduce-scatter of the group
+            # handed over just before, in backward), which zinc's whole stream would add.
+            self._torch_after_gather(G.gid)
             # One copy of the whole group (one kernel on a GPU, not one per parameter); each
             # parameter's data is its slice. The slices share the copy's memory, which is freed
             # when every parameter of the group has been emptied and nothing autograd saved

@@ -39,9 +39,11 @@ on its current stream, so every hand-over between the two is ordered explicitly:
   before zinc_release, the parameters torch may still read before zinc_step or a checkpoint
   load overwrites them): an event recorded on torch's stream that zinc's stream waits for
   (_torch_then_zinc), no host wait;
-- zinc -> torch inside the training step (zinc_step's new weights, zinc_gather's buffer): torch's
-  stream waits for an event on zinc's stream (_torch_after_zinc), no host wait: the step's one
-  host wait is the engine's read of the gradient norm (issue 38; counted by zinc_host_waits,
+- zinc -> torch inside the training step: zinc_step's new weights — torch's stream waits for an
+  event on zinc's stream (_torch_after_zinc); zinc_gather's buffer — torch's stream waits for
+  that group's all-gather only (_torch_after_gather, zinc_stream_wait_gather: not for the
+  prefetches and reduce-scatters zinc queued after it). No host wait: the step's one host wait
+  is the engine's read of the gradient norm (issue 38; counted by zinc_host_waits,
   python_host_waits);
 - zinc's earlier work on a buffer -> torch writes it (a gradient bucket zinc zeroes after each
   zinc_grads_ready at stages 2-3): torch's stream waits for the event recorded after the
@@ -410,6 +412,14 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
         if self._cuda:
             self._ev_zinc.record(self._zstream)
             torch.cuda.current_stream(self._device).wait_event(self._ev_zinc)
+
+    def _torch_after_gather(self, gid):
+        """CUDA: torch's current stream waits (on the device) until zinc's gather of group gid
+        is in place, and for nothing zinc queued after it (zinc_stream_wait_gather). No host
+        wait. CPU: nothing (zinc's work is done when its call returns)."""
+        if self._cuda:
+            self._call(lib.zinc_stream_wait_gather(
+                self._e, gid, ctypes.c_void_p(torch.cuda.current_stream(self._device).cuda_stream)))
 
     def _group_span(self, G, kind):
         """One view over zinc's memory holding all of group G's parameters (kind "data": the

@@ -867,9 +867,49 @@ static void test_grad_bucket(void)
     }
 }
 
+/* zinc_stream_wait_gather's checks, on the cpu device (where there is nothing to wait for): a
+ * gathered group, and every group below stage 3 or persistent, is ZINC_OK; at stage 3 a group
+ * that is not gathered is a usage error naming it, an unknown group an argument error. What it
+ * waits for on a GPU is tests/gpu/test_gather_wait.c's. */
+static void test_stream_wait_gather(void)
+{
+    for (int stage = 0; stage <= 3; stage++) {
+        for (int persist = 0; persist < 2; persist++) {
+            if (persist && stage < 3) continue;
+            toy_run r = {.world = 1, .stage = stage, .accum = 1, .steps = 1,
+                         .dtype = ZINC_DTYPE_BF16, .clip = 1.0, .inject_inf_step = -1,
+                         .persist_threshold = persist ? 1 << 30 : -1};
+            zinc_engine_t *e = NULL;
+            int np = 0;
+            if (toy_engine(&r, &e, &np) != ZINC_OK) {
+                ZT_CHECK(0, "stage %d: toy engine: %s", stage, e ? zinc_last_error(e) : "?");
+                zinc_engine_destroy(e);
+                continue;
+            }
+            int gathered_only = stage == 3 && !persist;
+            for (int g = 0; g < TOY_GROUPS; g++) {
+                zinc_status before = zinc_stream_wait_gather(e, g, NULL);
+                ZT_CHECK(gathered_only ? before == ZINC_ERR_USAGE &&
+                                             strstr(zinc_last_error(e), "is not gathered")
+                                       : before == ZINC_OK,
+                         "stage %d%s group %d before zinc_gather: %s (%s)", stage,
+                         persist ? " persistent" : "", g, zinc_status_string(before),
+                         zinc_last_error(e));
+                ZT_OK(zinc_gather(e, g));
+                ZT_OK(zinc_stream_wait_gather(e, g, NULL));
+                ZT_OK(zinc_release(e, g));
+            }
+            ZT_CHECK(zinc_stream_wait_gather(e, TOY_GROUPS, NULL) == ZINC_ERR_INVALID_ARG,
+                     "stage %d: an unknown group is refused", stage);
+            zinc_engine_destroy(e);
+        }
+    }
+}
+
 int main(void)
 {
     test_grad_bucket();
+    test_stream_wait_gather();
     test_second_engine();
     test_set_lr();
     test_fp32_alias();

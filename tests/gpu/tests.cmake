@@ -16,6 +16,9 @@ if(ZINC_HAVE_CUDA)
   zinc_test(NAME cuda_nodevice SOURCES ${_gpu}/test_cuda_nodevice.c LABELS unit TIMEOUT 60)
   zinc_test(NAME cuda_kernels SOURCES ${_gpu}/test_cuda_kernels.c LABELS gpu TIMEOUT 300)
   zinc_test(NAME cuda_nccl SOURCES ${_gpu}/test_nccl.c LABELS gpu TIMEOUT 120)
+  # Another stream waits for one stage-3 group's gather, not for zinc's whole stream.
+  zinc_test(NAME cuda_gather_wait SOURCES ${_gpu}/test_gather_wait.c LIBS zinc_toy LABELS gpu
+            TIMEOUT 60)
 endif()
 
 # A CUDA engine under mpirun -np 2 (engine/gpu_share.c): ranks sharing a GPU get the staged comm
