@@ -102,13 +102,17 @@ __global__ void colsum_total_k(float *out, const float *part, float *out2, const
     if (out2) out2[c] = out2[c] + zm_cs_total(part2, C, c, n);
 }
 
+/* y walks the distinct tokens with a stride: a batch can hold all 65536 uint16 token values,
+ * one more than gridDim.y allows. */
 __global__ void embed_wte_k(float *dwte, const float *d, const int *rows, const int *start,
-                            const int *id, int D)
+                            const int *id, int ntok, int D)
 {
-    int c = blockIdx.x * blockDim.x + threadIdx.x, u = blockIdx.y;
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= D) return;
-    float *w = dwte + (size_t)id[u] * D + c;
-    *w = zm_cs_gather(*w, d, D, c, rows, start[u], start[u + 1]);
+    for (int u = blockIdx.y; u < ntok; u += gridDim.y) {
+        float *w = dwte + (size_t)id[u] * D + c;
+        *w = zm_cs_gather(*w, d, D, c, rows, start[u], start[u + 1]);
+    }
 }
 
 __global__ void embed_wpe_k(float *dwpe, const float *d, int B, int T, int D)
@@ -176,8 +180,9 @@ extern "C" cudaError_t zmf_embed_bwd(float *dwte, float *dwpe, const float *d, c
                                      const int *start, const int *id, int ntok, int B, int T,
                                      int D, cudaStream_t s)
 {
-    if (ntok > 0) embed_wte_k<<<dim3(cover(D, COLS), ntok), COLS, 0, s>>>(dwte, d, rows, start,
-                                                                          id, D);
+    if (ntok > 0)
+        embed_wte_k<<<dim3(cover(D, COLS), ntok < 65535 ? ntok : 65535), COLS, 0, s>>>(
+            dwte, d, rows, start, id, ntok, D);
     size_t n = (size_t)T * D;
     unsigned blocks = cover(n, 256);
     embed_wpe_k<<<blocks < 65535 ? blocks : 65535, 256, 0, s>>>(dwpe, d, B, T, D);
