@@ -112,6 +112,10 @@ int main(void)
     expect_usage_error("train --model nonsense", "model spec");
     expect_usage_error("train --frobnicate 1", "unknown option '--frobnicate'");
     expect_usage_error("train --device tpu", "--device");
+    expect_usage_error("train --gpu-kernels bogus", "expected exact or fast, got 'bogus'");
+    expect_usage_error("train --gpu-kernels fast", "needs --device cuda");
+    expect_usage_error("train --device cuda --gpu-kernels fast --model L1-D1032-H4-T16",
+                       "at most 128 channels");
     expect_usage_error("train --lr -3", "--lr");
     expect_usage_error("train --save-every 5", "--save-dir");
     expect_usage_error("train --resume auto", "--save-dir");
