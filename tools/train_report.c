@@ -78,8 +78,13 @@ void train_print_summary(const run_t *r, zinc_engine_t *e, int ntensors, size_t 
         if (alloc[i]) printf(" %s %s", zinc_mem_category_name((zinc_mem_category)i),
                              human_bytes((double)alloc[i], b1, sizeof b1));
     }
-    printf("; engine %s + model %s\n", human_bytes((double)total, b1, sizeof b1),
-           human_bytes((double)model_bytes, b2, sizeof b2));
+    /* The model's own bytes are one micro-batch's activations and scratch: per token they say
+     * what a longer context or a larger micro-batch will cost (issue 42). */
+    char b3[32];
+    double tokens = (double)c->micro_batch * o->spec.T;
+    printf("; engine %s + model %s (activations and scratch, %s per token)\n",
+           human_bytes((double)total, b1, sizeof b1), human_bytes((double)model_bytes, b2, sizeof b2),
+           human_bytes(tokens > 0 ? (double)model_bytes / tokens : 0.0, b3, sizeof b3));
     /* Offload (optimizer state, and at stage 3 the 16-bit parameters): the host side. */
     uint64_t host[ZINC_MEM_COUNT], htotal = 0;
     zinc_memory_host(e, NULL, host);
