@@ -5,6 +5,7 @@
  * (metrics print the loss with 17 digits); a run stopped at step 6 and resumed to step 12 ends
  * with the same loss as an uninterrupted 12-step run; `zinc plot` draws an SVG.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +44,21 @@ static int run(const char *args, char **err_out, char **out_out)
     if (err_out) *err_out = slurp(ep);
     if (out_out) *out_out = slurp(op);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* "12.5 KiB" -> bytes (the summary's human_bytes, 0.1 of the unit rounded). */
+static double parse_bytes(const char *s)
+{
+    char unit[8] = "";
+    double v = 0;
+    if (sscanf(s, "%lf %7s", &v, unit) != 2) return -1;
+    const char *u[] = {"B", "KiB", "MiB", "GiB"};
+    for (int i = 0; i < 4; i++, v *= 1024.0)
+        if (!strncmp(unit, u[i], strlen(u[i])) && (unit[strlen(u[i])] == 0 ||
+                                                   unit[strlen(u[i])] == ')' ||
+                                                   unit[strlen(u[i])] == ';'))
+            return v;
+    return -1;
 }
 
 static void expect_usage_error(const char *args, const char *needle)
@@ -157,6 +173,17 @@ int main(void)
     int rc = run("train " SMALL " --steps 12 --seed 4 --metrics m1.jsonl", &err, &out);
     ZT_CHECK(rc == 0, "short run: exit %d: %s", rc, err);
     ZT_CHECK(strstr(out, "step 12/12") && strstr(out, "entropy rate"), "progress: %s", out);
+    /* The model's bytes and their share per token (micro-batch x context: SMALL's context is
+     * 16, zero3_bf16.json's micro-batch read back from the summary's batch line). */
+    const char *mb = strstr(out, "+ model "), *bl = strstr(out, "  batch     ");
+    double model_b = mb ? parse_bytes(mb + 8) : -1, per_tok = -1;
+    const char *pt = mb ? strstr(mb, "scratch, ") : NULL;
+    if (pt) per_tok = parse_bytes(pt + 9);
+    long long micro = bl ? atoll(bl + 12) : 0;
+    ZT_CHECK(model_b > 0 && micro > 0 &&
+                 fabs(per_tok - model_b / (double)(micro * 16)) <= 0.06 * per_tok,
+             "the summary's model bytes per token: %.0f B of %.0f B over %lld x 16 tokens (%s)",
+             per_tok, model_b, micro, mb ? mb : out);
     free(err);
     free(out);
     rc = run("train " SMALL " --steps 12 --seed 4 --metrics m2.jsonl", NULL, NULL);
