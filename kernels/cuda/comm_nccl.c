@@ -8,6 +8,8 @@
  * producer, and an event recorded after them makes the compute stream wait before its next op.
  * The host never waits except in barrier and destroy, and the device's own host waits poll this
  * comm's health (zcu_set_watch), which is where a peer that vanished mid-step is noticed.
+ * A world of one calls no NCCL collective outside groups: every collective is in place, so only
+ * the scale runs, on the compute stream (solo()).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -173,19 +175,42 @@ static zinc_status begin(zcomm_t *c, const char *what)
     return ZINC_OK;
 }
 
-static zinc_status scale_now(zcomm_t *c, void *buf, size_t n, zdt t, float scale)
+/* The scale of a collective's result, on stream `st`. */
+static zinc_status scale_on(zcomm_t *c, void *buf, size_t n, zdt t, float scale, cudaStream_t st)
 {
     znccl *x = c->ctx;
     int cap = x->cu->sm_count * 8;
     if (t == ZDT_F64) {
-        CUDA_TRY(c, zcu_scale_f64_launch(buf, n, (double)scale, cap, x->stream));
+        CUDA_TRY(c, zcu_scale_f64_launch(buf, n, (double)scale, cap, st));
     } else {
         const void *ptrs[1] = {buf};
         size_t sizes[1] = {zdt_size(t)};
         CUDA_TRY(c, zcu_cast_launch(buf, (int)t, buf, (int)t, n, scale, zcu_vec_head(ptrs, sizes, 1),
-                                    cap, x->stream));
+                                    cap, st));
     }
     return ZINC_OK;
+}
+
+static zinc_status scale_now(zcomm_t *c, void *buf, size_t n, zdt t, float scale)
+{
+    return scale_on(c, buf, n, t, scale, ((znccl *)c->ctx)->stream);
+}
+
+/* A world of one, outside a group: every collective here is in place, so NCCL would move
+ * nothing; only the scale is work. It is queued on the compute stream itself, without the NCCL
+ * call and the two stream hops around it (an event each way), which a single-GPU run would
+ * otherwise pay for every stage-3 gather and every reduce. Bitwise the same: NCCL's sum over one
+ * rank is the input, and the scale is the same kernel. */
+static int alone(const zcomm_t *c) { return c->size == 1 && !((znccl *)c->ctx)->in_group; }
+
+static zinc_status solo(zcomm_t *c, const char *what, void *buf, size_t n, zdt t, float scale)
+{
+    znccl *x = c->ctx;
+    if (x->aborted)
+        return zerr_fmt(c->err, sizeof c->err, ZINC_ERR_ABORTED,
+                        "%s (rank %d): the NCCL world was aborted earlier: %s", what, c->rank, x->why);
+    CUDA_TRY(c, cudaSetDevice(x->cu->device));
+    return scale != 1.0f && n > 0 ? scale_on(c, buf, n, t, scale, x->cu->stream) : ZINC_OK;
 }
 
 /* After the NCCL call: the scale (now, or at the group's end), then the compute stream waits. */
@@ -214,6 +239,7 @@ static zinc_status end(zcomm_t *c, void *buf, size_t n, zdt t, float scale)
 static zinc_status nc_all_reduce(zcomm_t *c, void *buf, size_t n, zdt t, float scale)
 {
     znccl *x = c->ctx;
+    if (alone(c)) return solo(c, "all_reduce", buf, n, t, scale);
     zinc_status s = begin(c, "all_reduce");
     if (s) return s;
     if (n) NCCL_TRY(c, ncclAllReduce(buf, buf, n, nccl_type(t), ncclSum, x->comm, x->stream));
@@ -223,6 +249,7 @@ static zinc_status nc_all_reduce(zcomm_t *c, void *buf, size_t n, zdt t, float s
 static zinc_status nc_reduce_scatter(zcomm_t *c, void *buf, size_t n, zdt t, float scale)
 {
     znccl *x = c->ctx;
+    if (alone(c)) return solo(c, "reduce_scatter", buf, n, t, scale);
     zinc_status s = begin(c, "reduce_scatter");
     if (s) return s;
     size_t slice = n / (size_t)c->size;
@@ -235,6 +262,7 @@ static zinc_status nc_reduce_scatter(zcomm_t *c, void *buf, size_t n, zdt t, flo
 static zinc_status nc_all_gather(zcomm_t *c, void *buf, size_t n, zdt t)
 {
     znccl *x = c->ctx;
+    if (alone(c)) return solo(c, "all_gather", buf, 0, t, 1.0f);
     zinc_status s = begin(c, "all_gather");
     if (s) return s;
     size_t slice = n / (size_t)c->size;
@@ -247,6 +275,7 @@ static zinc_status nc_all_gather(zcomm_t *c, void *buf, size_t n, zdt t)
 static zinc_status nc_broadcast(zcomm_t *c, void *buf, size_t bytes, int root)
 {
     znccl *x = c->ctx;
+    if (alone(c)) return solo(c, "broadcast", buf, 0, ZDT_F32, 1.0f);
     zinc_status s = begin(c, "broadcast");
     if (s) return s;
     if (bytes) NCCL_TRY(c, ncclBroadcast(buf, buf, bytes, ncclUint8, root, x->comm, x->stream));

@@ -13,6 +13,8 @@
  * own order (ring/tree, depending on size and topology), and the scale is applied afterwards by
  * a separate multiply, so fp16/bf16 results are rounded more than once. At world size 1 the
  * collectives are exact copies and the scale is one rounded multiply: bitwise equal to `local`.
+ * There (outside an nccl group) no NCCL call is made at all: the scale alone is queued on the
+ * compute stream, without the comm stream's two event hops.
  *
  * Failure: an NCCL error or a wait longer than the comm's timeout (zcomm_set_timeout, default
  * 300 s) aborts the communicator (ncclCommAbort) and returns ZINC_ERR_COMM / ZINC_ERR_TIMEOUT;
