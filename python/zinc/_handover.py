@@ -61,11 +61,12 @@ class _HandOverMixin:
         # queues nothing during backward; the buffers were zeroed by the step, which torch's
         # stream already waits for.
         slot = -1
+        st = self._torch_stream()
         if self._stage >= 2:
             s = ctypes.c_int()
             self._call(lib.zinc_grad_bucket(e, G.gid, ctypes.byref(s)))
             slot = s.value
-            self._torch_after_bucket(slot)
+            self._torch_after_bucket(slot, st)
         # All of the group's adds in one call (one multi-tensor kernel on a GPU, not one per
         # parameter), into slices of one view of the group's gradient memory (_group_span).
         dst, src = [], []
@@ -79,7 +80,7 @@ class _HandOverMixin:
         if dst:
             torch._foreach_add_(dst, src)
         # torch -> zinc (RAW): the reduce zinc_grads_ready queues reads the sums torch added.
-        self._torch_then_zinc()
+        self._torch_then_zinc(st)
         self._call(lib.zinc_grads_ready(e, G.gid))
         if slot >= 0:
             self._bucket_done(slot)
@@ -87,12 +88,14 @@ class _HandOverMixin:
         if self._stage == 3 and G.holds == 0:
             self._dematerialize(gi)
 
-    def _torch_after_bucket(self, slot):
-        """CUDA: torch's stream waits for the event recorded after the zinc_grads_ready that
-        last used bucket `slot` (nothing before the first). CPU: nothing."""
+    def _torch_after_bucket(self, slot, stream=None):
+        """CUDA: torch's stream (`stream`, looked up by the caller, or the current one) waits for
+        the event recorded after the zinc_grads_ready that last used bucket `slot` (nothing
+        before the first). CPU: nothing."""
         ev = self._bucket_events.get(slot) if self._cuda else None
         if ev is not None:
-            torch.cuda.current_stream(self._device).wait_event(ev)
+            (stream if stream is not None
+             else torch.cuda.current_stream(self._device)).wait_event(ev)
 
     def _bucket_done(self, slot):
         """CUDA: an event on zinc's stream after the work zinc_grads_ready queued on bucket

@@ -244,13 +244,14 @@ class _Stage3Mixin:
         G, e = self._g[gi], self._e
         if G.live:
             return
+        st = self._torch_stream()
         self._call(lib.zinc_gather(e, G.gid))
         try:
             # zinc -> torch (RAW): the all-gather into zinc's buffer is complete before the copy:
             # torch's stream waits on the device for this group's gather only, not for what
             # zinc queued after it (prefetches of later groups, the reduce-scatter of the group
             # handed over just before, in backward), which zinc's whole stream would add.
-            self._torch_after_gather(G.gid)
+            self._torch_after_gather(G.gid, st)
             # One copy of the whole group (one kernel on a GPU, not one per parameter); each
             # parameter's data is its slice. The slices share the copy's memory, which is freed
             # when every parameter of the group has been emptied and nothing autograd saved
@@ -265,7 +266,7 @@ class _Stage3Mixin:
         finally:
             # torch -> zinc (WAR): after zinc_release zinc may all-gather another group into this
             # buffer (its prefetch); that must wait for the copies queued on torch's stream.
-            self._torch_then_zinc()
+            self._torch_then_zinc(st)
             self._call(lib.zinc_release(e, G.gid))
         G.live = True
 

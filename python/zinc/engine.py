@@ -389,12 +389,13 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
     def _call(self, status):
         check(status, self._e)
 
-    def _torch_then_zinc(self):
+    def _torch_then_zinc(self, stream=None):
         """CUDA: what torch queued so far on its current stream runs before what zinc queues
         from here on (zinc's stream waits for an event on torch's; no host wait). CPU: nothing
         (torch's CPU ops are done when they return)."""
         if self._cuda:
-            self._ev_torch.record(torch.cuda.current_stream(self._device))
+            self._ev_torch.record(stream if stream is not None
+                                 else torch.cuda.current_stream(self._device))
             self._zstream.wait_event(self._ev_torch)
 
     def _zinc_then_torch(self):
@@ -413,13 +414,20 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
             self._ev_zinc.record(self._zstream)
             torch.cuda.current_stream(self._device).wait_event(self._ev_zinc)
 
-    def _torch_after_gather(self, gid):
-        """CUDA: torch's current stream waits (on the device) until zinc's gather of group gid
-        is in place, and for nothing zinc queued after it (zinc_stream_wait_gather). No host
-        wait. CPU: nothing (zinc's work is done when its call returns)."""
+    def _torch_after_gather(self, gid, stream=None):
+        """CUDA: torch's current stream (or `stream`, that one already looked up) waits, on the
+        device, until zinc's gather of group gid is in place, and for nothing zinc queued after
+        it (zinc_stream_wait_gather). No host wait. CPU: nothing (zinc's work is done when its
+        call returns)."""
         if self._cuda:
-            self._call(lib.zinc_stream_wait_gather(
-                self._e, gid, ctypes.c_void_p(torch.cuda.current_stream(self._device).cuda_stream)))
+            st = stream if stream is not None else torch.cuda.current_stream(self._device)
+            self._call(lib.zinc_stream_wait_gather(self._e, gid, ctypes.c_void_p(st.cuda_stream)))
+
+    def _torch_stream(self):
+        """torch's current stream on a GPU, else None: looked up once per hook, where a hook
+        orders several things against it (each lookup builds a Stream object, microseconds of
+        host time per gather and hand-over)."""
+        return torch.cuda.current_stream(self._device) if self._cuda else None
 
     def _group_span(self, G, kind):
         """One view over zinc's memory holding all of group G's parameters (kind "data": the
