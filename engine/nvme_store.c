@@ -20,6 +20,16 @@
 
 #define ZNVME_ALIGN 4096
 
+/* One asynchronous call: io_uring's user data of its entry, or what the deferred backend does
+ * at the wait. The store keeps `depth` of them in a ring by ticket % depth (no more are ever in
+ * flight), so a call allocates nothing. */
+typedef struct zreq {
+    uint64_t ticket, off;
+    void *buf;
+    size_t n;
+    int write;
+} zreq;
+
 struct znvme {
     int fd;           /* O_DIRECT where the filesystem allows it */
     int buffered;     /* a second descriptor without O_DIRECT, for unaligned positioned calls */
@@ -36,7 +46,7 @@ struct znvme {
      * it, in order, so that a buffer used before its wait holds the wrong bytes */
     int deferred;
     int64_t fault_at; /* ZINC_NVME_FAULT=N (tests): asynchronous call N fails with EIO; -1 none */
-    struct zdeferred { int write; uint64_t off; void *buf; size_t n; } *later;
+    zreq *req;        /* ring of the calls not done, `depth` entries, by ticket % depth */
 #ifdef ZINC_HAVE_URING
     int uring;
     struct io_uring ring;
@@ -130,7 +140,7 @@ zinc_status znvme_open(const char *dir, int rank, uint64_t bytes, int queue_dept
     f->deferred = want && !strcmp(want, "deferred");
     const char *fault = getenv("ZINC_NVME_FAULT");
     f->fault_at = fault && *fault ? strtoll(fault, NULL, 10) : -1;
-    if (s == ZINC_OK && f->deferred && !(f->later = calloc((size_t)f->depth, sizeof *f->later))) {
+    if (s == ZINC_OK && !(f->req = calloc((size_t)f->depth, sizeof *f->req))) {
         s = ZINC_ERR_NOMEM;
         snprintf(err, errlen, "%s: out of memory", f->path);
     }
@@ -170,14 +180,6 @@ static void mark_done(znvme_t *f, uint64_t ticket)
 }
 
 #ifdef ZINC_HAVE_URING
-/* A request's ticket, buffer and range ride in its user data (a malloc'd record). */
-typedef struct {
-    uint64_t ticket, off;
-    void *buf;
-    size_t n;
-    int write;
-} zreq;
-
 /* Takes one completion (waiting for it). Short transfers are finished with pread/pwrite. */
 static zinc_status reap_one(znvme_t *f)
 {
@@ -200,7 +202,6 @@ static zinc_status reap_one(znvme_t *f)
     if (s != ZINC_OK && f->pending == ZINC_OK) f->pending = s;
     mark_done(f, q->ticket);
     f->inflight--;
-    free(q);
     return ZINC_OK;
 }
 #endif
@@ -212,7 +213,7 @@ static void run_deferred(znvme_t *f, uint64_t ticket)
 {
     uint64_t end = ticket + 1 < f->issued ? ticket + 1 : f->issued;
     for (uint64_t t = end; t-- > f->done_below;) {
-        struct zdeferred *q = &f->later[t % (uint64_t)f->depth];
+        const zreq *q = &f->req[t % (uint64_t)f->depth];
         zinc_status s = transfer(f, f->fd, q->write, q->off, q->buf, q->n);
         if (s != ZINC_OK && f->pending == ZINC_OK) f->pending = s;
     }
@@ -236,7 +237,7 @@ static zinc_status submit(znvme_t *f, int write, uint64_t off, void *buf, size_t
                              "ZINC_NVME_FAULT)", write ? "write" : "read", n,
                              (unsigned long long)off, strerror(EIO));
         if (f->pending == ZINC_OK) f->pending = s;
-        if (f->deferred) f->later[f->issued % (uint64_t)f->depth] = (struct zdeferred){0, 0, NULL, 0};
+        if (f->deferred) f->req[f->issued % (uint64_t)f->depth] = (zreq){f->issued, 0, NULL, 0, 0};
         f->issued++;
         if (!f->deferred) mark_done(f, *ticket);
         return ZINC_OK;
@@ -247,21 +248,15 @@ static zinc_status submit(znvme_t *f, int write, uint64_t off, void *buf, size_t
             zinc_status s = reap_one(f);
             if (s != ZINC_OK) return s;
         }
-        zreq *q = malloc(sizeof *q);
-        struct io_uring_sqe *sqe = q ? io_uring_get_sqe(&f->ring) : NULL;
-        if (!sqe) {
-            free(q);
-            return fail(f, ZINC_ERR_NOMEM, "no io_uring submission entry");
-        }
+        struct io_uring_sqe *sqe = io_uring_get_sqe(&f->ring);
+        if (!sqe) return fail(f, ZINC_ERR_NOMEM, "no io_uring submission entry");
+        zreq *q = &f->req[f->issued % (uint64_t)f->depth];
         *q = (zreq){f->issued, off, buf, n, write};
         if (write) io_uring_prep_write(sqe, f->fd, buf, (unsigned)n, off);
         else io_uring_prep_read(sqe, f->fd, buf, (unsigned)n, off);
         io_uring_sqe_set_data(sqe, q);
         int r = io_uring_submit(&f->ring);
-        if (r < 0) {
-            free(q);
-            return fail(f, ZINC_ERR_IO, "io_uring_submit: %s", strerror(-r));
-        }
+        if (r < 0) return fail(f, ZINC_ERR_IO, "io_uring_submit: %s", strerror(-r));
         f->issued++;
         f->inflight++;
         return ZINC_OK;
@@ -270,7 +265,7 @@ static zinc_status submit(znvme_t *f, int write, uint64_t off, void *buf, size_t
     if (f->deferred) {
         /* the ring is full: the oldest call is done (alone), as a queue of that depth would */
         if (f->issued - f->done_below >= (uint64_t)f->depth) run_deferred(f, f->done_below);
-        f->later[f->issued % (uint64_t)f->depth] = (struct zdeferred){write, off, buf, n};
+        f->req[f->issued % (uint64_t)f->depth] = (zreq){f->issued, off, buf, n, write};
         f->issued++;
         return ZINC_OK;
     }
@@ -342,7 +337,7 @@ void znvme_close(znvme_t *f)
         unlink(f->path);
     }
     free(f->done);
-    free(f->later);
+    free(f->req);
     free(f);
 }
 
