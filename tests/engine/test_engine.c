@@ -819,13 +819,9 @@ static void test_grad_bucket(void)
     for (int stage = 1; stage <= 3; stage++) {
         toy_run r = {.world = 1, .stage = stage, .accum = 1, .steps = 1, .dtype = ZINC_DTYPE_BF16,
                      .clip = 1.0, .inject_inf_step = -1};
-        zinc_engine_t *e = NULL;
         int np = 0;
-        if (toy_engine(&r, &e, &np) != ZINC_OK) {
-            ZT_CHECK(0, "stage %d: toy engine: %s", stage, e ? zinc_last_error(e) : "?");
-            zinc_engine_destroy(e);
-            continue;
-        }
+        zinc_engine_t *e = toy_engine_checked(&r, &np, "zinc_grad_bucket's");
+        if (!e) continue;
         for (int round = 0; round < 2; round++) {      /* the rotation goes on across steps */
             for (int g = 0; g < TOY_GROUPS; g++) {
                 int slot = -2, again = -2;
@@ -879,13 +875,9 @@ static void test_stream_wait_gather(void)
             toy_run r = {.world = 1, .stage = stage, .accum = 1, .steps = 1,
                          .dtype = ZINC_DTYPE_BF16, .clip = 1.0, .inject_inf_step = -1,
                          .persist_threshold = persist ? 1 << 30 : -1};
-            zinc_engine_t *e = NULL;
             int np = 0;
-            if (toy_engine(&r, &e, &np) != ZINC_OK) {
-                ZT_CHECK(0, "stage %d: toy engine: %s", stage, e ? zinc_last_error(e) : "?");
-                zinc_engine_destroy(e);
-                continue;
-            }
+            zinc_engine_t *e = toy_engine_checked(&r, &np, "zinc_stream_wait_gather's");
+            if (!e) continue;
             int gathered_only = stage == 3 && !persist;
             for (int g = 0; g < TOY_GROUPS; g++) {
                 zinc_status before = zinc_stream_wait_gather(e, g, NULL);

@@ -253,26 +253,13 @@ static void test_volume(void)
 
 /* ---- 3. device memory limit ---------------------------------------------------------------- */
 
-static uint64_t device_total(toy_run *r)
-{
-    zinc_engine_t *e = NULL;
-    int np;
-    uint64_t t = 0, p[ZINC_MEM_COUNT];
-    zinc_status s = toy_engine(r, &e, &np);
-    ZT_CHECK(s == ZINC_OK, "plan: %s", zinc_last_error(e));
-    if (s == ZINC_OK && zinc_memory(e, p, NULL) == ZINC_OK)
-        for (int k = 0; k < ZINC_MEM_COUNT; k++) t += p[k];
-    zinc_engine_destroy(e);
-    return t;
-}
-
 static void test_limit(void)
 {
     toy_run base = {.world = 1, .stage = 2, .accum = 1, .steps = 8, .dtype = ZINC_DTYPE_FP16,
                     .clip = 1.0, .inject_inf_step = -1};
     toy_run off = base;
     off.zero_json = OFFLOAD;
-    uint64_t full = device_total(&base), offl = device_total(&off);
+    uint64_t full = toy_memory_total(&base, 0), offl = toy_memory_total(&off, 0);
     /* The offloaded plan plus the 16 bytes of step statistics and room for zinc_param_get's
      * temporary (the largest group in fp32, 4160 * 4 bytes for the toy); not the full plan. */
     uint64_t limit = offl + 32768;

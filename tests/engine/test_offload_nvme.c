@@ -62,17 +62,6 @@ static int nvme_files(void)
     return n;
 }
 
-/* A one-rank toy engine on r's config; NULL (a test failure naming `what`) when it fails. */
-static zinc_engine_t *nvme_engine(const toy_run *r, int *np, const char *what)
-{
-    zinc_engine_t *e = NULL;
-    zinc_status s = toy_engine(r, &e, np);
-    ZT_CHECK(s == ZINC_OK, "%s engine: %s", what, zinc_last_error(e));
-    if (s == ZINC_OK) return e;
-    zinc_engine_destroy(e);
-    return NULL;
-}
-
 /* One micro-step and zinc_step of a one-rank engine (an inf injected when `inject`), and the
  * bytes the step read from and wrote to the scratch file. */
 static zinc_status nvme_step(zinc_engine_t *e, int step, int np, int inject, zinc_step_info_t *info,
@@ -180,14 +169,13 @@ static void test_volume(void)
     snprintf(stale, sizeof stale, "%s/zinc-nvme-4206649-r0.swap", g_dir);
     FILE *f = fopen(stale, "w");
     if (f) fclose(f);
-    toy_run r = {.world = 1, .stage = 2, .accum = 1, .dtype = ZINC_DTYPE_FP16, .clip = 1.0,
-                 .zero_json = nvme_json(NULL)};
+    toy_run r = {.world = 1, .stage = 2, .accum = 1, .dtype = ZINC_DTYPE_FP16, .clip = 1.0};
     char zero[1536];
     snprintf(zero, sizeof zero, "%s\"sub_group_size\": 1024, ",
              nvme_json(", \"pipeline_read\": true, \"pipeline_write\": true"));
     r.zero_json = zero;
     int np = 0;
-    zinc_engine_t *e = nvme_engine(&r, &np, "nvme");
+    zinc_engine_t *e = toy_engine_checked(&r, &np, "nvme");
     if (!e) return;
     zinc_status s = ZINC_OK;
     struct stat st;
@@ -250,7 +238,7 @@ static void test_param_volume(void)
              nvme_json(", \"pipeline_read\": true, \"pipeline_write\": true"));
     r.zero_json = zero;
     int np = 0;
-    zinc_engine_t *e = nvme_engine(&r, &np, "nvme params");
+    zinc_engine_t *e = toy_engine_checked(&r, &np, "nvme params");
     if (!e) return;
     zinc_status s = ZINC_OK;
     uint64_t file = 0, dp[ZINC_MEM_COUNT], hp[ZINC_MEM_COUNT];
@@ -287,19 +275,6 @@ static void test_param_volume(void)
 
 /* ---- 3. the host cap ------------------------------------------------------------------------ */
 
-static uint64_t host_total(toy_run *r)
-{
-    zinc_engine_t *e = NULL;
-    int np;
-    uint64_t t = 0, p[ZINC_MEM_COUNT];
-    zinc_status s = toy_engine(r, &e, &np);
-    ZT_CHECK(s == ZINC_OK, "plan: %s", zinc_last_error(e));
-    if (s == ZINC_OK && zinc_memory_host(e, p, NULL) == ZINC_OK)
-        for (int k = 0; k < ZINC_MEM_COUNT; k++) t += p[k];
-    zinc_engine_destroy(e);
-    return t;
-}
-
 static void test_host_limit(void)
 {
     char nv[1536];
@@ -309,7 +284,7 @@ static void test_host_limit(void)
     toy_run cpu = base, nvme = base;
     cpu.zero_json = "\"offload_optimizer\": {\"device\": \"cpu\"}, ";
     nvme.zero_json = nv;
-    uint64_t need_cpu = host_total(&cpu), need_nvme = host_total(&nvme);
+    uint64_t need_cpu = toy_memory_total(&cpu, 1), need_nvme = toy_memory_total(&nvme, 1);
     ZT_CHECK(need_nvme < need_cpu, "NVMe should need less host memory: %llu vs %llu",
              (unsigned long long)need_nvme, (unsigned long long)need_cpu);
     char zinc_json[96];

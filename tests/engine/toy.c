@@ -128,6 +128,27 @@ zinc_status toy_engine(const toy_run *r, zinc_engine_t **e, int *nparams)
     return toy_engine_on(r, NULL, 0, NULL, e, nparams);
 }
 
+zinc_engine_t *toy_engine_checked(const toy_run *r, int *nparams, const char *what)
+{
+    zinc_engine_t *e = NULL;
+    zinc_status s = toy_engine(r, &e, nparams);
+    ZT_CHECK(s == ZINC_OK, "%s engine: %s", what, e ? zinc_last_error(e) : zinc_last_error(NULL));
+    if (s == ZINC_OK) return e;
+    zinc_engine_destroy(e);
+    return NULL;
+}
+
+uint64_t toy_memory_total(const toy_run *r, int host)
+{
+    int np = 0;
+    uint64_t t = 0, p[ZINC_MEM_COUNT];
+    zinc_engine_t *e = toy_engine_checked(r, &np, host ? "host plan" : "device plan");
+    if (e && (host ? zinc_memory_host(e, p, NULL) : zinc_memory(e, p, NULL)) == ZINC_OK)
+        for (int k = 0; k < ZINC_MEM_COUNT; k++) t += p[k];
+    zinc_engine_destroy(e);
+    return t;
+}
+
 zinc_status toy_micro_step(zinc_engine_t *e, int rank, int world, int micro, int nparams,
                            int inject_inf)
 {

@@ -89,6 +89,11 @@ zinc_status toy_register_run(zinc_engine_t *e, int *nparams, const toy_run *r);
 int toy_param_group(int p);
 /* A one-rank engine (its own world) on the toy's config, registered and initialised. */
 zinc_status toy_engine(const toy_run *r, zinc_engine_t **e, int *nparams);
+/* toy_engine's engine, or NULL after a test failure naming `what` (the engine destroyed). */
+zinc_engine_t *toy_engine_checked(const toy_run *r, int *nparams, const char *what);
+/* The bytes zinc_memory (host == 0) or zinc_memory_host (host != 0) plans for r's one-rank
+ * engine, all categories summed; 0 after a test failure when the engine cannot be made. */
+uint64_t toy_memory_total(const toy_run *r, int host);
 /* Rank `rank`'s engine on `world` (NULL: a world of its own), one thread, created from
  * `config_json` (NULL: toy_config(r)), registered and initialised (with r's group decays and
  * learning rates). *e is NULL when the create
