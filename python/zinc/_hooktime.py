@@ -8,8 +8,8 @@ inside its hooks. Only the outermost timed call counts (a gather inside a forwar
 part of that hook), so nested calls are not counted twice; perf_counter costs about 0.1 us a call.
 
 The sum and the nesting depth live in a HookClock, not on the Engine: the Engine is a
-torch.nn.Module, whose __setattr__ (about 3 us a call in Python) made the instrument itself a
-fifth of a stage-3 step's hook time on the CPU (2026-11-28, /tmp measurement in the commit).
+torch.nn.Module, whose __setattr__ costs about 3 us a call, and the timer set two attributes per
+hook, outside the time it measured (bench/stage3_hooks.py; docs/python.md gives the figures).
 """
 import functools
 import time

@@ -432,43 +432,47 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
     def _group_span(self, G, kind):
         """One view over zinc's memory holding all of group G's parameters (kind "data": the
         gather slot zinc_param_data points into, "grad": the bucket of zinc_param_grad), and the
-        layout [(element offset, shape, strides)] of G.params inside it (for as_strided, the
-        cheapest way to a slice: about 1 us against 1.5 for span[a:b].view(shape)). A group's parameters sit
-        at fixed offsets of whatever buffer holds it (the plan's), so the layout is measured
-        once per kind from each parameter's pointer, and later calls ask zinc for the first
-        parameter's pointer only: one C call per group instead of one per parameter. The span
-        view is kept like _zinc_view's, by (group, kind, base). None when G has no elements."""
+        layout [(element offset, shape, strides)] of G.params inside it, for as_strided (about
+        1 us a slice, against 1.5 for span[a:b].view(shape)). A group's parameters sit at fixed
+        offsets of whatever buffer holds it (the plan's), so the layout is measured once per kind
+        and later calls ask zinc for one parameter's pointer: one C call per group, not one per
+        parameter. The span view is kept by (group, kind, base), as zinc reuses the same few
+        buffers every step. (None, None) when G has no elements."""
         fn = lib.zinc_param_data if kind == "data" else lib.zinc_param_grad
-        lay = G.layout.get(kind)
+        if kind not in G.layout:
+            G.layout[kind] = self._measure_layout(G, fn)
+        if G.layout[kind] is None:
+            return None, None
+        anchor, anchor_bytes, span, layout = G.layout[kind]
         ptr = ctypes.c_void_p()
-        if lay is None:
-            ptrs = []
-            for pid, _, _ in G.params:
-                self._call(fn(self._e, pid, ctypes.byref(ptr)))
-                ptrs.append(ptr.value or 0)
-            sized = [(q, _numel(self._shapes[pid])) for q, (pid, _, _) in zip(ptrs, G.params)
-                     if _numel(self._shapes[pid])]
-            if not sized:
-                return None, None
-            esz = _memory.dtype_size(self._code)
-            base = min(q for q, _ in sized)
-            offs = [(q - base) // esz if _numel(self._shapes[pid]) else 0
-                    for q, (pid, _, _) in zip(ptrs, G.params)]
-            anchor = next(k for k, (pid, _, _) in enumerate(G.params) if _numel(self._shapes[pid]))
-            span = max(o + _numel(self._shapes[pid]) for o, (pid, _, _) in zip(offs, G.params))
-            lay = G.layout[kind] = (anchor, offs[anchor] * esz, span,
-                                    [(o, tuple(self._shapes[pid]),
-                                      _memory.contiguous_strides(self._shapes[pid]))
-                                     for o, (pid, _, _) in zip(offs, G.params)])
-        else:
-            self._call(fn(self._e, G.params[lay[0]][0], ctypes.byref(ptr)))
-            base = (ptr.value or 0) - lay[1]
-        _, _, span, layout = lay
+        self._call(fn(self._e, anchor, ctypes.byref(ptr)))
+        base = ptr.value - anchor_bytes
         key = (G.gid, kind, base)
         t = self._views.get(key)
         if t is None:
             t = self._views[key] = _memory.view(base, span, self._code, (span,), self._device)
         return t, layout
+
+    def _measure_layout(self, G, fn):
+        """_group_span's layout of G from each parameter's pointer (fn: zinc_param_data or
+        zinc_param_grad): (the id of a parameter with elements, its byte offset from the span's
+        start, the span's elements, [(offset, shape, strides)] per parameter); None when no
+        parameter has elements (an empty one's pointer says nothing)."""
+        numels = [_numel(self._shapes[pid]) for pid, _, _ in G.params]
+        ptrs, ptr = [], ctypes.c_void_p()
+        for pid, _, _ in G.params:
+            self._call(fn(self._e, pid, ctypes.byref(ptr)))
+            ptrs.append(ptr.value or 0)
+        held = [k for k, n in enumerate(numels) if n]
+        if not held:
+            return None
+        esz = _memory.dtype_size(self._code)
+        base = min(ptrs[k] for k in held)
+        offs = [(q - base) // esz if n else 0 for q, n in zip(ptrs, numels)]
+        return (G.params[held[0]][0], offs[held[0]] * esz,
+                max(o + n for o, n in zip(offs, numels)),
+                [(o, tuple(self._shapes[pid]), _memory.contiguous_strides(self._shapes[pid]))
+                 for o, (pid, _, _) in zip(offs, G.params)])
 
     def host_waits(self):
         """zinc's own (not DeepSpeed's): how many times zinc made the host wait for its device
