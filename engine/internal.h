@@ -231,10 +231,10 @@ zinc_status zoffload_check_limit(zinc_engine_t *e);
 zinc_status zoffload_alloc(zinc_engine_t *e);
 void zoffload_free(zinc_engine_t *e);
 /* The step's update with the state on the host: grad shard device->host (stage 1; at stages 2-3,
- * predownloaded, it is in h_grad already), the fused Adam on the host (args `a` with
+ * grad_host, it is in h_grad already), the fused Adam on the host (args `a` with
  * the scalars set), the 16-bit result host->device into param16's own slices. The all-gather
  * (stages 1-2) or the persistent refresh (stage 3) is the caller's. */
-zinc_status zoffload_adam(zinc_engine_t *e, zk_adam_args *a, int predownloaded);
+zinc_status zoffload_adam(zinc_engine_t *e, zk_adam_args *a);
 /* Stages 2-3 (grad_host), zinc_grads_ready after the group's reduce-scatter: adds the own slice
  * `own` (device) to the group's sum in h_grad, through acc_tmp, all on the copy stream and the
  * device (no host wait). */
@@ -293,7 +293,7 @@ void zoffload_nvme_close(zinc_engine_t *e);
 /* The device whose memory the file is (state_dev), or NULL without NVMe. */
 zdev_t *zoffload_nvme_dev(zinc_engine_t *e);
 /* zoffload_adam with the state in the file: the read / Adam / write pipeline over chunks. */
-zinc_status zoffload_nvme_adam(zinc_engine_t *e, zk_adam_args *a, int predownloaded);
+zinc_status zoffload_nvme_adam(zinc_engine_t *e, zk_adam_args *a);
 /* offload_param "nvme": the device whose memory holds the 16-bit shard (the file's, else the
  * host one), whether it is the file, and a gather's own slice read from it and uploaded. */
 zdev_t *zoffload_param16_dev(zinc_engine_t *e);

@@ -298,9 +298,11 @@ zinc_status zoffload_grad_settle(zinc_engine_t *e)
     return s;
 }
 
-zinc_status zoffload_adam(zinc_engine_t *e, zk_adam_args *a, int predownloaded)
+zinc_status zoffload_adam(zinc_engine_t *e, zk_adam_args *a)
 {
-    if (e->nv) return zoffload_nvme_adam(e, a, predownloaded);
+    if (e->nv) return zoffload_nvme_adam(e, a);
+    /* Stages 2-3 (grad_host): the gradient is in h_grad already (zinc_grads_ready). */
+    int predownloaded = e->grad_host;
     const zdev_iface_t *D = e->dev->iface;
     const zplan_group *groups = e->plan.groups;
     size_t d = dsize(e);

@@ -413,7 +413,7 @@ static zinc_status issue_write(znv_run *r, int c)
     return s == ZINC_OK ? ZINC_OK : nv_io_fail(r, s, "writing back", c);
 }
 
-zinc_status zoffload_nvme_adam(zinc_engine_t *e, zk_adam_args *a, int predownloaded)
+zinc_status zoffload_nvme_adam(zinc_engine_t *e, zk_adam_args *a)
 {
     struct znv *nv = e->nv;
     if (nv->lost)
@@ -426,6 +426,7 @@ zinc_status zoffload_nvme_adam(zinc_engine_t *e, zk_adam_args *a, int predownloa
     int written[nv->nbuf];
     memset(written, 0, sizeof written);
     znv_run r = {e, nv, n, rt, wt, written};
+    int predownloaded = e->grad_host;
     /* The gradient: in h_grad already at stages 2-3 (predownloaded; then only the gathers'
      * uploads from the host shard may be in flight); at stage 1 every group's download, waited
      * for before the first chunk. */

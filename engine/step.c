@@ -198,8 +198,6 @@ static zinc_status own_stats(zinc_engine_t *e, int g0, int g1)
 /* Sum of squares and non-finite flag over this rank's slices (accumulated on the device, group
  * by group in order), then one all-reduce across ranks and one read of the two numbers: the one
  * host synchronisation of the step. */
-static zinc_status own_stats(zinc_engine_t *e, int g0, int g1);
-
 static zinc_status global_stats(zinc_engine_t *e, double *sumsq, int *overflow)
 {
     zinc_status s = own_stats(e, 0, e->plan.ngroups);
@@ -403,10 +401,8 @@ zinc_status zeng_adam_range(zinc_engine_t *e, zdev_t *d, const zk_adam_args *a, 
     return ZINC_OK;
 }
 
-/* predownloaded: offload only, every group's gradient was queued device -> host by
- * zinc_grads_ready (stages 2-3). */
 static zinc_status apply_adam(zinc_engine_t *e, float lr, float beta1, float beta2,
-                              float grad_scale, int predownloaded)
+                              float grad_scale)
 {
     const zcfg_optim *o = &e->cfg.optim;
     zk_adam_args a = {
@@ -428,7 +424,7 @@ static zinc_status apply_adam(zinc_engine_t *e, float lr, float beta1, float bet
     if (e->offload) {
         /* Master, m, v on the host: the same kernel there, copies each way (offload.c, which
          * times its Adam and its waits for the copies). */
-        s = zoffload_adam(e, &a, predownloaded);
+        s = zoffload_adam(e, &a);
         if (s != ZINC_OK) return s;
         t = zeng_now();
         s = e->stage == 3 ? zgather_refresh_persistent(e, 1) : gather_params(e);
@@ -623,8 +619,6 @@ zinc_status zinc_step(zinc_engine_t *e, zinc_step_info_t *info)
     }
     e->st.micro = 0;
     info->boundary = 1;
-    /* Stages 2-3 with offload: the gradient is in host memory already (zinc_grads_ready). */
-    int predownloaded = e->grad_host;
 
     double t = zeng_now();
     s = reduce_grads(e);
@@ -665,8 +659,8 @@ zinc_status zinc_step(zinc_engine_t *e, zinc_step_info_t *info)
     /* OneCycle with cycle_momentum drives the betas, as DeepSpeed does; otherwise the config's. */
     double beta1, beta2;
     zinc_engine_betas(e, &beta1, &beta2);
-    s = apply_adam(e, (float)info->lr, (float)beta1, (float)beta2, (float)(1.0 / (unscale * coef)),
-                   predownloaded);
+    s = apply_adam(e, (float)info->lr, (float)beta1, (float)beta2,
+                   (float)(1.0 / (unscale * coef)));
     if (s != ZINC_OK) return s;
     e->st.step++;
     info->applied = 1;
