@@ -14,10 +14,18 @@
  * Rows late in the sequence do the most work in the forward and dq kernels, so their blocks are
  * launched first (x reversed) and the short ones fill the tail. Head sizes 32 and 64 get their
  * own instantiation, where the row functions' local arrays become registers.
+ *
+ * Heads of 64 channels (and 128 where the blocks' shared memory fits the device: 168.5 KiB for the
+ * dk/dv block, more than an A100's 163 KiB, less than an H100's 227 KiB) take the tensor-core
+ * tiles of flash_tiles.h instead: one block of ZM_FT_THREADS threads per 64-row tile and (b, h),
+ * q, k, v, dy rounded to bf16 as the tiles are loaded (no scratch arrays), three kernels for
+ * forward, dk/dv and dq (no atomics). Drow is the rows' att_drow_k in both paths, and lse has the
+ * same layout and meaning, so the interface of fast.h does not change.
  */
 #include "models/cuda/colsum.h"
 #include "models/cuda/fast.h"
 #include "models/cuda/flash_rows.h"
+#include "models/cuda/flash_tiles.h"
 
 namespace {
 
@@ -71,6 +79,40 @@ __global__ void att_dkv_k(zm_flash_shape g, float *dqkv, const float *dy, const 
     if (t2 >= g.T) return;
     /* blockDim.x is a multiple of 32, so t2 & ~31 is the warp's first row */
     zm_flash_dkv_row(shape<HS>(g), qkv, dy, lse, drow, dqkv, bh / g.H, bh % g.H, t2, t2 & ~31);
+}
+
+/* Tensor-core tiles (flash_tiles.h): blockIdx.x is the tile, late query tiles first (their key
+ * loops are the longest), early key tiles first for dk/dv (likewise); blockIdx.y is b*H + h. */
+template <int HS>
+__global__ void __launch_bounds__(ZM_FT_THREADS)
+    att_fwd_tc_k(zm_flash_shape g, float *y, float *lse, const float *qkv)
+{
+    extern __shared__ __align__(128) unsigned char tile_mem[];
+    int bh = blockIdx.y, qb = (int)(gridDim.x - 1 - blockIdx.x);
+    zm_ft_fwd_block(shape<HS>(g), qkv, y, lse, bh / g.H, bh % g.H, qb, tile_mem, threadIdx.x,
+                    blockDim.x);
+}
+
+template <int HS>
+__global__ void __launch_bounds__(ZM_FT_THREADS)
+    att_dkv_tc_k(zm_flash_shape g, float *dqkv, const float *dy, const float *lse,
+                 const float *drow, const float *qkv)
+{
+    extern __shared__ __align__(128) unsigned char tile_mem[];
+    int bh = blockIdx.y;
+    zm_ft_dkv_block(shape<HS>(g), qkv, dy, lse, drow, dqkv, bh / g.H, bh % g.H, blockIdx.x,
+                    tile_mem, threadIdx.x, blockDim.x);
+}
+
+template <int HS>
+__global__ void __launch_bounds__(ZM_FT_THREADS)
+    att_dq_tc_k(zm_flash_shape g, float *dqkv, const float *dy, const float *lse,
+                const float *drow, const float *qkv)
+{
+    extern __shared__ __align__(128) unsigned char tile_mem[];
+    int bh = blockIdx.y, qb = (int)(gridDim.x - 1 - blockIdx.x);
+    zm_ft_dq_block(shape<HS>(g), qkv, dy, lse, drow, dqkv, bh / g.H, bh % g.H, qb, tile_mem,
+                   threadIdx.x, blockDim.x);
 }
 
 /* Pass 1 of a column sum: block (column tile, chunk). */
@@ -133,12 +175,51 @@ unsigned cover(size_t n, size_t per_block) { return (unsigned)((n + per_block - 
         else kernel<0><<<grid, ROWS, 0, s>>>(g, __VA_ARGS__);                                 \
     } while (0)
 
+/* 1 when head size hs takes the tensor-core tiles on the current device: a size the tiles
+ * take, whose largest block fits the device's shared memory per block (opt-in). */
+cudaError_t use_tiles(int hs, int *yes)
+{
+    *yes = 0;
+    if (!zm_ft_head_ok(hs)) return cudaSuccess;
+    int dev, optin, major;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e == cudaSuccess)
+        e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+    if (e == cudaSuccess)
+        e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    if (e != cudaSuccess) return e;
+    size_t need = zm_ft_bwd_bytes(hs, 1); /* the largest of the three */
+    *yes = major >= 8 && need <= (size_t)optin;
+    return cudaSuccess;
+}
+
+/* Launches a tile kernel with `bytes` of dynamic shared memory (over the 48 KiB default, so the
+ * limit is raised first; the call is cheap and idempotent). */
+template <typename... P, typename... A>
+cudaError_t launch_tiles(void (*k)(P...), dim3 grid, size_t bytes, cudaStream_t s, A... args)
+{
+    cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)bytes);
+    if (e != cudaSuccess) return e;
+    k<<<grid, ZM_FT_THREADS, bytes, s>>>(args...);
+    return cudaGetLastError();
+}
+
 }  // namespace
 
 extern "C" cudaError_t zmf_att_fwd(float *y, float *lse, const float *qkv, int B, int T, int D,
                                    int H, cudaStream_t s)
 {
     zm_flash_shape g = zm_flash_shape_of(T, D, H);
+    int tiles;
+    cudaError_t e = use_tiles(g.hs, &tiles);
+    if (e != cudaSuccess) return e;
+    if (tiles) {
+        dim3 grid(cover(T, ZM_FT_BR), B * H);
+        size_t bytes = zm_ft_fwd_bytes(g.hs);
+        if (g.hs == 64) return launch_tiles(att_fwd_tc_k<64>, grid, bytes, s, g, y, lse, qkv);
+        return launch_tiles(att_fwd_tc_k<128>, grid, bytes, s, g, y, lse, qkv);
+    }
     dim3 grid(cover(T, ROWS), B * H);
     ZMF_LAUNCH(att_fwd_k, grid, g, y, lse, qkv);
     return cudaGetLastError();
@@ -149,8 +230,26 @@ extern "C" cudaError_t zmf_att_bwd(float *dqkv, float *drow, const float *dy, co
                                    cudaStream_t s)
 {
     zm_flash_shape g = zm_flash_shape_of(T, D, H);
+    int tiles;
+    cudaError_t e = use_tiles(g.hs, &tiles);
+    if (e != cudaSuccess) return e;
     dim3 grid(cover(T, ROWS), B * H);
     att_drow_k<<<grid, ROWS, 0, s>>>(g, drow, dy, y);
+    if (tiles) {
+        static_assert(ZM_FT_BR == ZM_FT_BC, "one grid serves the key and the query tiles");
+        dim3 tgrid(cover(T, ZM_FT_BR), B * H);
+        size_t kv = zm_ft_bwd_bytes(g.hs, 1), q = zm_ft_bwd_bytes(g.hs, 0);
+        if (g.hs == 64) {
+            e = launch_tiles(att_dkv_tc_k<64>, tgrid, kv, s, g, dqkv, dy, lse, drow, qkv);
+            if (e == cudaSuccess)
+                e = launch_tiles(att_dq_tc_k<64>, tgrid, q, s, g, dqkv, dy, lse, drow, qkv);
+        } else {
+            e = launch_tiles(att_dkv_tc_k<128>, tgrid, kv, s, g, dqkv, dy, lse, drow, qkv);
+            if (e == cudaSuccess)
+                e = launch_tiles(att_dq_tc_k<128>, tgrid, q, s, g, dqkv, dy, lse, drow, qkv);
+        }
+        return e;
+    }
     ZMF_LAUNCH(att_dq_k, grid, g, dqkv, dy, lse, drow, qkv);
     ZMF_LAUNCH(att_dkv_k, grid, g, dqkv, dy, lse, drow, qkv);
     return cudaGetLastError();

@@ -1,9 +1,12 @@
 /*
  * fast.h — launchers of the CUDA model's fast-mode kernels (fast.cu, ZM_CUDA_FAST in
  * gpt_cuda.h). Private to models/cuda/. Each queues its kernels on `s` and returns
- * cudaGetLastError(). They replace the exact mode's attention (no [B, H, T, T] arrays: the rows of
- * flash_rows.h) and its one-thread-per-column reductions (the two passes of colsum.h); the other
- * layers are layers.cu's in both modes. fast.cu is compiled with nvcc's default --fmad=true.
+ * cudaGetLastError() (or the error of a device query or attribute call before the launch). They
+ * replace the exact mode's attention (no [B, H, T, T] arrays: the bf16 tensor-core tiles of
+ * flash_tiles.h for heads of 64 channels, and of 128 where the current device's shared memory per
+ * block holds them; the fp32 rows of flash_rows.h otherwise) and its one-thread-per-column
+ * reductions (the two passes of colsum.h); the other layers are layers.cu's in both modes.
+ * fast.cu is compiled with nvcc's default --fmad=true.
  */
 #ifndef ZINC_MODELS_CUDA_FAST_H
 #define ZINC_MODELS_CUDA_FAST_H
@@ -17,12 +20,15 @@
 extern "C" {
 #endif
 
-/* Attention forward: y [BT, D] written, lse [B*H, T] (each query row's log-sum-exp, kept for
- * backward). qkv [BT, 3D]. D / H <= ZM_FLASH_MAX_HS (the caller checks at creation). */
+/* Attention forward: y [BT, D] written, lse [B*H, T] (each query row's log-sum-exp of the scaled
+ * scores, kept for backward; the same in both paths). qkv [BT, 3D]. D / H <= ZM_FLASH_MAX_HS
+ * (the caller checks at creation). With the tiles, q, k, v are rounded to bf16 as they are read;
+ * y and lse are fp32. */
 cudaError_t zmf_att_fwd(float *y, float *lse, const float *qkv, int B, int T, int D, int H,
                         cudaStream_t s);
 /* Attention backward: dqkv [BT, 3D] written (not added) from dy [BT, D], the forward's y and lse;
- * drow [B*H, T] is scratch. */
+ * drow [B*H, T] is scratch. Deterministic (no atomics) in both paths; with the tiles, dy, P and
+ * dS are rounded to bf16 before their products. */
 cudaError_t zmf_att_bwd(float *dqkv, float *drow, const float *dy, const float *y,
                         const float *lse, const float *qkv, int B, int T, int D, int H,
                         cudaStream_t s);

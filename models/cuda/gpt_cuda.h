@@ -5,11 +5,14 @@
  *
  * Kernels: two modes, chosen when a run or model is created (zm_cuda_kernels). EXACT is the
  * parity model described next; FAST swaps its attention for one that never stores the T x T
- * probabilities (flash_rows.h: online softmax, log-sum-exp kept for backward) and its column
+ * probabilities (online softmax, log-sum-exp kept for backward: for heads of 64 channels, and
+ * 128 where the device's shared memory holds the tiles, FlashAttention-2 style tiles on bf16
+ * tensor cores, flash_tiles.h, which round q, k, v, dy, P and dS to bf16 whatever the dtype, as
+ * PyTorch's autocast attention does; for other heads fp32 rows, flash_rows.h) and its column
  * sums for two-pass parallel ones (colsum.h), compiled with nvcc's fused multiply-adds. The
  * matrix products and the other layers are the same in both. FAST has been compiled and its
- * arithmetic checked on the host, but has not run on a GPU as of its first commit
- * (tests/gpu/test_model_cuda.c is the check).
+ * arithmetic checked on the host (model_flash_rows, model_flash_tiles, model_colsum), but has
+ * not run on a GPU as of its commits (tests/gpu/test_model_cuda.c is the check).
  *
  * Numerics (models/cuda/model.cu): activations are fp32. Matrix products are cuBLAS GemmEx with
  * fp32 accumulation (CUBLAS_COMPUTE_32F, no TF32) on inputs of the parameters' dtype: in
@@ -42,7 +45,8 @@ extern "C" {
 
 typedef enum zm_cuda_kernels {
     ZM_CUDA_EXACT = 0,   /* layers.cu, --fmad=false: gpt.c's operations in gpt.c's order */
-    ZM_CUDA_FAST = 1     /* fast.cu attention and reductions; heads of <= 128 channels */
+    ZM_CUDA_FAST = 1     /* fast.cu attention (bf16 tensor cores for 64/128-channel heads) and
+                          * reductions; heads of <= 128 channels */
 } zm_cuda_kernels;
 
 /* "exact" / "fast" (NULL for other values). */

@@ -1,6 +1,7 @@
 # Tests of the built-in model (models/) and of `zinc train` / `zinc plot`. Label: model.
 #   model_grad    backward vs finite differences (fp32 and a double build of the same source)
 #   model_flash_rows  the CUDA model's fast attention rows on the host against gpt.c's
+#   model_flash_tiles  its tensor-core attention tiles on the host against gpt.c's, in double
 #   model_colsum  its fast mode's two-pass column sums and embedding buckets on the host
 #   model_data    data sources: entropy rate of the synthetic chain, file formats, rejections
 #   model_train   4 ranks, ZeRO-3, bf16: the loss goes from ln 256 to near the entropy floor
@@ -13,6 +14,9 @@ if(TARGET zinc_models)
   target_include_directories(model_grad PRIVATE ${ZINC_MODEL_TEST_DIR})
   # The CUDA model's fast attention rows (models/cuda/flash_rows.h) on the host against gpt.c.
   zinc_test(NAME model_flash_rows SOURCES ${ZINC_MODEL_TEST_DIR}/test_flash_rows.c
+            LIBS zinc_models LABELS model TIMEOUT 60)
+  # Its tensor-core attention tiles (models/cuda/flash_tiles.h) on the host, within a derived bound.
+  zinc_test(NAME model_flash_tiles SOURCES ${ZINC_MODEL_TEST_DIR}/test_flash_tiles.c
             LIBS zinc_models LABELS model TIMEOUT 60)
   # Its fast mode's column reductions (models/cuda/colsum.h): partition, bounds, embedding order.
   zinc_test(NAME model_colsum SOURCES ${ZINC_MODEL_TEST_DIR}/test_colsum.c LABELS model
