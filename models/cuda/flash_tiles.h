@@ -55,10 +55,14 @@ typedef uint16_t zm_bf16;
 #define ZM_FT
 #endif
 
+/* A host test may define ZM_FT_SYNC first (a barrier of its threads) to run one block on several
+ * host threads, as the GPU does, and see that the barriers below are where they must be. */
+#ifndef ZM_FT_SYNC
 #ifdef __CUDA_ARCH__
 #define ZM_FT_SYNC() __syncthreads()
 #else
 #define ZM_FT_SYNC() ((void)0)
+#endif
 #endif
 
 #define ZM_FT_BR 64        /* query rows per tile */
@@ -138,16 +142,20 @@ ZM_FT static inline void zm_ft_mma(float *C, int ldc, const zm_bf16 *A, int lda,
         zm_ft_wmma<wmma::row_major, wmma::row_major>(C, ldc, A, lda, B, ldb, M, N, K, accumulate,
                                                      tid, nth);
 #else
-    /* the products of two bf16 values are exact in fp32; only the sum rounds, as on the GPU
-     * (where the order of the sum is the tensor cores' own) */
-    for (int i = tid; i < M * N; i += nth) {
-        int m = i / N, n = i % N;
-        float acc = accumulate ? C[m * ldc + n] : 0.0f;
-        for (int k = 0; k < K; k++)
-            acc += zm_ft_f32(A[a_cols ? m + k * lda : m * lda + k]) *
-                   zm_ft_f32(B[b_cols ? k + n * ldb : k * ldb + n]);
-        C[m * ldc + n] = acc;
-    }
+    /* The products of two bf16 values are exact in fp32; only the sum rounds, as on the GPU
+     * (where the order of the sum is the tensor cores' own). The 16x16 output tiles go to the
+     * threads in turn, as to the warps on the GPU, so a host test on several threads meets the
+     * GPU's pattern of ownership (not the element-wise one of the other steps). */
+    const int tn = N / 16, tiles = (M / 16) * tn;
+    for (int t = tid; t < tiles; t += nth)
+        for (int m = t / tn * 16; m < t / tn * 16 + 16; m++)
+            for (int n = t % tn * 16; n < t % tn * 16 + 16; n++) {
+                float acc = accumulate ? C[m * ldc + n] : 0.0f;
+                for (int k = 0; k < K; k++)
+                    acc += zm_ft_f32(A[a_cols ? m + k * lda : m * lda + k]) *
+                           zm_ft_f32(B[b_cols ? k + n * ldb : k * ldb + n]);
+                C[m * ldc + n] = acc;
+            }
 #endif
 }
 

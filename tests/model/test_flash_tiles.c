@@ -54,12 +54,24 @@
  * skipped (rows unwritten), lse off by +0.01 (dv 3.2x, pass 1), the running sum l taken 0.3 %
  * high (y 1.17x, dv 1.33x, pass 1).
  *
- * Also: every element of dqkv is written (it starts as NaN).
+ * Also: every element of y and dqkv is written (they start as NaN), and the blocks run on 3 host
+ * threads sharing each block's memory, with ZM_FT_SYNC a pthread barrier, give the same bits as
+ * on one. 3 does not divide the tiles' 64 columns, and the host products give out 16x16 output
+ * tiles as the GPU gives them to warps, so the threads cross each other's elements between
+ * steps as a GPU block's do: each of the 18 barriers of flash_tiles.h, left out by hand, is
+ * reported as a data race under -fsanitize=thread (ZINC_SANITIZE=thread), and none is with all
+ * of them in.
  */
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* The blocks' barriers as a barrier of host threads: one thread runs a block alone (a barrier of
+ * one), or NTHREADS share one, as a GPU block's threads do. */
+static pthread_barrier_t tile_barrier;
+#define ZM_FT_SYNC() ((void)pthread_barrier_wait(&tile_barrier))
 
 #include "models/cuda/flash_tiles.h"
 #include "models/gpt.h"
@@ -82,25 +94,69 @@ static const shape_case CASES[] = {
     {"B1 H2 hs64 T97 peaked", 1, 2, 64, 97, 3.0},
 };
 
-/* Every block of the three kinds on the host, in the kernels' order: forward, Drow (the row
- * kernel's), dk/dv, dq. */
-static void tiles_all(zm_flash_shape g, int B, const float *qkv, const float *dy, float *y,
-                      float *lse, float *drow, float *dqkv, void *mem)
+#define NTHREADS 3
+
+typedef struct {
+    zm_flash_shape g;
+    int B;
+    const float *qkv, *dy;
+    float *y, *lse, *drow, *dqkv;
+    void *mem;
+    int tid, nth;
+} tiles_run;
+
+/* Every block of the three kinds, in the kernels' order: forward, Drow (the row kernel's), dk/dv,
+ * dq; this is thread tid of nth sharing one block's memory. The barrier after each block stands
+ * for the GPU's separate blocks (each with its own shared memory). */
+static void *tiles_all(void *arg)
 {
-    int tiles = (g.T + ZM_FT_BR - 1) / ZM_FT_BR;
-    for (int b = 0; b < B; b++)
+    const tiles_run *a = arg;
+    zm_flash_shape g = a->g;
+    int tiles = (g.T + ZM_FT_BR - 1) / ZM_FT_BR, tid = a->tid, nth = a->nth;
+    for (int b = 0; b < a->B; b++)
         for (int h = 0; h < g.H; h++)
-            for (int qb = 0; qb < tiles; qb++) zm_ft_fwd_block(g, qkv, y, lse, b, h, qb, mem, 0, 1);
-    for (int b = 0; b < B; b++)
+            for (int qb = 0; qb < tiles; qb++) {
+                zm_ft_fwd_block(g, a->qkv, a->y, a->lse, b, h, qb, a->mem, tid, nth);
+                ZM_FT_SYNC();
+            }
+    for (int b = 0; b < a->B; b++)
         for (int h = 0; h < g.H; h++)
-            for (int t = 0; t < g.T; t++)
-                drow[zm_flash_bht(&g, b, h, t)] = zm_flash_drow(g, dy, y, b, h, t);
-    for (int b = 0; b < B; b++)
+            for (int t = tid; t < g.T; t += nth)
+                a->drow[zm_flash_bht(&g, b, h, t)] = zm_flash_drow(g, a->dy, a->y, b, h, t);
+    ZM_FT_SYNC();
+    for (int b = 0; b < a->B; b++)
         for (int h = 0; h < g.H; h++)
             for (int kb = 0; kb < tiles; kb++) {
-                zm_ft_dkv_block(g, qkv, dy, lse, drow, dqkv, b, h, kb, mem, 0, 1);
-                zm_ft_dq_block(g, qkv, dy, lse, drow, dqkv, b, h, kb, mem, 0, 1);
+                zm_ft_dkv_block(g, a->qkv, a->dy, a->lse, a->drow, a->dqkv, b, h, kb, a->mem, tid,
+                                nth);
+                ZM_FT_SYNC();
+                zm_ft_dq_block(g, a->qkv, a->dy, a->lse, a->drow, a->dqkv, b, h, kb, a->mem, tid,
+                               nth);
+                ZM_FT_SYNC();
             }
+    return NULL;
+}
+
+/* tiles_all on nth threads, this one being thread 0. */
+static void tiles_on_threads(tiles_run r, int nth)
+{
+    pthread_t th[NTHREADS];
+    tiles_run args[NTHREADS];
+    pthread_barrier_init(&tile_barrier, NULL, (unsigned)nth);
+    for (int i = 0; i < nth; i++) {
+        args[i] = r;
+        args[i].tid = i;
+        args[i].nth = nth;
+    }
+    for (int i = 1; i < nth; i++)
+        if (pthread_create(&th[i], NULL, tiles_all, &args[i]) != 0) {
+            /* the threads already started wait at the barrier: no way back */
+            fprintf(stderr, "flash_tiles: pthread_create failed\n");
+            exit(1);
+        }
+    tiles_all(&args[0]);
+    for (int i = 1; i < nth; i++) pthread_join(th[i], NULL);
+    pthread_barrier_destroy(&tile_barrier);
 }
 
 /* gpt.c's attention (forward and backward) in double from the fp32 inputs, and beside each
@@ -271,7 +327,8 @@ static void check_case(const shape_case *c, uint64_t seed)
     for (size_t i = 0; i < ny; i++) dy_r[i] = zm_bf16_to_f32(zm_f32_to_bf16(dy[i]));
 
     zm_flash_shape g = zm_flash_shape_of(T, D, H);
-    tiles_all(g, B, qkv, dy, y, lse, drow, dqkv, mem);
+    tiles_run run = {g, B, qkv, dy, y, lse, drow, dqkv, mem, 0, 1};
+    tiles_on_threads(run, 1);
     const char *names[4] = {"y", "dq", "dk", "dv"};
     /* pass 0: the exact attention of the fp32 inputs; pass 1: of the inputs rounded to bf16 as
      * the tiles load them, so only the tiles' own roundings (P, dS, fp32) remain in the bound */
@@ -291,6 +348,24 @@ static void check_case(const shape_case *c, uint64_t seed)
         }
         printf("\n");
     }
+    /* the same blocks on NTHREADS threads sharing each block's memory: the same bits, since each
+     * element is computed the same way whichever thread owns it; a barrier missing from the
+     * blocks shows here as a difference (sometimes) and under -fsanitize=thread (always) */
+    float *y2 = malloc(ny * 4), *lse2 = malloc(nr * 4), *drow2 = malloc(nr * 4);
+    float *dqkv2 = malloc(nq * 4);
+    if (y2 && lse2 && drow2 && dqkv2) {
+        tiles_run par = {g, B, qkv, dy, y2, lse2, drow2, dqkv2, mem, 0, NTHREADS};
+        tiles_on_threads(par, NTHREADS);
+        ZT_CHECK(!memcmp(y, y2, ny * 4) && !memcmp(lse, lse2, nr * 4) &&
+                 !memcmp(dqkv, dqkv2, nq * 4), "%s: the blocks on %d threads differ from one "
+                 "thread's", c->name, NTHREADS);
+    } else {
+        ZT_CHECK(0, "%s: out of memory", c->name);
+    }
+    free(y2);
+    free(lse2);
+    free(drow2);
+    free(dqkv2);
     size_t nonfinite = 0;
     for (size_t i = 0; i < nq; i++) nonfinite += !isfinite(dqkv[i]);
     for (size_t i = 0; i < ny; i++) nonfinite += !isfinite(y[i]);
