@@ -387,8 +387,43 @@ out:
     free(mem);
 }
 
+/* The carving of each block's shared memory: every piece 32-byte aligned from the base (wmma's
+ * rule for the fragments' pointers; the pieces' leading dimensions, hs and ZM_FT_BC, keep each
+ * 16x16 fragment aligned too), and the last piece ending exactly at zm_ft_*_bytes (the launch
+ * asks for that many bytes: fewer would let a block write past its shared memory). */
+static void check_carving(int hs)
+{
+    unsigned char *base = malloc(zm_ft_fwd_bytes(hs) + zm_ft_bwd_bytes(hs, 1)); /* never read */
+    if (!base) {
+        ZT_CHECK(0, "out of memory");
+        return;
+    }
+    size_t tile = (size_t)ZM_FT_BR * ZM_FT_BC * sizeof(zm_bf16);
+    zm_ft_fwd_mem f = zm_ft_fwd_carve(base, hs);
+    const void *fp[] = {f.s, f.o, f.m, f.l, f.c, f.q, f.k, f.v, f.p};
+    int aligned = 1;
+    for (size_t i = 0; i < sizeof fp / sizeof fp[0]; i++)
+        aligned &= ((const unsigned char *)fp[i] - base) % 32 == 0;
+    ZT_CHECK(aligned && (unsigned char *)f.p + tile == base + zm_ft_fwd_bytes(hs),
+             "hs %d: the forward block's carving is misaligned or not zm_ft_fwd_bytes long", hs);
+    for (int dkv = 0; dkv < 2; dkv++) {
+        zm_ft_bwd_mem w = zm_ft_bwd_carve(base, hs, dkv);
+        const void *bp[] = {w.s, w.dp, w.acc0, dkv ? w.acc1 : w.acc0, w.lse, w.drow,
+                            w.q, w.dy, w.k, w.v, w.p};
+        aligned = 1;
+        for (size_t i = 0; i < sizeof bp / sizeof bp[0]; i++)
+            aligned &= ((const unsigned char *)bp[i] - base) % 32 == 0;
+        ZT_CHECK(aligned && (unsigned char *)w.p + tile == base + zm_ft_bwd_bytes(hs, dkv),
+                 "hs %d: the %s block's carving is misaligned or not zm_ft_bwd_bytes long", hs,
+                 dkv ? "dk/dv" : "dq");
+    }
+    free(base);
+}
+
 int main(void)
 {
+    check_carving(64);
+    check_carving(128);
     for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) check_case(&CASES[i], 4200 + i);
     return zt_finish("flash_tiles");
 }
