@@ -264,7 +264,8 @@ void zinc_engine_destroy(zinc_engine_t *e)
         /* Aliased: freed once, as param16. Offloaded: host state, freed by zoffload_free. */
         int dev_state = !e->offload;
         void *master = e->master == (float *)e->param16 || !dev_state ? NULL : e->master;
-        void *bufs[] = {e->param16, e->grad,   master,  dev_state ? e->m : NULL,
+        /* An attached gradient buffer is the caller's. */
+        void *bufs[] = {e->param16, e->grad_external ? NULL : e->grad, master,  dev_state ? e->m : NULL,
                         dev_state ? e->v : NULL, e->bucket, e->gather, e->stats};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
             if (bufs[i]) d->iface->free(d, bufs[i]);
@@ -289,6 +290,15 @@ static zinc_status check_registering(zinc_engine_t *e, const char *fn)
     if (e->finalized)
         return zeng_fail(e, ZINC_ERR_USAGE, "%s: called after zinc_finalize; register every "
                                             "group and parameter before finalizing", fn);
+    return ZINC_OK;
+}
+
+zinc_status zinc_grad_buffer_external(zinc_engine_t *e)
+{
+    if (!e) return zerr_thread(ZINC_ERR_INVALID_ARG, "zinc_grad_buffer_external: engine is NULL");
+    zinc_status s = check_registering(e, "zinc_grad_buffer_external");
+    if (s != ZINC_OK) return s;
+    e->grad_external = 1;
     return ZINC_OK;
 }
 
@@ -630,7 +640,8 @@ zinc_status zinc_finalize(zinc_engine_t *e)
 
     void *master = NULL, *m = NULL, *v = NULL;
     if ((s = alloc_category(e, ZINC_MEM_PARAM16, &e->param16)) != ZINC_OK ||
-        (s = alloc_category(e, ZINC_MEM_GRAD, &e->grad)) != ZINC_OK ||
+        /* the caller's, attached per window (zinc_grad_buffer_attach) */
+        (!e->grad_external && (s = alloc_category(e, ZINC_MEM_GRAD, &e->grad)) != ZINC_OK) ||
         (s = alloc_category(e, ZINC_MEM_MASTER, &master)) != ZINC_OK ||
         (s = alloc_category(e, ZINC_MEM_ADAM_M, &m)) != ZINC_OK ||
         (s = alloc_category(e, ZINC_MEM_ADAM_V, &v)) != ZINC_OK ||
@@ -931,12 +942,16 @@ zinc_status zinc_param_grad_get(zinc_engine_t *e, int param, float *out)
     /* Stages 2-3: already averaged by zinc_grads_ready's reduce-scatter; the slices, gathered
      * (from host memory with offload, once its downloads are done). */
     if (e->grad_host && (s = zoffload_grad_settle(e)) != ZINC_OK) return s;
+    const zplan_param *P = &e->plan.params[param];
+    if (zeng_grad_detached(e)) {     /* between windows: zero, as zinc's own buffer would hold */
+        memset(out, 0, P->numel * sizeof(float));
+        return ZINC_OK;
+    }
     if (e->stage >= 2)
         return e->grad_host ? gather_stream(e, param, e->h_grad, e->dtype, e->host, out, fn)
                             : gather_stream(e, param, e->grad, e->dtype, e->dev, out, fn);
     /* Stages 0-1: this rank's sums, averaged over the ranks here in fp32 (zinc_step averages
      * the buffer itself, in the working dtype). */
-    const zplan_param *P = &e->plan.params[param];
     zdev_t *d = e->dev;
     float *tmp = d->iface->alloc(d, P->numel * sizeof(float));
     if (!tmp) return zeng_fail(e, ZINC_ERR_NOMEM, "%s: out of memory", fn);
@@ -956,6 +971,7 @@ zinc_status zinc_param_grad_set(zinc_engine_t *e, int param, const float *values
 {
     const char *fn = "zinc_param_grad_set";
     zinc_status s = grad_access_check(e, param, values, fn, 0);
+    if (s == ZINC_OK) s = zeng_need_grad_buffer(e, fn, 0);
     if (s != ZINC_OK) return s;
     const zplan_param *P = &e->plan.params[param];
     size_t lo, hi, sp;
@@ -1035,6 +1051,10 @@ zinc_status zinc_param_local_get(zinc_engine_t *e, int param, zinc_param_state w
     local_frag f;
     zinc_status s = local_stream(e, param, which, out, fn, &f);
     if (s != ZINC_OK || f.n == 0) return s;
+    if (which == ZINC_STATE_GRAD && zeng_grad_detached(e)) {     /* between windows: zero */
+        memset(out, 0, f.n * sizeof(float));
+        return ZINC_OK;
+    }
     const char *src = f.base + f.pos * zinc_dtype_size(f.dt);
     if (f.dt == ZINC_DTYPE_FP32) {
         s = f.dev->iface->download(f.dev, out, src, f.n * 4);
@@ -1057,7 +1077,9 @@ zinc_status zinc_param_local_set(zinc_engine_t *e, int param, zinc_param_state w
     local_frag f;
     zinc_status s = local_stream(e, param, which, values, fn, &f);
     if (s != ZINC_OK || f.n == 0) return s;
-    if (which == ZINC_STATE_GRAD) return write_grad_slice(e, param, f.pos, values, f.n, fn);
+    if (which == ZINC_STATE_GRAD)
+        return (s = zeng_need_grad_buffer(e, fn, 0)) != ZINC_OK
+                   ? s : write_grad_slice(e, param, f.pos, values, f.n, fn);
     /* In fp32 mode at stage 3 the master is the working copy's shard: a prefetched gather of
      * the group holds the old values (and one gathered for a forward may not change). */
     if (which == ZINC_STATE_MASTER && e->stage == 3 && e->dtype == ZINC_DTYPE_FP32) {

@@ -107,7 +107,9 @@ struct zinc_engine {
 
     /* Device buffers (see the table above). */
     void *param16;
-    void *grad;
+    void *grad;                   /* with grad_external: the caller's, or NULL between windows */
+    int grad_external;            /* zinc_grad_buffer_external: the caller lends the gradient
+                                     buffer per accumulation window (zinc_grad_buffer_attach) */
     float *master, *m, *v;
     void *bucket;                 /* [nbuckets * max_group_padded] */
     void *gather;                 /* [ngather * max_group_padded] */
@@ -184,6 +186,13 @@ zinc_status zeng_check_env_cuda_world(void);
  * boundary's value, else zinc's count (gradient_accumulation_steps - 1 micro-steps passed).
  * Always 0 with managed_gradient_accumulation false, where zinc_step itself is the boundary. */
 int zeng_last_micro(const zinc_engine_t *e);
+
+/* 1 when the gradient buffer is the caller's (zinc_grad_buffer_external) and none is attached
+ * for the current window, so e->grad is NULL where zinc plans one. zeng_need_grad_buffer:
+ * ZINC_ERR_USAGE naming `fn` in that case (a call that reads or writes the buffer; through
+ * zeng_fail_sequence when `collective`), else OK. */
+int zeng_grad_detached(const zinc_engine_t *e);
+zinc_status zeng_need_grad_buffer(zinc_engine_t *e, const char *fn, int collective);
 
 /* ZINC_ERR_INVALID_ARG (message "<fn>: unknown group ...") unless `group` is a registered
  * group's id. */

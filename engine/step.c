@@ -39,6 +39,46 @@ static size_t dsize(const zinc_engine_t *e) { return zinc_dtype_size(e->dtype); 
 
 /* ---- gradients ---------------------------------------------------------------------------- */
 
+int zeng_grad_detached(const zinc_engine_t *e)
+{
+    return e->grad_external && !e->grad && e->planned[ZINC_MEM_GRAD] > 0;
+}
+
+zinc_status zeng_need_grad_buffer(zinc_engine_t *e, const char *fn, int collective)
+{
+    if (!zeng_grad_detached(e)) return ZINC_OK;
+    const char *fmt = "%s: the gradient buffer is the caller's (zinc_grad_buffer_external) and "
+                      "none is attached for this accumulation window: call "
+                      "zinc_grad_buffer_attach first";
+    return collective ? zeng_fail_sequence(e, ZINC_ERR_USAGE, fmt, fn)
+                      : zeng_fail(e, ZINC_ERR_USAGE, fmt, fn);
+}
+
+zinc_status zinc_grad_buffer_attach(zinc_engine_t *e, void *buf, size_t bytes)
+{
+    const char *fn = "zinc_grad_buffer_attach";
+    zinc_status s = check_ready(e, fn);
+    if (s != ZINC_OK) return s;
+    uint64_t want = e->planned[ZINC_MEM_GRAD];
+    if (!e->grad_external)
+        return zeng_fail(e, ZINC_ERR_USAGE, "%s: this engine keeps its own gradient buffer; "
+                         "call zinc_grad_buffer_external before zinc_finalize to lend one", fn);
+    if (want == 0)
+        return zeng_fail(e, ZINC_ERR_USAGE, "%s: this engine keeps no device gradient buffer "
+                         "(zinc_memory plans 0 bytes for it: with offload_optimizer at stages 2-3 "
+                         "the gradient accumulates in host memory); nothing to attach", fn);
+    if (e->grad)
+        return zeng_fail(e, ZINC_ERR_USAGE, "%s: a gradient buffer is attached already; it is "
+                         "zinc's until the zinc_step that ends this accumulation window", fn);
+    if (!buf || bytes != want || (uintptr_t)buf % 64)
+        return zeng_fail(e, ZINC_ERR_INVALID_ARG, "%s: need %llu bytes at a 64-byte aligned "
+                         "address, got %zu bytes at %p", fn, (unsigned long long)want, bytes, buf);
+    s = e->dev->iface->memset0(e->dev, buf, bytes);
+    if (s != ZINC_OK) return zeng_fail(e, s, "%s: clearing the buffer: %s", fn, e->dev->err);
+    e->grad = buf;
+    return ZINC_OK;
+}
+
 /* Stages 2-3: the bucket of a group, taken from the free ones on first use in a micro-step. The
  * search starts after the bucket taken last: in rotation, the bucket a group gets is the one
  * freed longest ago, whose reduce (queued at that zinc_grads_ready) is the most likely done —
@@ -82,6 +122,7 @@ zinc_status zinc_param_grad(zinc_engine_t *e, int param, void **out)
     const zplan_param *P = &e->plan.params[param];
     size_t d = dsize(e);
     if (e->stage < 2) {
+        if ((s = zeng_need_grad_buffer(e, "zinc_param_grad", 0)) != ZINC_OK) return s;
         *out = (char *)e->grad + (e->plan.groups[P->group].flat_off + P->offset) * d;
         return ZINC_OK;
     }
@@ -110,6 +151,8 @@ zinc_status zinc_grads_ready(zinc_engine_t *e, int group)
     zinc_status s = check_group(e, group, "zinc_grads_ready");
     if (s != ZINC_OK) return s;
     zgroup_state *gs = &e->gstate[group];
+    /* every micro-step hands every group over, so zinc_step finds the buffer attached too */
+    if ((s = zeng_need_grad_buffer(e, "zinc_grads_ready", 1)) != ZINC_OK) return s;
     if (gs->ready)
         return zeng_fail_sequence(e, ZINC_ERR_USAGE,
                          "zinc_grads_ready: group '%s' was already handed over in this micro-step",
@@ -476,6 +519,10 @@ static zinc_status zero_grads(zinc_engine_t *e)
         if (s != ZINC_OK) return s;
         memset(e->h_grad, 0, n * dsize(e));
         for (int g = 0; g < e->plan.ngroups; g++) e->gstate[g].acc_on_host = 0;
+        return ZINC_OK;
+    }
+    if (e->grad_external) {    /* given back: the next window's attach brings zeroed memory */
+        e->grad = NULL;
         return ZINC_OK;
     }
     zinc_status s = e->dev->iface->memset0(e->dev, e->grad, n * dsize(e));

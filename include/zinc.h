@@ -224,6 +224,16 @@ ZINC_API zinc_status zinc_group_set_betas(zinc_engine_t *e, int group, double be
 /* Sets a group's Adam eps, in place of the config's optimizer.params.eps: a finite value > 0. */
 ZINC_API zinc_status zinc_group_set_eps(zinc_engine_t *e, int group, double eps);
 
+/* Before zinc_finalize: the gradient buffer (category ZINC_MEM_GRAD, the bytes zinc_memory plans
+ * for it) becomes memory the caller lends for one accumulation window at a time
+ * (zinc_grad_buffer_attach), and zinc allocates none. The buffer is needed only from a window's
+ * first backward to its optimizer step; a caller with a caching allocator (PyTorch's: the Python
+ * front-end) then has that memory for the forward's activations the rest of the time, where
+ * zinc's own buffer would sit on top of them for the engine's life. An engine that keeps no
+ * device gradient buffer (offload_optimizer at stages 2-3: the shard accumulates in host memory,
+ * zinc_memory plans 0 bytes) needs no attach. */
+ZINC_API zinc_status zinc_grad_buffer_external(zinc_engine_t *e);
+
 /* Collective. Checks that every rank resolved the same config (its hash, zinc_config_hash) and
  * registered the same groups and parameters (ZINC_ERR_MISMATCH naming the ranks that differ from
  * rank 0, on every rank), plans the
@@ -336,6 +346,19 @@ ZINC_API zinc_status zinc_param_grad(zinc_engine_t *e, int param, void **out);
  * zinc_grads_ready that last used THAT bucket (an event per bucket), not after all of zinc's
  * work, and the reduce of one group overlaps the next group's backward. */
 ZINC_API zinc_status zinc_grad_bucket(zinc_engine_t *e, int group, int *slot);
+
+/* With zinc_grad_buffer_external: lends zinc `bytes` at `buf` — exactly zinc_memory's planned
+ * ZINC_MEM_GRAD bytes, on the engine's device (host memory on the CPU device), 64-byte aligned —
+ * as the gradient buffer until the end of the current accumulation window: the zinc_step that is
+ * its boundary (the update applied or skipped) gives it back, and zinc touches it no more. zinc
+ * zeroes it here, queued on its compute stream: a CUDA caller makes zinc's stream wait for its
+ * earlier use of that memory, and orders its own first add into a zinc_param_grad view (stages
+ * 0-1) after zinc's work. While none is attached, zinc_grads_ready, zinc_step, zinc_param_grad
+ * at stages 0-1 and the gradient's setters refuse with ZINC_ERR_USAGE; the gradient is zero then
+ * (zinc_param_grad_get and zinc_param_local_get read zeros). Not collective; every rank attaches
+ * in the same window. ZINC_ERR_USAGE when the engine was not made external, plans no gradient
+ * buffer, or one is attached already. */
+ZINC_API zinc_status zinc_grad_buffer_attach(zinc_engine_t *e, void *buf, size_t bytes);
 
 /* Collective at stages 2-3: the group's gradient of this micro-step is complete; zinc
  * reduce-scatters it now, keeps this rank's slice and frees the bucket. Must be called once

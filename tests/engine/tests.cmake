@@ -11,6 +11,9 @@ zinc_test(NAME engine_api SOURCES ${ZINC_ENGINE_TEST_DIR}/test_engine.c
           LIBS zinc_toy LABELS "multirank;unit" TIMEOUT 300)
 zinc_test(NAME engine_grad_access SOURCES ${ZINC_ENGINE_TEST_DIR}/test_grad_access.c
           LABELS "multirank;unit" TIMEOUT 120)
+# The gradient buffer lent by the caller per window (the Python front-end lends torch's memory).
+zinc_test(NAME engine_grad_buffer SOURCES ${ZINC_ENGINE_TEST_DIR}/test_grad_buffer.c
+          LIBS zinc_toy LABELS "multirank;unit" TIMEOUT 300)
 # fp16 on a step where the loss scale grows: unscaled and clipped with the new scale, as
 # DeepSpeed 0.19.8 does (stages 0-3, offload).
 zinc_test(NAME engine_scale_growth SOURCES ${ZINC_ENGINE_TEST_DIR}/test_scale_growth.c

@@ -96,6 +96,7 @@ zinc_status toy_register_run(zinc_engine_t *e, int *nparams, const toy_run *r)
         s = zinc_param_add(e, toy_params[p].group, name, toy_params[p].ndim, toy_params[p].shape,
                            dt, &pid);
     }
+    if (s == ZINC_OK && r && r->grad_external) s = zinc_grad_buffer_external(e);
     if (s == ZINC_OK) s = zinc_finalize(e);
     for (int p = 0; p < TOY_NP && s == ZINC_OK; p++) {
         int64_t n = zinc_param_numel(e, p);
@@ -197,6 +198,58 @@ typedef struct {
     pthread_mutex_t mu;
 } toy_ctx;
 
+/* toy_run.grad_external: the buffers a rank lends, one per window. */
+typedef struct {
+    size_t bytes;           /* zinc_memory's planned gradient bytes; 0: nothing to lend */
+    unsigned char *cur;     /* lent for the current window */
+    unsigned char *prev;    /* lent for the window before, given back at its step */
+} toy_lender;
+
+#define TOY_GARBAGE 0xAB    /* a new buffer's bytes: zinc must zero it at attach */
+#define TOY_GIVEN_BACK 0x5A /* a given-back buffer's bytes: zinc must not write them again */
+
+static zinc_status lender_open(zinc_engine_t *e, toy_lender *l)
+{
+    uint64_t planned[ZINC_MEM_COUNT], alloc[ZINC_MEM_COUNT];
+    memset(l, 0, sizeof *l);
+    zinc_status s = zinc_memory(e, planned, alloc);
+    if (s == ZINC_OK && alloc[ZINC_MEM_GRAD] != 0) return ZINC_ERR_MISMATCH;  /* zinc's own */
+    if (s == ZINC_OK) l->bytes = (size_t)planned[ZINC_MEM_GRAD];
+    return s;
+}
+
+/* At a window's first micro-step: a fresh buffer of garbage, attached. */
+static zinc_status lender_attach(zinc_engine_t *e, toy_lender *l)
+{
+    if (!l->bytes) return ZINC_OK;
+    free(l->prev);
+    l->prev = l->cur;
+    l->cur = aligned_alloc(64, (l->bytes + 63) / 64 * 64);
+    if (!l->cur) return ZINC_ERR_NOMEM;
+    memset(l->cur, TOY_GARBAGE, l->bytes);
+    return zinc_grad_buffer_attach(e, l->cur, l->bytes);
+}
+
+/* After a window's step: the buffer is the caller's again; mark it. */
+static void lender_given_back(toy_lender *l)
+{
+    if (l->cur) memset(l->cur, TOY_GIVEN_BACK, l->bytes);
+}
+
+/* The previous window's buffer still holds the mark (zinc did not write it after its step). */
+static int lender_untouched(const toy_lender *l)
+{
+    for (size_t i = 0; l->prev && i < l->bytes; i++)
+        if (l->prev[i] != TOY_GIVEN_BACK) return 0;
+    return 1;
+}
+
+static void lender_close(toy_lender *l)
+{
+    free(l->prev);
+    free(l->cur);
+}
+
 /* One rank of a toy run on any world (a thread of a local world, or an MPI process). */
 static void toy_rank(int rank, void *arg)
 {
@@ -206,6 +259,11 @@ static void toy_rank(int rank, void *arg)
     zinc_engine_t *e = NULL;
     int np = 0;
     zinc_status s = toy_engine_on(r, c->world, rank, NULL, &e, &np);
+    toy_lender lend = {0};
+    char note[160] = "";
+    if (s == ZINC_OK && r->grad_external && (s = lender_open(e, &lend)) == ZINC_ERR_MISMATCH)
+        snprintf(note, sizeof note, "zinc allocated a gradient buffer of its own although the "
+                 "caller lends it (zinc_grad_buffer_external)");
     int micro = 0;
     zinc_step_info_t info = {0};
     int applied = 0, skipped = 0;
@@ -219,7 +277,9 @@ static void toy_rank(int rank, void *arg)
         for (int k = 0; k < n && s == ZINC_OK; k++, micro++) {
             int inj = step == r->inject_inf_step && rank == r->inject_rank && k == 0;
             int last = k == n - 1;
-            if (r->boundary == TOY_SET_STEP_EACH || r->boundary == TOY_SET_STEP_LAST)
+            if (r->grad_external && k == 0) s = lender_attach(e, &lend);
+            if (s == ZINC_OK &&
+                (r->boundary == TOY_SET_STEP_EACH || r->boundary == TOY_SET_STEP_LAST))
                 s = zinc_set_accumulation_boundary(e, last);
             if (s == ZINC_OK) s = toy_micro_step(e, rank, r->world, micro, np, inj);
             if (s != ZINC_OK) break;
@@ -230,6 +290,14 @@ static void toy_rank(int rank, void *arg)
                 s = zinc_micro_step(e);
             }
         }
+        if (s == ZINC_OK && r->grad_external) {
+            if (!lender_untouched(&lend)) {
+                s = ZINC_ERR_MISMATCH;
+                snprintf(note, sizeof note, "step %d: zinc wrote the gradient buffer lent for "
+                         "the window before, after that window's step gave it back", step);
+            }
+            lender_given_back(&lend);
+        }
         applied += info.applied;
         skipped += info.skipped;
         uint64_t w = zinc_host_waits(e) - waits0;
@@ -237,7 +305,6 @@ static void toy_rank(int rank, void *arg)
         if (w > waits_max) waits_max = w;
     }
     /* zinc_engine_steps must count what the steps reported (fp16 overflow runs skip some). */
-    char note[160] = "";
     int64_t said_applied = -1, said_skipped = -1;
     if (s == ZINC_OK && (zinc_engine_steps(e, &said_applied, &said_skipped) != 0 ||
                          said_applied != applied || said_skipped != skipped)) {
@@ -275,6 +342,7 @@ static void toy_rank(int rank, void *arg)
     for (int p = 0; p < np; p++) free(vals[p]);
     if (s != ZINC_OK) zinc_world_abort(c->world, rank, "toy rank failed");
     zinc_engine_destroy(e);
+    lender_close(&lend);
 }
 
 void toy_train(toy_run *r)

@@ -46,6 +46,11 @@ typedef struct toy_run {
     int boundary;                /* who ends the accumulation window (TOY_COUNT: zinc) */
     const int *windows;          /* [steps]: micro-steps of each optimizer step when the caller
                                     owns the boundary (TOY_SET_*, TOY_UNMANAGED); NULL: accum */
+    int grad_external;           /* zinc_grad_buffer_external: each rank lends a fresh buffer
+                                    (filled with garbage first) at the first micro-step of every
+                                    window, and checks that zinc no longer wrote the previous
+                                    window's once that window's step returned (else the run fails
+                                    with ZINC_ERR_MISMATCH) */
     int inject_inf_step;         /* optimizer step at which rank `inject_rank` writes an inf, or -1 */
     int inject_rank;
     /* outputs */

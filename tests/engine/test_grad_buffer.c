@@ -1,0 +1,165 @@
+/*
+ * test_grad_buffer.c — a gradient buffer lent by the caller per accumulation window
+ * (zinc_grad_buffer_external, zinc_grad_buffer_attach), as the Python front-end lends torch's
+ * memory so that zinc's gradients do not sit on top of the forward's activations.
+ *
+ * Training: the toy trains bit for bit as with zinc's own buffer — stages 0-3, fp16 (an
+ * injected overflow: a skipped step gives the buffer back too) and bf16, 1 and 2 ranks, 2
+ * micro-steps per window, the caller owning the boundary, and optimizer offload (stage 1: the
+ * lent buffer is downloaded; stage 2: none is planned, none lent). The toy lends a new buffer
+ * full of garbage every window (so zinc must zero it) and checks that zinc never writes the one
+ * lent the window before once that window's step returned (toy.h, grad_external), and that zinc
+ * allocated no gradient buffer of its own.
+ *
+ * Misuse, one rank: attaching to an engine that keeps its own buffer, making it external after
+ * zinc_finalize, a wrong size, a misaligned or NULL address, attaching twice in a window; the
+ * calls that need the buffer (zinc_grads_ready, zinc_param_grad below stage 2, the gradient
+ * setters) refuse while none is attached, and the getters read zeros.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+#include "toy.h"
+#include "zinc.h"
+
+static void check_training(int world, int stage, zinc_dtype dt, int boundary, const char *zero_json)
+{
+    static const int windows[] = {2, 1, 3, 2, 2, 1, 2, 2};
+    toy_run ref = {.world = world, .stage = stage, .accum = 2, .steps = 8, .dtype = dt,
+                   .clip = 1.0, .inject_inf_step = dt == ZINC_DTYPE_FP16 ? 3 : -1,
+                   .inject_rank = world - 1, .zero_json = zero_json, .boundary = boundary,
+                   .windows = boundary == TOY_COUNT ? NULL : windows};
+    toy_run lent = ref;
+    lent.grad_external = 1;
+    char label[160];
+    snprintf(label, sizeof label, "world %d stage %d %s%s%s%s", world, stage, zinc_dtype_name(dt),
+             boundary == TOY_COUNT ? "" : " caller's boundary", zero_json ? " " : "",
+             zero_json ? zero_json : "");
+    if (toy_run_ok(&ref, label) && toy_run_ok(&lent, label)) {
+        toy_expect_same_training(&ref, &lent, label);
+        if (dt == ZINC_DTYPE_FP16)
+            ZT_CHECK(lent.skipped == 1, "%s: %d steps skipped, want the injected overflow's 1",
+                     label, lent.skipped);
+    }
+    toy_free(&ref);
+    toy_free(&lent);
+}
+
+static zinc_engine_t *engine_at(int stage, int external, int *np, uint64_t *grad_bytes)
+{
+    toy_run r = {.world = 1, .stage = stage, .accum = 1, .steps = 1, .dtype = ZINC_DTYPE_BF16,
+                 .clip = 1.0, .inject_inf_step = -1, .grad_external = external};
+    zinc_engine_t *e = toy_engine_checked(&r, np, "misuse");
+    uint64_t planned[ZINC_MEM_COUNT], alloc[ZINC_MEM_COUNT];
+    if (e && zinc_memory(e, planned, alloc) == ZINC_OK) {
+        *grad_bytes = planned[ZINC_MEM_GRAD];
+        ZT_CHECK(planned[ZINC_MEM_GRAD] > 0, "stage %d plans no gradient buffer", stage);
+        ZT_CHECK(alloc[ZINC_MEM_GRAD] == (external ? 0 : planned[ZINC_MEM_GRAD]),
+                 "stage %d external %d: zinc allocated %llu gradient bytes of %llu planned", stage,
+                 external, (unsigned long long)alloc[ZINC_MEM_GRAD],
+                 (unsigned long long)planned[ZINC_MEM_GRAD]);
+    }
+    return e;
+}
+
+static void expect_usage(zinc_engine_t *e, zinc_status s, const char *needle, const char *what)
+{
+    ZT_CHECK(s == ZINC_ERR_USAGE || s == ZINC_ERR_INVALID_ARG, "%s: %s, want a refusal", what,
+             zinc_status_string(s));
+    ZT_CHECK(s == ZINC_OK || strstr(zinc_last_error(e), needle), "%s: the error '%s' does not "
+             "say '%s'", what, zinc_last_error(e), needle);
+}
+
+static void check_misuse(int stage)
+{
+    int np = 0;
+    uint64_t bytes = 0;
+    char what[96];
+    zinc_engine_t *own = engine_at(stage, 0, &np, &bytes);
+    unsigned char *buf = aligned_alloc(64, (bytes + 64) / 64 * 64 + 64);
+    if (!own || !buf) {
+        zinc_engine_destroy(own);
+        free(buf);
+        return;
+    }
+    snprintf(what, sizeof what, "stage %d, zinc's own buffer: attach", stage);
+    expect_usage(own, zinc_grad_buffer_attach(own, buf, bytes), "zinc_grad_buffer_external", what);
+    snprintf(what, sizeof what, "stage %d: external after finalize", stage);
+    expect_usage(own, zinc_grad_buffer_external(own), "after zinc_finalize", what);
+    zinc_engine_destroy(own);
+
+    zinc_engine_t *e = engine_at(stage, 1, &np, &bytes);
+    if (!e) {
+        free(buf);
+        return;
+    }
+    /* none attached: the calls that need it refuse, the getters read zeros */
+    float *vals = malloc((size_t)zinc_param_numel(e, 0) * sizeof *vals);
+    void *view = NULL;
+    int g0 = zinc_param_group(e, 0);
+    snprintf(what, sizeof what, "stage %d, none attached: zinc_grads_ready", stage);
+    expect_usage(e, zinc_grads_ready(e, g0), "zinc_grad_buffer_attach first", what);
+    if (stage < 2) {
+        snprintf(what, sizeof what, "stage %d, none attached: zinc_param_grad", stage);
+        expect_usage(e, zinc_param_grad(e, 0, &view), "zinc_grad_buffer_attach first", what);
+    }
+    for (int64_t i = 0; i < zinc_param_numel(e, 0); i++) vals[i] = 1.0f;
+    snprintf(what, sizeof what, "stage %d, none attached: zinc_param_grad_set", stage);
+    expect_usage(e, zinc_param_grad_set(e, 0, vals), "zinc_grad_buffer_attach first", what);
+    for (int64_t i = 0; i < zinc_param_numel(e, 0); i++) vals[i] = 7.0f;
+    ZT_OK(zinc_param_grad_get(e, 0, vals));
+    int zeros = 1;
+    for (int64_t i = 0; i < zinc_param_numel(e, 0); i++) zeros &= vals[i] == 0.0f;
+    ZT_CHECK(zeros, "stage %d, none attached: zinc_param_grad_get does not read zeros", stage);
+    if (stage >= 2) {
+        vals[0] = 7.0f;
+        ZT_OK(zinc_param_local_get(e, 0, ZINC_STATE_GRAD, vals));
+        ZT_CHECK(vals[0] == 0.0f, "stage %d, none attached: zinc_param_local_get reads %g", stage,
+                 vals[0]);
+        snprintf(what, sizeof what, "stage %d, none attached: zinc_param_local_set", stage);
+        expect_usage(e, zinc_param_local_set(e, 0, ZINC_STATE_GRAD, vals),
+                     "zinc_grad_buffer_attach first", what);
+    }
+    /* bad buffers */
+    snprintf(what, sizeof what, "stage %d: attach %llu bytes short by 2", stage,
+             (unsigned long long)bytes);
+    expect_usage(e, zinc_grad_buffer_attach(e, buf, bytes - 2), "bytes", what);
+    snprintf(what, sizeof what, "stage %d: attach at a misaligned address", stage);
+    expect_usage(e, zinc_grad_buffer_attach(e, buf + 32, bytes), "64-byte", what);
+    snprintf(what, sizeof what, "stage %d: attach NULL", stage);
+    expect_usage(e, zinc_grad_buffer_attach(e, NULL, bytes), "64-byte", what);
+    /* attached: zeroed, usable, and a second attach in the window refused */
+    memset(buf, 0xAB, bytes);
+    ZT_OK(zinc_grad_buffer_attach(e, buf, bytes));
+    int zeroed = 1;
+    for (uint64_t i = 0; i < bytes; i++) zeroed &= buf[i] == 0;
+    ZT_CHECK(zeroed, "stage %d: the attached buffer was not zeroed", stage);
+    snprintf(what, sizeof what, "stage %d: attach twice", stage);
+    expect_usage(e, zinc_grad_buffer_attach(e, buf, bytes), "attached already", what);
+    if (stage < 2) {
+        ZT_OK(zinc_param_grad(e, 0, &view));
+        ZT_CHECK((unsigned char *)view >= buf && (unsigned char *)view < buf + bytes,
+                 "stage %d: zinc_param_grad's view %p is not inside the lent buffer %p", stage,
+                 view, (void *)buf);
+    }
+    free(vals);
+    zinc_engine_destroy(e);    /* must not free the caller's buffer (ASan would say) */
+    memset(buf, 0, bytes);
+    free(buf);
+}
+
+int main(void)
+{
+    const zinc_dtype dts[] = {ZINC_DTYPE_FP16, ZINC_DTYPE_BF16};
+    for (int world = 1; world <= 2; world++)
+        for (int stage = 0; stage <= 3; stage++)
+            for (int d = 0; d < 2; d++) check_training(world, stage, dts[d], TOY_COUNT, NULL);
+    for (int stage = 0; stage <= 3; stage++)
+        check_training(2, stage, ZINC_DTYPE_BF16, TOY_SET_STEP_LAST, NULL);
+    check_training(2, 1, ZINC_DTYPE_BF16, TOY_COUNT, "\"offload_optimizer\": {\"device\": \"cpu\"}, ");
+    check_training(2, 2, ZINC_DTYPE_BF16, TOY_COUNT, "\"offload_optimizer\": {\"device\": \"cpu\"}, ");
+    for (int stage = 0; stage <= 3; stage++) check_misuse(stage);
+    return zt_finish("engine_grad_buffer");
+}
