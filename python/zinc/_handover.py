@@ -12,8 +12,10 @@ import ctypes
 
 import torch
 
+from . import _memory
 from ._hooktime import timed
 from ._lib import lib
+from ._memory import _TORCH_DTYPE
 
 
 class _HandOverMixin:
@@ -62,6 +64,7 @@ class _HandOverMixin:
         # stream already waits for.
         slot = -1
         st = self._torch_stream()
+        self._need_grad_buffer(st)
         if self._stage >= 2:
             s = ctypes.c_int()
             self._call(lib.zinc_grad_bucket(e, G.gid, ctypes.byref(s)))
@@ -87,6 +90,31 @@ class _HandOverMixin:
         G.done = True
         if self._stage == 3 and G.holds == 0:
             self._dematerialize(gi)
+
+    def _need_grad_buffer(self, stream=None):
+        """Before zinc reads or writes its gradient buffer in a window: lent, if not yet."""
+        if self._grad_buf is None and self._grad_bytes:
+            self._lend_grad_buffer(stream)
+
+    def _lend_grad_buffer(self, stream=None):
+        """At a window's first hand-over (or gradient set): torch's memory for zinc's gradient
+        buffer until the window's step (zinc_grad_buffer_attach; engine.step drops it). Held
+        only from the first backward to the step, where DeepSpeed holds its gradients too; the
+        rest of the time torch's allocator reuses it for activations. zinc zeroes it on its
+        stream: after torch's earlier use of the memory (the allocator may hand out a block
+        torch's queued kernels still read), and before torch's first add into it (stages 0-1;
+        at stages 2-3 torch adds into zinc's buckets and only zinc writes this buffer)."""
+        buf = torch.empty(self._grad_bytes // _memory.dtype_size(self._code),
+                          dtype=_TORCH_DTYPE[self._code], device=self._device)
+        self._torch_then_zinc(stream)
+        self._call(lib.zinc_grad_buffer_attach(self._e, ctypes.c_void_p(buf.data_ptr()),
+                                               self._grad_bytes))
+        self._grad_buf = buf
+        self._lent_views = {}
+        if self._cuda and self._stage < 2:
+            self._ev_zinc.record(self._zstream)
+            (stream if stream is not None
+             else torch.cuda.current_stream(self._device)).wait_event(self._ev_zinc)
 
     def _torch_after_bucket(self, slot, stream=None):
         """CUDA: torch's stream (`stream`, looked up by the caller, or the current one) waits for

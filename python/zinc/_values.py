@@ -80,6 +80,8 @@ class _ValuesMixin:
             raise ValueError(f"zinc: {what}: a value of shape {tuple(value.shape)} for a "
                              f"parameter of shape {tuple(shape)}")
         src = value.detach().to("cpu", torch.float32).contiguous()
+        if state == "grad":
+            self._need_grad_buffer()
         self._call(put(self._e, pid, *args, ctypes.c_void_p(src.data_ptr())))
         self._zinc_then_torch()
 
@@ -112,6 +114,8 @@ class _ValuesMixin:
                              f"rank's fragment of {hi - lo} (elements {lo}..{hi} of the "
                              f"parameter)")
         src = value.detach().to("cpu", torch.float32).contiguous().view(-1)
+        if state == "grad":
+            self._need_grad_buffer()
         if hi > lo:
             self._call(lib.zinc_param_local_set(self._e, pid, which,
                                                 ctypes.c_void_p(src.data_ptr())))

@@ -302,6 +302,10 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
                 self._needs[mod] = needs
         if not self._groups:
             raise ValueError("zinc.initialize: the model has no trainable parameters")
+        # zinc's gradient buffer is torch's memory, lent for each accumulation window from its
+        # first hand-over to its step (_handover.py): in between, torch's allocator has it for
+        # the forward's activations.
+        self._call(lib.zinc_grad_buffer_external(e))
         self._call(lib.zinc_finalize(e))
         # As DeepSpeed's initialize (its _broadcast_model): every rank takes rank 0's parameters,
         # trained or not, so the script need not seed the ranks alike (nor load a pretrained
@@ -333,6 +337,9 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
         self._hooks = []
         self._bucket_events = {}     # CUDA, stages 2-3: bucket -> event after its last reduce
         self._views = {}             # (group, kind, base) -> a view of zinc's memory (_group_span)
+        self._grad_bytes = self.memory()["grad"][0]   # what zinc needs lent; 0: nothing
+        self._grad_buf = None        # the torch tensor lent for this window, if any
+        self._lent_views = {}        # _views of _grad_buf (stages 0-1), dropped with it
         # The two hand-over events, recorded again at each use: a stream's wait_event waits for
         # the record that came before it, so a later record of the same event moves no wait
         # already queued (CUDA's cudaStreamWaitEvent), and no event is created per hand-over.
@@ -437,7 +444,8 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
         offsets of whatever buffer holds it (the plan's), so the layout is measured once per kind
         and later calls ask zinc for one parameter's pointer: one C call per group, not one per
         parameter. The span view is kept by (group, kind, base), as zinc reuses the same few
-        buffers every step. (None, None) when G has no elements."""
+        buffers every step — for one window where it is the gradient buffer torch lends (stages
+        0-1: a new tensor each window). (None, None) when G has no elements."""
         fn = lib.zinc_param_data if kind == "data" else lib.zinc_param_grad
         if kind not in G.layout:
             G.layout[kind] = self._measure_layout(G, fn)
@@ -447,10 +455,12 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
         ptr = ctypes.c_void_p()
         self._call(fn(self._e, anchor, ctypes.byref(ptr)))
         base = ptr.value - anchor_bytes
+        # (A view with its own storage: as_strided's offsets count from the span's start.)
+        views = self._lent_views if kind == "grad" and self._stage < 2 else self._views
         key = (G.gid, kind, base)
-        t = self._views.get(key)
+        t = views.get(key)
         if t is None:
-            t = self._views[key] = _memory.view(base, span, self._code, (span,), self._device)
+            t = views[key] = _memory.view(base, span, self._code, (span,), self._device)
         return t, layout
 
     def _measure_layout(self, G, fn):
@@ -546,6 +556,7 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
                     mod._parameters = collections.OrderedDict(mod._parameters)
             lib.zinc_engine_destroy(self._e)
             self._e = ctypes.c_void_p()
+            self._grad_buf, self._lent_views = None, {}    # a lent buffer: zinc is done with it
 
     def __del__(self):
         self.close()
@@ -693,6 +704,8 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
         # into gradient buffers the step zeroed: an event, no host wait (the step's one is inside
         # zinc_step, the read of the gradient norm).
         self._torch_after_zinc()
+        if info.boundary:          # the window's step gave the lent gradient buffer back
+            self._grad_buf, self._lent_views = None, {}
         if self._stage == 3:
             self._drop_params()
         if info.boundary:

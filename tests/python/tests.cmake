@@ -359,6 +359,10 @@ add_test(NAME python_example_hf_actckpt
 set_tests_properties(python_example python_example_hf python_example_actckpt
                      python_example_hf_actckpt PROPERTIES LABELS python TIMEOUT 300
                      SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
+# zinc's gradient buffer lent by torch per accumulation window, not held through the forward.
+add_test(NAME python_grad_buffer COMMAND ${_py} ${_pyt}/test_grad_buffer.py)
+set_tests_properties(python_grad_buffer PROPERTIES LABELS python TIMEOUT 300
+                     SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
 # One host wait per optimizer step through the front-end (issue 38): stage 3's gathers and the
 # stream hand-overs are events, counted on the cpu device as on a GPU (zinc_host_waits).
 add_test(NAME python_host_waits COMMAND ${_py} ${_pyt}/test_host_waits.py)

@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""step_memory.py — the memory peak of one training step through `import zinc`, on the CPU
+(issue 38: zinc's stages 0-2 peak over DeepSpeed's on a GPU, bench/RESULTS.md 11d).
+
+    python bench/step_memory.py [--stage 1] [--tree DIR]
+
+The metric is the GPU bench's (bench/gpu_torch.py): the most torch held at once during one step
+plus zinc's own bytes (engine.memory(), allocated). On the CPU torch keeps no allocator
+statistics, so its allocations are followed with torch's profiler (profile_memory: every
+allocation and free of the step with the running total, which starts at zero at the profile:
+between steps torch holds nothing of the model's, whose parameters are zinc's views, or empty at
+stage 3), one step after two of warm-up. The model is transformers' GPT-2 at 6 layers, width 256, vocabulary 8192,
+sequence 256, micro-batch 4 (6.9M parameters), bf16, AdamW, clipping 1.0: small enough for a
+CPU, with the logits a large share of the activations, as in the real models. Prints one JSON
+line. --tree DIR imports zinc from DIR/python (another checkout: side by side with an older
+front-end, on the same libzinc). Needs torch and transformers (bench/.venv has them). DeepSpeed
+on the CPU accelerator is not beside it: its CPU path is not its GPU path (its step peak there is
+four times zinc's), so the comparison that counts is on a GPU (gpu_torch's mem_phases_gib).
+"""
+import argparse
+import json
+import os
+import sys
+import tempfile
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--stage", type=int, default=1, choices=(0, 1, 2, 3))
+    ap.add_argument("--tree", default=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    a = ap.parse_args()
+    sys.path.insert(0, os.path.join(a.tree, "python"))
+    import torch
+    import transformers
+    from torch.profiler import ProfilerActivity, profile
+    torch.manual_seed(0)
+    torch.set_num_threads(2)
+    cfg = transformers.GPT2Config(n_layer=6, n_embd=256, n_head=4, vocab_size=8192,
+                                  n_positions=256, bos_token_id=0, eos_token_id=0)
+    model = transformers.GPT2LMHeadModel(cfg)
+    params = sum(p.numel() for p in model.parameters())     # before stage 3 empties them
+    ds = {"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1,
+          "steps_per_print": 1 << 30, "gradient_clipping": 1.0,
+          "optimizer": {"type": "AdamW", "params": {"lr": 3e-4}}, "bf16": {"enabled": True},
+          "zero_optimization": {"stage": a.stage}}
+    import zinc
+    engine, _, _, _ = zinc.initialize(model=model, model_parameters=model.parameters(),
+                                      config=ds, dist_init_required=False)
+    x = torch.randint(0, 8192, (4, 256), generator=torch.Generator().manual_seed(1))
+
+    def step():
+        out = engine(input_ids=x, labels=x)
+        engine.backward(out.loss)
+        engine.step()
+        return float(out.loss)
+    step()
+    step()
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        loss = step()
+    path = tempfile.mktemp(suffix=".json")
+    prof.export_chrome_trace(path)
+    with open(path) as f:
+        events = json.load(f)["traceEvents"]
+    os.unlink(path)
+    totals = [e["args"]["Total Allocated"] for e in events if e.get("name") == "[memory]"]
+    mib = 2 ** 20
+    own = sum(v[1] for v in engine.memory().values())
+    print(json.dumps({"stage": a.stage, "tree": a.tree,
+                      "params": params,
+                      "torch_step_peak_MiB": round(max(totals) / mib, 2),
+                      "zinc_own_MiB": round(own / mib, 2),
+                      "peak_MiB": round((max(totals) + own) / mib, 2),
+                      "loss": round(loss, 4)}))
+
+
+if __name__ == "__main__":
+    main()
