@@ -88,10 +88,12 @@ def lag(stream):
 
 class _LateZinc:
     """The front-end's libzinc with a sleep kernel queued on zinc's stream before each
-    zinc_grads_ready and zinc_gather (issue 38): the reduce and zeroing of a gradient bucket and
-    an all-gather run late, so torch's adds into a bucket that did not wait for the event of that
-    bucket's last reduce, or a copy out of the gather slot that did not wait for the gather,
-    read or write the wrong values and the parity check fails."""
+    zinc_grads_ready, zinc_gather and zinc_grad_buffer_attach (issue 38): the reduce and zeroing
+    of a gradient bucket, an all-gather and the zeroing of the lent gradient buffer run late, so
+    torch's adds into a bucket that did not wait for the event of that bucket's last reduce, a
+    copy out of the gather slot that did not wait for the gather, or adds into the lent buffer
+    that did not wait for its zeroing read or write the wrong values and the parity check
+    fails."""
 
     def __init__(self, real, stream):
         self._real, self._stream = real, stream
@@ -106,6 +108,12 @@ class _LateZinc:
     def zinc_gather(self, e, g):
         lag(self._stream)
         return self._real.zinc_gather(e, g)
+
+    def zinc_grad_buffer_attach(self, e, buf, n):
+        # zinc zeroes the buffer torch lends late: at stages 0-1 torch's adds into it must wait
+        # for that zeroing, or it wipes them (the gradient of the window's first groups lost).
+        lag(self._stream)
+        return self._real.zinc_grad_buffer_attach(e, buf, n)
 
 
 @contextlib.contextmanager
