@@ -67,3 +67,18 @@ zinc_status zm_cuda_forward_backward(zm_cuda_run *r, void *const *params, float 
     (void)r; (void)params; (void)grads; (void)tokens; (void)targets; (void)dloss; (void)loss;
     return zerr_thread(ZINC_ERR_UNSUPPORTED, "%s", NO_CUDA);
 }
+
+zinc_status zm_cuda_model_timing(zm_cuda_model *m, int on)
+{
+    (void)m; (void)on;
+    return zerr_thread(ZINC_ERR_UNSUPPORTED, "%s", NO_CUDA);
+}
+
+zinc_status zm_cuda_model_timing_read(const zm_cuda_model *m, double *ms, long long *n,
+                                      long long *micro_steps)
+{
+    (void)m; (void)ms; (void)n; (void)micro_steps;
+    return zerr_thread(ZINC_ERR_UNSUPPORTED, "%s", NO_CUDA);
+}
+
+void zm_cuda_model_timing_reset(zm_cuda_model *m) { (void)m; }

@@ -27,6 +27,9 @@
  * gradient views after one micro-step are compared with the CPU's for the initial weights and
  * the engine's loss multiplier, with the fp32 bound.
  *
+ * Last, the per-phase timer (check_timing; zm_cuda_model_timing): results unchanged, every
+ * phase timed, the sum of the phases against the wall time.
+ *
  * Both kernel modes (gpt_cuda.h) run every check; the fast one is also compared with the exact
  * one on the same weights, with the same bounds. Fast mode's SIMT attention rows (heads other
  * than 64 and 128 channels) change the order and number of roundings only: the online-softmax
@@ -360,6 +363,95 @@ static void check_engine(zm_cuda_kernels kernels)
     zinc_engine_destroy(e);
 }
 
+/* One engine run of the timing check: 1 rank, ZeRO-3 bf16 (so the engine's gathers and
+ * reductions queue work and every cast runs), micro-steps of a fixed batch each followed by
+ * zinc_step; losses into loss[steps]. With timing on, the sums restart after the first step and
+ * *wall_s is the host time around the other micro-steps. Returns the model, still bound (the
+ * caller reads the timer, then frees model and engine), or NULL after a reported failure. */
+static zm_cuda_model *timed_run(zm_cuda_kernels kernels, int timing, int steps, double *loss,
+                                double *wall_s, zinc_engine_t **eout)
+{
+    const char *cfg = "{\"train_micro_batch_size_per_gpu\": 4, \"bf16\": {\"enabled\": true},"
+                      " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.001}},"
+                      " \"zero_optimization\": {\"stage\": 3}}";
+    zm_spec s;
+    char err[256];
+    *eout = NULL;
+    ZT_CHECK(zm_spec_parse("L2-D128-H2-T64", &s, err, sizeof err) == 0, "%s", err);
+    zinc_engine_options_t eo = {0};
+    eo.config_json = cfg;
+    eo.device = "cuda";
+    zinc_engine_t *e = NULL;
+    zm_cuda_model *m = NULL;
+    ZT_OK(zinc_engine_create(&eo, &e));
+    if (e) ZT_OK(zm_cuda_model_create(e, &s, 4, kernels, &m));
+    if (m && timing) ZT_OK(zm_cuda_model_timing(m, 1));
+    if (m) ZT_OK(zinc_finalize(e));
+    if (m) ZT_OK(zm_cuda_model_init(m, 11));
+    enum { BT = 4 * 64 };
+    uint16_t tok[BT], tgt[BT];
+    zt_rng rng = {5};
+    for (int i = 0; i < BT; i++) {
+        tok[i] = (uint16_t)(zt_next(&rng) % 256);
+        tgt[i] = (uint16_t)(zt_next(&rng) % 256);
+    }
+    *wall_s = 0.0;
+    for (int i = 0; i < steps && m; i++) {
+        zinc_step_info_t info;
+        double t0 = zt_now();
+        zinc_status st = zm_cuda_model_micro_step(m, tok, tgt, &loss[i]);
+        if (i > 0) *wall_s += zt_now() - t0;
+        ZT_OK(st);
+        ZT_OK(zinc_step(e, &info));
+        if (i == 0 && timing) zm_cuda_model_timing_reset(m);
+    }
+    if (!m) zinc_engine_destroy(e);
+    *eout = m ? e : NULL;
+    return m;
+}
+
+/* --gpu-timing's timer: the losses bit for bit the same with it on as off; with it on every
+ * phase has run (bf16 at stage 3 runs them all) and has time, and the phases' sum lies within
+ * [0.5, 1.05] of the micro-steps' wall time. Above 1 only by the events' resolution (~0.5 us
+ * per interval): the intervals are disjoint and inside the call. Below 1 by the host work
+ * between intervals and around the stream (views, the final wait, reading the events). */
+static void check_timing(zm_cuda_kernels kernels)
+{
+    enum { STEPS = 6 };
+    const char *mode = zm_cuda_kernels_name(kernels);
+    double off[STEPS], on[STEPS], wall_off, wall = 0.0;
+    zinc_engine_t *e = NULL;
+    zm_cuda_model *m = timed_run(kernels, 0, STEPS, off, &wall_off, &e);
+    double ms[ZM_PH_COUNT] = {0};
+    long long n[ZM_PH_COUNT] = {0}, micro = 0;
+    ZT_CHECK(m && zm_cuda_model_timing_read(m, ms, n, &micro) == ZINC_ERR_INVALID_ARG,
+             "timing %s: reading a timer that is off must be refused", mode);
+    zm_cuda_model_destroy(m);
+    zinc_engine_destroy(e);
+    m = timed_run(kernels, 1, STEPS, on, &wall, &e);
+    if (!m) return;
+    ZT_OK(zm_cuda_model_timing_read(m, ms, n, &micro));
+    zm_cuda_model_destroy(m);
+    zinc_engine_destroy(e);
+    for (int i = 0; i < STEPS; i++)
+        ZT_CHECK(on[i] == off[i], "timing %s: micro-step %d loss %.17g with timing, %.17g "
+                 "without (want bit for bit)", mode, i, on[i], off[i]);
+    ZT_CHECK(micro == STEPS - 1, "timing %s: %lld micro-steps summed, want %d", mode, micro,
+             STEPS - 1);
+    double sum = 0.0;
+    for (int p = 0; p < ZM_PH_COUNT; p++) {
+        ZT_CHECK(n[p] > 0 && ms[p] > 0.0, "timing %s: phase %s: %lld intervals, %.6f ms",
+                 mode, zm_cuda_phase_name(p), n[p], ms[p]);
+        sum += ms[p];
+    }
+    double ratio = sum / (1e3 * wall);
+    ZT_CHECK(ratio >= 0.5 && ratio <= 1.05, "timing %s: phases sum to %.3f ms, %.3f of the "
+             "micro-steps' wall time %.3f ms (want 0.5 to 1.05)", mode, sum, ratio, 1e3 * wall);
+    printf("timing (%s kernels, L2-D128-H2-T64 B4 bf16 stage 3): losses bitwise as without; "
+           "phases %.3f ms = %.3f of the wall time %.3f ms over %lld micro-steps\n", mode, sum,
+           ratio, 1e3 * wall, micro);
+}
+
 int main(void)
 {
     char why[300];
@@ -382,5 +474,7 @@ int main(void)
     check_fast_limits();
     check_engine(ZM_CUDA_EXACT);
     check_engine(ZM_CUDA_FAST);
+    check_timing(ZM_CUDA_EXACT);
+    check_timing(ZM_CUDA_FAST);
     return zt_finish("model_cuda");
 }
