@@ -56,7 +56,10 @@ int cmd_train(int argc, char **argv)
         rc = train_ckpt_resume_dir(&o, &r.resume_dir);
         if (!rc && o.rank0) rc = train_report_open(&o, &r);
         if (!rc) rc = run_ranks(&r);
-        if (!rc && o.rank0) train_report_done(&r);
+        if (!rc && o.rank0) {
+            train_report_done(&r);
+            train_report_timing(&r);
+        }
         train_report_close(&r);
         run_free(&r);
     }

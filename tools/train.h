@@ -53,6 +53,7 @@ typedef struct {
     int rank0;                  /* this process holds rank 0 (always, without mpirun) */
     int cuda;                   /* --device cuda: the model's CUDA version (models/cuda/) */
     zm_cuda_kernels gpu_kernels; /* --gpu-kernels exact|fast (cuda only; default exact) */
+    int gpu_timing;             /* --gpu-timing: rank 0's per-phase GPU times (cuda only) */
     int launched;               /* cuda under torchrun/srun/mpirun: zinc_world_create_launched */
 } topts;
 
@@ -84,6 +85,13 @@ typedef struct {
     size_t nweights;
     long long start_step, end_step;
     double seconds;
+    /* --gpu-timing, filled by rank 0 (train_report_timing prints them): the CUDA model's GPU
+     * milliseconds per phase (gpt_cuda.h) and intervals summed over steps timed_from..end_step,
+     * and the host clock over the same steps: wall time and zinc_step's share of it */
+    int timed;                  /* 1 when the fields below hold a breakdown */
+    double phase_ms[ZM_PH_COUNT];
+    long long phase_n[ZM_PH_COUNT], timed_from, timed_micro_steps;
+    double timed_wall_s, timed_zstep_s;
     /* losses of the ranks, two slots so that a slot is read before it is written again */
     double *rank_loss;          /* [2 * ranks] */
     pthread_mutex_t mu;
@@ -154,6 +162,10 @@ void train_report_close(run_t *r);
 
 /* Rank 0, after a run: the closing line. */
 void train_report_done(const run_t *r);
+
+/* Rank 0, after a run with --gpu-timing: the per-phase table on stdout and, with --metrics, the
+ * same as one {"gpu_timing": ...} line (docs/train.md). Nothing when r->timed is 0. */
+void train_report_timing(const run_t *r);
 
 /* ---- the self-check (train_selfcheck.c) ----------------------------------------------------- */
 

@@ -43,6 +43,9 @@ static void usage(FILE *f)
             "                     gpt.c's operations in its order (the CPU's loss curve); fast:\n"
             "                     attention without T x T arrays and parallel column sums (heads\n"
             "                     of <= 128 channels; not yet run on a GPU, docs/train.md)\n"
+            "  --gpu-timing       time each phase of the CUDA model's step on the GPU (CUDA\n"
+            "                     events on rank 0's stream; --device cuda only) and print the\n"
+            "                     breakdown at the end (and to --metrics)\n"
             "  --model SPEC       model size, default " ZM_DEFAULT_SPEC
             " (layers, width, heads, context)\n"
             "  --steps N          total optimizer steps of the run, default %d; a resumed run\n"
@@ -99,6 +102,10 @@ int train_parse_args(int argc, char **argv, topts *o)
         }
         if (strncmp(a, "--", 2) != 0)
             return zarg_usage_error(CMD, "unexpected argument '%s'", a);
+        if (!strcmp(a, "--gpu-timing")) { /* the one flag without a value */
+            o->gpu_timing = 1;
+            continue;
+        }
         if (i + 1 >= argc) return zarg_usage_error(CMD, "%s needs a value", a);
         const char *v = argv[++i];
         long long n;
@@ -178,6 +185,10 @@ int train_parse_args(int argc, char **argv, topts *o)
     if (have_kernels && !o->cuda)
         return zarg_usage_error(CMD, "--gpu-kernels needs --device cuda (the CPU model has one "
                                 "set of kernels)");
+    if (o->gpu_timing && !o->cuda)
+        return zarg_usage_error(CMD, "--gpu-timing needs --device cuda (it times the CUDA model's "
+                                "kernels; on the CPU, --metrics' model_ms and zinc_step_ms "
+                                "split the step)");
     /* Under mpirun the world is MPI's; --ranks must then agree with it. */
     const char *env = getenv("OMPI_COMM_WORLD_SIZE");
     if (!env) env = getenv("PMI_SIZE");

@@ -136,6 +136,12 @@ static void *rank_main(void *arg)
         train_fail(r, rank, s, 1, "building the model: %s", tm_error(&m, e));
         goto out;
     }
+    /* --gpu-timing: rank 0's model only, the rank that reports */
+    int timing = o->gpu_timing && m.cuda && rank == 0;
+    if (timing && (s = zm_cuda_model_timing(m.cuda, 1)) != ZINC_OK) {
+        train_fail(r, rank, s, 1, "--gpu-timing: %s", zinc_last_error(NULL));
+        goto out;
+    }
     s = zinc_finalize(e);
     if (s == ZINC_OK) s = tm_init(&m, o->seed);
     if (s != ZINC_OK) {
@@ -172,6 +178,10 @@ static void *rank_main(void *arg)
     progress_t pr = {train_now_s(), train_now_s(), blob.steps,
                      isatty(STDOUT_FILENO) && !o->mpi, 0.0, 0.0};
     double t0 = train_now_s();
+    /* --gpu-timing: the sums restart after the run's first step (cuBLAS's and the kernels' first
+     * calls), unless it is the only one; zstep_s: zinc_step's host time over the run */
+    double t_timed = t0, zstep_s = 0.0, zstep_timed = 0.0;
+    if (rank == 0) r->timed_from = blob.steps + 1;
     while (blob.steps < r->stop_at) {
         zinc_step_info_t info = {0};
         double lsum = 0.0;
@@ -197,6 +207,7 @@ static void *rank_main(void *arg)
              * same under zinc's count and with managed_gradient_accumulation false. */
             s = mi < GA - 1 ? zinc_micro_step(e) : zinc_step(e, &info);
             pr.zstep_s += train_now_s() - tm;
+            zstep_s += train_now_s() - tm;
             if (s != ZINC_OK) {
                 train_fail(r, rank, s, 1, "step %lld: %s", (long long)blob.steps + 1,
                            zinc_last_error(e));
@@ -231,10 +242,26 @@ static void *rank_main(void *arg)
             train_report_step(r, &pr, blob.steps, &info, loss, mem_rank);
         }
         if (train_ckpt_after_step(r, e, rank, &blob, pr.bar) != 0) goto out;
+        if (timing && blob.steps == r->start_step + 1 && blob.steps < r->stop_at) {
+            zm_cuda_model_timing_reset(m.cuda);
+            r->timed_from = blob.steps + 1;
+            t_timed = train_now_s();
+            zstep_timed = zstep_s;
+        }
     }
     if (rank == 0) {
         r->end_step = blob.steps;
         r->seconds = train_now_s() - t0;
+    }
+    if (timing && r->end_step >= r->timed_from) {
+        s = zm_cuda_model_timing_read(m.cuda, r->phase_ms, r->phase_n, &r->timed_micro_steps);
+        if (s != ZINC_OK) {
+            train_fail(r, rank, s, 1, "--gpu-timing: %s", zinc_last_error(NULL));
+            goto out;
+        }
+        r->timed = 1;
+        r->timed_wall_s = train_now_s() - t_timed;
+        r->timed_zstep_s = zstep_s - zstep_timed;
     }
 
     /* Final weights (collective gets), for the caller's comparisons. */

@@ -243,3 +243,50 @@ void train_report_done(const run_t *r)
         printf("done: steps %lld-%lld in %.1f s, final loss %.4f\n", r->start_step + 1,
                r->end_step, r->seconds, r->step_loss[r->end_step]);
 }
+
+/* --gpu-timing's table: GPU milliseconds per optimizer step by phase (the mean over the timed
+ * steps), each phase's share of their sum, then the sum beside zinc_step's host time and the
+ * measured step: what neither covers is host work between the phases (data, views, the
+ * micro-step's final wait and event reads) and the progress lines. zinc_step's row holds
+ * zinc_micro_step's time too when a step accumulates several micro-steps. A phase that did not run (the casts in fp32)
+ * shows "-" and is null in the metrics line. */
+void train_report_timing(const run_t *r)
+{
+    if (!r->timed) return;
+    const topts *o = r->o;
+    long long steps = r->end_step - r->timed_from + 1;
+    double sum = 0.0, per = 1.0 / (double)steps;
+    for (int p = 0; p < ZM_PH_COUNT; p++) sum += r->phase_ms[p];
+    double step_ms = 1e3 * r->timed_wall_s * per, zstep_ms = 1e3 * r->timed_zstep_s * per;
+    printf("gpu timing: rank 0, %s kernels, mean over steps %lld-%lld (%lld step%s, %lld "
+           "micro-steps), GPU ms per optimizer step\n", zm_cuda_kernels_name(o->gpu_kernels),
+           r->timed_from, r->end_step, steps, steps == 1 ? "" : "s", r->timed_micro_steps);
+    printf("  %-24s %10s %7s\n", "phase", "ms/step", "share");
+    for (int p = 0; p < ZM_PH_COUNT; p++) {
+        if (r->phase_n[p] == 0)
+            printf("  %-24s %10s\n", zm_cuda_phase_name(p), "-");
+        else
+            printf("  %-24s %10.3f %6.1f%%\n", zm_cuda_phase_name(p), r->phase_ms[p] * per,
+                   sum > 0 ? 100.0 * r->phase_ms[p] / sum : 0.0);
+    }
+    printf("  %-24s %10.3f %6.1f%%\n", "sum of the phases", sum * per, 100.0);
+    printf("  %-24s %10.3f  (host clock, after the micro-steps)\n", "zinc_step", zstep_ms);
+    printf("  %-24s %10.3f  (host clock; phases + zinc_step cover %.1f%%, the rest is untimed)\n",
+           "measured step", step_ms, step_ms > 0 ? 100.0 * (sum * per + zstep_ms) / step_ms : 0.0);
+    fflush(stdout);
+    if (!r->metrics) return;
+    FILE *f = r->metrics;
+    fprintf(f, "{\"gpu_timing\":{\"rank\":0,\"kernels\":\"%s\",\"stat\":\"mean\",\"first_step\":%lld,"
+            "\"last_step\":%lld,\"steps\":%lld,\"micro_steps\":%lld,\"phase_ms\":{",
+            zm_cuda_kernels_name(o->gpu_kernels), r->timed_from, r->end_step, steps,
+            r->timed_micro_steps);
+    for (int p = 0; p < ZM_PH_COUNT; p++)
+        json_num(f, zm_cuda_phase_name(p), r->phase_n[p] ? r->phase_ms[p] * per : NAN,
+                 p == ZM_PH_COUNT - 1);
+    fprintf(f, "},");
+    json_num(f, "sum_ms", sum * per, 0);
+    json_num(f, "zinc_step_ms", zstep_ms, 0);
+    json_num(f, "step_ms", step_ms, 1);
+    fprintf(f, "}}\n");
+    fflush(f);
+}

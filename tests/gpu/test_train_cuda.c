@@ -11,7 +11,9 @@
  *                              within the bf16 bound of test_model_cuda (1e-2) and its gradient
  *                              norm within 5e-2 relative; and the GPU run must train: final
  *                              loss below 3.0 from ~5.55 (the CPU run reaches ~2.45). Skipped
- *                              (77) without a GPU.
+ *                              (77) without a GPU. Then the same run with --gpu-timing: the
+ *                              same losses and gradient norms bit for bit, its table on stdout
+ *                              and its line in the metrics.
  *   test_train_cuda curves     (label gpu) the loss curve of `zinc train --device cuda` against
  *                              the CPU's, 40 steps at lr 3e-3, 2 ranks, stages 0-3, bf16 and
  *                              fp16: every printed step within 1e-2 nats (bf16) / 2e-3 (fp16) of
@@ -107,6 +109,13 @@ static int nodevice(void)
                                               strstr(err, "built without CUDA")),
              "the message does not name the cause: %s", err);
     printf("no device: exit %d, %s", rc, err);
+    /* --gpu-timing is parsed (a flag without a value) and meets the same device check */
+    rc = train("nodev-timing", "--device cuda --gpu-timing --ranks 2 --steps 2 --model "
+               "L1-D16-H2-T16");
+    slurp("nodev-timing", "err", err, sizeof err);
+    ZT_CHECK((rc == 1 || rc == 2) && strstr(err, "--device cuda") &&
+                 (strstr(err, "no CUDA device") || strstr(err, "built without CUDA")),
+             "--gpu-timing without a device: exit %d; stderr: %s", rc, err);
     return zt_finish("train_cuda_nodevice");
 }
 
@@ -136,6 +145,25 @@ static int gpu(void)
     ZT_CHECK(fg < 3.0, "cuda run did not train: final loss %.4f (cpu %.4f)", fg, fc);
     printf("step 1 loss cuda %.5f cpu %.5f, grad norm cuda %.5f cpu %.5f; step 30 loss cuda "
            "%.4f cpu %.4f\n", lg, lc, gg, gc, fg, fc);
+    /* --gpu-timing: the same run bit for bit, the table on stdout, the line in the metrics */
+    snprintf(args, sizeof args, "%s --device cuda --gpu-timing --metrics '%s/timed.jsonl'",
+             common, dir);
+    rc = train("timed", args);
+    ZT_CHECK(rc == 0, "cuda run with --gpu-timing: exit %d", rc);
+    for (int st = 1; st <= 30; st += 29) {
+        double la = NAN, lb = NAN, ga = NAN, gb = NAN;
+        ZT_CHECK(metric("cuda", st, &la, &ga) && metric("timed", st, &lb, &gb) && la == lb &&
+                     ga == gb, "--gpu-timing changed step %d: loss %.17g vs %.17g", st, lb, la);
+    }
+    static char out[16384];
+    slurp("timed", "out", out, sizeof out);
+    ZT_CHECK(strstr(out, "gpu timing: rank 0, exact kernels, mean over steps 2-30") &&
+                 strstr(out, "bwd_attention") && strstr(out, "measured step"),
+             "--gpu-timing: no table on stdout: %s", out);
+    slurp("timed", "jsonl", out, sizeof out);
+    ZT_CHECK(strstr(out, "{\"gpu_timing\":{\"rank\":0,\"kernels\":\"exact\"") &&
+                 strstr(out, "\"fwd_qkv_matmul\":") && strstr(out, "\"step_ms\":"),
+             "--gpu-timing: no gpu_timing line in the metrics: %s", out);
     return zt_finish("train_cuda");
 }
 

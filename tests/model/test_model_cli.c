@@ -132,6 +132,10 @@ int main(void)
     expect_usage_error("train --gpu-kernels fast", "needs --device cuda");
     expect_usage_error("train --device cuda --gpu-kernels fast --model L1-D1032-H4-T16",
                        "at most 128 channels");
+    expect_usage_error("train --gpu-timing", "--gpu-timing needs --device cuda");
+    expect_usage_error("train --device cpu --gpu-timing --steps 2", "--gpu-timing needs --device");
+    /* a flag without a value: what follows it is the next option */
+    expect_usage_error("train --device cuda --gpu-timing --steps x", "--steps: expected");
     expect_usage_error("train --lr -3", "--lr");
     expect_usage_error("train --save-every 5", "--save-dir");
     expect_usage_error("train --resume auto", "--save-dir");
@@ -146,7 +150,8 @@ int main(void)
     expect_usage_error("plot no-such.jsonl", "cannot read 'no-such.jsonl'");
     expect_usage_error("plot nopoints.jsonl", "no {\"step\"");
     char *out;
-    ZT_CHECK(run("train --help", NULL, &out) == 0 && strstr(out, "usage: zinc train"), "--help");
+    ZT_CHECK(run("train --help", NULL, &out) == 0 && strstr(out, "usage: zinc train") &&
+                 strstr(out, "--gpu-timing"), "--help");
     free(out);
 
     /* fp16 at stage 1 with the loss scale starting at its minimum (2^30): the first step
@@ -249,6 +254,14 @@ int main(void)
                  strstr(svg, "entropy floor") && strstr(svg, "</svg>"),
              "plot: exit %d: %s", rc, err);
     free(svg);
+    free(err);
+    /* a metrics file of a --gpu-timing run ends with its {"gpu_timing": ...} line: not "skipped" */
+    static const char timed[] = "{\"step\":1,\"loss\":5.5}\n{\"step\":2,\"loss\":5.25}\n"
+                                "{\"gpu_timing\":{\"rank\":0,\"phase_ms\":{\"upload\":0.1}}}\n";
+    write_file("timed.jsonl", timed, sizeof timed - 1);
+    rc = run("plot timed.jsonl -o timed.svg", &err, NULL);
+    ZT_CHECK(rc == 0 && !strstr(err, "skipped"), "plot of a --gpu-timing metrics file: exit %d: %s",
+             rc, err);
     free(err);
 
     char cmd[256];
