@@ -496,7 +496,8 @@ def gpu_rows(d):
                 if r.get("available"):
                     torch_e2e[r["model"]] = r
     for f in find("zinc-*.jsonl"):
-        rows = [json.loads(l) for l in open(f) if l.startswith("{")]
+        # step lines only (--gpu-timing adds a {"gpu_timing": ...} line at the end)
+        rows = [json.loads(l) for l in open(f) if l.startswith('{"step"')]
         if rows:
             zinc_e2e[os.path.basename(f)[5:-6]] = rows
     device = meta.get("device") or next((r["device"] for r in torch_e2e.values()), "?")

@@ -20,7 +20,8 @@
 #            DRAM throughput in `zinc bench adam` and in two steps of `zinc train`
 #   e2e      zinc train --device cuda tokens/s for larger models, with the exact and the fast
 #            kernels (--gpu-kernels), and bench/torch_gpt.py (the same model in PyTorch: eager,
-#            bf16 autocast, fused AdamW) on the same GPU
+#            bf16 autocast, fused AdamW) on the same GPU; the zinc runs with --gpu-timing, whose
+#            per-phase tables are copied into the summary
 #   offload  docs/cuda.md item 10: zinc train with offload_optimizer (cpu, pinned) against the
 #            same run without, 1 and 2 ranks: the losses and the exported weights must be the
 #            same bits, and the step times of both are printed (bench/gpu_compare.py offload)
@@ -198,13 +199,20 @@ phase_e2e() {
     mkdir -p "$d"
     for spec in "L6-D512-H8-T256:8" "L12-D768-H12-T512:8" "L24-D1024-H16-T1024:8"; do
         local m="${spec%%:*}" b="${spec##*:}"
-        step "e2e-zinc-$m" 300 "$zinc" train --device cuda --ranks 1 --steps 30 --model "$m" \
-            --micro-batch "$b" --config "$(cfg 2 bf16)" --metrics "$d/zinc-$m.jsonl"
+        # --gpu-timing (issue 42): each zinc run ends with its step time by phase (GPU ms per
+        # step, mean over steps 2-30), in its log and its metrics' last line; copied into the
+        # summary below
+        step "e2e-zinc-$m" 300 "$zinc" train --device cuda --gpu-timing --ranks 1 --steps 30 \
+            --model "$m" --micro-batch "$b" --config "$(cfg 2 bf16)" --metrics "$d/zinc-$m.jsonl"
         # the same run with the fast kernels (issue 42; first GPU run of them: compare the loss
         # column with the exact run's, not only tokens/s)
-        step "e2e-zinc-fast-$m" 300 "$zinc" train --device cuda --gpu-kernels fast --ranks 1 \
-            --steps 30 --model "$m" --micro-batch "$b" --config "$(cfg 2 bf16)" \
+        step "e2e-zinc-fast-$m" 300 "$zinc" train --device cuda --gpu-kernels fast --gpu-timing \
+            --ranks 1 --steps 30 --model "$m" --micro-batch "$b" --config "$(cfg 2 bf16)" \
             --metrics "$d/zinc-fast-$m.jsonl"
+        for k in zinc zinc-fast; do
+            { echo "$k $m:"; sed -n '/^gpu timing: /,/^  measured step/p' "$out/e2e-$k-$m.log"; } \
+                >>"$summary"
+        done
         step "e2e-torch-$m" 300 "$py" "$root/bench/torch_gpt.py" --model "$m" --micro-batch "$b" \
             --steps 30 --json
     done
