@@ -21,7 +21,8 @@
 #   e2e      zinc train --device cuda tokens/s for larger models, with the exact and the fast
 #            kernels (--gpu-kernels), and bench/torch_gpt.py (the same model in PyTorch: eager,
 #            bf16 autocast, fused AdamW) on the same GPU; the zinc runs with --gpu-timing, whose
-#            per-phase tables are copied into the summary
+#            per-phase tables are copied into the summary; ZINC_E2E_MODELS="L12-D768-H12-T512:8"
+#            (MODEL:MICRO_BATCH, space-separated) runs only those models
 #   offload  docs/cuda.md item 10: zinc train with offload_optimizer (cpu, pinned) against the
 #            same run without, 1 and 2 ranks: the losses and the exported weights must be the
 #            same bits, and the step times of both are printed (bench/gpu_compare.py offload)
@@ -197,7 +198,8 @@ phase_profile() {
 phase_e2e() {
     local d="$out/e2e"
     mkdir -p "$d"
-    for spec in "L6-D512-H8-T256:8" "L12-D768-H12-T512:8" "L24-D1024-H16-T1024:8"; do
+    # ZINC_E2E_MODELS: "MODEL:MICRO_BATCH ..." (default the three below) — fewer for a short lease
+    for spec in ${ZINC_E2E_MODELS:-L6-D512-H8-T256:8 L12-D768-H12-T512:8 L24-D1024-H16-T1024:8}; do
         local m="${spec%%:*}" b="${spec##*:}"
         # --gpu-timing (issue 42): each zinc run ends with its step time by phase (GPU ms per
         # step, mean over steps 2-30), in its log and its metrics' last line; copied into the
