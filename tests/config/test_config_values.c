@@ -76,6 +76,21 @@ static int parse_warns(const char *json, int world, zcfg *c, const char *const *
     return ok;
 }
 
+/* Parses text that must be refused (ZINC_ERR_CONFIG) with a first error that contains `need`
+ * and, unless NULL, `also`. */
+static int parse_fails(const char *json, int world, zcfg *c, const char *need, const char *also,
+                       int line)
+{
+    zcfg_diag d = {0};
+    zinc_status s = parse(json, world, c, &d);
+    int ok = s == ZINC_ERR_CONFIG && d.nerrors >= 1 && strstr(d.errors[0], need) &&
+             (!also || strstr(d.errors[0], also));
+    ZT_CHECK(ok, "line %d: expected a refusal naming %s%s%s, got status %d, %s", line, need,
+             also ? " and " : "", also ? also : "", (int)s, d.nerrors ? d.errors[0] : "");
+    zcfg_diag_free(&d);
+    return ok;
+}
+
 #define EQ_I(a, b) ZT_CHECK((long long)(a) == (long long)(b), "%s = %lld, want %lld", #a, (long long)(a), (long long)(b))
 #define EQ_D(a, b) ZT_CHECK((double)(a) == (double)(b), "%s = %.17g, want %.17g", #a, (double)(a), (double)(b))
 #define EQ_S(a, b) ZT_CHECK(strcmp((a), (b)) == 0, "%s = \"%s\", want \"%s\"", #a, (a), (b))
@@ -825,21 +840,10 @@ static void test_offload(void)
         char j[512];
         snprintf(j, sizeof j, PRE "\"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": %s}}",
                  bad_nvme[i]);
-        zcfg_diag d = {0};
-        zinc_status s = parse(j, 1, &c, &d);
-        ZT_CHECK(s == ZINC_ERR_CONFIG && d.nerrors >= 1 &&
-                     strstr(d.errors[0], "zero_optimization.offload_optimizer.nvme_path") &&
-                     strstr(d.errors[0], bad_why[i]),
-                 "%s: status %d, %s", bad_nvme[i], (int)s, d.nerrors ? d.errors[0] : "");
-        zcfg_diag_free(&d);
+        parse_fails(j, 1, &c, "zero_optimization.offload_optimizer.nvme_path", bad_why[i],
+                    __LINE__);
     }
-    {
-        zcfg_diag d = {0};
-        zinc_status s = parse(PRE "\"aio\": {\"block_size\": 1000}}", 1, &c, &d);
-        ZT_CHECK(s == ZINC_ERR_CONFIG && d.nerrors >= 1 && strstr(d.errors[0], "aio.block_size"),
-                 "aio.block_size 1000: status %d, %s", (int)s, d.nerrors ? d.errors[0] : "");
-        zcfg_diag_free(&d);
-    }
+    parse_fails(PRE "\"aio\": {\"block_size\": 1000}}", 1, &c, "aio.block_size", NULL, __LINE__);
     const char *k_gds[] = {"aio.use_gds"};
     parse_warns(PRE "\"aio\": {\"use_gds\": true}}", 1, &c, k_gds, 1, __LINE__);
     if (parse_warns(PRE "\"zero_optimization\": {\"stage\": 0, \"offload_optimizer\": {\"device\": \"nvme\"}}}",
@@ -856,13 +860,7 @@ static void test_offload(void)
         char j[256];
         snprintf(j, sizeof j, PRE "\"zero_optimization\": {\"stage\": %d, \"offload_optimizer\": "
                               "{\"device\": \"cpu\", \"ratio\": 0.5}}}", st);
-        zcfg_diag d = {0};
-        zinc_status s = parse(j, 1, &c, &d);
-        ZT_CHECK(s == ZINC_ERR_CONFIG && d.nerrors >= 1 &&
-                     strstr(d.errors[0], "zero_optimization.offload_optimizer.ratio") &&
-                     strstr(d.errors[0], "0.5"),
-                 "ratio 0.5 at stage %d: status %d, %s", st, (int)s, d.nerrors ? d.errors[0] : "");
-        zcfg_diag_free(&d);
+        parse_fails(j, 1, &c, "zero_optimization.offload_optimizer.ratio", "0.5", __LINE__);
     }
     /* offload_param "cpu": honoured at stage 3 with offload_optimizer "cpu"; without it an error
      * naming both keys; below stage 3 and with "nvme" a warning and no effect. */
@@ -871,17 +869,9 @@ static void test_offload(void)
         EQ_I(zcfg_offloads_param(&c), 1);
         EQ_I(zcfg_offloads_optimizer(&c), 1);
     }
-    {
-        zcfg_diag d = {0};
-        zinc_status s = parse(PRE "\"zero_optimization\": {\"stage\": 3, \"offload_param\": "
-                              "{\"device\": \"cpu\"}}}", 1, &c, &d);
-        ZT_CHECK(s == ZINC_ERR_CONFIG && d.nerrors >= 1 &&
-                     strstr(d.errors[0], "zero_optimization.offload_param.device") &&
-                     strstr(d.errors[0], "zero_optimization.offload_optimizer.device"),
-                 "offload_param without offload_optimizer: status %d, %s", (int)s,
-                 d.nerrors ? d.errors[0] : "");
-        zcfg_diag_free(&d);
-    }
+    parse_fails(PRE "\"zero_optimization\": {\"stage\": 3, \"offload_param\": {\"device\": "
+                "\"cpu\"}}}", 1, &c, "zero_optimization.offload_param.device",
+                "zero_optimization.offload_optimizer.device", __LINE__);
     const char *k_pdev[] = {"zero_optimization.offload_param.device"};
     if (parse_warns(PRE "\"zero_optimization\": {\"stage\": 2, \"offload_param\": {\"device\": \"cpu\"}}}",
                     1, &c, k_pdev, 1, __LINE__))
@@ -893,18 +883,10 @@ static void test_offload(void)
         EQ_I(zcfg_offloads_param(&c), 1);
     /* offload_param "nvme": needs offload_optimizer "nvme" (an error naming both keys with
      * "cpu"); with it honoured, a different offload_param.nvme_path warned about (not used). */
-    {
-        zcfg_diag d = {0};
-        zinc_status s = parse(PRE "\"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": "
-                              "{\"device\": \"cpu\"}, \"offload_param\": {\"device\": \"nvme\"}}}",
-                              1, &c, &d);
-        ZT_CHECK(s == ZINC_ERR_CONFIG && d.nerrors >= 1 &&
-                     strstr(d.errors[0], "zero_optimization.offload_param.device") &&
-                     strstr(d.errors[0], "zero_optimization.offload_optimizer.device"),
-                 "offload_param nvme with optimizer cpu: status %d, %s", (int)s,
-                 d.nerrors ? d.errors[0] : "");
-        zcfg_diag_free(&d);
-    }
+    parse_fails(PRE "\"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": {\"device\": "
+                "\"cpu\"}, \"offload_param\": {\"device\": \"nvme\"}}}", 1, &c,
+                "zero_optimization.offload_param.device",
+                "zero_optimization.offload_optimizer.device", __LINE__);
     if (parse_ok(PRE "\"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": {\"device\": "
                  "\"nvme\", \"nvme_path\": \"/tmp\"}, \"offload_param\": {\"device\": \"nvme\", "
                  "\"buffer_count\": 5, \"buffer_size\": 100000000, \"max_in_cpu\": 1000000000}}}",
