@@ -35,18 +35,13 @@
 
 #include "models/cuda/flash_rows.h"
 #include "models/gpt.h"
+#include "attn_case.h"
 #include "testutil.h"
 
 #define ULP 5.9604644775390625e-8 /* 2^-24 */
 #define K_BOUND 3.0
 
-typedef struct {
-    const char *name;
-    int B, H, hs, T;
-    double amp; /* q, k, v ~ N(0, amp^2) */
-} shape_case;
-
-static const shape_case CASES[] = {
+static const attn_case CASES[] = {
     {"B2 H3 hs12 T70", 2, 3, 12, 70, 1.0},
     {"B1 H2 hs64 T97 peaked", 1, 2, 64, 97, 3.0},
     {"B2 H1 hs5 T33", 2, 1, 5, 33, 1.0},
@@ -153,7 +148,7 @@ static void flash_all(zm_flash_shape g, int B, const float *qkv, const float *dy
             }
 }
 
-static void check_case(const shape_case *c, uint64_t seed)
+static void check_case(const attn_case *c, uint64_t seed)
 {
     int B = c->B, T = c->T, H = c->H, D = H * c->hs, W = 3 * D;
     zm_spec s = {.L = 1, .D = D, .H = H, .T = T, .V = ZM_VOCAB};
@@ -168,9 +163,7 @@ static void check_case(const shape_case *c, uint64_t seed)
         ZT_CHECK(0, "%s: out of memory", c->name);
         goto out;
     }
-    zt_rng rng = {seed};
-    for (size_t i = 0; i < nq; i++) qkv[i] = (float)(c->amp * zt_normal(&rng));
-    for (size_t i = 0; i < ny; i++) dy[i] = (float)zt_normal(&rng);
+    attn_case_inputs(c, seed, qkv, dy);
     for (size_t i = 0; i < nq; i++) dqkv[i] = dqkv_w[i] = NAN;
 
     zm_attention_forward(&s, B, qkv, att, y_ref);

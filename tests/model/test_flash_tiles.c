@@ -75,18 +75,13 @@ static pthread_barrier_t tile_barrier;
 
 #include "models/cuda/flash_tiles.h"
 #include "models/gpt.h"
+#include "attn_case.h"
 #include "testutil.h"
 
 #define U_BF16 0.00390625              /* 2^-8 */
 #define U_F32 5.9604644775390625e-8    /* 2^-24 */
 
-typedef struct {
-    const char *name;
-    int B, H, hs, T;
-    double amp; /* q, k, v ~ N(0, amp^2) */
-} shape_case;
-
-static const shape_case CASES[] = {
+static const attn_case CASES[] = {
     {"B2 H3 hs64 T130", 2, 3, 64, 130, 1.0},
     {"B2 H2 hs64 T40", 2, 2, 64, 40, 1.0},
     {"B1 H2 hs64 T128", 1, 2, 64, 128, 1.0},
@@ -299,7 +294,7 @@ static void measure(const float *a, const double *x, const double *E, int R, int
     *rel = md / mx;
 }
 
-static void check_case(const shape_case *c, uint64_t seed)
+static void check_case(const attn_case *c, uint64_t seed)
 {
     int B = c->B, T = c->T, H = c->H, D = H * c->hs, W = 3 * D;
     zm_spec s = {.L = 1, .D = D, .H = H, .T = T, .V = ZM_VOCAB};
@@ -317,9 +312,7 @@ static void check_case(const shape_case *c, uint64_t seed)
         ZT_CHECK(0, "%s: out of memory", c->name);
         goto out;
     }
-    zt_rng rng = {seed};
-    for (size_t i = 0; i < nq; i++) qkv[i] = (float)(c->amp * zt_normal(&rng));
-    for (size_t i = 0; i < ny; i++) dy[i] = (float)zt_normal(&rng);
+    attn_case_inputs(c, seed, qkv, dy);
     for (size_t i = 0; i < nq; i++) dqkv[i] = NAN;
     for (size_t i = 0; i < ny; i++) y[i] = NAN;
 
