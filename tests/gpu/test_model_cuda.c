@@ -272,31 +272,45 @@ static void check_fast_limits(void)
     zm_cuda_run_destroy(run);
 }
 
-/* The engine path: views, gather/release, adding into the engine's gradient views. */
-static void check_engine(zm_cuda_kernels kernels)
+/* A CUDA engine made from `cfg` with the model `spec` (micro-batch B, `kernels`) bound to it,
+ * its timer on when `timing`, finalized and initialised from `seed`; *s the parsed spec. NULL,
+ * the engine destroyed, after a reported failure. */
+static zm_cuda_model *bound_model(const char *spec, const char *cfg, int B,
+                                  zm_cuda_kernels kernels, int timing, uint64_t seed, zm_spec *s,
+                                  zinc_engine_t **eout)
 {
-    const char *spec = "L2-D32-H4-T16";
-    const int B = 2;
-    const char *cfg = "{\"train_micro_batch_size_per_gpu\": 2, \"gradient_accumulation_steps\": 2,"
-                      " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.001}},"
-                      " \"zero_optimization\": {\"stage\": 0}}";
-    zm_spec s;
     char err[256];
-    ZT_CHECK(zm_spec_parse(spec, &s, err, sizeof err) == 0, "%s", err);
+    *eout = NULL;
+    ZT_CHECK(zm_spec_parse(spec, s, err, sizeof err) == 0, "%s", err);
     zinc_engine_options_t eo = {0};
     eo.config_json = cfg;
     eo.device = "cuda";
     zinc_engine_t *e = NULL;
     zm_cuda_model *m = NULL;
     ZT_OK(zinc_engine_create(&eo, &e));
-    if (!e) return;
-    ZT_OK(zm_cuda_model_create(e, &s, B, kernels, &m));
+    if (e) ZT_OK(zm_cuda_model_create(e, s, B, kernels, &m));
+    if (m && timing) ZT_OK(zm_cuda_model_timing(m, 1));
+    if (m) ZT_OK(zinc_finalize(e));
+    if (m) ZT_OK(zm_cuda_model_init(m, seed));
     if (!m) {
         zinc_engine_destroy(e);
-        return;
+        return NULL;
     }
-    ZT_OK(zinc_finalize(e));
-    ZT_OK(zm_cuda_model_init(m, 7));
+    *eout = e;
+    return m;
+}
+
+/* The engine path: views, gather/release, adding into the engine's gradient views. */
+static void check_engine(zm_cuda_kernels kernels)
+{
+    const int B = 2;
+    const char *cfg = "{\"train_micro_batch_size_per_gpu\": 2, \"gradient_accumulation_steps\": 2,"
+                      " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.001}},"
+                      " \"zero_optimization\": {\"stage\": 0}}";
+    zm_spec s;
+    zinc_engine_t *e = NULL;
+    zm_cuda_model *m = bound_model("L2-D32-H4-T16", cfg, B, kernels, 0, 7, &s, &e);
+    if (!m) return;
     int NG = zm_group_count(&s), BT = B * s.T;
     uint16_t tok[2 * 16], tgt[2 * 16];
     zt_rng rng = {99};
@@ -375,19 +389,8 @@ static zm_cuda_model *timed_run(zm_cuda_kernels kernels, int timing, int steps, 
                       " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.001}},"
                       " \"zero_optimization\": {\"stage\": 3}}";
     zm_spec s;
-    char err[256];
-    *eout = NULL;
-    ZT_CHECK(zm_spec_parse("L2-D128-H2-T64", &s, err, sizeof err) == 0, "%s", err);
-    zinc_engine_options_t eo = {0};
-    eo.config_json = cfg;
-    eo.device = "cuda";
     zinc_engine_t *e = NULL;
-    zm_cuda_model *m = NULL;
-    ZT_OK(zinc_engine_create(&eo, &e));
-    if (e) ZT_OK(zm_cuda_model_create(e, &s, 4, kernels, &m));
-    if (m && timing) ZT_OK(zm_cuda_model_timing(m, 1));
-    if (m) ZT_OK(zinc_finalize(e));
-    if (m) ZT_OK(zm_cuda_model_init(m, 11));
+    zm_cuda_model *m = bound_model("L2-D128-H2-T64", cfg, 4, kernels, timing, 11, &s, &e);
     enum { BT = 4 * 64 };
     uint16_t tok[BT], tgt[BT];
     zt_rng rng = {5};
@@ -405,8 +408,7 @@ static zm_cuda_model *timed_run(zm_cuda_kernels kernels, int timing, int steps, 
         ZT_OK(zinc_step(e, &info));
         if (i == 0 && timing) zm_cuda_model_timing_reset(m);
     }
-    if (!m) zinc_engine_destroy(e);
-    *eout = m ? e : NULL;
+    *eout = e;
     return m;
 }
 
