@@ -199,6 +199,11 @@ typedef struct zm_layer_acts {
 struct zm_acts {
     zm_spec s;
     int B, threads;
+    /* Activation checkpointing: every layer keeps its input x, and the layers share one set of
+     * the other activations, which zm_block_backward recomputes from x (a second forward of the
+     * block, without its output projection) unless they already hold that layer's. */
+    int checkpoint;
+    int inner_layer;          /* the layer whose activations the shared set holds; -1 none */
     zm_layer_acts *layer;     /* [L] */
     float *xfinal;            /* [BT, D] residual output of the last layer */
     float *lnf, *lnf_mean, *lnf_rstd; /* [BT, D], [BT], [BT] */
@@ -213,7 +218,7 @@ struct zm_acts {
     size_t bytes;
 };
 
-zinc_status zm_acts_create(const zm_spec *s, int B, int threads, zm_acts **out)
+zinc_status zm_acts_create(const zm_spec *s, int B, int threads, int checkpoint, zm_acts **out)
 {
     *out = NULL;
     if (B < 1 || threads < 1) return ZINC_ERR_INVALID_ARG;
@@ -222,10 +227,14 @@ zinc_status zm_acts_create(const zm_spec *s, int B, int threads, zm_acts **out)
     a->s = *s;
     a->B = B;
     a->threads = threads;
+    a->checkpoint = checkpoint != 0;
+    a->inner_layer = -1;
     size_t BT = (size_t)B * s->T, D = (size_t)s->D, H = (size_t)s->H, T = (size_t)s->T;
-    size_t per_layer = BT * D * 6 + BT * 4 + BT * 3 * D + (size_t)B * H * T * T + BT * 8 * D;
-    size_t total = per_layer * (size_t)s->L + BT * D * 2 + BT * 3 + BT * (size_t)s->V +
-                   BT * D * 2 + BT * 3 * D + BT * 4 * D;
+    /* per layer: its input x, and the rest (one shared set when checkpointing) */
+    size_t inner = BT * D * 5 + BT * 4 + BT * 3 * D + (size_t)B * H * T * T + BT * 8 * D;
+    size_t sets = s->L == 0 ? 0 : a->checkpoint ? 1 : (size_t)s->L;
+    size_t total = BT * D * (size_t)s->L + inner * sets + BT * D * 2 + BT * 3 +
+                   BT * (size_t)s->V + BT * D * 2 + BT * 3 * D + BT * 4 * D;
     a->layer = calloc((size_t)s->L, sizeof *a->layer);
     a->block = malloc(total * sizeof(float));
     if (!a->layer || !a->block) {
@@ -237,6 +246,11 @@ zinc_status zm_acts_create(const zm_spec *s, int B, int threads, zm_acts **out)
 #define TAKE(n) (p += (n), p - (n))
     for (int l = 0; l < s->L; l++) {
         zm_layer_acts *la = &a->layer[l];
+        if (l > 0 && a->checkpoint) {
+            *la = a->layer[0];
+            la->x = TAKE(BT * D);
+            continue;
+        }
         la->x = TAKE(BT * D);
         la->ln1 = TAKE(BT * D);
         la->ln1_mean = TAKE(BT);
@@ -610,11 +624,13 @@ void zm_embed_forward(zm_acts *a, const zm_embed *w, const uint16_t *tokens)
     }
 }
 
-void zm_block_forward(zm_acts *a, int l, const zm_block *w)
+/* Block l's forward from its input layer[l].x; xout NULL stops before the output projection
+ * (the recomputation for backward, which needs every activation but not the output). */
+static void block_fwd(zm_acts *a, int l, const zm_block *w, float *xout)
 {
     zm_layer_acts *la = &a->layer[l];
     int th = a->threads, D = a->s.D, BT = a->B * a->s.T;
-    float *xout = l + 1 < a->s.L ? a->layer[l + 1].x : a->xfinal;
+    a->inner_layer = l;
     layernorm_fwd(th, la->ln1, la->ln1_mean, la->ln1_rstd, la->x, w->ln1_w, w->ln1_b, BT, D);
     matmul_fwd(th, la->qkv, la->ln1, w->qkv_w, w->qkv_b, BT, D, 3 * D);
     att_ctx ac = {.a = a, .la = la};
@@ -625,8 +641,14 @@ void zm_block_forward(zm_acts *a, int l, const zm_block *w)
     matmul_fwd(th, la->fch, la->ln2, w->fc_w, w->fc_b, BT, D, 4 * D);
     ew_ctx ec = {la->fcg, la->fch};
     par_for(th, BT * 4 * D, gelu_fwd_range, &ec);
+    if (!xout) return;
     matmul_fwd(th, xout, la->fcg, w->fcp_w, w->fcp_b, BT, 4 * D, D);
     for (size_t i = 0; i < (size_t)BT * D; i++) xout[i] += la->xmid[i];
+}
+
+void zm_block_forward(zm_acts *a, int l, const zm_block *w)
+{
+    block_fwd(a, l, w, l + 1 < a->s.L ? a->layer[l + 1].x : a->xfinal);
 }
 
 typedef struct {
@@ -712,6 +734,9 @@ void zm_block_backward(zm_acts *a, int l, const zm_block *w, zm_block *g)
     zm_layer_acts *la = &a->layer[l];
     int th = a->threads, D = a->s.D, BT = a->B * a->s.T;
     size_t nD = (size_t)BT * D;
+    /* Checkpointing: the same operations on the same input give the forward's values bit for
+     * bit; the last layer's are still there from the forward. */
+    if (a->checkpoint && a->inner_layer != l) block_fwd(a, l, w, NULL);
     /* x_out = xmid + fcp(gelu(fc(ln2(xmid)))): dres is d x_out and stays as the residual part */
     memset(a->dfc, 0, nD * 4 * sizeof(float));
     matmul_bwd(th, a->dfc, g->fcp_w, g->fcp_b, a->dres, la->fcg, w->fcp_w, BT, 4 * D, D);

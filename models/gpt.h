@@ -88,10 +88,15 @@ void zm_block_views(const zm_spec *s, float *base, zm_block *out);
 void zm_init_group(const zm_spec *s, int g, uint64_t seed, float *base);
 
 /* Activations of one micro-batch of B sequences (row r = b*T + t), kept from forward for
- * backward, plus the backward scratch. One allocation; see gpt.c for the views. */
+ * backward, plus the backward scratch. One allocation; see gpt.c for the views.
+ * checkpoint != 0: activation checkpointing per block. Each layer keeps only its input (B*T*D
+ * floats) and the layers share one set of their other activations; zm_block_backward recomputes
+ * that set from the layer's input before its backward (the same operations on the same values,
+ * so gradients and losses are bit for bit those without checkpointing), at the cost of a second
+ * forward of every block but the last, without its output projection. */
 typedef struct zm_acts zm_acts;
 
-zinc_status zm_acts_create(const zm_spec *s, int B, int threads, zm_acts **out);
+zinc_status zm_acts_create(const zm_spec *s, int B, int threads, int checkpoint, zm_acts **out);
 void zm_acts_destroy(zm_acts *a);
 size_t zm_acts_bytes(const zm_acts *a);
 
@@ -124,7 +129,8 @@ double zm_forward_backward(zm_acts *a, float *const *params, float *const *grads
 typedef struct zm_model zm_model;
 
 /* Registers groups and parameters with e (before zinc_finalize) in the engine's dtype and
- * allocates the fp32 scratch and activations for micro-batches of B sequences. */
+ * allocates the fp32 scratch and activations for micro-batches of B sequences (checkpoint: as
+ * zm_acts_create's). */
 /* Registers the model's groups ("embed", "h0", "h1", ...) and their tensors with an engine in
  * zm_tensors() order — what both the CPU and the CUDA model register. Fills gid[ngroups],
  * first[ngroups + 1] (a group's first entry in pid), pid[] (engine ids) and tensors[] (layouts),
@@ -133,7 +139,7 @@ zinc_status zm_register(zinc_engine_t *e, const zm_spec *s, zinc_dtype dt, int *
                         int *pid, zm_tensor *tensors, int *nparams);
 
 zinc_status zm_model_create(zinc_engine_t *e, const zm_spec *s, int B, int threads,
-                            zm_model **out);
+                            int checkpoint, zm_model **out);
 void zm_model_destroy(zm_model *m);
 /* After zinc_finalize: sets every parameter to its initial value (zm_init_group). */
 zinc_status zm_model_init(zm_model *m, uint64_t seed);

@@ -10,8 +10,10 @@
  *   forward   gather(embed) -> embeddings -> release
  *             for each block: gather -> convert to fp32 -> block forward -> release
  *             gather(embed) -> final LN, logits, loss and their backward -> release
- *   backward  for each block, last first: gather -> block backward into fp32 scratch ->
- *             add into the gradient views -> release -> grads_ready(block)
+ *   backward  for each block, last first: gather -> block backward into fp32 scratch (with
+ *             activation checkpointing it first recomputes the block's activations from its
+ *             input, with the gathered weights) -> add into the gradient views -> release ->
+ *             grads_ready(block)
  *             embedding backward -> gather(embed) -> add -> release -> grads_ready(embed)
  *
  * The embed group's gradient (head + embeddings) is collected in its own fp32 scratch and handed
@@ -75,7 +77,7 @@ zinc_status zm_register(zinc_engine_t *e, const zm_spec *s, zinc_dtype dt, int *
 }
 
 zinc_status zm_model_create(zinc_engine_t *e, const zm_spec *s, int B, int threads,
-                            zm_model **out)
+                            int checkpoint, zm_model **out)
 {
     *out = NULL;
     zm_model *m = calloc(1, sizeof *m);
@@ -98,7 +100,7 @@ zinc_status zm_model_create(zinc_engine_t *e, const zm_spec *s, int B, int threa
     zinc_status st = ZINC_ERR_NOMEM;
     if (!m->gid || !m->first || !m->pid || !m->tensors || !m->p0 || !m->g0 || !m->pb || !m->gb)
         goto fail;
-    st = zm_acts_create(s, B, threads, &m->acts);
+    st = zm_acts_create(s, B, threads, checkpoint, &m->acts);
     if (st != ZINC_OK) goto fail;
     m->bytes = (2 * n0 + 2 * nb) * sizeof(float) + zm_acts_bytes(m->acts);
 

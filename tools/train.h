@@ -54,6 +54,7 @@ typedef struct {
     int cuda;                   /* --device cuda: the model's CUDA version (models/cuda/) */
     zm_cuda_kernels gpu_kernels; /* --gpu-kernels exact|fast (cuda only; default exact) */
     int gpu_timing;             /* --gpu-timing: rank 0's per-phase GPU times (cuda only) */
+    int checkpoint;             /* --activation-checkpointing: the model recomputes in backward */
     int launched;               /* cuda under torchrun/srun/mpirun: zinc_world_create_launched */
 } topts;
 

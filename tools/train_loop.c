@@ -65,8 +65,8 @@ typedef struct {
 
 static zinc_status tm_create(const topts *o, zinc_engine_t *e, int B, tmodel *m)
 {
-    return o->cuda ? zm_cuda_model_create(e, &o->spec, B, o->gpu_kernels, &m->cuda)
-                   : zm_model_create(e, &o->spec, B, o->threads, &m->cpu);
+    return o->cuda ? zm_cuda_model_create(e, &o->spec, B, o->gpu_kernels, o->checkpoint, &m->cuda)
+                   : zm_model_create(e, &o->spec, B, o->threads, o->checkpoint, &m->cpu);
 }
 
 static zinc_status tm_init(tmodel *m, uint64_t seed)

@@ -82,9 +82,11 @@ void train_print_summary(const run_t *r, zinc_engine_t *e, int ntensors, size_t 
      * what a longer context or a larger micro-batch will cost (issue 42). */
     char b3[32];
     double tokens = (double)c->micro_batch * o->spec.T;
-    printf("; engine %s + model %s (activations and scratch, %s per token)\n",
+    printf("; engine %s + model %s (activations and scratch, %s per token%s)\n",
            human_bytes((double)total, b1, sizeof b1), human_bytes((double)model_bytes, b2, sizeof b2),
-           human_bytes(tokens > 0 ? (double)model_bytes / tokens : 0.0, b3, sizeof b3));
+           human_bytes(tokens > 0 ? (double)model_bytes / tokens : 0.0, b3, sizeof b3),
+           o->checkpoint ? "; activation checkpointing: each block's input kept, the rest "
+                           "recomputed in backward" : "");
     /* Offload (optimizer state, and at stage 3 the 16-bit parameters): the host side. */
     uint64_t host[ZINC_MEM_COUNT], htotal = 0;
     zinc_memory_host(e, NULL, host);

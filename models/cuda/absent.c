@@ -15,9 +15,9 @@ int zm_cuda_available(char *why, size_t n)
 }
 
 zinc_status zm_cuda_model_create(zinc_engine_t *e, const zm_spec *s, int B, zm_cuda_kernels k,
-                                 zm_cuda_model **out)
+                                 int checkpoint, zm_cuda_model **out)
 {
-    (void)e; (void)s; (void)B; (void)k;
+    (void)e; (void)s; (void)B; (void)k; (void)checkpoint;
     if (out) *out = NULL;
     return zerr_thread(ZINC_ERR_UNSUPPORTED, "%s", NO_CUDA);
 }
@@ -51,9 +51,9 @@ size_t zm_cuda_model_bytes(const zm_cuda_model *m)
 }
 
 zinc_status zm_cuda_run_create(const zm_spec *s, int B, zinc_dtype dt, zm_cuda_kernels k,
-                               int device, zm_cuda_run **out)
+                               int checkpoint, int device, zm_cuda_run **out)
 {
-    (void)s; (void)B; (void)dt; (void)k; (void)device;
+    (void)s; (void)B; (void)dt; (void)k; (void)checkpoint; (void)device;
     if (out) *out = NULL;
     return zerr_thread(ZINC_ERR_UNSUPPORTED, "%s", NO_CUDA);
 }

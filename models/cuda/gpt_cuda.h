@@ -121,9 +121,11 @@ typedef struct zm_cuda_model zm_cuda_model;
 
 /* e must have been created with .device = "cuda". Registers the groups and parameters (before
  * zinc_finalize) and allocates the activations for micro-batches of B sequences on e's GPU, for
- * the kernels of mode k. ZINC_ERR_INVALID_ARG for ZM_CUDA_FAST with heads over 128 channels. */
+ * the kernels of mode k; checkpoint != 0: activation checkpointing per block, as gpt.h's
+ * zm_acts_create describes (the same results bit for bit, a second forward of each block but the
+ * last in backward). ZINC_ERR_INVALID_ARG for ZM_CUDA_FAST with heads over 128 channels. */
 zinc_status zm_cuda_model_create(zinc_engine_t *e, const zm_spec *s, int B, zm_cuda_kernels k,
-                                 zm_cuda_model **out);
+                                 int checkpoint, zm_cuda_model **out);
 void zm_cuda_model_destroy(zm_cuda_model *m);
 zinc_status zm_cuda_model_init(zm_cuda_model *m, uint64_t seed);
 zinc_status zm_cuda_model_micro_step(zm_cuda_model *m, const uint16_t *tokens,
@@ -153,9 +155,10 @@ void zm_cuda_model_timing_reset(zm_cuda_model *m);
 typedef struct zm_cuda_run zm_cuda_run;
 
 /* Activations and a cuBLAS handle for micro-batches of B sequences, parameters of dtype dt,
- * kernels of mode k, on CUDA device `device`, with a stream of its own. */
+ * kernels of mode k, activation checkpointing if checkpoint != 0, on CUDA device `device`, with a
+ * stream of its own. */
 zinc_status zm_cuda_run_create(const zm_spec *s, int B, zinc_dtype dt, zm_cuda_kernels k,
-                               int device, zm_cuda_run **out);
+                               int checkpoint, int device, zm_cuda_run **out);
 void zm_cuda_run_destroy(zm_cuda_run *r);
 /* params[g]: device memory holding group g's layout (zm_tensors) in dtype dt. grads[g]: device
  * fp32 group layouts into which gradients are ADDED, or grads == NULL for forward only.

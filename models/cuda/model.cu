@@ -63,6 +63,9 @@ struct zm_cuda_run {
     int B, BT, device, own_stream;
     zinc_dtype dt;
     zm_cuda_kernels kernels;
+    /* activation checkpointing (gpt.h's zm_acts_create): the layers share one set of activations
+     * but x, recomputed by block_backward unless it holds that layer's (inner_layer; -1 none) */
+    int checkpoint, inner_layer;
     cudaStream_t stream;
     cublasHandle_t blas;
     layer_acts *layer;                  /* [L] */
@@ -223,14 +226,16 @@ zinc_status embed_forward(zm_cuda_run *r, const views &w)
     return ZINC_OK;
 }
 
-zinc_status block_forward(zm_cuda_run *r, int l, const views &w)
+/* Block l's forward from layer[l].x into xout; xout NULL stops before the output projection (the
+ * recomputation of a checkpointed block for its backward). */
+zinc_status block_fwd(zm_cuda_run *r, int l, const views &w, float *xout)
 {
     layer_acts *la = &r->layer[l];
     int D = r->s.D, BT = r->BT, dt = r->dt;
     size_t nD = (size_t)BT * D;
     cudaStream_t st = r->stream;
-    float *xout = l + 1 < r->s.L ? r->layer[l + 1].x : r->xfinal;
     const void *a = NULL;
+    r->inner_layer = l;
     const zm_cuda_phase cast = ZM_PH_FWD_CAST;
     PH(FWD_LN, CU(zmc_ln_fwd(la->ln1, la->ln1_mean, la->ln1_rstd, la->x, w.p[0], w.p[1], dt, BT,
                              D, st)));
@@ -247,10 +252,16 @@ zinc_status block_forward(zm_cuda_run *r, int l, const views &w)
     PH(FWD_FC, CK(mm_fwd(r, la->fch, a, w.p[8], BT, D, 4 * D)));
     PH(FWD_BIAS, CU(zmc_bias_res(la->fch, w.p[9], dt, NULL, BT, 4 * D, st)));
     PH(FWD_GELU, CU(zmc_gelu_fwd(la->fcg, la->fch, nD * 4, st)));
+    if (!xout) return ZINC_OK;
     CK(as_dt(r, cast, la->fcg, nD * 4, r->cast_a, &a));
     PH(FWD_FCPROJ, CK(mm_fwd(r, xout, a, w.p[10], BT, 4 * D, D)));
     PH(FWD_BIAS, CU(zmc_bias_res(xout, w.p[11], dt, la->xmid, BT, D, st)));
     return ZINC_OK;
+}
+
+zinc_status block_forward(zm_cuda_run *r, int l, const views &w)
+{
+    return block_fwd(r, l, w, l + 1 < r->s.L ? r->layer[l + 1].x : r->xfinal);
 }
 
 /* zm_head: final LayerNorm, logits, loss rows (downloaded to host_losses), and with g their
@@ -284,6 +295,9 @@ zinc_status block_backward(zm_cuda_run *r, int l, const views &w, const views &g
     cudaStream_t st = r->stream;
     const void *x = NULL, *dy = NULL;
     const zm_cuda_phase cast = ZM_PH_BWD_CAST;
+    /* Checkpointing: the forward's kernels again on the same input, the same values (the last
+     * layer's are still there from the forward). Timed as forward phases. */
+    if (r->checkpoint && r->inner_layer != l) CK(block_fwd(r, l, w, NULL));
     /* x_out = xmid + fcp(gelu(fc(ln2(xmid)))): dres is d x_out and stays as the residual part */
     CK(as_dt(r, cast, r->dres, nD, r->cast_b, &dy));
     CK(as_dt(r, cast, la->fcg, nD * 4, r->cast_a, &x));
@@ -365,9 +379,11 @@ zinc_status run_alloc(zm_cuda_run *r)
     size_t part = fast(r) ? (size_t)ZM_CS_MAX_CHUNKS * 4 * D : 0;
     /* every piece starts on a 256-byte boundary (cuBLAS's fast paths want 16) */
 #define PAD(n) (((n) + 63) / 64 * 64)
-    size_t per_layer = PAD(BT * D) * 6 + PAD(BT) * 4 + PAD(BT * 3 * D) + PAD(att) + PAD(lse) +
-                       PAD(BT * 4 * D) * 2;
-    size_t total = per_layer * (size_t)s->L + PAD(BT * D) * 4 + PAD(BT) * 3 + PAD(BT * s->V) +
+    /* per layer: its input x, and the rest (one shared set when checkpointing) */
+    size_t inner = PAD(BT * D) * 5 + PAD(BT) * 4 + PAD(BT * 3 * D) + PAD(att) + PAD(lse) +
+                   PAD(BT * 4 * D) * 2;
+    size_t sets = s->L == 0 ? 0 : r->checkpoint ? 1 : (size_t)s->L;
+    size_t total = PAD(BT * D) * (size_t)s->L + inner * sets + PAD(BT * D) * 4 + PAD(BT) * 3 + PAD(BT * s->V) +
                    PAD(BT * 3 * D) + PAD(BT * 4 * D) + PAD(att) + PAD(lse) + PAD(part);
     r->layer = (layer_acts *)calloc((size_t)s->L + 1, sizeof *r->layer);
     if (!r->layer) return zerr_thread(ZINC_ERR_NOMEM, "CUDA model: out of host memory");
@@ -379,6 +395,11 @@ zinc_status run_alloc(zm_cuda_run *r)
 #define TAKE(n) ((n) ? (p += PAD(n), p - PAD(n)) : NULL)
     for (int l = 0; l < s->L; l++) {
         layer_acts *la = &r->layer[l];
+        if (l > 0 && r->checkpoint) {
+            *la = r->layer[0];
+            la->x = TAKE(BT * D);
+            continue;
+        }
         la->x = TAKE(BT * D);
         la->ln1 = TAKE(BT * D);
         la->ln1_mean = TAKE(BT);
@@ -431,7 +452,7 @@ zinc_status run_alloc(zm_cuda_run *r)
 
 /* A run on `device` with `stream` (NULL: a stream of its own). */
 zinc_status run_create(const zm_spec *s, int B, zinc_dtype dt, zm_cuda_kernels kernels,
-                       int device, cudaStream_t stream, zm_cuda_run **out)
+                       int checkpoint, int device, cudaStream_t stream, zm_cuda_run **out)
 {
     *out = NULL;
     if (B < 1 || (int64_t)B * s->H > 65535 || (int64_t)B * s->T > (1 << 24))
@@ -450,6 +471,8 @@ zinc_status run_create(const zm_spec *s, int B, zinc_dtype dt, zm_cuda_kernels k
     r->BT = B * s->T;
     r->dt = dt;
     r->kernels = kernels;
+    r->checkpoint = checkpoint != 0;
+    r->inner_layer = -1;
     r->device = device;
     zinc_status st = ZINC_OK;
     cudaError_t ce = cudaSetDevice(device);
@@ -489,9 +512,10 @@ fail:
 /* ---- plain buffers ----------------------------------------------------------------------------- */
 
 extern "C" zinc_status zm_cuda_run_create(const zm_spec *s, int B, zinc_dtype dt,
-                                          zm_cuda_kernels kernels, int device, zm_cuda_run **out)
+                                          zm_cuda_kernels kernels, int checkpoint, int device,
+                                          zm_cuda_run **out)
 {
-    return run_create(s, B, dt, kernels, device, NULL, out);
+    return run_create(s, B, dt, kernels, checkpoint, device, NULL, out);
 }
 
 extern "C" void zm_cuda_run_destroy(zm_cuda_run *r)
@@ -566,7 +590,8 @@ struct zm_cuda_model {
 };
 
 extern "C" zinc_status zm_cuda_model_create(zinc_engine_t *e, const zm_spec *s, int B,
-                                            zm_cuda_kernels kernels, zm_cuda_model **out)
+                                            zm_cuda_kernels kernels, int checkpoint,
+                                            zm_cuda_model **out)
 {
     *out = NULL;
     cudaStream_t stream = (cudaStream_t)zinc_engine_cuda_stream(e);
@@ -590,7 +615,7 @@ extern "C" zinc_status zm_cuda_model_create(zinc_engine_t *e, const zm_spec *s, 
         zerr_thread(st, "CUDA model: out of host memory");
         goto fail;
     }
-    st = run_create(s, B, m->dt, kernels, device, stream, &m->run);
+    st = run_create(s, B, m->dt, kernels, checkpoint, device, stream, &m->run);
     if (st != ZINC_OK) goto fail;
     {
         size_t n0 = (size_t)zm_group_numel(s, 0) * sizeof(float);
@@ -753,8 +778,9 @@ extern "C" size_t zm_cuda_model_bytes(const zm_cuda_model *m) { return m->bytes;
 /* The timer's pool: intervals one micro-step records, with room. Counted from micro_step: upload
  * 1; embedding group 3 forward and 4 backward; head 11; per layer 18 forward (2 engine, 2 ln,
  * 4 casts, 4 products, 4 bias, attention, gelu) and 24 backward (2 engine, 2 grads, 8 casts, 4
- * products, 4 bias, gelu, 2 ln, attention). */
-static int timer_pairs(const zm_spec *s) { return 64 + 48 * s->L; }
+ * products, 4 bias, gelu, 2 ln, attention), plus 13 for a checkpointed layer's recomputation
+ * (the forward's 16 kernels less the output projection's cast, product and bias). */
+static int timer_pairs(const zm_spec *s) { return 64 + 64 * s->L; }
 
 extern "C" zinc_status zm_cuda_model_timing(zm_cuda_model *m, int on)
 {

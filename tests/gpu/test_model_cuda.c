@@ -145,12 +145,13 @@ static int compare_group(const zm_spec *s, int g, const float *gpu, const float 
     return bad;
 }
 
-/* Gradients of one run of mode k, downloaded into out[g] (0.5 subtracted), loss into *loss.
- * The device gradients dG start at 0.5 (uploaded here), so a kernel that overwrites instead of
- * adding shows. Returns 0 on a setup failure (already reported). */
-static int gpu_grads(const zm_spec *s, int B, zinc_dtype dt, zm_cuda_kernels k, void *const *dP,
-                     float *const *dG, const uint16_t *tok, const uint16_t *tgt, float dloss,
-                     float *const *out, double *loss)
+/* Gradients of one run of mode k (activation checkpointing if ckpt), downloaded into out[g]
+ * (0.5 subtracted), loss into *loss. The device gradients dG start at 0.5 (uploaded here), so a
+ * kernel that overwrites instead of adding shows. Returns 0 on a setup failure (already
+ * reported). */
+static int gpu_grads(const zm_spec *s, int B, zinc_dtype dt, zm_cuda_kernels k, int ckpt,
+                     void *const *dP, float *const *dG, const uint16_t *tok, const uint16_t *tgt,
+                     float dloss, float *const *out, double *loss)
 {
     int NG = zm_group_count(s), ok = 1;
     for (int g = 0; g < NG && ok; g++) {
@@ -159,7 +160,7 @@ static int gpu_grads(const zm_spec *s, int B, zinc_dtype dt, zm_cuda_kernels k, 
         ok = cu_ok(cudaMemcpy(dG[g], out[g], n * 4, cudaMemcpyHostToDevice), "upload");
     }
     zm_cuda_run *run = NULL;
-    if (ok) ZT_OK(zm_cuda_run_create(s, B, dt, k, 0, &run));
+    if (ok) ZT_OK(zm_cuda_run_create(s, B, dt, k, ckpt, 0, &run));
     if (!run) return 0;
     ZT_OK(zm_cuda_forward_backward(run, dP, dG, tok, tgt, dloss, loss));
     zm_cuda_run_destroy(run);
@@ -184,7 +185,7 @@ static void check_plain(const char *spec, int B, zinc_dtype dt, uint64_t seed)
     int NG = zm_group_count(&s), BT = B * s.T;
     ZT_CHECK(NG <= MAXG, "too many groups");
     zt_rng rng = {seed};
-    float *P[MAXG] = {0}, *G[MAXG] = {0}, *Gk[2][MAXG] = {{0}};
+    float *P[MAXG] = {0}, *G[MAXG] = {0}, *Gk[2][MAXG] = {{0}}, *Gc[MAXG] = {0};
     void *dP[MAXG] = {0};
     float *dG[MAXG] = {0};
     uint16_t *tok = malloc((size_t)BT * 2), *tgt = malloc((size_t)BT * 2);
@@ -199,8 +200,9 @@ static void check_plain(const char *spec, int B, zinc_dtype dt, uint64_t seed)
         G[g] = calloc(n, 4);
         Gk[0][g] = malloc(n * 4);
         Gk[1][g] = malloc(n * 4);
+        Gc[g] = malloc(n * 4);
         void *h = malloc(n * es);
-        ok = P[g] && G[g] && Gk[0][g] && Gk[1][g] && h;
+        ok = P[g] && G[g] && Gk[0][g] && Gk[1][g] && Gc[g] && h;
         if (ok) {
             random_group(&rng, &s, g, dt, P[g]);
             to_dtype(h, P[g], dt, n);
@@ -214,14 +216,25 @@ static void check_plain(const char *spec, int B, zinc_dtype dt, uint64_t seed)
     const float dloss = 1.75f; /* a loss multiplier other than 1 (as with loss scaling) */
     zm_acts *acts = NULL;
     double lk[2] = {NAN, NAN}, lc = NAN;
-    if (ok) ZT_OK(zm_acts_create(&s, B, 2, &acts));
+    if (ok) ZT_OK(zm_acts_create(&s, B, 2, 0, &acts));
     if (acts) lc = zm_forward_backward(acts, P, G, tok, tgt, dloss);
     const zm_cuda_kernels modes[2] = {ZM_CUDA_EXACT, ZM_CUDA_FAST};
     int done[2] = {0, 0};
     for (int k = 0; k < 2 && acts; k++) {
         const char *mode = zm_cuda_kernels_name(modes[k]);
-        done[k] = gpu_grads(&s, B, dt, modes[k], dP, dG, tok, tgt, dloss, Gk[k], &lk[k]);
+        done[k] = gpu_grads(&s, B, dt, modes[k], 0, dP, dG, tok, tgt, dloss, Gk[k], &lk[k]);
         if (!done[k]) continue;
+        /* Activation checkpointing recomputes each block's activations with the same kernels
+         * from the same input: the loss and every gradient bit for bit. */
+        double lck = NAN;
+        if (gpu_grads(&s, B, dt, modes[k], 1, dP, dG, tok, tgt, dloss, Gc, &lck)) {
+            int differ = 0;
+            for (int g = 0; g < NG; g++)
+                differ += memcmp(Gc[g], Gk[k][g], (size_t)zm_group_numel(&s, g) * 4) != 0;
+            ZT_CHECK(differ == 0 && lck == lk[k], "%s %s %s checkpointed: %d groups' gradients "
+                     "differ, loss %.17g against %.17g (want bit for bit)", spec,
+                     zinc_dtype_name(dt), mode, differ, lck, lk[k]);
+        }
         int exact = dt == ZINC_DTYPE_FP32 && !tile_attention(&s, modes[k]);
         double ltol = exact ? 1e-5 * fabs(lc) : 1e-2;
         ZT_CHECK(fabs(lk[k] - lc) <= ltol, "%s %s %s: loss gpu %.9g cpu %.9g (tolerance %.3g)",
@@ -251,6 +264,7 @@ static void check_plain(const char *spec, int B, zinc_dtype dt, uint64_t seed)
         free(G[g]);
         free(Gk[0][g]);
         free(Gk[1][g]);
+        free(Gc[g]);
         cudaFree(dP[g]);
         cudaFree(dG[g]);
     }
@@ -265,19 +279,19 @@ static void check_fast_limits(void)
     char err[256];
     ZT_CHECK(zm_spec_parse("L1-D256-H1-T8", &s, err, sizeof err) == 0, "%s", err);
     zm_cuda_run *run = NULL;
-    zinc_status st = zm_cuda_run_create(&s, 1, ZINC_DTYPE_FP32, ZM_CUDA_FAST, 0, &run);
+    zinc_status st = zm_cuda_run_create(&s, 1, ZINC_DTYPE_FP32, ZM_CUDA_FAST, 0, 0, &run);
     ZT_CHECK(st == ZINC_ERR_INVALID_ARG && !run && strstr(zinc_last_error(NULL), "128"),
              "fast mode with 256-channel heads: %s (%s)", zinc_status_string(st),
              zinc_last_error(NULL));
     zm_cuda_run_destroy(run);
 }
 
-/* A CUDA engine made from `cfg` with the model `spec` (micro-batch B, `kernels`) bound to it,
- * its timer on when `timing`, finalized and initialised from `seed`; *s the parsed spec. NULL,
- * the engine destroyed, after a reported failure. */
+/* A CUDA engine made from `cfg` with the model `spec` (micro-batch B, `kernels`, activation
+ * checkpointing if ckpt) bound to it, its timer on when `timing`, finalized and initialised from
+ * `seed`; *s the parsed spec. NULL, the engine destroyed, after a reported failure. */
 static zm_cuda_model *bound_model(const char *spec, const char *cfg, int B,
-                                  zm_cuda_kernels kernels, int timing, uint64_t seed, zm_spec *s,
-                                  zinc_engine_t **eout)
+                                  zm_cuda_kernels kernels, int ckpt, int timing, uint64_t seed,
+                                  zm_spec *s, zinc_engine_t **eout)
 {
     char err[256];
     *eout = NULL;
@@ -288,7 +302,7 @@ static zm_cuda_model *bound_model(const char *spec, const char *cfg, int B,
     zinc_engine_t *e = NULL;
     zm_cuda_model *m = NULL;
     ZT_OK(zinc_engine_create(&eo, &e));
-    if (e) ZT_OK(zm_cuda_model_create(e, s, B, kernels, &m));
+    if (e) ZT_OK(zm_cuda_model_create(e, s, B, kernels, ckpt, &m));
     if (m && timing) ZT_OK(zm_cuda_model_timing(m, 1));
     if (m) ZT_OK(zinc_finalize(e));
     if (m) ZT_OK(zm_cuda_model_init(m, seed));
@@ -309,7 +323,7 @@ static void check_engine(zm_cuda_kernels kernels)
                       " \"zero_optimization\": {\"stage\": 0}}";
     zm_spec s;
     zinc_engine_t *e = NULL;
-    zm_cuda_model *m = bound_model("L2-D32-H4-T16", cfg, B, kernels, 0, 7, &s, &e);
+    zm_cuda_model *m = bound_model("L2-D32-H4-T16", cfg, B, kernels, 0, 0, 7, &s, &e);
     if (!m) return;
     int NG = zm_group_count(&s), BT = B * s.T;
     uint16_t tok[2 * 16], tgt[2 * 16];
@@ -324,7 +338,7 @@ static void check_engine(zm_cuda_kernels kernels)
 
     float *P[MAXG] = {0}, *G[MAXG] = {0}, *Gd[MAXG] = {0};
     zm_acts *acts = NULL;
-    int ok = zm_acts_create(&s, B, 2, &acts) == ZINC_OK;
+    int ok = zm_acts_create(&s, B, 2, 0, &acts) == ZINC_OK;
     for (int g = 0; g < NG && ok; g++) {
         size_t n = (size_t)zm_group_numel(&s, g);
         P[g] = malloc(n * 4);
@@ -380,17 +394,18 @@ static void check_engine(zm_cuda_kernels kernels)
 /* One engine run of the timing check: 1 rank, ZeRO-3 bf16 (so the engine's gathers and
  * reductions queue work and every cast runs), micro-steps of a fixed batch each followed by
  * zinc_step; losses into loss[steps]. With timing on, the sums restart after the first step and
- * *wall_s is the host time around the other micro-steps. Returns the model, still bound (the
- * caller reads the timer, then frees model and engine), or NULL after a reported failure. */
-static zm_cuda_model *timed_run(zm_cuda_kernels kernels, int timing, int steps, double *loss,
-                                double *wall_s, zinc_engine_t **eout)
+ * *wall_s is the host time around the other micro-steps. ckpt: activation checkpointing.
+ * Returns the model, still bound (the caller reads the timer, then frees model and engine), or
+ * NULL after a reported failure. */
+static zm_cuda_model *timed_run(zm_cuda_kernels kernels, int ckpt, int timing, int steps,
+                                double *loss, double *wall_s, zinc_engine_t **eout)
 {
     const char *cfg = "{\"train_micro_batch_size_per_gpu\": 4, \"bf16\": {\"enabled\": true},"
                       " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.001}},"
                       " \"zero_optimization\": {\"stage\": 3}}";
     zm_spec s;
     zinc_engine_t *e = NULL;
-    zm_cuda_model *m = bound_model("L2-D128-H2-T64", cfg, 4, kernels, timing, 11, &s, &e);
+    zm_cuda_model *m = bound_model("L2-D128-H2-T64", cfg, 4, kernels, ckpt, timing, 11, &s, &e);
     enum { BT = 4 * 64 };
     uint16_t tok[BT], tgt[BT];
     zt_rng rng = {5};
@@ -423,14 +438,24 @@ static void check_timing(zm_cuda_kernels kernels)
     const char *mode = zm_cuda_kernels_name(kernels);
     double off[STEPS], on[STEPS], wall_off, wall = 0.0;
     zinc_engine_t *e = NULL;
-    zm_cuda_model *m = timed_run(kernels, 0, STEPS, off, &wall_off, &e);
+    zm_cuda_model *m = timed_run(kernels, 0, 0, STEPS, off, &wall_off, &e);
     double ms[ZM_PH_COUNT] = {0};
     long long n[ZM_PH_COUNT] = {0}, micro = 0;
     ZT_CHECK(m && zm_cuda_model_timing_read(m, ms, n, &micro) == ZINC_ERR_INVALID_ARG,
              "timing %s: reading a timer that is off must be refused", mode);
     zm_cuda_model_destroy(m);
     zinc_engine_destroy(e);
-    m = timed_run(kernels, 1, STEPS, on, &wall, &e);
+    /* With activation checkpointing (and the timer, whose pool must hold the recomputation's
+     * intervals too): the same losses over steps at stage 3, bit for bit. */
+    double ck[STEPS], wall_ck;
+    m = timed_run(kernels, 1, 1, STEPS, ck, &wall_ck, &e);
+    int ran = m != NULL;
+    zm_cuda_model_destroy(m);
+    zinc_engine_destroy(e);
+    for (int i = 0; ran && i < STEPS; i++)
+        ZT_CHECK(ck[i] == off[i], "timing %s: micro-step %d loss %.17g checkpointed, %.17g "
+                 "without (want bit for bit)", mode, i, ck[i], off[i]);
+    m = timed_run(kernels, 0, 1, STEPS, on, &wall, &e);
     if (!m) return;
     ZT_OK(zm_cuda_model_timing_read(m, ms, n, &micro));
     zm_cuda_model_destroy(m);
@@ -449,7 +474,8 @@ static void check_timing(zm_cuda_kernels kernels)
     double ratio = sum / (1e3 * wall);
     ZT_CHECK(ratio >= 0.5 && ratio <= 1.05, "timing %s: phases sum to %.3f ms, %.3f of the "
              "micro-steps' wall time %.3f ms (want 0.5 to 1.05)", mode, sum, ratio, 1e3 * wall);
-    printf("timing (%s kernels, L2-D128-H2-T64 B4 bf16 stage 3): losses bitwise as without; "
+    printf("timing (%s kernels, L2-D128-H2-T64 B4 bf16 stage 3): losses bitwise as without it "
+           "and with activation checkpointing; "
            "phases %.3f ms = %.3f of the wall time %.3f ms over %lld micro-steps\n", mode, sum,
            ratio, 1e3 * wall, micro);
 }

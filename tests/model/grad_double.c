@@ -59,7 +59,7 @@ void *zmd_acts_new(const char *spec, int B)
     char err[256];
     zm_acts *a = NULL;
     if (zm_spec_parse(spec, &s, err, sizeof err) != 0) return NULL;
-    if (zm_acts_create(&s, B, 1, &a) != ZINC_OK) return NULL;
+    if (zm_acts_create(&s, B, 1, 0, &a) != ZINC_OK) return NULL;
     return a;
 }
 

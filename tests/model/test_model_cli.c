@@ -151,7 +151,8 @@ int main(void)
     expect_usage_error("plot nopoints.jsonl", "no {\"step\"");
     char *out;
     ZT_CHECK(run("train --help", NULL, &out) == 0 && strstr(out, "usage: zinc train") &&
-                 strstr(out, "--gpu-timing"), "--help");
+                 strstr(out, "--gpu-timing") && strstr(out, "--activation-checkpointing"),
+             "--help");
     free(out);
 
     /* fp16 at stage 1 with the loss scale starting at its minimum (2^30): the first step
@@ -199,6 +200,32 @@ int main(void)
     rc = run("train " SMALL " --steps 2 --data text.txt", &err, NULL);
     ZT_CHECK(rc == 0, "text data: exit %d: %s", rc, err);
     free(err);
+
+    /* --activation-checkpointing: the same losses bit for bit (printed to 17 digits in the
+     * metrics), fewer model bytes in the summary (a 3-layer model: two blocks share one set) */
+    {
+        char *o1, *o2;
+        const char *base = "train --model L3-D16-H2-T16 --ranks 2 --steps 4 --seed 4 --config "
+                           ZINC_SOURCE_DIR "/configs/zero3_bf16.json";
+        char args[512];
+        snprintf(args, sizeof args, "%s --metrics ck0.jsonl", base);
+        int rc1 = run(args, NULL, &o1);
+        snprintf(args, sizeof args, "%s --activation-checkpointing --metrics ck1.jsonl", base);
+        int rc2 = run(args, NULL, &o2);
+        char *a = loss_at("ck0.jsonl", 4), *b = loss_at("ck1.jsonl", 4);
+        ZT_CHECK(rc1 == 0 && rc2 == 0 && a[0] && !strcmp(a, b),
+                 "--activation-checkpointing: exit %d/%d, loss at step 4 '%s' vs '%s'", rc1, rc2,
+                 b, a);
+        const char *m1 = strstr(o1, "+ model "), *m2 = strstr(o2, "+ model ");
+        double b1 = m1 ? parse_bytes(m1 + 8) : -1, b2 = m2 ? parse_bytes(m2 + 8) : -1;
+        ZT_CHECK(b2 > 0 && b2 < 0.8 * b1 && strstr(o2, "activation checkpointing: each block"),
+                 "--activation-checkpointing: model bytes %.0f against %.0f without (%s)", b2,
+                 b1, m2 ? m2 : o2);
+        free(a);
+        free(b);
+        free(o1);
+        free(o2);
+    }
 
     /* managed_gradient_accumulation false: the trainer ends the inner micro-steps with
      * zinc_micro_step and the window with zinc_step, so the run is the managed one bit for bit */

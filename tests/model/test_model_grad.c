@@ -16,8 +16,8 @@
  *     measured exactly on the double instance with the same h (|fd64(h) - g64|, times 1.5),
  *     plus the rounding of two fp32 loss evaluations, 2 * 4 ulp(L) / (2h).
  *
- * Also: results do not depend on the thread count (bitwise), and the fp16/bf16 conversions of
- * models/half.h against brute force.
+ * Also: results do not depend on the thread count (bitwise), activation checkpointing changes
+ * no bit of them, and the fp16/bf16 conversions of models/half.h against brute force.
  */
 #include <math.h>
 #include <stdio.h>
@@ -148,8 +148,8 @@ static void check_fp32_fd(zm_acts *a, void *ad)
 static void check_threads(void)
 {
     zm_acts *a1, *a3;
-    ZT_OK(zm_acts_create(&S, B, 1, &a1));
-    ZT_OK(zm_acts_create(&S, B, 3, &a3));
+    ZT_OK(zm_acts_create(&S, B, 1, 0, &a1));
+    ZT_OK(zm_acts_create(&S, B, 3, 0, &a3));
     float *g1[16], *g3[16];
     int same = 1;
     for (int g = 0; g < NG; g++) {
@@ -166,6 +166,39 @@ static void check_threads(void)
     ZT_CHECK(l1 == l3 && same, "1 thread and 3 threads differ (loss %.9g vs %.9g)", l1, l3);
     zm_acts_destroy(a1);
     zm_acts_destroy(a3);
+}
+
+/* Activation checkpointing (zm_acts_create's checkpoint): the loss and every gradient bit for bit
+ * as without, and the activations smaller by the L-1 sets of a layer's activations but x. */
+static void check_checkpointing(void)
+{
+    zm_acts *plain, *ck;
+    ZT_OK(zm_acts_create(&S, B, 2, 0, &plain));
+    ZT_OK(zm_acts_create(&S, B, 2, 1, &ck));
+    float *gp[16], *gc[16];
+    for (int g = 0; g < NG; g++) {
+        gp[g] = calloc((size_t)zm_group_numel(&S, g), sizeof(float));
+        gc[g] = calloc((size_t)zm_group_numel(&S, g), sizeof(float));
+    }
+    double lp = zm_forward_backward(plain, P32, gp, tok, tgt, 1.0f);
+    double lc = zm_forward_backward(ck, P32, gc, tok, tgt, 1.0f);
+    int differ = 0;
+    for (int g = 0; g < NG; g++) {
+        differ += memcmp(gp[g], gc[g], (size_t)zm_group_numel(&S, g) * sizeof(float)) != 0;
+        free(gp[g]);
+        free(gc[g]);
+    }
+    ZT_CHECK(lp == lc && differ == 0, "checkpointing: loss %.9g vs %.9g, %d groups' gradients "
+             "differ (want bit for bit)", lc, lp, differ);
+    size_t BT = (size_t)B * S.T, D = (size_t)S.D;
+    size_t inner = BT * D * 5 + BT * 4 + BT * 3 * D + (size_t)B * S.H * S.T * S.T + BT * 8 * D;
+    size_t saved = zm_acts_bytes(plain) - zm_acts_bytes(ck);
+    ZT_CHECK(saved == (size_t)(S.L - 1) * inner * sizeof(float), "checkpointing saves %zu bytes, "
+             "want (L-1) x %zu", saved, inner * sizeof(float));
+    printf("checkpointing: loss and gradients bit for bit, activations %zu -> %zu bytes\n",
+           zm_acts_bytes(plain), zm_acts_bytes(ck));
+    zm_acts_destroy(plain);
+    zm_acts_destroy(ck);
 }
 
 /* Brute force: the representable 16-bit value nearest to f (ties to even mantissa). */
@@ -232,7 +265,7 @@ int main(void)
         tgt[i] = (uint16_t)(zt_next(&r) % 256);
     }
     zm_acts *a;
-    ZT_OK(zm_acts_create(&S, B, 2, &a));
+    ZT_OK(zm_acts_create(&S, B, 2, 0, &a));
     void *ad = zmd_acts_new(SPEC, B);
     ZT_CHECK(ad != NULL, "double instance");
     double l32 = zm_forward_backward(a, P32, G32, tok, tgt, 1.0f);
@@ -244,6 +277,7 @@ int main(void)
     check_fp32_vs_double();
     check_fp32_fd(a, ad);
     check_threads();
+    check_checkpointing();
     check_half();
 
     zm_acts_destroy(a);

@@ -53,7 +53,7 @@ static void rank_fn(int rank, void *arg)
     zinc_engine_options_t o = {.config_json = j->config_json, .world = sh->world, .rank = rank,
                                .threads = 1};
     TRY(zinc_engine_create(&o, &e));
-    TRY(zm_model_create(e, &sp, sh->B, 1, &m));
+    TRY(zm_model_create(e, &sp, sh->B, 1, j->checkpoint, &m));
     TRY(zinc_finalize(e));
     TRY(zm_model_init(m, j->init_seed ? j->init_seed : j->seed));
     blob_t blob = {0, 0};

@@ -25,6 +25,7 @@ typedef struct {
     int save_at;
     const char *resume_dir;     /* resume from resume_dir/resume_tag before training */
     const char *resume_tag;
+    int checkpoint;             /* the model's activation checkpointing (zm_model_create) */
     /* The checkpoint calls (zinc_ckpt_save/_wait/_load), set by tests that save or resume, so
      * that a test that does neither links without the checkpoint module. */
     zinc_status (*ckpt_save)(zinc_engine_t *, const char *, const char *,
