@@ -122,13 +122,13 @@ say() { echo "$*" >>"$summary"; }
 # and 4 short zinc train runs, about a minute. e2e: 3 models x (zinc exact, zinc fast, torch)
 # of 30 steps; the exact L24-D1024-T1024 run alone is ~40 s (1.2 s a step on the H100), the fast
 # kernels have not run anywhere yet: 420 s, to be measured (140 s a model: ZINC_E2E_MODELS,
-# gpu_session.sh, names fewer). (The zinc runs' --gpu-timing records
+# gpu_session.sh, names fewer; ZINC_E2E_CKPT=1 adds a checkpointed run, ~50 s a model). (The zinc runs' --gpu-timing records
 # ~2 events per phase, ~2,000 a step for L24: milliseconds against a step of ~1 s; no change.)
 estimate() {
     case "$1" in
         env) echo 15 ;; ctest) echo 110 ;; python) echo 80 ;; offload) echo 20 ;;
         sanitize) echo 70 ;; train) echo 240 ;; adam) echo 120 ;; profile) echo 150 ;;
-        e2e) echo $((140 * $(echo ${ZINC_E2E_MODELS:-a b c} | wc -w))) ;;
+        e2e) echo $(((140 + ${ZINC_E2E_CKPT:-0} * 50) * $(echo ${ZINC_E2E_MODELS:-a b c} | wc -w))) ;;
         example) echo 30 ;; mpi2) echo 60 ;; pycuda) echo 50 ;;
         gpu_torch) echo "$gpu_torch_budget" ;;
     esac

@@ -22,7 +22,8 @@
 #            kernels (--gpu-kernels), and bench/torch_gpt.py (the same model in PyTorch: eager,
 #            bf16 autocast, fused AdamW) on the same GPU; the zinc runs with --gpu-timing, whose
 #            per-phase tables are copied into the summary; ZINC_E2E_MODELS="L12-D768-H12-T512:8"
-#            (MODEL:MICRO_BATCH, space-separated) runs only those models
+#            (MODEL:MICRO_BATCH, space-separated) runs only those models; ZINC_E2E_CKPT=1 adds
+#            a fast run with --activation-checkpointing per model (losses compared bit for bit)
 #   offload  docs/cuda.md item 10: zinc train with offload_optimizer (cpu, pinned) against the
 #            same run without, 1 and 2 ranks: the losses and the exported weights must be the
 #            same bits, and the step times of both are printed (bench/gpu_compare.py offload)
@@ -211,7 +212,29 @@ phase_e2e() {
         step "e2e-zinc-fast-$m" 300 "$zinc" train --device cuda --gpu-kernels fast --gpu-timing \
             --ranks 1 --steps 30 --model "$m" --micro-batch "$b" --config "$(cfg 2 bf16)" \
             --metrics "$d/zinc-fast-$m.jsonl"
-        for k in zinc zinc-fast; do
+        local kinds="zinc zinc-fast"
+        # ZINC_E2E_CKPT=1: also the fast run with --activation-checkpointing (its losses must be
+        # the fast run's, bit for bit; its tokens/s and per-phase table give the recomputation's
+        # cost on a GPU). Off by default: one more 30-step run per model.
+        if [ "${ZINC_E2E_CKPT:-0}" = 1 ]; then
+            step "e2e-zinc-fast-ckpt-$m" 300 "$zinc" train --device cuda --gpu-kernels fast \
+                --activation-checkpointing --gpu-timing --ranks 1 --steps 30 --model "$m" \
+                --micro-batch "$b" --config "$(cfg 2 bf16)" --metrics "$d/zinc-fast-ckpt-$m.jsonl"
+            kinds="$kinds zinc-fast-ckpt"
+            "$py" - "$d/zinc-fast-$m.jsonl" "$d/zinc-fast-ckpt-$m.jsonl" >>"$summary" <<'PYEOF'
+import json, sys
+def losses(path):
+    try:
+        return [(o["step"], o["loss"]) for o in map(json.loads, open(path)) if "loss" in o]
+    except (OSError, ValueError) as e:
+        return str(e)
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+same = isinstance(a, list) and a and a == b
+print(f"activation checkpointing, fast kernels: losses {'the same bits' if same else 'DIFFER'}"
+      f" ({len(a) if isinstance(a, list) else a} against {len(b) if isinstance(b, list) else b} logged steps)")
+PYEOF
+        fi
+        for k in $kinds; do
             { echo "$k $m:"; sed -n '/^gpu timing: /,/^  measured step/p' "$out/e2e-$k-$m.log"; } \
                 >>"$summary"
         done
