@@ -287,11 +287,17 @@ ZM_FT static inline void zm_ft_fwd_block(zm_flash_shape g, const float *qkv, flo
             const int t = q0 + r;
             const float *sr = w.s + r * ZM_FT_BC;
             float mo = w.m[r], mx = mo, sum = 0.0f;
-            for (int j = 0; j < ZM_FT_BC; j++)
+            /* Row r starts at column r: rows are 64 floats (256 B) apart, so one column of every
+             * row lies in one shared-memory bank, and the 32 lanes of a warp walking the columns
+             * in step would all hit it (a 32-way conflict); rotated, they hit 32 banks. */
+            for (int jj = 0; jj < ZM_FT_BC; jj++) {
+                const int j = (jj + r) % ZM_FT_BC;
                 if (zm_ft_visible(t, k0 + j, g.T)) mx = fmaxf(mx, g.scale * sr[j]);
+            }
             /* exp(-inf) = 0 on the first tile; a row with no visible key keeps c = 1, p = 0 */
             float c = mx == -INFINITY ? 1.0f : expf(mo - mx);
-            for (int j = 0; j < ZM_FT_BC; j++) {
+            for (int jj = 0; jj < ZM_FT_BC; jj++) {
+                const int j = (jj + r) % ZM_FT_BC;
                 float p = zm_ft_visible(t, k0 + j, g.T) ? expf(g.scale * sr[j] - mx) : 0.0f;
                 sum += p;
                 w.p[r * ZM_FT_BC + j] = zm_ft_bf16(p);
