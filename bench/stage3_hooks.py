@@ -9,7 +9,8 @@ compute is a few milliseconds, so what stage 3 adds over stage 2 is mostly the f
 Python per gather and hand-over, the part a GPU step pays on its host. Prints one JSON line: the
 median and minimum step time and the median of engine.hook_seconds() per step. --tree DIR
 imports zinc from DIR/python (another checkout, for a side-by-side run of two versions:
-alternate the two a few times, the machine's load moves). Needs torch and transformers.
+alternate the two a few times, the machine's load moves). Needs torch and transformers; the
+model and its training come from zinc_gpt2.py.
 """
 import argparse
 import json
@@ -27,25 +28,13 @@ def main():
     a = ap.parse_args()
     sys.path.insert(0, os.path.join(a.tree, "python"))
     import torch
-    import transformers
     import zinc
+    from zinc_gpt2 import zinc_gpt2
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    cfg = transformers.GPT2Config(n_layer=12, n_embd=32, n_head=2, vocab_size=64, n_positions=16,
-                                  bos_token_id=0, eos_token_id=0)
-    model = transformers.GPT2LMHeadModel(cfg)
-    ds = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1,
-          "steps_per_print": 1 << 30, "gradient_clipping": 1.0,
-          "optimizer": {"type": "AdamW", "params": {"lr": 3e-4}}, "bf16": {"enabled": True},
-          "zero_optimization": {"stage": a.stage, "stage3_param_persistence_threshold": 0}}
-    engine, _, _, _ = zinc.initialize(model=model, model_parameters=model.parameters(),
-                                      config=ds, dist_init_required=False)
-    x = torch.randint(0, 64, (1, 16), generator=torch.Generator().manual_seed(1))
-
-    def step():
-        out = engine(input_ids=x, labels=x)
-        engine.backward(out.loss)
-        engine.step()
+    engine, step, _ = zinc_gpt2(zinc, dict(n_layer=12, n_embd=32, n_head=2, vocab_size=64,
+                                           n_positions=16), micro=1,
+                                zero={"stage": a.stage, "stage3_param_persistence_threshold": 0})
     for _ in range(3):
         step()
     times, hooks = [], []

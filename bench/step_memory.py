@@ -31,28 +31,13 @@ def main():
     a = ap.parse_args()
     sys.path.insert(0, os.path.join(a.tree, "python"))
     import torch
-    import transformers
     from torch.profiler import ProfilerActivity, profile
+    from zinc_gpt2 import zinc_gpt2
     torch.manual_seed(0)
     torch.set_num_threads(2)
-    cfg = transformers.GPT2Config(n_layer=6, n_embd=256, n_head=4, vocab_size=8192,
-                                  n_positions=256, bos_token_id=0, eos_token_id=0)
-    model = transformers.GPT2LMHeadModel(cfg)
-    params = sum(p.numel() for p in model.parameters())     # before stage 3 empties them
-    ds = {"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1,
-          "steps_per_print": 1 << 30, "gradient_clipping": 1.0,
-          "optimizer": {"type": "AdamW", "params": {"lr": 3e-4}}, "bf16": {"enabled": True},
-          "zero_optimization": {"stage": a.stage}}
     import zinc
-    engine, _, _, _ = zinc.initialize(model=model, model_parameters=model.parameters(),
-                                      config=ds, dist_init_required=False)
-    x = torch.randint(0, 8192, (4, 256), generator=torch.Generator().manual_seed(1))
-
-    def step():
-        out = engine(input_ids=x, labels=x)
-        engine.backward(out.loss)
-        engine.step()
-        return float(out.loss)
+    engine, step, params = zinc_gpt2(zinc, dict(n_layer=6, n_embd=256, n_head=4, vocab_size=8192,
+                                                n_positions=256), micro=4, zero={"stage": a.stage})
     step()
     step()
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
