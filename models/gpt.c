@@ -230,8 +230,9 @@ zinc_status zm_acts_create(const zm_spec *s, int B, int threads, int checkpoint,
     a->checkpoint = checkpoint != 0;
     a->inner_layer = -1;
     size_t BT = (size_t)B * s->T, D = (size_t)s->D, H = (size_t)s->H, T = (size_t)s->T;
-    /* per layer: its input x, and the rest (one shared set when checkpointing) */
-    size_t inner = BT * D * 5 + BT * 4 + BT * 3 * D + (size_t)B * H * T * T + BT * 8 * D;
+    /* per layer: its input x, and the rest (one shared set when checkpointing): ln1, atty, xmid,
+     * ln2; the four statistics; qkv; att; fch, fcg */
+    size_t inner = BT * D * 4 + BT * 4 + BT * 3 * D + (size_t)B * H * T * T + BT * 8 * D;
     size_t sets = s->L == 0 ? 0 : a->checkpoint ? 1 : (size_t)s->L;
     size_t total = BT * D * (size_t)s->L + inner * sets + BT * D * 2 + BT * 3 +
                    BT * (size_t)s->V + BT * D * 2 + BT * 3 * D + BT * 4 * D;
@@ -276,6 +277,10 @@ zinc_status zm_acts_create(const zm_spec *s, int B, int threads, int checkpoint,
     a->dqkv = TAKE(BT * 3 * D);
     a->dfc = TAKE(BT * 4 * D);
 #undef TAKE
+    if (p != a->block + total) { /* the sum above and the pieces taken disagree */
+        zm_acts_destroy(a);
+        return ZINC_ERR_INTERNAL;
+    }
     /* Attention rows beyond t are never written; zero them once so the buffer is defined. */
     memset(a->block, 0, a->bytes);
     *out = a;

@@ -128,9 +128,6 @@ double zm_forward_backward(zm_acts *a, float *const *params, float *const *grads
 
 typedef struct zm_model zm_model;
 
-/* Registers groups and parameters with e (before zinc_finalize) in the engine's dtype and
- * allocates the fp32 scratch and activations for micro-batches of B sequences (checkpoint: as
- * zm_acts_create's). */
 /* Registers the model's groups ("embed", "h0", "h1", ...) and their tensors with an engine in
  * zm_tensors() order — what both the CPU and the CUDA model register. Fills gid[ngroups],
  * first[ngroups + 1] (a group's first entry in pid), pid[] (engine ids) and tensors[] (layouts),
@@ -138,6 +135,9 @@ typedef struct zm_model zm_model;
 zinc_status zm_register(zinc_engine_t *e, const zm_spec *s, zinc_dtype dt, int *gid, int *first,
                         int *pid, zm_tensor *tensors, int *nparams);
 
+/* Registers groups and parameters with e (before zinc_finalize) in the engine's dtype and
+ * allocates the fp32 scratch and activations for micro-batches of B sequences (checkpoint: as
+ * zm_acts_create's). */
 zinc_status zm_model_create(zinc_engine_t *e, const zm_spec *s, int B, int threads,
                             int checkpoint, zm_model **out);
 void zm_model_destroy(zm_model *m);

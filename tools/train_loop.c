@@ -179,8 +179,8 @@ static void *rank_main(void *arg)
                      isatty(STDOUT_FILENO) && !o->mpi, 0.0, 0.0};
     double t0 = train_now_s();
     /* --gpu-timing: the sums restart after the run's first step (cuBLAS's and the kernels' first
-     * calls), unless it is the only one; zstep_s: zinc_step's host time over the run */
-    double t_timed = t0, zstep_s = 0.0, zstep_timed = 0.0;
+     * calls), unless it is the only one; zstep_s: zinc_step's host time since the sums began */
+    double t_timed = t0, zstep_s = 0.0;
     if (rank == 0) r->timed_from = blob.steps + 1;
     while (blob.steps < r->stop_at) {
         zinc_step_info_t info = {0};
@@ -246,7 +246,7 @@ static void *rank_main(void *arg)
             zm_cuda_model_timing_reset(m.cuda);
             r->timed_from = blob.steps + 1;
             t_timed = train_now_s();
-            zstep_timed = zstep_s;
+            zstep_s = 0.0;
         }
     }
     if (rank == 0) {
@@ -261,7 +261,7 @@ static void *rank_main(void *arg)
         }
         r->timed = 1;
         r->timed_wall_s = train_now_s() - t_timed;
-        r->timed_zstep_s = zstep_s - zstep_timed;
+        r->timed_zstep_s = zstep_s;
     }
 
     /* Final weights (collective gets), for the caller's comparisons. */

@@ -78,12 +78,15 @@ void train_print_summary(const run_t *r, zinc_engine_t *e, int ntensors, size_t 
         if (alloc[i]) printf(" %s %s", zinc_mem_category_name((zinc_mem_category)i),
                              human_bytes((double)alloc[i], b1, sizeof b1));
     }
-    /* The model's own bytes are one micro-batch's activations and scratch: per token they say
-     * what a longer context or a larger micro-batch will cost (issue 42). */
+    /* The model's own bytes are one micro-batch's activations and scratch; per token, an average
+     * (issue 42): it includes the fixed gradient scratch, and the exact attention's T x T
+     * probabilities grow with the context's square, so a larger micro-batch adds at most this
+     * per token and a longer context may add more. */
     char b3[32];
     double tokens = (double)c->micro_batch * o->spec.T;
     printf("; engine %s + model %s (activations and scratch, %s per token%s)\n",
-           human_bytes((double)total, b1, sizeof b1), human_bytes((double)model_bytes, b2, sizeof b2),
+           human_bytes((double)total, b1, sizeof b1),
+           human_bytes((double)model_bytes, b2, sizeof b2),
            human_bytes(tokens > 0 ? (double)model_bytes / tokens : 0.0, b3, sizeof b3),
            o->checkpoint ? "; activation checkpointing: each block's input kept, the rest "
                            "recomputed in backward" : "");
@@ -250,8 +253,8 @@ void train_report_done(const run_t *r)
  * steps), each phase's share of their sum, then the sum beside zinc_step's host time and the
  * measured step: what neither covers is host work between the phases (data, views, the
  * micro-step's final wait and event reads) and the progress lines. zinc_step's row holds
- * zinc_micro_step's time too when a step accumulates several micro-steps. A phase that did not run (the casts in fp32)
- * shows "-" and is null in the metrics line. */
+ * zinc_micro_step's time too when a step accumulates several micro-steps. A phase that did not
+ * run (the casts in fp32) shows "-" and is null in the metrics line. */
 void train_report_timing(const run_t *r)
 {
     if (!r->timed) return;

@@ -349,20 +349,21 @@ extern "C" cudaError_t zmc_ln_fwd(float *out, float *mean, float *rstd, const fl
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t zmc_ln_bwd(float *dx, float *dw, float *db, const float *dout,
-                                  const float *x, const float *mean, const float *rstd,
-                                  const void *w, int dt, int R, int C, cudaStream_t s)
-{
-    ln_bwd_dx_k<<<cover(R, 4), 128, 0, s>>>(dx, dout, x, mean, rstd, w, dt, R, C);
-    ln_bwd_dw_k<<<cover(C, 64), 64, 0, s>>>(dw, db, dout, x, mean, rstd, R, C);
-    return cudaGetLastError();
-}
-
 extern "C" cudaError_t zmc_ln_bwd_dx(float *dx, const float *dout, const float *x,
                                      const float *mean, const float *rstd, const void *w, int dt,
                                      int R, int C, cudaStream_t s)
 {
     ln_bwd_dx_k<<<cover(R, 4), 128, 0, s>>>(dx, dout, x, mean, rstd, w, dt, R, C);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t zmc_ln_bwd(float *dx, float *dw, float *db, const float *dout,
+                                  const float *x, const float *mean, const float *rstd,
+                                  const void *w, int dt, int R, int C, cudaStream_t s)
+{
+    cudaError_t e = zmc_ln_bwd_dx(dx, dout, x, mean, rstd, w, dt, R, C, s);
+    if (e != cudaSuccess) return e;
+    ln_bwd_dw_k<<<cover(C, 64), 64, 0, s>>>(dw, db, dout, x, mean, rstd, R, C);
     return cudaGetLastError();
 }
 

@@ -70,7 +70,7 @@ struct zm_cuda_run {
     cublasHandle_t blas;
     layer_acts *layer;                  /* [L] */
     float *xfinal, *lnf, *lnf_mean, *lnf_rstd, *losses, *probs, *dres, *dtmp, *dqkv, *dfc, *ds;
-    float *drow, *part;                 /* fast: [B*H, T]; [2 * ZM_CS_MAX_CHUNKS * 4D] (ds NULL) */
+    float *drow, *part;                 /* fast: [B*H, T]; [ZM_CS_MAX_CHUNKS * 4D] (ds NULL) */
     float *block;                       /* the one fp32 allocation */
     void *cast_a, *cast_b;              /* [BT * max(4D, V)] in dt; NULL in fp32 mode */
     uint16_t *tok, *tgt;                /* device [BT] each */
@@ -379,12 +379,14 @@ zinc_status run_alloc(zm_cuda_run *r)
     size_t part = fast(r) ? (size_t)ZM_CS_MAX_CHUNKS * 4 * D : 0;
     /* every piece starts on a 256-byte boundary (cuBLAS's fast paths want 16) */
 #define PAD(n) (((n) + 63) / 64 * 64)
-    /* per layer: its input x, and the rest (one shared set when checkpointing) */
-    size_t inner = PAD(BT * D) * 5 + PAD(BT) * 4 + PAD(BT * 3 * D) + PAD(att) + PAD(lse) +
+    /* per layer: its input x, and the rest (one shared set when checkpointing): ln1, atty, xmid,
+     * ln2; the four statistics; qkv; att or lse; fch, fcg */
+    size_t inner = PAD(BT * D) * 4 + PAD(BT) * 4 + PAD(BT * 3 * D) + PAD(att) + PAD(lse) +
                    PAD(BT * 4 * D) * 2;
     size_t sets = s->L == 0 ? 0 : r->checkpoint ? 1 : (size_t)s->L;
-    size_t total = PAD(BT * D) * (size_t)s->L + inner * sets + PAD(BT * D) * 4 + PAD(BT) * 3 + PAD(BT * s->V) +
-                   PAD(BT * 3 * D) + PAD(BT * 4 * D) + PAD(att) + PAD(lse) + PAD(part);
+    size_t total = PAD(BT * D) * (size_t)s->L + inner * sets + PAD(BT * D) * 4 + PAD(BT) * 3 +
+                   PAD(BT * s->V) + PAD(BT * 3 * D) + PAD(BT * 4 * D) + PAD(att) + PAD(lse) +
+                   PAD(part);
     r->layer = (layer_acts *)calloc((size_t)s->L + 1, sizeof *r->layer);
     if (!r->layer) return zerr_thread(ZINC_ERR_NOMEM, "CUDA model: out of host memory");
     CU(cudaMalloc((void **)&r->block, total * sizeof(float)));
@@ -430,6 +432,9 @@ zinc_status run_alloc(zm_cuda_run *r)
     r->part = TAKE(part);
 #undef TAKE
 #undef PAD
+    if (p != r->block + total) /* the sum above and the pieces taken disagree */
+        return zerr_thread(ZINC_ERR_INTERNAL, "CUDA model: activations laid out %td floats, "
+                           "sized %zu", p - r->block, total);
     if (r->dt != ZINC_DTYPE_FP32) {
         size_t cb = BT * wmax * zinc_dtype_size(r->dt);
         CU(cudaMalloc(&r->cast_a, cb));

@@ -26,10 +26,13 @@ struct zmt_timer {
 zinc_status zmt_create(int nphases, int pairs, zmt_timer **out, char *err, size_t n)
 {
     *out = NULL;
+    if (nphases < 1 || pairs < 1) {
+        snprintf(err, n, "timer: %d phases, %d pairs (want at least 1 of each)", nphases, pairs);
+        return ZINC_ERR_INVALID_ARG;
+    }
     zmt_timer *t = calloc(1, sizeof *t);
-    if (!t || nphases < 1 || pairs < 1) {
-        free(t);
-        snprintf(err, n, "timer: out of host memory or no phases");
+    if (!t) {
+        snprintf(err, n, "timer: out of host memory");
         return ZINC_ERR_NOMEM;
     }
     t->nphases = nphases;

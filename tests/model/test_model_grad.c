@@ -190,8 +190,11 @@ static void check_checkpointing(void)
     }
     ZT_CHECK(lp == lc && differ == 0, "checkpointing: loss %.9g vs %.9g, %d groups' gradients "
              "differ (want bit for bit)", lc, lp, differ);
+    /* A block's activations but x, as docs/train.md lists them: per row ln1, ln2, the attention
+     * output and the mid residual (D each), q/k/v (3D), the MLP before and after GELU (4D each)
+     * and four LayerNorm statistics; and the T x T probabilities of each (sequence, head). */
     size_t BT = (size_t)B * S.T, D = (size_t)S.D;
-    size_t inner = BT * D * 5 + BT * 4 + BT * 3 * D + (size_t)B * S.H * S.T * S.T + BT * 8 * D;
+    size_t inner = BT * (15 * D + 4) + (size_t)B * S.H * S.T * S.T;
     size_t saved = zm_acts_bytes(plain) - zm_acts_bytes(ck);
     ZT_CHECK(saved == (size_t)(S.L - 1) * inner * sizeof(float), "checkpointing saves %zu bytes, "
              "want (L-1) x %zu", saved, inner * sizeof(float));
