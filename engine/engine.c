@@ -346,6 +346,19 @@ zinc_status zeng_check_group_id(zinc_engine_t *e, int group, const char *fn)
     return ZINC_OK;
 }
 
+zinc_status zeng_check_ready(zinc_engine_t *e, const char *fn)
+{
+    if (!e) return zerr_thread(ZINC_ERR_INVALID_ARG, "%s: engine is NULL", fn);
+    if (!e->finalized) return zeng_fail(e, ZINC_ERR_USAGE, "%s: called before zinc_finalize", fn);
+    return ZINC_OK;
+}
+
+zinc_status zeng_check_ready_group(zinc_engine_t *e, int group, const char *fn)
+{
+    zinc_status s = zeng_check_ready(e, fn);
+    return s != ZINC_OK ? s : zeng_check_group_id(e, group, fn);
+}
+
 /* The checks of the setters of a group's Adam values and lr. They may be called at any time: before
  * zinc_finalize the values are part of the registration every rank must agree on; after it they
  * apply from the next optimizer step (group_adam_args reads them at every step), as torch and
@@ -624,6 +637,11 @@ zinc_status zinc_finalize(zinc_engine_t *e)
     if (!e->gstate) return zeng_fail(e, ZINC_ERR_NOMEM, "zinc_finalize: out of memory");
     s = zgather_plan(e);
     if (s != ZINC_OK) return s;
+    /* The gather slots' marks and the one past them (zinc_stream_wait_gather), created here so
+     * that no step creates an event. */
+    s = zdev_cuda_marks_reserve(e->dev, e->ngather + 1);
+    if (s != ZINC_OK)
+        return zeng_fail(e, s, "zinc_finalize: creating the gather marks: %s", e->dev->err);
     int offload = (e->offload ? ZMEM_OFFLOAD_OPTIMIZER : 0) |
                   (e->offload_param ? ZMEM_OFFLOAD_PARAM : 0);
     zmem_plan(&e->plan, e->stage, e->dtype, offload, e->nbuckets, e->ngather, e->persist_numel,

@@ -142,9 +142,7 @@ static void trace_note(zinc_engine_t *e, int group)
 
 zinc_status zinc_gather(zinc_engine_t *e, int group)
 {
-    if (!e) return zerr_thread(ZINC_ERR_INVALID_ARG, "zinc_gather: engine is NULL");
-    if (!e->finalized) return zeng_fail(e, ZINC_ERR_USAGE, "zinc_gather: called before zinc_finalize");
-    zinc_status bad = zeng_check_group_id(e, group, "zinc_gather");
+    zinc_status bad = zeng_check_ready_group(e, group, "zinc_gather");
     if (bad != ZINC_OK) return bad;
     if (e->stage < 3) return ZINC_OK;
     zgroup_state *gs = &e->gstate[group];
@@ -180,9 +178,7 @@ zinc_status zinc_gather(zinc_engine_t *e, int group)
 
 zinc_status zinc_release(zinc_engine_t *e, int group)
 {
-    if (!e) return zerr_thread(ZINC_ERR_INVALID_ARG, "zinc_release: engine is NULL");
-    if (!e->finalized) return zeng_fail(e, ZINC_ERR_USAGE, "zinc_release: called before zinc_finalize");
-    zinc_status bad = zeng_check_group_id(e, group, "zinc_release");
+    zinc_status bad = zeng_check_ready_group(e, group, "zinc_release");
     if (bad != ZINC_OK) return bad;
     if (e->stage < 3) return ZINC_OK;
     zgroup_state *gs = &e->gstate[group];
@@ -197,9 +193,7 @@ zinc_status zinc_release(zinc_engine_t *e, int group)
 zinc_status zinc_stream_wait_gather(zinc_engine_t *e, int group, void *stream)
 {
     const char *fn = "zinc_stream_wait_gather";
-    if (!e) return zerr_thread(ZINC_ERR_INVALID_ARG, "%s: engine is NULL", fn);
-    if (!e->finalized) return zeng_fail(e, ZINC_ERR_USAGE, "%s: called before zinc_finalize", fn);
-    zinc_status s = zeng_check_group_id(e, group, fn);
+    zinc_status s = zeng_check_ready_group(e, group, fn);
     if (s != ZINC_OK) return s;
     const zgroup_state *gs = &e->gstate[group];
     int own_mark = e->stage == 3 && !gs->persistent;

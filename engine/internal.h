@@ -198,6 +198,11 @@ zinc_status zeng_need_grad_buffer(zinc_engine_t *e, const char *fn, int collecti
  * group's id. */
 zinc_status zeng_check_group_id(zinc_engine_t *e, int group, const char *fn);
 
+/* The opening of a call that needs a finalized engine: ZINC_ERR_INVALID_ARG for a NULL engine,
+ * ZINC_ERR_USAGE before zinc_finalize ("<fn>: ..."); _group also checks the group's id. */
+zinc_status zeng_check_ready(zinc_engine_t *e, const char *fn);
+zinc_status zeng_check_ready_group(zinc_engine_t *e, int group, const char *fn);
+
 /* A group's weight decay: its zinc_group_set_weight_decay value, else the config's. */
 float zeng_group_weight_decay(const zinc_engine_t *e, int group);
 

@@ -17,19 +17,6 @@
 #include "engine/internal.h"
 #include "base/log.h"
 
-static zinc_status check_ready(zinc_engine_t *e, const char *fn)
-{
-    if (!e) return zerr_thread(ZINC_ERR_INVALID_ARG, "%s: engine is NULL", fn);
-    if (!e->finalized) return zeng_fail(e, ZINC_ERR_USAGE, "%s: called before zinc_finalize", fn);
-    return ZINC_OK;
-}
-
-static zinc_status check_group(zinc_engine_t *e, int group, const char *fn)
-{
-    zinc_status s = check_ready(e, fn);
-    return s != ZINC_OK ? s : zeng_check_group_id(e, group, fn);
-}
-
 static zinc_status comm_fail(zinc_engine_t *e, zinc_status s, const char *fn, const char *what)
 {
     return zeng_fail(e, s, "%s: %s failed on rank %d: %s", fn, what, e->rank, e->comm->err);
@@ -57,7 +44,7 @@ zinc_status zeng_need_grad_buffer(zinc_engine_t *e, const char *fn, int collecti
 zinc_status zinc_grad_buffer_attach(zinc_engine_t *e, void *buf, size_t bytes)
 {
     const char *fn = "zinc_grad_buffer_attach";
-    zinc_status s = check_ready(e, fn);
+    zinc_status s = zeng_check_ready(e, fn);
     if (s != ZINC_OK) return s;
     uint64_t want = e->planned[ZINC_MEM_GRAD];
     if (!e->grad_external)
@@ -114,7 +101,7 @@ static zinc_status group_bucket(zinc_engine_t *e, int group, const char *fn, cha
 
 zinc_status zinc_param_grad(zinc_engine_t *e, int param, void **out)
 {
-    zinc_status s = check_ready(e, "zinc_param_grad");
+    zinc_status s = zeng_check_ready(e, "zinc_param_grad");
     if (s != ZINC_OK) return s;
     if (param < 0 || param >= e->plan.nparams || !out)
         return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_param_grad: unknown parameter id %d or NULL out",
@@ -135,7 +122,7 @@ zinc_status zinc_param_grad(zinc_engine_t *e, int param, void **out)
 
 zinc_status zinc_grad_bucket(zinc_engine_t *e, int group, int *slot)
 {
-    zinc_status s = check_group(e, group, "zinc_grad_bucket");
+    zinc_status s = zeng_check_ready_group(e, group, "zinc_grad_bucket");
     if (s != ZINC_OK) return s;
     if (!slot) return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_grad_bucket: slot is NULL");
     *slot = -1;
@@ -148,7 +135,7 @@ zinc_status zinc_grad_bucket(zinc_engine_t *e, int group, int *slot)
 
 zinc_status zinc_grads_ready(zinc_engine_t *e, int group)
 {
-    zinc_status s = check_group(e, group, "zinc_grads_ready");
+    zinc_status s = zeng_check_ready_group(e, group, "zinc_grads_ready");
     if (s != ZINC_OK) return s;
     zgroup_state *gs = &e->gstate[group];
     /* every micro-step hands every group over, so zinc_step finds the buffer attached too */
@@ -619,7 +606,7 @@ static void window_goes_on(zinc_engine_t *e)
 
 zinc_status zinc_micro_step(zinc_engine_t *e)
 {
-    zinc_status s = check_ready(e, "zinc_micro_step");
+    zinc_status s = zeng_check_ready(e, "zinc_micro_step");
     if (s != ZINC_OK) return s;
     if (zeng_last_micro(e))
         return zeng_fail_sequence(e, ZINC_ERR_USAGE,
@@ -636,7 +623,7 @@ zinc_status zinc_micro_step(zinc_engine_t *e)
 
 zinc_status zinc_step(zinc_engine_t *e, zinc_step_info_t *info)
 {
-    zinc_status s = check_ready(e, "zinc_step");
+    zinc_status s = zeng_check_ready(e, "zinc_step");
     if (s != ZINC_OK) return s;
     zinc_step_info_t local_info;
     if (!info) info = &local_info;
@@ -698,8 +685,7 @@ zinc_status zinc_step(zinc_engine_t *e, zinc_step_info_t *info)
      * known upstream quirk). zinc does the same, so that fp16 runs give DeepSpeed's weights. The
      * reported norm is the old scale's at stages 1-2 and the new one's at stages 0 and 3, as
      * each DeepSpeed optimizer reports it. Only a growing dynamic scale differs from `scale`. */
-    double unscale = e->st.scaler.cur_scale;
-    double norm_applied = sqrt(sumsq) / unscale;
+    double norm_applied = sqrt(sumsq) / info->next_loss_scale;
     if (e->stage == 0 || e->stage == 3) info->grad_norm = norm_applied;
     double coef = zclip_coef(norm_applied, e->cfg.gradient_clipping);
     info->grad_norm_clipped = norm_applied / coef;
@@ -707,7 +693,7 @@ zinc_status zinc_step(zinc_engine_t *e, zinc_step_info_t *info)
     double beta1, beta2;
     zinc_engine_betas(e, &beta1, &beta2);
     s = apply_adam(e, (float)info->lr, (float)beta1, (float)beta2,
-                   (float)(1.0 / (unscale * coef)));
+                   (float)(1.0 / (info->next_loss_scale * coef)));
     if (s != ZINC_OK) return s;
     e->st.step++;
     info->applied = 1;

@@ -357,7 +357,9 @@ ZINC_API zinc_status zinc_grad_bucket(zinc_engine_t *e, int group, int *slot);
  * at stages 0-1 and the gradient's setters refuse with ZINC_ERR_USAGE; the gradient is zero then
  * (zinc_param_grad_get and zinc_param_local_get read zeros). Not collective; every rank attaches
  * in the same window. ZINC_ERR_USAGE when the engine was not made external, plans no gradient
- * buffer, or one is attached already. */
+ * buffer, or one is attached already; ZINC_ERR_INVALID_ARG for a NULL, misaligned or wrongly
+ * sized buffer. A zinc_step that returns an error (not a skipped overflow) does not give it back:
+ * it stays attached until the engine is destroyed, which never frees it. */
 ZINC_API zinc_status zinc_grad_buffer_attach(zinc_engine_t *e, void *buf, size_t bytes);
 
 /* Collective at stages 2-3: the group's gradient of this micro-step is complete; zinc
@@ -376,9 +378,14 @@ typedef struct zinc_step_info {
     int64_t step;             /* optimizer steps applied so far (skipped steps don't count)         */
     int64_t skipped_total;    /* skipped steps so far                                               */
     double grad_norm;         /* global L2 norm of the unscaled gradient before clipping (inf/nan
-                                 when skipped)                                                      */
-    double grad_norm_clipped; /* ... after clipping                                                 */
-    double loss_scale;        /* the loss scale used for this step                                  */
+                                 when skipped). fp16: unscaled by the scale backward used at
+                                 stages 1-2, by next_loss_scale at stages 0 and 3 (they differ
+                                 only on a step where the dynamic scale grows; DeepSpeed 0.19.8
+                                 reports it so, docs/optim.md)                                      */
+    double grad_norm_clipped; /* the norm of the gradient the update applied: unscaled by
+                                 next_loss_scale (fp16: DeepSpeed updates the scale before it
+                                 unscales), after clipping                                          */
+    double loss_scale;        /* the loss scale backward used for this step                         */
     double next_loss_scale;   /* the loss scale for the next step                                   */
     double lr;                /* the learning rate used for this step                               */
 } zinc_step_info_t;

@@ -38,6 +38,12 @@ void *zdev_cuda_stream(zdev_t *d)
     return NULL;
 }
 
+zinc_status zdev_cuda_marks_reserve(zdev_t *d, int n)
+{
+    (void)d; (void)n;
+    return ZINC_OK;
+}
+
 zinc_status zdev_cuda_mark(zdev_t *d, int id)
 {
     (void)d; (void)id;

@@ -157,14 +157,23 @@ static ncclDataType_t nccl_type(zdt t)
     }
 }
 
-/* Entry of every collective: refuses on a failed world, orders after the compute stream. */
-static zinc_status begin(zcomm_t *c, const char *what)
+/* A collective on a world that failed earlier is refused; otherwise the device is made current. */
+static zinc_status enter(zcomm_t *c, const char *what)
 {
     znccl *x = c->ctx;
     if (x->aborted)
         return zerr_fmt(c->err, sizeof c->err, ZINC_ERR_ABORTED,
                         "%s (rank %d): the NCCL world was aborted earlier: %s", what, c->rank, x->why);
     CUDA_TRY(c, cudaSetDevice(x->cu->device));
+    return ZINC_OK;
+}
+
+/* Entry of every collective: refuses on a failed world, orders after the compute stream. */
+static zinc_status begin(zcomm_t *c, const char *what)
+{
+    znccl *x = c->ctx;
+    zinc_status s = enter(c, what);
+    if (s != ZINC_OK) return s;
     ncclResult_t r = ncclSuccess;
     if (ncclCommGetAsyncError(x->comm, &r) == ncclSuccess && r != ncclSuccess && r != ncclInProgress)
         return record_fail(c, zcu_fail_nccl(c->err, sizeof c->err, (int)r, what, __FILE__, __LINE__));
@@ -205,11 +214,9 @@ static int alone(const zcomm_t *c) { return c->size == 1 && !((znccl *)c->ctx)->
 
 static zinc_status solo(zcomm_t *c, const char *what, void *buf, size_t n, zdt t, float scale)
 {
+    zinc_status s = enter(c, what);
+    if (s != ZINC_OK) return s;
     znccl *x = c->ctx;
-    if (x->aborted)
-        return zerr_fmt(c->err, sizeof c->err, ZINC_ERR_ABORTED,
-                        "%s (rank %d): the NCCL world was aborted earlier: %s", what, c->rank, x->why);
-    CUDA_TRY(c, cudaSetDevice(x->cu->device));
     return scale != 1.0f && n > 0 ? scale_on(c, buf, n, t, scale, x->cu->stream) : ZINC_OK;
 }
 

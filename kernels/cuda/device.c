@@ -601,23 +601,30 @@ void *zdev_cuda_stream(zdev_t *d)
     return c ? (void *)c->stream : NULL;
 }
 
+zinc_status zdev_cuda_marks_reserve(zdev_t *d, int n)
+{
+    zcuda *c = zcu_ctx(d);
+    if (!c || n <= c->nmarks) return ZINC_OK;
+    zinc_status s = enter(d);
+    if (s) return s;
+    cudaEvent_t *m = realloc(c->marks, (size_t)n * sizeof *m);
+    if (!m) return zerr_fmt(d->err, sizeof d->err, ZINC_ERR_NOMEM, "cuda marks: out of memory");
+    c->marks = m;
+    for (; c->nmarks < n; c->nmarks++)
+        ZINC_CUDA_CHECK(d->err, cudaEventCreateWithFlags(&c->marks[c->nmarks],
+                                                         cudaEventDisableTiming));
+    return ZINC_OK;
+}
+
 zinc_status zdev_cuda_mark(zdev_t *d, int id)
 {
     zcuda *c = zcu_ctx(d);
     if (!c) return ZINC_OK; /* another device: its work is done when queued */
-    if (id < 0 || id > 1 << 20)
-        return zerr_fmt(d->err, sizeof d->err, ZINC_ERR_INVALID_ARG, "cuda mark: id %d", id);
+    if (id < 0 || id >= c->nmarks)
+        return zerr_fmt(d->err, sizeof d->err, ZINC_ERR_INVALID_ARG,
+                        "cuda mark: id %d, %d reserved", id, c->nmarks);
     zinc_status s = enter(d);
     if (s) return s;
-    if (id >= c->nmarks) {
-        int n = id + 1;
-        cudaEvent_t *m = realloc(c->marks, (size_t)n * sizeof *m);
-        if (!m) return zerr_fmt(d->err, sizeof d->err, ZINC_ERR_NOMEM, "cuda mark: out of memory");
-        c->marks = m;
-        for (; c->nmarks < n; c->nmarks++)
-            ZINC_CUDA_CHECK(d->err, cudaEventCreateWithFlags(&c->marks[c->nmarks],
-                                                             cudaEventDisableTiming));
-    }
     ZINC_CUDA_CHECK(d->err, cudaEventRecord(c->marks[id], c->stream));
     return ZINC_OK;
 }
@@ -628,7 +635,7 @@ zinc_status zdev_cuda_wait_mark(zdev_t *d, int id, void *stream)
     if (!c) return ZINC_OK;
     if (id < 0 || id >= c->nmarks || !stream)
         return zerr_fmt(d->err, sizeof d->err, ZINC_ERR_INVALID_ARG,
-                        "cuda wait_mark: mark %d was never recorded, or the stream is NULL", id);
+                        "cuda wait_mark: mark %d is not reserved, or the stream is NULL", id);
     zinc_status s = enter(d);
     if (s) return s;
     ZINC_CUDA_CHECK(d->err, cudaStreamWaitEvent((cudaStream_t)stream, c->marks[id], 0));

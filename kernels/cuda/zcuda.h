@@ -97,7 +97,8 @@ typedef struct zcuda {
     uint64_t copy_fences;
     /* Marks (zdev_cuda_mark): events recorded on the compute stream at points the engine names,
      * which another stream waits for instead of for the whole queue (stage 3: one per gather
-     * slot, recorded after the slot's all-gather). Created as ids are first used. */
+     * slot, recorded after the slot's all-gather, and one past them). Created by
+     * zdev_cuda_marks_reserve when the engine is finalized, not inside a step. */
     cudaEvent_t *marks;
     int nmarks;
     /* Live allocations, so that zinc.device_memory_limit can cap the card (d->in_use). */

@@ -38,10 +38,12 @@ int zdev_cuda_ordinal(zdev_t *d);
 void *zdev_cuda_stream(zdev_t *d);
 
 /* Marks: a point of the compute stream that a foreign CUDA stream can wait for (on the device,
- * no host wait) without waiting for what is queued after it. zdev_cuda_mark records mark `id`
- * (0, 1, ...; recording it again moves it) after everything queued so far;
- * zdev_cuda_wait_mark makes `stream` (a cudaStream_t of the same device) wait for the last
- * record of `id`. Any other device has nothing to wait for: both return ZINC_OK. */
+ * no host wait) without waiting for what is queued after it. zdev_cuda_marks_reserve creates
+ * marks 0..n-1 (outside the step: the engine's finalize); zdev_cuda_mark records mark `id` (one
+ * reserved; recording it again moves it) after everything queued so far; zdev_cuda_wait_mark
+ * makes `stream` (a cudaStream_t of the same device) wait for the last record of `id` (none
+ * yet: no wait). Any other device has nothing to wait for: all three return ZINC_OK. */
+zinc_status zdev_cuda_marks_reserve(zdev_t *d, int n);
 zinc_status zdev_cuda_mark(zdev_t *d, int id);
 zinc_status zdev_cuda_wait_mark(zdev_t *d, int id, void *stream);
 

@@ -64,10 +64,11 @@ static zinc_engine_t *engine_at(int stage, int external, int *np, uint64_t *grad
     return e;
 }
 
-static void expect_usage(zinc_engine_t *e, zinc_status s, const char *needle, const char *what)
+/* A refusal with status `want` whose message says `needle`. */
+static void expect_refusal(zinc_engine_t *e, zinc_status s, zinc_status want, const char *needle,
+                           const char *what)
 {
-    ZT_CHECK(s == ZINC_ERR_USAGE || s == ZINC_ERR_INVALID_ARG, "%s: %s, want a refusal", what,
-             zinc_status_string(s));
+    ZT_CHECK(s == want, "%s: %s, want %s", what, zinc_status_string(s), zinc_status_string(want));
     ZT_CHECK(s == ZINC_OK || strstr(zinc_last_error(e), needle), "%s: the error '%s' does not "
              "say '%s'", what, zinc_last_error(e), needle);
 }
@@ -85,9 +86,10 @@ static void check_misuse(int stage)
         return;
     }
     snprintf(what, sizeof what, "stage %d, zinc's own buffer: attach", stage);
-    expect_usage(own, zinc_grad_buffer_attach(own, buf, bytes), "zinc_grad_buffer_external", what);
+    expect_refusal(own, zinc_grad_buffer_attach(own, buf, bytes), ZINC_ERR_USAGE,
+                   "zinc_grad_buffer_external", what);
     snprintf(what, sizeof what, "stage %d: external after finalize", stage);
-    expect_usage(own, zinc_grad_buffer_external(own), "after zinc_finalize", what);
+    expect_refusal(own, zinc_grad_buffer_external(own), ZINC_ERR_USAGE, "after zinc_finalize", what);
     zinc_engine_destroy(own);
 
     zinc_engine_t *e = engine_at(stage, 1, &np, &bytes);
@@ -100,14 +102,15 @@ static void check_misuse(int stage)
     void *view = NULL;
     int g0 = zinc_param_group(e, 0);
     snprintf(what, sizeof what, "stage %d, none attached: zinc_grads_ready", stage);
-    expect_usage(e, zinc_grads_ready(e, g0), "zinc_grad_buffer_attach first", what);
+    const char *first = "zinc_grad_buffer_attach first";
+    expect_refusal(e, zinc_grads_ready(e, g0), ZINC_ERR_USAGE, first, what);
     if (stage < 2) {
         snprintf(what, sizeof what, "stage %d, none attached: zinc_param_grad", stage);
-        expect_usage(e, zinc_param_grad(e, 0, &view), "zinc_grad_buffer_attach first", what);
+        expect_refusal(e, zinc_param_grad(e, 0, &view), ZINC_ERR_USAGE, first, what);
     }
     for (int64_t i = 0; i < zinc_param_numel(e, 0); i++) vals[i] = 1.0f;
     snprintf(what, sizeof what, "stage %d, none attached: zinc_param_grad_set", stage);
-    expect_usage(e, zinc_param_grad_set(e, 0, vals), "zinc_grad_buffer_attach first", what);
+    expect_refusal(e, zinc_param_grad_set(e, 0, vals), ZINC_ERR_USAGE, first, what);
     for (int64_t i = 0; i < zinc_param_numel(e, 0); i++) vals[i] = 7.0f;
     ZT_OK(zinc_param_grad_get(e, 0, vals));
     int zeros = 1;
@@ -119,17 +122,19 @@ static void check_misuse(int stage)
         ZT_CHECK(vals[0] == 0.0f, "stage %d, none attached: zinc_param_local_get reads %g", stage,
                  vals[0]);
         snprintf(what, sizeof what, "stage %d, none attached: zinc_param_local_set", stage);
-        expect_usage(e, zinc_param_local_set(e, 0, ZINC_STATE_GRAD, vals),
-                     "zinc_grad_buffer_attach first", what);
+        expect_refusal(e, zinc_param_local_set(e, 0, ZINC_STATE_GRAD, vals), ZINC_ERR_USAGE,
+                       first, what);
     }
-    /* bad buffers */
+    /* bad buffers: the message names the size and alignment wanted */
+    char need[64];
+    snprintf(need, sizeof need, "need %llu bytes at a 64-byte aligned", (unsigned long long)bytes);
     snprintf(what, sizeof what, "stage %d: attach %llu bytes short by 2", stage,
              (unsigned long long)bytes);
-    expect_usage(e, zinc_grad_buffer_attach(e, buf, bytes - 2), "bytes", what);
+    expect_refusal(e, zinc_grad_buffer_attach(e, buf, bytes - 2), ZINC_ERR_INVALID_ARG, need, what);
     snprintf(what, sizeof what, "stage %d: attach at a misaligned address", stage);
-    expect_usage(e, zinc_grad_buffer_attach(e, buf + 32, bytes), "64-byte", what);
+    expect_refusal(e, zinc_grad_buffer_attach(e, buf + 32, bytes), ZINC_ERR_INVALID_ARG, need, what);
     snprintf(what, sizeof what, "stage %d: attach NULL", stage);
-    expect_usage(e, zinc_grad_buffer_attach(e, NULL, bytes), "64-byte", what);
+    expect_refusal(e, zinc_grad_buffer_attach(e, NULL, bytes), ZINC_ERR_INVALID_ARG, need, what);
     /* attached: zeroed, usable, and a second attach in the window refused */
     memset(buf, 0xAB, bytes);
     ZT_OK(zinc_grad_buffer_attach(e, buf, bytes));
@@ -137,7 +142,8 @@ static void check_misuse(int stage)
     for (uint64_t i = 0; i < bytes; i++) zeroed &= buf[i] == 0;
     ZT_CHECK(zeroed, "stage %d: the attached buffer was not zeroed", stage);
     snprintf(what, sizeof what, "stage %d: attach twice", stage);
-    expect_usage(e, zinc_grad_buffer_attach(e, buf, bytes), "attached already", what);
+    expect_refusal(e, zinc_grad_buffer_attach(e, buf, bytes), ZINC_ERR_USAGE, "attached already",
+                   what);
     if (stage < 2) {
         ZT_OK(zinc_param_grad(e, 0, &view));
         ZT_CHECK((unsigned char *)view >= buf && (unsigned char *)view < buf + bytes,

@@ -69,7 +69,7 @@ static void test_round_trip(const char *dir)
     ZT_CHECK(memcmp(w, r, (size_t)BLOCK * NBLOCK) == 0, "the blocks read back differ");
 
     /* Reads of the first half and writes of new bytes over the second, issued in turn with no
-     * wait between (io_uring keeps each kind's queue apart, up to the depth in flight each): a
+     * wait between (one ring of aio.queue_depth calls holds both kinds): a
      * wait for a read in the middle covers every call before it, of both kinds, and no later
      * write changed what an earlier read of another block got. */
     unsigned char *w2 = NULL;

@@ -2,7 +2,8 @@
  * test_scale_growth.c — the fp16 step on a step where the dynamic loss scale grows, as DeepSpeed
  * 0.19.8 does it: the scale is updated first, and the clip test and the gradient are divided by
  * the new scale (stage_1_and_2.py step -> unscale_and_clip_grads; stage3.py; FP16_Optimizer at
- * stage 0). The reported norm is the old scale's at stages 1-2 and the new one's at stages 0 and 3.
+ * stage 0). The reported norm is the old scale's at stages 1-2 and the new one's at stages 0 and 3;
+ * the clipped norm is the applied gradient's (the new scale's) at every stage.
  *
  * One rank, one parameter of 4 elements, fp16, initial scale 16, loss_scale_window 1 (so the
  * scale doubles on every clean step from the second on), gradient_clipping 1.0. Each step the
@@ -71,6 +72,10 @@ static void run(int stage, int offload)
         double want_norm = stage == 1 || stage == 2 ? 1.5 : norm;
         ZT_CHECK(fabs(info.grad_norm - want_norm) <= 1e-6 * want_norm,
                  "%s step %d: reported norm %.9g, want %.9g", label, step, info.grad_norm, want_norm);
+        /* the applied gradient's norm: the updated scale's, after clipping */
+        ZT_CHECK(fabs(info.grad_norm_clipped - norm / coef) <= 1e-6 * norm / coef,
+                 "%s step %d: clipped norm %.9g, want %.9g", label, step, info.grad_norm_clipped,
+                 norm / coef);
         ZT_OK(zinc_param_state_get(e, p, ZINC_STATE_EXP_AVG, m));
         used = next;
         for (int i = 0; i < N; i++) {
