@@ -4,7 +4,7 @@ the work of `zinc bench offload --nvme` (bench/RESULTS.md section 8b).
 
     DS_ACCELERATOR=cpu bench/.venv/bin/python bench/ds_nvme.py --params 1e7,1e8 \\
         --nvme /work/nvtest --stage 2 --dtype bf16 --repeat 5
-    DS_ACCELERATOR=cpu bench/.venv/bin/python bench/ds_nvme.py --params 1e7,1e8 \
+    DS_ACCELERATOR=cpu bench/.venv/bin/python bench/ds_nvme.py --params 1e7,1e8 \\
         --nvme /work/nvtest --stage 3 --dtype bf16 --repeat 5 --buffer-count 12
 
 What it measures: one rank (world size 1, gloo, DS_ACCELERATOR=cpu) trains a synthetic stack of

@@ -42,11 +42,11 @@ def main():
     step()
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         loss = step()
-    path = tempfile.mktemp(suffix=".json")
-    prof.export_chrome_trace(path)
-    with open(path) as f:
-        events = json.load(f)["traceEvents"]
-    os.unlink(path)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "trace.json")
+        prof.export_chrome_trace(path)
+        with open(path) as f:
+            events = json.load(f)["traceEvents"]
     totals = [e["args"]["Total Allocated"] for e in events if e.get("name") == "[memory]"]
     mib = 2 ** 20
     own = sum(v[1] for v in engine.memory().values())

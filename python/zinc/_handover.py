@@ -12,10 +12,8 @@ import ctypes
 
 import torch
 
-from . import _memory
 from ._hooktime import timed
 from ._lib import lib
-from ._memory import _TORCH_DTYPE
 
 
 class _HandOverMixin:
@@ -48,6 +46,8 @@ class _HandOverMixin:
     def _incoming_hook(self, gi):
         # Stage 3: a gradient reaching a parameter whose group no _Regather gathered (its module's
         # output was not a tensor we could wrap): AccumulateGrad needs the full-shaped parameter.
+        # `live` is tested here, not only in _materialize, so the common case (gathered already)
+        # returns before the hook timer, whose cost would be most of it (as _on_read).
         def hook(grad):
             if self._in_backward and not self._g[gi].live:
                 self._materialize(gi)
@@ -60,8 +60,8 @@ class _HandOverMixin:
         # zinc -> torch (WAR): at stages 2-3 the view is a bucket zinc zeroed on its stream after
         # the zinc_grads_ready that last used it; torch's adds run after that one (the buckets
         # rotate, so not after the reduce of the group just handed over). Stages 0-1: zinc
-        # queues nothing during backward; the buffers were zeroed by the step, which torch's
-        # stream already waits for.
+        # queues nothing during backward; the lent buffer was zeroed by zinc_grad_buffer_attach,
+        # which torch's stream waits for (_lend_grad_buffer).
         slot = -1
         st = self._torch_stream()
         self._need_grad_buffer(st)
@@ -74,7 +74,7 @@ class _HandOverMixin:
         # parameter), into slices of one view of the group's gradient memory (_group_span).
         dst, src = [], []
         span, layout = self._group_span(G, "grad")
-        for (_, _, p), (off, shape, strides) in zip(G.params, layout or ()):
+        for (_, _, p), (off, shape, strides) in zip(G.params, layout):
             g = p.grad
             if g is not None:
                 dst.append(span.as_strided(shape, strides, off))
@@ -104,17 +104,17 @@ class _HandOverMixin:
         stream: after torch's earlier use of the memory (the allocator may hand out a block
         torch's queued kernels still read), and before torch's first add into it (stages 0-1;
         at stages 2-3 torch adds into zinc's buckets and only zinc writes this buffer)."""
-        buf = torch.empty(self._grad_bytes // _memory.dtype_size(self._code),
-                          dtype=_TORCH_DTYPE[self._code], device=self._device)
+        buf = torch.empty(self._grad_bytes, dtype=torch.uint8, device=self._device)
         self._torch_then_zinc(stream)
         self._call(lib.zinc_grad_buffer_attach(self._e, ctypes.c_void_p(buf.data_ptr()),
                                                self._grad_bytes))
+        if self._cuda:        # zinc's stream uses it too: not reused before zinc's work on it
+            buf.record_stream(self._zstream)
         self._grad_buf = buf
-        self._lent_views = {}
-        if self._cuda and self._stage < 2:
-            self._ev_zinc.record(self._zstream)
-            (stream if stream is not None
-             else torch.cuda.current_stream(self._device)).wait_event(self._ev_zinc)
+        if buf.data_ptr() != self._lent_ptr:   # the allocator mostly hands back the same block
+            self._lent_views, self._lent_ptr = {}, buf.data_ptr()
+        if self._stage < 2:
+            self._torch_after_zinc(stream)
 
     def _torch_after_bucket(self, slot, stream=None):
         """CUDA: torch's stream (`stream`, looked up by the caller, or the current one) waits for
@@ -122,8 +122,7 @@ class _HandOverMixin:
         before the first). CPU: nothing."""
         ev = self._bucket_events.get(slot) if self._cuda else None
         if ev is not None:
-            (stream if stream is not None
-             else torch.cuda.current_stream(self._device)).wait_event(ev)
+            self._stream_or_current(stream).wait_event(ev)
 
     def _bucket_done(self, slot):
         """CUDA: an event on zinc's stream after the work zinc_grads_ready queued on bucket

@@ -257,12 +257,9 @@ class _Stage3Mixin:
             # when every parameter of the group has been emptied and nothing autograd saved
             # still views one of them.
             span, layout = self._group_span(G, "data")
-            whole = span.clone() if span is not None else None
-            for (_, _, p), (off, shape, strides) in zip(G.params, layout or ()):
+            whole = span.clone()
+            for (_, _, p), (off, shape, strides) in zip(G.params, layout):
                 p.data = whole.as_strided(shape, strides, off)
-            if span is None:          # a group of empty parameters only
-                for pid, _, p in G.params:
-                    p.data = self._empty.new_empty(self._shapes[pid])
         finally:
             # torch -> zinc (WAR): after zinc_release zinc may all-gather another group into this
             # buffer (its prefetch); that must wait for the copies queued on torch's stream.

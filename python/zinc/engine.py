@@ -45,6 +45,9 @@ on its current stream, so every hand-over between the two is ordered explicitly:
   prefetches and reduce-scatters zinc queued after it). No host wait: the step's one host wait
   is the engine's read of the gradient norm (issue 38; counted by zinc_host_waits,
   python_host_waits);
+- the gradient buffer torch lends per window (_lend_grad_buffer): zinc's stream waits for torch's
+  before zinc_grad_buffer_attach zeroes it, and at stages 0-1 torch's stream waits for that
+  zeroing before its adds; the tensor is recorded on zinc's stream for the allocator;
 - zinc's earlier work on a buffer -> torch writes it (a gradient bucket zinc zeroes after each
   zinc_grads_ready at stages 2-3): torch's stream waits for the event recorded after the
   zinc_grads_ready that last used THAT bucket (_torch_after_bucket; buckets rotate), so a
@@ -339,7 +342,8 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
         self._views = {}             # (group, kind, base) -> a view of zinc's memory (_group_span)
         self._grad_bytes = self.memory()["grad"][0]   # what zinc needs lent; 0: nothing
         self._grad_buf = None        # the torch tensor lent for this window, if any
-        self._lent_views = {}        # _views of _grad_buf (stages 0-1), dropped with it
+        self._lent_views = {}        # _views of _grad_buf (stages 0-1), kept while its address is
+        self._lent_ptr = None        # the address they view
         # The two hand-over events, recorded again at each use: a stream's wait_event waits for
         # the record that came before it, so a later record of the same event moves no wait
         # already queued (CUDA's cudaStreamWaitEvent), and no event is created per hand-over.
@@ -401,8 +405,7 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
         from here on (zinc's stream waits for an event on torch's; no host wait). CPU: nothing
         (torch's CPU ops are done when they return)."""
         if self._cuda:
-            self._ev_torch.record(stream if stream is not None
-                                 else torch.cuda.current_stream(self._device))
+            self._ev_torch.record(self._stream_or_current(stream))
             self._zstream.wait_event(self._ev_torch)
 
     def _zinc_then_torch(self):
@@ -413,13 +416,14 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
         a test there sees one put back into the step's path (python_host_waits)."""
         self._call(lib.zinc_engine_sync(self._e))
 
-    def _torch_after_zinc(self):
-        """CUDA: torch's stream waits (on the device) for what zinc queued so far, before torch
-        reads what zinc wrote (new weights, a gathered group) or writes a buffer zinc may still
-        use. No host wait. CPU: nothing (zinc's work is done when its call returns)."""
+    def _torch_after_zinc(self, stream=None):
+        """CUDA: torch's current stream (or `stream`) waits (on the device) for what zinc queued
+        so far, before torch reads what zinc wrote (new weights, a gathered group, a zeroed
+        buffer) or writes a buffer zinc may still use. No host wait. CPU: nothing (zinc's work
+        is done when its call returns)."""
         if self._cuda:
             self._ev_zinc.record(self._zstream)
-            torch.cuda.current_stream(self._device).wait_event(self._ev_zinc)
+            self._stream_or_current(stream).wait_event(self._ev_zinc)
 
     def _torch_after_gather(self, gid, stream=None):
         """CUDA: torch's current stream (or `stream`, that one already looked up) waits, on the
@@ -427,8 +431,12 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
         it (zinc_stream_wait_gather). No host wait. CPU: nothing (zinc's work is done when its
         call returns)."""
         if self._cuda:
-            st = stream if stream is not None else torch.cuda.current_stream(self._device)
+            st = self._stream_or_current(stream)
             self._call(lib.zinc_stream_wait_gather(self._e, gid, ctypes.c_void_p(st.cuda_stream)))
+
+    def _stream_or_current(self, stream):
+        """`stream` when the caller looked it up already, else torch's current one (CUDA)."""
+        return stream if stream is not None else torch.cuda.current_stream(self._device)
 
     def _torch_stream(self):
         """torch's current stream on a GPU, else None: looked up once per hook, where a hook
@@ -445,12 +453,11 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
         and later calls ask zinc for one parameter's pointer: one C call per group, not one per
         parameter. The span view is kept by (group, kind, base), as zinc reuses the same few
         buffers every step — for one window where it is the gradient buffer torch lends (stages
-        0-1: a new tensor each window). (None, None) when G has no elements."""
+        0-1: a new tensor each window). Every parameter has an element (zinc_param_add refuses
+        an empty extent; a 0-dim one is registered as (1,))."""
         fn = lib.zinc_param_data if kind == "data" else lib.zinc_param_grad
         if kind not in G.layout:
             G.layout[kind] = self._measure_layout(G, fn)
-        if G.layout[kind] is None:
-            return None, None
         anchor, anchor_bytes, span, layout = G.layout[kind]
         ptr = ctypes.c_void_p()
         self._call(fn(self._e, anchor, ctypes.byref(ptr)))
@@ -465,22 +472,17 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
 
     def _measure_layout(self, G, fn):
         """_group_span's layout of G from each parameter's pointer (fn: zinc_param_data or
-        zinc_param_grad): (the id of a parameter with elements, its byte offset from the span's
-        start, the span's elements, [(offset, shape, strides)] per parameter); None when no
-        parameter has elements (an empty one's pointer says nothing)."""
+        zinc_param_grad): (the first parameter's id, its byte offset from the span's start, the
+        span's elements, [(offset, shape, strides)] per parameter)."""
         numels = [_numel(self._shapes[pid]) for pid, _, _ in G.params]
         ptrs, ptr = [], ctypes.c_void_p()
         for pid, _, _ in G.params:
             self._call(fn(self._e, pid, ctypes.byref(ptr)))
-            ptrs.append(ptr.value or 0)
-        held = [k for k, n in enumerate(numels) if n]
-        if not held:
-            return None
+            ptrs.append(ptr.value)
         esz = _memory.dtype_size(self._code)
-        base = min(ptrs[k] for k in held)
-        offs = [(q - base) // esz if n else 0 for q, n in zip(ptrs, numels)]
-        return (G.params[held[0]][0], offs[held[0]] * esz,
-                max(o + n for o, n in zip(offs, numels)),
+        base = min(ptrs)
+        offs = [(q - base) // esz for q in ptrs]
+        return (G.params[0][0], offs[0] * esz, max(o + n for o, n in zip(offs, numels)),
                 [(o, tuple(self._shapes[pid]), _memory.contiguous_strides(self._shapes[pid]))
                  for o, (pid, _, _) in zip(offs, G.params)])
 
@@ -700,15 +702,13 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
             self._opt._before_step()             # the lr the optimizer's groups carry, if set
         self._call(lib.zinc_step(self._e, ctypes.byref(info)))
         self._open_micro = False
-        # zinc -> torch (RAW): the next forward reads the new weights, and the next backward adds
-        # into gradient buffers the step zeroed: an event, no host wait (the step's one is inside
-        # zinc_step, the read of the gradient norm).
+        # zinc -> torch (RAW): the next forward reads the new weights: an event, no host wait (the
+        # step's one is inside zinc_step, the read of the gradient norm).
         self._torch_after_zinc()
-        if info.boundary:          # the window's step gave the lent gradient buffer back
-            self._grad_buf, self._lent_views = None, {}
         if self._stage == 3:
             self._drop_params()
         if info.boundary:
+            self._grad_buf = None  # the window's step gave the lent gradient buffer back
             self._info = info
             # As DeepSpeed's global_steps: every step at a boundary, those skipped too.
             self._steps = info.step + info.skipped_total

@@ -75,7 +75,8 @@ def finish():
     return 0
 
 
-__all__ = ["torch", "zinc", "check", "check_raises", "failures", "finish", "Gain"]
+__all__ = ["torch", "zinc", "check", "check_raises", "failures", "finish", "Gain", "storage_bytes",
+           "run_torchrun_ranks"]
 
 
 def run_torchrun_ranks(script, ranks, wait_s):

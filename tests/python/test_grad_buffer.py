@@ -12,8 +12,8 @@ zinc allocates no gradient buffer of its own; no buffer is lent during a window'
 one is during its second (the accumulated gradients), and after the window's step it is gone
 (a weak reference to the lent tensor is dead: torch freed it); the model trains (every weight
 moves, the losses fall). At stage 2 with offload the gradient accumulates in host memory and
-nothing is lent at all. safe_set_full_grad at a window's start lends the buffer too: the value
-set reads back, another parameter's gradient reads zero.
+nothing is lent at all. safe_set_full_grad at a window's start lends the buffer too (stages
+0-3): the value set reads back, another parameter's gradient reads zero.
 
     python test_grad_buffer.py
 """
@@ -66,9 +66,11 @@ def run(stage, offload=False):
     check(f"{what}: every weight trained, the loss fell", not still and losses[-1] < losses[0],
           f"unchanged {still}, losses {losses[0]:.4f} -> {losses[-1]:.4f}")
 
-    if lends and stage != 3:      # stage 3's parameters read gradients gathered (collective)
-        params = [p for p in engine.module.parameters() if p.requires_grad]
-        value = torch.linspace(-1, 1, params[0].numel()).view(params[0].shape)
+    if lends:
+        named = [(n, p) for n, p in engine.module.named_parameters() if p.requires_grad]
+        params = [p for _, p in named]
+        shape = before[named[0][0]].shape            # (stage 3's parameters are empty here)
+        value = torch.linspace(-1, 1, shape.numel()).view(shape)
         zinc.utils.safe_set_full_grad(params[0], value)
         check(f"{what}: safe_set_full_grad at a window's start lends the buffer",
               engine._grad_buf is not None)

@@ -6,7 +6,9 @@ the one wait of a step is the engine's read of the gradient norm and overflow fl
 its host waits on the cpu device too (zinc_host_waits: free there, counted as on a GPU), and the
 front-end's ordering calls go to zinc on the cpu as on CUDA, so this test sees, without a GPU,
 every wait a GPU would make. A zinc_engine_sync put back into the stage-3 gather (the front-end
-before issue 38) makes 2 + 2 x (modules) waits per step here, and fails.
+before issue 38) makes 2 + 2 x (modules) waits per step here, and fails. Also the launches of
+the hooks (check_launches): one copy per stage-3 gather and one multi-tensor add per hand-over,
+counted with torch's profiler.
 
     python test_host_waits.py            (stages 0-3, bf16 and fp32, accumulation 1 and 2; and
                                           with offload_optimizer "cpu" or "nvme" at stages 1-3:
