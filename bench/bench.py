@@ -495,11 +495,16 @@ def gpu_rows(d):
                 r = json.loads(l)
                 if r.get("available"):
                     torch_e2e[r["model"]] = r
+    # gpu_session.sh e2e's metrics: zinc-M.jsonl (exact kernels), zinc-fast-M.jsonl and
+    # zinc-fast-ckpt-M.jsonl (ZINC_E2E_CKPT=1), M a model spec ("L12-D768-H12-T512")
+    kinds = (("fast-ckpt-", "fast, checkpointed"), ("fast-", "fast"), ("", "exact"))
     for f in find("zinc-*.jsonl"):
         # step lines only (--gpu-timing adds a {"gpu_timing": ...} line at the end)
         rows = [json.loads(l) for l in open(f) if l.startswith('{"step"')]
+        name = os.path.basename(f)[5:-6]
+        prefix, kind = next(k for k in kinds if name.startswith(k[0]))
         if rows:
-            zinc_e2e[os.path.basename(f)[5:-6]] = rows
+            zinc_e2e[(name[len(prefix):], kind)] = rows
     device = meta.get("device") or next((r["device"] for r in torch_e2e.values()), "?")
     # meta.txt names the build since gpu_session.sh writes a `build:` line; the first session's
     # (H100, 2026-11-23) predates it and was built as the default says.
@@ -537,7 +542,9 @@ def gpu_rows(d):
         out += ["### End to end: `zinc train --device cuda` beside the same model in PyTorch",
                 "",
                 "Command: `bench/gpu_session.sh e2e` = `zinc train --device cuda --ranks 1 --steps 30 "
-                "--model M --micro-batch 8 --config configs/zero2_bf16.json --metrics F` (ZeRO-2, bf16, "
+                "--model M --micro-batch 8 --config configs/zero2_bf16.json --metrics F` (kernels "
+                "exact; fast: with `--gpu-kernels fast`; checkpointed: with "
+                "`--activation-checkpointing` too; runs since 2026-11-28 add `--gpu-timing`; ZeRO-2, bf16, "
                 "one GPU, NCCL world of one; figures of the last printed interval, steps 21–30) and "
                 "`python3 bench/torch_gpt.py --model M --micro-batch 8 --steps 30` (eager, bf16 "
                 "autocast, fused AdamW, SDPA attention; median step after 5 warm-ups). zinc-in-step "
@@ -545,27 +552,29 @@ def gpu_rows(d):
                 "reduce-scatters queued by `zinc_grads_ready` run inside the model's time, so it is a "
                 "lower bound of zinc's share.",
                 "",
-                "| model | params | zinc tok/s | zinc ms/step | zinc_step ms | zinc-in-step (goal ≤ 5 %) "
-                "| torch tok/s | torch ms/step | zinc_step ÷ torch step |",
-                "|---|---|---|---|---|---|---|---|---|"]
-        order = sorted(zinc_e2e, key=lambda m: torch_e2e.get(m, {}).get("params", 0))
-        for m in order:
-            z = zinc_e2e[m][-1]
+                "| model | kernels | params | zinc tok/s | zinc ms/step | zinc_step ms | zinc-in-step "
+                "(goal ≤ 5 %) | torch tok/s | torch ms/step | zinc_step ÷ torch step |",
+                "|---|---|---|---|---|---|---|---|---|---|"]
+        order = sorted(zinc_e2e, key=lambda mk: (torch_e2e.get(mk[0], {}).get("params", 0), mk[0],
+                                                [k for _, k in kinds][::-1].index(mk[1])))
+        for m, kind in order:
+            z = zinc_e2e[(m, kind)][-1]
             t = torch_e2e.get(m)
             share = z["zinc_step_ms"] / z["ms_per_step"]
             tt = (f"{t['tokens_per_s']:.0f} | {t['ms_per_step_median']:.1f} | "
                   f"{z['zinc_step_ms'] / t['ms_per_step_median'] * 100:.1f} %") if t else "not measured | | "
             params = f"{t['params'] / 1e6:.1f} M" if t else "?"
-            out.append(f"| {m} | {params} | {z['tokens_per_s']:.0f} | {z['ms_per_step']:.1f} | "
-                       f"{z['zinc_step_ms']:.2f} | {share * 100:.1f} % | {tt} |")
-        slow = [f"{m} {torch_e2e[m]['tokens_per_s'] / zinc_e2e[m][-1]['tokens_per_s']:.1f}×"
-                for m in order if m in torch_e2e]
+            out.append(f"| {m} | {kind} | {params} | {z['tokens_per_s']:.0f} | "
+                       f"{z['ms_per_step']:.1f} | {z['zinc_step_ms']:.2f} | {share * 100:.1f} % | "
+                       f"{tt} |")
+        slow = [f"{m} ({kind}) {torch_e2e[m]['tokens_per_s'] / zinc_e2e[(m, kind)][-1]['tokens_per_s']:.1f}×"
+                for m, kind in order if m in torch_e2e]
         out += ["",
                 "The engine's own step (`zinc_step`) is a few per cent of even PyTorch's whole step. "
-                "The built-in CUDA model around it is not fast: PyTorch trains the same shapes "
-                f"faster by {', '.join(slow)} — models/cuda is a worked example with plain kernels "
-                "and an attention that materialises the T×T scores in fp32 (docs/train.md), so "
-                "tokens/s here measure that model, not the engine.", ""]
+                "PyTorch's tokens/s over the built-in CUDA model's on the same shapes: "
+                f"{', '.join(slow)} — models/cuda is a worked example (its exact kernels are plain "
+                "and materialise the T×T attention scores in fp32; docs/train.md), so tokens/s "
+                "here measure that model, not the engine.", ""]
     return out
 
 

@@ -117,13 +117,15 @@ say() { echo "$*" >>"$summary"; }
 
 # Seconds each phase needs, with room. Measured on the H200 (2026-11-27): build 16-21 s, env
 # 1 s, ctest 95 s, python 62 s, offload 5 s, sanitize 53 s. train, not run there: 96 runs of 40
-# steps (offload's 20-step runs took 0.5-1.3 s each) and 6 resumes, about 2-3 minutes. mpi2, not
-# run yet: 2 mpirun launches of the Python test (each ~2 trainings of 30 steps and a reference)
-# and 4 short zinc train runs, about a minute. e2e: 3 models x (zinc exact, zinc fast, torch)
-# of 30 steps; the exact L24-D1024-T1024 run alone is ~40 s (1.2 s a step on the H100), the fast
-# kernels have not run anywhere yet: 420 s, to be measured (140 s a model: ZINC_E2E_MODELS,
-# gpu_session.sh, names fewer; ZINC_E2E_CKPT=1 adds a checkpointed run, ~50 s a model). (The zinc runs' --gpu-timing records
-# ~2 events per phase, ~2,000 a step for L24: milliseconds against a step of ~1 s; no change.)
+# steps (offload's 20-step runs took 0.5-1.3 s each) and 6 resumes, about 2-3 minutes. mpi2
+# (ran on the H200, 2026-11-28, within the 60 s given; its own time not recorded): 2 mpirun
+# launches of the Python test (each ~2 trainings of 30 steps and a reference) and 4 short zinc
+# train runs. e2e: 3 models x (zinc exact, zinc fast, torch) of 30 steps; the exact
+# L24-D1024-H16-T1024 run alone is ~40 s (1.2 s a step on the H100), the fast kernels have not
+# run anywhere yet: 420 s, a guess (140 s a model: ZINC_E2E_MODELS, gpu_session.sh, names fewer;
+# ZINC_E2E_CKPT=1 adds a checkpointed fast run, ~50 s a model, a guess too). (The zinc runs'
+# --gpu-timing records ~2 events per phase, by count ~2,000 a step for L24, a few ms against a
+# step of ~1 s, not measured.)
 estimate() {
     case "$1" in
         env) echo 15 ;; ctest) echo 110 ;; python) echo 80 ;; offload) echo 20 ;;
