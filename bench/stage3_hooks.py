@@ -14,27 +14,21 @@ model and its training come from zinc_gpt2.py.
 """
 import argparse
 import json
-import os
 import statistics
-import sys
 import time
+
+from zinc_gpt2 import add_args, zinc_gpt2
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--stage", type=int, default=3, choices=(0, 1, 2, 3))
+    add_args(ap, stage=3)
     ap.add_argument("--steps", type=int, default=80)
-    ap.add_argument("--tree", default=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     a = ap.parse_args()
-    sys.path.insert(0, os.path.join(a.tree, "python"))
-    import torch
-    import zinc
-    from zinc_gpt2 import zinc_gpt2
-    torch.manual_seed(0)
-    torch.set_num_threads(1)
-    engine, step, _ = zinc_gpt2(zinc, dict(n_layer=12, n_embd=32, n_head=2, vocab_size=64,
-                                           n_positions=16), micro=1,
-                                zero={"stage": a.stage, "stage3_param_persistence_threshold": 0})
+    engine, step, _ = zinc_gpt2(a.tree, dict(n_layer=12, n_embd=32, n_head=2, vocab_size=64,
+                                             n_positions=16), micro=1,
+                                zero={"stage": a.stage, "stage3_param_persistence_threshold": 0},
+                                threads=1)
     for _ in range(3):
         step()
     times, hooks = [], []

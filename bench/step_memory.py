@@ -20,24 +20,19 @@ four times zinc's), so the comparison that counts is on a GPU (gpu_torch's mem_p
 import argparse
 import json
 import os
-import sys
 import tempfile
+
+from zinc_gpt2 import add_args, zinc_gpt2
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--stage", type=int, default=1, choices=(0, 1, 2, 3))
-    ap.add_argument("--tree", default=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    add_args(ap, stage=1)
     a = ap.parse_args()
-    sys.path.insert(0, os.path.join(a.tree, "python"))
-    import torch
     from torch.profiler import ProfilerActivity, profile
-    from zinc_gpt2 import zinc_gpt2
-    torch.manual_seed(0)
-    torch.set_num_threads(2)
-    import zinc
-    engine, step, params = zinc_gpt2(zinc, dict(n_layer=6, n_embd=256, n_head=4, vocab_size=8192,
-                                                n_positions=256), micro=4, zero={"stage": a.stage})
+    engine, step, params = zinc_gpt2(a.tree, dict(n_layer=6, n_embd=256, n_head=4,
+                                                  vocab_size=8192, n_positions=256), micro=4,
+                                     zero={"stage": a.stage}, threads=2)
     step()
     step()
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:

@@ -1,18 +1,31 @@
 """zinc_gpt2.py — transformers' GPT-2 trained through `import zinc` on the CPU, for the bench
 scripts that measure the front-end (stage3_hooks.py: its hooks' host time; step_memory.py: a
 step's memory peak). One place for what both train: bf16, AdamW at lr 3e-4, clipping 1.0, one
-micro-step per step, a fixed batch of token ids.
+micro-step per step, a fixed batch of token ids; and their common options, --stage and --tree
+(another checkout's python/ to import zinc from, for side-by-side runs of two versions).
 """
+import os
+import sys
 
 
-def zinc_gpt2(zinc, gpt2, micro, zero):
+def add_args(ap, stage):
+    """--stage (default `stage`) and --tree on the argparse parser `ap`."""
+    ap.add_argument("--stage", type=int, default=stage, choices=(0, 1, 2, 3))
+    ap.add_argument("--tree", default=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def zinc_gpt2(tree, gpt2, micro, zero, threads):
     """GPT-2 of transformers.GPT2Config(**gpt2) (a sequence of n_positions tokens of its
-    vocabulary; the caller seeds torch first) through zinc.initialize with micro-batch `micro`
-    and the zero_optimization section `zero`. `zinc` is the module the caller imported (maybe from
-    another checkout). Returns (engine, step, params): step() trains one step on the fixed batch
-    and returns its loss; params counts the model's elements (before stage 3 empties them)."""
+    vocabulary) through the zinc of `tree`/python's zinc.initialize, with micro-batch `micro`,
+    the zero_optimization section `zero`, torch seeded 0 and on `threads` threads. Returns
+    (engine, step, params): step() trains one step on the fixed batch and returns its loss;
+    params counts the model's elements (before stage 3 empties them)."""
+    sys.path.insert(0, os.path.join(tree, "python"))
     import torch
     import transformers
+    import zinc
+    torch.manual_seed(0)
+    torch.set_num_threads(threads)
     cfg = transformers.GPT2Config(bos_token_id=0, eos_token_id=0, **gpt2)
     model = transformers.GPT2LMHeadModel(cfg)
     params = sum(p.numel() for p in model.parameters())
