@@ -276,7 +276,7 @@ void zinc_engine_destroy(zinc_engine_t *e)
     free(e->group_hp);
     free(e->gstate);
     free(e->bucket_owner);
-    free(e->gather_owner);
+    free(e->gslots);
     free(e->trace);
     free(e->config_warnings);
     free(e->config_json);
@@ -637,9 +637,9 @@ zinc_status zinc_finalize(zinc_engine_t *e)
     if (!e->gstate) return zeng_fail(e, ZINC_ERR_NOMEM, "zinc_finalize: out of memory");
     s = zgather_plan(e);
     if (s != ZINC_OK) return s;
-    /* The gather slots' marks and the one past them (zinc_stream_wait_gather), created here so
-     * that no step creates an event. */
-    s = zdev_cuda_marks_reserve(e->dev, e->ngather + 1);
+    /* The gathered groups' marks and the one past them (zinc_stream_wait_gather), created here
+     * so that no step creates an event. */
+    s = zdev_cuda_marks_reserve(e->dev, zgather_marks(e));
     if (s != ZINC_OK)
         return zeng_fail(e, s, "zinc_finalize: creating the gather marks: %s", e->dev->err);
     int offload = (e->offload ? ZMEM_OFFLOAD_OPTIMIZER : 0) |
@@ -649,12 +649,12 @@ zinc_status zinc_finalize(zinc_engine_t *e)
     if (e->offload && zcfg_offloads_nvme(&e->cfg)) zoffload_nvme_plan(e);
     if ((s = zoffload_check_limit(e)) != ZINC_OK) return s;
     e->bucket_owner = calloc((size_t)(e->nbuckets + 1), sizeof(int));
-    e->gather_owner = calloc((size_t)(e->ngather + 1), sizeof(int));
-    if (!e->bucket_owner || !e->gather_owner)
+    e->gslots = calloc((size_t)(e->ngather + 1), sizeof *e->gslots);
+    e->gather_open = -1;
+    if (!e->bucket_owner || !e->gslots)
         return zeng_fail(e, ZINC_ERR_NOMEM, "zinc_finalize: out of memory");
     for (int g = 0; g < e->plan.ngroups; g++) e->gstate[g].bucket = e->gstate[g].gather_slot = -1;
     for (int i = 0; i < e->nbuckets; i++) e->bucket_owner[i] = -1;
-    for (int i = 0; i < e->ngather; i++) e->gather_owner[i] = -1;
 
     void *master = NULL, *m = NULL, *v = NULL;
     if ((s = alloc_category(e, ZINC_MEM_PARAM16, &e->param16)) != ZINC_OK ||
@@ -679,7 +679,7 @@ zinc_status zinc_finalize(zinc_engine_t *e)
     if (e->grad_host)
         e->acc_tmp = (char *)e->bucket +
                      (size_t)e->nbuckets * e->plan.max_group_padded * zinc_dtype_size(e->dtype);
-    /* The persistent stage-3 groups live after the gather ring, in the same block. */
+    /* The persistent stage-3 groups live after the gather area, in the same block. */
     if (e->persist_numel)
         e->persist = (char *)e->gather +
                      (size_t)e->ngather * e->plan.max_group_padded * zinc_dtype_size(e->dtype);
@@ -1161,7 +1161,7 @@ zinc_status zinc_param_data(zinc_engine_t *e, int param, void **out)
     if (gs->persistent)
         *out = (char *)e->persist + (gs->persist_off + P->offset) * d;
     else
-        *out = (char *)e->gather + ((size_t)gs->gather_slot * e->plan.max_group_padded + P->offset) * d;
+        *out = (char *)e->gather + (gs->gather_pos + P->offset) * d;
     return ZINC_OK;
 }
 

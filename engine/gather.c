@@ -2,22 +2,30 @@
  * gather.c — the stage-3 parameter schedule: which groups are gathered, where, and when.
  *
  * At stage 3 each rank keeps only its slices of the 16-bit parameters. A group is all-gathered
- * into one of `ngather` fixed buffers on zinc_gather and the buffer is given back on
- * zinc_release. Two refinements, as DeepSpeed's stage 3 has them:
+ * into the gather area on zinc_gather and its place is given back on zinc_release. Two
+ * refinements, as DeepSpeed's stage 3 has them:
  *
  *  - Persistence: a group with fewer elements than stage3_param_persistence_threshold is kept
  *    gathered for good (one all-gather after each update instead of two per micro-step);
  *    zinc_gather/zinc_release of it do nothing.
  *  - Prefetch: the order of zinc_gather calls in the first micro-step is recorded (the trace).
  *    Later, while the calls follow the trace, each zinc_gather also gathers the next traced
- *    groups into free buffers — as many as are free, within stage3_max_live_parameters — so that
- *    on an asynchronous backend (NCCL) their transfer overlaps the computation on the current
- *    group. Every rank makes the same calls, so every rank issues the same collectives.
- *    Prefetched groups nobody used by the next zinc_step are dropped (the update changes them).
+ *    groups, so that on an asynchronous backend (NCCL) their transfer overlaps the computation
+ *    on the current group: while fewer than stage3_prefetch_bucket_size elements are gathered
+ *    ahead of use (DeepSpeed's meaning of that key: elements fetched ahead), the total stays
+ *    within stage3_max_live_parameters and the next group has room. Every rank makes the same
+ *    calls, so every rank issues the same collectives. Prefetched groups nobody used by the next
+ *    zinc_step are dropped (the update changes them).
  *
- * The number of buffers comes from the config: at least zinc.gather_buffers, and up to
- * 1 + prefetch_bucket_size / (largest group), capped by the number of non-persistent groups and
- * by max_live_parameters.
+ * The gather area is `ngather` slots of the largest group's size (at least zinc.gather_buffers,
+ * and up to 1 + prefetch_bucket_size / (largest group), capped by the number of non-persistent
+ * groups and by max_live_parameters). Groups are packed into slots one after another: a group
+ * goes at the end of the slot the last one went into when it fits there, else into an empty
+ * slot, and a slot is empty again when every group in it is gone. So a model with one large
+ * group (an embedding) and many small ones (its layers) prefetches many layers ahead in the
+ * same memory, where one group per slot allowed only ngather - 1. Any ngather groups can still be
+ * held at once: the held groups occupy at most that many slots, and a gather that finds no room
+ * empties a slot that holds no held group by dropping its prefetched groups.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -27,11 +35,6 @@
 #include "kernels/cuda/zdev_cuda.h"
 
 static size_t dsz(const zinc_engine_t *e) { return zinc_dtype_size(e->dtype); }
-
-static char *slot_buf(zinc_engine_t *e, int slot)
-{
-    return (char *)e->gather + (size_t)slot * e->plan.max_group_padded * dsz(e);
-}
 
 zinc_status zgather_plan(zinc_engine_t *e)
 {
@@ -62,67 +65,108 @@ zinc_status zgather_plan(zinc_engine_t *e)
     return ZINC_OK;
 }
 
-static int free_slot(zinc_engine_t *e)
+static size_t padded(const zinc_engine_t *e, int group) { return e->plan.groups[group].padded; }
+
+/* Marks (zinc_stream_wait_gather): at stage 3 mark g is recorded after group g's all-gather (a
+ * slot holds several groups, so marks are per group), and mark ngroups stands for "everything
+ * queued so far"; below stage 3 only that one, as mark 0. zgather_marks is how many. */
+static int mark_past(const zinc_engine_t *e) { return e->stage == 3 ? e->plan.ngroups : 0; }
+int zgather_marks(const zinc_engine_t *e) { return mark_past(e) + 1; }
+
+/* Where a group of n elements can go: the end of the slot the last group went into, when it
+ * fits there, else the start of an empty slot. Returns the slot, -1 when neither has room. */
+static int place(zinc_engine_t *e, size_t n, size_t *pos)
 {
+    size_t B = e->plan.max_group_padded;
+    int open = e->gather_open;
+    if (open >= 0 && e->gslots[open].count > 0 && e->gslots[open].fill + n <= B) {
+        *pos = (size_t)open * B + e->gslots[open].fill;
+        return open;
+    }
     for (int i = 0; i < e->ngather; i++)
-        if (e->gather_owner[i] < 0) return i;
+        if (e->gslots[i].count == 0) {
+            *pos = (size_t)i * B;
+            return i;
+        }
     return -1;
 }
 
 static void drop(zinc_engine_t *e, int group)
 {
     zgroup_state *gs = &e->gstate[group];
-    e->gather_owner[gs->gather_slot] = -1;
+    zgather_slot *sl = &e->gslots[gs->gather_slot];
+    if (--sl->count == 0) sl->fill = 0;
+    e->gather_live -= padded(e, group);
+    if (!gs->held) e->gather_ahead -= padded(e, group);
     gs->gather_slot = -1;
     gs->held = 0;
 }
 
-/* All-gathers a group into a slot (counted: it is training traffic). */
-static zinc_status fetch(zinc_engine_t *e, int group, int slot)
+/* Empties a slot that holds no held group by dropping its (prefetched) groups; -1 when every
+ * slot holds one. */
+static int evict(zinc_engine_t *e)
+{
+    for (int i = 0; i < e->ngather; i++) {
+        int held = 0;
+        for (int g = 0; g < e->plan.ngroups && !held; g++)
+            held = e->gstate[g].gather_slot == i && e->gstate[g].held;
+        if (held) continue;
+        for (int g = 0; g < e->plan.ngroups; g++)
+            if (e->gstate[g].gather_slot == i) drop(e, g);
+        return i;
+    }
+    return -1;
+}
+
+/* All-gathers a group at `pos` of `slot` (counted: it is training traffic). */
+static zinc_status fetch(zinc_engine_t *e, int group, int slot, size_t pos)
 {
     const zplan_group *G = &e->plan.groups[group];
     size_t d = dsz(e);
-    char *buf = slot_buf(e, slot);
-    /* The own slice at its place in the slot, then the all-gather in place (every backend takes
-     * the buffer with this rank's slice filled). With offload_param that first copy is the
-     * upload from the host shard. */
+    char *buf = (char *)e->gather + pos * d;
+    /* The own slice at its place in the group's span, then the all-gather in place (every
+     * backend takes the buffer with this rank's slice filled). With offload_param that first
+     * copy is the upload from the host shard. */
     zinc_status s = zoffload_own_to_device(e, group, buf + G->slice * (size_t)e->rank * d, 1);
     if (s != ZINC_OK) return s;
     s = zcomm_all_gather(e->comm, buf, G->padded, (zdt)e->dtype);
     if (s != ZINC_OK)
         return zeng_fail(e, s, "zinc_gather: all-gather of group '%s' failed on rank %d: %s",
                          G->name, e->rank, e->comm->err);
-    /* The slot's mark: the point of the compute stream where this group's values are in place,
-     * for zinc_stream_wait_gather (later prefetches and reduce-scatters are queued after it). */
-    s = zdev_cuda_mark(e->dev, slot);
+    /* The group's mark: the point of the compute stream where its values are in place, for
+     * zinc_stream_wait_gather (later prefetches and reduce-scatters are queued after it). */
+    s = zdev_cuda_mark(e->dev, group);
     if (s != ZINC_OK)
         return zeng_fail(e, s, "zinc_gather: marking group '%s' gathered: %s", G->name,
                          e->dev->err);
-    e->gather_owner[slot] = group;
+    zgather_slot *sl = &e->gslots[slot];
+    sl->fill = pos - (size_t)slot * e->plan.max_group_padded + G->padded;
+    sl->count++;
+    e->gather_open = slot;
     e->gstate[group].gather_slot = slot;
+    e->gstate[group].gather_pos = pos;
+    e->gather_live += G->padded;
+    e->gather_ahead += G->padded; /* not held yet: zinc_gather takes it off when it holds it */
     return ZINC_OK;
 }
 
-static int64_t live_elements(const zinc_engine_t *e)
-{
-    int64_t n = 0;
-    for (int i = 0; i < e->ngather; i++)
-        if (e->gather_owner[i] >= 0) n += (int64_t)e->plan.groups[e->gather_owner[i]].padded;
-    return n;
-}
-
-/* Gathers the next traced groups into free buffers. */
+/* Gathers the next traced groups ahead of use (the rule at the top of this file). */
 static zinc_status prefetch(zinc_engine_t *e)
 {
     for (int k = e->trace_pos; k >= 0 && k < e->trace_len; k++) {
         int h = e->trace[k];
-        zgroup_state *hs = &e->gstate[h];
-        if (hs->gather_slot >= 0) continue;
-        int slot = free_slot(e);
-        if (slot < 0 || live_elements(e) + (int64_t)e->plan.groups[h].padded >
-                            e->cfg.zero.max_live_parameters)
+        /* A group in use now that the trace uses again later will be released and gathered
+         * anew before that use: prefetch stops there, in trace order, rather than run past a
+         * gather that may then find no room and drop prefetched groups (their transfer lost). */
+        if (e->gstate[h].held) break;
+        if (e->gstate[h].gather_slot >= 0) continue;
+        if (e->gather_ahead >= e->cfg.zero.prefetch_bucket_size ||
+            e->gather_live + (int64_t)padded(e, h) > e->cfg.zero.max_live_parameters)
             break;
-        zinc_status s = fetch(e, h, slot);
+        size_t pos;
+        int slot = place(e, padded(e, h), &pos);
+        if (slot < 0) break; /* in trace order: no skipping to a smaller group further on */
+        zinc_status s = fetch(e, h, slot, pos);
         if (s != ZINC_OK) return s;
     }
     return ZINC_OK;
@@ -155,23 +199,18 @@ zinc_status zinc_gather(zinc_engine_t *e, int group)
     }
     trace_note(e, group);
     if (gs->gather_slot < 0) {
-        int slot = free_slot(e);
-        if (slot < 0) {
-            /* Make room by dropping a prefetched group nobody holds. */
-            for (int i = 0; i < e->ngather && slot < 0; i++)
-                if (!e->gstate[e->gather_owner[i]].held) {
-                    drop(e, e->gather_owner[i]);
-                    slot = i;
-                }
-        }
+        size_t pos;
+        int slot = place(e, padded(e, group), &pos);
+        if (slot < 0 && (slot = evict(e)) >= 0) slot = place(e, padded(e, group), &pos);
         if (slot < 0)
             return zeng_fail_sequence(e, ZINC_ERR_USAGE,
                              "zinc_gather: all %d gather buffers hold gathered groups; zinc_release "
                              "a group before gathering '%s', or raise zinc.gather_buffers",
                              e->ngather, e->plan.groups[group].name);
-        zinc_status s = fetch(e, group, slot);
+        zinc_status s = fetch(e, group, slot, pos);
         if (s != ZINC_OK) return s;
     }
+    e->gather_ahead -= padded(e, group); /* fetched now or prefetched before: in use from here */
     gs->held = 1;
     return e->trace_done ? prefetch(e) : ZINC_OK;
 }
@@ -185,8 +224,11 @@ zinc_status zinc_release(zinc_engine_t *e, int group)
     if (!gs->held)
         return zeng_fail(e, ZINC_ERR_USAGE, "zinc_release: group '%s' is not gathered",
                          e->plan.groups[group].name);
-    if (gs->persistent) gs->held = 0;
-    else drop(e, group);
+    if (gs->persistent) {
+        gs->held = 0;
+    } else {
+        drop(e, group);
+    }
     return ZINC_OK;
 }
 
@@ -203,9 +245,8 @@ zinc_status zinc_stream_wait_gather(zinc_engine_t *e, int group, void *stream)
     if (!zdev_cuda_stream(e->dev)) return ZINC_OK; /* cpu: zinc's work is done when queued */
     if (!stream) return zeng_fail(e, ZINC_ERR_INVALID_ARG, "%s: stream is NULL", fn);
     /* Persistent groups and stages 0-2 have no gather of their own to wait for: the values are
-     * zinc's working copy, current after everything queued so far (mark `ngather`, past the
-     * slots' marks). */
-    int id = own_mark ? gs->gather_slot : e->ngather;
+     * zinc's working copy, current after everything queued so far (the mark past the groups'). */
+    int id = own_mark ? group : mark_past(e);
     if (!own_mark) s = zdev_cuda_mark(e->dev, id);
     if (s == ZINC_OK) s = zdev_cuda_wait_mark(e->dev, id, stream);
     if (s != ZINC_OK) return zeng_fail(e, s, "%s: group '%s': %s", fn,
@@ -216,8 +257,8 @@ zinc_status zinc_stream_wait_gather(zinc_engine_t *e, int group, void *stream)
 void zgather_step_end(zinc_engine_t *e)
 {
     if (e->stage < 3) return;
-    for (int i = 0; i < e->ngather; i++)
-        if (e->gather_owner[i] >= 0 && !e->gstate[e->gather_owner[i]].held) drop(e, e->gather_owner[i]);
+    for (int g = 0; g < e->plan.ngroups; g++)
+        if (e->gstate[g].gather_slot >= 0 && !e->gstate[g].held) drop(e, g);
     if (e->trace_len > 0) e->trace_done = 1;
     e->trace_pos = 0;
 }

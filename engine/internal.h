@@ -27,7 +27,7 @@
  * itself is host memory: e->param16 is NULL (no device block), h_param16 is the shard (in fp32
  * mode the host master is), the host Adam writes it in place, and every gather uploads the own
  * slice from it into the gather slot (zoffload_own_to_device). Device memory for parameters is
- * then the gather ring and the persistent groups only.
+ * then the gather area and the persistent groups only.
  *
  * "Full" buffers are indexed by flat offset (group.flat_off + param.offset); shard buffers by
  * shard offset (group.shard_off + position in the slice). At stage 0 every rank updates the whole
@@ -71,9 +71,16 @@ struct zinc_world {
 zinc_status zworld_add_comm(zinc_world_t *w, zcomm_t *c);
 void zworld_remove_comm(zinc_world_t *w, zcomm_t *c);
 
+/* A stage-3 gather slot: groups packed from its start (gather.c). */
+typedef struct {
+    size_t fill;                  /* elements from the slot's start to the end of its last group */
+    int count;                    /* groups in it; 0: empty (fill 0) */
+} zgather_slot;
+
 typedef struct zgroup_state {
     int bucket;                   /* stage 2-3: bucket slot holding its gradient, or -1 */
     int gather_slot;              /* stage 3: gather slot holding it (gathered or prefetched), or -1 */
+    size_t gather_pos;            /* stage 3, in a slot: its first element's offset in `gather` */
     int held;                     /* stage 3: between the user's zinc_gather and zinc_release */
     int persistent;               /* stage 3: below the persistence threshold, always gathered */
     size_t persist_off;           /* persistent: element offset in e->persist */
@@ -112,7 +119,7 @@ struct zinc_engine {
                                      buffer per accumulation window (zinc_grad_buffer_attach) */
     float *master, *m, *v;
     void *bucket;                 /* [nbuckets * max_group_padded] */
-    void *gather;                 /* [ngather * max_group_padded] */
+    void *gather;                 /* [ngather * max_group_padded]: slots of groups packed in turn */
     void *persist;                /* stage 3: persistent groups, full and back to back */
     size_t persist_numel;
     /* Stage 3 prefetch: the order of zinc_gather calls of the first micro-step (the trace), and
@@ -125,7 +132,10 @@ struct zinc_engine {
     int *bucket_owner;            /* [nbuckets]: group using it or -1 */
     int bucket_next;              /* where group_bucket's search for a free bucket starts: the one
                                      after the last taken, so buckets are used in rotation */
-    int *gather_owner;            /* [ngather] */
+    zgather_slot *gslots;         /* [ngather] */
+    int gather_open;              /* the slot the last gathered group went into, or -1 */
+    int64_t gather_live;          /* elements of the groups in the slots */
+    int64_t gather_ahead;         /* of those, the prefetched ones not yet held */
 
     uint64_t planned[ZINC_MEM_COUNT];           /* device bytes */
     uint64_t allocated[ZINC_MEM_COUNT];
@@ -319,6 +329,8 @@ zinc_status zoffload_nvme_refresh(zinc_engine_t *e);
 /* Stage 3 gather schedule (gather.c). */
 /* At finalize: persistent groups, the number of gather buffers, the trace. */
 zinc_status zgather_plan(zinc_engine_t *e);
+/* How many CUDA marks zinc_stream_wait_gather uses (created at finalize: zdev_cuda_marks_reserve). */
+int zgather_marks(const zinc_engine_t *e);
 /* After the update of a step (and after a load): refresh the persistent groups. Collective;
  * `counted` selects the counting wrappers (training traffic) or the raw backend. */
 zinc_status zgather_refresh_persistent(zinc_engine_t *e, int counted);

@@ -28,7 +28,7 @@
  * host staging buffer for Adam's 16-bit output becomes the shard itself (same size, so the host
  * side is unchanged: 16Ψ/N, or 12Ψ/N + 4Ψ/N in fp32 where the host master is the shard), and the
  * device keeps no param16 block: no model state on the device, only the buffers — buckets and
- * the gather ring, sized by the largest group, and the persistent (small) groups in full.
+ * the gather area, sized by the largest group, and the persistent (small) groups in full.
  */
 #include <string.h>
 

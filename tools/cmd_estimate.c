@@ -26,7 +26,7 @@ static void usage(FILE *f)
             "shard and of the 16-bit update; device and host bytes are listed apart.\n"
             "--offload-param (zero_optimization.offload_param {\"device\": \"cpu\"}, stage 3,\n"
             "with --offload-optimizer): the 16-bit parameter shard in host memory too; the\n"
-            "device keeps only the buffers (gather ring, persistent groups, buckets).\n"
+            "device keeps only the buffers (gather area, persistent groups, buckets).\n"
             "--nvme (offload_optimizer {\"device\": \"nvme\"}, and offload_param \"nvme\" with\n"
             "--offload-param): master, m, v (and the 16-bit shard) in a scratch file on disk; host\n"
             "memory is then the chunk buffers (DeepSpeed's default buffer_count 4, zinc's chunk\n"

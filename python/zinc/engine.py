@@ -452,9 +452,12 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
         offsets of whatever buffer holds it (the plan's), so the layout is measured once per kind
         and later calls ask zinc for one parameter's pointer: one C call per group, not one per
         parameter. The span view is kept by (group, kind, base), as zinc reuses the same few
-        buffers every step — for one window where it is the gradient buffer torch lends (stages
-        0-1: a new tensor each window). Every parameter has an element (zinc_param_add refuses
-        an empty extent; a 0-dim one is registered as (1,))."""
+        places every step (at stage 3 a group is packed at the same place of the gather area in
+        every step that follows the traced order) — for one window where it is the gradient
+        buffer torch lends (stages 0-1: a new tensor each window). Should the places keep
+        changing (gathers out of the traced order), the kept views are let go past a bound.
+        Every parameter has an element (zinc_param_add refuses an empty extent; a 0-dim one is
+        registered as (1,))."""
         fn = lib.zinc_param_data if kind == "data" else lib.zinc_param_grad
         if kind not in G.layout:
             G.layout[kind] = self._measure_layout(G, fn)
@@ -467,6 +470,8 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
         key = (G.gid, kind, base)
         t = views.get(key)
         if t is None:
+            if len(views) >= 4 * len(self._g) + 16:
+                views.clear()
             t = views[key] = _memory.view(base, span, self._code, (span,), self._device)
         return t, layout
 

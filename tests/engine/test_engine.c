@@ -172,7 +172,7 @@ static void volume_rank(int rank, void *arg)
         uint64_t F = e->plan.flat_numel, S = e->plan.shard_numel;
         uint64_t want16 = (c->stage < 3 ? F : S) * 2, wantg = (c->stage < 2 ? F : S) * 2;
         /* Stage 3 buffers: the persistent groups (all of the toy's, at DeepSpeed's default
-         * threshold) in full, or the gather ring of whole groups. */
+         * threshold) in full, or the gather area's slots. */
         if (c->stage == 3)
             ZT_CHECK(c->persist == 0 ? planned[ZINC_MEM_GATHER] == F * 2
                                      : planned[ZINC_MEM_GATHER] % (e->plan.max_group_padded * 2) == 0,
@@ -445,7 +445,7 @@ static zinc_engine_t *traced_stage3(int *np)
     zinc_engine_t *e = NULL;
     ZT_OK(toy_engine(&tr, &e, np));
     if (!e) return NULL;
-    ZT_CHECK(e->ngather >= 2, "stage 3 gather ring of %d buffers", e->ngather);
+    ZT_CHECK(e->ngather >= 2, "stage 3 gather area of %d slots", e->ngather);
     ZT_OK(toy_micro_step(e, 0, 1, 0, *np, 0));
     ZT_OK(zinc_step(e, NULL));
     return e;

@@ -257,8 +257,10 @@ static void vol_rank(int rank, void *arg)
 {
     vol_ctx *c = arg;
     int world = zinc_world_size(c->world);
-    /* max_live 5000 elements: any two of the non-persistent groups exceed it, so nothing is
-     * prefetched and every zinc_gather of a non-persistent group gathers it. */
+    /* max_live 5000 elements: prefetch runs within it, and a prefetched group is used by the
+     * following zinc_gather, so every non-persistent group is still gathered (its own slice
+     * uploaded) once per use: twice per micro-step. A prefetched transfer dropped unused would
+     * show here as more bytes up. */
     toy_run r = {.world = world, .stage = 3, .accum = 1, .dtype = c->dtype, .clip = 1.0,
                  .persist_threshold = c->persist,
                  .zero_json = BOTH "\"stage3_max_live_parameters\": 5000, "};

@@ -9,6 +9,9 @@ zinc_test(NAME engine_stages SOURCES ${ZINC_ENGINE_TEST_DIR}/test_stages.c
           LIBS zinc_toy LABELS "multirank;unit" TIMEOUT 600)
 zinc_test(NAME engine_api SOURCES ${ZINC_ENGINE_TEST_DIR}/test_engine.c
           LIBS zinc_toy LABELS "multirank;unit" TIMEOUT 300)
+# Stage 3's gather area: groups packed into the slots, prefetch within stage3_prefetch_bucket_size.
+zinc_test(NAME engine_gather_pack SOURCES ${ZINC_ENGINE_TEST_DIR}/test_gather_pack.c
+          LABELS "unit" TIMEOUT 120)
 zinc_test(NAME engine_grad_access SOURCES ${ZINC_ENGINE_TEST_DIR}/test_grad_access.c
           LABELS "multirank;unit" TIMEOUT 120)
 # The gradient buffer lent by the caller per window (the Python front-end lends torch's memory).
