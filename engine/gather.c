@@ -18,8 +18,8 @@
  *    zinc_step are dropped (the update changes them).
  *
  * The gather area is `ngather` slots of the largest group's size (at least zinc.gather_buffers,
- * and up to 1 + prefetch_bucket_size / (largest group), capped by the number of non-persistent
- * groups and by max_live_parameters). Groups are packed into slots one after another: a group
+ * and up to 1 + ceil(prefetch_bucket_size / largest group), capped by the number of
+ * non-persistent groups and by max_live_parameters / largest group). Groups are packed into slots one after another: a group
  * goes at the end of the slot the last one went into when it fits there, else into an empty
  * slot, and a slot is empty again when every group in it is gone. So a model with one large
  * group (an embedding) and many small ones (its layers) prefetches many layers ahead in the
@@ -27,6 +27,7 @@
  * held at once: the held groups occupy at most that many slots, and a gather that finds no room
  * empties a slot that holds no held group by dropping its prefetched groups.
  */
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -150,10 +151,19 @@ static zinc_status fetch(zinc_engine_t *e, int group, int slot, size_t pos)
     return ZINC_OK;
 }
 
+/* Groups gathered ahead of use (prefetched, not held). */
+static int groups_ahead(const zinc_engine_t *e)
+{
+    int n = 0;
+    for (int g = 0; g < e->plan.ngroups; g++) n += e->gstate[g].gather_slot >= 0 && !e->gstate[g].held;
+    return n;
+}
+
 /* Gathers the next traced groups ahead of use (the rule at the top of this file). */
 static zinc_status prefetch(zinc_engine_t *e)
 {
-    for (int k = e->trace_pos; k >= 0 && k < e->trace_len; k++) {
+    int cap = zoffload_prefetch_groups(e), ahead = cap == INT_MAX ? 0 : groups_ahead(e);
+    for (int k = e->trace_pos; k >= 0 && k < e->trace_len && ahead < cap; k++) {
         int h = e->trace[k];
         /* A group in use now that the trace uses again later will be released and gathered
          * anew before that use: prefetch stops there, in trace order, rather than run past a
@@ -168,6 +178,7 @@ static zinc_status prefetch(zinc_engine_t *e)
         if (slot < 0) break; /* in trace order: no skipping to a smaller group further on */
         zinc_status s = fetch(e, h, slot, pos);
         if (s != ZINC_OK) return s;
+        ahead++;
     }
     return ZINC_OK;
 }
@@ -212,7 +223,9 @@ zinc_status zinc_gather(zinc_engine_t *e, int group)
     }
     e->gather_ahead -= padded(e, group); /* fetched now or prefetched before: in use from here */
     gs->held = 1;
-    return e->trace_done ? prefetch(e) : ZINC_OK;
+    zinc_status s = e->trace_done ? prefetch(e) : ZINC_OK;
+    if (s != ZINC_OK) drop(e, group); /* a failed call leaves nothing held to release */
+    return s;
 }
 
 zinc_status zinc_release(zinc_engine_t *e, int group)

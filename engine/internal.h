@@ -323,6 +323,10 @@ zinc_status zoffload_nvme_adam(zinc_engine_t *e, zk_adam_args *a);
 zdev_t *zoffload_param16_dev(zinc_engine_t *e);
 int zoffload_param16_in_file(const zinc_engine_t *e);
 zinc_status zoffload_nvme_own_to_device(zinc_engine_t *e, int g, void *dst, int counted);
+/* How many groups stage 3 may prefetch ahead of use: with the 16-bit shard in the file, one less
+ * than the gather staging slots (each reuse of a slot waits on the host for its last upload, so
+ * a deeper burst of prefetches would make the host wait for the device); else no limit. */
+int zoffload_prefetch_groups(const zinc_engine_t *e);
 /* zoffload_refresh_own's conversion: h_param16 from the master in the file. */
 zinc_status zoffload_nvme_refresh(zinc_engine_t *e);
 

@@ -32,6 +32,7 @@
  */
 #include <stdint.h>
 #include <stdio.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -275,10 +276,16 @@ zdev_t *zoffload_param16_dev(zinc_engine_t *e)
 
 int zoffload_param16_in_file(const zinc_engine_t *e) { return e->nv && e->nv->param; }
 
+int zoffload_prefetch_groups(const zinc_engine_t *e)
+{
+    return zoffload_param16_in_file(e) ? ZNV_STAGE - 1 : INT_MAX;
+}
+
 /* ---- gathers with the parameters in the file ------------------------------------------------
  * A gather's own slice is read from the file into a staging slot (a positioned read: the host
  * waits for the disk) and uploaded from there on the copy stream; a slot is reused once the
- * upload made from it ZNV_STAGE gathers ago is done (a copy wait, normally long satisfied). */
+ * upload made from it ZNV_STAGE gathers ago is done (a copy wait, satisfied without waiting as
+ * long as prefetch runs at most ZNV_STAGE - 1 groups ahead: zoffload_prefetch_groups). */
 zinc_status zoffload_nvme_own_to_device(zinc_engine_t *e, int g, void *dst, int counted)
 {
     struct znv *nv = e->nv;

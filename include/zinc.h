@@ -314,7 +314,8 @@ ZINC_API zinc_status zinc_param_local_set(zinc_engine_t *e, int param, zinc_para
 /* ---- one micro-step ----------------------------------------------------------------------- */
 
 /* Collective at stage 3 (all-gathers the group's 16-bit parameters); a no-op below stage 3.
- * Between gather and release the group's zinc_param_data views are valid. */
+ * Between gather and release the group's zinc_param_data views are valid. A zinc_gather that
+ * fails leaves the group not gathered (nothing to release). */
 ZINC_API zinc_status zinc_gather(zinc_engine_t *e, int group);
 ZINC_API zinc_status zinc_release(zinc_engine_t *e, int group);
 

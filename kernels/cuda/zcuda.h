@@ -96,8 +96,8 @@ typedef struct zcuda {
     cudaEvent_t copy_done[ZCU_COPY_EVENTS];
     uint64_t copy_fences;
     /* Marks (zdev_cuda_mark): events recorded on the compute stream at points the engine names,
-     * which another stream waits for instead of for the whole queue (stage 3: one per gather
-     * slot, recorded after the slot's all-gather, and one past them). Created by
+     * which another stream waits for instead of for the whole queue (stage 3: one per group,
+     * recorded after the group's all-gather, and one past them). Created by
      * zdev_cuda_marks_reserve when the engine is finalized, not inside a step. */
     cudaEvent_t *marks;
     int nmarks;

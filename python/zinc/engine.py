@@ -91,6 +91,7 @@ class ZincConfigWarning(UserWarning):
 
 
 _serials = itertools.count()   # engines' creation order (zero.GatheredParameters)
+_SPAN_BASES = 8                # _group_span: the places kept per group and kind
 # Config warnings of `zinc train` (the C config) about monitors this front-end writes
 # (_monitor.py): not passed on.
 _MONITORED = ("tensorboard:", "wandb:")
@@ -339,7 +340,7 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
         self._shapes = {pid: p.shape for _, ps in self._groups for pid, _, p in ps}
         self._hooks = []
         self._bucket_events = {}     # CUDA, stages 2-3: bucket -> event after its last reduce
-        self._views = {}             # (group, kind, base) -> a view of zinc's memory (_group_span)
+        self._views = {}             # (group, kind) -> [(base, view of zinc's memory)] (_group_span)
         self._grad_bytes = self.memory()["grad"][0]   # what zinc needs lent; 0: nothing
         self._grad_buf = None        # the torch tensor lent for this window, if any
         self._lent_views = {}        # _views of _grad_buf (stages 0-1), kept while its address is
@@ -451,12 +452,12 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
         1 us a slice, against 1.5 for span[a:b].view(shape)). A group's parameters sit at fixed
         offsets of whatever buffer holds it (the plan's), so the layout is measured once per kind
         and later calls ask zinc for one parameter's pointer: one C call per group, not one per
-        parameter. The span view is kept by (group, kind, base), as zinc reuses the same few
-        places every step (at stage 3 a group is packed at the same place of the gather area in
-        every step that follows the traced order) — for one window where it is the gradient
-        buffer torch lends (stages 0-1: a new tensor each window). Should the places keep
-        changing (gathers out of the traced order), the kept views are let go past a bound.
-        Every parameter has an element (zinc_param_add refuses an empty extent; a 0-dim one is
+        parameter. Span views are kept per (group, kind), the last _SPAN_BASES places each, as
+        zinc reuses the same few places every step (at stage 3 a group is packed at the same
+        place of the gather area at the same point of every step that follows the traced order;
+        a group gathered several times a step, as with activation checkpointing, has a few) —
+        for one window where it is the gradient buffer torch lends (stages 0-1: a new tensor
+        each window). Every parameter has an element (zinc_param_add refuses an empty extent; a 0-dim one is
         registered as (1,))."""
         fn = lib.zinc_param_data if kind == "data" else lib.zinc_param_grad
         if kind not in G.layout:
@@ -467,12 +468,15 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
         base = ptr.value - anchor_bytes
         # (A view with its own storage: as_strided's offsets count from the span's start.)
         views = self._lent_views if kind == "grad" and self._stage < 2 else self._views
-        key = (G.gid, kind, base)
-        t = views.get(key)
-        if t is None:
-            if len(views) >= 4 * len(self._g) + 16:
-                views.clear()
-            t = views[key] = _memory.view(base, span, self._code, (span,), self._device)
+        kept = views.setdefault((G.gid, kind), [])      # [(base, view)], the last used first
+        for i, (b, t) in enumerate(kept):
+            if b == base:
+                if i:
+                    kept.insert(0, kept.pop(i))
+                return t, layout
+        t = _memory.view(base, span, self._code, (span,), self._device)
+        kept.insert(0, (base, t))
+        del kept[_SPAN_BASES:]
         return t, layout
 
     def _measure_layout(self, G, fn):

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "engine/internal.h"
 #include "testutil.h"
@@ -30,17 +31,19 @@ static float value_of(int g, int64_t i) { return (float)(g + 1) + (float)(i % 8)
 
 /* A stage-3 bf16 engine of `ng` groups of one parameter each (sizes[g] elements), their values
  * set to value_of; NULL on failure. */
-static zinc_engine_t *engine_of(const int64_t *sizes, int ng, long long prefetch_bucket_size,
-                                int gather_buffers, int *pid)
+static zinc_engine_t *engine_of_with(const char *zero_extra, const int64_t *sizes, int ng,
+                                     long long prefetch_bucket_size, int gather_buffers,
+                                     long long max_live, int *pid)
 {
-    char cfg[768];
+    char cfg[1536];
     snprintf(cfg, sizeof cfg,
              "{\"train_micro_batch_size_per_gpu\": 1, \"bf16\": {\"enabled\": true},"
              " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01,"
              " \"weight_decay\": 0}},"
-             " \"zero_optimization\": {\"stage\": 3, \"stage3_param_persistence_threshold\": 0,"
-             " \"stage3_prefetch_bucket_size\": %lld}, \"zinc\": {\"gather_buffers\": %d}}",
-             prefetch_bucket_size, gather_buffers);
+             " \"zero_optimization\": {%s\"stage\": 3, \"stage3_param_persistence_threshold\": 0,"
+             " \"stage3_prefetch_bucket_size\": %lld, \"stage3_max_live_parameters\": %lld},"
+             " \"zinc\": {\"gather_buffers\": %d}}",
+             zero_extra, prefetch_bucket_size, max_live, gather_buffers);
     zinc_engine_options_t o = {.config_json = cfg};
     zinc_engine_t *e = NULL;
     ZT_OK(zinc_engine_create(&o, &e));
@@ -66,11 +69,17 @@ static zinc_engine_t *engine_of(const int64_t *sizes, int ng, long long prefetch
     return e;
 }
 
+static zinc_engine_t *engine_of(const int64_t *sizes, int ng, long long prefetch_bucket_size,
+                                int gather_buffers, long long max_live, int *pid)
+{
+    return engine_of_with("", sizes, ng, prefetch_bucket_size, gather_buffers, max_live, pid);
+}
+
 static zinc_engine_t *make_engine(long long prefetch_bucket_size, int pid[NG])
 {
     int64_t sizes[NG];
     for (int g = 0; g < NG; g++) sizes[g] = group_numel(g);
-    zinc_engine_t *e = engine_of(sizes, NG, prefetch_bucket_size, 2, pid);
+    zinc_engine_t *e = engine_of(sizes, NG, prefetch_bucket_size, 2, 1000000000, pid);
     if (!e) return NULL;
     /* docs/engine.md's count: max(gather_buffers, min(1 + ceil(budget / largest), groups)). */
     long long want = 1 + (prefetch_bucket_size + BIG_N - 1) / BIG_N;
@@ -193,6 +202,102 @@ static void test_budgets(void)
     }
 }
 
+/* The traced first micro-step, then a gather of group 0; returns the engine (NULL on failure). */
+static zinc_engine_t *traced_then_first_with(const char *zero_extra, const int64_t *sizes,
+                                             int ng, long long budget, long long max_live,
+                                             int *pid)
+{
+    zinc_engine_t *e = engine_of_with(zero_extra, sizes, ng, budget, 2, max_live, pid);
+    if (!e) return NULL;
+    for (int pass = 0; pass < 2; pass++)
+        for (int k = 0; k < ng; k++) {
+            int g = pass == 0 ? k : ng - 1 - k;
+            ZT_OK(zinc_gather(e, g));
+            ZT_OK(zinc_release(e, g));
+            if (pass == 1) ZT_OK(zinc_grads_ready(e, g));
+        }
+    zinc_step_info_t info;
+    ZT_OK(zinc_step(e, &info));
+    ZT_OK(zinc_gather(e, 0));
+    return e;
+}
+
+static zinc_engine_t *traced_then_first(const int64_t *sizes, int ng, long long budget,
+                                        long long max_live, int *pid)
+{
+    return traced_then_first_with("", sizes, ng, budget, max_live, pid);
+}
+
+/* Each of prefetch's limits stops it where the docs say: the budget (elements ahead of use
+ * below it: a budget of exactly three small groups prefetches three), max_live_parameters (the
+ * gathered total within it) and room (in trace order: a large group that finds no room stops
+ * prefetch even where a later small group would fit). */
+static void test_prefetch_limits(void)
+{
+    int pid[NG];
+    int64_t sizes[NG];
+    for (int g = 0; g < NG; g++) sizes[g] = group_numel(g);
+    zinc_engine_t *e = traced_then_first(sizes, NG, 3 * SMALL_N, 1000000000, pid);
+    for (int g = 1; e && g <= SMALL; g++)
+        ZT_CHECK(prefetched(e, g) == (g <= 3), "budget of three small groups: group %d %s", g,
+                 g <= 3 ? "not prefetched" : "prefetched");
+    zinc_engine_destroy(e);
+    /* max_live: big0 and two small groups (4096 + 512 <= 4700 < 4096 + 768). */
+    e = traced_then_first(sizes, NG, 1000000, BIG_N + 2 * SMALL_N + 92, pid);
+    for (int g = 1; e && g <= SMALL; g++)
+        ZT_CHECK(prefetched(e, g) == (g <= 2), "max_live_parameters: group %d %s", g,
+                 g <= 2 ? "not prefetched" : "prefetched");
+    zinc_engine_destroy(e);
+    /* Room: large, small, large, small in two slots of 4096. Holding group 0 in one slot, group 1
+     * goes into the other, group 2 finds no room, and group 3, which would fit, must wait. */
+    const int64_t mixed[4] = {BIG_N, SMALL_N, BIG_N, SMALL_N};
+    int pm[4];
+    e = traced_then_first(mixed, 4, BIG_N, 1000000000, pm);
+    if (e) {
+        ZT_CHECK(e->ngather == 2, "two slots, the engine has %d", e->ngather);
+        ZT_CHECK(prefetched(e, 1) && !prefetched(e, 2) && !prefetched(e, 3),
+                 "in trace order: group 1 prefetched (%d), 2 (%d) and 3 (%d) not",
+                 prefetched(e, 1), prefetched(e, 2), prefetched(e, 3));
+    }
+    zinc_engine_destroy(e);
+}
+
+/* With offload_param "nvme" each gather's own slice goes through one of four staging slots,
+ * whose reuse waits on the host for its last upload: prefetch runs at most three groups ahead
+ * (zoffload_prefetch_groups), so that it never makes the host wait for the device. */
+static void test_prefetch_nvme_param(void)
+{
+    char dir[] = "/tmp/zinc-gather-pack-XXXXXX";
+    if (!mkdtemp(dir)) {
+        ZT_CHECK(0, "mkdtemp: cannot make a directory for nvme_path");
+        return;
+    }
+    char zero[512];
+    snprintf(zero, sizeof zero,
+             "\"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"%s\"}, "
+             "\"offload_param\": {\"device\": \"nvme\", \"nvme_path\": \"%s\"}, ", dir, dir);
+    int pid[NG];
+    int64_t sizes[NG];
+    for (int g = 0; g < NG; g++) sizes[g] = group_numel(g);
+    zinc_engine_t *e = traced_then_first_with(zero, sizes, NG, 1000000, 1000000000, pid);
+    if (e) {
+        int ahead = 0;
+        for (int g = 1; g < NG; g++) ahead += prefetched(e, g);
+        ZT_CHECK(ahead == 3, "%d groups prefetched ahead with offload_param nvme, 3 expected",
+                 ahead);
+        int64_t bad = wrong_values(e, pid[0], 0);
+        ZT_CHECK(bad == 0, "big0 gathered from the file with %lld wrong values", (long long)bad);
+        ZT_OK(zinc_release(e, 0));
+        ZT_OK(zinc_gather(e, 1));
+        bad = wrong_values(e, pid[1], 1);
+        ZT_CHECK(bad == 0, "small group 1 prefetched from the file with %lld wrong values",
+                 (long long)bad);
+        ZT_OK(zinc_release(e, 1));
+    }
+    zinc_engine_destroy(e);
+    rmdir(dir);
+}
+
 /* Two slots: any two groups can be held at once. Holding big0, a gather of big9 out of the
  * traced order finds no room and empties the slot of prefetched small groups; a third group
  * while both are held is refused with the documented message. */
@@ -230,7 +335,8 @@ static int area_violations(const zinc_engine_t *e, const char *what)
             if (a->gather_slot != i) continue;
             count++;
             size_t n = e->plan.groups[g].padded;
-            if (a->gather_pos < (size_t)i * B || a->gather_pos + n > (size_t)i * B + e->gslots[i].fill) {
+            if (a->gather_pos < (size_t)i * B || a->gather_pos + n > (size_t)i * B + e->gslots[i].fill ||
+                e->gslots[i].fill > B) {
                 ZT_CHECK(0, "%s: group %d at %zu+%zu is outside slot %d's %zu filled", what, g,
                          a->gather_pos, n, i, e->gslots[i].fill);
                 bad++;
@@ -262,9 +368,32 @@ static int area_violations(const zinc_engine_t *e, const char *what)
     return bad;
 }
 
+/* Elements of group g's gathered view (n elements) that differ from `want` (bf16 values). */
+static int64_t differ(zinc_engine_t *e, int pid, const float *want, int64_t n)
+{
+    void *view = NULL;
+    if (zinc_param_data(e, pid, &view) != ZINC_OK || !view) return -1;
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; i++) bad += zk_load(view, ZINC_DTYPE_BF16, (size_t)i) != want[i];
+    return bad;
+}
+
+/* want = the group's fp32 master (zinc_param_get) rounded to bf16: what a gather gives. */
+static void expect_master(zinc_engine_t *e, int pid, float *want, int64_t n)
+{
+    ZT_OK(zinc_param_get(e, pid, want));
+    uint16_t b;
+    for (int64_t i = 0; i < n; i++) {
+        zk_store(&b, ZINC_DTYPE_BF16, 0, want[i]);
+        want[i] = zk_load(&b, ZINC_DTYPE_BF16, 0);
+    }
+}
+
 /* Random models and schedules: groups of random sizes, several held at once (up to the slots'
- * number), micro-steps that follow the traced order or leave it at random; after every gather
- * and release the area's bookkeeping is recounted and every held group's values checked. */
+ * number), micro-steps that follow the traced order or leave it at random, random gradients
+ * handed over in backward so that every step changes the weights; after every gather the area's
+ * bookkeeping is recounted and the group's values compared with its master after the last step
+ * (a copy gathered before a step and kept would show the old ones). */
 #define RG 12
 static void test_random_schedules(void)
 {
@@ -277,10 +406,16 @@ static void test_random_schedules(void)
         sizes[zt_next(&rng) % RG] = 4000; /* one large group sets the slot size */
         long long budget = budgets[trial % 4];
         int pid[RG];
-        zinc_engine_t *e = engine_of(sizes, RG, budget, 1 + (int)(zt_next(&rng) % 3), pid);
+        long long live = zt_next(&rng) % 2 ? 1000000000 : 6000 + (long long)(zt_next(&rng) % 8000);
+        zinc_engine_t *e = engine_of(sizes, RG, budget, 1 + (int)(zt_next(&rng) % 3), live, pid);
         if (!e) continue;
         int slots = e->ngather, order[RG];
-        for (int g = 0; g < RG; g++) order[g] = g;
+        float *want[RG];
+        for (int g = 0; g < RG; g++) {
+            order[g] = g;
+            want[g] = malloc((size_t)sizes[g] * sizeof(float));
+            if (want[g]) expect_master(e, pid[g], want[g], sizes[g]);
+        }
         int failures = 0;
         for (int micro = 0; micro < 6 && failures == 0; micro++) {
             char what[96];
@@ -310,23 +445,34 @@ static void test_random_schedules(void)
                         break;
                     }
                     held[nheld++] = g;
-                    int64_t bad = wrong_values_n(e, pid[g], g, sizes[g]);
+                    int64_t bad = want[g] ? differ(e, pid[g], want[g], sizes[g]) : -1;
                     ZT_CHECK(bad == 0, "%s: %lld wrong values", what, (long long)bad);
                     failures += bad != 0;
                     failures += area_violations(e, what);
-                    if (pass == 1) done_bwd[g] = 1;
+                    if (pass == 1) {
+                        void *grad = NULL;
+                        ZT_OK(zinc_param_grad(e, pid[g], &grad));
+                        for (int64_t i = 0; grad && i < sizes[g]; i++)
+                            zk_store(grad, ZINC_DTYPE_BF16, (size_t)i,
+                                     (float)(zt_uniform(&rng) - 0.5));
+                        ZT_OK(zinc_grads_ready(e, g));
+                        done_bwd[g] = 1;
+                    }
                 }
             }
             while (nheld > 0) ZT_OK(zinc_release(e, held[--nheld]));
-            for (int g = RG - 1; g >= 0; g--) /* zero gradients: the weights stay as set */
-                ZT_OK(zinc_grads_ready(e, g));
+            for (int g = RG - 1; g >= 0; g--) /* the groups backward skipped: zero gradients */
+                if (!done_bwd[g]) ZT_OK(zinc_grads_ready(e, g));
             snprintf(what, sizeof what, "trial %d after micro-step %d", trial, micro);
             failures += area_violations(e, what);
             zinc_step_info_t info;
             ZT_OK(zinc_step(e, &info));
             ZT_CHECK(e->gather_live == 0, "%s: %lld elements left gathered after the step", what,
                      (long long)e->gather_live);
+            for (int g = 0; g < RG; g++)
+                if (want[g]) expect_master(e, pid[g], want[g], sizes[g]);
         }
+        for (int g = 0; g < RG; g++) free(want[g]);
         zinc_engine_destroy(e);
     }
     ZT_CHECK(hits > 100, "only %d gathers found their group prefetched", hits);
@@ -337,6 +483,8 @@ int main(void)
     test_packed_prefetch();
     test_budgets();
     test_held_guarantee();
+    test_prefetch_limits();
+    test_prefetch_nvme_param();
     test_random_schedules();
     return zt_finish("test_gather_pack");
 }

@@ -12,9 +12,13 @@
  *     Waiting for zinc's whole stream (an event recorded at the call, what the front-end did
  *     before) fails here.
  *
+ *  3. Marks are per group: a group gathered into the slot of a held one (packed after it), with
+ *     zinc's stream held before its gather, does not delay a wait for the held group.
+ *
  * A toy stage-3 engine in bf16 on CUDA device 0, world of one, every group partitioned. No CUDA
  * device: prints "SKIP: no CUDA device (<reason>)" and exits 77.
  */
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -102,6 +106,29 @@ int main(void)
     ZT_CHECK(busy == cudaErrorNotReady,
              "the wait for group 0 also waited for zinc's later work (its stream: %s)",
              cudaGetErrorString(busy));
+    ZT_OK(zinc_release(e, 0));
+    if (!cu_ok(cudaDeviceSynchronize(), "sync")) goto out;
+
+    /* 3. Marks are per group, not per slot: group 1 gathered while group 0 is held is packed
+     *    into group 0's slot (no zinc_step yet, so no prefetch: each gather fetches); queued
+     *    after a hold of zinc's stream, its gather must not delay a wait for group 0. */
+    int p1 = 0;
+    while (p1 < np && zinc_param_group(e, p1) != 1) p1++;
+    void *v0 = NULL, *v1 = NULL;
+    ZT_OK(zinc_gather(e, 0));
+    if (!cu_ok(cudaLaunchHostFunc(zs, hold_ms, (void *)(intptr_t)1500), "hold 1.5 s")) goto out;
+    ZT_OK(zinc_gather(e, 1));
+    ZT_OK(zinc_param_data(e, p0, &v0));
+    ZT_OK(zinc_param_data(e, p1, &v1));
+    ptrdiff_t gap = (char *)v1 - (char *)v0;
+    ZT_CHECK(gap > 0 && gap <= 4096, "group 1 at %td bytes from group 0: not packed after it", gap);
+    ZT_OK(zinc_stream_wait_gather(e, 0, other));
+    if (!cu_ok(cudaStreamSynchronize(other), "sync other")) goto out;
+    busy = cudaStreamQuery(zs);
+    ZT_CHECK(busy == cudaErrorNotReady,
+             "the wait for group 0 also waited for group 1's gather into its slot (zinc's "
+             "stream: %s)", cudaGetErrorString(busy));
+    ZT_OK(zinc_release(e, 1));
     ZT_OK(zinc_release(e, 0));
     cu_ok(cudaDeviceSynchronize(), "sync");
 out:
