@@ -3,14 +3,16 @@
 and DeepSpeed, side by side (issue 38, bench/RESULTS.md section gpu_torch).
 
     python bench/gpu_torch.py cell --framework torch|zinc|deepspeed --model gpt2|llama1b
-                                   [--stage 0-3] [--offload] [--profile DIR] [--out FILE]
+                                   [--stage 0-3] [--offload] [--variant persist]
+                                   [--profile DIR] [--out FILE]
     python bench/gpu_torch.py all --out DIR [--budget SECONDS] [--device cpu]
     python bench/gpu_torch.py report DIR            (the markdown rows, from DIR's cells)
 
 `cell` runs one framework at one setting in this process and prints one JSON line (also written
 to --out). `all` runs every cell, each in a process of its own (so each peak is its own), in order
 of value (plan() below): the 1B Llama at stages 0-3 beside torch and DeepSpeed first, then the
-stage-3 profiles (the 1B's, GPT-2's), GPT-2's optimizer offload beside ZeRO-Offload, GPT-2 at stages 0-3, the 1B's
+stage-3 profiles (the 1B's, GPT-2's) and GPT-2's stage 3 with every group persistent (--variant
+persist, below), GPT-2's optimizer offload beside ZeRO-Offload, GPT-2 at stages 0-3, the 1B's
 offload; a cell whose estimate no longer fits in --budget is skipped and listed. `--device cpu` is the dry run: the tiny models, a few steps, on the CPU, to
 check every path before a GPU lease.
 
@@ -94,9 +96,17 @@ def make_tokens(n, b, t, vocab, seed=0):
     return torch.cat([start, start + steps.cumsum(-1)], -1) % vocab
 
 
+# --variant: a diagnostic change of the zero_optimization section. "persist": every group stays
+# gathered (persistence threshold past the model's size), so stage 3's hooks and copies run but
+# no group is gathered per use: beside the plain stage-3 cell and stage 2 it splits what stage 3
+# costs into the gathers (and their prefetch) and the rest (GPT-2's stage 3 at 0.71x torch).
+VARIANTS = {"persist": {"stage3_param_persistence_threshold": 10 ** 12}}
+
+
 def ds_config(a, micro):
     """The DeepSpeed config every framework reads (DeepSpeed's optimizer keys added apart)."""
     zero = {"stage": a.stage}
+    zero.update(VARIANTS.get(getattr(a, "variant", None) or "", {}))
     if a.offload:
         zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
         if a.stage == 3:
@@ -164,7 +174,8 @@ def gpu_idle_report(trace_path, top=6):
 
 def run_cell(a):
     """One framework at one setting, here: returns the JSON object of the cell."""
-    out = {"framework": a.framework, "model": a.model, "stage": a.stage, "offload": a.offload}
+    out = {"framework": a.framework, "model": a.model, "stage": a.stage, "offload": a.offload,
+           "variant": a.variant}
     family, _, seq, micro = MODELS[a.model]
     micro = a.micro_batch or micro
     out.update(seq=seq, micro_batch=micro)
@@ -331,7 +342,8 @@ def run_cell(a):
     return out
 
 
-# The cells of `all`, in order of value (issue 38): (framework, model, stage, offload, profile).
+# The cells of `all`, in order of value (issue 38): (framework, model, stage, offload, profile,
+# variant).
 # The big model at stages 0-3 beside torch and DeepSpeed first, then the stage-3 profile (where
 # the GPU idles), then optimizer offload beside ZeRO-Offload on the small model (cheaper; the
 # first DeepSpeed offload cell pays cpu_adam's JIT build), then the small model's stages, then
@@ -349,8 +361,12 @@ def plan(models):
     cells.append(("torch", small, 0, False, False))
     for s in range(4):
         cells += [("zinc", small, s, False, False), ("deepspeed", small, s, False, False)]
+    cells = [c + (None,) for c in cells]
+    # GPT-2's stage 3 with no gather per use, right after its plain stage-3 cell.
+    at = cells.index(("zinc", small, 3, False, False, None)) + 1
+    cells.insert(at, ("zinc", small, 3, False, False, "persist"))
     for s in (2, 3):
-        cells += [("zinc", big, s, True, False), ("deepspeed", big, s, True, False)]
+        cells += [("zinc", big, s, True, False, None), ("deepspeed", big, s, True, False, None)]
     return cells
 
 
@@ -368,9 +384,9 @@ def estimate(fw, model, offload, profile):
     return base + (15 if profile else 0)
 
 
-def cell_name(fw, model, stage, offload, profile):
+def cell_name(fw, model, stage, offload, profile, variant=None):
     return (f"{fw}-{model}-z{stage}{'-offload' if offload else ''}"
-            f"{'-profile' if profile else ''}")
+            f"{'-profile' if profile else ''}{'-' + variant if variant else ''}")
 
 
 def run_all(a):
@@ -380,10 +396,10 @@ def run_all(a):
     models = ("tiny-llama", "tiny-gpt2") if cpu else ("llama1b", "gpt2")
     skipped, failed = [], []
     only = [re.compile(p) for p in a.only] if a.only else None
-    for fw, model, stage, offload, profile in plan(models):
+    for fw, model, stage, offload, profile, variant in plan(models):
         if fw == "torch" and stage:
             continue
-        name = cell_name(fw, model, stage, offload, profile)
+        name = cell_name(fw, model, stage, offload, profile, variant)
         if only and not any(p.search(name) for p in only):
             continue
         left = a.budget - (time.monotonic() - t0)
@@ -400,6 +416,8 @@ def run_all(a):
             cmd.append("--offload")
         if profile:
             cmd += ["--profile", a.out]
+        if variant:
+            cmd += ["--variant", variant]
         c0 = time.monotonic()
         with open(os.path.join(a.out, name + ".log"), "w") as log:
             try:
@@ -433,6 +451,7 @@ def report(d):
           if c.get("framework") == "deepspeed" and c.get("available")}
     order = {"torch": 0, "zinc": 1, "deepspeed": 2}
     cells.sort(key=lambda c: (c["model"], c.get("offload", False), c.get("stage", 0),
+                              bool(c.get("variant")),
                               order.get(c["framework"], 9)))
     rows = ["| model | framework | stage | offload | tokens/s | × torch | × DeepSpeed | "
             "ms/step (median) | device peak GiB (zinc's) | device used GiB | host peak GiB | "
@@ -447,12 +466,14 @@ def report(d):
         tps = c["tokens_per_s"]
         xt = tps / base[c["model"]] if c["model"] in base else None
         xd = (tps / ds[(c["model"], c["stage"], c["offload"])]
-              if c["framework"] == "zinc" and (c["model"], c["stage"], c["offload"]) in ds
-              else None)
+              if c["framework"] == "zinc" and not c.get("variant")
+              and (c["model"], c["stage"], c["offload"]) in ds else None)
         fmt = lambda v, p=2: "" if v is None else f"{v:.{p}f}"       # noqa: E731
         stage = "" if c["framework"] == "torch" else c["stage"]
         if c.get("profile"):
             stage = f"{stage} (profiled run)"
+        if c.get("variant") == "persist":
+            stage = f"{stage} (every group persistent)"
         rows.append(f"| {c['model']} | {c['framework']} | {stage} | "
                     f"{'yes' if c['offload'] else ''} | {tps:,.0f} | {fmt(xt)} | {fmt(xd)} | "
                     f"{c['median_ms']:.1f} | {fmt(c.get('dev_peak_gib'))} "
@@ -463,7 +484,9 @@ def report(d):
         with_key = [c for c in cells if c.get(key)]
         if with_key:
             rows.extend(["", title + ": " + "; ".join(
-                f"{c['model']} stage {c['stage']}{' offload' if c['offload'] else ''} "
+                f"{c['model']} stage {c['stage']}{' offload' if c['offload'] else ''}"
+                f"{' profiled' if c.get('profile') else ''}"
+                f"{' (' + c['variant'] + ')' if c.get('variant') else ''} "
                 f"{show(c[key], c)}" for c in with_key)])
 
     per_cell("zinc's host waits per optimizer step (engine.host_waits() around each timed step)",
@@ -506,6 +529,8 @@ def main():
     c.add_argument("--framework", required=True, choices=["torch", "zinc", "deepspeed"])
     c.add_argument("--model", required=True, choices=sorted(MODELS))
     c.add_argument("--stage", type=int, default=0, choices=[0, 1, 2, 3])
+    c.add_argument("--variant", choices=sorted(VARIANTS),
+                   help="a diagnostic change of the zero config (VARIANTS above)")
     c.add_argument("--offload", action="store_true",
                    help="offload_optimizer cpu (pinned); at stage 3 offload_param cpu too")
     c.add_argument("--micro-batch", type=int, default=0, help="default: the model's (8; 2 tiny)")
