@@ -49,7 +49,7 @@
 # from (no index) when `import deepspeed` fails there; carry both folders. The phase gets
 # $ZINC_GPU_TORCH_BUDGET seconds (default 330), or what is left when less, and fits its cells
 # into it (bench/gpu_torch.py all).
-#   run  command="bench/gpu_lease.sh"  carry=[".gpu-debs"]  timeout_s=600
+#   run  command="bench/gpu_lease.sh"  carry=[".gpu-debs", ".gpu-wheels"]  timeout_s=600
 #   run  command="bench/gpu_lease.sh env gpu_torch adam"  carry=[".gpu-debs", ".gpu-wheels"]
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

@@ -5,14 +5,14 @@ and DeepSpeed, side by side (issue 38, bench/RESULTS.md section gpu_torch).
     python bench/gpu_torch.py cell --framework torch|zinc|deepspeed --model gpt2|llama1b
                                    [--stage 0-3] [--offload] [--variant persist]
                                    [--profile DIR] [--out FILE]
-    python bench/gpu_torch.py all --out DIR [--budget SECONDS] [--device cpu]
+    python bench/gpu_torch.py all --out DIR [--budget SECONDS] [--device cpu] [--only REGEX...]
     python bench/gpu_torch.py report DIR            (the markdown rows, from DIR's cells)
 
 `cell` runs one framework at one setting in this process and prints one JSON line (also written
 to --out). `all` runs every cell, each in a process of its own (so each peak is its own), in order
 of value (plan() below): the 1B Llama at stages 0-3 beside torch and DeepSpeed first, then the
-stage-3 profiles (the 1B's, GPT-2's) and GPT-2's stage 3 with every group persistent (--variant
-persist, below), GPT-2's optimizer offload beside ZeRO-Offload, GPT-2 at stages 0-3, the 1B's
+stage-3 profiles (the 1B's, GPT-2's), GPT-2's optimizer offload beside ZeRO-Offload, GPT-2 at
+stages 0-3 (its stage 3 also with every group persistent: --variant persist, below), the 1B's
 offload; a cell whose estimate no longer fits in --budget is skipped and listed. `--device cpu` is the dry run: the tiny models, a few steps, on the CPU, to
 check every path before a GPU lease.
 
@@ -459,7 +459,8 @@ def report(d):
             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for c in cells:
         if not c.get("available"):
-            rows.append(f"| {c.get('model')} | {c.get('framework')} | {c.get('stage')} | "
+            variant = f" ({c['variant']})" if c.get("variant") else ""
+            rows.append(f"| {c.get('model')} | {c.get('framework')} | {c.get('stage')}{variant} | "
                         f"{'yes' if c.get('offload') else ''} | not measured: "
                         f"{str(c.get('reason', '?'))[:160]} |||||||")
             continue
@@ -554,7 +555,8 @@ def main():
     al.add_argument("--only", nargs="+", metavar="REGEX",
                     default=os.environ.get("ZINC_GPU_TORCH_ONLY", "").split() or None,
                     help="run only the cells whose name (framework-model-zS[-offload]"
-                         "[-profile], e.g. deepspeed-gpt2-z2-offload) matches one of these "
+                         "[-profile][-VARIANT], e.g. deepspeed-gpt2-z2-offload, "
+                         "zinc-gpt2-z3-persist) matches one of these "
                          "regular expressions, in the plan's order (default "
                          "$ZINC_GPU_TORCH_ONLY, space-separated; unset: every cell)")
     r = sub.add_parser("report", help="the markdown rows of a folder of cells")
@@ -573,7 +575,7 @@ def main():
         tb = traceback.format_exc()
         sys.stderr.write(tb)
         out = {"framework": a.framework, "model": a.model, "stage": a.stage,
-               "offload": a.offload, "available": False,
+               "offload": a.offload, "variant": a.variant, "available": False,
                "reason": f"{type(e).__name__}: {e}".replace("\n", " ")[:400]}
     line = json.dumps(out)
     if a.out:

@@ -1,7 +1,9 @@
 /*
  * prefetch_depth.c — how far ahead stage 3 prefetches for GPT-2 124M's groups (engine/gather.c).
  * Not built by CMake; it reads the engine's private state (engine/internal.h) and calls its
- * private zgather_step_end, so it links the static core of a build of the same commit (BUILD):
+ * private zgather_step_end, so it is compiled in the checkout it measures (-I. reads that tree's
+ * engine/internal.h) and links the static core of that tree's build BUILD, configured with
+ * -DZINC_CUDA=OFF (a CUDA build's core also needs the CUDA, NCCL and C++ runtime libraries):
  *
  *     cc -O2 -I. -Iinclude -o /tmp/prefetch_depth bench/prefetch_depth.c BUILD/libzinc_core.a \
  *        $(pkg-config --libs json-c libzstd libxxhash ompi-c) -luring -lpthread -lm

@@ -50,7 +50,7 @@ def main():
                       "torch_step_peak_MiB": round(max(totals) / mib, 2),
                       "zinc_own_MiB": round(own / mib, 2),
                       "peak_MiB": round((max(totals) + own) / mib, 2),
-                      "loss": round(loss, 4)}))
+                      "loss": round(float(loss), 4)}))
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ def zinc_gpt2(tree, gpt2, micro, zero, threads):
     """GPT-2 of transformers.GPT2Config(**gpt2) (a sequence of n_positions tokens of its
     vocabulary) through the zinc of `tree`/python's zinc.initialize, with micro-batch `micro`,
     the zero_optimization section `zero`, torch seeded 0 and on `threads` threads. Returns
-    (engine, step, params): step() trains one step on the fixed batch and returns its loss;
+    (engine, step, params): step() trains one step on the fixed batch and returns its loss (a tensor);
     params counts the model's elements (before stage 3 empties them)."""
     sys.path.insert(0, os.path.join(tree, "python"))
     import torch
@@ -42,5 +42,5 @@ def zinc_gpt2(tree, gpt2, micro, zero, threads):
         out = engine(input_ids=x, labels=x)
         engine.backward(out.loss)
         engine.step()
-        return float(out.loss)
+        return out.loss.detach()   # read by the caller, outside what it times
     return engine, step, params

@@ -15,8 +15,8 @@
  *     not fit, and with offload_param the same limit trains, bitwise as an unlimited run.
  *  3. copy volume (zinc_offload_bytes), docs/engine.md "Offload": the gradient shard
  *     device->host (S * d) in each micro-step (one per window here); host->device slice_g * d per
- *     gather of a non-persistent group g (two per micro-step in the toy, forward and backward,
- *     with prefetch kept out by stage3_max_live_parameters) plus, per applied step, the
+ *     gather of a non-persistent group g (two per micro-step in the toy, forward and backward;
+ *     prefetch is on, and a prefetched group is used by the next zinc_gather of it) plus, per applied step, the
  *     persistent groups' slices; nothing else. The formula is computed here from the toy's
  *     shapes.
  *  4. checkpoints across offload_param settings: save with it, load without, and back (and with
