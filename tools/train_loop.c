@@ -206,8 +206,9 @@ static void *rank_main(void *arg)
             /* The window's last micro-step is the optimizer step; the others only end: the
              * same under zinc's count and with managed_gradient_accumulation false. */
             s = mi < GA - 1 ? zinc_micro_step(e) : zinc_step(e, &info);
-            pr.zstep_s += train_now_s() - tm;
-            zstep_s += train_now_s() - tm;
+            double dt = train_now_s() - tm;
+            pr.zstep_s += dt;
+            zstep_s += dt;
             if (s != ZINC_OK) {
                 train_fail(r, rank, s, 1, "step %lld: %s", (long long)blob.steps + 1,
                            zinc_last_error(e));

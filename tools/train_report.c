@@ -252,7 +252,8 @@ void train_report_done(const run_t *r)
 /* --gpu-timing's table: GPU milliseconds per optimizer step by phase (the mean over the timed
  * steps), each phase's share of their sum, then the sum beside zinc_step's host time and the
  * measured step: what neither covers is host work between the phases (data, views, the
- * micro-step's final wait and event reads) and the progress lines. zinc_step's row holds
+ * micro-step's final wait and event reads), the progress lines and, with --save-dir, the
+ * checkpoint saves that fall inside the timed steps. zinc_step's row holds
  * zinc_micro_step's time too when a step accumulates several micro-steps. A phase that did not
  * run (the casts in fp32) shows "-" and is null in the metrics line. */
 void train_report_timing(const run_t *r)

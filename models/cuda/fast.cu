@@ -15,8 +15,9 @@
  * launched first (x reversed) and the short ones fill the tail. Head sizes 32 and 64 get their
  * own instantiation, where the row functions' local arrays become registers.
  *
- * Heads of 64 channels (and 128 where the blocks' shared memory fits the device: 168.5 KiB for the
- * dk/dv block, more than an A100's 163 KiB, less than an H100's 227 KiB) take the tensor-core
+ * Heads of 64 and 128 channels on an sm_80+ device whose opt-in shared memory per block holds
+ * the largest block, the dk/dv one (for 128 channels 168.5 KiB: more than an A100's 163 KiB, less
+ * than an H100's 227 KiB; for 64 channels more than sm_86/sm_89 allow), take the tensor-core
  * tiles of flash_tiles.h instead: one block of ZM_FT_THREADS threads per 64-row tile and (b, h),
  * q, k, v, dy rounded to bf16 as the tiles are loaded (no scratch arrays), three kernels for
  * forward, dk/dv and dq (no atomics). Drow is the rows' att_drow_k in both paths, and lse has the

@@ -3,8 +3,8 @@
  * gpt_cuda.h). Private to models/cuda/. Each queues its kernels on `s` and returns
  * cudaGetLastError() (or the error of a device query or attribute call before the launch). They
  * replace the exact mode's attention (no [B, H, T, T] arrays: the bf16 tensor-core tiles of
- * flash_tiles.h for heads of 64 channels, and of 128 where the current device's shared memory per
- * block holds them; the fp32 rows of flash_rows.h otherwise) and its one-thread-per-column
+ * flash_tiles.h for heads of 64 and 128 channels on an sm_80+ device whose shared memory per
+ * block holds their largest block (fast.cu's use_tiles); the fp32 rows of flash_rows.h otherwise) and its one-thread-per-column
  * reductions (the two passes of colsum.h); the other layers are layers.cu's in both modes.
  * fast.cu is compiled with nvcc's default --fmad=true.
  */

@@ -5,8 +5,8 @@
  *
  * Kernels: two modes, chosen when a run or model is created (zm_cuda_kernels). EXACT is the
  * parity model described next; FAST swaps its attention for one that never stores the T x T
- * probabilities (online softmax, log-sum-exp kept for backward: for heads of 64 channels, and
- * 128 where the device's shared memory holds the tiles, FlashAttention-2 style tiles on bf16
+ * probabilities (online softmax, log-sum-exp kept for backward: for heads of 64 and 128 channels
+ * where the device (sm_80+) holds the tiles in shared memory, FlashAttention-2 style tiles on bf16
  * tensor cores, flash_tiles.h, which round q, k, v, dy, P and dS to bf16 whatever the dtype, as
  * PyTorch's autocast attention does; for other heads fp32 rows, flash_rows.h) and its column
  * sums for two-pass parallel ones (colsum.h), compiled with nvcc's fused multiply-adds. The
@@ -59,8 +59,8 @@ static inline const char *zm_cuda_kernels_name(zm_cuda_kernels k)
     return k == ZM_CUDA_EXACT ? "exact" : k == ZM_CUDA_FAST ? "fast" : NULL;
 }
 
-/* The phases of a micro-step that the timer tells apart: X(ID, name). One table, in the order
- * they first run; names are what `zinc train --gpu-timing` prints and its metrics line's keys.
+/* The phases of a micro-step that the timer tells apart: X(ID, name). One table, forward's
+ * phases before backward's (not strictly in the order they first run); names are what `zinc train --gpu-timing` prints and its metrics line's keys.
  * Matrix products are timed apart from their bias kernel (bias_res, which also adds the residual
  * after attn_proj and mlp_down) and from the rounding of their inputs to the parameters' dtype
  * (cast: fp16/bf16 only); "xent" is the softmax, loss and dlogits in one kernel plus the copy of

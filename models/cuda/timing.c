@@ -104,17 +104,20 @@ zinc_status zmt_collect(zmt_timer *t, char *err, size_t n)
     zinc_status st = ZINC_OK;
     /* an interval left open by an error path has no end event: it is not read */
     int done = t->used - t->open;
-    for (int i = 0; i < done && t->first == cudaSuccess; i++) {
-        float ms = 0.0f;
-        cudaError_t e = cudaEventElapsedTime(&ms, t->ev[2 * i], t->ev[2 * i + 1]);
-        if (e != cudaSuccess) {
-            t->first = e;
-            t->first_call = "cudaEventElapsedTime (timer)";
-            break;
+    /* Two passes, so that a micro-step whose intervals cannot all be read adds none of them
+     * (the sums and `steps` stay consistent); the second reads the same completed events. */
+    for (int pass = 0; pass < 2 && t->first == cudaSuccess; pass++)
+        for (int i = 0; i < done && t->first == cudaSuccess; i++) {
+            float ms = 0.0f;
+            cudaError_t e = cudaEventElapsedTime(&ms, t->ev[2 * i], t->ev[2 * i + 1]);
+            if (e != cudaSuccess) {
+                t->first = e;
+                t->first_call = "cudaEventElapsedTime (timer)";
+            } else if (pass == 1) {
+                t->ms[t->phase[i]] += (double)ms;
+                t->cnt[t->phase[i]]++;
+            }
         }
-        t->ms[t->phase[i]] += (double)ms;
-        t->cnt[t->phase[i]]++;
-    }
     if (t->first != cudaSuccess)
         st = zcu_fail_cuda(err, n, (int)t->first, t->first_call, __FILE__, __LINE__);
     else if (t->dropped) {

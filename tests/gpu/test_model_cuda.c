@@ -110,9 +110,9 @@ static void to_dtype(void *dst, const float *src, zinc_dtype dt, size_t n)
     }
 }
 
-/* 1 when mode k runs the attention on bf16 tensor-core tiles for this spec (fast.cu's rule, the
- * device's shared memory aside: a 128-channel head that does not fit runs the SIMT rows, which
- * the looser bound covers as well). */
+/* 1 when mode k may run the attention on bf16 tensor-core tiles for this spec (fast.cu's rule,
+ * the device aside: a head whose blocks do not fit the device's shared memory, or a device
+ * before sm_80, runs the SIMT rows, which the looser bound covers as well). */
 static int tile_attention(const zm_spec *s, zm_cuda_kernels k)
 {
     return k == ZM_CUDA_FAST && zm_ft_head_ok(s->D / s->H);
@@ -445,6 +445,7 @@ static void check_timing(zm_cuda_kernels kernels)
     long long n[ZM_PH_COUNT] = {0}, micro = 0;
     ZT_CHECK(m && zm_cuda_model_timing_read(m, ms, n, &micro) == ZINC_ERR_INVALID_ARG,
              "timing %s: reading a timer that is off must be refused", mode);
+    size_t plain_bytes = m ? zm_cuda_model_bytes(m) : 0;
     zm_cuda_model_destroy(m);
     zinc_engine_destroy(e);
     /* With activation checkpointing (and the timer, whose pool must hold the recomputation's
@@ -452,6 +453,10 @@ static void check_timing(zm_cuda_kernels kernels)
     double ck[STEPS], wall_ck;
     m = timed_run(kernels, 1, 1, STEPS, ck, &wall_ck, &e);
     int ran = m != NULL;
+    /* and it keeps fewer activations: the same bit-for-bit losses also come from a flag that
+     * was ignored */
+    ZT_CHECK(!ran || zm_cuda_model_bytes(m) < plain_bytes, "timing %s: %zu model bytes "
+             "checkpointed, %zu without", mode, ran ? zm_cuda_model_bytes(m) : 0, plain_bytes);
     zm_cuda_model_destroy(m);
     zinc_engine_destroy(e);
     for (int i = 0; ran && i < STEPS; i++)

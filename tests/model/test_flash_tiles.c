@@ -1,7 +1,8 @@
 /*
  * test_flash_tiles.c — the CUDA model's tensor-core attention (models/cuda/flash_tiles.h: the
  * blocks fast.cu launches for heads of 64 and 128 channels) run on the host, block after block
- * with one thread, against gpt.c's attention evaluated in double from the same fp32 inputs:
+ * with one thread, against the same attention (gpt.c's math, written out here) evaluated in
+ * double from the same fp32 inputs, with its per-element rounding bound:
  * y, dq, dk and dv. On the host the tile products are a scalar loop over the same bf16 values
  * with fp32 sums; the index, mask, online-softmax and rescale logic is the kernels' own code.
  *

@@ -1,7 +1,7 @@
 # Tests of the built-in model (models/) and of `zinc train` / `zinc plot`. Label: model.
 #   model_grad    backward vs finite differences (fp32 and a double build of the same source)
 #   model_flash_rows  the CUDA model's fast attention rows on the host against gpt.c's
-#   model_flash_tiles  its tensor-core attention tiles on the host against gpt.c's, in double
+#   model_flash_tiles  its tensor-core attention tiles on the host against the attention in double
 #   model_colsum  its fast mode's two-pass column sums and embedding buckets on the host
 #   model_data    data sources: entropy rate of the synthetic chain, file formats, rejections
 #   model_train   4 ranks, ZeRO-3, bf16: the loss goes from ln 256 to near the entropy floor
