@@ -13,15 +13,18 @@
  *    groups, so that on an asynchronous backend (NCCL) their transfer overlaps the computation
  *    on the current group: while fewer than stage3_prefetch_bucket_size elements are gathered
  *    ahead of use (DeepSpeed's meaning of that key: elements fetched ahead), the total stays
- *    within stage3_max_live_parameters and the next group has room. Every rank makes the same
- *    calls, so every rank issues the same collectives. Prefetched groups nobody used by the next
- *    zinc_step are dropped (the update changes them).
+ *    within stage3_max_live_parameters and the next group has room; it stops, in order, at a
+ *    group held now that the trace uses again (it is released and gathered anew first), and
+ *    with offload_param on NVMe at 3 groups ahead (zoffload_prefetch_groups). Every rank makes
+ *    the same calls, so every rank issues the same collectives. Prefetched groups nobody used by
+ *    the next zinc_step are dropped (the update changes them).
  *
  * The gather area is `ngather` slots of the largest group's size (at least zinc.gather_buffers,
  * and up to 1 + ceil(prefetch_bucket_size / largest group), capped by the number of
- * non-persistent groups and by max_live_parameters / largest group). Groups are packed into slots one after another: a group
- * goes at the end of the slot the last one went into when it fits there, else into an empty
- * slot, and a slot is empty again when every group in it is gone. So a model with one large
+ * non-persistent groups and by max_live_parameters / largest group). Groups are packed into
+ * the slots one after another: a group goes at the end of the slot the last one went into when
+ * it fits there, else into an empty slot, and a slot is empty again when every group in it is
+ * gone. So a model with one large
  * group (an embedding) and many small ones (its layers) prefetches many layers ahead in the
  * same memory, where one group per slot allowed only ngather - 1. Any ngather groups can still be
  * held at once: the held groups occupy at most that many slots, and a gather that finds no room
@@ -155,7 +158,8 @@ static zinc_status fetch(zinc_engine_t *e, int group, int slot, size_t pos)
 static int groups_ahead(const zinc_engine_t *e)
 {
     int n = 0;
-    for (int g = 0; g < e->plan.ngroups; g++) n += e->gstate[g].gather_slot >= 0 && !e->gstate[g].held;
+    for (int g = 0; g < e->plan.ngroups; g++)
+        n += e->gstate[g].gather_slot >= 0 && !e->gstate[g].held;
     return n;
 }
 

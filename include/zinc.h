@@ -354,8 +354,9 @@ ZINC_API zinc_status zinc_grad_bucket(zinc_engine_t *e, int group, int *slot);
  * its boundary (the update applied or skipped) gives it back, and zinc touches it no more. zinc
  * zeroes it here, queued on its compute stream: a CUDA caller makes zinc's stream wait for its
  * earlier use of that memory, and orders its own first add into a zinc_param_grad view (stages
- * 0-1) after zinc's work. While none is attached, zinc_grads_ready, zinc_step, zinc_param_grad
- * at stages 0-1 and the gradient's setters refuse with ZINC_ERR_USAGE; the gradient is zero then
+ * 0-1) after zinc's work. While none is attached, zinc_grads_ready, zinc_param_grad at stages
+ * 0-1 and the gradient's setters refuse with ZINC_ERR_USAGE (and so zinc_step, with groups not
+ * handed over); the gradient is zero then
  * (zinc_param_grad_get and zinc_param_local_get read zeros). Not collective; every rank attaches
  * in the same window. ZINC_ERR_USAGE when the engine was not made external, plans no gradient
  * buffer, or one is attached already; ZINC_ERR_INVALID_ARG for a NULL, misaligned or wrongly

@@ -205,7 +205,7 @@ typedef struct {
     unsigned char *prev;    /* lent for the window before, given back at its step */
 } toy_lender;
 
-#define TOY_GARBAGE 0xAB    /* a new buffer's bytes: zinc must zero it at attach */
+#define TOY_GARBAGE 0xFF    /* a new buffer's bytes, NaN in fp16, bf16 and fp32: zinc must zero it */
 #define TOY_GIVEN_BACK 0x5A /* a given-back buffer's bytes: zinc must not write them again */
 
 static zinc_status lender_open(zinc_engine_t *e, toy_lender *l)
