@@ -8,8 +8,10 @@
  *  - Persistence: a group with fewer elements than stage3_param_persistence_threshold is kept
  *    gathered for good (one all-gather after each update instead of two per micro-step);
  *    zinc_gather/zinc_release of it do nothing.
- *  - Prefetch: the order of zinc_gather calls in the first micro-step is recorded (the trace).
- *    Later, while the calls follow the trace, each zinc_gather also gathers the next traced
+ *  - Prefetch: the order of zinc_gather calls in the first micro-step is recorded (the trace),
+ *    and recorded again in a micro-step whose calls leave it (a changed order: Python's stage 3
+ *    skips the gathers of groups it kept, stage3_max_reuse_distance, from its second micro-step
+ *    on). While the calls follow the trace, each zinc_gather also gathers the next traced
  *    groups, so that on an asynchronous backend (NCCL) their transfer overlaps the computation
  *    on the current group: while fewer than stage3_prefetch_bucket_size elements are gathered
  *    ahead of use (DeepSpeed's meaning of that key: elements fetched ahead), the total stays
@@ -193,10 +195,16 @@ static void trace_note(zinc_engine_t *e, int group)
         if (e->trace_len < e->trace_cap) e->trace[e->trace_len++] = group;
         return;
     }
-    if (e->trace_pos >= 0 && e->trace_pos < e->trace_len && e->trace[e->trace_pos] == group)
+    if (e->trace_pos < e->trace_len && e->trace[e->trace_pos] == group) {
         e->trace_pos++;
-    else
-        e->trace_pos = -1; /* left the traced order: no more prefetch this micro-step */
+        return;
+    }
+    /* Left the traced order: this micro-step's calls become the trace (as DeepSpeed records its
+     * trace again when the module order changes). The calls so far followed the old trace, so
+     * its first trace_pos entries are theirs; no prefetch until the micro-step ends. */
+    e->trace_len = e->trace_pos;
+    e->trace_done = 0;
+    trace_note(e, group);
 }
 
 zinc_status zinc_gather(zinc_engine_t *e, int group)

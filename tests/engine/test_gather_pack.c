@@ -478,6 +478,63 @@ static void test_random_schedules(void)
     ZT_CHECK(hits > 100, "only %d gathers found their group prefetched", hits);
 }
 
+/* A micro-step whose backward skips the gathers of big9, small8 and small7 (a caller that kept
+ * its own copies of them from forward, as import zinc's stage 3 does within
+ * stage3_max_reuse_distance) and hands their gradients over without. */
+static void micro_step_kept(zinc_engine_t *e, const int pid[NG], const char *what, int check_ahead)
+{
+    for (int g = 0; g < NG; g++) {
+        ZT_OK(zinc_gather(e, g));
+        int64_t bad = wrong_values(e, pid[g], g);
+        ZT_CHECK(bad == 0, "%s: group %d gathered with %lld wrong values", what, g, (long long)bad);
+        ZT_OK(zinc_release(e, g));
+    }
+    if (check_ahead)
+        for (int g = 3; g <= 6; g++)
+            ZT_CHECK(prefetched(e, g), "%s: small group %d, backward's next gathers, is not "
+                     "prefetched at the end of forward", what, g);
+    for (int g = NG - 1; g >= 0; g--) {
+        if (g < 7) {
+            ZT_OK(zinc_gather(e, g));
+            int64_t bad = wrong_values(e, pid[g], g);
+            ZT_CHECK(bad == 0, "%s: group %d gathered with %lld wrong values (backward)", what,
+                     g, (long long)bad);
+            void *grad = NULL;
+            ZT_OK(zinc_param_grad(e, pid[g], &grad));
+            ZT_OK(zinc_release(e, g));
+        }
+        ZT_OK(zinc_grads_ready(e, g));
+    }
+    zinc_step_info_t info;
+    ZT_OK(zinc_step(e, &info));
+}
+
+/* The trace is recorded again when a micro-step leaves it: after a traced first micro-step in
+ * full, a micro-step that skips three of backward's gathers becomes the trace, and the next one
+ * prefetches backward's first groups at the end of forward (the old trace, with big9 next,
+ * would have stopped prefetch at the first skipped gather) and moves the bytes of its own
+ * gathers only. */
+static void test_retrace(void)
+{
+    int pid[NG];
+    zinc_engine_t *e = make_engine(1000, pid);
+    if (!e) return;
+    micro_step(e, pid, 0, "the traced micro-step");
+    int full = e->trace_len;
+    uint64_t b0 = gather_bytes(e);
+    micro_step_kept(e, pid, "the micro-step that leaves the trace", 0);
+    uint64_t second = gather_bytes(e) - b0;
+    ZT_CHECK(e->trace_done && e->trace_len == full - 3,
+             "the trace is the changed micro-step's %d gathers (done %d, %d entries)", full - 3,
+             e->trace_done, e->trace_len);
+    b0 = gather_bytes(e);
+    micro_step_kept(e, pid, "the micro-step that follows the new trace", 1);
+    uint64_t third = gather_bytes(e) - b0;
+    ZT_CHECK(third == second, "all-gather bytes %llu following the new trace, %llu recording it",
+             (unsigned long long)third, (unsigned long long)second);
+    zinc_engine_destroy(e);
+}
+
 int main(void)
 {
     test_packed_prefetch();
@@ -485,6 +542,7 @@ int main(void)
     test_held_guarantee();
     test_prefetch_limits();
     test_prefetch_nvme_param();
+    test_retrace();
     test_random_schedules();
     return zt_finish("test_gather_pack");
 }
