@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
 """stage3_hooks.py — the host cost of `import zinc`'s stage-3 hooks, on the CPU (issue 38).
 
-    python bench/stage3_hooks.py [--stage 3] [--steps 80] [--tree DIR]
+    python bench/stage3_hooks.py [--stage 3] [--steps 80] [--tree DIR] [--reuse-distance N]
 
 A GPT-2 of transformers' at 12 layers but tiny widths (n_embd 32, vocabulary 64, sequence 16),
 bf16, every group partitioned (stage3_param_persistence_threshold 0: 75 groups), one thread: the
 compute is a few milliseconds, so what stage 3 adds over stage 2 is mostly the front-end's
 Python per gather and hand-over, the part a GPU step pays on its host. Prints one JSON line: the
-median and minimum step time and the median of engine.hook_seconds() per step. --tree DIR
+median and minimum step time, the median of engine.hook_seconds() per step and the gathers per
+step (zinc's all-gather bytes over the 16-bit model's). --reuse-distance N sets
+stage3_max_reuse_distance (default DeepSpeed's 1e9, where this model keeps every group from its
+forward for its backward; 0 gathers each again in backward). --tree DIR
 imports zinc from DIR/python (another checkout, for a side-by-side run of two versions:
 alternate the two a few times, the machine's load moves). Needs torch and transformers; the
 model and its training come from zinc_gpt2.py.
@@ -20,24 +23,41 @@ import time
 from zinc_gpt2 import add_args, zinc_gpt2
 
 
+def all_gather_bytes(engine):
+    """zinc_comm_bytes' all-gather count (libzinc's; the Python engine does not wrap it)."""
+    import ctypes
+    from zinc._lib import lib
+    counts = (ctypes.c_uint64 * 4)()      # ZINC_COLL_COUNT; ZINC_COLL_ALL_GATHER is 2
+    lib.zinc_comm_bytes.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+    if lib.zinc_comm_bytes(engine._e, counts) != 0:
+        raise RuntimeError("zinc_comm_bytes failed")
+    return counts[2]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add_args(ap, stage=3)
     ap.add_argument("--steps", type=int, default=80)
+    ap.add_argument("--reuse-distance", type=int, default=None)
     a = ap.parse_args()
-    engine, step, _ = zinc_gpt2(a.tree, dict(n_layer=12, n_embd=32, n_head=2, vocab_size=64,
-                                             n_positions=16), micro=1,
-                                zero={"stage": a.stage, "stage3_param_persistence_threshold": 0},
-                                threads=1)
+    zero = {"stage": a.stage, "stage3_param_persistence_threshold": 0}
+    if a.reuse_distance is not None:
+        zero["stage3_max_reuse_distance"] = a.reuse_distance
+    engine, step, params = zinc_gpt2(a.tree, dict(n_layer=12, n_embd=32, n_head=2, vocab_size=64,
+                                                  n_positions=16), micro=1, zero=zero, threads=1)
     for _ in range(3):
         step()
     times, hooks = [], []
+    g0 = all_gather_bytes(engine) if a.stage == 3 else 0
     for _ in range(a.steps):
         h0, t0 = engine.hook_seconds(), time.perf_counter()
         step()
         times.append(time.perf_counter() - t0)
         hooks.append(engine.hook_seconds() - h0)
+    gathered = all_gather_bytes(engine) - g0 if a.stage == 3 else 0
     print(json.dumps({"tree": a.tree, "stage": a.stage, "steps": a.steps,
+                      "reuse_distance": engine.zero_max_reuse_distance(),
+                      "model_gathers_per_step": round(gathered / (2 * params * a.steps), 3),
                       "step_ms_median": round(statistics.median(times) * 1e3, 3),
                       "step_ms_min": round(min(times) * 1e3, 3),
                       "hook_ms_median": round(statistics.median(hooks) * 1e3, 3)}))

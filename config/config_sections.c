@@ -291,10 +291,9 @@ void zc_parse_zero(zcctx *x, json_object *root, zcfg *c)
     int sub_group_set = zc_get_int(x, o, sec, "sub_group_size", 0, I64_MAX, &z->sub_group_size) == V_SET;
     char given[96];
     alias_int(x, o, "max_live_parameters", &z->max_live_parameters, given, sizeof given);
-    const char *rd =
-        alias_int(x, o, "max_reuse_distance", &z->max_reuse_distance, given, sizeof given);
-    if (rd && z->max_reuse_distance != 1000000000)
-        not_used(x, sec, rd, "zinc releases a group at zinc_release; no reuse-distance cache");
+    /* Used by import zinc's stage-3 hooks, which keep their own copies of a group for its next
+     * use (python/zinc/_stage3.py); zinc_release itself always releases (docs/config.md). */
+    alias_int(x, o, "max_reuse_distance", &z->max_reuse_distance, given, sizeof given);
     alias_int(x, o, "prefetch_bucket_size", &z->prefetch_bucket_size, given, sizeof given);
     alias_int(x, o, "param_persistence_threshold", &z->param_persistence_threshold, given,
               sizeof given);

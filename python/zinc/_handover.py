@@ -49,7 +49,8 @@ class _HandOverMixin:
         # `live` is tested here, not only in _materialize, so the common case (gathered already)
         # returns before the hook timer, whose cost would be most of it (as _on_read).
         def hook(grad):
-            if self._in_backward and not self._g[gi].live:
+            G = self._g[gi]
+            if self._in_backward and (not G.live or G.kept):
                 self._materialize(gi)
         return hook
 
@@ -89,7 +90,7 @@ class _HandOverMixin:
             self._bucket_done(slot)
         G.done = True
         if self._stage == 3 and G.holds == 0:
-            self._dematerialize(gi)
+            self._release(gi)
 
     def _need_grad_buffer(self, stream=None):
         """Before zinc reads or writes its gradient buffer in a window: lent, if not yet."""

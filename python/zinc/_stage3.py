@@ -21,6 +21,15 @@ torch 1.13, which has no backward pre-hooks for modules, as on current torch):
   called in module order, so zinc's traced prefetch applies.
 - After backward a group is emptied as soon as its gradients are handed over (no later backward
   node can need a parameter whose gradient is complete).
+- Reuse (DeepSpeed's stage3_max_reuse_distance, default 1e9 elements): the order in which a pass
+  (one forward and its backward) uses the groups is recorded; from the next pass on, while the
+  order repeats, a group whose forward or hand-over ends is kept gathered (`kept`: torch's copy
+  stays, zinc holds nothing) when the recorded order uses it again before that many elements of
+  other groups' uses: a model that fits within the distance gathers each group once per pass,
+  in forward, not again in backward. A pass that leaves the order drops what it kept and becomes
+  the order; a forward without grad keeps nothing (no backward follows). `_Reuse` below.
+  torch's memory then holds the kept groups between their forward and their backward, as
+  DeepSpeed's does; 0 turns it off (a group is emptied when its module ends).
 - A parameter read through another module's attribute while a forward runs (the tied embedding
   read by the top module's head: `self.wte.weight`) is gathered at the read: each owning
   module's `_parameters` is a dict that gathers on read (DeepSpeed's ZeROOrderedDict does the
@@ -127,6 +136,23 @@ def _post_hook_always(mod, hook):
         return mod.register_forward_hook(hook)
 
 
+class _Reuse:
+    """A recorded order of group uses, for stage3_max_reuse_distance: after the use at position
+    u, the group's next use is at nxt[u] (-1: none), and cum[i] is the elements of the uses
+    before position i, so the uses between positions p and j cover cum[j] - cum[p] elements."""
+
+    def __init__(self, order, numel):
+        self.order = tuple(order)
+        self.nxt = [-1] * len(order)
+        last = {}
+        for i in reversed(range(len(order))):
+            self.nxt[i] = last.get(order[i], -1)
+            last[order[i]] = i
+        self.cum = [0]
+        for gi in order:
+            self.cum.append(self.cum[-1] + numel[gi])
+
+
 class _Stage3Mixin:
     """The Engine's stage-3 hooks and zero.GatheredParameters' contexts."""
 
@@ -138,6 +164,13 @@ class _Stage3Mixin:
         self._declared = {}        # module -> groups it reads that other modules own (declared)
         self._linears = []
         self._watched = []         # modules whose _parameters gather on read
+        # stage3_max_reuse_distance (_Reuse): this pass's uses so far, each group's last one,
+        # the order from an earlier pass (None before the first ends) and whether this pass
+        # left it.
+        self._reuse_numel = int(self._resolved["zero_optimization"]["stage3_max_reuse_distance"])
+        self._group_numel = [sum(_numel(self._shapes[pid]) for pid, _, _ in G.params)
+                             for G in self._g]
+        self._uses, self._last_use, self._order, self._left = [], {}, None, False
         for mod in model.modules():
             ext = [self._group_of[id(q)] for q in mod.__dict__.get("_zinc_external_params", [])
                    if id(q) in self._group_of]
@@ -185,6 +218,8 @@ class _Stage3Mixin:
     @timed
     def _pre_hook(self, mod, inputs):
         self._end_open_micro()     # a forward through engine.module, not the engine
+        if not self._stack and not self._in_backward:
+            self._new_pass()
         self._stack.append((mod, []))
         for gi in self._groups_of(mod):
             self._materialize(gi)
@@ -199,7 +234,7 @@ class _Stage3Mixin:
         if not self._stack:
             return
         gi = self._group_of.get(id(p))
-        if gi is None or self._g[gi].live:
+        if gi is None or (self._g[gi].live and not self._g[gi].kept):
             return
         self._gather_on_read(gi)
 
@@ -220,7 +255,7 @@ class _Stage3Mixin:
             G = self._g[gi]
             G.holds = max(0, G.holds - 1)
             if G.holds == 0:
-                self._dematerialize(gi)
+                self._release(gi)
         if groups and torch.is_grad_enabled():
             return self._wrap(out, groups)
         return out
@@ -240,9 +275,14 @@ class _Stage3Mixin:
 
     @timed
     def _materialize(self, gi):
-        """Stage 3: zinc_gather the group, copy it into `param.data`, zinc_release."""
+        """Stage 3: zinc_gather the group, copy it into `param.data`, zinc_release (nothing
+        when it is kept from an earlier use: _release)."""
         G, e = self._g[gi], self._e
-        if G.live:
+        if G.live and not G.kept:
+            return
+        self._note_use(gi)
+        if G.kept:
+            G.kept = False
             return
         st = self._torch_stream()
         self._call(lib.zinc_gather(e, G.gid))
@@ -273,6 +313,49 @@ class _Stage3Mixin:
             for _, _, p in G.params:
                 p.data = self._empty
             G.live = False
+            G.kept = False
+
+    # ---- stage3_max_reuse_distance (_Reuse) --------------------------------------------------
+
+    def _new_pass(self):
+        """A forward begins: what an earlier pass kept goes, and the order to follow is the
+        last one unless the pass that just ended left it (it becomes the order then)."""
+        self._empty_kept()
+        if self._uses and (self._order is None or self._left):
+            self._order = _Reuse(self._uses, self._group_numel)
+        self._uses, self._last_use, self._left = [], {}, False
+
+    def _note_use(self, gi):
+        """A use of group gi (it is gathered for it, or taken from kept). One that the order
+        does not have next ends this pass's keeping: what it kept goes."""
+        pos = len(self._uses)
+        self._uses.append(gi)
+        self._last_use[gi] = pos
+        if not self._left and self._order is not None and (
+                pos >= len(self._order.order) or self._order.order[pos] != gi):
+            self._left = True
+            self._empty_kept()
+
+    def _release(self, gi):
+        """The group's holds ended (its module's forward, or its hand-over in backward): kept
+        when the order uses it again within stage3_max_reuse_distance elements, else emptied.
+        Only in a pass that follows the order, and not in a forward without grad (no backward
+        will use it). DeepSpeed's rule: the uses from here up to the next one of the group
+        cover fewer elements than the distance."""
+        G, R = self._g[gi], self._order
+        if (self._reuse_numel > 0 and R is not None and not self._left and G.live and G.ctx == 0
+                and (self._in_backward or torch.is_grad_enabled())):
+            u, here = self._last_use.get(gi, -1), len(self._uses)
+            nxt = R.nxt[u] if 0 <= u < len(R.nxt) else -1
+            if nxt >= here and R.cum[nxt] - R.cum[here] < self._reuse_numel:
+                G.kept = True
+                return
+        self._dematerialize(gi)
+
+    def _empty_kept(self):
+        for gi, G in enumerate(self._g):
+            if G.kept:
+                self._dematerialize(gi)
 
     def _drop_params(self):
         """Stage 3, between steps: the model holds no parameter memory (zinc holds the shard)."""
@@ -319,7 +402,10 @@ class _Stage3Mixin:
                 self._on_read(p)
             return None
         # Stage 3: the groups the context holds gathered (below it every group always is).
+        # What a pass kept goes first, so that a kept group's next use gathers as recorded.
         groups = sorted({self._group_of[id(p)] for p in trained}) if self._stage == 3 else []
+        if groups:
+            self._empty_kept()
         held = []
         try:
             for gi in groups:

@@ -178,6 +178,7 @@ class _Group:
         self.params = params      # [(param id, name, tensor)]
         self.pgroup = pgroup      # index of the param group its parameters came in
         self.live = False         # stage 3: param.data holds the gathered values
+        self.kept = False         # stage 3: live, but released (kept for a use soon: _release)
         self.holds = 0            # stage 3: forwards running that need the group
         self.ctx = 0              # stage 3: zero.GatheredParameters contexts holding it gathered
         self.got = set()          # param ids whose gradient autograd accumulated this backward

@@ -362,17 +362,13 @@ static void check_full(const zcfg *c)
 #define FULL_WARNS_OTHER                                                                         \
     "wall_clock_breakdown", "checkpoint.use_node_local_storage",                                 \
         "checkpoint.parallel_write.pipeline_stage"
-static const char *const full_warns[] = {FULL_WARNS_ZERO, "zero_optimization.max_reuse_distance",
-                                         FULL_WARNS_OTHER};
-/* The canonical text spells the reuse distance with its stage3_ name. */
-static const char *const full_warns_canon[] = {
-    FULL_WARNS_ZERO, "zero_optimization.stage3_max_reuse_distance", FULL_WARNS_OTHER};
+static const char *const full_warns[] = {FULL_WARNS_ZERO, FULL_WARNS_OTHER};
 #define NFULL_WARNS ((int)(sizeof full_warns / sizeof full_warns[0]))
 
 static void test_full(void)
 {
     zcfg c;
-    ZT_CHECK(NFULL_WARNS == 12, "full_warns lists %d keys", NFULL_WARNS);
+    ZT_CHECK(NFULL_WARNS == 11, "full_warns lists %d keys", NFULL_WARNS);
     if (!parse_warns(full_config, 3, &c, full_warns, NFULL_WARNS, __LINE__)) return;
     check_full(&c);
 
@@ -389,7 +385,7 @@ static void test_full(void)
 
     /* The canonical text is itself a config that resolves to the same values and hash. */
     zcfg c2;
-    if (parse_warns(t, 3, &c2, full_warns_canon, NFULL_WARNS, __LINE__)) {
+    if (parse_warns(t, 3, &c2, full_warns, NFULL_WARNS, __LINE__)) {
         check_full(&c2);
         EQ_S(c2.hash_hex, c.hash_hex);
     }
@@ -414,8 +410,6 @@ static void test_speed_knobs(void)
         {"\"zero_optimization\": {\"stage\": 3, \"allgather_partitions\": %s}", "true", "false", "zero_optimization.allgather_partitions"},
         {"\"zero_optimization\": {\"stage\": 2, \"round_robin_gradients\": %s}", "false", "true", "zero_optimization.round_robin_gradients"},
         {"\"zero_optimization\": {\"stage\": 3, \"sub_group_size\": %s}", "1e9", "0", "zero_optimization.sub_group_size"},
-        {"\"zero_optimization\": {\"stage\": 3, \"stage3_max_reuse_distance\": %s}", "1000000000", "7", "zero_optimization.stage3_max_reuse_distance"},
-        {"\"zero_optimization\": {\"stage\": 3, \"max_reuse_distance\": %s}", "1e9", "1e8", "zero_optimization.max_reuse_distance"},
         {"\"wall_clock_breakdown\": %s", "false", "true", "wall_clock_breakdown"},
         {"\"checkpoint\": {\"use_node_local_storage\": %s}", "false", "true", "checkpoint.use_node_local_storage"},
         {"\"checkpoint\": {\"parallel_write\": {\"pipeline_stage\": %s}}", "false", "true", "checkpoint.parallel_write.pipeline_stage"},

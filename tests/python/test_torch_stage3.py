@@ -3,7 +3,12 @@
     python test_torch_stage3.py memory          stage 3 shards: zinc's 16-bit parameter bytes per
                                                 rank ~ 2*psi/N between steps, the model holds no
                                                 parameter memory then, and during forward and
-                                                backward torch holds at most two groups
+                                                backward torch holds at most two groups (at
+                                                stage3_max_reuse_distance 0)
+    python test_torch_stage3.py reuse           stage3_max_reuse_distance: the groups kept from
+                                                forward for backward are the ones DeepSpeed's
+                                                rule keeps, at six distances, with the same
+                                                losses bit for bit
     python test_torch_stage3.py overlap STAGE   groups are handed to zinc (zinc_grads_ready)
                                                 during backward, once per group per micro-step
     python test_torch_stage3.py odd STAGE       a model with unused parameters, a module called
@@ -117,8 +122,11 @@ def test_memory():
     # memory whole, by design, and would not be part of the 2*psi/N).
     spy = Spy(zeng.lib)
     set_lib(spy)
+    # Reuse distance 0: every group emptied when its module ends (the default keeps the groups
+    # a backward will use soon: test_reuse_distance).
     engine, _, _, _ = zinc.initialize(model=m, config=config(3, ga=2, bf16=True,
-                                      stage3_param_persistence_threshold=0))
+                                      stage3_param_persistence_threshold=0,
+                                      stage3_max_reuse_distance=0))
     world, rank = engine.world_size, engine.global_rank
     sizes = [sum(torch.Size(engine._shapes[pid]).numel() for pid, _, _ in params) * 2
              for _, params in engine._groups]
@@ -173,6 +181,80 @@ def test_memory():
         print("FAIL: torch held more than two groups' parameters during a step (or none: the "
               "sampling saw nothing)")
         ok = False
+    return 0 if ok else 1
+
+
+class SkipChain(Chain):
+    """Chain whose forward leaves block `skip` out when it is set (a changed module order)."""
+
+    skip = None
+
+    def forward(self, x):
+        for i, b in enumerate(self.blocks):
+            if i != self.skip:
+                x = x + b(x)
+        return x
+
+
+def test_reuse_distance():
+    """stage3_max_reuse_distance as DeepSpeed counts it: a group is kept gathered from its
+    release to its next use when the uses between cover fewer elements than the distance.
+    Chain's 6 blocks use LayerNorm (128 elements) then Linear (4160) in forward and the reverse
+    in backward. Released in forward, block i's Linear is next used after (5 - i) * 8576
+    elements (the blocks after it, forward and backward), its LayerNorm after 8320 more (the
+    Linear twice). So from the second micro-step on (the first records the order), a
+    micro-step's backward gathers 12 groups at distance 0, 11 at 1 (block 5's Linear kept) and
+    at 8320 (fewer elements than the distance, not as many), 10 at 8321 (its LayerNorm too), 9
+    at 8577 (block 4's Linear) and none at the default 1e9.
+    At every distance: the same losses bit for bit; nothing kept after a forward without grad
+    or after a step; a micro-step that leaves block 2 out (the order changes: what was kept
+    goes, the order is recorded again) trains as at distance 0."""
+    cases = [(0, 12), (1, 11), (8320, 11), (8321, 10), (8577, 9), (10**9, 0)]
+    ok, ref = True, None
+    for dist, want_bwd in cases:
+        torch.manual_seed(0)
+        m = SkipChain()
+        spy = Spy(zeng.lib)
+        set_lib(spy)
+        engine, _, _, _ = zinc.initialize(model=m, config=config(
+            3, ga=2, bf16=True, stage3_param_persistence_threshold=0,
+            stage3_max_reuse_distance=dist))
+        g = torch.Generator().manual_seed(1)
+        losses, gathers, after = [], [], []
+        for micro in range(12):
+            m.skip = 2 if micro == 6 else None
+            spy.events.clear()
+            x = torch.randn(4, 8, 64, generator=g).to(torch.bfloat16)
+            loss = engine(x).float().square().mean()
+            engine.backward(loss)
+            engine.step()
+            losses.append(float(loss.detach()))
+            gathers.append(sum(1 for n, _ in spy.events if n == "zinc_release"))
+            after.append(param_bytes(m))
+            if micro == 3:
+                with torch.no_grad():
+                    engine(x)
+                after.append(param_bytes(m))
+        set_lib(spy._lib)
+        engine.close()
+        if ref is None:
+            ref = losses
+        # Micro-steps 1-5 follow the order; 6 leaves block 2 out and becomes the order; 7
+        # leaves that one (block 2 is back) and becomes the order; 8-11 follow it.
+        settled = [gathers[k] for k in (1, 2, 3, 4, 5, 8, 9, 10, 11)]
+        print(f"stage3_max_reuse_distance {dist}: gathers per micro-step {gathers} (after the "
+              f"first, {12 + want_bwd} expected); losses the same as at 0: {losses == ref}; "
+              f"torch parameter bytes after each step and the no-grad forward: {max(after)}")
+        if any(k != 12 + want_bwd for k in settled) or gathers[0] != 24:
+            print(f"FAIL: distance {dist}: not the gathers DeepSpeed's rule keeps")
+            ok = False
+        if losses != ref:
+            print(f"FAIL: distance {dist} changed the losses")
+            ok = False
+        if max(after) != 0:
+            print(f"FAIL: distance {dist}: parameters stay gathered after a step or a forward "
+                  "without grad")
+            ok = False
     return 0 if ok else 1
 
 
@@ -536,9 +618,10 @@ def client_under_config_schedule(stage):
 def train_like_torch(make, what, stage):
     """Trains make() with zinc at `stage` and with plain torch (AdamW, accumulation, clipping)
     from the same weights and batches: the weights (and at one rank the losses) agree within
-    the parity bound. At stage 3 also: the same zinc_gather order in every micro-step (zinc's
-    prefetch follows the first one's), and torch never holds more than the groups gathered on
-    read plus two more."""
+    the parity bound. At stage 3, with stage3_max_reuse_distance 0, also: the same zinc_gather
+    order in every micro-step (zinc's prefetch follows the first one's), and torch never holds
+    more than the groups gathered on read plus two more; then at the default distance
+    (reuse_as_without)."""
     steps, ga, glob, lr, wd = 12, 2, 8, 3e-3, 0.01
 
     def batches():
@@ -582,51 +665,64 @@ def train_like_torch(make, what, stage):
             opt.zero_grad()
             if ref_sched:
                 ref_sched.step()
-    torch.manual_seed(0)
-    m = make()
     world = zinc.world_size()
     per = glob // world
-    cfg = config(stage, ga=ga, stage3_param_persistence_threshold=0)
-    cfg["optimizer"]["params"].update(lr=lr, weight_decay=wd)
-    cfg["train_micro_batch_size_per_gpu"] = per
-    if getattr(make, "config_scheduler", None):
-        cfg["scheduler"] = make.config_scheduler
-    spy = Spy(zeng.lib)
-    set_lib(spy)
-    peak = {"now": 0}
 
-    def sample(*_):
-        peak["now"] = max(peak["now"], param_bytes(m))
-    spy.on_release = sample
-    zopt = client(m) if client else None
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        engine, returned_opt, _, _ = zinc.initialize(
-            model=m, config=cfg, model_parameters=groups(m) if groups else None, optimizer=zopt,
-            lr_scheduler=scheduler(zopt) if scheduler else None)
-    rank = engine.global_rank
-    said = [str(w.message) for w in caught if isinstance(w.message, RuntimeWarning)]
-    warns = getattr(make, "warns", None)
-    want_said = 1 if warns and rank == 0 else 0
-    if len(said) != want_said or (want_said and warns not in said[0]):
-        print(f"FAIL: rank {rank} warned {said}, expected {want_said} warning(s) about {warns}")
-        spy.on_release = None
+    def run_zinc(**zero):
+        """zinc's run: (engine, its model, losses, zinc_release order and largest torch
+        parameter bytes of each micro-step), or None after a failed warning check."""
+        torch.manual_seed(0)
+        m = make()
+        cfg = config(stage, ga=ga, stage3_param_persistence_threshold=0, **zero)
+        cfg["optimizer"]["params"].update(lr=lr, weight_decay=wd)
+        cfg["train_micro_batch_size_per_gpu"] = per
+        if getattr(make, "config_scheduler", None):
+            cfg["scheduler"] = make.config_scheduler
+        spy = Spy(zeng.lib)
+        set_lib(spy)
+        peak = {"now": 0}
+
+        def sample(*_):
+            peak["now"] = max(peak["now"], param_bytes(m))
+        spy.on_release = sample
+        zopt = client(m) if client else None
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            engine, returned_opt, _, _ = zinc.initialize(
+                model=m, config=cfg, model_parameters=groups(m) if groups else None, optimizer=zopt,
+                lr_scheduler=scheduler(zopt) if scheduler else None)
+        rank = engine.global_rank
+        said = [str(w.message) for w in caught if isinstance(w.message, RuntimeWarning)]
+        warns = getattr(make, "warns", None)
+        want_said = 1 if warns and rank == 0 else 0
+        if len(said) != want_said or (want_said and warns not in said[0]):
+            print(f"FAIL: rank {rank} warned {said}, expected {want_said} warning(s) about {warns}")
+            spy.on_release = None
+            set_lib(spy._lib)
+            engine.close()
+            return None
+        losses, orders, peaks = [], [], []
+        for k, (x, y) in enumerate(batches()):
+            spy.events.clear()
+            peak["now"] = 0
+            loss = loss_fn(engine, x[rank * per:(rank + 1) * per], y[rank * per:(rank + 1) * per])
+            engine.backward(loss)
+            if write_groups:
+                write_groups(k // ga, returned_opt.param_groups)
+            engine.step()
+            losses.append(float(loss.detach()))
+            orders.append([g for n, g in spy.events if n == "zinc_release"])
+            peaks.append(peak["now"])
         set_lib(spy._lib)
-        engine.close()
+        return engine, m, losses, orders, peaks
+
+    # Stage 3 with stage3_max_reuse_distance 0 (every group emptied when its module ends, for
+    # the bound below); the default distance is run and compared after.
+    got = run_zinc(**({"stage3_max_reuse_distance": 0} if stage == 3 else {}))
+    if got is None:
         return 1
-    losses, orders, peaks = [], [], []
-    for k, (x, y) in enumerate(batches()):
-        spy.events.clear()
-        peak["now"] = 0
-        loss = loss_fn(engine, x[rank * per:(rank + 1) * per], y[rank * per:(rank + 1) * per])
-        engine.backward(loss)
-        if write_groups:
-            write_groups(k // ga, returned_opt.param_groups)
-        engine.step()
-        losses.append(float(loss.detach()))
-        orders.append([g for n, g in spy.events if n == "zinc_release"])
-        peaks.append(peak["now"])
-    set_lib(spy._lib)
+    engine, m, losses, orders, peaks = got
+    rank = engine.global_rank
     w = engine.module_state_dict()
     ref_w = dict(ref.named_parameters())
     # The parity test's fp32 bound (test_torch_parity.py): relative to each tensor's largest
@@ -663,7 +759,42 @@ def train_like_torch(make, what, stage):
             print("FAIL: torch held more parameters than the bound during a step")
             ok = False
     engine.close()                      # a world of one holds one engine at a time
+    if stage == 3:
+        ok = reuse_as_without(run_zinc, w, losses, orders, sum(size.values())) and ok
     return 0 if ok else 1
+
+
+def reuse_as_without(run_zinc, w0, losses0, orders0, model_bytes):
+    """train_like_torch's model at the default stage3_max_reuse_distance (1e9 elements: these
+    models fit, so every group a backward uses stays gathered from its forward) against the run
+    with 0: the same losses and weights bit for bit (a kept copy is what a gather would give);
+    from the second micro-step on (the first records the order) fewer gathers, the same ones in
+    every micro-step (zinc's trace, recorded again in the second, is followed after); torch
+    holding at most the model once."""
+    got = run_zinc()
+    if got is None:
+        return False
+    engine, _, losses, orders, peaks = got
+    w = engine.module_state_dict()
+    engine.close()
+    same = losses == losses0 and all(torch.equal(w[n], w0[n]) for n in w0)
+    print(f"  stage 3, default stage3_max_reuse_distance: the same losses and weights bit for "
+          f"bit as with 0: {same}; gathers per micro-step {len(orders[0])}, then "
+          f"{len(orders[1])} (with 0: {len(orders0[1])}), the same in all later ones: "
+          f"{all(o == orders[1] for o in orders[1:])}; torch held at most {max(peaks)} "
+          f"parameter bytes (model {model_bytes})")
+    ok = True
+    if not same:
+        print("FAIL: keeping groups for their reuse changed the training")
+        ok = False
+    if (orders[0] != orders0[0] or not len(orders[1]) < len(orders0[1])
+            or any(o != orders[1] for o in orders[1:])):
+        print("FAIL: the kept groups are gathered again, or the gather order does not settle")
+        ok = False
+    if max(peaks) > model_bytes:
+        print("FAIL: torch held more than the model's parameters")
+        ok = False
+    return ok
 
 
 def test_warnings():
@@ -735,6 +866,8 @@ if __name__ == "__main__":
     arg = int(sys.argv[2]) if len(sys.argv) > 2 else None
     if what == "memory":
         sys.exit(test_memory())
+    if what == "reuse":
+        sys.exit(test_reuse_distance())
     if what == "overlap":
         sys.exit(test_overlap(arg))
     if what == "odd":

@@ -35,8 +35,10 @@ add_test(NAME python_parity_bf16_stage2 COMMAND ${_py} ${_pyt}/test_torch_parity
 set_tests_properties(python_parity_bf16_stage2 PROPERTIES LABELS python TIMEOUT 300
                      SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
 # Stage 3's gather/release and the hand-over during backward (test_torch_stage3.py says how
-# each fails): memory, overlap at stages 2-3, the odd model at every stage, config warnings.
+# each fails): memory, the reuse distance, overlap at stages 2-3, the odd model at every stage,
+# config warnings.
 add_test(NAME python_stage3_memory COMMAND ${_py} ${_pyt}/test_torch_stage3.py memory)
+add_test(NAME python_stage3_reuse COMMAND ${_py} ${_pyt}/test_torch_stage3.py reuse)
 # One test per stage of a test_torch_stage3.py mode: python_<mode>_stage<s>.
 function(zinc_stage3_script_tests mode)
   foreach(_s ${ARGN})
@@ -56,7 +58,7 @@ zinc_stage3_script_tests(groups 0 1 2 3)
 # lr written into param_groups by the loop.
 zinc_stage3_script_tests(client 0 2 3)
 add_test(NAME python_config_warnings COMMAND ${_py} ${_pyt}/test_torch_stage3.py warnings)
-set_tests_properties(python_stage3_memory python_config_warnings PROPERTIES LABELS python
+set_tests_properties(python_stage3_memory python_stage3_reuse python_config_warnings PROPERTIES LABELS python
                      TIMEOUT 300 SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
 add_test(NAME python_errors COMMAND ${_py} ${_pyt}/test_torch_ckpt.py errors ${CMAKE_CURRENT_BINARY_DIR}/py_errors)
 add_test(NAME python_ckpt_warmstart
