@@ -175,11 +175,15 @@ def check_memory(engine, dev, stage):
     return fails
 
 
-def parity(dev, stage, bf16, ref, side_stream=False, offload_param=False):
+def parity(dev, stage, bf16, ref, side_stream=False, offload_param=False, reuse_distance=None):
     ref_losses, ref_w = ref
     torch.manual_seed(0)
     m = tp.Tiny().to(dev)
     cfg = tp.config(stage, bf16)
+    if reuse_distance is not None:
+        # 0: every group gathered again for its backward (the default keeps this small model's
+        # groups from forward, so its backward would have no gathers for the sleeps to delay).
+        cfg["zero_optimization"]["stage3_max_reuse_distance"] = reuse_distance
     if offload_param:
         # Each gather uploads the group's own slice from the host shard on the copy stream and
         # the all-gather waits for it on the device (no host wait): threshold 0 gathers every
@@ -200,6 +204,7 @@ def parity(dev, stage, bf16, ref, side_stream=False, offload_param=False):
     worst_l = tp.worst_loss(losses, ref_losses)
     mode = "bf16" if bf16 else "fp32"
     how = " (side stream)" if side_stream else " (offload_param)" if offload_param else ""
+    how += f" (reuse distance {reuse_distance})" if reuse_distance is not None else ""
     print(f"{dev} stage {stage} {mode}{how}: loss difference "
           f"{worst_l:.2e} (bound {bound_l:.0e}), weight difference {worst_w:.2e} (bound "
           f"{bound_w:.2g}), global step {engine.global_steps}")
@@ -432,6 +437,7 @@ def main(on_cpu):
         fails += parity(dev, 3, False, ref[False], side_stream=True)
     for bf16 in (False, True):
         fails += parity(dev, 3, bf16, ref[bf16], offload_param=True)
+        fails += parity(dev, 3, bf16, ref[bf16], offload_param=True, reuse_distance=0)
     for stage in range(4):
         fails += grads(dev, stage)
     for stage in (1, 3):
