@@ -9,7 +9,8 @@
  *    gathered for good (one all-gather after each update instead of two per micro-step);
  *    zinc_gather/zinc_release of it do nothing.
  *  - Prefetch: the order of zinc_gather calls in the first micro-step is recorded (the trace),
- *    and recorded again in a micro-step whose calls leave it (a changed order: Python's stage 3
+ *    and recorded again in a micro-step whose calls leave it or end before it does (a changed
+ *    order: Python's stage 3
  *    skips the gathers of groups it kept, stage3_max_reuse_distance, from its second micro-step
  *    on). While the calls follow the trace, each zinc_gather also gathers the next traced
  *    groups, so that on an asynchronous backend (NCCL) their transfer overlaps the computation
@@ -284,6 +285,11 @@ void zgather_step_end(zinc_engine_t *e)
     if (e->stage < 3) return;
     for (int g = 0; g < e->plan.ngroups; g++)
         if (e->gstate[g].gather_slot >= 0 && !e->gstate[g].held) drop(e, g);
+    /* A micro-step that followed the trace and ended before its end is the new order: a later
+     * one would otherwise prefetch the entries past it, which nothing uses (import zinc's
+     * stage 3 keeps its groups for their last uses from its second micro-step on). */
+    if (e->trace_done && e->trace_pos > 0 && e->trace_pos < e->trace_len)
+        e->trace_len = e->trace_pos;
     if (e->trace_len > 0) e->trace_done = 1;
     e->trace_pos = 0;
 }

@@ -535,6 +535,45 @@ static void test_retrace(void)
     zinc_engine_destroy(e);
 }
 
+/* A micro-step that follows the trace and stops before its end is the new order. The traced
+ * micro-step uses big0 again after forward (a tied head); later ones gather forward only (a
+ * caller that kept every group for the rest): without the shorter order, each of them would
+ * prefetch big0 for the traced use after forward's last gather, which nothing takes. */
+static void test_trace_shorter(void)
+{
+    int pid[NG];
+    zinc_engine_t *e = make_engine(1000000, pid);
+    if (!e) return;
+    uint64_t fwd_bytes = 0;
+    for (int g = 0; g < NG; g++) fwd_bytes += (uint64_t)group_numel(g) * 2; /* bf16 */
+    for (int micro = 0; micro < 4; micro++) {
+        uint64_t b0 = gather_bytes(e);
+        for (int g = 0; g < NG; g++) {
+            ZT_OK(zinc_gather(e, g));
+            ZT_OK(zinc_release(e, g));
+        }
+        if (micro == 0) { /* the tied head, then backward */
+            ZT_OK(zinc_gather(e, 0));
+            ZT_OK(zinc_release(e, 0));
+            for (int g = NG - 1; g >= 0; g--) {
+                ZT_OK(zinc_gather(e, g));
+                ZT_OK(zinc_release(e, g));
+            }
+        }
+        for (int g = NG - 1; g >= 0; g--) ZT_OK(zinc_grads_ready(e, g));
+        zinc_step_info_t info;
+        ZT_OK(zinc_step(e, &info));
+        uint64_t moved = gather_bytes(e) - b0;
+        if (micro >= 2)
+            ZT_CHECK(moved == fwd_bytes, "micro-step %d, forward only: %llu all-gather bytes, its "
+                     "gathers %llu", micro, (unsigned long long)moved,
+                     (unsigned long long)fwd_bytes);
+    }
+    ZT_CHECK(e->trace_done && e->trace_len == NG, "the trace is forward's %d gathers (%d entries)",
+             NG, e->trace_len);
+    zinc_engine_destroy(e);
+}
+
 int main(void)
 {
     test_packed_prefetch();
@@ -543,6 +582,7 @@ int main(void)
     test_prefetch_limits();
     test_prefetch_nvme_param();
     test_retrace();
+    test_trace_shorter();
     test_random_schedules();
     return zt_finish("test_gather_pack");
 }
