@@ -406,9 +406,6 @@ for _name, _key in _ZERO_ACCESSORS.items():
 # NotImplementedError naming it: without it the name would reach the model (__getattr__), or
 # torch's Module.compile, and do something else or fail with an AttributeError.
 _NOT_OFFERED = {
-    "empty_partition_cache": "zinc's stage 3 keeps the groups below "
-                             "stage3_param_persistence_threshold gathered and has no call to "
-                             "release them",
     "offload_states": "zinc places state in host memory only by the config's "
                       "zero_optimization.offload_optimizer / offload_param",
     "reload_states": "zinc places state in host memory only by the config's "

@@ -27,7 +27,10 @@ torch 1.13, which has no backward pre-hooks for modules, as on current torch):
   stays, zinc holds nothing) when the recorded order uses it again before that many elements of
   other groups' uses: a model that fits within the distance gathers each group once per pass,
   in forward, not again in backward. A pass that leaves the order drops what it kept and becomes
-  the order; a forward without grad keeps nothing (no backward follows). `_Reuse` below.
+  the order; a forward without grad keeps nothing (no backward follows); whatever writes zinc's
+  weights outside the step (_zinc_then_torch) and empty_partition_cache drop what was kept. A
+  pass begins at the forward of an outermost hooked module, so a loop that calls submodules one
+  by one from outside the model begins one per call and keeps nothing. `_Reuse` below.
   torch's memory then holds the kept groups between their forward and their backward, as
   DeepSpeed's does; 0 turns it off (a group is emptied when its module ends).
 - A parameter read through another module's attribute while a forward runs (the tied embedding
@@ -37,8 +40,10 @@ torch 1.13, which has no backward pre-hooks for modules, as on current torch):
   again before its backward. The read comes at the same point of every micro-step, so zinc's
   traced gather order repeats. A read that bypasses the attribute (a reference kept elsewhere)
   is declared with zinc.register_external_parameter: the module then gathers the group with
-  its own. No step holds the whole model: the first micro-step releases as every later one.
-- A module called more than once per forward gathers its group again at each call; activation
+  its own. At stage3_max_reuse_distance 0 no step holds the whole model, the first micro-step
+  included; at the default the groups used again soon are kept (Reuse, below).
+- A module called more than once per forward gathers its group again at each call (unless kept
+  for it); activation
   checkpointing (torch.utils.checkpoint, zinc.checkpointing) re-runs the forward hooks in
   backward, which gather and release as in forward.
 """
@@ -351,6 +356,13 @@ class _Stage3Mixin:
                 G.kept = True
                 return
         self._dematerialize(gi)
+
+    def empty_partition_cache(self):
+        """DeepSpeed's: frees the parameters stage 3 holds gathered outside a module's use —
+        the groups kept for their reuse (after a forward with grad and no backward, say). Their
+        next use gathers them again. Below stage 3 nothing (DeepSpeed's does nothing there)."""
+        if self._stage == 3:
+            self._empty_kept()
 
     def _empty_kept(self):
         for gi, G in enumerate(self._g):

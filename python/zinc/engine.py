@@ -415,8 +415,12 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
         finished before the host or torch reads what it wrote: zinc_engine_sync, a host wait,
         which also turns a vanished NCCL peer into an error. Outside the training step only.
         Called on the CPU too, where it waits for nothing but is counted (zinc_host_waits), so
-        a test there sees one put back into the step's path (python_host_waits)."""
+        a test there sees one put back into the step's path (python_host_waits). Stage 3: the
+        groups kept for their reuse are emptied (their copies may predate what zinc wrote: a
+        set weight, a loaded checkpoint), so that their next use gathers zinc's values."""
         self._call(lib.zinc_engine_sync(self._e))
+        if self._stage == 3:
+            self._empty_kept()
 
     def _torch_after_zinc(self, stream=None):
         """CUDA: torch's current stream (or `stream`) waits (on the device) for what zinc queued
@@ -546,7 +550,10 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
         copies first, so the model stays usable. At stage 3 they stay empty, as DeepSpeed's do
         (zinc held the only copy, in shards, and gathering is collective, which close(), also
         run by the garbage collector, cannot be): call module_state_dict() before, on every
-        rank, to keep the values."""
+        rank, to keep the values. Groups kept for their reuse (stage3_max_reuse_distance) are
+        emptied as well."""
+        if getattr(self, "_stage", None) == 3 and hasattr(self, "_empty"):
+            self._empty_kept()
         if getattr(self, "_monitor", None) is not None:
             self._monitor.close()
         if getattr(self, "_e", None) is not None and self._e.value:

@@ -206,9 +206,12 @@ def test_reuse_distance():
     micro-step's backward gathers 12 groups at distance 0, 11 at 1 (block 5's Linear kept) and
     at 8320 (fewer elements than the distance, not as many), 10 at 8321 (its LayerNorm too), 9
     at 8577 (block 4's Linear) and none at the default 1e9.
-    At every distance: the same losses bit for bit; nothing kept after a forward without grad
-    or after a step; a micro-step that leaves block 2 out (the order changes: what was kept
-    goes, the order is recorded again) trains as at distance 0."""
+    At every distance: the same losses bit for bit, a weight set between a forward and its
+    backward included (what was kept is dropped: the backward reads the new value); nothing
+    kept after a forward without grad, after a step, or after empty_partition_cache following
+    a forward with grad and no backward (which keeps groups at every distance but 0); a
+    micro-step that leaves block 2 out (the order changes: what was kept goes, nothing after
+    its forward, the order is recorded again) trains as at distance 0."""
     cases = [(0, 12), (1, 11), (8320, 11), (8321, 10), (8577, 9), (10**9, 0)]
     ok, ref = True, None
     for dist, want_bwd in cases:
@@ -220,12 +223,18 @@ def test_reuse_distance():
             3, ga=2, bf16=True, stage3_param_persistence_threshold=0,
             stage3_max_reuse_distance=dist))
         g = torch.Generator().manual_seed(1)
-        losses, gathers, after = [], [], []
+        losses, gathers, after, left, cache = [], [], [], None, None
         for micro in range(12):
             m.skip = 2 if micro == 6 else None
             spy.events.clear()
             x = torch.randn(4, 8, 64, generator=g).to(torch.bfloat16)
             loss = engine(x).float().square().mean()
+            if micro == 6:      # the pass left the order at block 2: blocks 0-1 kept no more
+                left = param_bytes(m)
+            if micro == 8:      # a weight set between forward and backward: its backward (and
+                w = m.blocks[5][1].weight     # the step) use the new value at every distance
+                zinc.utils.safe_set_full_fp32_param(
+                    w, zinc.utils.safe_get_full_fp32_param(w) * 0.5)
             engine.backward(loss)
             engine.step()
             losses.append(float(loss.detach()))
@@ -235,25 +244,37 @@ def test_reuse_distance():
                 with torch.no_grad():
                     engine(x)
                 after.append(param_bytes(m))
+                engine(x)       # with grad and no backward: kept until empty_partition_cache
+                cache = param_bytes(m)
+                engine.empty_partition_cache()
+                after.append(param_bytes(m))
         set_lib(spy._lib)
         engine.close()
         if ref is None:
             ref = losses
         # Micro-steps 1-5 follow the order; 6 leaves block 2 out and becomes the order; 7
-        # leaves that one (block 2 is back) and becomes the order; 8-11 follow it.
-        settled = [gathers[k] for k in (1, 2, 3, 4, 5, 8, 9, 10, 11)]
+        # leaves that one (block 2 is back) and becomes the order; 8-11 follow it, 8's weight
+        # set dropping what its forward kept (its backward gathers all 12).
+        settled = [gathers[k] for k in (1, 2, 3, 4, 5, 9, 10, 11)]
         print(f"stage3_max_reuse_distance {dist}: gathers per micro-step {gathers} (after the "
               f"first, {12 + want_bwd} expected); losses the same as at 0: {losses == ref}; "
               f"torch parameter bytes after each step and the no-grad forward: {max(after)}")
-        if any(k != 12 + want_bwd for k in settled) or gathers[0] != 24:
+        if any(k != 12 + want_bwd for k in settled) or gathers[0] != 24 or gathers[8] != 24:
             print(f"FAIL: distance {dist}: not the gathers DeepSpeed's rule keeps")
             ok = False
         if losses != ref:
             print(f"FAIL: distance {dist} changed the losses")
             ok = False
+        print(f"  after the forward that left the order: {left} parameter bytes; after a "
+              f"forward with grad and no backward: {cache}, then 0 expected after "
+              f"empty_partition_cache")
         if max(after) != 0:
-            print(f"FAIL: distance {dist}: parameters stay gathered after a step or a forward "
-                  "without grad")
+            print(f"FAIL: distance {dist}: parameters stay gathered after a step, a forward "
+                  "without grad or empty_partition_cache")
+            ok = False
+        if left != 0 or (cache > 0) != (dist > 0):
+            print(f"FAIL: distance {dist}: groups kept past a change of order, or a forward "
+                  "with grad kept none (or kept some at distance 0)")
             ok = False
     return 0 if ok else 1
 
