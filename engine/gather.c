@@ -10,28 +10,28 @@
  *    zinc_gather/zinc_release of it do nothing.
  *  - Prefetch: the order of zinc_gather calls in the first micro-step is recorded (the trace),
  *    and recorded again in a micro-step whose calls leave it or end before it does (a changed
- *    order: Python's stage 3
- *    skips the gathers of groups it kept, stage3_max_reuse_distance, from its second micro-step
- *    on). While the calls follow the trace, each zinc_gather also gathers the next traced
- *    groups, so that on an asynchronous backend (NCCL) their transfer overlaps the computation
- *    on the current group: while fewer than stage3_prefetch_bucket_size elements are gathered
- *    ahead of use (DeepSpeed's meaning of that key: elements fetched ahead), the total stays
- *    within stage3_max_live_parameters and the next group has room; it stops, in order, at a
- *    group held now that the trace uses again (it is released and gathered anew first), and
- *    with offload_param on NVMe at 3 groups ahead (zoffload_prefetch_groups). Every rank makes
- *    the same calls, so every rank issues the same collectives. Prefetched groups nobody used by
- *    the next zinc_step are dropped (the update changes them).
+ *    order: Python's stage 3 skips the gathers of groups it kept, stage3_max_reuse_distance,
+ *    from its second micro-step on). While the calls follow the trace, each zinc_gather also
+ *    gathers the next traced groups, so that on an asynchronous backend (NCCL) their transfer
+ *    overlaps the computation on the current group: while fewer than
+ *    stage3_prefetch_bucket_size elements are gathered ahead of use (DeepSpeed's meaning of
+ *    that key: elements fetched ahead), the total stays within stage3_max_live_parameters and
+ *    the next group has room; it stops, in order, at a group held now that the trace uses again
+ *    (it is released and gathered anew first), and with offload_param on NVMe at 3 groups ahead
+ *    (zoffload_prefetch_groups). Every rank makes the same calls, so every rank issues the same
+ *    collectives. Prefetched groups nobody used by the next zinc_step are dropped (the update
+ *    changes them).
  *
  * The gather area is `ngather` slots of the largest group's size (at least zinc.gather_buffers,
  * and up to 1 + ceil(prefetch_bucket_size / largest group), capped by the number of
- * non-persistent groups and by max_live_parameters / largest group). Groups are packed into
- * the slots one after another: a group goes at the end of the slot the last one went into when
- * it fits there, else into an empty slot, and a slot is empty again when every group in it is
- * gone. So a model with one large
- * group (an embedding) and many small ones (its layers) prefetches many layers ahead in the
- * same memory, where one group per slot allowed only ngather - 1. Any ngather groups can still be
- * held at once: the held groups occupy at most that many slots, and a gather that finds no room
- * empties a slot that holds no held group by dropping its prefetched groups.
+ * non-persistent groups and by max_live_parameters / largest group). Groups are packed into the
+ * slots one after another: a group goes at the end of the slot the last one went into when it
+ * fits there, else into an empty slot, and a slot is empty again when every group in it is
+ * gone. So a model with one large group (an embedding) and many small ones (its layers)
+ * prefetches many layers ahead in the same memory, where one group per slot allowed only
+ * ngather - 1. Any ngather groups can still be held at once: the held groups occupy at most
+ * that many slots, and a gather that finds no room empties a slot that holds no held group by
+ * dropping its prefetched groups.
  */
 #include <limits.h>
 #include <stdlib.h>
@@ -170,7 +170,7 @@ static int groups_ahead(const zinc_engine_t *e)
 static zinc_status prefetch(zinc_engine_t *e)
 {
     int cap = zoffload_prefetch_groups(e), ahead = cap == INT_MAX ? 0 : groups_ahead(e);
-    for (int k = e->trace_pos; k >= 0 && k < e->trace_len && ahead < cap; k++) {
+    for (int k = e->trace_pos; k < e->trace_len && ahead < cap; k++) {
         int h = e->trace[k];
         /* A group in use now that the trace uses again later will be released and gathered
          * anew before that use: prefetch stops there, in trace order, rather than run past a

@@ -351,7 +351,7 @@ class _Stage3Mixin:
         if (self._reuse_numel > 0 and R is not None and not self._left and G.live and G.ctx == 0
                 and (self._in_backward or torch.is_grad_enabled())):
             u, here = self._last_use.get(gi, -1), len(self._uses)
-            nxt = R.nxt[u] if 0 <= u < len(R.nxt) else -1
+            nxt = R.nxt[u] if u >= 0 else -1      # u < len(R.nxt): the pass follows R
             if nxt >= here and R.cum[nxt] - R.cum[here] < self._reuse_numel:
                 G.kept = True
                 return

@@ -111,28 +111,44 @@ static uint64_t gather_bytes(zinc_engine_t *e)
     return b[ZINC_COLL_ALL_GATHER];
 }
 
-/* A micro-step as a model drives it (forward in group order from group `from`, the ones before
- * it done by the caller; backward in reverse, handing each group's zero gradient over), checking
- * every gathered view; then the step. The gradients are zero and the weight decay 0, so the
- * step leaves the weights as set. */
-static void micro_step(zinc_engine_t *e, const int pid[NG], int from, const char *what)
+/* Forward as a model drives it, in group order from group `from` (the ones before it done by
+ * the caller), checking every gathered view. */
+static void forward(zinc_engine_t *e, const int pid[NG], int from, const char *what)
 {
-    for (int pass = 0; pass < 2; pass++)
-        for (int k = pass == 0 ? from : 0; k < NG; k++) {
-            int g = pass == 0 ? k : NG - 1 - k;
+    for (int g = from; g < NG; g++) {
+        ZT_OK(zinc_gather(e, g));
+        int64_t bad = wrong_values(e, pid[g], g);
+        ZT_CHECK(bad == 0, "%s: group %d gathered with %lld wrong values", what, g, (long long)bad);
+        ZT_OK(zinc_release(e, g));
+    }
+}
+
+/* Backward in reverse group order, handing each group's zero gradient over, then the step. The
+ * last `kept` groups are handed over without a gather (a caller that kept its own copies of
+ * them from forward, as import zinc's stage 3 does within stage3_max_reuse_distance). The
+ * gradients are zero and the weight decay 0, so the step leaves the weights as set. */
+static void backward_step(zinc_engine_t *e, const int pid[NG], int kept, const char *what)
+{
+    for (int g = NG - 1; g >= 0; g--) {
+        if (g < NG - kept) {
             ZT_OK(zinc_gather(e, g));
             int64_t bad = wrong_values(e, pid[g], g);
-            ZT_CHECK(bad == 0, "%s: group %d gathered with %lld wrong values", what, g,
-                     (long long)bad);
-            if (pass == 1) {
-                void *grad = NULL;
-                ZT_OK(zinc_param_grad(e, pid[g], &grad));
-            }
+            ZT_CHECK(bad == 0, "%s: group %d gathered with %lld wrong values (backward)", what,
+                     g, (long long)bad);
+            void *grad = NULL;
+            ZT_OK(zinc_param_grad(e, pid[g], &grad));
             ZT_OK(zinc_release(e, g));
-            if (pass == 1) ZT_OK(zinc_grads_ready(e, g));
         }
+        ZT_OK(zinc_grads_ready(e, g));
+    }
     zinc_step_info_t info;
     ZT_OK(zinc_step(e, &info));
+}
+
+static void micro_step(zinc_engine_t *e, const int pid[NG], int from, const char *what)
+{
+    forward(e, pid, from, what);
+    backward_step(e, pid, 0, what);
 }
 
 static int prefetched(const zinc_engine_t *e, int g)
@@ -478,37 +494,6 @@ static void test_random_schedules(void)
     ZT_CHECK(hits > 100, "only %d gathers found their group prefetched", hits);
 }
 
-/* A micro-step whose backward skips the gathers of big9, small8 and small7 (a caller that kept
- * its own copies of them from forward, as import zinc's stage 3 does within
- * stage3_max_reuse_distance) and hands their gradients over without. */
-static void micro_step_kept(zinc_engine_t *e, const int pid[NG], const char *what, int check_ahead)
-{
-    for (int g = 0; g < NG; g++) {
-        ZT_OK(zinc_gather(e, g));
-        int64_t bad = wrong_values(e, pid[g], g);
-        ZT_CHECK(bad == 0, "%s: group %d gathered with %lld wrong values", what, g, (long long)bad);
-        ZT_OK(zinc_release(e, g));
-    }
-    if (check_ahead)
-        for (int g = 3; g <= 6; g++)
-            ZT_CHECK(prefetched(e, g), "%s: small group %d, backward's next gathers, is not "
-                     "prefetched at the end of forward", what, g);
-    for (int g = NG - 1; g >= 0; g--) {
-        if (g < 7) {
-            ZT_OK(zinc_gather(e, g));
-            int64_t bad = wrong_values(e, pid[g], g);
-            ZT_CHECK(bad == 0, "%s: group %d gathered with %lld wrong values (backward)", what,
-                     g, (long long)bad);
-            void *grad = NULL;
-            ZT_OK(zinc_param_grad(e, pid[g], &grad));
-            ZT_OK(zinc_release(e, g));
-        }
-        ZT_OK(zinc_grads_ready(e, g));
-    }
-    zinc_step_info_t info;
-    ZT_OK(zinc_step(e, &info));
-}
-
 /* The trace is recorded again when a micro-step leaves it: after a traced first micro-step in
  * full, a micro-step that skips three of backward's gathers becomes the trace, and the next one
  * prefetches backward's first groups at the end of forward (the old trace, with big9 next,
@@ -522,13 +507,20 @@ static void test_retrace(void)
     micro_step(e, pid, 0, "the traced micro-step");
     int full = e->trace_len;
     uint64_t b0 = gather_bytes(e);
-    micro_step_kept(e, pid, "the micro-step that leaves the trace", 0);
+    /* Backward skips the gathers of big9, small8 and small7 (kept from forward). */
+    forward(e, pid, 0, "the micro-step that leaves the trace");
+    backward_step(e, pid, 3, "the micro-step that leaves the trace");
     uint64_t second = gather_bytes(e) - b0;
     ZT_CHECK(e->trace_done && e->trace_len == full - 3,
              "the trace is the changed micro-step's %d gathers (done %d, %d entries)", full - 3,
              e->trace_done, e->trace_len);
     b0 = gather_bytes(e);
-    micro_step_kept(e, pid, "the micro-step that follows the new trace", 1);
+    const char *what = "the micro-step that follows the new trace";
+    forward(e, pid, 0, what);
+    for (int g = 3; g <= 6; g++)
+        ZT_CHECK(prefetched(e, g), "%s: small group %d, backward's next gathers, is not "
+                 "prefetched at the end of forward", what, g);
+    backward_step(e, pid, 3, what);
     uint64_t third = gather_bytes(e) - b0;
     ZT_CHECK(third == second, "all-gather bytes %llu following the new trace, %llu recording it",
              (unsigned long long)third, (unsigned long long)second);
@@ -548,21 +540,12 @@ static void test_trace_shorter(void)
     for (int g = 0; g < NG; g++) fwd_bytes += (uint64_t)group_numel(g) * 2; /* bf16 */
     for (int micro = 0; micro < 4; micro++) {
         uint64_t b0 = gather_bytes(e);
-        for (int g = 0; g < NG; g++) {
-            ZT_OK(zinc_gather(e, g));
-            ZT_OK(zinc_release(e, g));
-        }
+        forward(e, pid, 0, "test_trace_shorter");
         if (micro == 0) { /* the tied head, then backward */
             ZT_OK(zinc_gather(e, 0));
             ZT_OK(zinc_release(e, 0));
-            for (int g = NG - 1; g >= 0; g--) {
-                ZT_OK(zinc_gather(e, g));
-                ZT_OK(zinc_release(e, g));
-            }
         }
-        for (int g = NG - 1; g >= 0; g--) ZT_OK(zinc_grads_ready(e, g));
-        zinc_step_info_t info;
-        ZT_OK(zinc_step(e, &info));
+        backward_step(e, pid, micro == 0 ? 0 : NG, "test_trace_shorter");
         uint64_t moved = gather_bytes(e) - b0;
         if (micro >= 2)
             ZT_CHECK(moved == fwd_bytes, "micro-step %d, forward only: %llu all-gather bytes, its "
