@@ -757,7 +757,7 @@ zinc_status zeng_shard_pieces(zinc_engine_t *e, zshard_piece **out, int *n)
     *n = 0;
     /* A checkpoint load writes the master through these (with offload_param in fp32 mode the
      * host shard that gathers upload from). */
-    zinc_status s = e->offload_param ? zoffload_settle(e) : ZINC_OK;
+    zinc_status s = zoffload_settle(e);
     if (s != ZINC_OK) return s;
     zshard_piece *pc = calloc((size_t)e->plan.nparams + 1, sizeof *pc);
     if (!pc) return zeng_fail(e, ZINC_ERR_NOMEM, "out of memory listing shard pieces");
@@ -792,7 +792,7 @@ zinc_status zinc_param_set(zinc_engine_t *e, int param, const float *values)
     if (!values) return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_param_set: values is NULL");
     const zplan_param *P = &e->plan.params[param];
     s = zgather_forget(e, P->group, "zinc_param_set");
-    if (s == ZINC_OK && e->offload_param) s = zoffload_settle(e);    /* it rewrites the host shard */
+    if (s == ZINC_OK) s = zoffload_settle(e);    /* it rewrites what uploads may still read */
     if (s != ZINC_OK) return s;
     size_t d = zinc_dtype_size(e->dtype);
     size_t lo, hi, sp;
@@ -1102,7 +1102,7 @@ zinc_status zinc_param_local_set(zinc_engine_t *e, int param, zinc_param_state w
      * the group holds the old values (and one gathered for a forward may not change). */
     if (which == ZINC_STATE_MASTER && e->stage == 3 && e->dtype == ZINC_DTYPE_FP32) {
         s = zgather_forget(e, e->plan.params[param].group, fn);
-        if (s == ZINC_OK && e->offload_param) s = zoffload_settle(e);   /* the host shard */
+        if (s == ZINC_OK) s = zoffload_settle(e);   /* the host master uploads may still read */
         if (s != ZINC_OK) return s;
     }
     s = f.dev->iface->upload(f.dev, f.base + f.pos * 4, values, f.n * 4);

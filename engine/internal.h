@@ -144,8 +144,9 @@ struct zinc_engine {
      * its own, so it never counts against the device's memory limit) and updated by its Adam. */
     int offload;                  /* offload_optimizer "cpu" at stages 1-3 */
     int offload_param;            /* offload_param "cpu" at stage 3 (implies offload) */
-    int own_uploads_pending;      /* offload_param: gathers queued uploads from the host shard
-                                     that the host may not have seen finish (zoffload_settle) */
+    int own_uploads_pending;      /* uploads queued from the host's 16-bit source (gathers'
+                                     with offload_param, the step's own slices) that the host
+                                     may not have seen finish (zoffload_settle) */
     int threads;                  /* host threads (the engine's, or the automatic count) */
     zdev_t *host;                 /* NULL without offload */
     void *h_grad;                 /* host [shard_numel] working dtype: the reduced grad shard */
@@ -163,7 +164,7 @@ struct zinc_engine {
                                      stats asynchronously (so they must outlive the call) */
     int *ochunk;                  /* [nochunk + 1]: first group of each pipeline chunk, then ngroups */
     int nochunk;
-    void *pinned[2];              /* host buffers pinned on the device (pin_memory), to unpin */
+    void *pinned[3];              /* host buffers pinned on the device (pin_memory), to unpin */
     struct znv *nv;               /* offload_optimizer "nvme" (offload_nvme.c): master, m and v
                                      point into a reserved range standing for its file */
 
@@ -283,9 +284,10 @@ void *zoffload_param16(const zinc_engine_t *e);
  * the persistent block, before the in-place all-gather): a device copy from param16, or with
  * offload_param an upload from the host shard, counted in zinc_offload_bytes when `counted`. */
 zinc_status zoffload_own_to_device(zinc_engine_t *e, int g, void *dst, int counted);
-/* offload_param: before the host rewrites the host shard or the master outside the step
- * (zinc_param_set, a checkpoint load, a refresh), the host waits for the uploads the gathers
- * queued from it; nothing to wait for (and no wait counted) when none is pending. */
+/* Offload: before the host rewrites the host shard or the master outside the step
+ * (zinc_param_set, zinc_param_local_set, a checkpoint load, a refresh), the host waits for the
+ * uploads queued from them (offload_param's gathers, the last step's own slices); nothing to
+ * wait for (and no wait counted) when none is pending. */
 zinc_status zoffload_settle(zinc_engine_t *e);
 
 /* NVMe offload (offload_nvme.c), offload_optimizer "nvme". */
@@ -316,6 +318,9 @@ zinc_status zoffload_nvme_open(zinc_engine_t *e);
 void zoffload_nvme_close(zinc_engine_t *e);
 /* The device whose memory the file is (state_dev), or NULL without NVMe. */
 zdev_t *zoffload_nvme_dev(zinc_engine_t *e);
+/* offload_param "nvme": the gathers' host staging slots (uploaded from on the copy stream) and
+ * their bytes; NULL and 0 without them. */
+void *zoffload_nvme_staging(zinc_engine_t *e, size_t *bytes);
 /* zoffload_adam with the state in the file: the read / Adam / write pipeline over chunks. */
 zinc_status zoffload_nvme_adam(zinc_engine_t *e, zk_adam_args *a);
 /* offload_param "nvme": the device whose memory holds the 16-bit shard (the file's, else the

@@ -125,15 +125,19 @@ static zinc_status pin_buffers(zinc_engine_t *e)
 {
     const zdev_iface_t *D = e->dev->iface;
     if (!e->cfg.zero.offload_pin || !D->pin_host) return ZINC_OK;
-    size_t n = e->plan.shard_numel * dsize(e);
-    /* (with the parameters in the NVMe file there is no host shard to pin) */
-    void *bufs[] = {e->h_grad, zoffload_param16_in_file(e) ? NULL : zoffload_param16(e)};
-    for (int i = 0; i < 2; i++) {
+    size_t n = e->plan.shard_numel * dsize(e), staging = 0;
+    /* With the parameters in the NVMe file there is no host shard to pin, but the slots each
+     * gather reads its slice into and uploads from (pageable, an upload would wait on the host
+     * for the copy stream: every earlier copy and compute it was ordered after). */
+    void *stage = zoffload_nvme_staging(e, &staging);
+    void *bufs[] = {e->h_grad, zoffload_param16_in_file(e) ? NULL : zoffload_param16(e), stage};
+    size_t bytes[] = {n, n, staging};
+    for (int i = 0; i < 3; i++) {
         if (!bufs[i]) continue;
-        zinc_status s = D->pin_host(e->dev, bufs[i], n);
+        zinc_status s = D->pin_host(e->dev, bufs[i], bytes[i]);
         if (s != ZINC_OK)
             return zeng_fail(e, s, "zinc_finalize: offload_optimizer.pin_memory: pinning %zu bytes "
-                             "of host memory on rank %d: %s", n, e->rank, e->dev->err);
+                             "of host memory on rank %d: %s", bytes[i], e->rank, e->dev->err);
         e->pinned[i] = bufs[i];
     }
     return ZINC_OK;
@@ -168,9 +172,10 @@ void zoffload_free(zinc_engine_t *e)
     uint64_t t;
     if (e->dev && e->dev->iface->copy_fence(e->dev, &t) == ZINC_OK)
         e->dev->iface->copy_wait(e->dev, t);
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 3; i++) {
         if (e->pinned[i]) e->dev->iface->unpin_host(e->dev, e->pinned[i]);
-    e->pinned[0] = e->pinned[1] = NULL;
+        e->pinned[i] = NULL;
+    }
     zoffload_nvme_close(e);          /* NVMe: the file and chunk buffers; master, m, v are NULL */
     void *bufs[] = {e->master, e->m, e->v, e->h_grad, e->h_param16};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
@@ -224,6 +229,9 @@ static zinc_status upload_range(zinc_engine_t *e, size_t lo, size_t hi, int coun
         if (s != ZINC_OK)
             return zeng_fail(e, s, "offload: uploading the parameters of group '%s': %s", G->name,
                              e->dev->err);
+        /* The step returns without waiting for it: a host write of its source (the master in
+         * fp32 mode, through zinc_param_local_set) settles first. */
+        e->own_uploads_pending = 1;
         if (counted) e->offload_bytes[1] += (b - a) * d;
     }
     return ZINC_OK;
@@ -361,7 +369,7 @@ zinc_status zoffload_settle(zinc_engine_t *e)
     zinc_status s = e->dev->iface->copy_fence(e->dev, &t);
     if (s == ZINC_OK) s = e->dev->iface->copy_wait(e->dev, t);
     if (s != ZINC_OK)
-        return zeng_fail(e, s, "offload_param: waiting for the parameter uploads: %s", e->dev->err);
+        return zeng_fail(e, s, "offload: waiting for the parameter uploads: %s", e->dev->err);
     e->own_uploads_pending = 0;
     return ZINC_OK;
 }

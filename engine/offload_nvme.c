@@ -224,8 +224,10 @@ zinc_status zoffload_nvme_open(zinc_engine_t *e)
                       -1, 0);
     size_t bufbytes = (size_t)nv->nbuf * ZNV_STATES * nv->E * 4, d = zinc_dtype_size(e->dtype);
     nv->stage_slot = (size_t)(L.host_param16 - (uint64_t)nv->nbuf * nv->E * d) / ZNV_STAGE;
+    /* (page-aligned: the staging slots are page-locked with offload_optimizer.pin_memory) */
     int pfail = nv->param && (posix_memalign((void **)&nv->pbuf, 4096, (size_t)nv->nbuf * nv->E * d) ||
-                              !(nv->stage = malloc(ZNV_STAGE * nv->stage_slot + 1)));
+                              posix_memalign((void **)&nv->stage, 4096,
+                                             ZNV_STAGE * nv->stage_slot + 1));
     if (base == MAP_FAILED || pfail || posix_memalign((void **)&nv->buf, 4096, bufbytes) != 0) {
         if (base != MAP_FAILED) munmap(base, (size_t)bytes);
         nv->buf = NULL;
@@ -268,6 +270,13 @@ void zoffload_nvme_close(zinc_engine_t *e)
 }
 
 zdev_t *zoffload_nvme_dev(zinc_engine_t *e) { return e->nv ? &e->nv->dev : NULL; }
+
+void *zoffload_nvme_staging(zinc_engine_t *e, size_t *bytes)
+{
+    struct znv *nv = e->nv;
+    *bytes = nv && nv->stage ? ZNV_STAGE * nv->stage_slot : 0;
+    return *bytes ? nv->stage : NULL;
+}
 
 zdev_t *zoffload_param16_dev(zinc_engine_t *e)
 {

@@ -119,8 +119,41 @@ def check_launches():
           adds3 == ready3, f"stage 2: {adds2} adds, {ready2} hand-overs; stage 3: {adds3}, {ready3}")
 
 
+def settle_before_host_write():
+    """Optimizer offload, fp32, stage 3, no offload_param: the step's Adam runs on the host and
+    queues the uploads of its own slices from the host master (the working copy's source in
+    fp32 mode) without waiting for them. A host write of the master right after the step
+    (zinc_param_local_set, safe_set_local_fp32_param's call) must wait for those uploads first,
+    once: on a GPU it would otherwise change the master under a copy still reading it. A second
+    write finds nothing pending and does not wait. (The engine that settled only with
+    offload_param: 0 waits, fails.)"""
+    import ctypes
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 8))
+    cfg = {"train_micro_batch_size_per_gpu": 4, "steps_per_print": 1 << 30,
+           "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+           "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}}}
+    engine, _, _, _ = zinc.initialize(model=model, config=cfg, dist_init_required=False)
+    engine.backward(engine(torch.randn(4, 8)).sum())
+    engine.step()
+    pid = engine._pid_of[id(model[0].weight)]
+    lo, hi = engine._local_range(pid)
+    master = torch.zeros(hi - lo)
+    waits = []
+    for _ in range(2):
+        h0 = engine.host_waits()
+        st = lib.zinc_param_local_set(engine._e, pid, 2,      # ZINC_STATE_MASTER
+                                      ctypes.c_void_p(master.data_ptr()))
+        waits.append((st, engine.host_waits() - h0))
+    engine.close()
+    check("stage 3 fp32 offload_optimizer: a host write of the master after a step waits for "
+          "the step's uploads once, a second one not", waits == [(0, 1), (0, 0)],
+          f"(status, waits) per write {waits}")
+
+
 def main():
     check_launches()
+    settle_before_host_write()
     for stage in (0, 1, 2, 3):
         for dtype in ("fp32", "bf16"):
             for accum in (1, 2):
