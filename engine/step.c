@@ -70,7 +70,8 @@ zinc_status zinc_grad_buffer_attach(zinc_engine_t *e, void *buf, size_t bytes)
  * search starts after the bucket taken last: in rotation, the bucket a group gets is the one
  * freed longest ago, whose reduce (queued at that zinc_grads_ready) is the most likely done —
  * what a caller adding from another stream waits for (zinc_grad_bucket). */
-static zinc_status group_bucket(zinc_engine_t *e, int group, const char *fn, char **out)
+static zinc_status group_bucket(zinc_engine_t *e, int group, const char *fn, int collective,
+                                char **out)
 {
     zgroup_state *gs = &e->gstate[group];
     if (gs->bucket < 0) {
@@ -82,12 +83,13 @@ static zinc_status group_bucket(zinc_engine_t *e, int group, const char *fn, cha
                 e->bucket_next = (i + 1) % e->nbuckets;
             }
         }
-        /* From zinc_grads_ready, the reduce-scatter the other ranks wait in is lost with it:
-         * an error inside the collective sequence. From zinc_param_grad it is a local one. */
+        /* From a hand-over (collective), the reduce-scatter the other ranks wait in is lost
+         * with it: an error inside the collective sequence. From zinc_param_grad it is a local
+         * one. */
 #define BUCKETS_FULL "%s: all %d gradient buckets hold groups whose gradients were not handed " \
                      "over; call zinc_grads_ready sooner, or raise zinc.grad_buckets in the "   \
                      "config (group '%s')"
-        if (gs->bucket < 0 && !strcmp(fn, "zinc_grads_ready"))
+        if (gs->bucket < 0 && collective)
             return zeng_fail_sequence(e, ZINC_ERR_USAGE, BUCKETS_FULL, fn, e->nbuckets,
                                       e->plan.groups[group].name);
         if (gs->bucket < 0)
@@ -114,7 +116,7 @@ zinc_status zinc_param_grad(zinc_engine_t *e, int param, void **out)
         return ZINC_OK;
     }
     char *b;
-    s = group_bucket(e, P->group, "zinc_param_grad", &b);
+    s = group_bucket(e, P->group, "zinc_param_grad", 0, &b);
     if (s != ZINC_OK) return s;
     *out = b + P->offset * d;
     return ZINC_OK;
@@ -128,9 +130,42 @@ zinc_status zinc_grad_bucket(zinc_engine_t *e, int group, int *slot)
     *slot = -1;
     if (e->stage < 2) return ZINC_OK;
     char *b;
-    s = group_bucket(e, group, "zinc_grad_bucket", &b);
+    s = group_bucket(e, group, "zinc_grad_bucket", 0, &b);
     if (s == ZINC_OK) *slot = e->gstate[group].bucket;
     return s;
+}
+
+/* The hand-over's reduce (stages 2-3): reduce-scatter the group's bucket now (overlapping the
+ * rest of backward where the backend is asynchronous), add the own slice into the shard
+ * accumulator, free the bucket. Below stage 2 nothing: the model added into the gradient buffer
+ * itself, which zinc_step reduces. */
+static zinc_status hand_over(zinc_engine_t *e, int group, const char *fn)
+{
+    if (e->stage < 2) return ZINC_OK;
+    /* A group whose gradient was never touched still takes part with a zero bucket: the
+     * collective needs all. */
+    const zplan_group *G = &e->plan.groups[group];
+    zgroup_state *gs = &e->gstate[group];
+    size_t d = dsize(e);
+    char *b;
+    zinc_status s = group_bucket(e, group, fn, 1, &b);
+    if (s != ZINC_OK) return s;
+    s = zcomm_reduce_scatter(e->comm, b, G->padded, (zdt)e->dtype, 1.0f / (float)e->world_size);
+    if (s != ZINC_OK) return comm_fail(e, s, fn, "reduce-scatter");
+    const char *own = b + G->slice * (size_t)e->rank * d;
+    /* Offload: the shard accumulates in host memory (offload.c); else on the device. */
+    if (e->grad_host) {
+        s = zoffload_reduce_to_host(e, group, own);
+        if (s != ZINC_OK) return s;
+    } else {
+        s = e->dev->iface->accumulate(e->dev, (char *)e->grad + G->shard_off * d, own, e->dtype,
+                                      G->slice);
+    }
+    if (s == ZINC_OK) s = e->dev->iface->memset0(e->dev, b, G->padded * d);
+    if (s != ZINC_OK) return zeng_fail(e, s, "%s: %s", fn, e->dev->err);
+    e->bucket_owner[gs->bucket] = -1;
+    gs->bucket = -1;
+    return ZINC_OK;
 }
 
 zinc_status zinc_grads_ready(zinc_engine_t *e, int group)
@@ -142,35 +177,22 @@ zinc_status zinc_grads_ready(zinc_engine_t *e, int group)
     if ((s = zeng_need_grad_buffer(e, "zinc_grads_ready", 1)) != ZINC_OK) return s;
     if (gs->ready)
         return zeng_fail_sequence(e, ZINC_ERR_USAGE,
-                         "zinc_grads_ready: group '%s' was already handed over in this micro-step",
+                         "zinc_grads_ready: group '%s' was already handed over in this micro-step "
+                         "(more gradient after its hand-over: zinc_grads_more)",
                          e->plan.groups[group].name);
     gs->ready = 1;
-    if (e->stage < 2) return ZINC_OK;
+    return hand_over(e, group, "zinc_grads_ready");
+}
 
-    /* Reduce-scatter the group now (overlapping the rest of backward where the backend is
-     * asynchronous), keep the own slice in the shard accumulator, free the bucket. A group whose
-     * gradient was never touched still takes part with a zero bucket: the collective needs all. */
-    const zplan_group *G = &e->plan.groups[group];
-    size_t d = dsize(e);
-    char *b;
-    s = group_bucket(e, group, "zinc_grads_ready", &b);
+zinc_status zinc_grads_more(zinc_engine_t *e, int group)
+{
+    zinc_status s = zeng_check_ready_group(e, group, "zinc_grads_more");
     if (s != ZINC_OK) return s;
-    s = zcomm_reduce_scatter(e->comm, b, G->padded, (zdt)e->dtype, 1.0f / (float)e->world_size);
-    if (s != ZINC_OK) return comm_fail(e, s, "zinc_grads_ready", "reduce-scatter");
-    const char *own = b + G->slice * (size_t)e->rank * d;
-    /* Offload: the shard accumulates in host memory (offload.c); else on the device. */
-    if (e->grad_host) {
-        s = zoffload_reduce_to_host(e, group, own);
-        if (s != ZINC_OK) return s;
-    } else {
-        s = e->dev->iface->accumulate(e->dev, (char *)e->grad + G->shard_off * d, own, e->dtype,
-                                      G->slice);
-    }
-    if (s == ZINC_OK) s = e->dev->iface->memset0(e->dev, b, G->padded * d);
-    if (s != ZINC_OK) return zeng_fail(e, s, "zinc_grads_ready: %s", e->dev->err);
-    e->bucket_owner[gs->bucket] = -1;
-    gs->bucket = -1;
-    return ZINC_OK;
+    if (!e->gstate[group].ready)
+        return zeng_fail_sequence(e, ZINC_ERR_USAGE,
+                         "zinc_grads_more: group '%s' was not handed over in this micro-step; "
+                         "zinc_grads_ready hands it over first", e->plan.groups[group].name);
+    return hand_over(e, group, "zinc_grads_more");
 }
 
 /* ---- the optimizer step ------------------------------------------------------------------- */

@@ -369,6 +369,16 @@ ZINC_API zinc_status zinc_grad_buffer_attach(zinc_engine_t *e, void *buf, size_t
  * per group per micro-step at every stage (below stage 2 it only records completion). */
 ZINC_API zinc_status zinc_grads_ready(zinc_engine_t *e, int group);
 
+/* Collective at stages 2-3: more gradient for a group already handed over in this micro-step
+ * (a parameter whose gradient arrives again after the hand-over: reentrant activation
+ * checkpointing runs a backward per segment, so a module used in two segments gets one
+ * contribution from each). The caller adds only the new contribution into zinc_param_grad's
+ * views (at stages 2-3 a fresh, zeroed bucket) and calls this: zinc reduce-scatters it and adds
+ * this rank's slice to what the group's zinc_grads_ready kept, as a sum over both. Below stage 2
+ * it only checks (the gradient buffer holds the sum already). ZINC_ERR_USAGE when the group was
+ * not handed over in this micro-step. */
+ZINC_API zinc_status zinc_grads_more(zinc_engine_t *e, int group);
+
 /* What to multiply the loss by before backward: the loss scale (fp16) divided by
  * gradient_accumulation_steps, as DeepSpeed's engine.backward does. 1/GA in bf16/fp32 mode. */
 ZINC_API float zinc_loss_multiplier(const zinc_engine_t *e);

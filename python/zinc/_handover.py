@@ -36,10 +36,19 @@ class _HandOverMixin:
     def _accumulated_hook(self, gi, pid):
         def hook(*_):
             G = self._g[gi]
-            if not self._in_backward or G.done or self._no_sync:
+            if not self._in_backward or self._no_sync:
+                return
+            if G.done:
+                # A gradient after the group's hand-over: reentrant activation checkpointing
+                # runs one backward per segment, each with its own AccumulateGrad call, so a
+                # module used in two segments gets a contribution from each. This one stays in
+                # `.grad` (autograd sums any further ones there) and goes to zinc after autograd
+                # (zinc_grads_more, _hand_over_rest); from then on the group waits for the end of
+                # autograd every backward, handed over once with the whole sum.
+                G.late = G.defer = True
                 return
             G.got.add(pid)
-            if len(G.got) == len(G.params):
+            if len(G.got) == len(G.params) and not G.defer:
                 self._hand_over(gi)
         return hook
 
@@ -55,8 +64,9 @@ class _HandOverMixin:
         return hook
 
     @timed
-    def _hand_over(self, gi):
-        """Adds the group's gradients into zinc's views, drops `.grad`, zinc_grads_ready."""
+    def _hand_over(self, gi, more=False):
+        """Adds the group's gradients into zinc's views, drops `.grad`, zinc_grads_ready (more:
+        zinc_grads_more, for gradients that came after this micro-step's hand-over)."""
         G, e = self._g[gi], self._e
         # zinc -> torch (WAR): at stages 2-3 the view is a bucket zinc zeroed on its stream after
         # the zinc_grads_ready that last used it; torch's adds run after that one (the buckets
@@ -85,7 +95,8 @@ class _HandOverMixin:
             torch._foreach_add_(dst, src)
         # torch -> zinc (RAW): the reduce zinc_grads_ready queues reads the sums torch added.
         self._torch_then_zinc(st)
-        self._call(lib.zinc_grads_ready(e, G.gid))
+        self._call((lib.zinc_grads_more if more else lib.zinc_grads_ready)(e, G.gid))
+        G.late = False
         if slot >= 0:
             self._bucket_done(slot)
         G.done = True
@@ -136,10 +147,12 @@ class _HandOverMixin:
 
     def _hand_over_rest(self):
         """After autograd: the groups not handed over yet (no gradient this backward, or only
-        from no_sync backwards), last group first."""
+        from no_sync backwards, or waiting for the end of autograd: `defer`) and the gradients
+        that came after a group's hand-over (`late`), last group first."""
         for gi in reversed(range(len(self._g))):
-            if not self._g[gi].done:
-                self._hand_over(gi)
+            G = self._g[gi]
+            if not G.done or G.late:
+                self._hand_over(gi, more=G.done)
         self._unsynced = False
         self._open_micro = not self._managed or self._boundary_set is not None
         self._open_at_boundary = bool(lib.zinc_engine_at_boundary(self._e))

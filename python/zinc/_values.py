@@ -82,6 +82,9 @@ class _ValuesMixin:
         src = value.detach().to("cpu", torch.float32).contiguous()
         if state == "grad":
             self._need_grad_buffer()
+        # torch -> zinc (WAR): at stages 0-2 `param.data` views zinc's working copy, which the
+        # write replaces on zinc's stream; torch's kernels queued before it read the old values.
+        self._torch_then_zinc()
         self._call(put(self._e, pid, *args, ctypes.c_void_p(src.data_ptr())))
         self._zinc_then_torch()
 
@@ -119,7 +122,9 @@ class _ValuesMixin:
         if hi > lo:
             self._call(lib.zinc_param_local_set(self._e, pid, which,
                                                 ctypes.c_void_p(src.data_ptr())))
-            self._zinc_then_torch()
+        # On every rank, an empty fragment too: it also drops stage 3's groups kept for their
+        # reuse, and a rank that kept them would skip gathers the others make (a hang).
+        self._zinc_then_torch()
 
     def _local_id(self, state, what):
         if self._stage != 3:

@@ -183,6 +183,8 @@ class _Group:
         self.ctx = 0              # stage 3: zero.GatheredParameters contexts holding it gathered
         self.got = set()          # param ids whose gradient autograd accumulated this backward
         self.done = False         # handed over (zinc_grads_ready) this micro-step
+        self.late = False         # a gradient came after this backward's hand-over (_handover)
+        self.defer = False        # learned: handed over only after autograd (_handover)
         self.layout = {}          # "data"/"grad" -> its parameters' place in zinc's buffer
 
 
@@ -617,7 +619,7 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
         self._end_open_micro()
         for G in self._g:
             G.got.clear()
-            G.done = False
+            G.done = G.late = False
         mult = (lib.zinc_loss_multiplier(self._e) if scale_wrt_gas
                 else lib.zinc_engine_loss_scale(self._e))
         self._in_backward = True

@@ -17,9 +17,17 @@
  * (engine_grad_access_eager runs this with ZINC_CPU_ASYNC_COPY=eager, where a queued copy reads
  * its source at once: without the second download the offload rows fail there).
  *
+ * Split: the same runs with parameter "a"'s contribution of each micro-step handed over in two
+ * parts, rank * G_k with zinc_grads_ready and G_k after it with zinc_grads_more (what reentrant
+ * activation checkpointing makes the Python front-end do for a module run in several segments):
+ * every check above holds bit for bit, so the second part is reduced and added to the first
+ * (without zinc_grads_more's reduce at stages 2-3 the grad read back lacks it; at every stage
+ * a second zinc_grads_ready is refused).
+ *
  * Misuse at one rank, stage 2: reading or setting while the group's gradient is still in its
  * bucket (before zinc_grads_ready) is ZINC_ERR_USAGE naming zinc_grads_ready; NULL buffers and
- * unknown ids are refused.
+ * unknown ids are refused; zinc_grads_more of a group not handed over in this micro-step is
+ * ZINC_ERR_USAGE naming zinc_grads_ready.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,6 +46,7 @@ typedef struct {
     int world_size, stage, bf16, offload;
     int reference;              /* 1: the run that produces H in its micro-steps, no set */
     int local;                  /* 1: H set fragment by fragment (zinc_param_local_set) */
+    int split;                  /* 1: a's gradient handed over in two parts (zinc_grads_more) */
     int64_t lo[MAXR], hi[MAXR]; /* each rank's fragment of parameter "a" */
     float *weights[MAXR][2];    /* the masters after the first optimizer step, per rank */
     int checks_failed[MAXR];
@@ -78,8 +87,9 @@ static void rank_fn(int rank, void *arg)
 {
     run_ctx *c = arg;
     char cfg[1024], label[128];
-    snprintf(label, sizeof label, "stage %d %s N=%d%s%s", c->stage, c->bf16 ? "bf16" : "fp32",
-             c->world_size, c->offload ? " offload" : "", c->reference ? " (reference)" : "");
+    snprintf(label, sizeof label, "stage %d %s N=%d%s%s%s", c->stage, c->bf16 ? "bf16" : "fp32",
+             c->world_size, c->offload ? " offload" : "", c->split ? " split" : "",
+             c->reference ? " (reference)" : "");
     snprintf(cfg, sizeof cfg,
              "{\"train_micro_batch_size_per_gpu\": 1, \"gradient_accumulation_steps\": 2, %s"
              "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01}},"
@@ -109,12 +119,17 @@ static void rank_fn(int rank, void *arg)
         for (int q = 0; q < 2; q++) {
             int g = q ? gb : ga;
             ZT_OK(zinc_gather(e, g));
+            int split = c->split && !c->reference && q == 0;
             if (c->reference && q == 0)
                 add_grad(e, pa, c, NA, k, k == 1 ? 1.0f : 0.0f, 1);
             else
-                add_grad(e, params[q], c, numel[q], k, (float)(rank + 1), 0);
+                add_grad(e, params[q], c, numel[q], k, (float)(rank + 1 - split), 0);
             ZT_OK(zinc_release(e, g));
             ZT_OK(zinc_grads_ready(e, g));
+            if (split) {
+                add_grad(e, pa, c, NA, k, 1.0f, 0);
+                ZT_OK(zinc_grads_more(e, g));
+            }
         }
         if (!c->reference) {
             /* The accumulation so far, averaged over the ranks. */
@@ -217,10 +232,10 @@ static void free_run(run_ctx *c)
         for (int q = 0; q < 2; q++) free(c->weights[r][q]);
 }
 
-static void test_get_set(int stage, int bf16, int world_size, int offload, int local)
+static void test_get_set(int stage, int bf16, int world_size, int offload, int local, int split)
 {
     run_ctx t = {.world_size = world_size, .stage = stage, .bf16 = bf16, .offload = offload,
-                 .local = local};
+                 .local = local, .split = split};
     run_ctx ref = t;
     ref.reference = 1;
     run(&t);
@@ -253,9 +268,10 @@ static void test_get_set(int stage, int bf16, int world_size, int offload, int l
     /* The reference trained at all: its weights moved from the initial ones. */
     int moved = ref.weights[0][0] && ref.weights[0][0][1] != (float)(1 % 17) / 32.0f - 0.25f;
     ZT_CHECK(moved, "stage %d: the reference run's weights did not move", stage);
-    printf("stage %d %s N=%d%s%s: gradients read back exactly (%s), the step uses the one set\n",
-           stage, bf16 ? "bf16" : "fp32", world_size, offload ? " offload" : "",
-           local ? " (set by fragments)" : "", failed ? "NOT" : "ok");
+    printf("stage %d %s N=%d%s%s%s: gradients read back exactly (%s), the step uses the one "
+           "set\n", stage, bf16 ? "bf16" : "fp32", world_size, offload ? " offload" : "",
+           local ? " (set by fragments)" : "", split ? " (a handed over in two parts)" : "",
+           failed ? "NOT" : "ok");
     free_run(&t);
     free_run(&ref);
 }
@@ -286,7 +302,14 @@ static void test_misuse(void)
     ZT_CHECK(zinc_param_grad_set(e, p, buf) == ZINC_ERR_USAGE &&
                  strstr(zinc_last_error(e), "zinc_grads_ready"),
              "set with the gradient in its bucket: %s", zinc_last_error(e));
+    ZT_CHECK(zinc_grads_more(e, g) == ZINC_ERR_USAGE &&
+                 strstr(zinc_last_error(e), "not handed over") &&
+                 strstr(zinc_last_error(e), "zinc_grads_ready"),
+             "zinc_grads_more before zinc_grads_ready: %s", zinc_last_error(e));
     ZT_OK(zinc_grads_ready(e, g));
+    ZT_CHECK(zinc_grads_ready(e, g) == ZINC_ERR_USAGE &&
+                 strstr(zinc_last_error(e), "zinc_grads_more"),
+             "a second zinc_grads_ready: %s", zinc_last_error(e));
     ZT_CHECK(zinc_param_grad_get(e, p, NULL) == ZINC_ERR_INVALID_ARG, "NULL out");
     ZT_CHECK(zinc_param_grad_set(e, p, NULL) == ZINC_ERR_INVALID_ARG, "NULL values");
     ZT_CHECK(zinc_param_grad_get(e, 7, buf) == ZINC_ERR_INVALID_ARG &&
@@ -302,14 +325,20 @@ int main(void)
 {
     for (int stage = 0; stage <= 3; stage++)
         for (int bf16 = 0; bf16 <= 1; bf16++)
-            for (int n = 1; n <= 4; n *= 2) test_get_set(stage, bf16, n, 0, 0);
+            for (int n = 1; n <= 4; n *= 2) test_get_set(stage, bf16, n, 0, 0, 0);
     for (int stage = 1; stage <= 3; stage++)
-        for (int bf16 = 0; bf16 <= 1; bf16++) test_get_set(stage, bf16, 2, 1, 0);
+        for (int bf16 = 0; bf16 <= 1; bf16++) test_get_set(stage, bf16, 2, 1, 0, 0);
     /* The gradient set fragment by fragment (stages 2-3), with and without offload. */
     for (int stage = 2; stage <= 3; stage++)
         for (int n = 1; n <= 4; n *= 2) {
-            test_get_set(stage, 1, n, 0, 1);
-            test_get_set(stage, 0, n, 1, 1);
+            test_get_set(stage, 1, n, 0, 1, 0);
+            test_get_set(stage, 0, n, 1, 1, 0);
+        }
+    /* a's gradient handed over in two parts (zinc_grads_more), with and without offload. */
+    for (int stage = 0; stage <= 3; stage++)
+        for (int bf16 = 0; bf16 <= 1; bf16++) {
+            test_get_set(stage, bf16, 2, 0, 0, 1);
+            if (stage > 0) test_get_set(stage, bf16, 2, 1, 0, 1);
         }
     test_misuse();
     return zt_finish("engine_grad_access");

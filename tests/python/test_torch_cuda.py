@@ -31,6 +31,9 @@ LOCAL_RANK (0 without a launcher):
 - safe_get_full_grad / safe_set_full_grad at stages 0-3 (fp32): between backward and the step
   the gradient is plain torch's accumulated one on the device (1e-6); a value set reads
   back and the step after it equals torch's clip + AdamW given it;
+- safe_set_full_fp32_param at stages 0-2 while a forward reading the old weight is queued
+  behind a sleep on torch's stream: that forward's loss is the old one bit for bit (written
+  2026-11-28 without a GPU; not yet run on one);
 - errors: parameters on two devices (cpu and cuda) are refused naming one; with 2 or more GPUs a
   model on a GPU other than the local rank's is refused, saying torch.cuda.set_device.
 Usage:
@@ -266,6 +269,38 @@ def grads(dev, stage):
     return 0 if ok else 1
 
 
+def set_while_queued(dev, stage):
+    """safe_set_full_fp32_param while torch's forward that reads the old weights is still queued
+    (behind a sleep on torch's stream): at stages 0-2 `param.data` is zinc's working copy, which
+    the set overwrites on zinc's stream, so zinc must wait for torch's queued work first (the
+    front-end without that wait: the queued forward reads the new weight and its loss differs).
+    That forward's loss equals the one before the set bit for bit, and the next forward's
+    differs (it computes with the new weight). fp32. Returns the number of failures."""
+    import zinc.utils as zu
+    torch.manual_seed(0)
+    m = tp.Tiny().to(dev)
+    engine, *_ = zinc.initialize(model=m, config=tp.config(stage, False))
+    x, y = next(iter(tp.batches()))
+    x, y = x.to(dev), y.to(dev)
+    p = next(q for q in m.parameters() if q.dim() == 2)
+    new = (zu.safe_get_full_fp32_param(p) * 2).cpu()     # on the host: its use needs no sync
+    with torch.no_grad():
+        before = float(tp.loss_fn(engine, x, y))
+        lag(torch.cuda.current_stream(dev) if dev.type == "cuda" else None)
+        queued = tp.loss_fn(engine, x, y)
+        zu.safe_set_full_fp32_param(p, new)
+        after = tp.loss_fn(engine, x, y)
+    same, moved = float(queued) == before, float(after) != before
+    print(f"{dev} stage {stage}: a weight set while a forward is queued: that forward's loss "
+          f"{float(queued):.9g} (before the set {before:.9g}), the next {float(after):.9g}")
+    engine.close()
+    if not (same and moved):
+        print(f"FAIL: stage {stage}: the queued forward read the weight set after it, or the "
+              "next did not")
+        return 1
+    return 0
+
+
 def features(dev, stage):
     """Activation checkpointing (reentrant, non-reentrant, zinc.checkpointing), param groups with
     their own weight decay, lr, betas and eps (zinc_group_set_weight_decay, zinc_group_set_lr,
@@ -440,6 +475,8 @@ def main(on_cpu):
         fails += parity(dev, 3, bf16, ref[bf16], offload_param=True, reuse_distance=0)
     for stage in range(4):
         fails += grads(dev, stage)
+    for stage in range(3):
+        fails += set_while_queued(dev, stage)
     for stage in (1, 3):
         fails += features(dev, stage)
         fails += gathered(dev, stage)

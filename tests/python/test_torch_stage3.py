@@ -207,13 +207,15 @@ def test_reuse_distance():
     at 8320 (fewer elements than the distance, not as many), 10 at 8321 (its LayerNorm too), 9
     at 8577 (block 4's Linear) and none at the default 1e9.
     At every distance: the same losses bit for bit, a weight set between a forward and its
-    backward included (what was kept is dropped: the backward reads the new value); nothing
+    backward included (what was kept is dropped: the backward reads the new value), whole or
+    each rank its fragment (under 2 ranks one rank's is empty: it drops what it kept too, or
+    its backward skips the gathers the other makes, a hang); nothing
     kept after a forward without grad, after a step, or after empty_partition_cache following
     a forward with grad and no backward (which keeps groups at every distance but 0); a
     micro-step that leaves block 2 out (the order changes: what was kept goes, nothing after
     its forward, the order is recorded again) trains as at distance 0."""
     cases = [(0, 12), (1, 11), (8320, 11), (8321, 10), (8577, 9), (10**9, 0)]
-    ok, ref = True, None
+    ok, ref, world = True, None, zinc.world_size()
     for dist, want_bwd in cases:
         torch.manual_seed(0)
         m = SkipChain()
@@ -235,6 +237,12 @@ def test_reuse_distance():
                 w = m.blocks[5][1].weight     # the step) use the new value at every distance
                 zinc.utils.safe_set_full_fp32_param(
                     w, zinc.utils.safe_get_full_fp32_param(w) * 0.5)
+            if micro == 9:      # the same with each rank's fragment; under 2 ranks one rank's
+                b = m.blocks[5][0].bias       # is empty, and it must drop what it kept too
+                frag = zinc.utils.safe_get_local_fp32_param(b)
+                whole = m.blocks[5][0].normalized_shape[0]   # (b.numel() is 0 between uses)
+                empty_somewhere = frag.numel() in (0, whole)      # this rank's or the other's
+                zinc.utils.safe_set_local_fp32_param(b, frag * 0.5)
             engine.backward(loss)
             engine.step()
             losses.append(float(loss.detach()))
@@ -254,16 +262,21 @@ def test_reuse_distance():
             ref = losses
         # Micro-steps 1-5 follow the order; 6 leaves block 2 out and becomes the order; 7
         # leaves that one (block 2 is back) and becomes the order; 8-11 follow it, 8's weight
-        # set dropping what its forward kept (its backward gathers all 12).
-        settled = [gathers[k] for k in (1, 2, 3, 4, 5, 9, 10, 11)]
+        # set and 9's fragment set dropping what their forwards kept (their backwards gather
+        # all 12).
+        settled = [gathers[k] for k in (1, 2, 3, 4, 5, 10, 11)]
         print(f"stage3_max_reuse_distance {dist}: gathers per micro-step {gathers} (after the "
               f"first, {12 + want_bwd} expected); losses the same as at 0: {losses == ref}; "
               f"torch parameter bytes after each step and the no-grad forward: {max(after)}")
-        if any(k != 12 + want_bwd for k in settled) or gathers[0] != 24 or gathers[8] != 24:
+        if any(k != 12 + want_bwd for k in settled) or gathers[0] != 24 or gathers[8] != 24 \
+                or gathers[9] != 24:
             print(f"FAIL: distance {dist}: not the gathers DeepSpeed's rule keeps")
             ok = False
         if losses != ref:
             print(f"FAIL: distance {dist} changed the losses")
+            ok = False
+        if world > 1 and not empty_somewhere:
+            print("FAIL: under 2 ranks the fragment set was meant to be empty on one rank")
             ok = False
         print(f"  after the forward that left the order: {left} parameter bytes; after a "
               f"forward with grad and no backward: {cache}, then 0 expected after "

@@ -52,6 +52,14 @@ zinc_stage3_script_tests(odd 0 1 2 3)
 # Activation checkpointing (torch.utils.checkpoint both ways, zinc.checkpointing): parity with
 # plain torch, and at stage 3 the recomputation gathers and releases.
 zinc_stage3_script_tests(actckpt 0 2 3)
+# A module run in several reentrant checkpointing segments: its gradient's later contributions
+# come after its hand-over (zinc_grads_more; test_shared_segments.py).
+foreach(_s 0 1 2 3)
+  add_test(NAME python_shared_segments_stage${_s}
+           COMMAND ${_py} ${_pyt}/test_shared_segments.py ${_s})
+  set_tests_properties(python_shared_segments_stage${_s} PROPERTIES LABELS python TIMEOUT 300
+                       SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
+endforeach()
 # model_parameters as param groups with their own weight decay (zinc_group_set_weight_decay).
 zinc_stage3_script_tests(groups 0 1 2 3)
 # A client torch.optim.AdamW / Adam (it replaces the config's optimizer), a client LR scheduler,
@@ -226,8 +234,13 @@ if(ZINC_HAVE_MPI AND ZINC_TORCH_PYTHON)
   # ZINC_TEST_STAGED_COMM=1 (test_torch_staged.py): the plain mpi run's losses and weights, bit
   # for bit. Its --cuda mode is bench/gpu_session.sh's mpi2 phase.
   zinc_python_mpi_stage_tests(staged test_torch_staged.py 300 1 3)
+  zinc_python_mpi_stage_tests(shared_segments test_shared_segments.py 300 2 3)
   add_test(NAME python_stage3_memory_mpi
            COMMAND ${_mpi} ${MPIEXEC_NUMPROC_FLAG} 2 ${_py} ${_pyt}/test_torch_stage3.py memory)
+  # Under 2 ranks one rank's fragment of the parameter set between a forward and its backward
+  # is empty: it must drop its kept groups too (else its backward skips gathers: a hang).
+  add_test(NAME python_stage3_reuse_mpi
+           COMMAND ${_mpi} ${MPIEXEC_NUMPROC_FLAG} 2 ${_py} ${_pyt}/test_torch_stage3.py reuse)
   add_test(NAME python_overlap_mpi_stage3
            COMMAND ${_mpi} ${MPIEXEC_NUMPROC_FLAG} 2 ${_py} ${_pyt}/test_torch_stage3.py overlap 3)
   add_test(NAME python_odd_mpi_stage3
@@ -238,7 +251,8 @@ if(ZINC_HAVE_MPI AND ZINC_TORCH_PYTHON)
            COMMAND ${_mpi} ${MPIEXEC_NUMPROC_FLAG} 2 ${_py} ${_pyt}/test_torch_stage3.py groups 3)
   add_test(NAME python_client_mpi_stage3
            COMMAND ${_mpi} ${MPIEXEC_NUMPROC_FLAG} 2 ${_py} ${_pyt}/test_torch_stage3.py client 3)
-  set_tests_properties(python_stage3_memory_mpi python_overlap_mpi_stage3 python_odd_mpi_stage3
+  set_tests_properties(python_stage3_memory_mpi python_stage3_reuse_mpi
+                       python_overlap_mpi_stage3 python_odd_mpi_stage3
                        python_actckpt_mpi_stage3 python_groups_mpi_stage3
                        python_client_mpi_stage3
                        PROPERTIES LABELS "python;multirank" TIMEOUT 300 SKIP_RETURN_CODE 77
