@@ -1098,13 +1098,16 @@ zinc_status zinc_param_local_set(zinc_engine_t *e, int param, zinc_param_state w
     if (which == ZINC_STATE_GRAD)
         return (s = zeng_need_grad_buffer(e, fn, 0)) != ZINC_OK
                    ? s : write_grad_slice(e, param, f.pos, values, f.n, fn);
+    /* In fp32 mode with offload the host master is what the step's (and offload_param's
+     * gathers') uploads read, at every stage: they may still be in flight. */
+    if (which == ZINC_STATE_MASTER && e->dtype == ZINC_DTYPE_FP32 &&
+        (s = zoffload_settle(e)) != ZINC_OK)
+        return s;
     /* In fp32 mode at stage 3 the master is the working copy's shard: a prefetched gather of
      * the group holds the old values (and one gathered for a forward may not change). */
-    if (which == ZINC_STATE_MASTER && e->stage == 3 && e->dtype == ZINC_DTYPE_FP32) {
-        s = zgather_forget(e, e->plan.params[param].group, fn);
-        if (s == ZINC_OK) s = zoffload_settle(e);   /* the host master uploads may still read */
-        if (s != ZINC_OK) return s;
-    }
+    if (which == ZINC_STATE_MASTER && e->stage == 3 && e->dtype == ZINC_DTYPE_FP32 &&
+        (s = zgather_forget(e, e->plan.params[param].group, fn)) != ZINC_OK)
+        return s;
     s = f.dev->iface->upload(f.dev, f.base + f.pos * 4, values, f.n * 4);
     /* ... and with the master in the NVMe file the host shard is a copy of its own */
     if (s == ZINC_OK && which == ZINC_STATE_MASTER && e->stage == 3 &&

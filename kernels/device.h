@@ -75,7 +75,9 @@ typedef struct zdev_iface {
      * uploaded); after copy_join, work queued on the device starts only once every queued copy is
      * done. CUDA runs them on a copy stream of its own; the cpu device defers each copy to the
      * first copy_wait or copy_join that covers it, so a caller that forgets a wait reads stale
-     * data in the CPU tests instead of only on a GPU. */
+     * data in the CPU tests instead of only on a GPU (ZINC_CPU_ASYNC_COPY=eager copies when
+     * queued; =late keeps a download's host side back to its copy_wait and aborts on a host
+     * change of a copy's host memory before that wait: cpu_device.c). */
     zinc_status (*upload_async)(zdev_t *d, void *dst_dev, const void *src_host, size_t bytes);
     zinc_status (*download_async)(zdev_t *d, void *dst_host, const void *src_dev, size_t bytes);
     zinc_status (*copy_fence)(zdev_t *d, uint64_t *ticket);

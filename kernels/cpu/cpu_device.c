@@ -11,6 +11,7 @@
  */
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -28,17 +29,32 @@ typedef struct zcpu {
     zk_pool *pool;
     int threads;
     double *sums;           /* [ZK_STATS_ROUND] per-block sums of grad_stats, one round's */
-    /* The asynchronous copies not yet done (device.h: deferred to the wait that covers them).
-     * Copy number k (from 1) is pending[k - done - 1]; a fence's ticket is the count queued. */
+    /* The asynchronous copies not yet done (device.h: deferred to the wait that covers them;
+     * in late mode, not yet waited for). Copy number k (from 1) is pending[k - done - 1]; a
+     * fence's ticket is the count queued. */
     struct zk_pending_copy {
         void *dst;
         const void *src;
         size_t bytes;
+        /* late mode only (late_perform and below) */
+        int upload;             /* 1: host -> device; 0: device -> host */
+        int state;              /* ZK_QUEUED, ZK_ON_DEVICE, ZK_LANDED */
+        void *snap;             /* [bytes] a download's device source as read at its join,
+                                   until it lands in host memory; NULL otherwise */
+        uint64_t src_sum;       /* checksum the source must keep while the copy may read it */
+        uint64_t dst_sum;       /* a download's: checksum its host destination must keep until
+                                   the copy writes it */
     } *pending;
     size_t npending, cap_pending;
+    size_t nperformed;      /* late mode: pending[0, nperformed) have their device side done */
     uint64_t queued, done;
-    int copy_eager;         /* ZINC_CPU_ASYNC_COPY=eager: copy when queued, not at the wait */
+    int copy_mode;          /* ZINC_CPU_ASYNC_COPY: ZK_COPY_DEFERRED, _EAGER or _LATE */
 } zcpu;
+
+enum { ZK_COPY_DEFERRED, ZK_COPY_EAGER, ZK_COPY_LATE };
+/* A late-mode copy's progress: queued; its device side done (an upload's device destination
+ * written, a download's device source read); a download's host destination written. */
+enum { ZK_QUEUED, ZK_ON_DEVICE, ZK_LANDED };
 
 static const zdev_iface_t cpu_iface;
 
@@ -204,18 +220,62 @@ static zinc_status cpu_copy(zdev_t *d, void *dst, const void *src, size_t bytes)
     return ZINC_OK;
 }
 
+/* A 64-bit checksum: each step is a bijection of the state for a given word, so any one changed
+ * word changes the result; several changes collide with odds of about 2^-64. */
+static uint64_t sum64(const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    uint64_t h = 0x9e3779b97f4a7c15ull ^ n, w;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        memcpy(&w, b + i, 8);
+        h = (h ^ w) * 0x100000001b3ull;
+        h ^= h >> 29;
+    }
+    for (; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+
+static int overlap(const void *a, size_t na, const void *b, size_t nb)
+{
+    uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+    return na && nb && x < y + nb && y < x + na;
+}
+
 /* Asynchronous copies (device.h): queued, then done in order by the first copy_wait or
  * copy_join that covers them. On the CPU a copy costs the same whenever it runs; deferring it
  * makes the caller's missing wait visible as stale data in the tests. A real device copies at
  * some moment between the two, so the other extreme is a mode too: with the environment
  * variable ZINC_CPU_ASYNC_COPY=eager the copy is done when queued, which shows a copy queued
- * before its source was final (the tests run the offload suite both ways). */
-static zinc_status cpu_copy_async(zdev_t *d, void *dst, const void *src, size_t bytes)
+ * before its source was final (the tests run the offload suite both ways).
+ *
+ * Both finish every copy at copy_join, which a GPU does not: there the join only makes the
+ * compute stream wait, and the copy engine may still read an upload's host source and write a
+ * download's host destination until the copy_wait that covers the copy. So a host access between
+ * the join and that wait passes them both. ZINC_CPU_ASYNC_COPY=late moves the host side of each
+ * copy to the wait and watches what the copy may still touch:
+ *   - at the join, or at the covering wait if that comes first, the device side is done in
+ *     queue order (the device work queued after the join runs at once on the cpu): an upload's
+ *     device destination is written from its host source, a download's device source is read
+ *     into a snapshot;
+ *   - the snapshot lands in the download's host destination at the covering copy_wait and is
+ *     freed, so a host read before that wait sees the old bytes. It lands earlier only where a
+ *     GPU's in-order copy stream forces it: before a later upload reads that host memory;
+ *   - an upload's host source is checksummed when queued and must keep its checksum until the
+ *     covering wait; so must a download's host destination until it lands, and a download's
+ *     device source until its join. A change made by the queue's own copies (landing or
+ *     uploading in order) is allowed and re-checksummed; any other is a race on a GPU, and the
+ *     device says which copy on stderr and aborts (late_check).
+ * Abort rather than an error status: the race is a bug of the caller, not bad input, and the
+ * mode exists only for the tests; a status could be dropped by a caller that rightly ignores
+ * copy_wait's (teardown), or leave the other ranks of the test to a comm timeout. Memory: one
+ * snapshot per download between its join and its landing. */
+static zinc_status copy_async(zdev_t *d, void *dst, const void *src, size_t bytes, int upload)
 {
     if ((!dst || !src) && bytes)
         return zerr_fmt(d->err, sizeof d->err, ZINC_ERR_INVALID_ARG, "cpu async copy: NULL pointer");
     zcpu *c = ctx(d);
-    if (c->copy_eager) {
+    if (c->copy_mode == ZK_COPY_EAGER) {
         if (bytes && dst != src) memmove(dst, src, bytes);
         c->queued++;
         c->done = c->queued;
@@ -230,9 +290,24 @@ static zinc_status cpu_copy_async(zdev_t *d, void *dst, const void *src, size_t 
         c->pending = p;
         c->cap_pending = cap;
     }
-    c->pending[c->npending++] = (struct zk_pending_copy){dst, src, bytes};
+    struct zk_pending_copy q = {.dst = dst, .src = src, .bytes = bytes, .upload = upload};
+    if (c->copy_mode == ZK_COPY_LATE) {
+        q.src_sum = sum64(src, bytes);
+        if (!upload) q.dst_sum = sum64(dst, bytes);
+    }
+    c->pending[c->npending++] = q;
     c->queued++;
     return ZINC_OK;
+}
+
+static zinc_status cpu_upload_async(zdev_t *d, void *dst_dev, const void *src_host, size_t bytes)
+{
+    return copy_async(d, dst_dev, src_host, bytes, 1);
+}
+
+static zinc_status cpu_download_async(zdev_t *d, void *dst_host, const void *src_dev, size_t bytes)
+{
+    return copy_async(d, dst_host, src_dev, bytes, 0);
 }
 
 static zinc_status cpu_copy_fence(zdev_t *d, uint64_t *ticket)
@@ -255,6 +330,152 @@ static void run_copies(zcpu *c, uint64_t ticket)
     c->done = ticket;
 }
 
+/* ---- ZINC_CPU_ASYNC_COPY=late ---------------------------------------------------------------- */
+
+/* What copy q still watches, and the checksum it must keep: which 0 is its source (an upload's
+ * until its wait, a download's until its device side is done), 1 a download's host destination
+ * until the download lands. NULL when that watch is over. */
+static const void *watched(struct zk_pending_copy *q, int which, uint64_t **sum)
+{
+    if (which == 0 && (q->upload || q->state == ZK_QUEUED)) {
+        *sum = &q->src_sum;
+        return q->src;
+    }
+    if (which == 1 && !q->upload && q->state != ZK_LANDED) {
+        *sum = &q->dst_sum;
+        return q->dst;
+    }
+    return NULL;
+}
+
+/* Aborts, naming the copy, if watch `which` of pending copy i no longer has its checksum. */
+static void late_check(zdev_t *d, size_t i, int which, const char *where)
+{
+    zcpu *c = ctx(d);
+    struct zk_pending_copy *q = &c->pending[i];
+    uint64_t *sum;
+    const void *p = watched(q, which, &sum);
+    if (!p || sum64(p, q->bytes) == *sum) return;
+    unsigned long long k = (unsigned long long)(c->done + i + 1);
+    if (q->upload)
+        zerr_fmt(d->err, sizeof d->err, ZINC_ERR_INTERNAL, "upload_async #%llu (%zu bytes): its host "
+                 "source %p changed before a copy_wait covered the copy (found at %s); on a GPU "
+                 "the copy may read it until a copy_wait on a ticket >= %llu returns", k, q->bytes,
+                 p, where, k);
+    else if (which)
+        zerr_fmt(d->err, sizeof d->err, ZINC_ERR_INTERNAL, "download_async #%llu (%zu bytes): its "
+                 "host destination %p was written before a copy_wait covered the copy (found at "
+                 "%s); on a GPU the copy may write it until a copy_wait on a ticket >= %llu "
+                 "returns", k, q->bytes, p, where, k);
+    else
+        zerr_fmt(d->err, sizeof d->err, ZINC_ERR_INTERNAL, "download_async #%llu (%zu bytes): its "
+                 "device source %p changed before a copy_join or copy_wait covered the copy "
+                 "(found at %s); on a GPU device work queued between the copy and the join races "
+                 "with it", k, q->bytes, p, where);
+    fprintf(stderr, "zinc: cpu device, ZINC_CPU_ASYNC_COPY=late: copy race: %s\n", d->err);
+    abort();
+}
+
+/* The copy engine writes n bytes at dst for pending copy `writer`: the other copies' watches
+ * over that memory are checked before (nothing else may have changed it) and re-taken after
+ * (the queue's own copies may). */
+static void late_write(zdev_t *d, size_t writer, void *dst, const void *src, size_t n,
+                       const char *where)
+{
+    zcpu *c = ctx(d);
+    uint64_t *sum;
+    const void *p;
+    for (size_t i = 0; i < c->npending; i++)
+        for (int w = 0; w < 2; w++)
+            if (i != writer && (p = watched(&c->pending[i], w, &sum)) &&
+                overlap(p, c->pending[i].bytes, dst, n))
+                late_check(d, i, w, where);
+    if (n && dst != src) memmove(dst, src, n);
+    for (size_t i = 0; i < c->npending; i++)
+        for (int w = 0; w < 2; w++)
+            if (i != writer && (p = watched(&c->pending[i], w, &sum)) &&
+                overlap(p, c->pending[i].bytes, dst, n))
+                *sum = sum64(p, c->pending[i].bytes);
+}
+
+/* Download i, its device side done, lands in host memory. */
+static void late_land(zdev_t *d, size_t i, const char *where)
+{
+    struct zk_pending_copy *q = &ctx(d)->pending[i];
+    late_check(d, i, 1, where);
+    late_write(d, i, q->dst, q->snap, q->bytes, where);
+    free(q->snap);
+    q->snap = NULL;
+    q->state = ZK_LANDED;
+}
+
+/* Does the device side of pending copy i, every copy before it done already; with `land`, a
+ * download lands at once (no snapshot). */
+static zinc_status late_perform(zdev_t *d, size_t i, int land, const char *where)
+{
+    zcpu *c = ctx(d);
+    struct zk_pending_copy *q = &c->pending[i];
+    late_check(d, i, 0, where);
+    if (q->upload) {
+        /* In order on a GPU: the earlier downloads have landed before this copy reads. */
+        int landing = 0;
+        for (size_t j = 0; j < i && !landing; j++)
+            landing = !c->pending[j].upload && c->pending[j].state == ZK_ON_DEVICE &&
+                      overlap(c->pending[j].dst, c->pending[j].bytes, q->src, q->bytes);
+        for (size_t j = 0; landing && j < i; j++)
+            if (!c->pending[j].upload && c->pending[j].state == ZK_ON_DEVICE) late_land(d, j, where);
+        late_write(d, i, q->dst, q->src, q->bytes, where);
+        q->state = ZK_ON_DEVICE;
+    } else if (land) {
+        late_check(d, i, 1, where);
+        q->state = ZK_ON_DEVICE;    /* the source watch ends: it is read now */
+        late_write(d, i, q->dst, q->src, q->bytes, where);
+        q->state = ZK_LANDED;
+    } else {
+        q->snap = malloc(q->bytes ? q->bytes : 1);
+        if (!q->snap)
+            return zerr_fmt(d->err, sizeof d->err, ZINC_ERR_NOMEM, "cpu copy_join "
+                            "(ZINC_CPU_ASYNC_COPY=late): out of memory for the %zu-byte snapshot "
+                            "of a download", q->bytes);
+        if (q->bytes) memcpy(q->snap, q->src, q->bytes);
+        q->state = ZK_ON_DEVICE;
+    }
+    return ZINC_OK;
+}
+
+static zinc_status late_join(zdev_t *d)
+{
+    zcpu *c = ctx(d);
+    for (; c->nperformed < c->npending; c->nperformed++) {
+        zinc_status s = late_perform(d, c->nperformed, 0, "copy_join");
+        if (s != ZINC_OK) return s;
+    }
+    return ZINC_OK;
+}
+
+static void late_wait(zdev_t *d, uint64_t ticket)
+{
+    zcpu *c = ctx(d);
+    if (ticket <= c->done) return;
+    size_t k = (size_t)(ticket - c->done);
+    char where[64];
+    snprintf(where, sizeof where, "copy_wait(%llu)", (unsigned long long)ticket);
+    for (size_t i = 0; i < k; i++) {
+        struct zk_pending_copy *q = &c->pending[i];
+        if (q->state == ZK_QUEUED) {
+            late_perform(d, i, 1, where);    /* cannot fail: nothing to allocate */
+            c->nperformed = i + 1;
+        } else if (!q->upload && q->state == ZK_ON_DEVICE) {
+            late_land(d, i, where);
+        }
+    }
+    for (size_t i = 0; i < k; i++) late_check(d, i, 0, where);   /* the uploads' sources */
+    memmove(c->pending, c->pending + k, (c->npending - k) * sizeof *c->pending);
+    c->npending -= k;
+    c->nperformed -= k;
+    c->done = ticket;
+}
+
 static zinc_status cpu_copy_wait(zdev_t *d, uint64_t ticket)
 {
     zcpu *c = ctx(d);
@@ -263,13 +484,17 @@ static zinc_status cpu_copy_wait(zdev_t *d, uint64_t ticket)
                         "cpu copy_wait: ticket %llu was never handed out (%llu copies queued)",
                         (unsigned long long)ticket, (unsigned long long)c->queued);
     if (ticket) d->host_waits++;   /* as the cuda backend counts: ticket 0 waits for nothing */
-    run_copies(c, ticket);
+    if (c->copy_mode == ZK_COPY_LATE)
+        late_wait(d, ticket);
+    else
+        run_copies(c, ticket);
     return ZINC_OK;
 }
 
 /* On a GPU the join is an event the compute stream waits for, no host wait: not counted. */
 static zinc_status cpu_copy_join(zdev_t *d)
 {
+    if (ctx(d)->copy_mode == ZK_COPY_LATE) return late_join(d);
     run_copies(ctx(d), ctx(d)->queued);
     return ZINC_OK;
 }
@@ -401,6 +626,7 @@ static void cpu_close(zdev_t *d)
     if (c) {
         zk_pool_destroy(c->pool);
         free(c->sums);
+        for (size_t i = 0; i < c->npending; i++) free(c->pending[i].snap);   /* late mode */
         free(c->pending);
         free(c);
     }
@@ -429,8 +655,8 @@ static const zdev_iface_t cpu_iface = {
     .copy = cpu_copy,
     .upload = cpu_upload,
     .download = cpu_download,
-    .upload_async = cpu_copy_async,
-    .download_async = cpu_copy_async,
+    .upload_async = cpu_upload_async,
+    .download_async = cpu_download_async,
     .copy_fence = cpu_copy_fence,
     .copy_wait = cpu_copy_wait,
     .copy_join = cpu_copy_join,
@@ -476,8 +702,18 @@ zinc_status zk_cpu_open_isa(int threads, const char *isa, zdev_t **out)
     if (!d || !c) goto nomem;
     c->k = k;
     c->threads = threads;
+    /* The asynchronous copies' emulation (copy_async); a misspelt mode would
+     * quietly test the default instead, so it is refused. */
     const char *mode = getenv("ZINC_CPU_ASYNC_COPY");
-    c->copy_eager = mode && !strcmp(mode, "eager");
+    if (!mode || !*mode || !strcmp(mode, "deferred")) c->copy_mode = ZK_COPY_DEFERRED;
+    else if (!strcmp(mode, "eager")) c->copy_mode = ZK_COPY_EAGER;
+    else if (!strcmp(mode, "late")) c->copy_mode = ZK_COPY_LATE;
+    else {
+        free(c);
+        free(d);
+        return zerr_thread(ZINC_ERR_INVALID_ARG, "zdev_cpu_open: ZINC_CPU_ASYNC_COPY='%s' is not "
+                           "a mode; use deferred (the default), eager or late", mode);
+    }
     c->pool = zk_pool_create(threads);
     c->sums = malloc(ZK_STATS_ROUND * sizeof *c->sums);
     if (!c->pool || !c->sums) goto nomem;

@@ -27,6 +27,13 @@ zinc_test(NAME engine_scale_growth SOURCES ${ZINC_ENGINE_TEST_DIR}/test_scale_gr
 add_test(NAME engine_grad_access_eager COMMAND engine_grad_access)
 set_tests_properties(engine_grad_access_eager PROPERTIES LABELS "multirank;unit" TIMEOUT 120
                      ENVIRONMENT "ZINC_CPU_ASYNC_COPY=eager")
+# And with the host side of each copy done as late as a GPU may (ZINC_CPU_ASYNC_COPY=late,
+# kernels/cpu/cpu_device.c): an accessor that reads the host gradient before the copy_wait covering
+# its download sees the old bytes, and a host write of what a copy may still read or write (the
+# master after a step, through zinc_param_local_set) aborts, naming the copy.
+add_test(NAME engine_grad_access_late COMMAND engine_grad_access)
+set_tests_properties(engine_grad_access_late PROPERTIES LABELS "multirank;unit" TIMEOUT 120
+                     ENVIRONMENT "ZINC_CPU_ASYNC_COPY=late")
 zinc_test(NAME engine_estimate SOURCES ${ZINC_ENGINE_TEST_DIR}/test_estimate.c
           LABELS unit TIMEOUT 60)
 add_dependencies(engine_estimate zinc_cli)
@@ -65,6 +72,9 @@ zinc_test(NAME engine_accum_boundary SOURCES ${ZINC_ENGINE_TEST_DIR}/test_accum_
 add_test(NAME engine_accum_boundary_eager COMMAND engine_accum_boundary)
 set_tests_properties(engine_accum_boundary_eager PROPERTIES LABELS "multirank;unit" TIMEOUT 300
                      ENVIRONMENT "ZINC_CPU_ASYNC_COPY=eager")
+add_test(NAME engine_accum_boundary_late COMMAND engine_accum_boundary)
+set_tests_properties(engine_accum_boundary_late PROPERTIES LABELS "multirank;unit" TIMEOUT 300
+                     ENVIRONMENT "ZINC_CPU_ASYNC_COPY=late")
 
 # Counters near 2^63 (issue 12). engine/step.c and optim/*.c are compiled into the test itself
 # with -fsanitize=signed-integer-overflow -fno-sanitize-recover (they take precedence over the
@@ -126,6 +136,12 @@ zinc_test(NAME engine_offload SOURCES ${ZINC_ENGINE_TEST_DIR}/test_offload.c
 add_test(NAME engine_offload_eager COMMAND engine_offload)
 set_tests_properties(engine_offload_eager PROPERTIES LABELS "multirank;unit" TIMEOUT 300
                      ENVIRONMENT "ZINC_CPU_ASYNC_COPY=eager")
+# And late: the join does only the device side of each copy, a download reaches host memory at the
+# copy_wait covering it, and a host change of a copy's host buffer before that wait aborts (a
+# missing zoffload_grad_settle fails here and nowhere else).
+add_test(NAME engine_offload_late COMMAND engine_offload)
+set_tests_properties(engine_offload_late PROPERTIES LABELS "multirank;unit" TIMEOUT 300
+                     ENVIRONMENT "ZINC_CPU_ASYNC_COPY=late")
 
 # A weight decay, learning rate, betas and eps per group (zinc_group_set_weight_decay,
 # zinc_group_set_lr, zinc_group_set_betas, zinc_group_set_eps; torch's per-parameter-group
@@ -160,6 +176,10 @@ set_tests_properties(engine_offload_param_staged PROPERTIES LABELS "multirank;un
 add_test(NAME engine_offload_param_eager COMMAND engine_offload_param)
 set_tests_properties(engine_offload_param_eager PROPERTIES LABELS "multirank;unit" TIMEOUT 600
                      ENVIRONMENT "ZINC_CPU_ASYNC_COPY=eager")
+# And late (as engine_offload_late).
+add_test(NAME engine_offload_param_late COMMAND engine_offload_param)
+set_tests_properties(engine_offload_param_late PROPERTIES LABELS "multirank;unit" TIMEOUT 600
+                     ENVIRONMENT "ZINC_CPU_ASYNC_COPY=late")
 
 # The offload comparisons on the mpi backend (one process per rank), stages 1-3.
 if(ZINC_HAVE_MPI)
@@ -188,3 +208,7 @@ set_tests_properties(engine_offload_nvme_deferred PROPERTIES LABELS "multirank;u
 add_test(NAME engine_offload_nvme_eager COMMAND engine_offload_nvme)
 set_tests_properties(engine_offload_nvme_eager PROPERTIES LABELS "multirank;unit" TIMEOUT 600
                      ENVIRONMENT "ZINC_NVME_BACKEND=pread;ZINC_CPU_ASYNC_COPY=eager")
+# And late (as engine_offload_late), with every read and write deferred to its wait as well.
+add_test(NAME engine_offload_nvme_late COMMAND engine_offload_nvme)
+set_tests_properties(engine_offload_nvme_late PROPERTIES LABELS "multirank;unit" TIMEOUT 600
+                     ENVIRONMENT "ZINC_NVME_BACKEND=deferred;ZINC_CPU_ASYNC_COPY=late")
