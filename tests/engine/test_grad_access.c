@@ -10,6 +10,9 @@
  * sum_k G_k * (N + 1) / 2 bit for bit, after each micro-step's backward (the accumulation so
  * far), and be zero after the optimizer step.
  *
+ * After the step, parameter "b" set whole reads back (with offload in fp32 mode the set rewrites
+ * the host master the step's uploads read: engine_grad_access_late checks it waits for them).
+ *
  * Then, before the first optimizer step, every rank sets parameter "a"'s gradient to H. The
  * weights after that step must be bitwise those of a reference run whose micro-steps produce H
  * for "a" themselves (micro-step 0 adds nothing to it, micro-step 1 adds H on every rank): the
@@ -185,6 +188,17 @@ static void rank_fn(int rank, void *arg)
     for (int q = 0; q < 2; q++) {
         c->weights[rank][q] = malloc((size_t)numel[q] * sizeof(float));
         ZT_OK(zinc_param_get(e, params[q], c->weights[rank][q]));
+    }
+    /* A whole parameter set right after the step: with offload it rewrites the host master
+     * (fp32: what the step's uploads read) only after they are done (engine_grad_access_late
+     * aborts on a zinc_param_set that does not settle first), and reads back. */
+    for (int64_t i = 0; i < NB; i++) want[i] = h_val(i) - 0.125f;
+    ZT_OK(zinc_param_set(e, pb, want));
+    ZT_OK(zinc_param_get(e, pb, got));
+    {
+        char what[200];
+        snprintf(what, sizeof what, "%s: b set whole after the step", label);
+        c->checks_failed[rank] += !same(got, want, NB, what, rank);
     }
     /* The fragments: each rank's local master and first moment read its part of the whole
      * ones, and written fragment by fragment on every rank they read back whole. */
