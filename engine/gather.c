@@ -269,7 +269,8 @@ zinc_status zinc_stream_wait_gather(zinc_engine_t *e, int group, void *stream)
         return zeng_fail(e, ZINC_ERR_USAGE, "%s: group '%s' is not gathered; call zinc_gather "
                          "first", fn, e->plan.groups[group].name);
     if (!zdev_cuda_stream(e->dev)) return ZINC_OK; /* cpu: zinc's work is done when queued */
-    if (!stream) return zeng_fail(e, ZINC_ERR_INVALID_ARG, "%s: stream is NULL", fn);
+    /* (NULL is CUDA's legacy default stream: PyTorch's current stream outside any
+     * torch.cuda.stream block has cuda_stream 0.) */
     /* Persistent groups and stages 0-2 have no gather of their own to wait for: the values are
      * zinc's working copy, current after everything queued so far (the mark past the groups'). */
     int id = own_mark ? group : mark_past(e);

@@ -320,7 +320,9 @@ ZINC_API zinc_status zinc_gather(zinc_engine_t *e, int group);
 ZINC_API zinc_status zinc_release(zinc_engine_t *e, int group);
 
 /* CUDA: makes `cuda_stream` (a cudaStream_t of the engine's device, e.g. PyTorch's current
- * stream) wait, on the device, until the gathered values of `group` are in place — and not for
+ * stream; NULL is the legacy default stream, which is PyTorch's current one outside any
+ * torch.cuda.stream block) wait, on the device, until the gathered values of `group` are in
+ * place — and not for
  * the work zinc queued after its all-gather (the prefetches of later groups, the reduce-scatter
  * of a group handed over before), which waiting for zinc's whole stream would add. No host
  * wait. At stage 3 the group must be gathered (between zinc_gather and zinc_release); a

@@ -9,7 +9,8 @@
  * The host never waits except in barrier and destroy, and the device's own host waits poll this
  * comm's health (zcu_set_watch), which is where a peer that vanished mid-step is noticed.
  * A world of one calls no NCCL collective outside groups: every collective is in place, so only
- * the scale runs, on the compute stream (solo()).
+ * the scale runs, on the compute stream (solo()); ZINC_NCCL_SOLO=0 in the environment turns
+ * that off, so that a one-GPU test runs the path larger worlds take.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,6 +50,7 @@ typedef struct znccl {
     zinc_status abort_status;
     char why[512];
     int in_group;
+    int nccl_alone;               /* ZINC_NCCL_SOLO=0 (tests): a world of one calls NCCL too */
     int npending;
     pending_scale pending[MAX_PENDING];
 } znccl;
@@ -210,7 +212,11 @@ static zinc_status scale_now(zcomm_t *c, void *buf, size_t n, zdt t, float scale
  * call and the two stream hops around it (an event each way), which a single-GPU run would
  * otherwise pay for every stage-3 gather and every reduce. Bitwise the same: NCCL's sum over one
  * rank is the input, and the scale is the same kernel. */
-static int alone(const zcomm_t *c) { return c->size == 1 && !((znccl *)c->ctx)->in_group; }
+static int alone(const zcomm_t *c)
+{
+    const znccl *x = c->ctx;
+    return c->size == 1 && !x->in_group && !x->nccl_alone;
+}
 
 static zinc_status solo(zcomm_t *c, const char *what, void *buf, size_t n, zdt t, float scale)
 {
@@ -421,6 +427,10 @@ zinc_status zcomm_nccl_create(zdev_t *dev, int rank, int size,
     c->timeout_s = timeout_s > 0 ? timeout_s : 300.0;
     x->dev = dev;
     x->cu = cu;
+    /* A test hook: the one-GPU machine's only way to run the collectives' two-stream path (NCCL
+     * on the comm stream, events each way) that larger worlds take (tests/gpu/tests.cmake). */
+    const char *solo_env = getenv("ZINC_NCCL_SOLO");
+    x->nccl_alone = solo_env && !strcmp(solo_env, "0");
     zdev_use(dev);
     zinc_status s = ZINC_OK;
     cudaError_t e;

@@ -633,9 +633,10 @@ zinc_status zdev_cuda_wait_mark(zdev_t *d, int id, void *stream)
 {
     zcuda *c = zcu_ctx(d);
     if (!c) return ZINC_OK;
-    if (id < 0 || id >= c->nmarks || !stream)
+    /* stream NULL: the legacy default stream (PyTorch's outside a torch.cuda.stream block) */
+    if (id < 0 || id >= c->nmarks)
         return zerr_fmt(d->err, sizeof d->err, ZINC_ERR_INVALID_ARG,
-                        "cuda wait_mark: mark %d is not reserved, or the stream is NULL", id);
+                        "cuda wait_mark: mark %d is not reserved (%d are)", id, c->nmarks);
     zinc_status s = enter(d);
     if (s) return s;
     ZINC_CUDA_CHECK(d->err, cudaStreamWaitEvent((cudaStream_t)stream, c->marks[id], 0));

@@ -14,6 +14,10 @@
  *
  *  3. Marks are per group: a group gathered into the slot of a held one (packed after it), with
  *     zinc's stream held before its gather, does not delay a wait for the held group.
+ *  4. The legacy default stream (NULL: PyTorch's current stream outside a torch.cuda.stream
+ *     block) is a stream like any other: case 1 again with it (zinc's stream is non-blocking,
+ *     so the default stream does not wait for it by itself). Refusing NULL, as before
+ *     2026-11-28, failed every stage-3 gather of `import zinc` on the default stream.
  *
  * A toy stage-3 engine in bf16 on CUDA device 0, world of one, every group partitioned. No CUDA
  * device: prints "SKIP: no CUDA device (<reason>)" and exits 77.
@@ -129,6 +133,33 @@ int main(void)
              "the wait for group 0 also waited for group 1's gather into its slot (zinc's "
              "stream: %s)", cudaGetErrorString(busy));
     ZT_OK(zinc_release(e, 1));
+    ZT_OK(zinc_release(e, 0));
+    if (!cu_ok(cudaDeviceSynchronize(), "sync")) goto out;
+
+    /* 4. Case 1 on the legacy default stream (NULL). */
+    void *slot4 = NULL;
+    ZT_OK(zinc_gather(e, 0));
+    ZT_OK(zinc_param_data(e, p0, &slot4));
+    ZT_OK(zinc_release(e, 0));
+    memset(early, 0, bytes);
+    if (!slot4 || !cu_ok(cudaDeviceSynchronize(), "sync") ||
+        !cu_ok(cudaMemset(slot4, 0xFF, bytes), "memset") || !cu_ok(cudaDeviceSynchronize(), "sync") ||
+        !cu_ok(cudaLaunchHostFunc(zs, hold_ms, (void *)(intptr_t)300), "hold 300 ms"))
+        goto out;
+    ZT_OK(zinc_gather(e, 0));
+    ZT_OK(zinc_param_data(e, p0, &again));
+    ZT_CHECK(again == slot4, "group 0 gathered into %p, then %p: case 4 needs the same slot",
+             slot4, again);
+    s = zinc_stream_wait_gather(e, 0, NULL);
+    ZT_CHECK(s == ZINC_OK, "zinc_stream_wait_gather on the default stream (NULL): %s",
+             zinc_last_error(e));
+    if (!cu_ok(cudaMemcpyAsync(early, slot4, bytes, cudaMemcpyDeviceToHost, 0), "copy") ||
+        !cu_ok(cudaStreamSynchronize(0), "sync the default stream") ||
+        !cu_ok(cudaDeviceSynchronize(), "sync") ||
+        !cu_ok(cudaMemcpy(late, slot4, bytes, cudaMemcpyDeviceToHost), "copy late"))
+        goto out;
+    ZT_CHECK(memcmp(early, late, bytes) == 0,
+             "the default stream read the slot before the gather was in it");
     ZT_OK(zinc_release(e, 0));
     cu_ok(cudaDeviceSynchronize(), "sync");
 out:

@@ -2,7 +2,10 @@
  * test_nccl.c — the `nccl` comm backend at world size 1 on one GPU: all-reduce, reduce-scatter,
  * all-gather (in place, every dtype, with a scale), broadcast and barrier, a batched group, the
  * byte counters of the zcomm_* wrappers, and stream ordering (statistics computed on the compute
- * stream, all-reduced on the comm stream, read back on the compute stream, no explicit sync).
+ * stream, all-reduced, read back on the compute stream, no explicit sync). A world of one skips
+ * NCCL outside groups (only the scale runs, on the compute stream); cuda_nccl_nccl_path runs
+ * this test with ZINC_NCCL_SOLO=0, where every collective goes through NCCL on the comm stream
+ * with an event each way, as in larger worlds.
  *
  * Reference: shard/reduce.c's zreduce_sum over the one rank's input (what `local` computes). At
  * world size 1 NCCL's sum is a copy and the scale one rounded fp32 multiply, so the results must

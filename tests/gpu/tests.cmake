@@ -19,6 +19,14 @@ if(ZINC_HAVE_CUDA)
   # Another stream waits for one stage-3 group's gather, not for zinc's whole stream.
   zinc_test(NAME cuda_gather_wait SOURCES ${_gpu}/test_gather_wait.c LIBS zinc_toy LABELS gpu
             TIMEOUT 60)
+  # Both again with a world of one calling NCCL (ZINC_NCCL_SOLO=0): without it a one-GPU machine
+  # never runs the collectives on the comm stream with the events each way that larger worlds
+  # take (the marks recorded after the compute stream's wait for an all-gather among them).
+  foreach(_t cuda_nccl cuda_gather_wait)
+    add_test(NAME ${_t}_nccl_path COMMAND ${_t})
+    set_tests_properties(${_t}_nccl_path PROPERTIES LABELS gpu TIMEOUT 120 SKIP_RETURN_CODE 77
+                         ENVIRONMENT "ZINC_NCCL_SOLO=0")
+  endforeach()
 endif()
 
 # A CUDA engine under mpirun -np 2 (engine/gpu_share.c): ranks sharing a GPU get the staged comm
