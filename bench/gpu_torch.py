@@ -49,6 +49,7 @@ after the step). `host_waits_per_step`: zinc's engine.host_waits() around each t
 Losses: every step's, read after the last (no host wait for them inside the loop).
 """
 import argparse
+import heapq
 import json
 import os
 import re
@@ -149,12 +150,24 @@ def gpu_idle_report(trace_path, top=6):
             cur = e
     if s1 > cur:
         gaps.append((s1 - cur, cur))
-    host = [e for e in ev if e.get("ph") == "X" and e.get("cat") in ("cpu_op", "python_function")]
+    host = sorted(((e["ts"], e.get("dur", 0), e["name"]) for e in ev if e.get("ph") == "X"
+                   and e.get("cat") in ("cpu_op", "python_function")), key=lambda h: h[0])
+    # The innermost (shortest) host op running at each gap's start, in one sweep over the gaps in
+    # time order: a heap of the ops begun so far by duration, whose top is dropped while it has
+    # ended (it stays ended for every later gap). With Python stacks a GPT-2 step has tens of
+    # thousands of host events and thousands of gaps; scanning them all per gap took seconds.
+    running_at, heap, i = {}, [], 0
+    for at in sorted({at for _, at in gaps}):
+        while i < len(host) and host[i][0] <= at:
+            ts, dur, name = host[i]
+            heapq.heappush(heap, (dur, ts + dur, i, name))
+            i += 1
+        while heap and heap[0][1] <= at:
+            heapq.heappop(heap)
+        running_at[at] = heap[0][3][:80] if heap else "-"
 
     def host_op_at(ts):
-        # the innermost (shortest) host op running at ts
-        inside = [e for e in host if e["ts"] <= ts < e["ts"] + e.get("dur", 0)]
-        return min(inside, key=lambda e: e.get("dur", 0))["name"][:80] if inside else "-"
+        return running_at.get(ts, "-")
     gaps.sort(reverse=True)
     span = s1 - s0
     # The idle time by what the host was doing when each gap began (the trace is recorded with
@@ -504,7 +517,9 @@ def report(d):
             ph = c["mem_phases_gib"]
             rows.append(f"- {c['model']} {c['framework']}"
                         f"{'' if c['framework'] == 'torch' else ' stage ' + str(c['stage'])}"
-                        f"{' offload' if c['offload'] else ''}: "
+                        f"{' offload' if c['offload'] else ''}"
+                        f"{' profiled' if c.get('profile') else ''}"
+                        f"{' (' + c['variant'] + ')' if c.get('variant') else ''}: "
                         + ", ".join(f"{k} {v:.2f}" for k, v in ph.items()))
     prof = [c for c in cells if c.get("profile", {}).get("step_ms")]     # GPU traces only
     for c in prof:

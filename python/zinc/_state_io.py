@@ -146,6 +146,10 @@ class _StateIOMixin:
         buf = ctypes.create_string_buffer(blob, len(blob))
         opts = SaveOptions(ctypes.cast(buf, ctypes.c_void_p), len(blob), 0, -1)
         os.makedirs(save_dir, exist_ok=True)
+        # torch -> zinc (RAW): at stages 0-2 the 16-bit stream the save may write is zinc's
+        # working copy, which `param.data` views; torch's queued writes to it (an in-place edit
+        # of a weight after the step) come first. No host wait.
+        self._torch_then_zinc()
         self._call(lib.zinc_ckpt_save(self._e, os.fsencode(save_dir), str(tag).encode(),
                                       ctypes.byref(opts)))
         self._call(lib.zinc_ckpt_wait(self._e))

@@ -575,9 +575,12 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
             for mod in getattr(self, "_watched", []):
                 if isinstance(mod._parameters, _GatherOnRead):
                     mod._parameters = collections.OrderedDict(mod._parameters)
+            # A lent gradient buffer goes before zinc's stream does: it was marked used on that
+            # stream (record_stream), and torch's allocator records an event there when it
+            # frees the block (on a destroyed stream: undefined). zinc is done with it (synced).
+            self._grad_buf, self._lent_views = None, {}
             lib.zinc_engine_destroy(self._e)
             self._e = ctypes.c_void_p()
-            self._grad_buf, self._lent_views = None, {}    # a lent buffer: zinc is done with it
 
     def __del__(self):
         self.close()

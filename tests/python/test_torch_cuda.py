@@ -33,7 +33,8 @@ LOCAL_RANK (0 without a launcher):
   back and the step after it equals torch's clip + AdamW given it;
 - safe_set_full_fp32_param at stages 0-2 while a forward reading the old weight is queued
   behind a sleep on torch's stream: that forward's loss is the old one bit for bit (written
-  2026-11-28 without a GPU; not yet run on one);
+  2026-11-28 without a GPU; not yet run on one); close() inside an accumulation window (the
+  gradient buffer torch lent still held) at stages 1 and 3, then plain torch trains on;
 - errors: parameters on two devices (cpu and cuda) are refused naming one; with 2 or more GPUs a
   model on a GPU other than the local rank's is refused, saying torch.cuda.set_device.
 Usage:
@@ -301,6 +302,28 @@ def set_while_queued(dev, stage):
     return 0
 
 
+def close_mid_window(dev, stage):
+    """close() with the gradient buffer torch lent still held (a backward, no step): the buffer
+    was marked used on zinc's stream, so it must be freed before that stream is destroyed (torch
+    records an event on it at the free). The process goes on training a plain model after it.
+    Returns the number of failures."""
+    torch.manual_seed(0)
+    m = tp.Tiny().to(dev)
+    engine, *_ = zinc.initialize(model=m, config=tp.config(stage, False))
+    x, y = next(iter(tp.batches()))
+    engine.backward(tp.loss_fn(engine, x.to(dev), y.to(dev)))
+    lent = engine._grad_buf is not None
+    engine.close()
+    r = tp.Tiny().to(dev)
+    tp.loss_fn(r, x.to(dev), y.to(dev)).backward()
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+    ok = lent and engine._grad_buf is None
+    print(f"{dev} stage {stage}: close() inside a window (buffer lent: {lent}), then plain torch "
+          f"trains: {'ok' if ok else 'FAIL'}")
+    return 0 if ok else 1
+
+
 def features(dev, stage):
     """Activation checkpointing (reentrant, non-reentrant, zinc.checkpointing), param groups with
     their own weight decay, lr, betas and eps (zinc_group_set_weight_decay, zinc_group_set_lr,
@@ -477,6 +500,8 @@ def main(on_cpu):
         fails += grads(dev, stage)
     for stage in range(3):
         fails += set_while_queued(dev, stage)
+    for stage in (1, 3):
+        fails += close_mid_window(dev, stage)
     for stage in (1, 3):
         fails += features(dev, stage)
         fails += gathered(dev, stage)
