@@ -230,7 +230,7 @@ static zinc_status upload_range(zinc_engine_t *e, size_t lo, size_t hi, int coun
             return zeng_fail(e, s, "offload: uploading the parameters of group '%s': %s", G->name,
                              e->dev->err);
         /* The step returns without waiting for it: a host write of its source (the master in
-         * fp32 mode, through zinc_param_local_set) settles first. */
+         * fp32 mode: zinc_param_set, zinc_param_local_set) settles first. */
         e->own_uploads_pending = 1;
         if (counted) e->offload_bytes[1] += (b - a) * d;
     }

@@ -50,7 +50,7 @@ typedef struct znccl {
     zinc_status abort_status;
     char why[512];
     int in_group;
-    int nccl_alone;               /* ZINC_NCCL_SOLO=0 (tests): a world of one calls NCCL too */
+    int nccl_at_one;            /* ZINC_NCCL_SOLO=0 (tests): a world of one calls NCCL */
     int npending;
     pending_scale pending[MAX_PENDING];
 } znccl;
@@ -215,7 +215,7 @@ static zinc_status scale_now(zcomm_t *c, void *buf, size_t n, zdt t, float scale
 static int alone(const zcomm_t *c)
 {
     const znccl *x = c->ctx;
-    return c->size == 1 && !x->in_group && !x->nccl_alone;
+    return c->size == 1 && !x->in_group && !x->nccl_at_one;
 }
 
 static zinc_status solo(zcomm_t *c, const char *what, void *buf, size_t n, zdt t, float scale)
@@ -430,7 +430,7 @@ zinc_status zcomm_nccl_create(zdev_t *dev, int rank, int size,
     /* A test hook: the one-GPU machine's only way to run the collectives' two-stream path (NCCL
      * on the comm stream, events each way) that larger worlds take (tests/gpu/tests.cmake). */
     const char *solo_env = getenv("ZINC_NCCL_SOLO");
-    x->nccl_alone = solo_env && !strcmp(solo_env, "0");
+    x->nccl_at_one = solo_env && !strcmp(solo_env, "0");
     zdev_use(dev);
     zinc_status s = ZINC_OK;
     cudaError_t e;
