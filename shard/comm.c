@@ -25,6 +25,8 @@ size_t zdt_size(zdt t)
 
 void zcomm_destroy(zcomm_t *c)
 {
+    /* The backend still holds its use of mem_dev here (zdev_use), so the device is open. */
+    if (c && c->host_stage) c->mem_dev->iface->free(c->mem_dev, c->host_stage);
     if (c && c->iface && c->iface->destroy) c->iface->destroy(c);
 }
 
@@ -115,17 +117,38 @@ zinc_status zcomm_barrier(zcomm_t *c) { return c->iface->barrier(c); }
 
 /* ---- small collectives on host buffers ------------------------------------------------------ */
 
+/* The device memory a host collective stages `bytes` through: kept and grown, never freed per
+ * call, so the callers that run once per step (a monitor's mean over ranks, the overflow search)
+ * neither allocate nor, on CUDA, wait for the whole device in cudaFree. NULL (c->err set) when
+ * the device has no room. */
+static void *host_stage(zcomm_t *c, size_t bytes)
+{
+    zdev_t *d = c->mem_dev;
+    if (bytes < 256) bytes = 256;            /* the usual flags and small records fit at once */
+    if (c->host_stage && bytes <= c->host_stage_bytes) return c->host_stage;
+    void *p = d->iface->alloc(d, bytes);
+    if (!p) {
+        zerr_fmt(c->err, sizeof c->err, ZINC_ERR_NOMEM,
+                 "comm (rank %d): no device memory to stage %zu bytes: %.300s", c->rank, bytes,
+                 d->err);
+        return NULL;
+    }
+    if (c->host_stage) d->iface->free(d, c->host_stage);
+    c->host_stage = p;
+    c->host_stage_bytes = bytes;
+    return p;
+}
+
 /* kind 0: broadcast of `bytes` from root; kind 1: all-reduce of bytes / 8 doubles. */
 static zinc_status host_collective(zcomm_t *c, void *buf, size_t bytes, int root, int kind)
 {
     zdev_t *d = c->mem_dev;
+    if (c->size == 1) return ZINC_OK;        /* one rank: its own values are the result */
     if (!d)
         return kind ? c->iface->all_reduce(c, buf, bytes / 8, ZDT_F64, 1.0f)
                     : c->iface->broadcast(c, buf, bytes, root);
-    void *tmp = d->iface->alloc(d, bytes ? bytes : 8);
-    if (!tmp)
-        return zerr_fmt(c->err, sizeof c->err, ZINC_ERR_NOMEM,
-                        "comm (rank %d): no device memory to stage %zu bytes", c->rank, bytes);
+    void *tmp = host_stage(c, bytes);
+    if (!tmp) return ZINC_ERR_NOMEM;
     zinc_status s = d->iface->upload(d, tmp, buf, bytes);
     if (s == ZINC_OK)
         s = kind ? c->iface->all_reduce(c, tmp, bytes / 8, ZDT_F64, 1.0f)
@@ -133,7 +156,6 @@ static zinc_status host_collective(zcomm_t *c, void *buf, size_t bytes, int root
     else
         snprintf(c->err, sizeof c->err, "comm (rank %d): staging to the device: %.400s", c->rank, d->err);
     if (s == ZINC_OK) s = d->iface->download(d, buf, tmp, bytes);
-    d->iface->free(d, tmp);
     return s;
 }
 

@@ -56,6 +56,9 @@ struct zcomm {
     uint64_t bytes[ZINC_COLL_COUNT];        /* counters, ZeRO accounting */
     struct zdev *mem_dev;                   /* non-NULL: buffers must be memory of this device
                                                (nccl, staged); NULL: host memory (local, mpi) */
+    void *host_stage;                       /* mem_dev memory the host collectives stage through,
+                                               kept from call to call (comm.c), freed at destroy */
+    size_t host_stage_bytes;
     char err[512];                          /* message of the last failing collective */
 };
 

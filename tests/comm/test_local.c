@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "comm_ref.h"
+#include "kernels/device.h"
 #include "shard/comm.h"
 #include "testutil.h"
 
@@ -321,6 +322,66 @@ static void check_stress(int size, int iters)
     zlocal_world_destroy(a.w);
 }
 
+/* ---- host collectives through a comm whose buffers are device memory ----------------------- */
+
+/* The staged comm (ranks sharing one GPU) over local, on the cpu device, whose alloc counts bytes:
+ * zcomm_host_all_reduce_f64 / zcomm_host_broadcast stage through device memory kept from call to
+ * call. Once the first call has it, the device is capped at what is in use: later calls of that
+ * size or less still run (an allocation per call would now fail), a larger one fails cleanly on
+ * every rank, and destroy gives the memory back. */
+static void host_stage_rank(int rank, void *p)
+{
+    zlocal_world_t *w = p;
+    zdev_t *d = NULL;
+    zcomm_t *inner = NULL, *c = NULL;
+    ZT_OK(zdev_open("cpu", 1, 0, &d));
+    if (!d) return;
+    uint64_t before = d->in_use;
+    ZT_OK(zcomm_local_create(w, rank, &inner));
+    if (inner) ZT_OK(zcomm_staged_create(inner, d, &c));
+    if (!c) {
+        zdev_close(d);
+        return;
+    }
+    zcomm_set_timeout(c, 60);
+    double v[3] = {rank + 1.0, 10.0 * rank, -0.5};
+    ZT_OK(zcomm_host_all_reduce_f64(c, v, 3));
+    ZT_CHECK(v[0] == 3.0 && v[1] == 10.0 && v[2] == -1.0, "rank %d: all-reduce gave %g %g %g",
+             rank, v[0], v[1], v[2]);
+    ZT_OK(zdev_set_limit(d, d->in_use > before ? d->in_use : before + 1));  /* 0: no cap */
+    for (int i = 0; i < 5; i++) {
+        double x = rank ? 2.0 : 1.0;
+        zinc_status s = zcomm_host_all_reduce_f64(c, &x, 1);
+        ZT_CHECK(s == ZINC_OK && x == 3.0, "rank %d, call %d at the cap: status %d, sum %g (%s)",
+                 rank, i, (int)s, x, c->err);
+        char msg[32] = "";
+        if (rank == 1) snprintf(msg, sizeof msg, "from rank 1, %d", i);
+        s = zcomm_host_broadcast(c, msg, sizeof msg, 1);
+        char want[32];
+        snprintf(want, sizeof want, "from rank 1, %d", i);
+        ZT_CHECK(s == ZINC_OK && !strcmp(msg, want), "rank %d, broadcast %d at the cap: status %d, "
+                 "'%s' (%s)", rank, i, (int)s, msg, c->err);
+    }
+    double big[4096] = {0};
+    zinc_status s = zcomm_host_all_reduce_f64(c, big, 4096);
+    ZT_CHECK(s == ZINC_ERR_NOMEM && strstr(c->err, "stage"), "rank %d: 32 KiB past the cap: "
+             "status %d, '%s'", rank, (int)s, c->err);
+    ZT_OK(zdev_set_limit(d, 0));
+    zcomm_destroy(c);
+    ZT_CHECK(d->in_use == before, "rank %d: %llu bytes in use after destroy, %llu before", rank,
+             (unsigned long long)d->in_use, (unsigned long long)before);
+    zdev_close(d);
+}
+
+static void check_host_stage(void)
+{
+    zlocal_world_t *w = NULL;
+    ZT_OK(zlocal_world_create(2, &w));
+    if (!w) return;
+    zt_run_ranks(2, host_stage_rank, w);
+    zlocal_world_destroy(w);
+}
+
 int main(void)
 {
     double t0 = now_s();
@@ -336,5 +397,6 @@ int main(void)
     check_abort(8, 0);
     check_stress(4, 400);
     check_stress(3, 300);
+    check_host_stage();
     return zt_finish("comm_local");
 }
