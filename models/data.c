@@ -142,7 +142,8 @@ zinc_status zm_data_open_file(const char *path, uint64_t seed, zm_data **out, ch
     if (!d) return ZINC_ERR_NOMEM;
     d->seed = seed;
     zinc_status st = ZINC_ERR_IO;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO opens at once (and is refused below) instead of waiting for a writer. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     struct stat sb;
     if (fd < 0 || fstat(fd, &sb) != 0) {
         snprintf(err, errn, "cannot read data file '%s': %s", path, strerror(errno));

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "models/data.h"
@@ -188,6 +189,11 @@ static void check_files(void)
     snprintf(path, sizeof path, "%s/no-such-file.txt", tmpdir);
     expect_error(path, "no-such-file.txt");
     expect_error(tmpdir, "not a regular file");
+    /* A FIFO with no writer: refused at once, not waited on (open() used to block forever). */
+    snprintf(path, sizeof path, "%s/fifo.bin", tmpdir);
+    ZT_CHECK(mkfifo(path, 0600) == 0, "mkfifo %s", path);
+    expect_error(path, "not a regular file");
+    unlink(path);
 }
 
 int main(void)
