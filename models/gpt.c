@@ -218,6 +218,28 @@ struct zm_acts {
     size_t bytes;
 };
 
+/* Floats of zm_acts_create's one allocation (the views it hands out below); 0 when the count
+ * does not fit a size_t's bytes. */
+static size_t acts_floats(const zm_spec *s, int B, int checkpoint)
+{
+    /* per layer: its input x, and the rest (one shared set when checkpointing): ln1, atty, xmid,
+     * ln2; the four statistics; qkv; att; fch, fcg */
+    double BT = (double)B * s->T, D = s->D, T = s->T;
+    double inner = BT * D * 4 + BT * 4 + BT * 3 * D + (double)B * s->H * T * T + BT * 8 * D;
+    double sets = s->L == 0 ? 0 : checkpoint ? 1 : s->L;
+    double total = BT * D * s->L + inner * sets + BT * D * 2 + BT * 3 + BT * s->V + BT * D * 2 +
+                   BT * 3 * D + BT * 4 * D;
+    /* doubles hold these integers exactly below 2^53; past 2^52 floats the bytes are far beyond
+     * any machine, so larger counts are refused rather than computed exactly */
+    return total < 0x1p52 && total * sizeof(float) < (double)SIZE_MAX ? (size_t)total : 0;
+}
+
+size_t zm_acts_bytes_for(const zm_spec *s, int B, int checkpoint)
+{
+    size_t n = B < 1 ? 0 : acts_floats(s, B, checkpoint != 0);
+    return n ? n * sizeof(float) : SIZE_MAX;
+}
+
 zinc_status zm_acts_create(const zm_spec *s, int B, int threads, int checkpoint, zm_acts **out)
 {
     *out = NULL;
@@ -230,12 +252,11 @@ zinc_status zm_acts_create(const zm_spec *s, int B, int threads, int checkpoint,
     a->checkpoint = checkpoint != 0;
     a->inner_layer = -1;
     size_t BT = (size_t)B * s->T, D = (size_t)s->D, H = (size_t)s->H, T = (size_t)s->T;
-    /* per layer: its input x, and the rest (one shared set when checkpointing): ln1, atty, xmid,
-     * ln2; the four statistics; qkv; att; fch, fcg */
-    size_t inner = BT * D * 4 + BT * 4 + BT * 3 * D + (size_t)B * H * T * T + BT * 8 * D;
-    size_t sets = s->L == 0 ? 0 : a->checkpoint ? 1 : (size_t)s->L;
-    size_t total = BT * D * (size_t)s->L + inner * sets + BT * D * 2 + BT * 3 +
-                   BT * (size_t)s->V + BT * D * 2 + BT * 3 * D + BT * 4 * D;
+    size_t total = acts_floats(s, B, a->checkpoint);
+    if (total == 0) {
+        zm_acts_destroy(a);
+        return ZINC_ERR_NOMEM;
+    }
     a->layer = calloc((size_t)s->L, sizeof *a->layer);
     a->block = malloc(total * sizeof(float));
     if (!a->layer || !a->block) {

@@ -99,6 +99,9 @@ typedef struct zm_acts zm_acts;
 zinc_status zm_acts_create(const zm_spec *s, int B, int threads, int checkpoint, zm_acts **out);
 void zm_acts_destroy(zm_acts *a);
 size_t zm_acts_bytes(const zm_acts *a);
+/* The bytes zm_acts_create(s, B, ., checkpoint) would allocate, before allocating them (a caller's
+ * check against the machine's memory); SIZE_MAX when they do not fit a size_t. */
+size_t zm_acts_bytes_for(const zm_spec *s, int B, int checkpoint);
 
 /* Forward pieces. tokens/targets: [B*T] values < V. */
 void zm_embed_forward(zm_acts *a, const zm_embed *w, const uint16_t *tokens);
@@ -153,5 +156,8 @@ const int *zm_model_params(const zm_model *m, int *n);
 const zm_spec *zm_model_spec(const zm_model *m);
 /* Bytes of the model's own buffers (fp32 scratch + activations) on this rank. */
 size_t zm_model_bytes(const zm_model *m);
+/* The bytes zm_model_create(., s, B, ., checkpoint) would allocate (zm_model_bytes of the
+ * model it makes); SIZE_MAX when they do not fit a size_t. */
+size_t zm_model_bytes_for(const zm_spec *s, int B, int checkpoint);
 
 #endif

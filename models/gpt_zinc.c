@@ -222,3 +222,11 @@ const int *zm_model_params(const zm_model *m, int *n)
 const zm_spec *zm_model_spec(const zm_model *m) { return &m->s; }
 
 size_t zm_model_bytes(const zm_model *m) { return m->bytes; }
+
+size_t zm_model_bytes_for(const zm_spec *s, int B, int checkpoint)
+{
+    size_t acts = zm_acts_bytes_for(s, B, checkpoint);
+    size_t scratch = (2 * (size_t)zm_group_numel(s, 0) + 2 * (size_t)zm_group_numel(s, 1)) *
+                     sizeof(float);
+    return acts > SIZE_MAX - scratch ? SIZE_MAX : acts + scratch;
+}

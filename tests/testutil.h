@@ -8,6 +8,19 @@
 #include <stdint.h>
 #include <stdio.h>
 
+/* ZT_ASAN: 1 under AddressSanitizer, which reserves terabytes of shadow address space at start,
+ * so a test that limits RLIMIT_AS (ulimit -v) must leave the limit out there. */
+#if defined(__SANITIZE_ADDRESS__)
+#define ZT_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define ZT_ASAN 1
+#endif
+#endif
+#ifndef ZT_ASAN
+#define ZT_ASAN 0
+#endif
+
 extern int zt_failures;
 extern int zt_checks;
 

@@ -7,6 +7,8 @@
  * memory). Defaults that depend on the machine (model threads per rank) are settled here too.
  */
 #include <errno.h>
+#include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +26,9 @@
 #define DEFAULT_CONFIG "configs/zero3_bf16.json"
 #define DEFAULT_STEPS 100
 #define DEFAULT_RANKS 4
+/* The most sequences in one rank's micro-batch, from --micro-batch or the config (the model's
+ * batch index is an int, and no machine holds more of the default model's activations) */
+#define MAX_MICRO_BATCH 65536
 
 static void usage(FILE *f)
 {
@@ -84,6 +89,14 @@ static int launcher_world(int *rank)
     if (!ws || !rk) return 0;
     *rank = atoi(rk);
     return atoi(ws);
+}
+
+/* The ranks that share this machine's cores and memory: this process's threads, or under mpirun
+ * the processes on this node. */
+static int local_ranks(const topts *o)
+{
+    const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    return o->mpi ? (ls && atoi(ls) > 0 ? atoi(ls) : 1) : o->ranks;
 }
 
 int train_parse_args(int argc, char **argv, topts *o)
@@ -164,8 +177,9 @@ int train_parse_args(int argc, char **argv, topts *o)
                 return zarg_usage_error(CMD, "--seed: expected a whole number >= 0, got '%s'", v);
             o->seed = (uint64_t)n;
         } else if (!strcmp(a, "--micro-batch")) {
-            if (zarg_int64(v, &n) || n < 1 || n > 65536)
-                return zarg_usage_error(CMD, "--micro-batch: expected 1..65536, got '%s'", v);
+            if (zarg_int64(v, &n) || n < 1 || n > MAX_MICRO_BATCH)
+                return zarg_usage_error(CMD, "--micro-batch: expected 1..%d, got '%s'",
+                                        MAX_MICRO_BATCH, v);
             o->micro_batch = n;
         } else if (!strcmp(a, "--lr")) {
             if (zarg_double(v, &x) || x < 0)
@@ -229,9 +243,52 @@ int train_parse_args(int argc, char **argv, topts *o)
     }
     if (o->threads == 0) {
         long nc = sysconf(_SC_NPROCESSORS_ONLN);
-        const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-        int local = o->mpi ? (ls && atoi(ls) > 0 ? atoi(ls) : 1) : o->ranks;
+        int local = local_ranks(o);
         o->threads = nc > local ? (int)(nc / local) : 1;
+    }
+    return 0;
+}
+
+/* The memory this process may use: the machine's, or its cgroup's limit when lower. 0: unknown. */
+static double usable_memory(void)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGE_SIZE);
+    double mem = pages > 0 && size > 0 ? (double)pages * (double)size : 0.0;
+    FILE *f = fopen("/sys/fs/cgroup/memory.max", "r"); /* "max" when unlimited */
+    unsigned long long lim;
+    if (f) {
+        if (fscanf(f, "%llu", &lim) == 1 && lim > 0 && (mem == 0.0 || (double)lim < mem))
+            mem = (double)lim;
+        fclose(f);
+    }
+    return mem;
+}
+
+/* The CPU model allocates its activations and fp32 scratch per rank when the run starts; a micro
+ * batch that cannot fit would otherwise end in the kernel's OOM killer (malloc overcommits), with
+ * no message. Refused here, naming the key and the sizes. (--device cuda: the CUDA model's
+ * buffers are the device's, and its allocation failures name themselves.) */
+static int check_model_memory(const topts *o)
+{
+    long long mb = (long long)o->cfg.micro_batch;
+    const char *key = o->micro_batch > 0 ? "--micro-batch" : "train_micro_batch_size_per_gpu";
+    if (mb > MAX_MICRO_BATCH) {
+        fprintf(stderr, "zinc train: %s: %s %lld is more than zinc train's limit of %d sequences "
+                "per rank\n", o->config_path, key, mb, MAX_MICRO_BATCH);
+        return 2;
+    }
+    if (o->cuda) return 0;
+    size_t per = zm_model_bytes_for(&o->spec, (int)mb, o->checkpoint);
+    int local = local_ranks(o);
+    double need = per == SIZE_MAX ? INFINITY : (double)per * local, have = usable_memory();
+    if (have > 0.0 && need > have) {
+        fprintf(stderr, "zinc train: the model %s at %s %lld needs %.1f GiB of activations and "
+                "fp32 scratch per rank, %.1f GiB for the %d rank%s on this machine, more than its "
+                "%.1f GiB of memory: lower %s%s\n", o->spec_str, key, mb,
+                (double)per / 1073741824.0, need / 1073741824.0, local, local == 1 ? "" : "s",
+                have / 1073741824.0, key,
+                o->checkpoint ? "" : ", or add --activation-checkpointing");
+        return 2;
     }
     return 0;
 }
@@ -259,6 +316,8 @@ int train_resolve_config(topts *o)
         return 2;
     }
     zcfg_diag_free(&diag);
+    int rc = check_model_memory(o);
+    if (rc) return rc;
     if (o->micro_batch > 0 || o->lr >= 0) {
         o->config_json = zcfg_to_json(&o->cfg);
         if (!o->config_json) {

@@ -98,10 +98,14 @@ static void tm_destroy(tmodel *m)
 }
 
 /* The CUDA model's own failures (CUDA, cuBLAS) are the thread's last error; the engine's calls
- * set both. */
-static const char *tm_error(const tmodel *m, const zinc_engine_t *e)
+ * set both. The CPU model's own allocations set neither: their status names them. */
+static const char *tm_error(const tmodel *m, const zinc_engine_t *e, zinc_status s)
 {
-    return m->cuda ? zinc_last_error(NULL) : zinc_last_error(e);
+    const char *msg = m->cuda ? zinc_last_error(NULL) : zinc_last_error(e);
+    if (msg && *msg) return msg;
+    return s == ZINC_ERR_NOMEM ? "out of memory for the model's activations and fp32 scratch "
+                                 "(lower the micro batch, or add --activation-checkpointing)"
+                               : zinc_status_string(s);
 }
 
 static void *rank_main(void *arg)
@@ -133,7 +137,7 @@ static void *rank_main(void *arg)
     long long GA = o->cfg.grad_accum;
     s = tm_create(o, e, B, &m);
     if (s != ZINC_OK) {
-        train_fail(r, rank, s, 1, "building the model: %s", tm_error(&m, e));
+        train_fail(r, rank, s, 1, "building the model: %s", tm_error(&m, e, s));
         goto out;
     }
     /* --gpu-timing: rank 0's model only, the rank that reports */
@@ -194,7 +198,7 @@ static void *rank_main(void *arg)
             pr.model_s += train_now_s() - tm;
             if (s != ZINC_OK) {
                 train_fail(r, rank, s, 1, "step %lld: %s", (long long)blob.steps + 1,
-                           tm_error(&m, e));
+                           tm_error(&m, e, s));
                 goto out;
             }
             lsum += l;

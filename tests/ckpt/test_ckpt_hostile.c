@@ -33,17 +33,6 @@
 #include "fixture.h"
 #include "testutil.h"
 
-#if defined(__SANITIZE_ADDRESS__)
-#define ZT_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define ZT_ASAN 1
-#endif
-#endif
-#ifndef ZT_ASAN
-#define ZT_ASAN 0
-#endif
-
 static char root[512];
 
 /* A fresh good checkpoint (2 ranks) in root/NAME/t; returns the tag directory in td. */

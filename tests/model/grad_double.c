@@ -33,6 +33,7 @@
 #define zm_acts_create zmd_acts_create
 #define zm_acts_destroy zmd_acts_destroy
 #define zm_acts_bytes zmd_acts_bytes
+#define zm_acts_bytes_for zmd_acts_bytes_for
 #define zm_embed_forward zmd_embed_forward
 #define zm_block_forward zmd_block_forward
 #define zm_head zmd_head

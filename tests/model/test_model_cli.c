@@ -33,17 +33,24 @@ static char *slurp(const char *path)
     return b;
 }
 
-/* Runs `zinc ARGS` with stdout and stderr to files; returns the exit code (-1: killed). */
-static int run(const char *args, char **err_out, char **out_out)
+/* Runs `zinc ARGS` after the shell commands PRE (e.g. "ulimit -v N && ") with stdout and stderr
+ * to files; returns the exit code (-1: killed). */
+static int run_after(const char *pre, const char *args, char **err_out, char **out_out)
 {
     char cmd[2048], ep[256], op[256];
     snprintf(ep, sizeof ep, "%s/stderr", tmp);
     snprintf(op, sizeof op, "%s/stdout", tmp);
-    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' %s > '%s' 2> '%s'", tmp, ZINC_CLI, args, op, ep);
+    snprintf(cmd, sizeof cmd, "cd '%s' && %s'%s' %s > '%s' 2> '%s'", tmp, pre, ZINC_CLI, args, op,
+             ep);
     int st = system(cmd);
     if (err_out) *err_out = slurp(ep);
     if (out_out) *out_out = slurp(op);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static int run(const char *args, char **err_out, char **out_out)
+{
+    return run_after("", args, err_out, out_out);
 }
 
 /* "12.5 KiB" -> bytes (the summary's human_bytes, 0.1 of the unit rounded). */
@@ -149,6 +156,30 @@ int main(void)
     expect_usage_error("plot", "metrics file");
     expect_usage_error("plot no-such.jsonl", "cannot read 'no-such.jsonl'");
     expect_usage_error("plot nopoints.jsonl", "no {\"step\"");
+
+    /* Micro batches the CPU model cannot hold: refused before any allocation, naming the key (a
+     * config's 2^40 used to wrap to 0 in an int; 200000 ran into the OOM killer). */
+    static const char mb40[] = "{\"train_micro_batch_size_per_gpu\": 1099511627776}";
+    write_file("mb40.json", mb40, sizeof mb40 - 1);
+    expect_usage_error("train --config mb40.json --steps 1",
+                       "train_micro_batch_size_per_gpu 1099511627776 is more than zinc train's "
+                       "limit of 65536");
+    /* 8 layers of 8 heads of 1024 x 1024 attention for 65536 sequences: ~17 TB on any machine */
+    expect_usage_error("train --model L8-D1024-H8-T1024 --micro-batch 65536 --ranks 1 --steps 1",
+                       "--micro-batch 65536 needs ");
+    /* Past the check (the machine has the memory) an allocation that still fails names itself:
+     * the address space is capped below the model's 1.7 GiB of activations. */
+    if (!ZT_ASAN) {
+        char *e3;
+        int rc3 = run_after("ulimit -v 1000000 && ",
+                            "train --ranks 1 --micro-batch 2000 --steps 1 --threads 1 "
+                            "--config " ZINC_SOURCE_DIR "/configs/zero3_bf16.json",
+                            &e3, NULL);
+        ZT_CHECK(rc3 == 1 && strstr(e3, "building the model: out of memory for the model's "
+                                        "activations"),
+                 "micro batch 2000 under a 1 GB address space: exit %d, stderr: %s", rc3, e3);
+        free(e3);
+    }
     char *out;
     ZT_CHECK(run("train --help", NULL, &out) == 0 && strstr(out, "usage: zinc train") &&
                  strstr(out, "--gpu-timing") && strstr(out, "--activation-checkpointing"),
