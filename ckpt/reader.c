@@ -604,6 +604,10 @@ zinc_status zck_find_tag(const char *dir, const char *tag, int skip_upto, int lo
     if (nc) qsort(c, (size_t)nc, sizeof *c, cmp_cand);
     if (skip_upto >= nc) {
         free(c);
+        if (nc == 0 && ndamaged == 0) /* nothing to warn about: say what was looked for */
+            return zerr_fmt(err, ZCK_ERR, ZINC_ERR_IO,
+                            "ckpt load: no checkpoint in %s: none of its directories holds a %s",
+                            dir, ZCK_MANIFEST);
         return zerr_fmt(err, ZCK_ERR, nc || ndamaged ? ZINC_ERR_CORRUPT : ZINC_ERR_IO,
                         "ckpt load: no valid checkpoint in %s (%d damaged, %d unusable; see the "
                         "warnings above)", dir, ndamaged, skip_upto);

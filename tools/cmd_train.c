@@ -53,7 +53,7 @@ int cmd_train(int argc, char **argv)
     } else {
         run_t r = {.o = &o, .data = data, .stop_at = o.steps, .save_dir = o.save_dir,
                    .save_every = o.save_every};
-        rc = train_ckpt_resume_dir(&o, &r.resume_dir);
+        rc = train_ckpt_prepare(&o, &r);
         if (!rc && o.rank0) rc = train_report_open(&o, &r);
         if (!rc) rc = run_ranks(&r);
         if (!rc && o.rank0) {

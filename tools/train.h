@@ -75,6 +75,7 @@ typedef struct {
     long long stop_at;          /* train until this many optimizer steps */
     const char *resume_dir;     /* NULL: fresh */
     const char *resume_tag;     /* NULL: newest valid */
+    char resume_buf[2][1100];   /* resume_dir and resume_tag when --resume names a tag */
     const char *save_dir;
     long long save_every;
     int quiet;                  /* no startup summary (the demo's second run) */
@@ -133,8 +134,11 @@ int train_ckpt_start(run_t *r, zinc_engine_t *e, int rank, train_blob *blob);
  * and at r->stop_at); bar: a progress bar is on the line. Returns 0, or -1 after train_fail(). */
 int train_ckpt_after_step(run_t *r, zinc_engine_t *e, int rank, const train_blob *blob, int bar);
 
-/* --resume DIR|auto into *resume_dir (NULL: start fresh). Returns 0 or the exit code (2). */
-int train_ckpt_resume_dir(const topts *o, const char **resume_dir);
+/* Before the run: refuses a --save-dir that is not a directory, and settles --resume DIR|auto
+ * into r->resume_dir and r->resume_tag (dir NULL: start fresh; tag NULL: the newest valid one).
+ * DIR may be a save directory or one of its tags (DIR/TAG, with its manifest); auto resumes when
+ * --save-dir holds a checkpoint, `latest` or not. Returns 0 or the exit code. */
+int train_ckpt_prepare(const topts *o, run_t *r);
 
 /* ---- output (train_report.c) ---------------------------------------------------------------- */
 

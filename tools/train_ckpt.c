@@ -7,8 +7,11 @@
  * The engine's state itself goes through zinc_ckpt_save/zinc_ckpt_load (ckpt/); tags are
  * step000100, ... and DIR/latest names the newest.
  */
+#include <dirent.h>
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "tools/train.h"
 
@@ -82,23 +85,75 @@ int train_ckpt_after_step(run_t *r, zinc_engine_t *e, int rank, const train_blob
     return 0;
 }
 
-int train_ckpt_resume_dir(const topts *o, const char **resume_dir)
+/* A directory that is a checkpoint's tag (it holds the manifest) rather than a save directory. */
+static int is_tag_dir(const char *dir)
 {
-    *resume_dir = NULL;
+    char mp[1200];
+    snprintf(mp, sizeof mp, "%s/manifest.json", dir);
+    return train_file_exists(mp);
+}
+
+int train_ckpt_prepare(const topts *o, run_t *r)
+{
+    r->resume_dir = r->resume_tag = NULL;
+    struct stat st;
+    /* a save directory that cannot be one fails now, not at the first save after hours */
+    if (o->save_dir && stat(o->save_dir, &st) == 0 && !S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "zinc train: --save-dir %s: not a directory\n", o->save_dir);
+        return 2;
+    }
     if (!o->resume) return 0;
     if (!strcmp(o->resume, "auto")) {
-        char latest[1200];
+        char latest[1200], tag[256];
         snprintf(latest, sizeof latest, "%s/latest", o->save_dir);
-        if (train_file_exists(latest))
-            *resume_dir = o->save_dir;
-        else
+        /* Without `latest` (lost, or a copy without it) committed tags are still a checkpoint:
+         * the loader picks the newest valid one. Starting fresh would save over them. Damaged
+         * tags alone are not "no checkpoint" either: the load fails naming them. */
+        if (train_file_exists(latest)) {
+            r->resume_dir = o->save_dir;
+            return 0;
+        }
+        if (stat(o->save_dir, &st) != 0) {
+            printf("no checkpoint in %s (it does not exist yet): starting fresh\n", o->save_dir);
+            return 0;
+        }
+        DIR *d = opendir(o->save_dir);
+        if (!d) {
+            fprintf(stderr, "zinc train: --save-dir %s: %s\n", o->save_dir, strerror(errno));
+            return 2;
+        }
+        closedir(d);
+        zinc_status s = zinc_ckpt_find_tag(o->save_dir, NULL, tag, sizeof tag, NULL, 0, NULL);
+        if (s == ZINC_OK || s == ZINC_ERR_CORRUPT)
+            r->resume_dir = o->save_dir;
+        else if (s == ZINC_ERR_IO) /* nothing in it that is or was a checkpoint */
             printf("no checkpoint in %s: starting fresh\n", o->save_dir);
+        else {
+            fprintf(stderr, "zinc train: --resume auto: %s\n", zinc_last_error(NULL));
+            return 1;
+        }
         return 0;
     }
-    if (!train_file_exists(o->resume)) {
+    if (stat(o->resume, &st) != 0 || !S_ISDIR(st.st_mode)) {
         fprintf(stderr, "zinc train: --resume %s: no such directory\n", o->resume);
         return 2;
     }
-    *resume_dir = o->resume;
+    if (is_tag_dir(o->resume)) {
+        /* DIR/TAG, as the ckpt tools take it: that tag of its save directory */
+        char *dir = r->resume_buf[0], *tag = r->resume_buf[1];
+        snprintf(dir, sizeof r->resume_buf[0], "%s", o->resume);
+        size_t n = strlen(dir);
+        while (n > 1 && dir[n - 1] == '/') dir[--n] = 0;
+        char *sl = strrchr(dir, '/');
+        snprintf(tag, sizeof r->resume_buf[1], "%s", sl ? sl + 1 : dir);
+        if (!sl)
+            snprintf(dir, sizeof r->resume_buf[0], ".");
+        else
+            sl[sl == dir] = 0; /* "/TAG": the root stays "/" */
+        r->resume_dir = r->resume_buf[0];
+        r->resume_tag = r->resume_buf[1];
+        return 0;
+    }
+    r->resume_dir = o->resume;
     return 0;
 }

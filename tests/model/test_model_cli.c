@@ -282,6 +282,7 @@ int main(void)
         free(b);
     }
 
+    char cmd[512];
     /* stop at 6 and resume to 12 == 12 straight (and --resume auto starts fresh on nothing) */
     rc = run("train " SMALL " --steps 6 --seed 4 --save-dir ck --resume auto", &err, &out);
     ZT_CHECK(rc == 0 && strstr(out, "starting fresh"), "first half: exit %d: %s", rc, err);
@@ -302,6 +303,36 @@ int main(void)
     rc = run("train " SMALL " --steps 12 --seed 4 --save-dir ck --resume auto", NULL, &out);
     ZT_CHECK(rc == 0 && strstr(out, "nothing to do"), "resume at the end: %s", out);
     free(out);
+    /* a lost `latest` is not "no checkpoint": auto resumes from the newest tag (it used to start
+     * fresh and save over the tags) */
+    snprintf(cmd, sizeof cmd, "rm '%s/ck/latest'", tmp);
+    ZT_CHECK(system(cmd) == 0, "%s", cmd);
+    rc = run("train " SMALL " --steps 12 --seed 4 --save-dir ck --resume auto", &err, &out);
+    ZT_CHECK(rc == 0 && strstr(out, "resumed from ck/step000012 at step 12") &&
+                 strstr(out, "nothing to do") && !strstr(out, "starting fresh"),
+             "--resume auto without latest: exit %d: %s %s", rc, err, out);
+    free(err);
+    free(out);
+    /* --resume DIR/TAG, as the ckpt tools take a tag (trailing slash too): that tag, the same run */
+    rc = run("train " SMALL " --steps 12 --seed 4 --resume ck/step000006/ --metrics t.jsonl", &err,
+             &out);
+    ZT_CHECK(rc == 0 && strstr(out, "resumed from ck/step000006 at step 6"),
+             "--resume ck/step000006/: exit %d: %s %s", rc, err, out);
+    free(err);
+    free(out);
+    l1 = loss_at("m1.jsonl", 12);
+    l2 = loss_at("t.jsonl", 12);
+    ZT_CHECK(l1[0] && !strcmp(l1, l2), "resumed from a tag: loss at step 12 '%s' vs '%s'", l2, l1);
+    free(l1);
+    free(l2);
+    /* a save directory that is a file fails before training, not at the first save */
+    expect_usage_error("train " SMALL " --steps 2 --save-dir m1.jsonl", "--save-dir m1.jsonl: "
+                       "not a directory");
+    /* a directory without checkpoints says what it looked for */
+    snprintf(cmd, sizeof cmd, "mkdir '%s/nockpt'", tmp);
+    ZT_CHECK(system(cmd) == 0, "%s", cmd);
+    expect_usage_error("train " SMALL " --steps 2 --resume nockpt",
+                       "no checkpoint in nockpt: none of its directories holds a manifest.json");
 
     /* plot */
     rc = run("plot m1.jsonl -o loss.svg", &err, NULL);
@@ -322,7 +353,6 @@ int main(void)
              rc, err);
     free(err);
 
-    char cmd[256];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmp);
     return zt_finish("test_model_cli");
