@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <limits.h>
 
 #include "tools/commands.h"
 
@@ -50,4 +52,25 @@ int zarg_dtype(const char *s, zinc_dtype *out)
             return 0;
         }
     return -1;
+}
+
+int zarg_same_file(const char *a, const char *b)
+{
+    struct stat sa, sb;
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
+           sa.st_ino == sb.st_ino;
+}
+
+int zarg_parent_within(const char *path, const char *dir)
+{
+    char parent[PATH_MAX], rp[PATH_MAX], rd[PATH_MAX];
+    snprintf(parent, sizeof parent, "%s", path);
+    char *sl = strrchr(parent, '/');
+    if (!sl)
+        snprintf(parent, sizeof parent, ".");
+    else
+        sl[sl == parent] = 0; /* "/f": the parent is "/" */
+    if (!realpath(parent, rp) || !realpath(dir, rd)) return 0;
+    size_t n = strlen(rd);
+    return !strncmp(rp, rd, n) && (rp[n] == 0 || rp[n] == '/' || (n == 1 && rd[0] == '/'));
 }

@@ -215,6 +215,17 @@ static int ckpt_export(int argc, char **argv)
     if (!dir || !out) return zarg_usage_error("ckpt export", "DIR and --out FILE are required");
     char tagdir[4096], err[ZCK_ERR];
     zinc_status s = zck_resolve_path(dir, tagdir, sizeof tagdir, err);
+    if (s == ZINC_OK && zarg_parent_within(out, tagdir))
+        /* the rename would put the weights among (or over) the tag's own files */
+        return zarg_usage_error("ckpt export", "--out %s lies inside the checkpoint %s; write it "
+                                "elsewhere", out, tagdir);
+    char latest[4200];
+    snprintf(latest, sizeof latest, "%s", tagdir);
+    char *sl = strrchr(latest, '/');
+    snprintf(sl ? sl + 1 : latest, sizeof latest - (size_t)(sl ? sl + 1 - latest : 0), "latest");
+    if (s == ZINC_OK && zarg_same_file(out, latest))
+        return zarg_usage_error("ckpt export", "--out %s is the save directory's latest; write it "
+                                "elsewhere", out);
     if (s == ZINC_OK) s = zck_export_safetensors(tagdir, out, dt, 2, err);
     if (s != ZINC_OK) {
         fprintf(stderr, "zinc ckpt export: %s\n", err);

@@ -93,6 +93,9 @@ int cmd_plot(int argc, char **argv)
         strncat(outbuf, ".svg", sizeof outbuf - strlen(outbuf) - 1);
         out = outbuf;
     }
+    if (zarg_same_file(in, out))
+        return zarg_usage_error(CMD, "the output '%s' is the metrics file itself; give -o FILE.svg",
+                                out);
     FILE *f = fopen(in, "r");
     if (!f) {
         fprintf(stderr, "zinc plot: cannot read '%s': %s\n", in, strerror(errno));
@@ -174,9 +177,12 @@ int cmd_plot(int argc, char **argv)
     const double pw = W - L - R, ph = H - T - Bm;
 #define SX(x) (L + ((x) - x0) / (x1 - x0) * pw)
 #define SY(y) (T + ph - (((tr ? tr(y) : (y))) - ly0) / (ly1 - ly0) * ph)
-    FILE *o = fopen(out, "w");
+    /* written beside the output and renamed: a failed write leaves the old file, not half one */
+    char tmp[1100];
+    snprintf(tmp, sizeof tmp, "%s.tmp", out);
+    FILE *o = fopen(tmp, "w");
     if (!o) {
-        fprintf(stderr, "zinc plot: cannot write '%s': %s\n", out, strerror(errno));
+        fprintf(stderr, "zinc plot: cannot write '%s': %s\n", tmp, strerror(errno));
         free(p);
         return 2;
     }
@@ -241,8 +247,9 @@ int cmd_plot(int argc, char **argv)
 #undef SX
 #undef SY
     int bad = ferror(o);
-    if (fclose(o) != 0 || bad) {
-        fprintf(stderr, "zinc plot: writing '%s' failed\n", out);
+    if (fclose(o) != 0 || bad || rename(tmp, out) != 0) {
+        fprintf(stderr, "zinc plot: writing '%s' failed: %s\n", out, strerror(errno));
+        remove(tmp);
         free(p);
         return 1;
     }

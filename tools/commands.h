@@ -24,6 +24,11 @@ int zarg_double(const char *s, double *out);
 int zarg_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* "fp16", "bf16" or "fp32" into *out; -1 for anything else. */
 int zarg_dtype(const char *s, zinc_dtype *out);
+/* Output-over-input guards: 1 when a and b both exist and are one file (links included); 1 when
+ * the directory that would hold `path` is `dir` or lies under it (both resolved; 0 when either
+ * does not exist). */
+int zarg_same_file(const char *a, const char *b);
+int zarg_parent_within(const char *path, const char *dir);
 
 
 /* The memory plan per rank that `zinc estimate` prints (tools/cmd_estimate.c), shared with

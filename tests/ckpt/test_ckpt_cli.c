@@ -95,6 +95,24 @@ int main(void)
     free(b);
     snprintf(args, sizeof args, "ckpt export %s --out %s --dtype fp64", dir, f1);
     ZT_CHECK(cli(args) == 2, "bad --dtype is a usage error");
+    /* an output over the checkpoint itself (a rank file, the tag's directory, `latest`) is
+     * refused, and the checkpoint still verifies (the old code renamed the export over it) */
+    {
+        const char *over[] = {"s1/rank-00000.zck", "s1/new.safetensors", "latest"};
+        for (int i = 0; i < 3; i++) {
+            snprintf(args, sizeof args, "ckpt export %s --out %s/%s", dir, dir, over[i]);
+            int rc = cli(args);
+            char *e = slurp(errf);
+            ZT_CHECK(rc == 2 && (strstr(e, "inside the checkpoint") ||
+                                 strstr(e, "is the save directory's latest")),
+                     "export --out %s: exit %d: %s", over[i], rc, e);
+            free(e);
+        }
+        snprintf(args, sizeof args, "ckpt verify %s", dir);
+        ZT_CHECK(cli(args) == 0, "the checkpoint verifies after the refused exports");
+        snprintf(args, sizeof args, "%s/s1/new.safetensors", dir);
+        ZT_CHECK(access(args, F_OK) != 0, "a refused export wrote %s", args);
+    }
 
     /* damage: a flipped byte in rank 1's file */
     char p[900];

@@ -334,7 +334,11 @@ int main(void)
     expect_usage_error("train " SMALL " --steps 2 --resume nockpt",
                        "no checkpoint in nockpt: none of its directories holds a manifest.json");
 
-    /* plot */
+    /* plot; never over its own input (the old code wrote the SVG over the metrics, exit 0) */
+    expect_usage_error("plot m1.jsonl -o m1.jsonl", "is the metrics file itself");
+    l1 = loss_at("m1.jsonl", 12);
+    ZT_CHECK(l1[0], "m1.jsonl lost its step 12 to a refused plot");
+    free(l1);
     rc = run("plot m1.jsonl -o loss.svg", &err, NULL);
     char path[256];
     snprintf(path, sizeof path, "%s/loss.svg", tmp);
