@@ -10,6 +10,9 @@
 #include "engine/internal.h"
 #include "tools/commands.h"
 
+#define ZEST_MAX_PARAMS 1000000000000000LL
+#define ZEST_MAX_BUFFERS 1000
+
 static void usage(FILE *f)
 {
     fprintf(f,
@@ -76,12 +79,16 @@ int cmd_estimate(int argc, char **argv)
             return zarg_usage_error("estimate", "%s: '%s' is not a whole number", a, v);
         i++;
     }
-    if (params < 1) return zarg_usage_error("estimate", "--params N (N >= 1) is required");
+    /* Bounds that keep every byte count inside uint64 (1e15 parameters, as zinc plan takes). */
+    if (params == -1) return zarg_usage_error("estimate", "--params N is required");
+    if (params < 1 || params > ZEST_MAX_PARAMS)
+        return zarg_usage_error("estimate", "--params: expected 1..1e15, got %lld", params);
     if (world < 1 || world > 1000000)
         return zarg_usage_error("estimate", "--world-size W (1..1000000) is required");
     if (stage < 0 || stage > 3) return zarg_usage_error("estimate", "--stage S (0..3) is required");
-    if (buckets < 1 || gathers < 1)
-        return zarg_usage_error("estimate", "--buckets and --gather-buffers must be >= 1");
+    if (buckets < 1 || gathers < 1 || buckets > ZEST_MAX_BUFFERS || gathers > ZEST_MAX_BUFFERS)
+        return zarg_usage_error("estimate", "--buckets and --gather-buffers must be in 1..%d",
+                                ZEST_MAX_BUFFERS);
     if (offload && stage == 0)
         return zarg_usage_error("estimate", "--offload-optimizer needs --stage 1, 2 or 3 (zinc, "
                                 "like DeepSpeed, offloads the optimizer state at stages 1-3)");

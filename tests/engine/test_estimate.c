@@ -164,5 +164,29 @@ int main(void)
     snprintf(cmd, sizeof cmd, "%s estimate --params 100 --world-size 4 --stage 4 2>/dev/null", ZINC_CLI);
     rc = system(cmd);
     ZT_CHECK(WIFEXITED(rc) && WEXITSTATUS(rc) == 2, "stage 4: rc %d", rc);
+    /* Sizes whose bytes overflow uint64 (the old code printed wrapped totals, exit 0), and a
+     * negative count (said "is required"), are refused naming the bound. */
+    const char *big[][2] = {{"--params 2e18 --world-size 1 --stage 0", "--params: expected 1..1e15"},
+                            {"--params 1e15 --world-size 1 --stage 3 --gather-buffers 1e15",
+                             "--gather-buffers must be in 1..1000"},
+                            {"--params -5 --world-size 1 --stage 0", "got -5"}};
+    for (int i = 0; i < 3; i++) {
+        snprintf(cmd, sizeof cmd, "%s estimate %s 2>&1", ZINC_CLI, big[i][0]);
+        FILE *p = popen(cmd, "r");
+        char msg[512] = "";
+        size_t got = p ? fread(msg, 1, sizeof msg - 1, p) : 0;
+        msg[got] = 0;
+        rc = p ? pclose(p) : -1;
+        ZT_CHECK(WIFEXITED(rc) && WEXITSTATUS(rc) == 2 && strstr(msg, big[i][1]),
+                 "estimate %s: rc %d, output: %s", big[i][0], rc, msg);
+    }
+    /* the largest accepted sizes still add up: state = 16 bytes per parameter at stage 0 fp16 */
+    char top[4096];
+    snprintf(cmd, sizeof cmd, "%s estimate --params 1e15 --world-size 1 --stage 0 --json", ZINC_CLI);
+    FILE *tp = popen(cmd, "r");
+    size_t tn = tp ? fread(top, 1, sizeof top - 1, tp) : 0;
+    top[tn] = 0;
+    if (tp) pclose(tp);
+    ZT_CHECK(strstr(top, "16000000000000000"), "1e15 parameters at stage 0: %s", top);
     return zt_finish("test_estimate");
 }
