@@ -80,6 +80,16 @@ static int same_shape(int ndim_a, const int64_t *a, int ndim_b, const int64_t *b
     return 1;
 }
 
+/* "[256, 16]" into buf: a shape as an error message shows it. */
+static const char *shape_text(int ndim, const int64_t *shape, char *buf, size_t n)
+{
+    size_t k = (size_t)snprintf(buf, n, "[");
+    for (int d = 0; d < ndim && k < n; d++)
+        k += (size_t)snprintf(buf + k, n - k, "%s%" PRId64, d ? ", " : "", shape[d]);
+    if (k < n) snprintf(buf + k, n - k, "]");
+    return buf;
+}
+
 /* The lowest failing rank and its message, on every rank (collective): a warning on rank 0 can
  * then name the file and chunk that another rank saw fail. Returns that rank, or -1 when none
  * failed or the comm could not tell. */
@@ -408,10 +418,12 @@ static zinc_status load_local(zinc_engine_t *e, const zeng_view *ev, const char 
         }
         const zck_tensor *T = &m->tensors[map[p]];
         if (!same_shape(T->ndim, T->shape, P->ndim, P->shape)) {
+            char a[160], b[160];
             s = zerr_fmt(err, ZCK_ERR, ZINC_ERR_MISMATCH,
-                         "%s: tensor '%s' has another shape in the checkpoint (%d dims, %" PRIu64
-                         " elements) than in the model (%d dims, %zu elements)", tagdir, P->name,
-                         T->ndim, T->numel, P->ndim, P->numel);
+                         "%s: tensor '%s' is %s in the checkpoint but %s in the model (was it "
+                         "saved from another model size?)", tagdir, P->name,
+                         shape_text(T->ndim, T->shape, a, sizeof a),
+                         shape_text(P->ndim, P->shape, b, sizeof b));
             goto done;
         }
     }

@@ -93,7 +93,7 @@ static int is_tag_dir(const char *dir)
     return train_file_exists(mp);
 }
 
-int train_ckpt_prepare(const topts *o, run_t *r)
+static int settle_resume(const topts *o, run_t *r)
 {
     r->resume_dir = r->resume_tag = NULL;
     struct stat st;
@@ -156,4 +156,33 @@ int train_ckpt_prepare(const topts *o, run_t *r)
     }
     r->resume_dir = o->resume;
     return 0;
+}
+
+/* The model spec saved with the checkpoint it will resume, read before any world or engine: a
+ * different --model is refused naming the one to give, whatever the shapes (the load itself
+ * stops at the first tensor that differs, or at none when only the heads differ). */
+static int check_resume_spec(const topts *o, const run_t *r)
+{
+    train_blob in;
+    char tag[256];
+    size_t got = 0;
+    zinc_status s = zinc_ckpt_find_tag(r->resume_dir, r->resume_tag, tag, sizeof tag, &in,
+                                       sizeof in, &got);
+    /* a checkpoint that cannot be read, or not zinc train's: the load says why */
+    if (s != ZINC_OK || got != sizeof in || in.magic != BLOB_MAGIC || in.version != 1) return 0;
+    in.spec[sizeof in.spec - 1] = 0;
+    zm_spec ls;
+    char err[256];
+    if (zm_spec_parse(in.spec, &ls, err, sizeof err) == 0 && memcmp(&ls, &o->spec, sizeof ls) == 0)
+        return 0;
+    fprintf(stderr, "zinc train: %s/%s holds model %s, not %s (give --model %s)\n",
+            r->resume_dir, tag, in.spec, o->spec_str, in.spec);
+    return 2;
+}
+
+int train_ckpt_prepare(const topts *o, run_t *r)
+{
+    int rc = settle_resume(o, r);
+    if (rc || !r->resume_dir) return rc;
+    return check_resume_spec(o, r);
 }

@@ -605,6 +605,25 @@ int main(void)
             free(w0);
         }
         zinc_engine_destroy(e2);
+        /* a tensor of another shape: the error shows both shapes (it gave only element counts) */
+        if (P0) {
+            zinc_engine_t *e3 = NULL;
+            int g3 = -1, p3 = -1;
+            const int64_t other[2] = {2, P0->numel};
+            ZT_OK(zinc_engine_create(&o, &e3));
+            ZT_OK(zinc_group_add(e3, "g", &g3));
+            ZT_OK(zinc_param_add(e3, g3, P0->name, 2, other, ZINC_DTYPE_FP32, &p3));
+            ZT_OK(zinc_finalize(e3));
+            zinc_ckpt_load_options_t lo;
+            memset(&lo, 0, sizeof lo);
+            char want[96];
+            snprintf(want, sizeof want, "but [2, %lld] in the model", (long long)P0->numel);
+            zinc_status st = zinc_ckpt_load(e3, dir, "t3", &lo);
+            ZT_CHECK(st == ZINC_ERR_MISMATCH && strstr(zinc_last_error(e3), want) &&
+                         strstr(zinc_last_error(e3), " is ["),
+                     "another shape: %s (want '%s')", zinc_last_error(e3), want);
+            zinc_engine_destroy(e3);
+        }
         zinc_engine_destroy(e);
         zinc_world_destroy(w1);
         free(cfg);

@@ -303,6 +303,11 @@ int main(void)
     rc = run("train " SMALL " --steps 12 --seed 4 --save-dir ck --resume auto", NULL, &out);
     ZT_CHECK(rc == 0 && strstr(out, "nothing to do"), "resume at the end: %s", out);
     free(out);
+    /* another model size is refused before the run, naming the --model to give, whether the
+     * shapes differ (the load's error named a tensor) or only the heads do */
+    expect_usage_error("train --model L1-D32-H2-T16 --ranks 2 --steps 12 --resume ck",
+                       "holds model L1-D16-H2-T16, not L1-D32-H2-T16 (give --model "
+                       "L1-D16-H2-T16)");
     /* a lost `latest` is not "no checkpoint": auto resumes from the newest tag (it used to start
      * fresh and save over the tags) */
     snprintf(cmd, sizeof cmd, "rm '%s/ck/latest'", tmp);
