@@ -238,7 +238,9 @@ const char *zck_reader_dir(const zck_reader *r);
 zinc_status zck_find_tag(const char *dir, const char *tag, int skip_upto, int logrank,
                          char *tagdir, size_t tagdir_n, char *tagname, size_t tagname_n,
                          char *err);
-/* Resolves what a user named: a tag directory (has a manifest) or a save directory (latest). */
+/* Resolves what a user named: a tag directory (has a manifest), or a save directory: the tag a
+ * load of it takes (zck_find_tag with no tag: the newest valid one). ZINC_ERR_IO when path is
+ * not a directory or holds no checkpoint at all. */
 zinc_status zck_resolve_path(const char *path, char *tagdir, size_t n, char *err);
 
 /* A destination: elements [lo, hi) of tensor `tensor`, written to dst as the stream's dtype. */

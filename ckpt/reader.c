@@ -504,13 +504,14 @@ zinc_status zck_resolve_path(const char *path, char *tagdir, size_t n, char *err
         snprintf(tagdir, n, "%s", path);
         return ZINC_OK;
     }
-    if (read_latest(path, tag, sizeof tag) == 0) {
-        snprintf(tagdir, n, "%s/%s", path, tag);
-        return ZINC_OK;
-    }
-    return zerr_fmt(err, ZCK_ERR, ZINC_ERR_IO,
-                    "%s is neither a checkpoint tag (no %s) nor a save directory (no readable "
-                    "`latest` file)", path, ZCK_MANIFEST);
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return zerr_fmt(err, ZCK_ERR, ZINC_ERR_IO, "%s: %s", path, strerror(errno));
+    if (!S_ISDIR(st.st_mode))
+        return zerr_fmt(err, ZCK_ERR, ZINC_ERR_IO, "%s: not a directory (give a checkpoint's tag "
+                        "directory or its save directory)", path);
+    /* a save directory: the tag a load would take (the newest valid one, `latest` or not) */
+    return zck_find_tag(path, NULL, 0, 0, tagdir, n, tag, sizeof tag, err);
 }
 
 typedef struct {

@@ -29,7 +29,9 @@ static void usage(FILE *f)
             "  inspect DIR [--json]       step, world size, stage, tensors, bytes per stream\n"
             "  export DIR --out F [--dtype fp32|fp16|bf16]   master weights as .safetensors\n"
             "  bench [--mib N] ...        save/load speed and compression on realistic state\n\n"
-            "DIR is a tag directory (holds manifest.json) or a save directory (its `latest`).\n");
+            "DIR is a tag directory (holds manifest.json) or a save directory: then the tag a\n"
+            "resume would load (the newest valid one, as `latest` names after a clean save).\n"
+            "Exit 2 when DIR is missing or holds no checkpoint.\n");
 }
 
 static int is_help(const char *a) { return !strcmp(a, "--help") || !strcmp(a, "-h"); }
@@ -38,10 +40,12 @@ static int open_dir(const char *cmd, const char *path, zck_reader **r)
 {
     char tagdir[4096], err[ZCK_ERR];
     zinc_status s = zck_resolve_path(path, tagdir, sizeof tagdir, err);
+    /* nothing there to check is bad input (2); a checkpoint that fails its checks is 1 */
+    int rc = s == ZINC_ERR_IO ? 2 : 1;
     if (s == ZINC_OK) s = zck_open(tagdir, r, err);
     if (s != ZINC_OK) {
         fprintf(stderr, "zinc ckpt %s: %s\n", cmd, err);
-        return 1;
+        return rc;
     }
     return 0;
 }
@@ -56,8 +60,9 @@ static int ckpt_verify(int argc, char **argv)
             printf("usage: zinc ckpt verify DIR\n\n"
                    "Reads every chunk of every rank file and checks its checksums, the client\n"
                    "blob, and that the stored pieces cover every tensor exactly once.\n"
-                   "DIR: a tag directory, or a save directory (checks the tag `latest` names).\n"
-                   "Exit 0 when sound; 1 with a message naming the file and chunk otherwise.\n");
+                   "DIR: a tag directory, or a save directory (checks the tag a resume would load:\n"
+                   "the newest valid one). Exit 0 when sound; 1 with a message naming the file and\n"
+                   "chunk otherwise; 2 when DIR is missing or holds no checkpoint.\n");
             return 0;
         }
         if (argv[i][0] == '-' || dir) return zarg_usage_error("ckpt verify", "unexpected '%s'", argv[i]);
@@ -65,7 +70,8 @@ static int ckpt_verify(int argc, char **argv)
     }
     if (!dir) return zarg_usage_error("ckpt verify", "DIR is required");
     zck_reader *r;
-    if (open_dir("verify", dir, &r)) return 1;
+    int rc = open_dir("verify", dir, &r);
+    if (rc) return rc;
     char err[ZCK_ERR];
     zinc_status s = zck_verify(r, 2, err);
     const zck_manifest *m = zck_reader_manifest(r);
@@ -106,7 +112,8 @@ static int ckpt_inspect(int argc, char **argv)
     }
     if (!dir) return zarg_usage_error("ckpt inspect", "DIR is required");
     zck_reader *r;
-    if (open_dir("inspect", dir, &r)) return 1;
+    int rc = open_dir("inspect", dir, &r);
+    if (rc) return rc;
     const zck_manifest *m = zck_reader_manifest(r);
     uint64_t raw[ZCK_NSTREAMS] = {0}, comp[ZCK_NSTREAMS] = {0}, params = 0;
     long nch[ZCK_NSTREAMS] = {0};
@@ -213,8 +220,12 @@ static int ckpt_export(int argc, char **argv)
         }
     }
     if (!dir || !out) return zarg_usage_error("ckpt export", "DIR and --out FILE are required");
-    char tagdir[4096], err[ZCK_ERR];
+    char tagdir[4096] = "", err[ZCK_ERR];
     zinc_status s = zck_resolve_path(dir, tagdir, sizeof tagdir, err);
+    if (s == ZINC_ERR_IO) {
+        fprintf(stderr, "zinc ckpt export: %s\n", err);
+        return 2;
+    }
     if (s == ZINC_OK && zarg_parent_within(out, tagdir))
         /* the rename would put the weights among (or over) the tag's own files */
         return zarg_usage_error("ckpt export", "--out %s lies inside the checkpoint %s; write it "

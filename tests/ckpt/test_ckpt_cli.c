@@ -54,7 +54,22 @@ int main(void)
     snprintf(args, sizeof args, "ckpt verify %s/s1", dir);
     ZT_CHECK(cli(args) == 0, "verify of a sound tag dir");
     snprintf(args, sizeof args, "ckpt verify %s/nothing-here", dir);
-    ZT_CHECK(cli(args) == 1, "verify of a missing directory");
+    ZT_CHECK(cli(args) == 2, "verify of a missing directory is bad input");
+    snprintf(args, sizeof args, "ckpt inspect %s/nothing-here", dir);
+    ZT_CHECK(cli(args) == 2, "inspect of a missing directory is bad input");
+    /* a save directory without `latest` (lost, or copied without it): the tag a load takes */
+    {
+        char lp[800], keep[800];
+        snprintf(lp, sizeof lp, "%s/latest", dir);
+        snprintf(keep, sizeof keep, "%s/latest.kept", dir);
+        ZT_CHECK(rename(lp, keep) == 0, "move %s", lp);
+        snprintf(args, sizeof args, "ckpt verify %s", dir);
+        int rc = cli(args);
+        char *o = slurp(out);
+        ZT_CHECK(rc == 0 && strstr(o, "tag s1"), "verify without latest: exit %d: %s", rc, o);
+        free(o);
+        ZT_CHECK(rename(keep, lp) == 0, "restore %s", lp);
+    }
 
     snprintf(args, sizeof args, "ckpt inspect %s --json", dir);
     ZT_CHECK(cli(args) == 0, "inspect --json");
