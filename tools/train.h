@@ -47,6 +47,8 @@ typedef struct {
     const char *metrics_path;
     uint64_t seed;
     long long micro_batch;      /* 0 = from the config */
+    long long grad_accum;       /* --grad-accum; 0 = from the config */
+    long long train_batch_size; /* --train-batch-size; 0 = from the config */
     double lr;                  /* < 0 = from the config */
     int threads;                /* model threads per rank (--threads, else cores / local ranks) */
     int demo;                   /* no arguments: train, save, resume, compare */

@@ -8,6 +8,7 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +30,21 @@
 /* The most sequences in one rank's micro-batch, from --micro-batch or the config (the model's
  * batch index is an int, and no machine holds more of the default model's activations) */
 #define MAX_MICRO_BATCH 65536
+/* --grad-accum and --train-batch-size: sequences or micro-steps, far past any real run */
+#define MAX_BATCH_COUNT (1LL << 40)
+
+/* The options that take a value (checked before asking for one, so that a mistyped last option
+ * is called unknown rather than short of a value). */
+static int takes_value(const char *a)
+{
+    static const char *const names[] = {
+        "--config", "--ranks", "--device", "--gpu-kernels", "--model", "--steps", "--data",
+        "--save-dir", "--save-every", "--resume", "--metrics", "--seed", "--micro-batch",
+        "--grad-accum", "--train-batch-size", "--lr", "--threads"};
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++)
+        if (!strcmp(a, names[k])) return 1;
+    return 0;
+}
 
 static void usage(FILE *f)
 {
@@ -69,6 +85,9 @@ static void usage(FILE *f)
             "  --metrics FILE     JSON lines, one object per logged step (zinc plot draws them)\n"
             "  --seed N           seed of the initial weights and of the data, default 1\n"
             "  --micro-batch N    override train_micro_batch_size_per_gpu\n"
+            "  --grad-accum N     override gradient_accumulation_steps\n"
+            "  --train-batch-size N\n"
+            "                     override train_batch_size\n"
             "  --lr X             override optimizer.params.lr\n"
             "  --threads N        model threads per rank, default cores / local ranks\n"
             "  --help             this text\n",
@@ -119,6 +138,14 @@ int train_parse_args(int argc, char **argv, topts *o)
         }
         if (strncmp(a, "--", 2) != 0)
             return zarg_usage_error(CMD, "unexpected argument '%s'", a);
+        /* "--opt=value" as well as "--opt value" */
+        char name[64];
+        const char *eq = strchr(a, '='), *v = eq ? eq + 1 : NULL;
+        snprintf(name, sizeof name, "%.*s", (int)(eq ? eq - a : (ptrdiff_t)strlen(a)), a);
+        a = name;
+        int flag = !strcmp(a, "--gpu-timing") || !strcmp(a, "--activation-checkpointing");
+        if (!flag && !takes_value(a)) return zarg_usage_error(CMD, "unknown option '%s'", argv[i]);
+        if (flag && v) return zarg_usage_error(CMD, "%s takes no value", a);
         if (!strcmp(a, "--gpu-timing")) { /* the flags without a value */
             o->gpu_timing = 1;
             continue;
@@ -127,8 +154,8 @@ int train_parse_args(int argc, char **argv, topts *o)
             o->checkpoint = 1;
             continue;
         }
-        if (i + 1 >= argc) return zarg_usage_error(CMD, "%s needs a value", a);
-        const char *v = argv[++i];
+        if (!v && i + 1 >= argc) return zarg_usage_error(CMD, "%s needs a value", a);
+        if (!v) v = argv[++i];
         long long n;
         double x;
         if (!strcmp(a, "--config")) {
@@ -181,6 +208,11 @@ int train_parse_args(int argc, char **argv, topts *o)
                 return zarg_usage_error(CMD, "--micro-batch: expected 1..%d, got '%s'",
                                         MAX_MICRO_BATCH, v);
             o->micro_batch = n;
+        } else if (!strcmp(a, "--grad-accum") || !strcmp(a, "--train-batch-size")) {
+            if (zarg_int64(v, &n) || n < 1 || n > MAX_BATCH_COUNT)
+                return zarg_usage_error(CMD, "%s: expected 1..%lld, got '%s'", a,
+                                        (long long)MAX_BATCH_COUNT, v);
+            *(a[2] == 'g' ? &o->grad_accum : &o->train_batch_size) = n;
         } else if (!strcmp(a, "--lr")) {
             if (zarg_double(v, &x) || x < 0)
                 return zarg_usage_error(CMD, "--lr: expected a number >= 0, got '%s'", v);
@@ -296,7 +328,8 @@ static int check_model_memory(const topts *o)
 /* Reads and validates the config as the engines will, with the CLI's overrides. */
 int train_resolve_config(topts *o)
 {
-    zcfg_overrides ov = {.world_size = o->ranks, .micro_batch = o->micro_batch, .lr = o->lr};
+    zcfg_overrides ov = {.world_size = o->ranks, .micro_batch = o->micro_batch, .lr = o->lr,
+                         .grad_accum = o->grad_accum, .train_batch_size = o->train_batch_size};
     zcfg_diag diag = {0};
     zinc_status s = zcfg_parse_file(o->config_path, &ov, &o->cfg, &diag);
     for (int i = 0; i < diag.nwarnings; i++)
@@ -318,7 +351,7 @@ int train_resolve_config(topts *o)
     zcfg_diag_free(&diag);
     int rc = check_model_memory(o);
     if (rc) return rc;
-    if (o->micro_batch > 0 || o->lr >= 0) {
+    if (o->micro_batch > 0 || o->lr >= 0 || o->grad_accum > 0 || o->train_batch_size > 0) {
         o->config_json = zcfg_to_json(&o->cfg);
         if (!o->config_json) {
             fprintf(stderr, "zinc train: out of memory\n");

@@ -134,6 +134,11 @@ int main(void)
     expect_usage_error("train --model L2-D63-H4-T64", "multiple of heads");
     expect_usage_error("train --model nonsense", "model spec");
     expect_usage_error("train --frobnicate 1", "unknown option '--frobnicate'");
+    /* last on the line, an unknown option is still unknown (was "needs a value"); --opt=value */
+    expect_usage_error("train --frobnicate", "unknown option '--frobnicate'");
+    expect_usage_error("train --steps=x", "--steps: expected");
+    expect_usage_error("train --gpu-timing=1", "--gpu-timing takes no value");
+    expect_usage_error("train --grad-accum 0", "--grad-accum: expected 1..");
     expect_usage_error("train --device tpu", "--device");
     expect_usage_error("train --gpu-kernels bogus", "expected exact or fast, got 'bogus'");
     expect_usage_error("train --gpu-kernels fast", "needs --device cuda");
@@ -202,6 +207,16 @@ int main(void)
         ZT_CHECK(strstr(e2, "optimizer step 1:") && strstr(e2, "minimum 1073741824") &&
                      strstr(e2, "first group with a non-finite gradient is '"),
                  "min loss scale: stderr lacks step, scale or group: %s", e2);
+        free(e2);
+    }
+
+    /* --grad-accum and --train-batch-size fill the config's batch keys, as config check's do */
+    {
+        char *o2, *e2;
+        int r2 = run("train " SMALL " --steps=1 --grad-accum 3", &e2, &o2);
+        ZT_CHECK(r2 == 0 && strstr(o2, "x 2 ranks x 3 accumulation"),
+                 "--grad-accum 3: exit %d: %s %s", r2, e2, o2);
+        free(o2);
         free(e2);
     }
 
