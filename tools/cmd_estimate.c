@@ -83,9 +83,12 @@ int cmd_estimate(int argc, char **argv)
     if (params == -1) return zarg_usage_error("estimate", "--params N is required");
     if (params < 1 || params > ZEST_MAX_PARAMS)
         return zarg_usage_error("estimate", "--params: expected 1..1e15, got %lld", params);
+    if (world == -1) return zarg_usage_error("estimate", "--world-size W is required");
     if (world < 1 || world > 1000000)
-        return zarg_usage_error("estimate", "--world-size W (1..1000000) is required");
-    if (stage < 0 || stage > 3) return zarg_usage_error("estimate", "--stage S (0..3) is required");
+        return zarg_usage_error("estimate", "--world-size: expected 1..1000000, got %lld", world);
+    if (stage == -1) return zarg_usage_error("estimate", "--stage S is required");
+    if (stage < 0 || stage > 3)
+        return zarg_usage_error("estimate", "--stage: expected 0..3, got %lld", stage);
     if (buckets < 1 || gathers < 1 || buckets > ZEST_MAX_BUFFERS || gathers > ZEST_MAX_BUFFERS)
         return zarg_usage_error("estimate", "--buckets and --gather-buffers must be in 1..%d",
                                 ZEST_MAX_BUFFERS);

@@ -19,7 +19,7 @@ static const zcommand zcommands[] = {
     {"estimate", cmd_estimate, "memory plan per rank for N parameters (ZeRO stages 0-3)"},
     {"plan", cmd_plan, "predicted step time, tokens/s, MFU and scaling of a run"},
     {"config", cmd_config, "config check FILE: validate a DeepSpeed-style JSON config"},
-    {"bench", cmd_bench, "benchmarks: adam (fused optimizer step vs memory bandwidth)"},
+    {"bench", cmd_bench, "benchmarks: adam, memory, comm, offload"},
     {"train", cmd_train, "train the built-in model from a DeepSpeed-style config"},
     {"plot", cmd_plot, "plot metrics.jsonl as an SVG loss curve"},
     {"ckpt", cmd_ckpt, "checkpoints: verify, inspect, export DIR"},
@@ -33,6 +33,8 @@ static void usage(FILE *f)
     for (size_t i = 0; i < sizeof zcommands / sizeof zcommands[0]; i++)
         fprintf(f, "  %-10s %s\n", zcommands[i].name, zcommands[i].help);
     fprintf(f, "\n  --version  version and the backends built\n");
+    fprintf(f, "\n`zinc` alone runs the demonstration of `zinc train` with no options (what `make run`\n"
+               "runs): the default model trained on 4 local ranks, checkpointed and resumed.\n");
 }
 
 static void version(void)

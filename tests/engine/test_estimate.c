@@ -169,8 +169,10 @@ int main(void)
     const char *big[][2] = {{"--params 2e18 --world-size 1 --stage 0", "--params: expected 1..1e15"},
                             {"--params 1e15 --world-size 1 --stage 3 --gather-buffers 1e15",
                              "--gather-buffers must be in 1..1000"},
-                            {"--params -5 --world-size 1 --stage 0", "got -5"}};
-    for (int i = 0; i < 3; i++) {
+                            {"--params -5 --world-size 1 --stage 0", "got -5"},
+                            {"--params 100 --world-size 1 --stage 5", "--stage: expected 0..3, got 5"},
+                            {"--params 100 --world-size 0 --stage 1", "--world-size: expected"}};
+    for (int i = 0; i < 5; i++) {
         snprintf(cmd, sizeof cmd, "%s estimate %s 2>&1", ZINC_CLI, big[i][0]);
         FILE *p = popen(cmd, "r");
         char msg[512] = "";
