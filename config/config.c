@@ -300,6 +300,23 @@ static void parse_batch(zcctx *x, json_object *root, const zcfg_overrides *ov, z
     c->grad_accum = ga;
 }
 
+/* The "hash" member that zinc config check --json adds to the resolved config: 16 lowercase hex
+ * digits into out (17 bytes), "" when absent. It changes nothing; the caller compares it with
+ * the hash the values resolve to. */
+static void read_hash_member(zcctx *x, json_object *root, char *out)
+{
+    json_object *v;
+    out[0] = 0;
+    if (!zc_member(root, "hash", &v) || !v) return;
+    const char *h = json_object_is_type(v, json_type_string) ? json_object_get_string(v) : NULL;
+    if (!h || strlen(h) != 16 || strspn(h, "0123456789abcdef") != 16) {
+        zc_error(x, "hash", "expected the 16 lowercase hex digits zinc config check --json "
+                 "writes, got %s", json_object_to_json_string(v));
+        return;
+    }
+    memcpy(out, h, 17);
+}
+
 /* ---- entry points ------------------------------------------------------------------------- */
 
 zinc_status zcfg_parse_text(const char *json, const char *path, const zcfg_overrides *ov,
@@ -319,6 +336,7 @@ zinc_status zcfg_parse_text(const char *json, const char *path, const zcfg_overr
 
     zcfg c;
     zcfg_defaults(&c);
+    char given_hash[17] = "";
     if (ov->world_size <= 0)
         zc_error(&x, "world_size", "must be > 0, got %d (the number of data-parallel ranks)",
                  ov->world_size);
@@ -342,6 +360,7 @@ zinc_status zcfg_parse_text(const char *json, const char *path, const zcfg_overr
             zc_parse_scalars(&x, root, &c);
             parse_batch(&x, root, ov, &c);
             zc_check_precision_stage(&x, &c);
+            read_hash_member(&x, root, given_hash);
         }
         json_object_put(root);
     }
@@ -353,6 +372,10 @@ zinc_status zcfg_parse_text(const char *json, const char *path, const zcfg_overr
         s = ZINC_ERR_CONFIG;
     else if (zc_hash(&c) != 0)
         s = ZINC_ERR_NOMEM;
+    if (s == ZINC_OK && given_hash[0] && strcmp(given_hash, c.hash_hex) != 0)
+        zc_warn(&x, "hash", "the file says %s but its values resolve to %s (edited since zinc "
+                "config check --json wrote it, or read with other overrides); %s is used",
+                given_hash, c.hash_hex, c.hash_hex);
     if (s == ZINC_OK) *out = c;
     zcfg_diag_free(&local);
     return s;

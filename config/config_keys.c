@@ -51,6 +51,8 @@ static const zkey top_keys[] = {
     {"data_types", ZK_OWN, ZK_ALWAYS, NULL},
     {"sequence_parallel_size", ZK_OWN, ZK_ALWAYS, NULL},
     {"zinc", ZK_OWN, ZK_ALWAYS, NULL},
+    /* zinc config check --json's own member, so that its output reads back (compared, not used) */
+    {"hash", ZK_OWN, ZK_ALWAYS, NULL},
     /* speed, memory placement or logging only */
     {"tensorboard", ZK_WARN, ZK_IF_ON, W_MONITOR_PY},
     {"wandb", ZK_WARN, ZK_IF_ON, W_MONITOR_PY},

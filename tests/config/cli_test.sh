@@ -83,4 +83,21 @@ case "$(tr -d ' \n' <"$tmp.out")" in
 *) echo "FAIL: --json of warn_offload.json lacks offload_optimizer device cpu, pin_memory true"; fails=$((fails + 1)) ;;
 esac
 
+# --json's output is itself a config (with its "hash" member, which read back is only compared):
+# it resolves to the same hash, and an edited copy warns that its hash no longer matches.
+"$zinc" config check "$dir/accept_hf_zero2.json" --world-size 2 --json >"$tmp.json" 2>/dev/null
+h=$(sed -n 's/.*"hash": "\([0-9a-f]*\)".*/\1/p' "$tmp.json")
+expect 0 - check "$tmp.json" --world-size 2
+checks=$((checks + 1))
+"$zinc" config check "$tmp.json" --world-size 2 >"$tmp.out" 2>&1
+if [ -z "$h" ] || ! grep -q "hash $h" "$tmp.out" || grep -q "^warning" "$tmp.out"; then
+    echo "FAIL: --json read back: want hash '$h', no warning"; cat "$tmp.out"; fails=$((fails + 1))
+fi
+sed 's/"gradient_clipping": [0-9.]*/"gradient_clipping": 0.5/' "$tmp.json" >"$tmp.edit.json"
+expect 0 "^warning: hash: the file says $h but its values resolve to" \
+    check "$tmp.edit.json" --world-size 2
+sed 's/"hash": "[0-9a-f]*"/"hash": 7/' "$tmp.json" >"$tmp.edit.json"
+expect 2 "^error: hash: expected the 16 lowercase hex digits" check "$tmp.edit.json" --world-size 2
+rm -f "$tmp.json" "$tmp.edit.json"
+
 cli_finish
