@@ -105,7 +105,9 @@ typedef enum {
     ZK_ALWAYS = 0,   /* the class applies whenever the key is present */
     ZK_IF_ON,        /* ... only when the value is "on": true, non-zero, a non-empty string,
                         an object whose "enabled" is on (or, without "enabled", non-empty) */
-    ZK_IF_OFF        /* ... only when the value is false (keys whose default is true) */
+    ZK_IF_OFF,       /* ... only when the value is false (keys whose default is true) */
+    ZK_IF_SET        /* ... whenever the value is not null: DeepSpeed's Optional[...Config] =
+                        None blocks, which any object turns on, {} included */
 } zk_when;
 
 typedef struct {

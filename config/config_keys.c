@@ -293,7 +293,9 @@ static const zkey zero_keys[] = {
      "ZeRO++ quantized gradient communication changes the math and is not implemented"},
     {"zeropp_loco_param", ZK_REJECT, ZK_IF_ON,
      "LoCo error feedback for quantized gradients changes the math and is not implemented"},
-    {"zenflow", ZK_REJECT, ZK_IF_ON,
+    /* zero/config.py: zenflow: Optional[ZenFlowConfig] = None; "zenflow": {} is ZenFlow with
+     * its defaults (runtime/zenflow/engine.py turns it on for any non-None config) */
+    {"zenflow", ZK_REJECT, ZK_IF_SET,
      "ZenFlow's delayed CPU updates change the math and are not implemented"},
 };
 ZK_SET(zk_zero, "zero_optimization", zero_keys);
@@ -498,7 +500,7 @@ void zk_check(zcctx *x, json_object *obj, const char *path, const zkeyset *set)
         }
         if (k->cls == ZK_OWN) continue;
         int applies = k->when == ZK_ALWAYS || (k->when == ZK_IF_ON && zk_is_on(val)) ||
-                      (k->when == ZK_IF_OFF && is_off(val));
+                      (k->when == ZK_IF_OFF && is_off(val)) || (k->when == ZK_IF_SET && val);
         if (!applies) continue;
         if (k->cls == ZK_WARN)
             zc_warn(x, kp, "accepted without effect: %s", k->why);
