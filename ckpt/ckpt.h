@@ -30,6 +30,9 @@
 #define ZCK_MAX_DIMS 8
 #define ZCK_TAG_MAX 256
 #define ZCK_MANIFEST "manifest.json"
+/* The largest step a manifest may hold: 2^53, where JSON numbers stop being exact integers (the
+ * engine's counters have the same bound, engine/view.h's ZENG_COUNTER_MAX). */
+#define ZCK_STEP_MAX 9007199254740992LL
 #define ZCK_LATEST "latest"
 #define ZCK_BLOB "client.bin"
 #define ZCK_FILE_MAGIC "ZINCSHRD"      /* 8 bytes, then u32 version, u32 rank (little-endian) */

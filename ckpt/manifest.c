@@ -464,6 +464,12 @@ zinc_status zck_manifest_parse(const char *text, size_t len, const char *where, 
         goto fail;
     }
     m->step = json_object_get_int64(v);
+    /* the engine's counters are JSON-exact integers (ckpt/state.c's range); the step picks the
+     * newest tag, so a wild one must not win over the real newest */
+    if (m->step < 0 || m->step > ZCK_STEP_MAX) {
+        s = BAD("%s: \"step\" %" PRId64 " is out of range (0..2^53)", where, m->step);
+        goto fail;
+    }
     uint64_t ws, stage;
     if (jkey_u64(o, "world_size", &ws) || ws < 1 || ws > 1000000 || jkey_u64(o, "zero_stage", &stage) ||
         stage > 3) {
@@ -555,6 +561,13 @@ zinc_status zck_manifest_parse(const char *text, size_t len, const char *where, 
     if (json_object_object_get_ex(o, "engine_state", &v) && v) {
         if (!json_object_is_type(v, json_type_object)) {
             s = BAD("%s: \"engine_state\" is not an object", where);
+            goto fail;
+        }
+        json_object *es;
+        if (json_object_object_get_ex(v, "step", &es) && json_object_is_type(es, json_type_int) &&
+            json_object_get_int64(es) != m->step) {
+            s = BAD("%s: \"step\" %" PRId64 " disagrees with engine_state's step %" PRId64
+                    " (the two are written together)", where, m->step, json_object_get_int64(es));
             goto fail;
         }
         m->engine_state = strdup(json_object_to_json_string_ext(v, JSON_C_TO_STRING_PLAIN));

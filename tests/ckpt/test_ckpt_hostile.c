@@ -162,6 +162,29 @@ static void test_engine_state(void)
     }
 }
 
+/* The manifest's step, resealed: it picks the newest tag, so a wild one (negative, past 2^53, or
+ * not engine_state's) is damage, not a tag that wins over the real newest. */
+static void test_manifest_step(void)
+{
+    static const struct { const char *path, *to, *path2, *says; } cases[] = {
+        {"step", "1000000", NULL, "disagrees with engine_state's step"},
+        {"step", "-1", "engine_state.step", "out of range"},
+        {"step", "1152921504606846976", "engine_state.step", "out of range"},
+    };
+    char td[800], err[ZCK_ERR];
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        fresh("mstep", td, sizeof td);
+        ZT_CHECK(edit_manifest(td, cases[i].path, cases[i].to), "manifest has %s", cases[i].path);
+        if (cases[i].path2)
+            ZT_CHECK(edit_manifest(td, cases[i].path2, cases[i].to), "manifest has %s",
+                     cases[i].path2);
+        zinc_status s = open_verify(td, err);
+        ZT_CHECK(s == ZINC_ERR_CORRUPT && strstr(err, cases[i].says),
+                 "manifest step %s: %s (%s); want CORRUPT saying '%s'", cases[i].to,
+                 zinc_status_string(s), err, cases[i].says);
+    }
+}
+
 /* A FIFO with no writer: open() without O_NONBLOCK would wait forever. alarm() turns a hang into
  * a failure of this test instead of a CTest timeout. */
 static void test_fifo(void)
@@ -315,6 +338,7 @@ int main(void)
     fx_tmproot(root, sizeof root, "hostile");
     test_unsealed_edit();
     test_engine_state();
+    test_manifest_step();
     test_fifo();
     test_header_version();
     test_chunk_expansion();

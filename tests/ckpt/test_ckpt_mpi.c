@@ -35,7 +35,6 @@ int main(int argc, char **argv)
         char tag[16];
         snprintf(tag, sizeof tag, "a%d", async);
         zck_save_desc d = fx_desc(dir, tag, &p, rank, t, &fr, 0x7);
-        d.step = 10 + async;
         if (async) {
             zck_async *a = NULL;
             s = zck_async_start(c, &d, NULL, &a, err);
