@@ -12,36 +12,22 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/files.h"
 #include "ckpt/ckpt.h"
 #include "base/log.h"
 
 int zck_open_regular(const char *path, char *err)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    int fd = zfile_open_regular(path);
     if (fd < 0) {
         int e = errno;
-        zerr_fmt(err, ZCK_ERR, ZINC_ERR_IO, "cannot open %s: %s", path, strerror(e));
+        if (e == EINVAL)
+            zerr_fmt(err, ZCK_ERR, ZINC_ERR_IO, "%s is not a regular file (a FIFO, device or "
+                     "directory in a checkpoint file's place); refusing to read it", path);
+        else
+            zerr_fmt(err, ZCK_ERR, ZINC_ERR_IO, "cannot open %s: %s", path, strerror(e));
         errno = e;
-        return -1;
     }
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        int e = errno;
-        close(fd);
-        zerr_fmt(err, ZCK_ERR, ZINC_ERR_IO, "cannot stat %s: %s", path, strerror(e));
-        errno = e;
-        return -1;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        close(fd);
-        zerr_fmt(err, ZCK_ERR, ZINC_ERR_IO, "%s is not a regular file (a FIFO, device or "
-                 "directory in a checkpoint file's place); refusing to read it", path);
-        errno = EINVAL;
-        return -1;
-    }
-    /* Regular files never block; clear the flag so later reads behave as usual. */
-    int fl = fcntl(fd, F_GETFL);
-    if (fl >= 0) (void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
     return fd;
 }
 

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/files.h"
 #include "config/config_internal.h"
 
 /* ---- diagnostics -------------------------------------------------------------------------- */
@@ -392,35 +393,11 @@ zinc_status zcfg_parse_file(const char *path, const zcfg_overrides *ov, zcfg *ou
         zcfg_diag_free(&local);
         return ZINC_ERR_INVALID_ARG;
     }
-    FILE *f = fopen(path, "rb");
     char *buf = NULL;
-    size_t len = 0, cap = 0;
-    int err = 0;
-    if (!f) {
-        err = errno;
-    } else {
-        for (;;) {
-            if (len + 4096 + 1 > cap) {
-                size_t ncap = cap ? cap * 2 : 65536;
-                char *nb = realloc(buf, ncap);
-                if (!nb) {
-                    err = ENOMEM;
-                    break;
-                }
-                buf = nb;
-                cap = ncap;
-            }
-            size_t got = fread(buf + len, 1, cap - len - 1, f);
-            len += got;
-            if (got == 0) {
-                if (ferror(f)) err = errno ? errno : EIO;
-                break;
-            }
-        }
-        fclose(f);
-    }
+    size_t len = 0;
+    int err = zfile_read_regular(path, &buf, &len);
     if (err || !buf) {
-        zc_error(&x, "", "%s: cannot read the config file: %s", path, strerror(err ? err : EIO));
+        zc_error(&x, "", "%s: cannot read the config file: %s", path, zfile_strerror(err ? err : EIO));
         free(buf);
         zcfg_diag_free(&local);
         return err == ENOMEM ? ZINC_ERR_NOMEM : ZINC_ERR_IO;

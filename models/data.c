@@ -23,6 +23,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "base/files.h"
 #include "models/rng.h"
 
 #define SYN_A 32
@@ -142,15 +143,15 @@ zinc_status zm_data_open_file(const char *path, uint64_t seed, zm_data **out, ch
     if (!d) return ZINC_ERR_NOMEM;
     d->seed = seed;
     zinc_status st = ZINC_ERR_IO;
-    /* O_NONBLOCK: a FIFO opens at once (and is refused below) instead of waiting for a writer. */
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    /* a FIFO is refused at once instead of waiting for a writer (base/files.h) */
+    int fd = zfile_open_regular(path);
     struct stat sb;
-    if (fd < 0 || fstat(fd, &sb) != 0) {
-        snprintf(err, errn, "cannot read data file '%s': %s", path, strerror(errno));
+    if (fd < 0 && errno == EINVAL) {
+        snprintf(err, errn, "data file '%s' is not a regular file", path);
         goto fail;
     }
-    if (!S_ISREG(sb.st_mode)) {
-        snprintf(err, errn, "data file '%s' is not a regular file", path);
+    if (fd < 0 || fstat(fd, &sb) != 0) {
+        snprintf(err, errn, "cannot read data file '%s': %s", path, strerror(errno));
         goto fail;
     }
     d->map_bytes = (size_t)sb.st_size;

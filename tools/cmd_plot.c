@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/files.h"
 #include "tools/commands.h"
 
 #define CMD "plot"
@@ -96,9 +97,9 @@ int cmd_plot(int argc, char **argv)
     if (zarg_same_file(in, out))
         return zarg_usage_error(CMD, "the output '%s' is the metrics file itself; give -o FILE.svg",
                                 out);
-    FILE *f = fopen(in, "r");
+    FILE *f = zfile_fopen_regular(in);
     if (!f) {
-        fprintf(stderr, "zinc plot: cannot read '%s': %s\n", in, strerror(errno));
+        fprintf(stderr, "zinc plot: cannot read '%s': %s\n", in, zfile_strerror(errno));
         return 2;
     }
     size_t n = 0, cap = 256;

@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/files.h"
 #include "engine/internal.h"
 #include "models/gpt.h"
 #include "shard/comm.h"
@@ -305,9 +306,10 @@ fail:
 int zplan_read_calibration(const char *path, zplan_gpu *gpu, zplan_link *link, char *err,
                            size_t len)
 {
-    json_object *o = json_object_from_file(path);
+    char why[256];
+    json_object *o = zfile_json(path, why, sizeof why);
     if (!o) {
-        snprintf(err, len, "%s: cannot open or not JSON (%s)", path, json_util_get_last_err());
+        snprintf(err, len, "%s: cannot open or not JSON (%s)", path, why);
         return -1;
     }
     static const char *const keys[5] = {"flops_per_s", "optimizer_bytes_per_s", "link_alpha_s",

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/files.h"
 #include "tools/plan.h"
 
 static int fail(char *err, size_t len, const char *fmt, ...)
@@ -73,8 +74,9 @@ static int set_shape(zplan_in *in, double params, long long layers, double hidde
 
 int zplan_from_hf_config(const char *path, zplan_in *in, char *err, size_t errlen)
 {
-    json_object *o = json_object_from_file(path);
-    if (!o) return fail(err, errlen, "%s: not readable as JSON (%s)", path, json_util_get_last_err());
+    char why[256];
+    json_object *o = zfile_json(path, why, sizeof why);
+    if (!o) return fail(err, errlen, "%s: not readable as JSON (%s)", path, why);
     int rc = -1;
     json_object *mt;
     const char *type = json_object_object_get_ex(o, "model_type", &mt) &&

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <sys/wait.h>
 
 #include "testutil.h"
@@ -161,6 +162,15 @@ int main(void)
     expect_usage_error("plot", "metrics file");
     expect_usage_error("plot no-such.jsonl", "cannot read 'no-such.jsonl'");
     expect_usage_error("plot nopoints.jsonl", "no {\"step\"");
+    /* a FIFO as the metrics file or the config is refused, not waited on */
+    {
+        char fifo[300];
+        snprintf(fifo, sizeof fifo, "%s/fifo", tmp);
+        ZT_CHECK(mkfifo(fifo, 0600) == 0, "mkfifo %s", fifo);
+        expect_usage_error("plot fifo", "not a regular file");
+        expect_usage_error("train --config fifo --steps 1", "not a regular file");
+        unlink(fifo);
+    }
 
     /* Micro batches the CPU model cannot hold: refused before any allocation, naming the key (a
      * config's 2^40 used to wrap to 0 in an int; 200000 ran into the OOM killer). */

@@ -135,6 +135,14 @@ expect 2 "link_alpha_s.*is missing|optimizer_bytes_per_s.*is missing" --calibrat
     --params 7e9 --seq 4096 --gpus 8 --stage 3
 expect 2 "^zinc plan: --gpu and --calibration: give one" --calibration "$tmp.cal" $base
 expect 2 "^zinc plan: --model 'L0-D1': " --calibrate --model L0-D1
+# FIFOs named as input are refused at once instead of blocking the open (base/files.h)
+rm -f "$tmp.fifo"
+if mkfifo "$tmp.fifo" 2>/dev/null; then
+    expect 2 "hf-config: .*not a regular file" --hf-config "$tmp.fifo" --gpus 8 --gpu h100
+    expect 2 "calibration: .*not a regular file" --calibration "$tmp.fifo" \
+        --params 7e9 --seq 4096 --gpus 8 --stage 3
+    rm -f "$tmp.fifo"
+fi
 
 rm -f "$tmp.json" "$tmp.cal"
 cli_finish

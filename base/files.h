@@ -1,0 +1,30 @@
+/*
+ * files.h — opening a file the user named, for reading, without ever blocking on it.
+ *
+ * open() of a FIFO with no writer waits forever, and a device may too. Every path a user gives
+ * for reading (configs, data, metrics, checkpoints, HF configs, calibrations) goes through here:
+ * opened O_NONBLOCK, then refused unless it is a regular file.
+ */
+#ifndef ZINC_BASE_FILES_H
+#define ZINC_BASE_FILES_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#include <json-c/json.h>
+
+/* A read-only descriptor of path when it is a regular file (blocking reads restored), else -1
+ * with errno: open()'s, or EINVAL for a FIFO, device, socket or directory. */
+int zfile_open_regular(const char *path);
+/* The same as a stdio stream ("rb"); NULL with errno as above. */
+FILE *zfile_fopen_regular(const char *path);
+/* strerror(errno) after one of the above, with EINVAL said as what it means here. */
+const char *zfile_strerror(int err);
+/* The whole file into *out (NUL-terminated, *len bytes without it; the caller frees). Returns 0,
+ * or an errno value (EINVAL: not a regular file). */
+int zfile_read_regular(const char *path, char **out, size_t *len);
+/* The whole file parsed as JSON (json-c's lenient parser, as json_object_from_file), or NULL
+ * with *why set (size n): the open error, or the parser's. */
+json_object *zfile_json(const char *path, char *why, size_t n);
+
+#endif
