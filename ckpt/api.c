@@ -318,13 +318,13 @@ zinc_status zinc_ckpt_save(zinc_engine_t *e, const char *dir, const char *tag,
             s = zck_async_wait(a, err);   /* no slot: finish it now rather than lose it */
         }
         if (s == ZINC_OK && d.rank == 0)
-            zlog(ZLOG_INFO, "ckpt", 0, "saving %s/%s in the background (step %" PRId64 ", %.1f MB "
+            zlog(ZLOG_INFO, "ckpt", 0, "saving %s/%s in the background (%" PRId64 " updates applied, %.1f MB "
                  "staged per rank in %.2f s)", dir, tag, ev->st->step, (double)stage_bytes / 1e6,
                  now_s() - t0);
     } else {
         s = zck_save(ev->comm, &d, err);
         if (s == ZINC_OK && d.rank == 0)
-            zlog(ZLOG_INFO, "ckpt", 0, "saved %s/%s (step %" PRId64 ", %.1f MB per rank in %.2f s)",
+            zlog(ZLOG_INFO, "ckpt", 0, "saved %s/%s (%" PRId64 " updates applied, %.1f MB per rank in %.2f s)",
                  dir, tag, ev->st->step, (double)stage_bytes / 1e6, now_s() - t0);
     }
 done:
@@ -596,7 +596,7 @@ zinc_status zinc_ckpt_load(zinc_engine_t *e, const char *dir, const char *tag,
     if (s == ZINC_OK) {
         if (opt) snprintf(opt->loaded_tag, sizeof opt->loaded_tag, "%s", pk->tag);
         if (me == 0)
-            zlog(ZLOG_INFO, "ckpt", 0, "loaded %s (step %" PRId64 "%s)", pk->tagdir, ev->st->step,
+            zlog(ZLOG_INFO, "ckpt", 0, "loaded %s (%" PRId64 " updates applied%s)", pk->tagdir, ev->st->step,
                  opt && opt->weights_only ? ", weights only" : "");
     }
     free(pk);

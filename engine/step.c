@@ -696,8 +696,10 @@ zinc_status zinc_step(zinc_engine_t *e, zinc_step_info_t *info)
         info->grad_norm_clipped = info->grad_norm;
         info->skipped_total = e->st.skipped;
         if (e->rank == 0)
-            zlog(ZLOG_INFO, "engine", 0, "step %lld: gradient overflow, step skipped; loss scale %g -> %g",
-                 (long long)e->st.step, scale, e->st.scaler.cur_scale);
+            /* numbered as callers count zinc_step calls (applied + skipped), as zinc train does */
+            zlog(ZLOG_INFO, "engine", 0, "step %lld: gradient overflow, step skipped (%lld applied, "
+                 "%lld skipped); loss scale %g -> %g", (long long)(e->st.step + e->st.skipped),
+                 (long long)e->st.step, (long long)e->st.skipped, scale, e->st.scaler.cur_scale);
         s = zero_grads(e);
         return s == ZINC_OK ? zeng_background_poll(e) : s;
     }

@@ -86,7 +86,7 @@ static int ckpt_verify(int argc, char **argv)
         bytes += m->ranks[k].bytes;
         for (int st = 0; st < ZCK_NSTREAMS; st++) chunks += m->ranks[k].streams[st].nchunks;
     }
-    printf("ok: %s: tag %s, step %" PRId64 ", %d rank files, %ld chunks, %" PRIu64 " bytes verified\n",
+    printf("ok: %s: tag %s, %" PRId64 " updates applied, %d rank files, %ld chunks, %" PRIu64 " bytes verified\n",
            zck_reader_dir(r), m->tag, m->step, m->nranks, chunks, bytes);
     zck_close(r);
     return 0;
@@ -163,7 +163,7 @@ static int ckpt_inspect(int argc, char **argv)
         printf("checkpoint   %s\n", zck_reader_dir(r));
         printf("tag          %s (format version %d, written by zinc %s)\n", m->tag, m->version,
                m->zinc_version);
-        printf("step         %" PRId64 "\n", m->step);
+        printf("step         %" PRId64 " (optimizer updates applied; skipped fp16 steps not counted)\n", m->step);
         printf("world size   %d\nzero stage   %d\ndtype        %s\nconfig hash  %s\n",
                m->world_size, m->stage, zinc_dtype_name(m->dtype), m->config_hash);
         printf("codec        zstd level %d, %sshuffled, chunks of %" PRIu64 " bytes\n", m->level,
