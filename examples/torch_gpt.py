@@ -163,7 +163,7 @@ def main():
             loss = F.cross_entropy(engine(x).float().reshape(-1, 32), y.reshape(-1))
             engine.backward(loss)
             engine.step()
-        if rank == 0 and (step % 10 == 0 or step == 1):
+        if rank == 0 and (step % 10 == 0 or step in (1, args.steps)):
             print(f"step {step:4d}  loss {float(loss.detach()):.4f}  lr {engine.get_lr()[0]:.2e}  "
                   f"grad norm {engine.get_global_grad_norm():.3f}", flush=True)
     engine.close()

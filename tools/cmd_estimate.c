@@ -24,6 +24,7 @@ static void usage(FILE *f)
             "parameters + gradients + master + m + v; buffers (gradient buckets at stages 2-3,\n"
             "gather buffers at stage 3) are listed apart, sized by the largest group G\n"
             "(default: min(N, 5e8), DeepSpeed's default bucket size). Numbers like 7.5e9 are fine.\n"
+            "--dtype is the 16-bit working copy's, default fp16 (bf16 has the same bytes).\n"
             "--offload-optimizer (zero_optimization.offload_optimizer {\"device\": \"cpu\"}, stages\n"
             "1-3): master, m, v of the shard in host memory, with host copies of the gradient\n"
             "shard and of the 16-bit update; device and host bytes are listed apart.\n"

@@ -53,7 +53,7 @@ static void usage(FILE *f)
             "measures here, on the cpu device: one rank's FLOP/s on the built-in model (SPEC,\n"
             "default %s, T threads, default 1), the Adam step's bytes/s and the link (alpha,\n"
             "beta) of N local ranks (default 2); writes FILE (default zinc-calibration.json)\n"
-            "  --gpu NAME        a100-40, a100-80, h100, h200 (SXM; figures from the datasheets)\n"
+            "  --gpu NAME        a100-40, a100-80 (a100), h100, h200 (SXM; datasheet figures)\n"
             "  --config FILE     DeepSpeed JSON: its stage, precision, gradient accumulation,\n"
             "                    micro-batch and offload (flags given as well win)\n"
             "  --gpus-per-node G default 8; --intra-bw default the GPU's NVLink per direction,\n"
