@@ -535,7 +535,7 @@ zinc_status zck_find_tag(const char *dir, const char *tag, int skip_upto, int lo
     zck_reader *r;
     if (tag && strcmp(tag, ZCK_LATEST) != 0) {
         if (!valid_tag_name(tag))
-            return zerr_fmt(err, ZCK_ERR, ZINC_ERR_INVALID_ARG, "ckpt load: \"%s\" is not a tag name", tag);
+            return zerr_fmt(err, ZCK_ERR, ZINC_ERR_INVALID_ARG, "\"%s\" is not a tag name", tag);
         snprintf(tagdir, tagdir_n, "%s/%s", dir, tag);
         snprintf(tagname, tagname_n, "%s", tag);
         zinc_status s = zck_open(tagdir, &r, err);
@@ -544,7 +544,7 @@ zinc_status zck_find_tag(const char *dir, const char *tag, int skip_upto, int lo
     }
     DIR *dd = opendir(dir);
     if (!dd)
-        return zerr_fmt(err, ZCK_ERR, ZINC_ERR_IO, "ckpt load: cannot open the save directory %s: %s",
+        return zerr_fmt(err, ZCK_ERR, ZINC_ERR_IO, "cannot open the save directory %s: %s",
                         dir, strerror(errno));
     zcand *c = NULL;
     int nc = 0, cap = 0, ndamaged = 0;
@@ -607,10 +607,10 @@ zinc_status zck_find_tag(const char *dir, const char *tag, int skip_upto, int lo
         free(c);
         if (nc == 0 && ndamaged == 0) /* nothing to warn about: say what was looked for */
             return zerr_fmt(err, ZCK_ERR, ZINC_ERR_IO,
-                            "ckpt load: no checkpoint in %s: none of its directories holds a %s",
+                            "no checkpoint in %s: none of its directories holds a %s",
                             dir, ZCK_MANIFEST);
         return zerr_fmt(err, ZCK_ERR, nc || ndamaged ? ZINC_ERR_CORRUPT : ZINC_ERR_IO,
-                        "ckpt load: no valid checkpoint in %s (%d damaged, %d unusable; see the "
+                        "no valid checkpoint in %s (%d damaged, %d unusable; see the "
                         "warnings above)", dir, ndamaged, skip_upto);
     }
     for (int i = 0; i < skip_upto; i++)
