@@ -46,6 +46,27 @@ const char *zfile_strerror(int err)
     return err == EINVAL ? "not a regular file (a FIFO, device or directory)" : strerror(err);
 }
 
+FILE *zfile_create_beside(const char *final, char *tmp, size_t n)
+{
+    if ((size_t)snprintf(tmp, n, "%s.XXXXXX", final) >= n) {
+        errno = ENAMETOOLONG;
+        return NULL;
+    }
+    int fd = mkstemp(tmp);
+    if (fd < 0) return NULL;
+    mode_t um = umask(0);
+    umask(um);
+    (void)fchmod(fd, 0666 & ~um);
+    FILE *f = fdopen(fd, "wb");
+    if (!f) {
+        int e = errno;
+        close(fd);
+        unlink(tmp);
+        errno = e;
+    }
+    return f;
+}
+
 int zfile_read_regular(const char *path, char **out, size_t *len)
 {
     *out = NULL;

@@ -20,6 +20,10 @@ int zfile_open_regular(const char *path);
 FILE *zfile_fopen_regular(const char *path);
 /* strerror(errno) after one of the above, with EINVAL said as what it means here. */
 const char *zfile_strerror(int err);
+/* A new file beside `final` to write and then rename over it: "FINAL.XXXXXX" (name into tmp,
+ * n bytes), created exclusively (mkstemp: never an existing file, nor through a symlink planted
+ * at a predictable name), with the usual permissions (0666 less the umask). NULL with errno. */
+FILE *zfile_create_beside(const char *final, char *tmp, size_t n);
 /* The whole file into *out (NUL-terminated, *len bytes without it; the caller frees). Returns 0,
  * or an errno value (EINVAL: not a regular file). */
 int zfile_read_regular(const char *path, char **out, size_t *len);

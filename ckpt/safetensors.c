@@ -20,6 +20,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/files.h"
 #include "base/json_strict.h"
 #include "ckpt/ckpt.h"
 #include "base/log.h"
@@ -104,8 +105,7 @@ zinc_status zck_export_safetensors(const char *tagdir, const char *out, zinc_dty
     float *f32 = NULL;
     uint16_t *h16 = NULL;
     FILE *f = NULL;
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp", out);
+    char tmp[4200] = "";
     if (!order) { s = zerr_fmt(err, ZCK_ERR, ZINC_ERR_NOMEM, "export: out of memory"); goto done; }
     uint64_t maxn = 0;
     for (int i = 0; i < m->ntensors; i++) {
@@ -147,8 +147,13 @@ zinc_status zck_export_safetensors(const char *tagdir, const char *out, zinc_dty
                      "export: out of memory (the largest tensor has %" PRIu64 " elements)", maxn);
         goto done;
     }
-    f = fopen(tmp, "wb");
-    if (!f) { s = zerr_fmt(err, ZCK_ERR, ZINC_ERR_IO, "cannot create %s: %s", tmp, strerror(errno)); goto done; }
+    /* a fresh name (mkstemp), never an existing file or a symlink planted at OUT.tmp */
+    f = zfile_create_beside(out, tmp, sizeof tmp);
+    if (!f) {
+        s = zerr_fmt(err, ZCK_ERR, ZINC_ERR_IO, "cannot create a file beside %s: %s", out,
+                     strerror(errno));
+        goto done;
+    }
     uint8_t len8[8];
     for (int b = 0; b < 8; b++) len8[b] = (uint8_t)((uint64_t)h.n >> (8 * b));
     s = write_all(f, len8, 8, tmp, err);

@@ -327,7 +327,7 @@ static zinc_status write_rank_file(const zck_save_desc *d, const char *path, zck
             goto done;
         }
 
-    fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd < 0) { s = zerr_fmt(err, ZCK_ERR, ZINC_ERR_IO, "cannot create %s: %s", path, strerror(errno)); goto done; }
     uint8_t hdr[ZCK_FILE_HEADER];
     memcpy(hdr, ZCK_FILE_MAGIC, 8);
@@ -439,7 +439,7 @@ zinc_status zck_save_write(const zck_save_desc *d, char *err)
         char fpath[4200], msg[ZCK_ERR + 64];
         snprintf(fpath, sizeof fpath, "%s/rank-%05d.failed", tmp, d->rank);
         int n = snprintf(msg, sizeof msg, "%d %s", (int)s, err);
-        int fd = open(fpath, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        int fd = open(fpath, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
         if (fd >= 0) {
             if (write(fd, msg, (size_t)n) < 0) { /* best effort */ }
             close(fd);

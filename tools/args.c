@@ -23,6 +23,16 @@ int zarg_double(const char *s, double *out)
 
 int zarg_int64(const char *s, long long *out)
 {
+    /* Plain digits exactly (a double rounds past 2^53: 9007199254740993 read as ...992) */
+    const char *d = s && (*s == '-' || *s == '+') ? s + 1 : s;
+    if (d && *d && strspn(d, "0123456789") == strlen(d)) {
+        char *end;
+        errno = 0;
+        long long n = strtoll(s, &end, 10);
+        if (errno || *end) return -1;
+        *out = n;
+        return 0;
+    }
     double v;
     if (zarg_double(s, &v) != 0) return -1;
     /* "7.5e9" is a whole number written as a float; "1.5" is not. */
@@ -59,6 +69,21 @@ int zarg_same_file(const char *a, const char *b)
     struct stat sa, sb;
     return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
            sa.st_ino == sb.st_ino;
+}
+
+int zarg_in_checkpoint_tag(const char *path)
+{
+    char parent[PATH_MAX], rp[PATH_MAX], mp[PATH_MAX + 32];
+    snprintf(parent, sizeof parent, "%s", path);
+    char *sl = strrchr(parent, '/');
+    if (!sl)
+        snprintf(parent, sizeof parent, ".");
+    else
+        sl[sl == parent] = 0;
+    if (!realpath(parent, rp)) return 0;
+    snprintf(mp, sizeof mp, "%s/manifest.json", rp);
+    struct stat st;
+    return stat(mp, &st) == 0;
 }
 
 int zarg_parent_within(const char *path, const char *dir)

@@ -5,6 +5,7 @@
  * Exit codes: 0 success (verify: the checkpoint is sound), 1 the checkpoint is damaged or an
  * I/O error happened (the message names the file and chunk), 2 bad usage.
  */
+#include <limits.h>
 #include <inttypes.h>
 #include <json-c/json.h>
 #include <math.h>
@@ -202,7 +203,8 @@ static int ckpt_export(int argc, char **argv)
                    "Writes the fp32 master weights of a checkpoint as .safetensors (default fp32;\n"
                    "fp16/bf16 round to nearest even). Streams tensor by tensor: memory is bounded\n"
                    "by the largest tensor. The output bytes depend only on the checkpoint\n"
-                   "(tensors sorted by name). The file is written to OUT.tmp and renamed.\n");
+                   "(tensors sorted by name). The file is written to a fresh OUT.XXXXXX and renamed;\n"
+                   "an OUT inside a checkpoint's tag or over its latest is refused.\n");
             return 0;
         }
         if (!strcmp(a, "--out")) {
@@ -226,12 +228,13 @@ static int ckpt_export(int argc, char **argv)
         fprintf(stderr, "zinc ckpt export: %s\n", err);
         return 2;
     }
-    if (s == ZINC_OK && zarg_parent_within(out, tagdir))
-        /* the rename would put the weights among (or over) the tag's own files */
-        return zarg_usage_error("ckpt export", "--out %s lies inside the checkpoint %s; write it "
-                                "elsewhere", out, tagdir);
-    char latest[4200];
-    snprintf(latest, sizeof latest, "%s", tagdir);
+    if (s == ZINC_OK && (zarg_parent_within(out, tagdir) || zarg_in_checkpoint_tag(out)))
+        /* the rename would put the weights among (or over) a tag's own files */
+        return zarg_usage_error("ckpt export", "--out %s lies inside a checkpoint (%s or another "
+                                "tag); write it elsewhere", out, tagdir);
+    /* the save directory's latest, beside the tag as resolved (DIR may be a symlink to a tag) */
+    char latest[PATH_MAX + 16], real[PATH_MAX];
+    snprintf(latest, sizeof latest, "%s", realpath(tagdir, real) ? real : tagdir);
     char *sl = strrchr(latest, '/');
     snprintf(sl ? sl + 1 : latest, sizeof latest - (size_t)(sl ? sl + 1 - latest : 0), "latest");
     if (s == ZINC_OK && zarg_same_file(out, latest))

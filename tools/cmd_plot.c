@@ -180,10 +180,9 @@ int cmd_plot(int argc, char **argv)
 #define SY(y) (T + ph - (((tr ? tr(y) : (y))) - ly0) / (ly1 - ly0) * ph)
     /* written beside the output and renamed: a failed write leaves the old file, not half one */
     char tmp[1100];
-    snprintf(tmp, sizeof tmp, "%s.tmp", out);
-    FILE *o = fopen(tmp, "w");
+    FILE *o = zfile_create_beside(out, tmp, sizeof tmp);
     if (!o) {
-        fprintf(stderr, "zinc plot: cannot write '%s': %s\n", tmp, strerror(errno));
+        fprintf(stderr, "zinc plot: cannot write beside '%s': %s\n", out, strerror(errno));
         free(p);
         return 2;
     }

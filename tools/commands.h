@@ -29,6 +29,9 @@ int zarg_dtype(const char *s, zinc_dtype *out);
  * does not exist). */
 int zarg_same_file(const char *a, const char *b);
 int zarg_parent_within(const char *path, const char *dir);
+/* 1 when the directory that would hold `path` (resolved) is a checkpoint's tag: it holds a
+ * manifest.json. Nothing but the checkpoint writer puts files there. */
+int zarg_in_checkpoint_tag(const char *path);
 
 
 /* The memory plan per rank that `zinc estimate` prints (tools/cmd_estimate.c), shared with

@@ -84,7 +84,9 @@ typedef struct {
     FILE *metrics;
     FILE *csv[3];
     /* results, filled by rank 0 */
+    int keep_losses;            /* fill step_loss (the demonstration); else only final_loss */
     double *step_loss;          /* [stop_at + 1] mean loss by step number; NAN where not run */
+    double final_loss;          /* the last step's mean loss */
     float *weights;             /* final fp32 master weights of every parameter, concatenated */
     size_t nweights;
     long long start_step, end_step;

@@ -184,8 +184,10 @@ int train_parse_args(int argc, char **argv, topts *o)
                 return zarg_usage_error(CMD, "--model: %s", err);
             snprintf(o->spec_str, sizeof o->spec_str, "%s", v);
         } else if (!strcmp(a, "--steps")) {
-            if (zarg_int64(v, &n) || n < 1)
-                return zarg_usage_error(CMD, "--steps: expected a positive whole number, got '%s'", v);
+            /* the engine counts steps up to 2^53 (JSON-exact, as checkpoints store them) */
+            if (zarg_int64(v, &n) || n < 1 || n > (1LL << 53))
+                return zarg_usage_error(CMD, "--steps: expected a whole number in 1..2^53, got '%s'",
+                                        v);
             o->steps = n;
         } else if (!strcmp(a, "--data")) {
             o->data_path = v;

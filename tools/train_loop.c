@@ -243,7 +243,8 @@ static void *rank_main(void *arg)
                     loss += r->rank_loss[((blob.steps - 1) & 1) * o->ranks + q];
                 loss /= o->ranks;
             }
-            r->step_loss[blob.steps] = loss;
+            if (r->step_loss) r->step_loss[blob.steps] = loss;
+            r->final_loss = loss;
             train_report_step(r, &pr, blob.steps, &info, loss, mem_rank);
         }
         if (train_ckpt_after_step(r, e, rank, &blob, pr.bar) != 0) goto out;
@@ -307,13 +308,16 @@ int run_ranks(run_t *r)
     const topts *o = r->o;
     r->err = ZINC_OK;
     r->errmsg[0] = 0;
-    r->step_loss = malloc((size_t)(r->stop_at + 1) * sizeof *r->step_loss);
+    /* every step's loss only for the demonstration's comparison (its --steps is small); a run
+     * keeps the last, so that no allocation grows with --steps */
+    r->final_loss = NAN;
+    r->step_loss = r->keep_losses ? malloc((size_t)(r->stop_at + 1) * sizeof *r->step_loss) : NULL;
     r->rank_loss = calloc((size_t)2 * o->ranks, sizeof *r->rank_loss);
-    if (!r->step_loss || !r->rank_loss) {
+    if ((r->keep_losses && !r->step_loss) || !r->rank_loss) {
         fprintf(stderr, "zinc train: out of memory\n");
         return 1;
     }
-    for (long long i = 0; i <= r->stop_at; i++) r->step_loss[i] = NAN;
+    for (long long i = 0; r->step_loss && i <= r->stop_at; i++) r->step_loss[i] = NAN;
     pthread_mutex_init(&r->mu, NULL);
     zinc_status s = o->launched ? zinc_world_create_launched(&r->world)
                     : o->mpi    ? zinc_world_create_mpi(&r->world)

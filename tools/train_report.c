@@ -7,11 +7,14 @@
  * Nothing here changes the run: it reads the engine, the config and the step's figures.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include "tools/commands.h"
 #include "tools/train.h"
 
 static const char *human_bytes(double b, char *buf, size_t n)
@@ -216,14 +219,49 @@ static int open_csv(const topts *o, run_t *r, int append)
     return 0;
 }
 
+/* What --metrics must not be: one of the run's inputs (opening it for writing truncates it; the
+ * data file is mapped, so truncating it also kills the run), or a file of a checkpoint. NULL when
+ * it is none of them. */
+static const char *metrics_clash(const topts *o, const run_t *r)
+{
+    const char *m = o->metrics_path;
+    char latest[1200];
+    if (zarg_same_file(m, o->config_path)) return "the config file";
+    if (o->data_path && zarg_same_file(m, o->data_path)) return "the data file";
+    if (zarg_in_checkpoint_tag(m)) return "inside a checkpoint's tag directory";
+    const char *dirs[2] = {o->save_dir, r->resume_dir};
+    for (int i = 0; i < 2; i++) {
+        if (!dirs[i]) continue;
+        snprintf(latest, sizeof latest, "%s/latest", dirs[i]);
+        if (zarg_same_file(m, latest)) return "the checkpoints' latest";
+    }
+    return NULL;
+}
+
 /* The metrics file is opened here, before the world, so that a bad --metrics path is a usage
  * error before anything runs; a resumed run appends to it. */
 int train_report_open(const topts *o, run_t *r)
 {
     if (o->metrics_path) {
-        r->metrics = fopen(o->metrics_path, r->resume_dir ? "a" : "w");
+        const char *clash = metrics_clash(o, r);
+        if (clash) {
+            fprintf(stderr, "zinc train: --metrics %s is %s; name a file of its own\n",
+                    o->metrics_path, clash);
+            return 2;
+        }
+        /* O_NONBLOCK: a FIFO without a reader fails (ENXIO) instead of blocking the run */
+        int fd = open(o->metrics_path, O_WRONLY | O_CREAT | O_CLOEXEC | O_NONBLOCK |
+                                           (r->resume_dir ? O_APPEND : O_TRUNC), 0644);
+        if (fd >= 0) {
+            int fl = fcntl(fd, F_GETFL);
+            if (fl >= 0) (void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+        }
+        r->metrics = fd >= 0 ? fdopen(fd, r->resume_dir ? "a" : "w") : NULL;
         if (!r->metrics) {
-            fprintf(stderr, "zinc train: --metrics %s: %s\n", o->metrics_path, strerror(errno));
+            int e = errno;
+            if (fd >= 0) close(fd);
+            fprintf(stderr, "zinc train: --metrics %s: %s\n", o->metrics_path,
+                    e == ENXIO ? "a FIFO with no reader" : strerror(e));
             return 2;
         }
     }
@@ -246,7 +284,7 @@ void train_report_done(const run_t *r)
                r->start_step, r->o->steps);
     else
         printf("done: steps %lld-%lld in %.1f s, final loss %.4f\n", r->start_step + 1,
-               r->end_step, r->seconds, r->step_loss[r->end_step]);
+               r->end_step, r->seconds, r->final_loss);
 }
 
 /* --gpu-timing's table: GPU milliseconds per optimizer step by phase (the mean over the timed

@@ -47,18 +47,19 @@ int train_selfcheck(topts *o, zm_data *data)
     long long half = o->steps / 2 > 0 ? o->steps / 2 : 1;
     P0("zinc train (demo): %lld steps with a checkpoint at step %lld, then a second run "
            "resumed from it\n\n", o->steps, half);
-    run_t a = {.o = o, .data = data, .stop_at = o->steps, .save_dir = dir, .save_every = half};
+    run_t a = {.o = o, .data = data, .stop_at = o->steps, .save_dir = dir, .save_every = half,
+               .keep_losses = 1};
     int rc = run_ranks(&a);
     if (rc) return rc;
     P0("\nrun 1 done: %lld steps in %.1f s, final loss %.4f", a.end_step, a.seconds,
-           a.step_loss[a.end_step]);
+           a.final_loss);
     if (isfinite(zm_data_entropy(data)))
         P0(" (floor %.4f, start ~%.4f)", zm_data_entropy(data), log(256.0));
     P0("\n\nrun 2: a new world and new engines, resuming from %s/step%06lld\n", dir, half);
     char tag[64];
     snprintf(tag, sizeof tag, "step%06lld", half);
     run_t b = {.o = o, .data = data, .stop_at = o->steps, .resume_dir = dir, .resume_tag = tag,
-               .quiet = 1};
+               .quiet = 1, .keep_losses = 1};
     rc = run_ranks(&b);
     if (rc) {
         run_free(&a);
@@ -73,7 +74,7 @@ int train_selfcheck(topts *o, zm_data *data)
         if (d > maxdiff) maxdiff = d;
     }
     P0("run 2 done: steps %lld-%lld in %.1f s, final loss %.4f\n", half + 1, b.end_step,
-           b.seconds, b.step_loss[b.end_step]);
+           b.seconds, b.final_loss);
     P0("\nresume check: losses of steps %lld-%lld %s; final weights (%zu values) %s\n",
            half + 1, o->steps, same_loss ? "identical bit for bit" : "DIFFER",
            a.nweights, same_w ? "identical bit for bit" : "DIFFER");

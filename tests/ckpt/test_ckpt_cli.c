@@ -118,13 +118,32 @@ int main(void)
             snprintf(args, sizeof args, "ckpt export %s --out %s/%s", dir, dir, over[i]);
             int rc = cli(args);
             char *e = slurp(errf);
-            ZT_CHECK(rc == 2 && (strstr(e, "inside the checkpoint") ||
+            ZT_CHECK(rc == 2 && (strstr(e, "lies inside a checkpoint") ||
                                  strstr(e, "is the save directory's latest")),
                      "export --out %s: exit %d: %s", over[i], rc, e);
             free(e);
         }
+        /* latest through a symlink to the tag (the guard looked beside the link); --out inside
+         * any tag directory, not only the one read */
+        char lnk[600], other[600], cmd[3000];
+        snprintf(lnk, sizeof lnk, "%s/tag-link", root);
+        ZT_CHECK(symlink("save/s1", lnk) == 0, "symlink %s", lnk);
+        snprintf(args, sizeof args, "ckpt export %s --out %s/latest", lnk, dir);
+        ZT_CHECK(cli(args) == 2, "export through a tag symlink over latest: %s", slurp(errf));
+        snprintf(other, sizeof other, "%s/other-tag", root);
+        snprintf(cmd, sizeof cmd, "mkdir -p '%s' && cp '%s/s1/manifest.json' '%s/'", other, dir, other);
+        ZT_CHECK(system(cmd) == 0, "%s", cmd);
+        snprintf(args, sizeof args, "ckpt export %s --out %s/w.safetensors", dir, other);
+        ZT_CHECK(cli(args) == 2, "export into another tag's directory: %s", slurp(errf));
+        /* a symlink planted at the old fixed temporary name OUT.tmp is not written through */
+        snprintf(lnk, sizeof lnk, "%s/planted.safetensors.tmp", root);
+        snprintf(cmd, sizeof cmd, "%s/s1/rank-00000.zck", dir);
+        ZT_CHECK(symlink(cmd, lnk) == 0, "symlink %s", lnk);
+        snprintf(args, sizeof args, "ckpt export %s --out %s/planted.safetensors", dir, root);
+        ZT_CHECK(cli(args) == 0, "export beside a planted symlink: %s", slurp(errf));
         snprintf(args, sizeof args, "ckpt verify %s", dir);
-        ZT_CHECK(cli(args) == 0, "the checkpoint verifies after the refused exports");
+        ZT_CHECK(cli(args) == 0, "the checkpoint verifies after the refused exports: %s",
+                 slurp(errf));
         snprintf(args, sizeof args, "%s/s1/new.safetensors", dir);
         ZT_CHECK(access(args, F_OK) != 0, "a refused export wrote %s", args);
     }

@@ -34,6 +34,14 @@ static char *slurp(const char *path)
     return b;
 }
 
+/* slurp() of a file in the test's directory */
+static char *slurp_rel(const char *name)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", tmp, name);
+    return slurp(path);
+}
+
 /* Runs `zinc ARGS` after the shell commands PRE (e.g. "ulimit -v N && ") with stdout and stderr
  * to files; returns the exit code (-1: killed). */
 static int run_after(const char *pre, const char *args, char **err_out, char **out_out)
@@ -41,8 +49,10 @@ static int run_after(const char *pre, const char *args, char **err_out, char **o
     char cmd[2048], ep[256], op[256];
     snprintf(ep, sizeof ep, "%s/stderr", tmp);
     snprintf(op, sizeof op, "%s/stdout", tmp);
-    snprintf(cmd, sizeof cmd, "cd '%s' && %s'%s' %s > '%s' 2> '%s'", tmp, pre, ZINC_CLI, args, op,
-             ep);
+    /* timeout: a command that should be refused but trains instead fails here (exit 124) rather
+     * than outliving the test as an orphan */
+    snprintf(cmd, sizeof cmd, "cd '%s' && %stimeout 100 '%s' %s > '%s' 2> '%s'", tmp, pre,
+             ZINC_CLI, args, op, ep);
     int st = system(cmd);
     if (err_out) *err_out = slurp(ep);
     if (out_out) *out_out = slurp(op);
@@ -169,6 +179,8 @@ int main(void)
         ZT_CHECK(mkfifo(fifo, 0600) == 0, "mkfifo %s", fifo);
         expect_usage_error("plot fifo", "not a regular file");
         expect_usage_error("train --config fifo --steps 1", "not a regular file");
+        /* as the metrics output, a FIFO nobody reads would block the run's start */
+        expect_usage_error("train " SMALL " --steps 1 --metrics fifo", "a FIFO with no reader");
         unlink(fifo);
     }
 
@@ -363,9 +375,62 @@ int main(void)
     ZT_CHECK(system(cmd) == 0, "%s", cmd);
     expect_usage_error("train " SMALL " --steps 2 --resume nockpt",
                        "no checkpoint in nockpt: none of its directories holds a manifest.json");
+    /* --metrics over one of the run's inputs is refused before it truncates it (the config was
+     * emptied; the mapped data file took the run down with SIGBUS; a tag's manifest was
+     * overwritten with exit 0) */
+    snprintf(cmd, sizeof cmd, "cp '%s/configs/zero3_bf16.json' '%s/mycfg.json'", ZINC_SOURCE_DIR,
+             tmp);
+    ZT_CHECK(system(cmd) == 0, "%s", cmd);
+    expect_usage_error("train --model L1-D16-H2-T16 --ranks 2 --steps 1 --config mycfg.json "
+                       "--metrics mycfg.json", "--metrics mycfg.json is the config file");
+    expect_usage_error("train " SMALL " --steps 1 --data text.txt --metrics text.txt",
+                       "is the data file");
+    expect_usage_error("train " SMALL " --steps 13 --seed 4 --resume ck --metrics "
+                       "ck/step000012/manifest.json", "inside a checkpoint's tag directory");
+    {
+        char *cfg = slurp_rel("mycfg.json"), *txt = slurp_rel("text.txt");
+        ZT_CHECK(cfg && strstr(cfg, "zero_optimization"), "the config survived: '%.40s'", cfg);
+        ZT_CHECK(txt && strlen(txt) == sizeof text, "the data file survived (%zu bytes)",
+                 txt ? strlen(txt) : 0);
+        free(cfg);
+        free(txt);
+    }
+    snprintf(cmd, sizeof cmd, "ckpt verify ck/step000012");
+    rc = run(cmd, &err, NULL);
+    ZT_CHECK(rc == 0, "ck/step000012 after the refused --metrics: exit %d: %s", rc, err);
+    free(err);
+    /* --steps up to 2^53 (the engine's counter), and no allocation grows with it: under a 1 GB
+     * address space 4e9 steps start training (the old code allocated 32 GB of losses first) */
+    expect_usage_error("train --steps 9007199254740993", "--steps: expected a whole number in "
+                       "1..2^53");
+    if (!ZT_ASAN) {
+        char *o3, *e3;
+        int r3 = run_after("ulimit -v 1000000 && timeout 10 ",
+                           "train " SMALL " --steps 4000000000 --threads 1", &e3, &o3);
+        ZT_CHECK(r3 == 124 && strstr(o3, "/4000000000 | loss"),
+                 "--steps 4e9 under a 1 GB address space: exit %d (want 124, timed out while "
+                 "training): %s %s", r3, o3, e3);
+        free(o3);
+        free(e3);
+    }
 
     /* plot; never over its own input (the old code wrote the SVG over the metrics, exit 0) */
     expect_usage_error("plot m1.jsonl -o m1.jsonl", "is the metrics file itself");
+    /* the SVG goes to a fresh temporary name: neither an input named OUT.tmp nor a symlink
+     * planted there is written over (both were) */
+    snprintf(cmd, sizeof cmd, "cd '%s' && cp m1.jsonl in.tmp && ln -s m1.jsonl p.svg.tmp", tmp);
+    ZT_CHECK(system(cmd) == 0, "%s", cmd);
+    rc = run("plot in.tmp -o in", &err, NULL);
+    ZT_CHECK(rc == 0, "plot in.tmp -o in: exit %d: %s", rc, err);
+    free(err);
+    rc = run("plot m1.jsonl -o p.svg", &err, NULL);
+    ZT_CHECK(rc == 0, "plot beside a planted symlink: exit %d: %s", rc, err);
+    free(err);
+    l1 = loss_at("in.tmp", 12);
+    l2 = loss_at("m1.jsonl", 12);
+    ZT_CHECK(l1[0] && l2[0], "plot wrote over its input: in.tmp '%s', m1.jsonl '%s'", l1, l2);
+    free(l1);
+    free(l2);
     l1 = loss_at("m1.jsonl", 12);
     ZT_CHECK(l1[0], "m1.jsonl lost its step 12 to a refused plot");
     free(l1);
