@@ -31,7 +31,7 @@ static void usage(FILE *f)
             "  export DIR --out F [--dtype fp32|fp16|bf16]   master weights as .safetensors\n"
             "  bench [--mib N] ...        save/load speed and compression on realistic state\n\n"
             "DIR is a tag directory (holds manifest.json) or a save directory: then the tag a\n"
-            "resume would load (the newest valid one, as `latest` names after a clean save).\n"
+            "resume tries first (the newest that opens, as `latest` names after a clean save).\n"
             "Exit 2 when DIR is missing or holds no checkpoint.\n");
 }
 
@@ -61,9 +61,10 @@ static int ckpt_verify(int argc, char **argv)
             printf("usage: zinc ckpt verify DIR\n\n"
                    "Reads every chunk of every rank file and checks its checksums, the client\n"
                    "blob, and that the stored pieces cover every tensor exactly once.\n"
-                   "DIR: a tag directory, or a save directory (checks the tag a resume would load:\n"
-                   "the newest valid one). Exit 0 when sound; 1 with a message naming the file and\n"
-                   "chunk otherwise; 2 when DIR is missing or holds no checkpoint.\n");
+                   "DIR: a tag directory, or a save directory (checks the tag a resume tries first:\n"
+                   "the newest that opens; damage found in its data is reported, where a resume\n"
+                   "would fall back to the tag before). Exit 0 when sound; 1 with a message naming\n"
+                   "the file and chunk otherwise; 2 when DIR is missing or holds no checkpoint.\n");
             return 0;
         }
         if (argv[i][0] == '-' || dir) return zarg_usage_error("ckpt verify", "unexpected '%s'", argv[i]);

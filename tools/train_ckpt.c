@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "tools/train.h"
 
@@ -93,13 +94,45 @@ static int is_tag_dir(const char *dir)
     return train_file_exists(mp);
 }
 
+/* 1, with the reason in msg (n bytes), when dir cannot become a save directory. A missing one
+ * is made at the first save with its missing parents, so its nearest existing ancestor is what
+ * must be a writable directory. */
+static int save_dir_unusable(const char *dir, char *msg, size_t n)
+{
+    char up[1100];
+    struct stat st;
+    snprintf(up, sizeof up, "%s", dir);
+    size_t len = strlen(up);
+    while (len > 1 && up[len - 1] == '/') up[--len] = 0;
+    while (stat(up, &st) != 0) {
+        int e = errno;
+        char *sl = strrchr(up, '/');
+        if ((e != ENOENT && e != ENOTDIR) || !strcmp(up, ".")) {
+            snprintf(msg, n, "%s: %s", up, strerror(e));
+            return 1;
+        }
+        if (!sl)
+            snprintf(up, sizeof up, ".");
+        else
+            sl[sl == up] = 0; /* "/x": the root */
+    }
+    if (!S_ISDIR(st.st_mode))
+        snprintf(msg, n, "%s is not a directory", up);
+    else if (access(up, W_OK | X_OK) != 0)
+        snprintf(msg, n, "%s is not writable", up);
+    else
+        return 0;
+    return 1;
+}
+
 static int settle_resume(const topts *o, run_t *r)
 {
     r->resume_dir = r->resume_tag = NULL;
     struct stat st;
     /* a save directory that cannot be one fails now, not at the first save after hours */
-    if (o->save_dir && stat(o->save_dir, &st) == 0 && !S_ISDIR(st.st_mode)) {
-        fprintf(stderr, "zinc train: --save-dir %s: not a directory\n", o->save_dir);
+    char why[1200];
+    if (o->save_dir && save_dir_unusable(o->save_dir, why, sizeof why)) {
+        fprintf(stderr, "zinc train: --save-dir %s: %s\n", o->save_dir, why);
         return 2;
     }
     if (!o->resume) return 0;

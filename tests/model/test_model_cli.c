@@ -369,7 +369,13 @@ int main(void)
     free(l2);
     /* a save directory that is a file fails before training, not at the first save */
     expect_usage_error("train " SMALL " --steps 2 --save-dir m1.jsonl", "--save-dir m1.jsonl: "
-                       "not a directory");
+                       "m1.jsonl is not a directory");
+    /* nor one that cannot be created under a file, nor an empty or forgotten value */
+    expect_usage_error("train " SMALL " --steps 2 --save-dir m1.jsonl/sub", "--save-dir "
+                       "m1.jsonl/sub: m1.jsonl is not a directory");
+    expect_usage_error("train " SMALL " --steps 2 --save-dir ''", "--save-dir needs a value");
+    expect_usage_error("train " SMALL " --save-dir --steps 2", "--save-dir needs a value (got the "
+                       "option '--steps')");
     /* a directory without checkpoints says what it looked for */
     snprintf(cmd, sizeof cmd, "mkdir '%s/nockpt'", tmp);
     ZT_CHECK(system(cmd) == 0, "%s", cmd);
