@@ -460,7 +460,7 @@ zinc_status zck_manifest_parse(const char *text, size_t len, const char *where, 
     if ((str = jkey_str(o, "tag"))) snprintf(m->tag, sizeof m->tag, "%s", str);
     if ((str = jkey_str(o, "config_hash"))) snprintf(m->config_hash, sizeof m->config_hash, "%s", str);
     if (!json_object_object_get_ex(o, "step", &v) || !json_object_is_type(v, json_type_int)) {
-        s = BAD("%s: missing \"step\"", where);
+        s = BAD("%s: \"step\" is missing or not a whole number", where);
         goto fail;
     }
     m->step = json_object_get_int64(v);

@@ -338,8 +338,13 @@ int train_resolve_config(topts *o)
                          .grad_accum = o->grad_accum, .train_batch_size = o->train_batch_size};
     zcfg_diag diag = {0};
     zinc_status s = zcfg_parse_file(o->config_path, &ov, &o->cfg, &diag);
-    for (int i = 0; i < diag.nwarnings; i++)
-        fprintf(stderr, "zinc train: config warning: %s\n", diag.warnings[i]);
+    int override = o->micro_batch > 0 || o->lr >= 0 || o->grad_accum > 0 ||
+                   o->train_batch_size > 0;
+    /* Printed once: here when the engines get the resolved JSON (an override: they never see
+     * the file's keys) or the config is rejected; else rank 0's engine logs the same lines. */
+    if (o->rank0 && (override || s != ZINC_OK))
+        for (int i = 0; i < diag.nwarnings; i++)
+            fprintf(stderr, "zinc train: config warning: %s\n", diag.warnings[i]);
     if (s != ZINC_OK) {
         if (diag.nerrors == 0)
             fprintf(stderr, "zinc train: cannot use config '%s': %s\n", o->config_path,
@@ -357,7 +362,7 @@ int train_resolve_config(topts *o)
     zcfg_diag_free(&diag);
     int rc = check_model_memory(o);
     if (rc) return rc;
-    if (o->micro_batch > 0 || o->lr >= 0 || o->grad_accum > 0 || o->train_batch_size > 0) {
+    if (override) {
         o->config_json = zcfg_to_json(&o->cfg);
         if (!o->config_json) {
             fprintf(stderr, "zinc train: out of memory\n");

@@ -232,6 +232,26 @@ int main(void)
         free(e2);
     }
 
+    /* a config warning is printed once (zinc train and the engine both printed it) */
+    {
+        static const char tb[] = "{\"train_micro_batch_size_per_gpu\": 4, \"tensorboard\": "
+                                 "{\"enabled\": true}, \"zero_optimization\": {\"stage\": 1}}";
+        write_file("tb.json", tb, sizeof tb - 1);
+        for (int ov = 0; ov < 2; ov++) {
+            char *o2, *e2;
+            int r2 = run(ov ? "train --model L1-D16-H2-T16 --ranks 2 --steps 1 --config tb.json "
+                              "--micro-batch 2"
+                            : "train --model L1-D16-H2-T16 --ranks 2 --steps 1 --config tb.json",
+                         &e2, &o2);
+            int times = 0;
+            for (const char *q = e2; (q = strstr(q, "tensorboard: accepted")); q++) times++;
+            ZT_CHECK(r2 == 0 && times == 1, "tensorboard warning %s an override: exit %d, printed "
+                     "%d times: %s", ov ? "with" : "without", r2, times, e2);
+            free(o2);
+            free(e2);
+        }
+    }
+
     /* --grad-accum and --train-batch-size fill the config's batch keys, as config check's do */
     {
         char *o2, *e2;
