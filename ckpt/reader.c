@@ -610,8 +610,8 @@ zinc_status zck_find_tag(const char *dir, const char *tag, int skip_upto, int lo
                             "no checkpoint in %s: none of its directories holds a %s",
                             dir, ZCK_MANIFEST);
         return zerr_fmt(err, ZCK_ERR, nc || ndamaged ? ZINC_ERR_CORRUPT : ZINC_ERR_IO,
-                        "no valid checkpoint in %s (%d damaged, %d unusable; see the "
-                        "warnings above)", dir, ndamaged, skip_upto);
+                        "no valid checkpoint in %s (%d that do not open, %d whose data "
+                        "failed to load; see the warnings above)", dir, ndamaged, skip_upto);
     }
     for (int i = 0; i < skip_upto; i++)
         zlog(ZLOG_WARN, "ckpt", logrank, "skipping %s/%s: its data failed to load (see above)", dir,
