@@ -1,4 +1,5 @@
 /* args.c — argument parsing helpers shared by the CLI commands (see commands.h). */
+#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -8,6 +9,7 @@
 #include <sys/stat.h>
 #include <limits.h>
 
+#include "base/files.h"
 #include "tools/commands.h"
 
 int zarg_double(const char *s, double *out)
@@ -71,19 +73,54 @@ int zarg_same_file(const char *a, const char *b)
            sa.st_ino == sb.st_ino;
 }
 
-int zarg_in_checkpoint_tag(const char *path)
+/* The directory part of path, resolved, into rp (PATH_MAX bytes); 0 when it does not exist. */
+static int resolved_parent(const char *path, char *rp)
 {
-    char parent[PATH_MAX], rp[PATH_MAX], mp[PATH_MAX + 32];
+    char parent[PATH_MAX];
     snprintf(parent, sizeof parent, "%s", path);
     char *sl = strrchr(parent, '/');
     if (!sl)
         snprintf(parent, sizeof parent, ".");
     else
         sl[sl == parent] = 0;
-    if (!realpath(parent, rp)) return 0;
-    snprintf(mp, sizeof mp, "%s/manifest.json", rp);
+    return realpath(parent, rp) != NULL;
+}
+
+static int holds_manifest(const char *dir)
+{
+    char mp[2 * PATH_MAX + 32];
     struct stat st;
+    snprintf(mp, sizeof mp, "%s/manifest.json", dir);
     return stat(mp, &st) == 0;
+}
+
+int zarg_in_checkpoint_tag(const char *path)
+{
+    char rp[PATH_MAX], rf[PATH_MAX];
+    if (resolved_parent(path, rp) && holds_manifest(rp)) return 1;
+    /* an existing path may be a symlink into a tag: the file it resolves to counts */
+    return realpath(path, rf) && resolved_parent(rf, rp) && holds_manifest(rp);
+}
+
+int zarg_is_checkpoint_latest(const char *path)
+{
+    char rf[PATH_MAX], dir[PATH_MAX], td[2 * PATH_MAX];
+    /* an existing file is followed to what it is; a new one is named as given */
+    const char *p = realpath(path, rf) ? rf : path;
+    const char *base = strrchr(p, '/');
+    base = base ? base + 1 : p;
+    if (strcmp(base, "latest") != 0 || !resolved_parent(p, dir)) return 0;
+    /* a save directory: a subdirectory of dir is a tag (it holds a manifest.json) */
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    int found = 0;
+    while (d && !found && (de = readdir(d))) {
+        if (de->d_name[0] == '.') continue;
+        snprintf(td, sizeof td, "%s/%s", dir, de->d_name);
+        found = holds_manifest(td);
+    }
+    if (d) closedir(d);
+    return found;
 }
 
 int zarg_parent_within(const char *path, const char *dir)

@@ -238,7 +238,7 @@ static int ckpt_export(int argc, char **argv)
     snprintf(latest, sizeof latest, "%s", realpath(tagdir, real) ? real : tagdir);
     char *sl = strrchr(latest, '/');
     snprintf(sl ? sl + 1 : latest, sizeof latest - (size_t)(sl ? sl + 1 - latest : 0), "latest");
-    if (s == ZINC_OK && zarg_same_file(out, latest))
+    if (s == ZINC_OK && (zarg_same_file(out, latest) || zarg_is_checkpoint_latest(out)))
         return zarg_usage_error("ckpt export", "--out %s is the save directory's latest; write it "
                                 "elsewhere", out);
     if (s == ZINC_OK) s = zck_export_safetensors(tagdir, out, dt, 2, err);

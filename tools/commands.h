@@ -32,6 +32,9 @@ int zarg_parent_within(const char *path, const char *dir);
 /* 1 when the directory that would hold `path` (resolved) is a checkpoint's tag: it holds a
  * manifest.json. Nothing but the checkpoint writer puts files there. */
 int zarg_in_checkpoint_tag(const char *path);
+/* 1 when path is (or, not existing yet, would be) a save directory's `latest`: named latest, in
+ * a directory with a tag (a subdirectory holding a manifest.json). */
+int zarg_is_checkpoint_latest(const char *path);
 
 
 /* The memory plan per rank that `zinc estimate` prints (tools/cmd_estimate.c), shared with

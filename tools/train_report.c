@@ -229,6 +229,7 @@ static const char *metrics_clash(const topts *o, const run_t *r)
     if (zarg_same_file(m, o->config_path)) return "the config file";
     if (o->data_path && zarg_same_file(m, o->data_path)) return "the data file";
     if (zarg_in_checkpoint_tag(m)) return "inside a checkpoint's tag directory";
+    if (zarg_is_checkpoint_latest(m)) return "a save directory's latest";
     const char *dirs[2] = {o->save_dir, r->resume_dir};
     for (int i = 0; i < 2; i++) {
         if (!dirs[i]) continue;

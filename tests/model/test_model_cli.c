@@ -413,6 +413,15 @@ int main(void)
                        "is the data file");
     expect_usage_error("train " SMALL " --steps 13 --seed 4 --resume ck --metrics "
                        "ck/step000012/manifest.json", "inside a checkpoint's tag directory");
+    /* through a symlink, and another run's latest (not this run's save or resume directory) */
+    snprintf(cmd, sizeof cmd, "cd '%s' && ln -s ck/step000012/manifest.json mlink", tmp);
+    ZT_CHECK(system(cmd) == 0, "%s", cmd);
+    expect_usage_error("train " SMALL " --steps 1 --metrics mlink",
+                       "inside a checkpoint's tag directory");
+    expect_usage_error("train " SMALL " --steps 1 --metrics ck/latest", "a save directory's latest");
+    /* zinc plot over a checkpoint's file */
+    expect_usage_error("plot m1.jsonl -o ck/latest", "is a checkpoint's file");
+    expect_usage_error("plot m1.jsonl -o ck/step000012/manifest.json", "is a checkpoint's file");
     {
         char *cfg = slurp_rel("mycfg.json"), *txt = slurp_rel("text.txt");
         ZT_CHECK(cfg && strstr(cfg, "zero_optimization"), "the config survived: '%.40s'", cfg);
