@@ -104,19 +104,3 @@ int zfile_read_regular(const char *path, char **out, size_t *len)
     *len = n;
     return 0;
 }
-
-json_object *zfile_json(const char *path, char *why, size_t n)
-{
-    char *buf;
-    size_t len;
-    int e = zfile_read_regular(path, &buf, &len);
-    if (e) {
-        snprintf(why, n, "%s", zfile_strerror(e));
-        return NULL;
-    }
-    enum json_tokener_error je = json_tokener_success;
-    json_object *o = json_tokener_parse_verbose(buf, &je);
-    if (!o) snprintf(why, n, "%s", json_tokener_error_desc(je));
-    free(buf);
-    return o;
-}

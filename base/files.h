@@ -11,8 +11,6 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#include <json-c/json.h>
-
 /* A read-only descriptor of path when it is a regular file (blocking reads restored), else -1
  * with errno: open()'s, or EINVAL for a FIFO, device, socket or directory. */
 int zfile_open_regular(const char *path);
@@ -27,8 +25,5 @@ FILE *zfile_create_beside(const char *final, char *tmp, size_t n);
 /* The whole file into *out (NUL-terminated, *len bytes without it; the caller frees). Returns 0,
  * or an errno value (EINVAL: not a regular file). */
 int zfile_read_regular(const char *path, char **out, size_t *len);
-/* The whole file parsed as JSON (json-c's lenient parser, as json_object_from_file), or NULL
- * with *why set (size n): the open error, or the parser's. */
-json_object *zfile_json(const char *path, char *why, size_t n);
 
 #endif

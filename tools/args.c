@@ -82,11 +82,11 @@ static int resolved_parent(const char *path, char *rp)
     if (!sl)
         snprintf(parent, sizeof parent, ".");
     else
-        sl[sl == parent] = 0;
+        sl[sl == parent] = 0; /* "/f": the parent is "/" */
     return realpath(parent, rp) != NULL;
 }
 
-static int holds_manifest(const char *dir)
+int zarg_is_checkpoint_tag(const char *dir)
 {
     char mp[2 * PATH_MAX + 32];
     struct stat st;
@@ -97,9 +97,9 @@ static int holds_manifest(const char *dir)
 int zarg_in_checkpoint_tag(const char *path)
 {
     char rp[PATH_MAX], rf[PATH_MAX];
-    if (resolved_parent(path, rp) && holds_manifest(rp)) return 1;
+    if (resolved_parent(path, rp) && zarg_is_checkpoint_tag(rp)) return 1;
     /* an existing path may be a symlink into a tag: the file it resolves to counts */
-    return realpath(path, rf) && resolved_parent(rf, rp) && holds_manifest(rp);
+    return realpath(path, rf) && resolved_parent(rf, rp) && zarg_is_checkpoint_tag(rp);
 }
 
 int zarg_is_checkpoint_latest(const char *path)
@@ -117,7 +117,7 @@ int zarg_is_checkpoint_latest(const char *path)
     while (d && !found && (de = readdir(d))) {
         if (de->d_name[0] == '.') continue;
         snprintf(td, sizeof td, "%s/%s", dir, de->d_name);
-        found = holds_manifest(td);
+        found = zarg_is_checkpoint_tag(td);
     }
     if (d) closedir(d);
     return found;
@@ -125,14 +125,8 @@ int zarg_is_checkpoint_latest(const char *path)
 
 int zarg_parent_within(const char *path, const char *dir)
 {
-    char parent[PATH_MAX], rp[PATH_MAX], rd[PATH_MAX];
-    snprintf(parent, sizeof parent, "%s", path);
-    char *sl = strrchr(parent, '/');
-    if (!sl)
-        snprintf(parent, sizeof parent, ".");
-    else
-        sl[sl == parent] = 0; /* "/f": the parent is "/" */
-    if (!realpath(parent, rp) || !realpath(dir, rd)) return 0;
+    char rp[PATH_MAX], rd[PATH_MAX];
+    if (!resolved_parent(path, rp) || !realpath(dir, rd)) return 0;
     size_t n = strlen(rd);
     return !strncmp(rp, rd, n) && (rp[n] == 0 || rp[n] == '/' || (n == 1 && rd[0] == '/'));
 }

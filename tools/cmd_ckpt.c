@@ -5,7 +5,6 @@
  * Exit codes: 0 success (verify: the checkpoint is sound), 1 the checkpoint is damaged or an
  * I/O error happened (the message names the file and chunk), 2 bad usage.
  */
-#include <limits.h>
 #include <inttypes.h>
 #include <json-c/json.h>
 #include <math.h>
@@ -233,13 +232,10 @@ static int ckpt_export(int argc, char **argv)
         /* the rename would put the weights among (or over) a tag's own files */
         return zarg_usage_error("ckpt export", "--out %s lies inside a checkpoint (%s or another "
                                 "tag); write it elsewhere", out, tagdir);
-    /* the save directory's latest, beside the tag as resolved (DIR may be a symlink to a tag) */
-    char latest[PATH_MAX + 16], real[PATH_MAX];
-    snprintf(latest, sizeof latest, "%s", realpath(tagdir, real) ? real : tagdir);
-    char *sl = strrchr(latest, '/');
-    snprintf(sl ? sl + 1 : latest, sizeof latest - (size_t)(sl ? sl + 1 - latest : 0), "latest");
-    if (s == ZINC_OK && (zarg_same_file(out, latest) || zarg_is_checkpoint_latest(out)))
-        return zarg_usage_error("ckpt export", "--out %s is the save directory's latest; write it "
+    /* any save directory's latest, the read one's included (resolved, so a DIR that is a
+     * symlink to a tag still finds it) */
+    if (s == ZINC_OK && zarg_is_checkpoint_latest(out))
+        return zarg_usage_error("ckpt export", "--out %s is a save directory's latest; write it "
                                 "elsewhere", out);
     if (s == ZINC_OK) s = zck_export_safetensors(tagdir, out, dt, 2, err);
     if (s != ZINC_OK) {

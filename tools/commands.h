@@ -29,9 +29,12 @@ int zarg_dtype(const char *s, zinc_dtype *out);
  * does not exist). */
 int zarg_same_file(const char *a, const char *b);
 int zarg_parent_within(const char *path, const char *dir);
-/* 1 when the directory that would hold `path` (resolved) is a checkpoint's tag: it holds a
+/* 1 when the directory that would hold `path` (resolved), or for an existing path the directory
+ * of the file it resolves to (a symlink into a tag), is a checkpoint's tag: it holds a
  * manifest.json. Nothing but the checkpoint writer puts files there. */
 int zarg_in_checkpoint_tag(const char *path);
+/* 1 when dir is a checkpoint's tag directory (it holds a manifest.json). */
+int zarg_is_checkpoint_tag(const char *dir);
 /* 1 when path is (or, not existing yet, would be) a save directory's `latest`: named latest, in
  * a directory with a tag (a subdirectory holding a manifest.json). */
 int zarg_is_checkpoint_latest(const char *path);

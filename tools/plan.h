@@ -9,6 +9,8 @@
 #ifndef ZINC_TOOLS_PLAN_H
 #define ZINC_TOOLS_PLAN_H
 
+#include <json-c/json.h>
+
 #include "tools/commands.h"
 
 typedef struct {
@@ -137,5 +139,9 @@ int zplan_read_calibration(const char *path, zplan_gpu *gpu, zplan_link *link, c
  * those classes build their weights), layers, hidden, vocab, ffn, gated and, when seq is 0, seq
  * from the context length. Returns 0, or -1 with the reason in err. */
 int zplan_from_hf_config(const char *path, zplan_in *in, char *err, size_t errlen);
+/* A JSON file zinc plan reads (--hf-config, --calibration), parsed leniently as transformers and
+ * Python write them, or NULL with the open error or the parser's in why (n bytes). A FIFO or
+ * device is refused without blocking (base/files.h). */
+json_object *zplan_read_json(const char *path, char *why, size_t n);
 
 #endif

@@ -24,7 +24,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "base/files.h"
 #include "engine/internal.h"
 #include "models/gpt.h"
 #include "shard/comm.h"
@@ -307,7 +306,7 @@ int zplan_read_calibration(const char *path, zplan_gpu *gpu, zplan_link *link, c
                            size_t len)
 {
     char why[256];
-    json_object *o = zfile_json(path, why, sizeof why);
+    json_object *o = zplan_read_json(path, why, sizeof why);
     if (!o) {
         snprintf(err, len, "%s: cannot open or not JSON (%s)", path, why);
         return -1;

@@ -8,6 +8,7 @@
 #include <json-c/json.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/files.h"
@@ -72,10 +73,26 @@ static int set_shape(zplan_in *in, double params, long long layers, double hidde
     return 0;
 }
 
+json_object *zplan_read_json(const char *path, char *why, size_t n)
+{
+    char *buf;
+    size_t len;
+    int e = zfile_read_regular(path, &buf, &len);
+    if (e) {
+        snprintf(why, n, "%s", zfile_strerror(e));
+        return NULL;
+    }
+    enum json_tokener_error je = json_tokener_success;
+    json_object *o = json_tokener_parse_verbose(buf, &je);
+    if (!o) snprintf(why, n, "%s", json_tokener_error_desc(je));
+    free(buf);
+    return o;
+}
+
 int zplan_from_hf_config(const char *path, zplan_in *in, char *err, size_t errlen)
 {
     char why[256];
-    json_object *o = zfile_json(path, why, sizeof why);
+    json_object *o = zplan_read_json(path, why, sizeof why);
     if (!o) return fail(err, errlen, "%s: not readable as JSON (%s)", path, why);
     int rc = -1;
     json_object *mt;

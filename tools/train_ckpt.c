@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "tools/commands.h"
 #include "tools/train.h"
 
 #define BLOB_MAGIC 0x4e49415au  /* "ZAIN" */
@@ -84,14 +85,6 @@ int train_ckpt_after_step(run_t *r, zinc_engine_t *e, int rank, const train_blob
         fflush(stdout);
     }
     return 0;
-}
-
-/* A directory that is a checkpoint's tag (it holds the manifest) rather than a save directory. */
-static int is_tag_dir(const char *dir)
-{
-    char mp[1200];
-    snprintf(mp, sizeof mp, "%s/manifest.json", dir);
-    return train_file_exists(mp);
 }
 
 /* 1, with the reason in msg (n bytes), when dir cannot become a save directory. A missing one
@@ -171,7 +164,7 @@ static int settle_resume(const topts *o, run_t *r)
         fprintf(stderr, "zinc train: --resume %s: no such directory\n", o->resume);
         return 2;
     }
-    if (is_tag_dir(o->resume)) {
+    if (zarg_is_checkpoint_tag(o->resume)) {
         /* DIR/TAG, as the ckpt tools take it: that tag of its save directory */
         char *dir = r->resume_buf[0], *tag = r->resume_buf[1];
         snprintf(dir, sizeof r->resume_buf[0], "%s", o->resume);

@@ -119,7 +119,7 @@ int main(void)
             int rc = cli(args);
             char *e = slurp(errf);
             ZT_CHECK(rc == 2 && (strstr(e, "lies inside a checkpoint") ||
-                                 strstr(e, "is the save directory's latest")),
+                                 strstr(e, "is a save directory's latest")),
                      "export --out %s: exit %d: %s", over[i], rc, e);
             free(e);
         }
