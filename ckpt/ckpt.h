@@ -173,8 +173,21 @@ zinc_status zck_read_file(const char *path, char **out, size_t *len, char *err);
 /* Writes a whole file durably: path.tmp, fsync, rename, fsync of the directory. */
 zinc_status zck_write_file_atomic(const char *path, const void *data, size_t len, char *err);
 zinc_status zck_fsync_dir(const char *dir, char *err);
-/* Removes a directory and the files in it (one level: tag directories are flat). */
+/* 1 when name is one the writer makes in a tag directory (manifest.json, client.bin,
+ * rank-NNNNN.zck/.json/.failed, and their .tmp): the only files a save ever deletes. */
+int zck_is_writer_name(const char *name);
+/* 0 when dir is a directory (not a symlink) holding only writer-named regular files; else -1
+ * with the reason (n bytes, "it holds X, ...") in why. */
+int zck_dir_owned(const char *dir, char *why, size_t n);
+/* Removes a directory and the writer-named files in it (one level: tag directories are flat).
+ * -1 with errno ENOTEMPTY, leaving them, when it holds anything else; ENOTDIR for a symlink. */
 int zck_rmdir_flat(const char *dir);
+/* 0 when dir/latest is absent, a symlink or a one-line tag name: what a save may replace. Else -1
+ * with the reason, naming the path, in why (n bytes). */
+int zck_latest_check(const char *dir, char *why, size_t n);
+/* 0 when a save of tag into dir may replace what is there: zck_latest_check; dir/tag, its .tmp and .old absent or zck_dir_owned (dir/tag also holding a
+ * manifest). Else -1 with the reason, naming the path, in why. */
+int zck_save_target_check(const char *dir, const char *tag, char *why, size_t n);
 
 /* ---- writer ------------------------------------------------------------------------------- */
 

@@ -127,22 +127,84 @@ zinc_status zck_write_file_atomic(const char *path, const void *data, size_t len
     return zck_fsync_dir(dir, err);
 }
 
+int zck_is_writer_name(const char *name)
+{
+    static const char *const fixed[] = {ZCK_MANIFEST, ZCK_MANIFEST ".tmp", ZCK_BLOB,
+                                        ZCK_BLOB ".tmp"};
+    for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++)
+        if (!strcmp(name, fixed[i])) return 1;
+    /* rank-NNNNN.zck, .json, .json.tmp, .failed (%05d: five digits or more) */
+    if (strncmp(name, "rank-", 5) != 0) return 0;
+    size_t nd = strspn(name + 5, "0123456789");
+    const char *rest = name + 5 + nd;
+    return nd >= 5 && (!strcmp(rest, ".zck") || !strcmp(rest, ".json") ||
+                       !strcmp(rest, ".json.tmp") || !strcmp(rest, ".failed"));
+}
+
+int zck_dir_owned(const char *dir, char *why, size_t n)
+{
+    struct stat st;
+    if (lstat(dir, &st) != 0) {
+        snprintf(why, n, "%s", strerror(errno));
+        return -1;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        snprintf(why, n, "it is %s, not a directory",
+                 S_ISLNK(st.st_mode) ? "a symbolic link" : "a file");
+        return -1;
+    }
+    DIR *d = opendir(dir);
+    if (!d) {
+        snprintf(why, n, "%s", strerror(errno));
+        return -1;
+    }
+    struct dirent *de;
+    int rc = 0;
+    char p[4400];
+    while (rc == 0 && (de = readdir(d))) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+        snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
+        if (!zck_is_writer_name(de->d_name) || lstat(p, &st) != 0 || !S_ISREG(st.st_mode)) {
+            snprintf(why, n, "it holds %s, which is not a checkpoint file", de->d_name);
+            rc = -1;
+        }
+    }
+    closedir(d);
+    return rc;
+}
+
 int zck_rmdir_flat(const char *dir)
 {
+    struct stat st;
+    if (lstat(dir, &st) != 0) return errno == ENOENT ? 0 : -1;
+    if (!S_ISDIR(st.st_mode)) { /* a symlink is never followed into what it names */
+        errno = ENOTDIR;
+        return -1;
+    }
     /* Another rank of a failed save may still be creating files in the directory (its write
      * fails only once the directory is gone): a name made between readdir and rmdir makes rmdir
-     * fail with ENOTEMPTY, so list again. Once rmdir succeeds nothing can be created in it. */
+     * fail with ENOTEMPTY, so list again. Once rmdir succeeds nothing can be created in it.
+     * Only the writer's names go: anything else (a user's file) stops the removal. */
     for (int attempt = 0;; attempt++) {
         DIR *d = opendir(dir);
         if (!d) return errno == ENOENT ? 0 : -1;
         struct dirent *de;
         char p[4096];
+        int foreign = 0;
         while ((de = readdir(d))) {
             if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+            if (!zck_is_writer_name(de->d_name)) {
+                foreign = 1;
+                continue;
+            }
             snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
             unlink(p);
         }
         closedir(d);
+        if (foreign) {
+            errno = ENOTEMPTY;
+            return -1;
+        }
         if (rmdir(dir) == 0 || errno == ENOENT) return 0;
         if ((errno != ENOTEMPTY && errno != EEXIST) || attempt >= 50) return -1;
         struct timespec ts = {0, 10000000L};   /* 10 ms */

@@ -59,6 +59,61 @@ static zinc_status check_tag(const zck_save_desc *d, char *err)
     return ZINC_OK;
 }
 
+/* A regular file is a checkpoint's `latest` when it is one line naming a tag. */
+static int is_latest_file(const char *path)
+{
+    char *txt, e[ZCK_ERR];
+    size_t len;
+    struct stat st;
+    if (stat(path, &st) != 0 || st.st_size > ZCK_TAG_MAX + 2 ||
+        zck_read_file(path, &txt, &len, e) != ZINC_OK)
+        return 0;
+    while (len && (txt[len - 1] == '\n' || txt[len - 1] == '\r' || txt[len - 1] == ' ')) len--;
+    int ok = len > 0 && len < ZCK_TAG_MAX && txt[0] != '.' && !memchr(txt, '/', len) &&
+             !memchr(txt, '\n', len) && !memchr(txt, 0, len);
+    free(txt);
+    return ok;
+}
+
+int zck_latest_check(const char *dir, char *why, size_t n)
+{
+    char p[4400];
+    struct stat st;
+    snprintf(p, sizeof p, "%s/%s", dir, ZCK_LATEST);
+    /* a symlink is fine: the rename replaces the link, not what it names */
+    if (lstat(p, &st) == 0 && !S_ISLNK(st.st_mode) && (!S_ISREG(st.st_mode) || !is_latest_file(p))) {
+        snprintf(why, n, "%s exists and is not a checkpoint's latest (one line naming a tag); a "
+                 "save would replace it: move it away or save into another directory", p);
+        return -1;
+    }
+    return 0;
+}
+
+int zck_save_target_check(const char *dir, const char *tag, char *why, size_t n)
+{
+    char p[4400], own[4600];
+    struct stat st;
+    if (zck_latest_check(dir, why, n) != 0) return -1;
+    static const char *const sfx[3] = {"", ".tmp", ".old"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(p, sizeof p, "%s/%s%s", dir, tag, sfx[i]);
+        if (lstat(p, &st) != 0) continue;
+        int bad = zck_dir_owned(p, own, sizeof own) != 0;
+        if (!bad && i == 0) {
+            snprintf(own, sizeof own, "%s/%s", p, ZCK_MANIFEST);
+            bad = access(own, F_OK) != 0;
+            snprintf(own, sizeof own, "it holds no %s", ZCK_MANIFEST);
+        }
+        if (bad) {
+            snprintf(why, n, "%s is in the way of tag %s: it is not %s (%s); zinc deletes only its "
+                     "own files: move it away or save into another directory", p, tag,
+                     i ? "a save's leftover" : "a checkpoint tag", own);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 static void tmpdir_of(const zck_save_desc *d, char *p, size_t n)
 {
     snprintf(p, n, "%s/%s.tmp", d->dir, d->tag);
@@ -120,6 +175,9 @@ zinc_status zck_save_prepare(zcomm_t *c, const zck_save_desc *d, char *err)
         char tmp[4096];
         tmpdir_of(d, tmp, sizeof tmp);
         s = mkdir_p(d->dir, err);
+        char why[ZCK_ERR - 64];
+        if (s == ZINC_OK && zck_save_target_check(d->dir, d->tag, why, sizeof why) != 0)
+            s = zerr_fmt(err, ZCK_ERR, ZINC_ERR_IO, "ckpt save: %s", why);
         /* A .tmp left by a crashed save is garbage by construction: never a committed tag. */
         if (s == ZINC_OK && zck_rmdir_flat(tmp) != 0 && errno != ENOENT)
             s = zerr_fmt(err, ZCK_ERR, ZINC_ERR_IO, "cannot remove the stale %s: %s", tmp,
@@ -560,11 +618,21 @@ zinc_status zck_save_commit(const zck_save_desc *d, char *err)
     char old[4200];
     snprintf(old, sizeof old, "%s/%s.old", d->dir, d->tag);
     struct stat sb;
-    int replacing = stat(final, &sb) == 0;
+    int replacing = lstat(final, &sb) == 0;
+    char why[ZCK_ERR - 64];
+    /* checked again: anything may have appeared since the prepare */
+    if (zck_save_target_check(d->dir, d->tag, why, sizeof why) != 0) {
+        s = zerr_fmt(err, ZCK_ERR, ZINC_ERR_IO, "%s", why);
+        goto done;
+    }
     if (replacing) {
         /* Saving over an existing tag: move it aside first, since rename cannot replace a
          * non-empty directory; it is deleted once the new one is in place. */
-        zck_rmdir_flat(old);
+        if (zck_rmdir_flat(old) != 0) {
+            s = zerr_fmt(err, ZCK_ERR, ZINC_ERR_IO, "cannot remove the stale %s: %s", old,
+                         strerror(errno));
+            goto done;
+        }
         if (rename(final, old) != 0) {
             s = zerr_fmt(err, ZCK_ERR, ZINC_ERR_IO, "cannot move the existing %s aside: %s", final,
                          strerror(errno));

@@ -138,7 +138,12 @@ int train_ckpt_start(run_t *r, zinc_engine_t *e, int rank, train_blob *blob);
  * and at r->stop_at); bar: a progress bar is on the line. Returns 0, or -1 after train_fail(). */
 int train_ckpt_after_step(run_t *r, zinc_engine_t *e, int rank, const train_blob *blob, int bar);
 
-/* Before the run: refuses a --save-dir that is not a directory, and settles --resume DIR|auto
+/* The length of the tag in name when it is one of zinc train's tags ("step" and digits) or that
+ * tag's .tmp/.old; 0 for any other name. */
+size_t train_step_tag_len(const char *name);
+
+/* Before the run: refuses a --save-dir that is not a directory or holds the user's files where
+ * a save writes (see zck_save_target_check), and settles --resume DIR|auto
  * into r->resume_dir and r->resume_tag (dir NULL: start fresh; tag NULL: the newest valid one).
  * DIR may be a save directory or one of its tags (DIR/TAG, with its manifest); auto resumes when
  * --save-dir holds a checkpoint, `latest` or not. Returns 0 or the exit code. */

@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ckpt/ckpt.h"
 #include "tools/commands.h"
 #include "tools/train.h"
 
@@ -118,13 +119,42 @@ static int save_dir_unusable(const char *dir, char *msg, size_t n)
     return 1;
 }
 
+size_t train_step_tag_len(const char *name)
+{
+    size_t nd = strncmp(name, "step", 4) ? 0 : strspn(name + 4, "0123456789");
+    const char *rest = name + 4 + nd;
+    return nd && (!*rest || !strcmp(rest, ".tmp") || !strcmp(rest, ".old")) ? 4 + nd : 0;
+}
+
+/* 1, with the reason in msg, when something of the user's is where a save into dir would write:
+ * a `latest` that names no tag (a data file), a step tag directory, .tmp or .old holding files
+ * that are not the writer's. The save would refuse them (it deletes only its own files); refused
+ * now, not at the first save after hours. */
+static int save_dir_blocked(const char *dir, char *msg, size_t n)
+{
+    DIR *d = opendir(dir);
+    if (!d) return 0; /* missing: made at the first save */
+    int bad = zck_latest_check(dir, msg, n) != 0;
+    struct dirent *de;
+    char tag[300];
+    while (!bad && (de = readdir(d))) {
+        size_t tl = train_step_tag_len(de->d_name);
+        if (!tl) continue;
+        snprintf(tag, sizeof tag, "%.*s", (int)tl, de->d_name);
+        bad = zck_save_target_check(dir, tag, msg, n) != 0;
+    }
+    closedir(d);
+    return bad;
+}
+
 static int settle_resume(const topts *o, run_t *r)
 {
     r->resume_dir = r->resume_tag = NULL;
     struct stat st;
     /* a save directory that cannot be one fails now, not at the first save after hours */
     char why[1200];
-    if (o->save_dir && save_dir_unusable(o->save_dir, why, sizeof why)) {
+    if (o->save_dir && (save_dir_unusable(o->save_dir, why, sizeof why) ||
+                        save_dir_blocked(o->save_dir, why, sizeof why))) {
         fprintf(stderr, "zinc train: --save-dir %s: %s\n", o->save_dir, why);
         return 2;
     }

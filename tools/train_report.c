@@ -8,8 +8,10 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -177,6 +179,93 @@ void train_report_step(run_t *r, progress_t *p, long long step, const zinc_step_
     fflush(stdout);
 }
 
+/* 1 when path's parent directory is dir (both resolved) and its last name is `latest` or one of
+ * zinc train's tag names: a place the checkpoint writer replaces. */
+static int is_save_slot(const char *path, const char *dir)
+{
+    char rp[PATH_MAX], rd[PATH_MAX], pp[PATH_MAX];
+    snprintf(pp, sizeof pp, "%s", path);
+    size_t n = strlen(pp);
+    while (n > 1 && pp[n - 1] == '/') pp[--n] = 0;
+    const char *base = strrchr(pp, '/');
+    base = base ? base + 1 : pp;
+    if (strcmp(base, "latest") != 0 && !train_step_tag_len(base)) return 0;
+    if (base == pp)
+        snprintf(pp, sizeof pp, ".");
+    else
+        pp[base - pp - 1 ? base - pp - 1 : 1] = 0; /* "/x": the root */
+    return dir && realpath(pp, rp) && realpath(dir, rd) && !strcmp(rp, rd);
+}
+
+/* What an output of the run (--metrics, csv_monitor's files) must not be: one of the run's
+ * inputs (opening it for writing truncates it; the data file is mapped, so truncating it also
+ * kills the run), another of its outputs, or a file of a checkpoint. NULL when it is none. */
+static const char *output_clash(const char *path, const topts *o, const run_t *r)
+{
+    char latest[1200];
+    if (zarg_same_file(path, o->config_path)) return "the config file";
+    if (o->data_path && zarg_same_file(path, o->data_path)) return "the data file";
+    if (r->metrics && o->metrics_path && zarg_same_file(path, o->metrics_path))
+        return "the --metrics file";
+    if (zarg_in_checkpoint_tag(path)) return "inside a checkpoint's tag directory";
+    if (zarg_is_checkpoint_latest(path)) return "a save directory's latest";
+    const char *dirs[2] = {o->save_dir, r->resume_dir};
+    for (int i = 0; i < 2; i++) {
+        if (!dirs[i]) continue;
+        snprintf(latest, sizeof latest, "%s/latest", dirs[i]);
+        if (zarg_same_file(path, latest)) return "the checkpoints' latest";
+    }
+    if (is_save_slot(path, o->save_dir)) return "where --save-dir's checkpoints go";
+    return NULL;
+}
+
+/* Opens one output of the run for writing: appended to when the run resumes, else truncated,
+ * both only once the checks pass. NULL with the message printed (`what` names it, `hint` says
+ * what to do) when it clashes
+ * (output_clash), has other hard links (a checkpoint file linked to it would change), is not a
+ * regular file or a FIFO with a reader, or cannot be opened. */
+static FILE *open_output(const char *what, const char *path, int append, const char *hint,
+                         const topts *o, const run_t *r)
+{
+    const char *clash = output_clash(path, o, r);
+    if (clash) {
+        fprintf(stderr, "zinc train: %s %s is %s; %s\n", what, path, clash, hint);
+        return NULL;
+    }
+    /* O_NONBLOCK: a FIFO without a reader fails (ENXIO) instead of blocking the run */
+    int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC | O_NONBLOCK | (append ? O_APPEND : 0),
+                  0644);
+    struct stat st;
+    int e = fd < 0 ? errno : 0;
+    if (fd >= 0 && fstat(fd, &st) == 0) {
+        if (S_ISREG(st.st_mode) && st.st_nlink > 1) {
+            fprintf(stderr, "zinc train: %s %s has %lu hard links: writing it would change the "
+                    "other names' contents too (a checkpoint's file, say); %s\n", what, path,
+                    (unsigned long)st.st_nlink, hint);
+            close(fd);
+            return NULL;
+        }
+        if (!S_ISREG(st.st_mode) && !S_ISFIFO(st.st_mode) && !S_ISCHR(st.st_mode))
+            e = EINVAL;
+        else if (!append && S_ISREG(st.st_mode) && ftruncate(fd, 0) != 0)
+            e = errno;
+    }
+    FILE *f = NULL;
+    if (fd >= 0 && !e) {
+        int fl = fcntl(fd, F_GETFL);
+        if (fl >= 0) (void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+        f = fdopen(fd, append ? "a" : "w");
+        if (!f) e = errno;
+    }
+    if (!f) {
+        if (fd >= 0) close(fd);
+        fprintf(stderr, "zinc train: %s %s: %s\n", what, path,
+                e == ENXIO ? "a FIFO with no reader" : e == EINVAL ? "not a regular file"
+                                                                   : strerror(e));
+    }
+    return f;
+}
+
 static int mkdir_p(const char *path)
 {
     char buf[1024];
@@ -192,7 +281,8 @@ static int mkdir_p(const char *path)
 
 /* DeepSpeed's csv_monitor layout: <output_path>/<job_name>/<event>.csv with "step,value"; an
  * empty output_path is DeepSpeed's os.path.join("", job_name), ./<job_name>, as the Python
- * front-end writes it too. */
+ * front-end writes it too. Its directory is made first, unless it is where a tag of --save-dir
+ * goes (the save would then fail on it). */
 static int open_csv(const topts *o, run_t *r, int append)
 {
     if (!o->cfg.zinc.csv_monitor) return 0;
@@ -200,6 +290,11 @@ static int open_csv(const topts *o, run_t *r, int append)
     const char *out = o->cfg.zinc.csv_output_path;
     const char *job = o->cfg.zinc.csv_job_name[0] ? o->cfg.zinc.csv_job_name : "DeepSpeedJobName";
     snprintf(dir, sizeof dir, "%s%s%s", out, out[0] ? "/" : "", job);
+    if (is_save_slot(dir, o->save_dir) || zarg_in_checkpoint_tag(dir)) {
+        fprintf(stderr, "zinc train: csv_monitor: %s is where --save-dir's checkpoints go (or "
+                "inside one); set csv_monitor.output_path or job_name elsewhere\n", dir);
+        return 2;
+    }
     if (mkdir_p(dir) != 0) {
         fprintf(stderr, "zinc train: csv_monitor: cannot create %s: %s\n", dir, strerror(errno));
         return 1;
@@ -209,34 +304,12 @@ static int open_csv(const topts *o, run_t *r, int append)
     for (int i = 0; i < 3; i++) {
         snprintf(path, sizeof path, "%s/%s.csv", dir, ev[i]);
         int fresh = !append || !train_file_exists(path);
-        r->csv[i] = fopen(path, append ? "a" : "w");
-        if (!r->csv[i]) {
-            fprintf(stderr, "zinc train: csv_monitor: cannot write %s: %s\n", path, strerror(errno));
-            return 1;
-        }
+        r->csv[i] = open_output("csv_monitor:", path, append,
+                                "set csv_monitor.output_path or job_name elsewhere", o, r);
+        if (!r->csv[i]) return 2;
         if (fresh) fprintf(r->csv[i], "step,%s\n", ev[i]);
     }
     return 0;
-}
-
-/* What --metrics must not be: one of the run's inputs (opening it for writing truncates it; the
- * data file is mapped, so truncating it also kills the run), or a file of a checkpoint. NULL when
- * it is none of them. */
-static const char *metrics_clash(const topts *o, const run_t *r)
-{
-    const char *m = o->metrics_path;
-    char latest[1200];
-    if (zarg_same_file(m, o->config_path)) return "the config file";
-    if (o->data_path && zarg_same_file(m, o->data_path)) return "the data file";
-    if (zarg_in_checkpoint_tag(m)) return "inside a checkpoint's tag directory";
-    if (zarg_is_checkpoint_latest(m)) return "a save directory's latest";
-    const char *dirs[2] = {o->save_dir, r->resume_dir};
-    for (int i = 0; i < 2; i++) {
-        if (!dirs[i]) continue;
-        snprintf(latest, sizeof latest, "%s/latest", dirs[i]);
-        if (zarg_same_file(m, latest)) return "the checkpoints' latest";
-    }
-    return NULL;
 }
 
 /* The metrics file is opened here, before the world, so that a bad --metrics path is a usage
@@ -244,29 +317,11 @@ static const char *metrics_clash(const topts *o, const run_t *r)
 int train_report_open(const topts *o, run_t *r)
 {
     if (o->metrics_path) {
-        const char *clash = metrics_clash(o, r);
-        if (clash) {
-            fprintf(stderr, "zinc train: --metrics %s is %s; name a file of its own\n",
-                    o->metrics_path, clash);
-            return 2;
-        }
-        /* O_NONBLOCK: a FIFO without a reader fails (ENXIO) instead of blocking the run */
-        int fd = open(o->metrics_path, O_WRONLY | O_CREAT | O_CLOEXEC | O_NONBLOCK |
-                                           (r->resume_dir ? O_APPEND : O_TRUNC), 0644);
-        if (fd >= 0) {
-            int fl = fcntl(fd, F_GETFL);
-            if (fl >= 0) (void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
-        }
-        r->metrics = fd >= 0 ? fdopen(fd, r->resume_dir ? "a" : "w") : NULL;
-        if (!r->metrics) {
-            int e = errno;
-            if (fd >= 0) close(fd);
-            fprintf(stderr, "zinc train: --metrics %s: %s\n", o->metrics_path,
-                    e == ENXIO ? "a FIFO with no reader" : strerror(e));
-            return 2;
-        }
+        r->metrics = open_output("--metrics", o->metrics_path, r->resume_dir != NULL,
+                                 "name a file of its own", o, r);
+        if (!r->metrics) return 2;
     }
-    return open_csv(o, r, r->resume_dir != NULL) != 0 ? 1 : 0;
+    return open_csv(o, r, r->resume_dir != NULL);
 }
 
 void train_report_close(run_t *r)

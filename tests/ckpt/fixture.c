@@ -177,6 +177,7 @@ typedef struct {
     size_t chunk_bytes;
     zlocal_world_t *lw;
     zinc_status st[64];
+    char (*errs)[ZCK_ERR];
 } fx_save_arg;
 
 static void fx_save_rank(int rank, void *arg)
@@ -211,14 +212,15 @@ static void fx_save_rank(int rank, void *arg)
         s = zck_save(c, &d, err);
     }
     if (s != ZINC_OK) fprintf(stderr, "rank %d: %s\n", rank, err);
+    if (a->errs) memcpy(a->errs[rank], err, ZCK_ERR);
     a->st[rank] = s;
     fx_rank_free(&fr);
     zplan_free(&p);
     zcomm_destroy(c);
 }
 
-zinc_status fx_save_world(const char *dir, const char *tag, int world, unsigned streams,
-                          uint32_t salt, size_t chunk_bytes, int async)
+static zinc_status save_world(const char *dir, const char *tag, int world, unsigned streams,
+                              uint32_t salt, size_t chunk_bytes, int async, char (*errs)[ZCK_ERR])
 {
     fx_save_arg a;
     memset(&a, 0, sizeof a);
@@ -229,12 +231,25 @@ zinc_status fx_save_world(const char *dir, const char *tag, int world, unsigned 
     a.salt = salt;
     a.chunk_bytes = chunk_bytes;
     a.async = async;
+    a.errs = errs;
     if (zlocal_world_create(world, &a.lw) != ZINC_OK) return ZINC_ERR_COMM;
     zt_run_ranks(world, fx_save_rank, &a);
     zlocal_world_destroy(a.lw);
     for (int r = 0; r < world; r++)
         if (a.st[r] != ZINC_OK) return a.st[r];
     return ZINC_OK;
+}
+
+zinc_status fx_save_world(const char *dir, const char *tag, int world, unsigned streams,
+                          uint32_t salt, size_t chunk_bytes, int async)
+{
+    return save_world(dir, tag, world, streams, salt, chunk_bytes, async, NULL);
+}
+
+zinc_status fx_save_world_errs(const char *dir, const char *tag, int world, unsigned streams,
+                               uint32_t salt, size_t chunk_bytes, char (*errs)[ZCK_ERR])
+{
+    return save_world(dir, tag, world, streams, salt, chunk_bytes, 0, errs);
 }
 
 void fx_tmproot(char *out, size_t n, const char *name)
@@ -254,7 +269,8 @@ void fx_rmtree(const char *dir)
         if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
         snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
         struct stat st;
-        if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode)) zck_rmdir_flat(p);
+        /* a test's own files too, not only the writer's: zck_rmdir_flat would leave them */
+        if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode)) fx_rmtree(p);
         else unlink(p);
     }
     closedir(d);

@@ -42,10 +42,12 @@ zck_save_desc fx_desc(const char *dir, const char *tag, const zplan *p, int rank
  * elements that differ from fx_bits(salt). Returns -1 when the read fails (message in err). */
 long fx_check_rank(zck_reader *r, const zplan *p, int rank, int s, uint32_t salt, char *err);
 
-/* Saves the whole world (threads on a local comm). Returns the status of rank 0 and copies
- * each rank's message into errs[rank] when errs is not NULL. */
+/* Saves the whole world (threads on a local comm). Returns the first failed rank's status. */
 zinc_status fx_save_world(const char *dir, const char *tag, int world, unsigned streams,
                           uint32_t salt, size_t chunk_bytes, int async);
+/* The same (synchronous), copying each rank's message into errs[rank] (world entries). */
+zinc_status fx_save_world_errs(const char *dir, const char *tag, int world, unsigned streams,
+                               uint32_t salt, size_t chunk_bytes, char (*errs)[ZCK_ERR]);
 
 /* A fresh directory for one test process: $TMPDIR (or /tmp)/zinc-ckpt-<name>-<pid>, created;
  * its path in out (n bytes). */

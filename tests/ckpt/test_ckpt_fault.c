@@ -10,6 +10,10 @@
  *  Damage: a truncated chunk, a flipped byte, a missing rank file, a manifest of a newer format
  *  version. Each gives its own clear error naming the file (and chunk); no file changes while
  *  those errors are produced; auto selection skips them all for the older good tag.
+ *
+ *  Foreign files: a save deletes only the writer's own files. A user's directory or file in the
+ *  place of the tag, its .tmp or .old, a `latest` that is no tag name (a data file), a symlink
+ *  at the tag: the save fails naming the path, and every one of those files is unchanged.
  */
 #include <fcntl.h>
 #include <signal.h>
@@ -263,10 +267,100 @@ static void test_damage(void)
     fx_rmtree(dir);
 }
 
+/* Writes `text` to path, creating it. */
+static void put(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    ZT_CHECK(f != NULL, "cannot create %s", path);
+    if (f) {
+        fputs(text, f);
+        fclose(f);
+    }
+}
+
+/* The file holds exactly `text`. */
+static int holds(const char *path, const char *text)
+{
+    char buf[256] = "";
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    return !strcmp(buf, text);
+}
+
+/* A save of tag s6 into dir fails naming `needle`, and `keep` still holds `text`. */
+static void save_refused(const char *dir, const char *needle, const char *keep, const char *text,
+                         const char *what)
+{
+    char errs[2][ZCK_ERR];
+    zinc_status s = fx_save_world_errs(dir, "s6", 2, 0x7, 5, 4096, errs);
+    ZT_CHECK(s == ZINC_ERR_IO && strstr(errs[0], needle) && strstr(errs[1], needle),
+                 "%s: status %d, rank 0 \"%s\", rank 1 \"%s\"", what, (int)s, errs[0], errs[1]);
+    ZT_CHECK(holds(keep, text), "%s: %s was changed", what, keep);
+}
+
+static void test_foreign(void)
+{
+    char dir[700], p[900], q[1000];
+    snprintf(dir, sizeof dir, "%s/foreign", root);
+    fx_rmtree(dir);
+    ZT_CHECK(mkdir(dir, 0755) == 0, "mkdir");
+    /* a user's directory where the tag goes (no manifest): was emptied as an "old tag" */
+    snprintf(p, sizeof p, "%s/s6", dir);
+    ZT_CHECK(mkdir(p, 0755) == 0, "mkdir");
+    snprintf(q, sizeof q, "%s/s6/notes.txt", dir);
+    put(q, "mine\n");
+    save_refused(dir, "holds notes.txt, which is not a checkpoint file", q, "mine\n",
+                 "user dir at the tag");
+    unlink(q);
+    /* the same with a writer-named file in it: still no manifest, still not a tag */
+    snprintf(p, sizeof p, "%s/s6/client.bin", dir);
+    put(p, "blob");
+    save_refused(dir, "holds no manifest.json", p, "blob", "tag without a manifest");
+    fx_rmtree(dir);
+    ZT_CHECK(mkdir(dir, 0755) == 0, "mkdir");
+    /* a user's file in a stale .tmp and .old: they were deleted with the leftovers */
+    const char *sfx[2] = {"tmp", "old"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(p, sizeof p, "%s/s6.%s", dir, sfx[i]);
+        ZT_CHECK(mkdir(p, 0755) == 0, "mkdir");
+        snprintf(q, sizeof q, "%s/s6.%s/data.csv", dir, sfx[i]);
+        put(q, "1,2\n");
+        save_refused(dir, "data.csv, which is not a checkpoint file", q, "1,2\n", sfx[i]);
+        unlink(q);
+        rmdir(p);
+    }
+    /* a data file named latest: the save replaced it */
+    snprintf(p, sizeof p, "%s/latest", dir);
+    put(p, "0 1 2 3\n4 5 6 7\n");
+    save_refused(dir, "is not a checkpoint's latest", p, "0 1 2 3\n4 5 6 7\n", "data latest");
+    unlink(p);
+    /* a symlink at the tag to a user's directory: its files were deleted through the link */
+    snprintf(p, sizeof p, "%s/elsewhere", root);
+    fx_rmtree(p);
+    ZT_CHECK(mkdir(p, 0755) == 0, "mkdir");
+    snprintf(q, sizeof q, "%s/manifest.json", p);
+    put(q, "{}");
+    char link[900];
+    snprintf(link, sizeof link, "%s/s6", dir);
+    ZT_CHECK(symlink(p, link) == 0, "symlink");
+    save_refused(dir, "is a symbolic link", q, "{}", "symlinked tag");
+    unlink(link);
+    fx_rmtree(p);
+    /* and with the way clear, the save works and a save over its own tag too */
+    ZT_OK(fx_save_world(dir, "s6", 2, 0x7, 5, 4096, 0));
+    ZT_OK(fx_save_world(dir, "s6", 2, 0x7, 6, 4096, 0));
+    check_tag(dir, "s6", "save over its own tag");
+    fx_rmtree(dir);
+}
+
 int main(void)
 {
     fx_tmproot(root, sizeof root, "fault");
     test_damage();
+    test_foreign();
     test_kills();
     rmdir(root);
     return zt_finish("test_ckpt_fault");

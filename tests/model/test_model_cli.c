@@ -421,6 +421,51 @@ int main(void)
     /* zinc plot over a checkpoint's file */
     expect_usage_error("plot m1.jsonl -o ck/latest", "is a checkpoint's file");
     expect_usage_error("plot m1.jsonl -o ck/step000012/manifest.json", "is a checkpoint's file");
+    /* the run's outputs and saves never take a user's file: a hard link to a checkpoint file as
+     * --metrics (truncated it), csv_monitor files on the config or the metrics (truncated), a
+     * --metrics or csv_monitor directory where a save goes (replaced or emptied by it), a data
+     * file named latest in --save-dir (replaced by the first save), a user's directory named like
+     * a tag (emptied as an "old tag") */
+    static const char csvcfg[] =
+        "{\"train_micro_batch_size_per_gpu\": 4, \"bf16\": {\"enabled\": true}, "
+        "\"zero_optimization\": {\"stage\": 3}, \"optimizer\": {\"type\": \"AdamW\"}, "
+        "\"csv_monitor\": {\"enabled\": true, \"output_path\": \"%s\", \"job_name\": \"%s\"}}";
+    char cj[400];
+    snprintf(cj, sizeof cj, csvcfg, "", "cj");
+    write_file("csv_cj.json", cj, strlen(cj));
+    snprintf(cj, sizeof cj, csvcfg, "msave", "step000001");
+    write_file("csv_slot.json", cj, strlen(cj));
+    snprintf(cmd, sizeof cmd, "cd '%s' && ln ck/step000012/client.bin hlink && mkdir cj dsave "
+             "usave usave/step000001 msave && ln -s ../csv_cj.json cj/Train_Samples_lr.csv && "
+             "cp text.txt dsave/latest && echo mine > usave/step000001/notes.txt", tmp);
+    ZT_CHECK(system(cmd) == 0, "%s", cmd);
+    expect_usage_error("train " SMALL " --steps 1 --metrics hlink", "has 2 hard links");
+    expect_usage_error("train " SMALL " --steps 1 --save-dir msave --metrics msave/latest",
+                       "--metrics msave/latest is where --save-dir's checkpoints go");
+    expect_usage_error("train " SMALL " --steps 1 --save-dir msave --metrics msave/step000001",
+                       "is where --save-dir's checkpoints go");
+    expect_usage_error("train --model L1-D16-H2-T16 --ranks 2 --steps 1 --config csv_cj.json",
+                       "csv_monitor: cj/Train_Samples_lr.csv is the config file");
+    expect_usage_error("train --model L1-D16-H2-T16 --ranks 2 --steps 1 --config csv_slot.json "
+                       "--save-dir msave", "csv_monitor: msave/step000001 is where --save-dir's");
+    snprintf(cmd, sizeof cmd, "rm '%s/cj/Train_Samples_lr.csv'", tmp);
+    ZT_CHECK(system(cmd) == 0, "%s", cmd);
+    expect_usage_error("train --model L1-D16-H2-T16 --ranks 2 --steps 1 --config csv_cj.json "
+                       "--metrics cj/Train_Samples_loss_scale.csv",
+                       "cj/Train_Samples_loss_scale.csv is the --metrics file");
+    expect_usage_error("train " SMALL " --steps 1 --data dsave/latest --save-dir dsave",
+                       "dsave/latest exists and is not a checkpoint's latest");
+    expect_usage_error("train " SMALL " --steps 1 --save-dir usave",
+                       "usave/step000001 is in the way of tag step000001: it is not a checkpoint "
+                       "tag (it holds notes.txt");
+    {
+        char *d = slurp_rel("dsave/latest"), *n = slurp_rel("usave/step000001/notes.txt");
+        ZT_CHECK(d && strlen(d) == sizeof text && !memcmp(d, text, sizeof text),
+                 "dsave/latest (a data file) survived (%zu bytes)", d ? strlen(d) : 0);
+        ZT_CHECK(n && !strcmp(n, "mine\n"), "usave/step000001/notes.txt survived: '%s'", n);
+        free(d);
+        free(n);
+    }
     {
         char *cfg = slurp_rel("mycfg.json"), *txt = slurp_rel("text.txt");
         ZT_CHECK(cfg && strstr(cfg, "zero_optimization"), "the config survived: '%.40s'", cfg);
