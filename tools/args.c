@@ -12,12 +12,39 @@
 #include "base/files.h"
 #include "tools/commands.h"
 
+/* Plain decimal only: [+-] digits [. digits] [e|E [+-] digits], at least one mantissa digit,
+ * either side of the point (".5" and "5." as in C, Python and JSON's superset). strtod alone
+ * also reads "0x10" (16), " 3" (leading space), "inf" and "nan", none of which a user means as a
+ * count or a rate. */
+static int plain_decimal(const char *s)
+{
+    size_t i = 0, digits;
+    if (s[i] == '+' || s[i] == '-') i++;
+    digits = strspn(s + i, "0123456789");
+    i += digits;
+    if (s[i] == '.') {
+        size_t frac = strspn(s + i + 1, "0123456789");
+        digits += frac;
+        i += 1 + frac;
+    }
+    if (digits == 0) return 0;
+    if (s[i] == 'e' || s[i] == 'E') {
+        i++;
+        if (s[i] == '+' || s[i] == '-') i++;
+        size_t exp = strspn(s + i, "0123456789");
+        if (exp == 0) return 0;
+        i += exp;
+    }
+    return s[i] == 0;
+}
+
 int zarg_double(const char *s, double *out)
 {
-    if (!s || !*s) return -1;
+    if (!s || !plain_decimal(s)) return -1;
     char *end;
     errno = 0;
     double v = strtod(s, &end);
+    /* ERANGE: past the double's range ("1e999") or below its normal numbers ("1e-400") */
     if (errno || *end || !isfinite(v)) return -1;
     *out = v;
     return 0;
@@ -35,9 +62,10 @@ int zarg_int64(const char *s, long long *out)
         *out = n;
         return 0;
     }
+    /* Otherwise zarg_double's plain decimal: "7.5e9" is a whole number written as a float;
+     * "1.5", "0x10" and " 3" are not. */
     double v;
     if (zarg_double(s, &v) != 0) return -1;
-    /* "7.5e9" is a whole number written as a float; "1.5" is not. */
     if (v != floor(v) || fabs(v) > 9.0e18) return -1;
     *out = (long long)v;
     return 0;
@@ -129,4 +157,15 @@ int zarg_parent_within(const char *path, const char *dir)
     if (!resolved_parent(path, rp) || !realpath(dir, rd)) return 0;
     size_t n = strlen(rd);
     return !strncmp(rp, rd, n) && (rp[n] == 0 || rp[n] == '/' || (n == 1 && rd[0] == '/'));
+}
+
+int zarg_value(const char *cmd, const char *opt, const char *v)
+{
+    /* "--save-dir --steps 5": the option's value forgotten, the next option taken for it. A
+     * single dash stays a value: "-1", "-" (stdin/stdout by convention). */
+    if (!v) return zarg_usage_error(cmd, "%s needs a value", opt);
+    if (!*v || !strncmp(v, "--", 2))
+        return zarg_usage_error(cmd, "%s needs a value%s%s%s", opt, *v ? " (got the option '" : "",
+                                v, *v ? "')" : "");
+    return 0;
 }

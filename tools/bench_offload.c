@@ -231,7 +231,7 @@ int bench_offload(int argc, char **argv)
             json = 1;
             continue;
         }
-        if (!val) return zarg_usage_error(cmd, "%s needs a value", a);
+        if (zarg_value(cmd, a, val)) return 2;
         if (!strcmp(a, "--params")) {
             if ((np = zb_parse_list(val, params, 16, 1, 1LL << 40)) < 0)
                 return zarg_usage_error(cmd, "--params wants up to 16 counts >= 1, not '%s'", val);

@@ -152,7 +152,7 @@ static int bench_adam(int argc, char **argv)
             with_torch = 0;
             continue;
         }
-        if (!val) return zarg_usage_error("bench adam", "%s needs a value", a);
+        if (zarg_value("bench adam", a, val)) return 2;
         if (!strcmp(a, "--device")) {
             device = val;
         } else if (!strcmp(a, "--dtype")) {
@@ -427,7 +427,7 @@ static int bench_zero(int argc, char **argv, int comm)
             json = 1;
             continue;
         }
-        if (!val) return zarg_usage_error(cmd, "%s needs a value", a);
+        if (zarg_value(cmd, a, val)) return 2;
         if (!strcmp(a, "--params")) {
             if ((np = zb_parse_list(val, params, 16, 1, 1LL << 40)) < 0)
                 return zarg_usage_error(cmd, "--params wants up to 16 counts >= 1, not '%s'", val);

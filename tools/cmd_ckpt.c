@@ -208,11 +208,12 @@ static int ckpt_export(int argc, char **argv)
             return 0;
         }
         if (!strcmp(a, "--out")) {
-            if (!v) return zarg_usage_error("ckpt export", "--out needs a file name");
+            if (zarg_value("ckpt export", a, v)) return 2;
             out = v;
             i++;
         } else if (!strcmp(a, "--dtype")) {
-            if (!v || zck_dtype_from_name(v, &dt))
+            if (zarg_value("ckpt export", a, v)) return 2;
+            if (zck_dtype_from_name(v, &dt))
                 return zarg_usage_error("ckpt export", "--dtype must be fp32, fp16 or bf16");
             i++;
         } else if (a[0] == '-' || dir) {
@@ -349,7 +350,7 @@ static int ckpt_bench(int argc, char **argv)
         }
         if (!strcmp(a, "--json")) { json = 1; continue; }
         if (!strcmp(a, "--dir")) {
-            if (!v) return zarg_usage_error("ckpt bench", "--dir needs a value");
+            if (zarg_value("ckpt bench", a, v)) return 2;
             dir = v;
             i++;
             continue;
@@ -359,7 +360,9 @@ static int ckpt_bench(int argc, char **argv)
         else if (!strcmp(a, "--level")) dst = &level;
         else if (!strcmp(a, "--steps")) dst = &steps;
         else return zarg_usage_error("ckpt bench", "unknown argument '%s'", a);
-        if (!v || zarg_int64(v, dst) != 0) return zarg_usage_error("ckpt bench", "%s needs a number", a);
+        if (zarg_value("ckpt bench", a, v)) return 2;
+        if (zarg_int64(v, dst) != 0)
+            return zarg_usage_error("ckpt bench", "%s needs a number, not '%s'", a, v);
         i++;
     }
     if (mib < 1 || mib > 65536 || threads < 1 || threads > 64 || level < -5 || level > 19 || steps < 1)

@@ -54,7 +54,8 @@ int cmd_config(int argc, char **argv)
             as_json = 1;
         } else if (!strcmp(a, "--world-size") || !strcmp(a, "--micro-batch") ||
                    !strcmp(a, "--grad-accum") || !strcmp(a, "--train-batch-size")) {
-            if (i + 1 >= argc || zarg_int64(argv[i + 1], &n) != 0 || n < 1 ||
+            if (zarg_value(cmd, a, i + 1 < argc ? argv[i + 1] : NULL)) return 2;
+            if (zarg_int64(argv[i + 1], &n) != 0 || n < 1 ||
                 (!strcmp(a, "--world-size") && n > 1 << 24))
                 return zarg_usage_error(cmd, "%s needs a whole number >= 1", a);
             i++;
@@ -63,7 +64,8 @@ int cmd_config(int argc, char **argv)
             else if (!strcmp(a, "--grad-accum")) ov.grad_accum = n;
             else ov.train_batch_size = n;
         } else if (!strcmp(a, "--lr")) {
-            if (i + 1 >= argc || zarg_double(argv[i + 1], &d) != 0 || d < 0)
+            if (zarg_value(cmd, a, i + 1 < argc ? argv[i + 1] : NULL)) return 2;
+            if (zarg_double(argv[i + 1], &d) != 0 || d < 0)
                 return zarg_usage_error(cmd, "--lr needs a number >= 0");
             ov.lr = d;
             i++;

@@ -63,7 +63,7 @@ int cmd_estimate(int argc, char **argv)
             nvme = 1;
             continue;
         } else if (!strcmp(a, "--dtype")) {
-            if (!v) return zarg_usage_error("estimate", "--dtype needs a value");
+            if (zarg_value("estimate", a, v)) return 2;
             if (zarg_dtype(v, &dtype))
                 return zarg_usage_error("estimate", "--dtype must be fp16, bf16 or fp32, not '%s'", v);
             i++;
@@ -75,7 +75,7 @@ int cmd_estimate(int argc, char **argv)
         else if (!strcmp(a, "--buckets")) dst = &buckets;
         else if (!strcmp(a, "--gather-buffers")) dst = &gathers;
         else return zarg_usage_error("estimate", "unknown argument '%s'", a);
-        if (!v) return zarg_usage_error("estimate", "%s needs a value", a);
+        if (zarg_value("estimate", a, v)) return 2;
         if (zarg_int64(v, dst) != 0)
             return zarg_usage_error("estimate", "%s: '%s' is not a whole number", a, v);
         i++;

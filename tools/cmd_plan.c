@@ -4,8 +4,10 @@
  * model is tools/plan_model.c; this file reads the flags (and a DeepSpeed config through the one
  * parser, config/) and prints. Formulas, GPU figures and their sources: docs/plan.md.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "config/config.h"
@@ -53,6 +55,7 @@ static void usage(FILE *f)
             "measures here, on the cpu device: one rank's FLOP/s on the built-in model (SPEC,\n"
             "default %s, T threads, default 1), the Adam step's bytes/s and the link (alpha,\n"
             "beta) of N local ranks (default 2); writes FILE (default zinc-calibration.json)\n"
+            "as a new file renamed over it (a symlink at FILE is replaced, not followed)\n"
             "  --gpu NAME        a100-40, a100-80 (a100), h100, h200 (SXM; datasheet figures)\n"
             "  --config FILE     DeepSpeed JSON: its stage, precision, gradient accumulation,\n"
             "                    micro-batch and offload (flags given as well win)\n"
@@ -305,6 +308,37 @@ static int plan_recommend(const zplan_in *in, long long global_batch, int json)
     return 0;
 }
 
+/* --calibrate's --out, checked before the measurements (seconds to minutes) rather than after
+ * them: not a directory, in a directory that exists and takes new files (the file is created
+ * beside FILE and renamed over it), not this binary (the measurements run it), not a
+ * checkpoint's file. Its only other input, --calibration, does not go with --calibrate. Returns
+ * 0, or 2 after the usage error naming the path. */
+static int calibration_out_ok(const char *out, const char *self)
+{
+    struct stat st;
+    if (stat(out, &st) == 0 && S_ISDIR(st.st_mode))
+        return zarg_usage_error("plan", "--out '%s' is a directory; give a file name", out);
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", out);
+    char *sl = strrchr(dir, '/');
+    if (!sl)
+        snprintf(dir, sizeof dir, ".");
+    else
+        sl[sl == dir] = 0; /* "/f": the directory is "/" */
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        return zarg_usage_error("plan", "--out '%s': its directory '%s' does not exist", out, dir);
+    if (access(dir, W_OK | X_OK) != 0)
+        return zarg_usage_error("plan", "--out '%s': its directory '%s' is not writable (%s)", out,
+                                dir, strerror(errno));
+    if (zarg_same_file(out, self))
+        return zarg_usage_error("plan", "--out '%s' is the zinc binary itself; give a file name",
+                                out);
+    if (zarg_in_checkpoint_tag(out) || zarg_is_checkpoint_latest(out))
+        return zarg_usage_error("plan", "--out '%s' is a checkpoint's file; give another name",
+                                out);
+    return 0;
+}
+
 int cmd_plan(int argc, char **argv)
 {
     double v[P_COUNT];
@@ -340,7 +374,7 @@ int cmd_plan(int argc, char **argv)
         for (size_t k = 0; k < sizeof named / sizeof named[0]; k++) is_named |= !strcmp(a, named[k]);
         if (p == P_COUNT && !is_named)
             return zarg_usage_error("plan", "unknown argument '%s'", a);
-        if (!val) return zarg_usage_error("plan", "%s needs a value", a);
+        if (zarg_value("plan", a, val)) return 2;
         i++;
         if (!strcmp(a, "--gpu")) {
             gpu_name = val;
@@ -388,8 +422,10 @@ int cmd_plan(int argc, char **argv)
             return 1;
         }
         self[len] = 0;
-        return zplan_calibrate(self, out_file ? out_file : "zinc-calibration.json",
-                               spec, v[P_RANKS] > 0 ? (int)v[P_RANKS] : 2,
+        const char *out = out_file ? out_file : "zinc-calibration.json";
+        int rc = calibration_out_ok(out, self);
+        if (rc) return rc;
+        return zplan_calibrate(self, out, spec, v[P_RANKS] > 0 ? (int)v[P_RANKS] : 2,
                                v[P_THREADS] > 0 ? (int)v[P_THREADS] : 1);
     }
     if (out_file || cal_model || v[P_RANKS] >= 0 || v[P_THREADS] >= 0)

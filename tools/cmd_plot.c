@@ -70,11 +70,11 @@ int cmd_plot(int argc, char **argv)
             usage(stdout);
             return 0;
         } else if (!strcmp(argv[i], "-o") || !strcmp(argv[i], "--output")) {
-            if (++i >= argc) return zarg_usage_error(CMD, "%s needs a file name", argv[i - 1]);
-            out = argv[i];
+            if (zarg_value(CMD, argv[i], i + 1 < argc ? argv[i + 1] : NULL)) return 2;
+            out = argv[++i];
         } else if (!strcmp(argv[i], "--title")) {
-            if (++i >= argc) return zarg_usage_error(CMD, "--title needs a value");
-            title = argv[i];
+            if (zarg_value(CMD, argv[i], i + 1 < argc ? argv[i + 1] : NULL)) return 2;
+            title = argv[++i];
         } else if (!strcmp(argv[i], "--log")) {
             logy = 1;
         } else if (argv[i][0] == '-' && argv[i][1]) {

@@ -15,6 +15,7 @@
  *             t = (N−1)·α + (N−1)/N · bytes/β.
  * Each figure is a median of repeats; the file records how it was measured.
  */
+#include <errno.h>
 #include <json-c/json.h>
 #include <math.h>
 #include <pthread.h>
@@ -24,6 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/files.h"
 #include "engine/internal.h"
 #include "models/gpt.h"
 #include "shard/comm.h"
@@ -267,9 +269,13 @@ int zplan_calibrate(const char *self, const char *out_path, const char *spec, in
     for (int op = 0; op < 2; op++) fit_link(t[op], ranks, &alpha[op], &beta[op]);
     /* One link for both, as the plan prices them: the mean of the two fits. */
     double a = (alpha[0] + alpha[1]) / 2, b = 2.0 / (1.0 / beta[0] + 1.0 / beta[1]);
-    FILE *f = fopen(out_path, "w");
+    /* Written beside the output, flushed to disk and renamed over it (as zinc plot -o does): a
+     * crash leaves the old file or none, never half of one, and a symlink at out_path is
+     * replaced, not written through. */
+    char tmp[4200];
+    FILE *f = zfile_create_beside(out_path, tmp, sizeof tmp);
     if (!f) {
-        snprintf(err, sizeof err, "cannot write %s", out_path);
+        snprintf(err, sizeof err, "cannot write beside %s: %s", out_path, strerror(errno));
         goto fail;
     }
     char host[256] = "";
@@ -290,8 +296,12 @@ int zplan_calibrate(const char *self, const char *out_path, const char *spec, in
                     op || s ? "," : "", op ? "reduce_scatter" : "all_gather", cal_bytes[s],
                     t[op][s]);
     fprintf(f, "]}\n");
-    if (fclose(f) != 0) {
-        snprintf(err, sizeof err, "cannot write %s", out_path);
+    int e = ferror(f) ? EIO : fflush(f) != 0 || fsync(fileno(f)) != 0 ? errno : 0;
+    if (fclose(f) != 0 && !e) e = errno;
+    if (!e && rename(tmp, out_path) != 0) e = errno;
+    if (e) {
+        snprintf(err, sizeof err, "writing %s failed: %s", out_path, strerror(e));
+        remove(tmp);
         goto fail;
     }
     printf("calibration written to %s: compute %.4g FLOP/s per rank, optimizer %.4g bytes/s, link "

@@ -154,12 +154,8 @@ int train_parse_args(int argc, char **argv, topts *o)
             o->checkpoint = 1;
             continue;
         }
-        if (!v && i + 1 >= argc) return zarg_usage_error(CMD, "%s needs a value", a);
-        if (!v) v = argv[++i];
-        /* "--save-dir --steps 5": the option's value forgotten, the next option taken for it */
-        if (!*v || !strncmp(v, "--", 2))
-            return zarg_usage_error(CMD, "%s needs a value%s%s%s", a, *v ? " (got the option '" : "",
-                                    v, *v ? "')" : "");
+        if (!v && i + 1 < argc) v = argv[++i];
+        if (zarg_value(CMD, a, v)) return 2;
         long long n;
         double x;
         if (!strcmp(a, "--config")) {

@@ -109,8 +109,20 @@ if ! grep -q '^nothing fits 40 GB per GPU' "$tmp.out"; then
 fi
 
 # --calibrate measures this machine (a tiny model: seconds) and --calibration plans with it.
+# --out is a symlink here: the file is written beside it and renamed over it, so the link is
+# replaced and what it pointed to is left alone (a plain fopen wrote through it).
 checks=$((checks + 1))
+rm -f "$tmp.cal" "$tmp.cal-target"
+echo keep >"$tmp.cal-target"
+ln -s "$tmp.cal-target" "$tmp.cal"
 if "$zinc" plan --calibrate --out "$tmp.cal" --model L1-D32-H2-T32 >"$tmp.out" 2>"$tmp.err"; then
+    if [ -L "$tmp.cal" ] || [ "$(cat "$tmp.cal-target")" != keep ]; then
+        echo "FAIL: --calibrate --out wrote through a symlink instead of replacing it"
+        fails=$((fails + 1))
+    fi
+    for f in "$tmp.cal".??????; do
+        [ -e "$f" ] && { echo "FAIL: --calibrate left its temporary $f"; fails=$((fails + 1)); }
+    done
     for key in '"flops_per_s": [0-9]' '"optimizer_bytes_per_s": [0-9]' '"link_alpha_s": [0-9]' \
                '"link_bytes_per_s": [0-9]' '"memory_bytes": [0-9]'; do
         if ! grep -Eq -- "$key" "$tmp.cal"; then
@@ -135,6 +147,22 @@ expect 2 "link_alpha_s.*is missing|optimizer_bytes_per_s.*is missing" --calibrat
     --params 7e9 --seq 4096 --gpus 8 --stage 3
 expect 2 "^zinc plan: --gpu and --calibration: give one" --calibration "$tmp.cal" $base
 expect 2 "^zinc plan: --model 'L0-D1': " --calibrate --model L0-D1
+# --out is checked before the measurements, not after them (each case would run the tiny model
+# first on the old code, then fail with exit 1)
+cal="--calibrate --model L1-D32-H2-T32"
+expect 2 "^zinc plan: --out needs a value" $cal --out ""
+expect 2 "^zinc plan: --out needs a value \(got the option '--ranks'\)" $cal --out --ranks 2
+mkdir -p "$tmp.dir"
+expect 2 "^zinc plan: --out '$tmp.dir' is a directory" $cal --out "$tmp.dir"
+expect 2 "^zinc plan: --out '$tmp.no-dir/c.json': its directory '$tmp.no-dir' does not exist" \
+    $cal --out "$tmp.no-dir/c.json"
+chmod 555 "$tmp.dir"
+if [ ! -w "$tmp.dir" ]; then   # root writes anywhere: the case is for everyone else
+    expect 2 "^zinc plan: --out '$tmp.dir/c.json': its directory '$tmp.dir' is not writable" \
+        $cal --out "$tmp.dir/c.json"
+fi
+chmod 755 "$tmp.dir"
+rmdir "$tmp.dir"
 # FIFOs named as input are refused at once instead of blocking the open (base/files.h)
 rm -f "$tmp.fifo"
 if mkfifo "$tmp.fifo" 2>/dev/null; then
@@ -144,5 +172,5 @@ if mkfifo "$tmp.fifo" 2>/dev/null; then
     rm -f "$tmp.fifo"
 fi
 
-rm -f "$tmp.json" "$tmp.cal"
+rm -f "$tmp.json" "$tmp.cal" "$tmp.cal-target"
 cli_finish

@@ -14,3 +14,9 @@ target_compile_definitions(plan_model PRIVATE ZINC_CLI="$<TARGET_FILE:zinc_cli>"
                            ZINC_PLAN_TEST_DIR="${ZINC_PLAN_TEST_DIR}")
 add_test(NAME plan_cli COMMAND sh ${ZINC_PLAN_TEST_DIR}/cli_test.sh $<TARGET_FILE:zinc_cli>)
 set_tests_properties(plan_cli PROPERTIES LABELS unit TIMEOUT 60)
+# The CLI's shared argument helpers (tools/args.c): plain-decimal numbers, option values that
+# are not options; and the commands that use them, end to end.
+zinc_test(NAME cli_args SOURCES ${ZINC_PLAN_TEST_DIR}/test_args.c ${CMAKE_SOURCE_DIR}/tools/args.c
+          LABELS unit TIMEOUT 60)
+add_test(NAME cli_values COMMAND sh ${ZINC_PLAN_TEST_DIR}/values_test.sh $<TARGET_FILE:zinc_cli>)
+set_tests_properties(cli_values PROPERTIES LABELS unit TIMEOUT 120)

@@ -1,0 +1,81 @@
+#!/bin/sh
+# values_test.sh ZINC — the values the commands take, end to end (tools/args.c's helpers; their
+# own cases are test_args.c):
+#   an option's value that is missing, empty or another option is a usage error naming the
+#   option (exit 2), in every command that reads values: `zinc plot -o --log` wrote a file named
+#   --log, `zinc ckpt bench --dir --json` wrote into a directory named --json;
+#   numbers are plain decimal: `zinc train --steps 0x10` trained 16 steps, `--steps ' 3'` 3.
+# Runs in a directory of its own: on the old code those cases wrote files into the working one.
+zinc=$1
+name=cli_values
+case "$zinc" in /*) ;; *) zinc=$(pwd)/$zinc ;; esac
+. "$(dirname "$0")/../cli_lib.sh"
+work=$tmp.work
+rm -rf "$work"
+mkdir -p "$work"
+cd "$work" || exit 1
+small="--model L1-D32-H2-T32"   # should a case train after all (the old code), it takes 0.1 s
+
+cmd=train
+expect 2 "^zinc train: --steps: expected a whole number" $small --steps 0x10
+expect 2 "^zinc train: --steps: expected a whole number" $small --steps ' 3'
+expect 2 "^zinc train: --steps: expected a whole number" $small --steps '3 '
+expect 2 "^zinc train: --steps: expected a whole number" $small --steps 1e
+expect 2 "^zinc train: --steps: expected a whole number" $small --steps infinity
+expect 2 "^zinc train: --lr: expected a number" $small --steps 1 --lr 0x1p-3
+expect 2 "^zinc train: --lr: expected a number" $small --steps 1 --lr nan
+expect 0 - $small --steps 2e0 --lr .01
+
+cmd=plan
+base="--params 7e9 --layers 32 --hidden 4096 --seq 4096 --gpus 64 --gpu h100 --stage 3"
+expect 0 - $base --efficiency .5 --params +7E9
+expect 2 "^zinc plan: --params must be a whole number" $base --params 0x10
+expect 2 "^zinc plan: --gpus must be a whole number" $base --gpus ' 8'
+expect 2 "^zinc plan: --efficiency must be a number" $base --efficiency 0x.8p0
+expect 2 "^zinc plan: --gpu needs a value \(got the option '--json'\)" $base --gpu --json
+expect 2 "^zinc plan: --config needs a value$|^zinc plan: --config needs a value " $base --config ""
+expect 2 "^zinc plan: --hf-config needs a value \(got the option '--gpus'\)" --hf-config --gpus 8
+
+cmd=estimate
+expect 0 - --params 7e9 --world-size 8 --stage 3
+expect 2 "^zinc estimate: --params: ' 7e9' is not a whole number" --params ' 7e9' --world-size 8 \
+    --stage 3
+expect 2 "^zinc estimate: --params needs a value \(got the option '--json'\)" --params --json \
+    --world-size 8 --stage 3
+expect 2 "^zinc estimate: --dtype needs a value" --dtype "" --params 7e9 --world-size 8 --stage 3
+
+cmd=config
+printf '{"train_micro_batch_size_per_gpu": 2}\n' >ds.json
+expect 2 "^zinc config: --world-size needs a value \(got the option '--json'\)" check ds.json \
+    --world-size --json
+expect 2 "^zinc config: --lr needs a value" check ds.json --lr ""
+expect 2 "^zinc config: --lr needs a number" check ds.json --lr 0x1
+
+cmd=bench
+expect 2 "^zinc bench adam: --device needs a value \(got the option '--json'\)" adam --device --json
+expect 2 "^zinc bench adam: --params wants a count" adam --params 0x10
+expect 2 "^zinc bench memory: --dtype needs a value \(got the option '--json'\)" memory --dtype \
+    --json
+expect 2 "^zinc bench offload: --nvme needs a value \(got the option '--json'\)" offload \
+    --params 1000 --repeat 1 --nvme --json
+
+cmd=ckpt
+expect 2 "^zinc ckpt export: --out needs a value \(got the option '--dtype'\)" export no-such-ckpt \
+    --out --dtype fp16
+expect 2 "^zinc ckpt export: --out needs a value" export no-such-ckpt --out ""
+expect 2 "^zinc ckpt bench: --dir needs a value \(got the option '--json'\)" bench --mib 1 \
+    --steps 1 --dir --json
+expect 2 "^zinc ckpt bench: --mib needs a number" bench --mib 0x1
+[ -e ./--json ] && { echo "FAIL: ckpt bench wrote into a directory named --json"; fails=$((fails + 1)); }
+
+cmd=plot
+printf '{"step": 1, "loss": 3.5}\n{"step": 2, "loss": 3.1}\n' >m.jsonl
+expect 0 - m.jsonl -o m.svg --log
+expect 2 "^zinc plot: -o needs a value \(got the option '--log'\)" m.jsonl -o --log
+expect 2 "^zinc plot: --output needs a value \(got the option '--title'\)" m.jsonl --output --title x
+expect 2 "^zinc plot: -o needs a value" m.jsonl -o ""
+expect 2 "^zinc plot: --title needs a value \(got the option '--log'\)" m.jsonl --title --log
+[ -e ./--log ] && { echo "FAIL: zinc plot wrote a file named --log"; fails=$((fails + 1)); }
+
+cd / && rm -rf "$work"
+cli_finish
