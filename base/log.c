@@ -60,6 +60,20 @@ int zlog_enabled(zlog_level level, const char *subsys)
     return (int)level <= limit;
 }
 
+void zlog_quiet(const char *subsys)
+{
+    pthread_once(&zlog_once, zlog_init);
+    pthread_mutex_lock(&zlog_mutex);
+    int i = 0;
+    while (i < zlog_nrules && strcmp(zlog_rules[i].subsys, subsys) != 0) i++;
+    if (i < 16 && strlen(subsys) < sizeof zlog_rules[0].subsys) {
+        snprintf(zlog_rules[i].subsys, sizeof zlog_rules[i].subsys, "%s", subsys);
+        zlog_rules[i].level = ZLOG_ERROR;
+        if (i == zlog_nrules) zlog_nrules++;
+    }
+    pthread_mutex_unlock(&zlog_mutex);
+}
+
 void zlog(zlog_level level, const char *subsys, int rank, const char *fmt, ...)
 {
     if (!zlog_enabled(level, subsys)) return;

@@ -21,6 +21,10 @@ int zlog_enabled(zlog_level level, const char *subsys);
 void zlog(zlog_level level, const char *subsys, int rank, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
+/* From now on, `subsys` prints errors only (what ZINC_LOG=subsys=error does): for a program that
+ * has already shown that subsystem's warnings its own way (zinc train prints its config's). */
+void zlog_quiet(const char *subsys);
+
 /* Formats a message into buf (size n) and returns s: `return zerr_fmt(e->err, sizeof e->err,
  * ZINC_ERR_USAGE, "zinc_step: called before zinc_finalize");`. */
 zinc_status zerr_fmt(char *buf, size_t n, zinc_status s, const char *fmt, ...)

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "models/cuda/flash_rows.h"
+#include "base/log.h"
 #include "tools/commands.h"
 #include "tools/train.h"
 
@@ -336,11 +337,13 @@ int train_resolve_config(topts *o)
     zinc_status s = zcfg_parse_file(o->config_path, &ov, &o->cfg, &diag);
     int override = o->micro_batch > 0 || o->lr >= 0 || o->grad_accum > 0 ||
                    o->train_batch_size > 0;
-    /* Printed once: here when the engines get the resolved JSON (an override: they never see
-     * the file's keys) or the config is rejected; else rank 0's engine logs the same lines. */
-    if (o->rank0 && (override || s != ZINC_OK))
+    /* The file's warnings, printed once, here: the engines, which read the resolved JSON when
+     * there is an override, would otherwise print its warnings again (a key kept in it) or
+     * others (a value it spells out), so they stay quiet on the config. */
+    if (o->rank0)
         for (int i = 0; i < diag.nwarnings; i++)
             fprintf(stderr, "zinc train: config warning: %s\n", diag.warnings[i]);
+    zlog_quiet("config");
     if (s != ZINC_OK) {
         if (diag.nerrors == 0)
             fprintf(stderr, "zinc train: cannot use config '%s': %s\n", o->config_path,

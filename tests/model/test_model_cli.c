@@ -242,10 +242,13 @@ int main(void)
         free(e2);
     }
 
-    /* a config warning is printed once (zinc train and the engine both printed it) */
+    /* a config warning is printed once (zinc train and the engine both printed it), also for a
+     * key the resolved config keeps (round_robin_gradients: twice with an override), and only
+     * the file's (the resolved config's overlap_comm false at stage 2 warned with an override) */
     {
         static const char tb[] = "{\"train_micro_batch_size_per_gpu\": 4, \"tensorboard\": "
-                                 "{\"enabled\": true}, \"zero_optimization\": {\"stage\": 1}}";
+                                 "{\"enabled\": true}, \"zero_optimization\": {\"stage\": 2, "
+                                 "\"round_robin_gradients\": true}}";
         write_file("tb.json", tb, sizeof tb - 1);
         for (int ov = 0; ov < 2; ov++) {
             char *o2, *e2;
@@ -253,10 +256,12 @@ int main(void)
                               "--micro-batch 2"
                             : "train --model L1-D16-H2-T16 --ranks 2 --steps 1 --config tb.json",
                          &e2, &o2);
-            int times = 0;
+            int times = 0, rr = 0;
             for (const char *q = e2; (q = strstr(q, "tensorboard: accepted")); q++) times++;
-            ZT_CHECK(r2 == 0 && times == 1, "tensorboard warning %s an override: exit %d, printed "
-                     "%d times: %s", ov ? "with" : "without", r2, times, e2);
+            for (const char *q = e2; (q = strstr(q, "round_robin_gradients: accepted")); q++) rr++;
+            ZT_CHECK(r2 == 0 && times == 1 && rr == 1 && !strstr(e2, "overlap_comm"),
+                     "config warnings %s an override: exit %d, tensorboard's printed %d times, "
+                     "round_robin_gradients' %d: %s", ov ? "with" : "without", r2, times, rr, e2);
             free(o2);
             free(e2);
         }
