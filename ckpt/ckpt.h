@@ -173,6 +173,9 @@ zinc_status zck_read_file(const char *path, char **out, size_t *len, char *err);
 /* Writes a whole file durably: path.tmp, fsync, rename, fsync of the directory. */
 zinc_status zck_write_file_atomic(const char *path, const void *data, size_t len, char *err);
 zinc_status zck_fsync_dir(const char *dir, char *err);
+/* 1 when the file at path is JSON whose "format" is "zinc-checkpoint" (a zinc manifest, sealed
+ * or not, damaged elsewhere or not): not a user's file of that name. */
+int zck_manifest_is_zinc(const char *path);
 /* 1 when name is one the writer makes in a tag directory (manifest.json, client.bin,
  * rank-NNNNN.zck/.json/.failed, and their .tmp): the only files a save ever deletes. */
 int zck_is_writer_name(const char *name);
@@ -185,7 +188,7 @@ int zck_rmdir_flat(const char *dir);
 /* 0 when dir/latest is absent, a symlink or a one-line tag name: what a save may replace. Else -1
  * with the reason, naming the path, in why (n bytes). */
 int zck_latest_check(const char *dir, char *why, size_t n);
-/* 0 when a save of tag into dir may replace what is there: zck_latest_check; dir/tag, its .tmp and .old absent or zck_dir_owned (dir/tag also holding a
+/* 0 when a save of tag into dir may replace what is there: zck_latest_check (latest.tmp too); dir/tag, its .tmp and .old absent or zck_dir_owned (dir/tag also holding a
  * manifest). Else -1 with the reason, naming the path, in why. */
 int zck_save_target_check(const char *dir, const char *tag, char *why, size_t n);
 

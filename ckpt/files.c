@@ -93,10 +93,22 @@ zinc_status zck_write_file_atomic(const char *path, const void *data, size_t len
     char *slash = strrchr(dir, '/');
     if (slash) *slash = 0;
     else snprintf(dir, sizeof dir, ".");
-    /* O_NOFOLLOW: a symlink at PATH.tmp fails the write instead of being written through */
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+    /* O_NOFOLLOW: a symlink at PATH.tmp fails the write instead of being written through; a
+     * hard link (another name of the same file, anywhere) is refused before it is truncated */
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd < 0)
         return zerr_fmt(err, ZCK_ERR, ZINC_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink > 1) {
+        close(fd);
+        return zerr_fmt(err, ZCK_ERR, ZINC_ERR_IO, "%s is not a file of zinc's own (a hard link "
+                        "or not a regular file); refusing to write through it: move it away", tmp);
+    }
+    if (ftruncate(fd, 0) != 0) {
+        int e = errno;
+        close(fd);
+        return zerr_fmt(err, ZCK_ERR, ZINC_ERR_IO, "cannot truncate %s: %s", tmp, strerror(e));
+    }
     const char *p = data;
     size_t left = len;
     while (left) {
@@ -165,7 +177,7 @@ int zck_dir_owned(const char *dir, char *why, size_t n)
         if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
         snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
         if (!zck_is_writer_name(de->d_name) || lstat(p, &st) != 0 || !S_ISREG(st.st_mode)) {
-            snprintf(why, n, "it holds %s, which is not a checkpoint file", de->d_name);
+            snprintf(why, n, "it holds %s, which zinc did not write", de->d_name);
             rc = -1;
         }
     }

@@ -105,6 +105,20 @@ static char *jdump(json_object *o)
 
 char *zck_rankfile_to_json(const zck_rankfile *rf) { return jdump(rankfile_to_jobj(rf)); }
 
+int zck_manifest_is_zinc(const char *path)
+{
+    char *txt, e[ZCK_ERR];
+    size_t len;
+    if (zck_read_file(path, &txt, &len, e) != ZINC_OK) return 0;
+    json_object *o = json_tokener_parse(txt), *f;
+    int ok = o && json_object_object_get_ex(o, "format", &f) &&
+             json_object_is_type(f, json_type_string) &&
+             !strcmp(json_object_get_string(f), "zinc-checkpoint");
+    json_object_put(o);
+    free(txt);
+    return ok;
+}
+
 char *zck_manifest_to_json(const zck_manifest *m)
 {
     json_object *o = json_object_new_object();

@@ -59,18 +59,27 @@ static zinc_status check_tag(const zck_save_desc *d, char *err)
     return ZINC_OK;
 }
 
-/* A regular file is a checkpoint's `latest` when it is one line naming a tag. */
-static int is_latest_file(const char *path)
+/* A regular file of one name is a checkpoint's `latest` when it is empty or one line naming a
+ * tag; with `dir` set (for latest.tmp, a save's leftover: written just after its tag's rename)
+ * that tag must also be there, so a user's one-word file is not taken for one. */
+static int is_latest_file(const char *path, const char *dir)
 {
     char *txt, e[ZCK_ERR];
     size_t len;
     struct stat st;
-    if (stat(path, &st) != 0 || st.st_size > ZCK_TAG_MAX + 2 ||
-        zck_read_file(path, &txt, &len, e) != ZINC_OK)
+    if (lstat(path, &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink > 1 ||
+        st.st_size > ZCK_TAG_MAX + 2)
         return 0;
+    if (st.st_size == 0) return 1;
+    if (zck_read_file(path, &txt, &len, e) != ZINC_OK) return 0;
     while (len && (txt[len - 1] == '\n' || txt[len - 1] == '\r' || txt[len - 1] == ' ')) len--;
     int ok = len > 0 && len < ZCK_TAG_MAX && txt[0] != '.' && !memchr(txt, '/', len) &&
              !memchr(txt, '\n', len) && !memchr(txt, 0, len);
+    if (ok && dir) {
+        char tp[4400];
+        snprintf(tp, sizeof tp, "%s/%.*s/%s", dir, (int)len, txt, ZCK_MANIFEST);
+        ok = access(tp, F_OK) == 0;
+    }
     free(txt);
     return ok;
 }
@@ -79,11 +88,17 @@ int zck_latest_check(const char *dir, char *why, size_t n)
 {
     char p[4400];
     struct stat st;
-    snprintf(p, sizeof p, "%s/%s", dir, ZCK_LATEST);
-    /* a symlink is fine: the rename replaces the link, not what it names */
-    if (lstat(p, &st) == 0 && !S_ISLNK(st.st_mode) && (!S_ISREG(st.st_mode) || !is_latest_file(p))) {
-        snprintf(why, n, "%s exists and is not a checkpoint's latest (one line naming a tag); a "
-                 "save would replace it: move it away or save into another directory", p);
+    static const char *const names[2] = {ZCK_LATEST, ZCK_LATEST ".tmp"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, names[i]);
+        /* `latest` may be a symlink: the rename replaces the link, not what it names */
+        if (lstat(p, &st) != 0 || (i == 0 && S_ISLNK(st.st_mode)) ||
+            is_latest_file(p, i ? dir : NULL))
+            continue;
+        snprintf(why, n, "%s exists and is not %s; a save would replace it: move it away or "
+                 "save into another directory", p,
+                 i ? "a leftover of a save (empty, or naming a tag that is there)"
+                   : "a checkpoint's latest (empty or one line naming a tag)");
         return -1;
     }
     return 0;
@@ -91,25 +106,40 @@ int zck_latest_check(const char *dir, char *why, size_t n)
 
 int zck_save_target_check(const char *dir, const char *tag, char *why, size_t n)
 {
-    char p[4400], own[4600];
+    char p[4400], mp[4500], own[512];
     struct stat st;
     if (zck_latest_check(dir, why, n) != 0) return -1;
     static const char *const sfx[3] = {"", ".tmp", ".old"};
     for (int i = 0; i < 3; i++) {
         snprintf(p, sizeof p, "%s/%s%s", dir, tag, sfx[i]);
         if (lstat(p, &st) != 0) continue;
-        int bad = zck_dir_owned(p, own, sizeof own) != 0;
-        if (!bad && i == 0) {
-            snprintf(own, sizeof own, "%s/%s", p, ZCK_MANIFEST);
-            bad = access(own, F_OK) != 0;
-            snprintf(own, sizeof own, "it holds no %s", ZCK_MANIFEST);
-        }
-        if (bad) {
-            snprintf(why, n, "%s is in the way of tag %s: it is not %s (%s); zinc deletes only its "
-                     "own files: move it away or save into another directory", p, tag,
-                     i ? "a save's leftover" : "a checkpoint tag", own);
-            return -1;
-        }
+        snprintf(mp, sizeof mp, "%s/%s", p, ZCK_MANIFEST);
+        int has_manifest = access(mp, F_OK) == 0;
+        /* the tag is a committed one; a .tmp or .old may have lost (or not yet have) its manifest */
+        if (zck_dir_owned(p, own, sizeof own) != 0)
+            ;
+        else if (has_manifest && !zck_manifest_is_zinc(mp))
+            snprintf(own, sizeof own, "its %s is not a zinc checkpoint's", ZCK_MANIFEST);
+        else if (i == 0 && !has_manifest)
+            snprintf(own, sizeof own, "it holds no %s (not a checkpoint tag)", ZCK_MANIFEST);
+        else
+            continue;
+        snprintf(why, n, "%s is in the way of tag %s: %s; zinc deletes only its own files: move "
+                 "it away or save into another directory", p, tag, own);
+        return -1;
+    }
+    return 0;
+}
+
+/* Whether a message already names the tag: as "tag T" or as a path ".../T", ".../T/...",
+ * ".../T.tmp" (a tag "a" is not named by "latest"). */
+static int names_tag(const char *msg, const char *tag)
+{
+    size_t n = strlen(tag);
+    for (const char *q = msg; (q = strstr(q, tag)); q++) {
+        int before = q > msg && (q[-1] == '/' || (q - msg >= 4 && !strncmp(q - 4, "tag ", 4)));
+        char after = q[n];
+        if (before && (!after || strchr("/.: ,;)", after))) return 1;
     }
     return 0;
 }
@@ -654,7 +684,7 @@ zinc_status zck_save_commit(const zck_save_desc *d, char *err)
     if (s == ZINC_OK && replacing) zck_rmdir_flat(old);
     hook("done");
 done:
-    if (s != ZINC_OK && !strstr(err, d->tag)) {
+    if (s != ZINC_OK && !names_tag(err, d->tag)) {
         char e2[ZCK_ERR];
         snprintf(e2, sizeof e2, "%s", err);
         snprintf(err, ZCK_ERR, "ckpt save of %.200s: %.800s", d->tag, e2);

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <limits.h>
 
 #include "base/files.h"
@@ -167,5 +168,61 @@ int zarg_value(const char *cmd, const char *opt, const char *v)
     if (!*v || !strncmp(v, "--", 2))
         return zarg_usage_error(cmd, "%s needs a value%s%s%s", opt, *v ? " (got the option '" : "",
                                 v, *v ? "')" : "");
+    return 0;
+}
+
+int zarg_resolve_loose(const char *path, char *out)
+{
+    char buf[PATH_MAX];
+    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf || !*buf) return 0;
+    size_t n = strlen(buf);
+    while (n > 1 && buf[n - 1] == '/') buf[--n] = 0;
+    if (realpath(buf, out)) return 1;
+    if (errno != ENOENT) return 0;
+    /* not there (yet): its parent resolved, then its last name */
+    char *sl = strrchr(buf, '/');
+    const char *base = sl ? sl + 1 : buf;
+    char parent[PATH_MAX], rp[PATH_MAX];
+    if (!sl)
+        snprintf(parent, sizeof parent, ".");
+    else
+        snprintf(parent, sizeof parent, "%.*s", sl == buf ? 1 : (int)(sl - buf), buf);
+    if (!strcmp(base, "..") || !zarg_resolve_loose(parent, rp)) return 0;
+    if (!strcmp(base, ".")) return snprintf(out, PATH_MAX, "%s", rp) < PATH_MAX;
+    return snprintf(out, PATH_MAX, "%s/%s", strcmp(rp, "/") ? rp : "", base) < PATH_MAX;
+}
+
+int zarg_inside_tag(const char *path)
+{
+    char rp[PATH_MAX];
+    if (!zarg_resolve_loose(path, rp)) return 0;
+    for (char *sl; rp[1]; *sl = 0) {
+        if (zarg_is_checkpoint_tag(rp)) return 1;
+        sl = strrchr(rp, '/');
+        if (sl == rp) sl++; /* "/x": the root next */
+    }
+    return 0;
+}
+
+int zarg_output_file_ok(const char *cmd, const char *opt, const char *out)
+{
+    struct stat st;
+    if (stat(out, &st) == 0 && S_ISDIR(st.st_mode))
+        return zarg_usage_error(cmd, "%s '%s' is a directory; give a file name", opt, out);
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", out);
+    char *sl = strrchr(dir, '/');
+    if (!sl)
+        snprintf(dir, sizeof dir, ".");
+    else
+        sl[sl == dir] = 0; /* "/f": the directory is "/" */
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        return zarg_usage_error(cmd, "%s '%s': its directory '%s' does not exist", opt, out, dir);
+    if (access(dir, W_OK | X_OK) != 0)
+        return zarg_usage_error(cmd, "%s '%s': its directory '%s' is not writable (%s)", opt, out,
+                                dir, strerror(errno));
+    if (zarg_in_checkpoint_tag(out) || zarg_inside_tag(out) || zarg_is_checkpoint_latest(out))
+        return zarg_usage_error(cmd, "%s '%s' is a checkpoint's file; write it elsewhere", opt,
+                                out);
     return 0;
 }

@@ -238,6 +238,8 @@ static int ckpt_export(int argc, char **argv)
     if (s == ZINC_OK && zarg_is_checkpoint_latest(out))
         return zarg_usage_error("ckpt export", "--out %s is a save directory's latest; write it "
                                 "elsewhere", out);
+    int rc = s == ZINC_OK ? zarg_output_file_ok("ckpt export", "--out", out) : 0;
+    if (rc) return rc;
     if (s == ZINC_OK) s = zck_export_safetensors(tagdir, out, dt, 2, err);
     if (s != ZINC_OK) {
         fprintf(stderr, "zinc ckpt export: %s\n", err);

@@ -309,34 +309,15 @@ static int plan_recommend(const zplan_in *in, long long global_batch, int json)
 }
 
 /* --calibrate's --out, checked before the measurements (seconds to minutes) rather than after
- * them: not a directory, in a directory that exists and takes new files (the file is created
- * beside FILE and renamed over it), not this binary (the measurements run it), not a
- * checkpoint's file. Its only other input, --calibration, does not go with --calibrate. Returns
- * 0, or 2 after the usage error naming the path. */
+ * them: zarg_output_file_ok, and not this binary (the measurements run it). Its only other
+ * input, --calibration, does not go with --calibrate. Returns 0, or 2 after the usage error. */
 static int calibration_out_ok(const char *out, const char *self)
 {
-    struct stat st;
-    if (stat(out, &st) == 0 && S_ISDIR(st.st_mode))
-        return zarg_usage_error("plan", "--out '%s' is a directory; give a file name", out);
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s", out);
-    char *sl = strrchr(dir, '/');
-    if (!sl)
-        snprintf(dir, sizeof dir, ".");
-    else
-        sl[sl == dir] = 0; /* "/f": the directory is "/" */
-    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
-        return zarg_usage_error("plan", "--out '%s': its directory '%s' does not exist", out, dir);
-    if (access(dir, W_OK | X_OK) != 0)
-        return zarg_usage_error("plan", "--out '%s': its directory '%s' is not writable (%s)", out,
-                                dir, strerror(errno));
-    if (zarg_same_file(out, self))
-        return zarg_usage_error("plan", "--out '%s' is the zinc binary itself; give a file name",
-                                out);
-    if (zarg_in_checkpoint_tag(out) || zarg_is_checkpoint_latest(out))
-        return zarg_usage_error("plan", "--out '%s' is a checkpoint's file; give another name",
-                                out);
-    return 0;
+    int rc = zarg_output_file_ok("plan", "--out", out);
+    if (!rc && zarg_same_file(out, self))
+        rc = zarg_usage_error("plan", "--out '%s' is the zinc binary itself; give a file name",
+                              out);
+    return rc;
 }
 
 int cmd_plan(int argc, char **argv)

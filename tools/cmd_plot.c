@@ -97,9 +97,8 @@ int cmd_plot(int argc, char **argv)
     if (zarg_same_file(in, out))
         return zarg_usage_error(CMD, "the output '%s' is the metrics file itself; give -o FILE.svg",
                                 out);
-    if (zarg_in_checkpoint_tag(out) || zarg_is_checkpoint_latest(out))
-        return zarg_usage_error(CMD, "the output '%s' is a checkpoint's file; give -o FILE.svg",
-                                out);
+    int rc = zarg_output_file_ok(CMD, "the output", out);
+    if (rc) return rc;
     FILE *f = zfile_fopen_regular(in);
     if (!f) {
         fprintf(stderr, "zinc plot: cannot read '%s': %s\n", in, zfile_strerror(errno));

@@ -47,6 +47,18 @@ int zarg_is_checkpoint_tag(const char *dir);
 /* 1 when path is (or, not existing yet, would be) a save directory's `latest`: named latest, in
  * a directory with a tag (a subdirectory holding a manifest.json). */
 int zarg_is_checkpoint_latest(const char *path);
+/* path made absolute with symlinks resolved into out (PATH_MAX bytes), also when it does not
+ * exist yet: its nearest existing ancestor resolved, the missing names appended. 0 when that
+ * cannot be done (an unreadable ancestor, "..", too long). */
+int zarg_resolve_loose(const char *path, char *out);
+/* An output file that a command writes beside itself and renames over (zinc plot -o, ckpt export
+ * --out, plan --calibrate --out), checked before the work: not a directory, in an existing
+ * writable directory, not a checkpoint's file (in or under a tag, a save directory's latest).
+ * 0, or 2 after the usage error naming opt and the path. */
+int zarg_output_file_ok(const char *cmd, const char *opt, const char *out);
+/* 1 when path, or any directory above it (resolved as zarg_resolve_loose does), is a checkpoint
+ * tag: a save directory or output there would be a checkpoint's contents. */
+int zarg_inside_tag(const char *path);
 
 
 /* The memory plan per rank that `zinc estimate` prints (tools/cmd_estimate.c), shared with

@@ -10,6 +10,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -126,22 +127,28 @@ size_t train_step_tag_len(const char *name)
     return nd && (!*rest || !strcmp(rest, ".tmp") || !strcmp(rest, ".old")) ? 4 + nd : 0;
 }
 
-/* 1, with the reason in msg, when something of the user's is where a save into dir would write:
- * a `latest` that names no tag (a data file), a step tag directory, .tmp or .old holding files
- * that are not the writer's. The save would refuse them (it deletes only its own files); refused
- * now, not at the first save after hours. */
-static int save_dir_blocked(const char *dir, char *msg, size_t n)
+/* 1, with the reason in msg, when something of the user's is where a save of this run (the
+ * steps after `start` up to --steps that it saves at) would write: a `latest` or latest.tmp that
+ * is no checkpoint's (a data file), or such a tag directory, .tmp or .old holding files the
+ * writer did not make. The save would refuse them (it deletes only its own files); refused now,
+ * not at the first save after hours. Tags it will not write are not its business. */
+static int save_dir_blocked(const topts *o, long long start, char *msg, size_t n)
 {
-    DIR *d = opendir(dir);
+    DIR *d = opendir(o->save_dir);
     if (!d) return 0; /* missing: made at the first save */
-    int bad = zck_latest_check(dir, msg, n) != 0;
+    int bad = zck_latest_check(o->save_dir, msg, n) != 0;
     struct dirent *de;
-    char tag[300];
+    char tag[300], want[64];
     while (!bad && (de = readdir(d))) {
         size_t tl = train_step_tag_len(de->d_name);
         if (!tl) continue;
         snprintf(tag, sizeof tag, "%.*s", (int)tl, de->d_name);
-        bad = zck_save_target_check(dir, tag, msg, n) != 0;
+        long long step = atoll(tag + 4);
+        snprintf(want, sizeof want, "step%06lld", step);
+        int saved = step > start && step <= o->steps &&
+                    (step == o->steps || (o->save_every && step % o->save_every == 0));
+        if (saved && !strcmp(tag, want))
+            bad = zck_save_target_check(o->save_dir, tag, msg, n) != 0;
     }
     closedir(d);
     return bad;
@@ -153,9 +160,14 @@ static int settle_resume(const topts *o, run_t *r)
     struct stat st;
     /* a save directory that cannot be one fails now, not at the first save after hours */
     char why[1200];
-    if (o->save_dir && (save_dir_unusable(o->save_dir, why, sizeof why) ||
-                        save_dir_blocked(o->save_dir, why, sizeof why))) {
+    if (o->save_dir && save_dir_unusable(o->save_dir, why, sizeof why)) {
         fprintf(stderr, "zinc train: --save-dir %s: %s\n", o->save_dir, why);
+        return 2;
+    }
+    if (o->save_dir && zarg_inside_tag(o->save_dir)) {
+        fprintf(stderr, "zinc train: --save-dir %s is inside a checkpoint's tag directory; give "
+                "the save directory (the one holding the tags and latest) or a new one\n",
+                o->save_dir);
         return 2;
     }
     if (!o->resume) return 0;
@@ -217,7 +229,7 @@ static int settle_resume(const topts *o, run_t *r)
 /* The model spec saved with the checkpoint it will resume, read before any world or engine: a
  * different --model is refused naming the one to give, whatever the shapes (the load itself
  * stops at the first tensor that differs, or at none when only the heads differ). */
-static int check_resume_spec(const topts *o, const run_t *r)
+static int check_resume_spec(const topts *o, const run_t *r, long long *start)
 {
     train_blob in;
     char tag[256];
@@ -227,6 +239,7 @@ static int check_resume_spec(const topts *o, const run_t *r)
     /* a checkpoint that cannot be read, or not zinc train's: the load says why */
     if (s != ZINC_OK || got != sizeof in || in.magic != BLOB_MAGIC || in.version != 1) return 0;
     in.spec[sizeof in.spec - 1] = 0;
+    *start = (long long)in.steps;
     zm_spec ls;
     char err[256];
     if (zm_spec_parse(in.spec, &ls, err, sizeof err) == 0 && memcmp(&ls, &o->spec, sizeof ls) == 0)
@@ -238,7 +251,13 @@ static int check_resume_spec(const topts *o, const run_t *r)
 
 int train_ckpt_prepare(const topts *o, run_t *r)
 {
+    long long start = 0; /* the step the run resumes at, when its checkpoint can be read */
     int rc = settle_resume(o, r);
-    if (rc || !r->resume_dir) return rc;
-    return check_resume_spec(o, r);
+    if (!rc && r->resume_dir) rc = check_resume_spec(o, r, &start);
+    char why[1200];
+    if (!rc && o->save_dir && save_dir_blocked(o, start, why, sizeof why)) {
+        fprintf(stderr, "zinc train: --save-dir %s: %s\n", o->save_dir, why);
+        rc = 2;
+    }
+    return rc;
 }

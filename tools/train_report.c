@@ -179,22 +179,21 @@ void train_report_step(run_t *r, progress_t *p, long long step, const zinc_step_
     fflush(stdout);
 }
 
-/* 1 when path's parent directory is dir (both resolved) and its last name is `latest` or one of
- * zinc train's tag names: a place the checkpoint writer replaces. */
+/* 1 when path is, or lies under, a place in save directory dir that the checkpoint writer
+ * replaces: its `latest`, `latest.tmp`, or one of zinc train's tags (or their .tmp/.old). Both
+ * are resolved, existing or not (the save directory may be made at the first save). */
 static int is_save_slot(const char *path, const char *dir)
 {
-    char rp[PATH_MAX], rd[PATH_MAX], pp[PATH_MAX];
-    snprintf(pp, sizeof pp, "%s", path);
-    size_t n = strlen(pp);
-    while (n > 1 && pp[n - 1] == '/') pp[--n] = 0;
-    const char *base = strrchr(pp, '/');
-    base = base ? base + 1 : pp;
-    if (strcmp(base, "latest") != 0 && !train_step_tag_len(base)) return 0;
-    if (base == pp)
-        snprintf(pp, sizeof pp, ".");
-    else
-        pp[base - pp - 1 ? base - pp - 1 : 1] = 0; /* "/x": the root */
-    return dir && realpath(pp, rp) && realpath(dir, rd) && !strcmp(rp, rd);
+    char rp[PATH_MAX], rd[PATH_MAX];
+    if (!dir || !zarg_resolve_loose(path, rp) || !zarg_resolve_loose(dir, rd)) return 0;
+    size_t n = strlen(rd);
+    if (n == 1) n = 0; /* the root: "/x" lies under it */
+    if (strncmp(rp, rd, n) != 0 || rp[n] != '/') return 0;
+    char first[PATH_MAX];
+    snprintf(first, sizeof first, "%s", rp + n + 1);
+    char *sl = strchr(first, '/');
+    if (sl) *sl = 0;
+    return !strcmp(first, "latest") || !strcmp(first, "latest.tmp") || train_step_tag_len(first);
 }
 
 /* What an output of the run (--metrics, csv_monitor's files) must not be: one of the run's
@@ -207,7 +206,8 @@ static const char *output_clash(const char *path, const topts *o, const run_t *r
     if (o->data_path && zarg_same_file(path, o->data_path)) return "the data file";
     if (r->metrics && o->metrics_path && zarg_same_file(path, o->metrics_path))
         return "the --metrics file";
-    if (zarg_in_checkpoint_tag(path)) return "inside a checkpoint's tag directory";
+    if (zarg_in_checkpoint_tag(path) || zarg_inside_tag(path))
+        return "inside a checkpoint's tag directory";
     if (zarg_is_checkpoint_latest(path)) return "a save directory's latest";
     const char *dirs[2] = {o->save_dir, r->resume_dir};
     for (int i = 0; i < 2; i++) {
@@ -281,26 +281,32 @@ static int mkdir_p(const char *path)
 
 /* DeepSpeed's csv_monitor layout: <output_path>/<job_name>/<event>.csv with "step,value"; an
  * empty output_path is DeepSpeed's os.path.join("", job_name), ./<job_name>, as the Python
- * front-end writes it too. Its directory is made first, unless it is where a tag of --save-dir
- * goes (the save would then fail on it). */
-static int open_csv(const topts *o, run_t *r, int append)
+ * front-end writes it too. The directory, into dir (n bytes), made unless it is where a
+ * checkpoint of --save-dir goes or inside a tag (a save would then fail on it, or delete it).
+ * 0, or the exit code after the message. */
+static int csv_dir(const topts *o, char *dir, size_t n)
 {
-    if (!o->cfg.zinc.csv_monitor) return 0;
-    char dir[1024], path[1200];
     const char *out = o->cfg.zinc.csv_output_path;
     const char *job = o->cfg.zinc.csv_job_name[0] ? o->cfg.zinc.csv_job_name : "DeepSpeedJobName";
-    snprintf(dir, sizeof dir, "%s%s%s", out, out[0] ? "/" : "", job);
-    if (is_save_slot(dir, o->save_dir) || zarg_in_checkpoint_tag(dir)) {
+    snprintf(dir, n, "%s%s%s", out, out[0] ? "/" : "", job);
+    if (is_save_slot(dir, o->save_dir) || zarg_inside_tag(dir)) {
         fprintf(stderr, "zinc train: csv_monitor: %s is where --save-dir's checkpoints go (or "
                 "inside one); set csv_monitor.output_path or job_name elsewhere\n", dir);
         return 2;
     }
     if (mkdir_p(dir) != 0) {
-        fprintf(stderr, "zinc train: csv_monitor: cannot create %s: %s\n", dir, strerror(errno));
-        return 1;
+        fprintf(stderr, "zinc train: csv_monitor: cannot create %s: %s; set "
+                "csv_monitor.output_path or job_name elsewhere\n", dir, strerror(errno));
+        return 2;
     }
+    return 0;
+}
+
+static int open_csv(const topts *o, run_t *r, const char *dir, int append)
+{
     static const char *const ev[3] = {"Train_Samples_train_loss", "Train_Samples_lr",
                                       "Train_Samples_loss_scale"};
+    char path[1200];
     for (int i = 0; i < 3; i++) {
         snprintf(path, sizeof path, "%s/%s.csv", dir, ev[i]);
         int fresh = !append || !train_file_exists(path);
@@ -312,16 +318,20 @@ static int open_csv(const topts *o, run_t *r, int append)
     return 0;
 }
 
-/* The metrics file is opened here, before the world, so that a bad --metrics path is a usage
- * error before anything runs; a resumed run appends to it. */
+/* The output files are opened here, before the world, so that a bad path is a usage error before
+ * anything runs (and before any of them is truncated: the CSV directory is made first); a
+ * resumed run appends to them. */
 int train_report_open(const topts *o, run_t *r)
 {
+    char dir[1024];
+    int append = r->resume_dir != NULL, rc;
+    if (o->cfg.zinc.csv_monitor && (rc = csv_dir(o, dir, sizeof dir)) != 0) return rc;
     if (o->metrics_path) {
-        r->metrics = open_output("--metrics", o->metrics_path, r->resume_dir != NULL,
-                                 "name a file of its own", o, r);
+        r->metrics = open_output("--metrics", o->metrics_path, append, "name a file of its own",
+                                 o, r);
         if (!r->metrics) return 2;
     }
-    return open_csv(o, r, r->resume_dir != NULL);
+    return o->cfg.zinc.csv_monitor ? open_csv(o, r, dir, append) : 0;
 }
 
 void train_report_close(run_t *r)

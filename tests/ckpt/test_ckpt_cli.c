@@ -146,6 +146,17 @@ int main(void)
                  slurp(errf));
         snprintf(args, sizeof args, "%s/s1/new.safetensors", dir);
         ZT_CHECK(access(args, F_OK) != 0, "a refused export wrote %s", args);
+        /* an --out that cannot be written is a usage error before the export (it was exit 1
+         * after reading and converting the whole checkpoint) */
+        const char *bad[2][2] = {{"", "is a directory"}, {"/no-such-dir/w.st", "does not exist"}};
+        for (int i = 0; i < 2; i++) {
+            snprintf(args, sizeof args, "ckpt export %s --out %s%s", dir, root, bad[i][0]);
+            int rc = cli(args);
+            char *e = slurp(errf);
+            ZT_CHECK(rc == 2 && strstr(e, bad[i][1]), "export --out %s%s: exit %d: %s", root,
+                     bad[i][0], rc, e);
+            free(e);
+        }
     }
 
     /* damage: a flipped byte in rank 1's file */

@@ -312,7 +312,7 @@ static void test_foreign(void)
     ZT_CHECK(mkdir(p, 0755) == 0, "mkdir");
     snprintf(q, sizeof q, "%s/s6/notes.txt", dir);
     put(q, "mine\n");
-    save_refused(dir, "holds notes.txt, which is not a checkpoint file", q, "mine\n",
+    save_refused(dir, "holds notes.txt, which zinc did not write", q, "mine\n",
                  "user dir at the tag");
     unlink(q);
     /* the same with a writer-named file in it: still no manifest, still not a tag */
@@ -328,7 +328,7 @@ static void test_foreign(void)
         ZT_CHECK(mkdir(p, 0755) == 0, "mkdir");
         snprintf(q, sizeof q, "%s/s6.%s/data.csv", dir, sfx[i]);
         put(q, "1,2\n");
-        save_refused(dir, "data.csv, which is not a checkpoint file", q, "1,2\n", sfx[i]);
+        save_refused(dir, "data.csv, which zinc did not write", q, "1,2\n", sfx[i]);
         unlink(q);
         rmdir(p);
     }
@@ -343,14 +343,61 @@ static void test_foreign(void)
     ZT_CHECK(mkdir(p, 0755) == 0, "mkdir");
     snprintf(q, sizeof q, "%s/manifest.json", p);
     put(q, "{}");
-    char link[900];
-    snprintf(link, sizeof link, "%s/s6", dir);
-    ZT_CHECK(symlink(p, link) == 0, "symlink");
+    char sl[900];
+    snprintf(sl, sizeof sl, "%s/s6", dir);
+    ZT_CHECK(symlink(p, sl) == 0, "symlink");
     save_refused(dir, "is a symbolic link", q, "{}", "symlinked tag");
-    unlink(link);
+    unlink(sl);
     fx_rmtree(p);
+    /* a user's own manifest.json in a directory named like the tag: replaced by zinc's */
+    snprintf(p, sizeof p, "%s/s6", dir);
+    ZT_CHECK(mkdir(p, 0755) == 0, "mkdir");
+    snprintf(q, sizeof q, "%s/s6/manifest.json", dir);
+    put(q, "{\"mine\": 1}");
+    save_refused(dir, "its manifest.json is not a zinc checkpoint's", q, "{\"mine\": 1}",
+                 "user manifest");
+    unlink(q);
+    rmdir(p);
+    /* latest.tmp: a hard link to a file elsewhere was truncated and written through, a user's
+     * file of that name replaced */
+    char other[900];
+    snprintf(other, sizeof other, "%s/thesis.txt", root);
+    put(other, "important thesis\n");
+    snprintf(p, sizeof p, "%s/latest.tmp", dir);
+    ZT_CHECK(link(other, p) == 0, "link");
+    save_refused(dir, "latest.tmp exists and is not a leftover", other, "important thesis\n",
+                 "hard link at latest.tmp");
+    unlink(p);
+    put(p, "precious\n");
+    save_refused(dir, "latest.tmp exists and is not a leftover", p, "precious\n",
+                 "user file at latest.tmp");
+    unlink(p);
+    /* and where the check cannot see it (made between the check and the write), the write
+     * itself refuses a hard link */
+    snprintf(p, sizeof p, "%s/sub", dir);
+    ZT_CHECK(mkdir(p, 0755) == 0, "mkdir");
+    snprintf(q, sizeof q, "%s/sub/x.tmp", dir);
+    ZT_CHECK(link(other, q) == 0, "link");
+    char err[ZCK_ERR] = "";
+    snprintf(q, sizeof q, "%s/sub/x", dir);
+    ZT_CHECK(zck_write_file_atomic(q, "step1\n", 6, err) == ZINC_ERR_IO &&
+                 strstr(err, "a hard link"),
+             "write through a hard-linked .tmp: \"%s\"", err);
+    ZT_CHECK(holds(other, "important thesis\n"), "the hard-linked file was changed");
+    snprintf(q, sizeof q, "%s/sub/x.tmp", dir);
+    unlink(q);
+    rmdir(p);
+    unlink(other);
+    /* an empty latest (a writer that crashed) and a leftover latest.tmp (naming the tag it was
+     * written for) are no user's files */
+    ZT_OK(fx_save_world(dir, "s5", 2, 0x7, 5, 4096, 0));
+    snprintf(p, sizeof p, "%s/latest", dir);
+    put(p, "");
+    snprintf(q, sizeof q, "%s/latest.tmp", dir);
+    put(q, "s5\n");
     /* and with the way clear, the save works and a save over its own tag too */
     ZT_OK(fx_save_world(dir, "s6", 2, 0x7, 5, 4096, 0));
+    ZT_CHECK(holds(p, "s6\n"), "latest after the save over an empty one");
     ZT_OK(fx_save_world(dir, "s6", 2, 0x7, 6, 4096, 0));
     check_tag(dir, "s6", "save over its own tag");
     fx_rmtree(dir);

@@ -426,6 +426,8 @@ int main(void)
     /* zinc plot over a checkpoint's file */
     expect_usage_error("plot m1.jsonl -o ck/latest", "is a checkpoint's file");
     expect_usage_error("plot m1.jsonl -o ck/step000012/manifest.json", "is a checkpoint's file");
+    /* an output that cannot be written, before reading (a directory was exit 1 after) */
+    expect_usage_error("plot m1.jsonl -o ck", "the output 'ck' is a directory");
     /* the run's outputs and saves never take a user's file: a hard link to a checkpoint file as
      * --metrics (truncated it), csv_monitor files on the config or the metrics (truncated), a
      * --metrics or csv_monitor directory where a save goes (replaced or emptied by it), a data
@@ -461,8 +463,46 @@ int main(void)
     expect_usage_error("train " SMALL " --steps 1 --data dsave/latest --save-dir dsave",
                        "dsave/latest exists and is not a checkpoint's latest");
     expect_usage_error("train " SMALL " --steps 1 --save-dir usave",
-                       "usave/step000001 is in the way of tag step000001: it is not a checkpoint "
-                       "tag (it holds notes.txt");
+                       "usave/step000001 is in the way of tag step000001: it holds notes.txt, "
+                       "which zinc did not write");
+    /* where a save goes also below it and before the save directory exists: latest.tmp as the
+     * metrics (renamed into latest by the save), a CSV directory under a future tag or at a new
+     * save directory's latest; --save-dir inside a tag; a csv_monitor path that cannot be made is
+     * refused before the metrics file is truncated */
+    expect_usage_error("train " SMALL " --steps 1 --save-dir msave --metrics msave/latest.tmp",
+                       "--metrics msave/latest.tmp is where --save-dir's checkpoints go");
+    snprintf(cj, sizeof cj, csvcfg, "msave/step000001", "mon");
+    write_file("csv_under.json", cj, strlen(cj));
+    expect_usage_error("train --model L1-D16-H2-T16 --ranks 2 --steps 1 --config csv_under.json "
+                       "--save-dir msave", "csv_monitor: msave/step000001/mon is where");
+    snprintf(cj, sizeof cj, csvcfg, "newsave", "latest");
+    write_file("csv_new.json", cj, strlen(cj));
+    expect_usage_error("train --model L1-D16-H2-T16 --ranks 2 --steps 1 --config csv_new.json "
+                       "--save-dir newsave", "csv_monitor: newsave/latest is where");
+    expect_usage_error("train " SMALL " --steps 1 --save-dir ck/step000012/sub",
+                       "--save-dir ck/step000012/sub is inside a checkpoint's tag directory");
+    snprintf(cj, sizeof cj, csvcfg, "text.txt", "x");
+    write_file("csv_file.json", cj, strlen(cj));
+    expect_usage_error("train --model L1-D16-H2-T16 --ranks 2 --steps 1 --config csv_file.json "
+                       "--metrics m1.jsonl", "csv_monitor: cannot create text.txt/x");
+    {
+        char *m = slurp_rel("m1.jsonl");
+        ZT_CHECK(m && strstr(m, "\"step\":12,"), "m1.jsonl survived the refused csv_monitor");
+        free(m);
+    }
+    /* a tag this run does not write may hold a user's notes: resuming and saving on is fine */
+    snprintf(cmd, sizeof cmd, "cd '%s' && cp -r ck ck2 && echo notes > ck2/step000006/NOTES.md",
+             tmp);
+    ZT_CHECK(system(cmd) == 0, "%s", cmd);
+    {
+        char *e2;
+        rc = run("train " SMALL " --steps 13 --seed 4 --save-dir ck2 --resume auto", &e2, NULL);
+        ZT_CHECK(rc == 0, "resume with a note in an old tag: exit %d: %s", rc, e2);
+        free(e2);
+        char *n = slurp_rel("ck2/step000006/NOTES.md");
+        ZT_CHECK(n && !strcmp(n, "notes\n"), "the note survived: '%s'", n);
+        free(n);
+    }
     {
         char *d = slurp_rel("dsave/latest"), *n = slurp_rel("usave/step000001/notes.txt");
         ZT_CHECK(d && strlen(d) == sizeof text && !memcmp(d, text, sizeof text),
