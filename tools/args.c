@@ -45,9 +45,10 @@ int zarg_double(const char *s, double *out)
     char *end;
     errno = 0;
     double v = strtod(s, &end);
-    /* ERANGE: past the double's range ("1e999") or below its normal numbers ("1e-400") */
-    if (errno || *end || !isfinite(v)) return -1;
-    *out = v;
+    /* ERANGE: past the double's range ("1e999"): refused; below its normal numbers ("1e-400"):
+     * the nearest double, as a JSON config's number reads. -0 is 0 (one value, one config hash). */
+    if ((errno && fabs(v) >= 1.0) || *end || !isfinite(v)) return -1;
+    *out = v == 0.0 ? 0.0 : v;
     return 0;
 }
 
@@ -163,7 +164,7 @@ int zarg_parent_within(const char *path, const char *dir)
 int zarg_value(const char *cmd, const char *opt, const char *v)
 {
     /* "--save-dir --steps 5": the option's value forgotten, the next option taken for it. A
-     * single dash stays a value: "-1", "-" (stdin/stdout by convention). */
+     * single dash stays a value: "-1", or "-" (a file of that name: no command reads stdin). */
     if (!v) return zarg_usage_error(cmd, "%s needs a value", opt);
     if (!*v || !strncmp(v, "--", 2))
         return zarg_usage_error(cmd, "%s needs a value%s%s%s", opt, *v ? " (got the option '" : "",
@@ -224,5 +225,12 @@ int zarg_output_file_ok(const char *cmd, const char *opt, const char *out)
     if (zarg_in_checkpoint_tag(out) || zarg_inside_tag(out) || zarg_is_checkpoint_latest(out))
         return zarg_usage_error(cmd, "%s '%s' is a checkpoint's file; write it elsewhere", opt,
                                 out);
+    return 0;
+}
+
+int zarg_one_of(const char *a, const char *const *names)
+{
+    for (; *names; names++)
+        if (!strcmp(a, *names)) return 1;
     return 0;
 }

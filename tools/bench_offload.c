@@ -231,6 +231,10 @@ int bench_offload(int argc, char **argv)
             json = 1;
             continue;
         }
+        static const char *const opts[] = {"--params", "--stage", "--groups", "--repeat",
+                                           "--threads", "--nvme", "--aio-block-size",
+                                           "--aio-queue-depth", "--disk-mb", "--dtype", NULL};
+        if (!zarg_one_of(a, opts)) return zarg_usage_error(cmd, "unknown option '%s'", a);
         if (zarg_value(cmd, a, val)) return 2;
         if (!strcmp(a, "--params")) {
             if ((np = zb_parse_list(val, params, 16, 1, 1LL << 40)) < 0)

@@ -152,6 +152,9 @@ static int bench_adam(int argc, char **argv)
             with_torch = 0;
             continue;
         }
+        static const char *const opts[] = {"--device", "--dtype", "--params", "--threads",
+                                           "--repeat", NULL};
+        if (!zarg_one_of(a, opts)) return zarg_usage_error("bench adam", "unknown option '%s'", a);
         if (zarg_value("bench adam", a, val)) return 2;
         if (!strcmp(a, "--device")) {
             device = val;
@@ -399,14 +402,18 @@ static void *zb_rank_main(void *p)
 
 int zb_parse_list(const char *s, long long *v, int cap, long long lo, long long hi)
 {
+    /* every element, empty ones too (",5," is refused, not read as "5"), of a list that fits
+     * (a longer one was cut short and read as another list) */
     int n = 0;
     char buf[256];
-    snprintf(buf, sizeof buf, "%s", s);
-    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+    if ((size_t)snprintf(buf, sizeof buf, "%s", s) >= sizeof buf) return -1;
+    for (char *t = buf, *c;; t = c + 1) {
+        c = strchr(t, ',');
+        if (c) *c = 0;
         if (n == cap || zarg_int64(t, &v[n]) || v[n] < lo || v[n] > hi) return -1;
         n++;
+        if (!c) return n;
     }
-    return n ? n : -1;
 }
 
 static int bench_zero(int argc, char **argv, int comm)
@@ -427,6 +434,10 @@ static int bench_zero(int argc, char **argv, int comm)
             json = 1;
             continue;
         }
+        static const char *const opts[] = {"--params", "--worlds", "--stages", "--groups",
+                                           "--dtype", NULL};
+        if (!zarg_one_of(a, opts) && !(comm && !strcmp(a, "--accum")))
+            return zarg_usage_error(cmd, "unknown option '%s'", a);
         if (zarg_value(cmd, a, val)) return 2;
         if (!strcmp(a, "--params")) {
             if ((np = zb_parse_list(val, params, 16, 1, 1LL << 40)) < 0)

@@ -367,8 +367,14 @@ static int ckpt_bench(int argc, char **argv)
             return zarg_usage_error("ckpt bench", "%s needs a number, not '%s'", a, v);
         i++;
     }
-    if (mib < 1 || mib > 65536 || threads < 1 || threads > 64 || level < -5 || level > 19 || steps < 1)
-        return zarg_usage_error("ckpt bench", "values out of range");
+    /* --steps bounded where it is an int loop count (and a checkpoint's step, < 2^53) */
+    const struct { const char *opt; long long v, lo, hi; } rng[4] = {
+        {"--mib", mib, 1, 65536}, {"--threads", threads, 1, 64}, {"--level", level, -5, 19},
+        {"--steps", steps, 1, 1000000}};
+    for (int k = 0; k < 4; k++)
+        if (rng[k].v < rng[k].lo || rng[k].v > rng[k].hi)
+            return zarg_usage_error("ckpt bench", "%s: expected %lld..%lld, got %lld", rng[k].opt,
+                                    rng[k].lo, rng[k].hi, rng[k].v);
     size_t n = (size_t)mib << 18;   /* floats */
     float *st[3];
     for (int k = 0; k < 3; k++) st[k] = malloc(n * sizeof(float));

@@ -4,6 +4,7 @@
  * --offload-optimizer (and --offload-param) it splits the plan into device and host bytes, as
  * zinc_memory and zinc_memory_host report them.
  */
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -37,9 +38,12 @@ static void usage(FILE *f)
             "size), and the file's bytes per rank are listed too.\n");
 }
 
+/* An option not given ("--params -1" is a bad value, not a missing one). */
+#define UNSET LLONG_MIN
+
 int cmd_estimate(int argc, char **argv)
 {
-    long long params = -1, world = -1, stage = -1, group = -1, buckets = ZEST_BUCKETS,
+    long long params = UNSET, world = UNSET, stage = UNSET, group = UNSET, buckets = ZEST_BUCKETS,
               gathers = ZEST_GATHERS;
     zinc_dtype dtype = ZINC_DTYPE_FP16;
     int json = 0, offload = 0, offload_param = 0, nvme = 0;
@@ -81,13 +85,13 @@ int cmd_estimate(int argc, char **argv)
         i++;
     }
     /* Bounds that keep every byte count inside uint64 (1e15 parameters, as zinc plan takes). */
-    if (params == -1) return zarg_usage_error("estimate", "--params N is required");
+    if (params == UNSET) return zarg_usage_error("estimate", "--params N is required");
     if (params < 1 || params > ZEST_MAX_PARAMS)
         return zarg_usage_error("estimate", "--params: expected 1..1e15, got %lld", params);
-    if (world == -1) return zarg_usage_error("estimate", "--world-size W is required");
+    if (world == UNSET) return zarg_usage_error("estimate", "--world-size W is required");
     if (world < 1 || world > 1000000)
         return zarg_usage_error("estimate", "--world-size: expected 1..1000000, got %lld", world);
-    if (stage == -1) return zarg_usage_error("estimate", "--stage S is required");
+    if (stage == UNSET) return zarg_usage_error("estimate", "--stage S is required");
     if (stage < 0 || stage > 3)
         return zarg_usage_error("estimate", "--stage: expected 0..3, got %lld", stage);
     if (buckets < 1 || gathers < 1 || buckets > ZEST_MAX_BUFFERS || gathers > ZEST_MAX_BUFFERS)
@@ -103,9 +107,10 @@ int cmd_estimate(int argc, char **argv)
     if (nvme && !offload)
         return zarg_usage_error("estimate", "--nvme needs --offload-optimizer (the NVMe tier "
                                 "holds the offloaded optimizer state)");
-    if (group < 0) group = zest_default_group(params);
+    if (group == UNSET) group = zest_default_group(params);
     if (group < 1 || group > params)
-        return zarg_usage_error("estimate", "--group-size must be in 1..N");
+        return zarg_usage_error("estimate", "--group-size: expected 1..%lld (--params), got %lld",
+                                params, group);
 
     zest_mem m;
     zest_memory(params, (int)world, (int)stage, dtype, offload, offload_param, group,

@@ -9,6 +9,7 @@
  */
 #include <errno.h>
 #include <json-c/json.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -86,12 +87,16 @@ int cmd_plot(int argc, char **argv)
         }
     }
     if (!in) return zarg_usage_error(CMD, "which metrics file? (zinc train --metrics FILE)");
-    char outbuf[1024];
+    char outbuf[PATH_MAX + 8];
     if (!out) {
+        /* cut short, the name would be another file's ("metrics_lo" for a long path) */
+        if (strlen(in) >= PATH_MAX)
+            return zarg_usage_error(CMD, "a metrics path of %zu bytes; give -o FILE.svg",
+                                    strlen(in));
         snprintf(outbuf, sizeof outbuf, "%s", in);
         char *dot = strrchr(outbuf, '.'), *slash = strrchr(outbuf, '/');
         if (dot && (!slash || dot > slash)) *dot = 0;
-        strncat(outbuf, ".svg", sizeof outbuf - strlen(outbuf) - 1);
+        strcat(outbuf, ".svg");
         out = outbuf;
     }
     if (zarg_same_file(in, out))

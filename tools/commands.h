@@ -20,7 +20,7 @@ int cmd_plan(int argc, char **argv);       /* zinc plan       — predicted step
 /* Shared argument helpers (tools/args.c). Numbers are plain decimal and nothing else:
  * [+-] digits [. digits] [e|E [+-] digits], at least one digit before or after the point ("3",
  * "-2.5", ".5", "7e9", "1.5E-3"); no surrounding spaces, no hex, no inf or nan, finite in a
- * double. zarg_int64 takes a whole number, exact to 2^63 when written in digits, or such a float
+ * double (one below its range reads as the nearest double, 0 for "1e-400"; -0 reads as 0). zarg_int64 takes a whole number, exact to 2^63 when written in digits, or such a float
  * that is integral ("7.5e9", up to 9e18); zarg_double any such float. Both return 0, or -1
  * leaving *out alone. zarg_usage_error prints "zinc <cmd>: <msg>" to stderr and returns 2. */
 int zarg_int64(const char *s, long long *out);
@@ -31,6 +31,9 @@ int zarg_usage_error(const char *cmd, const char *fmt, ...) __attribute__((forma
  * write a file named --log); "-1" and "-" are values. Every option with a value goes through
  * it: `if (zarg_value(CMD, a, v)) return 2;`. */
 int zarg_value(const char *cmd, const char *opt, const char *v);
+/* 1 when a is one of names (NULL-terminated): an option known before its value is checked, so
+ * that "--bogus" is an unknown option rather than one that "needs a value". */
+int zarg_one_of(const char *a, const char *const *names);
 /* "fp16", "bf16" or "fp32" into *out; -1 for anything else. */
 int zarg_dtype(const char *s, zinc_dtype *out);
 /* Output-over-input guards: 1 when a and b both exist and are one file (links included); 1 when

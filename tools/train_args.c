@@ -160,6 +160,9 @@ int train_parse_args(int argc, char **argv, topts *o)
         long long n;
         double x;
         if (!strcmp(a, "--config")) {
+            if (strlen(v) >= sizeof o->config_path) /* cut short, it would name another file */
+                return zarg_usage_error(CMD, "--config: a path of %zu bytes; at most %zu",
+                                        strlen(v), sizeof o->config_path - 1);
             snprintf(o->config_path, sizeof o->config_path, "%s", v);
             have_config = 1;
         } else if (!strcmp(a, "--ranks")) {
@@ -183,7 +186,10 @@ int train_parse_args(int argc, char **argv, topts *o)
             char err[256];
             if (zm_spec_parse(v, &o->spec, err, sizeof err))
                 return zarg_usage_error(CMD, "--model: %s", err);
-            snprintf(o->spec_str, sizeof o->spec_str, "%s", v);
+            /* the canonical spelling ("l2-d064-..." and any field order name the same model),
+             * which always fits: what the summary prints and checkpoints keep */
+            snprintf(o->spec_str, sizeof o->spec_str, "L%d-D%d-H%d-T%d", o->spec.L, o->spec.D,
+                     o->spec.H, o->spec.T);
         } else if (!strcmp(a, "--steps")) {
             /* the engine counts steps up to 2^53 (JSON-exact, as checkpoints store them) */
             if (zarg_int64(v, &n) || n < 1 || n > (1LL << 53))

@@ -209,6 +209,11 @@ static int settle_resume(const topts *o, run_t *r)
     if (zarg_is_checkpoint_tag(o->resume)) {
         /* DIR/TAG, as the ckpt tools take it: that tag of its save directory */
         char *dir = r->resume_buf[0], *tag = r->resume_buf[1];
+        if (strlen(o->resume) >= sizeof r->resume_buf[0]) {
+            fprintf(stderr, "zinc train: --resume: a path of %zu bytes; at most %zu\n",
+                    strlen(o->resume), sizeof r->resume_buf[0] - 1);
+            return 2;
+        }
         snprintf(dir, sizeof r->resume_buf[0], "%s", o->resume);
         size_t n = strlen(dir);
         while (n > 1 && dir[n - 1] == '/') dir[--n] = 0;

@@ -58,6 +58,13 @@ expect 2 "^zinc bench memory: --dtype needs a value \(got the option '--json'\)"
     --json
 expect 2 "^zinc bench offload: --nvme needs a value \(got the option '--json'\)" offload \
     --params 1000 --repeat 1 --nvme --json
+# an unknown option is one, not an option that "needs a value"; a list's empty element or a
+# list too long to read whole is refused (",5," ran [5]; a long one was cut and ran another)
+expect 2 "^zinc bench adam: unknown option '--bogus'" adam --bogus
+expect 2 "^zinc bench memory: unknown option '--bogus'" memory --bogus --help
+expect 2 "^zinc bench offload: unknown option 'positional'" offload positional
+expect 2 "^zinc bench memory: --params wants" memory --params ,5,
+expect 2 "^zinc bench memory: --worlds wants" memory --worlds "$(printf '0%.0s' $(seq 254))1,2"
 
 cmd=ckpt
 expect 2 "^zinc ckpt export: --out needs a value \(got the option '--dtype'\)" export no-such-ckpt \
@@ -66,6 +73,14 @@ expect 2 "^zinc ckpt export: --out needs a value" export no-such-ckpt --out ""
 expect 2 "^zinc ckpt bench: --dir needs a value \(got the option '--json'\)" bench --mib 1 \
     --steps 1 --dir --json
 expect 2 "^zinc ckpt bench: --mib needs a number" bench --mib 0x1
+expect 2 "^zinc ckpt bench: --steps: expected 1..1000000, got 4294967297" bench --mib 1 \
+    --steps 4294967297 --dir .
+[ -n "$(ls -d ./zinc-ckpt-bench-* 2>/dev/null)" ] && { echo "FAIL: a refused ckpt bench left its directory"; fails=$((fails + 1)); }
+
+cmd=estimate
+expect 2 "^zinc estimate: --group-size: expected 1..1000000000 \(--params\), got -5" \
+    --params 1e9 --world-size 8 --stage 3 --group-size -5
+expect 2 "^zinc estimate: --params: expected 1..1e15, got -1" --params -1 --world-size 8 --stage 3
 [ -e ./--json ] && { echo "FAIL: ckpt bench wrote into a directory named --json"; fails=$((fails + 1)); }
 
 cmd=plot
@@ -76,6 +91,20 @@ expect 2 "^zinc plot: --output needs a value \(got the option '--title'\)" m.jso
 expect 2 "^zinc plot: -o needs a value" m.jsonl -o ""
 expect 2 "^zinc plot: --title needs a value \(got the option '--log'\)" m.jsonl --title --log
 [ -e ./--log ] && { echo "FAIL: zinc plot wrote a file named --log"; fails=$((fails + 1)); }
+# a metrics path too long to name its SVG is refused: cut short, the name was another file's
+long=$(pwd)/$(printf './%.0s' $(seq 2100))m.jsonl
+printf 'keep\n' >m.js
+expect 2 "^zinc plot: a metrics path of [0-9]* bytes; give -o FILE.svg" "$long"
+[ "$(cat m.js)" = keep ] || { echo "FAIL: zinc plot wrote over m.js"; fails=$((fails + 1)); }
+
+cmd=train
+# a --model spelled long (leading zeros) is the model it names (it was cut at 47 characters:
+# T000...0160 trained T=1)
+expect 0 - --model L1-D16-H2-T0000000000000000000000000000000000000000000000032 --ranks 1 \
+    --steps 1
+grep -q "model L1-D16-H2-T32:" "$tmp.out" || { echo "FAIL: --model with leading zeros: $(head -1 "$tmp.out")"; fails=$((fails + 1)); }
+expect 2 "^zinc train: --config: a path of [0-9]* bytes" --config "$(printf './%.0s' $(seq 600))ds.json" \
+    --steps 1
 
 cd / && rm -rf "$work"
 cli_finish
