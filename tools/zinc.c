@@ -2,6 +2,7 @@
  * zinc.c — the `zinc` command: dispatches to tools/cmd_*.c.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels/device.h"
@@ -47,8 +48,39 @@ static void version(void)
     printf("\n");
 }
 
+/* "--opt=value" as two arguments, "--opt" "value", for every command that reads its options
+ * one argument at a time (all but train, which splits them itself and so can say that a flag
+ * takes no value). Into out (2 * argc + 1 entries, the strings in buf); returns the new argc. */
+static int split_eq(int argc, char **argv, char **out, char *buf)
+{
+    int n = 0;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *eq = strchr(a, '=');
+        if (i > 0 && !strncmp(a, "--", 2) && eq && eq > a + 2) {
+            size_t k = (size_t)(eq - a);
+            memcpy(buf, a, k);
+            buf[k] = 0;
+            out[n++] = buf;
+            buf += k + 1;
+            out[n++] = (char *)eq + 1;
+        } else {
+            out[n++] = argv[i];
+        }
+    }
+    out[n] = NULL;
+    return n;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc >= 3 && !strcmp(argv[1], "help")) { /* zinc help CMD: that command's --help */
+        for (size_t i = 0; i < sizeof zcommands / sizeof zcommands[0]; i++)
+            if (!strcmp(zcommands[i].name, argv[2]))
+                return zcommands[i].fn(2, (char *[]){argv[2], "--help", NULL});
+        fprintf(stderr, "zinc: unknown command '%s'\n\n", argv[2]);
+        usage(stderr);
+        return 2;
+    }
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
         !strcmp(argv[1], "help")) {
         if (argc < 2) {
@@ -60,11 +92,29 @@ int main(int argc, char **argv)
         return 0;
     }
     if (!strcmp(argv[1], "--version")) {
+        if (argc > 2) {
+            fprintf(stderr, "zinc: --version takes nothing after it, got '%s'\n", argv[2]);
+            return 2;
+        }
         version();
         return 0;
     }
-    for (size_t i = 0; i < sizeof zcommands / sizeof zcommands[0]; i++)
-        if (!strcmp(zcommands[i].name, argv[1])) return zcommands[i].fn(argc - 1, argv + 1);
+    for (size_t i = 0; i < sizeof zcommands / sizeof zcommands[0]; i++) {
+        if (strcmp(zcommands[i].name, argv[1]) != 0) continue;
+        if (zcommands[i].fn == cmd_train) return cmd_train(argc - 1, argv + 1);
+        size_t chars = 0;
+        for (int k = 0; k < argc; k++) chars += strlen(argv[k]) + 1;
+        char **split = malloc((2 * (size_t)argc + 1) * sizeof *split), *buf = malloc(chars);
+        if (!split || !buf) {
+            fprintf(stderr, "zinc: out of memory\n");
+            return 1;
+        }
+        int n = split_eq(argc - 1, argv + 1, split, buf);
+        int rc = zcommands[i].fn(n, split);
+        free(split);
+        free(buf);
+        return rc;
+    }
     fprintf(stderr, "zinc: unknown command '%s'\n\n", argv[1]);
     usage(stderr);
     return 2;

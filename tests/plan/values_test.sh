@@ -106,5 +106,23 @@ grep -q "model L1-D16-H2-T32:" "$tmp.out" || { echo "FAIL: --model with leading 
 expect 2 "^zinc train: --config: a path of [0-9]* bytes" --config "$(printf './%.0s' $(seq 600))ds.json" \
     --steps 1
 
+# --opt=value in every command, as zinc train takes it (the others called it unknown)
+cmd=estimate
+expect 0 - --params=1e9 --world-size=8 --stage=3
+expect 2 "^zinc estimate: --params: expected 1..1e15, got -1" --params=-1 --world-size 8 --stage 3
+cmd=plot
+expect 0 - m.jsonl --output=m2.svg
+[ -s m2.svg ] || { echo "FAIL: plot --output=m2.svg wrote no m2.svg"; fails=$((fails + 1)); }
+expect 2 "^zinc plot: --output needs a value" m.jsonl --output=
+cmd=config
+expect 0 - check ds.json --lr=0.5
+# zinc help CMD is CMD --help; --version takes nothing after it
+cmd=help
+expect 0 - plot
+grep -q "^usage: zinc plot" "$tmp.out" || { echo "FAIL: zinc help plot: $(head -1 "$tmp.out")"; fails=$((fails + 1)); }
+expect 2 "^zinc: unknown command 'nope'" nope
+cmd=--version
+expect 2 "^zinc: --version takes nothing after it, got 'extra'" extra
+
 cd / && rm -rf "$work"
 cli_finish
