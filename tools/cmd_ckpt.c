@@ -69,7 +69,7 @@ static int ckpt_verify(int argc, char **argv)
         if (argv[i][0] == '-' || dir) return zarg_usage_error("ckpt verify", "unexpected '%s'", argv[i]);
         dir = argv[i];
     }
-    if (!dir) return zarg_usage_error("ckpt verify", "DIR is required");
+    if (!dir || !*dir) return zarg_usage_error("ckpt verify", "DIR is required");
     zck_reader *r;
     int rc = open_dir("verify", dir, &r);
     if (rc) return rc;
@@ -111,7 +111,7 @@ static int ckpt_inspect(int argc, char **argv)
         else if (argv[i][0] == '-' || dir) return zarg_usage_error("ckpt inspect", "unexpected '%s'", argv[i]);
         else dir = argv[i];
     }
-    if (!dir) return zarg_usage_error("ckpt inspect", "DIR is required");
+    if (!dir || !*dir) return zarg_usage_error("ckpt inspect", "DIR is required");
     zck_reader *r;
     int rc = open_dir("inspect", dir, &r);
     if (rc) return rc;
@@ -214,7 +214,8 @@ static int ckpt_export(int argc, char **argv)
         } else if (!strcmp(a, "--dtype")) {
             if (zarg_value("ckpt export", a, v)) return 2;
             if (zck_dtype_from_name(v, &dt))
-                return zarg_usage_error("ckpt export", "--dtype must be fp32, fp16 or bf16");
+                return zarg_usage_error("ckpt export", "--dtype must be fp32, fp16 or bf16, not "
+                                        "'%s'", v);
             i++;
         } else if (a[0] == '-' || dir) {
             return zarg_usage_error("ckpt export", "unexpected '%s'", a);

@@ -4,6 +4,7 @@
  *
  * Exit codes: 0 accepted (warnings on stderr), 2 rejected, unreadable or bad usage.
  */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,9 +56,10 @@ int cmd_config(int argc, char **argv)
         } else if (!strcmp(a, "--world-size") || !strcmp(a, "--micro-batch") ||
                    !strcmp(a, "--grad-accum") || !strcmp(a, "--train-batch-size")) {
             if (zarg_value(cmd, a, i + 1 < argc ? argv[i + 1] : NULL)) return 2;
-            if (zarg_int64(argv[i + 1], &n) != 0 || n < 1 ||
-                (!strcmp(a, "--world-size") && n > 1 << 24))
-                return zarg_usage_error(cmd, "%s needs a whole number >= 1", a);
+            long long hi = !strcmp(a, "--world-size") ? 1 << 24 : LLONG_MAX;
+            if (zarg_int64(argv[i + 1], &n) != 0 || n < 1 || n > hi)
+                return zarg_usage_error(cmd, "%s needs a whole number in 1..%lld, got '%s'", a, hi,
+                                        argv[i + 1]);
             i++;
             if (!strcmp(a, "--world-size")) ov.world_size = (int)n;
             else if (!strcmp(a, "--micro-batch")) ov.micro_batch = n;
@@ -66,7 +68,7 @@ int cmd_config(int argc, char **argv)
         } else if (!strcmp(a, "--lr")) {
             if (zarg_value(cmd, a, i + 1 < argc ? argv[i + 1] : NULL)) return 2;
             if (zarg_double(argv[i + 1], &d) != 0 || d < 0)
-                return zarg_usage_error(cmd, "--lr needs a number >= 0");
+                return zarg_usage_error(cmd, "--lr needs a number >= 0, got '%s'", argv[i + 1]);
             ov.lr = d;
             i++;
         } else if (a[0] == '-' && a[1]) {

@@ -103,6 +103,10 @@ static int plan_config(const char *file, double *v, zinc_dtype *dtype, int dtype
     zcfg c;
     zcfg_diag diag = {0};
     zinc_status s = zcfg_parse_file(file, &ov, &c, &diag);
+    /* the warnings too, as zinc train and config check print them: a key without effect in
+     * zinc is one the run would not honour either */
+    for (int i = 0; i < diag.nwarnings; i++)
+        fprintf(stderr, "zinc plan: config warning: %s\n", diag.warnings[i]);
     for (int i = 0; i < diag.nerrors; i++) fprintf(stderr, "error: %s\n", diag.errors[i]);
     int nerr = diag.nerrors;
     zcfg_diag_free(&diag);

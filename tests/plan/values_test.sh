@@ -35,6 +35,10 @@ expect 2 "^zinc plan: --efficiency must be a number" $base --efficiency 0x.8p0
 expect 2 "^zinc plan: --gpu needs a value \(got the option '--json'\)" $base --gpu --json
 expect 2 "^zinc plan: --config needs a value$|^zinc plan: --config needs a value " $base --config ""
 expect 2 "^zinc plan: --hf-config needs a value \(got the option '--gpus'\)" --hf-config --gpus 8
+# a config's warnings are printed, as train and config check print them (plan said nothing)
+printf '{"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 2, "round_robin_gradients": true}}\n' >rr.json
+expect 0 "^zinc plan: config warning: zero_optimization.round_robin_gradients" --params 7e9 \
+    --layers 32 --hidden 4096 --seq 4096 --gpus 64 --gpu h100 --config rr.json
 
 cmd=estimate
 expect 0 - --params 7e9 --world-size 8 --stage 3
@@ -66,7 +70,14 @@ expect 2 "^zinc bench offload: unknown option 'positional'" offload positional
 expect 2 "^zinc bench memory: --params wants" memory --params ,5,
 expect 2 "^zinc bench memory: --worlds wants" memory --worlds "$(printf '0%.0s' $(seq 254))1,2"
 
+cmd=config
+expect 2 "^zinc config: --world-size needs a whole number in 1..16777216, got '16777217'" \
+    check ds.json --world-size 16777217
+
 cmd=ckpt
+expect 2 "^zinc ckpt verify: DIR is required" verify ''
+expect 2 "^zinc ckpt export: --dtype must be fp32, fp16 or bf16, not 'fp8'" export x --out y \
+    --dtype fp8
 expect 2 "^zinc ckpt export: --out needs a value \(got the option '--dtype'\)" export no-such-ckpt \
     --out --dtype fp16
 expect 2 "^zinc ckpt export: --out needs a value" export no-such-ckpt --out ""
