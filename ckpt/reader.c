@@ -510,19 +510,24 @@ zinc_status zck_resolve_path(const char *path, char *tagdir, size_t n, char *err
     if (!S_ISDIR(st.st_mode))
         return zerr_fmt(err, ZCK_ERR, ZINC_ERR_IO, "%s: not a directory (give a checkpoint's tag "
                         "directory or its save directory)", path);
-    /* a save directory: the tag a load would take (the newest valid one, `latest` or not) */
+    /* a save directory: the tag a load would take (`latest`'s, or see cmp_cand) */
     return zck_find_tag(path, NULL, 0, 0, tagdir, n, tag, sizeof tag, err);
 }
 
 typedef struct {
     char name[ZCK_TAG_MAX];
     int64_t step;
-    double mtime;
+    double mtime;   /* of its manifest: when the save wrote it (a rename keeps it) */
+    int group;      /* 0: committed after `latest` was written; 1: the tag `latest` names; 2: others */
 } zcand;
 
+/* The order a load tries tags in, as DeepSpeed's `latest` means it: the tag `latest` names,
+ * unless a tag was committed after `latest` was written (a crash between a save's rename and its
+ * `latest`: that newer tag first). Within a group, the highest step, then the newest. */
 static int cmp_cand(const void *a, const void *b)
 {
     const zcand *x = a, *y = b;
+    if (x->group != y->group) return x->group < y->group ? -1 : 1;
     if (x->step != y->step) return x->step > y->step ? -1 : 1;
     if (x->mtime != y->mtime) return x->mtime > y->mtime ? -1 : 1;
     return strcmp(x->name, y->name);
@@ -595,14 +600,37 @@ zinc_status zck_find_tag(const char *dir, const char *tag, int skip_upto, int lo
         zck_close(r);
     }
     closedir(dd);
+    int found = 0;
     if (latest[0]) {
-        int found = 0;
-        for (int i = 0; i < nc; i++) found |= !strcmp(c[i].name, latest);
+        struct stat ls;
+        snprintf(path, sizeof path, "%s/%s", dir, ZCK_LATEST);
+        double lt = stat(path, &ls) == 0
+                        ? (double)ls.st_mtim.tv_sec + 1e-9 * (double)ls.st_mtim.tv_nsec : 0.0;
+        for (int i = 0; i < nc; i++) {
+            int named = !strcmp(c[i].name, latest);
+            found |= named;
+            c[i].group = named ? 1 : c[i].mtime > lt ? 0 : 2;
+        }
         snprintf(path, sizeof path, "%s/%s", dir, latest);
         if (!found && access(path, F_OK) != 0)
             zlog(ZLOG_WARN, "ckpt", logrank, "%s/latest names \"%s\", which does not exist", dir, latest);
     }
+    if (!found) /* no `latest`, or it names no valid tag: the highest step, then the newest */
+        for (int i = 0; i < nc; i++) c[i].group = 2;
     if (nc) qsort(c, (size_t)nc, sizeof *c, cmp_cand);
+    if (found && skip_upto < nc && strcmp(c[skip_upto].name, latest) != 0 && c[skip_upto].group == 0)
+        zlog(ZLOG_WARN, "ckpt", logrank, "%s/latest names \"%s\", but %s was saved after it was "
+             "written (a save stopped before updating latest): loading %s", dir, latest,
+             c[skip_upto].name, c[skip_upto].name);
+    else if (found && skip_upto == 0 && nc > 1 && c[0].group == 1) {
+        for (int i = 1; i < nc; i++)
+            if (c[i].step > c[0].step) {
+                zlog(ZLOG_WARN, "ckpt", logrank, "%s/latest names \"%s\" (step %lld); %s has "
+                     "step %lld: loading %s, as latest says (give the tag to load another)", dir,
+                     latest, (long long)c[0].step, c[i].name, (long long)c[i].step, latest);
+                break;
+            }
+    }
     if (skip_upto >= nc) {
         free(c);
         if (nc == 0 && ndamaged == 0) /* nothing to warn about: say what was looked for */

@@ -686,8 +686,10 @@ typedef struct zinc_ckpt_load_options {
                                      register (the load leaves them)                              */
 } zinc_ckpt_load_options_t;
 
-/* Collective, after zinc_finalize. Loads dir/tag, or with tag NULL the newest valid tag of dir
- * (damaged ones are skipped, each with a warning naming why). Any world size and stage. */
+/* Collective, after zinc_finalize. Loads dir/tag, or with tag NULL the tag dir/latest names (a
+ * tag committed after latest was written first; the highest step without a valid latest), damaged
+ * ones skipped, each with a warning naming why (docs/checkpoint-format.md). Any world size and
+ * stage. */
 ZINC_API zinc_status zinc_ckpt_load(zinc_engine_t *e, const char *dir, const char *tag,
                                     zinc_ckpt_load_options_t *opt);
 
@@ -709,7 +711,7 @@ typedef struct zinc_ckpt_tensor_request {
  * checkpoint's is ZINC_ERR_MISMATCH naming it, and then nothing is read. With n 0 it returns
  * ZINC_OK without opening the tag.
  * With e NULL it needs no engine (a checkpoint read outside training, as zinc.utils.zero_to_fp32
- * does): tag may then be NULL or "latest" (the newest valid tag, as zinc_ckpt_load picks it), and
+ * does): tag may then be NULL or "latest" (the tag zinc_ckpt_load would pick), and
  * errors are read with zinc_last_error(NULL). */
 ZINC_API zinc_status zinc_ckpt_read_tensors(zinc_engine_t *e, const char *dir, const char *tag,
                                             zinc_ckpt_tensor_request_t *req, int n);
@@ -720,7 +722,7 @@ ZINC_API zinc_status zinc_ckpt_read_tensor(zinc_engine_t *e, const char *dir, co
                                            float *out, int *found);
 
 /* No engine, not collective: finds the tag of save directory dir as zinc_ckpt_load does (tag NULL
- * or "latest": the newest valid one, each damaged one skipped with a warning; a tag named: that
+ * or "latest": latest's, each damaged one skipped with a warning; a tag named: that
  * one, checked), writes its name into tag_out (tag_cap bytes) and, with blob non-NULL, its client
  * blob into blob (blob_cap bytes), checksum verified (with blob NULL the blob is not read).
  * *blob_bytes (may be NULL) receives the blob's size, 0 when none was saved; a blob larger than

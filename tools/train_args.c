@@ -81,7 +81,7 @@ static void usage(FILE *f)
             "                     Markov chain with a known entropy rate\n"
             "  --save-dir DIR     checkpoint directory (tags step000100, ...; DIR/latest)\n"
             "  --save-every K     save every K steps (and at the end) into --save-dir\n"
-            "  --resume DIR|auto  resume from the newest valid checkpoint in DIR (or from the tag\n"
+            "  --resume DIR|auto  resume from the checkpoint DIR/latest names (or from the tag\n"
             "                     DIR/TAG); auto: from --save-dir if it has one, else start fresh\n"
             "  --metrics FILE     JSON lines, one object per logged step (zinc plot draws them)\n"
             "  --seed N           seed of the initial weights and of the data, default 1\n"

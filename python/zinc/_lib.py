@@ -193,7 +193,7 @@ def check(status, engine=None):
 def read_tensors(engine, checkpoint_dir, tag, wanted):
     """zinc_ckpt_read_tensors, one read for all of `wanted`, a list of (name, shape, out): the
     fp32 master of each read into out (a float32 CPU tensor of that shape; None: only ask whether
-    the checkpoint holds it). engine None reads without one (tag None: the newest valid tag).
+    the checkpoint holds it). engine None reads without one (tag None: latest's, as a load picks it).
     Returns whether the checkpoint holds each tensor."""
     shapes = [(ctypes.c_int64 * max(len(dims), 1))(*dims) for _, dims, _ in wanted]
     req = (TensorRequest * max(len(wanted), 1))(*[

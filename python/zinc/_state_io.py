@@ -287,7 +287,8 @@ class _StateIOMixin:
     def load_checkpoint(self, load_dir, tag=None, load_module_strict=True,
                         load_optimizer_states=True, load_lr_scheduler_states=True,
                         load_module_only=False, custom_load_fn=None):
-        """Loads load_dir/tag (default: the newest valid tag), at any world size and stage.
+        """Loads load_dir/tag (default: the tag `latest` names, as DeepSpeed; see
+        docs/checkpoint-format.md), at any world size and stage.
         Returns (path, client_state). Collective. DeepSpeed's arguments, with its meaning:
         - the defaults load everything: weights, Adam state, the LR schedule's position, the
           step count and the loss scaler;

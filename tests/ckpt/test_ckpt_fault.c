@@ -403,11 +403,41 @@ static void test_foreign(void)
     fx_rmtree(dir);
 }
 
+/* Which tag a load takes with no tag given: `latest`'s, as DeepSpeed reads it (a user who points
+ * latest back at an older tag gets that one; the old code took the newest), unless a tag was
+ * committed after latest was written (a save stopped between its rename and latest: that one). */
+static void test_latest_choice(void)
+{
+    char dir[700], p[900], td[1200], tn[256], err[ZCK_ERR];
+    snprintf(dir, sizeof dir, "%s/choice", root);
+    fx_rmtree(dir);
+    ZT_OK(fx_save_world(dir, "s1", 2, 0x7, 1, 4096, 0));
+    ZT_OK(fx_save_world(dir, "s2", 2, 0x7, 2, 4096, 0));
+    snprintf(p, sizeof p, "%s/latest", dir);
+    put(p, "s1\n");
+    ZT_OK(zck_find_tag(dir, NULL, 0, -1, td, sizeof td, tn, sizeof tn, err));
+    ZT_CHECK(!strcmp(tn, "s1"), "latest rolled back to s1: took %s", tn);
+    check_tag(dir, tn, "rolled back");
+    /* latest older than s3's commit: s3 was saved after it, so s3 */
+    ZT_OK(fx_save_world(dir, "s3", 2, 0x7, 3, 4096, 0));
+    put(p, "s1\n");
+    struct timespec old[2] = {{time(NULL) - 3600, 0}, {time(NULL) - 3600, 0}};
+    ZT_CHECK(utimensat(AT_FDCWD, p, old, 0) == 0, "utimensat %s", p);
+    ZT_OK(zck_find_tag(dir, NULL, 0, -1, td, sizeof td, tn, sizeof tn, err));
+    ZT_CHECK(!strcmp(tn, "s3"), "a tag committed after latest: took %s", tn);
+    /* latest naming a tag that is not there: the newest */
+    put(p, "gone\n");
+    ZT_OK(zck_find_tag(dir, NULL, 0, -1, td, sizeof td, tn, sizeof tn, err));
+    ZT_CHECK(!strcmp(tn, "s3"), "latest naming a missing tag: took %s", tn);
+    fx_rmtree(dir);
+}
+
 int main(void)
 {
     fx_tmproot(root, sizeof root, "fault");
     test_damage();
     test_foreign();
+    test_latest_choice();
     test_kills();
     rmdir(root);
     return zt_finish("test_ckpt_fault");

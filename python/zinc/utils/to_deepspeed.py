@@ -3,7 +3,7 @@
 
     python -m zinc.utils.to_deepspeed ZINC_DIR OUT_DIR [--tag T]
 
-OUT_DIR/T (T: the zinc tag, default the newest valid one) is what DeepSpeed 0.19.8's
+OUT_DIR/T (T: the zinc tag, default the one a load picks: `latest`'s) is what DeepSpeed 0.19.8's
 ds_to_universal writes, so DeepSpeed resumes it at any world size and ZeRO stage with
 "checkpoint": {"load_universal": true}; OUT_DIR/latest_universal names it.
 
@@ -190,7 +190,7 @@ def main(argv=None):
                     "(DeepSpeed resumes it with checkpoint.load_universal).")
     p.add_argument("zinc_dir", help="zinc's save directory")
     p.add_argument("out_dir", help="where OUT_DIR/TAG and OUT_DIR/latest_universal go")
-    p.add_argument("-t", "--tag", default=None, help="the zinc tag (default: the newest valid)")
+    p.add_argument("-t", "--tag", default=None, help="the zinc tag (default: latest's, as a load picks it)")
     a = p.parse_args(argv)
     try:
         tag = convert(a.zinc_dir, a.out_dir, a.tag)

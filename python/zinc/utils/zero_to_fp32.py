@@ -16,9 +16,8 @@ weights, then one more key for each further holder of a tied parameter (the same
 The master weights come through libzinc (zinc_ckpt_read_tensors without an engine, each chunk's
 checksum verified); the buffers and untrained parameters from the client blob that
 engine.save_checkpoint writes (zinc_ckpt_find_tag, its checksum verified).
-tag=None takes the newest valid tag, as load_checkpoint does (DeepSpeed reads `latest`; zinc
-writes `latest` only after a save is complete, so the two agree unless that tag was damaged
-since, which zinc skips with a warning).
+tag=None takes the tag load_checkpoint takes: the one `latest` names, as DeepSpeed reads it
+(a tag saved after `latest` was written first; a damaged one skipped with a warning).
 """
 import argparse
 import ctypes
@@ -38,7 +37,7 @@ _TAG_CAP = 256
 
 
 def _find_tag(checkpoint_dir, tag):
-    """(tag name, client blob bytes) of checkpoint_dir's tag (None: the newest valid)."""
+    """(tag name, client blob bytes) of checkpoint_dir's tag (None: the one a load takes)."""
     name = ctypes.create_string_buffer(_TAG_CAP)
     size = ctypes.c_size_t()
     d = os.fsencode(checkpoint_dir)
@@ -285,7 +284,7 @@ def main(argv=None):
                    help="write safetensors (needs the safetensors package)")
     p.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
     p.add_argument("-t", "--tag", default=None,
-                   help="the tag to convert (default: the newest valid one)")
+                   help="the tag to convert (default: the one a load takes, latest's)")
     p.add_argument("--exclude_frozen_parameters", action="store_true",
                    help="leave out the parameters saved as frozen")
     p.add_argument("-d", "--debug", action="store_true",
