@@ -44,8 +44,10 @@ class _HandOverMixin:
                 # module used in two segments gets a contribution from each. This one stays in
                 # `.grad` (autograd sums any further ones there) and goes to zinc after autograd
                 # (zinc_grads_more, _hand_over_rest); from then on the group waits for the end of
-                # autograd every backward, handed over once with the whole sum.
-                G.late = G.defer = True
+                # autograd every backward, handed over once with the whole sum. (Not learned when
+                # the group was handed over by a backward that raised midway: `_resuming`.)
+                G.late = True
+                G.defer = G.defer or not self._resuming
                 return
             G.got.add(pid)
             if len(G.got) == len(G.params) and not G.defer:
@@ -153,8 +155,9 @@ class _HandOverMixin:
             G = self._g[gi]
             if not G.done or G.late:
                 self._hand_over(gi, more=G.done)
-        self._unsynced = False
+        self._unsynced = self._resuming = False
         self._open_micro = not self._managed or self._boundary_set is not None
+        self._awaiting_step = not self._open_micro
         self._open_at_boundary = bool(lib.zinc_engine_at_boundary(self._e))
         if self._stage == 3:
             self._drop_params()

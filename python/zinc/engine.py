@@ -365,6 +365,9 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
         self._open_micro = False     # every group handed over, no zinc step since, and the
                                      # caller owned the boundary then (step() need not follow)
         self._open_at_boundary = False   # ... and zinc took that micro-step as the window's last
+        self._awaiting_step = False  # the last backward completed a micro-step step() must end
+        self._interrupted = False    # a backward raised midway: the next continues its micro-step
+        self._resuming = False       # ... and this backward is that next one
         if self._stage < 3:
             self._view_params([p for _, ps in self._groups for _, _, p in ps])
         else:
@@ -619,17 +622,34 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
         scattered among the activations freed by this backward, then keep the heap from
         reusing that memory (transformers' Llama at stage 3, 2 ranks: peak RSS 1047-1057 MiB
         before, 955-966 after; docs/python.md). A second backward through it fails either way."""
+        if self._awaiting_step:
+            # refused before autograd adds anything (zinc_grads_ready would refuse the second
+            # hand-over only after its gradient was added)
+            raise RuntimeError(
+                f"zinc: backward() again without engine.step() after the last one, which ended "
+                f"its micro-step (gradient_accumulation_steps={self._ga}): call engine.step() "
+                f"after every backward, as with DeepSpeed (it ends the micro-step, and at the "
+                f"window's end applies the update)")
         self._end_open_micro()
+        # After a backward that raised midway (an out-of-memory error, an exception in a hook),
+        # this one continues its micro-step, as the gradients left in DeepSpeed's `.grad` add up
+        # with the next backward's: the groups handed over then take this backward's gradient
+        # as more (zinc_grads_more), the others their `.grad`'s sum.
+        self._resuming, self._interrupted = self._interrupted, False
         for G in self._g:
             G.got.clear()
-            G.done = G.late = False
+            if not self._resuming:
+                G.done = G.late = False
         mult = (lib.zinc_loss_multiplier(self._e) if scale_wrt_gas
                 else lib.zinc_engine_loss_scale(self._e))
         self._in_backward = True
-        if not self._managed:      # step() counts these micro-batches' samples, as DeepSpeed
+        if not self._managed and not self._resuming:   # step() counts the micro-batches' samples
             self._unmanaged_backwards += 1
         try:
             (loss * mult).backward(retain_graph=retain_graph)
+        except BaseException:
+            self._interrupted = True
+            raise
         finally:
             self._in_backward = False
         self._monitor.note_loss(loss)
@@ -714,7 +734,8 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
             raise RuntimeError("zinc: engine.step() inside no_sync (as in DeepSpeed: leave the "
                                "block first; its gradients are reduced then)")
         self._no_context("engine.step()")
-        if self._unsynced:         # no_sync gradients with no backward outside since
+        if self._unsynced or self._interrupted:   # no_sync gradients with no backward outside
+            self._interrupted = False             # since, or a backward that raised midway
             self._hand_over_rest()
         info = StepInfo()
         # torch -> zinc (WAR): the step overwrites the weights (stages 0-2: torch's parameters)
@@ -723,7 +744,7 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
         if not self._managed or lib.zinc_engine_at_boundary(self._e):
             self._opt._before_step()             # the lr the optimizer's groups carry, if set
         self._call(lib.zinc_step(self._e, ctypes.byref(info)))
-        self._open_micro = False
+        self._open_micro = self._awaiting_step = False
         # zinc -> torch (RAW): the next forward reads the new weights: an event, no host wait (the
         # step's one is inside zinc_step, the read of the gradient norm).
         self._torch_after_zinc()

@@ -60,6 +60,14 @@ foreach(_s 0 1 2 3)
   set_tests_properties(python_shared_segments_stage${_s} PROPERTIES LABELS python TIMEOUT 300
                        SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
 endforeach()
+# A backward that raises midway (training goes on, as plain torch's `.grad` keeps its part) and
+# a second backward without step() (refused before anything is added; test_interrupted_backward.py).
+foreach(_s 0 1 2 3)
+  add_test(NAME python_interrupted_backward_stage${_s}
+           COMMAND ${_py} ${_pyt}/test_interrupted_backward.py ${_s})
+  set_tests_properties(python_interrupted_backward_stage${_s} PROPERTIES LABELS python
+                       TIMEOUT 300 SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
+endforeach()
 # model_parameters as param groups with their own weight decay (zinc_group_set_weight_decay).
 zinc_stage3_script_tests(groups 0 1 2 3)
 # A client torch.optim.AdamW / Adam (it replaces the config's optimizer), a client LR scheduler,

@@ -1,0 +1,168 @@
+"""test_interrupted_backward.py — a backward that raises midway, and a backward given twice.
+
+    python test_interrupted_backward.py STAGE        (1 rank)
+
+A backward can raise after some groups were handed over (an out-of-memory error, an exception
+in a hook): the "catch it and go on with the next batch" loop must still work. In plain torch
+(and DeepSpeed at stage 0) the gradients the failed backward accumulated stay in `.grad` and add
+up with the next backward's; zinc continues the interrupted micro-step the same way. Checked in
+fp32 against plain torch (AdamW, clipping, accumulation 1 and 2): after a backward that raised
+in a hook between the two layers (the second layer's gradient in, the first's not), the training
+goes on and ends with plain torch's weights (within test_torch_parity.py's bound, 4e-6 of each
+tensor's largest weight). The old front-end refused every later backward ("already handed over")
+at every stage: the engine could not train again.
+
+And a second backward without step() in between, where the first ended its micro-step
+(accumulation 1): refused with a message that says so, before autograd, and nothing of it is
+applied (the old front-end raised from zinc_grads_ready after adding the gradient into zinc's
+buffer: the next step applied it, weights off by ~1e-3).
+"""
+import sys
+
+from _common import check, check_raises, failures, finish, torch, zinc
+
+LR, WD, STEPS = 3e-3, 0.01, 4
+
+
+class TwoLayers(torch.nn.Module):
+    """a, then b; with `fail` set, the gradient reaching a's output raises (b's is in by then)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(8, 6)
+        self.b = torch.nn.Linear(6, 4)
+        self.fail = False
+
+    def forward(self, x):
+        h = torch.tanh(self.a(x))
+        if self.fail:
+            def boom(_):
+                raise RuntimeError("simulated out of memory")
+            h.register_hook(boom)
+        return self.b(h)
+
+
+def batches(n):
+    g = torch.Generator().manual_seed(5)
+    return [(torch.randn(4, 8, generator=g), torch.randn(4, 4, generator=g)) for _ in range(n)]
+
+
+def loss_of(f, x, y):
+    return torch.nn.functional.mse_loss(f(x), y)
+
+
+def run(train, ga, data):
+    """The loop: micro-batch 1 of the first window raises in backward and is skipped; the rest
+    train. `train` is (forward, backward, step) of plain torch or of zinc."""
+    fwd, bwd, step = train
+    for k, (x, y) in enumerate(data):
+        if k == 1:
+            fwd.fail = True
+            try:
+                bwd(loss_of(fwd, x, y))
+            except RuntimeError as ex:
+                assert "simulated out of memory" in str(ex), ex
+            fwd.fail = False
+            continue
+        bwd(loss_of(fwd, x, y))
+        step(k)
+
+
+def plain_torch(ga, data):
+    torch.manual_seed(0)
+    ref = TwoLayers()
+    opt = torch.optim.AdamW(ref.parameters(), lr=LR, eps=1e-8, weight_decay=WD)
+    seen = [0]
+
+    def step(_):
+        seen[0] += 1
+        if seen[0] % ga == 0:
+            torch.nn.utils.clip_grad_norm_(ref.parameters(), 1.0)
+            opt.step()
+            opt.zero_grad()
+    run((ref, lambda loss: (loss / ga).backward(), step), ga, data)
+    return ref
+
+
+def zinc_engine(stage, ga):
+    torch.manual_seed(0)
+    m = TwoLayers()
+    cfg = {"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": ga,
+           "optimizer": {"type": "AdamW", "params": {"lr": LR, "betas": [0.9, 0.999],
+                                                      "eps": 1e-8, "weight_decay": WD}},
+           "gradient_clipping": 1.0,
+           "zero_optimization": {"stage": stage, "stage3_param_persistence_threshold": 0}}
+    engine, *_ = zinc.initialize(model=m, config=cfg)
+    return m, engine
+
+
+def worst_of(w, ref):
+    ref_w = dict(ref.named_parameters())
+    worst = {n: float((w[n].float() - ref_w[n]).abs().max() / ref_w[n].abs().max()) for n in ref_w}
+    name = max(worst, key=worst.get)
+    return name, worst[name]
+
+
+def interrupted(stage, ga):
+    data = batches(1 + STEPS * ga)
+    ref = plain_torch(ga, data)
+    m, engine = zinc_engine(stage, ga)
+    errors = []
+
+    def step(_):
+        engine.step()
+
+    def bwd(loss):
+        try:
+            engine.backward(loss)
+        except RuntimeError as ex:
+            if "simulated" not in str(ex):
+                errors.append(str(ex))
+            raise
+    try:
+        run((m, bwd, step), ga, data)
+    except RuntimeError as ex:
+        errors.append(str(ex))
+    w = engine.module_state_dict()
+    steps = engine.global_steps
+    engine.close()
+    name, worst = worst_of(w, ref)
+    check(f"stage {stage}, accumulation {ga}: training goes on after a backward that raised "
+          f"midway", not errors and steps == STEPS, f"{errors}; {steps} steps")
+    check(f"stage {stage}, accumulation {ga}: the weights as plain torch's, whose `.grad` kept "
+          f"the failed backward's part (worst {worst:.2e} on {name}, bound 4e-06)",
+          worst < 4e-6, f"{worst:.3e} on {name}")
+
+
+def twice(stage):
+    data = batches(3)
+
+    def weights(extra):
+        m, engine = zinc_engine(stage, 1)
+        engine.backward(loss_of(engine, *data[0]))
+        if extra:
+            check_raises(f"stage {stage}: a second backward without step() is refused, saying so",
+                         lambda: engine.backward(loss_of(engine, *data[1])), RuntimeError,
+                         "backward() again without engine.step()")
+        engine.step()
+        engine.backward(loss_of(engine, *data[2]))
+        engine.step()
+        w = engine.module_state_dict()
+        engine.close()
+        return w
+    a, b = weights(False), weights(True)
+    same = all(torch.equal(a[n], b[n]) for n in a)
+    check(f"stage {stage}: nothing of the refused backward is applied (the weights bit for bit "
+          f"as without it)", same,
+          str({n: float((a[n] - b[n]).abs().max()) for n in a}))
+
+
+def main(stage):
+    for ga in (1, 2):
+        interrupted(stage, ga)
+    twice(stage)
+    return finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main(int(sys.argv[1])))
