@@ -192,8 +192,9 @@ zinc_status zinc_ckpt_save(zinc_engine_t *e, const char *dir, const char *tag,
     zeng_view_get(e, ev);
     if (!ev->finalized) return zeng_fail(e, ZINC_ERR_USAGE, "zinc_ckpt_save: call zinc_finalize first");
     if (!dir || !tag) return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_ckpt_save: dir and tag are required");
-    if (!*tag || strlen(tag) >= 256)
-        return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_ckpt_save: the tag must be 1..255 characters");
+    if (!*tag || strlen(tag) > ZCK_TAG_MAX - 16) /* the writer's bound (check_tag), said once */
+        return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_ckpt_save: the tag must be 1..%d bytes",
+                         ZCK_TAG_MAX - 16);
     char err[ZCK_ERR] = "";
     double t0 = now_s();
 

@@ -164,9 +164,13 @@ def config_dict(config):
                         f"{type(config).__name__}")
     with open(config) as f:
         try:
-            return json.load(f)
+            cfg = json.load(f)
         except ValueError as ex:
             raise ValueError(f"zinc: {os.fspath(config)}: not valid JSON: {ex}") from None
+    if not isinstance(cfg, dict):
+        raise ValueError(f"zinc: {os.fspath(config)}: a config is a JSON object ({{...}}), not "
+                         f"a JSON {type(cfg).__name__}")
+    return cfg
 
 
 class _Group:
@@ -405,6 +409,8 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
     # ---- plumbing -------------------------------------------------------------------------
 
     def _call(self, status):
+        if status:
+            self._alive()
         check(status, self._e)
 
     def _torch_then_zinc(self, stream=None):
@@ -590,7 +596,14 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
 
     # ---- training -------------------------------------------------------------------------
 
+    def _alive(self):
+        """RuntimeError once close() released the engine (its calls would get a NULL engine)."""
+        if not (getattr(self, "_e", None) and self._e.value):
+            raise RuntimeError("zinc: the engine was closed (engine.close()); the model itself "
+                               "still runs (at stages 0-2), or create a new engine")
+
     def forward(self, *inputs, **kwargs):
+        self._alive()
         self._end_open_micro()
         if self._stage < 3:
             return self.module(*inputs, **kwargs)
@@ -622,6 +635,7 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
         scattered among the activations freed by this backward, then keep the heap from
         reusing that memory (transformers' Llama at stage 3, 2 ranks: peak RSS 1047-1057 MiB
         before, 955-966 after; docs/python.md). A second backward through it fails either way."""
+        self._alive()
         if self._awaiting_step:
             # refused before autograd adds anything (zinc_grads_ready would refuse the second
             # hand-over only after its gradient was added)
@@ -734,6 +748,11 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
             raise RuntimeError("zinc: engine.step() inside no_sync (as in DeepSpeed: leave the "
                                "block first; its gradients are reduced then)")
         self._no_context("engine.step()")
+        self._alive()
+        if not (self._awaiting_step or self._open_micro or self._unsynced or self._interrupted):
+            raise RuntimeError("zinc: engine.step() with no backward() since the last step (or "
+                               "since the forward that ended the last micro-step): call "
+                               "engine.backward(loss) first")
         if self._unsynced or self._interrupted:   # no_sync gradients with no backward outside
             self._interrupted = False             # since, or a backward that raised midway
             self._hand_over_rest()

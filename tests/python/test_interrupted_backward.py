@@ -157,10 +157,43 @@ def twice(stage):
           str({n: float((a[n] - b[n]).abs().max()) for n in a}))
 
 
+def misuse(stage):
+    """The other ways out of order, each a RuntimeError that says what to do (they were internal
+    names: "group 'a' was not handed over with zinc_grads_ready", "zinc_step: engine is NULL";
+    a forward after close() ran), and a config file that is not a JSON object (AttributeError
+    from inside the front-end)."""
+    m, engine = zinc_engine(stage, 1)
+    x, y = batches(1)[0]
+    check_raises(f"stage {stage}: step() before any backward() says so",
+                 engine.step, RuntimeError, "no backward() since the last step")
+    engine.backward(loss_of(engine, x, y))
+    engine.step()
+    check_raises(f"stage {stage}: step() twice says so", engine.step, RuntimeError,
+                 "no backward() since the last step")
+    engine.backward(loss_of(engine, x, y))       # the engine is fine after those
+    engine.step()
+    engine.close()
+    check_raises(f"stage {stage}: a forward after close() says the engine was closed",
+                 lambda: engine(x), RuntimeError, "engine was closed")
+    check_raises(f"stage {stage}: step() after close() says the engine was closed",
+                 engine.step, RuntimeError, "engine was closed")
+    import json
+    import os
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "list.json")
+        with open(path, "w") as f:
+            json.dump([1, 2], f)
+        check_raises(f"stage {stage}: a config file holding a JSON list is named and refused",
+                     lambda: zinc.initialize(model=TwoLayers(), config=path), ValueError,
+                     path, "a config is a JSON object")
+
+
 def main(stage):
     for ga in (1, 2):
         interrupted(stage, ga)
     twice(stage)
+    misuse(stage)
     return finish()
 
 
