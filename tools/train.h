@@ -58,6 +58,7 @@ typedef struct {
     int gpu_timing;             /* --gpu-timing: rank 0's per-phase GPU times (cuda only) */
     int checkpoint;             /* --activation-checkpointing: the model recomputes in backward */
     int launched;               /* cuda under torchrun/srun/mpirun: zinc_world_create_launched */
+    int under_mpirun;           /* started by mpirun (any size): its ranks get a terminal, no bar */
 } topts;
 
 /* Fills *o from argv (defaults, the MPI or launcher world, the default config path). Returns 0,

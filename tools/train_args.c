@@ -255,7 +255,14 @@ int train_parse_args(int argc, char **argv, topts *o)
     /* Under mpirun the world is MPI's; --ranks must then agree with it. */
     const char *env = getenv("OMPI_COMM_WORLD_SIZE");
     if (!env) env = getenv("PMI_SIZE");
-    if (env && atoi(env) > 1) {
+    o->under_mpirun = env != NULL;
+    if (env && atoi(env) == 1) {
+        /* mpirun -np 1: a world of this one process (it ran --ranks' default of 4 local ranks,
+         * a global batch 4 times the one a resume from 2 processes expects) */
+        if (have_ranks && o->ranks != 1)
+            return zarg_usage_error(CMD, "--ranks %d but mpirun started 1 process", o->ranks);
+        o->ranks = 1;
+    } else if (env && atoi(env) > 1) {
         o->mpi = 1;
         if (have_ranks && o->ranks != atoi(env))
             return zarg_usage_error(CMD, "--ranks %d but mpirun started %s processes", o->ranks, env);

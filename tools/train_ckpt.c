@@ -182,7 +182,9 @@ static int settle_resume(const topts *o, run_t *r)
             return 0;
         }
         if (stat(o->save_dir, &st) != 0) {
-            printf("no checkpoint in %s (it does not exist yet): starting fresh\n", o->save_dir);
+            if (o->rank0) /* under mpirun every process decides the same: rank 0 says it */
+                printf("no checkpoint in %s (it does not exist yet): starting fresh\n",
+                       o->save_dir);
             return 0;
         }
         DIR *d = opendir(o->save_dir);
@@ -194,9 +196,9 @@ static int settle_resume(const topts *o, run_t *r)
         zinc_status s = zinc_ckpt_find_tag(o->save_dir, NULL, tag, sizeof tag, NULL, 0, NULL);
         if (s == ZINC_OK || s == ZINC_ERR_CORRUPT)
             r->resume_dir = o->save_dir;
-        else if (s == ZINC_ERR_IO) /* nothing in it that is or was a checkpoint */
-            printf("no checkpoint in %s: starting fresh\n", o->save_dir);
-        else {
+        else if (s == ZINC_ERR_IO) { /* nothing in it that is or was a checkpoint */
+            if (o->rank0) printf("no checkpoint in %s: starting fresh\n", o->save_dir);
+        } else {
             fprintf(stderr, "zinc train: --resume auto: %s\n", zinc_last_error(NULL));
             return 1;
         }

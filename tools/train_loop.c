@@ -108,6 +108,59 @@ static const char *tm_error(const tmodel *m, const zinc_engine_t *e, zinc_status
                                : zinc_status_string(s);
 }
 
+/* FNV-1a of a string (0 for NULL): an option's text, compared across ranks. */
+static uint64_t text_id(const char *s)
+{
+    uint64_t h = 1469598103934665603ULL;
+    if (!s) return 0;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+    return h | 1;
+}
+
+/* Under mpirun every process reads its own command line: the options that decide the run's
+ * collectives (how many steps, when to save, whether to resume) and its data must be the same
+ * on every rank, or the ranks stop pairing their collectives (a crash in MPI, or a wait for
+ * comm_timeout_s ending in a message about something else). Rank 0's are broadcast, each rank
+ * compares, and every rank learns which differ. The config, model and batch sizes are checked
+ * by zinc_finalize already. 0, or -1 after train_fail naming the options and this rank's value. */
+static int agree_on_run(run_t *r, zinc_engine_t *e, int rank)
+{
+    const topts *o = r->o;
+    enum { STEPS, SAVE_EVERY, SAVE_DIR, RESUME, SEED, DATA, NFIELD };
+    static const char *const names[NFIELD] = {"--steps", "--save-every", "--save-dir",
+                                              "--resume", "--seed", "the data (--data)"};
+    uint64_t mine[NFIELD] = {(uint64_t)o->steps, (uint64_t)o->save_every, text_id(o->save_dir),
+                             text_id(r->resume_dir) ^ (text_id(r->resume_tag) << 1),
+                             (uint64_t)o->seed, zm_data_source_id(r->data)};
+    uint64_t root[NFIELD];
+    memcpy(root, mine, sizeof root);
+    double differ[NFIELD];
+    zinc_status s = zinc_broadcast(e, root, sizeof root, 0);
+    for (int i = 0; i < NFIELD; i++) differ[i] = mine[i] != root[i];
+    if (s == ZINC_OK) s = zinc_mean_over_ranks(e, differ, NFIELD);
+    if (s != ZINC_OK) {
+        train_fail(r, rank, s, 1, "comparing the ranks' options: %s", zinc_last_error(e));
+        return -1;
+    }
+    char which[700] = "", v[256];
+    for (int i = 0; i < NFIELD; i++) {
+        if (!(differ[i] > 0)) continue;
+        if (i == STEPS || i == SAVE_EVERY || i == SEED)
+            snprintf(v, sizeof v, "%llu", (unsigned long long)mine[i]);
+        else
+            snprintf(v, sizeof v, "%.200s",
+                     i == SAVE_DIR ? (o->save_dir ? o->save_dir : "none")
+                     : i == RESUME ? (r->resume_dir ? r->resume_dir : "none")
+                                   : zm_data_describe(r->data));
+        snprintf(which + strlen(which), sizeof which - strlen(which), "%s%s (here %s)",
+                 which[0] ? ", " : "", names[i], v);
+    }
+    if (!which[0]) return 0;
+    train_fail(r, rank, ZINC_ERR_MISMATCH, 2, "the ranks were given different %s; under mpirun "
+               "every rank must get the same options", which);
+    return -1;
+}
+
 static void *rank_main(void *arg)
 {
     rank_arg *ra = arg;
@@ -153,6 +206,7 @@ static void *rank_main(void *arg)
         goto out;
     }
 
+    if (o->mpi && agree_on_run(r, e, rank) != 0) goto out;
     train_blob blob;
     if (train_ckpt_start(r, e, rank, &blob) != 0) goto out;
     if (rank == 0) r->start_step = blob.steps;
@@ -180,7 +234,7 @@ static void *rank_main(void *arg)
     }
     /* mpirun hands its ranks a pty even when its own stdout is a pipe: no bar under MPI */
     progress_t pr = {train_now_s(), train_now_s(), blob.steps,
-                     isatty(STDOUT_FILENO) && !o->mpi, 0.0, 0.0};
+                     isatty(STDOUT_FILENO) && !o->under_mpirun, 0.0, 0.0};
     double t0 = train_now_s();
     /* --gpu-timing: the sums restart after the run's first step (cuBLAS's and the kernels' first
      * calls), unless it is the only one; zstep_s: zinc_step's host time since the sums began */

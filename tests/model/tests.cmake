@@ -42,6 +42,12 @@ if(ZINC_HAVE_MPI)
                    ${MPIEXEC_EXECUTABLE} ${CMAKE_SOURCE_DIR}/configs/zero2_bf16.json)
   set_tests_properties(model_mpi_loss PROPERTIES LABELS "model;multirank" TIMEOUT 120
                        ENVIRONMENT "OMPI_MCA_btl_vader_single_copy_mechanism=none")
+  # Options that differ between the ranks (--steps, --save-dir, ...): exit 2 naming them.
+  add_test(NAME model_mpi_args
+           COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/mpi_args_test.sh $<TARGET_FILE:zinc_cli>
+                   ${MPIEXEC_EXECUTABLE} ${CMAKE_SOURCE_DIR}/configs/zero2_bf16.json)
+  set_tests_properties(model_mpi_args PROPERTIES LABELS "model;multirank" TIMEOUT 600
+                       ENVIRONMENT "OMPI_MCA_btl_vader_single_copy_mechanism=none")
   # The same runs through the staged comm over MPI (ranks sharing one GPU under mpirun), on the
   # cpu device through ZINC_TEST_STAGED_COMM=1: the losses and weights of the plain mpi comm.
   add_test(NAME model_mpi_staged

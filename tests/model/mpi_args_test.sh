@@ -1,0 +1,52 @@
+#!/bin/sh
+# zinc train under `mpirun -np 2` when rank 1 is given other options than rank 0 (each process
+# reads its own command line): the options that decide the run's collectives or data (--steps,
+# --save-dir, --save-every, --seed) are compared across the ranks before anything is loaded or
+# trained, and the run stops with exit 2 naming the option, on every rank, in seconds. Before,
+# --save-dir on one rank crashed in MPI (MPI_ERR_TRUNCATE, no zinc message), and --steps waited
+# for comm_timeout_s (300 s) and then blamed a background save that never failed. And
+# mpirun -np 1: one rank.
+# usage: mpi_args_test.sh ZINC MPIEXEC CONFIG
+zinc=$1 mpiexec=$2 cfg=$3
+dir=$(mktemp -d) || exit 1
+trap 'rm -rf "$dir"' EXIT
+cd "$dir" || exit 1
+# rank 1 runs with $R1ARGS appended
+cat > wrap.sh <<EOS
+#!/bin/sh
+[ "\$OMPI_COMM_WORLD_RANK" = 1 ] && exec "$zinc" "\$@" \$R1ARGS
+exec "$zinc" "\$@"
+EOS
+chmod +x wrap.sh
+pass=0 fail=0
+check() {   # R1ARGS, the option the message must name
+    rm -rf sv
+    R1ARGS=$1 timeout 100 "$mpiexec" --allow-run-as-root --oversubscribe -x R1ARGS -np 2 \
+        ./wrap.sh train --config "$cfg" --model L1-D16-H2-T16 --steps 4 --save-dir sv \
+        >out.log 2>err.log
+    rc=$?
+    n=$(grep -c "the ranks were given different $2" err.log)
+    if [ "$rc" = 2 ] && [ "$n" = 2 ] && [ ! -e sv/latest ]; then
+        pass=$((pass + 1))
+    else
+        echo "FAIL: rank 1 with '$1': exit $rc (want 2), $n ranks named $2 (want 2), latest: $(ls sv 2>/dev/null)"
+        cat err.log
+        fail=$((fail + 1))
+    fi
+}
+check "--steps 2" "--steps"
+check "--save-dir sv1" "--save-dir"
+check "--save-every 1" "--save-every"
+check "--seed 2" "--seed"
+# mpirun -np 1 is a world of one process (it ran --ranks' default, 4 local ranks: a global batch
+# 4 times the one its checkpoint's run had), and --ranks must agree with it
+"$mpiexec" --allow-run-as-root --oversubscribe -np 1 "$zinc" train --config "$cfg" \
+    --model L1-D16-H2-T16 --steps 1 >out.log 2>err.log
+if [ $? = 0 ] && grep -q "x 1 ranks x" out.log; then pass=$((pass + 1)); else
+    echo "FAIL: mpirun -np 1: $(grep -E 'world|batch' out.log)"; cat err.log; fail=$((fail + 1)); fi
+"$mpiexec" --allow-run-as-root --oversubscribe -np 1 "$zinc" train --config "$cfg" \
+    --model L1-D16-H2-T16 --steps 1 --ranks 2 >out.log 2>err.log
+if [ $? = 2 ] && grep -q "ranks 2 but mpirun started 1 process" err.log; then pass=$((pass + 1))
+else echo "FAIL: mpirun -np 1 --ranks 2 not refused"; cat err.log; fail=$((fail + 1)); fi
+echo "mpi_args: $pass passed, $fail failed"
+[ "$fail" = 0 ]
