@@ -38,13 +38,9 @@ int train_check_device(const topts *o)
     return built ? 1 : 2;
 }
 
-void train_fail(run_t *r, int rank, zinc_status s, int exit_code, const char *fmt, ...)
+/* The first cause of a run's failure, kept (train_fail without its abort). */
+static void record_fail(run_t *r, int rank, zinc_status s, int exit_code, const char *msg)
 {
-    char msg[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
     pthread_mutex_lock(&r->mu);
     /* A rank that stopped because another failed reports ABORTED; keep the cause instead. */
     if (r->err == ZINC_OK || (r->err == ZINC_ERR_ABORTED && s != ZINC_ERR_ABORTED)) {
@@ -53,6 +49,16 @@ void train_fail(run_t *r, int rank, zinc_status s, int exit_code, const char *fm
         snprintf(r->errmsg, sizeof r->errmsg, "rank %d: %s", rank, msg);
     }
     pthread_mutex_unlock(&r->mu);
+}
+
+void train_fail(run_t *r, int rank, zinc_status s, int exit_code, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    record_fail(r, rank, s, exit_code, msg);
     zinc_world_abort(r->world, rank, msg);
 }
 
@@ -156,8 +162,12 @@ static int agree_on_run(run_t *r, zinc_engine_t *e, int rank)
                  which[0] ? ", " : "", names[i], v);
     }
     if (!which[0]) return 0;
-    train_fail(r, rank, ZINC_ERR_MISMATCH, 2, "the ranks were given different %s; under mpirun "
-               "every rank must get the same options", which);
+    /* Every rank reaches this same verdict from the same mean, so none aborts the world: an abort
+     * would fail a rank still finishing that mean (a collective ends earlier on some ranks). */
+    char msg[1024];
+    snprintf(msg, sizeof msg, "the ranks were given different %s; under mpirun every rank must "
+             "get the same options", which);
+    record_fail(r, rank, ZINC_ERR_MISMATCH, 2, msg);
     return -1;
 }
 
