@@ -312,6 +312,10 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
             if needs:
                 self._needs[mod] = needs
         if not self._groups:
+            if wanted and not wanted & {id(p) for p in model.parameters()}:
+                raise ValueError(f"zinc.initialize: none of the {len(wanted)} tensors in "
+                                 f"model_parameters is a parameter of the model (pass "
+                                 f"model.parameters(), or param groups of them)")
             raise ValueError("zinc.initialize: the model has no trainable parameters")
         # zinc's gradient buffer is torch's memory, lent for each accumulation window from its
         # first hand-over to its step (_handover.py): in between, torch's allocator has it for
@@ -847,6 +851,9 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
     come from the launcher. What zinc does not offer raises NotImplementedError naming it."""
     if model is None:
         raise ValueError("zinc.initialize: model is required")
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"zinc.initialize: model is a torch.nn.Module, not "
+                        f"{type(model).__name__}")
     if lr_scheduler is not None and optimizer is None:
         raise NotImplementedError("zinc.initialize: a client lr_scheduler needs a client torch "
                                   "optimizer (optimizer=torch.optim.AdamW(...)) whose groups it "

@@ -187,6 +187,16 @@ def misuse(stage):
         check_raises(f"stage {stage}: a config file holding a JSON list is named and refused",
                      lambda: zinc.initialize(model=TwoLayers(), config=path), ValueError,
                      path, "a config is a JSON object")
+    cfg = {"train_micro_batch_size_per_gpu": 4, "zero_optimization": {"stage": stage}}
+    stray = [torch.nn.Parameter(torch.zeros(3))]
+    check_raises(f"stage {stage}: model_parameters that are not the model's are named as such "
+                 f"(it said the model has no trainable parameters)",
+                 lambda: zinc.initialize(model=TwoLayers(), model_parameters=stray, config=cfg),
+                 ValueError, "is a parameter of the model")
+    check_raises(f"stage {stage}: a model that is not a torch.nn.Module is refused saying so "
+                 f"(an AttributeError from inside the front-end)",
+                 lambda: zinc.initialize(model=lambda t: t, config=cfg), TypeError,
+                 "model is a torch.nn.Module")
 
 
 def main(stage):
