@@ -185,11 +185,16 @@ int zck_dir_owned(const char *dir, char *why, size_t n);
 /* Removes a directory and the writer-named files in it (one level: tag directories are flat).
  * -1 with errno ENOTEMPTY, leaving them, when it holds anything else; ENOTDIR for a symlink. */
 int zck_rmdir_flat(const char *dir);
-/* 0 when dir/latest is absent, a symlink or a one-line tag name: what a save may replace. Else -1
- * with the reason, naming the path, in why (n bytes). */
+/* The tag a `latest` file at path names (one line; a trailing newline, CR or spaces allowed),
+ * into tag (n bytes): 0, or -1 when it cannot be read or is not one valid tag name. */
+int zck_latest_read(const char *path, char *tag, size_t n);
+/* 0 when what a save replaces in dir is the writer's: dir/latest absent, a symlink, empty or
+ * naming a tag; dir/latest.tmp absent, empty or naming a tag that is there (a stopped save's
+ * leftover). Else -1 with the reason, naming the path, in why (n bytes). */
 int zck_latest_check(const char *dir, char *why, size_t n);
-/* 0 when a save of tag into dir may replace what is there: zck_latest_check (latest.tmp too); dir/tag, its .tmp and .old absent or zck_dir_owned (dir/tag also holding a
- * manifest). Else -1 with the reason, naming the path, in why. */
+/* 0 when a save of tag into dir may replace what is there: zck_latest_check; dir/tag, its .tmp
+ * and .old each absent or zck_dir_owned, a manifest in them zinc's, dir/tag holding one. Else -1
+ * with the reason, naming the path, in why. */
 int zck_save_target_check(const char *dir, const char *tag, char *why, size_t n);
 
 /* ---- writer ------------------------------------------------------------------------------- */

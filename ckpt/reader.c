@@ -483,17 +483,24 @@ static int valid_tag_name(const char *t)
     return *t && !strchr(t, '/') && t[0] != '.' && strlen(t) < ZCK_TAG_MAX;
 }
 
-static int read_latest(const char *dir, char *tag, size_t n)
+int zck_latest_read(const char *path, char *tag, size_t n)
 {
-    char path[4200], *txt, e[ZCK_ERR];
+    char *txt, e[ZCK_ERR];
     size_t len;
-    snprintf(path, sizeof path, "%s/%s", dir, ZCK_LATEST);
     if (zck_read_file(path, &txt, &len, e) != ZINC_OK) return -1;
+    /* one line: the trailing newline (DeepSpeed writes none; CRLF from an editor) goes */
     while (len && (txt[len - 1] == '\n' || txt[len - 1] == '\r' || txt[len - 1] == ' ')) txt[--len] = 0;
-    int ok = valid_tag_name(txt);
+    int ok = strlen(txt) == len && !strchr(txt, '\n') && valid_tag_name(txt);
     if (ok) snprintf(tag, n, "%s", txt);
     free(txt);
     return ok ? 0 : -1;
+}
+
+static int read_latest(const char *dir, char *tag, size_t n)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", dir, ZCK_LATEST);
+    return zck_latest_read(path, tag, n);
 }
 
 zinc_status zck_resolve_path(const char *path, char *tagdir, size_t n, char *err)

@@ -64,24 +64,15 @@ static zinc_status check_tag(const zck_save_desc *d, char *err)
  * that tag must also be there, so a user's one-word file is not taken for one. */
 static int is_latest_file(const char *path, const char *dir)
 {
-    char *txt, e[ZCK_ERR];
-    size_t len;
+    char tag[ZCK_TAG_MAX], tp[4400];
     struct stat st;
     if (lstat(path, &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink > 1 ||
         st.st_size > ZCK_TAG_MAX + 2)
         return 0;
     if (st.st_size == 0) return 1;
-    if (zck_read_file(path, &txt, &len, e) != ZINC_OK) return 0;
-    while (len && (txt[len - 1] == '\n' || txt[len - 1] == '\r' || txt[len - 1] == ' ')) len--;
-    int ok = len > 0 && len < ZCK_TAG_MAX && txt[0] != '.' && !memchr(txt, '/', len) &&
-             !memchr(txt, '\n', len) && !memchr(txt, 0, len);
-    if (ok && dir) {
-        char tp[4400];
-        snprintf(tp, sizeof tp, "%s/%.*s/%s", dir, (int)len, txt, ZCK_MANIFEST);
-        ok = access(tp, F_OK) == 0;
-    }
-    free(txt);
-    return ok;
+    if (zck_latest_read(path, tag, sizeof tag) != 0) return 0;
+    snprintf(tp, sizeof tp, "%s/%s/%s", dir ? dir : "", tag, ZCK_MANIFEST);
+    return !dir || access(tp, F_OK) == 0;
 }
 
 int zck_latest_check(const char *dir, char *why, size_t n)

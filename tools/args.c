@@ -103,16 +103,23 @@ int zarg_same_file(const char *a, const char *b)
            sa.st_ino == sb.st_ino;
 }
 
+/* The directory part of path as written into out (PATH_MAX bytes): "." for a bare name, "/" for
+ * "/f". */
+static void parent_dir(const char *path, char *out)
+{
+    snprintf(out, PATH_MAX, "%s", path);
+    char *sl = strrchr(out, '/');
+    if (!sl)
+        snprintf(out, PATH_MAX, ".");
+    else
+        sl[sl == out] = 0;
+}
+
 /* The directory part of path, resolved, into rp (PATH_MAX bytes); 0 when it does not exist. */
 static int resolved_parent(const char *path, char *rp)
 {
     char parent[PATH_MAX];
-    snprintf(parent, sizeof parent, "%s", path);
-    char *sl = strrchr(parent, '/');
-    if (!sl)
-        snprintf(parent, sizeof parent, ".");
-    else
-        sl[sl == parent] = 0; /* "/f": the parent is "/" */
+    parent_dir(path, parent);
     return realpath(parent, rp) != NULL;
 }
 
@@ -153,14 +160,6 @@ int zarg_is_checkpoint_latest(const char *path)
     return found;
 }
 
-int zarg_parent_within(const char *path, const char *dir)
-{
-    char rp[PATH_MAX], rd[PATH_MAX];
-    if (!resolved_parent(path, rp) || !realpath(dir, rd)) return 0;
-    size_t n = strlen(rd);
-    return !strncmp(rp, rd, n) && (rp[n] == 0 || rp[n] == '/' || (n == 1 && rd[0] == '/'));
-}
-
 int zarg_value(const char *cmd, const char *opt, const char *v)
 {
     /* "--save-dir --steps 5": the option's value forgotten, the next option taken for it. A
@@ -181,13 +180,9 @@ int zarg_resolve_loose(const char *path, char *out)
     if (realpath(buf, out)) return 1;
     if (errno != ENOENT) return 0;
     /* not there (yet): its parent resolved, then its last name */
-    char *sl = strrchr(buf, '/');
-    const char *base = sl ? sl + 1 : buf;
+    const char *sl = strrchr(buf, '/'), *base = sl ? sl + 1 : buf;
     char parent[PATH_MAX], rp[PATH_MAX];
-    if (!sl)
-        snprintf(parent, sizeof parent, ".");
-    else
-        snprintf(parent, sizeof parent, "%.*s", sl == buf ? 1 : (int)(sl - buf), buf);
+    parent_dir(buf, parent);
     if (!strcmp(base, "..") || !zarg_resolve_loose(parent, rp)) return 0;
     if (!strcmp(base, ".")) return snprintf(out, PATH_MAX, "%s", rp) < PATH_MAX;
     return snprintf(out, PATH_MAX, "%s/%s", strcmp(rp, "/") ? rp : "", base) < PATH_MAX;
@@ -196,6 +191,7 @@ int zarg_resolve_loose(const char *path, char *out)
 int zarg_inside_tag(const char *path)
 {
     char rp[PATH_MAX];
+    if (zarg_in_checkpoint_tag(path)) return 1; /* also a symlink in a tag that leads out of it */
     if (!zarg_resolve_loose(path, rp)) return 0;
     for (char *sl; rp[1]; *sl = 0) {
         if (zarg_is_checkpoint_tag(rp)) return 1;
@@ -211,18 +207,13 @@ int zarg_output_file_ok(const char *cmd, const char *opt, const char *out)
     if (stat(out, &st) == 0 && S_ISDIR(st.st_mode))
         return zarg_usage_error(cmd, "%s '%s' is a directory; give a file name", opt, out);
     char dir[PATH_MAX];
-    snprintf(dir, sizeof dir, "%s", out);
-    char *sl = strrchr(dir, '/');
-    if (!sl)
-        snprintf(dir, sizeof dir, ".");
-    else
-        sl[sl == dir] = 0; /* "/f": the directory is "/" */
+    parent_dir(out, dir);
     if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
         return zarg_usage_error(cmd, "%s '%s': its directory '%s' does not exist", opt, out, dir);
     if (access(dir, W_OK | X_OK) != 0)
         return zarg_usage_error(cmd, "%s '%s': its directory '%s' is not writable (%s)", opt, out,
                                 dir, strerror(errno));
-    if (zarg_in_checkpoint_tag(out) || zarg_inside_tag(out) || zarg_is_checkpoint_latest(out))
+    if (zarg_inside_tag(out) || zarg_is_checkpoint_latest(out))
         return zarg_usage_error(cmd, "%s '%s' is a checkpoint's file; write it elsewhere", opt,
                                 out);
     return 0;

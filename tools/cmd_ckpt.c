@@ -30,7 +30,7 @@ static void usage(FILE *f)
             "  export DIR --out F [--dtype fp32|fp16|bf16]   master weights as .safetensors\n"
             "  bench [--mib N] ...        save/load speed and compression on realistic state\n\n"
             "DIR is a tag directory (holds manifest.json) or a save directory: then the tag a\n"
-            "resume tries first (the newest that opens, as `latest` names after a clean save).\n"
+            "resume tries first (the one `latest` names, unless a tag was saved after it).\n"
             "Exit 2 when DIR is missing or holds no checkpoint.\n");
 }
 
@@ -61,8 +61,8 @@ static int ckpt_verify(int argc, char **argv)
                    "Reads every chunk of every rank file and checks its checksums, the client\n"
                    "blob, and that the stored pieces cover every tensor exactly once.\n"
                    "DIR: a tag directory, or a save directory (checks the tag a resume tries first:\n"
-                   "the newest that opens; damage found in its data is reported, where a resume\n"
-                   "would fall back to the tag before). Exit 0 when sound; 1 with a message naming\n"
+                   "latest's, unless a tag was saved after it; damage found in its data is\n"
+                   "reported, where a resume would fall back to the next tag). Exit 0 when sound; 1 with a message naming\n"
                    "the file and chunk otherwise; 2 when DIR is missing or holds no checkpoint.\n");
             return 0;
         }
@@ -230,15 +230,8 @@ static int ckpt_export(int argc, char **argv)
         fprintf(stderr, "zinc ckpt export: %s\n", err);
         return 2;
     }
-    if (s == ZINC_OK && (zarg_parent_within(out, tagdir) || zarg_in_checkpoint_tag(out)))
-        /* the rename would put the weights among (or over) a tag's own files */
-        return zarg_usage_error("ckpt export", "--out %s lies inside a checkpoint (%s or another "
-                                "tag); write it elsewhere", out, tagdir);
-    /* any save directory's latest, the read one's included (resolved, so a DIR that is a
-     * symlink to a tag still finds it) */
-    if (s == ZINC_OK && zarg_is_checkpoint_latest(out))
-        return zarg_usage_error("ckpt export", "--out %s is a save directory's latest; write it "
-                                "elsewhere", out);
+    /* not among (or over) a tag's files, the one read or another, nor any save directory's
+     * latest (resolved: a DIR that is a symlink to a tag still finds its save directory's) */
     int rc = s == ZINC_OK ? zarg_output_file_ok("ckpt export", "--out", out) : 0;
     if (rc) return rc;
     if (s == ZINC_OK) s = zck_export_safetensors(tagdir, out, dt, 2, err);

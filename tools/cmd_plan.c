@@ -4,10 +4,8 @@
  * model is tools/plan_model.c; this file reads the flags (and a DeepSpeed config through the one
  * parser, config/) and prints. Formulas, GPU figures and their sources: docs/plan.md.
  */
-#include <errno.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "config/config.h"

@@ -20,9 +20,10 @@ int cmd_plan(int argc, char **argv);       /* zinc plan       — predicted step
 /* Shared argument helpers (tools/args.c). Numbers are plain decimal and nothing else:
  * [+-] digits [. digits] [e|E [+-] digits], at least one digit before or after the point ("3",
  * "-2.5", ".5", "7e9", "1.5E-3"); no surrounding spaces, no hex, no inf or nan, finite in a
- * double (one below its range reads as the nearest double, 0 for "1e-400"; -0 reads as 0). zarg_int64 takes a whole number, exact to 2^63 when written in digits, or such a float
- * that is integral ("7.5e9", up to 9e18); zarg_double any such float. Both return 0, or -1
- * leaving *out alone. zarg_usage_error prints "zinc <cmd>: <msg>" to stderr and returns 2. */
+ * double (one below its range reads as the nearest double, 0 for "1e-400"; -0 reads as 0).
+ * zarg_int64 takes a whole number, exact to 2^63 when written in digits, or such a float that is
+ * integral ("7.5e9", up to 9e18); zarg_double any such float. Both return 0, or -1 leaving *out
+ * alone. zarg_usage_error prints "zinc <cmd>: <msg>" to stderr and returns 2. */
 int zarg_int64(const char *s, long long *out);
 int zarg_double(const char *s, double *out);
 int zarg_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -36,11 +37,8 @@ int zarg_value(const char *cmd, const char *opt, const char *v);
 int zarg_one_of(const char *a, const char *const *names);
 /* "fp16", "bf16" or "fp32" into *out; -1 for anything else. */
 int zarg_dtype(const char *s, zinc_dtype *out);
-/* Output-over-input guards: 1 when a and b both exist and are one file (links included); 1 when
- * the directory that would hold `path` is `dir` or lies under it (both resolved; 0 when either
- * does not exist). */
+/* Output-over-input guards: 1 when a and b both exist and are one file (links included). */
 int zarg_same_file(const char *a, const char *b);
-int zarg_parent_within(const char *path, const char *dir);
 /* 1 when the directory that would hold `path` (resolved), or for an existing path the directory
  * of the file it resolves to (a symlink into a tag), is a checkpoint's tag: it holds a
  * manifest.json. Nothing but the checkpoint writer puts files there. */
@@ -60,7 +58,8 @@ int zarg_resolve_loose(const char *path, char *out);
  * 0, or 2 after the usage error naming opt and the path. */
 int zarg_output_file_ok(const char *cmd, const char *opt, const char *out);
 /* 1 when path, or any directory above it (resolved as zarg_resolve_loose does), is a checkpoint
- * tag: a save directory or output there would be a checkpoint's contents. */
+ * tag, or zarg_in_checkpoint_tag: a save directory or output there would be a checkpoint's
+ * contents. */
 int zarg_inside_tag(const char *path);
 
 

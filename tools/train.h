@@ -144,8 +144,9 @@ int train_ckpt_after_step(run_t *r, zinc_engine_t *e, int rank, const train_blob
 size_t train_step_tag_len(const char *name);
 
 /* Before the run: refuses a --save-dir that is not a directory, lies in a tag, or holds the
- * user's files where this run's saves write (see zck_save_target_check), and settles --resume DIR|auto
- * into r->resume_dir and r->resume_tag (dir NULL: start fresh; tag NULL: the newest valid one).
+ * user's files where this run's saves write (see zck_save_target_check), and settles
+ * --resume DIR|auto into r->resume_dir and r->resume_tag (dir NULL: start fresh; tag NULL: the
+ * one a load picks).
  * DIR may be a save directory or one of its tags (DIR/TAG, with its manifest); auto resumes when
  * --save-dir holds a checkpoint, `latest` or not. Returns 0 or the exit code. */
 int train_ckpt_prepare(const topts *o, run_t *r);

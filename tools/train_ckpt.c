@@ -175,7 +175,7 @@ static int settle_resume(const topts *o, run_t *r)
         char latest[1200], tag[256];
         snprintf(latest, sizeof latest, "%s/latest", o->save_dir);
         /* Without `latest` (lost, or a copy without it) committed tags are still a checkpoint:
-         * the loader picks the newest valid one. Starting fresh would save over them. Damaged
+         * the loader picks the highest step. Starting fresh would save over them. Damaged
          * tags alone are not "no checkpoint" either: the load fails naming them. */
         if (train_file_exists(latest)) {
             r->resume_dir = o->save_dir;

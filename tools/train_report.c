@@ -201,29 +201,22 @@ static int is_save_slot(const char *path, const char *dir)
  * kills the run), another of its outputs, or a file of a checkpoint. NULL when it is none. */
 static const char *output_clash(const char *path, const topts *o, const run_t *r)
 {
-    char latest[1200];
     if (zarg_same_file(path, o->config_path)) return "the config file";
     if (o->data_path && zarg_same_file(path, o->data_path)) return "the data file";
     if (r->metrics && o->metrics_path && zarg_same_file(path, o->metrics_path))
         return "the --metrics file";
-    if (zarg_in_checkpoint_tag(path) || zarg_inside_tag(path))
-        return "inside a checkpoint's tag directory";
+    if (zarg_inside_tag(path)) return "inside a checkpoint's tag directory";
+    /* any save directory's latest (the resume directory's: it holds a tag), through a symlink
+     * too; a hard link is refused by open_output */
     if (zarg_is_checkpoint_latest(path)) return "a save directory's latest";
-    const char *dirs[2] = {o->save_dir, r->resume_dir};
-    for (int i = 0; i < 2; i++) {
-        if (!dirs[i]) continue;
-        snprintf(latest, sizeof latest, "%s/latest", dirs[i]);
-        if (zarg_same_file(path, latest)) return "the checkpoints' latest";
-    }
     if (is_save_slot(path, o->save_dir)) return "where --save-dir's checkpoints go";
     return NULL;
 }
 
 /* Opens one output of the run for writing: appended to when the run resumes, else truncated,
  * both only once the checks pass. NULL with the message printed (`what` names it, `hint` says
- * what to do) when it clashes
- * (output_clash), has other hard links (a checkpoint file linked to it would change), is not a
- * regular file or a FIFO with a reader, or cannot be opened. */
+ * what to do) when it clashes (output_clash), has other hard links (a checkpoint file linked to
+ * it would change), is not a regular file or a FIFO with a reader, or cannot be opened. */
 static FILE *open_output(const char *what, const char *path, int append, const char *hint,
                          const topts *o, const run_t *r)
 {

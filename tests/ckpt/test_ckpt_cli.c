@@ -118,8 +118,7 @@ int main(void)
             snprintf(args, sizeof args, "ckpt export %s --out %s/%s", dir, dir, over[i]);
             int rc = cli(args);
             char *e = slurp(errf);
-            ZT_CHECK(rc == 2 && (strstr(e, "lies inside a checkpoint") ||
-                                 strstr(e, "is a save directory's latest")),
+            ZT_CHECK(rc == 2 && strstr(e, "is a checkpoint's file"),
                      "export --out %s: exit %d: %s", over[i], rc, e);
             free(e);
         }

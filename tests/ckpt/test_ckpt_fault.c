@@ -301,37 +301,37 @@ static void save_refused(const char *dir, const char *needle, const char *keep, 
     ZT_CHECK(holds(keep, text), "%s: %s was changed", what, keep);
 }
 
+/* A user's file `name` holding `text` in directory `sub` of dir (made for it): a save of s6
+ * fails naming `needle` and leaves the file; both go afterwards. */
+static void user_file_refused(const char *dir, const char *sub, const char *name,
+                              const char *text, const char *needle)
+{
+    char d[900], f[1000];
+    snprintf(d, sizeof d, "%s/%s", dir, sub);
+    ZT_CHECK(mkdir(d, 0755) == 0, "mkdir %s", d);
+    snprintf(f, sizeof f, "%s/%s", d, name);
+    put(f, text);
+    save_refused(dir, needle, f, text, f);
+    unlink(f);
+    rmdir(d);
+}
+
 static void test_foreign(void)
 {
     char dir[700], p[900], q[1000];
     snprintf(dir, sizeof dir, "%s/foreign", root);
     fx_rmtree(dir);
     ZT_CHECK(mkdir(dir, 0755) == 0, "mkdir");
-    /* a user's directory where the tag goes (no manifest): was emptied as an "old tag" */
-    snprintf(p, sizeof p, "%s/s6", dir);
-    ZT_CHECK(mkdir(p, 0755) == 0, "mkdir");
-    snprintf(q, sizeof q, "%s/s6/notes.txt", dir);
-    put(q, "mine\n");
-    save_refused(dir, "holds notes.txt, which zinc did not write", q, "mine\n",
-                 "user dir at the tag");
-    unlink(q);
-    /* the same with a writer-named file in it: still no manifest, still not a tag */
-    snprintf(p, sizeof p, "%s/s6/client.bin", dir);
-    put(p, "blob");
-    save_refused(dir, "holds no manifest.json", p, "blob", "tag without a manifest");
-    fx_rmtree(dir);
-    ZT_CHECK(mkdir(dir, 0755) == 0, "mkdir");
+    /* a user's directory where the tag goes (no manifest): was emptied as an "old tag"; with
+     * only a writer-named file in it: still no manifest, still not a tag; with a user's own
+     * manifest.json: it was replaced by zinc's */
+    user_file_refused(dir, "s6", "notes.txt", "mine\n", "holds notes.txt, which zinc did not write");
+    user_file_refused(dir, "s6", "client.bin", "blob", "holds no manifest.json");
+    user_file_refused(dir, "s6", "manifest.json", "{\"mine\": 1}",
+                      "its manifest.json is not a zinc checkpoint's");
     /* a user's file in a stale .tmp and .old: they were deleted with the leftovers */
-    const char *sfx[2] = {"tmp", "old"};
-    for (int i = 0; i < 2; i++) {
-        snprintf(p, sizeof p, "%s/s6.%s", dir, sfx[i]);
-        ZT_CHECK(mkdir(p, 0755) == 0, "mkdir");
-        snprintf(q, sizeof q, "%s/s6.%s/data.csv", dir, sfx[i]);
-        put(q, "1,2\n");
-        save_refused(dir, "data.csv, which zinc did not write", q, "1,2\n", sfx[i]);
-        unlink(q);
-        rmdir(p);
-    }
+    user_file_refused(dir, "s6.tmp", "data.csv", "1,2\n", "data.csv, which zinc did not write");
+    user_file_refused(dir, "s6.old", "data.csv", "1,2\n", "data.csv, which zinc did not write");
     /* a data file named latest: the save replaced it */
     snprintf(p, sizeof p, "%s/latest", dir);
     put(p, "0 1 2 3\n4 5 6 7\n");
@@ -349,15 +349,6 @@ static void test_foreign(void)
     save_refused(dir, "is a symbolic link", q, "{}", "symlinked tag");
     unlink(sl);
     fx_rmtree(p);
-    /* a user's own manifest.json in a directory named like the tag: replaced by zinc's */
-    snprintf(p, sizeof p, "%s/s6", dir);
-    ZT_CHECK(mkdir(p, 0755) == 0, "mkdir");
-    snprintf(q, sizeof q, "%s/s6/manifest.json", dir);
-    put(q, "{\"mine\": 1}");
-    save_refused(dir, "its manifest.json is not a zinc checkpoint's", q, "{\"mine\": 1}",
-                 "user manifest");
-    unlink(q);
-    rmdir(p);
     /* latest.tmp: a hard link to a file elsewhere was truncated and written through, a user's
      * file of that name replaced */
     char other[900];

@@ -130,6 +130,22 @@ static void write_file(const char *name, const void *p, size_t n)
 
 #define SMALL "--model L1-D16-H2-T16 --ranks 2 --config " ZINC_SOURCE_DIR "/configs/zero3_bf16.json"
 
+/* A config with csv_monitor writing into <out>/<job>, as csv.json; a run of it with `more`
+ * options is a usage error naming `needle`. */
+static void csv_refused(const char *out, const char *job, const char *more, const char *needle)
+{
+    char cfg[400], args[600];
+    snprintf(cfg, sizeof cfg,
+             "{\"train_micro_batch_size_per_gpu\": 4, \"bf16\": {\"enabled\": true}, "
+             "\"zero_optimization\": {\"stage\": 3}, \"optimizer\": {\"type\": \"AdamW\"}, "
+             "\"csv_monitor\": {\"enabled\": true, \"output_path\": \"%s\", \"job_name\": \"%s\"}}",
+             out, job);
+    write_file("csv.json", cfg, strlen(cfg));
+    snprintf(args, sizeof args, "train --model L1-D16-H2-T16 --ranks 2 --steps 1 --config csv.json %s",
+             more);
+    expect_usage_error(args, needle);
+}
+
 int main(void)
 {
     snprintf(tmp, sizeof tmp, "/tmp/zinc-model-cli-XXXXXX");
@@ -433,17 +449,8 @@ int main(void)
      * --metrics or csv_monitor directory where a save goes (replaced or emptied by it), a data
      * file named latest in --save-dir (replaced by the first save), a user's directory named like
      * a tag (emptied as an "old tag") */
-    static const char csvcfg[] =
-        "{\"train_micro_batch_size_per_gpu\": 4, \"bf16\": {\"enabled\": true}, "
-        "\"zero_optimization\": {\"stage\": 3}, \"optimizer\": {\"type\": \"AdamW\"}, "
-        "\"csv_monitor\": {\"enabled\": true, \"output_path\": \"%s\", \"job_name\": \"%s\"}}";
-    char cj[400];
-    snprintf(cj, sizeof cj, csvcfg, "", "cj");
-    write_file("csv_cj.json", cj, strlen(cj));
-    snprintf(cj, sizeof cj, csvcfg, "msave", "step000001");
-    write_file("csv_slot.json", cj, strlen(cj));
     snprintf(cmd, sizeof cmd, "cd '%s' && ln ck/step000012/client.bin hlink && mkdir cj dsave "
-             "usave usave/step000001 msave && ln -s ../csv_cj.json cj/Train_Samples_lr.csv && "
+             "usave usave/step000001 msave && ln -s ../csv.json cj/Train_Samples_lr.csv && "
              "cp text.txt dsave/latest && echo mine > usave/step000001/notes.txt", tmp);
     ZT_CHECK(system(cmd) == 0, "%s", cmd);
     expect_usage_error("train " SMALL " --steps 1 --metrics hlink", "has 2 hard links");
@@ -451,15 +458,18 @@ int main(void)
                        "--metrics msave/latest is where --save-dir's checkpoints go");
     expect_usage_error("train " SMALL " --steps 1 --save-dir msave --metrics msave/step000001",
                        "is where --save-dir's checkpoints go");
-    expect_usage_error("train --model L1-D16-H2-T16 --ranks 2 --steps 1 --config csv_cj.json",
-                       "csv_monitor: cj/Train_Samples_lr.csv is the config file");
-    expect_usage_error("train --model L1-D16-H2-T16 --ranks 2 --steps 1 --config csv_slot.json "
-                       "--save-dir msave", "csv_monitor: msave/step000001 is where --save-dir's");
+    csv_refused("", "cj", "", "csv_monitor: cj/Train_Samples_lr.csv is the config file");
+    {
+        char *c = slurp_rel("csv.json");
+        ZT_CHECK(c && strstr(c, "csv_monitor"), "the config survived its csv_monitor: '%.40s'", c);
+        free(c);
+    }
+    csv_refused("msave", "step000001", "--save-dir msave",
+                "csv_monitor: msave/step000001 is where --save-dir's");
     snprintf(cmd, sizeof cmd, "rm '%s/cj/Train_Samples_lr.csv'", tmp);
     ZT_CHECK(system(cmd) == 0, "%s", cmd);
-    expect_usage_error("train --model L1-D16-H2-T16 --ranks 2 --steps 1 --config csv_cj.json "
-                       "--metrics cj/Train_Samples_loss_scale.csv",
-                       "cj/Train_Samples_loss_scale.csv is the --metrics file");
+    csv_refused("", "cj", "--metrics cj/Train_Samples_loss_scale.csv",
+                "cj/Train_Samples_loss_scale.csv is the --metrics file");
     expect_usage_error("train " SMALL " --steps 1 --data dsave/latest --save-dir dsave",
                        "dsave/latest exists and is not a checkpoint's latest");
     expect_usage_error("train " SMALL " --steps 1 --save-dir usave",
@@ -471,20 +481,12 @@ int main(void)
      * refused before the metrics file is truncated */
     expect_usage_error("train " SMALL " --steps 1 --save-dir msave --metrics msave/latest.tmp",
                        "--metrics msave/latest.tmp is where --save-dir's checkpoints go");
-    snprintf(cj, sizeof cj, csvcfg, "msave/step000001", "mon");
-    write_file("csv_under.json", cj, strlen(cj));
-    expect_usage_error("train --model L1-D16-H2-T16 --ranks 2 --steps 1 --config csv_under.json "
-                       "--save-dir msave", "csv_monitor: msave/step000001/mon is where");
-    snprintf(cj, sizeof cj, csvcfg, "newsave", "latest");
-    write_file("csv_new.json", cj, strlen(cj));
-    expect_usage_error("train --model L1-D16-H2-T16 --ranks 2 --steps 1 --config csv_new.json "
-                       "--save-dir newsave", "csv_monitor: newsave/latest is where");
+    csv_refused("msave/step000001", "mon", "--save-dir msave",
+                "csv_monitor: msave/step000001/mon is where");
+    csv_refused("newsave", "latest", "--save-dir newsave", "csv_monitor: newsave/latest is where");
     expect_usage_error("train " SMALL " --steps 1 --save-dir ck/step000012/sub",
                        "--save-dir ck/step000012/sub is inside a checkpoint's tag directory");
-    snprintf(cj, sizeof cj, csvcfg, "text.txt", "x");
-    write_file("csv_file.json", cj, strlen(cj));
-    expect_usage_error("train --model L1-D16-H2-T16 --ranks 2 --steps 1 --config csv_file.json "
-                       "--metrics m1.jsonl", "csv_monitor: cannot create text.txt/x");
+    csv_refused("text.txt", "x", "--metrics m1.jsonl", "csv_monitor: cannot create text.txt/x");
     {
         char *m = slurp_rel("m1.jsonl");
         ZT_CHECK(m && strstr(m, "\"step\":12,"), "m1.jsonl survived the refused csv_monitor");
