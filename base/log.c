@@ -74,9 +74,18 @@ void zlog_quiet(const char *subsys)
     pthread_mutex_unlock(&zlog_mutex);
 }
 
+static _Thread_local int zlog_held;
+
+int zlog_hold(int delta)
+{
+    zlog_held += delta;
+    if (zlog_held < 0) zlog_held = 0;
+    return zlog_held;
+}
+
 void zlog(zlog_level level, const char *subsys, int rank, const char *fmt, ...)
 {
-    if (!zlog_enabled(level, subsys)) return;
+    if ((zlog_held && level > ZLOG_ERROR) || !zlog_enabled(level, subsys)) return;
     static const char *tags[] = {"error: ", "warning: ", "", "debug: "};
     char line[2048];
     int off;

@@ -25,6 +25,12 @@ void zlog(zlog_level level, const char *subsys, int rank, const char *fmt, ...)
  * has already shown that subsystem's warnings its own way (zinc train prints its config's). */
 void zlog_quiet(const char *subsys);
 
+/* While the calling thread's hold count is above 0, its warnings and lower print nothing (errors
+ * still do): for a look that a later call repeats and reports (zinc train's checks of a resume
+ * before the load, which prints the same tag-search warnings once, on rank 0). Returns the count
+ * after the change: zlog_hold(1) to begin, zlog_hold(-1) to end; calls nest. */
+int zlog_hold(int delta);
+
 /* Formats a message into buf (size n) and returns s: `return zerr_fmt(e->err, sizeof e->err,
  * ZINC_ERR_USAGE, "zinc_step: called before zinc_finalize");`. */
 zinc_status zerr_fmt(char *buf, size_t n, zinc_status s, const char *fmt, ...)

@@ -575,14 +575,21 @@ static zinc_status check_same_registration(zinc_engine_t *e)
     free(differ);
     /* The config first: a different precision also shows as a different registration. */
     if (ncfg) {
-        char root_hex[17];
+        /* Rank 0 shows its hash once, a rank that matches it says so (it showed it twice). */
+        char root_hex[17], mine_txt[64];
         snprintf(root_hex, sizeof root_hex, "%016llx", (unsigned long long)root[1]);
+        if (e->rank == 0)
+            mine_txt[0] = 0;
+        else if (mine[1] == root[1])
+            snprintf(mine_txt, sizeof mine_txt, ", the same on this rank %d", e->rank);
+        else
+            snprintf(mine_txt, sizeof mine_txt, ", %s on this rank %d", e->cfg.hash_hex, e->rank);
         return zeng_fail(e, ZINC_ERR_MISMATCH,
                          "zinc_finalize: rank(s) %s run a different config than rank 0 (resolved "
-                         "config hash %s on rank 0, %s on this rank %d); every rank must resolve "
-                         "the same config: compare `zinc config check --json` with each rank's "
-                         "file and flags (lr, stage, precision, ...)",
-                         cranks, root_hex, e->cfg.hash_hex, e->rank);
+                         "config hash %s on rank 0%s); every rank must resolve the same "
+                         "config: compare `zinc config check --json` with each rank's file and "
+                         "flags (lr, stage, precision, ...)",
+                         cranks, root_hex, mine_txt);
     }
     if (nbad)
         return zeng_fail(e, ZINC_ERR_MISMATCH,

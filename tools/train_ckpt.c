@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/log.h"
 #include "ckpt/ckpt.h"
 #include "tools/commands.h"
 #include "tools/train.h"
@@ -193,7 +194,12 @@ static int settle_resume(const topts *o, run_t *r)
             return 2;
         }
         closedir(d);
+        /* Quiet: when a tag is found or damaged the load looks again and warns once, on rank 0
+         * (every process would warn here, all as r0); ZINC_ERR_IO means no tag nor `latest`
+         * (checked above), so nothing to warn about. */
+        zlog_hold(1);
         zinc_status s = zinc_ckpt_find_tag(o->save_dir, NULL, tag, sizeof tag, NULL, 0, NULL);
+        zlog_hold(-1);
         if (s == ZINC_OK || s == ZINC_ERR_CORRUPT)
             r->resume_dir = o->save_dir;
         else if (s == ZINC_ERR_IO) { /* nothing in it that is or was a checkpoint */
@@ -241,8 +247,10 @@ static int check_resume_spec(const topts *o, const run_t *r, long long *start)
     train_blob in;
     char tag[256];
     size_t got = 0;
+    zlog_hold(1); /* the load's own search warns, once (see settle_resume) */
     zinc_status s = zinc_ckpt_find_tag(r->resume_dir, r->resume_tag, tag, sizeof tag, &in,
                                        sizeof in, &got);
+    zlog_hold(-1);
     /* a checkpoint that cannot be read, or not zinc train's: the load says why */
     if (s != ZINC_OK || got != sizeof in || in.magic != BLOB_MAGIC || in.version != 1) return 0;
     in.spec[sizeof in.spec - 1] = 0;

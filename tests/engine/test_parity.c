@@ -182,6 +182,13 @@ static void test_config_mismatch(void)
             ZT_CHECK(c.st[r] == ZINC_ERR_MISMATCH && strstr(c.msg[r], want),
                      "different %s on rank %d: rank %d got %s: %s", cases[k].what,
                      cases[k].rank, r, zinc_status_string(c.st[r]), c.msg[r]);
+            /* Each rank names its own hash only where it differs from rank 0's. */
+            char own[64];
+            if (r == 0) snprintf(own, sizeof own, "on rank 0)");
+            else if (r == cases[k].rank) snprintf(own, sizeof own, "on this rank %d)", r);
+            else snprintf(own, sizeof own, "the same on this rank %d)", r);
+            ZT_CHECK(strstr(c.msg[r], own) != NULL, "different %s: rank %d's message lacks '%s': %s",
+                     cases[k].what, r, own, c.msg[r]);
         }
     }
 }

@@ -5,7 +5,7 @@
 # trained, and the run stops with exit 2 naming the option, on every rank, in seconds. Before,
 # --save-dir on one rank crashed in MPI (MPI_ERR_TRUNCATE, no zinc message), and --steps waited
 # for comm_timeout_s (300 s) and then blamed a background save that never failed. And
-# mpirun -np 1: one rank.
+# mpirun -np 1: one rank. And a resume's warnings, once.
 # usage: mpi_args_test.sh ZINC MPIEXEC CONFIG
 zinc=$1 mpiexec=$2 cfg=$3
 dir=$(mktemp -d) || exit 1
@@ -48,5 +48,17 @@ if [ $? = 0 ] && grep -q "x 1 ranks x" out.log; then pass=$((pass + 1)); else
     --model L1-D16-H2-T16 --steps 1 --ranks 2 >out.log 2>err.log
 if [ $? = 2 ] && grep -q "ranks 2 but mpirun started 1 process" err.log; then pass=$((pass + 1))
 else echo "FAIL: mpirun -np 1 --ranks 2 not refused"; cat err.log; fail=$((fail + 1)); fi
+# A resume beside a damaged tag warns once: every process's checks before the load looked too,
+# each printing the load's warnings as rank 0's.
+rm -rf sv
+"$mpiexec" --allow-run-as-root --oversubscribe -np 2 "$zinc" train --config "$cfg" \
+    --model L1-D16-H2-T16 --steps 2 --save-every 1 --save-dir sv >out.log 2>err.log &&
+    rm sv/step000001/manifest.json &&
+    "$mpiexec" --allow-run-as-root --oversubscribe -np 2 "$zinc" train --config "$cfg" \
+        --model L1-D16-H2-T16 --steps 3 --save-dir sv --resume auto >out.log 2>err.log
+rc=$? n=$(grep -c "skipping damaged checkpoint" err.log)
+if [ "$rc" = 0 ] && [ "$n" = 1 ]; then pass=$((pass + 1)); else
+    echo "FAIL: resume beside a damaged tag: exit $rc (want 0), $n warnings (want 1)"
+    cat err.log; fail=$((fail + 1)); fi
 echo "mpi_args: $pass passed, $fail failed"
 [ "$fail" = 0 ]
