@@ -62,13 +62,16 @@ if [ "$need_py" = 1 ]; then
                 || "$venv/bin/pip" install -q torch >&2 \
                 || why="pip could not install torch into $venv"
         fi
-        if [ -z "$why" ] && ! "$venv/bin/python" -c "import deepspeed" 2>/dev/null; then
-            echo "bench: pip install deepspeed ..." >&2
+        # DeepSpeed 0.19.8: the release whose meaning zinc follows (README), so its rows compare
+        # like with like; another version already in the venv is replaced.
+        if [ -z "$why" ] && ! "$venv/bin/python" -c \
+            "import deepspeed, sys; sys.exit(deepspeed.__version__ != '0.19.8')" 2>/dev/null; then
+            echo "bench: pip install deepspeed 0.19.8 ..." >&2
             # deepspeed's setup.py imports torch: build it against the torch just installed
             # rather than in an isolated build environment that would fetch another torch.
             "$venv/bin/pip" install -q setuptools wheel ninja >&2 || true
-            "$venv/bin/pip" install -q --no-build-isolation deepspeed >&2 \
-                || "$venv/bin/pip" install -q deepspeed >&2 \
+            "$venv/bin/pip" install -q --no-build-isolation deepspeed==0.19.8 >&2 \
+                || "$venv/bin/pip" install -q deepspeed==0.19.8 >&2 \
                 || echo "bench: WARNING: pip could not install deepspeed; its rows will say so" >&2
         fi
         if [ -z "$why" ] && ! "$venv/bin/python" -c "import transformers" 2>/dev/null; then
