@@ -86,6 +86,21 @@ __all__ = ["ZincConfigWarning", "init_distributed", "world_size", "local_rank",
            "add_config_arguments", "initialize"]
 
 
+def _warn_not_fp32(groups):
+    """fp32 mode (neither fp16 nor bf16 in the config) trains every parameter in float32: one
+    of another dtype is cast, which changes its forward's precision where DeepSpeed would keep
+    the dtype (float64 stays float64 there): said once, not silently."""
+    other = [(name, p.dtype) for _, ps in groups for _, name, p in ps if p.dtype != torch.float32]
+    if other:
+        name, dt = other[0]
+        warnings.warn(f"zinc.initialize: {len(other)} trained parameter(s) are not float32 (the "
+                      f"first: '{name}', {dt}); with neither fp16 nor bf16 enabled in the config "
+                      f"zinc holds and trains them in float32, so their forward runs in float32 "
+                      f"(DeepSpeed keeps their dtype): cast the model with model.float(), or "
+                      f"enable \"bf16\" or \"fp16\" for 16-bit parameters", RuntimeWarning,
+                      stacklevel=4)
+
+
 class ZincConfigWarning(UserWarning):
     """A warning zinc gave about the config (a key accepted without effect, an override, ...)."""
 
@@ -311,6 +326,8 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
             needs = mine + needs
             if needs:
                 self._needs[mod] = needs
+        if self._code == 0 and lib.zinc_engine_rank(e) == 0:
+            _warn_not_fp32(self._groups)
         if not self._groups:
             if wanted and not wanted & {id(p) for p in model.parameters()}:
                 raise ValueError(f"zinc.initialize: none of the {len(wanted)} tensors in "

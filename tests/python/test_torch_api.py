@@ -880,6 +880,26 @@ def check_batch_size(stage):
     engine.close()
 
 
+def check_not_fp32_warned(stage):
+    """fp32 mode trains every parameter in float32: a float64 model is cast, which DeepSpeed
+    would not do; rank 0 says so once, naming a parameter; a float32 model gets no warning."""
+    for dtype, want in ((torch.float64, 1), (torch.float32, 0)):
+        model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2)).to(dtype)
+        c = {"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "AdamW"},
+             "zero_optimization": {"stage": stage}}
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            engine, _, _, _ = zinc.initialize(model=model, model_parameters=model.parameters(),
+                                              config=c)
+        said = [str(w.message) for w in seen if "are not float32" in str(w.message)]
+        if engine.global_rank != 0:
+            want = 0
+        check(f"{dtype} parameters in fp32 mode: {want} warning(s) on rank {engine.global_rank}",
+              len(said) == want and all("4 trained parameter(s)" in m and "'0.weight'" in m
+                                        for m in said), str(said))
+        engine.close()
+
+
 def main():
     stage, root = int(sys.argv[1]), sys.argv[2]
     model = net()
@@ -1128,6 +1148,7 @@ def main():
     check_batch_size(stage)
     check_backward_frees_graph(stage)
     check_two_engines(stage)
+    check_not_fp32_warned(stage)
     print(f"rank {rank}: {len(failures)} failed", flush=True)
     return 1 if failures else 0
 
