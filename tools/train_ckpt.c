@@ -121,6 +121,26 @@ static int save_dir_unusable(const char *dir, char *msg, size_t n)
     return 1;
 }
 
+/* The bytes of the files directly in dir/name (a checkpoint tag is flat). */
+static unsigned long long dir_bytes(const char *dir, const char *name)
+{
+    char path[2400];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    DIR *d = opendir(path);
+    if (!d) return 0;
+    unsigned long long sum = 0;
+    struct dirent *de;
+    struct stat st;
+    char f[2800];
+    while ((de = readdir(d))) {
+        snprintf(f, sizeof f, "%s/%s", path, de->d_name);
+        if (de->d_name[0] != '.' && lstat(f, &st) == 0 && S_ISREG(st.st_mode))
+            sum += (unsigned long long)st.st_size;
+    }
+    closedir(d);
+    return sum;
+}
+
 size_t train_step_tag_len(const char *name)
 {
     size_t nd = strncmp(name, "step", 4) ? 0 : strspn(name + 4, "0123456789");
@@ -135,6 +155,9 @@ size_t train_step_tag_len(const char *name)
  * not at the first save after hours. Tags it will not write are not its business. */
 static int save_dir_blocked(const topts *o, long long start, char *msg, size_t n)
 {
+    int nstale = 0;
+    char stale[300] = "";
+    unsigned long long stale_bytes = 0;
     DIR *d = opendir(o->save_dir);
     if (!d) return 0; /* missing: made at the first save */
     int bad = zck_latest_check(o->save_dir, msg, n) != 0;
@@ -150,8 +173,23 @@ static int save_dir_blocked(const topts *o, long long start, char *msg, size_t n
                     (step == o->steps || (o->save_every && step % o->save_every == 0));
         if (saved && !strcmp(tag, want))
             bad = zck_save_target_check(o->save_dir, tag, msg, n) != 0;
+        else if (!strcmp(de->d_name + tl, ".tmp")) {
+            /* a save stopped before its rename: never loaded, and no save of this run
+             * replaces it (one that does removes it first) */
+            unsigned long long b = dir_bytes(o->save_dir, de->d_name);
+            stale_bytes += b;
+            if (!nstale++) snprintf(stale, sizeof stale, "%s", de->d_name);
+        }
     }
     closedir(d);
+    if (!bad && nstale == 1 && o->rank0)
+        printf("note: %s/%s is an unfinished save a stopped run left (%.1f MiB), never loaded "
+               "and not saved over by this run: remove it to free the space\n", o->save_dir,
+               stale, (double)stale_bytes / (1 << 20));
+    else if (!bad && nstale && o->rank0)
+        printf("note: %s/%s and %d more *.tmp are unfinished saves stopped runs left (%.1f MiB), "
+               "never loaded and not saved over by this run: remove them to free the space\n",
+               o->save_dir, stale, nstale - 1, (double)stale_bytes / (1 << 20));
     return bad;
 }
 

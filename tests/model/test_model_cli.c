@@ -414,6 +414,19 @@ int main(void)
     free(out);
     snprintf(cmd, sizeof cmd, "rm -r '%s/ck/step000003'", tmp);
     ZT_CHECK(system(cmd) == 0, "%s", cmd);
+    /* a stopped save's .tmp that this run will not save over is named, with its size (it stayed,
+     * unseen, for ever) */
+    snprintf(cmd, sizeof cmd, "mkdir '%s/ck/step000009.tmp' && head -c 1048576 /dev/zero > "
+             "'%s/ck/step000009.tmp/rank-00000.zck'", tmp, tmp);
+    ZT_CHECK(system(cmd) == 0, "%s", cmd);
+    rc = run("train " SMALL " --steps 12 --seed 4 --save-dir ck --resume auto", &err, &out);
+    ZT_CHECK(rc == 0 && strstr(out, "note: ck/step000009.tmp is an unfinished save a stopped run "
+                                    "left (1.0 MiB)"),
+             "--resume auto beside a stale .tmp: exit %d: %s %s", rc, err, out);
+    free(err);
+    free(out);
+    snprintf(cmd, sizeof cmd, "rm -r '%s/ck/step000009.tmp'", tmp);
+    ZT_CHECK(system(cmd) == 0, "%s", cmd);
     /* --resume DIR/TAG, as the ckpt tools take a tag (trailing slash too): that tag, the same run */
     rc = run("train " SMALL " --steps 12 --seed 4 --resume ck/step000006/ --metrics t.jsonl", &err,
              &out);
