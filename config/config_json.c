@@ -44,7 +44,9 @@ json_object *zc_json_parse(zcctx *x, const char *text, const char *label)
     size_t end = json_tokener_get_parse_end(tok);
     int line, col;
     if (!root) {
-        if (err == json_tokener_continue) {
+        if (err == json_tokener_success) { /* the text is `null` */
+            zc_error(x, "", "%s: the config is null, not a JSON object", label);
+        } else if (err == json_tokener_continue) {
             zjson_line_col(text, len, &line, &col);
             zc_error(x, "",
                      "%s:%d:%d: malformed JSON: unexpected end of input (an unclosed { [ or \")",

@@ -10,6 +10,8 @@
 #include <unistd.h>
 #include <limits.h>
 
+#include <json-c/json.h>
+
 #include "base/files.h"
 #include "tools/commands.h"
 
@@ -206,6 +208,11 @@ int zarg_output_file_ok(const char *cmd, const char *opt, const char *out)
     struct stat st;
     if (stat(out, &st) == 0 && S_ISDIR(st.st_mode))
         return zarg_usage_error(cmd, "%s '%s' is a directory; give a file name", opt, out);
+    /* a FIFO or device: the output is written aside and renamed over it, which would replace
+     * it (as root, /dev/null became a regular file) */
+    if (stat(out, &st) == 0 && !S_ISREG(st.st_mode))
+        return zarg_usage_error(cmd, "%s '%s' is not a regular file (a FIFO, device or socket); "
+                                "give a file name", opt, out);
     char dir[PATH_MAX];
     parent_dir(out, dir);
     if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
@@ -224,4 +231,11 @@ int zarg_one_of(const char *a, const char *const *names)
     for (; *names; names++)
         if (!strcmp(a, *names)) return 1;
     return 0;
+}
+
+void zarg_json_string(FILE *f, const char *s)
+{
+    json_object *o = json_object_new_string(s ? s : "");
+    fputs(o ? json_object_to_json_string_ext(o, JSON_C_TO_STRING_NOSLASHESCAPE) : "\"\"", f);
+    json_object_put(o);
 }

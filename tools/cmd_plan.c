@@ -133,9 +133,11 @@ static void print_json(const zplan_in *in, const zplan_out *o, const zplan_out *
            zinc_dtype_name(in->dtype), in->offload ? "true" : "false",
            in->offload_param ? "true" : "false");
     printf(" \"gpu\": {\"name\": \"%s\", \"label\": \"%s\", \"peak_flops\": %.6g, "
-           "\"memory_bytes\": %.6g, \"hbm_bytes_per_s\": %.6g, \"source\": \"%s\"},\n",
+           "\"memory_bytes\": %.6g, \"hbm_bytes_per_s\": %.6g, \"source\": ",
            in->gpu->name, in->gpu->label, in->gpu->peak_flops, in->gpu->mem_bytes,
-           in->gpu->hbm_bw, in->gpu->source);
+           in->gpu->hbm_bw);
+    zarg_json_string(stdout, in->gpu->source); /* a calibration file's path */
+    printf("},\n");
     printf(" \"links\": {\"intra_bytes_per_s\": %.6g, \"intra_latency_s\": %.6g, "
            "\"inter_bytes_per_s\": %.6g, \"inter_latency_s\": %.6g, \"pcie_bytes_per_s\": %.6g, "
            "\"host_bytes_per_s\": %.6g}, \"compute_efficiency\": %.6g,\n",
@@ -330,6 +332,7 @@ int cmd_plan(int argc, char **argv)
     const char *cal_model = NULL;
     zinc_dtype dtype = ZINC_DTYPE_BF16;
     int json = 0, ckpt = 0, offload = 0, offload_param = 0, dtype_set = 0, gated = 0;
+    int offload_flag = 1, offload_param_flag = 1; /* 0: a config set it, not the flag */
     int recommend = 0, calibrate = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
@@ -489,14 +492,21 @@ int cmd_plan(int argc, char **argv)
                                 "--micro-batch x --accum x --gpus is the batch)");
     }
     if (config) {
+        offload_flag = offload, offload_param_flag = offload_param;
         int rc = plan_config(config, v, &dtype, dtype_set, &offload, &offload_param);
         if (rc) return rc;
     }
     if (v[P_STAGE] < 0) return zarg_usage_error("plan", "--stage S (0..3) or --config is required");
+    /* the offloads may come from --config's zero_optimization rather than the flags */
     if (offload && v[P_STAGE] == 0)
-        return zarg_usage_error("plan", "--offload-optimizer needs stage 1, 2 or 3");
+        return zarg_usage_error("plan", "%s needs stage 1, 2 or 3",
+                                offload_flag ? "--offload-optimizer"
+                                : "--config's zero_optimization.offload_optimizer");
     if (offload_param && (v[P_STAGE] != 3 || !offload))
-        return zarg_usage_error("plan", "--offload-param needs stage 3 and --offload-optimizer");
+        return zarg_usage_error("plan", "%s needs stage 3 and --offload-optimizer (or the "
+                                "config's zero_optimization.offload_optimizer)",
+                                offload_param_flag ? "--offload-param"
+                                : "--config's zero_optimization.offload_param");
 
     zplan_in in = {
         .params = v[P_PARAMS], .layers = v[P_LAYERS] > 0 ? (int)v[P_LAYERS] : 0,
@@ -516,6 +526,15 @@ int cmd_plan(int argc, char **argv)
         .host_bw = v[P_HOST_BW] > 0 ? v[P_HOST_BW] * 1e9 : ZPLAN_HOST_BW,
         .efficiency = v[P_EFF] > 0 ? v[P_EFF] : ZPLAN_EFFICIENCY,
     };
+    /* A step's bytes per rank are counted in 64 bits (zvol_plan, the engine's accounting): at
+     * most 2·K·Ψ elements of 4 bytes (stage 3's gathers; K up to global batch / GPUs with
+     * --recommend). Past that they wrapped (5e12 parameters with 1e6 accumulation steps showed
+     * fewer bytes gathered than reduce-scattered). */
+    double kmax = recommend ? v[P_GLOBAL] / in.gpus : in.accum;
+    if (2.0 * kmax * (in.params + 1e6) * 4.0 > 1.8e19)
+        return zarg_usage_error("plan", "--params %g with up to %g accumulation steps: a step "
+                                "would move more than 2^64 bytes per rank, past what zinc plan "
+                                "counts; give fewer parameters or steps", in.params, kmax);
     if (recommend) return plan_recommend(&in, (long long)v[P_GLOBAL], json);
     zplan_out o, scale[ZPLAN_NSCALE];
     zplan_step(&in, &o);

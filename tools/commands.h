@@ -7,6 +7,8 @@
 #ifndef ZINC_TOOLS_COMMANDS_H
 #define ZINC_TOOLS_COMMANDS_H
 
+#include <stdio.h>
+
 #include "zinc.h"
 
 int cmd_estimate(int argc, char **argv);   /* zinc estimate   — memory plan per rank         */
@@ -61,6 +63,9 @@ int zarg_output_file_ok(const char *cmd, const char *opt, const char *out);
  * tag, or zarg_in_checkpoint_tag: a save directory or output there would be a checkpoint's
  * contents. */
 int zarg_inside_tag(const char *path);
+/* s as a JSON string, quotes and escapes included (json-c's), written to f: for a path or host
+ * name inside JSON a command prints (a '"' in it made the output invalid). */
+void zarg_json_string(FILE *f, const char *s);
 
 
 /* The memory plan per rank that `zinc estimate` prints (tools/cmd_estimate.c), shared with

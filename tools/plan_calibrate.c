@@ -283,13 +283,17 @@ int zplan_calibrate(const char *self, const char *out_path, const char *spec, in
     time_t now = time(NULL);
     char when[64];
     strftime(when, sizeof when, "%Y-%m-%d %H:%M UTC", gmtime(&now));
-    fprintf(f, "{\"zinc_calibration\": 1, \"host\": \"%s\", \"date\": \"%s\", \"device\": \"%s\",\n"
-               " \"flops_per_s\": %.6g, \"flops_model\": \"%s\", \"flops_threads\": %d, "
+    fprintf(f, "{\"zinc_calibration\": 1, \"host\": ");
+    zarg_json_string(f, host);
+    fprintf(f, ", \"date\": \"%s\", \"device\": ", when);
+    zarg_json_string(f, device);
+    fprintf(f, ",\n \"flops_per_s\": %.6g, \"flops_model\": ", flops);
+    zarg_json_string(f, spec);
+    fprintf(f, ", \"flops_threads\": %d, "
                "\"model_ms\": %.6g,\n \"optimizer_bytes_per_s\": %.6g,\n"
                " \"link_alpha_s\": %.6g, \"link_bytes_per_s\": %.6g, \"link_ranks\": %d,\n"
                " \"memory_bytes\": %.6g,\n \"collectives\": [",
-            host, when, device, flops, spec, threads, model_ms, adam, a, b, ranks,
-            host_memory_bytes());
+            threads, model_ms, adam, a, b, ranks, host_memory_bytes());
     for (int op = 0; op < 2; op++)
         for (int s = 0; s < CAL_SIZES; s++)
             fprintf(f, "%s\n  {\"op\": \"%s\", \"bytes\": %zu, \"seconds\": %.6g}",
@@ -323,6 +327,9 @@ int zplan_read_calibration(const char *path, zplan_gpu *gpu, zplan_link *link, c
     }
     static const char *const keys[5] = {"flops_per_s", "optimizer_bytes_per_s", "link_alpha_s",
                                         "link_bytes_per_s", "memory_bytes"};
+    /* What a measurement can be, from a phone to far past any machine: a figure outside made
+     * the plan's times infinite and its JSON invalid (flops_per_s 1e-300 passed "above 0"). */
+    static const double lo[5] = {1e6, 1e6, 0, 1e3, 1e6}, hi[5] = {1e18, 1e15, 10, 1e15, 1e15};
     double v[5];
     int rc = 0;
     if (number_of(o, "zinc_calibration") != 1) {
@@ -335,6 +342,10 @@ int zplan_read_calibration(const char *path, zplan_gpu *gpu, zplan_link *link, c
         /* alpha may be 0; the rest are rates and sizes above 0 */
         if (!isfinite(v[i]) || !(v[i] > 0 || (i == 2 && v[i] == 0))) {
             snprintf(err, len, "%s: \"%s\" is missing or not a number above 0", path, keys[i]);
+            rc = -1;
+        } else if (v[i] < lo[i] || v[i] > hi[i]) {
+            snprintf(err, len, "%s: \"%s\" is %g, outside %g..%g (not a measurement; run zinc "
+                     "plan --calibrate again)", path, keys[i], v[i], lo[i], hi[i]);
             rc = -1;
         }
     }

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "base/files.h"
+#include "base/json_strict.h"
 #include "tools/plan.h"
 
 static int fail(char *err, size_t len, const char *fmt, ...)
@@ -82,9 +83,45 @@ json_object *zplan_read_json(const char *path, char *why, size_t n)
         snprintf(why, n, "%s", zfile_strerror(e));
         return NULL;
     }
-    enum json_tokener_error je = json_tokener_success;
-    json_object *o = json_tokener_parse_verbose(buf, &je);
-    if (!o) snprintf(why, n, "%s", json_tokener_error_desc(je));
+    /* One object and nothing after it but whitespace: json_tokener_parse read the first value
+     * and dropped the rest ('{"a":1}{"b":2}' was {"a":1}), and took `null` as a failure named
+     * "success". Python's NaN and Infinity, which an HF config may hold, stay accepted. */
+    json_tokener *tok = json_tokener_new();
+    json_object *o = NULL;
+    if (!tok) {
+        snprintf(why, n, "out of memory");
+    } else if (len > 0x7fffffffu) {
+        snprintf(why, n, "larger than 2 GiB");
+    } else {
+        o = json_tokener_parse_ex(tok, buf, (int)len);
+        enum json_tokener_error je = json_tokener_get_error(tok);
+        size_t end = json_tokener_get_parse_end(tok);
+        int line, col;
+        if (!o && je == json_tokener_continue)
+            snprintf(why, n, "it ends inside a value");
+        else if (!o && je != json_tokener_success) {
+            zjson_line_col(buf, end, &line, &col);
+            snprintf(why, n, "line %d:%d: %s", line, col, json_tokener_error_desc(je));
+        } else if (!json_object_is_type(o, json_type_object))
+            snprintf(why, n, "the file holds %s, not a JSON object",
+                     o ? json_type_to_name(json_object_get_type(o)) : "null");
+        else {
+            while (end < len && (buf[end] == ' ' || buf[end] == '\t' || buf[end] == '\r' ||
+                                 buf[end] == '\n'))
+                end++;
+            if (end < len) {
+                zjson_line_col(buf, end, &line, &col);
+                snprintf(why, n, "line %d:%d: text after the JSON object", line, col);
+            } else {
+                json_tokener_free(tok);
+                free(buf);
+                return o;
+            }
+        }
+        json_object_put(o);
+        o = NULL;
+        json_tokener_free(tok);
+    }
     free(buf);
     return o;
 }

@@ -48,6 +48,8 @@ def plan(**options):
     out = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     nothing_fits = out.returncode == 1 and options.get("recommend")
     if out.returncode != 0 and not nothing_fits:
-        msg = out.stderr.strip().splitlines()
-        raise ValueError(msg[0] if msg else f"zinc plan failed (exit {out.returncode})")
+        # The errors, without the config's warnings that may come first (the first line was
+        # then a warning, and the error was lost).
+        msg = [line for line in out.stderr.strip().splitlines() if "config warning:" not in line]
+        raise ValueError("; ".join(msg) if msg else f"zinc plan failed (exit {out.returncode})")
     return json.loads(out.stdout)

@@ -135,9 +135,44 @@ if "$zinc" plan --calibrate --out "$tmp.cal" --model L1-D32-H2-T32 >"$tmp.out" 2
         echo "FAIL: --calibration did not price with the calibrated rank"; cat "$tmp.out"
         fails=$((fails + 1))
     fi
+    # a calibration path with a quote and a backslash: --json stays JSON (they were printed raw)
+    odd="$tmp.we\"ird\\x.cal"
+    cp "$tmp.cal" "$odd"
+    expect 0 - --calibration "$odd" --params 30000 --seq 32 --gpus 2 --stage 2 --json
+    checks=$((checks + 1))
+    if ! python3 -c 'import json, sys; json.load(open(sys.argv[1]))' "$tmp.out"; then
+        echo "FAIL: --json with a calibration path holding '\"' is not JSON"; cat "$tmp.out"
+        fails=$((fails + 1))
+    fi
+    rm -f "$odd"
+    # a figure no machine measures is refused (1e-300 FLOP/s made the times inf, the JSON invalid)
+    sed 's/"flops_per_s": [0-9.e+-]*/"flops_per_s": 1e-300/' "$tmp.cal" >"$tmp.json"
+    expect 2 '"flops_per_s" is 1e-300, outside' --calibration "$tmp.json" --params 30000 --seq 32 \
+        --gpus 2 --stage 2
+    # text after the object, as in an HF config (only the first object was read)
+    { cat "$tmp.cal"; echo '{"flops_per_s": 1}'; } >"$tmp.json"
+    expect 2 "text after the JSON object" --calibration "$tmp.json" --params 30000 --seq 32 \
+        --gpus 2 --stage 2
 else
     echo "FAIL: zinc plan --calibrate failed"; cat "$tmp.err"; fails=$((fails + 1))
 fi
+# An HF config with text after it, or null: refused naming why ("success" for null; the rest
+# of the file was ignored)
+hf=$(dirname "$0")/gpt2-config.json
+{ cat "$hf"; echo 'garbage {{{'; } >"$tmp.json"
+expect 2 "hf-config: .*text after the JSON object" --hf-config "$tmp.json" --gpus 8 --gpu h100 \
+    --stage 2
+echo null >"$tmp.json"
+expect 2 "hf-config: .*holds null, not a JSON object" --hf-config "$tmp.json" --gpus 8 --gpu h100 \
+    --stage 2
+# a step past 2^64 bytes per rank is refused (the counts wrapped: fewer bytes gathered than
+# reduce-scattered)
+expect 2 "^zinc plan: --params 5e\+12 with up to 1e\+06 accumulation steps: a step would move" \
+    --params 5e12 --seq 1 --gpus 2 --gpu h100 --stage 3 --accum 1000000
+# an offload from --config is named as the config's, not as a flag the user did not give
+printf '{"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "AdamW"}, "zero_optimization": {"stage": 1, "offload_optimizer": {"device": "cpu"}}}' >"$tmp.json"
+expect 2 "^zinc plan: --config's zero_optimization.offload_optimizer needs stage 1, 2 or 3" \
+    --params 1e9 --seq 1024 --gpus 8 --gpu h100 --config "$tmp.json" --stage 0
 expect 2 "^zinc plan: --calibrate takes only --out" --calibrate --gpus 8
 expect 2 "^zinc plan: --out, --model, --ranks and --threads go with --calibrate" $base --ranks 2
 expect 2 "^zinc plan: --calibration: .*no-such\.cal: cannot open" --calibration "$tmp.no-such.cal" \
@@ -169,6 +204,11 @@ if mkfifo "$tmp.fifo" 2>/dev/null; then
     expect 2 "hf-config: .*not a regular file" --hf-config "$tmp.fifo" --gpus 8 --gpu h100
     expect 2 "calibration: .*not a regular file" --calibration "$tmp.fifo" \
         --params 7e9 --seq 4096 --gpus 8 --stage 3
+    # ... and as --out: the calibration is renamed over its target, which replaced the FIFO (and,
+    # as root, /dev/null) with a regular file
+    expect 2 "^zinc plan: --out '$tmp.fifo' is not a regular file" $cal --out "$tmp.fifo"
+    checks=$((checks + 1))
+    if [ ! -p "$tmp.fifo" ]; then echo "FAIL: --out replaced the FIFO"; fails=$((fails + 1)); fi
     rm -f "$tmp.fifo"
 fi
 

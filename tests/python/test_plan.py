@@ -5,8 +5,10 @@ recommend work, and bad input raises ValueError naming the flag.
     python test_plan.py          (ZINC_CLI: the zinc binary; else beside the library)
 """
 import json
+import os
 import subprocess
 import sys
+import tempfile
 
 from _common import check, check_raises, finish, zinc
 
@@ -35,6 +37,14 @@ def main():
     check_raises("an unknown GPU raises ValueError naming --gpu",
                  lambda: zinc.plan(params=7e9, seq=4096, gpus=8, gpu="v100", stage=3),
                  ValueError, "--gpu 'v100'")
+    # a config with a warning before its error: the ValueError carries the error (it carried
+    # the warning, the first line the CLI printed)
+    cfg = os.path.join(tempfile.mkdtemp(), "ds.json")
+    with open(cfg, "w") as f:
+        json.dump({"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 7}}, f)
+    check_raises("a rejected --config raises ValueError naming the bad key, not a warning",
+                 lambda: zinc.plan(params=7e9, seq=4096, gpus=8, gpu="h100", config=cfg),
+                 ValueError, "zero_optimization.stage")
     return finish()
 
 
