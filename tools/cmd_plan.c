@@ -134,7 +134,7 @@ static void print_json(const zplan_in *in, const zplan_out *o, const zplan_out *
            in->offload_param ? "true" : "false");
     printf(" \"gpu\": {\"name\": \"%s\", \"label\": \"%s\", \"peak_flops\": %.6g, "
            "\"memory_bytes\": %.6g, \"hbm_bytes_per_s\": %.6g, \"source\": ",
-           in->gpu->name, in->gpu->label, in->gpu->peak_flops, in->gpu->mem_bytes,
+           in->gpu->name, in->gpu->label, zplan_peak_flops(in->gpu, in->dtype), in->gpu->mem_bytes,
            in->gpu->hbm_bw);
     zarg_json_string(stdout, in->gpu->source); /* a calibration file's path */
     printf("},\n");

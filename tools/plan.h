@@ -22,7 +22,13 @@ typedef struct {
     double nvlink_bw;   /* NVLink bytes/s per GPU per direction (half the datasheet's total) */
     double pcie_bw;     /* host link bytes/s per direction (half the datasheet's total) */
     const char *source; /* the datasheet the figures come from */
+    double fp32_flops;  /* dense FP32 FLOP/s, no tensor cores: what fp32 training runs at, since
+                           PyTorch leaves TF32 off for matrix products; 0: peak_flops (a
+                           calibrated rank, measured in bf16) */
 } zplan_gpu;
+
+/* The FLOP/s a step of dtype runs at on g: fp32's peak in fp32, else the 16-bit tensor peak. */
+double zplan_peak_flops(const zplan_gpu *g, zinc_dtype dtype);
 
 /* The built-in table, and a lookup by name (case-insensitive; "h100-sxm" and "a100-80gb" style
  * aliases accepted). NULL for an unknown name. */

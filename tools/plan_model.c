@@ -11,23 +11,28 @@
 /* The GPU table. NVLink and PCIe: the datasheets give the total of both directions; a ring
  * sends one way, so the table holds half. Memory: the datasheet's GB as 10^9 bytes. */
 const zplan_gpu zplan_gpus[] = {
-    /* NVIDIA A100 Tensor Core GPU datasheet: BF16 tensor 312 TFLOPS (624 with sparsity),
-     * 40GB HBM2 1,555 GB/s, NVLink 600 GB/s, PCIe Gen4 64 GB/s (SXM). */
+    /* NVIDIA A100 Tensor Core GPU datasheet: BF16 tensor 312 TFLOPS (624 with sparsity), FP32
+     * 19.5 TFLOPS, 40GB HBM2 1,555 GB/s, NVLink 600 GB/s, PCIe Gen4 64 GB/s (SXM). */
     {"a100-40", "A100 SXM 40GB", 312e12, 40e9, 1555e9, 300e9, 32e9,
-     "NVIDIA A100 Tensor Core GPU datasheet"},
+     "NVIDIA A100 Tensor Core GPU datasheet", 19.5e12},
     /* Same datasheet: 80GB HBM2e 2,039 GB/s (SXM). */
     {"a100-80", "A100 SXM 80GB", 312e12, 80e9, 2039e9, 300e9, 32e9,
-     "NVIDIA A100 Tensor Core GPU datasheet"},
+     "NVIDIA A100 Tensor Core GPU datasheet", 19.5e12},
     /* NVIDIA H100 Tensor Core GPU datasheet (SXM): BF16 tensor 1,979 TFLOPS with sparsity, so
-     * 989 dense; 80GB, 3.35 TB/s; NVLink 900 GB/s; PCIe Gen5 128 GB/s. */
+     * 989 dense; FP32 67 TFLOPS; 80GB, 3.35 TB/s; NVLink 900 GB/s; PCIe Gen5 128 GB/s. */
     {"h100", "H100 SXM 80GB", 989e12, 80e9, 3350e9, 450e9, 64e9,
-     "NVIDIA H100 Tensor Core GPU datasheet"},
+     "NVIDIA H100 Tensor Core GPU datasheet", 67e12},
     /* NVIDIA H200 Tensor Core GPU datasheet (SXM): BF16 tensor 1,979 TFLOPS with sparsity, so
-     * 989 dense; 141GB HBM3e, 4.8 TB/s; NVLink 900 GB/s; PCIe Gen5 128 GB/s. */
+     * 989 dense; FP32 67 TFLOPS; 141GB HBM3e, 4.8 TB/s; NVLink 900 GB/s; PCIe Gen5 128 GB/s. */
     {"h200", "H200 SXM 141GB", 989e12, 141e9, 4800e9, 450e9, 64e9,
-     "NVIDIA H200 Tensor Core GPU datasheet"},
+     "NVIDIA H200 Tensor Core GPU datasheet", 67e12},
 };
 const int zplan_ngpus = (int)(sizeof zplan_gpus / sizeof zplan_gpus[0]);
+
+double zplan_peak_flops(const zplan_gpu *g, zinc_dtype dtype)
+{
+    return dtype == ZINC_DTYPE_FP32 && g->fp32_flops > 0 ? g->fp32_flops : g->peak_flops;
+}
 
 const zplan_gpu *zplan_gpu_find(const char *name)
 {
@@ -80,7 +85,8 @@ void zplan_step(const zplan_in *in, zplan_out *o)
         o->flops_per_token += 12.0 * in->layers * in->hidden * in->seq;
     double tokens_rank = (double)in->micro_batch * in->seq * k;
     o->tokens = tokens_rank * n;
-    double compute = o->flops_per_token * tokens_rank / (g->peak_flops * in->efficiency);
+    double peak = zplan_peak_flops(g, in->dtype);
+    double compute = o->flops_per_token * tokens_rank / (peak * in->efficiency);
     o->forward = compute / 3.0;
     o->backward = 2.0 * compute / 3.0 + (in->checkpointing ? compute / 3.0 : 0.0);
 
@@ -137,7 +143,7 @@ void zplan_step(const zplan_in *in, zplan_out *o)
 
     o->step = o->forward + o->backward + o->exposed + o->optimizer + o->offload;
     o->tokens_per_s = o->tokens / o->step;
-    o->mfu = o->flops_per_token * o->tokens_per_s / (n * g->peak_flops);
+    o->mfu = o->flops_per_token * o->tokens_per_s / (n * peak);
     o->activations = zplan_activations(in);
     o->fits = (double)o->mem.total + o->activations <= g->mem_bytes;
 }

@@ -67,6 +67,13 @@ static void test_alpha_beta(void)
     zplan_step(&in, &o);
     ZT_CHECK(close_to(o.forward + o.backward, compute * 4 / 3), "checkpointing: %.12g",
              o.forward + o.backward);
+    /* fp32 runs on the FP32 units (67 TFLOP/s on an H100; it was priced at bf16's 989) */
+    in.checkpointing = 0;
+    in.dtype = ZINC_DTYPE_FP32;
+    zplan_step(&in, &o);
+    ZT_CHECK(close_to(o.forward + o.backward, 6 * 2.56e8 * 1000 / (67e12 * 0.5)),
+             "fp32 compute: %.12g s", o.forward + o.backward);
+    ZT_CHECK(close_to(o.mfu, 6 * 2.56e8 * 8000 / o.step / (8 * 67e12)), "fp32 mfu %.12g", o.mfu);
 }
 
 /* ---- the engine's counters --------------------------------------------------------------- */
