@@ -132,15 +132,22 @@ int cmd_estimate(int argc, char **argv)
            offload_param ? ", optimizer state and 16-bit parameters offloaded to the host"
            : offload     ? ", optimizer state offloaded to the host"
                          : "");
+    /* One unit for the whole table, the largest that shows the total: a small model's rows
+     * were all 0.000 GB. */
+    double most = (double)(m.total > m.host_total ? m.total : m.host_total);
+    double unit = most >= 1e9 ? 1e9 : most >= 1e6 ? 1e6 : 1e3;
+    const char *un = unit == 1e9 ? "GB" : unit == 1e6 ? "MB" : "kB";
     if (offload) printf("  %-8s %14s    %14s\n", "", "device", "host");
     for (int c = 0; c < ZINC_MEM_COUNT; c++) {
-        printf("  %-8s %14.3f GB", zinc_mem_category_name((zinc_mem_category)c), (double)b[c] / 1e9);
-        if (offload) printf(" %14.3f GB", (double)h[c] / 1e9);
+        printf("  %-8s %14.3f %s", zinc_mem_category_name((zinc_mem_category)c),
+               (double)b[c] / unit, un);
+        if (offload) printf(" %14.3f %s", (double)h[c] / unit, un);
         printf("\n");
     }
-    printf("  model state per rank: %.3f GB   with buffers: %.3f GB   (device; GB = 10^9 bytes)\n",
-           (double)m.state / 1e9, (double)m.total / 1e9);
-    if (offload) printf("  host memory per rank: %.3f GB\n", (double)m.host_total / 1e9);
+    printf("  model state per rank: %.3f %s   with buffers: %.3f %s   (device; %s = 10^%d bytes)\n",
+           (double)m.state / unit, un, (double)m.total / unit, un, un,
+           unit == 1e9 ? 9 : unit == 1e6 ? 6 : 3);
+    if (offload) printf("  host memory per rank: %.3f %s\n", (double)m.host_total / unit, un);
     if (nvme) printf("  NVMe scratch file per rank: %.3f GB (offload_optimizer.nvme_path)\n",
                      (double)disk / 1e9);
     return 0;

@@ -113,6 +113,18 @@ int main(void)
         ZT_CHECK(strstr(buf, "\"param16\": 0,") && strstr(buf, "\"offload_param\": true"),
                  "offload_param: param16 still on the device: %s", buf);
     }
+    /* The text's unit follows the size: a 120,576-parameter model printed every row as 0.000 GB */
+    {
+        char c2[512], out[4096] = "";
+        snprintf(c2, sizeof c2, "%s estimate --params 120576 --world-size 2 --stage 2", ZINC_CLI);
+        FILE *p = popen(c2, "r");
+        size_t got = p ? fread(out, 1, sizeof out - 1, p) : 0;
+        out[got] = 0;
+        int rc = p ? pclose(p) : -1;
+        ZT_CHECK(rc == 0 && strstr(out, "param16           0.241 MB") &&
+                     strstr(out, "(device; MB = 10^6 bytes)"),
+                 "a small model's estimate in MB: rc %d: %s", rc, out);
+    }
     const char *bad_param[] = {"--stage 3 --offload-param", "--stage 2 --offload-optimizer --offload-param"};
     for (int i = 0; i < 2; i++) {
         char c2[512];
