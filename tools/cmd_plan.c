@@ -162,11 +162,15 @@ static void print_json(const zplan_in *in, const zplan_out *o, const zplan_out *
            "\"mfu\": %.6g,\n \"scaling\": [",
            o->flops_per_token, o->tokens, o->tokens_per_s, o->mfu);
     for (int i = 0; i < ZPLAN_NSCALE; i++)
+        /* total_bytes_per_rank: zinc's buffers (zinc estimate's "with buffers"); the text's
+         * "GB per rank" and "fits" add the activations, given here beside it */
         printf("%s\n  {\"gpus\": %d, \"step_s\": %.6g, \"tokens_per_s\": %.6g, "
-               "\"efficiency\": %.6g, \"total_bytes_per_rank\": %llu, \"fits\": %s}",
+               "\"efficiency\": %.6g, \"total_bytes_per_rank\": %llu, "
+               "\"activation_bytes_per_rank\": %.0f, \"fits\": %s}",
                i ? "," : "", zplan_scale[i], scale[i].step, scale[i].tokens_per_s,
                scale[i].tokens_per_s / (zplan_scale[i] * scale[0].tokens_per_s),
-               (unsigned long long)scale[i].mem.total, scale[i].fits ? "true" : "false");
+               (unsigned long long)scale[i].mem.total, scale[i].activations,
+               scale[i].fits ? "true" : "false");
     printf("]}\n");
 }
 

@@ -33,6 +33,7 @@ checks=$((checks + 1))
 "$zinc" plan $base --json >"$tmp.out" 2>"$tmp.err"
 for want in '"step": [0-9.e+-]+' '"tokens_per_s": [0-9.e+-]+' '"mfu": 0\.[0-9]+' \
             '"total_bytes_per_rank": [0-9]+' '"gpus": 1024, "step_s": [0-9.e+-]+' \
+            '"activation_bytes_per_rank": [0-9]+, "fits"' \
             '"efficiency": 1,'; do
     if ! grep -Eq -- "$want" "$tmp.out"; then
         echo "FAIL: --json output lacks /$want/"; fails=$((fails + 1))
