@@ -444,16 +444,18 @@ int cmd_plan(int argc, char **argv)
                                     "h100, h200)", gpu_name);
     }
     /* A transformers config.json gives the shape; flags given as well win. */
-    zplan_in shape = {.seq = v[P_SEQ] > 0 ? v[P_SEQ] : 0};
+    /* The shape flags go in, so that the count is the model's with them (it stayed the file's). */
+    zplan_in shape = {.seq = v[P_SEQ] > 0 ? v[P_SEQ] : 0,
+                      .layers = v[P_LAYERS] > 0 ? (int)v[P_LAYERS] : 0,
+                      .hidden = v[P_HIDDEN] > 0 ? v[P_HIDDEN] : 0,
+                      .vocab = v[P_VOCAB] > 0 ? v[P_VOCAB] : 0, .ffn = v[P_FFN] > 0 ? v[P_FFN] : 0};
     if (hf) {
         char err[512];
         if (zplan_from_hf_config(hf, &shape, err, sizeof err))
             return zarg_usage_error("plan", "--hf-config: %s", err);
         if (v[P_SEQ] < 0) v[P_SEQ] = shape.seq > 0 ? shape.seq : -1;
-        if (v[P_LAYERS] < 0 && v[P_HIDDEN] < 0) {
-            v[P_LAYERS] = shape.layers;
-            v[P_HIDDEN] = shape.hidden;
-        }
+        if (v[P_LAYERS] < 0) v[P_LAYERS] = shape.layers;
+        if (v[P_HIDDEN] < 0) v[P_HIDDEN] = shape.hidden;
         if (v[P_PARAMS] < 0) v[P_PARAMS] = shape.params;
         if (v[P_VOCAB] < 0) v[P_VOCAB] = shape.vocab;
         if (v[P_FFN] < 0) v[P_FFN] = shape.ffn;

@@ -143,7 +143,8 @@ int zplan_read_calibration(const char *path, zplan_gpu *gpu, zplan_link *link, c
 
 /* A transformers config.json (GPT-2, Llama, Mistral, Qwen2 families): fills params (counted as
  * those classes build their weights), layers, hidden, vocab, ffn, gated and, when seq is 0, seq
- * from the context length. Returns 0, or -1 with the reason in err. */
+ * from the context length. A layers, hidden, vocab or ffn already above 0 in *in (the flags)
+ * replaces the file's, and params is counted with it. Returns 0, or -1 with the reason in err. */
 int zplan_from_hf_config(const char *path, zplan_in *in, char *err, size_t errlen);
 /* A JSON file zinc plan reads (--hf-config, --calibration), parsed leniently as transformers and
  * Python write them, or NULL with the open error or the parser's in why (n bytes). A FIFO or

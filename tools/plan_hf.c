@@ -142,9 +142,12 @@ int zplan_from_hf_config(const char *path, zplan_in *in, char *err, size_t errle
         static const char *const keys[] = {"n_embd", "n_layer", "vocab_size", "n_positions"};
         long long k[4];
         if (need(o, path, err, errlen, 4, keys, k) == 0) {
-            double h = (double)k[0], L = (double)k[1], V = (double)k[2], pos = (double)k[3];
+            /* --layers, --hidden, --vocab and --ffn given as well replace the file's */
+            double h = in->hidden > 0 ? in->hidden : (double)k[0];
+            double L = in->layers > 0 ? in->layers : (double)k[1];
+            double V = in->vocab > 0 ? in->vocab : (double)k[2], pos = (double)k[3];
             long long inner = count_of(o, "n_inner", 0);    /* null or absent: 4h */
-            double I = inner > 0 ? (double)inner : 4.0 * h;
+            double I = in->ffn > 0 ? in->ffn : inner > 0 ? (double)inner : 4.0 * h;
             if (inner < 0) {
                 json_object_put(o);
                 return fail(err, errlen, "%s: \"n_inner\" must be null or a whole number above "
@@ -156,17 +159,20 @@ int zplan_from_hf_config(const char *path, zplan_in *in, char *err, size_t errle
             double block = 4 * h + (3 * h * h + 3 * h) + (h * h + h) + (h * I + I) + (I * h + h);
             rc = set_shape(in, V * h + pos * h + L * block + 2 * h +
                                    (flag_of(o, "tie_word_embeddings", 1) ? 0 : V * h),
-                           k[1], h, V, I, 0, pos, path, err, errlen);
+                           (long long)L, h, V, I, 0, pos, path, err, errlen);
         }
     } else if (!strcmp(type, "llama") || !strcmp(type, "mistral") || !strcmp(type, "qwen2")) {
         static const char *const keys[] = {"hidden_size", "num_hidden_layers", "vocab_size",
                                            "intermediate_size", "num_attention_heads"};
         long long k[5];
         if (need(o, path, err, errlen, 5, keys, k) == 0) {
-            double h = (double)k[0], L = (double)k[1], V = (double)k[2], I = (double)k[3];
+            double h = in->hidden > 0 ? in->hidden : (double)k[0];   /* flags win, as above */
+            double L = in->layers > 0 ? in->layers : (double)k[1];
+            double V = in->vocab > 0 ? in->vocab : (double)k[2];
+            double I = in->ffn > 0 ? in->ffn : (double)k[3];
             double heads = (double)k[4];
             long long kvh = count_of(o, "num_key_value_heads", k[4]);
-            long long hd = count_of(o, "head_dim", k[0] / k[4]);
+            long long hd = count_of(o, "head_dim", (long long)h / k[4]);
             long long pos = count_of(o, "max_position_embeddings", 0);
             if (kvh <= 0 || hd <= 0 || pos < 0) {
                 rc = fail(err, errlen, "%s: num_key_value_heads, head_dim and "
@@ -183,7 +189,7 @@ int zplan_from_hf_config(const char *path, zplan_in *in, char *err, size_t errle
                 double mlp = 3 * h * I + (llama && flag_of(o, "mlp_bias", 0) ? 2 * I + h : 0);
                 rc = set_shape(in, V * h + L * (attn + mlp + 2 * h) + h +
                                        (flag_of(o, "tie_word_embeddings", 0) ? 0 : V * h),
-                               k[1], h, V, I, 1, (double)pos, path, err, errlen);
+                               (long long)L, h, V, I, 1, (double)pos, path, err, errlen);
             }
         }
     } else {

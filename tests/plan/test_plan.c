@@ -319,6 +319,15 @@ static void test_hf_configs(void)
              in.ffn == 8192 && in.gated && in.seq == 2048,
              "llama: params %.0f layers %d hidden %.0f ffn %.0f gated %d seq %.0f", in.params,
              in.layers, in.hidden, in.ffn, in.gated, in.seq);
+    /* --layers given as well: the count is the model's with 6 layers (it stayed the file's
+     * 12-layer count): 124,439,808 less 6 blocks of 7,087,872 (4h + 4h^2+4h + 2hI+I+h, h 768,
+     * I 3072) */
+    in = h100_node();
+    in.layers = 6;
+    rc = zplan_from_hf_config(ZINC_PLAN_TEST_DIR "/gpt2-config.json", &in, err, sizeof err);
+    ZT_CHECK(rc == 0 && in.params == 124439808.0 - 6 * 7087872.0 && in.layers == 6 &&
+                 in.hidden == 768, "gpt2 with 6 layers: params %.0f layers %d hidden %.0f",
+             in.params, in.layers, in.hidden);
     rc = zplan_from_hf_config(ZINC_PLAN_TEST_DIR "/no-such-config.json", &in, err, sizeof err);
     ZT_CHECK(rc != 0 && strstr(err, "no-such-config.json"), "missing file: rc %d, '%s'", rc, err);
 }
