@@ -174,10 +174,20 @@ int zplan_from_hf_config(const char *path, zplan_in *in, char *err, size_t errle
             long long kvh = count_of(o, "num_key_value_heads", k[4]);
             long long hd = count_of(o, "head_dim", (long long)h / k[4]);
             long long pos = count_of(o, "max_position_embeddings", 0);
-            if (kvh <= 0 || hd <= 0 || pos < 0) {
-                rc = fail(err, errlen, "%s: num_key_value_heads, head_dim and "
-                          "max_position_embeddings must be whole numbers above 0", path);
-            } else {
+            /* each named alone: the message named all three, also when head_dim was not in
+             * the file but came out 0 from more heads than channels */
+            if (kvh <= 0)
+                rc = fail(err, errlen, "%s: \"num_key_value_heads\" must be a whole number above "
+                          "0", path);
+            else if (hd == 0 && count_of(o, "head_dim", -2) == -2)
+                rc = fail(err, errlen, "%s: hidden size %.0f over %.0f attention heads gives no "
+                          "head_dim; the file must give \"head_dim\"", path, h, heads);
+            else if (hd <= 0)
+                rc = fail(err, errlen, "%s: \"head_dim\" must be a whole number above 0", path);
+            else if (pos < 0)
+                rc = fail(err, errlen, "%s: \"max_position_embeddings\" must be a whole number "
+                          "above 0", path);
+            else {
                 double q = heads * (double)hd, kv = (double)kvh * (double)hd;
                 /* q, k, v, o projections; Qwen2 has q/k/v biases, Llama all four when
                  * attention_bias (o's is h wide); gate, up, down (biases with mlp_bias); two

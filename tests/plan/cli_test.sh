@@ -166,6 +166,11 @@ expect 2 "hf-config: .*text after the JSON object" --hf-config "$tmp.json" --gpu
 echo null >"$tmp.json"
 expect 2 "hf-config: .*holds null, not a JSON object" --hf-config "$tmp.json" --gpus 8 --gpu h100 \
     --stage 2
+# more heads than channels and no head_dim: that is said (all three keys were named)
+sed 's/"num_attention_heads": 32/"num_attention_heads": 4096/' \
+    "$(dirname "$0")/llama-1b-config.json" >"$tmp.json"
+expect 2 "hidden size 2048 over 4096 attention heads gives no head_dim" --hf-config "$tmp.json" \
+    --gpus 8 --gpu h100 --stage 2
 # a step past 2^64 bytes per rank is refused (the counts wrapped: fewer bytes gathered than
 # reduce-scattered)
 expect 2 "^zinc plan: --params 5e\+12 with up to 1e\+06 accumulation steps: a step would move" \
