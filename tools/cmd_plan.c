@@ -464,6 +464,11 @@ int cmd_plan(int argc, char **argv)
     if (v[P_SEQ] < 0) return zarg_usage_error("plan", "--seq S is required");
     if ((v[P_LAYERS] < 0) != (v[P_HIDDEN] < 0))
         return zarg_usage_error("plan", "--layers and --hidden go together");
+    /* they shape the activations and the count from the shape: without one, nothing (they were
+     * accepted and ignored) */
+    if (v[P_LAYERS] < 0 && (v[P_VOCAB] >= 0 || v[P_FFN] >= 0 || gated))
+        return zarg_usage_error("plan", "--vocab, --ffn and --gated describe the layers: give "
+                                "--layers and --hidden (or --hf-config) with them");
     if (v[P_PARAMS] < 0 && v[P_LAYERS] < 0)
         return zarg_usage_error("plan", "--params P is required (or --layers and --hidden, or "
                                 "--hf-config)");

@@ -166,6 +166,9 @@ expect 2 "hf-config: .*text after the JSON object" --hf-config "$tmp.json" --gpu
 echo null >"$tmp.json"
 expect 2 "hf-config: .*holds null, not a JSON object" --hf-config "$tmp.json" --gpus 8 --gpu h100 \
     --stage 2
+# shape flags without a shape did nothing, silently
+expect 2 "^zinc plan: --vocab, --ffn and --gated describe the layers" --params 7e9 --seq 4096 \
+    --gpus 8 --gpu h100 --stage 3 --vocab 32000
 # more heads than channels and no head_dim: that is said (all three keys were named)
 sed 's/"num_attention_heads": 32/"num_attention_heads": 4096/' \
     "$(dirname "$0")/llama-1b-config.json" >"$tmp.json"
