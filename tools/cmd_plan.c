@@ -280,10 +280,12 @@ static int plan_recommend(const zplan_in *in, long long global_batch, int json)
                    "\"micro_batch\": %lld, "
                    "\"accumulation\": %d, \"step_s\": %.6g, \"tokens_per_s\": %.6g, "
                    "\"mfu\": %.6g, \"bytes_per_rank\": %.0f, \"activation_bytes\": %.0f, "
-                   "\"fits\": %s, \"why\": \"%s\"}", r ? "," : "", c->stage, mode_name(c),
-                   c->checkpointing ? "true" : "false", c->micro_batch, c->accum, c->out.step, c->out.tokens_per_s, c->out.mfu,
+                   "\"host_bytes_per_rank\": %llu, \"fits\": %s, \"why\": \"%s\"}",
+                   r ? "," : "", c->stage, mode_name(c), c->checkpointing ? "true" : "false",
+                   c->micro_batch, c->accum, c->out.step, c->out.tokens_per_s, c->out.mfu,
                    (double)c->out.mem.total + c->out.activations, c->out.activations,
-                   c->out.fits ? "true" : "false", why[r]);
+                   (unsigned long long)c->out.mem.host_total, c->out.fits ? "true" : "false",
+                   why[r]);
         }
         printf("]}\n");
         return best ? 0 : 1;
@@ -292,13 +294,16 @@ static int plan_recommend(const zplan_in *in, long long global_batch, int json)
            in->params, in->seq, global_batch, in->gpus, in->gpu->label);
     if (in->layers <= 0)
         printf("  (activations not counted: give --layers and --hidden or --hf-config)\n");
-    printf("  %5s %-16s %5s %6s %6s %10s %12s %6s %10s  %s\n", "stage", "offload", "ckpt",
-           "micro", "accum", "step s", "tokens/s", "MFU", "GB/rank", "");
+    /* host GB/rank: what offload puts in host memory, which a plan cannot check (it does not
+     * know the nodes' memory); shown so that an offload choice's cost is seen */
+    printf("  %5s %-16s %5s %6s %6s %10s %12s %6s %10s %10s  %s\n", "stage", "offload", "ckpt",
+           "micro", "accum", "step s", "tokens/s", "MFU", "GB/rank", "host GB", "");
     for (int r = 0; r < nrows; r++) {
         const zplan_choice *c = &rows[r];
-        printf("  %5d %-16s %5s %6lld %6d %10.4f %12.4g %5.1f%% %10.1f  %s\n", c->stage,
+        printf("  %5d %-16s %5s %6lld %6d %10.4f %12.4g %5.1f%% %10.1f %10.1f  %s\n", c->stage,
                mode_name(c), c->checkpointing ? "yes" : "no", c->micro_batch, c->accum,
-               c->out.step, c->out.tokens_per_s, 100.0 * c->out.mfu, total_gb(&c->out), why[r]);
+               c->out.step, c->out.tokens_per_s, 100.0 * c->out.mfu, total_gb(&c->out),
+               (double)c->out.mem.host_total / 1e9, why[r]);
     }
     if (!best) {
         printf("nothing fits %.0f GB per GPU, even with activation checkpointing: more GPUs or a "

@@ -72,6 +72,13 @@ expect 0 - $rec --recommend --global-batch 256
 if ! grep -Eq '^recommended: ZeRO stage [0-3], offload ' "$tmp.out"; then
     echo "FAIL: --recommend printed no recommendation"; cat "$tmp.out"; fails=$((fails + 1))
 fi
+# each candidate's host memory (offload's, which the plan cannot check) is shown
+expect 0 - $rec --recommend --global-batch 256 --json
+checks=$((checks + 1))
+if ! grep -Eq '"offload": "optimizer",.*"host_bytes_per_rank": [1-9][0-9]*,' "$tmp.out"; then
+    echo "FAIL: --recommend --json gave no host bytes for an offload row"; cat "$tmp.out"
+    fails=$((fails + 1))
+fi
 expect 0 - $rec --stage 2 --micro-batch 8
 if ! grep -q '+ activations' "$tmp.out"; then
     echo "FAIL: --hf-config gave no activation memory"; cat "$tmp.out"; fails=$((fails + 1))
