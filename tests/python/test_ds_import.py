@@ -84,11 +84,15 @@ def engine_for(want, stage):
     world = int(os.environ.get("OMPI_COMM_WORLD_SIZE", "1"))
     torch.manual_seed(1)     # not DeepSpeed's initial weights: the load must replace them
     model = make_fixtures.net(torch)
+    for n, p in model.named_parameters():     # frozen as in DeepSpeed's run
+        p.requires_grad_(n not in want.get("frozen", {}))
     low = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(want["dtype"][:4])
     if low is not None:
         model = model.to(low)
         model.shift.data = model.shift.data.float()
-    engine, *_ = zinc.initialize(model=model, model_parameters=model.parameters(),
+    engine, *_ = zinc.initialize(model=model,
+                                 model_parameters=[p for p in model.parameters()
+                                                   if p.requires_grad],
                                  config=zinc_config(want, stage, world))
     return engine, model, world
 
@@ -113,8 +117,15 @@ def load(name, stage, root=None):
     for key, get in (("master", safe_get_full_fp32_param),
                      ("exp_avg", lambda p: safe_get_full_optimizer_state(p, "exp_avg")),
                      ("exp_avg_sq", lambda p: safe_get_full_optimizer_state(p, "exp_avg_sq"))):
-        bad = [n for n, p in model.named_parameters() if not bitwise(get(p), want[key][n])]
+        bad = [n for n, p in model.named_parameters()
+               if p.requires_grad and not bitwise(get(p), want[key][n])]
         check(f"{tag}: {key} of every parameter bitwise DeepSpeed's", not bad, f"{bad}")
+    # a frozen parameter's value (at stage 3 in pieces over the ranks' model states files)
+    for n, value in want.get("frozen", {}).items():
+        p = dict(model.named_parameters())[n]
+        with zinc.zero.GatheredParameters([p]):
+            same = bitwise(p, value)
+        check(f"{tag}: frozen {n} bitwise DeepSpeed's", same)
     check(f"{tag}: the buffer", bitwise(model.shift, want["buffers"]["shift"]))
     for key in ("global_steps", "global_samples", "skipped_steps"):
         check(f"{tag}: {key}", getattr(engine, key) == want[key],
@@ -153,7 +164,8 @@ def load(name, stage, root=None):
         engine.backward(loss)
         engine.step()
     tol = {"fp32": 1e-6, "fp16": 2.0 ** -11}.get(want["dtype"], 2.0 ** -8)
-    got = {n: safe_get_full_fp32_param(p).float().flatten() for n, p in model.named_parameters()}
+    got = {n: safe_get_full_fp32_param(p).float().flatten() for n, p in model.named_parameters()
+           if p.requires_grad}
     worst = distance(got, want["continued"])
     what = "DeepSpeed's weights"
     if want["dtype"] == "fp16":
@@ -527,13 +539,20 @@ def convert(name, out, cli):
     check(f"{name}: zero_to_fp32 of it: DeepSpeed's fp32 master", not bad, f"{bad}")
     check(f"{name}: zero_to_fp32 of it: the buffer", "shift" in sd and
           bitwise(sd["shift"], want["buffers"]["shift"]))
+    # a frozen parameter is carried (from stage 3's pieces it was dropped, exit 0)
+    bad = [n for n, v in want.get("frozen", {}).items() if n not in sd or not bitwise(sd[n], v)]
+    check(f"{name}: zero_to_fp32 of it: the frozen parameters", not bad, f"{bad}")
     engine, model, _ = engine_for(want, 1)
     _, client = engine.load_checkpoint(out)
     for key, get in (("master", safe_get_full_fp32_param),
                      ("exp_avg", lambda p: safe_get_full_optimizer_state(p, "exp_avg")),
                      ("exp_avg_sq", lambda p: safe_get_full_optimizer_state(p, "exp_avg_sq"))):
-        bad = [n for n, p in model.named_parameters() if not bitwise(get(p), want[key][n])]
+        bad = [n for n, p in model.named_parameters()
+               if p.requires_grad and not bitwise(get(p), want[key][n])]
         check(f"{name}: the zinc checkpoint loads {key} bitwise DeepSpeed's", not bad, f"{bad}")
+    bad = [n for n, p in model.named_parameters()
+           if n in want.get("frozen", {}) and not bitwise(p, want["frozen"][n])]
+    check(f"{name}: ... and the frozen parameters", not bad, f"{bad}")
     check(f"{name}: its counters", (engine.global_steps, engine.global_samples) ==
           (want["global_steps"], want["global_samples"]),
           f"{engine.global_steps, engine.global_samples}")

@@ -188,7 +188,8 @@ set_tests_properties(python_torch_cuda_on_cpu PROPERTIES LABELS python TIMEOUT 3
 # loaded by zinc at another ZeRO stage than DeepSpeed's and checked against what DeepSpeed held
 # (expected.json), then trained on to DeepSpeed's own later weights.
 foreach(_c "s0_fp32;3" "s0_bf16;2" "s1_fp32;2" "s1_bf16;0" "s1_bf16_fp32acc;3" "s2_fp32;3"
-           "s2_bf16;1" "s3_fp32;1" "s3_bf16;2" "u2_fp32;0" "u3_bf16;3" "s2_fp16;3")
+           "s2_bf16;1" "s3_fp32;1" "s3_bf16;2" "u2_fp32;0" "u3_bf16;3" "s2_fp16;3"
+           "s0_fp32_fused;3" "s3_fp32_frozen;1")
   list(GET _c 0 _f)
   list(GET _c 1 _s)
   add_test(NAME python_ds_import_${_f} COMMAND ${_py} ${_pyt}/test_ds_import.py load ${_f} ${_s})
@@ -197,7 +198,7 @@ foreach(_c "s0_fp32;3" "s0_bf16;2" "s1_fp32;2" "s1_bf16;0" "s1_bf16_fp32acc;3" "
 endforeach()
 # python -m zinc.utils.from_deepspeed: the zinc checkpoint it writes passes `zinc ckpt verify`
 # and loads (engine, zero_to_fp32) with DeepSpeed's values.
-foreach(_f s3_bf16 u2_fp32)
+foreach(_f s3_bf16 u2_fp32 s3_fp32_frozen)
   add_test(NAME python_ds_convert_${_f}
            COMMAND ${_py} ${_pyt}/test_ds_import.py convert ${_f}
                    ${CMAKE_CURRENT_BINARY_DIR}/py_ds_convert_${_f} $<TARGET_FILE:zinc_cli>)
@@ -322,7 +323,8 @@ if(ZINC_HAVE_MPI AND ZINC_TORCH_PYTHON)
   endforeach()
   # DeepSpeed's 2-rank checkpoints at zinc's 2 and 4 ranks (zinc reshards them itself).
   # s0_bf16: the warning that DeepSpeed's Adam and scheduler counts differ comes from rank 0 only.
-  foreach(_c "s2_fp32;3;2" "s3_bf16;1;2" "s1_fp32;2;4" "s0_bf16;1;2")
+  # s3_fp32_frozen: the frozen parameter put together from the pieces, at zinc stage 3 on 2 ranks.
+  foreach(_c "s2_fp32;3;2" "s3_bf16;1;2" "s1_fp32;2;4" "s0_bf16;1;2" "s3_fp32_frozen;3;2")
     list(GET _c 0 _f)
     list(GET _c 1 _s)
     list(GET _c 2 _n)

@@ -303,7 +303,41 @@ def _stage0(ds, path, opt, module, buffer_names):
             ds.exp_avg[n] = state[i]["exp_avg"].float().clone().view(tuple(module[n].shape))
             ds.exp_avg_sq[n] = state[i]["exp_avg_sq"].float().clone().view(
                 tuple(module[n].shape))
-    ds.adam_step = _step_of(path, [(f"group {group_of[i]}", st) for i, st in zip(order, state)])
+    # DeepSpeed's Adam without torch_adam (FusedAdam) counts a group's steps on the state of
+    # the last parameter it stepped, and its kernel takes that count for the whole group; the
+    # others keep the count they started with (0). torch's Adam counts on every parameter alike.
+    # Either way a group's count is its last stepped parameter's (they were refused as differing).
+    last = {}
+    for i, st in zip(order, state):
+        if "step" in st:
+            last[group_of[i]] = st
+    ds.adam_step = _step_of(path, [(f"group {g}", st) for g, st in sorted(last.items())])
+
+
+def _stage3_frozen(ds, tagdir, msf, sd, ranks):
+    """Stage 3 keeps a frozen parameter in pieces: each rank's model states file holds its
+    fragment (frozen_param_fragments, ceil(numel / ranks) elements, the last rank's padded) and
+    the module state an empty placeholder. Put together into ds.module, as DeepSpeed's
+    zero_to_fp32 does (it was left empty: the load refused it, from_deepspeed dropped it)."""
+    shapes = sd.get("frozen_param_shapes") or {}
+    if not shapes:
+        return
+    files = _rank_files(tagdir, "zero_pp_rank_{}_mp_rank_00_model_states.pt")
+    if len(files) != ranks:
+        _refuse(tagdir, f"{len(files)} zero_pp_rank_*_mp_rank_00_model_states.pt files for "
+                f"{ranks} ranks' optimizer files: each holds a piece of the frozen parameters")
+    frags = [(sd if f == msf else _ds_pickle.load_file(f)).get("frozen_param_fragments") or {}
+             for f in files]
+    for name, shape in shapes.items():
+        numel = math.prod(tuple(shape))
+        for f, fr in zip(files, frags):
+            if name not in fr:
+                _refuse(f, f"no piece of the frozen parameter {name}")
+        whole = torch.cat([fr[name].flatten() for fr in frags])
+        if whole.numel() < numel:
+            _refuse(files[0], f"the pieces of the frozen parameter {name} hold {whole.numel()} "
+                    f"elements, its shape {tuple(shape)} needs {numel}")
+        ds.module[name] = whole[:numel].clone().view(tuple(shape))
 
 
 def _universal(ds, tagdir, param_shapes):
@@ -405,6 +439,7 @@ def _native(ds, tagdir, msf, sd, param_shapes):
         if "fp32_flat_groups" in head:
             ds.kind = "zero-3"
             _stage3(ds, files, per_rank, param_shapes)
+            _stage3_frozen(ds, tagdir, msf, sd, len(files))
         else:
             ds.kind = f"zero-{stage}" if stage else "bf16-optimizer"
             _flat_groups(ds, files, per_rank, param_shapes)

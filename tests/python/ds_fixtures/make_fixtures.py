@@ -37,18 +37,27 @@ FIXTURES["s2_fp16"] = (2, "fp16")
 # bf16 at stage 1 with fp32 gradient accumulation: DeepSpeed's BF16_Optimizer, whose files are
 # bf16_zero_pp_rank_<r>_mp_rank_00_optim_states.pt.
 FIXTURES["s1_bf16_fp32acc"] = (1, "bf16_fp32acc")
+# DeepSpeed's default Adam (no torch_adam: its FusedAdam, which counts a group's steps on the
+# last parameter's state only) at stage 0, where zinc reads that state per parameter.
+FIXTURES["s0_fp32_fused"] = (0, "fp32")
+TORCH_ADAM_OFF = {"s0_fp32_fused"}
+# A frozen parameter at stage 3, kept by DeepSpeed as a piece in each rank's model states file
+# (frozen_param_fragments; the module state holds an empty placeholder). 65 elements: each
+# rank's piece is 33, the last padded.
+FIXTURES["s3_fp32_frozen"] = (3, "fp32")
+FROZEN = {"s3_fp32_frozen": ["fc2.weight"]}
 # Universal checkpoints: DeepSpeed's own ds_to_universal over a fixture above (its expected.json
 # holds: the conversion changes no value). --inject_missing_state: a model without Megatron's
 # universal_checkpoint_info (ds_to_universal asks for it otherwise).
 UNIVERSAL = {"u2_fp32": "s2_fp32", "u3_bf16": "s3_bf16"}
 
 
-def config(stage, dtype):
+def config(stage, dtype, name=""):
     c = {"train_micro_batch_size_per_gpu": MICRO, "gradient_accumulation_steps": 1,
             "steps_per_print": 1 << 30, "gradient_clipping": 1.0,
             "optimizer": {"type": "AdamW", "params": {"lr": 1e-2, "betas": [0.9, 0.95],
                                                       "eps": 1e-8, "weight_decay": 0.01,
-                                                      "torch_adam": True}},
+                                                      "torch_adam": name not in TORCH_ADAM_OFF}},
             "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": 0,
                                                          "warmup_max_lr": 1e-2,
                                                          "warmup_num_steps": 10}},
@@ -99,10 +108,15 @@ def rank_main(out, stage, dtype):
         fp16_on_cpu()
     deepspeed.init_distributed(dist_backend="gloo")
     rank = int(os.environ["RANK"])
+    name = os.path.basename(os.path.normpath(out))
     torch.manual_seed(0)
     model = net(torch)
-    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(),
-                                           config=config(stage, dtype))
+    frozen = FROZEN.get(name, [])
+    for n, p in model.named_parameters():
+        p.requires_grad_(n not in frozen)
+    engine, _, _, _ = deepspeed.initialize(
+        model=model, model_parameters=[p for p in model.parameters() if p.requires_grad],
+        config=config(stage, dtype, name))
     data = batches(torch)
     cast = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(dtype[:4], torch.float32)
 
@@ -117,7 +131,7 @@ def rank_main(out, stage, dtype):
         step(i)
     engine.save_checkpoint(os.path.join(out, "ckpt"), tag=f"global_step{STEPS_BEFORE}",
                            client_state={"epoch": 7, "note": "client"})
-    names = [n for n, _ in model.named_parameters()]
+    names = [n for n, p in model.named_parameters() if p.requires_grad]
     inner = getattr(engine.optimizer, "optimizer", engine.optimizer)
 
     def full(p, key=None):
@@ -142,21 +156,25 @@ def rank_main(out, stage, dtype):
            "global_steps": engine.global_steps, "global_samples": engine.global_samples,
            "skipped_steps": engine.skipped_steps, "lr": engine.get_lr()[0],
            "loss_scale": float(getattr(engine.optimizer, "cur_scale", 1.0)),
-           "config": config(stage, dtype),
+           "config": config(stage, dtype, name),
            "data": [[x.tolist(), y.tolist()] for x, y in data],
            "buffers": {n: b.tolist() for n, b in model.named_buffers()},
-           "shapes": {}, "master": {}, "exp_avg": {}, "exp_avg_sq": {}}
+           "shapes": {}, "master": {}, "exp_avg": {}, "exp_avg_sq": {}, "frozen": {}}
     for n, p in model.named_parameters():
         rec["shapes"][n] = list(p.ds_shape if hasattr(p, "ds_shape") else p.shape)
+        if not p.requires_grad:     # no master or Adam state: its value, gathered at stage 3
+            with deepspeed.zero.GatheredParameters([p], enabled=hasattr(p, "ds_id")):
+                rec["frozen"][n] = p.detach().float().flatten().tolist()
+            continue
         rec["master"][n] = full(p)
         rec["exp_avg"][n] = full(p, "exp_avg")
         rec["exp_avg_sq"][n] = full(p, "exp_avg_sq")
-    # The Adam step count as torch's optimizer inside DeepSpeed holds it.
-    st = next(iter(inner.state.values()))
-    rec["adam_step"] = int(st["step"])
+    # The Adam step count as the optimizer inside DeepSpeed holds it: FusedAdam counts on a
+    # group's last parameter only (the others stay 0), torch's Adam on every one alike.
+    rec["adam_step"] = max(int(st["step"]) for st in inner.state.values() if "step" in st)
     for i in range(STEPS_BEFORE, STEPS_BEFORE + STEPS_AFTER):
         step(i)
-    rec["continued"] = {n: full(p) for n, p in model.named_parameters()}
+    rec["continued"] = {n: full(p) for n, p in model.named_parameters() if p.requires_grad}
     rec["continued_lr"] = engine.get_lr()[0]
     if dtype == "fp16":
         # DeepSpeed's fp16 step updates the loss scale before it unscales the gradients
