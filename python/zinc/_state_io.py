@@ -136,7 +136,7 @@ class _StateIOMixin:
                       if p.requires_grad or not exclude_frozen_parameters})
         blob = json.dumps(dict(_client_record(client_state or {}), global_steps=self._steps,
                                skipped_steps=self._skipped, global_samples=self._samples,
-                               lr=self._lr, **self._lr_state(),
+                               lr=self._lr, next_lr=self.get_lr(), **self._lr_state(),
                                **self._layout_record(extra))).encode()
         # Also when it is empty (all excluded): the load then names what it did not find.
         if extra or untrained:      # JSON text holds no NUL: the loader splits there

@@ -155,14 +155,7 @@ def load(name, stage, root=None):
               "the 3 steps after the load are not run (docs/deepspeed-checkpoints.md)")
         return 0
     # The 3 steps DeepSpeed trained after its save, on the same global batches.
-    rank, cast = engine.global_rank, next(model.parameters()).dtype
-    per = 2 * want["micro_batch"] // world
-    for x, y in want["data"][3:]:
-        x = torch.tensor(x)[rank * per:(rank + 1) * per]
-        y = torch.tensor(y)[rank * per:(rank + 1) * per]
-        loss = torch.nn.functional.mse_loss(engine(x.to(cast)).float(), y)
-        engine.backward(loss)
-        engine.step()
+    train(engine, model, want, world, want["data"][3:])
     tol = {"fp32": 1e-6, "fp16": 2.0 ** -11}.get(want["dtype"], 2.0 ** -8)
     got = {n: safe_get_full_fp32_param(p).float().flatten() for n, p in model.named_parameters()
            if p.requires_grad}
@@ -185,6 +178,18 @@ def load(name, stage, root=None):
     check(f"{tag}: lr after them is DeepSpeed's", abs(engine.get_lr()[0] - want["continued_lr"])
           <= 1e-12 * want["continued_lr"], f"{engine.get_lr()[0]} != {want['continued_lr']}")
     return 0
+
+
+def train(engine, model, want, world, data):
+    """One optimizer step per global batch of data, this rank's rows of each."""
+    rank, cast = engine.global_rank, next(model.parameters()).dtype
+    per = 2 * want["micro_batch"] // world
+    for x, y in data:
+        x = torch.tensor(x)[rank * per:(rank + 1) * per]
+        y = torch.tensor(y)[rank * per:(rank + 1) * per]
+        loss = torch.nn.functional.mse_loss(engine(x.to(cast)).float(), y)
+        engine.backward(loss)
+        engine.step()
 
 
 def distance(got, want):
@@ -591,6 +596,21 @@ def export(name, work, stage):
     os.rename(udir, os.path.join(work, name, "ckpt"))
     shutil.copy(os.path.join(FIXTURES, name, "expected.json"), os.path.join(work, name))
     load(name, stage, work)
+    # A checkpoint zinc trained itself (not one from_deepspeed wrote): the lr DeepSpeed's groups
+    # get is the next step's, what get_lr() says at the save and DeepSpeed saves; it was the
+    # last applied step's, so DeepSpeed took its next step at the step before's lr.
+    engine, model, world = engine_for(want, stage)
+    train(engine, model, want, world, want["data"][:3])
+    nxt, last = engine.get_lr()[0], engine._lr
+    zn, un = os.path.join(work, "native"), os.path.join(work, "native_universal")
+    engine.save_checkpoint(zn, tag="t3")
+    r = subprocess.run([sys.executable, "-m", "zinc.utils.to_deepspeed", zn, un], env=env,
+                       capture_output=True, text=True)
+    check(f"{name}: to_deepspeed of zinc's own checkpoint exits 0", r.returncode == 0,
+          r.stderr[-2000:])
+    groups = torch.load(os.path.join(un, "t3", "zero", "optimizer_state.pt"))["param_groups"]
+    check(f"{name}: ... its lr is the next step's {nxt} (the last step's was {last})",
+          nxt != last and all(g["lr"] == nxt for g in groups), f"{[g['lr'] for g in groups]}")
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

@@ -125,8 +125,10 @@ def _write_tag(tmp, values, step, extra, buffers, frozen, states, record):
         _save(torch.tensor(float(step)), os.path.join(zdir, n, "step.pt"))
     for n in buffers + frozen:
         _save_param(zdir, n, fp32=extra[n].float())
-    lrs = record.get("group_lr") or [record.get("lr", 0.0)] * max(1, len(record.get(
-        "group_adam", [[]])))
+    # The lr the next step takes, as DeepSpeed saves its groups': "lr" is the last applied
+    # step's (the next one's only in a checkpoint written before any step, as from_deepspeed's)
+    lrs = record.get("group_lr") or record.get("next_lr") or [record.get("lr", 0.0)] * max(
+        1, len(record.get("group_adam", [[]])))
     groups = [{"lr": float(lr), "betas": (b1, b2), "eps": eps, "weight_decay": wd}
               for lr, (b1, b2, eps, wd) in zip(lrs, record.get("group_adam", []))]
     _save({"optimizer_state_dict": {"state": {0: {"step": torch.tensor(float(step))}},
