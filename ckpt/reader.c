@@ -503,6 +503,29 @@ static int read_latest(const char *dir, char *tag, size_t n)
     return zck_latest_read(path, tag, n);
 }
 
+/* Whether dir is a DeepSpeed checkpoint's tag folder (its model states file, or a universal
+ * checkpoint's zero/ folder): not zinc's format, and not damaged. */
+static int is_deepspeed_tag(const char *dir)
+{
+    static const char *const marks[] = {"mp_rank_00_model_states.pt",
+                                        "zero_pp_rank_0_mp_rank_00_model_states.pt",
+                                        "zero/optimizer_state.pt"};
+    char p[4400];
+    for (size_t i = 0; i < sizeof marks / sizeof marks[0]; i++) {
+        int n = snprintf(p, sizeof p, "%s/%s", dir, marks[i]);
+        if (n > 0 && (size_t)n < sizeof p && access(p, F_OK) == 0) return 1;
+    }
+    return 0;
+}
+
+static zinc_status deepspeed_refused(const char *where, const char *what, char *err)
+{
+    return zerr_fmt(err, ZCK_ERR, ZINC_ERR_INVALID_ARG, "%s %s DeepSpeed's format, not zinc's: "
+                    "convert it with `python -m zinc.utils.from_deepspeed DIR OUT`, or load it "
+                    "with import zinc's engine.load_checkpoint (docs/deepspeed-checkpoints.md)",
+                    where, what);
+}
+
 zinc_status zck_resolve_path(const char *path, char *tagdir, size_t n, char *err)
 {
     char p[4200], tag[ZCK_TAG_MAX];
@@ -511,6 +534,7 @@ zinc_status zck_resolve_path(const char *path, char *tagdir, size_t n, char *err
         snprintf(tagdir, n, "%s", path);
         return ZINC_OK;
     }
+    if (is_deepspeed_tag(path)) return deepspeed_refused(path, "is a checkpoint in", err);
     struct stat st;
     if (stat(path, &st) != 0)
         return zerr_fmt(err, ZCK_ERR, ZINC_ERR_IO, "%s: %s", path, strerror(errno));
@@ -550,6 +574,7 @@ zinc_status zck_find_tag(const char *dir, const char *tag, int skip_upto, int lo
             return zerr_fmt(err, ZCK_ERR, ZINC_ERR_INVALID_ARG, "\"%s\" is not a tag name", tag);
         snprintf(tagdir, tagdir_n, "%s/%s", dir, tag);
         snprintf(tagname, tagname_n, "%s", tag);
+        if (is_deepspeed_tag(tagdir)) return deepspeed_refused(tagdir, "is a checkpoint in", err);
         zinc_status s = zck_open(tagdir, &r, err);
         zck_close(r);
         return s;
@@ -559,7 +584,7 @@ zinc_status zck_find_tag(const char *dir, const char *tag, int skip_upto, int lo
         return zerr_fmt(err, ZCK_ERR, ZINC_ERR_IO, "cannot open the save directory %s: %s",
                         dir, strerror(errno));
     zcand *c = NULL;
-    int nc = 0, cap = 0, ndamaged = 0;
+    int nc = 0, cap = 0, ndamaged = 0, nds = 0;
     char latest[ZCK_TAG_MAX] = "", path[4400];
     read_latest(dir, latest, sizeof latest);
     struct dirent *de;
@@ -579,6 +604,10 @@ zinc_status zck_find_tag(const char *dir, const char *tag, int skip_upto, int lo
         struct stat ms;
         int has_manifest = stat(mp, &ms) == 0;
         char e2[ZCK_ERR];
+        if (!has_manifest && is_deepspeed_tag(path)) { /* not damaged: DeepSpeed's */
+            nds++;
+            continue;
+        }
         if (!has_manifest) {
             /* Unrelated directories are not our business; one with rank files lost its manifest. */
             snprintf(mp, sizeof mp, "%s/rank-00000.zck", path);
@@ -640,6 +669,8 @@ zinc_status zck_find_tag(const char *dir, const char *tag, int skip_upto, int lo
     }
     if (skip_upto >= nc) {
         free(c);
+        if (nc == 0 && ndamaged == 0 && nds > 0)
+            return deepspeed_refused(dir, "holds checkpoints in", err);
         if (nc == 0 && ndamaged == 0) /* nothing to warn about: say what was looked for */
             return zerr_fmt(err, ZCK_ERR, ZINC_ERR_IO,
                             "no checkpoint in %s: none of its directories holds a %s",

@@ -31,7 +31,8 @@ static void usage(FILE *f)
             "  bench [--mib N] ...        save/load speed and compression on realistic state\n\n"
             "DIR is a tag directory (holds manifest.json) or a save directory: then the tag a\n"
             "resume tries first (the one `latest` names, unless a tag was saved after it).\n"
-            "Exit 2 when DIR is missing or holds no checkpoint.\n");
+            "Exit 2 when DIR is missing, holds no checkpoint, or holds DeepSpeed's (convert it:\n"
+            "python -m zinc.utils.from_deepspeed).\n");
 }
 
 static int is_help(const char *a) { return !strcmp(a, "--help") || !strcmp(a, "-h"); }
@@ -40,8 +41,9 @@ static int open_dir(const char *cmd, const char *path, zck_reader **r)
 {
     char tagdir[4096], err[ZCK_ERR];
     zinc_status s = zck_resolve_path(path, tagdir, sizeof tagdir, err);
-    /* nothing there to check is bad input (2); a checkpoint that fails its checks is 1 */
-    int rc = s == ZINC_ERR_IO ? 2 : 1;
+    /* nothing there to check, or DeepSpeed's format, is bad input (2); a checkpoint that fails
+     * its checks is 1 */
+    int rc = s == ZINC_ERR_IO || s == ZINC_ERR_INVALID_ARG ? 2 : 1;
     if (s == ZINC_OK) s = zck_open(tagdir, r, err);
     if (s != ZINC_OK) {
         fprintf(stderr, "zinc ckpt %s: %s\n", cmd, err);
@@ -226,7 +228,7 @@ static int ckpt_export(int argc, char **argv)
     if (!dir || !out) return zarg_usage_error("ckpt export", "DIR and --out FILE are required");
     char tagdir[4096] = "", err[ZCK_ERR];
     zinc_status s = zck_resolve_path(dir, tagdir, sizeof tagdir, err);
-    if (s == ZINC_ERR_IO) {
+    if (s == ZINC_ERR_IO || s == ZINC_ERR_INVALID_ARG) {
         fprintf(stderr, "zinc ckpt export: %s\n", err);
         return 2;
     }

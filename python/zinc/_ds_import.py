@@ -14,6 +14,7 @@ applying (apply_deepspeed) are apart so that a caller that has read the folder a
 folder a second time: one copy of the checkpoint in memory, not two.
 """
 import ctypes
+import json
 import os
 import warnings
 
@@ -98,7 +99,24 @@ def _train_state(engine, ds, stacklevel):
                       f"steps, its LR scheduler {int(at) + 1}; zinc keeps one count for both "
                       f"and takes Adam's (the schedule resumes at step {ds.adam_step})",
                       RuntimeWarning, stacklevel=stacklevel + 1)
+    # The schedule's type and values are zinc's config's, not the checkpoint's: a run switched
+    # with another scheduler section went on silently on it (WarmupDecayLR became WarmupLR).
+    theirs = (ds.ds_config or {}).get("scheduler")
+    ours = (engine._cfg or {}).get("scheduler")
+    if (theirs and engine._client_sched is None and engine.global_rank == 0 and
+            _sched_key(theirs) != _sched_key(ours)):
+        warnings.warn(f"zinc: {ds.path}: DeepSpeed's run had the scheduler {theirs}, zinc's "
+                      f"config {ours or 'none'}: the lr goes on as zinc's config says (give "
+                      f"the checkpoint's section to continue its schedule)", RuntimeWarning,
+                      stacklevel=stacklevel + 1)
     return st
+
+
+def _sched_key(sec):
+    """A scheduler section as (type, params) to compare; None for none."""
+    if not isinstance(sec, dict):
+        return None
+    return str(sec.get("type", "")).lower(), json.dumps(sec.get("params") or {}, sort_keys=True)
 
 
 def load_deepspeed(engine, load_dir, tag, strict, weights_only):

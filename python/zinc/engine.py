@@ -793,8 +793,11 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
         if info.boundary:
             self._grad_buf = None  # the window's step gave the lent gradient buffer back
             self._info = info
-            # As DeepSpeed's global_steps: every step at a boundary, those skipped too.
-            self._steps = info.step + info.skipped_total
+            # As DeepSpeed's global_steps: every step at a boundary, those skipped too. Counted
+            # on from the loaded value, not recomputed from Adam's count: a DeepSpeed stage-0
+            # fp16/bf16 checkpoint's Adam count is one more than its global_steps (its optimizer
+            # steps once at init), and the count jumped by two at the first step after the load.
+            self._steps += 1
             self._skipped = info.skipped_total
             if self._managed:
                 self._samples += self.train_batch_size()

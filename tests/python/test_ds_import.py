@@ -110,6 +110,8 @@ def load(name, stage, root=None):
         warnings.simplefilter("always")
         path, client = engine.load_checkpoint(os.path.join(root, name, "ckpt"))
     schedule_warned = any("LR scheduler" in str(w.message) for w in caught)
+    other_schedule = [str(w.message) for w in caught
+                      if "DeepSpeed's run had the scheduler" in str(w.message)]
     tag = f"{name} at zinc stage {stage}, {world} rank(s)"
     check(f"{tag}: loaded the tag `latest` (or `latest_universal`) names",
           os.path.basename(path).startswith(
@@ -127,6 +129,8 @@ def load(name, stage, root=None):
             same = bitwise(p, value)
         check(f"{tag}: frozen {n} bitwise DeepSpeed's", same)
     check(f"{tag}: the buffer", bitwise(model.shift, want["buffers"]["shift"]))
+    check(f"{tag}: no word of another scheduler (zinc's config has the checkpoint's)",
+          not other_schedule, f"{other_schedule}")
     for key in ("global_steps", "global_samples", "skipped_steps"):
         check(f"{tag}: {key}", getattr(engine, key) == want[key],
               f"{getattr(engine, key)} != {want[key]}")
@@ -149,6 +153,11 @@ def load(name, stage, root=None):
         print(f"note {tag}: DeepSpeed's optimizer took {want['adam_step']} Adam steps in "
               f"{want['global_steps']} (its fp16/bf16 stage-0 optimizer steps once at init): "
               "the continuation below cannot match (docs/deepspeed-checkpoints.md)")
+        # ... but the counters go on as DeepSpeed's, one per step (global_steps jumped from 3
+        # to 5 at the first step: it was recomputed from Adam's count)
+        train(engine, model, want, world, want["data"][3:])
+        check(f"{tag}: global_steps after 3 more steps is DeepSpeed's count + 3",
+              engine.global_steps == want["global_steps"] + 3, f"{engine.global_steps}")
         return 0
     if want["dtype"] == "fp16" and not cpu_fp16_matmul():
         print(f"note {tag}: this torch ({torch.__version__}) has no fp16 matmul on the CPU, so "
@@ -229,6 +238,14 @@ def fp16_fields(tag, engine, ckpt):
           f"DeepSpeed's {want}", got == want and ds.cur_scale != 2 ** 8, f"{got}")
 
 
+def copy_of(src, tmp, name):
+    """A fresh copy of the checkpoint folder src as tmp/name."""
+    d = os.path.join(tmp, name)
+    shutil.rmtree(d, ignore_errors=True)
+    shutil.copytree(src, d)
+    return d
+
+
 def refuse(tmp):
     """Each thing zinc cannot carry, added to a copy of a fixture: refused naming it, with the
     engine's weights unchanged."""
@@ -265,6 +282,34 @@ def refuse(tmp):
     os.remove(os.path.join(d, "global_step3", "zero_pp_rank_0_mp_rank_00_optim_states.pt"))
     check_raises("refused: a rank's file missing", lambda: engine.load_checkpoint(d),
                  DeepSpeedCheckpointError, "ranks [0]")
+    # ... the last rank's: named (it was "the flat partitions hold 112 elements, ... needs")
+    d = copy_of(src, tmp, "lost_last")
+    os.remove(os.path.join(d, "global_step3", "zero_pp_rank_1_mp_rank_00_optim_states.pt"))
+    check_raises("refused: the last rank's file missing, named", lambda: engine.load_checkpoint(d),
+                 DeepSpeedCheckpointError, "zero_pp_rank_1_mp_rank_00_optim_states.pt and on "
+                 "are missing")
+    # A damaged file is named (torch's errors name none: "failed reading zip archive")
+    d = copy_of(src, tmp, "truncated")
+    f = os.path.join(d, "global_step3", "zero_pp_rank_0_mp_rank_00_optim_states.pt")
+    with open(f, "r+b") as fh:
+        fh.truncate(os.path.getsize(f) // 2)
+    check_raises("refused: a truncated file, named", lambda: engine.load_checkpoint(d),
+                 ValueError, "zero_pp_rank_0_mp_rank_00_optim_states.pt: not a readable torch "
+                 "file")
+    # `latest` naming a tag that is not there, empty, or absent: said, with the tags there (it
+    # was zinc's "none of its directories holds a manifest.json")
+    for case, text, want_msg in (("latest_missing", "global_step99", "names 'global_step99'"),
+                                 ("latest_empty", "", "it is empty"),
+                                 ("latest_absent", None, "no `latest` file")):
+        d = copy_of(src, tmp, case)
+        if text is None:
+            os.remove(os.path.join(d, "latest"))
+        else:
+            with open(os.path.join(d, "latest"), "w", encoding="utf-8") as fh:
+                fh.write(text)
+        check_raises(f"refused: {case}, the tags there listed",
+                     lambda: engine.load_checkpoint(d), DeepSpeedCheckpointError, want_msg,
+                     "DeepSpeed tags here: global_step3")
     refused_keys(tmp, engine)
     changed = [n for n, p in model.named_parameters() if not torch.equal(p.detach(), before[n])]
     check("nothing changed by a refused load", not changed, f"{changed}")
@@ -272,6 +317,18 @@ def refuse(tmp):
                  FileNotFoundError, "not a DeepSpeed checkpoint")
     train_state(tmp)
     fp16_scaler(tmp)
+    # zinc's config with another scheduler section than the checkpoint's: said (the run went
+    # on with zinc's schedule silently)
+    other = json.loads(json.dumps(want))
+    other["config"]["scheduler"]["params"]["warmup_num_steps"] = 20
+    engine2, _, _ = engine_for(other, 2)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        engine2.load_checkpoint(src)
+    said = [str(w.message) for w in caught if "DeepSpeed's run had the scheduler" in
+            str(w.message)]
+    check("another scheduler section than the checkpoint's is said", len(said) == 1, f"{said}")
+    engine2.close()
     return 0
 
 
@@ -530,6 +587,16 @@ def convert(name, out, cli):
     """from_deepspeed, then zinc's own readers."""
     want = expected(name)
     shutil.rmtree(out, ignore_errors=True)
+    # zinc's own tools on the DeepSpeed folder say what it is (they called its tag damaged, exit 1)
+    tagdir = [n for n in sorted(os.listdir(os.path.join(FIXTURES, name, "ckpt")))
+              if n.startswith("global_step")][0]
+    for arg in ("ckpt", f"ckpt/{tagdir}"):
+        r = subprocess.run([cli, "ckpt", "verify", os.path.join(FIXTURES, name, arg)],
+                           capture_output=True, text=True)
+        check(f"{name}: zinc ckpt verify {arg}: exit 2, DeepSpeed's format named",
+              r.returncode == 2 and "DeepSpeed's format" in r.stderr and
+              "from_deepspeed" in r.stderr and "damaged" not in r.stderr,
+              f"exit {r.returncode}: {r.stderr[-500:]}")
     r = subprocess.run([sys.executable, "-m", "zinc.utils.from_deepspeed",
                         os.path.join(FIXTURES, name, "ckpt"), out],
                        env=dict(os.environ, PYTHONPATH=os.path.join(HERE, "..", "..", "python")),

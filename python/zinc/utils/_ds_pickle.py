@@ -76,10 +76,26 @@ def load(f, **kwargs):
     return Unpickler(f, **kwargs).load()
 
 
+class DamagedFileError(ValueError):
+    """A checkpoint file torch cannot read (truncated, not a torch file): the message names it."""
+
+
 def load_file(path):
     """torch.load(path) on the CPU with DeepSpeed's classes as stand-ins. Not weights_only: a
     DeepSpeed checkpoint holds the client's own objects too (client_state), as its loader
-    trusts them; the file is trusted as the code that wrote it."""
+    trusts them; the file is trusted as the code that wrote it. A file torch cannot read raises
+    DamagedFileError naming it (torch's own errors name no file: "PytorchStreamReader failed
+    reading zip archive", "invalid load key", "Ran out of input")."""
+    try:
+        return _load_file(path)
+    except (OSError, MemoryError):     # FileNotFoundError and the like name the file
+        raise
+    except Exception as ex:
+        raise DamagedFileError(f"zinc: {path}: not a readable torch file, truncated or damaged "
+                               f"({type(ex).__name__}: {ex})") from ex
+
+
+def _load_file(path):
     try:
         return torch.load(path, map_location="cpu", pickle_module=sys.modules[__name__],
                           weights_only=False)

@@ -74,27 +74,65 @@ def _refuse(path, what):
                                    "checkpoints.md)")
 
 
+def _fail(path, what):
+    """A checkpoint that is damaged or asked for wrongly (_refuse: one zinc cannot carry)."""
+    raise DeepSpeedCheckpointError(f"zinc: {path}: {what}")
+
+
 def find_deepspeed_tag(load_dir, tag=None):
     """(tag, tag folder) when load_dir/tag is a DeepSpeed checkpoint (tag None: the one its
     `latest` file names, else `latest_universal`'s), None when it is not one (a zinc
-    checkpoint, or nothing there)."""
+    checkpoint, or nothing there). In a folder of DeepSpeed tags alone, a `latest` that is
+    empty or names no tag there, no `latest`, or a tag not there raises
+    DeepSpeedCheckpointError saying so and listing the tags."""
+    named = None                 # the file that named the tag
     if tag is None or str(tag) == "latest":
         for name in ("latest", "latest_universal"):
             p = os.path.join(load_dir, name)
             if os.path.isfile(p):
                 with open(p, encoding="utf-8") as f:
-                    tag = f.read().strip()
+                    tag, named = f.read().strip(), name
                 break
-        else:
-            return None
-    tagdir = os.path.join(load_dir, str(tag))
-    if not os.path.isdir(tagdir) or os.path.exists(os.path.join(tagdir, "manifest.json")):
+    if tag is not None and str(tag) != "latest" and _is_ds_tag(os.path.join(load_dir, str(tag))):
+        return str(tag), os.path.join(load_dir, str(tag))
+    # Not one; but a folder of DeepSpeed tags and no zinc one is DeepSpeed's, and zinc's loader
+    # would say it holds no manifest.json: say what is wrong with the tag asked for instead.
+    others = _ds_tags(load_dir)
+    if not others:
         return None
-    names = os.listdir(tagdir)
-    if (os.path.isdir(os.path.join(tagdir, "zero")) or
-            any(re.search(r"model_states\.pt$|optim_states\.pt$", n) for n in names)):
-        return str(tag), tagdir
-    return None
+    here = f"(DeepSpeed tags here: {', '.join(others[:5])}{', ...' if len(others) > 5 else ''})"
+    if named is not None and not tag:
+        _fail(os.path.join(load_dir, named), f"it is empty {here}: give the tag to load")
+    if named is not None:
+        _fail(os.path.join(load_dir, named), f"it names {tag!r}, which is not a DeepSpeed "
+                f"tag of this folder {here}: give the tag to load, or correct the file")
+    if tag is None or str(tag) == "latest":
+        _fail(load_dir, f"no `latest` file names the tag to load {here}: give the tag "
+                "(DeepSpeed's own load needs it too)")
+    _fail(os.path.join(load_dir, str(tag)), f"no DeepSpeed tag {str(tag)!r} in this folder "
+            f"{here}")
+
+
+def _is_ds_tag(tagdir):
+    """Whether tagdir holds a DeepSpeed checkpoint (model/optimizer states files or a universal
+    zero/ folder) and not a zinc one."""
+    if not os.path.isdir(tagdir) or os.path.exists(os.path.join(tagdir, "manifest.json")):
+        return False
+    return (os.path.isdir(os.path.join(tagdir, "zero")) or
+            any(re.search(r"model_states\.pt$|optim_states\.pt$", n)
+                for n in os.listdir(tagdir)))
+
+
+def _ds_tags(load_dir):
+    """The DeepSpeed tags of load_dir, sorted; none when it holds a zinc tag too (then it is
+    zinc's to load, and say what is wrong)."""
+    try:
+        subs = sorted(n for n in os.listdir(load_dir) if os.path.isdir(os.path.join(load_dir, n)))
+    except OSError:
+        return []
+    if any(os.path.exists(os.path.join(load_dir, n, "manifest.json")) for n in subs):
+        return []
+    return [n for n in subs if _is_ds_tag(os.path.join(load_dir, n))]
 
 
 def _check_layout(tagdir, names):
@@ -430,6 +468,15 @@ def _native(ds, tagdir, msf, sd, param_shapes):
     # the layout is told by the content, not the name.
     files = (_rank_files(tagdir, "zero_pp_rank_{}_mp_rank_00_optim_states.pt") or
              _rank_files(tagdir, "bf16_zero_pp_rank_{}_mp_rank_00_optim_states.pt"))
+    if files and len(files) != ds.world_size:
+        # a gap is named by _rank_files; missing last ranks leave none (it was reported as the
+        # partitions being too small for a parameter)
+        pattern = os.path.basename(files[0]).replace("zero_pp_rank_0_", "zero_pp_rank_{}_")
+        _fail(tagdir, f"{len(files)} optimizer states files for the {ds.world_size} ranks "
+                f"the model states name (dp_world_size): {pattern.format(len(files))} and on "
+                "are missing" if len(files) < ds.world_size else
+                f"{len(files)} optimizer states files for the {ds.world_size} ranks the model "
+                "states name (dp_world_size)")
     if files:
         # Each file read once: the layout is told by rank 0's, which is then used as it is.
         per_rank = [_ds_pickle.load_file(f)["optimizer_state_dict"] for f in files]
