@@ -356,6 +356,11 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
                     # zinc_param_set reads HOST fp32 values (a CUDA tensor's copy is synchronous).
                     src = p.detach().to("cpu", torch.float32).contiguous()
                     self._broadcast(src, 0)
+                if self._code != 0:
+                    # As DeepSpeed: the module is cast to fp16/bf16 first and the fp32 master
+                    # made from the rounded values (from the exact ones, 1 ulp off on ~1 in 5
+                    # weights, the runs drifted apart by ~1e-3 in the loss over 12 steps).
+                    src = src.to(_TORCH_DTYPE[self._code]).to(torch.float32)
                 self._call(lib.zinc_param_set(e, pid, ctypes.c_void_p(src.data_ptr())))
         untrained = list(self._untrained_params().values())
         for p in untrained:                  # zinc does not shard these: whole again
