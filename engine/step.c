@@ -716,6 +716,20 @@ zinc_status zinc_step(zinc_engine_t *e, zinc_step_info_t *info)
     /* OneCycle with cycle_momentum drives the betas, as DeepSpeed does; otherwise the config's. */
     double beta1, beta2;
     zinc_engine_betas(e, &beta1, &beta2);
+    if (zsched_sets_betas(&e->cfg.sched) && !(beta1 < 1.0)) {
+        /* Past the cycle DeepSpeed's formula multiplies the momentum by 1 + decay_mom_rate x
+         * interval, without bound; DeepSpeed trains on with beta1 >= 1 (a bias correction of 0
+         * or below: steps reversed or infinite). Refused by name, the step not applied. */
+        zinc_status zs = zero_grads(e);
+        if (zs != ZINC_OK) return zs;
+        return zeng_fail(e, ZINC_ERR_INVALID_ARG,
+                         "zinc_step: step %lld: the scheduler OneCycle (cycle_momentum) gives "
+                         "beta1 = %g: past the cycle its momentum grows by "
+                         "scheduler.params.decay_mom_rate (%g) every decay_step_size (%lld) "
+                         "steps, and Adam needs beta1 < 1; lower decay_mom_rate or stop sooner",
+                         (long long)e->st.step + 1, beta1, e->cfg.sched.decay_mom_rate,
+                         (long long)e->cfg.sched.decay_step_size);
+    }
     s = apply_adam(e, (float)info->lr, (float)beta1, (float)beta2,
                    (float)(1.0 / (info->next_loss_scale * coef)));
     if (s != ZINC_OK) return s;

@@ -39,6 +39,15 @@ def _betas(value, where, fn="zinc.initialize"):
     return b
 
 
+def _plain(betas):
+    """betas as a tuple of floats, None when they are not two numbers."""
+    try:
+        b = tuple(float(_scalar(x)) for x in betas)
+    except (TypeError, ValueError):
+        return None
+    return b if len(b) == 2 else None
+
+
 def _eps(value, where, fn="zinc.initialize"):
     """A group's eps as a float, finite and > 0 (the config's rule)."""
     v = _scalar(value)
@@ -285,11 +294,12 @@ class _Optimizer:
         return [float(_scalar(g["lr"])) for g in self._sources]
 
     @staticmethod
-    def _adam_of(i, g):
-        """Group i's (betas, eps, weight decay) as floats, checked by the config's rules."""
+    def _adam_of(i, g, betas=None):
+        """Group i's (betas, eps, weight decay) as floats, checked by the config's rules (betas
+        given: taken as they are)."""
         where, fn = f"param_groups[{i}]", "zinc: engine.step()"
-        return (_betas(g["betas"], where, fn), _eps(g["eps"], where, fn),
-                _decay(g["weight_decay"], where, fn))
+        return (betas if betas is not None else _betas(g["betas"], where, fn),
+                _eps(g["eps"], where, fn), _decay(g["weight_decay"], where, fn))
 
     def _apply_adam(self):
         """A group's betas, eps and weight decay written since the last step (torch's
@@ -299,8 +309,12 @@ class _Optimizer:
         written by hand are refused rather than silently replaced."""
         e, call = self._engine._e, self._engine._call
         for i, g in enumerate(self._sources):
-            now = self._adam_of(i, g)
             was = self._adam[i]
+            # Betas the config's OneCycle showed are its own, not the caller's: past the cycle
+            # its decay_mom_rate grows beta1 to 1 and beyond, which zinc_step refuses naming the
+            # scheduler's keys (checked here as the caller's, the error blamed param_groups).
+            shown = self._cycled and _plain(g["betas"]) == was[0]
+            now = self._adam_of(i, g, was[0] if shown else None)
             if now == was:
                 continue
             if self._cycled and now[0] != was[0]:

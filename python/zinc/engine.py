@@ -880,11 +880,13 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
         raise TypeError(f"zinc.initialize: model is a torch.nn.Module, not "
                         f"{type(model).__name__}")
     if lr_scheduler is not None and optimizer is None:
-        raise NotImplementedError("zinc.initialize: a client lr_scheduler needs a client torch "
-                                  "optimizer (optimizer=torch.optim.AdamW(...)) whose groups it "
-                                  "sets, as in DeepSpeed; or use the config's \"scheduler\" "
-                                  "section (WarmupLR, WarmupDecayLR, WarmupCosineLR, OneCycle, "
-                                  "LRRangeTest)")
+        raise NotImplementedError("zinc.initialize: a client lr_scheduler (an object, or a "
+                                  "callable DeepSpeed would call with its optimizer) needs a "
+                                  "client torch optimizer here (optimizer=torch.optim.AdamW(...))"
+                                  " whose groups it sets: the config's optimizer runs inside "
+                                  "zinc's C step, no torch optimizer a torch scheduler can drive;"
+                                  " or use the config's \"scheduler\" section (WarmupLR, "
+                                  "WarmupDecayLR, WarmupCosineLR, OneCycle, LRRangeTest)")
     for name, value in (("mpu", mpu), ("mesh_param", mesh_param)):
         if value is not None:
             raise NotImplementedError(f"zinc.initialize: argument {name!r} (zinc has no model "

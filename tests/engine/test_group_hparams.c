@@ -191,6 +191,26 @@ static void test_one_cycle(void)
     }
 }
 
+/* OneCycle's momentum past the cycle grows by decay_mom_rate without bound (DeepSpeed's formula):
+ * at beta1 >= 1 the step is refused naming the scheduler's keys (it failed as "bias corrections
+ * must be > 0", or trained reversed). Cycle of 2 + 2 steps, then 0.9 x (1 + 0.1 k): 1.08 at the
+ * 6th step (k = 2). */
+static void test_one_cycle_momentum_past_one(void)
+{
+    toy_run r = base(0, ZINC_DTYPE_FP32, NULL, 0);
+    r.world = 1;
+    r.steps = 8;
+    r.extra_json = "\"scheduler\": {\"type\": \"OneCycle\", \"params\": {\"cycle_min_lr\": 0.001, "
+                   "\"cycle_max_lr\": 0.01, \"cycle_first_step_size\": 2, \"cycle_momentum\": "
+                   "true, \"decay_step_size\": 1, \"decay_mom_rate\": 0.1}},";
+    toy_train(&r);
+    ZT_CHECK(r.status == ZINC_ERR_INVALID_ARG && strstr(r.error, "OneCycle") &&
+                 strstr(r.error, "decay_mom_rate") && r.applied >= 4 && r.applied < 8,
+             "OneCycle's beta1 past 1: status %s after %d steps: %s",
+             zinc_status_string(r.status), r.applied, r.error);
+    toy_free(&r);
+}
+
 /* The decays, betas and eps set after finalize: before the first step they give bitwise the run
  * that set them at registration; before the second they apply from there on (the run differs
  * from both the config's and the one with them from the start). */
@@ -345,6 +365,7 @@ int main(void)
 {
     test_bitwise();
     test_one_cycle();
+    test_one_cycle_momentum_past_one();
     test_after_finalize();
     test_refusals();
     test_mismatch();

@@ -902,6 +902,27 @@ def check_master_from_16bit(stage):
     engine.close()
 
 
+def check_one_cycle_past_one(stage):
+    """The config's OneCycle grows beta1 past 1 after its cycle (decay_mom_rate): the step says
+    so naming the scheduler's keys (the front-end blamed param_groups, which the script never
+    set)."""
+    model = torch.nn.Linear(4, 2)
+    c = {"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "AdamW"},
+         "zero_optimization": {"stage": stage},
+         "scheduler": {"type": "OneCycle", "params": {
+             "cycle_min_lr": 0.001, "cycle_max_lr": 0.01, "cycle_first_step_size": 2,
+             "cycle_momentum": True, "decay_step_size": 1, "decay_mom_rate": 0.1}}}
+    engine, _, _, _ = zinc.initialize(model=model, model_parameters=model.parameters(), config=c)
+
+    def run():
+        for i in range(8):
+            engine.backward(engine(torch.ones(1, 4) * i).sum())
+            engine.step()
+    check_raises(f"stage {stage}: OneCycle's beta1 past 1 names decay_mom_rate", run,
+                 zinc.ZincError, "OneCycle", "decay_mom_rate")
+    engine.close()
+
+
 def check_not_fp32_warned(stage):
     """fp32 mode trains every parameter in float32: a float64 model is cast, which DeepSpeed
     would not do; rank 0 says so once, naming a parameter; a float32 model gets no warning."""
@@ -1172,6 +1193,7 @@ def main():
     check_two_engines(stage)
     check_not_fp32_warned(stage)
     check_master_from_16bit(stage)
+    check_one_cycle_past_one(stage)
     print(f"rank {rank}: {len(failures)} failed", flush=True)
     return 1 if failures else 0
 
