@@ -210,7 +210,8 @@ static int batch_key(zcctx *x, json_object *root, const char *key, int64_t overr
             return V_SET;
         }
         if (derivable) return V_ABSENT;
-        zc_error(x, key, "\"auto\" needs a value: give %s, or write the number", flag);
+        zc_error(x, key, "\"auto\" needs a value: write the number (zinc train and config check: %s "
+                 "fills it)", flag);
         return V_BAD;
     }
     int64_t n = 0;
