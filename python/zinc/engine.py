@@ -898,6 +898,14 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
     # dist_init_required is False.
     init_distributed(distributed_port=distributed_port, dist_init_required=dist_init_required)
     client = None
+    if optimizer is None and "optimizer" not in config_dict(cfg):
+        # DeepSpeed trains nothing without one (its ZeRO stages 1-2 refuse it, stage 3 and no
+        # ZeRO build an engine without an optimizer step); zinc's C default, AdamW, is for
+        # `zinc train`, which has no client program to give one.
+        raise ValueError("zinc.initialize: no optimizer: the config has no \"optimizer\" "
+                         "section and no optimizer= was given (DeepSpeed 0.19.8 trains nothing "
+                         "then: \"zero stage N requires an optimizer\"); add one, e.g. "
+                         "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.001}}")
     if optimizer is not None:
         # As DeepSpeed: the client optimizer replaces the config's, its param groups are the
         # parameters trained.

@@ -188,6 +188,11 @@ def misuse(stage):
                      lambda: zinc.initialize(model=TwoLayers(), config=path), ValueError,
                      path, "a config is a JSON object")
     cfg = {"train_micro_batch_size_per_gpu": 4, "zero_optimization": {"stage": stage}}
+    # no optimizer anywhere: refused, as DeepSpeed trains nothing then (zinc trained AdamW)
+    check_raises(f"stage {stage}: no optimizer section and no optimizer= is refused",
+                 lambda: zinc.initialize(model=TwoLayers(), config=cfg), ValueError,
+                 "no optimizer", "\"optimizer\"")
+    cfg["optimizer"] = {"type": "AdamW"}
     stray = [torch.nn.Parameter(torch.zeros(3))]
     check_raises(f"stage {stage}: model_parameters that are not the model's are named as such "
                  f"(it said the model has no trainable parameters)",
