@@ -369,6 +369,14 @@ class _StateIOMixin:
                                               self._steps * self.train_batch_size()))
                 self._lr = float(saved.get("lr", self._lr))
                 self._load_lr_state(saved)
+        elif not weights_only:
+            # No blob (saved through the C API): DeepSpeed's counters from the engine's own,
+            # since step() counts on from here (global_steps restarted at 0 otherwise).
+            applied, skipped = ctypes.c_int64(), ctypes.c_int64()
+            lib.zinc_engine_steps(self._e, ctypes.byref(applied), ctypes.byref(skipped))
+            self._steps = applied.value + skipped.value
+            self._skipped = skipped.value
+            self._samples = self._steps * self.train_batch_size()
         if opts.missing:
             self._set_trained(load_dir, opts.loaded_tag.decode(), frozen_then, opts.missing,
                               strict)

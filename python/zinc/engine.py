@@ -898,14 +898,17 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
     # dist_init_required is False.
     init_distributed(distributed_port=distributed_port, dist_init_required=dist_init_required)
     client = None
-    if optimizer is None and "optimizer" not in config_dict(cfg):
-        # DeepSpeed trains nothing without one (its ZeRO stages 1-2 refuse it, stage 3 and no
-        # ZeRO build an engine without an optimizer step); zinc's C default, AdamW, is for
-        # `zinc train`, which has no client program to give one.
-        raise ValueError("zinc.initialize: no optimizer: the config has no \"optimizer\" "
-                         "section and no optimizer= was given (DeepSpeed 0.19.8 trains nothing "
-                         "then: \"zero stage N requires an optimizer\"); add one, e.g. "
-                         "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.001}}")
+    stage = ((config_dict(cfg).get("zero_optimization") or {}).get("stage", 0)
+             if isinstance(config_dict(cfg).get("zero_optimization"), dict) else 0)
+    if optimizer is None and "optimizer" not in config_dict(cfg) and stage in (1, 2):
+        # As DeepSpeed 0.19.8, whose ZeRO stages 1-2 refuse it ("zero stage N requires an
+        # optimizer"); zinc trained AdamW there. At stages 0 and 3 DeepSpeed builds an engine
+        # without an optimizer (evaluation, loading weights): zinc's AdamW default, with its
+        # config warning, keeps such scripts running.
+        raise ValueError(f"zinc.initialize: ZeRO stage {stage} needs an optimizer: the config "
+                         "has no \"optimizer\" section and no optimizer= was given (DeepSpeed "
+                         "0.19.8 refuses it too); add one, e.g. \"optimizer\": {\"type\": "
+                         "\"AdamW\", \"params\": {\"lr\": 0.001}}")
     if optimizer is not None:
         # As DeepSpeed: the client optimizer replaces the config's, its param groups are the
         # parameters trained.

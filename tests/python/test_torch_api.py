@@ -902,6 +902,37 @@ def check_master_from_16bit(stage):
     engine.close()
 
 
+def check_counters_without_blob(stage, root):
+    """A zinc checkpoint saved through the C API (no client blob): global_steps goes on from the
+    engine's own count after the load (it restarted at 0 once step() counted on its own)."""
+    from zinc._lib import lib
+    c = {"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "AdamW"},
+         "zero_optimization": {"stage": stage}}
+    d = os.path.join(root, f"noblob{stage}")
+
+    def make():
+        torch.manual_seed(0)
+        return zinc.initialize(model=torch.nn.Linear(4, 2), config=c)[0]
+
+    def one_step(engine):
+        engine.backward(engine(torch.ones(1, 4)).sum())
+        engine.step()
+    engine = make()
+    for _ in range(3):
+        one_step(engine)
+    engine._call(lib.zinc_ckpt_save(engine._e, d.encode(), b"t3", None))
+    engine._call(lib.zinc_ckpt_wait(engine._e))
+    engine.close()
+    engine = make()
+    engine.load_checkpoint(d, "t3")
+    at_load = engine.global_steps
+    one_step(engine)
+    check(f"stage {stage}: global_steps after loading a blob-less checkpoint at step 3, then "
+          f"one step: 3, 4", (at_load, engine.global_steps) == (3, 4),
+          f"{at_load}, {engine.global_steps}")
+    engine.close()
+
+
 def check_one_cycle_past_one(stage):
     """The config's OneCycle grows beta1 past 1 after its cycle (decay_mom_rate): the step says
     so naming the scheduler's keys (the front-end blamed param_groups, which the script never
@@ -1194,6 +1225,7 @@ def main():
     check_not_fp32_warned(stage)
     check_master_from_16bit(stage)
     check_one_cycle_past_one(stage)
+    check_counters_without_blob(stage, root)
     print(f"rank {rank}: {len(failures)} failed", flush=True)
     return 1 if failures else 0
 
