@@ -549,12 +549,37 @@ typedef struct {
     char name[ZCK_TAG_MAX];
     int64_t step;
     double mtime;   /* of its manifest: when the save wrote it (a rename keeps it) */
-    int group;      /* 0: committed after `latest` was written; 1: the tag `latest` names; 2: others */
+    int group;      /* 0: committed after `latest` was written, at a higher step; 1: the tag
+                       `latest` names; 2: others at or below its step; 3: others above it */
 } zcand;
 
 /* The order a load tries tags in, as DeepSpeed's `latest` means it: the tag `latest` names,
- * unless a tag was committed after `latest` was written (a crash between a save's rename and its
- * `latest`: that newer tag first). Within a group, the highest step, then the newest. */
+ * unless a tag of a higher step was committed after `latest` was written (a crash between a
+ * save's rename and its `latest`: that newer tag first). A copy (cp -r, rsync without -t)
+ * scrambles mtimes, so a lower step is never preferred that way: it made a copied run resume
+ * 10 steps back, and hid a damaged `latest` tag from `ckpt verify`. Behind them the tags at or
+ * below `latest`'s step (that run's), before those above it (an abandoned run's, resumed from
+ * an earlier tag): a damaged `latest` fell back to the abandoned run's newest. Within a group,
+ * the highest step, then the newest. */
+/* The step the manifest of tagdir records, INT64_MAX when it cannot be read. */
+static int64_t manifest_step(const char *tagdir)
+{
+    char path[4400], err[ZCK_ERR];
+    int pn = snprintf(path, sizeof path, "%s/%s", tagdir, ZCK_MANIFEST);
+    if (pn < 0 || (size_t)pn >= sizeof path) return INT64_MAX;
+    char *txt = NULL;
+    size_t len = 0;
+    zck_manifest m;
+    memset(&m, 0, sizeof m);
+    int64_t step = INT64_MAX;
+    if (zck_read_file(path, &txt, &len, err) == ZINC_OK &&
+        zck_manifest_parse(txt, len, path, &m, err) == ZINC_OK)
+        step = m.step;
+    free(txt);
+    zck_manifest_free(&m);
+    return step;
+}
+
 static int cmp_cand(const void *a, const void *b)
 {
     const zcand *x = a, *y = b;
@@ -579,6 +604,8 @@ zinc_status zck_find_tag(const char *dir, const char *tag, int skip_upto, int lo
         zck_close(r);
         return s;
     }
+    if (is_deepspeed_tag(dir)) /* a DeepSpeed tag given as the save directory */
+        return deepspeed_refused(dir, "is a checkpoint in", err);
     DIR *dd = opendir(dir);
     if (!dd)
         return zerr_fmt(err, ZCK_ERR, ZINC_ERR_IO, "cannot open the save directory %s: %s",
@@ -637,22 +664,28 @@ zinc_status zck_find_tag(const char *dir, const char *tag, int skip_upto, int lo
     }
     closedir(dd);
     int found = 0;
+    int64_t lstep = INT64_MAX; /* latest's step; unknown (no latest): every tag "below" it */
+    double lt = 0.0;           /* when latest was written */
     if (latest[0]) {
         struct stat ls;
         snprintf(path, sizeof path, "%s/%s", dir, ZCK_LATEST);
-        double lt = stat(path, &ls) == 0
-                        ? (double)ls.st_mtim.tv_sec + 1e-9 * (double)ls.st_mtim.tv_nsec : 0.0;
-        for (int i = 0; i < nc; i++) {
-            int named = !strcmp(c[i].name, latest);
-            found |= named;
-            c[i].group = named ? 1 : c[i].mtime > lt ? 0 : 2;
-        }
+        if (stat(path, &ls) == 0) lt = (double)ls.st_mtim.tv_sec + 1e-9 * (double)ls.st_mtim.tv_nsec;
+        for (int i = 0; i < nc; i++)
+            if (!strcmp(c[i].name, latest)) {
+                found = 1;
+                lstep = c[i].step;
+            }
         snprintf(path, sizeof path, "%s/%s", dir, latest);
+        if (!found) /* damaged (a rank file), yet its manifest may still say its step */
+            lstep = manifest_step(path);
         if (!found && access(path, F_OK) != 0)
             zlog(ZLOG_WARN, "ckpt", logrank, "%s/latest names \"%s\", which does not exist", dir, latest);
     }
-    if (!found) /* no `latest`, or it names no valid tag: the highest step, then the newest */
-        for (int i = 0; i < nc; i++) c[i].group = 2;
+    for (int i = 0; i < nc; i++)
+        c[i].group = found && !strcmp(c[i].name, latest)          ? 1
+                     : found && c[i].step > lstep && c[i].mtime > lt ? 0
+                     : c[i].step <= lstep                           ? 2
+                                                                    : 3;
     if (nc) qsort(c, (size_t)nc, sizeof *c, cmp_cand);
     if (found && skip_upto < nc && strcmp(c[skip_upto].name, latest) != 0 && c[skip_upto].group == 0)
         zlog(ZLOG_WARN, "ckpt", logrank, "%s/latest names \"%s\", but %s was saved after it was "

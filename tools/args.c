@@ -217,6 +217,17 @@ int zarg_output_file_ok(const char *cmd, const char *opt, const char *out)
     parent_dir(out, dir);
     if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
         return zarg_usage_error(cmd, "%s '%s': its directory '%s' does not exist", opt, out, dir);
+    /* /dev/stdout is a symlink: when stdout is a file it stats as one, and the rename would
+     * replace the system's link (as root) rather than write to the redirect */
+    char real[PATH_MAX];
+    static const char *const sys_dirs[] = {"/dev", "/proc", "/sys"};
+    for (size_t i = 0; realpath(dir, real) && i < sizeof sys_dirs / sizeof sys_dirs[0]; i++) {
+        size_t n = strlen(sys_dirs[i]);
+        if (!strncmp(real, sys_dirs[i], n) && (real[n] == '/' || real[n] == 0))
+            return zarg_usage_error(cmd, "%s '%s' is under %s: the file is written beside its "
+                                    "name and renamed over it, which would replace a system "
+                                    "entry; give a regular file's path", opt, out, sys_dirs[i]);
+    }
     if (access(dir, W_OK | X_OK) != 0)
         return zarg_usage_error(cmd, "%s '%s': its directory '%s' is not writable (%s)", opt, out,
                                 dir, strerror(errno));

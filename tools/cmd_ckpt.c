@@ -30,7 +30,8 @@ static void usage(FILE *f)
             "  export DIR --out F [--dtype fp32|fp16|bf16]   master weights as .safetensors\n"
             "  bench [--mib N] ...        save/load speed and compression on realistic state\n\n"
             "DIR is a tag directory (holds manifest.json) or a save directory: then the tag a\n"
-            "resume tries first (the one `latest` names, unless a tag was saved after it).\n"
+            "resume tries first (the one `latest` names, unless a tag of a higher step was\n"
+            "saved after it).\n"
             "Exit 2 when DIR is missing, holds no checkpoint, or holds DeepSpeed's (convert it:\n"
             "python -m zinc.utils.from_deepspeed).\n");
 }
@@ -62,10 +63,11 @@ static int ckpt_verify(int argc, char **argv)
             printf("usage: zinc ckpt verify DIR\n\n"
                    "Reads every chunk of every rank file and checks its checksums, the client\n"
                    "blob, and that the stored pieces cover every tensor exactly once.\n"
-                   "DIR: a tag directory, or a save directory (checks the tag a resume tries first:\n"
-                   "latest's, unless a tag was saved after it; damage found in its data is\n"
-                   "reported, where a resume would fall back to the next tag). Exit 0 when sound; 1 with a message naming\n"
-                   "the file and chunk otherwise; 2 when DIR is missing or holds no checkpoint.\n");
+                   "DIR: a tag directory, or a save directory (checks the tag a resume tries\n"
+                   "first: latest's, unless a tag of a higher step was saved after it; damage\n"
+                   "found in its data is reported, where a resume would fall back to the next\n"
+                   "tag). Exit 0 when sound; 1 with a message naming the file and chunk\n"
+                   "otherwise; 2 when DIR is missing or holds no checkpoint.\n");
             return 0;
         }
         if (argv[i][0] == '-' || dir) return zarg_usage_error("ckpt verify", "unexpected '%s'", argv[i]);

@@ -243,8 +243,9 @@ static int settle_resume(const topts *o, run_t *r)
         else if (s == ZINC_ERR_IO) { /* nothing in it that is or was a checkpoint */
             if (o->rank0) printf("no checkpoint in %s: starting fresh\n", o->save_dir);
         } else {
+            /* INVALID_ARG: DeepSpeed's format, bad input (2) */
             fprintf(stderr, "zinc train: --resume auto: %s\n", zinc_last_error(NULL));
-            return 1;
+            return s == ZINC_ERR_INVALID_ARG ? 2 : 1;
         }
         return 0;
     }
@@ -289,6 +290,10 @@ static int check_resume_spec(const topts *o, const run_t *r, long long *start)
     zinc_status s = zinc_ckpt_find_tag(r->resume_dir, r->resume_tag, tag, sizeof tag, &in,
                                        sizeof in, &got);
     zlog_hold(-1);
+    if (s == ZINC_ERR_INVALID_ARG) { /* DeepSpeed's format (or a bad tag name): bad input */
+        fprintf(stderr, "zinc train: --resume: %s\n", zinc_last_error(NULL));
+        return 2;
+    }
     /* a checkpoint that cannot be read, or not zinc train's: the load says why */
     if (s != ZINC_OK || got != sizeof in || in.magic != BLOB_MAGIC || in.version != 1) return 0;
     in.spec[sizeof in.spec - 1] = 0;

@@ -108,9 +108,18 @@ void fx_rank_free(fx_rank *r)
     memset(r, 0, sizeof *r);
 }
 
+long long fx_step = 7;
+
 zck_save_desc fx_desc(const char *dir, const char *tag, const zplan *p, int rank,
                       const zck_tensor *tensors, const fx_rank *fr, unsigned streams)
 {
+    /* per thread: ranks save from threads of their own, each its own copy of the text */
+    static _Thread_local char state[512];
+    snprintf(state, sizeof state,
+             "{\"step\":%lld,\"skipped\":0,\"micro\":0,\"loss_scaler\":{\"dynamic\":false,"
+             "\"cur_scale\":1,\"min_scale\":1,\"scale_factor\":2,\"scale_window\":1,"
+             "\"delayed_shift\":1,\"cur_hysteresis\":1,\"consecutive_hysteresis\":false,"
+             "\"cur_iter\":%lld,\"last_overflow_iter\":-1},\"lr\":0.001}", fx_step, fx_step);
     zck_save_desc d;
     memset(&d, 0, sizeof d);
     d.dir = dir;
@@ -118,13 +127,10 @@ zck_save_desc fx_desc(const char *dir, const char *tag, const zplan *p, int rank
     d.rank = rank;
     d.world_size = p->world;
     d.stage = 2;
-    d.step = 7;
+    d.step = fx_step;
     d.config_hash = "0123456789abcdef";
     /* A complete engine state (what an engine writes): verify and load range-check it. */
-    d.engine_state = "{\"step\":7,\"skipped\":0,\"micro\":0,\"loss_scaler\":{\"dynamic\":false,"
-                     "\"cur_scale\":1,\"min_scale\":1,\"scale_factor\":2,\"scale_window\":1,"
-                     "\"delayed_shift\":1,\"cur_hysteresis\":1,\"consecutive_hysteresis\":false,"
-                     "\"cur_iter\":7,\"last_overflow_iter\":-1},\"lr\":0.001}";
+    d.engine_state = state;
     d.ntensors = FX_NTENSORS;
     d.tensors = tensors;
     d.npieces = fr->npieces;

@@ -402,7 +402,9 @@ static void test_latest_choice(void)
     char dir[700], p[900], td[1200], tn[256], err[ZCK_ERR];
     snprintf(dir, sizeof dir, "%s/choice", root);
     fx_rmtree(dir);
+    fx_step = 1;                 /* s1, s2, s3 at steps 1, 2, 3 */
     ZT_OK(fx_save_world(dir, "s1", 2, 0x7, 1, 4096, 0));
+    fx_step = 2;
     ZT_OK(fx_save_world(dir, "s2", 2, 0x7, 2, 4096, 0));
     snprintf(p, sizeof p, "%s/latest", dir);
     put(p, "s1\n");
@@ -410,7 +412,9 @@ static void test_latest_choice(void)
     ZT_CHECK(!strcmp(tn, "s1"), "latest rolled back to s1: took %s", tn);
     check_tag(dir, tn, "rolled back");
     /* latest older than s3's commit: s3 was saved after it, so s3 */
+    fx_step = 3;
     ZT_OK(fx_save_world(dir, "s3", 2, 0x7, 3, 4096, 0));
+    fx_step = 7;
     put(p, "s1\n");
     struct timespec old[2] = {{time(NULL) - 3600, 0}, {time(NULL) - 3600, 0}};
     ZT_CHECK(utimensat(AT_FDCWD, p, old, 0) == 0, "utimensat %s", p);
@@ -420,6 +424,22 @@ static void test_latest_choice(void)
     put(p, "gone\n");
     ZT_OK(zck_find_tag(dir, NULL, 0, -1, td, sizeof td, tn, sizeof tn, err));
     ZT_CHECK(!strcmp(tn, "s3"), "latest naming a missing tag: took %s", tn);
+    /* A copy (cp -r) scrambles mtimes: s1 (a lower step) newer than latest is not taken over
+     * latest's s2 (it was: a copied run resumed a save back) */
+    put(p, "s2\n");
+    ZT_CHECK(utimensat(AT_FDCWD, p, old, 0) == 0, "utimensat %s", p);
+    char mf[1300];
+    struct timespec older[2] = {{time(NULL) - 7200, 0}, {time(NULL) - 7200, 0}};
+    snprintf(mf, sizeof mf, "%s/s3/manifest.json", dir);
+    ZT_CHECK(utimensat(AT_FDCWD, mf, older, 0) == 0, "utimensat %s", mf);
+    ZT_OK(zck_find_tag(dir, NULL, 0, -1, td, sizeof td, tn, sizeof tn, err));
+    ZT_CHECK(!strcmp(tn, "s2"), "a lower step newer than latest (a copy): took %s", tn);
+    /* latest's s2 damaged: the highest step at or below its step, s1, not s3 (a run abandoned
+     * past it; it took s3) */
+    snprintf(mf, sizeof mf, "%s/s2/rank-00000.zck", dir);
+    ZT_CHECK(truncate(mf, 10) == 0, "truncate %s", mf);
+    ZT_OK(zck_find_tag(dir, NULL, 0, -1, td, sizeof td, tn, sizeof tn, err));
+    ZT_CHECK(!strcmp(tn, "s1"), "latest's tag damaged: took %s", tn);
     fx_rmtree(dir);
 }
 

@@ -414,6 +414,17 @@ int main(void)
     free(out);
     snprintf(cmd, sizeof cmd, "rm -r '%s/ck/step000003'", tmp);
     ZT_CHECK(system(cmd) == 0, "%s", cmd);
+    /* a DeepSpeed checkpoint (folder or tag) is named as DeepSpeed's, exit 2 (the tag given was
+     * scanned as a save directory: "none of its directories holds a manifest.json") */
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s/dsck/global_step3' && : > "
+             "'%s/dsck/global_step3/mp_rank_00_model_states.pt' && echo global_step3 > "
+             "'%s/dsck/latest'", tmp, tmp, tmp);
+    ZT_CHECK(system(cmd) == 0, "%s", cmd);
+    expect_usage_error("train " SMALL " --steps 2 --resume dsck", "DeepSpeed's format");
+    expect_usage_error("train " SMALL " --steps 2 --resume dsck/global_step3",
+                       "dsck/global_step3 is a checkpoint in DeepSpeed's format");
+    expect_usage_error("train " SMALL " --steps 2 --save-dir dsck --resume auto",
+                       "from_deepspeed");
     /* a stopped save's .tmp that this run will not save over is named, with its size (it stayed,
      * unseen, for ever) */
     snprintf(cmd, sizeof cmd, "mkdir '%s/ck/step000009.tmp' && head -c 1048576 /dev/zero > "

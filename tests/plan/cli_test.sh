@@ -223,6 +223,12 @@ if mkfifo "$tmp.fifo" 2>/dev/null; then
     # ... and as --out: the calibration is renamed over its target, which replaced the FIFO (and,
     # as root, /dev/null) with a regular file
     expect 2 "^zinc plan: --out '$tmp.fifo' is not a regular file" $cal --out "$tmp.fifo"
+    # /dev/stdout with stdout a file stats as a regular file: refused by where it is, under /dev
+    # (the rename replaced the system's link as root); checked with a name that is nothing there,
+    # so that a regression leaves a stray file rather than a replaced /dev/stdout
+    expect 2 "^zinc plan: --out '/dev/zinc-plan-test-$$' is under /dev" $cal \
+        --out "/dev/zinc-plan-test-$$"
+    rm -f "/dev/zinc-plan-test-$$" 2>/dev/null
     checks=$((checks + 1))
     if [ ! -p "$tmp.fifo" ]; then echo "FAIL: --out replaced the FIFO"; fails=$((fails + 1)); fi
     rm -f "$tmp.fifo"
