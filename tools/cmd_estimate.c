@@ -148,8 +148,8 @@ int cmd_estimate(int argc, char **argv)
            (double)m.state / unit, un, (double)m.total / unit, un, un,
            unit == 1e9 ? 9 : unit == 1e6 ? 6 : 3);
     if (offload) printf("  host memory per rank: %.3f %s\n", (double)m.host_total / unit, un);
-    if (nvme) printf("  NVMe scratch file per rank: %.3f GB (offload_optimizer.nvme_path)\n",
-                     (double)disk / 1e9);
+    if (nvme) printf("  NVMe scratch file per rank: %.3f %s (offload_optimizer.nvme_path)\n",
+                     (double)disk / unit, un);
     return 0;
 }
 

@@ -180,8 +180,10 @@ int zplan_from_hf_config(const char *path, zplan_in *in, char *err, size_t errle
                 rc = fail(err, errlen, "%s: \"num_key_value_heads\" must be a whole number above "
                           "0", path);
             else if (hd == 0 && count_of(o, "head_dim", -2) == -2)
-                rc = fail(err, errlen, "%s: hidden size %.0f over %.0f attention heads gives no "
-                          "head_dim; the file must give \"head_dim\"", path, h, heads);
+                rc = fail(err, errlen, "%s: hidden size %.0f (%s) over %.0f attention heads "
+                          "gives no head_dim; give \"head_dim\" in the file%s", path, h,
+                          in->hidden > 0 ? "--hidden" : "hidden_size", heads,
+                          in->hidden > 0 ? ", or a larger --hidden" : "");
             else if (hd <= 0)
                 rc = fail(err, errlen, "%s: \"head_dim\" must be a whole number above 0", path);
             else if (pos < 0)

@@ -189,6 +189,9 @@ static void test_config_mismatch(void)
             else snprintf(own, sizeof own, "the same on this rank %d)", r);
             ZT_CHECK(strstr(c.msg[r], own) != NULL, "different %s: rank %d's message lacks '%s': %s",
                      cases[k].what, r, own, c.msg[r]);
+            ZT_CHECK(r != cases[k].rank || !strstr(c.msg[r], "the same on this rank"),
+                     "different %s: the differing rank %d says it has rank 0's: %s",
+                     cases[k].what, r, c.msg[r]);
         }
     }
 }

@@ -179,7 +179,8 @@ expect 2 "^zinc plan: --vocab, --ffn and --gated describe the layers" --params 7
 # more heads than channels and no head_dim: that is said (all three keys were named)
 sed 's/"num_attention_heads": 32/"num_attention_heads": 4096/' \
     "$(dirname "$0")/llama-1b-config.json" >"$tmp.json"
-expect 2 "hidden size 2048 over 4096 attention heads gives no head_dim" --hf-config "$tmp.json" \
+expect 2 "hidden size 2048 \(hidden_size\) over 4096 attention heads gives no head_dim" \
+    --hf-config "$tmp.json" \
     --gpus 8 --gpu h100 --stage 2
 # a step past 2^64 bytes per rank is refused (the counts wrapped: fewer bytes gathered than
 # reduce-scattered)

@@ -294,8 +294,23 @@ def refuse(tmp):
     with open(f, "r+b") as fh:
         fh.truncate(os.path.getsize(f) // 2)
     check_raises("refused: a truncated file, named", lambda: engine.load_checkpoint(d),
-                 ValueError, "zero_pp_rank_0_mp_rank_00_optim_states.pt: not a readable torch "
-                 "file")
+                 DeepSpeedCheckpointError, "zero_pp_rank_0_mp_rank_00_optim_states.pt: not a "
+                 "readable torch file")
+    # ... but a client_state class this process cannot import is no damage: its ImportError
+    import types
+    from zinc.utils import _ds_pickle
+    mod = types.ModuleType("zinc_test_usermod")
+
+    class Client:
+        pass
+    Client.__module__, Client.__qualname__ = mod.__name__, "Client"
+    mod.Client = Client
+    sys.modules[mod.__name__] = mod
+    f = os.path.join(tmp, "client.pt")
+    torch.save({"client": Client()}, f)
+    del sys.modules[mod.__name__]
+    check_raises("a client class that cannot be imported: its ImportError, not 'damaged'",
+                 lambda: _ds_pickle.load_file(f), ImportError, "zinc_test_usermod")
     # `latest` naming a tag that is not there, empty, or absent: said, with the tags there (it
     # was zinc's "none of its directories holds a manifest.json")
     for case, text, want_msg in (("latest_missing", "global_step99", "names 'global_step99'"),

@@ -76,8 +76,6 @@ def load(f, **kwargs):
     return Unpickler(f, **kwargs).load()
 
 
-class DamagedFileError(ValueError):
-    """A checkpoint file torch cannot read (truncated, not a torch file): the message names it."""
 
 
 def load_file(path):
@@ -88,9 +86,12 @@ def load_file(path):
     reading zip archive", "invalid load key", "Ran out of input")."""
     try:
         return _load_file(path)
-    except (OSError, MemoryError):     # FileNotFoundError and the like name the file
+    # FileNotFoundError and the like name the file; an ImportError or AttributeError is a
+    # client_state class this process cannot import, not damage
+    except (OSError, MemoryError, ImportError, AttributeError):
         raise
     except Exception as ex:
+        from .ds_checkpoint import DamagedFileError    # (ds_checkpoint imports this module)
         raise DamagedFileError(f"zinc: {path}: not a readable torch file, truncated or damaged "
                                f"({type(ex).__name__}: {ex})") from ex
 

@@ -42,6 +42,10 @@ class DeepSpeedCheckpointError(ValueError):
     """A DeepSpeed checkpoint zinc cannot carry (the message names the file and what)."""
 
 
+class DamagedFileError(DeepSpeedCheckpointError):
+    """A file of the checkpoint that torch cannot read (truncated, not a torch file)."""
+
+
 class DeepSpeedState:
     """What a DeepSpeed checkpoint holds, in model space (every tensor full, on the CPU).
 
