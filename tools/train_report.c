@@ -145,12 +145,13 @@ void train_report_step(run_t *r, progress_t *p, long long step, const zinc_step_
         fprintf(f, "}\n");
         fflush(f);
     }
-    if (r->csv[0] && print) {
+    if (r->csv[0]) { /* every step, as DeepSpeed's engine writes its monitors' events */
         long long samples = step * (long long)(o->cfg.micro_batch * o->ranks * o->cfg.grad_accum);
         double v[3] = {loss, info->lr, info->loss_scale};
         for (int i = 0; i < 3; i++) {
+            if (!r->csv[i]) continue;
             fprintf(r->csv[i], "%lld,%.9g\n", samples, v[i]);
-            fflush(r->csv[i]);
+            fflush(r->csv[i]); /* a row is there once its step is (DeepSpeed closes each) */
         }
     }
     if (print) {
@@ -297,16 +298,20 @@ static int csv_dir(const topts *o, char *dir, size_t n)
 
 static int open_csv(const topts *o, run_t *r, const char *dir, int append)
 {
+    /* DeepSpeed's events Train/Samples/<name>: the file named after the whole event, the
+     * header after its last part; the loss scale with fp16 only, as DeepSpeed writes it */
     static const char *const ev[3] = {"Train_Samples_train_loss", "Train_Samples_lr",
                                       "Train_Samples_loss_scale"};
+    static const char *const head[3] = {"train_loss", "lr", "loss_scale"};
     char path[1200];
-    for (int i = 0; i < 3; i++) {
+    int n = o->cfg.dtype == ZINC_DTYPE_FP16 ? 3 : 2;
+    for (int i = 0; i < n; i++) {
         snprintf(path, sizeof path, "%s/%s.csv", dir, ev[i]);
         int fresh = !append || !train_file_exists(path);
         r->csv[i] = open_output("csv_monitor:", path, append,
                                 "set csv_monitor.output_path or job_name elsewhere", o, r);
         if (!r->csv[i]) return 2;
-        if (fresh) fprintf(r->csv[i], "step,%s\n", ev[i]);
+        if (fresh) fprintf(r->csv[i], "step,%s\n", head[i]);
     }
     return 0;
 }

@@ -49,8 +49,13 @@ b=$(printf '%s\n' "$nv" | grep -o 'grad norm [0-9.]*\|final loss [0-9.]*')
 [ -n "$a" ] && [ "$a" = "$b" ] || fail "nvme: with NVMe offload '$b', without '$a'"
 [ -z "$(ls "$tmp" | grep zinc-nvme)" ] || fail "nvme: scratch files left: $(ls "$tmp")"
 csv="$tmp/DeepSpeedJobName/Train_Samples_train_loss.csv"
-[ "$(head -n 1 "$csv" 2>/dev/null)" = "step,Train_Samples_train_loss" ] && [ "$(wc -l <"$csv")" -ge 2 ] ||
-    fail "csv_monitor: no $csv with a header and rows: $(ls -R "$tmp" | tr '\n' ' ')"
+# DeepSpeed's csvMonitor: the header is the event's last part, a row every step (8 steps, not
+# only the printed ones), and no loss_scale file outside fp16
+[ "$(head -n 1 "$csv" 2>/dev/null)" = "step,train_loss" ] && [ "$(wc -l <"$csv")" -eq 9 ] ||
+    fail "csv_monitor: no $csv with DeepSpeed's header and 8 rows: $(head -n 2 "$csv")," \
+        "$(wc -l <"$csv" 2>/dev/null) lines; $(ls -R "$tmp" | tr '\n' ' ')"
+[ ! -e "$tmp/DeepSpeedJobName/Train_Samples_loss_scale.csv" ] ||
+    fail "csv_monitor: a loss_scale file in a bf16 run (DeepSpeed writes it with fp16 only)"
 [ ! -e "$tmp/csv_monitor" ] || fail "csv_monitor: wrote under csv_monitor/ (DeepSpeed writes ./<job_name>)"
 rm -rf "$tmp"
 [ "$fails" = 0 ] && echo "configs: ok"

@@ -507,8 +507,8 @@ int main(void)
                 "csv_monitor: msave/step000001 is where --save-dir's");
     snprintf(cmd, sizeof cmd, "rm '%s/cj/Train_Samples_lr.csv'", tmp);
     ZT_CHECK(system(cmd) == 0, "%s", cmd);
-    csv_refused("", "cj", "--metrics cj/Train_Samples_loss_scale.csv",
-                "cj/Train_Samples_loss_scale.csv is the --metrics file");
+    csv_refused("", "cj", "--metrics cj/Train_Samples_train_loss.csv",
+                "cj/Train_Samples_train_loss.csv is the --metrics file");
     expect_usage_error("train " SMALL " --steps 1 --data dsave/latest --save-dir dsave",
                        "dsave/latest exists and is not a checkpoint's latest");
     expect_usage_error("train " SMALL " --steps 1 --save-dir usave",
