@@ -502,11 +502,18 @@ static zinc_status load_local(zinc_engine_t *e, const zeng_view *ev, const char 
         opt->extra = extra;
     }
     if (s == ZINC_OK && rank_of(ev) == 0) {
-        /* At another world size the resolved config differs anyway (batch sizes). */
-        if (m->config_hash[0] && strcmp(m->config_hash, ev->cfg->hash_hex))
-            zlog(m->world_size == ev->world_size ? ZLOG_WARN : ZLOG_INFO, "ckpt", 0,
-                 "%s was saved with another config (hash %s, now %s; world size %d, now %d)",
-                 tagdir, m->config_hash, ev->cfg->hash_hex, m->world_size, ev->world_size);
+        /* At another world size the resolved config differs anyway (its batch sizes): that is
+         * said as such, not as another config (the file may be the same). */
+        if (m->config_hash[0] && strcmp(m->config_hash, ev->cfg->hash_hex)) {
+            if (m->world_size == ev->world_size)
+                zlog(ZLOG_WARN, "ckpt", 0, "%s was saved with another config (resolved hash %s, "
+                     "now %s): compare `zinc config check --json` of both", tagdir,
+                     m->config_hash, ev->cfg->hash_hex);
+            else
+                zlog(ZLOG_INFO, "ckpt", 0, "%s was saved at world size %d, now %d (so the "
+                     "resolved config, its batch sizes, differs: hash %s, now %s)", tagdir,
+                     m->world_size, ev->world_size, m->config_hash, ev->cfg->hash_hex);
+        }
         if (extra > 0 && !(opt && opt->caller_reads_extra))
             zlog(ZLOG_WARN, "ckpt", 0, "%s holds %d tensors the model does not register; the "
                  "load leaves them (zinc_ckpt_read_tensors reads them)", tagdir, extra);

@@ -414,6 +414,14 @@ int main(void)
     free(out);
     snprintf(cmd, sizeof cmd, "rm -r '%s/ck/step000003'", tmp);
     ZT_CHECK(system(cmd) == 0, "%s", cmd);
+    /* at another world size the same config is not called another config */
+    rc = run("train --model L1-D16-H2-T16 --ranks 1 --config " ZINC_SOURCE_DIR
+             "/configs/zero3_bf16.json --steps 13 --seed 4 --resume ck/step000012", &err, &out);
+    ZT_CHECK(rc == 0 && strstr(err, "ck/step000012 was saved at world size 2, now 1") &&
+                 !strstr(err, "another config"),
+             "resume at another world size: exit %d: %s", rc, err);
+    free(err);
+    free(out);
     /* a DeepSpeed checkpoint (folder or tag) is named as DeepSpeed's, exit 2 (the tag given was
      * scanned as a save directory: "none of its directories holds a manifest.json") */
     snprintf(cmd, sizeof cmd, "mkdir -p '%s/dsck/global_step3' && : > "
