@@ -55,10 +55,27 @@ int cmd_train(int argc, char **argv)
                    .save_every = o.save_every};
         rc = train_ckpt_prepare(&o, &r);
         if (!rc && o.rank0) rc = train_report_open(&o, &r);
-        if (!rc) rc = run_ranks(&r);
+        if (!rc) {
+            train_interrupt_install();
+            rc = run_ranks(&r);
+            train_interrupt_restore();
+        }
         if (!rc && o.rank0) {
             train_report_done(&r);
             train_report_timing(&r);
+        }
+        if (!rc && r.interrupted) {
+            /* 128 + SIGINT, as a shell reports a run stopped by Ctrl-C; the state is saved */
+            if (!o.rank0)
+                ;
+            else if (r.save_dir)
+                fprintf(stderr, "zinc train: interrupted: stopped after step %lld and saved "
+                        "%s/step%06lld; --resume auto (with --save-dir %s) goes on from there\n",
+                        r.end_step, r.save_dir, r.end_step, r.save_dir);
+            else
+                fprintf(stderr, "zinc train: interrupted: stopped after step %lld; nothing "
+                        "saved (no --save-dir)\n", r.end_step);
+            rc = 130;
         }
         train_report_close(&r);
         run_free(&r);

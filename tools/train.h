@@ -76,6 +76,9 @@ typedef struct {
     zinc_world_t *world;
     zm_data *data;
     long long stop_at;          /* train until this many optimizer steps */
+    long long stop_req;         /* local ranks: the step to stop after on SIGINT/SIGTERM (0:
+                                   none; rank 0 sets it one step ahead, read atomically) */
+    int interrupted;            /* the run stopped early on a signal (set atomically by the ranks) */
     const char *resume_dir;     /* NULL: fresh */
     const char *resume_tag;     /* NULL: newest valid */
     char resume_buf[2][1100];   /* resume_dir and resume_tag when --resume names a tag */
@@ -135,9 +138,16 @@ typedef struct {
  * into the engine and its position into *blob. Returns 0, or -1 after train_fail(). */
 int train_ckpt_start(run_t *r, zinc_engine_t *e, int rank, train_blob *blob);
 
-/* After step blob->steps: saves into r->save_dir when a save is due (every r->save_every steps
- * and at r->stop_at); bar: a progress bar is on the line. Returns 0, or -1 after train_fail(). */
-int train_ckpt_after_step(run_t *r, zinc_engine_t *e, int rank, const train_blob *blob, int bar);
+/* After step blob->steps: saves into r->save_dir when a save is due (every r->save_every steps,
+ * at r->stop_at, and when `last`: a signal ends the run there); bar: a progress bar is on the
+ * line. Returns 0, or -1 after train_fail(). */
+int train_ckpt_after_step(run_t *r, zinc_engine_t *e, int rank, const train_blob *blob, int bar,
+                          int last);
+
+/* SIGINT and SIGTERM end the run after the current step, with a checkpoint when --save-dir is
+ * given (a second signal kills at once): install before run_ranks, restore after. */
+void train_interrupt_install(void);
+void train_interrupt_restore(void);
 
 /* The length of the tag in name when it is one of zinc train's tags ("step" and digits) or that
  * tag's .tmp/.old; 0 for any other name. */

@@ -68,10 +68,12 @@ int train_ckpt_start(run_t *r, zinc_engine_t *e, int rank, train_blob *blob)
     return 0;
 }
 
-int train_ckpt_after_step(run_t *r, zinc_engine_t *e, int rank, const train_blob *blob, int bar)
+int train_ckpt_after_step(run_t *r, zinc_engine_t *e, int rank, const train_blob *blob, int bar,
+                          int last)
 {
     if (!r->save_dir ||
-        !((r->save_every && blob->steps % r->save_every == 0) || blob->steps == r->stop_at))
+        !((r->save_every && blob->steps % r->save_every == 0) || blob->steps == r->stop_at ||
+          last))
         return 0;
     char tag[64];
     snprintf(tag, sizeof tag, "step%06lld", (long long)blob->steps);

@@ -9,6 +9,7 @@
  */
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +18,33 @@
 
 #include "models/cuda/gpt_cuda.h"
 #include "tools/train.h"
+
+/* Set by SIGINT/SIGTERM: the run ends after the step in progress (train_interrupt_install). */
+static volatile sig_atomic_t interrupt_signal;
+static struct sigaction interrupt_old[2];
+
+static void on_interrupt(int sig)
+{
+    interrupt_signal = 1;
+    signal(sig, SIG_DFL); /* a second one stops the process at once */
+}
+
+void train_interrupt_install(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_interrupt;
+    sigemptyset(&sa.sa_mask);
+    interrupt_signal = 0;
+    sigaction(SIGINT, &sa, &interrupt_old[0]);
+    sigaction(SIGTERM, &sa, &interrupt_old[1]);
+}
+
+void train_interrupt_restore(void)
+{
+    sigaction(SIGINT, &interrupt_old[0], NULL);
+    sigaction(SIGTERM, &interrupt_old[1], NULL);
+}
 
 typedef struct {
     run_t *r;
@@ -290,15 +318,28 @@ static void *rank_main(void *arg)
         }
         blob.steps++;
         double loss = lsum / (double)GA;
+        int last = 0; /* a signal asked to stop after this step (every rank agrees) */
         if (o->mpi) {
-            /* Each process has only its own loss: average it over the ranks (every rank calls). */
-            s = zinc_mean_over_ranks(e, &loss, 1);
+            /* Each process has only its own loss: average it over the ranks (every rank calls),
+             * and with it whether any process was signalled. */
+            double both[2] = {loss, interrupt_signal ? 1.0 : 0.0};
+            s = zinc_mean_over_ranks(e, both, 2);
             if (s != ZINC_OK) {
                 train_fail(r, rank, s, 1, "step %lld: %s", (long long)blob.steps,
                            zinc_last_error(e));
                 goto out;
             }
+            loss = both[0];
+            last = both[1] > 0.0;
+        } else {
+            /* The ranks are threads: rank 0 names the step after this one, which every rank
+             * then reads after that step's collectives (all ranks stop at the same step). */
+            if (rank == 0 && interrupt_signal && !__atomic_load_n(&r->stop_req, __ATOMIC_ACQUIRE))
+                __atomic_store_n(&r->stop_req, blob.steps + 1, __ATOMIC_RELEASE);
+            long long sr = __atomic_load_n(&r->stop_req, __ATOMIC_ACQUIRE);
+            last = sr && blob.steps >= sr;
         }
+        last = last && blob.steps < r->stop_at;
         if (rank == 0) {
             /* zinc_step's reduction has seen every rank, so every rank's slot is written. */
             if (!o->mpi) {
@@ -311,7 +352,11 @@ static void *rank_main(void *arg)
             r->final_loss = loss;
             train_report_step(r, &pr, blob.steps, &info, loss, mem_rank);
         }
-        if (train_ckpt_after_step(r, e, rank, &blob, pr.bar) != 0) goto out;
+        if (train_ckpt_after_step(r, e, rank, &blob, pr.bar, last) != 0) goto out;
+        if (last) {
+            __atomic_store_n(&r->interrupted, 1, __ATOMIC_RELAXED);
+            break;
+        }
         if (timing && blob.steps == r->start_step + 1 && blob.steps < r->stop_at) {
             zm_cuda_model_timing_reset(m.cuda);
             r->timed_from = blob.steps + 1;

@@ -61,3 +61,8 @@ endif()
 add_test(NAME model_configs COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/configs_test.sh
          $<TARGET_FILE:zinc_cli> ${CMAKE_SOURCE_DIR}/configs)
 set_tests_properties(model_configs PROPERTIES LABELS model TIMEOUT 120)
+
+# SIGINT/SIGTERM: the ranks stop together after the step in progress, save it, exit 130.
+add_test(NAME model_interrupt COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/interrupt_test.sh
+         $<TARGET_FILE:zinc_cli>)
+set_tests_properties(model_interrupt PROPERTIES LABELS model TIMEOUT 400)

@@ -1,0 +1,56 @@
+#!/bin/sh
+# zinc train stopped by SIGINT (Ctrl-C) or SIGTERM: the ranks finish the step in progress
+# together, save it when --save-dir is given, say so and exit 130; --resume auto goes on from
+# that step. Before, the process died at once with nothing said and nothing saved since the
+# last --save-every. 2 local ranks (threads that must agree on the step), and under SIGTERM
+# without --save-dir. Each run is waited for up to 120 s after the signal (a hang is a failure).
+# usage: interrupt_test.sh ZINC
+zinc=$1
+dir=$(mktemp -d) || exit 1
+trap 'rm -rf "$dir"' EXIT
+cd "$dir" || exit 1
+pass=0 fail=0
+ok() { pass=$((pass + 1)); }
+bad() { echo "FAIL: $*"; fail=$((fail + 1)); }
+
+# start SIG ARGS...: a long run in the background; signals it once it has printed step 10
+interrupted() {
+    sig=$1; shift
+    rm -f out.log err.log
+    "$zinc" train --model L1-D16-H2-T16 --ranks 2 --steps 10000000 "$@" >out.log 2>err.log &
+    pid=$!
+    n=0
+    while ! grep -q "^step *10/" out.log 2>/dev/null && kill -0 "$pid" 2>/dev/null &&
+        [ "$n" -lt 600 ]; do
+        sleep 0.2; n=$((n + 1))
+    done
+    kill "-$sig" "$pid"
+    n=0
+    while kill -0 "$pid" 2>/dev/null && [ "$n" -lt 600 ]; do sleep 0.2; n=$((n + 1)); done
+    if kill -0 "$pid" 2>/dev/null; then
+        kill -9 "$pid"
+        bad "SIG$sig: still running 120 s after the signal"
+    fi
+    wait "$pid"
+    rc=$?
+}
+
+interrupted INT --save-dir ck
+step=$(sed -n 's/.*interrupted: stopped after step \([0-9]*\) and saved ck\/step.*/\1/p' err.log)
+if [ "$rc" = 130 ] && [ -n "$step" ] && [ "$(cat ck/latest 2>/dev/null)" = \
+     "$(printf 'step%06d' "$step")" ]; then ok; else
+    bad "SIGINT: exit $rc (want 130), step '$step', latest '$(cat ck/latest 2>/dev/null)'"
+    cat err.log; fi
+if [ -n "$step" ]; then
+    "$zinc" train --model L1-D16-H2-T16 --ranks 2 --steps $((step + 2)) --save-dir ck \
+        --resume auto >out.log 2>err.log
+    if [ $? = 0 ] && grep -q "resumed from ck/$(printf 'step%06d' "$step") at step $step" out.log
+    then ok; else bad "resume after SIGINT:"; cat out.log err.log; fi
+fi
+
+interrupted TERM
+if [ "$rc" = 130 ] && grep -q "interrupted: stopped after step [0-9]*; nothing saved" err.log
+then ok; else bad "SIGTERM without --save-dir: exit $rc (want 130)"; cat err.log; fi
+
+echo "interrupt: $pass passed, $fail failed"
+[ "$fail" = 0 ]
