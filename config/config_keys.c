@@ -10,12 +10,12 @@
  * The key names follow deepspeed/runtime/config.py, constants.py, zero/config.py,
  * zero/offload_config.py, precision_config.py, monitor/config.py and lr_schedules.py.
  */
-#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
+#include "base/suggest.h"
 #include "config/config_internal.h"
 
 #define ZK_SET(var, path, arr) const zkeyset var = {path, arr, (int)(sizeof arr / sizeof arr[0])}
@@ -417,42 +417,13 @@ static int is_off(json_object *v)
     return json_object_get_type(v) == json_type_boolean && !json_object_get_boolean(v);
 }
 
-/* Optimal-string-alignment distance (Levenshtein plus adjacent transpositions), ASCII
- * case-insensitive, capped: names longer than 127 characters are never "close". */
-static int edit_distance(const char *a, const char *b)
-{
-    size_t n = strlen(a), m = strlen(b);
-    if (n > 127 || m > 127) return 1000;
-    int d[128][128];
-    for (size_t i = 0; i <= n; i++) d[i][0] = (int)i;
-    for (size_t j = 0; j <= m; j++) d[0][j] = (int)j;
-    for (size_t i = 1; i <= n; i++) {
-        for (size_t j = 1; j <= m; j++) {
-            int cost = tolower((unsigned char)a[i - 1]) != tolower((unsigned char)b[j - 1]);
-            int best = d[i - 1][j] + 1;
-            if (d[i][j - 1] + 1 < best) best = d[i][j - 1] + 1;
-            if (d[i - 1][j - 1] + cost < best) best = d[i - 1][j - 1] + cost;
-            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
-                d[i - 2][j - 2] + 1 < best)
-                best = d[i - 2][j - 2] + 1;
-            d[i][j] = best;
-        }
-    }
-    return d[n][m];
-}
-
 const char *zk_suggest(const char *name, const zkeyset *set)
 {
-    /* Allow about one typo per four characters, at least two, but never as many edits as
-     * the name has characters (any two-letter name is two edits from any other). */
-    int len = (int)strlen(name);
-    int limit = len / 4 > 2 ? len / 4 : 2;
-    if (limit >= len) limit = len - 1;
     const char *best = NULL;
-    int best_d = limit + 1;
+    int best_d = 1 << 30;
     for (int i = 0; i < set->nkeys; i++) {
-        int d = edit_distance(name, set->keys[i].name);
-        if (d < best_d) {
+        int d = zsuggest_distance(name, set->keys[i].name);
+        if (d >= 0 && d < best_d) {
             best_d = d;
             best = set->keys[i].name;
         }

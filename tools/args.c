@@ -13,6 +13,7 @@
 #include <json-c/json.h>
 
 #include "base/files.h"
+#include "base/suggest.h"
 #include "tools/commands.h"
 
 /* Plain decimal only: [+-] digits [. digits] [e|E [+-] digits], at least one mantissa digit,
@@ -84,6 +85,13 @@ int zarg_usage_error(const char *cmd, const char *fmt, ...)
     va_end(ap);
     fprintf(stderr, " (see zinc %s --help)\n", cmd);
     return 2;
+}
+
+int zarg_unknown_option(const char *cmd, const char *arg, const char *const *names, int n)
+{
+    const char *s = zsuggest(arg, names, n);
+    if (s) return zarg_usage_error(cmd, "unknown option '%s'; did you mean %s?", arg, s);
+    return zarg_usage_error(cmd, "unknown option '%s'", arg);
 }
 
 int zarg_dtype(const char *s, zinc_dtype *out)

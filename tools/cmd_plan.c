@@ -368,8 +368,21 @@ int cmd_plan(int argc, char **argv)
                                             "--calibration", "--out", "--model"};
         int is_named = 0;
         for (size_t k = 0; k < sizeof named / sizeof named[0]; k++) is_named |= !strcmp(a, named[k]);
-        if (p == P_COUNT && !is_named)
-            return zarg_usage_error("plan", "unknown argument '%s'", a);
+        if (p == P_COUNT && !is_named) {
+            /* every option, for a did-you-mean */
+            const char *all[P_COUNT + 16];
+            int n = 0;
+            for (int k = 0; k < P_COUNT; k++) all[n++] = zplan_flags[k].flag;
+            for (size_t k = 0; k < sizeof named / sizeof named[0]; k++) all[n++] = named[k];
+            static const char *const switches[] = {"--json", "--checkpointing",
+                                                   "--offload-optimizer", "--offload-param",
+                                                   "--gated", "--recommend", "--calibrate"};
+            for (size_t k = 0; k < sizeof switches / sizeof switches[0]; k++)
+                all[n++] = switches[k];
+            if (strncmp(a, "--", 2))
+                return zarg_usage_error("plan", "unknown argument '%s'", a);
+            return zarg_unknown_option("plan", a, all, n);
+        }
         if (zarg_value("plan", a, val)) return 2;
         i++;
         if (!strcmp(a, "--gpu")) {

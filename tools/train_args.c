@@ -36,14 +36,19 @@
 
 /* The options that take a value (checked before asking for one, so that a mistyped last option
  * is called unknown rather than short of a value). */
+static const char *const options[] = {
+    "--config", "--ranks", "--device", "--gpu-kernels", "--model", "--steps", "--data",
+    "--save-dir", "--save-every", "--resume", "--metrics", "--seed", "--micro-batch",
+    "--grad-accum", "--train-batch-size", "--lr", "--threads",
+    /* the flags without a value (NVALUE_OPTIONS counts those before them) */
+    "--gpu-timing", "--activation-checkpointing", "--help"};
+#define NVALUE_OPTIONS 17
+#define NOPTIONS ((int)(sizeof options / sizeof options[0]))
+
 static int takes_value(const char *a)
 {
-    static const char *const names[] = {
-        "--config", "--ranks", "--device", "--gpu-kernels", "--model", "--steps", "--data",
-        "--save-dir", "--save-every", "--resume", "--metrics", "--seed", "--micro-batch",
-        "--grad-accum", "--train-batch-size", "--lr", "--threads"};
-    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++)
-        if (!strcmp(a, names[k])) return 1;
+    for (int k = 0; k < NVALUE_OPTIONS; k++)
+        if (!strcmp(a, options[k])) return 1;
     return 0;
 }
 
@@ -145,7 +150,7 @@ int train_parse_args(int argc, char **argv, topts *o)
         snprintf(name, sizeof name, "%.*s", (int)(eq ? eq - a : (ptrdiff_t)strlen(a)), a);
         a = name;
         int flag = !strcmp(a, "--gpu-timing") || !strcmp(a, "--activation-checkpointing");
-        if (!flag && !takes_value(a)) return zarg_usage_error(CMD, "unknown option '%s'", argv[i]);
+        if (!flag && !takes_value(a)) return zarg_unknown_option(CMD, a, options, NOPTIONS);
         if (flag && v) return zarg_usage_error(CMD, "%s takes no value", a);
         if (!strcmp(a, "--gpu-timing")) { /* the flags without a value */
             o->gpu_timing = 1;
@@ -231,7 +236,7 @@ int train_parse_args(int argc, char **argv, topts *o)
                 return zarg_usage_error(CMD, "--threads: expected 1..64, got '%s'", v);
             o->threads = (int)n;
         } else {
-            return zarg_usage_error(CMD, "unknown option '%s'", a);
+            return zarg_unknown_option(CMD, a, options, NOPTIONS);
         }
     }
     if (zm_spec_parse(o->spec_str, &o->spec, (char[256]){0}, 256)) return 2;

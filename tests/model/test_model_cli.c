@@ -172,7 +172,10 @@ int main(void)
     expect_usage_error("train --model nonsense", "model spec");
     expect_usage_error("train --frobnicate 1", "unknown option '--frobnicate'");
     /* last on the line, an unknown option is still unknown (was "needs a value"); --opt=value */
-    expect_usage_error("train --frobnicate", "unknown option '--frobnicate'");
+    expect_usage_error("train --frobnicate", "unknown option '--frobnicate' (see");
+    /* a typo gets the option it is one edit from, last on the line and with a value */
+    expect_usage_error("train --step 5", "unknown option '--step'; did you mean --steps?");
+    expect_usage_error("train --save_dir=x", "unknown option '--save_dir'; did you mean --save-dir?");
     expect_usage_error("train --steps=x", "--steps: expected");
     expect_usage_error("train --gpu-timing=1", "--gpu-timing takes no value");
     expect_usage_error("train --grad-accum 0", "--grad-accum: expected 1..");
