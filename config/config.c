@@ -293,7 +293,9 @@ static void parse_batch(zcctx *x, json_object *root, const zcfg_overrides *ov, z
         prod != tbs) {
         zc_error(x, "train_batch_size",
                  "%lld != train_micro_batch_size_per_gpu %lld x gradient_accumulation_steps %lld x "
-                 "world size %lld (= %lld)",
+                 "world size %lld (= %lld); give values that agree, or leave one of the three out "
+                 "of the config so that it is derived (zinc train: --micro-batch or --grad-accum "
+                 "beside --train-batch-size)",
                  (long long)tbs, (long long)mb, (long long)ga, (long long)w, (long long)prod);
         return;
     }

@@ -91,8 +91,9 @@ static int ckpt_verify(int argc, char **argv)
         bytes += m->ranks[k].bytes;
         for (int st = 0; st < ZCK_NSTREAMS; st++) chunks += m->ranks[k].streams[st].nchunks;
     }
-    printf("ok: %s: tag %s, %" PRId64 " updates applied, %d rank files, %ld chunks, %" PRIu64 " bytes verified\n",
-           zck_reader_dir(r), m->tag, m->step, m->nranks, chunks, bytes);
+    printf("ok: %s: tag %s, %" PRId64 " updates applied, %d rank file%s, %ld chunks, %" PRIu64
+           " bytes verified\n", zck_reader_dir(r), m->tag, m->step, m->nranks,
+           m->nranks == 1 ? "" : "s", chunks, bytes);
     zck_close(r);
     return 0;
 }

@@ -297,8 +297,8 @@ static int plan_recommend(const zplan_in *in, long long global_batch, int json)
         printf("  (activations not counted: give --layers and --hidden or --hf-config)\n");
     /* host GB/rank: what offload puts in host memory, which a plan cannot check (it does not
      * know the nodes' memory); shown so that an offload choice's cost is seen */
-    printf("  %5s %-16s %5s %6s %6s %10s %12s %6s %10s %10s  %s\n", "stage", "offload", "ckpt",
-           "micro", "accum", "step s", "tokens/s", "MFU", "GB/rank", "host GB", "");
+    printf("  %5s %-16s %5s %6s %6s %10s %12s %6s %10s %10s\n", "stage", "offload", "ckpt",
+           "micro", "accum", "step s", "tokens/s", "MFU", "GB/rank", "host GB");
     for (int r = 0; r < nrows; r++) {
         const zplan_choice *c = &rows[r];
         printf("  %5d %-16s %5s %6lld %6d %10.4f %12.4g %5.1f%% %10.1f %10.1f  %s\n", c->stage,

@@ -23,7 +23,7 @@ static const zcommand zcommands[] = {
     {"bench", cmd_bench, "benchmarks: adam, memory, comm, offload"},
     {"train", cmd_train, "train the built-in model from a DeepSpeed-style config"},
     {"plot", cmd_plot, "plot metrics.jsonl as an SVG loss curve"},
-    {"ckpt", cmd_ckpt, "checkpoints: verify, inspect, export DIR"},
+    {"ckpt", cmd_ckpt, "checkpoints: verify, inspect, export DIR; bench"},
     /* ZINC_COMMANDS: one line per command; keep in step with commands.h */
 };
 
