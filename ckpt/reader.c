@@ -510,7 +510,7 @@ static int is_deepspeed_tag(const char *dir)
     static const char *const marks[] = {"mp_rank_00_model_states.pt",
                                         "zero_pp_rank_0_mp_rank_00_model_states.pt",
                                         "zero/optimizer_state.pt"};
-    char p[4400];
+    char p[4608];
     for (size_t i = 0; i < sizeof marks / sizeof marks[0]; i++) {
         int n = snprintf(p, sizeof p, "%s/%s", dir, marks[i]);
         if (n > 0 && (size_t)n < sizeof p && access(p, F_OK) == 0) return 1;
@@ -604,8 +604,6 @@ zinc_status zck_find_tag(const char *dir, const char *tag, int skip_upto, int lo
         zck_close(r);
         return s;
     }
-    if (is_deepspeed_tag(dir)) /* a DeepSpeed tag given as the save directory */
-        return deepspeed_refused(dir, "is a checkpoint in", err);
     DIR *dd = opendir(dir);
     if (!dd)
         return zerr_fmt(err, ZCK_ERR, ZINC_ERR_IO, "cannot open the save directory %s: %s",
@@ -683,11 +681,12 @@ zinc_status zck_find_tag(const char *dir, const char *tag, int skip_upto, int lo
     }
     for (int i = 0; i < nc; i++)
         c[i].group = found && !strcmp(c[i].name, latest)          ? 1
-                     : found && c[i].step > lstep && c[i].mtime > lt ? 0
+                     : c[i].step > lstep && c[i].mtime > lt          ? 0
                      : c[i].step <= lstep                           ? 2
                                                                     : 3;
     if (nc) qsort(c, (size_t)nc, sizeof *c, cmp_cand);
-    if (found && skip_upto < nc && strcmp(c[skip_upto].name, latest) != 0 && c[skip_upto].group == 0)
+    if (latest[0] && skip_upto < nc && strcmp(c[skip_upto].name, latest) != 0 &&
+        c[skip_upto].group == 0)
         zlog(ZLOG_WARN, "ckpt", logrank, "%s/latest names \"%s\", but %s was saved after it was "
              "written (a save stopped before updating latest): loading %s", dir, latest,
              c[skip_upto].name, c[skip_upto].name);
@@ -704,6 +703,9 @@ zinc_status zck_find_tag(const char *dir, const char *tag, int skip_upto, int lo
         free(c);
         if (nc == 0 && ndamaged == 0 && nds > 0)
             return deepspeed_refused(dir, "holds checkpoints in", err);
+        /* a DeepSpeed tag given as the save directory (a zinc one beside such a file is not) */
+        if (nc == 0 && ndamaged == 0 && is_deepspeed_tag(dir))
+            return deepspeed_refused(dir, "is a checkpoint in", err);
         if (nc == 0 && ndamaged == 0) /* nothing to warn about: say what was looked for */
             return zerr_fmt(err, ZCK_ERR, ZINC_ERR_IO,
                             "no checkpoint in %s: none of its directories holds a %s",

@@ -149,7 +149,8 @@ int train_parse_args(int argc, char **argv, topts *o)
         const char *eq = strchr(a, '='), *v = eq ? eq + 1 : NULL;
         snprintf(name, sizeof name, "%.*s", (int)(eq ? eq - a : (ptrdiff_t)strlen(a)), a);
         a = name;
-        int flag = !strcmp(a, "--gpu-timing") || !strcmp(a, "--activation-checkpointing");
+        int flag = !strcmp(a, "--gpu-timing") || !strcmp(a, "--activation-checkpointing") ||
+                   !strcmp(a, "--help");
         if (!flag && !takes_value(a)) return zarg_unknown_option(CMD, a, options, NOPTIONS);
         if (flag && v) return zarg_usage_error(CMD, "%s takes no value", a);
         if (!strcmp(a, "--gpu-timing")) { /* the flags without a value */

@@ -293,7 +293,7 @@ static int check_resume_spec(const topts *o, const run_t *r, long long *start)
                                        sizeof in, &got);
     zlog_hold(-1);
     if (s == ZINC_ERR_INVALID_ARG) { /* DeepSpeed's format (or a bad tag name): bad input */
-        fprintf(stderr, "zinc train: --resume: %s\n", zinc_last_error(NULL));
+        fprintf(stderr, "zinc train: --resume %s: %s\n", o->resume, zinc_last_error(NULL));
         return 2;
     }
     /* a checkpoint that cannot be read, or not zinc train's: the load says why */

@@ -23,10 +23,21 @@
 static volatile sig_atomic_t interrupt_signal;
 static struct sigaction interrupt_old[2];
 
+static int interrupt_count;
+
 static void on_interrupt(int sig)
 {
     interrupt_signal = 1;
-    signal(sig, SIG_DFL); /* a second one stops the process at once */
+    /* A second one, either of them, stops the process at once: by the default disposition
+     * from here on, and by the count when two arrive together on two threads (both handlers
+     * may run before either resets the dispositions). */
+    if (__atomic_add_fetch(&interrupt_count, 1, __ATOMIC_SEQ_CST) > 1) {
+        signal(sig, SIG_DFL);
+        raise(sig);
+        return;
+    }
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
 }
 
 void train_interrupt_install(void)
@@ -36,8 +47,13 @@ void train_interrupt_install(void)
     sa.sa_handler = on_interrupt;
     sigemptyset(&sa.sa_mask);
     interrupt_signal = 0;
-    sigaction(SIGINT, &sa, &interrupt_old[0]);
-    sigaction(SIGTERM, &sa, &interrupt_old[1]);
+    interrupt_count = 0;
+    static const int sigs[2] = {SIGINT, SIGTERM};
+    for (int i = 0; i < 2; i++) {
+        sigaction(sigs[i], NULL, &interrupt_old[i]);
+        /* one the caller ignores stays ignored (`zinc train &` in a script ignores SIGINT) */
+        if (interrupt_old[i].sa_handler != SIG_IGN) sigaction(sigs[i], &sa, NULL);
+    }
 }
 
 void train_interrupt_restore(void)
@@ -333,9 +349,10 @@ static void *rank_main(void *arg)
             last = both[1] > 0.0;
         } else {
             /* The ranks are threads: rank 0 names the step after this one, which every rank
-             * then reads after that step's collectives (all ranks stop at the same step). */
+             * then reads after that step's collectives (all ranks stop at the same step); one
+             * rank stops at this one. */
             if (rank == 0 && interrupt_signal && !__atomic_load_n(&r->stop_req, __ATOMIC_ACQUIRE))
-                __atomic_store_n(&r->stop_req, blob.steps + 1, __ATOMIC_RELEASE);
+                __atomic_store_n(&r->stop_req, blob.steps + (o->ranks > 1), __ATOMIC_RELEASE);
             long long sr = __atomic_load_n(&r->stop_req, __ATOMIC_ACQUIRE);
             last = sr && blob.steps >= sr;
         }

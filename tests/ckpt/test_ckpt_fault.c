@@ -440,6 +440,12 @@ static void test_latest_choice(void)
     ZT_CHECK(truncate(mf, 10) == 0, "truncate %s", mf);
     ZT_OK(zck_find_tag(dir, NULL, 0, -1, td, sizeof td, tn, sizeof tn, err));
     ZT_CHECK(!strcmp(tn, "s1"), "latest's tag damaged: took %s", tn);
+    /* ... but s3 (a higher step) committed after latest still comes first (with latest's tag
+     * damaged it fell behind s1) */
+    snprintf(mf, sizeof mf, "%s/s3/manifest.json", dir);
+    ZT_CHECK(utimensat(AT_FDCWD, mf, NULL, 0) == 0, "utimensat %s", mf);
+    ZT_OK(zck_find_tag(dir, NULL, 0, -1, td, sizeof td, tn, sizeof tn, err));
+    ZT_CHECK(!strcmp(tn, "s3"), "a higher step after a damaged latest: took %s", tn);
     fx_rmtree(dir);
 }
 

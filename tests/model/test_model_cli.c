@@ -176,6 +176,9 @@ int main(void)
     /* a typo gets the option it is one edit from, last on the line and with a value */
     expect_usage_error("train --step 5", "unknown option '--step'; did you mean --steps?");
     expect_usage_error("train --save_dir=x", "unknown option '--save_dir'; did you mean --save-dir?");
+    /* the leading -- is no part of the distance (--h was "did you mean --lr?") */
+    expect_usage_error("train --h", "unknown option '--h' (see");
+    expect_usage_error("train --help=1", "--help takes no value");
     expect_usage_error("train --steps=x", "--steps: expected");
     expect_usage_error("train --gpu-timing=1", "--gpu-timing takes no value");
     expect_usage_error("train --grad-accum 0", "--grad-accum: expected 1..");
@@ -436,6 +439,16 @@ int main(void)
                        "dsck/global_step3 is a checkpoint in DeepSpeed's format");
     expect_usage_error("train " SMALL " --steps 2 --save-dir dsck --resume auto",
                        "from_deepspeed");
+    /* a zinc save directory with such a file beside its tags is still zinc's */
+    snprintf(cmd, sizeof cmd, ": > '%s/ck/mp_rank_00_model_states.pt'", tmp);
+    ZT_CHECK(system(cmd) == 0, "%s", cmd);
+    rc = run("train " SMALL " --steps 12 --seed 4 --save-dir ck --resume auto", &err, &out);
+    ZT_CHECK(rc == 0 && strstr(out, "nothing to do"), "a zinc save directory holding a "
+             "model_states.pt file: exit %d: %s %s", rc, err, out);
+    free(err);
+    free(out);
+    snprintf(cmd, sizeof cmd, "rm '%s/ck/mp_rank_00_model_states.pt'", tmp);
+    ZT_CHECK(system(cmd) == 0, "%s", cmd);
     /* a stopped save's .tmp that this run will not save over is named, with its size (it stayed,
      * unseen, for ever) */
     snprintf(cmd, sizeof cmd, "mkdir '%s/ck/step000009.tmp' && head -c 1048576 /dev/zero > "
