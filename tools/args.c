@@ -89,17 +89,13 @@ int zarg_usage_error(const char *cmd, const char *fmt, ...)
 
 int zarg_unknown_option(const char *cmd, const char *arg, const char *const *names, int n)
 {
-    /* compared without the leading "--" (it made every short option two edits from --lr) */
-    const char *best = NULL;
-    int best_d = 1 << 30;
-    for (int k = 0; k < n && !strncmp(arg, "--", 2) && arg[2]; k++) {
-        int d = strncmp(names[k], "--", 2) ? -1 : zsuggest_distance(arg + 2, names[k] + 2);
-        if (d >= 0 && d < best_d) {
-            best_d = d;
-            best = names[k];
-        }
-    }
-    if (best) return zarg_usage_error(cmd, "unknown option '%s'; did you mean %s?", arg, best);
+    /* compared without the leading "--" (it made every short option two edits from --lr);
+     * names are all "--..." options */
+    const char *tails[64], *best = NULL;
+    int m = n < 64 ? n : 64;
+    for (int k = 0; k < m; k++) tails[k] = names[k] + 2;
+    if (!strncmp(arg, "--", 2) && arg[2] && (best = zsuggest(arg + 2, tails, m)))
+        return zarg_usage_error(cmd, "unknown option '%s'; did you mean --%s?", arg, best);
     return zarg_usage_error(cmd, "unknown option '%s'", arg);
 }
 

@@ -64,7 +64,7 @@ int zarg_output_file_ok(const char *cmd, const char *opt, const char *out);
  * contents. */
 int zarg_inside_tag(const char *path);
 /* The usage error for an unknown option arg of cmd, with "did you mean X?" when one of
- * names[0..n) is within a typo or two (base/suggest.h). Returns 2. */
+ * names[0..n) (each "--...", at most 64) is within a typo or two (base/suggest.h). Returns 2. */
 int zarg_unknown_option(const char *cmd, const char *arg, const char *const *names, int n);
 /* s as a JSON string, quotes and escapes included (json-c's), written to f: for a path or host
  * name inside JSON a command prints (a '"' in it made the output invalid). */

@@ -29,11 +29,8 @@ def _scalar(v):
 
 def _betas(value, where, fn="zinc.initialize"):
     """A group's betas as (beta1, beta2) of floats, each in [0, 1) (the config's rule)."""
-    try:
-        b = tuple(float(_scalar(x)) for x in value)
-    except (TypeError, ValueError):
-        b = ()
-    if len(b) != 2 or not all(0.0 <= x < 1.0 for x in b):
+    b = _plain(value)
+    if b is None or not all(0.0 <= x < 1.0 for x in b):
         raise ValueError(f"{fn}: {where}['betas'] = {value!r}: expected "
                          "(beta1, beta2), each in [0, 1)")
     return b

@@ -898,9 +898,10 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
     # dist_init_required is False.
     init_distributed(distributed_port=distributed_port, dist_init_required=dist_init_required)
     client = None
-    stage = ((config_dict(cfg).get("zero_optimization") or {}).get("stage", 0)
-             if isinstance(config_dict(cfg).get("zero_optimization"), dict) else 0)
-    if optimizer is None and "optimizer" not in config_dict(cfg) and stage in (1, 2):
+    sections = config_dict(cfg)
+    zero = sections.get("zero_optimization")
+    stage = zero.get("stage", 0) if isinstance(zero, dict) else 0
+    if optimizer is None and "optimizer" not in sections and stage in (1, 2):
         # As DeepSpeed 0.19.8, whose ZeRO stages 1-2 refuse it ("zero stage N requires an
         # optimizer"); zinc trained AdamW there. At stages 0 and 3 DeepSpeed builds an engine
         # without an optimizer (evaluation, loading weights): zinc's AdamW default, with its

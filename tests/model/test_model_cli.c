@@ -6,6 +6,7 @@
  * with the same loss as an uninterrupted 12-step run; `zinc plot` draws an SVG.
  */
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -116,6 +117,18 @@ static void check_same_loss(const char *what, const char *a, const char *b, int 
              lb, b, la, a);
     free(la);
     free(lb);
+}
+
+/* Runs the formatted shell command; a test failure naming it unless it exits 0. */
+static void shell_ok(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void shell_ok(const char *fmt, ...)
+{
+    char cmd[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    ZT_CHECK(system(cmd) == 0, "%s", cmd);
 }
 
 static void write_file(const char *name, const void *p, size_t n)
@@ -397,8 +410,7 @@ int main(void)
                        "L1-D16-H2-T16)");
     /* a lost `latest` is not "no checkpoint": auto resumes from the newest tag (it used to start
      * fresh and save over the tags) */
-    snprintf(cmd, sizeof cmd, "rm '%s/ck/latest'", tmp);
-    ZT_CHECK(system(cmd) == 0, "%s", cmd);
+    shell_ok("rm '%s/ck/latest'", tmp);
     rc = run("train " SMALL " --steps 12 --seed 4 --save-dir ck --resume auto", &err, &out);
     ZT_CHECK(rc == 0 && strstr(out, "resumed from ck/step000012 at step 12") &&
                  strstr(out, "nothing to do") && !strstr(out, "starting fresh"),
@@ -407,9 +419,8 @@ int main(void)
     free(out);
     /* a damaged tag beside them is warned about once: the checks before the load looked too,
      * and printed the same warning twice more */
-    snprintf(cmd, sizeof cmd, "mkdir '%s/ck/step000003' && : > '%s/ck/step000003/rank-00000.zck'",
+    shell_ok("mkdir '%s/ck/step000003' && : > '%s/ck/step000003/rank-00000.zck'",
              tmp, tmp);
-    ZT_CHECK(system(cmd) == 0, "%s", cmd);
     rc = run("train " SMALL " --steps 12 --seed 4 --save-dir ck --resume auto", &err, &out);
     int nwarn = 0;
     for (const char *p = err; p && (p = strstr(p, "skipping damaged checkpoint")); p++) nwarn++;
@@ -418,8 +429,7 @@ int main(void)
              err, out);
     free(err);
     free(out);
-    snprintf(cmd, sizeof cmd, "rm -r '%s/ck/step000003'", tmp);
-    ZT_CHECK(system(cmd) == 0, "%s", cmd);
+    shell_ok("rm -r '%s/ck/step000003'", tmp);
     /* at another world size the same config is not called another config */
     rc = run("train --model L1-D16-H2-T16 --ranks 1 --config " ZINC_SOURCE_DIR
              "/configs/zero3_bf16.json --steps 13 --seed 4 --resume ck/step000012", &err, &out);
@@ -430,38 +440,33 @@ int main(void)
     free(out);
     /* a DeepSpeed checkpoint (folder or tag) is named as DeepSpeed's, exit 2 (the tag given was
      * scanned as a save directory: "none of its directories holds a manifest.json") */
-    snprintf(cmd, sizeof cmd, "mkdir -p '%s/dsck/global_step3' && : > "
+    shell_ok("mkdir -p '%s/dsck/global_step3' && : > "
              "'%s/dsck/global_step3/mp_rank_00_model_states.pt' && echo global_step3 > "
              "'%s/dsck/latest'", tmp, tmp, tmp);
-    ZT_CHECK(system(cmd) == 0, "%s", cmd);
     expect_usage_error("train " SMALL " --steps 2 --resume dsck", "DeepSpeed's format");
     expect_usage_error("train " SMALL " --steps 2 --resume dsck/global_step3",
                        "dsck/global_step3 is a checkpoint in DeepSpeed's format");
     expect_usage_error("train " SMALL " --steps 2 --save-dir dsck --resume auto",
                        "from_deepspeed");
     /* a zinc save directory with such a file beside its tags is still zinc's */
-    snprintf(cmd, sizeof cmd, ": > '%s/ck/mp_rank_00_model_states.pt'", tmp);
-    ZT_CHECK(system(cmd) == 0, "%s", cmd);
+    shell_ok(": > '%s/ck/mp_rank_00_model_states.pt'", tmp);
     rc = run("train " SMALL " --steps 12 --seed 4 --save-dir ck --resume auto", &err, &out);
     ZT_CHECK(rc == 0 && strstr(out, "nothing to do"), "a zinc save directory holding a "
              "model_states.pt file: exit %d: %s %s", rc, err, out);
     free(err);
     free(out);
-    snprintf(cmd, sizeof cmd, "rm '%s/ck/mp_rank_00_model_states.pt'", tmp);
-    ZT_CHECK(system(cmd) == 0, "%s", cmd);
+    shell_ok("rm '%s/ck/mp_rank_00_model_states.pt'", tmp);
     /* a stopped save's .tmp that this run will not save over is named, with its size (it stayed,
      * unseen, for ever) */
-    snprintf(cmd, sizeof cmd, "mkdir '%s/ck/step000009.tmp' && head -c 1048576 /dev/zero > "
+    shell_ok("mkdir '%s/ck/step000009.tmp' && head -c 1048576 /dev/zero > "
              "'%s/ck/step000009.tmp/rank-00000.zck'", tmp, tmp);
-    ZT_CHECK(system(cmd) == 0, "%s", cmd);
     rc = run("train " SMALL " --steps 12 --seed 4 --save-dir ck --resume auto", &err, &out);
     ZT_CHECK(rc == 0 && strstr(out, "note: ck/step000009.tmp is an unfinished save a stopped run "
                                     "left (1.0 MiB)"),
              "--resume auto beside a stale .tmp: exit %d: %s %s", rc, err, out);
     free(err);
     free(out);
-    snprintf(cmd, sizeof cmd, "rm -r '%s/ck/step000009.tmp'", tmp);
-    ZT_CHECK(system(cmd) == 0, "%s", cmd);
+    shell_ok("rm -r '%s/ck/step000009.tmp'", tmp);
     /* --resume DIR/TAG, as the ckpt tools take a tag (trailing slash too): that tag, the same run */
     rc = run("train " SMALL " --steps 12 --seed 4 --resume ck/step000006/ --metrics t.jsonl", &err,
              &out);
@@ -480,16 +485,14 @@ int main(void)
     expect_usage_error("train " SMALL " --save-dir --steps 2", "--save-dir needs a value (got the "
                        "option '--steps')");
     /* a directory without checkpoints says what it looked for */
-    snprintf(cmd, sizeof cmd, "mkdir '%s/nockpt'", tmp);
-    ZT_CHECK(system(cmd) == 0, "%s", cmd);
+    shell_ok("mkdir '%s/nockpt'", tmp);
     expect_usage_error("train " SMALL " --steps 2 --resume nockpt",
                        "no checkpoint in nockpt: none of its directories holds a manifest.json");
     /* --metrics over one of the run's inputs is refused before it truncates it (the config was
      * emptied; the mapped data file took the run down with SIGBUS; a tag's manifest was
      * overwritten with exit 0) */
-    snprintf(cmd, sizeof cmd, "cp '%s/configs/zero3_bf16.json' '%s/mycfg.json'", ZINC_SOURCE_DIR,
+    shell_ok("cp '%s/configs/zero3_bf16.json' '%s/mycfg.json'", ZINC_SOURCE_DIR,
              tmp);
-    ZT_CHECK(system(cmd) == 0, "%s", cmd);
     expect_usage_error("train --model L1-D16-H2-T16 --ranks 2 --steps 1 --config mycfg.json "
                        "--metrics mycfg.json", "--metrics mycfg.json is the config file");
     expect_usage_error("train " SMALL " --steps 1 --data text.txt --metrics text.txt",
@@ -497,8 +500,7 @@ int main(void)
     expect_usage_error("train " SMALL " --steps 13 --seed 4 --resume ck --metrics "
                        "ck/step000012/manifest.json", "inside a checkpoint's tag directory");
     /* through a symlink, and another run's latest (not this run's save or resume directory) */
-    snprintf(cmd, sizeof cmd, "cd '%s' && ln -s ck/step000012/manifest.json mlink", tmp);
-    ZT_CHECK(system(cmd) == 0, "%s", cmd);
+    shell_ok("cd '%s' && ln -s ck/step000012/manifest.json mlink", tmp);
     expect_usage_error("train " SMALL " --steps 1 --metrics mlink",
                        "inside a checkpoint's tag directory");
     expect_usage_error("train " SMALL " --steps 1 --metrics ck/latest", "a save directory's latest");
@@ -512,10 +514,9 @@ int main(void)
      * --metrics or csv_monitor directory where a save goes (replaced or emptied by it), a data
      * file named latest in --save-dir (replaced by the first save), a user's directory named like
      * a tag (emptied as an "old tag") */
-    snprintf(cmd, sizeof cmd, "cd '%s' && ln ck/step000012/client.bin hlink && mkdir cj dsave "
+    shell_ok("cd '%s' && ln ck/step000012/client.bin hlink && mkdir cj dsave "
              "usave usave/step000001 msave && ln -s ../csv.json cj/Train_Samples_lr.csv && "
              "cp text.txt dsave/latest && echo mine > usave/step000001/notes.txt", tmp);
-    ZT_CHECK(system(cmd) == 0, "%s", cmd);
     expect_usage_error("train " SMALL " --steps 1 --metrics hlink", "has 2 hard links");
     expect_usage_error("train " SMALL " --steps 1 --save-dir msave --metrics msave/latest",
                        "--metrics msave/latest is where --save-dir's checkpoints go");
@@ -529,8 +530,7 @@ int main(void)
     }
     csv_refused("msave", "step000001", "--save-dir msave",
                 "csv_monitor: msave/step000001 is where --save-dir's");
-    snprintf(cmd, sizeof cmd, "rm '%s/cj/Train_Samples_lr.csv'", tmp);
-    ZT_CHECK(system(cmd) == 0, "%s", cmd);
+    shell_ok("rm '%s/cj/Train_Samples_lr.csv'", tmp);
     csv_refused("", "cj", "--metrics cj/Train_Samples_train_loss.csv",
                 "cj/Train_Samples_train_loss.csv is the --metrics file");
     expect_usage_error("train " SMALL " --steps 1 --data dsave/latest --save-dir dsave",
@@ -556,9 +556,8 @@ int main(void)
         free(m);
     }
     /* a tag this run does not write may hold a user's notes: resuming and saving on is fine */
-    snprintf(cmd, sizeof cmd, "cd '%s' && cp -r ck ck2 && echo notes > ck2/step000006/NOTES.md",
+    shell_ok("cd '%s' && cp -r ck ck2 && echo notes > ck2/step000006/NOTES.md",
              tmp);
-    ZT_CHECK(system(cmd) == 0, "%s", cmd);
     {
         char *e2;
         rc = run("train " SMALL " --steps 13 --seed 4 --save-dir ck2 --resume auto", &e2, NULL);
@@ -607,8 +606,7 @@ int main(void)
     expect_usage_error("plot m1.jsonl -o m1.jsonl", "is the metrics file itself");
     /* the SVG goes to a fresh temporary name: neither an input named OUT.tmp nor a symlink
      * planted there is written over (both were) */
-    snprintf(cmd, sizeof cmd, "cd '%s' && cp m1.jsonl in.tmp && ln -s m1.jsonl p.svg.tmp", tmp);
-    ZT_CHECK(system(cmd) == 0, "%s", cmd);
+    shell_ok("cd '%s' && cp m1.jsonl in.tmp && ln -s m1.jsonl p.svg.tmp", tmp);
     rc = run("plot in.tmp -o in", &err, NULL);
     ZT_CHECK(rc == 0, "plot in.tmp -o in: exit %d: %s", rc, err);
     free(err);
