@@ -147,7 +147,10 @@ int train_parse_args(int argc, char **argv, topts *o)
         /* "--opt=value" as well as "--opt value" */
         char name[64];
         const char *eq = strchr(a, '='), *v = eq ? eq + 1 : NULL;
-        snprintf(name, sizeof name, "%.*s", (int)(eq ? eq - a : (ptrdiff_t)strlen(a)), a);
+        size_t name_len = eq ? (size_t)(eq - a) : strlen(a);
+        if (name_len >= sizeof name) /* longer than any option: unknown, shown whole */
+            return zarg_unknown_option(CMD, a, options, NOPTIONS);
+        snprintf(name, sizeof name, "%.*s", (int)name_len, a);
         a = name;
         int flag = !strcmp(a, "--gpu-timing") || !strcmp(a, "--activation-checkpointing") ||
                    !strcmp(a, "--help");
