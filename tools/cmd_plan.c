@@ -27,7 +27,8 @@ static void usage(FILE *f)
             "                 [--checkpointing] [--dtype fp16|bf16|fp32] [--offload-optimizer\n"
             "                 [--offload-param]] [--gpus-per-node G] [--intra-bw GB/s]\n"
             "                 [--inter-bw GB/s] [--intra-lat us] [--inter-lat us]\n"
-            "                 [--pcie-bw GB/s] [--host-bw GB/s] [--efficiency E] [--json]\n\n"
+            "                 [--pcie-bw GB/s] [--host-bw GB/s] [--host-mem GB]\n"
+            "                 [--efficiency E] [--json]\n\n"
             "Predicts one optimizer step of data-parallel ZeRO training with Adam: compute from\n"
             "6P FLOPs per token (+ 12*L*H*S for attention when --layers and --hidden are given;\n"
             "x4/3 with --checkpointing) at E x the GPU's dense peak for the dtype (bf16/fp16\n"
@@ -62,14 +63,16 @@ static void usage(FILE *f)
             "                    --inter-bw default 50 (400 Gb/s InfiniBand NDR per GPU);\n"
             "                    --intra-lat 2, --inter-lat 5 (us per ring step, assumed)\n"
             "  --pcie-bw, --host-bw  offload: host link per direction (default the GPU's) and\n"
-            "                    host memory bandwidth per rank for the host Adam (default 50)\n",
+            "                    host memory bandwidth per rank for the host Adam (default 50)\n"
+            "  --host-mem GB     host memory per node: offload that needs more does not fit\n"
+            "                    (default: not checked, only shown)\n",
             ZPLAN_EFFICIENCY, ZPLAN_CAL_MODEL);
 }
 
 /* Numeric flags: value range and whether it must be whole. Unset values stay -1. */
 enum { P_PARAMS, P_LAYERS, P_HIDDEN, P_SEQ, P_VOCAB, P_MICRO, P_GPUS, P_PERNODE, P_STAGE,
        P_ACCUM, P_INTRA_BW, P_INTER_BW, P_INTRA_LAT, P_INTER_LAT, P_PCIE_BW, P_HOST_BW, P_EFF,
-       P_FFN, P_GLOBAL, P_RANKS, P_THREADS, P_COUNT };
+       P_FFN, P_GLOBAL, P_RANKS, P_THREADS, P_HOST_MEM, P_COUNT };
 static const struct {
     const char *flag;
     double lo, hi;
@@ -86,6 +89,7 @@ static const struct {
     [P_EFF] = {"--efficiency", 1e-3, 1, 0},    [P_FFN] = {"--ffn", 1, 1e8, 1},
     [P_GLOBAL] = {"--global-batch", 1, 1e9, 1},
     [P_RANKS] = {"--ranks", 2, 64, 1},        [P_THREADS] = {"--threads", 1, 4096, 1},
+    [P_HOST_MEM] = {"--host-mem", 1e-3, 1e9, 0},
 };
 
 static const int zplan_scale[] = {1, 8, 16, 64, 256, 1024};
@@ -123,6 +127,12 @@ static int plan_config(const char *file, double *v, zinc_dtype *dtype, int dtype
     return 0;
 }
 
+/* The GPU's part of zplan_out.fits (it also asks the host's memory, with --host-mem). */
+static int device_fits(const zplan_in *in, const zplan_out *o)
+{
+    return (double)o->mem.total + o->activations <= in->gpu->mem_bytes;
+}
+
 static void print_json(const zplan_in *in, const zplan_out *o, const zplan_out *scale)
 {
     printf("{\"params\": %.0f, \"layers\": %d, \"hidden\": %.0f, \"seq\": %.0f, "
@@ -146,8 +156,10 @@ static void print_json(const zplan_in *in, const zplan_out *o, const zplan_out *
            in->efficiency);
     printf(" \"memory\": {");
     zest_memory_json(&o->mem);
-    printf("},\n \"activation_bytes_per_rank\": %.0f, \"fits\": %s,\n \"comm_bytes\": {",
-           o->activations, o->fits ? "true" : "false");
+    printf("},\n \"activation_bytes_per_rank\": %.0f, \"host_bytes_per_node\": %.0f, "
+           "\"host_memory_bytes_per_node\": %.0f, \"fits_host\": %s, \"fits\": %s,\n "
+           "\"comm_bytes\": {", o->activations, o->host_per_node, in->host_mem,
+           o->host_fits ? "true" : "false", o->fits ? "true" : "false");
     printf("\"all_reduce\": %llu, \"reduce_scatter\": %llu, "
            "\"all_gather\": %llu, \"broadcast\": %llu},\n",
            (unsigned long long)o->coll[ZINC_COLL_ALL_REDUCE],
@@ -188,14 +200,20 @@ static void print_text(const zplan_in *in, const zplan_out *o, const zplan_out *
            in->gpus, in->gpu->label, in->per_node, in->efficiency);
     printf("memory per rank: model state %.3f GB, with buffers %.3f GB (zinc estimate)",
            (double)o->mem.state / 1e9, (double)o->mem.total / 1e9);
+    int dev_fits = device_fits(in, o);
     if (o->activations > 0)
         printf(",\n  + activations %.3f GB = %.3f GB of %.0f GB%s", o->activations / 1e9,
                ((double)o->mem.total + o->activations) / 1e9, in->gpu->mem_bytes / 1e9,
-               o->fits ? "" : "  DOES NOT FIT");
+               dev_fits ? "" : "  DOES NOT FIT");
     else
         printf(" of %.0f GB%s (activations not counted: give --layers and --hidden)",
-               in->gpu->mem_bytes / 1e9, o->fits ? "" : "  DOES NOT FIT");
-    if (in->offload) printf("; host %.3f GB", (double)o->mem.host_total / 1e9);
+               in->gpu->mem_bytes / 1e9, dev_fits ? "" : "  DOES NOT FIT");
+    if (in->offload) {
+        printf("; host %.3f GB", (double)o->mem.host_total / 1e9);
+        if (in->host_mem > 0)
+            printf(" per rank, %.3f GB per node of %.0f GB%s", o->host_per_node / 1e9,
+                   in->host_mem / 1e9, o->host_fits ? "" : "  DOES NOT FIT");
+    }
     printf("\n");
     printf("step, seconds:\n");
     printf("  %-22s %10.4f\n  %-22s %10.4f\n", "forward", o->forward, "backward", o->backward);
@@ -261,6 +279,9 @@ static int plan_recommend(const zplan_in *in, long long global_batch, int json)
         const zplan_choice *c = &rows[r];
         if (c == best)
             snprintf(why[r], sizeof why[r], "chosen: the fastest that fits");
+        else if (!c->out.fits && device_fits(in, &c->out)) /* the host's memory, then */
+            snprintf(why[r], sizeof why[r], "does not fit the host: %.1f GB per node > %.0f GB "
+                     "(--host-mem)", c->out.host_per_node / 1e9, in->host_mem / 1e9);
         else if (!c->out.fits)
             snprintf(why[r], sizeof why[r], "does not fit: %.1f GB > %.0f GB even at micro-batch "
                      "%lld", total_gb(&c->out), in->gpu->mem_bytes / 1e9, c->micro_batch);
@@ -281,11 +302,13 @@ static int plan_recommend(const zplan_in *in, long long global_batch, int json)
                    "\"micro_batch\": %lld, "
                    "\"accumulation\": %d, \"step_s\": %.6g, \"tokens_per_s\": %.6g, "
                    "\"mfu\": %.6g, \"bytes_per_rank\": %.0f, \"activation_bytes\": %.0f, "
-                   "\"host_bytes_per_rank\": %llu, \"fits\": %s, \"why\": \"%s\"}",
+                   "\"host_bytes_per_rank\": %llu, \"host_bytes_per_node\": %.0f, "
+                   "\"fits\": %s, \"why\": \"%s\"}",
                    r ? "," : "", c->stage, mode_name(c), c->checkpointing ? "true" : "false",
                    c->micro_batch, c->accum, c->out.step, c->out.tokens_per_s, c->out.mfu,
                    (double)c->out.mem.total + c->out.activations, c->out.activations,
-                   (unsigned long long)c->out.mem.host_total, c->out.fits ? "true" : "false",
+                   (unsigned long long)c->out.mem.host_total, c->out.host_per_node,
+                   c->out.fits ? "true" : "false",
                    why[r]);
         }
         printf("]}\n");
@@ -295,8 +318,8 @@ static int plan_recommend(const zplan_in *in, long long global_batch, int json)
            in->params, in->seq, global_batch, in->gpus, in->gpu->label);
     if (in->layers <= 0)
         printf("  (activations not counted: give --layers and --hidden or --hf-config)\n");
-    /* host GB/rank: what offload puts in host memory, which a plan cannot check (it does not
-     * know the nodes' memory); shown so that an offload choice's cost is seen */
+    /* host GB/rank: what offload puts in host memory; checked against --host-mem per node when
+     * given, shown either way so that an offload choice's cost is seen */
     printf("  %5s %-16s %5s %6s %6s %10s %12s %6s %10s %10s\n", "stage", "offload", "ckpt",
            "micro", "accum", "step s", "tokens/s", "MFU", "GB/rank", "host GB");
     for (int r = 0; r < nrows; r++) {
@@ -307,8 +330,9 @@ static int plan_recommend(const zplan_in *in, long long global_batch, int json)
                (double)c->out.mem.host_total / 1e9, why[r]);
     }
     if (!best) {
-        printf("nothing fits %.0f GB per GPU, even with activation checkpointing: more GPUs or a "
-               "smaller global batch\n", in->gpu->mem_bytes / 1e9);
+        printf("nothing fits %.0f GB per GPU%s, even with activation checkpointing: more GPUs "
+               "or a smaller global batch\n", in->gpu->mem_bytes / 1e9,
+               in->host_mem > 0 ? " and the host's --host-mem" : "");
         return 1;
     }
     printf("recommended: ZeRO stage %d, offload %s, micro-batch %lld x accumulation %d%s "
@@ -555,6 +579,7 @@ int cmd_plan(int argc, char **argv)
         .pcie_bw = v[P_PCIE_BW] > 0 ? v[P_PCIE_BW] * 1e9 : gpu->pcie_bw,
         .host_bw = v[P_HOST_BW] > 0 ? v[P_HOST_BW] * 1e9 : ZPLAN_HOST_BW,
         .efficiency = v[P_EFF] > 0 ? v[P_EFF] : ZPLAN_EFFICIENCY,
+        .host_mem = v[P_HOST_MEM] > 0 ? v[P_HOST_MEM] * 1e9 : 0,
     };
     /* A step's bytes per rank are counted in 64 bits (zvol_plan, the engine's accounting): at
      * most 2·K·Ψ elements of 4 bytes (stage 3's gathers; K up to global batch / GPUs with

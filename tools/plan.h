@@ -82,6 +82,7 @@ typedef struct {
     const zplan_gpu *gpu;
     zplan_link intra, inter;
     double pcie_bw, host_bw, efficiency;
+    double host_mem;        /* bytes of host memory per node (--host-mem); 0 = not checked */
 } zplan_in;
 
 typedef struct {
@@ -91,7 +92,11 @@ typedef struct {
     zest_mem mem;                    /* what `zinc estimate` prints for this run */
     double activations;              /* bytes per rank a micro-step's activations hold at their
                                         peak (zplan_activations); 0 when layers are not given */
-    int fits;                        /* mem.total + activations <= the GPU's memory */
+    int fits;                        /* mem.total + activations <= the GPU's memory, and
+                                        host_per_node <= host_mem when that is given */
+    int host_fits;                   /* host_per_node <= host_mem (1 when not given) */
+    double host_per_node;            /* offload's host bytes on a node: mem.host_total x the
+                                        ranks on it, min(gpus, per_node) */
     uint64_t coll[ZINC_COLL_COUNT];  /* payload bytes per rank per step (zinc_comm_bytes) */
     double reduce_scatter, all_gather, all_reduce;  /* seconds per step, whole, unhidden */
     double exposed;                  /* comm seconds not hidden behind compute */

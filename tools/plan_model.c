@@ -145,7 +145,11 @@ void zplan_step(const zplan_in *in, zplan_out *o)
     o->tokens_per_s = o->tokens / o->step;
     o->mfu = o->flops_per_token * o->tokens_per_s / (n * peak);
     o->activations = zplan_activations(in);
-    o->fits = (double)o->mem.total + o->activations <= g->mem_bytes;
+    /* Offload's host memory is per rank; a node holds min(gpus, per_node) ranks of it. */
+    int node_ranks = in->gpus < in->per_node ? in->gpus : in->per_node;
+    o->host_per_node = (double)o->mem.host_total * node_ranks;
+    o->host_fits = in->host_mem <= 0 || o->host_per_node <= in->host_mem;
+    o->fits = (double)o->mem.total + o->activations <= g->mem_bytes && o->host_fits;
 }
 
 double zplan_activations(const zplan_in *in)

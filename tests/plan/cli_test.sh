@@ -73,13 +73,24 @@ expect 0 - $rec --recommend --global-batch 256
 if ! grep -Eq '^recommended: ZeRO stage [0-3], offload ' "$tmp.out"; then
     echo "FAIL: --recommend printed no recommendation"; cat "$tmp.out"; fails=$((fails + 1))
 fi
-# each candidate's host memory (offload's, which the plan cannot check) is shown
+# each candidate's host memory (offload's; checked only with --host-mem) is shown
 expect 0 - $rec --recommend --global-batch 256 --json
 checks=$((checks + 1))
 if ! grep -Eq '"offload": "optimizer",.*"host_bytes_per_rank": [1-9][0-9]*,' "$tmp.out"; then
     echo "FAIL: --recommend --json gave no host bytes for an offload row"; cat "$tmp.out"
     fails=$((fails + 1))
 fi
+# --host-mem: offload past the node's host memory does not fit, in the plan and the choice
+expect 0 - $base --offload-optimizer --host-mem 1
+if ! grep -Eq 'GB per node of 1 GB  DOES NOT FIT' "$tmp.out"; then
+    echo "FAIL: --host-mem 1 with offload: no DOES NOT FIT"; cat "$tmp.out"; fails=$((fails + 1))
+fi
+expect 0 - $rec --recommend --global-batch 256 --host-mem 0.001
+if ! grep -Eq 'optimizer .*does not fit the host: [0-9.]+ GB per node > 0 GB \(--host-mem\)' \
+        "$tmp.out" || grep -Eq '^recommended: .*offload optimizer' "$tmp.out"; then
+    echo "FAIL: --host-mem 0.001: an offload row fits the host"; cat "$tmp.out"; fails=$((fails + 1))
+fi
+expect 2 "^zinc plan: --host-mem must be a number" $base --host-mem -5
 expect 0 - $rec --stage 2 --micro-batch 8
 if ! grep -q '+ activations' "$tmp.out"; then
     echo "FAIL: --hf-config gave no activation memory"; cat "$tmp.out"; fails=$((fails + 1))

@@ -350,6 +350,30 @@ static void test_recommend(void)
                  c[i].out.tokens_per_s, c[0].out.tokens_per_s);
         ZT_CHECK(!c[i].out.fits || c[i].stage > 0 || !c[i].offload, "offload at stage 0");
     }
+    /* --host-mem: offload's host bytes per node (per rank x min(gpus, per_node)) must fit too.
+     * 13e9 parameters offloaded put 16 bytes each on the one rank's host (208 GB): a host of
+     * exactly that fits, one byte less does not, and with no host to offload to nothing fits. */
+    zplan_out o;
+    in.stage = 3, in.offload = 1, in.micro_batch = 1, in.accum = 1;
+    zplan_step(&in, &o);
+    double need = (double)o.mem.host_total;
+    ZT_CHECK(o.host_fits && o.fits && need >= 16 * 13e9, "no --host-mem: host_fits %d fits %d, "
+             "%.6g host bytes", o.host_fits, o.fits, need);
+    in.host_mem = need;
+    zplan_step(&in, &o);
+    ZT_CHECK(o.host_fits && o.fits, "host of exactly %.6g bytes: host_fits %d", need, o.host_fits);
+    in.host_mem = need - 1;
+    zplan_step(&in, &o);
+    ZT_CHECK(!o.host_fits && !o.fits, "host of %.6g bytes, %.6g needed: fits", need - 1, need);
+    n = zplan_recommend(&in, 16, c, 256);
+    ZT_CHECK(n > 0 && !c[0].out.fits, "13B on one GPU with too little host: first fits %d",
+             n ? c[0].out.fits : -1);
+    /* 8 ranks on a node of 8 GPUs: the node holds 8 ranks' host bytes */
+    in.gpus = 8, in.host_mem = 0;
+    zplan_step(&in, &o);
+    ZT_CHECK(o.host_per_node == 8.0 * (double)o.mem.host_total, "per node %.6g, per rank %.6g",
+             o.host_per_node, (double)o.mem.host_total);
+    in.stage = 0, in.offload = 0;
     /* A small model fits everywhere: no offload (it only adds copies). */
     in.params = 1.25e8, in.layers = 12, in.hidden = 768, in.gpus = 8;
     n = zplan_recommend(&in, 64, c, 256);
