@@ -48,10 +48,13 @@ zinc_status zeng_fail_sequence(zinc_engine_t *e, zinc_status s, const char *fmt,
     return s;
 }
 
-/* Joins the config's diagnostics into one message; logs every line. */
+/* Joins the config's diagnostics into one message; logs every line when there are several (one
+ * error is the message itself: logged too, a caller that prints the message, as `import zinc`'s
+ * exception does, showed it twice). */
 static zinc_status config_rejected(const zcfg_diag *d, const char *where)
 {
-    for (int i = 0; i < d->nerrors; i++) zlog(ZLOG_ERROR, "config", -1, "%s", d->errors[i]);
+    for (int i = 0; d->nerrors > 1 && i < d->nerrors; i++)
+        zlog(ZLOG_ERROR, "config", -1, "%s", d->errors[i]);
     if (d->nerrors == 0) return zerr_thread(ZINC_ERR_CONFIG, "%s: config rejected", where);
     return zerr_thread(ZINC_ERR_CONFIG, "%s: config rejected: %s%s", where, d->errors[0],
                        d->nerrors > 1 ? " (and more errors, logged above)" : "");

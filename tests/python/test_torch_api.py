@@ -954,6 +954,27 @@ def check_one_cycle_past_one(stage):
     engine.close()
 
 
+def check_config_error_once(stage):
+    """A rejected config raises ZincError naming the key, and zinc's C log does not print the
+    same error before it (it printed every config error to stderr, then the exception again);
+    with two errors both are logged, since the exception names the first."""
+    model = torch.nn.Linear(4, 2)
+    for bad, logged in (({"bogus_key": 3}, 0), ({"bogus_key": 3, "other_key": 4}, 2)):
+        c = {"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "AdamW"},
+             "zero_optimization": dict({"stage": stage}, **bad)}
+        raised = []
+
+        def create():
+            try:
+                zinc.initialize(model=model, model_parameters=model.parameters(), config=c)
+            except zinc.ZincError as ex:
+                raised.append(str(ex))
+        err = stderr_of(create)
+        check(f"stage {stage}: a config with {len(bad)} bad key(s) raises naming the first, "
+              f"{logged} log line(s)", len(raised) == 1 and "zero_optimization.bogus_key" in
+              raised[0] and err.count("unknown key") == logged, f"{raised} / log {err!r}")
+
+
 def check_not_fp32_warned(stage):
     """fp32 mode trains every parameter in float32: a float64 model is cast, which DeepSpeed
     would not do; rank 0 says so once, naming a parameter; a float32 model gets no warning."""
@@ -1223,6 +1244,7 @@ def main():
     check_backward_frees_graph(stage)
     check_two_engines(stage)
     check_not_fp32_warned(stage)
+    check_config_error_once(stage)
     check_master_from_16bit(stage)
     check_one_cycle_past_one(stage)
     check_counters_without_blob(stage, root)
