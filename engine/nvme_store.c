@@ -11,7 +11,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #ifdef ZINC_HAVE_URING
@@ -100,7 +103,20 @@ zinc_status znvme_open(const char *dir, int rank, uint64_t bytes, int queue_dept
     f->fd = f->buffered = -1;
     f->bytes = bytes;
     f->depth = queue_depth > 0 ? queue_depth : 8;
-    snprintf(f->path, sizeof f->path, "%s/zinc-nvme-%ld-r%d.swap", dir, (long)getpid(), rank);
+    /* A random part beside the pid: two containers' runs (both pid 1) sharing nvme_path, or a
+     * rerun that got a crashed run's pid, each make their own file. */
+    uint32_t tag = 0;
+    if (getrandom(&tag, sizeof tag, GRND_NONBLOCK) != (ssize_t)sizeof tag) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        tag = (uint32_t)ts.tv_nsec ^ (uint32_t)(uintptr_t)f ^ (uint32_t)ts.tv_sec;
+    }
+    snprintf(f->path, sizeof f->path, "%s/zinc-nvme-%ld-%08x-r%d.swap", dir, (long)getpid(),
+             (unsigned)tag, rank);
+    /* Created under a name the stale sweep does not take, locked, then renamed: a sweep in
+     * another process never sees the file unlocked (the lock is the file's "in use"). */
+    char making[4200];
+    snprintf(making, sizeof making, "%s.making", f->path);
     zinc_status s = ZINC_OK;
     struct stat st;
     if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
@@ -112,16 +128,32 @@ zinc_status znvme_open(const char *dir, int rank, uint64_t bytes, int queue_dept
     }
     /* A full disk is an error of the run, not a signal that kills it. */
     signal(SIGXFSZ, SIG_IGN);
-    f->fd = open(f->path, O_RDWR | O_CREAT | O_EXCL | O_DIRECT | O_CLOEXEC, 0600);
+    f->fd = open(making, O_RDWR | O_CREAT | O_EXCL | O_DIRECT | O_CLOEXEC, 0600);
     f->align = ZNVME_ALIGN;
     if (f->fd < 0 && errno == EINVAL) { /* no O_DIRECT here (tmpfs) */
-        f->fd = open(f->path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        f->fd = open(making, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
         f->align = 1;
     }
-    if (f->fd >= 0) f->buffered = open(f->path, O_RDWR | O_CLOEXEC);
-    if (f->fd < 0 || f->buffered < 0) {
+    /* A filesystem without locks (ENOLCK) still works: its files are then swept by pid only. */
+    if (f->fd >= 0 && flock(f->fd, LOCK_EX | LOCK_NB) != 0 && errno != ENOLCK &&
+        errno != EOPNOTSUPP && errno != ENOSYS) {
+        snprintf(err, errlen, "%s: locking: %s", making, strerror(errno));
+        unlink(making);
+        close(f->fd);
+        f->fd = -1;
         s = ZINC_ERR_IO;
+    } else if (f->fd >= 0 && rename(making, f->path) != 0) {
         snprintf(err, errlen, "%s: %s", f->path, strerror(errno));
+        unlink(making);
+        close(f->fd);
+        f->fd = -1;
+        s = ZINC_ERR_IO;
+    }
+    if (f->fd >= 0) f->buffered = open(f->path, O_RDWR | O_CLOEXEC);
+    if (s != ZINC_OK) {
+    } else if (f->fd < 0 || f->buffered < 0) {
+        s = ZINC_ERR_IO;
+        snprintf(err, errlen, "%s: %s", f->fd < 0 ? making : f->path, strerror(errno));
     } else {
         int r = posix_fallocate(f->fd, 0, (off_t)bytes);
         if (r == EOPNOTSUPP || r == EINVAL) r = ftruncate(f->fd, (off_t)bytes) ? errno : 0;
@@ -333,12 +365,32 @@ void znvme_close(znvme_t *f)
 #endif
     if (f->buffered >= 0) close(f->buffered);
     if (f->fd >= 0) {
+        unlink(f->path); /* before the lock goes with the close: no sweep takes it first */
         close(f->fd);
-        unlink(f->path);
     }
     free(f->done);
     free(f->req);
     free(f);
+}
+
+/* 1 when `name` is a scratch file's: zinc-nvme-<pid>-<8 hex>-r<rank>.swap (*locked_name = 1), or
+ * the form before the lock, zinc-nvme-<pid>-r<rank>.swap (*locked_name = 0). */
+static int scratch_name(const char *name, long *pid, int *locked_name)
+{
+    int rank, used = 0;
+    unsigned tag;
+    if (sscanf(name, "zinc-nvme-%ld-%8x-r%d.swap%n", pid, &tag, &rank, &used) == 3 &&
+        name[used] == 0 && *pid > 0) {
+        *locked_name = 1;
+        return 1;
+    }
+    used = 0;
+    if (sscanf(name, "zinc-nvme-%ld-r%d.swap%n", pid, &rank, &used) == 2 && name[used] == 0 &&
+        *pid > 0) {
+        *locked_name = 0;
+        return 1;
+    }
+    return 0;
 }
 
 int znvme_remove_stale(const char *dir)
@@ -348,14 +400,28 @@ int znvme_remove_stale(const char *dir)
     int removed = 0;
     for (struct dirent *e; (e = readdir(d));) {
         long pid;
-        int rank, used = 0;
-        if (sscanf(e->d_name, "zinc-nvme-%ld-r%d.swap%n", &pid, &rank, &used) != 2 ||
-            e->d_name[used] != 0 || pid <= 0)
-            continue;
-        /* Gone: no such process (a live one of another user answers EPERM, and stays). */
-        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
+        int locked_name;
+        if (!scratch_name(e->d_name, &pid, &locked_name)) continue;
         char p[4096];
         snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        /* A live run holds its file's lock, whatever its pid means here (another container's
+         * pid namespace, or this process's own pid after a crashed run that had it). The lock
+         * taken, the file is a crashed run's; unlinked while held, so that no run starting now
+         * can take it. A file we cannot open (another user's) stays. The older names (no lock
+         * held) are judged by their pid: gone when no such process (a live one of another user
+         * answers EPERM, and stays). */
+        if (locked_name) {
+            int fd = open(p, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+            if (fd < 0 && errno == ELOOP) { /* a symlink: removed as a link, its target kept */
+                if (unlink(p) == 0) removed++;
+                continue;
+            }
+            if (fd < 0) continue;
+            if (flock(fd, LOCK_EX | LOCK_NB) == 0 && unlink(p) == 0) removed++;
+            close(fd);
+            continue;
+        }
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
         if (unlink(p) == 0) removed++;
     }
     closedir(d);

@@ -30,8 +30,10 @@
 
 typedef struct znvme znvme_t;
 
-/* Creates `dir`/zinc-nvme-<pid>-r<rank>.swap of `bytes` bytes (its space reserved with
- * posix_fallocate where the filesystem has it, so that a full disk shows here, not in the step).
+/* Creates `dir`/zinc-nvme-<pid>-<8 random hex>-r<rank>.swap of `bytes` bytes (its space reserved
+ * with posix_fallocate where the filesystem has it, so that a full disk shows here, not in the
+ * step), holding an exclusive flock on it until znvme_close: the lock, not the pid, says that a
+ * run still uses the file (pids repeat across containers and reruns).
  * queue_depth: the most asynchronous calls in flight (DeepSpeed's aio.queue_depth). On failure
  * err names the path and the reason. */
 zinc_status znvme_open(const char *dir, int rank, uint64_t bytes, int queue_depth, znvme_t **out,
@@ -57,8 +59,9 @@ zinc_status znvme_pwrite(znvme_t *f, uint64_t off, const void *buf, size_t n);
 const char *znvme_error(const znvme_t *f);
 /* Waits for what is in flight, closes and removes the file. NULL is fine. */
 void znvme_close(znvme_t *f);
-/* Removes dir's zinc-nvme-<pid>-*.swap files whose process is gone (a run that crashed).
- * Returns how many. */
+/* Removes dir's scratch files of runs that ended without removing them (a crash): those whose
+ * lock no process holds, and those of the older name zinc-nvme-<pid>-r<rank>.swap, which no run
+ * locked, whose process is gone. Returns how many. */
 int znvme_remove_stale(const char *dir);
 
 #endif

@@ -37,6 +37,8 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include <xxhash.h>
+
 #include "engine/internal.h"
 #include "engine/nvme_store.h"
 #include "base/log.h"
@@ -61,6 +63,15 @@ struct znv {
     size_t E;                 /* elements per chunk */
     int nbuf, ahead, behind;  /* chunk buffers; reads ahead; 1: the write is waited one chunk late */
     float *buf;               /* nbuf * 3 * E */
+    uint64_t *rt, *wt;        /* [nbuf]: the step's last read / write ticket of each buffer */
+    int *written;             /* [nbuf]: a write from the buffer is in flight, not yet waited */
+    /* [chunks]: XXH3 of each chunk's master, m and v as the step last wrote them, checked when
+     * the next step reads them back (a disk, or another process, that changed the file would
+     * otherwise train on what it left); sum_ok[c] 0 while unknown (before the first step's
+     * write, and after a write outside the step: a parameter set, a checkpoint load). */
+    uint64_t *sum;
+    uint8_t *sum_ok;
+    size_t nchunks;
     uint64_t io[2];           /* bytes the steps read, wrote */
     int lost;                 /* an I/O error left the file half updated */
 };
@@ -86,6 +97,11 @@ void zoffload_nvme_layout(const znv_shape *in, znv_layout *out)
     if ((uint64_t)in->sub_group_size < E) E = (size_t)in->sub_group_size;
     if (half < E) E = half;
     out->E = round_up(E ? E : 1, out->align_elems);
+    /* More buffers than chunks are never used: a buffer_count past the chunks (DeepSpeed bounds
+     * it only below) would only reserve host memory and, before, overflow the step's per-buffer
+     * bookkeeping on the stack. */
+    size_t chunks = (out->spad + out->E - 1) / out->E;
+    if ((size_t)out->nbuf > chunks) out->nbuf = chunks > (size_t)need ? (int)chunks : need;
     out->state_stream = (uint64_t)out->spad * 4;
     out->param_stream = in->param ? (uint64_t)out->spad * d : 0;
     out->file_bytes = ZNV_STATES * out->state_stream + out->param_stream;
@@ -155,10 +171,26 @@ static zinc_status io_fail(zdev_t *d, zinc_status s)
     return s;
 }
 
+/* A write outside the step over [off, off + n) of the file: the sums of the chunks it touches
+ * are unknown until the step writes them again. */
+static void sums_unknown(struct znv *nv, uint64_t off, size_t n)
+{
+    uint64_t states = (uint64_t)ZNV_STATES * nv->stream;
+    if (n == 0 || off >= states) return; /* the 16-bit stream is not summed */
+    uint64_t end = off + n < states ? off + n : states;
+    for (uint64_t o = off; o < end;) {
+        uint64_t in = o % nv->stream, c = in / 4 / nv->E;
+        if (c < nv->nchunks) nv->sum_ok[c] = 0;
+        uint64_t next = (c + 1) * nv->E * 4; /* the next chunk's start, or the stream's end */
+        o += (next < nv->stream ? next : nv->stream) - in;
+    }
+}
+
 static zinc_status nv_upload(zdev_t *d, void *dst, const void *src, size_t n)
 {
     uint64_t off;
     zinc_status s = range_of(d, dst, n, &off);
+    if (s == ZINC_OK) sums_unknown(nv_of(d), off, n);
     if (s == ZINC_OK && (s = znvme_pwrite(nv_of(d)->file, off, src, n)) != ZINC_OK) io_fail(d, s);
     return s;
 }
@@ -176,6 +208,7 @@ static zinc_status nv_memset0(zdev_t *d, void *p, size_t n)
     static const char zeros[1 << 16];
     uint64_t off;
     zinc_status s = range_of(d, p, n, &off);
+    if (s == ZINC_OK) sums_unknown(nv_of(d), off, n);
     for (size_t done = 0; s == ZINC_OK && done < n; done += sizeof zeros) {
         size_t k = n - done < sizeof zeros ? n - done : sizeof zeros;
         if ((s = znvme_pwrite(nv_of(d)->file, off + done, zeros, k)) != ZINC_OK) io_fail(d, s);
@@ -228,6 +261,14 @@ zinc_status zoffload_nvme_open(zinc_engine_t *e)
     int pfail = nv->param && (posix_memalign((void **)&nv->pbuf, 4096, (size_t)nv->nbuf * nv->E * d) ||
                               posix_memalign((void **)&nv->stage, 4096,
                                              ZNV_STAGE * nv->stage_slot + 1));
+    size_t S = e->plan.shard_numel, nb = (size_t)nv->nbuf;
+    nv->nchunks = (S + nv->E - 1) / nv->E;
+    nv->rt = calloc(nb, sizeof *nv->rt);
+    nv->wt = calloc(nb, sizeof *nv->wt);
+    nv->written = calloc(nb, sizeof *nv->written);
+    nv->sum = calloc(nv->nchunks + 1, sizeof *nv->sum);
+    nv->sum_ok = calloc(nv->nchunks + 1, 1);
+    pfail |= !nv->rt || !nv->wt || !nv->written || !nv->sum || !nv->sum_ok;
     if (base == MAP_FAILED || pfail || posix_memalign((void **)&nv->buf, 4096, bufbytes) != 0) {
         if (base != MAP_FAILED) munmap(base, (size_t)bytes);
         nv->buf = NULL;
@@ -263,6 +304,11 @@ void zoffload_nvme_close(zinc_engine_t *e)
     free(nv->buf);
     free(nv->pbuf);
     free(nv->stage);
+    free(nv->rt);
+    free(nv->wt);
+    free(nv->written);
+    free(nv->sum);
+    free(nv->sum_ok);
     if (nv->param) e->h_param16 = NULL;
     free(nv);
     e->nv = NULL;
@@ -341,6 +387,7 @@ typedef struct {
     int *written;        /* [nbuf]: a write from the buffer is in flight or done, not yet waited */
 } znv_run;
 
+
 static float *chunk_buf(const znv_run *r, int c, int state)
 {
     return r->nv->buf + ((size_t)(c % r->nv->nbuf) * ZNV_STATES + (size_t)state) * r->nv->E;
@@ -357,6 +404,15 @@ static size_t chunk_io_elems(const znv_run *r, int c)
 {
     size_t lo = (size_t)c * r->nv->E, spad = r->nv->stream / 4;
     return spad - lo < r->nv->E ? spad - lo : r->nv->E;
+}
+
+/* XXH3 of chunk c's master, m and v in its buffer, as they go to (or came from) the file. */
+static uint64_t chunk_sum(const znv_run *r, int c)
+{
+    size_t bytes = chunk_io_elems(r, c) * 4;
+    uint64_t h = 0;
+    for (int st = 0; st < ZNV_STATES; st++) h = XXH3_64bits_withSeed(chunk_buf(r, c, st), bytes, h);
+    return h;
 }
 
 static zinc_status nv_io_fail(znv_run *r, zinc_status s, const char *what, int c)
@@ -414,6 +470,8 @@ static zinc_status issue_read(znv_run *r, int c)
 static zinc_status issue_write(znv_run *r, int c)
 {
     int b = c % r->nv->nbuf;
+    r->nv->sum[c] = chunk_sum(r, c);
+    r->nv->sum_ok[c] = 1;
     zinc_status s = state_io(r, c, 1, &r->wt[b]);
     if (s != ZINC_OK) return s;
     if (r->nv->param) {   /* the Adam's 16-bit output: the parameter shard's chunk */
@@ -438,10 +496,8 @@ zinc_status zoffload_nvme_adam(zinc_engine_t *e, zk_adam_args *a)
                          znvme_path(nv->file));
     size_t d = zinc_dtype_size(e->dtype), S = e->plan.shard_numel;
     int n = (int)((S + nv->E - 1) / nv->E);
-    uint64_t rt[nv->nbuf], wt[nv->nbuf];
-    int written[nv->nbuf];
-    memset(written, 0, sizeof written);
-    znv_run r = {e, nv, n, rt, wt, written};
+    memset(nv->written, 0, (size_t)nv->nbuf * sizeof *nv->written);
+    znv_run r = {e, nv, n, nv->rt, nv->wt, nv->written};
     int predownloaded = e->grad_host;
     /* The gradient: in h_grad already at stages 2-3 (predownloaded; then only the gathers'
      * uploads from the host shard may be in flight); at stage 1 every group's download, waited
@@ -461,9 +517,17 @@ zinc_status zoffload_nvme_adam(zinc_engine_t *e, zk_adam_args *a)
     for (int c = 0; c < n; c++) {
         for (; next < n && next <= c + nv->ahead; next++)
             if ((s = issue_read(&r, next)) != ZINC_OK) return s;
-        s = znvme_wait(nv->file, rt[c % nv->nbuf]);
+        s = znvme_wait(nv->file, nv->rt[c % nv->nbuf]);
         e->phase_s[ZINC_PHASE_COPY] += zeng_lap(&t);
         if (s != ZINC_OK) return nv_io_fail(&r, s, "reading", c);
+        if (nv->sum_ok[c] && chunk_sum(&r, c) != nv->sum[c]) {
+            nv->lost = 1;
+            return zeng_fail(e, ZINC_ERR_CORRUPT, "zinc_step: offload_optimizer nvme: chunk %d of "
+                             "%d of %s reads back other bytes than the last step wrote (its "
+                             "checksum differs): the disk or another process changed the scratch "
+                             "file; the optimizer state is no longer whole: resume from the last "
+                             "checkpoint", c, n, znvme_path(nv->file));
+        }
         size_t lo = (size_t)c * nv->E, hi = lo + nv->E < S ? lo + nv->E : S;
         zk_adam_args ca = *a;
         ca.master = chunk_buf(&r, c, 0);

@@ -7,17 +7,24 @@
  *   - misaligned and out-of-range calls are refused naming the file; a full file system (a
  *     file-size limit) is an I/O error naming the path at the wait, not a crash;
  *   - the file is removed at close; stale files of gone processes are removed, a live
- *     process's kept; a missing directory is refused naming it.
+ *     process's kept; a missing directory is refused naming it. The lock decides, not the pid:
+ *     an unlocked file under this very process's pid (a crashed run whose pid a rerun got, as
+ *     in a container where both are pid 1) is removed, a locked one under a dead pid (a live
+ *     run of another pid namespace) kept, and two stores of one rank in one process each get
+ *     a file of their own, which the sweep leaves while they are open.
  *   - the deferred backend (tests' ordering check) leaves a read's buffer untouched until a wait
  *     covers it, and does the calls in order.
  * Run three times by CTest: with io_uring where the build has it, with ZINC_NVME_BACKEND=pread
  * and with ZINC_NVME_BACKEND=deferred.
  */
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -186,6 +193,42 @@ static void test_open_and_stale(const char *dir)
              exists(live), exists(other));
     unlink(live);
     unlink(other);
+
+    /* The locked names. Unlocked under our own pid: a crashed run's (it was "File exists"). */
+    char mine[4096], held[4096];
+    snprintf(mine, sizeof mine, "%s/zinc-nvme-%ld-0badc0de-r0.swap", dir, (long)getpid());
+    snprintf(held, sizeof held, "%s/zinc-nvme-4194321-12345678-r1.swap", dir);
+    if ((g = fopen(mine, "w"))) fclose(g);
+    int hfd = open(held, O_RDWR | O_CREAT, 0600);
+    ZT_CHECK(hfd >= 0 && flock(hfd, LOCK_EX) == 0, "locking %s: %s", held, strerror(errno));
+    n = znvme_remove_stale(dir);
+    ZT_CHECK(n == 1 && !exists(mine) && exists(held), "locked names: removed %d; our pid's "
+             "unlocked file gone %d, a dead pid's locked file kept %d", n, !exists(mine),
+             exists(held));
+    unlink(held);
+    if (hfd >= 0) close(hfd);
+
+    /* Two stores of rank 0 in one process: two files, both kept by a sweep while open, both
+     * removed by their close. */
+    znvme_t *a = NULL, *b = NULL;
+    s = znvme_open(dir, 0, 8192, 4, &a, err, sizeof err);
+    ZT_CHECK(s == ZINC_OK, "first store: %s", err);
+    s = znvme_open(dir, 0, 8192, 4, &b, err, sizeof err);
+    ZT_CHECK(s == ZINC_OK, "a second store of the same rank: %s", err);
+    if (a && b) {
+        ZT_CHECK(strcmp(znvme_path(a), znvme_path(b)) != 0, "both stores at %s", znvme_path(a));
+        n = znvme_remove_stale(dir);
+        ZT_CHECK(n == 0 && exists(znvme_path(a)) && exists(znvme_path(b)),
+                 "a sweep beside two open stores removed %d", n);
+    }
+    snprintf(p, sizeof p, "%s", a ? znvme_path(a) : "");
+    znvme_close(a);
+    znvme_close(b);
+    int left = 0;
+    DIR *dd = opendir(dir);
+    for (struct dirent *x; dd && (x = readdir(dd));) left += !strncmp(x->d_name, "zinc-nvme-", 10);
+    if (dd) closedir(dd);
+    ZT_CHECK(left == 0, "%d scratch file(s) left after both closes", left);
 }
 
 /* ZINC_NVME_BACKEND=deferred: nothing happens before the wait that covers it, and calls in

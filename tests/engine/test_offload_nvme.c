@@ -92,6 +92,10 @@ static void compare(toy_run ref, const char *label)
          "pipelined, 3 buffers"},
         {", \"pipeline_read\": true, \"pipeline_write\": false, \"buffer_count\": 5", chunked,
          "reads ahead, 5 buffers"},
+        /* more buffers than chunks (the config's most): they were all reserved, and the
+         * step's per-buffer bookkeeping on the stack overflowed it (a crash past ~400000) */
+        {", \"pipeline_read\": true, \"pipeline_write\": true, \"buffer_count\": 1048576",
+         chunked, "2^20 buffers"},
     };
     for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
         char zero[1536], l[200];
@@ -252,11 +256,15 @@ static void test_param_volume(void)
              "model state on the device: param16 %llu grad %llu master %llu",
              (unsigned long long)dp[ZINC_MEM_PARAM16], (unsigned long long)dp[ZINC_MEM_GRAD],
              (unsigned long long)dp[ZINC_MEM_MASTER]);
-    /* the host's parameter bytes are 4 chunk buffers of 2048 bf16 elements plus 4 staging slots
-     * of the largest slice, which at one rank is the largest group: the bucket block holds 3
-     * of them (zinc.grad_buckets' default 2, and the host gradient's scratch slice); the toy is
-     * too small for that to be less than its shard, a model of any size is not */
-    uint64_t want_p16 = 4 * 2048 * 2 + 4 * (dp[ZINC_MEM_BUCKET] / 3);
+    /* the host's parameter bytes are 4 chunk buffers of 2048 bf16 elements (fewer when the
+     * shard has fewer chunks: the toy's 3; a buffer past the chunks is never used) plus 4
+     * staging slots of the largest slice, which at one rank is the largest group: the bucket
+     * block holds 3 of them (zinc.grad_buckets' default 2, and the host gradient's scratch
+     * slice); the toy is too small for that to be less than its shard, a model of any size is
+     * not */
+    uint64_t chunks = spad / 2048, nbuf = chunks < 4 ? chunks : 4;
+    ZT_CHECK(chunks == 3, "the toy's shard in %llu chunks of 2048, want 3", (unsigned long long)chunks);
+    uint64_t want_p16 = nbuf * 2048 * 2 + 4 * (dp[ZINC_MEM_BUCKET] / 3);
     ZT_CHECK(hp[ZINC_MEM_PARAM16] == want_p16, "the host holds %llu bytes of parameters, want "
              "%llu (the shard is %llu)", (unsigned long long)hp[ZINC_MEM_PARAM16],
              (unsigned long long)want_p16, (unsigned long long)(shard * 2));
@@ -353,6 +361,59 @@ static void test_ckpt(void)
 
 /* ---- 5. failures ---------------------------------------------------------------------------- */
 
+/* The file changed under the engine between two steps (a bad disk, another process): the
+ * next step's read of that chunk fails its checksum, ZINC_ERR_CORRUPT naming the file, instead
+ * of training on (it trained into NaN with every later step skipped). Writes outside the step
+ * (zinc_param_set) are not taken for a change. */
+static void test_changed_file(void)
+{
+    toy_run r = {.world = 1, .stage = 1, .accum = 1, .dtype = ZINC_DTYPE_BF16, .clip = 1.0};
+    char zero[1536];
+    snprintf(zero, sizeof zero, "%s\"sub_group_size\": 1024, ", nvme_json(NULL));
+    r.zero_json = zero;
+    int np = 0;
+    zinc_engine_t *e = toy_engine_checked(&r, &np, "nvme, changed file");
+    if (!e) return;
+    zinc_step_info_t info;
+    uint64_t rd, wr;
+    zinc_status s = ZINC_OK;
+    for (int step = 0; step < 2 && s == ZINC_OK; step++) s = nvme_step(e, step, np, 0, &info, &rd, &wr);
+    ZT_CHECK(s == ZINC_OK, "steps before the change: %s", zinc_last_error(e));
+    /* a parameter written from outside: the step after it reads that chunk unchecked */
+    float *v = malloc((size_t)zinc_param_numel(e, 0) * sizeof *v);
+    ZT_OK(zinc_param_get(e, 0, v));
+    v[0] += 0.5f;
+    ZT_OK(zinc_param_set(e, 0, v));
+    free(v);
+    s = nvme_step(e, 2, np, 0, &info, &rd, &wr);
+    ZT_CHECK(s == ZINC_OK, "the step after zinc_param_set: %s", zinc_last_error(e));
+    /* 16 bytes of the master's second chunk overwritten in the file */
+    char path[600] = "";
+    DIR *d = opendir(g_dir);
+    for (struct dirent *x; d && (x = readdir(d));)
+        if (!strncmp(x->d_name, "zinc-nvme-", 10))
+            snprintf(path, sizeof path, "%s/%s", g_dir, x->d_name);
+    if (d) closedir(d);
+    FILE *f = fopen(path, "r+b");
+    ZT_CHECK(f != NULL, "opening the scratch file '%s'", path);
+    if (f) {
+        static const unsigned char junk[16] = {0xff, 0x7f, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13};
+        fseek(f, 1024 * 4 + 64, SEEK_SET);
+        fwrite(junk, 1, sizeof junk, f);
+        fclose(f);
+    }
+    s = nvme_step(e, 3, np, 0, &info, &rd, &wr);
+    const char *msg = zinc_last_error(e);
+    ZT_CHECK(s == ZINC_ERR_CORRUPT && strstr(msg, "checksum") && strstr(msg, "chunk 1 ") &&
+                 strstr(msg, path) && strstr(msg, "last checkpoint"),
+             "the step after the file changed: %s (%s)", zinc_status_string(s), msg);
+    s = nvme_step(e, 4, np, 0, &info, &rd, &wr);
+    ZT_CHECK(s != ZINC_OK && strstr(zinc_last_error(e), "lost"), "the step after: %s (%s)",
+             zinc_status_string(s), zinc_last_error(e));
+    zinc_engine_destroy(e);
+    ZT_CHECK(nvme_files() == 0, "%d scratch file(s) left", nvme_files());
+}
+
 static void test_io_error(void)
 {
     /* Call 7 of the step's asynchronous I/O fails: reads of chunks 0-1 are calls 0-5. */
@@ -426,6 +487,7 @@ int main(void)
     test_bitwise();
     test_host_limit();
     test_ckpt();
+    test_changed_file();
     test_io_error();
     char cmd[512];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
