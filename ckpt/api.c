@@ -192,6 +192,10 @@ zinc_status zinc_ckpt_save(zinc_engine_t *e, const char *dir, const char *tag,
     zeng_view_get(e, ev);
     if (!ev->finalized) return zeng_fail(e, ZINC_ERR_USAGE, "zinc_ckpt_save: call zinc_finalize first");
     if (!dir || !tag) return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_ckpt_save: dir and tag are required");
+    if (ev->partial_load[0]) /* agreed on every rank at the load */
+        return zeng_fail(e, ZINC_ERR_USAGE, "zinc_ckpt_save: the failed zinc_ckpt_load of %s had "
+                         "begun to apply it: saving would keep a mix of two states; load a "
+                         "checkpoint that succeeds, or create the engine again", ev->partial_load);
     if (!*tag || strlen(tag) > ZCK_TAG_MAX - 16) /* the writer's bound (check_tag), said once */
         return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_ckpt_save: the tag must be 1..%d bytes",
                          ZCK_TAG_MAX - 16);
@@ -386,9 +390,12 @@ static zinc_status load_targets(zinc_engine_t *e, const zeng_view *ev, ztgt **ou
 }
 
 /* Reads this rank's part of one tag into the engine. Not collective. */
+/* Loads this rank's part of tagdir. *touched: it had begun to write the engine's state (a
+ * failure after that leaves a mix of two states; everything that can fail without reading the
+ * tensors — names, shapes, the counters, the client blob — is checked before). */
 static zinc_status load_local(zinc_engine_t *e, const zeng_view *ev, const char *tagdir,
                               zinc_ckpt_load_options_t *opt, zengine_state *st_out, int *have_state,
-                              char *err)
+                              int *touched, char *err)
 {
     zck_reader *r = NULL;
     ztgt *t = NULL;
@@ -469,10 +476,20 @@ static zinc_status load_local(zinc_engine_t *e, const zeng_view *ev, const char 
         zt[i] = (zck_target){map[t[i].param], t[i].lo, t[i].hi, host + at};
         at += t[i].hi - t[i].lo;
     }
+    /* The client blob first: one that does not fit the caller's buffer fails the load before
+     * any tensor is applied. */
+    if (opt && opt->client_blob) {
+        s = zck_read_blob(r, opt->client_blob, opt->client_blob_cap, &opt->client_blob_bytes, err);
+    } else if (opt) {
+        size_t nb;
+        s = zck_read_blob(r, NULL, 0, &nb, err);
+        opt->client_blob_bytes = nb;
+    }
     for (int stream = 0; stream < 3 && s == ZINC_OK; stream++) {
         if (wonly && stream != ZCK_MASTER) break;
         s = zck_read(r, stream, zt, nt, 2, err);
         at = 0;
+        if (s == ZINC_OK) *touched = 1;
         for (int i = 0; i < nt && s == ZINC_OK; i++) {
             float *dst = stream == ZCK_MASTER ? t[i].master : stream == ZCK_ADAM_M ? t[i].m : t[i].v;
             size_t n = t[i].hi - t[i].lo;
@@ -484,17 +501,11 @@ static zinc_status load_local(zinc_engine_t *e, const zeng_view *ev, const char 
     }
     if (s == ZINC_OK && wonly && !opt->keep_optimizer) {
         size_t n = ev->stage == 0 ? ev->plan->flat_numel : ev->plan->shard_numel;
+        *touched = 1;
         s = ev->state_dev->iface->memset0(ev->state_dev, ev->m, n * 4);
         if (s == ZINC_OK) s = ev->state_dev->iface->memset0(ev->state_dev, ev->v, n * 4);
         if (s != ZINC_OK)
             zerr_fmt(err, ZCK_ERR, s, "clearing the Adam state failed: %s", ev->state_dev->err);
-    }
-    if (s == ZINC_OK && opt && opt->client_blob) {
-        s = zck_read_blob(r, opt->client_blob, opt->client_blob_cap, &opt->client_blob_bytes, err);
-    } else if (s == ZINC_OK && opt) {
-        size_t nb;
-        s = zck_read_blob(r, NULL, 0, &nb, err);
-        opt->client_blob_bytes = nb;
     }
     int extra = m->ntensors - (ev->plan->nparams - missing);
     if (s == ZINC_OK && opt) {
@@ -549,6 +560,7 @@ zinc_status zinc_ckpt_load(zinc_engine_t *e, const char *dir, const char *tag,
     int me = rank_of(ev);
     zpick *pk = malloc(sizeof *pk);
     if (!pk) return zeng_fail(e, ZINC_ERR_NOMEM, "zinc_ckpt_load: out of memory");
+    char partial[sizeof pk->tagdir] = ""; /* a tag a failed attempt had begun to apply */
     for (int attempt = 0;; attempt++) {
         /* rank 0 picks the tag so that every rank loads the same one */
         memset(pk, 0, sizeof *pk);
@@ -566,10 +578,12 @@ zinc_status zinc_ckpt_load(zinc_engine_t *e, const char *dir, const char *tag,
             break;
         }
         zengine_state st = (*ev->st);
-        int have_state = 0;
+        int have_state = 0, touched = 0;
         char lerr[ZCK_ERR] = "";
-        s = load_local(e, ev, pk->tagdir, opt, &st, &have_state, lerr);
+        s = load_local(e, ev, pk->tagdir, opt, &st, &have_state, &touched, lerr);
         int bad = any_rank(ev, s != ZINC_OK);
+        /* agreed, so that every rank refuses the same next step (none waits in a collective) */
+        if (bad && any_rank(ev, touched)) snprintf(partial, sizeof partial, "%s", pk->tagdir);
         if (!bad) {
             if (have_state) (*ev->st) = st;
             else if (opt && opt->weights_only && !opt->keep_optimizer) {
@@ -601,6 +615,9 @@ zinc_status zinc_ckpt_load(zinc_engine_t *e, const char *dir, const char *tag,
         s = zeng_refresh_params(e);
         if (s != ZINC_OK) snprintf(err, sizeof err, "zinc_ckpt_load: %.990s", ev->err);
     }
+    /* a load that succeeds (here, or after a damaged tag it had begun) makes the state whole */
+    if (s == ZINC_OK) zeng_set_partial_load(e, NULL);
+    else if (partial[0]) zeng_set_partial_load(e, partial);
     if (s == ZINC_OK) {
         if (opt) snprintf(opt->loaded_tag, sizeof opt->loaded_tag, "%s", pk->tag);
         if (me == 0)

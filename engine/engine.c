@@ -1408,7 +1408,12 @@ void zeng_view_get(zinc_engine_t *e, zeng_view *out)
                        .master = e->master, .m = e->m, .v = e->v,
                        .param16 = e->offload_param ? zoffload_param16(e) : e->param16,
                        .param16_dev = e->offload_param ? zoffload_param16_dev(e) : e->dev,
-                       .err = e->err};
+                       .err = e->err, .partial_load = e->partial_load};
+}
+
+void zeng_set_partial_load(zinc_engine_t *e, const char *tagdir)
+{
+    snprintf(e->partial_load, sizeof e->partial_load, "%s", tagdir ? tagdir : "");
 }
 
 zeng_background *zeng_background_slot(zinc_engine_t *e) { return &e->background; }

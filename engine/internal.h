@@ -171,6 +171,8 @@ struct zinc_engine {
     zengine_state st;
     char *config_warnings;        /* the config's warnings at create, one per line; "" when none */
     char *config_json;            /* the resolved config (zcfg_to_json), for zinc_engine_config_json */
+    char partial_load[512];       /* the tag a failed zinc_ckpt_load had begun to apply ("": none):
+                                     steps and saves are refused until a load succeeds */
     char err[1024];
 };
 

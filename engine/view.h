@@ -54,9 +54,15 @@ typedef struct zeng_view {
                                      param16_dev */
     zdev_t *param16_dev;          /* dev, or with offload_param (stage 3) the host device */
     const char *err;              /* the engine's last error message */
+    const char *partial_load;     /* "" or the tag a failed load had begun to apply (below) */
 } zeng_view;
 
 void zeng_view_get(zinc_engine_t *e, zeng_view *out);
+
+/* A load that failed after it had begun to write the state (some streams or parameters the
+ * checkpoint's, the rest and the counters the engine's own): `tagdir` names it, and until a load
+ * succeeds (NULL clears it) zinc_step and zinc_ckpt_save refuse to train on or save that mix. */
+void zeng_set_partial_load(zinc_engine_t *e, const char *tagdir);
 
 /* Sets the engine's last error (and the thread's); returns s. */
 zinc_status zeng_fail(zinc_engine_t *e, zinc_status s, const char *fmt, ...)

@@ -689,7 +689,11 @@ typedef struct zinc_ckpt_load_options {
 /* Collective, after zinc_finalize. Loads dir/tag, or with tag NULL the tag dir/latest names (a
  * tag committed after latest was written first; the highest step without a valid latest), damaged
  * ones skipped, each with a warning naming why (docs/checkpoint-format.md). Any world size and
- * stage. */
+ * stage. A load that fails before it writes anything (names, shapes, counters, a client blob
+ * past client_blob_cap) leaves the engine as it was; one that fails after it began to write the
+ * state (a damaged chunk found while decoding, with no tag left to fall back to) leaves part of
+ * it the checkpoint's, and zinc_step and zinc_ckpt_save then fail with ZINC_ERR_USAGE until a
+ * load succeeds. */
 ZINC_API zinc_status zinc_ckpt_load(zinc_engine_t *e, const char *dir, const char *tag,
                                     zinc_ckpt_load_options_t *opt);
 

@@ -13,6 +13,10 @@ zinc_test(NAME ckpt_hostile SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_ckpt_hostile.
 # Through the public API with the toy model of tests/engine (target zinc_toy).
 zinc_test(NAME ckpt_engine SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_ckpt_engine.c
           LIBS zinc_toy LABELS "ckpt;multirank" TIMEOUT 120)
+# A load that fails part-way (a damaged Adam stream, no tag to fall back to) leaves the engine
+# refusing steps and saves until a load succeeds; a blob too large fails before anything applies.
+zinc_test(NAME ckpt_partial SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_ckpt_partial.c
+          ${ZINC_CKPT_FIXTURE} LIBS zinc_toy LABELS "ckpt;fault" TIMEOUT 120)
 # The `zinc ckpt` commands, run as a user runs them.
 zinc_test(NAME ckpt_cli SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_ckpt_cli.c ${ZINC_CKPT_FIXTURE}
           LABELS ckpt TIMEOUT 60)
