@@ -17,12 +17,15 @@ static int zlog_default = ZLOG_INFO;
 static zlog_rule zlog_rules[16];
 static int zlog_nrules;
 
+/* A level's index (ZLOG_ERROR..ZLOG_DEBUG), -1 for "off" (nothing, errors neither: a program that
+ * reports zinc_last_error itself), -2 for anything else. */
 static int zlog_parse_level(const char *s, size_t n)
 {
     static const char *names[] = {"error", "warn", "info", "debug"};
     for (int i = 0; i < 4; i++)
         if (strlen(names[i]) == n && strncmp(s, names[i], n) == 0) return i;
-    return -1;
+    if (n == 3 && strncmp(s, "off", 3) == 0) return -1;
+    return -2;
 }
 
 static void zlog_init(void)
@@ -37,14 +40,14 @@ static void zlog_init(void)
         if (eq) {
             int lvl = zlog_parse_level(eq + 1, len - (size_t)(eq + 1 - p));
             size_t sl = (size_t)(eq - p);
-            if (lvl >= 0 && zlog_nrules < 16 && sl < sizeof zlog_rules[0].subsys) {
+            if (lvl >= -1 && zlog_nrules < 16 && sl < sizeof zlog_rules[0].subsys) {
                 memcpy(zlog_rules[zlog_nrules].subsys, p, sl);
                 zlog_rules[zlog_nrules].subsys[sl] = 0;
                 zlog_rules[zlog_nrules++].level = lvl;
             }
         } else {
             int lvl = zlog_parse_level(p, len);
-            if (lvl >= 0) zlog_default = lvl;
+            if (lvl >= -1) zlog_default = lvl;
         }
         p += len;
         if (*p == ',') p++;
@@ -67,8 +70,10 @@ void zlog_quiet(const char *subsys)
     int i = 0;
     while (i < zlog_nrules && strcmp(zlog_rules[i].subsys, subsys) != 0) i++;
     if (i < 16 && strlen(subsys) < sizeof zlog_rules[0].subsys) {
+        /* errors only, or less where ZINC_LOG asked for less ("off") */
+        int now = i < zlog_nrules ? zlog_rules[i].level : zlog_default;
         snprintf(zlog_rules[i].subsys, sizeof zlog_rules[i].subsys, "%s", subsys);
-        zlog_rules[i].level = ZLOG_ERROR;
+        zlog_rules[i].level = now < ZLOG_ERROR ? now : ZLOG_ERROR;
         if (i == zlog_nrules) zlog_nrules++;
     }
     pthread_mutex_unlock(&zlog_mutex);

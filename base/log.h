@@ -1,7 +1,8 @@
 /*
  * log.h — the one logger, and the error-message helpers every module uses.
  *
- * ZINC_LOG selects levels per subsystem: "info" (default), "debug", "warn,ckpt=debug", ...
+ * ZINC_LOG selects levels per subsystem: "info" (default), "debug", "warn,ckpt=debug", "off"
+ * (nothing, errors neither), ...
  * Lines are prefixed with the rank ("[zinc r3 ckpt] ..."). Progress is printed by rank 0 only
  * (the callers decide); errors by every rank.
  */

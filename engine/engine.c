@@ -444,9 +444,12 @@ zinc_status zinc_param_add(zinc_engine_t *e, int group, const char *name, int nd
     if (!valid_name(name))
         return zeng_fail(e, ZINC_ERR_INVALID_ARG,
                          "zinc_param_add: the name must be 1..%d characters", ZPLAN_NAME_MAX - 1);
-    if (ndim < 1 || ndim > ZPLAN_MAX_DIMS || !shape)
+    if (ndim < 1 || ndim > ZPLAN_MAX_DIMS)
         return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_param_add: '%s': ndim %d is outside 1..%d",
                          name, ndim, ZPLAN_MAX_DIMS);
+    if (!shape)
+        return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_param_add: '%s': shape is NULL (%d "
+                         "extents expected)", name, ndim);
     uint64_t numel = 1;
     for (int i = 0; i < ndim; i++) {
         if (shape[i] <= 0 || shape[i] > ((int64_t)1 << 40) ||

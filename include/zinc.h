@@ -24,7 +24,9 @@
  *         zinc_step(e, &info);            // applies the update at the accumulation boundary
  *
  * Errors: every fallible call returns a zinc_status; zinc_last_error(e) gives the sentence.
- * Library code never exits or aborts the process on bad input.
+ * Library code never exits or aborts the process on bad input. It logs to stderr ("[zinc r0
+ * ckpt] ..."): the environment variable ZINC_LOG sets the level, error, warn, info (the
+ * default) or debug, or off (nothing, errors neither), per subsystem too: "warn,ckpt=debug".
  */
 #ifndef ZINC_H
 #define ZINC_H
@@ -197,8 +199,12 @@ ZINC_API zinc_status zinc_group_add(zinc_engine_t *e, const char *name, int *out
 
 /* Adds a parameter to a group. `dtype` is the dtype of the working copy the model computes with
  * and must match the config's precision (fp16.enabled -> FP16, bf16.enabled -> BF16, else FP32).
- * `shape` has `ndim` (1..8) positive extents. Names must be unique. @param out_param receives
- * the parameter id (0, 1, ... in registration order); required (NULL is ZINC_ERR_INVALID_ARG). */
+ * `shape` has `ndim` (1..8) positive extents. Names must be unique. A group's parameters are added
+ * together, group after group in the order the groups were added (a parameter of an earlier
+ * group after one of a later group fails zinc_finalize with ZINC_ERR_USAGE naming it and its
+ * group: the flat buffer keeps each group contiguous).
+ * @param out_param receives the parameter id (0, 1, ... in registration order); required (NULL
+ * is ZINC_ERR_INVALID_ARG). */
 ZINC_API zinc_status zinc_param_add(zinc_engine_t *e, int group, const char *name, int ndim,
                                     const int64_t *shape, zinc_dtype dtype, int *out_param);
 
@@ -280,7 +286,8 @@ ZINC_API zinc_status zinc_param_state_set(zinc_engine_t *e, int param, zinc_para
  * over the ranks, in the units the model's backward produced — multiplied by zinc_loss_multiplier
  * (the fp16 loss scale, 1/gradient_accumulation_steps), as DeepSpeed's holds it before step.
  * Collective. Between a micro-step's backward (at stages 2-3, after its group's zinc_grads_ready;
- * before that, ZINC_ERR_USAGE) and zinc_step; zeros after zinc_step. At stages 0-1 the average is
+ * while the group's gradients are in the bucket but not handed over, ZINC_ERR_USAGE) and
+ * zinc_step; zeros before the step's first gradients and after zinc_step. At stages 0-1 the average is
  * taken here over a copy, in fp32 (zinc_step averages the buffer itself in the working dtype, so
  * in bf16/fp16 its values can differ from these by the working dtype's rounding). */
 ZINC_API zinc_status zinc_param_grad_get(zinc_engine_t *e, int param, float *out);

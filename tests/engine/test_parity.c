@@ -222,6 +222,9 @@ static void test_api(void)
     ZT_CHECK(zinc_param_add(e, g, "w", 1, shape, ZINC_DTYPE_FP32, NULL) == ZINC_ERR_INVALID_ARG,
              "NULL out_param");
     ZT_CHECK(strstr(zinc_last_error(e), "out_param") != NULL, "message: %s", zinc_last_error(e));
+    /* a NULL shape is named as such (it said "ndim 1 is outside 1..8") */
+    ZT_CHECK(zinc_param_add(e, g, "w", 1, NULL, ZINC_DTYPE_FP32, &p) == ZINC_ERR_INVALID_ARG &&
+                 strstr(zinc_last_error(e), "shape is NULL"), "NULL shape: %s", zinc_last_error(e));
     ZT_OK(zinc_param_add(e, g, "w", 1, shape, ZINC_DTYPE_FP32, &p));
     ZT_CHECK(g == 0 && p == 0, "ids %d %d", g, p);
     ZT_OK(zinc_finalize(e));
