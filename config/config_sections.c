@@ -128,18 +128,28 @@ static void nvme_dir(zcctx *x, json_object *o, const char *path, zcfg_zero *z)
     char p[128];
     zc_path(p, sizeof p, path, "nvme_path");
     copy_str(x, o, path, "nvme_path", z->nvme_path, sizeof z->nvme_path);
+    json_object *given = NULL;
     if (!z->nvme_path[0]) {
-        zc_error(x, p, "needed with device \"nvme\": the directory that holds the optimizer "
-                       "state's scratch files (on a fast local disk)");
+        zc_error(x, p, "%s with device \"nvme\": the directory that holds the optimizer "
+                       "state's scratch files (on a fast local disk)",
+                 zc_member(o, "nvme_path", &given) && given ? "is empty; it is needed"
+                                                           : "needed");
         return;
     }
+    /* a relative path is taken from the working directory: say which one it came to */
+    char cwd[1024], shown[3200];
+    if (z->nvme_path[0] != '/' && getcwd(cwd, sizeof cwd))
+        snprintf(shown, sizeof shown, "'%s' (%s/%s)", z->nvme_path, strcmp(cwd, "/") ? cwd : "",
+                 z->nvme_path);
+    else
+        snprintf(shown, sizeof shown, "'%s'", z->nvme_path);
     struct stat st;
     if (stat(z->nvme_path, &st) != 0)
-        zc_error(x, p, "'%s': %s", z->nvme_path, strerror(errno));
+        zc_error(x, p, "%s: %s", shown, strerror(errno));
     else if (!S_ISDIR(st.st_mode))
-        zc_error(x, p, "'%s' is not a directory", z->nvme_path);
+        zc_error(x, p, "%s is not a directory", shown);
     else if (access(z->nvme_path, W_OK | X_OK) != 0)
-        zc_error(x, p, "'%s' is not writable: %s", z->nvme_path, strerror(errno));
+        zc_error(x, p, "%s is not writable: %s", shown, strerror(errno));
 }
 
 /* One offload section. `kind` 0: offload_optimizer, which zinc implements with device "cpu" at

@@ -356,7 +356,9 @@ zinc_status zoffload_nvme_own_to_device(zinc_engine_t *e, int g, void *dst, int 
     s = nv_download(&nv->dev, slot, (char *)e->h_param16 + G->shard_off * zinc_dtype_size(e->dtype), n);
     if (s != ZINC_OK)
         return zeng_fail(e, s, "stage 3: offload_param nvme: reading the own slice of group "
-                         "'%s': %s", G->name, nv->dev.err);
+                         "'%s': %s%s", G->name, nv->dev.err,
+                         s == ZINC_ERR_IO ? " (the scratch file no longer holds the parameters: "
+                                            "resume from the last checkpoint)" : "");
     s = D->upload_async(e->dev, dst, slot, n);
     if (s == ZINC_OK) s = D->copy_fence(e->dev, &nv->stage_ticket[k]);
     if (s == ZINC_OK) s = D->copy_join(e->dev);

@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 #include "config/config.h"
@@ -828,9 +829,15 @@ static void test_offload(void)
     }
     const char *bad_nvme[] = {
         "{\"device\": \"nvme\"}", "{\"device\": \"nvme\", \"nvme_path\": \"/no/such/zinc/dir\"}",
-        "{\"device\": \"nvme\", \"nvme_path\": \"/etc/hostname\"}"};
-    const char *bad_why[] = {"needed with device", "No such file", "not a directory"};
-    for (int i = 0; i < 3; i++) {
+        "{\"device\": \"nvme\", \"nvme_path\": \"/etc/hostname\"}",
+        "{\"device\": \"nvme\", \"nvme_path\": \"\"}",
+        "{\"device\": \"nvme\", \"nvme_path\": \"no-such-zinc-dir\"}"};
+    /* an empty path is said to be empty; a relative one shows where it led */
+    char rel[1300] = "no-such-zinc-dir' (", cwd[1024];
+    if (getcwd(cwd, sizeof cwd)) snprintf(rel, sizeof rel, "'no-such-zinc-dir' (%s/no-such-zinc-dir)", cwd);
+    const char *bad_why[] = {"needed with device", "No such file", "not a directory",
+                             "is empty; it is needed", rel};
+    for (int i = 0; i < 5; i++) {
         char j[512];
         snprintf(j, sizeof j, PRE "\"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": %s}}",
                  bad_nvme[i]);
