@@ -19,15 +19,19 @@
 #include "models/cuda/gpt_cuda.h"
 #include "tools/train.h"
 
-/* Set by SIGINT/SIGTERM: the run ends after the step in progress (train_interrupt_install). */
-static volatile sig_atomic_t interrupt_signal;
+/* Set by SIGINT/SIGTERM: the run ends after the step in progress (train_interrupt_install).
+ * Atomic, not only volatile: the handler runs on whichever thread the signal lands on (the main
+ * thread joining the ranks, a rank's or a kernel pool's), and rank threads read it — sig_atomic_t
+ * covers a handler and the thread it interrupted, not two threads (a data race under TSan). */
+static int interrupt_signal;
+static int interrupt_seen(void) { return __atomic_load_n(&interrupt_signal, __ATOMIC_ACQUIRE); }
 static struct sigaction interrupt_old[2];
 
 static int interrupt_count;
 
 static void on_interrupt(int sig)
 {
-    interrupt_signal = 1;
+    __atomic_store_n(&interrupt_signal, 1, __ATOMIC_RELEASE);
     /* A second one, either of them, stops the process at once: by the default disposition
      * from here on, and by the count when two arrive together on two threads (both handlers
      * may run before either resets the dispositions). */
@@ -338,7 +342,7 @@ static void *rank_main(void *arg)
         if (o->mpi) {
             /* Each process has only its own loss: average it over the ranks (every rank calls),
              * and with it whether any process was signalled. */
-            double both[2] = {loss, interrupt_signal ? 1.0 : 0.0};
+            double both[2] = {loss, interrupt_seen() ? 1.0 : 0.0};
             s = zinc_mean_over_ranks(e, both, 2);
             if (s != ZINC_OK) {
                 train_fail(r, rank, s, 1, "step %lld: %s", (long long)blob.steps,
@@ -351,7 +355,7 @@ static void *rank_main(void *arg)
             /* The ranks are threads: rank 0 names the step after this one, which every rank
              * then reads after that step's collectives (all ranks stop at the same step); one
              * rank stops at this one. */
-            if (rank == 0 && interrupt_signal && !__atomic_load_n(&r->stop_req, __ATOMIC_ACQUIRE))
+            if (rank == 0 && interrupt_seen() && !__atomic_load_n(&r->stop_req, __ATOMIC_ACQUIRE))
                 __atomic_store_n(&r->stop_req, blob.steps + (o->ranks > 1), __ATOMIC_RELEASE);
             long long sr = __atomic_load_n(&r->stop_req, __ATOMIC_ACQUIRE);
             last = sr && blob.steps >= sr;

@@ -182,7 +182,7 @@ static void volume_rank(int rank, void *arg)
                      planned[ZINC_MEM_MASTER] == wantm && planned[ZINC_MEM_ADAM_V] == wantm,
                  "stage %d plan does not follow the ZeRO formulas", c->stage);
         ZT_CHECK(S * 4 == F, "shard is 1/4 of the flat buffer");
-        c->flat_bytes = F * 2;
+        if (rank == 0) c->flat_bytes = F * 2; /* one writer: every rank has the same F */
         s = toy_micro_step(e, rank, 4, 0, np, 0);
     }
     if (s == ZINC_OK) s = zinc_step(e, NULL);
