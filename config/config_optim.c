@@ -3,6 +3,7 @@
  * chooses them, and the five DeepSpeed LR schedulers with lr_schedules.py's defaults and required
  * parameters (optim/sched.c evaluates them from the struct filled here).
  */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -292,6 +293,19 @@ void zc_parse_scheduler(zcctx *x, json_object *root, const zcfg_overrides *ov, z
         zc_get_num(x, p, sec, "cycle_min_mom", R_UNIT_OPEN, &s->cycle_min_mom);
         zc_get_num(x, p, sec, "cycle_max_mom", R_UNIT_OPEN, &s->cycle_max_mom);
         zc_get_num(x, p, sec, "decay_mom_rate", R_GE0, &s->decay_mom_rate);
+        /* DeepSpeed's decay multiplies beta1 (docs/optim.md, "OneCycle"): it passes 1, where
+         * zinc_step refuses the step. Said up front, with when. */
+        if (s->cycle_momentum && s->decay_mom_rate > 0 && s->decay_step_size > 0 &&
+            s->cycle_max_mom > 0 && s->cycle_max_mom < 1) {
+            double past = ceil((double)s->decay_step_size * (1.0 / s->cycle_max_mom - 1.0) /
+                               s->decay_mom_rate);
+            zc_warn(x, "scheduler.params.decay_mom_rate",
+                    "with cycle_momentum, OneCycle's beta1 grows after the cycle (cycle_max_mom x "
+                    "(1 + decay_mom_rate x steps past it / decay_step_size), as DeepSpeed "
+                    "computes it) and reaches 1 about %.0f steps past the cycle, where zinc_step "
+                    "refuses the step; set decay_mom_rate 0 or cycle_momentum false to keep it at "
+                    "cycle_max_mom", past);
+        }
         break;
     case ZSCHED_LR_RANGE_TEST:
         zc_get_num(x, p, sec, "lr_range_test_min_lr", R_GE0, &s->lr_range_test_min_lr);

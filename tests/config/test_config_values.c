@@ -221,6 +221,28 @@ static void test_defaults(void)
         EQ_D(c.sched.cycle_max_mom, 0.9);
         EQ_D(c.sched.decay_mom_rate, 0.0);
     }
+    /* OneCycle's beta1 decay multiplies (DeepSpeed's formula): past 1 zinc_step refuses, and
+     * the config says so, with when (0.9 x (1 + 0.1 x k / 10) >= 1 from k = 12); not with
+     * cycle_momentum false or without a decay */
+    const char *k_mom[] = {"scheduler.params.decay_mom_rate"};
+    const char *oc = "{\"train_micro_batch_size_per_gpu\": 1, \"optimizer\": {\"type\": \"AdamW\"}, "
+                     "\"scheduler\": {\"type\": \"OneCycle\", \"params\": {\"cycle_min_lr\": 0.1, "
+                     "\"cycle_max_lr\": 0.5, \"decay_step_size\": 10, %s}}}";
+    char ocj[512];
+    snprintf(ocj, sizeof ocj, oc, "\"decay_mom_rate\": 0.1");
+    if (parse_warns(ocj, 1, &c, k_mom, 1, __LINE__)) {
+        zcfg_diag dm = {0};
+        zcfg cc;
+        parse(ocj, 1, &cc, &dm);
+        int said = 0;
+        for (int i = 0; i < dm.nwarnings; i++) said |= strstr(dm.warnings[i], "about 12 steps") != NULL;
+        ZT_CHECK(said, "the OneCycle beta1 warning does not say 'about 12 steps'");
+        zcfg_diag_free(&dm);
+    }
+    snprintf(ocj, sizeof ocj, oc, "\"decay_mom_rate\": 0.1, \"cycle_momentum\": false");
+    parse_ok(ocj, 1, &c, 0, __LINE__);
+    snprintf(ocj, sizeof ocj, oc, "\"decay_mom_rate\": 0");
+    parse_ok(ocj, 1, &c, 0, __LINE__);
     if (parse_ok("{\"train_micro_batch_size_per_gpu\": 1, \"optimizer\": {\"type\": \"AdamW\"}, "
                  "\"scheduler\": {\"type\": \"LRRangeTest\"}}",
                  1, &c, 0, __LINE__)) {
