@@ -52,7 +52,7 @@ int cmd_train(int argc, char **argv)
         rc = train_selfcheck(&o, data);
     } else {
         run_t r = {.o = &o, .data = data, .stop_at = o.steps, .save_dir = o.save_dir,
-                   .save_every = o.save_every};
+                   .save_every = o.save_every, .report_end = 1};
         rc = train_ckpt_prepare(&o, &r);
         if (!rc && o.rank0) rc = train_report_open(&o, &r);
         if (!rc) {
@@ -60,23 +60,8 @@ int cmd_train(int argc, char **argv)
             rc = run_ranks(&r);
             train_interrupt_restore();
         }
-        if (!rc && o.rank0) {
-            train_report_done(&r);
-            train_report_timing(&r);
-        }
-        if (!rc && r.interrupted) {
-            /* 128 + SIGINT, as a shell reports a run stopped by Ctrl-C; the state is saved */
-            if (!o.rank0)
-                ;
-            else if (r.save_dir)
-                fprintf(stderr, "zinc train: interrupted: stopped after step %lld and saved "
-                        "%s/step%06lld; --resume auto (with --save-dir %s) goes on from there\n",
-                        r.end_step, r.save_dir, r.end_step, r.save_dir);
-            else
-                fprintf(stderr, "zinc train: interrupted: stopped after step %lld; nothing "
-                        "saved (no --save-dir)\n", r.end_step);
-            rc = 130;
-        }
+        /* (the closing lines were printed by run_ranks, before the world ended) */
+        if (!rc && r.interrupted) rc = 130; /* 128 + SIGINT, as a shell reports Ctrl-C */
         train_report_close(&r);
         run_free(&r);
     }

@@ -79,6 +79,9 @@ typedef struct {
     long long stop_req;         /* local ranks: the step to stop after on SIGINT/SIGTERM (0:
                                    none; rank 0 sets it one step ahead, read atomically) */
     int interrupted;            /* the run stopped early on a signal (set atomically by the ranks) */
+    int report_end;             /* run_ranks prints rank 0's closing lines (train_report_end)
+                                   before the world ends: under mpirun a signal's job teardown
+                                   kills the ranks inside MPI_Finalize, after the save */
     const char *resume_dir;     /* NULL: fresh */
     const char *resume_tag;     /* NULL: newest valid */
     char resume_buf[2][1100];   /* resume_dir and resume_tag when --resume names a tag */
@@ -188,6 +191,10 @@ void train_report_close(run_t *r);
 
 /* Rank 0, after a run: the closing line. */
 void train_report_done(const run_t *r);
+
+/* Rank 0, after a run that did not fail: the closing line, --gpu-timing's table and, when a
+ * signal stopped it, what was saved. */
+void train_report_end(const run_t *r);
 
 /* Rank 0, after a run with --gpu-timing: the per-phase table on stdout and, with --metrics, the
  * same as one {"gpu_timing": ...} line (docs/train.md). Nothing when r->timed is 0. */

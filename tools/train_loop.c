@@ -484,6 +484,7 @@ int run_ranks(run_t *r)
     /* Report first: after a failed collective an mpi world ends the job in zinc_world_destroy
      * (MPI_Abort; MPI_Finalize would wait for the lost rank forever). */
     if (r->err != ZINC_OK) fprintf(stderr, "zinc train: %s\n", r->errmsg);
+    else if (r->report_end && r->o->rank0) train_report_end(r);
     fflush(NULL);
     zinc_world_destroy(r->world);
     r->world = NULL;

@@ -341,6 +341,20 @@ void train_report_close(run_t *r)
     r->csv[0] = r->csv[1] = r->csv[2] = NULL;
 }
 
+void train_report_end(const run_t *r)
+{
+    train_report_done(r);
+    train_report_timing(r);
+    if (!r->interrupted) return;
+    if (r->save_dir)
+        fprintf(stderr, "zinc train: interrupted: stopped after step %lld and saved "
+                "%s/step%06lld; --resume auto (with --save-dir %s) goes on from there\n",
+                r->end_step, r->save_dir, r->end_step, r->save_dir);
+    else
+        fprintf(stderr, "zinc train: interrupted: stopped after step %lld; nothing "
+                "saved (no --save-dir)\n", r->end_step);
+}
+
 void train_report_done(const run_t *r)
 {
     if (r->end_step == r->start_step)
