@@ -375,13 +375,15 @@ void znvme_close(znvme_t *f)
 
 /* 1 when `name` is a scratch file's: zinc-nvme-<pid>-<8 hex>-r<rank>.swap (*locked_name = 1), or
  * the form before the lock, zinc-nvme-<pid>-r<rank>.swap (*locked_name = 0). */
-static int scratch_name(const char *name, long *pid, int *locked_name)
+static int scratch_name(const char *name, long *pid, int *locked_name, int *making)
 {
     int rank, used = 0;
     unsigned tag;
+    *making = 0;
     if (sscanf(name, "zinc-nvme-%ld-%8x-r%d.swap%n", pid, &tag, &rank, &used) == 3 &&
-        name[used] == 0 && *pid > 0) {
+        (name[used] == 0 || !strcmp(name + used, ".making")) && *pid > 0) {
         *locked_name = 1;
+        *making = name[used] != 0;
         return 1;
     }
     used = 0;
@@ -400,8 +402,8 @@ int znvme_remove_stale(const char *dir)
     int removed = 0;
     for (struct dirent *e; (e = readdir(d));) {
         long pid;
-        int locked_name;
-        if (!scratch_name(e->d_name, &pid, &locked_name)) continue;
+        int locked_name, making;
+        if (!scratch_name(e->d_name, &pid, &locked_name, &making)) continue;
         char p[4096];
         snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
         /* A live run holds its file's lock, whatever its pid means here (another container's
@@ -417,7 +419,11 @@ int znvme_remove_stale(const char *dir)
                 continue;
             }
             if (fd < 0) continue;
-            if (flock(fd, LOCK_EX | LOCK_NB) == 0 && unlink(p) == 0) removed++;
+            /* A name still being made is unlocked for an instant (open, then flock): one is
+             * taken only when a minute old, a creation that crashed before its rename. */
+            struct stat st;
+            int young = making && (fstat(fd, &st) != 0 || time(NULL) - st.st_mtime < 60);
+            if (!young && flock(fd, LOCK_EX | LOCK_NB) == 0 && unlink(p) == 0) removed++;
             close(fd);
             continue;
         }

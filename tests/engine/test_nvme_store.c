@@ -27,6 +27,8 @@
 #include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/time.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "engine/nvme_store.h"
@@ -207,6 +209,21 @@ static void test_open_and_stale(const char *dir)
              exists(held));
     unlink(held);
     if (hfd >= 0) close(hfd);
+
+    /* A creation that crashed before its rename leaves NAME.making: taken when a minute old,
+     * left while young (a creation in progress is unlocked for an instant). */
+    char old_making[4200], new_making[4200];
+    snprintf(old_making, sizeof old_making, "%s/zinc-nvme-4194321-0000abcd-r0.swap.making", dir);
+    snprintf(new_making, sizeof new_making, "%s/zinc-nvme-4194321-0000abce-r0.swap.making", dir);
+    if ((g = fopen(old_making, "w"))) fclose(g);
+    if ((g = fopen(new_making, "w"))) fclose(g);
+    struct timeval ago[2] = {{time(NULL) - 120, 0}, {time(NULL) - 120, 0}};
+    utimes(old_making, ago);
+    n = znvme_remove_stale(dir);
+    ZT_CHECK(n == 1 && !exists(old_making) && exists(new_making), "unfinished creations: removed "
+             "%d; the old one gone %d, the young one kept %d", n, !exists(old_making),
+             exists(new_making));
+    unlink(new_making);
 
     /* Two stores of rank 0 in one process: two files, both kept by a sweep while open, both
      * removed by their close. */
