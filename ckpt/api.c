@@ -193,9 +193,9 @@ zinc_status zinc_ckpt_save(zinc_engine_t *e, const char *dir, const char *tag,
     if (!ev->finalized) return zeng_fail(e, ZINC_ERR_USAGE, "zinc_ckpt_save: call zinc_finalize first");
     if (!dir || !tag) return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_ckpt_save: dir and tag are required");
     if (ev->partial_load[0]) /* agreed on every rank at the load */
-        return zeng_fail(e, ZINC_ERR_USAGE, "zinc_ckpt_save: the failed zinc_ckpt_load of %s had "
-                         "begun to apply it: saving would keep a mix of two states; load a "
-                         "checkpoint that succeeds, or create the engine again", ev->partial_load);
+        return zeng_fail(e, ZINC_ERR_USAGE, "zinc_ckpt_save: the failed load of %s had begun to "
+                         "apply it: saving would keep a mix of two states; load a checkpoint "
+                         "that succeeds, or create the engine again", ev->partial_load);
     if (!*tag || strlen(tag) > ZCK_TAG_MAX - 16) /* the writer's bound (check_tag), said once */
         return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_ckpt_save: the tag must be 1..%d bytes",
                          ZCK_TAG_MAX - 16);
@@ -613,10 +613,16 @@ zinc_status zinc_ckpt_load(zinc_engine_t *e, const char *dir, const char *tag,
     }
     if (s == ZINC_OK) {
         s = zeng_refresh_params(e);
-        if (s != ZINC_OK) snprintf(err, sizeof err, "zinc_ckpt_load: %.990s", ev->err);
+        if (s != ZINC_OK) { /* the state is the tag's, the working copies are not */
+            snprintf(err, sizeof err, "zinc_ckpt_load: %.990s", ev->err);
+            snprintf(partial, sizeof partial, "%s", pk->tagdir);
+        }
     }
-    /* a load that succeeds (here, or after a damaged tag it had begun) makes the state whole */
-    if (s == ZINC_OK) zeng_set_partial_load(e, NULL);
+    /* a load that succeeds (here, or after a damaged tag it had begun) makes the state whole —
+     * unless it left some of it as it was (weights only, keeping the optimizer or parameters
+     * the tag lacks) */
+    int whole = !(opt && opt->weights_only && (opt->keep_optimizer || opt->missing));
+    if (s == ZINC_OK && whole) zeng_set_partial_load(e, NULL);
     else if (partial[0]) zeng_set_partial_load(e, partial);
     if (s == ZINC_OK) {
         if (opt) snprintf(opt->loaded_tag, sizeof opt->loaded_tag, "%s", pk->tag);
@@ -776,11 +782,13 @@ zinc_status zinc_load_safetensors(zinc_engine_t *e, const char *path)
         if (t[i].hi - t[i].lo > maxn) maxn = t[i].hi - t[i].lo;
     if (s == ZINC_OK && !(buf = malloc((maxn ? maxn : 1) * sizeof *buf)))
         s = zerr_fmt(err, ZCK_ERR, ZINC_ERR_NOMEM, "out of memory");
+    int touched = 0; /* a tensor was written: a failure from here leaves a mix */
     for (int i = 0; s == ZINC_OK && i < nt; i++) {
         int k = zst_find(f, ev->plan->params[t[i].param].name);
         if (k < 0) continue;
         s = zst_read_f32(f, k, t[i].lo, t[i].hi, buf, err);
         if (s == ZINC_OK) {
+            touched = 1;
             s = ev->state_dev->iface->upload(ev->state_dev, t[i].master, buf,
                                              (t[i].hi - t[i].lo) * 4);
             if (s != ZINC_OK) zerr_fmt(err, ZCK_ERR, s, "upload failed: %s", ev->state_dev->err);
@@ -790,13 +798,17 @@ zinc_status zinc_load_safetensors(zinc_engine_t *e, const char *path)
     free(t);
     zst_close(f);
     int bad = any_rank(ev, s != ZINC_OK);
+    if (bad && any_rank(ev, touched)) zeng_set_partial_load(e, path); /* agreed, as in a load */
     if (bad && s == ZINC_OK) {
         s = ZINC_ERR_ABORTED;
         snprintf(err, sizeof err, "reading %s failed on another rank (see its message)", path);
     }
     if (s == ZINC_OK) {
         s = zeng_refresh_params(e);
-        if (s != ZINC_OK) snprintf(err, sizeof err, "%s", ev->err);
+        if (s != ZINC_OK) {
+            snprintf(err, sizeof err, "%s", ev->err);
+            zeng_set_partial_load(e, path); /* masters new, working copies not */
+        }
     }
     if (s != ZINC_OK) return zeng_fail(e, s, "zinc_load_safetensors: %s", err);
     if (rank_of(ev) == 0)

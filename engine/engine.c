@@ -57,7 +57,9 @@ static zinc_status config_rejected(const zcfg_diag *d, const char *where)
         zlog(ZLOG_ERROR, "config", -1, "%s", d->errors[i]);
     if (d->nerrors == 0) return zerr_thread(ZINC_ERR_CONFIG, "%s: config rejected", where);
     return zerr_thread(ZINC_ERR_CONFIG, "%s: config rejected: %s%s", where, d->errors[0],
-                       d->nerrors > 1 ? " (and more errors, logged above)" : "");
+                       d->nerrors < 2                         ? ""
+                       : zlog_enabled(ZLOG_ERROR, "config") ? " (and more errors, logged above)"
+                       : " (and more errors, not logged: ZINC_LOG)");
 }
 
 static int default_threads(const zinc_world_t *w)

@@ -137,7 +137,7 @@ zinc_status znvme_open(const char *dir, int rank, uint64_t bytes, int queue_dept
     /* A filesystem without locks (ENOLCK) still works: its files are then swept by pid only. */
     if (f->fd >= 0 && flock(f->fd, LOCK_EX | LOCK_NB) != 0 && errno != ENOLCK &&
         errno != EOPNOTSUPP && errno != ENOSYS) {
-        snprintf(err, errlen, "%s: locking: %s", making, strerror(errno));
+        snprintf(err, errlen, "%s: locking: %s", f->path, strerror(errno));
         unlink(making);
         close(f->fd);
         f->fd = -1;
@@ -153,7 +153,7 @@ zinc_status znvme_open(const char *dir, int rank, uint64_t bytes, int queue_dept
     if (s != ZINC_OK) {
     } else if (f->fd < 0 || f->buffered < 0) {
         s = ZINC_ERR_IO;
-        snprintf(err, errlen, "%s: %s", f->fd < 0 ? making : f->path, strerror(errno));
+        snprintf(err, errlen, "%s: %s", f->path, strerror(errno));
     } else {
         int r = posix_fallocate(f->fd, 0, (off_t)bytes);
         if (r == EOPNOTSUPP || r == EINVAL) r = ftruncate(f->fd, (off_t)bytes) ? errno : 0;
@@ -423,7 +423,12 @@ int znvme_remove_stale(const char *dir)
              * taken only when a minute old, a creation that crashed before its rename. */
             struct stat st;
             int young = making && (fstat(fd, &st) != 0 || time(NULL) - st.st_mtime < 60);
-            if (!young && flock(fd, LOCK_EX | LOCK_NB) == 0 && unlink(p) == 0) removed++;
+            int got = !young && flock(fd, LOCK_EX | LOCK_NB) == 0;
+            /* a filesystem without locks (znvme_open went on without one): by the pid */
+            int nolocks = !young && !got && (errno == ENOLCK || errno == EOPNOTSUPP ||
+                                             errno == ENOSYS);
+            if (nolocks) got = kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+            if (got && unlink(p) == 0) removed++;
             close(fd);
             continue;
         }

@@ -73,8 +73,18 @@ struct znv {
     uint8_t *sum_ok;
     size_t nchunks;
     uint64_t io[2];           /* bytes the steps read, wrote */
-    int lost;                 /* an I/O error left the file half updated */
+    int lost;                 /* the file no longer holds one whole state: ZNV_LOST_* (0: it does) */
 };
+
+/* Why the state in the file is no longer whole. */
+enum { ZNV_LOST_IO = 1, ZNV_LOST_CHANGED, ZNV_LOST_STEP };
+
+static const char *lost_why(const struct znv *nv)
+{
+    return nv->lost == ZNV_LOST_CHANGED ? "a chunk that read back changed (checksum)"
+           : nv->lost == ZNV_LOST_STEP  ? "a step that failed after writing part of it"
+                                        : "an earlier I/O error";
+}
 
 static size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
@@ -152,8 +162,8 @@ static zinc_status range_of(zdev_t *d, const void *p, size_t n, uint64_t *off)
     struct znv *nv = nv_of(d);
     const char *c = p;
     if (nv->lost) {
-        snprintf(d->err, sizeof d->err, "%s: the optimizer state was lost to an earlier I/O error "
-                 "(resume from the last checkpoint)", znvme_path(nv->file));
+        snprintf(d->err, sizeof d->err, "%s: the optimizer state was lost to %s (resume from "
+                 "the last checkpoint)", znvme_path(nv->file), lost_why(nv));
         return ZINC_ERR_IO;
     }
     if (c < nv->base || c + n > nv->base + ZNV_STATES * nv->stream + nv->pstream) {
@@ -419,7 +429,7 @@ static uint64_t chunk_sum(const znv_run *r, int c)
 
 static zinc_status nv_io_fail(znv_run *r, zinc_status s, const char *what, int c)
 {
-    r->nv->lost = 1;
+    r->nv->lost = ZNV_LOST_IO;
     return zeng_fail(r->e, s, "zinc_step: offload_optimizer nvme: %s chunk %d of %d: %s; the "
                      "optimizer state in the scratch file is no longer whole: resume from the "
                      "last checkpoint", what, c, r->n, znvme_error(r->nv->file));
@@ -494,17 +504,20 @@ zinc_status zoffload_nvme_adam(zinc_engine_t *e, zk_adam_args *a)
     struct znv *nv = e->nv;
     if (nv->lost)
         return zeng_fail(e, ZINC_ERR_IO, "zinc_step: offload_optimizer nvme: %s: the optimizer "
-                         "state was lost to an earlier I/O error; resume from the last checkpoint",
-                         znvme_path(nv->file));
+                         "state was lost to %s; resume from the last checkpoint",
+                         znvme_path(nv->file), lost_why(nv));
     size_t d = zinc_dtype_size(e->dtype), S = e->plan.shard_numel;
     int n = (int)((S + nv->E - 1) / nv->E);
-    memset(nv->written, 0, (size_t)nv->nbuf * sizeof *nv->written);
     znv_run r = {e, nv, n, nv->rt, nv->wt, nv->written};
+    /* Writes a failed step left in flight land before this step reads their chunks. */
+    zinc_status s = ZINC_OK;
+    for (int b = 0; b < nv->nbuf; b++)
+        if ((s = wait_write(&r, b)) != ZINC_OK) return nv_io_fail(&r, s, "writing back", b);
     int predownloaded = e->grad_host;
     /* The gradient: in h_grad already at stages 2-3 (predownloaded; then only the gathers'
      * uploads from the host shard may be in flight); at stage 1 every group's download, waited
      * for before the first chunk. */
-    zinc_status s = predownloaded ? ZINC_OK : zoffload_download(e, 0, e->plan.ngroups);
+    s = predownloaded ? ZINC_OK : zoffload_download(e, 0, e->plan.ngroups);
     if (s != ZINC_OK) return s;
     double t = zeng_now();
     if (predownloaded) {
@@ -523,7 +536,7 @@ zinc_status zoffload_nvme_adam(zinc_engine_t *e, zk_adam_args *a)
         e->phase_s[ZINC_PHASE_COPY] += zeng_lap(&t);
         if (s != ZINC_OK) return nv_io_fail(&r, s, "reading", c);
         if (nv->sum_ok[c] && chunk_sum(&r, c) != nv->sum[c]) {
-            nv->lost = 1;
+            nv->lost = ZNV_LOST_CHANGED;
             return zeng_fail(e, ZINC_ERR_CORRUPT, "zinc_step: offload_optimizer nvme: chunk %d of "
                              "%d of %s reads back other bytes than the last step wrote (its "
                              "checksum differs): the disk or another process changed the scratch "
@@ -540,9 +553,15 @@ zinc_status zoffload_nvme_adam(zinc_engine_t *e, zk_adam_args *a)
         ca.param_dtype = e->dtype;
         s = zeng_adam_range(e, e->host, &ca, lo, hi);
         e->phase_s[ZINC_PHASE_ADAM] += zeng_lap(&t);
-        if (s != ZINC_OK) return zeng_fail(e, s, "zinc_step: offload: host adam: %s", e->host->err);
+        if (s != ZINC_OK) {
+            if (c > 0) nv->lost = ZNV_LOST_STEP; /* chunks before it hold the new step */
+            return zeng_fail(e, s, "zinc_step: offload: host adam: %s", e->host->err);
+        }
         if ((s = issue_write(&r, c)) != ZINC_OK) return s;
-        if ((s = zoffload_upload_range(e, lo, hi)) != ZINC_OK) return s;
+        if ((s = zoffload_upload_range(e, lo, hi)) != ZINC_OK) {
+            nv->lost = ZNV_LOST_STEP;
+            return s;
+        }
     }
     for (int b = 0; b < nv->nbuf; b++)
         if ((s = wait_write(&r, b)) != ZINC_OK) return nv_io_fail(&r, s, "writing back", n - 1);

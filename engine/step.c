@@ -648,10 +648,9 @@ zinc_status zinc_step(zinc_engine_t *e, zinc_step_info_t *info)
     zinc_status s = zeng_check_ready(e, "zinc_step");
     if (s != ZINC_OK) return s;
     if (e->partial_load[0]) /* every rank knows it (agreed at the load): no collective waits */
-        return zeng_fail(e, ZINC_ERR_USAGE, "zinc_step: the failed zinc_ckpt_load of %s had "
-                         "begun to apply it: the weights and Adam state are partly the "
-                         "checkpoint's; load a checkpoint that succeeds, or create the engine "
-                         "again", e->partial_load);
+        return zeng_fail(e, ZINC_ERR_USAGE, "zinc_step: the failed load of %s had begun to "
+                         "apply it: the weights and Adam state are partly the checkpoint's; load "
+                         "a checkpoint that succeeds, or create the engine again", e->partial_load);
     zinc_step_info_t local_info;
     if (!info) info = &local_info;
     memset(info, 0, sizeof *info);

@@ -698,9 +698,10 @@ typedef struct zinc_ckpt_load_options {
  * ones skipped, each with a warning naming why (docs/checkpoint-format.md). Any world size and
  * stage. A load that fails before it writes anything (names, shapes, counters, a client blob
  * past client_blob_cap) leaves the engine as it was; one that fails after it began to write the
- * state (a damaged chunk found while decoding, with no tag left to fall back to) leaves part of
- * it the checkpoint's, and zinc_step and zinc_ckpt_save then fail with ZINC_ERR_USAGE until a
- * load succeeds. */
+ * state (a damaged chunk found while decoding, with no tag left to fall back to, or the working
+ * copies' refresh after it) leaves part of it the checkpoint's, and zinc_step and zinc_ckpt_save
+ * then fail with ZINC_ERR_USAGE until a load of the whole state succeeds. The client blob is
+ * read before the tensors: after a failed load client_blob may hold the failed tag's blob. */
 ZINC_API zinc_status zinc_ckpt_load(zinc_engine_t *e, const char *dir, const char *tag,
                                     zinc_ckpt_load_options_t *opt);
 
@@ -745,7 +746,9 @@ ZINC_API zinc_status zinc_ckpt_find_tag(const char *dir, const char *tag, char *
                                         size_t *blob_bytes);
 
 /* Collective, after zinc_finalize. Sets every parameter found in a .safetensors file (matched by
- * name; fp32/fp16/bf16 data; shapes must match). Parameters not in the file keep their values. */
+ * name; fp32/fp16/bf16 data; shapes must match). Parameters not in the file keep their values.
+ * One that fails after it set some parameters makes zinc_step and zinc_ckpt_save fail as after a
+ * partial zinc_ckpt_load (above), until a zinc_ckpt_load succeeds. */
 ZINC_API zinc_status zinc_load_safetensors(zinc_engine_t *e, const char *path);
 
 #ifdef __cplusplus

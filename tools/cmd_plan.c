@@ -211,7 +211,7 @@ static void print_text(const zplan_in *in, const zplan_out *o, const zplan_out *
     if (in->offload) {
         printf("; host %.3f GB", (double)o->mem.host_total / 1e9);
         if (in->host_mem > 0)
-            printf(" per rank, %.3f GB per node of %.0f GB%s", o->host_per_node / 1e9,
+            printf(" per rank, %.3f GB per node of %.4g GB%s", o->host_per_node / 1e9,
                    in->host_mem / 1e9, o->host_fits ? "" : "  DOES NOT FIT");
     }
     printf("\n");
@@ -280,7 +280,7 @@ static int plan_recommend(const zplan_in *in, long long global_batch, int json)
         if (c == best)
             snprintf(why[r], sizeof why[r], "chosen: the fastest that fits");
         else if (!c->out.fits && device_fits(in, &c->out)) /* the host's memory, then */
-            snprintf(why[r], sizeof why[r], "does not fit the host: %.1f GB per node > %.0f GB "
+            snprintf(why[r], sizeof why[r], "does not fit the host: %.1f GB per node > %.4g GB "
                      "(--host-mem)", c->out.host_per_node / 1e9, in->host_mem / 1e9);
         else if (!c->out.fits)
             snprintf(why[r], sizeof why[r], "does not fit: %.1f GB > %.0f GB even at micro-batch "

@@ -148,8 +148,12 @@ int train_parse_args(int argc, char **argv, topts *o)
         char name[64];
         const char *eq = strchr(a, '='), *v = eq ? eq + 1 : NULL;
         size_t name_len = eq ? (size_t)(eq - a) : strlen(a);
-        if (name_len >= sizeof name) /* longer than any option: unknown, shown whole */
-            return zarg_unknown_option(CMD, a, options, NOPTIONS);
+        if (name_len >= sizeof name) { /* longer than any option: unknown, shown whole */
+            char *whole = strndup(a, name_len);
+            int rc = zarg_unknown_option(CMD, whole ? whole : a, options, NOPTIONS);
+            free(whole);
+            return rc;
+        }
         snprintf(name, sizeof name, "%.*s", (int)name_len, a);
         a = name;
         int flag = !strcmp(a, "--gpu-timing") || !strcmp(a, "--activation-checkpointing") ||

@@ -856,7 +856,8 @@ static void test_offload(void)
         "{\"device\": \"nvme\", \"nvme_path\": \"no-such-zinc-dir\"}"};
     /* an empty path is said to be empty; a relative one shows where it led */
     char rel[1300] = "no-such-zinc-dir' (", cwd[1024];
-    if (getcwd(cwd, sizeof cwd)) snprintf(rel, sizeof rel, "'no-such-zinc-dir' (%s/no-such-zinc-dir)", cwd);
+    if (getcwd(cwd, sizeof cwd))
+        snprintf(rel, sizeof rel, "'no-such-zinc-dir' (%s/no-such-zinc-dir)", strcmp(cwd, "/") ? cwd : "");
     const char *bad_why[] = {"needed with device", "No such file", "not a directory",
                              "is empty; it is needed", rel};
     for (int i = 0; i < 5; i++) {

@@ -86,7 +86,7 @@ if ! grep -Eq 'GB per node of 1 GB  DOES NOT FIT' "$tmp.out"; then
     echo "FAIL: --host-mem 1 with offload: no DOES NOT FIT"; cat "$tmp.out"; fails=$((fails + 1))
 fi
 expect 0 - $rec --recommend --global-batch 256 --host-mem 0.001
-if ! grep -Eq 'optimizer .*does not fit the host: [0-9.]+ GB per node > 0 GB \(--host-mem\)' \
+if ! grep -Eq 'optimizer .*does not fit the host: [0-9.]+ GB per node > 0.001 GB \(--host-mem\)' \
         "$tmp.out" || grep -Eq '^recommended: .*offload optimizer' "$tmp.out"; then
     echo "FAIL: --host-mem 0.001: an offload row fits the host"; cat "$tmp.out"; fails=$((fails + 1))
 fi
