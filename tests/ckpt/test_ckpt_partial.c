@@ -9,6 +9,8 @@
  *      refuse (ZINC_ERR_USAGE naming the tag) instead of training on or saving the mix; a later
  *      load that succeeds makes the engine train again, bitwise as an engine that loaded only
  *      that checkpoint.
+ *   3. Two ranks, rank 1's file damaged in its master stream: rank 1 fails before writing, rank
+ *      0 applies its whole part; both refuse the next step (the mark is agreed).
  */
 #include <fcntl.h>
 #include <stdio.h>
@@ -118,6 +120,79 @@ static void test_damaged_v(const char *good, const char *bad)
     zinc_engine_destroy(e);
 }
 
+/* ---- 3. two ranks: the mark is agreed ---------------------------------------------------------
+ * Rank 1's master stream damaged: rank 1 fails before it writes anything, rank 0 loads its whole
+ * part. Both must refuse the next step (a rank that trained on would wait in the step's
+ * collectives for one that refused). */
+typedef struct {
+    zinc_world_t *world;
+    const char *dir;
+    int save;                 /* 1: train and save; 0: load, then step */
+    zinc_status load[2], step[2];
+    char msg[2][512];
+} two_ranks;
+
+static void two_rank_main(int rank, void *arg)
+{
+    two_ranks *t = arg;
+    toy_run r = {.world = 2, .stage = 2, .accum = 1, .dtype = ZINC_DTYPE_BF16, .clip = 1.0};
+    zinc_engine_t *e = NULL;
+    int np = 0;
+    zinc_status s = toy_engine_on(&r, t->world, rank, NULL, &e, &np);
+    if (s == ZINC_OK && t->save) {
+        s = toy_steps(e, rank, 2, 0, 2, np);
+        zinc_ckpt_save_options_t so = {.async = 0};
+        if (s == ZINC_OK) s = zinc_ckpt_save(e, t->dir, "t", &so);
+        t->load[rank] = s;
+    } else if (s == ZINC_OK) {
+        t->load[rank] = zinc_ckpt_load(e, t->dir, "t", NULL);
+        t->step[rank] = zinc_step(e, NULL);
+        snprintf(t->msg[rank], sizeof t->msg[rank], "%s", zinc_last_error(e));
+    } else {
+        t->load[rank] = s;
+    }
+    zinc_engine_destroy(e);
+}
+
+static void test_two_ranks(void)
+{
+    char dir[700], tagdir[800];
+    snprintf(dir, sizeof dir, "%s/two", root);
+    for (int pass = 0; pass < 2; pass++) {
+        two_ranks t = {.dir = dir, .save = pass == 0};
+        ZT_OK(zinc_world_create_local(2, &t.world));
+        if (!t.world) return;
+        zt_run_ranks(2, two_rank_main, &t);
+        zinc_world_destroy(t.world);
+        if (pass == 0) {
+            ZT_CHECK(t.load[0] == ZINC_OK && t.load[1] == ZINC_OK, "two-rank save: %s %s",
+                     zinc_status_string(t.load[0]), zinc_status_string(t.load[1]));
+            snprintf(tagdir, sizeof tagdir, "%s/t", dir);
+            char p[1200], err[ZCK_ERR] = "";
+            zck_reader *rd = NULL;
+            ZT_OK(zck_open(tagdir, &rd, err));
+            if (!rd) return;
+            const zck_stream_info *si = &zck_reader_manifest(rd)->ranks[1].streams[ZCK_MASTER];
+            uint64_t off = si->chunks[0].file_off + si->chunks[0].comp_len / 2;
+            zck_close(rd);
+            snprintf(p, sizeof p, "%s/rank-00001.zck", tagdir);
+            int fd = open(p, O_RDWR);
+            unsigned char b = 0;
+            ZT_CHECK(fd >= 0 && pread(fd, &b, 1, (off_t)off) == 1, "reading %s", p);
+            b ^= 0x5a;
+            ZT_CHECK(pwrite(fd, &b, 1, (off_t)off) == 1, "writing %s", p);
+            if (fd >= 0) close(fd);
+            continue;
+        }
+        for (int k = 0; k < 2; k++)
+            ZT_CHECK(t.load[k] != ZINC_OK && t.step[k] == ZINC_ERR_USAGE &&
+                         strstr(t.msg[k], "partly"),
+                     "rank %d after a load only rank 0 applied: load %s, step %s (%s)", k,
+                     zinc_status_string(t.load[k]), zinc_status_string(t.step[k]), t.msg[k]);
+    }
+    fx_rmtree(dir);
+}
+
 int main(void)
 {
     fx_tmproot(root, sizeof root, "partial");
@@ -140,6 +215,7 @@ int main(void)
 
     test_blob_too_large(good);
     test_damaged_v(good, bad);
+    test_two_ranks();
     fx_rmtree(good);
     fx_rmtree(bad);
     rmdir(root);
