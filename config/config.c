@@ -173,6 +173,7 @@ void zcfg_defaults(zcfg *c)
     c->zinc.comm_timeout_s = 300.0;
     c->zinc.grad_buckets = 2;
     c->zinc.gather_buffers = 2;
+    c->zinc.nvme_checksum = 1;
     c->zinc.device_memory_limit = 0;
     c->zinc.host_memory_limit = 0;
     c->zinc.csv_monitor = 0;

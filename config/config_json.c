@@ -320,6 +320,8 @@ static json_object *to_object(const zcfg *c)
      * they had before zinc read it. */
     if (c->zinc.host_memory_limit)
         json_object_object_add(zi, "host_memory_limit", i64((int64_t)c->zinc.host_memory_limit));
+    if (!c->zinc.nvme_checksum) /* likewise: only when turned off */
+        json_object_object_add(zi, "nvme_checksum", boolean(0));
     json_object_object_add(r, "zinc", zi);
     return r;
 }

@@ -353,6 +353,7 @@ static const zkey zinc_keys[] = {
     {"gather_buffers", ZK_OWN, ZK_ALWAYS, NULL},
     {"device_memory_limit", ZK_OWN, ZK_ALWAYS, NULL},
     {"host_memory_limit", ZK_OWN, ZK_ALWAYS, NULL},
+    {"nvme_checksum", ZK_OWN, ZK_ALWAYS, NULL},
 };
 ZK_SET(zk_zinc, "zinc", zinc_keys);
 

@@ -500,6 +500,7 @@ void zc_parse_zinc(zcctx *x, json_object *root, zcfg *c)
     zc_get_int32(x, o, sec, "gather_buffers", 1, 64, &z->gather_buffers);
     memory_limit(x, o, "device_memory_limit", &z->device_memory_limit);
     memory_limit(x, o, "host_memory_limit", &z->host_memory_limit);
+    zc_get_bool(x, o, sec, "nvme_checksum", &z->nvme_checksum);
 }
 
 /* ---- top-level scalars -------------------------------------------------------------------- */

@@ -57,6 +57,10 @@ const char *zk_cpu_isa(const zdev_t *d);
 int zk_cpu_threads(const zdev_t *d);
 /* The bandwidth probe a[i] = b[i] + s * c[i] over n fp32 elements, on the device's threads. */
 zinc_status zk_cpu_triad(zdev_t *d, float *a, const float *b, const float *c, float s, size_t n);
+/* A 64-bit checksum of `bytes` bytes at p, on the device's threads: the sum (mod 2^64) of the
+ * XXH3-64 of each 256 KiB block seeded with seed + its index, plus seed — the same value for any
+ * thread count; for catching changed bytes (the NVMe scratch file), not for security. */
+zinc_status zk_cpu_checksum(zdev_t *d, const void *p, size_t bytes, uint64_t seed, uint64_t *out);
 
 /* ---- thread pool (pool.c) -------------------------------------------------------------------
  * nthreads - 1 workers; the caller of zk_pool_run is the last participant. One job at a time:

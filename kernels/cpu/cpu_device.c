@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include "base/cpu_isa.h"
 #include "base/log.h"
@@ -119,6 +120,7 @@ typedef struct zjob {
     size_t src_n;           /* grad_stats: elements (n counts blocks there) */
     size_t blk0;            /* grad_stats: first block of this round */
     const float *b, *c;
+    uint64_t seed, *hsum;   /* checksum: first block's seed, one sum per part */
 } zjob;
 
 static void range(const zjob *j, int part, size_t *lo, size_t *hi)
@@ -158,6 +160,22 @@ static void run_triad(void *arg, int part)
     size_t lo, hi;
     range(j, part, &lo, &hi);
     j->k->triad(j->dst, j->b, j->c, j->scale, lo, hi);
+}
+
+#define ZK_SUM_BLOCK ((size_t)1 << 18) /* bytes per checksum block */
+
+/* Here n counts ZK_SUM_BLOCK blocks of src (src_n bytes) and a part is a range of them. */
+static void run_checksum(void *arg, int part)
+{
+    zjob *j = arg;
+    size_t lo, hi;
+    range(j, part, &lo, &hi);
+    uint64_t h = 0;
+    for (size_t b = lo; b < hi; b++) {
+        size_t at = b * ZK_SUM_BLOCK, n = j->src_n - at < ZK_SUM_BLOCK ? j->src_n - at : ZK_SUM_BLOCK;
+        h += XXH3_64bits_withSeed((const char *)j->src + at, n, j->seed + b);
+    }
+    j->hsum[part] = h;
 }
 
 /* Here n counts blocks and a part is a range of blocks. */
@@ -616,6 +634,27 @@ zinc_status zk_cpu_triad(zdev_t *d, float *a, const float *b, const float *c, fl
     zjob j = {.k = x->k, .n = n, .dst = a, .b = b, .c = c, .scale = s};
     int parts = split(n, x->threads, ZK_ALIGN_ELEMS, ZK_MIN_PART, &j.chunk);
     zk_pool_run(x->pool, parts, run_triad, &j);
+    return ZINC_OK;
+}
+
+zinc_status zk_cpu_checksum(zdev_t *d, const void *p, size_t bytes, uint64_t seed, uint64_t *out)
+{
+    if (!d || d->iface != &cpu_iface || !out)
+        return zerr_thread(ZINC_ERR_INVALID_ARG, "zk_cpu_checksum: not a cpu device or no out");
+    if (!p && bytes)
+        return zerr_fmt(d->err, sizeof d->err, ZINC_ERR_INVALID_ARG, "cpu checksum: NULL buffer");
+    *out = seed;
+    if (bytes == 0) return ZINC_OK;
+    zcpu *x = ctx(d);
+    enum { MAXPARTS = 256 };
+    uint64_t sums[MAXPARTS];
+    size_t blocks = (bytes + ZK_SUM_BLOCK - 1) / ZK_SUM_BLOCK;
+    zjob j = {.n = blocks, .src = p, .src_n = bytes, .seed = seed, .hsum = sums};
+    int parts = split(blocks, x->threads < MAXPARTS ? x->threads : MAXPARTS, 1, 1, &j.chunk);
+    zk_pool_run(x->pool, parts, run_checksum, &j);
+    uint64_t h = seed;
+    for (int i = 0; i < parts; i++) h += sums[i];
+    *out = h;
     return ZINC_OK;
 }
 

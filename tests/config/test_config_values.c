@@ -153,6 +153,7 @@ static void check_deepspeed_defaults(const zcfg *c)
     EQ_I(c->zinc.gather_buffers, 2);
     EQ_I(c->zinc.device_memory_limit, 0);
     EQ_I(c->zinc.host_memory_limit, 0);
+    EQ_I(c->zinc.nvme_checksum, 1);
     EQ_I(c->zinc.csv_monitor, 0);
     EQ_S(c->zinc.csv_output_path, "");
     EQ_S(c->zinc.csv_job_name, "DeepSpeedJobName");
@@ -300,7 +301,7 @@ static const char *full_config =
     "  \"data_types\": {\"grad_accum_dtype\": \"fp16\"},\n"
     "  \"zinc\": {\"ckpt_compression_level\": 12, \"ckpt_async\": true,\n"
     "     \"ckpt_chunk_bytes\": 65536, \"comm_timeout_s\": 42.5, \"grad_buckets\": 5,\n"
-    "     \"gather_buffers\": 6, \"host_memory_limit\": \"512MiB\"}\n"
+    "     \"gather_buffers\": 6, \"host_memory_limit\": \"512MiB\", \"nvme_checksum\": false}\n"
     "}\n";
 
 static void check_full(const zcfg *c)
@@ -370,6 +371,7 @@ static void check_full(const zcfg *c)
     EQ_I(c->zinc.grad_buckets, 5);
     EQ_I(c->zinc.gather_buffers, 6);
     EQ_I(c->zinc.host_memory_limit, 536870912);
+    EQ_I(c->zinc.nvme_checksum, 0);
     EQ_I(c->zinc.csv_monitor, 1);
     EQ_S(c->zinc.csv_output_path, "/tmp/runs");
     EQ_S(c->zinc.csv_job_name, "job7");

@@ -179,8 +179,50 @@ static void test_many(void)
     zt_run_ranks(4, rank_fn, NULL);
 }
 
+/* zk_cpu_checksum (the NVMe scratch file's check): one value whatever the thread count, for
+ * sizes below, at and across its 256 KiB blocks; another after any one byte changes, or with
+ * another seed; 0 bytes give the seed. */
+static void test_checksum(void)
+{
+    const size_t sizes[] = {0, 1, 4096, 1 << 18, (1 << 18) + 1, 3u << 20};
+    size_t most = 3u << 20;
+    unsigned char *b = malloc(most);
+    for (size_t i = 0; i < most; i++) b[i] = (unsigned char)(i * 2654435761u >> 13);
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        size_t n = sizes[k];
+        uint64_t want = 0;
+        const int threads[] = {1, 2, 3, 7};
+        for (int t = 0; t < 4; t++) {
+            zdev_t *d = NULL;
+            if (zdev_cpu_open(threads[t], &d) != ZINC_OK) continue;
+            uint64_t h = 1;
+            ZT_OK(zk_cpu_checksum(d, b, n, 42, &h));
+            if (t == 0) want = h;
+            ZT_CHECK(h == want, "%zu bytes: %d threads give %llx, 1 gives %llx", n, threads[t],
+                     (unsigned long long)h, (unsigned long long)want);
+            if (n == 0) ZT_CHECK(h == 42, "0 bytes: %llx, want the seed", (unsigned long long)h);
+            if (n > 0 && t == 1) {
+                size_t at[] = {0, n / 2, n - 1};
+                for (int a = 0; a < 3; a++) {
+                    b[at[a]] ^= 0x10;
+                    uint64_t x = 0;
+                    ZT_OK(zk_cpu_checksum(d, b, n, 42, &x));
+                    ZT_CHECK(x != want, "%zu bytes: byte %zu changed, same checksum", n, at[a]);
+                    b[at[a]] ^= 0x10;
+                }
+                uint64_t y = 0;
+                ZT_OK(zk_cpu_checksum(d, b, n, 43, &y));
+                ZT_CHECK(y != want, "%zu bytes: another seed, same checksum", n);
+            }
+            zdev_close(d);
+        }
+    }
+    free(b);
+}
+
 int main(void)
 {
+    test_checksum();
     test_open();
     test_isa_env();
     test_memory();
