@@ -61,18 +61,18 @@ static void test_blob_too_large(const char *dir)
     zinc_engine_destroy(e);
 }
 
-/* Flips a byte in the middle of the first chunk of stream `stream` of tagdir's rank 0 file. */
-static void damage_stream(const char *tagdir, int stream)
+/* Flips a byte in the middle of the first chunk of stream `stream` of tagdir's file of `rank`. */
+static void damage_stream(const char *tagdir, int rank, int stream)
 {
     char err[ZCK_ERR] = "", p[1200];
     zck_reader *r = NULL;
     ZT_OK(zck_open(tagdir, &r, err));
     if (!r) return;
-    const zck_stream_info *si = &zck_reader_manifest(r)->ranks[0].streams[stream];
+    const zck_stream_info *si = &zck_reader_manifest(r)->ranks[rank].streams[stream];
     ZT_CHECK(si->present && si->nchunks > 0, "stream %d stored", stream);
     uint64_t off = si->nchunks > 0 ? si->chunks[0].file_off + si->chunks[0].comp_len / 2 : 0;
     zck_close(r);
-    snprintf(p, sizeof p, "%s/rank-00000.zck", tagdir);
+    snprintf(p, sizeof p, "%s/rank-%05d.zck", tagdir, rank);
     int fd = open(p, O_RDWR);
     unsigned char b = 0;
     ZT_CHECK(fd >= 0 && pread(fd, &b, 1, (off_t)off) == 1, "reading %s", p);
@@ -168,20 +168,7 @@ static void test_two_ranks(void)
             ZT_CHECK(t.load[0] == ZINC_OK && t.load[1] == ZINC_OK, "two-rank save: %s %s",
                      zinc_status_string(t.load[0]), zinc_status_string(t.load[1]));
             snprintf(tagdir, sizeof tagdir, "%s/t", dir);
-            char p[1200], err[ZCK_ERR] = "";
-            zck_reader *rd = NULL;
-            ZT_OK(zck_open(tagdir, &rd, err));
-            if (!rd) return;
-            const zck_stream_info *si = &zck_reader_manifest(rd)->ranks[1].streams[ZCK_MASTER];
-            uint64_t off = si->chunks[0].file_off + si->chunks[0].comp_len / 2;
-            zck_close(rd);
-            snprintf(p, sizeof p, "%s/rank-00001.zck", tagdir);
-            int fd = open(p, O_RDWR);
-            unsigned char b = 0;
-            ZT_CHECK(fd >= 0 && pread(fd, &b, 1, (off_t)off) == 1, "reading %s", p);
-            b ^= 0x5a;
-            ZT_CHECK(pwrite(fd, &b, 1, (off_t)off) == 1, "writing %s", p);
-            if (fd >= 0) close(fd);
+            damage_stream(tagdir, 1, ZCK_MASTER);
             continue;
         }
         for (int k = 0; k < 2; k++)
@@ -211,7 +198,7 @@ int main(void)
     ZT_OK(zinc_ckpt_save(e, bad, "t", &so));
     zinc_engine_destroy(e);
     snprintf(tagdir, sizeof tagdir, "%s/t", bad);
-    damage_stream(tagdir, ZCK_ADAM_V);
+    damage_stream(tagdir, 0, ZCK_ADAM_V);
 
     test_blob_too_large(good);
     test_damaged_v(good, bad);
