@@ -53,8 +53,8 @@ zinc_status zeng_fail_sequence(zinc_engine_t *e, zinc_status s, const char *fmt,
  * exception does, showed it twice). */
 static zinc_status config_rejected(const zcfg_diag *d, const char *where)
 {
-    for (int i = 0; d->nerrors > 1 && i < d->nerrors; i++)
-        zlog(ZLOG_ERROR, "config", -1, "%s", d->errors[i]);
+    if (d->nerrors > 1)
+        for (int i = 0; i < d->nerrors; i++) zlog(ZLOG_ERROR, "config", -1, "%s", d->errors[i]);
     if (d->nerrors == 0) return zerr_thread(ZINC_ERR_CONFIG, "%s: config rejected", where);
     return zerr_thread(ZINC_ERR_CONFIG, "%s: config rejected: %s%s", where, d->errors[0],
                        d->nerrors < 2                         ? ""

@@ -56,6 +56,12 @@ struct znvme {
 #endif
 };
 
+/* The errors of flock on a filesystem that has no locks. */
+static int no_locks(int err) { return err == ENOLCK || err == EOPNOTSUPP || err == ENOSYS; }
+
+/* No such process (a live one of another user answers EPERM: not gone). */
+static int pid_gone(long pid) { return kill((pid_t)pid, 0) != 0 && errno == ESRCH; }
+
 static zinc_status fail(znvme_t *f, zinc_status s, const char *fmt, ...)
 {
     va_list ap;
@@ -134,24 +140,17 @@ zinc_status znvme_open(const char *dir, int rank, uint64_t bytes, int queue_dept
         f->fd = open(making, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
         f->align = 1;
     }
-    /* A filesystem without locks (ENOLCK) still works: its files are then swept by pid only. */
-    if (f->fd >= 0 && flock(f->fd, LOCK_EX | LOCK_NB) != 0 && errno != ENOLCK &&
-        errno != EOPNOTSUPP && errno != ENOSYS) {
-        snprintf(err, errlen, "%s: locking: %s", f->path, strerror(errno));
-        unlink(making);
-        close(f->fd);
-        f->fd = -1;
-        s = ZINC_ERR_IO;
-    } else if (f->fd >= 0 && rename(making, f->path) != 0) {
-        snprintf(err, errlen, "%s: %s", f->path, strerror(errno));
+    /* A filesystem without locks still works: its files are then swept by pid. */
+    int locked = f->fd < 0 || flock(f->fd, LOCK_EX | LOCK_NB) == 0 || no_locks(errno);
+    if (f->fd >= 0 && (!locked || rename(making, f->path) != 0)) {
+        snprintf(err, errlen, "%s: %s%s", f->path, locked ? "" : "locking: ", strerror(errno));
         unlink(making);
         close(f->fd);
         f->fd = -1;
         s = ZINC_ERR_IO;
     }
     if (f->fd >= 0) f->buffered = open(f->path, O_RDWR | O_CLOEXEC);
-    if (s != ZINC_OK) {
-    } else if (f->fd < 0 || f->buffered < 0) {
+    if (s == ZINC_OK && (f->fd < 0 || f->buffered < 0)) {
         s = ZINC_ERR_IO;
         snprintf(err, errlen, "%s: %s", f->path, strerror(errno));
     } else {
@@ -423,17 +422,14 @@ int znvme_remove_stale(const char *dir)
              * taken only when a minute old, a creation that crashed before its rename. */
             struct stat st;
             int young = making && (fstat(fd, &st) != 0 || time(NULL) - st.st_mtime < 60);
-            int got = !young && flock(fd, LOCK_EX | LOCK_NB) == 0;
-            /* a filesystem without locks (znvme_open went on without one): by the pid */
-            int nolocks = !young && !got && (errno == ENOLCK || errno == EOPNOTSUPP ||
-                                             errno == ENOSYS);
-            if (nolocks) got = kill((pid_t)pid, 0) != 0 && errno == ESRCH;
-            if (got && unlink(p) == 0) removed++;
+            /* (a filesystem without locks, where znvme_open went on without one: by the pid) */
+            int stale = !young && (flock(fd, LOCK_EX | LOCK_NB) == 0 ||
+                                   (no_locks(errno) && pid_gone(pid)));
+            if (stale && unlink(p) == 0) removed++;
             close(fd);
             continue;
         }
-        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
-        if (unlink(p) == 0) removed++;
+        if (pid_gone(pid) && unlink(p) == 0) removed++;
     }
     closedir(d);
     return removed;

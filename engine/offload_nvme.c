@@ -28,7 +28,9 @@
  * An I/O error in the step leaves the file with some chunks of the new step and some of the old:
  * the engine then refuses every further use of its state, naming the file, and the run resumes
  * from its last checkpoint (which never depends on the scratch file). A full disk cannot happen
- * in the step: the file's space is reserved at finalize.
+ * in the step: the file's space is reserved at finalize. A chunk that reads back other than the
+ * step wrote it (its checksum, zinc.nvme_checksum) is refused the same way, as is a step that
+ * failed after writing part of the file.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -37,10 +39,10 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "engine/internal.h"
-#include "kernels/cpu/cpu.h"
-#include "engine/nvme_store.h"
 #include "base/log.h"
+#include "engine/internal.h"
+#include "engine/nvme_store.h"
+#include "kernels/cpu/cpu.h"
 
 #define ZNV_ALIGN_BYTES 4096               /* O_DIRECT's block */
 #define ZNV_CHUNK_MAX ((size_t)1 << 22)    /* 16 MB per state per chunk buffer */
@@ -64,10 +66,11 @@ struct znv {
     float *buf;               /* nbuf * 3 * E */
     uint64_t *rt, *wt;        /* [nbuf]: the step's last read / write ticket of each buffer */
     int *written;             /* [nbuf]: a write from the buffer is in flight, not yet waited */
-    /* [chunks]: XXH3 of each chunk's master, m and v as the step last wrote them, checked when
-     * the next step reads them back (a disk, or another process, that changed the file would
-     * otherwise train on what it left); sum_ok[c] 0 while unknown (before the first step's
-     * write, and after a write outside the step: a parameter set, a checkpoint load). */
+    /* [chunks]: the checksum (chunk_sum) of each chunk's master, m and v as the step last wrote
+     * them, checked when the next step reads them back (a disk, or another process, that
+     * changed the file would otherwise train on what it left); sum_ok[c] 0 while unknown
+     * (before the first step's write, after a write outside the step — a parameter set, a
+     * checkpoint load — and always with zinc.nvme_checksum false). */
     uint64_t *sum;
     uint8_t *sum_ok;
     size_t nchunks;
@@ -394,10 +397,7 @@ typedef struct {
     zinc_engine_t *e;
     struct znv *nv;
     int n;               /* chunks */
-    uint64_t *rt, *wt;   /* [nbuf]: the last read / write ticket of the chunk in each buffer */
-    int *written;        /* [nbuf]: a write from the buffer is in flight or done, not yet waited */
 } znv_run;
-
 
 static float *chunk_buf(const znv_run *r, int c, int state)
 {
@@ -422,7 +422,6 @@ static size_t chunk_io_elems(const znv_run *r, int c)
  * 2-core machine). */
 static uint64_t chunk_sum(const znv_run *r, int c)
 {
-    if (!r->e->cfg.zinc.nvme_checksum) return 0; /* zinc.nvme_checksum false: not checked */
     size_t bytes = chunk_io_elems(r, c) * 4;
     uint64_t h = 0;
     for (int st = 0; st < ZNV_STATES; st++)
@@ -442,9 +441,9 @@ static zinc_status nv_io_fail(znv_run *r, zinc_status s, const char *what, int c
 
 static zinc_status wait_write(znv_run *r, int b)
 {
-    if (!r->written[b]) return ZINC_OK;
-    r->written[b] = 0;
-    return znvme_wait(r->nv->file, r->wt[b]);
+    if (!r->nv->written[b]) return ZINC_OK;
+    r->nv->written[b] = 0;
+    return znvme_wait(r->nv->file, r->nv->wt[b]);
 }
 
 /* One state's part of a chunk, in requests of aio.block_size bytes (DeepSpeed's unit of I/O;
@@ -481,24 +480,26 @@ static zinc_status issue_read(znv_run *r, int c)
     /* the buffer's last chunk must be on disk before the buffer takes this one */
     zinc_status s = wait_write(r, b);
     if (s != ZINC_OK) return nv_io_fail(r, s, "writing back", c - r->nv->nbuf);
-    return state_io(r, c, 0, &r->rt[b]);
+    return state_io(r, c, 0, &r->nv->rt[b]);
 }
 
 static zinc_status issue_write(znv_run *r, int c)
 {
     int b = c % r->nv->nbuf;
-    r->nv->sum[c] = chunk_sum(r, c);
-    r->nv->sum_ok[c] = 1;
-    zinc_status s = state_io(r, c, 1, &r->wt[b]);
+    if (r->e->cfg.zinc.nvme_checksum) {
+        r->nv->sum[c] = chunk_sum(r, c);
+        r->nv->sum_ok[c] = 1;
+    }
+    zinc_status s = state_io(r, c, 1, &r->nv->wt[b]);
     if (s != ZINC_OK) return s;
     if (r->nv->param) {   /* the Adam's 16-bit output: the parameter shard's chunk */
         size_t d = zinc_dtype_size(r->e->dtype), k = chunk_io_elems(r, c);
         uint64_t off = (uint64_t)ZNV_STATES * r->nv->stream + (uint64_t)c * r->nv->E * d;
-        s = chunk_io(r, 1, off, chunk_pbuf(r, c), k * d, &r->wt[b]);
+        s = chunk_io(r, 1, off, chunk_pbuf(r, c), k * d, &r->nv->wt[b]);
         if (s != ZINC_OK) return nv_io_fail(r, s, "writing back", c);
         r->nv->io[1] += k * d;
     }
-    r->written[b] = 1;
+    r->nv->written[b] = 1;
     if (r->nv->behind) return ZINC_OK;
     s = wait_write(r, b);
     return s == ZINC_OK ? ZINC_OK : nv_io_fail(r, s, "writing back", c);
@@ -513,7 +514,7 @@ zinc_status zoffload_nvme_adam(zinc_engine_t *e, zk_adam_args *a)
                          znvme_path(nv->file), lost_why(nv));
     size_t d = zinc_dtype_size(e->dtype), S = e->plan.shard_numel;
     int n = (int)((S + nv->E - 1) / nv->E);
-    znv_run r = {e, nv, n, nv->rt, nv->wt, nv->written};
+    znv_run r = {e, nv, n};
     /* Writes a failed step left in flight land before this step reads their chunks. */
     zinc_status s = ZINC_OK;
     for (int b = 0; b < nv->nbuf; b++)

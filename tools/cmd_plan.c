@@ -127,12 +127,6 @@ static int plan_config(const char *file, double *v, zinc_dtype *dtype, int dtype
     return 0;
 }
 
-/* The GPU's part of zplan_out.fits (it also asks the host's memory, with --host-mem). */
-static int device_fits(const zplan_in *in, const zplan_out *o)
-{
-    return (double)o->mem.total + o->activations <= in->gpu->mem_bytes;
-}
-
 static void print_json(const zplan_in *in, const zplan_out *o, const zplan_out *scale)
 {
     printf("{\"params\": %.0f, \"layers\": %d, \"hidden\": %.0f, \"seq\": %.0f, "
@@ -200,14 +194,13 @@ static void print_text(const zplan_in *in, const zplan_out *o, const zplan_out *
            in->gpus, in->gpu->label, in->per_node, in->efficiency);
     printf("memory per rank: model state %.3f GB, with buffers %.3f GB (zinc estimate)",
            (double)o->mem.state / 1e9, (double)o->mem.total / 1e9);
-    int dev_fits = device_fits(in, o);
     if (o->activations > 0)
         printf(",\n  + activations %.3f GB = %.3f GB of %.0f GB%s", o->activations / 1e9,
                ((double)o->mem.total + o->activations) / 1e9, in->gpu->mem_bytes / 1e9,
-               dev_fits ? "" : "  DOES NOT FIT");
+               o->device_fits ? "" : "  DOES NOT FIT");
     else
         printf(" of %.0f GB%s (activations not counted: give --layers and --hidden)",
-               in->gpu->mem_bytes / 1e9, dev_fits ? "" : "  DOES NOT FIT");
+               in->gpu->mem_bytes / 1e9, o->device_fits ? "" : "  DOES NOT FIT");
     if (in->offload) {
         printf("; host %.3f GB", (double)o->mem.host_total / 1e9);
         if (in->host_mem > 0)
@@ -279,7 +272,7 @@ static int plan_recommend(const zplan_in *in, long long global_batch, int json)
         const zplan_choice *c = &rows[r];
         if (c == best)
             snprintf(why[r], sizeof why[r], "chosen: the fastest that fits");
-        else if (!c->out.fits && device_fits(in, &c->out)) /* the host's memory, then */
+        else if (!c->out.fits && c->out.device_fits) /* the host's memory, then */
             snprintf(why[r], sizeof why[r], "does not fit the host: %.1f GB per node > %.4g GB "
                      "(--host-mem)", c->out.host_per_node / 1e9, in->host_mem / 1e9);
         else if (!c->out.fits)

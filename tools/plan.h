@@ -92,8 +92,8 @@ typedef struct {
     zest_mem mem;                    /* what `zinc estimate` prints for this run */
     double activations;              /* bytes per rank a micro-step's activations hold at their
                                         peak (zplan_activations); 0 when layers are not given */
-    int fits;                        /* mem.total + activations <= the GPU's memory, and
-                                        host_per_node <= host_mem when that is given */
+    int fits;                        /* device_fits && host_fits */
+    int device_fits;                 /* mem.total + activations <= the GPU's memory */
     int host_fits;                   /* host_per_node <= host_mem (1 when not given) */
     double host_per_node;            /* offload's host bytes on a node: mem.host_total x the
                                         ranks on it, min(gpus, per_node) */

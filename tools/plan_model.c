@@ -149,7 +149,8 @@ void zplan_step(const zplan_in *in, zplan_out *o)
     int node_ranks = in->gpus < in->per_node ? in->gpus : in->per_node;
     o->host_per_node = (double)o->mem.host_total * node_ranks;
     o->host_fits = in->host_mem <= 0 || o->host_per_node <= in->host_mem;
-    o->fits = (double)o->mem.total + o->activations <= g->mem_bytes && o->host_fits;
+    o->device_fits = (double)o->mem.total + o->activations <= g->mem_bytes;
+    o->fits = o->device_fits && o->host_fits;
 }
 
 double zplan_activations(const zplan_in *in)

@@ -189,16 +189,10 @@ void train_report_step(run_t *r, progress_t *p, long long step, const zinc_step_
 int train_report_open(const topts *o, run_t *r);
 void train_report_close(run_t *r);
 
-/* Rank 0, after a run: the closing line. */
-void train_report_done(const run_t *r);
-
-/* Rank 0, after a run that did not fail: the closing line, --gpu-timing's table and, when a
- * signal stopped it, what was saved. */
+/* Rank 0, after a run that did not fail: the closing line, --gpu-timing's table (on stdout and,
+ * with --metrics, as one {"gpu_timing": ...} line; docs/train.md) and, when a signal stopped it,
+ * what was saved. */
 void train_report_end(const run_t *r);
-
-/* Rank 0, after a run with --gpu-timing: the per-phase table on stdout and, with --metrics, the
- * same as one {"gpu_timing": ...} line (docs/train.md). Nothing when r->timed is 0. */
-void train_report_timing(const run_t *r);
 
 /* ---- the self-check (train_selfcheck.c) ----------------------------------------------------- */
 

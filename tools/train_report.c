@@ -341,21 +341,8 @@ void train_report_close(run_t *r)
     r->csv[0] = r->csv[1] = r->csv[2] = NULL;
 }
 
-void train_report_end(const run_t *r)
-{
-    train_report_done(r);
-    train_report_timing(r);
-    if (!r->interrupted) return;
-    if (r->save_dir)
-        fprintf(stderr, "zinc train: interrupted: stopped after step %lld and saved "
-                "%s/step%06lld; --resume auto (with --save-dir %s) goes on from there\n",
-                r->end_step, r->save_dir, r->end_step, r->save_dir);
-    else
-        fprintf(stderr, "zinc train: interrupted: stopped after step %lld; nothing "
-                "saved (no --save-dir)\n", r->end_step);
-}
-
-void train_report_done(const run_t *r)
+/* The closing line. */
+static void train_report_done(const run_t *r)
 {
     if (r->end_step == r->start_step)
         printf("nothing to do: the checkpoint is already at step %lld (--steps %lld)\n",
@@ -372,7 +359,7 @@ void train_report_done(const run_t *r)
  * checkpoint saves that fall inside the timed steps. zinc_step's row holds
  * zinc_micro_step's time too when a step accumulates several micro-steps. A phase that did not
  * run (the casts in fp32) shows "-" and is null in the metrics line. */
-void train_report_timing(const run_t *r)
+static void train_report_timing(const run_t *r)
 {
     if (!r->timed) return;
     const topts *o = r->o;
@@ -411,4 +398,18 @@ void train_report_timing(const run_t *r)
     json_num(f, "step_ms", step_ms, 1);
     fprintf(f, "}}\n");
     fflush(f);
+}
+
+void train_report_end(const run_t *r)
+{
+    train_report_done(r);
+    train_report_timing(r);
+    if (!r->interrupted) return;
+    if (r->save_dir)
+        fprintf(stderr, "zinc train: interrupted: stopped after step %lld and saved "
+                "%s/step%06lld; --resume auto (with --save-dir %s) goes on from there\n",
+                r->end_step, r->save_dir, r->end_step, r->save_dir);
+    else
+        fprintf(stderr, "zinc train: interrupted: stopped after step %lld; nothing "
+                "saved (no --save-dir)\n", r->end_step);
 }
