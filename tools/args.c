@@ -87,10 +87,14 @@ int zarg_usage_error(const char *cmd, const char *fmt, ...)
     return 2;
 }
 
-int zarg_unknown_option(const char *cmd, const char *arg, const char *const *names, int n)
+int zarg_unknown_option(const char *cmd, const char *arg, const char *const *names, int n,
+                        const char *owner)
 {
     /* compared without the leading "--" (it made every short option two edits from --lr);
      * names are all "--..." options */
+    if (owner)
+        return zarg_usage_error(cmd, "unknown option '%s': it is an option of zinc %s, not of "
+                                "zinc %s", arg, owner, cmd);
     const char *tails[64], *best = NULL;
     int m = n < 64 ? n : 64;
     for (int k = 0; k < m; k++) tails[k] = names[k] + 2;

@@ -339,6 +339,35 @@ static int plan_recommend(const zplan_in *in, long long global_batch, int json)
     return 0;
 }
 
+/* The options with a value besides the model's numbers (zplan_flags), and the switches. */
+static const char *const plan_named[] = {"--gpu", "--config", "--dtype", "--hf-config",
+                                         "--calibration", "--out", "--model"};
+#define NAMED_COUNT (sizeof plan_named / sizeof plan_named[0])
+static const char *const plan_switches[] = {"--json", "--checkpointing", "--offload-optimizer",
+                                            "--offload-param", "--gated", "--recommend",
+                                            "--calibrate"};
+#define SWITCH_COUNT (sizeof plan_switches / sizeof plan_switches[0])
+#define PLAN_OPTIONS_MAX (P_COUNT + NAMED_COUNT + SWITCH_COUNT)
+
+/* Every option of zinc plan into all[PLAN_OPTIONS_MAX] (for a did-you-mean); their count. */
+static int plan_options(const char **all)
+{
+    int n = 0;
+    for (int k = 0; k < P_COUNT; k++) all[n++] = zplan_flags[k].flag;
+    for (size_t k = 0; k < NAMED_COUNT; k++) all[n++] = plan_named[k];
+    for (size_t k = 0; k < SWITCH_COUNT; k++) all[n++] = plan_switches[k];
+    return n;
+}
+
+int zplan_has_option(const char *arg)
+{
+    const char *all[PLAN_OPTIONS_MAX];
+    int n = plan_options(all);
+    for (int k = 0; k < n; k++)
+        if (!strcmp(arg, all[k])) return 1;
+    return 0;
+}
+
 /* --calibrate's --out, checked before the measurements (seconds to minutes) rather than after
  * them: zarg_output_file_ok, and not this binary (the measurements run it). Its only other
  * input, --calibration, does not go with --calibrate. Returns 0, or 2 after the usage error. */
@@ -381,24 +410,14 @@ int cmd_plan(int argc, char **argv)
         }
         int p = 0;
         while (p < P_COUNT && strcmp(a, zplan_flags[p].flag)) p++;
-        static const char *const named[] = {"--gpu", "--config", "--dtype", "--hf-config",
-                                            "--calibration", "--out", "--model"};
         int is_named = 0;
-        for (size_t k = 0; k < sizeof named / sizeof named[0]; k++) is_named |= !strcmp(a, named[k]);
+        for (size_t k = 0; k < NAMED_COUNT; k++) is_named |= !strcmp(a, plan_named[k]);
         if (p == P_COUNT && !is_named) {
-            /* every option, for a did-you-mean */
-            const char *all[P_COUNT + 16];
-            int n = 0;
-            for (int k = 0; k < P_COUNT; k++) all[n++] = zplan_flags[k].flag;
-            for (size_t k = 0; k < sizeof named / sizeof named[0]; k++) all[n++] = named[k];
-            static const char *const switches[] = {"--json", "--checkpointing",
-                                                   "--offload-optimizer", "--offload-param",
-                                                   "--gated", "--recommend", "--calibrate"};
-            for (size_t k = 0; k < sizeof switches / sizeof switches[0]; k++)
-                all[n++] = switches[k];
             if (strncmp(a, "--", 2))
                 return zarg_usage_error("plan", "unknown argument '%s'", a);
-            return zarg_unknown_option("plan", a, all, n);
+            const char *all[PLAN_OPTIONS_MAX];
+            return zarg_unknown_option("plan", a, all, plan_options(all),
+                                       ztrain_has_option(a) ? "train" : NULL);
         }
         if (zarg_value("plan", a, val)) return 2;
         i++;

@@ -63,9 +63,15 @@ int zarg_output_file_ok(const char *cmd, const char *opt, const char *out);
  * tag, or zarg_in_checkpoint_tag: a save directory or output there would be a checkpoint's
  * contents. */
 int zarg_inside_tag(const char *path);
-/* The usage error for an unknown option arg of cmd, with "did you mean X?" when one of
- * names[0..n) (each "--...", at most 64) is within a typo or two (base/suggest.h). Returns 2. */
-int zarg_unknown_option(const char *cmd, const char *arg, const char *const *names, int n);
+/* The usage error for an unknown option arg of cmd: with owner (not NULL), the other command it
+ * is an option of ("--seed" given to plan is train's: its nearest name in plan, --seq, means
+ * something else); otherwise "did you mean X?" when one of names[0..n) (each "--...", at most
+ * 64) is within a typo or two (base/suggest.h). Returns 2. */
+int zarg_unknown_option(const char *cmd, const char *arg, const char *const *names, int n,
+                        const char *owner);
+/* 1 when arg is exactly one of zinc train's / zinc plan's options (the owner above). */
+int ztrain_has_option(const char *arg);
+int zplan_has_option(const char *arg);
 /* s as a JSON string, quotes and escapes included (json-c's), written to f: for a path or host
  * name inside JSON a command prints (a '"' in it made the output invalid). */
 void zarg_json_string(FILE *f, const char *s);

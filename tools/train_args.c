@@ -45,6 +45,18 @@ static const char *const options[] = {
 #define NVALUE_OPTIONS 17
 #define NOPTIONS ((int)(sizeof options / sizeof options[0]))
 
+int ztrain_has_option(const char *arg)
+{
+    for (int k = 0; k < NOPTIONS; k++)
+        if (!strcmp(arg, options[k])) return 1;
+    return 0;
+}
+
+static int unknown_option(const char *a)
+{
+    return zarg_unknown_option(CMD, a, options, NOPTIONS, zplan_has_option(a) ? "plan" : NULL);
+}
+
 static int takes_value(const char *a)
 {
     for (int k = 0; k < NVALUE_OPTIONS; k++)
@@ -150,7 +162,7 @@ int train_parse_args(int argc, char **argv, topts *o)
         size_t name_len = eq ? (size_t)(eq - a) : strlen(a);
         if (name_len >= sizeof name) { /* longer than any option: unknown, shown whole */
             char *whole = strndup(a, name_len);
-            int rc = zarg_unknown_option(CMD, whole ? whole : a, options, NOPTIONS);
+            int rc = unknown_option(whole ? whole : a);
             free(whole);
             return rc;
         }
@@ -158,7 +170,7 @@ int train_parse_args(int argc, char **argv, topts *o)
         a = name;
         int flag = !strcmp(a, "--gpu-timing") || !strcmp(a, "--activation-checkpointing") ||
                    !strcmp(a, "--help");
-        if (!flag && !takes_value(a)) return zarg_unknown_option(CMD, a, options, NOPTIONS);
+        if (!flag && !takes_value(a)) return unknown_option(a);
         if (flag && v) return zarg_usage_error(CMD, "%s takes no value", a);
         if (!strcmp(a, "--gpu-timing")) { /* the flags without a value */
             o->gpu_timing = 1;
@@ -244,7 +256,7 @@ int train_parse_args(int argc, char **argv, topts *o)
                 return zarg_usage_error(CMD, "--threads: expected 1..64, got '%s'", v);
             o->threads = (int)n;
         } else {
-            return zarg_unknown_option(CMD, a, options, NOPTIONS);
+            return unknown_option(a);
         }
     }
     if (zm_spec_parse(o->spec_str, &o->spec, (char[256]){0}, 256)) return 2;

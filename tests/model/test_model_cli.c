@@ -189,6 +189,9 @@ int main(void)
     /* a typo gets the option it is one edit from, last on the line and with a value */
     expect_usage_error("train --step 5", "unknown option '--step'; did you mean --steps?");
     expect_usage_error("train --save_dir=x", "unknown option '--save_dir'; did you mean --save-dir?");
+    /* another command's option is named as its (--gpus is not a typo of --gpu-timing) */
+    expect_usage_error("train --gpus 8",
+                       "unknown option '--gpus': it is an option of zinc plan, not of zinc train");
     /* the leading -- is no part of the distance (--h was "did you mean --lr?") */
     expect_usage_error("train --h", "unknown option '--h' (see");
     expect_usage_error("train --help=1", "--help takes no value");

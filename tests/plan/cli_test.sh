@@ -24,6 +24,7 @@ expect 2 "^zinc plan: --efficiency must be a number" $base --efficiency 1.5
 expect 2 "^zinc plan: --gpus needs a value" $base --gpus
 expect 2 "^zinc plan: unknown option '--bogus' \(see" $base --bogus
 expect 2 "^zinc plan: unknown option '--param'; did you mean --params\?" $base --param 7e9
+expect 2 "^zinc plan: unknown option '--seed': it is an option of zinc train, not of zinc plan" $base --seed 1
 expect 2 "^zinc plan: --offload-param needs stage 3" $base --stage 2 --offload-optimizer \
     --offload-param
 expect 2 "no-such-config.json" --params 7e9 --seq 4096 --gpus 8 --gpu h100 \
