@@ -304,6 +304,9 @@ static int check_resume_spec(const topts *o, const run_t *r, long long *start)
     char err[256];
     if (zm_spec_parse(in.spec, &ls, err, sizeof err) == 0 && memcmp(&ls, &o->spec, sizeof ls) == 0)
         return 0;
+    /* The run stops before the load that would warn: the search's warnings (a damaged tag
+     * passed over for this one) are said now, once, before the error. */
+    if (o->rank0) zinc_ckpt_find_tag(r->resume_dir, r->resume_tag, tag, sizeof tag, NULL, 0, NULL);
     fprintf(stderr, "zinc train: %s/%s holds model %s, not %s (give --model %s)\n",
             r->resume_dir, tag, in.spec, o->spec_str, in.spec);
     return 2;

@@ -435,6 +435,15 @@ int main(void)
              err, out);
     free(err);
     free(out);
+    /* ... and once when another --model stops the run before the load that would say it */
+    rc = run("train --model L1-D32-H2-T16 --ranks 2 --steps 12 --save-dir ck --resume auto",
+             &err, NULL);
+    nwarn = 0;
+    for (const char *p = err; p && (p = strstr(p, "skipping damaged checkpoint")); p++) nwarn++;
+    ZT_CHECK(rc == 2 && nwarn == 1 && strstr(err, "holds model L1-D16-H2-T16"),
+             "another --model beside a damaged tag: exit %d, %d warnings (want 1): %s", rc, nwarn,
+             err);
+    free(err);
     shell_ok("rm -r '%s/ck/step000003'", tmp);
     /* at another world size the same config is not called another config */
     rc = run("train --model L1-D16-H2-T16 --ranks 1 --config " ZINC_SOURCE_DIR
