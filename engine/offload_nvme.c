@@ -29,8 +29,9 @@
  * the engine then refuses every further use of its state, naming the file, and the run resumes
  * from its last checkpoint (which never depends on the scratch file). A full disk cannot happen
  * in the step: the file's space is reserved at finalize. A chunk that reads back other than the
- * step wrote it (its checksum, zinc.nvme_checksum) is refused the same way, as is a step that
- * failed after writing part of the file.
+ * step wrote it (its checksum, zinc.nvme_checksum), or with offload_param a group's 16-bit slice
+ * that a gather reads back changed, is refused the same way, as is a step that failed after
+ * writing part of the file.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -74,6 +75,13 @@ struct znv {
     uint64_t *sum;
     uint8_t *sum_ok;
     size_t nchunks;
+    /* param: [groups]: the checksum of each group's own 16-bit slice as the step (or a refresh)
+     * last wrote it, checked by the gathers that read it back (param_pieces_sum); psum_ok[g] 0
+     * while unknown, as sum_ok. */
+    uint64_t *psum;
+    uint8_t *psum_ok;
+    const zplan *plan;        /* the engine's: the groups' slices in the shard */
+    size_t pd;                /* bytes per element of the 16-bit stream (4 in fp32 mode) */
     uint64_t io[2];           /* bytes the steps read, wrote */
     int lost;                 /* the file no longer holds one whole state: ZNV_LOST_* (0: it does) */
 };
@@ -183,12 +191,22 @@ static zinc_status io_fail(zdev_t *d, zinc_status s)
     return s;
 }
 
-/* A write outside the step over [off, off + n) of the file: the sums of the chunks it touches
- * are unknown until the step writes them again. */
+/* A write outside the step over [off, off + n) of the file: the sums of the chunks (and, in
+ * the 16-bit stream, of the group slices) it touches are unknown until the step writes them
+ * again. */
 static void sums_unknown(struct znv *nv, uint64_t off, size_t n)
 {
     uint64_t states = (uint64_t)ZNV_STATES * nv->stream;
-    if (n == 0 || off >= states) return; /* the 16-bit stream is not summed */
+    if (n == 0) return;
+    if (off + n > states && nv->param) {
+        size_t d = nv->pd;
+        uint64_t lo = (off > states ? off - states : 0) / d, hi = (off + n - states + d - 1) / d;
+        for (int g = 0; g < nv->plan->ngroups; g++) {
+            const zplan_group *G = &nv->plan->groups[g];
+            if (G->shard_off < hi && G->shard_off + G->slice > lo) nv->psum_ok[g] = 0;
+        }
+    }
+    if (off >= states) return;
     uint64_t end = off + n < states ? off + n : states;
     for (uint64_t o = off; o < end;) {
         uint64_t in = o % nv->stream, c = in / 4 / nv->E;
@@ -280,6 +298,13 @@ zinc_status zoffload_nvme_open(zinc_engine_t *e)
     nv->written = calloc(nb, sizeof *nv->written);
     nv->sum = calloc(nv->nchunks + 1, sizeof *nv->sum);
     nv->sum_ok = calloc(nv->nchunks + 1, 1);
+    nv->plan = &e->plan;
+    nv->pd = d;
+    if (nv->param) {
+        nv->psum = calloc((size_t)e->plan.ngroups + 1, sizeof *nv->psum);
+        nv->psum_ok = calloc((size_t)e->plan.ngroups + 1, 1);
+        pfail |= !nv->psum || !nv->psum_ok;
+    }
     pfail |= !nv->rt || !nv->wt || !nv->written || !nv->sum || !nv->sum_ok;
     if (base == MAP_FAILED || pfail || posix_memalign((void **)&nv->buf, 4096, bufbytes) != 0) {
         if (base != MAP_FAILED) munmap(base, (size_t)bytes);
@@ -321,6 +346,8 @@ void zoffload_nvme_close(zinc_engine_t *e)
     free(nv->written);
     free(nv->sum);
     free(nv->sum_ok);
+    free(nv->psum);
+    free(nv->psum_ok);
     if (nv->param) e->h_param16 = NULL;
     free(nv);
     e->nv = NULL;
@@ -348,6 +375,54 @@ int zoffload_prefetch_groups(const zinc_engine_t *e)
     return zoffload_param16_in_file(e) ? ZNV_STAGE - 1 : INT_MAX;
 }
 
+/* ---- the 16-bit stream's checksums ----------------------------------------------------------
+ * The step and the refresh write the stream chunk by chunk (E elements), a gather reads it group
+ * slice by group slice: a group's sum is the sum of its pieces, its slice cut at the chunk
+ * boundaries, so that the writer (one chunk in hand) and the reader (one slice in hand) form the
+ * same value. */
+
+/* The sum of the pieces of group g's elements [lo, hi) of the shard, which lie at p. */
+static uint64_t param_pieces_sum(zinc_engine_t *e, int g, size_t lo, size_t hi, const char *p)
+{
+    struct znv *nv = e->nv;
+    uint64_t sum = 0;
+    for (size_t a = lo; a < hi;) {
+        size_t c = a / nv->E, b = (c + 1) * nv->E < hi ? (c + 1) * nv->E : hi;
+        uint64_t h = 0, seed = ((uint64_t)g << 32 | c) * 0x9E3779B97F4A7C15ull;
+        zk_cpu_checksum(e->host, p + (a - lo) * nv->pd, (b - a) * nv->pd, seed, &h);
+        sum += h; /* (a cpu device and real buffers: cannot fail) */
+        a = b;
+    }
+    return sum;
+}
+
+/* The stream is about to be written whole (a step, a refresh): every group's sum starts over,
+ * unknown until param_sums_done. */
+static void param_sums_begin(struct znv *nv)
+{
+    memset(nv->psum, 0, (size_t)nv->plan->ngroups * sizeof *nv->psum);
+    memset(nv->psum_ok, 0, (size_t)nv->plan->ngroups);
+}
+
+/* Chunk c of the stream, at buf on its way to the file: its pieces of each group's slice. */
+static void param_sums_add(zinc_engine_t *e, size_t c, const char *buf)
+{
+    struct znv *nv = e->nv;
+    size_t lo = c * nv->E, hi = lo + nv->E;
+    for (int g = 0; g < nv->plan->ngroups; g++) {
+        const zplan_group *G = &nv->plan->groups[g];
+        size_t a = G->shard_off > lo ? G->shard_off : lo;
+        size_t b = G->shard_off + G->slice < hi ? G->shard_off + G->slice : hi;
+        if (a < b) nv->psum[g] += param_pieces_sum(e, g, a, b, buf + (a - lo) * nv->pd);
+    }
+}
+
+/* The whole stream written: the sums are known (with zinc.nvme_checksum on). */
+static void param_sums_done(zinc_engine_t *e)
+{
+    if (e->cfg.zinc.nvme_checksum) memset(e->nv->psum_ok, 1, (size_t)e->plan.ngroups);
+}
+
 /* ---- gathers with the parameters in the file ------------------------------------------------
  * A gather's own slice is read from the file into a staging slot (a positioned read: the host
  * waits for the disk) and uploaded from there on the copy stream; a slot is reused once the
@@ -371,6 +446,15 @@ zinc_status zoffload_nvme_own_to_device(zinc_engine_t *e, int g, void *dst, int 
                          "'%s': %s%s", G->name, nv->dev.err,
                          s == ZINC_ERR_IO ? " (the scratch file no longer holds the parameters: "
                                             "resume from the last checkpoint)" : "");
+    if (nv->psum_ok[g] &&
+        param_pieces_sum(e, g, G->shard_off, G->shard_off + G->slice, slot) != nv->psum[g]) {
+        nv->lost = ZNV_LOST_CHANGED;
+        return zeng_fail(e, ZINC_ERR_CORRUPT, "stage 3: offload_param nvme: the own slice of "
+                         "group '%s' in %s reads back other bytes than were written (its "
+                         "checksum differs): the disk or another process changed the scratch "
+                         "file; the parameters in it are no longer whole: resume from the last "
+                         "checkpoint", G->name, znvme_path(nv->file));
+    }
     s = D->upload_async(e->dev, dst, slot, n);
     if (s == ZINC_OK) s = D->copy_fence(e->dev, &nv->stage_ticket[k]);
     if (s == ZINC_OK) s = D->copy_join(e->dev);
@@ -493,6 +577,7 @@ static zinc_status issue_write(znv_run *r, int c)
     zinc_status s = state_io(r, c, 1, &r->nv->wt[b]);
     if (s != ZINC_OK) return s;
     if (r->nv->param) {   /* the Adam's 16-bit output: the parameter shard's chunk */
+        if (r->e->cfg.zinc.nvme_checksum) param_sums_add(r->e, (size_t)c, chunk_pbuf(r, c));
         size_t d = zinc_dtype_size(r->e->dtype), k = chunk_io_elems(r, c);
         uint64_t off = (uint64_t)ZNV_STATES * r->nv->stream + (uint64_t)c * r->nv->E * d;
         s = chunk_io(r, 1, off, chunk_pbuf(r, c), k * d, &r->nv->wt[b]);
@@ -534,6 +619,7 @@ zinc_status zoffload_nvme_adam(zinc_engine_t *e, zk_adam_args *a)
     }
     e->phase_s[ZINC_PHASE_COPY] += zeng_lap(&t);
     if (s != ZINC_OK) return s;
+    if (nv->param) param_sums_begin(nv);
     int next = 0;
     for (int c = 0; c < n; c++) {
         for (; next < n && next <= c + nv->ahead; next++)
@@ -571,6 +657,7 @@ zinc_status zoffload_nvme_adam(zinc_engine_t *e, zk_adam_args *a)
     }
     for (int b = 0; b < nv->nbuf; b++)
         if ((s = wait_write(&r, b)) != ZINC_OK) return nv_io_fail(&r, s, "writing back", n - 1);
+    if (nv->param) param_sums_done(e);
     /* The all-gather (or the persistent refresh) that follows reads the uploaded slices. */
     s = e->dev->iface->copy_join(e->dev);
     e->phase_s[ZINC_PHASE_COPY] += zeng_lap(&t);
@@ -582,6 +669,7 @@ zinc_status zoffload_nvme_refresh(zinc_engine_t *e)
 {
     struct znv *nv = e->nv;
     size_t S = e->plan.shard_numel;
+    if (nv->param) param_sums_begin(nv);
     for (size_t lo = 0; lo < S; lo += nv->E) {
         size_t k = S - lo < nv->E ? S - lo : nv->E, d = zinc_dtype_size(e->dtype);
         char *dst = nv->param ? nv->pbuf : (char *)e->h_param16 + lo * d;
@@ -589,11 +677,14 @@ zinc_status zoffload_nvme_refresh(zinc_engine_t *e)
         if (s == ZINC_OK)
             s = e->host->iface->cast(e->host, dst, e->dtype, nv->buf, ZINC_DTYPE_FP32, k, 1.0f);
         /* with the parameters in the file: from the chunk buffer into their stream */
-        if (s == ZINC_OK && nv->param)
+        if (s == ZINC_OK && nv->param) {
             s = nv_upload(&nv->dev, (char *)e->h_param16 + lo * d, nv->pbuf, k * d);
+            if (e->cfg.zinc.nvme_checksum) param_sums_add(e, lo / nv->E, nv->pbuf);
+        }
         if (s != ZINC_OK)
             return zeng_fail(e, s, "offload_optimizer nvme: converting the master: %s%s",
                              nv->dev.err, e->host->err);
     }
+    if (nv->param) param_sums_done(e);
     return ZINC_OK;
 }

@@ -23,7 +23,9 @@
  *  5. failures: an I/O error in the step (ZINC_NVME_FAULT) is ZINC_ERR_IO naming the file;
  *     every later step and state read is refused saying the state was lost; the engine is still
  *     destroyed cleanly, removing its file. A file-size limit too small for the file fails
- *     finalize naming the path.
+ *     finalize naming the path. A file changed between steps (the master's chunk, the 16-bit
+ *     stream's group slice) is ZINC_ERR_CORRUPT at the read that finds it, unless
+ *     zinc.nvme_checksum is false.
  */
 #include <dirent.h>
 #include <signal.h>
@@ -361,6 +363,16 @@ static void test_ckpt(void)
 
 /* ---- 5. failures ---------------------------------------------------------------------------- */
 
+/* The scratch file's path (one engine alive). */
+static void scratch_path(char *path, size_t n)
+{
+    path[0] = 0;
+    DIR *d = opendir(g_dir);
+    for (struct dirent *x; d && (x = readdir(d));)
+        if (!strncmp(x->d_name, "zinc-nvme-", 10)) snprintf(path, n, "%s/%s", g_dir, x->d_name);
+    if (d) closedir(d);
+}
+
 /* The file changed under the engine between two steps (a bad disk, another process): the
  * next step's read of that chunk fails its checksum, ZINC_ERR_CORRUPT naming the file, instead
  * of training on (it trained into NaN with every later step skipped). Writes outside the step
@@ -389,12 +401,8 @@ static void test_changed_file(int checked)
     s = nvme_step(e, 2, np, 0, &info, &rd, &wr);
     ZT_CHECK(s == ZINC_OK, "the step after zinc_param_set: %s", zinc_last_error(e));
     /* 16 bytes of the master's second chunk overwritten in the file */
-    char path[600] = "";
-    DIR *d = opendir(g_dir);
-    for (struct dirent *x; d && (x = readdir(d));)
-        if (!strncmp(x->d_name, "zinc-nvme-", 10))
-            snprintf(path, sizeof path, "%s/%s", g_dir, x->d_name);
-    if (d) closedir(d);
+    char path[600];
+    scratch_path(path, sizeof path);
     FILE *f = fopen(path, "r+b");
     ZT_CHECK(f != NULL, "opening the scratch file '%s'", path);
     if (f) {
@@ -413,6 +421,65 @@ static void test_changed_file(int checked)
     ZT_CHECK(s == ZINC_ERR_CORRUPT && strstr(msg, "checksum") && strstr(msg, "chunk 1 ") &&
                  strstr(msg, path) && strstr(msg, "last checkpoint"),
              "the step after the file changed: %s (%s)", zinc_status_string(s), msg);
+    s = nvme_step(e, 4, np, 0, &info, &rd, &wr);
+    ZT_CHECK(s != ZINC_OK && strstr(zinc_last_error(e), "lost"), "the step after: %s (%s)",
+             zinc_status_string(s), zinc_last_error(e));
+    zinc_engine_destroy(e);
+    ZT_CHECK(nvme_files() == 0, "%d scratch file(s) left", nvme_files());
+}
+
+/* offload_param "nvme": the 16-bit stream changed between two steps fails the gather that reads
+ * it back (the forward trained on what the disk left), ZINC_ERR_CORRUPT naming the group and the
+ * file; chunks of 1024 elements cut through the toy's groups, so a group's checksum is formed
+ * from pieces of several chunks. Parameters set from outside and a checkpoint load rewrite it
+ * unchecked, and are not taken for a change. */
+static void test_changed_params(int checked)
+{
+    toy_run r = {.world = 1, .stage = 3, .accum = 1, .dtype = ZINC_DTYPE_BF16, .clip = 1.0,
+                 .persist_threshold = -1,
+                 .zinc_json = checked ? NULL : "\"nvme_checksum\": false, "};
+    char zero[1536];
+    snprintf(zero, sizeof zero, "%s\"sub_group_size\": 1024, \"offload_param\": {\"device\": "
+             "\"nvme\"}, ", nvme_json(NULL));
+    r.zero_json = zero;
+    int np = 0;
+    zinc_engine_t *e = toy_engine_checked(&r, &np, "nvme params, changed file");
+    if (!e) return;
+    zinc_step_info_t info;
+    uint64_t rd, wr, file = 0;
+    zinc_status s = ZINC_OK;
+    for (int step = 0; step < 2 && s == ZINC_OK; step++) s = nvme_step(e, step, np, 0, &info, &rd, &wr);
+    ZT_CHECK(s == ZINC_OK, "steps before the change: %s", zinc_last_error(e));
+    float *v = malloc((size_t)zinc_param_numel(e, 1) * sizeof *v);
+    ZT_OK(zinc_param_get(e, 1, v));
+    v[0] += 0.5f;
+    ZT_OK(zinc_param_set(e, 1, v));
+    free(v);
+    s = nvme_step(e, 2, np, 0, &info, &rd, &wr);
+    ZT_CHECK(s == ZINC_OK, "the step after zinc_param_set: %s", zinc_last_error(e));
+    /* the file: master, m, v, then the 16-bit stream, each spad elements (2 bytes in bf16) */
+    zinc_nvme_bytes(e, &file, NULL, NULL);
+    uint64_t spad = file / 14;
+    char path[600];
+    scratch_path(path, sizeof path);
+    FILE *f = fopen(path, "r+b");
+    ZT_CHECK(f != NULL, "opening the scratch file '%s'", path);
+    if (f) { /* 16 bytes past the first chunk's end: inside a group that two chunks hold */
+        static const unsigned char junk[16] = {0xff, 0x7f, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13};
+        fseek(f, (long)(12 * spad + 1024 * 2 + 64), SEEK_SET);
+        fwrite(junk, 1, sizeof junk, f);
+        fclose(f);
+    }
+    s = nvme_step(e, 3, np, 0, &info, &rd, &wr);
+    const char *msg = zinc_last_error(e);
+    if (!checked) { /* zinc.nvme_checksum false: not looked at */
+        ZT_CHECK(s == ZINC_OK, "unchecked: the step after the change failed: %s", msg);
+        zinc_engine_destroy(e);
+        return;
+    }
+    ZT_CHECK(s == ZINC_ERR_CORRUPT && strstr(msg, "checksum") && strstr(msg, "offload_param") &&
+                 strstr(msg, "group '") && strstr(msg, path) && strstr(msg, "last checkpoint"),
+             "the micro-step after the file changed: %s (%s)", zinc_status_string(s), msg);
     s = nvme_step(e, 4, np, 0, &info, &rd, &wr);
     ZT_CHECK(s != ZINC_OK && strstr(zinc_last_error(e), "lost"), "the step after: %s (%s)",
              zinc_status_string(s), zinc_last_error(e));
@@ -495,6 +562,8 @@ int main(void)
     test_ckpt();
     test_changed_file(1);
     test_changed_file(0);
+    test_changed_params(1);
+    test_changed_params(0);
     test_io_error();
     char cmd[512];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
