@@ -124,9 +124,9 @@ void zcfg_defaults(zcfg *c)
     s->cycle_max_lr = 0.0;
     s->decay_lr_rate = 0.0;
     s->cycle_first_step_size = 2000;
-    s->cycle_second_step_size = -1;
+    s->cycle_second_step_size = ZCFG_NONE;
     s->cycle_first_stair_count = 0;
-    s->cycle_second_stair_count = -1;
+    s->cycle_second_stair_count = ZCFG_NONE;
     s->decay_step_size = 0;
     s->cycle_momentum = 1;
     s->cycle_min_mom = 0.8;

@@ -26,6 +26,10 @@ typedef enum {
 
 typedef enum { ZWARMUP_LOG = 0, ZWARMUP_LINEAR = 1 } zwarmup_type;
 
+/* An integer key given as null or left out where DeepSpeed's None means "as another key"
+ * (OneCycle's second half): no value JSON can give (json-c saturates there and zinc refuses it). */
+#define ZCFG_NONE INT64_MIN
+
 typedef struct {
     zsched_type type;
     /* WarmupLR / WarmupDecayLR */
@@ -42,9 +46,9 @@ typedef struct {
     double cycle_min_lr, cycle_max_lr;          /* required */
     double decay_lr_rate;                       /* default 0.0 */
     int64_t cycle_first_step_size;              /* default 2000 */
-    int64_t cycle_second_step_size;             /* default -1 = same as first */
-    int64_t cycle_first_stair_count;            /* default 0 */
-    int64_t cycle_second_stair_count;           /* default -1 = same as first */
+    int64_t cycle_second_step_size;             /* default ZCFG_NONE: same as first; 0: none */
+    int64_t cycle_first_stair_count;            /* default 0; <= 0: continuous */
+    int64_t cycle_second_stair_count;           /* default ZCFG_NONE: same as first */
     int64_t decay_step_size;                    /* default 0 */
     int cycle_momentum;                         /* default 1 */
     double cycle_min_mom, cycle_max_mom;        /* defaults 0.8, 0.9 */

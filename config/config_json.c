@@ -135,6 +135,7 @@ static json_object *num(double v)
 }
 
 static json_object *i64(int64_t v) { return json_object_new_int64(v); }
+static json_object *none_or_i64(int64_t v) { return v == ZCFG_NONE ? NULL : i64(v); }
 static json_object *boolean(int v) { return json_object_new_boolean(v != 0); }
 static json_object *str(const char *s) { return json_object_new_string(s); }
 
@@ -179,9 +180,10 @@ static json_object *sched_json(const zcfg_sched *s)
         json_object_object_add(p, "cycle_max_lr", num(s->cycle_max_lr));
         json_object_object_add(p, "decay_lr_rate", num(s->decay_lr_rate));
         json_object_object_add(p, "cycle_first_step_size", i64(s->cycle_first_step_size));
-        json_object_object_add(p, "cycle_second_step_size", i64(s->cycle_second_step_size));
+        json_object_object_add(p, "cycle_second_step_size", none_or_i64(s->cycle_second_step_size));
         json_object_object_add(p, "cycle_first_stair_count", i64(s->cycle_first_stair_count));
-        json_object_object_add(p, "cycle_second_stair_count", i64(s->cycle_second_stair_count));
+        json_object_object_add(p, "cycle_second_stair_count",
+                               none_or_i64(s->cycle_second_stair_count));
         json_object_object_add(p, "decay_step_size", i64(s->decay_step_size));
         json_object_object_add(p, "cycle_momentum", boolean(s->cycle_momentum));
         json_object_object_add(p, "cycle_min_mom", num(s->cycle_min_mom));

@@ -277,17 +277,17 @@ void zc_parse_scheduler(zcctx *x, json_object *root, const zcfg_overrides *ov, z
         zc_get_num(x, p, sec, "cycle_max_lr", R_GE0, &s->cycle_max_lr);
         zc_get_num(x, p, sec, "decay_lr_rate", R_GE0, &s->decay_lr_rate);
         zc_get_int(x, p, sec, "cycle_first_step_size", 1, I64_MAX, &s->cycle_first_step_size);
-        /* null is DeepSpeed's None: "same as the first half". */
+        /* null is DeepSpeed's None: "same as the first half". A second half of 0 steps is
+         * DeepSpeed's too (the cycle only rises); below 0 it raises. A stair count is any
+         * whole number: DeepSpeed quantises only when it is above 0 (-1 is not "same as the
+         * first", which only None is). */
         if (zc_member(p, "cycle_second_step_size", &v) && v)
-            if (zc_get_int(x, p, sec, "cycle_second_step_size", -1, I64_MAX,
-                        &s->cycle_second_step_size) == V_SET &&
-                s->cycle_second_step_size == 0)
-                zc_error(x, "scheduler.params.cycle_second_step_size",
-                         "expected a whole number >= 1 (or -1/null: same as the first)");
-        zc_get_int(x, p, sec, "cycle_first_stair_count", 0, I64_MAX, &s->cycle_first_stair_count);
+            zc_get_int(x, p, sec, "cycle_second_step_size", 0, I64_MAX, &s->cycle_second_step_size);
+        zc_get_int(x, p, sec, "cycle_first_stair_count", -I64_MAX, I64_MAX,
+                   &s->cycle_first_stair_count);
         if (zc_member(p, "cycle_second_stair_count", &v) && v)
-            zc_get_int(x, p, sec, "cycle_second_stair_count", -1, I64_MAX,
-                    &s->cycle_second_stair_count);
+            zc_get_int(x, p, sec, "cycle_second_stair_count", -I64_MAX, I64_MAX,
+                       &s->cycle_second_stair_count);
         zc_get_int(x, p, sec, "decay_step_size", 0, I64_MAX, &s->decay_step_size);
         zc_get_bool(x, p, sec, "cycle_momentum", &s->cycle_momentum);
         zc_get_num(x, p, sec, "cycle_min_mom", R_UNIT_OPEN, &s->cycle_min_mom);

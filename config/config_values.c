@@ -68,11 +68,17 @@ int zc_get_bool(zcctx *x, json_object *o, const char *sec, const char *key, int 
     char p[512];
     int got = lookup(x, o, sec, key, &v, p);
     if (got != V_SET) return got;
-    if (!json_object_is_type(v, json_type_boolean)) {
-        zc_error(x, p, "expected true or false, got %s", zc_show(v));
+    /* 1 and 0 (1.0, 0.0) as well: DeepSpeed's pydantic sections take them for true and false
+     * (lax mode), and its plain keys test their truth, which is the same. Strings are refused:
+     * pydantic reads "false" as false, a plain key as true. */
+    json_type t = json_object_get_type(v);
+    double n = t == json_type_int ? (double)json_object_get_int64(v)
+               : t == json_type_double ? json_object_get_double(v) : -1.0;
+    if (t != json_type_boolean && n != 0.0 && n != 1.0) {
+        zc_error(x, p, "expected true or false (or 1 or 0), got %s", zc_show(v));
         return V_BAD;
     }
-    *out = json_object_get_boolean(v);
+    *out = t == json_type_boolean ? json_object_get_boolean(v) : n == 1.0;
     return V_SET;
 }
 

@@ -85,12 +85,12 @@ static cycle_shape one_cycle_shape(const zcfg_sched *s)
 {
     cycle_shape c;
     c.first = (double)s->cycle_first_step_size;
-    c.second = s->cycle_second_step_size < 0 ? c.first : (double)s->cycle_second_step_size;
+    c.second = s->cycle_second_step_size == ZCFG_NONE ? c.first : (double)s->cycle_second_step_size;
     c.total = c.first + c.second;
     c.step_ratio = c.first / c.total;
     c.first_stairs = s->cycle_first_stair_count;
-    c.second_stairs = s->cycle_second_stair_count < 0 ? s->cycle_first_stair_count
-                                                      : s->cycle_second_stair_count;
+    c.second_stairs = s->cycle_second_stair_count == ZCFG_NONE ? s->cycle_first_stair_count
+                                                               : s->cycle_second_stair_count;
     return c;
 }
 

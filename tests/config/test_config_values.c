@@ -213,9 +213,9 @@ static void test_defaults(void)
         EQ_D(c.sched.cycle_max_lr, 0.5);
         EQ_D(c.sched.decay_lr_rate, 0.0);
         EQ_I(c.sched.cycle_first_step_size, 2000);
-        EQ_I(c.sched.cycle_second_step_size, -1);
+        EQ_I(c.sched.cycle_second_step_size, ZCFG_NONE);
         EQ_I(c.sched.cycle_first_stair_count, 0);
-        EQ_I(c.sched.cycle_second_stair_count, -1);
+        EQ_I(c.sched.cycle_second_stair_count, ZCFG_NONE);
         EQ_I(c.sched.decay_step_size, 0);
         EQ_I(c.sched.cycle_momentum, 1);
         EQ_D(c.sched.cycle_min_mom, 0.8);
@@ -766,6 +766,9 @@ static void test_round_trip(void)
         "\"scheduler\": {\"type\": \"LRRangeTest\", \"params\": {\"lr_range_test_staircase\": true}}}",
         "{\"train_micro_batch_size_per_gpu\": 2, \"optimizer\": {\"type\": \"Adam\", \"params\": {\"adam_w_mode\": false, \"lr\": 0.1}}, "
         "\"fp16\": {\"enabled\": true, \"loss_scale\": 1024}}",
+        /* OneCycle's second half as the first: null in the resolved config */
+        "{\"train_micro_batch_size_per_gpu\": 2, \"optimizer\": {\"type\": \"AdamW\"}, "
+        "\"scheduler\": {\"type\": \"OneCycle\", \"params\": {\"cycle_min_lr\": 0.001, \"cycle_max_lr\": 0.01}}}",
     };
     for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) {
         zcfg a, b;
@@ -1067,6 +1070,56 @@ static void test_managed_accumulation(void)
     if (parse_ok(json, 1, &r, 0, __LINE__)) EQ_I(r.managed_accumulation, 0);
 }
 
+/* Booleans written 1 and 0 (and 1.0, 0.0) are true and false, as DeepSpeed's pydantic sections
+ * and its truth-tested plain keys both take them; 2 and strings stay errors. */
+#define OPT "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.001}}, "
+static void test_bool_numbers(void)
+{
+    zcfg c;
+    if (parse_ok("{\"train_micro_batch_size_per_gpu\": 1, \"bf16\": {\"enabled\": 1}, " OPT
+                 "\"zero_optimization\": {\"stage\": 2, \"overlap_comm\": 1.0}, "
+                 "\"dataloader_drop_last\": 1}", 1, &c, 0, __LINE__)) {
+        EQ_I(c.dtype, ZINC_DTYPE_BF16);
+        EQ_I(c.zero.overlap_comm, 1);
+        EQ_I(c.dataloader_drop_last, 1);
+    }
+    if (parse_ok("{\"train_micro_batch_size_per_gpu\": 1, \"bf16\": {\"enabled\": 0}, " OPT
+                 "\"dataloader_drop_last\": 0.0}", 1, &c, 0, __LINE__)) {
+        EQ_I(c.dtype, ZINC_DTYPE_FP32);
+        EQ_I(c.dataloader_drop_last, 0);
+    }
+    parse_fails("{\"train_micro_batch_size_per_gpu\": 1, \"bf16\": {\"enabled\": 2}}", 1, &c,
+                "bf16.enabled", "(or 1 or 0), got 2", __LINE__);
+    parse_fails("{\"train_micro_batch_size_per_gpu\": 1, \"bf16\": {\"enabled\": \"false\"}}",
+                1, &c, "bf16.enabled", "got \"false\"", __LINE__);
+}
+
+/* OneCycle's second half as DeepSpeed 0.19.8 reads it (lr_schedules.py _initialize_cycle):
+ * only None (null, left out) means "as the first"; a size of 0 is allowed, below 0 refused; a
+ * stair count is any whole number (-1 was zinc's "as the first" until 2026-11-29). */
+static void test_one_cycle_second_half(void)
+{
+    const char *head = "{\"train_micro_batch_size_per_gpu\": 1, " OPT "\"scheduler\": {\"type\": "
+                       "\"OneCycle\", \"params\": {\"cycle_min_lr\": 0.001, \"cycle_max_lr\": 0.01, ";
+    char json[512];
+    zcfg c;
+    snprintf(json, sizeof json, "%s\"cycle_second_step_size\": null, \"cycle_second_stair_count\": "
+             "null}}}", head);
+    if (parse_ok(json, 1, &c, 0, __LINE__)) {
+        EQ_I(c.sched.cycle_second_step_size, ZCFG_NONE);
+        EQ_I(c.sched.cycle_second_stair_count, ZCFG_NONE);
+    }
+    snprintf(json, sizeof json, "%s\"cycle_second_step_size\": 0, \"cycle_first_stair_count\": "
+             "-2, \"cycle_second_stair_count\": -1}}}", head);
+    if (parse_ok(json, 1, &c, 0, __LINE__)) {
+        EQ_I(c.sched.cycle_second_step_size, 0);
+        EQ_I(c.sched.cycle_first_stair_count, -2);
+        EQ_I(c.sched.cycle_second_stair_count, -1);
+    }
+    snprintf(json, sizeof json, "%s\"cycle_second_step_size\": -1}}}", head);
+    parse_fails(json, 1, &c, "scheduler.params.cycle_second_step_size", "-1", __LINE__);
+}
+
 int main(void)
 {
     test_offload();
@@ -1079,6 +1132,8 @@ int main(void)
     test_managed_accumulation();
     test_batch_rule();
     test_adam_mode();
+    test_bool_numbers();
+    test_one_cycle_second_half();
     test_overrides();
     test_hash();
     test_round_trip();

@@ -46,9 +46,9 @@ static zcfg_sched ds_defaults(zsched_type type)
     s.cycle_max_lr = 0.001;
     s.decay_lr_rate = 0.0;
     s.cycle_first_step_size = 2000;
-    s.cycle_second_step_size = -1;
+    s.cycle_second_step_size = ZCFG_NONE;
     s.cycle_first_stair_count = 0;
-    s.cycle_second_stair_count = -1;
+    s.cycle_second_stair_count = ZCFG_NONE;
     s.decay_step_size = 0;
     s.cycle_momentum = 1;
     s.cycle_min_mom = 0.8;
@@ -101,11 +101,11 @@ static ld ref_cosine(const zcfg_sched *s, ld base, int64_t k)
 static ld ref_cycle_frac(const zcfg_sched *s, int64_t k)
 {
     int64_t first = s->cycle_first_step_size;
-    int64_t second = s->cycle_second_step_size < 0 ? first : s->cycle_second_step_size;
+    int64_t second = s->cycle_second_step_size == ZCFG_NONE ? first : s->cycle_second_step_size;
     int64_t total = first + second;
     int64_t ci = k % total;
     int64_t n1 = s->cycle_first_stair_count;
-    int64_t n2 = s->cycle_second_stair_count < 0 ? n1 : s->cycle_second_stair_count;
+    int64_t n2 = s->cycle_second_stair_count == ZCFG_NONE ? n1 : s->cycle_second_stair_count;
     if (ci <= first) {
         if (n1 > 0) return (ld)(ci * n1 / first) / (ld)n1;  /* integer floor: exact stairs */
         return (ld)ci / (ld)first;
@@ -117,7 +117,7 @@ static ld ref_cycle_frac(const zcfg_sched *s, int64_t k)
 static int64_t ref_total(const zcfg_sched *s)
 {
     int64_t first = s->cycle_first_step_size;
-    return first + (s->cycle_second_step_size < 0 ? first : s->cycle_second_step_size);
+    return first + (s->cycle_second_step_size == ZCFG_NONE ? first : s->cycle_second_step_size);
 }
 
 static ld ref_one_cycle_lr(const zcfg_sched *s, int64_t k)
@@ -351,10 +351,26 @@ static void test_one_cycle(void)
     HAND(&s, 0.5, 13, 0.5);     /* floor(3 * 2/6)/2 = floor(1)/2 */
     HAND(&s, 0.5, 14, 0.0);     /* floor(0.67)/2 */
     HAND(&s, 0.5, 16, 0.0);
-    /* Second stair count -1 means "same as the first". */
+    /* Second stair count None (null, left out) means "same as the first" ... */
+    s.cycle_second_stair_count = ZCFG_NONE;
+    sweep("OneCycle staircase second=None", &s, 0.5, 40);
+    HAND(&s, 0.5, 12, 0.5);     /* floor(4 * 4/6)/4 = floor(2.67)/4 */
+    /* ... and -1 is a count: at or below 0 the half is continuous, as in DeepSpeed (zinc took
+     * -1 for "same as the first" until 2026-11-29) */
     s.cycle_second_stair_count = -1;
     sweep("OneCycle staircase second=-1", &s, 0.5, 40);
-    HAND(&s, 0.5, 12, 0.5);     /* floor(4 * 4/6)/4 = floor(2.67)/4 */
+    HAND(&s, 0.5, 12, 4.0 / 6.0);   /* (16 - 12) / 6, no stairs */
+    s.cycle_first_stair_count = -3;
+    HAND(&s, 0.5, 3, 0.3);          /* 3 / 10, no stairs */
+    s.cycle_first_stair_count = 4;
+    /* A second half of 0 updates: the cycle only rises, and starts again at its floor (DeepSpeed
+     * allows it; zinc refused it) */
+    s.cycle_second_step_size = 0;
+    s.cycle_second_stair_count = ZCFG_NONE;
+    sweep("OneCycle no second half", &s, 0.5, 40);
+    HAND(&s, 0.5, 5, 0.5);      /* floor(5 * 4/10)/4 */
+    HAND(&s, 0.5, 9, 0.75);     /* floor(3.6)/4 */
+    s.cycle_second_step_size = 6;
 
     /* cycle_momentum off: betas untouched. */
     s.cycle_momentum = 0;
