@@ -29,6 +29,26 @@ static void use_lr_override(zcctx *x, json_object *params, const zcfg_overrides 
     c->optim.lr = ov->lr;
 }
 
+/* optimizer.params.torch_adam true: DeepSpeed builds torch.optim.AdamW (torch.optim.Adam when
+ * adam_w_mode is off) from the params (engine.py, get_optimizer_configuration), so torch's
+ * defaults apply where the config is silent — AdamW's weight_decay is 0.01 there, FusedAdam's 0 —
+ * and a parameter only FusedAdam takes is a TypeError. The kernel that runs stays zinc's (the
+ * key's warning says so); the math is torch's. */
+static void torch_adam_params(zcctx *x, json_object *p, zcfg_optim *o)
+{
+    json_object *v;
+    if (o->type_adamw && !zc_member(p, "weight_decay", &v)) o->weight_decay = 0.01;
+    static const char *const fused_only[] = {"bias_correction", "set_grad_none"};
+    for (size_t i = 0; i < sizeof fused_only / sizeof fused_only[0]; i++)
+        if (zc_member(p, fused_only[i], &v)) {
+            char path[64];
+            snprintf(path, sizeof path, "optimizer.params.%s", fused_only[i]);
+            zc_error(x, path, "with torch_adam true DeepSpeed hands the params to torch.optim.%s, "
+                     "which has no such parameter (a TypeError there); remove it or torch_adam",
+                     o->type_adamw ? "AdamW" : "Adam");
+        }
+}
+
 void zc_parse_optimizer(zcctx *x, json_object *root, const zcfg_overrides *ov, zcfg *c)
 {
     json_object *ov_o;
@@ -81,6 +101,7 @@ void zc_parse_optimizer(zcctx *x, json_object *root, const zcfg_overrides *ov, z
 
     json_object *p = zc_section(x, opt, "params", "optimizer.params");
     int adam_w_mode = 1; /* DeepSpeed's ADAM_W_MODE_DEFAULT */
+    int torch_adam = 0;
     if (p) {
         const char *sec = "optimizer.params";
         zk_check(x, p, sec, &zk_adam_params);
@@ -134,16 +155,19 @@ void zc_parse_optimizer(zcctx *x, json_object *root, const zcfg_overrides *ov, z
         zc_get_num(x, p, sec, "weight_decay", R_GE0, &o->weight_decay);
         zc_get_bool(x, p, sec, "bias_correction", &o->bias_correction);
         zc_get_bool(x, p, sec, "adam_w_mode", &adam_w_mode);
+        zc_get_bool(x, p, sec, "torch_adam", &torch_adam);
     } else if (ov->lr >= 0) {
         o->lr = ov->lr;
     }
     /* engine.py: effective_adam_w_mode = name == "adamw" or adam_w_mode — so "AdamW" stays AdamW
      * even with adam_w_mode false, and "Adam" is AdamW unless adam_w_mode is false. */
     o->type_adamw = adamw_name || adam_w_mode;
+    if (torch_adam) torch_adam_params(x, p, o);
     o->enabled = 1;
 }
 
 /* ---- scheduler ---------------------------------------------------------------------------- */
+
 
 static void warmup_type(zcctx *x, json_object *p, zcfg_sched *s)
 {

@@ -1120,6 +1120,33 @@ static void test_one_cycle_second_half(void)
     parse_fails(json, 1, &c, "scheduler.params.cycle_second_step_size", "-1", __LINE__);
 }
 
+/* torch_adam true: torch.optim.AdamW's defaults (weight_decay 0.01; DeepSpeed's FusedAdam has
+ * 0), torch.optim.Adam's for adam_w_mode false (0); FusedAdam-only parameters are errors. */
+static void test_torch_adam(void)
+{
+    static const struct { const char *params; double wd; } t[] = {
+        {"\"torch_adam\": true", 0.01},
+        {"\"torch_adam\": true, \"weight_decay\": 0.0", 0.0},
+        {"\"torch_adam\": true, \"adam_w_mode\": false", 0.0},
+        {"\"torch_adam\": false", 0.0},
+        {"\"lr\": 0.01", 0.0},
+    };
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        char json[256];
+        snprintf(json, sizeof json, "{\"train_micro_batch_size_per_gpu\": 1, \"optimizer\": "
+                 "{\"type\": \"Adam\", \"params\": {%s}}}", t[i].params);
+        zcfg c;
+        int warn = strstr(t[i].params, "true") != NULL; /* the kernel's warning */
+        if (parse_ok(json, 1, &c, warn, __LINE__))
+            ZT_CHECK(c.optim.weight_decay == t[i].wd, "%s: weight_decay %g, want %g", t[i].params,
+                     c.optim.weight_decay, t[i].wd);
+    }
+    zcfg c;
+    parse_fails("{\"train_micro_batch_size_per_gpu\": 1, \"optimizer\": {\"type\": \"AdamW\", "
+                "\"params\": {\"torch_adam\": true, \"bias_correction\": false}}}", 1, &c,
+                "optimizer.params.bias_correction", "torch.optim.AdamW", __LINE__);
+}
+
 int main(void)
 {
     test_offload();
@@ -1133,6 +1160,7 @@ int main(void)
     test_batch_rule();
     test_adam_mode();
     test_bool_numbers();
+    test_torch_adam();
     test_one_cycle_second_half();
     test_overrides();
     test_hash();
