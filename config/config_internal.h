@@ -62,6 +62,10 @@ void zc_lower(char *dst, size_t n, const char *s);
 /* "fp32" / "fp16" / "bf16", any case; *ok = 0 for anything else. */
 zinc_dtype zc_dtype_of(const char *s, int *ok);
 const char *zc_dtype_name(zinc_dtype d);
+/* A name DeepSpeed's DtypeEnum takes (the data_types keys), exactly: "bf16", "bfloat16",
+ * "torch.bfloat16", "fp16", "float16", "half", "torch.float16", "fp32", "float32", "float",
+ * "torch.float32"; *ok 0 for any other. */
+zinc_dtype zc_dtype_enum_of(const char *s, int *ok);
 
 /* ---- the sections (config_sections.c, config_optim.c), in the order config.c calls them ----
  * parse_precision sets c->dtype, which the others read; parse_optimizer sets the lr that

@@ -380,8 +380,7 @@ ZK_SET(zk_aio, "aio", aio_keys);
 
 static const zkey data_types_keys[] = {
     {"grad_accum_dtype", ZK_OWN, ZK_ALWAYS, NULL},
-    {"param_dtype", ZK_REJECT, ZK_IF_ON,
-     "zinc's parameter dtype is the fp16/bf16 setting; a separate one changes the math"},
+    {"param_dtype", ZK_OWN, ZK_ALWAYS, NULL}, /* the working dtype's name only */
     {"buffer_dtype", ZK_REJECT, ZK_IF_ON, "casting module buffers changes the model's math"},
 };
 ZK_SET(zk_data_types, "data_types", data_types_keys);

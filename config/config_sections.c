@@ -570,18 +570,28 @@ void zc_parse_scalars(zcctx *x, json_object *root, zcfg *c)
     json_object *dt = zc_section(x, root, "data_types", "data_types");
     if (dt) {
         zk_check(x, dt, "data_types", &zk_data_types);
-        if (zc_member(dt, "grad_accum_dtype", &v) && v &&
-            zc_get_str(x, dt, "data_types", "grad_accum_dtype", &s) == V_SET) {
+        /* Both may only name the working dtype (null: not given): DeepSpeed asserts it for
+         * param_dtype (engine.py _assert_valid_mixed_precision_config); another gradient
+         * accumulation dtype is other math, which zinc does not implement. */
+        static const struct { const char *key, *why; } same[] = {
+            {"grad_accum_dtype", "zinc accumulates gradients in the working dtype; a different "
+                                 "accumulation dtype changes the math"},
+            {"param_dtype", "it must be the dtype fp16/bf16 set (DeepSpeed asserts the same)"},
+        };
+        for (size_t i = 0; i < sizeof same / sizeof same[0]; i++) {
+            char path[64];
+            snprintf(path, sizeof path, "data_types.%s", same[i].key);
+            if (!zc_member(dt, same[i].key, &v) || !v ||
+                zc_get_str(x, dt, "data_types", same[i].key, &s) != V_SET)
+                continue;
             int ok;
-            zinc_dtype d = zc_dtype_of(s, &ok);
+            zinc_dtype d = zc_dtype_enum_of(s, &ok);
             if (!ok)
-                zc_error(x, "data_types.grad_accum_dtype",
-                         "expected \"fp32\", \"fp16\" or \"bf16\", got \"%s\"", s);
+                zc_error(x, path, "expected \"fp32\", \"fp16\" or \"bf16\" (or another name "
+                         "DeepSpeed's DtypeEnum takes: \"bfloat16\", \"half\", ...), got \"%s\"", s);
             else if (d != c->dtype)
-                zc_error(x, "data_types.grad_accum_dtype",
-                         "\"%s\" is not supported: zinc accumulates gradients in the working dtype "
-                         "(%s); a different accumulation dtype changes the math",
-                         s, zc_dtype_name(c->dtype));
+                zc_error(x, path, "\"%s\" is not supported: %s (the working dtype is %s)", s,
+                         same[i].why, zc_dtype_name(c->dtype));
         }
     }
 }

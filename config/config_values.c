@@ -191,6 +191,24 @@ zinc_dtype zc_dtype_of(const char *s, int *ok)
     return ZINC_DTYPE_FP32;
 }
 
+zinc_dtype zc_dtype_enum_of(const char *s, int *ok)
+{
+    static const struct { const char *name; zinc_dtype d; } names[] = {
+        {"fp16", ZINC_DTYPE_FP16}, {"float16", ZINC_DTYPE_FP16}, {"half", ZINC_DTYPE_FP16},
+        {"torch.float16", ZINC_DTYPE_FP16}, {"fp32", ZINC_DTYPE_FP32},
+        {"float32", ZINC_DTYPE_FP32}, {"float", ZINC_DTYPE_FP32},
+        {"torch.float32", ZINC_DTYPE_FP32}, {"bf16", ZINC_DTYPE_BF16},
+        {"bfloat16", ZINC_DTYPE_BF16}, {"torch.bfloat16", ZINC_DTYPE_BF16},
+    };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (!strcmp(s, names[i].name)) {
+            *ok = 1;
+            return names[i].d;
+        }
+    *ok = 0;
+    return ZINC_DTYPE_FP32;
+}
+
 const char *zc_dtype_name(zinc_dtype d)
 {
     return d == ZINC_DTYPE_FP16 ? "fp16" : d == ZINC_DTYPE_BF16 ? "bf16" : "fp32";

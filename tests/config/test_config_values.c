@@ -1147,6 +1147,35 @@ static void test_torch_adam(void)
                 "optimizer.params.bias_correction", "torch.optim.AdamW", __LINE__);
 }
 
+/* data_types.param_dtype and grad_accum_dtype: the working dtype by any name DeepSpeed's
+ * DtypeEnum takes is accepted (param_dtype was refused whatever it said), another refused. */
+static void test_data_types(void)
+{
+    static const struct { const char *dt, *key, *val; int ok; } t[] = {
+        {"\"bf16\": {\"enabled\": true}, ", "param_dtype", "bf16", 1},
+        {"\"bf16\": {\"enabled\": true}, ", "param_dtype", "torch.bfloat16", 1},
+        {"\"fp16\": {\"enabled\": true}, \"zero_optimization\": {\"stage\": 1}, ", "param_dtype",
+         "half", 1},
+        {"", "param_dtype", "float", 1},
+        {"", "grad_accum_dtype", "float32", 1},
+        {"\"bf16\": {\"enabled\": true}, ", "param_dtype", "fp16", 0},
+        {"", "param_dtype", "bf16", 0},
+        {"\"bf16\": {\"enabled\": true}, ", "param_dtype", "BF16", 0}, /* DtypeEnum: exact */
+        {"\"bf16\": {\"enabled\": true}, ", "grad_accum_dtype", "fp32", 0},
+    };
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        char json[384], path[64];
+        snprintf(json, sizeof json, "{\"train_micro_batch_size_per_gpu\": 1, " OPT "%s"
+                 "\"data_types\": {\"%s\": \"%s\"}}", t[i].dt, t[i].key, t[i].val);
+        snprintf(path, sizeof path, "data_types.%s", t[i].key);
+        zcfg c;
+        if (t[i].ok)
+            parse_ok(json, 1, &c, 0, __LINE__);
+        else
+            parse_fails(json, 1, &c, path, t[i].val, __LINE__);
+    }
+}
+
 int main(void)
 {
     test_offload();
@@ -1161,6 +1190,7 @@ int main(void)
     test_adam_mode();
     test_bool_numbers();
     test_torch_adam();
+    test_data_types();
     test_one_cycle_second_half();
     test_overrides();
     test_hash();
