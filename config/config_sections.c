@@ -25,19 +25,23 @@ void zc_parse_precision(zcctx *x, json_object *root, zcfg *c)
         zc_get_bool(x, f, "fp16", "enabled", &p->enabled);
         zc_get_num(x, f, "fp16", "loss_scale", R_GE0, &p->loss_scale);
         zc_get_int32(x, f, "fp16", "initial_scale_power", 0, 64, &p->initial_scale_power);
-        if (zc_get_int(x, f, "fp16", "loss_scale_window", 1, I64_MAX, &v) == V_SET)
+        /* Both ints in DeepSpeed's fp16 model since 0.17.1 (pydantic rejects 0.5); > 0 only
+         * where they are used, dynamic scaling (fp16 on, loss_scale 0: precision_config.py
+         * _validate_dynamic_loss_scale_params), as DeepSpeed checks them since 0.19.3: a
+         * static-scale or disabled section may carry any whole number. */
+        int64_t lo = p->enabled && p->loss_scale == 0.0 ? 1 : -I64_MAX;
+        if (zc_get_int(x, f, "fp16", "loss_scale_window", lo, I64_MAX, &v) == V_SET)
             p->loss_scale_window = v;
         zc_get_int32(x, f, "fp16", "hysteresis", 1, INT32_MAX, &p->hysteresis);
         zc_get_bool(x, f, "fp16", "consecutive_hysteresis", &p->consecutive_hysteresis);
-        /* An int in DeepSpeed's fp16 model since 0.17.1 (pydantic rejects 0.5), > 0 since 0.19.3;
-         * zinc checks both whatever the loss scale mode. */
-        if (zc_get_int(x, f, "fp16", "min_loss_scale", 1, I64_MAX, &v) == V_SET)
+        if (zc_get_int(x, f, "fp16", "min_loss_scale", lo, I64_MAX, &v) == V_SET)
             p->min_loss_scale = v;
     }
 
     /* "bfloat16" is DeepSpeed's legacy name, read only when "bf16" is absent. */
     json_object *bv, *blv;
-    int has_b = zc_member(root, "bf16", &bv), has_bl = zc_member(root, "bfloat16", &blv);
+    /* "bf16": null is DeepSpeed's None too: it reads bfloat16 then (precision_config.py). */
+    int has_b = zc_member(root, "bf16", &bv) && bv, has_bl = zc_member(root, "bfloat16", &blv);
     if (has_b && has_bl)
         zc_error(x, "bfloat16",
                  "both bf16 and its legacy name bfloat16 are given; keep only bf16");

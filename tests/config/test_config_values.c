@@ -1176,6 +1176,18 @@ static void test_data_types(void)
     }
 }
 
+/* "bf16": null is DeepSpeed's None: the legacy bfloat16 section is read then. */
+static void test_bf16_null(void)
+{
+    zcfg c;
+    if (parse_ok("{\"train_micro_batch_size_per_gpu\": 1, " OPT "\"bf16\": null, "
+                 "\"bfloat16\": {\"enabled\": true}}", 1, &c, 0, __LINE__))
+        EQ_I(c.dtype, ZINC_DTYPE_BF16);
+    if (parse_ok("{\"train_micro_batch_size_per_gpu\": 1, " OPT "\"bf16\": null}", 1, &c, 0,
+                 __LINE__))
+        EQ_I(c.dtype, ZINC_DTYPE_FP32);
+}
+
 int main(void)
 {
     test_offload();
@@ -1191,6 +1203,7 @@ int main(void)
     test_bool_numbers();
     test_torch_adam();
     test_data_types();
+    test_bf16_null();
     test_one_cycle_second_half();
     test_overrides();
     test_hash();
