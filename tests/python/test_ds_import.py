@@ -113,9 +113,9 @@ def load(name, stage, root=None):
     other_schedule = [str(w.message) for w in caught
                       if "DeepSpeed's run had the scheduler" in str(w.message)]
     tag = f"{name} at zinc stage {stage}, {world} rank(s)"
+    before = want.get("steps_before", 3)    # 0: saved before Adam's first step (no state)
     check(f"{tag}: loaded the tag `latest` (or `latest_universal`) names",
-          os.path.basename(path).startswith(
-        "global_step3"), path)
+          os.path.basename(path).startswith(f"global_step{before}"), path)
     for key, get in (("master", safe_get_full_fp32_param),
                      ("exp_avg", lambda p: safe_get_full_optimizer_state(p, "exp_avg")),
                      ("exp_avg_sq", lambda p: safe_get_full_optimizer_state(p, "exp_avg_sq"))):
@@ -155,7 +155,7 @@ def load(name, stage, root=None):
               "the continuation below cannot match (docs/deepspeed-checkpoints.md)")
         # ... but the counters go on as DeepSpeed's, one per step (global_steps jumped from 3
         # to 5 at the first step: it was recomputed from Adam's count)
-        train(engine, model, want, world, want["data"][3:])
+        train(engine, model, want, world, want["data"][before:])
         check(f"{tag}: global_steps after 3 more steps is DeepSpeed's count + 3",
               engine.global_steps == want["global_steps"] + 3, f"{engine.global_steps}")
         return 0
@@ -164,7 +164,7 @@ def load(name, stage, root=None):
               "the 3 steps after the load are not run (docs/deepspeed-checkpoints.md)")
         return 0
     # The 3 steps DeepSpeed trained after its save, on the same global batches.
-    train(engine, model, want, world, want["data"][3:])
+    train(engine, model, want, world, want["data"][before:before + 3])
     tol = {"fp32": 1e-6, "fp16": 2.0 ** -11}.get(want["dtype"], 2.0 ** -8)
     got = {n: safe_get_full_fp32_param(p).float().flatten() for n, p in model.named_parameters()
            if p.requires_grad}

@@ -174,11 +174,24 @@ def _check_model_states(path, sd):
 
 
 def _check_adam(path, state):
-    """state: one torch optimizer state entry; refuses another optimizer's by its keys."""
+    """state: one torch optimizer state entry; refuses another optimizer's by its keys. An
+    empty entry is Adam's before its first step (see _moments)."""
+    if not state:
+        return
     other = sorted(set(state) - _ADAM_STATE)
     if other or "exp_avg" not in state or "exp_avg_sq" not in state:
         _refuse(path, f"optimizer state with keys {sorted(state)}: not Adam's "
                 "(exp_avg, exp_avg_sq, step)")
+
+
+def _moments(path, state, numel):
+    """exp_avg and exp_avg_sq of one state entry, fp32 and flat. Adam makes its state at its
+    first step, so a checkpoint saved before one (or with every fp16 step so far skipped) holds
+    none: the moments are zeros of numel elements then, as DeepSpeed's reload of it has."""
+    _check_adam(path, state)
+    if not state:
+        return torch.zeros(numel), torch.zeros(numel)
+    return state["exp_avg"].float().flatten(), state["exp_avg_sq"].float().flatten()
 
 
 def _dtype_of(cfg):
@@ -266,12 +279,14 @@ def _flat_groups(ds, files, per_rank, param_shapes):
             cat[key].append([])
         for f, osd in zip(files, per_rank):
             base = osd["base_optimizer_state"]
-            st = base["state"][g] if isinstance(base, dict) else base[g]
-            _check_adam(f, st)
+            st = (base["state"].get(g, {}) if isinstance(base, dict)
+                  else base[g] if g < len(base) else {})
             steps.append((f"group {g} of {os.path.basename(f)}", st))
-            cat["fp32"][g].append(osd["single_partition_of_fp32_groups"][g].float())
-            cat["m"][g].append(st["exp_avg"].float())
-            cat["v"][g].append(st["exp_avg_sq"].float())
+            fp32 = osd["single_partition_of_fp32_groups"][g].float()
+            m, v = _moments(f, st, fp32.numel())
+            cat["fp32"][g].append(fp32)
+            cat["m"][g].append(m)
+            cat["v"][g].append(v)
         _take(param_shapes[g], torch.cat(cat["fp32"][g]), torch.cat(cat["m"][g]),
               torch.cat(cat["v"][g]), (ds.master, ds.exp_avg, ds.exp_avg_sq),
               paddings[g] if paddings else None, files[0])
@@ -288,13 +303,16 @@ def _stage3(ds, files, per_rank, param_shapes):
     steps = []
     for f, osd in zip(files, per_rank):
         inner = osd["optimizer_state_dict"]["state"]
-        keys = sorted(inner)
-        for k in keys:
-            _check_adam(f, inner[k])
-            steps.append((f"group {k} of {os.path.basename(f)}", inner[k]))
-        flats["fp32"].append(torch.cat([t.float() for t in osd["fp32_flat_groups"]]))
-        flats["m"].append(torch.cat([inner[k]["exp_avg"].float() for k in keys]))
-        flats["v"].append(torch.cat([inner[k]["exp_avg_sq"].float() for k in keys]))
+        groups = osd["fp32_flat_groups"]
+        if set(inner) - set(range(len(groups))):
+            _refuse(f, f"optimizer state for sub-groups {sorted(inner)}, fp32_flat_groups has "
+                    f"{len(groups)}")
+        # (a sub-group without state: Adam has not stepped yet; zeros, _moments)
+        moments = [_moments(f, inner.get(k, {}), t.numel()) for k, t in enumerate(groups)]
+        steps.extend((f"group {k} of {os.path.basename(f)}", inner[k]) for k in sorted(inner))
+        flats["fp32"].append(torch.cat([t.float() for t in groups]))
+        flats["m"].append(torch.cat([m for m, _ in moments]))
+        flats["v"].append(torch.cat([v for _, v in moments]))
     off = 0
     for name, shape in ((n, s) for group in param_shapes for n, s in group.items()):
         numel = math.prod(shape)
@@ -325,26 +343,26 @@ def _stage0(ds, path, opt, module, buffer_names):
     order = [i for g in torch_sd["param_groups"] for i in g["params"]]
     group_of = {i: g for g, grp in enumerate(torch_sd["param_groups"]) for i in grp["params"]}
     state = [torch_sd["state"].get(i, {}) for i in order]
-    for st in state:
-        _check_adam(path, st)
+    if len(order) != len(names):
+        _refuse(path, f"a stage-0 optimizer over {len(order)} of the module's "
+                f"{len(names)} parameters (frozen parameters at stage 0 are not carried: "
+                "DeepSpeed keeps no parameter names there)")
+    # (a parameter without state: Adam has not stepped yet; zeros, _moments)
+    moments = [_moments(path, st, module[n].numel()) for st, n in zip(state, names)]
     if fused:
         # flat per group; split it in module order
         flat = torch.cat([t.float() for t in fp32])
-        m = torch.cat([s["exp_avg"].float().flatten() for s in state])
-        v = torch.cat([s["exp_avg_sq"].float().flatten() for s in state])
+        m = torch.cat([m for m, _ in moments])
+        v = torch.cat([v for _, v in moments])
         shapes = {n: tuple(module[n].shape) for n in names}
         _take(shapes, flat, m, v, (ds.master, ds.exp_avg, ds.exp_avg_sq), None, path)
     else:
-        if len(order) != len(names):
-            _refuse(path, f"a stage-0 optimizer over {len(order)} of the module's "
-                    f"{len(names)} parameters (frozen parameters at stage 0 are not carried: "
-                    "DeepSpeed keeps no parameter names there)")
         for i, n in enumerate(names):
             src = module[n] if fp32 is None else fp32[i]
-            ds.master[n] = src.float().clone().view(tuple(module[n].shape))
-            ds.exp_avg[n] = state[i]["exp_avg"].float().clone().view(tuple(module[n].shape))
-            ds.exp_avg_sq[n] = state[i]["exp_avg_sq"].float().clone().view(
-                tuple(module[n].shape))
+            shape = tuple(module[n].shape)
+            ds.master[n] = src.float().clone().view(shape)
+            ds.exp_avg[n] = moments[i][0].clone().view(shape)
+            ds.exp_avg_sq[n] = moments[i][1].clone().view(shape)
     # DeepSpeed's Adam without torch_adam (FusedAdam) counts a group's steps on the state of
     # the last parameter it stepped, and its kernel takes that count for the whole group; the
     # others keep the count they started with (0). torch's Adam counts on every parameter alike.

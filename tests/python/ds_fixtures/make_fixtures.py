@@ -50,6 +50,16 @@ FROZEN = {"s3_fp32_frozen": ["fc2.weight"]}
 # holds: the conversion changes no value). --inject_missing_state: a model without Megatron's
 # universal_checkpoint_info (ds_to_universal asks for it otherwise).
 UNIVERSAL = {"u2_fp32": "s2_fp32", "u3_bf16": "s3_bf16"}
+# Saved before the first step (global_step0): Adam has made no state yet, so the optimizer
+# files hold none (zinc's reader crashed on them: a KeyError at stages 1-2, an empty torch.cat
+# at 3, "not Adam's (keys [])" at 0). Also what an fp16 run whose every step overflowed saves.
+for _s in (0, 2, 3):
+    FIXTURES[f"s{_s}_fp32_step0"] = (_s, "fp32")
+
+
+def steps_before(name):
+    """Steps DeepSpeed takes before its save: 3, or 0 for the *_step0 fixtures."""
+    return 0 if name.endswith("_step0") else STEPS_BEFORE
 
 
 def config(stage, dtype, name=""):
@@ -119,6 +129,7 @@ def rank_main(out, stage, dtype):
         config=config(stage, dtype, name))
     data = batches(torch)
     cast = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(dtype[:4], torch.float32)
+    before = steps_before(name)
 
     def step(i):
         x, y = data[i]
@@ -127,9 +138,9 @@ def rank_main(out, stage, dtype):
         engine.backward(loss)
         engine.step()
 
-    for i in range(STEPS_BEFORE):
+    for i in range(before):
         step(i)
-    engine.save_checkpoint(os.path.join(out, "ckpt"), tag=f"global_step{STEPS_BEFORE}",
+    engine.save_checkpoint(os.path.join(out, "ckpt"), tag=f"global_step{before}",
                            client_state={"epoch": 7, "note": "client"})
     names = [n for n, p in model.named_parameters() if p.requires_grad]
     inner = getattr(engine.optimizer, "optimizer", engine.optimizer)
@@ -138,6 +149,11 @@ def rank_main(out, stage, dtype):
         """DeepSpeed's own full fp32 value of p (key None: the master) or of its Adam state;
         at fp32 stage 0 (no ZeRO optimizer, so the accessors give None) the parameter itself
         and torch's optimizer state."""
+        if key is not None and before == 0:
+            # before the first step the optimizer holds no state (checked here; DeepSpeed's
+            # accessors fail on it), and Adam's moments start at zero
+            assert not inner.state, "a state before the first step"
+            return [0.0] * (p.ds_numel if hasattr(p, "ds_numel") else p.numel())
         v = (safe_get_full_fp32_param(p) if key is None
              else safe_get_full_optimizer_state(p, key))
         if v is None:
@@ -156,7 +172,7 @@ def rank_main(out, stage, dtype):
            "global_steps": engine.global_steps, "global_samples": engine.global_samples,
            "skipped_steps": engine.skipped_steps, "lr": engine.get_lr()[0],
            "loss_scale": float(getattr(engine.optimizer, "cur_scale", 1.0)),
-           "config": config(stage, dtype, name),
+           "config": config(stage, dtype, name), "steps_before": before,
            "data": [[x.tolist(), y.tolist()] for x, y in data],
            "buffers": {n: b.tolist() for n, b in model.named_buffers()},
            "shapes": {}, "master": {}, "exp_avg": {}, "exp_avg_sq": {}, "frozen": {}}
@@ -171,8 +187,9 @@ def rank_main(out, stage, dtype):
         rec["exp_avg_sq"][n] = full(p, "exp_avg_sq")
     # The Adam step count as the optimizer inside DeepSpeed holds it: FusedAdam counts on a
     # group's last parameter only (the others stay 0), torch's Adam on every one alike.
-    rec["adam_step"] = max(int(st["step"]) for st in inner.state.values() if "step" in st)
-    for i in range(STEPS_BEFORE, STEPS_BEFORE + STEPS_AFTER):
+    rec["adam_step"] = max((int(st["step"]) for st in inner.state.values() if "step" in st),
+                           default=0)
+    for i in range(before, before + STEPS_AFTER):
         step(i)
     rec["continued"] = {n: full(p) for n, p in model.named_parameters() if p.requires_grad}
     rec["continued_lr"] = engine.get_lr()[0]
@@ -194,7 +211,7 @@ def rank_main(out, stage, dtype):
             finally:
                 engine.optimizer.loss_scaler.cur_scale = after
         engine.optimizer.unscale_and_clip_grads = unscale_before_update
-        for i in range(STEPS_BEFORE, STEPS_BEFORE + STEPS_AFTER):
+        for i in range(before, before + STEPS_AFTER):
             used["scale"] = engine.optimizer.loss_scaler.cur_scale
             step(i)
         rec["continued_unscale_before_update"] = {n: full(p)
