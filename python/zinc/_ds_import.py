@@ -105,9 +105,11 @@ def _train_state(engine, ds, stacklevel):
     ours = (engine._cfg or {}).get("scheduler")
     if (theirs and engine._client_sched is None and engine.global_rank == 0 and
             _sched_key(theirs) != _sched_key(ours)):
+        now = ("zinc's config says" if ours else
+               "the checkpoint's last lr, held (as DeepSpeed's optimizer would hold it)")
         warnings.warn(f"zinc: {ds.path}: DeepSpeed's run had the scheduler {theirs}, zinc's "
-                      f"config {ours or 'none'}: the lr goes on as zinc's config says (give "
-                      f"the checkpoint's section to continue its schedule)", RuntimeWarning,
+                      f"config {ours or 'none'}: the lr goes on as {now} (give the "
+                      f"checkpoint's section to continue its schedule)", RuntimeWarning,
                       stacklevel=stacklevel + 1)
     return st
 
@@ -132,6 +134,8 @@ def apply_deepspeed(engine, ds, strict, weights_only, stacklevel=2):
     the engine's model, then sets it; (tag folder, client_state). ds is only read.
     stacklevel: the frame a warning names, as warnings.warn's counted from this call."""
     set_trained, set_untrained, set_buffers = _plan(engine, ds, strict)
+    if not weights_only and ds.param_groups:    # (before anything is written)
+        engine._opt._check_count(ds.param_groups, "param groups")
     state = None if weights_only else _train_state(engine, ds, stacklevel)
     engine._torch_then_zinc()       # the writes below replace weights torch may still read
     for pid, n in set_trained.items():
@@ -159,8 +163,25 @@ def apply_deepspeed(engine, ds, strict, weights_only, stacklevel=2):
         engine._lr = lib.zinc_engine_lr(engine._e)
         if engine._client_sched is not None and isinstance(ds.lr_scheduler, dict):
             engine._client_sched.load_state_dict(ds.lr_scheduler)
+        _restore_groups(engine, ds)
         engine._opt._after_step()       # the groups show the next step's lr
     return ds.path, ds.client_state
+
+
+def _restore_groups(engine, ds):
+    """DeepSpeed's load gives its optimizer's param groups the checkpoint's betas, eps, weight
+    decay and lr (torch's load_state_dict): the next step runs on them, whatever the new
+    config says, until a scheduler writes another lr — a client scheduler's first step after
+    the load ran on the fresh optimizer's lr, and a run without a scheduler on the config's
+    instead of the checkpoint's. zinc does the same, as for its own checkpoints
+    (_state_io._load_lr_state): the lr where the groups drive it (a client scheduler, or none
+    in the config); a scheduler in zinc's config sets each step's lr itself."""
+    opt = engine._opt
+    if not ds.param_groups:
+        return
+    opt._restore_adam([[*g["betas"], g["eps"], g["weight_decay"]] for g in ds.param_groups])
+    if opt._taken:
+        opt._restore([g["lr"] for g in ds.param_groups])
 
 
 def is_deepspeed(load_dir, tag):

@@ -578,6 +578,71 @@ def train_state(tmp):
            sc["last_overflow_iter"]) == (5, 1, 1024, 1, 9, 3), f"{es}")
 
 
+class Halving:
+    """A client scheduler that halves the lr after each step and whose state_dict is that of
+    DeepSpeed's schedulers (the fixture's WarmupLR): {"last_batch_iteration": N}."""
+
+    def __init__(self, opt):
+        self.opt, self.last_batch_iteration = opt, -1
+
+    def step(self):
+        self.last_batch_iteration += 1
+        for g in self.opt.param_groups:
+            g["lr"] = g["lr"] / 2
+
+    def state_dict(self):
+        return {"last_batch_iteration": self.last_batch_iteration}
+
+    def load_state_dict(self, sd):
+        self.last_batch_iteration = sd["last_batch_iteration"]
+
+
+def groups():
+    """DeepSpeed's load gives its optimizer's param groups the checkpoint's lr, betas, eps and
+    weight decay (s2_fp32: lr 0.00477 at the save, betas 0.9/0.95, decay 0.01), and its next
+    step runs on them. zinc's run here has other values in its config and a client scheduler
+    (or none): the groups show and the first step applies the checkpoint's (it applied the
+    config's lr 1e-3 and betas: another run than DeepSpeed's). A checkpoint of one group into
+    an optimizer of two is refused before anything is written, as torch's load_state_dict."""
+    want = expected("s2_fp32")
+    from zinc._lib import lib
+    for client in (True, False):
+        torch.manual_seed(1)
+        model = make_fixtures.net(torch)
+        cfg = zinc_config(want, 2, 1)
+        cfg.pop("scheduler")
+        cfg["optimizer"]["params"].update(lr=1e-3, betas=[0.8, 0.99], weight_decay=0.5)
+        opt = sched = None
+        if client:
+            cfg.pop("optimizer")
+            opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.8, 0.99),
+                                    weight_decay=0.5)
+            sched = Halving(opt)
+        engine, *_ = zinc.initialize(model=model, optimizer=opt, lr_scheduler=sched, config=cfg)
+        engine.load_checkpoint(os.path.join(FIXTURES, "s2_fp32", "ckpt"))
+        g = engine.optimizer.param_groups[0]
+        tag = "a client scheduler" if client else "no scheduler"
+        check(f"{tag}: the groups show the checkpoint's lr, betas, weight decay",
+              (engine.get_lr()[0], tuple(g["betas"]), g["weight_decay"]) ==
+              (want["lr"], (0.9, 0.95), 0.01), f"{engine.get_lr()[0]} {g}")
+        train(engine, model, want, 1, want["data"][3:4])
+        check(f"{tag}: the first step after the load applied the checkpoint's lr",
+              lib.zinc_engine_lr(engine._e) == want["lr"], f"{lib.zinc_engine_lr(engine._e)}")
+    torch.manual_seed(1)
+    model = make_fixtures.net(torch)
+    two = [{"params": [model.fc1.weight, model.fc2.weight]},
+           {"params": [p for n, p in model.named_parameters() if n not in
+                       ("fc1.weight", "fc2.weight")], "weight_decay": 0.0}]
+    engine, *_ = zinc.initialize(model=model, model_parameters=two,
+                                 config=zinc_config(want, 2, 1))
+    before = safe_get_full_fp32_param(model.fc1.weight).clone()
+    check_raises("a one-group checkpoint into two groups",
+                 lambda: engine.load_checkpoint(os.path.join(FIXTURES, "s2_fp32", "ckpt")),
+                 ValueError, "param groups")
+    check("... left the weights alone",
+          torch.equal(safe_get_full_fp32_param(model.fc1.weight), before))
+
+
 def main(argv):
     mode = argv[0]
     if mode == "load":
@@ -585,6 +650,8 @@ def main(argv):
     elif mode == "refuse":
         os.makedirs(argv[1], exist_ok=True)
         refuse(argv[1])
+    elif mode == "groups":
+        groups()
     elif mode == "reads":
         shutil.rmtree(argv[1], ignore_errors=True)
         os.makedirs(argv[1])

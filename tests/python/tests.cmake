@@ -221,6 +221,11 @@ add_test(NAME python_ds_import_refused
          COMMAND ${_py} ${_pyt}/test_ds_import.py refuse ${CMAKE_CURRENT_BINARY_DIR}/py_ds_refuse)
 set_tests_properties(python_ds_import_refused PROPERTIES LABELS "python;ckpt" TIMEOUT 120
                      SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
+# The checkpoint's param groups (lr, betas, eps, weight decay) are the optimizer's after the
+# load, as DeepSpeed's load gives them back; another group count is refused.
+add_test(NAME python_ds_import_groups COMMAND ${_py} ${_pyt}/test_ds_import.py groups)
+set_tests_properties(python_ds_import_groups PROPERTIES LABELS "python;ckpt" TIMEOUT 120
+                     SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
 # Every file of a DeepSpeed checkpoint read once, by the reader and by from_deepspeed, which
 # holds one copy of the state at a time.
 add_test(NAME python_ds_read_once

@@ -58,7 +58,9 @@ class DeepSpeedState:
     placeholders at stage 3). buffer_names, frozen: names. client_state: the other keys, as
     DeepSpeed's load_checkpoint returns them. path, tag, kind ("zero-0".."zero-3",
     "bf16-optimizer", "universal"), dtype ("fp32"|"fp16"|"bf16"), world_size (DeepSpeed's data
-    parallel ranks), ds_config, ds_version."""
+    parallel ranks), ds_config, ds_version. param_groups: DeepSpeed's optimizer's param groups,
+    in its order, as [{"lr", "betas", "eps", "weight_decay"}] (what its load gives the
+    optimizer back); empty when the files keep none."""
 
     def __init__(self):
         self.master, self.exp_avg, self.exp_avg_sq = {}, {}, {}
@@ -70,6 +72,7 @@ class DeepSpeedState:
         self.client_state = {}
         self.path = self.tag = self.kind = self.dtype = None
         self.world_size, self.ds_config, self.ds_version = 1, {}, None
+        self.param_groups = []
 
 
 def _refuse(path, what):
@@ -194,6 +197,18 @@ def _moments(path, state, numel):
     return state["exp_avg"].float().flatten(), state["exp_avg_sq"].float().flatten()
 
 
+def _groups_of(torch_sd):
+    """A torch optimizer state_dict's param groups as DeepSpeedState.param_groups ([] when a
+    group lacks one of Adam's values)."""
+    out = []
+    for g in (torch_sd or {}).get("param_groups") or []:
+        if not all(k in g for k in ("lr", "betas", "eps", "weight_decay")):
+            return []
+        out.append({"lr": float(g["lr"]), "betas": tuple(float(b) for b in g["betas"]),
+                    "eps": float(g["eps"]), "weight_decay": float(g["weight_decay"])})
+    return out
+
+
 def _dtype_of(cfg):
     if (cfg.get("bf16") or {}).get("enabled") or (cfg.get("bfloat16") or {}).get("enabled"):
         return "bf16"
@@ -273,6 +288,8 @@ def _flat_groups(ds, files, per_rank, param_shapes):
     if groups != len(param_shapes):
         _refuse(files[0], f"{groups} flat groups, param_shapes has {len(param_shapes)}")
     paddings = first.get("param_alignment_paddings")
+    if isinstance(first["base_optimizer_state"], dict):
+        ds.param_groups = _groups_of(first["base_optimizer_state"])
     cat = {k: [] for k in ("fp32", "m", "v")}
     for g in range(groups):
         for key in cat:
@@ -299,6 +316,7 @@ def _stage3(ds, files, per_rank, param_shapes):
     ranks = len(files)
     first = per_rank[0]
     ds.scaler = _scaler_of(first["loss_scaler"]) if "loss_scaler" in first else None
+    ds.param_groups = _groups_of(first["optimizer_state_dict"])
     flats = {k: [] for k in ("fp32", "m", "v")}
     steps = []
     for f, osd in zip(files, per_rank):
@@ -340,6 +358,7 @@ def _stage0(ds, path, opt, module, buffer_names):
             fp32 = [t for t in opt["fp32_groups_flat"]]
     else:                                           # fp32: torch's optimizer itself
         torch_sd, fp32 = opt, None
+    ds.param_groups = _groups_of(torch_sd)
     order = [i for g in torch_sd["param_groups"] for i in g["params"]]
     group_of = {i: g for g, grp in enumerate(torch_sd["param_groups"]) for i in grp["params"]}
     state = [torch_sd["state"].get(i, {}) for i in order]
@@ -429,6 +448,7 @@ def _universal(ds, tagdir, param_shapes):
     osp = os.path.join(zdir, "optimizer_state.pt")
     if os.path.exists(osp):
         osd = _ds_pickle.load_file(osp)
+        ds.param_groups = _groups_of(osd)
         if "loss_scaler" in osd:
             ds.scaler = _scaler_of(osd["loss_scaler"])
         # A stage-3 source has no step.pt: its step is in rank 0's optimizer state, kept here.
