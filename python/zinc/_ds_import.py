@@ -99,6 +99,18 @@ def _train_state(engine, ds, stacklevel):
                       f"steps, its LR scheduler {int(at) + 1}; zinc keeps one count for both "
                       f"and takes Adam's (the schedule resumes at step {ds.adam_step})",
                       RuntimeWarning, stacklevel=stacklevel + 1)
+    # fp16 at stage 0 keeps Adam's moments in units of gradient / loss scale (engine.py,
+    # _unscaled_loss), at stages 1-3 in gradients: carried across, they continue in the other
+    # units (exact only at a scale of 1).
+    scale = ds.scaler["scale"] if ds.scaler else 1.0
+    if (ds.dtype == "fp16" and engine._code == 1 and scale != 1.0 and engine.global_rank == 0
+            and (ds.kind == "zero-0") != (engine._stage == 0)):
+        warnings.warn(f"zinc: {ds.path}: fp16 at ZeRO stage 0 keeps Adam's moments in units of "
+                      f"the gradient over the loss scale ({scale:g} here), stages 1-3 in "
+                      f"gradients (as DeepSpeed 0.19.8 does); this {ds.kind} checkpoint goes on "
+                      f"at stage {engine._stage} with its moments taken in the other units, "
+                      f"which is not DeepSpeed's continuation (load it at the stage it was "
+                      f"saved at, 0 or not)", RuntimeWarning, stacklevel=stacklevel + 1)
     # The schedule's type and values are zinc's config's, not the checkpoint's: a run switched
     # with another scheduler section went on silently on it (WarmupDecayLR became WarmupLR).
     theirs = (ds.ds_config or {}).get("scheduler")

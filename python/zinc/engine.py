@@ -269,6 +269,14 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
         # config accessors below read it.
         self._read_batch()
         self._code = lib.zinc_engine_dtype(e)
+        # fp16 at ZeRO stage 0: DeepSpeed 0.19.8's engine.backward scales the loss only for a
+        # ZeROOptimizer, and its stage-0 fp16 optimizers (FP16_Optimizer, FP16_UnfusedOptimizer)
+        # are not ones, yet their step divides the gradients by the loss scale: Adam gets the
+        # gradient over the scale (measured in DeepSpeed itself: 127.98x smaller at a static
+        # scale of 128), and its moments are kept in those units. zinc's step divides by the
+        # scale too, so this backward leaves the loss unscaled, as DeepSpeed's (docs/python.md,
+        # "fp16 at ZeRO stage 0").
+        self._unscaled_loss = self._stage == 0 and self._code == 1
         if lib.zinc_engine_rank(e) == 0:
             for line in lib.zinc_config_warnings(e).decode(errors="replace").splitlines():
                 if line.startswith(_MONITORED):   # zinc train's; this front-end writes them
@@ -680,13 +688,16 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
             G.got.clear()
             if not self._resuming:
                 G.done = G.late = False
-        mult = (lib.zinc_loss_multiplier(self._e) if scale_wrt_gas
-                else lib.zinc_engine_loss_scale(self._e))
+        if self._unscaled_loss:      # (see __init__) DeepSpeed's loss / ga, unscaled
+            scaled = loss / self._ga if scale_wrt_gas else loss
+        else:
+            scaled = loss * (lib.zinc_loss_multiplier(self._e) if scale_wrt_gas
+                             else lib.zinc_engine_loss_scale(self._e))
         self._in_backward = True
         if not self._managed and not self._resuming:   # step() counts the micro-batches' samples
             self._unmanaged_backwards += 1
         try:
-            (loss * mult).backward(retain_graph=retain_graph)
+            scaled.backward(retain_graph=retain_graph)
         except BaseException:
             self._interrupted = True
             raise

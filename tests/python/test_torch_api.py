@@ -73,6 +73,7 @@ import tempfile
 import warnings
 
 from _common import Gain, check, check_raises, failures, torch, zinc
+from zinc.utils import safe_get_full_optimizer_state  # noqa: E402
 
 MICRO = 4
 GA = 2
@@ -933,6 +934,41 @@ def check_counters_without_blob(stage, root):
     engine.close()
 
 
+def check_stage0_fp16_units(stage):
+    """fp16 at ZeRO stage 0 as DeepSpeed 0.19.8 runs it: its engine.backward does not scale the
+    loss (it scales only for a ZeROOptimizer, which its stage-0 fp16 optimizers are not), yet
+    their step divides the gradient by the loss scale, so Adam's first exp_avg is
+    (1 - beta1) * g / scale (measured in DeepSpeed: the gradient Adam saw was 127.98x smaller
+    than the true one at a static scale of 128); get_global_grad_norm is the unscaled loss's
+    gradient norm. At stage 1 the loss is scaled and Adam sees g. zinc scaled the loss at
+    stage 0 too: moments in other units than a DeepSpeed checkpoint's (a resume of one went
+    another way) and overflows DeepSpeed does not have."""
+    if stage != 1:          # (runs stages 0 and 1 itself)
+        return
+    x = torch.linspace(-1.0, 1.0, 32).reshape(4, 8)
+    ref = Gain()
+    (ref(x) ** 2).mean().backward()
+    g_true = torch.cat([ref.w.grad, ref.b.grad])
+    for s, divisor in ((0, 128.0), (1, 1.0)):
+        c = {"train_micro_batch_size_per_gpu": 4, "gradient_clipping": 0.0,
+             "fp16": {"enabled": True, "loss_scale": 128},
+             "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+             "zero_optimization": {"stage": s}}
+        model = Gain()
+        engine = zinc.initialize(model=model, config=c)[0]
+        engine.backward((engine(x.half()).float() ** 2).mean())
+        engine.step()
+        m = torch.cat([safe_get_full_optimizer_state(p, "exp_avg").float().flatten()
+                       for p in (model.w, model.b)])
+        ratio = float((0.1 * g_true).norm() / m.norm())
+        check(f"fp16 stage {s}: Adam's exp_avg is 0.1 x the gradient over {divisor:g} "
+              "(DeepSpeed's)", abs(ratio / divisor - 1) < 1e-2, f"ratio {ratio}")
+        norm = engine.get_global_grad_norm()
+        check(f"fp16 stage {s}: get_global_grad_norm is the gradient's norm",
+              abs(norm / float(g_true.norm()) - 1) < 1e-2, f"{norm} vs {float(g_true.norm())}")
+        engine.close()
+
+
 def check_one_cycle_past_one(stage):
     """The config's OneCycle grows beta1 past 1 after its cycle (decay_mom_rate): the step says
     so naming the scheduler's keys (the front-end blamed param_groups, which the script never
@@ -1247,6 +1283,7 @@ def main():
     check_config_error_once(stage)
     check_master_from_16bit(stage)
     check_one_cycle_past_one(stage)
+    check_stage0_fp16_units(stage)
     check_counters_without_blob(stage, root)
     print(f"rank {rank}: {len(failures)} failed", flush=True)
     return 1 if failures else 0
