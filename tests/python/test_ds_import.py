@@ -669,6 +669,21 @@ def convert(name, out, cli):
     """from_deepspeed, then zinc's own readers."""
     want = expected(name)
     shutil.rmtree(out, ignore_errors=True)
+    # A zinc train checkpoint has no param groups for DeepSpeed (no Python record): to_deepspeed
+    # refuses it, writing nothing (it exited 0 with no groups, and DeepSpeed's universal load
+    # then loaded no tensor at stages 1-2 and failed at 3).
+    ztrain, zout = out + "_ztrain", out + "_ztrain_universal"
+    shutil.rmtree(ztrain, ignore_errors=True)
+    shutil.rmtree(zout, ignore_errors=True)
+    r = subprocess.run([cli, "train", "--model", "L1-D16-H2-T16", "--steps", "1", "--ranks", "1",
+                        "--save-dir", ztrain], capture_output=True, text=True)
+    check(f"{name}: zinc train saves", r.returncode == 0, r.stderr[-500:])
+    r = subprocess.run([sys.executable, "-m", "zinc.utils.to_deepspeed", ztrain, zout],
+                       env=dict(os.environ, PYTHONPATH=os.path.join(HERE, "..", "..", "python")),
+                       capture_output=True, text=True)
+    check(f"{name}: to_deepspeed of a zinc train checkpoint refused, nothing written",
+          r.returncode == 1 and "no param groups" in r.stderr and not os.path.exists(zout),
+          f"exit {r.returncode}: {r.stderr[-500:]}")
     # zinc's own tools on the DeepSpeed folder say what it is (they called its tag damaged, exit 1)
     tagdir = [n for n in sorted(os.listdir(os.path.join(FIXTURES, name, "ckpt")))
               if n.startswith("global_step")][0]
@@ -760,6 +775,36 @@ def export(name, work, stage):
     groups = torch.load(os.path.join(un, "t3", "zero", "optimizer_state.pt"))["param_groups"]
     check(f"{name}: ... its lr is the next step's {nxt} (the last step's was {last})",
           nxt != last and all(g["lr"] == nxt for g in groups), f"{[g['lr'] for g in groups]}")
+    export_refused(name, zn, un, env)
+
+
+def export_refused(name, zn, un, env):
+    """What to_deepspeed refuses before writing (exit 1, nothing changed): OUT_DIR the zinc
+    folder itself (its tag was deleted, exit 0), OUT_DIR inside a zinc tag, an OUT_DIR/TAG that
+    is not an earlier export (deleted silently); an earlier export is replaced."""
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "zinc.utils.to_deepspeed", *args], env=env,
+                              capture_output=True, text=True)
+    manifest = os.path.join(zn, "t3", "manifest.json")
+    with open(manifest, "rb") as f:
+        before = f.read()
+    for out, why in ((zn, "is a zinc checkpoint"), (os.path.join(zn, "t3", "ds"), "inside")):
+        r = run(zn, out)
+        with open(manifest, "rb") as f:
+            kept = f.read() == before
+        check(f"{name}: to_deepspeed to {os.path.relpath(out, zn) or '.'} of the input refused "
+              f"({why}), the checkpoint kept", r.returncode == 1 and why in r.stderr and kept and
+              not os.path.exists(os.path.join(zn, "t3", "ds")), r.stderr[-500:])
+    other = os.path.join(un + "_other", "t3")
+    os.makedirs(other)
+    with open(os.path.join(other, "mine.txt"), "w", encoding="utf-8") as f:
+        f.write("mine")
+    r = run(zn, un + "_other")
+    check(f"{name}: an OUT_DIR/TAG that is no export is refused and kept",
+          r.returncode == 1 and "not an earlier export" in r.stderr
+          and os.path.exists(os.path.join(other, "mine.txt")), r.stderr[-500:])
+    r = run(zn, un)
+    check(f"{name}: an earlier export is replaced", r.returncode == 0, r.stderr[-500:])
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

@@ -139,11 +139,56 @@ def _write_tag(tmp, values, step, extra, buffers, frozen, states, record):
         _save(states, os.path.join(tmp, name))
 
 
+def _is_universal(path):
+    """Whether path is a folder this converter (or ds_to_universal) wrote: zero/ and a model
+    states file, nothing of zinc's."""
+    return (os.path.isdir(os.path.join(path, "zero"))
+            and os.path.exists(os.path.join(path, "mp_rank_00_model_states.pt"))
+            and not os.path.exists(os.path.join(path, "manifest.json")))
+
+
+def _check_out(zinc_dir, out_dir, tag):
+    """Refuses, before anything is read or written, an output that would replace what is not
+    an earlier export of this converter: the zinc checkpoint itself (OUT_DIR the input: its tag
+    was deleted and the conversion reported success), a folder inside a zinc tag, or another
+    folder at OUT_DIR/TAG (deleted silently before)."""
+    target = os.path.join(out_dir, tag)
+    here = os.path.realpath(out_dir)
+    while True:
+        if os.path.exists(os.path.join(here, "manifest.json")):
+            raise ValueError(f"{out_dir} is inside the zinc checkpoint tag {here}: give an "
+                             "OUT_DIR outside it")
+        up = os.path.dirname(here)
+        if up == here:
+            break
+        here = up
+    if os.path.exists(os.path.join(target, "manifest.json")):
+        raise ValueError(f"{target} is a zinc checkpoint (the input itself when OUT_DIR is "
+                         f"ZINC_DIR): give another OUT_DIR")
+    if os.path.lexists(target) and not _is_universal(target):
+        raise ValueError(f"{target} exists and is not an earlier export (no zero/ and "
+                         "mp_rank_00_model_states.pt): remove it or give another OUT_DIR")
+
+
+def _warn(msg):
+    print(f"to_deepspeed: warning: {msg}", file=sys.stderr, flush=True)
+
+
 def convert(zinc_dir, out_dir, tag=None):
     """Writes out_dir/<tag> (the zinc tag) as a DeepSpeed universal checkpoint and
-    out_dir/latest_universal; returns the tag."""
+    out_dir/latest_universal; returns the tag. An earlier export of the tag there is replaced;
+    anything else there is refused (ValueError), as is a checkpoint without the record the
+    Python front-end saves (zinc train's, the C API's)."""
     tag, blob = _find_tag(zinc_dir, tag)
+    _check_out(zinc_dir, out_dir, tag)
     record, extra = _saved_module_state(blob)
+    if not record.get("group_adam"):
+        # DeepSpeed's universal load matches its param groups to these: without them it loads
+        # no tensor at stages 1-2 (reporting success) and fails at 3.
+        raise ValueError(f"{os.path.join(zinc_dir, tag)} holds no param groups (lr, betas, "
+                         "eps, weight decay): it was saved by zinc train or the C API, or by "
+                         "an import zinc older than the groups' record; load it with import "
+                         "zinc and save it again, then convert that")
     manifest, values, step = _read_zinc(zinc_dir, tag)
     scalars = set(record.get("scalar_params", []))
     # A 0-d parameter is stored with one element: DeepSpeed's files give it its shape back.
@@ -155,6 +200,16 @@ def convert(zinc_dir, out_dir, tag=None):
         sched = torch.load(io.BytesIO(base64.b64decode(record["lr_scheduler"])))
     else:                                 # DeepSpeed's schedulers: the position alone
         sched = {"last_batch_iteration": step - 1}
+    if frozen:
+        _warn(f"DeepSpeed 0.19.8's universal load does not restore frozen parameters "
+              f"({', '.join(frozen)}): they keep the values the model has; their saved values "
+              f"are in {tag}/zero/<name>/fp32.pt and the model states file")
+    adam = record["group_adam"]
+    if any(g != adam[0] for g in adam[1:]):
+        _warn("the param groups have different betas, eps or weight decay: DeepSpeed 0.19.8's "
+              "universal load at ZeRO stage 3 gives every group the first one's "
+              "(stage3.py, load_hp_checkpoint_state_from_checkpoint_dir_stage3); stages 1-2 "
+              "keep each group's")
     dtype = _TORCH[manifest["dtype"]]
     module = collections.OrderedDict(extra)
     module.update((n, master.to(dtype)) for n, (master, _, _) in values.items())
