@@ -206,6 +206,10 @@ class _AccessorsMixin:
         return float(self._resolved["gradient_clipping"])
 
     def steps_per_print(self):
+        """DeepSpeed 0.19.8's: the config's value, None where it is silent (its default since
+        it stopped printing by default; zinc train's progress lines default to 10 instead)."""
+        if self._cfg.get("steps_per_print") is None:
+            return None
         return int(self._resolved["steps_per_print"])
 
     def wall_clock_breakdown(self):

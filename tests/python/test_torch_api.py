@@ -1083,13 +1083,14 @@ def main():
         except Exception as ex:        # an AttributeError: the name fell through to the model
             check(f"engine.{name}() raises NotImplementedError", False, repr(ex))
     # DeepSpeed's defaults where the config is silent: clipping 1.0 (since 0.19.3),
-    # steps_per_print 10, Adam's betas (0.9, 0.999); the loss scale 1 without fp16.
+    # steps_per_print None (constants.py STEPS_PER_PRINT_DEFAULT; zinc said 10), Adam's betas
+    # (0.9, 0.999); the loss scale 1 without fp16.
     check("config accessors (bf16 config)",
           (engine.bfloat16_enabled(), engine.fp16_enabled(), engine.amp_enabled(),
            engine.gradient_clipping(), engine.steps_per_print(), engine.zero_offload_optimizer(),
            engine.zero_offload_param(), engine.zero_cpu_offload(), engine.get_mom(),
            engine.dp_world_size, opt.cur_scale)
-          == (True, False, False, 1.0, 10, None, None, False, [(0.9, 0.999)], world, 1.0),
+          == (True, False, False, 1.0, None, None, None, False, [(0.9, 0.999)], world, 1.0),
           str((engine.bfloat16_enabled(), engine.fp16_enabled(), engine.gradient_clipping(),
                engine.steps_per_print(), engine.zero_offload_optimizer(), engine.get_mom(),
                engine.dp_world_size, opt.cur_scale)))
