@@ -365,6 +365,7 @@ zinc_status zcfg_parse_text(const char *json, const char *path, const zcfg_overr
             zc_parse_scalars(&x, root, &c);
             parse_batch(&x, root, ov, &c);
             zc_check_precision_stage(&x, &c);
+            zc_check_pairs(&x, root, &c);
             read_hash_member(&x, root, given_hash);
         }
         json_object_put(root);

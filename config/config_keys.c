@@ -62,6 +62,7 @@ static const zkey top_keys[] = {
     {"flops_profiler", ZK_WARN, ZK_IF_ON, "the flops profiler is not implemented (profiling only)"},
     {"memory_breakdown", ZK_WARN, ZK_IF_ON, "memory breakdown logging is not implemented"},
     {"dump_state", ZK_WARN, ZK_IF_ON, "state dumping is not implemented (logging only)"},
+    {"disable_python_gc", ZK_WARN, ZK_IF_ON, "Python's garbage collector is left as it is (speed only)"},
     {"timers", ZK_WARN, ZK_IF_ON, "DeepSpeed's timers are not implemented (logging only)"},
     {"log_level", ZK_WARN, ZK_IF_ON, "zinc's log level is set with ZINC_LOG"},
     {"activation_checkpointing", ZK_WARN, ZK_IF_ON,
@@ -172,6 +173,7 @@ static const zkey adam_params_keys[] = {
     {"set_grad_none", ZK_WARN, ZK_IF_ON, "how gradients are cleared (memory only)"},
     {"amsgrad", ZK_REJECT, ZK_IF_ON, "AMSGrad changes the math and is not implemented"},
     {"maximize", ZK_REJECT, ZK_IF_ON, "maximizing changes the math and is not implemented"},
+    {"fp32_optimizer_states", ZK_OWN, ZK_ALWAYS, NULL}, /* zc_check_pairs */
     {"max_grad_norm", ZK_REJECT, ZK_ALWAYS,
      "DeepSpeed rejects it as an optimizer parameter; use the top-level gradient_clipping"},
 };
@@ -287,6 +289,8 @@ static const zkey zero_keys[] = {
     {"enable_sanity_checks", ZK_WARN, ZK_IF_ON, "DeepSpeed-internal debugging checks"},
     {"save_muon_momentum_buffer_in_memory", ZK_WARN, ZK_IF_ON, "zinc has no Muon optimizer"},
     {"leaf_module", ZK_WARN, ZK_IF_ON, "a PyTorch module detail (no effect in zinc)"},
+    {"parameter_alignment", ZK_WARN, ZK_IF_ON, "padding of DeepSpeed's flat buffers (memory only)"},
+    {"compute_grad_norm", ZK_OWN, ZK_ALWAYS, NULL}, /* zc_check_pairs */
     {"zero_quantized_weights", ZK_REJECT, ZK_IF_ON,
      "ZeRO++ quantized weight communication changes the math and is not implemented"},
     {"zero_quantized_nontrainable_weights", ZK_REJECT, ZK_IF_ON,
@@ -382,6 +386,7 @@ static const zkey data_types_keys[] = {
     {"grad_accum_dtype", ZK_OWN, ZK_ALWAYS, NULL},
     {"param_dtype", ZK_OWN, ZK_ALWAYS, NULL}, /* the working dtype's name only */
     {"buffer_dtype", ZK_REJECT, ZK_IF_ON, "casting module buffers changes the model's math"},
+    {"keep_in_fp32_modules", ZK_OWN, ZK_ALWAYS, NULL}, /* zc_check_pairs */
 };
 ZK_SET(zk_data_types, "data_types", data_types_keys);
 

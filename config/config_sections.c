@@ -639,3 +639,61 @@ void zc_parse_aio(zcctx *x, json_object *root, zcfg *c)
     zc_get_bool(x, o, sec, "single_submit", &c->aio.single_submit);
     zc_get_bool(x, o, sec, "overlap_events", &c->aio.overlap_events);
 }
+
+void zc_check_pairs(zcctx *x, json_object *root, const zcfg *c)
+{
+    json_object *opt = NULL, *params = NULL, *zero = NULL, *dt = NULL, *v;
+    zc_member(root, "optimizer", &opt);
+    if (opt && json_object_is_type(opt, json_type_object)) zc_member(opt, "params", &params);
+    /* engine.py (get_optimizer_configuration) reads fp32_optimizer_states only for its CPU Adam
+     * under offload_optimizer, and not with torch_adam: false there keeps Adam's moments in the
+     * 16-bit dtype, other math; zinc keeps them in fp32. */
+    int fp32_states = 1, torch_adam = 0;
+    if (params && json_object_is_type(params, json_type_object) &&
+        zc_get_bool(x, params, "optimizer.params", "fp32_optimizer_states", &fp32_states) ==
+            V_SET && !fp32_states) {
+        zc_member(params, "torch_adam", &v);
+        torch_adam = v && zk_is_on(v);
+        if (zcfg_offloads_optimizer(c) && !torch_adam)
+            zc_error(x, "optimizer.params.fp32_optimizer_states",
+                     "false is not supported with offload_optimizer: DeepSpeed's CPU Adam then "
+                     "keeps Adam's moments in the 16-bit dtype, which changes the math (zinc "
+                     "keeps them in fp32)");
+        else
+            zc_warn(x, "optimizer.params.fp32_optimizer_states",
+                    "accepted without effect: DeepSpeed reads it only for its CPU Adam under "
+                    "offload_optimizer (not with torch_adam)");
+    }
+    /* zero/config.py: compute_grad_norm false only at stages 1-2; stage_1_and_2.py: only with
+     * gradient_clipping 0. The norm is then not computed: the same update (speed only). */
+    int norm = 1;
+    zc_member(root, "zero_optimization", &zero);
+    if (zero && json_object_is_type(zero, json_type_object) &&
+        zc_get_bool(x, zero, "zero_optimization", "compute_grad_norm", &norm) == V_SET && !norm) {
+        if (c->zero.stage != 1 && c->zero.stage != 2)
+            zc_error(x, "zero_optimization.compute_grad_norm",
+                     "false is supported only at ZeRO stage 1 or 2 (DeepSpeed refuses it at "
+                     "stage %d too)", c->zero.stage);
+        else if (c->gradient_clipping > 0)
+            zc_error(x, "zero_optimization.compute_grad_norm",
+                     "false needs gradient_clipping 0 (DeepSpeed refuses it with clipping; the "
+                     "default clipping is 1.0)");
+        else
+            zc_warn(x, "zero_optimization.compute_grad_norm",
+                    "accepted without effect: zinc computes the norm anyway (speed only)");
+    }
+    /* data_types.keep_in_fp32_modules: "auto" (DeepSpeed's default) or [] keep what zinc does
+     * with no key; a list of names would keep those buffers in fp32, which zinc does not. */
+    zc_member(root, "data_types", &dt);
+    if (dt && json_object_is_type(dt, json_type_object) &&
+        zc_member(dt, "keep_in_fp32_modules", &v)) {
+        int is_auto = v && json_object_is_type(v, json_type_string) &&
+                      !strcmp(json_object_get_string(v), "auto");
+        int empty = v && json_object_is_type(v, json_type_array) &&
+                    json_object_array_length(v) == 0;
+        if (!is_auto && !empty)
+            zc_error(x, "data_types.keep_in_fp32_modules",
+                     "only \"auto\" or [] are supported (got %s): keeping named buffers in fp32 "
+                     "changes the model's math and is not implemented", zc_show(v));
+    }
+}

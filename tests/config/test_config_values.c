@@ -1188,6 +1188,41 @@ static void test_bf16_null(void)
         EQ_I(c.dtype, ZINC_DTYPE_FP32);
 }
 
+/* DeepSpeed 0.19.8 keys zinc called unknown (a config review of 2026-11-29): accepted where
+ * they keep zinc's math (a warning when they would do something zinc does not), refused where
+ * they change it or where DeepSpeed refuses them. */
+static void test_pair_keys(void)
+{
+    zcfg c;
+#define HEAD "{\"train_micro_batch_size_per_gpu\": 1, "
+#define OFF_CPU "\"offload_optimizer\": {\"device\": \"cpu\"}"
+    parse_ok(HEAD "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"fp32_optimizer_states\": "
+             "true}}}", 1, &c, 0, __LINE__);
+    const char *const fp32_states[] = {"optimizer.params.fp32_optimizer_states"};
+    parse_warns(HEAD "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"fp32_optimizer_states\": "
+                "false}}}", 1, &c, fp32_states, 1, __LINE__);
+    parse_fails(HEAD "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"fp32_optimizer_states\": "
+                "false}}, \"zero_optimization\": {\"stage\": 2, " OFF_CPU "}}", 1, &c,
+                "optimizer.params.fp32_optimizer_states", "16-bit", __LINE__);
+    const char *const norm[] = {"zero_optimization.compute_grad_norm"};
+    parse_warns(HEAD OPT "\"gradient_clipping\": 0, \"zero_optimization\": {\"stage\": 2, "
+                "\"compute_grad_norm\": false}}", 1, &c, norm, 1, __LINE__);
+    parse_fails(HEAD OPT "\"gradient_clipping\": 0, \"zero_optimization\": {\"stage\": 3, "
+                "\"compute_grad_norm\": false}}", 1, &c, "zero_optimization.compute_grad_norm",
+                "stage 1 or 2", __LINE__);
+    parse_fails(HEAD OPT "\"zero_optimization\": {\"stage\": 1, \"compute_grad_norm\": false}}",
+                1, &c, "zero_optimization.compute_grad_norm", "gradient_clipping 0", __LINE__);
+    parse_ok(HEAD OPT "\"data_types\": {\"keep_in_fp32_modules\": \"auto\"}}", 1, &c, 0, __LINE__);
+    parse_ok(HEAD OPT "\"data_types\": {\"keep_in_fp32_modules\": []}}", 1, &c, 0, __LINE__);
+    parse_fails(HEAD OPT "\"data_types\": {\"keep_in_fp32_modules\": [\"router\"]}}", 1, &c,
+                "data_types.keep_in_fp32_modules", "router", __LINE__);
+    const char *const two[] = {"disable_python_gc", "zero_optimization.parameter_alignment"};
+    parse_warns(HEAD OPT "\"disable_python_gc\": true, \"zero_optimization\": {\"stage\": 1, "
+                "\"parameter_alignment\": true}}", 1, &c, two, 2, __LINE__);
+#undef HEAD
+#undef OFF_CPU
+}
+
 int main(void)
 {
     test_offload();
@@ -1204,6 +1239,7 @@ int main(void)
     test_torch_adam();
     test_data_types();
     test_bf16_null();
+    test_pair_keys();
     test_one_cycle_second_half();
     test_overrides();
     test_hash();
