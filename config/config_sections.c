@@ -383,10 +383,6 @@ void zc_parse_zero(zcctx *x, json_object *root, zcfg *c)
         zc_warn(x, "zero_optimization.zero_hpz_partition_size",
                 "accepted without effect: ZeRO++ hierarchical partitioning is not implemented "
                 "(memory placement and speed only; same math)");
-    if (zc_get_int(x, o, sec, "mics_shard_size", -1, I64_MAX, &n) == V_SET && n > 0)
-        zc_warn(x, "zero_optimization.mics_shard_size",
-                "accepted without effect: MiCS sharding is not implemented (memory placement and "
-                "speed only; same math)");
 }
 
 /* ---- checkpoint, csv_monitor, zinc -------------------------------------------------------- */
