@@ -678,6 +678,19 @@ void zc_check_pairs(zcctx *x, json_object *root, const zcfg *c)
             zc_warn(x, "zero_optimization.compute_grad_norm",
                     "accepted without effect: zinc computes the norm anyway (speed only)");
     }
+    /* stage_1_and_2.py and stage3.py assert both away where gradients are partitioned by
+     * reduce-scatter (stages 2-3 with reduce_scatter, its default): "not yet supported". */
+    if (c->zero.stage >= 2 && c->zero.reduce_scatter) {
+        if (c->gradient_predivide_factor != 1.0)
+            zc_error(x, "gradient_predivide_factor",
+                     "%g is refused at ZeRO stage %d with reduce_scatter, as DeepSpeed 0.19.8 "
+                     "refuses it (\"not yet supported\"); 1.0 or stage 0-1",
+                     c->gradient_predivide_factor, c->zero.stage);
+        if (c->prescale_gradients)
+            zc_error(x, "prescale_gradients",
+                     "true is refused at ZeRO stage %d with reduce_scatter, as DeepSpeed 0.19.8 "
+                     "refuses it (\"not yet supported\"); false or stage 0-1", c->zero.stage);
+    }
     /* data_types.keep_in_fp32_modules: "auto" (DeepSpeed's default) or [] keep what zinc does
      * with no key; a list of names would keep those buffers in fp32, which zinc does not. */
     zc_member(root, "data_types", &dt);

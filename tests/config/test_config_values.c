@@ -1219,6 +1219,13 @@ static void test_pair_keys(void)
     const char *const two[] = {"disable_python_gc", "zero_optimization.parameter_alignment"};
     parse_warns(HEAD OPT "\"disable_python_gc\": true, \"zero_optimization\": {\"stage\": 1, "
                 "\"parameter_alignment\": true}}", 1, &c, two, 2, __LINE__);
+    /* predivide and prescale: refused where DeepSpeed's reduce-scatter asserts them away */
+    parse_fails(HEAD OPT "\"gradient_predivide_factor\": 2.0, \"zero_optimization\": "
+                "{\"stage\": 2}}", 1, &c, "gradient_predivide_factor", "stage 2", __LINE__);
+    parse_fails(HEAD OPT "\"prescale_gradients\": true, \"zero_optimization\": {\"stage\": 3}}",
+                1, &c, "prescale_gradients", "stage 3", __LINE__);
+    parse_ok(HEAD OPT "\"gradient_predivide_factor\": 2.0, \"prescale_gradients\": true, "
+             "\"zero_optimization\": {\"stage\": 1}}", 1, &c, 0, __LINE__);
 #undef HEAD
 #undef OFF_CPU
 }
