@@ -416,9 +416,13 @@ int zk_is_on(json_object *v)
     return 1;
 }
 
+/* false, or 0 / 0.0, which zc_get_bool reads as false too */
 static int is_off(json_object *v)
 {
-    return json_object_get_type(v) == json_type_boolean && !json_object_get_boolean(v);
+    json_type t = json_object_get_type(v);
+    return (t == json_type_boolean && !json_object_get_boolean(v)) ||
+           (t == json_type_int && json_object_get_int64(v) == 0) ||
+           (t == json_type_double && json_object_get_double(v) == 0.0);
 }
 
 const char *zk_suggest(const char *name, const zkeyset *set)

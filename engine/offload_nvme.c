@@ -619,7 +619,6 @@ zinc_status zoffload_nvme_adam(zinc_engine_t *e, zk_adam_args *a)
     }
     e->phase_s[ZINC_PHASE_COPY] += zeng_lap(&t);
     if (s != ZINC_OK) return s;
-    if (nv->param) param_sums_begin(nv);
     int next = 0;
     for (int c = 0; c < n; c++) {
         for (; next < n && next <= c + nv->ahead; next++)
@@ -649,6 +648,9 @@ zinc_status zoffload_nvme_adam(zinc_engine_t *e, zk_adam_args *a)
             if (c > 0) nv->lost = ZNV_LOST_STEP; /* chunks before it hold the new step */
             return zeng_fail(e, s, "zinc_step: offload: host adam: %s", e->host->err);
         }
+        /* the stream changes from chunk 0's write on: the sums start over there (a step that
+         * failed before it leaves the file, and the sums, as they were) */
+        if (c == 0 && nv->param) param_sums_begin(nv);
         if ((s = issue_write(&r, c)) != ZINC_OK) return s;
         if ((s = zoffload_upload_range(e, lo, hi)) != ZINC_OK) {
             nv->lost = ZNV_LOST_STEP;

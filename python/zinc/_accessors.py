@@ -83,10 +83,10 @@ class _AccessorsMixin:
             return None
         if self._info.skipped:
             return float("inf")
-        if self._unscaled_loss:
-            # fp16 at stage 0: DeepSpeed's is the norm of the unscaled loss's gradient, before
-            # its step divides by the scale; zinc's step reports it divided (by the scale after
-            # the step's update, at stage 0)
+        if self._raw_grad_norm:
+            # fp16 at stage 0 with DeepSpeed's FP16_UnfusedOptimizer (engine.py): the norm of
+            # the unscaled loss's gradient itself; zinc's step reports it divided by the scale
+            # after the step's update (FP16_Optimizer's)
             return float(self._info.grad_norm * self._info.next_loss_scale)
         return float(self._info.grad_norm)
 

@@ -82,7 +82,7 @@ def _plan(engine, ds, strict):
     return set_trained, set_untrained, set_buffers
 
 
-def _train_state(engine, ds, stacklevel):
+def _train_state(engine, ds, stacklevel, converting):
     """The zinc_train_state_t of ds. The schedule's position is Adam's step count (zinc keeps
     one count for both): where DeepSpeed's differ, Adam's wins, with a warning."""
     st = TrainState(applied=ds.adam_step, skipped=ds.skipped_steps, scaler_scale=0.0,
@@ -102,15 +102,19 @@ def _train_state(engine, ds, stacklevel):
     # fp16 at stage 0 keeps Adam's moments in units of gradient / loss scale (engine.py,
     # _unscaled_loss), at stages 1-3 in gradients: carried across, they continue in the other
     # units (exact only at a scale of 1).
-    scale = ds.scaler["scale"] if ds.scaler else 1.0
-    if (ds.dtype == "fp16" and engine._code == 1 and scale != 1.0 and engine.global_rank == 0
-            and (ds.kind == "zero-0") != (engine._stage == 0)):
+    src = ds.scaler["scale"] if ds.scaler else 1.0
+    tgt = src if ds.scaler and engine._code == 1 else lib.zinc_engine_loss_scale(engine._e)
+    src_units = ds.dtype == "fp16" and ds.kind == "zero-0" and src != 1.0
+    tgt_units = engine._unscaled_loss and tgt != 1.0
+    if src_units != tgt_units and not converting and engine.global_rank == 0:
         warnings.warn(f"zinc: {ds.path}: fp16 at ZeRO stage 0 keeps Adam's moments in units of "
-                      f"the gradient over the loss scale ({scale:g} here), stages 1-3 in "
-                      f"gradients (as DeepSpeed 0.19.8 does); this {ds.kind} checkpoint goes on "
-                      f"at stage {engine._stage} with its moments taken in the other units, "
-                      f"which is not DeepSpeed's continuation (load it at the stage it was "
-                      f"saved at, 0 or not)", RuntimeWarning, stacklevel=stacklevel + 1)
+                      f"the gradient over the loss scale, other runs in gradients (as "
+                      f"DeepSpeed 0.19.8 does); this {ds.dtype} {ds.kind} checkpoint (scale "
+                      f"{src:g}) goes on as {'fp16' if engine._code == 1 else 'not fp16'} at "
+                      f"stage {engine._stage} (scale {tgt:g}) with its moments taken in the "
+                      f"other units, which is not DeepSpeed's continuation (load it as it was "
+                      f"saved: fp16 at stage 0, or not)", RuntimeWarning,
+                      stacklevel=stacklevel + 1)
     # The schedule's type and values are zinc's config's, not the checkpoint's: a run switched
     # with another scheduler section went on silently on it (WarmupDecayLR became WarmupLR).
     theirs = (ds.ds_config or {}).get("scheduler")
@@ -137,18 +141,29 @@ def load_deepspeed(engine, load_dir, tag, strict, weights_only):
     """engine.load_checkpoint of the DeepSpeed checkpoint load_dir/tag: (tag folder,
     client_state). weights_only (load_module_only): the weights and buffers alone, the Adam
     state, counters and loss scaler kept as they are."""
-    return apply_deepspeed(engine, read_deepspeed_checkpoint(load_dir, tag), strict,
+    # the engine's trained parameters in the order a DeepSpeed optimizer over the same
+    # model_parameters (or client optimizer) holds them: a stage-0 checkpoint's only names
+    name_of = {id(p): n for n, p in engine.module.named_parameters() if p.requires_grad}
+    client = engine._opt._client
+    seq = ([p for g in client.param_groups for p in g["params"]] if client is not None
+           else engine._pgs.order or list(engine.module.parameters()))
+    order = [name_of[id(p)] for p in seq if id(p) in name_of]
+    return apply_deepspeed(engine, read_deepspeed_checkpoint(load_dir, tag, order), strict,
                            weights_only, stacklevel=4)
 
 
-def apply_deepspeed(engine, ds, strict, weights_only, stacklevel=2):
+def apply_deepspeed(engine, ds, strict, weights_only, stacklevel=2, converting=False):
     """load_deepspeed of a checkpoint already read (ds: a DeepSpeedState): checks it against
     the engine's model, then sets it; (tag folder, client_state). ds is only read.
-    stacklevel: the frame a warning names, as warnings.warn's counted from this call."""
+    stacklevel: the frame a warning names, as warnings.warn's counted from this call.
+    converting: from_deepspeed's engine, which continues nothing (no word of units) and has
+    DeepSpeed's groups where the files say them (else one: the groups are then not set)."""
     set_trained, set_untrained, set_buffers = _plan(engine, ds, strict)
-    if not weights_only and ds.param_groups:    # (before anything is written)
+    groups = ds.param_groups and not (converting and
+                                      len(ds.param_groups) != len(engine._opt._sources))
+    if not weights_only and groups:    # (before anything is written)
         engine._opt._check_count(ds.param_groups, "param groups")
-    state = None if weights_only else _train_state(engine, ds, stacklevel)
+    state = None if weights_only else _train_state(engine, ds, stacklevel, converting)
     engine._torch_then_zinc()       # the writes below replace weights torch may still read
     for pid, n in set_trained.items():
         values = [ds.master[n]] if weights_only else [ds.master[n], ds.exp_avg[n],
@@ -175,7 +190,8 @@ def apply_deepspeed(engine, ds, strict, weights_only, stacklevel=2):
         engine._lr = lib.zinc_engine_lr(engine._e)
         if engine._client_sched is not None and isinstance(ds.lr_scheduler, dict):
             engine._client_sched.load_state_dict(ds.lr_scheduler)
-        _restore_groups(engine, ds)
+        if groups:
+            _restore_groups(engine, ds)
         engine._opt._after_step()       # the groups show the next step's lr
     return ds.path, ds.client_state
 

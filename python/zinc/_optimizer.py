@@ -76,6 +76,7 @@ class _ParamGroups:
         self.dicts = []      # the param-group dicts, in order (none: tensors were given)
         self.decays = []     # per dict: its weight_decay as a float, or None (the config's)
         self.adam = []       # per dict: its own {"betas": (b1, b2), "eps": e}, those it gives
+        self.order = []      # the parameters given, in their order (a DeepSpeed optimizer's)
 
     def decay(self, i):
         return self.decays[i] if self.decays else None
@@ -104,6 +105,7 @@ def _parameter_groups(model_parameters, cfg, client_scheduler=False):
     for i, item in enumerate(items):
         if isinstance(item, torch.Tensor):
             wanted.add(id(item))
+            out.order.append(item)
             continue
         if not isinstance(item, dict) or "params" not in item:
             raise TypeError(f"zinc.initialize: model_parameters[{i}] is neither a tensor nor a "
@@ -138,6 +140,7 @@ def _parameter_groups(model_parameters, cfg, client_scheduler=False):
                                  f"model_parameters' groups (again in group {i})")
             wanted.add(id(p))
             out.index[id(p)] = i
+            out.order.append(p)
     sched = cfg.get("scheduler") or {}
     opt = cfg.get("optimizer", {}).get("params", {})
     if (not client_scheduler and str(sched.get("type", "")).lower() == "warmupcosinelr" and

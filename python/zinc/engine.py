@@ -8,7 +8,8 @@ How the model and zinc share memory:
   0-2: each `param.data` becomes a view of zinc's working copy (zinc_param_data): no copy per
   step — the step writes the new weights where the model reads them.
 - engine.backward(loss) scales the loss by zinc_loss_multiplier (loss scale / accumulation steps,
-  as DeepSpeed does) and runs autograd. A hook on each parameter's AccumulateGrad node (kept
+  as DeepSpeed does; fp16 at ZeRO stage 0 by 1 / accumulation steps only, as DeepSpeed 0.19.8's
+  does there: _unscaled_loss) and runs autograd. A hook on each parameter's AccumulateGrad node (kept
   alive by the engine, so autograd reuses it) notes when its gradient is accumulated; when a
   group's parameters all have theirs, the group is handed over at once — gradients added into
   zinc's gradient views, `.grad` dropped, zinc_grads_ready — so at stages 2-3 the reduce-scatter
@@ -277,6 +278,15 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
         # scale too, so this backward leaves the loss unscaled, as DeepSpeed's (docs/python.md,
         # "fp16 at ZeRO stage 0").
         self._unscaled_loss = self._stage == 0 and self._code == 1
+        # ... and its get_global_grad_norm: FP16_Optimizer (DeepSpeed's FusedAdam: the config's
+        # Adam without torch_adam, or a client FusedAdam) gives the norm over the scale after
+        # the step's update, as zinc's step reports it at stage 0; FP16_UnfusedOptimizer (a
+        # torch optimizer: torch_adam, or a client torch.optim.Adam/AdamW) the norm itself.
+        from .ops.adam import FusedAdam
+        params = ((self._cfg or {}).get("optimizer") or {}).get("params") or {}
+        unfused = (not isinstance(_client, FusedAdam) if _client is not None
+                   else bool(params.get("torch_adam")))
+        self._raw_grad_norm = self._unscaled_loss and unfused
         if lib.zinc_engine_rank(e) == 0:
             for line in lib.zinc_config_warnings(e).decode(errors="replace").splitlines():
                 if line.startswith(_MONITORED):   # zinc train's; this front-end writes them
@@ -658,7 +668,8 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
 
     def backward(self, loss, retain_graph=False, scale_wrt_gas=True):
         """Scales the loss as DeepSpeed does (by 1/gradient_accumulation_steps unless
-        scale_wrt_gas is False, and by fp16's loss scale) and runs autograd; each group is
+        scale_wrt_gas is False, and by fp16's loss scale except at ZeRO stage 0, where
+        DeepSpeed 0.19.8 does not: _unscaled_loss) and runs autograd; each group is
         handed to zinc (zinc_grads_ready) as soon as all its parameters have their gradient,
         the groups that got none after autograd with a zero gradient, last group first.
         Collective at stages 2-3 (every rank must run the same graph). Returns the loss divided

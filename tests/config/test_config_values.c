@@ -1226,6 +1226,10 @@ static void test_pair_keys(void)
                 1, &c, "prescale_gradients", "stage 3", __LINE__);
     parse_ok(HEAD OPT "\"gradient_predivide_factor\": 2.0, \"prescale_gradients\": true, "
              "\"zero_optimization\": {\"stage\": 1}}", 1, &c, 0, __LINE__);
+    /* 0 is off for the keys that warn when off, as it is false for zc_get_bool */
+    const char *const mel[] = {"zero_optimization.memory_efficient_linear"};
+    parse_warns(HEAD OPT "\"zero_optimization\": {\"stage\": 1, \"memory_efficient_linear\": 0}}",
+                1, &c, mel, 1, __LINE__);
 #undef HEAD
 #undef OFF_CPU
 }

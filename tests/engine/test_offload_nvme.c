@@ -430,8 +430,9 @@ static void test_changed_file(int checked)
 
 /* offload_param "nvme": the 16-bit stream changed between two steps fails the gather that reads
  * it back (the forward trained on what the disk left), ZINC_ERR_CORRUPT naming the group and the
- * file; chunks of 1024 elements cut through the toy's groups, so a group's checksum is formed
- * from pieces of several chunks. Parameters set from outside and a checkpoint load rewrite it
+ * file. Chunks are 2048 elements here (sub_group_size 1024 rounded up to whole 4096-byte blocks
+ * of bf16) and cut through the toy's groups: the change lands in a group that chunks 0-2 hold,
+ * whose checksum is formed from pieces of the three. Parameters set from outside and a checkpoint load rewrite it
  * unchecked, and are not taken for a change. */
 static void test_changed_params(int checked)
 {
@@ -464,9 +465,9 @@ static void test_changed_params(int checked)
     scratch_path(path, sizeof path);
     FILE *f = fopen(path, "r+b");
     ZT_CHECK(f != NULL, "opening the scratch file '%s'", path);
-    if (f) { /* 16 bytes past the first chunk's end: inside a group that two chunks hold */
+    if (f) { /* element 2080: chunk 1, inside the group [1536, 5664) that chunks 0-2 hold */
         static const unsigned char junk[16] = {0xff, 0x7f, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13};
-        fseek(f, (long)(12 * spad + 1024 * 2 + 64), SEEK_SET);
+        fseek(f, (long)(12 * spad + 2080 * 2), SEEK_SET);
         fwrite(junk, 1, sizeof junk, f);
         fclose(f);
     }

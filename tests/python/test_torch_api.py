@@ -949,10 +949,15 @@ def check_stage0_fp16_units(stage):
     ref = Gain()
     (ref(x) ** 2).mean().backward()
     g_true = torch.cat([ref.w.grad, ref.b.grad])
-    for s, divisor in ((0, 128.0), (1, 1.0)):
+    # get_global_grad_norm at stage 0 as DeepSpeed's two fp16 optimizers give it: the config's
+    # AdamW is its FusedAdam under FP16_Optimizer (the norm over the scale), torch_adam a torch
+    # AdamW under FP16_UnfusedOptimizer (the norm itself); at stage 1 the norm
+    for s, divisor, torch_adam, norm_div in ((0, 128.0, False, 128.0), (0, 128.0, True, 1.0),
+                                             (1, 1.0, False, 1.0)):
         c = {"train_micro_batch_size_per_gpu": 4, "gradient_clipping": 0.0,
              "fp16": {"enabled": True, "loss_scale": 128},
-             "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+             "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "torch_adam": torch_adam,
+                                                        "weight_decay": 0.0}},
              "zero_optimization": {"stage": s}}
         model = Gain()
         engine = zinc.initialize(model=model, config=c)[0]
@@ -961,11 +966,12 @@ def check_stage0_fp16_units(stage):
         m = torch.cat([safe_get_full_optimizer_state(p, "exp_avg").float().flatten()
                        for p in (model.w, model.b)])
         ratio = float((0.1 * g_true).norm() / m.norm())
-        check(f"fp16 stage {s}: Adam's exp_avg is 0.1 x the gradient over {divisor:g} "
-              "(DeepSpeed's)", abs(ratio / divisor - 1) < 1e-2, f"ratio {ratio}")
+        check(f"fp16 stage {s}, torch_adam {torch_adam}: Adam's exp_avg is 0.1 x the gradient "
+              f"over {divisor:g} (DeepSpeed's)", abs(ratio / divisor - 1) < 1e-2, f"ratio {ratio}")
         norm = engine.get_global_grad_norm()
-        check(f"fp16 stage {s}: get_global_grad_norm is the gradient's norm",
-              abs(norm / float(g_true.norm()) - 1) < 1e-2, f"{norm} vs {float(g_true.norm())}")
+        want = float(g_true.norm()) / norm_div
+        check(f"fp16 stage {s}, torch_adam {torch_adam}: get_global_grad_norm is the gradient's "
+              f"norm over {norm_div:g}", abs(norm / want - 1) < 1e-2, f"{norm} vs {want}")
         engine.close()
 
 

@@ -190,7 +190,7 @@ set_tests_properties(python_torch_cuda_on_cpu PROPERTIES LABELS python TIMEOUT 3
 foreach(_c "s0_fp32;3" "s0_bf16;2" "s1_fp32;2" "s1_bf16;0" "s1_bf16_fp32acc;3" "s2_fp32;3"
            "s2_bf16;1" "s3_fp32;1" "s3_bf16;2" "u2_fp32;0" "u3_bf16;3" "s2_fp16;3"
            "s0_fp32_fused;3" "s3_fp32_frozen;1" "s0_fp32_step0;2" "s2_fp32_step0;3"
-           "s3_fp32_step0;1")
+           "s3_fp32_step0;1" "s0_fp32_groups;2" "s2_fp32_groups;3")
   list(GET _c 0 _f)
   list(GET _c 1 _s)
   add_test(NAME python_ds_import_${_f} COMMAND ${_py} ${_pyt}/test_ds_import.py load ${_f} ${_s})
@@ -199,7 +199,7 @@ foreach(_c "s0_fp32;3" "s0_bf16;2" "s1_fp32;2" "s1_bf16;0" "s1_bf16_fp32acc;3" "
 endforeach()
 # python -m zinc.utils.from_deepspeed: the zinc checkpoint it writes passes `zinc ckpt verify`
 # and loads (engine, zero_to_fp32) with DeepSpeed's values.
-foreach(_f s3_bf16 u2_fp32 s3_fp32_frozen)
+foreach(_f s3_bf16 u2_fp32 s3_fp32_frozen s2_fp32_groups)
   add_test(NAME python_ds_convert_${_f}
            COMMAND ${_py} ${_pyt}/test_ds_import.py convert ${_f}
                    ${CMAKE_CURRENT_BINARY_DIR}/py_ds_convert_${_f} $<TARGET_FILE:zinc_cli>)
@@ -208,7 +208,7 @@ foreach(_f s3_bf16 u2_fp32 s3_fp32_frozen)
 endforeach()
 # from_deepspeed then to_deepspeed: the universal checkpoint holds DeepSpeed's values and zinc
 # resumes it to DeepSpeed's later weights.
-foreach(_c "s2_fp32;3" "s3_bf16;0")
+foreach(_c "s2_fp32;3" "s3_bf16;0" "s2_fp32_groups;1")
   list(GET _c 0 _f)
   list(GET _c 1 _s)
   add_test(NAME python_ds_export_${_f}

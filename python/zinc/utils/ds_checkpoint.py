@@ -60,7 +60,9 @@ class DeepSpeedState:
     "bf16-optimizer", "universal"), dtype ("fp32"|"fp16"|"bf16"), world_size (DeepSpeed's data
     parallel ranks), ds_config, ds_version. param_groups: DeepSpeed's optimizer's param groups,
     in its order, as [{"lr", "betas", "eps", "weight_decay"}] (what its load gives the
-    optimizer back); empty when the files keep none."""
+    optimizer back); empty when the files keep none. group_names: the names of each of those
+    groups' trained parameters, in order, where the files say (stages 0-3; empty for universal
+    checkpoints)."""
 
     def __init__(self):
         self.master, self.exp_avg, self.exp_avg_sq = {}, {}, {}
@@ -73,6 +75,7 @@ class DeepSpeedState:
         self.path = self.tag = self.kind = self.dtype = None
         self.world_size, self.ds_config, self.ds_version = 1, {}, None
         self.param_groups = []
+        self.group_names = []
 
 
 def _refuse(path, what):
@@ -290,6 +293,7 @@ def _flat_groups(ds, files, per_rank, param_shapes):
     paddings = first.get("param_alignment_paddings")
     if isinstance(first["base_optimizer_state"], dict):
         ds.param_groups = _groups_of(first["base_optimizer_state"])
+    ds.group_names = [list(g) for g in param_shapes]
     cat = {k: [] for k in ("fp32", "m", "v")}
     for g in range(groups):
         for key in cat:
@@ -317,6 +321,7 @@ def _stage3(ds, files, per_rank, param_shapes):
     first = per_rank[0]
     ds.scaler = _scaler_of(first["loss_scaler"]) if "loss_scaler" in first else None
     ds.param_groups = _groups_of(first["optimizer_state_dict"])
+    ds.group_names = [list(g) for g in param_shapes]
     flats = {k: [] for k in ("fp32", "m", "v")}
     steps = []
     for f, osd in zip(files, per_rank):
@@ -344,9 +349,13 @@ def _stage3(ds, files, per_rank, param_shapes):
     ds.adam_step = _step_of(files[0], steps)
 
 
-def _stage0(ds, path, opt, module, buffer_names):
-    """Stage 0: the optimizer in the model states file. Its parameters are the module's, in
-    order (DeepSpeed keeps no names at stage 0), so every parameter must be in it."""
+def _stage0(ds, path, opt, module, buffer_names, order):
+    """Stage 0: the optimizer in the model states file. DeepSpeed keeps no names there, only
+    its optimizer's parameters in the order of its param groups, group after group, as its own
+    load rebuilds them: with one group that is the module's order (every parameter must be in
+    it); with several, order — the loading engine's trained parameters in its groups' order —
+    says it, and without one (a converter) the checkpoint is refused: the module's order would
+    give one parameter's Adam state to another."""
     names = [n for n in module if n not in set(buffer_names)]
     fused = "fp32_groups_flat" in opt               # one flat fp32 copy per group
     if "optimizer_state_dict" in opt:              # DeepSpeed's fp16/bf16 optimizer
@@ -359,6 +368,17 @@ def _stage0(ds, path, opt, module, buffer_names):
     else:                                           # fp32: torch's optimizer itself
         torch_sd, fp32 = opt, None
     ds.param_groups = _groups_of(torch_sd)
+    if len(torch_sd["param_groups"]) > 1:
+        if order is None:
+            _refuse(path, f"a stage-0 checkpoint of {len(torch_sd['param_groups'])} param "
+                    "groups: DeepSpeed keeps no parameter names at stage 0, only their order "
+                    "in its groups; load it with engine.load_checkpoint into a model given the "
+                    "same param groups, in the same order (DeepSpeed's own load needs that too)")
+        names = list(order)
+        missing = [n for n in names if n not in module]
+        if missing:
+            _refuse(path, f"the loading engine trains {missing[:3]}, which the module state "
+                    "does not hold")
     order = [i for g in torch_sd["param_groups"] for i in g["params"]]
     group_of = {i: g for g, grp in enumerate(torch_sd["param_groups"]) for i in grp["params"]}
     state = [torch_sd["state"].get(i, {}) for i in order]
@@ -366,8 +386,18 @@ def _stage0(ds, path, opt, module, buffer_names):
         _refuse(path, f"a stage-0 optimizer over {len(order)} of the module's "
                 f"{len(names)} parameters (frozen parameters at stage 0 are not carried: "
                 "DeepSpeed keeps no parameter names there)")
+    for k, (st, n) in enumerate(zip(state, names)):
+        if st and tuple(st.get("exp_avg", torch.empty(0)).shape) != tuple(module[n].shape):
+            _refuse(path, f"DeepSpeed's optimizer parameter {k} has shape "
+                    f"{tuple(st['exp_avg'].shape)}, its place here is {n} of shape "
+                    f"{tuple(module[n].shape)}: the param groups are not DeepSpeed's (give the "
+                    "model the same groups, in the same order)")
     # (a parameter without state: Adam has not stepped yet; zeros, _moments)
     moments = [_moments(path, st, module[n].numel()) for st, n in zip(state, names)]
+    at = 0          # the groups' parameters, group after group
+    for g in torch_sd["param_groups"]:
+        ds.group_names.append(names[at:at + len(g["params"])])
+        at += len(g["params"])
     if fused:
         # flat per group; split it in module order
         flat = torch.cat([t.float() for t in fp32])
@@ -466,10 +496,12 @@ def _universal(ds, tagdir, param_shapes):
         store.update({n: t for n, t in items.items() if n not in store})
 
 
-def read_deepspeed_checkpoint(load_dir, tag=None):
+def read_deepspeed_checkpoint(load_dir, tag=None, order=None):
     """load_dir/tag (tag None: DeepSpeed's `latest`, else `latest_universal`) as a
     DeepSpeedState. Raises DeepSpeedCheckpointError naming the file for what zinc does not
-    carry, FileNotFoundError when there is no DeepSpeed checkpoint."""
+    carry, FileNotFoundError when there is no DeepSpeed checkpoint. order: the loading
+    engine's trained parameter names in its param groups' order (a stage-0 checkpoint of
+    several groups names its parameters by that order only)."""
     found = find_deepspeed_tag(load_dir, tag)
     if found is None:
         raise FileNotFoundError(f"zinc: {os.path.join(load_dir, str(tag or 'latest'))} is not "
@@ -499,13 +531,13 @@ def read_deepspeed_checkpoint(load_dir, tag=None):
         ds.kind = "universal"
         _universal(ds, tagdir, param_shapes)
     else:
-        _native(ds, tagdir, msf, sd, param_shapes)
+        _native(ds, tagdir, msf, sd, param_shapes, order)
     if ds.dtype != "fp16":
         ds.scaler = None
     return ds
 
 
-def _native(ds, tagdir, msf, sd, param_shapes):
+def _native(ds, tagdir, msf, sd, param_shapes, order):
     # bf16 runs name their ZeRO files bf16_zero_pp_rank_* (stages 1-3, and BF16_Optimizer):
     # the layout is told by the content, not the name.
     files = (_rank_files(tagdir, "zero_pp_rank_{}_mp_rank_00_optim_states.pt") or
@@ -538,4 +570,4 @@ def _native(ds, tagdir, msf, sd, param_shapes):
         if not isinstance(opt, dict):
             _refuse(msf, "no optimizer state (saved without it, or a stage-0 checkpoint "
                     "of another layout)")
-        _stage0(ds, msf, opt, ds.module, ds.buffer_names)
+        _stage0(ds, msf, opt, ds.module, ds.buffer_names, order)

@@ -83,12 +83,19 @@ def convert(ds_dir, zinc_dir, tag=None):
     from .._ds_import import apply_deepspeed
     ds = read_deepspeed_checkpoint(ds_dir, tag)
     model = _module_from_names(ds)
-    engine, *_ = initialize(model=model, model_parameters=[p for p in model.parameters()
-                                                           if p.requires_grad],
-                            config=_config(ds), dist_init_required=False)
+    params = dict(model.named_parameters())
+    trained = [p for p in model.parameters() if p.requires_grad]
+    # DeepSpeed's param groups where the files name their parameters (a decay and a no-decay
+    # group keep their own weight decay and lr; to_deepspeed writes them back), else one
+    groups = trained
+    if (ds.group_names and len(ds.group_names) == len(ds.param_groups) > 1
+            and all(n in params for names in ds.group_names for n in names)):
+        groups = [{"params": [params[n] for n in names]} for names in ds.group_names]
+    engine, *_ = initialize(model=model, model_parameters=groups, config=_config(ds),
+                            dist_init_required=False)
     # The state read above, applied as engine.load_checkpoint(ds_dir) would apply it (strict,
     # everything): the folder is read once and held once.
-    apply_deepspeed(engine, ds, strict=True, weights_only=False)
+    apply_deepspeed(engine, ds, strict=True, weights_only=False, converting=True)
     engine.save_checkpoint(zinc_dir, tag=ds.tag, client_state=ds.client_state)
     return ds.tag
 

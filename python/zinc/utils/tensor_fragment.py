@@ -13,7 +13,8 @@ deepspeed/utils/tensor_fragment.py), which take a model parameter alone:
 - safe_get_full_grad(param) / safe_set_full_grad(param, value): the gradient the next
   engine.step() will use, fp32 and whole (zinc_param_grad_get, collective; zinc_param_grad_set):
   after engine.backward() and before engine.step(), the sum of this step's micro-batches so far
-  averaged over the ranks, in the units backward left it — times the fp16 loss scale and
+  averaged over the ranks, in the units backward left it — times the fp16 loss scale (not at
+  ZeRO stage 0, whose backward leaves the loss unscaled, as DeepSpeed 0.19.8's) and
   divided by gradient_accumulation_steps, as DeepSpeed holds it before its step unscales. A
   set value (the same on every rank) replaces it; later backwards of the same step add to it.
   As DeepSpeed's, a parameter whose `.grad` is set (inside no_sync, where zinc has not been

@@ -147,22 +147,33 @@ def _is_universal(path):
             and not os.path.exists(os.path.join(path, "manifest.json")))
 
 
+def _is_zinc_tag(path):
+    """Whether path holds a zinc checkpoint's manifest (its "format" says so; another
+    program's manifest.json is not one)."""
+    try:
+        with open(os.path.join(path, "manifest.json"), "rb") as f:
+            head = f.read(4096)
+    except OSError:
+        return False
+    return b'"zinc-checkpoint"' in head
+
+
 def _check_out(zinc_dir, out_dir, tag):
-    """Refuses, before anything is read or written, an output that would replace what is not
-    an earlier export of this converter: the zinc checkpoint itself (OUT_DIR the input: its tag
+    """Refuses, before anything is written, an output that would replace what is not an
+    earlier export of this converter: the zinc checkpoint itself (OUT_DIR the input: its tag
     was deleted and the conversion reported success), a folder inside a zinc tag, or another
     folder at OUT_DIR/TAG (deleted silently before)."""
     target = os.path.join(out_dir, tag)
     here = os.path.realpath(out_dir)
     while True:
-        if os.path.exists(os.path.join(here, "manifest.json")):
+        if _is_zinc_tag(here):
             raise ValueError(f"{out_dir} is inside the zinc checkpoint tag {here}: give an "
                              "OUT_DIR outside it")
         up = os.path.dirname(here)
         if up == here:
             break
         here = up
-    if os.path.exists(os.path.join(target, "manifest.json")):
+    if _is_zinc_tag(target):
         raise ValueError(f"{target} is a zinc checkpoint (the input itself when OUT_DIR is "
                          f"ZINC_DIR): give another OUT_DIR")
     if os.path.lexists(target) and not _is_universal(target):

@@ -57,6 +57,29 @@ for _s in (0, 2, 3):
     FIXTURES[f"s{_s}_fp32_step0"] = (_s, "fp32")
 
 
+# Two param groups, DeepSpeed's usual decay / no-decay split: the weights decay 0.01, the biases
+# and the LayerNorm none (each group's values come back at a load; from_deepspeed keeps both).
+# At stage 0 DeepSpeed keeps no names: zinc takes the order from the loading engine's groups
+# (from_deepspeed refuses it); at stage 2 the files name each group's parameters, and
+# DeepSpeed's safe_get_full_optimizer_state fails on the second group's slices on 2 ranks
+# ("exp_avg not found in optimizer state fragment"), so only the master is recorded there (the
+# 3 steps after the load check the moments).
+FIXTURES["s0_fp32_groups"] = (0, "fp32")
+FIXTURES["s2_fp32_groups"] = (2, "fp32")
+GROUPS = {n: (["fc1.weight", "fc2.weight"], 0.0) for n in ("s0_fp32_groups", "s2_fp32_groups")}
+
+
+def param_groups(model, name):
+    """model_parameters for initialize: one group, or GROUPS[name]'s two (the named weights
+    with the config's decay, the rest with the given one)."""
+    trained = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    if name not in GROUPS:
+        return [p for _, p in trained]
+    first, decay = GROUPS[name]
+    return [{"params": [p for n, p in trained if n in first]},
+            {"params": [p for n, p in trained if n not in first], "weight_decay": decay}]
+
+
 def steps_before(name):
     """Steps DeepSpeed takes before its save: 3, or 0 for the *_step0 fixtures."""
     return 0 if name.endswith("_step0") else STEPS_BEFORE
@@ -125,7 +148,7 @@ def rank_main(out, stage, dtype):
     for n, p in model.named_parameters():
         p.requires_grad_(n not in frozen)
     engine, _, _, _ = deepspeed.initialize(
-        model=model, model_parameters=[p for p in model.parameters() if p.requires_grad],
+        model=model, model_parameters=param_groups(model, name),
         config=config(stage, dtype, name))
     data = batches(torch)
     cast = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(dtype[:4], torch.float32)
@@ -173,6 +196,7 @@ def rank_main(out, stage, dtype):
            "skipped_steps": engine.skipped_steps, "lr": engine.get_lr()[0],
            "loss_scale": float(getattr(engine.optimizer, "cur_scale", 1.0)),
            "config": config(stage, dtype, name), "steps_before": before,
+           "groups": GROUPS.get(name),
            "data": [[x.tolist(), y.tolist()] for x, y in data],
            "buffers": {n: b.tolist() for n, b in model.named_buffers()},
            "shapes": {}, "master": {}, "exp_avg": {}, "exp_avg_sq": {}, "frozen": {}}
@@ -183,6 +207,8 @@ def rank_main(out, stage, dtype):
                 rec["frozen"][n] = p.detach().float().flatten().tolist()
             continue
         rec["master"][n] = full(p)
+        if name in GROUPS and stage > 0:
+            continue
         rec["exp_avg"][n] = full(p, "exp_avg")
         rec["exp_avg_sq"][n] = full(p, "exp_avg_sq")
     # The Adam step count as the optimizer inside DeepSpeed holds it: FusedAdam counts on a
@@ -217,6 +243,8 @@ def rank_main(out, stage, dtype):
         rec["continued_unscale_before_update"] = {n: full(p)
                                                   for n, p in model.named_parameters()}
     assert len(names) == len(rec["master"])
+    if name in GROUPS:
+        rec["moments_unrecorded"] = stage > 0
     if rank == 0:
         with open(os.path.join(out, "expected.json"), "w") as f:
             json.dump(rec, f)
