@@ -373,119 +373,81 @@ static void scratch_path(char *path, size_t n)
     if (d) closedir(d);
 }
 
-/* The file changed under the engine between two steps (a bad disk, another process): the
- * next step's read of that chunk fails its checksum, ZINC_ERR_CORRUPT naming the file, instead
- * of training on (it trained into NaN with every later step skipped). Writes outside the step
- * (zinc_param_set) are not taken for a change. */
-static void test_changed_file(int checked)
+/* Two steps, zinc_param_set of parameter `param` (a write outside the step, read back
+ * unchecked, not taken for a change) and a step, then 16 bytes at `at` of the scratch file's
+ * master stream (param_stream 0) or 16-bit stream (1) overwritten: the next micro-step and
+ * step must fail with ZINC_ERR_CORRUPT naming `want` and the file, and every later step say the
+ * state was lost — unless zinc.nvme_checksum is false (`checked` 0), when nothing is looked at. */
+static void changed_file(toy_run r, int param, int param_stream, long at, const char *want,
+                         int checked, const char *label)
 {
-    toy_run r = {.world = 1, .stage = 1, .accum = 1, .dtype = ZINC_DTYPE_BF16, .clip = 1.0,
-                 .zinc_json = checked ? NULL : "\"nvme_checksum\": false, "};
-    char zero[1536];
-    snprintf(zero, sizeof zero, "%s\"sub_group_size\": 1024, ", nvme_json(NULL));
-    r.zero_json = zero;
+    r.zinc_json = checked ? NULL : "\"nvme_checksum\": false, ";
     int np = 0;
-    zinc_engine_t *e = toy_engine_checked(&r, &np, "nvme, changed file");
-    if (!e) return;
-    zinc_step_info_t info;
-    uint64_t rd, wr;
-    zinc_status s = ZINC_OK;
-    for (int step = 0; step < 2 && s == ZINC_OK; step++) s = nvme_step(e, step, np, 0, &info, &rd, &wr);
-    ZT_CHECK(s == ZINC_OK, "steps before the change: %s", zinc_last_error(e));
-    /* a parameter written from outside: the step after it reads that chunk unchecked */
-    float *v = malloc((size_t)zinc_param_numel(e, 0) * sizeof *v);
-    ZT_OK(zinc_param_get(e, 0, v));
-    v[0] += 0.5f;
-    ZT_OK(zinc_param_set(e, 0, v));
-    free(v);
-    s = nvme_step(e, 2, np, 0, &info, &rd, &wr);
-    ZT_CHECK(s == ZINC_OK, "the step after zinc_param_set: %s", zinc_last_error(e));
-    /* 16 bytes of the master's second chunk overwritten in the file */
-    char path[600];
-    scratch_path(path, sizeof path);
-    FILE *f = fopen(path, "r+b");
-    ZT_CHECK(f != NULL, "opening the scratch file '%s'", path);
-    if (f) {
-        static const unsigned char junk[16] = {0xff, 0x7f, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13};
-        fseek(f, 1024 * 4 + 64, SEEK_SET);
-        fwrite(junk, 1, sizeof junk, f);
-        fclose(f);
-    }
-    s = nvme_step(e, 3, np, 0, &info, &rd, &wr);
-    const char *msg = zinc_last_error(e);
-    if (!checked) { /* zinc.nvme_checksum false: not looked at */
-        ZT_CHECK(s == ZINC_OK, "unchecked: the step after the change failed: %s", msg);
-        zinc_engine_destroy(e);
-        return;
-    }
-    ZT_CHECK(s == ZINC_ERR_CORRUPT && strstr(msg, "checksum") && strstr(msg, "chunk 1 ") &&
-                 strstr(msg, path) && strstr(msg, "last checkpoint"),
-             "the step after the file changed: %s (%s)", zinc_status_string(s), msg);
-    s = nvme_step(e, 4, np, 0, &info, &rd, &wr);
-    ZT_CHECK(s != ZINC_OK && strstr(zinc_last_error(e), "lost"), "the step after: %s (%s)",
-             zinc_status_string(s), zinc_last_error(e));
-    zinc_engine_destroy(e);
-    ZT_CHECK(nvme_files() == 0, "%d scratch file(s) left", nvme_files());
-}
-
-/* offload_param "nvme": the 16-bit stream changed between two steps fails the gather that reads
- * it back (the forward trained on what the disk left), ZINC_ERR_CORRUPT naming the group and the
- * file. Chunks are 2048 elements here (sub_group_size 1024 rounded up to whole 4096-byte blocks
- * of bf16) and cut through the toy's groups: the change lands in a group that chunks 0-2 hold,
- * whose checksum is formed from pieces of the three. Parameters set from outside and a checkpoint load rewrite it
- * unchecked, and are not taken for a change. */
-static void test_changed_params(int checked)
-{
-    toy_run r = {.world = 1, .stage = 3, .accum = 1, .dtype = ZINC_DTYPE_BF16, .clip = 1.0,
-                 .persist_threshold = -1,
-                 .zinc_json = checked ? NULL : "\"nvme_checksum\": false, "};
-    char zero[1536];
-    snprintf(zero, sizeof zero, "%s\"sub_group_size\": 1024, \"offload_param\": {\"device\": "
-             "\"nvme\"}, ", nvme_json(NULL));
-    r.zero_json = zero;
-    int np = 0;
-    zinc_engine_t *e = toy_engine_checked(&r, &np, "nvme params, changed file");
+    zinc_engine_t *e = toy_engine_checked(&r, &np, label);
     if (!e) return;
     zinc_step_info_t info;
     uint64_t rd, wr, file = 0;
     zinc_status s = ZINC_OK;
     for (int step = 0; step < 2 && s == ZINC_OK; step++) s = nvme_step(e, step, np, 0, &info, &rd, &wr);
-    ZT_CHECK(s == ZINC_OK, "steps before the change: %s", zinc_last_error(e));
-    float *v = malloc((size_t)zinc_param_numel(e, 1) * sizeof *v);
-    ZT_OK(zinc_param_get(e, 1, v));
+    ZT_CHECK(s == ZINC_OK, "%s: steps before the change: %s", label, zinc_last_error(e));
+    float *v = malloc((size_t)zinc_param_numel(e, param) * sizeof *v);
+    ZT_OK(zinc_param_get(e, param, v));
     v[0] += 0.5f;
-    ZT_OK(zinc_param_set(e, 1, v));
+    ZT_OK(zinc_param_set(e, param, v));
     free(v);
     s = nvme_step(e, 2, np, 0, &info, &rd, &wr);
-    ZT_CHECK(s == ZINC_OK, "the step after zinc_param_set: %s", zinc_last_error(e));
-    /* the file: master, m, v, then the 16-bit stream, each spad elements (2 bytes in bf16) */
+    ZT_CHECK(s == ZINC_OK, "%s: the step after zinc_param_set: %s", label, zinc_last_error(e));
+    /* the file: master, m, v, then (offload_param) the 16-bit stream, spad elements each */
     zinc_nvme_bytes(e, &file, NULL, NULL);
-    uint64_t spad = file / 14;
+    long start = param_stream ? (long)(file / 14 * 12) : 0;
     char path[600];
     scratch_path(path, sizeof path);
     FILE *f = fopen(path, "r+b");
-    ZT_CHECK(f != NULL, "opening the scratch file '%s'", path);
-    if (f) { /* element 2080: chunk 1, inside the group [1536, 5664) that chunks 0-2 hold */
+    ZT_CHECK(f != NULL, "%s: opening the scratch file '%s'", label, path);
+    if (f) {
         static const unsigned char junk[16] = {0xff, 0x7f, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13};
-        fseek(f, (long)(12 * spad + 2080 * 2), SEEK_SET);
+        fseek(f, start + at, SEEK_SET);
         fwrite(junk, 1, sizeof junk, f);
         fclose(f);
     }
     s = nvme_step(e, 3, np, 0, &info, &rd, &wr);
     const char *msg = zinc_last_error(e);
-    if (!checked) { /* zinc.nvme_checksum false: not looked at */
-        ZT_CHECK(s == ZINC_OK, "unchecked: the step after the change failed: %s", msg);
+    if (!checked) {
+        ZT_CHECK(s == ZINC_OK, "%s, unchecked: the step after the change failed: %s", label, msg);
         zinc_engine_destroy(e);
         return;
     }
-    ZT_CHECK(s == ZINC_ERR_CORRUPT && strstr(msg, "checksum") && strstr(msg, "offload_param") &&
-                 strstr(msg, "group '") && strstr(msg, path) && strstr(msg, "last checkpoint"),
-             "the micro-step after the file changed: %s (%s)", zinc_status_string(s), msg);
+    ZT_CHECK(s == ZINC_ERR_CORRUPT && strstr(msg, "checksum") && strstr(msg, want) &&
+                 strstr(msg, path) && strstr(msg, "last checkpoint"),
+             "%s: the step after the file changed: %s (%s)", label, zinc_status_string(s), msg);
     s = nvme_step(e, 4, np, 0, &info, &rd, &wr);
-    ZT_CHECK(s != ZINC_OK && strstr(zinc_last_error(e), "lost"), "the step after: %s (%s)",
-             zinc_status_string(s), zinc_last_error(e));
+    ZT_CHECK(s != ZINC_OK && strstr(zinc_last_error(e), "lost"), "%s: the step after: %s (%s)",
+             label, zinc_status_string(s), zinc_last_error(e));
     zinc_engine_destroy(e);
-    ZT_CHECK(nvme_files() == 0, "%d scratch file(s) left", nvme_files());
+    ZT_CHECK(nvme_files() == 0, "%s: %d scratch file(s) left", label, nvme_files());
+}
+
+/* The file changed under the engine between two steps (a bad disk, another process): the
+ * next step's read of that chunk fails its checksum, ZINC_ERR_CORRUPT naming the file, instead
+ * of training on (it trained into NaN with every later step skipped): the master's second
+ * chunk. With offload_param "nvme" the 16-bit stream is checked by the gather that reads it
+ * back (the forward ran on what the disk left), naming the group; its chunks are 2048 elements
+ * (sub_group_size 1024 rounded up to whole 4096-byte blocks of bf16) and cut through the toy's
+ * groups: element 2080 lies in the group [1536, 5664) that chunks 0-2 hold, whose checksum is
+ * formed from pieces of the three. */
+static void test_changed_file(int checked)
+{
+    char zero[1536];
+    snprintf(zero, sizeof zero, "%s\"sub_group_size\": 1024, ", nvme_json(NULL));
+    toy_run r = {.world = 1, .stage = 1, .accum = 1, .dtype = ZINC_DTYPE_BF16, .clip = 1.0,
+                 .zero_json = zero};
+    changed_file(r, 0, 0, 1024 * 4 + 64, "chunk 1 ", checked, "nvme, changed file");
+    char zero_p[1536];
+    snprintf(zero_p, sizeof zero_p, "%s\"sub_group_size\": 1024, \"offload_param\": "
+             "{\"device\": \"nvme\"}, ", nvme_json(NULL));
+    toy_run rp = {.world = 1, .stage = 3, .accum = 1, .dtype = ZINC_DTYPE_BF16, .clip = 1.0,
+                  .persist_threshold = -1, .zero_json = zero_p};
+    changed_file(rp, 1, 1, 2080 * 2, "offload_param", checked, "nvme params, changed file");
 }
 
 static void test_io_error(void)
@@ -563,8 +525,6 @@ int main(void)
     test_ckpt();
     test_changed_file(1);
     test_changed_file(0);
-    test_changed_params(1);
-    test_changed_params(0);
     test_io_error();
     char cmd[512];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
