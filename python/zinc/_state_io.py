@@ -388,6 +388,8 @@ class _StateIOMixin:
         betas, eps and weight decay, whether the groups drive the lr and their lr, and a client
         scheduler's state_dict (torch.save, base64)."""
         out = {"group_adam": self._opt._adam_state()}
+        if self._unscaled_loss:     # fp16 at stage 0: the moments are in gradient / loss scale
+            out["moments_over_scale"] = True
         if self._opt._taken:
             out["group_lr"] = self._opt._lrs()
         if self._client_sched is not None and hasattr(self._client_sched, "state_dict"):
@@ -397,6 +399,15 @@ class _StateIOMixin:
         return out
 
     def _load_lr_state(self, saved):
+        if bool(saved.get("moments_over_scale")) != self._unscaled_loss and self.global_rank == 0:
+            # (engine.py, _unscaled_loss; an older checkpoint has no key: gradient units)
+            was, now = (("fp16 at ZeRO stage 0", "gradients") if saved.get("moments_over_scale")
+                        else ("another setting", "units of gradient / loss scale"))
+            warnings.warn(f"zinc: load_checkpoint: the checkpoint was saved with {was}, whose "
+                          f"Adam moments are in other units than fp16 at stage 0 keeps them "
+                          f"(gradient / loss scale, as DeepSpeed 0.19.8's) or every other "
+                          f"setting (gradients); here they go on taken as {now}, exact only at "
+                          f"a loss scale of 1", RuntimeWarning, stacklevel=3)
         if self._client_sched is not None and "lr_scheduler" in saved:
             state = torch.load(io.BytesIO(base64.b64decode(saved["lr_scheduler"])))
             self._client_sched.load_state_dict(state)

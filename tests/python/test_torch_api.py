@@ -934,7 +934,7 @@ def check_counters_without_blob(stage, root):
     engine.close()
 
 
-def check_stage0_fp16_units(stage):
+def check_stage0_fp16_units(stage, root):
     """fp16 at ZeRO stage 0 as DeepSpeed 0.19.8 runs it: its engine.backward does not scale the
     loss (it scales only for a ZeROOptimizer, which its stage-0 fp16 optimizers are not), yet
     their step divides the gradient by the loss scale, so Adam's first exp_avg is
@@ -972,6 +972,24 @@ def check_stage0_fp16_units(stage):
         want = float(g_true.norm()) / norm_div
         check(f"fp16 stage {s}, torch_adam {torch_adam}: get_global_grad_norm is the gradient's "
               f"norm over {norm_div:g}", abs(norm / want - 1) < 1e-2, f"{norm} vs {want}")
+        engine.save_checkpoint(os.path.join(root, f"units{s}{int(torch_adam)}"), tag="t")
+        engine.close()
+    # A checkpoint's moments carried between fp16 at stage 0 and another stage change units:
+    # the load says so (rank 0), and not between two alike
+    for saved, s, warned in (("units00", 1, True), ("units10", 0, True), ("units00", 0, False),
+                             ("units10", 1, False)):
+        c = {"train_micro_batch_size_per_gpu": 4, "gradient_clipping": 0.0,
+             "fp16": {"enabled": True, "loss_scale": 128},
+             "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+             "zero_optimization": {"stage": s}}
+        engine = zinc.initialize(model=Gain(), config=c)[0]
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            engine.load_checkpoint(os.path.join(root, saved))
+        said = any("units" in str(w.message) for w in caught)
+        check(f"a stage-{saved[5]} fp16 checkpoint loaded at stage {s}: "
+              f"{'a' if warned else 'no'} warning of the moments' units",
+              said == (warned and engine.global_rank == 0), str([str(w.message) for w in caught]))
         engine.close()
 
 
@@ -1290,7 +1308,7 @@ def main():
     check_config_error_once(stage)
     check_master_from_16bit(stage)
     check_one_cycle_past_one(stage)
-    check_stage0_fp16_units(stage)
+    check_stage0_fp16_units(stage, root)
     check_counters_without_blob(stage, root)
     print(f"rank {rank}: {len(failures)} failed", flush=True)
     return 1 if failures else 0

@@ -215,6 +215,11 @@ def convert(zinc_dir, out_dir, tag=None):
         _warn(f"DeepSpeed 0.19.8's universal load does not restore frozen parameters "
               f"({', '.join(frozen)}): they keep the values the model has; their saved values "
               f"are in {tag}/zero/<name>/fp32.pt and the model states file")
+    if record.get("moments_over_scale"):
+        _warn("saved with fp16 at ZeRO stage 0, whose Adam moments are in units of gradient / "
+              "loss scale (as DeepSpeed 0.19.8's stage 0); DeepSpeed resumes a universal "
+              "checkpoint at stages 1-3, which take them as gradients (exact only at a loss "
+              "scale of 1)")
     adam = record["group_adam"]
     if any(g != adam[0] for g in adam[1:]):
         _warn("the param groups have different betas, eps or weight decay: DeepSpeed 0.19.8's "
