@@ -68,6 +68,7 @@ typedef struct {
     double eps;                   /* default 1e-8 */
     double weight_decay;          /* default 0.0 */
     int bias_correction;          /* default 1 */
+    int torch_adam;               /* optimizer.params.torch_adam: torch's defaults (default 0) */
 } zcfg_optim;
 
 typedef struct {

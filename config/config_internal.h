@@ -82,8 +82,9 @@ void zc_parse_scalars(zcctx *x, json_object *root, zcfg *c);
 /* After every section: warnings that depend on two sections (fp16 at ZeRO stage 0). */
 void zc_check_precision_stage(zcctx *x, const zcfg *c);
 /* DeepSpeed keys whose meaning depends on other sections (fp32_optimizer_states on
- * offload_optimizer, compute_grad_norm on the stage and gradient_clipping,
- * keep_in_fp32_modules): read from root once everything else is parsed. */
+ * offload_optimizer and torch_adam, compute_grad_norm on the stage and gradient_clipping,
+ * gradient_predivide_factor and prescale_gradients on the stage): read once everything else is
+ * parsed. */
 void zc_check_pairs(zcctx *x, json_object *root, const zcfg *c);
 
 /* ---- config_json.c ---------------------------------------------------------------------- */

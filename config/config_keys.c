@@ -383,7 +383,7 @@ static const zkey data_types_keys[] = {
     {"grad_accum_dtype", ZK_OWN, ZK_ALWAYS, NULL},
     {"param_dtype", ZK_OWN, ZK_ALWAYS, NULL}, /* the working dtype's name only */
     {"buffer_dtype", ZK_REJECT, ZK_IF_ON, "casting module buffers changes the model's math"},
-    {"keep_in_fp32_modules", ZK_OWN, ZK_ALWAYS, NULL}, /* zc_check_pairs */
+    {"keep_in_fp32_modules", ZK_OWN, ZK_ALWAYS, NULL}, /* "auto" or [] (zc_parse_scalars) */
 };
 ZK_SET(zk_data_types, "data_types", data_types_keys);
 

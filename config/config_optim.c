@@ -101,7 +101,6 @@ void zc_parse_optimizer(zcctx *x, json_object *root, const zcfg_overrides *ov, z
 
     json_object *p = zc_section(x, opt, "params", "optimizer.params");
     int adam_w_mode = 1; /* DeepSpeed's ADAM_W_MODE_DEFAULT */
-    int torch_adam = 0;
     if (p) {
         const char *sec = "optimizer.params";
         zk_check(x, p, sec, &zk_adam_params);
@@ -155,19 +154,18 @@ void zc_parse_optimizer(zcctx *x, json_object *root, const zcfg_overrides *ov, z
         zc_get_num(x, p, sec, "weight_decay", R_GE0, &o->weight_decay);
         zc_get_bool(x, p, sec, "bias_correction", &o->bias_correction);
         zc_get_bool(x, p, sec, "adam_w_mode", &adam_w_mode);
-        zc_get_bool(x, p, sec, "torch_adam", &torch_adam);
+        zc_get_bool(x, p, sec, "torch_adam", &o->torch_adam);
     } else if (ov->lr >= 0) {
         o->lr = ov->lr;
     }
     /* engine.py: effective_adam_w_mode = name == "adamw" or adam_w_mode — so "AdamW" stays AdamW
      * even with adam_w_mode false, and "Adam" is AdamW unless adam_w_mode is false. */
     o->type_adamw = adamw_name || adam_w_mode;
-    if (torch_adam) torch_adam_params(x, p, o);
+    if (o->torch_adam) torch_adam_params(x, p, o);
     o->enabled = 1;
 }
 
 /* ---- scheduler ---------------------------------------------------------------------------- */
-
 
 static void warmup_type(zcctx *x, json_object *p, zcfg_sched *s)
 {

@@ -593,6 +593,18 @@ void zc_parse_scalars(zcctx *x, json_object *root, zcfg *c)
                 zc_error(x, path, "\"%s\" is not supported: %s (the working dtype is %s)", s,
                          same[i].why, zc_dtype_name(c->dtype));
         }
+        /* keep_in_fp32_modules: "auto" (DeepSpeed's default) or [] keep what zinc does with no
+         * key; a list of names would keep those buffers in fp32, which zinc does not. */
+        if (zc_member(dt, "keep_in_fp32_modules", &v)) {
+            int is_auto = v && json_object_is_type(v, json_type_string) &&
+                          !strcmp(json_object_get_string(v), "auto");
+            int empty = v && json_object_is_type(v, json_type_array) &&
+                        json_object_array_length(v) == 0;
+            if (!is_auto && !empty)
+                zc_error(x, "data_types.keep_in_fp32_modules",
+                         "only \"auto\" or [] are supported (got %s): keeping named buffers in "
+                         "fp32 changes the model's math and is not implemented", zc_show(v));
+        }
     }
 }
 
@@ -638,19 +650,17 @@ void zc_parse_aio(zcctx *x, json_object *root, zcfg *c)
 
 void zc_check_pairs(zcctx *x, json_object *root, const zcfg *c)
 {
-    json_object *opt = NULL, *params = NULL, *zero = NULL, *dt = NULL, *v;
+    json_object *opt = NULL, *params = NULL, *zero = NULL;
     zc_member(root, "optimizer", &opt);
     if (opt && json_object_is_type(opt, json_type_object)) zc_member(opt, "params", &params);
     /* engine.py (get_optimizer_configuration) reads fp32_optimizer_states only for its CPU Adam
      * under offload_optimizer, and not with torch_adam: false there keeps Adam's moments in the
      * 16-bit dtype, other math; zinc keeps them in fp32. */
-    int fp32_states = 1, torch_adam = 0;
+    int fp32_states = 1;
     if (params && json_object_is_type(params, json_type_object) &&
         zc_get_bool(x, params, "optimizer.params", "fp32_optimizer_states", &fp32_states) ==
             V_SET && !fp32_states) {
-        zc_member(params, "torch_adam", &v);
-        torch_adam = v && zk_is_on(v);
-        if (zcfg_offloads_optimizer(c) && !torch_adam)
+        if (zcfg_offloads_optimizer(c) && !c->optim.torch_adam)
             zc_error(x, "optimizer.params.fp32_optimizer_states",
                      "false is not supported with offload_optimizer: DeepSpeed's CPU Adam then "
                      "keeps Adam's moments in the 16-bit dtype, which changes the math (zinc "
@@ -690,19 +700,5 @@ void zc_check_pairs(zcctx *x, json_object *root, const zcfg *c)
             zc_error(x, "prescale_gradients",
                      "true is refused at ZeRO stage %d with reduce_scatter, as DeepSpeed 0.19.8 "
                      "refuses it (\"not yet supported\"); false or stage 0-1", c->zero.stage);
-    }
-    /* data_types.keep_in_fp32_modules: "auto" (DeepSpeed's default) or [] keep what zinc does
-     * with no key; a list of names would keep those buffers in fp32, which zinc does not. */
-    zc_member(root, "data_types", &dt);
-    if (dt && json_object_is_type(dt, json_type_object) &&
-        zc_member(dt, "keep_in_fp32_modules", &v)) {
-        int is_auto = v && json_object_is_type(v, json_type_string) &&
-                      !strcmp(json_object_get_string(v), "auto");
-        int empty = v && json_object_is_type(v, json_type_array) &&
-                    json_object_array_length(v) == 0;
-        if (!is_auto && !empty)
-            zc_error(x, "data_types.keep_in_fp32_modules",
-                     "only \"auto\" or [] are supported (got %s): keeping named buffers in fp32 "
-                     "changes the model's math and is not implemented", zc_show(v));
     }
 }

@@ -76,6 +76,7 @@ from ._lib import EngineOptions, StepInfo, check, lib
 from ._memory import _TORCH_DTYPE, _numel
 from ._monitor import Monitors
 from ._optimizer import _Optimizer, _Scheduler, _client_optimizer, _parameter_groups
+from .ops.adam import FusedAdam
 from ._stage3 import _GatherOnRead, _Stage3Mixin
 from ._state_io import _StateIOMixin
 from ._values import _ValuesMixin, _trains, trained_by
@@ -282,7 +283,6 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
         # Adam without torch_adam, or a client FusedAdam) gives the norm over the scale after
         # the step's update, as zinc's step reports it at stage 0; FP16_UnfusedOptimizer (a
         # torch optimizer: torch_adam, or a client torch.optim.Adam/AdamW) the norm itself.
-        from .ops.adam import FusedAdam
         params = ((self._cfg or {}).get("optimizer") or {}).get("params") or {}
         unfused = (not isinstance(_client, FusedAdam) if _client is not None
                    else bool(params.get("torch_adam")))

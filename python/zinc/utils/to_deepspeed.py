@@ -139,14 +139,6 @@ def _write_tag(tmp, values, step, extra, buffers, frozen, states, record):
         _save(states, os.path.join(tmp, name))
 
 
-def _is_universal(path):
-    """Whether path is a folder this converter (or ds_to_universal) wrote: zero/ and a model
-    states file, nothing of zinc's."""
-    return (os.path.isdir(os.path.join(path, "zero"))
-            and os.path.exists(os.path.join(path, "mp_rank_00_model_states.pt"))
-            and not os.path.exists(os.path.join(path, "manifest.json")))
-
-
 def _is_zinc_tag(path):
     """Whether path holds a zinc checkpoint's manifest (its "format" says so; another
     program's manifest.json is not one)."""
@@ -156,6 +148,14 @@ def _is_zinc_tag(path):
     except OSError:
         return False
     return b'"zinc-checkpoint"' in head
+
+
+def _is_universal(path):
+    """Whether path is a folder this converter (or ds_to_universal) wrote: zero/ and a model
+    states file, nothing of zinc's."""
+    return (os.path.isdir(os.path.join(path, "zero"))
+            and os.path.exists(os.path.join(path, "mp_rank_00_model_states.pt"))
+            and not _is_zinc_tag(path))
 
 
 def _check_out(zinc_dir, out_dir, tag):
