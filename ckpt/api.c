@@ -389,8 +389,7 @@ static zinc_status load_targets(zinc_engine_t *e, const zeng_view *ev, ztgt **ou
     return ZINC_OK;
 }
 
-/* Reads this rank's part of one tag into the engine. Not collective. */
-/* Loads this rank's part of tagdir. *touched: it had begun to write the engine's state (a
+/* Loads this rank's part of tagdir into the engine; not collective. *touched: it had begun to write the engine's state (a
  * failure after that leaves a mix of two states; everything that can fail without reading the
  * tensors — names, shapes, the counters, the client blob — is checked before). */
 static zinc_status load_local(zinc_engine_t *e, const zeng_view *ev, const char *tagdir,

@@ -153,7 +153,7 @@ zinc_status znvme_open(const char *dir, int rank, uint64_t bytes, int queue_dept
     if (s == ZINC_OK && (f->fd < 0 || f->buffered < 0)) {
         s = ZINC_ERR_IO;
         snprintf(err, errlen, "%s: %s", f->path, strerror(errno));
-    } else {
+    } else if (s == ZINC_OK) { /* (a failed lock or rename keeps its own message) */
         int r = posix_fallocate(f->fd, 0, (off_t)bytes);
         if (r == EOPNOTSUPP || r == EINVAL) r = ftruncate(f->fd, (off_t)bytes) ? errno : 0;
         if (r) {
