@@ -480,7 +480,6 @@ zinc_status zinc_nvme_bytes(const zinc_engine_t *e, uint64_t *file_bytes, uint64
 typedef struct {
     zinc_engine_t *e;
     struct znv *nv;
-    int n;               /* chunks */
 } znv_run;
 
 static float *chunk_buf(const znv_run *r, int c, int state)
@@ -520,7 +519,7 @@ static zinc_status nv_io_fail(znv_run *r, zinc_status s, const char *what, int c
     r->nv->lost = ZNV_LOST_IO;
     return zeng_fail(r->e, s, "zinc_step: offload_optimizer nvme: %s chunk %d of %d: %s; the "
                      "optimizer state in the scratch file is no longer whole: resume from the "
-                     "last checkpoint", what, c, r->n, znvme_error(r->nv->file));
+                     "last checkpoint", what, c, (int)r->nv->nchunks, znvme_error(r->nv->file));
 }
 
 static zinc_status wait_write(znv_run *r, int b)
@@ -598,8 +597,8 @@ zinc_status zoffload_nvme_adam(zinc_engine_t *e, zk_adam_args *a)
                          "state was lost to %s; resume from the last checkpoint",
                          znvme_path(nv->file), lost_why(nv));
     size_t d = zinc_dtype_size(e->dtype), S = e->plan.shard_numel;
-    int n = (int)((S + nv->E - 1) / nv->E);
-    znv_run r = {e, nv, n};
+    int n = (int)nv->nchunks;
+    znv_run r = {e, nv};
     /* Writes a failed step left in flight land before this step reads their chunks. */
     zinc_status s = ZINC_OK;
     for (int b = 0; b < nv->nbuf; b++)
