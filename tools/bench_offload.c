@@ -15,7 +15,9 @@
  * in the same run on a file in DIR, the disk's sequential read and write bandwidth through the
  * same store (engine/nvme_store.c, 16 MB requests as the step's): the step's I/O bound is then
  * read/read-bandwidth + written/write-bandwidth + the row's own host Adam time, and the row says
- * its step's ratio to that bound (issue 39's goal: within 1.3).
+ * its step's ratio to that bound (issue 39's goal: within 1.3). --nvme-checksum off|both runs
+ * that row with "zinc": {"nvme_checksum": false} instead of, or as well as, with it (the default),
+ * so the checksum's cost is a ratio of two rows of one run on one build.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -33,8 +35,8 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: zinc bench offload [--params LIST] [--stage 1|2|3] [--dtype fp16|bf16|fp32]\n"
             "                          [--groups G] [--repeat R] [--threads T] [--nvme DIR]\n"
-            "                          [--disk-mb MB] [--aio-block-size B] [--aio-queue-depth Q]\n"
-            "                          [--json]\n\n"
+            "                          [--nvme-checksum on|off|both] [--disk-mb MB]\n"
+            "                          [--aio-block-size B] [--aio-queue-depth Q] [--json]\n\n"
             "The optimizer step of one rank with the Adam state on the device and with\n"
             "zero_optimization.offload_optimizer {\"device\": \"cpu\"}, side by side, and the\n"
             "split of each step (zinc_step_seconds), medians of R timed steps after one warm-up.\n\n"
@@ -46,6 +48,9 @@ static void usage(FILE *f)
             "  --threads T     cpu threads, 0 = online CPUs (default 0)\n"
             "  --nvme DIR      also offload_optimizer {\"device\": \"nvme\"} with nvme_path DIR, and\n"
             "                  DIR's disk bandwidth measured in the same run (a scratch file there)\n"
+            "  --nvme-checksum on|off|both\n"
+            "                  the NVMe row with zinc.nvme_checksum on (default), off (row\n"
+            "                  'nvme-nosum'), or both rows side by side\n"
             "  --disk-mb MB    size of that measurement, 16..2048, at least the largest state\n"
             "                  file (default 1024: smaller files may be served from a cache)\n"
             "  --aio-block-size B, --aio-queue-depth Q\n"
@@ -60,11 +65,12 @@ typedef struct {
     double phase[100][ZINC_PHASE_COUNT];     /* per timed step */
     uint64_t device_bytes, host_bytes;       /* allocated */
     uint64_t io_read, io_written;            /* nvme: bytes per timed step */
+    int checksum;                            /* nvme: zinc.nvme_checksum as the engine resolved it */
 } ob_result;
 
-/* Where the state lives in a run. */
-enum { OB_DEVICE, OB_CPU, OB_NVME };
-static const char *const state_names[] = {"device", "offload", "nvme"};
+/* Where the state lives in a run (OB_NVME_NOSUM: on NVMe with zinc.nvme_checksum false). */
+enum { OB_DEVICE, OB_CPU, OB_NVME, OB_NVME_NOSUM, OB_STATES };
+static const char *const state_names[OB_STATES] = {"device", "offload", "nvme", "nvme-nosum"};
 
 /* Fills n elements of dtype dt at dst by repeating `pattern` (chunk elements). */
 static void fill_grad(void *dst, zinc_dtype dt, size_t n, const void *pattern, size_t chunk)
@@ -82,13 +88,15 @@ static int run_one(long long params, int stage, zinc_dtype dt, int groups, int r
 {
     char off_json[1400] = "";
     if (where == OB_CPU) snprintf(off_json, sizeof off_json, ", \"offload_optimizer\": {\"device\": \"cpu\"}");
-    if (where == OB_NVME)
+    int nvme = where == OB_NVME || where == OB_NVME_NOSUM;
+    if (nvme)
         snprintf(off_json, sizeof off_json, ", \"offload_optimizer\": {\"device\": \"nvme\", "
                  "\"nvme_path\": \"%s\", \"pipeline_read\": true, \"pipeline_write\": true}", nvme_dir);
-    char aio[128] = "";
-    if (where == OB_NVME)
-        snprintf(aio, sizeof aio, " \"aio\": {\"block_size\": %lld, \"queue_depth\": %lld},", block,
-                 depth);
+    char aio[160] = "";
+    if (nvme)
+        snprintf(aio, sizeof aio, " \"aio\": {\"block_size\": %lld, \"queue_depth\": %lld},%s",
+                 block, depth,
+                 where == OB_NVME_NOSUM ? " \"zinc\": {\"nvme_checksum\": false}," : "");
     char cfg[2048];
     snprintf(cfg, sizeof cfg,
              "{\"train_micro_batch_size_per_gpu\": 1, \"gradient_accumulation_steps\": 1,"
@@ -116,6 +124,9 @@ static int run_one(long long params, int stage, zinc_dtype dt, int groups, int r
         if (s == ZINC_OK) s = zinc_param_add(e, gid, name, 1, shape, dt, &pid[g]);
     }
     if (s == ZINC_OK) s = zinc_finalize(e);
+    /* Read back from the engine rather than assumed from the request: the row then says what ran
+     * (the resolved config names nvme_checksum only when it is off). */
+    out->checksum = nvme && !strstr(zinc_engine_config_json(e), "\"nvme_checksum\": false");
     /* Small gradients of both signs, well inside fp16's range: every step is applied. */
     if (pattern)
         for (size_t i = 0; i < CHUNK; i++)
@@ -219,6 +230,7 @@ int bench_offload(int argc, char **argv)
     long long params[16], stage = 2, groups = 16, repeat = 5, threads = 0;
     int np = zb_parse_list("1e7,1e8", params, 16, 1, 1LL << 40), json = 0;
     const char *nvme_dir = NULL;
+    int sum_on = 1, sum_off = 0;   /* --nvme-checksum: which NVMe rows */
     long long disk_mb = 1024, block = 1048576, depth = 8;   /* aio: DeepSpeed's defaults */
     zinc_dtype dt = ZINC_DTYPE_BF16;
     for (int i = 1; i < argc; i++) {
@@ -233,7 +245,8 @@ int bench_offload(int argc, char **argv)
         }
         static const char *const opts[] = {"--params", "--stage", "--groups", "--repeat",
                                            "--threads", "--nvme", "--aio-block-size",
-                                           "--aio-queue-depth", "--disk-mb", "--dtype", NULL};
+                                           "--aio-queue-depth", "--disk-mb", "--dtype",
+                                           "--nvme-checksum", NULL};
         if (!zarg_one_of(a, opts)) return zarg_usage_error(cmd, "unknown option '%s'", a);
         if (zarg_value(cmd, a, val)) return 2;
         if (!strcmp(a, "--params")) {
@@ -254,6 +267,11 @@ int bench_offload(int argc, char **argv)
                 return zarg_usage_error(cmd, "--threads wants 0..4096, not '%s'", val);
         } else if (!strcmp(a, "--nvme")) {
             nvme_dir = val;
+        } else if (!strcmp(a, "--nvme-checksum")) {
+            sum_on = !strcmp(val, "on") || !strcmp(val, "both");
+            sum_off = !strcmp(val, "off") || !strcmp(val, "both");
+            if (!sum_on && !sum_off)
+                return zarg_usage_error(cmd, "--nvme-checksum wants on, off or both, not '%s'", val);
         } else if (!strcmp(a, "--aio-block-size")) {
             if (zarg_int64(val, &block) || block < 4096 || block > (1 << 30) || block % 4096)
                 return zarg_usage_error(cmd, "--aio-block-size wants a multiple of 4096 up to "
@@ -292,16 +310,21 @@ int bench_offload(int argc, char **argv)
                    "in flight, as the NVMe row's aio)\n", nvme_dir, disk_wr / 1e9, disk_rd / 1e9,
                    block, depth);
     }
-    int nstates = nvme_dir ? 3 : 2;
+    /* The rows, in order: the device run, then the offloaded ones, on the same model. */
+    int states[OB_STATES], nstates = 0;
+    states[nstates++] = OB_DEVICE;
+    states[nstates++] = OB_CPU;
+    if (nvme_dir && sum_on) states[nstates++] = OB_NVME;
+    if (nvme_dir && sum_off) states[nstates++] = OB_NVME_NOSUM;
     if (!json)
-        printf("%12s %-8s %10s %8s %8s %8s %8s %8s %8s %10s %9s %9s%s\n", "params", "state",
+        printf("%12s %-10s %10s %8s %8s %8s %8s %8s %8s %10s %9s %9s%s\n", "params", "state",
                "step ms", "reduce", "stats", "adam", "copy", "gather", "other", "vs device",
                "dev GB", "host GB", nvme_dir ? "  io MB/step  bound ms  vs bound" : "");
-    ob_result *r = calloc(3, sizeof *r);
+    ob_result *r = calloc(OB_STATES, sizeof *r);
     if (!r) return 1;
     for (int pi = 0; pi < np; pi++) {
-        /* Side by side: the device run, then the offloaded ones, on the same model. */
-        for (int off = 0; off < nstates; off++) {
+        for (int si = 0; si < nstates; si++) {
+            int off = states[si];
             if (!json) fprintf(stderr, "zinc bench offload: %lld params, %s ...\n", params[pi],
                                state_names[off]);
             if (run_one(params[pi], (int)stage, dt, (int)groups, (int)repeat, (int)threads, off,
@@ -310,8 +333,9 @@ int bench_offload(int argc, char **argv)
                 return 1;
             }
         }
-        double med_step[3];
-        for (int off = 0; off < nstates; off++) {
+        double med_step[OB_STATES], med_adam[OB_STATES];
+        for (int si = 0; si < nstates; si++) {
+            int off = states[si], nvme = off == OB_NVME || off == OB_NVME_NOSUM;
             double t[100], ph[ZINC_PHASE_COUNT];
             memcpy(t, r[off].step, (size_t)repeat * sizeof *t);
             med_step[off] = zb_summarize(t, (int)repeat).median;
@@ -321,10 +345,11 @@ int bench_offload(int argc, char **argv)
                 ph[p] = zb_summarize(t, (int)repeat).median;
                 sum += ph[p];
             }
+            med_adam[off] = ph[ZINC_PHASE_ADAM];
             double other = med_step[off] - sum > 0.0 ? med_step[off] - sum : 0.0;
-            double ratio = med_step[off] / med_step[0];
+            double ratio = med_step[off] / med_step[OB_DEVICE];
             /* nvme: the I/O at the disk's measured bandwidth plus the host Adam */
-            double bound = off == OB_NVME ? (double)r[off].io_read / disk_rd +
+            double bound = nvme ? (double)r[off].io_read / disk_rd +
                                                 (double)r[off].io_written / disk_wr + ph[ZINC_PHASE_ADAM]
                                           : 0.0;
             if (json) {
@@ -334,7 +359,9 @@ int bench_offload(int argc, char **argv)
                        params[pi], stage, zinc_dtype_name(dt), groups, threads,
                        off ? "true" : "false", repeat, 1e3 * med_step[off]);
                 printf("\"state\": \"%s\", ", state_names[off]);
-                if (off == OB_NVME)
+                if (nvme)
+                    printf("\"nvme_checksum\": %s, ", r[off].checksum ? "true" : "false");
+                if (nvme)
                     printf("\"nvme_read_bytes_per_step\": %llu, \"nvme_written_bytes_per_step\": "
                            "%llu, \"disk_read_GBps\": %.4f, \"disk_write_GBps\": %.4f, "
                            "\"io_bound_ms\": %.4f, \"ratio_vs_io_bound\": %.4f, ",
@@ -347,17 +374,22 @@ int bench_offload(int argc, char **argv)
                        1e3 * other, ratio, (unsigned long long)r[off].device_bytes,
                        (unsigned long long)r[off].host_bytes);
             } else {
-                printf("%12lld %-8s %10.2f", params[pi], state_names[off], 1e3 * med_step[off]);
+                printf("%12lld %-10s %10.2f", params[pi], state_names[off], 1e3 * med_step[off]);
                 for (int p = 0; p < ZINC_PHASE_COUNT; p++) printf(" %8.2f", 1e3 * ph[p]);
                 printf(" %8.2f %10.3f %9.3f %9.3f", 1e3 * other, ratio,
                        (double)r[off].device_bytes / 1e9, (double)r[off].host_bytes / 1e9);
-                if (off == OB_NVME)
+                if (nvme)
                     printf("  %11.1f %9.2f %9.3f",
                            (double)(r[off].io_read + r[off].io_written) / 1e6, 1e3 * bound,
                            med_step[off] / bound);
                 printf("\n");
             }
         }
+        if (!json && nvme_dir && sum_on && sum_off)
+            printf("%12lld checksum: step %.2f ms with, %.2f ms without (x%.3f); host part (adam) "
+                   "%.2f vs %.2f ms\n", params[pi], 1e3 * med_step[OB_NVME],
+                   1e3 * med_step[OB_NVME_NOSUM], med_step[OB_NVME] / med_step[OB_NVME_NOSUM],
+                   1e3 * med_adam[OB_NVME], 1e3 * med_adam[OB_NVME_NOSUM]);
         fflush(stdout);
     }
     free(r);

@@ -8,7 +8,8 @@ err=$(mktemp)
 trap 'rm -f "$err"' EXIT
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 
-for bad in "--stage 0" "--stage 4" "--params 2 --groups 4" "--repeat 0" "--dtype fp8" "--bogus 1" "--params"; do
+for bad in "--stage 0" "--stage 4" "--params 2 --groups 4" "--repeat 0" "--dtype fp8" "--bogus 1" "--params" \
+           "--nvme-checksum maybe"; do
     # shellcheck disable=SC2086
     "$zinc" bench offload $bad >/dev/null 2>"$err"
     rc=$?
@@ -47,6 +48,20 @@ awk "BEGIN { exit !($(num "$nv" host_bytes) < $(num "$off" host_bytes)) }" ||
     fail "nvme holds no less host memory than cpu offload: $nv"
 awk "BEGIN { exit !($(num "$nv" disk_read_GBps) > 0 && $(num "$nv" io_bound_ms) > 0) }" ||
     fail "no disk bandwidth or bound: $nv"
+# --nvme-checksum both: the NVMe row twice, the second with zinc.nvme_checksum false as the engine
+# resolved it, moving the same bytes; off: only that second row.
+out=$("$zinc" bench offload --params 200000 --groups 4 --repeat 1 --stage 2 --nvme "$dir" \
+      --disk-mb 16 --nvme-checksum both --json 2>"$err") || fail "--nvme-checksum both failed: $(cat "$err")"
+on=$(printf '%s\n' "$out" | grep '"state": "nvme"')
+nosum=$(printf '%s\n' "$out" | grep '"state": "nvme-nosum"')
+printf '%s\n' "$on" | grep -q '"nvme_checksum": true' || fail "the nvme row is not checksummed: $on"
+printf '%s\n' "$nosum" | grep -q '"nvme_checksum": false' || fail "the nvme-nosum row is checksummed: $nosum"
+[ "$(num "$nosum" nvme_read_bytes_per_step)" = "$(num "$on" nvme_read_bytes_per_step)" ] ||
+    fail "the two nvme rows read different bytes: $out"
+out=$("$zinc" bench offload --params 200000 --groups 4 --repeat 1 --stage 2 --nvme "$dir" \
+      --disk-mb 16 --nvme-checksum off --json 2>"$err") || fail "--nvme-checksum off failed: $(cat "$err")"
+[ "$(printf '%s\n' "$out" | grep -c '"state": "nvme')" = 1 ] &&
+    printf '%s\n' "$out" | grep -q '"state": "nvme-nosum"' || fail "--nvme-checksum off rows: $out"
 [ -z "$(ls "$dir")" ] || fail "files left in the nvme directory: $(ls "$dir")"
 rm -rf "$dir"
 "$zinc" bench offload --nvme /no/such/zinc/dir --params 200000 --groups 4 >/dev/null 2>"$err" &&
