@@ -37,6 +37,8 @@ typedef struct zk_kernels {
     void (*accumulate)(void *acc, const void *x, zinc_dtype dt, size_t lo, size_t hi);
     /* a[i] = b[i] + s * c[i]: the bandwidth probe of `zinc bench adam` (fp32). */
     void (*triad)(float *a, const float *b, const float *c, float s, size_t lo, size_t hi);
+    /* XXH3-64 of n bytes at p with the seed: one block of zk_cpu_checksum (block_hash.h). */
+    uint64_t (*block_hash)(const void *p, size_t n, uint64_t seed);
 } zk_kernels;
 
 extern const zk_kernels zk_kernels_portable;

@@ -15,7 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include "base/cpu_isa.h"
 #include "base/log.h"
@@ -173,7 +172,7 @@ static void run_checksum(void *arg, int part)
     uint64_t h = 0;
     for (size_t b = lo; b < hi; b++) {
         size_t at = b * ZK_SUM_BLOCK, n = j->src_n - at < ZK_SUM_BLOCK ? j->src_n - at : ZK_SUM_BLOCK;
-        h += XXH3_64bits_withSeed((const char *)j->src + at, n, j->seed + b);
+        h += j->k->block_hash((const char *)j->src + at, n, j->seed + b);
     }
     j->hsum[part] = h;
 }
@@ -649,7 +648,7 @@ zinc_status zk_cpu_checksum(zdev_t *d, const void *p, size_t bytes, uint64_t see
     enum { MAXPARTS = 256 };
     uint64_t sums[MAXPARTS];
     size_t blocks = (bytes + ZK_SUM_BLOCK - 1) / ZK_SUM_BLOCK;
-    zjob j = {.n = blocks, .src = p, .src_n = bytes, .seed = seed, .hsum = sums};
+    zjob j = {.k = x->k, .n = blocks, .src = p, .src_n = bytes, .seed = seed, .hsum = sums};
     int parts = split(blocks, x->threads < MAXPARTS ? x->threads : MAXPARTS, 1, 1, &j.chunk);
     zk_pool_run(x->pool, parts, run_checksum, &j);
     uint64_t h = seed;

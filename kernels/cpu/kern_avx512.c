@@ -9,6 +9,7 @@
 #include <immintrin.h>
 #include <stdint.h>
 
+#include "kernels/cpu/block_hash.h"
 #include "kernels/cpu/cpu.h"
 
 #define ZK_INLINE static inline __attribute__((always_inline))
@@ -148,4 +149,5 @@ const zk_kernels zk_kernels_avx512 = {
     .cast = cast,
     .accumulate = accumulate,
     .triad = triad,
+    .block_hash = block_hash,
 };

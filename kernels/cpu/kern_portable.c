@@ -5,6 +5,7 @@
  */
 #include <stdint.h>
 
+#include "kernels/cpu/block_hash.h"
 #include "kernels/cpu/cpu.h"
 
 #define ZK_INLINE static inline __attribute__((always_inline))
@@ -62,4 +63,5 @@ const zk_kernels zk_kernels_portable = {
     .cast = cast,
     .accumulate = accumulate,
     .triad = triad,
+    .block_hash = block_hash,
 };
