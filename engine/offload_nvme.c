@@ -599,15 +599,14 @@ zinc_status zoffload_nvme_adam(zinc_engine_t *e, zk_adam_args *a)
     size_t d = zinc_dtype_size(e->dtype), S = e->plan.shard_numel;
     int n = (int)nv->nchunks;
     znv_run r = {e, nv};
-    /* Writes a failed step left in flight land before this step reads their chunks. */
-    zinc_status s = ZINC_OK;
-    for (int b = 0; b < nv->nbuf; b++)
-        if ((s = wait_write(&r, b)) != ZINC_OK) return nv_io_fail(&r, s, "writing back", b);
+    /* No write is in flight here: a step waits for all of its own before it returns, and one that
+     * fails with a write in flight marks the state lost (refused above). Were one left, issue_read
+     * would still wait for it: chunk c is always written from, and read into, buffer c % nbuf. */
     int predownloaded = e->grad_host;
     /* The gradient: in h_grad already at stages 2-3 (predownloaded; then only the gathers'
      * uploads from the host shard may be in flight); at stage 1 every group's download, waited
      * for before the first chunk. */
-    s = predownloaded ? ZINC_OK : zoffload_download(e, 0, e->plan.ngroups);
+    zinc_status s = predownloaded ? ZINC_OK : zoffload_download(e, 0, e->plan.ngroups);
     if (s != ZINC_OK) return s;
     double t = zeng_now();
     if (predownloaded) {
