@@ -61,8 +61,10 @@ int cmd_train(int argc, char **argv)
             train_interrupt_restore();
         }
         /* (the closing lines were printed by run_ranks, before the world ended) */
-        if (!rc && r.interrupted) rc = 130; /* 128 + SIGINT, as a shell reports Ctrl-C */
-        train_report_close(&r);
+        /* 128 + SIGINT, as a shell reports Ctrl-C; 1 when a failed output stopped it */
+        if (!rc && r.interrupted) rc = r.out_failed ? 1 : 130;
+        /* a lost --metrics or csv_monitor line is a failure, whatever else stopped the run */
+        if (train_report_close(&r) && rc != 2) rc = 1;
         run_free(&r);
     }
     zm_data_close(data);

@@ -78,7 +78,8 @@ typedef struct {
     long long stop_at;          /* train until this many optimizer steps */
     long long stop_req;         /* local ranks: the step to stop after on SIGINT/SIGTERM (0:
                                    none; rank 0 sets it one step ahead, read atomically) */
-    int interrupted;            /* the run stopped early on a signal (set atomically by the ranks) */
+    int interrupted;            /* the run stopped early on a signal or a failed output (set
+                                   atomically by the ranks) */
     int report_end;             /* run_ranks prints rank 0's closing lines (train_report_end)
                                    before the world ends: under mpirun a signal's job teardown
                                    kills the ranks inside MPI_Finalize, after the save */
@@ -90,6 +91,12 @@ typedef struct {
     int quiet;                  /* no startup summary (the demo's second run) */
     FILE *metrics;
     FILE *csv[3];
+    char csv_path[3][1200];
+    /* A write to one of those failed (rank 0 sets it, the ranks read it atomically; under
+     * mpirun every process learns it with the step's loss): the run stops after the step as on
+     * a signal, saving first, and exits 1; out_error (rank 0's) says which. */
+    int out_failed;
+    char out_error[1400];
     /* results, filled by rank 0 */
     int keep_losses;            /* fill step_loss (the demonstration); else only final_loss */
     double *step_loss;          /* [stop_at + 1] mean loss by step number; NAN where not run */
@@ -187,7 +194,8 @@ void train_report_step(run_t *r, progress_t *p, long long step, const zinc_step_
 /* Rank 0, before a run: opens --metrics and the csv_monitor files into r (appending when
  * resuming). Returns 0 or the exit code. train_report_close() closes whatever was opened. */
 int train_report_open(const topts *o, run_t *r);
-void train_report_close(run_t *r);
+/* Returns 1 when a write to an output failed (said on stderr), else 0. */
+int train_report_close(run_t *r);
 
 /* Rank 0, after a run that did not fail: the closing line, --gpu-timing's table (on stdout and,
  * with --metrics, as one {"gpu_timing": ...} line; docs/train.md) and, when a signal stopped it,

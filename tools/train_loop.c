@@ -44,6 +44,12 @@ static void on_interrupt(int sig)
     signal(SIGTERM, SIG_DFL);
 }
 
+/* The run should stop after a step: a signal, or a write to one of rank 0's outputs failed. */
+static int stop_wanted(run_t *r)
+{
+    return interrupt_seen() || __atomic_load_n(&r->out_failed, __ATOMIC_ACQUIRE);
+}
+
 void train_interrupt_install(void)
 {
     struct sigaction sa;
@@ -342,20 +348,23 @@ static void *rank_main(void *arg)
         if (o->mpi) {
             /* Each process has only its own loss: average it over the ranks (every rank calls),
              * and with it whether any process was signalled. */
-            double both[2] = {loss, interrupt_seen() ? 1.0 : 0.0};
-            s = zinc_mean_over_ranks(e, both, 2);
+            double both[3] = {loss, interrupt_seen() ? 1.0 : 0.0,
+                              __atomic_load_n(&r->out_failed, __ATOMIC_ACQUIRE) ? 1.0 : 0.0};
+            s = zinc_mean_over_ranks(e, both, 3);
             if (s != ZINC_OK) {
                 train_fail(r, rank, s, 1, "step %lld: %s", (long long)blob.steps,
                            zinc_last_error(e));
                 goto out;
             }
             loss = both[0];
-            last = both[1] > 0.0;
+            last = both[1] > 0.0 || both[2] > 0.0;
+            /* every process exits as rank 0 does: 1 for a failed output, not 130 */
+            if (both[2] > 0.0) __atomic_store_n(&r->out_failed, 1, __ATOMIC_RELEASE);
         } else {
             /* The ranks are threads: rank 0 names the step after this one, which every rank
              * then reads after that step's collectives (all ranks stop at the same step); one
              * rank stops at this one. */
-            if (rank == 0 && interrupt_seen() && !__atomic_load_n(&r->stop_req, __ATOMIC_ACQUIRE))
+            if (rank == 0 && stop_wanted(r) && !__atomic_load_n(&r->stop_req, __ATOMIC_ACQUIRE))
                 __atomic_store_n(&r->stop_req, blob.steps + (o->ranks > 1), __ATOMIC_RELEASE);
             long long sr = __atomic_load_n(&r->stop_req, __ATOMIC_ACQUIRE);
             last = sr && blob.steps >= sr;

@@ -113,6 +113,21 @@ void train_print_summary(const run_t *r, zinc_engine_t *e, int ntensors, size_t 
     fflush(stdout);
 }
 
+/* After lines went to an output of the run: a write that failed (a full disk, a FIFO whose
+ * reader left) is said once, and the run stops after this step, as on a signal (saving first),
+ * then exits 1 — training on would lose the lines asked for without a word. */
+static void check_output(run_t *r, FILE *f, const char *what, const char *path)
+{
+    errno = 0;
+    if (fflush(f) == 0 && !ferror(f)) return;
+    int err = errno;
+    if (__atomic_load_n(&r->out_failed, __ATOMIC_ACQUIRE)) return;
+    snprintf(r->out_error, sizeof r->out_error, "writing %s %s failed: %s", what, path,
+             err ? strerror(err) : "I/O error");
+    fprintf(stderr, "zinc train: %s; stopping after this step\n", r->out_error);
+    __atomic_store_n(&r->out_failed, 1, __ATOMIC_RELEASE);
+}
+
 void train_report_step(run_t *r, progress_t *p, long long step, const zinc_step_info_t *info,
                        double loss, size_t mem_rank)
 {
@@ -143,7 +158,7 @@ void train_report_step(run_t *r, progress_t *p, long long step, const zinc_step_
                                                             o->cfg.grad_accum));
         json_num(f, "time_s", now - p->t_start, 1);
         fprintf(f, "}\n");
-        fflush(f);
+        check_output(r, f, "--metrics", o->metrics_path);
     }
     if (r->csv[0]) { /* every step, as DeepSpeed's engine writes its monitors' events */
         long long samples = step * (long long)(o->cfg.micro_batch * o->ranks * o->cfg.grad_accum);
@@ -151,7 +166,8 @@ void train_report_step(run_t *r, progress_t *p, long long step, const zinc_step_
         for (int i = 0; i < 3; i++) {
             if (!r->csv[i]) continue;
             fprintf(r->csv[i], "%lld,%.9g\n", samples, v[i]);
-            fflush(r->csv[i]); /* a row is there once its step is (DeepSpeed closes each) */
+            /* flushed: a row is there once its step is (DeepSpeed closes each) */
+            check_output(r, r->csv[i], "csv_monitor:", r->csv_path[i]);
         }
     }
     if (print) {
@@ -307,6 +323,7 @@ static int open_csv(const topts *o, run_t *r, const char *dir, int append)
     int n = o->cfg.dtype == ZINC_DTYPE_FP16 ? 3 : 2;
     for (int i = 0; i < n; i++) {
         snprintf(path, sizeof path, "%s/%s.csv", dir, ev[i]);
+        snprintf(r->csv_path[i], sizeof r->csv_path[i], "%s", path);
         int fresh = !append || !train_file_exists(path);
         r->csv[i] = open_output("csv_monitor:", path, append,
                                 "set csv_monitor.output_path or job_name elsewhere", o, r);
@@ -332,13 +349,33 @@ int train_report_open(const topts *o, run_t *r)
     return o->cfg.zinc.csv_monitor ? open_csv(o, r, dir, append) : 0;
 }
 
-void train_report_close(run_t *r)
+/* Closes f; a failure (the last lines not written) said as check_output says one, if none was. */
+static int close_output(run_t *r, FILE *f, const char *what, const char *path)
 {
-    if (r->metrics) fclose(r->metrics);
-    for (int i = 0; i < 3; i++)
-        if (r->csv[i]) fclose(r->csv[i]);
+    if (!f) return 0;
+    errno = 0;
+    int bad = fflush(f) != 0 || ferror(f), err = errno;
+    if (fclose(f) != 0) {
+        bad = 1;
+        if (!err) err = errno;
+    }
+    if (!bad) return 0;
+    if (!r->out_failed) {
+        snprintf(r->out_error, sizeof r->out_error, "writing %s %s failed: %s", what, path,
+                 err ? strerror(err) : "I/O error");
+        fprintf(stderr, "zinc train: %s\n", r->out_error);
+        r->out_failed = 1;
+    }
+    return 1;
+}
+
+int train_report_close(run_t *r)
+{
+    int bad = close_output(r, r->metrics, "--metrics", r->o->metrics_path);
+    for (int i = 0; i < 3; i++) bad |= close_output(r, r->csv[i], "csv_monitor:", r->csv_path[i]);
     r->metrics = NULL;
     r->csv[0] = r->csv[1] = r->csv[2] = NULL;
+    return bad || r->out_failed;
 }
 
 /* The closing line. */
@@ -405,11 +442,13 @@ void train_report_end(const run_t *r)
     train_report_done(r);
     train_report_timing(r);
     if (!r->interrupted) return;
+    /* stopped by a failed write (which was said then) or by a signal */
+    const char *why = r->out_failed ? "an output failed" : "interrupted";
     if (r->save_dir)
-        fprintf(stderr, "zinc train: interrupted: stopped after step %lld and saved "
-                "%s/step%06lld; --resume auto (with --save-dir %s) goes on from there\n",
+        fprintf(stderr, "zinc train: %s: stopped after step %lld and saved "
+                "%s/step%06lld; --resume auto (with --save-dir %s) goes on from there\n", why,
                 r->end_step, r->save_dir, r->end_step, r->save_dir);
     else
-        fprintf(stderr, "zinc train: interrupted: stopped after step %lld; nothing "
-                "saved (no --save-dir)\n", r->end_step);
+        fprintf(stderr, "zinc train: %s: stopped after step %lld; nothing "
+                "saved (no --save-dir)\n", why, r->end_step);
 }

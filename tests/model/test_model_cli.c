@@ -617,6 +617,28 @@ int main(void)
         free(e3);
     }
 
+    /* A --metrics whose writes fail (a full disk; /dev/full) stops the run after the step, as a
+     * signal does, saving first, and exits 1 naming the file (the old code trained on: exit 0,
+     * every line lost, nothing said). */
+    if (access("/dev/full", W_OK) == 0) {
+        char *of, *ef;
+        int rf = run("train " SMALL " --steps 40 --metrics /dev/full --save-dir fullck", &ef, &of);
+        ZT_CHECK(rf == 1 && strstr(ef, "writing --metrics /dev/full failed: No space left on device")
+                     && strstr(ef, "stopped after step") && !strstr(of, "steps 1-40"),
+                 "--metrics /dev/full: exit %d (want 1, stopped early): %s %s", rf, ef, of);
+        char *latest = slurp_rel("fullck/latest");
+        ZT_CHECK(!strncmp(latest, "step0000", 8) && strncmp(latest, "step000040", 10),
+                 "--metrics /dev/full: fullck/latest is '%s', want a tag before step 40", latest);
+        free(latest);
+        free(of);
+        free(ef);
+        rf = run("ckpt verify fullck", &ef, NULL);
+        ZT_CHECK(rf == 0, "the tag saved when --metrics failed does not verify: %d %s", rf, ef);
+        free(ef);
+    } else {
+        printf("test_model_cli: no writable /dev/full here: a failing --metrics is not checked\n");
+    }
+
     /* plot; never over its own input (the old code wrote the SVG over the metrics, exit 0) */
     expect_usage_error("plot m1.jsonl -o m1.jsonl", "is the metrics file itself");
     /* the SVG goes to a fresh temporary name: neither an input named OUT.tmp nor a symlink
