@@ -114,13 +114,24 @@ static int save_dir_unusable(const char *dir, char *msg, size_t n)
         else
             sl[sl == up] = 0; /* "/x": the root */
     }
-    if (!S_ISDIR(st.st_mode))
+    if (!S_ISDIR(st.st_mode)) {
         snprintf(msg, n, "%s is not a directory", up);
-    else if (access(up, W_OK | X_OK) != 0)
+        return 1;
+    }
+    if (access(up, W_OK | X_OK) != 0) {
         snprintf(msg, n, "%s is not writable", up);
-    else
-        return 0;
-    return 1;
+        return 1;
+    }
+    /* access() passes for root on /proc and /sys, where no directory can be made: make one, as
+     * the first save will (its tag's .tmp, or the save directory itself), and remove it */
+    char probe[1200];
+    snprintf(probe, sizeof probe, "%s/.zinc-probe-XXXXXX", up);
+    if (!mkdtemp(probe)) {
+        snprintf(msg, n, "cannot make a directory in %s: %s", up, strerror(errno));
+        return 1;
+    }
+    rmdir(probe);
+    return 0;
 }
 
 /* The bytes of the files directly in dir/name (a checkpoint tag is flat). */

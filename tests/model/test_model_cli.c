@@ -638,6 +638,10 @@ int main(void)
     } else {
         printf("test_model_cli: no writable /dev/full here: a failing --metrics is not checked\n");
     }
+    /* a --save-dir where no directory can be made, though access() says writable (root on
+     * /proc): refused before training (the old code trained, then failed the save: exit 1) */
+    expect_usage_error("train " SMALL " --steps 2 --save-dir /proc/zinc-nope",
+                       "--save-dir /proc/zinc-nope");
 
     /* plot; never over its own input (the old code wrote the SVG over the metrics, exit 0) */
     expect_usage_error("plot m1.jsonl -o m1.jsonl", "is the metrics file itself");
