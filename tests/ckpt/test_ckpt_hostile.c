@@ -216,15 +216,17 @@ static void set_header_version(const char *path, uint32_t v)
 static void test_header_version(void)
 {
     char td[800], path[900], err[ZCK_ERR];
-    const struct { uint32_t v; zinc_status want; const char *says; } cases[] = {
-        {0, ZINC_ERR_CORRUPT, "version 0"}, {ZCK_FORMAT_VERSION + 1, ZINC_ERR_UNSUPPORTED, "newer zinc"}};
-    for (int i = 0; i < 2; i++) {
+    /* The manifest says ZCK_FORMAT_VERSION: any other header version is damage, also one that
+     * would be newer (4098: a 2 with one bit flipped was read as "written by a newer zinc") */
+    const uint32_t cases[] = {0, 1, ZCK_FORMAT_VERSION + 1, ZCK_FORMAT_VERSION | 1u << 12};
+    for (int i = 0; i < 4; i++) {
         fresh("hdr", td, sizeof td);
         snprintf(path, sizeof path, "%s/rank-00000.zck", td);
-        set_header_version(path, cases[i].v);
+        set_header_version(path, cases[i]);
         zinc_status s = open_verify(td, err);
-        ZT_CHECK(s == cases[i].want && strstr(err, cases[i].says),
-                 "header version %u: %s (%s)", cases[i].v, zinc_status_string(s), err);
+        ZT_CHECK(s == ZINC_ERR_CORRUPT && strstr(err, "checkpoint damaged") &&
+                     strstr(err, "its manifest 2") && !strstr(err, "newer zinc"),
+                 "header version %u: %s (%s)", cases[i], zinc_status_string(s), err);
     }
 }
 
