@@ -8,6 +8,7 @@
  * a resumed run appended steps already present, the later value of a step wins.
  */
 #include <errno.h>
+#include <float.h>
 #include <json-c/json.h>
 #include <limits.h>
 #include <math.h>
@@ -44,11 +45,43 @@ static int cmp_pt(const void *a, const void *b)
     return x->line < y->line ? -1 : x->line > y->line;
 }
 
-/* 1, 2 or 5 times a power of ten, near range/target. */
-static double nice_step(double range, int target)
+/* 1, 2 or 5 times a power of ten, near range/target, given half the range (a range between
+ * two finite doubles can overflow, -1e308..1e308; its half cannot). */
+static double nice_step(double half, int target)
 {
-    double raw = range / target, p = pow(10.0, floor(log10(raw))), f = raw / p;
+    double raw = half / target * 2, p = pow(10.0, floor(log10(raw))), f = raw / p;
     return (f < 1.5 ? 1 : f < 3.5 ? 2 : f < 7.5 ? 5 : 10) * p;
+}
+
+/* An axis from lo to hi, both finite, lo < hi. Positions are computed from halves, so that no
+ * difference of two finite values overflows (1e308 - -1e308 is inf, and inf/inf wrote NaN
+ * coordinates into the SVG). */
+typedef struct {
+    double lo, hi;
+} axis;
+
+/* [v, v] widened to a range that exists: +1 as before, or a relative step where +1 is lost in
+ * rounding (1e20 + 1 == 1e20 made the range 0). */
+static axis axis_of(double lo, double hi)
+{
+    if (hi <= lo) {
+        double w = fmax(1.0, fabs(lo) * 0x1p-20);
+        hi = lo + w;
+        if (!isfinite(hi)) hi = lo, lo = hi - w;
+    }
+    return (axis){lo, hi};
+}
+
+static double axis_half(axis a) { return a.hi / 2 - a.lo / 2; }
+
+/* Where v lies on a, 0 at lo and 1 at hi. */
+static double axis_frac(axis a, double v) { return (v / 2 - a.lo / 2) / axis_half(a); }
+
+/* a with 5% more on each side, at most to the largest double. */
+static axis axis_padded(axis a)
+{
+    double pad = 0.1 * axis_half(a), lo = a.lo - pad, hi = a.hi + pad;
+    return (axis){isfinite(lo) ? lo : -DBL_MAX, isfinite(hi) ? hi : DBL_MAX};
 }
 
 static void xml_text(FILE *f, const char *s)
@@ -110,7 +143,7 @@ int cmd_plot(int argc, char **argv)
         return 2;
     }
     size_t n = 0, cap = 256;
-    int skipped = 0;
+    int skipped = 0, nonpos = 0, nonfinite = 0; /* lines skipped; points left out */
     pt *p = malloc(cap * sizeof *p);
     double floor_v = NAN;
     char *line = NULL;
@@ -139,7 +172,12 @@ int cmd_plot(int argc, char **argv)
         p[n].step = json_object_get_double(js);
         p[n].loss = json_object_get_double(jl);
         p[n].line = n;
-        if (isfinite(p[n].loss) && (!logy || p[n].loss > 0)) n++;
+        if (!isfinite(p[n].loss) || !isfinite(p[n].step))
+            nonfinite++;
+        else if (logy && p[n].loss <= 0)
+            nonpos++;
+        else
+            n++;
         json_object_put(o);
     }
     free(line);
@@ -149,6 +187,19 @@ int cmd_plot(int argc, char **argv)
         return 1;
     }
     if (skipped) fprintf(stderr, "zinc plot: skipped %d lines without numeric step and loss\n", skipped);
+    /* said, not dropped silently: a curve missing its points looks like a whole one */
+    if (nonfinite)
+        fprintf(stderr, "zinc plot: left out %d point%s whose step or loss is not a finite number\n",
+                nonfinite, nonfinite == 1 ? "" : "s");
+    if (nonpos && n == 0) {
+        free(p);
+        return zarg_usage_error(CMD, "every loss in '%s' is <= 0 (%d point%s), which --log "
+                                "cannot draw; plot without --log", in, nonpos,
+                                nonpos == 1 ? "" : "s");
+    }
+    if (nonpos)
+        fprintf(stderr, "zinc plot: left out %d point%s with a loss <= 0, which --log cannot draw\n",
+                nonpos, nonpos == 1 ? "" : "s");
     if (n == 0) {
         free(p);
         fprintf(stderr, "zinc plot: '%s' holds no {\"step\":..,\"loss\":..} lines\n", in);
@@ -172,19 +223,16 @@ int cmd_plot(int argc, char **argv)
         if (floor_v < y0) y0 = floor_v;
         if (floor_v > y1) y1 = floor_v;
     }
-    if (x1 <= x0) x1 = x0 + 1;
+    axis ax = axis_of(x0, x1);
     double (*tr)(double) = logy ? log10 : NULL;
-    double ly0 = tr ? tr(y0) : y0, ly1 = tr ? tr(y1) : y1;
-    if (ly1 <= ly0) ly1 = ly0 + 1;
-    double pad = 0.05 * (ly1 - ly0);
-    ly0 -= pad;
-    ly1 += pad;
-    if (!logy && ly0 < 0 && y0 >= 0) ly0 = 0;
+    axis ay = axis_padded(axis_of(tr ? tr(y0) : y0, tr ? tr(y1) : y1));
+    double ly0 = ay.lo, ly1 = ay.hi;
+    if (!logy && ly0 < 0 && y0 >= 0) ay.lo = ly0 = 0;
 
     const double W = 800, H = 480, L = 70, R = 20, T = 40, Bm = 50;
     const double pw = W - L - R, ph = H - T - Bm;
-#define SX(x) (L + ((x) - x0) / (x1 - x0) * pw)
-#define SY(y) (T + ph - (((tr ? tr(y) : (y))) - ly0) / (ly1 - ly0) * ph)
+#define SX(x) (L + axis_frac(ax, x) * pw)
+#define SY(y) (T + ph - axis_frac(ay, tr ? tr(y) : (y)) * ph)
     /* written beside the output and renamed: a failed write leaves the old file, not half one */
     char tmp[1100];
     FILE *o = zfile_create_beside(out, tmp, sizeof tmp);
@@ -202,8 +250,13 @@ int cmd_plot(int argc, char **argv)
     xml_text(o, title ? title : in);
     fprintf(o, "</text>\n");
     /* grid and ticks */
-    double xs = nice_step(x1 - x0, 8);
-    for (double x = ceil(x0 / xs) * xs; x <= x1 + 1e-9 * xs; x += xs) {
+    /* Ticks counted, not summed: where a step is below the values' spacing (x += xs left x as
+     * it was near 1e20), the loop would not end; 64 is past any nice_step's count. A tick
+     * past the largest double is inf, and so is the end's slack there: both stop it. */
+    double xs = nice_step(axis_half(ax), 8), xf = ceil(ax.lo / xs);
+    for (int k = 0; k < 64; k++) {
+        double x = (xf + k) * xs;
+        if (!isfinite(x) || x > ax.hi + 1e-9 * xs) break;
         fprintf(o, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e6e6e6\"/>\n",
                 SX(x), T, SX(x), T + ph);
         fprintf(o, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%g</text>\n", SX(x),
@@ -221,8 +274,10 @@ int cmd_plot(int argc, char **argv)
                             L - 6, SY(v) + 4, v);
             }
     } else {
-        double ys = nice_step(ly1 - ly0, 6);
-        for (double y = ceil(ly0 / ys) * ys; y <= ly1 + 1e-9 * ys; y += ys) {
+        double ys = nice_step(axis_half(ay), 6), yf = ceil(ly0 / ys);
+        for (int k = 0; k < 64; k++) {
+            double y = (yf + k) * ys;
+            if (!isfinite(y) || y > ly1 + 1e-9 * ys) break;
             fprintf(o, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e6e6e6\"/>\n",
                     L, SY(y), L + pw, SY(y));
             fprintf(o, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%g</text>\n", L - 6,

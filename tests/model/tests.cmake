@@ -7,6 +7,7 @@
 #   model_train   4 ranks, ZeRO-3, bf16: the loss goes from ln 256 to near the entropy floor
 #   model_resume  train -> save -> resume == uninterrupted, bit for bit (needs zinc_ckpt_*)
 #   model_cli     the zinc executable: exit 2 on bad input, metrics, resume, plot
+#   model_plot    zinc plot at the edges of the values (no nan in the SVG), --log and losses <= 0
 set(ZINC_MODEL_TEST_DIR ${CMAKE_CURRENT_LIST_DIR})
 if(TARGET zinc_models)
   zinc_test(NAME model_grad SOURCES ${ZINC_MODEL_TEST_DIR}/test_model_grad.c
@@ -66,3 +67,8 @@ set_tests_properties(model_configs PROPERTIES LABELS model TIMEOUT 120)
 add_test(NAME model_interrupt COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/interrupt_test.sh
          $<TARGET_FILE:zinc_cli>)
 set_tests_properties(model_interrupt PROPERTIES LABELS model TIMEOUT 400)
+
+# zinc plot at the edges: +-1e308 losses and steps, equal huge losses (no nan/inf in the SVG);
+# --log with losses <= 0 (counted on stderr, or refused when nothing is left).
+add_test(NAME model_plot COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/plot_test.sh $<TARGET_FILE:zinc_cli>)
+set_tests_properties(model_plot PROPERTIES LABELS model TIMEOUT 60)
