@@ -76,6 +76,13 @@ int zarg_int64(const char *s, long long *out)
     return 0;
 }
 
+int zarg_wants_help(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return 1;
+    return 0;
+}
+
 int zarg_usage_error(const char *cmd, const char *fmt, ...)
 {
     va_list ap;

@@ -233,12 +233,12 @@ int bench_offload(int argc, char **argv)
     int sum_on = 1, sum_off = 0;   /* --nvme-checksum: which NVMe rows */
     long long disk_mb = 1024, block = 1048576, depth = 8;   /* aio: DeepSpeed's defaults */
     zinc_dtype dt = ZINC_DTYPE_BF16;
+    if (zarg_wants_help(argc, argv)) {
+        usage(stdout);
+        return 0;
+    }
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 0;
-        }
         if (!strcmp(a, "--json")) {
             json = 1;
             continue;

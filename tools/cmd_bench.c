@@ -32,37 +32,58 @@
 #include "tools/commands.h"
 #include "zinc.h"
 
+/* The three parts of `zinc bench --help`; each benchmark's --help prints its own usage line and
+ * part (bench memory --help began "usage: zinc bench adam"). */
+static const char zero_text[] =
+    "  memory model-state bytes per rank (zinc_memory, allocated) vs the ZeRO formulas\n"
+    "         2Psi+2Psi+12Psi / 2Psi+2Psi+12Psi/N / 2Psi+(2+12)Psi/N / (2+2+12)Psi/N\n"
+    "         (16-bit dtypes; 4 bytes for fp32); default --params 1e6,4e6,1.6e7\n"
+    "  comm   payload bytes of one optimizer step (zinc_comm_bytes) vs 2Psi (stages 0-2)\n"
+    "         and 3Psi (stage 3), with no persistent groups; default --params 4e6;\n"
+    "         --accum K micro-steps per step (default 1): (1+K)Psi at stage 2, 3KPsi at 3\n"
+    "         (both: --worlds 1,2,4,8 --stages 0,1,2,3 --groups 4 --dtype bf16;\n"
+    "         LIST is comma-separated; every rank is a thread of this process)\n";
+
+static const char adam_text[] =
+    "  adam   the fused Adam/AdamW step (fp32 master, m, v; 16-bit grads and params)\n"
+    "         beside a memory-bandwidth probe measured in the same run\n\n"
+    "adam options:\n"
+    "  --device cpu|cuda      device backend (default cpu)\n"
+    "  --params N             parameters in the shard (default 1e8)\n"
+    "  --dtype fp16|bf16|fp32 gradient and working-copy dtype (default fp16)\n"
+    "  --threads T            cpu threads, 0 = online CPUs (default 0)\n"
+    "  --repeat R             timed repeats after one warm-up (default 5)\n"
+    "  --json                 one JSON object on stdout (torch_ms_median and\n"
+    "                         speedup_vs_torch are -1 when torch was not measured)\n"
+    "  --no-torch             skip the side-by-side run of torch.optim.AdamW(fused=True)\n"
+    "                         (bench/torch_adamw.py with $ZINC_PYTHON or python3)\n"
+    "  --help                 this text\n\n"
+    "env ZINC_CPU_ISA=portable|avx2|avx512 forces the cpu kernels' instruction set.\n";
+
+static const char exit_text[] =
+    "exit codes: 0 done, 1 runtime failure (no memory, no device or ISA), 2 bad usage\n";
+
 static void bench_usage(FILE *f)
 {
-    fprintf(f,
-            "usage: zinc bench adam [options]\n"
-            "       zinc bench memory|comm [--params LIST] [--worlds LIST] [--stages LIST]\n"
-            "                              [--groups G] [--dtype fp16|bf16|fp32] [--json]\n"
-            "                              [--accum K]  (comm only)\n"
-            "       zinc bench offload [options]   (zinc bench offload --help)\n\n"
-            "  memory model-state bytes per rank (zinc_memory, allocated) vs the ZeRO formulas\n"
-            "         2Psi+2Psi+12Psi / 2Psi+2Psi+12Psi/N / 2Psi+(2+12)Psi/N / (2+2+12)Psi/N\n"
-            "         (16-bit dtypes; 4 bytes for fp32); default --params 1e6,4e6,1.6e7\n"
-            "  comm   payload bytes of one optimizer step (zinc_comm_bytes) vs 2Psi (stages 0-2)\n"
-            "         and 3Psi (stage 3), with no persistent groups; default --params 4e6;\n"
-            "         --accum K micro-steps per step (default 1): (1+K)Psi at stage 2, 3KPsi at 3\n"
-            "         (both: --worlds 1,2,4,8 --stages 0,1,2,3 --groups 4 --dtype bf16;\n"
-            "         LIST is comma-separated; every rank is a thread of this process)\n\n"
-            "  adam   the fused Adam/AdamW step (fp32 master, m, v; 16-bit grads and params)\n"
-            "         beside a memory-bandwidth probe measured in the same run\n\n"
-            "adam options:\n"
-            "  --device cpu|cuda      device backend (default cpu)\n"
-            "  --params N             parameters in the shard (default 1e8)\n"
-            "  --dtype fp16|bf16|fp32 gradient and working-copy dtype (default fp16)\n"
-            "  --threads T            cpu threads, 0 = online CPUs (default 0)\n"
-            "  --repeat R             timed repeats after one warm-up (default 5)\n"
-            "  --json                 one JSON object on stdout (torch_ms_median and\n"
-            "                         speedup_vs_torch are -1 when torch was not measured)\n"
-            "  --no-torch             skip the side-by-side run of torch.optim.AdamW(fused=True)\n"
-            "                         (bench/torch_adamw.py with $ZINC_PYTHON or python3)\n"
-            "  --help                 this text\n\n"
-            "env ZINC_CPU_ISA=portable|avx2|avx512 forces the cpu kernels' instruction set.\n"
-            "exit codes: 0 done, 1 runtime failure (no memory, no device or ISA), 2 bad usage\n");
+    fprintf(f, "usage: zinc bench adam [options]\n"
+               "       zinc bench memory|comm [--params LIST] [--worlds LIST] [--stages LIST]\n"
+               "                              [--groups G] [--dtype fp16|bf16|fp32] [--json]\n"
+               "                              [--accum K]  (comm only)\n"
+               "       zinc bench offload [options]   (zinc bench offload --help)\n\n"
+               "%s\n%s%s", zero_text, adam_text, exit_text);
+}
+
+static void adam_usage(FILE *f)
+{
+    fprintf(f, "usage: zinc bench adam [options]\n\n%s%s", adam_text, exit_text);
+}
+
+static void zero_usage(FILE *f, int comm)
+{
+    fprintf(f, "usage: zinc bench %s [--params LIST] [--worlds LIST] [--stages LIST]\n"
+               "       %*s [--groups G] [--dtype fp16|bf16|fp32] [--json]%s\n\n%s%s",
+            comm ? "comm" : "memory", comm ? 15 : 17, "", comm ? " [--accum K]" : "", zero_text,
+            exit_text);
 }
 
 double zb_now(void)
@@ -139,13 +160,14 @@ static int bench_adam(int argc, char **argv)
     const char *device = "cpu", *dtname = "fp16";
     long long params = 100000000, threads = 0, repeat = 5;
     int json = 0, with_torch = 1;
+    if (zarg_wants_help(argc, argv)) {
+        adam_usage(stdout);
+        return 0;
+    }
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *val = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            bench_usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "--json")) {
+        if (!strcmp(a, "--json")) {
             json = 1;
             continue;
         } else if (!strcmp(a, "--no-torch")) {
@@ -424,12 +446,12 @@ static int bench_zero(int argc, char **argv, int comm)
     int nw = zb_parse_list("1,2,4,8", worlds, 8, 1, ZB_MAXW), ns = zb_parse_list("0,1,2,3", stages, 4, 0, 3);
     zinc_dtype dt = ZINC_DTYPE_BF16;
     int json = 0;
+    if (zarg_wants_help(argc, argv)) {
+        zero_usage(stdout, comm);
+        return 0;
+    }
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            bench_usage(stdout);
-            return 0;
-        }
         if (!strcmp(a, "--json")) {
             json = 1;
             continue;

@@ -58,18 +58,18 @@ static int open_dir(const char *cmd, const char *path, zck_reader **r)
 static int ckpt_verify(int argc, char **argv)
 {
     const char *dir = NULL;
+    if (zarg_wants_help(argc, argv)) {
+        printf("usage: zinc ckpt verify DIR\n\n"
+               "Reads every chunk of every rank file and checks its checksums, the client\n"
+               "blob, and that the stored pieces cover every tensor exactly once.\n"
+               "DIR: a tag directory, or a save directory (checks the tag a resume tries\n"
+               "first: latest's, unless a tag of a higher step was saved after it; damage\n"
+               "found in its data is reported, where a resume would fall back to the next\n"
+               "tag). Exit 0 when sound; 1 with a message naming the file and chunk\n"
+               "otherwise; 2 when DIR is missing or holds no checkpoint.\n");
+        return 0;
+    }
     for (int i = 1; i < argc; i++) {
-        if (is_help(argv[i])) {
-            printf("usage: zinc ckpt verify DIR\n\n"
-                   "Reads every chunk of every rank file and checks its checksums, the client\n"
-                   "blob, and that the stored pieces cover every tensor exactly once.\n"
-                   "DIR: a tag directory, or a save directory (checks the tag a resume tries\n"
-                   "first: latest's, unless a tag of a higher step was saved after it; damage\n"
-                   "found in its data is reported, where a resume would fall back to the next\n"
-                   "tag). Exit 0 when sound; 1 with a message naming the file and chunk\n"
-                   "otherwise; 2 when DIR is missing or holds no checkpoint.\n");
-            return 0;
-        }
         if (argv[i][0] == '-' || dir) return zarg_usage_error("ckpt verify", "unexpected '%s'", argv[i]);
         dir = argv[i];
     }
@@ -104,14 +104,14 @@ static int ckpt_inspect(int argc, char **argv)
 {
     const char *dir = NULL;
     int json = 0;
+    if (zarg_wants_help(argc, argv)) {
+        printf("usage: zinc ckpt inspect DIR [--json]\n\n"
+               "Prints the tag, step, world size and ZeRO stage at save, the tensors, and raw\n"
+               "and stored bytes of each stream. Reads only the manifest (no chunk is checked;\n"
+               "use zinc ckpt verify for that).\n");
+        return 0;
+    }
     for (int i = 1; i < argc; i++) {
-        if (is_help(argv[i])) {
-            printf("usage: zinc ckpt inspect DIR [--json]\n\n"
-                   "Prints the tag, step, world size and ZeRO stage at save, the tensors, and raw\n"
-                   "and stored bytes of each stream. Reads only the manifest (no chunk is checked;\n"
-                   "use zinc ckpt verify for that).\n");
-            return 0;
-        }
         if (!strcmp(argv[i], "--json")) json = 1;
         else if (argv[i][0] == '-' || dir) return zarg_usage_error("ckpt inspect", "unexpected '%s'", argv[i]);
         else dir = argv[i];
@@ -201,17 +201,17 @@ static int ckpt_export(int argc, char **argv)
 {
     const char *dir = NULL, *out = NULL;
     zinc_dtype dt = ZINC_DTYPE_FP32;
+    if (zarg_wants_help(argc, argv)) {
+        printf("usage: zinc ckpt export DIR --out model.safetensors [--dtype fp32|fp16|bf16]\n\n"
+               "Writes the fp32 master weights of a checkpoint as .safetensors (default fp32;\n"
+               "fp16/bf16 round to nearest even). Streams tensor by tensor: memory is bounded\n"
+               "by the largest tensor. The output bytes depend only on the checkpoint\n"
+               "(tensors sorted by name). The file is written to a fresh OUT.XXXXXX and renamed;\n"
+               "an OUT inside a checkpoint's tag or over its latest is refused.\n");
+        return 0;
+    }
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (is_help(a)) {
-            printf("usage: zinc ckpt export DIR --out model.safetensors [--dtype fp32|fp16|bf16]\n\n"
-                   "Writes the fp32 master weights of a checkpoint as .safetensors (default fp32;\n"
-                   "fp16/bf16 round to nearest even). Streams tensor by tensor: memory is bounded\n"
-                   "by the largest tensor. The output bytes depend only on the checkpoint\n"
-                   "(tensors sorted by name). The file is written to a fresh OUT.XXXXXX and renamed;\n"
-                   "an OUT inside a checkpoint's tag or over its latest is refused.\n");
-            return 0;
-        }
         if (!strcmp(a, "--out")) {
             if (zarg_value("ckpt export", a, v)) return 2;
             out = v;
@@ -335,20 +335,20 @@ static int ckpt_bench(int argc, char **argv)
     long long mib = 64, threads = 2, level = 3, steps = 20;
     const char *dir = NULL;
     int json = 0;
+    if (zarg_wants_help(argc, argv)) {
+        printf("usage: zinc ckpt bench [--mib N] [--threads T] [--level L] [--steps S]\n"
+               "                       [--dir D] [--json]\n\n"
+               "Builds realistic optimizer state (N MiB per stream, default 64: weights ~\n"
+               "N(0, 0.02) after S AdamW steps on noisy gradients, default 20), then measures\n"
+               "one rank's save (compress + write + fsync + commit) and load (read + verify +\n"
+               "decompress) in GB/s of raw state, with T compression threads (default 2), and\n"
+               "stored bytes per stream vs raw vs plain zstd at the same level (default 3)\n"
+               "without the shuffle. D: where to write (default $TMPDIR or /tmp).\n");
+        return 0;
+    }
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         long long *dst = NULL;
-        if (is_help(a)) {
-            printf("usage: zinc ckpt bench [--mib N] [--threads T] [--level L] [--steps S]\n"
-                   "                       [--dir D] [--json]\n\n"
-                   "Builds realistic optimizer state (N MiB per stream, default 64: weights ~\n"
-                   "N(0, 0.02) after S AdamW steps on noisy gradients, default 20), then measures\n"
-                   "one rank's save (compress + write + fsync + commit) and load (read + verify +\n"
-                   "decompress) in GB/s of raw state, with T compression threads (default 2), and\n"
-                   "stored bytes per stream vs raw vs plain zstd at the same level (default 3)\n"
-                   "without the shuffle. D: where to write (default $TMPDIR or /tmp).\n");
-            return 0;
-        }
         if (!strcmp(a, "--json")) { json = 1; continue; }
         if (!strcmp(a, "--dir")) {
             if (zarg_value("ckpt bench", a, v)) return 2;

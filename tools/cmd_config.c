@@ -34,7 +34,7 @@ static void help(FILE *f)
 int cmd_config(int argc, char **argv)
 {
     const char *cmd = "config";
-    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+    if (argc < 2 || zarg_wants_help(argc, argv)) {
         help(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
     }
@@ -48,10 +48,7 @@ int cmd_config(int argc, char **argv)
         const char *a = argv[i];
         long long n;
         double d;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            help(stdout);
-            return 0;
-        } else if (!strcmp(a, "--json")) {
+        if (!strcmp(a, "--json")) {
             as_json = 1;
         } else if (!strcmp(a, "--world-size") || !strcmp(a, "--micro-batch") ||
                    !strcmp(a, "--grad-accum") || !strcmp(a, "--train-batch-size")) {

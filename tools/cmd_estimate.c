@@ -47,14 +47,15 @@ int cmd_estimate(int argc, char **argv)
               gathers = ZEST_GATHERS;
     zinc_dtype dtype = ZINC_DTYPE_FP16;
     int json = 0, offload = 0, offload_param = 0, nvme = 0;
+    if (zarg_wants_help(argc, argv)) {
+        usage(stdout);
+        return 0;
+    }
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         long long *dst = NULL;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "--json")) {
+        if (!strcmp(a, "--json")) {
             json = 1;
             continue;
         } else if (!strcmp(a, "--offload-optimizer")) {

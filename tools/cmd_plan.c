@@ -390,12 +390,12 @@ int cmd_plan(int argc, char **argv)
     int json = 0, ckpt = 0, offload = 0, offload_param = 0, dtype_set = 0, gated = 0;
     int offload_flag = 1, offload_param_flag = 1; /* 0: a config set it, not the flag */
     int recommend = 0, calibrate = 0;
+    if (zarg_wants_help(argc, argv)) {
+        usage(stdout);
+        return 0;
+    }
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 0;
-        }
         int *on = !strcmp(a, "--json")                ? &json
                   : !strcmp(a, "--checkpointing")     ? &ckpt
                   : !strcmp(a, "--offload-optimizer") ? &offload

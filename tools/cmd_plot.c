@@ -99,11 +99,12 @@ int cmd_plot(int argc, char **argv)
 {
     const char *in = NULL, *out = NULL, *title = NULL;
     int logy = 0;
+    if (zarg_wants_help(argc, argv)) {
+        usage(stdout);
+        return 0;
+    }
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(argv[i], "-o") || !strcmp(argv[i], "--output")) {
+        if (!strcmp(argv[i], "-o") || !strcmp(argv[i], "--output")) {
             if (zarg_value(CMD, argv[i], i + 1 < argc ? argv[i + 1] : NULL)) return 2;
             out = argv[++i];
         } else if (!strcmp(argv[i], "--title")) {

@@ -29,6 +29,10 @@ int cmd_plan(int argc, char **argv);       /* zinc plan       — predicted step
 int zarg_int64(const char *s, long long *out);
 int zarg_double(const char *s, double *out);
 int zarg_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* 1 when any of argv[1..argc) is --help or -h. Every command asks before it reads an option,
+ * so that help is printed (exit 0) whatever else the line holds: `zinc train --steps 0 --help`
+ * was refused for its --steps. An option's value that is "-h" counts as the ask for help. */
+int zarg_wants_help(int argc, char **argv);
 /* The value `v` given to option `opt` (NULL when the line ended): 0 when it is one, else 2
  * after the usage error naming opt. Empty and "--..." are refused ("-o --log" would otherwise
  * write a file named --log); "-1" and "-" are values. Every option with a value goes through

@@ -148,12 +148,12 @@ int train_parse_args(int argc, char **argv, topts *o)
     int have_ranks = 0, have_config = 0, have_kernels = 0;
     o->demo = argc <= 1;
     o->rank0 = 1;
+    if (zarg_wants_help(argc, argv)) {
+        usage(stdout);
+        return -1;
+    }
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return -1;
-        }
         if (strncmp(a, "--", 2) != 0)
             return zarg_usage_error(CMD, "unexpected argument '%s'", a);
         /* "--opt=value" as well as "--opt value" */

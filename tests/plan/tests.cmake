@@ -20,3 +20,6 @@ zinc_test(NAME cli_args SOURCES ${ZINC_PLAN_TEST_DIR}/test_args.c ${CMAKE_SOURCE
           LABELS unit TIMEOUT 60)
 add_test(NAME cli_values COMMAND sh ${ZINC_PLAN_TEST_DIR}/values_test.sh $<TARGET_FILE:zinc_cli>)
 set_tests_properties(cli_values PROPERTIES LABELS unit TIMEOUT 120)
+# --help anywhere on the line: every command's own help, exit 0, before other options are checked.
+add_test(NAME cli_help COMMAND sh ${ZINC_PLAN_TEST_DIR}/help_test.sh $<TARGET_FILE:zinc_cli>)
+set_tests_properties(cli_help PROPERTIES LABELS unit TIMEOUT 60)
