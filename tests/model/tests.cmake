@@ -8,6 +8,7 @@
 #   model_resume  train -> save -> resume == uninterrupted, bit for bit (needs zinc_ckpt_*)
 #   model_cli     the zinc executable: exit 2 on bad input, metrics, resume, plot
 #   model_plot    zinc plot at the edges of the values (no nan in the SVG), --log and losses <= 0
+#   train_selfcheck_interrupt  the demo in $TMPDIR, its directory removed on SIGINT (exit 130)
 set(ZINC_MODEL_TEST_DIR ${CMAKE_CURRENT_LIST_DIR})
 if(TARGET zinc_models)
   zinc_test(NAME model_grad SOURCES ${ZINC_MODEL_TEST_DIR}/test_model_grad.c
@@ -72,3 +73,8 @@ set_tests_properties(model_interrupt PROPERTIES LABELS model TIMEOUT 400)
 # --log with losses <= 0 (counted on stderr, or refused when nothing is left).
 add_test(NAME model_plot COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/plot_test.sh $<TARGET_FILE:zinc_cli>)
 set_tests_properties(model_plot PROPERTIES LABELS model TIMEOUT 60)
+
+# The demo (`zinc` alone) in $TMPDIR, its checkpoint directory removed when SIGINT stops it (130).
+add_test(NAME train_selfcheck_interrupt COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/demo_interrupt_test.sh
+         $<TARGET_FILE:zinc_cli>)
+set_tests_properties(train_selfcheck_interrupt PROPERTIES LABELS model TIMEOUT 700)
