@@ -63,6 +63,7 @@ int zarg_int64(const char *s, long long *out)
         char *end;
         errno = 0;
         long long n = strtoll(s, &end, 10);
+        if (errno == ERANGE) return -2; /* whole, past any count: "out of range", not "not whole" */
         if (errno || *end) return -1;
         *out = n;
         return 0;
@@ -71,7 +72,8 @@ int zarg_int64(const char *s, long long *out)
      * "1.5", "0x10" and " 3" are not. */
     double v;
     if (zarg_double(s, &v) != 0) return -1;
-    if (v != floor(v) || fabs(v) > 9.0e18) return -1;
+    if (v != floor(v)) return -1;
+    if (fabs(v) > 9.0e18) return -2;
     *out = (long long)v;
     return 0;
 }

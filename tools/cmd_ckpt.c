@@ -9,6 +9,7 @@
 #include <json-c/json.h>
 #include <math.h>
 #include <pthread.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -333,6 +334,7 @@ static double bench_compress(float **st, size_t n, int threads, int level)
 static int ckpt_bench(int argc, char **argv)
 {
     long long mib = 64, threads = 2, level = 3, steps = 20;
+    const char *given[4] = {NULL}; /* as written, for the range error (the defaults are in range) */
     const char *dir = NULL;
     int json = 0;
     if (zarg_wants_help(argc, argv)) {
@@ -362,7 +364,11 @@ static int ckpt_bench(int argc, char **argv)
         else if (!strcmp(a, "--steps")) dst = &steps;
         else return zarg_usage_error("ckpt bench", "unknown argument '%s'", a);
         if (zarg_value("ckpt bench", a, v)) return 2;
-        if (zarg_int64(v, dst) != 0)
+        int bad = zarg_int64(v, dst);
+        given[dst == &mib ? 0 : dst == &threads ? 1 : dst == &level ? 2 : 3] = v;
+        if (bad == -2) /* a whole number past any count: the range check below names the range */
+            *dst = v[0] == '-' ? LLONG_MIN : LLONG_MAX;
+        else if (bad)
             return zarg_usage_error("ckpt bench", "%s needs a number, not '%s'", a, v);
         i++;
     }
@@ -372,8 +378,8 @@ static int ckpt_bench(int argc, char **argv)
         {"--steps", steps, 1, 1000000}};
     for (int k = 0; k < 4; k++)
         if (rng[k].v < rng[k].lo || rng[k].v > rng[k].hi)
-            return zarg_usage_error("ckpt bench", "%s: expected %lld..%lld, got %lld", rng[k].opt,
-                                    rng[k].lo, rng[k].hi, rng[k].v);
+            return zarg_usage_error("ckpt bench", "%s: expected %lld..%lld, got %s (out of range)",
+                                    rng[k].opt, rng[k].lo, rng[k].hi, given[k]);
     size_t n = (size_t)mib << 18;   /* floats */
     float *st[3];
     for (int k = 0; k < 3; k++) st[k] = malloc(n * sizeof(float));

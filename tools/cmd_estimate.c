@@ -54,7 +54,8 @@ int cmd_estimate(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        long long *dst = NULL;
+        long long *dst = NULL, lo = 1, hi = ZEST_MAX_PARAMS;
+        const char *range = "1..1e15";
         if (!strcmp(a, "--json")) {
             json = 1;
             continue;
@@ -74,30 +75,27 @@ int cmd_estimate(int argc, char **argv)
             i++;
             continue;
         } else if (!strcmp(a, "--params")) dst = &params;
-        else if (!strcmp(a, "--world-size")) dst = &world;
-        else if (!strcmp(a, "--stage")) dst = &stage;
-        else if (!strcmp(a, "--group-size")) dst = &group;
-        else if (!strcmp(a, "--buckets")) dst = &buckets;
-        else if (!strcmp(a, "--gather-buffers")) dst = &gathers;
+        else if (!strcmp(a, "--world-size")) dst = &world, hi = 1000000, range = "1..1000000";
+        else if (!strcmp(a, "--stage")) dst = &stage, lo = 0, hi = 3, range = "0..3";
+        else if (!strcmp(a, "--group-size")) dst = &group, range = "1..--params"; /* below */
+        else if (!strcmp(a, "--buckets")) dst = &buckets, hi = ZEST_MAX_BUFFERS, range = "1..1000";
+        else if (!strcmp(a, "--gather-buffers")) dst = &gathers, hi = ZEST_MAX_BUFFERS, range = "1..1000";
         else return zarg_usage_error("estimate", "unknown argument '%s'", a);
         if (zarg_value("estimate", a, v)) return 2;
-        if (zarg_int64(v, dst) != 0)
+        /* Each value checked as it is read, before a required option is found missing (a bad
+         * --stage was reported as a missing --world-size). Bounds that keep every byte count
+         * inside uint64 (1e15 parameters, as zinc plan takes). */
+        int bad = zarg_int64(v, dst);
+        if (bad == -1)
             return zarg_usage_error("estimate", "%s: '%s' is not a whole number", a, v);
+        if (bad || (dst != &group && (*dst < lo || *dst > hi)))
+            return zarg_usage_error("estimate", "%s: expected %s, got %s (out of range)", a, range,
+                                    v);
         i++;
     }
-    /* Bounds that keep every byte count inside uint64 (1e15 parameters, as zinc plan takes). */
     if (params == UNSET) return zarg_usage_error("estimate", "--params N is required");
-    if (params < 1 || params > ZEST_MAX_PARAMS)
-        return zarg_usage_error("estimate", "--params: expected 1..1e15, got %lld", params);
     if (world == UNSET) return zarg_usage_error("estimate", "--world-size W is required");
-    if (world < 1 || world > 1000000)
-        return zarg_usage_error("estimate", "--world-size: expected 1..1000000, got %lld", world);
     if (stage == UNSET) return zarg_usage_error("estimate", "--stage S is required");
-    if (stage < 0 || stage > 3)
-        return zarg_usage_error("estimate", "--stage: expected 0..3, got %lld", stage);
-    if (buckets < 1 || gathers < 1 || buckets > ZEST_MAX_BUFFERS || gathers > ZEST_MAX_BUFFERS)
-        return zarg_usage_error("estimate", "--buckets and --gather-buffers must be in 1..%d",
-                                ZEST_MAX_BUFFERS);
     if (offload && stage == 0)
         return zarg_usage_error("estimate", "--offload-optimizer needs --stage 1, 2 or 3 (zinc, "
                                 "like DeepSpeed, offloads the optimizer state at stages 1-3)");

@@ -25,7 +25,8 @@ int cmd_plan(int argc, char **argv);       /* zinc plan       — predicted step
  * double (one below its range reads as the nearest double, 0 for "1e-400"; -0 reads as 0).
  * zarg_int64 takes a whole number, exact to 2^63 when written in digits, or such a float that is
  * integral ("7.5e9", up to 9e18); zarg_double any such float. Both return 0, or -1 leaving *out
- * alone. zarg_usage_error prints "zinc <cmd>: <msg>" to stderr and returns 2. */
+ * alone; zarg_int64 returns -2 for a whole number past those bounds ("1e30"), which a message
+ * calls out of range, not "not a whole number". zarg_usage_error prints "zinc <cmd>: <msg>" to stderr and returns 2. */
 int zarg_int64(const char *s, long long *out);
 int zarg_double(const char *s, double *out);
 int zarg_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

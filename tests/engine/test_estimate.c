@@ -180,7 +180,7 @@ int main(void)
      * negative count (said "is required"), are refused naming the bound. */
     const char *big[][2] = {{"--params 2e18 --world-size 1 --stage 0", "--params: expected 1..1e15"},
                             {"--params 1e15 --world-size 1 --stage 3 --gather-buffers 1e15",
-                             "--gather-buffers must be in 1..1000"},
+                             "--gather-buffers: expected 1..1000, got 1e15 (out of range)"},
                             {"--params -5 --world-size 1 --stage 0", "got -5"},
                             {"--params 100 --world-size 1 --stage 5", "--stage: expected 0..3, got 5"},
                             {"--params 100 --world-size 0 --stage 1", "--world-size: expected"}};
