@@ -257,6 +257,17 @@ int zarg_output_file_ok(const char *cmd, const char *opt, const char *out)
     if (access(dir, W_OK | X_OK) != 0)
         return zarg_usage_error(cmd, "%s '%s': its directory '%s' is not writable (%s)", opt, out,
                                 dir, strerror(errno));
+    /* The file is first written as NAME.XXXXXX (zfile_create_beside): that name must fit too,
+     * or the whole run's work fails at the end on ENAMETOOLONG. */
+    const char *base = strrchr(out, '/') ? strrchr(out, '/') + 1 : out;
+    long name_max = pathconf(dir, _PC_NAME_MAX);
+    if (name_max > 0 && strlen(base) + 7 > (size_t)name_max)
+        return zarg_usage_error(cmd, "%s '%.40s...': its file name is %zu bytes; the directory "
+                                "takes %ld, and zinc first writes the name with 7 more (.XXXXXX)",
+                                opt, out, strlen(base), name_max);
+    if (strlen(out) + 7 >= PATH_MAX)
+        return zarg_usage_error(cmd, "%s: the path is %zu bytes, too long (at most %d)", opt,
+                                strlen(out), PATH_MAX - 8);
     if (zarg_inside_tag(out) || zarg_is_checkpoint_latest(out))
         return zarg_usage_error(cmd, "%s '%s' is a checkpoint's file; write it elsewhere", opt,
                                 out);

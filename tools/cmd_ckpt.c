@@ -380,6 +380,11 @@ static int ckpt_bench(int argc, char **argv)
         if (rng[k].v < rng[k].lo || rng[k].v > rng[k].hi)
             return zarg_usage_error("ckpt bench", "%s: expected %lld..%lld, got %s (out of range)",
                                     rng[k].opt, rng[k].lo, rng[k].hi, given[k]);
+    /* the directory must be one to write in: a usage error before the work (exit 1 after) */
+    struct stat ds;
+    if (dir && (stat(dir, &ds) != 0 || !S_ISDIR(ds.st_mode) || access(dir, W_OK | X_OK) != 0))
+        return zarg_usage_error("ckpt bench", "--dir %s is not a directory this user can write in",
+                                dir);
     size_t n = (size_t)mib << 18;   /* floats */
     float *st[3];
     for (int k = 0; k < 3; k++) st[k] = malloc(n * sizeof(float));

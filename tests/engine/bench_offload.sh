@@ -64,8 +64,17 @@ out=$("$zinc" bench offload --params 200000 --groups 4 --repeat 1 --stage 2 --nv
     printf '%s\n' "$out" | grep -q '"state": "nvme-nosum"' || fail "--nvme-checksum off rows: $out"
 [ -z "$(ls "$dir")" ] || fail "files left in the nvme directory: $(ls "$dir")"
 rm -rf "$dir"
-"$zinc" bench offload --nvme /no/such/zinc/dir --params 200000 --groups 4 >/dev/null 2>"$err" &&
-    fail "--nvme with a missing directory succeeded"
+# a missing directory, or a file, is a usage error found before anything is measured (exit 1
+# after the disk measurement before)
+"$zinc" bench offload --nvme /no/such/zinc/dir --params 200000 --groups 4 >/dev/null 2>"$err"
+rc=$?
+[ "$rc" = 2 ] || fail "--nvme with a missing directory exited $rc, want 2"
 grep -q "/no/such/zinc/dir" "$err" || fail "a missing --nvme directory is not named: $(cat "$err")"
+grep -q "measuring" "$err" && fail "a missing --nvme directory was found after measuring: $(cat "$err")"
+"$zinc" bench offload --nvme "$err" --params 200000 --groups 4 >/dev/null 2>"$err.2"
+rc=$?
+[ "$rc" = 2 ] && grep -q "not a directory" "$err.2" ||
+    fail "--nvme naming a file: exit $rc, want 2 and 'not a directory': $(cat "$err.2")"
+rm -f "$err.2"
 [ "$fails" = 0 ] && echo "bench_offload: ok"
 [ "$fails" = 0 ]

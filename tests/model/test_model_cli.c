@@ -638,6 +638,15 @@ int main(void)
     } else {
         printf("test_model_cli: no writable /dev/full here: a failing --metrics is not checked\n");
     }
+    /* an export --out whose name (with the .XXXXXX it is first written as) the directory cannot
+     * take: refused before the export (it failed with exit 1 at the end, ENAMETOOLONG) */
+    {
+        char longname[400] = "ckpt export ck --out ";
+        size_t at = strlen(longname);
+        memset(longname + at, 'a', 300);
+        snprintf(longname + at + 300, sizeof longname - at - 300, ".safetensors");
+        expect_usage_error(longname, "its file name is 312 bytes");
+    }
     /* a --save-dir where no directory can be made, though access() says writable (root on
      * /proc): refused before training (the old code trained, then failed the save: exit 1) */
     expect_usage_error("train " SMALL " --steps 2 --save-dir /proc/zinc-nope",
