@@ -264,7 +264,13 @@ static void *rank_main(void *arg)
         goto out;
     }
     s = zinc_finalize(e);
-    if (s == ZINC_OK) s = tm_init(&m, o->seed);
+    if (s != ZINC_OK) {
+        /* ranks that were given different configs (or models) under mpirun: rejected input, as
+         * other options that differ between the ranks (agree_on_run) */
+        train_fail(r, rank, s, s == ZINC_ERR_MISMATCH ? 2 : 1, "%s", zinc_last_error(e));
+        goto out;
+    }
+    s = tm_init(&m, o->seed);
     if (s != ZINC_OK) {
         train_fail(r, rank, s, 1, "%s", zinc_last_error(e));
         goto out;

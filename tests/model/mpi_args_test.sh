@@ -4,8 +4,8 @@
 # --save-dir, --save-every, --seed) are compared across the ranks before anything is loaded or
 # trained, and the run stops with exit 2 naming the option, on every rank, in seconds. Before,
 # --save-dir on one rank crashed in MPI (MPI_ERR_TRUNCATE, no zinc message), and --steps waited
-# for comm_timeout_s (300 s) and then blamed a background save that never failed. And
-# mpirun -np 1: one rank. And a resume's warnings, once.
+# for comm_timeout_s (300 s) and then blamed a background save that never failed. Another config
+# on one rank: exit 2 too. And mpirun -np 1: one rank. And a resume's warnings, once.
 # usage: mpi_args_test.sh ZINC MPIEXEC CONFIG
 zinc=$1 mpiexec=$2 cfg=$3
 dir=$(mktemp -d) || exit 1
@@ -38,6 +38,15 @@ check "--steps 2" "--steps"
 check "--save-dir sv1" "--save-dir"
 check "--save-every 1" "--save-every"
 check "--seed 2" "--seed"
+# another config on rank 1 (here --micro-batch, which overrides the file's): zinc_finalize names
+# it, exit 2 on every rank, as for the options above (it was exit 1, a runtime failure)
+rm -rf sv
+R1ARGS="--micro-batch 3" timeout 100 "$mpiexec" --allow-run-as-root --oversubscribe -x R1ARGS \
+    -np 2 ./wrap.sh train --config "$cfg" --model L1-D16-H2-T16 --steps 4 >out.log 2>err.log
+rc=$? n=$(grep -c "run a different config than rank 0" err.log)
+if [ "$rc" = 2 ] && [ "$n" = 2 ]; then pass=$((pass + 1)); else
+    echo "FAIL: rank 1 with another config: exit $rc (want 2), $n ranks said so (want 2)"
+    cat err.log; fail=$((fail + 1)); fi
 # mpirun -np 1 is a world of one process (it ran --ranks' default, 4 local ranks: a global batch
 # 4 times the one its checkpoint's run had), and --ranks must agree with it
 "$mpiexec" --allow-run-as-root --oversubscribe -np 1 "$zinc" train --config "$cfg" \
