@@ -376,10 +376,13 @@ class _AccessorsMixin:
             num_local_io_workers=num_local_io_workers, drop_last=self.dataloader_drop_last())
 
     def zero_grad(self):
-        """DeepSpeed's engine.zero_grad: sets every model parameter's `.grad` to None. zinc's own
-        gradient buffers are zeroed by engine.step() at each optimizer step."""
+        """DeepSpeed's engine.zero_grad: sets every model parameter's `.grad` to None, and
+        inside an accumulation window at ZeRO stages 0-1 drops what the window summed so far, as
+        DeepSpeed's does there (_drop_window_grads). zinc's own gradient buffers are zeroed by
+        engine.step() at each optimizer step."""
         for p in self.module.parameters():
             p.grad = None
+        self._drop_window_grads("engine")
 
 
 # DeepSpeed's accessors of zero_optimization values: engine.<name>() is the key's value as

@@ -99,11 +99,33 @@ class _HandOverMixin:
         self._torch_then_zinc(st)
         self._call((lib.zinc_grads_more if more else lib.zinc_grads_ready)(e, G.gid))
         G.late = False
+        self._window_grads = True
         if slot >= 0:
             self._bucket_done(slot)
         G.done = True
         if self._stage == 3 and G.holds == 0:
             self._release(gi)
+
+    def _drop_window_grads(self, what):
+        """A zero_grad inside an accumulation window, where DeepSpeed 0.19.8's drops the
+        gradients the window summed so far: at stages 0-1 they are still the parameters' `.grad`
+        there (its engine's and its optimizer's zero_grad set them to None), and at stage 3 its
+        optimizer's zero_grad restarts the window's micro-step count, so the next backward
+        overwrites the partitioned sum instead of adding to it (stage 2 keeps them: its backward
+        moved them out of `.grad`). zinc holds them in its gradient buffer, zeroed here, so the
+        step applies what DeepSpeed's applies. `what` names the call (engine or optimizer)."""
+        if not self._window_grads:
+            return
+        if self._stage < 2:
+            if self._grad_buf is not None:   # on torch's stream, after its adds (zinc queues
+                self._grad_buf.zero_()       # nothing on it until the step)
+        elif self._stage == 3 and what == "optimizer":
+            for pid in self._shapes:
+                lo, hi = self._local_range(pid)
+                self._set_local(pid, torch.zeros(hi - lo), "grad", "optimizer.zero_grad")
+        else:
+            return
+        self._window_grads = False
 
     def _need_grad_buffer(self, stream=None):
         """Before zinc reads or writes its gradient buffer in a window: lent, if not yet."""

@@ -419,7 +419,17 @@ class _Optimizer:
         self._show_betas()
 
     def zero_grad(self, set_to_none=True):
-        """Nothing to do: zinc zeroes its gradient buffers at every optimizer step."""
+        """DeepSpeed's optimizer.zero_grad: the model parameters' `.grad` to None (or zeros),
+        and inside an accumulation window at ZeRO stages 0-1 and 3 what the window summed so
+        far dropped, as DeepSpeed's optimizers do (engine._drop_window_grads). zinc zeroes its
+        gradient buffers at every optimizer step itself."""
+        for p in self._engine.module.parameters():
+            if p.grad is not None:
+                if set_to_none:
+                    p.grad = None
+                else:
+                    p.grad.zero_()
+        self._engine._drop_window_grads("optimizer")
 
     @property
     def cur_scale(self):

@@ -404,6 +404,7 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
         self._in_backward = False
         self._contexts = 0           # zero.GatheredParameters contexts open over this engine
         self._no_sync = False        # inside no_sync(): backward hands nothing over
+        self._window_grads = False   # gradients were handed over in this accumulation window
         self._unsynced = False       # gradients a no_sync backward left in `.grad`
         # Who ends the accumulation window (docs/python.md): zinc's count, the caller's
         # set_gradient_accumulation_boundary (None: not set), or every step() (the config's
@@ -819,6 +820,7 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
             self._drop_params()
         if info.boundary:
             self._grad_buf = None  # the window's step gave the lent gradient buffer back
+            self._window_grads = False
             self._info = info
             # As DeepSpeed's global_steps: every step at a boundary, those skipped too. Counted
             # on from the loaded value, not recomputed from Adam's count: a DeepSpeed stage-0

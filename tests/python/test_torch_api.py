@@ -27,6 +27,8 @@ the run (exit 1) when it does not hold:
   rank 0 and None elsewhere (stages 0-2: ValueError);
 - evaluation: engine.eval() and a forward under no_grad and inference_mode give the output of a
   plain model loaded with module_state_dict(), bit for bit; training goes on afterwards;
+- zero_grad (engine's or the optimizer's) inside an accumulation window drops the window's gradients
+  so far where DeepSpeed's does (stages 0-1; stage 3 the optimizer's), else keeps them;
 - no_sync (DeepSpeed's, stages 0-1): with gradient_accumulation_steps 1, the first micro-batch's
   backward inside no_sync and the second's outside (each loss halved), then step(), trains bit
   for bit as gradient_accumulation_steps 2 does, and so does running both inside and step()
@@ -563,6 +565,44 @@ def check_no_sync(stage):
                 except RuntimeError as ex:
                     check(f"{what} raises", "no_sync" in str(ex), str(ex))
         engine.close()
+
+
+def check_zero_grad_in_window(stage):
+    """engine.zero_grad() or optimizer.zero_grad() after every engine.step(), inside windows of
+    2 (the torch habit): DeepSpeed 0.19.8 drops what the window summed so far where its
+    gradients are still `.grad` (stages 0-1, both calls) or its optimizer's zero_grad restarts
+    the window's count (stage 3), and keeps it where its backward moved them already (stage 2;
+    engine.zero_grad at stage 3). Dropped: bit for bit the run whose windows' first losses are
+    multiplied by 0; kept: the run without the calls (zinc kept them always, training
+    differently from DeepSpeed at stages 0, 1 and 3)."""
+    def run(call, first_scale):
+        model = net()
+        engine, opt, _, _ = zinc.initialize(model=model, model_parameters=model.parameters(),
+                                            config=cfg(stage))
+        for i in range(3 * GA):
+            g = torch.Generator().manual_seed(1000 * engine.global_rank + i)
+            x = torch.randn(MICRO, 6, generator=g).to(torch.bfloat16)
+            y = torch.randn(MICRO, 3, generator=g).to(torch.bfloat16)
+            loss = ((engine(x) - y) ** 2).mean() * (first_scale if i % GA == 0 else 1.0)
+            engine.backward(loss)
+            engine.step()
+            if call == "engine":
+                engine.zero_grad()
+            elif call == "optimizer":
+                opt.zero_grad()
+        out = engine.module_state_dict()
+        engine.close()
+        return out
+
+    kept, dropped = run(None, 1.0), run(None, 0.0)
+    same, _ = same_dicts(kept, dropped)
+    check("zero_grad in a window: the first micro-batch matters to the plain run", not same)
+    for call in ("engine", "optimizer"):
+        drops = stage < 2 or (stage == 3 and call == "optimizer")
+        same, detail = same_dicts(dropped if drops else kept, run(call, 1.0))
+        check(f"{call}.zero_grad() inside a window at stage {stage} "
+              f"{'drops' if drops else 'keeps'} the window's gradients so far, as DeepSpeed's",
+              same, detail)
 
 
 def check_accum_boundary(stage):
@@ -1300,6 +1340,7 @@ def main():
     check_client_accessors()
     check_freeze_changes(stage, root)
     check_no_sync(stage)
+    check_zero_grad_in_window(stage)
     check_accum_boundary(stage)
     check_batch_size(stage)
     check_backward_frees_graph(stage)
