@@ -164,8 +164,9 @@ def main():
             engine.backward(loss)
             engine.step()
         if rank == 0 and (step % 10 == 0 or step in (1, args.steps)):
+            norm = engine.get_global_grad_norm()   # None at stage 0 in fp32, as DeepSpeed's
             print(f"step {step:4d}  loss {float(loss.detach()):.4f}  lr {engine.get_lr()[0]:.2e}  "
-                  f"grad norm {engine.get_global_grad_norm():.3f}", flush=True)
+                  f"grad norm {'-' if norm is None else format(norm, '.3f')}", flush=True)
     engine.close()
 
 

@@ -44,10 +44,15 @@ class _AccessorsMixin:
 
     @property
     def lr_scheduler(self):
-        """The client LR scheduler, else the config's (DeepSpeed's engine.lr_scheduler)."""
+        """The client LR scheduler, else the config's (DeepSpeed's engine.lr_scheduler); None
+        without either, as DeepSpeed's."""
         if self._client_sched is not None:
             return self._client_sched
-        return _Scheduler(self)
+        if self._resolved.get("scheduler") is None:
+            return None
+        if self._sched_view is None:
+            self._sched_view = _Scheduler(self)
+        return self._sched_view
 
     @property
     def global_steps(self):
@@ -78,8 +83,12 @@ class _AccessorsMixin:
         starts with _global_grad_norm = None and sets it only in _take_model_step), and
         float("inf") after a step skipped for a non-finite gradient (DeepSpeed's ZeRO and fp16
         optimizers set inf on overflow; zinc's step reports nan for a nan gradient, which
-        DeepSpeed never returns)."""
+        DeepSpeed never returns). None at stage 0 in fp32, as DeepSpeed's there."""
         if not self._info.boundary:
+            return None
+        if self._stage == 0 and self._code == 0:
+            # fp32 at stage 0: DeepSpeed steps a plain optimizer (torch's, or FusedAdam), which
+            # has no _global_grad_norm, and its clipping drops the norm clip_grad_norm_ returns
             return None
         if self._info.skipped:
             return float("inf")

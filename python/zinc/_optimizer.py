@@ -444,13 +444,42 @@ class _Optimizer:
 
 
 class _Scheduler:
-    """The config's scheduler runs inside zinc's step; this only reports it."""
+    """The config's scheduler runs inside zinc's step; this reports it with DeepSpeed's
+    scheduler API (its WarmupLR, WarmupDecayLR, WarmupCosineLR, OneCycle and LRRangeTest share
+    get_lr, get_last_lr, state_dict, load_state_dict and last_batch_iteration)."""
 
     def __init__(self, engine):
         self._engine = engine
 
+    @property
+    def last_batch_iteration(self):
+        """DeepSpeed's: the schedule's position, the optimizer steps applied minus one (-1
+        before the first; steps skipped for an overflow do not move it). zinc keeps one count
+        for the schedule and Adam's bias correction."""
+        applied, skipped = ctypes.c_int64(), ctypes.c_int64()
+        lib.zinc_engine_steps(self._engine._e, ctypes.byref(applied), ctypes.byref(skipped))
+        return applied.value - 1
+
+    def get_lr(self):
+        """The lr of each param group at the schedule's position (what the next step uses)."""
+        return self._engine.get_lr()
+
     def get_last_lr(self):
         return self._engine.get_lr()
+
+    def state_dict(self):
+        """DeepSpeed's: {"last_batch_iteration": position}."""
+        return {"last_batch_iteration": self.last_batch_iteration}
+
+    def load_state_dict(self, sd):
+        """DeepSpeed's sets the position; zinc's is Adam's step count, which a checkpoint load
+        sets (engine.load_checkpoint): a state at that position is accepted, another refused."""
+        at = sd.get("last_batch_iteration") if isinstance(sd, dict) else None
+        if at != self.last_batch_iteration:
+            raise NotImplementedError(
+                f"zinc: lr_scheduler.load_state_dict to last_batch_iteration {at}: the config's "
+                f"schedule is at {self.last_batch_iteration}, the optimizer steps applied - 1, "
+                f"which zinc keeps as one count with Adam's; engine.load_checkpoint sets both")
 
     def step(self, *args, **kwargs):
         """Nothing to do: engine.step() advances the schedule, as in DeepSpeed."""

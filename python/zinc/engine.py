@@ -75,7 +75,7 @@ from ._hooktime import HookClock
 from ._lib import EngineOptions, StepInfo, check, lib
 from ._memory import _TORCH_DTYPE, _numel
 from ._monitor import Monitors
-from ._optimizer import _Optimizer, _Scheduler, _client_optimizer, _parameter_groups
+from ._optimizer import _Optimizer, _client_optimizer, _parameter_groups
 from .ops.adam import FusedAdam
 from ._stage3 import _GatherOnRead, _Stage3Mixin
 from ._state_io import _StateIOMixin
@@ -445,6 +445,7 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
         self._samples = 0
         self._unmanaged_backwards = 0   # backwards since the last step() in unmanaged mode
         self._client_sched = None    # a client LR scheduler, stepped after applied steps
+        self._sched_view = None      # the config's scheduler as DeepSpeed's API shows it
         self._lr = lib.zinc_engine_lr(e)    # the lr of the last applied step (until one: the next)
         self._opt = _Optimizer(self, _client, _client_scheduler)   # the lr carrier
         self._managed = bool(self._resolved.get("managed_gradient_accumulation", True))
@@ -950,4 +951,4 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
             lr_scheduler = lr_scheduler(client)    # DeepSpeed's callable form
         engine._client_sched = lr_scheduler
         return engine, engine._opt, loader, lr_scheduler
-    return engine, engine._opt, loader, _Scheduler(engine)
+    return engine, engine._opt, loader, engine.lr_scheduler

@@ -27,6 +27,8 @@ the run (exit 1) when it does not hold:
   rank 0 and None elsewhere (stages 0-2: ValueError);
 - evaluation: engine.eval() and a forward under no_grad and inference_mode give the output of a
   plain model loaded with module_state_dict(), bit for bit; training goes on afterwards;
+- the config's scheduler through DeepSpeed's API (get_lr, state_dict, last_batch_iteration,
+  load_state_dict), None without a scheduler section; fp32 stage 0's grad norm None;
 - zero_grad (engine's or the optimizer's) inside an accumulation window drops the window's gradients
   so far where DeepSpeed's does (stages 0-1; stage 3 the optimizer's), else keeps them;
 - no_sync (DeepSpeed's, stages 0-1): with gradient_accumulation_steps 1, the first micro-batch's
@@ -605,6 +607,51 @@ def check_zero_grad_in_window(stage):
               same, detail)
 
 
+def check_config_scheduler(stage):
+    """The config's scheduler through DeepSpeed's scheduler API: initialize returns the object
+    engine.lr_scheduler is; get_lr() and get_last_lr() give the groups' lr; last_batch_iteration
+    and state_dict() the position, the applied steps - 1; load_state_dict of that position is
+    accepted, of another refused naming it (zinc's position is Adam's count). fp32 at stage 0:
+    get_global_grad_norm() is None after a step, as DeepSpeed's plain optimizer there gives it
+    (zinc's wrapper lacked get_lr, state_dict and last_batch_iteration, and gave a norm)."""
+    c = cfg(stage)
+    c["scheduler"] = {"type": "WarmupLR", "params": {"warmup_num_steps": 10}}
+    model = net()
+    engine, _, _, sched = zinc.initialize(model=model, model_parameters=model.parameters(),
+                                          config=c)
+    check("the config's scheduler: initialize's is engine.lr_scheduler",
+          sched is not None and sched is engine.lr_scheduler)
+    check("before a step: last_batch_iteration -1", sched.last_batch_iteration == -1,
+          str(sched.last_batch_iteration))
+    for i in range(3 * GA):
+        micro_step(engine, i)
+        engine.step()
+    check("after 3 windows: last_batch_iteration 2, state_dict {'last_batch_iteration': 2}",
+          sched.last_batch_iteration == 2 and sched.state_dict() == {"last_batch_iteration": 2},
+          f"{sched.last_batch_iteration} {sched.state_dict()}")
+    check("get_lr() and get_last_lr() are the groups' lr",
+          sched.get_lr() == engine.get_lr() == sched.get_last_lr() and 0 < sched.get_lr()[0] < 1e-2,
+          f"{sched.get_lr()} {sched.get_last_lr()} {engine.get_lr()}")
+    sched.load_state_dict({"last_batch_iteration": 2})
+    check_raises("load_state_dict of another position",
+                 lambda: sched.load_state_dict({"last_batch_iteration": 5}), NotImplementedError,
+                 "last_batch_iteration 5")
+    engine.close()
+    if stage == 0:
+        c = cfg(0)
+        del c["bf16"]
+        model = net()
+        engine = zinc.initialize(model=model, model_parameters=model.parameters(), config=c)[0]
+        for i in range(GA):
+            g = torch.Generator().manual_seed(i)
+            engine.backward(((engine(torch.randn(MICRO, 6, generator=g)) -
+                              torch.randn(MICRO, 3, generator=g)) ** 2).mean())
+            engine.step()
+        check("fp32 at stage 0: get_global_grad_norm() is None, as DeepSpeed's",
+              engine.get_global_grad_norm() is None, str(engine.get_global_grad_norm()))
+        engine.close()
+
+
 def check_accum_boundary(stage):
     """A caller-owned accumulation boundary: set_gradient_accumulation_boundary (Accelerate's
     and DeepSpeed's docstring's patterns) and managed_gradient_accumulation false train bit for
@@ -1120,7 +1167,8 @@ def main():
     check("engine.optimizer is initialize's, its groups carry the lr",
           engine.optimizer is opt and engine.optimizer.param_groups[0]["lr"] == engine.get_lr()[0],
           f"{engine.optimizer.param_groups[0]['lr']} vs {engine.get_lr()}")
-    check("engine.lr_scheduler reports the lr", engine.lr_scheduler.get_last_lr() == engine.get_lr())
+    check("no scheduler section: engine.lr_scheduler is None, as DeepSpeed's",
+          engine.lr_scheduler is None, repr(engine.lr_scheduler))
     # DeepSpeed's engine passes what it does not have through to the module.
     x = torch.randn(MICRO, 6).to(torch.bfloat16)
     check("a module attribute through the engine", engine.labels == ("x", "y", "z"))
@@ -1341,6 +1389,7 @@ def main():
     check_freeze_changes(stage, root)
     check_no_sync(stage)
     check_zero_grad_in_window(stage)
+    check_config_scheduler(stage)
     check_accum_boundary(stage)
     check_batch_size(stage)
     check_backward_frees_graph(stage)
