@@ -606,6 +606,9 @@ zinc_status zck_find_tag(const char *dir, const char *tag, int skip_upto, int lo
     if (!dd)
         return zerr_fmt(err, ZCK_ERR, ZINC_ERR_IO, "cannot open the save directory %s: %s",
                         dir, strerror(errno));
+    /* A load retries the search with skip_upto one higher after each tag whose data failed:
+     * what the scan finds is said by the first search only, so each warning comes once. */
+    int say = skip_upto == 0;
     zcand *c = NULL;
     int nc = 0, cap = 0, ndamaged = 0, nds = 0;
     char latest[ZCK_TAG_MAX] = "", path[4400];
@@ -635,14 +638,15 @@ zinc_status zck_find_tag(const char *dir, const char *tag, int skip_upto, int lo
             /* Unrelated directories are not our business; one with rank files lost its manifest. */
             snprintf(mp, sizeof mp, "%s/rank-00000.zck", path);
             if (access(mp, F_OK) == 0 || !strcmp(nm, latest)) {
-                zlog(ZLOG_WARN, "ckpt", logrank, "skipping damaged checkpoint %s: it has no %s",
-                     path, ZCK_MANIFEST);
+                if (say)
+                    zlog(ZLOG_WARN, "ckpt", logrank, "skipping damaged checkpoint %s: it has no %s",
+                         path, ZCK_MANIFEST);
                 ndamaged++;
             }
             continue;
         }
         if (zck_open(path, &r, e2) != ZINC_OK) {
-            zlog(ZLOG_WARN, "ckpt", logrank, "skipping damaged checkpoint %s: %s", path, e2);
+            if (say) zlog(ZLOG_WARN, "ckpt", logrank, "skipping damaged checkpoint %s: %s", path, e2);
             ndamaged++;
             continue;
         }
@@ -674,7 +678,7 @@ zinc_status zck_find_tag(const char *dir, const char *tag, int skip_upto, int lo
         snprintf(path, sizeof path, "%s/%s", dir, latest);
         if (!found) /* damaged (a rank file), yet its manifest may still say its step */
             lstep = manifest_step(path);
-        if (!found && access(path, F_OK) != 0)
+        if (say && !found && access(path, F_OK) != 0)
             zlog(ZLOG_WARN, "ckpt", logrank, "%s/latest names \"%s\", which does not exist", dir, latest);
     }
     for (int i = 0; i < nc; i++)
@@ -712,9 +716,9 @@ zinc_status zck_find_tag(const char *dir, const char *tag, int skip_upto, int lo
                         "no valid checkpoint in %s (%d that do not open, %d whose data "
                         "failed to load; see the warnings above)", dir, ndamaged, skip_upto);
     }
-    for (int i = 0; i < skip_upto; i++)
+    if (skip_upto > 0) /* the one the last attempt failed on (the attempts before named theirs) */
         zlog(ZLOG_WARN, "ckpt", logrank, "skipping %s/%s: its data failed to load (see above)", dir,
-             c[i].name);
+             c[skip_upto - 1].name);
     snprintf(tagdir, tagdir_n, "%s/%s", dir, c[skip_upto].name);
     snprintf(tagname, tagname_n, "%s", c[skip_upto].name);
     free(c);

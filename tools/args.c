@@ -167,15 +167,10 @@ int zarg_in_checkpoint_tag(const char *path)
     return realpath(path, rf) && resolved_parent(rf, rp) && zarg_is_checkpoint_tag(rp);
 }
 
-int zarg_is_checkpoint_latest(const char *path)
+/* 1 when dir is a save directory: a subdirectory of it is a tag (holds a manifest.json). */
+static int holds_tag(const char *dir)
 {
-    char rf[PATH_MAX], dir[PATH_MAX], td[2 * PATH_MAX];
-    /* an existing file is followed to what it is; a new one is named as given */
-    const char *p = realpath(path, rf) ? rf : path;
-    const char *base = strrchr(p, '/');
-    base = base ? base + 1 : p;
-    if (strcmp(base, "latest") != 0 || !resolved_parent(p, dir)) return 0;
-    /* a save directory: a subdirectory of dir is a tag (it holds a manifest.json) */
+    char td[2 * PATH_MAX];
     DIR *d = opendir(dir);
     struct dirent *de;
     int found = 0;
@@ -186,6 +181,38 @@ int zarg_is_checkpoint_latest(const char *path)
     }
     if (d) closedir(d);
     return found;
+}
+
+int zarg_is_checkpoint_latest(const char *path)
+{
+    char rf[PATH_MAX], dir[PATH_MAX];
+    /* an existing file is followed to what it is; a new one is named as given */
+    const char *p = realpath(path, rf) ? rf : path;
+    const char *base = strrchr(p, '/');
+    base = base ? base + 1 : p;
+    return !strcmp(base, "latest") && resolved_parent(p, dir) && holds_tag(dir);
+}
+
+/* "step" or "global_step" then digits: the tags zinc train and import zinc name by default */
+static int default_tag_name(const char *s, size_t n)
+{
+    size_t k = n >= 11 && !strncmp(s, "global_step", 11) ? 11 : n >= 4 && !strncmp(s, "step", 4) ? 4 : 0;
+    if (!k || k == n) return 0;
+    for (size_t i = k; i < n; i++)
+        if (s[i] < '0' || s[i] > '9') return 0;
+    return 1;
+}
+
+int zarg_is_save_slot(const char *path)
+{
+    char rf[PATH_MAX], dir[PATH_MAX];
+    const char *p = realpath(path, rf) ? rf : path;
+    const char *base = strrchr(p, '/');
+    base = base ? base + 1 : p;
+    size_t n = strlen(base);
+    if (n > 4 && (!strcmp(base + n - 4, ".tmp") || !strcmp(base + n - 4, ".old"))) n -= 4;
+    int slot = (n == 6 && !strncmp(base, "latest", 6)) || default_tag_name(base, n);
+    return slot && resolved_parent(p, dir) && holds_tag(dir);
 }
 
 int zarg_value(const char *cmd, const char *opt, const char *v)
@@ -271,6 +298,11 @@ int zarg_output_file_ok(const char *cmd, const char *opt, const char *out)
     if (zarg_inside_tag(out) || zarg_is_checkpoint_latest(out))
         return zarg_usage_error(cmd, "%s '%s' is a checkpoint's file; write it elsewhere", opt,
                                 out);
+    /* a name a save into that directory writes: the save would replace it, or stop at it */
+    if (zarg_is_save_slot(out))
+        return zarg_usage_error(cmd, "%s '%s' is where a save into its directory (a save "
+                                "directory) writes: latest, a tag, or their .tmp or .old; write "
+                                "it elsewhere", opt, out);
     return 0;
 }
 

@@ -55,6 +55,9 @@ int zarg_is_checkpoint_tag(const char *dir);
 /* 1 when path is (or, not existing yet, would be) a save directory's `latest`: named latest, in
  * a directory with a tag (a subdirectory holding a manifest.json). */
 int zarg_is_checkpoint_latest(const char *path);
+/* 1 when path is, in a save directory (a directory holding a tag), a name a save there writes:
+ * latest, a default tag name (stepN, global_stepN), or either with .tmp or .old. */
+int zarg_is_save_slot(const char *path);
 /* path made absolute with symlinks resolved into out (PATH_MAX bytes), also when it does not
  * exist yet: its nearest existing ancestor resolved, the missing names appended. 0 when that
  * cannot be done (an unreadable ancestor, "..", too long). */

@@ -262,8 +262,13 @@ static int settle_resume(const topts *o, run_t *r)
         }
         return 0;
     }
-    if (stat(o->resume, &st) != 0 || !S_ISDIR(st.st_mode)) {
-        fprintf(stderr, "zinc train: --resume %s: no such directory\n", o->resume);
+    if (stat(o->resume, &st) != 0) {
+        fprintf(stderr, "zinc train: --resume %s: %s\n", o->resume, strerror(errno));
+        return 2;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "zinc train: --resume %s is not a directory: give a save directory or "
+                "one of its tags\n", o->resume);
         return 2;
     }
     if (zarg_is_checkpoint_tag(o->resume)) {

@@ -445,6 +445,35 @@ int main(void)
              err);
     free(err);
     shell_ok("rm -r '%s/ck/step000003'", tmp);
+    /* every tag's data damaged (three tags): each is warned about once and the run is refused
+     * (each retry of the load's search named the tags before it again: step 6 twice) */
+    rc = run("train " SMALL " --steps 6 --save-every 2 --save-dir dmg", NULL, NULL);
+    ZT_CHECK(rc == 0, "saving dmg: exit %d", rc);
+    shell_ok("cd '%s' && for t in dmg/step0*; do printf 'ZZZZZZZZZZZZZZZZ' | dd "
+             "of=$t/rank-00000.zck bs=1 seek=100 conv=notrunc 2>/dev/null; done", tmp);
+    rc = run("train " SMALL " --steps 8 --save-dir dmg --resume auto", &err, NULL);
+    {
+        const char *says[] = {"skipping dmg/step000006: its data failed",
+                              "skipping dmg/step000004: its data failed",
+                              "skipping damaged checkpoint dmg/step000006",
+                              "skipping damaged checkpoint dmg/step000002"};
+        for (int k = 0; k < 4; k++) {
+            int n = 0;
+            for (const char *p = err; p && (p = strstr(p, says[k])); p++) n++;
+            ZT_CHECK(n == 1, "every tag damaged: '%s' %d times (want 1): %s", says[k], n, err);
+        }
+        ZT_CHECK(rc == 2 && strstr(err, "no valid checkpoint in dmg"),
+                 "every tag damaged: exit %d (want 2): %s", rc, err);
+    }
+    free(err);
+    /* an export into a save directory, at a name its saves write: refused (it was written, and
+     * the next zinc train --save-dir there refused to run) */
+    expect_usage_error("ckpt export ck --out ck/step000099", "is where a save into its directory");
+    expect_usage_error("ckpt export ck --out ck/latest.tmp", "is where a save into its directory");
+    expect_usage_error("ckpt export ck --out ck/global_step7.old", "is where a save into its");
+    /* --resume naming a file: said so (it said "no such directory") */
+    expect_usage_error("train " SMALL " --steps 2 --resume text.txt",
+                       "--resume text.txt is not a directory");
     /* at another world size the same config is not called another config */
     rc = run("train --model L1-D16-H2-T16 --ranks 1 --config " ZINC_SOURCE_DIR
              "/configs/zero3_bf16.json --steps 13 --seed 4 --resume ck/step000012", &err, &out);
