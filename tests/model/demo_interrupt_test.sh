@@ -10,6 +10,7 @@ zinc=$1
 case "$zinc" in /*) ;; *) zinc=$(pwd)/$zinc ;; esac
 env --default-signal=INT true 2>/dev/null ||
     { echo "demo_interrupt: env --default-signal is missing (coreutils < 8.31)"; exit 1; }
+. "$(dirname "$0")/signal_lib.sh"
 dir=$(mktemp -d) || exit 1
 trap 'rm -rf "$dir"' EXIT
 mkdir "$dir/tmp" || exit 1
@@ -25,15 +26,8 @@ while [ -z "$(ls -A tmp)" ] && kill -0 "$pid" 2>/dev/null && [ "$n" -lt 3000 ]; 
     sleep 0.1; n=$((n + 1))
 done
 [ -n "$(ls -A tmp)" ] || fail "no directory appeared in TMPDIR (the demo ended, or 300 s passed)"
-kill -INT "$pid"
-n=0
-while kill -0 "$pid" 2>/dev/null && [ "$n" -lt 3000 ]; do sleep 0.1; n=$((n + 1)); done
-if kill -0 "$pid" 2>/dev/null; then
-    kill -9 "$pid"
-    fail "still running 300 s after SIGINT"
-fi
-wait "$pid"
-rc=$?
+signal_and_wait "$pid" INT 3000
+[ "$hung" = 0 ] || fail "still running 300 s after SIGINT"
 [ "$rc" = 130 ] || fail "exit $rc after SIGINT, want 130: $(tail -5 err.log)"
 [ -z "$(ls -A tmp)" ] || fail "TMPDIR not empty after SIGINT: $(ls -A tmp)"
 

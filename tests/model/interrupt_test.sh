@@ -12,6 +12,7 @@ zinc=$1
 # (env execs zinc: $! is the run's own pid)
 env --default-signal=INT true 2>/dev/null ||
     { echo "interrupt: env --default-signal is missing (coreutils < 8.31)"; exit 1; }
+. "$(dirname "$0")/signal_lib.sh"
 dir=$(mktemp -d) || exit 1
 trap 'rm -rf "$dir"' EXIT
 cd "$dir" || exit 1
@@ -31,15 +32,8 @@ interrupted() {
         [ "$n" -lt 600 ]; do
         sleep 0.2; n=$((n + 1))
     done
-    kill "-$sig" "$pid"
-    n=0
-    while kill -0 "$pid" 2>/dev/null && [ "$n" -lt 600 ]; do sleep 0.2; n=$((n + 1)); done
-    if kill -0 "$pid" 2>/dev/null; then
-        kill -9 "$pid"
-        bad "SIG$sig: still running 120 s after the signal"
-    fi
-    wait "$pid"
-    rc=$?
+    signal_and_wait "$pid" "$sig" 1200
+    [ "$hung" = 0 ] || bad "SIG$sig: still running 120 s after the signal"
 }
 
 interrupted INT --save-dir ck

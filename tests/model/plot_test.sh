@@ -30,18 +30,20 @@ drawn largest '{"step":1,"loss":1.7976931348623157e308}' '{"step":2,"loss":-1.79
 drawn flat '{"step":1,"loss":1e20}' '{"step":2,"loss":1e20}'
 drawn steps '{"step":-1.7e308,"loss":1}' '{"step":1.7e308,"loss":2}'
 
-printf '{"step":1,"loss":0}\n{"step":2,"loss":0.5}\n{"step":3,"loss":-1}\n{"step":4,"loss":0.25}\n' >z.jsonl
-"$zinc" plot z.jsonl --log -o z.svg >/dev/null 2>z.err
-rc=$?
-[ "$rc" = 0 ] || fail "--log with losses <= 0: exit $rc, want 0: $(cat z.err)"
-grep -q "^zinc plot: left out 2 points with a loss <= 0, which --log cannot draw" z.err ||
-    fail "--log with losses <= 0: no warning counting them: $(cat z.err)"
-printf '{"step":1,"loss":0}\n{"step":2,"loss":-0.5}\n' >z0.jsonl
-"$zinc" plot z0.jsonl --log -o z0.svg >/dev/null 2>z0.err
-rc=$?
-[ "$rc" = 2 ] || fail "--log with every loss <= 0: exit $rc, want 2"
-grep -q "^zinc plot: every loss in 'z0.jsonl' is <= 0 (2 points), which --log cannot draw" z0.err ||
-    fail "--log with every loss <= 0: $(cat z0.err)"
+# logged NAME WANT_RC MESSAGE LINES...: zinc plot --log of those lines exits WANT_RC, saying
+# MESSAGE (a grep pattern) on stderr
+logged() {
+    name=$1 want=$2 says=$3; shift 3
+    printf '%s\n' "$@" >"$name.jsonl"
+    "$zinc" plot "$name.jsonl" --log -o "$name.svg" >/dev/null 2>"$name.err"
+    rc=$?
+    [ "$rc" = "$want" ] || fail "$name: --log: exit $rc, want $want: $(cat "$name.err")"
+    grep -q "$says" "$name.err" || fail "$name: --log: stderr lacks '$says': $(cat "$name.err")"
+}
+logged z 0 "^zinc plot: left out 2 points with a loss <= 0, which --log cannot draw" \
+    '{"step":1,"loss":0}' '{"step":2,"loss":0.5}' '{"step":3,"loss":-1}' '{"step":4,"loss":0.25}'
+logged z0 2 "^zinc plot: every loss in 'z0.jsonl' is <= 0 (2 points), which --log cannot draw" \
+    '{"step":1,"loss":0}' '{"step":2,"loss":-0.5}'
 [ ! -e z0.svg ] || fail "--log with every loss <= 0 wrote z0.svg"
 
 [ "$fails" = 0 ] && echo "plot: all checks passed"
