@@ -1,4 +1,14 @@
 # signal_lib.sh — sourced by the tests that stop a zinc run with a signal.
+# Sourcing it checks for env --default-signal (a non-interactive shell starts background jobs
+# with SIGINT ignored, which zinc honours: `env --default-signal=INT zinc ...` gives the run the
+# default disposition, as a terminal's foreground job has) and enters a fresh directory, `dir`,
+# removed at exit.
+env --default-signal=INT true 2>/dev/null ||
+    { echo "$0: env --default-signal is missing (coreutils < 8.31)"; exit 1; }
+dir=$(mktemp -d) || exit 1
+trap 'rm -rf "$dir"' EXIT
+cd "$dir" || exit 1
+
 # signal_and_wait PID SIG TENTHS: sends SIG to PID and waits up to TENTHS tenths of a second for
 # it to end; one still running then is killed (a hang) and `hung` is 1, else 0. `rc` is its exit
 # status (PID must be a child of the calling shell).
