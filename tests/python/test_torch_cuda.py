@@ -35,6 +35,9 @@ LOCAL_RANK (0 without a launcher):
   behind a sleep on torch's stream: that forward's loss is the old one bit for bit (written
   2026-11-28 without a GPU; not yet run on one); close() inside an accumulation window (the
   gradient buffer torch lent still held) at stages 1 and 3, then plain torch trains on;
+- optimizer.zero_grad() after every engine.step() at stages 1 and 3, with both streams made
+  late: bit for bit the run whose windows' first losses are multiplied by 0 (DeepSpeed's
+  semantics; written 2026-11-29 without a GPU, run on the CPU device only);
 - errors: parameters on two devices (cpu and cuda) are refused naming one; with 2 or more GPUs a
   model on a GPU other than the local rank's is refused, saying torch.cuda.set_device.
 Usage:
@@ -324,6 +327,39 @@ def close_mid_window(dev, stage):
     return 0 if ok else 1
 
 
+def zero_grad_mid_window(dev, stage):
+    """optimizer.zero_grad() after every engine.step() (DeepSpeed's semantics: inside a window
+    it drops the window's gradients so far at stages 0-1 and 3; engine._drop_window_grads) with
+    zinc's and torch's streams made late: bit for bit the run whose windows' first losses are
+    multiplied by 0. At stages 0-1 the drop zeroes the buffer torch lent on torch's stream,
+    after its adds; at stage 3 it writes zinc's partitioned sums. Returns the failures."""
+    cuda = dev.type == "cuda"
+
+    def run(first_scale, drop):
+        torch.manual_seed(0)
+        m = tp.Tiny().to(dev)
+        engine, opt, _, _ = zinc.initialize(model=m, config=tp.config(stage, False))
+        with late_zinc(engine, cuda):
+            for i, (x, y) in enumerate(tp.batches()):
+                loss = tp.loss_fn(engine, x.to(dev), y.to(dev)) * (first_scale if i % tp.GA == 0
+                                                                    else 1.0)
+                lag(torch.cuda.current_stream(dev) if cuda else None)
+                engine.backward(loss)
+                engine.step()
+                if drop:
+                    lag(torch.cuda.current_stream(dev) if cuda else None)
+                    opt.zero_grad()
+        out = {k: v.detach().cpu() for k, v in engine.module_state_dict().items()}
+        engine.close()
+        return out
+
+    want, got = run(0.0, False), run(1.0, True)
+    ok = list(want) == list(got) and all(torch.equal(want[k], got[k]) for k in want)
+    print(f"{dev} stage {stage}: optimizer.zero_grad() inside windows drops their gradients so "
+          f"far (bit for bit the run with their first losses x 0): {'ok' if ok else 'FAIL'}")
+    return 0 if ok else 1
+
+
 def features(dev, stage):
     """Activation checkpointing (reentrant, non-reentrant, zinc.checkpointing), param groups with
     their own weight decay, lr, betas and eps (zinc_group_set_weight_decay, zinc_group_set_lr,
@@ -502,6 +538,7 @@ def main(on_cpu):
         fails += set_while_queued(dev, stage)
     for stage in (1, 3):
         fails += close_mid_window(dev, stage)
+        fails += zero_grad_mid_window(dev, stage)
     for stage in (1, 3):
         fails += features(dev, stage)
         fails += gathered(dev, stage)
