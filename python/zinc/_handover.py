@@ -113,8 +113,15 @@ class _HandOverMixin:
         optimizer's zero_grad restarts the window's micro-step count, so the next backward
         overwrites the partitioned sum instead of adding to it (stage 2 keeps them: its backward
         moved them out of `.grad`). zinc holds them in its gradient buffer, zeroed here, so the
-        step applies what DeepSpeed's applies. `what` names the call (engine or optimizer)."""
+        step applies what DeepSpeed's applies. Not after the window's last backward (before its
+        step): DeepSpeed keeps them there. `what` names the call (engine or optimizer)."""
         if not self._window_grads:
+            return
+        if (self._open_micro or self._awaiting_step) and self._open_at_boundary:
+            # between the window's last backward and its step(): DeepSpeed's stage 1 moved the
+            # gradients out of `.grad` in that backward, and stage 3's restarted count matters
+            # only to a backward that follows, so they stay. (Its stage 0 steps with `.grad`
+            # None there, which skips those parameters' update; zinc applies the window.)
             return
         if self._stage < 2:
             if self._grad_buf is not None:   # on torch's stream, after its adds (zinc queues

@@ -577,21 +577,23 @@ def check_zero_grad_in_window(stage):
     engine.zero_grad at stage 3). Dropped: bit for bit the run whose windows' first losses are
     multiplied by 0; kept: the run without the calls (zinc kept them always, training
     differently from DeepSpeed at stages 0, 1 and 3)."""
-    def run(call, first_scale):
+    def run(call, first_scale, before_last_step=False):
         model = net()
         engine, opt, _, _ = zinc.initialize(model=model, model_parameters=model.parameters(),
                                             config=cfg(stage))
+        zero = {"engine": engine.zero_grad, "optimizer": opt.zero_grad, None: lambda: None}[call]
         for i in range(3 * GA):
             g = torch.Generator().manual_seed(1000 * engine.global_rank + i)
             x = torch.randn(MICRO, 6, generator=g).to(torch.bfloat16)
             y = torch.randn(MICRO, 3, generator=g).to(torch.bfloat16)
             loss = ((engine(x) - y) ** 2).mean() * (first_scale if i % GA == 0 else 1.0)
             engine.backward(loss)
+            last = i % GA == GA - 1
+            if before_last_step and last:
+                zero()        # after the window's last backward, before its step
             engine.step()
-            if call == "engine":
-                engine.zero_grad()
-            elif call == "optimizer":
-                opt.zero_grad()
+            if not before_last_step:
+                zero()
         out = engine.module_state_dict()
         engine.close()
         return out
@@ -605,6 +607,11 @@ def check_zero_grad_in_window(stage):
         check(f"{call}.zero_grad() inside a window at stage {stage} "
               f"{'drops' if drops else 'keeps'} the window's gradients so far, as DeepSpeed's",
               same, detail)
+        # between the window's last backward and its step DeepSpeed keeps them (stages 1-3; at
+        # stage 0 its step skips the parameters whose .grad it set to None: zinc applies them)
+        same, detail = same_dicts(kept, run(call, 1.0, before_last_step=True))
+        check(f"{call}.zero_grad() between a window's last backward and its step at stage "
+              f"{stage} keeps the window's gradients", same, detail)
 
 
 def check_config_scheduler(stage):
