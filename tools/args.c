@@ -71,7 +71,10 @@ int zarg_int64(const char *s, long long *out)
     /* Otherwise zarg_double's plain decimal: "7.5e9" is a whole number written as a float;
      * "1.5", "0x10" and " 3" are not. */
     double v;
-    if (zarg_double(s, &v) != 0) return -1;
+    if (zarg_double(s, &v) != 0) {
+        /* "1e400": plain decimal past the double's range, so whole and past any count too */
+        return s && plain_decimal(s) && isinf(strtod(s, NULL)) ? -2 : -1;
+    }
     if (v != floor(v)) return -1;
     if (fabs(v) > 9.0e18) return -2;
     *out = (long long)v;

@@ -233,7 +233,7 @@ int bench_offload(int argc, char **argv)
     long long params[16], stage = 2, groups = 16, repeat = 5, threads = 0;
     int np = zb_parse_list("1e7,1e8", params, 16, 1, 1LL << 40), json = 0;
     const char *nvme_dir = NULL;
-    int sum_on = 1, sum_off = 0;   /* --nvme-checksum: which NVMe rows */
+    int sum_on = 1, sum_off = 0, sum_given = 0;   /* --nvme-checksum: which NVMe rows */
     long long disk_mb = 1024, block = 1048576, depth = 8;   /* aio: DeepSpeed's defaults */
     zinc_dtype dt = ZINC_DTYPE_BF16;
     if (zarg_wants_help(argc, argv)) {
@@ -271,6 +271,7 @@ int bench_offload(int argc, char **argv)
         } else if (!strcmp(a, "--nvme")) {
             nvme_dir = val;
         } else if (!strcmp(a, "--nvme-checksum")) {
+            sum_given = 1;
             sum_on = !strcmp(val, "on") || !strcmp(val, "both");
             sum_off = !strcmp(val, "off") || !strcmp(val, "both");
             if (!sum_on && !sum_off)
@@ -293,6 +294,8 @@ int bench_offload(int argc, char **argv)
         }
         i++;
     }
+    if (!nvme_dir && sum_given)
+        return zarg_usage_error(cmd, "--nvme-checksum chooses the NVMe rows: give --nvme DIR too");
     for (int pi = 0; pi < np; pi++)
         if (params[pi] < groups)
             return zarg_usage_error(cmd, "--params %lld is fewer than --groups %lld", params[pi], groups);

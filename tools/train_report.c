@@ -226,6 +226,7 @@ static const char *output_clash(const char *path, const topts *o, const run_t *r
     /* any save directory's latest (the resume directory's: it holds a tag), through a symlink
      * too; a hard link is refused by open_output */
     if (zarg_is_checkpoint_latest(path)) return "a save directory's latest";
+    if (zarg_is_save_slot(path)) return "where a save into its (save) directory writes";
     if (is_save_slot(path, o->save_dir)) return "where --save-dir's checkpoints go";
     return NULL;
 }

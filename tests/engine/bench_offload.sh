@@ -9,7 +9,7 @@ trap 'rm -f "$err"' EXIT
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 
 for bad in "--stage 0" "--stage 4" "--params 2 --groups 4" "--repeat 0" "--dtype fp8" "--bogus 1" "--params" \
-           "--nvme-checksum maybe"; do
+           "--nvme-checksum maybe" "--nvme-checksum off"; do
     # shellcheck disable=SC2086
     "$zinc" bench offload $bad >/dev/null 2>"$err"
     rc=$?

@@ -471,6 +471,9 @@ int main(void)
     expect_usage_error("ckpt export ck --out ck/step000099", "is where a save into its directory");
     expect_usage_error("ckpt export ck --out ck/latest.tmp", "is where a save into its directory");
     expect_usage_error("ckpt export ck --out ck/global_step7.old", "is where a save into its");
+    /* --metrics there too (it was accepted, and the save stopped at it) */
+    expect_usage_error("train " SMALL " --steps 1 --metrics ck/step000099",
+                       "where a save into its (save) directory writes");
     /* --resume naming a file: said so (it said "no such directory") */
     expect_usage_error("train " SMALL " --steps 2 --resume text.txt",
                        "--resume text.txt is not a directory");
