@@ -127,9 +127,15 @@ class _HandOverMixin:
             if self._grad_buf is not None:   # on torch's stream, after its adds (zinc queues
                 self._grad_buf.zero_()       # nothing on it until the step)
         elif self._stage == 3 and what == "optimizer":
-            for pid in self._shapes:
-                lo, hi = self._local_range(pid)
-                self._set_local(pid, torch.zeros(hi - lo), "grad", "optimizer.zero_grad")
+            # this rank's fragment of each parameter's sum set to zeros (zinc_param_local_set,
+            # one host buffer for all), on every rank; torch reads none of it, so no sync after
+            self._need_grad_buffer()
+            spans = [(pid, self._local_range(pid)) for pid in self._shapes]
+            zeros = torch.zeros(max([hi - lo for _, (lo, hi) in spans] + [1]))
+            for pid, (lo, hi) in spans:
+                if hi > lo:
+                    self._call(lib.zinc_param_local_set(self._e, pid, self._LOCAL["grad"],
+                                                        ctypes.c_void_p(zeros.data_ptr())))
         else:
             return
         self._window_grads = False
