@@ -264,10 +264,15 @@ static void *rank_main(void *arg)
         goto out;
     }
     s = zinc_finalize(e);
-    if (s != ZINC_OK) {
+    if (s == ZINC_ERR_MISMATCH) {
         /* ranks that were given different configs (or models) under mpirun: rejected input, as
-         * other options that differ between the ranks (agree_on_run) */
-        train_fail(r, rank, s, s == ZINC_ERR_MISMATCH ? 2 : 1, "%s", zinc_last_error(e));
+         * other options that differ between the ranks. zinc_finalize says so on every rank, so,
+         * as agree_on_run, none aborts the world (which could end a rank before it said why). */
+        record_fail(r, rank, s, 2, zinc_last_error(e));
+        goto out;
+    }
+    if (s != ZINC_OK) {
+        train_fail(r, rank, s, 1, "%s", zinc_last_error(e));
         goto out;
     }
     s = tm_init(&m, o->seed);

@@ -43,9 +43,11 @@ check "--seed 2" "--seed"
 rm -rf sv
 R1ARGS="--micro-batch 3" timeout 100 "$mpiexec" --allow-run-as-root --oversubscribe -x R1ARGS \
     -np 2 ./wrap.sh train --config "$cfg" --model L1-D16-H2-T16 --steps 4 >out.log 2>err.log
+# (at least one rank says so: mpirun ends the job when the first process exits, which may be
+# before the other has printed)
 rc=$? n=$(grep -c "run a different config than rank 0" err.log)
-if [ "$rc" = 2 ] && [ "$n" = 2 ]; then pass=$((pass + 1)); else
-    echo "FAIL: rank 1 with another config: exit $rc (want 2), $n ranks said so (want 2)"
+if [ "$rc" = 2 ] && [ "$n" -ge 1 ]; then pass=$((pass + 1)); else
+    echo "FAIL: rank 1 with another config: exit $rc (want 2), $n ranks said so (want 1 or 2)"
     cat err.log; fail=$((fail + 1)); fi
 # mpirun -np 1 is a world of one process (it ran --ranks' default, 4 local ranks: a global batch
 # 4 times the one its checkpoint's run had), and --ranks must agree with it
