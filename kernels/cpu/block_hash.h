@@ -2,8 +2,9 @@
  * block_hash.h — the hash of one checksum block (zk_cpu_checksum: XXH3-64, seeded), included by
  * each ISA's kernel file. xxhash.h's implementation is inlined there (XXH_INLINE_ALL), so it is
  * compiled with that file's flags and XXH3 runs on AVX2 or AVX-512 where the table does; the
- * shared libxxhash is built for any x86-64 (SSE2), which hashed at 7.8 GB/s on one core of the
- * development VM against 40 GB/s inlined with AVX-512 (256 KiB blocks in cache). XXH3's value is
+ * shared libxxhash is built for any x86-64 (SSE2), which hashed 8-13 GB/s on one core of the
+ * development VM against 42-46 GB/s inlined with AVX-512 (256 KiB blocks in cache;
+ * bench/xxh3_speed.c, bench/RESULTS.md 8b). XXH3's value is
  * fixed by the algorithm, not by the vector path: kernels_device checks every table against the
  * library.
  */
