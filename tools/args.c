@@ -196,14 +196,12 @@ int zarg_is_checkpoint_latest(const char *path)
     return !strcmp(base, "latest") && resolved_parent(p, dir) && holds_tag(dir);
 }
 
-/* "step" or "global_step" then digits: the tags zinc train and import zinc name by default */
-static int default_tag_name(const char *s, size_t n)
+size_t zarg_step_tag_len(const char *name, const char *prefix)
 {
-    size_t k = n >= 11 && !strncmp(s, "global_step", 11) ? 11 : n >= 4 && !strncmp(s, "step", 4) ? 4 : 0;
-    if (!k || k == n) return 0;
-    for (size_t i = k; i < n; i++)
-        if (s[i] < '0' || s[i] > '9') return 0;
-    return 1;
+    size_t np = strlen(prefix);
+    size_t nd = strncmp(name, prefix, np) ? 0 : strspn(name + np, "0123456789");
+    const char *rest = name + np + nd;
+    return nd && (!*rest || !strcmp(rest, ".tmp") || !strcmp(rest, ".old")) ? np + nd : 0;
 }
 
 int zarg_is_save_slot(const char *path)
@@ -212,10 +210,20 @@ int zarg_is_save_slot(const char *path)
     const char *p = realpath(path, rf) ? rf : path;
     const char *base = strrchr(p, '/');
     base = base ? base + 1 : p;
-    size_t n = strlen(base);
-    if (n > 4 && (!strcmp(base + n - 4, ".tmp") || !strcmp(base + n - 4, ".old"))) n -= 4;
-    int slot = (n == 6 && !strncmp(base, "latest", 6)) || default_tag_name(base, n);
+    int slot = !strcmp(base, "latest.tmp") || !strcmp(base, "latest.old") ||
+               zarg_step_tag_len(base, "step") || zarg_step_tag_len(base, "global_step");
     return slot && resolved_parent(p, dir) && holds_tag(dir);
+}
+
+int zarg_writable_dir(const char *cmd, const char *opt, const char *dir)
+{
+    struct stat st;
+    if (stat(dir, &st) != 0)
+        return zarg_usage_error(cmd, "%s %s: %s", opt, dir, strerror(errno));
+    if (!S_ISDIR(st.st_mode)) return zarg_usage_error(cmd, "%s %s: not a directory", opt, dir);
+    if (access(dir, W_OK | X_OK) != 0)
+        return zarg_usage_error(cmd, "%s %s: not writable (%s)", opt, dir, strerror(errno));
+    return 0;
 }
 
 int zarg_value(const char *cmd, const char *opt, const char *v)

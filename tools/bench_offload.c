@@ -19,13 +19,10 @@
  * that row with "zinc": {"nvme_checksum": false} instead of, or as well as, with it (the default),
  * so the checksum's cost is a ratio of two rows of one run on one build.
  */
-#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "engine/nvme_store.h"
 #include "kernels/device.h"
@@ -301,13 +298,7 @@ int bench_offload(int argc, char **argv)
             return zarg_usage_error(cmd, "--params %lld is fewer than --groups %lld", params[pi], groups);
     /* the scratch directory, before anything is measured (the engine would refuse it after the
      * disk's measurement and the device rows: a usage error found minutes late) */
-    struct stat st;
-    if (nvme_dir && stat(nvme_dir, &st) != 0)
-        return zarg_usage_error(cmd, "--nvme %s: %s", nvme_dir, strerror(errno));
-    if (nvme_dir && !S_ISDIR(st.st_mode))
-        return zarg_usage_error(cmd, "--nvme %s: not a directory", nvme_dir);
-    if (nvme_dir && access(nvme_dir, W_OK | X_OK) != 0)
-        return zarg_usage_error(cmd, "--nvme %s: not writable (%s)", nvme_dir, strerror(errno));
+    if (nvme_dir && zarg_writable_dir(cmd, "--nvme", nvme_dir)) return 2;
     double disk_rd = 0.0, disk_wr = 0.0;
     if (nvme_dir) {
         /* The largest case's state file (12 bytes per parameter), at least --disk-mb (a small

@@ -208,7 +208,9 @@ static int ckpt_export(int argc, char **argv)
                "fp16/bf16 round to nearest even). Streams tensor by tensor: memory is bounded\n"
                "by the largest tensor. The output bytes depend only on the checkpoint\n"
                "(tensors sorted by name). The file is written to a fresh OUT.XXXXXX and renamed;\n"
-               "an OUT inside a checkpoint's tag or over its latest is refused.\n");
+               "an OUT inside a checkpoint's tag, over its latest, or named as a save into its\n"
+               "save directory would write (latest.tmp, stepN, global_stepN, .tmp/.old) is\n"
+               "refused.\n");
         return 0;
     }
     for (int i = 1; i < argc; i++) {
@@ -381,10 +383,7 @@ static int ckpt_bench(int argc, char **argv)
             return zarg_usage_error("ckpt bench", "%s: expected %lld..%lld, got %s (out of range)",
                                     rng[k].opt, rng[k].lo, rng[k].hi, given[k]);
     /* the directory must be one to write in: a usage error before the work (exit 1 after) */
-    struct stat ds;
-    if (dir && (stat(dir, &ds) != 0 || !S_ISDIR(ds.st_mode) || access(dir, W_OK | X_OK) != 0))
-        return zarg_usage_error("ckpt bench", "--dir %s is not a directory this user can write in",
-                                dir);
+    if (dir && zarg_writable_dir("ckpt bench", "--dir", dir)) return 2;
     size_t n = (size_t)mib << 18;   /* floats */
     float *st[3];
     for (int k = 0; k < 3; k++) st[k] = malloc(n * sizeof(float));

@@ -55,9 +55,16 @@ int zarg_is_checkpoint_tag(const char *dir);
 /* 1 when path is (or, not existing yet, would be) a save directory's `latest`: named latest, in
  * a directory with a tag (a subdirectory holding a manifest.json). */
 int zarg_is_checkpoint_latest(const char *path);
-/* 1 when path is, in a save directory (a directory holding a tag), a name a save there writes:
- * latest, a default tag name (stepN, global_stepN), or either with .tmp or .old. */
+/* 1 when path is, in a save directory (a directory holding a tag), a name a save there writes
+ * (other than latest itself, zarg_is_checkpoint_latest): latest.tmp or .old, a default tag name
+ * (stepN, global_stepN), or one with .tmp or .old. */
 int zarg_is_save_slot(const char *path);
+/* The length of `prefix` and the digits after it when name is prefix, digits, and nothing else
+ * or .tmp or .old (a tag and its save's leftovers: "step000100.tmp" -> 10); 0 otherwise. */
+size_t zarg_step_tag_len(const char *name, const char *prefix);
+/* 0 when dir is an existing directory this user can write in, else 2 after the usage error
+ * naming `opt` and the reason. */
+int zarg_writable_dir(const char *cmd, const char *opt, const char *dir);
 /* path made absolute with symlinks resolved into out (PATH_MAX bytes), also when it does not
  * exist yet: its nearest existing ancestor resolved, the missing names appended. 0 when that
  * cannot be done (an unreadable ancestor, "..", too long). */

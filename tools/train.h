@@ -159,9 +159,6 @@ int train_ckpt_after_step(run_t *r, zinc_engine_t *e, int rank, const train_blob
 void train_interrupt_install(void);
 void train_interrupt_restore(void);
 
-/* The length of the tag in name when it is one of zinc train's tags ("step" and digits) or that
- * tag's .tmp/.old; 0 for any other name. */
-size_t train_step_tag_len(const char *name);
 
 /* Before the run: refuses a --save-dir that is not a directory, lies in a tag, or holds the
  * user's files where this run's saves write (see zck_save_target_check), and settles

@@ -154,12 +154,6 @@ static unsigned long long dir_bytes(const char *dir, const char *name)
     return sum;
 }
 
-size_t train_step_tag_len(const char *name)
-{
-    size_t nd = strncmp(name, "step", 4) ? 0 : strspn(name + 4, "0123456789");
-    const char *rest = name + 4 + nd;
-    return nd && (!*rest || !strcmp(rest, ".tmp") || !strcmp(rest, ".old")) ? 4 + nd : 0;
-}
 
 /* 1, with the reason in msg, when something of the user's is where a save of this run (the
  * steps after `start` up to --steps that it saves at) would write: a `latest` or latest.tmp that
@@ -177,7 +171,7 @@ static int save_dir_blocked(const topts *o, long long start, char *msg, size_t n
     struct dirent *de;
     char tag[300], want[64];
     while (!bad && (de = readdir(d))) {
-        size_t tl = train_step_tag_len(de->d_name);
+        size_t tl = zarg_step_tag_len(de->d_name, "step");
         if (!tl) continue;
         snprintf(tag, sizeof tag, "%.*s", (int)tl, de->d_name);
         long long step = atoll(tag + 4);

@@ -113,19 +113,22 @@ void train_print_summary(const run_t *r, zinc_engine_t *e, int ntensors, size_t 
     fflush(stdout);
 }
 
-/* After lines went to an output of the run: a write that failed (a full disk, a FIFO whose
- * reader left) is said once, and the run stops after this step, as on a signal (saving first),
- * then exits 1 — training on would lose the lines asked for without a word. */
+/* A write to an output of the run failed (a full disk, a FIFO whose reader left): said once
+ * (`then` ends the line), and the run stops after this step, as on a signal (saving first), then
+ * exits 1 — training on would lose the lines asked for without a word. */
+static void output_failed(run_t *r, const char *what, const char *path, int err, const char *then)
+{
+    if (__atomic_load_n(&r->out_failed, __ATOMIC_ACQUIRE)) return; /* said already */
+    snprintf(r->out_error, sizeof r->out_error, "writing %s %s failed: %s", what, path,
+             err ? strerror(err) : "I/O error");
+    fprintf(stderr, "zinc train: %s%s\n", r->out_error, then);
+    __atomic_store_n(&r->out_failed, 1, __ATOMIC_RELEASE);
+}
+
 static void check_output(run_t *r, FILE *f, const char *what, const char *path)
 {
     errno = 0;
-    if (fflush(f) == 0 && !ferror(f)) return;
-    int err = errno;
-    if (__atomic_load_n(&r->out_failed, __ATOMIC_ACQUIRE)) return;
-    snprintf(r->out_error, sizeof r->out_error, "writing %s %s failed: %s", what, path,
-             err ? strerror(err) : "I/O error");
-    fprintf(stderr, "zinc train: %s; stopping after this step\n", r->out_error);
-    __atomic_store_n(&r->out_failed, 1, __ATOMIC_RELEASE);
+    if (fflush(f) != 0 || ferror(f)) output_failed(r, what, path, errno, "; stopping after this step");
 }
 
 void train_report_step(run_t *r, progress_t *p, long long step, const zinc_step_info_t *info,
@@ -210,7 +213,7 @@ static int is_save_slot(const char *path, const char *dir)
     snprintf(first, sizeof first, "%s", rp + n + 1);
     char *sl = strchr(first, '/');
     if (sl) *sl = 0;
-    return !strcmp(first, "latest") || !strcmp(first, "latest.tmp") || train_step_tag_len(first);
+    return !strcmp(first, "latest") || !strcmp(first, "latest.tmp") || zarg_step_tag_len(first, "step");
 }
 
 /* What an output of the run (--metrics, csv_monitor's files) must not be: one of the run's
@@ -360,14 +363,8 @@ static int close_output(run_t *r, FILE *f, const char *what, const char *path)
         bad = 1;
         if (!err) err = errno;
     }
-    if (!bad) return 0;
-    if (!r->out_failed) {
-        snprintf(r->out_error, sizeof r->out_error, "writing %s %s failed: %s", what, path,
-                 err ? strerror(err) : "I/O error");
-        fprintf(stderr, "zinc train: %s\n", r->out_error);
-        r->out_failed = 1;
-    }
-    return 1;
+    if (bad) output_failed(r, what, path, err, "");
+    return bad;
 }
 
 int train_report_close(run_t *r)

@@ -103,7 +103,7 @@ cmd=ckpt
 expect 2 "^zinc ckpt bench: --mib: expected 1..65536, got 1e30 \(out of range\)" bench --mib 1e30
 expect 2 "^zinc ckpt bench: --mib: expected 1..65536, got 1e400 \(out of range\)" bench --mib 1e400
 # a --dir that is a file: refused before the work (it failed with exit 1 after it)
-expect 2 "^zinc ckpt bench: --dir ds.json is not a directory" bench --mib 1 --dir ds.json
+expect 2 "^zinc ckpt bench: --dir ds.json: not a directory" bench --mib 1 --dir ds.json
 cmd=estimate
 [ -e ./--json ] && { echo "FAIL: ckpt bench wrote into a directory named --json"; fails=$((fails + 1)); }
 
