@@ -128,8 +128,8 @@ class _HandOverMixin:
                 self._grad_buf.zero_()       # nothing on it until the step)
         elif self._stage == 3 and what == "optimizer":
             # this rank's fragment of each parameter's sum set to zeros (zinc_param_local_set,
-            # one host buffer for all), on every rank; torch reads none of it, so no sync after
-            self._need_grad_buffer()
+            # one host buffer for all), on every rank; torch reads none of it, so no sync after.
+            # (The window's hand-overs lent zinc its gradient buffer already, where it has one.)
             spans = [(pid, self._local_range(pid)) for pid in self._shapes]
             zeros = torch.zeros(max([hi - lo for _, (lo, hi) in spans] + [1]))
             for pid, (lo, hi) in spans:
