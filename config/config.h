@@ -141,7 +141,9 @@ typedef struct {
                                      limit; cpu device only (docs/config.md) */
     uint64_t host_memory_limit;   /* bytes of host memory the plan may hold per rank (offloaded
                                      state, zinc_memory_host), 0 (default) = no limit */
-    int nvme_checksum;            /* offload "nvme": check each chunk read back (default 1) */
+    int nvme_checksum;            /* offload "nvme": check each chunk of the optimizer state read
+                                     back, and with offload_param each gather's 16-bit slice
+                                     (default 1) */
     int csv_monitor;              /* resolved from csv_monitor.enabled */
     char csv_output_path[512];
     char csv_job_name[128];

@@ -420,9 +420,7 @@ int zk_is_on(json_object *v)
 static int is_off(json_object *v)
 {
     json_type t = json_object_get_type(v);
-    return (t == json_type_boolean && !json_object_get_boolean(v)) ||
-           (t == json_type_int && json_object_get_int64(v) == 0) ||
-           (t == json_type_double && json_object_get_double(v) == 0.0);
+    return (t == json_type_boolean || t == json_type_int || t == json_type_double) && !zk_is_on(v);
 }
 
 const char *zk_suggest(const char *name, const zkeyset *set)

@@ -42,8 +42,7 @@ static void torch_adam_params(zcctx *x, json_object *p, zcfg_optim *o)
     for (size_t i = 0; i < sizeof fused_only / sizeof fused_only[0]; i++)
         if (zc_member(p, fused_only[i], &v)) {
             char path[64];
-            snprintf(path, sizeof path, "optimizer.params.%s", fused_only[i]);
-            zc_error(x, path, "with torch_adam true DeepSpeed hands the params to torch.optim.%s, "
+            zc_error(x, zc_path(path, sizeof path, "optimizer.params", fused_only[i]), "with torch_adam true DeepSpeed hands the params to torch.optim.%s, "
                      "which has no such parameter (a TypeError there); remove it or torch_adam",
                      o->type_adamw ? "AdamW" : "Adam");
         }

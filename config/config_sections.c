@@ -580,7 +580,7 @@ void zc_parse_scalars(zcctx *x, json_object *root, zcfg *c)
         };
         for (size_t i = 0; i < sizeof same / sizeof same[0]; i++) {
             char path[64];
-            snprintf(path, sizeof path, "data_types.%s", same[i].key);
+            zc_path(path, sizeof path, "data_types", same[i].key);
             if (!zc_member(dt, same[i].key, &v) || !v ||
                 zc_get_str(x, dt, "data_types", same[i].key, &s) != V_SET)
                 continue;

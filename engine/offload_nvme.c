@@ -404,12 +404,15 @@ static void param_sums_begin(struct znv *nv)
     memset(nv->psum_ok, 0, (size_t)nv->plan->ngroups);
 }
 
-/* Chunk c of the stream, at buf on its way to the file: its pieces of each group's slice. */
+/* Chunk c of the stream, at buf on its way to the file: its pieces of each group's slice
+ * (with zinc.nvme_checksum on). The groups lie in ascending shard_off, so the scan stops at the
+ * first past the chunk. */
 static void param_sums_add(zinc_engine_t *e, size_t c, const char *buf)
 {
     struct znv *nv = e->nv;
+    if (!e->cfg.zinc.nvme_checksum) return;
     size_t lo = c * nv->E, hi = lo + nv->E;
-    for (int g = 0; g < nv->plan->ngroups; g++) {
+    for (int g = 0; g < nv->plan->ngroups && nv->plan->groups[g].shard_off < hi; g++) {
         const zplan_group *G = &nv->plan->groups[g];
         size_t a = G->shard_off > lo ? G->shard_off : lo;
         size_t b = G->shard_off + G->slice < hi ? G->shard_off + G->slice : hi;
@@ -420,7 +423,7 @@ static void param_sums_add(zinc_engine_t *e, size_t c, const char *buf)
 /* The whole stream written: the sums are known (with zinc.nvme_checksum on). */
 static void param_sums_done(zinc_engine_t *e)
 {
-    if (e->cfg.zinc.nvme_checksum) memset(e->nv->psum_ok, 1, (size_t)e->plan.ngroups);
+    if (e->cfg.zinc.nvme_checksum) memset(e->nv->psum_ok, 1, (size_t)e->nv->plan->ngroups);
 }
 
 /* ---- gathers with the parameters in the file ------------------------------------------------
@@ -576,7 +579,7 @@ static zinc_status issue_write(znv_run *r, int c)
     zinc_status s = state_io(r, c, 1, &r->nv->wt[b]);
     if (s != ZINC_OK) return s;
     if (r->nv->param) {   /* the Adam's 16-bit output: the parameter shard's chunk */
-        if (r->e->cfg.zinc.nvme_checksum) param_sums_add(r->e, (size_t)c, chunk_pbuf(r, c));
+        param_sums_add(r->e, (size_t)c, chunk_pbuf(r, c));
         size_t d = zinc_dtype_size(r->e->dtype), k = chunk_io_elems(r, c);
         uint64_t off = (uint64_t)ZNV_STATES * r->nv->stream + (uint64_t)c * r->nv->E * d;
         s = chunk_io(r, 1, off, chunk_pbuf(r, c), k * d, &r->nv->wt[b]);
@@ -679,7 +682,7 @@ zinc_status zoffload_nvme_refresh(zinc_engine_t *e)
         /* with the parameters in the file: from the chunk buffer into their stream */
         if (s == ZINC_OK && nv->param) {
             s = nv_upload(&nv->dev, (char *)e->h_param16 + lo * d, nv->pbuf, k * d);
-            if (e->cfg.zinc.nvme_checksum) param_sums_add(e, lo / nv->E, nv->pbuf);
+            param_sums_add(e, lo / nv->E, nv->pbuf);
         }
         if (s != ZINC_OK)
             return zeng_fail(e, s, "offload_optimizer nvme: converting the master: %s%s",

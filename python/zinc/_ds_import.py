@@ -204,9 +204,7 @@ def _restore_groups(engine, ds):
     instead of the checkpoint's. zinc does the same, as for its own checkpoints
     (_state_io._load_lr_state): the lr where the groups drive it (a client scheduler, or none
     in the config); a scheduler in zinc's config sets each step's lr itself."""
-    opt = engine._opt
-    if not ds.param_groups:
-        return
+    opt = engine._opt         # (ds.param_groups is not empty: load_deepspeed's `groups`)
     opt._restore_adam([[*g["betas"], g["eps"], g["weight_decay"]] for g in ds.param_groups])
     if opt._taken:
         opt._restore([g["lr"] for g in ds.param_groups])

@@ -379,11 +379,11 @@ def _stage0(ds, path, opt, module, buffer_names, order):
         if missing:
             _refuse(path, f"the loading engine trains {missing[:3]}, which the module state "
                     "does not hold")
-    order = [i for g in torch_sd["param_groups"] for i in g["params"]]
+    ids = [i for g in torch_sd["param_groups"] for i in g["params"]]
     group_of = {i: g for g, grp in enumerate(torch_sd["param_groups"]) for i in grp["params"]}
-    state = [torch_sd["state"].get(i, {}) for i in order]
-    if len(order) != len(names):
-        _refuse(path, f"a stage-0 optimizer over {len(order)} of the module's "
+    state = [torch_sd["state"].get(i, {}) for i in ids]
+    if len(ids) != len(names):
+        _refuse(path, f"a stage-0 optimizer over {len(ids)} of the module's "
                 f"{len(names)} parameters (frozen parameters at stage 0 are not carried: "
                 "DeepSpeed keeps no parameter names there)")
     for k, (st, n) in enumerate(zip(state, names)):
@@ -417,7 +417,7 @@ def _stage0(ds, path, opt, module, buffer_names, order):
     # others keep the count they started with (0). torch's Adam counts on every parameter alike.
     # Either way a group's count is its last stepped parameter's (they were refused as differing).
     last = {}
-    for i, st in zip(order, state):
+    for i, st in zip(ids, state):
         if "step" in st:
             last[group_of[i]] = st
     ds.adam_step = _step_of(path, [(f"group {g}", st) for g, st in sorted(last.items())])

@@ -158,7 +158,7 @@ def _is_universal(path):
             and not _is_zinc_tag(path))
 
 
-def _check_out(zinc_dir, out_dir, tag):
+def _check_out(out_dir, tag):
     """Refuses, before anything is written, an output that would replace what is not an
     earlier export of this converter: the zinc checkpoint itself (OUT_DIR the input: its tag
     was deleted and the conversion reported success), a folder inside a zinc tag, or another
@@ -191,7 +191,7 @@ def convert(zinc_dir, out_dir, tag=None):
     anything else there is refused (ValueError), as is a checkpoint without the record the
     Python front-end saves (zinc train's, the C API's)."""
     tag, blob = _find_tag(zinc_dir, tag)
-    _check_out(zinc_dir, out_dir, tag)
+    _check_out(out_dir, tag)
     record, extra = _saved_module_state(blob)
     if not record.get("group_adam"):
         # DeepSpeed's universal load matches its param groups to these: without them it loads
