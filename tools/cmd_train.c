@@ -56,7 +56,16 @@ int cmd_train(int argc, char **argv)
         rc = train_ckpt_prepare(&o, &r);
         if (!rc && o.rank0) rc = train_report_open(&o, &r);
         if (!rc) {
-            train_interrupt_install();
+            char say[900];
+            if (o.save_dir)
+                snprintf(say, sizeof say, "zinc train: interrupted: stopping after the step in "
+                         "progress and saving it into %s (a second signal stops at once, "
+                         "without that save)", o.save_dir);
+            else
+                snprintf(say, sizeof say, "zinc train: interrupted: stopping after the step in "
+                         "progress (no --save-dir: nothing is saved; a second signal stops at "
+                         "once)");
+            train_interrupt_install(o.rank0 ? say : NULL);
             rc = run_ranks(&r);
             train_interrupt_restore();
         }

@@ -155,8 +155,9 @@ int train_ckpt_after_step(run_t *r, zinc_engine_t *e, int rank, const train_blob
                           int last);
 
 /* SIGINT and SIGTERM end the run after the current step, with a checkpoint when --save-dir is
- * given (a second signal kills at once): install before run_ranks, restore after. */
-void train_interrupt_install(void);
+ * given (a second signal kills at once): install before run_ranks, restore after. say: the
+ * line written to stderr at the first signal (NULL: none; rank 0's process says it). */
+void train_interrupt_install(const char *say);
 void train_interrupt_restore(void);
 
 

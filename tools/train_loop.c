@@ -28,6 +28,12 @@ static int interrupt_seen(void) { return __atomic_load_n(&interrupt_signal, __AT
 static struct sigaction interrupt_old[2];
 
 static int interrupt_count;
+/* Said at the first signal, so that a user whose step takes long knows the run heard it (and
+ * does not press again, which stops it at once with nothing saved): written by the handler with
+ * write(2), the one output call safe there, from text made at install. Empty: nothing said (the
+ * ranks of mpirun other than rank 0). */
+static char interrupt_say[1024];
+static size_t interrupt_say_len;
 
 static void on_interrupt(int sig)
 {
@@ -42,6 +48,9 @@ static void on_interrupt(int sig)
     }
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
+    if (interrupt_say_len && write(STDERR_FILENO, interrupt_say, interrupt_say_len) < 0) {
+        /* stderr closed: the run still stops after its step */
+    }
 }
 
 /* The run should stop after a step: a signal, or a write to one of rank 0's outputs failed. */
@@ -50,8 +59,17 @@ static int stop_wanted(run_t *r)
     return interrupt_seen() || __atomic_load_n(&r->out_failed, __ATOMIC_ACQUIRE);
 }
 
-void train_interrupt_install(void)
+void train_interrupt_install(const char *say)
 {
+    interrupt_say_len = 0;
+    if (say) {
+        int n = snprintf(interrupt_say, sizeof interrupt_say, "%s\n", say);
+        if (n > 0 && (size_t)n >= sizeof interrupt_say) {   /* a long --save-dir: cut, ends a line */
+            n = (int)sizeof interrupt_say - 1;
+            interrupt_say[n - 1] = '\n';
+        }
+        interrupt_say_len = n > 0 ? (size_t)n : 0;
+    }
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_interrupt;

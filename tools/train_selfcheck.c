@@ -48,7 +48,8 @@ int train_selfcheck(topts *o, zm_data *data)
         }
         /* installed before the directory exists: a Ctrl-C from here on ends the run after its
          * step and comes back here to remove it (it killed the process and left the directory) */
-        train_interrupt_install();
+        train_interrupt_install("zinc train: interrupted: stopping the demo after the step in "
+                                "progress (a second signal stops at once)");
         if (!mkdtemp(dir)) {
             fprintf(stderr, "zinc train: cannot create a temporary directory in %s: %s\n", tmp,
                     strerror(errno));
