@@ -520,7 +520,11 @@ static zinc_status apply_adam(zinc_engine_t *e, float lr, float beta1, float bet
     return s;
 }
 
-static zinc_status zero_grads(zinc_engine_t *e)
+/* The window's gradient sums set to zero: in host memory with offload (once its downloads are
+ * done), else on the device. keep_lent: a lent buffer (zinc_grad_buffer_external) is zeroed
+ * and kept (zinc_grads_clear, inside the window); without it the step gives it back instead,
+ * and the next window's attach brings zeroed memory. fn names the caller in an error. */
+static zinc_status zero_grads_of(zinc_engine_t *e, int keep_lent, const char *fn)
 {
     size_t n = e->stage < 2 ? e->plan.flat_numel : e->plan.shard_numel;
     if (e->grad_host) {
@@ -530,13 +534,28 @@ static zinc_status zero_grads(zinc_engine_t *e)
         for (int g = 0; g < e->plan.ngroups; g++) e->gstate[g].acc_on_host = 0;
         return ZINC_OK;
     }
-    if (e->grad_external) {    /* given back: the next window's attach brings zeroed memory */
-        e->grad = NULL;
+    if (e->grad_external && (!keep_lent || !e->grad)) {
+        e->grad = NULL;      /* none attached: zero already (zinc_param_grad_get reads zeros) */
         return ZINC_OK;
     }
     zinc_status s = e->dev->iface->memset0(e->dev, e->grad, n * dsize(e));
-    if (s != ZINC_OK) return zeng_fail(e, s, "zinc_step: clearing gradients: %s", e->dev->err);
+    if (s != ZINC_OK) return zeng_fail(e, s, "%s: clearing gradients: %s", fn, e->dev->err);
     return ZINC_OK;
+}
+
+static zinc_status zero_grads(zinc_engine_t *e) { return zero_grads_of(e, 0, "zinc_step"); }
+
+zinc_status zinc_grads_clear(zinc_engine_t *e)
+{
+    const char *fn = "zinc_grads_clear";
+    zinc_status s = zeng_check_ready(e, fn);
+    if (s != ZINC_OK) return s;
+    for (int i = 0; i < e->nbuckets; i++)
+        if (e->bucket_owner[i] >= 0)
+            return zeng_fail(e, ZINC_ERR_USAGE, "%s: group '%s' holds gradients in its bucket "
+                             "that were not handed over (zinc_grads_ready); hand them over "
+                             "first", fn, e->plan.groups[e->bucket_owner[i]].name);
+    return zero_grads_of(e, 1, fn);
 }
 
 /* ---- the end of a micro-step -------------------------------------------------------------- */

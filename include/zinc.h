@@ -373,6 +373,17 @@ ZINC_API zinc_status zinc_grad_bucket(zinc_engine_t *e, int group, int *slot);
  * it stays attached until the engine is destroyed, which never frees it. */
 ZINC_API zinc_status zinc_grad_buffer_attach(zinc_engine_t *e, void *buf, size_t bytes);
 
+/* Inside an accumulation window: sets the gradient sums of the window so far to zero on this
+ * rank (the whole buffer below stage 2, this rank's reduced slices at stages 2-3), so the step
+ * applies only what is handed over after it — a DeepSpeed zero_grad inside a window (its stage-3
+ * optimizer's restarts the partitioned sum). One clearing, queued on zinc's compute stream (a
+ * CUDA caller adding into zinc_param_grad views from another stream orders its adds around it),
+ * no host wait; with offload_optimizer, where the sums are in host memory, one wait for their
+ * downloads. The window's micro-step count is unchanged. Not collective. ZINC_ERR_USAGE while a
+ * group holds gradients in its bucket that were not handed over (stages 2-3). With a lent buffer
+ * (zinc_grad_buffer_external) that is not attached there is nothing to clear: ZINC_OK. */
+ZINC_API zinc_status zinc_grads_clear(zinc_engine_t *e);
+
 /* Collective at stages 2-3: the group's gradient of this micro-step is complete; zinc
  * reduce-scatters it now, keeps this rank's slice and frees the bucket. Must be called once
  * per group per micro-step at every stage (below stage 2 it only records completion). */

@@ -127,15 +127,11 @@ class _HandOverMixin:
             if self._grad_buf is not None:   # on torch's stream, after its adds (zinc queues
                 self._grad_buf.zero_()       # nothing on it until the step)
         elif self._stage == 3 and what == "optimizer":
-            # this rank's fragment of each parameter's sum set to zeros (zinc_param_local_set,
-            # one host buffer for all), on every rank; torch reads none of it, so no sync after.
-            # (The window's hand-overs lent zinc its gradient buffer already, where it has one.)
-            spans = [(pid, self._local_range(pid)) for pid in self._shapes]
-            zeros = torch.zeros(max([hi - lo for _, (lo, hi) in spans] + [1]))
-            for pid, (lo, hi) in spans:
-                if hi > lo:
-                    self._call(lib.zinc_param_local_set(self._e, pid, self._LOCAL["grad"],
-                                                        ctypes.c_void_p(zeros.data_ptr())))
+            # this rank's reduced slices set to zero, on every rank: one clearing on zinc's
+            # stream after the window's reduce-scatters (zinc_grads_clear; torch reads none of
+            # it, so no wait). One zinc_param_local_set per parameter made a host wait each on
+            # a GPU (an upload), every micro-step of a torch-habit loop.
+            self._call(lib.zinc_grads_clear(self._e))
         else:
             return
         self._window_grads = False

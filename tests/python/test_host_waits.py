@@ -10,7 +10,8 @@ before issue 38) makes 2 + 2 x (modules) waits per step here, and fails. Also th
 the hooks (check_launches): one copy per stage-3 gather and one multi-tensor add per hand-over,
 counted with torch's profiler.
 
-    python test_host_waits.py            (stages 0-3, bf16 and fp32, accumulation 1 and 2; and
+    python test_host_waits.py            (stages 0-3, bf16 and fp32, accumulation 1 and 2, and
+                                          zero_grad() after every step(); and
                                           with offload_optimizer "cpu" or "nvme" at stages 1-3:
                                           2 per step)
 """
@@ -24,7 +25,8 @@ from test_torch_parity import Tiny  # several modules: several groups, gathers a
 F = torch.nn.functional
 
 
-def waits_per_step(stage, dtype, accum, steps=4, offload=False, offload_param=False, nvme=None):
+def waits_per_step(stage, dtype, accum, steps=4, offload=False, offload_param=False, nvme=None,
+                   zero_grad=False):
     torch.manual_seed(0)
     model = Tiny(vocab=48, d=24, layers=3)
     cfg = {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": accum,
@@ -49,6 +51,8 @@ def waits_per_step(stage, dtype, accum, steps=4, offload=False, offload_param=Fa
             loss = F.cross_entropy(engine(x[:, :-1]).float().reshape(-1, 48), x[:, 1:].reshape(-1))
             engine.backward(loss)
             engine.step()
+            if zero_grad:      # the torch habit: inside the window it drops the sums so far
+                engine.optimizer.zero_grad()
             losses.append(float(loss))
         counts.append(engine.host_waits() - before)
         hooks.append(engine.hook_seconds() - h0)
@@ -162,6 +166,26 @@ def main():
                       f"step", counts == [1] * len(counts), f"per step {counts}")
                 check(f"stage {stage} {dtype} accumulation {accum}: it trained",
                       losses[-1] < losses[0], f"losses {losses[0]:.4f} -> {losses[-1]:.4f}")
+    # The torch habit, optimizer.zero_grad() after every engine.step() with accumulation 2: it
+    # drops the window's sums so far (as DeepSpeed's), and that costs no host wait — at stage 3
+    # one clearing queued on zinc's stream (zinc_grads_clear; a zinc_param_local_set per
+    # parameter, an upload each, made 22 here). The losses are stage 0's: the same math.
+    ref = {}
+    for stage in (0, 1, 2, 3):
+        for dtype in ("fp32", "bf16"):
+            counts, losses = waits_per_step(stage, dtype, 2, zero_grad=True)
+            check(f"stage {stage} {dtype} accumulation 2, zero_grad after every step(): one host "
+                  f"wait per optimizer step", counts == [1] * len(counts), f"per step {counts}")
+            if stage == 0:
+                ref[dtype] = losses
+            elif stage != 2:   # stage 2 keeps the sums there, as DeepSpeed's
+                check(f"stage {stage} {dtype} zero_grad after every step(): stage 0's losses",
+                      losses == ref[dtype], f"{losses} vs {ref[dtype]}")
+    # ... with optimizer offload the sums are in host memory: one wait for their downloads
+    counts, _ = waits_per_step(3, "bf16", 2, offload=True, zero_grad=True)
+    check("stage 3 bf16 offload_optimizer, zero_grad after every step(): three host waits per "
+          "optimizer step (the two below and the drop's)", counts == [3] * len(counts),
+          f"per step {counts}")
     # Optimizer offload adds one wait: at stage 1 for the gradient download before the host
     # Adam, at stages 2-3 before the host reads the gradient it accumulates (the statistics);
     # nothing for the copies and joins each zinc_grads_ready queues, which a GPU waits for on
