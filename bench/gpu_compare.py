@@ -4,6 +4,12 @@
   gpu_compare.py curves DIR [--report]   every cuda-*.jsonl against the cpu-*.jsonl of the same
                                          stage, dtype and ranks: the loss at each printed step
   gpu_compare.py resume DIR              resumed runs against the uninterrupted ones
+  gpu_compare.py kernels DIR             the e2e phase's --gpu-kernels fast runs (zinc-fast-M)
+                                         against the exact ones (zinc-M): every loss finite and
+                                         the first step's within 1e-2 relative (model_cuda's bf16
+                                         bound for fast against exact on the same weights); the
+                                         later steps' differences printed without a verdict
+                                         (the weights part once the roundings differ)
   gpu_compare.py offload DIR             offload-rN.jsonl against plain-rN.jsonl (the offload
                                          phase): losses bit for bit, and the median step times;
                                          offload-rN.safetensors against plain-rN.safetensors
@@ -185,9 +191,37 @@ def offload(d):
     return 1 if bad_all else 0
 
 
+# tests/gpu/test_model_cuda.c's bound for the loss of fast against exact kernels on the same
+# weights in bf16 (docs/train.md): the first step is the one whose weights are the same.
+KERNELS_FIRST = 1e-2
+
+
+def kernels(d):
+    """The e2e phase's runs with --gpu-kernels fast against the exact kernels' (their first
+    GPU run): finite, the first step within KERNELS_FIRST, the rest reported."""
+    found, bad = pairs(d, "zinc-fast", "zinc", "no run with the exact kernels")
+    found = [f for f in found if not f[0].startswith("ckpt-")]   # zinc-fast-ckpt-M: its own check
+    if not found:
+        return 1
+    print(f"loss, fast/exact kernels, bf16: the first step within {KERNELS_FIRST:.0e} relative, "
+          "the later ones reported")
+    for name, f, x in found:
+        a, b = load(f), load(x)
+        ok, _, text = compare(a, b, None, name)
+        steps = sorted(set(a) & set(b))
+        if ok and steps:
+            la, lb = loss(a[steps[0]]), loss(b[steps[0]])
+            rel = abs(la - lb) / abs(lb) if lb else float("inf")
+            ok = rel <= KERNELS_FIRST
+            text += f"  first step rel {rel:.1e} {'ok' if ok else 'FAIL'}"
+        print(text)
+        bad += not ok
+    return 1 if bad else 0
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("mode", choices=["curves", "resume", "offload"])
+    p.add_argument("mode", choices=["curves", "resume", "offload", "kernels"])
     p.add_argument("dir")
     p.add_argument("--tol", type=float, default=None,
                    help="one bound for every run (default: 1e-2 bf16, 2e-3 fp16)")
@@ -196,6 +230,8 @@ def main():
     a = p.parse_args()
     if a.mode == "offload":
         return offload(a.dir)
+    if a.mode == "kernels":
+        return kernels(a.dir)
     return curves(a.dir, a.tol, a.report) if a.mode == "curves" else resume(a.dir, a.tol)
 
 

@@ -245,6 +245,13 @@ PYEOF
             { echo "$k $m:"; sed -n '/^gpu timing: /,/^  measured step/p' "$out/e2e-$k-$m.log"; } \
                 >>"$summary"
         done
+        # the fast kernels' losses against the exact ones' (their first GPU run: a wrong kernel
+        # would otherwise pass on its exit code and tokens/s)
+        local one="$d/kernels-$m"
+        mkdir -p "$one"
+        cp "$d/zinc-$m.jsonl" "$d/zinc-fast-$m.jsonl" "$one/" 2>/dev/null
+        step "e2e-fast-vs-exact-$m" 30 "$py" "$root/bench/gpu_compare.py" kernels "$one"
+        cat "$out/e2e-fast-vs-exact-$m.log" >>"$summary"
         step "e2e-torch-$m" 300 "$py" "$root/bench/torch_gpt.py" --model "$m" --micro-batch "$b" \
             --steps 30 --json
     done

@@ -236,6 +236,8 @@ extern "C" cudaError_t zmf_att_bwd(float *dqkv, float *drow, const float *dy, co
     if (e != cudaSuccess) return e;
     dim3 grid(cover(T, ROWS), B * H);
     att_drow_k<<<grid, ROWS, 0, s>>>(g, drow, dy, y);
+    e = cudaGetLastError();     /* its own failure, before the tiles' attribute call */
+    if (e != cudaSuccess) return e;
     if (tiles) {
         static_assert(ZM_FT_BR == ZM_FT_BC, "one grid serves the key and the query tiles");
         dim3 tgrid(cover(T, ZM_FT_BR), B * H);
