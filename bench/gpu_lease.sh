@@ -116,7 +116,8 @@ summary="$out/summary.txt"
 say() { echo "$*" >>"$summary"; }
 
 # Seconds each phase needs, with room. Measured on the H200 (2026-11-27): build 16-21 s, env
-# 1 s, ctest 95 s, python 62 s, offload 5 s, sanitize 53 s. train, not run there: 96 runs of 40
+# 1 s, ctest 95 s, python 62 s, offload 5 s, sanitize 53 s (150 since three 1-step runs of the
+# fast kernels under racecheck, synccheck and memcheck were added, not yet timed). train, not run there: 96 runs of 40
 # steps (offload's 20-step runs took 0.5-1.3 s each) and 6 resumes, about 2-3 minutes. mpi2
 # (ran on the H200, 2026-11-28, within the 60 s given; its own time not recorded): 2 mpirun
 # launches of the Python test (each ~2 trainings of 30 steps and a reference) and 4 short zinc
@@ -129,7 +130,7 @@ say() { echo "$*" >>"$summary"; }
 estimate() {
     case "$1" in
         env) echo 15 ;; ctest) echo 110 ;; python) echo 80 ;; offload) echo 20 ;;
-        sanitize) echo 70 ;; train) echo 240 ;; adam) echo 120 ;; profile) echo 150 ;;
+        sanitize) echo 150 ;; train) echo 240 ;; adam) echo 120 ;; profile) echo 150 ;;
         e2e) echo $(((140 + ${ZINC_E2E_CKPT:-0} * 50) * $(echo ${ZINC_E2E_MODELS:-a b c} | wc -w))) ;;
         example) echo 30 ;; mpi2) echo 60 ;; pycuda) echo 50 ;;
         gpu_torch) echo "$gpu_torch_budget" ;;

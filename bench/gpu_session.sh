@@ -129,6 +129,14 @@ phase_sanitize() {
     step memcheck-model 300 $cs --tool memcheck --report-api-errors no --error-exitcode 9 "$build/tests/model_cuda"
     step memcheck-train 300 $cs --tool memcheck --report-api-errors no --error-exitcode 9 "$zinc" train --device cuda \
         --ranks 1 --steps 3 --model L2-D32-H4-T32 --config "$(cfg 3 bf16)"
+    # The fast kernels' tensor-core attention tiles (64-channel heads; T = 80, a partial tile):
+    # their shared-memory tiles are reused between passes behind 18 barriers, which only a
+    # GPU's racecheck and synccheck see (the host test runs the barriers with threads).
+    local fast=(train --device cuda --gpu-kernels fast --ranks 1 --steps 1 --model L1-D128-H2-T80
+                --config "$(cfg 2 bf16)")
+    step racecheck-fast 300 $cs --tool racecheck --report-api-errors no --error-exitcode 9 "$zinc" "${fast[@]}"
+    step synccheck-fast 300 $cs --tool synccheck --report-api-errors no --error-exitcode 9 "$zinc" "${fast[@]}"
+    step memcheck-fast 300 $cs --tool memcheck --report-api-errors no --error-exitcode 9 "$zinc" "${fast[@]}"
 }
 
 phase_train() {
