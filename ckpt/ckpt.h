@@ -242,6 +242,13 @@ zinc_status zck_save(zcomm_t *c, const zck_save_desc *d, char *err);
 /* Test hook: when set, called with a phase name at each step of the commit protocol
  * ("file", "fsync", "rankjson", "manifest", "rename", "latest"); used by the fault tests. */
 extern void (*zck_test_hook)(const char *phase);
+/* Test hooks for the fault tests: zck_test_no_exchange nonzero makes a save over an existing tag
+ * take the fallback of a file system that cannot exchange two directories (the old tag moved to
+ * <tag>.old, then the new one renamed into place); zck_test_fail, when set and nonzero for
+ * (phase, rank), makes that rank's write fail there ("rankjson-written": after its rank-N.json
+ * is in place, as a failed fsync of the directory does). */
+extern int zck_test_no_exchange;
+extern int (*zck_test_fail)(const char *phase, int rank);
 
 /* ---- reader ------------------------------------------------------------------------------- */
 

@@ -549,7 +549,27 @@ typedef struct {
     double mtime;   /* of its manifest: when the save wrote it (a rename keeps it) */
     int group;      /* 0: committed after `latest` was written, at a higher step; 1: the tag
                        `latest` names; 2: others at or below its step; 3: others above it */
+    int old;        /* name is T.old, the whole previous contents of a tag T that is missing: a
+                       save over T that could not exchange the two stopped between its renames
+                       (ckpt/writer.c) */
 } zcand;
+
+/* Whether the candidate holds tag `tag` (T.old holds T). */
+static int cand_is(const zcand *c, const char *tag)
+{
+    size_t n = strlen(c->name);
+    return c->old ? n == strlen(tag) + 4 && !strncmp(c->name, tag, n - 4) : !strcmp(c->name, tag);
+}
+
+/* For a tag that is missing: whether T.old holds its whole previous contents (a manifest). */
+static int old_copy_of(const char *dir, const char *tag, char *path, size_t n)
+{
+    char mp[4600];
+    int k = snprintf(path, n, "%s/%s.old", dir, tag);
+    if (k < 0 || (size_t)k >= n) return 0;
+    snprintf(mp, sizeof mp, "%s/%s", path, ZCK_MANIFEST);
+    return access(mp, F_OK) == 0;
+}
 
 /* The order a load tries tags in, as DeepSpeed's `latest` means it: the tag `latest` names,
  * unless a tag of a higher step was committed after `latest` was written (a crash between a
@@ -597,6 +617,16 @@ zinc_status zck_find_tag(const char *dir, const char *tag, int skip_upto, int lo
             return zerr_fmt(err, ZCK_ERR, ZINC_ERR_INVALID_ARG, "\"%s\" is not a tag name", tag);
         snprintf(tagdir, tagdir_n, "%s/%s", dir, tag);
         snprintf(tagname, tagname_n, "%s", tag);
+        char oldp[4400];
+        struct stat ts;
+        if (lstat(tagdir, &ts) != 0 && errno == ENOENT && old_copy_of(dir, tag, oldp, sizeof oldp)) {
+            if (skip_upto == 0)
+                zlog(ZLOG_WARN, "ckpt", logrank, "%s does not exist; %s holds its previous "
+                     "contents whole (a save over it stopped between its renames): loading them",
+                     tagdir, oldp);
+            snprintf(tagdir, tagdir_n, "%s", oldp);
+            snprintf(tagname, tagname_n, "%s.old", tag);
+        }
         if (is_deepspeed_tag(tagdir)) return deepspeed_refused(tagdir, "is a checkpoint in", err);
         zinc_status s = zck_open(tagdir, &r, err);
         zck_close(r);
@@ -621,7 +651,17 @@ zinc_status zck_find_tag(const char *dir, const char *tag, int skip_upto, int lo
         snprintf(path, sizeof path, "%s/%s", dir, nm);
         struct stat st;
         if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) continue;
-        if (ln > 4 && (!strcmp(nm + ln - 4, ".tmp") || !strcmp(nm + ln - 4, ".old"))) {
+        int is_old = ln > 4 && !strcmp(nm + ln - 4, ".old");
+        if (is_old) {   /* a tag's previous contents: a candidate only while the tag is missing */
+            char base[4400];
+            struct stat bs;
+            snprintf(base, sizeof base, "%s/%.*s", dir, (int)(ln - 4), nm);
+            if (lstat(base, &bs) == 0 || errno != ENOENT) {
+                zlog(ZLOG_DEBUG, "ckpt", logrank, "ignoring %s: its tag is there", path);
+                continue;
+            }
+        }
+        if (ln > 4 && !strcmp(nm + ln - 4, ".tmp")) {
             zlog(ZLOG_DEBUG, "ckpt", logrank, "ignoring %s: an unfinished save, never a tag", path);
             continue;
         }
@@ -637,7 +677,7 @@ zinc_status zck_find_tag(const char *dir, const char *tag, int skip_upto, int lo
         if (!has_manifest) {
             /* Unrelated directories are not our business; one with rank files lost its manifest. */
             snprintf(mp, sizeof mp, "%s/rank-00000.zck", path);
-            if (access(mp, F_OK) == 0 || !strcmp(nm, latest)) {
+            if (!is_old && (access(mp, F_OK) == 0 || !strcmp(nm, latest))) {
                 if (say)
                     zlog(ZLOG_WARN, "ckpt", logrank, "skipping damaged checkpoint %s: it has no %s",
                          path, ZCK_MANIFEST);
@@ -657,6 +697,7 @@ zinc_status zck_find_tag(const char *dir, const char *tag, int skip_upto, int lo
             c = g;
         }
         snprintf(c[nc].name, sizeof c[nc].name, "%s", nm);
+        c[nc].old = is_old;
         c[nc].step = r->m.step;
         c[nc].mtime = (double)ms.st_mtim.tv_sec + 1e-9 * (double)ms.st_mtim.tv_nsec;
         nc++;
@@ -671,9 +712,13 @@ zinc_status zck_find_tag(const char *dir, const char *tag, int skip_upto, int lo
         snprintf(path, sizeof path, "%s/%s", dir, ZCK_LATEST);
         if (stat(path, &ls) == 0) lt = (double)ls.st_mtim.tv_sec + 1e-9 * (double)ls.st_mtim.tv_nsec;
         for (int i = 0; i < nc; i++)
-            if (!strcmp(c[i].name, latest)) {
+            if (cand_is(&c[i], latest)) {
                 found = 1;
                 lstep = c[i].step;
+                if (say && c[i].old)
+                    zlog(ZLOG_WARN, "ckpt", logrank, "%s/latest names \"%s\", which does not "
+                         "exist; %s/%s holds its previous contents whole (a save over it "
+                         "stopped between its renames)", dir, latest, dir, c[i].name);
             }
         snprintf(path, sizeof path, "%s/%s", dir, latest);
         if (!found) /* damaged (a rank file), yet its manifest may still say its step */
@@ -682,12 +727,12 @@ zinc_status zck_find_tag(const char *dir, const char *tag, int skip_upto, int lo
             zlog(ZLOG_WARN, "ckpt", logrank, "%s/latest names \"%s\", which does not exist", dir, latest);
     }
     for (int i = 0; i < nc; i++)
-        c[i].group = found && !strcmp(c[i].name, latest)          ? 1
+        c[i].group = found && cand_is(&c[i], latest)              ? 1
                      : c[i].step > lstep && c[i].mtime > lt          ? 0
                      : c[i].step <= lstep                           ? 2
                                                                     : 3;
     if (nc) qsort(c, (size_t)nc, sizeof *c, cmp_cand);
-    if (latest[0] && skip_upto < nc && strcmp(c[skip_upto].name, latest) != 0 &&
+    if (latest[0] && skip_upto < nc && !cand_is(&c[skip_upto], latest) &&
         c[skip_upto].group == 0)
         zlog(ZLOG_WARN, "ckpt", logrank, "%s/latest names \"%s\", but %s was saved after it was "
              "written (a save stopped before updating latest): loading %s", dir, latest,

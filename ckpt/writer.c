@@ -9,9 +9,12 @@
  *   rank 0 recreates <dir>/<tag>.tmp/; barrier
  *   every rank writes rank-N.zck, fsyncs it, then rank-N.json (its chunk table) atomically
  *   rank 0 waits for every rank-N.json, writes client.bin and manifest.json (fsync), deletes the
- *   rank-N.json files, renames <tag>.tmp to <tag>, fsyncs <dir>, atomically replaces <dir>/latest
+ *   rank-N.json files, renames <tag>.tmp to <tag> (over an existing tag: exchanges the two,
+ *   or moves the old one to <tag>.old first where the file system cannot exchange), fsyncs
+ *   <dir>, atomically replaces <dir>/latest
  * A crash before the rename leaves only a .tmp directory, which readers never take for a tag;
- * `latest` only ever names a renamed, complete tag.
+ * `latest` only ever names a renamed, complete tag (or, after a crash between the two renames
+ * of the fallback, a tag whose previous contents are whole in <tag>.old, which a load takes).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -29,6 +32,8 @@
 #include "base/log.h"
 
 void (*zck_test_hook)(const char *phase);
+int zck_test_no_exchange;
+int (*zck_test_fail)(const char *phase, int rank);
 
 static void hook(const char *phase)
 {
@@ -50,11 +55,17 @@ static zinc_status check_tag(const zck_save_desc *d, char *err)
     size_t n = t ? strlen(t) : 0;
     if (!d->dir || !*d->dir)
         return zerr_fmt(err, ZCK_ERR, ZINC_ERR_INVALID_ARG, "ckpt save: no directory given");
+    /* `latest` holds the tag as one line, read back without its trailing whitespace: a control
+     * character (a newline made every later save refuse that latest) or a space at either end
+     * would not come back as written */
+    int plain = n > 0 && t[0] != ' ' && t[n - 1] != ' ';
+    for (size_t i = 0; i < n && plain; i++) plain = (unsigned char)t[i] >= 0x20 && t[i] != 0x7f;
     if (!n || n > ZCK_TAG_MAX - 16 || strchr(t, '/') || t[0] == '.' || !strcmp(t, ZCK_LATEST) ||
-        (n > 4 && !strcmp(t + n - 4, ".tmp")) || (n > 4 && !strcmp(t + n - 4, ".old")))
+        (n > 4 && !strcmp(t + n - 4, ".tmp")) || (n > 4 && !strcmp(t + n - 4, ".old")) || !plain)
         return zerr_fmt(err, ZCK_ERR, ZINC_ERR_INVALID_ARG,
                         "ckpt save: tag \"%s\" is not usable as a directory name (no '/', not "
-                        "\"latest\", no leading '.', no .tmp/.old suffix, at most %d bytes)",
+                        "\"latest\", no leading '.', no .tmp/.old suffix, no control characters "
+                        "or spaces at either end, at most %d bytes)",
                         t ? t : "", ZCK_TAG_MAX - 16);
     return ZINC_OK;
 }
@@ -513,6 +524,9 @@ zinc_status zck_save_write(const zck_save_desc *d, char *err)
                : zerr_fmt(err, ZCK_ERR, ZINC_ERR_NOMEM, "ckpt save: out of memory");
         free(js);
     }
+    if (s == ZINC_OK && zck_test_fail && zck_test_fail("rankjson-written", d->rank))
+        s = zerr_fmt(err, ZCK_ERR, ZINC_ERR_IO, "ckpt save: rank %d: injected failure after its "
+                     "rank-%05d.json (test)", d->rank, d->rank);
     if (s != ZINC_OK) {
         /* Tell rank 0 why, so its commit fails now with this message rather than at a timeout. */
         char fpath[4200], msg[ZCK_ERR + 64];
@@ -541,9 +555,46 @@ static double now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* Rank r's note of a failed write in tmp (its status and message, as write_rank_file's failure
+ * leaves it): 1 and the error in err when there is one. */
+static int failure_note(const zck_save_desc *d, const char *tmp, int r, char *err, zinc_status *s)
+{
+    char path[4200], e2[ZCK_ERR], *txt;
+    size_t len;
+    snprintf(path, sizeof path, "%s/rank-%05d.failed", tmp, r);
+    if (access(path, F_OK) != 0 || zck_read_file(path, &txt, &len, e2) != ZINC_OK) return 0;
+    int code = atoi(txt);
+    const char *sp = strchr(txt, ' ');
+    *s = zerr_fmt(err, ZCK_ERR, code > 0 ? (zinc_status)code : ZINC_ERR_IO,
+                  "ckpt save of %s failed on rank %d: %s", d->tag, r, sp ? sp + 1 : txt);
+    free(txt);
+    return 1;
+}
+
+/* Rank 0, when another rank's write failed (the save's all-reduce said so): nothing is
+ * committed, whatever files that rank left (a failure after its rank-N.json was in place, in the
+ * directory's fsync, left one that a commit would have taken), and the error is that rank's
+ * note when it appears within a few seconds (a shared file system may show it late). */
+static zinc_status another_rank_failed(const zck_save_desc *d, char *err)
+{
+    char tmp[4096];
+    tmpdir_of(d, tmp, sizeof tmp);
+    zinc_status s = ZINC_OK;
+    double t0 = now_s();
+    for (int ms = 1;; ms = ms < 50 ? 2 * ms : ms) {
+        for (int r = 1; r < d->world_size; r++)
+            if (failure_note(d, tmp, r, err, &s)) return s;
+        if (now_s() - t0 > 5) break;
+        sleep_ms(ms);
+    }
+    return zerr_fmt(err, ZCK_ERR, ZINC_ERR_IO, "ckpt save of %s failed on another rank (its own "
+                    "error says why); nothing was committed", d->tag);
+}
+
 zinc_status zck_save_commit(const zck_save_desc *d, char *err)
 {
     char tmp[4096], path[4200], final[4200];
+    int committed = 0;    /* the tag is whole under its name (a later failure says so) */
     tmpdir_of(d, tmp, sizeof tmp);
     zck_manifest m;
     memset(&m, 0, sizeof m);
@@ -573,20 +624,11 @@ zinc_status zck_save_commit(const zck_save_desc *d, char *err)
     for (int r = 0; r < d->world_size && s == ZINC_OK; r++) {
         int ms = 1;
         for (;;) {
+            /* the note first: a failure after the rank's description was in place (its
+             * directory's fsync) leaves both */
+            if (failure_note(d, tmp, r, err, &s)) break;
             snprintf(path, sizeof path, "%s/rank-%05d.json", tmp, r);
             if (access(path, F_OK) == 0) break;
-            snprintf(path, sizeof path, "%s/rank-%05d.failed", tmp, r);
-            char *txt;
-            size_t len;
-            char e2[ZCK_ERR];
-            if (access(path, F_OK) == 0 && zck_read_file(path, &txt, &len, e2) == ZINC_OK) {
-                int code = atoi(txt);
-                const char *sp = strchr(txt, ' ');
-                s = zerr_fmt(err, ZCK_ERR, code > 0 ? (zinc_status)code : ZINC_ERR_IO,
-                             "ckpt save of %s failed on rank %d: %s", d->tag, r, sp ? sp + 1 : txt);
-                free(txt);
-                break;
-            }
             if (now_s() - t0 > timeout) {
                 s = zerr_fmt(err, ZCK_ERR, ZINC_ERR_TIMEOUT,
                              "ckpt save of %s: rank %d did not finish writing within %.0f s (is "
@@ -646,25 +688,43 @@ zinc_status zck_save_commit(const zck_save_desc *d, char *err)
         s = zerr_fmt(err, ZCK_ERR, ZINC_ERR_IO, "%s", why);
         goto done;
     }
+    /* Saving over an existing tag. rename cannot replace a non-empty directory: the two are
+     * exchanged in one step (Linux's renameat2 RENAME_EXCHANGE), so the tag's name always holds
+     * a whole checkpoint, and the old one, now under .tmp, goes after `latest`. Where the file
+     * system cannot exchange, the old one is moved aside to .old first; a crash between the two
+     * renames leaves only .old, which a load takes when the tag is missing (zck_find_tag), and a
+     * failed second rename moves it back. */
+    int exchanged = 0;
     if (replacing) {
-        /* Saving over an existing tag: move it aside first, since rename cannot replace a
-         * non-empty directory; it is deleted once the new one is in place. */
-        if (zck_rmdir_flat(old) != 0) {
+        if (!zck_test_no_exchange &&
+            renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_EXCHANGE) == 0) {
+            exchanged = 1;
+        } else if (!zck_test_no_exchange && errno != EINVAL && errno != ENOSYS &&
+                   errno != ENOTSUP) {
+            s = zerr_fmt(err, ZCK_ERR, ZINC_ERR_IO, "cannot put %s in place of %s: %s", tmp,
+                         final, strerror(errno));
+            goto done;
+        } else if (zck_rmdir_flat(old) != 0) {
             s = zerr_fmt(err, ZCK_ERR, ZINC_ERR_IO, "cannot remove the stale %s: %s", old,
                          strerror(errno));
             goto done;
-        }
-        if (rename(final, old) != 0) {
+        } else if (rename(final, old) != 0) {
             s = zerr_fmt(err, ZCK_ERR, ZINC_ERR_IO, "cannot move the existing %s aside: %s", final,
                          strerror(errno));
             goto done;
         }
     }
-    if (rename(tmp, final) != 0) {
+    hook("renamed-aside");
+    if (!exchanged && rename(tmp, final) != 0) {
+        int e = errno;
+        if (replacing && rename(old, final) != 0)   /* the old tag back under its name */
+            zlog(ZLOG_WARN, "ckpt", d->rank, "cannot move %s back to %s: %s (a load takes it "
+                 "from there)", old, final, strerror(errno));
         s = zerr_fmt(err, ZCK_ERR, ZINC_ERR_IO, "cannot rename %s to %s: %s", tmp, final,
-                     strerror(errno));
+                     strerror(e));
         goto done;
     }
+    committed = 1;
     s = zck_fsync_dir(d->dir, err);
     if (s != ZINC_OK) goto done;
     hook("latest");
@@ -672,9 +732,18 @@ zinc_status zck_save_commit(const zck_save_desc *d, char *err)
     char line[ZCK_TAG_MAX + 2];
     int n = snprintf(line, sizeof line, "%s\n", d->tag);
     s = zck_write_file_atomic(path, line, (size_t)n, err);
-    if (s == ZINC_OK && replacing) zck_rmdir_flat(old);
+    if (s == ZINC_OK && exchanged) zck_rmdir_flat(tmp);   /* the tag's old contents */
+    /* the tag's old contents moved aside by this save, or by one that stopped after that */
+    if (s == ZINC_OK) zck_rmdir_flat(old);
     hook("done");
 done:
+    if (s != ZINC_OK && committed) {
+        /* the tag is whole under its name: a load finds it (as the newest), so say so rather
+         * than let "failed" suggest that it is lost or may be deleted */
+        size_t k = strlen(err);
+        snprintf(err + k, ZCK_ERR - k, " (the tag itself is complete in %.200s and a load "
+                 "takes it; only latest or the directory's sync failed)", final);
+    }
     if (s != ZINC_OK && !names_tag(err, d->tag)) {
         char e2[ZCK_ERR];
         snprintf(e2, sizeof e2, "%s", err);
@@ -710,10 +779,7 @@ zinc_status zck_save(zcomm_t *c, const zck_save_desc *d, char *err)
             s = ws;
             snprintf(err, ZCK_ERR, "%s", werr);
         } else {
-            /* another rank failed: its note is already there, don't wait the full timeout */
-            zck_save_desc d2 = *d;
-            if (f > 0) d2.timeout_s = 5;
-            s = zck_save_commit(&d2, err);
+            s = f > 0 ? another_rank_failed(d, err) : zck_save_commit(d, err);
         }
         if (s != ZINC_OK) remove_tmp(d);
     } else if (ws != ZINC_OK) {

@@ -11,6 +11,11 @@
  *  version. Each gives its own clear error naming the file (and chunk); no file changes while
  *  those errors are produced; auto selection skips them all for the older good tag.
  *
+ *  Saving over an existing tag: killed between the renames, with the two directories exchanged
+ *  and with the fallback through <tag>.old, a load finds a whole checkpoint (test_overwrite); a
+ *  rank failing after its rank-N.json is in place fails the save on every rank, nothing
+ *  committed (test_late_rank_failure); tag names latest cannot give back (test_tag_names).
+ *
  *  Foreign files: a save deletes only the writer's own files. A user's directory or file in the
  *  place of the tag, its .tmp or .old, a `latest` that is no tag name (a data file), a symlink
  *  at the tag: the save fails naming the path, and every one of those files is unchanged.
@@ -38,13 +43,11 @@ static void kill_hook(const char *phase)
     if (kill_phase && !strcmp(phase, kill_phase) && __atomic_sub_fetch(&kill_count, 1, __ATOMIC_SEQ_CST) <= 0) raise(SIGKILL);
 }
 
-/* Tags are "s<salt>": the salt says which values a tag must hold. */
-static void check_tag(const char *dir, const char *tagname, const char *what)
+/* The tag in tagdir opens, verifies, and holds the values of the save made with `salt`. */
+static void check_salt(const char *tagdir, unsigned salt, const char *what)
 {
-    char tagdir[1200], err[ZCK_ERR];
-    snprintf(tagdir, sizeof tagdir, "%s/%s", dir, tagname);
-    unsigned salt = 0;
-    ZT_CHECK(sscanf(tagname, "s%u", &salt) == 1, "%s: unexpected tag name %s", what, tagname);
+    char err[ZCK_ERR];
+    const char *tagname = tagdir;
     zck_reader *r;
     zinc_status s = zck_open(tagdir, &r, err);
     ZT_CHECK(s == ZINC_OK, "%s: tag %s does not open: %s", what, tagname, err);
@@ -59,6 +62,16 @@ static void check_tag(const char *dir, const char *tagname, const char *what)
     }
     zplan_free(&p);
     zck_close(r);
+}
+
+/* Tags are "s<salt>": the salt says which values a tag must hold. */
+static void check_tag(const char *dir, const char *tagname, const char *what)
+{
+    char tagdir[1200];
+    snprintf(tagdir, sizeof tagdir, "%s/%s", dir, tagname);
+    unsigned salt = 0;
+    ZT_CHECK(sscanf(tagname, "s%u", &salt) == 1, "%s: unexpected tag name %s", what, tagname);
+    check_salt(tagdir, salt, what);
 }
 
 static void check_dir(const char *dir, const char *what)
@@ -449,12 +462,155 @@ static void test_latest_choice(void)
     fx_rmtree(dir);
 }
 
+static const char *rm_at_aside;   /* a directory the hook below removes between the renames */
+static void aside_hook(const char *phase)
+{
+    if (!strcmp(phase, "renamed-aside") && rm_at_aside) fx_rmtree(rm_at_aside);
+}
+
+/* Whether this file system exchanges two directories in one rename (renameat2 RENAME_EXCHANGE:
+ * ext4, xfs, btrfs, tmpfs); elsewhere the writer takes its fallback in both rounds below. */
+static int can_exchange(void)
+{
+    char a[700], b[700];
+    snprintf(a, sizeof a, "%s/xa", root);
+    snprintf(b, sizeof b, "%s/xb", root);
+    mkdir(a, 0755);
+    mkdir(b, 0755);
+    int ok = renameat2(AT_FDCWD, a, AT_FDCWD, b, RENAME_EXCHANGE) == 0;
+    rmdir(a);
+    rmdir(b);
+    return ok;
+}
+
+/* Saving over an existing tag (the same tag every time, "always save to last"): a crash between
+ * the renames leaves a whole checkpoint a load finds — the new one where the file system
+ * exchanges the two directories, else the old one in s5.old, which a load takes while s5 is
+ * missing (nothing loaded before: "none of its directories holds a manifest.json"); a save over
+ * it then works and leaves no .old; and a failed second rename of the fallback puts the old tag
+ * back under its name (it was left only in .old). */
+static void test_overwrite(void)
+{
+    char dir[700], td[1200], tn[256], err[ZCK_ERR], p[900], what[128];
+    snprintf(dir, sizeof dir, "%s/over", root);
+    int exchange = can_exchange();
+    if (!exchange) printf("note: %s cannot exchange directories: the fallback twice\n", root);
+    for (int fallback = 0; fallback <= 1; fallback++) {
+        int aside = fallback || !exchange;
+        fx_rmtree(dir);
+        zck_test_no_exchange = fallback;
+        ZT_OK(fx_save_world(dir, "s5", 3, 0x7, 5, 4096, 0));
+        fflush(NULL);
+        pid_t pid = fork();
+        if (pid == 0) {
+            kill_phase = "renamed-aside";
+            kill_count = 1;
+            zck_test_hook = kill_hook;
+            fx_save_world(dir, "s5", 3, 0x7, 6, 4096, 0);
+            _exit(3);
+        }
+        int ws;
+        waitpid(pid, &ws, 0);
+        snprintf(what, sizeof what, "saved over s5 (%s), killed between the renames",
+                 aside ? "moved aside" : "exchanged");
+        ZT_CHECK(WIFSIGNALED(ws) && WTERMSIG(ws) == SIGKILL, "%s: child was not killed", what);
+        ZT_CHECK(zck_find_tag(dir, NULL, 0, -1, td, sizeof td, tn, sizeof tn, err) == ZINC_OK,
+                 "%s: no tag found: %s", what, err);
+        ZT_CHECK(!strcmp(tn, aside ? "s5.old" : "s5"), "%s: took %s", what, tn);
+        check_salt(td, aside ? 5 : 6, what);
+        ZT_CHECK(zck_find_tag(dir, "s5", 0, -1, td, sizeof td, tn, sizeof tn, err) == ZINC_OK,
+                 "%s: tag s5 by name: %s", what, err);
+        check_salt(td, aside ? 5 : 6, what);
+        ZT_OK(fx_save_world(dir, "s5", 3, 0x7, 7, 4096, 0));
+        ZT_OK(zck_find_tag(dir, NULL, 0, -1, td, sizeof td, tn, sizeof tn, err));
+        ZT_CHECK(!strcmp(tn, "s5"), "%s, saved again: took %s", what, tn);
+        check_salt(td, 7, what);
+        static const char *const left[2] = {"s5.old", "s5.tmp"};
+        for (int k = 0; k < 2; k++) {
+            snprintf(p, sizeof p, "%s/%s", dir, left[k]);
+            ZT_CHECK(access(p, F_OK) != 0, "%s, saved again: %s is left", what, left[k]);
+        }
+    }
+    /* the fallback's second rename failing (the new tag's .tmp removed under it) */
+    char tmpd[800];
+    snprintf(tmpd, sizeof tmpd, "%s/s5.tmp", dir);
+    rm_at_aside = tmpd;
+    zck_test_hook = aside_hook;
+    zinc_status s = fx_save_world(dir, "s5", 3, 0x7, 8, 4096, 0);
+    zck_test_hook = NULL;
+    rm_at_aside = NULL;
+    zck_test_no_exchange = 0;
+    ZT_CHECK(s == ZINC_ERR_IO, "a failed rename into s5: %s, want ZINC_ERR_IO", zinc_status_string(s));
+    snprintf(p, sizeof p, "%s/s5/manifest.json", dir);
+    ZT_CHECK(access(p, F_OK) == 0, "a failed rename into s5: the old s5 is not back in place");
+    ZT_OK(zck_find_tag(dir, NULL, 0, -1, td, sizeof td, tn, sizeof tn, err));
+    ZT_CHECK(!strcmp(tn, "s5"), "a failed rename into s5: took %s", tn);
+    check_salt(td, 7, "a failed rename into s5");
+    fx_rmtree(dir);
+}
+
+/* Tag names a save refuses before writing anything: those that are no directory name of ours,
+ * and those `latest` cannot give back as written — a control character (a newline tag was
+ * saved, and then every later save into the directory refused its latest) or a space at
+ * either end (read back without it). A space inside is a name like any other. */
+static void test_tag_names(void)
+{
+    char dir[700], td[1200], tn[256], err[ZCK_ERR];
+    snprintf(dir, sizeof dir, "%s/names", root);
+    fx_rmtree(dir);
+    static const char *const bad[] = {"a/b", ".h", "latest", "x.tmp", "x.old", "", "a\nb",
+                                      "a\rb", "t\tx", "trailing ", " lead", "del\x7f"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        zinc_status s = fx_save_world(dir, bad[i], 1, 0x7, 1, 4096, 0);
+        ZT_CHECK(s == ZINC_ERR_INVALID_ARG, "tag #%zu \"%s\": %s, want ZINC_ERR_INVALID_ARG", i,
+                 bad[i], zinc_status_string(s));
+    }
+    ZT_OK(fx_save_world(dir, "a b", 1, 0x7, 1, 4096, 0));
+    ZT_OK(fx_save_world(dir, "a b", 1, 0x7, 1, 4096, 0));    /* and its latest is read back */
+    ZT_OK(zck_find_tag(dir, NULL, 0, -1, td, sizeof td, tn, sizeof tn, err));
+    ZT_CHECK(!strcmp(tn, "a b"), "a tag with a space inside: took \"%s\"", tn);
+    fx_rmtree(dir);
+}
+
+static int fail_rank1(const char *phase, int rank)
+{
+    return rank == 1 && !strcmp(phase, "rankjson-written");
+}
+
+/* A rank whose write fails after its rank-N.json is in place (a failed fsync of the directory):
+ * every rank fails, naming that rank, and nothing is committed (rank 0 committed the tag with
+ * that rank's files and returned success while that rank raised). */
+static void test_late_rank_failure(void)
+{
+    char dir[700], td[1200], tn[256], err[ZCK_ERR], p[900];
+    char errs[3][ZCK_ERR];
+    snprintf(dir, sizeof dir, "%s/late", root);
+    fx_rmtree(dir);
+    ZT_OK(fx_save_world(dir, "s11", 3, 0x7, 11, 4096, 0));
+    zck_test_fail = fail_rank1;
+    zinc_status s = fx_save_world_errs(dir, "s12", 3, 0x7, 12, 4096, errs);
+    zck_test_fail = NULL;
+    ZT_CHECK(s == ZINC_ERR_IO, "rank 1 failing late: %s, want ZINC_ERR_IO", zinc_status_string(s));
+    for (int r = 0; r < 3; r++)
+        ZT_CHECK(strstr(errs[r], "rank 1") != NULL, "rank %d's error does not name rank 1: %s", r,
+                 errs[r]);
+    snprintf(p, sizeof p, "%s/s12", dir);
+    ZT_CHECK(access(p, F_OK) != 0, "rank 1 failing late: s12 was committed");
+    ZT_OK(zck_find_tag(dir, NULL, 0, -1, td, sizeof td, tn, sizeof tn, err));
+    ZT_CHECK(!strcmp(tn, "s11"), "rank 1 failing late: took %s", tn);
+    check_tag(dir, tn, "rank 1 failing late");
+    fx_rmtree(dir);
+}
+
 int main(void)
 {
     fx_tmproot(root, sizeof root, "fault");
     test_damage();
     test_foreign();
     test_latest_choice();
+    test_overwrite();
+    test_late_rank_failure();
+    test_tag_names();
     test_kills();
     rmdir(root);
     return zt_finish("test_ckpt_fault");
