@@ -11,6 +11,7 @@ import ctypes
 import io
 import json
 import os
+import socket
 import warnings
 
 import torch
@@ -21,6 +22,33 @@ from ._memory import _TORCH_DTYPE
 # load_checkpoint's first buffer for the checkpoint's client blob; a larger blob is read again,
 # with the room it needs.
 _BLOB_CAP = 64 << 20
+
+
+def _remove_dead_tmps(save_dir, stem):
+    """save_16bit_model's temporary files (stem + pid) of this host's processes that are gone:
+    a save killed before its rename left a full-size hidden file that nothing removed."""
+    for name in os.listdir(save_dir):
+        pid = name[len(stem):] if name.startswith(stem) else ""
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            try:
+                os.remove(os.path.join(save_dir, name))
+            except OSError:
+                pass
+        except OSError:       # alive, another user's
+            pass
+
+
+def _fsync_dir(path):
+    """The directory's entries on disk (a rename is durable only then)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _client_record(state):
@@ -152,6 +180,7 @@ class _StateIOMixin:
         self._torch_then_zinc()
         self._call(lib.zinc_ckpt_save(self._e, os.fsencode(save_dir), str(tag).encode(),
                                       ctypes.byref(opts)))
+        # True means saved, as DeepSpeed's: zinc.ckpt_async's background write is waited for
         self._call(lib.zinc_ckpt_wait(self._e))
         return True
 
@@ -449,14 +478,17 @@ class _StateIOMixin:
         sd = self._full_state_dict(None, "", exclude_frozen_parameters, True)
         failed = None
         if self.global_rank == 0:
-            tmp = os.path.join(save_dir, f".{save_filename}.tmp{os.getpid()}")
+            stem = f".{save_filename}.tmp{socket.gethostname()}-"
+            tmp = os.path.join(save_dir, f"{stem}{os.getpid()}")
             try:
                 os.makedirs(save_dir, exist_ok=True)
+                _remove_dead_tmps(save_dir, stem)
                 with open(tmp, "wb") as f:
                     torch.save(sd, f)
                     f.flush()
                     os.fsync(f.fileno())   # the bytes are on disk before the name points at them
                 os.replace(tmp, path)
+                _fsync_dir(save_dir)       # ... and the name itself
             except Exception as ex:    # noqa: BLE001 — reported below, on every rank
                 failed = ex
                 try:

@@ -253,6 +253,13 @@ def check_step_counters(stage, root):
     engine.close()
     check("the default tag is global_step<global_steps>",
           os.path.isdir(os.path.join(ck, "global_step3")), str(sorted(os.listdir(ck))))
+    # `latest` damaged into bytes that are not UTF-8: the load warns and takes the newest tag
+    # (the front-end's check for a DeepSpeed folder raised UnicodeDecodeError); each rank puts
+    # the same bytes there by a rename of its own file
+    mine = os.path.join(ck, f".latest.{os.getpid()}")
+    with open(mine, "wb") as fh:
+        fh.write(b"x\x01\xffgarbage\n")
+    os.replace(mine, os.path.join(ck, "latest"))
     engine = build()
     engine.load_checkpoint(ck)
     check("load_checkpoint gives the counters back",
@@ -1272,8 +1279,24 @@ def main():
               torch.equal(fresh.head.weight.detach(), sd["head.weight"].float()))
     else:
         check("only rank 0 writes", not os.path.exists(mine), f"{mine} exists")
+    # a save killed before its rename left its hidden temporary file: the next save removes
+    # those of this host's processes that are gone, and keeps a live one's (nothing removed
+    # them: a full-size file per crash)
+    if rank == 0:
+        import socket
+        import subprocess
+        gone = subprocess.Popen(["true"])
+        gone.wait()
+        stem = os.path.join(mine, f".frozen_out.bin.tmp{socket.gethostname()}-")
+        for pid in (gone.pid, os.getppid()):
+            with open(f"{stem}{pid}", "wb") as t:
+                t.write(b"half a file")
     engine.save_16bit_model(mine, "frozen_out.bin", exclude_frozen_parameters=True)
     if rank == 0:
+        check("save_16bit_model removes a dead process's temporary file, keeps a live one's",
+              not os.path.exists(f"{stem}{gone.pid}") and os.path.exists(f"{stem}{os.getppid()}"),
+              str(sorted(os.listdir(mine))))
+        os.remove(f"{stem}{os.getppid()}")
         keys = list(torch.load(os.path.join(root, "rank0", "frozen_out.bin")))
         check("save_16bit_model(exclude_frozen_parameters=True)", "scale" not in keys and
               len(keys) == len(want) - 1, str(keys))

@@ -100,7 +100,10 @@ def find_deepspeed_tag(load_dir, tag=None):
         for name in ("latest", "latest_universal"):
             p = os.path.join(load_dir, name)
             if os.path.isfile(p):
-                with open(p, encoding="utf-8") as f:
+                # errors replaced: a damaged `latest` (bytes that are not UTF-8) names no
+                # DeepSpeed tag, and zinc's loader then says so and falls back (it raised
+                # UnicodeDecodeError here)
+                with open(p, encoding="utf-8", errors="replace") as f:
                     tag, named = f.read().strip(), name
                 break
     if tag is not None and str(tag) != "latest" and _is_ds_tag(os.path.join(load_dir, str(tag))):
