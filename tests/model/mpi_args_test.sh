@@ -11,20 +11,24 @@ zinc=$1 mpiexec=$2 cfg=$3
 dir=$(mktemp -d) || exit 1
 trap 'rm -rf "$dir"' EXIT
 cd "$dir" || exit 1
-# rank 1 runs with $R1ARGS appended
+# rank 1 runs with $R1ARGS appended; each rank's stderr goes to a file of its own, rank.N.log:
+# mpirun forwards it through a pipe, and what is still in flight there when the job ends at the
+# first non-zero exit is lost (a rank's message went missing once under a loaded ctest -j2)
 cat > wrap.sh <<EOS
 #!/bin/sh
+exec 2>"rank.\$OMPI_COMM_WORLD_RANK.log"
 [ "\$OMPI_COMM_WORLD_RANK" = 1 ] && exec "$zinc" "\$@" \$R1ARGS
 exec "$zinc" "\$@"
 EOS
 chmod +x wrap.sh
 pass=0 fail=0
 check() {   # R1ARGS, the option the message must name
-    rm -rf sv
+    rm -rf sv rank.*.log
     R1ARGS=$1 timeout 100 "$mpiexec" --allow-run-as-root --oversubscribe -x R1ARGS -np 2 \
         ./wrap.sh train --config "$cfg" --model L1-D16-H2-T16 --steps 4 --save-dir sv \
         >out.log 2>err.log
     rc=$?
+    cat rank.*.log >>err.log 2>/dev/null
     n=$(grep -c "the ranks were given different $2" err.log)
     if [ "$rc" = 2 ] && [ "$n" = 2 ] && [ ! -e sv/latest ]; then
         pass=$((pass + 1))
@@ -40,12 +44,14 @@ check "--save-every 1" "--save-every"
 check "--seed 2" "--seed"
 # another config on rank 1 (here --micro-batch, which overrides the file's): zinc_finalize names
 # it, exit 2 on every rank, as for the options above (it was exit 1, a runtime failure)
-rm -rf sv
+rm -rf sv rank.*.log
 R1ARGS="--micro-batch 3" timeout 100 "$mpiexec" --allow-run-as-root --oversubscribe -x R1ARGS \
     -np 2 ./wrap.sh train --config "$cfg" --model L1-D16-H2-T16 --steps 4 >out.log 2>err.log
 # (at least one rank says so: mpirun ends the job when the first process exits, which may be
 # before the other has printed)
-rc=$? n=$(grep -c "run a different config than rank 0" err.log)
+rc=$?
+cat rank.*.log >>err.log 2>/dev/null
+n=$(grep -c "run a different config than rank 0" err.log)
 if [ "$rc" = 2 ] && [ "$n" -ge 1 ]; then pass=$((pass + 1)); else
     echo "FAIL: rank 1 with another config: exit $rc (want 2), $n ranks said so (want 1 or 2)"
     cat err.log; fail=$((fail + 1)); fi
