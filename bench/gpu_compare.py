@@ -37,7 +37,8 @@ def load(path):
             line = line.strip()
             if line.startswith("{"):
                 r = json.loads(line)
-                rows[r["step"]] = r
+                if "step" in r:       # not the last line of a --gpu-timing run, its table
+                    rows[r["step"]] = r
     return rows
 
 

@@ -7,6 +7,7 @@
  * Around the loop it calls train_ckpt.c (where to start, when to save) and train_report.c (what
  * to print); after it, rank 0 collects the final weights for the caller's comparisons.
  */
+#include <errno.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
@@ -25,7 +26,7 @@
  * covers a handler and the thread it interrupted, not two threads (a data race under TSan). */
 static int interrupt_signal;
 static int interrupt_seen(void) { return __atomic_load_n(&interrupt_signal, __ATOMIC_ACQUIRE); }
-static struct sigaction interrupt_old[2];
+static struct sigaction interrupt_old[3];   /* SIGINT's, SIGTERM's, SIGPIPE's */
 
 static int interrupt_count;
 /* Said at the first signal, so that a user whose step takes long knows the run heard it (and
@@ -37,6 +38,7 @@ static size_t interrupt_say_len;
 
 static void on_interrupt(int sig)
 {
+    int saved_errno = errno;   /* the interrupted thread may be about to read its own */
     __atomic_store_n(&interrupt_signal, 1, __ATOMIC_RELEASE);
     /* A second one, either of them, stops the process at once: by the default disposition
      * from here on, and by the count when two arrive together on two threads (both handlers
@@ -48,9 +50,14 @@ static void on_interrupt(int sig)
     }
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
+    /* From here on a write to a closed pipe fails instead of killing the process before its
+     * save: Ctrl-C on `zinc train ... 2>&1 | tee log` stops tee too. (Not before the signal:
+     * `zinc train | head` ends at head's exit, as a Unix command does.) */
+    signal(SIGPIPE, SIG_IGN);
     if (interrupt_say_len && write(STDERR_FILENO, interrupt_say, interrupt_say_len) < 0) {
         /* stderr closed: the run still stops after its step */
     }
+    errno = saved_errno;
 }
 
 /* The run should stop after a step: a signal, or a write to one of rank 0's outputs failed. */
@@ -82,12 +89,14 @@ void train_interrupt_install(const char *say)
         /* one the caller ignores stays ignored (`zinc train &` in a script ignores SIGINT) */
         if (interrupt_old[i].sa_handler != SIG_IGN) sigaction(sigs[i], &sa, NULL);
     }
+    sigaction(SIGPIPE, NULL, &interrupt_old[2]);   /* the handler may ignore it */
 }
 
 void train_interrupt_restore(void)
 {
     sigaction(SIGINT, &interrupt_old[0], NULL);
     sigaction(SIGTERM, &interrupt_old[1], NULL);
+    sigaction(SIGPIPE, &interrupt_old[2], NULL);
 }
 
 typedef struct {

@@ -56,6 +56,32 @@ if [ "$rc" = 130 ] && grep -q "interrupted: stopped after step [0-9]*; nothing s
    [ "$(grep -c '^zinc train: interrupted: stopping after the step in progress (no --save-dir: nothing is saved' err.log)" = 1 ]
 then ok; else bad "SIGTERM without --save-dir: exit $rc (want 130)"; cat err.log; fi
 
+# Ctrl-C on `zinc train ... 2>&1 | tee log` stops tee too: the run's output pipe loses its
+# reader just as the signal comes. The run still saves the step and exits 130 (the answer to
+# the signal, written into the dead pipe, killed it by SIGPIPE before the save: exit 141).
+rm -rf ck out.log p
+mkfifo p
+cat p >out.log &
+reader=$!
+env --default-signal=INT "$zinc" train --model L1-D16-H2-T16 --ranks 2 --steps 10000000 \
+    --save-dir ck >p 2>&1 &
+pid=$!
+n=0
+while ! grep -q "^step *10/" out.log 2>/dev/null && kill -0 "$pid" 2>/dev/null &&
+    [ "$n" -lt 600 ]; do
+    sleep 0.2; n=$((n + 1))
+done
+kill -INT "$pid"   # the signal first, then the reader goes (tee's Ctrl-C is the same instant)
+kill -9 "$reader"
+n=0 hung=0
+while kill -0 "$pid" 2>/dev/null && [ "$n" -lt 1200 ]; do sleep 0.1; n=$((n + 1)); done
+if kill -0 "$pid" 2>/dev/null; then kill -9 "$pid"; hung=1; fi
+wait "$pid"
+rc=$?
+if [ "$hung" = 0 ] && [ "$rc" = 130 ] && [ -s ck/latest ]; then ok; else
+    bad "SIGINT with the output pipe's reader gone: exit $rc (want 130), latest '$(cat ck/latest 2>/dev/null)'"
+fi
+
 # A second signal, the other one, stops the process at once (a model of ~1 s steps, so that the
 # first has not ended the run yet): killed by the signal (the first one's handler reset both).
 env --default-signal=INT "$zinc" train --model L4-D512-H8-T128 --ranks 2 --steps 10000000 \

@@ -69,6 +69,11 @@ add_test(NAME model_interrupt COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/interrupt_tes
          $<TARGET_FILE:zinc_cli>)
 set_tests_properties(model_interrupt PROPERTIES LABELS model TIMEOUT 400)
 
+# bench/gpu_compare.py kernels (the e2e phase's fast-against-exact check) on CPU metrics files.
+add_test(NAME model_gpu_compare COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/gpu_compare_test.sh
+         $<TARGET_FILE:zinc_cli> ${CMAKE_SOURCE_DIR}/bench/gpu_compare.py)
+set_tests_properties(model_gpu_compare PROPERTIES LABELS model TIMEOUT 60 SKIP_RETURN_CODE 77)
+
 # zinc plot at the edges: +-1e308 losses and steps, equal huge losses (no nan/inf in the SVG);
 # --log with losses <= 0 (counted on stderr, or refused when nothing is left).
 add_test(NAME model_plot COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/plot_test.sh $<TARGET_FILE:zinc_cli>)
