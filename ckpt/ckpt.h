@@ -185,6 +185,11 @@ int zck_dir_owned(const char *dir, char *why, size_t n);
 /* Removes a directory and the writer-named files in it (one level: tag directories are flat).
  * -1 with errno ENOTEMPTY, leaving them, when it holds anything else; ENOTDIR for a symlink. */
 int zck_rmdir_flat(const char *dir);
+/* Exchanges two directory entries in one rename (Linux renameat2 RENAME_EXCHANGE): 0, or -1 with
+ * errno — EINVAL, ENOSYS or ENOTSUP where the kernel or the file system cannot (NFS, CIFS, FUSE,
+ * a kernel before 3.15), through the system call itself, so that a C library without the
+ * wrapper (glibc < 2.28) builds and answers ENOSYS. */
+int zck_exchange(const char *a, const char *b);
 /* The tag a `latest` file at path names (one line; a trailing newline, CR or spaces allowed),
  * into tag (n bytes): 0, or -1 when it cannot be read or is not one valid tag name. */
 int zck_latest_read(const char *path, char *tag, size_t n);

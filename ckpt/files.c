@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -222,4 +223,19 @@ int zck_rmdir_flat(const char *dir)
         struct timespec ts = {0, 10000000L};   /* 10 ms */
         nanosleep(&ts, NULL);
     }
+}
+
+int zck_exchange(const char *a, const char *b)
+{
+#if defined(SYS_renameat2)
+#ifndef RENAME_EXCHANGE
+#define RENAME_EXCHANGE (1 << 1)   /* linux/fs.h's value, for headers that lack it */
+#endif
+    return (int)syscall(SYS_renameat2, AT_FDCWD, a, AT_FDCWD, b, RENAME_EXCHANGE);
+#else
+    (void)a;
+    (void)b;
+    errno = ENOSYS;
+    return -1;
+#endif
 }

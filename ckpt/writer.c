@@ -675,6 +675,11 @@ zinc_status zck_save_commit(const zck_save_desc *d, char *err)
     }
     s = zck_fsync_dir(tmp, err);
     if (s != ZINC_OK) goto done;
+    /* Once more, last: a rank that failed after its description was in place, which an async
+     * save (no all-reduce tells rank 0) may only note now. A note later than this still
+     * commits the tag, whose files that rank had written and described. */
+    for (int r = 0; r < d->world_size; r++)
+        if (failure_note(d, tmp, r, err, &s)) goto done;
 
     hook("rename");
     snprintf(final, sizeof final, "%s/%s", d->dir, d->tag);
@@ -696,8 +701,7 @@ zinc_status zck_save_commit(const zck_save_desc *d, char *err)
      * failed second rename moves it back. */
     int exchanged = 0;
     if (replacing) {
-        if (!zck_test_no_exchange &&
-            renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_EXCHANGE) == 0) {
+        if (!zck_test_no_exchange && zck_exchange(tmp, final) == 0) {
             exchanged = 1;
         } else if (!zck_test_no_exchange && errno != EINVAL && errno != ENOSYS &&
                    errno != ENOTSUP) {
@@ -741,8 +745,9 @@ done:
         /* the tag is whole under its name: a load finds it (as the newest), so say so rather
          * than let "failed" suggest that it is lost or may be deleted */
         size_t k = strlen(err);
-        snprintf(err + k, ZCK_ERR - k, " (the tag itself is complete in %.200s and a load "
-                 "takes it; only latest or the directory's sync failed)", final);
+        snprintf(err + k, ZCK_ERR - k, " (the tag itself is in place, whole, in %.200s, and a "
+                 "load takes it when it is the newest; only latest or the directory's sync "
+                 "failed)", final);
     }
     if (s != ZINC_OK && !names_tag(err, d->tag)) {
         char e2[ZCK_ERR];

@@ -378,8 +378,8 @@ ZINC_API zinc_status zinc_grad_buffer_attach(zinc_engine_t *e, void *buf, size_t
  * applies only what is handed over after it — a DeepSpeed zero_grad inside a window (its stage-3
  * optimizer's restarts the partitioned sum). One clearing, queued on zinc's compute stream (a
  * CUDA caller adding into zinc_param_grad views from another stream orders its adds around it),
- * no host wait; with offload_optimizer, where the sums are in host memory, one wait for their
- * downloads. The window's micro-step count is unchanged. Not collective. ZINC_ERR_USAGE while a
+ * no host wait; with offload_optimizer at stages 2-3, where the sums are in host memory, one wait
+ * for their downloads. The window's micro-step count is unchanged. Not collective. ZINC_ERR_USAGE while a
  * group holds gradients in its bucket that were not handed over (stages 2-3). With a lent buffer
  * (zinc_grad_buffer_external) that is not attached there is nothing to clear: ZINC_OK. */
 ZINC_API zinc_status zinc_grads_clear(zinc_engine_t *e);

@@ -12,6 +12,7 @@ import io
 import json
 import os
 import socket
+import time
 import warnings
 
 import torch
@@ -24,21 +25,32 @@ from ._memory import _TORCH_DTYPE
 _BLOB_CAP = 64 << 20
 
 
-def _remove_dead_tmps(save_dir, stem):
+def _remove_dead_tmps(save_dir, stem, quiet_s=600):
     """save_16bit_model's temporary files (stem + pid) of this host's processes that are gone:
-    a save killed before its rename left a full-size hidden file that nothing removed."""
-    for name in os.listdir(save_dir):
+    a save killed before its rename left a full-size hidden file that nothing removed. Only those
+    untouched for quiet_s seconds: a live save writes its file all along, and a process of
+    another PID namespace (a container with this host's name) is not seen by os.kill. Best
+    effort: nothing here fails the save."""
+    try:
+        names = os.listdir(save_dir)
+    except OSError:
+        return
+    now = time.time()
+    for name in names:
         pid = name[len(stem):] if name.startswith(stem) else ""
-        if not pid.isdigit() or int(pid) == os.getpid():
+        if not (pid.isascii() and pid.isdigit() and 0 < len(pid) <= 9) or int(pid) == os.getpid():
             continue
+        path = os.path.join(save_dir, name)
         try:
+            if now - os.lstat(path).st_mtime < quiet_s:
+                continue
             os.kill(int(pid), 0)
         except ProcessLookupError:
             try:
-                os.remove(os.path.join(save_dir, name))
+                os.remove(path)
             except OSError:
                 pass
-        except OSError:       # alive, another user's
+        except (OSError, ValueError, OverflowError):   # alive (another user's), or gone
             pass
 
 
@@ -488,7 +500,12 @@ class _StateIOMixin:
                     f.flush()
                     os.fsync(f.fileno())   # the bytes are on disk before the name points at them
                 os.replace(tmp, path)
-                _fsync_dir(save_dir)       # ... and the name itself
+                try:
+                    _fsync_dir(save_dir)   # ... and the name itself
+                except OSError as ex:      # the file is in place: say so, do not fail the save
+                    warnings.warn(f"zinc: save_16bit_model: {path} is in place, but syncing "
+                                  f"{save_dir} failed ({ex}): a power loss may lose the rename",
+                                  RuntimeWarning, stacklevel=2)
             except Exception as ex:    # noqa: BLE001 — reported below, on every rank
                 failed = ex
                 try:

@@ -477,7 +477,7 @@ static int can_exchange(void)
     snprintf(b, sizeof b, "%s/xb", root);
     mkdir(a, 0755);
     mkdir(b, 0755);
-    int ok = renameat2(AT_FDCWD, a, AT_FDCWD, b, RENAME_EXCHANGE) == 0;
+    int ok = zck_exchange(a, b) == 0;
     rmdir(a);
     rmdir(b);
     return ok;

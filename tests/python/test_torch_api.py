@@ -74,6 +74,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 import warnings
 
 from _common import Gain, check, check_raises, failures, torch, zinc
@@ -1285,18 +1286,30 @@ def main():
     if rank == 0:
         import socket
         import subprocess
-        gone = subprocess.Popen(["true"])
+        gone, recent = subprocess.Popen(["true"]), subprocess.Popen(["true"])
         gone.wait()
+        recent.wait()
+        with open(f"{os.path.join(mine, '.frozen_out.bin.tmp')}{socket.gethostname()}-"
+                  f"{recent.pid}", "wb") as t:    # a dead process's, but written just now
+            t.write(b"x")
         stem = os.path.join(mine, f".frozen_out.bin.tmp{socket.gethostname()}-")
         for pid in (gone.pid, os.getppid()):
             with open(f"{stem}{pid}", "wb") as t:
                 t.write(b"half a file")
+            old = time.time() - 7200      # untouched for two hours (a live save writes on)
+            os.utime(f"{stem}{pid}", (old, old))
+        with open(f"{stem}{gone.pid + 1}x", "wb") as t:   # not a pid: left alone, no failure
+            t.write(b"x")
     engine.save_16bit_model(mine, "frozen_out.bin", exclude_frozen_parameters=True)
     if rank == 0:
-        check("save_16bit_model removes a dead process's temporary file, keeps a live one's",
-              not os.path.exists(f"{stem}{gone.pid}") and os.path.exists(f"{stem}{os.getppid()}"),
+        check("save_16bit_model removes a dead process's old temporary file, keeps a live "
+              "one's, a recent one's and a name that is no pid",
+              not os.path.exists(f"{stem}{gone.pid}") and os.path.exists(f"{stem}{os.getppid()}")
+              and os.path.exists(f"{stem}{recent.pid}") and os.path.exists(f"{stem}{gone.pid + 1}x"),
               str(sorted(os.listdir(mine))))
+        os.remove(f"{stem}{recent.pid}")
         os.remove(f"{stem}{os.getppid()}")
+        os.remove(f"{stem}{gone.pid + 1}x")
         keys = list(torch.load(os.path.join(root, "rank0", "frozen_out.bin")))
         check("save_16bit_model(exclude_frozen_parameters=True)", "scale" not in keys and
               len(keys) == len(want) - 1, str(keys))

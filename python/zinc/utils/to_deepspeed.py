@@ -191,7 +191,10 @@ def convert(zinc_dir, out_dir, tag=None):
     anything else there is refused (ValueError), as is a checkpoint without the record the
     Python front-end saves (zinc train's, the C API's)."""
     tag, blob = _find_tag(zinc_dir, tag)
-    _check_out(out_dir, tag)
+    # T.old is tag T's previous contents, which a load takes while T is missing (a save over T
+    # stopped between its renames): exported under T's name
+    out = tag[:-4] if tag.endswith(".old") else tag
+    _check_out(out_dir, out)
     record, extra = _saved_module_state(blob)
     if not record.get("group_adam"):
         # DeepSpeed's universal load matches its param groups to these: without them it loads
@@ -214,7 +217,7 @@ def convert(zinc_dir, out_dir, tag=None):
     if frozen:
         _warn(f"DeepSpeed 0.19.8's universal load does not restore frozen parameters "
               f"({', '.join(frozen)}): they keep the values the model has; their saved values "
-              f"are in {tag}/zero/<name>/fp32.pt and the model states file")
+              f"are in {out}/zero/<name>/fp32.pt and the model states file")
     if record.get("moments_over_scale"):
         _warn("saved with fp16 at ZeRO stage 0, whose Adam moments are in units of gradient / "
               "loss scale (as DeepSpeed 0.19.8's stage 0); DeepSpeed resumes a universal "
@@ -246,14 +249,14 @@ def convert(zinc_dir, out_dir, tag=None):
         "global_samples": int(record.get("global_samples", 0)),
         "dp_world_size": int(manifest.get("world_size", 1)), "mp_world_size": 1,
         "ds_config": {}, "ds_version": _DS_VERSION})
-    _replace(os.path.join(out_dir, tag), lambda tmp: _write_tag(
+    _replace(os.path.join(out_dir, out), lambda tmp: _write_tag(
         tmp, values, step, extra, buffers, frozen, states, record))
 
     def write_latest(tmp):
         with open(tmp, "w", encoding="utf-8") as f:
-            f.write(tag)
+            f.write(out)
     _replace(os.path.join(out_dir, "latest_universal"), write_latest)
-    return tag
+    return out
 
 
 def main(argv=None):
