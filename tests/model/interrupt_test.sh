@@ -22,11 +22,7 @@ interrupted() {
     env --default-signal=INT "$zinc" train --model L1-D16-H2-T16 --ranks 2 --steps 10000000 "$@" \
         >out.log 2>err.log &
     pid=$!
-    n=0
-    while ! grep -q "^step *10/" out.log 2>/dev/null && kill -0 "$pid" 2>/dev/null &&
-        [ "$n" -lt 600 ]; do
-        sleep 0.2; n=$((n + 1))
-    done
+    wait_for_step "$pid" out.log 10
     signal_and_wait "$pid" "$sig" 1200
     [ "$hung" = 0 ] || bad "SIG$sig: still running 120 s after the signal"
 }
@@ -66,18 +62,9 @@ reader=$!
 env --default-signal=INT "$zinc" train --model L1-D16-H2-T16 --ranks 2 --steps 10000000 \
     --save-dir ck >p 2>&1 &
 pid=$!
-n=0
-while ! grep -q "^step *10/" out.log 2>/dev/null && kill -0 "$pid" 2>/dev/null &&
-    [ "$n" -lt 600 ]; do
-    sleep 0.2; n=$((n + 1))
-done
-kill -INT "$pid"   # the signal first, then the reader goes (tee's Ctrl-C is the same instant)
-kill -9 "$reader"
-n=0 hung=0
-while kill -0 "$pid" 2>/dev/null && [ "$n" -lt 1200 ]; do sleep 0.1; n=$((n + 1)); done
-if kill -0 "$pid" 2>/dev/null; then kill -9 "$pid"; hung=1; fi
-wait "$pid"
-rc=$?
+wait_for_step "$pid" out.log 10
+# the signal first, then the reader goes (tee's Ctrl-C is the same instant)
+signal_and_wait "$pid" INT 1200 "$reader"
 if [ "$hung" = 0 ] && [ "$rc" = 130 ] && [ -s ck/latest ]; then ok; else
     bad "SIGINT with the output pipe's reader gone: exit $rc (want 130), latest '$(cat ck/latest 2>/dev/null)'"
 fi
@@ -87,9 +74,7 @@ fi
 env --default-signal=INT "$zinc" train --model L4-D512-H8-T128 --ranks 2 --steps 10000000 \
     >out.log 2>err.log &
 pid=$!
-n=0
-while ! grep -q "^step *1/" out.log 2>/dev/null && kill -0 "$pid" 2>/dev/null && [ "$n" -lt 600 ]
-do sleep 0.2; n=$((n + 1)); done
+wait_for_step "$pid" out.log 1
 kill -INT "$pid"; kill -TERM "$pid"
 n=0
 while kill -0 "$pid" 2>/dev/null && [ "$n" -lt 100 ]; do sleep 0.2; n=$((n + 1)); done

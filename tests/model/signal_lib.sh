@@ -9,11 +9,23 @@ dir=$(mktemp -d) || exit 1
 trap 'rm -rf "$dir"' EXIT
 cd "$dir" || exit 1
 
-# signal_and_wait PID SIG TENTHS: sends SIG to PID and waits up to TENTHS tenths of a second for
-# it to end; one still running then is killed (a hang) and `hung` is 1, else 0. `rc` is its exit
-# status (PID must be a child of the calling shell).
+# wait_for_step PID FILE STEP: until FILE (a run's stdout) shows step STEP's progress line, PID
+# ends, or 120 s pass.
+wait_for_step() {
+    n=0
+    while ! grep -q "^step *$3/" "$2" 2>/dev/null && kill -0 "$1" 2>/dev/null &&
+        [ "$n" -lt 600 ]; do
+        sleep 0.2; n=$((n + 1))
+    done
+}
+
+# signal_and_wait PID SIG TENTHS [OTHER]: sends SIG to PID (then SIGKILL to OTHER, when given)
+# and waits up to TENTHS tenths of a second for PID to end; one still running then is killed (a
+# hang) and `hung` is 1, else 0. `rc` is its exit status (PID must be a child of the calling
+# shell).
 signal_and_wait() {
     kill "-$2" "$1"
+    [ -z "${4:-}" ] || kill -9 "$4"
     n=0 hung=0
     while kill -0 "$1" 2>/dev/null && [ "$n" -lt "$3" ]; do sleep 0.1; n=$((n + 1)); done
     if kill -0 "$1" 2>/dev/null; then
