@@ -25,6 +25,15 @@ from ._memory import _TORCH_DTYPE
 _BLOB_CAP = 64 << 20
 
 
+def _tag_text(tag):
+    """A tag as zinc's C calls take it: text without NUL (a C string ends there: "good\\0x"
+    saved over tag "good" and loaded it, silently)."""
+    text = str(tag)
+    if "\0" in text:
+        raise ValueError(f"zinc: checkpoint tag {text!r} holds a NUL character")
+    return text
+
+
 def _remove_dead_tmps(save_dir, stem, quiet_s=600):
     """save_16bit_model's temporary files (stem + pid) of this host's processes that are gone:
     a save killed before its rename left a full-size hidden file that nothing removed. Only those
@@ -170,7 +179,7 @@ class _StateIOMixin:
         if not save_latest:
             raise NotImplementedError("zinc: save_checkpoint(save_latest=False): zinc always "
                                       "points `latest` at the newest complete tag")
-        tag = tag if tag is not None else f"global_step{self._steps}"
+        tag = _tag_text(tag if tag is not None else f"global_step{self._steps}")
         extra, untrained = self._persistent_buffers(), self._untrained_params()
         extra.update({n: p for n, p in untrained.items()
                       if p.requires_grad or not exclude_frozen_parameters})
@@ -365,6 +374,7 @@ class _StateIOMixin:
         if custom_load_fn is not None:
             raise NotImplementedError("zinc: load_checkpoint(custom_load_fn=...)")
         self._no_context("load_checkpoint()")
+        tag = None if tag is None else _tag_text(tag)
         # At call time: zinc.utils imports the engine, which imports this module.
         from ._ds_import import is_deepspeed, load_deepspeed
         if is_deepspeed(load_dir, tag):

@@ -251,6 +251,11 @@ def check_step_counters(stage, root):
           and all(type(n) is float and 0 < n < float("inf") for n in norms[3:]), str(norms))
     ck = os.path.join(root, f"counters{engine.world_size}")
     engine.save_checkpoint(ck)
+    # a NUL in a tag: refused by name (the C string ended there: "global_step3\0x" saved over
+    # global_step3, and a load by that name took it, silently)
+    for call in (lambda: engine.save_checkpoint(ck, tag="global_step3\0x"),
+                 lambda: engine.load_checkpoint(ck, tag="global_step3\0x")):
+        check_raises("a tag with a NUL refused", call, ValueError, "NUL")
     engine.close()
     check("the default tag is global_step<global_steps>",
           os.path.isdir(os.path.join(ck, "global_step3")), str(sorted(os.listdir(ck))))
