@@ -534,8 +534,22 @@ zinc_status zck_resolve_path(const char *path, char *tagdir, size_t n, char *err
     }
     if (is_deepspeed_tag(path)) return deepspeed_refused(path, "is a checkpoint in", err);
     struct stat st;
-    if (stat(path, &st) != 0)
-        return zerr_fmt(err, ZCK_ERR, ZINC_ERR_IO, "%s: %s", path, strerror(errno));
+    if (stat(path, &st) != 0) {
+        int e = errno;
+        /* a tag that is missing, its previous contents whole in T.old (a save over it stopped
+         * between its renames): taken, as a load by the tag's name takes it (zck_find_tag) */
+        size_t k = strlen(path);
+        while (k > 1 && path[k - 1] == '/') k--;
+        snprintf(p, sizeof p, "%.*s.old/%s", (int)k, path, ZCK_MANIFEST);
+        if (e == ENOENT && k + 4 < n && access(p, F_OK) == 0) {
+            snprintf(tagdir, n, "%.*s.old", (int)k, path);
+            zlog(ZLOG_WARN, "ckpt", 0, "%.*s does not exist; %s holds its previous contents "
+                 "whole (a save over it stopped between its renames): taking them", (int)k,
+                 path, tagdir);
+            return ZINC_OK;
+        }
+        return zerr_fmt(err, ZCK_ERR, ZINC_ERR_IO, "%s: %s", path, strerror(e));
+    }
     if (!S_ISDIR(st.st_mode))
         return zerr_fmt(err, ZCK_ERR, ZINC_ERR_IO, "%s: not a directory (give a checkpoint's tag "
                         "directory or its save directory)", path);

@@ -256,16 +256,27 @@ static int settle_resume(const topts *o, run_t *r)
         }
         return 0;
     }
+    /* DIR/TAG with TAG missing and its previous contents whole in TAG.old (a save over it
+     * stopped between its renames): that tag, which the load then takes from TAG.old */
+    int via_old = 0;
     if (stat(o->resume, &st) != 0) {
-        fprintf(stderr, "zinc train: --resume %s: %s\n", o->resume, strerror(errno));
-        return 2;
+        int e = errno;
+        char oldp[4200];
+        size_t k = strlen(o->resume);
+        while (k > 1 && o->resume[k - 1] == '/') k--;
+        snprintf(oldp, sizeof oldp, "%.*s.old", (int)k, o->resume);
+        via_old = e == ENOENT && zarg_is_checkpoint_tag(oldp);
+        if (!via_old) {
+            fprintf(stderr, "zinc train: --resume %s: %s\n", o->resume, strerror(e));
+            return 2;
+        }
     }
-    if (!S_ISDIR(st.st_mode)) {
+    if (!via_old && !S_ISDIR(st.st_mode)) {
         fprintf(stderr, "zinc train: --resume %s is not a directory: give a save directory or "
                 "one of its tags\n", o->resume);
         return 2;
     }
-    if (zarg_is_checkpoint_tag(o->resume)) {
+    if (via_old || zarg_is_checkpoint_tag(o->resume)) {
         /* DIR/TAG, as the ckpt tools take it: that tag of its save directory */
         char *dir = r->resume_buf[0], *tag = r->resume_buf[1];
         if (strlen(o->resume) >= sizeof r->resume_buf[0]) {

@@ -521,6 +521,11 @@ static void test_overwrite(void)
         ZT_CHECK(zck_find_tag(dir, "s5", 0, -1, td, sizeof td, tn, sizeof tn, err) == ZINC_OK,
                  "%s: tag s5 by name: %s", what, err);
         check_salt(td, aside ? 5 : 6, what);
+        /* ... and by its path (zinc ckpt verify DIR/s5, zinc train --resume DIR/s5/) */
+        snprintf(p, sizeof p, "%s/s5/", dir);
+        ZT_CHECK(zck_resolve_path(p, td, sizeof td, err) == ZINC_OK, "%s: path %s: %s", what, p,
+                 err);
+        check_salt(td, aside ? 5 : 6, what);
         ZT_OK(fx_save_world(dir, "s5", 3, 0x7, 7, 4096, 0));
         ZT_OK(zck_find_tag(dir, NULL, 0, -1, td, sizeof td, tn, sizeof tn, err));
         ZT_CHECK(!strcmp(tn, "s5"), "%s, saved again: took %s", what, tn);

@@ -409,6 +409,16 @@ int main(void)
     rc = run("train " SMALL " --steps 12 --seed 4 --save-dir ck --resume auto", NULL, &out);
     ZT_CHECK(rc == 0 && strstr(out, "nothing to do"), "resume at the end: %s", out);
     free(out);
+    /* --resume DIR/TAG with TAG missing, its previous contents whole in TAG.old (a save over it
+     * stopped between the renames of a file system that cannot exchange): resumed from there */
+    shell_ok("cp -r '%s/ck' '%s/ckold' && mv '%s/ckold/step000006' '%s/ckold/step000006.old'",
+             tmp, tmp, tmp, tmp);
+    rc = run("train " SMALL " --steps 7 --seed 4 --resume ckold/step000006/", &err, &out);
+    ZT_CHECK(rc == 0 && strstr(out, "at step 6") && strstr(err, "step000006.old holds its previous"),
+             "--resume of a tag whose .old is left: exit %d: %s %s", rc, err, out);
+    free(err);
+    free(out);
+    shell_ok("rm -r '%s/ckold'", tmp);
     /* another model size is refused before the run, naming the --model to give, whether the
      * shapes differ (the load's error named a tensor) or only the heads do */
     expect_usage_error("train --model L1-D32-H2-T16 --ranks 2 --steps 12 --resume ck",
