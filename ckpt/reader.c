@@ -524,6 +524,24 @@ static zinc_status deepspeed_refused(const char *where, const char *what, char *
                     where, what);
 }
 
+/* A tag's path that does not exist (its first k bytes, no trailing '/'): whether "<path>.old",
+ * written into out (n bytes), holds its previous contents whole — a manifest there: a save over
+ * the tag that could not exchange the two stopped between its renames (ckpt/writer.c). Said as a
+ * warning when `say`. */
+static int take_old_copy(const char *path, size_t k, char *out, size_t n, int say, int logrank)
+{
+    char mp[4600];
+    int w = snprintf(out, n, "%.*s.old", (int)k, path);
+    if (w < 0 || (size_t)w >= n) return 0;
+    snprintf(mp, sizeof mp, "%s/%s", out, ZCK_MANIFEST);
+    if (access(mp, F_OK) != 0) return 0;
+    if (say)
+        zlog(ZLOG_WARN, "ckpt", logrank, "%.*s does not exist; %s holds its previous contents "
+             "whole (a save over it stopped between its renames): loading them", (int)k, path,
+             out);
+    return 1;
+}
+
 zinc_status zck_resolve_path(const char *path, char *tagdir, size_t n, char *err)
 {
     char p[4200], tag[ZCK_TAG_MAX];
@@ -540,14 +558,7 @@ zinc_status zck_resolve_path(const char *path, char *tagdir, size_t n, char *err
          * between its renames): taken, as a load by the tag's name takes it (zck_find_tag) */
         size_t k = strlen(path);
         while (k > 1 && path[k - 1] == '/') k--;
-        snprintf(p, sizeof p, "%.*s.old/%s", (int)k, path, ZCK_MANIFEST);
-        if (e == ENOENT && k + 4 < n && access(p, F_OK) == 0) {
-            snprintf(tagdir, n, "%.*s.old", (int)k, path);
-            zlog(ZLOG_WARN, "ckpt", 0, "%.*s does not exist; %s holds its previous contents "
-                 "whole (a save over it stopped between its renames): taking them", (int)k,
-                 path, tagdir);
-            return ZINC_OK;
-        }
+        if (e == ENOENT && take_old_copy(path, k, tagdir, n, 1, 0)) return ZINC_OK;
         return zerr_fmt(err, ZCK_ERR, ZINC_ERR_IO, "%s: %s", path, strerror(e));
     }
     if (!S_ISDIR(st.st_mode))
@@ -575,15 +586,6 @@ static int cand_is(const zcand *c, const char *tag)
     return c->old ? n == strlen(tag) + 4 && !strncmp(c->name, tag, n - 4) : !strcmp(c->name, tag);
 }
 
-/* For a tag that is missing: whether T.old holds its whole previous contents (a manifest). */
-static int old_copy_of(const char *dir, const char *tag, char *path, size_t n)
-{
-    char mp[4600];
-    int k = snprintf(path, n, "%s/%s.old", dir, tag);
-    if (k < 0 || (size_t)k >= n) return 0;
-    snprintf(mp, sizeof mp, "%s/%s", path, ZCK_MANIFEST);
-    return access(mp, F_OK) == 0;
-}
 
 /* The order a load tries tags in, as DeepSpeed's `latest` means it: the tag `latest` names,
  * unless a tag of a higher step was committed after `latest` was written (a crash between a
@@ -633,11 +635,8 @@ zinc_status zck_find_tag(const char *dir, const char *tag, int skip_upto, int lo
         snprintf(tagname, tagname_n, "%s", tag);
         char oldp[4400];
         struct stat ts;
-        if (lstat(tagdir, &ts) != 0 && errno == ENOENT && old_copy_of(dir, tag, oldp, sizeof oldp)) {
-            if (skip_upto == 0)
-                zlog(ZLOG_WARN, "ckpt", logrank, "%s does not exist; %s holds its previous "
-                     "contents whole (a save over it stopped between its renames): loading them",
-                     tagdir, oldp);
+        if (lstat(tagdir, &ts) != 0 && errno == ENOENT &&
+            take_old_copy(tagdir, strlen(tagdir), oldp, sizeof oldp, skip_upto == 0, logrank)) {
             snprintf(tagdir, tagdir_n, "%s", oldp);
             snprintf(tagname, tagname_n, "%s.old", tag);
         }
