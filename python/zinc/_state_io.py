@@ -194,7 +194,8 @@ class _StateIOMixin:
             blob += b"\0" + raw.getvalue()
         buf = ctypes.create_string_buffer(blob, len(blob))
         opts = SaveOptions(ctypes.cast(buf, ctypes.c_void_p), len(blob), 0, -1)
-        os.makedirs(save_dir, exist_ok=True)
+        # save_dir is made by zinc's rank 0 once the tag is found usable: a refused tag leaves
+        # no empty directory behind
         # torch -> zinc (RAW): at stages 0-2 the 16-bit stream the save may write is zinc's
         # working copy, which `param.data` views; torch's queued writes to it (an in-place edit
         # of a weight after the step) come first. No host wait.

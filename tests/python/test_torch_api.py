@@ -256,6 +256,14 @@ def check_step_counters(stage, root):
     for call in (lambda: engine.save_checkpoint(ck, tag="global_step3\0x"),
                  lambda: engine.load_checkpoint(ck, tag="global_step3\0x")):
         check_raises("a tag with a NUL refused", call, ValueError, "NUL")
+    # a tag that is no directory name, into a save_dir not there yet: refused before anything
+    # is made (the front-end made the directory first and left it empty)
+    fresh = os.path.join(root, f"refused{engine.world_size}")
+    check_raises("a tag with a space at its end refused",
+                 lambda: engine.save_checkpoint(fresh, tag="step3 "), zinc.ZincError,
+                 "not usable as a directory name")
+    check("a refused tag leaves no save directory", not os.path.exists(fresh),
+          str(os.listdir(root)))
     engine.close()
     check("the default tag is global_step<global_steps>",
           os.path.isdir(os.path.join(ck, "global_step3")), str(sorted(os.listdir(ck))))
