@@ -1153,7 +1153,9 @@ zinc_status zeng_refresh_params(zinc_engine_t *e)
     }
     if (s != ZINC_OK) return zeng_fail(e, s, "refreshing the working parameters failed: %s%s%s",
                                        e->dev->err, e->comm->err, e->host ? e->host->err : "");
-    return e->stage == 3 ? zgather_refresh_persistent(e, 0) : ZINC_OK;
+    if (e->stage < 3) return ZINC_OK;
+    zgather_drop_prefetched(e);
+    return zgather_refresh_persistent(e, 0);
 }
 
 /* ---- views and introspection -------------------------------------------------------------- */

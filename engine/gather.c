@@ -281,11 +281,16 @@ zinc_status zinc_stream_wait_gather(zinc_engine_t *e, int group, void *stream)
     return ZINC_OK;
 }
 
+void zgather_drop_prefetched(zinc_engine_t *e)
+{
+    for (int g = 0; e->stage == 3 && g < e->plan.ngroups; g++)
+        if (e->gstate[g].gather_slot >= 0 && !e->gstate[g].held) drop(e, g);
+}
+
 void zgather_step_end(zinc_engine_t *e)
 {
     if (e->stage < 3) return;
-    for (int g = 0; g < e->plan.ngroups; g++)
-        if (e->gstate[g].gather_slot >= 0 && !e->gstate[g].held) drop(e, g);
+    zgather_drop_prefetched(e);
     /* A micro-step that followed the trace and ended before its end is the new order: a later
      * one would otherwise prefetch the entries past it, which nothing uses (import zinc's
      * stage 3 keeps its groups for their last uses from its second micro-step on). */

@@ -352,6 +352,11 @@ void zgather_step_end(zinc_engine_t *e);
  * gathered, whose view would not show the change. Persistent groups need nothing: their one
  * copy is written in place. */
 zinc_status zgather_forget(zinc_engine_t *e, int group, const char *who);
+/* After the working copy changed as a whole outside a step (a checkpoint's load): forgets every
+ * prefetched copy not held, which holds the old values. A backward that raised midway leaves
+ * the groups it had prefetched, which only zinc_step dropped: the forward after a load used
+ * them. */
+void zgather_drop_prefetched(zinc_engine_t *e);
 /* 1 when the fp32 working copy doubles as the master (fp32 mode, stages 0 and 3, no offload; with
  * offload_param the host master doubles as the host shard, which the plan counts as master). */
 int zmem_master_aliased(int stage, zinc_dtype dtype, int offload);

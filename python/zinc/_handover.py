@@ -13,6 +13,7 @@ import ctypes
 import torch
 
 from ._hooktime import timed
+from ._interrupt import held
 from ._lib import lib
 
 
@@ -75,36 +76,41 @@ class _HandOverMixin:
         # rotate, so not after the reduce of the group just handed over). Stages 0-1: zinc
         # queues nothing during backward; the lent buffer was zeroed by zinc_grad_buffer_attach,
         # which torch's stream waits for (_lend_grad_buffer).
-        slot = -1
-        st = self._torch_stream()
-        self._need_grad_buffer(st)
-        if self._stage >= 2:
-            s = ctypes.c_int()
-            self._call(lib.zinc_grad_bucket(e, G.gid, ctypes.byref(s)))
-            slot = s.value
-            self._torch_after_bucket(slot, st)
-        # All of the group's adds in one call (one multi-tensor kernel on a GPU, not one per
-        # parameter), into slices of one view of the group's gradient memory (_group_span).
-        dst, src = [], []
-        span, layout = self._group_span(G, "grad")
-        for (_, _, p), (off, shape, strides) in zip(G.params, layout):
-            g = p.grad
-            if g is not None:
-                dst.append(span.as_strided(shape, strides, off))
-                src.append(g if g.dtype == span.dtype else g.to(span.dtype))
-                p.grad = None     # freed on torch's stream, after the add that reads it
-        if dst:
-            torch._foreach_add_(dst, src)
-        # torch -> zinc (RAW): the reduce zinc_grads_ready queues reads the sums torch added.
-        self._torch_then_zinc(st)
-        self._call((lib.zinc_grads_more if more else lib.zinc_grads_ready)(e, G.gid))
-        G.late = False
-        self._window_grads = True
-        if slot >= 0:
-            self._bucket_done(slot)
-        G.done = True
-        if self._stage == 3 and G.holds == 0:
-            self._release(gi)
+        # zinc's hand-over and the group's record of it end together (_interrupt): a Ctrl-C
+        # between them left the group refused as handed over already, for good
+        with held():
+            slot = -1
+            st = self._torch_stream()
+            self._need_grad_buffer(st)
+            if self._stage >= 2:
+                s = ctypes.c_int()
+                self._call(lib.zinc_grad_bucket(e, G.gid, ctypes.byref(s)))
+                slot = s.value
+                self._torch_after_bucket(slot, st)
+            # All of the group's adds in one call (one multi-tensor kernel on a GPU, not one per
+            # parameter), into slices of one view of the group's gradient memory
+            # (_group_span).
+            dst, src = [], []
+            span, layout = self._group_span(G, "grad")
+            for (_, _, p), (off, shape, strides) in zip(G.params, layout):
+                g = p.grad
+                if g is not None:
+                    dst.append(span.as_strided(shape, strides, off))
+                    src.append(g if g.dtype == span.dtype else g.to(span.dtype))
+                    p.grad = None     # freed on torch's stream, after the add that reads it
+            if dst:
+                torch._foreach_add_(dst, src)
+            # torch -> zinc (RAW): the reduce zinc_grads_ready queues reads the sums torch
+            # added.
+            self._torch_then_zinc(st)
+            self._call((lib.zinc_grads_more if more else lib.zinc_grads_ready)(e, G.gid))
+            G.late = False
+            self._window_grads = True
+            if slot >= 0:
+                self._bucket_done(slot)
+            G.done = True
+            if self._stage == 3 and G.holds == 0:
+                self._release(gi)
 
     def _drop_window_grads(self, what):
         """A zero_grad inside an accumulation window, where DeepSpeed 0.19.8's drops the
@@ -116,6 +122,16 @@ class _HandOverMixin:
         step applies what DeepSpeed's applies. Not after the window's last backward (before its
         step): DeepSpeed keeps them there. `what` names the call (engine or optimizer)."""
         if not self._window_grads:
+            return
+        if self._interrupted and self._stage >= 2 and any(G.done for G in self._g):
+            # A backward raised midway after some groups were handed over: their part of this
+            # micro-step is reduced into zinc's window sum already, where the rest of the window
+            # is (the next backward would add to it: zinc_grads_more). zinc cannot take back only
+            # that part: the window's gradients so far all go, at stage 2 too (DeepSpeed refuses
+            # the next backward there). The step then applies the next backward's alone.
+            with held():
+                self._call(lib.zinc_grads_clear(self._e))
+                self._window_grads = False
             return
         if (self._open_micro or self._awaiting_step) and self._open_at_boundary:
             # between the window's last backward and its step(): DeepSpeed's stage 1 moved the
@@ -150,14 +166,16 @@ class _HandOverMixin:
         torch's queued kernels still read), and before torch's first add into it (stages 0-1;
         at stages 2-3 torch adds into zinc's buckets and only zinc writes this buffer)."""
         buf = torch.empty(self._grad_bytes, dtype=torch.uint8, device=self._device)
-        self._torch_then_zinc(stream)
-        self._call(lib.zinc_grad_buffer_attach(self._e, ctypes.c_void_p(buf.data_ptr()),
-                                               self._grad_bytes))
-        if self._cuda:        # zinc's stream uses it too: not reused before zinc's work on it
-            buf.record_stream(self._zstream)
-        self._grad_buf = buf
-        if buf.data_ptr() != self._lent_ptr:   # the allocator mostly hands back the same block
-            self._lent_views, self._lent_ptr = {}, buf.data_ptr()
+        # attached and recorded together (_interrupt)
+        with held():
+            self._torch_then_zinc(stream)
+            self._call(lib.zinc_grad_buffer_attach(self._e, ctypes.c_void_p(buf.data_ptr()),
+                                                   self._grad_bytes))
+            if self._cuda:    # zinc's stream uses it too: not reused before zinc's work on it
+                buf.record_stream(self._zstream)
+            self._grad_buf = buf
+            if buf.data_ptr() != self._lent_ptr:   # the allocator mostly gives the same block
+                self._lent_views, self._lent_ptr = {}, buf.data_ptr()
         if self._stage < 2:
             self._torch_after_zinc(stream)
 
@@ -182,13 +200,15 @@ class _HandOverMixin:
         """After autograd: the groups not handed over yet (no gradient this backward, or only
         from no_sync backwards, or waiting for the end of autograd: `defer`) and the gradients
         that came after a group's hand-over (`late`), last group first."""
-        for gi in reversed(range(len(self._g))):
-            G = self._g[gi]
-            if not G.done or G.late:
-                self._hand_over(gi, more=G.done)
-        self._unsynced = self._resuming = False
-        self._open_micro = not self._managed or self._boundary_set is not None
-        self._awaiting_step = not self._open_micro
-        self._open_at_boundary = bool(lib.zinc_engine_at_boundary(self._e))
-        if self._stage == 3:
-            self._drop_params()
+        # the hand-overs and the micro-step's end recorded together (_interrupt)
+        with held():
+            for gi in reversed(range(len(self._g))):
+                G = self._g[gi]
+                if not G.done or G.late:
+                    self._hand_over(gi, more=G.done)
+            self._unsynced = self._resuming = False
+            self._open_micro = not self._managed or self._boundary_set is not None
+            self._awaiting_step = not self._open_micro
+            self._open_at_boundary = bool(lib.zinc_engine_at_boundary(self._e))
+            if self._stage == 3:
+                self._drop_params()

@@ -55,6 +55,7 @@ import torch
 
 from . import _memory
 from ._hooktime import timed
+from ._interrupt import held
 from ._lib import lib
 from ._memory import _TORCH_DTYPE, _numel
 
@@ -289,36 +290,41 @@ class _Stage3Mixin:
         if G.kept:
             G.kept = False
             return
-        st = self._torch_stream()
-        self._call(lib.zinc_gather(e, G.gid))
-        try:
-            # zinc -> torch (RAW): the all-gather into zinc's buffer is complete before the copy:
-            # torch's stream waits on the device for this group's gather only, not for what
-            # zinc queued after it (prefetches of later groups, the reduce-scatter of the group
-            # handed over just before, in backward), which zinc's whole stream would add.
-            self._torch_after_gather(G.gid, st)
-            # One copy of the whole group (one kernel on a GPU, not one per parameter); each
-            # parameter's data is its slice. The slices share the copy's memory, which is freed
-            # when every parameter of the group has been emptied and nothing autograd saved
-            # still views one of them.
-            span, layout = self._group_span(G, "data")
-            whole = span.clone()
-            for (_, _, p), (off, shape, strides) in zip(G.params, layout):
-                p.data = whole.as_strided(shape, strides, off)
-        finally:
-            # torch -> zinc (WAR): after zinc_release zinc may all-gather another group into this
-            # buffer (its prefetch); that must wait for the copies queued on torch's stream.
-            self._torch_then_zinc(st)
-            self._call(lib.zinc_release(e, G.gid))
-        G.live = True
+        # gathered, copied, released and recorded together (_interrupt): a Ctrl-C after
+        # zinc_gather left the group refused as gathered already, for good
+        with held():
+            st = self._torch_stream()
+            self._call(lib.zinc_gather(e, G.gid))
+            try:
+                # zinc -> torch (RAW): the all-gather into zinc's buffer is complete before the
+                # copy: torch's stream waits on the device for this group's gather only, not for
+                # what zinc queued after it (prefetches of later groups, the reduce-scatter of the
+                # group handed over just before, in backward), which zinc's whole stream would add.
+                self._torch_after_gather(G.gid, st)
+                # One copy of the whole group (one kernel on a GPU, not one per parameter); each
+                # parameter's data is its slice. The slices share the copy's memory, which is
+                # freed when every parameter of the group has been emptied and nothing autograd
+                # saved still views one of them.
+                span, layout = self._group_span(G, "data")
+                whole = span.clone()
+                for (_, _, p), (off, shape, strides) in zip(G.params, layout):
+                    p.data = whole.as_strided(shape, strides, off)
+            finally:
+                # torch -> zinc (WAR): after zinc_release zinc may all-gather another group into
+                # this buffer (its prefetch); that must wait for the copies queued on torch's
+                # stream.
+                self._torch_then_zinc(st)
+                self._call(lib.zinc_release(e, G.gid))
+            G.live = True
 
     def _dematerialize(self, gi):
         G = self._g[gi]
         if G.live and G.ctx == 0:
-            for _, _, p in G.params:
-                p.data = self._empty
-            G.live = False
-            G.kept = False
+            with held():     # not left marked gathered with some weights emptied (_interrupt)
+                for _, _, p in G.params:
+                    p.data = self._empty
+                G.live = False
+                G.kept = False
 
     # ---- stage3_max_reuse_distance (_Reuse) --------------------------------------------------
 
@@ -437,8 +443,9 @@ class _Stage3Mixin:
         return (trained, others, groups, modifier_rank, snap)
 
     def _context_exit(self, rec, failed):
-        """Ends what _context_enter began. With a modifier rank (and no exception inside), the
-        parameters that rank changed get its values on every rank: zinc's ones through
+        """Ends what _context_enter began. With a modifier rank (and no exception inside: else
+        its values are put back, _put_back), the parameters that rank changed get its values on
+        every rank: zinc's ones through
         zinc_broadcast and zinc_param_set (fp32 master and working copy, so the next step
         starts from them), the others copied in. Collective then; the ones it left alone keep
         their values, the fp32 master included. Stage 3: the groups are emptied again."""
@@ -454,9 +461,25 @@ class _Stage3Mixin:
             self._let_go(groups)
             if self._stage < 3 and root is not None:
                 self._view_params(trained)    # should the modifier have replaced `param.data`
+                if failed and snap is not None:
+                    self._put_back(trained + others, snap)
         if bad is not None:
             raise ValueError(f"zinc.zero.GatheredParameters: rank {root} changed the shape of "
                              f"a parameter to {bad}: only its values may change")
+
+    def _put_back(self, params, snap):
+        """Stages 0-2, a context that raised: the modifier rank's values as they were at its
+        entry. Its changes are not taken then (nor at stage 3, where the groups are emptied),
+        but an in-place change of a trained parameter had written zinc's working copy, which the
+        next forward used while the fp32 master kept the old value: the weight the step then
+        wrote was neither. The working copy is set back in place (its values only: the master
+        did not change); an untrained tensor gets its old values, or its old tensor where the
+        block replaced its shape or dtype."""
+        for p, old in zip(params, snap):
+            if p.shape == old.shape and p.dtype == old.dtype:
+                p.data.copy_(old)
+            else:
+                p.data = old
 
     def _let_go(self, groups):
         """Stage 3: a context's hold on `groups` ends; those no forward holds are emptied."""

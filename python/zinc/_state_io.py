@@ -17,6 +17,7 @@ import warnings
 
 import torch
 
+from ._interrupt import held
 from ._lib import LoadOptions, SaveOptions, lib, read_tensors
 from ._memory import _TORCH_DTYPE
 
@@ -376,6 +377,10 @@ class _StateIOMixin:
             raise NotImplementedError("zinc: load_checkpoint(custom_load_fn=...)")
         self._no_context("load_checkpoint()")
         tag = None if tag is None else _tag_text(tag)
+        if self._stage == 3:
+            # nothing gathered stays: a group a failed forward or backward left gathered kept
+            # the values from before the load, which the next forward then computed with
+            self._drop_params()
         # At call time: zinc.utils imports the engine, which imports this module.
         from ._ds_import import is_deepspeed, load_deepspeed
         if is_deepspeed(load_dir, tag):
@@ -383,56 +388,60 @@ class _StateIOMixin:
                                   bool(load_module_only))
         weights_only, strict = bool(load_module_only), bool(load_module_strict)
         cap = _BLOB_CAP
-        while True:
-            buf = ctypes.create_string_buffer(cap)
-            # missing_ok: a weights-only load takes what was frozen at the save from the
-            # module state (_set_trained). keep_optimizer: DeepSpeed's load_module_only
-            # leaves the optimizer state and the counters as they are. caller_reads_extra:
-            # _restore_untrained reads the tensors zinc does not register, and says what it
-            # leaves.
-            opts = LoadOptions(weights_only=int(weights_only),
-                               client_blob=ctypes.cast(buf, ctypes.c_void_p),
-                               client_blob_cap=cap, missing_ok=int(weights_only),
-                               keep_optimizer=int(weights_only), caller_reads_extra=1)
-            # torch -> zinc (WAR): the load overwrites weights torch's queued kernels may read.
-            self._torch_then_zinc()
-            status = lib.zinc_ckpt_load(self._e, os.fsencode(load_dir),
-                                        None if tag is None else str(tag).encode(),
-                                        ctypes.byref(opts))
-            if status != 0 and opts.client_blob_bytes > cap:
-                cap = opts.client_blob_bytes       # big buffers: once more, with the room
-                continue
-            self._call(status)
-            break
-        # zinc -> torch (RAW): the loaded weights are in place before torch reads them.
-        self._zinc_then_torch()
-        client, done, frozen_then = {}, set(), {}
-        if opts.client_blob_bytes:
-            text, _, module_state = buf.raw[:opts.client_blob_bytes].partition(b"\0")
-            if module_state:
-                done, frozen_then = self._restore_module_state(module_state, strict)
-            saved = json.loads(text.decode())
-            client = _client_state_of(saved)
-            if not weights_only:
-                self._steps = int(saved.get("global_steps", 0))
-                # As DeepSpeed's load: global_samples defaults to steps x train_batch_size.
-                self._skipped = int(saved.get("skipped_steps", 0))
-                self._samples = int(saved.get("global_samples",
-                                              self._steps * self.train_batch_size()))
-                self._lr = float(saved.get("lr", self._lr))
-                self._load_lr_state(saved)
-        elif not weights_only:
-            # No blob (saved through the C API): DeepSpeed's counters from the engine's own,
-            # since step() counts on from here (global_steps restarted at 0 otherwise).
-            applied, skipped = ctypes.c_int64(), ctypes.c_int64()
-            lib.zinc_engine_steps(self._e, ctypes.byref(applied), ctypes.byref(skipped))
-            self._steps = applied.value + skipped.value
-            self._skipped = skipped.value
-            self._samples = self._steps * self.train_batch_size()
-        if opts.missing:
-            self._set_trained(load_dir, opts.loaded_tag.decode(), frozen_then, opts.missing,
-                              strict)
-        self._restore_untrained(load_dir, opts.loaded_tag.decode(), done, opts.extra, strict)
+        # zinc's load and the counters read with it change together (_interrupt): a Ctrl-C
+        # between them left global_steps behind the loaded state, and the next save's default tag
+        # named a step it did not hold
+        with held():
+            while True:
+                buf = ctypes.create_string_buffer(cap)
+                # missing_ok: a weights-only load takes what was frozen at the save from the
+                # module state (_set_trained). keep_optimizer: DeepSpeed's load_module_only
+                # leaves the optimizer state and the counters as they are. caller_reads_extra:
+                # _restore_untrained reads the tensors zinc does not register, and says what it
+                # leaves.
+                opts = LoadOptions(weights_only=int(weights_only),
+                                   client_blob=ctypes.cast(buf, ctypes.c_void_p),
+                                   client_blob_cap=cap, missing_ok=int(weights_only),
+                                   keep_optimizer=int(weights_only), caller_reads_extra=1)
+                # torch -> zinc (WAR): the load overwrites weights torch's queued kernels may read.
+                self._torch_then_zinc()
+                status = lib.zinc_ckpt_load(self._e, os.fsencode(load_dir),
+                                            None if tag is None else str(tag).encode(),
+                                            ctypes.byref(opts))
+                if status != 0 and opts.client_blob_bytes > cap:
+                    cap = opts.client_blob_bytes       # big buffers: once more, with the room
+                    continue
+                self._call(status)
+                break
+            # zinc -> torch (RAW): the loaded weights are in place before torch reads them.
+            self._zinc_then_torch()
+            client, done, frozen_then = {}, set(), {}
+            if opts.client_blob_bytes:
+                text, _, module_state = buf.raw[:opts.client_blob_bytes].partition(b"\0")
+                if module_state:
+                    done, frozen_then = self._restore_module_state(module_state, strict)
+                saved = json.loads(text.decode())
+                client = _client_state_of(saved)
+                if not weights_only:
+                    self._steps = int(saved.get("global_steps", 0))
+                    # As DeepSpeed's load: global_samples defaults to steps x train_batch_size.
+                    self._skipped = int(saved.get("skipped_steps", 0))
+                    self._samples = int(saved.get("global_samples",
+                                                  self._steps * self.train_batch_size()))
+                    self._lr = float(saved.get("lr", self._lr))
+                    self._load_lr_state(saved)
+            elif not weights_only:
+                # No blob (saved through the C API): DeepSpeed's counters from the engine's own,
+                # since step() counts on from here (global_steps restarted at 0 otherwise).
+                applied, skipped = ctypes.c_int64(), ctypes.c_int64()
+                lib.zinc_engine_steps(self._e, ctypes.byref(applied), ctypes.byref(skipped))
+                self._steps = applied.value + skipped.value
+                self._skipped = skipped.value
+                self._samples = self._steps * self.train_batch_size()
+            if opts.missing:
+                self._set_trained(load_dir, opts.loaded_tag.decode(), frozen_then, opts.missing,
+                                  strict)
+            self._restore_untrained(load_dir, opts.loaded_tag.decode(), done, opts.extra, strict)
         return os.path.join(load_dir, opts.loaded_tag.decode()), client
 
     def _lr_state(self):

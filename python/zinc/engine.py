@@ -72,6 +72,7 @@ from . import dataloader as _dataloader
 from ._accessors import _AccessorsMixin
 from ._handover import _HandOverMixin
 from ._hooktime import HookClock
+from ._interrupt import held
 from ._lib import EngineOptions, StepInfo, check, lib
 from ._memory import _TORCH_DTYPE, _numel
 from ._monitor import Monitors
@@ -655,10 +656,14 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
             return self.module(*inputs, **kwargs)
         try:
             return self.module(*inputs, **kwargs)
-        except Exception as ex:
-            # The forward stopped half-way: nothing stays gathered for it. The error itself goes
-            # up unchanged, with a hint for the one stage-3 cause zinc cannot see.
+        except BaseException as ex:
+            # The forward stopped half-way: nothing stays gathered for it (a Ctrl-C too: the
+            # modules it left running held their groups, and GatheredParameters took the
+            # engine for inside a forward until the next step). The error itself goes up
+            # unchanged, with a hint for the one stage-3 cause zinc cannot see.
             self._drop_params()
+            if not isinstance(ex, Exception):
+                raise
             hint = ("zinc, stage 3: if this comes from reading a parameter (an empty tensor "
                     "outside its module's forward) through a reference other than its module's "
                     "attribute, declare it: zinc.register_external_parameter(module, parameter)")
@@ -711,16 +716,26 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
             self._unmanaged_backwards += 1
         try:
             scaled.backward(retain_graph=retain_graph)
-        except BaseException:
+            # until the hand-over below: a Ctrl-C between the two leaves a micro-step to finish
             self._interrupted = True
+        except BaseException:
+            # Raised midway: the next backward (or step()) continues this micro-step. Raised
+            # before any gradient came (a loss without grad_fn): nothing to continue, and a
+            # step() is refused as without a backward, as DeepSpeed's raises there (it took
+            # an Adam step on zero gradients, weight decay and momentum included).
+            self._interrupted = self._resuming or any(G.got or G.done for G in self._g)
+            if self._stage == 3:       # what it gathered for the backward goes: a checkpoint
+                self._drop_params()    # loaded next left those groups with the old values
             raise
         finally:
             self._in_backward = False
         self._monitor.note_loss(loss)
-        if self._no_sync:          # the gradients stay in `.grad`, summed by autograd
-            self._unsynced = True
-        else:
-            self._hand_over_rest()
+        with held():
+            if self._no_sync:          # the gradients stay in `.grad`, summed by autograd
+                self._unsynced = True
+            else:
+                self._hand_over_rest()
+            self._interrupted = False
         if not retain_graph and loss.grad_fn is not None and not loss._is_view():
             loss.detach_()
         return loss / self._ga if scale_wrt_gas else loss
@@ -777,14 +792,15 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
                                "call engine.step() before the next forward or backward")
         # zinc_micro_step reads zinc's setting as it is now, which may have changed since that
         # backward (to True, or back to the count): end it as what it was, not the last.
-        if self._managed:
-            self._set_zinc_boundary(0)
-        try:
-            self._call(lib.zinc_micro_step(self._e))
-        finally:
+        with held():        # zinc's micro-step and its record here end together (_interrupt)
             if self._managed:
-                self._set_zinc_boundary()
-        self._open_micro = False
+                self._set_zinc_boundary(0)
+            try:
+                self._call(lib.zinc_micro_step(self._e))
+            finally:
+                if self._managed:
+                    self._set_zinc_boundary()
+            self._open_micro = False
 
     def step(self, lr_kwargs=None):
         """zinc_step: at the accumulation boundary reduce, clip, Adam/AdamW and gather.
@@ -804,38 +820,44 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
                                "since the forward that ended the last micro-step): call "
                                "engine.backward(loss) first")
         if self._unsynced or self._interrupted:   # no_sync gradients with no backward outside
-            self._interrupted = False             # since, or a backward that raised midway
-            self._hand_over_rest()
-        info = StepInfo()
-        # torch -> zinc (WAR): the step overwrites the weights (stages 0-2: torch's parameters)
-        # that kernels torch queued may still read.
-        self._torch_then_zinc()
-        if not self._managed or lib.zinc_engine_at_boundary(self._e):
-            self._opt._before_step()             # the lr the optimizer's groups carry, if set
-        self._call(lib.zinc_step(self._e, ctypes.byref(info)))
-        self._open_micro = self._awaiting_step = False
-        # zinc -> torch (RAW): the next forward reads the new weights: an event, no host wait (the
-        # step's one is inside zinc_step, the read of the gradient norm).
-        self._torch_after_zinc()
-        if self._stage == 3:
-            self._drop_params()
+            with held():                          # since, or a backward that raised midway
+                self._hand_over_rest()
+                self._interrupted = False
+        # zinc's step and the counters, flags and gathered copies that record it change together:
+        # a Ctrl-C between them left every later call refused (_interrupt)
+        with held():
+            info = StepInfo()
+            # torch -> zinc (WAR): the step overwrites the weights (stages 0-2: torch's
+            # parameters) that kernels torch queued may still read.
+            self._torch_then_zinc()
+            if not self._managed or lib.zinc_engine_at_boundary(self._e):
+                self._opt._before_step()         # the lr the optimizer's groups carry, if set
+            self._call(lib.zinc_step(self._e, ctypes.byref(info)))
+            self._open_micro = self._awaiting_step = False
+            # zinc -> torch (RAW): the next forward reads the new weights: an event, no host wait
+            # (the step's one is inside zinc_step, the read of the gradient norm).
+            self._torch_after_zinc()
+            if self._stage == 3:
+                self._drop_params()
+            if info.boundary:
+                self._grad_buf = None  # the window's step gave the lent gradient buffer back
+                self._window_grads = False
+                self._info = info
+                # As DeepSpeed's global_steps: every step at a boundary, those skipped too.
+                # Counted on from the loaded value, not recomputed from Adam's count: a DeepSpeed
+                # stage-0 fp16/bf16 checkpoint's Adam count is one more than its global_steps (its
+                # optimizer steps once at init), and the count jumped by two at the first step
+                # after the load.
+                self._steps += 1
+                self._skipped = info.skipped_total
+                if self._managed:
+                    self._samples += self.train_batch_size()
+                else:                  # the micro-batches this window actually ran
+                    self._samples += (self.train_batch_size() // self._ga *
+                                      self._unmanaged_backwards)
+                    self._unmanaged_backwards = 0
+                self._lr = info.lr
         if info.boundary:
-            self._grad_buf = None  # the window's step gave the lent gradient buffer back
-            self._window_grads = False
-            self._info = info
-            # As DeepSpeed's global_steps: every step at a boundary, those skipped too. Counted
-            # on from the loaded value, not recomputed from Adam's count: a DeepSpeed stage-0
-            # fp16/bf16 checkpoint's Adam count is one more than its global_steps (its optimizer
-            # steps once at init), and the count jumped by two at the first step after the load.
-            self._steps += 1
-            self._skipped = info.skipped_total
-            if self._managed:
-                self._samples += self.train_batch_size()
-            else:                  # the micro-batches this window actually ran
-                self._samples += (self.train_batch_size() // self._ga *
-                                  self._unmanaged_backwards)
-                self._unmanaged_backwards = 0
-            self._lr = info.lr
             # As DeepSpeed: a client scheduler steps after every applied optimizer step (not
             # after one skipped for an fp16 overflow).
             if info.applied and self._client_sched is not None:

@@ -123,21 +123,24 @@ class GatheredParameters:
 
     def _close(self, failed):
         """Each engine's _context_exit, in the order entered; with an exception inside the
-        context nothing is broadcast (the other ranks may not be here)."""
+        context nothing is broadcast (the other ranks may not be here). Every one runs, a Ctrl-C
+        in one too (it left the others counting an open context, which refused step() and
+        load_checkpoint() until a new engine); the first error is raised after them, and a
+        KeyboardInterrupt also where the block's own exception is on its way."""
         opened, self._open = self._open, []
         parts, self._parts = self._parts, []
         first = None
         for eng, rec in opened:
             try:
                 eng._context_exit(rec, failed or first is not None)
-            except Exception as ex:  # noqa: BLE001 — close them all, raise the first error
+            except BaseException as ex:  # noqa: BLE001 — close them all, raise the first error
                 first = first or ex
         try:
             _zero_init.close_full(parts, None if failed or first is not None
                                   else self.modifier_rank)
-        except Exception as ex:  # noqa: BLE001
+        except BaseException as ex:  # noqa: BLE001
             first = first or ex
-        if first is not None and not failed:
+        if first is not None and (not failed or not isinstance(first, Exception)):
             raise first
 
 

@@ -68,6 +68,14 @@ foreach(_s 0 1 2 3)
   set_tests_properties(python_interrupted_backward_stage${_s} PROPERTIES LABELS python
                        TIMEOUT 300 SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
 endforeach()
+# A Ctrl-C right after each zinc call of an iteration, and the exceptions that left wrong values
+# (zero_grad after a failed backward, a step after a backward without grad_fn, a load after a
+# failed stage-3 pass, a GatheredParameters block that raised): test_ctrl_c.py.
+foreach(_s 0 1 2 3)
+  add_test(NAME python_ctrl_c_stage${_s} COMMAND ${_py} ${_pyt}/test_ctrl_c.py ${_s})
+  set_tests_properties(python_ctrl_c_stage${_s} PROPERTIES LABELS python
+                       TIMEOUT 300 SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
+endforeach()
 # model_parameters as param groups with their own weight decay (zinc_group_set_weight_decay).
 zinc_stage3_script_tests(groups 0 1 2 3)
 # A client torch.optim.AdamW / Adam (it replaces the config's optimizer), a client LR scheduler,
