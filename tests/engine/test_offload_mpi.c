@@ -19,10 +19,10 @@
 
 #define OPT "\"offload_optimizer\": {\"device\": \"cpu\"}, "
 #define BOTH OPT "\"offload_param\": {\"device\": \"cpu\"}, "
-/* NVMe: the directory both processes use (made by rank 0's mkdir, or already there). */
-#define NVME_DIR "/tmp/zinc-nvme-mpi-test"
-#define NVME "\"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"" NVME_DIR "\", " \
-             "\"pipeline_read\": true, \"pipeline_write\": true}, \"sub_group_size\": 1024, "
+/* NVMe: one directory for the job, $TMPDIR/zinc-nvme-mpi-<rank 0's pid> (the pid sent to every
+ * rank): the fixed /tmp/zinc-nvme-mpi-test was shared by every build and run on the host, and
+ * one a root run left behind (mode 0700) failed the next run as another user. */
+static char nvme_dir[512], nvme[1024], nvme_both[1200];
 
 int main(void)
 {
@@ -30,7 +30,15 @@ int main(void)
     ZT_OK(zinc_world_create_mpi(&w));
     if (!w) return zt_finish("test_offload_mpi");
     int rank = zinc_world_rank(w), size = zinc_world_size(w);
-    mkdir(NVME_DIR, 0700);   /* both try: the config checks it exists when parsed */
+    int32_t id = (int32_t)getpid();
+    ZT_OK(zinc_world_broadcast(w, &id, sizeof id, 0));
+    const char *tmp = getenv("TMPDIR");
+    snprintf(nvme_dir, sizeof nvme_dir, "%s/zinc-nvme-mpi-%d", tmp && *tmp ? tmp : "/tmp", (int)id);
+    snprintf(nvme, sizeof nvme, "\"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": "
+             "\"%s\", \"pipeline_read\": true, \"pipeline_write\": true}, "
+             "\"sub_group_size\": 1024, ", nvme_dir);
+    snprintf(nvme_both, sizeof nvme_both, "%s\"offload_param\": {\"device\": \"nvme\"}, ", nvme);
+    mkdir(nvme_dir, 0700);   /* both try: the config checks it exists when parsed */
     ZT_CHECK(size == 2, "run under mpirun -np 2 (size %d)", size);
     const zinc_dtype dts[] = {ZINC_DTYPE_FP16, ZINC_DTYPE_BF16, ZINC_DTYPE_FP32};
     /* Stage 1-3 with offload_optimizer; then stage 3 with offload_param, persistent groups
@@ -41,11 +49,10 @@ int main(void)
         {3, OPT, -1, "stage 3 offload_optimizer"},
         {3, BOTH, 0, "stage 3 offload_param (persistent)"},
         {3, BOTH, -1, "stage 3 offload_param (none persistent)"},
-        {1, NVME, 0, "stage 1 offload_optimizer nvme"},
-        {2, NVME, 0, "stage 2 offload_optimizer nvme"},
-        {3, NVME, -1, "stage 3 offload_optimizer nvme"},
-        {3, NVME "\"offload_param\": {\"device\": \"nvme\"}, ", 0,
-         "stage 3 offload_optimizer + offload_param nvme (persistent)"},
+        {1, nvme, 0, "stage 1 offload_optimizer nvme"},
+        {2, nvme, 0, "stage 2 offload_optimizer nvme"},
+        {3, nvme, -1, "stage 3 offload_optimizer nvme"},
+        {3, nvme_both, 0, "stage 3 offload_optimizer + offload_param nvme (persistent)"},
     };
     for (int di = 0; di < 3; di++)
         for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++) {
@@ -73,6 +80,6 @@ int main(void)
         }
     int rc = zt_finish("test_offload_mpi");
     zinc_world_destroy(w);
-    rmdir(NVME_DIR);   /* empty by now (each engine removed its file); the other rank's try fails */
+    rmdir(nvme_dir);   /* empty by now (each engine removed its file); the other rank's try fails */
     return rc;
 }

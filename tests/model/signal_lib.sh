@@ -7,6 +7,9 @@ env --default-signal=INT true 2>/dev/null ||
     { echo "$0: env --default-signal is missing (coreutils < 8.31)"; exit 1; }
 dir=$(mktemp -d) || exit 1
 trap 'rm -rf "$dir"' EXIT
+# The script stopped (ctest's timeout, a Ctrl-C) stops its runs too: a `zinc train --steps
+# 10000000` left behind trained on after it.
+trap 'kill -9 $(jobs -p) 2>/dev/null; exit 143' INT TERM
 cd "$dir" || exit 1
 
 # wait_for_step PID FILE STEP: until FILE (a run's stdout) shows step STEP's progress line, PID

@@ -238,7 +238,10 @@ def early_child(who, folder):
 
 def early(who, mpiexec):
     t0 = time.monotonic()
-    code, out, lines = run_ranks(mpiexec + ["2", sys.executable, __file__, "early-child", who], 60)
+    # 90 s: a hang's bound, under the 100 s that "busy"'s rank 0 sleeps (the job must end by
+    # the abort, not by itself); the cases take 7-28 s, two torch imports and a 10 s grace
+    # included, and 60 s left little room on 2 busy cores
+    code, out, lines = run_ranks(mpiexec + ["2", sys.executable, __file__, "early-child", who], 90)
     print(out)
     ended = [x for x in lines if "ending the MPI job with MPI_Abort" in x]
     if who.startswith("quit"):

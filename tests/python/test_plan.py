@@ -39,12 +39,14 @@ def main():
                  ValueError, "--gpu 'v100'")
     # a config with a warning before its error: the ValueError carries the error (it carried
     # the warning, the first line the CLI printed)
-    cfg = os.path.join(tempfile.mkdtemp(), "ds.json")
-    with open(cfg, "w") as f:
-        json.dump({"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 7}}, f)
-    check_raises("a rejected --config raises ValueError naming the bad key, not a warning",
-                 lambda: zinc.plan(params=7e9, seq=4096, gpus=8, gpu="h100", config=cfg),
-                 ValueError, "zero_optimization.stage")
+    with tempfile.TemporaryDirectory() as d:     # (mkdtemp's directory stayed in $TMPDIR)
+        cfg = os.path.join(d, "ds.json")
+        with open(cfg, "w") as f:
+            json.dump({"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 7}},
+                      f)
+        check_raises("a rejected --config raises ValueError naming the bad key, not a warning",
+                     lambda: zinc.plan(params=7e9, seq=4096, gpus=8, gpu="h100", config=cfg),
+                     ValueError, "zero_optimization.stage")
     return finish()
 
 
