@@ -5,86 +5,80 @@ after a zinc call returned (zinc_step, zinc_grads_ready, zinc_gather, ...) and b
 that record it (the step counters, a group's `done`, `live` and its zinc_release) left the
 engine disagreeing with zinc for good: every later call was refused ("already handed over",
 "already gathered", "call step()"). Inside `held()` the first SIGINT is only noted, and the
-handler installed before runs when the outermost `held()` ends, once both sides agree. A second
-SIGINT inside goes through at once: a user who presses Ctrl-C twice wants out.
+script's handler runs when the outermost `held()` ends, once both sides agree. A second SIGINT
+inside goes through at once: a user who presses Ctrl-C twice wants out.
 
-How: zinc's SIGINT handler wraps the one it found (installed at the first `held()`, and again
-should a script install its own later). Outside `held()` it calls that one at once, so nothing
-changes there; `held()` itself counts and looks the handler up (~0.5 us; signal.signal per section
-cost ~19 us, and a stage-3 step has hundreds). Only the main thread installs handlers, and only it receives
-KeyboardInterrupt: elsewhere (autograd's device threads run a CUDA backward's hand-over hooks)
-`held()` does nothing. SIG_IGN is left as it is; SIG_DFL is raised again, as it would end the
-process."""
+How: the outermost `held()` puts zinc's handler in place and its end puts the script's back
+(through the C module `_signal`: ~1.2 us a section; `signal.signal`'s enum conversions cost
+3 us a call). Outside zinc's sections the handler is the script's own, so a handler a script
+installs, chains or saves and restores sees nothing of zinc's (a handler installed for good
+and re-wrapped at each section made a chaining script handler call itself forever). Only
+the main thread installs handlers, and only it receives KeyboardInterrupt: elsewhere
+(autograd's device threads run a CUDA backward's hand-over hooks) `held()` does nothing.
+SIG_IGN and SIG_DFL are left as they are: the first drops the signal, the second ends the
+process at once, a zinc call included, where a Python handler would wait for it to return."""
 
-import os
 import signal
 import threading
 
-try:                 # the C module's: signal.getsignal's enum conversion cost ~6 us a call
-    from _signal import getsignal as _getsignal
+try:                 # the C module's: signal's wrappers convert to enums, ~3 us a call
+    from _signal import getsignal as _getsignal, signal as _setsignal
 except ImportError:  # pragma: no cover (CPython has it)
-    _getsignal = signal.getsignal
+    _getsignal, _setsignal = signal.getsignal, signal.signal
 
 _MAIN = threading.main_thread().ident
+_SIGINT = int(signal.SIGINT)
 _depth = 0          # nesting of held() in the main thread
-_before = None      # the handler zinc's wraps
+_before = None      # the script's handler while zinc's is in place
 _pending = None     # (signum, frame) of a SIGINT noted inside held()
-
-
-def _run(handler, signum, frame):
-    if callable(handler):
-        handler(signum, frame)
-    elif handler == signal.SIG_DFL:    # ends the process, as it would have
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGINT)
 
 
 def _on_sigint(signum, frame):
     global _pending
-    if _depth == 0:
-        _run(_before, signum, frame)
-    elif _pending is None:
-        _pending = (signum, frame)
-    else:                               # the second one: at once
+    before = _before if callable(_before) else signal.default_int_handler
+    if _depth == 0 or _pending is not None:   # outside a section, or the second one: at once
         _pending = None
-        _run(_before, signum, frame)
-
-
-def _install():
-    """zinc's handler in place, wrapping the current one; False where it cannot be (SIG_IGN, a
-    handler not set from Python, an interpreter without signals)."""
-    global _before
-    try:
-        now = _getsignal(signal.SIGINT)
-        if now is _on_sigint:
-            return True
-        if now in (signal.SIG_IGN, None):
-            return False
-        signal.signal(signal.SIGINT, _on_sigint)
-    except (ValueError, OSError):
-        return False
-    _before = now
-    return True
+        before(signum, frame)
+    else:
+        _pending = (signum, frame)
 
 
 class _Held:
     __slots__ = ("mine",)
 
     def __enter__(self):
-        global _depth
-        self.mine = threading.get_ident() == _MAIN and (_depth > 0 or _install())
-        if self.mine:
-            _depth += 1
+        global _depth, _before
+        self.mine = False
+        if threading.get_ident() != _MAIN:
+            return self
+        if _depth == 0:
+            try:
+                now = _getsignal(_SIGINT)
+                if not callable(now) or now is _on_sigint:   # SIG_IGN, SIG_DFL, None
+                    return self
+                _before = now
+                _setsignal(_SIGINT, _on_sigint)
+            except (ValueError, OSError):                   # an interpreter without signals
+                return self
+        _depth += 1
+        self.mine = True
         return self
 
     def __exit__(self, *exc):
         global _depth, _pending
         if not self.mine:
             return False
-        _depth -= 1
-        if _depth == 0 and _pending is not None:
+        if _depth > 1:
+            _depth -= 1
+            return False
+        before, pending = _before, None
+        try:
+            _setsignal(_SIGINT, before)     # from here a SIGINT goes to the script's handler
+        finally:
+            _depth = 0
             pending, _pending = _pending, None
-            _run(_before, *pending)
+        if pending is not None:
+            before(*pending)
         return False
 
 

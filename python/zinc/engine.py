@@ -712,7 +712,8 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
             scaled = loss * (lib.zinc_loss_multiplier(self._e) if scale_wrt_gas
                              else lib.zinc_engine_loss_scale(self._e))
         self._in_backward = True
-        if not self._managed and not self._resuming:   # step() counts the micro-batches' samples
+        counted = not self._managed and not self._resuming
+        if counted:                # step() counts the micro-batches' samples
             self._unmanaged_backwards += 1
         try:
             scaled.backward(retain_graph=retain_graph)
@@ -724,6 +725,8 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
             # step() is refused as without a backward, as DeepSpeed's raises there (it took
             # an Adam step on zero gradients, weight decay and momentum included).
             self._interrupted = self._resuming or any(G.got or G.done for G in self._g)
+            if counted and not self._interrupted:   # no micro-batch ran: the next one counts
+                self._unmanaged_backwards -= 1
             if self._stage == 3:       # what it gathered for the backward goes: a checkpoint
                 self._drop_params()    # loaded next left those groups with the old values
             raise
@@ -823,8 +826,8 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
             with held():                          # since, or a backward that raised midway
                 self._hand_over_rest()
                 self._interrupted = False
-        # zinc's step and the counters, flags and gathered copies that record it change together:
-        # a Ctrl-C between them left every later call refused (_interrupt)
+        # zinc's step and the counters, flags, gathered copies and schedule that record it change
+        # together: a Ctrl-C between them left every later call refused (_interrupt)
         with held():
             info = StepInfo()
             # torch -> zinc (WAR): the step overwrites the weights (stages 0-2: torch's
@@ -857,16 +860,17 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
                                       self._unmanaged_backwards)
                     self._unmanaged_backwards = 0
                 self._lr = info.lr
-        if info.boundary:
-            # As DeepSpeed: a client scheduler steps after every applied optimizer step (not
-            # after one skipped for an fp16 overflow).
-            if info.applied and self._client_sched is not None:
-                with warnings.catch_warnings():
-                    # torch's check that its optimizer stepped first: zinc's step is the step.
-                    warnings.filterwarnings("ignore", message=".*lr_scheduler.step.*optimizer.step")
-                    self._client_sched.step(**(lr_kwargs or {}))
-            self._opt._after_step()
-            self._monitor.after_step(self)
+                # As DeepSpeed: a client scheduler steps after every applied optimizer step (not
+                # after one skipped for an fp16 overflow). In the section too: a Ctrl-C before
+                # it left the schedule a step behind for the rest of the run.
+                if info.applied and self._client_sched is not None:
+                    with warnings.catch_warnings():
+                        # torch's check that its optimizer stepped first: zinc's is the step.
+                        warnings.filterwarnings("ignore",
+                                                message=".*lr_scheduler.step.*optimizer.step")
+                        self._client_sched.step(**(lr_kwargs or {}))
+                self._opt._after_step()
+                self._monitor.after_step(self)
 
 
 def add_config_arguments(parser):

@@ -26,7 +26,10 @@ And the exceptions that left wrong values (each failed before its fix):
   not have it);
 - a Ctrl-C right after load_checkpoint's zinc_ckpt_load left global_steps at the old count;
 - a Ctrl-C in one engine's GatheredParameters exit skipped the other engines' exits, which
-  then refused step() for good.
+  then refused step() for good;
+- a Ctrl-C right after zinc_step skipped a client LR scheduler's step (a step behind for good);
+- with managed_gradient_accumulation false, a backward that raised before any gradient counted
+  its micro-batch in global_samples.
 """
 import os
 import signal
@@ -319,6 +322,79 @@ def ctrl_c_in_context_exit():
           f"afterwards", not errors, "; ".join(errors))
 
 
+def client_scheduler_and_samples():
+    """A client LR scheduler stays in step with a Ctrl-C right after zinc_step (it ran after
+    the held section and was skipped: a step behind for the rest of the run), and with
+    managed_gradient_accumulation false a backward that raised before any gradient does not
+    count its micro-batch (global_samples counted it and the next one's)."""
+    def run(hit, unmanaged=False):
+        torch.manual_seed(0)
+        m = Three()
+        opt = torch.optim.AdamW(m.parameters(), lr=1e-2)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0 / (1 + s))
+        cfg = {"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1,
+               "zero_optimization": {"stage": STAGE}}
+        if unmanaged:
+            cfg["managed_gradient_accumulation"] = False
+        engine = zinc.initialize(model=m, optimizer=opt, lr_scheduler=sched, config=cfg)[0]
+        with Inject("zinc_step") as inj:
+            for k in range(ITERS):
+                inj.at = 1 if k == hit else None
+                inj.count = 0
+                if unmanaged and k == 1:
+                    with torch.no_grad():
+                        loss = MSE(engine(DATA[k][0]), DATA[k][1])
+                    try:
+                        engine.backward(loss)
+                    except RuntimeError:
+                        pass
+                try:
+                    iteration(engine, k)
+                except KeyboardInterrupt:
+                    pass
+        out = (engine.global_steps, engine.global_samples, sched.last_epoch, engine.get_lr())
+        engine.close()
+        return out
+    want = run(-1)
+    got = run(1)
+    check(f"stage {STAGE}: a client scheduler after a Ctrl-C right after zinc_step: steps, "
+          f"samples, the schedule and the lr as without it", got == want, f"{got} vs {want}")
+    got = run(-1, unmanaged=True)
+    check(f"stage {STAGE}: managed_gradient_accumulation false, a backward that raised before any "
+          f"gradient: global_samples counts the micro-batches that ran", got == want,
+          f"{got} vs {want}")
+
+
+def chaining_handler():
+    """A script's SIGINT handler that chains to the one it replaced, installed after the engine,
+    and a SIGINT inside a zinc call: the script's handler runs once, then Python's, a
+    KeyboardInterrupt (zinc's handler, once kept in place and re-wrapped, made the two call each
+    other until RecursionError)."""
+    engine = engine_of()
+    iteration(engine, 0)
+    calls = []
+
+    def chained(signum, frame):
+        calls.append(signum)
+        prev(signum, frame)
+    prev = signal.signal(signal.SIGINT, chained)
+    what = "nothing"
+    try:
+        with Inject("zinc_step") as inj:
+            inj.at = 1
+            iteration(engine, 1)
+    except KeyboardInterrupt:
+        what = "KeyboardInterrupt"
+    except RecursionError:
+        what = "RecursionError"
+    finally:
+        signal.signal(signal.SIGINT, prev)
+    check(f"stage {STAGE}: a script's chaining handler: called once, then KeyboardInterrupt",
+          what == "KeyboardInterrupt" and len(calls) == 1 and engine.global_steps == 2,
+          f"{what}, {len(calls)} calls, {engine.global_steps} steps")
+    engine.close()
+
+
 def ctrl_c_in_load(root):
     """SIGINT right after zinc_ckpt_load: the counters are the checkpoint's (a save's default
     tag named the step before the load)."""
@@ -348,6 +424,8 @@ def main():
     step_after_backward_without_grad(want)
     gathered_block_that_raises(want)
     ctrl_c_in_context_exit()
+    client_scheduler_and_samples()
+    chaining_handler()
     with tempfile.TemporaryDirectory() as root:
         if STAGE == 3:
             load_after_failures(root)
@@ -359,8 +437,9 @@ def main():
             pass
     except KeyboardInterrupt:
         raised = True
-    check(f"stage {STAGE}: a SIGINT between zinc's calls raises KeyboardInterrupt at once",
-          raised)
+    check(f"stage {STAGE}: a SIGINT between zinc's calls raises KeyboardInterrupt at once, "
+          f"Python's handler in place", raised and
+          signal.getsignal(signal.SIGINT) is signal.default_int_handler)
     return finish()
 
 
