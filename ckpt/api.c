@@ -55,12 +55,21 @@ static int rank_of(const zeng_view *ev)
 }
 
 /* 1 when any rank passes bad != 0 (sum over ranks); a comm failure counts as bad. */
-static int any_rank(const zeng_view *ev, int bad)
+/* any_rank, telling a failed exchange apart: *lost is the all-reduce's own failure (a rank that
+ * ended, or one still in another collective), 0 when it went through. */
+static int any_rank_or_lost(const zeng_view *ev, int bad, zinc_status *lost)
 {
+    *lost = ZINC_OK;
     if (!ev->comm || ev->comm->size <= 1) return bad;
     double f = bad ? 1.0 : 0.0;
-    if (zcomm_host_all_reduce_f64(ev->comm, &f, 1) != ZINC_OK) return 1;
+    if ((*lost = zcomm_host_all_reduce_f64(ev->comm, &f, 1)) != ZINC_OK) return 1;
     return f > 0.5;
+}
+
+static int any_rank(const zeng_view *ev, int bad)
+{
+    zinc_status lost;
+    return any_rank_or_lost(ev, bad, &lost);
 }
 
 /* The index of the manifest's tensor named `name`, or -1. */
@@ -205,9 +214,14 @@ zinc_status zinc_ckpt_save(zinc_engine_t *e, const char *dir, const char *tag,
     /* At most one save in flight: finish the previous one, and stop everyone if it failed
      * anywhere (its error is reported now, as promised by the async contract). */
     zck_async *prev = reg_take(e, 0);
-    zinc_status ps = zck_async_wait(prev, err);
-    if (any_rank(ev, ps != ZINC_OK)) {
+    zinc_status ps = zck_async_wait(prev, err), lost;
+    if (any_rank_or_lost(ev, ps != ZINC_OK, &lost)) {
         if (ps != ZINC_OK) return zeng_fail(e, ps, "zinc_ckpt_save: the previous background save failed: %s", err);
+        /* the save's first exchange itself failed: it said "the previous background save
+         * failed on another rank" where there was none (a rank gone, or in another call) */
+        if (lost != ZINC_OK)
+            return zeng_fail(e, lost, "zinc_ckpt_save: not every rank is in this save (its first "
+                             "exchange failed: %s); nothing was saved", ev->comm->err);
         return zeng_fail(e, ZINC_ERR_ABORTED, "zinc_ckpt_save: the previous background save failed on "
                                               "another rank (see its message); nothing was saved");
     }
