@@ -36,7 +36,11 @@ _pending = None     # (signum, frame) of a SIGINT noted inside held()
 def _on_sigint(signum, frame):
     global _pending
     before = _before if callable(_before) else signal.default_int_handler
-    if _depth == 0 or _pending is not None:   # outside a section, or the second one: at once
+    if _depth == 0:              # left in place outside a section: the script's back, and run
+        _pending = None
+        _setsignal(_SIGINT, before)
+        before(signum, frame)
+    elif _pending is not None:   # the second one: at once
         _pending = None
         before(signum, frame)
     else:
@@ -47,20 +51,34 @@ class _Held:
     __slots__ = ("mine",)
 
     def __enter__(self):
-        global _depth, _before
+        global _depth, _before, _pending
         self.mine = False
         if threading.get_ident() != _MAIN:
             return self
-        if _depth == 0:
-            try:
-                now = _getsignal(_SIGINT)
-                if not callable(now) or now is _on_sigint:   # SIG_IGN, SIG_DFL, None
-                    return self
-                _before = now
-                _setsignal(_SIGINT, _on_sigint)
-            except (ValueError, OSError):                   # an interpreter without signals
-                return self
-        _depth += 1
+        try:
+            now = _getsignal(_SIGINT)
+        except (ValueError, OSError):          # an interpreter without signals
+            return self
+        if _depth > 0 and now is _on_sigint:   # inside another section
+            _depth += 1
+            self.mine = True
+            return self
+        # The outermost. A signal that cut a section's entry or exit short can leave zinc's
+        # handler in place, or a count without it (a stress loop of timed SIGINTs found the
+        # first: from then on no section held anything): both start again here.
+        if now is _on_sigint:
+            now = _before
+        if not callable(now):                  # SIG_IGN, SIG_DFL, None
+            _depth = 0
+            return self
+        _before, _pending = now, None
+        try:
+            _depth = 1                         # first: a SIGINT right after the swap is held
+            _setsignal(_SIGINT, _on_sigint)
+        except BaseException:                  # one before it: the script's handler raised
+            _depth = 0
+            _setsignal(_SIGINT, now)
+            raise
         self.mine = True
         return self
 

@@ -395,6 +395,50 @@ def chaining_handler():
     engine.close()
 
 
+def swap_races():
+    """A SIGINT right before, and right after, a section's swap to zinc's handler (the
+    section's entry): before, the script's handler raises and nothing stays changed; after, the
+    section holds it. Either way the next section holds a SIGINT again, and Python's handler is
+    in place after it (one right after the swap, before the count, left zinc's handler in place
+    outside any section and no later section held anything: a stress loop of timed SIGINTs got
+    engines refused "already handed over" again)."""
+    import zinc._interrupt as zi
+    real = zi._setsignal
+    results = []
+    for when in ("before", "after"):
+        def swap(signum, handler, when=when):
+            if handler is zi._on_sigint and when == "before":
+                signal.raise_signal(signal.SIGINT)
+            out = real(signum, handler)
+            if handler is zi._on_sigint and when == "after":
+                signal.raise_signal(signal.SIGINT)
+            return out
+        seen = []
+        zi._setsignal = swap
+        try:
+            with zi.held():
+                seen.append("inside")
+        except KeyboardInterrupt:
+            seen.append("KeyboardInterrupt")
+        finally:
+            zi._setsignal = real
+        holds = False
+        try:
+            with zi.held():
+                signal.raise_signal(signal.SIGINT)
+                for _ in range(1000):
+                    pass
+                holds = True
+        except KeyboardInterrupt:
+            pass
+        results.append((when, seen, holds,
+                        signal.getsignal(signal.SIGINT) is signal.default_int_handler))
+    want = [("before", ["KeyboardInterrupt"], True, True),
+            ("after", ["inside", "KeyboardInterrupt"], True, True)]
+    check(f"stage {STAGE}: a SIGINT right before / after a section's handler swap",
+          results == want, f"{results}")
+
+
 def ctrl_c_in_load(root):
     """SIGINT right after zinc_ckpt_load: the counters are the checkpoint's (a save's default
     tag named the step before the load)."""
@@ -426,6 +470,7 @@ def main():
     ctrl_c_in_context_exit()
     client_scheduler_and_samples()
     chaining_handler()
+    swap_races()
     with tempfile.TemporaryDirectory() as root:
         if STAGE == 3:
             load_after_failures(root)
