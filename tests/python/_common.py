@@ -7,6 +7,7 @@ one in $ZINC_PY when set (to run a test against another version of the package).
     from _common import check, failures     # named checks: print each, collect the failed
     from _common import storage_bytes       # the bytes of the storage a tensor's data is in
     from _common import Gain                # an elementwise model, for fp16 on the CPU
+    from _common import LibCalls            # count (and act after) a zinc call of the front-end
     from _common import run_torchrun_ranks  # this script's "rank" mode as torchrun's ranks
 """
 import os
@@ -38,6 +39,34 @@ class Gain(torch.nn.Module):
 
     def forward(self, x):
         return x * self.w + self.b
+
+
+class LibCalls:
+    """Inside its with-block, lib.<name> (the ctypes library every front-end module calls
+    through) is a wrapper that counts its calls in `count` and, at call number `at` (set it any
+    time; None: never), runs `then()` right after the real call returned. The real function is
+    back after the block."""
+
+    def __init__(self, name, then=None):
+        from zinc._lib import lib
+        self.lib, self.name, self.real = lib, name, getattr(lib, name)
+        self.count, self.at, self.then = 0, None, then
+
+    def __enter__(self):
+        setattr(self.lib, self.name, self._call)
+        return self
+
+    def _call(self, *args):
+        status = self.real(*args)
+        self.count += 1
+        if self.count == self.at and self.then is not None:
+            self.at = None
+            self.then()
+        return status
+
+    def __exit__(self, *exc):
+        setattr(self.lib, self.name, self.real)
+        return False
 
 
 def check(name, ok, detail=""):

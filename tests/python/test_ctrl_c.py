@@ -36,8 +36,7 @@ import signal
 import sys
 import tempfile
 
-from _common import check, check_raises, finish, torch, zinc
-from zinc._lib import lib
+from _common import LibCalls, check, check_raises, finish, torch, zinc
 
 STAGE = int(sys.argv[1]) if len(sys.argv) > 1 else 3
 ITERS, HIT = 3, 1          # iterations; the one interrupted
@@ -105,29 +104,10 @@ def clean():
     return w
 
 
-class Inject:
-    """lib.<name> replaced by a wrapper that counts its calls and, at call `at`, sends this
-    process SIGINT right after the real call returned (Python raises KeyboardInterrupt at the
-    next bytecode: in the front-end's lines after the call)."""
-
-    def __init__(self, name):
-        self.name, self.real, self.count, self.at = name, getattr(lib, name), 0, None
-
-    def __enter__(self):
-        setattr(lib, self.name, self._call)
-        return self
-
-    def _call(self, *args):
-        status = self.real(*args)
-        self.count += 1
-        if self.count == self.at:
-            self.at = None
-            signal.raise_signal(signal.SIGINT)
-        return status
-
-    def __exit__(self, *exc):
-        setattr(lib, self.name, self.real)
-        return False
+def Inject(name):
+    """LibCalls whose call `at` sends this process SIGINT right after the real call returned
+    (Python raises KeyboardInterrupt at the next bytecode: in the front-end's lines after it)."""
+    return LibCalls(name, then=lambda: signal.raise_signal(signal.SIGINT))
 
 
 def calls_in_hit(name):

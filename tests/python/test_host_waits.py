@@ -18,7 +18,7 @@ counted with torch's profiler.
 import sys
 import tempfile
 
-from _common import check, finish, torch, zinc
+from _common import LibCalls, check, finish, torch, zinc
 from zinc._lib import lib
 from test_torch_parity import Tiny  # several modules: several groups, gathers at stage 3
 
@@ -85,26 +85,13 @@ def launches_per_step(stage):
         engine.backward(loss)
         engine.step()
     step()
-    calls = {"zinc_gather": 0, "zinc_grads_ready": 0}
-    real = {name: getattr(lib, name) for name in calls}
-
-    def counting(name):
-        def call(*args):
-            calls[name] += 1
-            return real[name](*args)
-        return call
-    try:
-        for name in calls:
-            setattr(lib, name, counting(name))
+    with LibCalls("zinc_gather") as gathers, LibCalls("zinc_grads_ready") as hand_overs:
         with torch.autograd.profiler.profile() as prof:
             step()
-    finally:
-        for name, fn in real.items():
-            setattr(lib, name, fn)
     engine.close()
     ops = [e.name for e in prof.function_events]
-    return (ops.count("aten::clone"), ops.count("aten::_foreach_add_"), calls["zinc_gather"],
-            calls["zinc_grads_ready"])
+    return (ops.count("aten::clone"), ops.count("aten::_foreach_add_"), gathers.count,
+            hand_overs.count)
 
 
 def check_launches():
