@@ -586,7 +586,6 @@ static int cand_is(const zcand *c, const char *tag)
     return c->old ? n == strlen(tag) + 4 && !strncmp(c->name, tag, n - 4) : !strcmp(c->name, tag);
 }
 
-
 /* The order a load tries tags in, as DeepSpeed's `latest` means it: the tag `latest` names,
  * unless a tag of a higher step was committed after `latest` was written (a crash between a
  * save's rename and its `latest`: that newer tag first). A copy (cp -r, rsync without -t)
