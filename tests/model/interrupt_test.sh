@@ -71,6 +71,10 @@ fi
 
 # A second signal, the other one, stops the process at once (a model of ~1 s steps, so that the
 # first has not ended the run yet): killed by the signal (the first one's handler reset both).
+# The pipe case's out.log goes first: it holds "step 1/" lines, and wait_for_step, run before the
+# new run had truncated the file (a loaded sanitizer run), sent both signals during its start-up,
+# where they were lost (still running after 20 s).
+rm -f out.log err.log
 env --default-signal=INT "$zinc" train --model L4-D512-H8-T128 --ranks 2 --steps 10000000 \
     >out.log 2>err.log &
 pid=$!
