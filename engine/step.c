@@ -66,6 +66,12 @@ zinc_status zinc_grad_buffer_attach(zinc_engine_t *e, void *buf, size_t bytes)
     return ZINC_OK;
 }
 
+/* Bucket i's memory: max_group_padded elements each. */
+static char *bucket_at(zinc_engine_t *e, int i)
+{
+    return (char *)e->bucket + (size_t)i * e->plan.max_group_padded * dsize(e);
+}
+
 /* Stages 2-3: the bucket of a group, taken from the free ones on first use in a micro-step. The
  * search starts after the bucket taken last: in rotation, the bucket a group gets is the one
  * freed longest ago, whose reduce (queued at that zinc_grads_ready) is the most likely done —
@@ -97,7 +103,7 @@ static zinc_status group_bucket(zinc_engine_t *e, int group, const char *fn, int
                              e->plan.groups[group].name);
 #undef BUCKETS_FULL
     }
-    *out = (char *)e->bucket + (size_t)gs->bucket * e->plan.max_group_padded * dsize(e);
+    *out = bucket_at(e, gs->bucket);
     return ZINC_OK;
 }
 
@@ -550,11 +556,17 @@ zinc_status zinc_grads_clear(zinc_engine_t *e)
     const char *fn = "zinc_grads_clear";
     zinc_status s = zeng_check_ready(e, fn);
     if (s != ZINC_OK) return s;
-    for (int i = 0; i < e->nbuckets; i++)
-        if (e->bucket_owner[i] >= 0)
-            return zeng_fail(e, ZINC_ERR_USAGE, "%s: group '%s' holds gradients in its bucket "
-                             "that were not handed over (zinc_grads_ready); hand them over "
-                             "first", fn, e->plan.groups[e->bucket_owner[i]].name);
+    /* Gradients added into a bucket and not handed over go too (a backward that raised before
+     * its group's zinc_grads_ready): the bucket is zeroed and free, as after a hand-over, and
+     * the group hands over only what is added after this. */
+    for (int i = 0; i < e->nbuckets; i++) {
+        int g = e->bucket_owner[i];
+        if (g < 0) continue;
+        s = e->dev->iface->memset0(e->dev, bucket_at(e, i), e->plan.groups[g].padded * dsize(e));
+        if (s != ZINC_OK) return zeng_fail(e, s, "%s: clearing a bucket: %s", fn, e->dev->err);
+        e->bucket_owner[i] = -1;
+        e->gstate[g].bucket = -1;
+    }
     return zero_grads_of(e, 1, fn);
 }
 

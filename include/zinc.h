@@ -379,8 +379,10 @@ ZINC_API zinc_status zinc_grad_buffer_attach(zinc_engine_t *e, void *buf, size_t
  * optimizer's restarts the partitioned sum). One clearing, queued on zinc's compute stream (a
  * CUDA caller adding into zinc_param_grad views from another stream orders its adds around it),
  * no host wait; with offload_optimizer at stages 2-3, where the sums are in host memory, one wait
- * for their downloads. The window's micro-step count is unchanged. Not collective. ZINC_ERR_USAGE while a
- * group holds gradients in its bucket that were not handed over (stages 2-3). With a lent buffer
+ * for their downloads. At stages 2-3 the gradients in a group's bucket that were not handed over
+ * go too (a backward that failed before the group's zinc_grads_ready): the bucket is zeroed and
+ * freed, and the group hands over only what is added after this. The window's micro-step count
+ * and which groups were handed over in this micro-step are unchanged. Not collective. With a lent buffer
  * (zinc_grad_buffer_external) that is not attached there is nothing to clear: ZINC_OK. */
 ZINC_API zinc_status zinc_grads_clear(zinc_engine_t *e);
 

@@ -85,21 +85,33 @@ class _HandOverMixin:
             if self._stage >= 2:
                 s = ctypes.c_int()
                 self._call(lib.zinc_grad_bucket(e, G.gid, ctypes.byref(s)))
-                slot = s.value
+                slot = G.slot = s.value
                 self._torch_after_bucket(slot, st)
             # All of the group's adds in one call (one multi-tensor kernel on a GPU, not one per
             # parameter), into slices of one view of the group's gradient memory
             # (_group_span).
-            dst, src = [], []
+            dst, src, had = [], [], []
             span, layout = self._group_span(G, "grad")
             for (_, _, p), (off, shape, strides) in zip(G.params, layout):
                 g = p.grad
                 if g is not None:
                     dst.append(span.as_strided(shape, strides, off))
                     src.append(g if g.dtype == span.dtype else g.to(span.dtype))
-                    p.grad = None     # freed on torch's stream, after the add that reads it
+                    had.append(p)
             if dst:
-                torch._foreach_add_(dst, src)
+                # An error here (out of memory) leaves the gradients in `.grad`, where the next
+                # backward adds to them, as after an error in autograd: torch checks and
+                # allocates before its kernels run, so none was added. At stages 2-3 the bucket
+                # (kept by the group, G.slot, for its next hand-over) holds this hand-over's adds
+                # alone: zeroed in case some were.
+                try:
+                    torch._foreach_add_(dst, src)
+                except BaseException:
+                    if slot >= 0:
+                        span.zero_()
+                    raise
+            for p in had:
+                p.grad = None         # freed on torch's stream, after the add that reads it
             # torch -> zinc (RAW): the reduce zinc_grads_ready queues reads the sums torch
             # added.
             self._torch_then_zinc(st)
@@ -108,6 +120,7 @@ class _HandOverMixin:
             self._window_grads = True
             if slot >= 0:
                 self._bucket_done(slot)
+                G.slot = -1
             G.done = True
             if self._stage == 3 and G.holds == 0:
                 self._release(gi)
@@ -130,7 +143,7 @@ class _HandOverMixin:
             # that part: the window's gradients so far all go, at stage 2 too (DeepSpeed refuses
             # the next backward there). The step then applies the next backward's alone.
             with held():
-                self._call(lib.zinc_grads_clear(self._e))
+                self._clear_window_sums()
                 self._window_grads = False
             return
         if (self._open_micro or self._awaiting_step) and self._open_at_boundary:
@@ -147,10 +160,22 @@ class _HandOverMixin:
             # stream after the window's reduce-scatters (zinc_grads_clear; torch reads none of
             # it, so no wait). One zinc_param_local_set per parameter made a host wait each on
             # a GPU (an upload), every micro-step of a torch-habit loop.
-            self._call(lib.zinc_grads_clear(self._e))
+            self._clear_window_sums()
         else:
             return
         self._window_grads = False
+
+    def _clear_window_sums(self):
+        """zinc_grads_clear: the window's sums so far dropped, and at stages 2-3 a bucket taken
+        by a hand-over that raised before its zinc_grads_ready (G.slot) given back zeroed; torch's
+        adds into that bucket come before its zeroing, and torch's next add into it after."""
+        held_slots = [G for G in self._g if G.slot >= 0]
+        if held_slots:
+            self._torch_then_zinc()
+        self._call(lib.zinc_grads_clear(self._e))
+        for G in held_slots:
+            self._bucket_done(G.slot)
+            G.slot = -1
 
     def _need_grad_buffer(self, stream=None):
         """Before zinc reads or writes its gradient buffer in a window: lent, if not yet."""

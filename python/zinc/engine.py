@@ -207,6 +207,7 @@ class _Group:
         self.done = False         # handed over (zinc_grads_ready) this micro-step
         self.late = False         # a gradient came after this backward's hand-over (_handover)
         self.defer = False        # learned: handed over only after autograd (_handover)
+        self.slot = -1            # stages 2-3: its bucket while taken and not handed over
         self.layout = {}          # "data"/"grad" -> its parameters' place in zinc's buffer
 
 

@@ -12,6 +12,14 @@ goes on and ends with plain torch's weights (within test_torch_parity.py's bound
 tensor's largest weight). The old front-end refused every later backward ("already handed over")
 at every stage: the engine could not train again.
 
+The same where zinc's own hand-over of a group raises (its add into zinc's gradient memory, where
+a GPU's out-of-memory error would come from; after it took the group's bucket at stages 2-3, before
+zinc_grads_ready), as the first hand-over and as the second: the front-end had set the group's
+`.grad` to None before the add, so the failed backward's part of it was lost (weights 2e-2 off at
+every stage), and a zero_grad() after it was refused at stages 2-3 (zinc_grads_clear: "holds
+gradients in its bucket"). Also with zero_grad() after the failure (engine's at accumulation 1,
+the optimizer's at 2 where DeepSpeed's drops the window as torch's does: stages 0, 1 and 3).
+
 And a second backward without step() in between, where the first ended its micro-step
 (accumulation 1): refused with a message that says so, before autograd, and nothing of it is
 applied (the old front-end raised from zinc_grads_ready after adding the gradient into zinc's
@@ -51,24 +59,63 @@ def loss_of(f, x, y):
     return torch.nn.functional.mse_loss(f(x), y)
 
 
-def run(train, ga, data):
-    """The loop: micro-batch 1 of the first window raises in backward and is skipped; the rest
-    train. `train` is (forward, backward, step) of plain torch or of zinc."""
-    fwd, bwd, step = train
+def run(train, ga, data, fail, clear=False):
+    """The loop: micro-batch 1 of the first window raises in backward and is skipped (with
+    `clear`, zero_grad() follows); the rest train. `train` is (forward, backward, step, zero_grad)
+    of plain torch or of zinc; `fail(forward, backward)` runs the failing backward."""
+    fwd, bwd, step, zero_grad = train
     for k, (x, y) in enumerate(data):
         if k == 1:
-            fwd.fail = True
             try:
-                bwd(loss_of(fwd, x, y))
+                fail(fwd, lambda: bwd(loss_of(fwd, x, y)))
             except RuntimeError as ex:
                 assert "simulated out of memory" in str(ex), ex
-            fwd.fail = False
+            if clear:
+                zero_grad()
             continue
         bwd(loss_of(fwd, x, y))
         step(k)
 
 
-def plain_torch(ga, data):
+def fail_in_hook(fwd, backward):
+    """The gradient reaching a's output raises: b's gradient is in, a's is not."""
+    fwd.fail = True
+    try:
+        backward()
+    finally:
+        fwd.fail = False
+
+
+def fail_in_hand_over(n):
+    """zinc's n-th hand-over of this backward raises in its add (torch._foreach_add_, where a
+    GPU's out-of-memory error would come from), after it took the group's bucket (stages 2-3)
+    and before zinc_grads_ready. Groups are handed over last layer first: n=1 is b's (autograd
+    stops there: as fail_in_hook), n=2 a's (every gradient is in: as a backward that
+    completed)."""
+    def fail(fwd, backward):
+        real, calls = torch._foreach_add_, [0]
+
+        def add(*args, **kwargs):
+            calls[0] += 1
+            if calls[0] == n:
+                raise RuntimeError("simulated out of memory")
+            return real(*args, **kwargs)
+        torch._foreach_add_ = add
+        try:
+            backward()
+        finally:
+            torch._foreach_add_ = real
+        assert calls[0] >= n, f"only {calls[0]} hand-overs: the injection did not run"
+    return fail
+
+
+def completed(fwd, backward):
+    """plain torch's side of fail_in_hand_over(2): every gradient is in `.grad`."""
+    backward()
+    raise RuntimeError("simulated out of memory")
+
+
+def plain_torch(ga, data, fail, clear=False):
     torch.manual_seed(0)
     ref = TwoLayers()
     opt = torch.optim.AdamW(ref.parameters(), lr=LR, eps=1e-8, weight_decay=WD)
@@ -80,7 +127,7 @@ def plain_torch(ga, data):
             torch.nn.utils.clip_grad_norm_(ref.parameters(), 1.0)
             opt.step()
             opt.zero_grad()
-    run((ref, lambda loss: (loss / ga).backward(), step), ga, data)
+    run((ref, lambda loss: (loss / ga).backward(), step, opt.zero_grad), ga, data, fail, clear)
     return ref
 
 
@@ -103,9 +150,17 @@ def worst_of(w, ref):
     return name, worst[name]
 
 
-def interrupted(stage, ga):
+def interrupted(stage, ga, how="in a hook", clear=None):
+    """`how`: where the backward raises — "in a hook" (between the layers), or "in hand-over N"
+    (zinc's N-th group hand-over, plain torch's reference as described at fail_in_hand_over).
+    `clear`: "engine" or "optimizer", whose zero_grad() follows the failure (None: none)."""
     data = batches(1 + STEPS * ga)
-    ref = plain_torch(ga, data)
+    if how == "in a hook":
+        ref_fail = zinc_fail = fail_in_hook
+    else:
+        n = int(how.split()[-1])
+        ref_fail, zinc_fail = (fail_in_hook if n == 1 else completed), fail_in_hand_over(n)
+    ref = plain_torch(ga, data, ref_fail, clear)
     m, engine = zinc_engine(stage, ga)
     errors = []
 
@@ -120,18 +175,20 @@ def interrupted(stage, ga):
                 errors.append(str(ex))
             raise
     try:
-        run((m, bwd, step), ga, data)
+        zero_grad = engine.optimizer.zero_grad if clear == "optimizer" else engine.zero_grad
+        run((m, bwd, step, zero_grad), ga, data, zinc_fail, clear)
     except RuntimeError as ex:
         errors.append(str(ex))
     w = engine.module_state_dict()
     steps = engine.global_steps
     engine.close()
     name, worst = worst_of(w, ref)
-    check(f"stage {stage}, accumulation {ga}: training goes on after a backward that raised "
-          f"midway", not errors and steps == STEPS, f"{errors}; {steps} steps")
-    check(f"stage {stage}, accumulation {ga}: the weights as plain torch's, whose `.grad` kept "
-          f"the failed backward's part (worst {worst:.2e} on {name}, bound 4e-06)",
-          worst < 4e-6, f"{worst:.3e} on {name}")
+    what = (f"stage {stage}, accumulation {ga}, raised {how}"
+            f"{f', {clear}.zero_grad() after it' if clear else ''}")
+    check(f"{what}: training goes on after a backward that raised midway",
+          not errors and steps == STEPS, f"{errors}; {steps} steps")
+    check(f"{what}: the weights as plain torch's, whose `.grad` kept the failed backward's part "
+          f"(worst {worst:.2e} on {name}, bound 4e-06)", worst < 4e-6, f"{worst:.3e} on {name}")
 
 
 def twice(stage):
@@ -213,6 +270,17 @@ def misuse(stage):
 def main(stage):
     for ga in (1, 2):
         interrupted(stage, ga)
+        for n in (1, 2):
+            interrupted(stage, ga, f"in hand-over {n}")
+    # zero_grad() after it drops what the window summed: at accumulation 1 that is the failed
+    # backward's part alone, as plain torch's zero_grad. With 2, the window's earlier micro-step
+    # goes too, as torch's, where DeepSpeed's zero_grad drops it: stages 0-1, and stage 3's
+    # optimizer.zero_grad (the old zinc_grads_clear refused there with the bucket of the failed
+    # hand-over taken).
+    for how in ("in a hook", "in hand-over 1", "in hand-over 2"):
+        interrupted(stage, 1, how, clear="engine")
+        if stage != 2:
+            interrupted(stage, 2, how, clear="optimizer")
     twice(stage)
     misuse(stage)
     return finish()
