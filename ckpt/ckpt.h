@@ -185,6 +185,16 @@ int zck_dir_owned(const char *dir, char *why, size_t n);
 /* Removes a directory and the writer-named files in it (one level: tag directories are flat).
  * -1 with errno ENOTEMPTY, leaving them, when it holds anything else; ENOTDIR for a symlink. */
 int zck_rmdir_flat(const char *dir);
+/* A save's .tmp directory nothing changed in for this long is a leftover (a killed save), not a
+ * save still writing: zck_sweep_stale_tmps removes it. */
+#define ZCK_STALE_TMP_S (15 * 60)
+/* Rank 0 preparing a save into dir: removes the <tag>.tmp directories of other tags that
+ * earlier saves left (killed, crashed) — only zck_dir_owned ones, unchanged for ZCK_STALE_TMP_S
+ * or more (a save writing there now, from another engine, keeps its own), and without a
+ * manifest (one killed between its manifest and its rename is whole: kept, with a warning) —
+ * each with a warning naming it and its size. keep_tag's own .tmp is the caller's. Never fails the save: the number
+ * removed. */
+int zck_sweep_stale_tmps(const char *dir, const char *keep_tag, int rank);
 /* Exchanges two directory entries in one rename (Linux renameat2 RENAME_EXCHANGE): 0, or -1 with
  * errno — EINVAL, ENOSYS or ENOTSUP where the kernel or the file system cannot (NFS, CIFS, FUSE,
  * a kernel before 3.15), through the system call itself, so that a C library without the

@@ -239,3 +239,70 @@ int zck_exchange(const char *a, const char *b)
     return -1;
 #endif
 }
+
+/* The newest modification time of a flat directory and its files, and their bytes; -1 when it
+ * cannot be read. */
+static int flat_dir_age(const char *dir, time_t *newest, unsigned long long *bytes)
+{
+    struct stat st;
+    if (stat(dir, &st) != 0) return -1;
+    *newest = st.st_mtime;
+    *bytes = 0;
+    DIR *d = opendir(dir);
+    if (!d) return -1;
+    struct dirent *de;
+    char p[4400];
+    while ((de = readdir(d))) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+        if (snprintf(p, sizeof p, "%s/%s", dir, de->d_name) >= (int)sizeof p || lstat(p, &st) != 0)
+            continue;
+        if (st.st_mtime > *newest) *newest = st.st_mtime;
+        *bytes += (unsigned long long)st.st_size;
+    }
+    closedir(d);
+    return 0;
+}
+
+int zck_sweep_stale_tmps(const char *dir, const char *keep_tag, int rank)
+{
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int removed = 0;
+    time_t now = time(NULL);
+    struct dirent *de;
+    char p[4400], why[256];
+    while ((de = readdir(d))) {
+        size_t n = strlen(de->d_name);
+        if (de->d_name[0] == '.' || n <= 4 || strcmp(de->d_name + n - 4, ".tmp") != 0) continue;
+        if (keep_tag && strlen(keep_tag) == n - 4 && !strncmp(de->d_name, keep_tag, n - 4))
+            continue;
+        if (snprintf(p, sizeof p, "%s/%s", dir, de->d_name) >= (int)sizeof p) continue;
+        struct stat st;
+        time_t newest;
+        unsigned long long bytes;
+        /* latest.tmp is a file; a directory holding anything zinc did not write is not ours */
+        if (lstat(p, &st) != 0 || !S_ISDIR(st.st_mode) || zck_dir_owned(p, why, sizeof why) != 0 ||
+            flat_dir_age(p, &newest, &bytes) != 0 || now - newest < ZCK_STALE_TMP_S)
+            continue;
+        /* killed between its manifest and its rename: whole, and a load takes it when named */
+        char mp[4500];
+        snprintf(mp, sizeof mp, "%s/%s", p, ZCK_MANIFEST);
+        if (access(mp, F_OK) == 0) {
+            zlog(ZLOG_WARN, "ckpt", rank, "kept %s (%.1f MiB), left by a save that stopped "
+                 "before its rename: it holds a whole checkpoint, which a load takes only when "
+                 "named; rename it to a tag, or remove it", p, (double)bytes / 1048576.0);
+            continue;
+        }
+        if (zck_rmdir_flat(p) != 0) {
+            zlog(ZLOG_WARN, "ckpt", rank, "cannot remove %s, left by a save that did not finish: "
+                 "%s", p, strerror(errno));
+            continue;
+        }
+        removed++;
+        zlog(ZLOG_WARN, "ckpt", rank, "removed %s (%.1f MiB), left by a save that did not finish "
+             "%lld minutes ago; it was never a tag", p, (double)bytes / 1048576.0,
+             (long long)(now - newest) / 60);
+    }
+    closedir(d);
+    return removed;
+}

@@ -12,7 +12,8 @@
  *   rank-N.json files, renames <tag>.tmp to <tag> (over an existing tag: exchanges the two,
  *   or moves the old one to <tag>.old first where the file system cannot exchange), fsyncs
  *   <dir>, atomically replaces <dir>/latest
- * A crash before the rename leaves only a .tmp directory, which readers never take for a tag;
+ * A crash before the rename leaves only a .tmp directory, which readers never take for a tag
+ * (a later save removes it: this tag's at once, another tag's once it is 15 minutes old);
  * `latest` only ever names a renamed, complete tag (or, after a crash between the two renames
  * of the fallback, a tag whose previous contents are whole in <tag>.old, which a load takes).
  */
@@ -216,6 +217,9 @@ zinc_status zck_save_prepare(zcomm_t *c, const zck_save_desc *d, char *err)
                          strerror(errno));
         if (s == ZINC_OK && mkdir(tmp, 0755) != 0)
             s = zerr_fmt(err, ZCK_ERR, ZINC_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
+        /* other tags' leftovers (a save killed before its rename): a run that saves
+         * global_step<N> tags would keep one per crash, each a whole checkpoint's bytes */
+        if (s == ZINC_OK) zck_sweep_stale_tmps(d->dir, d->tag, d->rank);
     }
     zinc_status a = agree(c, s, err);
     /* Rank 0 made the .tmp but the save goes no further (the collective failed): remove it. */

@@ -5,7 +5,9 @@
  *  protocol (between chunk writes, before fsync, before its rank-N.json, before the manifest,
  *  before the rename, before `latest`, after) and at random times during back-to-back saves.
  *  After each: `latest` names a complete tag that opens and holds exactly the values of the save
- *  that made it; auto selection finds a valid tag; saving again works.
+ *  that made it; auto selection finds a valid tag; saving again works, and removes the .tmp
+ *  directories the kills left once they are 15 minutes old (not a fresh one, one holding a
+ *  user's file, or a whole one killed before its rename).
  *
  *  Damage: a truncated chunk, a flipped byte, a missing rank file, a manifest of a newer format
  *  version. Each gives its own clear error naming the file (and chunk); no file changes while
@@ -20,6 +22,8 @@
  *  place of the tag, its .tmp or .old, a `latest` that is no tag name (a data file), a symlink
  *  at the tag: the save fails naming the path, and every one of those files is unchanged.
  */
+#include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -90,6 +94,43 @@ static void check_dir(const char *dir, const char *what)
     check_tag(dir, tn, what);
 }
 
+static void put(const char *path, const char *text);
+static int holds(const char *path, const char *text);
+
+/* The paths of the <tag>.tmp directories in dir (at most max), in name order. */
+static int list_tmps(const char *dir, char out[][1200], int max)
+{
+    struct dirent **names;
+    int n = scandir(dir, &names, NULL, alphasort), k = 0;
+    for (int i = 0; i < n; i++) {
+        size_t len = strlen(names[i]->d_name);
+        char p[1200];
+        struct stat st;
+        snprintf(p, sizeof p, "%s/%s", dir, names[i]->d_name);
+        if (k < max && len > 4 && !strcmp(names[i]->d_name + len - 4, ".tmp") &&
+            stat(p, &st) == 0 && S_ISDIR(st.st_mode))
+            snprintf(out[k++], 1200, "%s", p);
+        free(names[i]);
+    }
+    if (n >= 0) free(names);
+    return k;
+}
+
+/* A flat directory and its files last changed `secs` ago. */
+static void age_dir(const char *dir, int secs)
+{
+    struct timespec t[2] = {{time(NULL) - secs, 0}, {time(NULL) - secs, 0}};
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    char p[1500];
+    while (d && (de = readdir(d))) {
+        if (de->d_name[0] != '.' && snprintf(p, sizeof p, "%s/%s", dir, de->d_name) < (int)sizeof p)
+            utimensat(AT_FDCWD, p, t, 0);
+    }
+    if (d) closedir(d);
+    utimensat(AT_FDCWD, dir, t, 0);
+}
+
 static void test_kills(void)
 {
     char dir[700];
@@ -143,11 +184,49 @@ static void test_kills(void)
         snprintf(what, sizeof what, "after random kill %d", i);
         check_dir(dir, what);
     }
+    /* The kills before the rename left <tag>.tmp directories of tags never saved again. The
+     * next save removes those unchanged for 15 minutes (aged here), but not a fresh one (a
+     * save writing now, from another engine), one holding a user's file, or one killed after
+     * its manifest (whole, and a load takes it when named). */
+    enum { MAXT = 32 };
+    static char stale[MAXT][1200];
+    int nstale = list_tmps(dir, stale, MAXT), whole[MAXT] = {0}, nwhole = 0;
+    ZT_CHECK(nstale >= 4, "the kills left %d .tmp directories, expected one per kill before the "
+             "rename", nstale);
+    char user[1300] = "";
+    for (int i = 0; i < nstale; i++) {
+        char mp[1300];
+        whole[i] = snprintf(mp, sizeof mp, "%s/manifest.json", stale[i]) < (int)sizeof mp &&
+                   access(mp, F_OK) == 0;
+        nwhole += whole[i];
+        if (i > 0) age_dir(stale[i], 20 * 60);
+        if (i == 1) {
+            snprintf(user, sizeof user, "%s/notes.txt", stale[1]);
+            put(user, "mine");
+        }
+    }
+    ZT_CHECK(nwhole >= 1 && nwhole < nstale - 2, "the kills left %d whole .tmp directories of "
+             "%d: the cases below need both kinds", nwhole, nstale);
     /* a save after all that still works and becomes latest */
     ZT_OK(fx_save_world(dir, "s9999", 3, 0x7, 9999, 4096, 0));
     char td[1200], tn[256], err[ZCK_ERR];
     ZT_OK(zck_find_tag(dir, NULL, 0, -1, td, sizeof td, tn, sizeof tn, err));
     ZT_CHECK(!strcmp(tn, "s9999"), "after the kills, auto picks %s", tn);
+    for (int i = 0; i < nstale; i++) {
+        struct stat st;
+        int there = stat(stale[i], &st) == 0;
+        if (i == 0)
+            ZT_CHECK(there, "the save removed %s, changed just now (a save writing there may be "
+                     "alive)", stale[i]);
+        else if (i == 1)
+            ZT_CHECK(holds(user, "mine"), "the save removed %s, a user's file in a stale .tmp",
+                     user);
+        else if (whole[i])
+            ZT_CHECK(there, "the save removed %s, whole (killed after its manifest)", stale[i]);
+        else
+            ZT_CHECK(!there && errno == ENOENT, "the save left %s, an unfinished .tmp unchanged "
+                     "for 20 minutes (a killed save's leftover)", stale[i]);
+    }
     fx_rmtree(dir);
 }
 
