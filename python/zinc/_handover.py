@@ -9,6 +9,7 @@ _HandOverMixin is one of the parts of engine.py's Engine; engine.backward and en
 it, Engine.__init__ sets the hooks up (_watch_gradients).
 """
 import ctypes
+import weakref
 
 import torch
 
@@ -60,10 +61,16 @@ class _HandOverMixin:
         # output was not a tensor we could wrap): AccumulateGrad needs the full-shaped parameter.
         # `live` is tested here, not only in _materialize, so the common case (gathered already)
         # returns before the hook timer, whose cost would be most of it (as _on_read).
-        def hook(grad):
-            G = self._g[gi]
-            if self._in_backward and (not G.live or G.kept):
-                self._materialize(gi)
+        # The parameter (the user's model) holds the hook in a place the cyclic collector does
+        # not see: the engine only weakly, so that an engine dropped without close() is freed
+        # (its thread, its device memory, an NVMe swap file) rather than kept as long as the model
+        def hook(grad, engine=weakref.ref(self)):
+            eng = engine()
+            if eng is None:
+                return
+            G = eng._g[gi]
+            if eng._in_backward and (not G.live or G.kept):
+                eng._materialize(gi)
         return hook
 
     @timed

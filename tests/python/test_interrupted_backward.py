@@ -27,7 +27,7 @@ buffer: the next step applied it, weights off by ~1e-3).
 """
 import sys
 
-from _common import check, check_raises, failures, finish, torch, zinc
+from _common import check, check_raises, finish, torch, zinc
 
 LR, WD, STEPS = 3e-3, 0.01, 4
 

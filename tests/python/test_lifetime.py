@@ -1,0 +1,94 @@
+"""test_lifetime.py — what the front-end keeps alive, and for how long (1 rank, stages 0-3).
+
+    python test_lifetime.py
+
+A run that makes engines in a loop (a sweep, an evaluation per checkpoint) must get each one's
+memory back, and so must a run that loads checkpoints in a loop:
+
+- An engine dropped without close() (its model dropped with it) is freed by Python's collector,
+  with its thread: at stage 3 the hook on each parameter held the engine strongly, where the
+  collector cannot see it, so it lived until the process ended (+23 MiB and a thread per engine
+  of a 1M-parameter model; with NVMe offload a swap file too).
+- load_checkpoint and save_checkpoint leave no buffer alive in a reference cycle: the load's
+  64 MiB blob buffer was kept by ctypes.cast's cycle until a full collection, so RSS grew 64 MiB a
+  load (3 GB in a loop loading every 10 steps). Checked with the collector off, through weak
+  references to every buffer the two make.
+"""
+import ctypes
+import gc
+import os
+import sys
+import tempfile
+import weakref
+
+from _common import check, finish, torch, zinc
+
+
+def config(stage):
+    return {"train_micro_batch_size_per_gpu": 4,
+            "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+            "zero_optimization": {"stage": stage, "stage3_param_persistence_threshold": 0}}
+
+
+def trained_engine(stage):
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+    engine, *_ = zinc.initialize(model=model, config=config(stage))
+    engine.backward(engine(torch.randn(4, 16)).sum())
+    engine.step()
+    return engine
+
+
+def threads():
+    return len(os.listdir("/proc/self/task"))
+
+
+def dropped(stage):
+    gc.collect()
+    before = threads()
+    engine = trained_engine(stage)
+    alive = weakref.ref(engine)
+    del engine
+    gc.collect()
+    check(f"stage {stage}: an engine dropped without close() (and its model) is freed",
+          alive() is None, "still referenced after gc.collect()")
+    check(f"stage {stage}: its threads are gone with it", threads() <= before,
+          f"{before} threads before it, {threads()} after")
+
+
+def no_cycles(stage):
+    engine = trained_engine(stage)
+    with tempfile.TemporaryDirectory() as d:
+        engine.save_checkpoint(d, tag="a")
+        made, real = [], ctypes.create_string_buffer
+
+        def recorded(*args):
+            buf = real(*args)
+            made.append(weakref.ref(buf))
+            return buf
+        ctypes.create_string_buffer = recorded
+        gc.collect()
+        gc.disable()
+        try:
+            engine.load_checkpoint(d, tag="a")
+            engine.save_checkpoint(d, tag="b")
+            kept = sum(r() is not None for r in made)
+        finally:
+            gc.enable()
+            ctypes.create_string_buffer = real
+    engine.close()
+    check(f"stage {stage}: the buffers of a load and a save are freed when they return, not "
+          f"by the cyclic collector", made and kept == 0,
+          f"{kept} of {len(made)} still alive with the collector off")
+
+
+def main():
+    # the threads the first engine starts for the process (torch's pool, zinc's world) stay
+    trained_engine(0).close()
+    for stage in range(4):
+        dropped(stage)
+        no_cycles(stage)
+    return finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
