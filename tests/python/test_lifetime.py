@@ -12,7 +12,8 @@ memory back, and so must a run that loads checkpoints in a loop:
 - load_checkpoint and save_checkpoint leave no buffer alive in a reference cycle: the load's
   64 MiB blob buffer was kept by ctypes.cast's cycle until a full collection, so RSS grew 64 MiB a
   load (3 GB in a loop loading every 10 steps). Checked with the collector off, through weak
-  references to every buffer the two make.
+  references to every buffer the two make, with a client_state larger than the load's first
+  buffer (which it then reads again).
 """
 import ctypes
 import gc
@@ -58,7 +59,9 @@ def dropped(stage):
 def no_cycles(stage):
     engine = trained_engine(stage)
     with tempfile.TemporaryDirectory() as d:
-        engine.save_checkpoint(d, tag="a")
+        # a client state past the load's first buffer (1 MiB): read again with the room
+        big = os.urandom(3 << 20)
+        engine.save_checkpoint(d, tag="a", client_state={"big": big})
         made, real = [], ctypes.create_string_buffer
 
         def recorded(*args):
@@ -69,13 +72,15 @@ def no_cycles(stage):
         gc.collect()
         gc.disable()
         try:
-            engine.load_checkpoint(d, tag="a")
+            _, client = engine.load_checkpoint(d, tag="a")
             engine.save_checkpoint(d, tag="b")
             kept = sum(r() is not None for r in made)
         finally:
             gc.enable()
             ctypes.create_string_buffer = real
     engine.close()
+    check(f"stage {stage}: a 3 MiB client_state comes back whole (the load's first buffer holds "
+          f"1 MiB)", client.get("big") == big)
     check(f"stage {stage}: the buffers of a load and a save are freed when they return, not "
           f"by the cyclic collector", made and kept == 0,
           f"{kept} of {len(made)} still alive with the collector off")
