@@ -1329,7 +1329,7 @@ zinc_status zinc_engine_set_train_state(zinc_engine_t *e, const zinc_train_state
             e->st.scaler.last_overflow_iter = s->scaler_last_overflow_iter;
         }
     }
-    return ZINC_OK;
+    return zeng_restart_window(e);   /* the gradients of a window in progress go too */
 }
 
 float zinc_loss_multiplier(const zinc_engine_t *e)

@@ -551,23 +551,36 @@ static zinc_status zero_grads_of(zinc_engine_t *e, int keep_lent, const char *fn
 
 static zinc_status zero_grads(zinc_engine_t *e) { return zero_grads_of(e, 0, "zinc_step"); }
 
-zinc_status zinc_grads_clear(zinc_engine_t *e)
+/* Gradients added into a bucket and not handed over: the bucket zeroed and free, as after a
+ * hand-over, so the group hands over only what is added after this. */
+static zinc_status drop_buckets(zinc_engine_t *e, const char *fn)
 {
-    const char *fn = "zinc_grads_clear";
-    zinc_status s = zeng_check_ready(e, fn);
-    if (s != ZINC_OK) return s;
-    /* Gradients added into a bucket and not handed over go too (a backward that raised before
-     * its group's zinc_grads_ready): the bucket is zeroed and free, as after a hand-over, and
-     * the group hands over only what is added after this. */
     for (int i = 0; i < e->nbuckets; i++) {
         int g = e->bucket_owner[i];
         if (g < 0) continue;
-        s = e->dev->iface->memset0(e->dev, bucket_at(e, i), e->plan.groups[g].padded * dsize(e));
+        zinc_status s = e->dev->iface->memset0(e->dev, bucket_at(e, i),
+                                               e->plan.groups[g].padded * dsize(e));
         if (s != ZINC_OK) return zeng_fail(e, s, "%s: clearing a bucket: %s", fn, e->dev->err);
         e->bucket_owner[i] = -1;
         e->gstate[g].bucket = -1;
     }
-    return zero_grads_of(e, 1, fn);
+    return ZINC_OK;
+}
+
+zinc_status zinc_grads_clear(zinc_engine_t *e)
+{
+    const char *fn = "zinc_grads_clear";
+    zinc_status s = zeng_check_ready(e, fn);
+    /* a backward that raised before its group's zinc_grads_ready left gradients in its bucket */
+    if (s == ZINC_OK) s = drop_buckets(e, fn);
+    return s == ZINC_OK ? zero_grads_of(e, 1, fn) : s;
+}
+
+zinc_status zeng_restart_window(zinc_engine_t *e)
+{
+    zinc_status s = drop_buckets(e, "zinc_ckpt_load");
+    for (int g = 0; g < e->plan.ngroups; g++) e->gstate[g].ready = 0;
+    return s == ZINC_OK ? zero_grads_of(e, 1, "zinc_ckpt_load") : s;
 }
 
 /* ---- the end of a micro-step -------------------------------------------------------------- */

@@ -539,8 +539,8 @@ typedef struct zinc_train_state {
     int64_t scaler_last_overflow_iter;   /* -1 .. scaler_iter; ignored unless dynamic            */
 } zinc_train_state_t;
 
-/* Sets the engine's counters and loss scaler (and starts a new accumulation window), between
- * optimizer steps, after zinc_finalize. Not collective: every rank passes the same values.
+/* Sets the engine's counters and loss scaler and starts a new accumulation window (the
+ * gradients of one in progress are dropped, as zinc_ckpt_load does), after zinc_finalize. Not collective: every rank passes the same values.
  * Range-checked as a checkpoint's engine_state is (docs/checkpoint-format.md): counters in
  * 0..2^53, a finite scale > 0, hysteresis and iterations in range; ZINC_ERR_INVALID_ARG naming
  * the field otherwise, and nothing is changed. */
@@ -714,7 +714,11 @@ typedef struct zinc_ckpt_load_options {
  * state (a damaged chunk found while decoding, with no tag left to fall back to, or the working
  * copies' refresh after it) leaves part of it the checkpoint's, and zinc_step and zinc_ckpt_save
  * then fail with ZINC_ERR_USAGE until a load of the whole state succeeds. The client blob is
- * read before the tensors: after a failed load client_blob may hold the failed tag's blob. */
+ * read before the tensors: after a failed load client_blob may hold the failed tag's blob.
+ * A load that succeeds inside an accumulation window drops that window's gradients (the micro-
+ * step in progress, handed over or in buckets, and the sums of the earlier ones; the checkpoint
+ * holds none): the window goes on from the checkpoint's micro-step count (0 after a weights-only
+ * load), and each group is handed over anew. */
 ZINC_API zinc_status zinc_ckpt_load(zinc_engine_t *e, const char *dir, const char *tag,
                                     zinc_ckpt_load_options_t *opt);
 

@@ -177,6 +177,8 @@ def apply_deepspeed(engine, ds, strict, weights_only, stacklevel=2, converting=F
     if state is not None:
         engine._call(lib.zinc_engine_set_train_state(engine._e, ctypes.byref(state)))
     engine._zinc_then_torch()
+    if state is not None:       # zinc's window restarted with the state: the front-end's too
+        engine._restart_window("load_checkpoint", stacklevel + 1)
     with torch.no_grad():
         for p, v in set_untrained.items():
             p.copy_(v.to(p.dtype))

@@ -9,6 +9,7 @@ _HandOverMixin is one of the parts of engine.py's Engine; engine.backward and en
 it, Engine.__init__ sets the hooks up (_watch_gradients).
 """
 import ctypes
+import warnings
 import weakref
 
 import torch
@@ -171,6 +172,32 @@ class _HandOverMixin:
         else:
             return
         self._window_grads = False
+
+    def _restart_window(self, what, stacklevel=3):
+        """After zinc restarted its accumulation window (zinc_ckpt_load and
+        zinc_engine_set_train_state drop the gradients of a window in progress; the checkpoint
+        holds none): the front-end's record of that window goes too, with gradients still in the
+        trained parameters' `.grad` (no_sync's, a failed backward's). `what` names the call in
+        the warning given when a window was open (DeepSpeed 0.19.8 keeps its micro-step count
+        there, and at some stages those gradients); `stacklevel` is the warning's, the caller's
+        caller by default."""
+        was_open = (self._awaiting_step or self._open_micro or self._interrupted or
+                    self._unsynced or self._window_grads or any(G.slot >= 0 for G in self._g))
+        for G in self._g:
+            G.done = G.late = False
+            G.got.clear()
+            G.slot = -1
+            for _, _, p in G.params:
+                p.grad = None
+        self._awaiting_step = self._open_micro = self._open_at_boundary = False
+        self._interrupted = self._resuming = self._unsynced = self._window_grads = False
+        self._unmanaged_backwards = 0
+        if was_open and self.global_rank == 0:
+            warnings.warn(f"zinc: {what} inside an accumulation window (after a backward whose "
+                          f"window no step() ended): that window's gradients are dropped, as the "
+                          f"checkpoint holds none, and the next backward starts the window of "
+                          f"the loaded state (DeepSpeed 0.19.8 keeps its micro-step count, and at "
+                          f"some stages those gradients)", RuntimeWarning, stacklevel=stacklevel)
 
     def _clear_window_sums(self):
         """zinc_grads_clear: the window's sums so far dropped, and at stages 2-3 a bucket taken

@@ -418,8 +418,10 @@ class _StateIOMixin:
                     continue
                 self._call(status)
                 break
-            # zinc -> torch (RAW): the loaded weights are in place before torch reads them.
+            # zinc -> torch (RAW): the loaded weights are in place before torch reads them (and
+            # the buckets zinc zeroed, restarting the window, before torch adds into them).
             self._zinc_then_torch()
+            self._restart_window("load_checkpoint")
             client, done, frozen_then = {}, set(), {}
             if opts.client_blob_bytes:
                 text, _, module_state = buf.raw[:opts.client_blob_bytes].partition(b"\0")

@@ -10,6 +10,8 @@
  *    in model space are exactly the saved ones; in fp32, training on at M in {1, 2, 3, 8}
  *    agrees with the uninterrupted N = 4 run to fp32 rounding
  *  - the client blob comes back; weights-only load gives step 0 and zero moments
+ *  - a load inside an accumulation window (a micro-step handed over, a gradient in a bucket)
+ *    drops the window's gradients: the run goes on as after a load into a fresh engine
  *  - zinc_param_state_get gives each parameter's saved m and v whole after those loads (every
  *    world size and stage); zinc_param_state_set reads back; an unknown state is refused
  *  - weights-only with keep_optimizer into an engine that trained 2 steps: the tag's master,
@@ -69,6 +71,8 @@ typedef struct {
     int weights_only;
     int keep_optimizer;            /* with weights_only: keep the Adam state and counters */
     int steps_pre_load;            /* steps trained before the load */
+    int open_window;               /* before the load, a micro-step handed over without its
+                                      step and (stages 2-3) a gradient left in a bucket */
     int steps_before;              /* steps before the save */
     const char *save_tag;          /* NULL: no save */
     int async;
@@ -207,6 +211,15 @@ static void run_rank(int rank, void *arg)
     if (st == ZINC_OK) st = toy_register(e, &np);
     if (st == ZINC_OK && s->safetensors) st = zinc_load_safetensors(e, s->safetensors);
     train(e, s, rank, &micro, s->steps_pre_load, &st);
+    if (st == ZINC_OK && s->open_window) {
+        /* gradients the load must drop: a whole micro-step handed over (its step not called),
+         * then one more parameter's gradient in its bucket, not handed over */
+        st = toy_micro_step(e, rank, s->world, 1000, np, 0);
+        void *view = NULL;
+        if (st == ZINC_OK && s->stage >= 2) st = zinc_param_grad(e, 0, &view);
+        if (st == ZINC_OK && view)
+            memset(view, 0x3c, (size_t)zinc_param_numel(e, 0) * zinc_dtype_size(zinc_engine_dtype(e)));
+    }
     if (st == ZINC_OK && s->load_tag) {
         zinc_ckpt_load_options_t lo;
         memset(&lo, 0, sizeof lo);
@@ -312,6 +325,25 @@ int main(void)
              C.blob_bytes);
     ZT_CHECK(!strcmp(C.loaded_tag, "t3"), "loaded tag %s", C.loaded_tag);
     ZT_CHECK(B.at_save.step == 3, "step at save %lld", (long long)B.at_save.step);
+
+    /* A load inside an accumulation window (a micro-step handed over without its step, a
+     * gradient in a bucket) drops that window's gradients: it resumes as a load into a fresh
+     * engine does, bit for bit. The load before this kept them, and the next hand-over was
+     * refused ("already handed over"). */
+    for (int stage = 0; stage <= 3; stage++) {
+        session F = {.world = 2, .stage = stage, .prec = "fp16", .micro0 = 3, .load_tag = "t3",
+                     .steps_after = 2};
+        session O = F;
+        O.open_window = 1;
+        run(&F);
+        run(&O);
+        char what[96];
+        snprintf(what, sizeof what, "stage %d: a load inside a window, then 2 steps, vs a load "
+                 "into a fresh engine", stage);
+        expect_same(&F.end, &O.end, what, 1);
+        ts_free(&F.after_load); ts_free(&F.end);
+        ts_free(&O.after_load); ts_free(&O.end);
+    }
 
     /* --- other world sizes and stages: the saved state, exactly --- */
     static const int Ms[][2] = {{1, 0}, {2, 3}, {8, 1}, {3, 2}, {7, 3}};

@@ -425,6 +425,14 @@ add_test(NAME python_lint COMMAND sh -c "python3 -m pyflakes --version >/dev/nul
 { echo 'SKIP: no pyflakes (apt-get install python3-pyflakes)'; exit 77; }; \
 python3 -m pyflakes \"$0/python/zinc\" \"$0/bench/gpu_torch.py\" \"$0/bench/bench.py\"" ${PROJECT_SOURCE_DIR})
 set_tests_properties(python_lint PROPERTIES LABELS "python;unit" TIMEOUT 120 SKIP_RETURN_CODE 77)
+# load_checkpoint inside an accumulation window: that window's gradients are dropped and training
+# goes on as after a load into a fresh engine, bit for bit (test_load_in_window.py).
+foreach(_s 0 1 2 3)
+  add_test(NAME python_load_in_window_stage${_s}
+           COMMAND ${_py} ${_pyt}/test_load_in_window.py ${_s})
+  set_tests_properties(python_load_in_window_stage${_s} PROPERTIES LABELS python TIMEOUT 300
+                       SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
+endforeach()
 # What the front-end keeps alive: an engine dropped without close() is freed (stage 3's
 # parameter hooks held it for good), and a load or save leaves no buffer in a reference cycle
 # (test_lifetime.py).
