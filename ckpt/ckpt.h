@@ -195,6 +195,11 @@ int zck_rmdir_flat(const char *dir);
  * each with a warning naming it and its size. keep_tag's own .tmp is the caller's. Never fails the save: the number
  * removed. */
 int zck_sweep_stale_tmps(const char *dir, const char *keep_tag, int rank);
+/* Rank 0, right after tag was committed into dir (zinc.ckpt_keep_last, retention.c): removes the
+ * tags of the same run (a zinc manifest with config_hash) committed before it, all but the newest
+ * keep - 1, each logged; a tag holding files zinc did not write stays, with a warning. Never
+ * fails the save: the number removed. */
+int zck_prune_tags(const char *dir, const char *tag, const char *config_hash, int keep, int rank);
 /* Exchanges two directory entries in one rename (Linux renameat2 RENAME_EXCHANGE): 0, or -1 with
  * errno — EINVAL, ENOSYS or ENOTSUP where the kernel or the file system cannot (NFS, CIFS, FUSE,
  * a kernel before 3.15), through the system call itself, so that a C library without the
@@ -241,6 +246,8 @@ typedef struct zck_save_desc {
     int threads;                  /* compression threads; 0 = 2 */
     int shuffle;                  /* 1 (the format's default); 0 only for benchmarks */
     double timeout_s;             /* how long rank 0 waits for the other ranks' files */
+    int keep_last;                /* > 0: after the commit, the run's older tags beyond the newest
+                                     keep_last go (zck_prune_tags); 0: all stay */
 } zck_save_desc;
 
 /* Phase 1, collective: rank 0 removes a stale <tag>.tmp and creates it; barrier. */

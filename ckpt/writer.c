@@ -744,6 +744,8 @@ zinc_status zck_save_commit(const zck_save_desc *d, char *err)
     /* the tag's old contents moved aside by this save, or by one that stopped after that */
     if (s == ZINC_OK) zck_rmdir_flat(old);
     hook("done");
+    if (s == ZINC_OK && d->keep_last > 0)
+        zck_prune_tags(d->dir, d->tag, d->config_hash, d->keep_last, d->rank);
 done:
     if (s != ZINC_OK && committed) {
         /* the tag is whole under its name: a load finds it (as the newest), so say so rather

@@ -169,6 +169,7 @@ void zcfg_defaults(zcfg *c)
 
     c->zinc.ckpt_compression_level = 3;
     c->zinc.ckpt_async = 0;
+    c->zinc.ckpt_keep_last = 0;
     c->zinc.ckpt_chunk_bytes = (size_t)4 << 20;
     c->zinc.comm_timeout_s = 300.0;
     c->zinc.grad_buckets = 2;

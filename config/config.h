@@ -133,6 +133,7 @@ typedef struct {
 typedef struct {
     int ckpt_compression_level;   /* zstd level, default 3 */
     int ckpt_async;               /* default 0 */
+    int ckpt_keep_last;           /* keep this many of the run's newest tags, 0 (default): all */
     size_t ckpt_chunk_bytes;      /* default 4 MiB */
     double comm_timeout_s;        /* collective timeout, default 300 */
     int grad_buckets;             /* stage 2/3 gradient buckets, default 2 */

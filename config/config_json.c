@@ -324,6 +324,8 @@ static json_object *to_object(const zcfg *c)
         json_object_object_add(zi, "host_memory_limit", i64((int64_t)c->zinc.host_memory_limit));
     if (!c->zinc.nvme_checksum) /* likewise: only when turned off */
         json_object_object_add(zi, "nvme_checksum", boolean(0));
+    if (c->zinc.ckpt_keep_last) /* likewise: only when set */
+        json_object_object_add(zi, "ckpt_keep_last", i64(c->zinc.ckpt_keep_last));
     json_object_object_add(r, "zinc", zi);
     return r;
 }
@@ -355,7 +357,12 @@ char *zcfg_report_json(const zcfg *c)
 
 int zc_hash(zcfg *c)
 {
-    char *t = zcfg_to_json(c);
+    /* Checkpoint retention says which files stay, not what a run computes: turning it on for a
+     * resumed run neither warns that the checkpoint had another config nor keeps the earlier
+     * tags from its pruning (retention.c matches tags by this hash). */
+    zcfg h = *c;
+    h.zinc.ckpt_keep_last = 0;
+    char *t = zcfg_to_json(&h);
     if (!t) return -1;
     c->hash = (uint64_t)XXH64(t, strlen(t), 0);
     snprintf(c->hash_hex, sizeof c->hash_hex, "%016llx", (unsigned long long)c->hash);

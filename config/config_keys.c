@@ -350,6 +350,7 @@ ZK_SET(zk_parallel_write, "checkpoint.parallel_write", parallel_write_keys);
 static const zkey zinc_keys[] = {
     {"ckpt_compression_level", ZK_OWN, ZK_ALWAYS, NULL},
     {"ckpt_async", ZK_OWN, ZK_ALWAYS, NULL},
+    {"ckpt_keep_last", ZK_OWN, ZK_ALWAYS, NULL},
     {"ckpt_chunk_bytes", ZK_OWN, ZK_ALWAYS, NULL},
     {"comm_timeout_s", ZK_OWN, ZK_ALWAYS, NULL},
     {"grad_buckets", ZK_OWN, ZK_ALWAYS, NULL},

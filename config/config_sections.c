@@ -492,6 +492,7 @@ void zc_parse_zinc(zcctx *x, json_object *root, zcfg *c)
     zcfg_zinc *z = &c->zinc;
     zc_get_int32(x, o, sec, "ckpt_compression_level", 1, 19, &z->ckpt_compression_level);
     zc_get_bool(x, o, sec, "ckpt_async", &z->ckpt_async);
+    zc_get_int32(x, o, sec, "ckpt_keep_last", 0, 1000000, &z->ckpt_keep_last);
     int64_t n;
     if (zc_get_int(x, o, sec, "ckpt_chunk_bytes", 4096, (int64_t)1 << 30, &n) == V_SET)
         z->ckpt_chunk_bytes = (size_t)n;

@@ -43,6 +43,7 @@ typedef struct {
     const char *data_path;
     const char *save_dir;
     long long save_every;
+    int keep_last;              /* --keep-last; 0 = the config's zinc.ckpt_keep_last */
     const char *resume;         /* DIR, "auto" or NULL */
     const char *metrics_path;
     uint64_t seed;

@@ -38,11 +38,11 @@
  * is called unknown rather than short of a value). */
 static const char *const options[] = {
     "--config", "--ranks", "--device", "--gpu-kernels", "--model", "--steps", "--data",
-    "--save-dir", "--save-every", "--resume", "--metrics", "--seed", "--micro-batch",
-    "--grad-accum", "--train-batch-size", "--lr", "--threads",
+    "--save-dir", "--save-every", "--keep-last", "--resume", "--metrics", "--seed",
+    "--micro-batch", "--grad-accum", "--train-batch-size", "--lr", "--threads",
     /* the flags without a value (NVALUE_OPTIONS counts those before them) */
     "--gpu-timing", "--activation-checkpointing", "--help"};
-#define NVALUE_OPTIONS 17
+#define NVALUE_OPTIONS 18
 #define NOPTIONS ((int)(sizeof options / sizeof options[0]))
 
 int ztrain_has_option(const char *arg)
@@ -98,6 +98,8 @@ static void usage(FILE *f)
             "                     Markov chain with a known entropy rate\n"
             "  --save-dir DIR     checkpoint directory (tags step000100, ...; DIR/latest)\n"
             "  --save-every K     save every K steps (and at the end) into --save-dir\n"
+            "  --keep-last N      after each save, remove this run's older tags but the newest N\n"
+            "                     (the config's zinc.ckpt_keep_last); default: keep them all\n"
             "  --resume DIR|auto  resume from the checkpoint DIR/latest names (or from the tag\n"
             "                     DIR/TAG); auto: from --save-dir if it has one, else start fresh\n"
             "  --metrics FILE     JSON lines, one object per logged step (zinc plot draws them)\n"
@@ -229,6 +231,11 @@ int train_parse_args(int argc, char **argv, topts *o)
             if (zarg_int64(v, &n) || n < 1)
                 return zarg_usage_error(CMD, "--save-every: expected a positive whole number, got '%s'", v);
             o->save_every = n;
+        } else if (!strcmp(a, "--keep-last")) {
+            if (zarg_int64(v, &n) || n < 1 || n > 1000000)
+                return zarg_usage_error(CMD, "--keep-last: expected a whole number 1..1000000, "
+                                        "got '%s'", v);
+            o->keep_last = (int)n;
         } else if (!strcmp(a, "--resume")) {
             o->resume = v;
         } else if (!strcmp(a, "--metrics")) {
@@ -266,6 +273,8 @@ int train_parse_args(int argc, char **argv, topts *o)
                                 ZM_FLASH_MAX_HS, o->spec_str, o->spec.D / o->spec.H);
     if (o->save_every && !o->save_dir)
         return zarg_usage_error(CMD, "--save-every needs --save-dir");
+    if (o->keep_last && !o->save_dir)
+        return zarg_usage_error(CMD, "--keep-last needs --save-dir");
     if (o->resume && !strcmp(o->resume, "auto") && !o->save_dir)
         return zarg_usage_error(CMD, "--resume auto needs --save-dir (where to look)");
     o->cuda = !strcmp(o->device, "cuda");
@@ -374,7 +383,8 @@ int train_resolve_config(topts *o)
     zcfg_diag diag = {0};
     zinc_status s = zcfg_parse_file(o->config_path, &ov, &o->cfg, &diag);
     int override = o->micro_batch > 0 || o->lr >= 0 || o->grad_accum > 0 ||
-                   o->train_batch_size > 0;
+                   o->train_batch_size > 0 || o->keep_last > 0;
+    if (s == ZINC_OK && o->keep_last > 0) o->cfg.zinc.ckpt_keep_last = o->keep_last;
     /* The file's warnings, printed once, here: the engines, which read the resolved JSON when
      * there is an override, would otherwise print its warnings again (a key kept in it) or
      * others (a value it spells out), so they stay quiet on the config. */

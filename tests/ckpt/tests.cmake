@@ -38,3 +38,9 @@ set_tests_properties(ckpt_engine_staged PROPERTIES LABELS "ckpt;multirank" TIMEO
 # <tag>.tmp behind (issue 12).
 zinc_test(NAME ckpt_tmp SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_ckpt_tmp.c ${ZINC_CKPT_FIXTURE}
           LABELS "ckpt;fault" TIMEOUT 120)
+
+# Checkpoint retention through `zinc train --keep-last` (zinc.ckpt_keep_last): the run's older
+# tags go, another config's tags and users' files stay, bad values exit 2.
+add_test(NAME ckpt_keep_last COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/keep_last_test.sh
+         $<TARGET_FILE:zinc_cli>)
+set_tests_properties(ckpt_keep_last PROPERTIES LABELS ckpt TIMEOUT 120)

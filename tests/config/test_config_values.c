@@ -154,6 +154,7 @@ static void check_deepspeed_defaults(const zcfg *c)
     EQ_I(c->zinc.device_memory_limit, 0);
     EQ_I(c->zinc.host_memory_limit, 0);
     EQ_I(c->zinc.nvme_checksum, 1);
+    EQ_I(c->zinc.ckpt_keep_last, 0);
     EQ_I(c->zinc.csv_monitor, 0);
     EQ_S(c->zinc.csv_output_path, "");
     EQ_S(c->zinc.csv_job_name, "DeepSpeedJobName");
@@ -301,7 +302,8 @@ static const char *full_config =
     "  \"data_types\": {\"grad_accum_dtype\": \"fp16\"},\n"
     "  \"zinc\": {\"ckpt_compression_level\": 12, \"ckpt_async\": true,\n"
     "     \"ckpt_chunk_bytes\": 65536, \"comm_timeout_s\": 42.5, \"grad_buckets\": 5,\n"
-    "     \"gather_buffers\": 6, \"host_memory_limit\": \"512MiB\", \"nvme_checksum\": false}\n"
+    "     \"gather_buffers\": 6, \"host_memory_limit\": \"512MiB\", \"nvme_checksum\": false,\n"
+    "     \"ckpt_keep_last\": 3}\n"
     "}\n";
 
 static void check_full(const zcfg *c)
@@ -372,6 +374,7 @@ static void check_full(const zcfg *c)
     EQ_I(c->zinc.gather_buffers, 6);
     EQ_I(c->zinc.host_memory_limit, 536870912);
     EQ_I(c->zinc.nvme_checksum, 0);
+    EQ_I(c->zinc.ckpt_keep_last, 3);
     EQ_I(c->zinc.csv_monitor, 1);
     EQ_S(c->zinc.csv_output_path, "/tmp/runs");
     EQ_S(c->zinc.csv_job_name, "job7");
@@ -397,11 +400,16 @@ static void test_full(void)
     if (!parse_warns(full_config, 3, &c, full_warns, NFULL_WARNS, __LINE__)) return;
     check_full(&c);
 
-    /* The hash is XXH64 (seed 0) of the canonical text, as 16 lowercase hex digits. */
+    /* The hash is XXH64 (seed 0) of the canonical text, as 16 lowercase hex digits — the text
+     * without zinc.ckpt_keep_last, which says which checkpoints stay, not what is computed. */
     char *t = zcfg_to_json(&c);
     ZT_CHECK(t != NULL, "zcfg_to_json returned NULL");
     if (!t) return;
-    uint64_t h = XXH64(t, strlen(t), 0);
+    zcfg unkept = c;
+    unkept.zinc.ckpt_keep_last = 0;
+    char *th = zcfg_to_json(&unkept);
+    uint64_t h = th ? XXH64(th, strlen(th), 0) : 0;
+    free(th);
     char hex[17];
     snprintf(hex, sizeof hex, "%016llx", (unsigned long long)h);
     ZT_CHECK(c.hash == h, "hash %016llx != XXH64 of the canonical text %016llx",
@@ -962,6 +970,33 @@ static void test_offload(void)
             ZT_CHECK(z.hash == n.hash && t && !strstr(t, "host_memory_limit"),
                      "host_memory_limit 0 should resolve as no key: %s", t ? t : "(null)");
             free(t);
+        }
+    }
+    /* ckpt_keep_last: in the resolved config when set (the CLI's --keep-last reaches the engines
+     * that way) and read back, but never in the hash: retention changes no computed value, and
+     * turning it on for a resumed run must not make its checkpoints another config's (nor keep
+     * their tags from the pruning, which matches tags by hash). 0 and 1000000 are the range. */
+    {
+        zcfg k, n;
+        if (parse_ok(PRE "\"zinc\": {\"ckpt_keep_last\": 4}}", 1, &k, 0, __LINE__) &&
+            parse_ok(PRE "\"zinc\": {}}", 1, &n, 0, __LINE__)) {
+            char *t = zcfg_to_json(&k), *u = zcfg_to_json(&n);
+            ZT_CHECK(t && strstr(t, "\"ckpt_keep_last\": 4") && u && !strstr(u, "ckpt_keep_last"),
+                     "ckpt_keep_last should be in the resolved config only when set: %s",
+                     t ? t : "(null)");
+            ZT_CHECK(k.hash == n.hash, "ckpt_keep_last changed the hash");
+            zcfg b;
+            if (t && parse_ok(t, 1, &b, 0, __LINE__)) EQ_I(b.zinc.ckpt_keep_last, 4);
+            free(t);
+            free(u);
+        }
+        zcfg r;
+        parse_ok(PRE "\"zinc\": {\"ckpt_keep_last\": 1000000}}", 1, &r, 0, __LINE__);
+        static const char *const kl_bad[] = {"-1", "1000001", "2.5", "true", "\"3\""};
+        for (size_t i = 0; i < sizeof kl_bad / sizeof kl_bad[0]; i++) {
+            char text[200];
+            snprintf(text, sizeof text, PRE "\"zinc\": {\"ckpt_keep_last\": %s}}", kl_bad[i]);
+            parse_fails(text, 1, &r, "zinc.ckpt_keep_last", NULL, __LINE__);
         }
     }
     /* The forms of device_memory_limit and host_memory_limit (one parser): each sets its own
