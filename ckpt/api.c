@@ -630,7 +630,7 @@ zinc_status zinc_ckpt_load(zinc_engine_t *e, const char *dir, const char *tag,
          * with the gradients (a micro-step count of a window whose sums were dropped would end
          * the next window early) */
         if (opt && opt->weights_only && opt->keep_optimizer) ev->st->micro = 0;
-        s = zeng_restart_window(e);
+        s = zeng_restart_window(e, "zinc_ckpt_load");
         if (s == ZINC_OK) s = zeng_refresh_params(e);
         if (s != ZINC_OK) { /* the state is the tag's, the working copies are not */
             snprintf(err, sizeof err, "zinc_ckpt_load: %.990s", ev->err);

@@ -183,10 +183,13 @@ int zck_is_writer_name(const char *name);
  * with the reason (n bytes, "it holds X, ...") in why. */
 int zck_dir_owned(const char *dir, char *why, size_t n);
 /* Removes a directory and the writer-named files in it (one level: tag directories are flat).
- * -1 with errno ENOTEMPTY, leaving them, when it holds anything else; ENOTDIR for a symlink. */
+ * -1 with errno ENOTEMPTY when it holds anything else: the directory and those other files stay,
+ * but the writer's files in it are gone by then (zck_dir_owned first, to keep a tag whole);
+ * ENOTDIR for a symlink. */
 int zck_rmdir_flat(const char *dir);
-/* A save's .tmp directory nothing changed in for this long is a leftover (a killed save), not a
- * save still writing: zck_sweep_stale_tmps removes it. */
+/* A save's .tmp directory nothing changed in for this long (or twice the save's collective
+ * timeout, when longer: a save may wait that long in a barrier without writing) is a leftover (a
+ * killed save), not a save still writing: zck_sweep_stale_tmps removes it. */
 #define ZCK_STALE_TMP_S (15 * 60)
 /* Rank 0 preparing a save into dir: removes the <tag>.tmp directories of other tags that
  * earlier saves left (killed, crashed) — only zck_dir_owned ones, unchanged for ZCK_STALE_TMP_S
@@ -194,12 +197,14 @@ int zck_rmdir_flat(const char *dir);
  * manifest (one killed between its manifest and its rename is whole: kept, with a warning) —
  * each with a warning naming it and its size. keep_tag's own .tmp is the caller's. Never fails the save: the number
  * removed. */
-int zck_sweep_stale_tmps(const char *dir, const char *keep_tag, int rank);
-/* Rank 0, right after tag was committed into dir (zinc.ckpt_keep_last, retention.c): removes the
- * tags of the same run (a zinc manifest with config_hash) committed before it, all but the newest
- * keep - 1, each logged; a tag holding files zinc did not write stays, with a warning. Never
- * fails the save: the number removed. */
-int zck_prune_tags(const char *dir, const char *tag, const char *config_hash, int keep, int rank);
+int zck_sweep_stale_tmps(const char *dir, const char *keep_tag, double timeout_s, int rank);
+/* Rank 0, right after tag (at step) was committed into dir (zinc.ckpt_keep_last, retention.c):
+ * removes the run's older tags — default-named (global_step<N>, step<NNNNNN>) for their step,
+ * with config_hash, a lower step, and only the writer's files — but the newest keep - 1 by step,
+ * each logged; a tag holding files zinc did not write stays whole, with a warning. Never fails
+ * the save: the number removed. */
+int zck_prune_tags(const char *dir, const char *tag, const char *config_hash, int64_t step,
+                   int keep, int rank);
 /* Exchanges two directory entries in one rename (Linux renameat2 RENAME_EXCHANGE): 0, or -1 with
  * errno — EINVAL, ENOSYS or ENOTSUP where the kernel or the file system cannot (NFS, CIFS, FUSE,
  * a kernel before 3.15), through the system call itself, so that a C library without the

@@ -263,8 +263,9 @@ static int flat_dir_age(const char *dir, time_t *newest, unsigned long long *byt
     return 0;
 }
 
-int zck_sweep_stale_tmps(const char *dir, const char *keep_tag, int rank)
+int zck_sweep_stale_tmps(const char *dir, const char *keep_tag, double timeout_s, int rank)
 {
+    double stale_s = timeout_s * 2 > ZCK_STALE_TMP_S ? timeout_s * 2 : ZCK_STALE_TMP_S;
     DIR *d = opendir(dir);
     if (!d) return 0;
     int removed = 0;
@@ -282,7 +283,7 @@ int zck_sweep_stale_tmps(const char *dir, const char *keep_tag, int rank)
         unsigned long long bytes;
         /* latest.tmp is a file; a directory holding anything zinc did not write is not ours */
         if (lstat(p, &st) != 0 || !S_ISDIR(st.st_mode) || zck_dir_owned(p, why, sizeof why) != 0 ||
-            flat_dir_age(p, &newest, &bytes) != 0 || now - newest < ZCK_STALE_TMP_S)
+            flat_dir_age(p, &newest, &bytes) != 0 || (double)(now - newest) < stale_s)
             continue;
         /* killed between its manifest and its rename: whole, and a load takes it when named */
         char mp[4500];

@@ -3,64 +3,75 @@
  *
  * A run that saves every K steps under global_step<N> (or step<N>) tags fills its disk one whole
  * checkpoint at a time. With the key set, rank 0, right after a save committed (its tag renamed
- * and `latest` naming it), removes the older tags of the same run: directories of the save
- * directory holding a zinc manifest whose config hash is the save's (a tag of another run, or of
- * this run before its config changed, stays), ordered by when they were committed (the
- * manifest's modification time; the tag just saved is the newest whatever the clock says). Only
- * a tag holding nothing but the writer's files goes (zck_rmdir_flat); a user's file in one keeps
- * it. Each removal is logged; a failure is a warning and never fails the save that ran it.
+ * and `latest` naming it), removes older tags of the same run. A tag is a candidate only when
+ * all of these hold, so that nothing a user named or another run wrote is touched:
+ *   - its name is a default tag name for the step its manifest records: `global_step<N>`
+ *     (save_checkpoint's default, as DeepSpeed's) or `step<N>` zero-padded to six digits or
+ *     more (`zinc train`'s) — a hand-named tag ("best", "final") always stays;
+ *   - its manifest has the save's config hash (another config's tags stay) and a step below the
+ *     save's (tags of a higher step, left by a run that was resumed from an earlier tag, stay);
+ *   - it holds nothing but the writer's files (zck_dir_owned): a tag holding a user's file stays
+ *     whole, with a warning.
+ * The candidates are ordered by step, newest first, and all but keep - 1 of them go (the tag
+ * just saved is the keep-th). Each removal is logged; a failure is a warning and never fails the
+ * save that ran it.
  */
 #include <dirent.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "base/log.h"
 #include "ckpt/ckpt.h"
 
 typedef struct {
     char name[ZCK_TAG_MAX];
-    struct timespec committed;     /* the manifest's modification time */
+    int64_t step;
 } tag_seen;
 
-/* Newest first. */
+/* Newest (highest step) first; equal steps by name, last first. */
 static int newer_first(const void *a, const void *b)
 {
-    const struct timespec *x = &((const tag_seen *)a)->committed;
-    const struct timespec *y = &((const tag_seen *)b)->committed;
-    if (x->tv_sec != y->tv_sec) return x->tv_sec < y->tv_sec ? 1 : -1;
-    if (x->tv_nsec != y->tv_nsec) return x->tv_nsec < y->tv_nsec ? 1 : -1;
-    return strcmp(((const tag_seen *)a)->name, ((const tag_seen *)b)->name);
+    const tag_seen *x = a, *y = b;
+    if (x->step != y->step) return x->step < y->step ? 1 : -1;
+    return -strcmp(x->name, y->name);
 }
 
-/* Whether dir/name is a committed tag of the run whose config hash is `hash`; its manifest's
- * modification time into *when. */
-static int tag_of_run(const char *dir, const char *name, const char *hash, struct timespec *when)
+/* Whether name is a default tag name of step: global_step<step>, or step<step> with at least
+ * six digits (zinc train's step%06lld). */
+static int default_name(const char *name, int64_t step)
 {
-    size_t n = strlen(name);
-    if (name[0] == '.' || n >= ZCK_TAG_MAX || !strcmp(name, ZCK_LATEST) ||
-        (n > 4 && (!strcmp(name + n - 4, ".tmp") || !strcmp(name + n - 4, ".old"))))
-        return 0;
+    char a[48], b[48];
+    snprintf(a, sizeof a, "global_step%" PRId64, step);
+    snprintf(b, sizeof b, "step%06" PRId64, step);
+    return !strcmp(name, a) || !strcmp(name, b);
+}
+
+/* Whether dir/name is an older tag of the run whose config hash is `hash` and whose save is at
+ * step `below` (see the top); its step into *step. */
+static int older_tag_of_run(const char *dir, const char *name, const char *hash, int64_t below,
+                            int64_t *step)
+{
+    if (name[0] == '.' || strlen(name) >= ZCK_TAG_MAX) return 0;
     char mp[4600], err[ZCK_ERR];
     if (snprintf(mp, sizeof mp, "%s/%s/%s", dir, name, ZCK_MANIFEST) >= (int)sizeof mp) return 0;
-    struct stat st;
-    if (stat(mp, &st) != 0 || !S_ISREG(st.st_mode)) return 0;
     char *text = NULL;
     size_t len = 0;
     if (zck_read_file(mp, &text, &len, err) != ZINC_OK) return 0;
     zck_manifest m;
     memset(&m, 0, sizeof m);
-    int same = zck_manifest_parse(text, len, mp, &m, err) == ZINC_OK && hash &&
-               !strcmp(m.config_hash, hash);
+    int ok = zck_manifest_parse(text, len, mp, &m, err) == ZINC_OK &&
+             !strcmp(m.config_hash, hash) && m.step < below && default_name(name, m.step);
+    *step = m.step;
     zck_manifest_free(&m);
     free(text);
-    *when = st.st_mtim;
-    return same;
+    return ok;
 }
 
-int zck_prune_tags(const char *dir, const char *tag, const char *config_hash, int keep, int rank)
+int zck_prune_tags(const char *dir, const char *tag, const char *config_hash, int64_t step,
+                   int keep, int rank)
 {
     if (keep <= 0 || !config_hash || !*config_hash) return 0;
     DIR *d = opendir(dir);
@@ -69,8 +80,9 @@ int zck_prune_tags(const char *dir, const char *tag, const char *config_hash, in
     size_t n = 0, cap = 0;
     struct dirent *de;
     while ((de = readdir(d))) {
-        struct timespec when;
-        if (!strcmp(de->d_name, tag) || !tag_of_run(dir, de->d_name, config_hash, &when)) continue;
+        int64_t s;
+        if (!strcmp(de->d_name, tag) || !older_tag_of_run(dir, de->d_name, config_hash, step, &s))
+            continue;
         if (n == cap) {
             size_t c2 = cap ? 2 * cap : 16;
             tag_seen *s2 = realloc(seen, c2 * sizeof *s2);
@@ -79,19 +91,23 @@ int zck_prune_tags(const char *dir, const char *tag, const char *config_hash, in
             cap = c2;
         }
         snprintf(seen[n].name, sizeof seen[n].name, "%s", de->d_name);
-        seen[n++].committed = when;
+        seen[n++].step = s;
     }
     closedir(d);
     int removed = 0;
     if (n > 0) qsort(seen, n, sizeof *seen, newer_first);
-    /* the tag just saved is the newest: keep - 1 of the others stay */
     for (size_t i = (size_t)keep - 1; i < n; i++) {
-        char p[4400];
+        char p[4400], why[256];
         snprintf(p, sizeof p, "%s/%s", dir, seen[i].name);
+        /* checked first: zck_rmdir_flat deletes the writer's files before it finds a foreign one */
+        if (zck_dir_owned(p, why, sizeof why) != 0) {
+            zlog(ZLOG_WARN, "ckpt", rank, "zinc.ckpt_keep_last %d: kept the older tag %s whole: "
+                 "%s", keep, p, why);
+            continue;
+        }
         if (zck_rmdir_flat(p) != 0) {
             zlog(ZLOG_WARN, "ckpt", rank, "zinc.ckpt_keep_last %d: cannot remove the older tag "
-                 "%s: %s", keep, p, errno == ENOTEMPTY ? "it holds files zinc did not write"
-                                                      : strerror(errno));
+                 "%s: %s", keep, p, strerror(errno));
             continue;
         }
         removed++;

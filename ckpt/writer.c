@@ -219,7 +219,7 @@ zinc_status zck_save_prepare(zcomm_t *c, const zck_save_desc *d, char *err)
             s = zerr_fmt(err, ZCK_ERR, ZINC_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
         /* other tags' leftovers (a save killed before its rename): a run that saves
          * global_step<N> tags would keep one per crash, each a whole checkpoint's bytes */
-        if (s == ZINC_OK) zck_sweep_stale_tmps(d->dir, d->tag, d->rank);
+        if (s == ZINC_OK) zck_sweep_stale_tmps(d->dir, d->tag, d->timeout_s, d->rank);
     }
     zinc_status a = agree(c, s, err);
     /* Rank 0 made the .tmp but the save goes no further (the collective failed): remove it. */
@@ -745,7 +745,7 @@ zinc_status zck_save_commit(const zck_save_desc *d, char *err)
     if (s == ZINC_OK) zck_rmdir_flat(old);
     hook("done");
     if (s == ZINC_OK && d->keep_last > 0)
-        zck_prune_tags(d->dir, d->tag, d->config_hash, d->keep_last, d->rank);
+        zck_prune_tags(d->dir, d->tag, d->config_hash, d->step, d->keep_last, d->rank);
 done:
     if (s != ZINC_OK && committed) {
         /* the tag is whole under its name: a load finds it (as the newest), so say so rather

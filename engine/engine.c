@@ -1318,6 +1318,9 @@ zinc_status zinc_engine_set_train_state(zinc_engine_t *e, const zinc_train_state
         return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_engine_set_train_state: %s is out of "
                          "range (counters 0..2^53, a finite scale > 0, hysteresis 1..%d, "
                          "last_overflow_iter -1..iter)", bad, sc->delayed_shift);
+    /* the gradients of a window in progress go first: a failure there changes no counter */
+    zinc_status rs = zeng_restart_window(e, "zinc_engine_set_train_state");
+    if (rs != ZINC_OK) return rs;
     e->st.step = s->applied;
     e->st.skipped = s->skipped;
     e->st.micro = 0;
@@ -1329,7 +1332,7 @@ zinc_status zinc_engine_set_train_state(zinc_engine_t *e, const zinc_train_state
             e->st.scaler.last_overflow_iter = s->scaler_last_overflow_iter;
         }
     }
-    return zeng_restart_window(e);   /* the gradients of a window in progress go too */
+    return ZINC_OK;
 }
 
 float zinc_loss_multiplier(const zinc_engine_t *e)

@@ -576,11 +576,12 @@ zinc_status zinc_grads_clear(zinc_engine_t *e)
     return s == ZINC_OK ? zero_grads_of(e, 1, fn) : s;
 }
 
-zinc_status zeng_restart_window(zinc_engine_t *e)
+zinc_status zeng_restart_window(zinc_engine_t *e, const char *fn)
 {
-    zinc_status s = drop_buckets(e, "zinc_ckpt_load");
+    if (!e->finalized) return ZINC_OK;     /* no window yet (nor its buckets and flags) */
+    zinc_status s = drop_buckets(e, fn);
     for (int g = 0; g < e->plan.ngroups; g++) e->gstate[g].ready = 0;
-    return s == ZINC_OK ? zero_grads_of(e, 1, "zinc_ckpt_load") : s;
+    return s == ZINC_OK ? zero_grads_of(e, 1, fn) : s;
 }
 
 /* ---- the end of a micro-step -------------------------------------------------------------- */

@@ -87,8 +87,8 @@ zinc_status zeng_refresh_params(zinc_engine_t *e);
 /* After a checkpoint load: the micro-step in progress (groups handed over, gradients in buckets)
  * and the window's gradient sums so far are dropped — the checkpoint holds none of them — and
  * the window goes on from the loaded micro-step count. A lent gradient buffer stays attached,
- * zeroed (engine/step.c). */
-zinc_status zeng_restart_window(zinc_engine_t *e);
+ * zeroed (engine/step.c). Nothing before zinc_finalize. fn names the caller in an error. */
+zinc_status zeng_restart_window(zinc_engine_t *e, const char *fn);
 
 /* Background work a higher layer left running on the engine's state (at most one: an async
  * checkpoint save). The engine calls poll at the end of each zinc_step, after its collectives

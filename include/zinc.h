@@ -381,7 +381,9 @@ ZINC_API zinc_status zinc_grad_buffer_attach(zinc_engine_t *e, void *buf, size_t
  * no host wait; with offload_optimizer at stages 2-3, where the sums are in host memory, one wait
  * for their downloads. At stages 2-3 the gradients in a group's bucket that were not handed over
  * go too (a backward that failed before the group's zinc_grads_ready): the bucket is zeroed and
- * freed, and the group hands over only what is added after this. The window's micro-step count
+ * freed, and the group hands over only what is added after this, into the bucket a new
+ * zinc_param_grad (or zinc_grad_bucket) gives it — a view taken before may now be another
+ * group's. The window's micro-step count
  * and which groups were handed over in this micro-step are unchanged. Not collective. With a lent buffer
  * (zinc_grad_buffer_external) that is not attached there is nothing to clear: ZINC_OK. */
 ZINC_API zinc_status zinc_grads_clear(zinc_engine_t *e);
@@ -718,7 +720,8 @@ typedef struct zinc_ckpt_load_options {
  * A load that succeeds inside an accumulation window drops that window's gradients (the micro-
  * step in progress, handed over or in buckets, and the sums of the earlier ones; the checkpoint
  * holds none): the window goes on from the checkpoint's micro-step count (0 after a weights-only
- * load), and each group is handed over anew. */
+ * load), and each group is handed over anew (at stages 2-3 into the bucket a new zinc_param_grad
+ * gives it: a view taken before the load may now be another group's). */
 ZINC_API zinc_status zinc_ckpt_load(zinc_engine_t *e, const char *dir, const char *tag,
                                     zinc_ckpt_load_options_t *opt);
 
