@@ -13,8 +13,8 @@
  *   - it holds nothing but the writer's files (zck_dir_owned): a tag holding a user's file stays
  *     whole, with a warning.
  * The candidates are ordered by step, newest first, and all but keep - 1 of them go (the tag
- * just saved is the keep-th). Each removal is logged; a failure is a warning and never fails the
- * save that ran it.
+ * just saved is the keep-th): each renamed to <tag>.tmp, then its manifest and its files
+ * deleted. Each removal is logged; a failure is a warning and never fails the save that ran it.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/log.h"
 #include "ckpt/ckpt.h"
@@ -105,9 +106,18 @@ int zck_prune_tags(const char *dir, const char *tag, const char *config_hash, in
                  "%s", keep, p, why);
             continue;
         }
-        if (zck_rmdir_flat(p) != 0) {
+        /* Out of the tags' names first (a .tmp is never a tag), then its manifest before its
+         * shards: a crash partway leaves no damaged tag for a load to skip and warn about, only
+         * a leftover the next saves sweep (zck_sweep_stale_tmps). A stale <tag>.tmp in the way
+         * (rename fails): removed in place. */
+        char gone[4410], mp[4500];
+        snprintf(gone, sizeof gone, "%s.tmp", p);
+        const char *victim = rename(p, gone) == 0 ? gone : p;
+        snprintf(mp, sizeof mp, "%s/%s", victim, ZCK_MANIFEST);
+        unlink(mp);
+        if (zck_rmdir_flat(victim) != 0) {
             zlog(ZLOG_WARN, "ckpt", rank, "zinc.ckpt_keep_last %d: cannot remove the older tag "
-                 "%s: %s", keep, p, strerror(errno));
+                 "%s: %s", keep, victim, strerror(errno));
             continue;
         }
         removed++;
