@@ -195,7 +195,8 @@ int zck_rmdir_flat(const char *dir);
  * earlier saves left (killed, crashed) — only zck_dir_owned ones, unchanged for ZCK_STALE_TMP_S
  * or more (a save writing there now, from another engine, keeps its own), and without a
  * manifest (one killed between its manifest and its rename is whole: kept, with a warning) —
- * each with a warning naming it and its size. keep_tag's own .tmp is the caller's. Never fails the save: the number
+ * each with a warning naming it and its size; and the .<tag>.pruning directories a stopped
+ * zck_prune_tags left, whatever their age. keep_tag's own .tmp is the caller's. Never fails the save: the number
  * removed. */
 int zck_sweep_stale_tmps(const char *dir, const char *keep_tag, double timeout_s, int rank);
 /* Rank 0, right after tag (at step) was committed into dir (zinc.ckpt_keep_last, retention.c):
@@ -289,15 +290,18 @@ const zck_manifest *zck_reader_manifest(const zck_reader *r);
 const char *zck_reader_dir(const zck_reader *r);
 
 /* Finds the tag to load in save directory `dir`: `tag` given -> that one (error if damaged);
- * NULL or "latest" -> the newest valid tag (by step, then manifest time), warning (zlog, rank
- * `logrank`) for each damaged one skipped with why. Fills tagdir (path) and tagname. When
+ * NULL or "latest" -> the tag `latest` names, unless a tag of a higher step was committed after
+ * `latest` was written (the whole order: reader.c, cmp_cand), the damaged ones skipped, each warned about (zlog, rank `logrank`) with why: every manifest is read, but only
+ * the tags tried are opened (a damaged tag past the one taken is not named; zck_resolve_path
+ * opens all). Fills tagdir (path) and tagname. When
  * skip_upto > 0 the first skip_upto valid candidates are passed over too (for a retry after a
  * chunk failed to decode). */
 zinc_status zck_find_tag(const char *dir, const char *tag, int skip_upto, int logrank,
                          char *tagdir, size_t tagdir_n, char *tagname, size_t tagname_n,
                          char *err);
 /* Resolves what a user named: a tag directory (has a manifest), or a save directory: the tag a
- * load of it takes (zck_find_tag with no tag: the newest valid one). ZINC_ERR_IO when path is
+ * load of it takes (zck_find_tag with no tag: the newest valid one) — every tag of it opened, so
+ * that each damaged one is named (a load opens only those it tries). ZINC_ERR_IO when path is
  * not a directory or holds no checkpoint at all. */
 zinc_status zck_resolve_path(const char *path, char *tagdir, size_t n, char *err);
 

@@ -263,6 +263,26 @@ static int flat_dir_age(const char *dir, time_t *newest, unsigned long long *byt
     return 0;
 }
 
+/* A .<tag>.pruning directory of dir: a tag zinc.ckpt_keep_last began to remove (retention.c)
+ * when its process stopped; never loaded, so it goes whatever its age (only the writer's files:
+ * zck_dir_owned). 1 when removed. */
+static int sweep_pruning(const char *dir, const char *name, int rank)
+{
+    char p[4400], why[256];
+    struct stat st;
+    if (snprintf(p, sizeof p, "%s/%s", dir, name) >= (int)sizeof p || lstat(p, &st) != 0 ||
+        !S_ISDIR(st.st_mode) || zck_dir_owned(p, why, sizeof why) != 0)
+        return 0;
+    if (zck_rmdir_flat(p) != 0) {
+        zlog(ZLOG_WARN, "ckpt", rank, "cannot remove %s, a tag whose removal (zinc.ckpt_keep_last) "
+             "stopped: %s", p, strerror(errno));
+        return 0;
+    }
+    zlog(ZLOG_INFO, "ckpt", rank, "removed %s, a tag whose removal (zinc.ckpt_keep_last) stopped",
+         p);
+    return 1;
+}
+
 int zck_sweep_stale_tmps(const char *dir, const char *keep_tag, double timeout_s, int rank)
 {
     double stale_s = timeout_s * 2 > ZCK_STALE_TMP_S ? timeout_s * 2 : ZCK_STALE_TMP_S;
@@ -274,6 +294,10 @@ int zck_sweep_stale_tmps(const char *dir, const char *keep_tag, double timeout_s
     char p[4400], why[256];
     while ((de = readdir(d))) {
         size_t n = strlen(de->d_name);
+        if (de->d_name[0] == '.' && n > 9 && !strcmp(de->d_name + n - 8, ".pruning")) {
+            removed += sweep_pruning(dir, de->d_name, rank);
+            continue;
+        }
         if (de->d_name[0] == '.' || n <= 4 || strcmp(de->d_name + n - 4, ".tmp") != 0) continue;
         if (keep_tag && strlen(keep_tag) == n - 4 && !strncmp(de->d_name, keep_tag, n - 4))
             continue;

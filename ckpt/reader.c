@@ -542,6 +542,10 @@ static int take_old_copy(const char *path, size_t k, char *out, size_t n, int sa
     return 1;
 }
 
+static zinc_status find_tag(const char *dir, const char *tag, int skip_upto, int logrank,
+                           int thorough, char *tagdir, size_t tagdir_n, char *tagname,
+                           size_t tagname_n, char *err);
+
 zinc_status zck_resolve_path(const char *path, char *tagdir, size_t n, char *err)
 {
     char p[4200], tag[ZCK_TAG_MAX];
@@ -565,7 +569,7 @@ zinc_status zck_resolve_path(const char *path, char *tagdir, size_t n, char *err
         return zerr_fmt(err, ZCK_ERR, ZINC_ERR_IO, "%s: not a directory (give a checkpoint's tag "
                         "directory or its save directory)", path);
     /* a save directory: the tag a load would take (`latest`'s, or see cmp_cand) */
-    return zck_find_tag(path, NULL, 0, 0, tagdir, n, tag, sizeof tag, err);
+    return find_tag(path, NULL, 0, 0, 1, tagdir, n, tag, sizeof tag, err);
 }
 
 typedef struct {
@@ -577,6 +581,7 @@ typedef struct {
     int old;        /* name is T.old, the whole previous contents of a tag T that is missing: a
                        save over T that could not exchange the two stopped between its renames
                        (ckpt/writer.c) */
+    int tried;      /* 0: not opened yet; 1: its rank files open; -1: they do not (damaged) */
 } zcand;
 
 /* The manifest of tagdir parsed (its seal and structure checked), its step into *step; the
@@ -623,6 +628,22 @@ static int64_t manifest_step(const char *tagdir)
     return step;
 }
 
+/* Whether the rank files of candidate c of dir open (zck_open: headers, sizes), once: the
+ * answer is kept in c->tried. A damaged one is warned about when `say`. */
+static int try_open(const char *dir, zcand *c, int say, int logrank)
+{
+    if (c->tried) return c->tried > 0;
+    char path[4400], e2[ZCK_ERR];
+    zck_reader *r;
+    snprintf(path, sizeof path, "%s/%s", dir, c->name);
+    c->tried = zck_open(path, &r, e2) == ZINC_OK ? 1 : -1;
+    if (c->tried > 0)
+        zck_close(r);
+    else if (say)
+        zlog(ZLOG_WARN, "ckpt", logrank, "skipping damaged checkpoint %s: %s", path, e2);
+    return c->tried > 0;
+}
+
 static int cmp_cand(const void *a, const void *b)
 {
     const zcand *x = a, *y = b;
@@ -632,9 +653,9 @@ static int cmp_cand(const void *a, const void *b)
     return strcmp(x->name, y->name);
 }
 
-zinc_status zck_find_tag(const char *dir, const char *tag, int skip_upto, int logrank,
-                         char *tagdir, size_t tagdir_n, char *tagname, size_t tagname_n,
-                         char *err)
+static zinc_status find_tag(const char *dir, const char *tag, int skip_upto, int logrank,
+                           int thorough, char *tagdir, size_t tagdir_n, char *tagname,
+                           size_t tagname_n, char *err)
 {
     zck_reader *r;
     if (tag && strcmp(tag, ZCK_LATEST) != 0) {
@@ -724,6 +745,7 @@ zinc_status zck_find_tag(const char *dir, const char *tag, int skip_upto, int lo
         }
         snprintf(c[nc].name, sizeof c[nc].name, "%s", nm);
         c[nc].old = is_old;
+        c[nc].tried = 0;
         c[nc].step = step;
         c[nc].mtime = (double)ms.st_mtim.tv_sec + 1e-9 * (double)ms.st_mtim.tv_nsec;
         nc++;
@@ -737,13 +759,9 @@ zinc_status zck_find_tag(const char *dir, const char *tag, int skip_upto, int lo
         snprintf(path, sizeof path, "%s/%s", dir, ZCK_LATEST);
         if (stat(path, &ls) == 0) lt = (double)ls.st_mtim.tv_sec + 1e-9 * (double)ls.st_mtim.tv_nsec;
         for (int i = 0; i < nc; i++)
-            if (cand_is(&c[i], latest)) {
+            if (cand_is(&c[i], latest)) {   /* (a T.old of it: said below, once opened) */
                 found = 1;
                 lstep = c[i].step;
-                if (say && c[i].old)
-                    zlog(ZLOG_WARN, "ckpt", logrank, "%s/latest names \"%s\", which does not "
-                         "exist; %s/%s holds its previous contents whole (a save over it "
-                         "stopped between its renames)", dir, latest, dir, c[i].name);
             }
         snprintf(path, sizeof path, "%s/%s", dir, latest);
         if (!found) /* damaged (a rank file), yet its manifest may still say its step */
@@ -758,29 +776,32 @@ zinc_status zck_find_tag(const char *dir, const char *tag, int skip_upto, int lo
                                                                     : 3;
     if (nc) qsort(c, (size_t)nc, sizeof *c, cmp_cand);
     /* In that order, the tags are opened (rank files, headers, sizes) until the one this search
-     * takes: the (skip_upto + 1)-th that opens. A tag that does not open is said by the search
-     * that first reaches it (each earlier search stopped at the tag it took). */
+     * takes: the (skip_upto + 1)-th that opens — or, `thorough` (the ckpt tools' look at a save
+     * directory), all of them, so that each damaged one is named. A tag that does not open is
+     * said by the search that first reaches it (each earlier search stopped at the tag it took). */
     int pick = -1, prev = -1, nopen = 0;
-    for (int i = 0; i < nc && pick < 0; i++) {
-        char e2[ZCK_ERR];
-        snprintf(path, sizeof path, "%s/%s", dir, c[i].name);
-        if (zck_open(path, &r, e2) != ZINC_OK) {
-            if (nopen >= skip_upto)
-                zlog(ZLOG_WARN, "ckpt", logrank, "skipping damaged checkpoint %s: %s", path, e2);
+    for (int i = 0; i < nc && (pick < 0 || thorough); i++) {
+        if (!try_open(dir, &c[i], nopen >= skip_upto, logrank)) {
             ndamaged++;
             continue;
         }
-        zck_close(r);
         if (nopen == skip_upto - 1) prev = i;
         if (nopen++ == skip_upto) pick = i;
     }
+    for (int i = 0; say && latest[0] && i < nc; i++)
+        if (c[i].old && cand_is(&c[i], latest))
+            zlog(ZLOG_WARN, "ckpt", logrank, c[i].tried > 0
+                 ? "%s/latest names \"%s\", which does not exist; %s/%s holds its previous "
+                   "contents whole (a save over it stopped between its renames)"
+                 : "%s/latest names \"%s\", which does not exist", dir, latest, dir, c[i].name);
     if (pick >= 0 && latest[0] && !cand_is(&c[pick], latest) && c[pick].group == 0)
         zlog(ZLOG_WARN, "ckpt", logrank, "%s/latest names \"%s\", but %s was saved after it was "
              "written (a save stopped before updating latest): loading %s", dir, latest,
              c[pick].name, c[pick].name);
     else if (pick >= 0 && skip_upto == 0 && c[pick].group == 1) {
+        /* a higher step that a load could take instead (one that opens) */
         for (int i = 0; i < nc; i++)
-            if (c[i].step > c[pick].step) {
+            if (c[i].step > c[pick].step && try_open(dir, &c[i], 0, logrank)) {
                 zlog(ZLOG_WARN, "ckpt", logrank, "%s/latest names \"%s\" (step %lld); %s has "
                      "step %lld: loading %s, as latest says (give the tag to load another)", dir,
                      latest, (long long)c[pick].step, c[i].name, (long long)c[i].step, latest);
@@ -810,4 +831,11 @@ zinc_status zck_find_tag(const char *dir, const char *tag, int skip_upto, int lo
     snprintf(tagname, tagname_n, "%s", c[pick].name);
     free(c);
     return ZINC_OK;
+}
+
+zinc_status zck_find_tag(const char *dir, const char *tag, int skip_upto, int logrank,
+                         char *tagdir, size_t tagdir_n, char *tagname, size_t tagname_n,
+                         char *err)
+{
+    return find_tag(dir, tag, skip_upto, logrank, 0, tagdir, tagdir_n, tagname, tagname_n, err);
 }

@@ -13,7 +13,7 @@
  *   - it holds nothing but the writer's files (zck_dir_owned): a tag holding a user's file stays
  *     whole, with a warning.
  * The candidates are ordered by step, newest first, and all but keep - 1 of them go (the tag
- * just saved is the keep-th): each renamed to <tag>.tmp, then its manifest and its files
+ * just saved is the keep-th): each renamed to .<tag>.pruning, then its manifest and its files
  * deleted. Each removal is logged; a failure is a warning and never fails the save that ran it.
  */
 #include <dirent.h>
@@ -106,18 +106,23 @@ int zck_prune_tags(const char *dir, const char *tag, const char *config_hash, in
                  "%s", keep, p, why);
             continue;
         }
-        /* Out of the tags' names first (a .tmp is never a tag), then its manifest before its
-         * shards: a crash partway leaves no damaged tag for a load to skip and warn about, only
-         * a leftover the next saves sweep (zck_sweep_stale_tmps). A stale <tag>.tmp in the way
-         * (rename fails): removed in place. */
-        char gone[4410], mp[4500];
-        snprintf(gone, sizeof gone, "%s.tmp", p);
-        const char *victim = rename(p, gone) == 0 ? gone : p;
-        snprintf(mp, sizeof mp, "%s/%s", victim, ZCK_MANIFEST);
-        unlink(mp);
-        if (zck_rmdir_flat(victim) != 0) {
+        /* Out of the tags' names first, to .<tag>.pruning (a hidden name no load looks at),
+         * synced, then its manifest before its shards: a crash partway leaves no damaged tag
+         * for a load to skip and warn about, only a leftover the next save sweeps
+         * (zck_sweep_stale_tmps). One left by an earlier crash in the way goes first. */
+        char gone[4420], mp[4500], e2[ZCK_ERR];
+        snprintf(gone, sizeof gone, "%s/.%s.pruning", dir, seen[i].name);
+        if (zck_rmdir_flat(gone) != 0 || rename(p, gone) != 0) {
             zlog(ZLOG_WARN, "ckpt", rank, "zinc.ckpt_keep_last %d: cannot remove the older tag "
-                 "%s: %s", keep, victim, strerror(errno));
+                 "%s: moving it to %s: %s", keep, p, gone, strerror(errno));
+            continue;
+        }
+        zck_fsync_dir(dir, e2);
+        snprintf(mp, sizeof mp, "%s/%s", gone, ZCK_MANIFEST);
+        unlink(mp);
+        if (zck_rmdir_flat(gone) != 0) {
+            zlog(ZLOG_WARN, "ckpt", rank, "zinc.ckpt_keep_last %d: cannot finish removing the "
+                 "older tag %s (now %s): %s", keep, p, gone, strerror(errno));
             continue;
         }
         removed++;

@@ -8,7 +8,8 @@
 #   first version deleted the checkpoint's files and kept only the user's); the resume from
 #   what is left works and `zinc ckpt verify` passes; a resumed run that turns retention on does
 #   not warn that the checkpoint had another config. Bad values (0, a word, without --save-dir,
-#   the config key at -1) exit 2 naming the option or key.
+#   the config key at -1) exit 2 naming the option or key. A tag whose removal a crash stopped
+#   (.<tag>.pruning) is swept by the next save.
 # usage: keep_last_test.sh ZINC
 zinc=$1
 dir=$(mktemp -d) || exit 1
@@ -46,8 +47,13 @@ grep -q "removed the older tag ck/step000004 (zinc.ckpt_keep_last 2)" kept.log |
 ! grep -q "saved with another config" kept.log || fail "turning retention on warned of another config"
 [ "$(cat ck/latest)" = step000006 ] || fail "latest is '$(cat ck/latest)', want step000006"
 "$zinc" ckpt verify ck/step000006 >verify.log 2>&1 || fail "ckpt verify: $(tail -2 verify.log)"
+# a tag whose removal a crash stopped (renamed to .<tag>.pruning, manifest gone): the next save
+# sweeps it, and no load ever warns about it
+cp -r ck/step000005 ck/.step000004.pruning && rm ck/.step000004.pruning/manifest.json
 run --steps 7 --save-dir ck --resume ck/step000006 >resume.log 2>&1 || fail "resume: $(tail -3 resume.log)"
 grep -q "resumed from ck/step000006 at step 6" resume.log || fail "resume: $(grep -i resum resume.log)"
+! grep -qi "damaged" resume.log || fail "a load warned: $(grep -i damaged resume.log)"
+[ ! -e ck/.step000004.pruning ] || fail "the save left ck/.step000004.pruning"
 
 # refused(NAME, PATTERN, ARGS...): exit 2 and PATTERN on stderr
 refused() {

@@ -33,6 +33,72 @@ static char *slurp(const char *p)
     return t;
 }
 
+/* Truncates a file by `by` bytes. */
+static void cut(const char *path, long by)
+{
+    struct stat st;
+    if (stat(path, &st) == 0) ZT_CHECK(truncate(path, st.st_size - by) == 0, "truncate %s", path);
+}
+
+/* A save directory's damaged tags that a load would not reach: a load opens only the tags it
+ * tries, but `zinc ckpt verify DIR` still names each (it opens all); a damaged T.old of the
+ * missing tag `latest` names is not called whole; latest's note of a higher step never points
+ * at a tag that does not open. */
+static void damaged_fallbacks(void)
+{
+    char dir[700], args[2048], p[900], q[900];
+    snprintf(dir, sizeof dir, "%s/fallbacks", root);
+    for (int k = 1; k <= 3; k++) {
+        char tag[8];
+        snprintf(tag, sizeof tag, "s%d", k);
+        fx_step = k;
+        ZT_OK(fx_save_world(dir, tag, 2, 0x7, (unsigned)k, 4096, 0));
+    }
+    fx_step = 7;
+    snprintf(p, sizeof p, "%s/s1/rank-00001.zck", dir);
+    cut(p, 100);
+    snprintf(args, sizeof args, "ckpt verify %s", dir);
+    int rc = cli(args);
+    char *e = slurp(errf);
+    ZT_CHECK(rc == 0 && strstr(e, "skipping damaged checkpoint") && strstr(e, "/s1:"),
+             "verify DIR with an older tag damaged: exit %d, and it should be named: %s", rc, e);
+    free(e);
+    /* latest (s2 now) names a higher step's tag s3 that does not open: not offered */
+    snprintf(p, sizeof p, "%s/latest", dir);
+    FILE *f = fopen(p, "w");
+    if (f) {
+        fputs("s2\n", f);
+        fclose(f);
+    }
+    snprintf(p, sizeof p, "%s/s3/manifest.json", dir);
+    snprintf(q, sizeof q, "%s/s2/manifest.json", dir);
+    struct stat st;
+    if (stat(q, &st) == 0) {       /* s3 written before latest: not "saved after it" */
+        struct timespec t[2] = {st.st_atim, st.st_mtim};
+        utimensat(AT_FDCWD, p, t, 0);
+    }
+    snprintf(p, sizeof p, "%s/s3/rank-00000.zck", dir);
+    cut(p, 100);
+    rc = cli(args);
+    e = slurp(errf);
+    char *o = slurp(out);
+    ZT_CHECK(rc == 0 && strstr(o, "tag s2") && !strstr(e, "s3 has step"),
+             "latest's note names a tag that does not open: exit %d: %s%s", rc, o, e);
+    free(o);
+    free(e);
+    /* the tag latest names missing, its T.old damaged: not "whole" */
+    snprintf(p, sizeof p, "%s/s2", dir);
+    snprintf(q, sizeof q, "%s/s2.old", dir);
+    ZT_CHECK(rename(p, q) == 0, "rename %s", p);
+    snprintf(p, sizeof p, "%s/s2.old/rank-00001.zck", dir);
+    cut(p, 100);
+    rc = cli(args);
+    e = slurp(errf);
+    ZT_CHECK(!strstr(e, "holds its previous contents whole") && strstr(e, "which does not exist"),
+             "a damaged T.old called whole, or the missing tag not said: exit %d: %s", rc, e);
+    free(e);
+}
+
 int main(void)
 {
     fx_tmproot(root, sizeof root, "cli");
@@ -180,6 +246,7 @@ int main(void)
     unlink(f2);
     /* the whole root: the export guards' cases left other-tag/, tag-link and the planted
      * symlink beside save/, and rmdir(root) alone kept all of them */
+    damaged_fallbacks();
     fx_rmtree(root);
     return zt_finish("test_ckpt_cli");
 }
