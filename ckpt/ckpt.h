@@ -17,6 +17,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "engine/view.h"
 #include "shard/comm.h"
@@ -187,6 +188,9 @@ int zck_dir_owned(const char *dir, char *why, size_t n);
  * but the writer's files in it are gone by then (zck_dir_owned first, to keep a tag whole);
  * ENOTDIR for a symlink. */
 int zck_rmdir_flat(const char *dir);
+/* A flat directory's newest modification time (its own and its entries') and the bytes of its
+ * regular files: 0, or -1 when it cannot be read. */
+int zck_dir_usage(const char *dir, time_t *newest, unsigned long long *bytes);
 /* A save's .tmp directory nothing changed in for this long (or twice the save's collective
  * timeout, when longer: a save may wait that long in a barrier without writing) is a leftover (a
  * killed save), not a save still writing: zck_sweep_stale_tmps removes it. */
@@ -196,8 +200,8 @@ int zck_rmdir_flat(const char *dir);
  * or more (a save writing there now, from another engine, keeps its own), and without a
  * manifest (one killed between its manifest and its rename is whole: kept, with a warning) —
  * each with a warning naming it and its size; and the .<tag>.pruning directories a stopped
- * zck_prune_tags left, whatever their age. keep_tag's own .tmp is the caller's. Never fails the save: the number
- * removed. */
+ * zck_prune_tags left, whatever their age. keep_tag's own .tmp is the caller's. Never fails the
+ * save: the number removed. */
 int zck_sweep_stale_tmps(const char *dir, const char *keep_tag, double timeout_s, int rank);
 /* Rank 0, right after tag (at step) was committed into dir (zinc.ckpt_keep_last, retention.c):
  * removes the run's older tags — default-named (global_step<N>, step<NNNNNN>) for their step,
@@ -289,13 +293,16 @@ void zck_close(zck_reader *r);
 const zck_manifest *zck_reader_manifest(const zck_reader *r);
 const char *zck_reader_dir(const zck_reader *r);
 
+/* The manifest of tagdir, read and parsed (its seal and structure checked; the rank files are not
+ * opened). *m is the caller's to zck_manifest_free, whatever the status. */
+zinc_status zck_manifest_read(const char *tagdir, zck_manifest *m, char *err);
 /* Finds the tag to load in save directory `dir`: `tag` given -> that one (error if damaged);
  * NULL or "latest" -> the tag `latest` names, unless a tag of a higher step was committed after
- * `latest` was written (the whole order: reader.c, cmp_cand), the damaged ones skipped, each warned about (zlog, rank `logrank`) with why: every manifest is read, but only
- * the tags tried are opened (a damaged tag past the one taken is not named; zck_resolve_path
- * opens all). Fills tagdir (path) and tagname. When
- * skip_upto > 0 the first skip_upto valid candidates are passed over too (for a retry after a
- * chunk failed to decode). */
+ * `latest` was written (the whole order: reader.c, cmp_cand), the damaged ones skipped, each
+ * warned about (zlog, rank `logrank`) with why. Every manifest is read, but only the tags tried
+ * are opened: a damaged tag past the one taken is not named (zck_resolve_path opens all). Fills
+ * tagdir (path) and tagname. When skip_upto > 0 the first skip_upto valid candidates are passed
+ * over too (for a retry after a chunk failed to decode). */
 zinc_status zck_find_tag(const char *dir, const char *tag, int skip_upto, int logrank,
                          char *tagdir, size_t tagdir_n, char *tagname, size_t tagname_n,
                          char *err);

@@ -240,9 +240,7 @@ int zck_exchange(const char *a, const char *b)
 #endif
 }
 
-/* The newest modification time of a flat directory and its files, and their bytes; -1 when it
- * cannot be read. */
-static int flat_dir_age(const char *dir, time_t *newest, unsigned long long *bytes)
+int zck_dir_usage(const char *dir, time_t *newest, unsigned long long *bytes)
 {
     struct stat st;
     if (stat(dir, &st) != 0) return -1;
@@ -257,7 +255,7 @@ static int flat_dir_age(const char *dir, time_t *newest, unsigned long long *byt
         if (snprintf(p, sizeof p, "%s/%s", dir, de->d_name) >= (int)sizeof p || lstat(p, &st) != 0)
             continue;
         if (st.st_mtime > *newest) *newest = st.st_mtime;
-        *bytes += (unsigned long long)st.st_size;
+        if (S_ISREG(st.st_mode)) *bytes += (unsigned long long)st.st_size;
     }
     closedir(d);
     return 0;
@@ -307,7 +305,7 @@ int zck_sweep_stale_tmps(const char *dir, const char *keep_tag, double timeout_s
         unsigned long long bytes;
         /* latest.tmp is a file; a directory holding anything zinc did not write is not ours */
         if (lstat(p, &st) != 0 || !S_ISDIR(st.st_mode) || zck_dir_owned(p, why, sizeof why) != 0 ||
-            flat_dir_age(p, &newest, &bytes) != 0 || (double)(now - newest) < stale_s)
+            zck_dir_usage(p, &newest, &bytes) != 0 || (double)(now - newest) < stale_s)
             continue;
         /* killed between its manifest and its rename: whole, and a load takes it when named */
         char mp[4500];

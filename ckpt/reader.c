@@ -584,41 +584,31 @@ typedef struct {
     int tried;      /* 0: not opened yet; 1: its rank files open; -1: they do not (damaged) */
 } zcand;
 
-/* The manifest of tagdir parsed (its seal and structure checked), its step into *step; the
- * rank files are not opened (zck_find_tag opens only the tags it reaches). */
-static zinc_status manifest_of(const char *tagdir, int64_t *step, char *err)
+zinc_status zck_manifest_read(const char *tagdir, zck_manifest *m, char *err)
 {
+    memset(m, 0, sizeof *m);
     char path[4400];
     int pn = snprintf(path, sizeof path, "%s/%s", tagdir, ZCK_MANIFEST);
     if (pn < 0 || (size_t)pn >= sizeof path)
         return zerr_fmt(err, ZCK_ERR, ZINC_ERR_INVALID_ARG, "%s: path too long", tagdir);
     char *txt = NULL;
     size_t len = 0;
-    zck_manifest m;
-    memset(&m, 0, sizeof m);
     zinc_status s = zck_read_file(path, &txt, &len, err);
-    if (s == ZINC_OK) s = zck_manifest_parse(txt, len, path, &m, err);
-    if (s == ZINC_OK) *step = m.step;
+    if (s == ZINC_OK) s = zck_manifest_parse(txt, len, path, m, err);
     free(txt);
+    return s;
+}
+
+/* The step the manifest of tagdir records (into *step); the rank files are not opened. */
+static zinc_status manifest_of(const char *tagdir, int64_t *step, char *err)
+{
+    zck_manifest m;
+    zinc_status s = zck_manifest_read(tagdir, &m, err);
+    if (s == ZINC_OK) *step = m.step;
     zck_manifest_free(&m);
     return s;
 }
 
-/* Whether the candidate holds tag `tag` (T.old holds T). */
-static int cand_is(const zcand *c, const char *tag)
-{
-    size_t n = strlen(c->name);
-    return c->old ? n == strlen(tag) + 4 && !strncmp(c->name, tag, n - 4) : !strcmp(c->name, tag);
-}
-
-/* The order a load tries tags in, as DeepSpeed's `latest` means it: the tag `latest` names,
- * unless a tag of a higher step was committed after `latest` was written (a crash between a
- * save's rename and its `latest`: that newer tag first). A copy (cp -r, rsync without -t)
- * scrambles mtimes, so a lower step is never preferred that way: it made a copied run resume
- * 10 steps back, and hid a damaged `latest` tag from `ckpt verify`. Behind them the tags at or
- * below `latest`'s step (that run's), before those above it (an abandoned run's, resumed from
- * an earlier tag): a damaged `latest` fell back to the abandoned run's newest. Within a group,
- * the highest step, then the newest. */
 /* The step the manifest of tagdir records, INT64_MAX when it cannot be read. */
 static int64_t manifest_step(const char *tagdir)
 {
@@ -626,6 +616,13 @@ static int64_t manifest_step(const char *tagdir)
     int64_t step = INT64_MAX;
     if (manifest_of(tagdir, &step, err) != ZINC_OK) return INT64_MAX;
     return step;
+}
+
+/* Whether the candidate holds tag `tag` (T.old holds T). */
+static int cand_is(const zcand *c, const char *tag)
+{
+    size_t n = strlen(c->name);
+    return c->old ? n == strlen(tag) + 4 && !strncmp(c->name, tag, n - 4) : !strcmp(c->name, tag);
 }
 
 /* Whether the rank files of candidate c of dir open (zck_open: headers, sizes), once: the
@@ -644,6 +641,14 @@ static int try_open(const char *dir, zcand *c, int say, int logrank)
     return c->tried > 0;
 }
 
+/* The order a load tries tags in, as DeepSpeed's `latest` means it: the tag `latest` names,
+ * unless a tag of a higher step was committed after `latest` was written (a crash between a
+ * save's rename and its `latest`: that newer tag first). A copy (cp -r, rsync without -t)
+ * scrambles mtimes, so a lower step is never preferred that way: it made a copied run resume
+ * 10 steps back, and hid a damaged `latest` tag from `ckpt verify`. Behind them the tags at or
+ * below `latest`'s step (that run's), before those above it (an abandoned run's, resumed from
+ * an earlier tag): a damaged `latest` fell back to the abandoned run's newest. Within a group,
+ * the highest step, then the newest. */
 static int cmp_cand(const void *a, const void *b)
 {
     const zcand *x = a, *y = b;

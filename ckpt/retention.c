@@ -56,18 +56,13 @@ static int older_tag_of_run(const char *dir, const char *name, const char *hash,
                             int64_t *step)
 {
     if (name[0] == '.' || strlen(name) >= ZCK_TAG_MAX) return 0;
-    char mp[4600], err[ZCK_ERR];
-    if (snprintf(mp, sizeof mp, "%s/%s/%s", dir, name, ZCK_MANIFEST) >= (int)sizeof mp) return 0;
-    char *text = NULL;
-    size_t len = 0;
-    if (zck_read_file(mp, &text, &len, err) != ZINC_OK) return 0;
+    char td[4400], err[ZCK_ERR];
+    if (snprintf(td, sizeof td, "%s/%s", dir, name) >= (int)sizeof td) return 0;
     zck_manifest m;
-    memset(&m, 0, sizeof m);
-    int ok = zck_manifest_parse(text, len, mp, &m, err) == ZINC_OK &&
-             !strcmp(m.config_hash, hash) && m.step < below && default_name(name, m.step);
+    int ok = zck_manifest_read(td, &m, err) == ZINC_OK && !strcmp(m.config_hash, hash) &&
+             m.step < below && default_name(name, m.step);
     *step = m.step;
     zck_manifest_free(&m);
-    free(text);
     return ok;
 }
 

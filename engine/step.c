@@ -551,9 +551,11 @@ static zinc_status zero_grads_of(zinc_engine_t *e, int keep_lent, const char *fn
 
 static zinc_status zero_grads(zinc_engine_t *e) { return zero_grads_of(e, 0, "zinc_step"); }
 
-/* Gradients added into a bucket and not handed over: the bucket zeroed and free, as after a
- * hand-over, so the group hands over only what is added after this. */
-static zinc_status drop_buckets(zinc_engine_t *e, const char *fn)
+/* The window's gradients so far, all of them: the sums, and what was added into a bucket and
+ * not handed over (a backward that raised before its group's zinc_grads_ready) — that bucket
+ * zeroed and free, as after a hand-over, so the group hands over only what is added after this.
+ * A lent buffer stays attached. */
+static zinc_status drop_window_grads(zinc_engine_t *e, const char *fn)
 {
     for (int i = 0; i < e->nbuckets; i++) {
         int g = e->bucket_owner[i];
@@ -564,24 +566,20 @@ static zinc_status drop_buckets(zinc_engine_t *e, const char *fn)
         e->bucket_owner[i] = -1;
         e->gstate[g].bucket = -1;
     }
-    return ZINC_OK;
+    return zero_grads_of(e, 1, fn);
 }
 
 zinc_status zinc_grads_clear(zinc_engine_t *e)
 {
-    const char *fn = "zinc_grads_clear";
-    zinc_status s = zeng_check_ready(e, fn);
-    /* a backward that raised before its group's zinc_grads_ready left gradients in its bucket */
-    if (s == ZINC_OK) s = drop_buckets(e, fn);
-    return s == ZINC_OK ? zero_grads_of(e, 1, fn) : s;
+    zinc_status s = zeng_check_ready(e, "zinc_grads_clear");
+    return s == ZINC_OK ? drop_window_grads(e, "zinc_grads_clear") : s;
 }
 
 zinc_status zeng_restart_window(zinc_engine_t *e, const char *fn)
 {
     if (!e->finalized) return ZINC_OK;     /* no window yet (nor its buckets and flags) */
-    zinc_status s = drop_buckets(e, fn);
     for (int g = 0; g < e->plan.ngroups; g++) e->gstate[g].ready = 0;
-    return s == ZINC_OK ? zero_grads_of(e, 1, fn) : s;
+    return drop_window_grads(e, fn);
 }
 
 /* ---- the end of a micro-step -------------------------------------------------------------- */

@@ -84,7 +84,7 @@ zinc_status zeng_shard_pieces(zinc_engine_t *e, zshard_piece **out, int *n);
 /* After master weights were changed outside a step (param_set, checkpoint load): recomputes the
  * 16-bit working copy from master and, at stages 0-2, all-gathers it. Collective. */
 zinc_status zeng_refresh_params(zinc_engine_t *e);
-/* After a checkpoint load: the micro-step in progress (groups handed over, gradients in buckets)
+/* After a checkpoint load (or zinc_engine_set_train_state): the micro-step in progress (groups handed over, gradients in buckets)
  * and the window's gradient sums so far are dropped — the checkpoint holds none of them — and
  * the window goes on from the loaded micro-step count. A lent gradient buffer stays attached,
  * zeroed (engine/step.c). Nothing before zinc_finalize. fn names the caller in an error. */

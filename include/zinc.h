@@ -383,9 +383,9 @@ ZINC_API zinc_status zinc_grad_buffer_attach(zinc_engine_t *e, void *buf, size_t
  * go too (a backward that failed before the group's zinc_grads_ready): the bucket is zeroed and
  * freed, and the group hands over only what is added after this, into the bucket a new
  * zinc_param_grad (or zinc_grad_bucket) gives it — a view taken before may now be another
- * group's. The window's micro-step count
- * and which groups were handed over in this micro-step are unchanged. Not collective. With a lent buffer
- * (zinc_grad_buffer_external) that is not attached there is nothing to clear: ZINC_OK. */
+ * group's. The window's micro-step count and which groups were handed over in this micro-step
+ * are unchanged. Not collective. With a lent buffer (zinc_grad_buffer_external) that is not
+ * attached there is nothing to clear: ZINC_OK. */
 ZINC_API zinc_status zinc_grads_clear(zinc_engine_t *e);
 
 /* Collective at stages 2-3: the group's gradient of this micro-step is complete; zinc
@@ -542,7 +542,8 @@ typedef struct zinc_train_state {
 } zinc_train_state_t;
 
 /* Sets the engine's counters and loss scaler and starts a new accumulation window (the
- * gradients of one in progress are dropped, as zinc_ckpt_load does), after zinc_finalize. Not collective: every rank passes the same values.
+ * gradients of one in progress are dropped, as zinc_ckpt_load does), after zinc_finalize. Not
+ * collective: every rank passes the same values.
  * Range-checked as a checkpoint's engine_state is (docs/checkpoint-format.md): counters in
  * 0..2^53, a finite scale > 0, hysteresis and iterations in range; ZINC_ERR_INVALID_ARG naming
  * the field otherwise, and nothing is changed. */

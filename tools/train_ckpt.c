@@ -134,27 +134,6 @@ static int save_dir_unusable(const char *dir, char *msg, size_t n)
     return 0;
 }
 
-/* The bytes of the files directly in dir/name (a checkpoint tag is flat). */
-static unsigned long long dir_bytes(const char *dir, const char *name)
-{
-    char path[2400];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    DIR *d = opendir(path);
-    if (!d) return 0;
-    unsigned long long sum = 0;
-    struct dirent *de;
-    struct stat st;
-    char f[2800];
-    while ((de = readdir(d))) {
-        snprintf(f, sizeof f, "%s/%s", path, de->d_name);
-        if (de->d_name[0] != '.' && lstat(f, &st) == 0 && S_ISREG(st.st_mode))
-            sum += (unsigned long long)st.st_size;
-    }
-    closedir(d);
-    return sum;
-}
-
-
 /* 1, with the reason in msg, when something of the user's is where a save of this run (the
  * steps after `start` up to --steps that it saves at) would write: a `latest` or latest.tmp that
  * is no checkpoint's (a data file), or such a tag directory, .tmp or .old holding files the
@@ -183,20 +162,24 @@ static int save_dir_blocked(const topts *o, long long start, char *msg, size_t n
         else if (!strcmp(de->d_name + tl, ".tmp")) {
             /* a save stopped before its rename: never loaded, and no save of this run
              * replaces it (one that does removes it first) */
-            unsigned long long b = dir_bytes(o->save_dir, de->d_name);
-            stale_bytes += b;
+            char p[2400];
+            time_t newest;
+            unsigned long long b = 0;
+            snprintf(p, sizeof p, "%s/%s", o->save_dir, de->d_name);
+            if (zck_dir_usage(p, &newest, &b) == 0) stale_bytes += b;
             if (!nstale++) snprintf(stale, sizeof stale, "%s", de->d_name);
         }
     }
     closedir(d);
     if (!bad && nstale == 1 && o->rank0)
-        printf("note: %s/%s is an unfinished save a stopped run left (%.1f MiB), never loaded "
-               "and not saved over by this run: remove it to free the space\n", o->save_dir,
-               stale, (double)stale_bytes / (1 << 20));
+        printf("note: %s/%s is an unfinished save a stopped run left (%.1f MiB), never loaded: "
+               "a save removes it once it is 15 minutes old (unless it holds a whole "
+               "checkpoint)\n", o->save_dir, stale, (double)stale_bytes / (1 << 20));
     else if (!bad && nstale && o->rank0)
         printf("note: %s/%s and %d more *.tmp are unfinished saves stopped runs left (%.1f MiB), "
-               "never loaded and not saved over by this run: remove them to free the space\n",
-               o->save_dir, stale, nstale - 1, (double)stale_bytes / (1 << 20));
+               "never loaded: a save removes each once it is 15 minutes old (unless it holds a "
+               "whole checkpoint)\n", o->save_dir, stale, nstale - 1,
+               (double)stale_bytes / (1 << 20));
     return bad;
 }
 

@@ -109,12 +109,11 @@ class _HandOverMixin:
             if dst:
                 # An error here (out of memory) leaves the gradients in `.grad`, where the next
                 # backward adds to them, as after an error in autograd: torch checks and
-                # allocates before its kernels run, so none was added (its per-tensor fallback,
-                # on the CPU, adds same-shaped tensors in place: nothing there to fail midway;
-                # at stages 0-1 the lent buffer holds the window's sum and could not be
-                # undone). At stages 2-3 the bucket
-                # (kept by the group, G.slot, for its next hand-over) holds this hand-over's adds
-                # alone: zeroed in case some were.
+                # allocates before its kernels run, so none was added (its per-tensor CPU
+                # fallback adds same-shaped tensors in place: nothing to fail midway; at stages
+                # 0-1 the lent buffer holds the window's sum, where a partial add could not be
+                # undone). At stages 2-3 the bucket, kept by the group (G.slot) for its next
+                # hand-over, holds this hand-over's adds alone: zeroed in case some were.
                 try:
                     torch._foreach_add_(dst, src)
                 except BaseException:
