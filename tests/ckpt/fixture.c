@@ -2,6 +2,7 @@
 #include "fixture.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -281,4 +282,21 @@ void fx_rmtree(const char *dir)
     }
     closedir(d);
     rmdir(dir);
+}
+
+void fx_edit_file(const char *path, long off, int flip, long truncate_by)
+{
+    int fd = open(path, O_RDWR);
+    struct stat st;
+    ZT_CHECK(fd >= 0 && fstat(fd, &st) == 0, "cannot open %s to damage it", path);
+    if (fd < 0) return;
+    if (flip) {
+        unsigned char b = 0;
+        ZT_CHECK(pread(fd, &b, 1, off) == 1, "cannot read %s at %ld", path, off);
+        b ^= 0x5a;
+        ZT_CHECK(pwrite(fd, &b, 1, off) == 1, "cannot write %s at %ld", path, off);
+    }
+    if (truncate_by)
+        ZT_CHECK(ftruncate(fd, st.st_size - truncate_by) == 0, "cannot truncate %s", path);
+    close(fd);
 }

@@ -58,4 +58,8 @@ void fx_tmproot(char *out, size_t n, const char *name);
 /* rm -rf of a test directory (two levels: save dir and its tags). */
 void fx_rmtree(const char *dir);
 
+/* Damages a file: with flip, XORs the byte at off with 0x5a; then cuts truncate_by bytes off
+ * its end (0: none). */
+void fx_edit_file(const char *path, long off, int flip, long truncate_by);
+
 #endif

@@ -33,13 +33,6 @@ static char *slurp(const char *p)
     return t;
 }
 
-/* Truncates a file by `by` bytes. */
-static void cut(const char *path, long by)
-{
-    struct stat st;
-    if (stat(path, &st) == 0) ZT_CHECK(truncate(path, st.st_size - by) == 0, "truncate %s", path);
-}
-
 /* A save directory's damaged tags that a load would not reach: a load opens only the tags it
  * tries, but `zinc ckpt verify DIR` still names each (it opens all); a damaged T.old of the
  * missing tag `latest` names is not called whole; latest's note of a higher step never points
@@ -56,7 +49,7 @@ static void damaged_fallbacks(void)
     }
     fx_step = 7;
     snprintf(p, sizeof p, "%s/s1/rank-00001.zck", dir);
-    cut(p, 100);
+    fx_edit_file(p, 0, 0, 100);
     snprintf(args, sizeof args, "ckpt verify %s", dir);
     int rc = cli(args);
     char *e = slurp(errf);
@@ -78,7 +71,7 @@ static void damaged_fallbacks(void)
         utimensat(AT_FDCWD, p, t, 0);
     }
     snprintf(p, sizeof p, "%s/s3/rank-00000.zck", dir);
-    cut(p, 100);
+    fx_edit_file(p, 0, 0, 100);
     rc = cli(args);
     e = slurp(errf);
     char *o = slurp(out);
@@ -91,7 +84,7 @@ static void damaged_fallbacks(void)
     snprintf(q, sizeof q, "%s/s2.old", dir);
     ZT_CHECK(rename(p, q) == 0, "rename %s", p);
     snprintf(p, sizeof p, "%s/s2.old/rank-00001.zck", dir);
-    cut(p, 100);
+    fx_edit_file(p, 0, 0, 100);
     rc = cli(args);
     e = slurp(errf);
     ZT_CHECK(!strstr(e, "holds its previous contents whole") && strstr(e, "which does not exist"),

@@ -267,21 +267,6 @@ static void expect_error(const char *tagdir, zinc_status want, const char *needl
     printf("  %s -> %s\n", what, err);
 }
 
-static void edit_file(const char *path, long off, int flip, long truncate_by)
-{
-    int fd = open(path, O_RDWR);
-    struct stat st;
-    fstat(fd, &st);
-    if (flip) {
-        unsigned char b;
-        pread(fd, &b, 1, off);
-        b ^= 0x5a;
-        pwrite(fd, &b, 1, off);
-    }
-    if (truncate_by) ftruncate(fd, st.st_size - truncate_by);
-    close(fd);
-}
-
 static void test_damage(void)
 {
     char dir[700], td[1200], p[1400], err[ZCK_ERR];
@@ -292,14 +277,14 @@ static void test_damage(void)
 
     snprintf(td, sizeof td, "%s/s2", dir);
     snprintf(p, sizeof p, "%s/rank-00001.zck", td);
-    edit_file(p, 0, 0, 10);
+    fx_edit_file(p, 0, 0, 10);
     expect_error(td, ZINC_ERR_CORRUPT, "rank-00001.zck", "chunk", "truncated chunk");
 
     snprintf(td, sizeof td, "%s/s3", dir);
     snprintf(p, sizeof p, "%s/rank-00002.zck", td);
     struct stat st;
     stat(p, &st);
-    edit_file(p, (long)st.st_size / 2, 1, 0);
+    fx_edit_file(p, (long)st.st_size / 2, 1, 0);
     expect_error(td, ZINC_ERR_CORRUPT, "rank-00002.zck", "chunk", "flipped byte");
     {   /* the resharding reader names it too */
         zck_reader *r;

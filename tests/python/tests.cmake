@@ -26,11 +26,15 @@ else()
 endif()
 set(_env "ZINC_LIB=$<TARGET_FILE:zinc>;OMPI_MCA_btl_vader_single_copy_mechanism=none")
 
-foreach(_s 0 1 2 3)
-  add_test(NAME python_parity_stage${_s} COMMAND ${_py} ${_pyt}/test_torch_parity.py ${_s})
-  set_tests_properties(python_parity_stage${_s} PROPERTIES LABELS python TIMEOUT 300
-                       SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
-endforeach()
+# python_<name>_stage<s>: `script STAGE`, for each stage given after the timeout.
+function(zinc_python_stage_tests name script timeout)
+  foreach(_s ${ARGN})
+    add_test(NAME python_${name}_stage${_s} COMMAND ${_py} ${_pyt}/${script} ${_s})
+    set_tests_properties(python_${name}_stage${_s} PROPERTIES LABELS python TIMEOUT ${timeout}
+                         SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
+  endforeach()
+endfunction()
+zinc_python_stage_tests(parity test_torch_parity.py 300 0 1 2 3)
 add_test(NAME python_parity_bf16_stage2 COMMAND ${_py} ${_pyt}/test_torch_parity.py 2 bf16)
 set_tests_properties(python_parity_bf16_stage2 PROPERTIES LABELS python TIMEOUT 300
                      SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
@@ -54,28 +58,14 @@ zinc_stage3_script_tests(odd 0 1 2 3)
 zinc_stage3_script_tests(actckpt 0 2 3)
 # A module run in several reentrant checkpointing segments: its gradient's later contributions
 # come after its hand-over (zinc_grads_more; test_shared_segments.py).
-foreach(_s 0 1 2 3)
-  add_test(NAME python_shared_segments_stage${_s}
-           COMMAND ${_py} ${_pyt}/test_shared_segments.py ${_s})
-  set_tests_properties(python_shared_segments_stage${_s} PROPERTIES LABELS python TIMEOUT 300
-                       SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
-endforeach()
+zinc_python_stage_tests(shared_segments test_shared_segments.py 300 0 1 2 3)
 # A backward that raises midway (training goes on, as plain torch's `.grad` keeps its part) and
 # a second backward without step() (refused before anything is added; test_interrupted_backward.py).
-foreach(_s 0 1 2 3)
-  add_test(NAME python_interrupted_backward_stage${_s}
-           COMMAND ${_py} ${_pyt}/test_interrupted_backward.py ${_s})
-  set_tests_properties(python_interrupted_backward_stage${_s} PROPERTIES LABELS python
-                       TIMEOUT 300 SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
-endforeach()
+zinc_python_stage_tests(interrupted_backward test_interrupted_backward.py 300 0 1 2 3)
 # A Ctrl-C right after each zinc call of an iteration, and the exceptions that left wrong values
 # (zero_grad after a failed backward, a step after a backward without grad_fn, a load after a
 # failed stage-3 pass, a GatheredParameters block that raised): test_ctrl_c.py.
-foreach(_s 0 1 2 3)
-  add_test(NAME python_ctrl_c_stage${_s} COMMAND ${_py} ${_pyt}/test_ctrl_c.py ${_s})
-  set_tests_properties(python_ctrl_c_stage${_s} PROPERTIES LABELS python
-                       TIMEOUT 300 SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
-endforeach()
+zinc_python_stage_tests(ctrl_c test_ctrl_c.py 300 0 1 2 3)
 # model_parameters as param groups with their own weight decay (zinc_group_set_weight_decay).
 zinc_stage3_script_tests(groups 0 1 2 3)
 # A client torch.optim.AdamW / Adam (it replaces the config's optimizer), a client LR scheduler,
@@ -101,11 +91,7 @@ foreach(_s 1 3)
 endforeach()
 # zinc.zero (GatheredParameters, Init) and initialize taking rank 0's parameters
 # (test_torch_zero.py).
-foreach(_s 0 1 2 3)
-  add_test(NAME python_zero_stage${_s} COMMAND ${_py} ${_pyt}/test_torch_zero.py ${_s})
-  set_tests_properties(python_zero_stage${_s} PROPERTIES LABELS python TIMEOUT 120
-                       SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
-endforeach()
+zinc_python_stage_tests(zero test_torch_zero.py 120 0 1 2 3)
 # zinc.zero.Init under torchrun's environment (no MPI): its broadcasts through torch.distributed
 # (gloo here); the script starts its own 2 ranks.
 add_test(NAME python_zero_torchrun COMMAND ${_py} ${_pyt}/test_torch_zero_torchrun.py)
@@ -427,12 +413,7 @@ python3 -m pyflakes \"$0/python/zinc\" \"$0/bench/gpu_torch.py\" \"$0/bench/benc
 set_tests_properties(python_lint PROPERTIES LABELS "python;unit" TIMEOUT 120 SKIP_RETURN_CODE 77)
 # load_checkpoint inside an accumulation window: that window's gradients are dropped and training
 # goes on as after a load into a fresh engine, bit for bit (test_load_in_window.py).
-foreach(_s 0 1 2 3)
-  add_test(NAME python_load_in_window_stage${_s}
-           COMMAND ${_py} ${_pyt}/test_load_in_window.py ${_s})
-  set_tests_properties(python_load_in_window_stage${_s} PROPERTIES LABELS python TIMEOUT 300
-                       SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
-endforeach()
+zinc_python_stage_tests(load_in_window test_load_in_window.py 300 0 1 2 3)
 # What the front-end keeps alive: an engine dropped without close() is freed (stage 3's
 # parameter hooks held it for good), and a load or save leaves no buffer in a reference cycle
 # (test_lifetime.py).
