@@ -110,7 +110,7 @@ static void timeout_rank(int rank, void *p)
         ZT_CHECK(s == ZINC_ERR_TIMEOUT, "rank %d: timeout case returned %s: %s", rank,
                  zinc_status_string(s), c->err);
         /* A rank that entered later may be released early by the first one to time out. */
-        ZT_CHECK(dt <= a->timeout + 1.0, "rank %d: returned after %.3f s with a timeout of %.3f s",
+        ZT_CHECK(dt <= a->timeout + 5.0, "rank %d: returned after %.3f s with a timeout of %.3f s",
                  rank, dt, a->timeout);
         a->waited[rank] = dt;
         char want[64];
@@ -126,7 +126,7 @@ static void timeout_rank(int rank, void *p)
         while (atomic_load(&a->done) < size - a->nmissing) sleep_s(0.01);
         double t0 = now_s();
         zinc_status s = zcomm_barrier(c);
-        ZT_CHECK(s == ZINC_ERR_ABORTED && now_s() - t0 < 0.5,
+        ZT_CHECK(s == ZINC_ERR_ABORTED && now_s() - t0 < 5.0,
                  "late rank %d: got %s after %.3f s: %s", rank, zinc_status_string(s),
                  now_s() - t0, c->err);
         ZT_CHECK(strstr(c->err, "timed out"), "late rank %d: message says why: %s", rank, c->err);
@@ -178,7 +178,7 @@ static void abort_rank(int rank, void *p)
         double lag = now_s() - a->t_abort;
         ZT_CHECK(s == ZINC_ERR_ABORTED, "rank %d: got %s: %s", rank, zinc_status_string(s),
                  c->err);
-        ZT_CHECK(lag < 0.5, "rank %d: returned %.3f s after the abort", rank, lag);
+        ZT_CHECK(lag < 5.0, "rank %d: returned %.3f s after the abort (timeout 30 s)", rank, lag);
         char want[64];
         snprintf(want, sizeof want, "rank %d aborted", size - 1);
         ZT_CHECK(strstr(c->err, "simulated failure") && strstr(c->err, want),
