@@ -115,7 +115,10 @@ zinc_status zinc_world_create_launched(zinc_world_t **out)
         if (s == ZINC_OK && bi.mpi_initialised) (*out)->we_initialised_mpi = 1;
         return s;
     }
-    if (!strcmp(bi.method, "single")) return zinc_world_create_local(1, out);
+    /* A launch of one process (`deepspeed train.py`, torchrun --nproc-per-node 1, RANK=0
+     * WORLD_SIZE=1 set for DeepSpeed's own setup) has no peer to connect: a world of one, which
+     * runs on any device, as without a launcher. */
+    if (!strcmp(bi.method, "single") || bi.size == 1) return zinc_world_create_local(1, out);
     zinc_world_t *w = world_new();
     if (!w) return zerr_thread(ZINC_ERR_NOMEM, "zinc_world_create_launched: out of memory");
     w->size = bi.size;

@@ -113,7 +113,7 @@ ZINC_API zinc_status zinc_world_create_mpi(zinc_world_t **out);
 /* The world the launcher set up: under mpirun (in an MPI build) an mpi world; under torchrun
  * (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT) or srun a world of the processes it
  * started, one rank each — usable with device "cuda" only, whose NCCL comm it bootstraps;
- * otherwise a local world of one rank. ZINC_BOOTSTRAP=mpi|slurm|env|single forces a method.
+ * otherwise, and for a launch of one process, a local world of one rank. ZINC_BOOTSTRAP=mpi|slurm|env|single forces a method.
  * @return ZINC_ERR_CONFIG naming the variable when the launcher's environment is inconsistent. */
 ZINC_API zinc_status zinc_world_create_launched(zinc_world_t **out);
 

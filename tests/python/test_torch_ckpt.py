@@ -10,7 +10,8 @@
                                             checkpoint raises; an argument zinc does not offer
                                             raises NotImplementedError naming it; a meta
                                             parameter is refused by name; a CPU model under
-                                            torchrun's environment fails at once, saying why
+                                            torchrun's environment of 2 fails at once, saying
+                                            why; one of 1 trains
     python test_torch_ckpt.py scheduled DIR a client AdamW + LambdaLR (+ OneCycleLR, cycling
                                             beta1) run saved and resumed by a new engine
                                             continues bitwise as uninterrupted
@@ -506,22 +507,28 @@ def main():
         engine.backward(engine(torch.ones(2, 4)).sum())
         engine.step()
         engine.close()
-        # A CPU model under torchrun's environment: zinc connects torchrun's ranks with NCCL
-        # only, so initialize must fail at once saying what to do, not wait for peers. A child
-        # process: the launcher's world is made once per process.
-        env = dict(os.environ, RANK="0", WORLD_SIZE="1", LOCAL_RANK="0",
-                   MASTER_ADDR="127.0.0.1", MASTER_PORT="29500")
-        try:
-            r = subprocess.run([sys.executable, __file__, "torchrun-cpu", d], env=env, timeout=120,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-            out, rc = r.stdout, r.returncode
-        except subprocess.TimeoutExpired:
-            out, rc = "timed out after 120 s", -1
-        print(f"CPU model under torchrun's environment: {out.strip()[-200:]}")
-        if rc != 0:
-            fails += 1
-            print("FAIL: a CPU model under torchrun's environment did not fail at once with a "
-                  "ZincError naming mpirun")
+        # A CPU model under torchrun's environment of 2 ranks: zinc connects torchrun's ranks
+        # with NCCL only, so initialize must fail at once saying what to do, not wait for the
+        # peer (dist_init_required=False: torch.distributed's own rendezvous would wait, as
+        # DeepSpeed's does). A launch of one process (`deepspeed train.py`, or RANK=0
+        # WORLD_SIZE=1 exported for DeepSpeed's setup) has no peer: it trains as without a
+        # launcher. Child processes: the launcher's world is made once per process.
+        for child, size, what in (("torchrun-cpu", "2", "did not fail at once with a ZincError "
+                                   "naming mpirun"),
+                                  ("launched-one", "1", "did not train as a world of one")):
+            env = dict(os.environ, RANK="0", WORLD_SIZE=size, LOCAL_RANK="0",
+                       MASTER_ADDR="127.0.0.1", MASTER_PORT="29500")
+            try:
+                r = subprocess.run([sys.executable, __file__, child, d], env=env, timeout=120,
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                out, rc = r.stdout, r.returncode
+            except subprocess.TimeoutExpired:
+                out, rc = "timed out after 120 s", -1
+            print(f"CPU model under torchrun's environment, WORLD_SIZE={size}: "
+                  f"{out.strip()[-200:]}")
+            if rc != 0:
+                fails += 1
+                print(f"FAIL: a CPU model under torchrun's environment of {size} {what}")
         return 1 if fails else 0
     if mode == "warmstart":
         return warmstart(d)
@@ -529,12 +536,24 @@ def main():
         return scheduled(d)
     if mode == "torchrun-cpu":    # the child of the errors mode, in torchrun's environment
         try:
-            zinc.initialize(model=model(), config=cfg(GLOBAL))
+            zinc.initialize(model=model(), config=cfg(GLOBAL), dist_init_required=False)
         except zinc.ZincError as ex:
             print(f"raises: {ex}")
             return 0 if "mpirun" in str(ex) and "cuda" in str(ex) else 1
         print("initialize succeeded")
         return 1
+    if mode == "launched-one":    # the child of the errors mode, torchrun's environment of one
+        engine, *_ = zinc.initialize(model=model(), config=cfg(GLOBAL))
+        x, y = data(0)
+        engine.backward(torch.nn.functional.mse_loss(engine(x), y))
+        engine.step()
+        ok = (engine.world_size, engine.global_rank, engine.global_steps,
+              torch.distributed.get_world_size()) == (1, 0, 1, 1)
+        print(f"world {engine.world_size}, rank {engine.global_rank}, "
+              f"{engine.global_steps} step(s), torch.distributed of "
+              f"{torch.distributed.get_world_size()}")
+        engine.close()
+        return 0 if ok else 1
     print(f"usage: {sys.argv[0]} save|resume|errors DIR")
     return 2
 
