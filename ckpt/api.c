@@ -267,6 +267,7 @@ zinc_status zinc_ckpt_save(zinc_engine_t *e, const char *dir, const char *tag,
         tensor_table(ev, tens);
         uint8_t *sm = staging, *smm = sm + elems * 4, *sv = smm + elems * 4, *s16 = sv + elems * 4;
         uint64_t at = 0;
+        const zdev_t *failed = ev->dev;   /* the device whose message says why a copy failed */
         for (int i = 0; i < np && s == ZINC_OK; i++) {
             size_t n = sp[i].hi - sp[i].lo;
             pc[i].tensor = sp[i].param;
@@ -277,9 +278,16 @@ zinc_status zinc_ckpt_save(zinc_engine_t *e, const char *dir, const char *tag,
             pc[i].data[ZCK_ADAM_V] = sv + at * 4;
             /* The state is on state_dev: the device, or host memory with offload_optimizer. */
             zdev_t *sd = ev->state_dev;
-            s = sd->iface->download(sd, sm + at * 4, sp[i].master, n * 4);
-            if (s == ZINC_OK) s = sd->iface->download(sd, smm + at * 4, sp[i].m, n * 4);
-            if (s == ZINC_OK) s = sd->iface->download(sd, sv + at * 4, sp[i].v, n * 4);
+            /* master, m and v a slice at a time: NVMe offload reads a chunk's three states
+             * together (and checks them), so the slices of one piece stay within the chunks it
+             * holds in memory */
+            for (size_t k = 0, step = (size_t)1 << 20; k < n && s == ZINC_OK; k += step) {
+                size_t b = (n - k < step ? n - k : step) * 4;
+                s = sd->iface->download(sd, sm + (at + k) * 4, sp[i].master + k, b);
+                if (s == ZINC_OK) s = sd->iface->download(sd, smm + (at + k) * 4, sp[i].m + k, b);
+                if (s == ZINC_OK) s = sd->iface->download(sd, sv + (at + k) * 4, sp[i].v + k, b);
+            }
+            if (s != ZINC_OK) failed = sd;
             if (s == ZINC_OK && w16) {
                 const zplan_param *P = &ev->plan->params[sp[i].param];
                 size_t pos = ev->stage == 3 ? (size_t)(sp[i].master - ev->master)
@@ -288,12 +296,13 @@ zinc_status zinc_ckpt_save(zinc_engine_t *e, const char *dir, const char *tag,
                 zdev_t *pd = ev->param16_dev; /* the host with offload_param */
                 s = pd->iface->download(pd, s16 + at * es16, (char *)ev->param16 + pos * es16,
                                         n * es16);
+                if (s != ZINC_OK) failed = pd;
             }
             at += n;
         }
         if (s != ZINC_OK)
             zerr_fmt(err, ZCK_ERR, s, "zinc_ckpt_save: copying the shard to host memory failed: %s",
-                     ev->dev->err);
+                     failed->err);
     }
     /* Everyone agrees before the collective part, so a rank that failed here stops nobody. */
     if (any_rank(ev, s != ZINC_OK)) {

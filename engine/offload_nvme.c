@@ -31,7 +31,9 @@
  * in the step: the file's space is reserved at finalize. A chunk that reads back other than the
  * step wrote it (its checksum, zinc.nvme_checksum), or with offload_param a group's 16-bit slice
  * that a gather reads back changed, is refused the same way, as is a step that failed after
- * writing part of the file.
+ * writing part of the file. Reads outside the step (a checkpoint's save, the state accessors)
+ * are checked against the same sums (nv_download), so that a save never copies a changed file
+ * into a checkpoint whose own checksums would then vouch for it.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -51,6 +53,7 @@
 #define ZNV_STAGE 4                        /* gather staging slots (offload_param "nvme") */
 
 struct znv {
+    zinc_engine_t *e;         /* the engine (its host device hashes; its config) */
     int param;                /* offload_param "nvme": the 16-bit shard is a 4th stream */
     size_t pstream;           /* its bytes in the file (0 without) */
     char *pbuf;               /* param: nbuf * E 16-bit chunk buffers (the Adam's output) */
@@ -75,6 +78,12 @@ struct znv {
     uint64_t *sum;
     uint8_t *sum_ok;
     size_t nchunks;
+    /* [nbuf]: outside the step, the chunk whose master, m and v buffer b holds as read back and
+     * checked against its sum (nv_download serves reads from it), or -1. */
+    long *cached;
+    /* param: [groups]: the group's slice was checked against psum since the stream was last
+     * written (reads outside the step). */
+    uint8_t *pchecked;
     /* param: [groups]: the checksum of each group's own 16-bit slice as the step (or a refresh)
      * last wrote it, checked by the gathers that read it back (param_pieces_sum); psum_ok[g] 0
      * while unknown, as sum_ok. */
@@ -211,6 +220,7 @@ static void sums_unknown(struct znv *nv, uint64_t off, size_t n)
     for (uint64_t o = off; o < end;) {
         uint64_t in = o % nv->stream, c = in / 4 / nv->E;
         if (c < nv->nchunks) nv->sum_ok[c] = 0;
+        if (nv->cached[c % (uint64_t)nv->nbuf] == (long)c) nv->cached[c % (uint64_t)nv->nbuf] = -1;
         uint64_t next = (c + 1) * nv->E * 4; /* the next chunk's start, or the stream's end */
         o += (next < nv->stream ? next : nv->stream) - in;
     }
@@ -225,11 +235,70 @@ static zinc_status nv_upload(zdev_t *d, void *dst, const void *src, size_t n)
     return s;
 }
 
-static zinc_status nv_download(zdev_t *d, void *dst, const void *src, size_t n)
+/* A read of the file as it is, unchecked (the gathers check the slice they read themselves). */
+static zinc_status nv_read(zdev_t *d, void *dst, const void *src, size_t n)
 {
     uint64_t off;
     zinc_status s = range_of(d, src, n, &off);
     if (s == ZINC_OK && (s = znvme_pread(nv_of(d)->file, off, dst, n)) != ZINC_OK) io_fail(d, s);
+    return s;
+}
+
+static void drop_cached(struct znv *nv)
+{
+    for (int b = 0; b < nv->nbuf; b++) nv->cached[b] = -1;
+}
+
+static zinc_status chunk_check(struct znv *nv, size_t c);
+static zinc_status group_check(struct znv *nv, int g);
+
+/* A read outside the step. Where the step's sums are known (zinc.nvme_checksum, after a step
+ * wrote the chunk), a chunk of master, m and v is read whole into its buffer, checked, and the
+ * read served from there (the next state's read of the same elements, as a save makes them,
+ * finds it there), and a group of the 16-bit stream is checked before it is read; elsewhere, the
+ * file as it is. A chunk that reads back changed marks the state lost (ZINC_ERR_CORRUPT). */
+static zinc_status nv_download(zdev_t *d, void *dst, const void *src, size_t n)
+{
+    struct znv *nv = nv_of(d);
+    uint64_t off, states = (uint64_t)ZNV_STATES * nv->stream;
+    zinc_status s = range_of(d, src, n, &off);
+    if (s != ZINC_OK || n == 0) return s;
+    if (off + n > states && nv->param) {   /* the 16-bit stream's groups it touches */
+        uint64_t lo = (off > states ? off - states : 0) / nv->pd;
+        uint64_t hi = (off + n - states + nv->pd - 1) / nv->pd;
+        for (int g = 0; g < nv->plan->ngroups && s == ZINC_OK; g++) {
+            const zplan_group *G = &nv->plan->groups[g];
+            if (G->shard_off < hi && G->shard_off + G->slice > lo) s = group_check(nv, g);
+        }
+    }
+    char *out = dst;
+    for (uint64_t o = off; s == ZINC_OK && o < off + n;) {
+        uint64_t end = off + n, piece = end - o;
+        size_t c = 0;
+        int from_buf = 0;
+        if (o < states) {   /* up to the end of this chunk of this state */
+            uint64_t in = o % nv->stream, c0 = (in / 4) / nv->E;
+            uint64_t cend = (c0 + 1) * nv->E * 4 < nv->stream ? (c0 + 1) * nv->E * 4 : nv->stream;
+            if (piece > cend - in) piece = cend - in;
+            c = (size_t)c0;
+            from_buf = c < nv->nchunks && nv->sum_ok[c];
+        }
+        if (from_buf && (s = chunk_check(nv, c)) == ZINC_OK) {
+            uint64_t in = o % nv->stream;
+            const char *b = (const char *)(nv->buf + ((c % (size_t)nv->nbuf) * ZNV_STATES +
+                                                      (size_t)(o / nv->stream)) * nv->E);
+            memmove(out, b + (in - (uint64_t)c * nv->E * 4), (size_t)piece);
+        } else if (!from_buf && (s = znvme_pread(nv->file, o, out, (size_t)piece)) != ZINC_OK) {
+            io_fail(d, s);
+        }
+        out += piece;
+        o += piece;
+    }
+    /* a read into the chunk buffers themselves (zoffload_nvme_refresh's) replaced what they held */
+    const char *bufs = (const char *)nv->buf;
+    if ((const char *)dst < bufs + (size_t)nv->nbuf * ZNV_STATES * nv->E * 4 &&
+        (const char *)dst + n > bufs)
+        drop_cached(nv);
     return s;
 }
 
@@ -298,14 +367,17 @@ zinc_status zoffload_nvme_open(zinc_engine_t *e)
     nv->written = calloc(nb, sizeof *nv->written);
     nv->sum = calloc(nv->nchunks + 1, sizeof *nv->sum);
     nv->sum_ok = calloc(nv->nchunks + 1, 1);
+    nv->cached = malloc(nb * sizeof *nv->cached);
+    nv->e = e;
     nv->plan = &e->plan;
     nv->pd = d;
     if (nv->param) {
         nv->psum = calloc((size_t)e->plan.ngroups + 1, sizeof *nv->psum);
         nv->psum_ok = calloc((size_t)e->plan.ngroups + 1, 1);
-        pfail |= !nv->psum || !nv->psum_ok;
+        nv->pchecked = calloc((size_t)e->plan.ngroups + 1, 1);
+        pfail |= !nv->psum || !nv->psum_ok || !nv->pchecked;
     }
-    pfail |= !nv->rt || !nv->wt || !nv->written || !nv->sum || !nv->sum_ok;
+    pfail |= !nv->rt || !nv->wt || !nv->written || !nv->sum || !nv->sum_ok || !nv->cached;
     if (base == MAP_FAILED || pfail || posix_memalign((void **)&nv->buf, 4096, bufbytes) != 0) {
         if (base != MAP_FAILED) munmap(base, (size_t)bytes);
         nv->buf = NULL;
@@ -315,6 +387,7 @@ zinc_status zoffload_nvme_open(zinc_engine_t *e)
                          bufbytes);
     }
     nv->base = base;
+    drop_cached(nv);
     nv->dev = (zdev_t){.iface = &nv_iface, .ctx = nv};
     e->master = (float *)nv->base;
     e->m = (float *)(nv->base + nv->stream);
@@ -348,6 +421,8 @@ void zoffload_nvme_close(zinc_engine_t *e)
     free(nv->sum_ok);
     free(nv->psum);
     free(nv->psum_ok);
+    free(nv->cached);
+    free(nv->pchecked);
     if (nv->param) e->h_param16 = NULL;
     free(nv);
     e->nv = NULL;
@@ -402,6 +477,7 @@ static void param_sums_begin(struct znv *nv)
 {
     memset(nv->psum, 0, (size_t)nv->plan->ngroups * sizeof *nv->psum);
     memset(nv->psum_ok, 0, (size_t)nv->plan->ngroups);
+    memset(nv->pchecked, 0, (size_t)nv->plan->ngroups);
 }
 
 /* Chunk c of the stream, at buf on its way to the file: its pieces of each group's slice
@@ -443,7 +519,7 @@ zinc_status zoffload_nvme_own_to_device(zinc_engine_t *e, int g, void *dst, int 
     if (s != ZINC_OK)
         return zeng_fail(e, s, "stage 3: offload_param nvme: waiting for a staging slot: %s",
                          e->dev->err);
-    s = nv_download(&nv->dev, slot, (char *)e->h_param16 + G->shard_off * zinc_dtype_size(e->dtype), n);
+    s = nv_read(&nv->dev, slot, (char *)e->h_param16 + G->shard_off * zinc_dtype_size(e->dtype), n);
     if (s != ZINC_OK)
         return zeng_fail(e, s, "stage 3: offload_param nvme: reading the own slice of group "
                          "'%s': %s%s", G->name, nv->dev.err,
@@ -515,6 +591,64 @@ static uint64_t chunk_sum(const znv_run *r, int c)
                             &h) != ZINC_OK)
             return 0; /* (a cpu device and real buffers: cannot fail) */
     return h;
+}
+
+/* Outside the step: chunk c's master, m and v read whole into its buffer (b = c % nbuf) and
+ * compared with the sum the step wrote, unless the buffer holds it already. */
+static zinc_status chunk_check(struct znv *nv, size_t c)
+{
+    int b = (int)(c % (size_t)nv->nbuf);
+    if (nv->cached[b] == (long)c) return ZINC_OK;
+    nv->cached[b] = -1;
+    znv_run r = {nv->e, nv};
+    size_t bytes = chunk_io_elems(&r, (int)c) * 4;
+    for (int st = 0; st < ZNV_STATES; st++) {
+        uint64_t off = (uint64_t)st * nv->stream + (uint64_t)c * nv->E * 4;
+        zinc_status s = znvme_pread(nv->file, off, chunk_buf(&r, (int)c, st), bytes);
+        if (s != ZINC_OK) return io_fail(&nv->dev, s);
+    }
+    if (chunk_sum(&r, (int)c) != nv->sum[c]) {
+        nv->lost = ZNV_LOST_CHANGED;
+        snprintf(nv->dev.err, sizeof nv->dev.err, "%s: chunk %zu of %zu reads back other bytes "
+                 "than the last step wrote (its checksum differs): the disk or another process "
+                 "changed the scratch file; the optimizer state is no longer whole: resume from "
+                 "a checkpoint saved before", znvme_path(nv->file), c, nv->nchunks);
+        return ZINC_ERR_CORRUPT;
+    }
+    nv->cached[b] = (long)c;
+    return ZINC_OK;
+}
+
+/* Outside the step, with offload_param nvme: group g's own slice of the 16-bit stream read and
+ * compared with the sum the step (or a refresh) wrote, once after each write of the stream. */
+static zinc_status group_check(struct znv *nv, int g)
+{
+    if (!nv->psum_ok[g] || nv->pchecked[g]) return ZINC_OK;
+    const zplan_group *G = &nv->plan->groups[g];
+    size_t bytes = G->slice * nv->pd;
+    char *tmp = malloc(bytes ? bytes : 1);
+    if (!tmp) {
+        snprintf(nv->dev.err, sizeof nv->dev.err, "%s: no host memory (%zu bytes) to check group "
+                 "'%s' of the 16-bit stream", znvme_path(nv->file), bytes, G->name);
+        return ZINC_ERR_NOMEM;
+    }
+    uint64_t off = (uint64_t)ZNV_STATES * nv->stream + (uint64_t)G->shard_off * nv->pd;
+    zinc_status s = znvme_pread(nv->file, off, tmp, bytes);
+    if (s != ZINC_OK) {
+        io_fail(&nv->dev, s);
+    } else if (param_pieces_sum(nv->e, g, G->shard_off, G->shard_off + G->slice, tmp) !=
+               nv->psum[g]) {
+        nv->lost = ZNV_LOST_CHANGED;
+        snprintf(nv->dev.err, sizeof nv->dev.err, "%s: the own slice of group '%s' reads back "
+                 "other bytes than were written (its checksum differs): the disk or another "
+                 "process changed the scratch file; the parameters in it are no longer whole: "
+                 "resume from a checkpoint saved before", znvme_path(nv->file), G->name);
+        s = ZINC_ERR_CORRUPT;
+    } else {
+        nv->pchecked[g] = 1;
+    }
+    free(tmp);
+    return s;
 }
 
 static zinc_status nv_io_fail(znv_run *r, zinc_status s, const char *what, int c)
@@ -602,6 +736,7 @@ zinc_status zoffload_nvme_adam(zinc_engine_t *e, zk_adam_args *a)
     size_t d = zinc_dtype_size(e->dtype), S = e->plan.shard_numel;
     int n = (int)nv->nchunks;
     znv_run r = {e, nv};
+    drop_cached(nv);   /* the step's own use of the buffers */
     /* No write is in flight here: a step waits for all of its own before it returns, and one that
      * fails with a write in flight marks the state lost (refused above). Were one left, issue_read
      * would still wait for it: chunk c is always written from, and read into, buffer c % nbuf. */
@@ -673,6 +808,7 @@ zinc_status zoffload_nvme_refresh(zinc_engine_t *e)
     struct znv *nv = e->nv;
     size_t S = e->plan.shard_numel;
     if (nv->param) param_sums_begin(nv);
+    drop_cached(nv);   /* its own use of the buffers */
     for (size_t lo = 0; lo < S; lo += nv->E) {
         size_t k = S - lo < nv->E ? S - lo : nv->E, d = zinc_dtype_size(e->dtype);
         char *dst = nv->param ? nv->pbuf : (char *)e->h_param16 + lo * d;

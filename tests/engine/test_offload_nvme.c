@@ -377,9 +377,12 @@ static void scratch_path(char *path, size_t n)
  * unchecked, not taken for a change) and a step, then 16 bytes at `at` of the scratch file's
  * master stream (param_stream 0) or 16-bit stream (1) overwritten: the next micro-step and
  * step must fail with ZINC_ERR_CORRUPT naming `want` and the file, and every later step say the
- * state was lost — unless zinc.nvme_checksum is false (`checked` 0), when nothing is looked at. */
+ * state was lost — unless zinc.nvme_checksum is false (`checked` 0), when nothing is looked at.
+ * `save`: a checkpoint's save (with the 16-bit weights) comes first instead, and must fail the
+ * same way, leaving no tag behind: it used to copy the changed bytes into a checkpoint that its
+ * own checksums then vouched for. */
 static void changed_file(toy_run r, int param, int param_stream, long at, const char *want,
-                         int checked, const char *label)
+                         int checked, int save, const char *label)
 {
     r.zinc_json = checked ? NULL : "\"nvme_checksum\": false, ";
     int np = 0;
@@ -409,6 +412,28 @@ static void changed_file(toy_run r, int param, int param_stream, long at, const 
         fseek(f, start + at, SEEK_SET);
         fwrite(junk, 1, sizeof junk, f);
         fclose(f);
+    }
+    if (save && checked) {
+        char ck[600], tag[700];
+        snprintf(ck, sizeof ck, "%s/ck", g_dir);
+        snprintf(tag, sizeof tag, "%s/t", ck);
+        zinc_ckpt_save_options_t o = {.save_weights16 = 1, .async = 0};
+        s = zinc_ckpt_save(e, ck, "t", &o);
+        const char *msg = zinc_last_error(e);
+        struct stat st;
+        ZT_CHECK(s == ZINC_ERR_CORRUPT && strstr(msg, "checksum") && strstr(msg, want) &&
+                     strstr(msg, path) && strstr(msg, "checkpoint saved before"),
+                 "%s: the save after the file changed: %s (%s)", label, zinc_status_string(s),
+                 msg);
+        ZT_CHECK(stat(tag, &st) != 0, "%s: the refused save left %s", label, tag);
+        remove(tag);
+        remove(ck);
+        s = nvme_step(e, 3, np, 0, &info, &rd, &wr);
+        ZT_CHECK(s != ZINC_OK && strstr(zinc_last_error(e), "lost"), "%s: the step after: %s "
+                 "(%s)", label, zinc_status_string(s), zinc_last_error(e));
+        zinc_engine_destroy(e);
+        ZT_CHECK(nvme_files() == 0, "%s: %d scratch file(s) left", label, nvme_files());
+        return;
     }
     s = nvme_step(e, 3, np, 0, &info, &rd, &wr);
     const char *msg = zinc_last_error(e);
@@ -441,13 +466,17 @@ static void test_changed_file(int checked)
     snprintf(zero, sizeof zero, "%s\"sub_group_size\": 1024, ", nvme_json(NULL));
     toy_run r = {.world = 1, .stage = 1, .accum = 1, .dtype = ZINC_DTYPE_BF16, .clip = 1.0,
                  .zero_json = zero};
-    changed_file(r, 0, 0, 1024 * 4 + 64, "chunk 1 ", checked, "nvme, changed file");
+    changed_file(r, 0, 0, 1024 * 4 + 64, "chunk 1 ", checked, 0, "nvme, changed file");
+    if (checked)
+        changed_file(r, 0, 0, 1024 * 4 + 64, "chunk 1 ", checked, 1, "nvme, changed file, save");
     char zero_p[1536];
     snprintf(zero_p, sizeof zero_p, "%s\"sub_group_size\": 1024, \"offload_param\": "
              "{\"device\": \"nvme\"}, ", nvme_json(NULL));
     toy_run rp = {.world = 1, .stage = 3, .accum = 1, .dtype = ZINC_DTYPE_BF16, .clip = 1.0,
                   .persist_threshold = -1, .zero_json = zero_p};
-    changed_file(rp, 1, 1, 2080 * 2, "offload_param", checked, "nvme params, changed file");
+    changed_file(rp, 1, 1, 2080 * 2, "offload_param", checked, 0, "nvme params, changed file");
+    if (checked)
+        changed_file(rp, 1, 1, 2080 * 2, "group '", checked, 1, "nvme params, changed file, save");
 }
 
 static void test_io_error(void)
