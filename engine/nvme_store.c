@@ -117,8 +117,13 @@ zinc_status znvme_open(const char *dir, int rank, uint64_t bytes, int queue_dept
         clock_gettime(CLOCK_REALTIME, &ts);
         tag = (uint32_t)ts.tv_nsec ^ (uint32_t)(uintptr_t)f ^ (uint32_t)ts.tv_sec;
     }
-    snprintf(f->path, sizeof f->path, "%s/zinc-nvme-%ld-%08x-r%d.swap", dir, (long)getpid(),
-             (unsigned)tag, rank);
+    /* The directory made absolute (and without a trailing slash): the file is removed, and
+     * named in messages, by this path, and the process may change directory meanwhile (a
+     * relative nvme_path left its file behind after an os.chdir). */
+    char *abs = realpath(dir, NULL);
+    snprintf(f->path, sizeof f->path, "%s/zinc-nvme-%ld-%08x-r%d.swap", abs ? abs : dir,
+             (long)getpid(), (unsigned)tag, rank);
+    free(abs);
     /* Created under a name the stale sweep does not take, locked, then renamed: a sweep in
      * another process never sees the file unlocked (the lock is the file's "in use"). */
     char making[4200];

@@ -24,8 +24,9 @@
  *     every later step and state read is refused saying the state was lost; the engine is still
  *     destroyed cleanly, removing its file. A file-size limit too small for the file fails
  *     finalize naming the path. A file changed between steps (the master's chunk, the 16-bit
- *     stream's group slice) is ZINC_ERR_CORRUPT at the read that finds it, unless
- *     zinc.nvme_checksum is false.
+ *     stream's group slice) is ZINC_ERR_CORRUPT at the read that finds it (a step, a save), unless
+ *     zinc.nvme_checksum is false. A relative nvme_path and a chdir after finalize: the file is
+ *     named by its absolute path and removed.
  */
 #include <dirent.h>
 #include <signal.h>
@@ -479,6 +480,45 @@ static void test_changed_file(int checked)
         changed_file(rp, 1, 1, 2080 * 2, "group '", checked, 1, "nvme params, changed file, save");
 }
 
+/* A relative nvme_path ("./DIR/"), and the process changes directory after finalize (a
+ * script's os.chdir): the file is made, named and removed under the absolute path. It used to
+ * stay behind (unlinked relative to the new directory), named by the relative path. */
+static void test_relative_path(void)
+{
+    char cwd[4096], rel[512], zero[1536];
+    const char *base = strrchr(g_dir, '/');
+    if (!getcwd(cwd, sizeof cwd) || !base) {
+        ZT_CHECK(0, "relative path: getcwd or the directory's name");
+        return;
+    }
+    snprintf(rel, sizeof rel, "./%s/", base + 1);
+    snprintf(zero, sizeof zero, "\"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": "
+             "\"%s\"}, ", rel);
+    toy_run r = {.world = 1, .stage = 2, .accum = 1, .dtype = ZINC_DTYPE_BF16, .clip = 1.0,
+                 .zero_json = zero};
+    /* g_dir's parent is the working directory (main) */
+    int np = 0;
+    zinc_engine_t *e = toy_engine_checked(&r, &np, "nvme, relative path");
+    if (!e) return;
+    char path[600];
+    scratch_path(path, sizeof path);
+    ZT_CHECK(chdir("/") == 0, "chdir /");
+    zinc_step_info_t info;
+    uint64_t rd, wr;
+    zinc_status s = nvme_step(e, 0, np, 0, &info, &rd, &wr);
+    ZT_CHECK(s == ZINC_OK, "relative path: a step after chdir: %s", zinc_last_error(e));
+    /* the file cut short: the error names it by its absolute path, without "//" */
+    ZT_CHECK(truncate(path, 4096) == 0, "relative path: truncating %s", path);
+    s = nvme_step(e, 1, np, 0, &info, &rd, &wr);
+    const char *msg = zinc_last_error(e);
+    ZT_CHECK(s != ZINC_OK && strstr(msg, path) && !strstr(msg, "//") && !strstr(msg, rel),
+             "relative path: the error should name %s: %s", path, msg);
+    zinc_engine_destroy(e);
+    ZT_CHECK(chdir(cwd) == 0, "chdir back");
+    ZT_CHECK(nvme_files() == 0, "relative path: %d scratch file(s) left after a chdir and "
+             "zinc_engine_destroy", nvme_files());
+}
+
 static void test_io_error(void)
 {
     /* Call 7 of the step's asynchronous I/O fails: reads of chunks 0-1 are calls 0-5. */
@@ -554,6 +594,7 @@ int main(void)
     test_ckpt();
     test_changed_file(1);
     test_changed_file(0);
+    test_relative_path();
     test_io_error();
     char cmd[512];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
