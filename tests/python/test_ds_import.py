@@ -313,6 +313,15 @@ def refuse(tmp):
     check_raises("refused: a truncated file, named", lambda: engine.load_checkpoint(d),
                  DeepSpeedCheckpointError, "zero_pp_rank_0_mp_rank_00_optim_states.pt: not a "
                  "readable torch file")
+    # ... cut near its end, where torch's zip reader raises an OSError naming no file ("[Errno
+    # 22] Invalid argument"; it went through as that bare OSError, not a ValueError)
+    d = copy_of(src, tmp, "truncated_end")
+    f = os.path.join(d, "global_step3", "zero_pp_rank_0_mp_rank_00_optim_states.pt")
+    with open(f, "r+b") as fh:
+        fh.truncate(os.path.getsize(f) - 64)
+    check_raises("refused: a file cut near its end, named", lambda: engine.load_checkpoint(d),
+                 DeepSpeedCheckpointError, "zero_pp_rank_0_mp_rank_00_optim_states.pt: not a "
+                 "readable torch file")
     # ... but a client_state class this process cannot import is no damage: its ImportError
     import types
     from zinc.utils import _ds_pickle

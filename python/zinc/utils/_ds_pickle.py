@@ -83,17 +83,23 @@ def load_file(path):
     DeepSpeed checkpoint holds the client's own objects too (client_state), as its loader
     trusts them; the file is trusted as the code that wrote it. A file torch cannot read raises
     DamagedFileError naming it (torch's own errors name no file: "PytorchStreamReader failed
-    reading zip archive", "invalid load key", "Ran out of input")."""
+    reading zip archive", "invalid load key", "Ran out of input", an OSError "[Errno 22] Invalid
+    argument" without a file name from its zip reader on some truncations)."""
     try:
         return _load_file(path)
     # FileNotFoundError and the like name the file; an ImportError or AttributeError is a
     # client_state class this process cannot import, not damage
-    except (OSError, MemoryError, ImportError, AttributeError):
+    except OSError as ex:
+        if ex.filename is not None:
+            raise
+        damage = ex   # torch's zip reader on some truncated files: "[Errno 22] Invalid argument"
+    except (MemoryError, ImportError, AttributeError):
         raise
     except Exception as ex:
-        from .ds_checkpoint import DamagedFileError    # (ds_checkpoint imports this module)
-        raise DamagedFileError(f"zinc: {path}: not a readable torch file, truncated or damaged "
-                               f"({type(ex).__name__}: {ex})") from ex
+        damage = ex
+    from .ds_checkpoint import DamagedFileError    # (ds_checkpoint imports this module)
+    raise DamagedFileError(f"zinc: {path}: not a readable torch file, truncated or damaged "
+                           f"({type(damage).__name__}: {damage})") from damage
 
 
 def _load_file(path):
