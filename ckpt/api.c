@@ -538,7 +538,8 @@ static zinc_status load_local(zinc_engine_t *e, const zeng_view *ev, const char 
     if (s == ZINC_OK && rank_of(ev) == 0) {
         /* At another world size the resolved config differs anyway (its batch sizes): that is
          * said as such, not as another config (the file may be the same). */
-        if (m->config_hash[0] && strcmp(m->config_hash, ev->cfg->hash_hex)) {
+        int reader = opt && opt->caller_reads_extra == 2;   /* a converter: its own config */
+        if (m->config_hash[0] && strcmp(m->config_hash, ev->cfg->hash_hex) && !reader) {
             if (m->world_size == ev->world_size)
                 zlog(ZLOG_WARN, "ckpt", 0, "%s was saved with another config (resolved hash %s, "
                      "now %s): compare `zinc config check --json` of both", tagdir,

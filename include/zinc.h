@@ -704,7 +704,10 @@ typedef struct zinc_ckpt_load_options {
                                      starting fresh                                              */
     int caller_reads_extra;       /* 1: the caller reads the tensors the engine does not register
                                      itself (zinc_ckpt_read_tensors), so the load does not warn
-                                     about them                                                  */
+                                     about them; 2: that, and the engine is a converter's reader
+                                     of the checkpoint, not its run, whose config of its own is
+                                     not compared with the one saved (no "saved with another
+                                     config" warning)                                            */
     int extra;                    /* out: how many of the checkpoint's tensors the engine does not
                                      register (the load leaves them)                              */
 } zinc_ckpt_load_options_t;

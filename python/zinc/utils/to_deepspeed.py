@@ -74,7 +74,7 @@ def _read_zinc(zinc_dir, tag):
             pids.append(pid.value)
         check(lib.zinc_finalize(e), e)
         load = LoadOptions(weights_only=0, client_blob=None, client_blob_cap=0, missing_ok=0,
-                           keep_optimizer=0, caller_reads_extra=1)
+                           keep_optimizer=0, caller_reads_extra=2)   # 2: a reader, no run
         check(lib.zinc_ckpt_load(e, os.fsencode(zinc_dir), tag.encode(), ctypes.byref(load)), e)
         values = {}
         for t, pid in zip(manifest["tensors"], pids):
