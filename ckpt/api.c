@@ -635,6 +635,11 @@ zinc_status zinc_ckpt_load(zinc_engine_t *e, const char *dir, const char *tag,
         if (me == 0) zlog(ZLOG_WARN, "ckpt", 0, "skipping damaged checkpoint %s: rank %d: %s",
                           pk->tagdir, who, who >= 0 ? first : "a chunk failed on another rank");
     }
+    /* a load that succeeds (here, or after a damaged tag it had begun) makes the state whole —
+     * unless it left some of it as it was (weights only, keeping the optimizer or parameters
+     * the tag lacks) */
+    int whole = !(opt && opt->weights_only && (opt->keep_optimizer || opt->missing));
+    if (s == ZINC_OK && whole) zeng_state_rewritten(e);   /* before the refresh reads it */
     if (s == ZINC_OK) {
         /* weights only, keeping the optimizer: the counters stay, but the window starts over
          * with the gradients (a micro-step count of a window whose sums were dropped would end
@@ -647,10 +652,6 @@ zinc_status zinc_ckpt_load(zinc_engine_t *e, const char *dir, const char *tag,
             snprintf(partial, sizeof partial, "%s", pk->tagdir);
         }
     }
-    /* a load that succeeds (here, or after a damaged tag it had begun) makes the state whole —
-     * unless it left some of it as it was (weights only, keeping the optimizer or parameters
-     * the tag lacks) */
-    int whole = !(opt && opt->weights_only && (opt->keep_optimizer || opt->missing));
     if (s == ZINC_OK && whole) zeng_set_partial_load(e, NULL);
     else if (partial[0]) zeng_set_partial_load(e, partial);
     if (s == ZINC_OK) {

@@ -1421,6 +1421,8 @@ void zeng_view_get(zinc_engine_t *e, zeng_view *out)
                        .err = e->err, .partial_load = e->partial_load};
 }
 
+void zeng_state_rewritten(zinc_engine_t *e) { zoffload_nvme_rewritten(e); }
+
 void zeng_set_partial_load(zinc_engine_t *e, const char *tagdir)
 {
     snprintf(e->partial_load, sizeof e->partial_load, "%s", tagdir ? tagdir : "");

@@ -93,6 +93,7 @@ struct znv {
     size_t pd;                /* bytes per element of the 16-bit stream (4 in fp32 mode) */
     uint64_t io[2];           /* bytes the steps read, wrote */
     int lost;                 /* the file no longer holds one whole state: ZNV_LOST_* (0: it does) */
+    int drained;              /* lost: what the failed step left in flight was waited for */
 };
 
 /* Why the state in the file is no longer whole. */
@@ -176,11 +177,28 @@ uint64_t zoffload_nvme_file_bytes(const zinc_engine_t *e)
 
 static struct znv *nv_of(zdev_t *d) { return d->ctx; }
 
-static zinc_status range_of(zdev_t *d, const void *p, size_t n, uint64_t *off)
+/* A lost state: what the failed step left in flight, waited for (its error is the step's, said
+ * already), so that none of it lands after a load's writes. */
+static void drain(struct znv *nv)
+{
+    uint64_t last = 0;
+    for (int b = 0; b < nv->nbuf; b++) {
+        if (nv->rt[b] > last) last = nv->rt[b];
+        if (nv->wt[b] > last) last = nv->wt[b];
+        nv->written[b] = 0;
+    }
+    if (last) (void)znvme_wait(nv->file, last);
+    nv->drained = 1;
+}
+
+/* [p, p + n) as an offset in the file. A lost state refuses reads; writes go on (a checkpoint's
+ * load rewrites the whole state, and zoffload_nvme_rewritten then makes it whole again). */
+static zinc_status range_of(zdev_t *d, const void *p, size_t n, uint64_t *off, int write)
 {
     struct znv *nv = nv_of(d);
     const char *c = p;
-    if (nv->lost) {
+    if (nv->lost && write && !nv->drained) drain(nv);
+    if (nv->lost && !write) {
         snprintf(d->err, sizeof d->err, "%s: the optimizer state was lost to %s (resume from "
                  "the last checkpoint)", znvme_path(nv->file), lost_why(nv));
         return ZINC_ERR_IO;
@@ -229,7 +247,7 @@ static void sums_unknown(struct znv *nv, uint64_t off, size_t n)
 static zinc_status nv_upload(zdev_t *d, void *dst, const void *src, size_t n)
 {
     uint64_t off;
-    zinc_status s = range_of(d, dst, n, &off);
+    zinc_status s = range_of(d, dst, n, &off, 1);
     if (s == ZINC_OK) sums_unknown(nv_of(d), off, n);
     if (s == ZINC_OK && (s = znvme_pwrite(nv_of(d)->file, off, src, n)) != ZINC_OK) io_fail(d, s);
     return s;
@@ -239,7 +257,7 @@ static zinc_status nv_upload(zdev_t *d, void *dst, const void *src, size_t n)
 static zinc_status nv_read(zdev_t *d, void *dst, const void *src, size_t n)
 {
     uint64_t off;
-    zinc_status s = range_of(d, src, n, &off);
+    zinc_status s = range_of(d, src, n, &off, 0);
     if (s == ZINC_OK && (s = znvme_pread(nv_of(d)->file, off, dst, n)) != ZINC_OK) io_fail(d, s);
     return s;
 }
@@ -261,7 +279,7 @@ static zinc_status nv_download(zdev_t *d, void *dst, const void *src, size_t n)
 {
     struct znv *nv = nv_of(d);
     uint64_t off, states = (uint64_t)ZNV_STATES * nv->stream;
-    zinc_status s = range_of(d, src, n, &off);
+    zinc_status s = range_of(d, src, n, &off, 0);
     if (s != ZINC_OK || n == 0) return s;
     if (off + n > states && nv->param) {   /* the 16-bit stream's groups it touches */
         uint64_t lo = (off > states ? off - states : 0) / nv->pd;
@@ -306,7 +324,7 @@ static zinc_status nv_memset0(zdev_t *d, void *p, size_t n)
 {
     static const char zeros[1 << 16];
     uint64_t off;
-    zinc_status s = range_of(d, p, n, &off);
+    zinc_status s = range_of(d, p, n, &off, 1);
     if (s == ZINC_OK) sums_unknown(nv_of(d), off, n);
     for (size_t done = 0; s == ZINC_OK && done < n; done += sizeof zeros) {
         size_t k = n - done < sizeof zeros ? n - done : sizeof zeros;
@@ -430,6 +448,18 @@ void zoffload_nvme_close(zinc_engine_t *e)
 }
 
 zdev_t *zoffload_nvme_dev(zinc_engine_t *e) { return e->nv ? &e->nv->dev : NULL; }
+
+void zoffload_nvme_rewritten(zinc_engine_t *e)
+{
+    struct znv *nv = e->nv;
+    if (!nv || !nv->lost) return;
+    /* every chunk and group was written outside the step: their sums are unknown already */
+    zlog(ZLOG_INFO, "offload", e->rank, "%s holds a whole optimizer state again (a checkpoint's "
+         "load rewrote it after it was lost to %s)", znvme_path(nv->file), lost_why(nv));
+    nv->lost = 0;
+    nv->drained = 0;
+    drop_cached(nv);
+}
 
 void *zoffload_nvme_staging(zinc_engine_t *e, size_t *bytes)
 {

@@ -21,8 +21,9 @@
  *  4. checkpoints: save with NVMe, load without offload and with cpu offload (and the reverse),
  *     then train on: bitwise an uninterrupted run; the scratch file is not in the checkpoint.
  *  5. failures: an I/O error in the step (ZINC_NVME_FAULT) is ZINC_ERR_IO naming the file;
- *     every later step and state read is refused saying the state was lost; the engine is still
- *     destroyed cleanly, removing its file. A file-size limit too small for the file fails
+ *     every later step and state read is refused saying the state was lost, until a
+ *     checkpoint's load, after which the engine trains bitwise as a new one from it; the engine
+ *     is still destroyed cleanly, removing its file. A file-size limit too small for the file fails
  *     finalize naming the path. A file changed between steps (the master's chunk, the 16-bit
  *     stream's group slice) is ZINC_ERR_CORRUPT at the read that finds it (a step, a save), unless
  *     zinc.nvme_checksum is false. A relative nvme_path and a chdir after finalize: the file is
@@ -533,6 +534,12 @@ static void test_io_error(void)
     zinc_status s = toy_engine(&r, &e, &np);
     unsetenv("ZINC_NVME_FAULT");
     ZT_CHECK(s == ZINC_OK, "engine: %s", zinc_last_error(e));
+    /* the state before the step, to come back to (a save reads the file with positioned
+     * reads, not the counted asynchronous calls) */
+    char ck[600];
+    snprintf(ck, sizeof ck, "%s/ck_io", g_dir);
+    if (s == ZINC_OK) s = zinc_ckpt_save(e, ck, "s0", NULL);
+    ZT_CHECK(s == ZINC_OK, "the save before the step: %s", zinc_last_error(e));
     if (s == ZINC_OK) s = toy_micro_step(e, 0, 1, 0, np, 0);
     if (s == ZINC_OK) s = zinc_step(e, NULL);
     const char *msg = zinc_last_error(e);
@@ -548,6 +555,33 @@ static void test_io_error(void)
     s = zinc_param_get(e, 0, v);
     ZT_CHECK(s == ZINC_ERR_IO && strstr(zinc_last_error(e), "lost"),
              "zinc_param_get after the loss: %s (%s)", zinc_status_string(s), zinc_last_error(e));
+    /* A load of a checkpoint rewrites the whole state, so the same engine goes on from it (it
+     * was refused: "lost"), as a new engine that loads it: bitwise the same 3 steps. */
+    s = zinc_ckpt_load(e, ck, "s0", NULL);
+    ZT_CHECK(s == ZINC_OK, "the load after the loss: %s (%s)", zinc_status_string(s),
+             zinc_last_error(e));
+    zinc_engine_t *f = NULL;
+    int nf = 0;
+    zinc_status fst = toy_engine(&r, &f, &nf);
+    if (fst == ZINC_OK) fst = zinc_ckpt_load(f, ck, "s0", NULL);
+    ZT_CHECK(fst == ZINC_OK, "a new engine's load: %s", zinc_last_error(f));
+    if (s == ZINC_OK && fst == ZINC_OK) {
+        s = toy_steps(e, 0, 1, 0, 3, np);
+        ZT_CHECK(s == ZINC_OK, "steps after the load: %s", zinc_last_error(e));
+        ZT_OK(toy_steps(f, 0, 1, 0, 3, nf));
+        int same = s == ZINC_OK;
+        for (int p = 0; p < np && same; p++) {
+            int64_t n = zinc_param_numel(e, p);
+            float *a = malloc((size_t)n * sizeof *a), *b = malloc((size_t)n * sizeof *b);
+            same = a && b && zinc_param_get(e, p, a) == ZINC_OK &&
+                   zinc_param_get(f, p, b) == ZINC_OK && !memcmp(a, b, (size_t)n * sizeof *a);
+            free(a);
+            free(b);
+        }
+        ZT_CHECK(same, "the engine that lost its state and loaded the checkpoint trained other "
+                 "weights than a new engine from it");
+    }
+    zinc_engine_destroy(f);
     zinc_engine_destroy(e);
     ZT_CHECK(nvme_files() == 0, "the failed engine left %d scratch file(s)", nvme_files());
 
