@@ -335,6 +335,19 @@ void zc_parse_zero(zcctx *x, json_object *root, zcfg *c)
     offload(x, o, "offload_optimizer", &zk_offload_optimizer, 0, z);
     offload(x, o, "offload_param", &zk_offload_param, 1, z);
     int b;
+    /* DeepSpeed 0.19.8 refuses a deprecated name beside the key that replaces it, whatever the
+     * values (config_utils.py, _process_deprecated_field: an assertion) */
+    static const char *const renamed[][2] = {{"cpu_offload", "offload_optimizer"},
+                                             {"cpu_offload_param", "offload_param"}};
+    for (int i = 0; i < 2; i++) {
+        json_object *old_v, *new_v;
+        if (zc_member(o, renamed[i][0], &old_v) && zc_member(o, renamed[i][1], &new_v)) {
+            char p[96];
+            zc_error(x, zc_path(p, sizeof p, sec, renamed[i][0]),
+                     "the deprecated name of %s.%s, which is given too: DeepSpeed refuses the "
+                     "two together; keep %s", sec, renamed[i][1], renamed[i][1]);
+        }
+    }
     if (zc_get_bool(x, o, sec, "cpu_offload", &b) == V_SET && b) {
         z->offload_optimizer = ZCFG_OFFLOAD_CPU;
         zc_warn(x, "zero_optimization.cpu_offload",
@@ -543,24 +556,31 @@ void zc_parse_scalars(zcctx *x, json_object *root, zcfg *c)
         if (!ok)
             zc_error(x, "communication_data_type",
                      "expected \"fp32\", \"fp16\" or \"bf16\", got \"%s\"", s);
-        else if (d != c->dtype)
+        else if (d == ZINC_DTYPE_FP32)
             /* zinc sends gradients in the working dtype, accumulates every reduction in fp32
-             * and rounds once to the working dtype; another wire dtype would be a different
-             * rounding, so it is refused rather than ignored. */
+             * and rounds once to the working dtype: DeepSpeed's "fp32" (the gradients upcast,
+             * reduced in fp32, rounded once) is that arithmetic, so it is taken as written */
+            c->communication_data_type = d;
+        else if (d != c->dtype)
+            /* the other 16-bit type on the wire would be a different rounding: refused rather
+             * than ignored */
             zc_error(x, "communication_data_type",
                      "\"%s\" is not supported with %s training: zinc reduces in the working dtype "
-                     "(%s) with fp32 accumulation and one rounding; remove the key or write \"%s\"",
-                     s, zc_dtype_name(c->dtype), zc_dtype_name(c->dtype), zc_dtype_name(c->dtype));
+                     "(%s) with fp32 accumulation and one rounding (as \"fp32\" does); remove the "
+                     "key or write \"%s\" or \"fp32\"", s, zc_dtype_name(c->dtype),
+                     zc_dtype_name(c->dtype), zc_dtype_name(c->dtype));
     }
     if (zc_member(root, "gradient_allreduce_op", &v) &&
         zc_get_str(x, root, "", "gradient_allreduce_op", &s) == V_SET) {
         char l[16];
         zc_lower(l, sizeof l, s);
+        /* DeepSpeed 0.19.8 (lower-cased, as there): "mean", its default, or "sum" */
         if (!strcmp(l, "sum"))
             zc_error(x, "gradient_allreduce_op",
-                     "\"sum\" is not supported: it changes the gradient scale; zinc averages");
-        else if (strcmp(l, "avg") != 0)
-            zc_error(x, "gradient_allreduce_op", "expected \"avg\" or \"sum\", got \"%s\"", s);
+                     "\"sum\" is not supported: it changes the gradient scale; zinc averages "
+                     "(\"mean\", the default)");
+        else if (strcmp(l, "mean") != 0)
+            zc_error(x, "gradient_allreduce_op", "expected \"mean\" or \"sum\", got \"%s\"", s);
     }
     int64_t sp;
     if (zc_get_int(x, root, "", "sequence_parallel_size", 1, I64_MAX, &sp) == V_SET && sp > 1)
@@ -655,22 +675,20 @@ void zc_check_pairs(zcctx *x, json_object *root, const zcfg *c)
     zc_member(root, "optimizer", &opt);
     if (opt && json_object_is_type(opt, json_type_object)) zc_member(opt, "params", &params);
     /* engine.py (get_optimizer_configuration) reads fp32_optimizer_states only for its CPU Adam
-     * under offload_optimizer, and not with torch_adam: false there keeps Adam's moments in the
-     * 16-bit dtype, other math; zinc keeps them in fp32. */
+     * under offload_optimizer, and not with torch_adam. false there gives the moments the dtype
+     * of the parameters that Adam updates (cpu_adam.py), which are ZeRO's fp32 master partitions:
+     * fp32 moments, as zinc's (16-bit only with bf16_master_weights_and_grads, refused). Measured
+     * in DeepSpeed 0.19.8 on the CPU: fp32 moments in fp32 and in bf16 training. */
     int fp32_states = 1;
     if (params && json_object_is_type(params, json_type_object) &&
         zc_get_bool(x, params, "optimizer.params", "fp32_optimizer_states", &fp32_states) ==
-            V_SET && !fp32_states) {
-        if (zcfg_offloads_optimizer(c) && !c->optim.torch_adam)
-            zc_error(x, "optimizer.params.fp32_optimizer_states",
-                     "false is not supported with offload_optimizer: DeepSpeed's CPU Adam then "
-                     "keeps Adam's moments in the 16-bit dtype, which changes the math (zinc "
-                     "keeps them in fp32)");
-        else
-            zc_warn(x, "optimizer.params.fp32_optimizer_states",
-                    "accepted without effect: DeepSpeed reads it only for its CPU Adam under "
-                    "offload_optimizer (not with torch_adam)");
-    }
+            V_SET && !fp32_states)
+        zc_warn(x, "optimizer.params.fp32_optimizer_states",
+                zcfg_offloads_optimizer(c) && !c->optim.torch_adam
+                    ? "false is accepted without effect: DeepSpeed's CPU Adam keeps the moments in "
+                      "the dtype of the fp32 master it updates, as zinc does"
+                    : "accepted without effect: DeepSpeed reads it only for its CPU Adam under "
+                      "offload_optimizer (not with torch_adam)");
     /* zero/config.py: compute_grad_norm false only at stages 1-2; stage_1_and_2.py: only with
      * gradient_clipping 0. The norm is then not computed: the same update (speed only). */
     int norm = 1;

@@ -308,8 +308,11 @@ class _AccessorsMixin:
     get_tensor_parallel_rank = get_model_parallel_rank
 
     def communication_data_type(self):
-        """The dtype gradients are reduced in: the working dtype (zinc refuses any other
-        communication_data_type; DeepSpeed's default when it is not set)."""
+        """The config's communication_data_type, as DeepSpeed's: the working dtype (its default
+        when the key is not set) or fp32, the two zinc takes (both its one fp32 sum; the other
+        16-bit dtype is refused)."""
+        if str(self._resolved.get("communication_data_type", "")).lower() == "fp32":
+            return _TORCH_DTYPE[0]
         return _TORCH_DTYPE[self._code]
 
     def get_data_types(self):

@@ -501,6 +501,15 @@ def check_client_accessors():
             (torch.bfloat16, torch.bfloat16), False, False, True, 65536, False)
     check("accessors with a client optimizer", got == want, f"{got} != {want}")
     engine.close()
+    # "fp32", DeepSpeed's upcast reduction (zinc's own arithmetic): accepted, and said back as
+    # DeepSpeed's engine says it (it was refused)
+    c["communication_data_type"] = "fp32"
+    model = net()
+    engine, *_ = zinc.initialize(model=model, config=c,
+                                 optimizer=torch.optim.AdamW(model.parameters(), lr=1e-3))
+    check("communication_data_type fp32 with bf16",
+          engine.communication_data_type() == torch.float32, engine.communication_data_type())
+    engine.close()
 
 
 def check_client_state(engine, ck):
