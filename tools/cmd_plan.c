@@ -63,7 +63,8 @@ static void usage(FILE *f)
             "                    --inter-bw default 50 (400 Gb/s InfiniBand NDR per GPU);\n"
             "                    --intra-lat 2, --inter-lat 5 (us per ring step, assumed)\n"
             "  --pcie-bw, --host-bw  offload: host link per direction (default the GPU's) and\n"
-            "                    host memory bandwidth per rank for the host Adam (default 50)\n"
+            "                    host memory bandwidth per node, shared by its ranks' host Adam\n"
+            "                    (default 50; with --calibration the measured optimizer rate)\n"
             "  --host-mem GB     host memory per node: offload that needs more does not fit\n"
             "                    (default: not checked, only shown)\n",
             ZPLAN_EFFICIENCY, ZPLAN_CAL_MODEL);
@@ -540,6 +541,22 @@ int cmd_plan(int argc, char **argv)
                                     v[p], hf ? "from --hf-config or the shape" : "from the shape",
                                     zplan_flags[p].lo, zplan_flags[p].hi);
     }
+    /* On a CPU the FLOP/s a calibration measured hold for its model's shape: calibrations of
+     * L2-D64, L4-D128 and L4-D256 here measured 7.9e9, 5.6e9 and 1.2e10 FLOP/s (a plan of
+     * L4-D128 priced with L4-D256's was 54 % fast). Said, not refused: it is still the best
+     * figure there is. */
+    if (gpu->cal_model) {
+        zm_spec cs;
+        char perr[128];
+        int same = !zm_spec_parse(gpu->cal_model, &cs, perr, sizeof perr) &&
+                   v[P_LAYERS] == cs.L && v[P_HIDDEN] == cs.D && v[P_SEQ] == cs.T;
+        if (!same)
+            fprintf(stderr, "zinc plan: note: %s measured its FLOP/s on the built-in model %s; on "
+                    "a CPU they depend on the model's shape (1.6-2.2x apart between shapes "
+                    "measured here): for this model, calibrate with --model of its shape%s\n",
+                    cal_file, gpu->cal_model,
+                    v[P_LAYERS] > 0 ? "" : " (give --layers and --hidden to compare them)");
+    }
     if (recommend) {
         if (v[P_GLOBAL] < 0)
             return zarg_usage_error("plan", "--recommend needs --global-batch G (sequences per "
@@ -580,16 +597,21 @@ int cmd_plan(int argc, char **argv)
         .vocab = v[P_VOCAB] > 0 ? v[P_VOCAB] : 0, .ffn = v[P_FFN] > 0 ? v[P_FFN] : 0,
         .gated = gated,
         .micro_batch = v[P_MICRO] > 0 ? (long long)v[P_MICRO] : 1, .checkpointing = ckpt,
+        .act_bytes = dtype == ZINC_DTYPE_FP32 || cal_file ? 4 : 2,
         .gpus = (int)v[P_GPUS], .per_node = v[P_PERNODE] > 0 ? (int)v[P_PERNODE] : 8,
         .stage = (int)v[P_STAGE], .accum = v[P_ACCUM] > 0 ? (int)v[P_ACCUM] : 1,
         .dtype = dtype, .offload = offload, .offload_param = offload_param, .gpu = gpu,
         .intra = {v[P_INTRA_BW] > 0 ? v[P_INTRA_BW] * 1e9 : gpu->nvlink_bw,
                   v[P_INTRA_LAT] >= 0 ? v[P_INTRA_LAT] * 1e-6
                   : cal_file          ? cal_link.alpha : ZPLAN_INTRA_ALPHA},
-        .inter = {v[P_INTER_BW] > 0 ? v[P_INTER_BW] * 1e9 : ZPLAN_IB_NDR_BW,
-                  v[P_INTER_LAT] >= 0 ? v[P_INTER_LAT] * 1e-6 : ZPLAN_INTER_ALPHA},
+        .inter = {v[P_INTER_BW] > 0 ? v[P_INTER_BW] * 1e9
+                  : cal_file          ? cal_link.bw : ZPLAN_IB_NDR_BW,
+                  v[P_INTER_LAT] >= 0 ? v[P_INTER_LAT] * 1e-6
+                  : cal_file          ? cal_link.alpha : ZPLAN_INTER_ALPHA},
         .pcie_bw = v[P_PCIE_BW] > 0 ? v[P_PCIE_BW] * 1e9 : gpu->pcie_bw,
-        .host_bw = v[P_HOST_BW] > 0 ? v[P_HOST_BW] * 1e9 : ZPLAN_HOST_BW,
+        /* a calibrated rank's host is the device: its measured optimizer rate, and its one
+         * measured link between nodes too (there is no other figure for them) */
+        .host_bw = v[P_HOST_BW] > 0 ? v[P_HOST_BW] * 1e9 : cal_file ? gpu->hbm_bw : ZPLAN_HOST_BW,
         .efficiency = v[P_EFF] > 0 ? v[P_EFF] : ZPLAN_EFFICIENCY,
         .host_mem = v[P_HOST_MEM] > 0 ? v[P_HOST_MEM] * 1e9 : 0,
     };

@@ -25,6 +25,8 @@ typedef struct {
     double fp32_flops;  /* dense FP32 FLOP/s, no tensor cores: what fp32 training runs at, since
                            PyTorch leaves TF32 off for matrix products; 0: peak_flops (a
                            calibrated rank, measured in bf16) */
+    const char *cal_model; /* a calibrated rank: the built-in model (--model SPEC) its FLOP/s
+                              were measured on, or NULL */
 } zplan_gpu;
 
 /* The FLOP/s a step of dtype runs at on g: fp32's peak in fp32, else the 16-bit tensor peak. */
@@ -74,6 +76,9 @@ typedef struct {
     int gated;              /* gated MLP (SwiGLU: gate and up projections), as Llama's */
     long long micro_batch;  /* sequences per GPU per micro-step */
     int checkpointing;      /* activation checkpointing: forward recomputed in backward */
+    int act_bytes;          /* bytes per activation element: 2 (16-bit training; 0 means 2) or
+                               4 (fp32 training, and the built-in model on the CPU, which
+                               computes in fp32 whatever the dtype) */
     /* run */
     int gpus, per_node, stage, accum;
     zinc_dtype dtype;
@@ -115,8 +120,14 @@ void zplan_step(const zplan_in *in, zplan_out *out);
  * a gated one (gate, up, activation, product) — plus the logits at 14 bytes per token per
  * vocabulary entry (16-bit logits, their fp32 copy for the loss, the saved log-softmax and its
  * gradient). With checkpointing: each layer's 16-bit input (2·s·b·h), one layer recomputed in
- * full, the logits. 0 without layers and hidden. docs/plan.md derives and checks it. */
+ * full, the logits. The layers' part doubles with act_bytes 4. 0 without layers and hidden.
+ * docs/plan.md derives and checks it. */
 double zplan_activations(const zplan_in *in);
+
+/* Elements of the largest group, which sizes the engine's buffers (buckets, gather slots):
+ * with the layers known, a layer's parameters or the embedding (vocab x hidden) where larger;
+ * else one group of P (zest_default_group). */
+long long zplan_largest_group(const zplan_in *in);
 
 /* --recommend: the configurations tried for a global batch (sequences per optimizer step). */
 typedef struct {

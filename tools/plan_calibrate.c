@@ -349,11 +349,16 @@ int zplan_read_calibration(const char *path, zplan_gpu *gpu, zplan_link *link, c
             rc = -1;
         }
     }
+    static char model[64];   /* one calibration per process (zinc plan reads one) */
+    json_object *m = NULL;
+    model[0] = 0;
+    if (json_object_object_get_ex(o, "flops_model", &m) && json_object_is_type(m, json_type_string))
+        snprintf(model, sizeof model, "%s", json_object_get_string(m));
     json_object_put(o);
     if (rc) return rc;
     *gpu = (zplan_gpu){.name = "calibrated", .label = "calibrated rank", .peak_flops = v[0],
                        .mem_bytes = v[4], .hbm_bw = v[1], .nvlink_bw = v[3], .pcie_bw = v[3],
-                       .source = path};
+                       .source = path, .cal_model = model[0] ? model : NULL};
     *link = (zplan_link){v[3], v[2]};
     return 0;
 }

@@ -14,18 +14,18 @@ const zplan_gpu zplan_gpus[] = {
     /* NVIDIA A100 Tensor Core GPU datasheet: BF16 tensor 312 TFLOPS (624 with sparsity), FP32
      * 19.5 TFLOPS, 40GB HBM2 1,555 GB/s, NVLink 600 GB/s, PCIe Gen4 64 GB/s (SXM). */
     {"a100-40", "A100 SXM 40GB", 312e12, 40e9, 1555e9, 300e9, 32e9,
-     "NVIDIA A100 Tensor Core GPU datasheet", 19.5e12},
+     "NVIDIA A100 Tensor Core GPU datasheet", 19.5e12, NULL},
     /* Same datasheet: 80GB HBM2e 2,039 GB/s (SXM). */
     {"a100-80", "A100 SXM 80GB", 312e12, 80e9, 2039e9, 300e9, 32e9,
-     "NVIDIA A100 Tensor Core GPU datasheet", 19.5e12},
+     "NVIDIA A100 Tensor Core GPU datasheet", 19.5e12, NULL},
     /* NVIDIA H100 Tensor Core GPU datasheet (SXM): BF16 tensor 1,979 TFLOPS with sparsity, so
      * 989 dense; FP32 67 TFLOPS; 80GB, 3.35 TB/s; NVLink 900 GB/s; PCIe Gen5 128 GB/s. */
     {"h100", "H100 SXM 80GB", 989e12, 80e9, 3350e9, 450e9, 64e9,
-     "NVIDIA H100 Tensor Core GPU datasheet", 67e12},
+     "NVIDIA H100 Tensor Core GPU datasheet", 67e12, NULL},
     /* NVIDIA H200 Tensor Core GPU datasheet (SXM): BF16 tensor 1,979 TFLOPS with sparsity, so
      * 989 dense; FP32 67 TFLOPS; 141GB HBM3e, 4.8 TB/s; NVLink 900 GB/s; PCIe Gen5 128 GB/s. */
     {"h200", "H200 SXM 141GB", 989e12, 141e9, 4800e9, 450e9, 64e9,
-     "NVIDIA H200 Tensor Core GPU datasheet", 67e12},
+     "NVIDIA H200 Tensor Core GPU datasheet", 67e12, NULL},
 };
 const int zplan_ngpus = (int)(sizeof zplan_gpus / sizeof zplan_gpus[0]);
 
@@ -90,10 +90,14 @@ void zplan_step(const zplan_in *in, zplan_out *o)
     o->forward = compute / 3.0;
     o->backward = 2.0 * compute / 3.0 + (in->checkpointing ? compute / 3.0 : 0.0);
 
-    /* Memory and bytes: the engine's own, for one group of P parameters (zinc estimate's). */
+    /* Memory and bytes: the engine's own (zinc estimate's), its buffers sized by the largest
+     * group. With the shape known that is a layer, or the embedding where it is larger, as the
+     * models register them (a group per block: zinc train, import zinc's modules); without it,
+     * one group of P (it was one group always, so stage 3's gather slots held the model twice
+     * and memory per rank grew with the stage). */
     long long P = (long long)in->params;
     zest_memory(P, n, in->stage, in->dtype, in->offload, in->offload_param,
-                zest_default_group(P), ZEST_BUCKETS, ZEST_GATHERS, &o->mem);
+                zplan_largest_group(in), ZEST_BUCKETS, ZEST_GATHERS, &o->mem);
     zvol_estimate((uint64_t)P, n, in->stage, in->dtype, k, o->coll);
 
     double rs = (double)o->coll[ZINC_COLL_REDUCE_SCATTER];
@@ -134,7 +138,11 @@ void zplan_step(const zplan_in *in, zplan_out *o)
      * and writes the working copy (2 x dtype) per element of the shard. */
     double shard = (double)(o->mem.dev[ZINC_MEM_ADAM_M] + o->mem.host[ZINC_MEM_ADAM_M]) / 4.0;
     double adam_bytes = (24.0 + 2.0 * d) * shard;
-    o->optimizer = adam_bytes / (in->offload ? in->host_bw : g->hbm_bw);
+    /* the host's memory bandwidth (per node) is shared by the node's ranks: the host Adam of
+     * N ranks on one node is not N times faster than one rank's (it was, so 8 ranks' offloaded
+     * steps scaled 4x better than linearly) */
+    int node_ranks = in->gpus < in->per_node ? in->gpus : in->per_node;
+    o->optimizer = adam_bytes / (in->offload ? in->host_bw / node_ranks : g->hbm_bw);
     /* Offload: the gradient shard down and the 16-bit shard up at the step; with offload_param
      * each stage-3 gather uploads the rank's own slice first (2k per step). None hidden. */
     o->offload = 0.0;
@@ -146,11 +154,20 @@ void zplan_step(const zplan_in *in, zplan_out *o)
     o->mfu = o->flops_per_token * o->tokens_per_s / (n * peak);
     o->activations = zplan_activations(in);
     /* Offload's host memory is per rank; a node holds min(gpus, per_node) ranks of it. */
-    int node_ranks = in->gpus < in->per_node ? in->gpus : in->per_node;
     o->host_per_node = (double)o->mem.host_total * node_ranks;
     o->host_fits = in->host_mem <= 0 || o->host_per_node <= in->host_mem;
     o->device_fits = (double)o->mem.total + o->activations <= g->mem_bytes;
     o->fits = o->device_fits && o->host_fits;
+}
+
+long long zplan_largest_group(const zplan_in *in)
+{
+    long long P = (long long)in->params;
+    if (in->layers <= 0) return zest_default_group(P);
+    double embed = in->vocab > 0 && in->hidden > 0 ? in->vocab * in->hidden : 0.0;
+    double layer = (in->params - embed) / in->layers;
+    double g = layer > embed ? layer : embed;
+    return g < 1.0 ? 1 : g > (double)P ? P : (long long)ceil(g);
 }
 
 double zplan_activations(const zplan_in *in)
@@ -165,8 +182,9 @@ double zplan_activations(const zplan_in *in)
      * mask h, for a gated one the gate and up outputs, the activation's output and the product
      * (4 x 2I) and the input counted once more for the second projection's read (h). */
     double mlp = in->gated ? 3.0 * h + 8.0 * I : 3.0 * h + 4.0 * I;
-    double layer = (15.0 * h + mlp) * tokens;
+    double wide = in->act_bytes == 4 ? 2.0 : 1.0; /* fp32 activations: twice the 16-bit bytes */
+    double layer = (15.0 * h + mlp) * tokens * wide;
     double logits = in->vocab > 0 ? 14.0 * in->vocab * tokens : 0.0;
-    if (in->checkpointing) return in->layers * 2.0 * h * tokens + layer + logits;
+    if (in->checkpointing) return in->layers * 2.0 * h * tokens * wide + layer + logits;
     return in->layers * layer + logits;
 }

@@ -156,6 +156,15 @@ if "$zinc" plan --calibrate --out "$tmp.cal" --model L1-D32-H2-T32 >"$tmp.out" 2
         echo "FAIL: --calibration did not price with the calibrated rank"; cat "$tmp.out"
         fails=$((fails + 1))
     fi
+    # the calibration's own shape (L1-D32, T32) plans without a note; another shape is told that
+    # the FLOP/s were measured on L1-D32-H2-T32 (on a CPU they differ by shape, 1.6-2.2x here)
+    checks=$((checks + 1))
+    if grep -q "note:" "$tmp.err"; then
+        echo "FAIL: a plan of the calibration's own shape got a note"; cat "$tmp.err"
+        fails=$((fails + 1))
+    fi
+    expect 0 "note: .* measured its FLOP/s on the built-in model L1-D32-H2-T32" \
+        --calibration "$tmp.cal" --params 60000 --layers 2 --hidden 32 --seq 32 --gpus 2 --stage 2
     # a calibration path with a quote and a backslash: --json stays JSON (they were printed raw)
     odd="$tmp.we\"ird\\x.cal"
     cp "$tmp.cal" "$odd"
