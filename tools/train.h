@@ -102,6 +102,8 @@ typedef struct {
     int keep_losses;            /* fill step_loss (the demonstration); else only final_loss */
     double *step_loss;          /* [stop_at + 1] mean loss by step number; NAN where not run */
     double final_loss;          /* the last step's mean loss */
+    long long skipped_begin;    /* zinc's skipped-step count before this run's first step, or -1 */
+    long long skipped_end;      /* ... after its last */
     float *weights;             /* final fp32 master weights of every parameter, concatenated */
     size_t nweights;
     long long start_step, end_step;

@@ -418,6 +418,8 @@ static void *rank_main(void *arg)
             }
             if (r->step_loss) r->step_loss[blob.steps] = loss;
             r->final_loss = loss;
+            if (r->skipped_begin < 0) r->skipped_begin = info.skipped_total - info.skipped;
+            r->skipped_end = info.skipped_total;
             train_report_step(r, &pr, blob.steps, &info, loss, mem_rank);
         }
         if (train_ckpt_after_step(r, e, rank, &blob, pr.bar, last) != 0) goto out;
@@ -488,6 +490,8 @@ int run_ranks(run_t *r)
     /* every step's loss only for the demonstration's comparison (its --steps is small); a run
      * keeps the last, so that no allocation grows with --steps */
     r->final_loss = NAN;
+    r->skipped_begin = -1;
+    r->skipped_end = 0;
     r->step_loss = r->keep_losses ? malloc((size_t)(r->stop_at + 1) * sizeof *r->step_loss) : NULL;
     r->rank_loss = calloc((size_t)2 * o->ranks, sizeof *r->rank_loss);
     if ((r->keep_losses && !r->step_loss) || !r->rank_loss) {

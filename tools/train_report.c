@@ -382,9 +382,23 @@ static void train_report_done(const run_t *r)
     if (r->end_step == r->start_step)
         printf("nothing to do: the checkpoint is already at step %lld (--steps %lld)\n",
                r->start_step, r->o->steps);
-    else
-        printf("done: steps %lld-%lld in %.1f s, final loss %.4f\n", r->start_step + 1,
-               r->end_step, r->seconds, r->final_loss);
+    else {
+        long long steps = r->end_step - r->start_step;
+        long long skipped = r->skipped_begin >= 0 ? r->skipped_end - r->skipped_begin : 0;
+        printf("done: steps %lld-%lld in %.1f s, final loss %.4f", r->start_step + 1, r->end_step,
+               r->seconds, r->final_loss);
+        if (skipped > 0)
+            printf(", %lld of the %lld steps skipped (gradient overflow)", skipped, steps);
+        printf("\n");
+        /* a run that trained into NaN, or skipped most of its steps, still ends with exit 0 (as
+         * DeepSpeed's would), so it is said where a user looks last */
+        fflush(stdout);   /* the warning after the done line, also when both go to one file */
+        if (!isfinite(r->final_loss) || (steps >= 4 && 2 * skipped > steps))
+            fprintf(stderr, "zinc train: warning: %s: look at the metrics for where it began (the "
+                    "learning rate, the data, or with NVMe offload zinc.nvme_checksum false)\n",
+                    !isfinite(r->final_loss) ? "the final loss is not finite"
+                                             : "most steps were skipped (gradient overflow)");
+    }
 }
 
 /* --gpu-timing's table: GPU milliseconds per optimizer step by phase (the mean over the timed

@@ -725,6 +725,23 @@ int main(void)
              rc, err);
     free(err);
 
+    /* A run that trains into NaN (a learning rate of 1e12) still exits 0, as DeepSpeed's would,
+     * but its done line counts the skipped steps and a warning follows it; a sane run has
+     * neither (it ended with only "final loss -nan") */
+    out = NULL;
+    rc = run("train --ranks 1 --model L1-D32-H2-T32 --steps 12 --lr 1e12", &err, &out);
+    ZT_CHECK(rc == 0 && strstr(out, "steps skipped (gradient overflow)") &&
+                 strstr(err, "warning: the final loss is not finite"),
+             "a run into NaN: exit %d: %s%s", rc, out, err);
+    free(err);
+    free(out);
+    rc = run("train --ranks 1 --model L1-D32-H2-T32 --steps 12", &err, &out);
+    ZT_CHECK(rc == 0 && strstr(out, "final loss") && !strstr(out, "skipped (") &&
+                 !strstr(err, "warning:"),
+             "a sane run: exit %d: %s%s", rc, out, err);
+    free(err);
+    free(out);
+
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmp);
     return zt_finish("test_model_cli");
