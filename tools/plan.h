@@ -163,8 +163,9 @@ int zplan_read_calibration(const char *path, zplan_gpu *gpu, zplan_link *link, c
  * replaces the file's, and params is counted with it. Returns 0, or -1 with the reason in err. */
 int zplan_from_hf_config(const char *path, zplan_in *in, char *err, size_t errlen);
 /* A JSON file zinc plan reads (--hf-config, --calibration), parsed leniently as transformers and
- * Python write them, or NULL with the open error or the parser's in why (n bytes). A FIFO or
- * device is refused without blocking (base/files.h). */
+ * Python write them, or NULL with why (n bytes) a sentence: "cannot read it (...)", "not JSON
+ * (line L:C: ...)" or "not a JSON object (...)". A FIFO or device is refused without blocking
+ * (base/files.h). */
 json_object *zplan_read_json(const char *path, char *why, size_t n);
 
 #endif

@@ -322,7 +322,7 @@ int zplan_read_calibration(const char *path, zplan_gpu *gpu, zplan_link *link, c
     char why[256];
     json_object *o = zplan_read_json(path, why, sizeof why);
     if (!o) {
-        snprintf(err, len, "%s: cannot open or not JSON (%s)", path, why);
+        snprintf(err, len, "%s: %s", path, why);
         return -1;
     }
     static const char *const keys[5] = {"flops_per_s", "optimizer_bytes_per_s", "link_alpha_s",

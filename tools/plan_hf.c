@@ -80,7 +80,7 @@ json_object *zplan_read_json(const char *path, char *why, size_t n)
     size_t len;
     int e = zfile_read_regular(path, &buf, &len);
     if (e) {
-        snprintf(why, n, "%s", zfile_strerror(e));
+        snprintf(why, n, "cannot read it (%s)", zfile_strerror(e));
         return NULL;
     }
     /* One object and nothing after it but whitespace: json_tokener_parse read the first value
@@ -89,21 +89,21 @@ json_object *zplan_read_json(const char *path, char *why, size_t n)
     json_tokener *tok = json_tokener_new();
     json_object *o = NULL;
     if (!tok) {
-        snprintf(why, n, "out of memory");
+        snprintf(why, n, "not read (out of memory)");
     } else if (len > 0x7fffffffu) {
-        snprintf(why, n, "larger than 2 GiB");
+        snprintf(why, n, "not read (larger than 2 GiB)");
     } else {
         o = json_tokener_parse_ex(tok, buf, (int)len);
         enum json_tokener_error je = json_tokener_get_error(tok);
         size_t end = json_tokener_get_parse_end(tok);
         int line, col;
         if (!o && je == json_tokener_continue)
-            snprintf(why, n, "it ends inside a value");
+            snprintf(why, n, "not JSON (it ends inside a value)");
         else if (!o && je != json_tokener_success) {
             zjson_line_col(buf, end, &line, &col);
-            snprintf(why, n, "line %d:%d: %s", line, col, json_tokener_error_desc(je));
+            snprintf(why, n, "not JSON (line %d:%d: %s)", line, col, json_tokener_error_desc(je));
         } else if (!json_object_is_type(o, json_type_object))
-            snprintf(why, n, "the file holds %s, not a JSON object",
+            snprintf(why, n, "not a JSON object (the file holds %s)",
                      o ? json_type_to_name(json_object_get_type(o)) : "null");
         else {
             while (end < len && (buf[end] == ' ' || buf[end] == '\t' || buf[end] == '\r' ||
@@ -111,7 +111,7 @@ json_object *zplan_read_json(const char *path, char *why, size_t n)
                 end++;
             if (end < len) {
                 zjson_line_col(buf, end, &line, &col);
-                snprintf(why, n, "line %d:%d: text after the JSON object", line, col);
+                snprintf(why, n, "not JSON (line %d:%d: text after the JSON object)", line, col);
             } else {
                 json_tokener_free(tok);
                 free(buf);
@@ -130,7 +130,7 @@ int zplan_from_hf_config(const char *path, zplan_in *in, char *err, size_t errle
 {
     char why[256];
     json_object *o = zplan_read_json(path, why, sizeof why);
-    if (!o) return fail(err, errlen, "%s: not readable as JSON (%s)", path, why);
+    if (!o) return fail(err, errlen, "%s: %s", path, why);
     int rc = -1;
     json_object *mt;
     const char *type = json_object_object_get_ex(o, "model_type", &mt) &&

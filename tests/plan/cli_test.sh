@@ -101,7 +101,7 @@ expect 2 "^zinc plan: --global-batch 100 is not a multiple of --gpus 8" $rec --r
     --global-batch 100
 expect 2 "^zinc plan: --recommend chooses the stage" $rec --recommend --global-batch 64 --stage 2
 expect 2 "^zinc plan: --global-batch goes with --recommend" $rec --stage 2 --global-batch 64
-expect 2 "^zinc plan: --hf-config: .*no-such\.json: not readable" --hf-config "$tmp.no-such.json" \
+expect 2 "^zinc plan: --hf-config: .*no-such\.json: cannot read it \(No such file" --hf-config "$tmp.no-such.json" \
     --gpus 8 --gpu h100 --stage 1
 printf '{"model_type": "bert", "hidden_size": 768}' >"$tmp.json"
 expect 2 'model_type "bert" is not one zinc plan counts' --hf-config "$tmp.json" --gpus 8 \
@@ -193,7 +193,7 @@ hf=$(dirname "$0")/gpt2-config.json
 expect 2 "hf-config: .*text after the JSON object" --hf-config "$tmp.json" --gpus 8 --gpu h100 \
     --stage 2
 echo null >"$tmp.json"
-expect 2 "hf-config: .*holds null, not a JSON object" --hf-config "$tmp.json" --gpus 8 --gpu h100 \
+expect 2 "hf-config: .*not a JSON object \(the file holds null\)" --hf-config "$tmp.json" --gpus 8 --gpu h100 \
     --stage 2
 # shape flags without a shape did nothing, silently
 expect 2 "^zinc plan: --vocab, --ffn and --gated describe the layers" --params 7e9 --seq 4096 \
@@ -214,7 +214,7 @@ expect 2 "^zinc plan: --config's zero_optimization.offload_optimizer needs stage
     --params 1e9 --seq 1024 --gpus 8 --gpu h100 --config "$tmp.json" --stage 0
 expect 2 "^zinc plan: --calibrate takes only --out" --calibrate --gpus 8
 expect 2 "^zinc plan: --out, --model, --ranks and --threads go with --calibrate" $base --ranks 2
-expect 2 "^zinc plan: --calibration: .*no-such\.cal: cannot open" --calibration "$tmp.no-such.cal" \
+expect 2 "^zinc plan: --calibration: .*no-such\.cal: cannot read it \(No such file" --calibration "$tmp.no-such.cal" \
     --params 7e9 --seq 4096 --gpus 8 --stage 3
 printf '{"zinc_calibration": 1, "flops_per_s": 1e10}' >"$tmp.json"
 expect 2 "link_alpha_s.*is missing|optimizer_bytes_per_s.*is missing" --calibration "$tmp.json" \
