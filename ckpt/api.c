@@ -261,7 +261,8 @@ zinc_status zinc_ckpt_save(zinc_engine_t *e, const char *dir, const char *tag,
                      "zinc_ckpt_save: out of host memory for %zu bytes of staging", stage_bytes);
     else if (s != ZINC_OK)
         snprintf(err, sizeof err, "%s", ev->err);
-    if (s == ZINC_OK && ev->dev->iface->sync) s = ev->dev->iface->sync(ev->dev);
+    if (s == ZINC_OK && ev->dev->iface->sync && (s = ev->dev->iface->sync(ev->dev)) != ZINC_OK)
+        zerr_fmt(err, ZCK_ERR, s, "zinc_ckpt_save: waiting for the device: %s", ev->dev->err);
     /* Snapshot: streams back to back, pieces in order within each. */
     if (s == ZINC_OK) {
         tensor_table(ev, tens);
@@ -585,6 +586,10 @@ zinc_status zinc_ckpt_load(zinc_engine_t *e, const char *dir, const char *tag,
     zpick *pk = malloc(sizeof *pk);
     if (!pk) return zeng_fail(e, ZINC_ERR_NOMEM, "zinc_ckpt_load: out of memory");
     char partial[sizeof pk->tagdir] = ""; /* a tag a failed attempt had begun to apply */
+    /* a load that writes the whole state may write into one NVMe offload lost (it then makes it
+     * whole again); a weights-only load that keeps the optimizer leaves part of it as it was */
+    int rewrite = !(opt && opt->weights_only && opt->keep_optimizer);
+    if (rewrite) zeng_state_rewrite(e, 0);
     for (int attempt = 0;; attempt++) {
         /* rank 0 picks the tag so that every rank loads the same one */
         memset(pk, 0, sizeof *pk);
@@ -639,7 +644,7 @@ zinc_status zinc_ckpt_load(zinc_engine_t *e, const char *dir, const char *tag,
      * unless it left some of it as it was (weights only, keeping the optimizer or parameters
      * the tag lacks) */
     int whole = !(opt && opt->weights_only && (opt->keep_optimizer || opt->missing));
-    if (s == ZINC_OK && whole) zeng_state_rewritten(e);   /* before the refresh reads it */
+    if (rewrite) zeng_state_rewrite(e, s == ZINC_OK && whole ? 2 : 1); /* before the refresh */
     if (s == ZINC_OK) {
         /* weights only, keeping the optimizer: the counters stay, but the window starts over
          * with the gradients (a micro-step count of a window whose sums were dropped would end

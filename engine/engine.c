@@ -1421,7 +1421,7 @@ void zeng_view_get(zinc_engine_t *e, zeng_view *out)
                        .err = e->err, .partial_load = e->partial_load};
 }
 
-void zeng_state_rewritten(zinc_engine_t *e) { zoffload_nvme_rewritten(e); }
+void zeng_state_rewrite(zinc_engine_t *e, int phase) { zoffload_nvme_restore(e, phase); }
 
 void zeng_set_partial_load(zinc_engine_t *e, const char *tagdir)
 {

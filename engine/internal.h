@@ -320,8 +320,9 @@ zinc_status zoffload_nvme_open(zinc_engine_t *e);
 void zoffload_nvme_close(zinc_engine_t *e);
 /* The device whose memory the file is (state_dev), or NULL without NVMe. */
 zdev_t *zoffload_nvme_dev(zinc_engine_t *e);
-/* zeng_state_rewritten's NVMe part: a lost state (ZNV_LOST_*) is whole again. */
-void zoffload_nvme_rewritten(zinc_engine_t *e);
+/* zeng_state_rewrite's NVMe part: phase 0 lets a load write into a lost state; 1 ends it, the
+ * state still lost; 2 ends it with the whole state written: whole again. */
+void zoffload_nvme_restore(zinc_engine_t *e, int phase);
 /* offload_param "nvme": the gathers' host staging slots (uploaded from on the copy stream) and
  * their bytes; NULL and 0 without them. */
 void *zoffload_nvme_staging(zinc_engine_t *e, size_t *bytes);

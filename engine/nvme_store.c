@@ -360,10 +360,15 @@ zinc_status znvme_pwrite(znvme_t *f, uint64_t off, const void *buf, size_t n)
     return s;
 }
 
+void znvme_drain(znvme_t *f)
+{
+    if (f && f->issued) (void)znvme_wait(f, f->issued - 1);
+}
+
 void znvme_close(znvme_t *f)
 {
     if (!f) return;
-    if (f->issued) (void)znvme_wait(f, f->issued - 1);
+    znvme_drain(f);
 #ifdef ZINC_HAVE_URING
     if (f->uring) io_uring_queue_exit(&f->ring);
 #endif

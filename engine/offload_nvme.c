@@ -93,6 +93,7 @@ struct znv {
     size_t pd;                /* bytes per element of the 16-bit stream (4 in fp32 mode) */
     uint64_t io[2];           /* bytes the steps read, wrote */
     int lost;                 /* the file no longer holds one whole state: ZNV_LOST_* (0: it does) */
+    int restoring;            /* a checkpoint's load rewrites the state: writes go on while lost */
     int drained;              /* lost: what the failed step left in flight was waited for */
 };
 
@@ -177,28 +178,23 @@ uint64_t zoffload_nvme_file_bytes(const zinc_engine_t *e)
 
 static struct znv *nv_of(zdev_t *d) { return d->ctx; }
 
-/* A lost state: what the failed step left in flight, waited for (its error is the step's, said
+/* A lost state: every call the failed step issued, waited for (its error is the step's, said
  * already), so that none of it lands after a load's writes. */
 static void drain(struct znv *nv)
 {
-    uint64_t last = 0;
-    for (int b = 0; b < nv->nbuf; b++) {
-        if (nv->rt[b] > last) last = nv->rt[b];
-        if (nv->wt[b] > last) last = nv->wt[b];
-        nv->written[b] = 0;
-    }
-    if (last) (void)znvme_wait(nv->file, last);
+    znvme_drain(nv->file);
+    for (int b = 0; b < nv->nbuf; b++) nv->written[b] = 0;
     nv->drained = 1;
 }
 
-/* [p, p + n) as an offset in the file. A lost state refuses reads; writes go on (a checkpoint's
- * load rewrites the whole state, and zoffload_nvme_rewritten then makes it whole again). */
+/* [p, p + n) as an offset in the file. A lost state refuses reads, and writes but a checkpoint
+ * load's that rewrites the whole state (zoffload_nvme_restore; its end makes the state whole). */
 static zinc_status range_of(zdev_t *d, const void *p, size_t n, uint64_t *off, int write)
 {
     struct znv *nv = nv_of(d);
     const char *c = p;
-    if (nv->lost && write && !nv->drained) drain(nv);
-    if (nv->lost && !write) {
+    if (nv->lost && write && nv->restoring && !nv->drained) drain(nv);
+    if (nv->lost && !(write && nv->restoring)) {
         snprintf(d->err, sizeof d->err, "%s: the optimizer state was lost to %s (resume from "
                  "the last checkpoint)", znvme_path(nv->file), lost_why(nv));
         return ZINC_ERR_IO;
@@ -449,10 +445,16 @@ void zoffload_nvme_close(zinc_engine_t *e)
 
 zdev_t *zoffload_nvme_dev(zinc_engine_t *e) { return e->nv ? &e->nv->dev : NULL; }
 
-void zoffload_nvme_rewritten(zinc_engine_t *e)
+void zoffload_nvme_restore(zinc_engine_t *e, int phase)
 {
     struct znv *nv = e->nv;
-    if (!nv || !nv->lost) return;
+    if (!nv) return;
+    if (phase == 0) {           /* a load that will write the whole state begins */
+        nv->restoring = 1;
+        return;
+    }
+    nv->restoring = 0;
+    if (phase != 2 || !nv->lost) return;
     /* every chunk and group was written outside the step: their sums are unknown already */
     zlog(ZLOG_INFO, "offload", e->rank, "%s holds a whole optimizer state again (a checkpoint's "
          "load rewrote it after it was lost to %s)", znvme_path(nv->file), lost_why(nv));
@@ -656,11 +658,15 @@ static zinc_status group_check(struct znv *nv, int g)
     if (!nv->psum_ok[g] || nv->pchecked[g]) return ZINC_OK;
     const zplan_group *G = &nv->plan->groups[g];
     size_t bytes = G->slice * nv->pd;
-    char *tmp = malloc(bytes ? bytes : 1);
-    if (!tmp) {
-        snprintf(nv->dev.err, sizeof nv->dev.err, "%s: no host memory (%zu bytes) to check group "
-                 "'%s' of the 16-bit stream", znvme_path(nv->file), bytes, G->name);
-        return ZINC_ERR_NOMEM;
+    /* read into the staging slot the next gather takes (the largest slice fits; no host memory
+     * beyond the plan's), once the upload last made from it is done */
+    int k = nv->stage_next % ZNV_STAGE;
+    char *tmp = nv->stage + (size_t)k * nv->stage_slot;
+    zdev_t *dev = nv->e->dev;
+    if (nv->stage_ticket[k] && dev->iface->copy_wait(dev, nv->stage_ticket[k]) != ZINC_OK) {
+        snprintf(nv->dev.err, sizeof nv->dev.err, "%s: waiting for a staging slot to check group "
+                 "'%s': %.200s", znvme_path(nv->file), G->name, dev->err);
+        return ZINC_ERR_IO;
     }
     uint64_t off = (uint64_t)ZNV_STATES * nv->stream + (uint64_t)G->shard_off * nv->pd;
     zinc_status s = znvme_pread(nv->file, off, tmp, bytes);
@@ -677,7 +683,6 @@ static zinc_status group_check(struct znv *nv, int g)
     } else {
         nv->pchecked[g] = 1;
     }
-    free(tmp);
     return s;
 }
 
@@ -842,7 +847,9 @@ zinc_status zoffload_nvme_refresh(zinc_engine_t *e)
     for (size_t lo = 0; lo < S; lo += nv->E) {
         size_t k = S - lo < nv->E ? S - lo : nv->E, d = zinc_dtype_size(e->dtype);
         char *dst = nv->param ? nv->pbuf : (char *)e->h_param16 + lo * d;
-        zinc_status s = nv_download(&nv->dev, nv->buf, e->master + lo, k * 4);
+        /* unchecked (the step checks every chunk it reads back, before training on it): a
+         * checked read here read master, m and v of every chunk after a zinc_param_set */
+        zinc_status s = nv_read(&nv->dev, nv->buf, e->master + lo, k * 4);
         if (s == ZINC_OK)
             s = e->host->iface->cast(e->host, dst, e->dtype, nv->buf, ZINC_DTYPE_FP32, k, 1.0f);
         /* with the parameters in the file: from the chunk buffer into their stream */

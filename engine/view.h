@@ -64,10 +64,11 @@ void zeng_view_get(zinc_engine_t *e, zeng_view *out);
  * succeeds (NULL clears it) zinc_step and zinc_ckpt_save refuse to train on or save that mix. */
 void zeng_set_partial_load(zinc_engine_t *e, const char *tagdir);
 
-/* A load wrote the whole optimizer state (master, m and v of every parameter): with NVMe
- * offload, a state lost to a failed step or a changed file is whole again, and the refresh of
- * the working copies that follows may read it. */
-void zeng_state_rewritten(zinc_engine_t *e);
+/* A checkpoint's load that means to write the whole optimizer state: phase 0 before it writes
+ * (with NVMe offload, a state lost to a failed step or a changed file then takes its writes, and
+ * only its), 1 when it ends without having written it all (the state stays lost), 2 when it
+ * wrote master, m and v of every parameter (whole again, before the refresh reads it). */
+void zeng_state_rewrite(zinc_engine_t *e, int phase);
 
 /* Sets the engine's last error (and the thread's); returns s. */
 zinc_status zeng_fail(zinc_engine_t *e, zinc_status s, const char *fmt, ...)

@@ -64,7 +64,7 @@ static void usage(FILE *f)
             "                    --intra-lat 2, --inter-lat 5 (us per ring step, assumed)\n"
             "  --pcie-bw, --host-bw  offload: host link per direction (default the GPU's) and\n"
             "                    host memory bandwidth per node, shared by its ranks' host Adam\n"
-            "                    (default 50; with --calibration the measured optimizer rate)\n"
+            "                    (default 400; with --calibration the measured optimizer rate)\n"
             "  --host-mem GB     host memory per node: offload that needs more does not fit\n"
             "                    (default: not checked, only shown)\n",
             ZPLAN_EFFICIENCY, ZPLAN_CAL_MODEL);
@@ -556,6 +556,10 @@ int cmd_plan(int argc, char **argv)
                     "measured here): for this model, calibrate with --model of its shape%s\n",
                     cal_file, gpu->cal_model,
                     v[P_LAYERS] > 0 ? "" : " (give --layers and --hidden to compare them)");
+        if (v[P_PERNODE] > 0 && v[P_PERNODE] < v[P_GPUS] && v[P_INTER_BW] < 0)
+            fprintf(stderr, "zinc plan: note: the link between nodes is priced with %s's link, "
+                    "measured between threads of one process (no figure for it): give "
+                    "--inter-bw\n", cal_file);
     }
     if (recommend) {
         if (v[P_GLOBAL] < 0)

@@ -27,6 +27,9 @@ typedef struct {
                            calibrated rank, measured in bf16) */
     const char *cal_model; /* a calibrated rank: the built-in model (--model SPEC) its FLOP/s
                               were measured on, or NULL */
+    int host_device;       /* 1: a calibrated CPU rank, whose memory is the node's host memory:
+                              its optimizer rate (hbm_bw, measured by one process) is shared by
+                              the node's ranks, as offload's host_bw */
 } zplan_gpu;
 
 /* The FLOP/s a step of dtype runs at on g: fp32's peak in fp32, else the 16-bit tensor peak. */
@@ -51,8 +54,10 @@ typedef struct {
 #define ZPLAN_INTER_ALPHA 5e-6
 /* Default compute efficiency (achieved / peak FLOP/s of the matrix work), docs/plan.md. */
 #define ZPLAN_EFFICIENCY 0.5
-/* Default host memory bandwidth per rank for offload's host Adam, bytes/s (assumption). */
-#define ZPLAN_HOST_BW 50e9
+/* Default host memory bandwidth per node for offload's host Adam, shared by the node's ranks,
+ * bytes/s (assumption): 8 ranks x 50 GB/s, what a 2-socket DDR5 host reaches of its ~600 GB/s
+ * peak; one rank alone may use all of it. */
+#define ZPLAN_HOST_BW 400e9
 
 /* A ring reduce-scatter or all-gather of a buffer of `bytes` over n ranks:
  * (n-1)·α + (n-1)/n · bytes / bw. 0 for n = 1. */

@@ -358,7 +358,7 @@ int zplan_read_calibration(const char *path, zplan_gpu *gpu, zplan_link *link, c
     if (rc) return rc;
     *gpu = (zplan_gpu){.name = "calibrated", .label = "calibrated rank", .peak_flops = v[0],
                        .mem_bytes = v[4], .hbm_bw = v[1], .nvlink_bw = v[3], .pcie_bw = v[3],
-                       .source = path, .cal_model = model[0] ? model : NULL};
+                       .source = path, .cal_model = model[0] ? model : NULL, .host_device = 1};
     *link = (zplan_link){v[3], v[2]};
     return 0;
 }

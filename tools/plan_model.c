@@ -14,18 +14,18 @@ const zplan_gpu zplan_gpus[] = {
     /* NVIDIA A100 Tensor Core GPU datasheet: BF16 tensor 312 TFLOPS (624 with sparsity), FP32
      * 19.5 TFLOPS, 40GB HBM2 1,555 GB/s, NVLink 600 GB/s, PCIe Gen4 64 GB/s (SXM). */
     {"a100-40", "A100 SXM 40GB", 312e12, 40e9, 1555e9, 300e9, 32e9,
-     "NVIDIA A100 Tensor Core GPU datasheet", 19.5e12, NULL},
+     "NVIDIA A100 Tensor Core GPU datasheet", 19.5e12, NULL, 0},
     /* Same datasheet: 80GB HBM2e 2,039 GB/s (SXM). */
     {"a100-80", "A100 SXM 80GB", 312e12, 80e9, 2039e9, 300e9, 32e9,
-     "NVIDIA A100 Tensor Core GPU datasheet", 19.5e12, NULL},
+     "NVIDIA A100 Tensor Core GPU datasheet", 19.5e12, NULL, 0},
     /* NVIDIA H100 Tensor Core GPU datasheet (SXM): BF16 tensor 1,979 TFLOPS with sparsity, so
      * 989 dense; FP32 67 TFLOPS; 80GB, 3.35 TB/s; NVLink 900 GB/s; PCIe Gen5 128 GB/s. */
     {"h100", "H100 SXM 80GB", 989e12, 80e9, 3350e9, 450e9, 64e9,
-     "NVIDIA H100 Tensor Core GPU datasheet", 67e12, NULL},
+     "NVIDIA H100 Tensor Core GPU datasheet", 67e12, NULL, 0},
     /* NVIDIA H200 Tensor Core GPU datasheet (SXM): BF16 tensor 1,979 TFLOPS with sparsity, so
      * 989 dense; FP32 67 TFLOPS; 141GB HBM3e, 4.8 TB/s; NVLink 900 GB/s; PCIe Gen5 128 GB/s. */
     {"h200", "H200 SXM 141GB", 989e12, 141e9, 4800e9, 450e9, 64e9,
-     "NVIDIA H200 Tensor Core GPU datasheet", 67e12, NULL},
+     "NVIDIA H200 Tensor Core GPU datasheet", 67e12, NULL, 0},
 };
 const int zplan_ngpus = (int)(sizeof zplan_gpus / sizeof zplan_gpus[0]);
 
@@ -140,9 +140,11 @@ void zplan_step(const zplan_in *in, zplan_out *o)
     double adam_bytes = (24.0 + 2.0 * d) * shard;
     /* the host's memory bandwidth (per node) is shared by the node's ranks: the host Adam of
      * N ranks on one node is not N times faster than one rank's (it was, so 8 ranks' offloaded
-     * steps scaled 4x better than linearly) */
+     * steps scaled 4x better than linearly). A calibrated CPU rank's "device" is that host too,
+     * so its own Adam shares the same way (or offload would price the same Adam slower). */
     int node_ranks = in->gpus < in->per_node ? in->gpus : in->per_node;
-    o->optimizer = adam_bytes / (in->offload ? in->host_bw / node_ranks : g->hbm_bw);
+    double device_bw = g->host_device ? g->hbm_bw / node_ranks : g->hbm_bw;
+    o->optimizer = adam_bytes / (in->offload ? in->host_bw / node_ranks : device_bw);
     /* Offload: the gradient shard down and the 16-bit shard up at the step; with offload_param
      * each stage-3 gather uploads the rank's own slice first (2k per step). None hidden. */
     o->offload = 0.0;

@@ -555,6 +555,12 @@ static void test_io_error(void)
     s = zinc_param_get(e, 0, v);
     ZT_CHECK(s == ZINC_ERR_IO && strstr(zinc_last_error(e), "lost"),
              "zinc_param_get after the loss: %s (%s)", zinc_status_string(s), zinc_last_error(e));
+    /* only a checkpoint's load may write into the lost state: a parameter set is refused */
+    float *w = calloc((size_t)zinc_param_numel(e, 0), sizeof *w);
+    s = w ? zinc_param_set(e, 0, w) : ZINC_ERR_NOMEM;
+    free(w);
+    ZT_CHECK(s == ZINC_ERR_IO && strstr(zinc_last_error(e), "lost"),
+             "zinc_param_set after the loss: %s (%s)", zinc_status_string(s), zinc_last_error(e));
     /* A load of a checkpoint rewrites the whole state, so the same engine goes on from it (it
      * was refused: "lost"), as a new engine that loads it: bitwise the same 3 steps. */
     s = zinc_ckpt_load(e, ck, "s0", NULL);

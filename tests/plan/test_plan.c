@@ -355,6 +355,21 @@ static void test_groups_and_host(void)
     /* above 1 only by what each rank's own PCIe link and the smaller shard give (1.07 here) */
     ZT_CHECK(eight.tokens_per_s <= 8 * one.tokens_per_s * 1.10, "offload scaling: %.6g tokens/s "
              "on 8, %.6g on 1", eight.tokens_per_s, one.tokens_per_s);
+    /* A calibrated CPU rank: its device is the node's host, so its own Adam shares the node's
+     * rate as offload's does, and the same Adam costs the same with and without offload (the
+     * offloaded one was priced 4x slower on 4 ranks) */
+    zplan_gpu cal = {.name = "calibrated", .label = "calibrated rank", .peak_flops = 1e10,
+                     .mem_bytes = 1e10, .hbm_bw = 1e10, .nvlink_bw = 1e9, .pcie_bw = 1e9,
+                     .source = "test", .host_device = 1};
+    in.gpu = &cal, in.host_bw = cal.hbm_bw, in.gpus = 4, in.per_node = 4;
+    zplan_out dev, off;
+    in.offload = 0;
+    zplan_step(&in, &dev);
+    in.offload = 1;
+    zplan_step(&in, &off);
+    ZT_CHECK(off.optimizer > 0.999 * dev.optimizer && off.optimizer < 1.001 * dev.optimizer,
+             "a calibrated rank's Adam: %.6g s offloaded, %.6g s not", off.optimizer,
+             dev.optimizer);
 }
 
 static void test_hf_configs(void)

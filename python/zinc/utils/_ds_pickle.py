@@ -11,6 +11,7 @@ pickle normally does (torch's tensors, collections.OrderedDict, ...).
 torch.load takes a pickle_module (torch 1.13 and 2.x): ours is this module, whose Unpickler
 maps the names; load_file(path) is the call.
 """
+import errno
 import pickle
 import sys
 
@@ -90,9 +91,11 @@ def load_file(path):
     # FileNotFoundError and the like name the file; an ImportError or AttributeError is a
     # client_state class this process cannot import, not damage
     except OSError as ex:
-        if ex.filename is not None:
+        # torch's zip reader on some truncated files: "[Errno 22] Invalid argument", no file
+        # name; any other OSError (a missing file, a failing disk's EIO) is itself
+        if ex.filename is not None or ex.errno != errno.EINVAL:
             raise
-        damage = ex   # torch's zip reader on some truncated files: "[Errno 22] Invalid argument"
+        damage = ex
     except (MemoryError, ImportError, AttributeError):
         raise
     except Exception as ex:
