@@ -811,16 +811,19 @@ zinc_status zinc_param_set(zinc_engine_t *e, int param, const float *values)
     if (s != ZINC_OK) return s;
     size_t d = zinc_dtype_size(e->dtype);
     size_t lo, hi, sp;
+    const zdev_t *failed = e->dev;   /* the device whose message says why a write failed */
     if (own_range(e, param, &lo, &hi, &sp)) {
         s = state_dev(e)->iface->upload(state_dev(e), e->master + master_pos(e, param, lo, sp),
                                         values + lo, (hi - lo) * 4);
+        if (s != ZINC_OK) failed = state_dev(e);
         /* Stage 3's own 16-bit slice: on the device, or with offload_param the host shard (in
          * fp32 mode that is the host master, just written). */
         if (s == ZINC_OK && e->stage == 3 && !e->offload_param)
             s = upload_converted(e->dev, (char *)e->param16 + sp * d, values + lo, hi - lo, e->dtype);
-        if (s == ZINC_OK && e->offload_param && zoffload_param16(e) != (void *)e->master)
-            s = upload_converted(zoffload_param16_dev(e), (char *)zoffload_param16(e) + sp * d,
-                                 values + lo, hi - lo, e->dtype);
+        if (s == ZINC_OK && e->offload_param && zoffload_param16(e) != (void *)e->master &&
+            (s = upload_converted(zoffload_param16_dev(e), (char *)zoffload_param16(e) + sp * d,
+                                  values + lo, hi - lo, e->dtype)) != ZINC_OK)
+            failed = zoffload_param16_dev(e);
     }
     /* Stages 0-2 keep the full 16-bit copy, stage 3 the full copy of persistent groups: every
      * rank writes all of it (same values). */
@@ -833,7 +836,7 @@ zinc_status zinc_param_set(zinc_engine_t *e, int param, const float *values)
                              P->numel, e->dtype);
     if (s != ZINC_OK)
         return zeng_fail(e, s, "zinc_param_set: '%s': %s", P->name,
-                         s == ZINC_ERR_NOMEM ? "out of memory" : e->dev->err);
+                         s == ZINC_ERR_NOMEM ? "out of memory" : failed->err);
     return ZINC_OK;
 }
 

@@ -360,6 +360,18 @@ zinc_status znvme_pwrite(znvme_t *f, uint64_t off, const void *buf, size_t n)
     return s;
 }
 
+zinc_status znvme_reserve(znvme_t *f)
+{
+    struct stat st;
+    if (fstat(f->fd, &st) != 0) return fail(f, io_status(errno), "fstat: %s", strerror(errno));
+    if ((uint64_t)st.st_size >= f->bytes) return ZINC_OK;
+    int r = posix_fallocate(f->fd, 0, (off_t)f->bytes);
+    if (r == EOPNOTSUPP || r == EINVAL) r = ftruncate(f->fd, (off_t)f->bytes) ? errno : 0;
+    return r ? fail(f, io_status(r), "reserving %llu bytes again: %s",
+                    (unsigned long long)f->bytes, strerror(r))
+             : ZINC_OK;
+}
+
 void znvme_drain(znvme_t *f)
 {
     if (f && f->issued) (void)znvme_wait(f, f->issued - 1);

@@ -55,6 +55,9 @@ zinc_status znvme_wait(znvme_t *f, uint64_t ticket);
  * caller waits first where a range may be in flight). */
 zinc_status znvme_pread(znvme_t *f, uint64_t off, void *buf, size_t n);
 zinc_status znvme_pwrite(znvme_t *f, uint64_t off, const void *buf, size_t n);
+/* The file at its whole size again (posix_fallocate, as at the open) when something cut it short;
+ * a file of that size already is left as it is. */
+zinc_status znvme_reserve(znvme_t *f);
 /* Waits for every call issued so far, whatever its result (a failed step's calls in flight,
  * before the file is written again); the errors are dropped. */
 void znvme_drain(znvme_t *f);

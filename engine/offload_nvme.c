@@ -98,13 +98,15 @@ struct znv {
 };
 
 /* Why the state in the file is no longer whole. */
-enum { ZNV_LOST_IO = 1, ZNV_LOST_CHANGED, ZNV_LOST_STEP };
+enum { ZNV_LOST_IO = 1, ZNV_LOST_CHANGED, ZNV_LOST_STEP, ZNV_LOST_CHANGED16 };
 
 static const char *lost_why(const struct znv *nv)
 {
-    return nv->lost == ZNV_LOST_CHANGED ? "a chunk that read back changed (checksum)"
-           : nv->lost == ZNV_LOST_STEP  ? "a step that failed after writing part of it"
-                                        : "an earlier I/O error";
+    return nv->lost == ZNV_LOST_CHANGED   ? "a chunk that read back changed (checksum)"
+           : nv->lost == ZNV_LOST_CHANGED16 ? "a group's 16-bit slice that read back changed "
+                                              "(checksum)"
+           : nv->lost == ZNV_LOST_STEP      ? "a step that failed after writing part of it"
+                                            : "an earlier I/O error";
 }
 
 static size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
@@ -455,6 +457,14 @@ void zoffload_nvme_restore(zinc_engine_t *e, int phase)
     }
     nv->restoring = 0;
     if (phase != 2 || !nv->lost) return;
+    /* the load wrote the elements, not the padding after each stream's last one: a file cut
+     * short (by another process, a disk) ends there, and the step's whole-chunk reads went past
+     * its end; reserved whole again, as at finalize, or it stays lost */
+    if (znvme_reserve(nv->file) != ZINC_OK) {
+        zlog(ZLOG_ERROR, "offload", e->rank, "the load rewrote the optimizer state, but %s; it "
+             "stays lost", znvme_error(nv->file));
+        return;
+    }
     /* every chunk and group was written outside the step: their sums are unknown already */
     zlog(ZLOG_INFO, "offload", e->rank, "%s holds a whole optimizer state again (a checkpoint's "
          "load rewrote it after it was lost to %s)", znvme_path(nv->file), lost_why(nv));
@@ -559,7 +569,7 @@ zinc_status zoffload_nvme_own_to_device(zinc_engine_t *e, int g, void *dst, int 
                                             "resume from the last checkpoint)" : "");
     if (nv->psum_ok[g] &&
         param_pieces_sum(e, g, G->shard_off, G->shard_off + G->slice, slot) != nv->psum[g]) {
-        nv->lost = ZNV_LOST_CHANGED;
+        nv->lost = ZNV_LOST_CHANGED16;
         return zeng_fail(e, ZINC_ERR_CORRUPT, "stage 3: offload_param nvme: the own slice of "
                          "group '%s' in %s reads back other bytes than were written (its "
                          "checksum differs): the disk or another process changed the scratch "
@@ -640,7 +650,7 @@ static zinc_status chunk_check(struct znv *nv, size_t c)
         if (s != ZINC_OK) return io_fail(&nv->dev, s);
     }
     if (chunk_sum(&r, (int)c) != nv->sum[c]) {
-        nv->lost = ZNV_LOST_CHANGED;
+        nv->lost = ZNV_LOST_CHANGED16;
         snprintf(nv->dev.err, sizeof nv->dev.err, "%s: chunk %zu of %zu reads back other bytes "
                  "than the last step wrote (its checksum differs): the disk or another process "
                  "changed the scratch file; the optimizer state is no longer whole: resume from "
