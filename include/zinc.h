@@ -682,7 +682,10 @@ typedef struct zinc_ckpt_save_options {
 
 /* Collective. Saves into dir/tag (written as dir/tag.tmp, renamed when complete) and then points
  * dir/latest at it. In async mode returns once the shard is staged in host memory; errors of the
- * background write come back from the next zinc_step or from zinc_ckpt_wait. `opt` may be NULL. */
+ * background write come back from the next zinc_step or from zinc_ckpt_wait. `opt` may be NULL.
+ * With NVMe offload what it reads from the scratch file is checked against the step's checksums
+ * (zinc.nvme_checksum): a changed file fails the save with ZINC_ERR_CORRUPT naming the chunk (or
+ * group) and the file, writes no tag, and leaves the state lost as a failed step does. */
 ZINC_API zinc_status zinc_ckpt_save(zinc_engine_t *e, const char *dir, const char *tag,
                                     const zinc_ckpt_save_options_t *opt);
 
@@ -721,6 +724,10 @@ typedef struct zinc_ckpt_load_options {
  * copies' refresh after it) leaves part of it the checkpoint's, and zinc_step and zinc_ckpt_save
  * then fail with ZINC_ERR_USAGE until a load of the whole state succeeds. The client blob is
  * read before the tensors: after a failed load client_blob may hold the failed tag's blob.
+ * With NVMe offload, a load of the whole state (not weights_only with keep_optimizer, none of
+ * the model's parameters missing) also makes a state lost to a failed step or a changed scratch
+ * file whole again, in the same engine; until then only such a load may write the state
+ * (zinc_param_set is refused).
  * A load that succeeds inside an accumulation window drops that window's gradients (the micro-
  * step in progress, handed over or in buckets, and the sums of the earlier ones; the checkpoint
  * holds none): the window goes on from the checkpoint's micro-step count (0 after a weights-only
