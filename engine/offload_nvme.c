@@ -219,26 +219,38 @@ static zinc_status io_fail(zdev_t *d, zinc_status s)
 /* A write outside the step over [off, off + n) of the file: the sums of the chunks (and, in
  * the 16-bit stream, of the group slices) it touches are unknown until the step writes them
  * again. */
+/* Group g's own slice of the 16-bit stream meets the file range [off, off + n). */
+static int group_in_range(const struct znv *nv, int g, uint64_t off, size_t n)
+{
+    uint64_t states = (uint64_t)ZNV_STATES * nv->stream;
+    if (!nv->param || n == 0 || off + n <= states) return 0;
+    uint64_t lo = (off > states ? off - states : 0) / nv->pd;
+    uint64_t hi = (off + n - states + nv->pd - 1) / nv->pd;
+    const zplan_group *G = &nv->plan->groups[g];
+    return G->shard_off < hi && G->shard_off + G->slice > lo;
+}
+
+/* The first piece of [o, end) (o inside master, m or v) that lies in one chunk of one state
+ * stream: its bytes (to that chunk's end or the stream's, at most end - o); *c its chunk. */
+static uint64_t chunk_piece(const struct znv *nv, uint64_t o, uint64_t end, size_t *c)
+{
+    uint64_t in = o % nv->stream, c0 = in / 4 / nv->E;
+    uint64_t cend = (c0 + 1) * nv->E * 4 < nv->stream ? (c0 + 1) * nv->E * 4 : nv->stream;
+    *c = (size_t)c0;
+    return end - o < cend - in ? end - o : cend - in;
+}
+
 static void sums_unknown(struct znv *nv, uint64_t off, size_t n)
 {
     uint64_t states = (uint64_t)ZNV_STATES * nv->stream;
-    if (n == 0) return;
-    if (off + n > states && nv->param) {
-        size_t d = nv->pd;
-        uint64_t lo = (off > states ? off - states : 0) / d, hi = (off + n - states + d - 1) / d;
-        for (int g = 0; g < nv->plan->ngroups; g++) {
-            const zplan_group *G = &nv->plan->groups[g];
-            if (G->shard_off < hi && G->shard_off + G->slice > lo) nv->psum_ok[g] = 0;
-        }
-    }
-    if (off >= states) return;
+    for (int g = 0; g < nv->plan->ngroups; g++)
+        if (group_in_range(nv, g, off, n)) nv->psum_ok[g] = 0;
     uint64_t end = off + n < states ? off + n : states;
     for (uint64_t o = off; o < end;) {
-        uint64_t in = o % nv->stream, c = in / 4 / nv->E;
+        size_t c;
+        o += chunk_piece(nv, o, end, &c);
         if (c < nv->nchunks) nv->sum_ok[c] = 0;
-        if (nv->cached[c % (uint64_t)nv->nbuf] == (long)c) nv->cached[c % (uint64_t)nv->nbuf] = -1;
-        uint64_t next = (c + 1) * nv->E * 4; /* the next chunk's start, or the stream's end */
-        o += (next < nv->stream ? next : nv->stream) - in;
+        if (nv->cached[c % (size_t)nv->nbuf] == (long)c) nv->cached[c % (size_t)nv->nbuf] = -1;
     }
 }
 
@@ -278,43 +290,24 @@ static zinc_status nv_download(zdev_t *d, void *dst, const void *src, size_t n)
     struct znv *nv = nv_of(d);
     uint64_t off, states = (uint64_t)ZNV_STATES * nv->stream;
     zinc_status s = range_of(d, src, n, &off, 0);
-    if (s != ZINC_OK || n == 0) return s;
-    if (off + n > states && nv->param) {   /* the 16-bit stream's groups it touches */
-        uint64_t lo = (off > states ? off - states : 0) / nv->pd;
-        uint64_t hi = (off + n - states + nv->pd - 1) / nv->pd;
-        for (int g = 0; g < nv->plan->ngroups && s == ZINC_OK; g++) {
-            const zplan_group *G = &nv->plan->groups[g];
-            if (G->shard_off < hi && G->shard_off + G->slice > lo) s = group_check(nv, g);
-        }
-    }
+    if (s != ZINC_OK) return s;
+    for (int g = 0; g < nv->plan->ngroups && s == ZINC_OK; g++)
+        if (group_in_range(nv, g, off, n)) s = group_check(nv, g);
     char *out = dst;
-    for (uint64_t o = off; s == ZINC_OK && o < off + n;) {
-        uint64_t end = off + n, piece = end - o;
+    for (uint64_t o = off, end = off + n; s == ZINC_OK && o < end;) {
         size_t c = 0;
-        int from_buf = 0;
-        if (o < states) {   /* up to the end of this chunk of this state */
-            uint64_t in = o % nv->stream, c0 = (in / 4) / nv->E;
-            uint64_t cend = (c0 + 1) * nv->E * 4 < nv->stream ? (c0 + 1) * nv->E * 4 : nv->stream;
-            if (piece > cend - in) piece = cend - in;
-            c = (size_t)c0;
-            from_buf = c < nv->nchunks && nv->sum_ok[c];
-        }
-        if (from_buf && (s = chunk_check(nv, c)) == ZINC_OK) {
-            uint64_t in = o % nv->stream;
+        uint64_t piece = o < states ? chunk_piece(nv, o, end, &c) : end - o;
+        if (o < states && c < nv->nchunks && nv->sum_ok[c]) {
+            if ((s = chunk_check(nv, c)) != ZINC_OK) break;
             const char *b = (const char *)(nv->buf + ((c % (size_t)nv->nbuf) * ZNV_STATES +
                                                       (size_t)(o / nv->stream)) * nv->E);
-            memmove(out, b + (in - (uint64_t)c * nv->E * 4), (size_t)piece);
-        } else if (!from_buf && (s = znvme_pread(nv->file, o, out, (size_t)piece)) != ZINC_OK) {
+            memcpy(out, b + (o % nv->stream - (uint64_t)c * nv->E * 4), (size_t)piece);
+        } else if ((s = znvme_pread(nv->file, o, out, (size_t)piece)) != ZINC_OK) {
             io_fail(d, s);
         }
         out += piece;
         o += piece;
     }
-    /* a read into the chunk buffers themselves (zoffload_nvme_refresh's) replaced what they held */
-    const char *bufs = (const char *)nv->buf;
-    if ((const char *)dst < bufs + (size_t)nv->nbuf * ZNV_STATES * nv->E * 4 &&
-        (const char *)dst + n > bufs)
-        drop_cached(nv);
     return s;
 }
 

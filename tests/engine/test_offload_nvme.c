@@ -535,6 +535,30 @@ static int same_masters(zinc_engine_t *e, zinc_engine_t *f, int np)
     return same;
 }
 
+/* An engine e whose state was lost loads ck/tag, a new engine of r loads it too, and both train
+ * 3 steps from global step `first`: the same masters, bitwise (the load into e was refused:
+ * "lost"). */
+static void expect_resumes_as_new(const toy_run *r, zinc_engine_t *e, int np, const char *ck,
+                                  const char *tag, int first, const char *label)
+{
+    zinc_status s = zinc_ckpt_load(e, ck, tag, NULL);
+    ZT_CHECK(s == ZINC_OK, "%s: the load after the loss: %s (%s)", label, zinc_status_string(s),
+             zinc_last_error(e));
+    int nf = 0;
+    zinc_engine_t *f = toy_engine_checked(r, &nf, label);
+    if (!f || s != ZINC_OK) {
+        zinc_engine_destroy(f);
+        return;
+    }
+    ZT_OK(zinc_ckpt_load(f, ck, tag, NULL));
+    s = toy_steps(e, 0, 1, first, 3, np);
+    ZT_CHECK(s == ZINC_OK, "%s: steps after the load: %s", label, zinc_last_error(e));
+    ZT_OK(toy_steps(f, 0, 1, first, 3, nf));
+    ZT_CHECK(s == ZINC_OK && same_masters(e, f, np), "%s: after the load, other weights than a "
+             "new engine from the checkpoint", label);
+    zinc_engine_destroy(f);
+}
+
 /* The scratch file cut short under the engine (another process, a disk): the step that reads
  * past its end loses the state; a checkpoint's load restores the file's whole size and the state,
  * and training goes on as from a new engine's load of it. The load used to leave the file ending
@@ -545,7 +569,7 @@ static void test_truncated_recovery(void)
     char zero[1536];
     snprintf(zero, sizeof zero, "%s\"sub_group_size\": 1024, ", nvme_json(NULL));
     r.zero_json = zero;
-    int np = 0, nf = 0;
+    int np = 0;
     zinc_engine_t *e = toy_engine_checked(&r, &np, "nvme, truncated file");
     if (!e) return;
     char ck[600], path[600];
@@ -557,18 +581,7 @@ static void test_truncated_recovery(void)
     ZT_CHECK(truncate(path, 4096) == 0, "truncating %s", path);
     s = toy_steps(e, 0, 1, 2, 1, np);
     ZT_CHECK(s != ZINC_OK, "the step after the file was cut short succeeded");
-    s = zinc_ckpt_load(e, ck, "s2", NULL);
-    ZT_CHECK(s == ZINC_OK, "the load after the loss: %s", zinc_last_error(e));
-    zinc_engine_t *f = toy_engine_checked(&r, &nf, "nvme, truncated file, a new engine");
-    if (f && s == ZINC_OK) {
-        ZT_OK(zinc_ckpt_load(f, ck, "s2", NULL));
-        s = toy_steps(e, 0, 1, 2, 3, np);
-        ZT_CHECK(s == ZINC_OK, "steps after the load: %s", zinc_last_error(e));
-        ZT_OK(toy_steps(f, 0, 1, 2, 3, nf));
-        ZT_CHECK(s == ZINC_OK && same_masters(e, f, np), "the engine whose file was cut short "
-                 "trained other weights after the load than a new engine from it");
-    }
-    zinc_engine_destroy(f);
+    expect_resumes_as_new(&r, e, np, ck, "s2", 2, "nvme, truncated file");
     zinc_engine_destroy(e);
     ZT_CHECK(nvme_files() == 0, "%d scratch file(s) left", nvme_files());
 }
@@ -616,24 +629,8 @@ static void test_io_error(void)
     ZT_CHECK(s == ZINC_ERR_IO && strstr(zinc_last_error(e), "lost") &&
                  strstr(zinc_last_error(e), "zinc-nvme-"),
              "zinc_param_set after the loss: %s (%s)", zinc_status_string(s), zinc_last_error(e));
-    /* A load of a checkpoint rewrites the whole state, so the same engine goes on from it (it
-     * was refused: "lost"), as a new engine that loads it: bitwise the same 3 steps. */
-    s = zinc_ckpt_load(e, ck, "s0", NULL);
-    ZT_CHECK(s == ZINC_OK, "the load after the loss: %s (%s)", zinc_status_string(s),
-             zinc_last_error(e));
-    zinc_engine_t *f = NULL;
-    int nf = 0;
-    zinc_status fst = toy_engine(&r, &f, &nf);
-    if (fst == ZINC_OK) fst = zinc_ckpt_load(f, ck, "s0", NULL);
-    ZT_CHECK(fst == ZINC_OK, "a new engine's load: %s", zinc_last_error(f));
-    if (s == ZINC_OK && fst == ZINC_OK) {
-        s = toy_steps(e, 0, 1, 0, 3, np);
-        ZT_CHECK(s == ZINC_OK, "steps after the load: %s", zinc_last_error(e));
-        ZT_OK(toy_steps(f, 0, 1, 0, 3, nf));
-        ZT_CHECK(s == ZINC_OK && same_masters(e, f, np), "the engine that lost its state and loaded the checkpoint trained other "
-                 "weights than a new engine from it");
-    }
-    zinc_engine_destroy(f);
+    /* A load of a checkpoint rewrites the whole state: the same engine goes on from it. */
+    expect_resumes_as_new(&r, e, np, ck, "s0", 0, "nvme, I/O error");
     zinc_engine_destroy(e);
     ZT_CHECK(nvme_files() == 0, "the failed engine left %d scratch file(s)", nvme_files());
 

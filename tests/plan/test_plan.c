@@ -342,14 +342,15 @@ static void test_groups_and_host(void)
         prev = (double)o.mem.total;
     }
     /* Offloaded Adam on 8 ranks of one node: each has 1/8 of the shard and 1/8 of the host's
-     * bandwidth, so its time is one rank's whole (it was 8 times less: efficiency 4-7) */
+     * bandwidth, so its time is one rank's whole (it was 8 times less: efficiency 4-7); equal
+     * but for the shard's padding to 32 x 8 elements, 1e-6 of it here */
     in.stage = 2, in.offload = 1;
     zplan_out one, eight;
     in.gpus = 1;
     zplan_step(&in, &one);
     in.gpus = 8;
     zplan_step(&in, &eight);
-    ZT_CHECK(eight.optimizer > 0.99 * one.optimizer && eight.optimizer < 1.01 * one.optimizer,
+    ZT_CHECK(fabs(eight.optimizer - one.optimizer) <= 1e-5 * one.optimizer,
              "offloaded Adam: %.6g s on 8 ranks of a node, %.6g s on one", eight.optimizer,
              one.optimizer);
     /* above 1 only by what each rank's own PCIe link and the smaller shard give (1.07 here) */
@@ -367,8 +368,7 @@ static void test_groups_and_host(void)
     zplan_step(&in, &dev);
     in.offload = 1;
     zplan_step(&in, &off);
-    ZT_CHECK(off.optimizer > 0.999 * dev.optimizer && off.optimizer < 1.001 * dev.optimizer,
-             "a calibrated rank's Adam: %.6g s offloaded, %.6g s not", off.optimizer,
+    ZT_CHECK(close_to(off.optimizer, dev.optimizer), "a calibrated rank's Adam: %.6g s offloaded, %.6g s not", off.optimizer,
              dev.optimizer);
 }
 
