@@ -82,6 +82,17 @@ def _plan(engine, ds, strict):
     return set_trained, set_untrained, set_buffers
 
 
+def _kept_state(engine):
+    """The zinc_train_state_t of a weights-only load: the engine's own counters and loss scaler
+    (scaler_scale 0 keeps it), so that zinc_engine_set_train_state only starts the accumulation
+    window over, as zinc's own weights-only load does (zinc_ckpt_load with keep_optimizer): the
+    gradients of a window in progress were taken on the weights the load replaces."""
+    applied, skipped = ctypes.c_int64(), ctypes.c_int64()
+    lib.zinc_engine_steps(engine._e, ctypes.byref(applied), ctypes.byref(skipped))
+    return TrainState(applied=applied.value, skipped=skipped.value, scaler_scale=0.0,
+                      scaler_hysteresis=1, scaler_iter=0, scaler_last_overflow_iter=-1)
+
+
 def _train_state(engine, ds, stacklevel, converting):
     """The zinc_train_state_t of ds. The schedule's position is Adam's step count (zinc keeps
     one count for both): where DeepSpeed's differ, Adam's wins, with a warning."""
@@ -163,7 +174,8 @@ def apply_deepspeed(engine, ds, strict, weights_only, stacklevel=2, converting=F
                                       len(ds.param_groups) != len(engine._opt._sources))
     if not weights_only and groups:    # (before anything is written)
         engine._opt._check_count(ds.param_groups, "param groups")
-    state = None if weights_only else _train_state(engine, ds, stacklevel, converting)
+    state = _kept_state(engine) if weights_only else _train_state(engine, ds, stacklevel,
+                                                                      converting)
     engine._torch_then_zinc()       # the writes below replace weights torch may still read
     for pid, n in set_trained.items():
         values = [ds.master[n]] if weights_only else [ds.master[n], ds.exp_avg[n],
@@ -174,11 +186,10 @@ def apply_deepspeed(engine, ds, strict, weights_only, stacklevel=2, converting=F
             for which, v in ((_EXP_AVG, values[1]), (_EXP_AVG_SQ, values[2])):
                 engine._call(lib.zinc_param_state_set(engine._e, pid, which,
                                                       ctypes.c_void_p(v.data_ptr())))
-    if state is not None:
-        engine._call(lib.zinc_engine_set_train_state(engine._e, ctypes.byref(state)))
+    engine._call(lib.zinc_engine_set_train_state(engine._e, ctypes.byref(state)))
     engine._zinc_then_torch()
-    if state is not None:       # zinc's window restarted with the state: the front-end's too
-        engine._restart_window("load_checkpoint", stacklevel + 1)
+    # zinc's window restarted with the state: the front-end's too
+    engine._restart_window("load_checkpoint", stacklevel + 1)
     with torch.no_grad():
         for p, v in set_untrained.items():
             p.copy_(v.to(p.dtype))
