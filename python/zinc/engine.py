@@ -191,6 +191,47 @@ def config_dict(config):
     return cfg
 
 
+def _take_over(model, wanted):
+    """Before zinc.initialize registers `model`'s trainable parameters: an engine that trains
+    some of them already (initialize called again on the same model: a notebook cell run twice,
+    a sweep that keeps its model) is closed, with a warning, so that the parameters are the
+    new engine's alone. Left alive, the old one's hooks stayed on the parameters' gradient nodes,
+    which the new engine keeps, and its close() (by the collector, at any time) replaced the
+    new engine's views with copies: the model then trained nothing, silently. A stage-3 engine
+    is not closed (its parameters are empty outside its forward and close() cannot gather them:
+    collective): a ValueError says what to do. An empty parameter (a closed stage-3 engine's)
+    gets the same explanation, where zinc_param_add said only "extent 0"."""
+    old = {}
+    for n, p in model.named_parameters():
+        if not p.requires_grad or (wanted is not None and id(p) not in wanted):
+            continue
+        owner = trained_by(p)
+        if owner is not None:
+            old.setdefault(id(owner[0]), (owner[0], n))
+            continue
+        if p.numel() == 0 and _zero_init.held(p) is None:
+            raise ValueError(
+                f"zinc.initialize: parameter '{n}' is empty (shape {tuple(p.shape)}): zinc "
+                "trains no empty tensor. A ZeRO stage-3 engine that trained this model leaves its "
+                "parameters empty when it is closed or freed (the values were in its shards, as "
+                "in DeepSpeed): build the model again, or take the weights with that engine's "
+                "module_state_dict() (on every rank) before closing it and load them into it")
+    for engine, n in old.values():
+        if engine._stage == 3:
+            raise ValueError(
+                f"zinc.initialize: parameter '{n}' is trained by a live ZeRO stage-3 engine, "
+                "whose shards hold its values (the parameter is empty outside that engine's "
+                "forward): to train the model with a new engine, take the weights with the old "
+                "one's module_state_dict() (on every rank), close() it, and load them into a "
+                "model built again")
+        if engine.global_rank == 0:
+            warnings.warn(f"zinc.initialize: parameter '{n}' is trained by an engine made "
+                          "earlier and not closed; that engine is closed now (its parameters "
+                          "keep their values, as close() leaves them) and the new one trains "
+                          "them", RuntimeWarning, stacklevel=4)
+        engine.close()
+
+
 class _Group:
     """One zinc group on the Python side: its parameters and, at stage 3, whether torch holds
     them gathered now."""
@@ -235,6 +276,7 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
                 _zero_init.check_untouched(p, n)
         wanted = pgs.wanted
         self._pgs = pgs
+        _take_over(model, wanted)
         # zinc's device is the model's: the CPU, or one CUDA device (meta, mps, ... are refused
         # by name before anything, as parameters spread over several devices).
         self._device = _model_device(model)

@@ -14,15 +14,18 @@ memory back, and so must a run that loads checkpoints in a loop:
   load (3 GB in a loop loading every 10 steps). Checked with the collector off, through weak
   references to every buffer the two make, with a client_state larger than the load's first
   buffer (which it then reads again).
+- zinc.initialize called again on a model an engine trains closes that engine (stages 0-2) or
+  says what to do (stage 3): again()'s docstring.
 """
 import ctypes
 import gc
 import os
 import sys
 import tempfile
+import warnings
 import weakref
 
-from _common import check, finish, torch, zinc
+from _common import check, check_raises, finish, torch, zinc
 
 
 def config(stage):
@@ -86,12 +89,66 @@ def no_cycles(stage):
           f"{kept} of {len(made)} still alive with the collector off")
 
 
+def again(stage):
+    """zinc.initialize called again on a model an engine still trains (a notebook cell run
+    twice). Stages 0-2: the old engine is closed with one RuntimeWarning, the new one trains the
+    model's own parameters, and the old one, dropped, is freed. Before 2026-11-29 both stayed
+    alive: the new engine kept the old one's gradient hooks, and so the old engine, alive (+1
+    thread and its memory each time), and the old one's close() replaced the new one's views
+    with copies, after which the model trained nothing, silently. Stage 3: a ValueError saying
+    what to do, as for a model whose parameters a closed stage-3 engine left empty (zinc_param_add
+    said only "dimension 0 has extent 0")."""
+    gc.collect()
+    before = threads()
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+    old, *_ = zinc.initialize(model=model, config=config(stage))
+    x = torch.randn(4, 16)
+    old.backward(old(x).sum())
+    old.step()
+    if stage == 3:
+        check_raises(f"stage {stage}: initialize again on a model a live stage-3 engine trains",
+                     lambda: zinc.initialize(model=model, config=config(stage)), ValueError,
+                     "live ZeRO stage-3 engine")
+        old.close()
+        check_raises(f"stage {stage}: initialize on the parameters a closed stage-3 engine left "
+                     f"empty", lambda: zinc.initialize(model=model, config=config(stage)),
+                     ValueError, "is empty")
+        return
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        new, *_ = zinc.initialize(model=model, config=config(stage))
+    said = [str(w.message) for w in said if "trained by an engine made earlier" in str(w.message)]
+    check(f"stage {stage}: initialize again on the same model warns once", len(said) == 1,
+          f"{said}")
+    check_raises(f"stage {stage}: ... and the old engine is closed", lambda e=old: e(x),
+                 RuntimeError, "the engine was closed")
+    old.close()      # (closed already: nothing; an old engine left alive replaced new's views)
+    start = model[0].weight.detach().clone()
+    for _ in range(3):
+        new.backward(new(x).sum())
+        new.step()
+    mine = new.module_state_dict()["0.weight"]
+    check(f"stage {stage}: the new engine trains the model's parameters",
+          not torch.equal(model[0].weight.detach(), start) and
+          torch.equal(model[0].weight.detach(), mine.to(model[0].weight.dtype)),
+          "the model's weight did not move with the engine's")
+    gone = weakref.ref(old)
+    del old, _
+    gc.collect()
+    check(f"stage {stage}: the old engine, dropped, is freed while the new one lives",
+          gone() is None, "still referenced after gc.collect()")
+    new.close()
+    check(f"stage {stage}: ... with its threads", threads() <= before,
+          f"{before} threads before, {threads()} after")
+
+
 def main():
     # the threads the first engine starts for the process (torch's pool, zinc's world) stay
     trained_engine(0).close()
     for stage in range(4):
         dropped(stage)
         no_cycles(stage)
+        again(stage)
     return finish()
 
 
