@@ -14,16 +14,20 @@ def add_args(ap, stage):
     ap.add_argument("--tree", default=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def zinc_gpt2(tree, gpt2, micro, zero, threads):
+def zinc_gpt2(tree, gpt2, micro, zero, threads, package="zinc"):
     """GPT-2 of transformers.GPT2Config(**gpt2) (a sequence of n_positions tokens of its
     vocabulary) through the zinc of `tree`/python's zinc.initialize, with micro-batch `micro`,
     the zero_optimization section `zero`, torch seeded 0 and on `threads` threads. Returns
     (engine, step, params): step() trains one step on the fixed batch and returns its loss (a tensor);
-    params counts the model's elements (before stage 3 empties them)."""
-    sys.path.insert(0, os.path.join(tree, "python"))
+    params counts the model's elements (before stage 3 empties them). `package`: the name to
+    import zinc by (a copy of a tree's python/zinc under another name, on sys.path already, for
+    two versions in one process: stage3_hooks.py --against); tree None adds nothing to sys.path."""
+    if tree is not None:
+        sys.path.insert(0, os.path.join(tree, "python"))
+    import importlib
     import torch
     import transformers
-    import zinc
+    zinc = importlib.import_module(package)
     torch.manual_seed(0)
     torch.set_num_threads(threads)
     cfg = transformers.GPT2Config(bos_token_id=0, eos_token_id=0, **gpt2)

@@ -564,26 +564,36 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
         a group gathered several times a step, as with activation checkpointing, has a few) —
         for one window where it is the gradient buffer torch lends (stages 0-1: a new tensor
         each window). Every parameter has an element (zinc_param_add refuses an empty extent; a 0-dim one is
-        registered as (1,))."""
+        registered as (1,)). Returns (base address, span view, layout, views): `views` is a
+        list kept with the span view, empty until a caller fills it with the parameters' slices
+        of that span (the hand-over: the same slices of the same bucket every step)."""
         fn = lib.zinc_param_data if kind == "data" else lib.zinc_param_grad
-        if kind not in G.layout:
-            G.layout[kind] = self._measure_layout(G, fn)
-        anchor, anchor_bytes, span, layout = G.layout[kind]
+        lay = G.layout.get(kind)
+        if lay is None:
+            lay = G.layout[kind] = self._measure_layout(G, fn)
+        anchor, anchor_bytes, span, layout = lay
         ptr = ctypes.c_void_p()
-        self._call(fn(self._e, anchor, ctypes.byref(ptr)))
+        status = fn(self._e, anchor, ctypes.byref(ptr))
+        if status:
+            self._call(status)
         base = ptr.value - anchor_bytes
         # (A view with its own storage: as_strided's offsets count from the span's start.)
         views = self._lent_views if kind == "grad" and self._stage < 2 else self._views
-        kept = views.setdefault((G.gid, kind), [])      # [(base, view)], the last used first
-        for i, (b, t) in enumerate(kept):
-            if b == base:
-                if i:
-                    kept.insert(0, kept.pop(i))
-                return t, layout
+        key = (G.gid, kind)
+        kept = views.get(key)        # [(base, view, layout, its parameters' views)], the last
+        if kept is None:             # used first
+            kept = views[key] = []
+        elif kept and kept[0][0] == base:     # nearly always: the same place as last time
+            return kept[0]
+        for i, entry in enumerate(kept):
+            if entry[0] == base:
+                kept.insert(0, kept.pop(i))
+                return entry
         t = _memory.view(base, span, self._code, (span,), self._device)
-        kept.insert(0, (base, t))
+        entry = (base, t, layout, [])
+        kept.insert(0, entry)
         del kept[_SPAN_BASES:]
-        return t, layout
+        return entry
 
     def _measure_layout(self, G, fn):
         """_group_span's layout of G from each parameter's pointer (fn: zinc_param_data or
