@@ -104,7 +104,8 @@ class _HandOverMixin:
             dst, src, had = [], [], []
             _, span, layout, views = self._group_span(G, "grad")
             if not views:
-                views.extend(span.as_strided(shape, strides, off) for off, shape, strides in layout)
+                # (built whole, then kept: a list cut short by an error midway would stay)
+                views[:] = [span.as_strided(shape, strides, off) for off, shape, strides in layout]
             dtype = span.dtype
             for (_, _, p), v in zip(G.params, views):
                 g = p.grad

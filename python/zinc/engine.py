@@ -191,44 +191,53 @@ def config_dict(config):
     return cfg
 
 
-def _take_over(model, wanted):
-    """Before zinc.initialize registers `model`'s trainable parameters: an engine that trains
-    some of them already (initialize called again on the same model: a notebook cell run twice,
-    a sweep that keeps its model) is closed, with a warning, so that the parameters are the
-    new engine's alone. Left alive, the old one's hooks stayed on the parameters' gradient nodes,
-    which the new engine keeps, and its close() (by the collector, at any time) replaced the
-    new engine's views with copies: the model then trained nothing, silently. A stage-3 engine
-    is not closed (its parameters are empty outside its forward and close() cannot gather them:
-    collective): a ValueError says what to do. An empty parameter (a closed stage-3 engine's)
-    gets the same explanation, where zinc_param_add said only "extent 0"."""
+def _owners(model, wanted):
+    """Before zinc.initialize builds anything for `model`: the live engines that train some of
+    its trainable parameters already (initialize called again on the same model: a notebook cell
+    run twice, a sweep that keeps its model), {id: (engine, a parameter's name)}, for
+    _take_over once the new engine is built. Raises ValueError, with nothing changed, where the
+    model cannot be taken over: a live stage-3 engine trains it (its parameters are empty
+    outside its forward and close() cannot gather them: collective), or a stage-3 engine left
+    parameters empty when it was closed (where zinc_param_add said only "extent 0")."""
     old = {}
     for n, p in model.named_parameters():
+        if p.numel() == 0 and getattr(p, "_zinc_emptied", False):
+            raise ValueError(
+                f"zinc.initialize: parameter '{n}' is empty: a ZeRO stage-3 engine trained it "
+                "and was closed (or freed), which leaves its parameters empty, as DeepSpeed's "
+                "(the values were in its shards): build the model again, or take the weights "
+                "with that engine's module_state_dict() (on every rank) before closing it and "
+                "load them into the model")
         if not p.requires_grad or (wanted is not None and id(p) not in wanted):
             continue
         owner = trained_by(p)
-        if owner is not None:
-            old.setdefault(id(owner[0]), (owner[0], n))
+        if owner is None:
             continue
-        if p.numel() == 0 and _zero_init.held(p) is None:
-            raise ValueError(
-                f"zinc.initialize: parameter '{n}' is empty (shape {tuple(p.shape)}): zinc "
-                "trains no empty tensor. A ZeRO stage-3 engine that trained this model leaves its "
-                "parameters empty when it is closed or freed (the values were in its shards, as "
-                "in DeepSpeed): build the model again, or take the weights with that engine's "
-                "module_state_dict() (on every rank) before closing it and load them into it")
-    for engine, n in old.values():
-        if engine._stage == 3:
+        if owner[0]._stage == 3:
             raise ValueError(
                 f"zinc.initialize: parameter '{n}' is trained by a live ZeRO stage-3 engine, "
                 "whose shards hold its values (the parameter is empty outside that engine's "
                 "forward): to train the model with a new engine, take the weights with the old "
                 "one's module_state_dict() (on every rank), close() it, and load them into a "
                 "model built again")
+        old.setdefault(id(owner[0]), (owner[0], n))
+    return old
+
+
+def _take_over(old):
+    """The new engine holds the parameters (views of its memory): the engines of _owners that
+    trained them before are closed, with a warning, so that they are the new engine's alone.
+    Before the new engine's gradient hooks: a closed engine lets go of the parameters' gradient
+    nodes, which would otherwise be the new engine's too, with the old dtype they remember.
+    Left alive, an old engine's hooks stayed on those nodes, and its close() (by the collector,
+    at any time) replaced the new engine's views with copies: the model then trained nothing,
+    silently."""
+    for engine, n in old.values():
         if engine.global_rank == 0:
             warnings.warn(f"zinc.initialize: parameter '{n}' is trained by an engine made "
-                          "earlier and not closed; that engine is closed now (its parameters "
-                          "keep their values, as close() leaves them) and the new one trains "
-                          "them", RuntimeWarning, stacklevel=4)
+                          "earlier and not closed; that engine is closed now (the parameters "
+                          "it alone trains keep their values, as close() leaves them) and the "
+                          "new one trains the model", RuntimeWarning, stacklevel=4)
         engine.close()
 
 
@@ -276,7 +285,7 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
                 _zero_init.check_untouched(p, n)
         wanted = pgs.wanted
         self._pgs = pgs
-        _take_over(model, wanted)
+        old = _owners(model, wanted)
         # zinc's device is the model's: the CPU, or one CUDA device (meta, mps, ... are refused
         # by name before anything, as parameters spread over several devices).
         self._device = _model_device(model)
@@ -435,7 +444,7 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
         self._shapes = {pid: p.shape for _, ps in self._groups for pid, _, p in ps}
         self._hooks = []
         self._bucket_events = {}     # CUDA, stages 2-3: bucket -> event after its last reduce
-        self._views = {}             # (group, kind) -> [(base, view of zinc's memory)] (_group_span)
+        self._views = {}             # (group, kind) -> [(base, view, layout, views)] (_group_span)
         self._grad_bytes = self.memory()["grad"][0]   # what zinc needs lent; 0: nothing
         self._grad_buf = None        # the torch tensor lent for this window, if any
         self._lent_views = {}        # _views of _grad_buf (stages 0-1), kept while its address is
@@ -478,6 +487,7 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
                 if p.dtype in (torch.float16, torch.bfloat16, torch.float32,
                                torch.float64):       # DeepSpeed's CASTABLE_DTYPES
                     p.data = p.data.to(_TORCH_DTYPE[self._code])
+        _take_over(old)
         self._watch_gradients()
         if self._stage == 3:
             self._setup_stage3(model)
@@ -673,11 +683,17 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
                 lib.zinc_engine_sync(self._e)
             for _, params in getattr(self, "_groups", []):
                 for _, _, p in params:
+                    owner = trained_by(p)
+                    if owner is not None and owner[0] is not self:
+                        continue      # a later engine's views now (_take_over): not this one's
                     p.data = p.data.clone()
+                    if self._stage == 3 and p.numel() == 0:
+                        p._zinc_emptied = True     # for _owners' message
             if cuda:      # the copies done before zinc frees the memory they read
                 torch.cuda.current_stream(self._device).synchronize()
             for h in getattr(self, "_hooks", []):
                 h.remove()
+            self._acc_nodes = []   # autograd keeps them weakly: a later engine gets its own
             self._views = {}
             for mod in getattr(self, "_linears", []):
                 mod.__dict__.pop("forward", None)

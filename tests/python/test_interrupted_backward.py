@@ -19,6 +19,8 @@ zinc_grads_ready), as the first hand-over and as the second: the front-end had s
 every stage), and a zero_grad() after it was refused at stages 2-3 (zinc_grads_clear: "holds
 gradients in its bucket"). Also with zero_grad() after the failure (engine's at accumulation 1,
 the optimizer's at 2 where DeepSpeed's drops the window as torch's does: stages 0, 1 and 3).
+And where the first hand-over's making of its per-parameter views of zinc's gradient memory
+raises midway (fail_in_views: the views kept cut short trained only the group's first parameter).
 
 And a second backward without step() in between, where the first ended its micro-step
 (accumulation 1): refused with a message that says so, before autograd, and nothing of it is
@@ -109,6 +111,41 @@ def fail_in_hand_over(n):
     return fail
 
 
+def fail_in_views(engine):
+    """The first hand-over's making of its per-parameter views of zinc's gradient memory (kept
+    with the memory's view for the hand-overs after) raises at the group's second parameter, as
+    an error or a second Ctrl-C midway would: autograd stops there, as fail_in_hook. A front-end
+    that kept the list cut short added only the group's first parameter from then on (b's bias
+    never trained: 1.5e-2 off)."""
+    def fail(fwd, backward):
+        real, made = engine._group_span, []
+        engine._views.clear()        # each hand-over of this backward makes its views anew
+        engine._lent_views.clear()
+
+        def span(G, kind):
+            out = real(G, kind)
+            if kind == "grad" and not out[3] and not made:
+                view, calls = out[1], [0]
+
+                def strided(*args):
+                    calls[0] += 1
+                    if calls[0] == 2:
+                        raise RuntimeError("simulated out of memory")
+                    return torch.Tensor.as_strided(view, *args)
+                view.as_strided = strided      # (an attribute of this tensor: its calls only)
+                made.append(view)
+            return out
+        engine._group_span = span
+        try:
+            backward()
+        finally:
+            del engine._group_span
+            for view in made:
+                del view.as_strided
+        assert made, "no views were made: the injection did not run"
+    return fail
+
+
 def completed(fwd, backward):
     """plain torch's side of fail_in_hand_over(2): every gradient is in `.grad`."""
     backward()
@@ -155,13 +192,15 @@ def interrupted(stage, ga, how="in a hook", clear=None):
     (zinc's N-th group hand-over, plain torch's reference as described at fail_in_hand_over).
     `clear`: "engine" or "optimizer", whose zero_grad() follows the failure (None: none)."""
     data = batches(1 + STEPS * ga)
-    if how == "in a hook":
+    if how in ("in a hook", "in its views"):
         ref_fail = zinc_fail = fail_in_hook
     else:
         n = int(how.split()[-1])
         ref_fail, zinc_fail = (fail_in_hook if n == 1 else completed), fail_in_hand_over(n)
     ref = plain_torch(ga, data, ref_fail, clear)
     m, engine = zinc_engine(stage, ga)
+    if how == "in its views":
+        zinc_fail = fail_in_views(engine)
     errors = []
 
     def step(_):
@@ -272,6 +311,7 @@ def main(stage):
         interrupted(stage, ga)
         for n in (1, 2):
             interrupted(stage, ga, f"in hand-over {n}")
+        interrupted(stage, ga, "in its views")
     # zero_grad() after it drops what the window summed: at accumulation 1 that is the failed
     # backward's part alone, as plain torch's zero_grad. With 2, the window's earlier micro-step
     # goes too, as torch's, where DeepSpeed's zero_grad drops it: stages 0-1, and stage 3's

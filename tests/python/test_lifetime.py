@@ -96,8 +96,9 @@ def again(stage):
     alive: the new engine kept the old one's gradient hooks, and so the old engine, alive (+1
     thread and its memory each time), and the old one's close() replaced the new one's views
     with copies, after which the model trained nothing, silently. Stage 3: a ValueError saying
-    what to do, as for a model whose parameters a closed stage-3 engine left empty (zinc_param_add
-    said only "dimension 0 has extent 0")."""
+    what to do, as for a model whose parameters a closed stage-3 engine left empty, frozen since
+    or not (zinc_param_add said only "dimension 0 has extent 0"). A new engine that fails to be
+    made closes nothing, and one of another dtype trains (it gets its own gradient nodes)."""
     gc.collect()
     before = threads()
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
@@ -113,10 +114,26 @@ def again(stage):
         check_raises(f"stage {stage}: initialize on the parameters a closed stage-3 engine left "
                      f"empty", lambda: zinc.initialize(model=model, config=config(stage)),
                      ValueError, "is empty")
+        model[0].requires_grad_(False)     # ... also where they are frozen now
+        check_raises(f"stage {stage}: ... also frozen", lambda: zinc.initialize(
+            model=model, config=config(stage)), ValueError, "'0.weight' is empty")
         return
+    # A new engine that fails (here its config) closes nothing: the old one trains on.
+    bad = dict(config(stage), zero_optimization={"stage": 9})
+    check_raises(f"stage {stage}: initialize again with a config zinc rejects raises",
+                 lambda: zinc.initialize(model=model, config=bad), Exception, "stage")
+    try:
+        old.backward(old(x).sum())
+        old.step()
+        kept = ""
+    except RuntimeError as ex:
+        kept = str(ex)
+    check(f"stage {stage}: ... and the old engine trains on", not kept, kept)
+    # The new engine in bf16 where the old one trained in fp32: the gradient nodes the old
+    # engine kept remember fp32, so the new one must get its own.
     with warnings.catch_warnings(record=True) as said:
         warnings.simplefilter("always")
-        new, *_ = zinc.initialize(model=model, config=config(stage))
+        new, *_ = zinc.initialize(model=model, config=dict(config(stage), bf16={"enabled": True}))
     said = [str(w.message) for w in said if "trained by an engine made earlier" in str(w.message)]
     check(f"stage {stage}: initialize again on the same model warns once", len(said) == 1,
           f"{said}")
@@ -124,14 +141,18 @@ def again(stage):
                  RuntimeError, "the engine was closed")
     old.close()      # (closed already: nothing; an old engine left alive replaced new's views)
     start = model[0].weight.detach().clone()
-    for _ in range(3):
-        new.backward(new(x).sum())
-        new.step()
+    try:
+        for _ in range(3):
+            new.backward(new(x.bfloat16()).float().sum())
+            new.step()
+        failed = ""
+    except RuntimeError as ex:
+        failed = str(ex)
     mine = new.module_state_dict()["0.weight"]
-    check(f"stage {stage}: the new engine trains the model's parameters",
-          not torch.equal(model[0].weight.detach(), start) and
+    check(f"stage {stage}: the new engine (bf16, the old one fp32) trains the model's parameters",
+          not failed and not torch.equal(model[0].weight.detach(), start) and
           torch.equal(model[0].weight.detach(), mine.to(model[0].weight.dtype)),
-          "the model's weight did not move with the engine's")
+          failed or "the model's weight did not move with the engine's")
     gone = weakref.ref(old)
     del old, _
     gc.collect()
