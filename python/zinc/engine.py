@@ -195,8 +195,8 @@ def _owners(model, wanted):
     """Before zinc.initialize builds anything for `model`: the live engines that train some of
     its trainable parameters already (initialize called again on the same model: a notebook cell
     run twice, a sweep that keeps its model), {id: (engine, a parameter's name)}, for
-    _take_over once the new engine is built. Raises ValueError, with nothing changed, where the
-    model cannot be taken over: a live stage-3 engine trains it (its parameters are empty
+    _take_over once zinc took the new engine's config. Raises ValueError, with nothing changed,
+    where the model cannot be taken over: a live stage-3 engine trains it (its parameters are empty
     outside its forward and close() cannot gather them: collective), or a stage-3 engine left
     parameters empty when it was closed (where zinc_param_add said only "extent 0")."""
     old = {}
@@ -225,19 +225,17 @@ def _owners(model, wanted):
 
 
 def _take_over(old):
-    """The new engine holds the parameters (views of its memory): the engines of _owners that
-    trained them before are closed, with a warning, so that they are the new engine's alone.
-    Before the new engine's gradient hooks: a closed engine lets go of the parameters' gradient
-    nodes, which would otherwise be the new engine's too, with the old dtype they remember.
-    Left alive, an old engine's hooks stayed on those nodes, and its close() (by the collector,
-    at any time) replaced the new engine's views with copies: the model then trained nothing,
-    silently."""
+    """The engines of _owners, which trained the model's parameters before, are closed, with a
+    warning, so that the parameters are the new engine's alone (Engine.__init__ says when). Left
+    alive, an old engine's hooks stayed on the parameters' gradient nodes, which the new engine
+    took too (with the dtype they remember), and its close() (by the collector, at any time)
+    replaced the new engine's views with copies: the model then trained nothing, silently."""
     for engine, n in old.values():
         if engine.global_rank == 0:
             warnings.warn(f"zinc.initialize: parameter '{n}' is trained by an engine made "
                           "earlier and not closed; that engine is closed now (the parameters "
-                          "it alone trains keep their values, as close() leaves them) and the "
-                          "new one trains the model", RuntimeWarning, stacklevel=4)
+                          "keep their values, as close() leaves them) and the new one trains "
+                          "the model", RuntimeWarning, stacklevel=4)
         engine.close()
 
 
@@ -346,6 +344,11 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
                     continue
                 warnings.warn(f"zinc config: {line}", ZincConfigWarning, stacklevel=3)
         self._monitor = Monitors(self._cfg, self._resolved, lib.zinc_engine_rank(e))
+        # The engines that trained the model go once zinc took this one's config (the usual
+        # failure of a notebook cell run again) and before it allocates the model's state: both
+        # engines' memory is never held at once, and the parameters' gradient nodes are free for
+        # this one's hooks. A failure after this leaves the model with its values, untrained.
+        _take_over(old)
         self._groups = []          # [(group id, [(param id, name, tensor)])]
         self._g = []               # [_Group], the same order
         self._group_of = {}        # id(param) -> index into self._g
@@ -487,7 +490,6 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
                 if p.dtype in (torch.float16, torch.bfloat16, torch.float32,
                                torch.float64):       # DeepSpeed's CASTABLE_DTYPES
                     p.data = p.data.to(_TORCH_DTYPE[self._code])
-        _take_over(old)
         self._watch_gradients()
         if self._stage == 3:
             self._setup_stage3(model)

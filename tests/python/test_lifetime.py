@@ -97,8 +97,9 @@ def again(stage):
     thread and its memory each time), and the old one's close() replaced the new one's views
     with copies, after which the model trained nothing, silently. Stage 3: a ValueError saying
     what to do, as for a model whose parameters a closed stage-3 engine left empty, frozen since
-    or not (zinc_param_add said only "dimension 0 has extent 0"). A new engine that fails to be
-    made closes nothing, and one of another dtype trains (it gets its own gradient nodes)."""
+    or not (zinc_param_add said only "dimension 0 has extent 0"). A new engine whose config zinc
+    rejects closes nothing (fails_late: one that fails later), and one of another dtype trains
+    (it gets its own gradient nodes)."""
     gc.collect()
     before = threads()
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
@@ -163,6 +164,43 @@ def again(stage):
           f"{before} threads before, {threads()} after")
 
 
+class _Empty(torch.nn.Module):
+    """A module with an empty parameter, which zinc refuses to train (zinc_param_add)."""
+
+    def __init__(self):
+        super().__init__()
+        self.p = torch.nn.Parameter(torch.empty(0))
+
+    def forward(self, x):
+        return x
+
+
+def fails_late(stage):
+    """Stages 0-2: initialize again fails after zinc took its config (zinc_param_add refuses an
+    empty parameter): the old engine, closed by then, says so when used, and the model keeps the
+    values it trained. 2e89e01 left the old engine running without training the model (the
+    failed engine's close() copied the parameters away from the old engine's memory) and no
+    longer known as the model's engine."""
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 1), _Empty())
+    cfg = dict(config(stage), train_micro_batch_size_per_gpu=4)
+    old, *_ = zinc.initialize(model=model, model_parameters=list(model[0].parameters()),
+                              config=cfg)
+    x = torch.randn(4, 8)
+    old.backward(old(x).sum())
+    old.step()
+    trained = old.module_state_dict()["0.weight"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        check_raises(f"stage {stage}: initialize again fails on an empty parameter",
+                     lambda: zinc.initialize(model=model, config=cfg), Exception, "extent 0")
+    gc.collect()
+    check_raises(f"stage {stage}: ... after closing the old engine, which says so when used",
+                 lambda: old.backward(old(x).sum()), RuntimeError, "the engine was closed")
+    check(f"stage {stage}: ... and the model keeps the values it trained",
+          torch.equal(model[0].weight.detach(), trained.to(model[0].weight.dtype)))
+    old.close()
+
+
 def main():
     # the threads the first engine starts for the process (torch's pool, zinc's world) stay
     trained_engine(0).close()
@@ -170,6 +208,8 @@ def main():
         dropped(stage)
         no_cycles(stage)
         again(stage)
+        if stage < 3:
+            fails_late(stage)
     return finish()
 
 
