@@ -23,8 +23,10 @@ from .engine import (Engine, ZincConfigWarning, add_config_arguments,  # noqa: F
 from . import accelerator, comm, ops, runtime, utils  # noqa: F401
 from .accelerator import get_accelerator  # noqa: F401
 from .plan import plan  # noqa: F401
+from . import checkpoint  # noqa: F401,E402  (DeepSpeed's deepspeed.checkpoint)
+DeepSpeedEngine = Engine   # DeepSpeed's name for the engine class (deepspeed.DeepSpeedEngine)
 
 __all__ = ["initialize", "init_distributed", "world_size", "local_rank", "Engine", "ZincError",
            "ZincConfigWarning", "register_external_parameter", "checkpointing",
            "add_config_arguments", "RepeatingLoader", "zero", "accelerator", "comm", "ops",
-           "runtime", "utils", "get_accelerator", "plan"]
+           "runtime", "utils", "get_accelerator", "plan", "checkpoint", "DeepSpeedEngine"]

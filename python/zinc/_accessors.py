@@ -23,8 +23,9 @@ class _AccessorsMixin:
 
     def __getattr__(self, name):
         """What the engine does not have comes from the model, as DeepSpeed's engine passes it
-        through (HF models' engine.config, engine.generate(...)). Not names with a leading
-        underscore: the engine's own private state must never resolve to the model's."""
+        through (engine.generate(...); not engine.config, which is the engine's: `config`).
+        Not names with a leading underscore: the engine's own private state must never resolve
+        to the model's."""
         try:
             return super().__getattr__(name)     # torch's: parameters, buffers, submodules
         except AttributeError:
@@ -36,6 +37,16 @@ class _AccessorsMixin:
         except AttributeError:
             raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}', "
                                  "nor has its module") from None
+
+    @property
+    def config(self):
+        """The config as a dict, as DeepSpeed's engine.config is the config it was given (the
+        Hugging Face Trainer reads engine.config.get("zero_optimization") when it saves). Given
+        as a file, zinc's is the file's dict where DeepSpeed's is the path; with a client
+        optimizer, the config with that optimizer's section. A model's own `config` (a
+        transformers model's) is engine.module.config; before 2026-11-30 engine.config passed
+        through to it."""
+        return self._cfg
 
     @property
     def optimizer(self):
@@ -217,8 +228,11 @@ class _AccessorsMixin:
     def steps_per_print(self):
         """DeepSpeed 0.19.8's: the config's value, None where it is silent (its default since
         it stopped printing by default; zinc train's progress lines default to 10 instead)."""
-        if self._cfg.get("steps_per_print") is None:
+        given = self._cfg.get("steps_per_print")
+        if given is None:
             return None
+        if given == float("inf"):      # accelerate's "never" (_config_json)
+            return given
         return int(self._resolved["steps_per_print"])
 
     def wall_clock_breakdown(self):

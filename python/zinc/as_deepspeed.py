@@ -36,6 +36,10 @@ MODULES = {
     "deepspeed.runtime.zero.partition_parameters": "zinc.runtime.zero.partition_parameters",
     "deepspeed.zero": "zinc.zero",
     "deepspeed.checkpointing": "zinc.checkpointing",
+    "deepspeed.checkpoint": "zinc.checkpoint",
+    "deepspeed.checkpoint.utils": "zinc.checkpoint.utils",
+    "deepspeed.runtime.engine": "zinc.runtime.engine",
+    "deepspeed.runtime.lr_schedules": "zinc.runtime.lr_schedules",
 }
 
 

@@ -169,6 +169,19 @@ def register_external_parameter(module, parameter):
         ext.append(parameter)
 
 
+# steps_per_print's "never": Hugging Face's accelerate writes float("inf") there, which JSON has
+# no number for (json.dumps writes Infinity, which zinc's strict parser refuses); zinc gets a
+# step count no run reaches instead. The key is logging only.
+_NEVER_STEPS = 1 << 53
+
+
+def _config_json(config):
+    """A config dict as the JSON text zinc parses (UTF-8 bytes)."""
+    if config.get("steps_per_print") == float("inf"):
+        config = dict(config, steps_per_print=_NEVER_STEPS)
+    return json.dumps(config).encode()
+
+
 def config_dict(config):
     """A DeepSpeed config given as a dict or as the path of a JSON file, as a dict (a copy): the
     front-end's one reader of the file, for what it needs before zinc has resolved it (the
@@ -272,7 +285,7 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
         self._e = ctypes.c_void_p()
         self._cfg = config_dict(config)
         if isinstance(config, dict):
-            text, path = json.dumps(config).encode(), None
+            text, path = _config_json(config), None
         else:                        # zinc reads the file itself: its errors name it
             text, path = None, os.fsencode(config)
         # model_parameters (tensors or param groups) checked before zinc holds anything.

@@ -18,7 +18,8 @@ without the flag the second expert's are still empty then; the leaf trains bit f
 without; logger, log_dist, RepeatingLoader, ZeroParamStatus; under zinc.as_deepspeed's install()
 `deepspeed.moe`, `deepspeed.pipe`, `deepspeed.inference`, `deepspeed.ops.sparse_attention` raise
 ImportError naming the module and saying zinc does not offer it, and a zinc private module is
-not reachable as deepspeed._lib.
+not reachable as deepspeed._lib. The names Hugging Face's Trainer and accelerate take from
+deepspeed (api_accelerate_names).
 
 runs: ds_script.py with FusedAdam (AdamW) and with DeepSpeedCPUAdam(adamw_mode=False) (Adam, L2
 decay), each run as written through `python -m zinc.as_deepspeed`, with zinc's names, and as
@@ -234,6 +235,59 @@ def api_as_deepspeed():
                      f"zinc does not offer the DeepSpeed module '{name}'")
 
 
+def api_accelerate_names():
+    """What Hugging Face's Trainer and accelerate take from deepspeed (found by running a Trainer
+    under `python -m zinc.as_deepspeed`; each was an ImportError or AttributeError before
+    2026-11-30): DeepSpeedEngine (accelerate's isinstance to unwrap a model), the schedule names,
+    clone_tensors_for_torch_save (its state_dict before torch.save), the two names transformers
+    swaps around zero.Init, engine.config as the config dict (the Trainer's save reads
+    engine.config.get("zero_optimization"); it was the model's), and steps_per_print infinite
+    (accelerate's "never"; zinc's parser refused the Infinity json.dumps writes)."""
+    import importlib
+    from zinc import as_deepspeed
+    as_deepspeed.install()
+    eng_mod = importlib.import_module("deepspeed.runtime.engine")
+    lrs = importlib.import_module("deepspeed.runtime.lr_schedules")
+    utils = importlib.import_module("deepspeed.checkpoint.utils")
+    pp = importlib.import_module("deepspeed.runtime.zero.partition_parameters")
+    check("deepspeed.DeepSpeedEngine and deepspeed.runtime.engine.DeepSpeedEngine are the engine",
+          zinc.DeepSpeedEngine is zinc.Engine and eng_mod.DeepSpeedEngine is zinc.Engine)
+    check("VALID_LR_SCHEDULES holds DeepSpeed's five names",
+          lrs.VALID_LR_SCHEDULES == ["LRRangeTest", "OneCycle", "WarmupLR", "WarmupDecayLR",
+                                     "WarmupCosineLR"], f"{lrs.VALID_LR_SCHEDULES}")
+    check("partition_parameters: the constructor wrapper gives the constructor back, "
+          "_orig_torch_arange is torch.arange",
+          pp.zero_wrapper_for_fp_tensor_constructor(torch.ones, torch.float16) is torch.ones and
+          pp._orig_torch_arange is torch.arange and callable(pp.get_accelerator))
+    base = torch.arange(12.0)
+    state = {"a": base[:4].view(2, 2), "b": [base[4:6], (base[6:], 3)], "n": 5}
+    out = utils.clone_tensors_for_torch_save(state)
+    own = [out["a"], out["b"][0], out["b"][1][0]]
+    check("clone_tensors_for_torch_save: equal copies, each owning only its elements, "
+          "others kept",
+          torch.equal(out["a"], state["a"]) and torch.equal(out["b"][1][0], base[6:]) and
+          all(t.storage().size() == t.numel() for t in own) and out["b"][1][1] == 3 and
+          out["n"] == 5 and isinstance(out["b"][1], tuple))
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 2)
+    cfg = {"train_micro_batch_size_per_gpu": 2, "steps_per_print": float("inf"),
+           "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+           "zero_optimization": {"stage": 1}}
+    try:
+        engine, *_ = zinc.initialize(model=model, config=cfg)
+    except Exception as ex:
+        check("steps_per_print infinite (accelerate's never) is accepted", False, str(ex))
+        return
+    check("engine.config is the config dict (the Trainer's save reads it)",
+          engine.config.get("zero_optimization") == {"stage": 1} and
+          engine.steps_per_print() == float("inf") and isinstance(engine, eng_mod.DeepSpeedEngine),
+          f"{engine.config!r}")
+    engine.backward(engine(torch.randn(2, 4)).sum())
+    engine.step()
+    check("... and it trains", engine.global_steps == 1)
+    engine.close()
+
+
 def api():
     api_accelerator()
     api_comm_before()
@@ -242,6 +296,7 @@ def api():
     api_utils()
     api_comm_after()
     api_as_deepspeed()
+    api_accelerate_names()
 
 
 def runs(stage, mpiexec):

@@ -8,6 +8,9 @@ or backward runs or inside zinc.zero.GatheredParameters (`param.numel() > 0` the
 never leaves one in flight between Python calls."""
 from enum import Enum
 
+import torch
+
+from ...accelerator import get_accelerator  # noqa: F401  (as DeepSpeed's module has it)
 from ...zero import GatheredParameters, Init  # noqa: F401
 
 
@@ -20,4 +23,18 @@ class ZeroParamStatus(Enum):
     INFLIGHT = 3
 
 
-__all__ = ["ZeroParamStatus", "GatheredParameters", "Init"]
+# DeepSpeed's Init wraps torch's tensor constructors (torch.arange among them, kept here as
+# _orig_torch_arange) with zero_wrapper_for_fp_tensor_constructor, to make them build in the
+# working dtype on the device; Hugging Face's transformers replaces that function around
+# zero.Init so that arange keeps its dtype. zinc's Init wraps no constructor (a tensor is made as
+# the code asks), so the function gives back the constructor unchanged: there to be replaced.
+_orig_torch_arange = torch.arange
+
+
+def zero_wrapper_for_fp_tensor_constructor(fn, target_fp_dtype=None, target_device=None):
+    """`fn` itself: zinc's Init changes no constructor's dtype or device."""
+    return fn
+
+
+__all__ = ["ZeroParamStatus", "GatheredParameters", "Init",
+           "zero_wrapper_for_fp_tensor_constructor", "get_accelerator"]
