@@ -40,12 +40,11 @@ class _AccessorsMixin:
 
     @property
     def config(self):
-        """The config as a dict, as DeepSpeed's engine.config is the config it was given (the
-        Hugging Face Trainer reads engine.config.get("zero_optimization") when it saves). Given
-        as a file, zinc's is the file's dict where DeepSpeed's is the path; with a client
-        optimizer, the config with that optimizer's section. A model's own `config` (a
-        transformers model's) is engine.module.config; before 2026-11-30 engine.config passed
-        through to it."""
+        """The config as a dict, as DeepSpeed's engine.config is the config it was given, a
+        file's read into a dict (the Hugging Face Trainer reads
+        engine.config.get("zero_optimization") when it saves). zinc's is a copy, with a client
+        optimizer's section where one was given. A model's own `config` (a transformers
+        model's) is engine.module.config; before 2026-11-30 engine.config passed through to it."""
         return self._cfg
 
     @property

@@ -259,15 +259,17 @@ def api_accelerate_names():
           "_orig_torch_arange is torch.arange",
           pp.zero_wrapper_for_fp_tensor_constructor(torch.ones, torch.float16) is torch.ones and
           pp._orig_torch_arange is torch.arange and callable(pp.get_accelerator))
+    import collections
     base = torch.arange(12.0)
-    state = {"a": base[:4].view(2, 2), "b": [base[4:6], (base[6:], 3)], "n": 5}
+    pair = collections.namedtuple("pair", "t n")
+    state = {"a": base[:4].view(2, 2), "b": [base[4:6], pair(base[6:], 3)], "n": 5}
     out = utils.clone_tensors_for_torch_save(state)
     own = [out["a"], out["b"][0], out["b"][1][0]]
     check("clone_tensors_for_torch_save: equal copies, each owning only its elements, "
-          "others kept",
+          "others kept, a namedtuple a plain tuple (as DeepSpeed's; it raised TypeError)",
           torch.equal(out["a"], state["a"]) and torch.equal(out["b"][1][0], base[6:]) and
           all(t.storage().size() == t.numel() for t in own) and out["b"][1][1] == 3 and
-          out["n"] == 5 and isinstance(out["b"][1], tuple))
+          out["n"] == 5 and type(out["b"][1]) is tuple)   # (a namedtuple made a plain tuple)
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 2)
     cfg = {"train_micro_batch_size_per_gpu": 2, "steps_per_print": float("inf"),

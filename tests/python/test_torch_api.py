@@ -94,7 +94,7 @@ class Net(torch.nn.Module):
         self.scale = torch.nn.Parameter(torch.linspace(0.5, 1.5, 6), requires_grad=False)
         self.register_buffer("shift", torch.linspace(-1, 1, 6))
         self.register_buffer("scratch", torch.zeros(6), persistent=False)
-        self.labels = ("x", "y", "z")     # a plain attribute (as HF models' .config)
+        self.labels = ("x", "y", "z")     # a plain attribute of the model
 
     def forward(self, x):
         h = torch.tanh(self.a(x)) * self.scale.to(x.dtype) + self.shift.to(x.dtype)
