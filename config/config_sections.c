@@ -339,7 +339,7 @@ void zc_parse_zero(zcctx *x, json_object *root, zcfg *c)
      * values (config_utils.py, _process_deprecated_field: an assertion) */
     static const char *const renamed[][2] = {{"cpu_offload", "offload_optimizer"},
                                              {"cpu_offload_param", "offload_param"}};
-    for (int i = 0; i < 2; i++) {
+    for (size_t i = 0; i < sizeof renamed / sizeof renamed[0]; i++) {
         json_object *old_v, *new_v;
         if (zc_member(o, renamed[i][0], &old_v) && zc_member(o, renamed[i][1], &new_v)) {
             char p[96];

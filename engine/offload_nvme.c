@@ -643,7 +643,7 @@ static zinc_status chunk_check(struct znv *nv, size_t c)
         if (s != ZINC_OK) return io_fail(&nv->dev, s);
     }
     if (chunk_sum(&r, (int)c) != nv->sum[c]) {
-        nv->lost = ZNV_LOST_CHANGED16;
+        nv->lost = ZNV_LOST_CHANGED;
         snprintf(nv->dev.err, sizeof nv->dev.err, "%s: chunk %zu of %zu reads back other bytes "
                  "than the last step wrote (its checksum differs): the disk or another process "
                  "changed the scratch file; the optimizer state is no longer whole: resume from "
@@ -677,7 +677,7 @@ static zinc_status group_check(struct znv *nv, int g)
         io_fail(&nv->dev, s);
     } else if (param_pieces_sum(nv->e, g, G->shard_off, G->shard_off + G->slice, tmp) !=
                nv->psum[g]) {
-        nv->lost = ZNV_LOST_CHANGED;
+        nv->lost = ZNV_LOST_CHANGED16;
         snprintf(nv->dev.err, sizeof nv->dev.err, "%s: the own slice of group '%s' reads back "
                  "other bytes than were written (its checksum differs): the disk or another "
                  "process changed the scratch file; the parameters in it are no longer whole: "

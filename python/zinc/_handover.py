@@ -92,9 +92,7 @@ class _HandOverMixin:
             self._need_grad_buffer(st)
             if self._stage >= 2:
                 s = ctypes.c_int()
-                status = lib.zinc_grad_bucket(e, G.gid, ctypes.byref(s))
-                if status:
-                    self._call(status)
+                self._call(lib.zinc_grad_bucket(e, G.gid, ctypes.byref(s)))
                 slot = G.slot = s.value
                 self._torch_after_bucket(slot, st)
             # All of the group's adds in one call (one multi-tensor kernel on a GPU, not one per
@@ -102,7 +100,7 @@ class _HandOverMixin:
             # (_group_span).
             # The slices are made once per span (kept with it): about 1.5 us each on the host.
             dst, src, had = [], [], []
-            _, span, layout, views = self._group_span(G, "grad")
+            span, layout, views = self._group_span(G, "grad")
             if not views:
                 # (built whole, then kept: a list cut short by an error midway would stay)
                 views[:] = [span.as_strided(shape, strides, off) for off, shape, strides in layout]
@@ -132,9 +130,7 @@ class _HandOverMixin:
             # torch -> zinc (RAW): the reduce zinc_grads_ready queues reads the sums torch
             # added.
             self._torch_then_zinc(st)
-            status = (lib.zinc_grads_more if more else lib.zinc_grads_ready)(e, G.gid)
-            if status:
-                self._call(status)
+            self._call((lib.zinc_grads_more if more else lib.zinc_grads_ready)(e, G.gid))
             G.late = False
             if not self._window_grads:   # (the Engine is an nn.Module: a set costs ~3 us)
                 self._window_grads = True

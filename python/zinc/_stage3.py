@@ -294,9 +294,7 @@ class _Stage3Mixin:
         # zinc_gather left the group refused as gathered already, for good
         with held():
             st = self._torch_stream()
-            status = lib.zinc_gather(e, G.gid)
-            if status:
-                self._call(status)
+            self._call(lib.zinc_gather(e, G.gid))
             try:
                 # zinc -> torch (RAW): the all-gather into zinc's buffer is complete before the
                 # copy: torch's stream waits on the device for this group's gather only, not for
@@ -307,7 +305,7 @@ class _Stage3Mixin:
                 # parameter's data is its slice. The slices share the copy's memory, which is
                 # freed when every parameter of the group has been emptied and nothing autograd
                 # saved still views one of them.
-                _, span, layout, _ = self._group_span(G, "data")
+                span, layout, _ = self._group_span(G, "data")
                 whole = span.clone()
                 for (_, _, p), (off, shape, strides) in zip(G.params, layout):
                     p.data = whole.as_strided(shape, strides, off)
@@ -316,9 +314,7 @@ class _Stage3Mixin:
                 # this buffer (its prefetch); that must wait for the copies queued on torch's
                 # stream.
                 self._torch_then_zinc(st)
-                status = lib.zinc_release(e, G.gid)
-                if status:
-                    self._call(status)
+                self._call(lib.zinc_release(e, G.gid))
             G.live = True
 
     def _dematerialize(self, gi):

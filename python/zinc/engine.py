@@ -460,7 +460,7 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
         self._shapes = {pid: p.shape for _, ps in self._groups for pid, _, p in ps}
         self._hooks = []
         self._bucket_events = {}     # CUDA, stages 2-3: bucket -> event after its last reduce
-        self._views = {}             # (group, kind) -> [(base, view, layout, views)] (_group_span)
+        self._views = {}             # (group, kind) -> [(base, view, views)] (_group_span)
         self._grad_bytes = self.memory()["grad"][0]   # what zinc needs lent; 0: nothing
         self._grad_buf = None        # the torch tensor lent for this window, if any
         self._lent_views = {}        # _views of _grad_buf (stages 0-1), kept while its address is
@@ -589,36 +589,32 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
         a group gathered several times a step, as with activation checkpointing, has a few) —
         for one window where it is the gradient buffer torch lends (stages 0-1: a new tensor
         each window). Every parameter has an element (zinc_param_add refuses an empty extent; a 0-dim one is
-        registered as (1,)). Returns (base address, span view, layout, views): `views` is a
-        list kept with the span view, empty until a caller fills it with the parameters' slices
-        of that span (the hand-over: the same slices of the same bucket every step)."""
+        registered as (1,)). Returns (span view, layout, views): `views` is a list kept with the
+        span view, empty until a caller fills it with the parameters' slices of that span (the
+        hand-over: the same slices of the same bucket every step)."""
         fn = lib.zinc_param_data if kind == "data" else lib.zinc_param_grad
         lay = G.layout.get(kind)
         if lay is None:
             lay = G.layout[kind] = self._measure_layout(G, fn)
         anchor, anchor_bytes, span, layout = lay
         ptr = ctypes.c_void_p()
-        status = fn(self._e, anchor, ctypes.byref(ptr))
-        if status:
-            self._call(status)
+        self._call(fn(self._e, anchor, ctypes.byref(ptr)))
         base = ptr.value - anchor_bytes
         # (A view with its own storage: as_strided's offsets count from the span's start.)
         views = self._lent_views if kind == "grad" and self._stage < 2 else self._views
         key = (G.gid, kind)
-        kept = views.get(key)        # [(base, view, layout, its parameters' views)], the last
-        if kept is None:             # used first
+        kept = views.get(key)        # [(base, view, its parameters' views)], the last used first
+        if kept is None:
             kept = views[key] = []
-        elif kept and kept[0][0] == base:     # nearly always: the same place as last time
-            return kept[0]
-        for i, entry in enumerate(kept):
-            if entry[0] == base:
-                kept.insert(0, kept.pop(i))
-                return entry
+        for i, (b, t, slices) in enumerate(kept):
+            if b == base:
+                if i:
+                    kept.insert(0, kept.pop(i))
+                return t, layout, slices
         t = _memory.view(base, span, self._code, (span,), self._device)
-        entry = (base, t, layout, [])
-        kept.insert(0, entry)
+        kept.insert(0, (base, t, []))
         del kept[_SPAN_BASES:]
-        return entry
+        return t, layout, kept[0][2]
 
     def _measure_layout(self, G, fn):
         """_group_span's layout of G from each parameter's pointer (fn: zinc_param_data or
@@ -698,9 +694,6 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
                 lib.zinc_engine_sync(self._e)
             for _, params in getattr(self, "_groups", []):
                 for _, _, p in params:
-                    owner = trained_by(p)
-                    if owner is not None and owner[0] is not self:
-                        continue      # a later engine's views now (_take_over): not this one's
                     p.data = p.data.clone()
                     if self._stage == 3 and p.numel() == 0:
                         p._zinc_emptied = True     # for _owners' message

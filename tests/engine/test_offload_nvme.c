@@ -431,8 +431,11 @@ static void changed_file(toy_run r, int param, int param_stream, long at, const 
         remove(tag);
         remove(ck);
         s = nvme_step(e, 3, np, 0, &info, &rd, &wr);
-        ZT_CHECK(s != ZINC_OK && strstr(zinc_last_error(e), "lost"), "%s: the step after: %s "
-                 "(%s)", label, zinc_status_string(s), zinc_last_error(e));
+        /* the reason the state is lost names what changed: a chunk, or a 16-bit slice */
+        const char *why = strstr(want, "chunk") ? "lost to a chunk that read back changed"
+                                                : "lost to a group's 16-bit slice";
+        ZT_CHECK(s != ZINC_OK && strstr(zinc_last_error(e), why), "%s: the step after: %s "
+                 "(%s), want '%s'", label, zinc_status_string(s), zinc_last_error(e), why);
         zinc_engine_destroy(e);
         ZT_CHECK(nvme_files() == 0, "%s: %d scratch file(s) left", label, nvme_files());
         return;

@@ -350,7 +350,7 @@ static void test_groups_and_host(void)
     zplan_step(&in, &one);
     in.gpus = 8;
     zplan_step(&in, &eight);
-    ZT_CHECK(fabs(eight.optimizer - one.optimizer) <= 1e-5 * one.optimizer,
+    ZT_CHECK(fabs(eight.optimizer - one.optimizer) <= 2e-6 * one.optimizer,
              "offloaded Adam: %.6g s on 8 ranks of a node, %.6g s on one", eight.optimizer,
              one.optimizer);
     /* above 1 only by what each rank's own PCIe link and the smaller shard give (1.07 here) */
