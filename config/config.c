@@ -93,6 +93,7 @@ void zcfg_defaults(zcfg *c)
     c->dataloader_drop_last = 0;
     c->managed_accumulation = 1;
     c->dtype = ZINC_DTYPE_FP32;
+    c->grad_accum_dtype = ZINC_DTYPE_FP32;
 
     c->fp16.enabled = 0;
     c->fp16.loss_scale = 0.0;

@@ -217,6 +217,12 @@ static json_object *to_object(const zcfg *c)
     json_object_object_add(r, "prescale_gradients", boolean(c->prescale_gradients));
     json_object_object_add(r, "gradient_predivide_factor", num(c->gradient_predivide_factor));
     json_object_object_add(r, "communication_data_type", str(dtype_str(c->communication_data_type)));
+    /* Only when it is not the working dtype: the configs without it keep their hash. */
+    if (c->grad_accum_dtype != c->dtype) {
+        json_object *dt = json_object_new_object();
+        json_object_object_add(dt, "grad_accum_dtype", str(dtype_str(c->grad_accum_dtype)));
+        json_object_object_add(r, "data_types", dt);
+    }
     json_object_object_add(r, "wall_clock_breakdown", boolean(c->wall_clock_breakdown));
     /* Only when set: a data-loader key, not the engine's; the configs without it keep the hash
      * (and so the checkpoints' config check) they had before zinc read it. */

@@ -63,6 +63,7 @@ void zc_parse_precision(zcctx *x, json_object *root, zcfg *c)
     }
     c->dtype = c->fp16.enabled ? ZINC_DTYPE_FP16 : bf16 ? ZINC_DTYPE_BF16 : ZINC_DTYPE_FP32;
     c->communication_data_type = c->dtype;
+    c->grad_accum_dtype = c->dtype;
 }
 
 /* ---- zero_optimization -------------------------------------------------------------------- */
@@ -519,6 +520,34 @@ void zc_parse_zinc(zcctx *x, json_object *root, zcfg *c)
 
 /* ---- top-level scalars -------------------------------------------------------------------- */
 
+/* data_types.grad_accum_dtype "fp32" (`s` as written) with fp16/bf16 training. DeepSpeed 0.19.8
+ * (engine.py _do_optimizer_sanity_check, stage_1_and_2.py, stage3.py) reduces each micro-step's
+ * 16-bit gradient as without the key and adds its reduced partition into an fp32 sum at stages
+ * 2-3: zinc does that (engine/step.c hand_over). Refused where DeepSpeed does other arithmetic
+ * zinc does not have: stage 1 (bf16: its BF16_Optimizer; fp16: full fp32 gradients reduced in
+ * fp32) and offload (its own host accumulation); stage 0 DeepSpeed refuses itself. */
+static void grad_accum_fp32(zcctx *x, const char *path, const char *s, zcfg *c)
+{
+    if (c->zero.stage == 0)
+        zc_error(x, path, "\"%s\" with %s needs ZeRO stage 2 or 3: without ZeRO DeepSpeed 0.19.8 "
+                 "refuses it too (\"unsupported mix of model_dtype and grad_accum_dtype\")", s,
+                 zc_dtype_name(c->dtype));
+    else if (c->zero.stage == 1)
+        zc_error(x, path, "\"%s\" with %s is not supported at ZeRO stage 1 (DeepSpeed runs it "
+                 "there through %s, arithmetic zinc does not implement); zinc accumulates in "
+                 "fp32 at stages 2-3, or remove the key to accumulate in %s", s,
+                 zc_dtype_name(c->dtype),
+                 c->dtype == ZINC_DTYPE_BF16 ? "its BF16_Optimizer"
+                                             : "fp32 copies of the full gradients, reduced in fp32",
+                 zc_dtype_name(c->dtype));
+    else if (zcfg_offloads_optimizer(c))
+        zc_error(x, path, "\"%s\" is not supported with zero_optimization.offload_optimizer: zinc "
+                 "accumulates in fp32 only with the gradient on the device; remove the key to "
+                 "accumulate in %s", s, zc_dtype_name(c->dtype));
+    else
+        c->grad_accum_dtype = ZINC_DTYPE_FP32;
+}
+
 void zc_parse_scalars(zcctx *x, json_object *root, zcfg *c)
 {
     json_object *v;
@@ -602,12 +631,14 @@ void zc_parse_scalars(zcctx *x, json_object *root, zcfg *c)
     json_object *dt = zc_section(x, root, "data_types", "data_types");
     if (dt) {
         zk_check(x, dt, "data_types", &zk_data_types);
-        /* Both may only name the working dtype (null: not given): DeepSpeed asserts it for
-         * param_dtype (engine.py _assert_valid_mixed_precision_config); another gradient
-         * accumulation dtype is other math, which zinc does not implement. */
+        /* Both may name the working dtype (null: not given): DeepSpeed asserts it for
+         * param_dtype (engine.py _assert_valid_mixed_precision_config). grad_accum_dtype may
+         * also be "fp32" with 16-bit training where zinc does DeepSpeed's arithmetic for it
+         * (grad_accum_fp32); another accumulation dtype is other math, refused. */
         static const struct { const char *key, *why; } same[] = {
-            {"grad_accum_dtype", "zinc accumulates gradients in the working dtype; a different "
-                                 "accumulation dtype changes the math"},
+            {"grad_accum_dtype", "zinc accumulates gradients in the working dtype, or in fp32 "
+                                 "with fp16/bf16 training; another accumulation dtype changes "
+                                 "the math"},
             {"param_dtype", "it must be the dtype fp16/bf16 set (DeepSpeed asserts the same)"},
         };
         for (size_t i = 0; i < sizeof same / sizeof same[0]; i++) {
@@ -621,6 +652,8 @@ void zc_parse_scalars(zcctx *x, json_object *root, zcfg *c)
             if (!ok)
                 zc_error(x, path, "expected \"fp32\", \"fp16\" or \"bf16\" (or another name "
                          "DeepSpeed's DtypeEnum takes: \"bfloat16\", \"half\", ...), got \"%s\"", s);
+            else if (i == 0 && d == ZINC_DTYPE_FP32 && c->dtype != ZINC_DTYPE_FP32)
+                grad_accum_fp32(x, path, s, c);
             else if (d != c->dtype)
                 zc_error(x, path, "\"%s\" is not supported: %s (the working dtype is %s)", s,
                          same[i].why, zc_dtype_name(c->dtype));

@@ -210,7 +210,15 @@ zinc_status zinc_engine_create(const zinc_engine_options_t *opt, zinc_engine_t *
 
     e->stage = e->cfg.zero.stage;
     e->dtype = e->cfg.dtype;
+    e->gdtype = e->cfg.grad_accum_dtype;
     zscaler_init(&e->st.scaler, &e->cfg);
+    /* The parser allows fp32 sums only where the engine keeps them (stages 2-3 on the device):
+     * the stage 0-1 and offload paths size their gradient buffers in the working dtype. */
+    if (e->gdtype != e->dtype && (e->stage < 2 || zcfg_offloads_optimizer(&e->cfg))) {
+        s = zerr_thread(ZINC_ERR_INTERNAL, "zinc_engine_create: fp32 gradient sums at stage %d%s",
+                        e->stage, zcfg_offloads_optimizer(&e->cfg) ? " with offload" : "");
+        goto fail;
+    }
 
     if (opt->threads < 0) {
         s = zerr_thread(ZINC_ERR_INVALID_ARG,
@@ -658,7 +666,8 @@ zinc_status zinc_finalize(zinc_engine_t *e)
     if (s != ZINC_OK)
         return zeng_fail(e, s, "zinc_finalize: creating the gather marks: %s", e->dev->err);
     int offload = (e->offload ? ZMEM_OFFLOAD_OPTIMIZER : 0) |
-                  (e->offload_param ? ZMEM_OFFLOAD_PARAM : 0);
+                  (e->offload_param ? ZMEM_OFFLOAD_PARAM : 0) |
+                  (e->gdtype != e->dtype ? ZMEM_GRAD_FP32 : 0);
     zmem_plan(&e->plan, e->stage, e->dtype, offload, e->nbuckets, e->ngather, e->persist_numel,
               e->planned, e->host_planned);
     if (e->offload && zcfg_offloads_nvme(&e->cfg)) zoffload_nvme_plan(e);
@@ -946,23 +955,23 @@ static zinc_status grad_access_check(zinc_engine_t *e, int param, const void *bu
 }
 
 /* Stages 2-3: `n` values into the gradient accumulator at shard position `pos` (a slice of
- * the parameter's part), in the working dtype: on the device, or with offload in host memory
- * (after its downloads are waited for). */
+ * the parameter's part), in the accumulation dtype: on the device, or with offload in host
+ * memory (after its downloads are waited for). */
 static zinc_status write_grad_slice(zinc_engine_t *e, int param, size_t pos, const float *values,
                                     size_t n, const char *fn)
 {
     const zplan_param *P = &e->plan.params[param];
-    size_t off = pos * zinc_dtype_size(e->dtype);
+    size_t off = pos * zinc_dtype_size(e->gdtype);
     zinc_status s;
     if (e->grad_host) {
         /* the host accumulator, once its downloads are done; the group's next micro-step adds to
          * what is written here, as it adds to the device's */
         s = zoffload_grad_settle(e);
         if (s != ZINC_OK) return s;
-        s = upload_converted(e->host, (char *)e->h_grad + off, values, n, e->dtype);
+        s = upload_converted(e->host, (char *)e->h_grad + off, values, n, e->gdtype);
         e->gstate[P->group].acc_on_host = 1;
     } else {
-        s = upload_converted(e->dev, (char *)e->grad + off, values, n, e->dtype);
+        s = upload_converted(e->dev, (char *)e->grad + off, values, n, e->gdtype);
     }
     if (s != ZINC_OK)
         return zeng_fail(e, s, "%s: '%s': %s", fn, P->name,
@@ -984,16 +993,16 @@ zinc_status zinc_param_grad_get(zinc_engine_t *e, int param, float *out)
         return ZINC_OK;
     }
     if (e->stage >= 2)
-        return e->grad_host ? gather_stream(e, param, e->h_grad, e->dtype, e->host, out, fn)
-                            : gather_stream(e, param, e->grad, e->dtype, e->dev, out, fn);
+        return e->grad_host ? gather_stream(e, param, e->h_grad, e->gdtype, e->host, out, fn)
+                            : gather_stream(e, param, e->grad, e->gdtype, e->dev, out, fn);
     /* Stages 0-1: this rank's sums, averaged over the ranks here in fp32 (zinc_step averages
      * the buffer itself, in the working dtype). */
     zdev_t *d = e->dev;
     float *tmp = d->iface->alloc(d, P->numel * sizeof(float));
     if (!tmp) return zeng_fail(e, ZINC_ERR_NOMEM, "%s: out of memory", fn);
     s = d->iface->cast(d, tmp, ZINC_DTYPE_FP32,
-                       (const char *)e->grad + flat_pos(e, param) * zinc_dtype_size(e->dtype),
-                       e->dtype, P->numel, 1.0f);
+                       (const char *)e->grad + flat_pos(e, param) * zinc_dtype_size(e->gdtype),
+                       e->gdtype, P->numel, 1.0f);
     if (s == ZINC_OK)
         s = zcomm_all_reduce(e->comm, tmp, P->numel, ZDT_F32, 1.0f / (float)e->world_size);
     if (s == ZINC_OK) s = d->iface->download(d, out, tmp, P->numel * 4);
@@ -1016,8 +1025,8 @@ zinc_status zinc_param_grad_set(zinc_engine_t *e, int param, const float *values
                                                                      hi - lo, fn)
                                                    : ZINC_OK;
     /* Every rank writes the whole value; zinc_step's average of equal values is the value. */
-    s = upload_converted(e->dev, (char *)e->grad + flat_pos(e, param) * zinc_dtype_size(e->dtype),
-                         values, P->numel, e->dtype);
+    s = upload_converted(e->dev, (char *)e->grad + flat_pos(e, param) * zinc_dtype_size(e->gdtype),
+                         values, P->numel, e->gdtype);
     if (s != ZINC_OK)
         return zeng_fail(e, s, "%s: '%s': %s", fn, P->name,
                          s == ZINC_ERR_NOMEM ? "out of memory" : e->dev->err);
@@ -1066,10 +1075,10 @@ static zinc_status local_stream(zinc_engine_t *e, int param, zinc_param_state wh
                              "reads it whole", fn, e->stage);
         if (e->grad_host) {    /* in host memory (offload), once its downloads are done */
             s = zoffload_grad_settle(e);
-            *f = (local_frag){(char *)e->h_grad, e->dtype, e->host, sp, n};
+            *f = (local_frag){(char *)e->h_grad, e->gdtype, e->host, sp, n};
             return s;
         }
-        *f = (local_frag){(char *)e->grad, e->dtype, e->dev, sp, n};
+        *f = (local_frag){(char *)e->grad, e->gdtype, e->dev, sp, n};
         return ZINC_OK;
     }
     float *base = which == ZINC_STATE_MASTER ? e->master : moment(e, which);

@@ -103,7 +103,10 @@ struct zinc_engine {
     zcomm_t *comm;
     zdev_t *dev;
     int rank, world_size, stage;
-    zinc_dtype dtype;             /* working dtype (param16 and grads) */
+    zinc_dtype dtype;             /* working dtype (param16, buckets, collectives) */
+    zinc_dtype gdtype;            /* the gradient sums' dtype (e->grad, h_grad): the working
+                                     dtype, or fp32 with data_types.grad_accum_dtype "fp32"
+                                     (stages 2-3, no offload: the config refuses the rest) */
 
     zplan plan;
     zgroup_hparams *group_hp;     /* [plan.ngroups]: a group's own Adam values, NAN if none */
@@ -239,13 +242,15 @@ double zeng_lap(double *t);
 /* The background slot's poll (view.h), ZINC_OK when nothing is in flight. */
 zinc_status zeng_background_poll(zinc_engine_t *e);
 
-/* What is offloaded, for the memory plan: ZMEM_OFFLOAD_OPTIMIZER (master, m, v at stages 1-3)
- * and ZMEM_OFFLOAD_PARAM (the 16-bit shard at stage 3; only with the former). */
-enum { ZMEM_OFFLOAD_OPTIMIZER = 1, ZMEM_OFFLOAD_PARAM = 2 };
+/* Options of the memory plan: what is offloaded, ZMEM_OFFLOAD_OPTIMIZER (master, m, v at stages
+ * 1-3) and ZMEM_OFFLOAD_PARAM (the 16-bit shard at stage 3; only with the former), and
+ * ZMEM_GRAD_FP32: the gradient shard accumulates in fp32 (data_types.grad_accum_dtype "fp32",
+ * stages 2-3 without offload; the config refuses the rest). */
+enum { ZMEM_OFFLOAD_OPTIMIZER = 1, ZMEM_OFFLOAD_PARAM = 2, ZMEM_GRAD_FP32 = 4 };
 
 /* Memory plan (memplan.c): bytes per category for a plan/stage/dtype, before allocating: device
  * bytes in `bytes`, host bytes (offload; all zero without) in `host` (may be NULL). `offload` is
- * a mask of ZMEM_OFFLOAD_*. */
+ * a mask of the ZMEM_* options above. */
 void zmem_plan(const zplan *p, int stage, zinc_dtype dtype, int offload, int nbuckets, int ngather,
                size_t persist_numel, uint64_t bytes[ZINC_MEM_COUNT], uint64_t host[ZINC_MEM_COUNT]);
 

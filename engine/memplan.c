@@ -29,6 +29,9 @@
  * side is unchanged: 16Ψ/N, or 12Ψ/N + 4Ψ/N in fp32 where the host master is the shard), and the
  * device keeps no param16 block: no model state on the device, only the buffers — buckets and
  * the gather area, sized by the largest group, and the persistent (small) groups in full.
+ *
+ * data_types.grad_accum_dtype "fp32" (stages 2-3, bf16/fp16, no offload) keeps the gradient
+ * shard in fp32: 4Ψ/N instead of 2Ψ/N; the buckets the reduce-scatter works in stay 16-bit.
  */
 #include <string.h>
 
@@ -43,17 +46,18 @@ void zmem_plan(const zplan *p, int stage, zinc_dtype dtype, int offload, int nbu
                size_t persist_numel, uint64_t bytes[ZINC_MEM_COUNT], uint64_t host[ZINC_MEM_COUNT])
 {
     uint64_t d = zinc_dtype_size(dtype);
+    uint64_t gd = offload & ZMEM_GRAD_FP32 ? 4 : d;
     uint64_t F = p->flat_numel, S = p->shard_numel, B = p->max_group_padded;
     memset(bytes, 0, sizeof(uint64_t) * ZINC_MEM_COUNT);
     bytes[ZINC_MEM_PARAM16] = (stage < 3 ? F : S) * d;
-    bytes[ZINC_MEM_GRAD] = (stage < 2 ? F : S) * d;
+    bytes[ZINC_MEM_GRAD] = (stage < 2 ? F : S) * gd;
     bytes[ZINC_MEM_ADAM_M] = (stage == 0 ? F : S) * 4;
     bytes[ZINC_MEM_ADAM_V] = bytes[ZINC_MEM_ADAM_M];
     bytes[ZINC_MEM_MASTER] = zmem_master_aliased(stage, dtype, offload) ? 0 : bytes[ZINC_MEM_ADAM_M];
     bytes[ZINC_MEM_BUCKET] = stage >= 2 ? (uint64_t)nbuckets * B * d : 0;
     bytes[ZINC_MEM_GATHER] = stage == 3 ? ((uint64_t)ngather * B + persist_numel) * d : 0;
     if (host) memset(host, 0, sizeof(uint64_t) * ZINC_MEM_COUNT);
-    if (!offload || stage == 0) return;
+    if (!(offload & (ZMEM_OFFLOAD_OPTIMIZER | ZMEM_OFFLOAD_PARAM)) || stage == 0) return;
     for (int c = ZINC_MEM_MASTER; c <= ZINC_MEM_ADAM_V; c++) {
         if (host) host[c] = S * 4;
         bytes[c] = 0;

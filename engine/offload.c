@@ -285,7 +285,7 @@ zinc_status zoffload_reduce_to_host(zinc_engine_t *e, int group, const void *own
     } else {
         s = D->memset0(e->dev, e->acc_tmp, n);
     }
-    if (s == ZINC_OK) s = D->accumulate(e->dev, e->acc_tmp, own, e->dtype, G->slice);
+    if (s == ZINC_OK) s = D->accumulate(e->dev, e->acc_tmp, e->dtype, own, e->dtype, G->slice);
     if (s == ZINC_OK) s = D->download_async(e->dev, host, e->acc_tmp, n);
     /* the bucket's clearing and the next group's use of acc_tmp come after the download */
     if (s == ZINC_OK) s = D->copy_join(e->dev);

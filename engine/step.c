@@ -23,6 +23,8 @@ static zinc_status comm_fail(zinc_engine_t *e, zinc_status s, const char *fn, co
 }
 
 static size_t dsize(const zinc_engine_t *e) { return zinc_dtype_size(e->dtype); }
+/* Bytes of one element of the gradient sums (e->grad, h_grad): fp32 with grad_accum_dtype. */
+static size_t gsize(const zinc_engine_t *e) { return zinc_dtype_size(e->gdtype); }
 
 /* ---- gradients ---------------------------------------------------------------------------- */
 
@@ -115,16 +117,15 @@ zinc_status zinc_param_grad(zinc_engine_t *e, int param, void **out)
         return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_param_grad: unknown parameter id %d or NULL out",
                          param);
     const zplan_param *P = &e->plan.params[param];
-    size_t d = dsize(e);
     if (e->stage < 2) {
         if ((s = zeng_need_grad_buffer(e, "zinc_param_grad", 0)) != ZINC_OK) return s;
-        *out = (char *)e->grad + (e->plan.groups[P->group].flat_off + P->offset) * d;
+        *out = (char *)e->grad + (e->plan.groups[P->group].flat_off + P->offset) * gsize(e);
         return ZINC_OK;
     }
     char *b;
     s = group_bucket(e, P->group, "zinc_param_grad", 0, &b);
     if (s != ZINC_OK) return s;
-    *out = b + P->offset * d;
+    *out = b + P->offset * dsize(e);
     return ZINC_OK;
 }
 
@@ -164,8 +165,10 @@ static zinc_status hand_over(zinc_engine_t *e, int group, const char *fn)
         s = zoffload_reduce_to_host(e, group, own);
         if (s != ZINC_OK) return s;
     } else {
-        s = e->dev->iface->accumulate(e->dev, (char *)e->grad + G->shard_off * d, own, e->dtype,
-                                      G->slice);
+        /* in the accumulation dtype: fp32 sums of the 16-bit reduced slices with
+         * grad_accum_dtype "fp32", as DeepSpeed's stages 2-3 add them */
+        s = e->dev->iface->accumulate(e->dev, (char *)e->grad + G->shard_off * gsize(e),
+                                      e->gdtype, own, e->dtype, G->slice);
     }
     if (s == ZINC_OK) s = e->dev->iface->memset0(e->dev, b, G->padded * d);
     if (s != ZINC_OK) return zeng_fail(e, s, "%s: %s", fn, e->dev->err);
@@ -208,7 +211,7 @@ static void *own_grad(zinc_engine_t *e, int g)
 {
     const zplan_group *G = &e->plan.groups[g];
     size_t off = e->stage < 2 ? G->flat_off + G->slice * (size_t)e->rank : G->shard_off;
-    return (char *)e->grad + off * dsize(e);
+    return (char *)e->grad + off * gsize(e);
 }
 
 static zinc_status reduce_grads(zinc_engine_t *e)
@@ -216,13 +219,13 @@ static zinc_status reduce_grads(zinc_engine_t *e)
     float scale = 1.0f / (float)e->world_size;
     zinc_status s = ZINC_OK;
     if (e->stage == 0) {
-        s = zcomm_all_reduce(e->comm, e->grad, e->plan.flat_numel, (zdt)e->dtype, scale);
+        s = zcomm_all_reduce(e->comm, e->grad, e->plan.flat_numel, (zdt)e->gdtype, scale);
         if (s != ZINC_OK) return comm_fail(e, s, "zinc_step", "all-reduce of the gradients");
     } else if (e->stage == 1) {
         for (int g = 0; g < e->plan.ngroups; g++) {
             const zplan_group *G = &e->plan.groups[g];
-            s = zcomm_reduce_scatter(e->comm, (char *)e->grad + G->flat_off * dsize(e), G->padded,
-                                     (zdt)e->dtype, scale);
+            s = zcomm_reduce_scatter(e->comm, (char *)e->grad + G->flat_off * gsize(e), G->padded,
+                                     (zdt)e->gdtype, scale);
             if (s != ZINC_OK) return comm_fail(e, s, "zinc_step", "reduce-scatter of the gradients");
         }
     }
@@ -240,9 +243,9 @@ static zinc_status own_stats(zinc_engine_t *e, int g0, int g1)
     zinc_status s = e->grad_host ? zoffload_grad_settle(e) : ZINC_OK;
     for (int g = g0; g < g1 && s == ZINC_OK; g++) {
         const zplan_group *G = &e->plan.groups[g];
-        const void *src = e->grad_host ? (const char *)e->h_grad + G->shard_off * dsize(e)
+        const void *src = e->grad_host ? (const char *)e->h_grad + G->shard_off * gsize(e)
                                        : own_grad(e, g);
-        s = d->iface->grad_stats_acc(d, src, e->dtype, G->slice, out, g > g0);
+        s = d->iface->grad_stats_acc(d, src, e->gdtype, G->slice, out, g > g0);
         if (s != ZINC_OK) return zeng_fail(e, s, "zinc_step: gradient statistics: %s", d->err);
     }
     /* queued and joined: the all-reduce waits for it on the device, the host does not */
@@ -399,7 +402,7 @@ zinc_status zeng_adam_groups(zinc_engine_t *e, zdev_t *d, const zk_adam_args *a,
                              int shard)
 {
     const zplan_group *G = e->plan.groups;
-    size_t dz = dsize(e);
+    size_t gz = zinc_dtype_size(a->grad_dtype), pz = zinc_dtype_size(a->param_dtype);
     size_t base = shard ? G[g0].shard_off : G[g0].flat_off;
     for (int r0 = g0; r0 < g1;) {
         zk_adam_args run = group_adam_args(e, r0, a);
@@ -415,8 +418,8 @@ zinc_status zeng_adam_groups(zinc_engine_t *e, zdev_t *d, const zk_adam_args *a,
         run.master = a->master + off;
         run.m = a->m + off;
         run.v = a->v + off;
-        run.grad = (const char *)a->grad + off * dz;
-        run.param_out = a->param_out ? (char *)a->param_out + off * dz : NULL;
+        run.grad = (const char *)a->grad + off * gz;
+        run.param_out = a->param_out ? (char *)a->param_out + off * pz : NULL;
         run.n = end - off;
         zinc_status s = d->iface->adam_step(d, &run);
         if (s != ZINC_OK) return s;
@@ -429,7 +432,7 @@ zinc_status zeng_adam_range(zinc_engine_t *e, zdev_t *d, const zk_adam_args *a, 
                             size_t hi)
 {
     const zplan_group *G = e->plan.groups;
-    size_t dz = dsize(e);
+    size_t gz = zinc_dtype_size(a->grad_dtype);
     int g = 0;
     while (g < e->plan.ngroups && G[g].shard_off + G[g].slice <= lo) g++;
     while (g < e->plan.ngroups && G[g].shard_off < hi) {
@@ -448,7 +451,7 @@ zinc_status zeng_adam_range(zinc_engine_t *e, zdev_t *d, const zk_adam_args *a, 
         run.master = a->master + off;
         run.m = a->m + off;
         run.v = a->v + off;
-        run.grad = (const char *)a->grad + off * dz;
+        run.grad = (const char *)a->grad + off * gz;
         run.param_out = a->param_out ? (char *)a->param_out + off * zinc_dtype_size(a->param_dtype)
                                      : NULL;
         run.n = end - from;
@@ -464,7 +467,7 @@ static zinc_status apply_adam(zinc_engine_t *e, float lr, float beta1, float bet
 {
     const zcfg_optim *o = &e->cfg.optim;
     zk_adam_args a = {
-        .grad_dtype = e->dtype,
+        .grad_dtype = e->gdtype,
         .param_dtype = e->dtype,
         .lr = lr,                                 /* per group: group_adam_args */
         .beta1 = beta1,                           /* per group: group_adam_args */
@@ -536,7 +539,7 @@ static zinc_status zero_grads_of(zinc_engine_t *e, int keep_lent, const char *fn
     if (e->grad_host) {
         zinc_status s = zoffload_grad_settle(e);
         if (s != ZINC_OK) return s;
-        memset(e->h_grad, 0, n * dsize(e));
+        memset(e->h_grad, 0, n * gsize(e));
         for (int g = 0; g < e->plan.ngroups; g++) e->gstate[g].acc_on_host = 0;
         return ZINC_OK;
     }
@@ -544,7 +547,7 @@ static zinc_status zero_grads_of(zinc_engine_t *e, int keep_lent, const char *fn
         e->grad = NULL;      /* none attached: zero already (zinc_param_grad_get reads zeros) */
         return ZINC_OK;
     }
-    zinc_status s = e->dev->iface->memset0(e->dev, e->grad, n * dsize(e));
+    zinc_status s = e->dev->iface->memset0(e->dev, e->grad, n * gsize(e));
     if (s != ZINC_OK) return zeng_fail(e, s, "%s: clearing gradients: %s", fn, e->dev->err);
     return ZINC_OK;
 }

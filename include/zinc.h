@@ -293,7 +293,8 @@ ZINC_API zinc_status zinc_param_state_set(zinc_engine_t *e, int param, zinc_para
 ZINC_API zinc_status zinc_param_grad_get(zinc_engine_t *e, int param, float *out);
 
 /* Sets a parameter's gradient for the next zinc_step from `values` (numel floats, in
- * zinc_param_grad_get's units, rounded to the working dtype; every rank passes the same values,
+ * zinc_param_grad_get's units, rounded to the dtype the gradient is kept in: the working dtype, or
+ * fp32 with data_types.grad_accum_dtype "fp32"; every rank passes the same values,
  * each keeps what it reduces). Not collective; the same window as zinc_param_grad_get. Later
  * micro-steps of the same optimizer step add to it. */
 ZINC_API zinc_status zinc_param_grad_set(zinc_engine_t *e, int param, const float *values);

@@ -101,8 +101,11 @@ typedef struct zdev_iface {
     /* dst[i] = (dst_dt) (src[i] * scale), n elements; scale 1 for a plain cast. */
     zinc_status (*cast)(zdev_t *d, void *dst, zinc_dtype dst_dt, const void *src,
                         zinc_dtype src_dt, size_t n, float scale);
-    /* acc[i] += x[i] in dtype dt (computed in fp32, rounded once). */
-    zinc_status (*accumulate)(zdev_t *d, void *acc, const void *x, zinc_dtype dt, size_t n);
+    /* acc[i] += x[i], computed in fp32 and rounded once to acc_dt. acc_dt is x_dt, or fp32
+     * with x 16-bit (the widening sum of data_types.grad_accum_dtype "fp32"); another pair is
+     * ZINC_ERR_INVALID_ARG. */
+    zinc_status (*accumulate)(zdev_t *d, void *acc, zinc_dtype acc_dt, const void *x,
+                              zinc_dtype x_dt, size_t n);
     /* Waits for all work queued on the device (no-op on cpu). Optional. */
     zinc_status (*sync)(zdev_t *d);
     void (*close)(zdev_t *d);

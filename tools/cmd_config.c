@@ -100,10 +100,12 @@ int cmd_config(int argc, char **argv)
         free(text);
     } else {
         printf("%s: accepted (%d warning%s); world size %d: train_batch_size %lld = micro %lld x "
-               "accumulation %lld x %d; stage %d, %s; gradient_clipping %g%s; hash %s\n",
+               "accumulation %lld x %d; stage %d, %s%s; gradient_clipping %g%s; hash %s\n",
                file, nwarn, nwarn == 1 ? "" : "s", ov.world_size, (long long)c.train_batch_size,
                (long long)c.micro_batch, (long long)c.grad_accum, ov.world_size, c.zero.stage,
-               zinc_dtype_name(c.dtype), c.gradient_clipping,
+               zinc_dtype_name(c.dtype),
+               c.grad_accum_dtype != c.dtype ? " (gradients accumulated in fp32)" : "",
+               c.gradient_clipping,
                c.gradient_clipping > 0 ? "" : " (off)", c.hash_hex);
     }
     return 0;

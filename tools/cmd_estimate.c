@@ -112,7 +112,7 @@ int cmd_estimate(int argc, char **argv)
                                 params, group);
 
     zest_mem m;
-    zest_memory(params, (int)world, (int)stage, dtype, offload, offload_param, group,
+    zest_memory(params, (int)world, (int)stage, dtype, offload, offload_param, 0, group,
                 (int)buckets, (int)gathers, &m);
     uint64_t disk = nvme ? zest_nvme(&m, (int)world, dtype, offload_param, group) : 0;
     const uint64_t *b = m.dev, *h = m.host;
@@ -153,10 +153,12 @@ int cmd_estimate(int argc, char **argv)
 }
 
 void zest_memory(long long params, int world, int stage, zinc_dtype dtype, int offload,
-                 int offload_param, long long group, int buckets, int gathers, zest_mem *m)
+                 int offload_param, int grad_fp32, long long group, int buckets, int gathers,
+                 zest_mem *m)
 {
     zmem_estimate((uint64_t)params, world, stage, dtype,
-                  (offload ? ZMEM_OFFLOAD_OPTIMIZER : 0) | (offload_param ? ZMEM_OFFLOAD_PARAM : 0),
+                  (offload ? ZMEM_OFFLOAD_OPTIMIZER : 0) | (offload_param ? ZMEM_OFFLOAD_PARAM : 0) |
+                  (grad_fp32 ? ZMEM_GRAD_FP32 : 0),
                   m->dev, m->host);
     uint64_t *b = m->dev;
     /* Buffers: sized by the largest group, padded as the planner pads it. */

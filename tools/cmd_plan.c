@@ -59,7 +59,8 @@ static void usage(FILE *f)
             "as a new file renamed over it (a symlink at FILE is replaced, not followed)\n"
             "  --gpu NAME        a100-40, a100-80 (a100), h100, h200 (SXM; datasheet figures)\n"
             "  --config FILE     DeepSpeed JSON: its stage, precision, gradient accumulation,\n"
-            "                    micro-batch and offload (flags given as well win)\n"
+            "                    micro-batch, offload and fp32 gradient sums\n"
+            "                    (data_types.grad_accum_dtype; flags given as well win)\n"
             "  --gpus-per-node G default 8; --intra-bw default the GPU's NVLink per direction,\n"
             "                    --inter-bw default 50 (400 Gb/s InfiniBand NDR per GPU);\n"
             "                    --intra-lat 2, --inter-lat 5 (us per ring step, assumed);\n"
@@ -101,7 +102,7 @@ static const int zplan_scale[] = {1, 8, 16, 64, 256, 1024};
 /* Fills stage, dtype, accumulation, micro-batch and offload from a DeepSpeed config where the
  * flags left them unset. Returns 0, or the exit code after printing the config's errors. */
 static int plan_config(const char *file, double *v, zinc_dtype *dtype, int dtype_set,
-                       int *offload, int *offload_param)
+                       int *offload, int *offload_param, int *grad_fp32)
 {
     zcfg_overrides ov = {.world_size = (int)v[P_GPUS], .lr = -1.0};
     if (v[P_MICRO] > 0) ov.micro_batch = (int64_t)v[P_MICRO];
@@ -127,6 +128,7 @@ static int plan_config(const char *file, double *v, zinc_dtype *dtype, int dtype
     if (!dtype_set) *dtype = c.dtype;
     *offload |= zcfg_offloads_optimizer(&c);
     *offload_param |= zcfg_offloads_param(&c);
+    *grad_fp32 = c.grad_accum_dtype != c.dtype;
     return 0;
 }
 
@@ -190,8 +192,8 @@ static void print_text(const zplan_in *in, const zplan_out *o, const zplan_out *
     if (in->layers > 0) printf(", %d layers, hidden %.0f", in->layers, in->hidden);
     printf(", seq %.0f; micro-batch %lld x accumulation %d%s\n", in->seq, in->micro_batch,
            in->accum, in->checkpointing ? ", activation checkpointing" : "");
-    printf("  ZeRO stage %d, %s%s; %d x %s (%d per node), efficiency %.2f\n", in->stage,
-           zinc_dtype_name(in->dtype),
+    printf("  ZeRO stage %d, %s%s%s; %d x %s (%d per node), efficiency %.2f\n", in->stage,
+           zinc_dtype_name(in->dtype), in->grad_fp32 ? " (fp32 gradient sums)" : "",
            in->offload_param ? ", optimizer and parameters offloaded"
            : in->offload     ? ", optimizer offloaded" : "",
            in->gpus, in->gpu->label, in->per_node, in->efficiency);
@@ -391,6 +393,7 @@ int cmd_plan(int argc, char **argv)
     const char *cal_model = NULL;
     zinc_dtype dtype = ZINC_DTYPE_BF16;
     int json = 0, ckpt = 0, offload = 0, offload_param = 0, dtype_set = 0, gated = 0;
+    int grad_fp32 = 0;     /* --config's data_types.grad_accum_dtype "fp32" */
     int offload_flag = 1, offload_param_flag = 1; /* 0: a config set it, not the flag */
     int recommend = 0, calibrate = 0;
     if (zarg_wants_help(argc, argv)) {
@@ -582,7 +585,7 @@ int cmd_plan(int argc, char **argv)
     }
     if (config) {
         offload_flag = offload, offload_param_flag = offload_param;
-        int rc = plan_config(config, v, &dtype, dtype_set, &offload, &offload_param);
+        int rc = plan_config(config, v, &dtype, dtype_set, &offload, &offload_param, &grad_fp32);
         if (rc) return rc;
     }
     if (v[P_STAGE] < 0) return zarg_usage_error("plan", "--stage S (0..3) or --config is required");
@@ -606,7 +609,10 @@ int cmd_plan(int argc, char **argv)
         .act_bytes = dtype == ZINC_DTYPE_FP32 || cal_file ? 4 : 2,
         .gpus = (int)v[P_GPUS], .per_node = v[P_PERNODE] > 0 ? (int)v[P_PERNODE] : 8,
         .stage = (int)v[P_STAGE], .accum = v[P_ACCUM] > 0 ? (int)v[P_ACCUM] : 1,
-        .dtype = dtype, .offload = offload, .offload_param = offload_param, .gpu = gpu,
+        .dtype = dtype, .offload = offload, .offload_param = offload_param,
+        /* where the engine honours it: flags may have changed what the config set */
+        .grad_fp32 = grad_fp32 && dtype != ZINC_DTYPE_FP32 && v[P_STAGE] >= 2 && !offload,
+        .gpu = gpu,
         .intra = {v[P_INTRA_BW] > 0 ? v[P_INTRA_BW] * 1e9 : gpu->nvlink_bw,
                   v[P_INTRA_LAT] >= 0 ? v[P_INTRA_LAT] * 1e-6
                   : cal_file          ? cal_link.alpha : ZPLAN_INTRA_ALPHA},

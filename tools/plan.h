@@ -88,6 +88,7 @@ typedef struct {
     int gpus, per_node, stage, accum;
     zinc_dtype dtype;
     int offload, offload_param;
+    int grad_fp32;          /* --config's data_types.grad_accum_dtype "fp32": fp32 gradient sums */
     /* machine */
     const zplan_gpu *gpu;
     zplan_link intra, inter;

@@ -96,7 +96,7 @@ void zplan_step(const zplan_in *in, zplan_out *o)
      * one group of P (it was one group always, so stage 3's gather slots held the model twice
      * and memory per rank grew with the stage). */
     long long P = (long long)in->params;
-    zest_memory(P, n, in->stage, in->dtype, in->offload, in->offload_param,
+    zest_memory(P, n, in->stage, in->dtype, in->offload, in->offload_param, in->grad_fp32,
                 zplan_largest_group(in), ZEST_BUCKETS, ZEST_GATHERS, &o->mem);
     zvol_estimate((uint64_t)P, n, in->stage, in->dtype, k, o->coll);
 

@@ -48,9 +48,10 @@ void train_print_summary(const run_t *r, zinc_engine_t *e, int ntensors, size_t 
            ZM_VOCAB);
     printf("  data      %s\n", zm_data_describe(r->data));
     printf("  config    %s  hash %s\n", o->config_path, zinc_config_hash(e));
-    printf("  resolved  ZeRO stage %d, %s, %s lr %g betas (%g, %g) eps %g wd %g, clip %g, "
+    printf("  resolved  ZeRO stage %d, %s%s, %s lr %g betas (%g, %g) eps %g wd %g, clip %g, "
            "scheduler %s\n",
            zinc_engine_stage(e), zinc_dtype_name(zinc_engine_dtype(e)),
+           c->grad_accum_dtype != c->dtype ? " (fp32 gradient sums)" : "",
            c->optim.type_adamw ? "AdamW" : "Adam", c->optim.lr, c->optim.beta1, c->optim.beta2,
            c->optim.eps, c->optim.weight_decay, c->gradient_clipping,
            c->sched.type == ZSCHED_NONE ? "none" : c->sched.type == ZSCHED_WARMUP_LR ? "WarmupLR"

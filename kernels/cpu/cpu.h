@@ -34,7 +34,9 @@ typedef struct zk_kernels {
                   double *sums);
     void (*cast)(void *dst, zinc_dtype ddt, const void *src, zinc_dtype sdt, float scale,
                  size_t lo, size_t hi);
-    void (*accumulate)(void *acc, const void *x, zinc_dtype dt, size_t lo, size_t hi);
+    /* acc[i] = round_to_adt(acc[i] + x[i]); adt is xdt, or fp32 (a widening sum). */
+    void (*accumulate)(void *acc, zinc_dtype adt, const void *x, zinc_dtype xdt, size_t lo,
+                       size_t hi);
     /* a[i] = b[i] + s * c[i]: the bandwidth probe of `zinc bench adam` (fp32). */
     void (*triad)(float *a, const float *b, const float *c, float s, size_t lo, size_t hi);
     /* XXH3-64 of n bytes at p with the seed: one block of zk_cpu_checksum (block_hash.h). */

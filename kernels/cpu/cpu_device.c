@@ -150,7 +150,7 @@ static void run_accumulate(void *arg, int part)
     zjob *j = arg;
     size_t lo, hi;
     range(j, part, &lo, &hi);
-    j->k->accumulate(j->dst, j->src, j->dt, lo, hi);
+    j->k->accumulate(j->dst, j->dt, j->src, j->sdt, lo, hi);
 }
 
 static void run_triad(void *arg, int part)
@@ -607,16 +607,17 @@ static zinc_status cpu_cast(zdev_t *d, void *dst, zinc_dtype dst_dt, const void 
     return ZINC_OK;
 }
 
-static zinc_status cpu_accumulate(zdev_t *d, void *acc, const void *x, zinc_dtype dt, size_t n)
+static zinc_status cpu_accumulate(zdev_t *d, void *acc, zinc_dtype acc_dt, const void *x,
+                                  zinc_dtype x_dt, size_t n)
 {
     if ((!acc || !x) && n)
         return zerr_fmt(d->err, sizeof d->err, ZINC_ERR_INVALID_ARG, "cpu accumulate: NULL buffer");
-    if (!dtype_ok(dt))
+    if (!dtype_ok(acc_dt) || !dtype_ok(x_dt) || (acc_dt != x_dt && acc_dt != ZINC_DTYPE_FP32))
         return zerr_fmt(d->err, sizeof d->err, ZINC_ERR_INVALID_ARG,
-                        "cpu accumulate: unknown dtype %d", (int)dt);
+                        "cpu accumulate: unsupported dtypes (%d += %d)", (int)acc_dt, (int)x_dt);
     if (n == 0) return ZINC_OK;
     zcpu *c = ctx(d);
-    zjob j = {.k = c->k, .n = n, .dst = acc, .src = x, .dt = dt};
+    zjob j = {.k = c->k, .n = n, .dst = acc, .src = x, .dt = acc_dt, .sdt = x_dt};
     int parts = split(n, c->threads, ZK_ALIGN_ELEMS, ZK_MIN_PART, &j.chunk);
     zk_pool_run(c->pool, parts, run_accumulate, &j);
     return ZINC_OK;

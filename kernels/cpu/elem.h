@@ -38,7 +38,7 @@
  * a finite float cannot overflow a double, and no buffer is large enough for the sum to.
  *
  * cast:       dst = round_to_dst_dtype(src * scale)            (one fp32 multiply)
- * accumulate: acc = round_to_dtype(acc + x)                    (one fp32 add)
+ * accumulate: acc = round_to_acc_dtype(acc + x)                (one fp32 add; acc fp32 or x's dtype)
  *
  * The one freedom: where an operation meets two NaN operands (accumulate of two NaNs, an Adam
  * step on a NaN gradient and a NaN moment), the result is a quiet NaN in every path but whose

@@ -133,11 +133,12 @@ static void cast(void *dst, zinc_dtype ddt, const void *src, zinc_dtype sdt, flo
     for (; i < hi; i++) zk_store(dst, ddt, i, zk_load(src, sdt, i) * scale);
 }
 
-static void accumulate(void *acc, const void *x, zinc_dtype dt, size_t lo, size_t hi)
+static void accumulate(void *acc, zinc_dtype adt, const void *x, zinc_dtype xdt, size_t lo,
+                       size_t hi)
 {
     size_t i = lo;
-    for (; i + W <= hi; i += W) st(acc, dt, i, _mm256_add_ps(ld(acc, dt, i), ld(x, dt, i)));
-    for (; i < hi; i++) zk_store(acc, dt, i, zk_load(acc, dt, i) + zk_load(x, dt, i));
+    for (; i + W <= hi; i += W) st(acc, adt, i, _mm256_add_ps(ld(acc, adt, i), ld(x, xdt, i)));
+    for (; i < hi; i++) zk_store(acc, adt, i, zk_load(acc, adt, i) + zk_load(x, xdt, i));
 }
 
 static void triad(float *a, const float *b, const float *c, float s, size_t lo, size_t hi)

@@ -39,15 +39,17 @@ static void cast(void *dst, zinc_dtype ddt, const void *src, zinc_dtype sdt, flo
     for (size_t i = lo; i < hi; i++) zk_store(dst, ddt, i, zk_load(src, sdt, i) * scale);
 }
 
-static void accumulate(void *acc, const void *x, zinc_dtype dt, size_t lo, size_t hi)
+static void accumulate(void *acc, zinc_dtype adt, const void *x, zinc_dtype xdt, size_t lo,
+                       size_t hi)
 {
-    if (dt == ZINC_DTYPE_FP32) {
+    if (adt == ZINC_DTYPE_FP32 && xdt == ZINC_DTYPE_FP32) {
         float *a = acc;
         const float *b = x;
         for (size_t i = lo; i < hi; i++) a[i] = a[i] + b[i];
         return;
     }
-    for (size_t i = lo; i < hi; i++) zk_store(acc, dt, i, zk_load(acc, dt, i) + zk_load(x, dt, i));
+    for (size_t i = lo; i < hi; i++)
+        zk_store(acc, adt, i, zk_load(acc, adt, i) + zk_load(x, xdt, i));
 }
 
 static void triad(float *a, const float *b, const float *c, float s, size_t lo, size_t hi)

@@ -1,6 +1,7 @@
 /*
  * cast.cu — element-wise conversions: cast with a scale (dst = round(src * scale), one fp32
- * multiply, as elem.h defines), accumulate (acc = round(acc + x), one fp32 add), and the fp64
+ * multiply, as elem.h defines), accumulate (acc = round(acc + x), one fp32 add; acc may be fp32
+ * over a 16-bit x), and the fp64
  * scaling the NCCL backend applies after a reduction. The multiply and add are __fmul_rn /
  * __fadd_rn, so no flag can fuse or flush them: finite results are bit-identical to the CPU's.
  * Same memory pattern as adam.cu: a scalar head to 16-byte alignment, 8 elements per thread.
@@ -31,9 +32,9 @@ cast_kernel(D *dst, const S *src, size_t n, size_t head, size_t nvec, float scal
     }
 }
 
-template <typename T>
+template <typename A, typename X>
 __global__ void __launch_bounds__(ZCU_THREADS)
-accumulate_kernel(T *__restrict__ acc, const T *__restrict__ x, size_t n, size_t head,
+accumulate_kernel(A *__restrict__ acc, const X *__restrict__ x, size_t n, size_t head,
                   size_t nvec)
 {
     const size_t t0 = zcu::tid(), stride = zcu::nthreads();
@@ -90,15 +91,16 @@ extern "C" cudaError_t zcu_cast_launch(void *dst, int dst_dt, const void *src, i
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t zcu_accumulate_launch(void *acc, const void *x, int dt, size_t n, long head,
-                                             int grid_cap, cudaStream_t s)
+extern "C" cudaError_t zcu_accumulate_launch(void *acc, int acc_dt, const void *x, int x_dt,
+                                             size_t n, long head, int grid_cap, cudaStream_t s)
 {
     if (n == 0) return cudaSuccess;
     size_t h, nvec;
     split(n, head, &h, &nvec);
     unsigned blocks = grid_for(n, nvec, grid_cap);
-    ZCU_DISPATCH(dt, T,
-        accumulate_kernel<T><<<blocks, ZCU_THREADS, 0, s>>>((T *)acc, (const T *)x, n, h, nvec))
+    ZCU_DISPATCH(acc_dt, A, ZCU_DISPATCH(x_dt, X,
+        accumulate_kernel<A, X><<<blocks, ZCU_THREADS, 0, s>>>((A *)acc, (const X *)x, n, h,
+                                                                nvec)))
     return cudaGetLastError();
 }
 

@@ -438,21 +438,23 @@ static zinc_status cu_cast(zdev_t *d, void *dst, zinc_dtype dst_dt, const void *
     return ZINC_OK;
 }
 
-static zinc_status cu_accumulate(zdev_t *d, void *acc, const void *x, zinc_dtype dt, size_t n)
+static zinc_status cu_accumulate(zdev_t *d, void *acc, zinc_dtype acc_dt, const void *x,
+                                 zinc_dtype x_dt, size_t n)
 {
     if ((!acc || !x) && n)
         return zerr_fmt(d->err, sizeof d->err, ZINC_ERR_INVALID_ARG, "cuda accumulate: NULL buffer");
-    if (!dtype_ok(dt))
+    if (!dtype_ok(acc_dt) || !dtype_ok(x_dt) || (acc_dt != x_dt && acc_dt != ZINC_DTYPE_FP32))
         return zerr_fmt(d->err, sizeof d->err, ZINC_ERR_INVALID_ARG,
-                        "cuda accumulate: unknown dtype %d", (int)dt);
+                        "cuda accumulate: unsupported dtypes (%d += %d)", (int)acc_dt, (int)x_dt);
     if (n == 0) return ZINC_OK;
     zinc_status s = enter(d);
     if (s) return s;
     zcuda *c = d->ctx;
     const void *ptrs[2] = {acc, x};
-    size_t sizes[2] = {zinc_dtype_size(dt), zinc_dtype_size(dt)};
-    ZINC_CUDA_CHECK(d->err, zcu_accumulate_launch(acc, x, (int)dt, n, zcu_vec_head(ptrs, sizes, 2),
-                                                  grid_cap(c), c->stream));
+    size_t sizes[2] = {zinc_dtype_size(acc_dt), zinc_dtype_size(x_dt)};
+    ZINC_CUDA_CHECK(d->err, zcu_accumulate_launch(acc, (int)acc_dt, x, (int)x_dt, n,
+                                                  zcu_vec_head(ptrs, sizes, 2), grid_cap(c),
+                                                  c->stream));
     return ZINC_OK;
 }
 

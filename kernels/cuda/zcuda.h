@@ -151,9 +151,9 @@ cudaError_t zcu_stats_total(const double *partials, size_t count, int first, int
  * head as for zcu_adam_launch. */
 cudaError_t zcu_cast_launch(void *dst, int dst_dt, const void *src, int src_dt, size_t n,
                             float scale, long head, int grid_cap, cudaStream_t s);
-/* acc[i] = round(acc[i] + x[i]). */
-cudaError_t zcu_accumulate_launch(void *acc, const void *x, int dt, size_t n, long head,
-                                  int grid_cap, cudaStream_t s);
+/* acc[i] = round_acc(acc[i] + x[i]): acc_dt == x_dt, or an fp32 acc (the caller checks). */
+cudaError_t zcu_accumulate_launch(void *acc, int acc_dt, const void *x, int x_dt, size_t n,
+                                  long head, int grid_cap, cudaStream_t s);
 /* buf[i] *= scale for fp64 buffers (the comm's statistics). */
 cudaError_t zcu_scale_f64_launch(double *buf, size_t n, double scale, int grid_cap,
                                  cudaStream_t s);

@@ -329,9 +329,11 @@ class _AccessorsMixin:
         return _TORCH_DTYPE[self._code]
 
     def get_data_types(self):
-        """(model dtype, gradient accumulation dtype), as DeepSpeed's: zinc accepts
-        data_types.grad_accum_dtype only equal to the working dtype, so both are that one."""
-        return _TORCH_DTYPE[self._code], _TORCH_DTYPE[self._code]
+        """(model dtype, gradient accumulation dtype), as DeepSpeed's: the working dtype twice,
+        or with data_types.grad_accum_dtype "fp32" (16-bit training at stages 2-3) fp32 second."""
+        acc = self._resolved.get("data_types", {}).get("grad_accum_dtype")
+        return _TORCH_DTYPE[self._code], (_TORCH_DTYPE[0] if acc == "fp32"
+                                          else _TORCH_DTYPE[self._code])
 
     def fp16_auto_cast(self):
         """Always False: zinc refuses fp16.auto_cast true (it would change the model's math)."""

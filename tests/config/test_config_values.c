@@ -1183,9 +1183,13 @@ static void test_torch_adam(void)
 }
 
 /* data_types.param_dtype and grad_accum_dtype: the working dtype by any name DeepSpeed's
- * DtypeEnum takes is accepted (param_dtype was refused whatever it said), another refused. */
+ * DtypeEnum takes is accepted (param_dtype was refused whatever it said), another refused;
+ * grad_accum_dtype fp32 with fp16/bf16 only at stages 2-3 without offload, where it sets
+ * c.grad_accum_dtype (checked below). */
 static void test_data_types(void)
 {
+#define Z2 "\"zero_optimization\": {\"stage\": 2}, "
+#define Z3OFF "\"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": {\"device\": \"cpu\"}}, "
     static const struct { const char *dt, *key, *val; int ok; } t[] = {
         {"\"bf16\": {\"enabled\": true}, ", "param_dtype", "bf16", 1},
         {"\"bf16\": {\"enabled\": true}, ", "param_dtype", "torch.bfloat16", 1},
@@ -1196,7 +1200,17 @@ static void test_data_types(void)
         {"\"bf16\": {\"enabled\": true}, ", "param_dtype", "fp16", 0},
         {"", "param_dtype", "bf16", 0},
         {"\"bf16\": {\"enabled\": true}, ", "param_dtype", "BF16", 0}, /* DtypeEnum: exact */
-        {"\"bf16\": {\"enabled\": true}, ", "grad_accum_dtype", "fp32", 0},
+        {"\"bf16\": {\"enabled\": true}, ", "grad_accum_dtype", "fp32", 0},   /* stage 0 */
+        {"\"bf16\": {\"enabled\": true}, " Z2, "grad_accum_dtype", "fp32", 1},
+        {"\"fp16\": {\"enabled\": true}, \"zero_optimization\": {\"stage\": 3}, ",
+         "grad_accum_dtype", "torch.float32", 1},
+        {"\"bf16\": {\"enabled\": true}, \"zero_optimization\": {\"stage\": 1}, ",
+         "grad_accum_dtype", "fp32", 0},
+        {"\"fp16\": {\"enabled\": true}, \"zero_optimization\": {\"stage\": 1}, ",
+         "grad_accum_dtype", "fp32", 0},
+        {"\"bf16\": {\"enabled\": true}, " Z3OFF, "grad_accum_dtype", "fp32", 0},
+        {"\"bf16\": {\"enabled\": true}, " Z2, "grad_accum_dtype", "fp16", 0},
+        {Z2, "grad_accum_dtype", "bf16", 0},
     };
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
         char json[384], path[64];
@@ -1204,11 +1218,16 @@ static void test_data_types(void)
                  "\"data_types\": {\"%s\": \"%s\"}}", t[i].dt, t[i].key, t[i].val);
         snprintf(path, sizeof path, "data_types.%s", t[i].key);
         zcfg c;
-        if (t[i].ok)
-            parse_ok(json, 1, &c, 0, __LINE__);
-        else
+        if (t[i].ok) {
+            if (parse_ok(json, 1, &c, 0, __LINE__))
+                EQ_I(c.grad_accum_dtype, strcmp(t[i].key, "grad_accum_dtype") ? c.dtype
+                                         : zc_dtype_enum_of(t[i].val, &(int){0}));
+        } else {
             parse_fails(json, 1, &c, path, t[i].val, __LINE__);
+        }
     }
+#undef Z2
+#undef Z3OFF
 }
 
 /* "bf16": null is DeepSpeed's None: the legacy bfloat16 section is read then. */

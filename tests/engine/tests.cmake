@@ -14,6 +14,10 @@ zinc_test(NAME engine_gather_pack SOURCES ${ZINC_ENGINE_TEST_DIR}/test_gather_pa
           LABELS "unit" TIMEOUT 120)
 zinc_test(NAME engine_grad_access SOURCES ${ZINC_ENGINE_TEST_DIR}/test_grad_access.c
           LABELS "multirank;unit" TIMEOUT 120)
+# data_types.grad_accum_dtype "fp32" with bf16 at stages 2-3: gradients and weights against a
+# scalar reference of DeepSpeed's arithmetic (16-bit reduction, fp32 sums).
+zinc_test(NAME engine_grad_accum_fp32 SOURCES ${ZINC_ENGINE_TEST_DIR}/test_grad_accum_fp32.c
+          LABELS "multirank;unit" TIMEOUT 120)
 # The gradient buffer lent by the caller per window (the Python front-end lends torch's memory).
 zinc_test(NAME engine_grad_buffer SOURCES ${ZINC_ENGINE_TEST_DIR}/test_grad_buffer.c
           LIBS zinc_toy LABELS "multirank;unit" TIMEOUT 300)

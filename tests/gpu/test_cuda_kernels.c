@@ -374,34 +374,37 @@ static void test_cast(void)
              "in-place cast between different dtypes accepted");
 }
 
-static void accumulate_case(zinc_dtype dt, size_t n, size_t aoff, size_t xoff)
+static void accumulate_case(zinc_dtype adt, zinc_dtype xdt, size_t n, size_t aoff, size_t xoff)
 {
-    size_t es = zinc_dtype_size(dt);
-    void *acc = malloc(n * es), *x = malloc(n * es), *got = malloc(n * es);
-    zt_rng r = {n * 3 + dt};
-    fill_specials(&r, acc, dt, n);
-    zg_fill(&r, x, dt, n, 10.0f);
-    char *da = dalloc((n + 8) * es), *dx = dalloc((n + 8) * es);
-    put(da + aoff * es, acc, n * es);
-    put(dx + xoff * es, x, n * es);
-    zinc_status s = D->iface->accumulate(D, da + aoff * es, dx + xoff * es, dt, n);
+    size_t ea = zinc_dtype_size(adt), ex = zinc_dtype_size(xdt);
+    void *acc = malloc(n * ea), *x = malloc(n * ex), *got = malloc(n * ea);
+    zt_rng r = {n * 3 + adt * 5 + xdt};
+    fill_specials(&r, acc, adt, n);
+    zg_fill(&r, x, xdt, n, 10.0f);
+    char *da = dalloc((n + 8) * ea), *dx = dalloc((n + 8) * ex);
+    put(da + aoff * ea, acc, n * ea);
+    put(dx + xoff * ex, x, n * ex);
+    zinc_status s = D->iface->accumulate(D, da + aoff * ea, adt, dx + xoff * ex, xdt, n);
     ZT_CHECK(s == ZINC_OK, "accumulate: %s", D->err);
-    for (size_t i = 0; i < n; i++) zk_store(acc, dt, i, zk_load(acc, dt, i) + zk_load(x, dt, i));
-    get(got, da + aoff * es, n * es);
-    size_t bad = zg_diff("accumulate", got, acc, dt, n);
-    ZT_CHECK(bad == 0, "accumulate %s n=%zu off=%zu/%zu: %zu differ", zinc_dtype_name(dt), n, aoff,
-             xoff, bad);
+    for (size_t i = 0; i < n; i++) zk_store(acc, adt, i, zk_load(acc, adt, i) + zk_load(x, xdt, i));
+    get(got, da + aoff * ea, n * ea);
+    size_t bad = zg_diff("accumulate", got, acc, adt, n);
+    ZT_CHECK(bad == 0, "accumulate %s += %s n=%zu off=%zu/%zu: %zu differ", zinc_dtype_name(adt),
+             zinc_dtype_name(xdt), n, aoff, xoff, bad);
     D->iface->free(D, da); D->iface->free(D, dx);
     free(acc); free(x); free(got);
 }
 
 static void test_accumulate(void)
 {
-    for (int d = 0; d < 3; d++) {
-        accumulate_case((zinc_dtype)d, 10007, 0, 0);
-        accumulate_case((zinc_dtype)d, 10007, 1, 1);
-        accumulate_case((zinc_dtype)d, 10007, 1, 2);
-        accumulate_case((zinc_dtype)d, 3, 0, 0);
+    /* each dtype onto itself, and fp32 += fp16 / bf16 (grad_accum_dtype "fp32") */
+    static const int pairs[][2] = {{0, 0}, {1, 1}, {2, 2}, {0, 1}, {0, 2}};
+    for (int p = 0; p < 5; p++) {
+        zinc_dtype a = (zinc_dtype)pairs[p][0], x = (zinc_dtype)pairs[p][1];
+        accumulate_case(a, x, 10007, 0, 0);
+        accumulate_case(a, x, 10007, 1, 1);
+        accumulate_case(a, x, 10007, 1, 2);
+        accumulate_case(a, x, 3, 0, 0);
     }
 }
 

@@ -23,7 +23,9 @@
  *                              ignores hysteresis as DeepSpeed does), and
  *                              resume across devices: a GPU checkpoint resumed on the GPU
  *                              continues bit for bit, resumed on the CPU within the same bound,
- *                              and a CPU checkpoint resumed on the GPU likewise.
+ *                              and a CPU checkpoint resumed on the GPU likewise; and ZeRO-3 bf16
+ *                              with data_types.grad_accum_dtype "fp32" (2 accumulation steps)
+ *                              within the bf16 bound of the same run on the CPU.
  *                              The bounds: the first step agrees to ~3e-5 (same weights and
  *                              data, cuBLAS's summation order against the CPU's); over 40 steps
  *                              the rounding differences of the 16-bit weights grow, measured on
@@ -239,6 +241,30 @@ static int curves(void)
                 same_curve(what, name, ref, -1.0, 1);
             }
         }
+    }
+    /* data_types.grad_accum_dtype "fp32", ZeRO-3 bf16, 2 accumulation steps: the widening
+     * accumulate, the statistics and Adam on fp32 gradient sums on the GPU, against the CPU
+     * (tests/engine/test_grad_accum_fp32.c checks the arithmetic itself on the CPU). */
+    char acc_cfg[128];
+    snprintf(acc_cfg, sizeof acc_cfg, "%s/acc32.json", dir);
+    FILE *f = fopen(acc_cfg, "w");
+    ZT_CHECK(f != NULL, "cannot write %s", acc_cfg);
+    if (f) {
+        fputs("{\"train_micro_batch_size_per_gpu\": 4, \"gradient_accumulation_steps\": 2, "
+              "\"gradient_clipping\": 1.0, \"optimizer\": {\"type\": \"AdamW\", \"params\": "
+              "{\"lr\": 0.01, \"betas\": [0.9, 0.95], \"weight_decay\": 0.01}}, "
+              "\"bf16\": {\"enabled\": true}, \"zero_optimization\": {\"stage\": 3}, "
+              "\"data_types\": {\"grad_accum_dtype\": \"fp32\"}}\n", f);
+        fclose(f);
+        for (int dev = 0; dev < 2; dev++) {
+            const char *dn = dev ? "cuda" : "cpu";
+            snprintf(name, sizeof name, "%s-acc32", dn);
+            snprintf(args, sizeof args, "%s --steps 40 --device %s --config '%s' --metrics "
+                     "'%s/%s.jsonl'", common, dn, acc_cfg, dir, name);
+            int rc = train(name, args);
+            ZT_CHECK(rc == 0, "%s: exit %d", name, rc);
+        }
+        same_curve("z3 bf16 fp32 sums cuda vs cpu", "cuda-acc32", "cpu-acc32", 1e-2, 1);
     }
     /* Resume across devices, ZeRO-2 bf16: saved at step 20, finished to 40. */
     const char *cfg = "--config '" ZINC_SOURCE_DIR "/configs/zero2_bf16.json'";

@@ -107,7 +107,7 @@ static void test_chain(const char *mode)
         for (int i = 0; i < N / 4; i++) own[i] = (float)(k * (i + 1));
         ZT_OK(D->upload_async(d, acc, host, N));
         ZT_OK(D->copy_join(d));
-        ZT_OK(D->accumulate(d, acc, own, ZINC_DTYPE_FP32, N / 4));
+        ZT_OK(D->accumulate(d, acc, ZINC_DTYPE_FP32, own, ZINC_DTYPE_FP32, N / 4));
         ZT_OK(D->download_async(d, host, acc, N));
         ZT_OK(D->copy_join(d));
     }

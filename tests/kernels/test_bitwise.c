@@ -196,30 +196,37 @@ static void test_cast(size_t n, zt_rng *r)
 static void test_accumulate(size_t n, zt_rng *r)
 {
     void *acc0 = malloc(n * 4), *x = malloc(n * 4), *ref = malloc(n * 4), *got = malloc(n * 4);
-    for (int ti = 0; ti < 3; ti++) {
-        zinc_dtype dt = kt_dtypes[ti];
-        fill_wild(acc0, dt, n, r);
-        fill_wild(x, dt, n, r);
-        for (size_t i = 0; i < n; i++) zk_store(ref, dt, i, zk_load(acc0, dt, i) + zk_load(x, dt, i));
+    /* (acc, x): each dtype onto itself, and the widening fp32 += fp16 / bf16 */
+    static const zinc_dtype pairs[][2] = {
+        {ZINC_DTYPE_FP32, ZINC_DTYPE_FP32}, {ZINC_DTYPE_FP16, ZINC_DTYPE_FP16},
+        {ZINC_DTYPE_BF16, ZINC_DTYPE_BF16}, {ZINC_DTYPE_FP32, ZINC_DTYPE_FP16},
+        {ZINC_DTYPE_FP32, ZINC_DTYPE_BF16}};
+    for (size_t pi = 0; pi < sizeof pairs / sizeof pairs[0]; pi++) {
+        zinc_dtype adt = pairs[pi][0], xdt = pairs[pi][1];
+        fill_wild(acc0, adt, n, r);
+        fill_wild(x, xdt, n, r);
+        for (size_t i = 0; i < n; i++)
+            zk_store(ref, adt, i, zk_load(acc0, adt, i) + zk_load(x, xdt, i));
+        size_t es = kt_dsize(adt);
         for (int d = 0; d < ndevs; d++) {
-            memcpy(got, acc0, n * kt_dsize(dt));
-            ZT_OK(devs[d].d->iface->accumulate(devs[d].d, got, x, dt, n));
+            memcpy(got, acc0, n * es);
+            ZT_OK(devs[d].d->iface->accumulate(devs[d].d, got, adt, x, xdt, n));
             /* Bits must match, except where both inputs are NaN: then x86 (and CUDA) return
              * the payload of whichever operand the compiler put first, so only "a NaN" is
              * specified (elem.h). */
             size_t bad = n;
             for (size_t i = 0; i < n && bad == n; i++) {
-                size_t es = kt_dsize(dt);
-                if (isnan(zk_load(acc0, dt, i)) && isnan(zk_load(x, dt, i))) {
-                    if (!isnan(zk_load(got, dt, i))) bad = i;
+                if (isnan(zk_load(acc0, adt, i)) && isnan(zk_load(x, xdt, i))) {
+                    if (!isnan(zk_load(got, adt, i))) bad = i;
                 } else if (memcmp((char *)got + i * es, (char *)ref + i * es, es)) {
                     bad = i;
                 }
             }
-            ZT_CHECK(bad == n, "accumulate %s n=%zu %s: element %zu: %.9g + %.9g gave %.9g, "
-                     "reference %.9g", devs[d].name, n, zinc_dtype_name(dt), bad,
-                     (double)zk_load(acc0, dt, bad), (double)zk_load(x, dt, bad),
-                     (double)zk_load(got, dt, bad), (double)zk_load(ref, dt, bad));
+            ZT_CHECK(bad == n, "accumulate %s n=%zu %s += %s: element %zu: %.9g + %.9g gave %.9g, "
+                     "reference %.9g", devs[d].name, n, zinc_dtype_name(adt),
+                     zinc_dtype_name(xdt), bad, (double)zk_load(acc0, adt, bad),
+                     (double)zk_load(x, xdt, bad), (double)zk_load(got, adt, bad),
+                     (double)zk_load(ref, adt, bad));
         }
     }
     free(acc0), free(x), free(ref), free(got);

@@ -122,8 +122,13 @@ static void test_memory(void)
     ZT_CHECK(s == ZINC_ERR_INVALID_ARG, "cast from NULL: %s", zinc_status_string(s));
     s = f->grad_stats(d, x, (zinc_dtype)-1, 4, NULL);
     ZT_CHECK(s == ZINC_ERR_INVALID_ARG, "grad_stats: %s", zinc_status_string(s));
-    s = f->accumulate(d, x, x, (zinc_dtype)3, 4);
+    s = f->accumulate(d, x, (zinc_dtype)3, x, (zinc_dtype)3, 4);
     ZT_CHECK(s == ZINC_ERR_INVALID_ARG, "accumulate dtype 3: %s", zinc_status_string(s));
+    /* only fp32 widens: a 16-bit sum of fp32 values would round each add */
+    s = f->accumulate(d, x, ZINC_DTYPE_BF16, x, ZINC_DTYPE_FP32, 4);
+    ZT_CHECK(s == ZINC_ERR_INVALID_ARG, "accumulate bf16 += fp32: %s", zinc_status_string(s));
+    s = f->accumulate(d, x, ZINC_DTYPE_FP16, x, ZINC_DTYPE_BF16, 4);
+    ZT_CHECK(s == ZINC_ERR_INVALID_ARG, "accumulate fp16 += bf16: %s", zinc_status_string(s));
     zdev_close(d);
 }
 

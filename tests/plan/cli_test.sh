@@ -67,6 +67,30 @@ case "$(tr -d ' \n' <"$tmp.out")" in
 *) echo "FAIL: --stage 3 beside --config's stage 2 did not win"; fails=$((fails + 1)) ;;
 esac
 
+# --config's data_types.grad_accum_dtype "fp32" (bf16, stage 2): the gradient shard the plan
+# counts is fp32, twice the bf16 one; --stage 1 beside it (where the engine keeps no fp32 sums)
+# counts it in bf16 again.
+checks=$((checks + 1))
+cat >"$tmp.json" <<'JSON'
+{"train_micro_batch_size_per_gpu": 2, "bf16": {"enabled": true},
+ "zero_optimization": {"stage": 2}, "data_types": {"grad_accum_dtype": "fp32"}}
+JSON
+grad_of() { tr -d ' \n' | sed -n 's/.*"bytes_per_rank":{[^}]*"grad":\([0-9]*\).*/\1/p'; }
+with=$("$zinc" plan --params 1e9 --seq 1024 --gpus 16 --gpu a100-80 --config "$tmp.json" --json |
+       grad_of)
+without=$("$zinc" plan --params 1e9 --seq 1024 --gpus 16 --gpu a100-80 --stage 2 --dtype bf16 \
+          --json | grad_of)
+stage1=$("$zinc" plan --params 1e9 --seq 1024 --gpus 16 --gpu a100-80 --config "$tmp.json" \
+         --stage 1 --json 2>/dev/null | grad_of)
+stage1_bf16=$("$zinc" plan --params 1e9 --seq 1024 --gpus 16 --gpu a100-80 --stage 1 \
+              --dtype bf16 --json | grad_of)
+if [ -z "$with" ] || [ -z "$without" ] || [ "$with" -ne $((2 * without)) ] ||
+   [ "$stage1" != "$stage1_bf16" ]; then
+    echo "FAIL: grad_accum_dtype fp32: grad bytes '$with' with, '$without' without (want twice);" \
+         "'$stage1' at --stage 1, want '$stage1_bf16'"
+    fails=$((fails + 1))
+fi
+
 # --hf-config and --recommend (issue 41 items 1-2).
 here=$(dirname "$0")
 rec="--hf-config $here/llama-1b-config.json --seq 1024 --gpus 8 --gpu h100"

@@ -512,6 +512,58 @@ def check_client_accessors():
     engine.close()
 
 
+def check_grad_accum_fp32(stage):
+    """data_types.grad_accum_dtype "fp32" with bf16: at stages 2-3 get_data_types says so and,
+    on one rank, the gradient read back before the step is bitwise the fp32 sum of torch's bf16
+    gradients of the window's micro-steps (with the key missing, their bf16 sum: the two differ,
+    so the check tells them apart); refused at stages 0-1, naming the key."""
+    c = cfg(stage)
+    c["data_types"] = {"grad_accum_dtype": "fp32"}
+    if stage < 2:
+        check_raises(f"grad_accum_dtype fp32 refused at stage {stage}",
+                     lambda: zinc.initialize(model=net(), config=c), Exception,
+                     "data_types.grad_accum_dtype", f"stage {stage}" if stage else "stage 2 or 3")
+        return
+    from zinc.utils import safe_get_full_grad
+    sums = {}
+    for fp32 in (True, False):
+        model = net()
+        ref = net().to(torch.bfloat16)
+        ref.scale.requires_grad_(False)
+        engine, *_ = zinc.initialize(model=model, config=c if fp32 else cfg(stage))
+        want = {n: torch.zeros_like(p, dtype=torch.float32) for n, p in ref.named_parameters()
+                if p.requires_grad}
+        for i in range(GA):
+            if i:
+                engine.step()       # ends the micro-step before; the last one's comes below
+            micro_step(engine, i)
+            g = torch.Generator().manual_seed(1000 * engine.global_rank + i)
+            x = torch.randn(MICRO, 6, generator=g).to(torch.bfloat16)
+            y = torch.randn(MICRO, 3, generator=g).to(torch.bfloat16)
+            ref.zero_grad(set_to_none=True)
+            (((ref(x) - y) ** 2).mean() * (1.0 / GA)).backward()
+            for n, p in ref.named_parameters():
+                if n in want:
+                    want[n] = (want[n] + p.grad.float()) if fp32 else \
+                        (want[n].to(torch.bfloat16) + p.grad).float()
+        got = {n: safe_get_full_grad(p).float() for n, p in model.named_parameters()
+               if p.requires_grad}
+        engine.step()
+        kind = "fp32" if fp32 else "bf16"
+        check(f"get_data_types with {kind} sums",
+              engine.get_data_types() == (torch.bfloat16, getattr(torch, "float32" if fp32
+                                                                   else "bfloat16")),
+              str(engine.get_data_types()))
+        if engine.world_size == 1:
+            bad = [n for n in want if not torch.equal(got[n], want[n])]
+            check(f"the window's gradient: torch's micro-step gradients summed in {kind}",
+                  not bad, f"differ: {bad}")
+        sums[fp32] = want
+        engine.close()
+    check("fp32 and bf16 sums of the window differ (so the check can fail)",
+          any(not torch.equal(sums[True][n], sums[False][n]) for n in sums[True]))
+
+
 def check_client_state(engine, ck):
     """client_state as DeepSpeed keeps it (torch.save): a tuple, an integer key, a tensor and a
     script's own object come back equal; a dict of JSON values comes back equal and stays JSON
@@ -1451,6 +1503,7 @@ def main():
     check_fp16_accessors(stage)
     check_step_counters(stage, root)
     check_client_accessors()
+    check_grad_accum_fp32(stage)
     check_freeze_changes(stage, root)
     check_no_sync(stage)
     check_zero_grad_in_window(stage)

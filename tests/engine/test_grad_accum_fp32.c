@@ -1,0 +1,256 @@
+/*
+ * test_grad_accum_fp32.c — data_types.grad_accum_dtype "fp32" with bf16 training at ZeRO stages
+ * 2 and 3, 1 and 2 local ranks: each micro-step's 16-bit gradient is reduced as without the key
+ * (reduce-scatter in bf16, one rounding) and its own slice added into an fp32 sum, which the
+ * step's statistics and Adam read — DeepSpeed 0.19.8's arithmetic (stage_1_and_2.py's fp32
+ * partition buffer, stage3.py's fp32 grad partitions).
+ *
+ * Two parameters in two groups (1000 and 33 elements). In micro-step k of optimizer step t rank
+ * r adds (r + 1) * g(t, k, i) into the gradient views, g a bf16 value whose exponent varies with
+ * i and k, so the bf16 sum of a window rounds where the fp32 sum does not. The reference
+ * computed here: each micro-step's reduced slice bf16((sum over ranks) / N), summed in fp32 (or,
+ * for the run without the key, in bf16), then the scalar Adam reference (zk_ref_adam_step) on
+ * the fp32 master. Checked bit for bit: the gradient read back before each step, the masters
+ * after two steps; the norm the step reports to 1e-12. The run without the key must match the
+ * bf16 reference and differ from the fp32 one, so the check can tell them apart; the gradient
+ * block the engine plans is twice the bf16 one.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/device.h"
+#include "optim/optim.h"
+#include "testutil.h"
+#include "zinc.h"
+
+#define NPAR 2
+#define STEPS 2
+#define ACCUM 3
+#define MAXR 2
+static const int64_t numel[NPAR] = {1000, 33};
+
+typedef struct {
+    zinc_world_t *world;
+    int world_size, stage, fp32acc;
+    float *master[NPAR];          /* rank 0's masters after the run */
+    float *grad[STEPS][NPAR];     /* rank 0's gradient read back before each step */
+    double norm[STEPS];           /* the norms zinc_step reported (rank 0) */
+    uint64_t grad_bytes;          /* planned ZINC_MEM_GRAD */
+} run_ctx;
+
+/* A bf16 value: 8 significant bits, the exponent moving with i and k, the sign with i. */
+static float g_val(int t, int k, int64_t i)
+{
+    float mant = 1.0f + (float)((i * 5 + k * 3 + t) % 16) / 128.0f;
+    float v = ldexpf(mant, -(int)((i + 2 * k + t) % 6));
+    return i % 3 == 1 ? -v : v;
+}
+
+static float bf16(float x) { return zk_bf16_to_f32(zk_f32_to_bf16(x)); }
+
+/* The reduced gradient of element i in micro-step (t, k): the ranks' (r + 1) * g summed in fp32,
+ * divided by N, rounded once to bf16, as the reduce-scatter does. */
+static float reduced(int world, int t, int k, int64_t i)
+{
+    float s = 0.0f;
+    for (int r = 0; r < world; r++) s += bf16((float)(r + 1) * g_val(t, k, i));
+    return bf16(s * (1.0f / (float)world));
+}
+
+static float init_val(int64_t i) { return bf16((float)(i % 17) / 32.0f - 0.25f); }
+
+static void rank_fn(int rank, void *arg)
+{
+    run_ctx *c = arg;
+    char cfg[1024];
+    snprintf(cfg, sizeof cfg,
+             "{\"train_micro_batch_size_per_gpu\": 1, \"gradient_accumulation_steps\": %d, "
+             "\"gradient_clipping\": 0, \"bf16\": {\"enabled\": true}, %s"
+             "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01, "
+             "\"weight_decay\": 0.01}}, \"zero_optimization\": {\"stage\": %d}}",
+             ACCUM, c->fp32acc ? "\"data_types\": {\"grad_accum_dtype\": \"fp32\"}, " : "",
+             c->stage);
+    zinc_engine_options_t o = {.config_json = cfg, .world = c->world, .rank = rank, .threads = 1};
+    zinc_engine_t *e = NULL;
+    ZT_OK(zinc_engine_create(&o, &e));
+    if (!e) return;
+    int grp[NPAR], par[NPAR];
+    for (int q = 0; q < NPAR; q++) {
+        char name[8];
+        snprintf(name, sizeof name, "p%d", q);
+        ZT_OK(zinc_group_add(e, name, &grp[q]));
+        ZT_OK(zinc_param_add(e, grp[q], name, 1, &numel[q], ZINC_DTYPE_BF16, &par[q]));
+    }
+    ZT_OK(zinc_finalize(e));
+    uint64_t planned[ZINC_MEM_COUNT], alloc[ZINC_MEM_COUNT];
+    ZT_OK(zinc_memory(e, planned, alloc));
+    if (rank == 0) c->grad_bytes = planned[ZINC_MEM_GRAD];
+    float *buf = malloc(1000 * sizeof(float));
+    for (int q = 0; q < NPAR; q++) {
+        for (int64_t i = 0; i < numel[q]; i++) buf[i] = init_val(i);
+        ZT_OK(zinc_param_set(e, par[q], buf));
+    }
+    for (int t = 0; t < STEPS; t++) {
+        for (int k = 0; k < ACCUM; k++) {
+            for (int q = 0; q < NPAR; q++) {
+                void *v = NULL;
+                ZT_OK(zinc_gather(e, grp[q]));
+                ZT_OK(zinc_param_grad(e, par[q], &v));
+                for (int64_t i = 0; v && i < numel[q]; i++)
+                    zk_store(v, ZINC_DTYPE_BF16, (size_t)i, zk_load(v, ZINC_DTYPE_BF16, (size_t)i) +
+                                                                (float)(rank + 1) * g_val(t, k, i));
+                ZT_OK(zinc_release(e, grp[q]));
+                ZT_OK(zinc_grads_ready(e, grp[q]));
+            }
+            if (k == ACCUM - 1)
+                for (int q = 0; q < NPAR; q++) {
+                    ZT_OK(zinc_param_grad_get(e, par[q], buf));
+                    if (rank == 0) {
+                        c->grad[t][q] = malloc((size_t)numel[q] * sizeof(float));
+                        memcpy(c->grad[t][q], buf, (size_t)numel[q] * sizeof(float));
+                    }
+                }
+            zinc_step_info_t info;
+            ZT_OK(zinc_step(e, &info));
+            if (rank == 0 && k == ACCUM - 1) c->norm[t] = info.grad_norm;
+        }
+    }
+    for (int q = 0; q < NPAR; q++) {
+        ZT_OK(zinc_param_get(e, par[q], buf));
+        if (rank == 0) {
+            c->master[q] = malloc((size_t)numel[q] * sizeof(float));
+            memcpy(c->master[q], buf, (size_t)numel[q] * sizeof(float));
+        }
+    }
+    free(buf);
+    zinc_engine_destroy(e);
+}
+
+static void run(run_ctx *c)
+{
+    ZT_OK(zinc_world_create_local(c->world_size, &c->world));
+    if (!c->world) return;
+    zt_run_ranks(c->world_size, rank_fn, c);
+    zinc_world_destroy(c->world);
+}
+
+static void free_run(run_ctx *c)
+{
+    for (int q = 0; q < NPAR; q++) {
+        free(c->master[q]);
+        for (int t = 0; t < STEPS; t++) free(c->grad[t][q]);
+    }
+}
+
+/* The reference of a run: gradients per step (fp32 sums, or bf16 sums), norms and masters. */
+typedef struct {
+    float grad[STEPS][NPAR][1000];
+    double norm[STEPS];
+    float master[NPAR][1000];
+} reference;
+
+static void make_reference(int world, int fp32acc, reference *R)
+{
+    float m[NPAR][1000], v[NPAR][1000];
+    memset(m, 0, sizeof m);
+    memset(v, 0, sizeof v);
+    for (int q = 0; q < NPAR; q++)
+        for (int64_t i = 0; i < numel[q]; i++) R->master[q][i] = init_val(i);
+    for (int t = 0; t < STEPS; t++) {
+        double sumsq = 0.0;
+        for (int q = 0; q < NPAR; q++)
+            for (int64_t i = 0; i < numel[q]; i++) {
+                float s = 0.0f;
+                for (int k = 0; k < ACCUM; k++) {
+                    s += reduced(world, t, k, i);
+                    if (!fp32acc) s = bf16(s);
+                }
+                R->grad[t][q][i] = s;
+                sumsq += (double)s * (double)s;
+            }
+        R->norm[t] = sqrt(sumsq);
+        for (int q = 0; q < NPAR; q++) {
+            zk_adam_args a = {.master = R->master[q], .m = m[q], .v = v[q],
+                              .grad = R->grad[t][q], .grad_dtype = ZINC_DTYPE_FP32,
+                              .n = (size_t)numel[q], .lr = 0.01f, .beta1 = 0.9f,
+                              .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.01f,
+                              .grad_scale = 1.0f, .adamw = 1};
+            zadam_bias_corrections(0.9f, 0.999f, 1, t + 1, &a.bias_c1, &a.bias_c2);
+            zk_ref_adam_step(&a);
+        }
+    }
+}
+
+/* Elements where got differs from want in bits; the first one reported by the caller. */
+static int64_t differ(const float *got, const float *want, int64_t n, int64_t *first)
+{
+    int64_t d = 0;
+    *first = -1;
+    for (int64_t i = 0; i < n; i++)
+        if (memcmp(&got[i], &want[i], 4)) {
+            if (*first < 0) *first = i;
+            d++;
+        }
+    return d;
+}
+
+static void check(int stage, int world)
+{
+    static reference r32, r16;
+    make_reference(world, 1, &r32);
+    make_reference(world, 0, &r16);
+    run_ctx on = {.world_size = world, .stage = stage, .fp32acc = 1};
+    run_ctx off = {.world_size = world, .stage = stage, .fp32acc = 0};
+    run(&on);
+    run(&off);
+    const run_ctx *runs[2] = {&on, &off};
+    const reference *refs[2] = {&r32, &r16};
+    for (int w = 0; w < 2; w++) {
+        const run_ctx *c = runs[w];
+        const reference *R = refs[w];
+        const char *what = w ? "bf16 sums (no key)" : "fp32 sums";
+        for (int q = 0; q < NPAR; q++) {
+            int64_t first;
+            for (int t = 0; t < STEPS; t++) {
+                if (!c->grad[t][q]) continue;
+                int64_t d = differ(c->grad[t][q], R->grad[t][q], numel[q], &first);
+                ZT_CHECK(d == 0, "stage %d N=%d %s: step %d p%d's gradient: %lld elements differ "
+                         "from the reference, first %lld: %.9g, want %.9g", stage, world, what,
+                         t, q, (long long)d, (long long)first,
+                         d ? c->grad[t][q][first] : 0.0, d ? R->grad[t][q][first] : 0.0);
+            }
+            if (!c->master[q]) continue;
+            int64_t d = differ(c->master[q], R->master[q], numel[q], &first);
+            ZT_CHECK(d == 0, "stage %d N=%d %s: p%d's master after %d steps: %lld elements differ "
+                     "from the reference, first %lld: %.9g, want %.9g", stage, world, what, q,
+                     STEPS, (long long)d, (long long)first, d ? c->master[q][first] : 0.0,
+                     d ? R->master[q][first] : 0.0);
+        }
+        for (int t = 0; t < STEPS; t++)
+            ZT_CHECK(fabs(c->norm[t] - R->norm[t]) <= 1e-12 * R->norm[t],
+                     "stage %d N=%d %s: step %d's norm %.17g, reference %.17g", stage, world,
+                     what, t, c->norm[t], R->norm[t]);
+    }
+    /* The two references differ, so matching one is not matching the other. */
+    int64_t first, d = differ(r32.grad[0][0], r16.grad[0][0], numel[0], &first);
+    ZT_CHECK(d > 100, "the fp32 and bf16 sums differ in only %lld of %lld elements",
+             (long long)d, (long long)numel[0]);
+    ZT_CHECK(on.grad_bytes == 2 * off.grad_bytes && off.grad_bytes > 0,
+             "stage %d N=%d: the gradient block is %llu bytes with fp32 sums, %llu without",
+             stage, world, (unsigned long long)on.grad_bytes, (unsigned long long)off.grad_bytes);
+    printf("stage %d N=%d: fp32 sums as DeepSpeed adds them (%lld of %lld elements differ from "
+           "bf16 sums), gradient block %llu bytes (bf16 sums %llu)\n", stage, world,
+           (long long)d, (long long)numel[0], (unsigned long long)on.grad_bytes,
+           (unsigned long long)off.grad_bytes);
+    free_run(&on);
+    free_run(&off);
+}
+
+int main(void)
+{
+    for (int stage = 2; stage <= 3; stage++)
+        for (int world = 1; world <= MAXR; world++) check(stage, world);
+    return zt_finish("engine_grad_accum_fp32");
+}
