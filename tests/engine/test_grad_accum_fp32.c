@@ -1,19 +1,24 @@
 /*
- * test_grad_accum_fp32.c — data_types.grad_accum_dtype "fp32" with bf16 training at ZeRO stages
- * 2 and 3, 1 and 2 local ranks: each micro-step's 16-bit gradient is reduced as without the key
- * (reduce-scatter in bf16, one rounding) and its own slice added into an fp32 sum, which the
- * step's statistics and Adam read — DeepSpeed 0.19.8's arithmetic (stage_1_and_2.py's fp32
- * partition buffer, stage3.py's fp32 grad partitions).
+ * test_grad_accum_fp32.c — data_types.grad_accum_dtype "fp32" with bf16 and fp16 (static loss
+ * scale 1) training at ZeRO stages 2 and 3, 1 and 2 local ranks: each micro-step's 16-bit
+ * gradient is reduced as without the key (reduce-scatter in the working dtype, one rounding) and
+ * its own slice added into an fp32 sum, which the step's statistics and Adam read — DeepSpeed
+ * 0.19.8's arithmetic (stage_1_and_2.py's fp32 partition buffer, stage3.py's fp32 grad
+ * partitions).
  *
  * Two parameters in two groups (1000 and 33 elements). In micro-step k of optimizer step t rank
  * r adds (r + 1) * g(t, k, i) into the gradient views, g a bf16 value whose exponent varies with
- * i and k, so the bf16 sum of a window rounds where the fp32 sum does not. The reference
- * computed here: each micro-step's reduced slice bf16((sum over ranks) / N), summed in fp32 (or,
- * for the run without the key, in bf16), then the scalar Adam reference (zk_ref_adam_step) on
- * the fp32 master. Checked bit for bit: the gradient read back before each step, the masters
- * after two steps; the norm the step reports to 1e-12. The run without the key must match the
- * bf16 reference and differ from the fp32 one, so the check can tell them apart; the gradient
- * block the engine plans is twice the bf16 one.
+ * i and k, so the 16-bit sum of a window rounds where the fp32 sum does not. The reference
+ * computed here: each micro-step's reduced slice round((sum over ranks) / N), summed in fp32 (or,
+ * for the run without the key, in the working dtype), then the scalar Adam reference
+ * (zk_ref_adam_step) on the fp32 master. Checked bit for bit: the gradient read back before each
+ * step, the masters after two steps; the norm the step reports to 1e-12. The run without the key
+ * must match the 16-bit reference and differ from the fp32 one, so the check can tell them apart;
+ * the gradient block the engine plans is twice the 16-bit one.
+ *
+ * Overflow (bf16, fp32 sums): rank 0 adds an inf in the second step's second micro-step; the
+ * fp32 sum carries it, so that step is skipped (zinc_step_info.skipped) and the masters are the
+ * reference's after the first step only.
  */
 #include <math.h>
 #include <stdio.h>
@@ -34,6 +39,9 @@ static const int64_t numel[NPAR] = {1000, 33};
 typedef struct {
     zinc_world_t *world;
     int world_size, stage, fp32acc;
+    zinc_dtype dt;                /* the working dtype: bf16 or fp16 */
+    int inject;                   /* rank 0 adds an inf in micro-step 1 of step 1 */
+    int skipped[STEPS];           /* zinc_step_info.skipped at each boundary (rank 0) */
     float *master[NPAR];          /* rank 0's masters after the run */
     float *grad[STEPS][NPAR];     /* rank 0's gradient read back before each step */
     double norm[STEPS];           /* the norms zinc_step reported (rank 0) */
@@ -48,18 +56,25 @@ static float g_val(int t, int k, int64_t i)
     return i % 3 == 1 ? -v : v;
 }
 
-static float bf16(float x) { return zk_bf16_to_f32(zk_f32_to_bf16(x)); }
-
-/* The reduced gradient of element i in micro-step (t, k): the ranks' (r + 1) * g summed in fp32,
- * divided by N, rounded once to bf16, as the reduce-scatter does. */
-static float reduced(int world, int t, int k, int64_t i)
+/* x rounded to dtype dt (round to nearest even, as every zinc kernel rounds). */
+static float rnd(zinc_dtype dt, float x)
 {
-    float s = 0.0f;
-    for (int r = 0; r < world; r++) s += bf16((float)(r + 1) * g_val(t, k, i));
-    return bf16(s * (1.0f / (float)world));
+    uint16_t h;
+    zk_store(&h, dt, 0, x);
+    return zk_load(&h, dt, 0);
 }
 
-static float init_val(int64_t i) { return bf16((float)(i % 17) / 32.0f - 0.25f); }
+/* The reduced gradient of element i in micro-step (t, k): the ranks' (r + 1) * g summed in fp32,
+ * divided by N, rounded once to the working dtype, as the reduce-scatter does. */
+static float reduced(zinc_dtype dt, int world, int t, int k, int64_t i)
+{
+    float s = 0.0f;
+    for (int r = 0; r < world; r++) s += rnd(dt, (float)(r + 1) * g_val(t, k, i));
+    return rnd(dt, s * (1.0f / (float)world));
+}
+
+/* Representable in both 16-bit dtypes. */
+static float init_val(int64_t i) { return (float)(i % 17) / 32.0f - 0.25f; }
 
 static void rank_fn(int rank, void *arg)
 {
@@ -67,11 +82,12 @@ static void rank_fn(int rank, void *arg)
     char cfg[1024];
     snprintf(cfg, sizeof cfg,
              "{\"train_micro_batch_size_per_gpu\": 1, \"gradient_accumulation_steps\": %d, "
-             "\"gradient_clipping\": 0, \"bf16\": {\"enabled\": true}, %s"
+             "\"gradient_clipping\": 0, %s, %s"
              "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01, "
              "\"weight_decay\": 0.01}}, \"zero_optimization\": {\"stage\": %d}}",
-             ACCUM, c->fp32acc ? "\"data_types\": {\"grad_accum_dtype\": \"fp32\"}, " : "",
-             c->stage);
+             ACCUM, c->dt == ZINC_DTYPE_FP16 ? "\"fp16\": {\"enabled\": true, \"loss_scale\": 1}"
+                                             : "\"bf16\": {\"enabled\": true}",
+             c->fp32acc ? "\"data_types\": {\"grad_accum_dtype\": \"fp32\"}, " : "", c->stage);
     zinc_engine_options_t o = {.config_json = cfg, .world = c->world, .rank = rank, .threads = 1};
     zinc_engine_t *e = NULL;
     ZT_OK(zinc_engine_create(&o, &e));
@@ -81,7 +97,7 @@ static void rank_fn(int rank, void *arg)
         char name[8];
         snprintf(name, sizeof name, "p%d", q);
         ZT_OK(zinc_group_add(e, name, &grp[q]));
-        ZT_OK(zinc_param_add(e, grp[q], name, 1, &numel[q], ZINC_DTYPE_BF16, &par[q]));
+        ZT_OK(zinc_param_add(e, grp[q], name, 1, &numel[q], c->dt, &par[q]));
     }
     ZT_OK(zinc_finalize(e));
     uint64_t planned[ZINC_MEM_COUNT], alloc[ZINC_MEM_COUNT];
@@ -99,12 +115,14 @@ static void rank_fn(int rank, void *arg)
                 ZT_OK(zinc_gather(e, grp[q]));
                 ZT_OK(zinc_param_grad(e, par[q], &v));
                 for (int64_t i = 0; v && i < numel[q]; i++)
-                    zk_store(v, ZINC_DTYPE_BF16, (size_t)i, zk_load(v, ZINC_DTYPE_BF16, (size_t)i) +
-                                                                (float)(rank + 1) * g_val(t, k, i));
+                    zk_store(v, c->dt, (size_t)i, zk_load(v, c->dt, (size_t)i) +
+                                                      (float)(rank + 1) * g_val(t, k, i));
+                if (v && c->inject && rank == 0 && t == 1 && k == 1 && q == 0)
+                    zk_store(v, c->dt, 5, INFINITY);
                 ZT_OK(zinc_release(e, grp[q]));
                 ZT_OK(zinc_grads_ready(e, grp[q]));
             }
-            if (k == ACCUM - 1)
+            if (k == ACCUM - 1 && !c->inject)
                 for (int q = 0; q < NPAR; q++) {
                     ZT_OK(zinc_param_grad_get(e, par[q], buf));
                     if (rank == 0) {
@@ -114,7 +132,10 @@ static void rank_fn(int rank, void *arg)
                 }
             zinc_step_info_t info;
             ZT_OK(zinc_step(e, &info));
-            if (rank == 0 && k == ACCUM - 1) c->norm[t] = info.grad_norm;
+            if (rank == 0 && k == ACCUM - 1) {
+                c->norm[t] = info.grad_norm;
+                c->skipped[t] = info.skipped;
+            }
         }
     }
     for (int q = 0; q < NPAR; q++) {
@@ -144,14 +165,16 @@ static void free_run(run_ctx *c)
     }
 }
 
-/* The reference of a run: gradients per step (fp32 sums, or bf16 sums), norms and masters. */
+/* The reference of a run: gradients per step (fp32 sums, or 16-bit sums), norms, and the
+ * masters after each step. */
 typedef struct {
     float grad[STEPS][NPAR][1000];
     double norm[STEPS];
     float master[NPAR][1000];
+    float master_at[STEPS][NPAR][1000];
 } reference;
 
-static void make_reference(int world, int fp32acc, reference *R)
+static void make_reference(zinc_dtype dt, int world, int fp32acc, reference *R)
 {
     float m[NPAR][1000], v[NPAR][1000];
     memset(m, 0, sizeof m);
@@ -164,8 +187,8 @@ static void make_reference(int world, int fp32acc, reference *R)
             for (int64_t i = 0; i < numel[q]; i++) {
                 float s = 0.0f;
                 for (int k = 0; k < ACCUM; k++) {
-                    s += reduced(world, t, k, i);
-                    if (!fp32acc) s = bf16(s);
+                    s += reduced(dt, world, t, k, i);
+                    if (!fp32acc) s = rnd(dt, s);
                 }
                 R->grad[t][q][i] = s;
                 sumsq += (double)s * (double)s;
@@ -179,6 +202,7 @@ static void make_reference(int world, int fp32acc, reference *R)
                               .grad_scale = 1.0f, .adamw = 1};
             zadam_bias_corrections(0.9f, 0.999f, 1, t + 1, &a.bias_c1, &a.bias_c2);
             zk_ref_adam_step(&a);
+            memcpy(R->master_at[t][q], R->master[q], (size_t)numel[q] * sizeof(float));
         }
     }
 }
@@ -196,13 +220,13 @@ static int64_t differ(const float *got, const float *want, int64_t n, int64_t *f
     return d;
 }
 
-static void check(int stage, int world)
+static void check(zinc_dtype dt, int stage, int world)
 {
     static reference r32, r16;
-    make_reference(world, 1, &r32);
-    make_reference(world, 0, &r16);
-    run_ctx on = {.world_size = world, .stage = stage, .fp32acc = 1};
-    run_ctx off = {.world_size = world, .stage = stage, .fp32acc = 0};
+    make_reference(dt, world, 1, &r32);
+    make_reference(dt, world, 0, &r16);
+    run_ctx on = {.world_size = world, .stage = stage, .fp32acc = 1, .dt = dt};
+    run_ctx off = {.world_size = world, .stage = stage, .fp32acc = 0, .dt = dt};
     run(&on);
     run(&off);
     const run_ctx *runs[2] = {&on, &off};
@@ -210,7 +234,9 @@ static void check(int stage, int world)
     for (int w = 0; w < 2; w++) {
         const run_ctx *c = runs[w];
         const reference *R = refs[w];
-        const char *what = w ? "bf16 sums (no key)" : "fp32 sums";
+        char what[64];
+        snprintf(what, sizeof what, "%s, %s sums%s", zinc_dtype_name(dt),
+                 w ? zinc_dtype_name(dt) : "fp32", w ? " (no key)" : "");
         for (int q = 0; q < NPAR; q++) {
             int64_t first;
             for (int t = 0; t < STEPS; t++) {
@@ -240,17 +266,43 @@ static void check(int stage, int world)
     ZT_CHECK(on.grad_bytes == 2 * off.grad_bytes && off.grad_bytes > 0,
              "stage %d N=%d: the gradient block is %llu bytes with fp32 sums, %llu without",
              stage, world, (unsigned long long)on.grad_bytes, (unsigned long long)off.grad_bytes);
-    printf("stage %d N=%d: fp32 sums as DeepSpeed adds them (%lld of %lld elements differ from "
-           "bf16 sums), gradient block %llu bytes (bf16 sums %llu)\n", stage, world,
-           (long long)d, (long long)numel[0], (unsigned long long)on.grad_bytes,
+    printf("%s stage %d N=%d: fp32 sums as DeepSpeed adds them (%lld of %lld elements differ "
+           "from %s sums), gradient block %llu bytes (%s sums %llu)\n", zinc_dtype_name(dt), stage,
+           world, (long long)d, (long long)numel[0], zinc_dtype_name(dt),
+           (unsigned long long)on.grad_bytes, zinc_dtype_name(dt),
            (unsigned long long)off.grad_bytes);
     free_run(&on);
     free_run(&off);
 }
 
+/* An inf in a window: the fp32 sum carries it, the step is skipped, the masters stay those after
+ * the step before. */
+static void check_overflow(int stage, int world)
+{
+    static reference R;
+    make_reference(ZINC_DTYPE_BF16, world, 1, &R);
+    run_ctx c = {.world_size = world, .stage = stage, .fp32acc = 1, .dt = ZINC_DTYPE_BF16,
+                 .inject = 1};
+    run(&c);
+    ZT_CHECK(!c.skipped[0] && c.skipped[1], "stage %d N=%d: an inf in step 1: skipped %d, %d "
+             "(want 0, 1)", stage, world, c.skipped[0], c.skipped[1]);
+    for (int q = 0; q < NPAR; q++) {
+        int64_t first;
+        int64_t d = c.master[q] ? differ(c.master[q], R.master_at[0][q], numel[q], &first) : -1;
+        ZT_CHECK(d == 0, "stage %d N=%d: after the skipped step p%d's master differs from the "
+                 "reference after one step in %lld elements", stage, world, q, (long long)d);
+    }
+    printf("stage %d N=%d: an inf in a window of fp32 sums skips the step\n", stage, world);
+    free_run(&c);
+}
+
 int main(void)
 {
     for (int stage = 2; stage <= 3; stage++)
-        for (int world = 1; world <= MAXR; world++) check(stage, world);
+        for (int world = 1; world <= MAXR; world++) {
+            check(ZINC_DTYPE_BF16, stage, world);
+            check(ZINC_DTYPE_FP16, stage, world);
+            check_overflow(stage, world);
+        }
     return zt_finish("engine_grad_accum_fp32");
 }
