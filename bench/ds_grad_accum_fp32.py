@@ -5,7 +5,8 @@ dependency, CI has none):
     DS_ACCELERATOR=cpu ZINC_LIB=build/libzinc.so OMP_NUM_THREADS=1 \
         bench/.venv/bin/python bench/ds_grad_accum_fp32.py
 
-For ZeRO stages 2 and 3, with the key and without it (bf16 sums), 4 accumulation steps: a
+For ZeRO stages 2 and 3, each also with offload_optimizer "cpu", with the key and without it
+(bf16 sums), 4 accumulation steps: a
 3-layer MLP (64 wide, LayerNorm) trains 6 optimizer steps on fixed random data, once with
 `import deepspeed` and once with `import zinc`, each in its own process (one rank, torch_adam
 on). At each window's end, before the step, every parameter's gradient is read back
@@ -26,7 +27,7 @@ import tempfile
 STEPS, ACCUM = 6, 4
 
 
-def train(engine, stage, fp32acc, out):
+def train(engine, stage, offload, fp32acc, out):
     import torch
     if engine == "zinc":
         sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
@@ -44,6 +45,8 @@ def train(engine, stage, fp32acc, out):
               "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "weight_decay": 0.01,
                                                         "torch_adam": True}},
               "zero_optimization": {"stage": stage}}
+    if offload:
+        config["zero_optimization"]["offload_optimizer"] = {"device": "cpu"}
     if fp32acc:
         config["data_types"] = {"grad_accum_dtype": "fp32"}
     eng, _, _, _ = ds.initialize(model=model, model_parameters=model.parameters(), config=config)
@@ -66,12 +69,12 @@ def train(engine, stage, fp32acc, out):
     torch.save(windows, out)
 
 
-def run(engine, stage, fp32acc, tmp):
-    out = os.path.join(tmp, f"{engine}-{stage}-{fp32acc}.pt")
+def run(engine, stage, offload, fp32acc, tmp):
+    out = os.path.join(tmp, f"{engine}-{stage}-{offload}-{fp32acc}.pt")
     env = dict(os.environ, RANK="0", LOCAL_RANK="0", WORLD_SIZE="1",
-               MASTER_ADDR="127.0.0.1", MASTER_PORT=str(29620 + stage * 2 + fp32acc))
-    done = subprocess.run([sys.executable, __file__, engine, str(stage), str(fp32acc), out],
-                          env=env, capture_output=True, text=True)
+               MASTER_ADDR="127.0.0.1", MASTER_PORT=str(29620 + stage * 4 + offload * 2 + fp32acc))
+    done = subprocess.run([sys.executable, __file__, engine, str(stage), str(offload),
+                           str(fp32acc), out], env=env, capture_output=True, text=True)
     if done.returncode != 0:
         sys.exit(f"{engine} stage {stage}: failed\n{done.stderr[-3000:]}")
     import torch
@@ -96,28 +99,31 @@ def compare(ds, zc):
 def main():
     ok = True
     with tempfile.TemporaryDirectory() as tmp:
-        for stage in (2, 3):
+        for stage, offload in ((2, 0), (3, 0), (2, 1), (3, 1)):
             deepspeed = {}
+            where = ", offload_optimizer cpu" if offload else ""
             for fp32acc in (1, 0):
-                ds, zc = run("deepspeed", stage, fp32acc, tmp), run("zinc", stage, fp32acc, tmp)
+                ds = run("deepspeed", stage, offload, fp32acc, tmp)
+                zc = run("zinc", stage, offload, fp32acc, tmp)
                 deepspeed[fp32acc] = ds
                 equal, compared, worst = compare(ds, zc)
                 good = equal == compared and compared >= 3
                 ok &= good
-                print(f"stage {stage}, {'fp32' if fp32acc else 'bf16'} sums: gradients bitwise "
+                print(f"stage {stage}{where}, {'fp32' if fp32acc else 'bf16'} sums: gradients bitwise "
                       f"DeepSpeed's in {equal} of {compared} windows on equal weights "
                       f"({'ok' if good else 'FAILED'}); losses over {STEPS} windows within "
                       f"{worst:.2g} relative")
             moved = max((a["grads"][n] - b["grads"][n]).abs().max().item()
                         for n in deepspeed[1][0]["grads"]
                         for a, b in [(deepspeed[1][0], deepspeed[0][0])])
-            print(f"stage {stage}: the key changes DeepSpeed's first gradient by up to {moved:.3g}")
+            print(f"stage {stage}{where}: the key changes DeepSpeed's first gradient by up to "
+                  f"{moved:.3g}")
             ok &= moved > 0
     sys.exit(0 if ok else 1)
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 5:
-        train(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])
+    if len(sys.argv) == 6:
+        train(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])
     else:
         main()

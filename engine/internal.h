@@ -104,9 +104,9 @@ struct zinc_engine {
     zdev_t *dev;
     int rank, world_size, stage;
     zinc_dtype dtype;             /* working dtype (param16, buckets, collectives) */
-    zinc_dtype gdtype;            /* the gradient sums' dtype (e->grad, h_grad): the working
-                                     dtype, or fp32 with data_types.grad_accum_dtype "fp32"
-                                     (stages 2-3, no offload: the config refuses the rest) */
+    zinc_dtype gdtype;            /* the gradient sums' dtype (e->grad, h_grad, acc_tmp): the
+                                     working dtype, or fp32 with data_types.grad_accum_dtype
+                                     "fp32" (stages 2-3, not NVMe: the config refuses the rest) */
 
     zplan plan;
     zgroup_hparams *group_hp;     /* [plan.ngroups]: a group's own Adam values, NAN if none */
@@ -245,7 +245,7 @@ zinc_status zeng_background_poll(zinc_engine_t *e);
 /* Options of the memory plan: what is offloaded, ZMEM_OFFLOAD_OPTIMIZER (master, m, v at stages
  * 1-3) and ZMEM_OFFLOAD_PARAM (the 16-bit shard at stage 3; only with the former), and
  * ZMEM_GRAD_FP32: the gradient shard accumulates in fp32 (data_types.grad_accum_dtype "fp32",
- * stages 2-3 without offload; the config refuses the rest). */
+ * stages 2-3, not with NVMe; the config refuses the rest). */
 enum { ZMEM_OFFLOAD_OPTIMIZER = 1, ZMEM_OFFLOAD_PARAM = 2, ZMEM_GRAD_FP32 = 4 };
 
 /* Memory plan (memplan.c): bytes per category for a plan/stage/dtype, before allocating: device

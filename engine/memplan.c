@@ -30,8 +30,10 @@
  * device keeps no param16 block: no model state on the device, only the buffers — buckets and
  * the gather area, sized by the largest group, and the persistent (small) groups in full.
  *
- * data_types.grad_accum_dtype "fp32" (stages 2-3, bf16/fp16, no offload) keeps the gradient
- * shard in fp32: 4Ψ/N instead of 2Ψ/N; the buckets the reduce-scatter works in stay 16-bit.
+ * data_types.grad_accum_dtype "fp32" (stages 2-3, bf16/fp16; not with NVMe) keeps the gradient
+ * shard in fp32: 4Ψ/N instead of 2Ψ/N, on the device or with offload on the host (and the
+ * device's one-slice scratch for the additions in fp32 too); the buckets the reduce-scatter
+ * works in stay 16-bit.
  */
 #include <string.h>
 
@@ -47,17 +49,18 @@ void zmem_plan(const zplan *p, int stage, zinc_dtype dtype, int offload, int nbu
 {
     uint64_t d = zinc_dtype_size(dtype);
     uint64_t gd = offload & ZMEM_GRAD_FP32 ? 4 : d;
+    int offloads = offload & (ZMEM_OFFLOAD_OPTIMIZER | ZMEM_OFFLOAD_PARAM);
     uint64_t F = p->flat_numel, S = p->shard_numel, B = p->max_group_padded;
     memset(bytes, 0, sizeof(uint64_t) * ZINC_MEM_COUNT);
     bytes[ZINC_MEM_PARAM16] = (stage < 3 ? F : S) * d;
     bytes[ZINC_MEM_GRAD] = (stage < 2 ? F : S) * gd;
     bytes[ZINC_MEM_ADAM_M] = (stage == 0 ? F : S) * 4;
     bytes[ZINC_MEM_ADAM_V] = bytes[ZINC_MEM_ADAM_M];
-    bytes[ZINC_MEM_MASTER] = zmem_master_aliased(stage, dtype, offload) ? 0 : bytes[ZINC_MEM_ADAM_M];
+    bytes[ZINC_MEM_MASTER] = zmem_master_aliased(stage, dtype, offloads) ? 0 : bytes[ZINC_MEM_ADAM_M];
     bytes[ZINC_MEM_BUCKET] = stage >= 2 ? (uint64_t)nbuckets * B * d : 0;
     bytes[ZINC_MEM_GATHER] = stage == 3 ? ((uint64_t)ngather * B + persist_numel) * d : 0;
     if (host) memset(host, 0, sizeof(uint64_t) * ZINC_MEM_COUNT);
-    if (!(offload & (ZMEM_OFFLOAD_OPTIMIZER | ZMEM_OFFLOAD_PARAM)) || stage == 0) return;
+    if (!offloads || stage == 0) return;
     for (int c = ZINC_MEM_MASTER; c <= ZINC_MEM_ADAM_V; c++) {
         if (host) host[c] = S * 4;
         bytes[c] = 0;
@@ -69,10 +72,10 @@ void zmem_plan(const zplan *p, int stage, zinc_dtype dtype, int offload, int nbu
         for (int g = 0; g < p->ngroups; g++)
             if (p->groups[g].slice > slice) slice = p->groups[g].slice;
         bytes[ZINC_MEM_GRAD] = 0;
-        bytes[ZINC_MEM_BUCKET] += slice * d;
+        bytes[ZINC_MEM_BUCKET] += slice * gd;
     }
     if (host) {
-        host[ZINC_MEM_GRAD] = S * d;
+        host[ZINC_MEM_GRAD] = S * gd;
         host[ZINC_MEM_PARAM16] = dtype == ZINC_DTYPE_FP32 ? 0 : S * d;
     }
     if ((offload & ZMEM_OFFLOAD_PARAM) && stage == 3) bytes[ZINC_MEM_PARAM16] = 0;

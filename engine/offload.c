@@ -3,9 +3,10 @@
  * {"device": "cpu"}, stages 1-3): the fp32 master, Adam m and v of this rank's shard live in host
  * memory and the fused Adam runs on the host.
  *
- * Where things live (S = plan.shard_numel, d = working dtype size):
+ * Where things live (S = plan.shard_numel, d = working dtype size, gd = the gradient sums' size:
+ * d, or 4 with data_types.grad_accum_dtype "fp32" at stages 2-3):
  *   device  param16, the gradient accumulator and its statistics, buckets, gather buffers
- *   host    master, m, v [S] fp32; h_grad [S] d (the reduced gradient shard, downloaded);
+ *   host    master, m, v [S] fp32; h_grad [S] gd (the reduced gradient shard, downloaded);
  *           h_param16 [S] d (Adam's 16-bit output, uploaded; none in fp32 mode)
  * The host buffers come from a cpu device of their own (e->host), so a device memory limit
  * (zinc.device_memory_limit) sees only the device's buffers, and its Adam is the same kernel the
@@ -30,6 +31,8 @@
 #include "base/log.h"
 
 static size_t dsize(const zinc_engine_t *e) { return zinc_dtype_size(e->dtype); }
+/* The gradient sums' element size (e->grad, h_grad, acc_tmp): e->gdtype's. */
+static size_t gsize(const zinc_engine_t *e) { return zinc_dtype_size(e->gdtype); }
 
 /* Where group g's own 16-bit slice sits in param16: the shard at stage 3, else the full buffer. */
 static size_t own_param_pos(const zinc_engine_t *e, const zplan_group *G)
@@ -195,7 +198,7 @@ static zinc_status copy_fail(zinc_engine_t *e, zinc_status s, const char *what)
 
 zinc_status zoffload_download(zinc_engine_t *e, int g0, int g1)
 {
-    size_t d = dsize(e);
+    size_t d = gsize(e);
     for (int g = g0; g < g1; g++) {
         const zplan_group *G = &e->plan.groups[g];
         size_t off = e->stage < 2 ? G->flat_off + G->slice * (size_t)e->rank : G->shard_off;
@@ -275,8 +278,8 @@ zinc_status zoffload_reduce_to_host(zinc_engine_t *e, int group, const void *own
     const zdev_iface_t *D = e->dev->iface;
     const zplan_group *G = &e->plan.groups[group];
     zgroup_state *gs = &e->gstate[group];
-    size_t n = G->slice * dsize(e);
-    char *host = (char *)e->h_grad + G->shard_off * dsize(e);
+    size_t n = G->slice * gsize(e);
+    char *host = (char *)e->h_grad + G->shard_off * gsize(e);
     zinc_status s;
     if (gs->acc_on_host) {
         s = D->upload_async(e->dev, e->acc_tmp, host, n);
@@ -285,7 +288,8 @@ zinc_status zoffload_reduce_to_host(zinc_engine_t *e, int group, const void *own
     } else {
         s = D->memset0(e->dev, e->acc_tmp, n);
     }
-    if (s == ZINC_OK) s = D->accumulate(e->dev, e->acc_tmp, e->dtype, own, e->dtype, G->slice);
+    /* in the sums' dtype: fp32 with grad_accum_dtype "fp32", the 16-bit slice widened */
+    if (s == ZINC_OK) s = D->accumulate(e->dev, e->acc_tmp, e->gdtype, own, e->dtype, G->slice);
     if (s == ZINC_OK) s = D->download_async(e->dev, host, e->acc_tmp, n);
     /* the bucket's clearing and the next group's use of acc_tmp come after the download */
     if (s == ZINC_OK) s = D->copy_join(e->dev);
@@ -347,7 +351,7 @@ zinc_status zoffload_adam(zinc_engine_t *e, zk_adam_args *a)
         a->master = e->master + off;
         a->m = e->m + off;
         a->v = e->v + off;
-        a->grad = (const char *)e->h_grad + off * d;
+        a->grad = (const char *)e->h_grad + off * gsize(e);
         a->param_out = e->dtype == ZINC_DTYPE_FP32 ? NULL : (char *)e->h_param16 + off * d;
         a->n = last->shard_off + last->slice - off;
         s = zeng_adam_groups(e, e->host, a, e->ochunk[c], e->ochunk[c + 1], 1);

@@ -164,9 +164,11 @@ void zest_memory(long long params, int world, int stage, zinc_dtype dtype, int o
     /* Buffers: sized by the largest group, padded as the planner pads it. */
     uint64_t gpad = ((uint64_t)group + (uint64_t)world * ZPLAN_ALIGN - 1) /
                     ((uint64_t)world * ZPLAN_ALIGN) * (uint64_t)world * ZPLAN_ALIGN;
-    uint64_t d = zinc_dtype_size(dtype);
-    /* with offload at stages 2-3 also the one-slice scratch of the host gradient's additions */
-    b[ZINC_MEM_BUCKET] = stage >= 2 ? ((uint64_t)buckets * gpad + (offload ? gpad / (uint64_t)world : 0)) * d
+    uint64_t d = zinc_dtype_size(dtype), gd = grad_fp32 ? 4 : d;
+    /* with offload at stages 2-3 also the one-slice scratch of the host gradient's additions, in
+     * the sums' dtype */
+    b[ZINC_MEM_BUCKET] = stage >= 2 ? (uint64_t)buckets * gpad * d +
+                                          (offload ? gpad / (uint64_t)world * gd : 0)
                                     : 0;
     b[ZINC_MEM_GATHER] = stage == 3 ? (uint64_t)gathers * gpad * d : 0;
     m->state = b[ZINC_MEM_PARAM16] + b[ZINC_MEM_GRAD] + b[ZINC_MEM_MASTER] + b[ZINC_MEM_ADAM_M] +

@@ -1184,12 +1184,14 @@ static void test_torch_adam(void)
 
 /* data_types.param_dtype and grad_accum_dtype: the working dtype by any name DeepSpeed's
  * DtypeEnum takes is accepted (param_dtype was refused whatever it said), another refused;
- * grad_accum_dtype fp32 with fp16/bf16 only at stages 2-3 without offload, where it sets
+ * grad_accum_dtype fp32 with fp16/bf16 only at stages 2-3, not with NVMe, where it sets
  * c.grad_accum_dtype (checked below). */
 static void test_data_types(void)
 {
 #define Z2 "\"zero_optimization\": {\"stage\": 2}, "
 #define Z3OFF "\"zero_optimization\": {\"stage\": 3, \"offload_optimizer\": {\"device\": \"cpu\"}}, "
+#define Z2NVME "\"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": \"nvme\", " \
+               "\"nvme_path\": \"/tmp\"}}, "
     static const struct { const char *dt, *key, *val; int ok; } t[] = {
         {"\"bf16\": {\"enabled\": true}, ", "param_dtype", "bf16", 1},
         {"\"bf16\": {\"enabled\": true}, ", "param_dtype", "torch.bfloat16", 1},
@@ -1208,12 +1210,13 @@ static void test_data_types(void)
          "grad_accum_dtype", "fp32", 0},
         {"\"fp16\": {\"enabled\": true}, \"zero_optimization\": {\"stage\": 1}, ",
          "grad_accum_dtype", "fp32", 0},
-        {"\"bf16\": {\"enabled\": true}, " Z3OFF, "grad_accum_dtype", "fp32", 0},
+        {"\"bf16\": {\"enabled\": true}, " Z3OFF, "grad_accum_dtype", "fp32", 1},
+        {"\"bf16\": {\"enabled\": true}, " Z2NVME, "grad_accum_dtype", "fp32", 0},
         {"\"bf16\": {\"enabled\": true}, " Z2, "grad_accum_dtype", "fp16", 0},
         {Z2, "grad_accum_dtype", "bf16", 0},
     };
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
-        char json[384], path[64];
+        char json[640], path[64];
         snprintf(json, sizeof json, "{\"train_micro_batch_size_per_gpu\": 1, " OPT "%s"
                  "\"data_types\": {\"%s\": \"%s\"}}", t[i].dt, t[i].key, t[i].val);
         snprintf(path, sizeof path, "data_types.%s", t[i].key);
@@ -1228,6 +1231,7 @@ static void test_data_types(void)
     }
 #undef Z2
 #undef Z3OFF
+#undef Z2NVME
 }
 
 /* "bf16": null is DeepSpeed's None: the legacy bfloat16 section is read then. */

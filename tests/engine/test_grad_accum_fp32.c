@@ -16,6 +16,16 @@
  * must match the 16-bit reference and differ from the fp32 one, so the check can tell them apart;
  * the gradient block the engine plans is twice the 16-bit one.
  *
+ * Each also with offload_optimizer "cpu" (and at stage 3 with offload_param "cpu" too): the
+ * sums then accumulate in host memory (through the device's one-slice scratch) and the host Adam
+ * reads them; the same reference, bit for bit, and the host's gradient block doubles.
+ *
+ * Set and read in fp32 (bf16, 1 and 2 ranks, with and without offload): after a window's last
+ * hand-over, zinc_param_grad_set of values fp32 holds and bf16 does not (1 + k * 2^-12) reads
+ * back bit for bit through zinc_param_grad_get and this rank's zinc_param_local_get; a
+ * fragment written with zinc_param_local_set reads back too; and the step applies them: the
+ * masters equal the scalar Adam's on those values.
+ *
  * Overflow (bf16, fp32 sums): rank 0 adds an inf in the second step's second micro-step; the
  * fp32 sum carries it, so that step is skipped (zinc_step_info.skipped) and the masters are the
  * reference's after the first step only.
@@ -40,6 +50,7 @@ typedef struct {
     zinc_world_t *world;
     int world_size, stage, fp32acc;
     zinc_dtype dt;                /* the working dtype: bf16 or fp16 */
+    int offload;                  /* 0; 1: offload_optimizer cpu; 2: and offload_param cpu */
     int inject;                   /* rank 0 adds an inf in micro-step 1 of step 1 */
     int skipped[STEPS];           /* zinc_step_info.skipped at each boundary (rank 0) */
     float *master[NPAR];          /* rank 0's masters after the run */
@@ -84,10 +95,12 @@ static void rank_fn(int rank, void *arg)
              "{\"train_micro_batch_size_per_gpu\": 1, \"gradient_accumulation_steps\": %d, "
              "\"gradient_clipping\": 0, %s, %s"
              "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01, "
-             "\"weight_decay\": 0.01}}, \"zero_optimization\": {\"stage\": %d}}",
+             "\"weight_decay\": 0.01}}, \"zero_optimization\": {\"stage\": %d%s%s}}",
              ACCUM, c->dt == ZINC_DTYPE_FP16 ? "\"fp16\": {\"enabled\": true, \"loss_scale\": 1}"
                                              : "\"bf16\": {\"enabled\": true}",
-             c->fp32acc ? "\"data_types\": {\"grad_accum_dtype\": \"fp32\"}, " : "", c->stage);
+             c->fp32acc ? "\"data_types\": {\"grad_accum_dtype\": \"fp32\"}, " : "", c->stage,
+             c->offload ? ", \"offload_optimizer\": {\"device\": \"cpu\"}" : "",
+             c->offload > 1 ? ", \"offload_param\": {\"device\": \"cpu\"}" : "");
     zinc_engine_options_t o = {.config_json = cfg, .world = c->world, .rank = rank, .threads = 1};
     zinc_engine_t *e = NULL;
     ZT_OK(zinc_engine_create(&o, &e));
@@ -101,7 +114,8 @@ static void rank_fn(int rank, void *arg)
     }
     ZT_OK(zinc_finalize(e));
     uint64_t planned[ZINC_MEM_COUNT], alloc[ZINC_MEM_COUNT];
-    ZT_OK(zinc_memory(e, planned, alloc));
+    /* the sums' block: on the device, or with offload in host memory */
+    ZT_OK(c->offload ? zinc_memory_host(e, planned, alloc) : zinc_memory(e, planned, alloc));
     if (rank == 0) c->grad_bytes = planned[ZINC_MEM_GRAD];
     float *buf = malloc(1000 * sizeof(float));
     for (int q = 0; q < NPAR; q++) {
@@ -220,13 +234,13 @@ static int64_t differ(const float *got, const float *want, int64_t n, int64_t *f
     return d;
 }
 
-static void check(zinc_dtype dt, int stage, int world)
+static void check(zinc_dtype dt, int stage, int world, int offload)
 {
     static reference r32, r16;
     make_reference(dt, world, 1, &r32);
     make_reference(dt, world, 0, &r16);
-    run_ctx on = {.world_size = world, .stage = stage, .fp32acc = 1, .dt = dt};
-    run_ctx off = {.world_size = world, .stage = stage, .fp32acc = 0, .dt = dt};
+    run_ctx on = {.world_size = world, .stage = stage, .fp32acc = 1, .dt = dt, .offload = offload};
+    run_ctx off = {.world_size = world, .stage = stage, .fp32acc = 0, .dt = dt, .offload = offload};
     run(&on);
     run(&off);
     const run_ctx *runs[2] = {&on, &off};
@@ -235,8 +249,9 @@ static void check(zinc_dtype dt, int stage, int world)
         const run_ctx *c = runs[w];
         const reference *R = refs[w];
         char what[64];
-        snprintf(what, sizeof what, "%s, %s sums%s", zinc_dtype_name(dt),
-                 w ? zinc_dtype_name(dt) : "fp32", w ? " (no key)" : "");
+        snprintf(what, sizeof what, "%s, %s sums%s%s", zinc_dtype_name(dt),
+                 w ? zinc_dtype_name(dt) : "fp32", w ? " (no key)" : "",
+                 offload > 1 ? ", offload optimizer+param" : offload ? ", offload" : "");
         for (int q = 0; q < NPAR; q++) {
             int64_t first;
             for (int t = 0; t < STEPS; t++) {
@@ -266,43 +281,163 @@ static void check(zinc_dtype dt, int stage, int world)
     ZT_CHECK(on.grad_bytes == 2 * off.grad_bytes && off.grad_bytes > 0,
              "stage %d N=%d: the gradient block is %llu bytes with fp32 sums, %llu without",
              stage, world, (unsigned long long)on.grad_bytes, (unsigned long long)off.grad_bytes);
-    printf("%s stage %d N=%d: fp32 sums as DeepSpeed adds them (%lld of %lld elements differ "
-           "from %s sums), gradient block %llu bytes (%s sums %llu)\n", zinc_dtype_name(dt), stage,
-           world, (long long)d, (long long)numel[0], zinc_dtype_name(dt),
+    printf("%s stage %d N=%d%s: fp32 sums as DeepSpeed adds them (%lld of %lld elements differ "
+           "from %s sums), %s gradient block %llu bytes (%s sums %llu)\n", zinc_dtype_name(dt),
+           stage, world, offload > 1 ? " offload optimizer+param" : offload ? " offload" : "",
+           (long long)d, (long long)numel[0], zinc_dtype_name(dt), offload ? "host" : "device",
            (unsigned long long)on.grad_bytes, zinc_dtype_name(dt),
            (unsigned long long)off.grad_bytes);
     free_run(&on);
     free_run(&off);
 }
 
+/* Values fp32 holds exactly and bf16 does not. */
+static float h_val(int64_t i) { return 1.0f + (float)(i % 7 + 1) * (1.0f / 4096.0f); }
+static float h2_val(int64_t i) { return -1.0f - (float)(i % 5 + 1) * (1.0f / 8192.0f); }
+
+typedef struct {
+    zinc_world_t *world;
+    int world_size, stage, offload;
+    int failed;
+    float *master[NPAR];          /* rank 0's masters after the step */
+} setget_ctx;
+
+static int same_bits(const float *got, const float *want, int64_t n)
+{
+    return memcmp(got, want, (size_t)n * sizeof(float)) == 0;
+}
+
+static void setget_rank(int rank, void *arg)
+{
+    setget_ctx *c = arg;
+    char cfg[768];
+    snprintf(cfg, sizeof cfg,
+             "{\"train_micro_batch_size_per_gpu\": 1, \"gradient_clipping\": 0, "
+             "\"bf16\": {\"enabled\": true}, \"data_types\": {\"grad_accum_dtype\": \"fp32\"}, "
+             "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01, "
+             "\"weight_decay\": 0.01}}, \"zero_optimization\": {\"stage\": %d%s}}", c->stage,
+             c->offload ? ", \"offload_optimizer\": {\"device\": \"cpu\"}" : "");
+    zinc_engine_options_t o = {.config_json = cfg, .world = c->world, .rank = rank, .threads = 1};
+    zinc_engine_t *e = NULL;
+    ZT_OK(zinc_engine_create(&o, &e));
+    if (!e) return;
+    int grp[NPAR], par[NPAR];
+    for (int q = 0; q < NPAR; q++) {
+        char name[8];
+        snprintf(name, sizeof name, "p%d", q);
+        ZT_OK(zinc_group_add(e, name, &grp[q]));
+        ZT_OK(zinc_param_add(e, grp[q], name, 1, &numel[q], ZINC_DTYPE_BF16, &par[q]));
+    }
+    ZT_OK(zinc_finalize(e));
+    float *want = malloc(1000 * sizeof(float)), *got = malloc(1000 * sizeof(float));
+    for (int q = 0; q < NPAR; q++) {
+        for (int64_t i = 0; i < numel[q]; i++) want[i] = init_val(i);
+        ZT_OK(zinc_param_set(e, par[q], want));
+    }
+    for (int q = 0; q < NPAR; q++) {       /* a micro-step that touches nothing: zero sums */
+        ZT_OK(zinc_gather(e, grp[q]));
+        ZT_OK(zinc_release(e, grp[q]));
+        ZT_OK(zinc_grads_ready(e, grp[q]));
+    }
+    int ok = 1;
+    for (int q = 0; q < NPAR; q++) {
+        for (int64_t i = 0; i < numel[q]; i++) want[i] = h_val(i);
+        ZT_OK(zinc_param_grad_set(e, par[q], want));
+        ZT_OK(zinc_param_grad_get(e, par[q], got));
+        ok &= same_bits(got, want, numel[q]);
+        int64_t lo = 0, hi = 0;
+        ZT_OK(zinc_param_local_range(e, par[q], &lo, &hi));
+        ZT_OK(zinc_param_local_get(e, par[q], ZINC_STATE_GRAD, got));
+        ok &= same_bits(got, want + lo, hi - lo);
+        /* p0's fragment rewritten by each rank: the whole gradient is then h2 */
+        if (q == 0) {
+            for (int64_t i = 0; i < numel[q]; i++) want[i] = h2_val(i);
+            ZT_OK(zinc_param_local_set(e, par[q], ZINC_STATE_GRAD, want + lo));
+            ZT_OK(zinc_param_grad_get(e, par[q], got));
+            ok &= same_bits(got, want, numel[q]);
+        }
+    }
+    if (!ok) c->failed = 1;
+    zinc_step_info_t info;
+    ZT_OK(zinc_step(e, &info));
+    for (int q = 0; q < NPAR; q++) {
+        ZT_OK(zinc_param_get(e, par[q], got));
+        if (rank == 0) {
+            c->master[q] = malloc((size_t)numel[q] * sizeof(float));
+            memcpy(c->master[q], got, (size_t)numel[q] * sizeof(float));
+        }
+    }
+    free(want);
+    free(got);
+    zinc_engine_destroy(e);
+}
+
+static void check_set_get(int stage, int world, int offload)
+{
+    setget_ctx c = {.world_size = world, .stage = stage, .offload = offload};
+    ZT_OK(zinc_world_create_local(world, &c.world));
+    if (!c.world) return;
+    zt_run_ranks(world, setget_rank, &c);
+    zinc_world_destroy(c.world);
+    ZT_CHECK(!c.failed, "stage %d N=%d offload %d: a gradient set in fp32 did not read back bit "
+             "for bit (zinc_param_grad_get, zinc_param_local_get after grad_set / local_set)",
+             stage, world, offload);
+    /* the reference: one Adam step on p0 = h2, p1 = h */
+    for (int q = 0; q < NPAR; q++) {
+        float master[1000], m[1000] = {0}, v[1000] = {0}, g[1000];
+        for (int64_t i = 0; i < numel[q]; i++) {
+            master[i] = init_val(i);
+            g[i] = q == 0 ? h2_val(i) : h_val(i);
+        }
+        zk_adam_args a = {.master = master, .m = m, .v = v, .grad = g,
+                          .grad_dtype = ZINC_DTYPE_FP32, .n = (size_t)numel[q], .lr = 0.01f,
+                          .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.01f,
+                          .grad_scale = 1.0f, .adamw = 1};
+        zadam_bias_corrections(0.9f, 0.999f, 1, 1, &a.bias_c1, &a.bias_c2);
+        zk_ref_adam_step(&a);
+        int64_t first;
+        int64_t d = c.master[q] ? differ(c.master[q], master, numel[q], &first) : -1;
+        ZT_CHECK(d == 0, "stage %d N=%d offload %d: p%d's master after a step on the gradient "
+                 "set differs from the reference in %lld elements", stage, world, offload, q,
+                 (long long)d);
+        free(c.master[q]);
+    }
+    printf("stage %d N=%d%s: gradients set in fp32 read back and step bit for bit\n", stage,
+           world, offload ? " offload" : "");
+}
+
 /* An inf in a window: the fp32 sum carries it, the step is skipped, the masters stay those after
  * the step before. */
-static void check_overflow(int stage, int world)
+static void check_overflow(int stage, int world, int offload)
 {
     static reference R;
     make_reference(ZINC_DTYPE_BF16, world, 1, &R);
     run_ctx c = {.world_size = world, .stage = stage, .fp32acc = 1, .dt = ZINC_DTYPE_BF16,
-                 .inject = 1};
+                 .inject = 1, .offload = offload};
     run(&c);
-    ZT_CHECK(!c.skipped[0] && c.skipped[1], "stage %d N=%d: an inf in step 1: skipped %d, %d "
-             "(want 0, 1)", stage, world, c.skipped[0], c.skipped[1]);
+    ZT_CHECK(!c.skipped[0] && c.skipped[1], "stage %d N=%d offload %d: an inf in step 1: skipped "
+             "%d, %d (want 0, 1)", stage, world, offload, c.skipped[0], c.skipped[1]);
     for (int q = 0; q < NPAR; q++) {
         int64_t first;
         int64_t d = c.master[q] ? differ(c.master[q], R.master_at[0][q], numel[q], &first) : -1;
-        ZT_CHECK(d == 0, "stage %d N=%d: after the skipped step p%d's master differs from the "
-                 "reference after one step in %lld elements", stage, world, q, (long long)d);
+        ZT_CHECK(d == 0, "stage %d N=%d offload %d: after the skipped step p%d's master differs "
+                 "from the reference after one step in %lld elements", stage, world, offload, q,
+                 (long long)d);
     }
-    printf("stage %d N=%d: an inf in a window of fp32 sums skips the step\n", stage, world);
+    printf("stage %d N=%d%s: an inf in a window of fp32 sums skips the step\n", stage, world,
+           offload ? " offload" : "");
     free_run(&c);
 }
 
 int main(void)
 {
     for (int stage = 2; stage <= 3; stage++)
-        for (int world = 1; world <= MAXR; world++) {
-            check(ZINC_DTYPE_BF16, stage, world);
-            check(ZINC_DTYPE_FP16, stage, world);
-            check_overflow(stage, world);
-        }
+        for (int world = 1; world <= MAXR; world++)
+            for (int offload = 0; offload <= (stage == 3 ? 2 : 1); offload++) {
+                check(ZINC_DTYPE_BF16, stage, world, offload);
+                check(ZINC_DTYPE_FP16, stage, world, offload);
+                check_overflow(stage, world, offload);
+                if (offload < 2) check_set_get(stage, world, offload);
+            }
     return zt_finish("engine_grad_accum_fp32");
 }

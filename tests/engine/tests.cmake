@@ -14,10 +14,15 @@ zinc_test(NAME engine_gather_pack SOURCES ${ZINC_ENGINE_TEST_DIR}/test_gather_pa
           LABELS "unit" TIMEOUT 120)
 zinc_test(NAME engine_grad_access SOURCES ${ZINC_ENGINE_TEST_DIR}/test_grad_access.c
           LABELS "multirank;unit" TIMEOUT 120)
-# data_types.grad_accum_dtype "fp32" with bf16 at stages 2-3: gradients and weights against a
-# scalar reference of DeepSpeed's arithmetic (16-bit reduction, fp32 sums).
+# data_types.grad_accum_dtype "fp32" with bf16/fp16 at stages 2-3, with and without offload:
+# gradients and weights against a scalar reference of DeepSpeed's arithmetic (16-bit reduction,
+# fp32 sums).
 zinc_test(NAME engine_grad_accum_fp32 SOURCES ${ZINC_ENGINE_TEST_DIR}/test_grad_accum_fp32.c
           LABELS "multirank;unit" TIMEOUT 120)
+# Its offload rows with the host side of the cpu device's copies as late as a GPU may do it.
+add_test(NAME engine_grad_accum_fp32_late COMMAND engine_grad_accum_fp32)
+set_tests_properties(engine_grad_accum_fp32_late PROPERTIES LABELS "multirank;unit" TIMEOUT 120
+                     ENVIRONMENT "ZINC_CPU_ASYNC_COPY=late")
 # The gradient buffer lent by the caller per window (the Python front-end lends torch's memory).
 zinc_test(NAME engine_grad_buffer SOURCES ${ZINC_ENGINE_TEST_DIR}/test_grad_buffer.c
           LIBS zinc_toy LABELS "multirank;unit" TIMEOUT 300)

@@ -91,6 +91,24 @@ if [ -z "$with" ] || [ -z "$without" ] || [ "$with" -ne $((2 * without)) ] ||
     fails=$((fails + 1))
 fi
 
+# ... and with offload_optimizer "cpu" at stage 3 the host's gradient shard doubles.
+checks=$((checks + 1))
+cat >"$tmp.json" <<'JSON'
+{"train_micro_batch_size_per_gpu": 2, "bf16": {"enabled": true},
+ "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}},
+ "data_types": {"grad_accum_dtype": "fp32"}}
+JSON
+host_grad_of() { tr -d ' \n' | sed -n 's/.*"host_bytes":{[^}]*"grad":\([0-9]*\).*/\1/p'; }
+with=$("$zinc" plan --params 1e9 --seq 1024 --gpus 16 --gpu a100-80 --config "$tmp.json" --json |
+       host_grad_of)
+without=$("$zinc" plan --params 1e9 --seq 1024 --gpus 16 --gpu a100-80 --stage 3 --dtype bf16 \
+          --offload-optimizer --json | host_grad_of)
+if [ -z "$with" ] || [ -z "$without" ] || [ "$without" -eq 0 ] || [ "$with" -ne $((2 * without)) ]; then
+    echo "FAIL: grad_accum_dtype fp32 with offload: host grad bytes '$with' with, '$without'" \
+         "without (want twice)"
+    fails=$((fails + 1))
+fi
+
 # --hf-config and --recommend (issue 41 items 1-2).
 here=$(dirname "$0")
 rec="--hf-config $here/llama-1b-config.json --seq 1024 --gpus 8 --gpu h100"

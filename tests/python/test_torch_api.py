@@ -69,6 +69,7 @@ the run (exit 1) when it does not hold:
   micro x ranks, 0, a float and a call inside a window raise, and training goes on.
 Exit 77 when torch is not importable.
 """
+import copy
 import json
 import os
 import shutil
@@ -515,8 +516,10 @@ def check_client_accessors():
 def check_grad_accum_fp32(stage):
     """data_types.grad_accum_dtype "fp32" with bf16: at stages 2-3 get_data_types says so and,
     on one rank, the gradient read back before the step is bitwise the fp32 sum of torch's bf16
-    gradients of the window's micro-steps (with the key missing, their bf16 sum: the two differ,
-    so the check tells them apart); refused at stages 0-1, naming the key."""
+    gradients of the window's micro-steps, with and without offload_optimizer "cpu" (with the
+    key missing, their bf16 sum: the two differ, so the check tells them apart); a gradient set
+    with safe_set_full_grad that bf16 cannot hold reads back exactly; refused at stages 0-1,
+    naming the key."""
     c = cfg(stage)
     c["data_types"] = {"grad_accum_dtype": "fp32"}
     if stage < 2:
@@ -524,13 +527,16 @@ def check_grad_accum_fp32(stage):
                      lambda: zinc.initialize(model=net(), config=c), Exception,
                      "data_types.grad_accum_dtype", f"stage {stage}" if stage else "stage 2 or 3")
         return
-    from zinc.utils import safe_get_full_grad
+    from zinc.utils import safe_get_full_grad, safe_set_full_grad
     sums = {}
-    for fp32 in (True, False):
+    for fp32, offload in ((True, False), (True, True), (False, False)):
         model = net()
         ref = net().to(torch.bfloat16)
         ref.scale.requires_grad_(False)
-        engine, *_ = zinc.initialize(model=model, config=c if fp32 else cfg(stage))
+        config = copy.deepcopy(c if fp32 else cfg(stage))
+        if offload:
+            config["zero_optimization"]["offload_optimizer"] = {"device": "cpu"}
+        engine, *_ = zinc.initialize(model=model, config=config)
         want = {n: torch.zeros_like(p, dtype=torch.float32) for n, p in ref.named_parameters()
                 if p.requires_grad}
         for i in range(GA):
@@ -548,8 +554,16 @@ def check_grad_accum_fp32(stage):
                         (want[n].to(torch.bfloat16) + p.grad).float()
         got = {n: safe_get_full_grad(p).float() for n, p in model.named_parameters()
                if p.requires_grad}
+        kind = ("fp32" if fp32 else "bf16") + (" (offload)" if offload else "")
+        if fp32:
+            head = model.head.bias
+            fine = torch.full(got["head.bias"].shape,     # (at stage 3 head.bias is empty)
+                              1 + 2 ** -12)       # fp32 holds it, bf16 does not
+            safe_set_full_grad(head, fine)
+            check(f"safe_set_full_grad in {kind} sums reads back exactly",
+                  torch.equal(safe_get_full_grad(head).float(), fine),
+                  str(safe_get_full_grad(head)))
         engine.step()
-        kind = "fp32" if fp32 else "bf16"
         check(f"get_data_types with {kind} sums",
               engine.get_data_types() == (torch.bfloat16, getattr(torch, "float32" if fp32
                                                                    else "bfloat16")),
@@ -558,7 +572,8 @@ def check_grad_accum_fp32(stage):
             bad = [n for n in want if not torch.equal(got[n], want[n])]
             check(f"the window's gradient: torch's micro-step gradients summed in {kind}",
                   not bad, f"differ: {bad}")
-        sums[fp32] = want
+        if not offload:
+            sums[fp32] = want
         engine.close()
     check("fp32 and bf16 sums of the window differ (so the check can fail)",
           any(not torch.equal(sums[True][n], sums[False][n]) for n in sums[True]))
