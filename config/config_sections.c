@@ -523,11 +523,11 @@ void zc_parse_zinc(zcctx *x, json_object *root, zcfg *c)
 /* data_types.grad_accum_dtype "fp32" (`s` as written) with fp16/bf16 training. DeepSpeed 0.19.8
  * (engine.py _do_optimizer_sanity_check, stage_1_and_2.py, stage3.py) reduces each micro-step's
  * 16-bit gradient as without the key and adds its reduced partition into an fp32 sum at stages
- * 2-3, with offload_optimizer "cpu" too (its fp32 partition sums copied to the host at the
- * boundary): zinc does that (engine/step.c hand_over; offload.c in host memory). Refused where
- * DeepSpeed does other arithmetic zinc does not have: stage 1 (bf16: its BF16_Optimizer; fp16:
- * full fp32 gradients reduced in fp32); with NVMe, which zinc's chunk pipeline does not take
- * yet; stage 0 DeepSpeed refuses itself. */
+ * 2-3, with offload_optimizer too (its fp32 partition sums copied to the host at the boundary):
+ * zinc does that (engine/step.c hand_over; offload.c in host memory, which the NVMe pipeline
+ * reads as it is). Refused where DeepSpeed does other arithmetic zinc does not have: stage 1
+ * (bf16: its BF16_Optimizer; fp16: full fp32 gradients reduced in fp32); stage 0 DeepSpeed
+ * refuses itself. */
 static void grad_accum_fp32(zcctx *x, const char *path, const char *s, zcfg *c)
 {
     if (c->zero.stage == 0)
@@ -542,10 +542,6 @@ static void grad_accum_fp32(zcctx *x, const char *path, const char *s, zcfg *c)
                  c->dtype == ZINC_DTYPE_BF16 ? "its BF16_Optimizer"
                                              : "fp32 copies of the full gradients, reduced in fp32",
                  zc_dtype_name(c->dtype));
-    else if (zcfg_offloads_nvme(c))
-        zc_error(x, path, "\"%s\" is not supported with zero_optimization.offload_optimizer "
-                 "device \"nvme\" (zinc keeps fp32 gradient sums on the device or with device "
-                 "\"cpu\"); remove the key to accumulate in %s", s, zc_dtype_name(c->dtype));
     else
         c->grad_accum_dtype = ZINC_DTYPE_FP32;
 }

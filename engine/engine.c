@@ -213,11 +213,11 @@ zinc_status zinc_engine_create(const zinc_engine_options_t *opt, zinc_engine_t *
     e->gdtype = e->cfg.grad_accum_dtype;
     zscaler_init(&e->st.scaler, &e->cfg);
     /* The parser allows fp32 sums only where the engine keeps them (stages 2-3, on the device
-     * or in host memory): the stage 0-1 and NVMe paths size their gradient buffers in the
-     * working dtype. */
-    if (e->gdtype != e->dtype && (e->stage < 2 || zcfg_offloads_nvme(&e->cfg))) {
-        s = zerr_thread(ZINC_ERR_INTERNAL, "zinc_engine_create: fp32 gradient sums at stage %d%s",
-                        e->stage, zcfg_offloads_nvme(&e->cfg) ? " with NVMe offload" : "");
+     * or in host memory): the stage 0-1 paths size their gradient buffers in the working
+     * dtype. */
+    if (e->gdtype != e->dtype && e->stage < 2) {
+        s = zerr_thread(ZINC_ERR_INTERNAL, "zinc_engine_create: fp32 gradient sums at stage %d",
+                        e->stage);
         goto fail;
     }
 

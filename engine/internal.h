@@ -106,7 +106,7 @@ struct zinc_engine {
     zinc_dtype dtype;             /* working dtype (param16, buckets, collectives) */
     zinc_dtype gdtype;            /* the gradient sums' dtype (e->grad, h_grad, acc_tmp): the
                                      working dtype, or fp32 with data_types.grad_accum_dtype
-                                     "fp32" (stages 2-3, not NVMe: the config refuses the rest) */
+                                     "fp32" (stages 2-3: the config refuses the rest) */
 
     zplan plan;
     zgroup_hparams *group_hp;     /* [plan.ngroups]: a group's own Adam values, NAN if none */
@@ -245,7 +245,7 @@ zinc_status zeng_background_poll(zinc_engine_t *e);
 /* Options of the memory plan: what is offloaded, ZMEM_OFFLOAD_OPTIMIZER (master, m, v at stages
  * 1-3) and ZMEM_OFFLOAD_PARAM (the 16-bit shard at stage 3; only with the former), and
  * ZMEM_GRAD_FP32: the gradient shard accumulates in fp32 (data_types.grad_accum_dtype "fp32",
- * stages 2-3, not with NVMe; the config refuses the rest). */
+ * stages 2-3; the config refuses the rest). */
 enum { ZMEM_OFFLOAD_OPTIMIZER = 1, ZMEM_OFFLOAD_PARAM = 2, ZMEM_GRAD_FP32 = 4 };
 
 /* Memory plan (memplan.c): bytes per category for a plan/stage/dtype, before allocating: device

@@ -30,7 +30,7 @@
  * device keeps no param16 block: no model state on the device, only the buffers — buckets and
  * the gather area, sized by the largest group, and the persistent (small) groups in full.
  *
- * data_types.grad_accum_dtype "fp32" (stages 2-3, bf16/fp16; not with NVMe) keeps the gradient
+ * data_types.grad_accum_dtype "fp32" (stages 2-3, bf16/fp16) keeps the gradient
  * shard in fp32: 4Ψ/N instead of 2Ψ/N, on the device or with offload on the host (and the
  * device's one-slice scratch for the additions in fp32 too); the buckets the reduce-scatter
  * works in stay 16-bit.

@@ -813,7 +813,7 @@ zinc_status zoffload_nvme_adam(zinc_engine_t *e, zk_adam_args *a)
         ca.master = chunk_buf(&r, c, 0);
         ca.m = chunk_buf(&r, c, 1);
         ca.v = chunk_buf(&r, c, 2);
-        ca.grad = (const char *)e->h_grad + lo * d;
+        ca.grad = (const char *)e->h_grad + lo * zinc_dtype_size(e->gdtype);  /* fp32 sums too */
         ca.param_out = nv->param ? chunk_pbuf(&r, c) : (char *)e->h_param16 + lo * d;
         ca.param_dtype = e->dtype;
         s = zeng_adam_range(e, e->host, &ca, lo, hi);

@@ -16,9 +16,10 @@
  * must match the 16-bit reference and differ from the fp32 one, so the check can tell them apart;
  * the gradient block the engine plans is twice the 16-bit one.
  *
- * Each also with offload_optimizer "cpu" (and at stage 3 with offload_param "cpu" too): the
- * sums then accumulate in host memory (through the device's one-slice scratch) and the host Adam
- * reads them; the same reference, bit for bit, and the host's gradient block doubles.
+ * Each also with offload_optimizer "cpu" (and at stage 3 with offload_param "cpu" too) and
+ * "nvme" (the state in a scratch file under a directory made here): the sums then accumulate in
+ * host memory (through the device's one-slice scratch) and the host Adam reads them, chunk by
+ * chunk with NVMe; the same reference, bit for bit, and the host's gradient block doubles.
  *
  * Set and read in fp32 (bf16, 1 and 2 ranks, with and without offload): after a window's last
  * hand-over, zinc_param_grad_set of values fp32 holds and bf16 does not (1 + k * 2^-12) reads
@@ -34,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "kernels/device.h"
 #include "optim/optim.h"
@@ -45,12 +47,26 @@
 #define ACCUM 3
 #define MAXR 2
 static const int64_t numel[NPAR] = {1000, 33};
+static char g_nvme[300];           /* offload 3's nvme_path */
+
+/* The zero_optimization members an offload mode adds. */
+static const char *offload_json(int offload, char *buf, size_t n)
+{
+    if (offload == 3)
+        snprintf(buf, n, ", \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"%s\"}",
+                 g_nvme);
+    else
+        snprintf(buf, n, "%s%s", offload ? ", \"offload_optimizer\": {\"device\": \"cpu\"}" : "",
+                 offload == 2 ? ", \"offload_param\": {\"device\": \"cpu\"}" : "");
+    return buf;
+}
 
 typedef struct {
     zinc_world_t *world;
     int world_size, stage, fp32acc;
     zinc_dtype dt;                /* the working dtype: bf16 or fp16 */
-    int offload;                  /* 0; 1: offload_optimizer cpu; 2: and offload_param cpu */
+    int offload;                  /* 0; 1: offload_optimizer cpu; 2: and offload_param cpu;
+                                     3: offload_optimizer nvme */
     int inject;                   /* rank 0 adds an inf in micro-step 1 of step 1 */
     int skipped[STEPS];           /* zinc_step_info.skipped at each boundary (rank 0) */
     float *master[NPAR];          /* rank 0's masters after the run */
@@ -90,7 +106,7 @@ static float init_val(int64_t i) { return (float)(i % 17) / 32.0f - 0.25f; }
 static void rank_fn(int rank, void *arg)
 {
     run_ctx *c = arg;
-    char cfg[1024];
+    char cfg[1536], off[512];
     snprintf(cfg, sizeof cfg,
              "{\"train_micro_batch_size_per_gpu\": 1, \"gradient_accumulation_steps\": %d, "
              "\"gradient_clipping\": 0, %s, %s"
@@ -99,8 +115,7 @@ static void rank_fn(int rank, void *arg)
              ACCUM, c->dt == ZINC_DTYPE_FP16 ? "\"fp16\": {\"enabled\": true, \"loss_scale\": 1}"
                                              : "\"bf16\": {\"enabled\": true}",
              c->fp32acc ? "\"data_types\": {\"grad_accum_dtype\": \"fp32\"}, " : "", c->stage,
-             c->offload ? ", \"offload_optimizer\": {\"device\": \"cpu\"}" : "",
-             c->offload > 1 ? ", \"offload_param\": {\"device\": \"cpu\"}" : "");
+             offload_json(c->offload, off, sizeof off), "");
     zinc_engine_options_t o = {.config_json = cfg, .world = c->world, .rank = rank, .threads = 1};
     zinc_engine_t *e = NULL;
     ZT_OK(zinc_engine_create(&o, &e));
@@ -251,7 +266,8 @@ static void check(zinc_dtype dt, int stage, int world, int offload)
         char what[64];
         snprintf(what, sizeof what, "%s, %s sums%s%s", zinc_dtype_name(dt),
                  w ? zinc_dtype_name(dt) : "fp32", w ? " (no key)" : "",
-                 offload > 1 ? ", offload optimizer+param" : offload ? ", offload" : "");
+                 offload == 3 ? ", offload nvme" : offload == 2 ? ", offload optimizer+param"
+                 : offload ? ", offload" : "");
         for (int q = 0; q < NPAR; q++) {
             int64_t first;
             for (int t = 0; t < STEPS; t++) {
@@ -283,7 +299,8 @@ static void check(zinc_dtype dt, int stage, int world, int offload)
              stage, world, (unsigned long long)on.grad_bytes, (unsigned long long)off.grad_bytes);
     printf("%s stage %d N=%d%s: fp32 sums as DeepSpeed adds them (%lld of %lld elements differ "
            "from %s sums), %s gradient block %llu bytes (%s sums %llu)\n", zinc_dtype_name(dt),
-           stage, world, offload > 1 ? " offload optimizer+param" : offload ? " offload" : "",
+           stage, world, offload == 3 ? " offload nvme" : offload == 2 ? " offload optimizer+param"
+           : offload ? " offload" : "",
            (long long)d, (long long)numel[0], zinc_dtype_name(dt), offload ? "host" : "device",
            (unsigned long long)on.grad_bytes, zinc_dtype_name(dt),
            (unsigned long long)off.grad_bytes);
@@ -310,13 +327,13 @@ static int same_bits(const float *got, const float *want, int64_t n)
 static void setget_rank(int rank, void *arg)
 {
     setget_ctx *c = arg;
-    char cfg[768];
+    char cfg[1536], off[512];
     snprintf(cfg, sizeof cfg,
              "{\"train_micro_batch_size_per_gpu\": 1, \"gradient_clipping\": 0, "
              "\"bf16\": {\"enabled\": true}, \"data_types\": {\"grad_accum_dtype\": \"fp32\"}, "
              "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01, "
              "\"weight_decay\": 0.01}}, \"zero_optimization\": {\"stage\": %d%s}}", c->stage,
-             c->offload ? ", \"offload_optimizer\": {\"device\": \"cpu\"}" : "");
+             offload_json(c->offload, off, sizeof off));
     zinc_engine_options_t o = {.config_json = cfg, .world = c->world, .rank = rank, .threads = 1};
     zinc_engine_t *e = NULL;
     ZT_OK(zinc_engine_create(&o, &e));
@@ -402,8 +419,8 @@ static void check_set_get(int stage, int world, int offload)
                  (long long)d);
         free(c.master[q]);
     }
-    printf("stage %d N=%d%s: gradients set in fp32 read back and step bit for bit\n", stage,
-           world, offload ? " offload" : "");
+    printf("stage %d N=%d offload %d: gradients set in fp32 read back and step bit for bit\n",
+           stage, world, offload);
 }
 
 /* An inf in a window: the fp32 sum carries it, the step is skipped, the masters stay those after
@@ -424,20 +441,31 @@ static void check_overflow(int stage, int world, int offload)
                  "from the reference after one step in %lld elements", stage, world, offload, q,
                  (long long)d);
     }
-    printf("stage %d N=%d%s: an inf in a window of fp32 sums skips the step\n", stage, world,
-           offload ? " offload" : "");
+    printf("stage %d N=%d offload %d: an inf in a window of fp32 sums skips the step\n", stage,
+           world, offload);
     free_run(&c);
 }
 
 int main(void)
 {
+    /* A directory on disk beside the test (the build tree) for the NVMe rows' scratch files. */
+    snprintf(g_nvme, sizeof g_nvme, "zinc-grad-accum-nvme-XXXXXX");
+    if (!mkdtemp(g_nvme)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    char abs[4096];
+    if (realpath(g_nvme, abs) && strlen(abs) < sizeof g_nvme) snprintf(g_nvme, sizeof g_nvme, "%s", abs);
     for (int stage = 2; stage <= 3; stage++)
         for (int world = 1; world <= MAXR; world++)
-            for (int offload = 0; offload <= (stage == 3 ? 2 : 1); offload++) {
+            for (int offload = 0; offload <= 3; offload++) {
+                if (offload == 2 && stage != 3) continue;     /* offload_param: stage 3 only */
                 check(ZINC_DTYPE_BF16, stage, world, offload);
                 check(ZINC_DTYPE_FP16, stage, world, offload);
                 check_overflow(stage, world, offload);
-                if (offload < 2) check_set_get(stage, world, offload);
+                if (offload != 2) check_set_get(stage, world, offload);
             }
+    ZT_CHECK(rmdir(g_nvme) == 0, "the NVMe directory %s is not empty after the runs (a scratch "
+             "file left behind?)", g_nvme);
     return zt_finish("engine_grad_accum_fp32");
 }
