@@ -49,15 +49,19 @@
 static const int64_t numel[NPAR] = {1000, 33};
 static char g_nvme[300];           /* offload 3's nvme_path */
 
-/* The zero_optimization members an offload mode adds. */
+/* The zero_optimization members an offload mode adds. sub_group_size 256 cuts the offloaded
+ * step into several chunks (whole groups with "cpu": 2; 256 elements with "nvme": 5 at one
+ * rank), so a chunk after the first reads its gradient at an offset. */
 static const char *offload_json(int offload, char *buf, size_t n)
 {
     if (offload == 3)
-        snprintf(buf, n, ", \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"%s\"}",
-                 g_nvme);
+        snprintf(buf, n, ", \"sub_group_size\": 256, \"offload_optimizer\": {\"device\": "
+                 "\"nvme\", \"nvme_path\": \"%s\"}", g_nvme);
+    else if (offload)
+        snprintf(buf, n, ", \"sub_group_size\": 256, \"offload_optimizer\": {\"device\": "
+                 "\"cpu\"}%s", offload == 2 ? ", \"offload_param\": {\"device\": \"cpu\"}" : "");
     else
-        snprintf(buf, n, "%s%s", offload ? ", \"offload_optimizer\": {\"device\": \"cpu\"}" : "",
-                 offload == 2 ? ", \"offload_param\": {\"device\": \"cpu\"}" : "");
+        buf[0] = 0;
     return buf;
 }
 
