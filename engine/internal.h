@@ -17,8 +17,8 @@
  * With zero_optimization.offload_optimizer (stages 1-3, engine/offload.c) the fields master, m
  * and v point to host arrays of S elements (on the engine's `host` device; with "nvme" into a
  * reserved range standing for a file, offload_nvme.c), beside two host buffers of S
- * working-dtype elements: the gradient shard (h_grad: downloaded at stage 1, the accumulator
- * itself at stages 2-3, where e->grad is then NULL) and the 16-bit result of the host Adam
+ * elements: the gradient shard in the sums' dtype (h_grad, e->gdtype: downloaded at stage 1, the
+ * accumulator itself at stages 2-3, where e->grad is then NULL) and the 16-bit result of the host Adam
  * (h_param16; none in fp32 mode with the state in memory, where the master is uploaded as is).
  * The master is then never aliased with param16. zinc_memory reports device bytes,
  * zinc_memory_host these host bytes.
@@ -152,7 +152,7 @@ struct zinc_engine {
                                      may not have seen finish (zoffload_settle) */
     int threads;                  /* host threads (the engine's, or the automatic count) */
     zdev_t *host;                 /* NULL without offload */
-    void *h_grad;                 /* host [shard_numel] working dtype: the reduced grad shard */
+    void *h_grad;                 /* host [shard_numel] e->gdtype: the reduced grad shard */
     void *h_param16;              /* host [shard_numel] working dtype: Adam's 16-bit output */
     uint64_t host_planned[ZINC_MEM_COUNT];      /* host bytes (zinc_memory_host) */
     uint64_t host_allocated[ZINC_MEM_COUNT];

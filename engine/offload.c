@@ -76,13 +76,15 @@ zinc_status zoffload_check_limit(zinc_engine_t *e)
         return zeng_fail(e, ZINC_ERR_NOMEM,
                          "zinc_finalize: cannot allocate %s%s in host memory on rank %d: %llu "
                          "bytes needed, %llu available under zinc.host_memory_limit = %llu bytes "
-                         "(%llu planned before it); see `zinc estimate --offload-optimizer` for "
-                         "the plan: raise the limit, use more ranks (the host holds 16 bytes per "
-                         "parameter over the ranks at every stage), or keep the optimizer state "
-                         "on the device (no offload_optimizer)",
+                         "(%llu planned before it); see `zinc plan --config` for the plan: raise "
+                         "the limit, use more ranks (the host holds %d bytes per parameter over "
+                         "the ranks), or keep the optimizer state on the device (no "
+                         "offload_optimizer)",
                          zinc_mem_category_name(c), shard ? " (the offload_param shard)" : "",
                          e->rank, (unsigned long long)n, (unsigned long long)(limit - used),
-                         (unsigned long long)limit, (unsigned long long)used);
+                         (unsigned long long)limit, (unsigned long long)used,
+                         /* master, m, v; the gradient sums; Adam's 16-bit output */
+                         12 + (int)gsize(e) + (e->dtype == ZINC_DTYPE_FP32 ? 0 : (int)dsize(e)));
     }
     return ZINC_OK;
 }
@@ -129,12 +131,13 @@ static zinc_status pin_buffers(zinc_engine_t *e)
     const zdev_iface_t *D = e->dev->iface;
     if (!e->cfg.zero.offload_pin || !D->pin_host) return ZINC_OK;
     size_t n = e->plan.shard_numel * dsize(e), staging = 0;
+    size_t ng = e->plan.shard_numel * gsize(e);    /* h_grad: fp32 sums are twice n */
     /* With the parameters in the NVMe file there is no host shard to pin, but the slots each
      * gather reads its slice into and uploads from (pageable, an upload would wait on the host
      * for the copy stream: every earlier copy and compute it was ordered after). */
     void *stage = zoffload_nvme_staging(e, &staging);
     void *bufs[] = {e->h_grad, zoffload_param16_in_file(e) ? NULL : zoffload_param16(e), stage};
-    size_t bytes[] = {n, n, staging};
+    size_t bytes[] = {ng, n, staging};
     for (int i = 0; i < 3; i++) {
         if (!bufs[i]) continue;
         zinc_status s = D->pin_host(e->dev, bufs[i], bytes[i]);

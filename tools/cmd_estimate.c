@@ -180,11 +180,11 @@ void zest_memory(long long params, int world, int stage, zinc_dtype dtype, int o
 
 uint64_t zest_nvme(zest_mem *m, int world, zinc_dtype dtype, int offload_param, long long group)
 {
-    uint64_t d = zinc_dtype_size(dtype);
     uint64_t gpad = ((uint64_t)group + (uint64_t)world * ZPLAN_ALIGN - 1) /
                     ((uint64_t)world * ZPLAN_ALIGN) * (uint64_t)world * ZPLAN_ALIGN;
     /* the engine's layout with DeepSpeed's defaults: buffer_count 4, sub_group_size 1e9 */
-    znv_shape in = {.shard = m->host[ZINC_MEM_GRAD] / d, .max_slice = (size_t)(gpad / (uint64_t)world),
+    /* the shard from the fp32 moment (4 bytes an element whatever the gradient's dtype) */
+    znv_shape in = {.shard = m->host[ZINC_MEM_ADAM_M] / 4, .max_slice = (size_t)(gpad / (uint64_t)world),
                     .dtype = dtype, .sub_group_size = 1000000000, .buffer_count = 4,
                     .param = offload_param};
     znv_layout L;

@@ -135,9 +135,11 @@ void zplan_step(const zplan_in *in, zplan_out *o)
     }
 
     /* The optimizer: fused Adam reads and writes master, m, v (24 bytes) and reads the gradient
-     * and writes the working copy (2 x dtype) per element of the shard. */
+     * (dtype, or 4 bytes with fp32 sums) and writes the working copy (dtype) per element of the
+     * shard. */
     double shard = (double)(o->mem.dev[ZINC_MEM_ADAM_M] + o->mem.host[ZINC_MEM_ADAM_M]) / 4.0;
-    double adam_bytes = (24.0 + 2.0 * d) * shard;
+    double gd = in->grad_fp32 ? 4.0 : d;
+    double adam_bytes = (24.0 + gd + d) * shard;
     /* the host's memory bandwidth (per node) is shared by the node's ranks: the host Adam of
      * N ranks on one node is not N times faster than one rank's (it was, so 8 ranks' offloaded
      * steps scaled 4x better than linearly). A calibrated CPU rank's "device" is that host too,
@@ -148,7 +150,7 @@ void zplan_step(const zplan_in *in, zplan_out *o)
     /* Offload: the gradient shard down and the 16-bit shard up at the step; with offload_param
      * each stage-3 gather uploads the rank's own slice first (2k per step). None hidden. */
     o->offload = 0.0;
-    if (in->offload) o->offload = 2.0 * d * shard / in->pcie_bw;
+    if (in->offload) o->offload = (gd + d) * shard / in->pcie_bw;
     if (in->offload_param) o->offload += 2.0 * k * d * shard / in->pcie_bw;
 
     o->step = o->forward + o->backward + o->exposed + o->optimizer + o->offload;
