@@ -5,12 +5,14 @@ dependency, CI has none):
     DS_ACCELERATOR=cpu ZINC_LIB=build/libzinc.so OMP_NUM_THREADS=1 \
         bench/.venv/bin/python bench/ds_grad_accum_fp32.py
 
-For ZeRO stages 2 and 3, each also with offload_optimizer "cpu", with the key and without it
-(bf16 sums), 4 accumulation steps: a
-3-layer MLP (64 wide, LayerNorm) trains 6 optimizer steps on fixed random data, once with
-`import deepspeed` and once with `import zinc`, each in its own process (one rank, torch_adam
-on). At each window's end, before the step, every parameter's gradient is read back
-(safe_get_full_grad), and after it the fp32 master (safe_get_full_fp32_param).
+For 1 and 2 ranks, ZeRO stages 2 and 3, each also with offload_optimizer "cpu", with the key
+and without it (bf16 sums), 4 accumulation steps: a 3-layer MLP (64 wide, LayerNorm) trains 6
+optimizer steps on fixed random data (each rank its own), once with `import deepspeed` and once
+with `import zinc`, torch_adam on. One rank: one process each. Two ranks: DeepSpeed's two
+processes with its launcher's environment set by hand (gloo), zinc's under `mpirun -np 2`
+(zinc's MPI world). At each window's end, before the step, every parameter's gradient is read
+back (safe_get_full_grad), and after it the fp32 master (safe_get_full_fp32_param); rank 0
+keeps them.
 
 The two engines' Adam kernels round differently in the last bit of the master (zinc's fused
 kernel, torch.optim.AdamW's foreach code), so after some steps a bf16 weight rounds the other
@@ -37,6 +39,7 @@ def train(engine, stage, offload, fp32acc, out):
     else:
         import deepspeed as ds
         from deepspeed.utils import safe_get_full_fp32_param, safe_get_full_grad
+        ds.init_distributed(dist_backend="gloo")
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.LayerNorm(64),
                                 torch.nn.Linear(64, 64), torch.nn.GELU(), torch.nn.Linear(64, 8))
@@ -50,7 +53,7 @@ def train(engine, stage, offload, fp32acc, out):
     if fp32acc:
         config["data_types"] = {"grad_accum_dtype": "fp32"}
     eng, _, _, _ = ds.initialize(model=model, model_parameters=model.parameters(), config=config)
-    g = torch.Generator().manual_seed(1)
+    g = torch.Generator().manual_seed(1 + 1000 * eng.global_rank)
     windows = []
     for it in range(STEPS * ACCUM):
         x = torch.randn(4, 32, generator=g).to(torch.bfloat16)
@@ -66,17 +69,28 @@ def train(engine, stage, offload, fp32acc, out):
             masters = {n: safe_get_full_fp32_param(p).float().clone()
                        for n, p in model.named_parameters()}
             windows.append({"grads": grads, "masters": masters, "loss": loss.item()})
-    torch.save(windows, out)
+    if eng.global_rank == 0:
+        torch.save(windows, out)
 
 
-def run(engine, stage, offload, fp32acc, tmp):
-    out = os.path.join(tmp, f"{engine}-{stage}-{offload}-{fp32acc}.pt")
-    env = dict(os.environ, RANK="0", LOCAL_RANK="0", WORLD_SIZE="1",
-               MASTER_ADDR="127.0.0.1", MASTER_PORT=str(29620 + stage * 4 + offload * 2 + fp32acc))
-    done = subprocess.run([sys.executable, __file__, engine, str(stage), str(offload),
-                           str(fp32acc), out], env=env, capture_output=True, text=True)
-    if done.returncode != 0:
-        sys.exit(f"{engine} stage {stage}: failed\n{done.stderr[-3000:]}")
+def run(engine, stage, offload, fp32acc, tmp, ranks):
+    out = os.path.join(tmp, f"{engine}-{stage}-{offload}-{fp32acc}-{ranks}.pt")
+    args = [sys.executable, __file__, engine, str(stage), str(offload), str(fp32acc), out]
+    port = str(29620 + ranks * 16 + stage * 4 + offload * 2 + fp32acc)
+    if engine == "zinc" and ranks > 1:
+        procs = [subprocess.Popen(["mpirun", "--allow-run-as-root", "--oversubscribe", "-np",
+                                   str(ranks)] + args, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True)]
+    else:
+        procs = [subprocess.Popen(args, env=dict(os.environ, RANK=str(r), LOCAL_RANK=str(r),
+                                                 WORLD_SIZE=str(ranks), LOCAL_WORLD_SIZE=str(ranks),
+                                                 MASTER_ADDR="127.0.0.1", MASTER_PORT=port),
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for r in range(ranks)]
+    for p in procs:
+        _, err = p.communicate()
+        if p.returncode != 0:
+            sys.exit(f"{engine} stage {stage}, {ranks} ranks: failed\n{err[-3000:]}")
     import torch
     return torch.load(out)
 
@@ -99,12 +113,13 @@ def compare(ds, zc):
 def main():
     ok = True
     with tempfile.TemporaryDirectory() as tmp:
-        for stage, offload in ((2, 0), (3, 0), (2, 1), (3, 1)):
+        for ranks, stage, offload in [(r, s, o) for r in (1, 2) for o in (0, 1) for s in (2, 3)]:
             deepspeed = {}
-            where = ", offload_optimizer cpu" if offload else ""
+            where = f", {ranks} rank{'s' if ranks > 1 else ''}" + \
+                (", offload_optimizer cpu" if offload else "")
             for fp32acc in (1, 0):
-                ds = run("deepspeed", stage, offload, fp32acc, tmp)
-                zc = run("zinc", stage, offload, fp32acc, tmp)
+                ds = run("deepspeed", stage, offload, fp32acc, tmp, ranks)
+                zc = run("zinc", stage, offload, fp32acc, tmp, ranks)
                 deepspeed[fp32acc] = ds
                 equal, compared, worst = compare(ds, zc)
                 good = equal == compared and compared >= 3
