@@ -107,40 +107,52 @@ static float reduced(zinc_dtype dt, int world, int t, int k, int64_t i)
 /* Representable in both 16-bit dtypes. */
 static float init_val(int64_t i) { return (float)(i % 17) / 32.0f - 0.25f; }
 
-static void rank_fn(int rank, void *arg)
+/* One rank's engine: the config (dt, accumulation steps, stage, the key, the offload mode), the
+ * two parameters in their groups, finalized, the initial values set. NULL (a failed check) when
+ * the engine could not be made. */
+static zinc_engine_t *open_engine(zinc_world_t *world, int rank, zinc_dtype dt, int accum,
+                                  int stage, int fp32acc, int offload, int grp[NPAR],
+                                  int par[NPAR])
 {
-    run_ctx *c = arg;
     char cfg[1536], off[512];
     snprintf(cfg, sizeof cfg,
              "{\"train_micro_batch_size_per_gpu\": 1, \"gradient_accumulation_steps\": %d, "
              "\"gradient_clipping\": 0, %s, %s"
              "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01, "
-             "\"weight_decay\": 0.01}}, \"zero_optimization\": {\"stage\": %d%s%s}}",
-             ACCUM, c->dt == ZINC_DTYPE_FP16 ? "\"fp16\": {\"enabled\": true, \"loss_scale\": 1}"
-                                             : "\"bf16\": {\"enabled\": true}",
-             c->fp32acc ? "\"data_types\": {\"grad_accum_dtype\": \"fp32\"}, " : "", c->stage,
-             offload_json(c->offload, off, sizeof off), "");
-    zinc_engine_options_t o = {.config_json = cfg, .world = c->world, .rank = rank, .threads = 1};
+             "\"weight_decay\": 0.01}}, \"zero_optimization\": {\"stage\": %d%s}}",
+             accum, dt == ZINC_DTYPE_FP16 ? "\"fp16\": {\"enabled\": true, \"loss_scale\": 1}"
+                                          : "\"bf16\": {\"enabled\": true}",
+             fp32acc ? "\"data_types\": {\"grad_accum_dtype\": \"fp32\"}, " : "", stage,
+             offload_json(offload, off, sizeof off));
+    zinc_engine_options_t o = {.config_json = cfg, .world = world, .rank = rank, .threads = 1};
     zinc_engine_t *e = NULL;
     ZT_OK(zinc_engine_create(&o, &e));
-    if (!e) return;
-    int grp[NPAR], par[NPAR];
+    if (!e) return NULL;
     for (int q = 0; q < NPAR; q++) {
         char name[8];
         snprintf(name, sizeof name, "p%d", q);
         ZT_OK(zinc_group_add(e, name, &grp[q]));
-        ZT_OK(zinc_param_add(e, grp[q], name, 1, &numel[q], c->dt, &par[q]));
+        ZT_OK(zinc_param_add(e, grp[q], name, 1, &numel[q], dt, &par[q]));
     }
     ZT_OK(zinc_finalize(e));
+    float init[1000];
+    for (int64_t i = 0; i < 1000; i++) init[i] = init_val(i);
+    for (int q = 0; q < NPAR; q++) ZT_OK(zinc_param_set(e, par[q], init));
+    return e;
+}
+
+static void rank_fn(int rank, void *arg)
+{
+    run_ctx *c = arg;
+    int grp[NPAR], par[NPAR];
+    zinc_engine_t *e = open_engine(c->world, rank, c->dt, ACCUM, c->stage, c->fp32acc, c->offload,
+                                   grp, par);
+    if (!e) return;
     uint64_t planned[ZINC_MEM_COUNT], alloc[ZINC_MEM_COUNT];
     /* the sums' block: on the device, or with offload in host memory */
     ZT_OK(c->offload ? zinc_memory_host(e, planned, alloc) : zinc_memory(e, planned, alloc));
     if (rank == 0) c->grad_bytes = planned[ZINC_MEM_GRAD];
     float *buf = malloc(1000 * sizeof(float));
-    for (int q = 0; q < NPAR; q++) {
-        for (int64_t i = 0; i < numel[q]; i++) buf[i] = init_val(i);
-        ZT_OK(zinc_param_set(e, par[q], buf));
-    }
     for (int t = 0; t < STEPS; t++) {
         for (int k = 0; k < ACCUM; k++) {
             for (int q = 0; q < NPAR; q++) {
@@ -331,30 +343,11 @@ static int same_bits(const float *got, const float *want, int64_t n)
 static void setget_rank(int rank, void *arg)
 {
     setget_ctx *c = arg;
-    char cfg[1536], off[512];
-    snprintf(cfg, sizeof cfg,
-             "{\"train_micro_batch_size_per_gpu\": 1, \"gradient_clipping\": 0, "
-             "\"bf16\": {\"enabled\": true}, \"data_types\": {\"grad_accum_dtype\": \"fp32\"}, "
-             "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01, "
-             "\"weight_decay\": 0.01}}, \"zero_optimization\": {\"stage\": %d%s}}", c->stage,
-             offload_json(c->offload, off, sizeof off));
-    zinc_engine_options_t o = {.config_json = cfg, .world = c->world, .rank = rank, .threads = 1};
-    zinc_engine_t *e = NULL;
-    ZT_OK(zinc_engine_create(&o, &e));
-    if (!e) return;
     int grp[NPAR], par[NPAR];
-    for (int q = 0; q < NPAR; q++) {
-        char name[8];
-        snprintf(name, sizeof name, "p%d", q);
-        ZT_OK(zinc_group_add(e, name, &grp[q]));
-        ZT_OK(zinc_param_add(e, grp[q], name, 1, &numel[q], ZINC_DTYPE_BF16, &par[q]));
-    }
-    ZT_OK(zinc_finalize(e));
+    zinc_engine_t *e = open_engine(c->world, rank, ZINC_DTYPE_BF16, 1, c->stage, 1, c->offload,
+                                   grp, par);
+    if (!e) return;
     float *want = malloc(1000 * sizeof(float)), *got = malloc(1000 * sizeof(float));
-    for (int q = 0; q < NPAR; q++) {
-        for (int64_t i = 0; i < numel[q]; i++) want[i] = init_val(i);
-        ZT_OK(zinc_param_set(e, par[q], want));
-    }
     for (int q = 0; q < NPAR; q++) {       /* a micro-step that touches nothing: zero sums */
         ZT_OK(zinc_gather(e, grp[q]));
         ZT_OK(zinc_release(e, grp[q]));
