@@ -147,10 +147,16 @@ void zplan_step(const zplan_in *in, zplan_out *o)
     int node_ranks = in->gpus < in->per_node ? in->gpus : in->per_node;
     double device_bw = g->host_device ? g->hbm_bw / node_ranks : g->hbm_bw;
     o->optimizer = adam_bytes / (in->offload ? in->host_bw / node_ranks : device_bw);
-    /* Offload: the gradient shard down and the 16-bit shard up at the step; with offload_param
-     * each stage-3 gather uploads the rank's own slice first (2k per step). None hidden. */
+    /* Offload's PCIe copies per step, as the engine counts them (zinc_offload_bytes): the
+     * gradient shard down, at stage 1 once at the step, at stages 2-3 after every micro-step's
+     * hand-over, and from a window's second micro-step on its partial sum up first (2k - 1
+     * copies); the 16-bit shard up after the update, except with offload_param, whose gathers
+     * upload the rank's own slice instead (forward and backward: 2k per step). None hidden. */
     o->offload = 0.0;
-    if (in->offload) o->offload = (gd + d) * shard / in->pcie_bw;
+    if (in->offload) {
+        double grad_copies = in->stage >= 2 ? 2.0 * k - 1.0 : 1.0;
+        o->offload = (grad_copies * gd + (in->offload_param ? 0.0 : d)) * shard / in->pcie_bw;
+    }
     if (in->offload_param) o->offload += 2.0 * k * d * shard / in->pcie_bw;
 
     o->step = o->forward + o->backward + o->exposed + o->optimizer + o->offload;

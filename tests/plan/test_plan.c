@@ -206,6 +206,72 @@ static void test_memory(void)
         }
 }
 
+/* The plan's offload copies (o.offload with pcie_bw 1: bytes) against the engine's
+ * zinc_offload_bytes over one optimizer step of K micro-steps: one rank, one group of P
+ * elements (the plan's bare layout), stages 1-3, K 1 and 3, offload_param at stage 3, fp32
+ * gradient sums at stages 2-3; each micro-step gathers twice at stage 3 (forward and backward),
+ * no persistent groups. The counters are read around the step's window (the initial values'
+ * uploads are not counted by the engine either). */
+static void test_offload_bytes(void)
+{
+    const int64_t P = 65536;
+    int rows = 0;
+    for (int stage = 1; stage <= 3; stage++)
+        for (int k = 1; k <= 3; k += 2)
+            for (int op = 0; op <= (stage == 3); op++)
+                for (int fp32 = 0; fp32 <= (stage >= 2); fp32++) {
+                    char cfg[1024];
+                    snprintf(cfg, sizeof cfg,
+                             "{\"train_micro_batch_size_per_gpu\": 1, "
+                             "\"gradient_accumulation_steps\": %d, \"bf16\": {\"enabled\": true}, "
+                             "%s\"zero_optimization\": {\"stage\": %d, "
+                             "\"stage3_param_persistence_threshold\": 0, "
+                             "\"offload_optimizer\": {\"device\": \"cpu\"}%s}}", k,
+                             fp32 ? "\"data_types\": {\"grad_accum_dtype\": \"fp32\"}, " : "",
+                             stage, op ? ", \"offload_param\": {\"device\": \"cpu\"}" : "");
+                    zinc_engine_options_t o = {.config_json = cfg, .threads = 1};
+                    zinc_engine_t *e = NULL;
+                    int g = -1, p = -1;
+                    ZT_OK(zinc_engine_create(&o, &e));
+                    if (!e) continue;
+                    ZT_OK(zinc_group_add(e, "g", &g));
+                    ZT_OK(zinc_param_add(e, g, "w", 1, &P, ZINC_DTYPE_BF16, &p));
+                    ZT_OK(zinc_finalize(e));
+                    uint64_t d0 = 0, u0 = 0, d1 = 0, u1 = 0;
+                    ZT_OK(zinc_offload_bytes(e, &d0, &u0));
+                    for (int m = 0; m < k; m++) {
+                        void *v = NULL;
+                        ZT_OK(zinc_gather(e, g));              /* forward */
+                        ZT_OK(zinc_release(e, g));
+                        ZT_OK(zinc_gather(e, g));              /* backward */
+                        ZT_OK(zinc_param_grad(e, p, &v));
+                        if (v) memset(v, 0, (size_t)P * 2);
+                        ZT_OK(zinc_release(e, g));
+                        ZT_OK(zinc_grads_ready(e, g));
+                        zinc_step_info_t info;
+                        ZT_OK(zinc_step(e, &info));
+                    }
+                    ZT_OK(zinc_offload_bytes(e, &d1, &u1));
+                    zinc_engine_destroy(e);
+                    zplan_in in = {.params = (double)P, .seq = 1, .micro_batch = 1, .gpus = 1,
+                                   .per_node = 1, .stage = stage, .accum = k,
+                                   .dtype = ZINC_DTYPE_BF16, .offload = 1, .offload_param = op,
+                                   .grad_fp32 = fp32, .gpu = zplan_gpu_find("h100"),
+                                   .intra = {300e9, 2e-6}, .inter = {50e9, 5e-6}, .pcie_bw = 1,
+                                   .host_bw = 50e9, .efficiency = 0.5};
+                    zplan_out out;
+                    zplan_step(&in, &out);
+                    double engine = (double)(d1 - d0 + u1 - u0);
+                    ZT_CHECK(fabs(out.offload - engine) <= 1e-9 * engine,
+                             "stage %d K=%d%s%s: the plan's offload copies %.0f bytes, the "
+                             "engine's %.0f (down %llu, up %llu)", stage, k,
+                             op ? " offload_param" : "", fp32 ? " fp32 sums" : "", out.offload,
+                             engine, (unsigned long long)(d1 - d0), (unsigned long long)(u1 - u0));
+                    rows++;
+                }
+    ZT_CHECK(rows == 14, "%d rows", rows);
+}
+
 /* ---- monotonicity ------------------------------------------------------------------------ */
 
 static void test_monotonic(void)
@@ -495,6 +561,7 @@ int main(void)
     test_alpha_beta();
     test_volumes();
     test_memory();
+    test_offload_bytes();
     test_monotonic();
     test_activations();
     test_groups_and_host();
