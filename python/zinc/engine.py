@@ -62,6 +62,7 @@ import contextlib
 import ctypes
 import itertools
 import json
+import math
 import os
 import warnings
 
@@ -175,10 +176,31 @@ def register_external_parameter(module, parameter):
 _NEVER_STEPS = 1 << 53
 
 
+def _non_finite(value, path):
+    """(path, value) of the first float in `value` that is nan or infinite, or None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return path, value
+    items = value.items() if isinstance(value, dict) else \
+        enumerate(value) if isinstance(value, (list, tuple)) else ()
+    for key, item in items:
+        found = _non_finite(item, f"{path}[{key}]" if isinstance(key, int) else
+                            f"{path}.{key}" if path else str(key))
+        if found:
+            return found
+    return None
+
+
 def _config_json(config):
-    """A config dict as the JSON text zinc parses (UTF-8 bytes)."""
+    """A config dict as the JSON text zinc parses (UTF-8 bytes). A nan or infinite number
+    (JSON has none) is refused naming its key, where the parser could only point at a column of
+    text the user never wrote."""
     if config.get("steps_per_print") == float("inf"):
         config = dict(config, steps_per_print=_NEVER_STEPS)
+    found = _non_finite(config, "")
+    if found:
+        raise ValueError(f"zinc: config key {found[0]}: {found[1]} is not a number a config can "
+                         f"hold (JSON has no nan or infinity; only steps_per_print takes inf, as "
+                         f"\"never\")")
     return json.dumps(config).encode()
 
 

@@ -288,6 +288,18 @@ def api_accelerate_names():
     engine.step()
     check("... and it trains", engine.global_steps == 1)
     engine.close()
+    # Another nan or infinity (JSON has none) is refused naming its key; the C parser could only
+    # say "malformed JSON" at a column of the text json.dumps made.
+    for key, bad in (("steps_per_print", float("nan")), ("steps_per_print", float("-inf"))):
+        check_raises(f"{key} {bad} refused naming the key",
+                     lambda: zinc.initialize(model=torch.nn.Linear(4, 2),
+                                             config=dict(cfg, **{key: bad})),
+                     ValueError, f"config key {key}: {bad}")
+    deep = dict(cfg, optimizer={"type": "AdamW", "params": {"lr": 1e-3,
+                                                            "betas": [0.9, float("nan")]}})
+    check_raises("a nan inside a list refused naming its path",
+                 lambda: zinc.initialize(model=torch.nn.Linear(4, 2), config=deep),
+                 ValueError, "config key optimizer.params.betas[1]: nan")
 
 
 def api():
