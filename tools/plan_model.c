@@ -151,7 +151,9 @@ void zplan_step(const zplan_in *in, zplan_out *o)
      * gradient shard down, at stage 1 once at the step, at stages 2-3 after every micro-step's
      * hand-over, and from a window's second micro-step on its partial sum up first (2k - 1
      * copies); the 16-bit shard up after the update, except with offload_param, whose gathers
-     * upload the rank's own slice instead (forward and backward: 2k per step). None hidden. */
+     * upload the rank's own slice instead (forward and backward: 2k per step; import zinc at its
+     * default stage3_max_reuse_distance gathers once per micro-step, docs/plan.md). None
+     * hidden. */
     o->offload = 0.0;
     if (in->offload) {
         double grad_copies = in->stage >= 2 ? 2.0 * k - 1.0 : 1.0;
