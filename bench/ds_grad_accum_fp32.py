@@ -5,8 +5,10 @@ dependency, CI has none):
     DS_ACCELERATOR=cpu ZINC_LIB=build/libzinc.so OMP_NUM_THREADS=1 \
         bench/.venv/bin/python bench/ds_grad_accum_fp32.py
 
-For 1 and 2 ranks, ZeRO stages 2 and 3, each also with offload_optimizer "cpu", with the key
-and without it (bf16 sums), 4 accumulation steps: a 3-layer MLP (64 wide, LayerNorm) trains 6
+bf16 on 1 and 2 ranks and fp16 (dynamic loss scale from 2^8; DeepSpeed's CPU accelerator told
+fp16 is supported, as tests/python/ds_fixtures/make_fixtures.py does) on 1, ZeRO stages 2 and 3,
+each also with offload_optimizer "cpu", with the key and without it (16-bit sums), 4
+accumulation steps: a 3-layer MLP (64 wide, LayerNorm) trains 6
 optimizer steps on fixed random data (each rank its own), once with `import deepspeed` and once
 with `import zinc`, torch_adam on. One rank: one process each. Two ranks: DeepSpeed's two
 processes with its launcher's environment set by hand (gloo), zinc's under `mpirun -np 2`
@@ -15,9 +17,9 @@ back (safe_get_full_grad), and after it the fp32 master (safe_get_full_fp32_para
 keeps them.
 
 The two engines' Adam kernels round differently in the last bit of the master (zinc's fused
-kernel, torch.optim.AdamW's foreach code), so after some steps a bf16 weight rounds the other
-way and from there the runs part. Checked: in every window before the first differing bf16
-weight the gradients are bitwise DeepSpeed's (at least 3 windows). Printed beside: the largest
+kernel, torch.optim.AdamW's foreach code), so after some steps a 16-bit weight may round the
+other way; the next window then runs on other weights. Checked: in every window both runs begin
+with the same 16-bit weights, the gradients are bitwise DeepSpeed's (at least 3 such windows). Printed beside: the largest
 relative loss difference over all windows, and how far the key moves DeepSpeed's gradients.
 Exits 1 when a check fails.
 """
@@ -29,8 +31,9 @@ import tempfile
 STEPS, ACCUM = 6, 4
 
 
-def train(engine, stage, offload, fp32acc, out):
+def train(engine, stage, offload, fp32acc, out, dtype):
     import torch
+    tdt = getattr(torch, "bfloat16" if dtype == "bf16" else "float16")
     if engine == "zinc":
         sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
                                         "python"))
@@ -39,12 +42,16 @@ def train(engine, stage, offload, fp32acc, out):
     else:
         import deepspeed as ds
         from deepspeed.utils import safe_get_full_fp32_param, safe_get_full_grad
+        from deepspeed.accelerator import get_accelerator
+        # its CPU accelerator refuses fp16 where oneDNN lacks fp16 kernels; torch's train anyway
+        type(get_accelerator()).is_fp16_supported = lambda self: True
         ds.init_distributed(dist_backend="gloo")
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.LayerNorm(64),
                                 torch.nn.Linear(64, 64), torch.nn.GELU(), torch.nn.Linear(64, 8))
     config = {"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": ACCUM,
-              "steps_per_print": 1 << 30, "gradient_clipping": 1.0, "bf16": {"enabled": True},
+              "steps_per_print": 1 << 30, "gradient_clipping": 1.0,
+              dtype: {"enabled": True, **({"initial_scale_power": 8} if dtype == "fp16" else {})},
               "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "weight_decay": 0.01,
                                                         "torch_adam": True}},
               "zero_optimization": {"stage": stage}}
@@ -56,8 +63,8 @@ def train(engine, stage, offload, fp32acc, out):
     g = torch.Generator().manual_seed(1 + 1000 * eng.global_rank)
     windows = []
     for it in range(STEPS * ACCUM):
-        x = torch.randn(4, 32, generator=g).to(torch.bfloat16)
-        y = torch.randn(4, 8, generator=g).to(torch.bfloat16)
+        x = torch.randn(4, 32, generator=g).to(tdt)
+        y = torch.randn(4, 8, generator=g).to(tdt)
         loss = torch.nn.functional.mse_loss(eng(x).float(), y.float())
         eng.backward(loss)
         end = (it + 1) % ACCUM == 0
@@ -73,10 +80,10 @@ def train(engine, stage, offload, fp32acc, out):
         torch.save(windows, out)
 
 
-def run(engine, stage, offload, fp32acc, tmp, ranks):
-    out = os.path.join(tmp, f"{engine}-{stage}-{offload}-{fp32acc}-{ranks}.pt")
-    args = [sys.executable, __file__, engine, str(stage), str(offload), str(fp32acc), out]
-    port = str(29620 + ranks * 16 + stage * 4 + offload * 2 + fp32acc)
+def run(engine, stage, offload, fp32acc, tmp, ranks, dtype):
+    out = os.path.join(tmp, f"{engine}-{stage}-{offload}-{fp32acc}-{ranks}-{dtype}.pt")
+    args = [sys.executable, __file__, engine, str(stage), str(offload), str(fp32acc), out, dtype]
+    port = str(29620 + ranks * 16 + stage * 4 + offload * 2 + fp32acc + 64 * (dtype == "fp16"))
     if engine == "zinc" and ranks > 1:
         procs = [subprocess.Popen(["mpirun", "--allow-run-as-root", "--oversubscribe", "-np",
                                    str(ranks)] + args, stdout=subprocess.PIPE,
@@ -95,17 +102,20 @@ def run(engine, stage, offload, fp32acc, tmp, ranks):
     return torch.load(out)
 
 
-def compare(ds, zc):
-    """(windows with the same bf16 weights before them whose gradients are bitwise equal, those
-    compared, the largest relative loss difference)."""
+def compare(ds, zc, dtype):
+    """(windows whose gradients are bitwise equal among those the two runs begin with the same
+    16-bit weights, those windows, the largest relative loss difference). A window after one
+    whose update left a 16-bit weight rounded the other way runs its backward on other weights
+    and is not compared; the runs may meet again later."""
     import torch
+    tdt = getattr(torch, "bfloat16" if dtype == "bf16" else "float16")
     equal = compared = 0
     for w, (a, b) in enumerate(zip(ds, zc)):
+        if w and any(not torch.equal(ds[w - 1]["masters"][n].to(tdt),
+                                     zc[w - 1]["masters"][n].to(tdt)) for n in a["masters"]):
+            continue
         compared += 1
         equal += all(torch.equal(a["grads"][n], b["grads"][n]) for n in a["grads"])
-        if any(not torch.equal(a["masters"][n].bfloat16(), b["masters"][n].bfloat16())
-               for n in a["masters"]):
-            break          # the next window's backward runs on other weights
     worst = max(abs(a["loss"] - b["loss"]) / abs(a["loss"]) for a, b in zip(ds, zc))
     return equal, compared, worst
 
@@ -113,18 +123,20 @@ def compare(ds, zc):
 def main():
     ok = True
     with tempfile.TemporaryDirectory() as tmp:
-        for ranks, stage, offload in [(r, s, o) for r in (1, 2) for o in (0, 1) for s in (2, 3)]:
+        for (ranks, dtype), stage, offload in [(rd, s, o) for rd in ((1, "bf16"), (1, "fp16"),
+                                                                      (2, "bf16"))
+                                               for o in (0, 1) for s in (2, 3)]:
             deepspeed = {}
-            where = f", {ranks} rank{'s' if ranks > 1 else ''}" + \
+            where = f", {dtype}, {ranks} rank{'s' if ranks > 1 else ''}" + \
                 (", offload_optimizer cpu" if offload else "")
             for fp32acc in (1, 0):
-                ds = run("deepspeed", stage, offload, fp32acc, tmp, ranks)
-                zc = run("zinc", stage, offload, fp32acc, tmp, ranks)
+                ds = run("deepspeed", stage, offload, fp32acc, tmp, ranks, dtype)
+                zc = run("zinc", stage, offload, fp32acc, tmp, ranks, dtype)
                 deepspeed[fp32acc] = ds
-                equal, compared, worst = compare(ds, zc)
+                equal, compared, worst = compare(ds, zc, dtype)
                 good = equal == compared and compared >= 3
                 ok &= good
-                print(f"stage {stage}{where}, {'fp32' if fp32acc else 'bf16'} sums: gradients bitwise "
+                print(f"stage {stage}{where}, {'fp32' if fp32acc else dtype} sums: gradients bitwise "
                       f"DeepSpeed's in {equal} of {compared} windows on equal weights "
                       f"({'ok' if good else 'FAILED'}); losses over {STEPS} windows within "
                       f"{worst:.2g} relative")
@@ -138,7 +150,8 @@ def main():
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 6:
-        train(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])
+    if len(sys.argv) == 7:
+        train(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5],
+              sys.argv[6])
     else:
         main()
