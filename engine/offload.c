@@ -76,10 +76,10 @@ zinc_status zoffload_check_limit(zinc_engine_t *e)
         return zeng_fail(e, ZINC_ERR_NOMEM,
                          "zinc_finalize: cannot allocate %s%s in host memory on rank %d: %llu "
                          "bytes needed, %llu available under zinc.host_memory_limit = %llu bytes "
-                         "(%llu planned before it); see `zinc plan --config` for the plan: raise "
-                         "the limit, use more ranks (the host holds %d bytes per parameter over "
-                         "the ranks), or keep the optimizer state on the device (no "
-                         "offload_optimizer)",
+                         "(%llu planned before it); see `zinc estimate --offload-optimizer` (or "
+                         "`zinc plan --config`) for the plan: raise the limit, use more ranks "
+                         "(the host holds %d bytes per parameter over the ranks), or keep the "
+                         "optimizer state on the device (no offload_optimizer)",
                          zinc_mem_category_name(c), shard ? " (the offload_param shard)" : "",
                          e->rank, (unsigned long long)n, (unsigned long long)(limit - used),
                          (unsigned long long)limit, (unsigned long long)used,

@@ -18,14 +18,17 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: zinc estimate --params N --world-size W --stage S [--dtype fp16|bf16|fp32]\n"
-            "                     [--group-size G] [--buckets B] [--gather-buffers K]\n"
-            "                     [--offload-optimizer [--offload-param] [--nvme]] [--json]\n\n"
+            "                     [--grad-accum-dtype fp32] [--group-size G] [--buckets B]\n"
+            "                     [--gather-buffers K] [--offload-optimizer [--offload-param]\n"
+            "                     [--nvme]] [--json]\n\n"
             "Bytes per rank for a model of N parameters trained with Adam (fp32 master, m, v)\n"
             "on W data-parallel ranks under ZeRO stage S (0-3). Model state = working\n"
             "parameters + gradients + master + m + v; buffers (gradient buckets at stages 2-3,\n"
             "gather buffers at stage 3) are listed apart, sized by the largest group G\n"
             "(default: min(N, 5e8), DeepSpeed's default bucket size). Numbers like 7.5e9 are fine.\n"
             "--dtype is the 16-bit working copy's, default fp16 (bf16 has the same bytes).\n"
+            "--grad-accum-dtype fp32 (data_types.grad_accum_dtype, stages 2-3, 16-bit --dtype):\n"
+            "the gradient shard's sums in fp32, 4 bytes an element instead of 2.\n"
             "--offload-optimizer (zero_optimization.offload_optimizer {\"device\": \"cpu\"}, stages\n"
             "1-3): master, m, v of the shard in host memory, with host copies of the gradient\n"
             "shard and of the 16-bit update; device and host bytes are listed apart.\n"
@@ -45,8 +48,8 @@ int cmd_estimate(int argc, char **argv)
 {
     long long params = UNSET, world = UNSET, stage = UNSET, group = UNSET, buckets = ZEST_BUCKETS,
               gathers = ZEST_GATHERS;
-    zinc_dtype dtype = ZINC_DTYPE_FP16;
-    int json = 0, offload = 0, offload_param = 0, nvme = 0;
+    zinc_dtype dtype = ZINC_DTYPE_FP16, gacc = ZINC_DTYPE_FP16;
+    int json = 0, offload = 0, offload_param = 0, nvme = 0, gacc_set = 0;
     if (zarg_wants_help(argc, argv)) {
         usage(stdout);
         return 0;
@@ -72,6 +75,14 @@ int cmd_estimate(int argc, char **argv)
             if (zarg_value("estimate", a, v)) return 2;
             if (zarg_dtype(v, &dtype))
                 return zarg_usage_error("estimate", "--dtype must be fp16, bf16 or fp32, not '%s'", v);
+            i++;
+            continue;
+        } else if (!strcmp(a, "--grad-accum-dtype")) {
+            if (zarg_value("estimate", a, v)) return 2;
+            if (zarg_dtype(v, &gacc))
+                return zarg_usage_error("estimate", "--grad-accum-dtype must be fp32 (or the "
+                                        "--dtype), not '%s'", v);
+            gacc_set = 1;
             i++;
             continue;
         } else if (!strcmp(a, "--params")) dst = &params;
@@ -106,28 +117,40 @@ int cmd_estimate(int argc, char **argv)
     if (nvme && !offload)
         return zarg_usage_error("estimate", "--nvme needs --offload-optimizer (the NVMe tier "
                                 "holds the offloaded optimizer state)");
+    /* data_types.grad_accum_dtype: the working dtype (no change), or fp32 with a 16-bit one at
+     * stages 2-3, where the engine keeps the sums in fp32 (the config refuses the rest) */
+    int grad_fp32 = gacc_set && gacc != dtype;
+    if (grad_fp32 && (gacc != ZINC_DTYPE_FP32 || dtype == ZINC_DTYPE_FP32))
+        return zarg_usage_error("estimate", "--grad-accum-dtype %s with --dtype %s: it is fp32 "
+                                "with a 16-bit --dtype, or the --dtype itself",
+                                zinc_dtype_name(gacc), zinc_dtype_name(dtype));
+    if (grad_fp32 && stage < 2)
+        return zarg_usage_error("estimate", "--grad-accum-dtype fp32 needs --stage 2 or 3 (zinc "
+                                "keeps fp32 gradient sums there; DeepSpeed's stage 1 does it in "
+                                "its BF16_Optimizer, which zinc does not have)");
     if (group == UNSET) group = zest_default_group(params);
     if (group < 1 || group > params)
         return zarg_usage_error("estimate", "--group-size: expected 1..%lld (--params), got %lld",
                                 params, group);
 
     zest_mem m;
-    zest_memory(params, (int)world, (int)stage, dtype, offload, offload_param, 0, group,
+    zest_memory(params, (int)world, (int)stage, dtype, offload, offload_param, grad_fp32, group,
                 (int)buckets, (int)gathers, &m);
     uint64_t disk = nvme ? zest_nvme(&m, (int)world, dtype, offload_param, group) : 0;
     const uint64_t *b = m.dev, *h = m.host;
     if (json) {
         printf("{\"params\": %lld, \"world_size\": %lld, \"stage\": %lld, \"dtype\": \"%s\", "
-               "\"offload_optimizer\": %s, \"offload_param\": %s, ",
-               params, world, stage, zinc_dtype_name(dtype), offload ? "true" : "false",
+               "\"grad_accum_dtype\": \"%s\", \"offload_optimizer\": %s, \"offload_param\": %s, ",
+               params, world, stage, zinc_dtype_name(dtype),
+               zinc_dtype_name(grad_fp32 ? ZINC_DTYPE_FP32 : dtype), offload ? "true" : "false",
                offload_param ? "true" : "false");
         if (nvme) printf("\"nvme\": true, \"disk_bytes_per_rank\": %llu, ", (unsigned long long)disk);
         zest_memory_json(&m);
         printf("}\n");
         return 0;
     }
-    printf("ZeRO stage %lld, %lld parameters, %lld ranks, %s working copy%s\n", stage, params,
-           world, zinc_dtype_name(dtype),
+    printf("ZeRO stage %lld, %lld parameters, %lld ranks, %s working copy%s%s\n", stage, params,
+           world, zinc_dtype_name(dtype), grad_fp32 ? ", fp32 gradient sums" : "",
            offload_param ? ", optimizer state and 16-bit parameters offloaded to the host"
            : offload     ? ", optimizer state offloaded to the host"
                          : "");

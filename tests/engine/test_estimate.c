@@ -125,8 +125,30 @@ int main(void)
                      strstr(out, "(device; MB = 10^6 bytes)"),
                  "a small model's estimate in MB: rc %d: %s", rc, out);
     }
-    const char *bad_param[] = {"--stage 3 --offload-param", "--stage 2 --offload-optimizer --offload-param"};
-    for (int i = 0; i < 2; i++) {
+    /* --grad-accum-dtype fp32 (stages 2-3, 16-bit --dtype): the gradient shard in fp32, 2Ψ/N
+     * more per rank, on the device or with offload on the host; the --dtype itself changes
+     * nothing; refused at stage 1, a 16-bit one with --dtype fp32, the other 16-bit dtype and
+     * a name that is no dtype. */
+    for (int s = 2; s < 4; s++) {
+        long long with = run_estimate(s, "--dtype bf16 --grad-accum-dtype fp32");
+        ZT_CHECK(fabs((double)with - (formula[s] + 2 * psi / n)) <= 1e-4 * formula[s],
+                 "fp32 sums, stage %d: %lld bytes, formula %.0f", s, with, formula[s] + 2 * psi / n);
+        ZT_CHECK(run_estimate(s, "--dtype bf16 --grad-accum-dtype bf16") == run_estimate(s, ""),
+                 "--grad-accum-dtype bf16 with bf16 changes the estimate at stage %d", s);
+        char buf[4096];
+        int rc = estimate_json(s, "--offload-optimizer --grad-accum-dtype fp32", buf, sizeof buf);
+        long long host = json_field(buf, "\"host_bytes_per_rank\": ");
+        ZT_CHECK(rc == 0 && fabs((double)host - 18 * psi / n) <= 1e-4 * 18 * psi / n &&
+                     strstr(buf, "\"grad_accum_dtype\": \"fp32\""),
+                 "fp32 sums, offload stage %d: host %lld, formula %.0f: %s", s, host, 18 * psi / n,
+                 buf);
+    }
+    const char *bad_param[] = {"--stage 3 --offload-param", "--stage 2 --offload-optimizer --offload-param",
+                               "--stage 1 --grad-accum-dtype fp32",
+                               "--stage 2 --dtype fp32 --grad-accum-dtype bf16",
+                               "--stage 2 --dtype fp16 --grad-accum-dtype bf16",
+                               "--stage 2 --grad-accum-dtype fp64"};
+    for (int i = 0; i < 6; i++) {
         char c2[512];
         snprintf(c2, sizeof c2, "%s estimate --params 100 --world-size 4 %s 2>/dev/null", ZINC_CLI,
                  bad_param[i]);
