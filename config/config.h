@@ -228,6 +228,14 @@ zinc_status zcfg_set_batch(zcfg *c, int64_t micro_batch, int64_t grad_accum, int
  * rejects a config with neither train_batch_size nor train_micro_batch_size_per_gpu.) */
 void zcfg_defaults(zcfg *c);
 
+/* Where data_types.grad_accum_dtype "fp32" is DeepSpeed's arithmetic zinc has (engine/step.c
+ * hand_over): 16-bit training at ZeRO stages 2-3. The parser refuses it elsewhere; the engine,
+ * `zinc plan` and `zinc estimate` ask the same question. */
+static inline int zcfg_grad_fp32_allowed(int stage, zinc_dtype dtype)
+{
+    return stage >= 2 && dtype != ZINC_DTYPE_FP32;
+}
+
 /* Whether the engine offloads the optimizer state (engine/offload.c): offload_optimizer device
  * "cpu" (or the deprecated cpu_offload) or "nvme" at ZeRO stages 1-3, as DeepSpeed honours it. */
 static inline int zcfg_offloads_optimizer(const zcfg *c)

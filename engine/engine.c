@@ -215,7 +215,7 @@ zinc_status zinc_engine_create(const zinc_engine_options_t *opt, zinc_engine_t *
     /* The parser allows fp32 sums only where the engine keeps them (stages 2-3, on the device
      * or in host memory): the stage 0-1 paths size their gradient buffers in the working
      * dtype. */
-    if (e->gdtype != e->dtype && e->stage < 2) {
+    if (e->gdtype != e->dtype && !zcfg_grad_fp32_allowed(e->stage, e->dtype)) {
         s = zerr_thread(ZINC_ERR_INTERNAL, "zinc_engine_create: fp32 gradient sums at stage %d",
                         e->stage);
         goto fail;
@@ -703,15 +703,15 @@ zinc_status zinc_finalize(zinc_engine_t *e)
     /* The host gradient's device scratch lives after the buckets, in the same block. */
     if (e->grad_host)
         e->acc_tmp = (char *)e->bucket +
-                     (size_t)e->nbuckets * e->plan.max_group_padded * zinc_dtype_size(e->dtype);
+                     (size_t)e->nbuckets * e->plan.max_group_padded * zeng_dsize(e);
     /* The persistent stage-3 groups live after the gather area, in the same block. */
     if (e->persist_numel)
         e->persist = (char *)e->gather +
-                     (size_t)e->ngather * e->plan.max_group_padded * zinc_dtype_size(e->dtype);
+                     (size_t)e->ngather * e->plan.max_group_padded * zeng_dsize(e);
     if (zcomm_is_staged(e->comm)) {
         /* The largest collective: stage 0's all-reduce of the flat buffer, else one group. */
         size_t big = (e->stage == 0 ? e->plan.flat_numel : e->plan.max_group_padded) *
-                     zinc_dtype_size(e->dtype);
+                     zeng_dsize(e);
         size_t f32 = e->plan.max_group_padded * 4; /* zinc_param_get's fp32 all-gather */
         s = zcomm_staged_reserve(e->comm, big > f32 ? big : f32);
         if (s != ZINC_OK) return zeng_fail(e, s, "zinc_finalize: %s", e->comm->err);
@@ -819,7 +819,7 @@ zinc_status zinc_param_set(zinc_engine_t *e, int param, const float *values)
     s = zgather_forget(e, P->group, "zinc_param_set");
     if (s == ZINC_OK) s = zoffload_settle(e);    /* it rewrites what uploads may still read */
     if (s != ZINC_OK) return s;
-    size_t d = zinc_dtype_size(e->dtype);
+    size_t d = zeng_dsize(e);
     size_t lo, hi, sp;
     const zdev_t *failed = e->dev;   /* the device whose message says why a write failed */
     if (own_range(e, param, &lo, &hi, &sp)) {
@@ -962,7 +962,7 @@ static zinc_status write_grad_slice(zinc_engine_t *e, int param, size_t pos, con
                                     size_t n, const char *fn)
 {
     const zplan_param *P = &e->plan.params[param];
-    size_t off = pos * zinc_dtype_size(e->gdtype);
+    size_t off = pos * zeng_gsize(e);
     zinc_status s;
     if (e->grad_host) {
         /* the host accumulator, once its downloads are done; the group's next micro-step adds to
@@ -1002,7 +1002,7 @@ zinc_status zinc_param_grad_get(zinc_engine_t *e, int param, float *out)
     float *tmp = d->iface->alloc(d, P->numel * sizeof(float));
     if (!tmp) return zeng_fail(e, ZINC_ERR_NOMEM, "%s: out of memory", fn);
     s = d->iface->cast(d, tmp, ZINC_DTYPE_FP32,
-                       (const char *)e->grad + flat_pos(e, param) * zinc_dtype_size(e->gdtype),
+                       (const char *)e->grad + flat_pos(e, param) * zeng_gsize(e),
                        e->gdtype, P->numel, 1.0f);
     if (s == ZINC_OK)
         s = zcomm_all_reduce(e->comm, tmp, P->numel, ZDT_F32, 1.0f / (float)e->world_size);
@@ -1026,7 +1026,7 @@ zinc_status zinc_param_grad_set(zinc_engine_t *e, int param, const float *values
                                                                      hi - lo, fn)
                                                    : ZINC_OK;
     /* Every rank writes the whole value; zinc_step's average of equal values is the value. */
-    s = upload_converted(e->dev, (char *)e->grad + flat_pos(e, param) * zinc_dtype_size(e->gdtype),
+    s = upload_converted(e->dev, (char *)e->grad + flat_pos(e, param) * zeng_gsize(e),
                          values, P->numel, e->gdtype);
     if (s != ZINC_OK)
         return zeng_fail(e, s, "%s: '%s': %s", fn, P->name,
@@ -1150,7 +1150,7 @@ zinc_status zinc_param_local_set(zinc_engine_t *e, int param, zinc_param_state w
 
 zinc_status zeng_refresh_params(zinc_engine_t *e)
 {
-    size_t d = zinc_dtype_size(e->dtype);
+    size_t d = zeng_dsize(e);
     /* Offloaded state: the own slices are converted on the host and uploaded in one go. */
     zinc_status s = e->offload ? zoffload_refresh_own(e) : ZINC_OK;
     for (int g = 0; g < e->plan.ngroups && s == ZINC_OK; g++) {
@@ -1178,7 +1178,7 @@ zinc_status zinc_param_data(zinc_engine_t *e, int param, void **out)
     zinc_status s = check_param(e, param, "zinc_param_data");
     if (s != ZINC_OK) return s;
     if (!out) return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_param_data: out is NULL");
-    size_t d = zinc_dtype_size(e->dtype);
+    size_t d = zeng_dsize(e);
     const zplan_param *P = &e->plan.params[param];
     if (e->stage < 3) {
         *out = (char *)e->param16 + flat_pos(e, param) * d;

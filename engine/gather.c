@@ -41,7 +41,6 @@
 #include "base/log.h"
 #include "kernels/cuda/zdev_cuda.h"
 
-static size_t dsz(const zinc_engine_t *e) { return zinc_dtype_size(e->dtype); }
 
 zinc_status zgather_plan(zinc_engine_t *e)
 {
@@ -129,7 +128,7 @@ static int evict(zinc_engine_t *e)
 static zinc_status fetch(zinc_engine_t *e, int group, int slot, size_t pos)
 {
     const zplan_group *G = &e->plan.groups[group];
-    size_t d = dsz(e);
+    size_t d = zeng_dsize(e);
     char *buf = (char *)e->gather + pos * d;
     /* The own slice at its place in the group's span, then the all-gather in place (every
      * backend takes the buffer with this rank's slice filled). With offload_param that first
@@ -314,7 +313,7 @@ zinc_status zgather_forget(zinc_engine_t *e, int group, const char *who)
 
 zinc_status zgather_refresh_persistent(zinc_engine_t *e, int counted)
 {
-    size_t d = dsz(e);
+    size_t d = zeng_dsize(e);
     for (int g = 0; g < e->plan.ngroups; g++) {
         zgroup_state *gs = &e->gstate[g];
         if (!gs->persistent) continue;

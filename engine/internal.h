@@ -242,6 +242,11 @@ double zeng_lap(double *t);
 /* The background slot's poll (view.h), ZINC_OK when nothing is in flight. */
 zinc_status zeng_background_poll(zinc_engine_t *e);
 
+/* Element sizes: the working dtype's (param16, buckets, gather buffers, collectives) and the
+ * gradient sums' (e->grad, h_grad, acc_tmp: e->gdtype, fp32 with grad_accum_dtype "fp32"). */
+static inline size_t zeng_dsize(const zinc_engine_t *e) { return zinc_dtype_size(e->dtype); }
+static inline size_t zeng_gsize(const zinc_engine_t *e) { return zinc_dtype_size(e->gdtype); }
+
 /* Options of the memory plan: what is offloaded, ZMEM_OFFLOAD_OPTIMIZER (master, m, v at stages
  * 1-3) and ZMEM_OFFLOAD_PARAM (the 16-bit shard at stage 3; only with the former), and
  * ZMEM_GRAD_FP32: the gradient shard accumulates in fp32 (data_types.grad_accum_dtype "fp32",

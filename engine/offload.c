@@ -30,9 +30,6 @@
 #include "engine/internal.h"
 #include "base/log.h"
 
-static size_t dsize(const zinc_engine_t *e) { return zinc_dtype_size(e->dtype); }
-/* The gradient sums' element size (e->grad, h_grad, acc_tmp): e->gdtype's. */
-static size_t gsize(const zinc_engine_t *e) { return zinc_dtype_size(e->gdtype); }
 
 /* Where group g's own 16-bit slice sits in param16: the shard at stage 3, else the full buffer. */
 static size_t own_param_pos(const zinc_engine_t *e, const zplan_group *G)
@@ -84,7 +81,7 @@ zinc_status zoffload_check_limit(zinc_engine_t *e)
                          e->rank, (unsigned long long)n, (unsigned long long)(limit - used),
                          (unsigned long long)limit, (unsigned long long)used,
                          /* master, m, v; the gradient sums; Adam's 16-bit output */
-                         12 + (int)gsize(e) + (e->dtype == ZINC_DTYPE_FP32 ? 0 : (int)dsize(e)));
+                         12 + (int)zeng_gsize(e) + (e->dtype == ZINC_DTYPE_FP32 ? 0 : (int)zeng_dsize(e)));
     }
     return ZINC_OK;
 }
@@ -130,8 +127,8 @@ static zinc_status pin_buffers(zinc_engine_t *e)
 {
     const zdev_iface_t *D = e->dev->iface;
     if (!e->cfg.zero.offload_pin || !D->pin_host) return ZINC_OK;
-    size_t n = e->plan.shard_numel * dsize(e), staging = 0;
-    size_t ng = e->plan.shard_numel * gsize(e);    /* h_grad: fp32 sums are twice n */
+    size_t n = e->plan.shard_numel * zeng_dsize(e), staging = 0;
+    size_t ng = e->plan.shard_numel * zeng_gsize(e);    /* h_grad: fp32 sums are twice n */
     /* With the parameters in the NVMe file there is no host shard to pin, but the slots each
      * gather reads its slice into and uploads from (pageable, an upload would wait on the host
      * for the copy stream: every earlier copy and compute it was ordered after). */
@@ -201,7 +198,7 @@ static zinc_status copy_fail(zinc_engine_t *e, zinc_status s, const char *what)
 
 zinc_status zoffload_download(zinc_engine_t *e, int g0, int g1)
 {
-    size_t d = gsize(e);
+    size_t d = zeng_gsize(e);
     for (int g = g0; g < g1; g++) {
         const zplan_group *G = &e->plan.groups[g];
         size_t off = e->stage < 2 ? G->flat_off + G->slice * (size_t)e->rank : G->shard_off;
@@ -222,7 +219,7 @@ static zinc_status upload_range(zinc_engine_t *e, size_t lo, size_t hi, int coun
 {
     /* offload_param: the host shard is param16 itself; gathers upload from it. */
     if (e->offload_param) return ZINC_OK;
-    size_t d = dsize(e);
+    size_t d = zeng_dsize(e);
     const char *src = zoffload_param16(e);
     for (int g = 0; g < e->plan.ngroups; g++) {
         const zplan_group *G = &e->plan.groups[g];
@@ -281,8 +278,8 @@ zinc_status zoffload_reduce_to_host(zinc_engine_t *e, int group, const void *own
     const zdev_iface_t *D = e->dev->iface;
     const zplan_group *G = &e->plan.groups[group];
     zgroup_state *gs = &e->gstate[group];
-    size_t n = G->slice * gsize(e);
-    char *host = (char *)e->h_grad + G->shard_off * gsize(e);
+    size_t n = G->slice * zeng_gsize(e);
+    char *host = (char *)e->h_grad + G->shard_off * zeng_gsize(e);
     zinc_status s;
     if (gs->acc_on_host) {
         s = D->upload_async(e->dev, e->acc_tmp, host, n);
@@ -320,7 +317,7 @@ zinc_status zoffload_adam(zinc_engine_t *e, zk_adam_args *a)
     int predownloaded = e->grad_host;
     const zdev_iface_t *D = e->dev->iface;
     const zplan_group *groups = e->plan.groups;
-    size_t d = dsize(e);
+    size_t d = zeng_dsize(e);
     uint64_t ticket[ZOFF_AHEAD];
     int queued = 0;
     zinc_status s = ZINC_OK;
@@ -354,7 +351,7 @@ zinc_status zoffload_adam(zinc_engine_t *e, zk_adam_args *a)
         a->master = e->master + off;
         a->m = e->m + off;
         a->v = e->v + off;
-        a->grad = (const char *)e->h_grad + off * gsize(e);
+        a->grad = (const char *)e->h_grad + off * zeng_gsize(e);
         a->param_out = e->dtype == ZINC_DTYPE_FP32 ? NULL : (char *)e->h_param16 + off * d;
         a->n = last->shard_off + last->slice - off;
         s = zeng_adam_groups(e, e->host, a, e->ochunk[c], e->ochunk[c + 1], 1);
@@ -415,7 +412,7 @@ void *zoffload_param16(const zinc_engine_t *e)
 zinc_status zoffload_own_to_device(zinc_engine_t *e, int g, void *dst, int counted)
 {
     const zplan_group *G = &e->plan.groups[g];
-    size_t d = dsize(e), n = G->slice * d;
+    size_t d = zeng_dsize(e), n = G->slice * d;
     zinc_status s;
     if (!e->offload_param) {
         s = e->dev->iface->copy(e->dev, dst, (char *)e->param16 + G->shard_off * d, n);

@@ -363,7 +363,7 @@ zinc_status zoffload_nvme_open(zinc_engine_t *e)
                          "nvme_path)", e->rank, err, (unsigned long long)bytes);
     void *base = mmap(NULL, (size_t)bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
                       -1, 0);
-    size_t bufbytes = (size_t)nv->nbuf * ZNV_STATES * nv->E * 4, d = zinc_dtype_size(e->dtype);
+    size_t bufbytes = (size_t)nv->nbuf * ZNV_STATES * nv->E * 4, d = zeng_dsize(e);
     nv->stage_slot = (size_t)(L.host_param16 - (uint64_t)nv->nbuf * nv->E * d) / ZNV_STAGE;
     /* (page-aligned: the staging slots are page-locked with offload_optimizer.pin_memory) */
     int pfail = nv->param && (posix_memalign((void **)&nv->pbuf, 4096, (size_t)nv->nbuf * nv->E * d) ||
@@ -547,14 +547,14 @@ zinc_status zoffload_nvme_own_to_device(zinc_engine_t *e, int g, void *dst, int 
     struct znv *nv = e->nv;
     const zdev_iface_t *D = e->dev->iface;
     const zplan_group *G = &e->plan.groups[g];
-    size_t n = G->slice * zinc_dtype_size(e->dtype);
+    size_t n = G->slice * zeng_dsize(e);
     int k = nv->stage_next++ % ZNV_STAGE;
     char *slot = nv->stage + (size_t)k * nv->stage_slot;
     zinc_status s = nv->stage_ticket[k] ? D->copy_wait(e->dev, nv->stage_ticket[k]) : ZINC_OK;
     if (s != ZINC_OK)
         return zeng_fail(e, s, "stage 3: offload_param nvme: waiting for a staging slot: %s",
                          e->dev->err);
-    s = nv_read(&nv->dev, slot, (char *)e->h_param16 + G->shard_off * zinc_dtype_size(e->dtype), n);
+    s = nv_read(&nv->dev, slot, (char *)e->h_param16 + G->shard_off * zeng_dsize(e), n);
     if (s != ZINC_OK)
         return zeng_fail(e, s, "stage 3: offload_param nvme: reading the own slice of group "
                          "'%s': %s%s", G->name, nv->dev.err,
@@ -603,7 +603,7 @@ static float *chunk_buf(const znv_run *r, int c, int state)
 
 static char *chunk_pbuf(const znv_run *r, int c)
 {
-    return r->nv->pbuf + (size_t)(c % r->nv->nbuf) * r->nv->E * zinc_dtype_size(r->e->dtype);
+    return r->nv->pbuf + (size_t)(c % r->nv->nbuf) * r->nv->E * zeng_dsize(r->e);
 }
 
 /* Elements of chunk c in the file (whole blocks: the last chunk's tail is the padding) and in
@@ -752,7 +752,7 @@ static zinc_status issue_write(znv_run *r, int c)
     if (s != ZINC_OK) return s;
     if (r->nv->param) {   /* the Adam's 16-bit output: the parameter shard's chunk */
         param_sums_add(r->e, (size_t)c, chunk_pbuf(r, c));
-        size_t d = zinc_dtype_size(r->e->dtype), k = chunk_io_elems(r, c);
+        size_t d = zeng_dsize(r->e), k = chunk_io_elems(r, c);
         uint64_t off = (uint64_t)ZNV_STATES * r->nv->stream + (uint64_t)c * r->nv->E * d;
         s = chunk_io(r, 1, off, chunk_pbuf(r, c), k * d, &r->nv->wt[b]);
         if (s != ZINC_OK) return nv_io_fail(r, s, "writing back", c);
@@ -771,7 +771,7 @@ zinc_status zoffload_nvme_adam(zinc_engine_t *e, zk_adam_args *a)
         return zeng_fail(e, ZINC_ERR_IO, "zinc_step: offload_optimizer nvme: %s: the optimizer "
                          "state was lost to %s; resume from the last checkpoint",
                          znvme_path(nv->file), lost_why(nv));
-    size_t d = zinc_dtype_size(e->dtype), S = e->plan.shard_numel;
+    size_t d = zeng_dsize(e), S = e->plan.shard_numel;
     int n = (int)nv->nchunks;
     znv_run r = {e, nv};
     drop_cached(nv);   /* the step's own use of the buffers */
@@ -813,7 +813,7 @@ zinc_status zoffload_nvme_adam(zinc_engine_t *e, zk_adam_args *a)
         ca.master = chunk_buf(&r, c, 0);
         ca.m = chunk_buf(&r, c, 1);
         ca.v = chunk_buf(&r, c, 2);
-        ca.grad = (const char *)e->h_grad + lo * zinc_dtype_size(e->gdtype);  /* fp32 sums too */
+        ca.grad = (const char *)e->h_grad + lo * zeng_gsize(e);  /* fp32 sums too */
         ca.param_out = nv->param ? chunk_pbuf(&r, c) : (char *)e->h_param16 + lo * d;
         ca.param_dtype = e->dtype;
         s = zeng_adam_range(e, e->host, &ca, lo, hi);
@@ -848,7 +848,7 @@ zinc_status zoffload_nvme_refresh(zinc_engine_t *e)
     if (nv->param) param_sums_begin(nv);
     drop_cached(nv);   /* its own use of the buffers */
     for (size_t lo = 0; lo < S; lo += nv->E) {
-        size_t k = S - lo < nv->E ? S - lo : nv->E, d = zinc_dtype_size(e->dtype);
+        size_t k = S - lo < nv->E ? S - lo : nv->E, d = zeng_dsize(e);
         char *dst = nv->param ? nv->pbuf : (char *)e->h_param16 + lo * d;
         /* unchecked (the step checks every chunk it reads back, before training on it): a
          * checked read here read master, m and v of every chunk after a zinc_param_set */

@@ -22,9 +22,6 @@ static zinc_status comm_fail(zinc_engine_t *e, zinc_status s, const char *fn, co
     return zeng_fail(e, s, "%s: %s failed on rank %d: %s", fn, what, e->rank, e->comm->err);
 }
 
-static size_t dsize(const zinc_engine_t *e) { return zinc_dtype_size(e->dtype); }
-/* Bytes of one element of the gradient sums (e->grad, h_grad): fp32 with grad_accum_dtype. */
-static size_t gsize(const zinc_engine_t *e) { return zinc_dtype_size(e->gdtype); }
 
 /* ---- gradients ---------------------------------------------------------------------------- */
 
@@ -71,7 +68,7 @@ zinc_status zinc_grad_buffer_attach(zinc_engine_t *e, void *buf, size_t bytes)
 /* Bucket i's memory: max_group_padded elements each. */
 static char *bucket_at(zinc_engine_t *e, int i)
 {
-    return (char *)e->bucket + (size_t)i * e->plan.max_group_padded * dsize(e);
+    return (char *)e->bucket + (size_t)i * e->plan.max_group_padded * zeng_dsize(e);
 }
 
 /* Stages 2-3: the bucket of a group, taken from the free ones on first use in a micro-step. The
@@ -119,13 +116,13 @@ zinc_status zinc_param_grad(zinc_engine_t *e, int param, void **out)
     const zplan_param *P = &e->plan.params[param];
     if (e->stage < 2) {
         if ((s = zeng_need_grad_buffer(e, "zinc_param_grad", 0)) != ZINC_OK) return s;
-        *out = (char *)e->grad + (e->plan.groups[P->group].flat_off + P->offset) * gsize(e);
+        *out = (char *)e->grad + (e->plan.groups[P->group].flat_off + P->offset) * zeng_gsize(e);
         return ZINC_OK;
     }
     char *b;
     s = group_bucket(e, P->group, "zinc_param_grad", 0, &b);
     if (s != ZINC_OK) return s;
-    *out = b + P->offset * dsize(e);
+    *out = b + P->offset * zeng_dsize(e);
     return ZINC_OK;
 }
 
@@ -153,7 +150,7 @@ static zinc_status hand_over(zinc_engine_t *e, int group, const char *fn)
      * collective needs all. */
     const zplan_group *G = &e->plan.groups[group];
     zgroup_state *gs = &e->gstate[group];
-    size_t d = dsize(e);
+    size_t d = zeng_dsize(e);
     char *b;
     zinc_status s = group_bucket(e, group, fn, 1, &b);
     if (s != ZINC_OK) return s;
@@ -167,7 +164,7 @@ static zinc_status hand_over(zinc_engine_t *e, int group, const char *fn)
     } else {
         /* in the accumulation dtype: fp32 sums of the 16-bit reduced slices with
          * grad_accum_dtype "fp32", as DeepSpeed's stages 2-3 add them */
-        s = e->dev->iface->accumulate(e->dev, (char *)e->grad + G->shard_off * gsize(e),
+        s = e->dev->iface->accumulate(e->dev, (char *)e->grad + G->shard_off * zeng_gsize(e),
                                       e->gdtype, own, e->dtype, G->slice);
     }
     if (s == ZINC_OK) s = e->dev->iface->memset0(e->dev, b, G->padded * d);
@@ -211,7 +208,7 @@ static void *own_grad(zinc_engine_t *e, int g)
 {
     const zplan_group *G = &e->plan.groups[g];
     size_t off = e->stage < 2 ? G->flat_off + G->slice * (size_t)e->rank : G->shard_off;
-    return (char *)e->grad + off * gsize(e);
+    return (char *)e->grad + off * zeng_gsize(e);
 }
 
 static zinc_status reduce_grads(zinc_engine_t *e)
@@ -224,7 +221,7 @@ static zinc_status reduce_grads(zinc_engine_t *e)
     } else if (e->stage == 1) {
         for (int g = 0; g < e->plan.ngroups; g++) {
             const zplan_group *G = &e->plan.groups[g];
-            s = zcomm_reduce_scatter(e->comm, (char *)e->grad + G->flat_off * gsize(e), G->padded,
+            s = zcomm_reduce_scatter(e->comm, (char *)e->grad + G->flat_off * zeng_gsize(e), G->padded,
                                      (zdt)e->gdtype, scale);
             if (s != ZINC_OK) return comm_fail(e, s, "zinc_step", "reduce-scatter of the gradients");
         }
@@ -243,7 +240,7 @@ static zinc_status own_stats(zinc_engine_t *e, int g0, int g1)
     zinc_status s = e->grad_host ? zoffload_grad_settle(e) : ZINC_OK;
     for (int g = g0; g < g1 && s == ZINC_OK; g++) {
         const zplan_group *G = &e->plan.groups[g];
-        const void *src = e->grad_host ? (const char *)e->h_grad + G->shard_off * gsize(e)
+        const void *src = e->grad_host ? (const char *)e->h_grad + G->shard_off * zeng_gsize(e)
                                        : own_grad(e, g);
         s = d->iface->grad_stats_acc(d, src, e->gdtype, G->slice, out, g > g0);
         if (s != ZINC_OK) return zeng_fail(e, s, "zinc_step: gradient statistics: %s", d->err);
@@ -357,7 +354,7 @@ static zinc_status min_scale_error(zinc_engine_t *e, zinc_step_info_t *info, dou
 /* Stages 1-2, after the update: every group's 16-bit copy all-gathered from the own slices. */
 static zinc_status gather_params(zinc_engine_t *e)
 {
-    size_t d = dsize(e);
+    size_t d = zeng_dsize(e);
     for (int g = 0; g < e->plan.ngroups; g++) {
         const zplan_group *G = &e->plan.groups[g];
         zinc_status s = zcomm_all_gather(e->comm, (char *)e->param16 + G->flat_off * d, G->padded,
@@ -479,7 +476,7 @@ static zinc_status apply_adam(zinc_engine_t *e, float lr, float beta1, float bet
     };
     zadam_bias_corrections(beta1, beta2, o->bias_correction, e->st.step + 1, &a.bias_c1,
                            &a.bias_c2);
-    size_t d = dsize(e);
+    size_t d = zeng_dsize(e);
     zinc_status s = ZINC_OK;
     double t = zeng_now();
     if (e->offload) {
@@ -539,7 +536,7 @@ static zinc_status zero_grads_of(zinc_engine_t *e, int keep_lent, const char *fn
     if (e->grad_host) {
         zinc_status s = zoffload_grad_settle(e);
         if (s != ZINC_OK) return s;
-        memset(e->h_grad, 0, n * gsize(e));
+        memset(e->h_grad, 0, n * zeng_gsize(e));
         for (int g = 0; g < e->plan.ngroups; g++) e->gstate[g].acc_on_host = 0;
         return ZINC_OK;
     }
@@ -547,7 +544,7 @@ static zinc_status zero_grads_of(zinc_engine_t *e, int keep_lent, const char *fn
         e->grad = NULL;      /* none attached: zero already (zinc_param_grad_get reads zeros) */
         return ZINC_OK;
     }
-    zinc_status s = e->dev->iface->memset0(e->dev, e->grad, n * gsize(e));
+    zinc_status s = e->dev->iface->memset0(e->dev, e->grad, n * zeng_gsize(e));
     if (s != ZINC_OK) return zeng_fail(e, s, "%s: clearing gradients: %s", fn, e->dev->err);
     return ZINC_OK;
 }
@@ -564,7 +561,7 @@ static zinc_status drop_window_grads(zinc_engine_t *e, const char *fn)
         int g = e->bucket_owner[i];
         if (g < 0) continue;
         zinc_status s = e->dev->iface->memset0(e->dev, bucket_at(e, i),
-                                               e->plan.groups[g].padded * dsize(e));
+                                               e->plan.groups[g].padded * zeng_dsize(e));
         if (s != ZINC_OK) return zeng_fail(e, s, "%s: clearing a bucket: %s", fn, e->dev->err);
         e->bucket_owner[i] = -1;
         e->gstate[g].bucket = -1;

@@ -124,7 +124,7 @@ int cmd_estimate(int argc, char **argv)
         return zarg_usage_error("estimate", "--grad-accum-dtype %s with --dtype %s: it is fp32 "
                                 "with a 16-bit --dtype, or the --dtype itself",
                                 zinc_dtype_name(gacc), zinc_dtype_name(dtype));
-    if (grad_fp32 && stage < 2)
+    if (grad_fp32 && !zcfg_grad_fp32_allowed((int)stage, dtype))
         return zarg_usage_error("estimate", "--grad-accum-dtype fp32 needs --stage 2 or 3 (zinc "
                                 "keeps fp32 gradient sums there; DeepSpeed's stage 1 does it in "
                                 "its BF16_Optimizer, which zinc does not have)");

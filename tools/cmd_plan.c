@@ -611,7 +611,7 @@ int cmd_plan(int argc, char **argv)
         .stage = (int)v[P_STAGE], .accum = v[P_ACCUM] > 0 ? (int)v[P_ACCUM] : 1,
         .dtype = dtype, .offload = offload, .offload_param = offload_param,
         /* where the engine honours it: flags may have changed what the config set */
-        .grad_fp32 = grad_fp32 && dtype != ZINC_DTYPE_FP32 && v[P_STAGE] >= 2,
+        .grad_fp32 = grad_fp32 && zcfg_grad_fp32_allowed((int)v[P_STAGE], dtype),
         .gpu = gpu,
         .intra = {v[P_INTRA_BW] > 0 ? v[P_INTRA_BW] * 1e9 : gpu->nvlink_bw,
                   v[P_INTRA_LAT] >= 0 ? v[P_INTRA_LAT] * 1e-6
