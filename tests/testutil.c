@@ -3,7 +3,9 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 int zt_failures = 0;
@@ -64,4 +66,22 @@ double zt_now(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int zt_disk_dir(char *dir, size_t cap, const char *prefix)
+{
+    char rel[256], abs[4096];
+    snprintf(rel, sizeof rel, "%s-XXXXXX", prefix);
+    if (!mkdtemp(rel)) {
+        perror("mkdtemp");
+        return -1;
+    }
+    /* the absolute path where it fits, else the relative one */
+    int fits = realpath(rel, abs) && strlen(abs) < cap;
+    if (!fits && strlen(rel) >= cap) {
+        fprintf(stderr, "zt_disk_dir: %s: does not fit %zu bytes\n", rel, cap);
+        return -1;
+    }
+    snprintf(dir, cap, "%s", fits ? abs : rel);
+    return 0;
 }

@@ -58,6 +58,12 @@ double zt_uniform(zt_rng *r);          /* [0, 1) */
 double zt_normal(zt_rng *r);           /* standard normal (Box-Muller) */
 double zt_now(void);                   /* monotonic seconds */
 
+/* Makes a new directory `prefix`-XXXXXX in the working directory (the build tree: on disk, where
+ * O_DIRECT applies; /tmp may be tmpfs) and writes its absolute path into dir (cap bytes; the
+ * relative one where the absolute one does not fit).
+ * Returns 0, or -1 with the reason on stderr. */
+int zt_disk_dir(char *dir, size_t cap, const char *prefix);
+
 /* Runs fn(rank, arg) on `n` threads and waits for them. */
 void zt_run_ranks(int n, void (*fn)(int rank, void *arg), void *arg);
 

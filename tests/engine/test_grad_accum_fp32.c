@@ -445,14 +445,8 @@ static void check_overflow(int stage, int world, int offload)
 
 int main(void)
 {
-    /* A directory on disk beside the test (the build tree) for the NVMe rows' scratch files. */
-    snprintf(g_nvme, sizeof g_nvme, "zinc-grad-accum-nvme-XXXXXX");
-    if (!mkdtemp(g_nvme)) {
-        perror("mkdtemp");
-        return 1;
-    }
-    char abs[4096];
-    if (realpath(g_nvme, abs) && strlen(abs) < sizeof g_nvme) snprintf(g_nvme, sizeof g_nvme, "%s", abs);
+    /* The NVMe rows' scratch files: a directory on disk beside the test. */
+    if (zt_disk_dir(g_nvme, sizeof g_nvme, "zinc-grad-accum-nvme")) return 1;
     for (int stage = 2; stage <= 3; stage++)
         for (int world = 1; world <= MAXR; world++)
             for (int offload = 0; offload <= 3; offload++) {

@@ -666,13 +666,7 @@ static void test_io_error(void)
 int main(void)
 {
     /* A directory on disk (./, the build tree) where O_DIRECT applies; /tmp may be tmpfs. */
-    snprintf(g_dir, sizeof g_dir, "zinc-nvme-engine-XXXXXX");
-    if (!mkdtemp(g_dir)) {
-        perror("mkdtemp");
-        return 1;
-    }
-    char abs[4096];
-    if (realpath(g_dir, abs) && strlen(abs) < sizeof g_dir) snprintf(g_dir, sizeof g_dir, "%s", abs);
+    if (zt_disk_dir(g_dir, sizeof g_dir, "zinc-nvme-engine")) return 1;
     test_volume();
     test_param_volume();
     test_bitwise();
