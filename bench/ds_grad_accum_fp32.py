@@ -5,8 +5,12 @@ dependency, CI has none):
     DS_ACCELERATOR=cpu ZINC_LIB=build/libzinc.so OMP_NUM_THREADS=1 \
         bench/.venv/bin/python bench/ds_grad_accum_fp32.py
 
+With the argument `wire`, only the two-rank rows with communication_data_type "fp32" as well
+(fp32 sums reduced in fp32).
+
 bf16 on 1 and 2 ranks and fp16 (dynamic loss scale from 2^8; DeepSpeed's CPU accelerator told
-fp16 is supported, as tests/python/ds_fixtures/make_fixtures.py does) on 1, ZeRO stages 2 and 3,
+fp16 is supported, as tests/python/ds_fixtures/make_fixtures.py does) on 1, ZeRO stages 1, 2 and 3
+(stage 1: DeepSpeed's BF16_Optimizer for bf16 without offload, stage_1_and_2.py otherwise),
 each also with offload_optimizer "cpu", with the key and without it (16-bit sums), 4
 accumulation steps: a 3-layer MLP (64 wide, LayerNorm) trains 6
 optimizer steps on fixed random data (each rank its own), once with `import deepspeed` and once
@@ -59,6 +63,8 @@ def train(engine, stage, offload, fp32acc, out, dtype):
         config["zero_optimization"]["offload_optimizer"] = {"device": "cpu"}
     if fp32acc:
         config["data_types"] = {"grad_accum_dtype": "fp32"}
+    if fp32acc == 2:
+        config["communication_data_type"] = "fp32"
     eng, _, _, _ = ds.initialize(model=model, model_parameters=model.parameters(), config=config)
     g = torch.Generator().manual_seed(1 + 1000 * eng.global_rank)
     windows = []
@@ -83,7 +89,8 @@ def train(engine, stage, offload, fp32acc, out, dtype):
 def run(engine, stage, offload, fp32acc, tmp, ranks, dtype):
     out = os.path.join(tmp, f"{engine}-{stage}-{offload}-{fp32acc}-{ranks}-{dtype}.pt")
     args = [sys.executable, __file__, engine, str(stage), str(offload), str(fp32acc), out, dtype]
-    port = str(29620 + ranks * 16 + stage * 4 + offload * 2 + fp32acc + 64 * (dtype == "fp16"))
+    port = str(29620 + ranks * 16 + stage * 4 + offload * 2 + fp32acc % 2 + 64 * (dtype == "fp16")
+               + 128 * (fp32acc == 2))
     if engine == "zinc" and ranks > 1:
         procs = [subprocess.Popen(["mpirun", "--allow-run-as-root", "--oversubscribe", "-np",
                                    str(ranks)] + args, stdout=subprocess.PIPE,
@@ -120,32 +127,46 @@ def compare(ds, zc, dtype):
     return equal, compared, worst
 
 
-def main():
+def main(wire_only, only_stage=0):
     ok = True
+    sums = {0: None, 1: "fp32", 2: "fp32 reduced in fp32"}
     with tempfile.TemporaryDirectory() as tmp:
         for (ranks, dtype), stage, offload in [(rd, s, o) for rd in ((1, "bf16"), (1, "fp16"),
                                                                       (2, "bf16"))
-                                               for o in (0, 1) for s in (2, 3)]:
+                                               for o in (0, 1) for s in (1, 2, 3)]:
+            if wire_only and ranks == 1 or only_stage and stage != only_stage:
+                continue
             deepspeed = {}
             where = f", {dtype}, {ranks} rank{'s' if ranks > 1 else ''}" + \
                 (", offload_optimizer cpu" if offload else "")
-            for fp32acc in (1, 0):
+            # 2: communication_data_type "fp32" too, which matters with more than one rank
+            modes = (1, 0) + ((2,) if ranks > 1 else ())
+            for fp32acc in (2,) if wire_only else modes:
                 ds = run("deepspeed", stage, offload, fp32acc, tmp, ranks, dtype)
                 zc = run("zinc", stage, offload, fp32acc, tmp, ranks, dtype)
                 deepspeed[fp32acc] = ds
                 equal, compared, worst = compare(ds, zc, dtype)
                 good = equal == compared and compared >= 3
                 ok &= good
-                print(f"stage {stage}{where}, {'fp32' if fp32acc else dtype} sums: gradients bitwise "
+                print(f"stage {stage}{where}, {sums[fp32acc] or dtype} sums: gradients bitwise "
                       f"DeepSpeed's in {equal} of {compared} windows on equal weights "
                       f"({'ok' if good else 'FAILED'}); losses over {STEPS} windows within "
                       f"{worst:.2g} relative")
+            if wire_only:
+                continue
             moved = max((a["grads"][n] - b["grads"][n]).abs().max().item()
                         for n in deepspeed[1][0]["grads"]
                         for a, b in [(deepspeed[1][0], deepspeed[0][0])])
             print(f"stage {stage}{where}: the key changes DeepSpeed's first gradient by up to "
                   f"{moved:.3g}")
             ok &= moved > 0
+            if 2 in deepspeed:
+                wired = max((a["grads"][n] - b["grads"][n]).abs().max().item()
+                            for n in deepspeed[2][0]["grads"]
+                            for a, b in [(deepspeed[2][0], deepspeed[1][0])])
+                print(f"stage {stage}{where}: communication_data_type \"fp32\" changes "
+                      f"DeepSpeed's first gradient (fp32 sums) by up to {wired:.3g}")
+                ok &= wired > 0
     sys.exit(0 if ok else 1)
 
 
@@ -154,4 +175,7 @@ if __name__ == "__main__":
         train(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5],
               sys.argv[6])
     else:
-        main()
+        # "wire": only the rows with communication_data_type "fp32" (two ranks); "stage1" (2,
+        # 3): only that stage's rows
+        args = sys.argv[1:]
+        main("wire" in args, next((int(a[5:]) for a in args if a.startswith("stage")), 0))

@@ -229,11 +229,23 @@ zinc_status zcfg_set_batch(zcfg *c, int64_t micro_batch, int64_t grad_accum, int
 void zcfg_defaults(zcfg *c);
 
 /* Where data_types.grad_accum_dtype "fp32" is DeepSpeed's arithmetic zinc has (engine/step.c
- * hand_over): 16-bit training at ZeRO stages 2-3. The parser refuses it elsewhere; the engine,
- * `zinc plan` and `zinc estimate` ask the same question. */
+ * hand_over, reduce_grads): 16-bit training at ZeRO stages 1-3. The parser refuses it elsewhere;
+ * the engine, `zinc plan` and `zinc estimate` ask the same question. */
 static inline int zcfg_grad_fp32_allowed(int stage, zinc_dtype dtype)
 {
-    return stage >= 2 && dtype != ZINC_DTYPE_FP32;
+    return stage >= 1 && dtype != ZINC_DTYPE_FP32;
+}
+
+/* Whether the gradient reduction runs in fp32 with 16-bit training: fp32 gradient sums with
+ * communication_data_type "fp32". DeepSpeed 0.19.8 then reduces in fp32 with no 16-bit rounding
+ * before the sums: at stages 2-3 each micro-step's gradient upcast (stage_1_and_2.py's fp32 IPG
+ * bucket, stage3.py __avg_scatter_grads; engine/step.c hand_over), at stage 1 the fp32 sums
+ * themselves at the boundary (reduce_grads), which otherwise round to the working dtype first.
+ * Without fp32 sums the reduced gradient lands in the working dtype, one rounding either way. */
+static inline int zcfg_reduces_fp32(const zcfg *c)
+{
+    return c->grad_accum_dtype == ZINC_DTYPE_FP32 && c->dtype != ZINC_DTYPE_FP32 &&
+           c->communication_data_type == ZINC_DTYPE_FP32 && c->zero.stage >= 1;
 }
 
 /* Whether the engine offloads the optimizer state (engine/offload.c): offload_optimizer device

@@ -525,23 +525,17 @@ void zc_parse_zinc(zcctx *x, json_object *root, zcfg *c)
  * 16-bit gradient as without the key and adds its reduced partition into an fp32 sum at stages
  * 2-3, with offload_optimizer too (its fp32 partition sums copied to the host at the boundary):
  * zinc does that (engine/step.c hand_over; offload.c in host memory, which the NVMe pipeline
- * reads as it is). Refused where DeepSpeed does other arithmetic zinc does not have: stage 1
- * (bf16: its BF16_Optimizer; fp16: full fp32 gradients reduced in fp32); stage 0 DeepSpeed
- * refuses itself. */
+ * reads as it is). At stage 1 (bf16: its BF16_Optimizer; fp16, or bf16 with offload:
+ * stage_1_and_2.py's grad_accum attribute) it adds each micro-step's 16-bit gradient into fp32
+ * sums of the whole model and at the boundary reduces them in communication_data_type (the
+ * working dtype unless "fp32": the sums rounded to it first): zinc too (step.c hand_over and
+ * reduce_grads). Stage 0 DeepSpeed refuses itself. */
 static void grad_accum_fp32(zcctx *x, const char *path, const char *s, zcfg *c)
 {
     if (c->zero.stage == 0)
-        zc_error(x, path, "\"%s\" with %s needs ZeRO stage 2 or 3: without ZeRO DeepSpeed 0.19.8 "
-                 "refuses it too (\"unsupported mix of model_dtype and grad_accum_dtype\")", s,
-                 zc_dtype_name(c->dtype));
-    else if (c->zero.stage == 1)
-        zc_error(x, path, "\"%s\" with %s is not supported at ZeRO stage 1 (DeepSpeed runs it "
-                 "there through %s, arithmetic zinc does not implement); zinc accumulates in "
-                 "fp32 at stages 2-3, or remove the key to accumulate in %s", s,
-                 zc_dtype_name(c->dtype),
-                 c->dtype == ZINC_DTYPE_BF16 ? "its BF16_Optimizer"
-                                             : "fp32 copies of the full gradients, reduced in fp32",
-                 zc_dtype_name(c->dtype));
+        zc_error(x, path, "\"%s\" with %s needs ZeRO stage 1, 2 or 3: without ZeRO DeepSpeed "
+                 "0.19.8 refuses it too (\"unsupported mix of model_dtype and grad_accum_dtype\")",
+                 s, zc_dtype_name(c->dtype));
     else
         c->grad_accum_dtype = ZINC_DTYPE_FP32;
 }

@@ -211,10 +211,12 @@ zinc_status zinc_engine_create(const zinc_engine_options_t *opt, zinc_engine_t *
     e->stage = e->cfg.zero.stage;
     e->dtype = e->cfg.dtype;
     e->gdtype = e->cfg.grad_accum_dtype;
+    /* Stage 1 with fp32 sums: the micro-step's 16-bit gradient goes through a bucket, added
+     * into the whole model's fp32 sums at its hand-over, as DeepSpeed adds it (step.c) */
+    e->bucketed = e->stage >= 2 || e->gdtype != e->dtype;
     zscaler_init(&e->st.scaler, &e->cfg);
-    /* The parser allows fp32 sums only where the engine keeps them (stages 2-3, on the device
-     * or in host memory): the stage 0-1 paths size their gradient buffers in the working
-     * dtype. */
+    /* The parser allows fp32 sums only where the engine keeps them (stages 1-3, on the device
+     * or in host memory): stage 0's all-reduce has no such path. */
     if (e->gdtype != e->dtype && !zcfg_grad_fp32_allowed(e->stage, e->dtype)) {
         s = zerr_thread(ZINC_ERR_INTERNAL, "zinc_engine_create: fp32 gradient sums at stage %d",
                         e->stage);
@@ -656,7 +658,7 @@ zinc_status zinc_finalize(zinc_engine_t *e)
     if (zplan_layout(&e->plan, e->world_size) != 0)
         return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_finalize: the model is too large to plan");
 
-    e->nbuckets = e->stage >= 2 ? e->cfg.zinc.grad_buckets : 0;
+    e->nbuckets = e->bucketed ? e->cfg.zinc.grad_buckets : 0;
     e->gstate = calloc((size_t)e->plan.ngroups, sizeof *e->gstate);
     if (!e->gstate) return zeng_fail(e, ZINC_ERR_NOMEM, "zinc_finalize: out of memory");
     s = zgather_plan(e);
@@ -668,7 +670,8 @@ zinc_status zinc_finalize(zinc_engine_t *e)
         return zeng_fail(e, s, "zinc_finalize: creating the gather marks: %s", e->dev->err);
     int offload = (e->offload ? ZMEM_OFFLOAD_OPTIMIZER : 0) |
                   (e->offload_param ? ZMEM_OFFLOAD_PARAM : 0) |
-                  (e->gdtype != e->dtype ? ZMEM_GRAD_FP32 : 0);
+                  (e->gdtype != e->dtype ? ZMEM_GRAD_FP32 : 0) |
+                  (zcfg_reduces_fp32(&e->cfg) ? ZMEM_WIRE_FP32 : 0);
     zmem_plan(&e->plan, e->stage, e->dtype, offload, e->nbuckets, e->ngather, e->persist_numel,
               e->planned, e->host_planned);
     if (e->offload && zcfg_offloads_nvme(&e->cfg)) zoffload_nvme_plan(e);
@@ -700,10 +703,14 @@ zinc_status zinc_finalize(zinc_engine_t *e)
     e->m = m;
     e->v = v;
     if (e->offload && (s = zoffload_alloc(e)) != ZINC_OK) return s;
-    /* The host gradient's device scratch lives after the buckets, in the same block. */
-    if (e->grad_host)
-        e->acc_tmp = (char *)e->bucket +
-                     (size_t)e->nbuckets * e->plan.max_group_padded * zeng_dsize(e);
+    /* The fp32 reduction's scratch and the host gradient's live after the buckets, in the
+     * same block (memplan.c). */
+    char *after = (char *)e->bucket + (size_t)e->nbuckets * e->plan.max_group_padded * zeng_dsize(e);
+    if (zcfg_reduces_fp32(&e->cfg) && e->stage >= 2) {
+        e->wide = after;
+        after += e->plan.max_group_padded * sizeof(float);
+    }
+    if (e->grad_host) e->acc_tmp = after;
     /* The persistent stage-3 groups live after the gather area, in the same block. */
     if (e->persist_numel)
         e->persist = (char *)e->gather +
@@ -947,7 +954,7 @@ static zinc_status grad_access_check(zinc_engine_t *e, int param, const void *bu
         return zeng_fail(e, ZINC_ERR_INVALID_ARG, "%s: %s is NULL", fn,
                          collective ? "out" : "values");
     const zplan_param *P = &e->plan.params[param];
-    if (e->stage < 2 || e->gstate[P->group].bucket < 0) return ZINC_OK;
+    if (!e->bucketed || e->gstate[P->group].bucket < 0) return ZINC_OK;
     const char *fmt = "%s: '%s': its group '%s' holds gradients not yet handed over with "
                       "zinc_grads_ready (call it after the group's backward)";
     const char *g = e->plan.groups[P->group].name;
@@ -996,16 +1003,32 @@ zinc_status zinc_param_grad_get(zinc_engine_t *e, int param, float *out)
     if (e->stage >= 2)
         return e->grad_host ? gather_stream(e, param, e->h_grad, e->gdtype, e->host, out, fn)
                             : gather_stream(e, param, e->grad, e->gdtype, e->dev, out, fn);
-    /* Stages 0-1: this rank's sums, averaged over the ranks here in fp32 (zinc_step averages
-     * the buffer itself, in the working dtype). */
+    /* Stages 0-1: this rank's sums (zinc_step reduces the buffer itself), reduced over the
+     * ranks here as zinc_step will reduce them: 16-bit sums in the working dtype (fp32
+     * accumulation, one rounding), stage 1's fp32 sums rounded to the working dtype and reduced
+     * in it (reduce_rounded), unless communication_data_type "fp32" reduces them in fp32. That
+     * is what DeepSpeed 0.19.8 reads here, its reduce done in the boundary's backward (before
+     * 2026-11-30 zinc averaged 16-bit sums in fp32 without the rounding: another value than
+     * DeepSpeed's with more than one rank, bench/ds_grad_accum_fp32.py). */
     zdev_t *d = e->dev;
+    const char *sums = (const char *)e->grad + flat_pos(e, param) * zeng_gsize(e);
+    int rounded = e->dtype != ZINC_DTYPE_FP32 && !zcfg_reduces_fp32(&e->cfg);
     float *tmp = d->iface->alloc(d, P->numel * sizeof(float));
-    if (!tmp) return zeng_fail(e, ZINC_ERR_NOMEM, "%s: out of memory", fn);
-    s = d->iface->cast(d, tmp, ZINC_DTYPE_FP32,
-                       (const char *)e->grad + flat_pos(e, param) * zeng_gsize(e),
-                       e->gdtype, P->numel, 1.0f);
-    if (s == ZINC_OK)
-        s = zcomm_all_reduce(e->comm, tmp, P->numel, ZDT_F32, 1.0f / (float)e->world_size);
+    void *tmp16 = rounded ? d->iface->alloc(d, P->numel * zeng_dsize(e)) : NULL;
+    if (!tmp || (rounded && !tmp16)) {
+        if (tmp) d->iface->free(d, tmp);
+        return zeng_fail(e, ZINC_ERR_NOMEM, "%s: out of memory", fn);
+    }
+    float scale = 1.0f / (float)e->world_size;
+    if (rounded) {
+        s = d->iface->cast(d, tmp16, e->dtype, sums, e->gdtype, P->numel, 1.0f);
+        if (s == ZINC_OK) s = zcomm_all_reduce(e->comm, tmp16, P->numel, (zdt)e->dtype, scale);
+        if (s == ZINC_OK) s = d->iface->cast(d, tmp, ZINC_DTYPE_FP32, tmp16, e->dtype, P->numel, 1.0f);
+        d->iface->free(d, tmp16);
+    } else {
+        s = d->iface->cast(d, tmp, ZINC_DTYPE_FP32, sums, e->gdtype, P->numel, 1.0f);
+        if (s == ZINC_OK) s = zcomm_all_reduce(e->comm, tmp, P->numel, ZDT_F32, scale);
+    }
     if (s == ZINC_OK) s = d->iface->download(d, out, tmp, P->numel * 4);
     d->iface->free(d, tmp);
     if (s != ZINC_OK)

@@ -106,7 +106,10 @@ struct zinc_engine {
     zinc_dtype dtype;             /* working dtype (param16, buckets, collectives) */
     zinc_dtype gdtype;            /* the gradient sums' dtype (e->grad, h_grad, acc_tmp): the
                                      working dtype, or fp32 with data_types.grad_accum_dtype
-                                     "fp32" (stages 2-3: the config refuses the rest) */
+                                     "fp32" (stages 1-3: the config refuses stage 0) */
+    int bucketed;                 /* the model adds into group buckets (zinc_param_grad) that
+                                     zinc_grads_ready empties: stages 2-3 (reduced there), and
+                                     stage 1 with fp32 sums (added into the sums there) */
 
     zplan plan;
     zgroup_hparams *group_hp;     /* [plan.ngroups]: a group's own Adam values, NAN if none */
@@ -160,6 +163,8 @@ struct zinc_engine {
     double phase_s[ZINC_PHASE_COUNT]; /* zinc_step_seconds */
     int grad_host;                /* offload at stages 2-3: the reduced gradient shard accumulates
                                      in h_grad (offload.c); e->grad is NULL */
+    void *wide;                   /* zcfg_reduces_fp32: device scratch of the largest group in
+                                     fp32, after the buckets: the bucket widened, reduced there */
     void *acc_tmp;                /* grad_host: device scratch of the largest slice, after the
                                      buckets in their block */
     int grad_copies_pending;      /* grad_host: downloads into h_grad the host has not waited for */
@@ -249,9 +254,11 @@ static inline size_t zeng_gsize(const zinc_engine_t *e) { return zinc_dtype_size
 
 /* Options of the memory plan: what is offloaded, ZMEM_OFFLOAD_OPTIMIZER (master, m, v at stages
  * 1-3) and ZMEM_OFFLOAD_PARAM (the 16-bit shard at stage 3; only with the former), and
- * ZMEM_GRAD_FP32: the gradient shard accumulates in fp32 (data_types.grad_accum_dtype "fp32",
- * stages 2-3; the config refuses the rest). */
-enum { ZMEM_OFFLOAD_OPTIMIZER = 1, ZMEM_OFFLOAD_PARAM = 2, ZMEM_GRAD_FP32 = 4 };
+ * ZMEM_GRAD_FP32: the gradient sums are fp32 (data_types.grad_accum_dtype "fp32", stages 1-3;
+ * the config refuses stage 0; at stage 1 with 16-bit buckets as at stages 2-3);
+ * ZMEM_WIRE_FP32: and reduced in fp32 (communication_data_type "fp32", zcfg_reduces_fp32), at
+ * stages 2-3 through an fp32 copy of the largest group after the buckets. */
+enum { ZMEM_OFFLOAD_OPTIMIZER = 1, ZMEM_OFFLOAD_PARAM = 2, ZMEM_GRAD_FP32 = 4, ZMEM_WIRE_FP32 = 8 };
 
 /* Memory plan (memplan.c): bytes per category for a plan/stage/dtype, before allocating: device
  * bytes in `bytes`, host bytes (offload; all zero without) in `host` (may be NULL). `offload` is
@@ -273,9 +280,10 @@ void zoffload_free(zinc_engine_t *e);
  * (stages 1-2) or the persistent refresh (stage 3) is the caller's. */
 zinc_status zoffload_adam(zinc_engine_t *e, zk_adam_args *a);
 /* Stages 2-3 (grad_host), zinc_grads_ready after the group's reduce-scatter: adds the own slice
- * `own` (device) to the group's sum in h_grad, through acc_tmp, all on the copy stream and the
- * device (no host wait). */
-zinc_status zoffload_reduce_to_host(zinc_engine_t *e, int group, const void *own);
+ * `own` (device, own_dt: the working dtype, or fp32 when reduced in fp32) to the group's sum in
+ * h_grad, through acc_tmp, all on the copy stream and the device (no host wait). */
+zinc_status zoffload_reduce_to_host(zinc_engine_t *e, int group, const void *own,
+                                    zinc_dtype own_dt);
 /* grad_host: before the host reads or writes h_grad, waits for the downloads into it (one wait;
  * none when none is pending). */
 zinc_status zoffload_grad_settle(zinc_engine_t *e);
@@ -388,12 +396,13 @@ void zmem_estimate(uint64_t params, int world, int stage, zinc_dtype dtype, int 
 /* Comm volume (volume.c): the payload bytes per collective that one optimizer step of
  * `accum` micro-steps moves on each rank, in zinc_comm_bytes' accounting (docs/comm-volume.md),
  * with no stage-3 persistent groups (stage3_param_persistence_threshold 0). `dtype` is the
- * communication element type. ZVOL_STATS_BYTES is the step's (norm², overflow) all-reduce. */
+ * communication element type, `rdtype` that of the gradient's reduce-scatter (fp32 with
+ * zcfg_reduces_fp32, else dtype). ZVOL_STATS_BYTES is the step's (norm², overflow) all-reduce. */
 #define ZVOL_STATS_BYTES (2 * 2 * sizeof(double))
-void zvol_plan(const zplan *p, int stage, zinc_dtype dtype, int accum,
+void zvol_plan(const zplan *p, int stage, zinc_dtype dtype, zinc_dtype rdtype, int accum,
                uint64_t bytes[ZINC_COLL_COUNT]);
 /* The same from a bare parameter count, one group (as zmem_estimate). */
-void zvol_estimate(uint64_t params, int world, int stage, zinc_dtype dtype, int accum,
-                   uint64_t bytes[ZINC_COLL_COUNT]);
+void zvol_estimate(uint64_t params, int world, int stage, zinc_dtype dtype, zinc_dtype rdtype,
+                   int accum, uint64_t bytes[ZINC_COLL_COUNT]);
 
 #endif

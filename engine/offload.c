@@ -4,7 +4,7 @@
  * memory and the fused Adam runs on the host.
  *
  * Where things live (S = plan.shard_numel, d = working dtype size, gd = the gradient sums' size:
- * d, or 4 with data_types.grad_accum_dtype "fp32" at stages 2-3):
+ * d, or 4 with data_types.grad_accum_dtype "fp32"):
  *   device  param16, the gradient accumulator and its statistics, buckets, gather buffers
  *   host    master, m, v [S] fp32; h_grad [S] gd (the reduced gradient shard, downloaded);
  *           h_param16 [S] d (Adam's 16-bit output, uploaded; none in fp32 mode)
@@ -273,7 +273,8 @@ zinc_status zoffload_wait_copies(zinc_engine_t *e)
  * sum goes back down into h_grad. Every copy is queued on the copy stream and joined on the
  * device, so backward never waits on the host; the host waits once, when it next reads h_grad
  * (zoffload_grad_settle: the step's statistics, an accessor, the clearing after the step). */
-zinc_status zoffload_reduce_to_host(zinc_engine_t *e, int group, const void *own)
+zinc_status zoffload_reduce_to_host(zinc_engine_t *e, int group, const void *own,
+                                    zinc_dtype own_dt)
 {
     const zdev_iface_t *D = e->dev->iface;
     const zplan_group *G = &e->plan.groups[group];
@@ -288,8 +289,9 @@ zinc_status zoffload_reduce_to_host(zinc_engine_t *e, int group, const void *own
     } else {
         s = D->memset0(e->dev, e->acc_tmp, n);
     }
-    /* in the sums' dtype: fp32 with grad_accum_dtype "fp32", the 16-bit slice widened */
-    if (s == ZINC_OK) s = D->accumulate(e->dev, e->acc_tmp, e->gdtype, own, e->dtype, G->slice);
+    /* in the sums' dtype: fp32 with grad_accum_dtype "fp32", the 16-bit slice widened (or
+     * an fp32 slice, reduced in fp32) */
+    if (s == ZINC_OK) s = D->accumulate(e->dev, e->acc_tmp, e->gdtype, own, own_dt, G->slice);
     if (s == ZINC_OK) s = D->download_async(e->dev, host, e->acc_tmp, n);
     /* the bucket's clearing and the next group's use of acc_tmp come after the download */
     if (s == ZINC_OK) s = D->copy_join(e->dev);

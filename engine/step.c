@@ -114,7 +114,7 @@ zinc_status zinc_param_grad(zinc_engine_t *e, int param, void **out)
         return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_param_grad: unknown parameter id %d or NULL out",
                          param);
     const zplan_param *P = &e->plan.params[param];
-    if (e->stage < 2) {
+    if (!e->bucketed) {
         if ((s = zeng_need_grad_buffer(e, "zinc_param_grad", 0)) != ZINC_OK) return s;
         *out = (char *)e->grad + (e->plan.groups[P->group].flat_off + P->offset) * zeng_gsize(e);
         return ZINC_OK;
@@ -132,42 +132,66 @@ zinc_status zinc_grad_bucket(zinc_engine_t *e, int group, int *slot)
     if (s != ZINC_OK) return s;
     if (!slot) return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_grad_bucket: slot is NULL");
     *slot = -1;
-    if (e->stage < 2) return ZINC_OK;
+    if (!e->bucketed) return ZINC_OK;
     char *b;
     s = group_bucket(e, group, "zinc_grad_bucket", 0, &b);
     if (s == ZINC_OK) *slot = e->gstate[group].bucket;
     return s;
 }
 
-/* The hand-over's reduce (stages 2-3): reduce-scatter the group's bucket now (overlapping the
- * rest of backward where the backend is asynchronous), add the own slice into the shard
- * accumulator, free the bucket. Below stage 2 nothing: the model added into the gradient buffer
- * itself, which zinc_step reduces. */
+/* Stages 2-3: group's bucket `b` reduce-scattered now (overlapping the rest of backward where
+ * the backend is asynchronous) and this rank's slice added into the shard's sums. What is
+ * reduced: the bucket in the working dtype, or with fp32 sums and communication_data_type "fp32"
+ * its fp32 copy, so the reduced slice reaches the sums without a 16-bit rounding
+ * (zcfg_reduces_fp32: DeepSpeed's arithmetic then). */
+static zinc_status reduce_bucket(zinc_engine_t *e, int group, char *b, const char *fn)
+{
+    const zplan_group *G = &e->plan.groups[group];
+    char *red = b;
+    zinc_dtype rdt = e->dtype;
+    zinc_status s;
+    if (e->wide) {
+        red = e->wide;
+        rdt = ZINC_DTYPE_FP32;
+        s = e->dev->iface->cast(e->dev, red, rdt, b, e->dtype, G->padded, 1.0f);
+        if (s != ZINC_OK) return zeng_fail_sequence(e, s, "%s: %s", fn, e->dev->err);
+    }
+    s = zcomm_reduce_scatter(e->comm, red, G->padded, (zdt)rdt, 1.0f / (float)e->world_size);
+    if (s != ZINC_OK) return comm_fail(e, s, fn, "reduce-scatter");
+    const char *own = red + G->slice * (size_t)e->rank * zinc_dtype_size(rdt);
+    /* Offload: the shard accumulates in host memory (offload.c); else on the device, in the
+     * accumulation dtype: fp32 sums of the reduced slices with grad_accum_dtype "fp32", as
+     * DeepSpeed's stages 2-3 add them */
+    if (e->grad_host) return zoffload_reduce_to_host(e, group, own, rdt);
+    s = e->dev->iface->accumulate(e->dev, (char *)e->grad + G->shard_off * zeng_gsize(e),
+                                  e->gdtype, own, rdt, G->slice);
+    if (s != ZINC_OK) return zeng_fail(e, s, "%s: %s", fn, e->dev->err);
+    return ZINC_OK;
+}
+
+/* The hand-over of a group's bucket, then zeroed and free. Stages 2-3: reduced now
+ * (reduce_bucket). Stage 1 with fp32 sums: added into this rank's fp32 sums of the whole group,
+ * which zinc_step reduces (DeepSpeed's BF16_Optimizer and stage_1_and_2.py's grad_accum
+ * attribute: hp_grad += lp_grad.float() each micro-step). Otherwise (unbucketed, stages 0-1)
+ * nothing: the model added into the gradient buffer itself, which zinc_step reduces. */
 static zinc_status hand_over(zinc_engine_t *e, int group, const char *fn)
 {
-    if (e->stage < 2) return ZINC_OK;
+    if (!e->bucketed) return ZINC_OK;
     /* A group whose gradient was never touched still takes part with a zero bucket: the
      * collective needs all. */
     const zplan_group *G = &e->plan.groups[group];
     zgroup_state *gs = &e->gstate[group];
-    size_t d = zeng_dsize(e);
     char *b;
     zinc_status s = group_bucket(e, group, fn, 1, &b);
     if (s != ZINC_OK) return s;
-    s = zcomm_reduce_scatter(e->comm, b, G->padded, (zdt)e->dtype, 1.0f / (float)e->world_size);
-    if (s != ZINC_OK) return comm_fail(e, s, fn, "reduce-scatter");
-    const char *own = b + G->slice * (size_t)e->rank * d;
-    /* Offload: the shard accumulates in host memory (offload.c); else on the device. */
-    if (e->grad_host) {
-        s = zoffload_reduce_to_host(e, group, own);
+    if (e->stage >= 2) {
+        s = reduce_bucket(e, group, b, fn);
         if (s != ZINC_OK) return s;
     } else {
-        /* in the accumulation dtype: fp32 sums of the 16-bit reduced slices with
-         * grad_accum_dtype "fp32", as DeepSpeed's stages 2-3 add them */
-        s = e->dev->iface->accumulate(e->dev, (char *)e->grad + G->shard_off * zeng_gsize(e),
-                                      e->gdtype, own, e->dtype, G->slice);
+        s = e->dev->iface->accumulate(e->dev, (char *)e->grad + G->flat_off * zeng_gsize(e),
+                                      e->gdtype, b, e->dtype, G->padded);
     }
-    if (s == ZINC_OK) s = e->dev->iface->memset0(e->dev, b, G->padded * d);
+    if (s == ZINC_OK) s = e->dev->iface->memset0(e->dev, b, G->padded * zeng_dsize(e));
     if (s != ZINC_OK) return zeng_fail(e, s, "%s: %s", fn, e->dev->err);
     e->bucket_owner[gs->bucket] = -1;
     gs->bucket = -1;
@@ -211,6 +235,37 @@ static void *own_grad(zinc_engine_t *e, int g)
     return (char *)e->grad + off * zeng_gsize(e);
 }
 
+/* Stage 1, fp32 sums reduced in the working dtype (communication_data_type not "fp32"): as
+ * DeepSpeed 0.19.8 reduces them (its buffered all-reduce converts the fp32 sums to the
+ * communication dtype, reduces, converts back), each group's sums rounded to the working dtype in
+ * a free bucket, reduce-scattered there, and this rank's slice widened back into the sums. */
+static zinc_status reduce_rounded(zinc_engine_t *e, float scale)
+{
+    int free_bucket = -1;
+    for (int i = 0; i < e->nbuckets && free_bucket < 0; i++)
+        if (e->bucket_owner[i] < 0) free_bucket = i;
+    if (free_bucket < 0)
+        return zeng_fail_sequence(e, ZINC_ERR_USAGE, "zinc_step: every gradient bucket holds a "
+                                  "group's gradients that were not handed over (zinc_grads_more "
+                                  "hands over what was added after zinc_grads_ready)");
+    char *b = bucket_at(e, free_bucket);
+    const zdev_iface_t *D = e->dev->iface;
+    size_t gs = zeng_gsize(e), d = zeng_dsize(e);
+    for (int g = 0; g < e->plan.ngroups; g++) {
+        const zplan_group *G = &e->plan.groups[g];
+        char *sums = (char *)e->grad + G->flat_off * gs;
+        size_t own = G->slice * (size_t)e->rank;
+        zinc_status s = D->cast(e->dev, b, e->dtype, sums, e->gdtype, G->padded, 1.0f);
+        if (s != ZINC_OK) return zeng_fail_sequence(e, s, "zinc_step: %s", e->dev->err);
+        s = zcomm_reduce_scatter(e->comm, b, G->padded, (zdt)e->dtype, scale);
+        if (s != ZINC_OK) return comm_fail(e, s, "zinc_step", "reduce-scatter of the gradients");
+        s = D->cast(e->dev, sums + own * gs, e->gdtype, b + own * d, e->dtype, G->slice, 1.0f);
+        if (s == ZINC_OK) s = D->memset0(e->dev, b, G->padded * d);
+        if (s != ZINC_OK) return zeng_fail(e, s, "zinc_step: %s", e->dev->err);
+    }
+    return ZINC_OK;
+}
+
 static zinc_status reduce_grads(zinc_engine_t *e)
 {
     float scale = 1.0f / (float)e->world_size;
@@ -218,6 +273,8 @@ static zinc_status reduce_grads(zinc_engine_t *e)
     if (e->stage == 0) {
         s = zcomm_all_reduce(e->comm, e->grad, e->plan.flat_numel, (zdt)e->gdtype, scale);
         if (s != ZINC_OK) return comm_fail(e, s, "zinc_step", "all-reduce of the gradients");
+    } else if (e->stage == 1 && e->gdtype != e->dtype && !zcfg_reduces_fp32(&e->cfg)) {
+        return reduce_rounded(e, scale);
     } else if (e->stage == 1) {
         for (int g = 0; g < e->plan.ngroups; g++) {
             const zplan_group *G = &e->plan.groups[g];

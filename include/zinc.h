@@ -347,12 +347,14 @@ ZINC_API zinc_status zinc_param_data(zinc_engine_t *e, int param, void **out);
  * ADDS its gradient into it (so a tied weight can receive several contributions). It holds zero
  * at the start of every optimizer step and, at stages 2-3, again after each zinc_grads_ready of
  * its group. At stages 2-3 the buffer is a group bucket: at most `zinc.grad_buckets` (config)
- * groups may hold gradients that were not yet handed over with zinc_grads_ready. */
+ * groups may hold gradients that were not yet handed over with zinc_grads_ready. So is it at
+ * stage 1 with data_types.grad_accum_dtype "fp32" (16-bit training), where zinc_grads_ready adds
+ * the bucket into the rank's fp32 sums: the view is 16-bit there too. */
 ZINC_API zinc_status zinc_param_grad(zinc_engine_t *e, int param, void **out);
 
-/* Stages 2-3: the bucket (0 .. zinc.grad_buckets - 1) that holds the group's gradient in this
- * micro-step, taking one if the group has none yet, as zinc_param_grad does; -1 in *slot below
- * stage 2. Buckets are taken in rotation, so consecutive groups use different ones: a caller on
+/* Stages 2-3 (and stage 1 with fp32 gradient sums): the bucket (0 .. zinc.grad_buckets - 1)
+ * that holds the group's gradient in this micro-step, taking one if the group has none yet, as
+ * zinc_param_grad does; -1 in *slot where the model adds into the gradient buffer itself. Buckets are taken in rotation, so consecutive groups use different ones: a caller on
  * another stream (the Python front-end) orders its adds after the work zinc queued after the
  * zinc_grads_ready that last used THAT bucket (an event per bucket), not after all of zinc's
  * work, and the reduce of one group overlaps the next group's backward. */

@@ -104,7 +104,8 @@ int cmd_config(int argc, char **argv)
                file, nwarn, nwarn == 1 ? "" : "s", ov.world_size, (long long)c.train_batch_size,
                (long long)c.micro_batch, (long long)c.grad_accum, ov.world_size, c.zero.stage,
                zinc_dtype_name(c.dtype),
-               c.grad_accum_dtype != c.dtype ? " (gradients accumulated in fp32)" : "",
+               zcfg_reduces_fp32(&c)          ? " (gradients reduced and accumulated in fp32)"
+               : c.grad_accum_dtype != c.dtype ? " (gradients accumulated in fp32)" : "",
                c.gradient_clipping,
                c.gradient_clipping > 0 ? "" : " (off)", c.hash_hex);
     }

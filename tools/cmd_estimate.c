@@ -27,8 +27,9 @@ static void usage(FILE *f)
             "gather buffers at stage 3) are listed apart, sized by the largest group G\n"
             "(default: min(N, 5e8), DeepSpeed's default bucket size). Numbers like 7.5e9 are fine.\n"
             "--dtype is the 16-bit working copy's, default fp16 (bf16 has the same bytes).\n"
-            "--grad-accum-dtype fp32 (data_types.grad_accum_dtype, stages 2-3, 16-bit --dtype):\n"
-            "the gradient shard's sums in fp32, 4 bytes an element instead of 2.\n"
+            "--grad-accum-dtype fp32 (data_types.grad_accum_dtype, stages 1-3, 16-bit --dtype):\n"
+            "the gradient sums in fp32, 4 bytes an element instead of 2 (stage 1: the whole\n"
+            "model's, with 16-bit buckets; stages 2-3: the shard's).\n"
             "--offload-optimizer (zero_optimization.offload_optimizer {\"device\": \"cpu\"}, stages\n"
             "1-3): master, m, v of the shard in host memory, with host copies of the gradient\n"
             "shard and of the 16-bit update; device and host bytes are listed apart.\n"
@@ -118,23 +119,22 @@ int cmd_estimate(int argc, char **argv)
         return zarg_usage_error("estimate", "--nvme needs --offload-optimizer (the NVMe tier "
                                 "holds the offloaded optimizer state)");
     /* data_types.grad_accum_dtype: the working dtype (no change), or fp32 with a 16-bit one at
-     * stages 2-3, where the engine keeps the sums in fp32 (the config refuses the rest) */
+     * stages 1-3, where the engine keeps the sums in fp32 (the config refuses the rest) */
     int grad_fp32 = gacc_set && gacc != dtype;
     if (grad_fp32 && (gacc != ZINC_DTYPE_FP32 || dtype == ZINC_DTYPE_FP32))
         return zarg_usage_error("estimate", "--grad-accum-dtype %s with --dtype %s: it is fp32 "
                                 "with a 16-bit --dtype, or the --dtype itself",
                                 zinc_dtype_name(gacc), zinc_dtype_name(dtype));
     if (grad_fp32 && !zcfg_grad_fp32_allowed((int)stage, dtype))
-        return zarg_usage_error("estimate", "--grad-accum-dtype fp32 needs --stage 2 or 3 (zinc "
-                                "keeps fp32 gradient sums there; DeepSpeed's stage 1 does it in "
-                                "its BF16_Optimizer, which zinc does not have)");
+        return zarg_usage_error("estimate", "--grad-accum-dtype fp32 needs --stage 1, 2 or 3 "
+                                "(without ZeRO DeepSpeed refuses it too)");
     if (group == UNSET) group = zest_default_group(params);
     if (group < 1 || group > params)
         return zarg_usage_error("estimate", "--group-size: expected 1..%lld (--params), got %lld",
                                 params, group);
 
     zest_mem m;
-    zest_memory(params, (int)world, (int)stage, dtype, offload, offload_param, grad_fp32, group,
+    zest_memory(params, (int)world, (int)stage, dtype, offload, offload_param, grad_fp32, 0, group,
                 (int)buckets, (int)gathers, &m);
     uint64_t disk = nvme ? zest_nvme(&m, (int)world, dtype, offload_param, group) : 0;
     const uint64_t *b = m.dev, *h = m.host;
@@ -176,8 +176,8 @@ int cmd_estimate(int argc, char **argv)
 }
 
 void zest_memory(long long params, int world, int stage, zinc_dtype dtype, int offload,
-                 int offload_param, int grad_fp32, long long group, int buckets, int gathers,
-                 zest_mem *m)
+                 int offload_param, int grad_fp32, int reduce_fp32, long long group, int buckets,
+                 int gathers, zest_mem *m)
 {
     zmem_estimate((uint64_t)params, world, stage, dtype,
                   (offload ? ZMEM_OFFLOAD_OPTIMIZER : 0) | (offload_param ? ZMEM_OFFLOAD_PARAM : 0) |
@@ -190,9 +190,12 @@ void zest_memory(long long params, int world, int stage, zinc_dtype dtype, int o
     uint64_t d = zinc_dtype_size(dtype), gd = grad_fp32 ? 4 : d;
     /* with offload at stages 2-3 also the one-slice scratch of the host gradient's additions, in
      * the sums' dtype */
+    /* stage 1 with fp32 sums: the buckets the micro-step's 16-bit gradient goes through */
     b[ZINC_MEM_BUCKET] = stage >= 2 ? (uint64_t)buckets * gpad * d +
-                                          (offload ? gpad / (uint64_t)world * gd : 0)
-                                    : 0;
+                                          (offload ? gpad / (uint64_t)world * gd : 0) +
+                                          (reduce_fp32 ? gpad * 4 : 0)
+                         : stage == 1 && grad_fp32 ? (uint64_t)buckets * gpad * d
+                                                   : 0;
     b[ZINC_MEM_GATHER] = stage == 3 ? (uint64_t)gathers * gpad * d : 0;
     m->state = b[ZINC_MEM_PARAM16] + b[ZINC_MEM_GRAD] + b[ZINC_MEM_MASTER] + b[ZINC_MEM_ADAM_M] +
                b[ZINC_MEM_ADAM_V];

@@ -102,7 +102,7 @@ static const int zplan_scale[] = {1, 8, 16, 64, 256, 1024};
 /* Fills stage, dtype, accumulation, micro-batch and offload from a DeepSpeed config where the
  * flags left them unset. Returns 0, or the exit code after printing the config's errors. */
 static int plan_config(const char *file, double *v, zinc_dtype *dtype, int dtype_set,
-                       int *offload, int *offload_param, int *grad_fp32)
+                       int *offload, int *offload_param, int *grad_fp32, int *reduce_fp32)
 {
     zcfg_overrides ov = {.world_size = (int)v[P_GPUS], .lr = -1.0};
     if (v[P_MICRO] > 0) ov.micro_batch = (int64_t)v[P_MICRO];
@@ -129,6 +129,7 @@ static int plan_config(const char *file, double *v, zinc_dtype *dtype, int dtype
     *offload |= zcfg_offloads_optimizer(&c);
     *offload_param |= zcfg_offloads_param(&c);
     *grad_fp32 = c.grad_accum_dtype != c.dtype;
+    *reduce_fp32 = zcfg_reduces_fp32(&c);
     return 0;
 }
 
@@ -193,7 +194,9 @@ static void print_text(const zplan_in *in, const zplan_out *o, const zplan_out *
     printf(", seq %.0f; micro-batch %lld x accumulation %d%s\n", in->seq, in->micro_batch,
            in->accum, in->checkpointing ? ", activation checkpointing" : "");
     printf("  ZeRO stage %d, %s%s%s; %d x %s (%d per node), efficiency %.2f\n", in->stage,
-           zinc_dtype_name(in->dtype), in->grad_fp32 ? " (fp32 gradient sums)" : "",
+           zinc_dtype_name(in->dtype),
+           in->reduce_fp32 ? " (fp32 gradient sums, reduced in fp32)"
+           : in->grad_fp32 ? " (fp32 gradient sums)" : "",
            in->offload_param ? ", optimizer and parameters offloaded"
            : in->offload     ? ", optimizer offloaded" : "",
            in->gpus, in->gpu->label, in->per_node, in->efficiency);
@@ -394,6 +397,7 @@ int cmd_plan(int argc, char **argv)
     zinc_dtype dtype = ZINC_DTYPE_BF16;
     int json = 0, ckpt = 0, offload = 0, offload_param = 0, dtype_set = 0, gated = 0;
     int grad_fp32 = 0;     /* --config's data_types.grad_accum_dtype "fp32" */
+    int reduce_fp32 = 0;   /* and its communication_data_type "fp32" */
     int offload_flag = 1, offload_param_flag = 1; /* 0: a config set it, not the flag */
     int recommend = 0, calibrate = 0;
     if (zarg_wants_help(argc, argv)) {
@@ -585,7 +589,8 @@ int cmd_plan(int argc, char **argv)
     }
     if (config) {
         offload_flag = offload, offload_param_flag = offload_param;
-        int rc = plan_config(config, v, &dtype, dtype_set, &offload, &offload_param, &grad_fp32);
+        int rc = plan_config(config, v, &dtype, dtype_set, &offload, &offload_param, &grad_fp32,
+                             &reduce_fp32);
         if (rc) return rc;
     }
     if (v[P_STAGE] < 0) return zarg_usage_error("plan", "--stage S (0..3) or --config is required");
@@ -612,6 +617,7 @@ int cmd_plan(int argc, char **argv)
         .dtype = dtype, .offload = offload, .offload_param = offload_param,
         /* where the engine honours it: flags may have changed what the config set */
         .grad_fp32 = grad_fp32 && zcfg_grad_fp32_allowed((int)v[P_STAGE], dtype),
+        .reduce_fp32 = reduce_fp32 && grad_fp32 && zcfg_grad_fp32_allowed((int)v[P_STAGE], dtype),
         .gpu = gpu,
         .intra = {v[P_INTRA_BW] > 0 ? v[P_INTRA_BW] * 1e9 : gpu->nvlink_bw,
                   v[P_INTRA_LAT] >= 0 ? v[P_INTRA_LAT] * 1e-6

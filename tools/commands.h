@@ -102,10 +102,12 @@ typedef struct {
     uint64_t total;       /* state + buckets + gather buffers */
     uint64_t host_total;  /* sum of host[] */
 } zest_mem;
-/* grad_fp32: the gradient sums in fp32 (data_types.grad_accum_dtype "fp32", stages 2-3). */
+/* grad_fp32: the gradient sums in fp32 (data_types.grad_accum_dtype "fp32", stages 1-3);
+ * reduce_fp32: and reduced in fp32 (communication_data_type "fp32", zcfg_reduces_fp32), through
+ * an fp32 scratch of the largest group beside the buckets. */
 void zest_memory(long long params, int world, int stage, zinc_dtype dtype, int offload,
-                 int offload_param, int grad_fp32, long long group, int buckets, int gathers,
-                 zest_mem *m);
+                 int offload_param, int grad_fp32, int reduce_fp32, long long group, int buckets,
+                 int gathers, zest_mem *m);
 /* zinc estimate's defaults, which zinc plan uses too: the largest group is all the parameters
  * up to DeepSpeed's default bucket size (5e8 elements); the engine's default zinc.grad_buckets
  * and zinc.gather_buffers. */

@@ -89,6 +89,8 @@ typedef struct {
     zinc_dtype dtype;
     int offload, offload_param;
     int grad_fp32;          /* --config's data_types.grad_accum_dtype "fp32": fp32 gradient sums */
+    int reduce_fp32;        /* and communication_data_type "fp32": reduced in fp32
+                               (zcfg_reduces_fp32) */
     /* machine */
     const zplan_gpu *gpu;
     zplan_link intra, inter;

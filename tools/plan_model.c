@@ -97,8 +97,9 @@ void zplan_step(const zplan_in *in, zplan_out *o)
      * and memory per rank grew with the stage). */
     long long P = (long long)in->params;
     zest_memory(P, n, in->stage, in->dtype, in->offload, in->offload_param, in->grad_fp32,
-                zplan_largest_group(in), ZEST_BUCKETS, ZEST_GATHERS, &o->mem);
-    zvol_estimate((uint64_t)P, n, in->stage, in->dtype, k, o->coll);
+                in->reduce_fp32, zplan_largest_group(in), ZEST_BUCKETS, ZEST_GATHERS, &o->mem);
+    zvol_estimate((uint64_t)P, n, in->stage, in->dtype, in->reduce_fp32 ? ZINC_DTYPE_FP32 : in->dtype,
+                  k, o->coll);
 
     double rs = (double)o->coll[ZINC_COLL_REDUCE_SCATTER];
     double ag = (double)o->coll[ZINC_COLL_ALL_GATHER];

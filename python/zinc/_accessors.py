@@ -330,7 +330,7 @@ class _AccessorsMixin:
 
     def get_data_types(self):
         """(model dtype, gradient accumulation dtype), as DeepSpeed's: the working dtype twice,
-        or with data_types.grad_accum_dtype "fp32" (16-bit training at stages 2-3) fp32 second."""
+        or with data_types.grad_accum_dtype "fp32" (16-bit training at stages 1-3) fp32 second."""
         acc = self._resolved.get("data_types", {}).get("grad_accum_dtype")
         return _TORCH_DTYPE[self._code], (_TORCH_DTYPE[0] if acc == "fp32"
                                           else _TORCH_DTYPE[self._code])

@@ -90,7 +90,7 @@ class _HandOverMixin:
             slot = -1
             st = self._torch_stream()
             self._need_grad_buffer(st)
-            if self._stage >= 2:
+            if self._bucketed:
                 s = ctypes.c_int()
                 self._call(lib.zinc_grad_bucket(e, G.gid, ctypes.byref(s)))
                 slot = G.slot = s.value
@@ -152,7 +152,7 @@ class _HandOverMixin:
         step): DeepSpeed keeps them there. `what` names the call (engine or optimizer)."""
         if not self._window_grads:
             return
-        if self._interrupted and self._stage >= 2 and any(G.done for G in self._g):
+        if self._interrupted and self._bucketed and any(G.done for G in self._g):
             # A backward raised midway after some groups were handed over: their part of this
             # micro-step is reduced into zinc's window sum already, where the rest of the window
             # is (the next backward would add to it: zinc_grads_more). zinc cannot take back only
@@ -168,7 +168,11 @@ class _HandOverMixin:
             # only to a backward that follows, so they stay. (Its stage 0 steps with `.grad`
             # None there, which skips those parameters' update; zinc applies the window.)
             return
-        if self._stage < 2:
+        if self._stage < 2 and self._bucketed:
+            # stage 1 with fp32 sums: zinc added the hand-overs into the lent buffer on its
+            # stream (and a bucket a raised hand-over kept holds more): zinc clears both
+            self._clear_window_sums()
+        elif self._stage < 2:
             if self._grad_buf is not None:   # on torch's stream, after its adds (zinc queues
                 self._grad_buf.zero_()       # nothing on it until the step)
         elif self._stage == 3 and what == "optimizer":

@@ -357,6 +357,11 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
         # config accessors below read it.
         self._read_batch()
         self._code = lib.zinc_engine_dtype(e)
+        # The model's gradients go through zinc's group buckets (zinc_grad_bucket, the
+        # hand-over's events): at stages 2-3, and at stage 1 with fp32 gradient sums, where
+        # zinc_grads_ready adds the 16-bit bucket into them.
+        model_dt, acc_dt = self.get_data_types()
+        self._bucketed = self._stage >= 2 or acc_dt != model_dt
         # fp16 at ZeRO stage 0: DeepSpeed 0.19.8's engine.backward scales the loss only for a
         # ZeROOptimizer, and its stage-0 fp16 optimizers (FP16_Optimizer, FP16_UnfusedOptimizer)
         # are not ones, yet their step divides the gradients by the loss scale: Adam gets the
@@ -623,7 +628,7 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
         self._call(fn(self._e, anchor, ctypes.byref(ptr)))
         base = ptr.value - anchor_bytes
         # (A view with its own storage: as_strided's offsets count from the span's start.)
-        views = self._lent_views if kind == "grad" and self._stage < 2 else self._views
+        views = self._lent_views if kind == "grad" and not self._bucketed else self._views
         key = (G.gid, kind)
         kept = views.get(key)        # [(base, view, its parameters' views)], the last used first
         if kept is None:
@@ -852,6 +857,13 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
         if self._stage >= 2:
             raise RuntimeError(f"zinc: no_sync is incompatible with the gradient partitioning "
                                f"of ZeRO stage {self._stage} (as in DeepSpeed: stages 0-1 only)")
+        if self._bucketed:
+            # DeepSpeed adds each backward inside into its fp32 sums; zinc keeps them in
+            # `.grad`, where autograd would sum them in the working dtype: other roundings
+            raise RuntimeError("zinc: no_sync is not supported at ZeRO stage 1 with "
+                               "data_types.grad_accum_dtype \"fp32\" (its backward passes would "
+                               "be summed in the working dtype before the fp32 sums); remove "
+                               "the key or use gradient_accumulation_steps")
         if self._no_sync:
             raise RuntimeError("zinc: no_sync entered again inside no_sync")
         self._no_sync = True

@@ -1184,7 +1184,7 @@ static void test_torch_adam(void)
 
 /* data_types.param_dtype and grad_accum_dtype: the working dtype by any name DeepSpeed's
  * DtypeEnum takes is accepted (param_dtype was refused whatever it said), another refused;
- * grad_accum_dtype fp32 with fp16/bf16 only at stages 2-3 (any offload), where it sets
+ * grad_accum_dtype fp32 with fp16/bf16 only at stages 1-3 (any offload), where it sets
  * c.grad_accum_dtype (checked below). */
 static void test_data_types(void)
 {
@@ -1207,9 +1207,9 @@ static void test_data_types(void)
         {"\"fp16\": {\"enabled\": true}, \"zero_optimization\": {\"stage\": 3}, ",
          "grad_accum_dtype", "torch.float32", 1},
         {"\"bf16\": {\"enabled\": true}, \"zero_optimization\": {\"stage\": 1}, ",
-         "grad_accum_dtype", "fp32", 0},
+         "grad_accum_dtype", "fp32", 1},
         {"\"fp16\": {\"enabled\": true}, \"zero_optimization\": {\"stage\": 1}, ",
-         "grad_accum_dtype", "fp32", 0},
+         "grad_accum_dtype", "fp32", 1},
         {"\"bf16\": {\"enabled\": true}, " Z3OFF, "grad_accum_dtype", "fp32", 1},
         {"\"bf16\": {\"enabled\": true}, " Z2NVME, "grad_accum_dtype", "fp32", 1},
         {"\"bf16\": {\"enabled\": true}, " Z2, "grad_accum_dtype", "fp16", 0},

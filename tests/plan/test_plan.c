@@ -138,7 +138,7 @@ static void test_volumes(void)
                 }
                 zplan p = {.ngroups = groups, .nparams = groups, .groups = grp, .params = prm};
                 ZT_CHECK(zplan_layout(&p, n) == 0, "layout");
-                zvol_plan(&p, stage, ZINC_DTYPE_BF16, accum, want);
+                zvol_plan(&p, stage, ZINC_DTYPE_BF16, ZINC_DTYPE_BF16, accum, want);
                 for (int k = 0; k < ZINC_COLL_COUNT; k++)
                     ZT_CHECK(engine[k] == want[k], "N=%d stage %d groups %d accum %d collective "
                              "%d: engine %llu, plan %llu", n, stage, groups, accum, k,
@@ -177,6 +177,120 @@ static int run_json(const char *args, char *buf, size_t cap)
     const char *out = run_out(cmd);
     snprintf(buf, cap, "%s", out ? out : "");
     return out ? 0 : -1;
+}
+
+/* fp32 gradient sums reduced in fp32 (data_types.grad_accum_dtype and communication_data_type
+ * "fp32", bf16, stages 1-3): two local ranks, one group of P, one step of 2 micro-steps. The
+ * engine's counters against zvol_plan with an fp32 reduce-scatter (twice the 16-bit bytes) and
+ * against `zinc plan --config`'s comm_bytes; the bucket block the engine plans against
+ * zest_memory's: at stages 2-3 with the fp32 scratch of the group beside the buckets, larger
+ * than without communication_data_type by 4 bytes an element of the padded group; at stage 1
+ * the 16-bit buckets alone, either way. */
+typedef struct {
+    const char *cfg;
+    zinc_world_t *world;
+    uint64_t coll[ZINC_COLL_COUNT], bucket;
+} wire_ctx;
+
+#define WIRE_P 10007
+
+static void wire_rank(int rank, void *arg)
+{
+    wire_ctx *c = arg;
+    const int64_t P = WIRE_P;
+    zinc_engine_options_t o = {.config_json = c->cfg, .world = c->world, .rank = rank,
+                               .threads = 1};
+    zinc_engine_t *e = NULL;
+    int g = -1, p = -1;
+    ZT_OK(zinc_engine_create(&o, &e));
+    if (!e) return;
+    ZT_OK(zinc_group_add(e, "g", &g));
+    ZT_OK(zinc_param_add(e, g, "w", 1, &P, ZINC_DTYPE_BF16, &p));
+    ZT_OK(zinc_finalize(e));
+    uint64_t planned[ZINC_MEM_COUNT], alloc[ZINC_MEM_COUNT];
+    ZT_OK(zinc_memory(e, planned, alloc));
+    for (int m = 0; m < 2; m++) {
+        ZT_OK(zinc_gather(e, g));
+        ZT_OK(zinc_release(e, g));
+        ZT_OK(zinc_gather(e, g));
+        ZT_OK(zinc_release(e, g));
+        ZT_OK(zinc_grads_ready(e, g));
+        zinc_step_info_t info;
+        ZT_OK(zinc_step(e, &info));
+    }
+    if (rank == 0) {
+        ZT_OK(zinc_comm_bytes(e, c->coll));
+        c->bucket = planned[ZINC_MEM_BUCKET];
+    }
+    zinc_engine_destroy(e);
+}
+
+static void wire_run(wire_ctx *c)
+{
+    ZT_OK(zinc_world_create_local(2, &c->world));
+    if (!c->world) return;
+    zt_run_ranks(2, wire_rank, c);
+    zinc_world_destroy(c->world);
+}
+
+static void test_reduce_fp32(void)
+{
+    for (int stage = 1; stage <= 3; stage++) {
+        char cfg[2][512], file[64];
+        for (int w = 0; w < 2; w++)
+            snprintf(cfg[w], sizeof cfg[w],
+                     "{\"train_micro_batch_size_per_gpu\": 1, \"gradient_accumulation_steps\": 2, "
+                     "\"bf16\": {\"enabled\": true}, \"data_types\": {\"grad_accum_dtype\": "
+                     "\"fp32\"}, %s\"zero_optimization\": {\"stage\": %d, "
+                     "\"stage3_param_persistence_threshold\": 0}}",
+                     w ? "\"communication_data_type\": \"fp32\", " : "", stage);
+        wire_ctx wide = {.cfg = cfg[1]}, narrow = {.cfg = cfg[0]};
+        wire_run(&wide);
+        wire_run(&narrow);
+        zplan_param prm = {.numel = WIRE_P, .group = 0, .ndim = 1};
+        zplan_group grp = {.first_param = 0, .nparams = 1};
+        zplan pl = {.ngroups = 1, .nparams = 1, .groups = &grp, .params = &prm};
+        ZT_CHECK(zplan_layout(&pl, 2) == 0, "layout");
+        uint64_t want[ZINC_COLL_COUNT];
+        zvol_plan(&pl, stage, ZINC_DTYPE_BF16, ZINC_DTYPE_FP32, 2, want);
+        for (int k = 0; k < ZINC_COLL_COUNT; k++)
+            ZT_CHECK(wide.coll[k] == want[k], "stage %d reduced in fp32, collective %d: engine "
+                     "%llu, plan %llu", stage, k, (unsigned long long)wide.coll[k],
+                     (unsigned long long)want[k]);
+        ZT_CHECK(wide.coll[ZINC_COLL_REDUCE_SCATTER] == 2 * narrow.coll[ZINC_COLL_REDUCE_SCATTER],
+                 "stage %d: reduce-scatter bytes %llu in fp32, %llu in bf16", stage,
+                 (unsigned long long)wide.coll[ZINC_COLL_REDUCE_SCATTER],
+                 (unsigned long long)narrow.coll[ZINC_COLL_REDUCE_SCATTER]);
+        ZT_CHECK(wide.bucket == narrow.bucket + (stage >= 2 ? 4 * pl.max_group_padded : 0) &&
+                     narrow.bucket > 0,
+                 "stage %d: bucket block %llu reduced in fp32, %llu in bf16 (group padded to %zu)",
+                 stage, (unsigned long long)wide.bucket, (unsigned long long)narrow.bucket,
+                 pl.max_group_padded);
+        /* the CLI from the same config file */
+        snprintf(file, sizeof file, "/tmp/zinc-plan-wire-%d-%d.json", (int)getpid(), stage);
+        FILE *f = fopen(file, "w");
+        ZT_CHECK(f != NULL, "cannot write %s", file);
+        if (!f) continue;
+        fputs(cfg[1], f);
+        fclose(f);
+        char cmd[512];
+        snprintf(cmd, sizeof cmd, "%s plan --params %d --seq 16 --gpus 2 --gpu h100 --config %s "
+                 "--json", ZINC_CLI, WIRE_P, file);
+        static char out[16384];
+        const char *o = run_out(cmd);
+        snprintf(out, sizeof out, "%s", o ? o : "");
+        uint64_t cli[ZINC_COLL_COUNT];
+        int rc = read_counters(out, cli);
+        ZT_CHECK(rc == 0, "%s: no comm_bytes", cmd);
+        for (int k = 0; rc == 0 && k < ZINC_COLL_COUNT; k++)
+            ZT_CHECK(cli[k] == wide.coll[k], "CLI stage %d reduced in fp32, collective %d: plan "
+                     "%llu, engine %llu", stage, k, (unsigned long long)cli[k],
+                     (unsigned long long)wide.coll[k]);
+        long long cb = json_field(out, "\"bucket\": ");
+        ZT_CHECK(cb == (long long)wide.bucket, "CLI stage %d: bucket bytes %lld, engine %llu",
+                 stage, cb, (unsigned long long)wide.bucket);
+        unlink(file);
+    }
 }
 
 static void test_memory(void)
@@ -560,6 +674,7 @@ int main(void)
 {
     test_alpha_beta();
     test_volumes();
+    test_reduce_fp32();
     test_memory();
     test_offload_bytes();
     test_monotonic();

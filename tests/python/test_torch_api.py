@@ -514,28 +514,37 @@ def check_client_accessors():
 
 
 def check_grad_accum_fp32(stage):
-    """data_types.grad_accum_dtype "fp32" with bf16: at stages 2-3 get_data_types says so and,
+    """data_types.grad_accum_dtype "fp32" with bf16: at stages 1-3 get_data_types says so and,
     on one rank, the gradient read back before the step is bitwise the fp32 sum of torch's bf16
     gradients of the window's micro-steps, with and without offload_optimizer "cpu" (with the
     key missing, their bf16 sum: the two differ, so the check tells them apart); a gradient set
-    with safe_set_full_grad that bf16 cannot hold reads back exactly; refused at stages 0-1,
-    naming the key."""
+    with safe_set_full_grad that bf16 cannot hold reads back exactly. At stage 1 those runs set
+    communication_data_type "fp32" too (the sums reduced as they are), and one more without it
+    reads the sum rounded to bf16, as the step's reduction in the working dtype leaves it
+    (DeepSpeed's BF16_Optimizer too), a set gradient too (the step's reduction rounds it: a
+    documented departure); no_sync refused at stage 1; refused at stage 0, naming the key."""
     c = cfg(stage)
     c["data_types"] = {"grad_accum_dtype": "fp32"}
-    if stage < 2:
-        check_raises(f"grad_accum_dtype fp32 refused at stage {stage}",
+    if stage == 0:
+        check_raises("grad_accum_dtype fp32 refused at stage 0",
                      lambda: zinc.initialize(model=net(), config=c), Exception,
-                     "data_types.grad_accum_dtype", f"stage {stage}" if stage else "stage 2 or 3")
+                     "data_types.grad_accum_dtype", "stage 1, 2 or 3")
         return
     from zinc.utils import safe_get_full_grad, safe_set_full_grad
     sums = {}
-    for fp32, offload in ((True, False), (True, True), (False, False)):
+    runs = ((True, False, True), (True, True, True), (True, False, False), (False, False, False))
+    if stage >= 2:
+        runs = ((True, False, False), (True, True, False), (False, False, False))
+    for fp32, offload, wire32 in runs:
         model = net()
         ref = net().to(torch.bfloat16)
         ref.scale.requires_grad_(False)
         config = copy.deepcopy(c if fp32 else cfg(stage))
         if offload:
             config["zero_optimization"]["offload_optimizer"] = {"device": "cpu"}
+        if wire32:
+            config["communication_data_type"] = "fp32"
+        rounded = stage == 1 and fp32 and not wire32
         engine, *_ = zinc.initialize(model=model, config=config)
         want = {n: torch.zeros_like(p, dtype=torch.float32) for n, p in ref.named_parameters()
                 if p.requires_grad}
@@ -554,14 +563,24 @@ def check_grad_accum_fp32(stage):
                         (want[n].to(torch.bfloat16) + p.grad).float()
         got = {n: safe_get_full_grad(p).float() for n, p in model.named_parameters()
                if p.requires_grad}
-        kind = ("fp32" if fp32 else "bf16") + (" (offload)" if offload else "")
+        kind = ("fp32" if fp32 else "bf16") + (" (offload)" if offload else "") + \
+            (" reduced in fp32" if wire32 else " reduced in bf16" if rounded else "")
+        if fp32 and stage == 1:
+            check_raises("no_sync with fp32 sums at stage 1", lambda: engine.no_sync().__enter__(),
+                         RuntimeError, "no_sync", "grad_accum_dtype")
+        if not offload and not rounded:
+            sums[fp32] = want
+        if rounded:     # what the step's reduction in bf16 makes of the sums, as DeepSpeed's
+            want = {n: w.to(torch.bfloat16).float() for n, w in want.items()}
         if fp32:
             head = model.head.bias
             fine = torch.full(got["head.bias"].shape,     # (at stage 3 head.bias is empty)
                               1 + 2 ** -12)       # fp32 holds it, bf16 does not
             safe_set_full_grad(head, fine)
-            check(f"safe_set_full_grad in {kind} sums reads back exactly",
-                  torch.equal(safe_get_full_grad(head).float(), fine),
+            back = fine.to(torch.bfloat16).float() if rounded else fine
+            check(f"safe_set_full_grad in {kind} sums reads back "
+                  f"{'rounded to bf16' if rounded else 'exactly'}",
+                  torch.equal(safe_get_full_grad(head).float(), back),
                   str(safe_get_full_grad(head)))
         engine.step()
         check(f"get_data_types with {kind} sums",
@@ -572,11 +591,40 @@ def check_grad_accum_fp32(stage):
             bad = [n for n in want if not torch.equal(got[n], want[n])]
             check(f"the window's gradient: torch's micro-step gradients summed in {kind}",
                   not bad, f"differ: {bad}")
-        if not offload:
-            sums[fp32] = want
         engine.close()
     check("fp32 and bf16 sums of the window differ (so the check can fail)",
           any(not torch.equal(sums[True][n], sums[False][n]) for n in sums[True]))
+    if stage == 1:
+        # zero_grad inside a window drops the fp32 sums so far (zinc clears them on its side,
+        # as DeepSpeed's BF16_Optimizer clears its fp32 gradients): the window's last
+        # micro-step's gradient alone remains (a single bf16 gradient: the rounding keeps it)
+        runs = []
+        for drop in (True, False):
+            model = net()
+            engine, *_ = zinc.initialize(model=model, config=c)
+            micro_step(engine, 0)
+            if drop:
+                engine.zero_grad()
+            engine.step()
+            micro_step(engine, 1)
+            runs.append({n: safe_get_full_grad(p).float().clone()
+                         for n, p in model.named_parameters() if p.requires_grad})
+            engine.step()
+            rank, one = engine.global_rank, engine.world_size == 1
+            engine.close()
+        ref = net().to(torch.bfloat16)
+        ref.scale.requires_grad_(False)
+        g = torch.Generator().manual_seed(1000 * rank + 1)
+        x = torch.randn(MICRO, 6, generator=g).to(torch.bfloat16)
+        y = torch.randn(MICRO, 3, generator=g).to(torch.bfloat16)
+        (((ref(x) - y) ** 2).mean() * (1.0 / GA)).backward()
+        last = {n: p.grad.float() for n, p in ref.named_parameters() if n in runs[0]}
+        if one:
+            check("engine.zero_grad() inside a window with fp32 sums at stage 1 drops them: the "
+                  "last micro-step's gradient alone",
+                  all(torch.equal(runs[0][n], last[n]) for n in last), str(runs[0]))
+        check("... and without it the window's two micro-steps' sum (so the check can fail)",
+              any(not torch.equal(runs[0][n], runs[1][n]) for n in runs[0]))
 
 
 def check_client_state(engine, ck):
