@@ -580,7 +580,9 @@ void zc_parse_scalars(zcctx *x, json_object *root, zcfg *c)
         else if (d == ZINC_DTYPE_FP32)
             /* zinc sends gradients in the working dtype, accumulates every reduction in fp32
              * and rounds once to the working dtype: DeepSpeed's "fp32" (the gradients upcast,
-             * reduced in fp32, rounded once) is that arithmetic, so it is taken as written */
+             * reduced in fp32, rounded once) is that arithmetic, so it is taken as written.
+             * With fp32 gradient sums DeepSpeed's "fp32" does not round at all: zinc then
+             * reduces in fp32 too (config.h zcfg_reduces_fp32, engine/step.c). */
             c->communication_data_type = d;
         else if (d != c->dtype)
             /* the other 16-bit type on the wire would be a different rounding: refused rather

@@ -11,7 +11,8 @@
  * shard) and the same dtype, so it IS the master: no separate master block, 16Ψ and 16Ψ/N as with
  * DeepSpeed's fp32 training. (At stages 1-2 the working copy is the full flat buffer while the
  * master is the shard, so both exist.)
- * plus buffers that are not model state: gradient buckets (stages 2-3) and gather buffers
+ * plus buffers that are not model state: gradient buckets (stages 2-3, and stage 1 with fp32
+ * gradient sums) and gather buffers
  * (stage 3), each the size of the largest group, and at stage 3 the full copies of the groups
  * below stage3_param_persistence_threshold, which stay gathered.
  *

@@ -285,11 +285,12 @@ ZINC_API zinc_status zinc_param_state_set(zinc_engine_t *e, int param, zinc_para
  * fp32 into `out` (numel floats): the sum over this optimizer step's micro-steps so far, averaged
  * over the ranks, in the units the model's backward produced — multiplied by zinc_loss_multiplier
  * (the fp16 loss scale, 1/gradient_accumulation_steps), as DeepSpeed's holds it before step.
- * Collective. Between a micro-step's backward (at stages 2-3, after its group's zinc_grads_ready;
- * while the group's gradients are in the bucket but not handed over, ZINC_ERR_USAGE) and
- * zinc_step; zeros before the step's first gradients and after zinc_step. At stages 0-1 the average is
- * taken here over a copy, in fp32 (zinc_step averages the buffer itself in the working dtype, so
- * in bf16/fp16 its values can differ from these by the working dtype's rounding). */
+ * Collective. Between a micro-step's backward (at stages 2-3, and at stage 1 with fp32 gradient
+ * sums, after its group's zinc_grads_ready; while the group's gradients are in the bucket but not
+ * handed over, ZINC_ERR_USAGE) and zinc_step; zeros before the step's first gradients and after
+ * zinc_step. At stages 0-1 the reduction is taken here over a copy, as zinc_step will reduce the
+ * buffer itself: in the working dtype in bf16/fp16 (one rounding; stage 1's fp32 sums rounded to
+ * it first unless communication_data_type is "fp32"), so these are the values the step uses. */
 ZINC_API zinc_status zinc_param_grad_get(zinc_engine_t *e, int param, float *out);
 
 /* Sets a parameter's gradient for the next zinc_step from `values` (numel floats, in
@@ -382,7 +383,8 @@ ZINC_API zinc_status zinc_grad_buffer_attach(zinc_engine_t *e, void *buf, size_t
  * optimizer's restarts the partitioned sum). One clearing, queued on zinc's compute stream (a
  * CUDA caller adding into zinc_param_grad views from another stream orders its adds around it),
  * no host wait; with offload_optimizer at stages 2-3, where the sums are in host memory, one wait
- * for their downloads. At stages 2-3 the gradients in a group's bucket that were not handed over
+ * for their downloads. Where the model adds into buckets (stages 2-3, and stage 1 with fp32
+ * gradient sums) the gradients in a group's bucket that were not handed over
  * go too (a backward that failed before the group's zinc_grads_ready): the bucket is zeroed and
  * freed, and the group hands over only what is added after this, into the bucket a new
  * zinc_param_grad (or zinc_grad_bucket) gives it — a view taken before may now be another
@@ -392,8 +394,10 @@ ZINC_API zinc_status zinc_grad_buffer_attach(zinc_engine_t *e, void *buf, size_t
 ZINC_API zinc_status zinc_grads_clear(zinc_engine_t *e);
 
 /* Collective at stages 2-3: the group's gradient of this micro-step is complete; zinc
- * reduce-scatters it now, keeps this rank's slice and frees the bucket. Must be called once
- * per group per micro-step at every stage (below stage 2 it only records completion). */
+ * reduce-scatters it now, keeps this rank's slice and frees the bucket. At stage 1 with fp32
+ * gradient sums (data_types.grad_accum_dtype "fp32") it adds the bucket into this rank's fp32 sums
+ * and frees it (not collective there). Must be called once per group per micro-step at every
+ * stage (otherwise below stage 2 it only records completion). */
 ZINC_API zinc_status zinc_grads_ready(zinc_engine_t *e, int group);
 
 /* Collective at stages 2-3: more gradient for a group already handed over in this micro-step
@@ -401,9 +405,10 @@ ZINC_API zinc_status zinc_grads_ready(zinc_engine_t *e, int group);
  * checkpointing runs a backward per segment, so a module used in two segments gets one
  * contribution from each). The caller adds only the new contribution into zinc_param_grad's
  * views (at stages 2-3 a fresh, zeroed bucket) and calls this: zinc reduce-scatters it and adds
- * this rank's slice to what the group's zinc_grads_ready kept, as a sum over both. Below stage 2
- * it only checks (the gradient buffer holds the sum already). ZINC_ERR_USAGE when the group was
- * not handed over in this micro-step. */
+ * this rank's slice to what the group's zinc_grads_ready kept, as a sum over both. At stage 1
+ * with fp32 gradient sums the same with a fresh bucket, added into the sums. Otherwise below
+ * stage 2 it only checks (the gradient buffer holds the sum already). ZINC_ERR_USAGE when the
+ * group was not handed over in this micro-step. */
 ZINC_API zinc_status zinc_grads_more(zinc_engine_t *e, int group);
 
 /* What to multiply the loss by before backward: the loss scale (fp16) divided by
@@ -567,7 +572,7 @@ typedef enum zinc_mem_category {
     ZINC_MEM_MASTER,        /* fp32 master weights of the shard                                 */
     ZINC_MEM_ADAM_M,        /* Adam first moment of the shard                                   */
     ZINC_MEM_ADAM_V,        /* Adam second moment of the shard                                  */
-    ZINC_MEM_BUCKET,        /* gradient buckets (stages 2-3)                                     */
+    ZINC_MEM_BUCKET,        /* gradient buckets (stages 2-3; stage 1 with fp32 gradient sums)    */
     ZINC_MEM_GATHER,        /* gather buffers for the parameters (stage 3)                       */
     ZINC_MEM_COUNT
 } zinc_mem_category;

@@ -79,11 +79,12 @@ class _HandOverMixin:
         """Adds the group's gradients into zinc's views, drops `.grad`, zinc_grads_ready (more:
         zinc_grads_more, for gradients that came after this micro-step's hand-over)."""
         G, e = self._g[gi], self._e
-        # zinc -> torch (WAR): at stages 2-3 the view is a bucket zinc zeroed on its stream after
-        # the zinc_grads_ready that last used it; torch's adds run after that one (the buckets
-        # rotate, so not after the reduce of the group just handed over). Stages 0-1: zinc
-        # queues nothing during backward; the lent buffer was zeroed by zinc_grad_buffer_attach,
-        # which torch's stream waits for (_lend_grad_buffer).
+        # zinc -> torch (WAR): bucketed (stages 2-3, and stage 1 with fp32 sums) the view is a
+        # bucket zinc zeroed on its stream after the zinc_grads_ready that last used it; torch's
+        # adds run after that one (the buckets rotate, so not after the reduce of the group just
+        # handed over). Otherwise (stages 0-1): zinc queues nothing during backward; the lent
+        # buffer was zeroed by zinc_grad_buffer_attach, which torch's stream waits for
+        # (_lend_grad_buffer).
         # zinc's hand-over and the group's record of it end together (_interrupt): a Ctrl-C
         # between them left the group refused as handed over already, for good
         with held():
@@ -117,7 +118,7 @@ class _HandOverMixin:
                 # allocates before its kernels run, so none was added (its per-tensor CPU
                 # fallback adds same-shaped tensors in place: nothing to fail midway; at stages
                 # 0-1 the lent buffer holds the window's sum, where a partial add could not be
-                # undone). At stages 2-3 the bucket, kept by the group (G.slot) for its next
+                # undone). Bucketed, the bucket, kept by the group (G.slot) for its next
                 # hand-over, holds this hand-over's adds alone: zeroed in case some were.
                 try:
                     torch._foreach_add_(dst, src)
@@ -212,7 +213,7 @@ class _HandOverMixin:
                           f"some stages those gradients)", RuntimeWarning, stacklevel=stacklevel)
 
     def _clear_window_sums(self):
-        """zinc_grads_clear: the window's sums so far dropped, and at stages 2-3 a bucket taken
+        """zinc_grads_clear: the window's sums so far dropped, and bucketed a bucket taken
         by a hand-over that raised before its zinc_grads_ready (G.slot) given back zeroed; torch's
         adds into that bucket come before its zeroing, and torch's next add into it after."""
         held_slots = [G for G in self._g if G.slot >= 0]
@@ -235,7 +236,8 @@ class _HandOverMixin:
         rest of the time torch's allocator reuses it for activations. zinc zeroes it on its
         stream: after torch's earlier use of the memory (the allocator may hand out a block
         torch's queued kernels still read), and before torch's first add into it (stages 0-1;
-        at stages 2-3 torch adds into zinc's buckets and only zinc writes this buffer)."""
+        bucketed, at stages 2-3 and at stage 1 with fp32 sums, torch adds into zinc's buckets
+        and only zinc writes this buffer)."""
         buf = torch.empty(self._grad_bytes, dtype=torch.uint8, device=self._device)
         # attached and recorded together (_interrupt)
         with held():
@@ -247,7 +249,7 @@ class _HandOverMixin:
             self._grad_buf = buf
             if buf.data_ptr() != self._lent_ptr:   # the allocator mostly gives the same block
                 self._lent_views, self._lent_ptr = {}, buf.data_ptr()
-        if self._stage < 2:
+        if not self._bucketed:
             self._torch_after_zinc(stream)
 
     def _torch_after_bucket(self, slot, stream=None):

@@ -47,12 +47,13 @@ on its current stream, so every hand-over between the two is ordered explicitly:
   is the engine's read of the gradient norm (issue 38; counted by zinc_host_waits,
   python_host_waits);
 - the gradient buffer torch lends per window (_lend_grad_buffer): zinc's stream waits for torch's
-  before zinc_grad_buffer_attach zeroes it, and at stages 0-1 torch's stream waits for that
-  zeroing before its adds; the tensor is recorded on zinc's stream for the allocator;
+  before zinc_grad_buffer_attach zeroes it, and where torch adds into it (stages 0-1 without
+  buckets) torch's stream waits for that zeroing before its adds; the tensor is recorded on
+  zinc's stream for the allocator;
 - zinc's earlier work on a buffer -> torch writes it (a gradient bucket zinc zeroes after each
-  zinc_grads_ready at stages 2-3): torch's stream waits for the event recorded after the
-  zinc_grads_ready that last used THAT bucket (_torch_after_bucket; buckets rotate), so a
-  group's reduce overlaps the next group's backward;
+  zinc_grads_ready at stages 2-3, and at stage 1 with fp32 sums): torch's stream waits for the
+  event recorded after the zinc_grads_ready that last used THAT bucket (_torch_after_bucket;
+  buckets rotate), so a group's reduce overlaps the next group's backward;
 - zinc -> torch outside the step (a loaded checkpoint, values set at initialize or by a
   GatheredParameters context, values read to the host): zinc_engine_sync, a host wait
   (_zinc_then_torch).
@@ -290,7 +291,7 @@ class _Group:
         self.done = False         # handed over (zinc_grads_ready) this micro-step
         self.late = False         # a gradient came after this backward's hand-over (_handover)
         self.defer = False        # learned: handed over only after autograd (_handover)
-        self.slot = -1            # stages 2-3: its bucket while taken and not handed over
+        self.slot = -1            # bucketed: its bucket while taken and not handed over
         self.layout = {}          # "data"/"grad" -> its parameters' place in zinc's buffer
 
 
@@ -486,11 +487,11 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
         self._zinc_then_torch()
         self._shapes = {pid: p.shape for _, ps in self._groups for pid, _, p in ps}
         self._hooks = []
-        self._bucket_events = {}     # CUDA, stages 2-3: bucket -> event after its last reduce
+        self._bucket_events = {}     # CUDA, bucketed: bucket -> event after its last hand-over
         self._views = {}             # (group, kind) -> [(base, view, views)] (_group_span)
         self._grad_bytes = self.memory()["grad"][0]   # what zinc needs lent; 0: nothing
         self._grad_buf = None        # the torch tensor lent for this window, if any
-        self._lent_views = {}        # _views of _grad_buf (stages 0-1), kept while its address is
+        self._lent_views = {}        # _views of _grad_buf (unbucketed), kept while its address is
         self._lent_ptr = None        # the address they view
         # The two hand-over events, recorded again at each use: a stream's wait_event waits for
         # the record that came before it, so a later record of the same event moves no wait

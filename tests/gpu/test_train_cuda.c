@@ -23,9 +23,10 @@
  *                              ignores hysteresis as DeepSpeed does), and
  *                              resume across devices: a GPU checkpoint resumed on the GPU
  *                              continues bit for bit, resumed on the CPU within the same bound,
- *                              and a CPU checkpoint resumed on the GPU likewise; and ZeRO-3 bf16
- *                              with data_types.grad_accum_dtype "fp32" (2 accumulation steps)
- *                              within the bf16 bound of the same run on the CPU.
+ *                              and a CPU checkpoint resumed on the GPU likewise; and bf16 with
+ *                              data_types.grad_accum_dtype "fp32" (2 accumulation steps) at
+ *                              ZeRO-3, ZeRO-1, and ZeRO-2 with communication_data_type "fp32",
+ *                              each within the bf16 bound of the same run on the CPU.
  *                              The bounds: the first step agrees to ~3e-5 (same weights and
  *                              data, cuBLAS's summation order against the CPU's); over 40 steps
  *                              the rounding differences of the 16-bit weights grow, measured on
@@ -242,29 +243,44 @@ static int curves(void)
             }
         }
     }
-    /* data_types.grad_accum_dtype "fp32", ZeRO-3 bf16, 2 accumulation steps: the widening
-     * accumulate, the statistics and Adam on fp32 gradient sums on the GPU, against the CPU
-     * (tests/engine/test_grad_accum_fp32.c checks the arithmetic itself on the CPU). */
-    char acc_cfg[128];
-    snprintf(acc_cfg, sizeof acc_cfg, "%s/acc32.json", dir);
-    FILE *f = fopen(acc_cfg, "w");
-    ZT_CHECK(f != NULL, "cannot write %s", acc_cfg);
-    if (f) {
-        fputs("{\"train_micro_batch_size_per_gpu\": 4, \"gradient_accumulation_steps\": 2, "
-              "\"gradient_clipping\": 1.0, \"optimizer\": {\"type\": \"AdamW\", \"params\": "
-              "{\"lr\": 0.01, \"betas\": [0.9, 0.95], \"weight_decay\": 0.01}}, "
-              "\"bf16\": {\"enabled\": true}, \"zero_optimization\": {\"stage\": 3}, "
-              "\"data_types\": {\"grad_accum_dtype\": \"fp32\"}}\n", f);
+    /* data_types.grad_accum_dtype "fp32", bf16, 2 accumulation steps: the widening accumulate,
+     * the statistics and Adam on fp32 gradient sums on the GPU, against the CPU
+     * (tests/engine/test_grad_accum_fp32.c checks the arithmetic itself on the CPU). ZeRO-3;
+     * ZeRO-1, whose step rounds the sums to bf16 in a bucket and widens the reduced slice back
+     * (the fp32 -> bf16 and bf16 -> fp32 casts); ZeRO-2 with communication_data_type "fp32",
+     * whose hand-over widens the bucket and reduce-scatters fp32 (fp32 += fp32). */
+    static const struct { const char *tag; int stage; const char *extra; } acc[] = {
+        {"acc32", 3, ""},
+        {"acc32-z1", 1, ""},
+        {"acc32-z2-wire32", 2, ", \"communication_data_type\": \"fp32\""},
+    };
+    for (size_t a = 0; a < sizeof acc / sizeof acc[0]; a++) {
+        char acc_cfg[160];
+        snprintf(acc_cfg, sizeof acc_cfg, "%s/%s.json", dir, acc[a].tag);
+        FILE *f = fopen(acc_cfg, "w");
+        ZT_CHECK(f != NULL, "cannot write %s", acc_cfg);
+        if (!f) continue;
+        fprintf(f, "{\"train_micro_batch_size_per_gpu\": 4, \"gradient_accumulation_steps\": 2, "
+                "\"gradient_clipping\": 1.0, \"optimizer\": {\"type\": \"AdamW\", \"params\": "
+                "{\"lr\": 0.01, \"betas\": [0.9, 0.95], \"weight_decay\": 0.01}}, "
+                "\"bf16\": {\"enabled\": true}, \"zero_optimization\": {\"stage\": %d}, "
+                "\"data_types\": {\"grad_accum_dtype\": \"fp32\"}%s}\n", acc[a].stage,
+                acc[a].extra);
         fclose(f);
         for (int dev = 0; dev < 2; dev++) {
             const char *dn = dev ? "cuda" : "cpu";
-            snprintf(name, sizeof name, "%s-acc32", dn);
+            snprintf(name, sizeof name, "%s-%s", dn, acc[a].tag);
             snprintf(args, sizeof args, "%s --steps 40 --device %s --config '%s' --metrics "
                      "'%s/%s.jsonl'", common, dn, acc_cfg, dir, name);
             int rc = train(name, args);
             ZT_CHECK(rc == 0, "%s: exit %d", name, rc);
         }
-        same_curve("z3 bf16 fp32 sums cuda vs cpu", "cuda-acc32", "cpu-acc32", 1e-2, 1);
+        char cu[64], cp[64];
+        snprintf(what, sizeof what, "z%d bf16 fp32 sums%s cuda vs cpu", acc[a].stage,
+                 acc[a].extra[0] ? " reduced in fp32" : "");
+        snprintf(cu, sizeof cu, "cuda-%s", acc[a].tag);
+        snprintf(cp, sizeof cp, "cpu-%s", acc[a].tag);
+        same_curve(what, cu, cp, 1e-2, 1);
     }
     /* Resume across devices, ZeRO-2 bf16: saved at step 20, finished to 40. */
     const char *cfg = "--config '" ZINC_SOURCE_DIR "/configs/zero2_bf16.json'";
