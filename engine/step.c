@@ -694,9 +694,10 @@ zinc_status zinc_set_batch_size(zinc_engine_t *e, int64_t micro_batch, int64_t g
     return ZINC_OK;
 }
 
-/* What every micro-step's end checks and resets, boundary or not: each group handed over once
- * and none still gathered. Not collective: a failure aborts the world (the other ranks may
- * already wait in the next collective). */
+/* What every micro-step's end checks and resets, boundary or not: each group handed over once,
+ * nothing added into a bucket after that (it would be carried, unreduced, into the next
+ * micro-step: zinc_grads_more hands it over), and none still gathered. Not collective: a failure
+ * aborts the world (the other ranks may already wait in the next collective). */
 static zinc_status end_micro_step(zinc_engine_t *e, const char *fn)
 {
     for (int g = 0; g < e->plan.ngroups; g++) {
@@ -705,6 +706,12 @@ static zinc_status end_micro_step(zinc_engine_t *e, const char *fn)
                              "%s: group '%s' was not handed over with zinc_grads_ready in "
                              "this micro-step (every group needs it, once, before %s)",
                              fn, e->plan.groups[g].name, fn);
+        if (e->gstate[g].bucket >= 0)
+            return zeng_fail_sequence(e, ZINC_ERR_USAGE,
+                             "%s: group '%s' holds gradient added into its bucket after its "
+                             "zinc_grads_ready (zinc_param_grad or zinc_grad_bucket again): hand "
+                             "it over with zinc_grads_more before %s", fn,
+                             e->plan.groups[g].name, fn);
         if (e->gstate[g].held)
             return zeng_fail_sequence(e, ZINC_ERR_USAGE, "%s: group '%s' is still gathered; "
                              "zinc_release it first", fn, e->plan.groups[g].name);

@@ -408,7 +408,10 @@ ZINC_API zinc_status zinc_grads_ready(zinc_engine_t *e, int group);
  * this rank's slice to what the group's zinc_grads_ready kept, as a sum over both. At stage 1
  * with fp32 gradient sums the same with a fresh bucket, added into the sums. Otherwise below
  * stage 2 it only checks (the gradient buffer holds the sum already). ZINC_ERR_USAGE when the
- * group was not handed over in this micro-step. */
+ * group was not handed over in this micro-step. A micro-step's end (zinc_step, zinc_micro_step)
+ * refuses a group whose bucket holds gradient added after its hand-over and not handed over
+ * with this (ZINC_ERR_USAGE naming the group; it was carried into the next micro-step before
+ * 2026-11-30). */
 ZINC_API zinc_status zinc_grads_more(zinc_engine_t *e, int group);
 
 /* What to multiply the loss by before backward: the loss scale (fp16) divided by

@@ -335,8 +335,51 @@ static void test_misuse(void)
     zinc_engine_destroy(e);
 }
 
+/* One rank, stage 2 and stage 1 with fp32 gradient sums (both bucketed): gradient added into a
+ * group's bucket after its zinc_grads_ready and not handed over makes zinc_step refuse, naming
+ * the group and zinc_grads_more (it was carried, unreduced, into the next window); after
+ * zinc_grads_more the step goes on, and the late part is in the step's gradient. */
+static void test_late_add(int stage)
+{
+    char cfg[512];
+    snprintf(cfg, sizeof cfg, "{\"train_micro_batch_size_per_gpu\": 1, \"bf16\": {\"enabled\": "
+             "true}, %s\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01}}, "
+             "\"zero_optimization\": {\"stage\": %d}}",
+             stage == 1 ? "\"data_types\": {\"grad_accum_dtype\": \"fp32\"}, " : "", stage);
+    zinc_engine_options_t o = {.config_json = cfg, .threads = 1};
+    zinc_engine_t *e = NULL;
+    ZT_OK(zinc_engine_create(&o, &e));
+    if (!e) return;
+    int g, p;
+    int64_t s[1] = {10};
+    ZT_OK(zinc_group_add(e, "a", &g));
+    ZT_OK(zinc_param_add(e, g, "a.w", 1, s, ZINC_DTYPE_BF16, &p));
+    ZT_OK(zinc_finalize(e));
+    void *v = NULL;
+    ZT_OK(zinc_param_grad(e, p, &v));
+    for (int i = 0; v && i < 10; i++) zk_store(v, ZINC_DTYPE_BF16, (size_t)i, 1.0f);
+    ZT_OK(zinc_grads_ready(e, g));
+    ZT_OK(zinc_param_grad(e, p, &v));        /* more, after the hand-over */
+    for (int i = 0; v && i < 10; i++) zk_store(v, ZINC_DTYPE_BF16, (size_t)i, 2.0f);
+    zinc_step_info_t info;
+    ZT_CHECK(zinc_step(e, &info) == ZINC_ERR_USAGE && strstr(zinc_last_error(e), "'a'") &&
+                 strstr(zinc_last_error(e), "zinc_grads_more"),
+             "stage %d: a step with gradient added after the hand-over: %s", stage,
+             zinc_last_error(e));
+    ZT_OK(zinc_grads_more(e, g));
+    float buf[10] = {0};
+    ZT_OK(zinc_param_grad_get(e, p, buf));
+    ZT_CHECK(buf[0] == 3.0f && buf[9] == 3.0f, "stage %d: the gradient after zinc_grads_more "
+             "is %g, want 3 (1 handed over, 2 more)", stage, buf[0]);
+    ZT_OK(zinc_step(e, &info));
+    ZT_CHECK(info.boundary && !info.skipped, "stage %d: the step after zinc_grads_more", stage);
+    zinc_engine_destroy(e);
+}
+
 int main(void)
 {
+    test_late_add(1);
+    test_late_add(2);
     for (int stage = 0; stage <= 3; stage++)
         for (int bf16 = 0; bf16 <= 1; bf16++)
             for (int n = 1; n <= 4; n *= 2) test_get_set(stage, bf16, n, 0, 0, 0);
