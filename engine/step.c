@@ -238,17 +238,11 @@ static void *own_grad(zinc_engine_t *e, int g)
 /* Stage 1, fp32 sums reduced in the working dtype (communication_data_type not "fp32"): as
  * DeepSpeed 0.19.8 reduces them (its buffered all-reduce converts the fp32 sums to the
  * communication dtype, reduces, converts back), each group's sums rounded to the working dtype in
- * a free bucket, reduce-scattered there, and this rank's slice widened back into the sums. */
+ * a bucket, reduce-scattered there, and this rank's slice widened back into the sums. Every
+ * bucket is free and zero at the step (end_micro_step refuses one still held). */
 static zinc_status reduce_rounded(zinc_engine_t *e, float scale)
 {
-    int free_bucket = -1;
-    for (int i = 0; i < e->nbuckets && free_bucket < 0; i++)
-        if (e->bucket_owner[i] < 0) free_bucket = i;
-    if (free_bucket < 0)
-        return zeng_fail_sequence(e, ZINC_ERR_USAGE, "zinc_step: every gradient bucket holds a "
-                                  "group's gradients that were not handed over (zinc_grads_more "
-                                  "hands over what was added after zinc_grads_ready)");
-    char *b = bucket_at(e, free_bucket);
+    char *b = bucket_at(e, 0);
     const zdev_iface_t *D = e->dev->iface;
     size_t gs = zeng_gsize(e), d = zeng_dsize(e);
     for (int g = 0; g < e->plan.ngroups; g++) {
