@@ -290,20 +290,29 @@ static void test_get_set(int stage, int bf16, int world_size, int offload, int l
     free_run(&ref);
 }
 
-/* One rank, stage 2: the gradient of a group not handed over yet is refused, by name. */
-static void test_misuse(void)
+/* A one-rank engine of `cfg` with one group "a" holding one parameter "a.w" of 10 elements of
+ * `dt` (*g, *p), not finalized; NULL (a failed check) when it could not be made. */
+static zinc_engine_t *one_param_engine(const char *cfg, zinc_dtype dt, int *g, int *p)
 {
-    const char *cfg = "{\"train_micro_batch_size_per_gpu\": 1, \"optimizer\": {\"type\": "
-                      "\"AdamW\", \"params\": {\"lr\": 0.01}}, \"zero_optimization\": "
-                      "{\"stage\": 2}}";
     zinc_engine_options_t o = {.config_json = cfg, .threads = 1};
     zinc_engine_t *e = NULL;
     ZT_OK(zinc_engine_create(&o, &e));
-    if (!e) return;
-    int g, p;
+    if (!e) return NULL;
     int64_t s[1] = {10};
-    ZT_OK(zinc_group_add(e, "a", &g));
-    ZT_OK(zinc_param_add(e, g, "a.w", 1, s, ZINC_DTYPE_FP32, &p));
+    ZT_OK(zinc_group_add(e, "a", g));
+    ZT_OK(zinc_param_add(e, *g, "a.w", 1, s, dt, p));
+    return e;
+}
+
+/* One rank, stage 2: the gradient of a group not handed over yet is refused, by name. */
+static void test_misuse(void)
+{
+    int g, p;
+    zinc_engine_t *e = one_param_engine("{\"train_micro_batch_size_per_gpu\": 1, \"optimizer\": "
+                                        "{\"type\": \"AdamW\", \"params\": {\"lr\": 0.01}}, "
+                                        "\"zero_optimization\": {\"stage\": 2}}",
+                                        ZINC_DTYPE_FP32, &g, &p);
+    if (!e) return;
     float buf[10] = {0};
     ZT_CHECK(zinc_param_grad_get(e, p, buf) == ZINC_ERR_USAGE, "get before zinc_finalize");
     ZT_OK(zinc_finalize(e));
@@ -346,14 +355,9 @@ static void test_late_add(int stage)
              "true}, %s\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01}}, "
              "\"zero_optimization\": {\"stage\": %d}}",
              stage == 1 ? "\"data_types\": {\"grad_accum_dtype\": \"fp32\"}, " : "", stage);
-    zinc_engine_options_t o = {.config_json = cfg, .threads = 1};
-    zinc_engine_t *e = NULL;
-    ZT_OK(zinc_engine_create(&o, &e));
-    if (!e) return;
     int g, p;
-    int64_t s[1] = {10};
-    ZT_OK(zinc_group_add(e, "a", &g));
-    ZT_OK(zinc_param_add(e, g, "a.w", 1, s, ZINC_DTYPE_BF16, &p));
+    zinc_engine_t *e = one_param_engine(cfg, ZINC_DTYPE_BF16, &g, &p);
+    if (!e) return;
     ZT_OK(zinc_finalize(e));
     void *v = NULL;
     ZT_OK(zinc_param_grad(e, p, &v));
