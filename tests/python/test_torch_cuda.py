@@ -3,7 +3,9 @@
 Written without a GPU (2026-11-23); passes on an NVIDIA H200 (2026-11-27, torch 2.11, the
 gradient checks included; docs/cuda.md, GPU checklist item 11). At world 1, on the GPU of
 LOCAL_RANK (0 without a launcher):
-- parity with plain PyTorch, fp32 and bf16, stages 0-3: test_torch_parity.py's model, batches and
+- parity with plain PyTorch, fp32 and bf16, stages 0-3 (and bf16 with data_types.grad_accum_dtype
+  "fp32" at stage 1, and at stage 2 with communication_data_type "fp32": not yet run on a GPU,
+  2026-11-30): test_torch_parity.py's model, batches and
   bounds, the reference being plain torch on the same GPU (the same forward/backward kernels, so
   only zinc's reduction and Adam differ, as on the CPU). One of them (stage 3 fp32) with torch on
   a side stream, not the default one. Losses are kept as tensors and read only at the end, so no
@@ -182,11 +184,19 @@ def check_memory(engine, dev, stage):
     return fails
 
 
-def parity(dev, stage, bf16, ref, side_stream=False, offload_param=False, reuse_distance=None):
+def parity(dev, stage, bf16, ref, side_stream=False, offload_param=False, reuse_distance=None,
+           grad_fp32=False, wire_fp32=False):
     ref_losses, ref_w = ref
     torch.manual_seed(0)
     m = tp.Tiny().to(dev)
     cfg = tp.config(stage, bf16)
+    if grad_fp32:
+        # fp32 gradient sums: at stage 1 torch adds into zinc's 16-bit buckets, which each
+        # hand-over adds into the fp32 sums on zinc's stream (the buckets' events order the
+        # next adds); wire_fp32 at stages 2-3: the bucket widened and reduced in fp32
+        cfg["data_types"] = {"grad_accum_dtype": "fp32"}
+        if wire_fp32:
+            cfg["communication_data_type"] = "fp32"
     if reuse_distance is not None:
         # 0: every group gathered again for its backward (the default keeps this small model's
         # groups from forward, so its backward would have no gathers for the sleeps to delay).
@@ -212,6 +222,7 @@ def parity(dev, stage, bf16, ref, side_stream=False, offload_param=False, reuse_
     mode = "bf16" if bf16 else "fp32"
     how = " (side stream)" if side_stream else " (offload_param)" if offload_param else ""
     how += f" (reuse distance {reuse_distance})" if reuse_distance is not None else ""
+    how += (" (fp32 sums" + (", reduced in fp32)" if wire_fp32 else ")")) if grad_fp32 else ""
     print(f"{dev} stage {stage} {mode}{how}: loss difference "
           f"{worst_l:.2e} (bound {bound_l:.0e}), weight difference {worst_w:.2e} (bound "
           f"{bound_w:.2g}), global step {engine.global_steps}")
@@ -532,6 +543,8 @@ def main(on_cpu):
     for bf16 in (False, True):
         fails += parity(dev, 3, bf16, ref[bf16], offload_param=True)
         fails += parity(dev, 3, bf16, ref[bf16], offload_param=True, reuse_distance=0)
+    fails += parity(dev, 1, True, ref[True], grad_fp32=True)
+    fails += parity(dev, 2, True, ref[True], grad_fp32=True, wire_fp32=True)
     for stage in range(4):
         fails += grads(dev, stage)
     for stage in range(3):
