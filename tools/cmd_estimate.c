@@ -18,7 +18,8 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: zinc estimate --params N --world-size W --stage S [--dtype fp16|bf16|fp32]\n"
-            "                     [--grad-accum-dtype fp32] [--group-size G] [--buckets B]\n"
+            "                     [--grad-accum-dtype fp32 [--communication-data-type fp32]]\n"
+            "                     [--group-size G] [--buckets B]\n"
             "                     [--gather-buffers K] [--offload-optimizer [--offload-param]\n"
             "                     [--nvme]] [--json]\n\n"
             "Bytes per rank for a model of N parameters trained with Adam (fp32 master, m, v)\n"
@@ -29,7 +30,9 @@ static void usage(FILE *f)
             "--dtype is the 16-bit working copy's, default fp16 (bf16 has the same bytes).\n"
             "--grad-accum-dtype fp32 (data_types.grad_accum_dtype, stages 1-3, 16-bit --dtype):\n"
             "the gradient sums in fp32, 4 bytes an element instead of 2 (stage 1: the whole\n"
-            "model's, with 16-bit buckets; stages 2-3: the shard's).\n"
+            "model's, with 16-bit buckets; stages 2-3: the shard's). With it,\n"
+            "--communication-data-type fp32 (communication_data_type): reduced in fp32; at stages\n"
+            "2-3 through an fp32 copy of the largest group beside the buckets (4G bytes more).\n"
             "--offload-optimizer (zero_optimization.offload_optimizer {\"device\": \"cpu\"}, stages\n"
             "1-3): master, m, v of the shard in host memory, with host copies of the gradient\n"
             "shard and of the 16-bit update; device and host bytes are listed apart.\n"
@@ -49,8 +52,8 @@ int cmd_estimate(int argc, char **argv)
 {
     long long params = UNSET, world = UNSET, stage = UNSET, group = UNSET, buckets = ZEST_BUCKETS,
               gathers = ZEST_GATHERS;
-    zinc_dtype dtype = ZINC_DTYPE_FP16, gacc = ZINC_DTYPE_FP16;
-    int json = 0, offload = 0, offload_param = 0, nvme = 0, gacc_set = 0;
+    zinc_dtype dtype = ZINC_DTYPE_FP16, gacc = ZINC_DTYPE_FP16, wire = ZINC_DTYPE_FP16;
+    int json = 0, offload = 0, offload_param = 0, nvme = 0, gacc_set = 0, wire_set = 0;
     if (zarg_wants_help(argc, argv)) {
         usage(stdout);
         return 0;
@@ -84,6 +87,14 @@ int cmd_estimate(int argc, char **argv)
                 return zarg_usage_error("estimate", "--grad-accum-dtype must be fp32 (or the "
                                         "--dtype), not '%s'", v);
             gacc_set = 1;
+            i++;
+            continue;
+        } else if (!strcmp(a, "--communication-data-type")) {
+            if (zarg_value("estimate", a, v)) return 2;
+            if (zarg_dtype(v, &wire))
+                return zarg_usage_error("estimate", "--communication-data-type must be fp32 (or "
+                                        "the --dtype), not '%s'", v);
+            wire_set = 1;
             i++;
             continue;
         } else if (!strcmp(a, "--params")) dst = &params;
@@ -128,21 +139,30 @@ int cmd_estimate(int argc, char **argv)
     if (grad_fp32 && !zcfg_grad_fp32_allowed((int)stage, dtype))
         return zarg_usage_error("estimate", "--grad-accum-dtype fp32 needs --stage 1, 2 or 3 "
                                 "(without ZeRO DeepSpeed refuses it too)");
+    /* communication_data_type: the working dtype (no change), or fp32, which changes the
+     * arithmetic and the memory only with fp32 sums (config.h zcfg_reduces_fp32) */
+    if (wire_set && wire != dtype && wire != ZINC_DTYPE_FP32)
+        return zarg_usage_error("estimate", "--communication-data-type %s with --dtype %s: it is "
+                                "fp32 or the --dtype itself (zinc refuses the other 16-bit "
+                                "dtype)", zinc_dtype_name(wire), zinc_dtype_name(dtype));
+    int reduce_fp32 = grad_fp32 && wire_set && wire == ZINC_DTYPE_FP32;
     if (group == UNSET) group = zest_default_group(params);
     if (group < 1 || group > params)
         return zarg_usage_error("estimate", "--group-size: expected 1..%lld (--params), got %lld",
                                 params, group);
 
     zest_mem m;
-    zest_memory(params, (int)world, (int)stage, dtype, offload, offload_param, grad_fp32, 0, group,
-                (int)buckets, (int)gathers, &m);
+    zest_memory(params, (int)world, (int)stage, dtype, offload, offload_param, grad_fp32,
+                reduce_fp32, group, (int)buckets, (int)gathers, &m);
     uint64_t disk = nvme ? zest_nvme(&m, (int)world, dtype, offload_param, group) : 0;
     const uint64_t *b = m.dev, *h = m.host;
     if (json) {
         printf("{\"params\": %lld, \"world_size\": %lld, \"stage\": %lld, \"dtype\": \"%s\", "
-               "\"grad_accum_dtype\": \"%s\", \"offload_optimizer\": %s, \"offload_param\": %s, ",
+               "\"grad_accum_dtype\": \"%s\", \"reduced_in_fp32\": %s, \"offload_optimizer\": %s, "
+               "\"offload_param\": %s, ",
                params, world, stage, zinc_dtype_name(dtype),
-               zinc_dtype_name(grad_fp32 ? ZINC_DTYPE_FP32 : dtype), offload ? "true" : "false",
+               zinc_dtype_name(grad_fp32 ? ZINC_DTYPE_FP32 : dtype),
+               reduce_fp32 ? "true" : "false", offload ? "true" : "false",
                offload_param ? "true" : "false");
         if (nvme) printf("\"nvme\": true, \"disk_bytes_per_rank\": %llu, ", (unsigned long long)disk);
         zest_memory_json(&m);
@@ -150,7 +170,9 @@ int cmd_estimate(int argc, char **argv)
         return 0;
     }
     printf("ZeRO stage %lld, %lld parameters, %lld ranks, %s working copy%s%s\n", stage, params,
-           world, zinc_dtype_name(dtype), grad_fp32 ? ", fp32 gradient sums" : "",
+           world, zinc_dtype_name(dtype),
+           reduce_fp32 ? ", fp32 gradient sums reduced in fp32"
+           : grad_fp32 ? ", fp32 gradient sums" : "",
            offload_param ? ", optimizer state and 16-bit parameters offloaded to the host"
            : offload     ? ", optimizer state offloaded to the host"
                          : "");

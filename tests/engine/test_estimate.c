@@ -145,12 +145,38 @@ int main(void)
                  "fp32 sums, offload stage %d: host %lld, formula %.0f: %s", s, host, 18 * psi / n,
                  buf);
     }
+    /* --communication-data-type fp32 with fp32 sums: reduced in fp32, at stages 2-3 through an
+     * fp32 copy of the largest group beside the buckets (the default group here: 5e8 elements,
+     * padded to 64 ranks x 32), none at stage 1; without fp32 sums it changes nothing. */
+    for (int s = 1; s < 4; s++) {
+        char with[4096], without[4096], plain[4096], plain_w[4096];
+        int rc = estimate_json(s, "--dtype bf16 --grad-accum-dtype fp32 "
+                               "--communication-data-type fp32", with, sizeof with);
+        rc |= estimate_json(s, "--dtype bf16 --grad-accum-dtype fp32", without, sizeof without);
+        rc |= estimate_json(s, "--dtype bf16 --communication-data-type fp32", plain_w,
+                            sizeof plain_w);
+        rc |= estimate_json(s, "--dtype bf16", plain, sizeof plain);
+        long long bw = json_field(with, "\"bucket\": "), bo = json_field(without, "\"bucket\": ");
+        long long gpad = (500000000LL + 64 * 32 - 1) / (64 * 32) * (64 * 32);
+        ZT_CHECK(rc == 0 && bw - bo == (s >= 2 ? 4 * gpad : 0) &&
+                     strstr(with, "\"reduced_in_fp32\": true") &&
+                     strstr(without, "\"reduced_in_fp32\": false"),
+                 "stage %d: the bucket block %lld reduced in fp32, %lld not (want %lld more)", s,
+                 bw, bo, s >= 2 ? 4 * gpad : 0);
+        ZT_CHECK(json_field(plain_w, "\"total_bytes_per_rank\": ") ==
+                     json_field(plain, "\"total_bytes_per_rank\": ") &&
+                     strstr(plain_w, "\"reduced_in_fp32\": false"),
+                 "stage %d: --communication-data-type fp32 without fp32 sums changed the estimate",
+                 s);
+    }
     const char *bad_param[] = {"--stage 3 --offload-param", "--stage 2 --offload-optimizer --offload-param",
                                "--stage 0 --grad-accum-dtype fp32",
                                "--stage 2 --dtype fp32 --grad-accum-dtype bf16",
                                "--stage 2 --dtype fp16 --grad-accum-dtype bf16",
-                               "--stage 2 --grad-accum-dtype fp64"};
-    for (int i = 0; i < 6; i++) {
+                               "--stage 2 --grad-accum-dtype fp64",
+                               "--stage 2 --dtype bf16 --communication-data-type fp16",
+                               "--stage 2 --communication-data-type fp8"};
+    for (int i = 0; i < 8; i++) {
         char c2[512];
         snprintf(c2, sizeof c2, "%s estimate --params 100 --world-size 4 %s 2>/dev/null", ZINC_CLI,
                  bad_param[i]);
