@@ -239,7 +239,8 @@ static void *own_grad(zinc_engine_t *e, int g)
  * DeepSpeed 0.19.8 reduces them (its buffered all-reduce converts the fp32 sums to the
  * communication dtype, reduces, converts back), each group's sums rounded to the working dtype in
  * a bucket, reduce-scattered there, and this rank's slice widened back into the sums. Every
- * bucket is free and zero at the step (end_micro_step refuses one still held). */
+ * bucket is free at the step (end_micro_step refuses one still held); the cast writes all of
+ * the group's padded elements, and the bucket is zeroed after, as a hand-over leaves it. */
 static zinc_status reduce_rounded(zinc_engine_t *e, float scale)
 {
     char *b = bucket_at(e, 0);
