@@ -169,7 +169,7 @@ typedef struct zcfg {
     zinc_dtype dtype;                    /* working precision: fp16/bf16/fp32 */
     zinc_dtype grad_accum_dtype;         /* data_types.grad_accum_dtype: the dtype the gradient
                                           * sums are kept in, the working dtype or fp32 (16-bit
-                                          * training at stages 2-3) */
+                                          * training at stages 1-3) */
     zcfg_fp16 fp16;
     zcfg_optim optim;
     zcfg_sched sched;

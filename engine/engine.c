@@ -213,7 +213,7 @@ zinc_status zinc_engine_create(const zinc_engine_options_t *opt, zinc_engine_t *
     e->gdtype = e->cfg.grad_accum_dtype;
     /* Stage 1 with fp32 sums: the micro-step's 16-bit gradient goes through a bucket, added
      * into the whole model's fp32 sums at its hand-over, as DeepSpeed adds it (step.c) */
-    e->bucketed = e->stage >= 2 || e->gdtype != e->dtype;
+    e->bucketed = zmem_bucketed(e->stage, e->gdtype != e->dtype);
     zscaler_init(&e->st.scaler, &e->cfg);
     /* The parser allows fp32 sums only where the engine keeps them (stages 1-3, on the device
      * or in host memory): stage 0's all-reduce has no such path. */

@@ -41,7 +41,6 @@
 #include "base/log.h"
 #include "kernels/cuda/zdev_cuda.h"
 
-
 zinc_status zgather_plan(zinc_engine_t *e)
 {
     e->persist_numel = 0;

@@ -260,6 +260,15 @@ static inline size_t zeng_gsize(const zinc_engine_t *e) { return zinc_dtype_size
  * stages 2-3 through an fp32 copy of the largest group after the buckets. */
 enum { ZMEM_OFFLOAD_OPTIMIZER = 1, ZMEM_OFFLOAD_PARAM = 2, ZMEM_GRAD_FP32 = 4, ZMEM_WIRE_FP32 = 8 };
 
+/* Whether the model adds its gradient into group buckets that zinc_grads_ready empties (step.c
+ * hand_over): at stages 2-3 (reduced there), and at stage 1 with fp32 gradient sums (added into
+ * them there); otherwise into the gradient buffer itself. The engine's e->bucketed; zinc
+ * estimate's buckets. */
+static inline int zmem_bucketed(int stage, int grad_fp32)
+{
+    return stage >= 2 || (stage == 1 && grad_fp32);
+}
+
 /* Memory plan (memplan.c): bytes per category for a plan/stage/dtype, before allocating: device
  * bytes in `bytes`, host bytes (offload; all zero without) in `host` (may be NULL). `offload` is
  * a mask of the ZMEM_* options above. */

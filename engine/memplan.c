@@ -35,9 +35,9 @@
  * at stage 1 the full 4Ψ instead of 2Ψ, plus the buckets the micro-step's 16-bit gradient is
  * added in (as at stages 2-3); at stages 2-3 the shard, 4Ψ/N instead of 2Ψ/N, on the device or
  * with offload on the host (and the device's one-slice scratch for the additions in fp32 too);
- * the buckets the reduce-scatter works in stay 16-bit. With communication_data_type "fp32" as well (ZMEM_WIRE_FP32) the bucket
- * is widened into an fp32 scratch of the largest group and reduced there: 4 bytes per element of
- * that group more in the bucket block.
+ * the buckets the reduce-scatter works in stay 16-bit. With communication_data_type "fp32" as
+ * well (ZMEM_WIRE_FP32) the bucket is widened at stages 2-3 into an fp32 scratch of the largest
+ * group and reduced there: 4 bytes per element of that group more in the bucket block.
  */
 #include <string.h>
 
@@ -61,9 +61,8 @@ void zmem_plan(const zplan *p, int stage, zinc_dtype dtype, int offload, int nbu
     bytes[ZINC_MEM_ADAM_M] = (stage == 0 ? F : S) * 4;
     bytes[ZINC_MEM_ADAM_V] = bytes[ZINC_MEM_ADAM_M];
     bytes[ZINC_MEM_MASTER] = zmem_master_aliased(stage, dtype, offloads) ? 0 : bytes[ZINC_MEM_ADAM_M];
-    /* stage 1 with fp32 sums too: the micro-step's 16-bit gradient (step.c hand_over) */
-    int bucketed = stage >= 2 || (stage == 1 && (offload & ZMEM_GRAD_FP32));
-    bytes[ZINC_MEM_BUCKET] = bucketed ? (uint64_t)nbuckets * B * d : 0;
+    /* nbuckets is 0 where the model adds into the gradient buffer itself (zmem_bucketed) */
+    bytes[ZINC_MEM_BUCKET] = (uint64_t)nbuckets * B * d;
     /* the fp32 reduction's scratch (step.c hand_over), after the buckets */
     if (stage >= 2 && (offload & ZMEM_WIRE_FP32)) bytes[ZINC_MEM_BUCKET] += B * 4;
     bytes[ZINC_MEM_GATHER] = stage == 3 ? ((uint64_t)ngather * B + persist_numel) * d : 0;

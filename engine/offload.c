@@ -30,7 +30,6 @@
 #include "engine/internal.h"
 #include "base/log.h"
 
-
 /* Where group g's own 16-bit slice sits in param16: the shard at stage 3, else the full buffer. */
 static size_t own_param_pos(const zinc_engine_t *e, const zplan_group *G)
 {

@@ -22,7 +22,6 @@ static zinc_status comm_fail(zinc_engine_t *e, zinc_status s, const char *fn, co
     return zeng_fail(e, s, "%s: %s failed on rank %d: %s", fn, what, e->rank, e->comm->err);
 }
 
-
 /* ---- gradients ---------------------------------------------------------------------------- */
 
 int zeng_grad_detached(const zinc_engine_t *e)
@@ -139,6 +138,18 @@ zinc_status zinc_grad_bucket(zinc_engine_t *e, int group, int *slot)
     return s;
 }
 
+/* Bucket i zeroed (the group that held it: its padded extent) and given back. */
+static zinc_status free_bucket(zinc_engine_t *e, int i, const char *fn)
+{
+    int g = e->bucket_owner[i];
+    zinc_status s = e->dev->iface->memset0(e->dev, bucket_at(e, i),
+                                           e->plan.groups[g].padded * zeng_dsize(e));
+    if (s != ZINC_OK) return zeng_fail(e, s, "%s: clearing a bucket: %s", fn, e->dev->err);
+    e->bucket_owner[i] = -1;
+    e->gstate[g].bucket = -1;
+    return ZINC_OK;
+}
+
 /* Stages 2-3: group's bucket `b` reduce-scattered now (overlapping the rest of backward where
  * the backend is asynchronous) and this rank's slice added into the shard's sums. What is
  * reduced: the bucket in the working dtype, or with fp32 sums and communication_data_type "fp32"
@@ -180,7 +191,6 @@ static zinc_status hand_over(zinc_engine_t *e, int group, const char *fn)
     /* A group whose gradient was never touched still takes part with a zero bucket: the
      * collective needs all. */
     const zplan_group *G = &e->plan.groups[group];
-    zgroup_state *gs = &e->gstate[group];
     char *b;
     zinc_status s = group_bucket(e, group, fn, 1, &b);
     if (s != ZINC_OK) return s;
@@ -190,12 +200,9 @@ static zinc_status hand_over(zinc_engine_t *e, int group, const char *fn)
     } else {
         s = e->dev->iface->accumulate(e->dev, (char *)e->grad + G->flat_off * zeng_gsize(e),
                                       e->gdtype, b, e->dtype, G->padded);
+        if (s != ZINC_OK) return zeng_fail(e, s, "%s: %s", fn, e->dev->err);
     }
-    if (s == ZINC_OK) s = e->dev->iface->memset0(e->dev, b, G->padded * zeng_dsize(e));
-    if (s != ZINC_OK) return zeng_fail(e, s, "%s: %s", fn, e->dev->err);
-    e->bucket_owner[gs->bucket] = -1;
-    gs->bucket = -1;
-    return ZINC_OK;
+    return free_bucket(e, e->gstate[group].bucket, fn);
 }
 
 zinc_status zinc_grads_ready(zinc_engine_t *e, int group)
@@ -610,13 +617,8 @@ static zinc_status zero_grads(zinc_engine_t *e) { return zero_grads_of(e, 0, "zi
 static zinc_status drop_window_grads(zinc_engine_t *e, const char *fn)
 {
     for (int i = 0; i < e->nbuckets; i++) {
-        int g = e->bucket_owner[i];
-        if (g < 0) continue;
-        zinc_status s = e->dev->iface->memset0(e->dev, bucket_at(e, i),
-                                               e->plan.groups[g].padded * zeng_dsize(e));
-        if (s != ZINC_OK) return zeng_fail(e, s, "%s: clearing a bucket: %s", fn, e->dev->err);
-        e->bucket_owner[i] = -1;
-        e->gstate[g].bucket = -1;
+        zinc_status s = e->bucket_owner[i] < 0 ? ZINC_OK : free_bucket(e, i, fn);
+        if (s != ZINC_OK) return s;
     }
     return zero_grads_of(e, 1, fn);
 }

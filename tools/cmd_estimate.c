@@ -63,6 +63,9 @@ int cmd_estimate(int argc, char **argv)
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         long long *dst = NULL, lo = 1, hi = ZEST_MAX_PARAMS;
         const char *range = "1..1e15";
+        zinc_dtype *dt = NULL;        /* a dtype flag: where it goes, what it may name */
+        int *dt_set = NULL;
+        const char *dt_want = NULL;
         if (!strcmp(a, "--json")) {
             json = 1;
             continue;
@@ -75,29 +78,12 @@ int cmd_estimate(int argc, char **argv)
         } else if (!strcmp(a, "--nvme")) {
             nvme = 1;
             continue;
-        } else if (!strcmp(a, "--dtype")) {
-            if (zarg_value("estimate", a, v)) return 2;
-            if (zarg_dtype(v, &dtype))
-                return zarg_usage_error("estimate", "--dtype must be fp16, bf16 or fp32, not '%s'", v);
-            i++;
-            continue;
-        } else if (!strcmp(a, "--grad-accum-dtype")) {
-            if (zarg_value("estimate", a, v)) return 2;
-            if (zarg_dtype(v, &gacc))
-                return zarg_usage_error("estimate", "--grad-accum-dtype must be fp32 (or the "
-                                        "--dtype), not '%s'", v);
-            gacc_set = 1;
-            i++;
-            continue;
-        } else if (!strcmp(a, "--communication-data-type")) {
-            if (zarg_value("estimate", a, v)) return 2;
-            if (zarg_dtype(v, &wire))
-                return zarg_usage_error("estimate", "--communication-data-type must be fp32 (or "
-                                        "the --dtype), not '%s'", v);
-            wire_set = 1;
-            i++;
-            continue;
-        } else if (!strcmp(a, "--params")) dst = &params;
+        } else if (!strcmp(a, "--dtype")) dt = &dtype, dt_want = "fp16, bf16 or fp32";
+        else if (!strcmp(a, "--grad-accum-dtype"))
+            dt = &gacc, dt_set = &gacc_set, dt_want = "fp32 (or the --dtype)";
+        else if (!strcmp(a, "--communication-data-type"))
+            dt = &wire, dt_set = &wire_set, dt_want = "fp32 (or the --dtype)";
+        else if (!strcmp(a, "--params")) dst = &params;
         else if (!strcmp(a, "--world-size")) dst = &world, hi = 1000000, range = "1..1000000";
         else if (!strcmp(a, "--stage")) dst = &stage, lo = 0, hi = 3, range = "0..3";
         else if (!strcmp(a, "--group-size")) dst = &group, range = "1..--params"; /* below */
@@ -105,6 +91,13 @@ int cmd_estimate(int argc, char **argv)
         else if (!strcmp(a, "--gather-buffers")) dst = &gathers, hi = ZEST_MAX_BUFFERS, range = "1..1000";
         else return zarg_usage_error("estimate", "unknown argument '%s'", a);
         if (zarg_value("estimate", a, v)) return 2;
+        if (dt) {
+            if (zarg_dtype(v, dt))
+                return zarg_usage_error("estimate", "%s must be %s, not '%s'", a, dt_want, v);
+            if (dt_set) *dt_set = 1;
+            i++;
+            continue;
+        }
         /* Each value checked as it is read, before a required option is found missing (a bad
          * --stage was reported as a missing --world-size). Bounds that keep every byte count
          * inside uint64 (1e15 parameters, as zinc plan takes). */
@@ -210,14 +203,12 @@ void zest_memory(long long params, int world, int stage, zinc_dtype dtype, int o
     uint64_t gpad = ((uint64_t)group + (uint64_t)world * ZPLAN_ALIGN - 1) /
                     ((uint64_t)world * ZPLAN_ALIGN) * (uint64_t)world * ZPLAN_ALIGN;
     uint64_t d = zinc_dtype_size(dtype), gd = grad_fp32 ? 4 : d;
-    /* with offload at stages 2-3 also the one-slice scratch of the host gradient's additions, in
-     * the sums' dtype */
-    /* stage 1 with fp32 sums: the buckets the micro-step's 16-bit gradient goes through */
-    b[ZINC_MEM_BUCKET] = stage >= 2 ? (uint64_t)buckets * gpad * d +
-                                          (offload ? gpad / (uint64_t)world * gd : 0) +
-                                          (reduce_fp32 ? gpad * 4 : 0)
-                         : stage == 1 && grad_fp32 ? (uint64_t)buckets * gpad * d
-                                                   : 0;
+    /* with offload at stages 2-3 also the one-slice scratch of the host gradient's additions
+     * (in the sums' dtype), and with fp32 reduction there the fp32 copy of the group */
+    b[ZINC_MEM_BUCKET] = zmem_bucketed(stage, grad_fp32) ? (uint64_t)buckets * gpad * d : 0;
+    if (stage >= 2)
+        b[ZINC_MEM_BUCKET] += (offload ? gpad / (uint64_t)world * gd : 0) +
+                              (reduce_fp32 ? gpad * 4 : 0);
     b[ZINC_MEM_GATHER] = stage == 3 ? (uint64_t)gathers * gpad * d : 0;
     m->state = b[ZINC_MEM_PARAM16] + b[ZINC_MEM_GRAD] + b[ZINC_MEM_MASTER] + b[ZINC_MEM_ADAM_M] +
                b[ZINC_MEM_ADAM_V];
