@@ -8,6 +8,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "zinc.h"
+
 int zt_failures = 0;
 int zt_checks = 0;
 
@@ -59,6 +61,15 @@ void zt_run_ranks(int n, void (*fn)(int rank, void *arg), void *arg)
     for (int r = 0; r < n; r++) pthread_join(th[r], NULL);
     free(th);
     free(ta);
+}
+
+void zt_run_world(int n, zinc_world_t **world, void (*fn)(int rank, void *arg), void *arg)
+{
+    ZT_OK(zinc_world_create_local(n, world));
+    if (!*world) return;
+    zt_run_ranks(n, fn, arg);
+    zinc_world_destroy(*world);
+    *world = NULL;
 }
 
 double zt_now(void)

@@ -67,4 +67,10 @@ int zt_disk_dir(char *dir, size_t cap, const char *prefix);
 /* Runs fn(rank, arg) on `n` threads and waits for them. */
 void zt_run_ranks(int n, void (*fn)(int rank, void *arg), void *arg);
 
+/* A local world of `n` ranks made into *world (where fn finds it, through arg), fn run on the
+ * ranks' threads (zt_run_ranks), then the world destroyed and *world NULL; a failed check, and
+ * fn not run, when the world cannot be made. */
+struct zinc_world;
+void zt_run_world(int n, struct zinc_world **world, void (*fn)(int rank, void *arg), void *arg);
+
 #endif

@@ -160,10 +160,7 @@ static void test_two_ranks(void)
     snprintf(dir, sizeof dir, "%s/two", root);
     for (int pass = 0; pass < 2; pass++) {
         two_ranks t = {.dir = dir, .save = pass == 0};
-        ZT_OK(zinc_world_create_local(2, &t.world));
-        if (!t.world) return;
-        zt_run_ranks(2, two_rank_main, &t);
-        zinc_world_destroy(t.world);
+        zt_run_world(2, &t.world, two_rank_main, &t);
         if (pass == 0) {
             ZT_CHECK(t.load[0] == ZINC_OK && t.load[1] == ZINC_OK, "two-rank save: %s %s",
                      zinc_status_string(t.load[0]), zinc_status_string(t.load[1]));

@@ -232,13 +232,7 @@ static void rank_fn(int rank, void *arg)
     zinc_engine_destroy(e);
 }
 
-static void run(run_ctx *c)
-{
-    ZT_OK(zinc_world_create_local(c->world_size, &c->world));
-    if (!c->world) return;
-    zt_run_ranks(c->world_size, rank_fn, c);
-    zinc_world_destroy(c->world);
-}
+static void run(run_ctx *c) { zt_run_world(c->world_size, &c->world, rank_fn, c); }
 
 static void free_run(run_ctx *c)
 {

@@ -158,6 +158,14 @@ static zinc_engine_t *open_engine(zinc_world_t *world, int rank, zinc_dtype dt, 
     return e;
 }
 
+/* A copy of n floats (rank 0 keeps what it read; the caller frees it). */
+static float *copy_of(const float *x, int64_t n)
+{
+    float *y = malloc((size_t)n * sizeof(float));
+    if (y) memcpy(y, x, (size_t)n * sizeof(float));
+    return y;
+}
+
 static void rank_fn(int rank, void *arg)
 {
     run_ctx *c = arg;
@@ -189,10 +197,7 @@ static void rank_fn(int rank, void *arg)
             if (k == ACCUM - 1 && !c->inject)
                 for (int q = 0; q < NPAR; q++) {
                     ZT_OK(zinc_param_grad_get(e, par[q], buf));
-                    if (rank == 0) {
-                        c->grad[t][q] = malloc((size_t)numel[q] * sizeof(float));
-                        memcpy(c->grad[t][q], buf, (size_t)numel[q] * sizeof(float));
-                    }
+                    if (rank == 0) c->grad[t][q] = copy_of(buf, numel[q]);
                 }
             zinc_step_info_t info;
             ZT_OK(zinc_step(e, &info));
@@ -204,22 +209,13 @@ static void rank_fn(int rank, void *arg)
     }
     for (int q = 0; q < NPAR; q++) {
         ZT_OK(zinc_param_get(e, par[q], buf));
-        if (rank == 0) {
-            c->master[q] = malloc((size_t)numel[q] * sizeof(float));
-            memcpy(c->master[q], buf, (size_t)numel[q] * sizeof(float));
-        }
+        if (rank == 0) c->master[q] = copy_of(buf, numel[q]);
     }
     free(buf);
     zinc_engine_destroy(e);
 }
 
-static void run(run_ctx *c)
-{
-    ZT_OK(zinc_world_create_local(c->world_size, &c->world));
-    if (!c->world) return;
-    zt_run_ranks(c->world_size, rank_fn, c);
-    zinc_world_destroy(c->world);
-}
+static void run(run_ctx *c) { zt_run_world(c->world_size, &c->world, rank_fn, c); }
 
 static void free_run(run_ctx *c)
 {
@@ -450,10 +446,7 @@ static void setget_rank(int rank, void *arg)
     ZT_OK(zinc_step(e, &info));
     for (int q = 0; q < NPAR; q++) {
         ZT_OK(zinc_param_get(e, par[q], got));
-        if (rank == 0) {
-            c->master[q] = malloc((size_t)numel[q] * sizeof(float));
-            memcpy(c->master[q], got, (size_t)numel[q] * sizeof(float));
-        }
+        if (rank == 0) c->master[q] = copy_of(got, numel[q]);
     }
     free(want);
     free(got);
@@ -463,10 +456,7 @@ static void setget_rank(int rank, void *arg)
 static void check_set_get(int stage, int world, int offload)
 {
     setget_ctx c = {.world_size = world, .stage = stage, .offload = offload};
-    ZT_OK(zinc_world_create_local(world, &c.world));
-    if (!c.world) return;
-    zt_run_ranks(world, setget_rank, &c);
-    zinc_world_destroy(c.world);
+    zt_run_world(world, &c.world, setget_rank, &c);
     ZT_CHECK(!c.failed, "stage %d N=%d offload %d: a gradient set in fp32 did not read back bit "
              "for bit (zinc_param_grad_get, zinc_param_local_get after grad_set / local_set)",
              stage, world, offload);

@@ -65,10 +65,7 @@ static void finalize_both(const toy_run *r, ranks_ctx *c)
 {
     memset(c, 0, sizeof *c);
     c->r = r;
-    ZT_OK(zinc_world_create_local(2, &c->world));
-    if (!c->world) return;
-    zt_run_ranks(2, finalize_rank, c);
-    zinc_world_destroy(c->world);
+    zt_run_world(2, &c->world, finalize_rank, c);
 }
 
 /* The planned host bytes per rank of r's engine, without a limit (the same on both ranks); their

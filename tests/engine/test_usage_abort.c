@@ -85,10 +85,7 @@ static void rank_fn(int rank, void *arg)
 static void scenario(const char *name, int stage, int mode)
 {
     ua_ctx c = {.stage = stage, .mode = mode};
-    ZT_OK(zinc_world_create_local(WORLD, &c.world));
-    if (!c.world) return;
-    zt_run_ranks(WORLD, rank_fn, &c);
-    zinc_world_destroy(c.world);
+    zt_run_world(WORLD, &c.world, rank_fn, &c);
     for (int r = 0; r < WORLD; r++) {
         if (r == BAD_RANK) {
             ZT_CHECK(c.st[r] == ZINC_ERR_USAGE, "%s: rank %d: %s: %s", name, r,

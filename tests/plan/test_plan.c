@@ -179,6 +179,22 @@ static int run_json(const char *args, char *buf, size_t cap)
     return out ? 0 : -1;
 }
 
+/* An engine of `cfg` (rank `rank` of `world`, NULL: a world of one) with one group "g" (*g)
+ * holding one bf16 parameter "w" of P elements (*p), finalized; NULL (a failed check) when it
+ * could not be made. */
+static zinc_engine_t *one_group_engine(const char *cfg, zinc_world_t *world, int rank, int64_t P,
+                                       int *g, int *p)
+{
+    zinc_engine_options_t o = {.config_json = cfg, .world = world, .rank = rank, .threads = 1};
+    zinc_engine_t *e = NULL;
+    ZT_OK(zinc_engine_create(&o, &e));
+    if (!e) return NULL;
+    ZT_OK(zinc_group_add(e, "g", g));
+    ZT_OK(zinc_param_add(e, *g, "w", 1, &P, ZINC_DTYPE_BF16, p));
+    ZT_OK(zinc_finalize(e));
+    return e;
+}
+
 /* fp32 gradient sums reduced in fp32 (data_types.grad_accum_dtype and communication_data_type
  * "fp32", bf16, stages 1-3): two local ranks, one group of P, one step of 2 micro-steps. The
  * engine's counters against zvol_plan with an fp32 reduce-scatter (twice the 16-bit bytes) and
@@ -197,16 +213,9 @@ typedef struct {
 static void wire_rank(int rank, void *arg)
 {
     wire_ctx *c = arg;
-    const int64_t P = WIRE_P;
-    zinc_engine_options_t o = {.config_json = c->cfg, .world = c->world, .rank = rank,
-                               .threads = 1};
-    zinc_engine_t *e = NULL;
     int g = -1, p = -1;
-    ZT_OK(zinc_engine_create(&o, &e));
+    zinc_engine_t *e = one_group_engine(c->cfg, c->world, rank, WIRE_P, &g, &p);
     if (!e) return;
-    ZT_OK(zinc_group_add(e, "g", &g));
-    ZT_OK(zinc_param_add(e, g, "w", 1, &P, ZINC_DTYPE_BF16, &p));
-    ZT_OK(zinc_finalize(e));
     uint64_t planned[ZINC_MEM_COUNT], alloc[ZINC_MEM_COUNT];
     ZT_OK(zinc_memory(e, planned, alloc));
     for (int m = 0; m < 2; m++) {
@@ -225,14 +234,6 @@ static void wire_rank(int rank, void *arg)
     zinc_engine_destroy(e);
 }
 
-static void wire_run(wire_ctx *c)
-{
-    ZT_OK(zinc_world_create_local(2, &c->world));
-    if (!c->world) return;
-    zt_run_ranks(2, wire_rank, c);
-    zinc_world_destroy(c->world);
-}
-
 static void test_reduce_fp32(void)
 {
     for (int stage = 1; stage <= 3; stage++) {
@@ -245,8 +246,8 @@ static void test_reduce_fp32(void)
                      "\"stage3_param_persistence_threshold\": 0}}",
                      w ? "\"communication_data_type\": \"fp32\", " : "", stage);
         wire_ctx wide = {.cfg = cfg[1]}, narrow = {.cfg = cfg[0]};
-        wire_run(&wide);
-        wire_run(&narrow);
+        zt_run_world(2, &wide.world, wire_rank, &wide);
+        zt_run_world(2, &narrow.world, wire_rank, &narrow);
         zplan_param prm = {.numel = WIRE_P, .group = 0, .ndim = 1};
         zplan_group grp = {.first_param = 0, .nparams = 1};
         zplan pl = {.ngroups = 1, .nparams = 1, .groups = &grp, .params = &prm};
@@ -343,14 +344,9 @@ static void test_offload_bytes(void)
                              "\"offload_optimizer\": {\"device\": \"cpu\"}%s}}", k,
                              fp32 ? "\"data_types\": {\"grad_accum_dtype\": \"fp32\"}, " : "",
                              stage, op ? ", \"offload_param\": {\"device\": \"cpu\"}" : "");
-                    zinc_engine_options_t o = {.config_json = cfg, .threads = 1};
-                    zinc_engine_t *e = NULL;
                     int g = -1, p = -1;
-                    ZT_OK(zinc_engine_create(&o, &e));
+                    zinc_engine_t *e = one_group_engine(cfg, NULL, 0, P, &g, &p);
                     if (!e) continue;
-                    ZT_OK(zinc_group_add(e, "g", &g));
-                    ZT_OK(zinc_param_add(e, g, "w", 1, &P, ZINC_DTYPE_BF16, &p));
-                    ZT_OK(zinc_finalize(e));
                     uint64_t d0 = 0, u0 = 0, d1 = 0, u1 = 0;
                     ZT_OK(zinc_offload_bytes(e, &d0, &u0));
                     for (int m = 0; m < k; m++) {
