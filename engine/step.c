@@ -150,6 +150,14 @@ static zinc_status free_bucket(zinc_engine_t *e, int i, const char *fn)
     return ZINC_OK;
 }
 
+zinc_status zinc_grad_bucket_drop(zinc_engine_t *e, int group)
+{
+    zinc_status s = zeng_check_ready_group(e, group, "zinc_grad_bucket_drop");
+    if (s != ZINC_OK) return s;
+    int i = e->gstate[group].bucket;
+    return i < 0 ? ZINC_OK : free_bucket(e, i, "zinc_grad_bucket_drop");
+}
+
 /* Stages 2-3: group's bucket `b` reduce-scattered now (overlapping the rest of backward where
  * the backend is asynchronous) and this rank's slice added into the shard's sums. What is
  * reduced: the bucket in the working dtype, or with fp32 sums and communication_data_type "fp32"

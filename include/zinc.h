@@ -361,6 +361,17 @@ ZINC_API zinc_status zinc_param_grad(zinc_engine_t *e, int param, void **out);
  * work, and the reduce of one group overlaps the next group's backward. */
 ZINC_API zinc_status zinc_grad_bucket(zinc_engine_t *e, int group, int *slot);
 
+/* Where the model adds into buckets: the group's bucket given back without a hand-over, zeroed
+ * (queued on zinc's compute stream, like the zeroing after a zinc_grads_ready) — what was added
+ * into it since the group took it is dropped, and the group's next zinc_param_grad (or
+ * zinc_grad_bucket) takes a bucket anew. For an add into the bucket that failed midway (the
+ * Python front-end's hand-over, out of memory): kept, the bucket would stay taken until the
+ * group's next hand-over, and with zinc.grad_buckets 1 no other group could be handed over
+ * before it. ZINC_OK with nothing done where the group holds no bucket (or the model adds into
+ * the gradient buffer itself). Not collective; the window's sums and which groups were handed
+ * over in this micro-step are unchanged. */
+ZINC_API zinc_status zinc_grad_bucket_drop(zinc_engine_t *e, int group);
+
 /* With zinc_grad_buffer_external: lends zinc `bytes` at `buf` — exactly zinc_memory's planned
  * ZINC_MEM_GRAD bytes, on the engine's device (host memory on the CPU device), 64-byte aligned —
  * as the gradient buffer until the end of the current accumulation window: the zinc_step that is

@@ -96,36 +96,21 @@ class _HandOverMixin:
                 self._call(lib.zinc_grad_bucket(e, G.gid, ctypes.byref(s)))
                 slot = G.slot = s.value
                 self._torch_after_bucket(slot, st)
-            # All of the group's adds in one call (one multi-tensor kernel on a GPU, not one per
-            # parameter), into slices of one view of the group's gradient memory
-            # (_group_span).
-            # The slices are made once per span (kept with it): about 1.5 us each on the host.
-            dst, src, had = [], [], []
-            span, layout, views = self._group_span(G, "grad")
-            if not views:
-                # (built whole, then kept: a list cut short by an error midway would stay)
-                views[:] = [span.as_strided(shape, strides, off) for off, shape, strides in layout]
-            dtype = span.dtype
-            for (_, _, p), v in zip(G.params, views):
-                g = p.grad
-                if g is not None:
-                    dst.append(v)
-                    src.append(g if g.dtype == dtype else g.to(dtype))
-                    had.append(p)
-            if dst:
+            try:
+                had = self._add_into(G)
+            except BaseException:
                 # An error here (out of memory) leaves the gradients in `.grad`, where the next
                 # backward adds to them, as after an error in autograd: torch checks and
                 # allocates before its kernels run, so none was added (its per-tensor CPU
                 # fallback adds same-shaped tensors in place: nothing to fail midway; at stages
                 # 0-1 the lent buffer holds the window's sum, where a partial add could not be
-                # undone). Bucketed, the bucket, kept by the group (G.slot) for its next
-                # hand-over, holds this hand-over's adds alone: zeroed in case some were.
-                try:
-                    torch._foreach_add_(dst, src)
-                except BaseException:
-                    if slot >= 0:
-                        span.zero_()
-                    raise
+                # undone). Bucketed, the bucket is given back zeroed, in case some were: kept
+                # by the group until its next hand-over, it left the other groups one bucket
+                # fewer (with zinc.grad_buckets 1, none: step() after the failed backward
+                # refused the groups it handed over before this one).
+                if slot >= 0:
+                    self._give_back_bucket(G, st)
+                raise
             for p in had:
                 p.grad = None         # freed on torch's stream, after the add that reads it
             # torch -> zinc (RAW): the reduce zinc_grads_ready queues reads the sums torch
@@ -141,6 +126,42 @@ class _HandOverMixin:
             G.done = True
             if self._stage == 3 and G.holds == 0:
                 self._release(gi)
+
+    def _add_into(self, G):
+        """The group's `.grad`s added into zinc's gradient memory (its bucket, or its place in
+        the lent buffer); returns the parameters that had one. All of the group's adds in one
+        call (one multi-tensor kernel on a GPU, not one per parameter), into slices of one view
+        of the group's gradient memory (_group_span). The slices are made once per span (kept
+        with it): about 1.5 us each on the host."""
+        dst, src, had = [], [], []
+        span, layout, views = self._group_span(G, "grad")
+        if not views:
+            # (built whole, then kept: a list cut short by an error midway would stay)
+            views[:] = [span.as_strided(shape, strides, off) for off, shape, strides in layout]
+        dtype = span.dtype
+        for (_, _, p), v in zip(G.params, views):
+            g = p.grad
+            if g is not None:
+                dst.append(v)
+                src.append(g if g.dtype == dtype else g.to(dtype))
+                had.append(p)
+        if dst:
+            torch._foreach_add_(dst, src)
+        return had
+
+    def _give_back_bucket(self, G, stream):
+        """A hand-over that raised before its zinc_grads_ready: the group's bucket zeroed and
+        given back (zinc_grad_bucket_drop), on zinc's stream after torch's adds into it, with
+        the bucket's event recorded after the zeroing for the next group that takes it. Should
+        that fail too (a device error, which the engine's next call reports again), the group
+        keeps the bucket, and the error raised is the hand-over's."""
+        try:
+            self._torch_then_zinc(stream)
+            self._call(lib.zinc_grad_bucket_drop(self._e, G.gid))
+        except Exception:
+            return
+        self._bucket_done(G.slot)
+        G.slot = -1
 
     def _drop_window_grads(self, what):
         """A zero_grad inside an accumulation window, where DeepSpeed 0.19.8's drops the
@@ -171,7 +192,7 @@ class _HandOverMixin:
             return
         if self._stage < 2 and self._bucketed:
             # stage 1 with fp32 sums: zinc added the hand-overs into the lent buffer on its
-            # stream (and a bucket a raised hand-over kept holds more): zinc clears both
+            # stream (and a bucket a raised hand-over could not give back): zinc clears both
             self._clear_window_sums()
         elif self._stage < 2:
             if self._grad_buf is not None:   # on torch's stream, after its adds (zinc queues
@@ -213,9 +234,10 @@ class _HandOverMixin:
                           f"some stages those gradients)", RuntimeWarning, stacklevel=stacklevel)
 
     def _clear_window_sums(self):
-        """zinc_grads_clear: the window's sums so far dropped, and bucketed a bucket taken
-        by a hand-over that raised before its zinc_grads_ready (G.slot) given back zeroed; torch's
-        adds into that bucket come before its zeroing, and torch's next add into it after."""
+        """zinc_grads_clear: the window's sums so far dropped, and bucketed a bucket still
+        taken by a hand-over that raised before its zinc_grads_ready (G.slot: where
+        _give_back_bucket failed too) given back zeroed; torch's adds into that bucket come
+        before its zeroing, and torch's next add into it after."""
         held_slots = [G for G in self._g if G.slot >= 0]
         if held_slots:
             self._torch_then_zinc()

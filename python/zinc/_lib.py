@@ -134,6 +134,7 @@ _sig = {
     "zinc_grads_ready": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int]),
     "zinc_grads_more": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int]),
     "zinc_grad_bucket": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_int)]),
+    "zinc_grad_bucket_drop": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int]),
     "zinc_grads_clear": (ctypes.c_int, [ctypes.c_void_p]),
     "zinc_gather": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int]),
     "zinc_release": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int]),

@@ -16,7 +16,7 @@
  * calls that need the buffer (zinc_grads_ready, zinc_param_grad below stage 2, the gradient
  * setters) refuse while none is attached, and the getters read zeros.
  *
- * zinc_grads_clear inside a window (check_clear).
+ * zinc_grads_clear inside a window (check_clear); zinc_grad_bucket_drop (check_bucket_drop).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -246,6 +246,77 @@ static void check_clear(int stage, int external, const char *zero_json)
     free(buf);
 }
 
+/* zinc_grad_bucket_drop: a bucket holding gradients added and not handed over (the Python
+ * front-end's add that failed midway) given back zeroed, so another group can take it even when
+ * every bucket was taken (the toy's config has two), and the dropped group's next bucket reads
+ * zero; the sums and the window go on unchanged. Where the model adds into the gradient buffer
+ * itself (stages 0-1 here) and for a group holding no bucket it does nothing. */
+static void check_bucket_drop(int stage)
+{
+    toy_run r = {.world = 1, .stage = stage, .accum = 1, .steps = 1, .dtype = ZINC_DTYPE_BF16,
+                 .clip = 1.0, .inject_inf_step = -1};
+    char what[64];
+    snprintf(what, sizeof what, "zinc_grad_bucket_drop stage %d", stage);
+    int np = 0;
+    zinc_engine_t *e = toy_engine_checked(&r, &np, what);
+    if (!e) return;
+    int groups = zinc_engine_group_count(e), slot = -2;
+    ZT_CHECK(groups >= 3, "%s: the toy has %d groups, the check needs 3", what, groups);
+    ZT_CHECK(zinc_grad_bucket_drop(e, groups) == ZINC_ERR_INVALID_ARG,
+             "%s: an unknown group is not refused", what);
+    ZT_CHECK(zinc_grad_bucket_drop(e, 0) == ZINC_OK, "%s: a group holding no bucket: %s", what,
+             zinc_last_error(e));
+    if (stage < 2) {
+        ZT_OK(zinc_grad_bucket(e, 0, &slot));
+        ZT_CHECK(slot == -1 && zinc_grad_bucket_drop(e, 0) == ZINC_OK,
+                 "%s: unbucketed, slot %d, drop: %s", what, slot, zinc_last_error(e));
+        zinc_engine_destroy(e);
+        return;
+    }
+    int64_t most = 1;
+    for (int p = 0; p < np; p++)
+        if (zinc_param_numel(e, p) > most) most = zinc_param_numel(e, p);
+    float *vals = malloc((size_t)most * sizeof *vals);
+    /* groups 0 and 1 take both buckets and hold 2.0s; group 2 finds none */
+    ZT_CHECK(fill_buckets(e, np, 0x4000), "%s: filling the buckets (%s)", what, zinc_last_error(e));
+    ZT_CHECK(zinc_grad_bucket(e, 2, &slot) == ZINC_ERR_USAGE, "%s: a third group took a bucket "
+             "with both taken", what);
+    int held = -1;
+    ZT_OK(zinc_grad_bucket(e, 0, &held));
+    ZT_CHECK(zinc_grad_bucket_drop(e, 0) == ZINC_OK, "%s: %s", what, zinc_last_error(e));
+    slot = -1;
+    ZT_CHECK(zinc_grad_bucket(e, 2, &slot) == ZINC_OK && slot == held, "%s: group 2 does not "
+             "get group 0's dropped bucket %d (slot %d: %s)", what, held, slot,
+             zinc_last_error(e));
+    /* the dropped bucket reads zero where group 2 takes it */
+    int zero = 1;
+    for (int p = 0; p < np; p++) {
+        if (zinc_param_group(e, p) != 2) continue;
+        uint16_t *view = NULL;
+        ZT_OK(zinc_param_grad(e, p, (void **)&view));
+        for (int64_t i = 0; view && i < zinc_param_numel(e, p); i++) zero &= view[i] == 0;
+    }
+    ZT_CHECK(zero, "%s: the dropped bucket does not read zero for the group taking it", what);
+    /* hand everything over, groups 2 and 1 first (they hold the buckets the others need):
+     * group 1's 2.0s count, group 0's dropped ones do not */
+    ZT_OK(zinc_grads_ready(e, 2));
+    ZT_OK(zinc_grads_ready(e, 1));
+    for (int g = 0; g < groups; g++)
+        if (g != 1 && g != 2) ZT_OK(zinc_grads_ready(e, g));
+    for (int p = 0; p < np; p++) {
+        float want = zinc_param_group(e, p) == 1 ? 2.0f : 0.0f;
+        int ok = zinc_param_grad_get(e, p, vals) == ZINC_OK;
+        for (int64_t i = 0; ok && i < zinc_param_numel(e, p); i++) ok = vals[i] == want;
+        ZT_CHECK(ok, "%s: parameter %d (group %d) does not read %g after the hand-over", what, p,
+                 zinc_param_group(e, p), want);
+    }
+    zinc_step_info_t info;
+    ZT_CHECK(zinc_step(e, &info) == ZINC_OK, "%s: the step after it: %s", what,
+             zinc_last_error(e));
+    free(vals);
+    zinc_engine_destroy(e);
+}
+
 /* zinc_engine_set_train_state before zinc_finalize: the counters are set and nothing else
  * happens (its restart of the accumulation window, added later, read the groups' state that
  * zinc_finalize allocates: a crash). */
@@ -286,5 +357,6 @@ int main(void)
         for (int external = 0; external <= 1; external++) check_clear(stage, external, NULL);
     check_clear(2, 0, "\"offload_optimizer\": {\"device\": \"cpu\"}, ");
     check_clear(3, 0, "\"offload_optimizer\": {\"device\": \"cpu\"}, ");
+    for (int stage = 0; stage <= 3; stage++) check_bucket_drop(stage);
     return zt_finish("engine_grad_buffer");
 }
