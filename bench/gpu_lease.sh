@@ -93,7 +93,9 @@ get_debs() {
 # the one it needs), with the dependencies the lent image lacks, for its Python 3.12 (pydantic's
 # core is compiled).
 get_wheels() {
-    local py="${ZINC_BENCH_PYTHON:-$root/bench/.venv/bin/python}"
+    local py why
+    . "$root/bench/venv.sh"
+    bench_python || { echo "gpu_lease: no Python with torch to build DeepSpeed's wheel: $why" >&2; return 1; }
     mkdir -p "$root/.gpu-wheels" || return 2
     DS_BUILD_OPS=0 "$py" -m pip wheel -q --no-deps --no-build-isolation \
         -w "$root/.gpu-wheels" deepspeed==0.19.8 &&
