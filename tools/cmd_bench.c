@@ -49,7 +49,7 @@ static const char adam_text[] =
     "         beside a memory-bandwidth probe measured in the same run\n\n"
     "adam options:\n"
     "  --device cpu|cuda      device backend (default cpu)\n"
-    "  --params N             parameters in the shard (default 1e8)\n"
+    "  --params N             parameters in the shard, 1..2^40 (default 1e8)\n"
     "  --dtype fp16|bf16|fp32 gradient and working-copy dtype (default fp16)\n"
     "  --threads T            cpu threads, 0 = online CPUs (default 0)\n"
     "  --repeat R             timed repeats after one warm-up (default 5)\n"
@@ -183,8 +183,11 @@ static int bench_adam(int argc, char **argv)
         } else if (!strcmp(a, "--dtype")) {
             dtname = val;
         } else if (!strcmp(a, "--params")) {
-            if (zarg_int64(val, &params) || params < 1)
-                return zarg_usage_error("bench adam", "--params wants a count >= 1, not '%s'", val);
+            /* 2^40 as bench memory|comm: far past any machine, and n * 4 bytes cannot wrap
+             * (2^62 params wrapped every buffer to 0 bytes, which the step then wrote) */
+            if (zarg_int64(val, &params) || params < 1 || params > (1LL << 40))
+                return zarg_usage_error("bench adam", "--params wants a count 1..2^40, not '%s'",
+                                        val);
         } else if (!strcmp(a, "--threads")) {
             if (zarg_int64(val, &threads) || threads < 0 || threads > 4096)
                 return zarg_usage_error("bench adam", "--threads wants 0..4096, not '%s'", val);

@@ -58,6 +58,9 @@ expect 2 "^zinc config: --lr needs a number" check ds.json --lr 0x1
 cmd=bench
 expect 2 "^zinc bench adam: --device needs a value \(got the option '--json'\)" adam --device --json
 expect 2 "^zinc bench adam: --params wants a count" adam --params 0x10
+# 2^62 wrapped every buffer's bytes to 0 (SIGSEGV); 1e30 was "wants a count >= 1"
+expect 2 "^zinc bench adam: --params wants a count 1\.\.2\^40, not '4611686018427387904'" adam --params 4611686018427387904 --no-torch
+expect 2 "^zinc bench adam: --params wants a count 1\.\.2\^40, not '1e30'" adam --params 1e30 --no-torch
 expect 2 "^zinc bench memory: --dtype needs a value \(got the option '--json'\)" memory --dtype \
     --json
 expect 2 "^zinc bench offload: --nvme needs a value \(got the option '--json'\)" offload \
