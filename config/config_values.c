@@ -94,15 +94,22 @@ int zc_get_int(zcctx *x, json_object *o, const char *sec, const char *key, int64
     int64_t n;
     if (json_object_is_type(v, json_type_int)) {
         n = json_object_get_int64(v);
-        /* json-c saturates integers beyond int64 to these two values. */
+        /* Integers beyond int64 are refused by the strict parse (json_strict.c) before json-c,
+         * which would saturate them to these two; the two themselves are refused too: a count
+         * or step there overflows the first sum it enters. */
         if (n == INT64_MAX || n == INT64_MIN) {
-            zc_error(x, p, "expected a whole number, got one beyond the 64-bit range");
+            zc_error(x, p, "expected a whole number inside the 64-bit range, got %s, its end "
+                     "(refused: arithmetic with it overflows)", zc_show(v));
             return V_BAD;
         }
     } else if (json_object_is_type(v, json_type_double)) {
         double d = json_object_get_double(v);
-        if (!isfinite(d) || d != floor(d) || fabs(d) > 9.0e18) {
+        if (!isfinite(d) || d != floor(d)) {
             zc_error(x, p, "expected a whole number, got %s", zc_show(v));
+            return V_BAD;
+        }
+        if (fabs(d) > 9.0e18) {
+            zc_error(x, p, "expected a whole number inside the 64-bit range, got %s", zc_show(v));
             return V_BAD;
         }
         n = (int64_t)d;
@@ -111,7 +118,7 @@ int zc_get_int(zcctx *x, json_object *o, const char *sec, const char *key, int64
         return V_BAD;
     }
     if (n < lo || n > hi) {
-        if (hi >= INT32_MAX)
+        if (hi >= INT32_MAX && n < lo)
             zc_error(x, p, "expected a whole number >= %lld, got %s", (long long)lo, zc_show(v));
         else
             zc_error(x, p, "expected %lld..%lld, got %s", (long long)lo, (long long)hi, zc_show(v));

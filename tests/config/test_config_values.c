@@ -551,6 +551,45 @@ static void test_zero_size_bounds(void)
     }
 }
 
+/* The error for a whole number out of range says what is wrong with it: 2^63 - 1 is inside the
+ * 64-bit range (it said "beyond"), 1e30 is whole (it said "expected a whole number"), and a
+ * value above a key's upper bound of 2^31 - 1 or more broke "expected a whole number >= 1". */
+static void test_int_messages(void)
+{
+    static const struct {
+        const char *json, *want;
+    } rows[] = {
+        {"{\"train_micro_batch_size_per_gpu\": 9223372036854775807}",
+         "train_micro_batch_size_per_gpu: expected a whole number inside the 64-bit range, got "
+         "9223372036854775807, its end (refused: arithmetic with it overflows)"},
+        {"{\"train_micro_batch_size_per_gpu\": -9223372036854775808}",
+         "train_micro_batch_size_per_gpu: expected a whole number inside the 64-bit range, got "
+         "-9223372036854775808, its end (refused: arithmetic with it overflows)"},
+        {"{\"train_micro_batch_size_per_gpu\": 1e30}",
+         "train_micro_batch_size_per_gpu: expected a whole number inside the 64-bit range, got "
+         "1e30"},
+        {"{\"train_micro_batch_size_per_gpu\": 2.5}",
+         "train_micro_batch_size_per_gpu: expected a whole number, got 2.5"},
+        {"{\"train_micro_batch_size_per_gpu\": 1, \"fp16\": {\"enabled\": true, "
+         "\"hysteresis\": 3000000000}}",
+         "fp16.hysteresis: expected 1..2147483647, got 3000000000"},
+        {"{\"train_micro_batch_size_per_gpu\": 1, \"fp16\": {\"enabled\": true, "
+         "\"hysteresis\": 0}}",
+         "fp16.hysteresis: expected a whole number >= 1, got 0"},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        zcfg c;
+        zcfg_diag d = {0};
+        zinc_status s = parse(rows[i].json, 1, &c, &d);
+        int named = 0;
+        for (int e = 0; e < d.nerrors; e++) named |= strcmp(d.errors[e], rows[i].want) == 0;
+        ZT_CHECK(s == ZINC_ERR_CONFIG && named, "%s: expected the error \"%s\"", rows[i].json,
+                 rows[i].want);
+        if (!named) dump(&d);
+        zcfg_diag_free(&d);
+    }
+}
+
 /* DeepSpeed's _set_batch_related_parameters + _batch_assertion, transcribed from the Python
  * (0 = None). Returns 1 and the three values when DeepSpeed accepts. */
 static int ds_batch(long long tb, long long mb, long long ga, long long world, long long out[3])
@@ -1296,6 +1335,7 @@ static void test_pair_keys(void)
 
 int main(void)
 {
+    test_int_messages();
     test_offload();
     test_docs_list_every_key();
     test_defaults();
