@@ -134,11 +134,13 @@ static void nvme_dir(zcctx *x, json_object *o, const char *path, zcfg_zero *z)
     zc_path(p, sizeof p, path, "nvme_path");
     copy_str(x, o, path, "nvme_path", z->nvme_path, sizeof z->nvme_path);
     json_object *given = NULL;
+    int present = zc_member(o, "nvme_path", &given);
+    if (present && !json_object_is_type(given, json_type_string))
+        return;   /* not a string (null included): copy_str's error says so, one is enough */
     if (!z->nvme_path[0]) {
         zc_error(x, p, "%s with device \"nvme\": the directory that holds the optimizer "
                        "state's scratch files (on a fast local disk)",
-                 zc_member(o, "nvme_path", &given) && given ? "is empty; it is needed"
-                                                           : "needed");
+                 present ? "is empty; it is needed" : "needed");
         return;
     }
     /* a relative path is taken from the working directory: say which one it came to */

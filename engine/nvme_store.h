@@ -13,7 +13,8 @@
  * its read, rewrites one before its write is done, or counts on calls in flight together to
  * complete in order, gets wrong bytes and fails its test.
  * ZINC_NVME_FAULT=N (tests) makes asynchronous call N (from 0, since the open) fail with EIO,
- * reported by the wait that covers it.
+ * reported by the wait that covers it. ZINC_NVME_SHORT=1 (tests) takes every io_uring completion
+ * as short by an odd count, so the rest goes through the path that finishes a short transfer.
  * The file is O_DIRECT where the filesystem allows it (no page-cache copy of state that is
  * larger than memory by design): the asynchronous calls then need buffers, offsets and sizes
  * that are multiples of znvme_align(); the positioned calls take any range.

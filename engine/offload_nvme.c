@@ -364,7 +364,8 @@ zinc_status zoffload_nvme_open(zinc_engine_t *e)
     void *base = mmap(NULL, (size_t)bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
                       -1, 0);
     size_t bufbytes = (size_t)nv->nbuf * ZNV_STATES * nv->E * 4, d = zeng_dsize(e);
-    nv->stage_slot = (size_t)(L.host_param16 - (uint64_t)nv->nbuf * nv->E * d) / ZNV_STAGE;
+    nv->stage_slot = nv->param ? (size_t)(L.host_param16 - (uint64_t)nv->nbuf * nv->E * d) /
+                                 ZNV_STAGE : 0;
     /* (page-aligned: the staging slots are page-locked with offload_optimizer.pin_memory) */
     int pfail = nv->param && (posix_memalign((void **)&nv->pbuf, 4096, (size_t)nv->nbuf * nv->E * d) ||
                               posix_memalign((void **)&nv->stage, 4096,
@@ -395,6 +396,9 @@ zinc_status zoffload_nvme_open(zinc_engine_t *e)
                          "%zu bytes of chunk buffers", e->rank, (unsigned long long)bytes,
                          bufbytes);
     }
+    /* the last chunk's write covers the padding past the shard's end, which the Adam does not
+     * fill: zeros there, not whatever the allocator left (read by nothing; valgrind's report) */
+    if (nv->pbuf) memset(nv->pbuf, 0, (size_t)nv->nbuf * nv->E * d);
     nv->base = base;
     drop_cached(nv);
     nv->dev = (zdev_t){.iface = &nv_iface, .ctx = nv};

@@ -919,6 +919,20 @@ static void test_offload(void)
         parse_fails(j, 1, &c, "zero_optimization.offload_optimizer.nvme_path", bad_why[i],
                     __LINE__);
     }
+    /* a path that is not a string: its type named, one error (a second said "is empty") */
+    const char *typed[] = {"null", "5"};
+    for (int i = 0; i < 2; i++) {
+        char j[512];
+        snprintf(j, sizeof j, PRE "\"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": "
+                 "{\"device\": \"nvme\", \"nvme_path\": %s}}}", typed[i]);
+        zcfg_diag d = {0};
+        zinc_status s = parse(j, 1, &c, &d);
+        ZT_CHECK(s == ZINC_ERR_CONFIG && d.nerrors == 1 && strstr(d.errors[0], "expected a string"),
+                 "nvme_path %s: want one error, \"expected a string\"; got %d", typed[i],
+                 d.nerrors);
+        if (d.nerrors != 1) dump(&d);
+        zcfg_diag_free(&d);
+    }
     parse_fails(PRE "\"aio\": {\"block_size\": 1000}}", 1, &c, "aio.block_size", NULL, __LINE__);
     const char *k_gds[] = {"aio.use_gds"};
     parse_warns(PRE "\"aio\": {\"use_gds\": true}}", 1, &c, k_gds, 1, __LINE__);
