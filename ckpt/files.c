@@ -281,6 +281,24 @@ static int sweep_pruning(const char *dir, const char *name, int rank)
     return 1;
 }
 
+/* Whether <tag>.tmp (its manifest at tmp_manifest) holds the previous contents of <tag>: a save
+ * over an existing tag exchanges the two directories and removes the old one only after
+ * `latest` (ckpt/writer.c), so a kill in between leaves it whole, beside the tag, with the
+ * older manifest. Killed before the exchange instead, .tmp holds the new save, written after
+ * the tag: newer, and kept. */
+static int replaced_copy(const char *dir, const char *name, size_t taglen,
+                         const char *tmp_manifest)
+{
+    char tp[4500];
+    struct stat tm, om;
+    if (snprintf(tp, sizeof tp, "%s/%.*s/%s", dir, (int)taglen, name, ZCK_MANIFEST) >=
+        (int)sizeof tp)
+        return 0;
+    if (stat(tp, &tm) != 0 || stat(tmp_manifest, &om) != 0) return 0;
+    return tm.st_mtim.tv_sec > om.st_mtim.tv_sec ||
+           (tm.st_mtim.tv_sec == om.st_mtim.tv_sec && tm.st_mtim.tv_nsec > om.st_mtim.tv_nsec);
+}
+
 int zck_sweep_stale_tmps(const char *dir, const char *keep_tag, double timeout_s, int rank)
 {
     double stale_s = timeout_s * 2 > ZCK_STALE_TMP_S ? timeout_s * 2 : ZCK_STALE_TMP_S;
@@ -310,6 +328,18 @@ int zck_sweep_stale_tmps(const char *dir, const char *keep_tag, double timeout_s
         /* killed between its manifest and its rename: whole, and a load takes it when named */
         char mp[4500];
         snprintf(mp, sizeof mp, "%s/%s", p, ZCK_MANIFEST);
+        if (access(mp, F_OK) == 0 && replaced_copy(dir, de->d_name, n - 4, mp)) {
+            if (zck_rmdir_flat(p) == 0) {
+                removed++;
+                zlog(ZLOG_WARN, "ckpt", rank, "removed %s (%.1f MiB): the previous contents of "
+                     "%.*s, which a save over it replaced and stopped before removing", p,
+                     (double)bytes / 1048576.0, (int)(n - 4), de->d_name);
+            } else {
+                zlog(ZLOG_WARN, "ckpt", rank, "cannot remove %s, the previous contents of %.*s: "
+                     "%s", p, (int)(n - 4), de->d_name, strerror(errno));
+            }
+            continue;
+        }
         if (access(mp, F_OK) == 0) {
             zlog(ZLOG_WARN, "ckpt", rank, "kept %s (%.1f MiB), left by a save that stopped "
                  "before its rename: it holds a whole checkpoint, which a load takes only when "

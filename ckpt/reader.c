@@ -576,6 +576,7 @@ typedef struct {
     char name[ZCK_TAG_MAX];
     int64_t step;
     double mtime;   /* of its manifest: when the save wrote it (a rename keeps it) */
+    char hash[32];  /* its manifest's config_hash: which run's (a copy keeps it, not mtimes) */
     int group;      /* 0: committed after `latest` was written, at a higher step; 1: the tag
                        `latest` names; 2: others at or below its step; 3: others above it */
     int old;        /* name is T.old, the whole previous contents of a tag T that is missing: a
@@ -599,22 +600,28 @@ zinc_status zck_manifest_read(const char *tagdir, zck_manifest *m, char *err)
     return s;
 }
 
-/* The step the manifest of tagdir records (into *step); the rank files are not opened. */
-static zinc_status manifest_of(const char *tagdir, int64_t *step, char *err)
+/* The step and config hash (32 bytes) the manifest of tagdir records; the rank files are not
+ * opened. */
+static zinc_status manifest_of(const char *tagdir, int64_t *step, char *hash, char *err)
 {
     zck_manifest m;
     zinc_status s = zck_manifest_read(tagdir, &m, err);
-    if (s == ZINC_OK) *step = m.step;
+    if (s == ZINC_OK) {
+        *step = m.step;
+        memcpy(hash, m.config_hash, sizeof m.config_hash);
+    }
     zck_manifest_free(&m);
     return s;
 }
 
-/* The step the manifest of tagdir records, INT64_MAX when it cannot be read. */
-static int64_t manifest_step(const char *tagdir)
+/* The step the manifest of tagdir records (INT64_MAX when it cannot be read) and its config
+ * hash (empty then). */
+static int64_t manifest_step(const char *tagdir, char *hash)
 {
     char err[ZCK_ERR];
-    int64_t step = INT64_MAX;   /* manifest_of sets it only when the manifest reads */
-    manifest_of(tagdir, &step, err);
+    int64_t step = INT64_MAX;   /* manifest_of sets them only when the manifest reads */
+    hash[0] = 0;
+    manifest_of(tagdir, &step, hash, err);
     return step;
 }
 
@@ -737,7 +744,8 @@ static zinc_status find_tag(const char *dir, const char *tag, int skip_upto, int
          * made a load's pick cost tags x (ranks + 2) opens, 52 ms at 400 tags of 2 ranks; the
          * tags are opened below in the order tried, until one opens. */
         int64_t step = 0;
-        if (manifest_of(path, &step, e2) != ZINC_OK) {
+        char hash[32] = "";
+        if (manifest_of(path, &step, hash, e2) != ZINC_OK) {
             if (say) zlog(ZLOG_WARN, "ckpt", logrank, "skipping damaged checkpoint %s: %s", path, e2);
             ndamaged++;
             continue;
@@ -752,12 +760,14 @@ static zinc_status find_tag(const char *dir, const char *tag, int skip_upto, int
         c[nc].old = is_old;
         c[nc].tried = 0;
         c[nc].step = step;
+        memcpy(c[nc].hash, hash, sizeof hash);
         c[nc].mtime = (double)ms.st_mtim.tv_sec + 1e-9 * (double)ms.st_mtim.tv_nsec;
         nc++;
     }
     closedir(dd);
     int found = 0;
     int64_t lstep = INT64_MAX; /* latest's step; unknown (no latest): every tag "below" it */
+    char lhash[32] = "";       /* and its config hash */
     double lt = 0.0;           /* when latest was written */
     if (latest[0]) {
         struct stat ls;
@@ -767,18 +777,23 @@ static zinc_status find_tag(const char *dir, const char *tag, int skip_upto, int
             if (cand_is(&c[i], latest)) {   /* (a T.old of it: said below, once opened) */
                 found = 1;
                 lstep = c[i].step;
+                memcpy(lhash, c[i].hash, sizeof lhash);
             }
         snprintf(path, sizeof path, "%s/%s", dir, latest);
         if (!found) /* damaged (a rank file), yet its manifest may still say its step */
-            lstep = manifest_step(path);
+            lstep = manifest_step(path, lhash);
         if (say && !found && access(path, F_OK) != 0)
             zlog(ZLOG_WARN, "ckpt", logrank, "%s/latest names \"%s\", which does not exist", dir, latest);
     }
+    /* Taken over latest's tag (group 0) only with its run's config hash too: a save of the
+     * run that wrote latest. A copy (cp -r, rsync without -t) makes every tag newer than
+     * latest or not in the order it copies them: a run abandoned by a resume from an earlier
+     * tag with another config (lr, batch, world size) was taken over latest's tag there. */
     for (int i = 0; i < nc; i++)
-        c[i].group = found && cand_is(&c[i], latest)              ? 1
-                     : c[i].step > lstep && c[i].mtime > lt          ? 0
-                     : c[i].step <= lstep                           ? 2
-                                                                    : 3;
+        c[i].group = found && cand_is(&c[i], latest) ? 1
+                     : c[i].step > lstep && c[i].mtime > lt && !strcmp(c[i].hash, lhash) ? 0
+                     : c[i].step <= lstep ? 2
+                                          : 3;
     if (nc) qsort(c, (size_t)nc, sizeof *c, cmp_cand);
     /* In that order, the tags are opened (rank files, headers, sizes) until the one this search
      * takes: the (skip_upto + 1)-th that opens — or, `thorough` (the ckpt tools' look at a save

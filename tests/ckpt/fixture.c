@@ -110,6 +110,7 @@ void fx_rank_free(fx_rank *r)
 }
 
 long long fx_step = 7;
+const char *fx_config_hash = "0123456789abcdef";
 
 zck_save_desc fx_desc(const char *dir, const char *tag, const zplan *p, int rank,
                       const zck_tensor *tensors, const fx_rank *fr, unsigned streams)
@@ -129,7 +130,7 @@ zck_save_desc fx_desc(const char *dir, const char *tag, const zplan *p, int rank
     d.world_size = p->world;
     d.stage = 2;
     d.step = fx_step;
-    d.config_hash = "0123456789abcdef";
+    d.config_hash = fx_config_hash;
     /* A complete engine state (what an engine writes): verify and load range-check it. */
     d.engine_state = state;
     d.ntensors = FX_NTENSORS;

@@ -523,6 +523,26 @@ static void test_latest_choice(void)
     ZT_CHECK(utimensat(AT_FDCWD, mf, NULL, 0) == 0, "utimensat %s", mf);
     ZT_OK(zck_find_tag(dir, NULL, 0, -1, td, sizeof td, tn, sizeof tn, err));
     ZT_CHECK(!strcmp(tn, "s3"), "a higher step after a damaged latest: took %s", tn);
+    /* A tag of a higher step, newer than latest, of another run (another config hash): a run
+     * abandoned by a resume from an earlier tag with another config, whose tags a copy
+     * (cp -r) made newer than latest. latest's s3 is taken, not s9 (it was) */
+    fx_config_hash = "fedcba9876543210";
+    fx_step = 9;
+    ZT_OK(fx_save_world(dir, "s9", 2, 0x7, 9, 4096, 0));
+    fx_config_hash = "0123456789abcdef";
+    fx_step = 7;
+    put(p, "s3\n");
+    ZT_CHECK(utimensat(AT_FDCWD, p, old, 0) == 0, "utimensat %s", p);
+    ZT_OK(zck_find_tag(dir, NULL, 0, -1, td, sizeof td, tn, sizeof tn, err));
+    ZT_CHECK(!strcmp(tn, "s3"), "a newer higher step of another config: took %s", tn);
+    /* ... while one of latest's run still is (s10, saved after latest was written) */
+    fx_step = 10;
+    ZT_OK(fx_save_world(dir, "s10", 2, 0x7, 10, 4096, 0));
+    fx_step = 7;
+    put(p, "s3\n");
+    ZT_CHECK(utimensat(AT_FDCWD, p, old, 0) == 0, "utimensat %s", p);
+    ZT_OK(zck_find_tag(dir, NULL, 0, -1, td, sizeof td, tn, sizeof tn, err));
+    ZT_CHECK(!strcmp(tn, "s10"), "a higher step of latest's run saved after it: took %s", tn);
     fx_rmtree(dir);
 }
 
@@ -618,6 +638,61 @@ static void test_overwrite(void)
     fx_rmtree(dir);
 }
 
+/* A save over s5 killed at `phase` (a forked child), writing the values of `salt`. */
+static void kill_save_over(const char *dir, const char *phase, unsigned salt)
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        kill_phase = phase;
+        kill_count = 1;
+        zck_test_hook = kill_hook;
+        fx_save_world(dir, "s5", 3, 0x7, salt, 4096, 0);
+        _exit(3);
+    }
+    int ws;
+    waitpid(pid, &ws, 0);
+    ZT_CHECK(WIFSIGNALED(ws) && WTERMSIG(ws) == SIGKILL, "save over s5 killed at %s: child was "
+             "not killed", phase);
+}
+
+/* A save over s5 killed after its exchange and before removing the old contents (at "latest")
+ * leaves them whole in s5.tmp beside the new s5: the next save's sweep of stale .tmp
+ * directories removes it (it kept it for good, advising to rename it to a tag, and
+ * --keep-last never counted it). Killed before the exchange (at "rename"), s5.tmp holds the
+ * new save, newer than s5: kept, as before. */
+static void test_replaced_copy(void)
+{
+    if (!can_exchange()) {
+        printf("note: %s cannot exchange directories: no replaced copy in .tmp to check\n", root);
+        return;
+    }
+    char dir[700], p[900], q[900], what[] = "a save over s5 killed after its exchange";
+    snprintf(dir, sizeof dir, "%s/replaced", root);
+    fx_rmtree(dir);
+    ZT_OK(fx_save_world(dir, "s5", 3, 0x7, 5, 4096, 0));
+    kill_save_over(dir, "latest", 6);
+    snprintf(p, sizeof p, "%s/s5.tmp", dir);
+    snprintf(q, sizeof q, "%s/s5", dir);
+    check_salt(p, 5, what);             /* the old contents, whole */
+    check_salt(q, 6, what);
+    age_dir(p, 40 * 60);                /* stale, and older than s5 */
+    age_dir(q, 30 * 60);
+    ZT_OK(fx_save_world(dir, "s6", 3, 0x7, 9, 4096, 0));
+    ZT_CHECK(access(p, F_OK) != 0, "%s: the next save left s5.tmp, the replaced contents", what);
+    check_salt(q, 6, what);
+    /* killed before the exchange: s5.tmp is the new save (salt 8), kept */
+    kill_save_over(dir, "rename", 8);
+    age_dir(q, 40 * 60);
+    age_dir(p, 30 * 60);
+    ZT_OK(fx_save_world(dir, "s7", 3, 0x7, 10, 4096, 0));
+    ZT_CHECK(access(p, F_OK) == 0, "a save over s5 killed before its exchange: the next save "
+             "removed s5.tmp, the new save, whole");
+    if (access(p, F_OK) == 0) check_salt(p, 8, "the unexchanged new save");
+    check_salt(q, 6, "s5 beside an unexchanged new save");
+    fx_rmtree(dir);
+}
+
 /* Tag names a save refuses before writing anything: those that are no directory name of ours,
  * and those `latest` cannot give back as written — a control character (a newline tag was
  * saved, and then every later save into the directory refused its latest) or a space at
@@ -678,6 +753,7 @@ int main(void)
     test_foreign();
     test_latest_choice();
     test_overwrite();
+    test_replaced_copy();
     test_late_rank_failure();
     test_tag_names();
     test_kills();
