@@ -194,7 +194,14 @@ zinc_status zck_open(const char *tagdir, zck_reader **out, char *err)
         snprintf(path, sizeof path, "%s/%s", tagdir, ZCK_BLOB);
         s = zck_read_file(path, &txt, &len, err);
         if (s != ZINC_OK) {
-            s = zerr_fmt(err, ZCK_ERR, ZINC_ERR_CORRUPT, "checkpoint incomplete: %s is missing", path);
+            /* missing, or there and unreadable (a directory in its place): said as such */
+            char why[ZCK_ERR];
+            snprintf(why, sizeof why, "%s", err);
+            if (access(path, F_OK) != 0)
+                s = zerr_fmt(err, ZCK_ERR, ZINC_ERR_CORRUPT, "checkpoint incomplete: %s is "
+                             "missing", path);
+            else
+                s = zerr_fmt(err, ZCK_ERR, ZINC_ERR_CORRUPT, "checkpoint damaged: %s", why);
             goto fail;
         }
         uint64_t h = XXH3_64bits(txt, len);
@@ -697,7 +704,16 @@ static zinc_status find_tag(const char *dir, const char *tag, int skip_upto, int
     zcand *c = NULL;
     int nc = 0, cap = 0, ndamaged = 0, nds = 0;
     char latest[ZCK_TAG_MAX] = "", path[4400];
-    read_latest(dir, latest, sizeof latest);
+    if (read_latest(dir, latest, sizeof latest) != 0 && say) {
+        /* there and not one tag's name (garbage, empty, a directory): said, not passed over in
+         * silence as if there were none */
+        snprintf(path, sizeof path, "%s/%s", dir, ZCK_LATEST);
+        struct stat ls;
+        if (lstat(path, &ls) == 0)
+            zlog(ZLOG_WARN, "ckpt", logrank, "%s does not hold a tag's name (one line, no '/' "
+                 "or leading '.'%s): ignored, the tags are ordered as without it", path,
+                 S_ISREG(ls.st_mode) ? "" : "; it is not even a file");
+    }
     struct dirent *de;
     while ((de = readdir(dd))) {
         const char *nm = de->d_name;

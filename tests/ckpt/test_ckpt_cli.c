@@ -92,6 +92,50 @@ static void damaged_fallbacks(void)
     free(e);
 }
 
+/* A `latest` that holds no tag's name (garbage, a directory in its place) is said, not passed
+ * over in silence (verify exited 0 with no word); a client blob with a directory in its place is
+ * named as unreadable, not as "missing". */
+static void odd_files(void)
+{
+    char dir[700], args[2048], p[900];
+    snprintf(dir, sizeof dir, "%s/odd", root);
+    ZT_OK(fx_save_world(dir, "s1", 2, 0x7, 1, 4096, 0));
+    snprintf(p, sizeof p, "%s/latest", dir);
+    FILE *f = fopen(p, "w");
+    if (f) {
+        fwrite("\0\377../x\n", 1, 8, f);
+        fclose(f);
+    }
+    snprintf(args, sizeof args, "ckpt verify %s", dir);
+    int rc = cli(args);
+    char *e = slurp(errf);
+    ZT_CHECK(rc == 0 && strstr(e, "latest does not hold a tag's name"),
+             "verify DIR with a garbled latest: exit %d, and it should be said: %s", rc, e);
+    free(e);
+    unlink(p);
+    ZT_CHECK(mkdir(p, 0755) == 0, "mkdir %s", p);
+    rc = cli(args);
+    e = slurp(errf);
+    ZT_CHECK(rc == 0 && strstr(e, "it is not even a file"),
+             "verify DIR with a directory for latest: exit %d, and it should be said: %s", rc, e);
+    free(e);
+    rmdir(p);
+    snprintf(p, sizeof p, "%s/s1/client.bin", dir);
+    if (access(p, F_OK) == 0) {
+        unlink(p);
+        ZT_CHECK(mkdir(p, 0755) == 0, "mkdir %s", p);
+        snprintf(args, sizeof args, "ckpt verify %s/s1", dir);
+        rc = cli(args);
+        e = slurp(errf);
+        ZT_CHECK(rc == 1 && strstr(e, "not a regular file") && !strstr(e, "is missing"),
+                 "verify with a directory for client.bin: exit %d: %s", rc, e);
+        free(e);
+        rmdir(p);
+    } else {
+        ZT_CHECK(0, "the fixture's save wrote no %s", p);
+    }
+}
+
 int main(void)
 {
     fx_tmproot(root, sizeof root, "cli");
@@ -240,6 +284,7 @@ int main(void)
     /* the whole root: the export guards' cases left other-tag/, tag-link and the planted
      * symlink beside save/, and rmdir(root) alone kept all of them */
     damaged_fallbacks();
+    odd_files();
     fx_rmtree(root);
     return zt_finish("test_ckpt_cli");
 }
