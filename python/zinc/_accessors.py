@@ -85,7 +85,15 @@ class _AccessorsMixin:
         return [float(_scalar(g["lr"])) for g in self._opt.param_groups]
 
     def was_step_applied(self):
-        return bool(self._info.applied)
+        """DeepSpeed's: whether the last engine.step() applied an optimizer update — False after
+        one inside an accumulation window (no update) or skipped for an fp16 overflow."""
+        return self._step_applied
+
+    @property
+    def micro_steps(self):
+        """DeepSpeed's: the micro-steps (engine.step() calls that ended one) since the engine
+        was built, not restored by a checkpoint load (DeepSpeed's checkpoint has none)."""
+        return self._micro_steps
 
     def get_global_grad_norm(self):
         """DeepSpeed's: the global L2 norm of the unscaled gradient before clipping, from the

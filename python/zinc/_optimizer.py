@@ -8,6 +8,7 @@ engine.step(); what DeepSpeed users hand initialize about the optimizer is read 
 Anything zinc would compute differently is refused by name.
 """
 import ctypes
+import math
 import warnings
 
 import torch
@@ -283,6 +284,9 @@ class _Optimizer:
                       for i in range(len(sources))]
         self._applied = [None] * len(sources)   # the lr last given to zinc, per source group
         self._taken = client_scheduler or "scheduler" not in engine._cfg
+        # Under the config's schedule, an lr written into the groups is for the next applied
+        # step alone, as DeepSpeed's scheduler writes its own back after that step.
+        self._once = False
         self._shown = None         # what _after_step wrote into the groups (while not taken)
         self._after_step()
 
@@ -333,8 +337,10 @@ class _Optimizer:
 
     def _before_step(self):
         """At an accumulation boundary: the groups' betas, eps and weight decay where they
-        changed; the groups' lr, if they drive it or anything wrote one; under WarmupCosineLR
-        with groups of their own lr, each group's scaled lr."""
+        changed; the groups' lr, if they drive it (no scheduler in the config, or a client's)
+        or anything wrote one — under the config's schedule for this step only (until it is
+        applied: _after_step); under WarmupCosineLR with groups of their own lr, each group's
+        scaled lr."""
         self._apply_adam()
         lrs = self._lrs()
         e = self._engine._e
@@ -342,7 +348,9 @@ class _Optimizer:
             if self._scaled is not None:
                 self._set_group_lrs(self._scheduled())
             return
-        self._taken = True
+        if not self._taken:
+            # (it latched: the schedule never came back, and the run went on at that lr)
+            self._once = True
         self._engine._call(lib.zinc_set_lr(e, lrs[0]))
         if len(lrs) > 1 or self._scaled is not None:
             self._set_group_lrs(lrs)
@@ -373,11 +381,19 @@ class _Optimizer:
             g["betas"] = betas
         self._adam = [(betas, eps, wd) for _, eps, wd in self._adam]
 
-    def _after_step(self):
+    def _after_step(self, applied=True):
         """While zinc's schedule runs, the groups show the lr of the next step (as DeepSpeed's
-        after its scheduler stepped), and the betas under OneCycle with cycle_momentum."""
+        after its scheduler stepped), and the betas under OneCycle with cycle_momentum. An lr
+        written into the groups under it gives way to the schedule once a step applied it
+        (not after one skipped for an fp16 overflow, where DeepSpeed's scheduler does not
+        step)."""
         self._show_betas()
-        if not self._taken:
+        if self._once and applied:
+            self._engine._call(lib.zinc_set_lr(self._engine._e, math.nan))
+            if any(a is not None for a in self._applied):
+                self._set_group_lrs([math.nan] * len(self._sources))
+            self._once = False
+        if not self._taken and not self._once:
             lr = lib.zinc_engine_lr(self._engine._e)
             if self._scaled is None:      # every group, those without parameters too
                 for g in self.param_groups:

@@ -18,7 +18,7 @@ import warnings
 import torch
 
 from ._interrupt import held
-from ._lib import LoadOptions, SaveOptions, lib, read_tensors
+from ._lib import LoadOptions, SaveOptions, TrainState, lib, read_tensors
 from ._memory import _TORCH_DTYPE
 
 # load_checkpoint's first buffer for the checkpoint's client blob (the counters' JSON, and the
@@ -422,6 +422,8 @@ class _StateIOMixin:
             # the buckets zinc zeroed, restarting the window, before torch adds into them).
             self._zinc_then_torch()
             self._restart_window("load_checkpoint")
+            if not weights_only:
+                self._fresh_window()
             client, done, frozen_then = {}, set(), {}
             if opts.client_blob_bytes:
                 text, _, module_state = buf.raw[:opts.client_blob_bytes].partition(b"\0")
@@ -450,6 +452,18 @@ class _StateIOMixin:
                                   strict)
             self._restore_untrained(load_dir, opts.loaded_tag.decode(), done, opts.extra, strict)
         return os.path.join(load_dir, opts.loaded_tag.decode()), client
+
+    def _fresh_window(self):
+        """After a full load: the next micro-batch starts an accumulation window, as after
+        DeepSpeed 0.19.8's load_checkpoint, whose checkpoint has no micro-step count. zinc's
+        holds the count of a window saved midway, which zinc_ckpt_load restored: the first
+        window after the load ended early, its loss still divided by the whole window's steps.
+        zinc_engine_set_train_state with the counters as they are (a scale of 0 keeps the loss
+        scaler) sets it to 0."""
+        applied, skipped = ctypes.c_int64(), ctypes.c_int64()
+        lib.zinc_engine_steps(self._e, ctypes.byref(applied), ctypes.byref(skipped))
+        state = TrainState(applied=applied.value, skipped=skipped.value, scaler_scale=0.0)
+        self._call(lib.zinc_engine_set_train_state(self._e, ctypes.byref(state)))
 
     def _lr_state(self):
         """What the checkpoint keeps of the optimizer values carried outside zinc: each group's

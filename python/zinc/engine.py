@@ -535,6 +535,8 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
         if self._stage == 3:
             self._setup_stage3(model)
         self._info = StepInfo()
+        self._step_applied = False   # was_step_applied: the last step() applied an update
+        self._micro_steps = 0        # DeepSpeed's micro_steps: step() calls since the start
         # DeepSpeed's counters: optimizer steps taken (applied and skipped for an fp16
         # overflow), the skipped ones, and the samples those steps trained on.
         self._steps = 0
@@ -949,6 +951,8 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
                 self._opt._before_step()         # the lr the optimizer's groups carry, if set
             self._call(lib.zinc_step(self._e, ctypes.byref(info)))
             self._open_micro = self._awaiting_step = False
+            self._step_applied = bool(info.boundary and info.applied)
+            self._micro_steps += 1
             # zinc -> torch (RAW): the next forward reads the new weights: an event, no host wait
             # (the step's one is inside zinc_step, the read of the gradient norm).
             self._torch_after_zinc()
@@ -981,7 +985,7 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
                         warnings.filterwarnings("ignore",
                                                 message=".*lr_scheduler.step.*optimizer.step")
                         self._client_sched.step(**(lr_kwargs or {}))
-                self._opt._after_step()
+                self._opt._after_step(applied=bool(info.applied))
                 self._monitor.after_step(self)
 
 

@@ -420,3 +420,7 @@ zinc_python_stage_tests(load_in_window test_load_in_window.py 300 0 1 2 3)
 add_test(NAME python_lifetime COMMAND ${_py} ${_pyt}/test_lifetime.py)
 set_tests_properties(python_lifetime PROPERTIES LABELS python TIMEOUT 300 SKIP_RETURN_CODE 77
                      ENVIRONMENT "${_env}")
+# DeepSpeed's engine details a script sees (test_ds_step_details.py): an lr written under the
+# config's scheduler for one step, was_step_applied and micro_steps, a fresh window after loading
+# a checkpoint saved inside one.
+zinc_python_stage_tests(ds_step_details test_ds_step_details.py 300 0 1 2 3)
