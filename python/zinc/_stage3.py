@@ -177,6 +177,15 @@ class _Stage3Mixin:
         self._group_numel = [sum(_numel(self._shapes[pid]) for pid, _, _ in G.params)
                              for G in self._g]
         self._uses, self._last_use, self._order, self._left = [], {}, None, False
+        # DeepSpeed's ZeRO-3 attributes that scripts read of a partitioned parameter, whose own
+        # shape is empty between forwards: its full numel and shape (transformers'
+        # num_parameters, PEFT's LoRA set-up; `p.ds_numel if hasattr(p, "ds_numel") else
+        # p.numel()` counted 0 for each) and an id. Not ds_status or ds_tensor: zinc's
+        # parameters have neither (docs/python.md).
+        for G in self._g:
+            for pid, _, p in G.params:
+                p.ds_id, p.ds_shape = pid, torch.Size(self._shapes[pid])
+                p.ds_numel = _numel(self._shapes[pid])
         for mod in model.modules():
             ext = [self._group_of[id(q)] for q in mod.__dict__.get("_zinc_external_params", [])
                    if id(q) in self._group_of]

@@ -10,6 +10,8 @@ checked at one ZeRO stage (fp32, AdamW, one rank):
 - was_step_applied() is False after a step() inside an accumulation window (DeepSpeed's step()
   sets it False first; zinc said the last window's True), and micro_steps counts the step()
   calls (zinc had none: AttributeError).
+- Stage 3: parameters carry DeepSpeed's ds_numel, ds_shape and ds_id (a count of the model's
+  parameters by ds_numel gave 0).
 - A checkpoint saved inside a window and loaded by a fresh engine starts a new window there:
   DeepSpeed's checkpoint holds no micro-step count. zinc's restored the saved one, so the first
   window after the load ended after one micro-batch, its loss still divided by two.
@@ -117,7 +119,28 @@ def load_inside_window(stage):
           str({n: float((w[n] - rw[n]).abs().max()) for n in w}))
 
 
+def zero3_attributes():
+    """Stage 3: every trained parameter carries DeepSpeed's ds_numel, ds_shape (its full ones;
+    its own shape is empty between forwards) and a distinct ds_id, so the usual count
+    `p.ds_numel if hasattr(p, "ds_numel") else p.numel()` gives the model's (it gave 0)."""
+    engine = engine_of(3)
+    full = {"0.weight": (8, 4), "0.bias": (8,), "2.weight": (2, 8), "2.bias": (2,)}
+    got = {n: (tuple(getattr(p, "ds_shape", ())), getattr(p, "ds_numel", None), p.numel())
+           for n, p in engine.module.named_parameters()}
+    ids = [getattr(p, "ds_id", None) for p in engine.module.parameters()]
+    count = sum(p.ds_numel if hasattr(p, "ds_numel") else p.numel()
+                for p in engine.module.parameters())
+    engine.close()
+    check("stage 3: each parameter's ds_shape and ds_numel are its full ones, its own numel 0 "
+          "between forwards", all(got[n] == (s, torch.Size(s).numel(), 0) for n, s in full.items()),
+          f"{got}")
+    check("stage 3: distinct ds_ids", None not in ids and len(set(ids)) == len(ids), f"{ids}")
+    check("stage 3: the ds_numel count is the model's 58", count == 58, f"{count}")
+
+
 def main(stage):
+    if stage == 3:
+        zero3_attributes()
     written_lr(stage)
     applied_and_micro_steps(stage)
     load_inside_window(stage)
