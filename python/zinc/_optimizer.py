@@ -466,6 +466,7 @@ class _Scheduler:
 
     def __init__(self, engine):
         self._engine = engine
+        self._warned = False
 
     @property
     def last_batch_iteration(self):
@@ -497,4 +498,13 @@ class _Scheduler:
                 f"which zinc keeps as one count with Adam's; engine.load_checkpoint sets both")
 
     def step(self, *args, **kwargs):
-        """Nothing to do: engine.step() advances the schedule, as in DeepSpeed."""
+        """Nothing to do: engine.step() advances the schedule. DeepSpeed 0.19.8's engine.step()
+        steps its scheduler too, and a script's own call advances it once more (two positions
+        a step, the warm-up twice as fast): zinc does not follow that, and says so once (rank
+        0), rather than run another schedule in silence."""
+        if not self._warned and self._engine.global_rank == 0:
+            warnings.warn("zinc: lr_scheduler.step() on the config's scheduler does nothing: "
+                          "engine.step() advances it (DeepSpeed 0.19.8's engine.step() steps it "
+                          "too, so there this call would advance it a second time per step)",
+                          RuntimeWarning, stacklevel=2)
+        self._warned = True

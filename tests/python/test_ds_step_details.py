@@ -7,6 +7,8 @@ checked at one ZeRO stage (fp32, AdamW, one rank):
   next optimizer step alone: DeepSpeed's scheduler steps after it and writes its own lr back
   (engine._take_model_step). zinc kept the written lr for the rest of the run (the lr
   latched: get_lr() 0.001, 0.001, ... where DeepSpeed's is 0.00667, 0.01).
+- A script's own lr_scheduler.step() on the config's scheduler (DeepSpeed's advances it once more
+  per step) does nothing in zinc and warns once (it was silent).
 - was_step_applied() is False after a step() inside an accumulation window (DeepSpeed's step()
   sets it False first; zinc said the last window's True), and micro_steps counts the step()
   calls (zinc had none: AttributeError).
@@ -69,6 +71,24 @@ def written_lr(stage):
           abs(u1[1] - 1e-3) < 1e-12 and u1[0] == u0[0], f"{u1} (without it {u0})")
     check(f"stage {stage}: the schedule's lr after it, as without the write (the lr latched)",
           u1[2:] == u0[2:] and s1[1:] == s0[1:], f"used {u1} shown {s1}; without: {u0} {s0}")
+
+
+def scheduler_step_warns(stage):
+    """A script's own lr_scheduler.step() on the config's scheduler: DeepSpeed's advances it a
+    second time per step; zinc's does nothing, and says so once (it said nothing)."""
+    import warnings
+    engine = engine_of(stage)
+    micro(engine, 0)
+    before = engine.get_lr()[0]
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        engine.lr_scheduler.step()
+        engine.lr_scheduler.step()
+    said = [str(w.message) for w in seen if "lr_scheduler.step()" in str(w.message)]
+    after = engine.get_lr()[0]
+    engine.close()
+    check(f"stage {stage}: lr_scheduler.step() on the config's scheduler warns once, the lr "
+          f"unchanged", len(said) == 1 and after == before, f"{said}; lr {before} -> {after}")
 
 
 def applied_and_micro_steps(stage):
@@ -142,6 +162,7 @@ def main(stage):
     if stage == 3:
         zero3_attributes()
     written_lr(stage)
+    scheduler_step_warns(stage)
     applied_and_micro_steps(stage)
     load_inside_window(stage)
     return finish()
