@@ -97,6 +97,65 @@ def all_gather_into_tensor(output_tensor, tensor, group=None, async_op=False):
                           group=group, async_op=async_op)
 
 
+def has_all_gather_into_tensor():
+    """DeepSpeed's: whether the backend gathers into one tensor natively (zinc.comm's
+    all_gather_into_tensor works either way)."""
+    return hasattr(_td, "all_gather_into_tensor")
+
+
+def has_reduce_scatter_tensor():
+    """DeepSpeed's: whether the backend reduce-scatters one tensor natively (zinc.comm's
+    reduce_scatter_tensor works either way)."""
+    return hasattr(_td, "reduce_scatter_tensor")
+
+
+def reduce_scatter_tensor(output_tensor, tensor, op=None, group=None, async_op=False):
+    """DeepSpeed's: rank r's output_tensor gets part r of the reduction of every rank's
+    `tensor` (split along its first dimension into world-size equal parts). torch's
+    reduce_scatter_tensor where the backend has it; on gloo (none) an all_reduce of a copy
+    and this rank's part of it (async_op then waits, and returns a finished work)."""
+    _need("reduce_scatter_tensor")
+    op = _td.ReduceOp.SUM if op is None else op
+    fn = getattr(_td, "reduce_scatter_tensor", None)
+    if fn is not None and _td.get_backend(group) != "gloo":
+        return fn(output_tensor, tensor, op=op, group=group, async_op=async_op)
+    n, r = get_world_size(group), get_rank(group)
+    if tensor.numel() != n * output_tensor.numel():
+        raise ValueError(f"zinc.comm.reduce_scatter_tensor: the input has {tensor.numel()} "
+                         f"elements, not world size {n} x the output's {output_tensor.numel()}")
+    whole = tensor.detach().clone().reshape(-1)
+    _td.all_reduce(whole, op=op, group=group)
+    output_tensor.view(-1).copy_(whole.view(n, -1)[r])
+    return _Done() if async_op else None
+
+
+class _Done:
+    """The work an emulated asynchronous collective returns: finished already."""
+
+    def wait(self, timeout=None):
+        return True
+
+    def is_completed(self):
+        return True
+
+
+def all_gather_object(object_list, obj, group=None):
+    _need("all_gather_object")
+    return _td.all_gather_object(object_list, obj, group=group)
+
+
+def broadcast_object_list(object_list, src, group=None, device=None):
+    _need("broadcast_object_list")
+    kw = {"device": device} if device is not None else {}
+    return _td.broadcast_object_list(object_list, src, group=group, **kw)
+
+
+def get_world_group():
+    """DeepSpeed's: the group of every rank (torch.distributed's WORLD)."""
+    _need("get_world_group")
+    return _td.group.WORLD
+
+
 def reduce(tensor, dst, op=None, group=None, async_op=False):
     _need("reduce")
     return _td.reduce(tensor, dst, op=_td.ReduceOp.SUM if op is None else op, group=group,
@@ -125,5 +184,7 @@ def log_summary(show_straggler=False):
 
 __all__ = ["init_distributed", "is_available", "is_initialized", "get_rank", "get_world_size",
            "get_local_rank", "get_global_rank", "barrier", "all_reduce", "inference_all_reduce",
-           "broadcast", "all_gather", "all_gather_into_tensor", "reduce", "new_group",
+           "broadcast", "all_gather", "all_gather_into_tensor", "has_all_gather_into_tensor",
+           "has_reduce_scatter_tensor", "reduce_scatter_tensor", "all_gather_object",
+           "broadcast_object_list", "get_world_group", "reduce", "new_group",
            "destroy_process_group", "get_backend", "log_summary", "ReduceOp"]

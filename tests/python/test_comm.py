@@ -12,7 +12,9 @@ zinc.init_distributed() (torch.distributed through env://; gloo without a GPU) a
 - comm.all_gather_into_tensor on gloo (all_gather into views of the output: torch 1.13's gloo
   has no _all_gather_base): each rank's [10r+1, 10r+2] gives [1, 2, 11, 12] on every rank,
   in rank order; a (2, 3) input into a (4, 3) output stacks the ranks' rows; async_op=True
-  returns a work whose wait() leaves the same values.
+  returns a work whose wait() leaves the same values;
+- reduce_scatter_tensor (on gloo an all_reduce and the rank's part), all_gather_object,
+  broadcast_object_list, get_world_group and the has_* queries (DeepSpeed's; they were missing).
 The parent waits up to 240 s for each rank (2 busy cores); exit 77 without gloo."""
 import os
 import sys
@@ -60,6 +62,24 @@ def rank_main():
     work.wait()
     check(f"rank {rank}: async_op=True, then wait(): the same values", out3.tolist() == want,
           f"{out3.tolist()}")
+    # DeepSpeed's other collectives a script makes (they were AttributeErrors)
+    full = torch.arange(2.0 * RANKS) + rank               # rank r: [r, r+1, r+2, r+3]
+    part = torch.zeros(2)
+    zinc.comm.reduce_scatter_tensor(part, full)
+    want = [sum(2.0 * rank + k + q for q in range(RANKS)) for k in (0, 1)]
+    check(f"rank {rank}: reduce_scatter_tensor (gloo: an all_reduce and this rank's part): "
+          f"part {rank} of the sum", part.tolist() == want, f"{part.tolist()} != {want}")
+    objs = [None] * RANKS
+    zinc.comm.all_gather_object(objs, {"rank": rank})
+    check(f"rank {rank}: all_gather_object", objs == [{"rank": r} for r in range(RANKS)],
+          str(objs))
+    box = [f"from {rank}", rank]
+    zinc.comm.broadcast_object_list(box, src=1)
+    check(f"rank {rank}: broadcast_object_list from rank 1", box == ["from 1", 1], str(box))
+    check(f"rank {rank}: get_world_group is torch's WORLD; has_* answer bools",
+          zinc.comm.get_world_group() is dist.group.WORLD and
+          isinstance(zinc.comm.has_all_gather_into_tensor(), bool) and
+          isinstance(zinc.comm.has_reduce_scatter_tensor(), bool))
     zinc.comm.barrier()
     return finish()
 
