@@ -285,18 +285,32 @@ static int sweep_pruning(const char *dir, const char *name, int rank)
  * over an existing tag exchanges the two directories and removes the old one only after
  * `latest` (ckpt/writer.c), so a kill in between leaves it whole, beside the tag, with the
  * older manifest. Killed before the exchange instead, .tmp holds the new save, written after
- * the tag: newer, and kept. */
+ * the tag: newer, and kept. A copy (cp -r) can reorder the times, so the contents must agree
+ * too: the same run's (config hash) at no later step than the tag's (a save over a tag of the
+ * same name at a higher step, "always save to last", is kept whatever the times say). */
 static int replaced_copy(const char *dir, const char *name, size_t taglen,
                          const char *tmp_manifest)
 {
-    char tp[4500];
+    char tp[4500], td[4400], xd[4400], err[ZCK_ERR];
     struct stat tm, om;
     if (snprintf(tp, sizeof tp, "%s/%.*s/%s", dir, (int)taglen, name, ZCK_MANIFEST) >=
         (int)sizeof tp)
         return 0;
     if (stat(tp, &tm) != 0 || stat(tmp_manifest, &om) != 0) return 0;
-    return tm.st_mtim.tv_sec > om.st_mtim.tv_sec ||
-           (tm.st_mtim.tv_sec == om.st_mtim.tv_sec && tm.st_mtim.tv_nsec > om.st_mtim.tv_nsec);
+    if (!(tm.st_mtim.tv_sec > om.st_mtim.tv_sec ||
+          (tm.st_mtim.tv_sec == om.st_mtim.tv_sec && tm.st_mtim.tv_nsec > om.st_mtim.tv_nsec)))
+        return 0;
+    snprintf(td, sizeof td, "%s/%.*s", dir, (int)taglen, name);
+    snprintf(xd, sizeof xd, "%s/%s", dir, name);
+    zck_manifest t, x;
+    memset(&t, 0, sizeof t);   /* (freed below whichever reads ran) */
+    memset(&x, 0, sizeof x);
+    int same = zck_manifest_read(td, &t, err) == ZINC_OK &&
+               zck_manifest_read(xd, &x, err) == ZINC_OK && x.step <= t.step &&
+               strcmp(x.config_hash, t.config_hash) == 0;
+    zck_manifest_free(&t);
+    zck_manifest_free(&x);
+    return same;
 }
 
 int zck_sweep_stale_tmps(const char *dir, const char *keep_tag, double timeout_s, int rank)

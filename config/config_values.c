@@ -109,7 +109,7 @@ int zc_get_int(zcctx *x, json_object *o, const char *sec, const char *key, int64
             return V_BAD;
         }
         if (fabs(d) > 9.0e18) {
-            zc_error(x, p, "expected a whole number inside the 64-bit range, got %s", zc_show(v));
+            zc_error(x, p, "expected a whole number between -9e18 and 9e18, got %s", zc_show(v));
             return V_BAD;
         }
         n = (int64_t)d;

@@ -418,12 +418,18 @@ class _Optimizer:
 
     def _restore(self, saved):
         """A checkpoint's group lr (_lr_state): one value for every group (written before
-        zinc had an lr per group), or one per group."""
+        zinc had an lr per group), or one per group. Where the groups drive the lr (no
+        scheduler in the config, or a client's) from here on; under the config's schedule for
+        the next applied step alone, as a written lr (_before_step), as DeepSpeed's load gives
+        its groups the saved lr and its scheduler writes its own after that step. (A checkpoint
+        of the front-end before 2026-11-30 holds the lr a write latched: loading it latched
+        that lr again, the schedule off for the rest of the run.)"""
         lrs = saved if isinstance(saved, list) else [saved] * len(self._sources)
         self._check_count(lrs, "learning rates")
         for g, lr in zip(self._sources, lrs):
             g["lr"] = lr
-        self._taken = True
+        if not self._taken:
+            self._shown = None        # differs from any lr: the next step applies the groups'
         self._show_betas()
 
     def _restore_adam(self, saved):

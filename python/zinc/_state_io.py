@@ -418,12 +418,12 @@ class _StateIOMixin:
                     continue
                 self._call(status)
                 break
+            if not weights_only:       # (its zeroing of a lent buffer: before the wait below)
+                self._fresh_window()
             # zinc -> torch (RAW): the loaded weights are in place before torch reads them (and
             # the buckets zinc zeroed, restarting the window, before torch adds into them).
             self._zinc_then_torch()
             self._restart_window("load_checkpoint")
-            if not weights_only:
-                self._fresh_window()
             client, done, frozen_then = {}, set(), {}
             if opts.client_blob_bytes:
                 text, _, module_state = buf.raw[:opts.client_blob_bytes].partition(b"\0")

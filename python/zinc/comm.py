@@ -124,8 +124,10 @@ def reduce_scatter_tensor(output_tensor, tensor, op=None, group=None, async_op=F
         raise ValueError(f"zinc.comm.reduce_scatter_tensor: the input has {tensor.numel()} "
                          f"elements, not world size {n} x the output's {output_tensor.numel()}")
     whole = tensor.detach().clone().reshape(-1)
-    _td.all_reduce(whole, op=op, group=group)
-    output_tensor.view(-1).copy_(whole.view(n, -1)[r])
+    avg = op == getattr(_td.ReduceOp, "AVG", None)     # gloo has no AVG: a sum, divided
+    _td.all_reduce(whole, op=_td.ReduceOp.SUM if avg else op, group=group)
+    part = whole.view(n, -1)[r]
+    output_tensor.view(-1).copy_(part / n if avg else part)
     return _Done() if async_op else None
 
 

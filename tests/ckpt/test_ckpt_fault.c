@@ -660,7 +660,8 @@ static void kill_save_over(const char *dir, const char *phase, unsigned salt)
  * leaves them whole in s5.tmp beside the new s5: the next save's sweep of stale .tmp
  * directories removes it (it kept it for good, advising to rename it to a tag, and
  * --keep-last never counted it). Killed before the exchange (at "rename"), s5.tmp holds the
- * new save, newer than s5: kept, as before. */
+ * new save, newer than s5: kept, as before; and kept at a higher step though a copy made it
+ * the older. */
 static void test_replaced_copy(void)
 {
     if (!can_exchange()) {
@@ -690,6 +691,18 @@ static void test_replaced_copy(void)
              "removed s5.tmp, the new save, whole");
     if (access(p, F_OK) == 0) check_salt(p, 8, "the unexchanged new save");
     check_salt(q, 6, "s5 beside an unexchanged new save");
+    /* the same at a higher step (saving to one tag name, "always save to last"), with the
+     * times reversed as a copy (cp -r) can leave them: s5 newer than s5.tmp. The contents say
+     * which is which: kept (times alone removed the new save) */
+    fx_rmtree(p);
+    fx_step = 9;
+    kill_save_over(dir, "rename", 11);
+    fx_step = 7;
+    age_dir(p, 40 * 60);
+    age_dir(q, 30 * 60);
+    ZT_OK(fx_save_world(dir, "s8", 3, 0x7, 12, 4096, 0));
+    ZT_CHECK(access(p, F_OK) == 0, "a save over s5 at a higher step killed before its exchange, "
+             "times reversed by a copy: the next save removed s5.tmp, the new save, whole");
     fx_rmtree(dir);
 }
 

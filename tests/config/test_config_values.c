@@ -552,7 +552,8 @@ static void test_zero_size_bounds(void)
 }
 
 /* The error for a whole number out of range says what is wrong with it: 2^63 - 1 is inside the
- * 64-bit range (it said "beyond"), 1e30 is whole (it said "expected a whole number"), and a
+ * 64-bit range (it said "beyond"), 1e30 is whole (it said "expected a whole number"; a whole
+ * number written as a float is taken up to 9e18, the doubles that convert exactly), and a
  * value above a key's upper bound of 2^31 - 1 or more broke "expected a whole number >= 1". */
 static void test_int_messages(void)
 {
@@ -566,8 +567,11 @@ static void test_int_messages(void)
          "train_micro_batch_size_per_gpu: expected a whole number inside the 64-bit range, got "
          "-9223372036854775808, its end (refused: arithmetic with it overflows)"},
         {"{\"train_micro_batch_size_per_gpu\": 1e30}",
-         "train_micro_batch_size_per_gpu: expected a whole number inside the 64-bit range, got "
+         "train_micro_batch_size_per_gpu: expected a whole number between -9e18 and 9e18, got "
          "1e30"},
+        {"{\"train_micro_batch_size_per_gpu\": 9.1e18}",
+         "train_micro_batch_size_per_gpu: expected a whole number between -9e18 and 9e18, got "
+         "9.1e18"},
         {"{\"train_micro_batch_size_per_gpu\": 2.5}",
          "train_micro_batch_size_per_gpu: expected a whole number, got 2.5"},
         {"{\"train_micro_batch_size_per_gpu\": 1, \"fp16\": {\"enabled\": true, "

@@ -7,6 +7,8 @@ checked at one ZeRO stage (fp32, AdamW, one rank):
   next optimizer step alone: DeepSpeed's scheduler steps after it and writes its own lr back
   (engine._take_model_step). zinc kept the written lr for the rest of the run (the lr
   latched: get_lr() 0.001, 0.001, ... where DeepSpeed's is 0.00667, 0.01).
+- A checkpoint's group lr under the config's scheduler (saved by the front-end before
+  2026-11-30 once a written lr latched) is the next step's alone: its load latched it again.
 - A script's own lr_scheduler.step() on the config's scheduler (DeepSpeed's advances it once more
   per step) does nothing in zinc and warns once (it was silent).
 - was_step_applied() is False after a step() inside an accumulation window (DeepSpeed's step()
@@ -71,6 +73,35 @@ def written_lr(stage):
           abs(u1[1] - 1e-3) < 1e-12 and u1[0] == u0[0], f"{u1} (without it {u0})")
     check(f"stage {stage}: the schedule's lr after it, as without the write (the lr latched)",
           u1[2:] == u0[2:] and s1[1:] == s0[1:], f"used {u1} shown {s1}; without: {u0} {s0}")
+
+
+def restored_lr(stage):
+    """A checkpoint holding the groups' lr under the config's scheduler (what the front-end
+    before 2026-11-30 saved once a written lr had latched; simulated here by setting its
+    `_taken`): a fresh engine loading it applies that lr at the next step only, then the
+    schedule, as a run without the save and load (its load latched that lr again)."""
+    with tempfile.TemporaryDirectory() as d:
+        engine = engine_of(stage)
+        for k in range(2):
+            micro(engine, k)
+        engine._opt._taken = True         # the old front-end's state after a written lr
+        engine.save_checkpoint(d, tag="t")
+        engine.close()
+        fresh = engine_of(stage)
+        fresh.load_checkpoint(d, tag="t")
+        got = []
+        for k in range(2, 5):
+            micro(fresh, k)
+            got.append(fresh._info.lr)
+        fresh.close()
+    ref = engine_of(stage)
+    want = []
+    for k in range(5):
+        micro(ref, k)
+        want.append(ref._info.lr)
+    ref.close()
+    check(f"stage {stage}: a checkpoint's group lr under the config's scheduler is the next "
+          f"step's alone, then the schedule's", got == want[2:], f"{got}, want {want[2:]}")
 
 
 def scheduler_step_warns(stage):
@@ -162,6 +193,7 @@ def main(stage):
     if stage == 3:
         zero3_attributes()
     written_lr(stage)
+    restored_lr(stage)
     scheduler_step_warns(stage)
     applied_and_micro_steps(stage)
     load_inside_window(stage)
