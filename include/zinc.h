@@ -522,6 +522,12 @@ ZINC_API int zinc_engine_param_count(const zinc_engine_t *e);
  * comm over one of the host backends, "staged/local" (ranks as threads sharing a GPU) or
  * "staged/mpi" (mpirun's ranks sharing a GPU; docs/comm.md). A static string; NULL for NULL. */
 ZINC_API const char *zinc_engine_comm(const zinc_engine_t *e);
+/* 1 where the model's gradients go through zinc's group buckets (zinc_grad_bucket gives a slot,
+ * zinc_grads_ready hands each one over): ZeRO stages 2-3, and stage 1 with fp32 gradient sums
+ * (data_types.grad_accum_dtype "fp32" with fp16/bf16), where the hand-over adds the bucket into
+ * the sums. 0 where the model adds into the gradient buffer itself, and for NULL. Known from
+ * zinc_engine_create on: a front-end reads it instead of restating the rule. */
+ZINC_API int zinc_engine_grads_bucketed(const zinc_engine_t *e);
 /* 1 when the current micro-step ends the accumulation window, so that the next zinc_step
  * applies (or skips on overflow) an optimizer step: zinc_set_accumulation_boundary's value, else
  * gradient_accumulation_steps - 1 micro-steps have passed since the last one. DeepSpeed's

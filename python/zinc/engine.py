@@ -360,9 +360,8 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
         self._code = lib.zinc_engine_dtype(e)
         # The model's gradients go through zinc's group buckets (zinc_grad_bucket, the
         # hand-over's events): at stages 2-3, and at stage 1 with fp32 gradient sums, where
-        # zinc_grads_ready adds the 16-bit bucket into them.
-        model_dt, acc_dt = self.get_data_types()
-        self._bucketed = self._stage >= 2 or acc_dt != model_dt
+        # zinc_grads_ready adds the 16-bit bucket into them (the engine's rule, read from it).
+        self._bucketed = bool(lib.zinc_engine_grads_bucketed(e))
         # fp16 at ZeRO stage 0: DeepSpeed 0.19.8's engine.backward scales the loss only for a
         # ZeROOptimizer, and its stage-0 fp16 optimizers (FP16_Optimizer, FP16_UnfusedOptimizer)
         # are not ones, yet their step divides the gradients by the loss scale: Adam gets the

@@ -825,6 +825,9 @@ static void test_grad_bucket(void)
         int np = 0;
         zinc_engine_t *e = toy_engine_checked(&r, &np, "zinc_grad_bucket's");
         if (!e) continue;
+        ZT_CHECK(zinc_engine_grads_bucketed(e) == (stage >= 2),
+                 "stage %d bf16: zinc_engine_grads_bucketed %d", stage,
+                 zinc_engine_grads_bucketed(e));
         for (int round = 0; round < 2; round++) {      /* the rotation goes on across steps */
             for (int g = 0; g < TOY_GROUPS; g++) {
                 int slot = -2, again = -2;
@@ -864,6 +867,22 @@ static void test_grad_bucket(void)
         ZT_CHECK(zinc_grad_bucket(e, 0, NULL) == ZINC_ERR_INVALID_ARG, "a NULL slot is refused");
         zinc_engine_destroy(e);
     }
+    /* Stage 1 with fp32 gradient sums is bucketed too (the hand-over adds the bucket into the
+     * sums), and zinc_engine_grads_bucketed says so: the Python front-end reads it to choose
+     * between the buckets and the lent gradient buffer. */
+    toy_run r = {.world = 1, .stage = 1, .accum = 1, .steps = 1, .dtype = ZINC_DTYPE_BF16,
+                 .clip = 1.0, .inject_inf_step = -1,
+                 .extra_json = "\"data_types\": {\"grad_accum_dtype\": \"fp32\"}, "};
+    int np = 0;
+    zinc_engine_t *e = toy_engine_checked(&r, &np, "stage 1 fp32 sums'");
+    if (e) {
+        int slot = -2;
+        ZT_CHECK(zinc_engine_grads_bucketed(e) == 1, "stage 1 with fp32 sums: not bucketed");
+        ZT_OK(zinc_grad_bucket(e, 0, &slot));
+        ZT_CHECK(slot == 0, "stage 1 with fp32 sums: the first group's bucket %d, not 0", slot);
+        zinc_engine_destroy(e);
+    }
+    ZT_CHECK(zinc_engine_grads_bucketed(NULL) == 0, "NULL: not bucketed");
 }
 
 /* zinc_stream_wait_gather's checks, on the cpu device (where there is nothing to wait for): a
