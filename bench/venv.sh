@@ -1,8 +1,9 @@
 # venv.sh — sourced by bench/run.sh and bench/gpu_lease.sh: bench_python sets $py to an
-# interpreter with torch, DeepSpeed 0.19.8 and transformers for the comparison rows, or $why to
+# interpreter with torch, DeepSpeed 0.19.8 and transformers (and accelerate, for the Trainer
+# example) for the comparison rows, or $why to
 # the reason there is none. $ZINC_BENCH_PYTHON if set (an interpreter that already has them);
 # else a throwaway venv in bench/.venv (gitignored), made here on first use with python3 -m venv
-# and pip-installed CPU torch + deepspeed + transformers. None is a dependency of zinc: a
+# and pip-installed CPU torch + deepspeed + transformers + accelerate. None is a dependency of zinc: a
 # missing DeepSpeed or transformers is a warning (their rows say so), a missing torch is $why.
 bench_python() {
     py="" why=""
@@ -35,10 +36,11 @@ bench_python() {
                 || "$venv/bin/pip" install -q deepspeed==0.19.8 >&2 \
                 || echo "bench: WARNING: pip could not install deepspeed; its rows will say so" >&2
         fi
-        if [ -z "$why" ] && ! "$venv/bin/python" -c "import transformers" 2>/dev/null; then
-            echo "bench: pip install transformers (the torch section's Llama rows) ..." >&2
-            "$venv/bin/pip" install -q transformers >&2 \
-                || echo "bench: WARNING: pip could not install transformers; the Llama rows will say so" >&2
+        # accelerate: the Hugging Face Trainer needs it (examples/hf_trainer, docs/python.md).
+        if [ -z "$why" ] && ! "$venv/bin/python" -c "import transformers, accelerate" 2>/dev/null; then
+            echo "bench: pip install transformers accelerate (the torch section's Llama rows, the Trainer example) ..." >&2
+            "$venv/bin/pip" install -q transformers accelerate >&2 \
+                || echo "bench: WARNING: pip could not install transformers and accelerate; the Llama rows will say so" >&2
         fi
         [ -z "$why" ] && py="$venv/bin/python"
     fi
