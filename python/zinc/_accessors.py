@@ -328,13 +328,28 @@ class _AccessorsMixin:
 
     get_tensor_parallel_rank = get_model_parallel_rank
 
+    @property
     def communication_data_type(self):
-        """The config's communication_data_type, as DeepSpeed's: the working dtype (its default
-        when the key is not set) or fp32, the two zinc takes (both its one fp32 sum; the other
-        16-bit dtype is refused)."""
+        """The config's communication_data_type, as DeepSpeed's property: the working dtype (its
+        default when the key is not set) or fp32, the two zinc takes (both its one fp32 sum; the
+        other 16-bit dtype is refused). A property, as in DeepSpeed 0.19.8: a method here made
+        `engine.communication_data_type` a bound method where a script compares a dtype."""
         if str(self._resolved.get("communication_data_type", "")).lower() == "fp32":
             return _TORCH_DTYPE[0]
         return _TORCH_DTYPE[self._code]
+
+    @communication_data_type.setter
+    def communication_data_type(self, value):
+        """DeepSpeed's setter changes the reduction's dtype from the next step on. zinc fixes it
+        when the engine is made (the config's key), so only the dtype in force is taken (None,
+        DeepSpeed's "the default", where the config gives none); any other raises rather than
+        being dropped, since it changes the math."""
+        now = self.communication_data_type
+        if value == now or (value is None and "communication_data_type" not in self._resolved):
+            return
+        raise NotImplementedError(
+            f"engine.communication_data_type = {value!r}: zinc reduces in {now}, fixed when the "
+            "engine is made; give \"communication_data_type\" in the config instead")
 
     def get_data_types(self):
         """(model dtype, gradient accumulation dtype), as DeepSpeed's: the working dtype twice,
@@ -385,8 +400,10 @@ class _AccessorsMixin:
         master weights."""
         return True
 
+    @property
     def is_compiled(self):
-        """Always False: zinc does not offer compile()."""
+        """Always False: zinc does not offer compile(). A property, as DeepSpeed 0.19.8's: as a
+        method, `if engine.is_compiled:` was always true."""
         return False
 
     def destroy(self):

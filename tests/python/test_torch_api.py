@@ -184,12 +184,12 @@ def check_fp16_accessors(stage):
     # in bench/.venv): the scaler's settings under its key names, the working dtype on the wire,
     # tag validation "Warn", no universal or node-local checkpoints, a data-parallel-only world.
     got = (engine.initial_dynamic_scale(), engine.dynamic_loss_scale_args(),
-           engine.communication_data_type(), engine.get_data_types(), engine.fp16_auto_cast(),
+           engine.communication_data_type, engine.get_data_types(), engine.fp16_auto_cast(),
            engine.checkpoint_tag_validation_enabled(), engine.checkpoint_tag_validation_fail(),
            engine.load_universal_checkpoint(), engine.use_node_local_storage(),
            engine.zero_use_cpu_optimizer(), engine.zero_load_from_fp32_weights(),
            engine.get_data_parallel_rank(), engine.get_model_parallel_rank(),
-           engine.get_tensor_parallel_rank(), engine.is_compiled())
+           engine.get_tensor_parallel_rank(), engine.is_compiled)
     want = (256, {"init_scale": 256, "scale_window": 1000, "delayed_shift": 2,
                   "consecutive_hysteresis": False, "min_scale": 1},
             torch.float16, (torch.float16, torch.float16), False, True, False, False, False,
@@ -493,7 +493,7 @@ def check_client_accessors():
     engine, *_ = zinc.initialize(model=model, config=c,
                                  optimizer=torch.optim.AdamW(model.parameters(), lr=1e-3))
     got = (engine.optimizer_name(), engine.optimizer_params(), engine.scheduler_name(),
-           engine.scheduler_params(), engine.communication_data_type(), engine.get_data_types(),
+           engine.scheduler_params(), engine.communication_data_type, engine.get_data_types(),
            engine.checkpoint_tag_validation_enabled(), engine.checkpoint_tag_validation_fail(),
            engine.load_universal_checkpoint(), engine.initial_dynamic_scale(),
            engine.zero_use_cpu_optimizer())
@@ -509,7 +509,18 @@ def check_client_accessors():
     engine, *_ = zinc.initialize(model=model, config=c,
                                  optimizer=torch.optim.AdamW(model.parameters(), lr=1e-3))
     check("communication_data_type fp32 with bf16",
-          engine.communication_data_type() == torch.float32, engine.communication_data_type())
+          engine.communication_data_type == torch.float32, engine.communication_data_type)
+    # DeepSpeed's setter: the dtype in force is taken; another would change the reduction, which
+    # zinc fixed when the engine was made, so it raises naming the config key.
+    engine.communication_data_type = torch.float32
+    try:
+        engine.communication_data_type = torch.bfloat16
+        refused = None
+    except NotImplementedError as err:
+        refused = str(err)
+    check("communication_data_type set to another dtype raises",
+          refused is not None and "communication_data_type" in refused
+          and engine.communication_data_type == torch.float32, refused)
     engine.close()
 
 
