@@ -1043,7 +1043,7 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
     if model is None:
         raise ValueError("zinc.initialize: model is required")
     if not isinstance(model, torch.nn.Module):
-        raise TypeError(f"zinc.initialize: model is a torch.nn.Module, not "
+        raise TypeError(f"zinc.initialize: model must be a torch.nn.Module; got "
                         f"{type(model).__name__}")
     if lr_scheduler is not None and optimizer is None:
         raise NotImplementedError("zinc.initialize: a client lr_scheduler (an object, or a "

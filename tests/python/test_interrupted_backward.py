@@ -303,7 +303,7 @@ def misuse(stage):
     check_raises(f"stage {stage}: a model that is not a torch.nn.Module is refused saying so "
                  f"(an AttributeError from inside the front-end)",
                  lambda: zinc.initialize(model=lambda t: t, config=cfg), TypeError,
-                 "model is a torch.nn.Module")
+                 "model must be a torch.nn.Module; got function")
 
 
 class BackwardFirst(torch.nn.Module):
