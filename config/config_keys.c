@@ -92,8 +92,8 @@ static const zkey top_keys[] = {
     {"hybrid_engine", ZK_WARN, ZK_IF_ON, "the RLHF hybrid inference engine is not implemented"},
     {"use_data_before_expert_parallelism", ZK_WARN, ZK_IF_ON,
      "zinc has no expert parallelism (rank topology only)"},
-    {"seq_parallel_communication_data_type", ZK_WARN, ZK_IF_ON,
-     "zinc has no sequence parallelism, so this has no effect"},
+    /* warned about in zc_parse_scalars, only where the value is one DeepSpeed takes */
+    {"seq_parallel_communication_data_type", ZK_OWN, ZK_ALWAYS, NULL},
     {"seq_parallel_comm_data_type", ZK_WARN, ZK_IF_ON,
      "zinc has no sequence parallelism, so this has no effect"},
     /* features that change the math */

@@ -595,9 +595,9 @@ void zc_parse_scalars(zcctx *x, json_object *root, zcfg *c)
                      "key or write \"%s\" or \"fp32\"", s, zc_dtype_name(c->dtype),
                      zc_dtype_name(c->dtype), zc_dtype_name(c->dtype));
     }
-    /* Without effect in zinc (no sequence parallelism: its warning is the key table's), but
-     * DeepSpeed 0.19.8 checks the value as communication_data_type's: a name it refuses (a
-     * typo, "fp8") is refused here too, not accepted with the warning alone. */
+    /* Without effect in zinc (no sequence parallelism), but DeepSpeed 0.19.8 checks the value
+     * as communication_data_type's: a name it refuses (a typo, "fp8") is refused here too, with
+     * that error alone (not also "accepted without effect"); a name it takes is warned about. */
     if (zc_member(root, "seq_parallel_communication_data_type", &v) && v &&
         zc_get_str(x, root, "", "seq_parallel_communication_data_type", &s) == V_SET) {
         int ok;
@@ -605,6 +605,9 @@ void zc_parse_scalars(zcctx *x, json_object *root, zcfg *c)
         if (!ok)
             zc_error(x, "seq_parallel_communication_data_type",
                      "expected \"fp32\", \"fp16\" or \"bf16\", got \"%s\"", s);
+        else if (zk_is_on(v))
+            zc_warn(x, "seq_parallel_communication_data_type", "accepted without effect: zinc "
+                    "has no sequence parallelism, so this has no effect");
     }
     if (zc_member(root, "gradient_allreduce_op", &v) &&
         zc_get_str(x, root, "", "gradient_allreduce_op", &s) == V_SET) {

@@ -1,7 +1,7 @@
 /*
  * test_config_corpus.c — runs every row of tests/config/cases.txt: parses the corpus file with
  * the row's world size and overrides, and checks the outcome (accept / warn / warn1 / reject /
- * malformed) and that a diagnostic line names the expected key path (and carries the hint:
+ * reject1 / malformed) and that a diagnostic line names the expected key path (and carries the hint:
  * a did-you-mean suggestion, the offending value, or the line:column of a JSON syntax error).
  * Every file of tests/config/corpus/ must have a row, so a new file cannot go untested.
  */
@@ -80,6 +80,9 @@ static void run_row(int lineno, const char *file, int world, const char *outcome
              has_line(d.warnings, d.nwarnings, key, hint);
     } else if (!strcmp(outcome, "reject")) {
         ok = s == ZINC_ERR_CONFIG && has_line(d.errors, d.nerrors, key, hint);
+    } else if (!strcmp(outcome, "reject1")) {
+        ok = s == ZINC_ERR_CONFIG && d.nerrors == 1 && d.nwarnings == 0 &&
+             has_line(d.errors, d.nerrors, key, hint);
     } else if (!strcmp(outcome, "malformed")) {
         char where[300];
         snprintf(where, sizeof where, "%s:%s: malformed JSON", file, hint);
