@@ -575,7 +575,8 @@ zinc_status zinc_ckpt_load(zinc_engine_t *e, const char *dir, const char *tag,
     if (!ev->finalized) return zeng_fail(e, ZINC_ERR_USAGE, "zinc_ckpt_load: call zinc_finalize first");
     if (!dir) return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_ckpt_load: dir is NULL");
     char err[ZCK_ERR] = "";
-    zinc_status s = ZINC_OK;
+    zinc_status s = zeng_none_held(e, "zinc_ckpt_load");
+    if (s != ZINC_OK) return s;
     /* a save in flight finishes first: it may be the very tag asked for */
     zck_async *prev = reg_take(e, 0);
     zinc_status ps = zck_async_wait(prev, err);
@@ -788,6 +789,8 @@ zinc_status zinc_load_safetensors(zinc_engine_t *e, const char *path)
     zeng_view_get(e, ev);
     if (!ev->finalized) return zeng_fail(e, ZINC_ERR_USAGE, "zinc_load_safetensors: call zinc_finalize first");
     if (!path) return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_load_safetensors: path is NULL");
+    zinc_status held = zeng_none_held(e, "zinc_load_safetensors");
+    if (held != ZINC_OK) return held;
     char err[ZCK_ERR] = "";
     zst_file *f = NULL;
     ztgt *t = NULL;

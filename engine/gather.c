@@ -310,6 +310,18 @@ zinc_status zgather_forget(zinc_engine_t *e, int group, const char *who)
     return ZINC_OK;
 }
 
+zinc_status zeng_none_held(zinc_engine_t *e, const char *who)
+{
+    for (int g = 0; e->stage == 3 && g < e->plan.ngroups; g++) {
+        const zgroup_state *gs = &e->gstate[g];
+        if (gs->persistent || gs->gather_slot < 0 || !gs->held) continue;
+        return zeng_fail_sequence(e, ZINC_ERR_USAGE, "%s: group '%s' is gathered; zinc_release "
+                                  "it first (its gathered view would keep the old values)", who,
+                                  e->plan.groups[g].name);
+    }
+    return ZINC_OK;
+}
+
 zinc_status zgather_refresh_persistent(zinc_engine_t *e, int counted)
 {
     size_t d = zeng_dsize(e);

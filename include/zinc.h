@@ -760,7 +760,10 @@ typedef struct zinc_ckpt_load_options {
  * step in progress, handed over or in buckets, and the sums of the earlier ones; the checkpoint
  * holds none): the window goes on from the checkpoint's micro-step count (0 after a weights-only
  * load), and each group is handed over anew (at stages 2-3 into the bucket a new zinc_param_grad
- * gives it: a view taken before the load may now be another group's). */
+ * gives it: a view taken before the load may now be another group's). Refused (ZINC_ERR_USAGE,
+ * before anything is read; with several ranks the world is aborted, as the others entered the
+ * load) while a stage-3 group is gathered by the caller: its view would keep the old values,
+ * as zinc_param_set refuses; zinc_release it first. */
 ZINC_API zinc_status zinc_ckpt_load(zinc_engine_t *e, const char *dir, const char *tag,
                                     zinc_ckpt_load_options_t *opt);
 
@@ -807,7 +810,8 @@ ZINC_API zinc_status zinc_ckpt_find_tag(const char *dir, const char *tag, char *
 /* Collective, after zinc_finalize. Sets every parameter found in a .safetensors file (matched by
  * name; fp32/fp16/bf16 data; shapes must match). Parameters not in the file keep their values.
  * One that fails after it set some parameters makes zinc_step and zinc_ckpt_save fail as after a
- * partial zinc_ckpt_load (above), until a zinc_ckpt_load succeeds. */
+ * partial zinc_ckpt_load (above), until a zinc_ckpt_load succeeds. Refused, as zinc_ckpt_load,
+ * while a stage-3 group is gathered by the caller. */
 ZINC_API zinc_status zinc_load_safetensors(zinc_engine_t *e, const char *path);
 
 #ifdef __cplusplus

@@ -27,6 +27,8 @@
  *    refused naming it otherwise
  *  - safetensors: export is deterministic and holds the master weights (fp32 exact, bf16
  *    rounded to nearest even by an independent formula); zinc_load_safetensors sets them
+ *  - stage 3: both loads are refused while a group is gathered (its view would keep the old
+ *    values), and load once it is released
  */
 #include <json-c/json.h>
 #include <math.h>
@@ -303,11 +305,88 @@ static uint16_t bf16_rne(float f)
     return (uint16_t)((b + 0x7FFFu + ((b >> 16) & 1u)) >> 16);
 }
 
+/* A load at stage 3 while the caller holds a group gathered: its view would keep the old
+ * values after the load (a forward before the release ran on them), so zinc_ckpt_load and
+ * zinc_load_safetensors refuse, as zinc_param_set does, before anything changes; after the
+ * release they load, and the next gather shows the loaded values. Both returned ZINC_OK and left
+ * the view stale before. */
+static void test_load_while_gathered(void)
+{
+    zinc_engine_options_t o = {
+        .config_json = "{\"train_micro_batch_size_per_gpu\": 1, \"zero_optimization\": "
+                       "{\"stage\": 3, \"stage3_param_persistence_threshold\": 0}}",
+        .threads = 1};
+    zinc_engine_t *e = NULL;
+    ZT_OK(zinc_engine_create(&o, &e));
+    if (!e) return;
+    int g = -1, p = -1;
+    int64_t shape[1] = {8};
+    ZT_OK(zinc_group_add(e, "g", &g));
+    ZT_OK(zinc_param_add(e, g, "w", 1, shape, ZINC_DTYPE_FP32, &p));
+    ZT_OK(zinc_finalize(e));
+    float ones[8], twos[8], threes[8], got[8];
+    for (int i = 0; i < 8; i++) ones[i] = 1.0f, twos[i] = 2.0f, threes[i] = 3.0f;
+    char dir[700], st[720];
+    snprintf(dir, sizeof dir, "%s/gathered", root);
+    snprintf(st, sizeof st, "%s/threes.safetensors", root);
+    FILE *f = fopen(st, "wb");
+    ZT_CHECK(f != NULL, "cannot write %s", st);
+    if (f) {
+        const char *h = "{\"w\":{\"dtype\":\"F32\",\"shape\":[8],\"data_offsets\":[0,32]}}";
+        uint64_t n = strlen(h);
+        fwrite(&n, 8, 1, f);
+        fputs(h, f);
+        fwrite(threes, 4, 8, f);
+        fclose(f);
+    }
+    ZT_OK(zinc_param_set(e, p, ones));
+    ZT_OK(zinc_ckpt_save(e, dir, "ones", NULL));
+    ZT_OK(zinc_param_set(e, p, twos));
+    ZT_OK(zinc_gather(e, g));
+    float *view = NULL;
+    ZT_OK(zinc_param_data(e, p, (void **)&view));
+    zinc_status s = zinc_ckpt_load(e, dir, NULL, NULL);
+    ZT_CHECK(s == ZINC_ERR_USAGE && strstr(zinc_last_error(e), "zinc_ckpt_load: group 'g' is "
+                                           "gathered; zinc_release it first"),
+             "a load with a group gathered: %s: %s", zinc_status_string(s), zinc_last_error(e));
+    s = zinc_load_safetensors(e, st);
+    ZT_CHECK(s == ZINC_ERR_USAGE && strstr(zinc_last_error(e), "zinc_load_safetensors: group 'g' "
+                                           "is gathered"),
+             "a safetensors load with a group gathered: %s: %s", zinc_status_string(s),
+             zinc_last_error(e));
+    ZT_OK(zinc_param_get(e, p, got));
+    ZT_CHECK(view && view[0] == 2.0f && got[0] == 2.0f && got[7] == 2.0f,
+             "the refused loads changed nothing: view %g, master %g", view ? view[0] : -1.0f,
+             got[0]);
+    ZT_OK(zinc_release(e, g));
+    ZT_OK(zinc_ckpt_load(e, dir, NULL, NULL));
+    ZT_OK(zinc_gather(e, g));
+    ZT_OK(zinc_param_data(e, p, (void **)&view));
+    ZT_CHECK(view && view[0] == 1.0f && view[7] == 1.0f, "after the release, the load: view %g",
+             view ? view[0] : -1.0f);
+    ZT_OK(zinc_release(e, g));
+    ZT_OK(zinc_load_safetensors(e, st));
+    ZT_OK(zinc_gather(e, g));
+    ZT_OK(zinc_param_data(e, p, (void **)&view));
+    ZT_CHECK(view && view[0] == 3.0f && view[7] == 3.0f, "after the release, the safetensors "
+             "load: view %g", view ? view[0] : -1.0f);
+    ZT_OK(zinc_release(e, g));
+    zinc_engine_destroy(e);
+    char t[800];
+    snprintf(t, sizeof t, "%s/ones", dir);
+    zck_rmdir_flat(t);
+    snprintf(t, sizeof t, "%s/latest", dir);
+    unlink(t);
+    rmdir(dir);
+    unlink(st);
+}
+
 int main(void)
 {
     snprintf(root, sizeof root, "%s/zinc-ckpt-engine-%d",
              getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", (int)getpid());
     mkdir(root, 0755);
+    test_load_while_gathered();
 
     /* --- same world size: bitwise continuation (fp16, dynamic loss scale) --- */
     session A = {.world = 4, .stage = 2, .prec = "fp16", .steps_before = 6};
