@@ -201,6 +201,10 @@ zinc_status zinc_ckpt_save(zinc_engine_t *e, const char *dir, const char *tag,
     zeng_view_get(e, ev);
     if (!ev->finalized) return zeng_fail(e, ZINC_ERR_USAGE, "zinc_ckpt_save: call zinc_finalize first");
     if (!dir || !tag) return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_ckpt_save: dir and tag are required");
+    /* (a save without the blob the caller sized would lose its resume state in silence) */
+    if (opt && !opt->client_blob && opt->client_blob_bytes)
+        return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_ckpt_save: client_blob is NULL with "
+                         "client_blob_bytes %zu", opt->client_blob_bytes);
     if (ev->partial_load[0]) /* agreed on every rank at the load */
         return zeng_fail(e, ZINC_ERR_USAGE, "zinc_ckpt_save: the failed load of %s had begun to "
                          "apply it: saving would keep a mix of two states; load a checkpoint "

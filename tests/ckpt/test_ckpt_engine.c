@@ -28,7 +28,7 @@
  *  - safetensors: export is deterministic and holds the master weights (fp32 exact, bf16
  *    rounded to nearest even by an independent formula); zinc_load_safetensors sets them
  *  - stage 3: both loads are refused while a group is gathered (its view would keep the old
- *    values), and load once it is released
+ *    values), and load once it is released; a save with a blob size and no blob is refused
  */
 #include <json-c/json.h>
 #include <math.h>
@@ -371,8 +371,18 @@ static void test_load_while_gathered(void)
     ZT_CHECK(view && view[0] == 3.0f && view[7] == 3.0f, "after the release, the safetensors "
              "load: view %g", view ? view[0] : -1.0f);
     ZT_OK(zinc_release(e, g));
-    zinc_engine_destroy(e);
+    /* A save given a blob size without the blob is refused, writing nothing: it returned
+     * ZINC_OK with no blob, the caller's resume state lost in silence. */
+    zinc_ckpt_save_options_t so = {.client_blob = NULL, .client_blob_bytes = 100};
+    s = zinc_ckpt_save(e, dir, "noblob", &so);
+    ZT_CHECK(s == ZINC_ERR_INVALID_ARG && strstr(zinc_last_error(e), "client_blob is NULL with "
+                                                 "client_blob_bytes 100"),
+             "a NULL blob of 100 bytes: %s: %s", zinc_status_string(s), zinc_last_error(e));
     char t[800];
+    struct stat sb;
+    snprintf(t, sizeof t, "%s/noblob", dir);
+    ZT_CHECK(stat(t, &sb) != 0, "the refused save left %s", t);
+    zinc_engine_destroy(e);
     snprintf(t, sizeof t, "%s/ones", dir);
     zck_rmdir_flat(t);
     snprintf(t, sizeof t, "%s/latest", dir);
