@@ -84,9 +84,14 @@ typedef struct zgroup_state {
     int held;                     /* stage 3: between the user's zinc_gather and zinc_release */
     int persistent;               /* stage 3: below the persistence threshold, always gathered */
     size_t persist_off;           /* persistent: element offset in e->persist */
-    int ready;                    /* zinc_grads_ready was called this micro-step */
+    int ready;                    /* zinc_grads_ready was called this micro-step: 1, or
+                                     ZREADY_FAILED when its hand-over returned an error (the
+                                     gradient partly or not in the sums: what follows names that
+                                     failure, not a misuse of the calls) */
     int acc_on_host;              /* grad_host: h_grad holds the group's sum of this window */
 } zgroup_state;
+
+#define ZREADY_FAILED 2
 
 
 /* A group's own optimizer values: zinc_group_set_weight_decay's, zinc_group_set_lr's,

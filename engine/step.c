@@ -213,6 +213,28 @@ static zinc_status hand_over(zinc_engine_t *e, int group, const char *fn)
     return free_bucket(e, e->gstate[group].bucket, fn);
 }
 
+/* A group whose hand-over failed in this micro-step (a comm timeout, a device error): its
+ * gradient is partly or not in the window's sums, and the calls after it are refused naming that
+ * failure. Before, zinc_step blamed the caller ("holds gradient added into its bucket after its
+ * zinc_grads_ready"), and a second zinc_grads_ready said "already handed over". */
+static zinc_status handover_failed(zinc_engine_t *e, int group, const char *fn)
+{
+    return zeng_fail_sequence(e, ZINC_ERR_USAGE,
+                              "%s: the hand-over of group '%s' failed earlier in this micro-step "
+                              "(the error its zinc_grads_ready or zinc_grads_more returned): the "
+                              "window's gradient is incomplete; load a checkpoint "
+                              "(zinc_ckpt_load drops the window) or create the engine again",
+                              fn, e->plan.groups[group].name);
+}
+
+/* The hand-over, marking the group failed when it returns an error. */
+static zinc_status hand_over_marked(zinc_engine_t *e, int group, const char *fn)
+{
+    zinc_status s = hand_over(e, group, fn);
+    if (s != ZINC_OK) e->gstate[group].ready = ZREADY_FAILED;
+    return s;
+}
+
 zinc_status zinc_grads_ready(zinc_engine_t *e, int group)
 {
     zinc_status s = zeng_check_ready_group(e, group, "zinc_grads_ready");
@@ -220,24 +242,27 @@ zinc_status zinc_grads_ready(zinc_engine_t *e, int group)
     zgroup_state *gs = &e->gstate[group];
     /* every micro-step hands every group over, so zinc_step finds the buffer attached too */
     if ((s = zeng_need_grad_buffer(e, "zinc_grads_ready", 1)) != ZINC_OK) return s;
+    if (gs->ready == ZREADY_FAILED) return handover_failed(e, group, "zinc_grads_ready");
     if (gs->ready)
         return zeng_fail_sequence(e, ZINC_ERR_USAGE,
                          "zinc_grads_ready: group '%s' was already handed over in this micro-step "
                          "(more gradient after its hand-over: zinc_grads_more)",
                          e->plan.groups[group].name);
     gs->ready = 1;
-    return hand_over(e, group, "zinc_grads_ready");
+    return hand_over_marked(e, group, "zinc_grads_ready");
 }
 
 zinc_status zinc_grads_more(zinc_engine_t *e, int group)
 {
     zinc_status s = zeng_check_ready_group(e, group, "zinc_grads_more");
     if (s != ZINC_OK) return s;
+    if (e->gstate[group].ready == ZREADY_FAILED)
+        return handover_failed(e, group, "zinc_grads_more");
     if (!e->gstate[group].ready)
         return zeng_fail_sequence(e, ZINC_ERR_USAGE,
                          "zinc_grads_more: group '%s' was not handed over in this micro-step; "
                          "zinc_grads_ready hands it over first", e->plan.groups[group].name);
-    return hand_over(e, group, "zinc_grads_more");
+    return hand_over_marked(e, group, "zinc_grads_more");
 }
 
 /* ---- the optimizer step ------------------------------------------------------------------- */
@@ -705,6 +730,8 @@ zinc_status zinc_set_batch_size(zinc_engine_t *e, int64_t micro_batch, int64_t g
  * aborts the world (the other ranks may already wait in the next collective). */
 static zinc_status end_micro_step(zinc_engine_t *e, const char *fn)
 {
+    for (int g = 0; g < e->plan.ngroups; g++)    /* the cause first, whatever came after it */
+        if (e->gstate[g].ready == ZREADY_FAILED) return handover_failed(e, g, fn);
     for (int g = 0; g < e->plan.ngroups; g++) {
         if (!e->gstate[g].ready)
             return zeng_fail_sequence(e, ZINC_ERR_USAGE,

@@ -408,7 +408,10 @@ ZINC_API zinc_status zinc_grads_clear(zinc_engine_t *e);
  * reduce-scatters it now, keeps this rank's slice and frees the bucket. At stage 1 with fp32
  * gradient sums (data_types.grad_accum_dtype "fp32") it adds the bucket into this rank's fp32 sums
  * and frees it (not collective there). Must be called once per group per micro-step at every
- * stage (otherwise below stage 2 it only records completion). */
+ * stage (otherwise below stage 2 it only records completion). One that fails (a comm timeout or
+ * abort, a device error) leaves the window's gradient incomplete: the calls that would go on
+ * with it (zinc_step, zinc_micro_step, zinc_grads_ready or zinc_grads_more of that group) are
+ * refused with ZINC_ERR_USAGE naming that failure until a zinc_ckpt_load starts a new window. */
 ZINC_API zinc_status zinc_grads_ready(zinc_engine_t *e, int group);
 
 /* Collective at stages 2-3: more gradient for a group already handed over in this micro-step

@@ -436,6 +436,60 @@ static void test_failing_rank(void)
     }
 }
 
+/* A hand-over that fails (here: rank 1 aborts the world while rank 0 hands its first group
+ * over at stage 2) marks the group: rank 0's zinc_step and a second zinc_grads_ready name that
+ * failure. Before, zinc_step said the group "holds gradient added into its bucket after its
+ * zinc_grads_ready" and the retry "already handed over", both blaming the caller. */
+typedef struct {
+    zinc_world_t *world;
+    zinc_status ready, step, again;
+    char step_msg[1024], again_msg[1024];
+} handover_ctx;
+
+static void handover_rank(int rank, void *arg)
+{
+    handover_ctx *c = arg;
+    const char *cfg = "{\"train_micro_batch_size_per_gpu\": 1, \"bf16\": {\"enabled\": true},"
+                      "\"zero_optimization\": {\"stage\": 2}, \"zinc\": {\"comm_timeout_s\": 20}}";
+    zinc_engine_options_t o = {.config_json = cfg, .world = c->world, .rank = rank, .threads = 1};
+    zinc_engine_t *e = NULL;
+    int np = 0;
+    zinc_status s = zinc_engine_create(&o, &e);
+    if (s == ZINC_OK) s = toy_register(e, &np);
+    if (s != ZINC_OK) {
+        if (rank == 0) c->ready = s;
+        zinc_engine_destroy(e);
+        return;
+    }
+    if (rank == 1) {
+        zinc_world_abort(c->world, 1, "test hook: rank 1 failed");
+    } else {
+        c->ready = toy_micro_step(e, rank, 2, 0, np, 0);
+        c->step = zinc_step(e, NULL);
+        snprintf(c->step_msg, sizeof c->step_msg, "%s", zinc_last_error(e));
+        c->again = zinc_grads_ready(e, TOY_GROUPS - 1);   /* the backward's first, which failed */
+        snprintf(c->again_msg, sizeof c->again_msg, "%s", zinc_last_error(e));
+    }
+    zinc_engine_destroy(e);
+}
+
+static void test_failed_handover(void)
+{
+    handover_ctx c = {0};
+    ZT_OK(zinc_world_create_local(2, &c.world));
+    zt_run_ranks(2, handover_rank, &c);
+    zinc_world_destroy(c.world);
+    ZT_CHECK(c.ready == ZINC_ERR_ABORTED, "rank 0's hand-over in an aborted world: %s",
+             zinc_status_string(c.ready));
+    const char *want = "the hand-over of group 'block4' failed earlier in this micro-step";
+    ZT_CHECK(c.step == ZINC_ERR_USAGE && strstr(c.step_msg, "zinc_step: ") &&
+             strstr(c.step_msg, want), "zinc_step after it: %s: %s",
+             zinc_status_string(c.step), c.step_msg);
+    ZT_CHECK(c.again == ZINC_ERR_USAGE && strstr(c.again_msg, "zinc_grads_ready: ") &&
+             strstr(c.again_msg, want), "zinc_grads_ready again: %s: %s",
+             zinc_status_string(c.again), c.again_msg);
+}
+
 /* A stage-3 bf16 toy engine (no persistent group) whose first micro-step and step are done:
  * zinc has recorded its gather order, so the next micro-step's gathers prefetch. NULL on failure. */
 static zinc_engine_t *traced_stage3(int *np)
@@ -937,6 +991,7 @@ int main(void)
     test_overflow();
     test_clip_norm();
     test_failing_rank();
+    test_failed_handover();
     test_introspection();
     return zt_finish("test_engine");
 }
