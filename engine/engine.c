@@ -223,10 +223,11 @@ zinc_status zinc_engine_create(const zinc_engine_options_t *opt, zinc_engine_t *
         goto fail;
     }
 
-    if (opt->threads < 0) {
+    /* (the bound of zinc bench offload's --threads: INT_MAX sized a 48 GB thread table) */
+    if (opt->threads < 0 || opt->threads > ZENG_MAX_THREADS) {
         s = zerr_thread(ZINC_ERR_INVALID_ARG,
                         "zinc_engine_create: threads = %d; give 0 (the cores shared among this "
-                        "process's ranks) or a positive count", opt->threads);
+                        "process's ranks) or a count of 1..%d", opt->threads, ZENG_MAX_THREADS);
         goto fail;
     }
     const char *devname = opt->device ? opt->device : "cpu";
@@ -468,8 +469,9 @@ zinc_status zinc_param_add(zinc_engine_t *e, int group, const char *name, int nd
         if (shape[i] <= 0 || shape[i] > ((int64_t)1 << 40) ||
             numel > (UINT64_C(1) << 42) / (uint64_t)shape[i])
             return zeng_fail(e, ZINC_ERR_INVALID_ARG,
-                             "zinc_param_add: '%s': dimension %d has extent %lld (must be positive "
-                             "and the tensor under 2^42 elements)", name, i, (long long)shape[i]);
+                             "zinc_param_add: '%s': dimension %d has extent %lld (each extent "
+                             "must be 1..2^40 and the tensor at most 2^42 elements)", name, i,
+                             (long long)shape[i]);
         numel *= (uint64_t)shape[i];
     }
     if (dtype != e->dtype)
@@ -911,7 +913,9 @@ static float *moment(zinc_engine_t *e, zinc_param_state which)
 
 zinc_status zinc_param_state_get(zinc_engine_t *e, int param, zinc_param_state which, float *out)
 {
-    if (e && !moment(e, which))
+    /* (the enum, not moment(): before zinc_finalize m and v are NULL, and gather_stream then
+     * says "call zinc_finalize first" rather than "unknown state") */
+    if (e && which != ZINC_STATE_EXP_AVG && which != ZINC_STATE_EXP_AVG_SQ)
         return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_param_state_get: unknown state %d "
                          "(ZINC_STATE_EXP_AVG or ZINC_STATE_EXP_AVG_SQ)", (int)which);
     return gather_stream(e, param, e ? moment(e, which) : NULL, ZINC_DTYPE_FP32,
@@ -1294,8 +1298,12 @@ double zeng_lap(double *t)
 
 zinc_status zinc_step_seconds(const zinc_engine_t *e, double seconds[ZINC_PHASE_COUNT])
 {
-    if (!e || !seconds)
-        return zerr_thread(ZINC_ERR_INVALID_ARG, "zinc_step_seconds: engine or seconds is NULL");
+    /* (a NULL argument with an engine is that engine's last error too, not only the thread's:
+     * zinc_last_error(e) showed an older, unrelated one; the cast writes only the error text) */
+    if (!e) return zerr_thread(ZINC_ERR_INVALID_ARG, "zinc_step_seconds: engine is NULL");
+    if (!seconds)
+        return zeng_fail((zinc_engine_t *)e, ZINC_ERR_INVALID_ARG,
+                         "zinc_step_seconds: seconds is NULL");
     memcpy(seconds, e->phase_s, sizeof e->phase_s);
     return ZINC_OK;
 }
@@ -1310,7 +1318,9 @@ zinc_status zinc_offload_bytes(const zinc_engine_t *e, uint64_t *to_host, uint64
 
 zinc_status zinc_comm_bytes(const zinc_engine_t *e, uint64_t bytes[ZINC_COLL_COUNT])
 {
-    if (!e || !bytes) return zerr_thread(ZINC_ERR_INVALID_ARG, "zinc_comm_bytes: NULL argument");
+    if (!e) return zerr_thread(ZINC_ERR_INVALID_ARG, "zinc_comm_bytes: engine is NULL");
+    if (!bytes)    /* (the engine's last error too, as zinc_step_seconds') */
+        return zeng_fail((zinc_engine_t *)e, ZINC_ERR_INVALID_ARG, "zinc_comm_bytes: bytes is NULL");
     memcpy(bytes, e->comm->bytes, sizeof(uint64_t) * ZINC_COLL_COUNT);
     return ZINC_OK;
 }
@@ -1332,7 +1342,12 @@ int zinc_engine_steps(const zinc_engine_t *e, int64_t *applied, int64_t *skipped
 
 zinc_status zinc_engine_set_train_state(zinc_engine_t *e, const zinc_train_state_t *s)
 {
-    if (!e || !s) return zerr_thread(ZINC_ERR_INVALID_ARG, "zinc_engine_set_train_state: NULL argument");
+    if (!e) return zerr_thread(ZINC_ERR_INVALID_ARG, "zinc_engine_set_train_state: engine is NULL");
+    if (!s) return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_engine_set_train_state: state is NULL");
+    /* (before, the values were taken and finalize then kept them: the header's contract is
+     * after zinc_finalize, where a window exists to start anew) */
+    if (!e->finalized)
+        return zeng_fail(e, ZINC_ERR_USAGE, "zinc_engine_set_train_state: call zinc_finalize first");
     const zscaler *sc = &e->st.scaler;
     const int fp16 = e->cfg.fp16.enabled || e->cfg.dtype == ZINC_DTYPE_FP16;   /* as zscaler_init */
     const char *bad = NULL;

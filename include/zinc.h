@@ -161,8 +161,8 @@ typedef struct zinc_engine_options {
     zinc_world_t *world;       /* NULL: a world of one rank, created and owned by the engine     */
     int rank;                  /* local worlds: this engine's rank; ignored for mpi worlds       */
     const char *device;        /* "cpu" (default when NULL) or "cuda"                           */
-    int threads;               /* CPU kernel threads of this rank; 0 = cores / local ranks;
-                                  negative is ZINC_ERR_INVALID_ARG                              */
+    int threads;               /* CPU kernel threads of this rank, 1..4096; 0 = cores / local
+                                  ranks; others are ZINC_ERR_INVALID_ARG                        */
 } zinc_engine_options_t;
 
 /* Creates the engine of one rank: reads and validates the config (the same validation as

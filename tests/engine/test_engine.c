@@ -7,6 +7,7 @@
  *   makes the others return an error within the timeout; a second engine on a local world's rank
  *   is refused with the comm's message whole, engines with worlds of their own coexist.
  */
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -717,6 +718,72 @@ static void test_fp32_alias(void)
 /* zinc_engine_at_boundary says what the next zinc_step's info.boundary will be (DeepSpeed's
  * is_gradient_accumulation_boundary, as the Python front-end reports it); the gather-on-save flag
  * follows the config, under any of its names. */
+/* Misuse gets the message of its own mistake, on the engine: threads past 4096 are refused, an
+ * extent over 2^40 names that
+ * bound (it said "under 2^42 elements" of 2^42 - 1), a state read before finalize says
+ * so (it said "unknown state 0"), zinc_engine_set_train_state before finalize is refused (its
+ * values were taken), and a NULL output of zinc_step_seconds, zinc_comm_bytes or
+ * zinc_engine_set_train_state is zinc_last_error(e) (which showed an older, unrelated error). */
+static void test_misuse_messages(void)
+{
+    zinc_engine_options_t o = {.config_json = "{\"train_micro_batch_size_per_gpu\": 1}",
+                               .threads = INT_MAX};
+    zinc_engine_t *e = NULL;
+    /* a thread count past 4096 is refused (INT_MAX asked for a 48 GB thread table) */
+    zinc_status s = zinc_engine_create(&o, &e);
+    ZT_CHECK(s == ZINC_ERR_INVALID_ARG && !e && strstr(zinc_last_error(NULL), "1..4096"),
+             "threads INT_MAX: %s: %s", zinc_status_string(s), zinc_last_error(NULL));
+    o.threads = 1;
+    ZT_OK(zinc_engine_create(&o, &e));
+    if (!e) return;
+    int g = -1, p = -1;
+    int64_t shape[1] = {4};
+    ZT_OK(zinc_group_add(e, "g", &g));
+    ZT_OK(zinc_param_add(e, g, "w", 1, shape, ZINC_DTYPE_FP32, &p));
+    /* an extent under 2^42 but over 2^40: the message gives the bound it broke */
+    int64_t wide[1] = {((int64_t)1 << 42) - 1};
+    int q = -1;
+    s = zinc_param_add(e, g, "wide", 1, wide, ZINC_DTYPE_FP32, &q);
+    ZT_CHECK(s == ZINC_ERR_INVALID_ARG && strstr(zinc_last_error(e), "1..2^40"),
+             "an extent of 2^42 - 1: %s: %s", zinc_status_string(s), zinc_last_error(e));
+    float buf[4];
+    s = zinc_param_state_get(e, p, ZINC_STATE_EXP_AVG, buf);
+    ZT_CHECK(s == ZINC_ERR_USAGE && strstr(zinc_last_error(e), "zinc_finalize"),
+             "zinc_param_state_get before finalize: %s: %s", zinc_status_string(s),
+             zinc_last_error(e));
+    zinc_train_state_t ts = {.applied = 5};
+    s = zinc_engine_set_train_state(e, &ts);
+    ZT_CHECK(s == ZINC_ERR_USAGE && strstr(zinc_last_error(e), "zinc_engine_set_train_state: "
+                                           "call zinc_finalize first"),
+             "zinc_engine_set_train_state before finalize: %s: %s", zinc_status_string(s),
+             zinc_last_error(e));
+    ZT_OK(zinc_finalize(e));
+    int64_t applied = -1, skipped = -1;
+    ZT_OK(zinc_engine_steps(e, &applied, &skipped));
+    ZT_CHECK(applied == 0, "the refused set_train_state left %lld applied steps",
+             (long long)applied);
+    s = zinc_param_state_get(e, p, (zinc_param_state)7, buf);
+    ZT_CHECK(s == ZINC_ERR_INVALID_ARG && strstr(zinc_last_error(e), "unknown state 7"),
+             "an unknown state: %s: %s", zinc_status_string(s), zinc_last_error(e));
+    /* each after an unrelated error (an lr of -1), which the message must replace */
+    ZT_CHECK(zinc_set_lr(e, -1.0) == ZINC_ERR_INVALID_ARG, "an lr of -1 is refused");
+    s = zinc_step_seconds(e, NULL);
+    ZT_CHECK(s == ZINC_ERR_INVALID_ARG &&
+                 !strcmp(zinc_last_error(e), "zinc_step_seconds: seconds is NULL"),
+             "zinc_step_seconds(e, NULL): %s", zinc_last_error(e));
+    ZT_CHECK(zinc_set_lr(e, -1.0) == ZINC_ERR_INVALID_ARG, "an lr of -1 is refused");
+    s = zinc_comm_bytes(e, NULL);
+    ZT_CHECK(s == ZINC_ERR_INVALID_ARG &&
+                 !strcmp(zinc_last_error(e), "zinc_comm_bytes: bytes is NULL"),
+             "zinc_comm_bytes(e, NULL): %s", zinc_last_error(e));
+    ZT_CHECK(zinc_set_lr(e, -1.0) == ZINC_ERR_INVALID_ARG, "an lr of -1 is refused");
+    s = zinc_engine_set_train_state(e, NULL);
+    ZT_CHECK(s == ZINC_ERR_INVALID_ARG &&
+                 !strcmp(zinc_last_error(e), "zinc_engine_set_train_state: state is NULL"),
+             "zinc_engine_set_train_state(e, NULL): %s", zinc_last_error(e));
+    zinc_engine_destroy(e);
+}
+
 static void test_introspection(void)
 {
     toy_run tr = {.world = 1, .stage = 2, .accum = 3, .dtype = ZINC_DTYPE_FP32};
@@ -992,6 +1059,7 @@ int main(void)
     test_clip_norm();
     test_failing_rank();
     test_failed_handover();
+    test_misuse_messages();
     test_introspection();
     return zt_finish("test_engine");
 }
