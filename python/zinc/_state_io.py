@@ -18,7 +18,7 @@ import warnings
 import torch
 
 from ._interrupt import held
-from ._lib import LoadOptions, SaveOptions, TrainState, lib, read_tensors
+from ._lib import LoadOptions, SaveOptions, TrainState, ZincError, lib, read_tensors
 from ._memory import _TORCH_DTYPE
 
 # load_checkpoint's first buffer for the checkpoint's client blob (the counters' JSON, and the
@@ -73,6 +73,21 @@ def _fsync_dir(path):
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _no_checkpoint_either(err, load_dir):
+    """zinc's "no checkpoint in DIR" (it names zinc's manifest.json alone) said for both formats:
+    load_checkpoint reads DeepSpeed's too, and a DeepSpeed script that resumes "if anything is
+    there" meets this where DeepSpeed 0.19.8 warns and returns (None, None). Other errors are
+    returned as they are."""
+    text = str(err)
+    if "no checkpoint in" not in text:
+        return err
+    return ZincError(err.status, f"{text}; nor is it a DeepSpeed checkpoint (no `latest` file "
+                                 f"naming a tag folder of {os.fsdecode(load_dir)}). DeepSpeed "
+                                 "0.19.8 would warn and return (None, None) here; zinc raises, so "
+                                 "check for a checkpoint before loading to start fresh "
+                                 "(docs/python.md, load_checkpoint)")
 
 
 def _client_record(state):
@@ -416,7 +431,10 @@ class _StateIOMixin:
                 if status != 0 and opts.client_blob_bytes > cap:
                     cap = opts.client_blob_bytes       # big buffers: once more, with the room
                     continue
-                self._call(status)
+                try:
+                    self._call(status)
+                except ZincError as err:
+                    raise _no_checkpoint_either(err, load_dir) from None
                 break
             if not weights_only:       # (its zeroing of a lent buffer: before the wait below)
                 self._fresh_window()

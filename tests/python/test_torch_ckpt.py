@@ -286,6 +286,21 @@ def main():
             print("FAIL: loading a missing checkpoint did not raise")
         except zinc.ZincError as ex:
             print(f"missing checkpoint raises: {str(ex)[:100]}")
+        # An empty save directory (a DeepSpeed script resuming "if anything is there"): the
+        # error says neither format is there and what DeepSpeed would do (it named zinc's
+        # manifest.json alone).
+        empty = os.path.join(d, "empty-dir")
+        os.makedirs(empty, exist_ok=True)
+        try:
+            engine.load_checkpoint(empty)
+            fails += 1
+            print("FAIL: loading an empty directory did not raise")
+        except zinc.ZincError as ex:
+            text = str(ex)
+            if not ("no checkpoint in" in text and "nor is it a DeepSpeed checkpoint" in text
+                    and "(None, None)" in text):
+                fails += 1
+                print(f"FAIL: an empty directory's error does not name both formats: {text}")
         engine.close()
         # A client optimizer zinc cannot run as DeepSpeed would, and a client scheduler; groups
         # with their own lr under WarmupCosineLR with an optimizer lr of 0.
