@@ -771,6 +771,19 @@ def export(name, work, stage):
         check(f"{name}: latest_universal names the tag", f.read() == "global_step3")
     ds = read_deepspeed_checkpoint(udir)
     check(f"{name}: read back as a universal checkpoint", ds.kind == "universal", ds.kind)
+    # The model-states file holds the keys DeepSpeed's own save writes, no other: DeepSpeed's
+    # load hands every key it does not know back as client_state (the export wrote
+    # sparse_tensor_module_names, which 0.19.8 no longer saves, and left out
+    # checkpoint_parallel_dimensions).
+    from zinc.utils import _ds_pickle
+
+    def states_keys(tagdir):
+        files = sorted(f for f in os.listdir(tagdir) if f.endswith("model_states.pt"))
+        return set(_ds_pickle.load_file(os.path.join(tagdir, files[0])))
+    native = states_keys(os.path.join(FIXTURES, name, "ckpt", "global_step3"))
+    exported = states_keys(os.path.join(udir, "global_step3"))
+    check(f"{name}: the exported model states hold DeepSpeed's keys", exported == native,
+          f"extra {sorted(exported - native)}, missing {sorted(native - exported)}")
     for key in ("master", "exp_avg", "exp_avg_sq"):
         got = getattr(ds, key)
         bad = [n for n in want[key] if n not in got or not bitwise(got[n], want[key][n])]
@@ -798,6 +811,11 @@ def export(name, work, stage):
                        capture_output=True, text=True)
     check(f"{name}: to_deepspeed of zinc's own checkpoint exits 0", r.returncode == 0,
           r.stderr[-2000:])
+    if r.returncode == 0:      # DeepSpeed's keys less the fixtures' client_state (none saved)
+        client = {"epoch", "note"}                          # make_fixtures.py's client_state
+        own = states_keys(os.path.join(un, "t3"))
+        check(f"{name}: zinc's own export holds DeepSpeed's keys", own == native - client,
+              f"extra {sorted(own - (native - client))}, missing {sorted(native - client - own)}")
     # its one-rank reader engine has a config of its own: no "saved with another config"
     # (it was printed on every export)
     check(f"{name}: to_deepspeed says nothing of another config",

@@ -243,7 +243,9 @@ def convert(zinc_dir, out_dir, tag=None):
         "frozen_param_shapes": collections.OrderedDict((n, extra[n].shape) for n in frozen),
         "shared_params": dict(record.get("tied", {})), "frozen_param_fragments": {},
         "lr_scheduler": sched, "data_sampler": None, "random_ltd": None,
-        "sparse_tensor_module_names": set(),
+        # as DeepSpeed 0.19.8's save (_checkpoint_parallel_metadata): its load hands any key it
+        # does not know back as client_state
+        "checkpoint_parallel_dimensions": {"pp_degree": 1, "tp_degree": 1},
         "skipped_steps": int(record.get("skipped_steps", 0)),
         "global_steps": int(record.get("global_steps", step)),
         "global_samples": int(record.get("global_samples", 0)),
