@@ -1344,10 +1344,6 @@ zinc_status zinc_engine_set_train_state(zinc_engine_t *e, const zinc_train_state
 {
     if (!e) return zerr_thread(ZINC_ERR_INVALID_ARG, "zinc_engine_set_train_state: engine is NULL");
     if (!s) return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_engine_set_train_state: state is NULL");
-    /* (before, the values were taken and finalize then kept them: the header's contract is
-     * after zinc_finalize, where a window exists to start anew) */
-    if (!e->finalized)
-        return zeng_fail(e, ZINC_ERR_USAGE, "zinc_engine_set_train_state: call zinc_finalize first");
     const zscaler *sc = &e->st.scaler;
     const int fp16 = e->cfg.fp16.enabled || e->cfg.dtype == ZINC_DTYPE_FP16;   /* as zscaler_init */
     const char *bad = NULL;

@@ -573,8 +573,9 @@ typedef struct zinc_train_state {
 } zinc_train_state_t;
 
 /* Sets the engine's counters and loss scaler and starts a new accumulation window (the
- * gradients of one in progress are dropped, as zinc_ckpt_load does), after zinc_finalize. Not
- * collective: every rank passes the same values.
+ * gradients of one in progress are dropped, as zinc_ckpt_load does). Before zinc_finalize it
+ * sets the counters and scaler only (there is no window yet). Not collective: every rank passes
+ * the same values.
  * Range-checked as a checkpoint's engine_state is (docs/checkpoint-format.md): counters in
  * 0..2^53, a finite scale > 0, hysteresis and iterations in range; ZINC_ERR_INVALID_ARG naming
  * the field otherwise, and nothing is changed. */

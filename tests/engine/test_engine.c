@@ -719,11 +719,10 @@ static void test_fp32_alias(void)
  * is_gradient_accumulation_boundary, as the Python front-end reports it); the gather-on-save flag
  * follows the config, under any of its names. */
 /* Misuse gets the message of its own mistake, on the engine: threads past 4096 are refused, an
- * extent over 2^40 names that
- * bound (it said "under 2^42 elements" of 2^42 - 1), a state read before finalize says
- * so (it said "unknown state 0"), zinc_engine_set_train_state before finalize is refused (its
- * values were taken), and a NULL output of zinc_step_seconds, zinc_comm_bytes or
- * zinc_engine_set_train_state is zinc_last_error(e) (which showed an older, unrelated error). */
+ * extent over 2^40 names that bound (it said "under 2^42 elements" of 2^42 - 1), a state read
+ * before finalize says so (it said "unknown state 0"), and a NULL output of zinc_step_seconds,
+ * zinc_comm_bytes or zinc_engine_set_train_state is zinc_last_error(e) (which showed an older,
+ * unrelated error). */
 static void test_misuse_messages(void)
 {
     zinc_engine_options_t o = {.config_json = "{\"train_micro_batch_size_per_gpu\": 1}",
@@ -751,17 +750,7 @@ static void test_misuse_messages(void)
     ZT_CHECK(s == ZINC_ERR_USAGE && strstr(zinc_last_error(e), "zinc_finalize"),
              "zinc_param_state_get before finalize: %s: %s", zinc_status_string(s),
              zinc_last_error(e));
-    zinc_train_state_t ts = {.applied = 5};
-    s = zinc_engine_set_train_state(e, &ts);
-    ZT_CHECK(s == ZINC_ERR_USAGE && strstr(zinc_last_error(e), "zinc_engine_set_train_state: "
-                                           "call zinc_finalize first"),
-             "zinc_engine_set_train_state before finalize: %s: %s", zinc_status_string(s),
-             zinc_last_error(e));
     ZT_OK(zinc_finalize(e));
-    int64_t applied = -1, skipped = -1;
-    ZT_OK(zinc_engine_steps(e, &applied, &skipped));
-    ZT_CHECK(applied == 0, "the refused set_train_state left %lld applied steps",
-             (long long)applied);
     s = zinc_param_state_get(e, p, (zinc_param_state)7, buf);
     ZT_CHECK(s == ZINC_ERR_INVALID_ARG && strstr(zinc_last_error(e), "unknown state 7"),
              "an unknown state: %s: %s", zinc_status_string(s), zinc_last_error(e));
