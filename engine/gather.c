@@ -315,9 +315,11 @@ zinc_status zeng_none_held(zinc_engine_t *e, const char *who)
     for (int g = 0; e->stage == 3 && g < e->plan.ngroups; g++) {
         const zgroup_state *gs = &e->gstate[g];
         if (gs->persistent || gs->gather_slot < 0 || !gs->held) continue;
-        return zeng_fail_sequence(e, ZINC_ERR_USAGE, "%s: group '%s' is gathered; zinc_release "
-                                  "it first (its gathered view would keep the old values)", who,
-                                  e->plan.groups[g].name);
+        /* (every rank holds the same groups, zinc_gather being collective: all refuse, none
+         * entered the load, and the world stays usable for the release and a load after it) */
+        return zeng_fail(e, ZINC_ERR_USAGE, "%s: group '%s' is gathered; zinc_release it first "
+                         "(its gathered view would keep the old values)", who,
+                         e->plan.groups[g].name);
     }
     return ZINC_OK;
 }

@@ -223,7 +223,8 @@ static zinc_status handover_failed(zinc_engine_t *e, int group, const char *fn)
                               "%s: the hand-over of group '%s' failed earlier in this micro-step "
                               "(the error its zinc_grads_ready or zinc_grads_more returned): the "
                               "window's gradient is incomplete; load a checkpoint "
-                              "(zinc_ckpt_load drops the window) or create the engine again",
+                              "(zinc_ckpt_load drops the window) or, after a comm failure, "
+                              "create the engine again",
                               fn, e->plan.groups[group].name);
 }
 

@@ -90,7 +90,7 @@ zinc_status zeng_shard_pieces(zinc_engine_t *e, zshard_piece **out, int *n);
 /* Before a load replaces the working copy (zinc_ckpt_load, zinc_load_safetensors), before it
  * reads anything: refused (ZINC_ERR_USAGE, naming `who` and the group) while the caller holds a
  * stage-3 group gathered, whose view would keep the old values, as zinc_param_set is refused
- * (engine/gather.c); the world is aborted, since the other ranks entered the load's collectives. */
+ * (engine/gather.c). zinc_gather being collective, every rank refuses alike: no abort. */
 zinc_status zeng_none_held(zinc_engine_t *e, const char *who);
 
 /* After master weights were changed outside a step (param_set, checkpoint load): recomputes the

@@ -411,7 +411,9 @@ ZINC_API zinc_status zinc_grads_clear(zinc_engine_t *e);
  * stage (otherwise below stage 2 it only records completion). One that fails (a comm timeout or
  * abort, a device error) leaves the window's gradient incomplete: the calls that would go on
  * with it (zinc_step, zinc_micro_step, zinc_grads_ready or zinc_grads_more of that group) are
- * refused with ZINC_ERR_USAGE naming that failure until a zinc_ckpt_load starts a new window. */
+ * refused with ZINC_ERR_USAGE naming that failure until a zinc_ckpt_load (or
+ * zinc_engine_set_train_state) starts a new window; after a comm failure the world is aborted,
+ * and only a new engine (on a new world) goes on. */
 ZINC_API zinc_status zinc_grads_ready(zinc_engine_t *e, int group);
 
 /* Collective at stages 2-3: more gradient for a group already handed over in this micro-step
@@ -765,9 +767,8 @@ typedef struct zinc_ckpt_load_options {
  * holds none): the window goes on from the checkpoint's micro-step count (0 after a weights-only
  * load), and each group is handed over anew (at stages 2-3 into the bucket a new zinc_param_grad
  * gives it: a view taken before the load may now be another group's). Refused (ZINC_ERR_USAGE,
- * before anything is read; with several ranks the world is aborted, as the others entered the
- * load) while a stage-3 group is gathered by the caller: its view would keep the old values,
- * as zinc_param_set refuses; zinc_release it first. */
+ * before anything is read, on every rank alike) while a stage-3 group is gathered by the caller:
+ * its view would keep the old values, as zinc_param_set refuses; zinc_release it first. */
 ZINC_API zinc_status zinc_ckpt_load(zinc_engine_t *e, const char *dir, const char *tag,
                                     zinc_ckpt_load_options_t *opt);
 

@@ -309,13 +309,22 @@ static uint16_t bf16_rne(float f)
  * values after the load (a forward before the release ran on them), so zinc_ckpt_load and
  * zinc_load_safetensors refuse, as zinc_param_set does, before anything changes; after the
  * release they load, and the next gather shows the loaded values. Both returned ZINC_OK and left
- * the view stale before. */
-static void test_load_while_gathered(void)
+ * the view stale before. At 2 ranks every rank refuses alike and the world stays usable (a
+ * refusal that aborted the world made the load after the release fail). A save given a blob
+ * size without the blob is refused, writing nothing (it returned ZINC_OK with no blob, the
+ * caller's resume state lost in silence). */
+typedef struct {
+    zinc_world_t *world;
+    char dir[700], st[720];
+} gathered_ctx;
+
+static void load_while_gathered(int rank, void *arg)
 {
+    gathered_ctx *c = arg;
     zinc_engine_options_t o = {
         .config_json = "{\"train_micro_batch_size_per_gpu\": 1, \"zero_optimization\": "
                        "{\"stage\": 3, \"stage3_param_persistence_threshold\": 0}}",
-        .threads = 1};
+        .world = c->world, .rank = rank, .threads = 1};
     zinc_engine_t *e = NULL;
     ZT_OK(zinc_engine_create(&o, &e));
     if (!e) return;
@@ -324,71 +333,79 @@ static void test_load_while_gathered(void)
     ZT_OK(zinc_group_add(e, "g", &g));
     ZT_OK(zinc_param_add(e, g, "w", 1, shape, ZINC_DTYPE_FP32, &p));
     ZT_OK(zinc_finalize(e));
-    float ones[8], twos[8], threes[8], got[8];
-    for (int i = 0; i < 8; i++) ones[i] = 1.0f, twos[i] = 2.0f, threes[i] = 3.0f;
-    char dir[700], st[720];
-    snprintf(dir, sizeof dir, "%s/gathered", root);
-    snprintf(st, sizeof st, "%s/threes.safetensors", root);
-    FILE *f = fopen(st, "wb");
-    ZT_CHECK(f != NULL, "cannot write %s", st);
-    if (f) {
-        const char *h = "{\"w\":{\"dtype\":\"F32\",\"shape\":[8],\"data_offsets\":[0,32]}}";
-        uint64_t n = strlen(h);
-        fwrite(&n, 8, 1, f);
-        fputs(h, f);
-        fwrite(threes, 4, 8, f);
-        fclose(f);
-    }
+    float ones[8], twos[8], got[8];
+    for (int i = 0; i < 8; i++) ones[i] = 1.0f, twos[i] = 2.0f;
     ZT_OK(zinc_param_set(e, p, ones));
-    ZT_OK(zinc_ckpt_save(e, dir, "ones", NULL));
+    ZT_OK(zinc_ckpt_save(e, c->dir, "ones", NULL));
     ZT_OK(zinc_param_set(e, p, twos));
     ZT_OK(zinc_gather(e, g));
     float *view = NULL;
     ZT_OK(zinc_param_data(e, p, (void **)&view));
-    zinc_status s = zinc_ckpt_load(e, dir, NULL, NULL);
+    zinc_status s = zinc_ckpt_load(e, c->dir, NULL, NULL);
     ZT_CHECK(s == ZINC_ERR_USAGE && strstr(zinc_last_error(e), "zinc_ckpt_load: group 'g' is "
                                            "gathered; zinc_release it first"),
-             "a load with a group gathered: %s: %s", zinc_status_string(s), zinc_last_error(e));
-    s = zinc_load_safetensors(e, st);
+             "rank %d: a load with a group gathered: %s: %s", rank, zinc_status_string(s),
+             zinc_last_error(e));
+    s = zinc_load_safetensors(e, c->st);
     ZT_CHECK(s == ZINC_ERR_USAGE && strstr(zinc_last_error(e), "zinc_load_safetensors: group 'g' "
                                            "is gathered"),
-             "a safetensors load with a group gathered: %s: %s", zinc_status_string(s),
-             zinc_last_error(e));
+             "rank %d: a safetensors load with a group gathered: %s: %s", rank,
+             zinc_status_string(s), zinc_last_error(e));
     ZT_OK(zinc_param_get(e, p, got));
     ZT_CHECK(view && view[0] == 2.0f && got[0] == 2.0f && got[7] == 2.0f,
-             "the refused loads changed nothing: view %g, master %g", view ? view[0] : -1.0f,
-             got[0]);
+             "rank %d: the refused loads changed nothing: view %g, master %g", rank,
+             view ? view[0] : -1.0f, got[0]);
     ZT_OK(zinc_release(e, g));
-    ZT_OK(zinc_ckpt_load(e, dir, NULL, NULL));
+    ZT_OK(zinc_ckpt_load(e, c->dir, NULL, NULL));
     ZT_OK(zinc_gather(e, g));
     ZT_OK(zinc_param_data(e, p, (void **)&view));
-    ZT_CHECK(view && view[0] == 1.0f && view[7] == 1.0f, "after the release, the load: view %g",
-             view ? view[0] : -1.0f);
+    ZT_CHECK(view && view[0] == 1.0f && view[7] == 1.0f, "rank %d: after the release, the load: "
+             "view %g", rank, view ? view[0] : -1.0f);
     ZT_OK(zinc_release(e, g));
-    ZT_OK(zinc_load_safetensors(e, st));
+    ZT_OK(zinc_load_safetensors(e, c->st));
     ZT_OK(zinc_gather(e, g));
     ZT_OK(zinc_param_data(e, p, (void **)&view));
-    ZT_CHECK(view && view[0] == 3.0f && view[7] == 3.0f, "after the release, the safetensors "
-             "load: view %g", view ? view[0] : -1.0f);
+    ZT_CHECK(view && view[0] == 3.0f && view[7] == 3.0f, "rank %d: after the release, the "
+             "safetensors load: view %g", rank, view ? view[0] : -1.0f);
     ZT_OK(zinc_release(e, g));
-    /* A save given a blob size without the blob is refused, writing nothing: it returned
-     * ZINC_OK with no blob, the caller's resume state lost in silence. */
     zinc_ckpt_save_options_t so = {.client_blob = NULL, .client_blob_bytes = 100};
-    s = zinc_ckpt_save(e, dir, "noblob", &so);
+    s = zinc_ckpt_save(e, c->dir, "noblob", &so);
     ZT_CHECK(s == ZINC_ERR_INVALID_ARG && strstr(zinc_last_error(e), "client_blob is NULL with "
                                                  "client_blob_bytes 100"),
-             "a NULL blob of 100 bytes: %s: %s", zinc_status_string(s), zinc_last_error(e));
+             "rank %d: a NULL blob of 100 bytes: %s: %s", rank, zinc_status_string(s),
+             zinc_last_error(e));
+    zinc_engine_destroy(e);
+}
+
+static void test_load_while_gathered(int ranks)
+{
+    gathered_ctx c = {0};
+    snprintf(c.dir, sizeof c.dir, "%s/gathered%d", root, ranks);
+    snprintf(c.st, sizeof c.st, "%s/threes%d.safetensors", root, ranks);
+    FILE *f = fopen(c.st, "wb");
+    ZT_CHECK(f != NULL, "cannot write %s", c.st);
+    if (!f) return;
+    const char *h = "{\"w\":{\"dtype\":\"F32\",\"shape\":[8],\"data_offsets\":[0,32]}}";
+    uint64_t n = strlen(h);
+    float threes[8] = {3, 3, 3, 3, 3, 3, 3, 3};
+    fwrite(&n, 8, 1, f);
+    fputs(h, f);
+    fwrite(threes, 4, 8, f);
+    fclose(f);
+    if (ranks == 1)
+        load_while_gathered(0, &c);
+    else
+        zt_run_world(ranks, &c.world, load_while_gathered, &c);
     char t[800];
     struct stat sb;
-    snprintf(t, sizeof t, "%s/noblob", dir);
+    snprintf(t, sizeof t, "%s/noblob", c.dir);
     ZT_CHECK(stat(t, &sb) != 0, "the refused save left %s", t);
-    zinc_engine_destroy(e);
-    snprintf(t, sizeof t, "%s/ones", dir);
+    snprintf(t, sizeof t, "%s/ones", c.dir);
     zck_rmdir_flat(t);
-    snprintf(t, sizeof t, "%s/latest", dir);
+    snprintf(t, sizeof t, "%s/latest", c.dir);
     unlink(t);
-    rmdir(dir);
-    unlink(st);
+    rmdir(c.dir);
+    unlink(c.st);
 }
 
 int main(void)
@@ -396,7 +413,8 @@ int main(void)
     snprintf(root, sizeof root, "%s/zinc-ckpt-engine-%d",
              getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", (int)getpid());
     mkdir(root, 0755);
-    test_load_while_gathered();
+    test_load_while_gathered(1);
+    test_load_while_gathered(2);
 
     /* --- same world size: bitwise continuation (fp16, dynamic loss scale) --- */
     session A = {.world = 4, .stage = 2, .prec = "fp16", .steps_before = 6};
