@@ -342,10 +342,10 @@ class _AccessorsMixin:
     def communication_data_type(self, value):
         """DeepSpeed's setter changes the reduction's dtype from the next step on. zinc fixes it
         when the engine is made (the config's key), so only the dtype in force is taken (None,
-        DeepSpeed's "the default", where the config gives none); any other raises rather than
-        being dropped, since it changes the math."""
+        DeepSpeed's "the default", where that is the working dtype); any other raises rather
+        than being dropped, since it changes the math."""
         now = self.communication_data_type
-        if value == now or (value is None and "communication_data_type" not in self._resolved):
+        if value == now or (value is None and now == _TORCH_DTYPE[self._code]):
             return
         raise NotImplementedError(
             f"engine.communication_data_type = {value!r}: zinc reduces in {now}, fixed when the "

@@ -521,6 +521,22 @@ def check_client_accessors():
     check("communication_data_type set to another dtype raises",
           refused is not None and "communication_data_type" in refused
           and engine.communication_data_type == torch.float32, refused)
+    # None, DeepSpeed's "the default", would be bf16 here: refused too
+    try:
+        engine.communication_data_type = None
+        refused = None
+    except NotImplementedError as err:
+        refused = str(err)
+    check("communication_data_type None under an fp32 wire raises", refused is not None, refused)
+    engine.close()
+    # ... and without the key None is the working dtype in force: taken
+    del c["communication_data_type"]
+    model = net()
+    engine, *_ = zinc.initialize(model=model, config=c,
+                                 optimizer=torch.optim.AdamW(model.parameters(), lr=1e-3))
+    engine.communication_data_type = None
+    check("communication_data_type None without the key is the bf16 in force",
+          engine.communication_data_type == torch.bfloat16, engine.communication_data_type)
     engine.close()
 
 

@@ -286,6 +286,9 @@ def main():
             print("FAIL: loading a missing checkpoint did not raise")
         except zinc.ZincError as ex:
             print(f"missing checkpoint raises: {str(ex)[:100]}")
+            if "(None, None)" not in str(ex):
+                fails += 1
+                print(f"FAIL: a missing directory's error does not say what DeepSpeed does: {ex}")
         # An empty save directory (a DeepSpeed script resuming "if anything is there"): the
         # error says neither format is there and what DeepSpeed would do (it named zinc's
         # manifest.json alone).
