@@ -223,11 +223,10 @@ zinc_status zinc_engine_create(const zinc_engine_options_t *opt, zinc_engine_t *
         goto fail;
     }
 
-    /* (the bound of zinc bench offload's --threads: INT_MAX sized a 48 GB thread table) */
-    if (opt->threads < 0 || opt->threads > ZENG_MAX_THREADS) {
+    if (opt->threads < 0 || opt->threads > ZINC_MAX_THREADS) {
         s = zerr_thread(ZINC_ERR_INVALID_ARG,
                         "zinc_engine_create: threads = %d; give 0 (the cores shared among this "
-                        "process's ranks) or a count of 1..%d", opt->threads, ZENG_MAX_THREADS);
+                        "process's ranks) or a count of 1..%d", opt->threads, ZINC_MAX_THREADS);
         goto fail;
     }
     const char *devname = opt->device ? opt->device : "cpu";

@@ -298,29 +298,35 @@ void zgather_step_end(zinc_engine_t *e)
     e->trace_pos = 0;
 }
 
+/* Whether group g has a gathered copy of its own (stage 3, not persistent): prefetched, or held
+ * by the caller too. */
+static int has_gathered_copy(const zinc_engine_t *e, int g)
+{
+    const zgroup_state *gs = &e->gstate[g];
+    return e->stage == 3 && !gs->persistent && gs->gather_slot >= 0;
+}
+
+/* A change of the values refused while the caller holds group g gathered (zinc_param_set, a
+ * load): its view would not show it. Not an abort: zinc_gather being collective, every rank
+ * holds the same groups and refuses alike, and the world stays usable for the release. */
+static zinc_status refuse_held(zinc_engine_t *e, int g, const char *who)
+{
+    return zeng_fail(e, ZINC_ERR_USAGE, "%s: group '%s' is gathered; zinc_release it first (its "
+                     "gathered view would keep the old values)", who, e->plan.groups[g].name);
+}
+
 zinc_status zgather_forget(zinc_engine_t *e, int group, const char *who)
 {
-    zgroup_state *gs = &e->gstate[group];
-    if (e->stage < 3 || gs->persistent || gs->gather_slot < 0) return ZINC_OK;
-    if (gs->held)
-        return zeng_fail(e, ZINC_ERR_USAGE, "%s: group '%s' is gathered; zinc_release it first "
-                         "(its gathered view would keep the old values)", who,
-                         e->plan.groups[group].name);
+    if (!has_gathered_copy(e, group)) return ZINC_OK;
+    if (e->gstate[group].held) return refuse_held(e, group, who);
     drop(e, group);
     return ZINC_OK;
 }
 
 zinc_status zeng_none_held(zinc_engine_t *e, const char *who)
 {
-    for (int g = 0; e->stage == 3 && g < e->plan.ngroups; g++) {
-        const zgroup_state *gs = &e->gstate[g];
-        if (gs->persistent || gs->gather_slot < 0 || !gs->held) continue;
-        /* (every rank holds the same groups, zinc_gather being collective: all refuse, none
-         * entered the load, and the world stays usable for the release and a load after it) */
-        return zeng_fail(e, ZINC_ERR_USAGE, "%s: group '%s' is gathered; zinc_release it first "
-                         "(its gathered view would keep the old values)", who,
-                         e->plan.groups[g].name);
-    }
+    for (int g = 0; g < e->plan.ngroups; g++)
+        if (has_gathered_copy(e, g) && e->gstate[g].held) return refuse_held(e, g, who);
     return ZINC_OK;
 }
 

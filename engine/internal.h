@@ -93,9 +93,6 @@ typedef struct zgroup_state {
 
 #define ZREADY_FAILED 2
 
-/* The most CPU kernel threads an engine takes (zinc_engine_options_t.threads). */
-#define ZENG_MAX_THREADS 4096
-
 
 /* A group's own optimizer values: zinc_group_set_weight_decay's, zinc_group_set_lr's,
  * zinc_group_set_betas' and zinc_group_set_eps'; NAN where it has none (the config's decay, betas

@@ -155,14 +155,18 @@ ZINC_API void zinc_world_abort(zinc_world_t *w, int rank, const char *why);
 
 typedef struct zinc_engine zinc_engine_t;
 
+/* The most CPU kernel threads one engine takes (zinc_engine_options_t.threads), and the tools'
+ * --threads bound: far past any machine's cores, and INT_MAX asked for a 48 GB thread table. */
+#define ZINC_MAX_THREADS 4096
+
 typedef struct zinc_engine_options {
     const char *config_path;   /* a DeepSpeed-style JSON config file, or NULL ...               */
     const char *config_json;   /* ... the JSON text itself (exactly one of the two is set)      */
     zinc_world_t *world;       /* NULL: a world of one rank, created and owned by the engine     */
     int rank;                  /* local worlds: this engine's rank; ignored for mpi worlds       */
     const char *device;        /* "cpu" (default when NULL) or "cuda"                           */
-    int threads;               /* CPU kernel threads of this rank, 1..4096; 0 = cores / local
-                                  ranks; others are ZINC_ERR_INVALID_ARG                        */
+    int threads;               /* CPU kernel threads of this rank, 1..ZINC_MAX_THREADS; 0 =
+                                  cores / local ranks; others are ZINC_ERR_INVALID_ARG          */
 } zinc_engine_options_t;
 
 /* Creates the engine of one rank: reads and validates the config (the same validation as

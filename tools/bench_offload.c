@@ -263,8 +263,9 @@ int bench_offload(int argc, char **argv)
             if (zarg_int64(val, &repeat) || repeat < 1 || repeat > 100)
                 return zarg_usage_error(cmd, "--repeat wants 1..100, not '%s'", val);
         } else if (!strcmp(a, "--threads")) {
-            if (zarg_int64(val, &threads) || threads < 0 || threads > 4096)
-                return zarg_usage_error(cmd, "--threads wants 0..4096, not '%s'", val);
+            if (zarg_int64(val, &threads) || threads < 0 || threads > ZINC_MAX_THREADS)
+                return zarg_usage_error(cmd, "--threads wants 0..%d, not '%s'", ZINC_MAX_THREADS,
+                                        val);
         } else if (!strcmp(a, "--nvme")) {
             nvme_dir = val;
         } else if (!strcmp(a, "--nvme-checksum")) {

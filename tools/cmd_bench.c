@@ -189,8 +189,9 @@ static int bench_adam(int argc, char **argv)
                 return zarg_usage_error("bench adam", "--params wants a count 1..2^40, not '%s'",
                                         val);
         } else if (!strcmp(a, "--threads")) {
-            if (zarg_int64(val, &threads) || threads < 0 || threads > 4096)
-                return zarg_usage_error("bench adam", "--threads wants 0..4096, not '%s'", val);
+            if (zarg_int64(val, &threads) || threads < 0 || threads > ZINC_MAX_THREADS)
+                return zarg_usage_error("bench adam", "--threads wants 0..%d, not '%s'",
+                                        ZINC_MAX_THREADS, val);
         } else if (!strcmp(a, "--repeat")) {
             if (zarg_int64(val, &repeat) || repeat < 1 || repeat > 1000)
                 return zarg_usage_error("bench adam", "--repeat wants 1..1000, not '%s'", val);

@@ -92,7 +92,7 @@ static const struct {
     [P_PCIE_BW] = {"--pcie-bw", 1e-3, 1e6, 0}, [P_HOST_BW] = {"--host-bw", 1e-3, 1e6, 0},
     [P_EFF] = {"--efficiency", 1e-3, 1, 0},    [P_FFN] = {"--ffn", 1, 1e8, 1},
     [P_GLOBAL] = {"--global-batch", 1, 1e9, 1},
-    [P_RANKS] = {"--ranks", 2, 64, 1},        [P_THREADS] = {"--threads", 1, 4096, 1},
+    [P_RANKS] = {"--ranks", 2, 64, 1},        [P_THREADS] = {"--threads", 1, ZINC_MAX_THREADS, 1},
     [P_HOST_MEM] = {"--host-mem", 1e-3, 1e9, 0},
 };
 
