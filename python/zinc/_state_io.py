@@ -77,10 +77,10 @@ def _fsync_dir(path):
 
 def _no_checkpoint_either(err, load_dir):
     """zinc's "no checkpoint in DIR" (it names zinc's manifest.json alone), or a DIR that does not
-    exist (a script's first run), said for both formats:
-    load_checkpoint reads DeepSpeed's too, and a DeepSpeed script that resumes "if anything is
-    there" meets this where DeepSpeed 0.19.8 warns and returns (None, None). Other errors are
-    returned as they are."""
+    exist (a script's first run), said for both formats: load_checkpoint reads DeepSpeed's too,
+    and a DeepSpeed script that resumes "if anything is there" meets this where DeepSpeed 0.19.8
+    warns and returns (None, None). Told by zinc_ckpt_load's message (ckpt/reader.c, ckpt/api.c);
+    other errors are returned as they are."""
     text = str(err)
     if "no checkpoint in" not in text and not ("cannot open the save directory" in text
                                                and not os.path.exists(load_dir)):

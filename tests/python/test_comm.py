@@ -69,6 +69,10 @@ def rank_main():
     want = [sum(2.0 * rank + k + q for q in range(RANKS)) for k in (0, 1)]
     check(f"rank {rank}: reduce_scatter_tensor (gloo: an all_reduce and this rank's part): "
           f"part {rank} of the sum", part.tolist() == want, f"{part.tolist()} != {want}")
+    if hasattr(dist.ReduceOp, "AVG"):      # gloo has none: the sum's part, divided
+        zinc.comm.reduce_scatter_tensor(part, full, op=dist.ReduceOp.AVG)
+        check(f"rank {rank}: reduce_scatter_tensor with AVG: part {rank} of the mean",
+              part.tolist() == [w / RANKS for w in want], f"{part.tolist()}")
     objs = [None] * RANKS
     zinc.comm.all_gather_object(objs, {"rank": rank})
     check(f"rank {rank}: all_gather_object", objs == [{"rank": r} for r in range(RANKS)],
