@@ -389,6 +389,42 @@ zinc_status zcfg_parse_text(const char *json, const char *path, const zcfg_overr
     return s;
 }
 
+zinc_status zcfg_parse_scheduler_text(const char *section, double optimizer_lr, zcfg_sched *out,
+                                      zcfg_diag *diag)
+{
+    zcfg_diag local = {0};
+    if (!diag) diag = &local;
+    memset(diag, 0, sizeof *diag);
+    zcctx x = {diag, 0};
+    if (!section || !out) {
+        zc_error(&x, "", "zcfg_parse_scheduler_text: %s is NULL", !section ? "section" : "out");
+        zcfg_diag_free(&local);
+        return ZINC_ERR_INVALID_ARG;
+    }
+    static const zcfg_overrides none = {1, 0, -1.0, 0, 0};
+    zcfg c;
+    zcfg_defaults(&c);
+    c.optim.lr = optimizer_lr;  /* what WarmupLR's warmup_max_lr falls back to */
+    json_object *sec = zc_json_parse(&x, section, "scheduler");
+    if (sec) {
+        zc_json_duplicates(&x, section);
+        /* The section under a root of its own, so that the config's reader and its key paths
+         * ("scheduler.params.warmup_num_steps") serve unchanged. */
+        json_object *root = json_object_new_object();
+        if (!root || json_object_object_add(root, "scheduler", sec) != 0) {
+            x.oom = 1;
+            json_object_put(sec);
+        } else {
+            zc_parse_scheduler(&x, root, &none, &c);
+        }
+        json_object_put(root);
+    }
+    zinc_status s = x.oom ? ZINC_ERR_NOMEM : diag->nerrors ? ZINC_ERR_CONFIG : ZINC_OK;
+    if (s == ZINC_OK) *out = c.sched;
+    zcfg_diag_free(&local);
+    return s;
+}
+
 zinc_status zcfg_parse_file(const char *path, const zcfg_overrides *ov, zcfg *out, zcfg_diag *diag)
 {
     zcfg_diag local = {0};

@@ -208,6 +208,13 @@ zinc_status zcfg_parse_text(const char *json, const char *path, const zcfg_overr
                             zcfg *out, zcfg_diag *diag);
 zinc_status zcfg_parse_file(const char *path, const zcfg_overrides *ov, zcfg *out, zcfg_diag *diag);
 void zcfg_diag_free(zcfg_diag *diag);
+/* A "scheduler" section alone (JSON text {"type": ..., "params": {...}}), read and checked as
+ * zcfg_parse_text reads it in a config whose optimizer.params.lr is `optimizer_lr`: the key paths
+ * of its lines start "scheduler.". For DeepSpeed's scheduler classes over a caller's optimizer
+ * (zinc_schedule_eval). Returns as zcfg_parse_text; fills `out` on ZINC_OK. */
+zinc_status zcfg_parse_scheduler_text(const char *section, double optimizer_lr, zcfg_sched *out,
+                                      zcfg_diag *diag);
+
 
 /* The resolved config as canonical JSON text (every default applied, members in a fixed order);
  * it is itself a valid config that resolves to the same zcfg and hash. Caller frees; NULL when

@@ -554,6 +554,23 @@ ZINC_API double zinc_engine_lr(const zinc_engine_t *e);
  * param group), else optimizer.params.betas. Returns 1 when the schedule sets them, 0 when they
  * are the config's, -1 for NULL arguments. */
 ZINC_API int zinc_engine_betas(const zinc_engine_t *e, double *beta1, double *beta2);
+/* DeepSpeed's LR scheduler classes (deepspeed.runtime.lr_schedules: WarmupLR, WarmupDecayLR,
+ * WarmupCosineLR, OneCycle, LRRangeTest) as one function, for a front-end that steps them over
+ * its own optimizer's param groups; no engine. scheduler_json is a config's "scheduler" section
+ * ({"type": ..., "params": {...}}, checked by the config's rules: ZINC_ERR_CONFIG naming the key
+ * otherwise), evaluated as the class's get_lr() (and OneCycle's get_mom()) at DeepSpeed's
+ * last_batch_iteration: what its step(last_batch_iteration) writes. -1 is the start (the lr its
+ * constructor writes too; OneCycle's constructor writes betas (cycle_min_mom, 0.99) where
+ * get_mom() gives cycle_max_mom); below -1 is ZINC_ERR_INVALID_ARG. base_lr: the param group's
+ * lr when the scheduler was built (WarmupCosineLR scales it; WarmupLR's warmup_max_lr defaults
+ * to it), finite and >= 0. Writes *lr; with OneCycle's cycle_momentum also *beta1 and *beta2
+ * (DeepSpeed writes the pair into each group) and *sets_betas = 1, else leaves them and sets
+ * *sets_betas = 0. At last_batch_iteration k >= 0, the values the config's scheduler gives an
+ * engine after k + 1 applied steps (zinc_engine_lr, zinc_engine_betas). Errors:
+ * zinc_last_error(NULL). */
+ZINC_API zinc_status zinc_schedule_eval(const char *scheduler_json, double base_lr,
+                                        int64_t last_batch_iteration, double *lr, double *beta1,
+                                        double *beta2, int *sets_betas);
 /* The loss scale the next backward is to be multiplied by (zinc_loss_multiplier without the
  * division by the accumulation steps): fp16's dynamic or static scale, 1 otherwise. NAN for
  * NULL. */

@@ -34,6 +34,11 @@ double zsched_beta1(const zcfg_sched *s, double beta1, int64_t step);
  * In the decay phase DeepSpeed MULTIPLIES cycle_max_mom by (1 + decay_mom_rate * interval), so
  * beta1 grows and can pass 1 when decay_mom_rate > 0; zinc reproduces that (docs/optim.md). */
 
+/* DeepSpeed's OneCycle.get_mom()[0] at last_batch_iteration `it` (>= -1; below is taken as -1):
+ * what its step(it) writes into betas[0]; `beta1` for every other scheduler. At -1 it is the
+ * formula's cycle_max_mom, where the constructor writes cycle_min_mom (zsched_beta1 at step 0). */
+double zsched_get_mom(const zcfg_sched *s, double beta1, int64_t it);
+
 /* DeepSpeed's OneCycle with cycle_momentum writes betas = (beta1, 0.99) into the optimizer, at
  * construction and at every step: beta2 becomes 0.99 whatever optimizer.params.betas says.
  * Returns 0.99 for OneCycle with cycle_momentum, `beta2` unchanged otherwise. */

@@ -138,7 +138,7 @@ static double one_cycle_lr(const zcfg_sched *s, int64_t it)
     return s->cycle_min_lr / (1.0 + s->decay_lr_rate * interval);
 }
 
-/* OneCycle.get_mom()[0] at last_batch_iteration `it` >= 0. */
+/* OneCycle.get_mom()[0] at last_batch_iteration `it` >= -1. */
 static double one_cycle_mom(const zcfg_sched *s, int64_t it)
 {
     cycle_shape c = one_cycle_shape(s);
@@ -191,11 +191,17 @@ int zsched_sets_betas(const zcfg_sched *s)
     return s->type == ZSCHED_ONE_CYCLE && s->cycle_momentum;
 }
 
+double zsched_get_mom(const zcfg_sched *s, double beta1, int64_t it)
+{
+    if (!zsched_sets_betas(s)) return beta1;
+    return one_cycle_mom(s, it < -1 ? -1 : it);
+}
+
 double zsched_beta1(const zcfg_sched *s, double beta1, int64_t step)
 {
     if (!zsched_sets_betas(s)) return beta1;
     if (step < 1) return s->cycle_min_mom;  /* the constructor's betas[0] */
-    return one_cycle_mom(s, step - 1);
+    return zsched_get_mom(s, beta1, step - 1);
 }
 
 double zsched_beta2(const zcfg_sched *s, double beta2, int64_t step)
