@@ -440,6 +440,13 @@ class _Optimizer:
             g["betas"], g["eps"], g["weight_decay"] = (b1, b2), eps, wd
         self._show_betas()
 
+    def _torch_view(self):
+        """A torch optimizer over these param groups (_GroupsOptimizer), made once: what a client
+        scheduler's callable is given when the config's optimizer runs."""
+        if getattr(self, "_view", None) is None:
+            self._view = _GroupsOptimizer(self)
+        return self._view
+
     def zero_grad(self, set_to_none=True):
         """DeepSpeed's optimizer.zero_grad: the model parameters' `.grad` to None (or zeros),
         and inside an accumulation window at ZeRO stages 0-1 and 3 what the window summed so
@@ -463,6 +470,31 @@ class _Optimizer:
 
     def step(self, closure=None):
         raise NotImplementedError("zinc: call engine.step(); the optimizer runs inside zinc's step")
+
+
+class _GroupsOptimizer(torch.optim.Optimizer):
+    """The optimizer DeepSpeed's engine gives a client scheduler's callable when the config's
+    optimizer runs: its basic optimizer, a torch one (torch's schedulers take no other; Hugging
+    Face's Trainer passes such a callable with a config optimizer and no config scheduler). Here
+    a torch.optim.Optimizer whose param_groups are the very dicts of the optimizer initialize
+    returns, so an lr (or betas) the scheduler writes is what zinc's next step applies. Its
+    defaults are the config's Adam values (a scheduler cycling momentum looks for "betas").
+    Never stepped: engine.step() is the step."""
+
+    def __init__(self, carrier):
+        opt = carrier._engine._resolved["optimizer"]["params"]
+        defaults = {"lr": opt["lr"], "betas": tuple(opt["betas"]), "eps": opt["eps"],
+                    "weight_decay": opt["weight_decay"]}
+        # torch's constructor wants a parameter; its group is replaced by the carrier's groups.
+        super().__init__([torch.zeros(1, requires_grad=True)], defaults)
+        self.param_groups = carrier.param_groups
+        self._carrier = carrier
+
+    def step(self, closure=None):
+        raise NotImplementedError("zinc: call engine.step(); the optimizer runs inside zinc's step")
+
+    def zero_grad(self, set_to_none=True):
+        self._carrier.zero_grad(set_to_none)
 
 
 class _Scheduler:

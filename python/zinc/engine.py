@@ -1036,8 +1036,10 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
     The training_dataloader is engine.deepspeed_io(training_data) when training_data is given
     (collate_fn then its collate_fn), else None.
     The optimizer comes from the config, or from a client torch.optim.Adam/AdamW (`optimizer`,
-    read into the config's optimizer section), the scheduler from the config; zinc runs both
-    inside engine.step().
+    read into the config's optimizer section); the scheduler from the config, or a client one
+    (`lr_scheduler`: an object over the client optimizer, or DeepSpeed's callable form, given
+    the client optimizer or a torch optimizer over the groups zinc trains), stepped by
+    engine.step() after each applied step.
     dist_init_required=False leaves torch.distributed alone (init_distributed); zinc's ranks
     come from the launcher. What zinc does not offer raises NotImplementedError naming it."""
     if model is None:
@@ -1045,14 +1047,15 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"zinc.initialize: model must be a torch.nn.Module; got "
                         f"{type(model).__name__}")
-    if lr_scheduler is not None and optimizer is None:
-        raise NotImplementedError("zinc.initialize: a client lr_scheduler (an object, or a "
-                                  "callable DeepSpeed would call with its optimizer) needs a "
-                                  "client torch optimizer here (optimizer=torch.optim.AdamW(...))"
-                                  " whose groups it sets: the config's optimizer runs inside "
-                                  "zinc's C step, no torch optimizer a torch scheduler can drive;"
-                                  " or use the config's \"scheduler\" section (WarmupLR, "
-                                  "WarmupDecayLR, WarmupCosineLR, OneCycle, LRRangeTest)")
+    if lr_scheduler is not None and optimizer is None and \
+            (hasattr(lr_scheduler, "step") or not callable(lr_scheduler)):
+        raise NotImplementedError("zinc.initialize: a client lr_scheduler object with the "
+                                  "config's optimizer: it was built on an optimizer that does "
+                                  "not train here (DeepSpeed steps it, and its lr changes "
+                                  "nothing). Pass DeepSpeed's callable form, lr_scheduler="
+                                  "lambda optimizer: ..., which is given a torch optimizer over "
+                                  "the groups zinc trains; or a client optimizer (optimizer="
+                                  "torch.optim.AdamW(...)) that the object steps")
     for name, value in (("mpu", mpu), ("mesh_param", mesh_param)):
         if value is not None:
             raise NotImplementedError(f"zinc.initialize: argument {name!r} (zinc has no model "
@@ -1089,7 +1092,10 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
     loader = engine.training_dataloader
     if lr_scheduler is not None:
         if not hasattr(lr_scheduler, "step") and callable(lr_scheduler):
-            lr_scheduler = lr_scheduler(client)    # DeepSpeed's callable form
+            # DeepSpeed's callable form, given DeepSpeed's basic optimizer: the client's, else
+            # a torch optimizer over the config optimizer's groups.
+            basic = client if client is not None else engine._opt._torch_view()
+            lr_scheduler = lr_scheduler(basic)
         engine._client_sched = lr_scheduler
         return engine, engine._opt, loader, lr_scheduler
     return engine, engine._opt, loader, engine.lr_scheduler

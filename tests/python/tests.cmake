@@ -424,3 +424,11 @@ set_tests_properties(python_lifetime PROPERTIES LABELS python TIMEOUT 300 SKIP_R
 # config's scheduler for one step, was_step_applied and micro_steps, a fresh window after loading
 # a checkpoint saved inside one.
 zinc_python_stage_tests(ds_step_details test_ds_step_details.py 300 0 1 2 3)
+# DeepSpeed's scheduler classes (zinc.runtime.lr_schedules) against DeepSpeed 0.19.8's own,
+# recorded in ds_fixtures/lr_schedules.json, and driving an engine, also by DeepSpeed's callable
+# form over the config's optimizer (test_lr_schedules.py).
+foreach(_m ds engine)
+  add_test(NAME python_lr_schedules_${_m} COMMAND ${_py} ${_pyt}/test_lr_schedules.py ${_m})
+  set_tests_properties(python_lr_schedules_${_m} PROPERTIES LABELS python TIMEOUT 120
+                       SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
+endforeach()
