@@ -117,6 +117,20 @@ class _Schedule:
             out.append((lr.value, (b1.value, b2.value) if sets.value else None))
         return out
 
+    def _started(self, last_batch_iteration):
+        """The constructor's end: at -1 each group's start lr written (and kept as the last
+        lr), as DeepSpeed's constructors do; the attributes fixed from here on."""
+        if last_batch_iteration == -1:
+            self._last_lr = _write_lrs(self.optimizer.param_groups, self.get_lr())
+        self._built = True
+
+    def _warmup_built(self, warmup_num_steps, last_batch_iteration):
+        """The warm-up classes' attributes as DeepSpeed's (the length at least 2), then
+        _started."""
+        self.warmup_num_steps = max(2, warmup_num_steps)
+        self.inverse_log_warm_up = 1.0 / math.log(self.warmup_num_steps)
+        self._started(last_batch_iteration)
+
     def get_lr(self):
         """Each group's lr at last_batch_iteration."""
         return [lr for lr, _ in self._values(self.last_batch_iteration)]
@@ -165,12 +179,7 @@ class WarmupLR(_Schedule):
                        **(_more or {}))
                   for lo, hi in zip(self.min_lrs, self.max_lrs)]
         super().__init__(opt, params, last_batch_iteration)
-        self.warmup_num_steps = max(2, warmup_num_steps)
-        self.inverse_log_warm_up = 1.0 / math.log(self.warmup_num_steps)
-        if last_batch_iteration == -1:
-            self._last_lr = _write_lrs(self.optimizer.param_groups, self.get_lr())
-        self._built = True
-
+        self._warmup_built(warmup_num_steps, last_batch_iteration)
 
 
 class WarmupDecayLR(WarmupLR):
@@ -204,11 +213,7 @@ class WarmupCosineLR(_Schedule):
                   "warmup_type": warmup_type}
         super().__init__(opt, [params] * len(opt.param_groups), last_batch_iteration,
                          bases=self.org_lrs)
-        self.warmup_num_steps = max(2, warmup_num_steps)
-        self.inverse_log_warm_up = 1.0 / math.log(self.warmup_num_steps)
-        if last_batch_iteration == -1:
-            self._last_lr = _write_lrs(self.optimizer.param_groups, self.get_lr())
-        self._built = True
+        self._warmup_built(warmup_num_steps, last_batch_iteration)
 
     def get_lr_ratio(self):
         """The ratio each group's initial lr is scaled by at last_batch_iteration."""
@@ -302,9 +307,7 @@ class LRRangeTest(_Schedule):
                    "lr_range_test_step_rate": lr_range_test_step_rate,
                    "lr_range_test_staircase": bool(lr_range_test_staircase)} for lo in self.min_lr]
         super().__init__(opt, params, last_batch_iteration)
-        if last_batch_iteration == -1:
-            self._last_lr = _write_lrs(self.optimizer.param_groups, self.get_lr())
-        self._built = True
+        self._started(last_batch_iteration)
 
     def step(self, batch_iteration=None):
         """One batch on (or to `batch_iteration`): each group's lr written."""
