@@ -7,6 +7,7 @@ _torch_dist.py says how the ranks meet). zinc's own communication never goes thr
 DeepSpeed, a collective before that set-up raises; get_rank and get_world_size then answer from
 the launcher's world (zinc's ranks as mpirun, torchrun or srun started them), which is the
 same rank and size torch.distributed gets."""
+import torch
 import torch.distributed as _td
 
 from . import _world
@@ -69,6 +70,18 @@ def all_reduce(tensor, op=None, group=None, async_op=False):
     _need("all_reduce")
     return _td.all_reduce(tensor, op=_td.ReduceOp.SUM if op is None else op, group=group,
                           async_op=async_op)
+
+
+def all_reduce_coalesced(tensors, op=None, group=None, async_op=False):
+    """DeepSpeed's: torch's all_reduce_coalesced (each tensor of the list reduced across ranks
+    in one call); DeepSpeed's RuntimeError where torch has none."""
+    _need("all_reduce_coalesced")
+    fn = getattr(_td, "all_reduce_coalesced", None)
+    if fn is None:
+        raise RuntimeError(f"zinc.comm.all_reduce_coalesced: torch {torch.__version__} has no "
+                           "torch.distributed.all_reduce_coalesced")
+    return fn(tensors, op=_td.ReduceOp.SUM if op is None else op, group=group,
+              async_op=async_op)
 
 
 def inference_all_reduce(tensor, op=None, group=None):
@@ -185,7 +198,8 @@ def log_summary(show_straggler=False):
 
 
 __all__ = ["init_distributed", "is_available", "is_initialized", "get_rank", "get_world_size",
-           "get_local_rank", "get_global_rank", "barrier", "all_reduce", "inference_all_reduce",
+           "get_local_rank", "get_global_rank", "barrier", "all_reduce", "all_reduce_coalesced",
+           "inference_all_reduce",
            "broadcast", "all_gather", "all_gather_into_tensor", "has_all_gather_into_tensor",
            "has_reduce_scatter_tensor", "reduce_scatter_tensor", "all_gather_object",
            "broadcast_object_list", "get_world_group", "reduce", "new_group",

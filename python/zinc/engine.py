@@ -755,6 +755,15 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
             raise RuntimeError("zinc: the engine was closed (engine.close()); the model itself "
                                "still runs (at stages 0-2), or create a new engine")
 
+    def train(self, mode=True):
+        """DeepSpeed's: the model's train(mode); returns None, and engine.training stays as it
+        was (DeepSpeed's engine never changes its own flag)."""
+        self.module.train(mode)
+
+    def eval(self):
+        """DeepSpeed's: the model's train(False); returns None."""
+        self.module.train(False)
+
     def forward(self, *inputs, **kwargs):
         self._alive()
         self._end_open_micro()

@@ -13,7 +13,8 @@ zinc.init_distributed() (torch.distributed through env://; gloo without a GPU) a
   has no _all_gather_base): each rank's [10r+1, 10r+2] gives [1, 2, 11, 12] on every rank,
   in rank order; a (2, 3) input into a (4, 3) output stacks the ranks' rows; async_op=True
   returns a work whose wait() leaves the same values;
-- reduce_scatter_tensor (on gloo an all_reduce and the rank's part), all_gather_object,
+- reduce_scatter_tensor (on gloo an all_reduce and the rank's part), all_reduce_coalesced,
+  all_gather_object,
   broadcast_object_list, get_world_group and the has_* queries (DeepSpeed's; they were missing).
 The parent waits up to 240 s for each rank (2 busy cores); exit 77 without gloo."""
 import os
@@ -73,6 +74,13 @@ def rank_main():
         zinc.comm.reduce_scatter_tensor(part, full, op=dist.ReduceOp.AVG)
         check(f"rank {rank}: reduce_scatter_tensor with AVG: part {rank} of the mean",
               part.tolist() == [w / RANKS for w in want], f"{part.tolist()}")
+    pair = [torch.tensor([1.0 + rank]), torch.tensor([[10.0 * rank, 1.0], [2.0, 3.0]])]
+    zinc.comm.all_reduce_coalesced(pair)
+    sums = [sum(1.0 + r for r in range(RANKS)), sum(10.0 * r for r in range(RANKS))]
+    check(f"rank {rank}: all_reduce_coalesced sums each tensor of the list",
+          pair[0].tolist() == [sums[0]] and
+          pair[1].tolist() == [[sums[1], RANKS * 1.0], [RANKS * 2.0, RANKS * 3.0]],
+          f"{[t.tolist() for t in pair]}")
     objs = [None] * RANKS
     zinc.comm.all_gather_object(objs, {"rank": rank})
     check(f"rank {rank}: all_gather_object", objs == [{"rank": r} for r in range(RANKS)],

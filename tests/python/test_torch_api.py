@@ -1523,13 +1523,20 @@ def main():
     x = torch.randn(MICRO, 6, generator=torch.Generator().manual_seed(7)).to(torch.bfloat16)
     with torch.no_grad():
         want = plain(x)
-    engine.eval()
+    returned = engine.eval()
+    # As DeepSpeed 0.19.8's: the model's flag changes, the engine's own stays, None returned
+    # (zinc's, torch's Module.eval, returned the engine and cleared engine.training).
+    check("engine.eval(): the model in eval mode, engine.training kept, None returned",
+          not engine.module.training and engine.training and returned is None,
+          f"module {engine.module.training} engine {engine.training} returned {returned!r}")
     for name, ctx in (("no_grad", torch.no_grad), ("inference_mode", torch.inference_mode)):
         with ctx():
             out = engine(x)
         check(f"eval under {name}: the plain model's output", torch.equal(out, want),
               f"max difference {float((out.float() - want.float()).abs().max())}")
-    engine.train()
+    returned = engine.train()
+    check("engine.train(): the model in training mode, None returned",
+          engine.module.training and engine.training and returned is None)
     before = engine.module_state_dict()
     for i in range(GA):                  # one whole accumulation window: an optimizer step
         micro_step(engine, 99 + i)
