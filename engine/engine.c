@@ -990,6 +990,21 @@ static zinc_status write_grad_slice(zinc_engine_t *e, int param, size_t pos, con
     return ZINC_OK;
 }
 
+/* zinc_param_grad_get after zinc_grads_reduce: the buffer's averaged values, as fp32. */
+static zinc_status read_reduced(zinc_engine_t *e, int param, const char *sums, float *out,
+                                const char *fn)
+{
+    zdev_t *d = e->dev;
+    const zplan_param *P = &e->plan.params[param];
+    float *tmp = d->iface->alloc(d, P->numel * sizeof(float));
+    if (!tmp) return zeng_fail(e, ZINC_ERR_NOMEM, "%s: out of memory", fn);
+    zinc_status s = d->iface->cast(d, tmp, ZINC_DTYPE_FP32, sums, e->gdtype, P->numel, 1.0f);
+    if (s == ZINC_OK) s = d->iface->download(d, out, tmp, P->numel * 4);
+    d->iface->free(d, tmp);
+    if (s != ZINC_OK) return zeng_fail(e, s, "%s: '%s': %s", fn, P->name, d->err);
+    return ZINC_OK;
+}
+
 zinc_status zinc_param_grad_get(zinc_engine_t *e, int param, float *out)
 {
     const char *fn = "zinc_param_grad_get";
@@ -1015,6 +1030,8 @@ zinc_status zinc_param_grad_get(zinc_engine_t *e, int param, float *out)
      * DeepSpeed's with more than one rank, bench/ds_grad_accum_fp32.py). */
     zdev_t *d = e->dev;
     const char *sums = (const char *)e->grad + flat_pos(e, param) * zeng_gsize(e);
+    if (e->grads_reduced)      /* zinc_grads_reduce averaged the buffer itself already */
+        return read_reduced(e, param, sums, out, fn);
     int rounded = e->dtype != ZINC_DTYPE_FP32 && !zcfg_reduces_fp32(&e->cfg);
     float *tmp = d->iface->alloc(d, P->numel * sizeof(float));
     void *tmp16 = rounded ? d->iface->alloc(d, P->numel * zeng_dsize(e)) : NULL;

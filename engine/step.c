@@ -257,6 +257,11 @@ zinc_status zinc_grads_more(zinc_engine_t *e, int group)
 {
     zinc_status s = zeng_check_ready_group(e, group, "zinc_grads_more");
     if (s != ZINC_OK) return s;
+    if (e->grads_reduced)
+        return zeng_fail_sequence(e, ZINC_ERR_USAGE,
+                         "zinc_grads_more: group '%s': the window's gradients were reduced "
+                         "already (zinc_grads_reduce); more gradient cannot join them",
+                         e->plan.groups[group].name);
     if (e->gstate[group].ready == ZREADY_FAILED)
         return handover_failed(e, group, "zinc_grads_more");
     if (!e->gstate[group].ready)
@@ -650,6 +655,7 @@ static zinc_status zero_grads(zinc_engine_t *e) { return zero_grads_of(e, 0, "zi
  * A lent buffer stays attached. */
 static zinc_status drop_window_grads(zinc_engine_t *e, const char *fn)
 {
+    e->grads_reduced = 0;
     for (int i = 0; i < e->nbuckets; i++) {
         zinc_status s = e->bucket_owner[i] < 0 ? ZINC_OK : free_bucket(e, i, fn);
         if (s != ZINC_OK) return s;
@@ -666,6 +672,7 @@ zinc_status zinc_grads_clear(zinc_engine_t *e)
 zinc_status zeng_restart_window(zinc_engine_t *e, const char *fn)
 {
     if (!e->finalized) return ZINC_OK;     /* no window yet (nor its buckets and flags) */
+    e->grads_reduced = 0;
     for (int g = 0; g < e->plan.ngroups; g++) e->gstate[g].ready = 0;
     return drop_window_grads(e, fn);
 }
@@ -783,6 +790,27 @@ zinc_status zinc_micro_step(zinc_engine_t *e)
     return ZINC_OK;
 }
 
+zinc_status zinc_grads_reduce(zinc_engine_t *e)
+{
+    const char *fn = "zinc_grads_reduce";
+    zinc_status s = zeng_check_ready(e, fn);
+    if (s != ZINC_OK) return s;
+    if (e->stage != 0)
+        return zeng_fail(e, ZINC_ERR_USAGE, "%s: stage 0 only (ZeRO stage %d reduces its "
+                         "gradients in zinc_grads_ready or zinc_step)", fn, e->stage);
+    if (e->cfg.managed_accumulation && !zeng_last_micro(e))
+        return zeng_fail(e, ZINC_ERR_USAGE, "%s: this micro-step does not end the accumulation "
+                         "window: the window's gradients are reduced once, at its end", fn);
+    if (e->grads_reduced) return ZINC_OK;
+    s = end_micro_step(e, fn);    /* every group handed over: the sums are complete */
+    if (s != ZINC_OK) return s;
+    double t = zeng_now();
+    s = reduce_grads(e);
+    e->phase_s[ZINC_PHASE_REDUCE] += zeng_lap(&t);
+    if (s == ZINC_OK) e->grads_reduced = 1;
+    return s;
+}
+
 zinc_status zinc_step(zinc_engine_t *e, zinc_step_info_t *info)
 {
     zinc_status s = zeng_check_ready(e, "zinc_step");
@@ -821,7 +849,8 @@ zinc_status zinc_step(zinc_engine_t *e, zinc_step_info_t *info)
     info->boundary = 1;
 
     double t = zeng_now();
-    s = reduce_grads(e);
+    s = e->grads_reduced ? ZINC_OK : reduce_grads(e);
+    e->grads_reduced = 0;
     e->phase_s[ZINC_PHASE_REDUCE] += zeng_lap(&t);
     double sumsq = 0.0;
     int overflow = 0;

@@ -433,6 +433,14 @@ ZINC_API zinc_status zinc_grads_ready(zinc_engine_t *e, int group);
  * with this (ZINC_ERR_USAGE naming the group; it was carried into the next micro-step before
  * 2026-11-30). */
 ZINC_API zinc_status zinc_grads_more(zinc_engine_t *e, int group);
+/* ZeRO stage 0, at the accumulation boundary, after the window's last hand-over: the
+ * all-reduce (average) of the gradient buffer that zinc_step would make first, made now, as
+ * DeepSpeed's stage-0 backward all-reduces `.grad` at the window's last micro-step; zinc_step
+ * then does not make it again. A front-end that shows the caller the window's gradients before
+ * zinc_step (to read, clip or mask) calls it so that they are the averaged ones. Collective.
+ * Once a window (a second call does nothing); zinc_grads_more after it is ZINC_ERR_USAGE.
+ * Other stages, or inside a window: ZINC_ERR_USAGE. */
+ZINC_API zinc_status zinc_grads_reduce(zinc_engine_t *e);
 
 /* What to multiply the loss by before backward: the loss scale (fp16) divided by
  * gradient_accumulation_steps, as DeepSpeed's engine.backward does. 1/GA in bf16/fp32 mode. */

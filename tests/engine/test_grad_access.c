@@ -27,6 +27,11 @@
  * (without zinc_grads_more's reduce at stages 2-3 the grad read back lacks it; at every stage
  * a second zinc_grads_ready is refused).
  *
+ * zinc_grads_reduce (test_early_reduce, 2 ranks, stage 0): refused inside the window; at its end
+ * the gradient reads back as the average; a gradient set after it is what zinc_step applies
+ * (zinc_step reducing again: rank 0's weights are not those of its own gradient alone); refused
+ * at stage 2, and zinc_grads_more after it is refused.
+ *
  * Misuse at one rank, stage 2: reading or setting while the group's gradient is still in its
  * bucket (before zinc_grads_ready) is ZINC_ERR_USAGE naming zinc_grads_ready; NULL buffers and
  * unknown ids are refused; zinc_grads_more of a group not handed over in this micro-step is
@@ -374,8 +379,112 @@ static void test_late_add(int stage)
     zinc_engine_destroy(e);
 }
 
+/* ---- zinc_grads_reduce: stage 0's all-reduce at the window's end, before zinc_step ---------- */
+
+typedef struct {
+    zinc_world_t *world;
+    int world_size;
+    int reference;              /* 1: the window's gradient is rank r's own value, not reduced */
+    float got[MAXR][10], weights[MAXR][10];
+} early_ctx;
+
+/* Rank r's own window gradient: H on rank 0, -H on rank 1 (opposite signs: Adam's first update
+ * is about lr x sign(g), so values that differ only in scale would step alike). */
+static float r_val(int rank, int64_t i) { return rank ? -h_val(i) : h_val(i); }
+
+/* Rank r adds (r + 1) G_k in micro-step k (k = 0, 1), reduces early at the window's end, reads
+ * the average back, then sets its own value and steps: with zinc_step reducing again, the
+ * update would come from the mean of H and -H, zero. The reference run (a world of one: rank 0)
+ * adds nothing, then H, and steps without the early reduce; rank 0's weights must be its (the
+ * parameter's 10 elements are rank 0's slice of stage 0's Adam). */
+static void early_fn(int rank, void *arg)
+{
+    early_ctx *c = arg;
+    const char *cfg = "{\"train_micro_batch_size_per_gpu\": 1, \"gradient_accumulation_steps\": "
+                      "2, \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01}}, "
+                      "\"zero_optimization\": {\"stage\": 0}}";
+    zinc_engine_options_t o = {.config_json = cfg, .world = c->world, .rank = rank, .threads = 1};
+    zinc_engine_t *e = NULL;
+    ZT_OK(zinc_engine_create(&o, &e));
+    if (!e) return;
+    int g, p;
+    int64_t shape[1] = {10};
+    ZT_OK(zinc_group_add(e, "a", &g));
+    ZT_OK(zinc_param_add(e, g, "a.w", 1, shape, ZINC_DTYPE_FP32, &p));
+    ZT_OK(zinc_finalize(e));
+    float init[10], vals[10];
+    for (int64_t i = 0; i < 10; i++) init[i] = (float)i / 16.0f - 0.25f;
+    ZT_OK(zinc_param_set(e, p, init));
+    run_ctx fp32 = {.world_size = c->world_size};
+    for (int k = 0; k < 2; k++) {
+        ZT_OK(zinc_gather(e, g));
+        if (!c->reference) add_grad(e, p, &fp32, 10, k, (float)(rank + 1), 0);
+        ZT_OK(zinc_release(e, g));
+        ZT_OK(zinc_grads_ready(e, g));
+        if (k == 0 && !c->reference) {
+            zinc_status s = zinc_grads_reduce(e);
+            ZT_CHECK(s == ZINC_ERR_USAGE && strstr(zinc_last_error(e), "does not end"),
+                     "zinc_grads_reduce inside the window: %s %s", zinc_status_string(s),
+                     zinc_last_error(e));
+        }
+        if (k == 1) {
+            if (!c->reference) {
+                ZT_OK(zinc_grads_reduce(e));
+                ZT_OK(zinc_grads_reduce(e));        /* once a window: the second does nothing */
+                ZT_OK(zinc_param_grad_get(e, p, c->got[rank]));
+            }
+            for (int64_t i = 0; i < 10; i++) vals[i] = r_val(rank, i);
+            ZT_OK(zinc_param_grad_set(e, p, vals));
+        }
+        zinc_step_info_t info = {0};
+        ZT_OK(zinc_step(e, &info));
+    }
+    ZT_OK(zinc_param_get(e, p, c->weights[rank]));
+    zinc_engine_destroy(e);
+}
+
+static void test_early_reduce(void)
+{
+    early_ctx t = {.world_size = 2}, ref = {.world_size = 1, .reference = 1};
+    zt_run_world(2, &t.world, early_fn, &t);
+    zt_run_world(1, &ref.world, early_fn, &ref);
+    float mean = 1.5f;
+    for (int r = 0; r < 2; r++) {
+        int avg = 1;
+        for (int64_t i = 0; i < 10; i++)
+            avg &= t.got[r][i] == (g_val(0, i) + g_val(1, i)) * mean;
+        ZT_CHECK(avg, "zinc_grads_reduce: rank %d reads the average back", r);
+    }
+    ZT_CHECK(!memcmp(t.weights[0], ref.weights[0], sizeof t.weights[0]),
+             "zinc_grads_reduce then zinc_step: rank 0 applied its own gradient (w[1] %.9g, its "
+             "own alone %.9g): zinc_step reduced again", t.weights[0][1], ref.weights[0][1]);
+    /* Misuse: stage 2; zinc_grads_more after the window's reduce. */
+    int g, p;
+    zinc_engine_t *e = one_param_engine("{\"train_micro_batch_size_per_gpu\": 1, "
+                                        "\"zero_optimization\": {\"stage\": 2}}",
+                                        ZINC_DTYPE_FP32, &g, &p);
+    if (e) {
+        ZT_OK(zinc_finalize(e));
+        zinc_status s = zinc_grads_reduce(e);
+        ZT_CHECK(s == ZINC_ERR_USAGE && strstr(zinc_last_error(e), "stage 0 only"),
+                 "zinc_grads_reduce at stage 2: %s", zinc_last_error(e));
+        zinc_engine_destroy(e);
+    }
+    e = one_param_engine("{\"train_micro_batch_size_per_gpu\": 1}", ZINC_DTYPE_FP32, &g, &p);
+    if (e) {
+        ZT_OK(zinc_finalize(e));
+        ZT_OK(zinc_grads_ready(e, g));
+        ZT_OK(zinc_grads_reduce(e));
+        zinc_status s = zinc_grads_more(e, g);
+        ZT_CHECK(s == ZINC_ERR_USAGE && strstr(zinc_last_error(e), "reduced already"),
+                 "zinc_grads_more after zinc_grads_reduce: %s", zinc_last_error(e));
+        zinc_engine_destroy(e);
+    }
+}
+
 int main(void)
 {
+    test_early_reduce();
     test_late_add(1);
     test_late_add(2);
     for (int stage = 0; stage <= 3; stage++)
