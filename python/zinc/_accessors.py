@@ -43,7 +43,8 @@ class _AccessorsMixin:
         """The config as a dict, as DeepSpeed's engine.config is the config it was given, a
         file's read into a dict (the Hugging Face Trainer reads
         engine.config.get("zero_optimization") when it saves). zinc's is a copy, with a client
-        optimizer's section where one was given. A model's own `config` (a transformers
+        optimizer's section where one was given, and without the "scheduler" section where a
+        client scheduler replaced it. A model's own `config` (a transformers
         model's) is engine.module.config; before 2026-11-30 engine.config passed through to it."""
         return self._cfg
 

@@ -127,6 +127,79 @@ class _HandOverMixin:
             if self._stage == 3 and G.holds == 0:
                 self._release(gi)
 
+    def _grad_views(self, G):
+        """Group G's parameters' slices of its gradient memory (its bucket, or its place in the
+        lent buffer), made once per span and kept with it."""
+        span, layout, views = self._group_span(G, "grad")
+        if not views:
+            # (built whole, then kept: a list cut short by an error midway would stay)
+            views[:] = [span.as_strided(shape, strides, off) for off, shape, strides in layout]
+        return views
+
+    def _show_window_grads(self, stepped=False):
+        """After a backward, DeepSpeed 0.19.8's `.grad` where it keeps one: at stage 0 (not
+        bucketed), and at stage 1 inside a window (its stage 1 reduces at the window's last
+        backward and leaves `.grad` None). At stage 0 DeepSpeed all-reduces `.grad` in place at
+        the window's last backward: zinc_grads_reduce makes zinc's step's all-reduce there.
+        Each trained parameter's `.grad` is then its view of zinc's window sum — the sum so far,
+        in DeepSpeed's units — so a script that reads it, edits it in place (a mask) or clips
+        it (torch.nn.utils.clip_grad_norm_) between backward and step changes what the step
+        applies, as under DeepSpeed. _take_back_grads ends it before zinc adds to or reads the
+        sums. stepped: after a step() inside the window, where DeepSpeed's `.grad` stays as the
+        backward left it."""
+        if (self._bucketed or self._stage > 1 or self._grad_buf is None or self._unsynced or
+                self._no_sync or not self._managed):
+            return
+        if not stepped and lib.zinc_engine_at_boundary(self._e):
+            if self._stage == 1:
+                return
+            if self.world_size > 1:
+                self._torch_then_zinc()        # after torch's last adds into the sums
+                self._call(lib.zinc_grads_reduce(self._e))
+                self._torch_after_zinc()       # torch reads the average zinc's stream made
+        shown = {}
+        for G in self._g:
+            for (_, _, p), v in zip(G.params, self._grad_views(G)):
+                if v.dtype == p.dtype and v.shape == p.shape and v.device == p.device:
+                    shown[id(p)] = (p, v)
+        with held():
+            for p, v in shown.values():
+                p.grad = v
+            self._shown_grads = shown
+
+    def _grad_shown(self, p):
+        """Whether p's `.grad` is (or was, until the script replaced it) its view of zinc's
+        window sum (_show_window_grads)."""
+        return bool(self._shown_grads) and id(p) in self._shown_grads
+
+    def _sync_shown_grads(self):
+        """What the script left in the shown `.grad`s made zinc's window sum (an edit in place is
+        there already; a tensor put in a `.grad`'s place is copied in; a `.grad` set to None is a
+        zero gradient), each `.grad` its view again."""
+        for p, v in self._shown_grads.values():
+            g = p.grad
+            if g is None:
+                v.zero_()
+            elif g.data_ptr() != v.data_ptr() or g.stride() != v.stride():
+                v.copy_(g)
+            p.grad = v
+
+    def _take_back_grads(self, keep=True):
+        """Ends _show_window_grads (before a backward adds to zinc's sums, and before the step
+        or a gradient call reads them): what the script left in `.grad` is zinc's window sum —
+        an edit in place is there already, a tensor put in its place is copied in, and a `.grad`
+        set to None is a zero gradient (DeepSpeed's step would leave that parameter out of its
+        update) — and `.grad` is None again, as the hand-over needs. keep=False (a zero_grad,
+        which decides about the sums itself): `.grad` only cleared."""
+        if not self._shown_grads:
+            return
+        with held():
+            if keep:
+                self._sync_shown_grads()
+            for p, _ in self._shown_grads.values():
+                p.grad = None
+            self._shown_grads = None
+
     def _add_into(self, G):
         """The group's `.grad`s added into zinc's gradient memory (its bucket, or its place in
         the lent buffer); returns the parameters that had one. All of the group's adds in one
@@ -134,11 +207,8 @@ class _HandOverMixin:
         of the group's gradient memory (_group_span). The slices are made once per span (kept
         with it): about 1.5 us each on the host."""
         dst, src, had = [], [], []
-        span, layout, views = self._group_span(G, "grad")
-        if not views:
-            # (built whole, then kept: a list cut short by an error midway would stay)
-            views[:] = [span.as_strided(shape, strides, off) for off, shape, strides in layout]
-        dtype = span.dtype
+        views = self._grad_views(G)
+        dtype = views[0].dtype
         for (_, _, p), v in zip(G.params, views):
             g = p.grad
             if g is not None:
@@ -172,6 +242,7 @@ class _HandOverMixin:
         moved them out of `.grad`). zinc holds them in its gradient buffer, zeroed here, so the
         step applies what DeepSpeed's applies. Not after the window's last backward (before its
         step): DeepSpeed keeps them there. `what` names the call (engine or optimizer)."""
+        self._take_back_grads(keep=False)
         if not self._window_grads:
             return
         if self._interrupted and self._bucketed and any(G.done for G in self._g):
@@ -217,6 +288,7 @@ class _HandOverMixin:
         caller by default."""
         was_open = (self._awaiting_step or self._open_micro or self._interrupted or
                     self._unsynced or self._window_grads or any(G.slot >= 0 for G in self._g))
+        self._shown_grads = None         # (every `.grad` goes below)
         for G in self._g:
             G.done = G.late = False
             G.got.clear()

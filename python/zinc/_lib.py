@@ -155,6 +155,7 @@ _sig = {
     "zinc_engine_lr": (ctypes.c_double, [ctypes.c_void_p]),
     "zinc_engine_betas": (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(ctypes.c_double),
                                          ctypes.POINTER(ctypes.c_double)]),
+    "zinc_grads_reduce": (ctypes.c_int, [ctypes.c_void_p]),
     "zinc_schedule_eval": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_double, ctypes.c_int64,
                                           ctypes.POINTER(ctypes.c_double),
                                           ctypes.POINTER(ctypes.c_double),

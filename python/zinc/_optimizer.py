@@ -486,6 +486,7 @@ class _GroupsOptimizer(torch.optim.Optimizer):
         defaults = {"lr": opt["lr"], "betas": tuple(opt["betas"]), "eps": opt["eps"],
                     "weight_decay": opt["weight_decay"]}
         # torch's constructor wants a parameter; its group is replaced by the carrier's groups.
+        self._carrier = None
         super().__init__([torch.zeros(1, requires_grad=True)], defaults)
         self.param_groups = carrier.param_groups
         self._carrier = carrier
@@ -495,6 +496,18 @@ class _GroupsOptimizer(torch.optim.Optimizer):
 
     def zero_grad(self, set_to_none=True):
         self._carrier.zero_grad(set_to_none)
+
+    def load_state_dict(self, state_dict):
+        # torch's would put new group dicts in place of the carrier's, which zinc reads: the
+        # schedule would write into groups nobody applies.
+        raise NotImplementedError("zinc: load_state_dict on the torch optimizer a scheduler "
+                                  "was given: engine.load_checkpoint restores the groups")
+
+    def add_param_group(self, param_group):
+        if getattr(self, "_carrier", None) is None:    # torch's constructor adds its one group
+            return super().add_param_group(param_group)
+        raise NotImplementedError("zinc: add_param_group on the torch optimizer a scheduler was "
+                                  "given: zinc trains the groups initialize was given")
 
 
 class _Scheduler:

@@ -490,6 +490,7 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
         self._views = {}             # (group, kind) -> [(base, view, views)] (_group_span)
         self._grad_bytes = self.memory()["grad"][0]   # what zinc needs lent; 0: nothing
         self._grad_buf = None        # the torch tensor lent for this window, if any
+        self._shown_grads = None     # [(param, its view of the window's sum)] set as `.grad`
         self._lent_views = {}        # _views of _grad_buf (unbucketed), kept while its address is
         self._lent_ptr = None        # the address they view
         # The two hand-over events, recorded again at each use: a stream's wait_event waits for
@@ -715,6 +716,8 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
         emptied as well."""
         if getattr(self, "_stage", None) == 3 and hasattr(self, "_empty"):
             self._empty_kept()
+        if getattr(self, "_shown_grads", None):
+            self._take_back_grads(keep=False)    # `.grad`s that were views of zinc's sums
         if getattr(self, "_monitor", None) is not None:
             self._monitor.close()
         if getattr(self, "_e", None) is not None and self._e.value:
@@ -811,6 +814,7 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
                 f"its micro-step (gradient_accumulation_steps={self._ga}): call engine.step() "
                 f"after every backward, as with DeepSpeed (it ends the micro-step, and at the "
                 f"window's end applies the update)")
+        self._take_back_grads()
         self._end_open_micro()
         # After a backward that raised midway (an out-of-memory error, an exception in a hook),
         # this one continues its micro-step, as the gradients left in DeepSpeed's `.grad` add up
@@ -854,6 +858,7 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
             else:
                 self._hand_over_rest()
             self._interrupted = False
+        self._show_window_grads()
         if not retain_graph and loss.grad_fn is not None and not loss._is_view():
             loss.detach_()
         return loss / self._ga if scale_wrt_gas else loss
@@ -940,6 +945,7 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
                                "block first; its gradients are reduced then)")
         self._no_context("engine.step()")
         self._alive()
+        self._take_back_grads()
         if not (self._awaiting_step or self._open_micro or self._unsynced or self._interrupted):
             raise RuntimeError("zinc: engine.step() with no backward() since the last step (or "
                                "since the forward that ended the last micro-step): call "
@@ -995,6 +1001,8 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
                         self._client_sched.step(**(lr_kwargs or {}))
                 self._opt._after_step(applied=bool(info.applied))
                 self._monitor.after_step(self)
+        if not info.boundary:
+            self._show_window_grads(stepped=True)
 
 
 def add_config_arguments(parser):
@@ -1056,8 +1064,7 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"zinc.initialize: model must be a torch.nn.Module; got "
                         f"{type(model).__name__}")
-    if lr_scheduler is not None and optimizer is None and \
-            (hasattr(lr_scheduler, "step") or not callable(lr_scheduler)):
+    if lr_scheduler is not None and optimizer is None and not callable(lr_scheduler):
         raise NotImplementedError("zinc.initialize: a client lr_scheduler object with the "
                                   "config's optimizer: it was built on an optimizer that does "
                                   "not train here (DeepSpeed steps it, and its lr changes "
@@ -1093,6 +1100,10 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
         # parameters trained.
         client, section, model_parameters = _client_optimizer(optimizer, model, model_parameters)
         cfg = dict(config_dict(cfg), optimizer=section)
+    if lr_scheduler is not None and "scheduler" in config_dict(cfg):
+        # As DeepSpeed's _configure_lr_scheduler: a client scheduler replaces the config's
+        # section, which then sets nothing (zinc's C step ran its lr or OneCycle's betas).
+        cfg = {k: v for k, v in config_dict(cfg).items() if k != "scheduler"}
     engine = Engine(model, model_parameters, cfg, _client=client,
                     _client_scheduler=lr_scheduler is not None)
     engine.collate_fn = collate_fn
@@ -1100,7 +1111,7 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
         engine.training_dataloader = engine.deepspeed_io(training_data)
     loader = engine.training_dataloader
     if lr_scheduler is not None:
-        if not hasattr(lr_scheduler, "step") and callable(lr_scheduler):
+        if callable(lr_scheduler):     # DeepSpeed's test: a class is called too
             # DeepSpeed's callable form, given DeepSpeed's basic optimizer: the client's, else
             # a torch optimizer over the config optimizer's groups.
             basic = client if client is not None else engine._opt._torch_view()

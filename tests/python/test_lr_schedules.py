@@ -144,6 +144,36 @@ def test_engine():
     check("LambdaLR: the lr is the rule's", [lr for _, (lr,), _ in got] ==
           [0.01 * (1.0 / (2 + k)) for k in range(STEPS)], f"{got}")
 
+    # A config "scheduler" beside a client one: DeepSpeed uses the client's alone (zinc's step
+    # went on cycling the section's OneCycle betas).
+    cycle = {"type": "OneCycle", "params": SCHEDULES["OneCycle"]}
+    e, *_ = zinc.initialize(model=model(), config=config(cycle), lr_scheduler=rule)
+    got = train(e)
+    e, *_ = zinc.initialize(model=model(), config=config(), lr_scheduler=rule)
+    want = train(e)
+    check("a client scheduler replaces the config's section, betas included", got == want,
+          f"\n with the section {got}\n without         {want}")
+    # A scheduler class given as the callable (DeepSpeed calls anything callable).
+    e, _, _, sched = zinc.initialize(model=model(), config=config(),
+                                     lr_scheduler=lr_schedules.WarmupLR)
+    check("a scheduler class as lr_scheduler is called with the optimizer",
+          isinstance(sched, lr_schedules.WarmupLR), type(sched).__name__)
+    view = sched.optimizer
+    check_raises("load_state_dict on the scheduler's torch optimizer is refused",
+                 lambda: view.load_state_dict(view.state_dict()), NotImplementedError,
+                 "engine.load_checkpoint")
+    # Numbers of torch (0-dim tensors) taken as DeepSpeed takes them.
+    opt = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(2))], lr=0.1)
+    a = lr_schedules.WarmupDecayLR(opt, total_num_steps=torch.tensor(10),
+                                   warmup_max_lr=torch.tensor(0.5), warmup_num_steps=3)
+    a.step(torch.tensor(4))
+    opt2 = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(2))], lr=0.1)
+    b = lr_schedules.WarmupDecayLR(opt2, total_num_steps=10, warmup_max_lr=float(
+        torch.tensor(0.5)), warmup_num_steps=3)
+    b.step(4)
+    check("torch scalars as arguments and positions", a.get_last_lr() == b.get_last_lr(),
+          f"{a.get_last_lr()} {b.get_last_lr()}")
+
     m = model()
     stray = torch.optim.lr_scheduler.LambdaLR(torch.optim.SGD(m.parameters(), lr=0.1),
                                               lambda s: 1.0)

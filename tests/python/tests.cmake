@@ -244,6 +244,8 @@ if(ZINC_HAVE_MPI AND ZINC_TORCH_PYTHON)
   # for bit. Its --cuda mode is bench/gpu_session.sh's mpi2 phase.
   zinc_python_mpi_stage_tests(staged test_torch_staged.py 300 1 3)
   zinc_python_mpi_stage_tests(shared_segments test_shared_segments.py 300 2 3)
+  # stage 0's `.grad` at a window's end, averaged over 2 ranks (zinc_grads_reduce)
+  zinc_python_mpi_stage_tests(window_grads test_window_grads.py 300 0)
   add_test(NAME python_stage3_memory_mpi
            COMMAND ${_mpi} ${MPIEXEC_NUMPROC_FLAG} 2 ${_py} ${_pyt}/test_torch_stage3.py memory)
   # Under 2 ranks one rank's fragment of the parameter set between a forward and its backward
@@ -432,3 +434,6 @@ foreach(_m ds engine)
   set_tests_properties(python_lr_schedules_${_m} PROPERTIES LABELS python TIMEOUT 120
                        SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
 endforeach()
+# `.grad` between backward and step where DeepSpeed keeps it (stage 0, stage 1 inside a window):
+# zinc's view of the window's sum, read and changed by the script (test_window_grads.py).
+zinc_python_stage_tests(window_grads test_window_grads.py 300 0 1)

@@ -7,11 +7,15 @@ with cycle_momentum also its "betas") as DeepSpeed's do, so they drive a client 
 zinc's optimizer from initialize, or the optimizer a `lr_scheduler=lambda optimizer: ...`
 callable is given. The schedule is evaluated by zinc's C engine (zinc_schedule_eval), the same
 code as a config's scheduler section: the arguments are checked by the config's rules
-(ValueError naming the argument), and an unknown warmup_type is refused where DeepSpeed falls
-back to "log" with a warning. Hugging Face's accelerate reads VALID_LR_SCHEDULES."""
+(ValueError naming the argument). Those rules refuse some values DeepSpeed's classes take: an
+unknown warmup_type (DeepSpeed warns and uses "log"), fractional step sizes, total_num_steps 0,
+ratios above 1, negative rates or lrs, OneCycle's momentum bounds outside (0, 1) even without
+cycle_momentum, and OneCycle's or LRRangeTest's positions below -1. Numbers of numpy and torch
+are taken as Python's. Hugging Face's accelerate reads VALID_LR_SCHEDULES."""
 import ctypes
 import json
 import math
+import numbers
 import warnings
 
 import torch
@@ -46,6 +50,29 @@ def get_torch_optimizer(optimizer):
     raise TypeError(f"{type(optimizer).__name__} is not a subclass of torch.optim.Optimizer")
 
 
+def _number(value):
+    """A number as JSON writes it: numpy's and torch's scalars (0-dim tensors) as Python's int
+    or float (bool kept), other values as they are (the C reader names what it refuses)."""
+    value = _scalar(value)
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    return value
+
+
+def _position(it):
+    """A last_batch_iteration as an int: ints of numpy or torch, and whole floats, taken."""
+    it = _scalar(it)
+    if isinstance(it, numbers.Integral) and not isinstance(it, bool):
+        return int(it)
+    if isinstance(it, numbers.Real) and float(it).is_integer():
+        return int(it)
+    raise TypeError(f"last_batch_iteration must be a whole number, got {it!r}")
+
+
 def _per_group(optimizer, value, name):
     """DeepSpeed's _format_param: a scalar for every group, or a list/tuple of one per group."""
     n = len(optimizer.param_groups)
@@ -53,8 +80,8 @@ def _per_group(optimizer, value, name):
         if len(value) != n:
             raise ValueError(f"expected {n} values for {name} (one per param group), got "
                              f"{len(value)}")
-        return [_scalar(v) for v in value]
-    return [_scalar(value)] * n
+        return [_number(v) for v in value]
+    return [_number(value)] * n
 
 
 def _write_lrs(groups, lrs):
@@ -91,16 +118,18 @@ class _Schedule:
         self.optimizer = get_torch_optimizer(optimizer)
         groups = self.optimizer.param_groups
         self._bases = bases if bases is not None else [float(_scalar(g["lr"])) for g in groups]
-        self._sections = [json.dumps({"type": self._TYPE, "params": p}).encode()
+        self._sections = [json.dumps({"type": self._TYPE,
+                                      "params": {k: _number(v) for k, v in p.items()}}).encode()
                           for p in group_params]
         self.last_batch_iteration = last_batch_iteration
         self._values(last_batch_iteration)     # the arguments checked before anything is written
 
     def _values(self, it):
         """[(lr, betas or None)] of each group at last_batch_iteration `it`."""
-        if not isinstance(it, int) or isinstance(it, bool):
-            raise TypeError(f"{type(self).__name__}: last_batch_iteration must be an int, got "
-                            f"{type(it).__name__}")
+        try:
+            it = _position(it)
+        except TypeError as ex:
+            raise TypeError(f"{type(self).__name__}: {ex}") from None
         if self._CLAMP and it < -1:
             it = -1
         out = []
@@ -142,8 +171,7 @@ class _Schedule:
 
     def _advance(self, it):
         """step(): to `it` (None: one batch on), each group's lr written; the values back."""
-        if it is None:
-            it = self.last_batch_iteration + 1
+        it = self.last_batch_iteration + 1 if it is None else _position(it)
         values = self._values(it)
         self.last_batch_iteration = it
         self._last_lr = _write_lrs(self.optimizer.param_groups, [lr for lr, _ in values])

@@ -69,19 +69,38 @@ def safe_set_full_optimizer_state(param, value, optim_state_key):
     _set(param, "_set_full_fp32", value, optim_state_key)
 
 
+def _own_grad(param):
+    """`param.grad` where DeepSpeed's calls use it instead of ZeRO's gradient: set by autograd
+    and not yet handed to zinc (no_sync). None where it is the view of zinc's window sum that
+    stages 0-1 show as `.grad` (what the script left there made zinc's first): zinc's
+    gradient is then read and set as at every stage — fp32, averaged over the ranks — which
+    is that view's value (a copy: the view's memory is reused after the step)."""
+    g = param.grad
+    if g is None:
+        return None
+    owner = trained_by(param)
+    engine = owner[0] if owner is not None else None
+    if engine is not None and engine._grad_shown(param):
+        engine._sync_shown_grads()
+        return None
+    return g
+
+
 def safe_get_full_grad(param):
     """The gradient of `param` the next step will use, fp32 and whole (collective); `.grad`
     itself where it is set (no_sync)."""
-    if param.grad is not None:
-        return param.grad
+    own = _own_grad(param)
+    if own is not None:
+        return own
     return _get(param, "_full_fp32", "grad")
 
 
 def safe_set_full_grad(param, value):
     """Sets the gradient of `param` the next step will use (the same value on every rank);
     `.grad` itself where it is set (no_sync)."""
-    if param.grad is not None:
-        param.grad.copy_(value)
+    own = _own_grad(param)
+    if own is not None:
+        own.copy_(value)
     else:
         _set(param, "_set_full_fp32", value, "grad")
 
@@ -93,8 +112,9 @@ def safe_update_full_grad_vectorized(param_list, update_func):
     rank the same value). Frozen parameters and those no live zinc engine trains are passed
     over."""
     for p in param_list:
-        if p.grad is not None:
-            p.grad.copy_(update_func(p.grad, p))
+        own = _own_grad(p)
+        if own is not None:
+            own.copy_(update_func(own, p))
         elif p.requires_grad and trained_by(p) is not None:
             safe_set_full_grad(p, update_func(safe_get_full_grad(p), p))
 

@@ -1,0 +1,195 @@
+"""test_window_grads.py — `.grad` between engine.backward and engine.step where DeepSpeed 0.19.8
+keeps it: at ZeRO stage 0 (one rank here: at a window's last backward DeepSpeed all-reduces
+`.grad` in place, which zinc does in its step), and at stage 1 inside an accumulation window
+(its last backward there leaves `.grad` None, as zinc's).
+
+    python test_window_grads.py STAGE      # 0 or 1
+
+fp32, AdamW, accumulation 2, 4 optimizer steps, one rank:
+- after each backward every trained parameter's `.grad` is the window's sum so far, bit for bit
+  plain torch's `.grad` for the same micro-batches (loss / 2 each), and it stays through a step()
+  inside the window; after the step that ends the window, and at stage 1 after the window's last
+  backward, it is None;
+- a script's changes to it reach the update, as under DeepSpeed: clip_grad_norm_ (0.05, which
+  every window's norm exceeds), a mask written in place, a `.grad` replaced by another tensor —
+  each trains to plain torch's weights with the same change, within the parity bound (4e-6),
+  and far from the run without the change (so a change zinc ignored fails).
+Before 2026-11-30 `.grad` was None after every backward: clip_grad_norm_ returned 0.0 and clipped
+nothing, and the mask raised TypeError."""
+import sys
+
+from _common import check, finish, torch, zinc
+
+GA, STEPS, MICRO = 2, 4, 4
+BOUND = 4e-6
+
+
+def model():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.Tanh(), torch.nn.Linear(16, 3))
+
+
+RANK, WORLD = 0, 1     # set by main: under mpirun each rank trains on its part of the batch
+
+
+def batch(k, whole=False):
+    """Micro-batch k: MICRO samples a rank, the ranks' parts together the whole batch."""
+    g = torch.Generator().manual_seed(50 + k)
+    x, y = torch.randn(MICRO * WORLD, 6, generator=g), torch.randn(MICRO * WORLD, 3, generator=g)
+    if whole:
+        return x, y
+    return x[RANK * MICRO:(RANK + 1) * MICRO], y[RANK * MICRO:(RANK + 1) * MICRO]
+
+
+def clip(m):
+    torch.nn.utils.clip_grad_norm_(m.parameters(), 0.05)
+
+
+def mask(m):
+    m[0].weight.grad[:5] = 0.0
+
+
+def shift(m):
+    # (not a scaling, which Adam's update would all but cancel)
+    m[2].weight.grad = m[2].weight.grad + 0.05
+
+
+def torch_run(change, when):
+    """Plain torch on the whole batch: the window's backward passes, the change after those
+    whose index in the window is in `when`, AdamW."""
+    m = model()
+    opt = torch.optim.AdamW(m.parameters(), lr=0.01, weight_decay=0.01)
+    for s in range(STEPS):
+        for j in range(GA):
+            x, y = batch(s * GA + j, whole=True)
+            (((m(x) - y) ** 2).mean() / GA).backward()
+            if change and j in when:
+                change(m)
+        opt.step()
+        opt.zero_grad()
+    return {n: p.detach().clone() for n, p in m.named_parameters()}
+
+
+def zinc_run(stage, change, record=None, when=()):
+    m = model()
+    cfg = {"train_micro_batch_size_per_gpu": MICRO, "gradient_accumulation_steps": GA,
+           "optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.01}},
+           "gradient_clipping": 0.0,      # DeepSpeed's default clips at 1.0; torch does not
+           "zero_optimization": {"stage": stage}}
+    engine, *_ = zinc.initialize(model=m, config=cfg)
+    for s in range(STEPS):
+        for j in range(GA):
+            x, y = batch(s * GA + j)
+            engine.backward(((engine(x) - y) ** 2).mean())
+            if record is not None:
+                record.append(("backward", j, [None if p.grad is None else p.grad.clone()
+                                               for p in m.parameters()]))
+            if change and j in when:
+                change(m)
+            engine.step()
+            if record is not None:
+                record.append(("step", j, [None if p.grad is None else p.grad.clone()
+                                           for p in m.parameters()]))
+    weights = {n: p.detach().clone() for n, p in m.named_parameters()}
+    engine.close()
+    return weights
+
+
+def torch_grads():
+    """Plain torch's `.grad` after each backward of the first window (zinc's weights are torch's
+    there; after a step, Adam's roundings differ)."""
+    m, out = model(), []
+    for k in range(GA):
+        x, y = batch(k, whole=True)
+        (((m(x) - y) ** 2).mean() / GA).backward()
+        out.append([p.grad.clone() for p in m.parameters()])
+    return out
+
+
+def worst(a, b):
+    return max(float((a[n] - b[n]).abs().max() / b[n].abs().max()) for n in b)
+
+
+def same(a, b):
+    """One rank: bit for bit. Several: the rank's window sum (inside a window) is its own part's,
+    so only the averaged ones at stage 0's window end compare with torch's whole batch, within
+    fp32 summation order."""
+    if WORLD == 1:
+        return torch.equal(a, b)
+    return float((a - b).abs().max()) <= 1e-6 * float(b.abs().max())
+
+
+def main(stage):
+    global RANK, WORLD
+    engine, *_ = zinc.initialize(model=model(), config={"train_micro_batch_size_per_gpu": 1})
+    RANK, WORLD = engine.global_rank, engine.world_size
+    engine.close()
+    record = []
+    zinc_run(stage, None, record)
+    ref = torch_grads()
+    for k in range(2 * GA):           # two windows; the first bit for bit against torch
+        j = k % GA
+        _, _, after_backward = record[2 * k]
+        _, _, after_step = record[2 * k + 1]
+        compared = k < GA and (WORLD == 1 or (stage == 0 and j == GA - 1))
+        if stage == 0 or j < GA - 1:
+            check(f"stage {stage}, rank {RANK} of {WORLD}, micro-step {k}: .grad after backward "
+                  "is the window's sum" + (" (averaged over the ranks)" if WORLD > 1 and
+                                           j == GA - 1 else "") +
+                  (", as torch's" if compared else ""),
+                  all(g is not None for g in after_backward) and
+                  (not compared or all(same(g, r) for g, r in zip(after_backward, ref[k]))),
+                  f"{[None if g is None else float(g.abs().sum()) for g in after_backward]}")
+        else:
+            check(f"stage {stage}, micro-step {k}: .grad after the window's last backward is "
+                  "None, as DeepSpeed's stage 1", all(g is None for g in after_backward))
+        if j < GA - 1:
+            check(f"stage {stage}, micro-step {k}: .grad stays through a step() inside the "
+                  "window", all(g is not None and torch.equal(g, r)
+                                for g, r in zip(after_step, after_backward)))
+        else:
+            check(f"stage {stage}, micro-step {k}: .grad is None after the window's step",
+                  all(g is None for g in after_step))
+    # A `.grad` the script replaced, read through zinc.utils: the replacement's value, in fp32,
+    # and `.grad` zinc's view again (the first micro-step: shown at both stages).
+    import zinc.utils as zu
+    m = model()
+    engine, *_ = zinc.initialize(model=m, config={
+        "train_micro_batch_size_per_gpu": MICRO, "gradient_accumulation_steps": GA,
+        "optimizer": {"type": "AdamW", "params": {"lr": 0.01}}, "zero_optimization": {"stage": stage}})
+    x, y = batch(0)
+    engine.backward(((engine(x) - y) ** 2).mean())
+    w = m[0].weight
+    w.grad = w.grad + 1.0
+    want = w.grad.clone()
+    got = zu.safe_get_full_grad(w)
+    check(f"stage {stage}, rank {RANK}: safe_get_full_grad of a replaced `.grad`: its value, "
+          "fp32, and `.grad` zinc's view again", got.dtype == torch.float32 and
+          (WORLD > 1 or torch.equal(got, want)) and torch.equal(w.grad, want) and
+          w.grad.data_ptr() != want.data_ptr(), f"{got.dtype}")
+    engine.close()
+    plain = zinc_run(stage, None)
+    # Where `.grad` has a twin in plain torch on the whole batch: after every backward with one
+    # rank at stage 0; after the window's first at stage 1 (one rank: inside a window a rank's
+    # sum is its own part's); after the window's last, averaged, at stage 0 with several ranks.
+    if stage == 0:
+        when = range(GA) if WORLD == 1 else (GA - 1,)
+    else:
+        when = range(GA - 1) if WORLD == 1 else ()
+    for name, change in (("clip_grad_norm_", clip), ("a mask in place", mask),
+                         ("a .grad replaced", shift)):
+        if not when:
+            break
+        want = torch_run(change, when)
+        got = zinc_run(stage, change, when=when)
+        off, apart = worst(got, want), worst(plain, want)
+        check(f"stage {stage}, rank {RANK} of {WORLD}: {name} after backward {list(when)} of "
+              f"each window reaches the update: torch's weights with it (worst {off:.2e}, "
+              f"bound {BOUND}), not those without ({apart:.2e} away)",
+              off < BOUND and apart > 100 * BOUND,
+              f"{off:.2e} from torch with it, {apart:.2e} between the two")
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]))
+    sys.exit(finish())
