@@ -184,6 +184,21 @@ class _HandOverMixin:
                 v.copy_(g)
             p.grad = v
 
+    def _lend_back_grads(self):
+        """Before a backward inside no_sync after shown `.grad`s: the window's sum so far moves
+        into `.grad` (a copy; zinc's part zeroed), where autograd adds the no_sync backward's
+        gradient, as DeepSpeed's `.grad` holds the window's whole sum there; the hand-over after
+        no_sync adds it all back. (Taken back instead, `.grad` held the no_sync part alone and a
+        clip there missed the rest.)"""
+        if not self._shown_grads:
+            return
+        with held():
+            self._sync_shown_grads()
+            for p, v in self._shown_grads.values():
+                p.grad = v.clone()
+                v.zero_()
+            self._shown_grads = None
+
     def _take_back_grads(self, keep=True):
         """Ends _show_window_grads (before a backward adds to zinc's sums, and before the step
         or a gradient call reads them): what the script left in `.grad` is zinc's window sum —

@@ -814,7 +814,10 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
                 f"its micro-step (gradient_accumulation_steps={self._ga}): call engine.step() "
                 f"after every backward, as with DeepSpeed (it ends the micro-step, and at the "
                 f"window's end applies the update)")
-        self._take_back_grads()
+        if self._no_sync:
+            self._lend_back_grads()
+        else:
+            self._take_back_grads()
         self._end_open_micro()
         # After a backward that raised midway (an out-of-memory error, an exception in a hook),
         # this one continues its micro-step, as the gradients left in DeepSpeed's `.grad` add up

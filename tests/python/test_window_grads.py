@@ -190,6 +190,55 @@ def main(stage):
               f"{off:.2e} from torch with it, {apart:.2e} between the two")
 
 
+def nosync_clip(stage):
+    """Accumulation 3, one rank: a backward and its step(), a backward inside no_sync, then
+    clip_grad_norm_ (0.05) on `.grad` (the window's sum so far, as DeepSpeed's) and its step(),
+    then the window's last backward and step, 3 windows: plain torch's weights for the same
+    sequence.
+    (Taken back before the no_sync backward, `.grad` held its part alone and the clip missed the
+    rest: 2e-2 off.)"""
+    def zinc_side(clipped):
+        m = model()
+        engine, *_ = zinc.initialize(model=m, config={
+            "train_micro_batch_size_per_gpu": MICRO, "gradient_accumulation_steps": 3,
+            "gradient_clipping": 0.0, "optimizer": {"type": "AdamW", "params": {"lr": 0.01,
+                                                                                 "weight_decay": 0.01}},
+            "zero_optimization": {"stage": stage}})
+        for s in range(3):
+            x, y = batch(3 * s)
+            engine.backward(((engine(x) - y) ** 2).mean())
+            engine.step()
+            with engine.no_sync():
+                x, y = batch(3 * s + 1)
+                engine.backward(((engine(x) - y) ** 2).mean())
+            if clipped:
+                clip(m)
+            engine.step()          # the no_sync micro-step's (the hand-over is made there)
+            x, y = batch(3 * s + 2)
+            engine.backward(((engine(x) - y) ** 2).mean())
+            engine.step()
+        w = {n: p.detach().clone() for n, p in m.named_parameters()}
+        engine.close()
+        return w
+    m = model()
+    opt = torch.optim.AdamW(m.parameters(), lr=0.01, weight_decay=0.01)
+    for s in range(3):
+        for j in range(3):
+            x, y = batch(3 * s + j)
+            (((m(x) - y) ** 2).mean() / 3).backward()
+            if j == 1:
+                clip(m)
+        opt.step()
+        opt.zero_grad()
+    want = {n: p.detach().clone() for n, p in m.named_parameters()}
+    off, apart = worst(zinc_side(True), want), worst(zinc_side(False), want)
+    check(f"stage {stage}: clip_grad_norm_ after a no_sync backward clips the window's whole sum: "
+          f"torch's weights (worst {off:.2e}, bound {BOUND}), not those without ({apart:.2e})",
+          off < BOUND and apart > 100 * BOUND, f"{off:.2e} / {apart:.2e}")
+
+
 if __name__ == "__main__":
     main(int(sys.argv[1]))
+    if WORLD == 1:
+        nosync_clip(int(sys.argv[1]))
     sys.exit(finish())

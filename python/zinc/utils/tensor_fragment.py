@@ -73,8 +73,10 @@ def _own_grad(param):
     """`param.grad` where DeepSpeed's calls use it instead of ZeRO's gradient: set by autograd
     and not yet handed to zinc (no_sync). None where it is the view of zinc's window sum that
     stages 0-1 show as `.grad` (what the script left there made zinc's first): zinc's
-    gradient is then read and set as at every stage — fp32, averaged over the ranks — which
-    is that view's value (a copy: the view's memory is reused after the step)."""
+    gradient is then read and set as at every stage — fp32, averaged over the ranks (a
+    collective) — a copy of the view's value at stage 0's window end and with one rank; inside
+    a window with several ranks `.grad` is this rank's own sum, as DeepSpeed's, and this call
+    the average (DeepSpeed's returns `.grad` there, without a collective)."""
     g = param.grad
     if g is None:
         return None
