@@ -160,6 +160,8 @@ class _HandOverMixin:
         shown = {}
         for G in self._g:
             for (_, _, p), v in zip(G.params, self._grad_views(G)):
+                if v.shape != p.shape and v.numel() == p.numel():
+                    v = v.view(p.shape)       # a 0-dim parameter is registered as (1,)
                 if v.dtype == p.dtype and v.shape == p.shape and v.device == p.device:
                     shown[id(p)] = (p, v)
         with held():

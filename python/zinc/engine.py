@@ -1102,11 +1102,13 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
         # As DeepSpeed: the client optimizer replaces the config's, its param groups are the
         # parameters trained.
         client, section, model_parameters = _client_optimizer(optimizer, model, model_parameters)
-        cfg = dict(config_dict(cfg), optimizer=section)
-    if lr_scheduler is not None and "scheduler" in config_dict(cfg):
+        sections["optimizer"] = section       # (sections is a copy: the caller's dict stays)
+        cfg = sections
+    if lr_scheduler is not None and "scheduler" in sections:
         # As DeepSpeed's _configure_lr_scheduler: a client scheduler replaces the config's
         # section, which then sets nothing (zinc's C step ran its lr or OneCycle's betas).
-        cfg = {k: v for k, v in config_dict(cfg).items() if k != "scheduler"}
+        del sections["scheduler"]
+        cfg = sections
     engine = Engine(model, model_parameters, cfg, _client=client,
                     _client_scheduler=lr_scheduler is not None)
     engine.collate_fn = collate_fn

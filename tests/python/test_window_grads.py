@@ -237,8 +237,40 @@ def nosync_clip(stage):
           off < BOUND and apart > 100 * BOUND, f"{off:.2e} / {apart:.2e}")
 
 
+class Scaled(torch.nn.Module):
+    """A Linear times a 0-dim parameter (zinc registers it as shape (1,))."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(6, 3)
+        self.scale = torch.nn.Parameter(torch.tensor(1.5))
+
+    def forward(self, x):
+        return self.lin(x) * self.scale
+
+
+def zero_dim(stage):
+    """A 0-dim parameter's `.grad` is shown too, 0-dim, torch's value (it was left None: its
+    view of zinc's memory has shape (1,))."""
+    torch.manual_seed(0)
+    m = Scaled()
+    engine, *_ = zinc.initialize(model=m, config={
+        "train_micro_batch_size_per_gpu": MICRO, "gradient_accumulation_steps": GA,
+        "optimizer": {"type": "AdamW", "params": {"lr": 0.01}}, "zero_optimization": {"stage": stage}})
+    torch.manual_seed(0)
+    r = Scaled()
+    x, y = batch(0)
+    engine.backward(((engine(x) - y) ** 2).mean())
+    (((r(x) - y) ** 2).mean() / GA).backward()
+    g = m.scale.grad
+    check(f"stage {stage}: a 0-dim parameter's `.grad`: 0-dim, torch's", g is not None and
+          g.dim() == 0 and torch.equal(g, r.scale.grad), f"{g}")
+    engine.close()
+
+
 if __name__ == "__main__":
     main(int(sys.argv[1]))
     if WORLD == 1:
         nosync_clip(int(sys.argv[1]))
+        zero_dim(int(sys.argv[1]))
     sys.exit(finish())

@@ -124,8 +124,9 @@ class _Schedule:
         self.last_batch_iteration = last_batch_iteration
         self._values(last_batch_iteration)     # the arguments checked before anything is written
 
-    def _values(self, it):
-        """[(lr, betas or None)] of each group at last_batch_iteration `it`."""
+    def _values(self, it, bases=None):
+        """[(lr, betas or None)] of each group at last_batch_iteration `it` (bases: the groups'
+        initial lrs to use instead of their own)."""
         try:
             it = _position(it)
         except TypeError as ex:
@@ -133,7 +134,7 @@ class _Schedule:
         if self._CLAMP and it < -1:
             it = -1
         out = []
-        for section, base in zip(self._sections, self._bases):
+        for section, base in zip(self._sections, bases or self._bases):
             lr, b1, b2, sets = ctypes.c_double(), ctypes.c_double(), ctypes.c_double(), \
                 ctypes.c_int()
             status = lib.zinc_schedule_eval(section, base, it, ctypes.byref(lr), ctypes.byref(b1),
@@ -194,7 +195,7 @@ class WarmupLR(_Schedule):
     _TYPE = WARMUP_LR
 
     def __init__(self, optimizer, warmup_min_lr=0.0, warmup_max_lr=None, warmup_num_steps=1000,
-                 warmup_type=WARMUP_LOG_RATE, last_batch_iteration=-1, _more=None):
+                 warmup_type=WARMUP_LOG_RATE, last_batch_iteration=-1):
         opt = get_torch_optimizer(optimizer)
         if warmup_max_lr is None:
             warmup_max_lr = [float(_scalar(g["lr"])) for g in opt.param_groups]
@@ -204,10 +205,14 @@ class WarmupLR(_Schedule):
         self.warmup_type = warmup_type
         params = [dict({"warmup_min_lr": lo, "warmup_max_lr": hi,
                         "warmup_num_steps": warmup_num_steps, "warmup_type": warmup_type},
-                       **(_more or {}))
+                       **self._decay_params())
                   for lo, hi in zip(self.min_lrs, self.max_lrs)]
         super().__init__(opt, params, last_batch_iteration)
         self._warmup_built(warmup_num_steps, last_batch_iteration)
+
+    def _decay_params(self):
+        """The section's params beyond the warm-up's (WarmupDecayLR's length)."""
+        return {}
 
 
 class WarmupDecayLR(WarmupLR):
@@ -219,7 +224,10 @@ class WarmupDecayLR(WarmupLR):
                  warmup_num_steps=1000, warmup_type=WARMUP_LOG_RATE, last_batch_iteration=-1):
         self.total_num_steps = total_num_steps
         super().__init__(optimizer, warmup_min_lr, warmup_max_lr, warmup_num_steps, warmup_type,
-                         last_batch_iteration, _more={"total_num_steps": total_num_steps})
+                         last_batch_iteration)
+
+    def _decay_params(self):
+        return {"total_num_steps": self.total_num_steps}
 
 
 class WarmupCosineLR(_Schedule):
@@ -247,11 +255,7 @@ class WarmupCosineLR(_Schedule):
         """The ratio each group's initial lr is scaled by at last_batch_iteration."""
         if not self._sections:
             return 0.0
-        bases, self._bases = self._bases, [1.0]
-        try:
-            return self._values(self.last_batch_iteration)[0][0]
-        finally:
-            self._bases = bases
+        return self._values(self.last_batch_iteration, bases=[1.0])[0][0]
 
 
 
