@@ -106,6 +106,16 @@ def torch_grads():
     return out
 
 
+def comm_bytes(engine):
+    """The payload bytes zinc's collectives moved on this rank so far (zinc_comm_bytes)."""
+    import ctypes
+    from zinc._lib import lib
+    counts = (ctypes.c_uint64 * 4)()      # ZINC_COLL_COUNT
+    lib.zinc_comm_bytes.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+    assert lib.zinc_comm_bytes(engine._e, counts) == 0
+    return tuple(counts)
+
+
 def worst(a, b):
     return max(float((a[n] - b[n]).abs().max() / b[n].abs().max()) for n in b)
 
@@ -150,8 +160,11 @@ def main(stage):
         else:
             check(f"stage {stage}, micro-step {k}: .grad is None after the window's step",
                   all(g is None for g in after_step))
-    # A `.grad` the script replaced, read through zinc.utils: the replacement's value, in fp32,
-    # and `.grad` zinc's view again (the first micro-step: shown at both stages).
+    # A `.grad` the script replaced, read through zinc.utils: the replacement's value, and
+    # `.grad` itself — zinc's view again — as DeepSpeed's safe_get_full_grad returns `.grad`
+    # wherever it is set: this rank's own sum inside the window, without a collective (a read on
+    # rank 0 alone, a log, waits for no other rank; zinc's average over the ranks, a collective,
+    # before 2026-11-30). The first micro-step: shown at both stages.
     import zinc.utils as zu
     m = model()
     engine, *_ = zinc.initialize(model=m, config={
@@ -162,11 +175,19 @@ def main(stage):
     w = m[0].weight
     w.grad = w.grad + 1.0
     want = w.grad.clone()
+    moved = comm_bytes(engine)
     got = zu.safe_get_full_grad(w)
     check(f"stage {stage}, rank {RANK}: safe_get_full_grad of a replaced `.grad`: its value, "
-          "fp32, and `.grad` zinc's view again", got.dtype == torch.float32 and
-          (WORLD > 1 or torch.equal(got, want)) and torch.equal(w.grad, want) and
-          w.grad.data_ptr() != want.data_ptr(), f"{got.dtype}")
+          "`.grad` itself, zinc's view again, and no collective",
+          got is w.grad and torch.equal(got, want) and w.grad.data_ptr() != want.data_ptr() and
+          comm_bytes(engine) == moved,
+          f"{'the same' if got is w.grad else 'another'} tensor, "
+          f"{float((got - want).abs().max()):.2e} off, bytes {moved} -> {comm_bytes(engine)}")
+    # safe_set_full_grad writes `.grad` in place (DeepSpeed's copy_), and the step applies it
+    zu.safe_set_full_grad(w, want * 2)
+    check(f"stage {stage}, rank {RANK}: safe_set_full_grad of a shown `.grad` writes it in "
+          "place, without a collective", torch.equal(w.grad, want * 2) and
+          comm_bytes(engine) == moved)
     engine.close()
     plain = zinc_run(stage, None)
     # Where `.grad` has a twin in plain torch on the whole batch: after every backward with one

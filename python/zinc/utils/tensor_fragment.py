@@ -70,13 +70,15 @@ def safe_set_full_optimizer_state(param, value, optim_state_key):
 
 
 def _own_grad(param):
-    """`param.grad` where DeepSpeed's calls use it instead of ZeRO's gradient: set by autograd
-    and not yet handed to zinc (no_sync). None where it is the view of zinc's window sum that
-    stages 0-1 show as `.grad` (what the script left there made zinc's first): zinc's
-    gradient is then read and set as at every stage — fp32, averaged over the ranks (a
-    collective) — a copy of the view's value at stage 0's window end and with one rank; inside
-    a window with several ranks `.grad` is this rank's own sum, as DeepSpeed's, and this call
-    the average (DeepSpeed's returns `.grad` there, without a collective)."""
+    """`param.grad` where DeepSpeed's calls use it instead of ZeRO's gradient, as DeepSpeed
+    0.19.8's do wherever `.grad` is set: set by autograd and not yet handed to zinc (no_sync),
+    or the view of zinc's window sum that stages 0-1 show as `.grad` between backward and step
+    (what the script left there made zinc's first). The shown `.grad` is this rank's own sum
+    inside a window (the ranks' average after stage 0's last backward), in the parameter's
+    dtype and DeepSpeed's units, read and written without a collective, as DeepSpeed's: a
+    script that reads it on one rank alone (a log on rank 0) does not wait for the others.
+    None where `.grad` is not set: zinc's gradient is then read and set whole, fp32, averaged
+    over the ranks (a collective)."""
     g = param.grad
     if g is None:
         return None
@@ -84,13 +86,13 @@ def _own_grad(param):
     engine = owner[0] if owner is not None else None
     if engine is not None and engine._grad_shown(param):
         engine._sync_shown_grads()
-        return None
+        return param.grad
     return g
 
 
 def safe_get_full_grad(param):
     """The gradient of `param` the next step will use, fp32 and whole (collective); `.grad`
-    itself where it is set (no_sync)."""
+    itself where it is set (no_sync, and the window's sum shown at stages 0-1), as DeepSpeed's."""
     own = _own_grad(param)
     if own is not None:
         return own
@@ -99,7 +101,7 @@ def safe_get_full_grad(param):
 
 def safe_set_full_grad(param, value):
     """Sets the gradient of `param` the next step will use (the same value on every rank);
-    `.grad` itself where it is set (no_sync)."""
+    `.grad` itself where it is set (no_sync, and the window's sum shown at stages 0-1)."""
     own = _own_grad(param)
     if own is not None:
         own.copy_(value)
