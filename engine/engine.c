@@ -1356,6 +1356,18 @@ int zinc_engine_steps(const zinc_engine_t *e, int64_t *applied, int64_t *skipped
     return 0;
 }
 
+zinc_status zinc_engine_set_adam_lead(zinc_engine_t *e, int64_t lead)
+{
+    if (!e) return zerr_thread(ZINC_ERR_INVALID_ARG, "zinc_engine_set_adam_lead: engine is NULL");
+    if (lead < 0 || lead > ZENG_COUNTER_MAX)    /* a checkpoint's bound (ckpt/state.c) */
+        return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_engine_set_adam_lead: lead %lld is out "
+                         "of range (0..2^53)", (long long)lead);
+    e->st.adam_lead = lead;
+    return ZINC_OK;
+}
+
+int64_t zinc_engine_adam_lead(const zinc_engine_t *e) { return e ? e->st.adam_lead : -1; }
+
 zinc_status zinc_engine_set_train_state(zinc_engine_t *e, const zinc_train_state_t *s)
 {
     if (!e) return zerr_thread(ZINC_ERR_INVALID_ARG, "zinc_engine_set_train_state: engine is NULL");

@@ -258,6 +258,9 @@ zinc_status zeng_background_poll(zinc_engine_t *e);
  * gradient sums' (e->grad, h_grad, acc_tmp: e->gdtype, fp32 with grad_accum_dtype "fp32"). */
 static inline size_t zeng_dsize(const zinc_engine_t *e) { return zinc_dtype_size(e->dtype); }
 static inline size_t zeng_gsize(const zinc_engine_t *e) { return zinc_dtype_size(e->gdtype); }
+/* The t of the next Adam update's bias corrections: the updates applied so far, Adam's lead over
+ * them (zinc_engine_set_adam_lead), and this one. */
+static inline int64_t zeng_adam_t(const zinc_engine_t *e) { return e->st.step + e->st.adam_lead + 1; }
 
 /* Options of the memory plan: what is offloaded, ZMEM_OFFLOAD_OPTIMIZER (master, m, v at stages
  * 1-3) and ZMEM_OFFLOAD_PARAM (the 16-bit shard at stage 3; only with the former), and

@@ -481,7 +481,7 @@ static zk_adam_args group_adam_args(const zinc_engine_t *e, int g, const zk_adam
          * (for 0.999, 1.3e-5 relative off the double's), and 1 - beta^t from the same value
          * cancels that rounding in m / bc1 and v / bc2. */
         zadam_bias_corrections(out.beta1, out.beta2, e->cfg.optim.bias_correction,
-                               e->st.step + 1, &out.bias_c1, &out.bias_c2);
+                               zeng_adam_t(e), &out.bias_c1, &out.bias_c2);
     }
     return out;
 }
@@ -572,7 +572,7 @@ static zinc_status apply_adam(zinc_engine_t *e, float lr, float beta1, float bet
         .grad_scale = grad_scale,
         .adamw = o->type_adamw,
     };
-    zadam_bias_corrections(beta1, beta2, o->bias_correction, e->st.step + 1, &a.bias_c1,
+    zadam_bias_corrections(beta1, beta2, o->bias_correction, zeng_adam_t(e), &a.bias_c1,
                            &a.bias_c2);
     size_t d = zeng_dsize(e);
     zinc_status s = ZINC_OK;

@@ -32,6 +32,10 @@ typedef struct zengine_state {
     int64_t step;                 /* optimizer updates applied */
     int64_t skipped;              /* optimizer steps skipped for overflow */
     int64_t micro;                /* micro-steps in the current accumulation window */
+    int64_t adam_lead;            /* Adam's step count less `step` (its bias corrections take
+                                     step + adam_lead): 0, or 1 where the Python front-end
+                                     follows DeepSpeed's 16-bit stage-0 optimizers, whose
+                                     construction runs one Adam step on zero gradients */
     zscaler scaler;
 } zengine_state;
 
