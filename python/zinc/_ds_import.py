@@ -93,10 +93,22 @@ def _kept_state(engine):
                       scaler_hysteresis=1, scaler_iter=0, scaler_last_overflow_iter=-1)
 
 
+def _adam_lead(ds):
+    """(applied steps, Adam's lead over them) of ds: DeepSpeed's applied steps are its
+    global_steps less the skipped ones, and its Adam count leads them by one after a 16-bit
+    stage-0 optimizer's step on zero gradients at its construction (zinc_engine_set_adam_lead).
+    A count behind the applied steps (no DeepSpeed run makes one) leaves the lead 0 and takes
+    Adam's count for both, as before the lead."""
+    applied = ds.global_steps - ds.skipped_steps
+    lead = ds.adam_step - applied
+    return (applied, lead) if lead >= 0 else (ds.adam_step, 0)
+
+
 def _train_state(engine, ds, stacklevel, converting):
-    """The zinc_train_state_t of ds. The schedule's position is Adam's step count (zinc keeps
-    one count for both): where DeepSpeed's differ, Adam's wins, with a warning."""
-    st = TrainState(applied=ds.adam_step, skipped=ds.skipped_steps, scaler_scale=0.0,
+    """The zinc_train_state_t of ds. The schedule's position is the applied steps (_adam_lead):
+    where DeepSpeed's scheduler counts otherwise, the applied steps win, with a warning."""
+    applied, _ = _adam_lead(ds)
+    st = TrainState(applied=applied, skipped=ds.skipped_steps, scaler_scale=0.0,
                     scaler_hysteresis=1, scaler_iter=0, scaler_last_overflow_iter=-1)
     if ds.scaler is not None:
         st.scaler_scale = ds.scaler["scale"]
@@ -105,10 +117,10 @@ def _train_state(engine, ds, stacklevel, converting):
         st.scaler_last_overflow_iter = ds.scaler["last_overflow_iter"]
     sched = ds.lr_scheduler if isinstance(ds.lr_scheduler, dict) else {}
     at = sched.get("last_batch_iteration")
-    if at is not None and int(at) + 1 != ds.adam_step and engine.global_rank == 0:
-        warnings.warn(f"zinc: {ds.path}: DeepSpeed's optimizer counts {ds.adam_step} Adam "
-                      f"steps, its LR scheduler {int(at) + 1}; zinc keeps one count for both "
-                      f"and takes Adam's (the schedule resumes at step {ds.adam_step})",
+    if at is not None and int(at) + 1 != applied and engine.global_rank == 0:
+        warnings.warn(f"zinc: {ds.path}: DeepSpeed's run applied {applied} optimizer "
+                      f"steps, its LR scheduler counts {int(at) + 1}; zinc's schedule follows "
+                      f"the applied steps (it resumes at step {applied})",
                       RuntimeWarning, stacklevel=stacklevel + 1)
     # fp16 at stage 0 keeps Adam's moments in units of gradient / loss scale (engine.py,
     # _unscaled_loss), at stages 1-3 in gradients: carried across, they continue in the other
@@ -187,6 +199,8 @@ def apply_deepspeed(engine, ds, strict, weights_only, stacklevel=2, converting=F
                 engine._call(lib.zinc_param_state_set(engine._e, pid, which,
                                                       ctypes.c_void_p(v.data_ptr())))
     engine._call(lib.zinc_engine_set_train_state(engine._e, ctypes.byref(state)))
+    if not weights_only:        # Adam's count is the checkpoint's (a weights-only load keeps it)
+        engine._call(lib.zinc_engine_set_adam_lead(engine._e, _adam_lead(ds)[1]))
     engine._zinc_then_torch()
     # zinc's window restarted with the state: the front-end's too
     engine._restart_window("load_checkpoint", stacklevel + 1)

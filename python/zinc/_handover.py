@@ -133,7 +133,10 @@ class _HandOverMixin:
         span, layout, views = self._group_span(G, "grad")
         if not views:
             # (built whole, then kept: a list cut short by an error midway would stay)
-            views[:] = [span.as_strided(shape, strides, off) for off, shape, strides in layout]
+            # (as_strided counts from the storage's start: a span sliced from the lent tensor
+            # starts inside its storage, one over zinc's memory at 0)
+            at = span.storage_offset()
+            views[:] = [span.as_strided(shape, strides, at + off) for off, shape, strides in layout]
         return views
 
     def _show_window_grads(self, stepped=False):

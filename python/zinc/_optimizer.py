@@ -14,6 +14,7 @@ import warnings
 import torch
 
 from ._lib import lib
+from ._memory import _numel
 from .ops.adam import _AdamHyperparameters
 
 
@@ -256,6 +257,7 @@ class _Optimizer:
         sched = sched_sec.get("type")
         base = float(opt["lr"])
         orgs = self._lrs()
+        self._built_lrs = orgs      # before any schedule writes them (_ds_first_step)
         # Under WarmupCosineLR: each group's initial lr, scaled by the schedule's ratio.
         self._scaled = None
         self._base = base
@@ -439,6 +441,65 @@ class _Optimizer:
         for g, (b1, b2, eps, wd) in zip(self._sources, saved):
             g["betas"], g["eps"], g["weight_decay"] = (b1, b2), eps, wd
         self._show_betas()
+
+    def _ds_first_step(self, unfused):
+        """ZeRO stage 0 with fp16/bf16: DeepSpeed 0.19.8's optimizers there (FP16_Optimizer,
+        FP16_UnfusedOptimizer; bf16 too) run one step of the Adam they wrap on zero gradients
+        when they are built (initialize_optimizer_states), at each group's lr as built (before
+        a scheduler exists). Adam's count is then one ahead of the applied steps, so every
+        later update takes the bias corrections of one step more (the first: 0.74x the size
+        of zinc's otherwise), and the fp32 masters (not the 16-bit weights, which the first
+        real step overwrites from them) move as that step moves them: AdamW decays them by
+        lr x weight decay, Adam with L2 decay (adam_w_mode false) takes a step on the
+        gradient weight_decay x w and keeps its moments. zinc does the same (its Adam count
+        one ahead: zinc_engine_set_adam_lead), so a stage-0 16-bit run gives DeepSpeed's
+        losses from its first step. unfused: the wrapped Adam is torch's (torch_adam, a client
+        torch optimizer), whose decay is w * (1 - lr wd); DeepSpeed's FusedAdam computes
+        w - lr (wd w)."""
+        eng = self._engine
+        e = eng._e
+        opt = eng._resolved["optimizer"]
+        params = opt.get("params") or {}
+        decoupled = opt.get("type", "").lower() == "adamw" or params.get("adam_w_mode", True)
+        corrected = params.get("bias_correction", True)
+        for i, g in enumerate(self._sources):
+            (b1, b2), eps, wd = self._adam[i]
+            lr = self._built_lrs[i]
+            if wd == 0 or lr == 0:
+                continue                 # zero gradients, no decay: nothing moves
+            for G in eng._g:
+                if G.pgroup != i:
+                    continue
+                for pid, _, _ in G.params:
+                    self._first_step_of(e, pid, lr, b1, b2, eps, wd, decoupled, corrected,
+                                        unfused)
+        eng._call(lib.zinc_engine_set_adam_lead(e, 1))
+
+    def _first_step_of(self, e, pid, lr, b1, b2, eps, wd, decoupled, corrected, unfused):
+        """One parameter's Adam step on a zero gradient (_ds_first_step): its fp32 master (and,
+        with L2 decay, its moments) read and written whole (stage 0: this rank keeps all of
+        it; zinc_param_local_get/_set, not collective; the master alone, as DeepSpeed's step
+        there leaves the 16-bit weights until the first real one)."""
+        eng = self._engine
+        w = torch.empty(_numel(eng._shapes[pid]), dtype=torch.float32)
+        eng._call(lib.zinc_param_local_get(e, pid, 2, ctypes.c_void_p(w.data_ptr())))
+        f = torch.float32
+        if decoupled:                    # m = v = 0: the update is the decay alone
+            w = w * torch.tensor(1.0 - lr * wd, dtype=f) if unfused else w - lr * (wd * w)
+        else:                            # the gradient is wd * w (L2), the moments follow
+            g = wd * w
+            b1f, b2f = torch.tensor(b1, dtype=f), torch.tensor(b2, dtype=f)
+            m, v = (1 - b1f) * g, (1 - b2f) * g * g
+            bc1, bc2 = (1 - b1f, 1 - b2f) if corrected else (1.0, 1.0)
+            if unfused:                  # torch's Adam
+                w = w - (lr / bc1) * m / (v.sqrt() / bc2 ** 0.5 + eps)
+            else:                        # DeepSpeed's FusedAdam
+                w = w - lr * ((m / bc1) / ((v / bc2).sqrt() + eps))
+            for which, t in ((0, m), (1, v)):
+                t = t.contiguous()
+                eng._call(lib.zinc_param_local_set(e, pid, which, ctypes.c_void_p(t.data_ptr())))
+        w = w.contiguous()
+        eng._call(lib.zinc_param_local_set(e, pid, 2, ctypes.c_void_p(w.data_ptr())))
 
     def _torch_view(self):
         """A torch optimizer over these param groups (_GroupsOptimizer), made once: what a client

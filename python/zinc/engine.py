@@ -378,6 +378,7 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
         unfused = (not isinstance(_client, FusedAdam) if _client is not None
                    else bool(params.get("torch_adam")))
         self._raw_grad_norm = self._unscaled_loss and unfused
+        self._unfused_adam = unfused
         if lib.zinc_engine_rank(e) == 0:
             for line in lib.zinc_config_warnings(e).decode(errors="replace").splitlines():
                 if line.startswith(_MONITORED):   # zinc train's; this front-end writes them
@@ -547,6 +548,8 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
         self._sched_view = None      # the config's scheduler as DeepSpeed's API shows it
         self._lr = lib.zinc_engine_lr(e)    # the lr of the last applied step (until one: the next)
         self._opt = _Optimizer(self, _client, _client_scheduler)   # the lr carrier
+        if self._stage == 0 and self._code != 0:
+            self._opt._ds_first_step(self._unfused_adam)
         self._managed = bool(self._resolved.get("managed_gradient_accumulation", True))
         self.collate_fn = None             # initialize's collate_fn, deepspeed_io's default
         self.training_dataloader = None    # initialize(training_data=...)'s loader
@@ -630,7 +633,8 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
         ptr = ctypes.c_void_p()
         self._call(fn(self._e, anchor, ctypes.byref(ptr)))
         base = ptr.value - anchor_bytes
-        # (A view with its own storage: as_strided's offsets count from the span's start.)
+        # (A view with its own storage, or a slice of the lent tensor: _grad_views adds its
+        # storage offset to the layout's.)
         views = self._lent_views if kind == "grad" and not self._bucketed else self._views
         key = (G.gid, kind)
         kept = views.get(key)        # [(base, view, its parameters' views)], the last used first
@@ -641,7 +645,17 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
                 if i:
                     kept.insert(0, kept.pop(i))
                 return t, layout, slices
-        t = _memory.view(base, span, self._code, (span,), self._device)
+        buf = self._grad_buf if views is self._lent_views else None
+        if buf is not None and 0 <= base - buf.data_ptr() < buf.numel():
+            # A slice of the lent tensor itself, not a view over its address: it holds torch's
+            # memory, so a `.grad` (or safe_get_full_grad's value) the script keeps past the
+            # step keeps the window's values, as DeepSpeed's `.grad` tensors do — over the
+            # address alone it read memory torch had handed out again.
+            at, dtype = base - buf.data_ptr(), _TORCH_DTYPE[self._code]   # (the working dtype:
+            size = torch.empty(0, dtype=dtype).element_size()           # unbucketed sums)
+            t = buf[at:at + span * size].view(dtype)
+        else:
+            t = _memory.view(base, span, self._code, (span,), self._device)
         kept.insert(0, (base, t, []))
         del kept[_SPAN_BASES:]
         return t, layout, kept[0][2]

@@ -87,6 +87,20 @@ def reference(dev, build=None):
     return [float(v) for v in losses], {n: p.detach().clone() for n, p in m.named_parameters()}
 
 
+def first_step_build(dev):
+    """reference()'s Tiny and AdamW, the AdamW stepped once on zero gradients first (DeepSpeed's
+    stage-0 fp16/bf16 optimizers' initialize_optimizer_states)."""
+    torch.manual_seed(0)
+    m = tp.Tiny().to(dev)
+    opt = torch.optim.AdamW(m.parameters(), lr=tp.LR, betas=(0.9, 0.999), eps=1e-8,
+                            weight_decay=tp.WD)
+    for p in m.parameters():
+        p.grad = torch.zeros_like(p)
+    opt.step()
+    opt.zero_grad()
+    return m, opt, None
+
+
 def lag(stream):
     """CUDA: a sleep kernel (~1 ms) queued on `stream`: what is queued after it there runs late,
     so a hand-over the engine did not order reads stale values instead of passing by luck."""
@@ -535,9 +549,12 @@ def main(on_cpu):
     fails = errors(dev)
     ref = {False: reference(dev), True: None}
     ref[True] = ref[False]                         # bf16 is held against the fp32 reference
+    # ... at stage 0 against the reference whose AdamW first steps on zero gradients, as
+    # DeepSpeed's stage-0 16-bit optimizers do when built (_Optimizer._ds_first_step)
+    first = reference(dev, build=lambda: first_step_build(dev))
     for bf16 in (False, True):
         for stage in range(4):
-            fails += parity(dev, stage, bf16, ref[bf16])
+            fails += parity(dev, stage, bf16, first if bf16 and stage == 0 else ref[bf16])
     if dev.type == "cuda":
         fails += parity(dev, 3, False, ref[False], side_stream=True)
     for bf16 in (False, True):

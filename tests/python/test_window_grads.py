@@ -289,9 +289,36 @@ def zero_dim(stage):
     engine.close()
 
 
+def kept_past_step():
+    """Stage 0: a `.grad` (and safe_get_full_grad's value) kept past the window's step keeps the
+    window's sum through the next window, as DeepSpeed's `.grad` tensors do (its step sets
+    `.grad` to None; the tensors stay). They were views over the address of the buffer torch
+    lent for the window, which the step gives back: the next window's buffer, mostly the same
+    block, showed through them."""
+    import zinc.utils as zu
+    m = model()
+    engine, *_ = zinc.initialize(model=m, config={
+        "train_micro_batch_size_per_gpu": MICRO, "gradient_accumulation_steps": GA,
+        "optimizer": {"type": "AdamW", "params": {"lr": 0.01}}, "zero_optimization": {"stage": 0}})
+    kept = want = None
+    for k in range(2 * GA):
+        x, y = batch(k)
+        engine.backward(((engine(x) - y) ** 2).mean())
+        if k == GA - 1:
+            kept = [p.grad for p in m.parameters()] + [zu.safe_get_full_grad(m[0].weight)]
+            want = [g.clone() for g in kept]
+        engine.step()
+    check(f"stage 0, rank {RANK}: `.grad`s kept past the window's step keep its sum through the "
+          "next window", all(torch.equal(g, w) for g, w in zip(kept, want)),
+          f"{[float((g - w).abs().max()) for g, w in zip(kept, want)]}")
+    engine.close()
+
+
 if __name__ == "__main__":
     main(int(sys.argv[1]))
     if WORLD == 1:
         nosync_clip(int(sys.argv[1]))
         zero_dim(int(sys.argv[1]))
+        if int(sys.argv[1]) == 0:
+            kept_past_step()
     sys.exit(finish())

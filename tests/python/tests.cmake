@@ -324,7 +324,7 @@ if(ZINC_HAVE_MPI AND ZINC_TORCH_PYTHON)
                          ENVIRONMENT "${_env}")
   endforeach()
   # DeepSpeed's 2-rank checkpoints at zinc's 2 and 4 ranks (zinc reshards them itself).
-  # s0_bf16: the warning that DeepSpeed's Adam and scheduler counts differ comes from rank 0 only.
+  # s0_bf16: Adam's lead (one step ahead of the applied ones) on every rank, and its continuation.
   # s3_fp32_frozen: the frozen parameter put together from the pieces, at zinc stage 3 on 2 ranks.
   foreach(_c "s2_fp32;3;2" "s3_bf16;1;2" "s1_fp32;2;4" "s0_bf16;1;2" "s3_fp32_frozen;3;2")
     list(GET _c 0 _f)
@@ -437,3 +437,10 @@ endforeach()
 # `.grad` between backward and step where DeepSpeed keeps it (stage 0, stage 1 inside a window):
 # zinc's view of the window's sum, read and changed by the script (test_window_grads.py).
 zinc_python_stage_tests(window_grads test_window_grads.py 300 0 1)
+
+# ZeRO stage 0 with fp16/bf16 trains as DeepSpeed 0.19.8's from its first step (its optimizers'
+# Adam step on zero gradients when built): losses and fp32 masters against DeepSpeed's own,
+# recorded in ds_fixtures/stage0_first_step.json (test_ds_stage0_first_step.py).
+add_test(NAME python_ds_stage0_first_step COMMAND ${_py} ${_pyt}/test_ds_stage0_first_step.py)
+set_tests_properties(python_ds_stage0_first_step PROPERTIES LABELS python TIMEOUT 120
+                     SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")

@@ -251,8 +251,11 @@ def convert(zinc_dir, out_dir, tag=None):
         "global_samples": int(record.get("global_samples", 0)),
         "dp_world_size": int(manifest.get("world_size", 1)), "mp_world_size": 1,
         "ds_config": {}, "ds_version": _DS_VERSION})
+    # Adam's own count runs ahead of the applied steps by the lead (engine_state.adam_lead: 1
+    # after DeepSpeed's 16-bit stage-0 optimizers' step on zero gradients at their construction)
+    lead = int((manifest.get("engine_state") or {}).get("adam_lead", 0))
     _replace(os.path.join(out_dir, out), lambda tmp: _write_tag(
-        tmp, values, step, extra, buffers, frozen, states, record))
+        tmp, values, step + lead, extra, buffers, frozen, states, record))
 
     def write_latest(tmp):
         with open(tmp, "w", encoding="utf-8") as f:
