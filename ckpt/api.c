@@ -104,25 +104,8 @@ static const char *shape_text(int ndim, const int64_t *shape, char *buf, size_t 
  * failed or the comm could not tell. */
 static int first_failure(const zeng_view *ev, int failed, const char *mine, char *out, size_t n)
 {
-    out[0] = 0;
-    if (!ev->comm || ev->comm->size <= 1) {
-        if (failed) snprintf(out, n, "%s", mine);
-        return failed ? 0 : -1;
-    }
-    int size = ev->comm->size, me = ev->comm->rank, root = -1;
-    double *who = calloc((size_t)size, sizeof *who);
-    char msg[ZCK_ERR];
-    if (!who) return -1;
-    who[me] = failed ? 1.0 : 0.0;
-    if (zcomm_host_all_reduce_f64(ev->comm, who, (size_t)size) == ZINC_OK)
-        for (int r = 0; r < size && root < 0; r++)
-            if (who[r] > 0.5) root = r;
-    free(who);
-    if (root < 0) return -1;
-    snprintf(msg, sizeof msg, "%s", root == me ? mine : "");
-    if (zcomm_host_broadcast(ev->comm, msg, sizeof msg, root) != ZINC_OK) return -1;
-    msg[sizeof msg - 1] = 0;
-    snprintf(out, n, "%s", msg);
+    int root = -1;
+    if (zck_first_failure(ev->comm, failed, mine, &root, out, n) != ZINC_OK) return -1;
     return root;
 }
 

@@ -270,6 +270,11 @@ zinc_status zck_save_write(const zck_save_desc *d, char *err);
 zinc_status zck_save_commit(const zck_save_desc *d, char *err);
 /* All three, collective, synchronous; every rank returns rank 0's commit result. */
 zinc_status zck_save(zcomm_t *c, const zck_save_desc *d, char *err);
+/* Collective: the lowest rank that passed failed != 0 into *root (-1: none) and its message
+ * `mine` into out (n bytes) on every rank. A world of one (c NULL) makes no call. Returns the
+ * comm's status (*root -1 when it failed). */
+zinc_status zck_first_failure(zcomm_t *c, int failed, const char *mine, int *root, char *out,
+                              size_t n);
 
 /* Test hook: when set, called with a phase name at each step of the commit protocol
  * ("file", "fsync", "rankjson", "manifest", "rename", "latest"); used by the fault tests. */

@@ -172,6 +172,36 @@ static zinc_status agree(zcomm_t *c, zinc_status s, char *err)
     return (zinc_status)v.status;
 }
 
+zinc_status zck_first_failure(zcomm_t *c, int failed, const char *mine, int *root, char *out,
+                              size_t n)
+{
+    out[0] = 0;
+    *root = -1;
+    if (!c || c->size <= 1) {
+        if (failed) {
+            *root = 0;
+            snprintf(out, n, "%s", mine);
+        }
+        return ZINC_OK;
+    }
+    double *who = calloc((size_t)c->size, sizeof *who);
+    if (!who) return ZINC_ERR_NOMEM;
+    who[c->rank] = failed ? 1.0 : 0.0;
+    zinc_status s = zcomm_host_all_reduce_f64(c, who, (size_t)c->size);
+    int r0 = -1;
+    for (int r = 0; s == ZINC_OK && r < c->size && r0 < 0; r++)
+        if (who[r] > 0.5) r0 = r;
+    free(who);
+    if (s != ZINC_OK || r0 < 0) return s;
+    char msg[ZCK_ERR];
+    snprintf(msg, sizeof msg, "%s", r0 == c->rank ? mine : "");
+    if ((s = zcomm_host_broadcast(c, msg, sizeof msg, r0)) != ZINC_OK) return s;
+    msg[sizeof msg - 1] = 0;
+    snprintf(out, n, "%s", msg);
+    *root = r0;
+    return ZINC_OK;
+}
+
 /* Rank 0, after a failed save: the .tmp of the tag goes (zck_rmdir_flat retries while a
  * straggling rank still adds files to it). */
 static void remove_tmp(const zck_save_desc *d)
@@ -536,7 +566,9 @@ zinc_status zck_save_write(const zck_save_desc *d, char *err)
         char fpath[4200], msg[ZCK_ERR + 64];
         snprintf(fpath, sizeof fpath, "%s/rank-%05d.failed", tmp, d->rank);
         int n = snprintf(msg, sizeof msg, "%d %s", (int)s, err);
-        int fd = open(fpath, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+        int fd = zck_test_fail && zck_test_fail("failure-note", d->rank)   /* (a full disk) */
+                     ? -1
+                     : open(fpath, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
         if (fd >= 0) {
             if (write(fd, msg, (size_t)n) < 0) { /* best effort */ }
             close(fd);
@@ -573,26 +605,6 @@ static int failure_note(const zck_save_desc *d, const char *tmp, int r, char *er
                   "ckpt save of %s failed on rank %d: %s", d->tag, r, sp ? sp + 1 : txt);
     free(txt);
     return 1;
-}
-
-/* Rank 0, when another rank's write failed (the save's all-reduce said so): nothing is
- * committed, whatever files that rank left (a failure after its rank-N.json was in place, in the
- * directory's fsync, left one that a commit would have taken), and the error is that rank's
- * note when it appears within a few seconds (a shared file system may show it late). */
-static zinc_status another_rank_failed(const zck_save_desc *d, char *err)
-{
-    char tmp[4096];
-    tmpdir_of(d, tmp, sizeof tmp);
-    zinc_status s = ZINC_OK;
-    double t0 = now_s();
-    for (int ms = 1;; ms = ms < 50 ? 2 * ms : ms) {
-        for (int r = 1; r < d->world_size; r++)
-            if (failure_note(d, tmp, r, err, &s)) return s;
-        if (now_s() - t0 > 5) break;
-        sleep_ms(ms);
-    }
-    return zerr_fmt(err, ZCK_ERR, ZINC_ERR_IO, "ckpt save of %s failed on another rank (its own "
-                    "error says why); nothing was committed", d->tag);
 }
 
 zinc_status zck_save_commit(const zck_save_desc *d, char *err)
@@ -774,23 +786,29 @@ zinc_status zck_save(zcomm_t *c, const zck_save_desc *d, char *err)
     if (s != ZINC_OK) return s;
     char werr[ZCK_ERR] = "";
     zinc_status ws = zck_save_write(d, werr);
-    double f = ws != ZINC_OK ? 1.0 : 0.0;
-    /* Every rank learns whether any failed, so rank 0 does not wait for a file that will never
-     * come (the failing rank left rank-N.failed with its reason). */
-    if (c && c->size > 1) {
-        zinc_status cs = zcomm_host_all_reduce_f64(c, &f, 1);
-        if (cs != ZINC_OK) {
-            /* Nobody commits now: rank 0 takes the .tmp away with it. */
-            if (d->rank == 0) remove_tmp(d);
-            return zerr_fmt(err, ZCK_ERR, cs, "ckpt save: collective failed: %s", c->err);
-        }
+    /* Every rank learns which failed, so rank 0 does not wait for a file that will never come,
+     * and the first failing rank sends its error to the others: rank 0's commit fails with that
+     * rank's reason (its rank-N.failed note cannot be written on a full disk, where rank 0 said
+     * only "failed on another rank", and that message could be the one a caller printed). */
+    int first = -1;
+    char theirs[ZCK_ERR];
+    zinc_status cs = zck_first_failure(c, ws != ZINC_OK, werr, &first, theirs, sizeof theirs);
+    if (cs != ZINC_OK) {
+        /* Nobody commits now: rank 0 takes the .tmp away with it. */
+        if (d->rank == 0) remove_tmp(d);
+        return zerr_fmt(err, ZCK_ERR, cs, "ckpt save: collective failed: %s",
+                        c && c->err[0] ? c->err : "out of memory");
     }
     if (d->rank == 0) {
         if (ws != ZINC_OK) {
             s = ws;
             snprintf(err, ZCK_ERR, "%s", werr);
+        } else if (first > 0) {
+            s = ZINC_ERR_IO;
+            snprintf(err, ZCK_ERR, "ckpt save of %.200s failed on rank %d: %.700s; nothing was "
+                     "committed", d->tag, first, theirs);
         } else {
-            s = f > 0 ? another_rank_failed(d, err) : zck_save_commit(d, err);
+            s = zck_save_commit(d, err);
         }
         if (s != ZINC_OK) remove_tmp(d);
     } else if (ws != ZINC_OK) {

@@ -734,9 +734,17 @@ static int fail_rank1(const char *phase, int rank)
     return rank == 1 && !strcmp(phase, "rankjson-written");
 }
 
+static int fail_rank1_unnoted(const char *phase, int rank)
+{
+    return rank == 1 && (!strcmp(phase, "rankjson-written") || !strcmp(phase, "failure-note"));
+}
+
 /* A rank whose write fails after its rank-N.json is in place (a failed fsync of the directory):
  * every rank fails, naming that rank, and nothing is committed (rank 0 committed the tag with
- * that rank's files and returned success while that rank raised). */
+ * that rank's files and returned success while that rank raised). The same when that rank
+ * cannot leave its rank-N.failed note either (a full disk): every rank's error is that rank's
+ * own reason, which the ranks send each other (rank 0 said only "failed on another rank (its
+ * own error says why)", after 5 s of waiting for the note, and a caller could print only that). */
 static void test_late_rank_failure(void)
 {
     char dir[700], td[1200], tn[256], err[ZCK_ERR], p[900];
@@ -756,6 +764,17 @@ static void test_late_rank_failure(void)
     ZT_OK(zck_find_tag(dir, NULL, 0, -1, td, sizeof td, tn, sizeof tn, err));
     ZT_CHECK(!strcmp(tn, "s11"), "rank 1 failing late: took %s", tn);
     check_tag(dir, tn, "rank 1 failing late");
+    zck_test_fail = fail_rank1_unnoted;
+    s = fx_save_world_errs(dir, "s13", 3, 0x7, 13, 4096, errs);
+    zck_test_fail = NULL;
+    ZT_CHECK(s == ZINC_ERR_IO, "rank 1 failing without a note: %s", zinc_status_string(s));
+    for (int r = 0; r < 3; r++)
+        ZT_CHECK(strstr(errs[r], "rank 1") && strstr(errs[r], "injected failure after its "
+                                                     "rank-00001.json"),
+                 "rank 1 failing without a note: rank %d's error is not rank 1's reason: %s", r,
+                 errs[r]);
+    snprintf(p, sizeof p, "%s/s13", dir);
+    ZT_CHECK(access(p, F_OK) != 0, "rank 1 failing without a note: s13 was committed");
     fx_rmtree(dir);
 }
 
