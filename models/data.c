@@ -18,7 +18,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -42,12 +41,16 @@ struct zm_data {
     double cum[SYN_A][SYN_K];      /* cumulative transition probabilities */
     double pi_cum[SYN_A];          /* cumulative stationary distribution */
     double entropy;
-    /* file */
-    void *map;
-    size_t map_bytes;
-    const unsigned char *base;     /* first token */
+    /* file: read with pread at each batch (not mapped: a file rewritten or truncated while a run
+     * reads it would fault the mapping, SIGBUS, or feed it unchecked tokens); its size and
+     * modification time at open, checked before each read */
+    int fd;
+    uint64_t base;                 /* byte offset of the first token */
     int width;                     /* bytes per token: 1, 2 or 4 */
     uint64_t ntok;
+    off_t file_bytes;
+    struct timespec mtime;
+    char path[256];
     char desc[512];
 };
 
@@ -127,12 +130,76 @@ static uint32_t rd32(const unsigned char *p)
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
-static uint32_t token_at(const zm_data *d, uint64_t i)
+/* Token i of a buffer of `width`-byte little-endian tokens. */
+static uint32_t token_in(const unsigned char *b, int width, uint64_t i)
 {
-    const unsigned char *p = d->base + i * (uint64_t)d->width;
-    if (d->width == 1) return p[0];
-    if (d->width == 2) return (uint32_t)p[0] | (uint32_t)p[1] << 8;
+    const unsigned char *p = b + i * (uint64_t)width;
+    if (width == 1) return p[0];
+    if (width == 2) return (uint32_t)p[0] | (uint32_t)p[1] << 8;
     return rd32(p);
+}
+
+/* Reads exactly n bytes at offset `at`; 0, or -1 with errno (0 for end of file). */
+static int pread_all(int fd, void *buf, size_t n, uint64_t at)
+{
+    unsigned char *p = buf;
+    while (n > 0) {
+        ssize_t r = pread(fd, p, n, (off_t)at);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            if (r == 0) errno = 0;
+            return -1;
+        }
+        p += r;
+        n -= (size_t)r;
+        at += (uint64_t)r;
+    }
+    return 0;
+}
+
+#define SCAN_CHUNK (1u << 20)
+
+/* The token region read through once at open: its hash (the source id a resume checks) and,
+ * for 2- and 4-byte tokens, that every one is < 256. */
+static zinc_status scan_tokens(zm_data *d, const char *path, char *err, size_t errn)
+{
+    unsigned char *buf = malloc(SCAN_CHUNK);
+    XXH64_state_t *h = XXH64_createState();
+    zinc_status st = ZINC_OK;
+    if (!buf || !h) {
+        st = ZINC_ERR_NOMEM;
+        snprintf(err, errn, "data file '%s': out of memory", path);
+        goto done;
+    }
+    XXH64_reset(h, 0);
+    uint64_t bytes = d->ntok * (uint64_t)d->width;
+    for (uint64_t at = 0; at < bytes;) {
+        size_t n = bytes - at < SCAN_CHUNK ? (size_t)(bytes - at) : SCAN_CHUNK;
+        if (pread_all(d->fd, buf, n, d->base + at) != 0) {
+            st = ZINC_ERR_IO;
+            snprintf(err, errn, "cannot read data file '%s': %s", path,
+                     errno ? strerror(errno) : "it ended early (truncated while opening?)");
+            goto done;
+        }
+        XXH64_update(h, buf, n);
+        for (uint64_t i = 0; d->width > 1 && i < n / (uint64_t)d->width; i++) {
+            uint32_t t = token_in(buf, d->width, i);
+            if (t >= 256) {
+                st = ZINC_ERR_INVALID_ARG;
+                snprintf(err, errn, "data file '%s': token %u at position %llu is outside the "
+                         "vocabulary of the built-in model (256, byte-level); give it a text "
+                         "file or a token file with ids < 256", path, t,
+                         (unsigned long long)(at / (uint64_t)d->width + i));
+                goto done;
+            }
+        }
+        at += n;
+    }
+    d->source_id = XXH64_digest(h);
+done:
+    XXH64_freeState(h);
+    free(buf);
+    return st;
 }
 
 zinc_status zm_data_open_file(const char *path, uint64_t seed, zm_data **out, char *err,
@@ -141,6 +208,7 @@ zinc_status zm_data_open_file(const char *path, uint64_t seed, zm_data **out, ch
     *out = NULL;
     zm_data *d = calloc(1, sizeof *d);
     if (!d) return ZINC_ERR_NOMEM;
+    d->fd = -1;
     d->seed = seed;
     zinc_status st = ZINC_ERR_IO;
     /* a FIFO is refused at once instead of waiting for a writer (base/files.h) */
@@ -154,26 +222,29 @@ zinc_status zm_data_open_file(const char *path, uint64_t seed, zm_data **out, ch
         snprintf(err, errn, "cannot read data file '%s': %s", path, strerror(errno));
         goto fail;
     }
-    d->map_bytes = (size_t)sb.st_size;
-    if (d->map_bytes == 0) {
+    if (sb.st_size == 0) {
         snprintf(err, errn, "data file '%s' is empty", path);
         st = ZINC_ERR_INVALID_ARG;
         goto fail;
     }
-    d->map = mmap(NULL, d->map_bytes, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (d->map == MAP_FAILED) {
-        d->map = NULL;
-        snprintf(err, errn, "cannot map data file '%s': %s", path, strerror(errno));
-        goto fail;
-    }
-    close(fd);
+    d->fd = fd;
     fd = -1;
-    const unsigned char *b = d->map;
+    d->file_bytes = sb.st_size;
+    d->mtime = sb.st_mtim;
+    snprintf(d->path, sizeof d->path, "%s", path);
+    uint64_t size = (uint64_t)sb.st_size;
+    unsigned char b[12] = {0};
     size_t len = strlen(path);
     int is_bin = len >= 4 && !strcmp(path + len - 4, ".bin");
     const char *kind;
     st = ZINC_ERR_INVALID_ARG;
-    if (is_bin && d->map_bytes >= LLMC_HEADER_BYTES &&
+    if (is_bin && size >= LLMC_HEADER_BYTES && pread_all(d->fd, b, sizeof b, 0) != 0) {
+        snprintf(err, errn, "cannot read data file '%s': %s", path,
+                 errno ? strerror(errno) : "it ended early");
+        st = ZINC_ERR_IO;
+        goto fail;
+    }
+    if (is_bin && size >= LLMC_HEADER_BYTES &&
         (rd32(b) == LLMC_MAGIC_U16 || rd32(b) == LLMC_MAGIC_U32)) {
         uint32_t magic = rd32(b), version = rd32(b + 4), n = rd32(b + 8);
         d->width = magic == LLMC_MAGIC_U16 ? 2 : 4;
@@ -182,41 +253,33 @@ zinc_status zm_data_open_file(const char *path, uint64_t seed, zm_data **out, ch
                      version);
             goto fail;
         }
-        if ((uint64_t)n * (uint64_t)d->width > d->map_bytes - LLMC_HEADER_BYTES) {
-            snprintf(err, errn, "data file '%s': header says %u tokens but the file holds %zu "
+        if ((uint64_t)n * (uint64_t)d->width > size - LLMC_HEADER_BYTES) {
+            snprintf(err, errn, "data file '%s': header says %u tokens but the file holds %llu "
                      "bytes after the header (truncated?)", path, n,
-                     d->map_bytes - LLMC_HEADER_BYTES);
+                     (unsigned long long)(size - LLMC_HEADER_BYTES));
             goto fail;
         }
-        d->base = b + LLMC_HEADER_BYTES;
+        d->base = LLMC_HEADER_BYTES;
         d->ntok = n;
         kind = d->width == 2 ? "llm.c token file (uint16)" : "llm.c token file (uint32)";
     } else if (is_bin) {
-        if (d->map_bytes % 2) {
+        if (size % 2) {
             snprintf(err, errn, "data file '%s': a .bin without llm.c header is read as raw "
-                     "uint16 tokens, but its size (%zu bytes) is odd", path, d->map_bytes);
+                     "uint16 tokens, but its size (%llu bytes) is odd", path,
+                     (unsigned long long)size);
             goto fail;
         }
         d->width = 2;
-        d->base = b;
-        d->ntok = d->map_bytes / 2;
+        d->base = 0;
+        d->ntok = size / 2;
         kind = "raw uint16 token file";
     } else {
         d->width = 1;
-        d->base = b;
-        d->ntok = d->map_bytes;
+        d->base = 0;
+        d->ntok = size;
         kind = "bytes";
     }
-    for (uint64_t i = 0; d->width > 1 && i < d->ntok; i++) {
-        uint32_t t = token_at(d, i);
-        if (t >= 256) {
-            snprintf(err, errn, "data file '%s': token %u at position %llu is outside the "
-                     "vocabulary of the built-in model (256, byte-level); give it a text file or "
-                     "a token file with ids < 256", path, t, (unsigned long long)i);
-            goto fail;
-        }
-    }
-    d->source_id = XXH64(d->base, (size_t)(d->ntok * (uint64_t)d->width), 0);
+    if ((st = scan_tokens(d, path, err, errn)) != ZINC_OK) goto fail;
     snprintf(d->desc, sizeof d->desc, "%s: %s, %llu tokens", path, kind,
              (unsigned long long)d->ntok);
     d->entropy = NAN;
@@ -231,7 +294,7 @@ fail:
 void zm_data_close(zm_data *d)
 {
     if (!d) return;
-    if (d->map) munmap(d->map, d->map_bytes);
+    if (!d->synthetic && d->fd >= 0) close(d->fd);
     free(d);
 }
 
@@ -255,9 +318,28 @@ static int pick(const double *cum, int n, double u)
     return i;
 }
 
-void zm_data_read(const zm_data *d, uint64_t first, int count, int T, uint16_t *tokens,
-                  uint16_t *targets)
+zinc_status zm_data_read(const zm_data *d, uint64_t first, int count, int T, uint16_t *tokens,
+                         uint16_t *targets, char *err, size_t errn)
 {
+    if (!d->synthetic) {
+        /* a file changed since it was opened (and scanned) is not read: a rewrite may hold
+         * tokens outside the vocabulary, a truncation fewer than the windows need */
+        struct stat sb;
+        if (fstat(d->fd, &sb) != 0) {
+            snprintf(err, errn, "cannot read data file '%s': %s", d->path, strerror(errno));
+            return ZINC_ERR_IO;
+        }
+        if (sb.st_size != d->file_bytes || sb.st_mtim.tv_sec != d->mtime.tv_sec ||
+            sb.st_mtim.tv_nsec != d->mtime.tv_nsec) {
+            snprintf(err, errn, "data file '%s' changed while training (%lld bytes at the start, "
+                     "%lld now%s): the run stops rather than read it; restart it (with --resume "
+                     "to continue from a checkpoint) to train on the new contents", d->path,
+                     (long long)d->file_bytes, (long long)sb.st_size,
+                     sb.st_size == d->file_bytes ? ", written since" : "");
+            return ZINC_ERR_IO;
+        }
+    }
+    unsigned char win[4 * 4096 + 4];
     for (int c = 0; c < count; c++) {
         uint64_t st = seq_state(d->seed, first + (uint64_t)c);
         uint16_t *x = tokens + (size_t)c * T, *y = targets + (size_t)c * T;
@@ -268,13 +350,31 @@ void zm_data_read(const zm_data *d, uint64_t first, int count, int T, uint16_t *
                 s = d->succ[s][pick(d->cum[s], SYN_K, zrng_unit(&st))];
                 y[t] = (uint16_t)(unsigned char)syn_alphabet[s];
             }
-        } else {
-            /* a random window, as nanoGPT's get_batch; T+1 <= ntok was checked */
-            uint64_t start = zrng_next(&st) % (d->ntok - (uint64_t)T);
-            for (int t = 0; t < T; t++) {
-                x[t] = (uint16_t)token_at(d, start + (uint64_t)t);
-                y[t] = (uint16_t)token_at(d, start + (uint64_t)t + 1);
+            continue;
+        }
+        /* a random window, as nanoGPT's get_batch; T+1 <= ntok was checked. Read in pieces of
+         * up to 4096 tokens (the window buffer on the stack). */
+        uint64_t start = zrng_next(&st) % (d->ntok - (uint64_t)T);
+        for (int t0 = 0; t0 < T; t0 += 4096) {
+            int n = T - t0 < 4096 ? T - t0 : 4096;     /* n + 1 tokens: inputs and targets */
+            uint64_t at = d->base + (start + (uint64_t)t0) * (uint64_t)d->width;
+            if (pread_all(d->fd, win, (size_t)(n + 1) * (size_t)d->width, at) != 0) {
+                snprintf(err, errn, "cannot read data file '%s' at byte %llu: %s", d->path,
+                         (unsigned long long)at, errno ? strerror(errno) : "it ended early");
+                return ZINC_ERR_IO;
+            }
+            for (int t = 0; t <= n; t++) {
+                uint32_t v = token_in(win, d->width, (uint64_t)t);
+                if (v >= 256) {
+                    snprintf(err, errn, "data file '%s': token %u at position %llu is outside "
+                             "the vocabulary (256); was it rewritten while training?", d->path, v,
+                             (unsigned long long)(start + (uint64_t)t0 + (uint64_t)t));
+                    return ZINC_ERR_IO;
+                }
+                if (t < n) x[t0 + t] = (uint16_t)v;
+                if (t > 0) y[t0 + t - 1] = (uint16_t)v;
             }
         }
     }
+    return ZINC_OK;
 }

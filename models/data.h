@@ -53,9 +53,12 @@ uint64_t zm_data_source_id(const zm_data *d);
 /* Tokens available (files) or 0 (synthetic, unbounded). */
 uint64_t zm_data_tokens(const zm_data *d);
 
-/* Fills count sequences starting at global sequence `first`: tokens and targets [count * T]. */
-void zm_data_read(const zm_data *d, uint64_t first, int count, int T, uint16_t *tokens,
-                  uint16_t *targets);
+/* Fills count sequences starting at global sequence `first`: tokens and targets [count * T].
+ * A file source is read at each call (thread-safe: pread): a file whose size or modification
+ * time changed since it was opened, a short read or a token outside the vocabulary gives
+ * ZINC_ERR_IO and a sentence naming the file in err. The synthetic source never fails. */
+zinc_status zm_data_read(const zm_data *d, uint64_t first, int count, int T, uint16_t *tokens,
+                         uint16_t *targets, char *err, size_t errn);
 
 /* Checks that a file source holds at least T+1 tokens (the length of one sequence). */
 zinc_status zm_data_check_context(const zm_data *d, int T, char *err, size_t errn);

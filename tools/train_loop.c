@@ -347,8 +347,13 @@ static void *rank_main(void *arg)
         double lsum = 0.0;
         for (long long mi = 0; mi < GA; mi++) {
             /* rank r's share of this micro-step's global batch */
-            zm_data_read(r->data, blob.data.next_seq + (uint64_t)rank * (uint64_t)B, B, T, tok,
-                         tgt);
+            char derr[768];
+            s = zm_data_read(r->data, blob.data.next_seq + (uint64_t)rank * (uint64_t)B, B, T,
+                             tok, tgt, derr, sizeof derr);
+            if (s != ZINC_OK) {
+                train_fail(r, rank, s, 1, "step %lld: %s", (long long)blob.steps + 1, derr);
+                goto out;
+            }
             double l, tm = train_now_s();
             s = tm_micro_step(&m, tok, tgt, &l);
             pr.model_s += train_now_s() - tm;

@@ -5,13 +5,16 @@
  * entropy from counted byte pairs of generated sequences (an estimate that never looks at the
  * chain's internals); sequence k is the same however the reads are split.
  * Files: bytes, llm.c headers (uint16 and uint32), raw uint16 .bin, and each rejected input
- * with a message that names the problem.
+ * with a message that names the problem; a file rewritten or truncated after it was opened is
+ * refused at the next read (check_changed).
  */
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "models/data.h"
@@ -32,6 +35,7 @@ static void write_file(const char *name, const void *p, size_t n, char *path_out
 
 static void check_synthetic(void)
 {
+    char err[512];
     zm_data *d;
     ZT_OK(zm_data_open_synthetic(1234, &d));
     if (!d) return;
@@ -39,7 +43,7 @@ static void check_synthetic(void)
     ZT_CHECK(H > 0.0 && H <= log(4.0) + 1e-12, "entropy %.6f outside (0, ln 4]", H);
     enum { NSEQ = 3000 };
     uint16_t *x = malloc(sizeof(uint16_t) * NSEQ * T), *y = malloc(sizeof(uint16_t) * NSEQ * T);
-    zm_data_read(d, 0, NSEQ, T, x, y);
+    ZT_OK(zm_data_read(d, 0, NSEQ, T, x, y, err, sizeof err));
     static double pair[256][256], row[256];
     memset(pair, 0, sizeof pair);
     memset(row, 0, sizeof row);
@@ -65,11 +69,11 @@ static void check_synthetic(void)
 
     /* sequence k is the same whatever the split */
     uint16_t a[8 * T], b[8 * T], ay[8 * T], by[8 * T];
-    zm_data_read(d, 100, 8, T, a, ay);
-    zm_data_read(d, 100, 3, T, b, by);
-    zm_data_read(d, 103, 5, T, b + 3 * T, by + 3 * T);
+    ZT_OK(zm_data_read(d, 100, 8, T, a, ay, err, sizeof err));
+    ZT_OK(zm_data_read(d, 100, 3, T, b, by, err, sizeof err));
+    ZT_OK(zm_data_read(d, 103, 5, T, b + 3 * T, by + 3 * T, err, sizeof err));
     ZT_CHECK(!memcmp(a, b, sizeof a) && !memcmp(ay, by, sizeof ay), "split reads differ");
-    zm_data_read(d, 101, 1, T, b, by);
+    ZT_OK(zm_data_read(d, 101, 1, T, b, by, err, sizeof err));
     ZT_CHECK(memcmp(a, b, T * sizeof *a) != 0, "consecutive sequences are identical");
 
     zm_data *d2;
@@ -103,6 +107,45 @@ static void expect_error(const char *path, const char *needle)
     zm_data_close(d);
 }
 
+/* A data file changed after it was opened: the next read is refused naming the file — it was
+ * mapped, so a truncation faulted the run (SIGBUS) and a rewrite in place fed the model tokens
+ * outside the vocabulary (an embedding read out of bounds, SIGSEGV) — and a read of the
+ * unchanged file still gives its windows. */
+static void check_changed(const unsigned char *text)
+{
+    char path[512], err[512] = "";
+    uint16_t raw[1000], x[2 * T], y[2 * T];
+    for (int i = 0; i < 1000; i++) raw[i] = text[i];
+    write_file("changing.bin", raw, sizeof raw, path);
+    zm_data *d = NULL;
+    ZT_OK(zm_data_open_file(path, 5, &d, err, sizeof err));
+    if (!d) return;
+    ZT_OK(zm_data_read(d, 0, 2, T, x, y, err, sizeof err));
+    /* rewritten in place, same size: tokens past the vocabulary */
+    for (int i = 0; i < 1000; i++) raw[i] = 0xffff;
+    FILE *f = fopen(path, "r+b");
+    ZT_CHECK(f && fwrite(raw, sizeof raw, 1, f) == 1, "rewrite %s", path);
+    if (f) fclose(f);
+    struct timespec later[2] = {{0, UTIME_OMIT}, {0, UTIME_NOW}};
+    utimensat(AT_FDCWD, path, later, 0);       /* (a coarse clock could keep the old mtime) */
+    zinc_status s = zm_data_read(d, 0, 2, T, x, y, err, sizeof err);
+    ZT_CHECK(s == ZINC_ERR_IO && strstr(err, "changed while training") && strstr(err, path),
+             "a rewritten file: %s: %s", zinc_status_string(s), err);
+    zm_data_close(d);
+    /* truncated after the open */
+    for (int i = 0; i < 1000; i++) raw[i] = text[i];
+    write_file("changing.bin", raw, sizeof raw, path);
+    d = NULL;
+    ZT_OK(zm_data_open_file(path, 5, &d, err, sizeof err));
+    if (!d) return;
+    ZT_CHECK(truncate(path, 100) == 0, "truncate %s", path);
+    err[0] = 0;
+    s = zm_data_read(d, 0, 2, T, x, y, err, sizeof err);
+    ZT_CHECK(s == ZINC_ERR_IO && strstr(err, "changed while training") && strstr(err, "2000 bytes"),
+             "a truncated file: %s: %s", zinc_status_string(s), err);
+    zm_data_close(d);
+}
+
 static void check_files(void)
 {
     char path[512], err[512];
@@ -113,7 +156,7 @@ static void check_files(void)
     ZT_OK(zm_data_open_file(path, 5, &d, err, sizeof err));
     if (d) {
         uint16_t x[4 * T], y[4 * T];
-        zm_data_read(d, 0, 4, T, x, y);
+        ZT_OK(zm_data_read(d, 0, 4, T, x, y, err, sizeof err));
         int ok = 1;
         for (int s = 0; s < 4; s++) ok &= is_window(text, sizeof text, x + s * T, y + s * T);
         ZT_CHECK(ok, "text sequences are not windows of the file");
@@ -133,7 +176,7 @@ static void check_files(void)
     ZT_OK(zm_data_open_file(path, 5, &d, err, sizeof err));
     if (d) {
         uint16_t x[2 * T], y[2 * T];
-        zm_data_read(d, 7, 2, T, x, y);
+        ZT_OK(zm_data_read(d, 7, 2, T, x, y, err, sizeof err));
         ZT_CHECK(is_window(text, 1000, x, y) && is_window(text, 1000, x + T, y + T),
                  "llm.c uint16 sequences are not windows of the tokens");
         ZT_CHECK(zm_data_tokens(d) == 1000 && strstr(zm_data_describe(d), "llm.c"), "%s",
@@ -152,7 +195,7 @@ static void check_files(void)
     ZT_OK(zm_data_open_file(path, 5, &d, err, sizeof err));
     if (d) {
         uint16_t x[T], y[T];
-        zm_data_read(d, 3, 1, T, x, y);
+        ZT_OK(zm_data_read(d, 3, 1, T, x, y, err, sizeof err));
         ZT_CHECK(is_window(text, 1000, x, y), "llm.c uint32 sequence is not a window");
         zm_data_close(d);
     }
@@ -164,7 +207,7 @@ static void check_files(void)
     ZT_OK(zm_data_open_file(path, 5, &d, err, sizeof err));
     if (d) {
         uint16_t x[T], y[T];
-        zm_data_read(d, 0, 1, T, x, y);
+        ZT_OK(zm_data_read(d, 0, 1, T, x, y, err, sizeof err));
         ZT_CHECK(is_window(text, 1000, x, y) && zm_data_tokens(d) == 1000, "raw uint16 file");
         zm_data_close(d);
     }
@@ -194,6 +237,7 @@ static void check_files(void)
     ZT_CHECK(mkfifo(path, 0600) == 0, "mkfifo %s", path);
     expect_error(path, "not a regular file");
     unlink(path);
+    check_changed(text);
 }
 
 int main(void)

@@ -77,7 +77,9 @@ static void rank_fn(int rank, void *arg)
     tok = malloc((size_t)B * T * sizeof *tok);
     tgt = malloc((size_t)B * T * sizeof *tgt);
     while (blob.steps < j->steps) {
-        zm_data_read(sh->data, blob.next_seq + (uint64_t)rank * B, B, T, tok, tgt);
+        char derr[512];
+        TRY(zm_data_read(sh->data, blob.next_seq + (uint64_t)rank * B, B, T, tok, tgt, derr,
+                         sizeof derr));
         double l;
         TRY(zm_model_micro_step(m, tok, tgt, &l));
         blob.next_seq += (uint64_t)W * B;
