@@ -37,7 +37,9 @@ int train_ckpt_start(run_t *r, zinc_engine_t *e, int rank, train_blob *blob)
         if (s != ZINC_OK) {
             /* no, a damaged or an incompatible checkpoint is rejected input */
             int bad_input = s == ZINC_ERR_IO || s == ZINC_ERR_CORRUPT || s == ZINC_ERR_MISMATCH;
-            train_fail(r, rank, s, bad_input ? 2 : 1, "resuming from %s: %s", r->resume_dir,
+            /* the tag given, or the directory whose newest good tag was looked for */
+            train_fail(r, rank, s, bad_input ? 2 : 1, "resuming from %s%s%s: %s", r->resume_dir,
+                       r->resume_tag ? "/" : "", r->resume_tag ? r->resume_tag : "",
                        zinc_last_error(e));
             return -1;
         }

@@ -11,6 +11,7 @@
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdio_ext.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -126,10 +127,18 @@ static void output_failed(run_t *r, const char *what, const char *path, int err,
     __atomic_store_n(&r->out_failed, 1, __ATOMIC_RELEASE);
 }
 
-static void check_output(run_t *r, FILE *f, const char *what, const char *path)
+/* The check of a line written at offset `at` (ftello before it; -1: not a seekable file):
+ * a line that could not be written whole is taken back, so the file ends with its last whole
+ * line (a full disk left half a JSON line, which a reader of the file then fails on). What stdio
+ * still holds of it is dropped, not written by the fclose at the end. */
+static void check_line(run_t *r, FILE *f, const char *what, const char *path, off_t at)
 {
     errno = 0;
-    if (fflush(f) != 0 || ferror(f)) output_failed(r, what, path, errno, "; stopping after this step");
+    if (fflush(f) == 0 && !ferror(f)) return;
+    int err = errno;
+    __fpurge(f);
+    if (at >= 0 && ftruncate(fileno(f), at) == 0) fseeko(f, at, SEEK_SET);
+    output_failed(r, what, path, err, "; stopping after this step");
 }
 
 void train_report_step(run_t *r, progress_t *p, long long step, const zinc_step_info_t *info,
@@ -142,6 +151,7 @@ void train_report_step(run_t *r, progress_t *p, long long step, const zinc_step_
     double tok_step = (double)(o->cfg.micro_batch * o->ranks * o->cfg.grad_accum) * o->spec.T;
     if (r->metrics && print) {
         FILE *f = r->metrics;
+        off_t at = ftello(f);
         double dt = (now - p->t_last) / (double)(step - p->steps_last);
         fprintf(f, "{\"step\":%lld,", step);
         /* 17 digits: the exact double, so that runs can be compared bit for bit */
@@ -162,16 +172,17 @@ void train_report_step(run_t *r, progress_t *p, long long step, const zinc_step_
                                                             o->cfg.grad_accum));
         json_num(f, "time_s", now - p->t_start, 1);
         fprintf(f, "}\n");
-        check_output(r, f, "--metrics", o->metrics_path);
+        check_line(r, f, "--metrics", o->metrics_path, at);
     }
     if (r->csv[0]) { /* every step, as DeepSpeed's engine writes its monitors' events */
         long long samples = step * (long long)(o->cfg.micro_batch * o->ranks * o->cfg.grad_accum);
         double v[3] = {loss, info->lr, info->loss_scale};
         for (int i = 0; i < 3; i++) {
             if (!r->csv[i]) continue;
+            off_t at = ftello(r->csv[i]);
             fprintf(r->csv[i], "%lld,%.9g\n", samples, v[i]);
             /* flushed: a row is there once its step is (DeepSpeed closes each) */
-            check_output(r, r->csv[i], "csv_monitor:", r->csv_path[i]);
+            check_line(r, r->csv[i], "csv_monitor:", r->csv_path[i], at);
         }
     }
     if (print) {

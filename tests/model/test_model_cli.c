@@ -680,6 +680,32 @@ int main(void)
     } else {
         printf("test_model_cli: no writable /dev/full here: a failing --metrics is not checked\n");
     }
+    /* A --metrics file that fills up midway (a file-size limit stands for a full disk: the write
+     * that crosses it is cut short, EFBIG): the run stops as above, and the file ends with its
+     * last whole line — the cut line was left half written, and a reader of the JSON lines
+     * failed on it. Its stdout goes to /dev/null, which the limit does not touch. */
+    {
+        char *ef;
+        int rf = run_after("(trap '' XFSZ; ulimit -f 8; ",
+                           "train " SMALL " --steps 400 --metrics capped.jsonl > /dev/null "
+                           "2> capped.err)", NULL, NULL);
+        ef = slurp_rel("capped.err");
+        char *m = slurp_rel("capped.jsonl");
+        size_t n = strlen(m);
+        int lines = 0, whole = n > 0 && m[n - 1] == '\n';
+        for (char *l = m; whole && *l; lines++) {
+            char *nl = strchr(l, '\n');
+            whole = nl && nl > l && nl[-1] == '}' && l[0] == '{';
+            l = nl ? nl + 1 : l + strlen(l);
+        }
+        ZT_CHECK(rf == 1 && strstr(ef, "writing --metrics capped.jsonl failed") && whole &&
+                     lines > 3,
+                 "--metrics over a file-size limit: exit %d (want 1), %d whole lines (want the "
+                 "file to end with a whole line): %s ... %s", rf, lines, ef,
+                 n > 60 ? m + n - 60 : m);
+        free(m);
+        free(ef);
+    }
     /* an export --out whose name (with the .XXXXXX it is first written as) the directory cannot
      * take: refused before the export (it failed with exit 1 at the end, ENAMETOOLONG) */
     {
