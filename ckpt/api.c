@@ -310,6 +310,7 @@ zinc_status zinc_ckpt_save(zinc_engine_t *e, const char *dir, const char *tag,
     d.stage = ev->stage;
     d.step = ev->st->step;
     d.config_hash = ev->cfg->hash_hex;
+    d.settings_hash = ev->cfg->settings_hash_hex;
     d.engine_state = state;
     if (opt && opt->client_blob && opt->client_blob_bytes) {
         d.blob = opt->client_blob;
@@ -532,6 +533,11 @@ static zinc_status load_local(zinc_engine_t *e, const zeng_view *ev, const char 
                 zlog(ZLOG_WARN, "ckpt", 0, "%s was saved with another config (resolved hash %s, "
                      "now %s): compare `zinc config check --json` of both", tagdir,
                      m->config_hash, ev->cfg->hash_hex);
+            else if (m->settings_hash[0] && strcmp(m->settings_hash, ev->cfg->settings_hash_hex))
+                zlog(ZLOG_WARN, "ckpt", 0, "%s was saved at world size %d, now %d, and with "
+                     "another config besides its batch sizes (settings hash %s, now %s): compare "
+                     "`zinc config check --json` of both", tagdir, m->world_size, ev->world_size,
+                     m->settings_hash, ev->cfg->settings_hash_hex);
             else
                 zlog(ZLOG_INFO, "ckpt", 0, "%s was saved at world size %d, now %d (so the "
                      "resolved config, its batch sizes, differs: hash %s, now %s)", tagdir,

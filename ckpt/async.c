@@ -17,7 +17,7 @@
 
 struct zck_async {
     zck_save_desc d;                /* with the copies below */
-    char *dir, *tag, *hash, *state;
+    char *dir, *tag, *hash, *settings, *state;
     zck_tensor *tensors;
     zck_piece *pieces;
     void *blob;
@@ -58,6 +58,7 @@ static void zck_async_free(zck_async *a)
     free(a->dir);
     free(a->tag);
     free(a->hash);
+    free(a->settings);
     free(a->state);
     free(a->tensors);
     free(a->pieces);
@@ -84,11 +85,13 @@ zinc_status zck_async_start(zcomm_t *c, const zck_save_desc *d, void *staging, z
     a->dir = dup_or_null(d->dir);
     a->tag = dup_or_null(d->tag);
     a->hash = dup_or_null(d->config_hash);
+    a->settings = dup_or_null(d->settings_hash);
     a->state = dup_or_null(d->engine_state);
     a->tensors = malloc(((size_t)d->ntensors + 1) * sizeof *a->tensors);
     a->pieces = malloc(((size_t)d->npieces + 1) * sizeof *a->pieces);
     if (d->blob && d->blob_bytes) a->blob = malloc(d->blob_bytes);
-    if (!a->dir || !a->tag || (d->config_hash && !a->hash) || (d->engine_state && !a->state) ||
+    if (!a->dir || !a->tag || (d->config_hash && !a->hash) ||
+        (d->settings_hash && !a->settings) || (d->engine_state && !a->state) ||
         !a->tensors || !a->pieces || (d->blob && d->blob_bytes && !a->blob)) {
         zck_async_free(a);
         /* still collective: the others must not wait in prepare for this rank */
@@ -103,6 +106,7 @@ zinc_status zck_async_start(zcomm_t *c, const zck_save_desc *d, void *staging, z
     a->d.dir = a->dir;
     a->d.tag = a->tag;
     a->d.config_hash = a->hash;
+    a->d.settings_hash = a->settings;
     a->d.engine_state = a->state;
     a->d.tensors = a->tensors;
     a->d.pieces = a->pieces;

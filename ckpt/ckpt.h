@@ -128,6 +128,7 @@ typedef struct zck_manifest {
     char tag[ZCK_TAG_MAX];
     int64_t step;
     char config_hash[32];
+    char settings_hash[32];     /* the config's without its batch sizes; "" before 2026-11-30 */
     int world_size, stage;
     zinc_dtype dtype;           /* working dtype at save */
     int level;
@@ -242,6 +243,7 @@ typedef struct zck_save_desc {
     int rank, world_size, stage;
     int64_t step;
     const char *config_hash;      /* may be NULL */
+    const char *settings_hash;    /* zcfg.settings_hash_hex; may be NULL */
     const char *engine_state;     /* JSON object text (rank 0), may be NULL */
     const void *blob;             /* rank 0's caller blob, may be NULL */
     size_t blob_bytes;

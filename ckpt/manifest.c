@@ -128,6 +128,8 @@ char *zck_manifest_to_json(const zck_manifest *m)
     json_object_object_add(o, "tag", json_object_new_string(m->tag));
     json_object_object_add(o, "step", json_object_new_int64(m->step));
     json_object_object_add(o, "config_hash", json_object_new_string(m->config_hash));
+    if (m->settings_hash[0])
+        json_object_object_add(o, "settings_hash", json_object_new_string(m->settings_hash));
     json_object_object_add(o, "world_size", json_object_new_int(m->world_size));
     json_object_object_add(o, "zero_stage", json_object_new_int(m->stage));
     json_object_object_add(o, "dtype", json_object_new_string(zinc_dtype_name(m->dtype)));
@@ -473,6 +475,8 @@ zinc_status zck_manifest_parse(const char *text, size_t len, const char *where, 
     if ((str = jkey_str(o, "zinc_version"))) snprintf(m->zinc_version, sizeof m->zinc_version, "%s", str);
     if ((str = jkey_str(o, "tag"))) snprintf(m->tag, sizeof m->tag, "%s", str);
     if ((str = jkey_str(o, "config_hash"))) snprintf(m->config_hash, sizeof m->config_hash, "%s", str);
+    if ((str = jkey_str(o, "settings_hash")))
+        snprintf(m->settings_hash, sizeof m->settings_hash, "%s", str);
     if (!json_object_object_get_ex(o, "step", &v) || !json_object_is_type(v, json_type_int)) {
         s = BAD("%s: \"step\" is missing or not a whole number", where);
         goto fail;

@@ -621,6 +621,8 @@ zinc_status zck_save_commit(const zck_save_desc *d, char *err)
     snprintf(m.tag, sizeof m.tag, "%s", d->tag);
     m.step = d->step;
     snprintf(m.config_hash, sizeof m.config_hash, "%s", d->config_hash ? d->config_hash : "");
+    snprintf(m.settings_hash, sizeof m.settings_hash, "%s",
+             d->settings_hash ? d->settings_hash : "");
     m.world_size = d->world_size;
     m.stage = d->stage;
     m.dtype = d->dtype;

@@ -179,6 +179,10 @@ typedef struct zcfg {
     zcfg_aio aio;
     uint64_t hash;                       /* XXH64 of the canonical resolved JSON (zcfg_to_json) */
     char hash_hex[17];
+    /* The same without the batch sizes (train_batch_size, micro batch, accumulation steps),
+     * which a run resumed at another world size changes anyway: what such a resume compares,
+     * so that a setting changed with the world size (an lr) is still said */
+    char settings_hash_hex[17];
 } zcfg;
 
 /* Values the caller has from elsewhere (CLI flags) that may fill "auto" or override. */

@@ -373,5 +373,10 @@ int zc_hash(zcfg *c)
     c->hash = (uint64_t)XXH64(t, strlen(t), 0);
     snprintf(c->hash_hex, sizeof c->hash_hex, "%016llx", (unsigned long long)c->hash);
     free(t);
+    h.train_batch_size = h.micro_batch = h.grad_accum = 0;
+    if (!(t = zcfg_to_json(&h))) return -1;
+    snprintf(c->settings_hash_hex, sizeof c->settings_hash_hex, "%016llx",
+             (unsigned long long)XXH64(t, strlen(t), 0));
+    free(t);
     return 0;
 }

@@ -495,6 +495,15 @@ int main(void)
              "resume at another world size: exit %d: %s", rc, err);
     free(err);
     free(out);
+    /* ... but another lr with it is (the world size's message alone said nothing of it) */
+    rc = run("train --model L1-D16-H2-T16 --ranks 1 --config " ZINC_SOURCE_DIR
+             "/configs/zero3_bf16.json --steps 13 --seed 4 --lr 0.5 --resume ck/step000012",
+             &err, &out);
+    ZT_CHECK(rc == 0 && strstr(err, "ck/step000012 was saved at world size 2, now 1, and with "
+                                    "another config besides its batch sizes"),
+             "resume at another world size and lr: exit %d: %s", rc, err);
+    free(err);
+    free(out);
     /* a DeepSpeed checkpoint (folder or tag) is named as DeepSpeed's, exit 2 (the tag given was
      * scanned as a save directory: "none of its directories holds a manifest.json") */
     shell_ok("mkdir -p '%s/dsck/global_step3' && : > "
