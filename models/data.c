@@ -238,10 +238,18 @@ zinc_status zm_data_open_file(const char *path, uint64_t seed, zm_data **out, ch
     int is_bin = len >= 4 && !strcmp(path + len - 4, ".bin");
     const char *kind;
     st = ZINC_ERR_INVALID_ARG;
-    if (is_bin && size >= LLMC_HEADER_BYTES && pread_all(d->fd, b, sizeof b, 0) != 0) {
+    if (is_bin && size >= 4 && pread_all(d->fd, b, size < sizeof b ? 4 : sizeof b, 0) != 0) {
         snprintf(err, errn, "cannot read data file '%s': %s", path,
                  errno ? strerror(errno) : "it ended early");
         st = ZINC_ERR_IO;
+        goto fail;
+    }
+    if (is_bin && size < LLMC_HEADER_BYTES &&
+        (rd32(b) == LLMC_MAGIC_U16 || rd32(b) == LLMC_MAGIC_U32)) {
+        /* (read as raw tokens, the magic's bytes made token 55432 "outside the vocabulary") */
+        snprintf(err, errn, "data file '%s' starts with llm.c's magic but holds %llu bytes, "
+                 "less than its %d-byte header (truncated?)", path, (unsigned long long)size,
+                 LLMC_HEADER_BYTES);
         goto fail;
     }
     if (is_bin && size >= LLMC_HEADER_BYTES &&

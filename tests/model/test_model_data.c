@@ -227,6 +227,8 @@ static void check_files(void)
     memcpy(buf, hdr, sizeof hdr);
     write_file("ver.bin", buf, 1024 + 2000, path);
     expect_error(path, "version 7");
+    write_file("short-header.bin", buf, 500, path);     /* (it named token 55432 as the fault) */
+    expect_error(path, "less than its 1024-byte header");
     write_file("empty.txt", buf, 0, path);
     expect_error(path, "empty");
     snprintf(path, sizeof path, "%s/no-such-file.txt", tmpdir);
