@@ -9,7 +9,6 @@ with DeepSpeed 0.19.8 (never by CI):
 
 Nothing in the file is written by hand: each record is DeepSpeed's own objects, read back.
 """
-import json
 import os
 import sys
 
@@ -17,16 +16,13 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import deepspeed  # noqa: E402
 from deepspeed.runtime import lr_schedules  # noqa: E402
 
+import fixture_out  # noqa: E402
 from lr_sched_cases import CASES, run_case  # noqa: E402
 
 
 def main():
-    out = {"deepspeed": deepspeed.__version__,
-           "cases": {name: run_case(lr_schedules, name) for name in CASES}}
-    with open(sys.argv[1], "w") as f:
-        json.dump(out, f, indent=1, sort_keys=True)
-        f.write("\n")
-    print(f"wrote {sys.argv[1]}: {len(CASES)} cases, DeepSpeed {deepspeed.__version__}")
+    fixture_out.write(sys.argv[1], deepspeed.__version__,
+                      {name: run_case(lr_schedules, name) for name in CASES})
 
 
 if __name__ == "__main__":

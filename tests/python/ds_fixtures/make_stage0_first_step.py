@@ -10,7 +10,6 @@ with DeepSpeed 0.19.8 (never by CI), one process:
 
 Nothing in the file is written by hand: each record is what DeepSpeed's own run gave.
 """
-import json
 import os
 import sys
 
@@ -19,6 +18,7 @@ import deepspeed  # noqa: E402
 from deepspeed.accelerator import get_accelerator  # noqa: E402
 from deepspeed.utils import safe_get_full_fp32_param  # noqa: E402
 
+import fixture_out  # noqa: E402
 from stage0_first_step_cases import CASES, run  # noqa: E402
 
 
@@ -45,13 +45,8 @@ def master(engine, param):
 def main():
     # its CPU accelerator refuses fp16 where oneDNN lacks fp16 kernels; torch's train anyway
     type(get_accelerator()).is_fp16_supported = lambda self: True
-    out = {"deepspeed": deepspeed.__version__,
-           "cases": {name: run(deepspeed.initialize, master, name)
-                     for name in CASES}}
-    with open(sys.argv[1], "w") as f:
-        json.dump(out, f, indent=1, sort_keys=True)
-        f.write("\n")
-    print(f"wrote {sys.argv[1]}: {len(CASES)} cases, DeepSpeed {deepspeed.__version__}")
+    fixture_out.write(sys.argv[1], deepspeed.__version__,
+                      {name: run(deepspeed.initialize, master, name) for name in CASES})
 
 
 if __name__ == "__main__":
