@@ -183,8 +183,8 @@ set_tests_properties(python_torch_cuda_on_cpu PROPERTIES LABELS python TIMEOUT 3
 # (expected.json), then trained on to DeepSpeed's own later weights.
 foreach(_c "s0_fp32;3" "s0_bf16;2" "s1_fp32;2" "s1_bf16;0" "s1_bf16_fp32acc;3" "s2_fp32;3"
            "s2_bf16;1" "s3_fp32;1" "s3_bf16;2" "u2_fp32;0" "u3_bf16;3" "s2_fp16;3"
-           "s0_fp32_fused;3" "s3_fp32_frozen;1" "s0_fp32_step0;2" "s2_fp32_step0;3"
-           "s3_fp32_step0;1" "s0_fp32_groups;2" "s2_fp32_groups;3")
+           "s0_fp32_fused;3" "s0_bf16_fused;1" "s3_fp32_frozen;1" "s0_fp32_step0;2"
+           "s2_fp32_step0;3" "s3_fp32_step0;1" "s0_fp32_groups;2" "s2_fp32_groups;3")
   list(GET _c 0 _f)
   list(GET _c 1 _s)
   add_test(NAME python_ds_import_${_f} COMMAND ${_py} ${_pyt}/test_ds_import.py load ${_f} ${_s})

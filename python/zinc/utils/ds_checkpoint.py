@@ -385,6 +385,10 @@ def _stage0(ds, path, opt, module, buffer_names, order):
     ids = [i for g in torch_sd["param_groups"] for i in g["params"]]
     group_of = {i: g for g, grp in enumerate(torch_sd["param_groups"]) for i in grp["params"]}
     state = [torch_sd["state"].get(i, {}) for i in ids]
+    if fused:
+        _stage0_fused(ds, path, fp32, state, names, module)
+        _stage0_step(ds, path, ids, state, group_of)
+        return
     if len(ids) != len(names):
         _refuse(path, f"a stage-0 optimizer over {len(ids)} of the module's "
                 f"{len(names)} parameters (frozen parameters at stage 0 are not carried: "
@@ -401,20 +405,52 @@ def _stage0(ds, path, opt, module, buffer_names, order):
     for g in torch_sd["param_groups"]:
         ds.group_names.append(names[at:at + len(g["params"])])
         at += len(g["params"])
-    if fused:
-        # flat per group; split it in module order
-        flat = torch.cat([t.float() for t in fp32])
-        m = torch.cat([m for m, _ in moments])
-        v = torch.cat([v for _, v in moments])
-        shapes = {n: tuple(module[n].shape) for n in names}
-        _take(shapes, flat, m, v, (ds.master, ds.exp_avg, ds.exp_avg_sq), None, path)
-    else:
-        for i, n in enumerate(names):
-            src = module[n] if fp32 is None else fp32[i]
-            shape = tuple(module[n].shape)
-            ds.master[n] = src.float().clone().view(shape)
-            ds.exp_avg[n] = moments[i][0].clone().view(shape)
-            ds.exp_avg_sq[n] = moments[i][1].clone().view(shape)
+    for i, n in enumerate(names):
+        src = module[n] if fp32 is None else fp32[i]
+        shape = tuple(module[n].shape)
+        ds.master[n] = src.float().clone().view(shape)
+        ds.exp_avg[n] = moments[i][0].clone().view(shape)
+        ds.exp_avg_sq[n] = moments[i][1].clone().view(shape)
+    _stage0_step(ds, path, ids, state, group_of)
+
+
+def _stage0_fused(ds, path, flats, state, names, module):
+    """Stage 0 with DeepSpeed's fused fp16/bf16 optimizer (FP16_Optimizer, its default Adam):
+    one flat fp32 copy per param group, its parameters one after another in the group's order
+    (names, group after group), and the Adam it wraps sees one parameter per group — one state
+    entry, its moments as flat. A group's parameters are the next names whose sizes fill its flat
+    copy. (Read per parameter before 2026-11-30: refused, one state entry per group against the
+    module's parameters.)"""
+    if len(state) != len(flats):
+        _refuse(path, f"DeepSpeed's fused stage-0 optimizer has {len(flats)} flat groups and "
+                f"{len(state)} Adam parameters: not one per group")
+    at = 0
+    for g, flat in enumerate(flats):
+        group, filled = [], 0
+        while filled < flat.numel() and at < len(names):
+            group.append(names[at])
+            filled += module[names[at]].numel()
+            at += 1
+        if filled != flat.numel():
+            _refuse(path, f"DeepSpeed's flat group {g} holds {flat.numel()} elements, the "
+                    f"module's parameters in its place {filled} (another model, or other param "
+                    "groups: give the model DeepSpeed's groups, in the same order)")
+        ds.group_names.append(group)
+        m, v = _moments(path, state[g], flat.numel())
+        if m.numel() != flat.numel():
+            _refuse(path, f"DeepSpeed's flat group {g}: exp_avg of {m.numel()} elements for "
+                    f"{flat.numel()}")
+        shapes = {n: tuple(module[n].shape) for n in group}
+        _take(shapes, flat.float().flatten(), m, v, (ds.master, ds.exp_avg, ds.exp_avg_sq), None,
+              path)
+    if at != len(names):
+        _refuse(path, f"DeepSpeed's fused stage-0 optimizer holds {at} of the module's "
+                f"{len(names)} parameters (frozen parameters at stage 0 are not carried: "
+                "DeepSpeed keeps no parameter names there)")
+
+
+def _stage0_step(ds, path, ids, state, group_of):
+    """The Adam step count of a stage-0 checkpoint."""
     # DeepSpeed's Adam without torch_adam (FusedAdam) counts a group's steps on the state of
     # the last parameter it stepped, and its kernel takes that count for the whole group; the
     # others keep the count they started with (0). torch's Adam counts on every parameter alike.

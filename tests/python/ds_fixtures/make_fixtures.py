@@ -40,7 +40,11 @@ FIXTURES["s1_bf16_fp32acc"] = (1, "bf16_fp32acc")
 # DeepSpeed's default Adam (no torch_adam: its FusedAdam, which counts a group's steps on the
 # last parameter's state only) at stage 0, where zinc reads that state per parameter.
 FIXTURES["s0_fp32_fused"] = (0, "fp32")
-TORCH_ADAM_OFF = {"s0_fp32_fused"}
+# ... and in bf16, its default stage-0 16-bit optimizer (FP16_Optimizer): one flat fp32 copy
+# per param group, and the Adam it wraps sees one parameter per group (zinc refused it, reading
+# one state entry per parameter, before 2026-11-30).
+FIXTURES["s0_bf16_fused"] = (0, "bf16")
+TORCH_ADAM_OFF = {"s0_fp32_fused", "s0_bf16_fused"}
 # A frozen parameter at stage 3, kept by DeepSpeed as a piece in each rank's model states file
 # (frozen_param_fragments; the module state holds an empty placeholder). 65 elements: each
 # rank's piece is 33, the last padded.
@@ -179,6 +183,17 @@ def rank_main(out, stage, dtype):
             return [0.0] * (p.ds_numel if hasattr(p, "ds_numel") else p.numel())
         v = (safe_get_full_fp32_param(p) if key is None
              else safe_get_full_optimizer_state(p, key))
+        if v is None and hasattr(engine.optimizer, "fp32_groups_flat"):
+            # FP16_Optimizer (bf16 at stage 0, DeepSpeed's FusedAdam) keeps one flat fp32 copy
+            # per group, its fp16_groups' parameters one after another; the Adam it wraps keeps
+            # its state per flat copy.
+            for lows, flat in zip(engine.optimizer.fp16_groups, engine.optimizer.fp32_groups_flat):
+                at = 0
+                for low in lows:
+                    if low is p:
+                        src = flat if key is None else inner.state[flat][key]
+                        v = src.detach()[at:at + p.numel()]
+                    at += low.numel()
         if v is None:
             # FP16_UnfusedOptimizer (bf16 at stage 0) keeps an fp32 copy per parameter, in
             # its fp32_groups beside fp16_groups.
