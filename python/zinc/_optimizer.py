@@ -462,7 +462,7 @@ class _Optimizer:
         params = opt.get("params") or {}
         decoupled = opt.get("type", "").lower() == "adamw" or params.get("adam_w_mode", True)
         corrected = params.get("bias_correction", True)
-        for i, g in enumerate(self._sources):
+        for i in range(len(self._sources)):
             (b1, b2), eps, wd = self._adam[i]
             lr = self._built_lrs[i]
             if wd == 0 or lr == 0:
@@ -481,8 +481,9 @@ class _Optimizer:
         it; zinc_param_local_get/_set, not collective; the master alone, as DeepSpeed's step
         there leaves the 16-bit weights until the first real one)."""
         eng = self._engine
+        master = eng._LOCAL[None]          # zinc_param_state's ids (_values.py)
         w = torch.empty(_numel(eng._shapes[pid]), dtype=torch.float32)
-        eng._call(lib.zinc_param_local_get(e, pid, 2, ctypes.c_void_p(w.data_ptr())))
+        eng._call(lib.zinc_param_local_get(e, pid, master, ctypes.c_void_p(w.data_ptr())))
         f = torch.float32
         if decoupled:                    # m = v = 0: the update is the decay alone
             w = w * torch.tensor(1.0 - lr * wd, dtype=f) if unfused else w - lr * (wd * w)
@@ -495,11 +496,11 @@ class _Optimizer:
                 w = w - (lr / bc1) * m / (v.sqrt() / bc2 ** 0.5 + eps)
             else:                        # DeepSpeed's FusedAdam
                 w = w - lr * ((m / bc1) / ((v / bc2).sqrt() + eps))
-            for which, t in ((0, m), (1, v)):
+            for which, t in ((eng._ADAM_STATE["exp_avg"], m), (eng._ADAM_STATE["exp_avg_sq"], v)):
                 t = t.contiguous()
                 eng._call(lib.zinc_param_local_set(e, pid, which, ctypes.c_void_p(t.data_ptr())))
         w = w.contiguous()
-        eng._call(lib.zinc_param_local_set(e, pid, 2, ctypes.c_void_p(w.data_ptr())))
+        eng._call(lib.zinc_param_local_set(e, pid, master, ctypes.c_void_p(w.data_ptr())))
 
     def _torch_view(self):
         """A torch optimizer over these param groups (_GroupsOptimizer), made once: what a client

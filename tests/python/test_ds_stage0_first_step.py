@@ -9,9 +9,10 @@ zinc_engine_set_adam_lead).
 
 Each case of stage0_first_step_cases.py (one rank, accumulation 2, 3 steps, clipping 1.0) against
 what DeepSpeed itself gave (ds_fixtures/stage0_first_step.json, written by
-make_stage0_first_step.py): every micro-batch's loss within 1e-5 relative and every fp32 master
-within 2e-5 of DeepSpeed's (relative to the tensor's largest value; Adam's fp32 roundings and
-the 16-bit forward's differ between torch versions). Without the step zinc's first update is
+make_stage0_first_step.py): every micro-batch's loss within 1e-6 relative and every fp32 master
+within 4e-6 of DeepSpeed's (relative to the tensor's largest value: the parity tests' fp32
+bound, for Adam's fp32 roundings over 3 steps; measured worst 6.5e-8 and 8.4e-7, with torch
+1.13 and 2.15 alike). Without the step zinc's first update is
 0.74x DeepSpeed's: the masters part by 2e-3 to 8e-2 (every stage-0 case fails; the package before), while the
 stage-1 control, where DeepSpeed takes no such step, passes either way."""
 import json
@@ -21,7 +22,7 @@ from _common import check, finish, torch, zinc  # noqa: F401
 from stage0_first_step_cases import CASES, run
 import zinc.utils as zu
 
-LOSS_BOUND, MASTER_BOUND = 1e-5, 2e-5
+LOSS_BOUND, MASTER_BOUND = 1e-6, 4e-6
 
 
 def main():
