@@ -238,7 +238,8 @@ zinc_status zinc_ckpt_save(zinc_engine_t *e, const char *dir, const char *tag,
     zinc_status s = zeng_shard_pieces(e, &sp, &np);
     zck_tensor *tens = calloc((size_t)ev->plan->nparams + 1, sizeof *tens);
     zck_piece *pc = calloc((size_t)np + 1, sizeof *pc);
-    char *state = zck_state_to_json(ev->st, zsched_lr(&ev->cfg->sched, ev->cfg->optim.lr, ev->st->step));
+    char *state = zck_state_to_json(ev->st, zsched_lr(&ev->cfg->sched, ev->cfg->optim.lr,
+                                                       zeng_sched_at(ev->st)));
     uint64_t elems = 0;
     for (int i = 0; i < np; i++) elems += sp[i].hi - sp[i].lo;
     size_t stage_bytes = (size_t)elems * (12 + (w16 ? es16 : 0));

@@ -35,6 +35,7 @@ char *zck_state_to_json(const zengine_state *st, double lr)
     json_object_object_add(o, "skipped", json_object_new_int64(st->skipped));
     json_object_object_add(o, "micro", json_object_new_int64(st->micro));
     json_object_object_add(o, "adam_lead", json_object_new_int64(st->adam_lead));
+    json_object_object_add(o, "sched_lead", json_object_new_int64(st->sched_lead));
     json_object_object_add(s, "dynamic", json_object_new_boolean(sc->dynamic));
     json_object_object_add(s, "cur_scale", jdbl(sc->cur_scale));
     json_object_object_add(s, "min_scale", jdbl(sc->min_scale));
@@ -108,11 +109,15 @@ zinc_status zck_state_parse(const char *text, zengine_state *st, char *err)
     INT(o, "step", 0, ZENG_COUNTER_MAX, n.step);
     INT(o, "skipped", 0, ZENG_COUNTER_MAX, n.skipped);
     INT(o, "micro", 0, ZENG_COUNTER_MAX, n.micro);
-    /* Adam's count ahead of `step`: absent from checkpoints written before 2026-11-30, whose
-     * Adam count was `step` */
-    n.adam_lead = 0;
+    /* Adam's count and the schedule's position less `step` (each >= -step): absent from
+     * checkpoints written before 2026-11-30 (adam_lead) and 2026-12-01 (sched_lead), whose
+     * counts were `step` */
+    n.adam_lead = n.sched_lead = 0;
     if (!bad && o && json_object_object_get_ex(o, "adam_lead", NULL)) {
-        INT(o, "adam_lead", 0, ZENG_COUNTER_MAX, n.adam_lead);
+        INT(o, "adam_lead", -n.step, ZENG_COUNTER_MAX, n.adam_lead);
+    }
+    if (!bad && o && json_object_object_get_ex(o, "sched_lead", NULL)) {
+        INT(o, "sched_lead", -n.step, ZENG_COUNTER_MAX, n.sched_lead);
     }
     if (!bad && (!json_object_object_get_ex(o, "loss_scaler", &s) ||
                  !json_object_is_type(s, json_type_object))) {
@@ -136,7 +141,7 @@ zinc_status zck_state_parse(const char *text, zengine_state *st, char *err)
     if (bad)
         return zerr_fmt(err, ZCK_ERR, ZINC_ERR_CORRUPT,
                         "the manifest's engine_state is damaged: \"%s\" is %s (want the counters "
-                        "step, skipped, micro (and adam_lead, when present) in 0..2^53, and a loss_scaler with a finite "
+                        "step, skipped, micro in 0..2^53 (adam_lead and sched_lead, when present, in -step..2^53), and a loss_scaler with a finite "
                         "cur_scale > 0, min_scale >= 0, scale_factor >= 1, scale_window >= 1, "
                         "1 <= cur_hysteresis <= delayed_shift, -1 <= last_overflow_iter <= "
                         "cur_iter)", bad, rc < 0 ? "missing or of the wrong type" : "out of range");

@@ -1356,17 +1356,33 @@ int zinc_engine_steps(const zinc_engine_t *e, int64_t *applied, int64_t *skipped
     return 0;
 }
 
-zinc_status zinc_engine_set_adam_lead(zinc_engine_t *e, int64_t lead)
+/* A lead of Adam's count or the schedule's position over the applied updates, checked as a
+ * checkpoint's (ckpt/state.c): -step..2^53, so that the count it gives is never below 0. */
+static zinc_status set_lead(zinc_engine_t *e, int64_t lead, int64_t *dst, const char *fn)
 {
-    if (!e) return zerr_thread(ZINC_ERR_INVALID_ARG, "zinc_engine_set_adam_lead: engine is NULL");
-    if (lead < 0 || lead > ZENG_COUNTER_MAX)    /* a checkpoint's bound (ckpt/state.c) */
-        return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_engine_set_adam_lead: lead %lld is out "
-                         "of range (0..2^53)", (long long)lead);
-    e->st.adam_lead = lead;
+    if (!e) return zerr_thread(ZINC_ERR_INVALID_ARG, "%s: engine is NULL", fn);
+    if (lead < -e->st.step || lead > ZENG_COUNTER_MAX)
+        return zeng_fail(e, ZINC_ERR_INVALID_ARG, "%s: lead %lld is out of range (%lld..2^53: "
+                         "the count it gives, the %lld applied updates plus the lead, is at "
+                         "least 0)", fn, (long long)lead, (long long)-e->st.step,
+                         (long long)e->st.step);
+    *dst = lead;
     return ZINC_OK;
 }
 
-int64_t zinc_engine_adam_lead(const zinc_engine_t *e) { return e ? e->st.adam_lead : -1; }
+zinc_status zinc_engine_set_adam_lead(zinc_engine_t *e, int64_t lead)
+{
+    return set_lead(e, lead, e ? &e->st.adam_lead : NULL, "zinc_engine_set_adam_lead");
+}
+
+int64_t zinc_engine_adam_lead(const zinc_engine_t *e) { return e ? e->st.adam_lead : INT64_MIN; }
+
+zinc_status zinc_engine_set_sched_lead(zinc_engine_t *e, int64_t lead)
+{
+    return set_lead(e, lead, e ? &e->st.sched_lead : NULL, "zinc_engine_set_sched_lead");
+}
+
+int64_t zinc_engine_sched_lead(const zinc_engine_t *e) { return e ? e->st.sched_lead : INT64_MIN; }
 
 zinc_status zinc_engine_set_train_state(zinc_engine_t *e, const zinc_train_state_t *s)
 {
@@ -1378,6 +1394,8 @@ zinc_status zinc_engine_set_train_state(zinc_engine_t *e, const zinc_train_state
     /* The same bounds a checkpoint's engine_state must keep (ckpt/state.c): a later save writes
      * these values and a later load must accept them. */
     if (s->applied < 0 || s->applied > ZENG_COUNTER_MAX) bad = "applied";
+    else if (s->applied + e->st.adam_lead < 0 || s->applied + e->st.sched_lead < 0)
+        bad = "applied (below what the Adam or schedule lead takes off: set the lead first)";
     else if (s->skipped < 0 || s->skipped > ZENG_COUNTER_MAX) bad = "skipped";
     else if (fp16 && s->scaler_scale != 0 && !(isfinite(s->scaler_scale) && s->scaler_scale > 0))
         bad = "scaler_scale";

@@ -382,15 +382,15 @@ zinc_status zinc_set_lr(zinc_engine_t *e, double lr)
 double zinc_engine_lr(const zinc_engine_t *e)
 {
     if (!e) return NAN;
-    return isnan(e->lr_override) ? zsched_lr(&e->cfg.sched, e->cfg.optim.lr, e->st.step)
+    return isnan(e->lr_override) ? zsched_lr(&e->cfg.sched, e->cfg.optim.lr, zeng_sched_at(&e->st))
                                  : e->lr_override;
 }
 
 int zinc_engine_betas(const zinc_engine_t *e, double *beta1, double *beta2)
 {
     if (!e || !beta1 || !beta2) return -1;
-    *beta1 = zsched_beta1(&e->cfg.sched, e->cfg.optim.beta1, e->st.step);
-    *beta2 = zsched_beta2(&e->cfg.sched, e->cfg.optim.beta2, e->st.step);
+    *beta1 = zsched_beta1(&e->cfg.sched, e->cfg.optim.beta1, zeng_sched_at(&e->st));
+    *beta2 = zsched_beta2(&e->cfg.sched, e->cfg.optim.beta2, zeng_sched_at(&e->st));
     return zsched_sets_betas(&e->cfg.sched);
 }
 

@@ -33,11 +33,21 @@ typedef struct zengine_state {
     int64_t skipped;              /* optimizer steps skipped for overflow */
     int64_t micro;                /* micro-steps in the current accumulation window */
     int64_t adam_lead;            /* Adam's step count less `step` (its bias corrections take
-                                     step + adam_lead): 0, or 1 where the Python front-end
-                                     follows DeepSpeed's 16-bit stage-0 optimizers, whose
-                                     construction runs one Adam step on zero gradients */
+                                     step + adam_lead), >= -step: 0, or 1 where the Python
+                                     front-end follows DeepSpeed's 16-bit stage-0 optimizers,
+                                     whose construction runs one Adam step on zero gradients,
+                                     or below 0 after a load that kept the Adam state
+                                     (load_optimizer_states=False) */
+    int64_t sched_lead;           /* the LR schedule's position less `step`, >= -step: 0, or
+                                     another value after a load that kept the schedule's
+                                     position or restored only it (DeepSpeed's
+                                     load_lr_scheduler_states / load_optimizer_states) */
     zscaler scaler;
 } zengine_state;
+
+/* The config schedule's step count: the updates applied so far and its lead over them
+ * (zinc_engine_set_sched_lead). */
+static inline int64_t zeng_sched_at(const zengine_state *st) { return st->step + st->sched_lead; }
 
 /* One rank's engine as ckpt sees it. The pointers point into the engine: valid until it is
  * destroyed; the buffers exist once finalized. */

@@ -612,15 +612,27 @@ typedef struct zinc_train_state {
  * the field otherwise, and nothing is changed. */
 ZINC_API zinc_status zinc_engine_set_train_state(zinc_engine_t *e, const zinc_train_state_t *s);
 /* Adam's step count ahead of the applied updates: the next update's bias corrections take
- * t = applied + lead + 1, and the schedule stays at `applied`. 0 by default; the Python
- * front-end sets 1 at ZeRO stage 0 with fp16/bf16, where DeepSpeed 0.19.8's optimizer runs one
- * Adam step on zero gradients when it is built (and the imports of DeepSpeed checkpoints set
- * the difference of their two counts). Checkpoints keep it (engine_state.adam_lead). Not
- * collective: every rank passes the same value; between steps. ZINC_ERR_INVALID_ARG outside
- * 0..2^53. */
+ * t = applied + lead + 1, and the schedule stays where zinc_engine_set_sched_lead puts it. 0
+ * by default; the Python front-end sets 1 at ZeRO stage 0 with fp16/bf16, where DeepSpeed
+ * 0.19.8's optimizer runs one Adam step on zero gradients when it is built (the imports of
+ * DeepSpeed checkpoints set the difference of their two counts), and a negative lead after a
+ * load that keeps the engine's Adam state (DeepSpeed's load_optimizer_states=False: Adam's
+ * count goes on from the engine's while the applied count is the checkpoint's). Checkpoints
+ * keep it (engine_state.adam_lead). Not collective: every rank passes the same value; between
+ * steps. ZINC_ERR_INVALID_ARG outside -applied..2^53 (zinc_engine_set_train_state then keeps
+ * applied + lead >= 0: set the lead first where applied goes down). */
 ZINC_API zinc_status zinc_engine_set_adam_lead(zinc_engine_t *e, int64_t lead);
-/* The lead zinc_engine_set_adam_lead set or a checkpoint loaded; -1 for NULL. */
+/* The lead zinc_engine_set_adam_lead set or a checkpoint loaded; INT64_MIN for NULL. */
 ZINC_API int64_t zinc_engine_adam_lead(const zinc_engine_t *e);
+/* The config schedule's position ahead of the applied updates: its lr and betas are those of
+ * step count applied + lead (zinc_engine_lr, zinc_engine_betas). 0 by default; the Python
+ * front-end sets another after a load that keeps the engine's schedule position
+ * (load_lr_scheduler_states=False) or restores it without the Adam state. Checkpoints keep it
+ * (engine_state.sched_lead). Not collective: every rank passes the same value; between steps.
+ * ZINC_ERR_INVALID_ARG outside -applied..2^53. */
+ZINC_API zinc_status zinc_engine_set_sched_lead(zinc_engine_t *e, int64_t lead);
+/* The lead zinc_engine_set_sched_lead set or a checkpoint loaded; INT64_MIN for NULL. */
+ZINC_API int64_t zinc_engine_sched_lead(const zinc_engine_t *e);
 /* 1 when the config asks for the full 16-bit weights on save (zero_optimization.
  * stage3_gather_16bit_weights_on_model_save or one of its aliases), which DeepSpeed's
  * save_16bit_model needs at stage 3. 0 otherwise and for NULL. */

@@ -15,12 +15,15 @@ folder a second time: one copy of the checkpoint in memory, not two.
 """
 import ctypes
 import json
+import operator
 import os
 import warnings
 
 import torch
 
+from . import _partial_load
 from ._lib import TrainState, lib
+from ._memory import _TORCH_DTYPE
 from .utils.ds_checkpoint import read_deepspeed_checkpoint
 
 _EXP_AVG, _EXP_AVG_SQ = 0, 1     # zinc_param_state
@@ -105,8 +108,7 @@ def _adam_lead(ds):
 
 
 def _train_state(engine, ds, stacklevel, converting):
-    """The zinc_train_state_t of ds. The schedule's position is the applied steps (_adam_lead):
-    where DeepSpeed's scheduler counts otherwise, the applied steps win, with a warning."""
+    """The zinc_train_state_t of ds (the schedule's position: _sched_of)."""
     applied, _ = _adam_lead(ds)
     st = TrainState(applied=applied, skipped=ds.skipped_steps, scaler_scale=0.0,
                     scaler_hysteresis=1, scaler_iter=0, scaler_last_overflow_iter=-1)
@@ -115,13 +117,6 @@ def _train_state(engine, ds, stacklevel, converting):
         st.scaler_hysteresis = ds.scaler["hysteresis"]
         st.scaler_iter = ds.scaler["iter"]
         st.scaler_last_overflow_iter = ds.scaler["last_overflow_iter"]
-    sched = ds.lr_scheduler if isinstance(ds.lr_scheduler, dict) else {}
-    at = sched.get("last_batch_iteration")
-    if at is not None and int(at) + 1 != applied and engine.global_rank == 0:
-        warnings.warn(f"zinc: {ds.path}: DeepSpeed's run applied {applied} optimizer "
-                      f"steps, its LR scheduler counts {int(at) + 1}; zinc's schedule follows "
-                      f"the applied steps (it resumes at step {applied})",
-                      RuntimeWarning, stacklevel=stacklevel + 1)
     # fp16 at stage 0 keeps Adam's moments in units of gradient / loss scale (engine.py,
     # _unscaled_loss), at stages 1-3 in gradients: carried across, they continue in the other
     # units (exact only at a scale of 1).
@@ -160,10 +155,13 @@ def _sched_key(sec):
     return str(sec.get("type", "")).lower(), json.dumps(sec.get("params") or {}, sort_keys=True)
 
 
-def load_deepspeed(engine, load_dir, tag, strict, weights_only):
+def load_deepspeed(engine, load_dir, tag, strict, weights_only, keep_adam=False,
+                   keep_sched=False):
     """engine.load_checkpoint of the DeepSpeed checkpoint load_dir/tag: (tag folder,
     client_state). weights_only (load_module_only): the weights and buffers alone, the Adam
-    state, counters and loss scaler kept as they are."""
+    state, counters and loss scaler kept as they are. keep_adam, keep_sched
+    (load_optimizer_states, load_lr_scheduler_states False: _partial_load.py): the engine's
+    Adam state and count, and its schedule's position, kept."""
     # the engine's trained parameters in the order a DeepSpeed optimizer over the same
     # model_parameters (or client optimizer) holds them: a stage-0 checkpoint's only names
     name_of = {id(p): n for n, p in engine.module.named_parameters() if p.requires_grad}
@@ -172,35 +170,56 @@ def load_deepspeed(engine, load_dir, tag, strict, weights_only):
            else engine._pgs.order or list(engine.module.parameters()))
     order = [name_of[id(p)] for p in seq if id(p) in name_of]
     return apply_deepspeed(engine, read_deepspeed_checkpoint(load_dir, tag, order), strict,
-                           weights_only, stacklevel=4)
+                           weights_only, stacklevel=4, keep_adam=keep_adam,
+                           keep_sched=keep_sched)
 
 
-def apply_deepspeed(engine, ds, strict, weights_only, stacklevel=2, converting=False):
+def apply_deepspeed(engine, ds, strict, weights_only, stacklevel=2, converting=False,
+                    keep_adam=False, keep_sched=False):
     """load_deepspeed of a checkpoint already read (ds: a DeepSpeedState): checks it against
     the engine's model, then sets it; (tag folder, client_state). ds is only read.
+    keep_adam, keep_sched: load_deepspeed's.
     stacklevel: the frame a warning names, as warnings.warn's counted from this call.
     converting: from_deepspeed's engine, which continues nothing (no word of units) and has
     DeepSpeed's groups where the files say them (else one: the groups are then not set)."""
     set_trained, set_untrained, set_buffers = _plan(engine, ds, strict)
     groups = ds.param_groups and not (converting and
                                       len(ds.param_groups) != len(engine._opt._sources))
-    if not weights_only and groups:    # (before anything is written)
+    if not weights_only and not keep_adam and groups:    # (before anything is written)
         engine._opt._check_count(ds.param_groups, "param groups")
+    before, lrs_before = _partial_load.counts(engine), engine._opt._lrs()
+    applied, lead = _adam_lead(ds)
+    sched_at = _sched_of(ds, applied)
+    if sched_at > 2 ** 53:              # (zinc's counters' bound: checked before any write)
+        raise ValueError(f"zinc: {ds.path}: the LR scheduler's last_batch_iteration "
+                         f"{sched_at - 1} is out of range (0..2^53)")
+    # keep_adam: the weights alone go in (the counters after them), each fp32 master its
+    # 16-bit weight as DeepSpeed's _restore_from_bit16_weights makes it
+    masters_only = weights_only or keep_adam
     state = _kept_state(engine) if weights_only else _train_state(engine, ds, stacklevel,
                                                                       converting)
     engine._torch_then_zinc()       # the writes below replace weights torch may still read
     for pid, n in set_trained.items():
-        values = [ds.master[n]] if weights_only else [ds.master[n], ds.exp_avg[n],
+        values = [ds.master[n]] if masters_only else [ds.master[n], ds.exp_avg[n],
                                                       ds.exp_avg_sq[n]]
+        if keep_adam and engine._code != 0:
+            values[0] = values[0].to(_TORCH_DTYPE[engine._code])
         values = [v.to(torch.float32).contiguous() for v in values]
         engine._call(lib.zinc_param_set(engine._e, pid, ctypes.c_void_p(values[0].data_ptr())))
-        if not weights_only:
+        if not masters_only:
             for which, v in ((_EXP_AVG, values[1]), (_EXP_AVG_SQ, values[2])):
                 engine._call(lib.zinc_param_state_set(engine._e, pid, which,
                                                       ctypes.c_void_p(v.data_ptr())))
-    engine._call(lib.zinc_engine_set_train_state(engine._e, ctypes.byref(state)))
-    if not weights_only:        # Adam's count is the checkpoint's (a weights-only load keeps it)
-        engine._call(lib.zinc_engine_set_adam_lead(engine._e, _adam_lead(ds)[1]))
+    if weights_only:
+        engine._call(lib.zinc_engine_set_train_state(engine._e, ctypes.byref(state)))
+    else:
+        # Adam's count is the checkpoint's, or the engine's with keep_adam (a weights-only
+        # load keeps it); the schedule's position DeepSpeed's scheduler's (or, keep_sched, the
+        # engine's: set once the groups show the checkpoint's lr, below)
+        if keep_adam:
+            state.scaler_scale = 0.0            # the loss scaler stays the engine's
+        _partial_load.set_counts(engine, state, before.adam if keep_adam else applied + lead,
+                                 before.sched if keep_sched and keep_adam else sched_at)
     engine._zinc_then_torch()
     # zinc's window restarted with the state: the front-end's too
     engine._restart_window("load_checkpoint", stacklevel + 1)
@@ -215,12 +234,40 @@ def apply_deepspeed(engine, ds, strict, weights_only, stacklevel=2, converting=F
         engine._skipped = ds.skipped_steps
         engine._samples = ds.global_samples or ds.global_steps * engine.train_batch_size()
         engine._lr = lib.zinc_engine_lr(engine._e)
-        if engine._client_sched is not None and isinstance(ds.lr_scheduler, dict):
+        if (engine._client_sched is not None and isinstance(ds.lr_scheduler, dict)
+                and not keep_sched):
             engine._client_sched.load_state_dict(ds.lr_scheduler)
-        if groups:
-            _restore_groups(engine, ds)
-        engine._opt._after_step()       # the groups show the next step's lr
+        if keep_adam:                   # the groups keep theirs, the first update their lr
+            _partial_load.first_lr(engine, lrs_before)
+        else:
+            if groups:
+                _restore_groups(engine, ds)
+            engine._opt._after_step()   # the groups show the next step's lr
+            # The first update runs at the checkpoint's group lr, as DeepSpeed's (its load
+            # gives the optimizer's groups theirs; its scheduler writes its own after that
+            # update): the schedule's at the position DeepSpeed's scheduler was saved at,
+            # unless that position is not the applied steps' (fp32_s2_full_at5) or a load or
+            # write left another.
+            first = [g["lr"] for g in ds.param_groups] if groups else engine._opt._lrs()
+            if keep_sched:
+                _partial_load.set_sched(engine, before.sched)
+            _partial_load.first_lr(engine, first)
     return ds.path, ds.client_state
+
+
+def _sched_of(ds, applied):
+    """The schedule's position (a count of updates) a DeepSpeed checkpoint gives zinc's:
+    DeepSpeed's scheduler's last_batch_iteration + 1, as its load restores the scheduler's
+    own position (it leads the applied updates where a script stepped the scheduler itself, or
+    loaded a state into it); the applied updates where the checkpoint has none (a client
+    scheduler's state, or none). Before 2026-12-01 the applied updates won, with a warning."""
+    sched = ds.lr_scheduler if isinstance(ds.lr_scheduler, dict) else {}
+    at = sched.get("last_batch_iteration")
+    try:
+        at = None if isinstance(at, bool) else operator.index(at)
+    except TypeError:
+        at = None
+    return applied if at is None or at < -1 else at + 1
 
 
 def _restore_groups(engine, ds):

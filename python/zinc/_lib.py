@@ -165,6 +165,8 @@ _sig = {
     "zinc_engine_set_train_state": (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(TrainState)]),
     "zinc_engine_set_adam_lead": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int64]),
     "zinc_engine_adam_lead": (ctypes.c_int64, [ctypes.c_void_p]),
+    "zinc_engine_set_sched_lead": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int64]),
+    "zinc_engine_sched_lead": (ctypes.c_int64, [ctypes.c_void_p]),
     "zinc_engine_steps": (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int64),
                                          ctypes.POINTER(ctypes.c_int64)]),
     "zinc_ckpt_save": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p,

@@ -9,10 +9,12 @@ Anything zinc would compute differently is refused by name.
 """
 import ctypes
 import math
+import operator
 import warnings
 
 import torch
 
+from . import _partial_load
 from ._lib import lib
 from ._memory import _numel
 from .ops.adam import _AdamHyperparameters
@@ -584,11 +586,9 @@ class _Scheduler:
     @property
     def last_batch_iteration(self):
         """DeepSpeed's: the schedule's position, the optimizer steps applied minus one (-1
-        before the first; steps skipped for an overflow do not move it). zinc keeps one count
-        for the schedule and Adam's bias correction."""
-        applied, skipped = ctypes.c_int64(), ctypes.c_int64()
-        lib.zinc_engine_steps(self._engine._e, ctypes.byref(applied), ctypes.byref(skipped))
-        return applied.value - 1
+        before the first; steps skipped for an overflow do not move it), or where a load or
+        load_state_dict put it (zinc_engine_sched_lead)."""
+        return _partial_load.counts(self._engine).sched - 1
 
     def get_lr(self):
         """The lr of each param group at the schedule's position (what the next step uses)."""
@@ -601,14 +601,23 @@ class _Scheduler:
         return {"last_batch_iteration": self.last_batch_iteration}
 
     def load_state_dict(self, sd):
-        """DeepSpeed's sets the position; zinc's is Adam's step count, which a checkpoint load
-        sets (engine.load_checkpoint): a state at that position is accepted, another refused."""
+        """DeepSpeed's: sets the position, and the lr its next step() writes follows from it;
+        the update before that runs at the lr the param groups hold now, as DeepSpeed's (its
+        load leaves them)."""
         at = sd.get("last_batch_iteration") if isinstance(sd, dict) else None
-        if at != self.last_batch_iteration:
-            raise NotImplementedError(
-                f"zinc: lr_scheduler.load_state_dict to last_batch_iteration {at}: the config's "
-                f"schedule is at {self.last_batch_iteration}, the optimizer steps applied - 1, "
-                f"which zinc keeps as one count with Adam's; engine.load_checkpoint sets both")
+        try:
+            at = None if isinstance(at, bool) else operator.index(at)
+        except TypeError:
+            at = None
+        if at is None or at < -1:
+            raise ValueError(f"zinc: lr_scheduler.load_state_dict: last_batch_iteration "
+                             f"{sd.get('last_batch_iteration') if isinstance(sd, dict) else sd!r}"
+                             f" is not a whole number >= -1")
+        if at == self.last_batch_iteration:
+            return
+        lrs = self._engine._opt._lrs()
+        _partial_load.set_sched(self._engine, at + 1)
+        _partial_load.first_lr(self._engine, lrs)
 
     def step(self, *args, **kwargs):
         """Nothing to do: engine.step() advances the schedule. DeepSpeed 0.19.8's engine.step()

@@ -17,6 +17,7 @@ import warnings
 
 import torch
 
+from . import _partial_load
 from ._interrupt import held
 from ._lib import LoadOptions, SaveOptions, TrainState, ZincError, lib, read_tensors
 from ._memory import _TORCH_DTYPE
@@ -368,12 +369,14 @@ class _StateIOMixin:
           step count and the loss scaler;
         - load_module_only=True loads the weights only (warm start): the fp32 master from the
           checkpoint; the Adam state, the schedule's position, the counters and the loss scaler
-          stay as they are (fresh in a new engine).
-        zinc keeps the schedule's position and the Adam state in one step count (bias
-        correction and LR both follow it), so DeepSpeed's in-between forms, fresh Adam state
-        with the schedule kept (load_optimizer_states=False) or the schedule restarted with the
-        Adam state kept (load_lr_scheduler_states=False), raise NotImplementedError rather than
-        load something else; so does custom_load_fn.
+          stay as they are (fresh in a new engine);
+        - load_optimizer_states=False loads the weights (each fp32 master restarts from its
+          16-bit weight), the counters and the schedule's position, and keeps the engine's
+          Adam state and count, loss scaler and param groups; load_lr_scheduler_states=False
+          keeps the engine's schedule position (_partial_load.py says what DeepSpeed does).
+          The first update after either runs at the lr the groups then show (the
+          checkpoint's, or the engine's own with load_optimizer_states=False).
+        custom_load_fn raises NotImplementedError.
         load_module_strict (DeepSpeed's strict module load): True, a checkpoint must hold the
         model's parameters and buffers, and nothing else, or ValueError names what differs;
         False, what the checkpoint lacks keeps its value (a frozen base saved with
@@ -384,21 +387,15 @@ class _StateIOMixin:
         A DeepSpeed checkpoint folder (load_dir/tag, or the tag its `latest` names) loads as it
         is: ZeRO stages 0-3 and universal checkpoints, fp32/fp16/bf16 (_ds_import.py,
         docs/deepspeed-checkpoints.md); what zinc cannot carry raises before anything is set."""
-        if not load_module_only:
-            if not load_optimizer_states:
-                raise NotImplementedError(
-                    "zinc: load_checkpoint(load_optimizer_states=False): DeepSpeed keeps the LR "
-                    "schedule's position with fresh Adam state; zinc's step count drives both, so "
-                    "it loads both or neither: load_module_only=True for the weights alone")
-            if not load_lr_scheduler_states:
-                raise NotImplementedError(
-                    "zinc: load_checkpoint(load_lr_scheduler_states=False): zinc's LR schedule "
-                    "follows the step count it restores with the Adam state; "
-                    "load_module_only=True restarts both")
+        # What the engine keeps of its own (DeepSpeed's in-between forms; load_module_only
+        # keeps all of it): Adam's state and count, and the schedule's position.
+        keep_adam = not load_module_only and not load_optimizer_states
+        keep_sched = not load_module_only and not load_lr_scheduler_states
         if custom_load_fn is not None:
             raise NotImplementedError("zinc: load_checkpoint(custom_load_fn=...)")
         self._no_context("load_checkpoint()")
         tag = None if tag is None else _tag_text(tag)
+        before, lrs_before = _partial_load.counts(self), self._opt._lrs()
         if self._stage == 3:
             # nothing gathered stays: a group a failed forward or backward left gathered kept
             # the values from before the load, which the next forward then computed with
@@ -407,8 +404,11 @@ class _StateIOMixin:
         from ._ds_import import is_deepspeed, load_deepspeed
         if is_deepspeed(load_dir, tag):
             return load_deepspeed(self, load_dir, tag, bool(load_module_strict),
-                                  bool(load_module_only))
-        weights_only, strict = bool(load_module_only), bool(load_module_strict)
+                                  bool(load_module_only), keep_adam, keep_sched)
+        # zinc_ckpt_load's weights-only load keeps the optimizer; the counters that go with it
+        # are set here (keep_adam)
+        weights_only = bool(load_module_only) or keep_adam
+        strict = bool(load_module_strict)
         cap = _BLOB_CAP
         # zinc's load and the counters read with it change together (_interrupt): a Ctrl-C
         # between them left global_steps behind the loaded state, and the next save's default tag
@@ -451,14 +451,14 @@ class _StateIOMixin:
                     done, frozen_then = self._restore_module_state(module_state, strict)
                 saved = json.loads(text.decode())
                 client = _client_state_of(saved)
-                if not weights_only:
+                if not load_module_only:
                     self._steps = int(saved.get("global_steps", 0))
                     # As DeepSpeed's load: global_samples defaults to steps x train_batch_size.
                     self._skipped = int(saved.get("skipped_steps", 0))
                     self._samples = int(saved.get("global_samples",
                                                   self._steps * self.train_batch_size()))
                     self._lr = float(saved.get("lr", self._lr))
-                    self._load_lr_state(saved)
+                    self._load_lr_state(saved, groups=not keep_adam, sched=not keep_sched)
             elif not weights_only:
                 # No blob (saved through the C API): DeepSpeed's counters from the engine's own,
                 # since step() counts on from here (global_steps restarted at 0 otherwise).
@@ -471,7 +471,37 @@ class _StateIOMixin:
                 self._set_trained(load_dir, opts.loaded_tag.decode(), frozen_then, opts.missing,
                                   strict)
             self._restore_untrained(load_dir, opts.loaded_tag.decode(), done, opts.extra, strict)
+            if keep_adam or keep_sched:
+                self._partial_counts(load_dir, opts.loaded_tag.decode(), keep_adam, keep_sched,
+                                     before, lrs_before, bool(opts.client_blob_bytes))
         return os.path.join(load_dir, opts.loaded_tag.decode()), client
+
+    def _partial_counts(self, load_dir, tag, keep_adam, keep_sched, before, lrs_before,
+                        had_blob):
+        """After load_checkpoint's zinc load with load_optimizer_states or
+        load_lr_scheduler_states False (_partial_load.py): the counts the engine keeps
+        (`before`: its counts before the load), the checkpoint's others, and the lr of the
+        first update (the engine's own from before, or the checkpoint's)."""
+        if not keep_adam:           # a full load, the schedule's position kept
+            first = self._opt._lrs()
+            _partial_load.set_sched(self, before.sched)
+            _partial_load.first_lr(self, first)
+            return
+        # The weights alone were loaded: the counters and the schedule's position come from
+        # the manifest (the engine state every rank's load read)
+        with open(os.path.join(load_dir, tag, "manifest.json"), encoding="utf-8") as f:
+            st = json.load(f)["engine_state"]
+        step, skipped = int(st["step"]), int(st["skipped"])
+        if not had_blob:            # saved through the C API: DeepSpeed's counters from these
+            self._steps, self._skipped = step + skipped, skipped
+            self._samples = self._steps * self.train_batch_size()
+        _partial_load.masters_from_16bit(self)
+        sched = before.sched if keep_sched else step + int(st.get("sched_lead", 0))
+        state = TrainState(applied=step, skipped=skipped, scaler_scale=0.0,
+                           scaler_hysteresis=1, scaler_iter=0, scaler_last_overflow_iter=-1)
+        _partial_load.set_counts(self, state, before.adam, sched)
+        self._zinc_then_torch()       # the masters written above reach the weights at the step
+        _partial_load.first_lr(self, lrs_before)
 
     def _fresh_window(self):
         """After a full load: the next micro-batch starts an accumulation window, as after
@@ -500,8 +530,9 @@ class _StateIOMixin:
             out["lr_scheduler"] = base64.b64encode(raw.getvalue()).decode()
         return out
 
-    def _load_lr_state(self, saved):
-        if bool(saved.get("moments_over_scale")) != self._unscaled_loss and self.global_rank == 0:
+    def _load_lr_state(self, saved, groups=True, sched=True):
+        if (groups and bool(saved.get("moments_over_scale")) != self._unscaled_loss
+                and self.global_rank == 0):     # (the moments loaded: not with groups False)
             # (engine.py, _unscaled_loss; an older checkpoint has no key: gradient units)
             was, now = (("fp16 at ZeRO stage 0", "gradients") if saved.get("moments_over_scale")
                         else ("another setting", "units of gradient / loss scale"))
@@ -510,9 +541,11 @@ class _StateIOMixin:
                           f"(gradient / loss scale, as DeepSpeed 0.19.8's) or every other "
                           f"setting (gradients); here they go on taken as {now}, exact only at "
                           f"a loss scale of 1", RuntimeWarning, stacklevel=3)
-        if self._client_sched is not None and "lr_scheduler" in saved:
+        if self._client_sched is not None and "lr_scheduler" in saved and sched:
             state = torch.load(io.BytesIO(base64.b64decode(saved["lr_scheduler"])))
             self._client_sched.load_state_dict(state)
+        if not groups:      # load_optimizer_states=False: the groups keep their values
+            return
         if "group_lr" in saved:
             self._opt._restore(saved["group_lr"])
         else:                   # the schedule runs: the groups show the next step's lr

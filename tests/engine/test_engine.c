@@ -812,11 +812,11 @@ static void test_adam_lead(void)
     ZT_OK(toy_engine(&tr, &plain, &np));
     ZT_OK(toy_engine(&tr, &loaded, &np));
     if (!led || !counted || !plain || !loaded) goto out;
-    ZT_CHECK(zinc_engine_adam_lead(led) == 0 && zinc_engine_adam_lead(NULL) == -1,
+    ZT_CHECK(zinc_engine_adam_lead(led) == 0 && zinc_engine_adam_lead(NULL) == INT64_MIN,
              "the lead is 0 by default: %lld", (long long)zinc_engine_adam_lead(led));
     ZT_CHECK(zinc_engine_set_adam_lead(led, -1) == ZINC_ERR_INVALID_ARG &&
                  strstr(zinc_last_error(led), "0..2^53") && zinc_engine_adam_lead(led) == 0,
-             "a lead of -1 is refused: %s", zinc_last_error(led));
+             "a lead of -1 is refused before any update: %s", zinc_last_error(led));
     ZT_OK(zinc_engine_set_adam_lead(led, 1));
     zinc_train_state_t one = {.applied = 1, .scaler_last_overflow_iter = -1};
     ZT_OK(zinc_engine_set_train_state(counted, &one));
@@ -849,6 +849,81 @@ out:
     zinc_engine_destroy(led);
     zinc_engine_destroy(counted);
     zinc_engine_destroy(plain);
+    zinc_engine_destroy(loaded);
+}
+
+/* The schedule's lead (zinc_engine_set_sched_lead) and a negative Adam lead, as a load with
+ * DeepSpeed's load_optimizer_states=False or load_lr_scheduler_states=False sets them: the lr
+ * is the schedule's at applied + sched_lead, the bias corrections those of applied + adam_lead
+ * + 1, each bit for bit an engine whose counts are there; a checkpoint keeps both. */
+static void test_sched_lead(void)
+{
+    toy_run tr = {.world = 1, .stage = 1, .accum = 1, .dtype = ZINC_DTYPE_FP32,
+                  .extra_json = "\"scheduler\": {\"type\": \"WarmupLR\", \"params\": {"
+                                "\"warmup_min_lr\": 0.001, \"warmup_max_lr\": 0.01, "
+                                "\"warmup_num_steps\": 8, \"warmup_type\": \"linear\"}},"};
+    zinc_engine_t *led = NULL, *at3 = NULL, *fresh = NULL, *loaded = NULL;
+    int np = 0;
+    ZT_OK(toy_engine(&tr, &led, &np));
+    ZT_OK(toy_engine(&tr, &at3, &np));
+    ZT_OK(toy_engine(&tr, &fresh, &np));
+    ZT_OK(toy_engine(&tr, &loaded, &np));
+    if (!led || !at3 || !fresh || !loaded) goto out;
+    ZT_CHECK(zinc_engine_sched_lead(led) == 0 && zinc_engine_sched_lead(NULL) == INT64_MIN,
+             "the schedule's lead is 0 by default: %lld", (long long)zinc_engine_sched_lead(led));
+    ZT_CHECK(zinc_engine_set_sched_lead(led, -1) == ZINC_ERR_INVALID_ARG &&
+                 strstr(zinc_last_error(led), "0..2^53") && zinc_engine_sched_lead(led) == 0,
+             "a schedule lead of -1 is refused before any update: %s", zinc_last_error(led));
+    /* led: 3 updates applied on the books, the schedule there too (lead 0), Adam's count 0
+     * (lead -3): a load of step 3's weights and schedule with the engine's fresh Adam state.
+     * at3: the schedule at 3 through its lead, Adam fresh: the same update. fresh: neither. */
+    zinc_train_state_t three = {.applied = 3, .scaler_last_overflow_iter = -1};
+    ZT_OK(zinc_engine_set_train_state(led, &three));
+    ZT_OK(zinc_engine_set_adam_lead(led, -3));
+    ZT_OK(zinc_engine_set_sched_lead(at3, 3));
+    ZT_CHECK(zinc_engine_lr(led) == zinc_engine_lr(at3) && zinc_engine_lr(at3) != zinc_engine_lr(fresh),
+             "the lr of step count 3 through either: %g %g (fresh %g)", zinc_engine_lr(led),
+             zinc_engine_lr(at3), zinc_engine_lr(fresh));
+    ZT_CHECK(zinc_engine_set_adam_lead(led, -4) == ZINC_ERR_INVALID_ARG &&
+                 strstr(zinc_last_error(led), "-3..2^53") && zinc_engine_adam_lead(led) == -3,
+             "an Adam count below 0 is refused: %s", zinc_last_error(led));
+    zinc_train_state_t two = {.applied = 2, .scaler_last_overflow_iter = -1};
+    ZT_CHECK(zinc_engine_set_train_state(led, &two) == ZINC_ERR_INVALID_ARG &&
+                 strstr(zinc_last_error(led), "applied") && zinc_engine_lr(led) == zinc_engine_lr(at3),
+             "applied below the Adam lead's -3 is refused, nothing changed: %s",
+             zinc_last_error(led));
+    ZT_OK(toy_steps(led, 0, 1, 0, 1, np));
+    ZT_OK(toy_steps(at3, 0, 1, 0, 1, np));
+    ZT_OK(toy_steps(fresh, 0, 1, 0, 1, np));
+    ZT_CHECK(same_masters(led, at3, np), "the update of lr(3) and t = 1 both ways, bit for bit");
+    ZT_CHECK(!same_masters(led, fresh, np), "not the fresh engine's update (lr(0))");
+    char dir[512];
+    if (zt_disk_dir(dir, sizeof dir, "zinc-sched-lead") != 0) {
+        ZT_CHECK(0, "zt_disk_dir failed");
+        goto out;
+    }
+    ZT_OK(zinc_ckpt_save(led, dir, "t", NULL));
+    ZT_OK(zinc_ckpt_load(loaded, dir, "t", NULL));
+    ZT_CHECK(zinc_engine_adam_lead(loaded) == -3 && zinc_engine_sched_lead(loaded) == 0 &&
+                 zinc_engine_lr(loaded) == zinc_engine_lr(led),
+             "the checkpoint keeps both leads: %lld %lld", (long long)zinc_engine_adam_lead(loaded),
+             (long long)zinc_engine_sched_lead(loaded));
+    ZT_OK(zinc_ckpt_save(at3, dir, "u", NULL));
+    ZT_OK(zinc_ckpt_load(loaded, dir, "u", NULL));
+    ZT_CHECK(zinc_engine_adam_lead(loaded) == 0 && zinc_engine_sched_lead(loaded) == 3 &&
+                 zinc_engine_lr(loaded) == zinc_engine_lr(at3),
+             "and the schedule's: %lld %lld", (long long)zinc_engine_adam_lead(loaded),
+             (long long)zinc_engine_sched_lead(loaded));
+    ZT_OK(toy_steps(at3, 0, 1, 1, 1, np));
+    ZT_OK(toy_steps(loaded, 0, 1, 1, 1, np));
+    ZT_CHECK(same_masters(at3, loaded, np), "after the load: the saver's next update");
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    ZT_CHECK(system(cmd) == 0, "cleanup");
+out:
+    zinc_engine_destroy(led);
+    zinc_engine_destroy(at3);
+    zinc_engine_destroy(fresh);
     zinc_engine_destroy(loaded);
 }
 
@@ -1130,5 +1205,6 @@ int main(void)
     test_misuse_messages();
     test_introspection();
     test_adam_lead();
+    test_sched_lead();
     return zt_finish("test_engine");
 }

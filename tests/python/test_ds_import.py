@@ -116,7 +116,6 @@ def load(name, stage, root=None):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         path, client = engine.load_checkpoint(os.path.join(root, name, "ckpt"))
-    schedule_warned = any("LR scheduler" in str(w.message) for w in caught)
     other_schedule = [str(w.message) for w in caught
                       if "DeepSpeed's run had the scheduler" in str(w.message)]
     tag = f"{name} at zinc stage {stage}, {world} rank(s)"
@@ -155,17 +154,15 @@ def load(name, stage, root=None):
           f"{lib.zinc_engine_adam_lead(engine._e)}")
     sched = want.get("lr_scheduler")
     at = sched.get("last_batch_iteration") if isinstance(sched, dict) else None
-    same_count = at is None or int(at) + 1 == applied
-    # Rank 0 warns (as zinc's other load messages), the others stay quiet.
-    check(f"{tag}: a warning exactly when DeepSpeed's scheduler count and applied steps differ",
-          schedule_warned == (not same_count and engine.global_rank == 0),
-          f"warned {schedule_warned}")
+    # the schedule resumes where DeepSpeed's scheduler was saved (_ds_import._sched_of)
+    position = engine.lr_scheduler.last_batch_iteration if engine.lr_scheduler else None
+    check(f"{tag}: the schedule's position is DeepSpeed's scheduler's ({at})",
+          at is None or position is None or position == at, f"{position}")
     if want["dtype"] == "fp16" and world == 1:      # (a save to one folder of its own)
         fp16_fields(tag, engine, os.path.join(root, name, "ckpt"))
     lr = engine.get_lr()[0]
-    if same_count:
-        check(f"{tag}: lr {lr} is DeepSpeed's {want['lr']}",
-              abs(lr - want["lr"]) <= 1e-12 * abs(want["lr"]))
+    check(f"{tag}: lr {lr} is DeepSpeed's {want['lr']}",
+          abs(lr - want["lr"]) <= 1e-12 * abs(want["lr"]))
     if want["dtype"] == "fp16" and not cpu_fp16_matmul():
         print(f"note {tag}: this torch ({torch.__version__}) has no fp16 matmul on the CPU, so "
               "the 3 steps after the load are not run (docs/deepspeed-checkpoints.md)")

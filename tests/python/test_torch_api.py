@@ -811,10 +811,15 @@ def check_config_scheduler(stage):
     check("get_lr() and get_last_lr() are the groups' lr",
           sched.get_lr() == engine.get_lr() == sched.get_last_lr() and 0 < sched.get_lr()[0] < 1e-2,
           f"{sched.get_lr()} {sched.get_last_lr()} {engine.get_lr()}")
+    lr_now = engine.get_lr()
     sched.load_state_dict({"last_batch_iteration": 2})
-    check_raises("load_state_dict of another position",
-                 lambda: sched.load_state_dict({"last_batch_iteration": 5}), NotImplementedError,
-                 "last_batch_iteration 5")
+    check_raises("load_state_dict of a position that is no whole number >= -1",
+                 lambda: sched.load_state_dict({"last_batch_iteration": -2}), ValueError,
+                 "last_batch_iteration -2")
+    sched.load_state_dict({"last_batch_iteration": 5})      # (DeepSpeed's: test_ds_load_flags)
+    check("load_state_dict of another position moves it; the groups keep their lr",
+          sched.last_batch_iteration == 5 and engine.get_lr() == lr_now,
+          f"{sched.last_batch_iteration} {engine.get_lr()} {lr_now}")
     engine.close()
     if stage == 0:
         c = cfg(0)

@@ -444,3 +444,9 @@ zinc_python_stage_tests(window_grads test_window_grads.py 300 0 1)
 add_test(NAME python_ds_stage0_first_step COMMAND ${_py} ${_pyt}/test_ds_stage0_first_step.py)
 set_tests_properties(python_ds_stage0_first_step PROPERTIES LABELS python TIMEOUT 120
                      SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
+# load_checkpoint(load_optimizer_states=False / load_lr_scheduler_states=False) and the config
+# scheduler's load_state_dict train on as DeepSpeed's: lr per window, counters, losses and fp32
+# masters against DeepSpeed's own, ds_fixtures/load_flags.json (test_ds_load_flags.py).
+add_test(NAME python_ds_load_flags COMMAND ${_py} ${_pyt}/test_ds_load_flags.py)
+set_tests_properties(python_ds_load_flags PROPERTIES LABELS python TIMEOUT 180
+                     SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")

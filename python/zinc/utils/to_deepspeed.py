@@ -213,7 +213,8 @@ def convert(zinc_dir, out_dir, tag=None):
     if "lr_scheduler" in record:         # a client scheduler's own state_dict
         sched = torch.load(io.BytesIO(base64.b64decode(record["lr_scheduler"])))
     else:                                 # DeepSpeed's schedulers: the position alone
-        sched = {"last_batch_iteration": step - 1}
+        sched_lead = int((manifest.get("engine_state") or {}).get("sched_lead", 0))
+        sched = {"last_batch_iteration": step + sched_lead - 1}
     if frozen:
         _warn(f"DeepSpeed 0.19.8's universal load does not restore frozen parameters "
               f"({', '.join(frozen)}): they keep the values the model has; their saved values "

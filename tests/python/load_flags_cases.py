@@ -1,0 +1,125 @@
+"""load_flags_cases.py — the runs that test_ds_load_flags.py compares with DeepSpeed 0.19.8
+(ds_fixtures/make_load_flags.py records DeepSpeed's, never in CI).
+
+DeepSpeed's load_checkpoint(load_optimizer_states=False) loads the weights and the counters
+(global_steps, skipped_steps, and the LR scheduler's position unless load_lr_scheduler_states
+is False too) and leaves the optimizer's Adam state as it was: a fresh engine's first step
+after the load takes the bias corrections of a first step, at the lr its param groups held;
+the fp32 masters restart from the 16-bit weights at ZeRO stages 1-3
+(_restore_from_bit16_weights). load_lr_scheduler_states=False leaves the scheduler where it
+was. Each case: run A trains STEPS windows and saves; run B, a fresh engine on other weights
+(or, `warm`, one that trained WARM windows of its own first), loads A's checkpoint with the
+case's two flags (a case without flags: engine.lr_scheduler.load_state_dict to SCHED_AT, no
+checkpoint) and trains STEPS windows more. run(initialize, get_master, case, ckpt_dir) returns B's losses, lr per window,
+counters and final fp32 masters; `initialize` is deepspeed.initialize or zinc.initialize."""
+import torch
+
+GA, STEPS, WARM, MICRO = 2, 3, 2, 4
+SCHED_AT = 4        # the scheduler's position a case without a flag loads
+AT5 = 5             # fp32_s2_full_at5's
+
+SCHED = {"type": "WarmupLR", "params": {"warmup_min_lr": 0.001, "warmup_max_lr": 0.01,
+                                        "warmup_num_steps": 8, "warmup_type": "linear"}}
+FLAGS = {"full": (True, True), "noopt": (False, True), "nosched": (True, False),
+         "neither": (False, False)}
+
+
+def _cases():
+    out = {}
+    for dtype in ("fp32", "bf16"):
+        for stage in (0, 1, 2, 3):
+            for flag in FLAGS:
+                out[f"{dtype}_s{stage}_{flag}"] = dict(dtype=dtype, stage=stage, flag=flag,
+                                                        warm=False)
+    for stage in (0, 1, 3):
+        for flag in FLAGS:
+            out[f"bf16_s{stage}_{flag}_warm"] = dict(dtype="bf16", stage=stage, flag=flag,
+                                                      warm=True)
+    # no checkpoint: engine.lr_scheduler.load_state_dict moves the config's scheduler
+    out["fp32_s1_sched_state"] = dict(dtype="fp32", stage=1, flag=None, warm=False)
+    out["bf16_s0_sched_state_warm"] = dict(dtype="bf16", stage=0, flag=None, warm=True)
+    # run A's DeepSpeed checkpoint with its scheduler's state moved to AT5 (as a script that
+    # stepped the scheduler itself leaves it), loaded whole: DeepSpeed resumes the scheduler there
+    out["fp32_s2_full_at5"] = dict(dtype="fp32", stage=2, flag="full", warm=False,
+                                   source="lf_fp32_s2_at5")
+    return out
+
+
+CASES = _cases()
+# run A's DeepSpeed checkpoint is kept for these (ds_fixtures/lf_<dtype>_s<stage>), one per
+# dtype and stage: zinc imports it with each case's flags
+SAVED = ("bf16_s1_noopt", "bf16_s3_noopt", "fp32_s2_noopt")
+
+
+class _Scale(torch.nn.Module):
+    """x * w + b, elementwise (torch 1.13's 16-bit matmuls on the CPU round otherwise than torch
+    2.x's, where DeepSpeed's record was made; its elementwise ops agree)."""
+
+    def __init__(self, n, at):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.linspace(0.5, 1.5, n) * at)
+        self.b = torch.nn.Parameter(torch.linspace(-0.2, 0.2, n) * at)
+
+    def forward(self, x):
+        return x * self.w + self.b
+
+
+def model(at):
+    return torch.nn.Sequential(_Scale(6, at), _Scale(6, at))
+
+
+def config(case):
+    c = CASES[case]
+    cfg = {"train_micro_batch_size_per_gpu": MICRO, "gradient_accumulation_steps": GA,
+           "gradient_clipping": 1.0, "steps_per_print": 1000,
+           "optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.05}},
+           "scheduler": SCHED, "zero_optimization": {"stage": c["stage"]}}
+    if c["dtype"] == "bf16":
+        cfg["bf16"] = {"enabled": True}
+    return cfg
+
+
+def _windows(engine, case, n, seed):
+    dt = torch.bfloat16 if CASES[case]["dtype"] == "bf16" else torch.float32
+    g = torch.Generator().manual_seed(seed)
+    losses, lrs = [], []
+    for _ in range(n):
+        lrs.append(float(engine.get_lr()[0]))
+        for _ in range(GA):
+            x, y = torch.randn(MICRO, 6, generator=g), torch.randn(MICRO, 6, generator=g)
+            loss = ((engine(x.to(dt)).float() - y) ** 2).mean()
+            engine.backward(loss)
+            engine.step()
+            losses.append(float(loss))
+    return losses, lrs
+
+
+def run(initialize, get_master, case, ckpt_dir, saved=False, after_load=None):
+    """Runs A (saves into ckpt_dir, tag "a"; saved: ckpt_dir holds it already) then B;
+    returns B's record: {"losses", "lrs" (the lr each window starts with),
+    "global_steps_at_load", "global_steps", "masters" {name: flat}}. get_master(engine,
+    param): the parameter's fp32 master. after_load(engine): called on B after its load."""
+    c = CASES[case]
+    if not saved:
+        m = model(1.0)
+        a, *_ = initialize(model=m, model_parameters=m.parameters(), config=config(case))
+        _windows(a, case, STEPS, 1)
+        a.save_checkpoint(ckpt_dir, tag="a")
+    m = model(0.7)
+    b, *_ = initialize(model=m, model_parameters=m.parameters(), config=config(case))
+    if c["warm"]:
+        _windows(b, case, WARM, 2)
+    if c["flag"] is None:
+        b.lr_scheduler.load_state_dict({"last_batch_iteration": SCHED_AT})
+    else:
+        opt, sched = FLAGS[c["flag"]]
+        b.load_checkpoint(ckpt_dir, tag="a", load_optimizer_states=opt,
+                          load_lr_scheduler_states=sched)
+    if after_load is not None:
+        after_load(b)
+    steps_at_load = b.global_steps
+    losses, lrs = _windows(b, case, STEPS, 3)
+    masters = {n: get_master(b, p).float().flatten().tolist()
+               for n, p in b.module.named_parameters()}
+    return {"losses": losses, "lrs": lrs, "global_steps_at_load": steps_at_load,
+            "global_steps": b.global_steps, "masters": masters}
