@@ -517,12 +517,15 @@ class _StateIOMixin:
 
     def _lr_state(self):
         """What the checkpoint keeps of the optimizer values carried outside zinc: each group's
-        betas, eps and weight decay, whether the groups drive the lr and their lr, and a client
-        scheduler's state_dict (torch.save, base64)."""
+        betas, eps and weight decay, the groups' lr where they drive it or hold one the
+        schedule has not written (for the next update alone: after a load with
+        load_optimizer_states=False, a load_state_dict, a write), and a client scheduler's
+        state_dict (torch.save, base64). DeepSpeed's checkpoint holds its groups' lr
+        whatever wrote it; a load runs the next update at it."""
         out = {"group_adam": self._opt._adam_state()}
         if self._unscaled_loss:     # fp16 at stage 0: the moments are in gradient / loss scale
             out["moments_over_scale"] = True
-        if self._opt._taken:
+        if self._opt._taken or self._opt._lrs() != self._opt._shown:
             out["group_lr"] = self._opt._lrs()
         if self._client_sched is not None and hasattr(self._client_sched, "state_dict"):
             raw = io.BytesIO()

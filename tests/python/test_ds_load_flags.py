@@ -22,7 +22,8 @@ import os
 import tempfile
 
 from _common import check, finish, torch, zinc  # noqa: F401
-from load_flags_cases import CASES, FLAGS, SAVED, _windows, config, model, run
+from load_flags_cases import (CASES, FLAGS, SAVED, STEPS, WARM, _windows, config, model,
+                              run)
 import zinc.utils as zu
 from zinc.utils.to_deepspeed import convert
 
@@ -72,7 +73,37 @@ def main():
                     run(zinc.initialize, master, case, folder, saved=True), ds[case])
     with tempfile.TemporaryDirectory(dir=".") as d:
         kept_position(d)
+    for case in ("bf16_s1_noopt_warm", "fp32_s2_nosched"):
+        with tempfile.TemporaryDirectory(dir=".") as d:
+            saved_after_load(case, d)
     finish()
+
+
+def saved_after_load(case, d):
+    """A checkpoint saved right after such a load, before any update, holds the lr the next
+    update is to run at (the groups', not yet the schedule's), as DeepSpeed's holds its
+    groups': a fresh engine that loads it trains bit for bit as the engine that saved it (the
+    package of f02c234 saved no lr there: the first update took the schedule's)."""
+    c = CASES[case]
+
+    def engine(at):
+        m = model(at)
+        return zinc.initialize(model=m, model_parameters=m.parameters(), config=config(case))[0]
+
+    a = engine(1.0)
+    _windows(a, case, STEPS, 1)
+    a.save_checkpoint(d, tag="a")
+    b = engine(0.7)
+    if c["warm"]:
+        _windows(b, case, WARM, 2)
+    opt, sched = FLAGS[c["flag"]]
+    b.load_checkpoint(d, tag="a", load_optimizer_states=opt, load_lr_scheduler_states=sched)
+    b.save_checkpoint(d, tag="b")
+    f = engine(0.5)
+    f.load_checkpoint(d, tag="b")
+    runs = [_windows(x, case, STEPS, 3) for x in (b, f)]
+    check(f"{case}, saved after the load and loaded whole: the saver's lr per window "
+          f"{runs[0][1]} and losses, bit for bit (got {runs[1][1]})", runs[0] == runs[1])
 
 
 def kept_position(d):
