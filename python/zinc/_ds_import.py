@@ -193,8 +193,9 @@ def apply_deepspeed(engine, ds, strict, weights_only, stacklevel=2, converting=F
     if sched_at > 2 ** 53:              # (zinc's counters' bound: checked before any write)
         raise ValueError(f"zinc: {ds.path}: the LR scheduler's last_batch_iteration "
                          f"{sched_at - 1} is out of range (0..2^53)")
-    # keep_adam: the weights alone go in (the counters after them), each fp32 master its
-    # 16-bit weight as DeepSpeed's _restore_from_bit16_weights makes it
+    # weights_only, keep_adam: the weights alone go in (keep_adam: the counters after them),
+    # each fp32 master its 16-bit weight, as DeepSpeed's refresh_fp32_params and
+    # _restore_from_bit16_weights make it
     masters_only = weights_only or keep_adam
     state = _kept_state(engine) if weights_only else _train_state(engine, ds, stacklevel,
                                                                       converting)
@@ -202,7 +203,7 @@ def apply_deepspeed(engine, ds, strict, weights_only, stacklevel=2, converting=F
     for pid, n in set_trained.items():
         values = [ds.master[n]] if masters_only else [ds.master[n], ds.exp_avg[n],
                                                       ds.exp_avg_sq[n]]
-        if keep_adam and engine._code != 0:
+        if masters_only and engine._code != 0:
             values[0] = values[0].to(_TORCH_DTYPE[engine._code])
         values = [v.to(torch.float32).contiguous() for v in values]
         engine._call(lib.zinc_param_set(engine._e, pid, ctypes.c_void_p(values[0].data_ptr())))

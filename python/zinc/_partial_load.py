@@ -64,7 +64,8 @@ def set_sched(engine, sched):
 def masters_from_16bit(engine):
     """Each fp32 master this rank keeps becomes its 16-bit value, as DeepSpeed's
     _restore_from_bit16_weights after load_optimizer_states=False (its ZeRO stages 1-3; zinc
-    at stage 0 too, see load_checkpoint). Nothing to do in fp32. Not collective."""
+    at stage 0 too, see load_checkpoint) and refresh_fp32_params after load_module_only (its
+    stages 0-2; zinc at 3 too). Nothing to do in fp32. Not collective."""
     if engine._code == 0:
         return
     dt, master = _TORCH_DTYPE[engine._code], engine._LOCAL[None]

@@ -367,11 +367,11 @@ class _StateIOMixin:
         Returns (path, client_state). Collective. DeepSpeed's arguments, with its meaning:
         - the defaults load everything: weights, Adam state, the LR schedule's position, the
           step count and the loss scaler;
-        - load_module_only=True loads the weights only (warm start): the fp32 master from the
-          checkpoint; the Adam state, the schedule's position, the counters and the loss scaler
-          stay as they are (fresh in a new engine);
-        - load_optimizer_states=False loads the weights (each fp32 master restarts from its
-          16-bit weight), the counters and the schedule's position, and keeps the engine's
+        - load_module_only=True loads the weights only (warm start; each fp32 master restarts
+          from its 16-bit weight, as DeepSpeed's); the Adam state, the schedule's position, the
+          counters and the loss scaler stay as they are (fresh in a new engine);
+        - load_optimizer_states=False loads the weights (as load_module_only does), the
+          counters and the schedule's position, and keeps the engine's
           Adam state and count, loss scaler and param groups; load_lr_scheduler_states=False
           keeps the engine's schedule position (_partial_load.py says what DeepSpeed does).
           The first update after either runs at the lr the groups then show (the
@@ -471,6 +471,11 @@ class _StateIOMixin:
                 self._set_trained(load_dir, opts.loaded_tag.decode(), frozen_then, opts.missing,
                                   strict)
             self._restore_untrained(load_dir, opts.loaded_tag.decode(), done, opts.extra, strict)
+            if weights_only:
+                # the weights alone: each fp32 master restarts from its 16-bit weight, as
+                # DeepSpeed's refresh_fp32_params / _restore_from_bit16_weights do
+                _partial_load.masters_from_16bit(self)
+                self._zinc_then_torch()
             if keep_adam or keep_sched:
                 self._partial_counts(load_dir, opts.loaded_tag.decode(), keep_adam, keep_sched,
                                      before, lrs_before, bool(opts.client_blob_bytes))
@@ -495,12 +500,10 @@ class _StateIOMixin:
         if not had_blob:            # saved through the C API: DeepSpeed's counters from these
             self._steps, self._skipped = step + skipped, skipped
             self._samples = self._steps * self.train_batch_size()
-        _partial_load.masters_from_16bit(self)
         sched = before.sched if keep_sched else step + int(st.get("sched_lead", 0))
         state = TrainState(applied=step, skipped=skipped, scaler_scale=0.0,
                            scaler_hysteresis=1, scaler_iter=0, scaler_last_overflow_iter=-1)
         _partial_load.set_counts(self, state, before.adam, sched)
-        self._zinc_then_torch()       # the masters written above reach the weights at the step
         _partial_load.first_lr(self, lrs_before)
 
     def _fresh_window(self):

@@ -20,21 +20,28 @@ AT5 = 5             # fp32_s2_full_at5's
 
 SCHED = {"type": "WarmupLR", "params": {"warmup_min_lr": 0.001, "warmup_max_lr": 0.01,
                                         "warmup_num_steps": 8, "warmup_type": "linear"}}
-FLAGS = {"full": (True, True), "noopt": (False, True), "nosched": (True, False),
-         "neither": (False, False)}
+# load_checkpoint's keyword arguments of each flag
+FLAGS = {"full": {}, "noopt": {"load_optimizer_states": False},
+         "nosched": {"load_lr_scheduler_states": False},
+         "neither": {"load_optimizer_states": False, "load_lr_scheduler_states": False},
+         "module": {"load_module_only": True}}
 
 
 def _cases():
     out = {}
+    # (load_module_only at stage 3: DeepSpeed 0.19.8 leaves the weights as they were, and zinc
+    # loads them on purpose, docs/python.md)
     for dtype in ("fp32", "bf16"):
         for stage in (0, 1, 2, 3):
             for flag in FLAGS:
-                out[f"{dtype}_s{stage}_{flag}"] = dict(dtype=dtype, stage=stage, flag=flag,
-                                                        warm=False)
+                if not (flag == "module" and stage == 3):
+                    out[f"{dtype}_s{stage}_{flag}"] = dict(dtype=dtype, stage=stage,
+                                                            flag=flag, warm=False)
     for stage in (0, 1, 3):
         for flag in FLAGS:
-            out[f"bf16_s{stage}_{flag}_warm"] = dict(dtype="bf16", stage=stage, flag=flag,
-                                                      warm=True)
+            if not (flag == "module" and stage == 3):
+                out[f"bf16_s{stage}_{flag}_warm"] = dict(dtype="bf16", stage=stage, flag=flag,
+                                                          warm=True)
     # no checkpoint: engine.lr_scheduler.load_state_dict moves the config's scheduler
     out["fp32_s1_sched_state"] = dict(dtype="fp32", stage=1, flag=None, warm=False)
     out["bf16_s0_sched_state_warm"] = dict(dtype="bf16", stage=0, flag=None, warm=True)
@@ -112,9 +119,7 @@ def run(initialize, get_master, case, ckpt_dir, saved=False, after_load=None):
     if c["flag"] is None:
         b.lr_scheduler.load_state_dict({"last_batch_iteration": SCHED_AT})
     else:
-        opt, sched = FLAGS[c["flag"]]
-        b.load_checkpoint(ckpt_dir, tag="a", load_optimizer_states=opt,
-                          load_lr_scheduler_states=sched)
+        b.load_checkpoint(ckpt_dir, tag="a", **FLAGS[c["flag"]])
     if after_load is not None:
         after_load(b)
     steps_at_load = b.global_steps

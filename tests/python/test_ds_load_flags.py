@@ -69,6 +69,8 @@ def main():
         folder = os.path.join(here, "ds_fixtures", f"lf_{c['dtype']}_s{c['stage']}")
         for flag in FLAGS:
             case = f"{c['dtype']}_s{c['stage']}_{flag}"
+            if case not in CASES:       # (load_module_only at stage 3)
+                continue
             compare(f"{case} from DeepSpeed's checkpoint",
                     run(zinc.initialize, master, case, folder, saved=True), ds[case])
     with tempfile.TemporaryDirectory(dir=".") as d:
@@ -96,8 +98,7 @@ def saved_after_load(case, d):
     b = engine(0.7)
     if c["warm"]:
         _windows(b, case, WARM, 2)
-    opt, sched = FLAGS[c["flag"]]
-    b.load_checkpoint(d, tag="a", load_optimizer_states=opt, load_lr_scheduler_states=sched)
+    b.load_checkpoint(d, tag="a", **FLAGS[c["flag"]])
     b.save_checkpoint(d, tag="b")
     f = engine(0.5)
     f.load_checkpoint(d, tag="b")

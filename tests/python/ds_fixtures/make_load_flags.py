@@ -51,7 +51,7 @@ def main():
             if name in SAVED and not os.path.isdir(keep):
                 shutil.copytree(d, keep, ignore=shutil.ignore_patterns("zero_to_*.py"))
         if (c["stage"] == 0 and c["dtype"] != "fp32" and c["flag"] is not None
-                and not FLAGS[c["flag"]][0]):
+                and FLAGS[c["flag"]].get("load_optimizer_states") is False):
             with tempfile.TemporaryDirectory() as d:
                 out[name]["refreshed"] = run(deepspeed.initialize, master, name, d,
                                              after_load=refresh)
