@@ -447,6 +447,11 @@ set_tests_properties(python_ds_stage0_first_step PROPERTIES LABELS python TIMEOU
 # load_checkpoint(load_optimizer_states=False / load_lr_scheduler_states=False) and the config
 # scheduler's load_state_dict train on as DeepSpeed's: lr per window, counters, losses and fp32
 # masters against DeepSpeed's own, ds_fixtures/load_flags.json (test_ds_load_flags.py).
+# zinc.utils.zero_to_fp32 on DeepSpeed's checkpoint folders: DeepSpeed's own zero_to_fp32's
+# keys and tensors (ds_fixtures/zero_to_fp32.json; test_ds_zero_to_fp32.py).
+add_test(NAME python_ds_zero_to_fp32 COMMAND ${_py} ${_pyt}/test_ds_zero_to_fp32.py)
+set_tests_properties(python_ds_zero_to_fp32 PROPERTIES LABELS python TIMEOUT 120
+                     SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
 add_test(NAME python_ds_load_flags COMMAND ${_py} ${_pyt}/test_ds_load_flags.py)
 set_tests_properties(python_ds_load_flags PROPERTIES LABELS python TIMEOUT 180
                      SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""zero_to_fp32.py — a zinc checkpoint as one consolidated fp32 torch state_dict, with
-DeepSpeed's deepspeed.utils.zero_to_fp32 names and meaning (0.19.8), and no engine, no launcher
-and no model needed: any world size and ZeRO stage that saved it.
+"""zero_to_fp32.py — a zinc checkpoint (or a DeepSpeed one) as one consolidated fp32 torch
+state_dict, with DeepSpeed's deepspeed.utils.zero_to_fp32 names and meaning (0.19.8), and no
+engine, no launcher and no model needed: any world size and ZeRO stage that saved it.
 
     from zinc.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
     state_dict = get_fp32_state_dict_from_zero_checkpoint("checkpoints")    # on the CPU
@@ -32,6 +32,7 @@ import warnings
 import torch
 
 from .._lib import check, lib, read_tensors
+from .ds_checkpoint import find_deepspeed_tag, read_deepspeed_checkpoint
 
 _TAG_CAP = 256
 
@@ -111,6 +112,8 @@ def get_fp32_state_dict_from_zero_checkpoint(checkpoint_dir, tag=None,
     frozen. lazy_mode: each trained parameter is a LazyTensor, read by its contiguous()."""
     if not os.path.isdir(checkpoint_dir):
         raise FileNotFoundError(f"zinc: checkpoint directory {checkpoint_dir!r} does not exist")
+    if find_deepspeed_tag(checkpoint_dir, None if tag is None else str(tag)) is not None:
+        return _deepspeed_state_dict(checkpoint_dir, tag, exclude_frozen_parameters)
     tag, blob = _find_tag(checkpoint_dir, tag)
     record, extra = _saved_module_state(blob)
     table = _tensor_table(checkpoint_dir, tag)
@@ -129,6 +132,24 @@ def get_fp32_state_dict_from_zero_checkpoint(checkpoint_dir, tag=None,
         for (n, _), t in zip(table, _read_master(checkpoint_dir, tag, table)):
             state[n] = t.reshape(()) if n in scalars else t
     for alias, owner in record.get("tied", {}).items():
+        if owner in state:
+            state[alias] = state[owner]
+    return state
+
+
+def _deepspeed_state_dict(checkpoint_dir, tag, exclude_frozen_parameters):
+    """get_fp32_state_dict_from_zero_checkpoint of a DeepSpeed checkpoint folder (read by
+    ds_checkpoint.py, as engine.load_checkpoint reads it), in DeepSpeed 0.19.8's own order: the
+    buffers, the frozen parameters (as saved), the trained parameters' fp32 masters in its
+    optimizer's order, then each tied parameter's other name. Also for the ZeRO stage-0 and
+    universal checkpoints DeepSpeed's zero_to_fp32 does not read. The tensors are read whole
+    (lazy_mode has nothing to save here: the reader holds them already)."""
+    ds = read_deepspeed_checkpoint(checkpoint_dir, None if tag is None else str(tag))
+    state = {n: ds.module[n] for n in ds.buffer_names if n in ds.module}
+    if not exclude_frozen_parameters:
+        state.update((n, ds.module[n]) for n in ds.frozen if n in ds.module)
+    state.update(ds.master)
+    for alias, owner in (ds.client_state.get("shared_params") or {}).items():
         if owner in state:
             state[alias] = state[owner]
     return state
@@ -274,8 +295,8 @@ def convert_zero_checkpoint_to_fp32_state_dict(checkpoint_dir, output_dir, max_s
 def main(argv=None):
     p = argparse.ArgumentParser(
         prog="python -m zinc.utils.zero_to_fp32",
-        description="Write a zinc checkpoint's weights as one consolidated torch state_dict "
-                    "(DeepSpeed's zero_to_fp32.py).")
+        description="Write a zinc (or DeepSpeed) checkpoint's weights as one consolidated "
+                    "torch state_dict (DeepSpeed's zero_to_fp32.py).")
     p.add_argument("checkpoint_dir", help="the save directory (holds the tags and `latest`)")
     p.add_argument("output_dir", help="where pytorch_model.bin (or model.safetensors) goes")
     p.add_argument("--max_shard_size", default="5GB",
