@@ -170,6 +170,7 @@ zinc_status zinc_engine_create(const zinc_engine_options_t *opt, zinc_engine_t *
     zinc_engine_t *e = calloc(1, sizeof *e);
     if (!e) return zerr_thread(ZINC_ERR_NOMEM, "zinc_engine_create: out of memory");
     e->lr_override = NAN;         /* the config's schedule until zinc_set_lr */
+    e->betas_override[0] = e->betas_override[1] = NAN;   /* ... and zinc_set_betas */
     e->boundary_override = -1;    /* zinc counts until zinc_set_accumulation_boundary */
     zinc_status s = ZINC_OK;
 

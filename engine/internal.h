@@ -119,6 +119,7 @@ struct zinc_engine {
     zplan plan;
     zgroup_hparams *group_hp;     /* [plan.ngroups]: a group's own Adam values, NAN if none */
     double lr_override;           /* zinc_set_lr's learning rate; NAN: the config's schedule */
+    double betas_override[2];     /* zinc_set_betas's; NAN: the config's OneCycle momentum */
     int grads_reduced;            /* zinc_grads_reduce made this window's reduction already
                                      (stage 0): zinc_step does not make it again */
     int boundary_override;        /* zinc_set_accumulation_boundary's 0 or 1; -1: zinc's count */

@@ -379,6 +379,19 @@ zinc_status zinc_set_lr(zinc_engine_t *e, double lr)
     return ZINC_OK;
 }
 
+zinc_status zinc_set_betas(zinc_engine_t *e, double beta1, double beta2)
+{
+    if (!e) return zerr_thread(ZINC_ERR_INVALID_ARG, "zinc_set_betas: engine is NULL");
+    int off = isnan(beta1) && isnan(beta2);
+    if (!off && !(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1))
+        return zeng_fail(e, ZINC_ERR_INVALID_ARG,
+                         "zinc_set_betas: betas (%g, %g) are not both in [0, 1) (NAN, NAN: the "
+                         "config's OneCycle momentum)", beta1, beta2);
+    e->betas_override[0] = beta1;
+    e->betas_override[1] = beta2;
+    return ZINC_OK;
+}
+
 double zinc_engine_lr(const zinc_engine_t *e)
 {
     if (!e) return NAN;
@@ -389,6 +402,11 @@ double zinc_engine_lr(const zinc_engine_t *e)
 int zinc_engine_betas(const zinc_engine_t *e, double *beta1, double *beta2)
 {
     if (!e || !beta1 || !beta2) return -1;
+    if (zsched_sets_betas(&e->cfg.sched) && !isnan(e->betas_override[0])) {
+        *beta1 = e->betas_override[0];
+        *beta2 = e->betas_override[1];
+        return 1;
+    }
     *beta1 = zsched_beta1(&e->cfg.sched, e->cfg.optim.beta1, zeng_sched_at(&e->st));
     *beta2 = zsched_beta2(&e->cfg.sched, e->cfg.optim.beta2, zeng_sched_at(&e->st));
     return zsched_sets_betas(&e->cfg.sched);

@@ -519,6 +519,14 @@ ZINC_API zinc_status zinc_set_batch_size(zinc_engine_t *e, int64_t micro_batch, 
  * A finite value >= 0; NAN gives the config's schedule back. Every rank must set the same value
  * before the same zinc_step. Not saved in checkpoints: the caller sets it again after a load. */
 ZINC_API zinc_status zinc_set_lr(zinc_engine_t *e, double lr);
+/* Under the config's OneCycle with cycle_momentum (which sets every group's betas): the betas of
+ * the optimizer steps from here on in place of the schedule's, for a front-end that runs an
+ * update at the betas its param groups hold (DeepSpeed's first update after a load or a
+ * scheduler load_state_dict, before its scheduler writes its own). Both in [0, 1); NAN, NAN
+ * gives the schedule back. Without cycle_momentum it changes nothing (each group's betas are
+ * zinc_group_set_betas's or the config's). Every rank must set the same values before the
+ * same zinc_step. Not saved in checkpoints. */
+ZINC_API zinc_status zinc_set_betas(zinc_engine_t *e, double beta1, double beta2);
 
 /* A group's learning rate for the optimizer steps from here on, in place of the engine's (the
  * config's schedule, or zinc_set_lr's): torch's and DeepSpeed's per-parameter-group lr. Any time

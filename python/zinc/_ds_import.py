@@ -187,7 +187,7 @@ def apply_deepspeed(engine, ds, strict, weights_only, stacklevel=2, converting=F
                                       len(ds.param_groups) != len(engine._opt._sources))
     if not weights_only and not keep_adam and groups:    # (before anything is written)
         engine._opt._check_count(ds.param_groups, "param groups")
-    before, lrs_before = _partial_load.counts(engine), engine._opt._lrs()
+    before, held_before = _partial_load.counts(engine), _partial_load.held(engine)
     applied, lead = _adam_lead(ds)
     sched_at = _sched_of(ds, applied)
     if sched_at > 2 ** 53:              # (zinc's counters' bound: checked before any write)
@@ -239,7 +239,7 @@ def apply_deepspeed(engine, ds, strict, weights_only, stacklevel=2, converting=F
                 and not keep_sched):
             engine._client_sched.load_state_dict(ds.lr_scheduler)
         if keep_adam:                   # the groups keep theirs, the first update their lr
-            _partial_load.first_lr(engine, lrs_before)
+            _partial_load.first_update(engine, held_before)
         else:
             if groups:
                 _restore_groups(engine, ds)
@@ -249,10 +249,12 @@ def apply_deepspeed(engine, ds, strict, weights_only, stacklevel=2, converting=F
             # update): the schedule's at the position DeepSpeed's scheduler was saved at,
             # unless that position is not the applied steps' (fp32_s2_full_at5) or a load or
             # write left another.
-            first = [g["lr"] for g in ds.param_groups] if groups else engine._opt._lrs()
+            first = _partial_load.held(engine)
+            if groups:
+                first = ([g["lr"] for g in ds.param_groups], first[1])
             if keep_sched:
                 _partial_load.set_sched(engine, before.sched)
-            _partial_load.first_lr(engine, first)
+            _partial_load.first_update(engine, first)
     return ds.path, ds.client_state
 
 

@@ -145,6 +145,7 @@ _sig = {
     "zinc_set_accumulation_boundary": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int]),
     "zinc_set_batch_size": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]),
     "zinc_set_lr": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_double]),
+    "zinc_set_betas": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_double, ctypes.c_double]),
     "zinc_group_set_lr": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int, ctypes.c_double]),
     "zinc_engine_rank": (ctypes.c_int, [ctypes.c_void_p]),
     "zinc_engine_world_size": (ctypes.c_int, [ctypes.c_void_p]),

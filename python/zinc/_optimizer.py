@@ -9,7 +9,6 @@ Anything zinc would compute differently is refused by name.
 """
 import ctypes
 import math
-import operator
 import warnings
 
 import torch
@@ -291,6 +290,9 @@ class _Optimizer:
         # Under the config's schedule, an lr written into the groups is for the next applied
         # step alone, as DeepSpeed's scheduler writes its own back after that step.
         self._once = False
+        # Under OneCycle with cycle_momentum: betas the groups hold for the next applied step
+        # alone (_hold_betas), as DeepSpeed's first update after a load runs at its groups'.
+        self._betas_once = None
         self._shown = None         # what _after_step wrote into the groups (while not taken)
         self._after_step()
 
@@ -346,6 +348,8 @@ class _Optimizer:
         applied: _after_step); under WarmupCosineLR with groups of their own lr, each group's
         scaled lr."""
         self._apply_adam()
+        if self._betas_once is not None:
+            self._engine._call(lib.zinc_set_betas(self._engine._e, *self._betas_once))
         lrs = self._lrs()
         e = self._engine._e
         if not (self._taken or lrs != self._shown):
@@ -376,11 +380,12 @@ class _Optimizer:
     def _show_betas(self):
         """Under the config's OneCycle with cycle_momentum every group shows the betas of the
         next step, as DeepSpeed's scheduler writes them into every param group; zinc runs them
-        (zinc_engine_betas), so they become what _apply_adam expects."""
+        (zinc_engine_betas), so they become what _apply_adam expects; betas held for the next
+        step (_hold_betas) until it is applied."""
         b1, b2 = ctypes.c_double(), ctypes.c_double()
         if lib.zinc_engine_betas(self._engine._e, ctypes.byref(b1), ctypes.byref(b2)) != 1:
             return
-        betas = (b1.value, b2.value)
+        betas = self._betas_once or (b1.value, b2.value)
         for g in self.param_groups:
             g["betas"] = betas
         self._adam = [(betas, eps, wd) for _, eps, wd in self._adam]
@@ -391,6 +396,9 @@ class _Optimizer:
         written into the groups under it gives way to the schedule once a step applied it
         (not after one skipped for an fp16 overflow, where DeepSpeed's scheduler does not
         step)."""
+        if self._betas_once is not None and applied:
+            self._engine._call(lib.zinc_set_betas(self._engine._e, math.nan, math.nan))
+            self._betas_once = None
         self._show_betas()
         if self._once and applied:
             self._engine._call(lib.zinc_set_lr(self._engine._e, math.nan))
@@ -436,13 +444,35 @@ class _Optimizer:
             self._shown = None        # differs from any lr: the next step applies the groups'
         self._show_betas()
 
+    def _betas(self):
+        """Each group's betas as zinc runs them."""
+        return [b for b, _, _ in self._adam]
+
+    def _hold_betas(self, betas):
+        """Under the config's OneCycle with cycle_momentum, which writes every group's betas:
+        the groups show `betas` (one pair per group, as _betas gave them) and the next applied
+        step runs at them, the schedule's from the one after (zinc_set_betas), as DeepSpeed's
+        first update after a load or a load_state_dict runs at the betas its groups hold.
+        Nothing to do otherwise (the groups' own betas are applied at every step)."""
+        if not self._cycled:
+            return
+        held = tuple(betas[0])              # (the schedule writes one pair into every group)
+        for i, g in enumerate(self.param_groups):
+            g["betas"] = held
+        self._adam = [(held, eps, wd) for _, eps, wd in self._adam]
+        b1, b2 = ctypes.c_double(), ctypes.c_double()
+        self._engine._call(lib.zinc_set_betas(self._engine._e, math.nan, math.nan))
+        lib.zinc_engine_betas(self._engine._e, ctypes.byref(b1), ctypes.byref(b2))
+        self._betas_once = None if held == (b1.value, b2.value) else held
+
     def _restore_adam(self, saved):
         """A checkpoint's group betas, eps and weight decay (_adam_state) back in the groups,
-        as DeepSpeed's load gives the optimizer's groups theirs; the next step applies them."""
+        as DeepSpeed's load gives the optimizer's groups theirs; the next step applies them
+        (under OneCycle with cycle_momentum that step alone: _hold_betas)."""
         self._check_count(saved, "betas, eps and weight decays")
         for g, (b1, b2, eps, wd) in zip(self._sources, saved):
             g["betas"], g["eps"], g["weight_decay"] = (b1, b2), eps, wd
-        self._show_betas()
+        self._hold_betas([(b1, b2) for b1, b2, _, _ in saved])
 
     def _ds_first_step(self, unfused):
         """ZeRO stage 0 with fp16/bf16: DeepSpeed 0.19.8's optimizers there (FP16_Optimizer,
@@ -604,20 +634,20 @@ class _Scheduler:
         """DeepSpeed's: sets the position, and the lr its next step() writes follows from it;
         the update before that runs at the lr the param groups hold now, as DeepSpeed's (its
         load leaves them)."""
-        at = sd.get("last_batch_iteration") if isinstance(sd, dict) else None
+        from .runtime.lr_schedules import _position     # (it imports this module)
+        given = sd.get("last_batch_iteration") if isinstance(sd, dict) else sd
         try:
-            at = None if isinstance(at, bool) else operator.index(at)
+            at = _position(given)       # ints of numpy and torch, whole floats: DeepSpeed's
         except TypeError:
             at = None
-        if at is None or at < -1:
+        if at is None or not -1 <= at < 2 ** 53:
             raise ValueError(f"zinc: lr_scheduler.load_state_dict: last_batch_iteration "
-                             f"{sd.get('last_batch_iteration') if isinstance(sd, dict) else sd!r}"
-                             f" is not a whole number >= -1")
+                             f"{given!r} is not a whole number in -1..2^53")
         if at == self.last_batch_iteration:
             return
-        lrs = self._engine._opt._lrs()
+        values = _partial_load.held(self._engine)
         _partial_load.set_sched(self._engine, at + 1)
-        _partial_load.first_lr(self._engine, lrs)
+        _partial_load.first_update(self._engine, values)
 
     def step(self, *args, **kwargs):
         """Nothing to do: engine.step() advances the schedule. DeepSpeed 0.19.8's engine.step()

@@ -9,9 +9,9 @@ What DeepSpeed 0.19.8 does (measured, tests/python/ds_fixtures/load_flags.json):
   betas, eps and weight decay. At ZeRO stages 1-3 each fp32 master restarts from its 16-bit
   weight (_restore_from_bit16_weights).
 - load_lr_scheduler_states=False leaves the scheduler at its position.
-- Either way the first update after the load runs at the lr the param groups hold (the loaded
-  optimizer's, or the engine's own from before), and the scheduler writes its own from the
-  next one on.
+- Either way the first update after the load runs at the lr (and betas) the param groups
+  hold (the loaded optimizer's, or the engine's own from before), and the scheduler writes its
+  own from the next one on.
 
 zinc keeps the counts apart for this: the applied updates (global_steps less the skipped ones),
 Adam's count and the schedule's position (zinc_engine_set_adam_lead, zinc_engine_set_sched_lead:
@@ -82,7 +82,16 @@ def masters_from_16bit(engine):
                                                   ctypes.c_void_p(w.data_ptr())))
 
 
-def first_lr(engine, lrs):
-    """The first update after the load runs at `lrs` (one per param group: the groups' lr
-    DeepSpeed's optimizer holds then), the schedule's own from the next one on."""
+def held(engine):
+    """What the param groups hold now for the next update: (each group's lr, each group's
+    betas) — what DeepSpeed's next update runs at, whatever its scheduler's position."""
+    return engine._opt._lrs(), engine._opt._betas()
+
+
+def first_update(engine, values):
+    """The first update after the load runs at `values` (held's: the lr and betas DeepSpeed's
+    param groups hold then), the schedule's own from the next one on (the betas only matter
+    under OneCycle with cycle_momentum, which writes them)."""
+    lrs, betas = values
     engine._opt._restore(lrs)
+    engine._opt._hold_betas(betas)

@@ -395,7 +395,7 @@ class _StateIOMixin:
             raise NotImplementedError("zinc: load_checkpoint(custom_load_fn=...)")
         self._no_context("load_checkpoint()")
         tag = None if tag is None else _tag_text(tag)
-        before, lrs_before = _partial_load.counts(self), self._opt._lrs()
+        before, held_before = _partial_load.counts(self), _partial_load.held(self)
         if self._stage == 3:
             # nothing gathered stays: a group a failed forward or backward left gathered kept
             # the values from before the load, which the next forward then computed with
@@ -467,30 +467,32 @@ class _StateIOMixin:
                 self._steps = applied.value + skipped.value
                 self._skipped = skipped.value
                 self._samples = self._steps * self.train_batch_size()
-            if opts.missing:
-                self._set_trained(load_dir, opts.loaded_tag.decode(), frozen_then, opts.missing,
-                                  strict)
-            self._restore_untrained(load_dir, opts.loaded_tag.decode(), done, opts.extra, strict)
             if weights_only:
                 # the weights alone: each fp32 master restarts from its 16-bit weight, as
                 # DeepSpeed's refresh_fp32_params / _restore_from_bit16_weights do
                 _partial_load.masters_from_16bit(self)
                 self._zinc_then_torch()
+            # (before the checks below, which may raise: the counters then still go with the
+            # weights loaded)
             if keep_adam or keep_sched:
                 self._partial_counts(load_dir, opts.loaded_tag.decode(), keep_adam, keep_sched,
-                                     before, lrs_before, bool(opts.client_blob_bytes))
+                                     before, held_before, bool(opts.client_blob_bytes))
+            if opts.missing:
+                self._set_trained(load_dir, opts.loaded_tag.decode(), frozen_then, opts.missing,
+                                  strict)
+            self._restore_untrained(load_dir, opts.loaded_tag.decode(), done, opts.extra, strict)
         return os.path.join(load_dir, opts.loaded_tag.decode()), client
 
-    def _partial_counts(self, load_dir, tag, keep_adam, keep_sched, before, lrs_before,
+    def _partial_counts(self, load_dir, tag, keep_adam, keep_sched, before, held_before,
                         had_blob):
         """After load_checkpoint's zinc load with load_optimizer_states or
         load_lr_scheduler_states False (_partial_load.py): the counts the engine keeps
         (`before`: its counts before the load), the checkpoint's others, and the lr of the
         first update (the engine's own from before, or the checkpoint's)."""
         if not keep_adam:           # a full load, the schedule's position kept
-            first = self._opt._lrs()
+            first = _partial_load.held(self)
             _partial_load.set_sched(self, before.sched)
-            _partial_load.first_lr(self, first)
+            _partial_load.first_update(self, first)
             return
         # The weights alone were loaded: the counters and the schedule's position come from
         # the manifest (the engine state every rank's load read)
@@ -504,7 +506,7 @@ class _StateIOMixin:
         state = TrainState(applied=step, skipped=skipped, scaler_scale=0.0,
                            scaler_hysteresis=1, scaler_iter=0, scaler_last_overflow_iter=-1)
         _partial_load.set_counts(self, state, before.adam, sched)
-        _partial_load.first_lr(self, lrs_before)
+        _partial_load.first_update(self, held_before)
 
     def _fresh_window(self):
         """After a full load: the next micro-batch starts an accumulation window, as after

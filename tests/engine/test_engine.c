@@ -892,6 +892,15 @@ static void test_sched_lead(void)
                  strstr(zinc_last_error(led), "applied") && zinc_engine_lr(led) == zinc_engine_lr(at3),
              "applied below the Adam lead's -3 is refused, nothing changed: %s",
              zinc_last_error(led));
+    /* zinc_set_betas: checked; outside OneCycle's cycle_momentum it changes nothing (the
+     * update below stays bit for bit at3's) */
+    double b1 = 0, b2 = 0;
+    ZT_CHECK(zinc_set_betas(led, 1.0, 0.9) == ZINC_ERR_INVALID_ARG &&
+                 strstr(zinc_last_error(led), "[0, 1)"),
+             "betas (1, 0.9) refused: %s", zinc_last_error(led));
+    ZT_OK(zinc_set_betas(led, 0.5, 0.5));
+    ZT_CHECK(zinc_engine_betas(led, &b1, &b2) == 0 && b1 == 0.9 && b2 == 0.999,
+             "without cycle_momentum the config's betas stay: %g %g", b1, b2);
     ZT_OK(toy_steps(led, 0, 1, 0, 1, np));
     ZT_OK(toy_steps(at3, 0, 1, 0, 1, np));
     ZT_OK(toy_steps(fresh, 0, 1, 0, 1, np));

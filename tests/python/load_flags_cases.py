@@ -20,6 +20,11 @@ AT5 = 5             # fp32_s2_full_at5's
 
 SCHED = {"type": "WarmupLR", "params": {"warmup_min_lr": 0.001, "warmup_max_lr": 0.01,
                                         "warmup_num_steps": 8, "warmup_type": "linear"}}
+# OneCycle with cycle_momentum writes the groups' betas too: the first update after a load runs
+# at the betas the groups hold, as at their lr
+ONECYCLE = {"type": "OneCycle", "params": {"cycle_min_lr": 0.001, "cycle_max_lr": 0.01,
+                                           "cycle_first_step_size": 4, "cycle_momentum": True,
+                                           "cycle_min_mom": 0.8, "cycle_max_mom": 0.9}}
 # load_checkpoint's keyword arguments of each flag
 FLAGS = {"full": {}, "noopt": {"load_optimizer_states": False},
          "nosched": {"load_lr_scheduler_states": False},
@@ -45,6 +50,9 @@ def _cases():
     # no checkpoint: engine.lr_scheduler.load_state_dict moves the config's scheduler
     out["fp32_s1_sched_state"] = dict(dtype="fp32", stage=1, flag=None, warm=False)
     out["bf16_s0_sched_state_warm"] = dict(dtype="bf16", stage=0, flag=None, warm=True)
+    for flag in ("full", "noopt", "nosched", "neither", None):
+        out[f"fp32_s1_{flag or 'sched_state'}_warm_onecycle"] = dict(
+            dtype="fp32", stage=1, flag=flag, warm=True, sched=ONECYCLE)
     # run A's DeepSpeed checkpoint with its scheduler's state moved to AT5 (as a script that
     # stepped the scheduler itself leaves it), loaded whole: DeepSpeed resumes the scheduler there
     out["fp32_s2_full_at5"] = dict(dtype="fp32", stage=2, flag="full", warm=False,
@@ -80,7 +88,7 @@ def config(case):
     cfg = {"train_micro_batch_size_per_gpu": MICRO, "gradient_accumulation_steps": GA,
            "gradient_clipping": 1.0, "steps_per_print": 1000,
            "optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.05}},
-           "scheduler": SCHED, "zero_optimization": {"stage": c["stage"]}}
+           "scheduler": c.get("sched", SCHED), "zero_optimization": {"stage": c["stage"]}}
     if c["dtype"] == "bf16":
         cfg["bf16"] = {"enabled": True}
     return cfg
@@ -92,6 +100,8 @@ def _windows(engine, case, n, seed):
     losses, lrs = [], []
     for _ in range(n):
         lrs.append(float(engine.get_lr()[0]))
+        if "sched" in CASES[case]:       # OneCycle: the betas too
+            lrs.append(float(engine.optimizer.param_groups[0]["betas"][0]))
         for _ in range(GA):
             x, y = torch.randn(MICRO, 6, generator=g), torch.randn(MICRO, 6, generator=g)
             loss = ((engine(x.to(dt)).float() - y) ** 2).mean()

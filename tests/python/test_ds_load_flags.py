@@ -78,7 +78,32 @@ def main():
     for case in ("bf16_s1_noopt_warm", "fp32_s2_nosched"):
         with tempfile.TemporaryDirectory(dir=".") as d:
             saved_after_load(case, d)
+    with tempfile.TemporaryDirectory(dir=".") as d:
+        strict_refusal(d)
     finish()
+
+
+def strict_refusal(d):
+    """A strict load_optimizer_states=False load of a checkpoint holding a tensor the model
+    lacks raises after the weights went in (as every zinc load that raises; docs/python.md):
+    the counters and the schedule's position then go with them (the package of f02c234 left
+    the schedule at the engine's own while global_steps said the checkpoint's)."""
+    case = "fp32_s1_noopt"
+    m = torch.nn.Sequential(*model(1.0), *model(1.0))
+    a = zinc.initialize(model=m, model_parameters=m.parameters(), config=config(case))[0]
+    _windows(a, case, STEPS, 1)
+    a.save_checkpoint(d, tag="a")
+    m = model(0.7)
+    b = zinc.initialize(model=m, model_parameters=m.parameters(), config=config(case))[0]
+    try:
+        b.load_checkpoint(d, tag="a", load_optimizer_states=False)
+        raised = ""
+    except ValueError as ex:
+        raised = str(ex)
+    got = (b.global_steps, b.lr_scheduler.last_batch_iteration)
+    check(f"a strict load_optimizer_states=False load of a larger model's checkpoint raises "
+          f"naming the extra tensors, and global_steps and the schedule's position go together "
+          f"(3, 2): {got}", "not parameters of the model" in raised and got == (3, 2), raised)
 
 
 def saved_after_load(case, d):

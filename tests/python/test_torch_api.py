@@ -813,9 +813,13 @@ def check_config_scheduler(stage):
           f"{sched.get_lr()} {sched.get_last_lr()} {engine.get_lr()}")
     lr_now = engine.get_lr()
     sched.load_state_dict({"last_batch_iteration": 2})
-    check_raises("load_state_dict of a position that is no whole number >= -1",
-                 lambda: sched.load_state_dict({"last_batch_iteration": -2}), ValueError,
-                 "last_batch_iteration -2")
+    for bad in (-2, 2.5, "3", None, 2 ** 60):
+        check_raises(f"load_state_dict of a position that is no whole number in -1..2^53 ({bad!r})",
+                     lambda: sched.load_state_dict({"last_batch_iteration": bad}), ValueError,
+                     f"last_batch_iteration {bad!r}")
+    sched.load_state_dict({"last_batch_iteration": 2.0})     # a whole float, as DeepSpeed's
+    check("load_state_dict of 2.0: position 2", sched.last_batch_iteration == 2,
+          str(sched.last_batch_iteration))
     sched.load_state_dict({"last_batch_iteration": 5})      # (DeepSpeed's: test_ds_load_flags)
     check("load_state_dict of another position moves it; the groups keep their lr",
           sched.last_batch_iteration == 5 and engine.get_lr() == lr_now,

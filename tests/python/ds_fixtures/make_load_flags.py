@@ -10,6 +10,10 @@ process:
         tests/python/ds_fixtures/load_flags.json
 
 Nothing in the file is written by hand: each record is what DeepSpeed's own run gave.
+The cases run in one process: at ZeRO stage 3 DeepSpeed's load_optimizer_states=False load
+takes its weights from a live engine's partitions rather than the checkpoint where two engines
+share a process (a reviewer's finding, 2026-11-30); it gives the checkpoint's here only because
+run A trains no more after its save. Keep it that way, or give each stage-3 case a process.
 """
 import os
 import shutil
