@@ -40,6 +40,9 @@ LOCAL_RANK (0 without a launcher):
 - optimizer.zero_grad() after every engine.step() at stages 1 and 3, with both streams made
   late: bit for bit the run whose windows' first losses are multiplied by 0 (DeepSpeed's
   semantics; written 2026-11-29 without a GPU, run on the CPU device only);
+- that checkpoint loaded by a fresh engine with load_optimizer_states=False (stage 2 bf16, stage
+  3 fp32): the weights the saved ones, every fp32 master its 16-bit weight exactly, the
+  counters the checkpoint's, and training goes on (written 2026-11-30 without a GPU);
 - errors: parameters on two devices (cpu and cuda) are refused naming one; with 2 or more GPUs a
   model on a GPU other than the local rank's is refused, saying torch.cuda.set_device.
 Usage:
@@ -502,6 +505,35 @@ def ckpt_round_trip(dev, stage, bf16, d):
     return fails
 
 
+def ckpt_weights_only(dev, stage, bf16, d):
+    """The tag ckpt_round_trip saved in d, loaded by a fresh engine with
+    load_optimizer_states=False (DeepSpeed's meaning, _partial_load.py; test_ds_load_flags.py
+    on the CPU): the weights bitwise the saved ones, each fp32 master its 16-bit weight exactly
+    (masters_from_16bit through zinc_param_local_get/_set on the device), the counters the
+    checkpoint's, and 3 more steps train with finite losses. Written 2026-11-30 without a GPU."""
+    torch.manual_seed(1)
+    m = tp.Tiny().to(dev)
+    engine, *_ = zinc.initialize(model=m, config=tp.config(stage, bf16))
+    engine.load_checkpoint(d, tag="t3", load_optimizer_states=False)
+    loaded = engine.module_state_dict()
+    fails = 0
+    masters_are_weights = all(
+        torch.equal(zinc.utils.safe_get_full_fp32_param(p).to(dev),
+                    loaded[n].to(torch.float32))
+        for n, p in engine.module.named_parameters() if p.requires_grad)
+    at = engine.global_steps
+    losses = train(engine, dev, list(tp.batches())[6:12])
+    ok = masters_are_weights and at == 3 and all(abs(x) < float("inf") for x in losses)
+    print(f"{dev} stage {stage} {'bf16' if bf16 else 'fp32'} load_optimizer_states=False: "
+          f"masters are the 16-bit weights {masters_are_weights}, global step {at}, "
+          f"losses after {[round(x, 5) for x in losses]}")
+    if not ok:
+        fails += 1
+        print("FAIL: the weights-only load with the counters did not go as on the CPU")
+    engine.close()
+    return fails
+
+
 def errors(dev):
     fails = 0
     if dev.type == "cuda":
@@ -576,6 +608,8 @@ def main(on_cpu):
     with tempfile.TemporaryDirectory() as d:
         fails += ckpt_round_trip(dev, 2, True, os.path.join(d, "s2"))
         fails += ckpt_round_trip(dev, 3, False, os.path.join(d, "s3"))
+        fails += ckpt_weights_only(dev, 2, True, os.path.join(d, "s2"))
+        fails += ckpt_weights_only(dev, 3, False, os.path.join(d, "s3"))
     print(f"{'FAIL' if fails else 'PASS'}: {fails} failure(s) on {dev}")
     return 1 if fails else 0
 
