@@ -141,7 +141,8 @@ zinc_status zck_state_parse(const char *text, zengine_state *st, char *err)
     if (bad)
         return zerr_fmt(err, ZCK_ERR, ZINC_ERR_CORRUPT,
                         "the manifest's engine_state is damaged: \"%s\" is %s (want the counters "
-                        "step, skipped, micro in 0..2^53 (adam_lead and sched_lead, when present, in -step..2^53), and a loss_scaler with a finite "
+                        "step, skipped, micro in 0..2^53 (adam_lead and sched_lead, when "
+                        "present, in -step..2^53), and a loss_scaler with a finite "
                         "cur_scale > 0, min_scale >= 0, scale_factor >= 1, scale_window >= 1, "
                         "1 <= cur_hysteresis <= delayed_shift, -1 <= last_overflow_iter <= "
                         "cur_iter)", bad, rc < 0 ? "missing or of the wrong type" : "out of range");

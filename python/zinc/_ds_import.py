@@ -15,7 +15,6 @@ folder a second time: one copy of the checkpoint in memory, not two.
 """
 import ctypes
 import json
-import operator
 import os
 import warnings
 
@@ -197,7 +196,7 @@ def apply_deepspeed(engine, ds, strict, weights_only, stacklevel=2, converting=F
     # each fp32 master its 16-bit weight, as DeepSpeed's refresh_fp32_params and
     # _restore_from_bit16_weights make it
     masters_only = weights_only or keep_adam
-    state = _kept_state(engine) if weights_only else _train_state(engine, ds, stacklevel,
+    state = _kept_state(engine) if masters_only else _train_state(engine, ds, stacklevel,
                                                                       converting)
     engine._torch_then_zinc()       # the writes below replace weights torch may still read
     for pid, n in set_trained.items():
@@ -217,8 +216,8 @@ def apply_deepspeed(engine, ds, strict, weights_only, stacklevel=2, converting=F
         # Adam's count is the checkpoint's, or the engine's with keep_adam (a weights-only
         # load keeps it); the schedule's position DeepSpeed's scheduler's (or, keep_sched, the
         # engine's: set once the groups show the checkpoint's lr, below)
-        if keep_adam:
-            state.scaler_scale = 0.0            # the loss scaler stays the engine's
+        if keep_adam:           # the checkpoint's counters; the engine's loss scaler stays
+            state.applied, state.skipped = applied, ds.skipped_steps
         _partial_load.set_counts(engine, state, before.adam if keep_adam else applied + lead,
                                  before.sched if keep_sched and keep_adam else sched_at)
     engine._zinc_then_torch()
@@ -264,13 +263,13 @@ def _sched_of(ds, applied):
     own position (it leads the applied updates where a script stepped the scheduler itself, or
     loaded a state into it); the applied updates where the checkpoint has none (a client
     scheduler's state, or none). Before 2026-12-01 the applied updates won, with a warning."""
+    from .runtime.lr_schedules import _position     # (it imports the engine's modules)
     sched = ds.lr_scheduler if isinstance(ds.lr_scheduler, dict) else {}
-    at = sched.get("last_batch_iteration")
     try:
-        at = None if isinstance(at, bool) else operator.index(at)
-    except TypeError:
-        at = None
-    return applied if at is None or at < -1 else at + 1
+        at = _position(sched["last_batch_iteration"])
+    except (KeyError, TypeError):
+        return applied
+    return applied if at < -1 else at + 1
 
 
 def _restore_groups(engine, ds):

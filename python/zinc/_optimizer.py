@@ -15,7 +15,6 @@ import torch
 
 from . import _partial_load
 from ._lib import lib
-from ._memory import _numel
 from .ops.adam import _AdamHyperparameters
 
 
@@ -457,7 +456,7 @@ class _Optimizer:
         if not self._cycled:
             return
         held = tuple(betas[0])              # (the schedule writes one pair into every group)
-        for i, g in enumerate(self.param_groups):
+        for g in self.param_groups:
             g["betas"] = held
         self._adam = [(held, eps, wd) for _, eps, wd in self._adam]
         b1, b2 = ctypes.c_double(), ctypes.c_double()
@@ -503,19 +502,18 @@ class _Optimizer:
                 if G.pgroup != i:
                     continue
                 for pid, _, _ in G.params:
-                    self._first_step_of(e, pid, lr, b1, b2, eps, wd, decoupled, corrected,
+                    self._first_step_of(pid, lr, b1, b2, eps, wd, decoupled, corrected,
                                         unfused)
         eng._call(lib.zinc_engine_set_adam_lead(e, 1))
 
-    def _first_step_of(self, e, pid, lr, b1, b2, eps, wd, decoupled, corrected, unfused):
+    def _first_step_of(self, pid, lr, b1, b2, eps, wd, decoupled, corrected, unfused):
         """One parameter's Adam step on a zero gradient (_ds_first_step): its fp32 master (and,
         with L2 decay, its moments) read and written whole (stage 0: this rank keeps all of
         it; zinc_param_local_get/_set, not collective; the master alone, as DeepSpeed's step
         there leaves the 16-bit weights until the first real one)."""
         eng = self._engine
         master = eng._LOCAL[None]          # zinc_param_state's ids (_values.py)
-        w = torch.empty(_numel(eng._shapes[pid]), dtype=torch.float32)
-        eng._call(lib.zinc_param_local_get(e, pid, master, ctypes.c_void_p(w.data_ptr())))
+        w = eng._fragment(pid, master)
         f = torch.float32
         if decoupled:                    # m = v = 0: the update is the decay alone
             w = w * torch.tensor(1.0 - lr * wd, dtype=f) if unfused else w - lr * (wd * w)
@@ -528,11 +526,9 @@ class _Optimizer:
                 w = w - (lr / bc1) * m / (v.sqrt() / bc2 ** 0.5 + eps)
             else:                        # DeepSpeed's FusedAdam
                 w = w - lr * ((m / bc1) / ((v / bc2).sqrt() + eps))
-            for which, t in ((eng._ADAM_STATE["exp_avg"], m), (eng._ADAM_STATE["exp_avg_sq"], v)):
-                t = t.contiguous()
-                eng._call(lib.zinc_param_local_set(e, pid, which, ctypes.c_void_p(t.data_ptr())))
-        w = w.contiguous()
-        eng._call(lib.zinc_param_local_set(e, pid, master, ctypes.c_void_p(w.data_ptr())))
+            eng._set_fragment(pid, eng._ADAM_STATE["exp_avg"], m)
+            eng._set_fragment(pid, eng._ADAM_STATE["exp_avg_sq"], v)
+        eng._set_fragment(pid, master, w)
 
     def _torch_view(self):
         """A torch optimizer over these param groups (_GroupsOptimizer), made once: what a client
@@ -638,7 +634,7 @@ class _Scheduler:
         given = sd.get("last_batch_iteration") if isinstance(sd, dict) else sd
         try:
             at = _position(given)       # ints of numpy and torch, whole floats: DeepSpeed's
-        except TypeError:
+        except (TypeError, ValueError, RuntimeError):   # (a tensor of several elements)
             at = None
         if at is None or not -1 <= at < 2 ** 53:
             raise ValueError(f"zinc: lr_scheduler.load_state_dict: last_batch_iteration "

@@ -20,8 +20,6 @@ each a lead over the applied updates, in the checkpoint's engine_state too).
 import ctypes
 from collections import namedtuple
 
-import torch
-
 from ._lib import lib
 from ._memory import _TORCH_DTYPE
 
@@ -71,15 +69,7 @@ def masters_from_16bit(engine):
     dt, master = _TORCH_DTYPE[engine._code], engine._LOCAL[None]
     for _, params in engine._groups:
         for pid, _, _ in params:
-            lo, hi = engine._local_range(pid)
-            if hi <= lo:
-                continue
-            w = torch.empty(hi - lo, dtype=torch.float32)
-            engine._call(lib.zinc_param_local_get(engine._e, pid, master,
-                                                  ctypes.c_void_p(w.data_ptr())))
-            w = w.to(dt).to(torch.float32).contiguous()
-            engine._call(lib.zinc_param_local_set(engine._e, pid, master,
-                                                  ctypes.c_void_p(w.data_ptr())))
+            engine._set_fragment(pid, master, engine._fragment(pid, master).to(dt))
 
 
 def held(engine):

@@ -496,8 +496,8 @@ class _StateIOMixin:
             return
         # The weights alone were loaded: the counters and the schedule's position come from
         # the manifest (the engine state every rank's load read)
-        with open(os.path.join(load_dir, tag, "manifest.json"), encoding="utf-8") as f:
-            st = json.load(f)["engine_state"]
+        from .utils.zero_to_fp32 import read_manifest      # (zinc.utils imports the engine)
+        st = read_manifest(load_dir, tag)["engine_state"]
         step, skipped = int(st["step"]), int(st["skipped"])
         if not had_blob:            # saved through the C API: DeepSpeed's counters from these
             self._steps, self._skipped = step + skipped, skipped

@@ -95,17 +95,30 @@ class _ValuesMixin:
         self._call(lib.zinc_param_local_range(self._e, pid, ctypes.byref(lo), ctypes.byref(hi)))
         return lo.value, hi.value
 
-    def _local(self, pid, state, what):
-        """This rank's fragment, 1-D fp32 on the engine's device, of the master (state None),
-        an Adam moment or the gradient (zinc_param_local_get; ZeRO stage 3 only, as
-        DeepSpeed's local calls). Not collective."""
-        which = self._local_id(state, what)
+    def _fragment(self, pid, which):
+        """This rank's fragment of zinc_param_state `which` (an id of _LOCAL), 1-D fp32 on the
+        host (zinc_param_local_get; at any stage: stage 0's fragment is the whole parameter).
+        Not collective."""
         lo, hi = self._local_range(pid)
         out = torch.empty(hi - lo, dtype=torch.float32)
         if hi > lo:
             self._call(lib.zinc_param_local_get(self._e, pid, which,
                                                 ctypes.c_void_p(out.data_ptr())))
-        return out.to(self._device)
+        return out
+
+    def _set_fragment(self, pid, which, value):
+        """Writes _fragment's values back (zinc_param_local_set): `value` holds the fragment's
+        elements (any shape, dtype and device). Not collective."""
+        src = value.detach().to("cpu", torch.float32).contiguous().view(-1)
+        if src.numel():
+            self._call(lib.zinc_param_local_set(self._e, pid, which,
+                                                ctypes.c_void_p(src.data_ptr())))
+
+    def _local(self, pid, state, what):
+        """This rank's fragment, 1-D fp32 on the engine's device, of the master (state None),
+        an Adam moment or the gradient (zinc_param_local_get; ZeRO stage 3 only, as
+        DeepSpeed's local calls). Not collective."""
+        return self._fragment(pid, self._local_id(state, what)).to(self._device)
 
     def _set_local(self, pid, value, state, what):
         """Writes this rank's fragment (zinc_param_local_set): `value` has its hi - lo
@@ -116,12 +129,9 @@ class _ValuesMixin:
             raise ValueError(f"zinc: {what}: a value of {value.numel()} elements for this "
                              f"rank's fragment of {hi - lo} (elements {lo}..{hi} of the "
                              f"parameter)")
-        src = value.detach().to("cpu", torch.float32).contiguous().view(-1)
         if state == "grad":
             self._need_grad_buffer()
-        if hi > lo:
-            self._call(lib.zinc_param_local_set(self._e, pid, which,
-                                                ctypes.c_void_p(src.data_ptr())))
+        self._set_fragment(pid, which, value)
         # On every rank, an empty fragment too: it also drops stage 3's groups kept for their
         # reuse, and a rank that kept them would skip gathers the others make (a hang).
         self._zinc_then_torch()

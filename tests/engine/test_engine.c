@@ -802,16 +802,26 @@ static int same_masters(zinc_engine_t *a, zinc_engine_t *b, int np)
     return same;
 }
 
+/* Four toy engines of tr (the lead tests'); 1 when all were made (a test failure otherwise). */
+static int four_engines(const toy_run *tr, zinc_engine_t **a, zinc_engine_t **b,
+                        zinc_engine_t **c, zinc_engine_t **d, int *np)
+{
+    zinc_engine_t **all[4] = {a, b, c, d};
+    int made = 1;
+    for (int i = 0; i < 4; i++) {
+        *all[i] = NULL;
+        ZT_OK(toy_engine(tr, all[i], np));
+        made = made && *all[i];
+    }
+    return made;
+}
+
 static void test_adam_lead(void)
 {
     toy_run tr = {.world = 1, .stage = 0, .accum = 1, .dtype = ZINC_DTYPE_FP32};
-    zinc_engine_t *led = NULL, *counted = NULL, *plain = NULL, *loaded = NULL;
+    zinc_engine_t *led, *counted, *plain, *loaded;
     int np = 0;
-    ZT_OK(toy_engine(&tr, &led, &np));
-    ZT_OK(toy_engine(&tr, &counted, &np));
-    ZT_OK(toy_engine(&tr, &plain, &np));
-    ZT_OK(toy_engine(&tr, &loaded, &np));
-    if (!led || !counted || !plain || !loaded) goto out;
+    if (!four_engines(&tr, &led, &counted, &plain, &loaded, &np)) goto out;
     ZT_CHECK(zinc_engine_adam_lead(led) == 0 && zinc_engine_adam_lead(NULL) == INT64_MIN,
              "the lead is 0 by default: %lld", (long long)zinc_engine_adam_lead(led));
     ZT_CHECK(zinc_engine_set_adam_lead(led, -1) == ZINC_ERR_INVALID_ARG &&
@@ -862,13 +872,9 @@ static void test_sched_lead(void)
                   .extra_json = "\"scheduler\": {\"type\": \"WarmupLR\", \"params\": {"
                                 "\"warmup_min_lr\": 0.001, \"warmup_max_lr\": 0.01, "
                                 "\"warmup_num_steps\": 8, \"warmup_type\": \"linear\"}},"};
-    zinc_engine_t *led = NULL, *at3 = NULL, *fresh = NULL, *loaded = NULL;
+    zinc_engine_t *led, *at3, *fresh, *loaded;
     int np = 0;
-    ZT_OK(toy_engine(&tr, &led, &np));
-    ZT_OK(toy_engine(&tr, &at3, &np));
-    ZT_OK(toy_engine(&tr, &fresh, &np));
-    ZT_OK(toy_engine(&tr, &loaded, &np));
-    if (!led || !at3 || !fresh || !loaded) goto out;
+    if (!four_engines(&tr, &led, &at3, &fresh, &loaded, &np)) goto out;
     ZT_CHECK(zinc_engine_sched_lead(led) == 0 && zinc_engine_sched_lead(NULL) == INT64_MIN,
              "the schedule's lead is 0 by default: %lld", (long long)zinc_engine_sched_lead(led));
     ZT_CHECK(zinc_engine_set_sched_lead(led, -1) == ZINC_ERR_INVALID_ARG &&

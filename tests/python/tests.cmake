@@ -26,12 +26,16 @@ else()
 endif()
 set(_env "ZINC_LIB=$<TARGET_FILE:zinc>;OMPI_MCA_btl_vader_single_copy_mechanism=none")
 
+# python_<name>: `script ARGS...` under the package's environment, label python, exit 77 a skip.
+function(zinc_python_test name timeout script)
+  add_test(NAME python_${name} COMMAND ${_py} ${_pyt}/${script} ${ARGN})
+  set_tests_properties(python_${name} PROPERTIES LABELS python TIMEOUT ${timeout}
+                       SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
+endfunction()
 # python_<name>_stage<s>: `script STAGE`, for each stage given after the timeout.
 function(zinc_python_stage_tests name script timeout)
   foreach(_s ${ARGN})
-    add_test(NAME python_${name}_stage${_s} COMMAND ${_py} ${_pyt}/${script} ${_s})
-    set_tests_properties(python_${name}_stage${_s} PROPERTIES LABELS python TIMEOUT ${timeout}
-                         SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
+    zinc_python_test(${name}_stage${_s} ${timeout} ${script} ${_s})
   endforeach()
 endfunction()
 zinc_python_stage_tests(parity test_torch_parity.py 300 0 1 2 3)
@@ -441,17 +445,12 @@ zinc_python_stage_tests(window_grads test_window_grads.py 300 0 1)
 # ZeRO stage 0 with fp16/bf16 trains as DeepSpeed 0.19.8's from its first step (its optimizers'
 # Adam step on zero gradients when built): losses and fp32 masters against DeepSpeed's own,
 # recorded in ds_fixtures/stage0_first_step.json (test_ds_stage0_first_step.py).
-add_test(NAME python_ds_stage0_first_step COMMAND ${_py} ${_pyt}/test_ds_stage0_first_step.py)
-set_tests_properties(python_ds_stage0_first_step PROPERTIES LABELS python TIMEOUT 120
-                     SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
-# load_checkpoint(load_optimizer_states=False / load_lr_scheduler_states=False) and the config
-# scheduler's load_state_dict train on as DeepSpeed's: lr per window, counters, losses and fp32
-# masters against DeepSpeed's own, ds_fixtures/load_flags.json (test_ds_load_flags.py).
+zinc_python_test(ds_stage0_first_step 120 test_ds_stage0_first_step.py)
+# load_checkpoint(load_optimizer_states=False / load_lr_scheduler_states=False /
+# load_module_only=True) and the config scheduler's load_state_dict train on as DeepSpeed's: lr
+# (and OneCycle's beta1) per window, counters, losses and fp32 masters against DeepSpeed's own,
+# ds_fixtures/load_flags.json (test_ds_load_flags.py).
+zinc_python_test(ds_load_flags 180 test_ds_load_flags.py)
 # zinc.utils.zero_to_fp32 on DeepSpeed's checkpoint folders: DeepSpeed's own zero_to_fp32's
 # keys and tensors (ds_fixtures/zero_to_fp32.json; test_ds_zero_to_fp32.py).
-add_test(NAME python_ds_zero_to_fp32 COMMAND ${_py} ${_pyt}/test_ds_zero_to_fp32.py)
-set_tests_properties(python_ds_zero_to_fp32 PROPERTIES LABELS python TIMEOUT 120
-                     SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
-add_test(NAME python_ds_load_flags COMMAND ${_py} ${_pyt}/test_ds_load_flags.py)
-set_tests_properties(python_ds_load_flags PROPERTIES LABELS python TIMEOUT 180
-                     SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
+zinc_python_test(ds_zero_to_fp32 120 test_ds_zero_to_fp32.py)

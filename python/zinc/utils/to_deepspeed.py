@@ -41,7 +41,7 @@ import sys
 import torch
 
 from .._lib import EngineOptions, LoadOptions, check, lib
-from .zero_to_fp32 import _find_tag, _saved_module_state
+from .zero_to_fp32 import _find_tag, _saved_module_state, read_manifest
 
 _DS_VERSION = "0.19.8"     # the DeepSpeed whose layout this writes (its loaders check >= 0.3.17)
 _CODE = {"fp32": 0, "fp16": 1, "bf16": 2}
@@ -51,8 +51,7 @@ _TORCH = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 def _read_zinc(zinc_dir, tag):
     """(manifest, {name: (master, exp_avg, exp_avg_sq)} fp32, Adam step count): a one-rank
     engine over the checkpoint's tensor table loads the tag and hands its values out."""
-    with open(os.path.join(zinc_dir, tag, "manifest.json"), encoding="utf-8") as f:
-        manifest = json.load(f)
+    manifest = read_manifest(zinc_dir, tag)
     dtype = manifest["dtype"]
     cfg = {"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 0},
            "optimizer": {"type": "AdamW", "params": {}}}

@@ -53,12 +53,16 @@ def _find_tag(checkpoint_dir, tag):
     return name.value.decode(), blob
 
 
-def _tensor_table(checkpoint_dir, tag):
-    """[(name, shape)] of the tensors zinc trained, from the tag's manifest (format in
-    docs/checkpoint-format.md; zinc_ckpt_find_tag has just checked its seal)."""
+def read_manifest(checkpoint_dir, tag):
+    """The tag's manifest.json as a dict (format in docs/checkpoint-format.md), for a caller
+    that libzinc has just had verify it (zinc_ckpt_find_tag, zinc_ckpt_load)."""
     with open(os.path.join(checkpoint_dir, tag, "manifest.json"), encoding="utf-8") as f:
-        manifest = json.load(f)
-    return [(t["name"], tuple(t["shape"])) for t in manifest["tensors"]]
+        return json.load(f)
+
+
+def _tensor_table(checkpoint_dir, tag):
+    """[(name, shape)] of the tensors zinc trained, from the tag's manifest."""
+    return [(t["name"], tuple(t["shape"])) for t in read_manifest(checkpoint_dir, tag)["tensors"]]
 
 
 def _saved_module_state(blob):
