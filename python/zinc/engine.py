@@ -651,9 +651,8 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
             # memory, so a `.grad` (or safe_get_full_grad's value) the script keeps past the
             # step keeps the window's values, as DeepSpeed's `.grad` tensors do — over the
             # address alone it read memory torch had handed out again.
-            at, dtype = base - buf.data_ptr(), _TORCH_DTYPE[self._code]   # (the working dtype:
-            size = torch.empty(0, dtype=dtype).element_size()           # unbucketed sums)
-            t = buf[at:at + span * size].view(dtype)
+            at = base - buf.data_ptr()             # (the working dtype: unbucketed sums)
+            t = buf[at:at + span * _memory.dtype_size(self._code)].view(_TORCH_DTYPE[self._code])
         else:
             t = _memory.view(base, span, self._code, (span,), self._device)
         kept.insert(0, (base, t, []))
