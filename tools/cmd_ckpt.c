@@ -6,6 +6,8 @@
  * I/O error happened (the message names the file and chunk), 2 bad usage.
  */
 #include <inttypes.h>
+#include <dirent.h>
+#include <errno.h>
 #include <json-c/json.h>
 #include <math.h>
 #include <pthread.h>
@@ -26,7 +28,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: zinc ckpt <verify|inspect|export|bench> ... (zinc ckpt <sub> --help)\n\n"
-            "  verify DIR                 read every chunk and check every checksum\n"
+            "  verify DIR [--all]         read every chunk and check every checksum\n"
             "  inspect DIR [--json]       step, world size, stage, tensors, bytes per stream\n"
             "  export DIR --out F [--dtype fp32|fp16|bf16]   master weights as .safetensors\n"
             "  bench [--mib N] ...        save/load speed and compression on realistic state\n\n"
@@ -56,6 +58,9 @@ static int open_dir(const char *cmd, const char *path, zck_reader **r)
 
 /* ---- verify ----------------------------------------------------------------------------------- */
 
+static int verify_open(zck_reader *r);
+static int verify_all(const char *dir);
+
 static int ckpt_verify(int argc, char **argv)
 {
     const char *dir = NULL;
@@ -67,17 +72,30 @@ static int ckpt_verify(int argc, char **argv)
                "first: latest's, unless a tag of a higher step was saved after it; damage\n"
                "found in its data is reported, where a resume would fall back to the next\n"
                "tag). Exit 0 when sound; 1 with a message naming the file and chunk\n"
-               "otherwise; 2 when DIR is missing or holds no checkpoint.\n");
+               "otherwise; 2 when DIR is missing or holds no checkpoint.\n"
+               "--all: DIR is a save directory, and every tag in it is checked (a line\n"
+               "each, in step order), not only the one a resume takes; exit 1 when any\n"
+               "is damaged (before archiving or pruning a run's checkpoints).\n");
         return 0;
     }
+    int all = 0;
     for (int i = 1; i < argc; i++) {
-        if (argv[i][0] == '-' || dir) return zarg_usage_error("ckpt verify", "unexpected '%s'", argv[i]);
-        dir = argv[i];
+        if (!strcmp(argv[i], "--all")) all = 1;
+        else if (argv[i][0] == '-' || dir) return zarg_usage_error("ckpt verify", "unexpected '%s'", argv[i]);
+        else dir = argv[i];
     }
     if (!dir || !*dir) return zarg_usage_error("ckpt verify", "DIR is required");
+    if (all) return verify_all(dir);
     zck_reader *r;
     int rc = open_dir("verify", dir, &r);
     if (rc) return rc;
+    return verify_open(r) ? 1 : 0;
+}
+
+/* Verifies the opened checkpoint r (then closed): "ok: ..." on stdout, or the damage on
+ * stderr. 0 when sound. */
+static int verify_open(zck_reader *r)
+{
     char err[ZCK_ERR];
     zinc_status s = zck_verify(r, 2, err);
     const zck_manifest *m = zck_reader_manifest(r);
@@ -97,6 +115,126 @@ static int ckpt_verify(int argc, char **argv)
            m->nranks == 1 ? "" : "s", chunks, bytes);
     zck_close(r);
     return 0;
+}
+
+/* A save directory's tags for --all: its subdirectories that hold a manifest or a first rank
+ * file (one that lost its manifest is a damaged tag, as a load calls it), but not an unfinished
+ * save's T.tmp, nor a T.old while its tag T is there (a load never reads it then). */
+typedef struct {
+    char name[ZCK_TAG_MAX];
+    int64_t step;       /* its manifest's; INT64_MAX when that does not read (sorted last) */
+} tag_entry;
+
+static int by_step(const void *a, const void *b)
+{
+    const tag_entry *x = a, *y = b;
+    if (x->step != y->step) return x->step < y->step ? -1 : 1;
+    return strcmp(x->name, y->name);
+}
+
+static int list_tags(const char *dir, tag_entry **out, int *n)
+{
+    DIR *d = opendir(dir);
+    if (!d) {
+        fprintf(stderr, "zinc ckpt verify: %s: %s\n", dir, strerror(errno));
+        return 2;
+    }
+    tag_entry *t = NULL;
+    int cnt = 0, cap = 0;
+    struct dirent *de;
+    char p[4400], q[4400];
+    while ((de = readdir(d))) {
+        const char *nm = de->d_name;
+        size_t ln = strlen(nm);
+        if (nm[0] == '.' || ln >= ZCK_TAG_MAX) continue;
+        if (ln > 4 && !strcmp(nm + ln - 4, ".tmp")) continue;
+        if (ln > 4 && !strcmp(nm + ln - 4, ".old")) {
+            snprintf(q, sizeof q, "%s/%.*s", dir, (int)(ln - 4), nm);
+            struct stat bs;
+            if (lstat(q, &bs) == 0) continue;
+        }
+        snprintf(p, sizeof p, "%s/%s/%s", dir, nm, ZCK_MANIFEST);
+        snprintf(q, sizeof q, "%s/%s/rank-00000.zck", dir, nm);
+        if (access(p, F_OK) != 0 && access(q, F_OK) != 0) continue;
+        if (cnt == cap) {
+            cap = cap ? 2 * cap : 16;
+            tag_entry *g = realloc(t, (size_t)cap * sizeof *t);
+            if (!g) {
+                free(t);
+                closedir(d);
+                fprintf(stderr, "zinc ckpt verify: out of memory\n");
+                return 1;
+            }
+            t = g;
+        }
+        snprintf(t[cnt].name, sizeof t[cnt].name, "%s", nm);
+        zck_manifest m;
+        char err[ZCK_ERR];
+        snprintf(p, sizeof p, "%s/%s", dir, nm);
+        t[cnt].step = zck_manifest_read(p, &m, err) == ZINC_OK ? m.step : INT64_MAX;
+        zck_manifest_free(&m);
+        cnt++;
+    }
+    closedir(d);
+    qsort(t, (size_t)cnt, sizeof *t, by_step);
+    *out = t;
+    *n = cnt;
+    return 0;
+}
+
+/* --all: every tag of save directory dir verified, in step order. */
+static int verify_all(const char *dir)
+{
+    struct stat st;
+    if (stat(dir, &st) != 0) {
+        fprintf(stderr, "zinc ckpt verify: %s: %s\n", dir, strerror(errno));
+        return 2;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "zinc ckpt verify: %s: not a directory (--all takes a save directory)\n",
+                dir);
+        return 2;
+    }
+    char mp[4400];
+    snprintf(mp, sizeof mp, "%s/%s", dir, ZCK_MANIFEST);
+    if (access(mp, F_OK) == 0) {
+        fprintf(stderr, "zinc ckpt verify: %s is a checkpoint's tag directory: --all takes the "
+                "save directory that holds it (or leave --all out)\n", dir);
+        return 2;
+    }
+    tag_entry *t = NULL;
+    int n = 0, rc = list_tags(dir, &t, &n);
+    if (rc) return rc;
+    if (n == 0) {
+        free(t);
+        /* nothing of zinc's: the resolver says why (DeepSpeed's format, or no checkpoint) */
+        zck_reader *r;
+        rc = open_dir("verify", dir, &r);
+        if (rc) return rc;
+        zck_close(r);
+        fprintf(stderr, "zinc ckpt verify: %s holds no checkpoint tag\n", dir);
+        return 2;
+    }
+    int damaged = 0;
+    for (int i = 0; i < n; i++) {
+        char p[4400], err[ZCK_ERR];
+        snprintf(p, sizeof p, "%s/%s", dir, t[i].name);
+        zck_reader *r;
+        if (zck_open(p, &r, err) != ZINC_OK) {
+            fprintf(stderr, "zinc ckpt verify: %s\n", err);
+            damaged++;
+            continue;
+        }
+        damaged += verify_open(r);
+        fflush(stdout);
+    }
+    if (damaged)
+        fprintf(stderr, "zinc ckpt verify: %d of %d tag%s in %s damaged\n", damaged, n,
+                n == 1 ? "" : "s", dir);
+    else
+        printf("all %d tag%s in %s sound\n", n, n == 1 ? "" : "s", dir);
+    free(t);
+    return damaged ? 1 : 0;
 }
 
 /* ---- inspect ---------------------------------------------------------------------------------- */

@@ -92,6 +92,74 @@ static void damaged_fallbacks(void)
     free(e);
 }
 
+/* `verify --all SAVEDIR`: every tag checked, in step order, exit 1 when any is damaged — also
+ * one a resume would pass over (plain `verify DIR` exits 0 there: the resume works); an
+ * unfinished T.tmp and a T.old beside its T are not tags; a tag directory or an empty one is
+ * bad input (2). */
+static void verify_all(void)
+{
+    char dir[700], args[2048], p[900];
+    snprintf(dir, sizeof dir, "%s/all", root);
+    for (int k = 1; k <= 3; k++) {
+        char tag[8];
+        snprintf(tag, sizeof tag, "s%d", k);
+        fx_step = k;
+        ZT_OK(fx_save_world(dir, tag, 2, 0x7, (unsigned)k, 4096, 0));
+    }
+    fx_step = 7;
+    const char *junk[] = {"s4.tmp", "s1.old"};  /* not tags: a manifest that is not JSON each */
+    for (int i = 0; i < 2; i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, junk[i]);
+        ZT_CHECK(mkdir(p, 0755) == 0, "mkdir %s", p);
+        snprintf(p, sizeof p, "%s/%s/manifest.json", dir, junk[i]);
+        FILE *f = fopen(p, "w");
+        if (f) {
+            fputs("not json", f);
+            fclose(f);
+        }
+    }
+    snprintf(args, sizeof args, "ckpt verify --all %s", dir);
+    int rc = cli(args);
+    char *o = slurp(out), *e = slurp(errf);
+    char *a1 = strstr(o, "tag s1,"), *a2 = strstr(o, "tag s2,"), *a3 = strstr(o, "tag s3,");
+    ZT_CHECK(rc == 0 && a1 && a2 && a3 && a1 < a2 && a2 < a3 && strstr(o, "all 3 tags") &&
+                 !strstr(e, "s4.tmp") && !strstr(e, "s1.old"),
+             "--all on three sound tags: exit %d: %s%s", rc, o, e);
+    free(o);
+    free(e);
+    snprintf(p, sizeof p, "%s/s2/rank-00001.zck", dir);
+    fx_edit_file(p, 0, 0, 100);
+    snprintf(args, sizeof args, "ckpt verify %s", dir);
+    ZT_CHECK(cli(args) == 0, "plain verify of the save dir checks s3 only: %s", slurp(errf));
+    snprintf(args, sizeof args, "ckpt verify --all %s", dir);
+    rc = cli(args);
+    o = slurp(out);
+    e = slurp(errf);
+    ZT_CHECK(rc == 1 && strstr(o, "tag s1,") && strstr(o, "tag s3,") && !strstr(o, "tag s2,") &&
+                 strstr(e, "s2/rank-00001.zck") && strstr(e, "1 of 3 tags"),
+             "--all with s2 damaged: exit %d: %s%s", rc, o, e);
+    free(o);
+    free(e);
+    snprintf(p, sizeof p, "%s/s3/manifest.json", dir);      /* a tag that lost its manifest */
+    unlink(p);
+    rc = cli(args);
+    e = slurp(errf);
+    ZT_CHECK(rc == 1 && strstr(e, "2 of 3 tags") && strstr(e, "/s3"),
+             "--all with s3's manifest gone: exit %d: %s", rc, e);
+    free(e);
+    snprintf(args, sizeof args, "ckpt verify --all %s/s1", dir);
+    rc = cli(args);
+    e = slurp(errf);
+    ZT_CHECK(rc == 2 && strstr(e, "tag directory"), "--all on a tag directory: exit %d: %s", rc, e);
+    free(e);
+    snprintf(p, sizeof p, "%s/all-empty", root);
+    ZT_CHECK(mkdir(p, 0755) == 0, "mkdir %s", p);
+    snprintf(args, sizeof args, "ckpt verify --all %s", p);
+    ZT_CHECK(cli(args) == 2, "--all on an empty directory is bad input");
+    snprintf(args, sizeof args, "ckpt verify --all %s/nothing-here", root);
+    ZT_CHECK(cli(args) == 2, "--all on a missing directory is bad input");
+}
+
 /* A `latest` that holds no tag's name (garbage, a directory in its place) is said, not passed
  * over in silence (verify exited 0 with no word); a client blob with a directory in its place is
  * named as unreadable, not as "missing". */
@@ -284,6 +352,7 @@ int main(void)
     /* the whole root: the export guards' cases left other-tag/, tag-link and the planted
      * symlink beside save/, and rmdir(root) alone kept all of them */
     damaged_fallbacks();
+    verify_all();
     odd_files();
     fx_rmtree(root);
     return zt_finish("test_ckpt_cli");
