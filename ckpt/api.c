@@ -329,6 +329,7 @@ zinc_status zinc_ckpt_save(zinc_engine_t *e, const char *dir, const char *tag,
     d.shuffle = 1;
     d.timeout_s = ev->cfg->zinc.comm_timeout_s;
     d.keep_last = ev->cfg->zinc.ckpt_keep_last;
+    d.leave_latest = opt && opt->leave_latest;
     if (async) {
         zck_async *a = NULL;
         s = zck_async_start(ev->comm, &d, staging, &a, err);

@@ -129,6 +129,9 @@ typedef struct zck_manifest {
     int64_t step;
     char config_hash[32];
     char settings_hash[32];     /* the config's without its batch sizes; "" before 2026-11-30 */
+    int latest_left;            /* saved leaving `latest` as it was (DeepSpeed's save_latest=False):
+                                   never taken over latest's tag as a save that stopped before
+                                   updating it (reader.c, find_tag) */
     int world_size, stage;
     zinc_dtype dtype;           /* working dtype at save */
     int level;
@@ -260,6 +263,8 @@ typedef struct zck_save_desc {
     double timeout_s;             /* how long rank 0 waits for the other ranks' files */
     int keep_last;                /* > 0: after the commit, the run's older tags beyond the newest
                                      keep_last go (zck_prune_tags); 0: all stay */
+    int leave_latest;             /* 1: `latest` is not replaced (nor anything pruned): DeepSpeed's
+                                     save_latest=False */
 } zck_save_desc;
 
 /* Phase 1, collective: rank 0 removes a stale <tag>.tmp and creates it; barrier. */

@@ -130,6 +130,8 @@ char *zck_manifest_to_json(const zck_manifest *m)
     json_object_object_add(o, "config_hash", json_object_new_string(m->config_hash));
     if (m->settings_hash[0])
         json_object_object_add(o, "settings_hash", json_object_new_string(m->settings_hash));
+    if (m->latest_left)
+        json_object_object_add(o, "save_latest", json_object_new_boolean(0));
     json_object_object_add(o, "world_size", json_object_new_int(m->world_size));
     json_object_object_add(o, "zero_stage", json_object_new_int(m->stage));
     json_object_object_add(o, "dtype", json_object_new_string(zinc_dtype_name(m->dtype)));
@@ -477,6 +479,13 @@ zinc_status zck_manifest_parse(const char *text, size_t len, const char *where, 
     if ((str = jkey_str(o, "config_hash"))) snprintf(m->config_hash, sizeof m->config_hash, "%s", str);
     if ((str = jkey_str(o, "settings_hash")))
         snprintf(m->settings_hash, sizeof m->settings_hash, "%s", str);
+    if (json_object_object_get_ex(o, "save_latest", &v)) {   /* absent: true (and before it) */
+        if (!json_object_is_type(v, json_type_boolean)) {
+            s = BAD("%s: \"save_latest\" is not true or false", where);
+            goto fail;
+        }
+        m->latest_left = !json_object_get_boolean(v);
+    }
     if (!json_object_object_get_ex(o, "step", &v) || !json_object_is_type(v, json_type_int)) {
         s = BAD("%s: \"step\" is missing or not a whole number", where);
         goto fail;

@@ -584,6 +584,8 @@ typedef struct {
     int64_t step;
     double mtime;   /* of its manifest: when the save wrote it (a rename keeps it) */
     char hash[32];  /* its manifest's config_hash: which run's (a copy keeps it, not mtimes) */
+    int latest_left; /* saved leaving latest as it was (save_latest=False): not a save that
+                        stopped before updating latest, so never taken over latest's tag */
     int group;      /* 0: committed after `latest` was written, at a higher step; 1: the tag
                        `latest` names; 2: others at or below its step; 3: others above it */
     int old;        /* name is T.old, the whole previous contents of a tag T that is missing: a
@@ -607,15 +609,17 @@ zinc_status zck_manifest_read(const char *tagdir, zck_manifest *m, char *err)
     return s;
 }
 
-/* The step and config hash (32 bytes) the manifest of tagdir records; the rank files are not
- * opened. */
-static zinc_status manifest_of(const char *tagdir, int64_t *step, char *hash, char *err)
+/* The step and config hash (32 bytes) the manifest of tagdir records, and (left not NULL)
+ * whether it was saved leaving latest as it was; the rank files are not opened. */
+static zinc_status manifest_of(const char *tagdir, int64_t *step, char *hash, int *left,
+                               char *err)
 {
     zck_manifest m;
     zinc_status s = zck_manifest_read(tagdir, &m, err);
     if (s == ZINC_OK) {
         *step = m.step;
         memcpy(hash, m.config_hash, sizeof m.config_hash);
+        if (left) *left = m.latest_left;
     }
     zck_manifest_free(&m);
     return s;
@@ -628,7 +632,7 @@ static int64_t manifest_step(const char *tagdir, char *hash)
     char err[ZCK_ERR];
     int64_t step = INT64_MAX;   /* manifest_of sets them only when the manifest reads */
     hash[0] = 0;
-    manifest_of(tagdir, &step, hash, err);
+    manifest_of(tagdir, &step, hash, NULL, err);
     return step;
 }
 
@@ -761,7 +765,8 @@ static zinc_status find_tag(const char *dir, const char *tag, int skip_upto, int
          * tags are opened below in the order tried, until one opens. */
         int64_t step = 0;
         char hash[32] = "";
-        if (manifest_of(path, &step, hash, e2) != ZINC_OK) {
+        int left = 0;
+        if (manifest_of(path, &step, hash, &left, e2) != ZINC_OK) {
             if (say) zlog(ZLOG_WARN, "ckpt", logrank, "skipping damaged checkpoint %s: %s", path, e2);
             ndamaged++;
             continue;
@@ -776,6 +781,7 @@ static zinc_status find_tag(const char *dir, const char *tag, int skip_upto, int
         c[nc].old = is_old;
         c[nc].tried = 0;
         c[nc].step = step;
+        c[nc].latest_left = left;
         memcpy(c[nc].hash, hash, sizeof hash);
         c[nc].mtime = (double)ms.st_mtim.tv_sec + 1e-9 * (double)ms.st_mtim.tv_nsec;
         nc++;
@@ -804,10 +810,13 @@ static zinc_status find_tag(const char *dir, const char *tag, int skip_upto, int
     /* Taken over latest's tag (group 0) only with its run's config hash too: a save of the
      * run that wrote latest. A copy (cp -r, rsync without -t) makes every tag newer than
      * latest or not in the order it copies them: a run abandoned by a resume from an earlier
-     * tag with another config (lr, batch, world size) was taken over latest's tag there. */
+     * tag with another config (lr, batch, world size) was taken over latest's tag there.
+     * Never a tag saved leaving latest as it was (save_latest=False): latest still names the
+     * tag to resume, as in DeepSpeed. */
     for (int i = 0; i < nc; i++)
         c[i].group = found && cand_is(&c[i], latest) ? 1
-                     : c[i].step > lstep && c[i].mtime > lt && !strcmp(c[i].hash, lhash) ? 0
+                     : c[i].step > lstep && c[i].mtime > lt && !strcmp(c[i].hash, lhash) &&
+                           !c[i].latest_left ? 0
                      : c[i].step <= lstep ? 2
                                           : 3;
     if (nc) qsort(c, (size_t)nc, sizeof *c, cmp_cand);
@@ -837,7 +846,7 @@ static zinc_status find_tag(const char *dir, const char *tag, int skip_upto, int
     else if (pick >= 0 && skip_upto == 0 && c[pick].group == 1) {
         /* a higher step that a load could take instead (one that opens) */
         for (int i = 0; i < nc; i++)
-            if (c[i].step > c[pick].step && try_open(dir, &c[i], 0, logrank)) {
+            if (c[i].step > c[pick].step && !c[i].latest_left && try_open(dir, &c[i], 0, logrank)) {
                 zlog(ZLOG_WARN, "ckpt", logrank, "%s/latest names \"%s\" (step %lld); %s has "
                      "step %lld: loading %s, as latest says (give the tag to load another)", dir,
                      latest, (long long)c[pick].step, c[i].name, (long long)c[i].step, latest);

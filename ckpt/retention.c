@@ -8,6 +8,9 @@
  *   - its name is a default tag name for the step its manifest records: `global_step<N>`
  *     (save_checkpoint's default, as DeepSpeed's) or `step<N>` zero-padded to six digits or
  *     more (`zinc train`'s) — a hand-named tag ("best", "final") always stays;
+ *   - it was saved with `latest` updated: one saved leaving latest as it was (DeepSpeed's
+ *     save_latest=False, a tag set aside beside the run's) always stays, and such a save
+ *     prunes nothing (writer.c);
  *   - its manifest has the save's config hash (another config's tags stay) and a step below the
  *     save's (tags of a higher step, left by a run that was resumed from an earlier tag, stay);
  *   - it holds nothing but the writer's files (zck_dir_owned): a tag holding a user's file stays
@@ -60,7 +63,7 @@ static int older_tag_of_run(const char *dir, const char *name, const char *hash,
     if (snprintf(td, sizeof td, "%s/%s", dir, name) >= (int)sizeof td) return 0;
     zck_manifest m;
     int ok = zck_manifest_read(td, &m, err) == ZINC_OK && !strcmp(m.config_hash, hash) &&
-             m.step < below && default_name(name, m.step);
+             m.step < below && default_name(name, m.step) && !m.latest_left;
     *step = m.step;
     zck_manifest_free(&m);
     return ok;

@@ -11,7 +11,7 @@
  *   rank 0 waits for every rank-N.json, writes client.bin and manifest.json (fsync), deletes the
  *   rank-N.json files, renames <tag>.tmp to <tag> (over an existing tag: exchanges the two,
  *   or moves the old one to <tag>.old first where the file system cannot exchange), fsyncs
- *   <dir>, atomically replaces <dir>/latest
+ *   <dir>, atomically replaces <dir>/latest (unless leave_latest: DeepSpeed's save_latest=False)
  * A crash before the rename leaves only a .tmp directory, which readers never take for a tag
  * (a later save removes it: this tag's at once, another tag's once it is 15 minutes old);
  * `latest` only ever names a renamed, complete tag (or, after a crash between the two renames
@@ -623,6 +623,7 @@ zinc_status zck_save_commit(const zck_save_desc *d, char *err)
     snprintf(m.config_hash, sizeof m.config_hash, "%s", d->config_hash ? d->config_hash : "");
     snprintf(m.settings_hash, sizeof m.settings_hash, "%s",
              d->settings_hash ? d->settings_hash : "");
+    m.latest_left = d->leave_latest;
     m.world_size = d->world_size;
     m.stage = d->stage;
     m.dtype = d->dtype;
@@ -750,15 +751,18 @@ zinc_status zck_save_commit(const zck_save_desc *d, char *err)
     s = zck_fsync_dir(d->dir, err);
     if (s != ZINC_OK) goto done;
     hook("latest");
-    snprintf(path, sizeof path, "%s/%s", d->dir, ZCK_LATEST);
-    char line[ZCK_TAG_MAX + 2];
-    int n = snprintf(line, sizeof line, "%s\n", d->tag);
-    s = zck_write_file_atomic(path, line, (size_t)n, err);
+    if (!d->leave_latest) {
+        snprintf(path, sizeof path, "%s/%s", d->dir, ZCK_LATEST);
+        char line[ZCK_TAG_MAX + 2];
+        int n = snprintf(line, sizeof line, "%s\n", d->tag);
+        s = zck_write_file_atomic(path, line, (size_t)n, err);
+    }
     if (s == ZINC_OK && exchanged) zck_rmdir_flat(tmp);   /* the tag's old contents */
     /* the tag's old contents moved aside by this save, or by one that stopped after that */
     if (s == ZINC_OK) zck_rmdir_flat(old);
     hook("done");
-    if (s == ZINC_OK && d->keep_last > 0)
+    /* (not after a save that leaves latest: the tag latest names may be among the older ones) */
+    if (s == ZINC_OK && d->keep_last > 0 && !d->leave_latest)
         zck_prune_tags(d->dir, d->tag, d->config_hash, d->step, d->keep_last, d->rank);
 done:
     if (s != ZINC_OK && committed) {

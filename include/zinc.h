@@ -771,10 +771,13 @@ typedef struct zinc_ckpt_save_options {
     size_t client_blob_bytes;
     int save_weights16;           /* also store the 16-bit weights stream                        */
     int async;                    /* -1: config's zinc.ckpt_async; 0: blocking; 1: background    */
+    int leave_latest;             /* 1: dir/latest is left as it was (DeepSpeed's save_latest=False):
+                                     a load without a tag still takes the tag latest names, and
+                                     zinc.ckpt_keep_last prunes nothing after this save          */
 } zinc_ckpt_save_options_t;
 
 /* Collective. Saves into dir/tag (written as dir/tag.tmp, renamed when complete) and then points
- * dir/latest at it. In async mode returns once the shard is staged in host memory; errors of the
+ * dir/latest at it (unless opt->leave_latest). In async mode returns once the shard is staged in host memory; errors of the
  * background write come back from the next zinc_step or from zinc_ckpt_wait. `opt` may be NULL.
  * With NVMe offload what it reads from the scratch file is checked against the step's checksums
  * (zinc.nvme_checksum): a changed file fails the save with ZINC_ERR_CORRUPT naming the chunk (or

@@ -79,7 +79,7 @@ int train_ckpt_after_step(run_t *r, zinc_engine_t *e, int rank, const train_blob
         return 0;
     char tag[64];
     snprintf(tag, sizeof tag, "step%06lld", (long long)blob->steps);
-    zinc_ckpt_save_options_t so = {blob, sizeof *blob, 0, -1};
+    zinc_ckpt_save_options_t so = {blob, sizeof *blob, 0, -1, 0};
     zinc_status s = zinc_ckpt_save(e, r->save_dir, tag, &so);
     if (s == ZINC_OK) s = zinc_ckpt_wait(e);
     if (s != ZINC_OK) {

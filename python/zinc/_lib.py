@@ -42,7 +42,8 @@ class StepInfo(ctypes.Structure):
 
 class SaveOptions(ctypes.Structure):
     _fields_ = [("client_blob", ctypes.c_void_p), ("client_blob_bytes", ctypes.c_size_t),
-                ("save_weights16", ctypes.c_int), ("async_", ctypes.c_int)]
+                ("save_weights16", ctypes.c_int), ("async_", ctypes.c_int),
+                ("leave_latest", ctypes.c_int)]
 
 
 class LoadOptions(ctypes.Structure):

@@ -196,10 +196,10 @@ class _StateIOMixin:
         as DeepSpeed's module state does, the rest of the module's state_dict as rank 0 holds
         it: the persistent buffers and the parameters zinc does not train (frozen ones left
         out with exclude_frozen_parameters=True), torch.save bytes in the client blob after
-        its JSON."""
-        if not save_latest:
-            raise NotImplementedError("zinc: save_checkpoint(save_latest=False): zinc always "
-                                      "points `latest` at the newest complete tag")
+        its JSON.
+        save_latest=False (DeepSpeed's) leaves save_dir/latest as it was: a load without a tag
+        still takes the tag latest names (a "best" checkpoint beside the run's), and
+        zinc.ckpt_keep_last prunes nothing after this save."""
         tag = _tag_text(tag if tag is not None else f"global_step{self._steps}")
         extra, untrained = self._persistent_buffers(), self._untrained_params()
         extra.update({n: p for n, p in untrained.items()
@@ -217,7 +217,7 @@ class _StateIOMixin:
         # addressof, not ctypes.cast: cast's result keeps the buffer in a reference cycle, freed
         # only by the cyclic collector (each load held its 64 MiB buffer until then: RSS grew
         # 64 MiB a load, to 3 GB in a loop loading every 10 steps)
-        opts = SaveOptions(ctypes.addressof(buf), len(blob), 0, -1)
+        opts = SaveOptions(ctypes.addressof(buf), len(blob), 0, -1, int(not save_latest))
         # save_dir is made by zinc's rank 0 once the tag is found usable: a refused tag leaves
         # no empty directory behind
         # torch -> zinc (RAW): at stages 0-2 the 16-bit stream the save may write is zinc's

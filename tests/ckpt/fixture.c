@@ -111,6 +111,7 @@ void fx_rank_free(fx_rank *r)
 
 long long fx_step = 7;
 const char *fx_config_hash = "0123456789abcdef";
+int fx_leave_latest = 0;
 
 zck_save_desc fx_desc(const char *dir, const char *tag, const zplan *p, int rank,
                       const zck_tensor *tensors, const fx_rank *fr, unsigned streams)
@@ -131,6 +132,7 @@ zck_save_desc fx_desc(const char *dir, const char *tag, const zplan *p, int rank
     d.stage = 2;
     d.step = fx_step;
     d.config_hash = fx_config_hash;
+    d.leave_latest = fx_leave_latest;
     /* A complete engine state (what an engine writes): verify and load range-check it. */
     d.engine_state = state;
     d.ntensors = FX_NTENSORS;

@@ -47,6 +47,8 @@ long fx_check_rank(zck_reader *r, const zplan *p, int rank, int s, uint32_t salt
 extern long long fx_step;
 /* The config hash the next saves record; "0123456789abcdef" unless a test sets it. */
 extern const char *fx_config_hash;
+/* 1: the next saves leave `latest` as it was (save_latest=False); 0 unless a test sets it. */
+extern int fx_leave_latest;
 zinc_status fx_save_world(const char *dir, const char *tag, int world, unsigned streams,
                           uint32_t salt, size_t chunk_bytes, int async);
 /* The same (synchronous), copying each rank's message into errs[rank] (world entries). */

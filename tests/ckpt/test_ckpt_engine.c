@@ -242,7 +242,7 @@ static void run_rank(int rank, void *arg)
     train(e, s, rank, &micro, s->steps_before, &st);
     if (st == ZINC_OK && s->save_tag) {
         static const char blob[] = "epoch 3, batch 17";
-        zinc_ckpt_save_options_t so = {blob, sizeof blob, 1, s->async};
+        zinc_ckpt_save_options_t so = {blob, sizeof blob, 1, s->async, 0};
         st = zinc_ckpt_save(e, dir, s->save_tag, &so);
         if (st == ZINC_OK) st = collect(e, s, &s->at_save);
     }

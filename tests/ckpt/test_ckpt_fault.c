@@ -543,6 +543,28 @@ static void test_latest_choice(void)
     ZT_CHECK(utimensat(AT_FDCWD, p, old, 0) == 0, "utimensat %s", p);
     ZT_OK(zck_find_tag(dir, NULL, 0, -1, td, sizeof td, tn, sizeof tn, err));
     ZT_CHECK(!strcmp(tn, "s10"), "a higher step of latest's run saved after it: took %s", tn);
+    /* A save that leaves latest as it was (DeepSpeed's save_latest=False: a "best" tag beside
+     * the run's): latest is not rewritten, and a load still takes latest's s10, not the newer,
+     * higher s11 of the same run (it would be taken as a save that stopped before latest) */
+    fx_leave_latest = 1;
+    fx_step = 11;
+    ZT_OK(fx_save_world(dir, "s11", 2, 0x7, 11, 4096, 0));
+    fx_leave_latest = 0;
+    fx_step = 7;
+    char lt[64] = "";
+    ZT_CHECK(zck_latest_read(p, lt, sizeof lt) == 0 && !strcmp(lt, "s3"),
+             "a save leaving latest rewrote it: \"%s\"", lt);
+    put(p, "s10\n");
+    ZT_CHECK(utimensat(AT_FDCWD, p, old, 0) == 0, "utimensat %s", p);
+    ZT_OK(zck_find_tag(dir, NULL, 0, -1, td, sizeof td, tn, sizeof tn, err));
+    ZT_CHECK(!strcmp(tn, "s10"), "a higher step saved leaving latest: took %s", tn);
+    zck_manifest m;
+    snprintf(mf, sizeof mf, "%s/s11", dir);
+    ZT_OK(zck_manifest_read(mf, &m, err));
+    ZT_CHECK(m.latest_left == 1, "s11's manifest does not say it left latest");
+    zck_manifest_free(&m);
+    ZT_OK(zck_find_tag(dir, "s11", 0, -1, td, sizeof td, tn, sizeof tn, err));  /* by name */
+    check_tag(dir, "s11", "saved leaving latest");
     fx_rmtree(dir);
 }
 

@@ -90,7 +90,7 @@ static void rank_fn(int rank, void *arg)
         if (j->save_dir && blob.steps == j->save_at) {
             char tag[32];
             snprintf(tag, sizeof tag, "s%d", j->save_at);
-            zinc_ckpt_save_options_t so = {&blob, sizeof blob, 0, 0};
+            zinc_ckpt_save_options_t so = {&blob, sizeof blob, 0, 0, 0};
             TRY(j->ckpt_save(e, j->save_dir, tag, &so));
             TRY(j->ckpt_wait(e));
         }

@@ -15,6 +15,9 @@
     python test_torch_ckpt.py scheduled DIR a client AdamW + LambdaLR (+ OneCycleLR, cycling
                                             beta1) run saved and resumed by a new engine
                                             continues bitwise as uninterrupted
+    python test_torch_ckpt.py save_latest DIR  save_checkpoint(save_latest=False) leaves
+                                            `latest`: a load without a tag takes the tag
+                                            before; retention keeps the tag set aside
     python test_torch_ckpt.py warmstart DIR load_checkpoint(load_module_only=True) is a warm
                                             start: it trains bitwise as a fresh engine built
                                             from the checkpoint's weights (fresh Adam state, the
@@ -26,6 +29,7 @@ Exit 77 when torch is not importable.
 """
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -236,6 +240,54 @@ def scheduled(d):
         if not same or got_lr != want_lr or len(set(got_lr)) != 2 or got_betas != want_betas:
             print(f"FAIL: the client {name} did not resume where it was saved")
             fails += 1
+    return 1 if fails else 0
+
+
+def weights(engine):
+    return [t.clone() for t in engine.module_state_dict().values()]
+
+
+def save_latest_false(d):
+    """save_checkpoint(save_latest=False), as DeepSpeed's: `latest` keeps naming the tag saved
+    before, so a load without a tag takes that one; the tag set aside loads by its name; with
+    zinc.ckpt_keep_last 1 such a save prunes nothing, and a later save does not prune it."""
+    shutil.rmtree(d, ignore_errors=True)      # (a run before left its tags)
+    c = dict(cfg(GLOBAL), zinc={"ckpt_keep_last": 1})
+    engine, *_ = zinc.initialize(model=model(), config=c)
+    train(engine, 1, 2, {})
+    engine.save_checkpoint(d)                                 # global_step2, latest
+    at2 = weights(engine)
+    train(engine, 3, 4, {})
+    engine.save_checkpoint(d, save_latest=False)              # global_step4 set aside
+    at4 = weights(engine)
+    fails = 0
+
+    def latest():
+        with open(os.path.join(d, "latest")) as f:
+            return f.read().strip()
+
+    def tags():
+        return sorted(n for n in os.listdir(d) if n.startswith("global_step"))
+
+    if latest() != "global_step2" or tags() != ["global_step2", "global_step4"]:
+        fails += 1
+        print(f"FAIL: after save_latest=False: latest {latest()!r}, tags {tags()}")
+    for tag, want, steps in ((None, at2, 2), ("global_step4", at4, 4)):
+        fresh, *_ = zinc.initialize(model=model(), config=c)
+        path, _ = fresh.load_checkpoint(d, tag)
+        same = all(torch.equal(a, b) for a, b in zip(weights(fresh), want))
+        print(f"load_checkpoint(tag={tag!r}): {os.path.basename(path)}, global_steps "
+              f"{fresh.global_steps}, weights {'equal' if same else 'DIFFER'}")
+        if not same or fresh.global_steps != steps:
+            fails += 1
+            print("FAIL: the load did not take the tag DeepSpeed's would")
+        fresh.close()
+    train(engine, 5, 6, {})
+    engine.save_checkpoint(d)           # global_step6, latest: prunes global_step2, not 4
+    if latest() != "global_step6" or tags() != ["global_step4", "global_step6"]:
+        fails += 1
+        print(f"FAIL: after the next save with keep_last 1: latest {latest()!r}, tags {tags()}")
+    engine.close()
     return 1 if fails else 0
 
 
@@ -547,6 +599,8 @@ def main():
                 fails += 1
                 print(f"FAIL: a CPU model under torchrun's environment of {size} {what}")
         return 1 if fails else 0
+    if mode == "save_latest":
+        return save_latest_false(d)
     if mode == "warmstart":
         return warmstart(d)
     if mode == "scheduled":

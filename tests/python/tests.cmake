@@ -85,6 +85,8 @@ add_test(NAME python_ckpt_scheduler
          COMMAND ${_py} ${_pyt}/test_torch_ckpt.py scheduled ${CMAKE_CURRENT_BINARY_DIR}/py_sched)
 set_tests_properties(python_errors python_ckpt_warmstart python_ckpt_scheduler PROPERTIES LABELS python TIMEOUT 120
                      SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
+zinc_python_test(ckpt_save_latest 120 test_torch_ckpt.py save_latest
+                 ${CMAKE_CURRENT_BINARY_DIR}/py_save_latest)
 # DeepSpeed's methods besides the loop (test_torch_api.py): module_state_dict, save_16bit_model,
 # is_gradient_accumulation_boundary, device, local_rank, ... at stage 1 and at stage 3.
 foreach(_s 1 3)
