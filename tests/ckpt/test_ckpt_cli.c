@@ -33,6 +33,18 @@ static char *slurp(const char *p)
     return t;
 }
 
+/* Tags s1, s2, s3 at steps 1, 2, 3 (2 ranks each) in dir; `latest` names s3. */
+static void save_three(const char *dir)
+{
+    for (int k = 1; k <= 3; k++) {
+        char tag[8];
+        snprintf(tag, sizeof tag, "s%d", k);
+        fx_step = k;
+        ZT_OK(fx_save_world(dir, tag, 2, 0x7, (unsigned)k, 4096, 0));
+    }
+    fx_step = 7;
+}
+
 /* A save directory's damaged tags that a load would not reach: a load opens only the tags it
  * tries, but `zinc ckpt verify DIR` still names each (it opens all); a damaged T.old of the
  * missing tag `latest` names is not called whole; latest's note of a higher step never points
@@ -41,13 +53,7 @@ static void damaged_fallbacks(void)
 {
     char dir[700], args[2048], p[900], q[900];
     snprintf(dir, sizeof dir, "%s/fallbacks", root);
-    for (int k = 1; k <= 3; k++) {
-        char tag[8];
-        snprintf(tag, sizeof tag, "s%d", k);
-        fx_step = k;
-        ZT_OK(fx_save_world(dir, tag, 2, 0x7, (unsigned)k, 4096, 0));
-    }
-    fx_step = 7;
+    save_three(dir);
     snprintf(p, sizeof p, "%s/s1/rank-00001.zck", dir);
     fx_edit_file(p, 0, 0, 100);
     snprintf(args, sizeof args, "ckpt verify %s", dir);
@@ -100,13 +106,7 @@ static void verify_all(void)
 {
     char dir[700], args[2048], p[900];
     snprintf(dir, sizeof dir, "%s/all", root);
-    for (int k = 1; k <= 3; k++) {
-        char tag[8];
-        snprintf(tag, sizeof tag, "s%d", k);
-        fx_step = k;
-        ZT_OK(fx_save_world(dir, tag, 2, 0x7, (unsigned)k, 4096, 0));
-    }
-    fx_step = 7;
+    save_three(dir);
     const char *junk[] = {"s4.tmp", "s1.old"};  /* not tags: a manifest that is not JSON each */
     for (int i = 0; i < 2; i++) {
         snprintf(p, sizeof p, "%s/%s", dir, junk[i]);
