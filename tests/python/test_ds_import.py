@@ -822,6 +822,8 @@ def export(name, work, stage):
     check(f"{name}: ... its lr is the next step's {nxt} (the last step's was {last})",
           nxt != last and all(g["lr"] == nxt for g in groups), f"{[g['lr'] for g in groups]}")
     export_refused(name, zn, un, env)
+    replace_killed(name, work)
+    export_fp16_quiet(name, work, env)
     # t3 missing, its previous contents whole in t3.old (a save over t3 that could not exchange
     # the two stopped between its renames): exported under t3's name (it was t3.old)
     os.rename(os.path.join(zn, "t3"), os.path.join(zn, "t3.old"))
@@ -832,6 +834,86 @@ def export(name, work, stage):
         check(f"{name}: to_deepspeed of t3.old (t3 missing) writes t3",
               r.returncode == 0 and os.path.isdir(os.path.join(un2, "t3")) and f.read() == "t3",
               r.stderr[-2000:])
+
+
+class _Scale(torch.nn.Module):
+    """x * w + b: fp16 through torch's CPU kernels (no half matmul there)."""
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.linspace(-1, 1, 8))
+        self.b = torch.nn.Parameter(torch.linspace(0, 1, 8))
+
+    def forward(self, x):
+        return x * self.w + self.b
+
+
+def export_fp16_quiet(name, work, env):
+    """to_deepspeed of an fp16 checkpoint (dynamic loss scale) prints no config warning: its
+    reader engine's config warned on every export that fp16.hysteresis has no effect at stage 0
+    (the reader's stage, not the run's)."""
+    zn, un = os.path.join(work, "fp16"), os.path.join(work, "fp16_universal")
+    engine, *_ = zinc.initialize(model=_Scale(), config={
+        "train_micro_batch_size_per_gpu": 2, "fp16": {"enabled": True},
+        "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}, "zero_optimization": {"stage": 2}})
+    g = torch.Generator().manual_seed(0)
+    for _ in range(2):
+        engine.backward(engine(torch.randn(2, 8, generator=g).half()).float().pow(2).mean())
+        engine.step()
+    engine.save_checkpoint(zn)
+    engine.close()
+    r = subprocess.run([sys.executable, "-m", "zinc.utils.to_deepspeed", zn, un], env=env,
+                       capture_output=True, text=True)
+    check(f"{name}: to_deepspeed of an fp16 checkpoint exits 0 and warns of nothing",
+          r.returncode == 0 and "warning" not in r.stdout + r.stderr, (r.stdout + r.stderr)[-800:])
+
+
+def replace_killed(name, work):
+    """to_deepspeed's _replace of an earlier export's tag folder, killed while it removes the
+    earlier folder (its rmtree raising after the first file, as a SIGKILL there): the tag's name
+    holds the whole new folder, with the exchange and with the fallback through T.old (before,
+    the earlier folder was deleted first and a kill left it half-deleted under the name
+    latest_universal gives); an export run again after leaves no T.tmp or T.old."""
+    from zinc.utils import to_deepspeed as td
+    real_rmtree, real_exchange = td.shutil.rmtree, td._exchange
+
+    def write(files):
+        def into(tmp):
+            os.makedirs(tmp)
+            for f in files:
+                with open(os.path.join(tmp, f), "w", encoding="utf-8") as fh:
+                    fh.write(f)
+        return into
+
+    def killed_rmtree(p, ignore_errors=False):
+        if not os.path.isdir(p):
+            return real_rmtree(p, ignore_errors=ignore_errors)
+        first = sorted(os.listdir(p))[:1]
+        for f in first:
+            os.unlink(os.path.join(p, f))
+        raise KeyboardInterrupt(f"killed while removing {p}")
+
+    for how, exchange in (("exchanged", real_exchange), ("moved aside", lambda a, b: False)):
+        tag = os.path.join(work, f"replace_{how.replace(' ', '_')}", "t")
+        real_rmtree(os.path.dirname(tag), ignore_errors=True)
+        td._replace(tag, write(["a_old", "b_old"]))
+        td.shutil.rmtree, td._exchange = killed_rmtree, exchange
+        try:
+            td._replace(tag, write(["a_new", "b_new"]))
+        except KeyboardInterrupt:
+            pass
+        finally:
+            td.shutil.rmtree, td._exchange = real_rmtree, real_exchange
+        check(f"{name}: an export killed while removing the earlier tag ({how}) leaves the new "
+              f"one whole under its name", sorted(os.listdir(tag)) == ["a_new", "b_new"],
+              f"{sorted(os.listdir(tag))}")
+        td._exchange = exchange
+        try:
+            td._replace(tag, write(["c"]))
+        finally:
+            td._exchange = real_exchange
+        check(f"{name}: ... and the next export ({how}) leaves no .tmp or .old",
+              sorted(os.listdir(os.path.dirname(tag))) == ["t"] and os.listdir(tag) == ["c"],
+              f"{sorted(os.listdir(os.path.dirname(tag)))}")
 
 
 def export_refused(name, zn, un, env):

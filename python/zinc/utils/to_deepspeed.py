@@ -32,6 +32,7 @@ import argparse
 import base64
 import collections
 import ctypes
+import errno
 import io
 import json
 import os
@@ -57,6 +58,10 @@ def _read_zinc(zinc_dir, tag):
            "optimizer": {"type": "AdamW", "params": {}}}
     if dtype in ("fp16", "bf16"):
         cfg[dtype] = {"enabled": True}
+    if dtype == "fp16":
+        # a static scale: this engine only reads the values, and a dynamic one at stage 0 made
+        # the config warn on every export that fp16.hysteresis has no effect there
+        cfg[dtype]["loss_scale"] = 1.0
     e = ctypes.c_void_p()
     opts = EngineOptions(config_path=None, config_json=json.dumps(cfg).encode(), world=None,
                          rank=0, device=b"cpu", threads=0)
@@ -88,15 +93,46 @@ def _read_zinc(zinc_dir, tag):
     return manifest, values, step
 
 
+_AT_FDCWD, _RENAME_EXCHANGE = -100, 2     # <fcntl.h>'s and <linux/fs.h>'s values
+
+
+def _exchange(a, b):
+    """Swaps the two paths in one rename (Linux's renameat2 with RENAME_EXCHANGE, as zinc's
+    checkpoint writer does). False where the C library or the file system cannot."""
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return False
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    if fn(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP):
+        return False
+    raise OSError(err, os.strerror(err), b)
+
+
 def _replace(path, write):
-    """write(path + ".tmp") (a file or a folder), then renamed to path, so a reader finds the
-    old path or the complete new one; a .tmp a crashed run left is removed first."""
+    """write(path + ".tmp") (a file or a folder), then put in place of path, so a reader finds
+    the old path or the complete new one; a .tmp a crashed run left is removed first. An earlier
+    folder at path is exchanged with the new one in one rename and deleted after: deleting it
+    first left a half-deleted tag under path, which latest_universal named, when the export
+    was killed then. Where the file system cannot exchange, it is moved to path.old first (a
+    kill between the two renames leaves path missing, and the new folder whole in path.tmp:
+    export again)."""
     tmp = path + ".tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     write(tmp)
-    if os.path.isdir(path):
-        shutil.rmtree(path, ignore_errors=True)
-    os.replace(tmp, path)
+    if not os.path.isdir(path) or os.path.islink(path):
+        os.replace(tmp, path)
+    elif _exchange(tmp, path):
+        shutil.rmtree(tmp, ignore_errors=True)          # the earlier export, now there
+    else:
+        old = path + ".old"
+        shutil.rmtree(old, ignore_errors=True)
+        os.rename(path, old)
+        os.rename(tmp, path)
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def _save(obj, path):
