@@ -156,19 +156,14 @@ def late_zinc(engine, cuda):
             m.lib = lib
 
 
-def train(engine, dev, batches, direct=False):
-    """direct: loss.backward() instead of engine.backward(loss) (_direct.py: its hand-over runs
-    from autograd's final callback, its 1/ga on the add)."""
+def train(engine, dev, batches):
     losses = []
     cuda = dev.type == "cuda"
     with late_zinc(engine, cuda):        # zinc's reduces and gathers come late
         for x, y in batches:
             loss = tp.loss_fn(engine, x.to(dev), y.to(dev))
             lag(torch.cuda.current_stream(dev) if cuda else None)  # torch's gradients come late
-            if direct:
-                loss.backward()
-            else:
-                engine.backward(loss)
+            engine.backward(loss)
             lag(engine._zstream if cuda else None)                  # zinc's new weights come late
             engine.step()
             losses.append(loss.detach())     # read at the end: no host sync per step
@@ -207,7 +202,7 @@ def check_memory(engine, dev, stage):
 
 
 def parity(dev, stage, bf16, ref, side_stream=False, offload_param=False, reuse_distance=None,
-           grad_fp32=False, wire_fp32=False, direct=False):
+           grad_fp32=False, wire_fp32=False):
     ref_losses, ref_w = ref
     torch.manual_seed(0)
     m = tp.Tiny().to(dev)
@@ -235,9 +230,9 @@ def parity(dev, stage, bf16, ref, side_stream=False, offload_param=False, reuse_
         s = torch.cuda.Stream(device=dev)
         s.wait_stream(torch.cuda.current_stream(dev))
         with torch.cuda.stream(s):
-            losses = train(engine, dev, tp.batches(), direct)
+            losses = train(engine, dev, tp.batches())
     else:
-        losses = train(engine, dev, tp.batches(), direct)
+        losses = train(engine, dev, tp.batches())
     fails = check_memory(engine, dev, stage)
     worst_w, bound_w, bound_l, _ = tp.differences(engine.module_state_dict(), ref_w, bf16)
     worst_l = tp.worst_loss(losses, ref_losses)
@@ -245,7 +240,6 @@ def parity(dev, stage, bf16, ref, side_stream=False, offload_param=False, reuse_
     how = " (side stream)" if side_stream else " (offload_param)" if offload_param else ""
     how += f" (reuse distance {reuse_distance})" if reuse_distance is not None else ""
     how += (" (fp32 sums" + (", reduced in fp32)" if wire_fp32 else ")")) if grad_fp32 else ""
-    how += " (loss.backward())" if direct else ""
     print(f"{dev} stage {stage} {mode}{how}: loss difference "
           f"{worst_l:.2e} (bound {bound_l:.0e}), weight difference {worst_w:.2e} (bound "
           f"{bound_w:.2g}), global step {engine.global_steps}")
@@ -599,10 +593,6 @@ def main(on_cpu):
         fails += parity(dev, 3, bf16, ref[bf16], offload_param=True)
         fails += parity(dev, 3, bf16, ref[bf16], offload_param=True, reuse_distance=0)
     fails += parity(dev, 1, True, ref[True], grad_fp32=True)
-    for stage in (1, 2, 3):
-        fails += parity(dev, stage, True, ref[True], direct=True)
-    if dev.type == "cuda":
-        fails += parity(dev, 2, True, ref[True], side_stream=True, direct=True)
     fails += parity(dev, 2, True, ref[True], grad_fp32=True, wire_fp32=True)
     for stage in range(4):
         fails += grads(dev, stage)
