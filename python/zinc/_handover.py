@@ -236,10 +236,7 @@ class _HandOverMixin:
                 src.append(g if g.dtype == dtype else g.to(dtype))
                 had.append(p)
         if dst:
-            if self._grad_alpha != 1.0:      # a direct loss.backward()'s 1/ga (_direct.py)
-                torch._foreach_add_(dst, src, alpha=self._grad_alpha)
-            else:
-                torch._foreach_add_(dst, src)
+            torch._foreach_add_(dst, src)
         return had
 
     def _give_back_bucket(self, G, stream):
@@ -265,7 +262,6 @@ class _HandOverMixin:
         moved them out of `.grad`). zinc holds them in its gradient buffer, zeroed here, so the
         step applies what DeepSpeed's applies. Not after the window's last backward (before its
         step): DeepSpeed keeps them there. `what` names the call (engine or optimizer)."""
-        self._settle_direct_backward()
         self._take_back_grads(keep=False)
         if not self._window_grads:
             return

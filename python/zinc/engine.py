@@ -23,8 +23,7 @@ Stage 3 gathers each module's group for its forward and its backward and empties
 
 The Engine is made of parts, one responsibility each, as mixin classes in private modules:
 _stage3.py (stage 3's gather/release hooks, zero.GatheredParameters' contexts), _handover.py
-(the gradients handed from autograd to zinc), _direct.py (a loss.backward() the script calls
-itself), _values.py (a parameter's full and local values),
+(the gradients handed from autograd to zinc), _values.py (a parameter's full and local values),
 _accessors.py (DeepSpeed's accessor methods), _state_io.py (state dicts and checkpoints); the
 launcher's world is _world.py's. This file holds initialize and the engine's lifecycle:
 Engine.__init__ (the model's parameters registered with zinc), the ordering of torch's stream
@@ -73,7 +72,6 @@ import torch
 from . import _memory, _torch_dist, _zero_init
 from . import dataloader as _dataloader
 from ._accessors import _AccessorsMixin
-from ._direct import _DirectBackwardMixin
 from ._handover import _HandOverMixin
 from ._hooktime import HookClock
 from ._interrupt import held
@@ -297,8 +295,8 @@ class _Group:
         self.layout = {}          # "data"/"grad" -> its parameters' place in zinc's buffer
 
 
-class Engine(_Stage3Mixin, _HandOverMixin, _DirectBackwardMixin, _ValuesMixin, _AccessorsMixin,
-             _StateIOMixin, torch.nn.Module):
+class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _StateIOMixin,
+             torch.nn.Module):
     """One rank's training engine over a torch model (DeepSpeed's DeepSpeedEngine shape)."""
 
     def __init__(self, model, model_parameters=None, config=None, *, _client=None,
@@ -517,9 +515,6 @@ class Engine(_Stage3Mixin, _HandOverMixin, _DirectBackwardMixin, _ValuesMixin, _
         self._awaiting_step = False  # the last backward completed a micro-step step() must end
         self._interrupted = False    # a backward raised midway: the next continues its micro-step
         self._resuming = False       # ... and this backward is that next one
-        self._direct = None          # a direct loss.backward() begun and not ended (_direct.py)
-        self._frozen_warned = set()  # zinc parameters frozen since initialize, warned about
-        self._grad_alpha = 1.0       # what the hand-over scales `.grad` by (its 1/ga)
         if self._stage < 3:
             self._view_params([p for _, ps in self._groups for _, _, p in ps])
         else:
@@ -787,12 +782,11 @@ class Engine(_Stage3Mixin, _HandOverMixin, _DirectBackwardMixin, _ValuesMixin, _
 
     def forward(self, *inputs, **kwargs):
         self._alive()
-        self._settle_direct_backward()
         self._end_open_micro()
         if self._stage < 3:
-            return self._watch_outputs(self.module(*inputs, **kwargs))
+            return self.module(*inputs, **kwargs)
         try:
-            return self._watch_outputs(self.module(*inputs, **kwargs))
+            return self.module(*inputs, **kwargs)
         except BaseException as ex:
             # The forward stopped half-way: nothing stays gathered for it (a Ctrl-C too: the
             # modules it left running held their groups, and GatheredParameters took the
@@ -825,51 +819,6 @@ class Engine(_Stage3Mixin, _HandOverMixin, _DirectBackwardMixin, _ValuesMixin, _
         reusing that memory (transformers' Llama at stage 3, 2 ranks: peak RSS 1047-1057 MiB
         before, 955-966 after; docs/python.md). A second backward through it fails either way."""
         self._alive()
-        self._settle_direct_backward()
-        if self._unscaled_loss:      # (see __init__) DeepSpeed's loss / ga, unscaled
-            scaled = loss / self._ga if scale_wrt_gas else loss
-        else:
-            scaled = loss * (lib.zinc_loss_multiplier(self._e) if scale_wrt_gas
-                             else lib.zinc_engine_loss_scale(self._e))
-        counted = self._begin_backward()
-        _DirectBackwardMixin.engine_backwards += 1
-        try:
-            scaled.backward(retain_graph=retain_graph)
-            # until the hand-over below: a Ctrl-C between the two leaves a micro-step to finish
-            self._interrupted = True
-        except BaseException:
-            self._backward_raised(counted)
-            raise
-        finally:
-            self._in_backward = False
-            _DirectBackwardMixin.engine_backwards -= 1
-        self._monitor.note_loss(loss)
-        self._end_backward()
-        if not retain_graph and loss.grad_fn is not None and not loss._is_view():
-            loss.detach_()
-        return loss / self._ga if scale_wrt_gas else loss
-
-    def _warn_frozen_since_init(self):
-        """Once per parameter: one zinc trains (it required grad at initialize) whose
-        requires_grad is False now. zinc's groups are fixed at initialize, as DeepSpeed's: it
-        keeps training it with a zero gradient. One loop over the parameters per optimizer
-        step."""
-        for G in self._g:
-            for pid, name, p in G.params:
-                if not p.requires_grad and pid not in self._frozen_warned:
-                    self._frozen_warned.add(pid)
-                    warnings.warn(
-                        f"zinc: {name} has requires_grad=False now, but it required grad at "
-                        f"initialize and zinc trains it: it gets a zero gradient, and Adam's "
-                        f"momentum and weight decay still move it (as DeepSpeed 0.19.8's ZeRO "
-                        f"stage 1 does; its stages 2-3 fail there, its stage 0 in fp32 leaves it "
-                        f"as it is). Freeze parameters before zinc.initialize.",
-                        RuntimeWarning, stacklevel=3)
-
-    def _begin_backward(self):
-        """A backward's start (engine.backward's, or a direct loss.backward()'s from the hook on
-        the forward's outputs: _direct.py), before autograd adds anything. Returns whether it
-        counts a micro-batch for step()'s samples (managed_gradient_accumulation false)."""
         if self._awaiting_step:
             # refused before autograd adds anything (zinc_grads_ready would refuse the second
             # hand-over only after its gradient was added)
@@ -892,26 +841,33 @@ class Engine(_Stage3Mixin, _HandOverMixin, _DirectBackwardMixin, _ValuesMixin, _
             G.got.clear()
             if not self._resuming:
                 G.done = G.late = False
+        if self._unscaled_loss:      # (see __init__) DeepSpeed's loss / ga, unscaled
+            scaled = loss / self._ga if scale_wrt_gas else loss
+        else:
+            scaled = loss * (lib.zinc_loss_multiplier(self._e) if scale_wrt_gas
+                             else lib.zinc_engine_loss_scale(self._e))
         self._in_backward = True
         counted = not self._managed and not self._resuming
         if counted:                # step() counts the micro-batches' samples
             self._unmanaged_backwards += 1
-        return counted
-
-    def _backward_raised(self, counted):
-        """Autograd raised midway: the next backward (or step()) continues this micro-step.
-        Raised before any gradient came (a loss without grad_fn): nothing to continue, and a
-        step() is refused as without a backward, as DeepSpeed's raises there (it took an Adam
-        step on zero gradients, weight decay and momentum included)."""
-        self._interrupted = self._resuming or any(G.got or G.done for G in self._g)
-        if counted and not self._interrupted:   # no micro-batch ran: the next one counts
-            self._unmanaged_backwards -= 1
-        if self._stage == 3:       # what it gathered for the backward goes: a checkpoint
-            self._drop_params()    # loaded next left those groups with the old values
-
-    def _end_backward(self):
-        """After autograd: the groups not handed over yet go to zinc (at stages 0-1 the window's
-        sums are shown as `.grad`)."""
+        try:
+            scaled.backward(retain_graph=retain_graph)
+            # until the hand-over below: a Ctrl-C between the two leaves a micro-step to finish
+            self._interrupted = True
+        except BaseException:
+            # Raised midway: the next backward (or step()) continues this micro-step. Raised
+            # before any gradient came (a loss without grad_fn): nothing to continue, and a
+            # step() is refused as without a backward, as DeepSpeed's raises there (it took
+            # an Adam step on zero gradients, weight decay and momentum included).
+            self._interrupted = self._resuming or any(G.got or G.done for G in self._g)
+            if counted and not self._interrupted:   # no micro-batch ran: the next one counts
+                self._unmanaged_backwards -= 1
+            if self._stage == 3:       # what it gathered for the backward goes: a checkpoint
+                self._drop_params()    # loaded next left those groups with the old values
+            raise
+        finally:
+            self._in_backward = False
+        self._monitor.note_loss(loss)
         with held():
             if self._no_sync:          # the gradients stay in `.grad`, summed by autograd
                 self._unsynced = True
@@ -919,6 +875,9 @@ class Engine(_Stage3Mixin, _HandOverMixin, _DirectBackwardMixin, _ValuesMixin, _
                 self._hand_over_rest()
             self._interrupted = False
         self._show_window_grads()
+        if not retain_graph and loss.grad_fn is not None and not loss._is_view():
+            loss.detach_()
+        return loss / self._ga if scale_wrt_gas else loss
 
     @contextlib.contextmanager
     def no_sync(self):
@@ -1002,13 +961,11 @@ class Engine(_Stage3Mixin, _HandOverMixin, _DirectBackwardMixin, _ValuesMixin, _
                                "block first; its gradients are reduced then)")
         self._no_context("engine.step()")
         self._alive()
-        self._settle_direct_backward()
         self._take_back_grads()
         if not (self._awaiting_step or self._open_micro or self._unsynced or self._interrupted):
             raise RuntimeError("zinc: engine.step() with no backward() since the last step (or "
                                "since the forward that ended the last micro-step): call "
-                               "engine.backward(loss) first (or loss.backward() on a loss "
-                               "computed from the engine's forward, at ZeRO stages 1-3)")
+                               "engine.backward(loss) first")
         if self._unsynced or self._interrupted:   # no_sync gradients with no backward outside
             with held():                          # since, or a backward that raised midway
                 self._hand_over_rest()
@@ -1022,7 +979,6 @@ class Engine(_Stage3Mixin, _HandOverMixin, _DirectBackwardMixin, _ValuesMixin, _
             self._torch_then_zinc()
             if not self._managed or lib.zinc_engine_at_boundary(self._e):
                 self._opt._before_step()         # the lr the optimizer's groups carry, if set
-                self._warn_frozen_since_init()
             self._call(lib.zinc_step(self._e, ctypes.byref(info)))
             self._open_micro = self._awaiting_step = False
             self._step_applied = bool(info.boundary and info.applied)

@@ -39,8 +39,6 @@ function(zinc_python_stage_tests name script timeout)
   endforeach()
 endfunction()
 zinc_python_stage_tests(parity test_torch_parity.py 300 0 1 2 3)
-# loss.backward() called directly (DeepSpeed's "PyTorch-style backward", stages 1-3; refused at 0)
-zinc_python_stage_tests(direct_backward test_direct_backward.py 180 0 1 2 3)
 add_test(NAME python_parity_bf16_stage2 COMMAND ${_py} ${_pyt}/test_torch_parity.py 2 bf16)
 set_tests_properties(python_parity_bf16_stage2 PROPERTIES LABELS python TIMEOUT 300
                      SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
