@@ -515,6 +515,7 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
         self._awaiting_step = False  # the last backward completed a micro-step step() must end
         self._interrupted = False    # a backward raised midway: the next continues its micro-step
         self._resuming = False       # ... and this backward is that next one
+        self._frozen_warned = set()  # zinc parameters frozen since initialize, warned about
         if self._stage < 3:
             self._view_params([p for _, ps in self._groups for _, _, p in ps])
         else:
@@ -879,6 +880,23 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
             loss.detach_()
         return loss / self._ga if scale_wrt_gas else loss
 
+    def _warn_frozen_since_init(self):
+        """Once per parameter: one zinc trains (it required grad at initialize) whose
+        requires_grad is False now. zinc's groups are fixed at initialize, as DeepSpeed's: it
+        keeps training it with a zero gradient. One loop over the parameters per optimizer
+        step."""
+        for G in self._g:
+            for pid, name, p in G.params:
+                if not p.requires_grad and pid not in self._frozen_warned:
+                    self._frozen_warned.add(pid)
+                    warnings.warn(
+                        f"zinc: {name} has requires_grad=False now, but it required grad at "
+                        f"initialize and zinc trains it: it gets a zero gradient, and Adam's "
+                        f"momentum and weight decay still move it (as DeepSpeed 0.19.8's ZeRO "
+                        f"stage 1 does; its stages 2-3 fail there, its stage 0 in fp32 leaves it "
+                        f"as it is). Freeze parameters before zinc.initialize.",
+                        RuntimeWarning, stacklevel=3)
+
     @contextlib.contextmanager
     def no_sync(self):
         """DeepSpeed's no_sync, at ZeRO stages 0-1: the backward passes inside hand nothing to
@@ -979,6 +997,7 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
             self._torch_then_zinc()
             if not self._managed or lib.zinc_engine_at_boundary(self._e):
                 self._opt._before_step()         # the lr the optimizer's groups carry, if set
+                self._warn_frozen_since_init()
             self._call(lib.zinc_step(self._e, ctypes.byref(info)))
             self._open_micro = self._awaiting_step = False
             self._step_applied = bool(info.boundary and info.applied)

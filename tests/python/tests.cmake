@@ -39,6 +39,8 @@ function(zinc_python_stage_tests name script timeout)
   endforeach()
 endfunction()
 zinc_python_stage_tests(parity test_torch_parity.py 300 0 1 2 3)
+# a trained parameter frozen after initialize: warned once, trained on (test_frozen_after_init.py)
+zinc_python_stage_tests(frozen_after_init test_frozen_after_init.py 120 0 1 2 3)
 add_test(NAME python_parity_bf16_stage2 COMMAND ${_py} ${_pyt}/test_torch_parity.py 2 bf16)
 set_tests_properties(python_parity_bf16_stage2 PROPERTIES LABELS python TIMEOUT 300
                      SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
