@@ -176,7 +176,7 @@ static int list_tags(const char *dir, tag_entry **out, int *n)
         cnt++;
     }
     closedir(d);
-    qsort(t, (size_t)cnt, sizeof *t, by_step);
+    if (cnt > 0) qsort(t, (size_t)cnt, sizeof *t, by_step);   /* (t NULL when none) */
     *out = t;
     *n = cnt;
     return 0;
