@@ -318,6 +318,18 @@ zinc_status zck_manifest_read(const char *tagdir, zck_manifest *m, char *err);
 zinc_status zck_find_tag(const char *dir, const char *tag, int skip_upto, int logrank,
                          char *tagdir, size_t tagdir_n, char *tagname, size_t tagname_n,
                          char *err);
+/* What entry `name` of save directory `dir` is to a load (find_tag, and `zinc ckpt verify --all`);
+ * `latest`: the tag the directory's `latest` names (a directory of that name without a manifest
+ * is a damaged tag), or "" / NULL. */
+typedef enum {
+    ZCK_ENTRY_NONE,        /* not a tag: a file, a hidden or unrelated directory */
+    ZCK_ENTRY_SHADOWED,    /* T.old while T is there: never read */
+    ZCK_ENTRY_UNFINISHED,  /* T.tmp: a save that did not finish, never a tag */
+    ZCK_ENTRY_DEEPSPEED,   /* a DeepSpeed checkpoint's tag folder */
+    ZCK_ENTRY_LOST,        /* a tag that lost its manifest (it has rank files, or latest names it) */
+    ZCK_ENTRY_TAG          /* holds a manifest (whether it reads is for the caller to find) */
+} zck_entry;
+zck_entry zck_save_dir_entry(const char *dir, const char *name, const char *latest);
 /* Resolves what a user named: a tag directory (has a manifest), or a save directory: the tag a
  * load of it takes (zck_find_tag with no tag: the newest valid one) — every tag of it opened, so
  * that each damaged one is named (a load opens only those it tries). ZINC_ERR_IO when path is

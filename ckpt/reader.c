@@ -676,6 +676,31 @@ static int cmp_cand(const void *a, const void *b)
     return strcmp(x->name, y->name);
 }
 
+zck_entry zck_save_dir_entry(const char *dir, const char *name, const char *latest)
+{
+    size_t ln = strlen(name);
+    char path[4400], p[4600];
+    if (name[0] == '.' || ln >= ZCK_TAG_MAX) return ZCK_ENTRY_NONE;
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) return ZCK_ENTRY_NONE;
+    int is_old = ln > 4 && !strcmp(name + ln - 4, ".old");
+    if (is_old) {   /* a tag's previous contents: a candidate only while the tag is missing */
+        struct stat bs;
+        snprintf(p, sizeof p, "%s/%.*s", dir, (int)(ln - 4), name);
+        if (lstat(p, &bs) == 0 || errno != ENOENT) return ZCK_ENTRY_SHADOWED;
+    }
+    if (ln > 4 && !strcmp(name + ln - 4, ".tmp")) return ZCK_ENTRY_UNFINISHED;
+    snprintf(p, sizeof p, "%s/%s", path, ZCK_MANIFEST);
+    if (access(p, F_OK) == 0) return ZCK_ENTRY_TAG;
+    if (is_deepspeed_tag(path)) return ZCK_ENTRY_DEEPSPEED;
+    /* Unrelated directories are not our business; one with rank files lost its manifest. */
+    snprintf(p, sizeof p, "%s/rank-00000.zck", path);
+    if (!is_old && (access(p, F_OK) == 0 || (latest && !strcmp(name, latest))))
+        return ZCK_ENTRY_LOST;
+    return ZCK_ENTRY_NONE;
+}
+
 static zinc_status find_tag(const char *dir, const char *tag, int skip_upto, int logrank,
                            int thorough, char *tagdir, size_t tagdir_n, char *tagname,
                            size_t tagname_n, char *err)
@@ -722,44 +747,25 @@ static zinc_status find_tag(const char *dir, const char *tag, int skip_upto, int
     while ((de = readdir(dd))) {
         const char *nm = de->d_name;
         size_t ln = strlen(nm);
-        if (nm[0] == '.' || ln >= ZCK_TAG_MAX) continue;
         snprintf(path, sizeof path, "%s/%s", dir, nm);
-        struct stat st;
-        if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) continue;
-        int is_old = ln > 4 && !strcmp(nm + ln - 4, ".old");
-        if (is_old) {   /* a tag's previous contents: a candidate only while the tag is missing */
-            char base[4400];
-            struct stat bs;
-            snprintf(base, sizeof base, "%s/%.*s", dir, (int)(ln - 4), nm);
-            if (lstat(base, &bs) == 0 || errno != ENOENT) {
-                zlog(ZLOG_DEBUG, "ckpt", logrank, "ignoring %s: its tag is there", path);
-                continue;
-            }
-        }
-        if (ln > 4 && !strcmp(nm + ln - 4, ".tmp")) {
+        zck_entry kind = zck_save_dir_entry(dir, nm, latest);
+        if (kind == ZCK_ENTRY_SHADOWED)
+            zlog(ZLOG_DEBUG, "ckpt", logrank, "ignoring %s: its tag is there", path);
+        if (kind == ZCK_ENTRY_UNFINISHED)
             zlog(ZLOG_DEBUG, "ckpt", logrank, "ignoring %s: an unfinished save, never a tag", path);
-            continue;
+        if (kind == ZCK_ENTRY_DEEPSPEED) nds++;   /* not damaged: DeepSpeed's */
+        if (kind == ZCK_ENTRY_LOST) {
+            if (say)
+                zlog(ZLOG_WARN, "ckpt", logrank, "skipping damaged checkpoint %s: it has no %s",
+                     path, ZCK_MANIFEST);
+            ndamaged++;
         }
-        char mp[4600];
+        if (kind != ZCK_ENTRY_TAG) continue;
+        int is_old = ln > 4 && !strcmp(nm + ln - 4, ".old");
+        char mp[4600], e2[ZCK_ERR];
         snprintf(mp, sizeof mp, "%s/%s", path, ZCK_MANIFEST);
         struct stat ms;
-        int has_manifest = stat(mp, &ms) == 0;
-        char e2[ZCK_ERR];
-        if (!has_manifest && is_deepspeed_tag(path)) { /* not damaged: DeepSpeed's */
-            nds++;
-            continue;
-        }
-        if (!has_manifest) {
-            /* Unrelated directories are not our business; one with rank files lost its manifest. */
-            snprintf(mp, sizeof mp, "%s/rank-00000.zck", path);
-            if (!is_old && (access(mp, F_OK) == 0 || !strcmp(nm, latest))) {
-                if (say)
-                    zlog(ZLOG_WARN, "ckpt", logrank, "skipping damaged checkpoint %s: it has no %s",
-                         path, ZCK_MANIFEST);
-                ndamaged++;
-            }
-            continue;
-        }
+        if (stat(mp, &ms) != 0) continue;   /* (gone since the look above) */
         /* Only the manifest here: opening every tag's rank files (their headers and sizes)
          * made a load's pick cost tags x (ranks + 2) opens, 52 ms at 400 tags of 2 ranks; the
          * tags are opened below in the order tried, until one opens. */

@@ -777,8 +777,9 @@ typedef struct zinc_ckpt_save_options {
 } zinc_ckpt_save_options_t;
 
 /* Collective. Saves into dir/tag (written as dir/tag.tmp, renamed when complete) and then points
- * dir/latest at it (unless opt->leave_latest). In async mode returns once the shard is staged in host memory; errors of the
- * background write come back from the next zinc_step or from zinc_ckpt_wait. `opt` may be NULL.
+ * dir/latest at it (unless opt->leave_latest). In async mode returns once the shard is staged in
+ * host memory; errors of the background write come back from the next zinc_step or from
+ * zinc_ckpt_wait. `opt` may be NULL.
  * With NVMe offload what it reads from the scratch file is checked against the step's checksums
  * (zinc.nvme_checksum): a changed file fails the save with ZINC_ERR_CORRUPT naming the chunk (or
  * group) and the file, writes no tag, and leaves the state lost as a failed step does. */

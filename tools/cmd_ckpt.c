@@ -117,9 +117,9 @@ static int verify_open(zck_reader *r)
     return 0;
 }
 
-/* A save directory's tags for --all: its subdirectories that hold a manifest or a first rank
- * file (one that lost its manifest is a damaged tag, as a load calls it), but not an unfinished
- * save's T.tmp, nor a T.old while its tag T is there (a load never reads it then). */
+/* A save directory's tags for --all: what a load takes for a tag (zck_save_dir_entry), the ones
+ * that lost their manifest included (damaged), not an unfinished save's T.tmp nor a T.old while
+ * its tag T is there. */
 typedef struct {
     char name[ZCK_TAG_MAX];
     int64_t step;       /* its manifest's; INT64_MAX when that does not read (sorted last) */
@@ -142,20 +142,13 @@ static int list_tags(const char *dir, tag_entry **out, int *n)
     tag_entry *t = NULL;
     int cnt = 0, cap = 0;
     struct dirent *de;
-    char p[4400], q[4400];
+    char p[4400], latest[ZCK_TAG_MAX] = "";
+    snprintf(p, sizeof p, "%s/%s", dir, ZCK_LATEST);
+    if (zck_latest_read(p, latest, sizeof latest) != 0) latest[0] = 0;
     while ((de = readdir(d))) {
         const char *nm = de->d_name;
-        size_t ln = strlen(nm);
-        if (nm[0] == '.' || ln >= ZCK_TAG_MAX) continue;
-        if (ln > 4 && !strcmp(nm + ln - 4, ".tmp")) continue;
-        if (ln > 4 && !strcmp(nm + ln - 4, ".old")) {
-            snprintf(q, sizeof q, "%s/%.*s", dir, (int)(ln - 4), nm);
-            struct stat bs;
-            if (lstat(q, &bs) == 0) continue;
-        }
-        snprintf(p, sizeof p, "%s/%s/%s", dir, nm, ZCK_MANIFEST);
-        snprintf(q, sizeof q, "%s/%s/rank-00000.zck", dir, nm);
-        if (access(p, F_OK) != 0 && access(q, F_OK) != 0) continue;
+        zck_entry kind = zck_save_dir_entry(dir, nm, latest);
+        if (kind != ZCK_ENTRY_TAG && kind != ZCK_ENTRY_LOST) continue;
         if (cnt == cap) {
             cap = cap ? 2 * cap : 16;
             tag_entry *g = realloc(t, (size_t)cap * sizeof *t);
