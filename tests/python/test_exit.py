@@ -105,6 +105,16 @@ def rank1_stops_child(how, folder):
     x = torch.randn(4, 8)
     engine.backward(engine(x).pow(2).mean())
     engine.step()
+    # rank 1 stops only once rank 0 is out of that step: the step's last collective can let
+    # rank 1 out while rank 0 is still in it, and an abort then reached rank 0 there, outside
+    # the try below (python_uncaught_mpi failed so under load, 2026-11-30)
+    stepped = os.path.join(folder, "rank0-stepped")
+    if engine.global_rank == 0:
+        open(stepped, "w").close()
+    else:
+        deadline = time.monotonic() + 120
+        while not os.path.exists(stepped) and time.monotonic() < deadline:
+            time.sleep(0.01)
     if engine.global_rank == 1:
         if how == "raise":
             raise RuntimeError(BUG)
