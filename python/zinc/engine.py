@@ -1033,7 +1033,12 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
                         # torch's check that its optimizer stepped first: zinc's is the step.
                         warnings.filterwarnings("ignore",
                                                 message=".*lr_scheduler.step.*optimizer.step")
-                        self._client_sched.step(**(lr_kwargs or {}))
+                        try:
+                            self._client_sched.step(**(lr_kwargs or {}))
+                        except TypeError:
+                            # DeepSpeed 0.19.8's engine retries this way (for Megatron's
+                            # schedulers, which take the samples as a position): same lr after
+                            self._client_sched.step(self.train_batch_size())
                 self._opt._after_step(applied=bool(info.applied))
                 self._monitor.after_step(self)
         if not info.boundary:

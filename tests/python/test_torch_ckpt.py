@@ -537,6 +537,30 @@ def main():
             fails += 1
             print(f"FAIL: a client scheduler got {rsched.kwargs_seen} from step(lr_kwargs=...)")
         engine.close()
+        # A client scheduler whose step() takes no such keyword (TypeError): DeepSpeed 0.19.8's
+        # engine retries with step(train_batch_size()), a position (for Megatron's schedulers);
+        # a torch LambdaLR then sits at that epoch. zinc does the same (it raised).
+        pm = model()
+        popt = torch.optim.AdamW(pm.parameters(), lr=1e-3)
+        psched = torch.optim.lr_scheduler.LambdaLR(popt, lambda s: 1.0 / (1 + s))
+        engine, *_ = zinc.initialize(model=pm, config=cfg(GLOBAL), optimizer=popt,
+                                     lr_scheduler=psched)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")     # torch's step(epoch) deprecation
+                x, y = data(0)
+                engine.backward(torch.nn.functional.mse_loss(engine(x), y))
+                engine.step(lr_kwargs={"tag": 0})
+            tbs = engine.train_batch_size()
+            want = 1e-3 / (1 + tbs)
+            if psched.last_epoch != tbs or abs(engine.get_lr()[0] - want) > 1e-12:
+                fails += 1
+                print(f"FAIL: step(lr_kwargs) a LambdaLR refuses: epoch {psched.last_epoch}, lr "
+                      f"{engine.get_lr()[0]}; DeepSpeed's retry gives {tbs}, {want}")
+        except TypeError as ex:
+            fails += 1
+            print(f"FAIL: step(lr_kwargs) a LambdaLR refuses raised, where DeepSpeed retries: {ex}")
+        engine.close()
         engine, *_ = zinc.initialize(model=model(), config=warmup_cfg(GLOBAL))
 
         def step_with_lr_kwargs():
