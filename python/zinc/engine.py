@@ -1036,8 +1036,9 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
                         try:
                             self._client_sched.step(**(lr_kwargs or {}))
                         except TypeError:
-                            # DeepSpeed 0.19.8's engine retries this way (for Megatron's
-                            # schedulers, which take the samples as a position): same lr after
+                            # a step() that refuses the keywords: DeepSpeed 0.19.8's engine
+                            # retries with the batch size as a position (for Megatron's
+                            # schedulers), so the schedule a script gets is DeepSpeed's
                             self._client_sched.step(self.train_batch_size())
                 self._opt._after_step(applied=bool(info.applied))
                 self._monitor.after_step(self)
