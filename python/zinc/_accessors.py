@@ -9,6 +9,8 @@ holds (self._resolved, the config zinc resolved; self._info, the last step's; ..
 import json
 import operator
 
+import torch
+
 from . import dataloader as _dataloader
 from ._lib import ZINC_ERR_INVALID_ARG, ZincError, lib
 from ._memory import _TORCH_DTYPE
@@ -102,7 +104,10 @@ class _AccessorsMixin:
         starts with _global_grad_norm = None and sets it only in _take_model_step), and
         float("inf") after a step skipped for a non-finite gradient (DeepSpeed's ZeRO and fp16
         optimizers set inf on overflow; zinc's step reports nan for a nan gradient, which
-        DeepSpeed never returns). None at stage 0 in fp32, as DeepSpeed's there."""
+        DeepSpeed never returns). None at stage 0 in fp32, as DeepSpeed's there.
+        Of DeepSpeed 0.19.8's type and precision: at stages 1-2 a 0-dim float32 tensor (its
+        ZeRO optimizer divides the norm tensor by the loss scale), at stage 3 a float64 one, on
+        the engine's device, so a script's `.item()` works; at stage 0 a float."""
         if not self._info.boundary:
             return None
         if self._stage == 0 and self._code == 0:
@@ -116,7 +121,11 @@ class _AccessorsMixin:
             # the unscaled loss's gradient itself; zinc's step reports it divided by the scale
             # after the step's update (FP16_Optimizer's)
             return float(self._info.grad_norm * self._info.next_loss_scale)
-        return float(self._info.grad_norm)
+        norm = float(self._info.grad_norm)
+        if self._stage > 0:
+            dtype = torch.float64 if self._stage == 3 else torch.float32
+            return torch.tensor(norm, dtype=dtype, device=self._device)
+        return norm
 
     def train_micro_batch_size_per_gpu(self):
         return self._micro

@@ -247,9 +247,16 @@ def check_step_counters(stage, root):
     want = [(1, 1, tb, False), (2, 1, 2 * tb, True), (3, 1, 3 * tb, True)]
     check("global_steps, skipped_steps, global_samples with an fp16 overflow (DeepSpeed's)",
           got == want, f"{got} != {want}")
-    check("get_global_grad_norm: None, None, inf, then finite floats > 0 (DeepSpeed's)",
+    # of DeepSpeed 0.19.8's type: a float at stage 0, a 0-dim tensor at stages 1-3 (float32 at
+    # 1-2, float64 at 3) whose .item() a script calls
+    kind = (float if stage == 0 else
+            torch.tensor(0.0, dtype=torch.float64 if stage == 3 else torch.float32).type())
+    check(f"get_global_grad_norm: None, None, inf, then finite values > 0 of type {kind} "
+          f"(DeepSpeed's)",
           norms[:3] == [None, None, float("inf")]
-          and all(type(n) is float and 0 < n < float("inf") for n in norms[3:]), str(norms))
+          and all((type(n) is float if kind is float else
+                   isinstance(n, torch.Tensor) and n.dim() == 0 and n.type() == kind)
+                  and 0 < float(n) < float("inf") for n in norms[3:]), str(norms))
     ck = os.path.join(root, f"counters{engine.world_size}")
     engine.save_checkpoint(ck)
     # a NUL in a tag: refused by name (the C string ended there: "global_step3\0x" saved over
