@@ -327,6 +327,9 @@ typedef enum {
     ZCK_ENTRY_UNFINISHED,  /* T.tmp: a save that did not finish, never a tag */
     ZCK_ENTRY_DEEPSPEED,   /* a DeepSpeed checkpoint's tag folder */
     ZCK_ENTRY_LOST,        /* a tag that lost its manifest (it has rank files, or latest names it) */
+    ZCK_ENTRY_UNREADABLE,  /* a directory whose manifest cannot even be looked for (permissions,
+                            * an I/O error): errno says why on return. Damaged, not passed over
+                            * (except lost+found, a file system's own) */
     ZCK_ENTRY_TAG          /* holds a manifest (whether it reads is for the caller to find) */
 } zck_entry;
 zck_entry zck_save_dir_entry(const char *dir, const char *name, const char *latest);

@@ -693,6 +693,11 @@ zck_entry zck_save_dir_entry(const char *dir, const char *name, const char *late
     if (ln > 4 && !strcmp(name + ln - 4, ".tmp")) return ZCK_ENTRY_UNFINISHED;
     snprintf(p, sizeof p, "%s/%s", path, ZCK_MANIFEST);
     if (access(p, F_OK) == 0) return ZCK_ENTRY_TAG;
+    if (errno != ENOENT && strcmp(name, "lost+found") != 0) {
+        /* (EACCES on a directory chmod 000, EIO): whether it holds a tag cannot be known, and
+         * taken for unrelated it hid a tag from a resume and from verify --all in silence */
+        return ZCK_ENTRY_UNREADABLE;
+    }
     if (is_deepspeed_tag(path)) return ZCK_ENTRY_DEEPSPEED;
     /* Unrelated directories are not our business; one with rank files lost its manifest. */
     snprintf(p, sizeof p, "%s/rank-00000.zck", path);
@@ -754,6 +759,13 @@ static zinc_status find_tag(const char *dir, const char *tag, int skip_upto, int
         if (kind == ZCK_ENTRY_UNFINISHED)
             zlog(ZLOG_DEBUG, "ckpt", logrank, "ignoring %s: an unfinished save, never a tag", path);
         if (kind == ZCK_ENTRY_DEEPSPEED) nds++;   /* not damaged: DeepSpeed's */
+        if (kind == ZCK_ENTRY_UNREADABLE) {
+            int why = errno;
+            if (say)
+                zlog(ZLOG_WARN, "ckpt", logrank, "skipping checkpoint %s: cannot read it: %s",
+                     path, strerror(why));
+            ndamaged++;
+        }
         if (kind == ZCK_ENTRY_LOST) {
             if (say)
                 zlog(ZLOG_WARN, "ckpt", logrank, "skipping damaged checkpoint %s: it has no %s",

@@ -65,7 +65,7 @@ static int ckpt_verify(int argc, char **argv)
 {
     const char *dir = NULL;
     if (zarg_wants_help(argc, argv)) {
-        printf("usage: zinc ckpt verify DIR\n\n"
+        printf("usage: zinc ckpt verify [--all] DIR\n\n"
                "Reads every chunk of every rank file and checks its checksums, the client\n"
                "blob, and that the stored pieces cover every tensor exactly once.\n"
                "DIR: a tag directory, or a save directory (checks the tag a resume tries\n"
@@ -118,8 +118,8 @@ static int verify_open(zck_reader *r)
 }
 
 /* A save directory's tags for --all: what a load takes for a tag (zck_save_dir_entry), the ones
- * that lost their manifest included (damaged), not an unfinished save's T.tmp nor a T.old while
- * its tag T is there. */
+ * that lost their manifest or cannot be read included (damaged), not an unfinished save's T.tmp
+ * nor a T.old while its tag T is there. */
 typedef struct {
     char name[ZCK_TAG_MAX];
     int64_t step;       /* its manifest's; INT64_MAX when that does not read (sorted last) */
@@ -148,7 +148,8 @@ static int list_tags(const char *dir, tag_entry **out, int *n)
     while ((de = readdir(d))) {
         const char *nm = de->d_name;
         zck_entry kind = zck_save_dir_entry(dir, nm, latest);
-        if (kind != ZCK_ENTRY_TAG && kind != ZCK_ENTRY_LOST) continue;
+        if (kind != ZCK_ENTRY_TAG && kind != ZCK_ENTRY_LOST && kind != ZCK_ENTRY_UNREADABLE)
+            continue;
         if (cnt == cap) {
             cap = cap ? 2 * cap : 16;
             tag_entry *g = realloc(t, (size_t)cap * sizeof *t);

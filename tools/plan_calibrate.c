@@ -341,7 +341,8 @@ int zplan_read_calibration(const char *path, zplan_gpu *gpu, zplan_link *link, c
         v[i] = number_of(o, keys[i]);
         /* alpha may be 0; the rest are rates and sizes above 0 */
         if (!isfinite(v[i]) || !(v[i] > 0 || (i == 2 && v[i] == 0))) {
-            snprintf(err, len, "%s: \"%s\" is missing or not a number above 0", path, keys[i]);
+            snprintf(err, len, "%s: \"%s\" is missing or not a number %s", path, keys[i],
+                     i == 2 ? "of 0 or more" : "above 0");
             rc = -1;
         } else if (v[i] < lo[i] || v[i] > hi[i]) {
             snprintf(err, len, "%s: \"%s\" is %g, outside %g..%g (not a measurement; run zinc "

@@ -1,6 +1,7 @@
 /*
  * zinc.c — the `zinc` command: dispatches to tools/cmd_*.c.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,7 +72,22 @@ static int split_eq(int argc, char **argv, char **out, char *buf)
     return n;
 }
 
-int main(int argc, char **argv)
+/* What a command printed reached its file, or the run failed whatever it computed: `zinc config
+ * check c.json --json > resolved.json` on a full disk left an empty or cut file and exited 0.
+ * rc: the command's exit code, kept when it already says a failure. */
+static int stdout_reached(int rc)
+{
+    int bad = ferror(stdout), why = 0;
+    if (fflush(stdout) != 0) bad = 1, why = errno;
+    if (!bad) return rc;
+    if (why)
+        fprintf(stderr, "zinc: writing the output failed: %s\n", strerror(why));
+    else
+        fprintf(stderr, "zinc: writing the output failed (part of it is missing)\n");
+    return rc ? rc : 1;
+}
+
+static int run(int argc, char **argv)
 {
     if (argc >= 3 && !strcmp(argv[1], "help")) { /* zinc help CMD: that command's --help */
         for (size_t i = 0; i < sizeof zcommands / sizeof zcommands[0]; i++)
@@ -118,4 +134,9 @@ int main(int argc, char **argv)
     fprintf(stderr, "zinc: unknown command '%s'\n\n", argv[1]);
     usage(stderr);
     return 2;
+}
+
+int main(int argc, char **argv)
+{
+    return stdout_reached(run(argc, argv));
 }

@@ -108,4 +108,24 @@ if mkfifo "$tmp.fifo" 2>/dev/null; then
     rm -f "$tmp.fifo"
 fi
 
+# Output that does not reach its file fails the run (exit 1, said on stderr): `--json >
+# resolved.json` on a full disk left an empty file and exited 0. /dev/full fails every write
+# with ENOSPC; a closed stdout every write with EBADF.
+if [ -c /dev/full ] && [ -w /dev/full ]; then
+    checks=$((checks + 1))
+    "$zinc" config check "$dir/accept_minimal.json" --json >/dev/full 2>"$tmp.err"
+    got=$?
+    if [ "$got" != 1 ] || ! grep -q "writing the output failed: No space left" "$tmp.err"; then
+        echo "FAIL: zinc config check --json > /dev/full: exit $got, want 1 and the reason"
+        cat "$tmp.err"; fails=$((fails + 1))
+    fi
+fi
+checks=$((checks + 1))
+"$zinc" config check "$dir/accept_minimal.json" >&- 2>"$tmp.err"
+got=$?
+if [ "$got" != 1 ] || ! grep -q "writing the output failed" "$tmp.err"; then
+    echo "FAIL: zinc config check with stdout closed: exit $got, want 1 and the reason"
+    cat "$tmp.err"; fails=$((fails + 1))
+fi
+
 cli_finish
