@@ -8,6 +8,7 @@ engine.step(); what DeepSpeed users hand initialize about the optimizer is read 
 Anything zinc would compute differently is refused by name.
 """
 import ctypes
+import json
 import math
 import warnings
 
@@ -27,6 +28,18 @@ _GROUP_KEYS = ("params", "name", "weight_decay", "lr", "betas", "eps")
 def _scalar(v):
     """A hyperparameter as torch keeps it (a number, or a 0-dim tensor) as a Python number."""
     return v.item() if isinstance(v, torch.Tensor) else v
+
+
+def _schedule_eval(section, base, it):
+    """zinc_schedule_eval: a "scheduler" section (JSON bytes) for a param group whose lr was
+    `base` when the scheduler was built, at DeepSpeed's last_batch_iteration `it`: (lr, betas
+    or None). ValueError with zinc's message when the section breaks the config's rules."""
+    lr, b1, b2, sets = ctypes.c_double(), ctypes.c_double(), ctypes.c_double(), ctypes.c_int()
+    if lib.zinc_schedule_eval(section, base, it, ctypes.byref(lr), ctypes.byref(b1),
+                              ctypes.byref(b2), ctypes.byref(sets)) != 0:
+        msg = lib.zinc_last_error(None).decode(errors="replace")
+        raise ValueError(msg.removeprefix("zinc_schedule_eval: "))
+    return lr.value, ((b1.value, b2.value) if sets.value else None)
 
 
 def _betas(value, where, fn="zinc.initialize"):
@@ -225,9 +238,11 @@ class _Optimizer:
     at every step from the first.
     The groups' own lr under the config's schedule, as DeepSpeed's schedulers treat it:
     WarmupCosineLR scales each group's initial lr by its ratio (zinc's lr over the config's
-    optimizer lr, zinc's schedule being that lr times the ratio); WarmupLR, WarmupDecayLR,
-    OneCycle and LRRangeTest set every group to the schedule's lr (rank 0 warns, naming the
-    groups whose lr is replaced)."""
+    optimizer lr, zinc's schedule being that lr times the ratio); WarmupLR without
+    warmup_max_lr warms each group up to its own initial lr (DeepSpeed's default there: the
+    schedule evaluated per group, zinc_schedule_eval); WarmupLR with warmup_max_lr,
+    WarmupDecayLR, OneCycle and LRRangeTest set every group to the schedule's lr (rank 0 warns,
+    naming the groups whose lr is replaced)."""
 
     def __init__(self, engine, client=None, client_scheduler=False):
         self._engine = engine
@@ -258,11 +273,20 @@ class _Optimizer:
         base = float(opt["lr"])
         orgs = self._lrs()
         self._built_lrs = orgs      # before any schedule writes them (_ds_first_step)
-        # Under WarmupCosineLR: each group's initial lr, scaled by the schedule's ratio.
+        # Under WarmupCosineLR: each group's initial lr, scaled by the schedule's ratio; under
+        # WarmupLR without warmup_max_lr, each group's initial lr as its warm-up's end (the
+        # section without that key, evaluated with the group's lr as the default: _own_max).
         self._scaled = None
+        self._own_max = None
         self._base = base
-        if not client_scheduler and sched == "WarmupCosineLR" and any(o != base for o in orgs):
+        given = (engine._cfg.get("scheduler") or {}).get("params") or {}
+        own_max = sched == "WarmupLR" and "warmup_max_lr" not in given
+        if not client_scheduler and (sched == "WarmupCosineLR" or own_max) and \
+                any(o != base for o in orgs):
             self._scaled = orgs
+            if own_max:
+                params = {k: v for k, v in sched_sec["params"].items() if k != "warmup_max_lr"}
+                self._own_max = json.dumps({"type": sched, "params": params}).encode()
         elif not client_scheduler and sched and any(o != base for o in orgs) and \
                 engine.global_rank == 0:
             which = [i for i, o in enumerate(orgs) if o != base]
@@ -372,7 +396,12 @@ class _Optimizer:
 
     def _scheduled(self):
         """The lr of each group at the next step under WarmupCosineLR: its initial lr times the
-        schedule's ratio (DeepSpeed's org_lr * lr_ratio)."""
+        schedule's ratio (DeepSpeed's org_lr * lr_ratio); under WarmupLR without warmup_max_lr:
+        the schedule up to its initial lr, at the schedule's position (the lr of the next update
+        is DeepSpeed's at last_batch_iteration position - 1)."""
+        if self._own_max is not None:
+            at = _partial_load.counts(self._engine).sched - 1
+            return [_schedule_eval(self._own_max, org, at)[0] for org in self._scaled]
         ratio = lib.zinc_engine_lr(self._engine._e) / self._base
         return [org * ratio for org in self._scaled]
 

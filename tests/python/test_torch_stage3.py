@@ -586,6 +586,25 @@ class WarmupGroups(Tiny):
         return 1e-4 if it < 0 else 1e-4 + (3e-3 - 1e-4) * min(1.0, it / 5)
 
 
+class WarmupOwnMax(Tiny):
+    """lr_groups under the config's WarmupLR without warmup_max_lr (log warm-up): as
+    DeepSpeed's, each group warms up from warmup_min_lr to its own lr (DeepSpeed's default for
+    warmup_max_lr is the group's lr), and nothing warns. zinc warmed every group up to the
+    config's optimizer lr before, and warned that the groups' own were not used."""
+    read_by_top = ["emb"]
+    groups = staticmethod(lr_groups)
+    config_scheduler = {"type": "WarmupLR", "params": {"warmup_min_lr": 2e-4,
+                                                       "warmup_num_steps": 5}}
+
+    @staticmethod
+    def ref_lr(step, own_lr):
+        it = step - 1              # DeepSpeed's WarmupLR.get_lr at last_batch_iteration it
+        if it < 0:
+            return 2e-4
+        gamma = (1.0 / math.log(5)) * math.log(it + 1) if it < 5 else 1.0
+        return 2e-4 + (own_lr - 2e-4) * gamma
+
+
 def test_client_optimizer(stage):
     return (train_like_torch(ClientAdamW, "client torch.optim.AdamW with groups", stage) |
             train_like_torch(ClientAdam, "client torch.optim.Adam, L2 decay", stage) |
@@ -600,6 +619,8 @@ def test_client_optimizer(stage):
             train_like_torch(CosineGroups, "group lrs under the config's WarmupCosineLR",
                              stage) |
             train_like_torch(WarmupGroups, "group lrs under the config's WarmupLR", stage) |
+            train_like_torch(WarmupOwnMax, "group lrs under the config's WarmupLR without "
+                             "warmup_max_lr", stage) |
             client_under_config_schedule(stage))
 
 

@@ -12,7 +12,6 @@ unknown warmup_type (DeepSpeed warns and uses "log"), fractional step sizes, tot
 ratios above 1, negative rates or lrs, OneCycle's momentum bounds outside (0, 1) even without
 cycle_momentum, and OneCycle's or LRRangeTest's positions below -1. Numbers of numpy and torch
 are taken as Python's. Hugging Face's accelerate reads VALID_LR_SCHEDULES."""
-import ctypes
 import json
 import math
 import numbers
@@ -20,8 +19,7 @@ import warnings
 
 import torch
 
-from .._lib import lib
-from .._optimizer import _Optimizer, _scalar
+from .._optimizer import _Optimizer, _scalar, _schedule_eval
 
 LR_RANGE_TEST = "LRRangeTest"
 ONE_CYCLE = "OneCycle"
@@ -135,16 +133,11 @@ class _Schedule:
             it = -1
         out = []
         for section, base in zip(self._sections, bases or self._bases):
-            lr, b1, b2, sets = ctypes.c_double(), ctypes.c_double(), ctypes.c_double(), \
-                ctypes.c_int()
-            status = lib.zinc_schedule_eval(section, base, it, ctypes.byref(lr), ctypes.byref(b1),
-                                            ctypes.byref(b2), ctypes.byref(sets))
-            if status != 0:
-                msg = lib.zinc_last_error(None).decode(errors="replace")
-                msg = msg.removeprefix("zinc_schedule_eval: ")
-                raise ValueError(f"{type(self).__name__}: {msg} (the arguments are checked as "
-                                 "a config's \"scheduler\" params)")
-            out.append((lr.value, (b1.value, b2.value) if sets.value else None))
+            try:
+                out.append(_schedule_eval(section, base, it))
+            except ValueError as ex:
+                raise ValueError(f"{type(self).__name__}: {ex} (the arguments are checked as "
+                                 "a config's \"scheduler\" params)") from None
         return out
 
     def _started(self, last_batch_iteration):
