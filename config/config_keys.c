@@ -164,7 +164,8 @@ static const zkey adam_params_keys[] = {
     {"adam_w_mode", ZK_OWN, ZK_ALWAYS, NULL},
     /* its math is kept: torch's defaults (AdamW's weight_decay 0.01; config_optim.c) */
     {"torch_adam", ZK_WARN, ZK_IF_ON, "zinc's Adam runs, not torch's (speed only); torch's "
-                                      "defaults are kept (AdamW's weight_decay 0.01)"},
+                                      "defaults are kept (torch.optim.AdamW's weight_decay "
+                                      "0.01 where it is not given)"},
     {"fused", ZK_WARN, ZK_IF_ON, "which Adam kernel runs (speed only; same math)"},
     {"foreach", ZK_WARN, ZK_IF_ON, "which Adam kernel runs (speed only; same math)"},
     {"capturable", ZK_WARN, ZK_IF_ON, "CUDA-graph capture (speed only)"},
