@@ -4,6 +4,7 @@
  * the path for messages. Linear in the text: every byte is looked at a bounded number of times.
  */
 #include "base/json_strict.h"
+#include "base/utf8.h"
 
 #include <stdarg.h>
 #include <stdint.h>
@@ -176,21 +177,16 @@ static int string(P *p, dbuf *out)
         }
         /* UTF-8: the shortest form of a scalar value, nothing else. */
         size_t k;
-        unsigned cp;
-        if ((c & 0xE0) == 0xC0) k = 2, cp = c & 0x1F;
-        else if ((c & 0xF0) == 0xE0) k = 3, cp = c & 0x0F;
-        else if ((c & 0xF8) == 0xF0) k = 4, cp = c & 0x07;
-        else return fail(p, p->i, "invalid UTF-8 (byte 0x%02x) in a string", c);
-        if (p->i + k > p->n) return fail(p, p->i, "invalid UTF-8 (truncated sequence) in a string");
-        for (size_t j = 1; j < k; j++) {
-            unsigned b = s[p->i + j];
-            if ((b & 0xC0) != 0x80)
-                return fail(p, p->i, "invalid UTF-8 (byte 0x%02x) in a string", b);
-            cp = (cp << 6) | (b & 0x3F);
-        }
-        if ((k == 2 && cp < 0x80) || (k == 3 && cp < 0x800) || (k == 4 && cp < 0x10000) ||
-            cp > 0x10FFFF || (cp >= 0xD800 && cp < 0xE000))
+        unsigned cp, bad;
+        switch (zutf8_decode(s + p->i, p->n - p->i, &k, &cp, &bad)) {
+        case ZUTF8_OK: break;
+        case ZUTF8_BAD_BYTE:
+            return fail(p, p->i, "invalid UTF-8 (byte 0x%02x) in a string", bad);
+        case ZUTF8_TRUNCATED:
+            return fail(p, p->i, "invalid UTF-8 (truncated sequence) in a string");
+        default:
             return fail(p, p->i, "invalid UTF-8 (overlong, surrogate or beyond U+10FFFF) in a string");
+        }
         if (put(p, out, (const char *)s + p->i, k)) return p->rc;
         p->i += k;
     }

@@ -31,6 +31,7 @@
 
 #include "ckpt/ckpt.h"
 #include "base/log.h"
+#include "base/utf8.h"
 
 void (*zck_test_hook)(const char *phase);
 int zck_test_no_exchange;
@@ -61,12 +62,15 @@ static zinc_status check_tag(const zck_save_desc *d, char *err)
      * would not come back as written */
     int plain = n > 0 && t[0] != ' ' && t[n - 1] != ' ';
     for (size_t i = 0; i < n && plain; i++) plain = (unsigned char)t[i] >= 0x20 && t[i] != 0x7f;
+    /* and the manifest holds it as written, where the strict reader refuses invalid UTF-8: such
+     * a tag saved "OK", then every load skipped it as damaged and went back to an older one */
+    plain = plain && zutf8_valid(t, n);
     if (!n || n > ZCK_TAG_MAX - 16 || strchr(t, '/') || t[0] == '.' || !strcmp(t, ZCK_LATEST) ||
         (n > 4 && !strcmp(t + n - 4, ".tmp")) || (n > 4 && !strcmp(t + n - 4, ".old")) || !plain)
         return zerr_fmt(err, ZCK_ERR, ZINC_ERR_INVALID_ARG,
                         "ckpt save: tag \"%s\" is not usable as a directory name (no '/', not "
                         "\"latest\", no leading '.', no .tmp/.old suffix, no control characters "
-                        "or spaces at either end, at most %d bytes)",
+                        "or spaces at either end, valid UTF-8, at most %d bytes)",
                         t ? t : "", ZCK_TAG_MAX - 16);
     return ZINC_OK;
 }
