@@ -188,6 +188,10 @@ zinc_status zinc_ckpt_save(zinc_engine_t *e, const char *dir, const char *tag,
     if (opt && !opt->client_blob && opt->client_blob_bytes)
         return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_ckpt_save: client_blob is NULL with "
                          "client_blob_bytes %zu", opt->client_blob_bytes);
+    /* (any other value was taken as 1: a typo or a field the caller never set chose a mode) */
+    if (opt && (opt->async < -1 || opt->async > 1))
+        return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_ckpt_save: async is %d; expected -1 (the "
+                         "config's zinc.ckpt_async), 0 (blocking) or 1 (background)", opt->async);
     if (ev->partial_load[0]) /* agreed on every rank at the load */
         return zeng_fail(e, ZINC_ERR_USAGE, "zinc_ckpt_save: the failed load of %s had begun to "
                          "apply it: saving would keep a mix of two states; load a checkpoint "
@@ -766,7 +770,8 @@ zinc_status zinc_ckpt_read_tensor(zinc_engine_t *e, const char *dir, const char 
                                   int *found)
 {
     if (!found) {
-        if (!e) return zerr_thread(ZINC_ERR_INVALID_ARG, "zinc_ckpt_read_tensor: engine is NULL");
+        /* (e NULL is allowed: the call needs no engine; the error is found's either way) */
+        if (!e) return zerr_thread(ZINC_ERR_INVALID_ARG, "zinc_ckpt_read_tensor: found is NULL");
         return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_ckpt_read_tensor: found is NULL");
     }
     zinc_ckpt_tensor_request_t one = {name, shape, ndim, out, 0};

@@ -194,6 +194,10 @@ zinc_status zcfg_set_batch(zcfg *c, int64_t micro_batch, int64_t grad_accum, int
     if (micro_batch < 1 || grad_accum < 1 || __builtin_mul_overflow(micro_batch, grad_accum, &tbs) ||
         __builtin_mul_overflow(tbs, world_size, &tbs))
         return ZINC_ERR_INVALID_ARG;
+    /* nor a value the parser refuses as the 64-bit range's end (config_values.c): the resolved
+     * config, written into checkpoints, must parse again */
+    if (micro_batch == INT64_MAX || grad_accum == INT64_MAX || tbs == INT64_MAX)
+        return ZINC_ERR_INVALID_ARG;
     c->micro_batch = micro_batch;
     c->grad_accum = grad_accum;
     c->train_batch_size = tbs;

@@ -740,7 +740,8 @@ zinc_status zinc_set_batch_size(zinc_engine_t *e, int64_t micro_batch, int64_t g
     if (s == ZINC_ERR_INVALID_ARG)
         return zeng_fail(e, s, "zinc_set_batch_size: train_micro_batch_size_per_gpu %lld and "
                          "gradient_accumulation_steps %lld must both be at least 1, and their "
-                         "product with the world size %d fit in 64 bits", (long long)micro_batch,
+                         "product with the world size %d fit in 64 bits (below 2^63 - 1, the "
+                         "range's end, which the config refuses too)", (long long)micro_batch,
                          (long long)grad_accum, e->world_size);
     char *json = s == ZINC_OK ? zcfg_to_json(&c) : NULL;
     if (!json) return zeng_fail(e, ZINC_ERR_NOMEM, "zinc_set_batch_size: out of memory");

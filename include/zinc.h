@@ -504,7 +504,8 @@ ZINC_API zinc_status zinc_set_accumulation_boundary(zinc_engine_t *e, int is_bou
 /* DeepSpeed's engine.set_train_batch_size and set_train_micro_batch_size: the micro batch
  * (train_micro_batch_size_per_gpu) and gradient_accumulation_steps from here on, each >= 1;
  * train_batch_size becomes micro_batch x grad_accum x world size (ZINC_ERR_INVALID_ARG for a
- * value below 1 or a product past int64, as the config parser refuses them). The loss multiplier and zinc's
+ * value below 1, INT64_MAX or a product past int64, as the config parser refuses them). The loss
+ * multiplier and zinc's
  * count of the window follow the new steps. Between accumulation windows only (after the
  * zinc_step that ended one, or before the first micro-step; ZINC_ERR_USAGE inside one, whose
  * losses were scaled by the old steps): DeepSpeed's takes it at any micro-step and counts the
@@ -577,9 +578,11 @@ ZINC_API int zinc_engine_betas(const zinc_engine_t *e, double *beta1, double *be
  * otherwise), evaluated as the class's get_lr() (and OneCycle's get_mom()) at DeepSpeed's
  * last_batch_iteration: what its step(last_batch_iteration) writes. -1 is the start (the lr its
  * constructor writes too; OneCycle's constructor writes betas (cycle_min_mom, 0.99) where
- * get_mom() gives cycle_max_mom); below -1 is ZINC_ERR_INVALID_ARG. base_lr: the param group's
- * lr when the scheduler was built (WarmupCosineLR scales it; WarmupLR's warmup_max_lr defaults
- * to it), finite and >= 0. Writes *lr; with OneCycle's cycle_momentum also *beta1 and *beta2
+ * get_mom() gives cycle_max_mom); below -1, and INT64_MAX, are ZINC_ERR_INVALID_ARG. base_lr:
+ * the param group's lr when the scheduler was built (WarmupCosineLR scales it; WarmupLR's
+ * warmup_max_lr defaults to it), finite and >= 0. Every pointer is required (beta1, beta2 and
+ * sets_betas too, whatever the type). Writes *lr; with OneCycle's cycle_momentum also *beta1
+ * and *beta2
  * (DeepSpeed writes the pair into each group) and *sets_betas = 1, else leaves them and sets
  * *sets_betas = 0. At last_batch_iteration k >= 0, the values the config's scheduler gives an
  * engine after k + 1 applied steps (zinc_engine_lr, zinc_engine_betas). Errors:
@@ -770,7 +773,8 @@ typedef struct zinc_ckpt_save_options {
     const void *client_blob;      /* caller state saved with the checkpoint (data position, RNG) */
     size_t client_blob_bytes;
     int save_weights16;           /* also store the 16-bit weights stream                        */
-    int async;                    /* -1: config's zinc.ckpt_async; 0: blocking; 1: background    */
+    int async;                    /* -1: config's zinc.ckpt_async; 0: blocking; 1: background
+                                     (another value: ZINC_ERR_INVALID_ARG)                       */
     int leave_latest;             /* 1: dir/latest is left as it was (DeepSpeed's save_latest=False):
                                      a load without a tag still takes the tag latest names, and
                                      zinc.ckpt_keep_last prunes nothing after this save          */

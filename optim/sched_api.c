@@ -39,7 +39,7 @@ zinc_status zinc_schedule_eval(const char *scheduler_json, double base_lr,
     if (last_batch_iteration < -1 || last_batch_iteration == INT64_MAX)
         return zerr_thread(ZINC_ERR_INVALID_ARG,
                            "zinc_schedule_eval: last_batch_iteration %lld: expected -1 (the "
-                           "start) or a later batch index",
+                           "start) up to 2^63 - 2",
                            (long long)last_batch_iteration);
     zcfg_sched s;
     zcfg_diag diag = {0};

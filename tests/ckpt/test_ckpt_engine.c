@@ -374,6 +374,10 @@ static void load_while_gathered(int rank, void *arg)
                                                  "client_blob_bytes 100"),
              "rank %d: a NULL blob of 100 bytes: %s: %s", rank, zinc_status_string(s),
              zinc_last_error(e));
+    zinc_ckpt_save_options_t odd = {.async = 7};   /* was taken as 1 (background) */
+    s = zinc_ckpt_save(e, c->dir, "async7", &odd);
+    ZT_CHECK(s == ZINC_ERR_INVALID_ARG && strstr(zinc_last_error(e), "async is 7"),
+             "rank %d: async 7: %s: %s", rank, zinc_status_string(s), zinc_last_error(e));
     zinc_engine_destroy(e);
 }
 
@@ -628,6 +632,11 @@ int main(void)
                                            &found) != ZINC_OK &&
                          strstr(zinc_last_error(e), "no_tag"),
                      "a missing tag: %s", zinc_last_error(e));
+            /* found NULL is the error, with an engine or without one (which the call allows) */
+            ZT_CHECK(zinc_ckpt_read_tensor(NULL, dir, "t3", P->name, P->shape, P->ndim, v,
+                                           NULL) == ZINC_ERR_INVALID_ARG &&
+                         strstr(zinc_last_error(NULL), "found is NULL"),
+                     "found NULL without an engine: %s", zinc_last_error(NULL));
             free(v);
         }
         /* zinc_ckpt_read_tensors: every tensor in one read, beside an absent name and a probe;

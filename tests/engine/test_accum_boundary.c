@@ -372,6 +372,10 @@ static void test_batch_size_calls(void)
                  "accumulation -3");
     expect_error(e, zinc_set_batch_size(e, (int64_t)1 << 40, (int64_t)1 << 30),
                  ZINC_ERR_INVALID_ARG, "fit in 64 bits", "2^70 samples");
+    /* the range's end, which the config parser refuses: its resolved config (and a checkpoint's
+     * copy) would not parse again */
+    expect_error(e, zinc_set_batch_size(e, INT64_MAX, 1), ZINC_ERR_INVALID_ARG, "range's end",
+                 "micro INT64_MAX");
     ZT_CHECK(config_says(e, "gradient_accumulation_steps", 1), "a refused set changed the "
              "config: %s", zinc_engine_config_json(e));
     ZT_CHECK(zinc_set_batch_size(NULL, 1, 1) == ZINC_ERR_INVALID_ARG, "set on NULL");
