@@ -245,8 +245,19 @@ class _Stage3Mixin:
         running and the group is not gathered, gather it for the innermost running module,
         which holds it until its forward ends and gathers it again before its backward. Every
         attribute read of a weight comes here, nearly all of a gathered group: those return
-        before the hook timer (its cost would be most of theirs)."""
+        before the hook timer (its cost would be most of theirs).
+        In a backward no module's forward may be running: activation checkpointing recomputes
+        a plain function (not a module), which read the parameter in the top module's forward
+        the first time. There the group is gathered for the read alone, held by no module:
+        released at its hand-over, or at the backward's end (_drop_params). Before, the read
+        found the empty tensor its module's forward had left ("size mismatch", or the
+        recomputed metadata differing), where DeepSpeed gathers on any read."""
         if not self._stack:
+            if not self._in_backward:
+                return
+            gi = self._group_of.get(id(p))
+            if gi is not None and not (self._g[gi].live and not self._g[gi].kept):
+                self._materialize(gi)
             return
         gi = self._group_of.get(id(p))
         if gi is None or (self._g[gi].live and not self._g[gi].kept):

@@ -394,12 +394,35 @@ class Checkpointed(Tiny):
         return self.ln(x) @ self.emb.weight.t()
 
 
+class CheckpointedFunction(Tiny):
+    """Activation checkpointing of a plain function (a method, not a module) that runs a block
+    and then reads the block's last weight through its attribute, reentrant for the first block
+    and not for the second. In the backward's recomputation no module's forward is running, and
+    the read must still find the weight gathered: zinc left it the empty tensor its module's
+    forward had emptied (reentrant: a shape error; non-reentrant: the recomputed metadata
+    differed), where DeepSpeed gathers on any read. The first, no-grad pass reads it inside the
+    top module's forward, which holds it."""
+    read_by_top = ["emb", "blocks.0.3", "blocks.1.3"]
+
+    def segment(self, b, x):
+        return b(x) + x @ b[3].weight[:, :x.shape[-1]]
+
+    def forward(self, tok):
+        import torch.utils.checkpoint as ckpt
+        x = self.emb(tok)
+        for i, b in enumerate(self.blocks):
+            x = x + ckpt.checkpoint(self.segment, b, x, use_reentrant=i == 0)
+        return self.ln(x) @ self.emb.weight.t()
+
+
 def test_odd(stage):
     return train_like_torch(Odd, "odd model", stage)
 
 
 def test_activation_checkpointing(stage):
-    return train_like_torch(Checkpointed, "activation checkpointing", stage)
+    return (train_like_torch(Checkpointed, "activation checkpointing", stage) |
+            train_like_torch(CheckpointedFunction, "activation checkpointing of a function "
+                             "reading a weight after its module ran", stage))
 
 
 def decay_groups(model):
