@@ -2,6 +2,7 @@
  * zinc.c — the `zinc` command: dispatches to tools/cmd_*.c.
  */
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,6 +78,15 @@ static int split_eq(int argc, char **argv, char **out, char *buf)
  * rc: the command's exit code, kept when it already says a failure. */
 static int stdout_reached(int rc)
 {
+    if (rc != 0) {
+        /* failed or interrupted already: its code stands (`zinc train | tee log` stopped by
+         * Ctrl-C exits 130; the flush into the pipe tee left must not kill it by SIGPIPE) */
+        signal(SIGPIPE, SIG_IGN);
+        fflush(stdout);
+        return rc;
+    }
+    /* (a reader gone, `zinc ... | head`: SIGPIPE ends the process here, as any Unix command's
+     * end is there; where SIGPIPE is ignored, EPIPE is reported below) */
     int bad = ferror(stdout), why = 0;
     if (fflush(stdout) != 0) bad = 1, why = errno;
     if (!bad) return rc;
@@ -84,7 +94,7 @@ static int stdout_reached(int rc)
         fprintf(stderr, "zinc: writing the output failed: %s\n", strerror(why));
     else
         fprintf(stderr, "zinc: writing the output failed (part of it is missing)\n");
-    return rc ? rc : 1;
+    return 1;
 }
 
 static int run(int argc, char **argv)
