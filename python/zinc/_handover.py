@@ -124,6 +124,9 @@ class _HandOverMixin:
                 self._bucket_done(slot)
                 G.slot = -1
             G.done = True
+            if G.read_hold:           # stage 3: a backward's read held it until here
+                G.read_hold = False
+                G.holds = max(0, G.holds - 1)
             if self._stage == 3 and G.holds == 0:
                 self._release(gi)
 

@@ -248,16 +248,23 @@ class _Stage3Mixin:
         before the hook timer (its cost would be most of theirs).
         In a backward no module's forward may be running: activation checkpointing recomputes
         a plain function (not a module), which read the parameter in the top module's forward
-        the first time. There the group is gathered for the read alone, held by no module:
-        released at its hand-over, or at the backward's end (_drop_params). Before, the read
-        found the empty tensor its module's forward had left ("size mismatch", or the
-        recomputed metadata differing), where DeepSpeed gathers on any read."""
+        the first time. There the read gathers the group and holds it (G.read_hold) until its
+        hand-over or the backward's end (_drop_params): the function may run the parameter's
+        module after the read, whose forward's end would otherwise empty what the function
+        still uses. Before, the read found the empty tensor its module's forward had left
+        ("size mismatch", or the recomputed metadata differing), where DeepSpeed gathers on
+        any read."""
         if not self._stack:
             if not self._in_backward:
                 return
             gi = self._group_of.get(id(p))
-            if gi is not None and not (self._g[gi].live and not self._g[gi].kept):
+            if gi is None or self._g[gi].read_hold:
+                return
+            G = self._g[gi]
+            if not (G.live and not G.kept):
                 self._materialize(gi)
+            G.read_hold = True
+            G.holds += 1
             return
         gi = self._group_of.get(id(p))
         if gi is None or (self._g[gi].live and not self._g[gi].kept):
@@ -403,6 +410,7 @@ class _Stage3Mixin:
             for gi, G in enumerate(self._g):
                 G.live = True
                 G.holds = 0
+                G.read_hold = False
                 self._dematerialize(gi)
         if self._stack:        # (an attribute set on the Engine, an nn.Module, costs ~3 us)
             self._stack = []

@@ -285,7 +285,8 @@ class _Group:
         self.pgroup = pgroup      # index of the param group its parameters came in
         self.live = False         # stage 3: param.data holds the gathered values
         self.kept = False         # stage 3: live, but released (kept for a use soon: _release)
-        self.holds = 0            # stage 3: forwards running that need the group
+        self.holds = 0            # stage 3: forwards running that need the group (and a read)
+        self.read_hold = False    # stage 3: one of holds is a backward's read (_on_read)
         self.ctx = 0              # stage 3: zero.GatheredParameters contexts holding it gathered
         self.got = set()          # param ids whose gradient autograd accumulated this backward
         self.done = False         # handed over (zinc_grads_ready) this micro-step

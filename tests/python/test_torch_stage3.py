@@ -395,23 +395,31 @@ class Checkpointed(Tiny):
 
 
 class CheckpointedFunction(Tiny):
-    """Activation checkpointing of a plain function (a method, not a module) that runs a block
-    and then reads the block's last weight through its attribute, reentrant for the first block
-    and not for the second. In the backward's recomputation no module's forward is running, and
-    the read must still find the weight gathered: zinc left it the empty tensor its module's
-    forward had emptied (reentrant: a shape error; non-reentrant: the recomputed metadata
-    differed), where DeepSpeed gathers on any read. The first, no-grad pass reads it inside the
-    top module's forward, which holds it."""
-    read_by_top = ["emb", "blocks.0.3", "blocks.1.3"]
+    """Activation checkpointing of a plain function (a method, not a module) that reads a
+    block's last weight through its attribute after running the block (blocks 0-1) or before
+    (blocks 2-3, the read kept in a local the function uses after the block ran), reentrant
+    for the even blocks and not for the odd. In the backward's recomputation no module's
+    forward is running, and the read must still find the weight gathered, and keep it so while
+    the block runs: zinc left it the empty tensor its module's forward had emptied (reentrant:
+    a shape error; non-reentrant: the recomputed metadata differed), where DeepSpeed gathers on
+    any read; and a read before the block was emptied again by the block's end. The first,
+    no-grad pass reads it inside the top module's forward, which holds it."""
+    read_by_top = ["emb", "blocks.0.3", "blocks.1.3", "blocks.2.3", "blocks.3.3"]
 
-    def segment(self, b, x):
-        return b(x) + x @ b[3].weight[:, :x.shape[-1]]
+    def __init__(self):
+        super().__init__(layers=4)
+
+    def segment(self, b, x, read_first):
+        w = b[3].weight if read_first else None
+        h = b(x)
+        w = b[3].weight if w is None else w
+        return h + x @ w[:, :x.shape[-1]]
 
     def forward(self, tok):
         import torch.utils.checkpoint as ckpt
         x = self.emb(tok)
         for i, b in enumerate(self.blocks):
-            x = x + ckpt.checkpoint(self.segment, b, x, use_reentrant=i == 0)
+            x = x + ckpt.checkpoint(self.segment, b, x, i >= 2, use_reentrant=i % 2 == 0)
         return self.ln(x) @ self.emb.weight.t()
 
 
