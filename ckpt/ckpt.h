@@ -328,8 +328,11 @@ typedef enum {
     ZCK_ENTRY_DEEPSPEED,   /* a DeepSpeed checkpoint's tag folder */
     ZCK_ENTRY_LOST,        /* a tag that lost its manifest (it has rank files, or latest names it) */
     ZCK_ENTRY_UNREADABLE,  /* a directory whose manifest cannot even be looked for (permissions,
-                            * an I/O error): errno says why on return. Damaged, not passed over
-                            * (except lost+found, a file system's own) */
+                            * an I/O error) that is a tag by its name (latest names it; stepN,
+                            * global_stepN, T.old): damaged. errno says why on return */
+    ZCK_ENTRY_UNKNOWN,     /* such a directory of another name (another user's folder in a shared
+                            * directory, say): named in a warning, not counted (errno: why). Not
+                            * lost+found, a file system's own, which is NONE */
     ZCK_ENTRY_TAG          /* holds a manifest (whether it reads is for the caller to find) */
 } zck_entry;
 zck_entry zck_save_dir_entry(const char *dir, const char *name, const char *latest);

@@ -676,6 +676,17 @@ static int cmp_cand(const void *a, const void *b)
     return strcmp(x->name, y->name);
 }
 
+/* name is prefix followed by one or more digits and nothing else: the default tags of zinc's
+ * CLI (step000400) and of DeepSpeed's and zinc's Python save_checkpoint (global_step400). */
+static int tag_shaped(const char *name, const char *prefix)
+{
+    size_t n = strlen(prefix);
+    if (strncmp(name, prefix, n) != 0 || !name[n]) return 0;
+    for (const char *c = name + n; *c; c++)
+        if (*c < '0' || *c > '9') return 0;
+    return 1;
+}
+
 zck_entry zck_save_dir_entry(const char *dir, const char *name, const char *latest)
 {
     size_t ln = strlen(name);
@@ -694,9 +705,17 @@ zck_entry zck_save_dir_entry(const char *dir, const char *name, const char *late
     snprintf(p, sizeof p, "%s/%s", path, ZCK_MANIFEST);
     if (access(p, F_OK) == 0) return ZCK_ENTRY_TAG;
     if (errno != ENOENT && strcmp(name, "lost+found") != 0) {
-        /* (EACCES on a directory chmod 000, EIO): whether it holds a tag cannot be known, and
-         * taken for unrelated it hid a tag from a resume and from verify --all in silence */
-        return ZCK_ENTRY_UNREADABLE;
+        /* (EACCES on a directory chmod 000, EIO): whether it holds a tag cannot be known.
+         * Taken for unrelated it hid a tag from a resume and from verify --all in silence;
+         * taken for a damaged tag, another user's private folder beside a run's tags made a
+         * fresh `--resume auto` fail ("no valid checkpoint"). Damaged where its name says tag. */
+        int why = errno;
+        zck_entry k = is_old || (latest && !strcmp(name, latest)) || tag_shaped(name, "step") ||
+                              tag_shaped(name, "global_step")
+                          ? ZCK_ENTRY_UNREADABLE
+                          : ZCK_ENTRY_UNKNOWN;
+        errno = why;
+        return k;
     }
     if (is_deepspeed_tag(path)) return ZCK_ENTRY_DEEPSPEED;
     /* Unrelated directories are not our business; one with rank files lost its manifest. */
@@ -765,6 +784,13 @@ static zinc_status find_tag(const char *dir, const char *tag, int skip_upto, int
                 zlog(ZLOG_WARN, "ckpt", logrank, "skipping checkpoint %s: cannot read it: %s",
                      path, strerror(why));
             ndamaged++;
+        }
+        if (kind == ZCK_ENTRY_UNKNOWN) {
+            int why = errno;
+            if (say)
+                zlog(ZLOG_WARN, "ckpt", logrank, "passing over %s: cannot read it (%s), and its "
+                     "name is not a tag's zinc writes; if it is a checkpoint, make it readable",
+                     path, strerror(why));
         }
         if (kind == ZCK_ENTRY_LOST) {
             if (say)

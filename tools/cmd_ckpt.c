@@ -148,6 +148,9 @@ static int list_tags(const char *dir, tag_entry **out, int *n)
     while ((de = readdir(d))) {
         const char *nm = de->d_name;
         zck_entry kind = zck_save_dir_entry(dir, nm, latest);
+        if (kind == ZCK_ENTRY_UNKNOWN)     /* said, not counted: nothing says it is a tag */
+            fprintf(stderr, "zinc ckpt verify: %s/%s: cannot read it (%s); not counted (its "
+                    "name is not a tag's zinc writes)\n", dir, nm, strerror(errno));
         if (kind != ZCK_ENTRY_TAG && kind != ZCK_ENTRY_LOST && kind != ZCK_ENTRY_UNREADABLE)
             continue;
         if (cnt == cap) {

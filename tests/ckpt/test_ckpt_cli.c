@@ -151,7 +151,11 @@ static void verify_all(void)
      * other than root; here, as the tests run as root, its manifest and first rank file made
      * symlink loops, ELOOP) is damaged, not an unrelated directory passed over in silence, for
      * --all and for the tag pick of a plain verify (a resume) */
-    char ldir[700];
+    /* Damaged where its name is a tag's (global_stepN here, stepN, T.old, the one latest
+     * names); of another name (another user's private folder in a shared directory) it is
+     * named but not counted, and a directory holding only that is no checkpoint (a fresh
+     * `--resume auto` failed on "no valid checkpoint" when it counted). */
+    char ldir[700], q[1000];
     snprintf(ldir, sizeof ldir, "%s/all-unreadable", root);
     save_three(ldir);
     const char *looped[] = {"manifest.json", "rank-00000.zck"};
@@ -160,17 +164,40 @@ static void verify_all(void)
         unlink(p);
         ZT_CHECK(symlink(looped[i], p) == 0, "symlink %s", p);
     }
+    snprintf(p, sizeof p, "%s/s2", ldir);
+    snprintf(q, sizeof q, "%s/global_step2", ldir);
+    ZT_CHECK(rename(p, q) == 0, "rename %s", p);
+    char pdir[700];                       /* the unknown folder, alone in a directory */
+    snprintf(pdir, sizeof pdir, "%s/private-only", root);
+    ZT_CHECK(mkdir(pdir, 0755) == 0, "mkdir %s", pdir);
+    const char *holders[] = {ldir, pdir};
+    for (int k = 0; k < 2; k++) {
+        snprintf(p, sizeof p, "%s/private", holders[k]);
+        ZT_CHECK(mkdir(p, 0755) == 0, "mkdir %s", p);
+        snprintf(q, sizeof q, "%s/manifest.json", p);
+        ZT_CHECK(symlink("manifest.json", q) == 0, "symlink %s", q);
+    }
     snprintf(args, sizeof args, "ckpt verify --all %s", ldir);
     rc = cli(args);
     e = slurp(errf);
-    ZT_CHECK(rc == 1 && strstr(e, "1 of 3 tags") && strstr(e, "/s2"),
-             "--all with s2 unreadable: exit %d: %s", rc, e);
+    ZT_CHECK(rc == 1 && strstr(e, "1 of 3 tags") && strstr(e, "/global_step2") &&
+                 strstr(e, "/private: cannot read it") && strstr(e, "not counted"),
+             "--all with global_step2 and private unreadable: exit %d: %s", rc, e);
     free(e);
     snprintf(args, sizeof args, "ckpt verify %s", ldir);
     rc = cli(args);
     e = slurp(errf);
-    ZT_CHECK(rc == 0 && strstr(e, "/s2: cannot read it"),
-             "plain verify with s2 unreadable: exit %d, and s2 should be named: %s", rc, e);
+    ZT_CHECK(rc == 0 && strstr(e, "/global_step2: cannot read it") &&
+                 strstr(e, "passing over") && strstr(e, "/private"),
+             "plain verify with global_step2 and private unreadable: exit %d, and both should "
+             "be named: %s", rc, e);
+    free(e);
+    snprintf(args, sizeof args, "ckpt verify %s", pdir);
+    rc = cli(args);
+    e = slurp(errf);
+    ZT_CHECK(rc == 2 && strstr(e, "no checkpoint"),
+             "a directory holding only an unreadable folder of another name is no checkpoint: "
+             "exit %d: %s", rc, e);
     free(e);
     snprintf(args, sizeof args, "ckpt verify --all %s/s1", dir);
     rc = cli(args);
