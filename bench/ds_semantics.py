@@ -9,6 +9,9 @@ must be DeepSpeed's (a cross-check run by hand: DeepSpeed is never a dependency,
 - param groups with their own lr under the config's scheduler: DeepSpeed's WarmupCosineLR and
   WarmupLR objects stepping a torch AdamW with groups of lr 5e-3 and 1e-3, against the lr zinc
   shows in each group before each of 12 steps (within 1e-15 relative: a few double ulps);
+- ... and WarmupLR without warmup_max_lr, where each group warms up to its own lr;
+- get_global_grad_norm(): DeepSpeed's type (a 0-dim tensor at stages 1-3, a float at stage 0
+  in bf16), its value bit for bit at stages 1-2, within NORM_CASES' bounds at stages 0 and 3;
 - set_train_batch_size at a window's end (2 -> 4 accumulation steps): zinc's next windows are 4
   micro-steps long; DeepSpeed's first one is 2 (its boundary counts global micro-steps), as
   docs/python.md says.
@@ -57,6 +60,8 @@ SCHEDULES = {
                                         "warmup_type": "linear"}),
     "WarmupLR": (WarmupLR, {"warmup_min_lr": 1e-4, "warmup_max_lr": 3e-3,
                             "warmup_num_steps": 5, "warmup_type": "linear"}),
+    # without warmup_max_lr each group warms up to its own lr (DeepSpeed's default there)
+    "WarmupLR, no warmup_max_lr": (WarmupLR, {"warmup_min_lr": 1e-4, "warmup_num_steps": 5}),
 }
 
 
@@ -77,7 +82,7 @@ def group_lrs(name, steps=12):
         sched.step()
     cfg = {"train_micro_batch_size_per_gpu": 1,
            "optimizer": {"type": "AdamW", "params": {"lr": 3e-3}},
-           "scheduler": {"type": name, "params": params}}
+           "scheduler": {"type": cls.__name__, "params": params}}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")         # WarmupLR's: the groups' own lr is not used
         engine, zopt, _, _ = zinc.initialize(model=m, model_parameters=groups(), config=cfg)
@@ -94,6 +99,60 @@ def group_lrs(name, steps=12):
     # zinc's group lr is own lr x (zinc's lr / optimizer lr): a multiply and a divide in double
     # more than DeepSpeed's own lr x ratio, a few ulps at most.
     return worst <= 1e-15
+
+
+def ds_engine(m, cfg, port="29531"):
+    """DeepSpeed's engine over m on the CPU, one process (its world needs torchrun's variables,
+    which zinc takes for a torchrun launch: build zinc's engines first)."""
+    import deepspeed
+    os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    for k, v in (("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", port), ("RANK", "0"),
+                 ("WORLD_SIZE", "1"), ("LOCAL_RANK", "0")):
+        os.environ.setdefault(k, v)
+    deepspeed.init_distributed(dist_backend="gloo")
+    return deepspeed.initialize(model=m, model_parameters=m.parameters(), config=cfg)[0]
+
+
+# get_global_grad_norm's cases: (stage, bf16), and the relative difference allowed — 0 at stages
+# 1-2 (zinc's double rounded as DeepSpeed's float32); at stage 3 and stage 0 in bf16 DeepSpeed
+# sums the squares in another order, in double (stage 3) or from float32 pieces (stage 0).
+NORM_CASES = ((0, True, 1e-7), (1, False, 0.0), (2, False, 0.0), (3, False, 1e-8))
+
+
+def grad_norms():
+    """get_global_grad_norm() after 2 steps of the same model and batch: of DeepSpeed's type (a
+    float at stage 0, a 0-dim float32 tensor at stages 1-2, float64 at 3) and value."""
+    got = {}
+    for name in ("zinc", "deepspeed"):
+        for stage, bf16, _ in NORM_CASES:
+            torch.manual_seed(0)
+            m = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 2))
+            cfg = {"train_micro_batch_size_per_gpu": 3, "gradient_clipping": 1.0,
+                   "optimizer": {"type": "AdamW", "params": {"lr": 1e-2}},
+                   "zero_optimization": {"stage": stage}, "bf16": {"enabled": bf16}}
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                engine = (ds_engine(m, cfg) if name == "deepspeed" else
+                          zinc.initialize(model=m, model_parameters=m.parameters(),
+                                          config=cfg)[0])
+            x = torch.ones(3, 4, dtype=torch.bfloat16 if bf16 else torch.float32)
+            for _ in range(2):
+                engine.backward(engine(x).float().sum())
+                engine.step()
+            g = engine.get_global_grad_norm()
+            got[name, stage] = (type(g).__name__, getattr(g, "dtype", None), float(g))
+            if name == "zinc":
+                engine.close()
+    ok = True
+    for stage, bf16, bound in NORM_CASES:
+        a, b = got["deepspeed", stage], got["zinc", stage]
+        rel = abs(a[2] - b[2]) / a[2]
+        good = a[:2] == b[:2] and rel <= bound
+        ok = ok and good
+        print(f"get_global_grad_norm stage {stage} {'bf16' if bf16 else 'fp32'}: DeepSpeed {a}, "
+              f"zinc {b}, relative difference {rel:.3g} (bound {bound:g})"
+              f"{'' if good else '  DIFFERS'}")
+    return ok
 
 
 def windows(engine, micro_steps, change_at, new_batch):
@@ -119,25 +178,16 @@ def batch_size_change():
     """set_train_batch_size at a window's end: zinc's next window is the new length; DeepSpeed's
     boundary is (global micro-steps + 1) % new steps == 0, so its first window after a change
     from 2 to 4 steps at micro-step 2 is 2 long (docs/python.md says so; this checks it)."""
-    import deepspeed
     cfg = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 2,
            "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}, "zero_optimization": {"stage": 1}}
     got = {}
-    # zinc first: DeepSpeed's one-process world needs torchrun's variables, which zinc takes for
-    # a torchrun launch (NCCL ranks).
-    for name in ("zinc", "deepspeed"):
+    for name in ("zinc", "deepspeed"):       # (zinc first: ds_engine)
         torch.manual_seed(0)
         m = torch.nn.Linear(4, 2)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             if name == "deepspeed":
-                os.environ.setdefault("DS_ACCELERATOR", "cpu")
-                for k, v in (("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", "29531"),
-                             ("RANK", "0"), ("WORLD_SIZE", "1"), ("LOCAL_RANK", "0")):
-                    os.environ.setdefault(k, v)
-                deepspeed.init_distributed(dist_backend="gloo")
-                engine = deepspeed.initialize(model=m, model_parameters=m.parameters(),
-                                              config=cfg)[0]
+                engine = ds_engine(m, cfg)
             else:
                 engine = zinc.initialize(model=m, model_parameters=m.parameters(), config=cfg)[0]
         got[name] = windows(engine, 10, 2, 4)
@@ -153,6 +203,7 @@ def main():
     for name in SCHEDULES:
         ok = group_lrs(name) and ok
     ok = batch_size_change() and ok
+    ok = grad_norms() and ok
     return 0 if ok else 1
 
 
