@@ -254,22 +254,19 @@ class _Stage3Mixin:
         still uses. Before, the read found the empty tensor its module's forward had left
         ("size mismatch", or the recomputed metadata differing), where DeepSpeed gathers on
         any read."""
-        if not self._stack:
-            if not self._in_backward:
-                return
-            gi = self._group_of.get(id(p))
-            if gi is None or self._g[gi].read_hold:
-                return
-            G = self._g[gi]
-            if not (G.live and not G.kept):
-                self._materialize(gi)
-            G.read_hold = True
-            G.holds += 1
+        if not self._stack and not self._in_backward:
             return
         gi = self._group_of.get(id(p))
-        if gi is None or (self._g[gi].live and not self._g[gi].kept):
+        if gi is None:
             return
-        self._gather_on_read(gi)
+        G = self._g[gi]
+        if not self._stack:
+            if not G.read_hold:
+                self._materialize(gi)          # (nothing when it is gathered)
+                G.read_hold = True
+                G.holds += 1
+        elif not G.live or G.kept:
+            self._gather_on_read(gi)
 
     @timed
     def _gather_on_read(self, gi):

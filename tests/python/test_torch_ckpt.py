@@ -552,8 +552,8 @@ def main():
                 engine.backward(torch.nn.functional.mse_loss(engine(x), y))
                 engine.step(lr_kwargs={"tag": 0})
             tbs = engine.train_batch_size()
-            want = 1e-3 / (1 + tbs)
-            if psched.last_epoch != tbs or abs(engine.get_lr()[0] - want) > 1e-12:
+            want = 1e-3 * (1.0 / (1 + tbs))          # LambdaLR's base_lr * lambda(epoch)
+            if psched.last_epoch != tbs or engine.get_lr()[0] != want:
                 fails += 1
                 print(f"FAIL: step(lr_kwargs) a LambdaLR refuses: epoch {psched.last_epoch}, lr "
                       f"{engine.get_lr()[0]}; DeepSpeed's retry gives {tbs}, {want}")

@@ -430,7 +430,7 @@ def test_odd(stage):
 def test_activation_checkpointing(stage):
     return (train_like_torch(Checkpointed, "activation checkpointing", stage) |
             train_like_torch(CheckpointedFunction, "activation checkpointing of a function "
-                             "reading a weight after its module ran", stage))
+                             "reading a weight before or after its module ran", stage))
 
 
 def decay_groups(model):
