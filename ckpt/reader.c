@@ -709,13 +709,10 @@ zck_entry zck_save_dir_entry(const char *dir, const char *name, const char *late
          * Taken for unrelated it hid a tag from a resume and from verify --all in silence;
          * taken for a damaged tag, another user's private folder beside a run's tags made a
          * fresh `--resume auto` fail ("no valid checkpoint"). Damaged where its name says tag. */
-        int why = errno;
-        zck_entry k = is_old || (latest && !strcmp(name, latest)) || tag_shaped(name, "step") ||
-                              tag_shaped(name, "global_step")
-                          ? ZCK_ENTRY_UNREADABLE
-                          : ZCK_ENTRY_UNKNOWN;
-        errno = why;
-        return k;
+        /* (the tests below set no errno: the caller reads access()'s) */
+        int tagged = is_old || (latest && !strcmp(name, latest)) || tag_shaped(name, "step") ||
+                     tag_shaped(name, "global_step");
+        return tagged ? ZCK_ENTRY_UNREADABLE : ZCK_ENTRY_UNKNOWN;
     }
     if (is_deepspeed_tag(path)) return ZCK_ENTRY_DEEPSPEED;
     /* Unrelated directories are not our business; one with rank files lost its manifest. */
@@ -773,32 +770,41 @@ static zinc_status find_tag(const char *dir, const char *tag, int skip_upto, int
         size_t ln = strlen(nm);
         snprintf(path, sizeof path, "%s/%s", dir, nm);
         zck_entry kind = zck_save_dir_entry(dir, nm, latest);
-        if (kind == ZCK_ENTRY_SHADOWED)
+        const char *why = kind == ZCK_ENTRY_UNREADABLE || kind == ZCK_ENTRY_UNKNOWN
+                              ? strerror(errno) : "";
+        switch (kind) {
+        case ZCK_ENTRY_SHADOWED:
             zlog(ZLOG_DEBUG, "ckpt", logrank, "ignoring %s: its tag is there", path);
-        if (kind == ZCK_ENTRY_UNFINISHED)
+            continue;
+        case ZCK_ENTRY_UNFINISHED:
             zlog(ZLOG_DEBUG, "ckpt", logrank, "ignoring %s: an unfinished save, never a tag", path);
-        if (kind == ZCK_ENTRY_DEEPSPEED) nds++;   /* not damaged: DeepSpeed's */
-        if (kind == ZCK_ENTRY_UNREADABLE) {
-            int why = errno;
+            continue;
+        case ZCK_ENTRY_DEEPSPEED:
+            nds++;                                /* not damaged: DeepSpeed's */
+            continue;
+        case ZCK_ENTRY_UNREADABLE:
             if (say)
                 zlog(ZLOG_WARN, "ckpt", logrank, "skipping checkpoint %s: cannot read it: %s",
-                     path, strerror(why));
+                     path, why);
             ndamaged++;
-        }
-        if (kind == ZCK_ENTRY_UNKNOWN) {
-            int why = errno;
+            continue;
+        case ZCK_ENTRY_UNKNOWN:
             if (say)
                 zlog(ZLOG_WARN, "ckpt", logrank, "passing over %s: cannot read it (%s), and its "
                      "name is not a tag's zinc writes; if it is a checkpoint, make it readable",
-                     path, strerror(why));
-        }
-        if (kind == ZCK_ENTRY_LOST) {
+                     path, why);
+            continue;
+        case ZCK_ENTRY_LOST:
             if (say)
                 zlog(ZLOG_WARN, "ckpt", logrank, "skipping damaged checkpoint %s: it has no %s",
                      path, ZCK_MANIFEST);
             ndamaged++;
+            continue;
+        case ZCK_ENTRY_NONE:
+            continue;
+        case ZCK_ENTRY_TAG:
+            break;
         }
-        if (kind != ZCK_ENTRY_TAG) continue;
         int is_old = ln > 4 && !strcmp(nm + ln - 4, ".old");
         char mp[4600], e2[ZCK_ERR];
         snprintf(mp, sizeof mp, "%s/%s", path, ZCK_MANIFEST);

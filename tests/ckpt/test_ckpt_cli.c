@@ -4,6 +4,7 @@
  */
 #include <fcntl.h>
 #include <json-c/json.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +32,19 @@ static char *slurp(const char *p)
     size_t n;
     if (zck_read_file(p, &t, &n, err) != ZINC_OK) return strdup("");
     return t;
+}
+
+/* cli() of the args fmt makes; *e gets what it wrote to stderr (the caller frees it). */
+static int cli_err(char **e, const char *fmt, ...)
+{
+    char args[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    int rc = cli(args);
+    *e = slurp(errf);
+    return rc;
 }
 
 /* Tags s1, s2, s3 at steps 1, 2, 3 (2 ranks each) in dir; `latest` names s3. */
@@ -147,14 +161,13 @@ static void verify_all(void)
     ZT_CHECK(rc == 1 && strstr(e, "2 of 3 tags") && strstr(e, "/s3"),
              "--all with s3's manifest gone: exit %d: %s", rc, e);
     free(e);
-    /* A tag whose files cannot even be looked for (a directory chmod 000, EACCES for a user
-     * other than root; here, as the tests run as root, its manifest and first rank file made
-     * symlink loops, ELOOP) is damaged, not an unrelated directory passed over in silence, for
-     * --all and for the tag pick of a plain verify (a resume) */
-    /* Damaged where its name is a tag's (global_stepN here, stepN, T.old, the one latest
-     * names); of another name (another user's private folder in a shared directory) it is
-     * named but not counted, and a directory holding only that is no checkpoint (a fresh
-     * `--resume auto` failed on "no valid checkpoint" when it counted). */
+    /* A directory whose files cannot even be looked for (chmod 000: EACCES for a user other
+     * than root; here, as the tests run as root, symlink loops: ELOOP). Named a tag's
+     * (global_stepN here; stepN, T.old, the one latest names) it is a damaged tag, for --all
+     * and for the tag pick of a plain verify (a resume): it was passed over in silence. Of
+     * another name (another user's private folder in a shared directory) it is named but not
+     * counted, so a directory holding only that is no checkpoint (a fresh `--resume auto`
+     * failed on "no valid checkpoint" when it counted). */
     char ldir[700], q[1000];
     snprintf(ldir, sizeof ldir, "%s/all-unreadable", root);
     save_three(ldir);
@@ -177,24 +190,18 @@ static void verify_all(void)
         snprintf(q, sizeof q, "%s/manifest.json", p);
         ZT_CHECK(symlink("manifest.json", q) == 0, "symlink %s", q);
     }
-    snprintf(args, sizeof args, "ckpt verify --all %s", ldir);
-    rc = cli(args);
-    e = slurp(errf);
+    rc = cli_err(&e, "ckpt verify --all %s", ldir);
     ZT_CHECK(rc == 1 && strstr(e, "1 of 3 tags") && strstr(e, "/global_step2") &&
                  strstr(e, "/private: cannot read it") && strstr(e, "not counted"),
              "--all with global_step2 and private unreadable: exit %d: %s", rc, e);
     free(e);
-    snprintf(args, sizeof args, "ckpt verify %s", ldir);
-    rc = cli(args);
-    e = slurp(errf);
+    rc = cli_err(&e, "ckpt verify %s", ldir);
     ZT_CHECK(rc == 0 && strstr(e, "/global_step2: cannot read it") &&
                  strstr(e, "passing over") && strstr(e, "/private"),
              "plain verify with global_step2 and private unreadable: exit %d, and both should "
              "be named: %s", rc, e);
     free(e);
-    snprintf(args, sizeof args, "ckpt verify %s", pdir);
-    rc = cli(args);
-    e = slurp(errf);
+    rc = cli_err(&e, "ckpt verify %s", pdir);
     ZT_CHECK(rc == 2 && strstr(e, "no checkpoint"),
              "a directory holding only an unreadable folder of another name is no checkpoint: "
              "exit %d: %s", rc, e);
