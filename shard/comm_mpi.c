@@ -25,6 +25,15 @@
  * MPI_Finalize) sends to every peer: a rank that ended while this one waits for it fails the
  * wait within ZM_EXIT_GRACE_S.
  *
+ * Ranks out of step: every rank must make the same collectives in the same order. One that
+ * skipped a call (a load or save some ranks made) or added one meets the others' next call at the
+ * same count but in another operation, which MPI cannot match: both wait out the timeout (300 s
+ * by default). So a wait that has stalled ZM_WHERE_AFTER_S sends each peer a "where" notice once
+ * (this comm, the collective's count, its operation and bytes), and from then on, as does every
+ * collective's start, reads the peers' notices: one for the same count that names another
+ * operation or size fails the world at once (ZINC_ERR_MISMATCH, both calls named). A correct
+ * program pays nothing for it until a wait stalls, and then a few small messages per stall.
+ *
  * Threads: MPI is initialised with MPI_THREAD_SERIALIZED when we initialise it, so collectives
  * (of every comm of the process, not only of one) run on one thread at a time. Abort may come
  * from any thread: while any comm of the process is inside a collective, it only marks its comm;
@@ -50,7 +59,12 @@ enum {
     ZM_TAG_DATA = 7001,          /* segments of reduce-scatter / all-gather rounds */
     ZM_TAG_ABORT = 7099,         /* the abort notice; reserved */
     ZM_TAG_EXIT = 7098,          /* the exit notice, on zm_exit_comm (below) */
+    ZM_TAG_WHERE = 7097,         /* a stalled collective's "where" notice (the note at the top) */
 };
+
+/* A wait stalled this long sends its "where" notices and reads the peers'. Long enough that a
+ * collective a correct job completes sends none; short against any timeout. */
+#define ZM_WHERE_AFTER_S 1.0
 
 /* A rank that receives a peer's exit notice while waiting in a collective gives the peer's data
  * already sent (the collective the peer finished just before leaving) this long to arrive, then
@@ -80,11 +94,27 @@ typedef struct zm_notice {
     char why[440];
 } zm_notice;
 
+/* "Where" notice: the collective a rank's stalled wait is in. Small, so that MPI sends it eagerly
+ * (its send completes whether or not the peer ever reads it). */
+typedef struct zm_where {
+    uint64_t gen;                /* the comm: zm_comms_made at its creation, the same on every
+                                    rank (each comm is a collective duplicate of the world); a
+                                    notice a freed comm left unread, met by a later comm that
+                                    reused its id, is not that comm's */
+    uint64_t seq;                /* the sender's collective count */
+    uint64_t bytes;              /* the collective's buffer bytes (every rank passes the same) */
+    int32_t rank;
+    char what[20];               /* the operation: "broadcast", "reduce_scatter", ... */
+} zm_where;
+
 typedef struct zm_ctx {
     MPI_Comm comm;
     zinc_status failed;          /* ZINC_OK, or the comm is dead and `why` says why */
     char why[460];
     uint64_t seq;                /* collectives entered */
+    const char *what;            /* the collective entered last (a literal), and its bytes */
+    uint64_t bytes;
+    uint64_t gen;                /* this comm's zm_where.gen */
 
     char *scratch;               /* [(size-1) * chunk] bytes: one chunk per peer */
     size_t chunk;                /* bytes per peer per round */
@@ -97,6 +127,10 @@ typedef struct zm_ctx {
     zm_notice *notice;           /* our outgoing notice (lives while its sends are in flight) */
     MPI_Request *notice_reqs;    /* [size] */
     int notice_sent;
+
+    zm_where *where;             /* our outgoing "where" notice, and its sends */
+    MPI_Request *where_reqs;     /* [size] */
+    uint64_t where_seq;          /* the collective it was last sent for (0: none) */
 
     /* Guarded by zm_calls_mu (process-wide, below): */
     zcomm_t *self;
@@ -134,6 +168,7 @@ static atomic_int zm_inside;          /* threads inside zinc's MPI calls */
 static atomic_long zm_overlaps;       /* times a thread came in while another was inside */
 static atomic_int zm_thread_level = -1; /* MPI_Query_thread at the first comm's creation (set
                                            under zm_calls_mu, read by zm_enter without it) */
+static uint64_t zm_comms_made;        /* mpi comms created by this process (zm_where.gen) */
 
 /* Entering and leaving code that calls MPI. A second thread inside at once is a misuse under
  * MPI_THREAD_SERIALIZED (two engines stepped from two threads, say): said once, counted always. */
@@ -638,11 +673,13 @@ static zinc_status zm_poll_abort(zcomm_t *c, const char *what)
                             MPI_STATUS_IGNORE));
     m.why[sizeof m.why - 1] = 0;
     /* A peer that timed out in the collective this rank is waiting in: that is a timeout here
-     * too. Anything else is an abort. */
+     * too. Ranks found out of step (zm_read_where) are that everywhere. Anything else is an
+     * abort. */
     zinc_status s = m.status == ZINC_ERR_TIMEOUT && m.seq == x->seq ? ZINC_ERR_TIMEOUT
+                    : m.status == ZINC_ERR_MISMATCH                 ? ZINC_ERR_MISMATCH
                                                                      : ZINC_ERR_ABORTED;
     zm_fail(c, ZINC_ERR_ABORTED, m.why);
-    if (s == ZINC_ERR_TIMEOUT)
+    if (s != ZINC_ERR_ABORTED)
         return zerr_fmt(c->err, sizeof c->err, s, "%s #%llu (mpi rank %d): %s", what,
                         (unsigned long long)x->seq, c->rank, m.why);
     return zerr_fmt(c->err, sizeof c->err, s, "%s #%llu (mpi rank %d): the world was aborted: %s",
@@ -666,18 +703,84 @@ static zinc_status zm_check_exits(zcomm_t *c, const char *what)
                     (unsigned long long)x->seq, c->rank, why);
 }
 
+/* Sends this rank's "where" notice for the current collective to every peer, once per
+ * collective; not while the last one's sends are still in flight (its buffer is theirs), in
+ * which case the next poll tries again. Best effort: a failed send is not an error of the
+ * collective, which goes on waiting. */
+static void zm_send_where(zcomm_t *c)
+{
+    zm_ctx *x = c->ctx;
+    if (x->where_seq == x->seq) return;
+    int done = 0;
+    if (MPI_Testall(c->size, x->where_reqs, &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS || !done)
+        return;
+    x->where_seq = x->seq;
+    memset(x->where, 0, sizeof *x->where);
+    x->where->gen = x->gen;
+    x->where->seq = x->seq;
+    x->where->bytes = x->bytes;
+    x->where->rank = c->rank;
+    zm_copy(x->where->what, sizeof x->where->what, x->what);
+    for (int q = 0; q < c->size; q++) {
+        x->where_reqs[q] = MPI_REQUEST_NULL;
+        if (q != c->rank)
+            MPI_Isend(x->where, (int)sizeof *x->where, MPI_BYTE, q, ZM_TAG_WHERE, x->comm,
+                      &x->where_reqs[q]);
+    }
+}
+
+/* Reads the peers' "where" notices that came. One for this collective's count that names
+ * another operation or size: the ranks are out of step (the note at the top), and the world
+ * fails now, with both calls named, instead of at the timeout. Notices of other counts or comms
+ * are old (a collective that completed since) or early, and are dropped: the peer that sent an
+ * early one reads this rank's once this rank stalls at that count. */
+static zinc_status zm_read_where(zcomm_t *c, const char *what)
+{
+    zm_ctx *x = c->ctx;
+    for (;;) {
+        int flag = 0;
+        MPI_Status st;
+        ZINC_MPI_CHECK(MPI_Iprobe(MPI_ANY_SOURCE, ZM_TAG_WHERE, x->comm, &flag, &st));
+        if (!flag) return ZINC_OK;
+        zm_where w;
+        memset(&w, 0, sizeof w);
+        ZINC_MPI_CHECK(MPI_Recv(&w, (int)sizeof w, MPI_BYTE, st.MPI_SOURCE, ZM_TAG_WHERE,
+                                x->comm, MPI_STATUS_IGNORE));
+        w.what[sizeof w.what - 1] = 0;
+        if (w.gen != x->gen || w.seq != x->seq ||
+            (strcmp(w.what, x->what) == 0 && w.bytes == x->bytes))
+            continue;
+        char why[sizeof x->why];
+        snprintf(why, sizeof why, "ranks out of step at collective #%llu: rank %d is in %s of "
+                 "%llu bytes, rank %d in %s of %llu bytes. Every rank must make the same "
+                 "collective calls in the same order; one skipped or added a call (a step, "
+                 "save or load made on some ranks only?)", (unsigned long long)x->seq, c->rank,
+                 x->what, (unsigned long long)x->bytes, (int)w.rank, w.what,
+                 (unsigned long long)w.bytes);
+        zlog(ZLOG_ERROR, "comm", c->rank, "%s", why);
+        zm_send_notice(c, ZINC_ERR_MISMATCH, why);
+        zm_fail(c, ZINC_ERR_MISMATCH, why);
+        return zerr_fmt(c->err, sizeof c->err, ZINC_ERR_MISMATCH, "%s #%llu (mpi rank %d): %s",
+                        what, (unsigned long long)x->seq, c->rank, why);
+    }
+}
+
 /* Waits for nreq requests with the comm's deadline, watching for abort notices. `p2p`: the
  * requests are point-to-point with x->req_peer naming their peers (for the timeout message). */
 static zinc_status zm_wait(zcomm_t *c, const char *what, int nreq, MPI_Request *reqs, int p2p)
 {
     zm_ctx *x = c->ctx;
-    double deadline = MPI_Wtime() + c->timeout_s;
+    double start = MPI_Wtime(), deadline = start + c->timeout_s;
     for (long spin = 0;; spin++) {
         int done = 0;
         ZINC_MPI_CHECK(MPI_Testall(nreq, reqs, &done, MPI_STATUSES_IGNORE));
         if (done) return ZINC_OK;
         zinc_status s = zm_poll_abort(c, what);
         if (s == ZINC_OK) s = zm_check_exits(c, what);
+        if (s == ZINC_OK && MPI_Wtime() > start + ZM_WHERE_AFTER_S) {
+            zm_send_where(c);
+            s = zm_read_where(c, what);
+        }
         if (s != ZINC_OK) {
             zm_drop(nreq, reqs, p2p);
             return s;
@@ -715,7 +818,7 @@ static zinc_status zm_wait(zcomm_t *c, const char *what, int nreq, MPI_Request *
 /* ---- the collectives ----------------------------------------------------------------------- */
 
 /* Entering and leaving a collective; see the thread note at the top. */
-static zinc_status zm_begin(zcomm_t *c, const char *what)
+static zinc_status zm_begin(zcomm_t *c, const char *what, size_t bytes)
 {
     zm_ctx *x = c->ctx;
     pthread_mutex_lock(&zm_calls_mu);
@@ -724,8 +827,14 @@ static zinc_status zm_begin(zcomm_t *c, const char *what)
     pthread_mutex_unlock(&zm_calls_mu);
     zm_enter(what);
     x->seq++;
+    x->what = what;
+    x->bytes = bytes;
     if (x->failed) return zm_failed(c, what);
-    return zm_poll_abort(c, what);
+    zinc_status s = zm_poll_abort(c, what);
+    /* (the notices peers sent while this rank was elsewhere: old ones go, and a peer stalled
+     * in another call at this count is found before this rank waits at all) */
+    if (s == ZINC_OK && c->size > 1) s = zm_read_where(c, what);
+    return s;
 }
 
 static zinc_status zm_end(zcomm_t *c, zinc_status s)
@@ -846,7 +955,7 @@ static zinc_status zm_gather_segments(zcomm_t *c, const char *what, char *buf, s
 
 static zinc_status zm_all_reduce(zcomm_t *c, void *buf, size_t n, zdt t, float scale)
 {
-    zinc_status s = zm_begin(c, "all_reduce");
+    zinc_status s = zm_begin(c, "all_reduce", n * zdt_size(t));
     if (s == ZINC_OK) {
         zm_segments(c, n, 0);
         s = zm_reduce_segments(c, "all_reduce", buf, t, scale);
@@ -857,7 +966,7 @@ static zinc_status zm_all_reduce(zcomm_t *c, void *buf, size_t n, zdt t, float s
 
 static zinc_status zm_reduce_scatter(zcomm_t *c, void *buf, size_t n, zdt t, float scale)
 {
-    zinc_status s = zm_begin(c, "reduce_scatter");
+    zinc_status s = zm_begin(c, "reduce_scatter", n * zdt_size(t));
     if (s == ZINC_OK) {
         zm_segments(c, n, 1);
         s = zm_reduce_segments(c, "reduce_scatter", buf, t, scale);
@@ -867,7 +976,7 @@ static zinc_status zm_reduce_scatter(zcomm_t *c, void *buf, size_t n, zdt t, flo
 
 static zinc_status zm_all_gather(zcomm_t *c, void *buf, size_t n, zdt t)
 {
-    zinc_status s = zm_begin(c, "all_gather");
+    zinc_status s = zm_begin(c, "all_gather", n * zdt_size(t));
     if (s == ZINC_OK) {
         zm_segments(c, n, 1);
         s = zm_gather_segments(c, "all_gather", buf, n, t);
@@ -889,7 +998,7 @@ static zinc_status zm_broadcast_chunks(zcomm_t *c, char *buf, size_t bytes, int 
 
 static zinc_status zm_broadcast(zcomm_t *c, void *buf, size_t bytes, int root)
 {
-    zinc_status s = zm_begin(c, "broadcast");
+    zinc_status s = zm_begin(c, "broadcast", bytes);
     if (s == ZINC_OK && c->size > 1) s = zm_broadcast_chunks(c, buf, bytes, root);
     return zm_end(c, s);
 }
@@ -903,7 +1012,7 @@ static zinc_status zm_barrier_wait(zcomm_t *c)
 
 static zinc_status zm_barrier(zcomm_t *c)
 {
-    zinc_status s = zm_begin(c, "barrier");
+    zinc_status s = zm_begin(c, "barrier", 0);
     if (s == ZINC_OK && c->size > 1) s = zm_barrier_wait(c);
     return zm_end(c, s);
 }
@@ -940,7 +1049,20 @@ static void zm_destroy(zcomm_t *c)
         zm_enter("destroy");
         if (x->abort_pending) zm_abort_now(c);   /* an abort no collective came to send */
         pthread_mutex_unlock(&zm_calls_mu);
-        int keep_notice = 0;
+        int keep_notice = 0, keep_where = 0;
+        if (x->where_reqs && x->where_seq) {
+            /* as the abort notices below, for this rank's "where" notices */
+            double end = MPI_Wtime() + 0.5;
+            int done = 0;
+            while (!done && MPI_Wtime() < end)
+                MPI_Testall(c->size, x->where_reqs, &done, MPI_STATUSES_IGNORE);
+            if (!done) {
+                keep_where = 1;
+                for (int q = 0; q < c->size; q++)
+                    if (x->where_reqs[q] != MPI_REQUEST_NULL)
+                        MPI_Request_free(&x->where_reqs[q]);
+            }
+        }
         if (x->notice_sent) {
             /* Give the notices a moment to leave; if they cannot, their buffer must stay. */
             double end = MPI_Wtime() + 0.5;
@@ -960,6 +1082,19 @@ static void zm_destroy(zcomm_t *c)
         int finalized = 0, stray = 0;
         MPI_Finalized(&finalized);
         if (!finalized && x->comm != MPI_COMM_NULL && !x->failed) {
+            /* peers' "where" notices of a collective that completed: read and dropped (one
+             * still on its way when the comm is freed carries the comm's gen) */
+            for (int more = 1; more;) {
+                zm_where w;
+                more = 0;
+                MPI_Status st;
+                if (MPI_Iprobe(MPI_ANY_SOURCE, ZM_TAG_WHERE, x->comm, &more, &st) ==
+                        MPI_SUCCESS && more)
+                    MPI_Recv(&w, (int)sizeof w, MPI_BYTE, st.MPI_SOURCE, ZM_TAG_WHERE, x->comm,
+                             MPI_STATUS_IGNORE);
+                else
+                    more = 0;
+            }
             MPI_Iprobe(MPI_ANY_SOURCE, ZM_TAG_ABORT, x->comm, &stray, MPI_STATUS_IGNORE);
             if (!stray) MPI_Comm_free(&x->comm);
         }
@@ -975,6 +1110,9 @@ static void zm_destroy(zcomm_t *c)
         free(x->notice_reqs);
         if (keep_notice) zm_keep(x->notice);
         else free(x->notice);
+        free(x->where_reqs);
+        if (keep_where) zm_keep(x->where);
+        else free(x->where);
         free(x);
     }
     free(c);
@@ -1072,15 +1210,19 @@ zinc_status zcomm_mpi_create(zcomm_t **out)
     x->displs = calloc(size, sizeof *x->displs);
     x->notice = calloc(1, sizeof *x->notice);
     x->notice_reqs = calloc(size, sizeof *x->notice_reqs);
+    x->where = calloc(1, sizeof *x->where);
+    x->where_reqs = calloc(size, sizeof *x->where_reqs);
     if (!x->scratch || !x->reqs || !x->req_peer || !x->in || !x->off || !x->len || !x->counts ||
-        !x->displs || !x->notice || !x->notice_reqs) {
+        !x->displs || !x->notice || !x->notice_reqs || !x->where || !x->where_reqs) {
         zm_destroy(c);
         return zerr_thread(ZINC_ERR_NOMEM,
                            "zcomm_mpi_create: out of memory for %zu bytes of scratch",
                            peers * chunk);
     }
     for (size_t q = 0; q < size; q++) x->notice_reqs[q] = MPI_REQUEST_NULL;
+    for (size_t q = 0; q < size; q++) x->where_reqs[q] = MPI_REQUEST_NULL;
     pthread_mutex_lock(&zm_calls_mu);
+    x->gen = ++zm_comms_made;
     if (atomic_load(&zm_thread_level) < 0) {
         int level = -1;
         MPI_Query_thread(&level);

@@ -2,9 +2,11 @@
  * test_mpi.c — the `mpi` comm backend, run as `mpirun -np 4 test_comm_mpi`: every collective
  * against the serial reference of comm_ref.h (the same bits the local backend gives), byte
  * counters, a reduction big enough to take several scratch rounds, then the failure paths:
- * a rank that skips a collective (the others get ZINC_ERR_TIMEOUT naming it) and a rank that
- * aborts (the others get ZINC_ERR_ABORTED with its reason, promptly). Every rank prints its own
- * summary; mpirun fails when any rank does.
+ * a rank that skips a collective (the others get ZINC_ERR_TIMEOUT naming it), a rank that
+ * aborts (the others get ZINC_ERR_ABORTED with its reason, promptly), and ranks out of step
+ * (one in another collective at the same count: ZINC_ERR_MISMATCH everywhere, promptly, both
+ * calls named; a rank merely late is not that). Every rank prints its own summary; mpirun fails
+ * when any rank does.
  */
 #include <mpi.h>
 #include <stdio.h>
@@ -177,6 +179,57 @@ static void check_abort(int use_gather)
     zcomm_destroy(c);
 }
 
+/* Ranks out of step: the last rank broadcasts (as a load would) while the others are in a
+ * reduce-scatter (as a step's) at the same collective count. MPI cannot match the two, so before
+ * the "where" notices every rank waited out the timeout (30 s here). Now every rank fails with
+ * ZINC_ERR_MISMATCH within a second or so of the stall, and the message names both calls. */
+static void check_out_of_step(void)
+{
+    zcomm_t *c = NULL;
+    ZT_OK(zcomm_mpi_create(&c));
+    if (!c) return;
+    zcomm_set_timeout(c, 30);
+    int last = c->size - 1;
+    size_t n = 1000 * (size_t)c->size;
+    float *buf = calloc(n, sizeof *buf);
+    ZT_OK(zcomm_barrier(c));          /* in step up to here */
+    double t0 = now_s();
+    zinc_status s = c->rank == last ? zcomm_broadcast(c, buf, 4000, 0)
+                                    : zcomm_reduce_scatter(c, buf, n, ZDT_F32, 1.0f);
+    double dt = now_s() - t0;
+    ZT_CHECK(s == ZINC_ERR_MISMATCH, "rank %d out of step: got %s: %s", c->rank,
+             zinc_status_string(s), c->err);
+    ZT_CHECK(dt < 1.0 + SLACK_S, "rank %d out of step: returned after %.2f s (timeout 30 s)",
+             c->rank, dt);
+    ZT_CHECK(strstr(c->err, "out of step") && strstr(c->err, "broadcast of 4000 bytes") &&
+                 strstr(c->err, "reduce_scatter of"),
+             "rank %d: the message should name both calls: %s", c->rank, c->err);
+    free(buf);
+    zcomm_destroy(c);
+}
+
+/* A rank merely late (past the stall that sends the "where" notices) is in step: the
+ * collective completes with the right sums, and so does the next. */
+static void check_late_in_step(void)
+{
+    zcomm_t *c = NULL;
+    ZT_OK(zcomm_mpi_create(&c));
+    if (!c) return;
+    zcomm_set_timeout(c, 60);
+    int last = c->size - 1;
+    for (int round = 0; round < 2; round++) {
+        float buf[64];
+        for (int i = 0; i < 64; i++) buf[i] = (float)(c->rank + 1);
+        if (c->rank == last && round == 0) sleep_s(2.5);
+        zinc_status s = zcomm_all_reduce(c, buf, 64, ZDT_F32, 1.0f);
+        float want = (float)(c->size * (c->size + 1) / 2);
+        ZT_CHECK(s == ZINC_OK && buf[0] == want && buf[63] == want,
+                 "rank %d, round %d: a late rank's all-reduce: %s, %g (want %g): %s", c->rank,
+                 round, zinc_status_string(s), (double)buf[0], (double)want, c->err);
+    }
+    zcomm_destroy(c);
+}
+
 int main(void)
 {
     int rank = 0, size = 1, we = 0;
@@ -212,6 +265,8 @@ int main(void)
         check_timeout();
         check_abort(1);
         check_abort(0);
+        check_late_in_step();
+        check_out_of_step();
     }
     /* A clean end on every rank: agree on the failure count, then finalize. */
     int mine = zt_failures, total = 0;
