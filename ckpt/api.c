@@ -221,6 +221,12 @@ zinc_status zinc_ckpt_save(zinc_engine_t *e, const char *dir, const char *tag,
      * refuses; Warn (the default) and Ignore save under rank 0's tag, Warn saying so. */
     char root_tag[256];
     if (tags_differ(ev, tag, root_tag)) {
+        if (ev->cfg->ckpt.tag_validation == 2 && strcmp(tag, root_tag) == 0)
+            return zeng_fail(e, ZINC_ERR_MISMATCH,
+                             "zinc_ckpt_save: the ranks were given different tags (this is rank %d "
+                             "with rank 0's '%s'; another rank's differs); "
+                             "checkpoint.tag_validation is \"Fail\", nothing was saved",
+                             rank_of(ev), root_tag);
         if (ev->cfg->ckpt.tag_validation == 2)
             return zeng_fail(e, ZINC_ERR_MISMATCH,
                              "zinc_ckpt_save: the ranks were given different tags (this is rank %d "
@@ -464,6 +470,15 @@ static zinc_status load_local(zinc_engine_t *e, const zeng_view *ev, const char 
         s = zck_state_parse(m->engine_state, st_out, err);
         if (s != ZINC_OK) goto done;
         *have_state = 1;
+        /* DeepSpeed 0.19.8's stage-0 fp16 optimizers restore the scale, its counters, factor
+         * and window, but not the minimum (nor hysteresis, which stage 0 does not have): that
+         * stays the new config's. At stages 1-3 its whole scaler comes back. */
+        if (ev->stage == 0) {
+            st_out->scaler.min_scale = keep.min_scale;
+            st_out->scaler.delayed_shift = keep.delayed_shift;
+            st_out->scaler.cur_hysteresis = keep.cur_hysteresis;
+            st_out->scaler.consecutive_hysteresis = keep.consecutive_hysteresis;
+        }
         /* A loss scale belongs to a precision: fp16's dynamic scale means nothing to bf16/fp32. */
         if (m->dtype != ev->dtype) {
             st_out->scaler = keep;
@@ -606,6 +621,12 @@ zinc_status zinc_ckpt_load(zinc_engine_t *e, const char *dir, const char *tag,
             snprintf(err, sizeof err, "zinc_ckpt_load: %.990s", pk->msg);
             break;
         }
+        /* A rank given another tag than rank 0 loads rank 0's, as every rank must hold one
+         * state; said, so that the tag it asked for is not thought loaded (DeepSpeed's ranks
+         * each read their own, and hold a mixed state). */
+        if (attempt == 0 && me != 0 && !autopick && strcmp(tag, pk->tag) != 0)
+            zlog(ZLOG_WARN, "ckpt", me, "zinc_ckpt_load: this rank was given the tag '%s', rank 0 "
+                 "'%s'; loading %s, rank 0's pick", tag, pk->tag, pk->tagdir);
         zengine_state st = (*ev->st);
         int have_state = 0, touched = 0;
         char lerr[ZCK_ERR] = "";

@@ -7,6 +7,7 @@
  *   makes the others return an error within the timeout; a second engine on a local world's rank
  *   is refused with the comm's message whole, engines with worlds of their own coexist.
  */
+#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <pthread.h>
@@ -621,13 +622,17 @@ static void test_broadcast(void)
     }
 }
 
-/* checkpoint.tag_validation: ranks saving under different tags. "Fail" refuses on every rank;
- * "Warn" saves under rank 0's tag. */
+/* checkpoint.tag_validation: ranks saving under different tags. "Fail" refuses on every rank,
+ * each message true of its rank; "Warn" saves under rank 0's tag. Then ranks loading with
+ * different tags: every rank loads rank 0's, and the others say so. */
 typedef struct {
     zinc_world_t *world;
     const char *mode;
     const char *dir;
+    int load;                    /* load dir with tag0 on rank 0, another tag elsewhere */
     zinc_status st[3];
+    char err[3][600];
+    char loaded[3][256];
 } tag_ctx;
 
 static void tag_rank(int rank, void *arg)
@@ -646,8 +651,12 @@ static void tag_rank(int rank, void *arg)
     if (s == ZINC_OK) s = zinc_param_add(e, g, "w", 1, shape, ZINC_DTYPE_FP32, &pdummy);
     if (s == ZINC_OK) s = zinc_finalize(e);
     snprintf(tag, sizeof tag, "tag%d", rank);
-    if (s == ZINC_OK) s = zinc_ckpt_save(e, c->dir, tag, NULL);
+    zinc_ckpt_load_options_t lo = {0};
+    if (s == ZINC_OK && c->load) s = zinc_ckpt_load(e, c->dir, tag, &lo);
+    else if (s == ZINC_OK) s = zinc_ckpt_save(e, c->dir, tag, NULL);
     c->st[rank] = s;
+    snprintf(c->err[rank], sizeof c->err[rank], "%s", e ? zinc_last_error(e) : "");
+    snprintf(c->loaded[rank], sizeof c->loaded[rank], "%s", lo.loaded_tag);
     zinc_engine_destroy(e);
 }
 
@@ -667,12 +676,99 @@ static void test_tag_validation(void)
         for (int r = 0; r < 3; r++)
             ZT_CHECK(c.st[r] == (m == 0 ? ZINC_ERR_MISMATCH : ZINC_OK), "%s rank %d: %s", modes[m],
                      r, zinc_status_string(c.st[r]));
+        if (m == 0) {
+            /* rank 0 holds rank 0's tag: its message said "rank 0 with 'tag0', rank 0 has
+             * 'tag0'" before */
+            ZT_CHECK(strstr(c.err[0], "another rank's differs") && !strstr(c.err[0], "rank 0 has"),
+                     "Fail, rank 0's message: %s", c.err[0]);
+            ZT_CHECK(strstr(c.err[1], "with 'tag1', rank 0 has 'tag0'"), "Fail, rank 1's "
+                     "message: %s", c.err[1]);
+        }
     }
+    /* Loads with different tags: rank 0's (tag0) everywhere, and ranks 1 and 2 say so. */
+    char logpath[600];
+    snprintf(logpath, sizeof logpath, "%s/stderr.txt", dir);
+    fflush(stderr);
+    int saved_err = dup(2);
+    int fd = open(logpath, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fd >= 0) dup2(fd, 2);
+    tag_ctx lc = {.mode = "Warn", .dir = dir, .load = 1};
+    ZT_OK(zinc_world_create_local(3, &lc.world));
+    zt_run_ranks(3, tag_rank, &lc);
+    zinc_world_destroy(lc.world);
+    fflush(stderr);
+    if (fd >= 0) close(fd);
+    dup2(saved_err, 2);
+    close(saved_err);
+    char said[8192] = "";
+    FILE *f = fopen(logpath, "r");
+    if (f) {
+        said[fread(said, 1, sizeof said - 1, f)] = 0;
+        fclose(f);
+    }
+    for (int r = 0; r < 3; r++) {
+        ZT_CHECK(lc.st[r] == ZINC_OK && strcmp(lc.loaded[r], "tag0") == 0,
+                 "load rank %d: %s, loaded '%s': %s", r, zinc_status_string(lc.st[r]),
+                 lc.loaded[r], lc.err[r]);
+        char want[128];
+        snprintf(want, sizeof want, "[zinc r%d ckpt] warning: zinc_ckpt_load: this rank was "
+                 "given the tag 'tag%d', rank 0 'tag0'", r, r);
+        ZT_CHECK(r == 0 ? !strstr(said, "[zinc r0 ckpt] warning") : strstr(said, want) != NULL,
+                 "rank %d's warning about its tag (%s) in: %s", r, want, said);
+    }
+    unlink(logpath);
     char path[512];
     snprintf(path, sizeof path, "%s/tag0/manifest.json", dir);
     ZT_CHECK(access(path, F_OK) == 0, "Warn saved under rank 0's tag: %s", path);
     snprintf(path, sizeof path, "%s/tag1", dir);
     ZT_CHECK(access(path, F_OK) != 0, "nothing saved under rank 1's tag");
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    ZT_CHECK(system(cmd) == 0, "cleanup");
+}
+
+/* fp16's min_loss_scale through a checkpoint, as DeepSpeed 0.19.8's: at stage 0 its
+ * FP16_Optimizer restores the scale, its counters, factor and window, but not the minimum, which
+ * stays the new config's; at stages 1-3 the whole scaler comes back, minimum included. A tag saved
+ * at scale 2 with minimum 1 loads into an engine whose config says scale 16, minimum 4; the
+ * scale is the tag's 2, and an overflow then makes it max(2 / 2, minimum): 4 at stage 0 (the
+ * tag's minimum before: 1), 1 at stage 1. */
+static void test_min_scale_resume(void)
+{
+    char dir[] = "/tmp/zinc-minscale-XXXXXX";
+    if (!mkdtemp(dir)) {
+        ZT_CHECK(0, "mkdtemp failed");
+        return;
+    }
+    for (int stage = 0; stage <= 1; stage++) {
+        char cfg[2][400], tag[16];
+        for (int k = 0; k < 2; k++)
+            snprintf(cfg[k], sizeof cfg[k],
+                     "{\"train_micro_batch_size_per_gpu\": 1, \"zero_optimization\": {\"stage\": "
+                     "%d}, \"fp16\": {\"enabled\": true, \"initial_scale_power\": %d, "
+                     "\"min_loss_scale\": %d, \"hysteresis\": 1}, \"optimizer\": {\"type\": "
+                     "\"AdamW\", \"params\": {\"lr\": 0.01}}}", stage, k ? 4 : 1, k ? 4 : 1);
+        snprintf(tag, sizeof tag, "stage%d", stage);
+        toy_run r = {.world = 1, .stage = stage, .accum = 1, .dtype = ZINC_DTYPE_FP16};
+        zinc_engine_t *e = NULL;
+        int np = 0;
+        zinc_status s = toy_engine_on(&r, NULL, 0, cfg[0], &e, &np);
+        if (s == ZINC_OK) s = zinc_ckpt_save(e, dir, tag, NULL);
+        ZT_CHECK(s == ZINC_OK, "stage %d: the save: %s", stage, e ? zinc_last_error(e) : "");
+        zinc_engine_destroy(e);
+        e = NULL;
+        s = toy_engine_on(&r, NULL, 0, cfg[1], &e, &np);
+        if (s == ZINC_OK) s = zinc_ckpt_load(e, dir, tag, NULL);
+        double loaded = e ? zinc_engine_loss_scale(e) : 0.0;
+        zinc_step_info_t info = {0};
+        if (s == ZINC_OK) s = toy_micro_step(e, 0, 1, 0, np, 1);
+        if (s == ZINC_OK) s = zinc_step(e, &info);
+        double after = e ? zinc_engine_loss_scale(e) : 0.0, want = stage == 0 ? 4.0 : 1.0;
+        ZT_CHECK(s == ZINC_OK && loaded == 2.0 && info.skipped && after == want,
+                 "stage %d: loaded scale %g (want 2), overflow skipped %d, then %g (want %g): %s",
+                 stage, loaded, info.skipped, after, want, e ? zinc_last_error(e) : "");
+        zinc_engine_destroy(e);
+    }
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     ZT_CHECK(system(cmd) == 0, "cleanup");
@@ -1207,6 +1303,7 @@ int main(void)
     test_set_lr();
     test_fp32_alias();
     test_tag_validation();
+    test_min_scale_resume();
     test_prefetch();
     test_set_prefetched();
     test_broadcast();
