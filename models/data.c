@@ -256,15 +256,23 @@ zinc_status zm_data_open_file(const char *path, uint64_t seed, zm_data **out, ch
         (rd32(b) == LLMC_MAGIC_U16 || rd32(b) == LLMC_MAGIC_U32)) {
         uint32_t magic = rd32(b), version = rd32(b + 4), n = rd32(b + 8);
         d->width = magic == LLMC_MAGIC_U16 ? 2 : 4;
-        if (version != 1) {
-            snprintf(err, errn, "data file '%s': llm.c token file version %u, expected 1", path,
-                     version);
+        /* llm.c's writer (dev/data/data_common.py) pairs each magic with one version: 1 for
+         * GPT-2's uint16 tokens, 7 for Llama 3's uint32 ones */
+        uint32_t want_version = magic == LLMC_MAGIC_U16 ? 1 : 7;
+        if (version != want_version) {
+            snprintf(err, errn, "data file '%s': llm.c token file version %u, expected %u for "
+                     "magic %u", path, version, want_version, magic);
             goto fail;
         }
-        if ((uint64_t)n * (uint64_t)d->width > size - LLMC_HEADER_BYTES) {
-            snprintf(err, errn, "data file '%s': header says %u tokens but the file holds %llu "
-                     "bytes after the header (truncated?)", path, n,
-                     (unsigned long long)(size - LLMC_HEADER_BYTES));
+        /* exactly the header's tokens, as llm.c's loader checks: more bytes is no token file
+         * llm.c wrote (two shards concatenated, whose second header would be read as tokens) */
+        uint64_t body = size - LLMC_HEADER_BYTES, want = (uint64_t)n * (uint64_t)d->width;
+        if (want != body) {
+            snprintf(err, errn, "data file '%s': header says %u tokens (%llu bytes) but the "
+                     "file holds %llu bytes after the header (%s)", path, n,
+                     (unsigned long long)want, (unsigned long long)body,
+                     want > body ? "truncated?" : "files concatenated? llm.c writes one header "
+                     "per file");
             goto fail;
         }
         d->base = LLMC_HEADER_BYTES;

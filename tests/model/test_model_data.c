@@ -183,8 +183,9 @@ static void check_files(void)
                  zm_data_describe(d));
         zm_data_close(d);
     }
-    /* the same tokens in uint32 (llm.c's llama-3 magic) */
+    /* the same tokens in uint32 (llm.c's llama-3 magic, whose version is 7) */
     hdr[0] = 20240801;
+    hdr[1] = 7;
     memcpy(buf, hdr, sizeof hdr);
     for (int i = 0; i < 1000; i++) {
         uint32_t v = text[i];
@@ -219,14 +220,33 @@ static void check_files(void)
     write_file("odd.bin", raw, 7, path);
     expect_error(path, "odd");
     hdr[0] = 20240520;
+    hdr[1] = 1;
     hdr[2] = 5000;
     memcpy(buf, hdr, sizeof hdr);
     write_file("trunc.bin", buf, 1024 + 2000, path);
     expect_error(path, "truncated");
+    /* a file longer than its header's tokens: two shards concatenated (llm.c's loader refuses
+     * it; zinc read the first and dropped the rest in silence) */
+    hdr[2] = 1000;
+    memcpy(buf, hdr, sizeof hdr);
+    memcpy(buf + 1024 + 2000, buf, 1024);
+    write_file("concat.bin", buf, 1024 + 2000 + 1024, path);
+    expect_error(path, "files concatenated");
+    write_file("extra.bin", buf, 1024 + 2000 + 100, path);
+    expect_error(path, "holds 2100 bytes after the header");
+    /* llm.c pairs the magics with versions: 1 for uint16, 7 for uint32 (its Llama 3 files,
+     * which zinc refused as "version 7, expected 1") */
     hdr[1] = 7;
     memcpy(buf, hdr, sizeof hdr);
     write_file("ver.bin", buf, 1024 + 2000, path);
-    expect_error(path, "version 7");
+    expect_error(path, "version 7, expected 1 for magic 20240520");
+    hdr[0] = 20240801;
+    hdr[1] = 1;
+    memcpy(buf, hdr, sizeof hdr);
+    write_file("ver32.bin", buf, 1024 + 4000, path);
+    expect_error(path, "version 1, expected 7 for magic 20240801");
+    hdr[0] = 20240520;
+    memcpy(buf, hdr, sizeof hdr);
     write_file("short-header.bin", buf, 500, path);     /* (it named token 55432 as the fault) */
     expect_error(path, "less than its 1024-byte header");
     write_file("empty.txt", buf, 0, path);
