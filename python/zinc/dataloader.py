@@ -15,7 +15,7 @@ import math
 import sys
 import time
 
-from torch.utils.data import DataLoader, DistributedSampler, IterableDataset
+from torch.utils.data import DataLoader, DistributedSampler, IterableDataset, RandomSampler
 
 ROUTES = ("train", "eval", "predict", "encode")
 
@@ -83,6 +83,34 @@ class ZincDataLoader:
         return next(self.data)
 
 
+class DeepSpeedDataLoader(ZincDataLoader):
+    """DeepSpeed's name and constructor (deepspeed.runtime.dataloader.DeepSpeedDataLoader), for
+    scripts that build one or test isinstance: the loader zinc.initialize and deepspeed_io
+    return is one. local_rank >= 0: a DistributedSampler over data_parallel_world_size ranks at
+    data_parallel_rank (torch.distributed's world where None), shuffled with seed 0, unless a
+    data_sampler is given; local_rank < 0: a RandomSampler (DeepSpeed also multiplies the batch
+    by its accelerator's device count there; zinc keeps batch_size). tput_timer is kept, not
+    used; curriculum learning (DeepSpeed's data efficiency) is not offered."""
+
+    def __init__(self, dataset, batch_size, pin_memory, local_rank, tput_timer, collate_fn=None,
+                 num_local_io_workers=None, data_sampler=None, data_parallel_world_size=None,
+                 data_parallel_rank=None, dataloader_drop_last=False,
+                 deepspeed_dataloader_config=None):
+        if (deepspeed_dataloader_config or {}).get("curriculum_learning"):
+            raise NotImplementedError("zinc: DeepSpeedDataLoader with curriculum_learning "
+                                      "(DeepSpeed's data efficiency is not offered)")
+        if data_sampler is None:
+            data_sampler = (DistributedSampler(dataset, num_replicas=data_parallel_world_size,
+                                               rank=data_parallel_rank)
+                            if local_rank >= 0 else RandomSampler(dataset))
+        super().__init__(dataset, batch_size, data_parallel_rank, data_parallel_world_size,
+                         pin_memory=pin_memory, collate_fn=collate_fn,
+                         num_local_io_workers=num_local_io_workers, data_sampler=data_sampler,
+                         drop_last=bool(dataloader_drop_last))
+        self.tput_timer = tput_timer
+        self.post_process_func = None
+
+
 def check_dataset(dataset):
     """Refuses what the loader cannot split between ranks, naming it (initialize checks the
     training data before it builds the engine)."""
@@ -111,10 +139,13 @@ def build(dataset, *, batch_size, rank, world_size, route, pin_memory, data_samp
                                              num_local_io_workers < 0):
         raise ValueError(f"zinc: deepspeed_io: num_local_io_workers {num_local_io_workers!r} "
                          "is not an integer >= 0")
-    return ZincDataLoader(dataset, batch_size, rank, world_size,
-                          shuffle=route not in ("eval", "predict"), pin_memory=pin_memory,
-                          collate_fn=collate_fn, num_local_io_workers=num_local_io_workers,
-                          data_sampler=data_sampler, drop_last=drop_last)
+    if data_sampler is None:
+        data_sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank,
+                                          shuffle=route not in ("eval", "predict"))
+    return DeepSpeedDataLoader(dataset, batch_size, pin_memory, rank, None,
+                               collate_fn=collate_fn, num_local_io_workers=num_local_io_workers,
+                               data_sampler=data_sampler, data_parallel_world_size=world_size,
+                               data_parallel_rank=rank, dataloader_drop_last=drop_last)
 
 
-__all__ = ["RepeatingLoader", "ZincDataLoader", "build", "check_dataset"]
+__all__ = ["DeepSpeedDataLoader", "RepeatingLoader", "ZincDataLoader", "build", "check_dataset"]

@@ -1151,7 +1151,12 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
     engine = Engine(model, model_parameters, cfg, _client=client,
                     _client_scheduler=lr_scheduler is not None)
     engine.collate_fn = collate_fn
-    if training_data is not None:
+    # DeepSpeed's test is the data's truth: an empty dataset gives no loader (None), where zinc
+    # gave one that yields nothing; said, since a script meant to train on it
+    if training_data is not None and not training_data:
+        warnings.warn("zinc.initialize: training_data is empty (length 0): no training "
+                      "dataloader is built (None), as in DeepSpeed", stacklevel=2)
+    if training_data:
         engine.training_dataloader = engine.deepspeed_io(training_data)
     loader = engine.training_dataloader
     if lr_scheduler is not None:

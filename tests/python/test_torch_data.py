@@ -18,7 +18,13 @@ engine.deepspeed_io build, with DeepSpeed's meaning (deepspeed/runtime/dataloade
 - the config's dataloader_drop_last drops each rank's last incomplete batch;
 - an IterableDataset and a non-dataset are refused before the engine takes the model, a bad
   route or batch size by deepspeed_io, a non-boolean dataloader_drop_last by zinc's config
-  check, naming the key.
+  check, naming the key;
+- DeepSpeed's names: the loader is a DeepSpeedDataLoader (zinc.dataloader's, and
+  deepspeed.runtime.dataloader's under zinc.as_deepspeed: an ImportError before 2026-12-01);
+  one built with DeepSpeed's constructor reads DistributedSampler's indices of the rank it is
+  given, or through a RandomSampler with local_rank -1; curriculum learning is refused;
+- an empty dataset gives no loader (None) and a warning, as DeepSpeed's `if training_data:`
+  (zinc built a loader that yielded nothing).
 Each check prints its name; exit 1 when one fails, 77 without torch.
 """
 import math
@@ -257,12 +263,58 @@ def test_refused(ds):
               "dataloader_drop_last" in str(ex), str(ex))
 
 
+def test_deepspeed_names(ds):
+    from zinc.dataloader import DeepSpeedDataLoader
+    model = model_of()
+    engine, _, loader, _ = zinc.initialize(model=model, config=cfg(), training_data=ds)
+    check("the loader is a DeepSpeedDataLoader", isinstance(loader, DeepSpeedDataLoader),
+          type(loader).__name__)
+    engine.close()
+    own = DeepSpeedDataLoader(ds, MICRO, False, 0, None, data_parallel_world_size=2,
+                              data_parallel_rank=1)
+    want = list(torch.utils.data.DistributedSampler(ds, num_replicas=2, rank=1))
+    got = [int(i) for b in own for i in b[2]]
+    check("DeepSpeedDataLoader(ds, 4, False, 0, None, world 2, rank 1): rank 1's "
+          "DistributedSampler indices, ceil(11/4) batches", got == want and len(own) == 3,
+          f"{got} vs {want}, len {len(own)}")
+    plain = DeepSpeedDataLoader(ds, MICRO, False, -1, None, num_local_io_workers=0)
+    seen = sorted(int(i) for b in plain for i in b[2])
+    check("local_rank -1: a RandomSampler over the whole dataset",
+          isinstance(plain.data_sampler, torch.utils.data.RandomSampler) and len(plain) == 6
+          and seen == list(range(N)), f"{type(plain.data_sampler).__name__}, {len(plain)}")
+    try:
+        DeepSpeedDataLoader(ds, MICRO, False, 0, None, data_parallel_world_size=1,
+                            data_parallel_rank=0,
+                            deepspeed_dataloader_config={"curriculum_learning": True})
+        check("curriculum_learning refused", False)
+    except NotImplementedError as ex:
+        check("curriculum_learning refused", "curriculum_learning" in str(ex), str(ex))
+    import warnings
+    for empty in ([], torch.utils.data.TensorDataset(torch.zeros(0, FEAT))):
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            engine, _, loader, _ = zinc.initialize(model=model_of(), config=cfg(),
+                                                   training_data=empty)
+        check(f"an empty {type(empty).__name__}: no loader, as DeepSpeed's, and a warning",
+              loader is None and engine.training_dataloader is None
+              and any("training_data is empty" in str(w.message) for w in said),
+              f"{loader!r}, {[str(w.message) for w in said]}")
+        engine.close()
+    from zinc import as_deepspeed
+    as_deepspeed.install()
+    import importlib
+    mod = importlib.import_module("deepspeed.runtime.dataloader")
+    check("deepspeed.runtime.dataloader.DeepSpeedDataLoader under zinc.as_deepspeed",
+          getattr(mod, "DeepSpeedDataLoader", None) is DeepSpeedDataLoader)
+
+
 def main():
     ds = Indexed()
     world = test_training_loader(ds)
     test_pass_after_gather(ds)
     test_drop_last(ds, world)
     test_refused(ds)
+    test_deepspeed_names(ds)
     return 1 if failures else 0
 
 
