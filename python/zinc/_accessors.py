@@ -8,6 +8,7 @@ holds (self._resolved, the config zinc resolved; self._info, the last step's; ..
 """
 import json
 import operator
+import warnings
 
 import torch
 
@@ -412,9 +413,42 @@ class _AccessorsMixin:
 
     @property
     def is_compiled(self):
-        """Always False: zinc does not offer compile(). A property, as DeepSpeed 0.19.8's: as a
+        """True once compile() compiled the model. A property, as DeepSpeed 0.19.8's: as a
         method, `if engine.is_compiled:` was always true."""
-        return False
+        return bool(self.__dict__.get("_zinc_compiled", False))
+
+    def compile(self, backend="inductor", compile_kwargs=None, schedule=None,
+                compiled_autograd_enabled=False):
+        """DeepSpeed 0.19.8's engine.compile(): the model compiled in place by torch.compile
+        (nn.Module.compile, torch 2.2 or later) with `backend` (DeepSpeed's default for the
+        CPU and CUDA accelerators: inductor) and compile_kwargs; a second call does nothing.
+        ZeRO stages 0-2: the engine's forward is the model's, and its gradient hooks are on the
+        parameters' AccumulateGrad nodes, which a compiled backward reaches as an eager one
+        does (python_compile checks the training against the uncompiled engine's). Not offered
+        (NotImplementedError): stage 3, whose hooks gather and release the parameters around
+        each module; DeepCompile's `schedule`; compiled autograd."""
+        compile_kwargs = dict(compile_kwargs or {})
+        if not hasattr(torch.nn.Module, "compile"):
+            raise RuntimeError("compile is not supported in your version of PyTorch.")
+        if self._stage == 3:
+            raise NotImplementedError("zinc: engine.compile() at ZeRO stage 3: zinc's stage-3 "
+                                      "hooks gather and release each module's parameters "
+                                      "around its forward and backward, which a compiled graph "
+                                      "would not run; compile at stages 0-2")
+        if schedule is not None:
+            raise NotImplementedError("zinc: engine.compile(schedule=...): DeepSpeed's "
+                                      "DeepCompile is not offered")
+        if compiled_autograd_enabled:
+            raise NotImplementedError("zinc: engine.compile(compiled_autograd_enabled=True): "
+                                      "compiled autograd is not offered (zinc's gradient hooks "
+                                      "run in the eager backward)")
+        if self.is_compiled:
+            return
+        if "backend" in compile_kwargs:
+            warnings.warn("zinc: engine.compile: the `backend` in compile_kwargs is overridden; "
+                          "use the backend argument (as DeepSpeed's)", stacklevel=2)
+        self.module.compile(**{**compile_kwargs, "backend": backend})
+        self.__dict__["_zinc_compiled"] = True    # (not through nn.Module's setter)
 
     def destroy(self):
         """DeepSpeed's engine.destroy(): releases the engine, as close()."""
@@ -477,14 +511,13 @@ for _name, _key in _ZERO_ACCESSORS.items():
 
 
 # DeepSpeed engine methods zinc does not offer, and why. Each is a method that raises
-# NotImplementedError naming it: without it the name would reach the model (__getattr__), or
-# torch's Module.compile, and do something else or fail with an AttributeError.
+# NotImplementedError naming it: without it the name would reach the model (__getattr__), or a
+# method of torch's Module, and do something else or fail with an AttributeError.
 _NOT_OFFERED = {
     "offload_states": "zinc places state in host memory only by the config's "
                       "zero_optimization.offload_optimizer / offload_param",
     "reload_states": "zinc places state in host memory only by the config's "
                      "zero_optimization.offload_optimizer / offload_param",
-    "compile": "zinc's engine (its hooks and autograd functions) is not compiled",
     "load_module_state_dict": "load the weights with load_checkpoint(load_module_only=True)",
     "allreduce_gradients": "engine.step() reduces the gradients at the accumulation boundary",
     "get_sequence_parallel_group": "zinc has no sequence parallelism",

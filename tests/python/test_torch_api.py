@@ -10,8 +10,10 @@ the run (exit 1) when it does not hold:
   (the micro-step the next step() ends the window with), global_steps moves only at True;
 - a model's attribute and method reach through the engine, as DeepSpeed's passes them through
   (the method runs the forward, gathered at stage 3); a name neither has: AttributeError; the
-  DeepSpeed engine methods zinc does not offer raise NotImplementedError naming the method, the
-  model's compile() notwithstanding;
+  DeepSpeed engine methods zinc does not offer raise NotImplementedError naming the method;
+  compile() is the engine's, not the model's of that name: at stage 3 NotImplementedError, at
+  stages 0-2 RuntimeError on a torch without Module.compile (as DeepSpeed's), else the model's
+  Module.compile called by the engine (python_compile trains compiled models);
 - train_batch_size() = micro x 2 x world; device is the model's; local_rank is this rank's index
   on the node (one node: the global rank), $LOCAL_RANK when set; zero_grad() clears .grad;
 - module_state_dict(): the keys of model.state_dict() in its order (both tied names, the frozen
@@ -107,7 +109,9 @@ class Net(torch.nn.Module):
 
     def compile(self, *args, **kwargs):
         """A model method of a name DeepSpeed's engine has (torch 2's Module.compile): the
-        engine's, which zinc does not offer, must answer, not this one."""
+        engine's must answer, not this one (which the engine's calls, as DeepSpeed's calls
+        self.module.compile)."""
+        self.compiled_with = kwargs
         return "the model's compile"
 
 
@@ -1375,8 +1379,8 @@ def main():
     except AttributeError as ex:
         check("a name neither has raises AttributeError", "no_such_thing" in str(ex), str(ex))
     # DeepSpeed engine methods zinc does not offer raise NotImplementedError naming the method,
-    # whatever the arguments, and even where the model has the name (compile).
-    for name, args in (("offload_states", ()), ("reload_states", ()), ("compile", ()),
+    # whatever the arguments.
+    for name, args in (("offload_states", ()), ("reload_states", ()),
                        ("load_module_state_dict", ({},)), ("allreduce_gradients", ()),
                        ("get_sequence_parallel_group", ()),
                        ("set_data_post_process_func", (None,)),
@@ -1389,6 +1393,21 @@ def main():
                   str(ex))
         except Exception as ex:        # an AttributeError: the name fell through to the model
             check(f"engine.{name}() raises NotImplementedError", False, repr(ex))
+    # compile(): the engine's, where the model has the name too
+    try:
+        got = engine.compile()
+        ok = (engine._stage < 3 and hasattr(torch.nn.Module, "compile") and got is None and
+              engine.is_compiled and engine.module.compiled_with == {"backend": "inductor"})
+        check("engine.compile(): the engine's, calling the model's compile(backend='inductor')",
+              ok, f"returned {got!r}, is_compiled {engine.is_compiled}")
+    except NotImplementedError as ex:
+        check("engine.compile() at stage 3 raises NotImplementedError naming it",
+              engine._stage == 3 and "engine.compile() at ZeRO stage 3" in str(ex)
+              and not engine.is_compiled, str(ex))
+    except RuntimeError as ex:
+        check("engine.compile() without Module.compile (torch < 2.2) raises RuntimeError",
+              not hasattr(torch.nn.Module, "compile") and "not supported in your version of "
+              "PyTorch" in str(ex) and not engine.is_compiled, str(ex))
     # DeepSpeed's defaults where the config is silent: clipping 1.0 (since 0.19.3),
     # steps_per_print None (constants.py STEPS_PER_PRINT_DEFAULT; zinc said 10), Adam's betas
     # (0.9, 0.999); the loss scale 1 without fp16.

@@ -449,6 +449,9 @@ zinc_python_stage_tests(window_grads test_window_grads.py 300 0 1)
 # ZeRO stage 0 with fp16/bf16 trains as DeepSpeed 0.19.8's from its first step (its optimizers'
 # Adam step on zero gradients when built): losses and fp32 masters against DeepSpeed's own,
 # recorded in ds_fixtures/stage0_first_step.json (test_ds_stage0_first_step.py).
+# engine.compile() at stages 0-2 against the uncompiled engine (torch 2.2 or later: a skip on
+# CI's torch 1.13, where python_torch_api checks the refusal)
+zinc_python_test(compile 600 test_torch_compile.py)
 zinc_python_test(ds_stage0_first_step 120 test_ds_stage0_first_step.py)
 # load_checkpoint(load_optimizer_states=False / load_lr_scheduler_states=False /
 # load_module_only=True) and the config scheduler's load_state_dict train on as DeepSpeed's: lr
