@@ -777,7 +777,16 @@ static zinc_status find_tag(const char *dir, const char *tag, int skip_upto, int
             zlog(ZLOG_DEBUG, "ckpt", logrank, "ignoring %s: its tag is there", path);
             continue;
         case ZCK_ENTRY_UNFINISHED:
-            zlog(ZLOG_DEBUG, "ckpt", logrank, "ignoring %s: an unfinished save, never a tag", path);
+            /* said by a load's search (the ckpt tools list it themselves): a save stopped
+             * while writing (a kill, a crash) lost that tag, which the load cannot say
+             * otherwise; the tag it loads is named after the search */
+            if (say && !thorough)
+                zlog(ZLOG_WARN, "ckpt", logrank, "passing over %s: an unfinished save (in "
+                     "progress, or stopped while writing), never loaded; the tag's next save "
+                     "replaces it, and other saves remove it once it is 15 minutes old", path);
+            else
+                zlog(ZLOG_DEBUG, "ckpt", logrank, "ignoring %s: an unfinished save, never a "
+                     "tag", path);
             continue;
         case ZCK_ENTRY_DEEPSPEED:
             nds++;                                /* not damaged: DeepSpeed's */
