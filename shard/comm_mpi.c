@@ -56,7 +56,13 @@
 #include "shard/comm.h"
 
 enum {
-    ZM_TAG_DATA = 7001,          /* segments of reduce-scatter / all-gather rounds */
+    ZM_TAG_DATA = 8192,          /* segments of reduce-scatter / all-gather rounds: this tag
+                                    plus 4 x (the collective's count modulo ZM_TAG_DATA_SPAN)
+                                    plus its operation's code (zm_op_code), so that a peer's data
+                                    of another collective is never taken for this one's (a rank
+                                    out of step: MPI truncated the message, or a shorter one left
+                                    stale bytes in a sum) */
+    ZM_TAG_DATA_SPAN = 4096,     /* (the top tag, 24575, is within the 32767 MPI guarantees) */
     ZM_TAG_ABORT = 7099,         /* the abort notice; reserved */
     ZM_TAG_EXIT = 7098,          /* the exit notice, on zm_exit_comm (below) */
     ZM_TAG_WHERE = 7097,         /* a stalled collective's "where" notice (the note at the top) */
@@ -65,6 +71,7 @@ enum {
 /* A wait stalled this long sends its "where" notices and reads the peers'. Long enough that a
  * collective a correct job completes sends none; short against any timeout. */
 #define ZM_WHERE_AFTER_S 1.0
+#define ZM_HISTORY 64
 
 /* A rank that receives a peer's exit notice while waiting in a collective gives the peer's data
  * already sent (the collective the peer finished just before leaving) this long to arrive, then
@@ -114,6 +121,13 @@ typedef struct zm_ctx {
     uint64_t seq;                /* collectives entered */
     const char *what;            /* the collective entered last (a literal), and its bytes */
     uint64_t bytes;
+    struct {                     /* the last ZM_HISTORY collectives, at [seq % ZM_HISTORY]: a
+                                    peer's "where" notice of an earlier count is compared with
+                                    what this rank made there */
+        uint64_t seq;
+        const char *what;
+        uint64_t bytes;
+    } history[ZM_HISTORY];
     uint64_t gen;                /* this comm's zm_where.gen */
 
     char *scratch;               /* [(size-1) * chunk] bytes: one chunk per peer */
@@ -156,6 +170,19 @@ static void zm_copy(char *dst, size_t n, const char *src)
     if (l >= n) l = n - 1;
     memcpy(dst, src, l);
     dst[l] = 0;
+}
+
+/* The operations' codes in the data tags (1-3; 0 for those without point-to-point data). */
+static int zm_op_code(const char *what)
+{
+    return !strcmp(what, "all_reduce") ? 1 : !strcmp(what, "reduce_scatter") ? 2
+           : !strcmp(what, "all_gather") ? 3 : 0;
+}
+
+/* The tag of the current collective's point-to-point data (ZM_TAG_DATA's note). */
+static int zm_data_tag(const zm_ctx *x)
+{
+    return ZM_TAG_DATA + 4 * (int)(x->seq % ZM_TAG_DATA_SPAN) + zm_op_code(x->what);
 }
 
 /* ---- threads: one inside MPI at a time, process-wide (the note at the top) ------------------ */
@@ -729,11 +756,13 @@ static void zm_send_where(zcomm_t *c)
     }
 }
 
-/* Reads the peers' "where" notices that came. One for this collective's count that names
- * another operation or size: the ranks are out of step (the note at the top), and the world
- * fails now, with both calls named, instead of at the timeout. Notices of other counts or comms
- * are old (a collective that completed since) or early, and are dropped: the peer that sent an
- * early one reads this rank's once this rank stalls at that count. */
+/* Reads the peers' "where" notices that came. One for this collective's count, or an earlier
+ * one this rank made within its last ZM_HISTORY, that names another operation or size there:
+ * the ranks are out of step (the note at the top), and the world fails now, with both calls
+ * named, instead of at the timeout. (The earlier count: a call whose data all left at once, a
+ * small broadcast from its root, ends on the rank that skipped nothing, which stalls in its
+ * next call while the peer waits at the count before.) Notices of later counts are dropped: the
+ * peer that sent one reads this rank's once this rank stalls at that count. */
 static zinc_status zm_read_where(zcomm_t *c, const char *what)
 {
     zm_ctx *x = c->ctx;
@@ -747,15 +776,17 @@ static zinc_status zm_read_where(zcomm_t *c, const char *what)
         ZINC_MPI_CHECK(MPI_Recv(&w, (int)sizeof w, MPI_BYTE, st.MPI_SOURCE, ZM_TAG_WHERE,
                                 x->comm, MPI_STATUS_IGNORE));
         w.what[sizeof w.what - 1] = 0;
-        if (w.gen != x->gen || w.seq != x->seq ||
-            (strcmp(w.what, x->what) == 0 && w.bytes == x->bytes))
+        const size_t h = (size_t)(w.seq % ZM_HISTORY);
+        if (w.gen != x->gen || w.seq > x->seq || x->history[h].seq != w.seq ||
+            (strcmp(w.what, x->history[h].what) == 0 && w.bytes == x->history[h].bytes))
             continue;
         char why[sizeof x->why];
-        snprintf(why, sizeof why, "ranks out of step at collective #%llu: rank %d is in %s of "
-                 "%llu bytes, rank %d in %s of %llu bytes. Every rank must make the same "
+        snprintf(why, sizeof why, "ranks out of step at collective #%llu: rank %d %s %s of "
+                 "%llu bytes, rank %d is in %s of %llu bytes. Every rank must make the same "
                  "collective calls in the same order; one skipped or added a call (a step, "
-                 "save or load made on some ranks only?)", (unsigned long long)x->seq, c->rank,
-                 x->what, (unsigned long long)x->bytes, (int)w.rank, w.what,
+                 "save or load made on some ranks only?)", (unsigned long long)w.seq, c->rank,
+                 w.seq == x->seq ? "is in" : "made", x->history[h].what,
+                 (unsigned long long)x->history[h].bytes, (int)w.rank, w.what,
                  (unsigned long long)w.bytes);
         zlog(ZLOG_ERROR, "comm", c->rank, "%s", why);
         zm_send_notice(c, ZINC_ERR_MISMATCH, why);
@@ -829,6 +860,10 @@ static zinc_status zm_begin(zcomm_t *c, const char *what, size_t bytes)
     x->seq++;
     x->what = what;
     x->bytes = bytes;
+    size_t h = (size_t)(x->seq % ZM_HISTORY);
+    x->history[h].seq = x->seq;
+    x->history[h].what = what;
+    x->history[h].bytes = bytes;
     if (x->failed) return zm_failed(c, what);
     zinc_status s = zm_poll_abort(c, what);
     /* (the notices peers sent while this rank was elsewhere: old ones go, and a peer stalled
@@ -890,7 +925,7 @@ static zinc_status zm_reduce_segments(zcomm_t *c, const char *what, char *buf, z
         for (int q = 0; q < size; q++) {
             if (q == r || m == 0) continue;
             x->req_peer[nreq] = q;
-            ZINC_MPI_CHECK(MPI_Irecv(zm_slot(c, q), (int)(m * es), MPI_BYTE, q, ZM_TAG_DATA,
+            ZINC_MPI_CHECK(MPI_Irecv(zm_slot(c, q), (int)(m * es), MPI_BYTE, q, zm_data_tag(x),
                                      x->comm, &x->reqs[nreq++]));
         }
         for (int q = 0; q < size; q++) {
@@ -898,7 +933,7 @@ static zinc_status zm_reduce_segments(zcomm_t *c, const char *what, char *buf, z
             size_t mq = x->len[q] - k0 < per ? x->len[q] - k0 : per;
             x->req_peer[nreq] = q;
             ZINC_MPI_CHECK(MPI_Isend(buf + (x->off[q] + k0) * es, (int)(mq * es), MPI_BYTE, q,
-                                     ZM_TAG_DATA, x->comm, &x->reqs[nreq++]));
+                                     zm_data_tag(x), x->comm, &x->reqs[nreq++]));
         }
         zinc_status s = zm_wait(c, what, nreq, x->reqs, 1);
         if (s != ZINC_OK) return s;
@@ -936,7 +971,7 @@ static zinc_status zm_gather_segments(zcomm_t *c, const char *what, char *buf, s
             size_t mq = x->len[q] - k0 < per ? x->len[q] - k0 : per;
             x->req_peer[nreq] = q;
             ZINC_MPI_CHECK(MPI_Irecv(buf + (x->off[q] + k0) * es, (int)(mq * es), MPI_BYTE, q,
-                                     ZM_TAG_DATA, x->comm, &x->reqs[nreq++]));
+                                     zm_data_tag(x), x->comm, &x->reqs[nreq++]));
         }
         if (x->len[r] > k0) {
             size_t m = x->len[r] - k0 < per ? x->len[r] - k0 : per;
@@ -944,7 +979,7 @@ static zinc_status zm_gather_segments(zcomm_t *c, const char *what, char *buf, s
                 if (q == r) continue;
                 x->req_peer[nreq] = q;
                 ZINC_MPI_CHECK(MPI_Isend(buf + (x->off[r] + k0) * es, (int)(m * es), MPI_BYTE,
-                                         q, ZM_TAG_DATA, x->comm, &x->reqs[nreq++]));
+                                         q, zm_data_tag(x), x->comm, &x->reqs[nreq++]));
             }
         }
         zinc_status s = zm_wait(c, what, nreq, x->reqs, 1);

@@ -179,31 +179,49 @@ static void check_abort(int use_gather)
     zcomm_destroy(c);
 }
 
-/* Ranks out of step: the last rank broadcasts (as a load would) while the others are in a
- * reduce-scatter (as a step's) at the same collective count. MPI cannot match the two, so before
- * the "where" notices every rank waited out the timeout (30 s here). Now every rank fails with
- * ZINC_ERR_MISMATCH within a second or so of the stall, and the message names both calls. */
-static void check_out_of_step(void)
+/* Ranks out of step: one rank in another collective at the same collective count, which MPI
+ * cannot match, so that before the "where" notices every rank waited out the timeout (30 s
+ * here), or, where both calls send point-to-point data, MPI truncated the message (COMM) or let
+ * a shorter one into the sum. Now every rank fails with ZINC_ERR_MISMATCH within a second or so
+ * of the stall, and the message names both calls. `odd` is the rank out of step; it makes
+ * `kind`:
+ *   0  a broadcast of 4000 bytes (as a load on one rank) while the others reduce-scatter;
+ *   1  an all-reduce (point-to-point data too, tagged apart now) while they reduce-scatter;
+ *   2  a broadcast of 64 bytes from itself as root, which may end at once (MPI sends so little
+ *      eagerly), then a barrier: the others' notices name the count before the one it waits
+ *      at, and its record of that count is compared. */
+static void check_out_of_step(int kind, int odd)
 {
     zcomm_t *c = NULL;
     ZT_OK(zcomm_mpi_create(&c));
     if (!c) return;
     zcomm_set_timeout(c, 30);
-    int last = c->size - 1;
     size_t n = 1000 * (size_t)c->size;
     float *buf = calloc(n, sizeof *buf);
     ZT_OK(zcomm_barrier(c));          /* in step up to here */
     double t0 = now_s();
-    zinc_status s = c->rank == last ? zcomm_broadcast(c, buf, 4000, 0)
-                                    : zcomm_reduce_scatter(c, buf, n, ZDT_F32, 1.0f);
+    zinc_status s;
+    if (c->rank != odd)
+        s = zcomm_reduce_scatter(c, buf, n, ZDT_F32, 1.0f);
+    else if (kind == 0)
+        s = zcomm_broadcast(c, buf, 4000, 0);
+    else if (kind == 1)
+        s = zcomm_all_reduce(c, buf, 8, ZDT_F32, 1.0f);
+    else {
+        s = zcomm_broadcast(c, buf, 64, odd);
+        if (s == ZINC_OK) s = zcomm_barrier(c);
+    }
     double dt = now_s() - t0;
-    ZT_CHECK(s == ZINC_ERR_MISMATCH, "rank %d out of step: got %s: %s", c->rank,
+    const char *odd_call = kind == 0 ? "broadcast of 4000 bytes" : kind == 1
+                                     ? "all_reduce of 32 bytes" : "broadcast of 64 bytes";
+    ZT_CHECK(s == ZINC_ERR_MISMATCH, "out of step (%d), rank %d: got %s: %s", kind, c->rank,
              zinc_status_string(s), c->err);
-    ZT_CHECK(dt < 1.0 + SLACK_S, "rank %d out of step: returned after %.2f s (timeout 30 s)",
-             c->rank, dt);
-    ZT_CHECK(strstr(c->err, "out of step") && strstr(c->err, "broadcast of 4000 bytes") &&
+    ZT_CHECK(dt < 1.0 + SLACK_S, "out of step (%d), rank %d: returned after %.2f s (timeout "
+             "30 s)", kind, c->rank, dt);
+    ZT_CHECK(strstr(c->err, "out of step") && strstr(c->err, odd_call) &&
                  strstr(c->err, "reduce_scatter of"),
-             "rank %d: the message should name both calls: %s", c->rank, c->err);
+             "out of step (%d), rank %d: the message should name both calls: %s", kind, c->rank,
+             c->err);
     free(buf);
     zcomm_destroy(c);
 }
@@ -266,7 +284,9 @@ int main(void)
         check_abort(1);
         check_abort(0);
         check_late_in_step();
-        check_out_of_step();
+        check_out_of_step(0, size - 1);
+        check_out_of_step(1, 0);
+        check_out_of_step(2, 0);
     }
     /* A clean end on every rank: agree on the failure count, then finalize. */
     int mine = zt_failures, total = 0;
