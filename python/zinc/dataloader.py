@@ -107,8 +107,14 @@ class DeepSpeedDataLoader(ZincDataLoader):
                          pin_memory=pin_memory, collate_fn=collate_fn,
                          num_local_io_workers=num_local_io_workers, data_sampler=data_sampler,
                          drop_last=bool(dataloader_drop_last))
+        # DeepSpeed's attributes scripts read: the batch count of a pass, the devices one batch
+        # is split over, the data-efficiency settings (none here)
         self.tput_timer = tput_timer
         self.post_process_func = None
+        self.deepspeed_dataloader_config = dict(deepspeed_dataloader_config or {})
+        self.curriculum_learning_enabled = False
+        self.device_count = 1
+        self.len = len(self)
 
 
 def check_dataset(dataset):

@@ -275,7 +275,9 @@ def test_deepspeed_names(ds):
     want = list(torch.utils.data.DistributedSampler(ds, num_replicas=2, rank=1))
     got = [int(i) for b in own for i in b[2]]
     check("DeepSpeedDataLoader(ds, 4, False, 0, None, world 2, rank 1): rank 1's "
-          "DistributedSampler indices, ceil(11/4) batches", got == want and len(own) == 3,
+          "DistributedSampler indices, ceil(11/4) batches; DeepSpeed's len, device_count and "
+          "curriculum_learning_enabled", got == want and len(own) == 3 and own.len == 3
+          and own.device_count == 1 and own.curriculum_learning_enabled is False,
           f"{got} vs {want}, len {len(own)}")
     plain = DeepSpeedDataLoader(ds, MICRO, False, -1, None, num_local_io_workers=0)
     seen = sorted(int(i) for b in plain for i in b[2])
