@@ -1071,6 +1071,19 @@ static void zm_abort(zcomm_t *c, const char *why)
     pthread_mutex_unlock(&zm_calls_mu);
 }
 
+/* Gives a notice's sends (abort or "where") a moment to leave: 1 when they did; 0 when they
+ * could not, their requests freed, and their buffer then must stay with MPI (zm_keep). */
+static int zm_sends_left(int n, MPI_Request *reqs)
+{
+    double end = MPI_Wtime() + 0.5;
+    int done = 0;
+    while (!done && MPI_Wtime() < end) MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE);
+    if (done) return 1;
+    for (int q = 0; q < n; q++)
+        if (reqs[q] != MPI_REQUEST_NULL) MPI_Request_free(&reqs[q]);
+    return 0;
+}
+
 static void zm_destroy(zcomm_t *c)
 {
     zm_ctx *x = c->ctx;
@@ -1084,33 +1097,8 @@ static void zm_destroy(zcomm_t *c)
         zm_enter("destroy");
         if (x->abort_pending) zm_abort_now(c);   /* an abort no collective came to send */
         pthread_mutex_unlock(&zm_calls_mu);
-        int keep_notice = 0, keep_where = 0;
-        if (x->where_reqs && x->where_seq) {
-            /* as the abort notices below, for this rank's "where" notices */
-            double end = MPI_Wtime() + 0.5;
-            int done = 0;
-            while (!done && MPI_Wtime() < end)
-                MPI_Testall(c->size, x->where_reqs, &done, MPI_STATUSES_IGNORE);
-            if (!done) {
-                keep_where = 1;
-                for (int q = 0; q < c->size; q++)
-                    if (x->where_reqs[q] != MPI_REQUEST_NULL)
-                        MPI_Request_free(&x->where_reqs[q]);
-            }
-        }
-        if (x->notice_sent) {
-            /* Give the notices a moment to leave; if they cannot, their buffer must stay. */
-            double end = MPI_Wtime() + 0.5;
-            int done = 0;
-            while (!done && MPI_Wtime() < end)
-                MPI_Testall(c->size, x->notice_reqs, &done, MPI_STATUSES_IGNORE);
-            if (!done) {
-                keep_notice = 1;
-                for (int q = 0; q < c->size; q++)
-                    if (x->notice_reqs[q] != MPI_REQUEST_NULL)
-                        MPI_Request_free(&x->notice_reqs[q]);
-            }
-        }
+        int keep_notice = x->notice_sent && !zm_sends_left(c->size, x->notice_reqs);
+        int keep_where = x->where_reqs && x->where_seq && !zm_sends_left(c->size, x->where_reqs);
         /* A failed communicator is left allocated: it may still hold unreceived messages (a
          * peer's data, abort notices) or unfinished requests, and a freed communicator's id can
          * be reused by the next one, which would then match those strays. */
