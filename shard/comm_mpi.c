@@ -677,6 +677,19 @@ static zinc_status zm_failed(zcomm_t *c, const char *what)
                     "has failed: %s", what, (unsigned long long)x->seq, c->rank, x->why);
 }
 
+/* Receives one message of `tag` (a notice: n bytes at most) if one came: *got 1; else 0. */
+static zinc_status zm_take(zcomm_t *c, int tag, void *buf, int n, int *got)
+{
+    zm_ctx *x = c->ctx;
+    MPI_Status st;
+    *got = 0;
+    ZINC_MPI_CHECK(MPI_Iprobe(MPI_ANY_SOURCE, tag, x->comm, got, &st));
+    if (!*got) return ZINC_OK;
+    memset(buf, 0, (size_t)n);
+    ZINC_MPI_CHECK(MPI_Recv(buf, n, MPI_BYTE, st.MPI_SOURCE, tag, x->comm, MPI_STATUS_IGNORE));
+    return ZINC_OK;
+}
+
 /* Checks for an abort notice or a local abort request; returns its status or ZINC_OK. */
 static zinc_status zm_poll_abort(zcomm_t *c, const char *what)
 {
@@ -691,13 +704,9 @@ static zinc_status zm_poll_abort(zcomm_t *c, const char *what)
                             what, (unsigned long long)x->seq, c->rank, why);
     }
     int flag = 0;
-    MPI_Status st;
-    ZINC_MPI_CHECK(MPI_Iprobe(MPI_ANY_SOURCE, ZM_TAG_ABORT, x->comm, &flag, &st));
-    if (!flag) return ZINC_OK;
     zm_notice m;
-    memset(&m, 0, sizeof m);
-    ZINC_MPI_CHECK(MPI_Recv(&m, (int)sizeof m, MPI_BYTE, st.MPI_SOURCE, ZM_TAG_ABORT, x->comm,
-                            MPI_STATUS_IGNORE));
+    zinc_status got = zm_take(c, ZM_TAG_ABORT, &m, (int)sizeof m, &flag);
+    if (got != ZINC_OK || !flag) return got;
     m.why[sizeof m.why - 1] = 0;
     /* A peer that timed out in the collective this rank is waiting in: that is a timeout here
      * too. Ranks found out of step (zm_read_where) are that everywhere. Anything else is an
@@ -768,13 +777,9 @@ static zinc_status zm_read_where(zcomm_t *c, const char *what)
     zm_ctx *x = c->ctx;
     for (;;) {
         int flag = 0;
-        MPI_Status st;
-        ZINC_MPI_CHECK(MPI_Iprobe(MPI_ANY_SOURCE, ZM_TAG_WHERE, x->comm, &flag, &st));
-        if (!flag) return ZINC_OK;
         zm_where w;
-        memset(&w, 0, sizeof w);
-        ZINC_MPI_CHECK(MPI_Recv(&w, (int)sizeof w, MPI_BYTE, st.MPI_SOURCE, ZM_TAG_WHERE,
-                                x->comm, MPI_STATUS_IGNORE));
+        zinc_status got = zm_take(c, ZM_TAG_WHERE, &w, (int)sizeof w, &flag);
+        if (got != ZINC_OK || !flag) return got;
         w.what[sizeof w.what - 1] = 0;
         const size_t h = (size_t)(w.seq % ZM_HISTORY);
         if (w.gen != x->gen || w.seq > x->seq || x->history[h].seq != w.seq ||
@@ -1107,17 +1112,9 @@ static void zm_destroy(zcomm_t *c)
         if (!finalized && x->comm != MPI_COMM_NULL && !x->failed) {
             /* peers' "where" notices of a collective that completed: read and dropped (one
              * still on its way when the comm is freed carries the comm's gen) */
-            for (int more = 1; more;) {
-                zm_where w;
-                more = 0;
-                MPI_Status st;
-                if (MPI_Iprobe(MPI_ANY_SOURCE, ZM_TAG_WHERE, x->comm, &more, &st) ==
-                        MPI_SUCCESS && more)
-                    MPI_Recv(&w, (int)sizeof w, MPI_BYTE, st.MPI_SOURCE, ZM_TAG_WHERE, x->comm,
-                             MPI_STATUS_IGNORE);
-                else
-                    more = 0;
-            }
+            zm_where w;
+            for (int more = 1; more;)
+                if (zm_take(c, ZM_TAG_WHERE, &w, (int)sizeof w, &more) != ZINC_OK) break;
             MPI_Iprobe(MPI_ANY_SOURCE, ZM_TAG_ABORT, x->comm, &stray, MPI_STATUS_IGNORE);
             if (!stray) MPI_Comm_free(&x->comm);
         }
