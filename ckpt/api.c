@@ -221,17 +221,16 @@ zinc_status zinc_ckpt_save(zinc_engine_t *e, const char *dir, const char *tag,
      * refuses; Warn (the default) and Ignore save under rank 0's tag, Warn saying so. */
     char root_tag[256];
     if (tags_differ(ev, tag, root_tag)) {
-        if (ev->cfg->ckpt.tag_validation == 2 && strcmp(tag, root_tag) == 0)
+        if (ev->cfg->ckpt.tag_validation == 2) {
+            /* (true on every rank: rank 0, and a rank of rank 0's tag, differ from another) */
+            char other[300] = "another rank's differs";
+            if (strcmp(tag, root_tag) != 0)
+                snprintf(other, sizeof other, "rank 0 has '%s'", root_tag);
             return zeng_fail(e, ZINC_ERR_MISMATCH,
                              "zinc_ckpt_save: the ranks were given different tags (this is rank %d "
-                             "with rank 0's '%s'; another rank's differs); "
-                             "checkpoint.tag_validation is \"Fail\", nothing was saved",
-                             rank_of(ev), root_tag);
-        if (ev->cfg->ckpt.tag_validation == 2)
-            return zeng_fail(e, ZINC_ERR_MISMATCH,
-                             "zinc_ckpt_save: the ranks were given different tags (this is rank %d "
-                             "with '%s', rank 0 has '%s'); checkpoint.tag_validation is \"Fail\", "
-                             "nothing was saved", rank_of(ev), tag, root_tag);
+                             "with '%s', %s); checkpoint.tag_validation is \"Fail\", nothing was "
+                             "saved", rank_of(ev), tag, other);
+        }
         if (ev->cfg->ckpt.tag_validation == 1 && strcmp(tag, root_tag) != 0)
             zlog(ZLOG_WARN, "ckpt", rank_of(ev),
                  "zinc_ckpt_save: this rank's tag '%s' differs from rank 0's '%s'; saving under "

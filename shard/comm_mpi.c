@@ -27,11 +27,13 @@
  *
  * Ranks out of step: every rank must make the same collectives in the same order. One that
  * skipped a call (a load or save some ranks made) or added one meets the others' next call at the
- * same count but in another operation, which MPI cannot match: both wait out the timeout (300 s
- * by default). So a wait that has stalled ZM_WHERE_AFTER_S sends each peer a "where" notice once
- * (this comm, the collective's count, its operation and bytes), and from then on, as does every
- * collective's start, reads the peers' notices: one for the same count that names another
- * operation or size fails the world at once (ZINC_ERR_MISMATCH, both calls named). A correct
+ * same count but in another operation. Point-to-point data is tagged with its collective's count
+ * and operation (zm_data_tag), so MPI never matches it to another call's; the ranks then wait.
+ * A wait that has stalled ZM_WHERE_AFTER_S sends each peer a "where" notice once (this comm, the
+ * collective's count, its operation and bytes), and from then on, as does every collective's
+ * start, reads the peers' notices: one that names another operation or size than this rank made
+ * at that count (the current one, or one of its last ZM_HISTORY) fails the world at once
+ * (ZINC_ERR_MISMATCH, both calls named) instead of at the timeout (300 s by default). A correct
  * program pays nothing for it until a wait stalls, and then a few small messages per stall.
  *
  * Threads: MPI is initialised with MPI_THREAD_SERIALIZED when we initialise it, so collectives
@@ -71,6 +73,7 @@ enum {
 /* A wait stalled this long sends its "where" notices and reads the peers'. Long enough that a
  * collective a correct job completes sends none; short against any timeout. */
 #define ZM_WHERE_AFTER_S 1.0
+/* The collectives each rank remembers (zm_ctx.history) to compare a notice of an earlier count */
 #define ZM_HISTORY 64
 
 /* A rank that receives a peer's exit notice while waiting in a collective gives the peer's data
@@ -119,11 +122,9 @@ typedef struct zm_ctx {
     zinc_status failed;          /* ZINC_OK, or the comm is dead and `why` says why */
     char why[460];
     uint64_t seq;                /* collectives entered */
-    const char *what;            /* the collective entered last (a literal), and its bytes */
-    uint64_t bytes;
-    struct {                     /* the last ZM_HISTORY collectives, at [seq % ZM_HISTORY]: a
-                                    peer's "where" notice of an earlier count is compared with
-                                    what this rank made there */
+    struct zm_call {             /* the last ZM_HISTORY collectives (zm_call_at): the current
+                                    one's operation (a literal) and bytes, and those a peer's
+                                    "where" notice of an earlier count is compared with */
         uint64_t seq;
         const char *what;
         uint64_t bytes;
@@ -179,10 +180,17 @@ static int zm_op_code(const char *what)
            : !strcmp(what, "all_gather") ? 3 : 0;
 }
 
+/* This rank's record of its collective number `seq` (the current one: x->seq). */
+static const struct zm_call *zm_call_at(const zm_ctx *x, uint64_t seq)
+{
+    return &x->history[seq % ZM_HISTORY];
+}
+
 /* The tag of the current collective's point-to-point data (ZM_TAG_DATA's note). */
 static int zm_data_tag(const zm_ctx *x)
 {
-    return ZM_TAG_DATA + 4 * (int)(x->seq % ZM_TAG_DATA_SPAN) + zm_op_code(x->what);
+    return ZM_TAG_DATA + 4 * (int)(x->seq % ZM_TAG_DATA_SPAN) +
+           zm_op_code(zm_call_at(x, x->seq)->what);
 }
 
 /* ---- threads: one inside MPI at a time, process-wide (the note at the top) ------------------ */
@@ -754,9 +762,9 @@ static void zm_send_where(zcomm_t *c)
     memset(x->where, 0, sizeof *x->where);
     x->where->gen = x->gen;
     x->where->seq = x->seq;
-    x->where->bytes = x->bytes;
+    x->where->bytes = zm_call_at(x, x->seq)->bytes;
     x->where->rank = c->rank;
-    zm_copy(x->where->what, sizeof x->where->what, x->what);
+    zm_copy(x->where->what, sizeof x->where->what, zm_call_at(x, x->seq)->what);
     for (int q = 0; q < c->size; q++) {
         x->where_reqs[q] = MPI_REQUEST_NULL;
         if (q != c->rank)
@@ -781,17 +789,17 @@ static zinc_status zm_read_where(zcomm_t *c, const char *what)
         zinc_status got = zm_take(c, ZM_TAG_WHERE, &w, (int)sizeof w, &flag);
         if (got != ZINC_OK || !flag) return got;
         w.what[sizeof w.what - 1] = 0;
-        const size_t h = (size_t)(w.seq % ZM_HISTORY);
-        if (w.gen != x->gen || w.seq > x->seq || x->history[h].seq != w.seq ||
-            (strcmp(w.what, x->history[h].what) == 0 && w.bytes == x->history[h].bytes))
+        const struct zm_call *mine = zm_call_at(x, w.seq);
+        if (w.gen != x->gen || w.seq > x->seq || mine->seq != w.seq ||
+            (strcmp(w.what, mine->what) == 0 && w.bytes == mine->bytes))
             continue;
         char why[sizeof x->why];
         snprintf(why, sizeof why, "ranks out of step at collective #%llu: rank %d %s %s of "
                  "%llu bytes, rank %d is in %s of %llu bytes. Every rank must make the same "
                  "collective calls in the same order; one skipped or added a call (a step, "
                  "save or load made on some ranks only?)", (unsigned long long)w.seq, c->rank,
-                 w.seq == x->seq ? "is in" : "made", x->history[h].what,
-                 (unsigned long long)x->history[h].bytes, (int)w.rank, w.what,
+                 w.seq == x->seq ? "is in" : "made", mine->what,
+                 (unsigned long long)mine->bytes, (int)w.rank, w.what,
                  (unsigned long long)w.bytes);
         zlog(ZLOG_ERROR, "comm", c->rank, "%s", why);
         zm_send_notice(c, ZINC_ERR_MISMATCH, why);
@@ -863,12 +871,7 @@ static zinc_status zm_begin(zcomm_t *c, const char *what, size_t bytes)
     pthread_mutex_unlock(&zm_calls_mu);
     zm_enter(what);
     x->seq++;
-    x->what = what;
-    x->bytes = bytes;
-    size_t h = (size_t)(x->seq % ZM_HISTORY);
-    x->history[h].seq = x->seq;
-    x->history[h].what = what;
-    x->history[h].bytes = bytes;
+    x->history[x->seq % ZM_HISTORY] = (struct zm_call){x->seq, what, bytes};
     if (x->failed) return zm_failed(c, what);
     zinc_status s = zm_poll_abort(c, what);
     /* (the notices peers sent while this rank was elsewhere: old ones go, and a peer stalled

@@ -39,24 +39,45 @@ class RepeatingLoader:
             return next(self.data_iter)
 
 
-class ZincDataLoader:
-    """DeepSpeedDataLoader's shape: len() is the number of batches this rank reads, iter()
-    starts a pass, `data_sampler` is the sampler (set_epoch on it reshuffles)."""
+class DeepSpeedDataLoader:
+    """DeepSpeed's loader (deepspeed.runtime.dataloader.DeepSpeedDataLoader): its name and
+    constructor, for scripts that build one or test isinstance; zinc.initialize and deepspeed_io
+    return one. len() is the number of batches this rank reads, iter() starts a pass,
+    `data_sampler` is the sampler (set_epoch on it reshuffles). local_rank >= 0: a
+    DistributedSampler over data_parallel_world_size ranks at data_parallel_rank
+    (torch.distributed's world where None), shuffled with seed 0, unless a data_sampler is
+    given; local_rank < 0: a RandomSampler (DeepSpeed also multiplies the batch by its
+    accelerator's device count there; zinc keeps batch_size). tput_timer is kept, not used;
+    curriculum learning (DeepSpeed's data efficiency) is not offered."""
 
-    def __init__(self, dataset, batch_size, rank, world_size, *, shuffle=True, pin_memory=False,
-                 collate_fn=None, num_local_io_workers=None, data_sampler=None, drop_last=False):
+    def __init__(self, dataset, batch_size, pin_memory, local_rank, tput_timer, collate_fn=None,
+                 num_local_io_workers=None, data_sampler=None, data_parallel_world_size=None,
+                 data_parallel_rank=None, dataloader_drop_last=False,
+                 deepspeed_dataloader_config=None):
+        if (deepspeed_dataloader_config or {}).get("curriculum_learning"):
+            raise NotImplementedError("zinc: DeepSpeedDataLoader with curriculum_learning "
+                                      "(DeepSpeed's data efficiency is not offered)")
         if data_sampler is None:
-            data_sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank,
-                                              shuffle=shuffle)
+            data_sampler = (DistributedSampler(dataset, num_replicas=data_parallel_world_size,
+                                               rank=data_parallel_rank)
+                            if local_rank >= 0 else RandomSampler(dataset))
         self.dataset = dataset
         self.batch_size = batch_size
         self.data_sampler = data_sampler
         self.collate_fn = collate_fn
         self.pin_memory = pin_memory
         self.num_local_io_workers = 2 if num_local_io_workers is None else num_local_io_workers
-        self.dataloader_drop_last = drop_last
+        self.dataloader_drop_last = bool(dataloader_drop_last)
         self.dataloader = None      # the torch DataLoader of the pass under way
         self.data = None            # its iterator
+        # DeepSpeed's attributes scripts read: the batch count of a pass, the devices one batch
+        # is split over, the data-efficiency settings (none here)
+        self.tput_timer = tput_timer
+        self.post_process_func = None
+        self.deepspeed_dataloader_config = dict(deepspeed_dataloader_config or {})
+        self.curriculum_learning_enabled = False
+        self.device_count = 1
+        self.len = len(self)
 
     def __len__(self):
         n = len(self.data_sampler)
@@ -81,40 +102,6 @@ class ZincDataLoader:
 
     def __next__(self):
         return next(self.data)
-
-
-class DeepSpeedDataLoader(ZincDataLoader):
-    """DeepSpeed's name and constructor (deepspeed.runtime.dataloader.DeepSpeedDataLoader), for
-    scripts that build one or test isinstance: the loader zinc.initialize and deepspeed_io
-    return is one. local_rank >= 0: a DistributedSampler over data_parallel_world_size ranks at
-    data_parallel_rank (torch.distributed's world where None), shuffled with seed 0, unless a
-    data_sampler is given; local_rank < 0: a RandomSampler (DeepSpeed also multiplies the batch
-    by its accelerator's device count there; zinc keeps batch_size). tput_timer is kept, not
-    used; curriculum learning (DeepSpeed's data efficiency) is not offered."""
-
-    def __init__(self, dataset, batch_size, pin_memory, local_rank, tput_timer, collate_fn=None,
-                 num_local_io_workers=None, data_sampler=None, data_parallel_world_size=None,
-                 data_parallel_rank=None, dataloader_drop_last=False,
-                 deepspeed_dataloader_config=None):
-        if (deepspeed_dataloader_config or {}).get("curriculum_learning"):
-            raise NotImplementedError("zinc: DeepSpeedDataLoader with curriculum_learning "
-                                      "(DeepSpeed's data efficiency is not offered)")
-        if data_sampler is None:
-            data_sampler = (DistributedSampler(dataset, num_replicas=data_parallel_world_size,
-                                               rank=data_parallel_rank)
-                            if local_rank >= 0 else RandomSampler(dataset))
-        super().__init__(dataset, batch_size, data_parallel_rank, data_parallel_world_size,
-                         pin_memory=pin_memory, collate_fn=collate_fn,
-                         num_local_io_workers=num_local_io_workers, data_sampler=data_sampler,
-                         drop_last=bool(dataloader_drop_last))
-        # DeepSpeed's attributes scripts read: the batch count of a pass, the devices one batch
-        # is split over, the data-efficiency settings (none here)
-        self.tput_timer = tput_timer
-        self.post_process_func = None
-        self.deepspeed_dataloader_config = dict(deepspeed_dataloader_config or {})
-        self.curriculum_learning_enabled = False
-        self.device_count = 1
-        self.len = len(self)
 
 
 def check_dataset(dataset):
@@ -154,4 +141,4 @@ def build(dataset, *, batch_size, rank, world_size, route, pin_memory, data_samp
                                data_parallel_rank=rank, dataloader_drop_last=drop_last)
 
 
-__all__ = ["DeepSpeedDataLoader", "RepeatingLoader", "ZincDataLoader", "build", "check_dataset"]
+__all__ = ["DeepSpeedDataLoader", "RepeatingLoader", "build", "check_dataset"]
