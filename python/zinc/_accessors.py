@@ -476,6 +476,7 @@ class _AccessorsMixin:
         inside an accumulation window at ZeRO stages 0-1 drops what the window summed so far, as
         DeepSpeed's does there (_drop_window_grads). zinc's own gradient buffers are zeroed by
         engine.step() at each optimizer step."""
+        self._settle_direct()
         for p in self.module.parameters():
             p.grad = None
         self._drop_window_grads("engine")

@@ -128,12 +128,17 @@ class Monitors:
             return
         n = max(1, self._losses)
         mine = float(self._loss_sum) / n if self._losses else 0.0
+        had = 1.0 if self._losses else 0.0
         self._loss_sum, self._losses = 0.0, 0
-        loss = engine._mean_over_ranks([mine])[0]
+        # averaged over the ranks that had a loss: a window of direct loss.backward() calls
+        # gives engine.backward no loss, and writes no loss event rather than a 0
+        mean, ranks_with = engine._mean_over_ranks([mine, had])
         if not self.writers:
             return
         samples = engine.global_samples
-        events = [(EVENTS[0], loss, samples), (EVENTS[1], engine.get_lr()[0], samples)]
+        events = [(EVENTS[1], engine.get_lr()[0], samples)]
+        if ranks_with > 0:
+            events.insert(0, (EVENTS[0], mean / ranks_with, samples))
         if engine.fp16_enabled():
             events.append((EVENTS[2], engine.optimizer.cur_scale, samples))
         for w in self.writers:

@@ -72,6 +72,7 @@ import torch
 from . import _memory, _torch_dist, _zero_init
 from . import dataloader as _dataloader
 from ._accessors import _AccessorsMixin
+from ._direct_backward import _DirectBackwardMixin
 from ._handover import _HandOverMixin
 from ._hooktime import HookClock
 from ._interrupt import held
@@ -296,8 +297,8 @@ class _Group:
         self.layout = {}          # "data"/"grad" -> its parameters' place in zinc's buffer
 
 
-class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _StateIOMixin,
-             torch.nn.Module):
+class Engine(_Stage3Mixin, _HandOverMixin, _DirectBackwardMixin, _ValuesMixin, _AccessorsMixin,
+             _StateIOMixin, torch.nn.Module):
     """One rank's training engine over a torch model (DeepSpeed's DeepSpeedEngine shape)."""
 
     def __init__(self, model, model_parameters=None, config=None, *, _client=None,
@@ -501,6 +502,10 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
         self._ev_torch = torch.cuda.Event() if self._cuda else None     # on torch's stream
         self._ev_zinc = torch.cuda.Event() if self._cuda else None      # on zinc's stream
         self._in_backward = False
+        self._engine_backward = False   # engine.backward runs autograd (output hooks stand by)
+        self._direct_open = False    # a loss.backward() called directly began (_direct_backward)
+        self._direct_counted = False  # ... and step() counts its micro-batch's samples
+        self._scaled_by_caller = False  # engine.scale() since the last direct backward
         self._contexts = 0           # zero.GatheredParameters contexts open over this engine
         self._no_sync = False        # inside no_sync(): backward hands nothing over
         self._window_grads = False   # gradients were handed over in this accumulation window
@@ -784,11 +789,14 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
 
     def forward(self, *inputs, **kwargs):
         self._alive()
+        self._settle_direct()
         self._end_open_micro()
         if self._stage < 3:
-            return self.module(*inputs, **kwargs)
+            out = self.module(*inputs, **kwargs)
+            self._watch_outputs(out)
+            return out
         try:
-            return self.module(*inputs, **kwargs)
+            out = self.module(*inputs, **kwargs)
         except BaseException as ex:
             # The forward stopped half-way: nothing stays gathered for it (a Ctrl-C too: the
             # modules it left running held their groups, and GatheredParameters took the
@@ -805,6 +813,8 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
             else:
                 warnings.warn(hint, RuntimeWarning, stacklevel=2)
             raise
+        self._watch_outputs(out)
+        return out
 
     def backward(self, loss, retain_graph=False, scale_wrt_gas=True):
         """Scales the loss as DeepSpeed does (by 1/gradient_accumulation_steps unless
@@ -821,6 +831,35 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
         reusing that memory (transformers' Llama at stage 3, 2 ranks: peak RSS 1047-1057 MiB
         before, 955-966 after; docs/python.md). A second backward through it fails either way."""
         self._alive()
+        self._settle_direct()
+        counted = self._backward_begin()
+        self._engine_backward = True
+        try:
+            if self._unscaled_loss:      # (see __init__) DeepSpeed's loss / ga, unscaled
+                scaled = loss / self._ga if scale_wrt_gas else loss
+            else:
+                scaled = loss * (lib.zinc_loss_multiplier(self._e) if scale_wrt_gas
+                                 else lib.zinc_engine_loss_scale(self._e))
+            scaled.backward(retain_graph=retain_graph)
+            # until the hand-over (_backward_end): a Ctrl-C before it leaves a micro-step to
+            # finish
+            self._interrupted = True
+        except BaseException:
+            self._backward_failed(counted)
+            raise
+        finally:
+            self._in_backward = self._engine_backward = False
+        self._monitor.note_loss(loss)
+        self._backward_end()
+        if not retain_graph and loss.grad_fn is not None and not loss._is_view():
+            loss.detach_()
+        return loss / self._ga if scale_wrt_gas else loss
+
+    def _backward_begin(self):
+        """What a backward does before autograd runs (engine.backward's, and the first output
+        hook's of a direct one): refuses a second backward of a micro-step step() must end, takes
+        `.grad` back from a no_sync block or a failed backward, ends an open micro-step, and
+        resets the groups' record. Returns whether step() counts this micro-batch's samples."""
         if self._awaiting_step:
             # refused before autograd adds anything (zinc_grads_ready would refuse the second
             # hand-over only after its gradient was added)
@@ -843,33 +882,28 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
             G.got.clear()
             if not self._resuming:
                 G.done = G.late = False
-        if self._unscaled_loss:      # (see __init__) DeepSpeed's loss / ga, unscaled
-            scaled = loss / self._ga if scale_wrt_gas else loss
-        else:
-            scaled = loss * (lib.zinc_loss_multiplier(self._e) if scale_wrt_gas
-                             else lib.zinc_engine_loss_scale(self._e))
         self._in_backward = True
         counted = not self._managed and not self._resuming
         if counted:                # step() counts the micro-batches' samples
             self._unmanaged_backwards += 1
-        try:
-            scaled.backward(retain_graph=retain_graph)
-            # until the hand-over below: a Ctrl-C between the two leaves a micro-step to finish
-            self._interrupted = True
-        except BaseException:
-            # Raised midway: the next backward (or step()) continues this micro-step. Raised
-            # before any gradient came (a loss without grad_fn): nothing to continue, and a
-            # step() is refused as without a backward, as DeepSpeed's raises there (it took
-            # an Adam step on zero gradients, weight decay and momentum included).
-            self._interrupted = self._resuming or any(G.got or G.done for G in self._g)
-            if counted and not self._interrupted:   # no micro-batch ran: the next one counts
-                self._unmanaged_backwards -= 1
-            if self._stage == 3:       # what it gathered for the backward goes: a checkpoint
-                self._drop_params()    # loaded next left those groups with the old values
-            raise
-        finally:
-            self._in_backward = False
-        self._monitor.note_loss(loss)
+        return counted
+
+    def _backward_failed(self, counted):
+        """Autograd raised midway: the next backward (or step()) continues this micro-step.
+        Raised before any gradient came (a loss without grad_fn): nothing to continue, and a
+        step() is refused as without a backward, as DeepSpeed's raises there (it took an Adam
+        step on zero gradients, weight decay and momentum included)."""
+        self._in_backward = False
+        self._interrupted = self._resuming or any(G.got or G.done for G in self._g)
+        if counted and not self._interrupted:   # no micro-batch ran: the next one counts
+            self._unmanaged_backwards -= 1
+        if self._stage == 3:       # what it gathered for the backward goes: a checkpoint
+            self._drop_params()    # loaded next left those groups with the old values
+
+    def _backward_end(self):
+        """After autograd: the groups not handed over yet (or, in no_sync, the record that
+        `.grad` holds gradients)."""
+        self._interrupted = True      # (engine.backward set it already)
         with held():
             if self._no_sync:          # the gradients stay in `.grad`, summed by autograd
                 self._unsynced = True
@@ -877,9 +911,6 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
                 self._hand_over_rest()
             self._interrupted = False
         self._show_window_grads()
-        if not retain_graph and loss.grad_fn is not None and not loss._is_view():
-            loss.detach_()
-        return loss / self._ga if scale_wrt_gas else loss
 
     def _warn_frozen_since_init(self):
         """Once per parameter: one zinc trains (it required grad at initialize) whose
@@ -980,6 +1011,7 @@ class Engine(_Stage3Mixin, _HandOverMixin, _ValuesMixin, _AccessorsMixin, _State
                                "block first; its gradients are reduced then)")
         self._no_context("engine.step()")
         self._alive()
+        self._settle_direct()
         self._take_back_grads()
         if not (self._awaiting_step or self._open_micro or self._unsynced or self._interrupted):
             raise RuntimeError("zinc: engine.step() with no backward() since the last step (or "

@@ -68,6 +68,9 @@ zinc_python_stage_tests(shared_segments test_shared_segments.py 300 0 1 2 3)
 # A backward that raises midway (training goes on, as plain torch's `.grad` keeps its part) and
 # a second backward without step() (refused before anything is added; test_interrupted_backward.py).
 zinc_python_stage_tests(interrupted_backward test_interrupted_backward.py 300 0 1 2 3)
+# loss.backward() called directly (DeepSpeed 0.19.8's torch-style backward at stages 1-3, refused at
+# 0): bit for bit engine.backward's, fp16 through engine.scale (test_direct_backward.py).
+zinc_python_stage_tests(direct_backward test_direct_backward.py 300 0 1 2 3)
 # A Ctrl-C right after each zinc call of an iteration, and the exceptions that left wrong values
 # (zero_grad after a failed backward, a step after a backward without grad_fn, a load after a
 # failed stage-3 pass, a GatheredParameters block that raised): test_ctrl_c.py.
@@ -247,6 +250,7 @@ if(ZINC_HAVE_MPI AND ZINC_TORCH_PYTHON)
     endforeach()
   endfunction()
   zinc_python_mpi_stage_tests(parity test_torch_parity.py 300 2 3)
+  zinc_python_mpi_stage_tests(direct_backward test_direct_backward.py 300 2 3)
   # The staged comm over MPI that ranks sharing a GPU get, here on the cpu device through
   # ZINC_TEST_STAGED_COMM=1 (test_torch_staged.py): the plain mpi run's losses and weights, bit
   # for bit. Its --cuda mode is bench/gpu_session.sh's mpi2 phase.

@@ -1,0 +1,307 @@
+"""test_direct_backward.py — `loss.backward()` called directly instead of engine.backward(loss).
+
+    python test_direct_backward.py STAGE        (1 rank, or 2 under mpirun)
+
+DeepSpeed 0.19.8 accepts a plain torch backward at ZeRO stages 1-3: the gradient flowing into
+each output of the engine's forward is divided by gradient_accumulation_steps, as
+engine.backward divides the loss, and fp16's loss scale is the caller's
+(`engine.scale(loss).backward()`; a dynamic scale without it is refused). Its stage 0 refuses a
+direct backward. Checked here, at STAGE:
+
+- stages 1-3: fp32 and bf16, accumulation 1 and 2, clipping, a model whose forward returns a
+  dict holding a tuple (a loss made from two of its tensors): direct backward trains bit for bit
+  as engine.backward (same losses, same weights); `managed_gradient_accumulation: false` with
+  windows of 1 and 3 too, `global_samples` alike;
+- fp16 (an elementwise model, dynamic scale): `loss.backward()` without engine.scale raises
+  naming engine.scale and leaves nothing behind (the loop goes on with engine.scale and ends as
+  the run without the refused call); `engine.scale(loss).backward()` trains bit for bit as
+  engine.backward;
+- a direct backward that raises midway (a hook in the model), the batch skipped: the loop goes on
+  and ends bit for bit as the same loop through engine.backward;
+- a second direct backward of the same micro-step where the first ended it (accumulation 1,
+  retain_graph) is refused naming engine.step(), and nothing of it is applied;
+- stage 0: a direct backward raises naming stage 0 and engine.backward; the loop goes on through
+  engine.backward and ends as without the refused call;
+- engine.scale refuses a tensor of two elements.
+
+The front-end before this change refused the step after every direct backward ("no backward()
+since the last step"): every check but stage 0's and the two refusals fails.
+"""
+import sys
+
+from _common import Gain, check, check_raises, finish, torch, zinc
+
+STAGE = int(sys.argv[1])
+STEPS = 3
+
+
+class Net(torch.nn.Module):
+    """Linear, LayerNorm, two heads; the forward returns {"out": (head a, head b)} (a dict, as
+    transformers' ModelOutput; with `fail`, the gradient reaching the trunk's output raises)."""
+
+    def __init__(self):
+        super().__init__()
+        self.trunk = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.LayerNorm(16))
+        self.a = torch.nn.Linear(16, 4)
+        self.b = torch.nn.Linear(16, 4)
+        self.fail = False
+
+    def forward(self, x):
+        h = torch.tanh(self.trunk(x))
+        if self.fail:
+            def boom(_):
+                raise RuntimeError("simulated out of memory")
+            h.register_hook(boom)
+        return {"out": (self.a(h), self.b(h))}
+
+
+def config(dtype, ga, **extra):
+    cfg = {"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": ga,
+           "optimizer": {"type": "AdamW", "params": {"lr": 1e-2, "weight_decay": 0.01}},
+           "gradient_clipping": 0.5, "zero_optimization": {"stage": STAGE}, **extra}
+    if dtype == "bf16":
+        cfg["bf16"] = {"enabled": True}
+    elif dtype == "fp16":
+        cfg["fp16"] = {"enabled": True, "initial_scale_power": 8}
+    return cfg
+
+
+def data(n, features=8, dtype=torch.float32):
+    g = torch.Generator().manual_seed(11)
+    return [(torch.randn(4, features, generator=g).to(dtype), torch.randn(4, 4, generator=g))
+            for _ in range(n)]
+
+
+def loss_of(engine, x, y):
+    a, b = engine(x)["out"]
+    return ((a.float() - y) ** 2).mean() + 0.5 * ((b.float() + y) ** 2).mean()
+
+
+def run(dtype, ga, direct, windows=None, fail_at=None, refuse_at=None):
+    """Trains Net (seeded alike) and returns (losses, weights, global_samples). `windows`: with
+    managed_gradient_accumulation false, the micro-batches of each window. `fail_at`: that
+    micro-batch's backward raises midway and the batch is skipped. `refuse_at`: after that
+    micro-batch's backward, a second direct one through the same graph (refused)."""
+    torch.manual_seed(0)
+    model = Net()
+    extra = {"managed_gradient_accumulation": False} if windows else {}
+    engine, *_ = zinc.initialize(model=model, model_parameters=model.parameters(),
+                                 config=config(dtype, ga, **extra))
+    cast = torch.bfloat16 if dtype == "bf16" else torch.float32
+    ends = set()
+    if windows:
+        at = 0
+        for w in windows:
+            at += w
+            ends.add(at - 1)
+    losses = []
+    n = sum(windows) if windows else STEPS * ga
+    for k, (x, y) in enumerate(data(n + (fail_at is not None))):
+        if k == fail_at:
+            model.fail = True
+            try:
+                loss = loss_of(engine, x.to(cast), y)
+                loss.backward() if direct else engine.backward(loss)
+            except RuntimeError as ex:
+                assert "simulated out of memory" in str(ex), ex
+            finally:
+                model.fail = False
+            continue
+        loss = loss_of(engine, x.to(cast), y)
+        if direct:
+            loss.backward(retain_graph=k == refuse_at)
+        else:
+            engine.backward(loss)
+        if k == refuse_at:
+            check_raises(f"a second direct backward of micro-step {k} (accumulation 1) is refused",
+                         lambda: loss.backward(), RuntimeError, "engine.step()")
+        losses.append(loss.item())
+        if not windows or k in ends:
+            engine.step()
+        elif windows:
+            pass      # the next forward ends the micro-step
+    weights = [v.detach().float().clone() for v in engine.module_state_dict().values()]
+    samples = engine.global_samples
+    engine.close()
+    return losses, weights, samples
+
+
+def same(a, b):
+    return a[0] == b[0] and len(a[1]) == len(b[1]) and all(
+        torch.equal(x, y) for x, y in zip(a[1], b[1])) and a[2] == b[2]
+
+
+def detail(a, b):
+    if len(a[1]) != len(b[1]):
+        return f"{len(a[1])} against {len(b[1])} tensors"
+    d = max((x - y).abs().max().item() for x, y in zip(a[1], b[1]))
+    return f"losses {a[0]} vs {b[0]}; weights at most {d:.3g} apart; samples {a[2]} vs {b[2]}"
+
+
+def safe(fn):
+    """fn()'s result, or the error it raised as ([], [], message): a failed run is a failed check,
+    and the other checks still run."""
+    try:
+        return fn()
+    except Exception as ex:  # noqa: BLE001
+        return ([], [], f"raised {type(ex).__name__}: {ex}")
+
+
+def penalty_checks():
+    """A gradient penalty: torch.autograd.grad through the engine's output (create_graph), then
+    the loss's backward, accumulation 2. DeepSpeed 0.19.8's output hooks divide the gradient of
+    that pass by the accumulation steps too: the penalties of the first window are plain
+    torch's with the output's gradient halved (bit for bit: the weights have not moved yet).
+    The pass is not the micro-step's backward: engine.backward and loss.backward() after it
+    train their windows, where a front-end taking it for one refused the real backward
+    ("again without engine.step()")."""
+    def train(direct):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(),
+                                    torch.nn.Linear(16, 1))
+        w = [p.detach().clone() for p in model.parameters()]
+        engine, *_ = zinc.initialize(model=model, model_parameters=model.parameters(),
+                                     config=config("fp32", 2))
+        pens, want = [], []
+        for k, (x, y) in enumerate(data(2 * STEPS)):
+            x = x.requires_grad_(True)
+            out = engine(x)
+            gx, = torch.autograd.grad(out.sum(), x, create_graph=True)
+            pen = gx.pow(2).mean()
+            loss = ((out - y[:, :1]) ** 2).mean() + pen
+            if k < 2:          # plain torch on the initial weights, the output's gradient / 2
+                F = torch.nn.functional
+                ref = F.linear(torch.tanh(F.linear(x, w[0], w[1])), w[2], w[3])
+                rgx, = torch.autograd.grad(ref.sum(), x, grad_outputs=torch.tensor(0.5))
+                want.append(rgx.pow(2).mean().item())
+            pens.append(pen.item())
+            loss.backward() if direct else engine.backward(loss)
+            engine.step()
+        out = (pens, [v.detach().float().clone() for v in engine.module_state_dict().values()],
+               engine.global_samples)
+        engine.close()
+        return out, want
+
+    try:
+        ref, want = train(False)
+    except Exception as ex:  # noqa: BLE001
+        ref, want = ([], [], f"raised {type(ex).__name__}: {ex}"), []
+    check("gradient penalty (autograd.grad through the output), accumulation 2: "
+          "engine.backward trains", len(ref[1]) > 0, str(ref[2]))
+    check("... its first window's penalties are plain torch's with the output's gradient / 2",
+          len(want) == 2 and ref[0][:2] == want, f"{ref[0][:2]} vs {want}")
+    # (not bit for bit engine.backward's: a direct backward divides only what flows through the
+    # outputs, and the penalty reaches the weights through autograd.grad's graph, as in
+    # DeepSpeed's hooks)
+    got = safe(lambda: train(True)[0])
+    check("... and loss.backward() after the pass trains its windows (not refused)",
+          len(got[1]) == len(ref[1]) and got[2] == ref[2] and got[0][:2] == ref[0][:2],
+          f"samples {got[2]} vs {ref[2]}")
+
+
+def fp16_checks():
+    """fp16 with a dynamic scale: refused without engine.scale, bit for bit with it."""
+    def train(mode):
+        torch.manual_seed(0)
+        model = Gain()
+        engine, *_ = zinc.initialize(model=model, model_parameters=model.parameters(),
+                                     config=config("fp16", 2))
+        losses, refused = [], None
+        for k, (x, y) in enumerate(data(2 * STEPS, 8, torch.float16)):
+            if mode == "refused" and k == 1:
+                loss = ((engine(x).float() - y.repeat(1, 2)) ** 2).mean()
+                try:
+                    loss.backward()
+                except RuntimeError as ex:
+                    refused = str(ex)
+            loss = ((engine(x).float() - y.repeat(1, 2)) ** 2).mean()
+            if mode == "engine":
+                engine.backward(loss)
+            else:
+                engine.scale(loss).backward()
+            engine.step()
+            losses.append(loss.item())
+        out = (losses, [v.detach().float().clone()
+                        for v in engine.module_state_dict().values()], engine.global_samples)
+        engine.close()
+        return out, refused
+
+    ref, _ = train("engine")
+    scaled, _ = train("scaled")
+    check("fp16: engine.scale(loss).backward() trains bit for bit as engine.backward(loss)",
+          same(ref, scaled), detail(ref, scaled))
+    after, refused = train("refused")
+    check("fp16 (dynamic scale): loss.backward() without engine.scale raises naming it",
+          refused is not None and "engine.scale(loss)" in refused, str(refused))
+    check("fp16: after the refused backward the loop trains as without it",
+          same(ref, after), detail(ref, after))
+
+
+def stage0_checks():
+    def train(try_direct):
+        torch.manual_seed(0)
+        model = Net()
+        engine, *_ = zinc.initialize(model=model, model_parameters=model.parameters(),
+                                     config=config("fp32", 2))
+        refused = None
+        for k, (x, y) in enumerate(data(2 * STEPS)):
+            if try_direct and k == 2:
+                try:
+                    loss_of(engine, x, y).backward()
+                except RuntimeError as ex:
+                    refused = str(ex)
+            engine.backward(loss_of(engine, x, y))
+            engine.step()
+        out = ([], [v.detach().float().clone() for v in engine.module_state_dict().values()],
+               engine.global_samples)
+        engine.close()
+        return out, refused
+
+    ref, _ = train(False)
+    after, refused = train(True)
+    check("stage 0: loss.backward() raises naming stage 0 and engine.backward",
+          refused is not None and "stage 0" in refused and "engine.backward(loss)" in refused,
+          str(refused))
+    check("stage 0: after the refused backward the loop trains as without it",
+          same(ref, after), detail(ref, after))
+
+
+def main():
+    zinc.init_distributed()
+    if STAGE == 0:
+        stage0_checks()
+        return finish()
+    for dtype in ("fp32", "bf16"):
+        for ga in (1, 2):
+            ref = safe(lambda: run(dtype, ga, False))
+            got = safe(lambda: run(dtype, ga, True))
+            check(f"{dtype}, accumulation {ga}: loss.backward() trains as engine.backward(loss)",
+                  same(ref, got), detail(ref, got))
+    ref = safe(lambda: run("bf16", 2, False, windows=[1, 3, 2]))
+    got = safe(lambda: run("bf16", 2, True, windows=[1, 3, 2]))
+    check("managed_gradient_accumulation false, windows 1, 3, 2: as engine.backward "
+          "(global_samples too)", same(ref, got), detail(ref, got))
+    ref = safe(lambda: run("fp32", 2, False, fail_at=3))
+    got = safe(lambda: run("fp32", 2, True, fail_at=3))
+    check("a direct backward raising midway, its batch skipped: the loop ends as "
+          "engine.backward's", same(ref, got), detail(ref, got))
+    ref = safe(lambda: run("fp32", 1, False))
+    got = safe(lambda: run("fp32", 1, True, refuse_at=1))
+    check("after the refused second backward the loop trains as without it",
+          same(ref, got), detail(ref, got))
+    penalty_checks()
+    fp16_checks()
+    torch.manual_seed(0)
+    model = Net()
+    engine, *_ = zinc.initialize(model=model, model_parameters=model.parameters(),
+                                 config=config("fp32", 1))
+    x, y = data(1)[0]
+    a, _ = engine(x)["out"]
+    check_raises("engine.scale of a two-element tensor raises", lambda: engine.scale(a[0, :2]),
+                 ValueError, "one-element")
+    engine.close()
+    return finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
