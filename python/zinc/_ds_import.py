@@ -84,6 +84,22 @@ def _plan(engine, ds, strict):
     return set_trained, set_untrained, set_buffers
 
 
+def _weight_of(engine, ds, n):
+    """The weight a module-only (or optimizer-less) load gives trained parameter n, as DeepSpeed's
+    load_module_state_dict puts the checkpoint's module state into the model (cast to its dtype)
+    and its refresh makes each master from it: the 16-bit copy the module state holds, where it
+    holds the whole tensor (stages 0-2); else (stage 3's empty placeholder, an fp32 checkpoint)
+    the fp32 master, rounded to a 16-bit engine's dtype."""
+    saved = ds.module.get(n)
+    master = ds.master[n]
+    if (ds.dtype != "fp32" and isinstance(saved, torch.Tensor) and
+            tuple(saved.shape) == tuple(master.shape)):
+        w = saved
+    else:
+        w = master
+    return w.to(_TORCH_DTYPE[engine._code]) if engine._code != 0 else w
+
+
 def _kept_state(engine):
     """The zinc_train_state_t of a weights-only load: the engine's own counters and loss scaler
     (scaler_scale 0 keeps it), so that zinc_engine_set_train_state only starts the accumulation
@@ -202,8 +218,8 @@ def apply_deepspeed(engine, ds, strict, weights_only, stacklevel=2, converting=F
     for pid, n in set_trained.items():
         values = [ds.master[n]] if masters_only else [ds.master[n], ds.exp_avg[n],
                                                       ds.exp_avg_sq[n]]
-        if masters_only and engine._code != 0:
-            values[0] = values[0].to(_TORCH_DTYPE[engine._code])
+        if masters_only:
+            values[0] = _weight_of(engine, ds, n)
         values = [v.to(torch.float32).contiguous() for v in values]
         engine._call(lib.zinc_param_set(engine._e, pid, ctypes.c_void_p(values[0].data_ptr())))
         if not masters_only:
@@ -254,7 +270,10 @@ def apply_deepspeed(engine, ds, strict, weights_only, stacklevel=2, converting=F
             if keep_sched:
                 _partial_load.set_sched(engine, before.sched)
             _partial_load.first_update(engine, first)
-    return ds.path, ds.client_state
+    if converting:
+        return ds.path, ds.client_state
+    return ds.path, ds.client_state_for(module_only=weights_only, optimizer=not keep_adam,
+                                        scheduler=not keep_sched, stage0=engine._stage == 0)
 
 
 def _sched_of(ds, applied):

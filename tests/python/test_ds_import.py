@@ -270,7 +270,10 @@ def refuse(tmp):
           and not os.path.exists(os.path.join(tmp, "s0_groups_zinc")), r.stderr[-500:])
     cases = [("mp_rank_01_model_states.pt", "tensor parallelism"),
              ("layer_01-model_00-model_states.pt", "pipeline parallelism"),
-             ("expert_0_mp_rank_00_model_states.pt", "mixture of experts")]
+             ("expert_0_mp_rank_00_model_states.pt", "mixture of experts"),
+             # DeepSpeed 0.19.8's own name of an expert's file (its _get_expert_ckpt_name): was
+             # refused as a pipeline stage's layer file
+             ("layer_0_expert_0_mp_rank_00_model_states.pt", "mixture of experts")]
     for extra, why in cases:
         d = os.path.join(tmp, extra.split(".")[0])
         shutil.rmtree(d, ignore_errors=True)
@@ -290,6 +293,24 @@ def refuse(tmp):
     torch.save(sd, f)
     check_raises("refused: another optimizer", lambda: engine.load_checkpoint(d),
                  DeepSpeedCheckpointError, "'SGD'", "mp_rank_00_model_states.pt")
+    # Bytes flipped inside a tensor of a file torch still reads (its zip reader checks no
+    # CRC-32): refused naming the file and the entry (it loaded the other values in silence).
+    for fname in ("zero_pp_rank_0_mp_rank_00_optim_states.pt", "mp_rank_00_model_states.pt"):
+        d = os.path.join(tmp, "flipped")
+        shutil.rmtree(d, ignore_errors=True)
+        shutil.copytree(src, d)
+        f = os.path.join(d, "global_step3", fname)
+        with open(f, "r+b") as fh:
+            data = bytearray(fh.read())
+            for i in range(len(data) // 2, len(data) // 2 + 64):
+                data[i] ^= 0xFF
+            fh.seek(0)
+            fh.write(bytes(data))
+        before_load = {n: p.detach().clone() for n, p in model.named_parameters()}
+        check_raises(f"refused: bytes flipped inside {fname}", lambda: engine.load_checkpoint(d),
+                     DeepSpeedCheckpointError, fname, "CRC-32")
+        check("... the weights left alone", all(torch.equal(p.detach(), before_load[n])
+                                                for n, p in model.named_parameters()))
     # A rank's optimizer file missing.
     d = os.path.join(tmp, "lost")
     shutil.rmtree(d, ignore_errors=True)
@@ -667,6 +688,63 @@ def groups():
           torch.equal(safe_get_full_fp32_param(model.fc1.weight), before))
 
 
+def cross_precision():
+    """A 16-bit DeepSpeed checkpoint loaded into an engine of another precision: with
+    load_module_only or load_optimizer_states=False, DeepSpeed 0.19.8 puts the module state's
+    16-bit weights into the model (cast to its dtype) and makes each fp32 master from them
+    (engine.py: load_module_state_dict, then the refresh): the master is the saved 16-bit
+    weight, in the loading engine's dtype (measured by a reviewer in DeepSpeed, bf16 into fp32
+    at stage 2). The full load takes the checkpoint's fp32 master. zinc before 2026-12-01 took
+    the fp32 master into an fp32 engine there (one bf16 rounding off) and rounded it straight to
+    bf16 from an fp16 checkpoint (DeepSpeed rounds the fp16 weight)."""
+    for name, dtype, stage in (("s2_bf16", None, 2), ("s2_fp16", "bf16", 1)):
+        want = expected(name)
+        ds = read_deepspeed_checkpoint(os.path.join(FIXTURES, name, "ckpt"))
+        for flags in ({"load_module_only": True}, {"load_optimizer_states": False}, {}):
+            torch.manual_seed(1)
+            model = make_fixtures.net(torch)
+            for n, p in model.named_parameters():
+                p.requires_grad_(n not in want.get("frozen", {}))
+            cfg = zinc_config(want, stage, 1)
+            cfg.pop("fp16", None)
+            cfg.pop("bf16", None)
+            if dtype:
+                cfg[dtype] = {"enabled": True}
+            engine, *_ = zinc.initialize(model=model, model_parameters=[
+                p for p in model.parameters() if p.requires_grad], config=cfg)
+            engine.load_checkpoint(os.path.join(FIXTURES, name, "ckpt"), **flags)
+            low = torch.bfloat16 if dtype == "bf16" else torch.float32
+            off = []
+            for n, p in model.named_parameters():
+                if not p.requires_grad:
+                    continue
+                got = safe_get_full_fp32_param(p)
+                ref = (ds.master[n] if not flags else ds.module[n].to(low).float())
+                if not torch.equal(got, ref):
+                    off.append(n)
+            what = ", ".join(f"{k}={v}" for k, v in flags.items()) or "the full load"
+            check(f"{name} into {dtype or 'fp32'} at stage {stage}, {what}: every master is "
+                  f"{'the fp32 master' if not flags else 'the saved 16-bit weight'}",
+                  not off, f"{len(off)} not: {off[:3]}")
+            engine.close()
+
+
+def client_state():
+    """load_checkpoint's client_state under each load flag: the keys (and their values' types)
+    DeepSpeed 0.19.8's gave from the same fixtures (ds_fixtures/client_state.json, written by
+    make_client_state.py): "lr_scheduler" and "optimizer" stay where their flag is False, a
+    module-only load takes out only "module", a stage-0 load gives the file's "optimizer" back.
+    zinc before 2026-12-01 gave the full load's keys whatever the flags (13 of 15 differ)."""
+    sys.path.insert(0, FIXTURES)
+    import make_client_state
+    with open(os.path.join(FIXTURES, "client_state.json"), encoding="utf-8") as f:
+        want = json.load(f)
+    got = make_client_state.records(zinc.initialize)
+    for case in sorted(want):
+        check(f"{case}: client_state's keys are DeepSpeed's", got.get(case) == want[case],
+              f"zinc {got.get(case)}")
+
+
 def main(argv):
     mode = argv[0]
     if mode == "load":
@@ -676,6 +754,10 @@ def main(argv):
         refuse(argv[1])
     elif mode == "groups":
         groups()
+    elif mode == "xprec":
+        cross_precision()
+    elif mode == "client":
+        client_state()
     elif mode == "reads":
         shutil.rmtree(argv[1], ignore_errors=True)
         os.makedirs(argv[1])

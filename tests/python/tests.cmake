@@ -231,6 +231,15 @@ set_tests_properties(python_ds_import_refused PROPERTIES LABELS "python;ckpt" TI
 add_test(NAME python_ds_import_groups COMMAND ${_py} ${_pyt}/test_ds_import.py groups)
 set_tests_properties(python_ds_import_groups PROPERTIES LABELS "python;ckpt" TIMEOUT 120
                      SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
+# client_state under each load flag: DeepSpeed's keys (ds_fixtures/client_state.json).
+add_test(NAME python_ds_import_client COMMAND ${_py} ${_pyt}/test_ds_import.py client)
+set_tests_properties(python_ds_import_client PROPERTIES LABELS "python;ckpt" TIMEOUT 120
+                     SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
+# A 16-bit checkpoint into an engine of another precision: a module-only or optimizer-less load
+# makes each master from the saved 16-bit weight, as DeepSpeed's.
+add_test(NAME python_ds_import_xprec COMMAND ${_py} ${_pyt}/test_ds_import.py xprec)
+set_tests_properties(python_ds_import_xprec PROPERTIES LABELS "python;ckpt" TIMEOUT 120
+                     SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
 # Every file of a DeepSpeed checkpoint read once, by the reader and by from_deepspeed, which
 # holds one copy of the state at a time.
 add_test(NAME python_ds_read_once

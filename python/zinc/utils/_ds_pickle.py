@@ -14,6 +14,7 @@ maps the names; load_file(path) is the call.
 import errno
 import pickle
 import sys
+import zipfile
 
 import torch
 
@@ -87,7 +88,11 @@ def load_file(path):
     reading zip archive", "invalid load key", "Ran out of input", an OSError "[Errno 22] Invalid
     argument" without a file name from its zip reader on some truncations)."""
     try:
-        return _load_file(path)
+        out = _load_file(path)
+        bad = _failed_crc(path)
+        if bad is None:
+            return out
+        damage = ValueError(f"its entry {bad!r} fails its CRC-32 check")
     # FileNotFoundError and the like name the file; an ImportError or AttributeError is a
     # client_state class this process cannot import, not damage
     except OSError as ex:
@@ -103,6 +108,18 @@ def load_file(path):
     from .ds_checkpoint import DamagedFileError    # (ds_checkpoint imports this module)
     raise DamagedFileError(f"zinc: {path}: not a readable torch file, truncated or damaged "
                            f"({type(damage).__name__}: {damage})") from damage
+
+
+def _failed_crc(path):
+    """The first entry of the zip file at path whose bytes fail their CRC-32 (torch's reader
+    does not check them, so bytes flipped inside a tensor loaded as other values, in silence),
+    or None. A file that is not a zip (the legacy format torch also reads) has none to check.
+    Costs one more read of the file (the page cache holds it after torch's)."""
+    try:
+        with zipfile.ZipFile(path) as z:
+            return z.testzip()
+    except zipfile.BadZipFile:
+        return None
 
 
 def _load_file(path):

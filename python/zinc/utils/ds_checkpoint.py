@@ -76,6 +76,30 @@ class DeepSpeedState:
         self.world_size, self.ds_config, self.ds_version = 1, {}, None
         self.param_groups = []
         self.group_names = []
+        self._own = {}           # the model states file's DeepSpeed keys (_DS_KEYS), its values
+        self._order = []         # every key of that file, in its order
+
+    def client_state_for(self, module_only=False, optimizer=True, scheduler=True,
+                         stage0=False):
+        """What DeepSpeed 0.19.8's load_checkpoint returns as client_state for these flags
+        (load_module_only, load_optimizer_states, load_lr_scheduler_states) into an engine of
+        ZeRO stage 0 or not (its engine.py, _load_checkpoint): the model states file's keys
+        but its own, where a module-only load takes out only "module", and "lr_scheduler" and
+        "optimizer" stay unless their flag loads them; a stage-0 engine loading the optimizer
+        gets the file's "optimizer" back. client_state is the full load's."""
+        if module_only:
+            gone = {"module"}
+        else:
+            gone = set(_DS_KEYS) - {"lr_scheduler", "optimizer"}
+        if scheduler:
+            gone.add("lr_scheduler")
+        if optimizer:
+            gone.add("optimizer")
+        out = {k: self.client_state[k] if k in self.client_state else self._own[k]
+               for k in self._order if k not in gone}
+        if stage0 and optimizer and not module_only and "optimizer" in self._own:
+            out["optimizer"] = self._own["optimizer"]
+        return out
 
 
 def _refuse(path, what):
@@ -156,11 +180,12 @@ def _check_layout(tagdir, names):
         if m and int(m.group(1)) != 0:
             _refuse(os.path.join(tagdir, n), "a model (tensor) parallel rank's file "
                     f"(mp_rank_{m.group(1)}): tensor parallelism")
+        # experts first: DeepSpeed names an expert's file layer_<L>_expert_<E>_mp_rank_..
+        if "expert" in n or "expp_rank" in n:
+            _refuse(os.path.join(tagdir, n), "an expert file: mixture of experts (MoE)")
         if n.startswith("layer_"):
             _refuse(os.path.join(tagdir, n), "a pipeline stage's layer file: pipeline "
                     "parallelism")
-        if "expert" in n or "expp_rank" in n:
-            _refuse(os.path.join(tagdir, n), "an expert file: mixture of experts (MoE)")
 
 
 def _check_model_states(path, sd):
@@ -564,6 +589,8 @@ def read_deepspeed_checkpoint(load_dir, tag=None, order=None):
     ds.world_size = int(sd.get("dp_world_size", 1) or 1)
     ds.lr_scheduler = sd.get("lr_scheduler")
     ds.client_state = {k: v for k, v in sd.items() if k not in _DS_KEYS}
+    ds._own = {k: v for k, v in sd.items() if k in _DS_KEYS and k != "module"}
+    ds._order = list(sd)
     ds.frozen = list((sd.get("frozen_param_shapes") or {}).keys())
     param_shapes = sd.get("param_shapes")
     if os.path.isdir(os.path.join(tagdir, "zero")):
