@@ -122,6 +122,15 @@ static int plan_config(const char *file, double *v, zinc_dtype *dtype, int dtype
         return zarg_usage_error("plan", "--config %s rejected (with --gpus %g as its world size)",
                                 file, v[P_GPUS]);
     }
+    /* The NVMe tier's host memory is its chunk buffers, not the state, and its step is the
+     * disk's (docs/engine.md "NVMe"): a plan priced as cpu offload would say a run that fits
+     * does not, and leave its I/O out. Refused rather than mis-predicted. */
+    if (zcfg_offloads_nvme(&c))
+        return zarg_usage_error("plan", "--config %s offloads to NVMe (zero_optimization."
+                                "offload_optimizer.device \"nvme\"), which zinc plan does not "
+                                "model: its disk I/O is not priced. `zinc estimate "
+                                "--offload-optimizer --nvme` gives its memory; plan with "
+                                "device \"cpu\" for the rest", file);
     if (v[P_STAGE] < 0) v[P_STAGE] = c.zero.stage;
     if (v[P_ACCUM] < 0) v[P_ACCUM] = (double)c.grad_accum;
     if (v[P_MICRO] < 0) v[P_MICRO] = (double)c.micro_batch;

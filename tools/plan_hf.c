@@ -50,8 +50,15 @@ static int need(json_object *o, const char *path, char *err, size_t len, int n,
 {
     for (int i = 0; i < n; i++) {
         out[i] = count_of(o, keys[i], 0);
-        if (out[i] <= 0)
-            return fail(err, len, "%s: \"%s\" must be a whole number above 0", path, keys[i]);
+        json_object *v;
+        if (!json_object_object_get_ex(o, keys[i], &v) || json_object_is_type(v, json_type_null))
+            return fail(err, len, "%s: no \"%s\" (the model's count zinc plan needs)", path,
+                        keys[i]);
+        /* 2^40: past any real model's dimension, and short of the doubles' exact range, where
+         * the head_dim division below would leave long long's */
+        if (out[i] <= 0 || out[i] > (1LL << 40))
+            return fail(err, len, "%s: \"%s\" must be a whole number in 1..2^40", path,
+                        keys[i]);
     }
     return 0;
 }
@@ -157,9 +164,15 @@ int zplan_from_hf_config(const char *path, zplan_in *in, char *err, size_t errle
              * + 3h), attn c_proj (h x h + h), c_fc (h x I + I), mlp c_proj (I x h + h); ln_f;
              * the head tied to wte unless tie_word_embeddings is false. */
             double block = 4 * h + (3 * h * h + 3 * h) + (h * h + h) + (h * I + I) + (I * h + h);
-            rc = set_shape(in, V * h + pos * h + L * block + 2 * h +
-                                   (flag_of(o, "tie_word_embeddings", 1) ? 0 : V * h),
-                           (long long)L, h, V, I, 0, pos, path, err, errlen);
+            /* learned position embeddings: no sequence past n_positions (RoPE's
+             * max_position_embeddings, below, is a length trained for, not a table's size) */
+            if (in->seq > pos)
+                rc = fail(err, errlen, "%s: --seq %.0f is past GPT-2's \"n_positions\" %.0f, "
+                          "the rows of its position table", path, in->seq, pos);
+            else
+                rc = set_shape(in, V * h + pos * h + L * block + 2 * h +
+                                       (flag_of(o, "tie_word_embeddings", 1) ? 0 : V * h),
+                               (long long)L, h, V, I, 0, pos, path, err, errlen);
         }
     } else if (!strcmp(type, "llama") || !strcmp(type, "mistral") || !strcmp(type, "qwen2")) {
         static const char *const keys[] = {"hidden_size", "num_hidden_layers", "vocab_size",

@@ -35,7 +35,9 @@ def _cli():
 def plan(**options):
     """`zinc plan` for these options (keywords as the CLI's flags), its JSON as a dict. With
     recommend=True a run that nothing fits still returns its candidates ("recommended": -1)."""
-    args = [_cli(), "plan"]
+    # --json first: a value option given True ends the line, and the CLI says it needs a value
+    # (after it, --json was taken for that value: "got the option '--json'")
+    args = [_cli(), "plan", "--json"]
     for key, value in options.items():
         flag = "--" + key.replace("_", "-")
         if value is True:
@@ -44,7 +46,6 @@ def plan(**options):
             continue
         else:
             args += [flag, str(value)]
-    args.append("--json")
     out = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     nothing_fits = out.returncode == 1 and options.get("recommend")
     if out.returncode != 0 and not nothing_fits:

@@ -29,6 +29,14 @@ expect 2 "^zinc plan: --offload-param needs stage 3" $base --stage 2 --offload-o
     --offload-param
 expect 2 "no-such-config.json" --params 7e9 --seq 4096 --gpus 8 --gpu h100 \
     --config "$tmp.no-such-config.json"
+# a config offloading to NVMe: refused (the plan prices cpu offload only), not planned as cpu's
+mkdir -p "$tmp.nvme"
+cat >"$tmp.nvme.json" <<JSON
+{"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": true},
+ "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme", "nvme_path": "$tmp.nvme"}}}
+JSON
+expect 2 "offloads to NVMe .*which zinc plan does not model" --params 7e9 --seq 4096 --gpus 8 \
+    --gpu h100 --config "$tmp.nvme.json"
 
 # The issue's "done when": one JSON object with the step, tokens/s, memory and the scaling.
 checks=$((checks + 1))
@@ -149,8 +157,19 @@ printf '{"model_type": "bert", "hidden_size": 768}' >"$tmp.json"
 expect 2 'model_type "bert" is not one zinc plan counts' --hf-config "$tmp.json" --gpus 8 \
     --gpu h100 --stage 1 --seq 512
 printf '{"model_type": "gpt2", "n_embd": 768, "n_layer": -1}' >"$tmp.json"
-expect 2 '"n_layer" must be a whole number above 0' --hf-config "$tmp.json" --gpus 8 --gpu h100 \
-    --stage 1 --seq 512
+expect 2 '"n_layer" must be a whole number in 1..2\^40' --hf-config "$tmp.json" --gpus 8 \
+    --gpu h100 --stage 1 --seq 512
+# a missing count is named missing (it was "must be a whole number above 0")
+printf '{"model_type": "gpt2", "n_embd": 768}' >"$tmp.json"
+expect 2 'no "n_layer" \(the model.s count zinc plan needs\)' --hf-config "$tmp.json" --gpus 8 \
+    --gpu h100 --stage 1 --seq 512
+# a hidden size past long long's range once divided (undefined behaviour, then a head_dim error)
+printf '{"model_type": "llama", "hidden_size": 9223372036854775807, "num_hidden_layers": 2, "vocab_size": 10, "intermediate_size": 8, "num_attention_heads": 2}' >"$tmp.json"
+expect 2 '"hidden_size" must be a whole number in 1..2\^40' --hf-config "$tmp.json" --gpus 8 \
+    --gpu h100 --stage 1 --seq 512
+# GPT-2's learned positions: no sequence past n_positions (it was planned as if it ran)
+expect 2 "--seq 8192 is past GPT-2's \"n_positions\" 1024" --hf-config "$here/gpt2-config.json" \
+    --seq 8192 --gpus 8 --gpu h100 --stage 2
 printf '{"model_type": "gpt2", "n_embd": 99999999999, "n_layer": 99999999999, "vocab_size": 5, "n_positions": 5}' >"$tmp.json"
 expect 2 "99999999999 layers, more than --layers takes" --hf-config "$tmp.json" --gpus 8 \
     --gpu h100 --stage 3
@@ -299,5 +318,6 @@ if mkfifo "$tmp.fifo" 2>/dev/null; then
     rm -f "$tmp.fifo"
 fi
 
-rm -f "$tmp.json" "$tmp.cal" "$tmp.cal-target"
+rm -f "$tmp.json" "$tmp.cal" "$tmp.cal-target" "$tmp.nvme.json"
+rmdir "$tmp.nvme"
 cli_finish

@@ -573,10 +573,15 @@ static void test_hf_configs(void)
      * I 3072) */
     in = h100_node();
     in.layers = 6;
+    in.seq = 1024;         /* (GPT-2's n_positions: a longer --seq is refused, below) */
     rc = zplan_from_hf_config(ZINC_PLAN_TEST_DIR "/gpt2-config.json", &in, err, sizeof err);
     ZT_CHECK(rc == 0 && in.params == 124439808.0 - 6 * 7087872.0 && in.layers == 6 &&
                  in.hidden == 768, "gpt2 with 6 layers: params %.0f layers %d hidden %.0f",
              in.params, in.layers, in.hidden);
+    in = h100_node();
+    in.seq = 1025;
+    rc = zplan_from_hf_config(ZINC_PLAN_TEST_DIR "/gpt2-config.json", &in, err, sizeof err);
+    ZT_CHECK(rc != 0 && strstr(err, "n_positions"), "gpt2 at seq 1025: rc %d, %s", rc, err);
     rc = zplan_from_hf_config(ZINC_PLAN_TEST_DIR "/no-such-config.json", &in, err, sizeof err);
     ZT_CHECK(rc != 0 && strstr(err, "no-such-config.json"), "missing file: rc %d, '%s'", rc, err);
 }
