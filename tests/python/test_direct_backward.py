@@ -199,38 +199,46 @@ def penalty_checks():
           f"samples {got[2]} vs {ref[2]}")
 
 
+def refusal_run(make_model, dtype, loss_fn, backward, at=None):
+    """Trains make_model() for 2 x STEPS micro-batches (accumulation 2), each through
+    backward(engine, loss); at micro-batch `at` a loss.backward() called directly comes first,
+    whose RuntimeError's text is kept. Returns (losses, weights, global_samples) and that text
+    (None: nothing raised)."""
+    torch.manual_seed(0)
+    model = make_model()
+    engine, *_ = zinc.initialize(model=model, model_parameters=model.parameters(),
+                                 config=config(dtype, 2))
+    cast = torch.float16 if dtype == "fp16" else torch.float32
+    losses, refused = [], None
+    for k, (x, y) in enumerate(data(2 * STEPS, 8, cast)):
+        if k == at:
+            try:
+                loss_fn(engine, x, y).backward()
+            except RuntimeError as ex:
+                refused = str(ex)
+        loss = loss_fn(engine, x, y)
+        backward(engine, loss)
+        engine.step()
+        losses.append(loss.item())
+    out = (losses, [v.detach().float().clone() for v in engine.module_state_dict().values()],
+           engine.global_samples)
+    engine.close()
+    return out, refused
+
+
 def fp16_checks():
     """fp16 with a dynamic scale: refused without engine.scale, bit for bit with it."""
-    def train(mode):
-        torch.manual_seed(0)
-        model = Gain()
-        engine, *_ = zinc.initialize(model=model, model_parameters=model.parameters(),
-                                     config=config("fp16", 2))
-        losses, refused = [], None
-        for k, (x, y) in enumerate(data(2 * STEPS, 8, torch.float16)):
-            if mode == "refused" and k == 1:
-                loss = ((engine(x).float() - y.repeat(1, 2)) ** 2).mean()
-                try:
-                    loss.backward()
-                except RuntimeError as ex:
-                    refused = str(ex)
-            loss = ((engine(x).float() - y.repeat(1, 2)) ** 2).mean()
-            if mode == "engine":
-                engine.backward(loss)
-            else:
-                engine.scale(loss).backward()
-            engine.step()
-            losses.append(loss.item())
-        out = (losses, [v.detach().float().clone()
-                        for v in engine.module_state_dict().values()], engine.global_samples)
-        engine.close()
-        return out, refused
+    def loss_fn(engine, x, y):
+        return ((engine(x).float() - y.repeat(1, 2)) ** 2).mean()
 
-    ref, _ = train("engine")
-    scaled, _ = train("scaled")
+    def scaled(engine, loss):
+        engine.scale(loss).backward()
+
+    ref, _ = refusal_run(Gain, "fp16", loss_fn, lambda e, loss: e.backward(loss))
+    got, _ = refusal_run(Gain, "fp16", loss_fn, scaled)
     check("fp16: engine.scale(loss).backward() trains bit for bit as engine.backward(loss)",
-          same(ref, scaled), detail(ref, scaled))
-    after, refused = train("refused")
+          same(ref, got), detail(ref, got))
+    after, refused = refusal_run(Gain, "fp16", loss_fn, scaled, at=1)
     check("fp16 (dynamic scale): loss.backward() without engine.scale raises naming it",
           refused is not None and "engine.scale(loss)" in refused, str(refused))
     check("fp16: after the refused backward the loop trains as without it",
@@ -238,27 +246,11 @@ def fp16_checks():
 
 
 def stage0_checks():
-    def train(try_direct):
-        torch.manual_seed(0)
-        model = Net()
-        engine, *_ = zinc.initialize(model=model, model_parameters=model.parameters(),
-                                     config=config("fp32", 2))
-        refused = None
-        for k, (x, y) in enumerate(data(2 * STEPS)):
-            if try_direct and k == 2:
-                try:
-                    loss_of(engine, x, y).backward()
-                except RuntimeError as ex:
-                    refused = str(ex)
-            engine.backward(loss_of(engine, x, y))
-            engine.step()
-        out = ([], [v.detach().float().clone() for v in engine.module_state_dict().values()],
-               engine.global_samples)
-        engine.close()
-        return out, refused
+    def engine_backward(engine, loss):
+        engine.backward(loss)
 
-    ref, _ = train(False)
-    after, refused = train(True)
+    ref, _ = refusal_run(Net, "fp32", loss_of, engine_backward)
+    after, refused = refusal_run(Net, "fp32", loss_of, engine_backward, at=2)
     check("stage 0: loss.backward() raises naming stage 0 and engine.backward",
           refused is not None and "stage 0" in refused and "engine.backward(loss)" in refused,
           str(refused))
