@@ -159,6 +159,20 @@ class _Reuse:
             self.cum.append(self.cum[-1] + numel[gi])
 
 
+# The stage-3 engines alive in this process, for a register_external_parameter made after
+# initialize (engine.register_external_parameter): weakly, a closed or dropped engine leaves.
+_LIVE = weakref.WeakSet()
+
+
+def declare_external(module, parameter):
+    """Tells every live stage-3 engine whose model holds `module` that module's forward reads
+    `parameter` (register_external_parameter after initialize)."""
+    for engine in list(_LIVE):
+        e = getattr(engine, "_e", None)
+        if e is not None and e.value and any(m is module for m in engine.module.modules()):
+            engine._declare_late(module, parameter)
+
+
 class _Stage3Mixin:
     """The Engine's stage-3 hooks and zero.GatheredParameters' contexts."""
 
@@ -195,16 +209,40 @@ class _Stage3Mixin:
                 mod._parameters = _GatherOnRead(mod._parameters, self)
                 self._watched.append(mod)
         inside = self._leaves(model)
+        self._inside_leaf = inside
         hooked = list(self._needs) + [m for m in self._declared if m not in self._needs]
         hooked = [m for m in hooked if m not in inside]
+        self._hooked = set()
         for mod in hooked + ([model] if model not in hooked else []):
-            self._hooks.append(mod.register_forward_pre_hook(self._pre_hook))
-            self._hooks.append(_post_hook_always(mod, self._post_hook))
-            if (isinstance(mod, torch.nn.Linear) and type(mod).forward is torch.nn.Linear.forward
-                    and "forward" not in mod.__dict__):
-                mod.forward = _linear_forward.__get__(mod)
-                self._linears.append(mod)
+            self._hook_module(mod)
         self._drop_params()
+        _LIVE.add(self)
+
+    def _hook_module(self, mod):
+        """The forward pre- and post-hooks that gather and release mod's groups."""
+        self._hooks.append(mod.register_forward_pre_hook(self._pre_hook))
+        self._hooks.append(_post_hook_always(mod, self._post_hook))
+        self._hooked.add(mod)
+        if (isinstance(mod, torch.nn.Linear) and type(mod).forward is torch.nn.Linear.forward
+                and "forward" not in mod.__dict__):
+            mod.forward = _linear_forward.__get__(mod)
+            self._linears.append(mod)
+
+    def _declare_late(self, mod, p):
+        """register_external_parameter(mod, p) after initialize (DeepSpeed honours it then
+        too): mod gathers p's group from its next forward on, as if declared before. Inside a
+        ZeRO-3 leaf the leaf gathers it (_leaves)."""
+        gi = self._group_of.get(id(p))
+        if gi is None:
+            return
+        if mod in self._inside_leaf:       # the outermost leaf holding it
+            mod = next(m for m in self.module.modules() if getattr(m, "_z3_leaf", False) and
+                       m not in self._inside_leaf and any(s is mod for s in m.modules()))
+        if gi in self._needs.get(mod, []):
+            return
+        self._declared.setdefault(mod, set()).add(gi)
+        if mod not in self._hooked:
+            self._hook_module(mod)
 
     def _leaves(self, model):
         """DeepSpeed's ZeRO-3 leaf modules (module._z3_leaf, zinc.utils.set_z3_leaf_modules):

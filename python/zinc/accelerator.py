@@ -8,6 +8,7 @@ torch's own call for that device, as DeepSpeed's CUDA_Accelerator and CPU_Accele
 where DeepSpeed's CPU accelerator needs a package zinc does not depend on (psutil, oneCCL, NUMA
 tools) the answer comes from the process itself, and the docstring says so."""
 import contextlib
+import functools
 import os
 import resource
 
@@ -185,6 +186,14 @@ class ZincAccelerator:
 
     reset_peak_memory_stats = reset_max_memory_allocated
 
+    def memory_stats(self, device_index=None):
+        """torch.cuda.memory_stats with CUDA; on the CPU the two entries DeepSpeed's CPU
+        accelerator gives (the resident bytes and their peak)."""
+        if self._cuda:
+            return torch.cuda.memory_stats(device_index)
+        return {"allocated_bytes.all.current": self._rss(),
+                "allocated_bytes.all.peak": self._peak_rss}
+
     def memory_reserved(self, device_index=None):
         return torch.cuda.memory_reserved(device_index) if self._cuda else self._rss()
 
@@ -199,9 +208,31 @@ class ZincAccelerator:
             return free
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
 
-    def pin_memory(self, tensor, align_bytes=1):
-        """Page-locked host copy with CUDA; the tensor itself on the CPU (DeepSpeed's no-op)."""
+    def pin_memory(self, tensor, make_copy=True, match_shape=True, align_bytes=1):
+        """Page-locked host copy with CUDA; the tensor itself on the CPU (DeepSpeed's no-op).
+        DeepSpeed 0.19.8's keywords (make_copy, match_shape: its native pinned pool's, which
+        zinc has not) and the older align_bytes are taken."""
         return tensor.pin_memory() if self._cuda else tensor
+
+    def default_generator(self, device_index):
+        return (torch.cuda.default_generators[device_index] if self._cuda
+                else torch.default_generator)
+
+    # ---- tensor types (Megatron-style scripts): torch's CPU classes, or on CUDA a
+    # torch.tensor of the dtype on the device, as DeepSpeed's accelerators give them ----
+    def _tensor_type(self, cpu_type, dtype):
+        if self._cuda:
+            return functools.partial(torch.tensor, dtype=dtype, device="cuda")
+        return cpu_type
+
+    BFloat16Tensor = property(lambda self: self._tensor_type(torch.BFloat16Tensor,
+                                                             torch.bfloat16))
+    ByteTensor = property(lambda self: self._tensor_type(torch.ByteTensor, torch.uint8))
+    DoubleTensor = property(lambda self: self._tensor_type(torch.DoubleTensor, torch.double))
+    FloatTensor = property(lambda self: self._tensor_type(torch.FloatTensor, torch.float))
+    HalfTensor = property(lambda self: self._tensor_type(torch.HalfTensor, torch.half))
+    IntTensor = property(lambda self: self._tensor_type(torch.IntTensor, torch.int))
+    LongTensor = property(lambda self: self._tensor_type(torch.LongTensor, torch.long))
 
     def is_pinned(self, tensor):
         return tensor.is_pinned() if self._cuda else False

@@ -36,9 +36,14 @@ _MEMORY_ONLY = {"partition_activations": "partition_activations",
 
 def checkpoint(function, *args, **kwargs):
     """deepspeed.checkpointing.checkpoint: function(*args, **kwargs) with its activations
-    recomputed in backward instead of kept."""
-    return torch.utils.checkpoint.checkpoint(function, *args, use_reentrant=False,
-                                             preserve_rng_state=True, **kwargs)
+    recomputed in backward instead of kept. Its outputs as DeepSpeed's gives them back (its
+    all_outputs): a tensor as it is, a tuple or list of one element that element, of several a
+    tuple (a script's `y = checkpoint(f, x); y + 1` with f returning `(y,)`)."""
+    out = torch.utils.checkpoint.checkpoint(function, *args, use_reentrant=False,
+                                            preserve_rng_state=True, **kwargs)
+    if isinstance(out, (tuple, list)):
+        return out[0] if len(out) == 1 else tuple(out)
+    return out
 
 
 non_reentrant_checkpoint = checkpoint
@@ -74,6 +79,20 @@ def configure(mpu_, deepspeed_config=None, partition_activations=None,
     _configured = True
 
 
+def partition_activations_in_checkpoint(partition_activation):
+    """DeepSpeed's switch of partition_activations: memory only, not implemented (a warning
+    when True, as configure's)."""
+    if partition_activation:
+        warnings.warn("zinc.checkpointing: partition_activations=True is not implemented and "
+                      "has no effect (activations are kept whole on the device; memory only, "
+                      "the gradients are the same)", ZincConfigWarning, stacklevel=2)
+
+
+def set_num_layers(nlayers):
+    """DeepSpeed sizes its contiguous activation buffer by it; zinc keeps none."""
+    del nlayers
+
+
 def is_configured():
     """True once configure() was called (DeepSpeed's meaning)."""
     return _configured
@@ -93,3 +112,4 @@ def _not_offered(name):
 
 get_cuda_rng_tracker = _not_offered("get_cuda_rng_tracker")
 model_parallel_cuda_manual_seed = _not_offered("model_parallel_cuda_manual_seed")
+model_parallel_reconfigure_tp_seed = _not_offered("model_parallel_reconfigure_tp_seed")

@@ -6,7 +6,12 @@ DeepSpeed's init_distributed does; zinc.initialize calls it unless dist_init_req
 _torch_dist.py says how the ranks meet). zinc's own communication never goes through them. As in
 DeepSpeed, a collective before that set-up raises; get_rank and get_world_size then answer from
 the launcher's world (zinc's ranks as mpirun, torchrun or srun started them), which is the
-same rank and size torch.distributed gets."""
+same rank and size torch.distributed gets.
+
+DeepSpeed's comms-logger keywords on each collective (prof, log_name, debug) are taken and
+dropped: they only log, and zinc has no comms logger (_logged)."""
+import functools
+
 import torch
 import torch.distributed as _td
 
@@ -23,6 +28,21 @@ def is_available():
 def is_initialized():
     """Whether torch.distributed's process group is set up (DeepSpeed's cdb.is_initialized())."""
     return _td.is_available() and _td.is_initialized()
+
+
+def _logged(fn):
+    """fn with DeepSpeed's comms-logger keywords (prof, log_name, debug) accepted and dropped
+    (a script passing them got TypeError)."""
+    @functools.wraps(fn)
+    def call(*args, prof=False, log_name=None, debug=None, **kwargs):
+        return fn(*args, **kwargs)
+    return call
+
+
+def _outside(group):
+    """Whether this rank is not in `group`: torch's collectives do nothing there and return
+    None, and so must zinc's own forms (torch's get_backend(group) raised for them)."""
+    return group is not None and _td.distributed_c10d._rank_not_in_group(group)
 
 
 def _need(what):
@@ -60,18 +80,21 @@ def get_global_rank(group=None, group_rank=0):
     return _td.distributed_c10d._get_global_rank(group, group_rank)
 
 
+@_logged
 def barrier(group=None, async_op=False, device_ids=None):
     _need("barrier")
     kw = {"device_ids": device_ids} if device_ids is not None else {}
     return _td.barrier(group=group, async_op=async_op, **kw)
 
 
+@_logged
 def all_reduce(tensor, op=None, group=None, async_op=False):
     _need("all_reduce")
     return _td.all_reduce(tensor, op=_td.ReduceOp.SUM if op is None else op, group=group,
                           async_op=async_op)
 
 
+@_logged
 def all_reduce_coalesced(tensors, op=None, group=None, async_op=False):
     """DeepSpeed's: torch's all_reduce_coalesced (each tensor of the list reduced across ranks
     in one call); DeepSpeed's RuntimeError where torch has none."""
@@ -84,24 +107,30 @@ def all_reduce_coalesced(tensors, op=None, group=None, async_op=False):
               async_op=async_op)
 
 
+@_logged
 def inference_all_reduce(tensor, op=None, group=None):
     return all_reduce(tensor, op, group)
 
 
+@_logged
 def broadcast(tensor, src, group=None, async_op=False):
     _need("broadcast")
     return _td.broadcast(tensor, src, group=group, async_op=async_op)
 
 
+@_logged
 def all_gather(tensor_list, tensor, group=None, async_op=False):
     _need("all_gather")
     return _td.all_gather(tensor_list, tensor, group=group, async_op=async_op)
 
 
+@_logged
 def all_gather_into_tensor(output_tensor, tensor, group=None, async_op=False):
     """DeepSpeed's allgather_fn route: torch's all_gather_into_tensor where torch has it, else
     all_gather into views of the output (torch 1.13's gloo has no _all_gather_base)."""
     _need("all_gather_into_tensor")
+    if _outside(group):
+        return None
     fn = getattr(_td, "all_gather_into_tensor", None)
     if fn is not None and _td.get_backend(group) != "gloo":
         return fn(output_tensor, tensor, group=group, async_op=async_op)
@@ -122,12 +151,15 @@ def has_reduce_scatter_tensor():
     return hasattr(_td, "reduce_scatter_tensor")
 
 
+@_logged
 def reduce_scatter_tensor(output_tensor, tensor, op=None, group=None, async_op=False):
     """DeepSpeed's: rank r's output_tensor gets part r of the reduction of every rank's
     `tensor` (split along its first dimension into world-size equal parts). torch's
     reduce_scatter_tensor where the backend has it; on gloo (none) an all_reduce of a copy
     and this rank's part of it (async_op then waits, and returns a finished work)."""
     _need("reduce_scatter_tensor")
+    if _outside(group):
+        return None
     op = _td.ReduceOp.SUM if op is None else op
     fn = getattr(_td, "reduce_scatter_tensor", None)
     if fn is not None and _td.get_backend(group) != "gloo":
@@ -138,6 +170,12 @@ def reduce_scatter_tensor(output_tensor, tensor, op=None, group=None, async_op=F
                          f"elements, not world size {n} x the output's {output_tensor.numel()}")
     whole = tensor.detach().clone().reshape(-1)
     avg = op == getattr(_td.ReduceOp, "AVG", None)     # gloo has no AVG: a sum, divided
+    if avg and not output_tensor.is_floating_point():
+        # (the division's float result was cast into the integer output: 0.5 became 0, where
+        # torch's and DeepSpeed's raise)
+        raise RuntimeError(f"zinc.comm.reduce_scatter_tensor: ReduceOp.AVG into a "
+                           f"{output_tensor.dtype} output: the mean's result type Float can't "
+                           f"be cast to it (as torch refuses); reduce a floating tensor")
     _td.all_reduce(whole, op=_td.ReduceOp.SUM if avg else op, group=group)
     part = whole.view(n, -1)[r]
     output_tensor.view(-1).copy_(part / n if avg else part)
@@ -171,6 +209,7 @@ def get_world_group():
     return _td.group.WORLD
 
 
+@_logged
 def reduce(tensor, dst, op=None, group=None, async_op=False):
     _need("reduce")
     return _td.reduce(tensor, dst, op=_td.ReduceOp.SUM if op is None else op, group=group,
@@ -192,9 +231,99 @@ def get_backend(group=None):
     return _td.get_backend(group)
 
 
-def log_summary(show_straggler=False):
+def log_summary(show_straggler=False, return_dict=False):
     """DeepSpeed's comms-logger summary: zinc has no comms logger (the config's comms_logger
-    is accepted with a warning), so there is nothing to print."""
+    is accepted with a warning), so there is nothing to print; with return_dict an empty
+    dict (no operation logged)."""
+    return {} if return_dict else None
+
+
+# torch.distributed's, under DeepSpeed's names and signatures (its comm.py passes each through
+# to its backend, torch.distributed for gloo/nccl); an operation the backend lacks (gloo's
+# all_to_all, reduce_scatter) raises torch's error, as under DeepSpeed.
+
+@_logged
+def send(tensor, dst, group=None, tag=0):
+    _need("send")
+    return _td.send(tensor, dst, group=group, tag=tag)
+
+
+@_logged
+def recv(tensor, src=None, group=None, tag=0):
+    _need("recv")
+    return _td.recv(tensor, src, group=group, tag=tag)
+
+
+@_logged
+def isend(tensor, dst, group=None, tag=0):
+    _need("isend")
+    return _td.isend(tensor, dst, group=group, tag=tag)
+
+
+@_logged
+def irecv(tensor, src=None, group=None, tag=0):
+    _need("irecv")
+    return _td.irecv(tensor, src, group=group, tag=tag)
+
+
+class P2POp:
+    """DeepSpeed's: one point-to-point operation for batch_isend_irecv; op is zinc.comm's isend
+    or irecv (torch's own P2POp is taken as well)."""
+
+    def __init__(self, op, tensor, peer, group=None, tag=0):
+        if op not in (isend, irecv):
+            raise ValueError("zinc.comm.P2POp: op must be zinc.comm.isend or zinc.comm.irecv")
+        self.op = "isend" if op is isend else "irecv"
+        self.tensor, self.peer, self.group, self.tag = tensor, peer, group, tag
+
+
+@_logged
+def batch_isend_irecv(p2p_op_list):
+    _need("batch_isend_irecv")
+    ops = [_td.P2POp(getattr(_td, op.op), op.tensor, op.peer, op.group, op.tag)
+           if isinstance(op, P2POp) else op for op in p2p_op_list]
+    return _td.batch_isend_irecv(ops)
+
+
+@_logged
+def all_to_all_single(output, tensor, output_split_sizes=None, input_split_sizes=None,
+                      group=None, async_op=False):
+    _need("all_to_all_single")
+    return _td.all_to_all_single(output, tensor, output_split_sizes=output_split_sizes,
+                                 input_split_sizes=input_split_sizes, group=group,
+                                 async_op=async_op)
+
+
+@_logged
+def all_to_all(output_tensor_list, input_tensor_list, group=None, async_op=False):
+    _need("all_to_all")
+    return _td.all_to_all(output_tensor_list, input_tensor_list, group=group, async_op=async_op)
+
+
+@_logged
+def gather(tensor, gather_list=None, dst=0, group=None, async_op=False):
+    _need("gather")
+    return _td.gather(tensor, gather_list=gather_list, dst=dst, group=group, async_op=async_op)
+
+
+@_logged
+def scatter(tensor, scatter_list=None, src=0, group=None, async_op=False):
+    _need("scatter")
+    return _td.scatter(tensor, scatter_list=scatter_list, src=src, group=group,
+                       async_op=async_op)
+
+
+@_logged
+def monitored_barrier(group=None, timeout=None, wait_all_ranks=False):
+    _need("monitored_barrier")
+    return _td.monitored_barrier(group=group, timeout=timeout, wait_all_ranks=wait_all_ranks)
+
+
+@_logged
+def reduce_scatter(output, input_list, op=None, group=None, async_op=False):
+    _need("reduce_scatter")
+    return _td.reduce_scatter(output, input_list, op=_td.ReduceOp.SUM if op is None else op,
+                              group=group, async_op=async_op)
 
 
 __all__ = ["init_distributed", "is_available", "is_initialized", "get_rank", "get_world_size",
@@ -203,4 +332,6 @@ __all__ = ["init_distributed", "is_available", "is_initialized", "get_rank", "ge
            "broadcast", "all_gather", "all_gather_into_tensor", "has_all_gather_into_tensor",
            "has_reduce_scatter_tensor", "reduce_scatter_tensor", "all_gather_object",
            "broadcast_object_list", "get_world_group", "reduce", "new_group",
-           "destroy_process_group", "get_backend", "log_summary", "ReduceOp"]
+           "destroy_process_group", "get_backend", "log_summary", "ReduceOp", "send", "recv",
+           "isend", "irecv", "P2POp", "batch_isend_irecv", "all_to_all_single", "all_to_all", "gather",
+           "scatter", "monitored_barrier", "reduce_scatter"]

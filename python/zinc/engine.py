@@ -69,7 +69,7 @@ import warnings
 
 import torch
 
-from . import _memory, _torch_dist, _zero_init
+from . import _memory, _torch_dist, _world, _zero_init
 from . import dataloader as _dataloader
 from ._accessors import _AccessorsMixin
 from ._direct_backward import _DirectBackwardMixin
@@ -82,6 +82,7 @@ from ._monitor import Monitors
 from ._optimizer import _Optimizer, _client_optimizer, _parameter_groups
 from .ops.adam import FusedAdam
 from ._stage3 import _GatherOnRead, _Stage3Mixin
+from ._stage3 import declare_external as _stage3_declare_external
 from ._state_io import _StateIOMixin
 from ._values import _ValuesMixin, _trains, trained_by
 from ._world import _engines, _launcher_world, local_rank, world_size
@@ -129,11 +130,20 @@ def init_distributed(dist_backend=None, auto_mpi_discovery=True, distributed_por
     is False or it is set up already, then with the launcher's rank and size), with
     dist_backend (DeepSpeed's default: nccl with a GPU, else gloo) and timeout (default 30
     minutes); _torch_dist.py says how the ranks meet. zinc's own communication does not use it.
-    distributed_port, verbose, auto_mpi_discovery and config change nothing. A rank, world size
-    or init_method given by hand is refused: zinc takes them from the launcher."""
-    if rank not in (-1, None) or world_size not in (-1, None) or init_method is not None:
-        raise NotImplementedError("zinc.init_distributed: rank, world_size and init_method come "
-                                  "from the launcher (mpirun, torchrun, srun), not from arguments")
+    distributed_port, verbose, auto_mpi_discovery and config change nothing. zinc takes the
+    rank and world size from the launcher: a rank or world size given as well must be the
+    launcher's, and init_method "env://" (the launcher's environment, torch's default) is the
+    only one taken; others are refused."""
+    if init_method not in (None, "env://"):
+        raise NotImplementedError(f"zinc.init_distributed: init_method {init_method!r}: zinc's "
+                                  "ranks meet through the launcher (mpirun, torchrun, srun); "
+                                  "give none, or \"env://\"")
+    for what, given, own in (("rank", rank, _world.rank), ("world_size", world_size,
+                                                           _world.world_size)):
+        if given not in (-1, None) and given != own():
+            raise NotImplementedError(f"zinc.init_distributed: {what}={given}, but the launcher "
+                                      f"made this process's {what} {own()}: zinc takes the "
+                                      f"launcher's (mpirun, torchrun, srun)")
     if dist_backend not in (None, "nccl", "mpi", "gloo", "ccl"):
         raise ValueError(f"zinc.init_distributed: dist_backend {dist_backend!r} is not a "
                          "torch.distributed backend DeepSpeed takes (nccl, gloo, mpi, ccl)")
@@ -165,11 +175,13 @@ def register_external_parameter(module, parameter):
     """DeepSpeed's zero.register_external_parameter: `module`'s forward reads `parameter`, which
     another module owns; at stage 3 the module gathers it with its own. Needed only for reads
     that bypass the owning module's attribute (a reference to the Parameter kept elsewhere):
-    `other_module.weight` is gathered when read. Call it before zinc.initialize (DeepSpeed
-    users call it in the module's __init__)."""
+    `other_module.weight` is gathered when read. DeepSpeed users call it in the module's
+    __init__; after zinc.initialize it reaches the live stage-3 engines over the module from
+    their next forward, as DeepSpeed's does."""
     ext = module.__dict__.setdefault("_zinc_external_params", [])
     if all(q is not parameter for q in ext):
         ext.append(parameter)
+    _stage3_declare_external(module, parameter)
 
 
 # steps_per_print's "never": Hugging Face's accelerate writes float("inf") there, which JSON has

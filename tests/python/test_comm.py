@@ -15,7 +15,13 @@ zinc.init_distributed() (torch.distributed through env://; gloo without a GPU) a
   returns a work whose wait() leaves the same values;
 - reduce_scatter_tensor (on gloo an all_reduce and the rank's part), all_reduce_coalesced,
   all_gather_object,
-  broadcast_object_list, get_world_group and the has_* queries (DeepSpeed's; they were missing).
+  broadcast_object_list, get_world_group and the has_* queries (DeepSpeed's; they were missing);
+- init_distributed refuses an init_method other than env:// and a rank or size not the
+  launcher's, and takes env:// with the launcher's rank and size (refused before 2026-12-01);
+- reduce_scatter_tensor's AVG into an int64 output raises (it truncated the mean 0.5 to 0);
+  reduce_scatter_tensor and all_gather_into_tensor over a group without this rank do nothing
+  (they raised "Invalid process group specified"); send/recv with DeepSpeed's prof, log_name,
+  debug; batch_isend_irecv of DeepSpeed's P2POp; gather, scatter; log_summary(return_dict=True).
 The parent waits up to 240 s for each rank (2 busy cores); exit 77 without gloo."""
 import os
 import sys
@@ -30,7 +36,16 @@ WAIT_S = 240
 def rank_main():
     rank = int(os.environ["RANK"])
     before = [ZincAccelerator(k).communication_backend_name() for k in ("cpu", "cuda")]
-    zinc.init_distributed()
+    for kw in ({"init_method": "tcp://127.0.0.1:1"}, {"rank": rank + 5}, {"world_size": 7}):
+        try:
+            zinc.init_distributed(**kw)
+            check(f"rank {rank}: init_distributed({kw}) refused", False, "accepted")
+        except NotImplementedError as ex:
+            check(f"rank {rank}: init_distributed({kw}) refused naming it",
+                  list(kw)[0] in str(ex), str(ex))
+    # DeepSpeed's init_method "env://" and the launcher's own rank and size are taken (they
+    # raised NotImplementedError)
+    zinc.init_distributed(init_method="env://", rank=rank, world_size=RANKS)
     dist = torch.distributed
     check(f"rank {rank}: torch.distributed set up at 2 ranks",
           dist.is_initialized() and dist.get_world_size() == RANKS)
@@ -92,7 +107,58 @@ def rank_main():
           zinc.comm.get_world_group() is dist.group.WORLD and
           isinstance(zinc.comm.has_all_gather_into_tensor(), bool) and
           isinstance(zinc.comm.has_reduce_scatter_tensor(), bool))
-    zinc.comm.barrier()
+    # AVG into an integer output raises, as torch's and DeepSpeed's (the mean 0.5 became 0)
+    ints = torch.full((RANKS,), rank, dtype=torch.int64)
+    out_i = torch.zeros(1, dtype=torch.int64)
+    if hasattr(dist.ReduceOp, "AVG"):
+        try:
+            zinc.comm.reduce_scatter_tensor(out_i, ints, op=dist.ReduceOp.AVG)
+            check(f"rank {rank}: reduce_scatter_tensor AVG into int64 raises", False,
+                  f"gave {out_i.tolist()}")
+        except RuntimeError as ex:
+            check(f"rank {rank}: reduce_scatter_tensor AVG into int64 raises", "cast" in str(ex),
+                  str(ex))
+    # a group without this rank: nothing done, None (torch's collectives there; zinc's own forms
+    # raised "Invalid process group specified")
+    only0 = zinc.comm.new_group([0])
+    keep = torch.full((2,), -7.0)
+    got = (zinc.comm.reduce_scatter_tensor(keep, torch.ones(2), group=only0),
+           zinc.comm.all_gather_into_tensor(keep, torch.ones(2), group=only0)) if rank else None
+    check(f"rank {rank}: reduce_scatter_tensor / all_gather_into_tensor over a group without "
+          f"this rank do nothing", rank == 0 or (got == (None, None) and keep.tolist() ==
+                                                 [-7.0, -7.0]), f"{got} {keep.tolist()}")
+    # DeepSpeed's comms-logger keywords are taken; point-to-point as DeepSpeed's names them
+    peer = 1 - rank
+    box = torch.tensor([float(rank)])
+    if rank == 0:
+        zinc.comm.send(box + 5, peer, prof=True, log_name="x", debug="y")
+        zinc.comm.recv(box, src=peer)
+    else:
+        got_p = torch.zeros(1)
+        zinc.comm.recv(got_p, src=peer, log_name="r")
+        zinc.comm.send(got_p * 2, peer)
+        box = got_p
+    check(f"rank {rank}: send / recv (with prof, log_name, debug)",
+          box.tolist() == ([10.0] if rank == 0 else [5.0]), str(box.tolist()))
+    buf = torch.zeros(1)
+    reqs = zinc.comm.batch_isend_irecv([
+        zinc.comm.P2POp(zinc.comm.isend, torch.tensor([100.0 + rank]), peer),
+        zinc.comm.P2POp(zinc.comm.irecv, buf, peer)])
+    for q in reqs:
+        q.wait()
+    check(f"rank {rank}: batch_isend_irecv of DeepSpeed's P2POp", buf.tolist() == [100.0 + peer],
+          str(buf.tolist()))
+    gl = [torch.zeros(1) for _ in range(RANKS)] if rank == 0 else None
+    zinc.comm.gather(torch.tensor([float(rank)]), gather_list=gl, dst=0)
+    check(f"rank {rank}: gather to rank 0", rank != 0 or [t.item() for t in gl] ==
+          [float(r) for r in range(RANKS)], str(gl))
+    sc = torch.zeros(1)
+    zinc.comm.scatter(sc, [torch.tensor([3.0 * r]) for r in range(RANKS)] if rank == 0 else None,
+                      src=0)
+    check(f"rank {rank}: scatter from rank 0", sc.tolist() == [3.0 * rank], str(sc.tolist()))
+    check(f"rank {rank}: log_summary(return_dict=True) is a dict",
+          zinc.comm.log_summary(return_dict=True) == {})
+    zinc.comm.barrier(prof=False, log_name="barrier")
     return finish()
 
 

@@ -62,6 +62,22 @@ def api_accelerator():
     check("manual_seed seeds torch's generator", torch.equal(a, torch.randn(4)))
     t = torch.ones(3)
     check("pin_memory on the CPU: the tensor itself", acc.pin_memory(t) is t)
+    # DeepSpeed 0.19.8's keywords (make_copy, match_shape): TypeError before
+    check("pin_memory(t, make_copy=False, match_shape=True): the tensor itself",
+          acc.pin_memory(t, make_copy=False, match_shape=True) is t)
+    # the tensor types and generator Megatron-style scripts take from the accelerator
+    # (AttributeError before), and DeepSpeed's CPU memory_stats entries
+    got = (acc.FloatTensor, acc.HalfTensor, acc.BFloat16Tensor, acc.LongTensor, acc.IntTensor,
+           acc.ByteTensor, acc.DoubleTensor, acc.default_generator(0))
+    want = (torch.FloatTensor, torch.HalfTensor, torch.BFloat16Tensor, torch.LongTensor,
+            torch.IntTensor, torch.ByteTensor, torch.DoubleTensor, torch.default_generator)
+    check("the CPU accelerator's tensor types and default_generator are torch's", got == want,
+          f"{got}")
+    stats = acc.memory_stats()
+    check("memory_stats: DeepSpeed's CPU entries (current and peak resident bytes)",
+          set(stats) == {"allocated_bytes.all.current", "allocated_bytes.all.peak"} and
+          0 < stats["allocated_bytes.all.current"] <= stats["allocated_bytes.all.peak"],
+          str(stats))
     used = acc.memory_allocated()
     big = torch.ones(64 << 20, dtype=torch.uint8)       # 64 MiB touched
     more = acc.memory_allocated()

@@ -418,8 +418,10 @@ def main():
                  "dist_backend"),
                 ("mpu", lambda: zinc.initialize(model=model(), config=cfg(GLOBAL), mpu=object()),
                  NotImplementedError, "mpu"),
-                ("a rank by hand", lambda: zinc.init_distributed(rank=0, world_size=1),
-                 NotImplementedError, "rank")):
+                # (the launcher's own rank and size are taken: test_comm.py)
+                ("a rank by hand other than the launcher's",
+                 lambda: zinc.init_distributed(rank=3, world_size=4), NotImplementedError,
+                 "rank")):
             fails += refused(what, call, exc, name)
         zinc.init_distributed(dist_backend="gloo", timeout=None, verbose=False)   # no effect
         # zinc.checkpointing.configure: DeepSpeed's memory-only options warn by name (from the
@@ -439,6 +441,27 @@ def main():
             print("FAIL: checkpointing.configure did not warn about both memory-only options")
         fails += refused("checkpointing.configure(mpu_)",
                          lambda: zinc.checkpointing.configure(object()), NotImplementedError, "mpu_")
+        fails += refused("checkpointing.model_parallel_reconfigure_tp_seed",
+                         lambda: zinc.checkpointing.model_parallel_reconfigure_tp_seed(1),
+                         NotImplementedError, "model_parallel_reconfigure_tp_seed")
+        # checkpoint's outputs as DeepSpeed's all_outputs gives them: a 1-tuple's element (a
+        # script's `y = checkpoint(f, x); y + 1`: the tuple raised TypeError), several a tuple
+        xg = torch.ones(3, requires_grad=True)
+        forms = {"tensor": zinc.checkpointing.checkpoint(lambda t: t * 2, xg),
+                 "1-tuple": zinc.checkpointing.checkpoint(lambda t: (t * 2,), xg),
+                 "2-list": zinc.checkpointing.checkpoint(lambda t: [t * 2, t + 1], xg)}
+        if not (torch.is_tensor(forms["tensor"]) and torch.is_tensor(forms["1-tuple"]) and
+                isinstance(forms["2-list"], tuple) and len(forms["2-list"]) == 2):
+            fails += 1
+            print(f"FAIL: checkpoint's outputs are not DeepSpeed's forms: "
+                  f"{ {k: type(v).__name__ for k, v in forms.items()} }")
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            zinc.checkpointing.partition_activations_in_checkpoint(True)
+            zinc.checkpointing.set_num_layers(4)
+        if not any("partition_activations" in str(w.message) for w in seen):
+            fails += 1
+            print("FAIL: partition_activations_in_checkpoint(True) did not warn")
         # Param groups: weight_decay, lr, betas and eps may differ between groups (not an lr
         # under WarmupCosineLR with an optimizer lr of 0); a bad decay, lr, betas or eps, a
         # parameter in two groups, tensors mixed with groups are refused.
@@ -594,12 +617,33 @@ def main():
                 fails += 1
                 print("FAIL: the error's note does not name register_external_parameter")
         engine.close()
-        hidden = Hidden()        # (closing at stage 3 leaves the parameters empty, as DeepSpeed)
-        zinc.register_external_parameter(hidden, hidden.a.weight)
-        engine, *_ = zinc.initialize(model=hidden, config=dict(cfg(GLOBAL, stage=3)))
-        engine.backward(engine(torch.ones(2, 4)).sum())
-        engine.step()
-        engine.close()
+        # declared before initialize, and after it (DeepSpeed 0.19.8 honours both; zinc's
+        # engine read the declarations only at initialize: "size mismatch" and the note
+        # telling the script to call what it had called)
+        runs = []
+        for late in (False, True):
+            torch.manual_seed(3)
+            hidden = Hidden()    # (closing at stage 3 leaves the parameters empty, as DeepSpeed)
+            if not late:
+                zinc.register_external_parameter(hidden, hidden.a.weight)
+            engine, *_ = zinc.initialize(model=hidden, config=dict(cfg(GLOBAL, stage=3)))
+            if late:
+                zinc.register_external_parameter(hidden, hidden.a.weight)
+            try:
+                for _ in range(2):
+                    engine.backward(engine(torch.ones(2, 4)).sum())
+                    engine.step()
+                runs.append([v.clone() for v in engine.module_state_dict().values()])
+            except RuntimeError as ex:
+                runs.append(f"raised: {str(ex)[:120]}")
+            engine.close()
+        if isinstance(runs[1], str) or isinstance(runs[0], str) or not all(
+                torch.equal(a, b) for a, b in zip(*runs)):
+            fails += 1
+            print(f"FAIL: register_external_parameter after initialize does not train as "
+                  f"before it: {runs[1] if isinstance(runs[1], str) else 'other weights'}")
+        else:
+            print("register_external_parameter after initialize trains as before it")
         # A CPU model under torchrun's environment of 2 ranks: zinc connects torchrun's ranks
         # with NCCL only, so initialize must fail at once saying what to do, not wait for the
         # peer (dist_init_required=False: torch.distributed's own rendezvous would wait, as
