@@ -167,6 +167,9 @@ expect 2 'no "n_layer" \(the model.s count zinc plan needs\)' --hf-config "$tmp.
 printf '{"model_type": "llama", "hidden_size": 9223372036854775807, "num_hidden_layers": 2, "vocab_size": 10, "intermediate_size": 8, "num_attention_heads": 2}' >"$tmp.json"
 expect 2 '"hidden_size" must be a whole number in 1..2\^40' --hf-config "$tmp.json" --gpus 8 \
     --gpu h100 --stage 1 --seq 512
+# --params fewer than the shape's own weights: two models in one line (it was planned)
+expect 2 "^zinc plan: --params 1000 is fewer than the shape's query and output projections" \
+    --params 1000 --layers 2 --hidden 4096 --vocab 50000 --seq 128 --gpus 8 --gpu h100 --stage 2
 # GPT-2's learned positions: no sequence past n_positions (it was planned as if it ran)
 expect 2 "--seq 8192 is past GPT-2's \"n_positions\" 1024" --hf-config "$here/gpt2-config.json" \
     --seq 8192 --gpus 8 --gpu h100 --stage 2
@@ -184,7 +187,7 @@ printf '{"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "vocab_size": 50, "n_
 expect 2 '"n_inner" must be null or a whole number above 0' --hf-config "$tmp.json" --gpus 8 \
     --gpu h100 --stage 1
 # Nothing fits: exit 1 and say so (not a usage error).
-expect 1 - --params 1e12 --layers 200 --hidden 25600 --seq 8192 --gpus 1 --gpu a100-40 \
+expect 1 - --params 1e12 --layers 120 --hidden 25600 --seq 8192 --gpus 1 --gpu a100-40 \
     --recommend --global-batch 1
 if ! grep -q '^nothing fits 40 GB per GPU' "$tmp.out"; then
     echo "FAIL: an impossible run did not say nothing fits"; cat "$tmp.out"; fails=$((fails + 1))
