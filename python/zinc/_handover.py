@@ -320,7 +320,7 @@ class _HandOverMixin:
                 p.grad = None
         self._awaiting_step = self._open_micro = self._open_at_boundary = False
         self._interrupted = self._resuming = self._unsynced = self._window_grads = False
-        self._direct_open = False        # a direct backward that raised: its window is gone too
+        self._direct.open = False        # a direct backward that raised: its window is gone too
         self._unmanaged_backwards = 0
         if was_open and self.global_rank == 0:
             warnings.warn(f"zinc: {what} inside an accumulation window (after a backward whose "

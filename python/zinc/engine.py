@@ -72,7 +72,7 @@ import torch
 from . import _memory, _torch_dist, _world, _zero_init
 from . import dataloader as _dataloader
 from ._accessors import _AccessorsMixin
-from ._direct_backward import _DirectBackwardMixin
+from ._direct_backward import _Direct, _DirectBackwardMixin
 from ._handover import _HandOverMixin
 from ._hooktime import HookClock
 from ._interrupt import held
@@ -515,9 +515,7 @@ class Engine(_Stage3Mixin, _HandOverMixin, _DirectBackwardMixin, _ValuesMixin, _
         self._ev_zinc = torch.cuda.Event() if self._cuda else None      # on zinc's stream
         self._in_backward = False
         self._engine_backward = False   # engine.backward runs autograd (output hooks stand by)
-        self._direct_open = False    # a loss.backward() called directly began (_direct_backward)
-        self._direct_counted = False  # ... and step() counts its micro-batch's samples
-        self._scaled_by_caller = False  # engine.scale() since the last direct backward
+        self._direct = _Direct()     # a loss.backward() called directly (_direct_backward)
         self._contexts = 0           # zero.GatheredParameters contexts open over this engine
         self._no_sync = False        # inside no_sync(): backward hands nothing over
         self._window_grads = False   # gradients were handed over in this accumulation window

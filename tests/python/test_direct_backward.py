@@ -2,22 +2,27 @@
 
     python test_direct_backward.py STAGE        (1 rank, or 2 under mpirun)
 
-DeepSpeed 0.19.8 accepts a plain torch backward at ZeRO stages 1-3: the gradient flowing into
-each output of the engine's forward is divided by gradient_accumulation_steps, as
-engine.backward divides the loss, and fp16's loss scale is the caller's
-(`engine.scale(loss).backward()`; a dynamic scale without it is refused). Its stage 0 refuses a
-direct backward. Checked here, at STAGE:
+DeepSpeed 0.19.8 accepts a plain torch backward at ZeRO stages 1-3, fp16's loss scale the
+caller's (`engine.scale(loss).backward()`; a dynamic scale without it is refused); its stage 0
+refuses a direct backward. zinc divides each trained parameter's gradient by
+gradient_accumulation_steps, as engine.backward divides the loss. Checked here, at STAGE:
 
 - stages 1-3: fp32 and bf16, accumulation 1 and 2, clipping, a model whose forward returns a
   dict holding a tuple (a loss made from two of its tensors): direct backward trains bit for bit
   as engine.backward (same losses, same weights); `managed_gradient_accumulation: false` with
-  windows of 1 and 3 too, `global_samples` alike;
+  windows of 1, 3 and 2 too, `global_samples` alike;
+- outputs a per-output division counts twice: a hidden state returned beside the logits made
+  from it (and twice), the engine's output through the engine again: bit for bit
+  engine.backward's;
+- a gradient penalty (torch.autograd.grad through the output, then the loss's backward): the
+  first window's penalties plain torch's, the direct backward after it engine.backward's; at
+  stage 0 and in fp16 an engine.backward script with it is not refused;
 - fp16 (an elementwise model, dynamic scale): `loss.backward()` without engine.scale raises
   naming engine.scale and leaves nothing behind (the loop goes on with engine.scale and ends as
   the run without the refused call); `engine.scale(loss).backward()` trains bit for bit as
   engine.backward;
-- a direct backward that raises midway (a hook in the model), the batch skipped: the loop goes on
-  and ends bit for bit as the same loop through engine.backward;
+- a direct backward that raises midway (a hook in the model), the batch skipped: the loop goes
+  on and ends bit for bit as the same loop through engine.backward;
 - a second direct backward of the same micro-step where the first ended it (accumulation 1,
   retain_graph) is refused naming engine.step(), and nothing of it is applied;
 - stage 0: a direct backward raises naming stage 0 and engine.backward; the loop goes on through
@@ -25,7 +30,8 @@ direct backward. Checked here, at STAGE:
 - engine.scale refuses a tensor of two elements.
 
 The front-end before this change refused the step after every direct backward ("no backward()
-since the last step"): every check but stage 0's and the two refusals fails.
+since the last step"); the first form of it (dividing at each output) fails the output-form,
+penalty and fp16-penalty checks.
 """
 import sys
 
@@ -149,12 +155,14 @@ def safe(fn):
 
 def penalty_checks():
     """A gradient penalty: torch.autograd.grad through the engine's output (create_graph), then
-    the loss's backward, accumulation 2. DeepSpeed 0.19.8's output hooks divide the gradient of
-    that pass by the accumulation steps too: the penalties of the first window are plain
-    torch's with the output's gradient halved (bit for bit: the weights have not moved yet).
-    The pass is not the micro-step's backward: engine.backward and loss.backward() after it
-    train their windows, where a front-end taking it for one refused the real backward
-    ("again without engine.step()")."""
+    the loss's backward, accumulation 2. The autograd.grad pass is not the micro-step's backward
+    and its values are plain torch's: the penalties of the first window are those of a plain
+    model on the initial weights, bit for bit (DeepSpeed 0.19.8's output hooks divide that
+    pass by the accumulation steps: a quarter of these). loss.backward() after it trains bit
+    for bit as engine.backward (the division on each parameter's gradient reaches the
+    penalty's path too). engine.backward users keep their numbers: an fp16 dynamic scale, or
+    stage 0, does not refuse the pass (a first form, which refused at the outputs, raised
+    there: "called directly" at stage 0, "loss scaling is required" in fp16)."""
     def train(direct):
         torch.manual_seed(0)
         model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(),
@@ -169,10 +177,10 @@ def penalty_checks():
             gx, = torch.autograd.grad(out.sum(), x, create_graph=True)
             pen = gx.pow(2).mean()
             loss = ((out - y[:, :1]) ** 2).mean() + pen
-            if k < 2:          # plain torch on the initial weights, the output's gradient / 2
+            if k < 2:          # a plain model on the initial weights
                 F = torch.nn.functional
                 ref = F.linear(torch.tanh(F.linear(x, w[0], w[1])), w[2], w[3])
-                rgx, = torch.autograd.grad(ref.sum(), x, grad_outputs=torch.tensor(0.5))
+                rgx, = torch.autograd.grad(ref.sum(), x)
                 want.append(rgx.pow(2).mean().item())
             pens.append(pen.item())
             loss.backward() if direct else engine.backward(loss)
@@ -186,17 +194,56 @@ def penalty_checks():
         ref, want = train(False)
     except Exception as ex:  # noqa: BLE001
         ref, want = ([], [], f"raised {type(ex).__name__}: {ex}"), []
-    check("gradient penalty (autograd.grad through the output), accumulation 2: "
-          "engine.backward trains", len(ref[1]) > 0, str(ref[2]))
-    check("... its first window's penalties are plain torch's with the output's gradient / 2",
+    check(f"gradient penalty (autograd.grad through the output), stage {STAGE}: "
+          f"engine.backward trains", len(ref[1]) > 0, str(ref[2]))
+    check("... its first window's penalties are plain torch's",
           len(want) == 2 and ref[0][:2] == want, f"{ref[0][:2]} vs {want}")
-    # (not bit for bit engine.backward's: a direct backward divides only what flows through the
-    # outputs, and the penalty reaches the weights through autograd.grad's graph, as in
-    # DeepSpeed's hooks)
+    if STAGE == 0:
+        return
     got = safe(lambda: train(True)[0])
-    check("... and loss.backward() after the pass trains its windows (not refused)",
-          len(got[1]) == len(ref[1]) and got[2] == ref[2] and got[0][:2] == ref[0][:2],
-          f"samples {got[2]} vs {ref[2]}")
+    check("... loss.backward() after the pass trains as engine.backward", same(ref, got),
+          detail(ref, got))
+
+
+class Hidden(torch.nn.Module):
+    """Returns its hidden state beside the logits made from it, the hidden state twice
+    (transformers' output_hidden_states: the last hidden state leads into the logits)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(8, 8)
+        self.b = torch.nn.Linear(8, 4)
+
+    def forward(self, x):
+        h = torch.tanh(self.a(x))
+        return {"logits": self.b(h), "hidden_states": (h, h)}
+
+
+def shape_checks():
+    """Outputs used in ways a per-output division counts twice: the logits made from a hidden
+    state that is an output too (and returned twice), and the engine's output fed through the
+    engine again (x -> engine -> engine). loss.backward() trains bit for bit as engine.backward
+    (the first form divided at every output a gradient passed: the earlier layers' gradients
+    by 4 or 8 where 2 is due)."""
+    def hidden_loss(engine, x, y):
+        out = engine(x)
+        return ((out["logits"] - y) ** 2).mean() + 0.1 * out["hidden_states"][0].pow(2).mean()
+
+    def again_loss(engine, x, y):
+        return ((engine(engine(x))[:, :4] - y) ** 2).mean()
+
+    def square():
+        return torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh())
+
+    for what, make, loss_fn in (("a hidden state output beside the logits made from it",
+                                 Hidden, hidden_loss),
+                                ("the engine's output through the engine again", square,
+                                 again_loss)):
+        ref = safe(lambda: refusal_run(make, "fp32", loss_fn,
+                                       lambda e, loss: e.backward(loss))[0])
+        got = safe(lambda: refusal_run(make, "fp32", loss_fn, lambda e, loss: loss.backward())[0])
+        check(f"{what}: loss.backward() trains as engine.backward", same(ref, got),
+              detail(ref, got))
 
 
 def refusal_run(make_model, dtype, loss_fn, backward, at=None):
@@ -244,6 +291,20 @@ def fp16_checks():
     check("fp16: after the refused backward the loop trains as without it",
           same(ref, after), detail(ref, after))
 
+    def penalty_loss(engine, x, y):
+        x = x.requires_grad_(True)
+        out = engine(x).float()
+        gx, = torch.autograd.grad(out.sum(), x, create_graph=True)
+        return ((out - y.repeat(1, 2)) ** 2).mean() + gx.float().pow(2).mean()
+
+    try:
+        pen, _ = refusal_run(Gain, "fp16", penalty_loss, lambda e, loss: e.backward(loss))
+        raised = None
+    except RuntimeError as ex:
+        pen, raised = None, str(ex)
+    check("fp16: a gradient penalty's autograd.grad under engine.backward is not refused",
+          raised is None and len(pen[1]) > 0, str(raised))
+
 
 def stage0_checks():
     def engine_backward(engine, loss):
@@ -262,6 +323,7 @@ def main():
     zinc.init_distributed()
     if STAGE == 0:
         stage0_checks()
+        penalty_checks()
         return finish()
     for dtype in ("fp32", "bf16"):
         for ga in (1, 2):
@@ -282,6 +344,7 @@ def main():
     check("after the refused second backward the loop trains as without it",
           same(ref, got), detail(ref, got))
     penalty_checks()
+    shape_checks()
     fp16_checks()
     torch.manual_seed(0)
     model = Net()
