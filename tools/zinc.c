@@ -148,5 +148,9 @@ static int run(int argc, char **argv)
 
 int main(int argc, char **argv)
 {
+    /* A file-size limit (ulimit -f) reached by a write is an error of the command (EFBIG,
+     * reported, its temporary removed), not a signal that kills it midway (SIGXFSZ's default
+     * left an export's temporary file behind). */
+    signal(SIGXFSZ, SIG_IGN);
     return stdout_reached(run(argc, argv));
 }

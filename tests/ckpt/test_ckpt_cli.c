@@ -2,6 +2,7 @@
  * test_ckpt_cli.c — `zinc ckpt verify|inspect|export` as a user runs them: exit codes, the
  * messages of a damaged checkpoint, --json output, deterministic export.
  */
+#include <dirent.h>
 #include <fcntl.h>
 #include <json-c/json.h>
 #include <stdarg.h>
@@ -386,6 +387,26 @@ int main(void)
                      bad[i][0], rc, e);
             free(e);
         }
+    }
+
+    /* a file-size limit (ulimit -f, a quota's kind of stop) reached midway: the export fails
+     * with its error, exit 1, and leaves neither the file nor its temporary (SIGXFSZ killed
+     * the process, which left `w.safetensors.XXXXXX` behind) */
+    {
+        char lim[4096];
+        snprintf(lim, sizeof lim, "ulimit -f 4; %s ckpt export %s --out %s/lim.safetensors "
+                 "> %s 2> %s", ZINC_CLI, dir, root, out, errf);
+        int r = system(lim);
+        char *e = slurp(errf);
+        ZT_CHECK(WIFEXITED(r) && WEXITSTATUS(r) == 1 && strstr(e, "File too large"),
+                 "export past ulimit -f: status %d: %s", r, e);
+        free(e);
+        DIR *d = opendir(root);
+        struct dirent *de;
+        while (d && (de = readdir(d)))
+            ZT_CHECK(strncmp(de->d_name, "lim.safetensors", 15) != 0,
+                     "export past ulimit -f left %s", de->d_name);
+        if (d) closedir(d);
     }
 
     /* damage: a flipped byte in rank 1's file */
