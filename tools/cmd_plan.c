@@ -546,16 +546,14 @@ int cmd_plan(int argc, char **argv)
     if (v[P_PARAMS] < 0 && v[P_LAYERS] < 0)
         return zarg_usage_error("plan", "--params P is required (or --layers and --hidden, or "
                                 "--hf-config)");
-    if (v[P_PARAMS] < 0)
-        v[P_PARAMS] = 12.0 * v[P_LAYERS] * v[P_HIDDEN] * v[P_HIDDEN] +
-                      (v[P_VOCAB] > 0 ? v[P_VOCAB] : 0.0) * v[P_HIDDEN];
+    double embed = (v[P_VOCAB] > 0 ? v[P_VOCAB] : 0.0) * v[P_HIDDEN];
+    if (v[P_PARAMS] < 0) v[P_PARAMS] = 12.0 * v[P_LAYERS] * v[P_HIDDEN] * v[P_HIDDEN] + embed;
     /* --params given beside a shape must hold it: fewer parameters than every layer's query
      * and output projections (2·H² each, what any attention has, grouped-query included) and
      * the embedding (V·H) is another model (zplan_largest_group quietly held the largest group
      * to P). */
     if (v[P_LAYERS] > 0 && v[P_HIDDEN] > 0) {
-        double least = 2.0 * v[P_LAYERS] * v[P_HIDDEN] * v[P_HIDDEN] +
-                       (v[P_VOCAB] > 0 ? v[P_VOCAB] : 0.0) * v[P_HIDDEN];
+        double least = 2.0 * v[P_LAYERS] * v[P_HIDDEN] * v[P_HIDDEN] + embed;
         if (v[P_PARAMS] < least)
             return zarg_usage_error("plan", "--params %.6g is fewer than the shape's query and "
                                     "output projections and embedding alone (%.6g: 2 x %.0f "

@@ -49,9 +49,8 @@ static int need(json_object *o, const char *path, char *err, size_t len, int n,
                 const char *const *keys, long long *out)
 {
     for (int i = 0; i < n; i++) {
-        out[i] = count_of(o, keys[i], 0);
-        json_object *v;
-        if (!json_object_object_get_ex(o, keys[i], &v) || json_object_is_type(v, json_type_null))
+        out[i] = count_of(o, keys[i], -2);      /* -2: absent or null */
+        if (out[i] == -2)
             return fail(err, len, "%s: no \"%s\" (the model's count zinc plan needs)", path,
                         keys[i]);
         /* 2^40: past any real model's dimension, and short of the doubles' exact range, where

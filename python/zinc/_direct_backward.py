@@ -45,10 +45,11 @@ class _Direct:
     """A direct backward's state, kept off the Engine (a torch Module, whose attribute writes
     cost ~3 us): whether one is open, whether its refusal checks ran, and whether the
     parameter hooks exist."""
-    __slots__ = ("open", "checked", "hooked", "counted", "scaled")
+    __slots__ = ("open", "checked", "hooked", "counted", "scaled", "output_hook")
 
     def __init__(self):
         self.open = self.checked = self.hooked = self.counted = self.scaled = False
+        self.output_hook = None     # the hook every forward puts on its outputs (one closure)
 
 
 def _tensors(out):
@@ -73,9 +74,12 @@ class _DirectBackwardMixin:
         it."""
         if not torch.is_grad_enabled():
             return
+        hook = self._direct.output_hook
+        if hook is None:
+            hook = self._direct.output_hook = self._output_hook(weakref.ref(self))
         for t in _tensors(out):
             if t.grad_fn is not None:
-                t.register_hook(self._output_hook(weakref.ref(self)))
+                t.register_hook(hook)
 
     @staticmethod
     def _output_hook(engine):

@@ -9,7 +9,7 @@ the launcher's world (zinc's ranks as mpirun, torchrun or srun started them), wh
 same rank and size torch.distributed gets.
 
 DeepSpeed's comms-logger keywords on each collective (prof, log_name, debug) are taken and
-dropped: they only log, and zinc has no comms logger (_logged)."""
+dropped: they only log, and zinc has no comms logger (_collective)."""
 import functools
 
 import torch
@@ -30,13 +30,26 @@ def is_initialized():
     return _td.is_available() and _td.is_initialized()
 
 
-def _logged(fn):
-    """fn with DeepSpeed's comms-logger keywords (prof, log_name, debug) accepted and dropped
-    (a script passing them got TypeError)."""
+def _collective(fn):
+    """A collective of DeepSpeed's deepspeed.comm: refused before the set-up (_need, naming it),
+    and DeepSpeed's comms-logger keywords (prof, log_name, debug) accepted and dropped (a script
+    passing them got TypeError)."""
     @functools.wraps(fn)
     def call(*args, prof=False, log_name=None, debug=None, **kwargs):
+        _need(fn.__name__)
         return fn(*args, **kwargs)
     return call
+
+
+def _torch_collective(name):
+    """torch.distributed.<name> as DeepSpeed's comm.py passes it through to its backend: the
+    same name and arguments (an operation the backend lacks, gloo's all_to_all, raises torch's
+    error, as under DeepSpeed)."""
+    def call(*args, **kwargs):
+        return getattr(_td, name)(*args, **kwargs)
+    call.__name__ = call.__qualname__ = name
+    call.__doc__ = f"DeepSpeed's deepspeed.comm.{name}: torch.distributed.{name}."
+    return _collective(call)
 
 
 def _outside(group):
@@ -80,25 +93,22 @@ def get_global_rank(group=None, group_rank=0):
     return _td.distributed_c10d._get_global_rank(group, group_rank)
 
 
-@_logged
+@_collective
 def barrier(group=None, async_op=False, device_ids=None):
-    _need("barrier")
     kw = {"device_ids": device_ids} if device_ids is not None else {}
     return _td.barrier(group=group, async_op=async_op, **kw)
 
 
-@_logged
+@_collective
 def all_reduce(tensor, op=None, group=None, async_op=False):
-    _need("all_reduce")
     return _td.all_reduce(tensor, op=_td.ReduceOp.SUM if op is None else op, group=group,
                           async_op=async_op)
 
 
-@_logged
+@_collective
 def all_reduce_coalesced(tensors, op=None, group=None, async_op=False):
     """DeepSpeed's: torch's all_reduce_coalesced (each tensor of the list reduced across ranks
     in one call); DeepSpeed's RuntimeError where torch has none."""
-    _need("all_reduce_coalesced")
     fn = getattr(_td, "all_reduce_coalesced", None)
     if fn is None:
         raise RuntimeError(f"zinc.comm.all_reduce_coalesced: torch {torch.__version__} has no "
@@ -107,28 +117,19 @@ def all_reduce_coalesced(tensors, op=None, group=None, async_op=False):
               async_op=async_op)
 
 
-@_logged
+@_collective
 def inference_all_reduce(tensor, op=None, group=None):
     return all_reduce(tensor, op, group)
 
 
-@_logged
-def broadcast(tensor, src, group=None, async_op=False):
-    _need("broadcast")
-    return _td.broadcast(tensor, src, group=group, async_op=async_op)
+broadcast = _torch_collective("broadcast")
+all_gather = _torch_collective("all_gather")
 
 
-@_logged
-def all_gather(tensor_list, tensor, group=None, async_op=False):
-    _need("all_gather")
-    return _td.all_gather(tensor_list, tensor, group=group, async_op=async_op)
-
-
-@_logged
+@_collective
 def all_gather_into_tensor(output_tensor, tensor, group=None, async_op=False):
     """DeepSpeed's allgather_fn route: torch's all_gather_into_tensor where torch has it, else
     all_gather into views of the output (torch 1.13's gloo has no _all_gather_base)."""
-    _need("all_gather_into_tensor")
     if _outside(group):
         return None
     fn = getattr(_td, "all_gather_into_tensor", None)
@@ -151,13 +152,12 @@ def has_reduce_scatter_tensor():
     return hasattr(_td, "reduce_scatter_tensor")
 
 
-@_logged
+@_collective
 def reduce_scatter_tensor(output_tensor, tensor, op=None, group=None, async_op=False):
     """DeepSpeed's: rank r's output_tensor gets part r of the reduction of every rank's
     `tensor` (split along its first dimension into world-size equal parts). torch's
     reduce_scatter_tensor where the backend has it; on gloo (none) an all_reduce of a copy
     and this rank's part of it (async_op then waits, and returns a finished work)."""
-    _need("reduce_scatter_tensor")
     if _outside(group):
         return None
     op = _td.ReduceOp.SUM if op is None else op
@@ -209,9 +209,8 @@ def get_world_group():
     return _td.group.WORLD
 
 
-@_logged
+@_collective
 def reduce(tensor, dst, op=None, group=None, async_op=False):
-    _need("reduce")
     return _td.reduce(tensor, dst, op=_td.ReduceOp.SUM if op is None else op, group=group,
                       async_op=async_op)
 
@@ -238,32 +237,15 @@ def log_summary(show_straggler=False, return_dict=False):
     return {} if return_dict else None
 
 
-# torch.distributed's, under DeepSpeed's names and signatures (its comm.py passes each through
-# to its backend, torch.distributed for gloo/nccl); an operation the backend lacks (gloo's
-# all_to_all, reduce_scatter) raises torch's error, as under DeepSpeed.
-
-@_logged
-def send(tensor, dst, group=None, tag=0):
-    _need("send")
-    return _td.send(tensor, dst, group=group, tag=tag)
-
-
-@_logged
-def recv(tensor, src=None, group=None, tag=0):
-    _need("recv")
-    return _td.recv(tensor, src, group=group, tag=tag)
-
-
-@_logged
-def isend(tensor, dst, group=None, tag=0):
-    _need("isend")
-    return _td.isend(tensor, dst, group=group, tag=tag)
-
-
-@_logged
-def irecv(tensor, src=None, group=None, tag=0):
-    _need("irecv")
-    return _td.irecv(tensor, src, group=group, tag=tag)
+# point-to-point and the other collectives DeepSpeed passes straight to torch.distributed
+send = _torch_collective("send")
+recv = _torch_collective("recv")
+isend = _torch_collective("isend")
+irecv = _torch_collective("irecv")
+all_to_all = _torch_collective("all_to_all")
+gather = _torch_collective("gather")
+scatter = _torch_collective("scatter")
+monitored_barrier = _torch_collective("monitored_barrier")
 
 
 class P2POp:
@@ -277,51 +259,23 @@ class P2POp:
         self.tensor, self.peer, self.group, self.tag = tensor, peer, group, tag
 
 
-@_logged
+@_collective
 def batch_isend_irecv(p2p_op_list):
-    _need("batch_isend_irecv")
     ops = [_td.P2POp(getattr(_td, op.op), op.tensor, op.peer, op.group, op.tag)
            if isinstance(op, P2POp) else op for op in p2p_op_list]
     return _td.batch_isend_irecv(ops)
 
 
-@_logged
+@_collective
 def all_to_all_single(output, tensor, output_split_sizes=None, input_split_sizes=None,
                       group=None, async_op=False):
-    _need("all_to_all_single")
     return _td.all_to_all_single(output, tensor, output_split_sizes=output_split_sizes,
                                  input_split_sizes=input_split_sizes, group=group,
                                  async_op=async_op)
 
 
-@_logged
-def all_to_all(output_tensor_list, input_tensor_list, group=None, async_op=False):
-    _need("all_to_all")
-    return _td.all_to_all(output_tensor_list, input_tensor_list, group=group, async_op=async_op)
-
-
-@_logged
-def gather(tensor, gather_list=None, dst=0, group=None, async_op=False):
-    _need("gather")
-    return _td.gather(tensor, gather_list=gather_list, dst=dst, group=group, async_op=async_op)
-
-
-@_logged
-def scatter(tensor, scatter_list=None, src=0, group=None, async_op=False):
-    _need("scatter")
-    return _td.scatter(tensor, scatter_list=scatter_list, src=src, group=group,
-                       async_op=async_op)
-
-
-@_logged
-def monitored_barrier(group=None, timeout=None, wait_all_ranks=False):
-    _need("monitored_barrier")
-    return _td.monitored_barrier(group=group, timeout=timeout, wait_all_ranks=wait_all_ranks)
-
-
-@_logged
+@_collective
 def reduce_scatter(output, input_list, op=None, group=None, async_op=False):
-    _need("reduce_scatter")
     return _td.reduce_scatter(output, input_list, op=_td.ReduceOp.SUM if op is None else op,
                               group=group, async_op=async_op)
 

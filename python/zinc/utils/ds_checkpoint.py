@@ -76,8 +76,7 @@ class DeepSpeedState:
         self.world_size, self.ds_config, self.ds_version = 1, {}, None
         self.param_groups = []
         self.group_names = []
-        self._own = {}           # the model states file's DeepSpeed keys (_DS_KEYS), its values
-        self._order = []         # every key of that file, in its order
+        self._states = {}        # the model states file's entries but "module", in its order
 
     def client_state_for(self, module_only=False, optimizer=True, scheduler=True,
                          stage0=False):
@@ -87,18 +86,15 @@ class DeepSpeedState:
         but its own, where a module-only load takes out only "module", and "lr_scheduler" and
         "optimizer" stay unless their flag loads them; a stage-0 engine loading the optimizer
         gets the file's "optimizer" back. client_state is the full load's."""
-        if module_only:
-            gone = {"module"}
-        else:
-            gone = set(_DS_KEYS) - {"lr_scheduler", "optimizer"}
+        # ("module" is not among the kept entries: every load takes it out)
+        gone = set() if module_only else set(_DS_KEYS) - {"lr_scheduler", "optimizer"}
         if scheduler:
             gone.add("lr_scheduler")
         if optimizer:
             gone.add("optimizer")
-        out = {k: self.client_state[k] if k in self.client_state else self._own[k]
-               for k in self._order if k not in gone}
-        if stage0 and optimizer and not module_only and "optimizer" in self._own:
-            out["optimizer"] = self._own["optimizer"]
+        out = {k: v for k, v in self._states.items() if k not in gone}
+        if stage0 and optimizer and not module_only and "optimizer" in self._states:
+            out["optimizer"] = self._states["optimizer"]
         return out
 
 
@@ -588,9 +584,8 @@ def read_deepspeed_checkpoint(load_dir, tag=None, order=None):
     ds.global_samples = int(sd.get("global_samples", 0))
     ds.world_size = int(sd.get("dp_world_size", 1) or 1)
     ds.lr_scheduler = sd.get("lr_scheduler")
-    ds.client_state = {k: v for k, v in sd.items() if k not in _DS_KEYS}
-    ds._own = {k: v for k, v in sd.items() if k in _DS_KEYS and k != "module"}
-    ds._order = list(sd)
+    ds._states = {k: v for k, v in sd.items() if k != "module"}
+    ds.client_state = ds.client_state_for()
     ds.frozen = list((sd.get("frozen_param_shapes") or {}).keys())
     param_shapes = sd.get("param_shapes")
     if os.path.isdir(os.path.join(tagdir, "zero")):
