@@ -90,6 +90,7 @@ def _find():
 lib = _find()
 
 _sig = {
+    "zinc_version_string": (ctypes.c_char_p, []),
     "zinc_status_string": (ctypes.c_char_p, [ctypes.c_int]),
     "zinc_world_create_launched": (ctypes.c_int, [ctypes.POINTER(ctypes.c_void_p)]),
     "zinc_world_destroy": (None, [ctypes.c_void_p]),

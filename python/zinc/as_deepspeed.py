@@ -9,9 +9,12 @@ sys.meta_path answers every other `deepspeed` or `deepspeed.*` import with an Im
 names the module and says zinc does not offer it (the pipeline engine, MoE, inference, sparse
 attention, ...). Without that finder a name under `deepspeed.` would be looked up in zinc's own
 folder and could load one of zinc's private modules a second time under another name."""
+import email.message
 import importlib
 import importlib.abc
+import importlib.metadata
 import os
+import re
 import runpy
 import sys
 
@@ -21,6 +24,7 @@ MODULES = {
     "deepspeed": "zinc",
     "deepspeed.accelerator": "zinc.accelerator",
     "deepspeed.comm": "zinc.comm",
+    "deepspeed.comm.comm": "zinc.comm",          # (DeepSpeed's functions live there)
     "deepspeed.ops": "zinc.ops",
     "deepspeed.ops.adam": "zinc.ops.adam",
     "deepspeed.ops.adam.fused_adam": "zinc.ops.adam",
@@ -44,7 +48,16 @@ MODULES = {
 
 
 class _NotOffered(importlib.abc.MetaPathFinder):
-    """Refuses, by name, every deepspeed module the table does not map."""
+    """Refuses, by name, every deepspeed module the table does not map, and answers for the
+    `deepspeed` distribution's metadata (_Distribution), before any installed DeepSpeed's: the
+    modules a script imports are zinc's, so the version libraries check is the one zinc
+    follows."""
+
+    def find_distributions(self, context=importlib.metadata.DistributionFinder.Context()):
+        name = context.name        # (None: every distribution is asked for)
+        if name is None or re.sub(r"[-_.]+", "-", name).lower() == "deepspeed":
+            return iter([_Distribution()])
+        return iter(())
 
     def find_spec(self, name, path=None, target=None):
         if name == "deepspeed" or name.startswith("deepspeed."):
@@ -56,8 +69,40 @@ class _NotOffered(importlib.abc.MetaPathFinder):
         return None
 
 
+# The DeepSpeed release whose meaning zinc follows (README): what the `deepspeed` distribution's
+# metadata says under install().
+DEEPSPEED_VERSION = "0.19.8"
+
+
+class _Distribution(importlib.metadata.Distribution):
+    """The `deepspeed` distribution as libraries ask for it (importlib.metadata.version,
+    .metadata, .distribution): transformers' Trainer requires "deepspeed>=0.9.3" by its metadata
+    and accelerate and transformers take DeepSpeed as absent without it, whatever
+    `import deepspeed` gives. It names zinc in its summary; it has no files."""
+
+    def read_text(self, filename):
+        if filename != "METADATA":
+            return None
+        meta = email.message.Message()
+        meta["Metadata-Version"] = "2.1"
+        meta["Name"] = "deepspeed"
+        meta["Version"] = DEEPSPEED_VERSION
+        meta["Summary"] = (f"zinc {_zinc_version()} answering as DeepSpeed {DEEPSPEED_VERSION} "
+                           "(python -m zinc.as_deepspeed)")
+        return meta.as_string()
+
+    def locate_file(self, path):
+        return None
+
+
+def _zinc_version():
+    import zinc
+    return zinc.__version__
+
+
 def install():
-    """Makes `import deepspeed...` give zinc's modules in this process (idempotent)."""
+    """Makes `import deepspeed...` give zinc's modules in this process, and the `deepspeed`
+    distribution's metadata zinc's answer (idempotent)."""
     for ds, mine in MODULES.items():
         sys.modules[ds] = importlib.import_module(mine)
     if not any(isinstance(f, _NotOffered) for f in sys.meta_path):

@@ -11,6 +11,7 @@ same rank and size torch.distributed gets.
 DeepSpeed's comms-logger keywords on each collective (prof, log_name, debug) are taken and
 dropped: they only log, and zinc has no comms logger (_collective)."""
 import functools
+import sys
 
 import torch
 import torch.distributed as _td
@@ -19,6 +20,10 @@ from . import _world
 from .engine import init_distributed  # noqa: F401  (DeepSpeed's deepspeed.comm.init_distributed)
 
 ReduceOp = _td.ReduceOp if _td.is_available() else None
+# DeepSpeed's functions live in deepspeed/comm/comm.py, which scripts also import
+# (`from deepspeed.comm import comm`; zinc.as_deepspeed maps deepspeed.comm.comm here): the
+# import finds this module as its own attribute, where Python looks for a submodule's name.
+comm = sys.modules[__name__]
 
 
 def is_available():
@@ -179,17 +184,39 @@ def reduce_scatter_tensor(output_tensor, tensor, op=None, group=None, async_op=F
     _td.all_reduce(whole, op=_td.ReduceOp.SUM if avg else op, group=group)
     part = whole.view(n, -1)[r]
     output_tensor.view(-1).copy_(part / n if avg else part)
-    return _Done() if async_op else None
+    return _Done(output_tensor) if async_op else None
 
 
 class _Done:
-    """The work an emulated asynchronous collective returns: finished already."""
+    """The work an emulated asynchronous collective returns: finished already, with torch's
+    Work methods a script calls (its future's value, as torch's reduce_scatter work gives:
+    the list holding the output)."""
+
+    def __init__(self, output):
+        self._output = output
 
     def wait(self, timeout=None):
         return True
 
     def is_completed(self):
         return True
+
+    def is_success(self):
+        return True
+
+    def exception(self):
+        return None
+
+    def synchronize(self):
+        return None
+
+    def result(self):
+        return [self._output]
+
+    def get_future(self):
+        fut = torch.futures.Future()
+        fut.set_result([self._output])
+        return fut
 
 
 def all_gather_object(object_list, obj, group=None):

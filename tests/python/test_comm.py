@@ -85,6 +85,17 @@ def rank_main():
     want = [sum(2.0 * rank + k + q for q in range(RANKS)) for k in (0, 1)]
     check(f"rank {rank}: reduce_scatter_tensor (gloo: an all_reduce and this rank's part): "
           f"part {rank} of the sum", part.tolist() == want, f"{part.tolist()} != {want}")
+    # async_op=True: a work with torch's methods (the emulated one on gloo had only wait and
+    # is_completed: is_success, exception and get_future were AttributeErrors)
+    part2 = torch.zeros(2)
+    work = zinc.comm.reduce_scatter_tensor(part2, full, async_op=True)
+    work.wait()
+    fut = work.get_future().wait()
+    check(f"rank {rank}: reduce_scatter_tensor async: the values, and the work's is_success, "
+          f"exception and future (the output) as torch's",
+          part2.tolist() == want and work.is_completed() and work.is_success() and
+          work.exception() is None and len(fut) == 1 and fut[0].tolist() == want,
+          f"{part2.tolist()} {fut}")
     if hasattr(dist.ReduceOp, "AVG"):      # gloo has none: the sum's part, divided
         zinc.comm.reduce_scatter_tensor(part, full, op=dist.ReduceOp.AVG)
         check(f"rank {rank}: reduce_scatter_tensor with AVG: part {rank} of the mean",

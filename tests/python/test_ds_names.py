@@ -244,11 +244,40 @@ def api_as_deepspeed():
     from deepspeed.ops.adam import FusedAdam
     check("deepspeed is zinc, deepspeed.ops.adam.FusedAdam zinc's",
           deepspeed is zinc and FusedAdam is zinc.ops.adam.FusedAdam)
+    from deepspeed.comm import comm as ds_comm       # (an ImportError before 2026-12-01)
+    import deepspeed.comm.comm as ds_comm2
+    check("deepspeed.comm.comm (DeepSpeed's functions' module) is zinc.comm",
+          ds_comm is zinc.comm and ds_comm2 is zinc.comm)
     for name in ("deepspeed.moe", "deepspeed.pipe", "deepspeed.inference",
                  "deepspeed.ops.sparse_attention", "deepspeed._lib"):
         check_raises(f"import {name}: ImportError naming it",
                      lambda: importlib.import_module(name), ImportError,
                      f"zinc does not offer the DeepSpeed module '{name}'")
+    # The `deepspeed` distribution's metadata (transformers' Trainer requires "deepspeed>=0.9.3"
+    # by it, and transformers and accelerate take DeepSpeed as absent without it): without
+    # DeepSpeed installed, the Trainer under zinc.as_deepspeed stopped at PackageNotFoundError
+    # (before 2026-12-01); with it installed, its version described modules zinc replaced.
+    import importlib.metadata as md
+    import re
+    header = open(os.path.join(HERE, "..", "..", "include", "zinc.h")).read()
+    want = ".".join(re.search(rf"#define ZINC_VERSION_{k} (\d+)", header).group(1)
+                    for k in ("MAJOR", "MINOR", "PATCH"))
+    check("zinc.__version__ is include/zinc.h's version (deepspeed.__version__ with it)",
+          zinc.__version__ == want and deepspeed.__version__ == want,
+          f"{zinc.__version__} vs {want}")
+    try:
+        dist = md.distribution("DeepSpeed")          # (names are matched normalized)
+        ver, summary = md.version("deepspeed"), dist.metadata["Summary"]
+    except md.PackageNotFoundError as ex:
+        check("the deepspeed distribution's metadata is zinc's answer", False, repr(ex))
+        return
+    check("the deepspeed distribution's metadata: version 0.19.8 (>= the Trainer's 0.9.3), "
+          "its summary naming zinc and its version",
+          ver == as_deepspeed.DEEPSPEED_VERSION == "0.19.8" and dist.metadata["Name"] ==
+          "deepspeed" and tuple(map(int, ver.split("."))) >= (0, 9, 3) and
+          summary.startswith(f"zinc {zinc.__version__} "), f"{ver!r} {summary!r}")
+    check("other distributions are not zinc's to answer",
+          all(d.metadata["Name"] != "deepspeed" for d in md.distributions(name="torch")))
 
 
 def api_accelerate_names():
