@@ -2,7 +2,7 @@
 """stage3_hooks.py — the host cost of `import zinc`'s stage-3 hooks, on the CPU (issue 38).
 
     python bench/stage3_hooks.py [--stage 3] [--steps 80] [--tree DIR] [--reuse-distance N]
-                                 [--against DIR]
+                                 [--persistence N] [--against DIR]
 
 A GPT-2 of transformers' at 12 layers but tiny widths (n_embd 32, vocabulary 64, sequence 16),
 bf16, every group partitioned (stage3_param_persistence_threshold 0: 75 groups), one thread: the
@@ -11,12 +11,16 @@ Python per gather and hand-over, the part a GPU step pays on its host. Prints on
 median and minimum step time, the median of engine.hook_seconds() per step and the gathers per
 step (zinc's all-gather bytes over the 16-bit model's). --reuse-distance N sets
 stage3_max_reuse_distance (default DeepSpeed's 1e9, where this model keeps every group from its
-forward for its backward; 0 gathers each again in backward). --tree DIR
+forward for its backward; 0 gathers each again in backward). --persistence N sets
+stage3_param_persistence_threshold (default 0; 100 makes the 25 LayerNorm groups of 64
+elements persistent and no other, GPT-2 124M's proportion at DeepSpeed's default 1e5, whose
+LayerNorms have 1,536 elements and its smallest other group 590k). --tree DIR
 imports zinc from DIR/python (another checkout, for a side-by-side run of two versions:
 alternate the two a few times, the machine's load moves). --against DIR builds a second engine
 from DIR/python's zinc in the same process (each package copied under its own name) and
 alternates the two engines' steps, in turn first, so that both see the same load: it prints
-both medians and the median of the per-step ratios of hook time (this tree's over DIR's), the
+both medians and the medians of the per-step ratios of hook time and of step time (this
+tree's over DIR's), the
 figure to compare versions by on a shared machine, where separate runs swing by 2x. Needs
 torch and transformers; the model and its training come from zinc_gpt2.py.
 """
@@ -57,8 +61,10 @@ def against(a, zero):
                 times[name].append(time.perf_counter() - t0)
                 hooks[name].append(engine.hook_seconds() - h0)
     ratio = statistics.median(t / o for t, o in zip(hooks["zinc_this"], hooks["zinc_other"]))
+    step_ratio = statistics.median(t / o for t, o in zip(times["zinc_this"], times["zinc_other"]))
     out = {"tree": a.tree, "against": a.against, "stage": a.stage, "steps": a.steps,
-           "hook_ratio_median": round(ratio, 3)}
+           "persistence": a.persistence, "hook_ratio_median": round(ratio, 3),
+           "step_ratio_median": round(step_ratio, 3)}
     for name, key in (("zinc_this", "this"), ("zinc_other", "other")):
         out[f"{key}_step_ms_median"] = round(statistics.median(times[name]) * 1e3, 3)
         out[f"{key}_hook_ms_median"] = round(statistics.median(hooks[name]) * 1e3, 3)
@@ -81,9 +87,10 @@ def main():
     add_args(ap, stage=3)
     ap.add_argument("--steps", type=int, default=80)
     ap.add_argument("--reuse-distance", type=int, default=None)
+    ap.add_argument("--persistence", type=int, default=0)
     ap.add_argument("--against", metavar="DIR", default=None)
     a = ap.parse_args()
-    zero = {"stage": a.stage, "stage3_param_persistence_threshold": 0}
+    zero = {"stage": a.stage, "stage3_param_persistence_threshold": a.persistence}
     if a.reuse_distance is not None:
         zero["stage3_max_reuse_distance"] = a.reuse_distance
     if a.against:

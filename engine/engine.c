@@ -1251,6 +1251,11 @@ const char *zinc_engine_comm(const zinc_engine_t *e)
     return e ? zcomm_backend_name(e->comm) : NULL;
 }
 int zinc_engine_grads_bucketed(const zinc_engine_t *e) { return e && e->bucketed; }
+int zinc_group_persistent(const zinc_engine_t *e, int group)
+{
+    return e && e->gstate && group >= 0 && group < e->plan.ngroups &&
+           e->gstate[group].persistent;
+}
 int zinc_engine_group_count(const zinc_engine_t *e) { return e ? e->plan.ngroups : 0; }
 int zinc_engine_param_count(const zinc_engine_t *e) { return e ? e->plan.nparams : 0; }
 int zinc_engine_at_boundary(const zinc_engine_t *e)

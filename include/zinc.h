@@ -554,6 +554,14 @@ ZINC_API const char *zinc_engine_comm(const zinc_engine_t *e);
  * the sums. 0 where the model adds into the gradient buffer itself, and for NULL. Known from
  * zinc_engine_create on: a front-end reads it instead of restating the rule. */
 ZINC_API int zinc_engine_grads_bucketed(const zinc_engine_t *e);
+/* 1 where group `group` is persistent: ZeRO stage 3, fewer elements than
+ * stage3_param_persistence_threshold, so zinc keeps it gathered in full for good (refreshed at
+ * each step, zinc_param_set and a load; zinc_gather / zinc_release of it cost nothing), and its
+ * zinc_param_data address, read between a zinc_gather and zinc_release, stays valid until
+ * zinc_engine_destroy. A front-end may let the model's parameters view it between steps, as
+ * DeepSpeed keeps such parameters whole in the module. 0 otherwise, before zinc_finalize, and
+ * for NULL or a group out of range. */
+ZINC_API int zinc_group_persistent(const zinc_engine_t *e, int group);
 /* 1 when the current micro-step ends the accumulation window, so that the next zinc_step
  * applies (or skips on overflow) an optimizer step: zinc_set_accumulation_boundary's value, else
  * gradient_accumulation_steps - 1 micro-steps have passed since the last one. DeepSpeed's

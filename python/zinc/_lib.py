@@ -153,6 +153,7 @@ _sig = {
     "zinc_engine_world_size": (ctypes.c_int, [ctypes.c_void_p]),
     "zinc_engine_stage": (ctypes.c_int, [ctypes.c_void_p]),
     "zinc_engine_grads_bucketed": (ctypes.c_int, [ctypes.c_void_p]),
+    "zinc_group_persistent": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int]),
     "zinc_engine_dtype": (ctypes.c_int, [ctypes.c_void_p]),
     "zinc_engine_at_boundary": (ctypes.c_int, [ctypes.c_void_p]),
     "zinc_engine_lr": (ctypes.c_double, [ctypes.c_void_p]),

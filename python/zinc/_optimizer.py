@@ -424,6 +424,14 @@ class _Optimizer:
         written into the groups under it gives way to the schedule once a step applied it
         (not after one skipped for an fp16 overflow, where DeepSpeed's scheduler does not
         step)."""
+        if applied and self._client is not None:
+            # zinc's step is the client optimizer's: a torch scheduler over it that the script
+            # steps itself (accelerate's AcceleratedScheduler) warned "lr_scheduler.step() before
+            # optimizer.step()" at its first step, though the schedule is right. torch 2 reads
+            # this flag, which its scheduler's wrapper of optimizer.step sets; torch 1.13 the count.
+            self._client._opt_called = True
+            if getattr(self._client, "_step_count", 1) < 1:
+                self._client._step_count = 1
         if self._betas_once is not None and applied:
             self._engine._call(lib.zinc_set_betas(self._engine._e, math.nan, math.nan))
             self._betas_once = None

@@ -8,7 +8,10 @@ Engine.__init__ and _setup_stage3 set up (self._g, self._needs, self._stack, ...
 Stage 3 (DeepSpeed's scheme, built from forward hooks and autograd Functions so that it works on
 torch 1.13, which has no backward pre-hooks for modules, as on current torch):
 - Between steps the parameters hold no memory (`param.data` is an empty tensor); zinc holds the
-  rank's shard.
+  rank's shard. Persistent groups (below stage3_param_persistence_threshold, which zinc keeps
+  gathered in full at a fixed address) are the exception: their parameters view zinc's copy for
+  good (_view_whole), as DeepSpeed keeps such parameters whole, and none of what follows
+  applies to them (no hook, gather, copy or release).
 - A forward pre-hook gathers the module's group (zinc_gather) and sets `param.data` to a copy
   torch owns, then releases zinc's buffer at once; the forward post-hook empties `param.data`
   again and passes every output tensor that requires grad through `_Regather`, whose backward
@@ -200,12 +203,24 @@ class _Stage3Mixin:
             for pid, _, p in G.params:
                 p.ds_id, p.ds_shape = pid, torch.Size(self._shapes[pid])
                 p.ds_numel = _numel(self._shapes[pid])
+        # Persistent groups (below stage3_param_persistence_threshold; zinc keeps them gathered
+        # in full): their parameters view zinc's copy between steps too, as DeepSpeed keeps such
+        # parameters whole in the module, so model.state_dict() and a PEFT save_pretrained
+        # read their values (they were empty tensors). Nothing gathers or releases them, and a
+        # module that reads only such groups gets no hook.
+        for G in self._g:
+            G.whole = lib.zinc_group_persistent(self._e, G.gid) == 1
+        for mod in list(self._needs):
+            self._needs[mod] = [gi for gi in self._needs[mod] if not self._g[gi].whole]
+            if not self._needs[mod]:
+                del self._needs[mod]
         for mod in model.modules():
             ext = [self._group_of[id(q)] for q in mod.__dict__.get("_zinc_external_params", [])
-                   if id(q) in self._group_of]
+                   if id(q) in self._group_of and not self._g[self._group_of[id(q)]].whole]
             if ext:
                 self._declared[mod] = set(ext)
-            if any(id(p) in self._group_of for p in mod._parameters.values() if p is not None):
+            if any(id(p) in self._group_of and not self._g[self._group_of[id(p)]].whole
+                   for p in mod._parameters.values() if p is not None):
                 mod._parameters = _GatherOnRead(mod._parameters, self)
                 self._watched.append(mod)
         inside = self._leaves(model)
@@ -233,7 +248,7 @@ class _Stage3Mixin:
         too): mod gathers p's group from its next forward on, as if declared before. Inside a
         ZeRO-3 leaf the leaf gathers it (_leaves)."""
         gi = self._group_of.get(id(p))
-        if gi is None:
+        if gi is None or self._g[gi].whole:
             return
         if mod in self._inside_leaf:       # the outermost leaf holding it
             mod = next(m for m in self.module.modules() if getattr(m, "_z3_leaf", False) and
@@ -381,7 +396,7 @@ class _Stage3Mixin:
 
     def _dematerialize(self, gi):
         G = self._g[gi]
-        if G.live and G.ctx == 0:
+        if G.live and G.ctx == 0 and not G.whole:
             with held():     # not left marked gathered with some weights emptied (_interrupt)
                 for _, _, p in G.params:
                     p.data = self._empty
@@ -416,6 +431,8 @@ class _Stage3Mixin:
         will use it). DeepSpeed's rule: the uses from here up to the next one of the group
         cover fewer elements than the distance."""
         G, R = self._g[gi], self._order
+        if G.whole:
+            return
         if (self._reuse_numel > 0 and R is not None and not self._left and G.live and G.ctx == 0
                 and (self._in_backward or torch.is_grad_enabled())):
             u, here = self._last_use.get(gi, -1), len(self._uses)
@@ -446,9 +463,30 @@ class _Stage3Mixin:
                 G.live = True
                 G.holds = 0
                 G.read_hold = False
-                self._dematerialize(gi)
+                if G.whole:
+                    self._view_whole(G)
+                else:
+                    self._dematerialize(gi)
         if self._stack:        # (an attribute set on the Engine, an nn.Module, costs ~3 us)
             self._stack = []
+
+    def _view_whole(self, G):
+        """A persistent group's parameters as views of zinc's full copy of it (its address
+        stays, zinc_group_persistent): made once, and again should the script have replaced a
+        `param.data` (the addresses compared, at each _drop_params)."""
+        if G.whole_at is not None and all(p.data_ptr() == at for (_, _, p), at
+                                          in zip(G.params, G.whole_at)):
+            return
+        # zinc_param_data answers inside a gather (for a persistent group zinc_gather and
+        # zinc_release only mark it: no collective, nothing copied)
+        self._call(lib.zinc_gather(self._e, G.gid))
+        try:
+            span, layout, _ = self._group_span(G, "data")
+            for (_, _, p), (off, shape, strides) in zip(G.params, layout):
+                p.data = span.as_strided(shape, strides, off)
+        finally:
+            self._call(lib.zinc_release(self._e, G.gid))
+        G.whole_at = [p.data_ptr() for _, _, p in G.params]
 
     # ---- zero.GatheredParameters (zero.py) --------------------------------------------------
 

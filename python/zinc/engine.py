@@ -301,6 +301,9 @@ class _Group:
         self.holds = 0            # stage 3: forwards running that need the group (and a read)
         self.read_hold = False    # stage 3: one of holds is a backward's read (_on_read)
         self.ctx = 0              # stage 3: zero.GatheredParameters contexts holding it gathered
+        self.whole = False        # stage 3: persistent in zinc (zinc_group_persistent): its
+                                  # parameters view zinc's full copy for good (_view_whole)
+        self.whole_at = None      # ... the addresses of those views
         self.got = set()          # param ids whose gradient autograd accumulated this backward
         self.done = False         # handed over (zinc_grads_ready) this micro-step
         self.late = False         # a gradient came after this backward's hand-over (_handover)
@@ -742,7 +745,8 @@ class Engine(_Stage3Mixin, _HandOverMixin, _DirectBackwardMixin, _ValuesMixin, _
         copies first, so the model stays usable. At stage 3 they stay empty, as DeepSpeed's do
         (zinc held the only copy, in shards, and gathering is collective, which close(), also
         run by the garbage collector, cannot be): call module_state_dict() before, on every
-        rank, to keep the values. Groups kept for their reuse (stage3_max_reuse_distance) are
+        rank, to keep the values. The persistent groups' parameters, whole views of zinc's
+        copy at stage 3, become copies as at stages 0-2. Groups kept for their reuse (stage3_max_reuse_distance) are
         emptied as well."""
         if getattr(self, "_stage", None) == 3 and hasattr(self, "_empty"):
             self._empty_kept()

@@ -1220,6 +1220,14 @@ static void test_grad_bucket(void)
         ZT_CHECK(zinc_engine_grads_bucketed(e) == (stage >= 2),
                  "stage %d bf16: zinc_engine_grads_bucketed %d", stage,
                  zinc_engine_grads_bucketed(e));
+        /* zinc_group_persistent: the toy's groups are below DeepSpeed's default threshold
+         * (1e5), so persistent at stage 3 only; 0 out of range and for NULL */
+        for (int g = 0; g < TOY_GROUPS; g++)
+            ZT_CHECK(zinc_group_persistent(e, g) == (stage == 3),
+                     "stage %d: zinc_group_persistent(%d) %d", stage, g,
+                     zinc_group_persistent(e, g));
+        ZT_CHECK(zinc_group_persistent(e, TOY_GROUPS) == 0 && zinc_group_persistent(e, -1) == 0 &&
+                 zinc_group_persistent(NULL, 0) == 0, "zinc_group_persistent out of range");
         for (int round = 0; round < 2; round++) {      /* the rotation goes on across steps */
             for (int g = 0; g < TOY_GROUPS; g++) {
                 int slot = -2, again = -2;

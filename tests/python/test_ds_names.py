@@ -187,7 +187,10 @@ def api_leaf():
             lambda mod, inp: sizes.append(min(p.numel() for p in peek)))
         engine, *_ = zinc.initialize(
             model=model, model_parameters=model.parameters(),
-            config={"train_micro_batch_size_per_gpu": 8, "zero_optimization": {"stage": 3},
+            # (persistence off: the experts are small, and persistent groups are whole in the
+            # module for good, so no gather would be seen)
+            config={"train_micro_batch_size_per_gpu": 8,
+                    "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0},
                     "optimizer": {"type": "AdamW", "params": {"lr": 1e-2}}})
         g = torch.Generator().manual_seed(5)
         losses = []
@@ -233,6 +236,32 @@ def api_utils():
     check("ZeroParamStatus: DeepSpeed's values",
           [(s.name, s.value) for s in ZeroParamStatus]
           == [("AVAILABLE", 1), ("NOT_AVAILABLE", 2), ("INFLIGHT", 3)])
+
+
+def api_script_scheduler():
+    """A torch scheduler over the client optimizer, stepped by the script after engine.step()
+    (accelerate's AcceleratedScheduler): no "lr_scheduler.step() before optimizer.step()"
+    warning, since zinc's step is the optimizer's (before 2026-12-01 torch warned at the first
+    scheduler step, under zinc only), and the schedule is the script's."""
+    import warnings
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 2)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    engine, _, _, _ = zinc.initialize(model=model, optimizer=opt,
+                                      config={"train_micro_batch_size_per_gpu": 2})
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda k: 1.0 / (k + 1))
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            engine.backward(engine(torch.ones(2, 4)).sum())
+            engine.step()
+            sched.step()
+    order = [str(w.message)[:60] for w in seen if "lr_scheduler.step()" in str(w.message)]
+    check("a script-stepped scheduler over the client optimizer: no warning that it stepped "
+          "before the optimizer", not order, f"{order}")
+    check("... and the schedule is the script's (lr 1e-2 / 3 after two steps)",
+          abs(opt.param_groups[0]["lr"] - 1e-2 / 3) < 1e-12, f"{opt.param_groups[0]['lr']}")
+    engine.close()
 
 
 def api_as_deepspeed():
@@ -355,6 +384,7 @@ def api():
     api_utils()
     api_comm_after()
     api_as_deepspeed()
+    api_script_scheduler()
     api_accelerate_names()
 
 

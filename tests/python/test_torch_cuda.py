@@ -173,7 +173,8 @@ def train(engine, dev, batches):
 def check_memory(engine, dev, stage):
     """Stages 0-2: each parameter is zinc's working copy on dev, equal to module_state_dict's
     value; module_state_dict equals zinc_param_get's values and is on dev. Stage 3: the model
-    holds nothing. Returns the number of failures."""
+    holds nothing but the persistent groups, whole with module_state_dict's values. Returns the
+    number of failures."""
     fails = 0
     sd = engine.module_state_dict()
     for _, params in engine._groups:
@@ -195,18 +196,36 @@ def check_memory(engine, dev, stage):
                 elif not torch.equal(p.detach(), sd[name]):
                     fails += 1
                     print(f"FAIL: '{name}' (the model's view) differs from module_state_dict")
+            elif engine._g[engine._group_of[id(p)]].whole:
+                # persistent (below stage3_param_persistence_threshold): whole in the module,
+                # a view of zinc's full copy, as DeepSpeed keeps such parameters
+                if p.device != dev or not torch.equal(p.detach(), sd[name]):
+                    fails += 1
+                    print(f"FAIL: stage 3: persistent '{name}' ({p.device}, {p.numel()} "
+                          f"elements) is not module_state_dict's value")
             elif p.numel() != 0:
                 fails += 1
                 print(f"FAIL: stage 3: '{name}' holds {p.numel()} elements between steps")
     return fails
 
 
+def config(stage, bf16, persist=False):
+    """The parity test's config; at stage 3 with persistence off unless `persist` (Tiny's
+    groups are all below DeepSpeed's default threshold, and a persistent group is whole in the
+    module for good: nothing would be gathered, copied or released, the paths these cases
+    order on the device)."""
+    cfg = tp.config(stage, bf16)
+    if stage == 3 and not persist:
+        cfg["zero_optimization"]["stage3_param_persistence_threshold"] = 0
+    return cfg
+
+
 def parity(dev, stage, bf16, ref, side_stream=False, offload_param=False, reuse_distance=None,
-           grad_fp32=False, wire_fp32=False):
+           grad_fp32=False, wire_fp32=False, persist=False):
     ref_losses, ref_w = ref
     torch.manual_seed(0)
     m = tp.Tiny().to(dev)
-    cfg = tp.config(stage, bf16)
+    cfg = config(stage, bf16, persist)
     if grad_fp32:
         # fp32 gradient sums: at stage 1 torch adds into zinc's 16-bit buckets, which each
         # hand-over adds into the fp32 sums on zinc's stream (the buckets' events order the
@@ -259,7 +278,7 @@ def grads(dev, stage):
     import zinc.utils as zu
     torch.manual_seed(0)
     m = tp.Tiny().to(dev)
-    engine, *_ = zinc.initialize(model=m, model_parameters=m.parameters(), config=tp.config(stage, False))
+    engine, *_ = zinc.initialize(model=m, model_parameters=m.parameters(), config=config(stage, False))
     torch.manual_seed(0)
     r = tp.Tiny().to(dev)
     opt = torch.optim.AdamW(r.parameters(), lr=tp.LR, betas=(0.9, 0.999), eps=1e-8,
@@ -311,7 +330,7 @@ def set_while_queued(dev, stage):
     import zinc.utils as zu
     torch.manual_seed(0)
     m = tp.Tiny().to(dev)
-    engine, *_ = zinc.initialize(model=m, config=tp.config(stage, False))
+    engine, *_ = zinc.initialize(model=m, config=config(stage, False))
     x, y = next(iter(tp.batches()))
     x, y = x.to(dev), y.to(dev)
     p = next(q for q in m.parameters() if q.dim() == 2)
@@ -340,7 +359,7 @@ def close_mid_window(dev, stage):
     Returns the number of failures."""
     torch.manual_seed(0)
     m = tp.Tiny().to(dev)
-    engine, *_ = zinc.initialize(model=m, config=tp.config(stage, False))
+    engine, *_ = zinc.initialize(model=m, config=config(stage, False))
     x, y = next(iter(tp.batches()))
     engine.backward(tp.loss_fn(engine, x.to(dev), y.to(dev)))
     lent = engine._grad_buf is not None
@@ -366,7 +385,7 @@ def zero_grad_mid_window(dev, stage):
     def run(first_scale, drop):
         torch.manual_seed(0)
         m = tp.Tiny().to(dev)
-        engine, opt, _, _ = zinc.initialize(model=m, config=tp.config(stage, False))
+        engine, opt, _, _ = zinc.initialize(model=m, config=config(stage, False))
         with late_zinc(engine, cuda):
             for i, (x, y) in enumerate(tp.batches()):
                 loss = tp.loss_fn(engine, x.to(dev), y.to(dev)) * (first_scale if i % tp.GA == 0
@@ -402,7 +421,7 @@ def features(dev, stage):
     ref_losses, ref_w = reference(dev, build)
     m, opt, sched = build()
     engine, *_ = zinc.initialize(model=m, optimizer=opt, lr_scheduler=sched,
-                                 config=tp.config(stage, False))
+                                 config=config(stage, False))
     losses = train(engine, dev, tp.batches())
     w = engine.module_state_dict()
     worst_w = max(float((w[n] - ref_w[n]).abs().max() / ref_w[n].abs().max()) for n in ref_w)
@@ -423,7 +442,7 @@ def gathered(dev, stage):
     the model reads (check_memory: stages 0-2 the views). Returns the number of failures."""
     torch.manual_seed(0)
     m = tp.Tiny().to(dev)
-    engine, *_ = zinc.initialize(model=m, config=tp.config(stage, True))
+    engine, *_ = zinc.initialize(model=m, config=config(stage, True))
     sd = engine.module_state_dict()
     fails = 0
     with zinc.zero.GatheredParameters(m.parameters()):
@@ -464,7 +483,7 @@ def zero_init(dev, stage):
             if bad:
                 print(f"FAIL: stage {stage}: zero.Init left {bad} whole or off {dev}")
                 return 1
-        engine, *_ = zinc.initialize(model=m, config=tp.config(stage, False))
+        engine, *_ = zinc.initialize(model=m, config=config(stage, False))
         runs.append((train(engine, dev, tp.batches()), engine.module_state_dict()))
         engine.close()
     (lw, ww), (lp, wp) = runs
@@ -480,7 +499,7 @@ def ckpt_round_trip(dev, stage, bf16, d):
     batches = list(tp.batches())[:12]
     torch.manual_seed(0)
     m = tp.Tiny().to(dev)
-    engine, *_ = zinc.initialize(model=m, config=tp.config(stage, bf16))
+    engine, *_ = zinc.initialize(model=m, config=config(stage, bf16))
     train(engine, dev, batches[:6])
     engine.save_checkpoint(d, tag="t3", client_state={"at": 3})
     saved = {n: t.clone() for n, t in engine.module_state_dict().items()}
@@ -488,7 +507,7 @@ def ckpt_round_trip(dev, stage, bf16, d):
     engine.close()
     torch.manual_seed(1)                          # other initial weights: the load must win
     m2 = tp.Tiny().to(dev)
-    engine, *_ = zinc.initialize(model=m2, config=tp.config(stage, bf16))
+    engine, *_ = zinc.initialize(model=m2, config=config(stage, bf16))
     path, client = engine.load_checkpoint(d)
     at = engine.global_steps
     fails = check_memory(engine, dev, stage)
@@ -513,7 +532,7 @@ def ckpt_weights_only(dev, stage, bf16, d):
     checkpoint's, and 3 more steps train with finite losses. Written 2026-11-30 without a GPU."""
     torch.manual_seed(1)
     m = tp.Tiny().to(dev)
-    engine, *_ = zinc.initialize(model=m, config=tp.config(stage, bf16))
+    engine, *_ = zinc.initialize(model=m, config=config(stage, bf16))
     engine.load_checkpoint(d, tag="t3", load_optimizer_states=False)
     loaded = engine.module_state_dict()
     fails = 0
@@ -540,7 +559,7 @@ def errors(dev):
         m = tp.Tiny().to(dev)
         m.ln.to("cpu")
         try:
-            zinc.initialize(model=m, config=tp.config(0, False))
+            zinc.initialize(model=m, config=config(0, False))
             fails += 1
             print("FAIL: a model on two devices was accepted")
         except ValueError as ex:
@@ -551,7 +570,7 @@ def errors(dev):
         if torch.cuda.device_count() > 1:
             other = torch.device("cuda", (dev.index + 1) % torch.cuda.device_count())
             try:
-                zinc.initialize(model=tp.Tiny().to(other), config=tp.config(0, False))
+                zinc.initialize(model=tp.Tiny().to(other), config=config(0, False))
                 fails += 1
                 print(f"FAIL: a model on {other} was accepted while zinc opens {dev}")
             except ValueError as ex:
@@ -589,6 +608,8 @@ def main(on_cpu):
             fails += parity(dev, stage, bf16, first if bf16 and stage == 0 else ref[bf16])
     if dev.type == "cuda":
         fails += parity(dev, 3, False, ref[False], side_stream=True)
+    for bf16 in (False, True):    # every group persistent: the model views zinc's full copies
+        fails += parity(dev, 3, bf16, ref[bf16], persist=True)
     for bf16 in (False, True):
         fails += parity(dev, 3, bf16, ref[bf16], offload_param=True)
         fails += parity(dev, 3, bf16, ref[bf16], offload_param=True, reuse_distance=0)

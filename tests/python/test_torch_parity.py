@@ -124,16 +124,29 @@ def main():
     if STAGE == 3:
         # Between steps the model holds no parameter memory and zinc holds the rank's shard:
         # fp32 master bytes about 4 * params / world (plus padding of each group's slices).
-        held = sum(p.numel() for p in m.parameters())
+        # Persistent groups (below stage3_param_persistence_threshold, DeepSpeed's default
+        # 1e5: every module of this model) are whole in the module, as DeepSpeed keeps them,
+        # views of zinc's full copy: the values the steps left (before 2026-12-01 they were
+        # empty, and model.state_dict() gave empty tensors for them).
+        whole = {id(p) for G in engine._g if G.whole for _, _, p in G.params}
+        held = sum(p.numel() for p in m.parameters() if id(p) not in whole)
+        full = engine.module_state_dict()
+        own = m.state_dict()
+        kept = [n for n, p in m.named_parameters() if id(p) in whole]
+        stale = [n for n in kept if not torch.equal(own[n], full[n].to(own[n].dtype))]
         psi = sum(t.numel() for t in ref_w.values())
         mem = engine.memory()
         master = mem["master"][1] + mem["param16"][1]   # fp32 mode: one buffer is the other
         want = (6 if BF16 else 4) * psi / world     # fp32 master (+ the bf16 working shard)
-        print(f"stage 3, rank {rank} of {world}: the model holds {held} parameter elements between "
-              f"steps; zinc's parameter shard {master} bytes for {psi} parameters "
-              f"({master / want:.3f} x {6 if BF16 else 4}*psi/N)")
+        print(f"stage 3, rank {rank} of {world}: the model holds {held} elements of partitioned "
+              f"parameters between steps, {len(kept)} persistent parameters whole "
+              f"({len(stale)} not the engine's values); zinc's parameter shard {master} bytes "
+              f"for {psi} parameters ({master / want:.3f} x {6 if BF16 else 4}*psi/N)")
         if held != 0 or master > 1.25 * want:
             print("FAIL: stage 3 does not shard the parameters between steps")
+            return 1
+        if not kept or stale:
+            print(f"FAIL: persistent parameters not whole with the engine's values: {stale}")
             return 1
     worst_w, bound_w, bound_l, what = differences(engine.module_state_dict(), ref_w, BF16)
     ok = True

@@ -33,6 +33,9 @@
                                                 under the config's scheduler as the config's
                                                 optimizer
     python test_torch_stage3.py warnings        a config warning arrives as zinc.ZincConfigWarning
+    python test_torch_stage3.py persistent      persistent groups are whole in the module between
+                                                steps (views of zinc's copy), and train bit for
+                                                bit as with persistence off
     python test_torch_stage3.py measure [STEPS] not a test: examples/torch_gpt.py's model at stage 3
                                                 bf16, median step time and the largest parameter
                                                 bytes torch held (docs/python.md's figures)
@@ -194,6 +197,125 @@ class SkipChain(Chain):
             if i != self.skip:
                 x = x + b(x)
         return x
+
+
+def test_persistent():
+    """Persistent groups (below stage3_param_persistence_threshold) are whole in the module
+    between steps, as DeepSpeed keeps such parameters: `param.data` views zinc's full copy, so
+    model.state_dict() (a PEFT save_pretrained) reads their values. Before 2026-12-01 they were
+    empty tensors there, and each forward copied them in and out. Checked on Chain with the
+    LayerNorm groups (128 elements) persistent and the Linear ones (4160) not:
+    - the losses and final weights are bit for bit those of the run with persistence off;
+    - after every step the LayerNorm parameters are whole with the engine's values
+      (module_state_dict, which gathers) and the Linear ones empty;
+    - the LayerNorm modules carry no forward hook of zinc's (nothing to gather);
+    - a GatheredParameters(modifier_rank=0) write to a LayerNorm weight is every rank's view
+      and master; a load_checkpoint puts the saved values in the views; after close() they
+      keep their values (copies)."""
+    import tempfile
+    bad = []
+
+    def is_norm(n):               # blocks.<i>.0.*: each block's LayerNorm (persistent)
+        return n.split(".")[2] == "0"
+
+    def run(threshold, extra):
+        torch.manual_seed(0)
+        m = Chain(layers=3)
+        engine, _, _, _ = zinc.initialize(model=m, config=config(
+            3, ga=2, bf16=True, stage3_param_persistence_threshold=threshold))
+        gen = torch.Generator().manual_seed(1 + engine.global_rank)
+        losses = []
+        for step in range(4):
+            for _ in range(2):
+                x = torch.randn(4, 64, generator=gen).to(torch.bfloat16)
+                loss = engine(x).float().pow(2).mean()
+                engine.backward(loss)
+                engine.step()
+                losses.append(float(loss))
+            if extra:
+                extra(engine, m, step)
+        final = {n: t.clone() for n, t in engine.module_state_dict().items()}
+        return engine, m, losses, final
+
+    def whole_ok(engine, m, when):
+        full = engine.module_state_dict()
+        for n, p in m.named_parameters():
+            if is_norm(n):
+                if p.numel() != full[n].numel() or not torch.equal(p.detach(), full[n]):
+                    bad.append(f"{when}: {n} is not whole with the engine's values "
+                               f"({p.numel()} elements)")
+            elif p.numel() != 0:
+                bad.append(f"{when}: {n} (partitioned) holds {p.numel()} elements")
+
+    def checks(engine, m, step):
+        whole_ok(engine, m, f"after step {step + 1}")
+        if step == 0:
+            hooked = [n for n, mod in m.named_modules() if isinstance(mod, torch.nn.LayerNorm)
+                      and (mod._forward_pre_hooks or mod._forward_hooks)]
+            if hooked:
+                bad.append(f"LayerNorm modules with forward hooks: {hooked}")
+        if step == 1:
+            w = m.blocks[1][0].weight
+            with zinc.zero.GatheredParameters([w], modifier_rank=0):
+                if engine.global_rank == 0:
+                    w.data.fill_(0.5)
+            got = engine.module_state_dict()["blocks.1.0.weight"]
+            if not (torch.all(w.detach() == 0.5) and torch.all(got == 0.5)):
+                bad.append(f"rank {engine.global_rank}: the modifier's write is not the view's "
+                           f"and the engine's: {w.detach()[:3]} {got[:3]}")
+            box = [tempfile.mkdtemp(prefix="zinc-persist-") if engine.global_rank == 0 else None]
+            torch.distributed.broadcast_object_list(box, 0)
+            engine.save_checkpoint(box[0], tag="t")
+            state["saved"] = {n: t.clone() for n, t in engine.module_state_dict().items()}
+            state["dir"] = box[0]
+        if step == 2:
+            engine.load_checkpoint(state["dir"], tag="t")
+            whole_ok(engine, m, "after load_checkpoint")
+            for n, p in m.named_parameters():
+                if is_norm(n) and not torch.equal(p.detach(), state["saved"][n]):
+                    bad.append(f"after load_checkpoint: {n} is not the saved value")
+
+    state = {}
+    engine, m, losses, final = run(1000, checks)
+    if not any(getattr(G, "whole", False) for G in engine._g):
+        bad.append("no group is persistent (zinc_group_persistent)")
+    engine.close()
+    for n, p in m.named_parameters():
+        if is_norm(n) and not torch.equal(p.detach(), final[n]):
+            bad.append(f"after close(): {n} lost its values")
+    if engine.global_rank == 0:
+        import shutil
+        shutil.rmtree(state["dir"], ignore_errors=True)
+
+    def same_edits(engine, m, step):     # the other run's writes and load, without the checks
+        if step == 1:
+            w = m.blocks[1][0].weight
+            with zinc.zero.GatheredParameters([w], modifier_rank=0):
+                if engine.global_rank == 0:
+                    w.data.fill_(0.5)
+            box = [tempfile.mkdtemp(prefix="zinc-persist-") if engine.global_rank == 0 else None]
+            torch.distributed.broadcast_object_list(box, 0)
+            engine.save_checkpoint(box[0], tag="t")
+            state["dir0"] = box[0]
+        if step == 2:
+            engine.load_checkpoint(state["dir0"], tag="t")
+    engine0, _, losses0, final0 = run(0, same_edits)
+    if any(getattr(G, "whole", False) for G in engine0._g):
+        bad.append("threshold 0: a group is persistent")
+    engine0.close()
+    if engine0.global_rank == 0:
+        import shutil
+        shutil.rmtree(state["dir0"], ignore_errors=True)
+    if losses != losses0:
+        bad.append(f"losses differ from persistence off: {losses} vs {losses0}")
+    diff = [n for n in final if not torch.equal(final[n], final0[n])]
+    if diff:
+        bad.append(f"final weights differ from persistence off: {diff}")
+    for b in bad:
+        print("FAIL:", b)
+    print(f"persistent groups: {len(losses)} micro-steps, losses {losses[0]:.6f} .. "
+          f"{losses[-1]:.6f}; {len(bad)} failure(s)")
+    return 1 if bad else 0
 
 
 def test_reuse_distance():
@@ -966,6 +1088,8 @@ if __name__ == "__main__":
         sys.exit(test_client_optimizer(arg))
     if what == "warnings":
         sys.exit(test_warnings())
+    if what == "persistent":
+        sys.exit(test_persistent())
     if what == "measure":
         sys.exit(measure(arg or 40))
     sys.exit(f"unknown test {what}")

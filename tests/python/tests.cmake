@@ -49,6 +49,7 @@ set_tests_properties(python_parity_bf16_stage2 PROPERTIES LABELS python TIMEOUT 
 # config warnings.
 add_test(NAME python_stage3_memory COMMAND ${_py} ${_pyt}/test_torch_stage3.py memory)
 add_test(NAME python_stage3_reuse COMMAND ${_py} ${_pyt}/test_torch_stage3.py reuse)
+add_test(NAME python_stage3_persistent COMMAND ${_py} ${_pyt}/test_torch_stage3.py persistent)
 # One test per stage of a test_torch_stage3.py mode: python_<mode>_stage<s>.
 function(zinc_stage3_script_tests mode)
   foreach(_s ${ARGN})
@@ -81,7 +82,8 @@ zinc_stage3_script_tests(groups 0 1 2 3)
 # lr written into param_groups by the loop.
 zinc_stage3_script_tests(client 0 2 3)
 add_test(NAME python_config_warnings COMMAND ${_py} ${_pyt}/test_torch_stage3.py warnings)
-set_tests_properties(python_stage3_memory python_stage3_reuse python_config_warnings PROPERTIES LABELS python
+set_tests_properties(python_stage3_memory python_stage3_reuse python_stage3_persistent
+                     python_config_warnings PROPERTIES LABELS python
                      TIMEOUT 300 SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
 add_test(NAME python_errors COMMAND ${_py} ${_pyt}/test_torch_ckpt.py errors ${CMAKE_CURRENT_BINARY_DIR}/py_errors)
 add_test(NAME python_ckpt_warmstart
@@ -273,6 +275,8 @@ if(ZINC_HAVE_MPI AND ZINC_TORCH_PYTHON)
   # is empty: it must drop its kept groups too (else its backward skips gathers: a hang).
   add_test(NAME python_stage3_reuse_mpi
            COMMAND ${_mpi} ${MPIEXEC_NUMPROC_FLAG} 2 ${_py} ${_pyt}/test_torch_stage3.py reuse)
+  add_test(NAME python_stage3_persistent_mpi
+           COMMAND ${_mpi} ${MPIEXEC_NUMPROC_FLAG} 2 ${_py} ${_pyt}/test_torch_stage3.py persistent)
   add_test(NAME python_overlap_mpi_stage3
            COMMAND ${_mpi} ${MPIEXEC_NUMPROC_FLAG} 2 ${_py} ${_pyt}/test_torch_stage3.py overlap 3)
   add_test(NAME python_odd_mpi_stage3
@@ -284,7 +288,7 @@ if(ZINC_HAVE_MPI AND ZINC_TORCH_PYTHON)
   add_test(NAME python_client_mpi_stage3
            COMMAND ${_mpi} ${MPIEXEC_NUMPROC_FLAG} 2 ${_py} ${_pyt}/test_torch_stage3.py client 3)
   set_tests_properties(python_stage3_memory_mpi python_stage3_reuse_mpi
-                       python_overlap_mpi_stage3 python_odd_mpi_stage3
+                       python_stage3_persistent_mpi python_overlap_mpi_stage3 python_odd_mpi_stage3
                        python_actckpt_mpi_stage3 python_groups_mpi_stage3
                        python_client_mpi_stage3
                        PROPERTIES LABELS "python;multirank" TIMEOUT 300 SKIP_RETURN_CODE 77
