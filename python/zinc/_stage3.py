@@ -564,17 +564,30 @@ class _Stage3Mixin:
                 bad = self._take_changes(trained, others, root, snap)
         finally:
             self._let_go(groups)
-            if self._stage < 3 and root is not None:
-                self._view_params(trained)    # should the modifier have replaced `param.data`
+            if root is not None:
+                # should the modifier have replaced `param.data`: zinc's view again (at stage 3
+                # the persistent groups' views; the others were emptied)
+                if self._stage < 3:
+                    self._view_params(trained)
+                    viewed = list(range(len(trained)))
+                else:
+                    viewed = [k for k, p in enumerate(trained)
+                              if self._g[self._group_of[id(p)]].whole]
+                    for gi in sorted({self._group_of[id(trained[k])] for k in viewed}):
+                        self._view_whole(self._g[gi])
                 if failed and snap is not None:
-                    self._put_back(trained + others, snap)
+                    # a block that raised takes nothing: the modifier's in-place changes of
+                    # what it holds whole (zinc's views, the untrained tensors) are undone
+                    self._put_back([trained[k] for k in viewed] + others,
+                                   [snap[k] for k in viewed] + snap[len(trained):])
         if bad is not None:
             raise ValueError(f"zinc.zero.GatheredParameters: rank {root} changed the shape of "
                              f"a parameter to {bad}: only its values may change")
 
     def _put_back(self, params, snap):
-        """Stages 0-2, a context that raised: the modifier rank's values as they were at its
-        entry. Its changes are not taken then (nor at stage 3, where the groups are emptied),
+        """Stages 0-2 (and stage 3's persistent groups, views too), a context that raised: the
+        modifier rank's values as they were at its entry. Its changes are not taken then (nor
+        at stage 3, where the other groups are emptied),
         but an in-place change of a trained parameter had written zinc's working copy, which the
         next forward used while the fp32 master kept the old value: the weight the step then
         wrote was neither. The working copy is set back in place (its values only: the master

@@ -210,8 +210,9 @@ def test_persistent():
       (module_state_dict, which gathers) and the Linear ones empty;
     - the LayerNorm modules carry no forward hook of zinc's (nothing to gather);
     - a GatheredParameters(modifier_rank=0) write to a LayerNorm weight is every rank's view
-      and master; a load_checkpoint puts the saved values in the views; after close() they
-      keep their values (copies)."""
+      and master; a block that raises takes nothing, a replaced `param.data` and (one rank) a
+      refused shape change leave zinc's view (context_cases); a load_checkpoint puts the
+      saved values in the views; after close() they keep their values (copies)."""
     import tempfile
     bad = []
 
@@ -247,6 +248,51 @@ def test_persistent():
             elif p.numel() != 0:
                 bad.append(f"{when}: {n} (partitioned) holds {p.numel()} elements")
 
+    def context_cases(engine, m, persistent):
+        """GatheredParameters(modifier_rank=0) over a LayerNorm's parameters: a block that
+        raises after an in-place edit takes nothing on any rank; a `param.data` replaced by
+        another tensor gives its values to every rank, and the model holds zinc's view again;
+        (one rank) a shape change is refused and leaves the old values. (With persistent
+        groups, the first two left rank 0's edit or tensor in the model until the next step.)"""
+        rank = engine.global_rank
+        w, b = m.blocks[2][0].weight, m.blocks[2][0].bias
+        before = engine.module_state_dict()["blocks.2.0.weight"].clone()
+        try:
+            with zinc.zero.GatheredParameters([w], modifier_rank=0):
+                if rank == 0:
+                    w.data.mul_(3)
+                raise KeyError("inside the block")
+        except KeyError:
+            pass
+        if not torch.equal(engine.module_state_dict()["blocks.2.0.weight"], before) or (
+                persistent and not torch.equal(w.detach(), before)):
+            bad.append(f"rank {rank}: a block that raised left its in-place edit "
+                       f"({w.detach()[:2]} vs {before[:2]})")
+        with zinc.zero.GatheredParameters([b], modifier_rank=0):
+            if rank == 0:
+                b.data = torch.full(b.shape, 0.25, dtype=b.dtype)
+        got = engine.module_state_dict()["blocks.2.0.bias"]
+        if not torch.all(got == 0.25) or (persistent and not (
+                b.dtype == got.dtype and torch.equal(b.detach(), got))):
+            bad.append(f"rank {rank}: a replaced bias is not every rank's zinc view "
+                       f"({b.dtype}, {b.detach()[:2]}; engine {got[:2]})")
+        if engine.world_size > 1:
+            # Under 2 ranks a refused shape change left the ranks' next reduce-scatters paired
+            # wrongly (MPI_ERR_IN_STATUS), with persistence off and in the front-end before this
+            # test too: open, docs/python.md "Stage 3".
+            return
+        try:
+            with zinc.zero.GatheredParameters([b], modifier_rank=0):
+                if rank == 0:
+                    b.data = torch.ones(3)
+            bad.append(f"rank {rank}: a changed shape was not refused")
+        except ValueError:
+            pass
+        got = engine.module_state_dict()["blocks.2.0.bias"]
+        if not torch.all(got == 0.25) or (persistent and tuple(b.shape) != tuple(got.shape)):
+            bad.append(f"rank {rank}: after the refused shape change the bias is "
+                       f"{tuple(b.shape)}, engine {got[:2]}")
+
     def checks(engine, m, step):
         whole_ok(engine, m, f"after step {step + 1}")
         if step == 0:
@@ -263,6 +309,7 @@ def test_persistent():
             if not (torch.all(w.detach() == 0.5) and torch.all(got == 0.5)):
                 bad.append(f"rank {engine.global_rank}: the modifier's write is not the view's "
                            f"and the engine's: {w.detach()[:3]} {got[:3]}")
+            context_cases(engine, m, True)
             box = [tempfile.mkdtemp(prefix="zinc-persist-") if engine.global_rank == 0 else None]
             torch.distributed.broadcast_object_list(box, 0)
             engine.save_checkpoint(box[0], tag="t")
@@ -293,6 +340,7 @@ def test_persistent():
             with zinc.zero.GatheredParameters([w], modifier_rank=0):
                 if engine.global_rank == 0:
                     w.data.fill_(0.5)
+            context_cases(engine, m, False)
             box = [tempfile.mkdtemp(prefix="zinc-persist-") if engine.global_rank == 0 else None]
             torch.distributed.broadcast_object_list(box, 0)
             engine.save_checkpoint(box[0], tag="t")
