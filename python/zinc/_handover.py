@@ -17,6 +17,7 @@ import torch
 from ._hooktime import timed
 from ._interrupt import held
 from ._lib import lib
+from ._memory import _TORCH_DTYPE
 
 
 class _HandOverMixin:
@@ -28,13 +29,35 @@ class _HandOverMixin:
         nodes (autograd holds them only weakly between graphs), so every backward reuses them.
         Created while `param.data` has its full shape and final dtype: a node remembers both."""
         self._acc_nodes = []
+        self._acc_of = {}            # id(param) -> the AccumulateGrad node its hook is on
         for gi, G in enumerate(self._g):
             for pid, _, p in G.params:
-                node = p.expand_as(p).grad_fn.next_functions[0][0]
-                self._hooks.append(node.register_hook(self._accumulated_hook(gi, pid)))
-                self._acc_nodes.append(node)
+                self._watch_node(gi, pid, p)
                 if self._stage == 3:
                     self._hooks.append(p.register_hook(self._incoming_hook(gi)))
+
+    def _watch_node(self, gi, pid, p):
+        node = p.expand_as(p).grad_fn.next_functions[0][0]
+        if node is not self._acc_of.get(id(p)):
+            self._hooks.append(node.register_hook(self._accumulated_hook(gi, pid)))
+            self._acc_nodes.append(node)
+            self._acc_of[id(p)] = node
+
+    def _rewatch(self, params):
+        """A GatheredParameters modifier may have set a parameter's `param.data` to a tensor of
+        another dtype: torch then drops the parameter's AccumulateGrad node, and the next
+        backward made a new one without the hand-over hook, so that rank handed the group over
+        out of order (under mpirun the ranks' reduce-scatters then paired wrongly). Each such
+        parameter gets its node again, made while `param.data` has the full shape and the
+        working dtype (a node remembers both; a temporary tensor where the modifier left
+        another one: the caller gives `param.data` its value after)."""
+        dtype = _TORCH_DTYPE[self._code]
+        for p in params:
+            pid = self._pid_of[id(p)]
+            shape = tuple(self._shapes[pid])
+            if p.dtype != dtype or tuple(p.shape) != shape:
+                p.data = torch.empty(shape, dtype=dtype, device=self._device)
+            self._watch_node(self._group_of[id(p)], pid, p)
 
     def _accumulated_hook(self, gi, pid):
         def hook(*_):

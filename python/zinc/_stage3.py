@@ -563,6 +563,8 @@ class _Stage3Mixin:
             if root is not None and not failed:
                 bad = self._take_changes(trained, others, root, snap)
         finally:
+            if root is not None:
+                self._rewatch(trained)
             self._let_go(groups)
             if root is not None:
                 # should the modifier have replaced `param.data`: zinc's view again (at stage 3
