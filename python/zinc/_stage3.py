@@ -214,13 +214,16 @@ class _Stage3Mixin:
             self._needs[mod] = [gi for gi in self._needs[mod] if not self._g[gi].whole]
             if not self._needs[mod]:
                 del self._needs[mod]
+        def partitioned(q):        # zinc trains it and the stage-3 hooks gather its group
+            gi = self._group_of.get(id(q))
+            return gi is not None and not self._g[gi].whole
+
         for mod in model.modules():
             ext = [self._group_of[id(q)] for q in mod.__dict__.get("_zinc_external_params", [])
-                   if id(q) in self._group_of and not self._g[self._group_of[id(q)]].whole]
+                   if partitioned(q)]
             if ext:
                 self._declared[mod] = set(ext)
-            if any(id(p) in self._group_of and not self._g[self._group_of[id(p)]].whole
-                   for p in mod._parameters.values() if p is not None):
+            if any(partitioned(p) for p in mod._parameters.values() if p is not None):
                 mod._parameters = _GatherOnRead(mod._parameters, self)
                 self._watched.append(mod)
         inside = self._leaves(model)

@@ -18,6 +18,8 @@ import re
 import runpy
 import sys
 
+from . import __version__ as _ZINC_VERSION
+
 # DeepSpeed module -> zinc module offering the same names (docs/python.md, "DeepSpeed's other
 # names").
 MODULES = {
@@ -87,17 +89,12 @@ class _Distribution(importlib.metadata.Distribution):
         meta["Metadata-Version"] = "2.1"
         meta["Name"] = "deepspeed"
         meta["Version"] = DEEPSPEED_VERSION
-        meta["Summary"] = (f"zinc {_zinc_version()} answering as DeepSpeed {DEEPSPEED_VERSION} "
+        meta["Summary"] = (f"zinc {_ZINC_VERSION} answering as DeepSpeed {DEEPSPEED_VERSION} "
                            "(python -m zinc.as_deepspeed)")
         return meta.as_string()
 
     def locate_file(self, path):
         return None
-
-
-def _zinc_version():
-    import zinc
-    return zinc.__version__
 
 
 def install():

@@ -746,8 +746,8 @@ class Engine(_Stage3Mixin, _HandOverMixin, _DirectBackwardMixin, _ValuesMixin, _
         (zinc held the only copy, in shards, and gathering is collective, which close(), also
         run by the garbage collector, cannot be): call module_state_dict() before, on every
         rank, to keep the values. The persistent groups' parameters, whole views of zinc's
-        copy at stage 3, become copies as at stages 0-2. Groups kept for their reuse (stage3_max_reuse_distance) are
-        emptied as well."""
+        copy at stage 3, become copies as at stages 0-2. Groups kept for their reuse
+        (stage3_max_reuse_distance) are emptied as well."""
         if getattr(self, "_stage", None) == 3 and hasattr(self, "_empty"):
             self._empty_kept()
         if getattr(self, "_shown_grads", None):

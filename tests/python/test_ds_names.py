@@ -305,8 +305,13 @@ def api_as_deepspeed():
           ver == as_deepspeed.DEEPSPEED_VERSION == "0.19.8" and dist.metadata["Name"] ==
           "deepspeed" and tuple(map(int, ver.split("."))) >= (0, 9, 3) and
           summary.startswith(f"zinc {zinc.__version__} "), f"{ver!r} {summary!r}")
-    check("other distributions are not zinc's to answer",
-          all(d.metadata["Name"] != "deepspeed" for d in md.distributions(name="torch")))
+    finder = next(f for f in sys.meta_path if isinstance(f, as_deepspeed._NotOffered))
+    ask = md.DistributionFinder.Context
+    check("zinc's finder answers for deepspeed under its spellings and for no other name",
+          [len(list(finder.find_distributions(ask(name=n))))
+           for n in ("deepspeed", "DeepSpeed", "DEEPSPEED", "deep-speed", "torch",
+                     "deepspeed-kernels")]
+          == [1, 1, 1, 0, 0, 0])
 
 
 def api_accelerate_names():

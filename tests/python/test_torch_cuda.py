@@ -278,7 +278,8 @@ def grads(dev, stage):
     import zinc.utils as zu
     torch.manual_seed(0)
     m = tp.Tiny().to(dev)
-    engine, *_ = zinc.initialize(model=m, model_parameters=m.parameters(), config=config(stage, False))
+    engine, *_ = zinc.initialize(model=m, model_parameters=m.parameters(),
+                                 config=config(stage, False))
     torch.manual_seed(0)
     r = tp.Tiny().to(dev)
     opt = torch.optim.AdamW(r.parameters(), lr=tp.LR, betas=(0.9, 0.999), eps=1e-8,
