@@ -32,7 +32,8 @@
 #            points at a stream hand-over), and examples/torch_gpt.py --device cuda (the example
 #            phase alone)
 #   pycuda   test_torch_cuda.py alone, launches asynchronous (the stream-order check, ~41 s on
-#            an H200): for a short lease after a change to the front-end's hand-overs
+#            an H200): for a short lease after a change to the front-end's hand-overs; then
+#            test_stage3_frozen.py with the model on the GPU (stage 3's frozen engine)
 #
 #   gpu_torch  issue 38: bench/gpu_torch.py all — transformers' GPT-2 and a 1B Llama trained
 #            through plain torch, zinc (stages 0-3, offload) and DeepSpeed, tokens/s, memory,
@@ -312,6 +313,10 @@ phase_pycuda() {
     local t="$root/tests/python/test_torch_cuda.py" cpu=()
     [ "$dev" = cpu ] && cpu=(--cpu)
     step py-torch-cuda 500 "${pyenv[@]}" "$py" "$t" "${cpu[@]}"
+    # stage 3's frozen engine (_frozen.py; not yet run on a GPU, 2026-12-01; also ctest's
+    # python_stage3_frozen_cuda): bit for bit the run holding the frozen parameters whole
+    step py-stage3-frozen 120 "${pyenv[@]}" ZINC_TEST_DEVICE="$dev" "$py" \
+        "$root/tests/python/test_stage3_frozen.py"
 }
 
 phase_example() {

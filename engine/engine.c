@@ -314,10 +314,56 @@ zinc_status zinc_grad_buffer_external(zinc_engine_t *e)
 {
     if (!e) return zerr_thread(ZINC_ERR_INVALID_ARG, "zinc_grad_buffer_external: engine is NULL");
     zinc_status s = check_registering(e, "zinc_grad_buffer_external");
+    if (s == ZINC_OK) s = zeng_check_trains(e, "zinc_grad_buffer_external");
     if (s != ZINC_OK) return s;
     e->grad_external = 1;
     return ZINC_OK;
 }
+
+zinc_status zeng_check_trains(zinc_engine_t *e, const char *fn)
+{
+    if (!e || !e->frozen) return ZINC_OK;
+    return zeng_fail(e, ZINC_ERR_USAGE, "%s: a frozen engine (zinc_engine_frozen) holds values "
+                     "only and trains nothing", fn);
+}
+
+/* The offload key a frozen engine refuses, and its device: the caller strips these keys for it
+ * (no optimizer state to place elsewhere, and its shard stays on the device). NULL when none. */
+static const char *frozen_refused_key(const zinc_engine_t *e, const char **device)
+{
+    int dev = e->offload_param ? e->cfg.zero.offload_param : e->cfg.zero.offload_optimizer;
+    *device = dev == ZCFG_OFFLOAD_NVME ? "nvme" : "cpu";
+    if (e->offload_param) return "zero_optimization.offload_param";
+    if (e->offload) return "zero_optimization.offload_optimizer";
+    return NULL;
+}
+
+zinc_status zinc_engine_frozen(zinc_engine_t *e)
+{
+    const char *fn = "zinc_engine_frozen";
+    if (!e) return zerr_thread(ZINC_ERR_INVALID_ARG, "%s: engine is NULL", fn);
+    zinc_status s = check_registering(e, fn);
+    if (s != ZINC_OK) return s;
+    /* Below stage 3 every rank keeps the whole working copy: partitioning frozen values is
+     * what stage 3 is for, and the lower stages have no gather to serve them through. */
+    if (e->stage != 3)
+        return zeng_fail(e, ZINC_ERR_UNSUPPORTED, "%s: a frozen engine runs at ZeRO stage 3 "
+                         "only (this config sets stage %d)", fn, e->stage);
+    const char *device, *key = frozen_refused_key(e, &device);
+    if (key)
+        return zeng_fail(e, ZINC_ERR_UNSUPPORTED, "%s: the config sets %s (device \"%s\"); a "
+                         "frozen engine keeps its 16-bit shard on the device and has no optimizer "
+                         "state to offload: leave %s out of this engine's config", fn, key, device,
+                         key);
+    /* The lent gradient buffer and a frozen engine exclude each other, whichever came first. */
+    if (e->grad_external)
+        return zeng_fail(e, ZINC_ERR_USAGE, "%s: zinc_grad_buffer_external was called on this "
+                         "engine; a frozen engine keeps no gradient buffer to lend", fn);
+    e->frozen = 1;
+    return ZINC_OK;
+}
+
+int zinc_engine_is_frozen(const zinc_engine_t *e) { return e && e->frozen; }
 
 static int valid_name(const char *name)
 {
@@ -531,6 +577,9 @@ static uint64_t registration_hash(const zinc_engine_t *e)
     XXH64_state_t *h = XXH64_createState();
     XXH64_reset(h, 0);
     XXH64_update(h, &e->dtype, sizeof e->dtype);
+    /* A frozen engine on one rank and a trained one on another would plan different memory and
+     * answer the same calls differently. */
+    XXH64_update(h, &e->frozen, sizeof e->frozen);
     for (int g = 0; g < p->ngroups; g++) {
         XXH64_update(h, p->groups[g].name, strlen(p->groups[g].name) + 1);
         /* The Adam values the group starts with (the lr is set any time; these may change
@@ -615,9 +664,9 @@ static zinc_status check_same_registration(zinc_engine_t *e)
     if (nbad)
         return zeng_fail(e, ZINC_ERR_MISMATCH,
                          "zinc_finalize: rank(s) %s registered different groups/parameters "
-                         "(names, shapes, order, dtype, or a group's weight decay, betas or eps) "
-                         "than rank 0; this is rank %d with %d groups and %d parameters", ranks,
-                         e->rank, e->plan.ngroups, e->plan.nparams);
+                         "(names, shapes, order, dtype, a group's weight decay, betas or eps, or "
+                         "zinc_engine_frozen) than rank 0; this is rank %d with %d groups and %d "
+                         "parameters", ranks, e->rank, e->plan.ngroups, e->plan.nparams);
     return ZINC_OK;
 }
 
@@ -660,7 +709,8 @@ zinc_status zinc_finalize(zinc_engine_t *e)
     if (zplan_layout(&e->plan, e->world_size) != 0)
         return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_finalize: the model is too large to plan");
 
-    e->nbuckets = e->bucketed ? e->cfg.zinc.grad_buckets : 0;
+    /* (a frozen engine's model adds no gradient anywhere) */
+    e->nbuckets = e->bucketed && !e->frozen ? e->cfg.zinc.grad_buckets : 0;
     e->gstate = calloc((size_t)e->plan.ngroups, sizeof *e->gstate);
     if (!e->gstate) return zeng_fail(e, ZINC_ERR_NOMEM, "zinc_finalize: out of memory");
     s = zgather_plan(e);
@@ -673,7 +723,8 @@ zinc_status zinc_finalize(zinc_engine_t *e)
     int offload = (e->offload ? ZMEM_OFFLOAD_OPTIMIZER : 0) |
                   (e->offload_param ? ZMEM_OFFLOAD_PARAM : 0) |
                   (e->gdtype != e->dtype ? ZMEM_GRAD_FP32 : 0) |
-                  (zcfg_reduces_fp32(&e->cfg) ? ZMEM_WIRE_FP32 : 0);
+                  (zcfg_reduces_fp32(&e->cfg) ? ZMEM_WIRE_FP32 : 0) |
+                  (e->frozen ? ZMEM_FROZEN : 0);
     zmem_plan(&e->plan, e->stage, e->dtype, offload, e->nbuckets, e->ngather, e->persist_numel,
               e->planned, e->host_planned);
     if (e->offload && zcfg_offloads_nvme(&e->cfg)) zoffload_nvme_plan(e);
@@ -700,15 +751,21 @@ zinc_status zinc_finalize(zinc_engine_t *e)
         e->v = v;
         return s;
     }
-    /* fp32 at stages 0 and 3: the working copy has the master's layout and is the master. */
-    e->master = zmem_master_aliased(e->stage, e->dtype, e->offload) ? (float *)e->param16 : master;
+    /* fp32 at stages 0 and 3: the working copy has the master's layout and is the master. A
+     * frozen engine has none, in fp32 mode too: its shard is the value, read and written as
+     * such (zinc_param_set, zinc_param_get), and a NULL master is freed by no one. */
+    e->master = e->frozen ? NULL
+              : zmem_master_aliased(e->stage, e->dtype, e->offload) ? (float *)e->param16
+                                                                   : master;
     e->m = m;
     e->v = v;
     if (e->offload && (s = zoffload_alloc(e)) != ZINC_OK) return s;
     /* The fp32 reduction's scratch and the host gradient's live after the buckets, in the
-     * same block (memplan.c). */
-    char *after = (char *)e->bucket + (size_t)e->nbuckets * e->plan.max_group_padded * zeng_dsize(e);
-    if (zcfg_reduces_fp32(&e->cfg) && e->stage >= 2) {
+     * same block (memplan.c); a frozen engine has no such block. */
+    char *after = e->bucket ? (char *)e->bucket + (size_t)e->nbuckets * e->plan.max_group_padded *
+                                                      zeng_dsize(e)
+                            : NULL;
+    if (after && zcfg_reduces_fp32(&e->cfg) && e->stage >= 2) {
         e->wide = after;
         after += e->plan.max_group_padded * sizeof(float);
     }
@@ -832,8 +889,10 @@ zinc_status zinc_param_set(zinc_engine_t *e, int param, const float *values)
     size_t lo, hi, sp;
     const zdev_t *failed = e->dev;   /* the device whose message says why a write failed */
     if (own_range(e, param, &lo, &hi, &sp)) {
-        s = state_dev(e)->iface->upload(state_dev(e), e->master + master_pos(e, param, lo, sp),
-                                        values + lo, (hi - lo) * 4);
+        /* (a frozen engine has no master: the 16-bit slice below is its value) */
+        if (!e->frozen)
+            s = state_dev(e)->iface->upload(state_dev(e), e->master + master_pos(e, param, lo, sp),
+                                            values + lo, (hi - lo) * 4);
         if (s != ZINC_OK) failed = state_dev(e);
         /* Stage 3's own 16-bit slice: on the device, or with offload_param the host shard (in
          * fp32 mode that is the host master, just written). */
@@ -902,6 +961,9 @@ static zinc_status gather_stream(zinc_engine_t *e, int param, const void *base, 
 
 zinc_status zinc_param_get(zinc_engine_t *e, int param, float *out)
 {
+    /* A frozen engine's value is its working-dtype shard (it has no master), widened. */
+    if (e && e->frozen)
+        return gather_stream(e, param, e->param16, e->dtype, e->dev, out, "zinc_param_get");
     return gather_stream(e, param, e ? e->master : NULL, ZINC_DTYPE_FP32, e ? state_dev(e) : NULL,
                          out, "zinc_param_get");
 }
@@ -913,6 +975,8 @@ static float *moment(zinc_engine_t *e, zinc_param_state which)
 
 zinc_status zinc_param_state_get(zinc_engine_t *e, int param, zinc_param_state which, float *out)
 {
+    zinc_status s = zeng_check_trains(e, "zinc_param_state_get");
+    if (s != ZINC_OK) return s;
     /* (the enum, not moment(): before zinc_finalize m and v are NULL, and gather_stream then
      * says "call zinc_finalize first" rather than "unknown state") */
     if (e && which != ZINC_STATE_EXP_AVG && which != ZINC_STATE_EXP_AVG_SQ)
@@ -926,6 +990,7 @@ zinc_status zinc_param_state_set(zinc_engine_t *e, int param, zinc_param_state w
                                  const float *values)
 {
     zinc_status s = check_param(e, param, "zinc_param_state_set");
+    if (s == ZINC_OK) s = zeng_check_trains(e, "zinc_param_state_set");
     if (s != ZINC_OK) return s;
     float *base = moment(e, which);
     if (!base)
@@ -1009,7 +1074,8 @@ static zinc_status read_reduced(zinc_engine_t *e, int param, const char *sums, f
 zinc_status zinc_param_grad_get(zinc_engine_t *e, int param, float *out)
 {
     const char *fn = "zinc_param_grad_get";
-    zinc_status s = grad_access_check(e, param, out, fn, 1);
+    zinc_status s = zeng_check_trains(e, fn);
+    if (s == ZINC_OK) s = grad_access_check(e, param, out, fn, 1);
     if (s != ZINC_OK) return s;
     /* Stages 2-3: already averaged by zinc_grads_ready's reduce-scatter; the slices, gathered
      * (from host memory with offload, once its downloads are done). */
@@ -1060,7 +1126,8 @@ zinc_status zinc_param_grad_get(zinc_engine_t *e, int param, float *out)
 zinc_status zinc_param_grad_set(zinc_engine_t *e, int param, const float *values)
 {
     const char *fn = "zinc_param_grad_set";
-    zinc_status s = grad_access_check(e, param, values, fn, 0);
+    zinc_status s = zeng_check_trains(e, fn);
+    if (s == ZINC_OK) s = grad_access_check(e, param, values, fn, 0);
     if (s == ZINC_OK) s = zeng_need_grad_buffer(e, fn, 0);
     if (s != ZINC_OK) return s;
     const zplan_param *P = &e->plan.params[param];
@@ -1106,9 +1173,12 @@ typedef struct {
 static zinc_status local_stream(zinc_engine_t *e, int param, zinc_param_state which,
                                 const void *buf, const char *fn, local_frag *f)
 {
+    /* (every stream of the fragment is training state: a frozen engine keeps none) */
+    zinc_status s = zeng_check_trains(e, fn);
+    if (s != ZINC_OK) return s;
     /* the gradient's check also refuses a group whose gradient is still in its bucket */
-    zinc_status s = which == ZINC_STATE_GRAD ? grad_access_check(e, param, buf, fn, 0)
-                                             : check_param(e, param, fn);
+    s = which == ZINC_STATE_GRAD ? grad_access_check(e, param, buf, fn, 0)
+                                 : check_param(e, param, fn);
     if (s != ZINC_OK) return s;
     if (!buf) return zeng_fail(e, ZINC_ERR_INVALID_ARG, "%s: the buffer is NULL", fn);
     size_t lo = 0, hi = 0, sp = 0;
@@ -1197,7 +1267,9 @@ zinc_status zeng_refresh_params(zinc_engine_t *e)
     size_t d = zeng_dsize(e);
     /* Offloaded state: the own slices are converted on the host and uploaded in one go. */
     zinc_status s = e->offload ? zoffload_refresh_own(e) : ZINC_OK;
-    for (int g = 0; g < e->plan.ngroups && s == ZINC_OK; g++) {
+    /* A frozen engine's shard is the value itself, with no master to convert it from: only the
+     * gathered copies below are refreshed from it. */
+    for (int g = 0; !e->frozen && g < e->plan.ngroups && s == ZINC_OK; g++) {
         const zplan_group *G = &e->plan.groups[g];
         size_t own_flat = G->flat_off + G->slice * (size_t)e->rank;
         const float *src = e->master + (e->stage == 0 ? own_flat : G->shard_off);

@@ -29,6 +29,11 @@
  * slice from it into the gather slot (zoffload_own_to_device). Device memory for parameters is
  * then the gather area and the persistent groups only.
  *
+ * A frozen engine (zinc_engine_frozen, stage 3 without offload) holds values only: param16 (the
+ * shard, S), the gather area and the persistent groups; grad, master, m, v and the buckets are
+ * NULL (planned 0, ZMEM_FROZEN). The 16-bit shard is then the value itself: zinc_param_set
+ * rounds into it, zinc_param_get widens from it, and nothing reads a master.
+ *
  * "Full" buffers are indexed by flat offset (group.flat_off + param.offset); shard buffers by
  * shard offset (group.shard_off + position in the slice). At stage 0 every rank updates the whole
  * flat buffer, but reductions and statistics still go slice by slice so that every stage does
@@ -115,6 +120,8 @@ struct zinc_engine {
     int bucketed;                 /* the model adds into group buckets (zinc_param_grad) that
                                      zinc_grads_ready empties: stages 2-3 (reduced there), and
                                      stage 1 with fp32 sums (added into the sums there) */
+    int frozen;                   /* zinc_engine_frozen: values only (stage 3, no offload);
+                                     the training calls refused (zeng_check_trains) */
 
     zplan plan;
     zgroup_hparams *group_hp;     /* [plan.ngroups]: a group's own Adam values, NAN if none */
@@ -268,8 +275,12 @@ static inline int64_t zeng_adam_t(const zinc_engine_t *e) { return e->st.step + 
  * ZMEM_GRAD_FP32: the gradient sums are fp32 (data_types.grad_accum_dtype "fp32", stages 1-3;
  * the config refuses stage 0; at stage 1 with 16-bit buckets as at stages 2-3);
  * ZMEM_WIRE_FP32: and reduced in fp32 (communication_data_type "fp32", zcfg_reduces_fp32), at
- * stages 2-3 through an fp32 copy of the largest group after the buckets. */
-enum { ZMEM_OFFLOAD_OPTIMIZER = 1, ZMEM_OFFLOAD_PARAM = 2, ZMEM_GRAD_FP32 = 4, ZMEM_WIRE_FP32 = 8 };
+ * stages 2-3 through an fp32 copy of the largest group after the buckets; ZMEM_FROZEN: a frozen
+ * engine (zinc_engine_frozen), which plans the 16-bit shard and the gather area only. */
+enum {
+    ZMEM_OFFLOAD_OPTIMIZER = 1, ZMEM_OFFLOAD_PARAM = 2, ZMEM_GRAD_FP32 = 4, ZMEM_WIRE_FP32 = 8,
+    ZMEM_FROZEN = 16
+};
 
 /* Whether the model adds its gradient into group buckets that zinc_grads_ready empties (step.c
  * hand_over): at stages 2-3 (reduced there), and at stage 1 with fp32 gradient sums (added into

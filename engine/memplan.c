@@ -38,6 +38,10 @@
  * the buckets the reduce-scatter works in stay 16-bit. With communication_data_type "fp32" as
  * well (ZMEM_WIRE_FP32) the bucket is widened at stages 2-3 into an fp32 scratch of the largest
  * group and reduced there: 4 bytes per element of that group more in the bucket block.
+ *
+ * A frozen engine (ZMEM_FROZEN, zinc_engine_frozen: stage 3, no offload) holds the values of
+ * parameters nobody trains: the 16-bit shard (2Ψ/N), the gather area and the persistent groups,
+ * nothing else — no gradient, master, moments or buckets.
  */
 #include <string.h>
 
@@ -67,6 +71,10 @@ void zmem_plan(const zplan *p, int stage, zinc_dtype dtype, int offload, int nbu
     if (stage >= 2 && (offload & ZMEM_WIRE_FP32)) bytes[ZINC_MEM_BUCKET] += B * 4;
     bytes[ZINC_MEM_GATHER] = stage == 3 ? ((uint64_t)ngather * B + persist_numel) * d : 0;
     if (host) memset(host, 0, sizeof(uint64_t) * ZINC_MEM_COUNT);
+    if (offload & ZMEM_FROZEN) {     /* stage 3 without offload: the shard and the gather area */
+        for (int c = ZINC_MEM_GRAD; c <= ZINC_MEM_BUCKET; c++) bytes[c] = 0;
+        return;
+    }
     if (!offloads || stage == 0) return;
     for (int c = ZINC_MEM_MASTER; c <= ZINC_MEM_ADAM_V; c++) {
         if (host) host[c] = S * 4;

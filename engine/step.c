@@ -43,6 +43,7 @@ zinc_status zinc_grad_buffer_attach(zinc_engine_t *e, void *buf, size_t bytes)
 {
     const char *fn = "zinc_grad_buffer_attach";
     zinc_status s = zeng_check_ready(e, fn);
+    if (s == ZINC_OK) s = zeng_check_trains(e, fn);
     if (s != ZINC_OK) return s;
     uint64_t want = e->planned[ZINC_MEM_GRAD];
     if (!e->grad_external)
@@ -108,6 +109,7 @@ static zinc_status group_bucket(zinc_engine_t *e, int group, const char *fn, int
 zinc_status zinc_param_grad(zinc_engine_t *e, int param, void **out)
 {
     zinc_status s = zeng_check_ready(e, "zinc_param_grad");
+    if (s == ZINC_OK) s = zeng_check_trains(e, "zinc_param_grad");
     if (s != ZINC_OK) return s;
     if (param < 0 || param >= e->plan.nparams || !out)
         return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_param_grad: unknown parameter id %d or NULL out",
@@ -128,6 +130,7 @@ zinc_status zinc_param_grad(zinc_engine_t *e, int param, void **out)
 zinc_status zinc_grad_bucket(zinc_engine_t *e, int group, int *slot)
 {
     zinc_status s = zeng_check_ready_group(e, group, "zinc_grad_bucket");
+    if (s == ZINC_OK) s = zeng_check_trains(e, "zinc_grad_bucket");
     if (s != ZINC_OK) return s;
     if (!slot) return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_grad_bucket: slot is NULL");
     *slot = -1;
@@ -153,6 +156,7 @@ static zinc_status free_bucket(zinc_engine_t *e, int i, const char *fn)
 zinc_status zinc_grad_bucket_drop(zinc_engine_t *e, int group)
 {
     zinc_status s = zeng_check_ready_group(e, group, "zinc_grad_bucket_drop");
+    if (s == ZINC_OK) s = zeng_check_trains(e, "zinc_grad_bucket_drop");
     if (s != ZINC_OK) return s;
     int i = e->gstate[group].bucket;
     return i < 0 ? ZINC_OK : free_bucket(e, i, "zinc_grad_bucket_drop");
@@ -239,6 +243,7 @@ static zinc_status hand_over_marked(zinc_engine_t *e, int group, const char *fn)
 zinc_status zinc_grads_ready(zinc_engine_t *e, int group)
 {
     zinc_status s = zeng_check_ready_group(e, group, "zinc_grads_ready");
+    if (s == ZINC_OK) s = zeng_check_trains(e, "zinc_grads_ready");
     if (s != ZINC_OK) return s;
     zgroup_state *gs = &e->gstate[group];
     /* every micro-step hands every group over, so zinc_step finds the buffer attached too */
@@ -256,6 +261,7 @@ zinc_status zinc_grads_ready(zinc_engine_t *e, int group)
 zinc_status zinc_grads_more(zinc_engine_t *e, int group)
 {
     zinc_status s = zeng_check_ready_group(e, group, "zinc_grads_more");
+    if (s == ZINC_OK) s = zeng_check_trains(e, "zinc_grads_more");
     if (s != ZINC_OK) return s;
     if (e->grads_reduced)
         return zeng_fail_sequence(e, ZINC_ERR_USAGE,
@@ -648,6 +654,8 @@ static zinc_status apply_adam(zinc_engine_t *e, float lr, float beta1, float bet
  * and the next window's attach brings zeroed memory. fn names the caller in an error. */
 static zinc_status zero_grads_of(zinc_engine_t *e, int keep_lent, const char *fn)
 {
+    /* A frozen engine keeps no gradient (zinc_engine_set_train_state restarts its window too). */
+    if (e->frozen) return ZINC_OK;
     size_t n = e->stage < 2 ? e->plan.flat_numel : e->plan.shard_numel;
     if (e->grad_host) {
         zinc_status s = zoffload_grad_settle(e);
@@ -684,6 +692,7 @@ static zinc_status drop_window_grads(zinc_engine_t *e, const char *fn)
 zinc_status zinc_grads_clear(zinc_engine_t *e)
 {
     zinc_status s = zeng_check_ready(e, "zinc_grads_clear");
+    if (s == ZINC_OK) s = zeng_check_trains(e, "zinc_grads_clear");
     return s == ZINC_OK ? drop_window_grads(e, "zinc_grads_clear") : s;
 }
 
@@ -792,10 +801,24 @@ static void window_goes_on(zinc_engine_t *e)
     if (e->st.micro < ZENG_COUNTER_MAX) e->st.micro++;
 }
 
+/* zinc_micro_step of a frozen engine (zinc_engine_frozen): it has no gradients or window, so
+ * the micro-step's end is only its gather trace's, from which later micro-steps prefetch. */
+static zinc_status frozen_micro_step(zinc_engine_t *e)
+{
+    for (int g = 0; g < e->plan.ngroups; g++)
+        if (e->gstate[g].held && !e->gstate[g].persistent)
+            return zeng_fail(e, ZINC_ERR_USAGE, "zinc_micro_step: group '%s' is gathered; "
+                             "zinc_release it before the micro-step ends",
+                             e->plan.groups[g].name);
+    zgather_step_end(e);
+    return ZINC_OK;
+}
+
 zinc_status zinc_micro_step(zinc_engine_t *e)
 {
     zinc_status s = zeng_check_ready(e, "zinc_micro_step");
     if (s != ZINC_OK) return s;
+    if (e->frozen) return frozen_micro_step(e);
     if (zeng_last_micro(e))
         return zeng_fail_sequence(e, ZINC_ERR_USAGE,
                          "zinc_micro_step: this micro-step ends the accumulation window (%s); end "
@@ -813,6 +836,7 @@ zinc_status zinc_grads_reduce(zinc_engine_t *e)
 {
     const char *fn = "zinc_grads_reduce";
     zinc_status s = zeng_check_ready(e, fn);
+    if (s == ZINC_OK) s = zeng_check_trains(e, fn);
     if (s != ZINC_OK) return s;
     if (e->stage != 0)
         return zeng_fail(e, ZINC_ERR_USAGE, "%s: stage 0 only (ZeRO stage %d reduces its "
@@ -833,6 +857,7 @@ zinc_status zinc_grads_reduce(zinc_engine_t *e)
 zinc_status zinc_step(zinc_engine_t *e, zinc_step_info_t *info)
 {
     zinc_status s = zeng_check_ready(e, "zinc_step");
+    if (s == ZINC_OK) s = zeng_check_trains(e, "zinc_step");
     if (s != ZINC_OK) return s;
     if (e->partial_load[0]) /* every rank knows it (agreed at the load): no collective waits */
         return zeng_fail(e, ZINC_ERR_USAGE, "zinc_step: the failed load of %s had begun to "

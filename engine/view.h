@@ -107,6 +107,13 @@ zinc_status zeng_shard_pieces(zinc_engine_t *e, zshard_piece **out, int *n);
  * (engine/gather.c). zinc_gather being collective, every rank refuses alike: no abort. */
 zinc_status zeng_none_held(zinc_engine_t *e, const char *who);
 
+/* The opening of a call that trains or touches the optimizer state (gradients, master, Adam
+ * moments, a checkpoint of them): ZINC_ERR_USAGE, naming `fn`, on a frozen engine
+ * (zinc_engine_frozen), which keeps none of them; ZINC_OK otherwise (and for NULL: the call's
+ * own check names that). A plain local error, not an abort of the world: the caller is meant
+ * never to make these calls on a frozen engine, and a refusal leaves it usable. */
+zinc_status zeng_check_trains(zinc_engine_t *e, const char *fn);
+
 /* After master weights were changed outside a step (param_set, checkpoint load): recomputes the
  * 16-bit working copy from master and, at stages 0-2, all-gathers it. Collective. */
 zinc_status zeng_refresh_params(zinc_engine_t *e);

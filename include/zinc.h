@@ -244,6 +244,33 @@ ZINC_API zinc_status zinc_group_set_eps(zinc_engine_t *e, int group, double eps)
  * zinc_memory plans 0 bytes) needs no attach. */
 ZINC_API zinc_status zinc_grad_buffer_external(zinc_engine_t *e);
 
+/* Before zinc_finalize, at ZeRO stage 3: the engine holds parameter values only and trains
+ * nothing — the partition of parameters that are not trained (requires_grad False: a LoRA run's
+ * base model), gathered and released exactly as a trained engine's groups. zinc allocates only
+ * the 16-bit (working dtype) shard (ZINC_MEM_PARAM16, 2Ψ/N bytes at bf16/fp16), the gather area
+ * and the persistent groups (ZINC_MEM_GATHER); zinc_memory plans and allocates 0 bytes for
+ * ZINC_MEM_GRAD, _MASTER, _ADAM_M, _ADAM_V and _BUCKET. zinc_param_set rounds the rank's part of
+ * the values into the shard (round to nearest even, as the trained engine rounds its master);
+ * zinc_param_get gives back those rounded values widened to fp32 (there is no fp32 master).
+ * zinc_gather, zinc_release, zinc_param_data, zinc_stream_wait_gather and the persistent groups
+ * behave as for a trained engine. Prefetch follows the gather order traced over a micro-step:
+ * the caller ends each micro-step with zinc_micro_step (its only effect on a frozen engine;
+ * ZINC_ERR_USAGE while a group is gathered), and until the first one each zinc_gather fetches
+ * its group when called. The calls that train or touch
+ * the optimizer state — zinc_step, zinc_grads_ready/_more/_reduce/_clear,
+ * zinc_param_grad, zinc_param_grad_get/_set, zinc_grad_bucket, zinc_grad_bucket_drop,
+ * zinc_grad_buffer_attach/_external, zinc_param_state_get/_set, zinc_param_local_get/_set,
+ * zinc_ckpt_save, zinc_ckpt_load and zinc_load_safetensors — return ZINC_ERR_USAGE without
+ * aborting the world (the engine stays usable). Every rank must make the same call:
+ * zinc_finalize compares it with the registration (ZINC_ERR_MISMATCH). ZINC_ERR_USAGE after
+ * zinc_finalize or zinc_grad_buffer_external; ZINC_ERR_UNSUPPORTED below stage 3 and with
+ * zero_optimization.offload_optimizer or offload_param set (a frozen engine keeps its shard on
+ * the device: leave those keys out of its config); ZINC_ERR_INVALID_ARG for NULL. */
+ZINC_API zinc_status zinc_engine_frozen(zinc_engine_t *e);
+
+/* 1 for an engine made frozen with zinc_engine_frozen, 0 otherwise and for NULL. */
+ZINC_API int zinc_engine_is_frozen(const zinc_engine_t *e);
+
 /* Collective. Checks that every rank resolved the same config (its hash, zinc_config_hash) and
  * registered the same groups and parameters (ZINC_ERR_MISMATCH naming the ranks that differ from
  * rank 0, on every rank), plans the
@@ -261,7 +288,8 @@ ZINC_API zinc_status zinc_finalize(zinc_engine_t *e);
  * is dropped, so the next zinc_gather reads the new values. */
 ZINC_API zinc_status zinc_param_set(zinc_engine_t *e, int param, const float *values);
 
-/* Collective. Copies a parameter's fp32 master value (numel floats) into `out` on every rank. */
+/* Collective. Copies a parameter's fp32 master value (numel floats) into `out` on every rank
+ * (a frozen engine, zinc_engine_frozen: its working-dtype value, widened to fp32). */
 ZINC_API zinc_status zinc_param_get(zinc_engine_t *e, int param, float *out);
 
 /* A parameter's Adam state: the first moment (torch's exp_avg) or the second (exp_avg_sq);

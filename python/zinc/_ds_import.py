@@ -59,9 +59,9 @@ def _plan(engine, ds, strict):
                                  f"parameter {n} that zinc does not train; "
                                  f"load_module_strict=False keeps the model's value")
             continue
-        if tuple(src.shape) != tuple(p.shape):
+        if tuple(src.shape) != tuple(engine._full_shape(p)):
             raise ValueError(f"zinc: load_checkpoint: {n} is {tuple(src.shape)} in {ds.path}, "
-                             f"{tuple(p.shape)} in the model")
+                             f"{tuple(engine._full_shape(p))} in the model")
         set_untrained[p] = src
     set_buffers = {}
     for n, b in buffers.items():
@@ -241,7 +241,8 @@ def apply_deepspeed(engine, ds, strict, weights_only, stacklevel=2, converting=F
     engine._restart_window("load_checkpoint", stacklevel + 1)
     with torch.no_grad():
         for p, v in set_untrained.items():
-            p.copy_(v.to(p.dtype))
+            engine._set_untrained(p, v)
+        engine._frozen_sync()
         for b, v in set_buffers.items():
             b.copy_(v.to(b.dtype))
     if not weights_only:

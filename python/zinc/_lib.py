@@ -115,6 +115,8 @@ _sig = {
                                       ctypes.POINTER(ctypes.c_int)]),
     "zinc_finalize": (ctypes.c_int, [ctypes.c_void_p]),
     "zinc_grad_buffer_external": (ctypes.c_int, [ctypes.c_void_p]),
+    "zinc_engine_frozen": (ctypes.c_int, [ctypes.c_void_p]),
+    "zinc_engine_param_count": (ctypes.c_int, [ctypes.c_void_p]),
     "zinc_grad_buffer_attach": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]),
     "zinc_param_set": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]),
     "zinc_param_get": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]),

@@ -191,32 +191,32 @@ class _Stage3Mixin:
         # the order from an earlier pass (None before the first ends) and whether this pass
         # left it.
         self._reuse_numel = int(self._resolved["zero_optimization"]["stage3_max_reuse_distance"])
-        self._group_numel = [sum(_numel(self._shapes[pid]) for pid, _, _ in G.params)
-                             for G in self._g]
+        self._group_numel = [sum(_numel(s) for s in self._group_shapes(G)) for G in self._sg]
         self._uses, self._last_use, self._order, self._left = [], {}, None, False
         # DeepSpeed's ZeRO-3 attributes that scripts read of a partitioned parameter, whose own
         # shape is empty between forwards: its full numel and shape (transformers'
         # num_parameters, PEFT's LoRA set-up; `p.ds_numel if hasattr(p, "ds_numel") else
         # p.numel()` counted 0 for each) and an id. Not ds_status or ds_tensor: zinc's
         # parameters have neither (docs/python.md).
-        for G in self._g:
-            for pid, _, p in G.params:
-                p.ds_id, p.ds_shape = pid, torch.Size(self._shapes[pid])
-                p.ds_numel = _numel(self._shapes[pid])
+        trained = lib.zinc_engine_param_count(self._e)
+        for G in self._sg:
+            for (pid, _, p), shape in zip(G.params, self._group_shapes(G)):
+                p.ds_id = pid + trained if G.frozen else pid     # the frozen engine's after
+                p.ds_shape, p.ds_numel = torch.Size(shape), _numel(shape)
         # Persistent groups (below stage3_param_persistence_threshold; zinc keeps them gathered
         # in full): their parameters view zinc's copy between steps too, as DeepSpeed keeps such
         # parameters whole in the module, so model.state_dict() and a PEFT save_pretrained
         # read their values (they were empty tensors). Nothing gathers or releases them, and a
         # module that reads only such groups gets no hook.
-        for G in self._g:
-            G.whole = lib.zinc_group_persistent(self._e, G.gid) == 1
+        for G in self._sg:
+            G.whole = lib.zinc_group_persistent(self._engine_of(G), G.gid) == 1
         for mod in list(self._needs):
-            self._needs[mod] = [gi for gi in self._needs[mod] if not self._g[gi].whole]
+            self._needs[mod] = [gi for gi in self._needs[mod] if not self._sg[gi].whole]
             if not self._needs[mod]:
                 del self._needs[mod]
         def partitioned(q):        # zinc trains it and the stage-3 hooks gather its group
             gi = self._group_of.get(id(q))
-            return gi is not None and not self._g[gi].whole
+            return gi is not None and not self._sg[gi].whole
 
         for mod in model.modules():
             ext = [self._group_of[id(q)] for q in mod.__dict__.get("_zinc_external_params", [])
@@ -251,7 +251,7 @@ class _Stage3Mixin:
         too): mod gathers p's group from its next forward on, as if declared before. Inside a
         ZeRO-3 leaf the leaf gathers it (_leaves)."""
         gi = self._group_of.get(id(p))
-        if gi is None or self._g[gi].whole:
+        if gi is None or self._sg[gi].whole:
             return
         if mod in self._inside_leaf:       # the outermost leaf holding it
             mod = next(m for m in self.module.modules() if getattr(m, "_z3_leaf", False) and
@@ -292,9 +292,11 @@ class _Stage3Mixin:
         if not self._stack and not self._in_backward:
             self._new_pass()
         self._stack.append((mod, []))
-        for gi in self._groups_of(mod):
+        groups = self._groups_of(mod)
+        for gi in groups:
             self._materialize(gi)
-            self._g[gi].holds += 1
+            self._sg[gi].holds += 1
+        return self._release_inputs(inputs, groups) if self._fe is not None else None
 
     def _on_read(self, p):
         """A parameter read through its module's attribute (_GatherOnRead): if a forward is
@@ -315,7 +317,7 @@ class _Stage3Mixin:
         gi = self._group_of.get(id(p))
         if gi is None:
             return
-        G = self._g[gi]
+        G = self._sg[gi]
         if not self._stack:
             if not G.read_hold:
                 self._materialize(gi)          # (nothing when it is gathered)
@@ -327,7 +329,7 @@ class _Stage3Mixin:
     @timed
     def _gather_on_read(self, gi):
         self._materialize(gi)
-        self._g[gi].holds += 1
+        self._sg[gi].holds += 1
         self._stack[-1][1].append(gi)
 
     @timed
@@ -338,7 +340,7 @@ class _Stage3Mixin:
         own = self._groups_of(mod)
         groups = tuple(own + [gi for gi in dict.fromkeys(read) if gi not in own] if read else own)
         for gi in groups:
-            G = self._g[gi]
+            G = self._sg[gi]
             G.holds = max(0, G.holds - 1)
             if G.holds == 0:
                 self._release(gi)
@@ -363,7 +365,7 @@ class _Stage3Mixin:
     def _materialize(self, gi):
         """Stage 3: zinc_gather the group, copy it into `param.data`, zinc_release (nothing
         when it is kept from an earlier use: _release)."""
-        G, e = self._g[gi], self._e
+        G = self._sg[gi]
         if G.live and not G.kept:
             return
         self._note_use(gi)
@@ -374,13 +376,14 @@ class _Stage3Mixin:
         # zinc_gather left the group refused as gathered already, for good
         with held():
             st = self._torch_stream()
-            self._call(lib.zinc_gather(e, G.gid))
+            e = self._engine_of(G)
+            self._call(lib.zinc_gather(e, G.gid), e)
             try:
                 # zinc -> torch (RAW): the all-gather into zinc's buffer is complete before the
                 # copy: torch's stream waits on the device for this group's gather only, not for
                 # what zinc queued after it (prefetches of later groups, the reduce-scatter of the
                 # group handed over just before, in backward), which zinc's whole stream would add.
-                self._torch_after_gather(G.gid, st)
+                self._torch_after_gather(G, st)
                 # One copy of the whole group (one kernel on a GPU, not one per parameter); each
                 # parameter's data is its slice. The slices share the copy's memory, which is
                 # freed when every parameter of the group has been emptied and nothing autograd
@@ -393,12 +396,12 @@ class _Stage3Mixin:
                 # torch -> zinc (WAR): after zinc_release zinc may all-gather another group into
                 # this buffer (its prefetch); that must wait for the copies queued on torch's
                 # stream.
-                self._torch_then_zinc(st)
-                self._call(lib.zinc_release(e, G.gid))
+                self._torch_then_zinc(st, G.frozen)
+                self._call(lib.zinc_release(e, G.gid), e)
             G.live = True
 
     def _dematerialize(self, gi):
-        G = self._g[gi]
+        G = self._sg[gi]
         if G.live and G.ctx == 0 and not G.whole:
             with held():     # not left marked gathered with some weights emptied (_interrupt)
                 for _, _, p in G.params:
@@ -433,7 +436,7 @@ class _Stage3Mixin:
         Only in a pass that follows the order, and not in a forward without grad (no backward
         will use it). DeepSpeed's rule: the uses from here up to the next one of the group
         cover fewer elements than the distance."""
-        G, R = self._g[gi], self._order
+        G, R = self._sg[gi], self._order
         if G.whole:
             return
         if (self._reuse_numel > 0 and R is not None and not self._left and G.live and G.ctx == 0
@@ -453,7 +456,7 @@ class _Stage3Mixin:
             self._empty_kept()
 
     def _empty_kept(self):
-        for gi, G in enumerate(self._g):
+        for gi, G in enumerate(self._sg):
             if G.kept:
                 self._dematerialize(gi)
 
@@ -462,7 +465,7 @@ class _Stage3Mixin:
         # One Ctrl-C section for all groups (each group's own is nested in it: no handler swap
         # per group, ~1 us each, twice a step)
         with held():
-            for gi, G in enumerate(self._g):
+            for gi, G in enumerate(self._sg):
                 G.live = True
                 G.holds = 0
                 G.read_hold = False
@@ -470,6 +473,10 @@ class _Stage3Mixin:
                     self._view_whole(G)
                 else:
                     self._dematerialize(gi)
+            if self._fe is not None:
+                # the frozen engine's micro-step ends here (its only effect: the gather order
+                # traced so far is the one its next micro-steps prefetch in)
+                self._call(lib.zinc_micro_step(self._fe), self._fe)
         if self._stack:        # (an attribute set on the Engine, an nn.Module, costs ~3 us)
             self._stack = []
 
@@ -482,13 +489,14 @@ class _Stage3Mixin:
             return
         # zinc_param_data answers inside a gather (for a persistent group zinc_gather and
         # zinc_release only mark it: no collective, nothing copied)
-        self._call(lib.zinc_gather(self._e, G.gid))
+        e = self._engine_of(G)
+        self._call(lib.zinc_gather(e, G.gid), e)
         try:
             span, layout, _ = self._group_span(G, "data")
             for (_, _, p), (off, shape, strides) in zip(G.params, layout):
                 p.data = span.as_strided(shape, strides, off)
         finally:
-            self._call(lib.zinc_release(self._e, G.gid))
+            self._call(lib.zinc_release(e, G.gid), e)
         G.whole_at = [p.data_ptr() for _, _, p in G.params]
 
     # ---- zero.GatheredParameters (zero.py) --------------------------------------------------
@@ -518,27 +526,33 @@ class _Stage3Mixin:
         # Every rank lists them in the same order (its collectives follow it).
         trained = sorted((p for p in params if id(p) in self._pid_of),
                          key=lambda p: self._pid_of[id(p)])
-        others = sorted((p for p in params if id(p) not in self._pid_of),
+        # stage 3's frozen parameters in the frozen engine's pieces (_frozen.py)
+        pieces = sorted((p for p in params if id(p) in self._fpid_of),
+                        key=lambda p: self._fpid_of[id(p)])
+        others = sorted((p for p in params if id(p) not in self._pid_of
+                         and id(p) not in self._fpid_of),
                         key=lambda p: self._model_order[id(p)])
         if self._stage == 3 and self._stack:
             if modifier_rank is not None:
                 raise RuntimeError("zinc: zinc.zero.GatheredParameters(modifier_rank=...) inside a "
                                    "forward: change parameters between steps")
-            for p in trained:
+            for p in trained + pieces:
                 self._on_read(p)
             return None
         # Stage 3: the groups the context holds gathered (below it every group always is).
         # What a pass kept goes first, so that a kept group's next use gathers as recorded.
-        groups = sorted({self._group_of[id(p)] for p in trained}) if self._stage == 3 else []
+        groups = (sorted({self._group_of[id(p)] for p in trained + pieces})
+                  if self._stage == 3 else [])
         if groups:
             self._empty_kept()
         held = []
         try:
             for gi in groups:
-                G = self._g[gi]
+                G = self._sg[gi]
                 if not G.live:
                     for pid, _, p in G.params:
-                        p.data = self._zinc_value(pid).to(self._device)
+                        value = self._frozen_value(p) if G.frozen else self._zinc_value(pid)
+                        p.data = value.to(self._device)
                     G.live = True
                 G.ctx += 1
                 held.append(gi)
@@ -547,8 +561,8 @@ class _Stage3Mixin:
             raise
         self._contexts += 1
         mine = modifier_rank is not None and lib.zinc_engine_rank(self._e) == modifier_rank
-        snap = [p.detach().clone() for p in trained + others] if mine else None
-        return (trained, others, groups, modifier_rank, snap)
+        snap = [p.detach().clone() for p in trained + pieces + others] if mine else None
+        return (trained, pieces, others, groups, modifier_rank, snap)
 
     def _context_exit(self, rec, failed):
         """Ends what _context_enter began. With a modifier rank (and no exception inside: else
@@ -559,12 +573,12 @@ class _Stage3Mixin:
         their values, the fp32 master included. Stage 3: the groups are emptied again."""
         if rec is None:
             return
-        trained, others, groups, root, snap = rec
+        trained, pieces, others, groups, root, snap = rec
         self._contexts -= 1
         bad = None
         try:
             if root is not None and not failed:
-                bad = self._take_changes(trained, others, root, snap)
+                bad = self._take_changes(trained, pieces, others, root, snap)
         finally:
             if root is not None:
                 self._rewatch(trained)
@@ -572,19 +586,21 @@ class _Stage3Mixin:
             if root is not None:
                 # should the modifier have replaced `param.data`: zinc's view again (at stage 3
                 # the persistent groups' views; the others were emptied)
+                zincs = trained + pieces
                 if self._stage < 3:
                     self._view_params(trained)
                     viewed = list(range(len(trained)))
                 else:
-                    viewed = [k for k, p in enumerate(trained)
-                              if self._g[self._group_of[id(p)]].whole]
-                    for gi in sorted({self._group_of[id(trained[k])] for k in viewed}):
-                        self._view_whole(self._g[gi])
+                    viewed = [k for k, p in enumerate(zincs)
+                              if self._sg[self._group_of[id(p)]].whole]
+                    for gi in sorted({self._group_of[id(zincs[k])] for k in viewed}):
+                        self._view_whole(self._sg[gi])
                 if failed and snap is not None:
                     # a block that raised takes nothing: the modifier's in-place changes of
                     # what it holds whole (zinc's views, the untrained tensors) are undone
-                    self._put_back([trained[k] for k in viewed] + others,
-                                   [snap[k] for k in viewed] + snap[len(trained):])
+                    n = len(trained) + len(pieces)
+                    self._put_back([zincs[k] for k in viewed] + others,
+                                   [snap[k] for k in viewed] + snap[n:])
         if bad is not None:
             raise ValueError(f"zinc.zero.GatheredParameters: rank {root} changed the shape of "
                              f"a parameter to {bad}: only its values may change")
@@ -607,7 +623,7 @@ class _Stage3Mixin:
     def _let_go(self, groups):
         """Stage 3: a context's hold on `groups` ends; those no forward holds are emptied."""
         for gi in groups:
-            G = self._g[gi]
+            G = self._sg[gi]
             G.ctx -= 1
             if G.holds == 0:
                 self._dematerialize(gi)
@@ -621,11 +637,11 @@ class _Stage3Mixin:
             p.data = _memory.view(ptr.value, _numel(self._shapes[pid]), self._code,
                                   self._shapes[pid], self._device)
 
-    def _take_changes(self, trained, others, root, snap):
+    def _take_changes(self, trained, pieces, others, root, snap):
         """_context_exit's broadcast of the modifier rank's changes. Returns the new shape of a
         parameter whose shape it changed (nothing taken then), else None."""
         rank = lib.zinc_engine_rank(self._e)
-        params = trained + others
+        params = trained + pieces + others
         flags = torch.zeros(len(params), dtype=torch.uint8)
         if rank == root:
             for k, (p, old) in enumerate(zip(params, snap)):
@@ -646,11 +662,19 @@ class _Stage3Mixin:
                        else torch.empty(_numel(self._shapes[pid]), dtype=torch.float32))
                 self._broadcast(buf, root)
                 self._call(lib.zinc_param_set(self._e, pid, ctypes.c_void_p(buf.data_ptr())))
-        changed = [k for k in range(len(trained), len(params)) if flags[k]]
+        for k, p in enumerate(pieces, len(trained)):
+            if flags[k]:        # stage 3's frozen pieces: the frozen engine's values
+                shape = self._fshapes[self._fpid_of[id(p)]]
+                buf = (p.detach().to("cpu", torch.float32).contiguous() if rank == root
+                       else torch.empty(shape, dtype=torch.float32))
+                self._broadcast(buf, root)
+                self._frozen_set(p, buf)
+        changed = [k for k in range(len(trained) + len(pieces), len(params)) if flags[k]]
         if rank == root:      # a changed dtype: the other ranks still have the one it had
             for k in changed:
                 params[k].data = params[k].data.to(snap[k].dtype)
         self._broadcast_into([params[k] for k in changed], root)
         # zinc -> torch (RAW): the values set are in place before torch reads them.
         self._zinc_then_torch()
+        self._frozen_sync()
         return None

@@ -130,6 +130,7 @@ class _StateIOMixin:
         Collective."""
         dtype = _TORCH_DTYPE[self._code]
         values = self._zinc_values()
+        frozen = {} if exclude_frozen else self._frozen_values()    # stage 3's pieces
         # State-dict key (before `prefix`) of every parameter, under each module that holds it:
         # a tied parameter has one key per holder, as in module.state_dict().
         holder = {}
@@ -159,6 +160,8 @@ class _StateIOMixin:
                     sd[k] = convert(sd[k], False)
             elif exclude_frozen and not p.requires_grad:
                 del sd[k]
+            elif id(p) in frozen:
+                sd[k] = frozen[id(p)] if on_host else convert(frozen[id(p)], False)
             else:
                 # Not trained by zinc (frozen, or left out of model_parameters): the module's own
                 # value in the working dtype, as in DeepSpeed, which casts every floating-point
@@ -211,7 +214,7 @@ class _StateIOMixin:
         # Also when it is empty (all excluded): the load then names what it did not find.
         if extra or untrained:      # JSON text holds no NUL: the loader splits there
             raw = io.BytesIO()
-            torch.save({k: t.detach().cpu() for k, t in extra.items()}, raw)
+            torch.save({k: self._untrained_value(t) for k, t in extra.items()}, raw)
             blob += b"\0" + raw.getvalue()
         buf = ctypes.create_string_buffer(blob, len(blob))
         # addressof, not ctypes.cast: cast's result keeps the buffer in a reference cycle, freed
@@ -250,7 +253,7 @@ class _StateIOMixin:
     def _untrained_params(self):
         """The module's parameters zinc does not train (frozen, or left out of
         model_parameters), by name; a tied one once."""
-        return {n: p for n, p in self.module.named_parameters() if id(p) not in self._group_of}
+        return {n: p for n, p in self.module.named_parameters() if id(p) not in self._pid_of}
 
     def _persistent_buffers(self):
         """The module's buffers its state_dict holds (not the non-persistent ones), by name."""
@@ -282,12 +285,16 @@ class _StateIOMixin:
         mine = {n: t for n, t in buffers.items() if n in saved}
         mine.update({n: p for n, p in untrained.items() if n in saved})
         for n, t in mine.items():
-            if saved[n].shape != t.shape:
+            if saved[n].shape != self._full_shape(t):
                 raise ValueError(f"zinc: load_checkpoint: {n} is {tuple(saved[n].shape)} in "
-                                 f"the checkpoint, {tuple(t.shape)} in the model")
+                                 f"the checkpoint, {tuple(self._full_shape(t))} in the model")
         with torch.no_grad():
             for n, t in mine.items():
-                t.copy_(saved[n])
+                if id(t) in self._fpid_of:       # stage 3's frozen pieces (_frozen.py)
+                    self._frozen_set(t, saved[n])
+                else:
+                    t.copy_(saved[n])
+        self._frozen_sync()
         return {n for n in untrained if n in saved}, {n: saved[n] for n in saved if n in trained}
 
     def _read_saved(self, load_dir, tag, wanted):
@@ -337,7 +344,8 @@ class _StateIOMixin:
         most of the model)."""
         params = self._untrained_params()
         names = [n for n in params if n not in done]
-        found = self._read_saved(load_dir, tag, [(n, params[n].shape, None) for n in names])
+        found = self._read_saved(load_dir, tag, [(n, self._full_shape(params[n]), None)
+                                                 for n in names])
         path = os.path.join(load_dir, tag)
         kept = [n for n, f in zip(names, found) if not f]
         if kept and strict:
@@ -352,12 +360,13 @@ class _StateIOMixin:
                              f"not parameters of the model (zinc ckpt inspect lists them): a "
                              f"checkpoint of another model? load_module_strict=False leaves "
                              f"them")
-        wanted = [(n, params[n].shape, torch.empty(params[n].shape, dtype=torch.float32))
+        wanted = [(n, self._full_shape(params[n]),
+                   torch.empty(self._full_shape(params[n]), dtype=torch.float32))
                   for n, f in zip(names, found) if f]
         self._read_saved(load_dir, tag, wanted)
-        with torch.no_grad():
-            for n, _, out in wanted:
-                params[n].copy_(out.to(params[n].dtype))
+        for n, _, out in wanted:
+            self._set_untrained(params[n], out.to(params[n].dtype))
+        self._frozen_sync()
 
     def load_checkpoint(self, load_dir, tag=None, load_module_strict=True,
                         load_optimizer_states=True, load_lr_scheduler_states=True,

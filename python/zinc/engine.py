@@ -73,6 +73,7 @@ from . import _memory, _torch_dist, _world, _zero_init
 from . import dataloader as _dataloader
 from ._accessors import _AccessorsMixin
 from ._direct_backward import _Direct, _DirectBackwardMixin
+from ._frozen import _FrozenMixin
 from ._handover import _HandOverMixin
 from ._hooktime import HookClock
 from ._interrupt import held
@@ -113,6 +114,8 @@ class ZincConfigWarning(UserWarning):
 
 
 _serials = itertools.count()   # engines' creation order (zero.GatheredParameters)
+# DeepSpeed's CASTABLE_DTYPES: the parameters its fp16/bf16 engine casts to the working dtype
+_CASTABLE = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _SPAN_BASES = 8                # _group_span: the places kept per group and kind
 # Config warnings of `zinc train` (the C config) about monitors this front-end writes
 # (_monitor.py): not passed on.
@@ -257,6 +260,13 @@ def _owners(model, wanted):
                 "(the values were in its shards): build the model again, or take the weights "
                 "with that engine's module_state_dict() (on every rank) before closing it and "
                 "load them into the model")
+        by = getattr(p, "_zinc_frozen_by", None)
+        if p.numel() == 0 and by is not None and by() is not None:
+            raise ValueError(
+                f"zinc.initialize: frozen parameter '{n}' is held in pieces by a live ZeRO "
+                "stage-3 engine (DeepSpeed's stage 3 partitions frozen parameters too): take "
+                "the weights with that engine's module_state_dict() (on every rank), close() "
+                "it, and load them into a model built again")
         if not p.requires_grad or (wanted is not None and id(p) not in wanted):
             continue
         owner = trained_by(p)
@@ -310,9 +320,11 @@ class _Group:
         self.defer = False        # learned: handed over only after autograd (_handover)
         self.slot = -1            # bucketed: its bucket while taken and not handed over
         self.layout = {}          # "data"/"grad" -> its parameters' place in zinc's buffer
+        self.frozen = False       # stage 3: a group of the frozen engine (_frozen.py): values
+                                  # only, never handed over
 
 
-class Engine(_Stage3Mixin, _HandOverMixin, _DirectBackwardMixin, _ValuesMixin, _AccessorsMixin,
+class Engine(_Stage3Mixin, _FrozenMixin, _HandOverMixin, _DirectBackwardMixin, _ValuesMixin, _AccessorsMixin,
              _StateIOMixin, torch.nn.Module):
     """One rank's training engine over a torch model (DeepSpeed's DeepSpeedEngine shape)."""
 
@@ -409,6 +421,10 @@ class Engine(_Stage3Mixin, _HandOverMixin, _DirectBackwardMixin, _ValuesMixin, _
         _take_over(old)
         self._groups = []          # [(group id, [(param id, name, tensor)])]
         self._g = []               # [_Group], the same order
+        self._sg = self._g         # stage 3: the groups the hooks gather, self._g's then the
+                                   # frozen engine's (_frozen.py)
+        self._fe = None            # ... that engine, and its parameters' ids and shapes
+        self._fpid_of, self._fshapes, self._fgroups = {}, {}, []
         self._group_of = {}        # id(param) -> index into self._g
         self._pid_of = {}          # id(param) -> its zinc parameter id
         self._needs = {}           # module -> indices of the groups its forward reads
@@ -494,7 +510,9 @@ class Engine(_Stage3Mixin, _HandOverMixin, _DirectBackwardMixin, _ValuesMixin, _
                     # weights, the runs drifted apart by ~1e-3 in the loss over 12 steps).
                     src = src.to(_TORCH_DTYPE[self._code]).to(torch.float32)
                 self._call(lib.zinc_param_set(e, pid, ctypes.c_void_p(src.data_ptr())))
-        untrained = list(self._untrained_params().values())
+        # Stage 3: the frozen parameters go to the frozen engine (_frozen.py), in pieces.
+        frozen = self._frozen_candidates(model) if self._stage == 3 else {}
+        untrained = [p for p in self._untrained_params().values() if id(p) not in frozen]
         for p in untrained:                  # zinc does not shard these: whole again
             if _zero_init.held(p) is not None:
                 _zero_init.restore(p)
@@ -549,9 +567,10 @@ class Engine(_Stage3Mixin, _HandOverMixin, _DirectBackwardMixin, _ValuesMixin, _
             # floating-point parameter of the module computes in that dtype, the ones zinc does
             # not train too (a frozen nn.Linear beside trained ones); buffers keep theirs.
             for p in self._untrained_params().values():
-                if p.dtype in (torch.float16, torch.bfloat16, torch.float32,
-                               torch.float64):       # DeepSpeed's CASTABLE_DTYPES
+                if id(p) not in frozen and p.dtype in _CASTABLE:
                     p.data = p.data.to(_TORCH_DTYPE[self._code])
+        if frozen:
+            self._partition_frozen(model, frozen, opts)
         self._watch_gradients()
         if self._stage == 3:
             self._setup_stage3(model)
@@ -576,18 +595,26 @@ class Engine(_Stage3Mixin, _HandOverMixin, _DirectBackwardMixin, _ValuesMixin, _
 
     # ---- plumbing -------------------------------------------------------------------------
 
-    def _call(self, status):
+    def _call(self, status, e=None):
+        """Raises zinc's error for a failed call (of the engine `e`: the frozen one's calls
+        name it, else the engine's)."""
         if status:
             self._alive()
-        check(status, self._e)
+        check(status, self._e if e is None else e)
 
-    def _torch_then_zinc(self, stream=None):
+    def _engine_of(self, G):
+        """The zinc engine holding group G: the frozen engine's groups (stage 3, _frozen.py)
+        are its, the others the engine's."""
+        return self._fe if G.frozen else self._e
+
+    def _torch_then_zinc(self, stream=None, frozen=False):
         """CUDA: what torch queued so far on its current stream runs before what zinc queues
-        from here on (zinc's stream waits for an event on torch's; no host wait). CPU: nothing
-        (torch's CPU ops are done when they return)."""
+        from here on (zinc's stream waits for an event on torch's; no host wait) — frozen: the
+        frozen engine's stream (_frozen.py). CPU: nothing (torch's CPU ops are done when they
+        return)."""
         if self._cuda:
             self._ev_torch.record(self._stream_or_current(stream))
-            self._zstream.wait_event(self._ev_torch)
+            (self._fzstream if frozen else self._zstream).wait_event(self._ev_torch)
 
     def _zinc_then_torch(self):
         """zinc's device work (its compute stream, which waits for its NCCL collectives) is
@@ -610,14 +637,15 @@ class Engine(_Stage3Mixin, _HandOverMixin, _DirectBackwardMixin, _ValuesMixin, _
             self._ev_zinc.record(self._zstream)
             self._stream_or_current(stream).wait_event(self._ev_zinc)
 
-    def _torch_after_gather(self, gid, stream=None):
+    def _torch_after_gather(self, G, stream=None):
         """CUDA: torch's current stream (or `stream`, that one already looked up) waits, on the
-        device, until zinc's gather of group gid is in place, and for nothing zinc queued after
+        device, until zinc's gather of group G is in place, and for nothing zinc queued after
         it (zinc_stream_wait_gather). No host wait. CPU: nothing (zinc's work is done when its
         call returns)."""
         if self._cuda:
             st = self._stream_or_current(stream)
-            self._call(lib.zinc_stream_wait_gather(self._e, gid, ctypes.c_void_p(st.cuda_stream)))
+            e = self._engine_of(G)
+            self._call(lib.zinc_stream_wait_gather(e, G.gid, ctypes.c_void_p(st.cuda_stream)), e)
 
     def _stream_or_current(self, stream):
         """`stream` when the caller looked it up already, else torch's current one (CUDA)."""
@@ -651,12 +679,13 @@ class Engine(_Stage3Mixin, _HandOverMixin, _DirectBackwardMixin, _ValuesMixin, _
             lay = G.layout[kind] = self._measure_layout(G, fn)
         anchor, anchor_bytes, span, layout = lay
         ptr = ctypes.c_void_p()
-        self._call(fn(self._e, anchor, ctypes.byref(ptr)))
+        e = self._engine_of(G)
+        self._call(fn(e, anchor, ctypes.byref(ptr)), e)
         base = ptr.value - anchor_bytes
         # (A view with its own storage, or a slice of the lent tensor: _grad_views adds its
         # storage offset to the layout's.)
         views = self._lent_views if kind == "grad" and not self._bucketed else self._views
-        key = (G.gid, kind)
+        key = (G.gid, G.frozen, kind)
         kept = views.get(key)        # [(base, view, its parameters' views)], the last used first
         if kept is None:
             kept = views[key] = []
@@ -683,17 +712,23 @@ class Engine(_Stage3Mixin, _HandOverMixin, _DirectBackwardMixin, _ValuesMixin, _
         """_group_span's layout of G from each parameter's pointer (fn: zinc_param_data or
         zinc_param_grad): (the first parameter's id, its byte offset from the span's start, the
         span's elements, [(offset, shape, strides)] per parameter)."""
-        numels = [_numel(self._shapes[pid]) for pid, _, _ in G.params]
+        shapes = self._group_shapes(G)
+        numels = [_numel(s) for s in shapes]
         ptrs, ptr = [], ctypes.c_void_p()
+        e = self._engine_of(G)
         for pid, _, _ in G.params:
-            self._call(fn(self._e, pid, ctypes.byref(ptr)))
+            self._call(fn(e, pid, ctypes.byref(ptr)), e)
             ptrs.append(ptr.value)
         esz = _memory.dtype_size(self._code)
         base = min(ptrs)
         offs = [(q - base) // esz for q in ptrs]
         return (G.params[0][0], offs[0] * esz, max(o + n for o, n in zip(offs, numels)),
-                [(o, tuple(self._shapes[pid]), _memory.contiguous_strides(self._shapes[pid]))
-                 for o, (pid, _, _) in zip(offs, G.params)])
+                [(o, tuple(s), _memory.contiguous_strides(s)) for o, s in zip(offs, shapes)])
+
+    def _group_shapes(self, G):
+        """The full shapes of group G's parameters (a 0-dim one's is (), registered as (1,))."""
+        shapes = self._fshapes if G.frozen else self._shapes
+        return [shapes[pid] for pid, _, _ in G.params]
 
     def host_waits(self):
         """zinc's own (not DeepSpeed's): how many times zinc made the host wait for its device
@@ -765,6 +800,7 @@ class Engine(_Stage3Mixin, _HandOverMixin, _DirectBackwardMixin, _ValuesMixin, _
                         p._zinc_emptied = True     # for _owners' message
             if cuda:      # the copies done before zinc frees the memory they read
                 torch.cuda.current_stream(self._device).synchronize()
+            self._close_frozen()
             for h in getattr(self, "_hooks", []):
                 h.remove()
             self._acc_nodes = []   # autograd keeps them weakly: a later engine gets its own

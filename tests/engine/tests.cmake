@@ -12,6 +12,11 @@ zinc_test(NAME engine_api SOURCES ${ZINC_ENGINE_TEST_DIR}/test_engine.c
 # Stage 3's gather area: groups packed into the slots, prefetch within stage3_prefetch_bucket_size.
 zinc_test(NAME engine_gather_pack SOURCES ${ZINC_ENGINE_TEST_DIR}/test_gather_pack.c
           LABELS "unit" TIMEOUT 120)
+# A frozen engine (zinc_engine_frozen): stage 3 holding values only — no gradient, master, Adam
+# state or buckets; values rounded into the shard as a trained engine's, gathered alike (the
+# persistent group, a prefetched copy dropped by zinc_param_set); the training calls refused.
+zinc_test(NAME engine_frozen SOURCES ${ZINC_ENGINE_TEST_DIR}/test_frozen.c
+          LABELS "multirank;unit" TIMEOUT 120)
 zinc_test(NAME engine_grad_access SOURCES ${ZINC_ENGINE_TEST_DIR}/test_grad_access.c
           LABELS "multirank;unit" TIMEOUT 120)
 # data_types.grad_accum_dtype "fp32" with bf16/fp16 at stages 2-3, with and without offload:

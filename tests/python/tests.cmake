@@ -50,6 +50,8 @@ set_tests_properties(python_parity_bf16_stage2 PROPERTIES LABELS python TIMEOUT 
 add_test(NAME python_stage3_memory COMMAND ${_py} ${_pyt}/test_torch_stage3.py memory)
 add_test(NAME python_stage3_reuse COMMAND ${_py} ${_pyt}/test_torch_stage3.py reuse)
 add_test(NAME python_stage3_persistent COMMAND ${_py} ${_pyt}/test_torch_stage3.py persistent)
+# stage 3's frozen parameters in pieces (a frozen engine), bit for bit the run holding them whole
+add_test(NAME python_stage3_frozen COMMAND ${_py} ${_pyt}/test_stage3_frozen.py)
 # One test per stage of a test_torch_stage3.py mode: python_<mode>_stage<s>.
 function(zinc_stage3_script_tests mode)
   foreach(_s ${ARGN})
@@ -83,6 +85,7 @@ zinc_stage3_script_tests(groups 0 1 2 3)
 zinc_stage3_script_tests(client 0 2 3)
 add_test(NAME python_config_warnings COMMAND ${_py} ${_pyt}/test_torch_stage3.py warnings)
 set_tests_properties(python_stage3_memory python_stage3_reuse python_stage3_persistent
+                     python_stage3_frozen
                      python_config_warnings PROPERTIES LABELS python
                      TIMEOUT 300 SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
 add_test(NAME python_errors COMMAND ${_py} ${_pyt}/test_torch_ckpt.py errors ${CMAKE_CURRENT_BINARY_DIR}/py_errors)
@@ -186,6 +189,10 @@ set_tests_properties(python_uncaught_hook PROPERTIES LABELS python TIMEOUT 60
 add_test(NAME python_torch_cuda COMMAND ${_py} ${_pyt}/test_torch_cuda.py)
 set_tests_properties(python_torch_cuda PROPERTIES LABELS "gpu;python" TIMEOUT 300
                      SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
+# stage 3's frozen engine with the model on the GPU (its own stream; label gpu, skipped without)
+add_test(NAME python_stage3_frozen_cuda COMMAND ${_py} ${_pyt}/test_stage3_frozen.py)
+set_tests_properties(python_stage3_frozen_cuda PROPERTIES LABELS "gpu;python" TIMEOUT 300
+                     SKIP_RETURN_CODE 77 ENVIRONMENT "${_env};ZINC_TEST_DEVICE=cuda")
 add_test(NAME python_torch_cuda_on_cpu COMMAND ${_py} ${_pyt}/test_torch_cuda.py --cpu)
 set_tests_properties(python_torch_cuda_on_cpu PROPERTIES LABELS python TIMEOUT 300
                      SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
@@ -277,6 +284,8 @@ if(ZINC_HAVE_MPI AND ZINC_TORCH_PYTHON)
            COMMAND ${_mpi} ${MPIEXEC_NUMPROC_FLAG} 2 ${_py} ${_pyt}/test_torch_stage3.py reuse)
   add_test(NAME python_stage3_persistent_mpi
            COMMAND ${_mpi} ${MPIEXEC_NUMPROC_FLAG} 2 ${_py} ${_pyt}/test_torch_stage3.py persistent)
+  add_test(NAME python_stage3_frozen_mpi
+           COMMAND ${_mpi} ${MPIEXEC_NUMPROC_FLAG} 2 ${_py} ${_pyt}/test_stage3_frozen.py)
   add_test(NAME python_overlap_mpi_stage3
            COMMAND ${_mpi} ${MPIEXEC_NUMPROC_FLAG} 2 ${_py} ${_pyt}/test_torch_stage3.py overlap 3)
   add_test(NAME python_odd_mpi_stage3
@@ -288,7 +297,8 @@ if(ZINC_HAVE_MPI AND ZINC_TORCH_PYTHON)
   add_test(NAME python_client_mpi_stage3
            COMMAND ${_mpi} ${MPIEXEC_NUMPROC_FLAG} 2 ${_py} ${_pyt}/test_torch_stage3.py client 3)
   set_tests_properties(python_stage3_memory_mpi python_stage3_reuse_mpi
-                       python_stage3_persistent_mpi python_overlap_mpi_stage3 python_odd_mpi_stage3
+                       python_stage3_persistent_mpi python_stage3_frozen_mpi
+                       python_overlap_mpi_stage3 python_odd_mpi_stage3
                        python_actckpt_mpi_stage3 python_groups_mpi_stage3
                        python_client_mpi_stage3
                        PROPERTIES LABELS "python;multirank" TIMEOUT 300 SKIP_RETURN_CODE 77

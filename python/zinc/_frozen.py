@@ -1,0 +1,235 @@
+"""_frozen.py — ZeRO stage 3's frozen parameters in pieces, as DeepSpeed partitions every
+parameter of the module at stage 3, trained or not: a LoRA run's base model takes 2/N bytes per
+parameter on each rank, where whole it took 2 (a 70B base at 8 ranks: ~17.5 GB per rank, not
+~140).
+
+zinc's engine trains what it holds, and its state (fp32 master, Adam's moments, gradient) is
+sized for that. The frozen parameters go to a second zinc engine made frozen
+(zinc_engine_frozen): the same config and world, and only the 16-bit shards, the gather slots
+and the persistent block. Its groups (one per module, as the engine's) join the stage-3 hooks'
+list (self._sg, after self._g's): they are gathered for their module's forward, gathered again
+by _Regather for its backward, and emptied as the trained ones are; persistent ones view that
+engine's copy for good. Nothing hands them over: a frozen group gathered for a backward is let
+go when the gradient of the module's inputs is complete (_ReleaseAfterBackward, put on the
+inputs by the forward pre-hook), or at the backward's end where no input needs a gradient.
+
+The candidates: at stage 3, each parameter with requires_grad False whose dtype the engine
+computes in after DeepSpeed's cast (any floating dtype with fp16/bf16, float32 without).
+Others (an integer one; a bf16 one in an fp32 run) stay whole, as before.
+
+What reads or writes a frozen parameter's value outside a forward goes through
+_frozen_value(s) and _frozen_set: state dicts, checkpoints (their module state holds the full
+values, as before), GatheredParameters.
+"""
+import ctypes
+import weakref
+
+import torch
+
+from ._lib import EngineOptions, check, lib
+from ._memory import _TORCH_DTYPE, _numel
+from . import _zero_init
+
+
+# False keeps stage 3's frozen parameters whole on every rank, as before 2026-12-01: the tests'
+# reference run (test_stage3_frozen.py compares the two bit for bit).
+PARTITION = True
+
+
+class _ReleaseAfterBackward(torch.autograd.Function):
+    """Identity on a module's input; its backward (once the input's gradient from inside the
+    module is complete, so the module's backward is done with its weights) lets go the frozen
+    groups _Regather gathered for that backward."""
+
+    @staticmethod
+    def forward(ctx, engine, groups, t):
+        ctx.engine, ctx.groups = engine, groups
+        return t.detach()
+
+    @staticmethod
+    def backward(ctx, grad):
+        ctx.engine._frozen_backward_done(ctx.groups)
+        return None, None, grad
+
+
+class _FrozenMixin:
+    """The Engine's frozen engine at stage 3."""
+
+    def _frozen_candidates(self, model):
+        """{id(param): param} of the frozen parameters the frozen engine will hold."""
+        if not PARTITION:
+            return {}
+        if self._code == 0:
+            ok = (torch.float32,)
+        else:
+            ok = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+        return {id(p): p for p in model.parameters()
+                if not p.requires_grad and id(p) not in self._pid_of and p.dtype in ok}
+
+    def _partition_frozen(self, model, frozen, opts):
+        """Makes the frozen engine over `frozen` (one group per module, registered in module
+        order as the engine's), sets rank 0's values (rounded to the working dtype, as
+        DeepSpeed's cast does) and adds its groups to self._sg. Collective."""
+        from .engine import _Group, _config_json       # (engine.py imports this module)
+        cfg = dict(self._cfg)
+        zero = dict(cfg.get("zero_optimization") or {})
+        # it holds no optimizer state, and its pieces stay on the device (docs/python.md)
+        for key in ("offload_optimizer", "offload_param", "cpu_offload", "cpu_offload_param"):
+            zero.pop(key, None)
+        cfg["zero_optimization"] = zero
+        text = _config_json(cfg)
+        fopts = EngineOptions(config_path=None, config_json=text, world=opts.world,
+                              rank=opts.rank, device=opts.device, threads=opts.threads)
+        fe = ctypes.c_void_p()
+        check(lib.zinc_engine_create(ctypes.byref(fopts), ctypes.byref(fe)))
+        self._fe = fe
+        self._call(lib.zinc_engine_frozen(fe), fe)
+        if self._cuda:
+            self._fzstream = torch.cuda.ExternalStream(lib.zinc_engine_cuda_stream(fe),
+                                                       device=self._device)
+        groups = []
+        for mname, mod in model.named_modules():
+            own, shared = [], []
+            for n, p in mod.named_parameters(recurse=False):
+                if id(p) not in frozen:
+                    continue
+                (shared if id(p) in self._fpid_of else own).append((n, p))
+            needs = sorted({self._group_of[id(p)] for _, p in shared})
+            if own:
+                g = ctypes.c_int()
+                self._call(lib.zinc_group_add(fe, (mname or "root").encode(), ctypes.byref(g)),
+                           fe)
+                params = []
+                for n, p in own:
+                    full = f"{mname}.{n}" if mname else n
+                    shape = (ctypes.c_int64 * max(1, p.dim()))(*(p.shape if p.dim() else (1,)))
+                    pid = ctypes.c_int()
+                    self._call(lib.zinc_param_add(fe, g.value, full.encode(), max(1, p.dim()),
+                                                  shape, self._code, ctypes.byref(pid)), fe)
+                    params.append((pid.value, full, p))
+                    self._fpid_of[id(p)] = pid.value
+                    self._fshapes[pid.value] = p.shape
+                    self._group_of[id(p)] = len(self._g) + len(groups)
+                G = _Group(g.value, params)
+                G.frozen = True
+                needs = [len(self._g) + len(groups)] + needs
+                groups.append(G)
+            if needs:
+                self._needs[mod] = self._needs.get(mod, []) + needs
+        self._call(lib.zinc_finalize(fe), fe)
+        dtype = _TORCH_DTYPE[self._code]
+        empty = torch.empty(0, dtype=dtype, device=self._device)
+        me = weakref.ref(self)
+        for G in groups:
+            for pid, _, p in G.params:
+                if _zero_init.held(p) is not None:      # zero.Init's pieces, one at a time
+                    src = _zero_init.gather(p).to(torch.float32).contiguous()
+                    _zero_init.release(p)
+                else:
+                    src = p.detach().to("cpu", torch.float32).contiguous()
+                    self._broadcast(src, 0)
+                src = src.to(dtype).to(torch.float32)
+                self._call(lib.zinc_param_set(fe, pid, ctypes.c_void_p(src.data_ptr())), fe)
+                p.data = empty
+                p._zinc_frozen_by = me      # _owners: a live engine holds its values
+        self._call(lib.zinc_engine_sync(fe), fe)
+        self._fgroups = groups
+        self._sg = self._g + groups
+
+    def _frozen_backward_done(self, groups):
+        """_ReleaseAfterBackward: the module's backward ended; its frozen groups gathered for
+        it (held by no forward) are let go (kept for a use soon, as _release decides)."""
+        for gi in groups:
+            G = self._sg[gi]
+            if G.live and G.holds == 0 and not G.read_hold:
+                self._release(gi)
+
+    def _release_inputs(self, inputs, groups):
+        """The forward pre-hook's inputs, those that require grad passed through
+        _ReleaseAfterBackward for the module's frozen groups."""
+        frozen = tuple(gi for gi in groups if self._sg[gi].frozen)
+        if not frozen or not torch.is_grad_enabled():
+            return None
+        if not any(isinstance(t, torch.Tensor) and t.requires_grad for t in inputs):
+            return None
+        return tuple(_ReleaseAfterBackward.apply(self, frozen, t)
+                     if isinstance(t, torch.Tensor) and t.requires_grad else t for t in inputs)
+
+    # ---- values outside a forward ------------------------------------------------------------
+
+    def _is_partitioned_frozen(self, p):
+        return id(p) in self._fpid_of
+
+    def _frozen_value(self, p):
+        """A frozen parameter's full value (zinc_param_get of the frozen engine: its 16-bit
+        pieces), a host tensor of the working dtype and its shape. Collective."""
+        pid = self._fpid_of[id(p)]
+        shape = self._fshapes[pid]
+        buf = torch.empty(_numel(shape), dtype=torch.float32)
+        self._call(lib.zinc_param_get(self._fe, pid, ctypes.c_void_p(buf.data_ptr())), self._fe)
+        return buf.view(shape).to(_TORCH_DTYPE[self._code])
+
+    def _frozen_values(self):
+        """{id(param): full value} of every frozen parameter in pieces, in registration order
+        (collective: every rank asks for the same ones in the same order)."""
+        return {id(p): self._frozen_value(p) for G in self._fgroups for _, _, p in G.params} \
+            if self._fe is not None else {}
+
+    def _frozen_set(self, p, value):
+        """Sets a frozen parameter's value (every rank the same values; rounded to the working
+        dtype). Not collective; the caller syncs (_frozen_sync) before torch reads it."""
+        pid = self._fpid_of[id(p)]
+        if tuple(value.shape) != tuple(self._fshapes[pid]):
+            raise ValueError(f"zinc: {tuple(value.shape)} values for a parameter of shape "
+                             f"{tuple(self._fshapes[pid])}")
+        src = value.detach().to("cpu", torch.float32).contiguous()
+        # torch -> zinc (WAR): a persistent group's parameters view what this overwrites
+        self._torch_then_zinc(frozen=True)
+        self._call(lib.zinc_param_set(self._fe, pid, ctypes.c_void_p(src.data_ptr())), self._fe)
+
+    def _full_shape(self, p):
+        """A parameter's full shape (a frozen one in pieces is empty outside its forward)."""
+        pid = self._fpid_of.get(id(p))
+        return p.shape if pid is None else self._fshapes[pid]
+
+    def _set_untrained(self, p, value):
+        """An untrained parameter takes `value` (a load): the frozen engine's pieces, else
+        copied in. Then _frozen_sync before torch reads a frozen one."""
+        if id(p) in self._fpid_of:
+            self._frozen_set(p, value)
+        else:
+            with torch.no_grad():
+                p.copy_(value.to(p.dtype))
+
+    def _untrained_value(self, p):
+        """An untrained parameter's full value on the host (collective for a frozen one in
+        pieces: every rank asks for the same ones in the same order)."""
+        return self._frozen_value(p) if id(p) in self._fpid_of else p.detach().cpu()
+
+    def _frozen_sync(self):
+        """zinc -> torch after _frozen_set: the frozen engine's writes done (a host wait), and
+        what stage 3 kept gathered of its groups emptied (their copies hold the old values)."""
+        if self._fe is not None:
+            self._call(lib.zinc_engine_sync(self._fe), self._fe)
+            for gi, G in enumerate(self._sg):
+                if G.frozen and G.kept:
+                    self._dematerialize(gi)
+
+    def _close_frozen(self):
+        """close(): the persistent groups' views become copies (as the engine's), the others
+        stay empty, and the frozen engine goes."""
+        fe = getattr(self, "_fe", None)
+        if fe is None or not fe.value:
+            return
+        if self._cuda:
+            lib.zinc_engine_sync(fe)
+        for G in getattr(self, "_fgroups", []):
+            for _, _, p in G.params:
+                p.data = p.data.clone()
+                if p.numel() == 0:
+                    p._zinc_emptied = True
+                p.__dict__.pop("_zinc_frozen_by", None)
+        if self._cuda:
+            torch.cuda.current_stream(self._device).synchronize()
+        lib.zinc_engine_destroy(fe)
+        self._fe = None

@@ -1,0 +1,414 @@
+/*
+ * test_frozen.c — a frozen engine (zinc_engine_frozen): stage 3 holding parameter values only,
+ * as the Python front-end keeps the parameters nobody trains (a LoRA run's base model).
+ *
+ * At 1 and 2 local ranks, bf16 and fp32, a frozen engine F and a trained engine T with the same
+ * registration (three groups: a large one, one of two parameters, and a small one below
+ * stage3_param_persistence_threshold, kept whole), each on a local world of its own (a local
+ * world's rank holds one engine at a time; the Python front-end's two engines share an MPI or
+ * NCCL world):
+ *
+ *  - zinc_memory: F plans and allocates nothing for GRAD, MASTER, ADAM_M, ADAM_V and BUCKET,
+ *    and exactly the rank's shard for PARAM16 (dtype size x shard elements) and T's GATHER;
+ *    T has Adam state (and a master in bf16), so the comparison can fail; no host memory.
+ *  - values: zinc_param_set with 1 + k * 1e-3 (not representable in bf16), then each group
+ *    gathered: F's zinc_param_data views hold exactly the working-dtype rounding of the values
+ *    (kernels' zk_store, round to nearest even) and the same bytes as T's views; zinc_param_get
+ *    gives them widened to fp32 (fp32: the values themselves). The persistent group too.
+ *  - a second zinc_param_set after a prefetch: the stale prefetched copy is dropped and the next
+ *    gathers give the new values; zinc_param_set of a gathered group is refused.
+ *  - every training call is ZINC_ERR_USAGE naming itself and the frozen engine, and the engine
+ *    (and, at 2 ranks, the world) works after them: the values gather right again.
+ *
+ * zinc_micro_step ends a frozen engine's micro-step (the gather trace that prefetch follows):
+ * refused while a group is gathered, and then the prefetch check's copies are dropped as a
+ * trained engine's are.
+ *
+ * Then the setups refused at zinc_engine_frozen (NULL, after zinc_finalize, stage 2,
+ * offload_optimizer, offload_param, with zinc_grad_buffer_external), and a world where only
+ * rank 0 is frozen: zinc_finalize's ZINC_ERR_MISMATCH on both ranks.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/internal.h"
+#include "testutil.h"
+
+#define NP 4
+#define NG 3
+#define MAXN 1000
+#define PERSIST_GROUP 2
+
+static const char *const pname[NP] = {"emb.w", "blk.a", "blk.b", "norm.w"};
+static const int pgroup[NP] = {0, 1, 1, 2};
+static const int pndim[NP] = {1, 1, 2, 1};
+static const int64_t pshape[NP][2] = {{MAXN, 0}, {300, 0}, {7, 11}, {24, 0}};
+static const char *const gname[NG] = {"emb", "blk", "norm"};
+
+static int64_t numel(int p) { return pndim[p] == 1 ? pshape[p][0] : pshape[p][0] * pshape[p][1]; }
+
+/* Value set 1: 1 + k * 1e-3 in [1, 2), mostly between two bf16 values (their step is 2^-7
+ * there); set 2: negative, in (-1.5, -0.5]. */
+static float value_of(int set, int p, int64_t i)
+{
+    if (set == 1) return 1.0f + (float)((i * 7 + p * 131) % 1000) * 1e-3f;
+    return -(0.5f + (float)((i * 13 + p * 17) % 997) * 1e-3f);
+}
+
+typedef struct {
+    zinc_world_t *world;          /* the frozen engines' */
+    zinc_world_t *trained_world;  /* the trained engines' */
+    int n, bf16;
+} run_ctx;
+
+static zinc_dtype dtype_of(int bf16) { return bf16 ? ZINC_DTYPE_BF16 : ZINC_DTYPE_FP32; }
+
+/* The config: stage `stage`, the small group persistent, `zero_extra` zero_optimization
+ * members each followed by ", ". */
+static void config(char *buf, size_t cap, int bf16, int stage, const char *zero_extra)
+{
+    snprintf(buf, cap,
+             "{\"train_micro_batch_size_per_gpu\": 1, %s"
+             "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01}},"
+             " \"zero_optimization\": {%s\"stage\": %d,"
+             " \"stage3_param_persistence_threshold\": 100}}",
+             bf16 ? "\"bf16\": {\"enabled\": true}, " : "", zero_extra, stage);
+}
+
+/* Registers the model on `e` (its ids into pid). */
+static void register_model(zinc_engine_t *e, int bf16, int pid[NP])
+{
+    int gid[NG];
+    for (int g = 0; g < NG; g++) ZT_OK(zinc_group_add(e, gname[g], &gid[g]));
+    for (int p = 0; p < NP; p++)
+        ZT_OK(zinc_param_add(e, gid[pgroup[p]], pname[p], pndim[p], pshape[p], dtype_of(bf16),
+                             &pid[p]));
+}
+
+/* Rank `rank`'s stage-3 engine on c's world, registered and finalized; frozen when asked. NULL
+ * after a failed check. */
+static zinc_engine_t *make_engine(const run_ctx *c, int rank, int frozen, int pid[NP])
+{
+    char cfg[1024];
+    config(cfg, sizeof cfg, c->bf16, 3, "");
+    zinc_engine_options_t o = {.config_json = cfg, .world = frozen ? c->world : c->trained_world,
+                               .rank = rank, .threads = 1};
+    zinc_engine_t *e = NULL;
+    ZT_OK(zinc_engine_create(&o, &e));
+    if (!e) return NULL;
+    if (frozen) ZT_OK(zinc_engine_frozen(e));
+    register_model(e, c->bf16, pid);
+    zinc_status s = zinc_finalize(e);
+    ZT_CHECK(s == ZINC_OK, "rank %d: zinc_finalize (%s): %s", rank, frozen ? "frozen" : "trained",
+             zinc_last_error(e));
+    if (s == ZINC_OK) return e;
+    zinc_engine_destroy(e);
+    return NULL;
+}
+
+static void check_memory(zinc_engine_t *f, zinc_engine_t *t, const char *label)
+{
+    uint64_t fp[ZINC_MEM_COUNT], fa[ZINC_MEM_COUNT], tp[ZINC_MEM_COUNT], ta[ZINC_MEM_COUNT];
+    uint64_t hp[ZINC_MEM_COUNT], ha[ZINC_MEM_COUNT];
+    ZT_OK(zinc_memory(f, fp, fa));
+    ZT_OK(zinc_memory(t, tp, ta));
+    ZT_OK(zinc_memory_host(f, hp, ha));
+    const zinc_mem_category none[] = {ZINC_MEM_GRAD, ZINC_MEM_MASTER, ZINC_MEM_ADAM_M,
+                                      ZINC_MEM_ADAM_V, ZINC_MEM_BUCKET};
+    for (size_t k = 0; k < sizeof none / sizeof none[0]; k++)
+        ZT_CHECK(fp[none[k]] == 0 && fa[none[k]] == 0, "%s: frozen %s planned %llu, allocated %llu",
+                 label, zinc_mem_category_name(none[k]), (unsigned long long)fp[none[k]],
+                 (unsigned long long)fa[none[k]]);
+    uint64_t shard = (uint64_t)f->plan.shard_numel * zinc_dtype_size(f->dtype);
+    ZT_CHECK(shard > 0 && fp[ZINC_MEM_PARAM16] == shard && fa[ZINC_MEM_PARAM16] == shard,
+             "%s: frozen param16 planned %llu, allocated %llu; the shard is %llu bytes", label,
+             (unsigned long long)fp[ZINC_MEM_PARAM16], (unsigned long long)fa[ZINC_MEM_PARAM16],
+             (unsigned long long)shard);
+    ZT_CHECK(fp[ZINC_MEM_PARAM16] == tp[ZINC_MEM_PARAM16] &&
+                 fp[ZINC_MEM_GATHER] == tp[ZINC_MEM_GATHER] && fa[ZINC_MEM_GATHER] > 0,
+             "%s: param16 %llu / %llu, gather %llu / %llu (frozen / trained)", label,
+             (unsigned long long)fp[ZINC_MEM_PARAM16], (unsigned long long)tp[ZINC_MEM_PARAM16],
+             (unsigned long long)fp[ZINC_MEM_GATHER], (unsigned long long)tp[ZINC_MEM_GATHER]);
+    /* the trained engine's state, which the frozen one must not have: Adam's moments always, a
+     * master of its own in bf16 (fp32's is its working shard) */
+    int bf16 = f->dtype == ZINC_DTYPE_BF16;
+    ZT_CHECK(ta[ZINC_MEM_ADAM_M] > 0 && ta[ZINC_MEM_GRAD] > 0 && (!bf16 || ta[ZINC_MEM_MASTER] > 0),
+             "%s: the trained engine allocates adam_m %llu, grad %llu, master %llu", label,
+             (unsigned long long)ta[ZINC_MEM_ADAM_M], (unsigned long long)ta[ZINC_MEM_GRAD],
+             (unsigned long long)ta[ZINC_MEM_MASTER]);
+    for (int c = 0; c < ZINC_MEM_COUNT; c++)
+        ZT_CHECK(hp[c] == 0 && ha[c] == 0, "%s: frozen host %s: %llu bytes", label,
+                 zinc_mem_category_name((zinc_mem_category)c), (unsigned long long)hp[c]);
+}
+
+static void set_values(zinc_engine_t *e, const int pid[NP], int set)
+{
+    float *v = malloc(MAXN * sizeof *v);
+    for (int p = 0; p < NP && v; p++) {
+        for (int64_t i = 0; i < numel(p); i++) v[i] = value_of(set, p, i);
+        ZT_OK(zinc_param_set(e, pid[p], v));
+    }
+    free(v);
+}
+
+/* Elements of a view (numel(p) elements of dt) that are not x rounded to dt. */
+static int64_t wrong_rounding(const void *view, zinc_dtype dt, int set, int p)
+{
+    size_t ds = zinc_dtype_size(dt);
+    int64_t bad = 0;
+    for (int64_t i = 0; i < numel(p); i++) {
+        unsigned char want[4];
+        zk_store(want, dt, 0, value_of(set, p, i));
+        bad += memcmp((const char *)view + (size_t)i * ds, want, ds) != 0;
+    }
+    return bad;
+}
+
+/* Elements of zinc_param_get's values that are not x rounded to dt and widened back. */
+static int64_t wrong_widened(const float *got, zinc_dtype dt, int set, int p)
+{
+    int64_t bad = 0;
+    for (int64_t i = 0; i < numel(p); i++) {
+        unsigned char r[4];
+        zk_store(r, dt, 0, value_of(set, p, i));
+        float want = zk_load(r, dt, 0);
+        bad += memcmp(&got[i], &want, 4) != 0;
+    }
+    return bad;
+}
+
+/* Every group gathered on both engines (collective, in the same order on every rank): F's views
+ * hold value set `set` rounded and T's bytes; then zinc_param_get on F. */
+static void check_values(zinc_engine_t *f, zinc_engine_t *t, const int pid[NP], int set,
+                         const char *label)
+{
+    zinc_dtype dt = f->dtype;
+    for (int g = 0; g < NG; g++) {
+        ZT_OK(zinc_gather(f, g));
+        ZT_OK(zinc_gather(t, g));
+        ZT_OK(zinc_stream_wait_gather(f, g, NULL));
+        for (int p = 0; p < NP; p++) {
+            if (pgroup[p] != g) continue;
+            void *fv = NULL, *tv = NULL;
+            ZT_OK(zinc_param_data(f, pid[p], &fv));
+            ZT_OK(zinc_param_data(t, pid[p], &tv));
+            if (!fv || !tv) continue;
+            int64_t bad = wrong_rounding(fv, dt, set, p);
+            ZT_CHECK(bad == 0, "%s: values %d: '%s' gathered with %lld of %lld elements not the "
+                     "%s rounding of the values set", label, set, pname[p], (long long)bad,
+                     (long long)numel(p), zinc_dtype_name(dt));
+            ZT_CHECK(!memcmp(fv, tv, (size_t)numel(p) * zinc_dtype_size(dt)),
+                     "%s: values %d: '%s' gathered differs from the trained engine's", label, set,
+                     pname[p]);
+        }
+        ZT_OK(zinc_release(f, g));
+        ZT_OK(zinc_release(t, g));
+    }
+    float *out = malloc(MAXN * sizeof *out);
+    for (int p = 0; p < NP && out; p++) {
+        memset(out, 0xff, MAXN * sizeof *out);
+        ZT_OK(zinc_param_get(f, pid[p], out));
+        int64_t bad = wrong_widened(out, dt, set, p);
+        ZT_CHECK(bad == 0, "%s: values %d: zinc_param_get('%s'): %lld elements not the %s "
+                 "values widened", label, set, pname[p], (long long)bad, zinc_dtype_name(dt));
+    }
+    free(out);
+}
+
+static int prefetched(const zinc_engine_t *e, int g)
+{
+    return e->gstate[g].gather_slot >= 0 && !e->gstate[g].held;
+}
+
+/* After check_values traced the gathers (emb, blk; norm is persistent): a gather of emb
+ * prefetches blk; zinc_param_set drops that copy; the next gathers give the new values. */
+static void check_prefetch_dropped(zinc_engine_t *f, zinc_engine_t *t, const int pid[NP],
+                                   const char *label)
+{
+    /* the micro-step's end: refused while a group is gathered, then the trace is done */
+    ZT_OK(zinc_gather(f, 0));
+    ZT_CHECK(zinc_micro_step(f) == ZINC_ERR_USAGE, "%s: zinc_micro_step with emb gathered is "
+             "refused", label);
+    ZT_OK(zinc_release(f, 0));
+    ZT_OK(zinc_micro_step(f));
+    ZT_OK(zinc_gather(f, 0));
+    ZT_CHECK(prefetched(f, 1), "%s: gathering emb prefetched blk", label);
+    ZT_OK(zinc_release(f, 0));
+    set_values(f, pid, 2);
+    set_values(t, pid, 2);
+    ZT_CHECK(!prefetched(f, 1), "%s: zinc_param_set dropped blk's prefetched copy", label);
+    check_values(f, t, pid, 2, label);
+    /* a gathered group's view would keep the old values: refused, the group still gathered */
+    float *v = calloc(MAXN, sizeof *v);
+    ZT_OK(zinc_gather(f, 1));
+    zinc_status s = zinc_param_set(f, pid[1], v);
+    ZT_CHECK(s == ZINC_ERR_USAGE, "%s: zinc_param_set of a gathered group: %s", label,
+             zinc_status_string(s));
+    ZT_OK(zinc_release(f, 1));
+    free(v);
+}
+
+/* A refused call: ZINC_ERR_USAGE and the frozen engine's message naming `fn`. */
+static void refused(zinc_engine_t *e, zinc_status s, const char *fn, const char *label)
+{
+    char want[160];
+    snprintf(want, sizeof want, "%s: a frozen engine (zinc_engine_frozen) holds values only and "
+             "trains nothing", fn);
+    ZT_CHECK(s == ZINC_ERR_USAGE && strstr(zinc_last_error(e), want),
+             "%s: %s on a frozen engine: %s: %s", label, fn, zinc_status_string(s),
+             zinc_last_error(e));
+}
+
+static void check_refusals(zinc_engine_t *f, const int pid[NP], const char *label)
+{
+    float *buf = calloc(MAXN, sizeof *buf);
+    void *view = NULL;
+    int slot = 0;
+    zinc_step_info_t info;
+    refused(f, zinc_step(f, &info), "zinc_step", label);
+    refused(f, zinc_grads_ready(f, 0), "zinc_grads_ready", label);
+    refused(f, zinc_grads_more(f, 0), "zinc_grads_more", label);
+    refused(f, zinc_grads_reduce(f), "zinc_grads_reduce", label);
+    refused(f, zinc_grads_clear(f), "zinc_grads_clear", label);
+    refused(f, zinc_param_grad(f, pid[0], &view), "zinc_param_grad", label);
+    refused(f, zinc_param_grad_get(f, pid[0], buf), "zinc_param_grad_get", label);
+    refused(f, zinc_param_grad_set(f, pid[0], buf), "zinc_param_grad_set", label);
+    refused(f, zinc_grad_bucket(f, 0, &slot), "zinc_grad_bucket", label);
+    refused(f, zinc_grad_bucket_drop(f, 0), "zinc_grad_bucket_drop", label);
+    refused(f, zinc_grad_buffer_attach(f, buf, 64), "zinc_grad_buffer_attach", label);
+    refused(f, zinc_param_state_get(f, pid[1], ZINC_STATE_EXP_AVG, buf), "zinc_param_state_get",
+            label);
+    refused(f, zinc_param_state_set(f, pid[1], ZINC_STATE_EXP_AVG_SQ, buf),
+            "zinc_param_state_set", label);
+    refused(f, zinc_param_local_get(f, pid[2], ZINC_STATE_MASTER, buf), "zinc_param_local_get",
+            label);
+    refused(f, zinc_param_local_set(f, pid[2], ZINC_STATE_MASTER, buf), "zinc_param_local_set",
+            label);
+    refused(f, zinc_ckpt_save(f, "frozen-ckpt-never-written", "t", NULL), "zinc_ckpt_save", label);
+    refused(f, zinc_ckpt_load(f, "frozen-ckpt-never-written", "t", NULL), "zinc_ckpt_load", label);
+    refused(f, zinc_load_safetensors(f, "frozen-never-read.safetensors"),
+            "zinc_load_safetensors", label);
+    free(buf);
+}
+
+static void rank_fn(int rank, void *arg)
+{
+    run_ctx *c = arg;
+    char label[64];
+    snprintf(label, sizeof label, "%s N=%d rank %d", c->bf16 ? "bf16" : "fp32", c->n, rank);
+    int fpid[NP], tpid[NP];
+    zinc_engine_t *f = make_engine(c, rank, 1, fpid);
+    zinc_engine_t *t = make_engine(c, rank, 0, tpid);
+    if (f && t) {
+        ZT_CHECK(zinc_engine_is_frozen(f) == 1 && zinc_engine_is_frozen(t) == 0,
+                 "%s: zinc_engine_is_frozen %d (frozen), %d (trained)", label,
+                 zinc_engine_is_frozen(f), zinc_engine_is_frozen(t));
+        ZT_CHECK(zinc_group_persistent(f, PERSIST_GROUP) && !zinc_group_persistent(f, 0),
+                 "%s: group norm persistent, emb not", label);
+        check_memory(f, t, label);
+        set_values(f, fpid, 1);
+        set_values(t, tpid, 1);
+        check_values(f, t, fpid, 1, label);
+        check_prefetch_dropped(f, t, fpid, label);
+        check_refusals(f, fpid, label);
+        check_values(f, t, fpid, 2, label);   /* still usable, and the world too */
+        zinc_status s = zinc_engine_frozen(t);
+        ZT_CHECK(s == ZINC_ERR_USAGE, "%s: zinc_engine_frozen after zinc_finalize: %s", label,
+                 zinc_status_string(s));
+    }
+    zinc_engine_destroy(f);
+    zinc_engine_destroy(t);
+}
+
+static void test_values(int n, int bf16)
+{
+    run_ctx c = {.n = n, .bf16 = bf16};
+    ZT_OK(zinc_world_create_local(n, &c.trained_world));
+    if (c.trained_world) zt_run_world(n, &c.world, rank_fn, &c);
+    zinc_world_destroy(c.trained_world);
+}
+
+/* A one-rank engine of `cfg` (stage 3 unless the config says otherwise), not finalized. */
+static zinc_engine_t *bare_engine(int stage, const char *zero_extra)
+{
+    char cfg[1024];
+    config(cfg, sizeof cfg, 1, stage, zero_extra);
+    zinc_engine_options_t o = {.config_json = cfg, .threads = 1};
+    zinc_engine_t *e = NULL;
+    ZT_OK(zinc_engine_create(&o, &e));
+    return e;
+}
+
+static void expect_refused_setup(int stage, const char *zero_extra, zinc_status want,
+                                 const char *needle)
+{
+    zinc_engine_t *e = bare_engine(stage, zero_extra);
+    if (!e) return;
+    zinc_status s = zinc_engine_frozen(e);
+    ZT_CHECK(s == want && strstr(zinc_last_error(e), needle) && !zinc_engine_is_frozen(e),
+             "stage %d {%s}: zinc_engine_frozen: %s: %s (want %s naming %s)", stage, zero_extra,
+             zinc_status_string(s), zinc_last_error(e), zinc_status_string(want), needle);
+    zinc_engine_destroy(e);
+}
+
+static void test_refused_setups(void)
+{
+    ZT_CHECK(zinc_engine_frozen(NULL) == ZINC_ERR_INVALID_ARG && !zinc_engine_is_frozen(NULL),
+             "a NULL engine");
+    expect_refused_setup(2, "", ZINC_ERR_UNSUPPORTED, "stage 3 only");
+    expect_refused_setup(3, "\"offload_optimizer\": {\"device\": \"cpu\"}, ",
+                         ZINC_ERR_UNSUPPORTED, "zero_optimization.offload_optimizer");
+    expect_refused_setup(3, "\"offload_optimizer\": {\"device\": \"cpu\"}, "
+                            "\"offload_param\": {\"device\": \"cpu\"}, ",
+                         ZINC_ERR_UNSUPPORTED, "zero_optimization.offload_param");
+    /* the lent gradient buffer and a frozen engine, in either order */
+    zinc_engine_t *e = bare_engine(3, "");
+    if (e) {
+        ZT_OK(zinc_grad_buffer_external(e));
+        zinc_status s = zinc_engine_frozen(e);
+        ZT_CHECK(s == ZINC_ERR_USAGE, "zinc_engine_frozen after zinc_grad_buffer_external: %s",
+                 zinc_status_string(s));
+        zinc_engine_destroy(e);
+    }
+    if ((e = bare_engine(3, ""))) {
+        ZT_OK(zinc_engine_frozen(e));
+        refused(e, zinc_grad_buffer_external(e), "zinc_grad_buffer_external", "before finalize");
+        zinc_engine_destroy(e);
+    }
+}
+
+/* Rank 0 frozen, rank 1 trained: the registration differs, on both ranks. */
+static void mismatch_rank(int rank, void *arg)
+{
+    run_ctx *c = arg;
+    char cfg[1024];
+    config(cfg, sizeof cfg, 1, 3, "");
+    zinc_engine_options_t o = {.config_json = cfg, .world = c->world, .rank = rank, .threads = 1};
+    zinc_engine_t *e = NULL;
+    ZT_OK(zinc_engine_create(&o, &e));
+    if (!e) return;
+    if (rank == 0) ZT_OK(zinc_engine_frozen(e));
+    int pid[NP];
+    register_model(e, 1, pid);
+    zinc_status s = zinc_finalize(e);
+    ZT_CHECK(s == ZINC_ERR_MISMATCH && strstr(zinc_last_error(e), "zinc_engine_frozen"),
+             "rank %d: frozen on rank 0 only: zinc_finalize: %s: %s", rank,
+             zinc_status_string(s), zinc_last_error(e));
+    zinc_engine_destroy(e);
+}
+
+static void test_mismatch(void)
+{
+    run_ctx c = {.n = 2, .bf16 = 1};
+    zt_run_world(2, &c.world, mismatch_rank, &c);
+}
+
+int main(void)
+{
+    for (int n = 1; n <= 2; n++)
+        for (int bf16 = 1; bf16 >= 0; bf16--) test_values(n, bf16);
+    test_refused_setups();
+    test_mismatch();
+    return zt_finish("engine_frozen");
+}
