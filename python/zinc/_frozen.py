@@ -8,9 +8,9 @@ sized for that. The frozen parameters go to a second zinc engine made frozen
 (zinc_engine_frozen): the same config and world, and only the 16-bit shards, the gather slots
 and the persistent block. Its groups (one per module, as the engine's) join the stage-3 hooks'
 list (self._sg, after self._g's): they are gathered for their module's forward, gathered again
-by _Regather for its backward, and emptied as the trained ones are; persistent ones view that
+by _regather for its backward, and emptied as the trained ones are; persistent ones view that
 engine's copy for good. Nothing hands them over: a frozen group gathered for a backward is let
-go when the gradient of the module's inputs is complete (_ReleaseAfterBackward, put on the
+go when the gradient of the module's inputs is complete (_stage3._OnBackward, put on the
 inputs by the forward pre-hook), or at the backward's end where no input needs a gradient.
 
 The candidates: at stage 3, each parameter with requires_grad False whose dtype the engine
@@ -27,6 +27,7 @@ import weakref
 import torch
 
 from ._lib import EngineOptions, check, lib
+from ._stage3 import _OnBackward
 from ._memory import _TORCH_DTYPE, _numel
 from . import _zero_init
 
@@ -34,22 +35,6 @@ from . import _zero_init
 # False keeps stage 3's frozen parameters whole on every rank, as before 2026-12-01: the tests'
 # reference run (test_stage3_frozen.py compares the two bit for bit).
 PARTITION = True
-
-
-class _ReleaseAfterBackward(torch.autograd.Function):
-    """Identity on a module's input; its backward (once the input's gradient from inside the
-    module is complete, so the module's backward is done with its weights) lets go the frozen
-    groups _Regather gathered for that backward."""
-
-    @staticmethod
-    def forward(ctx, engine, groups, t):
-        ctx.engine, ctx.groups = engine, groups
-        return t.detach()
-
-    @staticmethod
-    def backward(ctx, grad):
-        ctx.engine._frozen_backward_done(ctx.groups)
-        return None, None, grad
 
 
 class _FrozenMixin:
@@ -137,7 +122,7 @@ class _FrozenMixin:
         self._sg = self._g + groups
 
     def _frozen_backward_done(self, groups):
-        """_ReleaseAfterBackward: the module's backward ended; its frozen groups gathered for
+        """The module's backward ended (_OnBackward on its inputs); its frozen groups gathered for
         it (held by no forward) are let go (kept for a use soon, as _release decides)."""
         for gi in groups:
             G = self._sg[gi]
@@ -145,14 +130,16 @@ class _FrozenMixin:
                 self._release(gi)
 
     def _release_inputs(self, inputs, groups):
-        """The forward pre-hook's inputs, those that require grad passed through
-        _ReleaseAfterBackward for the module's frozen groups."""
+        """The forward pre-hook's inputs, those that require grad passed through _OnBackward,
+        whose backward lets go the module's frozen groups (_frozen_backward_done)."""
         frozen = tuple(gi for gi in groups if self._sg[gi].frozen)
         if not frozen or not torch.is_grad_enabled():
             return None
         if not any(isinstance(t, torch.Tensor) and t.requires_grad for t in inputs):
             return None
-        return tuple(_ReleaseAfterBackward.apply(self, frozen, t)
+        # (its backward runs once the input's gradient from inside the module is complete: the
+        # module's backward is done with its weights)
+        return tuple(_OnBackward.apply(self._frozen_backward_done, frozen, t)
                      if isinstance(t, torch.Tensor) and t.requires_grad else t for t in inputs)
 
     # ---- values outside a forward ------------------------------------------------------------

@@ -81,7 +81,7 @@ class _HandOverMixin:
         return hook
 
     def _incoming_hook(self, gi):
-        # Stage 3: a gradient reaching a parameter whose group no _Regather gathered (its module's
+        # Stage 3: a gradient reaching a parameter whose group no _regather gathered (its module's
         # output was not a tensor we could wrap): AccumulateGrad needs the full-shaped parameter.
         # `live` is tested here, not only in _materialize, so the common case (gathered already)
         # returns before the hook timer, whose cost would be most of it (as _on_read).

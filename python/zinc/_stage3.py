@@ -14,8 +14,8 @@ torch 1.13, which has no backward pre-hooks for modules, as on current torch):
   applies to them (no hook, gather, copy or release).
 - A forward pre-hook gathers the module's group (zinc_gather) and sets `param.data` to a copy
   torch owns, then releases zinc's buffer at once; the forward post-hook empties `param.data`
-  again and passes every output tensor that requires grad through `_Regather`, whose backward
-  gathers the group back before the module's own backward runs. Autograd saves the Parameter
+  again and passes every output tensor that requires grad through `_OnBackward`, whose
+  backward (`_regather`) gathers the group back before the module's own backward runs. Autograd saves the Parameter
   itself for most ops, so restoring `param.data` makes the saved tensor valid again; `nn.Linear`,
   whose functional form saves a transposed view of the weight (which would keep the forward's
   copy alive), runs through `_Linear`, which saves the Parameter.
@@ -89,19 +89,20 @@ class _GatherOnRead(collections.OrderedDict):
         return (collections.OrderedDict, (list(self.items()),))
 
 
-class _Regather(torch.autograd.Function):
-    """Identity on a module's output; its backward gathers the module's groups again before the
-    module's own backward runs (stage 3)."""
+class _OnBackward(torch.autograd.Function):
+    """Identity on a tensor; its backward calls action(groups) before passing the gradient on.
+    On a module's output (_regather): the module's groups gathered again before the module's own
+    backward runs (stage 3). On a module's input (_frozen.py): its frozen groups let go once
+    that backward is done with them."""
 
     @staticmethod
-    def forward(ctx, engine, groups, t):
-        ctx.engine, ctx.groups = engine, groups
+    def forward(ctx, action, groups, t):
+        ctx.action, ctx.groups = action, groups
         return t.detach()
 
     @staticmethod
     def backward(ctx, grad):
-        for gi in ctx.groups:
-            ctx.engine._materialize(gi)
+        ctx.action(ctx.groups)
         return None, None, grad
 
 
@@ -350,7 +351,7 @@ class _Stage3Mixin:
 
     def _wrap(self, out, groups):
         if isinstance(out, torch.Tensor):
-            return _Regather.apply(self, groups, out) if out.requires_grad else out
+            return _OnBackward.apply(self._regather, groups, out) if out.requires_grad else out
         if isinstance(out, tuple):
             items = [self._wrap(o, groups) for o in out]
             return type(out)(*items) if hasattr(out, "_fields") else tuple(items)
@@ -360,6 +361,11 @@ class _Stage3Mixin:
             for k in list(out.keys()):
                 out[k] = self._wrap(out[k], groups)
         return out
+
+    def _regather(self, groups):
+        """The backward of a module's output (_OnBackward) gathers its groups again."""
+        for gi in groups:
+            self._materialize(gi)
 
     @timed
     def _materialize(self, gi):

@@ -17,7 +17,7 @@ front-end before 2026-12-01), which did the same edits and loads. How each check
   master, Adam state or a gradient, or its 16-bit bytes not the rank's share: nothing
   partitioned;
 - the last block's frozen base still gathered when the first block's gradient arrives: a group
-  gathered for a backward is not let go when its module's backward ends (_ReleaseAfterBackward);
+  gathered for a backward is not let go when its module's backward ends (_frozen_backward_done);
 - a GatheredParameters(modifier_rank=0) write to a frozen weight missing on a rank, a loaded
   checkpoint's frozen values not in place, a closed engine's frozen parameters not marked (the
   next initialize must refuse them by name).
