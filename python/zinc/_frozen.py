@@ -87,13 +87,10 @@ class _FrozenMixin:
                 params = []
                 for n, p in own:
                     full = f"{mname}.{n}" if mname else n
-                    shape = (ctypes.c_int64 * max(1, p.dim()))(*(p.shape if p.dim() else (1,)))
-                    pid = ctypes.c_int()
-                    self._call(lib.zinc_param_add(fe, g.value, full.encode(), max(1, p.dim()),
-                                                  shape, self._code, ctypes.byref(pid)), fe)
-                    params.append((pid.value, full, p))
-                    self._fpid_of[id(p)] = pid.value
-                    self._fshapes[pid.value] = p.shape
+                    pid = self._add_param(fe, g.value, full, p)
+                    params.append((pid, full, p))
+                    self._fpid_of[id(p)] = pid
+                    self._fshapes[pid] = p.shape
                     self._group_of[id(p)] = len(self._g) + len(groups)
                 G = _Group(g.value, params)
                 G.frozen = True

@@ -460,14 +460,11 @@ class Engine(_Stage3Mixin, _FrozenMixin, _HandOverMixin, _DirectBackwardMixin, _
                 params = []
                 for n, p in members:
                     full = f"{mname}.{n}" if mname else n
-                    shape = (ctypes.c_int64 * max(1, p.dim()))(*(p.shape if p.dim() else (1,)))
-                    pid = ctypes.c_int()
-                    self._call(lib.zinc_param_add(e, g.value, full.encode(), max(1, p.dim()),
-                                                  shape, self._code, ctypes.byref(pid)))
-                    params.append((pid.value, full, p))
+                    pid = self._add_param(e, g.value, full, p)
+                    params.append((pid, full, p))
                     self._group_of[id(p)] = len(self._g)
-                    self._pid_of[id(p)] = pid.value
-                    _trains(p, self, pid.value)
+                    self._pid_of[id(p)] = pid
+                    _trains(p, self, pid)
                 self._groups.append((g.value, params))
                 mine.append(len(self._g))
                 self._g.append(_Group(g.value, params, pgi))
@@ -601,6 +598,15 @@ class Engine(_Stage3Mixin, _FrozenMixin, _HandOverMixin, _DirectBackwardMixin, _
         if status:
             self._alive()
         check(status, self._e if e is None else e)
+
+    def _add_param(self, e, gid, name, p):
+        """zinc_param_add of parameter p (its shape; a 0-dim one as (1,)) to group gid of the
+        engine e, in the working dtype. Returns its id."""
+        shape = (ctypes.c_int64 * max(1, p.dim()))(*(p.shape if p.dim() else (1,)))
+        pid = ctypes.c_int()
+        self._call(lib.zinc_param_add(e, gid, name.encode(), max(1, p.dim()), shape, self._code,
+                                      ctypes.byref(pid)), e)
+        return pid.value
 
     def _engine_of(self, G):
         """The zinc engine holding group G: the frozen engine's groups (stage 3, _frozen.py)
