@@ -49,7 +49,8 @@ class _FrozenMixin:
         else:
             ok = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
         return {id(p): p for p in model.parameters()
-                if not p.requires_grad and id(p) not in self._pid_of and p.dtype in ok}
+                if not p.requires_grad and id(p) not in self._pid_of and p.dtype in ok
+                and not getattr(p, "_zinc_shared_whole", False)}
 
     def _partition_frozen(self, model, frozen, opts):
         """Makes the frozen engine over `frozen` (one group per module, registered in module
@@ -113,10 +114,43 @@ class _FrozenMixin:
                 src = src.to(dtype).to(torch.float32)
                 self._call(lib.zinc_param_set(fe, pid, ctypes.c_void_p(src.data_ptr())), fe)
                 p.data = empty
-                p._zinc_frozen_by = me      # _owners: a live engine holds its values
+                p._zinc_frozen_by = me      # whole_if_shared: a live engine holds its values
         self._call(lib.zinc_engine_sync(fe), fe)
         self._fgroups = groups
         self._sg = self._g + groups
+
+    @staticmethod
+    def whole_if_shared(model):
+        """A new engine's model (any stage) holds parameters another live engine holds in
+        frozen pieces (a frozen base two engines share, as before 2026-12-01 both held it
+        whole): that engine puts their groups together again for good and leaves them to the
+        module, so both engines read them whole. Collective: every rank makes the same
+        initialize calls."""
+        for p in model.parameters():
+            by = getattr(p, "_zinc_frozen_by", None)
+            owner = by() if by is not None else None
+            if owner is not None and id(p) in owner._fpid_of:
+                owner._let_frozen_go(p)
+
+    def _let_frozen_go(self, p):
+        """whole_if_shared: the group holding p whole in the module again, for good: its
+        values from the frozen engine's pieces (collective), no hook or gather for it from here
+        on, and never a candidate again (_frozen_candidates)."""
+        gi = self._group_of[id(p)]
+        G = self._sg[gi]
+        whole = [self._frozen_value(q).to(self._device) for _, _, q in G.params]
+        for (_, _, q), value in zip(G.params, whole):
+            q.data = value
+            del self._fpid_of[id(q)], self._group_of[id(q)]
+            q.__dict__.pop("_zinc_frozen_by", None)
+            q._zinc_shared_whole = True
+        G.whole = G.gone = True
+        G.live, G.kept = True, False
+        for mod, needs in list(self._needs.items()):
+            if gi in needs:
+                self._needs[mod] = [g for g in needs if g != gi]
+        for groups in self._declared.values():
+            groups.discard(gi)
 
     def _frozen_backward_done(self, groups):
         """The module's backward ended (_OnBackward on its inputs); its frozen groups gathered for
@@ -156,8 +190,8 @@ class _FrozenMixin:
     def _frozen_values(self):
         """{id(param): full value} of every frozen parameter in pieces, in registration order
         (collective: every rank asks for the same ones in the same order)."""
-        return {id(p): self._frozen_value(p) for G in self._fgroups for _, _, p in G.params} \
-            if self._fe is not None else {}
+        return {id(p): self._frozen_value(p) for G in self._fgroups for _, _, p in G.params
+                if id(p) in self._fpid_of}
 
     def _frozen_set(self, p, value):
         """Sets a frozen parameter's value (every rank the same values; rounded to the working
@@ -209,6 +243,8 @@ class _FrozenMixin:
             lib.zinc_engine_sync(fe)
         for G in getattr(self, "_fgroups", []):
             for _, _, p in G.params:
+                if G.gone:       # the module's own since whole_if_shared
+                    continue
                 p.data = p.data.clone()
                 if p.numel() == 0:
                     p._zinc_emptied = True

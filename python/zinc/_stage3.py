@@ -343,7 +343,12 @@ class _Stage3Mixin:
         for gi in groups:
             G = self._sg[gi]
             G.holds = max(0, G.holds - 1)
-            if G.holds == 0:
+            # A frozen group re-run in a backward (activation checkpointing's recomputation)
+            # stays until the module's backward is done with it (_frozen_backward_done) or the
+            # backward ends: torch >= 2's non-reentrant checkpoint saves a frozen Parameter
+            # itself (a trained one detached), and its backward found the emptied tensor
+            # ("Recomputed values ... have different metadata", a review, 2026-12-01).
+            if G.holds == 0 and not (G.frozen and self._in_backward):
                 self._release(gi)
         if groups and torch.is_grad_enabled():
             return self._wrap(out, groups)
@@ -472,6 +477,8 @@ class _Stage3Mixin:
         # per group, ~1 us each, twice a step)
         with held():
             for gi, G in enumerate(self._sg):
+                if G.gone:         # whole in the module for good (_frozen.whole_if_shared)
+                    continue
                 G.live = True
                 G.holds = 0
                 G.read_hold = False

@@ -260,13 +260,6 @@ def _owners(model, wanted):
                 "(the values were in its shards): build the model again, or take the weights "
                 "with that engine's module_state_dict() (on every rank) before closing it and "
                 "load them into the model")
-        by = getattr(p, "_zinc_frozen_by", None)
-        if p.numel() == 0 and by is not None and by() is not None:
-            raise ValueError(
-                f"zinc.initialize: frozen parameter '{n}' is held in pieces by a live ZeRO "
-                "stage-3 engine (DeepSpeed's stage 3 partitions frozen parameters too): take "
-                "the weights with that engine's module_state_dict() (on every rank), close() "
-                "it, and load them into a model built again")
         if not p.requires_grad or (wanted is not None and id(p) not in wanted):
             continue
         owner = trained_by(p)
@@ -322,6 +315,7 @@ class _Group:
         self.layout = {}          # "data"/"grad" -> its parameters' place in zinc's buffer
         self.frozen = False       # stage 3: a group of the frozen engine (_frozen.py): values
                                   # only, never handed over
+        self.gone = False         # ... whole again for good: another engine's model shares it
 
 
 class Engine(_Stage3Mixin, _FrozenMixin, _HandOverMixin, _DirectBackwardMixin, _ValuesMixin, _AccessorsMixin,
@@ -348,6 +342,7 @@ class Engine(_Stage3Mixin, _FrozenMixin, _HandOverMixin, _DirectBackwardMixin, _
                 _zero_init.check_untouched(p, n)
         wanted = pgs.wanted
         self._pgs = pgs
+        _FrozenMixin.whole_if_shared(model)      # (before anything reads a parameter)
         old = _owners(model, wanted)
         # zinc's device is the model's: the CPU, or one CUDA device (meta, mps, ... are refused
         # by name before anything, as parameters spread over several devices).

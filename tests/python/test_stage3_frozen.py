@@ -8,7 +8,8 @@ parameter on each rank, where before every rank held it whole.
 
 The model: a frozen embedding (its weight also read by the head through the module's attribute,
 as GPT-2's tied head), blocks of a frozen LayerNorm (persistent at the threshold used) and a
-LoRA linear (a frozen base Linear beside two trained rank-8 Linears), bf16 and fp32. Each run is
+LoRA linear (a frozen base Linear beside two trained rank-8 Linears; the second block under
+non-reentrant activation checkpointing), bf16 and fp32. Each run is
 compared with the same run with the frozen parameters kept whole (_frozen.PARTITION False, the
 front-end before 2026-12-01), which did the same edits and loads. How each check fails:
 - losses or final weights (module_state_dict, frozen ones included) not bit for bit the whole
@@ -16,8 +17,12 @@ front-end before 2026-12-01), which did the same edits and loads. How each check
 - a frozen non-persistent parameter not empty between steps, or the frozen engine holding a
   master, Adam state or a gradient, or its 16-bit bytes not the rank's share: nothing
   partitioned;
+- under torch >= 2, "Recomputed values ... have different metadata" in the checkpointed block:
+  its recomputation's end emptied a frozen weight the recomputed graph had saved itself;
 - the last block's frozen base still gathered when the first block's gradient arrives: a group
   gathered for a backward is not let go when its module's backward ends (_frozen_backward_done);
+- two engines whose models share a frozen Linear: the second initialize refused, or losses not
+  those of the whole run (the base must be whole again: both engines read it);
 - a GatheredParameters(modifier_rank=0) write to a frozen weight missing on a rank, a loaded
   checkpoint's frozen values not in place, a closed engine's frozen parameters not marked (the
   next initialize must refuse them by name).
@@ -65,8 +70,13 @@ class Net(torch.nn.Module):
 
     def forward(self, ids):
         x = self.emb(ids)
-        for norm, lin in zip(self.norms, self.lins):
-            x = x + torch.nn.functional.gelu(lin(norm(x)))
+        for k, (norm, lin) in enumerate(zip(self.norms, self.lins)):
+            def block(x, norm=norm, lin=lin):
+                return x + torch.nn.functional.gelu(lin(norm(x)))
+            # block 1 under non-reentrant activation checkpointing: torch >= 2 saves a frozen
+            # Parameter itself in its recomputation (a trained one detached)
+            x = (torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False) if k == 1
+                 else block(x))
         return x @ self.emb.weight.t()        # the tied head: read through the attribute
 
 
@@ -192,6 +202,33 @@ def check_memory(engine, m, name):
           f"{world} rank(s)")
 
 
+def shared_run(partition):
+    """Two engines whose models share one frozen Linear (a base two heads train on, each
+    engine its own head): losses of 3 alternating steps, and whether the base is whole after."""
+    _frozen.PARTITION = partition
+    cfg = {"train_micro_batch_size_per_gpu": 2, "optimizer": {"type": "AdamW",
+                                                                "params": {"lr": 1e-2}},
+           "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0}}
+    torch.manual_seed(0)
+    base = torch.nn.Linear(16, 16).requires_grad_(False).to(DEVICE)
+    ma = torch.nn.Sequential(base, torch.nn.Linear(16, 4)).to(DEVICE)
+    mb = torch.nn.Sequential(base, torch.nn.Linear(16, 4)).to(DEVICE)
+    ea, *_ = zinc.initialize(model=ma, model_parameters=list(ma[1].parameters()), config=cfg)
+    eb, *_ = zinc.initialize(model=mb, model_parameters=list(mb[1].parameters()), config=cfg)
+    x = torch.randn(2, 16).to(DEVICE)
+    losses = []
+    for _ in range(3):
+        for e in (ea, eb):
+            loss = e(x).pow(2).mean()
+            e.backward(loss)
+            e.step()
+            losses.append(float(loss))
+    whole = base.weight.numel() == 16 * 16
+    ea.close()
+    eb.close()
+    return losses, whole
+
+
 def main():
     for bf16 in (True, False):
         name = "bf16" if bf16 else "fp32"
@@ -214,6 +251,11 @@ def main():
         check_raises(f"{name}: initialize again over the emptied frozen parameters refuses",
                      lambda: zinc.initialize(model=m, config=config(bf16)), ValueError,
                      "emb.weight", "empty")
+    losses, whole = shared_run(True)
+    ref, _ = shared_run(False)
+    check("a frozen base two live engines share: held whole by the module (the second "
+          "initialize takes it back from the first engine's pieces), training as before",
+          whole and losses == ref, f"whole {whole}, {losses} vs {ref}")
     _frozen.PARTITION = True
     return finish()
 
