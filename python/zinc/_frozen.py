@@ -22,6 +22,7 @@ _frozen_value(s) and _frozen_set: state dicts, checkpoints (their module state h
 values, as before), GatheredParameters.
 """
 import ctypes
+import json
 import weakref
 
 import torch
@@ -56,14 +57,15 @@ class _FrozenMixin:
         """Makes the frozen engine over `frozen` (one group per module, registered in module
         order as the engine's), sets rank 0's values (rounded to the working dtype, as
         DeepSpeed's cast does) and adds its groups to self._sg. Collective."""
-        from .engine import _Group, _config_json       # (engine.py imports this module)
-        cfg = dict(self._cfg)
-        zero = dict(cfg.get("zero_optimization") or {})
-        # it holds no optimizer state, and its pieces stay on the device (docs/python.md)
-        for key in ("offload_optimizer", "offload_param", "cpu_offload", "cpu_offload_param"):
-            zero.pop(key, None)
-        cfg["zero_optimization"] = zero
-        text = _config_json(cfg)
+        from .engine import _Group       # (engine.py imports this module)
+        # The config as the engine resolved it (zinc's own keys: read again, it warns of
+        # nothing the engine did not warn of already), without offload: the frozen engine has no
+        # optimizer state, and its pieces stay on the device (docs/python.md).
+        cfg = json.loads(lib.zinc_engine_config_json(self._e).decode())
+        zero = cfg["zero_optimization"]
+        zero["offload_optimizer"] = {"device": "none"}
+        zero["offload_param"] = {"device": "none"}
+        text = json.dumps(cfg).encode()
         fopts = EngineOptions(config_path=None, config_json=text, world=opts.world,
                               rank=opts.rank, device=opts.device, threads=opts.threads)
         fe = ctypes.c_void_p()
