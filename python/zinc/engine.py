@@ -342,8 +342,10 @@ class Engine(_Stage3Mixin, _FrozenMixin, _HandOverMixin, _DirectBackwardMixin, _
                 _zero_init.check_untouched(p, n)
         wanted = pgs.wanted
         self._pgs = pgs
-        _FrozenMixin.whole_if_shared(model)      # (before anything reads a parameter)
         old = _owners(model, wanted)
+        # (after _owners, which refuses a model a live stage-3 engine trains, so that such an
+        # engine is left as it was; before anything reads a parameter's value)
+        _FrozenMixin.whole_if_shared(model)
         # zinc's device is the model's: the CPU, or one CUDA device (meta, mps, ... are refused
         # by name before anything, as parameters spread over several devices).
         self._device = _model_device(model)
