@@ -236,13 +236,12 @@ def apply_deepspeed(engine, ds, strict, weights_only, stacklevel=2, converting=F
             state.applied, state.skipped = applied, ds.skipped_steps
         _partial_load.set_counts(engine, state, before.adam if keep_adam else applied + lead,
                                  before.sched if keep_sched and keep_adam else sched_at)
+    for p, v in set_untrained.items():    # (stage 3's frozen pieces: the frozen engine's)
+        engine._set_untrained(p, v)
     engine._zinc_then_torch()
     # zinc's window restarted with the state: the front-end's too
     engine._restart_window("load_checkpoint", stacklevel + 1)
     with torch.no_grad():
-        for p, v in set_untrained.items():
-            engine._set_untrained(p, v)
-        engine._frozen_sync()
         for b, v in set_buffers.items():
             b.copy_(v.to(b.dtype))
     if not weights_only:

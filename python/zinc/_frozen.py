@@ -29,7 +29,7 @@ import torch
 
 from ._lib import EngineOptions, check, lib
 from ._stage3 import _OnBackward
-from ._memory import _TORCH_DTYPE, _numel
+from ._memory import _CASTABLE, _TORCH_DTYPE, _numel
 from . import _zero_init
 
 
@@ -45,10 +45,7 @@ class _FrozenMixin:
         """{id(param): param} of the frozen parameters the frozen engine will hold."""
         if not PARTITION:
             return {}
-        if self._code == 0:
-            ok = (torch.float32,)
-        else:
-            ok = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+        ok = (torch.float32,) if self._code == 0 else _CASTABLE     # (engine.py casts those)
         return {id(p): p for p in model.parameters()
                 if not p.requires_grad and id(p) not in self._pid_of and p.dtype in ok
                 and not getattr(p, "_zinc_shared_whole", False)}
@@ -177,9 +174,6 @@ class _FrozenMixin:
 
     # ---- values outside a forward ------------------------------------------------------------
 
-    def _is_partitioned_frozen(self, p):
-        return id(p) in self._fpid_of
-
     def _frozen_value(self, p):
         """A frozen parameter's full value (zinc_param_get of the frozen engine: its 16-bit
         pieces), a host tensor of the working dtype and its shape. Collective."""
@@ -197,7 +191,7 @@ class _FrozenMixin:
 
     def _frozen_set(self, p, value):
         """Sets a frozen parameter's value (every rank the same values; rounded to the working
-        dtype). Not collective; the caller syncs (_frozen_sync) before torch reads it."""
+        dtype). Not collective; the caller syncs (_zinc_then_torch) before torch reads it."""
         pid = self._fpid_of[id(p)]
         if tuple(value.shape) != tuple(self._fshapes[pid]):
             raise ValueError(f"zinc: {tuple(value.shape)} values for a parameter of shape "
@@ -214,7 +208,7 @@ class _FrozenMixin:
 
     def _set_untrained(self, p, value):
         """An untrained parameter takes `value` (a load): the frozen engine's pieces, else
-        copied in. Then _frozen_sync before torch reads a frozen one."""
+        copied in. Then _zinc_then_torch before torch reads a frozen one."""
         if id(p) in self._fpid_of:
             self._frozen_set(p, value)
         else:
@@ -225,15 +219,6 @@ class _FrozenMixin:
         """An untrained parameter's full value on the host (collective for a frozen one in
         pieces: every rank asks for the same ones in the same order)."""
         return self._frozen_value(p) if id(p) in self._fpid_of else p.detach().cpu()
-
-    def _frozen_sync(self):
-        """zinc -> torch after _frozen_set: the frozen engine's writes done (a host wait), and
-        what stage 3 kept gathered of its groups emptied (their copies hold the old values)."""
-        if self._fe is not None:
-            self._call(lib.zinc_engine_sync(self._fe), self._fe)
-            for gi, G in enumerate(self._sg):
-                if G.frozen and G.kept:
-                    self._dematerialize(gi)
 
     def _close_frozen(self):
         """close(): the persistent groups' views become copies (as the engine's), the others

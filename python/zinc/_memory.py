@@ -40,6 +40,8 @@ assert _DESCRIPTOR.size == _SHAPE_AT + 8 and ctypes.sizeof(ctypes.c_void_p) == 8
 
 # zinc dtype code -> the torch dtype: fp32, fp16, bf16.
 _TORCH_DTYPE = {0: torch.float32, 1: torch.float16, 2: torch.bfloat16}
+# DeepSpeed's CASTABLE_DTYPES: the parameters its fp16/bf16 engine casts to the working dtype
+_CASTABLE = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
 def _numel(shape):

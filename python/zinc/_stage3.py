@@ -689,5 +689,4 @@ class _Stage3Mixin:
         self._broadcast_into([params[k] for k in changed], root)
         # zinc -> torch (RAW): the values set are in place before torch reads them.
         self._zinc_then_torch()
-        self._frozen_sync()
         return None

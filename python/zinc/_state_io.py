@@ -288,13 +288,9 @@ class _StateIOMixin:
             if saved[n].shape != self._full_shape(t):
                 raise ValueError(f"zinc: load_checkpoint: {n} is {tuple(saved[n].shape)} in "
                                  f"the checkpoint, {tuple(self._full_shape(t))} in the model")
-        with torch.no_grad():
-            for n, t in mine.items():
-                if id(t) in self._fpid_of:       # stage 3's frozen pieces (_frozen.py)
-                    self._frozen_set(t, saved[n])
-                else:
-                    t.copy_(saved[n])
-        self._frozen_sync()
+        for n, t in mine.items():
+            self._set_untrained(t, saved[n])
+        self._zinc_then_torch()      # (the frozen engine's writes too)
         return {n for n in untrained if n in saved}, {n: saved[n] for n in saved if n in trained}
 
     def _read_saved(self, load_dir, tag, wanted):
@@ -366,7 +362,7 @@ class _StateIOMixin:
         self._read_saved(load_dir, tag, wanted)
         for n, _, out in wanted:
             self._set_untrained(params[n], out.to(params[n].dtype))
-        self._frozen_sync()
+        self._zinc_then_torch()      # (the frozen engine's writes too)
 
     def load_checkpoint(self, load_dir, tag=None, load_module_strict=True,
                         load_optimizer_states=True, load_lr_scheduler_states=True,

@@ -78,7 +78,7 @@ from ._handover import _HandOverMixin
 from ._hooktime import HookClock
 from ._interrupt import held
 from ._lib import EngineOptions, StepInfo, check, lib
-from ._memory import _TORCH_DTYPE, _numel
+from ._memory import _CASTABLE, _TORCH_DTYPE, _numel
 from ._monitor import Monitors
 from ._optimizer import _Optimizer, _client_optimizer, _parameter_groups
 from .ops.adam import FusedAdam
@@ -114,8 +114,6 @@ class ZincConfigWarning(UserWarning):
 
 
 _serials = itertools.count()   # engines' creation order (zero.GatheredParameters)
-# DeepSpeed's CASTABLE_DTYPES: the parameters its fp16/bf16 engine casts to the working dtype
-_CASTABLE = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _SPAN_BASES = 8                # _group_span: the places kept per group and kind
 # Config warnings of `zinc train` (the C config) about monitors this front-end writes
 # (_monitor.py): not passed on.
@@ -628,6 +626,8 @@ class Engine(_Stage3Mixin, _FrozenMixin, _HandOverMixin, _DirectBackwardMixin, _
         groups kept for their reuse are emptied (their copies may predate what zinc wrote: a
         set weight, a loaded checkpoint), so that their next use gathers zinc's values."""
         self._call(lib.zinc_engine_sync(self._e))
+        if self._fe is not None:       # stage 3's frozen engine (_frozen.py) too
+            self._call(lib.zinc_engine_sync(self._fe), self._fe)
         if self._stage == 3:
             self._empty_kept()
 

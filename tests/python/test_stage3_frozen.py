@@ -28,6 +28,7 @@ front-end before 2026-12-01), which did the same edits and loads. How each check
   next initialize must refuse them by name).
 Exit 77 without torch.
 """
+import ctypes
 import os
 import shutil
 import sys
@@ -36,6 +37,7 @@ import tempfile
 from _common import check, check_raises, finish, torch, zinc
 
 from zinc import _frozen  # noqa: E402
+from zinc._lib import lib  # noqa: E402
 
 D, V, R, LAYERS = 64, 96, 8, 3
 THRESHOLD = 200               # the LayerNorms (128 elements) persistent, nothing else
@@ -182,8 +184,6 @@ def check_release(engine, m, name):
 
 
 def check_memory(engine, m, name):
-    from zinc._lib import lib
-    import ctypes
     names = ["param16", "grad", "master", "adam_m", "adam_v", "bucket", "gather"]
     planned = (ctypes.c_uint64 * 7)()
     alloc = (ctypes.c_uint64 * 7)()
