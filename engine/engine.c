@@ -168,6 +168,10 @@ zinc_status zinc_engine_create(const zinc_engine_options_t *opt, zinc_engine_t *
                            "zinc_engine_create: set exactly one of config_path and config_json");
 
     zinc_engine_t *e = calloc(1, sizeof *e);
+    if (e && !(e->hold = zhold_new())) {
+        free(e);
+        e = NULL;
+    }
     if (!e) return zerr_thread(ZINC_ERR_NOMEM, "zinc_engine_create: out of memory");
     e->lr_override = NAN;         /* the config's schedule until zinc_set_lr */
     e->betas_override[0] = e->betas_override[1] = NAN;   /* ... and zinc_set_betas */
@@ -284,9 +288,10 @@ void zinc_engine_destroy(zinc_engine_t *e)
         /* An attached gradient buffer is the caller's. */
         void *bufs[] = {e->param16, e->grad_external ? NULL : e->grad, master,  dev_state ? e->m : NULL,
                         dev_state ? e->v : NULL, e->bucket, e->gather, e->stats};
-        for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
-            if (bufs[i]) d->iface->free(d, bufs[i]);
-        zdev_close(d);
+        /* Freed, and the device closed, now or when the last view of them goes (hold.c). */
+        zhold_give(e->hold, d, bufs, sizeof bufs / sizeof bufs[0]);
+    } else {
+        zhold_give(e->hold, NULL, NULL, 0);
     }
     if (e->owns_world) zinc_world_destroy(e->world);
     zplan_free(&e->plan);

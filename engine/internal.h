@@ -46,6 +46,7 @@
 #include <stdint.h>
 
 #include "config/config.h"
+#include "engine/hold.h"
 #include "engine/view.h"
 #include "kernels/device.h"
 #include "optim/optim.h"
@@ -108,6 +109,7 @@ typedef struct {
 
 struct zinc_engine {
     zcfg cfg;
+    zhold *hold;                  /* the device buffers' lifetime (hold.c): views may outlive e */
     zinc_world_t *world;
     int owns_world;
     zcomm_t *comm;

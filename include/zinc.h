@@ -174,8 +174,23 @@ typedef struct zinc_engine_options {
  * @return ZINC_ERR_CONFIG with the offending key in zinc_last_error(NULL) when rejected. */
 ZINC_API zinc_status zinc_engine_create(const zinc_engine_options_t *opt, zinc_engine_t **out);
 
-/* Releases every allocation of the engine; accepts NULL. Not collective. */
+/* Releases every allocation of the engine; accepts NULL. Not collective. The device buffers
+ * (the parameters' working copy, gradient sums, master weights, optimizer state, gather area)
+ * are freed here unless zinc_memory_hold holds remain: then by the last zinc_memory_release. */
 ZINC_API void zinc_engine_destroy(zinc_engine_t *e);
+
+/* A hold on the engine's device buffers, for a tensor of another library that views them
+ * (zinc_param_data, zinc_param_grad, a persistent group's address): they stay allocated past
+ * zinc_engine_destroy until every hold is released, as a torch storage keeps its memory. Their
+ * values are then whatever zinc last wrote. NULL for NULL. Thread-safe, any thread. */
+ZINC_API void *zinc_memory_hold(zinc_engine_t *e);
+/* Lets go of a zinc_memory_hold hold; the last one, after zinc_engine_destroy, frees the
+ * buffers and closes the device. Accepts NULL. Thread-safe, any thread. */
+ZINC_API void zinc_memory_release(void *hold);
+/* A DLPack deleter: frees `managed` (a DLManagedTensor, one malloc'd block) and releases the
+ * hold in its manager_ctx. A front-end gives it to torch.utils.dlpack.from_dlpack so that a
+ * view's last reference, wherever it is dropped, needs no Python. */
+ZINC_API void zinc_dlpack_deleter(void *managed);
 
 /* The last error message of this engine, or with e == NULL of this thread (for failures of
  * zinc_engine_create and of calls that have no engine). Never NULL; "" when there was none.

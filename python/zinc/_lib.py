@@ -101,6 +101,8 @@ _sig = {
                                             ctypes.c_int]),
     "zinc_engine_create": (ctypes.c_int, [ctypes.POINTER(EngineOptions), ctypes.POINTER(ctypes.c_void_p)]),
     "zinc_engine_destroy": (None, [ctypes.c_void_p]),
+    "zinc_memory_hold": (ctypes.c_void_p, [ctypes.c_void_p]),
+    "zinc_memory_release": (None, [ctypes.c_void_p]),
     "zinc_last_error": (ctypes.c_char_p, [ctypes.c_void_p]),
     "zinc_config_warnings": (ctypes.c_char_p, [ctypes.c_void_p]),
     "zinc_engine_config_json": (ctypes.c_char_p, [ctypes.c_void_p]),

@@ -6,8 +6,10 @@ done (a hook raised, Ctrl-C), torch keeps the rest of the graph in thread-local 
 process exits, after Python is gone: with such a tensor saved in it, torch 1.13 then hangs for
 ever at exit and torch 2.x crashes (tests/python/test_torch_api.py checks the exit). A DLPack
 capsule gives torch a C deleter instead: the 72-byte descriptor below, malloc'd, released by
-libc's free, no Python involved. The memory itself stays zinc's (the engine outlives its views
-or turns them into copies at close).
+libzinc's zinc_dlpack_deleter, no Python involved. Each view holds the engine's memory
+(zinc_memory_hold, released by that deleter): a tensor the script keeps past the engine (an
+entry of model.state_dict(), a .detach()) keeps its values, as torch's storages do, where it
+read freed memory before.
 Also what the engine's parts share to describe such a tensor: the torch dtype of a zinc dtype
 code, a shape's element count.
 """
@@ -16,6 +18,8 @@ import struct
 
 import torch
 import torch.utils.dlpack
+
+from ._lib import lib
 
 # DLManagedTensor (dlpack.h, the unversioned "dltensor" capsule every torch release reads):
 #   DLTensor {void *data; DLDevice {int32 device_type, device_id}; int32 ndim;
@@ -32,7 +36,7 @@ _DL_DTYPE = {0: (2, 32), 1: (2, 16), 2: (4, 16)}
 _libc = ctypes.CDLL(None)
 _libc.malloc.restype = ctypes.c_void_p
 _libc.malloc.argtypes = [ctypes.c_size_t]
-_FREE = ctypes.cast(_libc.free, ctypes.c_void_p).value
+_DELETER = ctypes.cast(lib.zinc_dlpack_deleter, ctypes.c_void_p).value
 _capsule = ctypes.pythonapi.PyCapsule_New
 _capsule.restype = ctypes.py_object
 _capsule.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
@@ -65,17 +69,22 @@ def dtype_size(code):
     return _DL_DTYPE[code][1] // 8
 
 
-def view(ptr, numel, code, shape, device=None):
-    """A torch tensor over zinc's memory at ptr (numel elements of zinc dtype code), shaped;
-    device memory of `device` when that is a CUDA device, else host memory."""
+def view(engine, ptr, numel, code, shape, device=None):
+    """A torch tensor over the memory of zinc engine `engine` (its handle) at ptr (numel
+    elements of zinc dtype code), shaped; device memory of `device` when that is a CUDA device,
+    else host memory. The tensor holds that memory until torch frees it (zinc_memory_hold)."""
     cuda = device is not None and device.type == "cuda"
     dl_code, bits = _DL_DTYPE[code]
     raw = _libc.malloc(_DESCRIPTOR.size)
     if not raw:
         raise MemoryError("zinc: out of host memory for a tensor descriptor")
+    hold = lib.zinc_memory_hold(engine)
     ctypes.memmove(raw, _DESCRIPTOR.pack(
         ptr or 0, _KDL_CUDA if cuda else _KDL_CPU, (device.index or 0) if cuda else 0, 1,
-        dl_code, bits, 1, raw + _SHAPE_AT, 0, 0, 0, _FREE, numel), _DESCRIPTOR.size)
+        dl_code, bits, 1, raw + _SHAPE_AT, 0, 0, hold or 0, _DELETER, numel), _DESCRIPTOR.size)
+    # (Should torch refuse the descriptor, it and the hold are left, not freed: whether torch
+    # had taken it, and would call the deleter, is not knowable here. An unused hold only keeps
+    # the engine's memory to the process's end.)
     t = torch.utils.dlpack.from_dlpack(_capsule(raw, b"dltensor", None))
     if t.data_ptr() != (ptr or 0) or (cuda and t.device.index != (device.index or 0)):
         raise RuntimeError(f"zinc: a view of zinc's memory at {ptr:#x} became a copy or landed "

@@ -647,7 +647,7 @@ class _Stage3Mixin:
             pid = self._pid_of[id(p)]
             ptr = ctypes.c_void_p()
             self._call(lib.zinc_param_data(self._e, pid, ctypes.byref(ptr)))
-            p.data = _memory.view(ptr.value, _numel(self._shapes[pid]), self._code,
+            p.data = _memory.view(self._e, ptr.value, _numel(self._shapes[pid]), self._code,
                                   self._shapes[pid], self._device)
 
     def _take_changes(self, trained, pieces, others, root, snap):

@@ -706,7 +706,7 @@ class Engine(_Stage3Mixin, _FrozenMixin, _HandOverMixin, _DirectBackwardMixin, _
             at = base - buf.data_ptr()             # (the working dtype: unbucketed sums)
             t = buf[at:at + span * _memory.dtype_size(self._code)].view(_TORCH_DTYPE[self._code])
         else:
-            t = _memory.view(base, span, self._code, (span,), self._device)
+            t = _memory.view(e, base, span, self._code, (span,), self._device)
         kept.insert(0, (base, t, []))
         del kept[_SPAN_BASES:]
         return t, layout, kept[0][2]

@@ -17,6 +17,10 @@ zinc_test(NAME engine_gather_pack SOURCES ${ZINC_ENGINE_TEST_DIR}/test_gather_pa
 # persistent group, a prefetched copy dropped by zinc_param_set); the training calls refused.
 zinc_test(NAME engine_frozen SOURCES ${ZINC_ENGINE_TEST_DIR}/test_frozen.c
           LABELS "multirank;unit" TIMEOUT 120)
+# zinc_memory_hold: views of the engine's memory (the Python front-end's tensors) keep it past
+# zinc_engine_destroy; the last release, from any thread or a DLPack deleter, frees it.
+zinc_test(NAME engine_memory_hold SOURCES ${ZINC_ENGINE_TEST_DIR}/test_memory_hold.c
+          LABELS "unit" TIMEOUT 120)
 zinc_test(NAME engine_grad_access SOURCES ${ZINC_ENGINE_TEST_DIR}/test_grad_access.c
           LABELS "multirank;unit" TIMEOUT 120)
 # data_types.grad_accum_dtype "fp32" with bf16/fp16 at stages 2-3, with and without offload:

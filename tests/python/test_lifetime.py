@@ -164,6 +164,48 @@ def again(stage):
           f"{before} threads before, {threads()} after")
 
 
+def kept_views(stage):
+    """Tensors taken from the engine's views and kept past it (model.state_dict()'s entries,
+    a .grad's .detach()) keep their values after close() and the engine's collection, as
+    torch's do: each view holds zinc's memory (zinc_memory_hold) until torch frees it. Before
+    2026-12-01 they read freed memory (a review measured garbage at stage 1; the large weight
+    here, above malloc's mmap threshold, faulted). Stage 3 with every group persistent, so its
+    parameters are whole views too. Once they are dropped the memory goes, with the engine's
+    threads (a hold never released would keep them)."""
+    gc.collect()
+    before = threads()
+    big = 200_000      # 800 KB of fp32: an unmapped block once freed
+    model = torch.nn.Sequential(torch.nn.Linear(16, big // 16), torch.nn.ReLU(),
+                                torch.nn.Linear(big // 16, 1))
+    cfg = dict(config(stage), zero_optimization={
+        "stage": stage, "stage3_param_persistence_threshold": 10 * big})
+    engine, *_ = zinc.initialize(model=model, config=cfg)
+    x = torch.randn(4, 16)
+    engine.backward(engine(x).sum())
+    grad = model[0].weight.grad
+    grad = grad.detach() if grad is not None else None
+    grad_ref = grad.clone() if grad is not None else None
+    engine.step()
+    sd = model.state_dict()
+    ref = {k: v.clone() for k, v in sd.items()}
+    views = [k for k, v in sd.items() if v.numel()]
+    engine.close()
+    del engine, _
+    gc.collect()
+    churn = [torch.full((big,), 7.0) for _ in range(8)]
+    same = [k for k in views if torch.equal(sd[k], ref[k])]
+    check(f"stage {stage}: model.state_dict() taken before close() keeps its values after the "
+          f"engine is closed and collected", views and same == views,
+          f"{len(views) - len(same)} of {len(views)} tensors changed")
+    if grad is not None:
+        check(f"stage {stage}: ... and a .grad kept from before the step", torch.equal(
+            grad, grad_ref), "changed")
+    del sd, ref, grad, grad_ref, churn, model
+    gc.collect()
+    check(f"stage {stage}: once they are dropped, the engine's threads go with its memory",
+          threads() <= before, f"{before} threads before, {threads()} after")
+
+
 class _Empty(torch.nn.Module):
     """A module with an empty parameter, which zinc refuses to train (zinc_param_add)."""
 
@@ -206,6 +248,7 @@ def main():
     trained_engine(0).close()
     for stage in range(4):
         dropped(stage)
+        kept_views(stage)
         no_cycles(stage)
         again(stage)
         if stage < 3:
