@@ -332,14 +332,16 @@ zinc_status zeng_check_trains(zinc_engine_t *e, const char *fn)
                      "only and trains nothing", fn);
 }
 
-/* The offload key a frozen engine refuses, and its device: the caller strips these keys for it
- * (no optimizer state to place elsewhere, and its shard stays on the device). NULL when none. */
-static const char *frozen_refused_key(const zinc_engine_t *e, const char **device)
+/* The offload key a frozen engine refuses: NVMe, for either. With "cpu" offload_param puts its
+ * 16-bit shard in host memory (the gathers upload from it, as a trained engine's do), and
+ * offload_optimizer has nothing to move (no optimizer state), so both are taken. NULL when
+ * none is refused. */
+static const char *frozen_refused_key(const zinc_engine_t *e)
 {
-    int dev = e->offload_param ? e->cfg.zero.offload_param : e->cfg.zero.offload_optimizer;
-    *device = dev == ZCFG_OFFLOAD_NVME ? "nvme" : "cpu";
-    if (e->offload_param) return "zero_optimization.offload_param";
-    if (e->offload) return "zero_optimization.offload_optimizer";
+    if (e->offload_param && e->cfg.zero.offload_param == ZCFG_OFFLOAD_NVME)
+        return "zero_optimization.offload_param";
+    if (e->offload && e->cfg.zero.offload_optimizer == ZCFG_OFFLOAD_NVME)
+        return "zero_optimization.offload_optimizer";
     return NULL;
 }
 
@@ -354,12 +356,13 @@ zinc_status zinc_engine_frozen(zinc_engine_t *e)
     if (e->stage != 3)
         return zeng_fail(e, ZINC_ERR_UNSUPPORTED, "%s: a frozen engine runs at ZeRO stage 3 "
                          "only (this config sets stage %d)", fn, e->stage);
-    const char *device, *key = frozen_refused_key(e, &device);
+    const char *key = frozen_refused_key(e);
     if (key)
-        return zeng_fail(e, ZINC_ERR_UNSUPPORTED, "%s: the config sets %s (device \"%s\"); a "
-                         "frozen engine keeps its 16-bit shard on the device and has no optimizer "
-                         "state to offload: leave %s out of this engine's config", fn, key, device,
-                         key);
+        return zeng_fail(e, ZINC_ERR_UNSUPPORTED, "%s: the config sets %s with device \"nvme\"; "
+                         "a frozen engine keeps its 16-bit shard on the device or, with "
+                         "offload_param \"cpu\", in host memory, and has no optimizer state: "
+                         "give %s device \"cpu\" or leave it out of this engine's config", fn,
+                         key, key);
     /* The lent gradient buffer and a frozen engine exclude each other, whichever came first. */
     if (e->grad_external)
         return zeng_fail(e, ZINC_ERR_USAGE, "%s: zinc_grad_buffer_external was called on this "
@@ -966,9 +969,13 @@ static zinc_status gather_stream(zinc_engine_t *e, int param, const void *base, 
 
 zinc_status zinc_param_get(zinc_engine_t *e, int param, float *out)
 {
-    /* A frozen engine's value is its working-dtype shard (it has no master), widened. */
+    /* A frozen engine's value is its working-dtype shard (it has no master), widened: on the
+     * device, or with offload_param in host memory. */
     if (e && e->frozen)
-        return gather_stream(e, param, e->param16, e->dtype, e->dev, out, "zinc_param_get");
+        return e->offload_param
+                   ? gather_stream(e, param, zoffload_param16(e), e->dtype, zoffload_param16_dev(e),
+                                   out, "zinc_param_get")
+                   : gather_stream(e, param, e->param16, e->dtype, e->dev, out, "zinc_param_get");
     return gather_stream(e, param, e ? e->master : NULL, ZINC_DTYPE_FP32, e ? state_dev(e) : NULL,
                          out, "zinc_param_get");
 }

@@ -39,9 +39,10 @@
  * well (ZMEM_WIRE_FP32) the bucket is widened at stages 2-3 into an fp32 scratch of the largest
  * group and reduced there: 4 bytes per element of that group more in the bucket block.
  *
- * A frozen engine (ZMEM_FROZEN, zinc_engine_frozen: stage 3, no offload) holds the values of
- * parameters nobody trains: the 16-bit shard (2Ψ/N), the gather area and the persistent groups,
- * nothing else — no gradient, master, moments or buckets.
+ * A frozen engine (ZMEM_FROZEN, zinc_engine_frozen: stage 3) holds the values of parameters
+ * nobody trains: the 16-bit shard (2Ψ/N; with offload_param in host memory instead, the device
+ * then holding none), the gather area and the persistent groups, nothing else — no gradient,
+ * master, moments or buckets (offload_optimizer has nothing to move).
  */
 #include <string.h>
 
@@ -71,8 +72,13 @@ void zmem_plan(const zplan *p, int stage, zinc_dtype dtype, int offload, int nbu
     if (stage >= 2 && (offload & ZMEM_WIRE_FP32)) bytes[ZINC_MEM_BUCKET] += B * 4;
     bytes[ZINC_MEM_GATHER] = stage == 3 ? ((uint64_t)ngather * B + persist_numel) * d : 0;
     if (host) memset(host, 0, sizeof(uint64_t) * ZINC_MEM_COUNT);
-    if (offload & ZMEM_FROZEN) {     /* stage 3 without offload: the shard and the gather area */
+    if (offload & ZMEM_FROZEN) {     /* stage 3: the shard and the gather area */
         for (int c = ZINC_MEM_GRAD; c <= ZINC_MEM_BUCKET; c++) bytes[c] = 0;
+        /* offload_param: the shard in host memory, in fp32 mode too (no master to be it) */
+        if (offload & ZMEM_OFFLOAD_PARAM) {
+            bytes[ZINC_MEM_PARAM16] = 0;
+            if (host) host[ZINC_MEM_PARAM16] = S * d;
+        }
         return;
     }
     if (!offloads || stage == 0) return;

@@ -279,8 +279,11 @@ ZINC_API zinc_status zinc_grad_buffer_external(zinc_engine_t *e);
  * aborting the world (the engine stays usable). Every rank must make the same call:
  * zinc_finalize compares it with the registration (ZINC_ERR_MISMATCH). ZINC_ERR_USAGE after
  * zinc_finalize or zinc_grad_buffer_external; ZINC_ERR_UNSUPPORTED below stage 3 and with
- * zero_optimization.offload_optimizer or offload_param set (a frozen engine keeps its shard on
- * the device: leave those keys out of its config); ZINC_ERR_INVALID_ARG for NULL. */
+ * device "nvme" for zero_optimization.offload_optimizer or offload_param; ZINC_ERR_INVALID_ARG
+ * for NULL. With offload_param "cpu" (which the config takes beside offload_optimizer "cpu",
+ * which moves nothing here) the shard is host memory (zinc_memory_host's ZINC_MEM_PARAM16; 0 on
+ * the device) and each gather uploads the rank's slice from it, as a trained engine's
+ * offload_param does. */
 ZINC_API zinc_status zinc_engine_frozen(zinc_engine_t *e);
 
 /* 1 for an engine made frozen with zinc_engine_frozen, 0 otherwise and for NULL. */

@@ -56,12 +56,19 @@ class _FrozenMixin:
         DeepSpeed's cast does) and adds its groups to self._sg. Collective."""
         from .engine import _Group       # (engine.py imports this module)
         # The config as the engine resolved it (zinc's own keys: read again, it warns of
-        # nothing the engine did not warn of already), without offload: the frozen engine has no
-        # optimizer state, and its pieces stay on the device (docs/python.md).
+        # nothing the engine did not warn of already). The frozen engine has no optimizer
+        # state; its pieces go to host memory with offload_param "cpu", as DeepSpeed's do (the
+        # config takes that only beside offload_optimizer, whose "cpu" moves nothing there, and
+        # whose pin_memory pins the host shard), and stay on the device otherwise: without
+        # offload, or with NVMe, which a frozen engine does not take (docs/python.md).
         cfg = json.loads(lib.zinc_engine_config_json(self._e).decode())
         zero = cfg["zero_optimization"]
-        zero["offload_optimizer"] = {"device": "none"}
-        zero["offload_param"] = {"device": "none"}
+        if zero.get("offload_param", {}).get("device") == "cpu":
+            pin = zero.get("offload_optimizer", {}).get("pin_memory", False)
+            zero["offload_optimizer"] = {"device": "cpu", "pin_memory": pin}
+        else:
+            zero["offload_optimizer"] = {"device": "none"}
+            zero["offload_param"] = {"device": "none"}
         text = json.dumps(cfg).encode()
         fopts = EngineOptions(config_path=None, config_json=text, world=opts.world,
                               rank=opts.rank, device=opts.device, threads=opts.threads)

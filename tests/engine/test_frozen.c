@@ -24,8 +24,13 @@
  * refused while a group is gathered, and then the prefetch check's copies are dropped as a
  * trained engine's are.
  *
- * Then the setups refused at zinc_engine_frozen (NULL, after zinc_finalize, stage 2,
- * offload_optimizer, offload_param, with zinc_grad_buffer_external), and a world where only
+ * Each of those also with the frozen engine's config offloading its parameters (offload_param
+ * "cpu", with offload_optimizer "cpu" as the config needs): the shard is then host memory
+ * (zinc_memory_host's param16, none on the device), the gathers upload from it, and the values
+ * are the same bytes.
+ *
+ * Then the setups refused at zinc_engine_frozen (NULL, after zinc_finalize, stage 2, NVMe for
+ * offload_optimizer or offload_param, with zinc_grad_buffer_external), and a world where only
  * rank 0 is frozen: zinc_finalize's ZINC_ERR_MISMATCH on both ranks.
  */
 #include <stdio.h>
@@ -60,7 +65,13 @@ typedef struct {
     zinc_world_t *world;          /* the frozen engines' */
     zinc_world_t *trained_world;  /* the trained engines' */
     int n, bf16;
+    int offload;                  /* the frozen engine's config offloads (cpu) its parameters */
 } run_ctx;
+
+/* What the frozen engine's config adds with run_ctx.offload: offload_param "cpu", which the
+ * config takes only with offload_optimizer (nothing to move in a frozen engine). */
+#define OFFLOAD_KEYS \
+    "\"offload_optimizer\": {\"device\": \"cpu\"}, \"offload_param\": {\"device\": \"cpu\"}, "
 
 static zinc_dtype dtype_of(int bf16) { return bf16 ? ZINC_DTYPE_BF16 : ZINC_DTYPE_FP32; }
 
@@ -91,7 +102,7 @@ static void register_model(zinc_engine_t *e, int bf16, int pid[NP])
 static zinc_engine_t *make_engine(const run_ctx *c, int rank, int frozen, int pid[NP])
 {
     char cfg[1024];
-    config(cfg, sizeof cfg, c->bf16, 3, "");
+    config(cfg, sizeof cfg, c->bf16, 3, frozen && c->offload ? OFFLOAD_KEYS : "");
     zinc_engine_options_t o = {.config_json = cfg, .world = frozen ? c->world : c->trained_world,
                                .rank = rank, .threads = 1};
     zinc_engine_t *e = NULL;
@@ -121,11 +132,17 @@ static void check_memory(zinc_engine_t *f, zinc_engine_t *t, const char *label)
                  label, zinc_mem_category_name(none[k]), (unsigned long long)fp[none[k]],
                  (unsigned long long)fa[none[k]]);
     uint64_t shard = (uint64_t)f->plan.shard_numel * zinc_dtype_size(f->dtype);
-    ZT_CHECK(shard > 0 && fp[ZINC_MEM_PARAM16] == shard && fa[ZINC_MEM_PARAM16] == shard,
-             "%s: frozen param16 planned %llu, allocated %llu; the shard is %llu bytes", label,
-             (unsigned long long)fp[ZINC_MEM_PARAM16], (unsigned long long)fa[ZINC_MEM_PARAM16],
-             (unsigned long long)shard);
-    ZT_CHECK(fp[ZINC_MEM_PARAM16] == tp[ZINC_MEM_PARAM16] &&
+    /* the shard: on the device, or with offload_param in host memory and none on the device */
+    int off = f->offload_param;
+    const uint64_t *sp = off ? hp : fp, *sa = off ? ha : fa;
+    ZT_CHECK(shard > 0 && sp[ZINC_MEM_PARAM16] == shard && sa[ZINC_MEM_PARAM16] == shard,
+             "%s: frozen %s param16 planned %llu, allocated %llu; the shard is %llu bytes", label,
+             off ? "host" : "device", (unsigned long long)sp[ZINC_MEM_PARAM16],
+             (unsigned long long)sa[ZINC_MEM_PARAM16], (unsigned long long)shard);
+    ZT_CHECK(!off || (fp[ZINC_MEM_PARAM16] == 0 && fa[ZINC_MEM_PARAM16] == 0),
+             "%s: offload_param: device param16 planned %llu, allocated %llu (want 0)", label,
+             (unsigned long long)fp[ZINC_MEM_PARAM16], (unsigned long long)fa[ZINC_MEM_PARAM16]);
+    ZT_CHECK(shard == tp[ZINC_MEM_PARAM16] &&
                  fp[ZINC_MEM_GATHER] == tp[ZINC_MEM_GATHER] && fa[ZINC_MEM_GATHER] > 0,
              "%s: param16 %llu / %llu, gather %llu / %llu (frozen / trained)", label,
              (unsigned long long)fp[ZINC_MEM_PARAM16], (unsigned long long)tp[ZINC_MEM_PARAM16],
@@ -138,7 +155,8 @@ static void check_memory(zinc_engine_t *f, zinc_engine_t *t, const char *label)
              (unsigned long long)ta[ZINC_MEM_ADAM_M], (unsigned long long)ta[ZINC_MEM_GRAD],
              (unsigned long long)ta[ZINC_MEM_MASTER]);
     for (int c = 0; c < ZINC_MEM_COUNT; c++)
-        ZT_CHECK(hp[c] == 0 && ha[c] == 0, "%s: frozen host %s: %llu bytes", label,
+        ZT_CHECK((off && c == ZINC_MEM_PARAM16) || (hp[c] == 0 && ha[c] == 0),
+                 "%s: frozen host %s: %llu bytes", label,
                  zinc_mem_category_name((zinc_mem_category)c), (unsigned long long)hp[c]);
 }
 
@@ -296,7 +314,8 @@ static void rank_fn(int rank, void *arg)
 {
     run_ctx *c = arg;
     char label[64];
-    snprintf(label, sizeof label, "%s N=%d rank %d", c->bf16 ? "bf16" : "fp32", c->n, rank);
+    snprintf(label, sizeof label, "%s N=%d%s rank %d", c->bf16 ? "bf16" : "fp32", c->n,
+             c->offload ? " offload_param" : "", rank);
     int fpid[NP], tpid[NP];
     zinc_engine_t *f = make_engine(c, rank, 1, fpid);
     zinc_engine_t *t = make_engine(c, rank, 0, tpid);
@@ -321,9 +340,9 @@ static void rank_fn(int rank, void *arg)
     zinc_engine_destroy(t);
 }
 
-static void test_values(int n, int bf16)
+static void test_values(int n, int bf16, int offload)
 {
-    run_ctx c = {.n = n, .bf16 = bf16};
+    run_ctx c = {.n = n, .bf16 = bf16, .offload = offload};
     ZT_OK(zinc_world_create_local(n, &c.trained_world));
     if (c.trained_world) zt_run_world(n, &c.world, rank_fn, &c);
     zinc_world_destroy(c.trained_world);
@@ -357,11 +376,12 @@ static void test_refused_setups(void)
     ZT_CHECK(zinc_engine_frozen(NULL) == ZINC_ERR_INVALID_ARG && !zinc_engine_is_frozen(NULL),
              "a NULL engine");
     expect_refused_setup(2, "", ZINC_ERR_UNSUPPORTED, "stage 3 only");
-    expect_refused_setup(3, "\"offload_optimizer\": {\"device\": \"cpu\"}, ",
-                         ZINC_ERR_UNSUPPORTED, "zero_optimization.offload_optimizer");
-    expect_refused_setup(3, "\"offload_optimizer\": {\"device\": \"cpu\"}, "
-                            "\"offload_param\": {\"device\": \"cpu\"}, ",
-                         ZINC_ERR_UNSUPPORTED, "zero_optimization.offload_param");
+    /* NVMe, for either key (cpu is taken: test_values' offload runs) */
+    expect_refused_setup(3, "\"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \".\"}, ",
+                         ZINC_ERR_UNSUPPORTED, "zero_optimization.offload_optimizer with device");
+    expect_refused_setup(3, "\"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \".\"}, "
+                            "\"offload_param\": {\"device\": \"nvme\", \"nvme_path\": \".\"}, ",
+                         ZINC_ERR_UNSUPPORTED, "zero_optimization.offload_param with device");
     /* the lent gradient buffer and a frozen engine, in either order */
     zinc_engine_t *e = bare_engine(3, "");
     if (e) {
@@ -407,7 +427,8 @@ static void test_mismatch(void)
 int main(void)
 {
     for (int n = 1; n <= 2; n++)
-        for (int bf16 = 1; bf16 >= 0; bf16--) test_values(n, bf16);
+        for (int bf16 = 1; bf16 >= 0; bf16--)
+            for (int offload = 0; offload <= 1; offload++) test_values(n, bf16, offload);
     test_refused_setups();
     test_mismatch();
     return zt_finish("engine_frozen");

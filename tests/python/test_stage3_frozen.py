@@ -82,13 +82,16 @@ class Net(torch.nn.Module):
         return x @ self.emb.weight.t()        # the tied head: read through the attribute
 
 
-def config(bf16):
+def config(bf16, offload=False):
     c = {"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2,
          "optimizer": {"type": "AdamW", "params": {"lr": 1e-2, "weight_decay": 0.01}},
          "gradient_clipping": 1.0,
          "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": THRESHOLD}}
     if bf16:
         c["bf16"] = {"enabled": True}
+    if offload:
+        c["zero_optimization"]["offload_optimizer"] = {"device": "cpu"}
+        c["zero_optimization"]["offload_param"] = {"device": "cpu"}
     return c
 
 
@@ -100,14 +103,14 @@ def is_norm(n):
     return n.startswith("norms.")
 
 
-def run(bf16, partition, probe):
+def run(bf16, partition, probe, offload=False):
     """8 micro-steps (4 optimizer steps) with a modifier write to a frozen weight after step 1,
     a checkpoint saved after step 1 and loaded after step 3 (frozen values edited in between).
     Returns the engine, model, losses and final full weights; `probe` runs the checks."""
     _frozen.PARTITION = partition
     torch.manual_seed(0)
     m = Net().to(DEVICE)
-    engine, _, _, _ = zinc.initialize(model=m, config=config(bf16))
+    engine, _, _, _ = zinc.initialize(model=m, config=config(bf16, offload))
     gen = torch.Generator().manual_seed(7 + engine.global_rank)
     rank, losses = engine.global_rank, []
     box = [tempfile.mkdtemp(prefix="zinc-frozen-") if rank == 0 else None]
@@ -183,12 +186,24 @@ def check_release(engine, m, name):
           f"its elements when the first block's gradient came: {seen}")
 
 
-def check_memory(engine, m, name):
+def check_memory(engine, m, name, offload=False):
+    """The frozen engine's memory: its 16-bit shard the rank's share, on the device, or with
+    offload_param in host memory (zinc_memory_host) and none on the device."""
     names = ["param16", "grad", "master", "adam_m", "adam_v", "bucket", "gather"]
     planned = (ctypes.c_uint64 * 7)()
     alloc = (ctypes.c_uint64 * 7)()
     lib.zinc_memory(engine._fe, planned, alloc)
     got = dict(zip(names, alloc))
+    host = (ctypes.c_uint64 * 7)()
+    lib.zinc_memory_host(engine._fe, planned, host)
+    host = dict(zip(names, host))
+    if offload:
+        check(f"{name}: offload_param: no frozen shard on the device", got["param16"] == 0,
+              f"{got['param16']} bytes")
+        got["param16"] = host.pop("param16")
+    others = {k: v for k, v in host.items() if v}
+    check(f"{name}: the frozen engine's host memory: {'the shard only' if offload else 'none'}",
+          not others, str(others))
     trains = [k for k in ("grad", "master", "adam_m", "adam_v", "bucket") if got[k]]
     check(f"{name}: the frozen engine allocates no training state", not trains,
           f"{ {k: got[k] for k in trains} }")
@@ -199,7 +214,7 @@ def check_memory(engine, m, name):
     check(f"{name}: the frozen 16-bit shard is the rank's share (x{ratio:.3f})",
           1.0 <= ratio < 1.15, f"{got['param16']} bytes for {share:.0f}")
     print(f"{name}: frozen bytes per rank {got['param16']} (share {share:.0f}, x{ratio:.3f}), "
-          f"{world} rank(s)")
+          f"{world} rank(s), {'host' if offload else 'device'}")
 
 
 def shared_run(partition):
@@ -251,6 +266,17 @@ def main():
         check_raises(f"{name}: initialize again over the emptied frozen parameters refuses",
                      lambda: zinc.initialize(model=m, config=config(bf16)), ValueError,
                      "emb.weight", "empty")
+    # offload_param: the frozen pieces in host memory, as DeepSpeed moves them (bf16)
+    ref = run(True, False, None, offload=True)
+    engine, m, losses, final = run(True, True, "bf16 offload_param", offload=True)
+    check("bf16 offload_param: losses bit for bit the whole-frozen run's", losses == ref[2],
+          f"{losses} vs {ref[2]}")
+    diff = [n for n in final if not torch.equal(final[n], ref[3][n])]
+    check("bf16 offload_param: final weights bit for bit the whole-frozen run's", not diff,
+          str(diff))
+    check_memory(engine, m, "bf16 offload_param", offload=True)
+    ref[0].close()
+    engine.close()
     losses, whole = shared_run(True)
     ref, _ = shared_run(False)
     check("a frozen base two live engines share: held whole by the module (the second "
