@@ -26,6 +26,7 @@ import ctypes
 import datetime
 import os
 import socket
+import sys
 import warnings
 
 import torch
@@ -37,11 +38,12 @@ _MSG = 512        # bytes of the broadcast "host port" message
 
 
 def setup(world, backend=None, timeout=None):
+    n = lib.zinc_world_size(world)
+    rank = _world.rank()
+    _check_accelerate(n, rank)
     if not torch.distributed.is_available():
         return
     dist = torch.distributed
-    n = lib.zinc_world_size(world)
-    rank = _world.rank()
     if dist.is_initialized():
         if (dist.get_world_size(), dist.get_rank()) != (n, rank):
             raise ValueError(f"zinc.init_distributed: torch.distributed is already set up as "
@@ -59,6 +61,33 @@ def setup(world, backend=None, timeout=None):
             return
         dist.init_process_group(backend, store=store, rank=rank, world_size=n, timeout=timeout)
     atexit.register(_destroy_at_exit)
+
+
+def _check_accelerate(n, rank):
+    """A script driven by Hugging Face accelerate (its Accelerator made before initialize) must
+    see the launcher's world too: accelerate takes its own from LOCAL_RANK, RANK and
+    WORLD_SIZE, which mpirun does not set, and then runs each rank as a world of one, whose
+    batches are the same on every rank and whose saves write the same files, while zinc trains
+    over all of them: no error anywhere (a review, 2026-12-01; DeepSpeed itself does the
+    same). Refused here with what to set. Nothing when accelerate set up no state, or while it
+    does (its own init_distributed call comes before it knows its world)."""
+    state = sys.modules.get("accelerate.state")
+    shared = getattr(getattr(state, "PartialState", None), "_shared_state", None)
+    try:
+        seen = shared.get("num_processes") if shared else None
+    except Exception:  # noqa: BLE001 — another accelerate's internals: then no check
+        return
+    if not isinstance(seen, int) or seen == n:
+        return
+    raise ValueError(
+        f"zinc: accelerate runs this script as {seen} process(es), but the launcher started "
+        f"{n} ranks (this is rank {rank}): each would train on the same batches and write the "
+        f"same files. Under mpirun, accelerate reads LOCAL_RANK, RANK and WORLD_SIZE, which "
+        f"mpirun does not set: export them from Open MPI's (LOCAL_RANK="
+        f"$OMPI_COMM_WORLD_LOCAL_RANK RANK=$OMPI_COMM_WORLD_RANK WORLD_SIZE="
+        f"$OMPI_COMM_WORLD_SIZE, in a wrapper script mpirun runs), and on the CPU give the "
+        f"Accelerator kwargs_handlers=[InitProcessGroupKwargs(backend=\"gloo\")] "
+        f"(docs/python.md)")
 
 
 def default_backend():

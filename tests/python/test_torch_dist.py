@@ -7,14 +7,15 @@
   rank and a barrier returns; the engine trains a step afterwards;
 - initialize(dist_init_required=False) leaves torch.distributed alone (a child process);
 - a process group the script set up itself (init_process_group before initialize) is kept
-  (a child process, world of one).
+  (a child process, world of one);
+- accelerate's state (stood in for) seeing another world than the launcher's is refused.
 Each check prints its name; exit 1 when one fails, 77 without torch.
 """
 import os
 import subprocess
 import sys
 
-from _common import check, failures, torch, zinc
+from _common import check, check_raises, failures, torch, zinc
 
 dist = torch.distributed
 
@@ -45,6 +46,45 @@ def child(mode):
     return 1 if failures else 0
 
 
+def accelerate_world(n, rank):
+    """A script driven by Hugging Face accelerate whose Accelerator sees another world than the
+    launcher's (under mpirun without LOCAL_RANK/RANK/WORLD_SIZE it takes each rank for a world
+    of one) is refused, saying what to set; one that sees the launcher's world trains, as does
+    one whose state has no world yet (accelerate calls init_distributed before it knows it).
+    What zinc reads, accelerate.state.PartialState._shared_state["num_processes"], is stood in
+    for here (CI has no accelerate); the real one was run by hand (docs/python.md)."""
+    import types
+    fake = types.ModuleType("accelerate.state")
+
+    class PartialState:
+        _shared_state = {}
+    fake.PartialState = PartialState
+    saved = sys.modules.get("accelerate.state")
+    sys.modules["accelerate.state"] = fake
+    try:
+        wrong = 1 if n > 1 else 2
+        PartialState._shared_state["num_processes"] = wrong
+        check_raises(f"accelerate seeing {wrong} process(es) of the launcher's {n}: refused, "
+                     f"naming what to set", engine_of, ValueError,
+                     f"accelerate runs this script as {wrong} process(es), but the launcher "
+                     f"started {n} ranks (this is rank {rank})", "LOCAL_RANK",
+                     "InitProcessGroupKwargs")
+        for shared, what in (({"num_processes": n}, "the launcher's world"),
+                             ({}, "no world yet")):
+            PartialState._shared_state = shared
+            try:
+                engine_of().close()
+                made = ""
+            except ValueError as ex:
+                made = str(ex)
+            check(f"accelerate seeing {what}: initialize goes on", not made, made)
+    finally:
+        if saved is None:
+            del sys.modules["accelerate.state"]
+        else:
+            sys.modules["accelerate.state"] = saved
+
+
 def main():
     if len(sys.argv) > 1:
         return child(sys.argv[1])
@@ -66,6 +106,7 @@ def main():
     engine.step()
     check("the engine trains alongside", engine.global_steps == 1, str(engine.global_steps))
     engine.close()
+    accelerate_world(n, rank)
     if n == 1:
         env = {k: v for k, v in os.environ.items()
                if not k.startswith(("OMPI_", "PMIX_", "PMI_"))}
