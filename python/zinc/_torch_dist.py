@@ -68,8 +68,8 @@ def _check_accelerate(n, rank):
     see the launcher's world too: accelerate takes its own from LOCAL_RANK, RANK and
     WORLD_SIZE, which mpirun does not set, and then runs each rank as a world of one, whose
     batches are the same on every rank and whose saves write the same files, while zinc trains
-    over all of them: no error anywhere (a review, 2026-12-01; DeepSpeed itself does the
-    same). Refused here with what to set. Nothing when accelerate set up no state, or while it
+    over all of them: no error anywhere (a review, 2026-12-01). Refused here with what to
+    set. Nothing when accelerate set up no state, or while it
     does (its own init_distributed call comes before it knows its world)."""
     state = sys.modules.get("accelerate.state")
     shared = getattr(getattr(state, "PartialState", None), "_shared_state", None)
