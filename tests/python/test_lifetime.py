@@ -22,6 +22,7 @@ import gc
 import os
 import sys
 import tempfile
+import time
 import warnings
 import weakref
 
@@ -46,6 +47,20 @@ def threads():
     return len(os.listdir("/proc/self/task"))
 
 
+def threads_after(before):
+    """The thread count once the threads an engine ended are gone: up to 2 s for it to fall to
+    `before`. A worker zinc has joined can still be listed in /proc for a moment (the kernel
+    wakes pthread_join before it reaps the thread), and the last view of an engine's memory now
+    ends its device, the pool's join included, right before the count (zinc_memory_hold): on
+    2 busy cores the count then saw one thread more in 3 of 6 runs, none with 0.3 s between."""
+    deadline = time.monotonic() + 2.0
+    n = threads()
+    while n > before and time.monotonic() < deadline:
+        time.sleep(0.01)
+        n = threads()
+    return n
+
+
 def dropped(stage):
     gc.collect()
     before = threads()
@@ -55,8 +70,9 @@ def dropped(stage):
     gc.collect()
     check(f"stage {stage}: an engine dropped without close() (and its model) is freed",
           alive() is None, "still referenced after gc.collect()")
-    check(f"stage {stage}: its threads are gone with it", threads() <= before,
-          f"{before} threads before it, {threads()} after")
+    after = threads_after(before)
+    check(f"stage {stage}: its threads are gone with it", after <= before,
+          f"{before} threads before it, {after} after")
 
 
 def no_cycles(stage):
@@ -160,8 +176,9 @@ def again(stage):
     check(f"stage {stage}: the old engine, dropped, is freed while the new one lives",
           gone() is None, "still referenced after gc.collect()")
     new.close()
-    check(f"stage {stage}: ... with its threads", threads() <= before,
-          f"{before} threads before, {threads()} after")
+    after = threads_after(before)
+    check(f"stage {stage}: ... with its threads", after <= before,
+          f"{before} threads before, {after} after")
 
 
 def kept_views(stage):
@@ -203,7 +220,7 @@ def kept_views(stage):
     del sd, ref, grad, grad_ref, churn, model
     gc.collect()
     check(f"stage {stage}: once they are dropped, the engine's threads go with its memory",
-          threads() <= before, f"{before} threads before, {threads()} after")
+          threads_after(before) <= before, f"{before} threads before, {threads()} after")
 
 
 class _Empty(torch.nn.Module):
