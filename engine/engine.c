@@ -168,11 +168,12 @@ zinc_status zinc_engine_create(const zinc_engine_options_t *opt, zinc_engine_t *
                            "zinc_engine_create: set exactly one of config_path and config_json");
 
     zinc_engine_t *e = calloc(1, sizeof *e);
-    if (e && !(e->hold = zhold_new())) {
+    zhold *hold = e ? zhold_new() : NULL;
+    if (!hold) {
         free(e);
-        e = NULL;
+        return zerr_thread(ZINC_ERR_NOMEM, "zinc_engine_create: out of memory");
     }
-    if (!e) return zerr_thread(ZINC_ERR_NOMEM, "zinc_engine_create: out of memory");
+    e->hold = hold;
     e->lr_override = NAN;         /* the config's schedule until zinc_set_lr */
     e->betas_override[0] = e->betas_override[1] = NAN;   /* ... and zinc_set_betas */
     e->boundary_override = -1;    /* zinc counts until zinc_set_accumulation_boundary */
@@ -926,6 +927,14 @@ zinc_status zinc_param_set(zinc_engine_t *e, int param, const float *values)
     return ZINC_OK;
 }
 
+/* The working copy (stage 3: the shard) and the device it is on: param16 on the engine's
+ * device, or with offload_param the host shard (zoffload_param16) on its device. */
+static void *param16_of(zinc_engine_t *e, zdev_t **dev)
+{
+    *dev = e->offload_param ? zoffload_param16_dev(e) : e->dev;
+    return e->offload_param ? zoffload_param16(e) : e->param16;
+}
+
 /* A parameter's whole value, in fp32, of one stream laid out as the master (master, m or v, on
  * `src_dev`: the host one with offload) or as the stage 2-3 gradient accumulator (dtype `dt`,
  * on the engine's device): every rank contributes its slice of the group, converted to fp32; an
@@ -969,13 +978,12 @@ static zinc_status gather_stream(zinc_engine_t *e, int param, const void *base, 
 
 zinc_status zinc_param_get(zinc_engine_t *e, int param, float *out)
 {
-    /* A frozen engine's value is its working-dtype shard (it has no master), widened: on the
-     * device, or with offload_param in host memory. */
-    if (e && e->frozen)
-        return e->offload_param
-                   ? gather_stream(e, param, zoffload_param16(e), e->dtype, zoffload_param16_dev(e),
-                                   out, "zinc_param_get")
-                   : gather_stream(e, param, e->param16, e->dtype, e->dev, out, "zinc_param_get");
+    /* A frozen engine's value is its working-dtype shard (it has no master), widened. */
+    if (e && e->frozen) {
+        zdev_t *dev;
+        void *shard = param16_of(e, &dev);
+        return gather_stream(e, param, shard, e->dtype, dev, out, "zinc_param_get");
+    }
     return gather_stream(e, param, e ? e->master : NULL, ZINC_DTYPE_FP32, e ? state_dev(e) : NULL,
                          out, "zinc_param_get");
 }
@@ -1596,12 +1604,13 @@ const char *zinc_config_warnings(const zinc_engine_t *e)
 
 void zeng_view_get(zinc_engine_t *e, zeng_view *out)
 {
+    zdev_t *p16_dev;
+    void *p16 = param16_of(e, &p16_dev);
     *out = (zeng_view){.dev = e->dev, .state_dev = state_dev(e), .comm = e->comm, .rank = e->rank,
                        .world_size = e->world_size, .stage = e->stage, .finalized = e->finalized,
                        .dtype = e->dtype, .plan = &e->plan, .cfg = &e->cfg, .st = &e->st,
                        .master = e->master, .m = e->m, .v = e->v,
-                       .param16 = e->offload_param ? zoffload_param16(e) : e->param16,
-                       .param16_dev = e->offload_param ? zoffload_param16_dev(e) : e->dev,
+                       .param16 = p16, .param16_dev = p16_dev,
                        .err = e->err, .partial_load = e->partial_load};
 }
 
