@@ -6,9 +6,10 @@
 #
 # One case is not zinc's to answer for, and is reported as skipped (exit 77), not passed: every
 # rank process is gone (so zinc's ranks did end, and the stopped one was killed) but mpirun
-# itself never exits. Open MPI 4.1.4's mpirun did that twice under ASan, in a clean-clone run and
-# in CI (once after "ORTE_ERROR_LOG: Data unpack would read past end of buffer" on the abort's help
-# message), and then ignored its SIGTERM too. A rank process still alive at 45 s is a failure.
+# itself never exits. Open MPI 4.1.4's mpirun hung twice after a rank's MPI_Abort under ASan (a
+# clean-clone run and CI; the CI one after "ORTE_ERROR_LOG: Data unpack would read past end of
+# buffer" on the abort's help message, ignoring timeout's SIGTERM), whether with rank processes
+# left is not known. A rank process still alive at 45 s is a failure, with the processes printed.
 mpiexec=$1
 prog=$2
 mode=${3:-}
