@@ -9,6 +9,7 @@ one in $ZINC_PY when set (to run a test against another version of the package).
     from _common import Gain                # an elementwise model, for fp16 on the CPU
     from _common import LibCalls            # count (and act after) a zinc call of the front-end
     from _common import run_torchrun_ranks  # this script's "rank" mode as torchrun's ranks
+    from _common import state_kept_past_close  # model.state_dict() read after engine.close()
 """
 import os
 import socket
@@ -83,6 +84,34 @@ def storage_bytes(t):
     if hasattr(d, "untyped_storage"):
         return d.untyped_storage().nbytes()
     return d.storage().size() * d.element_size()
+
+
+def state_kept_past_close(engine, model, block_numel):
+    """model.state_dict() taken now and kept while `engine` is closed, Python's collector runs
+    and memory on the model's device is written over (4 blocks each of block_numel elements, of
+    each of zinc's device buffers' sizes and of each entry's, so that memory freed too early is
+    handed out again). Returns the names of
+    the entries that are not empty and of those whose values changed: zinc's views hold the
+    engine's memory (zinc_memory_hold), so none should have."""
+    import ctypes
+    import gc
+    from zinc._lib import lib
+    dev = next(model.parameters()).device
+    sd = model.state_dict()
+    ref = {k: v.clone() for k, v in sd.items()}
+    views = [k for k, v in sd.items() if v.numel()]
+    planned, allocated = (ctypes.c_uint64 * 16)(), (ctypes.c_uint64 * 16)()
+    lib.zinc_memory(engine._e, planned, allocated)     # the sizes of zinc's device buffers
+    engine.close()
+    gc.collect()
+    sizes = [block_numel] + [(n + 64) // 4 for n in allocated if n] + [ref[k].numel()
+                                                                        for k in views]
+    churn = [torch.full((n,), 7.0, device=dev) for n in sizes for _ in range(4)]
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+    changed = [k for k in views if not torch.equal(sd[k], ref[k])]
+    del churn        # (held through the comparison: what freed memory would now hold)
+    return views, changed
 
 
 def check_raises(name, fn, kind, *texts):

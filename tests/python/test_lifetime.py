@@ -26,7 +26,7 @@ import time
 import warnings
 import weakref
 
-from _common import check, check_raises, finish, torch, zinc
+from _common import check, check_raises, finish, state_kept_past_close, torch, zinc
 
 
 def config(stage):
@@ -203,21 +203,16 @@ def kept_views(stage):
     grad = grad.detach() if grad is not None else None
     grad_ref = grad.clone() if grad is not None else None
     engine.step()
-    sd = model.state_dict()
-    ref = {k: v.clone() for k, v in sd.items()}
-    views = [k for k, v in sd.items() if v.numel()]
-    engine.close()
+    views, changed = state_kept_past_close(engine, model, big)
     del engine, _
     gc.collect()
-    churn = [torch.full((big,), 7.0) for _ in range(8)]
-    same = [k for k in views if torch.equal(sd[k], ref[k])]
     check(f"stage {stage}: model.state_dict() taken before close() keeps its values after the "
-          f"engine is closed and collected", views and same == views,
-          f"{len(views) - len(same)} of {len(views)} tensors changed")
+          f"engine is closed and collected", views and not changed,
+          f"{len(changed)} of {len(views)} tensors changed")
     if grad is not None:
         check(f"stage {stage}: ... and a .grad kept from before the step", torch.equal(
             grad, grad_ref), "changed")
-    del sd, ref, grad, grad_ref, churn, model
+    del grad, grad_ref, model
     gc.collect()
     check(f"stage {stage}: once they are dropped, the engine's threads go with its memory",
           threads_after(before) <= before, f"{before} threads before, {threads()} after")

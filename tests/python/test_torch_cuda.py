@@ -57,7 +57,7 @@ import os
 import sys
 import tempfile
 
-from _common import torch, zinc
+from _common import state_kept_past_close, torch, zinc
 
 ON_CPU = "--cpu" in sys.argv[1:]
 sys.argv = sys.argv[:1]     # test_torch_parity reads STAGE and BF16 from argv at import
@@ -386,18 +386,8 @@ def kept_after_close(dev, stage):
     m = tp.Tiny().to(dev)
     engine, *_ = zinc.initialize(model=m, config=config(stage, True, persist=stage == 3))
     train(engine, dev, [next(iter(tp.batches()))])
-    sd = m.state_dict()
-    ref = {k: v.clone() for k, v in sd.items()}
-    views = [k for k, v in sd.items() if v.numel()]
-    engine.close()
+    views, bad = state_kept_past_close(engine, m, 1 << 20)
     del engine, _
-    gc.collect()
-    churn = [torch.full((1 << 20,), 7.0, device=dev) for _ in range(8)]
-    churn += [torch.full_like(ref[k], 7.0) for k in views for _ in range(4)]
-    if dev.type == "cuda":
-        torch.cuda.synchronize(dev)
-    bad = [k for k in views if not torch.equal(sd[k], ref[k])]
-    del sd, churn
     gc.collect()
     if dev.type == "cuda":
         torch.cuda.synchronize(dev)     # the deferred frees ran without an error to show
