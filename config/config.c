@@ -23,6 +23,11 @@ static void add_line(zcctx *x, int is_error, const char *path, const char *fmt, 
 {
     char msg[1024], line[1600];
     vsnprintf(msg, sizeof msg, fmt, ap);
+    if (is_error && x->demote) {
+        size_t k = strlen(msg);
+        snprintf(msg + k, sizeof msg - k, "; %s", x->demote);
+        is_error = 0;
+    }
     if (path && path[0])
         snprintf(line, sizeof line, "%s: %s", path, msg);
     else
@@ -336,7 +341,7 @@ zinc_status zcfg_parse_text(const char *json, const char *path, const zcfg_overr
     zcfg_diag local = {0};
     if (!diag) diag = &local;
     memset(diag, 0, sizeof *diag);
-    zcctx x = {diag, 0};
+    zcctx x = {diag, 0, NULL};
     if (!json || !out) {
         zc_error(&x, "", "zcfg_parse_text: %s is NULL", !json ? "json" : "out");
         zcfg_diag_free(&local);
@@ -399,7 +404,7 @@ zinc_status zcfg_parse_scheduler_text(const char *section, double optimizer_lr, 
     zcfg_diag local = {0};
     if (!diag) diag = &local;
     memset(diag, 0, sizeof *diag);
-    zcctx x = {diag, 0};
+    zcctx x = {diag, 0, NULL};
     if (!section || !out) {
         zc_error(&x, "", "zcfg_parse_scheduler_text: %s is NULL", !section ? "section" : "out");
         zcfg_diag_free(&local);
@@ -434,7 +439,7 @@ zinc_status zcfg_parse_file(const char *path, const zcfg_overrides *ov, zcfg *ou
     zcfg_diag local = {0};
     if (!diag) diag = &local;
     memset(diag, 0, sizeof *diag);
-    zcctx x = {diag, 0};
+    zcctx x = {diag, 0, NULL};
     if (!path) {
         zc_error(&x, "", "zcfg_parse_file: path is NULL");
         zcfg_diag_free(&local);

@@ -22,6 +22,9 @@
 typedef struct zcctx {
     zcfg_diag *diag;
     int oom;                      /* a message could not be stored */
+    /* Set while reading values DeepSpeed never reads in this config (aio without NVMe): what
+     * would be an error is recorded as a warning ending in this text instead. */
+    const char *demote;
 } zcctx;
 
 /* Record one "path: what" line. `path` is the full dotted key path ("" for the document). */

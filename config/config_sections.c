@@ -690,26 +690,40 @@ void zc_check_precision_stage(zcctx *x, const zcfg *c)
 }
 
 /* The "aio" section: block_size and queue_depth shape the NVMe store's requests
- * (engine/nvme_store.c); the rest is DeepSpeed's thread and event tuning, type-checked only. */
+ * (engine/nvme_store.c); the rest is DeepSpeed's thread and event tuning, type-checked only.
+ * DeepSpeed 0.19.8 reads the section's values only to build its NVMe swappers
+ * (swap_tensor/aio_config.py, a plain dict: no type or range check), and takes null for its
+ * defaults: without NVMe offload a value zinc would refuse (queue_depth 0, a string) is a
+ * warning, not an error (a well-formed one is accepted silently, as before: it has no effect
+ * there). Unknown keys stay errors, as everywhere. */
 void zc_parse_aio(zcctx *x, json_object *root, zcfg *c)
 {
     const char *sec = "aio";
+    json_object *v;
+    if (zc_member(root, sec, &v) && !v) return;      /* null: DeepSpeed's defaults */
     json_object *o = zc_section(x, root, sec, sec);
     if (!o) return;
     zk_check(x, o, sec, &zk_aio);
+    int nvme = zcfg_offloads_nvme(c) || zcfg_offloads_param_nvme(c);
+    if (!nvme)
+        x->demote = "accepted, as DeepSpeed accepts it: the aio section is read only with NVMe "
+                    "offload (offload_optimizer or offload_param device \"nvme\"), which this "
+                    "config does not set, but a run with NVMe would refuse it";
     int64_t n;
     if (zc_get_int(x, o, sec, "block_size", 4096, (int64_t)1 << 30, &n) == V_SET) {
         char p[64];
         if (n % 4096)
             zc_error(x, zc_path(p, sizeof p, sec, "block_size"),
                      "%lld is not a multiple of 4096 (direct I/O's block)", (long long)n);
-        c->aio.block_size = n;
+        else
+            c->aio.block_size = n;
     }
     if (zc_get_int(x, o, sec, "queue_depth", 1, 4096, &n) == V_SET) c->aio.queue_depth = (int)n;
     if (zc_get_int(x, o, sec, "intra_op_parallelism", 1, 1024, &n) == V_SET)
         c->aio.intra_op_parallelism = (int)n;
     zc_get_bool(x, o, sec, "single_submit", &c->aio.single_submit);
     zc_get_bool(x, o, sec, "overlap_events", &c->aio.overlap_events);
+    x->demote = NULL;
 }
 
 void zc_check_pairs(zcctx *x, json_object *root, const zcfg *c)
