@@ -333,19 +333,6 @@ zinc_status zeng_check_trains(zinc_engine_t *e, const char *fn)
                      "only and trains nothing", fn);
 }
 
-/* The offload key a frozen engine refuses: NVMe, for either. With "cpu" offload_param puts its
- * 16-bit shard in host memory (the gathers upload from it, as a trained engine's do), and
- * offload_optimizer has nothing to move (no optimizer state), so both are taken. NULL when
- * none is refused. */
-static const char *frozen_refused_key(const zinc_engine_t *e)
-{
-    if (e->offload_param && e->cfg.zero.offload_param == ZCFG_OFFLOAD_NVME)
-        return "zero_optimization.offload_param";
-    if (e->offload && e->cfg.zero.offload_optimizer == ZCFG_OFFLOAD_NVME)
-        return "zero_optimization.offload_optimizer";
-    return NULL;
-}
-
 zinc_status zinc_engine_frozen(zinc_engine_t *e)
 {
     const char *fn = "zinc_engine_frozen";
@@ -357,13 +344,6 @@ zinc_status zinc_engine_frozen(zinc_engine_t *e)
     if (e->stage != 3)
         return zeng_fail(e, ZINC_ERR_UNSUPPORTED, "%s: a frozen engine runs at ZeRO stage 3 "
                          "only (this config sets stage %d)", fn, e->stage);
-    const char *key = frozen_refused_key(e);
-    if (key)
-        return zeng_fail(e, ZINC_ERR_UNSUPPORTED, "%s: the config sets %s with device \"nvme\"; "
-                         "a frozen engine keeps its 16-bit shard on the device or, with "
-                         "offload_param \"cpu\", in host memory, and has no optimizer state: "
-                         "give %s device \"cpu\" or leave it out of this engine's config", fn,
-                         key, key);
     /* The lent gradient buffer and a frozen engine exclude each other, whichever came first. */
     if (e->grad_external)
         return zeng_fail(e, ZINC_ERR_USAGE, "%s: zinc_grad_buffer_external was called on this "
@@ -736,7 +716,7 @@ zinc_status zinc_finalize(zinc_engine_t *e)
                   (e->frozen ? ZMEM_FROZEN : 0);
     zmem_plan(&e->plan, e->stage, e->dtype, offload, e->nbuckets, e->ngather, e->persist_numel,
               e->planned, e->host_planned);
-    if (e->offload && zcfg_offloads_nvme(&e->cfg)) zoffload_nvme_plan(e);
+    if (zoffload_uses_nvme(e)) zoffload_nvme_plan(e);
     if ((s = zoffload_check_limit(e)) != ZINC_OK) return s;
     e->bucket_owner = calloc((size_t)(e->nbuckets + 1), sizeof(int));
     e->gslots = calloc((size_t)(e->ngather + 1), sizeof *e->gslots);

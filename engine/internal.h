@@ -352,6 +352,7 @@ typedef struct {
     int64_t sub_group_size;
     int buffer_count, pipeline_read, pipeline_write;
     int param;                     /* offload_param "nvme" too */
+    int frozen;                    /* a frozen engine's: the 16-bit stream alone (needs param) */
 } znv_shape;
 typedef struct {
     size_t align_elems, spad, E;   /* block in elements; the shard padded to it; chunk elements */
@@ -361,6 +362,9 @@ typedef struct {
     uint64_t host_param16;         /* host bytes of the 16-bit shard's category */
 } znv_layout;
 void zoffload_nvme_layout(const znv_shape *in, znv_layout *out);
+/* Whether the engine keeps a scratch file (offload_optimizer "nvme"); a frozen engine, which
+ * has no optimizer state, only with offload_param "nvme" too: the file then holds its shard. */
+int zoffload_uses_nvme(const zinc_engine_t *e);
 /* At finalize, after zmem_plan: the host categories become the chunk buffers (and h_param16). */
 void zoffload_nvme_plan(zinc_engine_t *e);
 /* The scratch file's size (master, m, v of the shard, each rounded up to whole blocks). */

@@ -152,9 +152,9 @@ zinc_status zoffload_alloc(zinc_engine_t *e)
         return zeng_fail(e, s, "zinc_finalize: offload_optimizer: cannot open the host device: %s",
                          zerr_thread_message());
     void *master, *m, *v;
-    if (zcfg_offloads_nvme(&e->cfg)) {
+    if (zoffload_uses_nvme(e)) {
         s = zoffload_nvme_open(e);   /* master, m, v in the scratch file (offload_nvme.c) */
-    } else {
+    } else {   /* (a frozen engine plans none of them: NULL) */
         if ((s = host_alloc(e, ZINC_MEM_MASTER, &master)) == ZINC_OK) e->master = master;
         if (s == ZINC_OK && (s = host_alloc(e, ZINC_MEM_ADAM_M, &m)) == ZINC_OK) e->m = m;
         if (s == ZINC_OK && (s = host_alloc(e, ZINC_MEM_ADAM_V, &v)) == ZINC_OK) e->v = v;

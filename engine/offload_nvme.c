@@ -25,6 +25,13 @@
  * as memory faults at once instead of reading something else; its upload and download are
  * positioned writes and reads of the file.
  *
+ * A frozen engine (zinc_engine_frozen) with offload_param "nvme" has no optimizer state: its file
+ * is the 16-bit stream alone (the master, m and v streams are empty, `stream` 0), and host memory
+ * holds only the gathers' staging slots. Its values are written outside any step
+ * (zinc_param_set), so no step's sum vouches for them: a group's sum is taken from its first
+ * gather after a write (frozen_trust) and checked by every later read, which catches a disk or
+ * another process changing the file between the reads of values set once.
+ *
  * An I/O error in the step leaves the file with some chunks of the new step and some of the old:
  * the engine then refuses every further use of its state, naming the file, and the run resumes
  * from its last checkpoint (which never depends on the scratch file). A full disk cannot happen
@@ -144,6 +151,12 @@ void zoffload_nvme_layout(const znv_shape *in, znv_layout *out)
     out->host_param16 = in->param ? (uint64_t)out->nbuf * out->E * d +
                                         (uint64_t)ZNV_STAGE * in->max_slice * d
                                   : in->shard * d;
+    if (in->frozen) {   /* (with param) no state streams, no Adam: the 16-bit stream, the slots */
+        out->state_stream = 0;
+        out->file_bytes = out->param_stream;
+        out->host_state_each = 0;
+        out->host_param16 = (uint64_t)ZNV_STAGE * in->max_slice * d;
+    }
 }
 
 static void layout_of(const zinc_engine_t *e, znv_layout *out)
@@ -155,8 +168,14 @@ static void layout_of(const zinc_engine_t *e, znv_layout *out)
     znv_shape in = {.shard = e->plan.shard_numel, .max_slice = m, .dtype = e->dtype,
                     .sub_group_size = z->sub_group_size, .buffer_count = z->nvme_buffer_count,
                     .pipeline_read = z->nvme_pipeline_read, .pipeline_write = z->nvme_pipeline_write,
-                    .param = zcfg_offloads_param_nvme(&e->cfg)};
+                    .param = zcfg_offloads_param_nvme(&e->cfg), .frozen = e->frozen};
     zoffload_nvme_layout(&in, out);
+}
+
+int zoffload_uses_nvme(const zinc_engine_t *e)
+{
+    return e->offload && zcfg_offloads_nvme(&e->cfg) &&
+           (!e->frozen || zcfg_offloads_param_nvme(&e->cfg));
 }
 
 void zoffload_nvme_plan(zinc_engine_t *e)
@@ -197,8 +216,10 @@ static zinc_status range_of(zdev_t *d, const void *p, size_t n, uint64_t *off, i
     const char *c = p;
     if (nv->lost && write && nv->restoring && !nv->drained) drain(nv);
     if (nv->lost && !(write && nv->restoring)) {
-        snprintf(d->err, sizeof d->err, "%s: the optimizer state was lost to %s (resume from "
-                 "the last checkpoint)", znvme_path(nv->file), lost_why(nv));
+        snprintf(d->err, sizeof d->err, "%s: the %s was lost to %s (resume from the last "
+                 "checkpoint)", znvme_path(nv->file),
+                 nv->e->frozen ? "frozen engine's parameter shard" : "optimizer state",
+                 lost_why(nv));
         return ZINC_ERR_IO;
     }
     if (c < nv->base || c + n > nv->base + ZNV_STATES * nv->stream + nv->pstream) {
@@ -363,11 +384,12 @@ zinc_status zoffload_nvme_open(zinc_engine_t *e)
                          "nvme_path)", e->rank, err, (unsigned long long)bytes);
     void *base = mmap(NULL, (size_t)bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
                       -1, 0);
-    size_t bufbytes = (size_t)nv->nbuf * ZNV_STATES * nv->E * 4, d = zeng_dsize(e);
-    nv->stage_slot = nv->param ? (size_t)(L.host_param16 - (uint64_t)nv->nbuf * nv->E * d) /
-                                 ZNV_STAGE : 0;
+    /* (a frozen engine: no Adam, so neither chunk buffers nor the Adam's 16-bit output) */
+    size_t bufbytes = e->frozen ? 0 : (size_t)nv->nbuf * ZNV_STATES * nv->E * 4,
+           d = zeng_dsize(e), pbytes = e->frozen ? 0 : (size_t)nv->nbuf * nv->E * d;
+    nv->stage_slot = nv->param ? (size_t)(L.host_param16 - pbytes) / ZNV_STAGE : 0;
     /* (page-aligned: the staging slots are page-locked with offload_optimizer.pin_memory) */
-    int pfail = nv->param && (posix_memalign((void **)&nv->pbuf, 4096, (size_t)nv->nbuf * nv->E * d) ||
+    int pfail = nv->param && ((pbytes && posix_memalign((void **)&nv->pbuf, 4096, pbytes)) ||
                               posix_memalign((void **)&nv->stage, 4096,
                                              ZNV_STAGE * nv->stage_slot + 1));
     size_t S = e->plan.shard_numel, nb = (size_t)nv->nbuf;
@@ -388,7 +410,8 @@ zinc_status zoffload_nvme_open(zinc_engine_t *e)
         pfail |= !nv->psum || !nv->psum_ok || !nv->pchecked;
     }
     pfail |= !nv->rt || !nv->wt || !nv->written || !nv->sum || !nv->sum_ok || !nv->cached;
-    if (base == MAP_FAILED || pfail || posix_memalign((void **)&nv->buf, 4096, bufbytes) != 0) {
+    if (base == MAP_FAILED || pfail ||
+        (bufbytes && posix_memalign((void **)&nv->buf, 4096, bufbytes) != 0)) {
         if (base != MAP_FAILED) munmap(base, (size_t)bytes);
         nv->buf = NULL;
         return zeng_fail(e, ZINC_ERR_NOMEM, "zinc_finalize: offload_optimizer nvme on rank %d: "
@@ -398,13 +421,15 @@ zinc_status zoffload_nvme_open(zinc_engine_t *e)
     }
     /* the last chunk's write covers the padding past the shard's end, which the Adam does not
      * fill: zeros there, not whatever the allocator left (read by nothing; valgrind's report) */
-    if (nv->pbuf) memset(nv->pbuf, 0, (size_t)nv->nbuf * nv->E * d);
+    if (nv->pbuf) memset(nv->pbuf, 0, pbytes);
     nv->base = base;
     drop_cached(nv);
     nv->dev = (zdev_t){.iface = &nv_iface, .ctx = nv};
-    e->master = (float *)nv->base;
-    e->m = (float *)(nv->base + nv->stream);
-    e->v = (float *)(nv->base + 2 * nv->stream);
+    if (!e->frozen) {   /* (a frozen engine's master, m and v stay NULL: it has none) */
+        e->master = (float *)nv->base;
+        e->m = (float *)(nv->base + nv->stream);
+        e->v = (float *)(nv->base + 2 * nv->stream);
+    }
     for (int c = ZINC_MEM_MASTER; c <= ZINC_MEM_ADAM_V; c++) e->host_allocated[c] = e->host_planned[c];
     if (nv->param) {   /* the host shard's place: the 4th stream */
         e->h_param16 = nv->base + ZNV_STATES * nv->stream;
@@ -564,8 +589,13 @@ zinc_status zoffload_nvme_own_to_device(zinc_engine_t *e, int g, void *dst, int 
                          "'%s': %s%s", G->name, nv->dev.err,
                          s == ZINC_ERR_IO ? " (the scratch file no longer holds the parameters: "
                                             "resume from the last checkpoint)" : "");
-    if (nv->psum_ok[g] &&
-        param_pieces_sum(e, g, G->shard_off, G->shard_off + G->slice, slot) != nv->psum[g]) {
+    if (e->frozen && !nv->psum_ok[g] && e->cfg.zinc.nvme_checksum) {
+        /* frozen_trust: the first read after a write sets the sum the later ones are held to */
+        nv->psum[g] = param_pieces_sum(e, g, G->shard_off, G->shard_off + G->slice, slot);
+        nv->psum_ok[g] = 1;
+        nv->pchecked[g] = 1;
+    } else if (nv->psum_ok[g] &&
+               param_pieces_sum(e, g, G->shard_off, G->shard_off + G->slice, slot) != nv->psum[g]) {
         nv->lost = ZNV_LOST_CHANGED16;
         return zeng_fail(e, ZINC_ERR_CORRUPT, "stage 3: offload_param nvme: the own slice of "
                          "group '%s' in %s reads back other bytes than were written (its "

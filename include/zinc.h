@@ -278,12 +278,16 @@ ZINC_API zinc_status zinc_grad_buffer_external(zinc_engine_t *e);
  * zinc_ckpt_save, zinc_ckpt_load and zinc_load_safetensors — return ZINC_ERR_USAGE without
  * aborting the world (the engine stays usable). Every rank must make the same call:
  * zinc_finalize compares it with the registration (ZINC_ERR_MISMATCH). ZINC_ERR_USAGE after
- * zinc_finalize or zinc_grad_buffer_external; ZINC_ERR_UNSUPPORTED below stage 3 and with
- * device "nvme" for zero_optimization.offload_optimizer or offload_param; ZINC_ERR_INVALID_ARG
- * for NULL. With offload_param "cpu" (which the config takes beside offload_optimizer "cpu",
- * which moves nothing here) the shard is host memory (zinc_memory_host's ZINC_MEM_PARAM16; 0 on
- * the device) and each gather uploads the rank's slice from it, as a trained engine's
- * offload_param does. */
+ * zinc_finalize or zinc_grad_buffer_external; ZINC_ERR_UNSUPPORTED below stage 3;
+ * ZINC_ERR_INVALID_ARG for NULL. With offload_param "cpu" (which the config takes beside
+ * offload_optimizer "cpu", which moves nothing here) the shard is host memory
+ * (zinc_memory_host's ZINC_MEM_PARAM16; 0 on the device) and each gather uploads the rank's
+ * slice from it, as a trained engine's offload_param does. With offload_param "nvme" (beside
+ * offload_optimizer "nvme") the shard is a scratch file under nvme_path holding only it
+ * (zinc_nvme_bytes' file_bytes), and host memory holds the gathers' staging slots
+ * (ZINC_MEM_PARAM16 on the host), as a trained engine's offload_param "nvme" does; each
+ * group's slice is checksummed at its first gather after a zinc_param_set and checked at every
+ * later read (zinc.nvme_checksum). offload_optimizer alone, "cpu" or "nvme", moves nothing. */
 ZINC_API zinc_status zinc_engine_frozen(zinc_engine_t *e);
 
 /* 1 for an engine made frozen with zinc_engine_frozen, 0 otherwise and for NULL. */

@@ -57,16 +57,18 @@ class _FrozenMixin:
         from .engine import _Group       # (engine.py imports this module)
         # The config as the engine resolved it (zinc's own keys: read again, it warns of
         # nothing the engine did not warn of already). The frozen engine has no optimizer
-        # state; its pieces go to host memory with offload_param "cpu", as DeepSpeed's do (the
-        # config takes that only beside offload_optimizer, whose "cpu" moves nothing there, and
-        # whose pin_memory pins the host shard), and stay on the device otherwise: without
-        # offload, or with NVMe, which a frozen engine does not take (docs/python.md).
+        # state; its pieces go where offload_param puts the trained ones, as DeepSpeed's do:
+        # host memory with "cpu" (the config takes that only beside offload_optimizer, whose
+        # "cpu" moves nothing there, and whose pin_memory pins the host shard), a scratch file
+        # of their own under nvme_path with "nvme" (beside offload_optimizer "nvme", as the
+        # trained engine's config has it), and the device without offload_param.
         cfg = json.loads(lib.zinc_engine_config_json(self._e).decode())
         zero = cfg["zero_optimization"]
-        if zero.get("offload_param", {}).get("device") == "cpu":
+        where = zero.get("offload_param", {}).get("device")
+        if where == "cpu":
             pin = zero.get("offload_optimizer", {}).get("pin_memory", False)
             zero["offload_optimizer"] = {"device": "cpu", "pin_memory": pin}
-        else:
+        elif where != "nvme":
             zero["offload_optimizer"] = {"device": "none"}
             zero["offload_param"] = {"device": "none"}
         text = json.dumps(cfg).encode()

@@ -27,15 +27,27 @@
  * Each of those also with the frozen engine's config offloading its parameters (offload_param
  * "cpu", with offload_optimizer "cpu" as the config needs): the shard is then host memory
  * (zinc_memory_host's param16, none on the device), the gathers upload from it, and the values
- * are the same bytes.
+ * are the same bytes. And with offload_param "nvme" (beside offload_optimizer "nvme"): the
+ * shard is a scratch file per rank holding the 16-bit stream alone (zinc_nvme_bytes: the shard
+ * rounded up to 4096-byte blocks, nothing for master, m or v), host memory the four staging
+ * slots of the largest slice, the device none of it; the same values, and the files gone after
+ * the destroy.
  *
- * Then the setups refused at zinc_engine_frozen (NULL, after zinc_finalize, stage 2, NVMe for
- * offload_optimizer or offload_param, with zinc_grad_buffer_external), and a world where only
- * rank 0 is frozen: zinc_finalize's ZINC_ERR_MISMATCH on both ranks.
+ * frozen_nvme_changed: with the shard in the file, a group read once (its sum then taken) whose
+ * bytes in the file change is ZINC_ERR_CORRUPT at the next gather, naming the file and the
+ * group, and every later read says the shard was lost; with zinc.nvme_checksum false the change
+ * is not looked for.
+ *
+ * Then the setups refused at zinc_engine_frozen (NULL, after zinc_finalize, stage 2, with
+ * zinc_grad_buffer_external), and a world where only rank 0 is frozen: zinc_finalize's
+ * ZINC_ERR_MISMATCH on both ranks.
  */
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "engine/internal.h"
 #include "testutil.h"
@@ -65,13 +77,41 @@ typedef struct {
     zinc_world_t *world;          /* the frozen engines' */
     zinc_world_t *trained_world;  /* the trained engines' */
     int n, bf16;
-    int offload;                  /* the frozen engine's config offloads (cpu) its parameters */
+    int offload;                  /* the frozen engine's config offloads its parameters: OFF_* */
 } run_ctx;
 
-/* What the frozen engine's config adds with run_ctx.offload: offload_param "cpu", which the
- * config takes only with offload_optimizer (nothing to move in a frozen engine). */
-#define OFFLOAD_KEYS \
-    "\"offload_optimizer\": {\"device\": \"cpu\"}, \"offload_param\": {\"device\": \"cpu\"}, "
+enum { OFF_NONE, OFF_CPU, OFF_NVME };
+
+static char g_dir[256];           /* nvme_path of the OFF_NVME runs */
+
+/* What the frozen engine's config adds with run_ctx.offload: offload_param "cpu" or "nvme",
+ * which the config takes only with offload_optimizer of the same device (nothing to move in a
+ * frozen engine). */
+static const char *offload_keys(int offload)
+{
+    static char buf[1024];
+    if (offload == OFF_NONE) return "";
+    if (offload == OFF_CPU)
+        return "\"offload_optimizer\": {\"device\": \"cpu\"}, "
+               "\"offload_param\": {\"device\": \"cpu\"}, ";
+    snprintf(buf, sizeof buf, "\"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"%s\"}, "
+             "\"offload_param\": {\"device\": \"nvme\", \"nvme_path\": \"%s\"}, ", g_dir, g_dir);
+    return buf;
+}
+
+/* Files named zinc-nvme-* in g_dir; the last one's path into `path` when given. */
+static int nvme_files(char *path, size_t n)
+{
+    DIR *d = opendir(g_dir);
+    int k = 0;
+    for (struct dirent *x; d && (x = readdir(d));)
+        if (!strncmp(x->d_name, "zinc-nvme-", 10)) {
+            k++;
+            if (path) snprintf(path, n, "%s/%s", g_dir, x->d_name);
+        }
+    if (d) closedir(d);
+    return k;
+}
 
 static zinc_dtype dtype_of(int bf16) { return bf16 ? ZINC_DTYPE_BF16 : ZINC_DTYPE_FP32; }
 
@@ -101,8 +141,8 @@ static void register_model(zinc_engine_t *e, int bf16, int pid[NP])
  * after a failed check. */
 static zinc_engine_t *make_engine(const run_ctx *c, int rank, int frozen, int pid[NP])
 {
-    char cfg[1024];
-    config(cfg, sizeof cfg, c->bf16, 3, frozen && c->offload ? OFFLOAD_KEYS : "");
+    char cfg[2048];
+    config(cfg, sizeof cfg, c->bf16, 3, offload_keys(frozen ? c->offload : OFF_NONE));
     zinc_engine_options_t o = {.config_json = cfg, .world = frozen ? c->world : c->trained_world,
                                .rank = rank, .threads = 1};
     zinc_engine_t *e = NULL;
@@ -131,14 +171,26 @@ static void check_memory(zinc_engine_t *f, zinc_engine_t *t, const char *label)
         ZT_CHECK(fp[none[k]] == 0 && fa[none[k]] == 0, "%s: frozen %s planned %llu, allocated %llu",
                  label, zinc_mem_category_name(none[k]), (unsigned long long)fp[none[k]],
                  (unsigned long long)fa[none[k]]);
-    uint64_t shard = (uint64_t)f->plan.shard_numel * zinc_dtype_size(f->dtype);
-    /* the shard: on the device, or with offload_param in host memory and none on the device */
-    int off = f->offload_param;
+    size_t ds = zinc_dtype_size(f->dtype);
+    uint64_t shard = (uint64_t)f->plan.shard_numel * ds;
+    /* the shard: on the device, or with offload_param in host memory and none on the device;
+     * with offload_param nvme in the file, the host holding 4 staging slots of the largest
+     * slice, and the file the shard alone, in whole 4096-byte blocks */
+    int off = f->offload_param, nvme = off && f->cfg.zero.offload_param == ZCFG_OFFLOAD_NVME;
+    size_t slice = 0;
+    for (int g = 0; g < f->plan.ngroups; g++)
+        if (f->plan.groups[g].slice > slice) slice = f->plan.groups[g].slice;
+    uint64_t want = nvme ? 4 * slice * ds : shard;
     const uint64_t *sp = off ? hp : fp, *sa = off ? ha : fa;
-    ZT_CHECK(shard > 0 && sp[ZINC_MEM_PARAM16] == shard && sa[ZINC_MEM_PARAM16] == shard,
-             "%s: frozen %s param16 planned %llu, allocated %llu; the shard is %llu bytes", label,
-             off ? "host" : "device", (unsigned long long)sp[ZINC_MEM_PARAM16],
-             (unsigned long long)sa[ZINC_MEM_PARAM16], (unsigned long long)shard);
+    ZT_CHECK(shard > 0 && sp[ZINC_MEM_PARAM16] == want && sa[ZINC_MEM_PARAM16] == want,
+             "%s: frozen %s param16 planned %llu, allocated %llu; want %llu (the shard is %llu "
+             "bytes)", label, off ? "host" : "device", (unsigned long long)sp[ZINC_MEM_PARAM16],
+             (unsigned long long)sa[ZINC_MEM_PARAM16], (unsigned long long)want,
+             (unsigned long long)shard);
+    uint64_t file = 0, blocks = (shard + 4095) / 4096 * 4096;
+    ZT_OK(zinc_nvme_bytes(f, &file, NULL, NULL));
+    ZT_CHECK(file == (nvme ? blocks : 0), "%s: the frozen engine's scratch file: %llu bytes, want "
+             "%llu", label, (unsigned long long)file, (unsigned long long)(nvme ? blocks : 0));
     ZT_CHECK(!off || (fp[ZINC_MEM_PARAM16] == 0 && fa[ZINC_MEM_PARAM16] == 0),
              "%s: offload_param: device param16 planned %llu, allocated %llu (want 0)", label,
              (unsigned long long)fp[ZINC_MEM_PARAM16], (unsigned long long)fa[ZINC_MEM_PARAM16]);
@@ -314,8 +366,9 @@ static void rank_fn(int rank, void *arg)
 {
     run_ctx *c = arg;
     char label[64];
+    static const char *const off_name[] = {"", " offload_param cpu", " offload_param nvme"};
     snprintf(label, sizeof label, "%s N=%d%s rank %d", c->bf16 ? "bf16" : "fp32", c->n,
-             c->offload ? " offload_param" : "", rank);
+             off_name[c->offload], rank);
     int fpid[NP], tpid[NP];
     zinc_engine_t *f = make_engine(c, rank, 1, fpid);
     zinc_engine_t *t = make_engine(c, rank, 0, tpid);
@@ -346,6 +399,66 @@ static void test_values(int n, int bf16, int offload)
     ZT_OK(zinc_world_create_local(n, &c.trained_world));
     if (c.trained_world) zt_run_world(n, &c.world, rank_fn, &c);
     zinc_world_destroy(c.trained_world);
+    if (offload == OFF_NVME)
+        ZT_CHECK(nvme_files(NULL, 0) == 0, "%s N=%d offload_param nvme: %d scratch file(s) left "
+                 "after the destroy", bf16 ? "bf16" : "fp32", n, nvme_files(NULL, 0));
+}
+
+/* One rank, bf16, the shard in the file: every group gathered once (each sum then taken), 16
+ * bytes of group emb's slice (the first in the file) changed behind the engine, then emb
+ * gathered again. */
+static void frozen_nvme_changed(int checked)
+{
+    char zero[1200], cfg[2048];
+    snprintf(zero, sizeof zero, "%s", offload_keys(OFF_NVME));
+    config(cfg, sizeof cfg, 1, 3, zero);
+    if (!checked) {   /* zinc.nvme_checksum false: a "zinc" section before the rest */
+        char with[2048];
+        snprintf(with, sizeof with, "{\"zinc\": {\"nvme_checksum\": false}, %.1900s", cfg + 1);
+        snprintf(cfg, sizeof cfg, "%s", with);
+    }
+    const char *label = checked ? "frozen nvme, changed file" : "frozen nvme, unchecked";
+    zinc_engine_options_t o = {.config_json = cfg, .threads = 1};
+    zinc_engine_t *e = NULL;
+    int pid[NP];
+    ZT_OK(zinc_engine_create(&o, &e));
+    if (!e) return;
+    ZT_OK(zinc_engine_frozen(e));
+    register_model(e, 1, pid);
+    ZT_OK(zinc_finalize(e));
+    set_values(e, pid, 1);
+    for (int g = 0; g < NG; g++) {
+        ZT_OK(zinc_gather(e, g));
+        ZT_OK(zinc_release(e, g));
+    }
+    char path[600] = "";
+    ZT_CHECK(nvme_files(path, sizeof path) == 1, "%s: one scratch file in %s", label, g_dir);
+    FILE *f = fopen(path, "r+b");
+    ZT_CHECK(f != NULL, "%s: opening the scratch file '%s'", label, path);
+    if (f) {
+        static const unsigned char junk[16] = {0xff, 0x7f, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13};
+        fseek(f, 64, SEEK_SET);
+        fwrite(junk, 1, sizeof junk, f);
+        fclose(f);
+    }
+    zinc_status s = zinc_gather(e, 0);
+    const char *msg = zinc_last_error(e);
+    if (!checked) {
+        ZT_CHECK(s == ZINC_OK, "%s: the gather after the change: %s (%s)", label,
+                 zinc_status_string(s), msg);
+        if (s == ZINC_OK) ZT_OK(zinc_release(e, 0));
+    } else {
+        ZT_CHECK(s == ZINC_ERR_CORRUPT && strstr(msg, "checksum") && strstr(msg, "'emb'") &&
+                     strstr(msg, path),
+                 "%s: the gather after the change: %s (%s)", label, zinc_status_string(s), msg);
+        float *out = malloc(MAXN * sizeof *out);
+        s = out ? zinc_param_get(e, pid[1], out) : ZINC_ERR_NOMEM;
+        ZT_CHECK(s != ZINC_OK && strstr(zinc_last_error(e), "parameter shard was lost"),
+                 "%s: a read after: %s (%s)", label, zinc_status_string(s), zinc_last_error(e));
+        free(out);
+    }
+    zinc_engine_destroy(e);
+    ZT_CHECK(nvme_files(NULL, 0) == 0, "%s: %d scratch file(s) left", label, nvme_files(NULL, 0));
 }
 
 /* A one-rank engine of `cfg` (stage 3 unless the config says otherwise), not finalized. */
@@ -376,12 +489,6 @@ static void test_refused_setups(void)
     ZT_CHECK(zinc_engine_frozen(NULL) == ZINC_ERR_INVALID_ARG && !zinc_engine_is_frozen(NULL),
              "a NULL engine");
     expect_refused_setup(2, "", ZINC_ERR_UNSUPPORTED, "stage 3 only");
-    /* NVMe, for either key (cpu is taken: test_values' offload runs) */
-    expect_refused_setup(3, "\"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \".\"}, ",
-                         ZINC_ERR_UNSUPPORTED, "zero_optimization.offload_optimizer with device");
-    expect_refused_setup(3, "\"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \".\"}, "
-                            "\"offload_param\": {\"device\": \"nvme\", \"nvme_path\": \".\"}, ",
-                         ZINC_ERR_UNSUPPORTED, "zero_optimization.offload_param with device");
     /* the lent gradient buffer and a frozen engine, in either order */
     zinc_engine_t *e = bare_engine(3, "");
     if (e) {
@@ -426,10 +533,31 @@ static void test_mismatch(void)
 
 int main(void)
 {
+    if (zt_disk_dir(g_dir, sizeof g_dir, "zinc-frozen-nvme")) return 1;
     for (int n = 1; n <= 2; n++)
         for (int bf16 = 1; bf16 >= 0; bf16--)
-            for (int offload = 0; offload <= 1; offload++) test_values(n, bf16, offload);
+            for (int offload = OFF_NONE; offload <= OFF_NVME; offload++)
+                test_values(n, bf16, offload);
+    frozen_nvme_changed(1);
+    frozen_nvme_changed(0);
     test_refused_setups();
     test_mismatch();
+    /* a frozen engine with offload_optimizer "nvme" alone keeps no file (nothing to put there) */
+    char zero[600];
+    snprintf(zero, sizeof zero, "\"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": "
+             "\"%s\"}, ", g_dir);
+    zinc_engine_t *e = bare_engine(3, zero);
+    int pid[NP];
+    if (e) {
+        ZT_OK(zinc_engine_frozen(e));
+        register_model(e, 1, pid);
+        ZT_OK(zinc_finalize(e));
+        uint64_t file = 1;
+        ZT_OK(zinc_nvme_bytes(e, &file, NULL, NULL));
+        ZT_CHECK(file == 0 && nvme_files(NULL, 0) == 0, "offload_optimizer nvme alone: a %llu "
+                 "byte file, %d in %s", (unsigned long long)file, nvme_files(NULL, 0), g_dir);
+        zinc_engine_destroy(e);
+    }
+    rmdir(g_dir);
     return zt_finish("engine_frozen");
 }

@@ -89,7 +89,12 @@ def config(bf16, offload=False):
          "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": THRESHOLD}}
     if bf16:
         c["bf16"] = {"enabled": True}
-    if offload:
+    if offload == "nvme":
+        # (one path on every rank: the config's hash is compared; each rank's files are its own)
+        where = {"device": "nvme", "nvme_path": tempfile.gettempdir()}
+        c["zero_optimization"]["offload_optimizer"] = dict(where)
+        c["zero_optimization"]["offload_param"] = dict(where)
+    elif offload:
         c["zero_optimization"]["offload_optimizer"] = {"device": "cpu"}
         c["zero_optimization"]["offload_param"] = {"device": "cpu"}
     return c
@@ -188,7 +193,9 @@ def check_release(engine, m, name):
 
 def check_memory(engine, m, name, offload=False):
     """The frozen engine's memory: its 16-bit shard the rank's share, on the device, or with
-    offload_param in host memory (zinc_memory_host) and none on the device."""
+    offload_param "cpu" in host memory (zinc_memory_host) and none on the device, or with
+    offload_param "nvme" in a scratch file of the frozen engine's own (zinc_nvme_bytes), the
+    host holding its staging slots only and the device none of it."""
     names = ["param16", "grad", "master", "adam_m", "adam_v", "bucket", "gather"]
     planned = (ctypes.c_uint64 * 7)()
     alloc = (ctypes.c_uint64 * 7)()
@@ -197,12 +204,19 @@ def check_memory(engine, m, name, offload=False):
     host = (ctypes.c_uint64 * 7)()
     lib.zinc_memory_host(engine._fe, planned, host)
     host = dict(zip(names, host))
+    file = ctypes.c_uint64()
+    lib.zinc_nvme_bytes(engine._fe, ctypes.byref(file), None, None)
+    check(f"{name}: the frozen engine's scratch file: {file.value} bytes",
+          (file.value > 0) == (offload == "nvme"), "want one with offload_param nvme only")
     if offload:
         check(f"{name}: offload_param: no frozen shard on the device", got["param16"] == 0,
               f"{got['param16']} bytes")
         got["param16"] = host.pop("param16")
+    if offload == "nvme":     # the host's are the gathers' staging slots; the shard is the file
+        got["param16"] = file.value
     others = {k: v for k, v in host.items() if v}
-    check(f"{name}: the frozen engine's host memory: {'the shard only' if offload else 'none'}",
+    what = "its staging slots only" if offload == "nvme" else "the shard only" if offload else "none"
+    check(f"{name}: the frozen engine's host memory: {what}",
           not others, str(others))
     trains = [k for k in ("grad", "master", "adam_m", "adam_v", "bucket") if got[k]]
     check(f"{name}: the frozen engine allocates no training state", not trains,
@@ -211,10 +225,12 @@ def check_memory(engine, m, name, offload=False):
     esz = 2 if engine.bfloat16_enabled() else 4
     share = sum(p.ds_numel for n, p in m.named_parameters() if not p.requires_grad) * esz / world
     ratio = got["param16"] / share
+    # (the file: whole 4096-byte blocks)
     check(f"{name}: the frozen 16-bit shard is the rank's share (x{ratio:.3f})",
-          1.0 <= ratio < 1.15, f"{got['param16']} bytes for {share:.0f}")
+          1.0 <= ratio < 1.15 or (offload == "nvme" and share <= got["param16"] < share + 4096),
+          f"{got['param16']} bytes for {share:.0f}")
     print(f"{name}: frozen bytes per rank {got['param16']} (share {share:.0f}, x{ratio:.3f}), "
-          f"{world} rank(s), {'host' if offload else 'device'}")
+          f"{world} rank(s), {offload if offload == 'nvme' else 'host' if offload else 'device'}")
 
 
 def shared_run(partition):
@@ -275,6 +291,17 @@ def main():
     check("bf16 offload_param: final weights bit for bit the whole-frozen run's", not diff,
           str(diff))
     check_memory(engine, m, "bf16 offload_param", offload=True)
+    ref[0].close()
+    engine.close()
+    # offload_param nvme: the frozen pieces in a scratch file of the frozen engine's own
+    ref = run(True, False, None, offload="nvme")
+    engine, m, losses, final = run(True, True, "bf16 offload_param nvme", offload="nvme")
+    check("bf16 offload_param nvme: losses bit for bit the whole-frozen run's", losses == ref[2],
+          f"{losses} vs {ref[2]}")
+    diff = [n for n in final if not torch.equal(final[n], ref[3][n])]
+    check("bf16 offload_param nvme: final weights bit for bit the whole-frozen run's", not diff,
+          str(diff))
+    check_memory(engine, m, "bf16 offload_param nvme", offload="nvme")
     ref[0].close()
     engine.close()
     losses, whole = shared_run(True)
