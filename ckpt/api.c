@@ -184,6 +184,7 @@ zinc_status zinc_ckpt_save(zinc_engine_t *e, const char *dir, const char *tag,
     zeng_view_get(e, ev);
     if (!ev->finalized) return zeng_fail(e, ZINC_ERR_USAGE, "zinc_ckpt_save: call zinc_finalize first");
     zinc_status trains = zeng_check_trains(e, "zinc_ckpt_save");    /* no state to save or load */
+    if (trains == ZINC_OK) trains = zeng_check_home(e, "zinc_ckpt_save");
     if (trains != ZINC_OK) return trains;
     if (!dir || !tag) return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_ckpt_save: dir and tag are required");
     /* (a save without the blob the caller sized would lose its resume state in silence) */
@@ -589,6 +590,7 @@ zinc_status zinc_ckpt_load(zinc_engine_t *e, const char *dir, const char *tag,
     zeng_view_get(e, ev);
     if (!ev->finalized) return zeng_fail(e, ZINC_ERR_USAGE, "zinc_ckpt_load: call zinc_finalize first");
     zinc_status trains = zeng_check_trains(e, "zinc_ckpt_load");    /* no state to save or load */
+    if (trains == ZINC_OK) trains = zeng_check_home(e, "zinc_ckpt_load");
     if (trains != ZINC_OK) return trains;
     if (!dir) return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_ckpt_load: dir is NULL");
     char err[ZCK_ERR] = "";
@@ -814,6 +816,7 @@ zinc_status zinc_load_safetensors(zinc_engine_t *e, const char *path)
     if (!ev->finalized) return zeng_fail(e, ZINC_ERR_USAGE, "zinc_load_safetensors: call zinc_finalize first");
     /* (it writes masters, which a frozen engine has not: zinc_param_set sets its values) */
     zinc_status trains = zeng_check_trains(e, "zinc_load_safetensors");
+    if (trains == ZINC_OK) trains = zeng_check_home(e, "zinc_load_safetensors");
     if (trains != ZINC_OK) return trains;
     if (!path) return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_load_safetensors: path is NULL");
     zinc_status held = zeng_none_held(e, "zinc_load_safetensors");

@@ -281,6 +281,7 @@ void zinc_engine_destroy(zinc_engine_t *e)
     }
     /* The host state before the device: its copies are waited for and its pins undone there. */
     zoffload_free(e);
+    if (e->dev) zstates_free(e);   /* zinc_states_offload's copies (unpinned through the device) */
     zdev_t *d = e->dev;
     if (d) {
         /* Aliased: freed once, as param16. Offloaded: host state, freed by zoffload_free. */
@@ -868,6 +869,7 @@ static zinc_status upload_converted(zdev_t *dv, void *dst, const float *src, siz
 zinc_status zinc_param_set(zinc_engine_t *e, int param, const float *values)
 {
     zinc_status s = check_param(e, param, "zinc_param_set");
+    if (s == ZINC_OK) s = zeng_check_home(e, "zinc_param_set");
     if (s != ZINC_OK) return s;
     if (!values) return zeng_fail(e, ZINC_ERR_INVALID_ARG, "zinc_param_set: values is NULL");
     const zplan_param *P = &e->plan.params[param];
@@ -964,6 +966,8 @@ zinc_status zinc_param_get(zinc_engine_t *e, int param, float *out)
         void *shard = param16_of(e, &dev);
         return gather_stream(e, param, shard, e->dtype, dev, out, "zinc_param_get");
     }
+    zinc_status s = zeng_check_home(e, "zinc_param_get");
+    if (s != ZINC_OK) return s;
     return gather_stream(e, param, e ? e->master : NULL, ZINC_DTYPE_FP32, e ? state_dev(e) : NULL,
                          out, "zinc_param_get");
 }
@@ -976,6 +980,7 @@ static float *moment(zinc_engine_t *e, zinc_param_state which)
 zinc_status zinc_param_state_get(zinc_engine_t *e, int param, zinc_param_state which, float *out)
 {
     zinc_status s = zeng_check_trains(e, "zinc_param_state_get");
+    if (s == ZINC_OK) s = zeng_check_home(e, "zinc_param_state_get");
     if (s != ZINC_OK) return s;
     /* (the enum, not moment(): before zinc_finalize m and v are NULL, and gather_stream then
      * says "call zinc_finalize first" rather than "unknown state") */
@@ -991,6 +996,7 @@ zinc_status zinc_param_state_set(zinc_engine_t *e, int param, zinc_param_state w
 {
     zinc_status s = check_param(e, param, "zinc_param_state_set");
     if (s == ZINC_OK) s = zeng_check_trains(e, "zinc_param_state_set");
+    if (s == ZINC_OK) s = zeng_check_home(e, "zinc_param_state_set");
     if (s != ZINC_OK) return s;
     float *base = moment(e, which);
     if (!base)
@@ -1175,6 +1181,7 @@ static zinc_status local_stream(zinc_engine_t *e, int param, zinc_param_state wh
 {
     /* (every stream of the fragment is training state: a frozen engine keeps none) */
     zinc_status s = zeng_check_trains(e, fn);
+    if (s == ZINC_OK && which != ZINC_STATE_GRAD) s = zeng_check_home(e, fn);
     if (s != ZINC_OK) return s;
     /* the gradient's check also refuses a group whose gradient is still in its bucket */
     s = which == ZINC_STATE_GRAD ? grad_access_check(e, param, buf, fn, 0)

@@ -124,6 +124,13 @@ struct zinc_engine {
                                      stage 1 with fp32 sums (added into the sums there) */
     int frozen;                   /* zinc_engine_frozen: values only (stage 3, no offload);
                                      the training calls refused (zeng_check_trains) */
+    /* zinc_states_offload (states_away.c): the host copies of the categories moved off the
+     * device (ZINC_MEM_MASTER, _ADAM_M, _ADAM_V; NULL where at home), their bytes, and whether
+     * each is page-locked. The calls that read or write them are refused meanwhile
+     * (zeng_check_home). */
+    void *away[ZINC_MEM_COUNT];
+    uint64_t away_bytes[ZINC_MEM_COUNT];
+    int away_pinned[ZINC_MEM_COUNT];
 
     zplan plan;
     zgroup_hparams *group_hp;     /* [plan.ngroups]: a group's own Adam values, NAN if none */
@@ -239,6 +246,8 @@ zinc_status zeng_check_group_id(zinc_engine_t *e, int group, const char *fn);
 /* The opening of a call that needs a finalized engine: ZINC_ERR_INVALID_ARG for a NULL engine,
  * ZINC_ERR_USAGE before zinc_finalize ("<fn>: ..."); _group also checks the group's id. */
 zinc_status zeng_check_ready(zinc_engine_t *e, const char *fn);
+/* zinc_engine_destroy's part: the host copies zinc_states_offload made, unpinned and freed. */
+void zstates_free(zinc_engine_t *e);
 zinc_status zeng_check_ready_group(zinc_engine_t *e, int group, const char *fn);
 
 /* A group's weight decay: its zinc_group_set_weight_decay value, else the config's. */

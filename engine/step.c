@@ -858,6 +858,7 @@ zinc_status zinc_step(zinc_engine_t *e, zinc_step_info_t *info)
 {
     zinc_status s = zeng_check_ready(e, "zinc_step");
     if (s == ZINC_OK) s = zeng_check_trains(e, "zinc_step");
+    if (s == ZINC_OK) s = zeng_check_home(e, "zinc_step");
     if (s != ZINC_OK) return s;
     if (e->partial_load[0]) /* every rank knows it (agreed at the load): no collective waits */
         return zeng_fail(e, ZINC_ERR_USAGE, "zinc_step: the failed load of %s had begun to "

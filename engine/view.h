@@ -113,6 +113,9 @@ zinc_status zeng_none_held(zinc_engine_t *e, const char *who);
  * own check names that). A plain local error, not an abort of the world: the caller is meant
  * never to make these calls on a frozen engine, and a refusal leaves it usable. */
 zinc_status zeng_check_trains(zinc_engine_t *e, const char *fn);
+/* ZINC_ERR_USAGE naming `fn` while zinc_states_offload keeps the optimizer state in host memory
+ * (states_away.c): the calls that read or write the master or the moments. */
+zinc_status zeng_check_home(zinc_engine_t *e, const char *fn);
 
 /* After master weights were changed outside a step (param_set, checkpoint load): recomputes the
  * 16-bit working copy from master and, at stages 0-2, all-gathers it. Collective. */

@@ -740,6 +740,27 @@ ZINC_API zinc_status zinc_memory(const zinc_engine_t *e, uint64_t planned[ZINC_M
 ZINC_API zinc_status zinc_memory_host(const zinc_engine_t *e, uint64_t planned[ZINC_MEM_COUNT],
                                       uint64_t allocated[ZINC_MEM_COUNT]);
 
+/* DeepSpeed's engine.offload_states: copies the optimizer state of `categories` (a mask of
+ * 1 << ZINC_MEM_MASTER, 1 << ZINC_MEM_ADAM_M, 1 << ZINC_MEM_ADAM_V; any other bit is
+ * ZINC_ERR_INVALID_ARG) from the device to host memory (page-locked when `pin` and the device
+ * can) and frees its device memory: zinc_memory's allocated bytes drop to 0 for them and
+ * zinc_memory_host's rise by as much. *moved (may be NULL): the bytes moved now. Nothing moves
+ * where the state is host memory already (offload_optimizer), for an fp32 master that is the
+ * working copy itself (fp32 at stages 0 and 3), or for a category moved already. Not
+ * collective; after zinc_finalize, between steps. Until zinc_states_reload, forward and backward
+ * go on (zinc_gather, zinc_grads_ready, ...), and the calls that read or write the master or the
+ * moments — zinc_step, zinc_param_set, zinc_param_get, zinc_param_state_get/_set,
+ * zinc_param_local_get/_set, zinc_ckpt_save, zinc_ckpt_load, zinc_load_safetensors — return
+ * ZINC_ERR_USAGE. ZINC_ERR_USAGE on a frozen engine (it has none). */
+ZINC_API zinc_status zinc_states_offload(zinc_engine_t *e, unsigned categories, int pin,
+                                         uint64_t *moved);
+/* DeepSpeed's engine.reload_states: what zinc_states_offload moved, back on the device, the
+ * same bytes. ZINC_ERR_NOMEM when the device has no room (what did not come back stays in host
+ * memory; call it again). Nothing to do is ZINC_OK. */
+ZINC_API zinc_status zinc_states_reload(zinc_engine_t *e);
+/* 1 while some of the optimizer state is in host memory through zinc_states_offload. */
+ZINC_API int zinc_states_offloaded(const zinc_engine_t *e);
+
 /* Bytes the optimizer steps copied between device and host for offload_optimizer since finalize:
  * *to_host counts the gradient shards downloaded, *to_device the 16-bit parameter shards
  * uploaded: one of each per applied step. At stages 2-3 the gradient shard accumulates in host

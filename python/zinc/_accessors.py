@@ -515,10 +515,6 @@ for _name, _key in _ZERO_ACCESSORS.items():
 # NotImplementedError naming it: without it the name would reach the model (__getattr__), or a
 # method of torch's Module, and do something else or fail with an AttributeError.
 _NOT_OFFERED = {
-    "offload_states": "zinc places state in host memory only by the config's "
-                      "zero_optimization.offload_optimizer / offload_param",
-    "reload_states": "zinc places state in host memory only by the config's "
-                     "zero_optimization.offload_optimizer / offload_param",
     "load_module_state_dict": "load the weights with load_checkpoint(load_module_only=True)",
     "allreduce_gradients": "engine.step() reduces the gradients at the accumulation boundary",
     "get_sequence_parallel_group": "zinc has no sequence parallelism",

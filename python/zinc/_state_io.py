@@ -203,6 +203,7 @@ class _StateIOMixin:
         save_latest=False (DeepSpeed's) leaves save_dir/latest as it was: a load without a tag
         still takes the tag latest names (a "best" checkpoint beside the run's), and
         zinc.ckpt_keep_last prunes nothing after this save."""
+        self._states_home("save_checkpoint()")
         tag = _tag_text(tag if tag is not None else f"global_step{self._steps}")
         extra, untrained = self._persistent_buffers(), self._untrained_params()
         extra.update({n: p for n, p in untrained.items()
@@ -399,6 +400,7 @@ class _StateIOMixin:
         if custom_load_fn is not None:
             raise NotImplementedError("zinc: load_checkpoint(custom_load_fn=...)")
         self._no_context("load_checkpoint()")
+        self._states_home("load_checkpoint()")
         tag = None if tag is None else _tag_text(tag)
         before, held_before = _partial_load.counts(self), _partial_load.held(self)
         if self._stage == 3:

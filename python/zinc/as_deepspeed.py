@@ -40,6 +40,7 @@ MODULES = {
     "deepspeed.runtime.dataloader": "zinc.dataloader",
     "deepspeed.runtime.zero": "zinc.runtime.zero",
     "deepspeed.runtime.zero.partition_parameters": "zinc.runtime.zero.partition_parameters",
+    "deepspeed.runtime.zero.offload_config": "zinc.runtime.zero.offload_config",
     "deepspeed.zero": "zinc.zero",
     "deepspeed.checkpointing": "zinc.checkpointing",
     "deepspeed.checkpoint": "zinc.checkpoint",

@@ -85,6 +85,7 @@ from .ops.adam import FusedAdam
 from ._stage3 import _GatherOnRead, _Stage3Mixin
 from ._stage3 import declare_external as _stage3_declare_external
 from ._state_io import _StateIOMixin
+from ._states_away import _StatesAwayMixin
 from ._values import _ValuesMixin, _trains, trained_by
 from ._world import _engines, _launcher_world, local_rank, world_size
 
@@ -317,7 +318,7 @@ class _Group:
 
 
 class Engine(_Stage3Mixin, _FrozenMixin, _HandOverMixin, _DirectBackwardMixin, _ValuesMixin, _AccessorsMixin,
-             _StateIOMixin, torch.nn.Module):
+             _StateIOMixin, _StatesAwayMixin, torch.nn.Module):
     """One rank's training engine over a torch model (DeepSpeed's DeepSpeedEngine shape)."""
 
     def __init__(self, model, model_parameters=None, config=None, *, _client=None,
@@ -1064,6 +1065,7 @@ class Engine(_Stage3Mixin, _FrozenMixin, _HandOverMixin, _DirectBackwardMixin, _
                                "block first; its gradients are reduced then)")
         self._no_context("engine.step()")
         self._alive()
+        self._states_home("engine.step()")
         self._settle_direct()
         self._take_back_grads()
         if not (self._awaiting_step or self._open_micro or self._unsynced or self._interrupted):

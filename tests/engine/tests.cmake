@@ -21,6 +21,10 @@ zinc_test(NAME engine_frozen SOURCES ${ZINC_ENGINE_TEST_DIR}/test_frozen.c
 # zinc_engine_destroy; the last release, from any thread or a DLPack deleter, frees it.
 zinc_test(NAME engine_memory_hold SOURCES ${ZINC_ENGINE_TEST_DIR}/test_memory_hold.c
           LABELS "unit" TIMEOUT 120)
+# zinc_states_offload / zinc_states_reload (DeepSpeed's offload_states): the optimizer state in
+# host memory between steps, bit for bit the same training after it comes back.
+zinc_test(NAME engine_states_away SOURCES ${ZINC_ENGINE_TEST_DIR}/test_states_away.c
+          LIBS zinc_toy LABELS "multirank;unit" TIMEOUT 300)
 zinc_test(NAME engine_grad_access SOURCES ${ZINC_ENGINE_TEST_DIR}/test_grad_access.c
           LABELS "multirank;unit" TIMEOUT 120)
 # data_types.grad_accum_dtype "fp32" with bf16/fp16 at stages 2-3, with and without offload:

@@ -106,6 +106,10 @@ uint64_t toy_memory_total(const toy_run *r, int host);
 zinc_status toy_engine_on(const toy_run *r, zinc_world_t *world, int rank, const char *config_json,
                           zinc_engine_t **e, int *nparams);
 
+/* Micro-step `micro` of rank `rank`: the gathers, the gradients of the rank's samples added and
+ * handed over (zinc_grads_ready), without zinc_step; an inf written where `inject_inf`. */
+zinc_status toy_micro_step(zinc_engine_t *e, int rank, int world, int micro, int nparams,
+                           int inject_inf);
 /* Optimizer steps first .. first + steps - 1 of rank `rank` with accumulation 1: a micro-step
  * (toy_micro_step) and zinc_step each. */
 zinc_status toy_steps(zinc_engine_t *e, int rank, int world, int first, int steps, int nparams);

@@ -448,6 +448,9 @@ add_test(NAME python_lint COMMAND sh -c "python3 -m pyflakes --version >/dev/nul
 { echo 'SKIP: no pyflakes (apt-get install python3-pyflakes)'; exit 77; }; \
 python3 -m pyflakes \"$0/python/zinc\" \"$0/bench/gpu_torch.py\" \"$0/bench/bench.py\"" ${PROJECT_SOURCE_DIR})
 set_tests_properties(python_lint PROPERTIES LABELS "python;unit" TIMEOUT 120 SKIP_RETURN_CODE 77)
+# engine.offload_states() / reload_states() (DeepSpeed's): the optimizer state in host memory
+# between steps, bit for bit the same training after it comes back (test_offload_states.py).
+zinc_python_stage_tests(offload_states test_offload_states.py 300 0 1 2 3)
 # load_checkpoint inside an accumulation window: that window's gradients are dropped and training
 # goes on as after a load into a fresh engine, bit for bit (test_load_in_window.py).
 zinc_python_stage_tests(load_in_window test_load_in_window.py 300 0 1 2 3)
