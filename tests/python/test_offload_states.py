@@ -1,7 +1,7 @@
 """test_offload_states.py — engine.offload_states() and reload_states() (DeepSpeed's), at one
-ZeRO stage, bf16 and fp32, one process.
+ZeRO stage, bf16 and fp32.
 
-    python test_offload_states.py STAGE
+    python test_offload_states.py STAGE      one process, or under mpirun (2 ranks)
 
 A small MLP trains 6 steps with AdamW and clipping; after step 3 the optimizer state goes to host
 memory, that step's forward and backward run while it is away, and it comes back before the

@@ -276,6 +276,8 @@ if(ZINC_HAVE_MPI AND ZINC_TORCH_PYTHON)
   zinc_python_mpi_stage_tests(shared_segments test_shared_segments.py 300 2 3)
   # stage 0's `.grad` at a window's end, averaged over 2 ranks (zinc_grads_reduce)
   zinc_python_mpi_stage_tests(window_grads test_window_grads.py 300 0)
+  # engine.offload_states() / reload_states() at 2 ranks: each rank's state away and back
+  zinc_python_mpi_stage_tests(offload_states test_offload_states.py 300 1 3)
   add_test(NAME python_stage3_memory_mpi
            COMMAND ${_mpi} ${MPIEXEC_NUMPROC_FLAG} 2 ${_py} ${_pyt}/test_torch_stage3.py memory)
   # Under 2 ranks one rank's fragment of the parameter set between a forward and its backward
