@@ -159,6 +159,18 @@ zinc_status zinc_world_broadcast(zinc_world_t *w, void *buf, size_t bytes, int r
     return zmpi_world_bcast(buf, bytes, root);
 }
 
+zinc_status zinc_world_barrier(zinc_world_t *w)
+{
+    if (!w) return zerr_thread(ZINC_ERR_INVALID_ARG, "zinc_world_barrier: NULL world");
+    if (w->size == 1) return ZINC_OK;
+    if (!w->is_mpi)
+        return zerr_thread(ZINC_ERR_UNSUPPORTED,
+                           "zinc_world_barrier: only MPI worlds (mpirun) wait outside an engine; "
+                           "this world is %s", w->local ? "local (threads)"
+                                                        : "the launcher's environment");
+    return zmpi_world_barrier();
+}
+
 void zinc_world_abort(zinc_world_t *w, int rank, const char *why)
 {
     if (!w) return;

@@ -141,6 +141,14 @@ ZINC_API int zinc_world_rank(const zinc_world_t *w);
  * ZINC_ERR_UNSUPPORTED. */
 ZINC_API zinc_status zinc_world_broadcast(zinc_world_t *w, void *buf, size_t bytes, int root);
 
+/* Collective over an MPI world's processes, outside any engine: returns once every rank has
+ * called it (MPI_Ibarrier), waiting as long as they take, or ZINC_ERR_ABORTED naming the rank
+ * whose process ended before joining. The Python package calls it after setting up
+ * torch.distributed, so that no rank returns (and perhaps exits, ending the store rank 0 serves)
+ * while another is still inside torch's set-up. A world of one: nothing to do. Local and
+ * launcher-environment worlds: ZINC_ERR_UNSUPPORTED. */
+ZINC_API zinc_status zinc_world_barrier(zinc_world_t *w);
+
 /* Marks the world failed: every rank blocked in, or later entering, a collective returns
  * ZINC_ERR_ABORTED with `why` in its message. For a rank that hits an error it cannot recover
  * from, so that the others stop instead of waiting for it. Thread-safe. On an MPI world the

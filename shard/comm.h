@@ -94,6 +94,9 @@ void zmpi_note_failure(zinc_status s, const char *why, double grace_s);
  * notice says it will never join (ZINC_ERR_ABORTED; buf untouched). For bootstrapping something
  * else over the MPI world (zinc_world_broadcast). */
 zinc_status zmpi_world_bcast(void *buf, size_t bytes, int root);
+/* A barrier over MPI_COMM_WORLD (MPI_Ibarrier), waited for as zmpi_world_bcast waits
+ * (zinc_world_barrier). */
+zinc_status zmpi_world_barrier(void);
 /* The MPI library's version string, or NULL in builds without MPI. */
 const char *zmpi_version(void);
 zinc_status zcomm_mpi_create(zcomm_t **out);

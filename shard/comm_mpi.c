@@ -587,6 +587,19 @@ zinc_status zmpi_world_bcast(void *buf, size_t bytes, int root)
     return ZINC_OK;
 }
 
+zinc_status zmpi_world_barrier(void)
+{
+    MPI_Request req = MPI_REQUEST_NULL;
+    zm_enter("world barrier");
+    int rc = MPI_Ibarrier(MPI_COMM_WORLD, &req);
+    zinc_status s = rc == MPI_SUCCESS
+                        ? zm_wait_world(&req, "a world barrier (zinc_world_barrier)")
+                        : zerr_thread(ZINC_ERR_COMM, "zmpi_world_barrier: MPI_Ibarrier failed (code "
+                                                     "%d)", rc);
+    zm_leave();
+    return s;
+}
+
 static char zm_version[MPI_MAX_LIBRARY_VERSION_STRING];
 static pthread_once_t zm_version_once = PTHREAD_ONCE_INIT;
 

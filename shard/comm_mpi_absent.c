@@ -26,6 +26,8 @@ zinc_status zmpi_world_bcast(void *buf, size_t bytes, int root)
     return ZINC_ERR_UNSUPPORTED;
 }
 
+zinc_status zmpi_world_barrier(void) { return ZINC_ERR_UNSUPPORTED; }
+
 const char *zmpi_version(void) { return NULL; }
 
 zinc_status zcomm_mpi_create(zcomm_t **out)

@@ -97,6 +97,7 @@ _sig = {
     "zinc_world_size": (ctypes.c_int, [ctypes.c_void_p]),
     "zinc_world_rank": (ctypes.c_int, [ctypes.c_void_p]),
     "zinc_world_abort": (None, [ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p]),
+    "zinc_world_barrier": (ctypes.c_int, [ctypes.c_void_p]),
     "zinc_world_broadcast": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t,
                                             ctypes.c_int]),
     "zinc_engine_create": (ctypes.c_int, [ctypes.POINTER(EngineOptions), ctypes.POINTER(ctypes.c_void_p)]),

@@ -60,7 +60,22 @@ def setup(world, backend=None, timeout=None):
         if store is None:
             return
         dist.init_process_group(backend, store=store, rank=rank, world_size=n, timeout=timeout)
+        _all_set_up(world)
     atexit.register(_destroy_at_exit)
+
+
+def _all_set_up(world):
+    """Waits until every rank is through torch's init_process_group. Rank 0 serves the store,
+    and torch's last use of it (gloo's group sequence number, read by the other ranks after rank
+    0 wrote it) can still be in flight elsewhere when rank 0 returns: a script whose rank 0 then
+    failed and exited ended the store under them, and they died of "Connection reset by peer"
+    inside init_distributed instead of reaching their own code (seen on 2 busy cores:
+    python_early_all_mpi)."""
+    status = lib.zinc_world_barrier(world)
+    if status not in (0, ZINC_ERR_UNSUPPORTED):
+        raise RuntimeError(f"zinc.init_distributed: waiting for every rank to set up "
+                           f"torch.distributed failed: "
+                           f"{lib.zinc_last_error(None).decode(errors='replace')}")
 
 
 def _check_accelerate(n, rank):

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "comm_ref.h"
 #include "shard/comm.h"
@@ -279,6 +280,16 @@ int main(void)
     int same = 1;
     for (size_t i = 0; i < sizeof boot; i++) same &= boot[i] == (char)(i * 7);
     ZT_CHECK(same, "rank %d: zmpi_world_bcast did not give the root's bytes", rank);
+    /* zmpi_world_barrier (zinc_world_barrier's): no rank leaves before the last arrives; the
+     * last rank arrives 1 s late, so every rank waits most of that (the ranks left the
+     * broadcast above together, within far less than the 0.5 s of room) */
+    if (rank == size - 1) usleep(1000000);
+    double t0 = MPI_Wtime();
+    ZT_OK(zmpi_world_barrier());
+    double waited = MPI_Wtime() - t0;
+    ZT_CHECK(size == 1 || rank == size - 1 || waited > 0.5,
+             "rank %d: zmpi_world_barrier returned after %.3f s, before the late rank came",
+             rank, waited);
     if (size >= 2) {
         check_timeout();
         check_abort(1);
