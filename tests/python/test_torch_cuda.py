@@ -43,6 +43,9 @@ LOCAL_RANK (0 without a launcher):
 - that checkpoint loaded by a fresh engine with load_optimizer_states=False (stage 2 bf16, stage
   3 fp32): the weights the saved ones, every fp32 master its 16-bit weight exactly, the
   counters the checkpoint's, and training goes on (written 2026-11-30 without a GPU);
+- engine.offload_states() / reload_states() at stages 1 and 3 (bf16), the step before them
+  queued behind a sleep on zinc's stream: bit for bit the run that kept its state (written
+  2026-12-01 without a GPU; run on the CPU device only);
 - errors: parameters on two devices (cpu and cuda) are refused naming one; with 2 or more GPUs a
   model on a GPU other than the local rank's is refused, saying torch.cuda.set_device.
 Usage:
@@ -398,6 +401,49 @@ def kept_after_close(dev, stage):
     return 0 if ok else 1
 
 
+def states_away(dev, stage):
+    """engine.offload_states() after a step whose Adam was queued behind a sleep on zinc's
+    stream, one forward and backward while the state is away, reload_states(), the step, and
+    more steps: losses and final weights bit for bit the same run without it. A copy to the
+    host not ordered after the step's kernels (or a reload not before the next step's) moves
+    stale or unfinished values. bf16, the master and the moments moved, page-locked. Returns
+    the number of failures."""
+    batches = list(tp.batches())[:6]
+
+    def run(away):
+        torch.manual_seed(0)
+        m = tp.Tiny().to(dev)
+        engine, *_ = zinc.initialize(model=m, config=config(stage, True))
+        losses = train(engine, dev, batches[:3])
+        if away:
+            import warnings
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")        # (what stays on the device: said once)
+                engine.offload_states(pin_memory=True)
+        x, y = batches[3]
+        with late_zinc(engine, dev.type == "cuda"):
+            loss = tp.loss_fn(engine, x.to(dev), y.to(dev))
+            engine.backward(loss)
+            if away:
+                moved = lib.zinc_states_offloaded(engine._e)
+                engine.reload_states()
+            engine.step()
+        losses.append(float(loss))
+        losses += train(engine, dev, batches[4:])
+        final = {k: v.detach().clone() for k, v in engine.module_state_dict().items()}
+        engine.close()
+        return losses, final, moved if away else None
+
+    ref_losses, ref_final, _ = run(False)
+    losses, final, moved = run(True)
+    same = losses == ref_losses and all(torch.equal(final[k], ref_final[k]) for k in ref_final)
+    ok = same and moved == 1
+    print(f"{dev} stage {stage}: offload_states() / reload_states() across a step's window "
+          f"(moved: {moved}): losses and weights {'bit for bit' if same else 'DIFFER from'} the "
+          f"run that kept its state: {'ok' if ok else 'FAIL'}")
+    return 0 if ok else 1
+
+
 def zero_grad_mid_window(dev, stage):
     """optimizer.zero_grad() after every engine.step() (DeepSpeed's semantics: inside a window
     it drops the window's gradients so far at stages 0-1 and 3; engine._drop_window_grads) with
@@ -647,6 +693,7 @@ def main(on_cpu):
         fails += close_mid_window(dev, stage)
         fails += zero_grad_mid_window(dev, stage)
         fails += kept_after_close(dev, stage)
+        fails += states_away(dev, stage)
     for stage in (1, 3):
         fails += features(dev, stage)
         fails += gathered(dev, stage)
