@@ -958,14 +958,35 @@ static zinc_status gather_stream(zinc_engine_t *e, int param, const void *base, 
     return ZINC_OK;
 }
 
+/* The working copy's value widened: stage 3 gathers the shards (the host one with
+ * offload_param); stages 0-2 hold the whole copy on every rank. */
+static zinc_status working_value(zinc_engine_t *e, int param, float *out, const char *fn)
+{
+    zinc_status s = check_param(e, param, fn);
+    if (s != ZINC_OK) return s;
+    if (!out) return zeng_fail(e, ZINC_ERR_INVALID_ARG, "%s: out is NULL", fn);
+    zdev_t *dev;
+    void *p16 = param16_of(e, &dev);
+    if (e->stage == 3) return gather_stream(e, param, p16, e->dtype, dev, out, fn);
+    const zplan_param *P = &e->plan.params[param];
+    size_t d = zeng_dsize(e);
+    /* into the tail of `out`, widened in place from the front (d <= 4) */
+    char *raw = (char *)out + P->numel * (4 - d);
+    s = dev->iface->download(dev, raw, (const char *)p16 + flat_pos(e, param) * d, P->numel * d);
+    if (s != ZINC_OK) return zeng_fail(e, s, "%s: '%s': %s", fn, P->name, dev->err);
+    for (size_t i = 0; d != 4 && i < P->numel; i++) out[i] = zk_load(raw, e->dtype, i);
+    return ZINC_OK;
+}
+
+zinc_status zinc_param_get_working(zinc_engine_t *e, int param, float *out)
+{
+    return working_value(e, param, out, "zinc_param_get_working");
+}
+
 zinc_status zinc_param_get(zinc_engine_t *e, int param, float *out)
 {
     /* A frozen engine's value is its working-dtype shard (it has no master), widened. */
-    if (e && e->frozen) {
-        zdev_t *dev;
-        void *shard = param16_of(e, &dev);
-        return gather_stream(e, param, shard, e->dtype, dev, out, "zinc_param_get");
-    }
+    if (e && e->frozen) return working_value(e, param, out, "zinc_param_get");
     zinc_status s = zeng_check_home(e, "zinc_param_get");
     if (s != ZINC_OK) return s;
     return gather_stream(e, param, e ? e->master : NULL, ZINC_DTYPE_FP32, e ? state_dev(e) : NULL,

@@ -322,6 +322,12 @@ ZINC_API zinc_status zinc_param_set(zinc_engine_t *e, int param, const float *va
  * (a frozen engine, zinc_engine_frozen: its working-dtype value, widened to fp32). */
 ZINC_API zinc_status zinc_param_get(zinc_engine_t *e, int param, float *out);
 
+/* A parameter's working-dtype value (the 16-bit copy the forward reads: what zinc_gather gives),
+ * widened to fp32 into `out` (numel floats) on every rank: zinc_param_get's value rounded to the
+ * working dtype, read without the master, so it answers while zinc_states_offload keeps the
+ * master in host memory. Collective at stage 3 (an all-gather of the shards), local below. */
+ZINC_API zinc_status zinc_param_get_working(zinc_engine_t *e, int param, float *out);
+
 /* A parameter's Adam state: the first moment (torch's exp_avg) or the second (exp_avg_sq);
  * and, for the fragment calls (zinc_param_local_get/_set) only, its fp32 master and its
  * gradient. */

@@ -108,6 +108,7 @@ _sig = {
                                            ctypes.POINTER(ctypes.c_uint64)]),
     "zinc_states_reload": (ctypes.c_int, [ctypes.c_void_p]),
     "zinc_states_offloaded": (ctypes.c_int, [ctypes.c_void_p]),
+    "zinc_param_get_working": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]),
     "zinc_last_error": (ctypes.c_char_p, [ctypes.c_void_p]),
     "zinc_config_warnings": (ctypes.c_char_p, [ctypes.c_void_p]),
     "zinc_engine_config_json": (ctypes.c_char_p, [ctypes.c_void_p]),

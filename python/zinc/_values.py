@@ -158,8 +158,11 @@ class _ValuesMixin:
 
     def _zinc_value(self, pid):
         """One parameter's full value (zinc_param_get: the fp32 master, cast to the working
-        dtype), a host tensor of its shape. Collective."""
+        dtype), a host tensor of its shape. Collective. While offload_states() keeps the master
+        in host memory, the working copy itself (zinc_param_get_working): the same values, so
+        module_state_dict() and GatheredParameters answer then as DeepSpeed's do."""
         shape = self._shapes[pid]
         buf = torch.empty(_numel(shape), dtype=torch.float32)
-        self._call(lib.zinc_param_get(self._e, pid, ctypes.c_void_p(buf.data_ptr())))
+        get = lib.zinc_param_get_working if lib.zinc_states_offloaded(self._e) else lib.zinc_param_get
+        self._call(get(self._e, pid, ctypes.c_void_p(buf.data_ptr())))
         return buf.view(shape).to(_TORCH_DTYPE[self._code])

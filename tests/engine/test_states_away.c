@@ -13,6 +13,8 @@
  *    stages 0 and 3 makes it the working copy: its 0 bytes); zinc_memory's allocated bytes of
  *    those are 0 while away and zinc_memory_host's rise by as much; both are back after the
  *    reload; a second zinc_states_offload moves nothing;
+ *  - while away, zinc_param_get_working gives the master's values from before, rounded to the
+ *    working dtype (bf16: 1 ULP of difference would show), at every stage;
  *  - while away, zinc_step, zinc_param_get, zinc_param_set, zinc_param_state_get,
  *    zinc_param_local_get (master) and zinc_ckpt_save are ZINC_ERR_USAGE naming
  *    zinc_states_reload, and the engine trains on after them;
@@ -25,9 +27,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "zinc.h"
+#include "kernels/device.h"
 #include "testutil.h"
 #include "toy.h"
+#include "zinc.h"
 
 #define STEPS 6
 #define AWAY_AFTER 3
@@ -56,8 +59,39 @@ static void refused(zinc_engine_t *e, zinc_status s, const char *fn, const char 
 }
 
 /* The state away after step AWAY_AFTER: its accounting, the refusals, a micro-step, back. */
+/* Parameters whose zinc_param_get_working values (while away) are not `master` (zinc_param_get's
+ * before) rounded to the engine's dtype and widened back; the reads are collective at stage 3. */
+static int working_differs(zinc_engine_t *e, int np, float *const master[], const char *label)
+{
+    zinc_dtype dt = zinc_engine_dtype(e);
+    int bad = 0;
+    for (int p = 0; p < np; p++) {
+        int64_t n = zinc_param_numel(e, p);
+        float *got = malloc((size_t)n * sizeof *got);
+        zinc_status s = got ? zinc_param_get_working(e, p, got) : ZINC_ERR_NOMEM;
+        ZT_CHECK(s == ZINC_OK, "%s: zinc_param_get_working(%d) while away: %s", label, p,
+                 zinc_last_error(e));
+        for (int64_t i = 0; s == ZINC_OK && i < n; i++) {
+            unsigned char r[4];
+            zk_store(r, dt, 0, master[p][i]);
+            float want = zk_load(r, dt, 0);
+            if (memcmp(&got[i], &want, 4)) {
+                bad++;
+                break;
+            }
+        }
+        free(got);
+    }
+    return bad;
+}
+
 static void away_and_back(run_ctx *c, zinc_engine_t *e, int rank, int np, const char *label)
 {
+    float *master[TOY_MAX_PARAMS] = {0};
+    for (int p = 0; p < np; p++) {
+        master[p] = malloc((size_t)zinc_param_numel(e, p) * sizeof(float));
+        ZT_OK(zinc_param_get(e, p, master[p]));
+    }
     uint64_t pl[ZINC_MEM_COUNT], al[ZINC_MEM_COUNT], hal[ZINC_MEM_COUNT];
     uint64_t al2[ZINC_MEM_COUNT], hal2[ZINC_MEM_COUNT], moved = 1, again = 1;
     ZT_OK(zinc_memory(e, pl, al));
@@ -95,6 +129,11 @@ static void away_and_back(run_ctx *c, zinc_engine_t *e, int rank, int np, const 
                 label);
         free(buf);
     }
+    /* the working copy answers while the master is away: the master's values, rounded */
+    int bad = working_differs(e, np, master, label);
+    ZT_CHECK(bad == 0, "%s: %d parameters' zinc_param_get_working values are not the master's "
+             "rounded to %s", label, bad, zinc_dtype_name(zinc_engine_dtype(e)));
+    for (int p = 0; p < np; p++) free(master[p]);
     /* forward and backward go on while the state is away */
     zinc_status s = toy_micro_step(e, rank, c->n, AWAY_AFTER, np, 0);
     ZT_CHECK(s == ZINC_OK, "%s: a micro-step while away: %s", label, zinc_last_error(e));

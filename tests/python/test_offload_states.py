@@ -11,6 +11,8 @@ step's engine.step(). How each check fails:
 - zinc_memory's master, adam_m and adam_v not 0 while away (the master stays where fp32 at
   stages 0 and 3 makes it the working copy, 0 bytes of its own), or zinc_memory_host not up by
   as much, or either not back after: nothing moved, or it stayed in both places;
+- module_state_dict() or a GatheredParameters read while away other than before, or refused:
+  they read the working copy then (zinc_param_get_working), as DeepSpeed's read its 16-bit weights;
 - engine.step(), save_checkpoint() and safe_get_full_optimizer_state() while away not refused
   naming reload_states: they would read freed memory;
 - include=[optim_states] (enum or string) moving the master too, or not the moments;
@@ -72,6 +74,7 @@ def run(stage, bf16, away=None, name="", **cfg):
         x, y = torch.randn(4, 16, generator=gen), torch.randn(4, 1, generator=gen)
         if step == AWAY_AT and away is not None:
             seen["before"] = memory(engine)
+            sd0 = engine.module_state_dict()
             with warnings.catch_warnings(record=True) as w:
                 warnings.simplefilter("always")
                 engine.offload_states(include=None if away == "all" else away)
@@ -79,6 +82,12 @@ def run(stage, bf16, away=None, name="", **cfg):
             seen["warned"] = [str(m.message) for m in w]
             seen["away"] = memory(engine)
             seen["offloaded"] = lib.zinc_states_offloaded(engine._e)
+            # the weights still read while away (the working copy), as DeepSpeed's do
+            sd1 = engine.module_state_dict()
+            with zinc.zero.GatheredParameters(list(engine.module.parameters())):
+                held = [p.detach().clone() for p in engine.module.parameters()]
+            seen["reads"] = (all(torch.equal(sd0[k], sd1[k]) for k in sd0) and
+                             all(torch.equal(h, sd0[k]) for h, k in zip(held, sd0)))
         loss = ((engine(x.to(torch.bfloat16 if bf16 else torch.float32)).float() - y) ** 2).mean()
         engine.backward(loss)
         if step == AWAY_AT and away is not None:
@@ -119,6 +128,8 @@ def check_moved(name, seen, moved):
           seen["offloaded"] == (1 if any(dev0[c] for c in moved) else 0))
     check(f"{name}: after reload_states() the memory is as before", seen["back"] == seen["before"],
           f"{seen['back']} vs {seen['before']}")
+    check(f"{name}: while away, module_state_dict() and GatheredParameters give the weights of "
+          f"before", seen["reads"])
 
 
 def main():
