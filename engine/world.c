@@ -143,6 +143,16 @@ int zinc_world_rank(const zinc_world_t *w)
     return w && (w->is_mpi || w->is_env) ? w->mpi_rank : -1;
 }
 
+/* The world-level collectives outside an engine go over MPI only: ZINC_ERR_UNSUPPORTED naming
+ * `fn` and the kind of world otherwise. */
+static zinc_status mpi_only(const zinc_world_t *w, const char *fn)
+{
+    if (w->is_mpi) return ZINC_OK;
+    return zerr_thread(ZINC_ERR_UNSUPPORTED, "%s: only MPI worlds (mpirun) have collectives "
+                       "outside an engine; this world is %s", fn,
+                       w->local ? "local (threads)" : "the launcher's environment");
+}
+
 zinc_status zinc_world_broadcast(zinc_world_t *w, void *buf, size_t bytes, int root)
 {
     if (!w || (!buf && bytes))
@@ -151,24 +161,16 @@ zinc_status zinc_world_broadcast(zinc_world_t *w, void *buf, size_t bytes, int r
         return zerr_thread(ZINC_ERR_INVALID_ARG, "zinc_world_broadcast: root %d is outside 0..%d",
                            root, w->size - 1);
     if (w->size == 1) return ZINC_OK;
-    if (!w->is_mpi)
-        return zerr_thread(ZINC_ERR_UNSUPPORTED,
-                           "zinc_world_broadcast: only MPI worlds (mpirun) broadcast outside an "
-                           "engine; this world is %s", w->local ? "local (threads)"
-                                                                : "the launcher's environment");
-    return zmpi_world_bcast(buf, bytes, root);
+    zinc_status s = mpi_only(w, "zinc_world_broadcast");
+    return s == ZINC_OK ? zmpi_world_bcast(buf, bytes, root) : s;
 }
 
 zinc_status zinc_world_barrier(zinc_world_t *w)
 {
     if (!w) return zerr_thread(ZINC_ERR_INVALID_ARG, "zinc_world_barrier: NULL world");
     if (w->size == 1) return ZINC_OK;
-    if (!w->is_mpi)
-        return zerr_thread(ZINC_ERR_UNSUPPORTED,
-                           "zinc_world_barrier: only MPI worlds (mpirun) wait outside an engine; "
-                           "this world is %s", w->local ? "local (threads)"
-                                                        : "the launcher's environment");
-    return zmpi_world_barrier();
+    zinc_status s = mpi_only(w, "zinc_world_barrier");
+    return s == ZINC_OK ? zmpi_world_barrier() : s;
 }
 
 void zinc_world_abort(zinc_world_t *w, int rank, const char *why)
