@@ -917,6 +917,13 @@ static void *param16_of(zinc_engine_t *e, zdev_t **dev)
     return e->offload_param ? zoffload_param16(e) : e->param16;
 }
 
+/* n elements of dtype dt at the front of h made fp32 in place (from the end, where no element
+ * not yet read is overwritten); nothing for fp32. */
+static void widen_in_place(float *h, zinc_dtype dt, size_t n)
+{
+    for (size_t i = n; dt != ZINC_DTYPE_FP32 && i-- > 0;) h[i] = zk_load(h, dt, i);
+}
+
 /* A parameter's whole value, in fp32, of one stream laid out as the master (master, m or v, on
  * `src_dev`: the host one with offload) or as the stage 2-3 gradient accumulator (dtype `dt`,
  * on the engine's device): every rank contributes its slice of the group, converted to fp32; an
@@ -942,8 +949,7 @@ static zinc_status gather_stream(zinc_engine_t *e, int param, const void *base, 
         size_t es = zinc_dtype_size(dt);
         float *h = malloc(G->slice * 4 + 4);
         s = h ? src_dev->iface->download(src_dev, h, src, G->slice * es) : ZINC_ERR_NOMEM;
-        for (size_t i = G->slice; s == ZINC_OK && es != 4 && i-- > 0;)  /* in place, from the end */
-            h[i] = zk_load(h, dt, i);
+        if (s == ZINC_OK) widen_in_place(h, dt, G->slice);
         if (s == ZINC_OK) s = d->iface->upload(d, mine, h, G->slice * 4);
         if (s != ZINC_OK && s != ZINC_ERR_NOMEM) snprintf(d->err, sizeof d->err, "%s", src_dev->err);
         free(h);
@@ -970,11 +976,9 @@ static zinc_status working_value(zinc_engine_t *e, int param, float *out, const 
     if (e->stage == 3) return gather_stream(e, param, p16, e->dtype, dev, out, fn);
     const zplan_param *P = &e->plan.params[param];
     size_t d = zeng_dsize(e);
-    /* into the tail of `out`, widened in place from the front (d <= 4) */
-    char *raw = (char *)out + P->numel * (4 - d);
-    s = dev->iface->download(dev, raw, (const char *)p16 + flat_pos(e, param) * d, P->numel * d);
+    s = dev->iface->download(dev, out, (const char *)p16 + flat_pos(e, param) * d, P->numel * d);
     if (s != ZINC_OK) return zeng_fail(e, s, "%s: '%s': %s", fn, P->name, dev->err);
-    for (size_t i = 0; d != 4 && i < P->numel; i++) out[i] = zk_load(raw, e->dtype, i);
+    widen_in_place(out, e->dtype, P->numel);
     return ZINC_OK;
 }
 

@@ -368,7 +368,10 @@ typedef struct {
     int nbuf;                      /* chunk buffers */
     uint64_t state_stream, param_stream, file_bytes;
     uint64_t host_state_each;      /* host bytes of master, of m, of v (the chunk buffers) */
-    uint64_t host_param16;         /* host bytes of the 16-bit shard's category */
+    uint64_t host_param16;         /* host bytes of the 16-bit shard's category: with param, the
+                                      Adam's 16-bit chunk buffers and the gathers' slots */
+    uint64_t pbuf_bytes;           /* of those, the Adam's chunk buffers (0: no param, frozen) */
+    uint64_t stage_slot;           /* bytes of one gather staging slot (0 without param) */
 } znv_layout;
 void zoffload_nvme_layout(const znv_shape *in, znv_layout *out);
 /* Whether the engine keeps a scratch file (offload_optimizer "nvme"); a frozen engine, which

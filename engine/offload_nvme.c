@@ -29,8 +29,8 @@
  * is the 16-bit stream alone (the master, m and v streams are empty, `stream` 0), and host memory
  * holds only the gathers' staging slots. Its values are written outside any step
  * (zinc_param_set), so no step's sum vouches for them: a group's sum is taken from its first
- * gather after a write (frozen_trust) and checked by every later read, which catches a disk or
- * another process changing the file between the reads of values set once.
+ * gather after a write (zoffload_nvme_own_to_device) and checked by every later read, which
+ * catches a disk or another process changing the file between the reads of values set once.
  *
  * An I/O error in the step leaves the file with some chunks of the new step and some of the old:
  * the engine then refuses every further use of its state, naming the file, and the run resumes
@@ -148,15 +148,15 @@ void zoffload_nvme_layout(const znv_shape *in, znv_layout *out)
     out->host_state_each = (uint64_t)out->nbuf * out->E * 4;
     /* The Adam's output (and offload_param's shard) has no master to come from in fp32 mode;
      * with the parameters in the file too, only its chunk buffers and the gathers' staging. */
-    out->host_param16 = in->param ? (uint64_t)out->nbuf * out->E * d +
-                                        (uint64_t)ZNV_STAGE * in->max_slice * d
-                                  : in->shard * d;
+    out->stage_slot = in->param ? (uint64_t)in->max_slice * d : 0;
+    out->pbuf_bytes = in->param ? (uint64_t)out->nbuf * out->E * d : 0;
     if (in->frozen) {   /* (with param) no state streams, no Adam: the 16-bit stream, the slots */
         out->state_stream = 0;
         out->file_bytes = out->param_stream;
         out->host_state_each = 0;
-        out->host_param16 = (uint64_t)ZNV_STAGE * in->max_slice * d;
+        out->pbuf_bytes = 0;
     }
+    out->host_param16 = in->param ? out->pbuf_bytes + ZNV_STAGE * out->stage_slot : in->shard * d;
 }
 
 static void layout_of(const zinc_engine_t *e, znv_layout *out)
@@ -384,10 +384,10 @@ zinc_status zoffload_nvme_open(zinc_engine_t *e)
                          "nvme_path)", e->rank, err, (unsigned long long)bytes);
     void *base = mmap(NULL, (size_t)bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
                       -1, 0);
-    /* (a frozen engine: no Adam, so neither chunk buffers nor the Adam's 16-bit output) */
-    size_t bufbytes = e->frozen ? 0 : (size_t)nv->nbuf * ZNV_STATES * nv->E * 4,
-           d = zeng_dsize(e), pbytes = e->frozen ? 0 : (size_t)nv->nbuf * nv->E * d;
-    nv->stage_slot = nv->param ? (size_t)(L.host_param16 - pbytes) / ZNV_STAGE : 0;
+    /* (a frozen engine's layout has neither chunk buffers nor the Adam's 16-bit output) */
+    size_t bufbytes = ZNV_STATES * (size_t)L.host_state_each, d = zeng_dsize(e),
+           pbytes = (size_t)L.pbuf_bytes;
+    nv->stage_slot = (size_t)L.stage_slot;
     /* (page-aligned: the staging slots are page-locked with offload_optimizer.pin_memory) */
     int pfail = nv->param && ((pbytes && posix_memalign((void **)&nv->pbuf, 4096, pbytes)) ||
                               posix_memalign((void **)&nv->stage, 4096,
@@ -590,7 +590,7 @@ zinc_status zoffload_nvme_own_to_device(zinc_engine_t *e, int g, void *dst, int 
                          s == ZINC_ERR_IO ? " (the scratch file no longer holds the parameters: "
                                             "resume from the last checkpoint)" : "");
     if (e->frozen && !nv->psum_ok[g] && e->cfg.zinc.nvme_checksum) {
-        /* frozen_trust: the first read after a write sets the sum the later ones are held to */
+        /* a frozen engine: the first read after a write sets the sum later reads are held to */
         nv->psum[g] = param_pieces_sum(e, g, G->shard_off, G->shard_off + G->slice, slot);
         nv->psum_ok[g] = 1;
         nv->pchecked[g] = 1;

@@ -16,19 +16,17 @@
  * uploads are synchronous), so the step's last kernels are done before the memory is freed.
  */
 #include <stdlib.h>
-#include <string.h>
 
 #include "engine/internal.h"
 
-/* The engine's pointer to category c's device buffer (the three that move), or NULL. */
+/* The categories that move, and the engine's pointer to each one's device buffer. */
+static const int movable[] = {ZINC_MEM_MASTER, ZINC_MEM_ADAM_M, ZINC_MEM_ADAM_V};
+enum { NMOVABLE = sizeof movable / sizeof movable[0] };
+
 static float **slot_of(zinc_engine_t *e, int c)
 {
-    return c == ZINC_MEM_MASTER ? &e->master : c == ZINC_MEM_ADAM_M ? &e->m
-         : c == ZINC_MEM_ADAM_V ? &e->v : NULL;
+    return c == ZINC_MEM_MASTER ? &e->master : c == ZINC_MEM_ADAM_M ? &e->m : &e->v;
 }
-
-static const unsigned movable = 1u << ZINC_MEM_MASTER | 1u << ZINC_MEM_ADAM_M |
-                                1u << ZINC_MEM_ADAM_V;
 
 int zinc_states_offloaded(const zinc_engine_t *e)
 {
@@ -62,7 +60,9 @@ zinc_status zinc_states_offload(zinc_engine_t *e, unsigned categories, int pin, 
     zinc_status s = zeng_check_ready(e, fn);
     if (s == ZINC_OK) s = zeng_check_trains(e, fn);
     if (s != ZINC_OK) return s;
-    if (categories & ~movable)
+    unsigned known = 0;
+    for (int k = 0; k < NMOVABLE; k++) known |= 1u << movable[k];
+    if (categories & ~known)
         return zeng_fail(e, ZINC_ERR_INVALID_ARG, "%s: categories 0x%x: only the master and the "
                          "Adam moments move (1 << ZINC_MEM_MASTER, _ADAM_M, _ADAM_V); the working "
                          "copy, the gradient sums and the buckets stay, as torch views them",
@@ -70,14 +70,14 @@ zinc_status zinc_states_offload(zinc_engine_t *e, unsigned categories, int pin, 
     /* With offload_optimizer they are host memory (or the NVMe file) already. */
     if (e->offload) return ZINC_OK;
     const zdev_iface_t *D = e->dev->iface;
-    for (int c = 0; c < ZINC_MEM_COUNT; c++) {
+    for (int k = 0; k < NMOVABLE; k++) {
+        int c = movable[k];
         float **slot = slot_of(e, c);
+        /* Asked for, and allocated on the device as its own buffer: 0 bytes where it is away
+         * already, and for fp32's master at stages 0 and 3, which is the working copy (planned
+         * as param16) and stays. */
         uint64_t n = e->allocated[c];
-        /* (asked for, on the device, its own buffer: fp32's master at stages 0 and 3 is the
-         * working copy, allocated as param16, and stays) */
-        if (!(categories >> c & 1) || !slot || !*slot || !n || e->away[c] ||
-            (void *)*slot == e->param16)
-            continue;
+        if (!(categories >> c & 1) || !n) continue;
         void *h = NULL;
         if (posix_memalign(&h, 4096, (size_t)n) != 0)
             return zeng_fail(e, ZINC_ERR_NOMEM, "%s: cannot allocate %llu bytes of host memory "
@@ -118,7 +118,8 @@ zinc_status zinc_states_reload(zinc_engine_t *e)
     zinc_status s = zeng_check_ready(e, fn);
     if (s != ZINC_OK) return s;
     const zdev_iface_t *D = e->dev->iface;
-    for (int c = 0; c < ZINC_MEM_COUNT; c++) {
+    for (int k = 0; k < NMOVABLE; k++) {
+        int c = movable[k];
         if (!e->away[c]) continue;
         uint64_t n = e->away_bytes[c];
         void *p = D->alloc(e->dev, (size_t)n);

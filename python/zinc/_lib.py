@@ -16,6 +16,8 @@ ZINC_ERR_TIMEOUT = 7   # include/zinc.h: a collective did not complete within th
 ZINC_ERR_ABORTED = 8   # include/zinc.h: another rank failed or called zinc_world_abort
 ZINC_ERR_MISMATCH = 9   # include/zinc.h: ranks disagree
 ZINC_ERR_UNSUPPORTED = 10   # include/zinc.h: a feature this build or this zinc does not have
+# zinc_mem_category's names in its order (include/zinc.h): zinc_memory's array indices.
+MEM_CATEGORIES = ("param16", "grad", "master", "adam_m", "adam_v", "bucket", "gather")
 
 
 class ZincError(RuntimeError):

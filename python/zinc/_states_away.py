@@ -9,11 +9,10 @@ contiguous_grad_buffer, the working copy, gradient sums and buckets, which torch
 and .grads view (stages 0-2) or the gathers read. The forward and backward run while the state
 is away; step(), checkpoints and the state accessors raise until reload_states().
 """
-import json
 import warnings
 from enum import Enum
 
-from ._lib import lib
+from ._lib import MEM_CATEGORIES, lib
 
 
 # DeepSpeed's deepspeed.runtime.zero.offload_config names (zinc.runtime.zero.offload_config
@@ -34,10 +33,13 @@ class OffloadStateTypeEnum(str, Enum):
     contiguous_grad_buffer = "contiguous_grad_buffer"
 
 
-# zinc_mem_category's bits of the categories that move (include/zinc.h)
-_MEM_MASTER, _MEM_ADAM_M, _MEM_ADAM_V = 2, 3, 4
-_MOVES = {OffloadStateTypeEnum.hp_params: 1 << _MEM_MASTER,
-          OffloadStateTypeEnum.optim_states: 1 << _MEM_ADAM_M | 1 << _MEM_ADAM_V}
+def _bits(*names):
+    """zinc_states_offload's mask of zinc_mem_categories `names`."""
+    return sum(1 << MEM_CATEGORIES.index(n) for n in names)
+
+
+_MOVES = {OffloadStateTypeEnum.hp_params: _bits("master"),
+          OffloadStateTypeEnum.optim_states: _bits("adam_m", "adam_v")}
 _STAYS = (OffloadStateTypeEnum.lp_params, OffloadStateTypeEnum.lp_grads,
           OffloadStateTypeEnum.contiguous_grad_buffer)
 
@@ -62,9 +64,7 @@ class _StatesAwayMixin:
         offload_param (device "none" does nothing, with a warning)."""
         self._alive()
         self._no_context("offload_states()")
-        zero = json.loads(lib.zinc_engine_config_json(self._e).decode())["zero_optimization"]
-        if zero.get("offload_param", {}).get("device", "none") != "none" and \
-                int(zero.get("stage", 0)) == 3:
+        if self._stage == 3 and self.zero_offload_param() is not None:
             raise ValueError("zinc: offload_states(): moving states across devices is not "
                              "supported for offloaded parameters (offload_param), as in "
                              "DeepSpeed")

@@ -77,7 +77,7 @@ from ._frozen import _FrozenMixin
 from ._handover import _HandOverMixin
 from ._hooktime import HookClock
 from ._interrupt import held
-from ._lib import EngineOptions, StepInfo, check, lib
+from ._lib import MEM_CATEGORIES, EngineOptions, StepInfo, check, lib
 from ._memory import _CASTABLE, _TORCH_DTYPE, _numel
 from ._monitor import Monitors
 from ._optimizer import _Optimizer, _client_optimizer, _parameter_groups
@@ -747,12 +747,13 @@ class Engine(_Stage3Mixin, _FrozenMixin, _HandOverMixin, _DirectBackwardMixin, _
         the host launching work, not by the device (python/zinc/_hooktime.py)."""
         return self._hook_clock.seconds
 
-    def memory(self):
-        """zinc's memory of this rank by category: {name: (planned bytes, allocated bytes)}."""
-        names = ["param16", "grad", "master", "adam_m", "adam_v", "bucket", "gather"]
-        planned, alloc = (ctypes.c_uint64 * len(names))(), (ctypes.c_uint64 * len(names))()
-        self._call(lib.zinc_memory(self._e, planned, alloc))
-        return {n: (planned[i], alloc[i]) for i, n in enumerate(names)}
+    def memory(self, host=False):
+        """zinc's memory of this rank by category: {name: (planned bytes, allocated bytes)} on
+        the device, or with host=True in host memory (offload, offload_states())."""
+        n = len(MEM_CATEGORIES)
+        planned, alloc = (ctypes.c_uint64 * n)(), (ctypes.c_uint64 * n)()
+        self._call((lib.zinc_memory_host if host else lib.zinc_memory)(self._e, planned, alloc))
+        return {c: (planned[i], alloc[i]) for i, c in enumerate(MEM_CATEGORIES)}
 
     def _broadcast(self, t, root):
         """zinc_broadcast: a contiguous CPU tensor's bytes from rank `root` into every rank's

@@ -93,15 +93,12 @@ def state_kept_past_close(engine, model, block_numel):
     handed out again). Returns the names of
     the entries that are not empty and of those whose values changed: zinc's views hold the
     engine's memory (zinc_memory_hold), so none should have."""
-    import ctypes
     import gc
-    from zinc._lib import lib
     dev = next(model.parameters()).device
     sd = model.state_dict()
     ref = {k: v.clone() for k, v in sd.items()}
     views = [k for k, v in sd.items() if v.numel()]
-    planned, allocated = (ctypes.c_uint64 * 16)(), (ctypes.c_uint64 * 16)()
-    lib.zinc_memory(engine._e, planned, allocated)     # the sizes of zinc's device buffers
+    allocated = [a for _, a in engine.memory().values()]    # the sizes of zinc's device buffers
     engine.close()
     gc.collect()
     sizes = [block_numel] + [(n + 64) // 4 for n in allocated if n] + [ref[k].numel()

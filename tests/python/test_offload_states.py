@@ -22,18 +22,16 @@ step's engine.step(). How each check fails:
   stage 3; device "none" moving something; with offload_optimizer something moving.
 Exit 77 without torch.
 """
-import ctypes
 import os
 import sys
 import tempfile
 import warnings
 
 from _common import check, check_raises, finish, torch, zinc
-from zinc._lib import lib
+from zinc._lib import MEM_CATEGORIES as NAMES, lib
 from zinc.runtime.zero.offload_config import OffloadDeviceEnum, OffloadStateTypeEnum
 from zinc.utils import safe_get_full_optimizer_state
 
-NAMES = ["param16", "grad", "master", "adam_m", "adam_v", "bucket", "gather"]
 AWAY_AT = 3
 
 
@@ -57,10 +55,8 @@ def model():
 
 
 def memory(engine):
-    dev, host = (ctypes.c_uint64 * 7)(), (ctypes.c_uint64 * 7)()
-    lib.zinc_memory(engine._e, None, dev)
-    lib.zinc_memory_host(engine._e, None, host)
-    return dict(zip(NAMES, dev)), dict(zip(NAMES, host))
+    """zinc's allocated bytes by category: (device, host)."""
+    return tuple({c: a for c, (_, a) in engine.memory(host).items()} for host in (False, True))
 
 
 def run(stage, bf16, away=None, name="", **cfg):

@@ -37,7 +37,7 @@ import tempfile
 from _common import check, check_raises, finish, torch, zinc
 
 from zinc import _frozen  # noqa: E402
-from zinc._lib import lib  # noqa: E402
+from zinc._lib import MEM_CATEGORIES, lib  # noqa: E402
 
 D, V, R, LAYERS = 64, 96, 8, 3
 THRESHOLD = 200               # the LayerNorms (128 elements) persistent, nothing else
@@ -196,14 +196,11 @@ def check_memory(engine, m, name, offload=False):
     offload_param "cpu" in host memory (zinc_memory_host) and none on the device, or with
     offload_param "nvme" in a scratch file of the frozen engine's own (zinc_nvme_bytes), the
     host holding its staging slots only and the device none of it."""
-    names = ["param16", "grad", "master", "adam_m", "adam_v", "bucket", "gather"]
-    planned = (ctypes.c_uint64 * 7)()
-    alloc = (ctypes.c_uint64 * 7)()
+    n = len(MEM_CATEGORIES)
+    planned, alloc, host = ((ctypes.c_uint64 * n)() for _ in range(3))
     lib.zinc_memory(engine._fe, planned, alloc)
-    got = dict(zip(names, alloc))
-    host = (ctypes.c_uint64 * 7)()
     lib.zinc_memory_host(engine._fe, planned, host)
-    host = dict(zip(names, host))
+    got, host = dict(zip(MEM_CATEGORIES, alloc)), dict(zip(MEM_CATEGORIES, host))
     file = ctypes.c_uint64()
     lib.zinc_nvme_bytes(engine._fe, ctypes.byref(file), None, None)
     check(f"{name}: the frozen engine's scratch file: {file.value} bytes",
