@@ -177,27 +177,47 @@ def load_deepspeed(engine, load_dir, tag, strict, weights_only, keep_adam=False,
     state, counters and loss scaler kept as they are. keep_adam, keep_sched
     (load_optimizer_states, load_lr_scheduler_states False: _partial_load.py): the engine's
     Adam state and count, and its schedule's position, kept."""
-    # the engine's trained parameters in the order a DeepSpeed optimizer over the same
-    # model_parameters (or client optimizer) holds them: a stage-0 checkpoint's only names
+    return apply_deepspeed(engine, read_deepspeed_checkpoint(load_dir, tag,
+                                                             deepspeed_order(engine)),
+                           strict, weights_only, stacklevel=4, keep_adam=keep_adam,
+                           keep_sched=keep_sched)
+
+
+def deepspeed_order(engine):
+    """The names of the engine's trained parameters in the order a DeepSpeed optimizer over
+    the same model_parameters (or client optimizer) holds them: a stage-0 checkpoint's only
+    names."""
     name_of = {id(p): n for n, p in engine.module.named_parameters() if p.requires_grad}
     client = engine._opt._client
     seq = ([p for g in client.param_groups for p in g["params"]] if client is not None
            else engine._pgs.order or list(engine.module.parameters()))
-    order = [name_of[id(p)] for p in seq if id(p) in name_of]
-    return apply_deepspeed(engine, read_deepspeed_checkpoint(load_dir, tag, order), strict,
-                           weights_only, stacklevel=4, keep_adam=keep_adam,
-                           keep_sched=keep_sched)
+    return [name_of[id(p)] for p in seq if id(p) in name_of]
 
 
 def apply_deepspeed(engine, ds, strict, weights_only, stacklevel=2, converting=False,
-                    keep_adam=False, keep_sched=False):
+                    keep_adam=False, keep_sched=False, module=True):
     """load_deepspeed of a checkpoint already read (ds: a DeepSpeedState): checks it against
     the engine's model, then sets it; (tag folder, client_state). ds is only read.
     keep_adam, keep_sched: load_deepspeed's.
     stacklevel: the frame a warning names, as warnings.warn's counted from this call.
     converting: from_deepspeed's engine, which continues nothing (no word of units) and has
-    DeepSpeed's groups where the files say them (else one: the groups are then not set)."""
-    set_trained, set_untrained, set_buffers = _plan(engine, ds, strict)
+    DeepSpeed's groups where the files say them (else one: the groups are then not set).
+    module=False: the module's values are a custom_load_fn's (_custom_load.py): no weight of a
+    weights-only load, buffer or untrained parameter is set here, and a full load needs
+    optimizer state for every parameter zinc trains whatever `strict` says."""
+    if module:
+        set_trained, set_untrained, set_buffers = _plan(engine, ds, strict)
+    else:
+        set_trained, set_untrained, set_buffers = _plan(engine, ds, False)[0], {}, {}
+        lost = [n for n in engine._trained_params() if n not in ds.master]
+        if weights_only or keep_adam:
+            set_trained = {}
+        elif lost:
+            raise ValueError(f"zinc: load_checkpoint: the DeepSpeed checkpoint {ds.path} has "
+                             f"no optimizer state for the parameters {lost} that zinc trains: "
+                             f"with custom_load_fn, a full load matches the optimizer state "
+                             f"by name (load_module_only=True or load_optimizer_states=False "
+                             f"take the function's weights alone)")
     groups = ds.param_groups and not (converting and
                                       len(ds.param_groups) != len(engine._opt._sources))
     if not weights_only and not keep_adam and groups:    # (before anything is written)

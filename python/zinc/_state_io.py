@@ -382,7 +382,10 @@ class _StateIOMixin:
           keeps the engine's schedule position (_partial_load.py says what DeepSpeed does).
           The first update after either runs at the lr the groups then show (the
           checkpoint's, or the engine's own with load_optimizer_states=False).
-        custom_load_fn raises NotImplementedError.
+        custom_load_fn (DeepSpeed's): called as custom_load_fn(src=<the checkpoint's module
+        state dict, by its own names>, dst=self.module) in place of the module's load, on every
+        rank (rank 0's changes are taken); _custom_load.py says where its values go with each
+        flag, as in DeepSpeed.
         load_module_strict (DeepSpeed's strict module load): True, a checkpoint must hold the
         model's parameters and buffers, and nothing else, or ValueError names what differs;
         False, what the checkpoint lacks keeps its value (a frozen base saved with
@@ -397,8 +400,9 @@ class _StateIOMixin:
         # keeps all of it): Adam's state and count, and the schedule's position.
         keep_adam = not load_module_only and not load_optimizer_states
         keep_sched = not load_module_only and not load_lr_scheduler_states
-        if custom_load_fn is not None:
-            raise NotImplementedError("zinc: load_checkpoint(custom_load_fn=...)")
+        if custom_load_fn is not None and not callable(custom_load_fn):
+            raise TypeError(f"zinc: load_checkpoint: custom_load_fn {custom_load_fn!r} is not "
+                            f"callable")
         self._no_context("load_checkpoint()")
         self._states_home("load_checkpoint()")
         tag = None if tag is None else _tag_text(tag)
@@ -409,13 +413,25 @@ class _StateIOMixin:
             self._drop_params()
         # At call time: zinc.utils imports the engine, which imports this module.
         from ._ds_import import is_deepspeed, load_deepspeed
+        if custom_load_fn is not None:
+            from . import _custom_load
+            return _custom_load.load(self, custom_load_fn, load_dir, tag,
+                                     bool(load_module_only), keep_adam, keep_sched,
+                                     bool(load_module_strict), before, held_before)
         if is_deepspeed(load_dir, tag):
             return load_deepspeed(self, load_dir, tag, bool(load_module_strict),
                                   bool(load_module_only), keep_adam, keep_sched)
+        return self._load_zinc(load_dir, tag, bool(load_module_strict), bool(load_module_only),
+                               keep_adam, keep_sched, before, held_before)
+
+    def _load_zinc(self, load_dir, tag, strict, load_module_only, keep_adam, keep_sched, before,
+                   held_before, module=True):
+        """load_checkpoint of a zinc checkpoint (its arguments; before, held_before: the
+        engine's counts and held lr before the load). module=False: the module state (buffers,
+        untrained parameters) is left to a custom_load_fn (a full load only)."""
         # zinc_ckpt_load's weights-only load keeps the optimizer; the counters that go with it
         # are set here (keep_adam)
-        weights_only = bool(load_module_only) or keep_adam
-        strict = bool(load_module_strict)
+        weights_only = load_module_only or keep_adam
         cap = _BLOB_CAP
         # zinc's load and the counters read with it change together (_interrupt): a Ctrl-C
         # between them left global_steps behind the loaded state, and the next save's default tag
@@ -454,17 +470,12 @@ class _StateIOMixin:
             client, done, frozen_then = {}, set(), {}
             if opts.client_blob_bytes:
                 text, _, module_state = buf.raw[:opts.client_blob_bytes].partition(b"\0")
-                if module_state:
+                if module_state and module:
                     done, frozen_then = self._restore_module_state(module_state, strict)
                 saved = json.loads(text.decode())
                 client = _client_state_of(saved)
                 if not load_module_only:
-                    self._steps = int(saved.get("global_steps", 0))
-                    # As DeepSpeed's load: global_samples defaults to steps x train_batch_size.
-                    self._skipped = int(saved.get("skipped_steps", 0))
-                    self._samples = int(saved.get("global_samples",
-                                                  self._steps * self.train_batch_size()))
-                    self._lr = float(saved.get("lr", self._lr))
+                    self._counters_from(saved)
                     self._load_lr_state(saved, groups=not keep_adam, sched=not keep_sched)
             elif not weights_only:
                 # No blob (saved through the C API): DeepSpeed's counters from the engine's own,
@@ -487,8 +498,18 @@ class _StateIOMixin:
             if opts.missing:
                 self._set_trained(load_dir, opts.loaded_tag.decode(), frozen_then, opts.missing,
                                   strict)
-            self._restore_untrained(load_dir, opts.loaded_tag.decode(), done, opts.extra, strict)
+            if module:
+                self._restore_untrained(load_dir, opts.loaded_tag.decode(), done, opts.extra,
+                                        strict)
         return os.path.join(load_dir, opts.loaded_tag.decode()), client
+
+    def _counters_from(self, saved):
+        """DeepSpeed's counters from a checkpoint's blob record (save_checkpoint's JSON)."""
+        self._steps = int(saved.get("global_steps", 0))
+        # As DeepSpeed's load: global_samples defaults to steps x train_batch_size.
+        self._skipped = int(saved.get("skipped_steps", 0))
+        self._samples = int(saved.get("global_samples", self._steps * self.train_batch_size()))
+        self._lr = float(saved.get("lr", self._lr))
 
     def _partial_counts(self, load_dir, tag, keep_adam, keep_sched, before, held_before,
                         had_blob):

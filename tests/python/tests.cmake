@@ -278,6 +278,11 @@ if(ZINC_HAVE_MPI AND ZINC_TORCH_PYTHON)
   zinc_python_mpi_stage_tests(window_grads test_window_grads.py 300 0)
   # engine.offload_states() / reload_states() at 2 ranks: each rank's state away and back
   zinc_python_mpi_stage_tests(offload_states test_offload_states.py 300 1 3)
+  # custom_load_fn at 2 ranks, stages 1 and 3: rank 0's changes taken, the ranks agree
+  add_test(NAME python_custom_load_mpi
+           COMMAND ${_mpi} ${MPIEXEC_NUMPROC_FLAG} 2 ${_py} ${_pyt}/test_custom_load.py mpi)
+  set_tests_properties(python_custom_load_mpi PROPERTIES LABELS "python;multirank" TIMEOUT 300
+                       SKIP_RETURN_CODE 77 ENVIRONMENT "${_env}")
   add_test(NAME python_stage3_memory_mpi
            COMMAND ${_mpi} ${MPIEXEC_NUMPROC_FLAG} 2 ${_py} ${_pyt}/test_torch_stage3.py memory)
   # Under 2 ranks one rank's fragment of the parameter set between a forward and its backward
@@ -490,6 +495,11 @@ zinc_python_test(ds_stage0_first_step 120 test_ds_stage0_first_step.py)
 # (and OneCycle's beta1) per window, counters, losses and fp32 masters against DeepSpeed's own,
 # ds_fixtures/load_flags.json (test_ds_load_flags.py).
 zinc_python_test(ds_load_flags 180 test_ds_load_flags.py)
+# load_checkpoint(custom_load_fn=...): a function that renames the checkpoint's keys for a
+# renamed model, and one that edits what it loaded, with each flag at stages 0-3: lr per window,
+# counters, losses, fp32 masters and buffers against DeepSpeed's own,
+# ds_fixtures/custom_load.json (test_custom_load.py); zinc's checkpoints and DeepSpeed's.
+zinc_python_test(custom_load 180 test_custom_load.py)
 # zinc.utils.zero_to_fp32 on DeepSpeed's checkpoint folders: DeepSpeed's own zero_to_fp32's
 # keys and tensors (ds_fixtures/zero_to_fp32.json; test_ds_zero_to_fp32.py).
 zinc_python_test(ds_zero_to_fp32 120 test_ds_zero_to_fp32.py)
