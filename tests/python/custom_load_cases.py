@@ -17,7 +17,7 @@ run(initialize, get_master, case, ckpt_dir) returns B's losses, lr per window, c
 fp32 masters; `initialize` is deepspeed.initialize or zinc.initialize."""
 import torch
 
-from load_flags_cases import GA, MICRO, SCHED, STEPS, _Scale
+from load_flags_cases import STEPS, _Scale, make_config, train_windows, trained_on
 
 FLAGS = {"full": {}, "noopt": {"load_optimizer_states": False},
          "module": {"load_module_only": True}}
@@ -89,29 +89,11 @@ def model(case, at):
 
 
 def config(case):
-    c = CASES[case]
-    cfg = {"train_micro_batch_size_per_gpu": MICRO, "gradient_accumulation_steps": GA,
-           "gradient_clipping": 1.0, "steps_per_print": 1000,
-           "optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.05}},
-           "scheduler": SCHED, "zero_optimization": {"stage": c["stage"]}}
-    if c["dtype"] == "bf16":
-        cfg["bf16"] = {"enabled": True}
-    return cfg
+    return make_config(CASES[case]["dtype"], CASES[case]["stage"])
 
 
 def _windows(engine, case, n, seed):
-    dt = torch.bfloat16 if CASES[case]["dtype"] == "bf16" else torch.float32
-    g = torch.Generator().manual_seed(seed)
-    losses, lrs = [], []
-    for _ in range(n):
-        lrs.append(float(engine.get_lr()[0]))
-        for _ in range(GA):
-            x, y = torch.randn(MICRO, 6, generator=g), torch.randn(MICRO, 6, generator=g)
-            loss = ((engine(x.to(dt)).float() - y) ** 2).mean()
-            engine.backward(loss)
-            engine.step()
-            losses.append(float(loss))
-    return losses, lrs
+    return train_windows(engine, CASES[case]["dtype"], n, seed)
 
 
 def run(initialize, get_master, case, ckpt_dir, after_load=None, export=None):
@@ -141,10 +123,6 @@ def run(initialize, get_master, case, ckpt_dir, after_load=None, export=None):
         return {"raised": f"{type(ex).__name__}: {ex}"[:300]}
     if after_load is not None:
         after_load(b)
-    steps_at_load = b.global_steps
-    losses, lrs = _windows(b, case, STEPS, 3)
-    masters = {n: get_master(b, p).float().flatten().tolist()
-               for n, p in b.module.named_parameters()}
-    buffers = {n: t.float().flatten().tolist() for n, t in b.module.named_buffers()}
-    return {"losses": losses, "lrs": lrs, "global_steps_at_load": steps_at_load,
-            "global_steps": b.global_steps, "masters": masters, "buffers": buffers, **seen}
+    out = trained_on(b, get_master, lambda e: _windows(e, case, STEPS, 3))
+    out["buffers"] = {n: t.float().flatten().tolist() for n, t in b.module.named_buffers()}
+    return dict(out, **seen)

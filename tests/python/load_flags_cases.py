@@ -83,24 +83,31 @@ def model(at):
     return torch.nn.Sequential(_Scale(6, at), _Scale(6, at))
 
 
-def config(case):
-    c = CASES[case]
+def make_config(dtype, stage, sched=SCHED):
+    """The runs' config (custom_load_cases.py's too): accumulation GA, AdamW, clipping 1.0."""
     cfg = {"train_micro_batch_size_per_gpu": MICRO, "gradient_accumulation_steps": GA,
            "gradient_clipping": 1.0, "steps_per_print": 1000,
            "optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.05}},
-           "scheduler": c.get("sched", SCHED), "zero_optimization": {"stage": c["stage"]}}
-    if c["dtype"] == "bf16":
+           "scheduler": sched, "zero_optimization": {"stage": stage}}
+    if dtype == "bf16":
         cfg["bf16"] = {"enabled": True}
     return cfg
 
 
-def _windows(engine, case, n, seed):
-    dt = torch.bfloat16 if CASES[case]["dtype"] == "bf16" else torch.float32
+def config(case):
+    c = CASES[case]
+    return make_config(c["dtype"], c["stage"], c.get("sched", SCHED))
+
+
+def train_windows(engine, dtype, n, seed, betas=False):
+    """n accumulation windows of 6-feature regression: (the losses, the lr each window starts
+    with; with betas, beta1 after each lr)."""
+    dt = torch.bfloat16 if dtype == "bf16" else torch.float32
     g = torch.Generator().manual_seed(seed)
     losses, lrs = [], []
     for _ in range(n):
         lrs.append(float(engine.get_lr()[0]))
-        if "sched" in CASES[case]:       # OneCycle: the betas too
+        if betas:
             lrs.append(float(engine.optimizer.param_groups[0]["betas"][0]))
         for _ in range(GA):
             x, y = torch.randn(MICRO, 6, generator=g), torch.randn(MICRO, 6, generator=g)
@@ -109,6 +116,11 @@ def _windows(engine, case, n, seed):
             engine.step()
             losses.append(float(loss))
     return losses, lrs
+
+
+def _windows(engine, case, n, seed):
+    # (OneCycle: the betas too)
+    return train_windows(engine, CASES[case]["dtype"], n, seed, "sched" in CASES[case])
 
 
 def run(initialize, get_master, case, ckpt_dir, saved=False, after_load=None):
@@ -132,8 +144,14 @@ def run(initialize, get_master, case, ckpt_dir, saved=False, after_load=None):
         b.load_checkpoint(ckpt_dir, tag="a", **FLAGS[c["flag"]])
     if after_load is not None:
         after_load(b)
+    return trained_on(b, get_master, lambda e: _windows(e, case, STEPS, 3))
+
+
+def trained_on(b, get_master, train):
+    """Engine B's record from its load on (custom_load_cases.py's too): train(b) gives the
+    losses and the lr per window; then the counters and final fp32 masters."""
     steps_at_load = b.global_steps
-    losses, lrs = _windows(b, case, STEPS, 3)
+    losses, lrs = train(b)
     masters = {n: get_master(b, p).float().flatten().tolist()
                for n, p in b.module.named_parameters()}
     return {"losses": losses, "lrs": lrs, "global_steps_at_load": steps_at_load,
