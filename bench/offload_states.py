@@ -12,6 +12,9 @@ losses as DeepSpeed 0.19.8 with the calls (bench/RESULTS.md 11m).
             -m zinc.as_deepspeed bench/offload_states.py losses 2 away
         a small MLP, bf16, AdamW (torch_adam), clipping 1.0, six steps; with `away` the state is
         offloaded before step 4's forward and reloaded before its step(). Prints the losses.
+    python bench/offload_states.py losses STAGE keep|away window
+        the same with gradient_accumulation_steps 2: away from step 4's first micro-batch until
+        before the step() that ends its window (the first micro-batch's step() runs while away).
 """
 import statistics
 import sys
@@ -58,9 +61,13 @@ def mem():
         e.close()
 
 
-def losses(stage, away):
+def losses(stage, away, window=False):
+    """window: accumulation 2, the state away from step 4's first micro-batch to just before
+    the step() that ends its window (the first micro-batch's step() is taken while away)."""
     import deepspeed
-    cfg = {"train_micro_batch_size_per_gpu": 4, "gradient_clipping": 1.0, "bf16": {"enabled": True},
+    ga = 2 if window else 1
+    cfg = {"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": ga,
+           "gradient_clipping": 1.0, "bf16": {"enabled": True},
            "optimizer": {"type": "AdamW",
                          "params": {"lr": 1e-2, "weight_decay": 0.01, "torch_adam": True}},
            "zero_optimization": {"stage": stage}}
@@ -70,22 +77,24 @@ def losses(stage, away):
     gen = torch.Generator().manual_seed(1)
     out = []
     for step in range(6):
-        x, y = torch.randn(4, 16, generator=gen).bfloat16(), torch.randn(4, 1, generator=gen)
-        if step == 3 and away:
-            eng.offload_states()
-        loss = ((eng(x).float() - y) ** 2).mean()
-        eng.backward(loss)
-        if step == 3 and away:
-            eng.reload_states()
-        eng.step()
-        out.append(f"{float(loss):.6f}")
-    print("LOSSES", deepspeed.__name__, stage, "away" if away else "keep", " ".join(out))
+        for micro in range(ga):
+            x, y = torch.randn(4, 16, generator=gen).bfloat16(), torch.randn(4, 1, generator=gen)
+            if step == 3 and micro == 0 and away:
+                eng.offload_states()
+            loss = ((eng(x).float() - y) ** 2).mean()
+            eng.backward(loss)
+            if step == 3 and micro == ga - 1 and away:
+                eng.reload_states()
+            eng.step()
+            out.append(f"{float(loss):.6f}")
+    print("LOSSES", deepspeed.__name__, stage, "away" if away else "keep",
+          "window" if window else "", " ".join(out))
 
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["mem"]:
         mem()
-    elif sys.argv[1:2] == ["losses"] and len(sys.argv) == 4:
-        losses(int(sys.argv[2]), sys.argv[3] == "away")
+    elif sys.argv[1:2] == ["losses"] and len(sys.argv) in (4, 5):
+        losses(int(sys.argv[2]), sys.argv[3] == "away", sys.argv[4:5] == ["window"])
     else:
         sys.exit(__doc__)

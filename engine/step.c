@@ -858,8 +858,11 @@ zinc_status zinc_step(zinc_engine_t *e, zinc_step_info_t *info)
 {
     zinc_status s = zeng_check_ready(e, "zinc_step");
     if (s == ZINC_OK) s = zeng_check_trains(e, "zinc_step");
-    if (s == ZINC_OK) s = zeng_check_home(e, "zinc_step");
     if (s != ZINC_OK) return s;
+    /* The optimizer state is needed at the window's end only: a micro-step's step() while
+     * zinc_states_offload keeps it away is counted, as DeepSpeed's is. */
+    int boundary = !e->cfg.managed_accumulation || zeng_last_micro(e);
+    if (boundary && (s = zeng_check_home(e, "zinc_step")) != ZINC_OK) return s;
     if (e->partial_load[0]) /* every rank knows it (agreed at the load): no collective waits */
         return zeng_fail(e, ZINC_ERR_USAGE, "zinc_step: the failed load of %s had begun to "
                          "apply it: the weights and Adam state are partly the checkpoint's; load "
@@ -873,7 +876,6 @@ zinc_status zinc_step(zinc_engine_t *e, zinc_step_info_t *info)
      * the one that would take step + skipped past INT64_MAX instead of overflowing. Counters are
      * the same on every rank, so every rank refuses the same call, before any collective;
      * step, skipped >= 0 always (a loaded state is range-checked). */
-    int boundary = !e->cfg.managed_accumulation || zeng_last_micro(e);
     if (boundary && e->st.step > INT64_MAX - 1 - e->st.skipped)
         return zeng_fail(e, ZINC_ERR_UNSUPPORTED,
                          "zinc_step: rank %d: the step counters are at their limit (step %lld, "

@@ -763,7 +763,8 @@ ZINC_API zinc_status zinc_memory_host(const zinc_engine_t *e, uint64_t planned[Z
  * working copy itself (fp32 at stages 0 and 3), or for a category moved already. Not
  * collective; after zinc_finalize, between steps. Until zinc_states_reload, forward and backward
  * go on (zinc_gather, zinc_grads_ready, ...), and the calls that read or write the master or the
- * moments — zinc_step, zinc_param_set, zinc_param_get, zinc_param_state_get/_set,
+ * moments — zinc_step at the accumulation window's end (a micro-step's zinc_step before it is
+ * counted, as DeepSpeed's), zinc_param_set, zinc_param_get, zinc_param_state_get/_set,
  * zinc_param_local_get/_set, zinc_ckpt_save, zinc_ckpt_load, zinc_load_safetensors — return
  * ZINC_ERR_USAGE. ZINC_ERR_USAGE on a frozen engine (it has none). */
 ZINC_API zinc_status zinc_states_offload(zinc_engine_t *e, unsigned categories, int pin,

@@ -1066,7 +1066,9 @@ class Engine(_Stage3Mixin, _FrozenMixin, _HandOverMixin, _DirectBackwardMixin, _
                                "block first; its gradients are reduced then)")
         self._no_context("engine.step()")
         self._alive()
-        self._states_home("engine.step()")
+        if not self._managed or lib.zinc_engine_at_boundary(self._e):
+            # (a micro-step's step() needs no optimizer state: DeepSpeed's counts it, away too)
+            self._states_home("engine.step()")
         self._settle_direct()
         self._take_back_grads()
         if not (self._awaiting_step or self._open_micro or self._unsynced or self._interrupted):

@@ -18,7 +18,11 @@
  *  - while away, zinc_step, zinc_param_get, zinc_param_set, zinc_param_state_get,
  *    zinc_param_local_get (master) and zinc_ckpt_save are ZINC_ERR_USAGE naming
  *    zinc_states_reload, and the engine trains on after them;
- *  - with offload_optimizer "cpu" nothing moves (the state is host memory already).
+ *  - with offload_optimizer "cpu" nothing moves (the state is host memory already);
+ *  - with accumulation 2 (2 ranks, bf16, stages 0-3) the state goes away before a window's first
+ *    micro-step: that micro-step's zinc_step is counted while away (DeepSpeed's step() between
+ *    micro-batches runs), the one ending the window is refused until the reload; the final
+ *    masters and moments are bit for bit the run's that kept its state.
  *
  * Then the refusals: another category in the mask (ZINC_ERR_INVALID_ARG), before zinc_finalize,
  * a frozen engine (it has no state), NULL.
@@ -42,7 +46,7 @@ static const unsigned moments = 1u << ZINC_MEM_ADAM_M | 1u << ZINC_MEM_ADAM_V;
 
 typedef struct {
     zinc_world_t *world;
-    int n, stage, bf16, offload_cfg;
+    int n, stage, bf16, offload_cfg, accum;
     unsigned mask;                  /* 0: the reference run, nothing moved */
     char label[160];
     int nparams;
@@ -148,12 +152,34 @@ static void away_and_back(run_ctx *c, zinc_engine_t *e, int rank, int np, const 
     ZT_CHECK(s == ZINC_OK, "%s: the step after the reload: %s", label, zinc_last_error(e));
 }
 
+/* Accumulation 2: the state goes away before a window's first micro-step, whose zinc_step is
+ * counted while it is away (as DeepSpeed's step() between micro-batches); the zinc_step that
+ * ends the window is refused until the reload, then runs. */
+static void away_mid_window(run_ctx *c, zinc_engine_t *e, int rank, int np, const char *label)
+{
+    int first = c->accum * AWAY_AFTER;
+    ZT_OK(zinc_states_offload(e, c->mask, 1, NULL));
+    zinc_status s = toy_micro_step(e, rank, c->n, first, np, 0);
+    if (s == ZINC_OK) s = zinc_step(e, NULL);
+    ZT_CHECK(s == ZINC_OK, "%s: a micro-step and its zinc_step inside the window while away: %s",
+             label, zinc_last_error(e));
+    s = toy_micro_step(e, rank, c->n, first + 1, np, 0);
+    ZT_CHECK(s == ZINC_OK, "%s: the window's last micro-step while away: %s", label,
+             zinc_last_error(e));
+    refused(e, zinc_step(e, NULL), "zinc_step", label);
+    ZT_OK(zinc_states_reload(e));
+    s = zinc_step(e, NULL);
+    ZT_CHECK(s == ZINC_OK, "%s: the window's zinc_step after the reload: %s", label,
+             zinc_last_error(e));
+}
+
 static void rank_fn(int rank, void *arg)
 {
     run_ctx *c = arg;
     char label[200];
     snprintf(label, sizeof label, "%s rank %d", c->label, rank);
-    toy_run r = {.world = c->n, .stage = c->stage, .accum = 1, .clip = 1.0,
+    int k = c->accum;               /* micro-steps per optimizer step */
+    toy_run r = {.world = c->n, .stage = c->stage, .accum = k, .clip = 1.0,
                  .dtype = c->bf16 ? ZINC_DTYPE_BF16 : ZINC_DTYPE_FP32,
                  .zero_json = c->offload_cfg ? "\"offload_optimizer\": {\"device\": \"cpu\"}, " : NULL};
     zinc_engine_t *e = NULL;
@@ -165,14 +191,17 @@ static void rank_fn(int rank, void *arg)
             c->nparams = np;
             for (int p = 0; p < np; p++) c->numel[p] = zinc_param_numel(e, p);
         }
-        s = toy_steps(e, rank, c->n, 0, AWAY_AFTER, np);
+        s = toy_steps(e, rank, c->n, 0, k * AWAY_AFTER, np);
         ZT_CHECK(s == ZINC_OK, "%s: the first steps: %s", label, zinc_last_error(e));
     }
     if (s == ZINC_OK && c->mask) {
-        away_and_back(c, e, rank, np, label);
-        s = toy_steps(e, rank, c->n, AWAY_AFTER + 1, STEPS - AWAY_AFTER - 1, np);
+        if (k == 1)
+            away_and_back(c, e, rank, np, label);
+        else
+            away_mid_window(c, e, rank, np, label);
+        s = toy_steps(e, rank, c->n, k * (AWAY_AFTER + 1), k * (STEPS - AWAY_AFTER - 1), np);
     } else if (s == ZINC_OK) {
-        s = toy_steps(e, rank, c->n, AWAY_AFTER, STEPS - AWAY_AFTER, np);
+        s = toy_steps(e, rank, c->n, k * AWAY_AFTER, k * (STEPS - AWAY_AFTER), np);
     }
     ZT_CHECK(s == ZINC_OK, "%s: the last steps: %s", label, zinc_last_error(e));
     for (int p = 0; s == ZINC_OK && p < np; p++) {
@@ -194,16 +223,17 @@ static void free_ctx(run_ctx *c)
         }
 }
 
-static void compare(int n, int stage, int bf16, unsigned mask, int offload_cfg)
+static void compare(int n, int stage, int bf16, unsigned mask, int offload_cfg, int accum)
 {
-    run_ctx ref = {.n = n, .stage = stage, .bf16 = bf16, .offload_cfg = offload_cfg};
+    run_ctx ref = {.n = n, .stage = stage, .bf16 = bf16, .offload_cfg = offload_cfg,
+                   .accum = accum};
     run_ctx away = ref;
     away.mask = mask;
-    snprintf(away.label, sizeof away.label, "N=%d stage %d %s%s, %s away", n, stage,
-             bf16 ? "bf16" : "fp32", offload_cfg ? " offload_optimizer" : "",
+    snprintf(away.label, sizeof away.label, "N=%d stage %d %s%s accumulation %d, %s away", n,
+             stage, bf16 ? "bf16" : "fp32", offload_cfg ? " offload_optimizer" : "", accum,
              mask == all_states ? "master and moments" : "moments");
-    snprintf(ref.label, sizeof ref.label, "N=%d stage %d %s (reference)", n, stage,
-             bf16 ? "bf16" : "fp32");
+    snprintf(ref.label, sizeof ref.label, "N=%d stage %d %s accumulation %d (reference)", n,
+             stage, bf16 ? "bf16" : "fp32", accum);
     zt_run_world(n, &ref.world, rank_fn, &ref);
     zt_run_world(n, &away.world, rank_fn, &away);
     int differ = 0;
@@ -266,11 +296,12 @@ int main(void)
     for (int n = 1; n <= 2; n++)
         for (int stage = 0; stage <= 3; stage++)
             for (int bf16 = 1; bf16 >= 0; bf16--) {
-                compare(n, stage, bf16, all_states, 0);
-                compare(n, stage, bf16, moments, 0);
+                compare(n, stage, bf16, all_states, 0, 1);
+                compare(n, stage, bf16, moments, 0, 1);
             }
-    compare(1, 2, 1, all_states, 1);
-    compare(2, 3, 1, all_states, 1);
+    for (int stage = 0; stage <= 3; stage++) compare(2, stage, 1, all_states, 0, 2);
+    compare(1, 2, 1, all_states, 1, 1);
+    compare(2, 3, 1, all_states, 1, 1);
     test_refusals();
     return zt_finish("engine_states_away");
 }

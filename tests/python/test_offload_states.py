@@ -14,7 +14,9 @@ step's engine.step(). How each check fails:
 - module_state_dict() or a GatheredParameters read while away other than before, or refused:
   they read the working copy then (zinc_param_get_working), as DeepSpeed's read its 16-bit weights;
 - engine.step(), save_checkpoint() and safe_get_full_optimizer_state() while away not refused
-  naming reload_states: they would read freed memory;
+  naming reload_states: they would read freed memory; with accumulation 2 a micro-step's
+  step() inside the window refused (DeepSpeed's runs: it needs no optimizer state), or the one
+  ending the window not refused, or the run not bit for bit the one that kept its state;
 - include=[optim_states] (enum or string) moving the master too, or not the moments;
 - no warning naming lp_params, lp_grads and contiguous_grad_buffer (what stays on the device),
   or one per call instead of once;
@@ -106,6 +108,40 @@ def run(stage, bf16, away=None, name="", **cfg):
     return losses, final, seen
 
 
+def run_window(stage, away):
+    """Accumulation 2, 4 windows; with `away` the state goes away before window AWAY_AT's first
+    micro-batch, whose engine.step() runs while it is away (a micro-step's step() needs no
+    optimizer state: DeepSpeed's counts it), and comes back before the step() that ends the
+    window, which is refused until then. Returns the losses, final weights and whether each of
+    those two step() calls did what it should."""
+    cfg = dict(config(stage, True), gradient_accumulation_steps=2)
+    engine, *_ = zinc.initialize(model=model(), config=cfg)
+    gen = torch.Generator().manual_seed(1)
+    losses, ok = [], []
+    for step in range(4):
+        for micro in range(2):
+            x, y = torch.randn(4, 16, generator=gen), torch.randn(4, 1, generator=gen)
+            if away and step == AWAY_AT and micro == 0:
+                engine.offload_states(include=[OffloadStateTypeEnum.optim_states,
+                                               OffloadStateTypeEnum.hp_params])
+            loss = ((engine(x.to(torch.bfloat16)).float() - y) ** 2).mean()
+            engine.backward(loss)
+            if away and step == AWAY_AT and micro == 1:
+                try:
+                    engine.step()
+                    ok.append(False)
+                except RuntimeError as ex:
+                    ok.append("reload_states" in str(ex))
+                engine.reload_states()
+            engine.step()
+            if away and step == AWAY_AT and micro == 0:
+                ok.append(bool(lib.zinc_states_offloaded(engine._e)))
+            losses.append(float(loss))
+    final = {k: v.detach().float().clone() for k, v in engine.module_state_dict().items()}
+    engine.close()
+    return losses, final, ok
+
+
 def same(a, b):
     return a[0] == b[0] and a[1].keys() == b[1].keys() and \
         all(torch.equal(a[1][k], b[1][k]) for k in a[1])
@@ -155,6 +191,11 @@ def main():
                   (not stays or all(t in said[0] for t in ("lp_params", "lp_grads",
                                                            "contiguous_grad_buffer"))),
                   str(seen["warned"]))
+    ref, got = run_window(stage, False), run_window(stage, True)
+    check(f"stage {stage} bf16, accumulation 2, away inside a window: the micro-step's step() "
+          f"runs while away, the window's last is refused until reload_states(), and losses and "
+          f"final weights are bit for bit the run that kept its state", same(got, ref) and
+          got[2] == [True, True], f"{got[2]}; {got[0]} vs {ref[0]}")
     # DeepSpeed's refusals, and device "none"
     engine, *_ = zinc.initialize(model=model(), config=config(stage, True))
     check_raises(f"stage {stage}: device nvme refused", lambda: engine.offload_states(
