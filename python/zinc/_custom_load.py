@@ -35,9 +35,9 @@ import torch
 
 from . import _partial_load
 from ._ds_import import _kept_state, apply_deepspeed, deepspeed_order, is_deepspeed
-from ._lib import lib
+from ._lib import ZincError, lib
 from ._memory import _TORCH_DTYPE
-from ._state_io import _client_state_of
+from ._state_io import _client_state_of, _no_checkpoint_either
 from .utils.ds_checkpoint import read_deepspeed_checkpoint
 
 
@@ -50,7 +50,10 @@ def _cast(state, names, dtype):
 def _zinc_src(engine, load_dir, tag, fp32):
     """(tag, blob record, src) of zinc's checkpoint load_dir/tag (None: the one a load takes)."""
     from .utils import zero_to_fp32 as z      # (zinc.utils imports the engine)
-    tag, blob = z._find_tag(load_dir, tag)
+    try:
+        tag, blob = z._find_tag(load_dir, tag)
+    except ZincError as err:      # (said for both formats, as load_checkpoint's own load says it)
+        raise _no_checkpoint_either(err, load_dir) from None
     record, _ = z._saved_module_state(blob)
     state = z.get_fp32_state_dict_from_zero_checkpoint(load_dir, tag)
     trained = {n for n, _ in z._tensor_table(load_dir, tag)}

@@ -80,8 +80,9 @@ def to_deepspeed(ckpt_dir):
 
 def refusals(d):
     """A function that is not callable raises TypeError before anything is loaded; a full load
-    with a function into a renamed model raises (the optimizer state is matched by name), and one
-    that raises inside the function leaves the engine usable."""
+    with a function into a renamed model raises (the optimizer state is matched by name); a
+    missing folder raises as load_checkpoint's own load does, and a damaged one before the
+    function runs; an error inside the function comes through and leaves the engine usable."""
     case = "fp32_s1_module_remap"
     m = model(case, 1.0)
     a = zinc.initialize(model=m, model_parameters=m.parameters(), config=config(case))[0]
@@ -102,6 +103,33 @@ def refusals(d):
     except zinc.ZincError as ex:
         said = str(ex)
     check(f"a full load with a function into a renamed model raises ({said[:120]})", bool(said))
+
+    try:
+        b.load_checkpoint(os.path.join(d, "missing"), custom_load_fn=remap)
+        said = ""
+    except zinc.ZincError as ex:
+        said = str(ex)
+    check(f"a missing folder raises naming both formats ({said[:90]}...)",
+          "nor is it a DeepSpeed checkpoint" in said)
+    import glob
+    shard = glob.glob(os.path.join(d, "a", "rank-*.zck"))[0]       # (the tensors' file)
+    with open(shard, "rb") as f:
+        good = f.read()
+    bad = bytearray(good)
+    bad[20] ^= 0xFF           # (the masters' first chunk: after the file's 16-byte header)
+    with open(shard, "wb") as f:
+        f.write(bytes(bad))
+    for kw in ({"load_module_only": True}, {"load_optimizer_states": False}):
+        try:
+            b.load_checkpoint(d, tag="a", custom_load_fn=remap, **kw)
+            said = ""
+        except zinc.ZincError as ex:
+            said = str(ex)
+        same = all(torch.equal(before[n], p.detach()) for n, p in b.module.named_parameters())
+        check(f"a damaged checkpoint ({kw}) raises ZINC_ERR_CORRUPT before the function runs, "
+              f"the weights as they were ({said[:80]}...)", "ZINC_ERR_CORRUPT" in said and same)
+    with open(shard, "wb") as f:
+        f.write(good)
 
     def broken(src, dst):
         raise RuntimeError("the function's own error")
