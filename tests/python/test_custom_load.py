@@ -78,6 +78,37 @@ def to_deepspeed(ckpt_dir):
     return out
 
 
+def deepspeeds_own(folder):
+    """A checkpoint DeepSpeed 0.19.8 wrote itself (ds_fixtures/lf_*: load_flags_cases.py's model
+    after 3 windows), loaded with load_module_only into that model under other names through a
+    function that renames the keys: every fp32 master and the first window's losses bit for bit
+    those of the same load, without a function, into the model under its own names (which
+    test_ds_load_flags.py holds to DeepSpeed's own run)."""
+    from load_flags_cases import _Scale, make_config, model as scale_model, train_windows
+    dtype, stage = os.path.basename(folder).split("_")[1:3]
+
+    class Renamed(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.first, self.second = _Scale(6, 0.7), _Scale(6, 0.7)
+
+        def forward(self, x):
+            return self.second(self.first(x))
+
+    cfg = make_config(dtype, int(stage[1:]))
+    runs = []
+    for m, kw in ((scale_model(0.7), {}), (Renamed(), {"custom_load_fn": remap})):
+        e = zinc.initialize(model=m, model_parameters=m.parameters(), config=cfg)[0]
+        e.load_checkpoint(folder, tag="a", load_module_only=True, **kw)
+        masters = [master(e, p).clone() for p in e.module.parameters()]
+        runs.append((masters, train_windows(e, dtype, 1, 3)[0]))
+        e.close()
+    same = (all(torch.equal(a, b) for a, b in zip(runs[0][0], runs[1][0]))
+            and runs[0][1] == runs[1][1])
+    check(f"DeepSpeed's own {os.path.basename(folder)}, load_module_only through a renaming "
+          f"function: masters and losses bit for bit the load without one ({runs[1][1]})", same)
+
+
 def refusals(d):
     """A function that is not callable raises TypeError before anything is loaded; a full load
     with a function into a renamed model raises (the optimizer state is matched by name); a
@@ -251,6 +282,8 @@ def main():
             with tempfile.TemporaryDirectory(dir=".") as d:
                 compare(f"{case} from DeepSpeed's format{what}",
                         run(zinc.initialize, master, case, d, export=to_deepspeed), want)
+    for saved in ("lf_bf16_s1", "lf_bf16_s3", "lf_fp32_s2"):
+        deepspeeds_own(os.path.join(here, "ds_fixtures", saved))
     with tempfile.TemporaryDirectory(dir=".") as d:
         refusals(d)
     finish()
