@@ -25,6 +25,8 @@ from . import accelerator, comm, ops, runtime, utils  # noqa: F401
 from .accelerator import get_accelerator  # noqa: F401
 from .plan import plan  # noqa: F401
 from . import checkpoint  # noqa: F401,E402  (DeepSpeed's deepspeed.checkpoint)
+# DeepSpeed's package names them at its top too (`from deepspeed import log_dist`)
+from .utils.logging import log_dist, logger  # noqa: F401
 DeepSpeedEngine = Engine   # DeepSpeed's name for the engine class (deepspeed.DeepSpeedEngine)
 # zinc's version: the library's (include/zinc.h, the one source of it; the package is built
 # with it). Under zinc.as_deepspeed `deepspeed` is this module, so `deepspeed.__version__` says
@@ -36,4 +38,4 @@ __all__ = ["initialize", "init_distributed", "world_size", "local_rank", "Engine
            "ZincConfigWarning", "register_external_parameter", "checkpointing",
            "add_config_arguments", "RepeatingLoader", "zero", "accelerator", "comm", "ops",
            "runtime", "utils", "get_accelerator", "plan", "checkpoint", "DeepSpeedEngine",
-           "__version__"]
+           "log_dist", "logger", "__version__"]

@@ -231,6 +231,10 @@ def api_utils():
     log_dist("to rank 1", ranks=[1])
     logger.removeHandler(h)
     check("log_dist logs on the ranks listed", seen == ["[Rank 0] to rank 0"], str(seen))
+    # (`from deepspeed import log_dist, logger`, as DeepSpeed's package offers them; before
+    # 2026-12-01, fourth session: ImportError under zinc.as_deepspeed)
+    check("zinc.log_dist and zinc.logger are zinc.utils'", zinc.log_dist is log_dist
+          and zinc.logger is logger)
     loader = RepeatingLoader([1, 2])
     check("RepeatingLoader repeats", [next(loader) for _ in range(5)] == [1, 2, 1, 2, 1])
     check("ZeroParamStatus: DeepSpeed's values",
