@@ -156,3 +156,23 @@ def trained_on(b, get_master, train):
                for n, p in b.module.named_parameters()}
     return {"losses": losses, "lrs": lrs, "global_steps_at_load": steps_at_load,
             "global_steps": b.global_steps, "masters": masters}
+
+
+def worst_relative(got, want):
+    """The largest |got - want| over the largest |want|, tensor by tensor, of two {name: flat
+    list} records (DeepSpeed's keys)."""
+    off = 0.0
+    for n, w in want.items():
+        g, w = torch.tensor(got[n]), torch.tensor(w)
+        off = max(off, float((g - w).abs().max() / w.abs().max()))
+    return off
+
+
+def offsets(got, want):
+    """How a run's record differs from DeepSpeed's: (worst relative loss difference, worst
+    relative master difference, the lr per window equal, the counters equal)."""
+    loss_off = max(abs(a - b) / abs(b) for a, b in zip(got["losses"], want["losses"]))
+    lrs_same = all(abs(a - b) <= 1e-12 for a, b in zip(got["lrs"], want["lrs"]))
+    steps_same = (got["global_steps_at_load"], got["global_steps"]) == (
+        want["global_steps_at_load"], want["global_steps"])
+    return loss_off, worst_relative(got["masters"], want["masters"]), lrs_same, steps_same

@@ -22,31 +22,20 @@ import tempfile
 
 from _common import check, finish, torch, zinc  # noqa: F401
 from custom_load_cases import CASES, FLAGS, _windows, config, model, remap, run
+from load_flags_cases import offsets, worst_relative
 import zinc.utils as zu
 from zinc.utils.to_deepspeed import convert
 
 LOSS_BOUND, VALUE_BOUND = 1e-6, 4e-6
 
 
-def _worst(got, want):
-    off = 0.0
-    for n, w in want.items():
-        g, w = torch.tensor(got[n]), torch.tensor(w)
-        off = max(off, float((g - w).abs().max() / w.abs().max()))
-    return off
-
-
 def compare(label, got, want):
     if "raised" in got:
         check(f"{label}: loads ({got['raised']})", False)
         return
-    loss_off = max(abs(a - b) / abs(b) for a, b in zip(got["losses"], want["losses"]))
-    value_off = max(_worst(got["masters"], want["masters"]),
-                    _worst(got["buffers"], want["buffers"]))
+    loss_off, master_off, lrs_same, steps_same = offsets(got, want)
+    value_off = max(master_off, worst_relative(got["buffers"], want["buffers"]))
     src_same = (got["src_keys"], got["src_dtype"]) == (want["src_keys"], want["src_dtype"])
-    lrs_same = all(abs(a - b) <= 1e-12 for a, b in zip(got["lrs"], want["lrs"]))
-    steps_same = (got["global_steps_at_load"], got["global_steps"]) == (
-        want["global_steps_at_load"], want["global_steps"])
     check(f"{label}: DeepSpeed's src ({len(want['src_keys'])} keys, {want['src_dtype']}; zinc "
           f"{len(got['src_keys'])}, {got['src_dtype']}), lr per window and global_steps "
           f"{want['global_steps_at_load']}/{want['global_steps']} (zinc "

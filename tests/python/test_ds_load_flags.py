@@ -24,7 +24,7 @@ import tempfile
 
 from _common import check, finish, torch, zinc  # noqa: F401
 from load_flags_cases import (CASES, FLAGS, SAVED, STEPS, WARM, _windows, config, model,
-                              run)
+                              offsets, run)
 import zinc.utils as zu
 from zinc.utils.to_deepspeed import convert
 
@@ -32,14 +32,7 @@ LOSS_BOUND, MASTER_BOUND = 1e-6, 4e-6
 
 
 def compare(label, got, want):
-    loss_off = max(abs(a - b) / abs(b) for a, b in zip(got["losses"], want["losses"]))
-    master_off = 0.0
-    for n, w in want["masters"].items():
-        g, w = torch.tensor(got["masters"][n]), torch.tensor(w)
-        master_off = max(master_off, float((g - w).abs().max() / w.abs().max()))
-    lrs_same = all(abs(a - b) <= 1e-12 for a, b in zip(got["lrs"], want["lrs"]))
-    steps_same = (got["global_steps_at_load"], got["global_steps"]) == (
-        want["global_steps_at_load"], want["global_steps"])
+    loss_off, master_off, lrs_same, steps_same = offsets(got, want)
     check(f"{label}: DeepSpeed's lr per window {want['lrs']} (zinc {got['lrs']}), global_steps "
           f"{want['global_steps_at_load']}/{want['global_steps']} (zinc "
           f"{got['global_steps_at_load']}/{got['global_steps']}), losses (worst {loss_off:.1e}, "
