@@ -83,20 +83,21 @@ typedef struct {
 enum { OFF_NONE, OFF_CPU, OFF_NVME };
 
 static char g_dir[256];           /* nvme_path of the OFF_NVME runs */
+/* The OFF_NVME runs' offload keys, written once in main after g_dir: the ranks are threads, and
+ * a buffer each rank's offload_keys wrote again let one rank read it half written (a config
+ * that hashed differently on that rank: zinc_finalize refused it, once in a CI run). */
+static char g_nvme_keys[1024];
 
 /* What the frozen engine's config adds with run_ctx.offload: offload_param "cpu" or "nvme",
  * which the config takes only with offload_optimizer of the same device (nothing to move in a
  * frozen engine). */
 static const char *offload_keys(int offload)
 {
-    static char buf[1024];
     if (offload == OFF_NONE) return "";
     if (offload == OFF_CPU)
         return "\"offload_optimizer\": {\"device\": \"cpu\"}, "
                "\"offload_param\": {\"device\": \"cpu\"}, ";
-    snprintf(buf, sizeof buf, "\"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"%s\"}, "
-             "\"offload_param\": {\"device\": \"nvme\", \"nvme_path\": \"%s\"}, ", g_dir, g_dir);
-    return buf;
+    return g_nvme_keys;
 }
 
 /* Files named zinc-nvme-* in g_dir; the last one's path into `path` when given. */
@@ -534,6 +535,9 @@ static void test_mismatch(void)
 int main(void)
 {
     if (zt_disk_dir(g_dir, sizeof g_dir, "zinc-frozen-nvme")) return 1;
+    snprintf(g_nvme_keys, sizeof g_nvme_keys,
+             "\"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"%s\"}, "
+             "\"offload_param\": {\"device\": \"nvme\", \"nvme_path\": \"%s\"}, ", g_dir, g_dir);
     for (int n = 1; n <= 2; n++)
         for (int bf16 = 1; bf16 >= 0; bf16--)
             for (int offload = OFF_NONE; offload <= OFF_NVME; offload++)
