@@ -28,6 +28,28 @@ from .utils.ds_checkpoint import read_deepspeed_checkpoint
 _EXP_AVG, _EXP_AVG_SQ = 0, 1     # zinc_param_state
 
 
+def _plan_trained(engine, ds, lost_why):
+    """{pid: name} of zinc's parameters DeepSpeed's checkpoint has optimizer state for, matched
+    by name. Raises ValueError naming a shape that differs, and, when lost_why is given, the
+    parameters it lacks (lost_why: what the message adds after naming them)."""
+    set_trained = {}
+    lost = []
+    for n, (pid, _) in engine._trained_params().items():
+        if n not in ds.master:
+            lost.append(n)
+            continue
+        shape = tuple(engine._shapes[pid])
+        if tuple(ds.master[n].shape) != shape:
+            raise ValueError(f"zinc: load_checkpoint: {n} is {tuple(ds.master[n].shape)} in "
+                             f"{ds.path}, {shape} in the model")
+        set_trained[pid] = n
+    if lost and lost_why:
+        raise ValueError(f"zinc: load_checkpoint: the DeepSpeed checkpoint {ds.path} has no "
+                         f"optimizer state for the parameters {lost} that zinc trains "
+                         f"{lost_why}")
+    return set_trained
+
+
 def _plan(engine, ds, strict):
     """{pid: name} of zinc's parameters to set, {Parameter: tensor} of the model's untrained
     parameters, {buffer: tensor}: DeepSpeed's values matched to the model by name. Raises
@@ -35,21 +57,9 @@ def _plan(engine, ds, strict):
     trained = engine._trained_params()
     untrained = engine._untrained_params()
     buffers = engine._persistent_buffers()
-    shapes = {pid: tuple(engine._shapes[pid]) for pid, _ in trained.values()}
-    lost = [n for n in trained if n not in ds.master]
-    if lost and strict:
-        raise ValueError(f"zinc: load_checkpoint: the DeepSpeed checkpoint {ds.path} has no "
-                         f"optimizer state for the parameters {lost} that zinc trains (a "
-                         f"checkpoint of another model, or saved with them frozen?); "
-                         f"load_module_strict=False keeps their values")
-    set_trained = {}
-    for n, (pid, _) in trained.items():
-        if n not in ds.master:
-            continue
-        if tuple(ds.master[n].shape) != shapes[pid]:
-            raise ValueError(f"zinc: load_checkpoint: {n} is {tuple(ds.master[n].shape)} in "
-                             f"{ds.path}, {shapes[pid]} in the model")
-        set_trained[pid] = n
+    set_trained = _plan_trained(engine, ds, strict and "(a checkpoint of another model, or "
+                                "saved with them frozen?); load_module_strict=False keeps "
+                                "their values")
     set_untrained = {}
     for n, p in untrained.items():
         src = ds.master.get(n, ds.module.get(n))
@@ -208,16 +218,11 @@ def apply_deepspeed(engine, ds, strict, weights_only, stacklevel=2, converting=F
     if module:
         set_trained, set_untrained, set_buffers = _plan(engine, ds, strict)
     else:
-        set_trained, set_untrained, set_buffers = _plan(engine, ds, False)[0], {}, {}
-        lost = [n for n in engine._trained_params() if n not in ds.master]
-        if weights_only or keep_adam:
-            set_trained = {}
-        elif lost:
-            raise ValueError(f"zinc: load_checkpoint: the DeepSpeed checkpoint {ds.path} has "
-                             f"no optimizer state for the parameters {lost} that zinc trains: "
-                             f"with custom_load_fn, a full load matches the optimizer state "
-                             f"by name (load_module_only=True or load_optimizer_states=False "
-                             f"take the function's weights alone)")
+        set_untrained, set_buffers = {}, {}
+        set_trained = {} if weights_only or keep_adam else _plan_trained(
+            engine, ds, "(with custom_load_fn, a full load matches the optimizer state by "
+            "name; load_module_only=True or load_optimizer_states=False take the function's "
+            "weights alone)")
     groups = ds.param_groups and not (converting and
                                       len(ds.param_groups) != len(engine._opt._sources))
     if not weights_only and not keep_adam and groups:    # (before anything is written)

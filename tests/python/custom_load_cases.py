@@ -82,10 +82,14 @@ def _cases():
 CASES = _cases()
 
 
-def model(case, at):
-    if CASES[case]["fn"] == "remap" and at != 1.0:
-        return Renamed(at)
+def model_a(at):
+    """Run A's model (and run B's where the function does not rename)."""
     return torch.nn.Sequential(_Shifted(6, at), _Shifted(6, at))
+
+
+def model_b(case, at):
+    """Run B's model: A's under other names where the case's function renames the keys."""
+    return Renamed(at) if CASES[case]["fn"] == "remap" else model_a(at)
 
 
 def config(case):
@@ -103,13 +107,13 @@ def run(initialize, get_master, case, ckpt_dir, after_load=None, export=None):
     called on B after its load. export(ckpt_dir): the folder B loads from instead (A's
     checkpoint in another format)."""
     c = CASES[case]
-    m = model(case, 1.0)
+    m = model_a(1.0)
     a, *_ = initialize(model=m, model_parameters=m.parameters(), config=config(case))
     _windows(a, case, STEPS, 1)
     a.save_checkpoint(ckpt_dir, tag="a")
     if export is not None:
         ckpt_dir = export(ckpt_dir)
-    m = model(case, 0.7)
+    m = model_b(case, 0.7)
     b, *_ = initialize(model=m, model_parameters=m.parameters(), config=config(case))
     seen = {}
 
