@@ -35,6 +35,7 @@ import torch
 
 from . import _partial_load
 from ._ds_import import _kept_state, apply_deepspeed, deepspeed_order, is_deepspeed
+from ._interrupt import held
 from ._lib import ZincError, lib
 from ._memory import _TORCH_DTYPE
 from ._state_io import _client_state_of, _no_checkpoint_either
@@ -124,21 +125,26 @@ def load(engine, fn, load_dir, tag, module_only, keep_adam, keep_sched, strict, 
         if engine._stage != 3:
             _call_fn(engine, fn, src, None)
         return path, client
-    _call_fn(engine, fn, src, 0)
-    _partial_load.masters_from_16bit(engine)
-    if ds is not None:
-        return apply_deepspeed(engine, ds, strict, module_only, stacklevel=4,
-                               keep_adam=keep_adam, keep_sched=keep_sched, module=False)
-    engine._zinc_then_torch()
-    if module_only:
-        # zinc's window restarts, as after its weights-only load (the gradients of a window in
-        # progress were taken on the weights the function replaced)
-        engine._call(lib.zinc_engine_set_train_state(engine._e,
-                                                     ctypes.byref(_kept_state(engine))))
-    else:
-        engine._counters_from(record)
-        engine._load_lr_state(record, groups=False, sched=not keep_sched)
-        engine._partial_counts(load_dir, tag, True, keep_sched, before, held_before,
-                               bool(record))
-    engine._restart_window("load_checkpoint", 4)
+    # The function's weights, the masters made from them and the counters that go with them
+    # change together, as zinc's load and its counters do in _load_zinc (a Ctrl-C between them
+    # left global_steps behind the weights): a Ctrl-C inside the function is raised when the
+    # load has ended, a second one at once (_interrupt.py)
+    with held():
+        _call_fn(engine, fn, src, 0)
+        _partial_load.masters_from_16bit(engine)
+        if ds is not None:
+            return apply_deepspeed(engine, ds, strict, module_only, stacklevel=4,
+                                   keep_adam=keep_adam, keep_sched=keep_sched, module=False)
+        engine._zinc_then_torch()
+        if module_only:
+            # zinc's window restarts, as after its weights-only load (the gradients of a window
+            # in progress were taken on the weights the function replaced)
+            engine._call(lib.zinc_engine_set_train_state(engine._e,
+                                                         ctypes.byref(_kept_state(engine))))
+        else:
+            engine._counters_from(record)
+            engine._load_lr_state(record, groups=False, sched=not keep_sched)
+            engine._partial_counts(load_dir, tag, True, keep_sched, before, held_before,
+                                   bool(record))
+        engine._restart_window("load_checkpoint", 4)
     return os.path.join(load_dir, tag), _client_state_of(record)

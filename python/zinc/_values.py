@@ -163,6 +163,7 @@ class _ValuesMixin:
         module_state_dict() and GatheredParameters answer then as DeepSpeed's do."""
         shape = self._shapes[pid]
         buf = torch.empty(_numel(shape), dtype=torch.float32)
-        get = lib.zinc_param_get_working if lib.zinc_states_offloaded(self._e) else lib.zinc_param_get
+        away = lib.zinc_states_offloaded(self._e)
+        get = lib.zinc_param_get_working if away else lib.zinc_param_get
         self._call(get(self._e, pid, ctypes.c_void_p(buf.data_ptr())))
         return buf.view(shape).to(_TORCH_DTYPE[self._code])

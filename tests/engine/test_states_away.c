@@ -62,7 +62,6 @@ static void refused(zinc_engine_t *e, zinc_status s, const char *fn, const char 
              zinc_last_error(e));
 }
 
-/* The state away after step AWAY_AFTER: its accounting, the refusals, a micro-step, back. */
 /* Parameters whose zinc_param_get_working values (while away) are not `master` (zinc_param_get's
  * before) rounded to the engine's dtype and widened back; the reads are collective at stage 3. */
 static int working_differs(zinc_engine_t *e, int np, float *const master[], const char *label)
@@ -89,6 +88,7 @@ static int working_differs(zinc_engine_t *e, int np, float *const master[], cons
     return bad;
 }
 
+/* The state away after step AWAY_AFTER: its accounting, the refusals, a micro-step, back. */
 static void away_and_back(run_ctx *c, zinc_engine_t *e, int rank, int np, const char *label)
 {
     float *master[TOY_MAX_PARAMS] = {0};

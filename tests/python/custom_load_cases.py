@@ -35,11 +35,12 @@ class _Shifted(_Scale):
 
 
 class Renamed(torch.nn.Module):
-    """A's model with its layers under other names."""
+    """A's model with its layers under other names (layer: load_flags_cases.py's _Scale for
+    that module's model renamed)."""
 
-    def __init__(self, at):
+    def __init__(self, at, layer=_Shifted):
         super().__init__()
-        self.first, self.second = _Shifted(6, at), _Shifted(6, at)
+        self.first, self.second = layer(6, at), layer(6, at)
 
     def forward(self, x):
         return self.second(self.first(x))

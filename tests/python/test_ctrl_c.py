@@ -24,7 +24,8 @@ And the exceptions that left wrong values (each failed before its fix):
 - a GatheredParameters(modifier_rank=0) block that raised after changing a weight in place left
   the change in the working copy at stages 0-2 (the next forward used it, the fp32 master did
   not have it);
-- a Ctrl-C right after load_checkpoint's zinc_ckpt_load left global_steps at the old count;
+- a Ctrl-C right after load_checkpoint's zinc_ckpt_load left global_steps at the old count,
+  and one inside a custom_load_fn (load_optimizer_states=False) cut the load short there;
 - a Ctrl-C in one engine's GatheredParameters exit skipped the other engines' exits, which
   then refused step() for good;
 - a Ctrl-C right after zinc_step skipped a client LR scheduler's step (a step behind for good);
@@ -439,6 +440,36 @@ def ctrl_c_in_load(root):
     engine.close()
 
 
+def ctrl_c_in_custom_load(root):
+    """SIGINT inside a custom_load_fn (load_optimizer_states=False): the KeyboardInterrupt comes
+    after the load, with the function's weights, the masters made from them and the
+    checkpoint's global_steps together (before, it cut the function short and left the counters
+    at the engine's own)."""
+    engine = engine_of()
+    for k in range(2):
+        iteration(engine, k)
+    ck = os.path.join(root, "ck_custom")
+    engine.save_checkpoint(ck)
+    saved = weights(engine)
+    iteration(engine, 2)
+
+    def fn(src, dst):
+        signal.raise_signal(signal.SIGINT)
+        dst.load_state_dict(src)
+    raised = False
+    try:
+        engine.load_checkpoint(ck, load_optimizer_states=False, custom_load_fn=fn)
+    except KeyboardInterrupt:
+        raised = True
+    from zinc.utils import safe_get_full_fp32_param
+    masters = {n: safe_get_full_fp32_param(p) for n, p in engine.module.named_parameters()}
+    check(f"stage {STAGE}: a Ctrl-C in load_checkpoint's custom_load_fn: raised after the load, "
+          f"global_steps the checkpoint's, the weights and fp32 masters its too",
+          raised and engine.global_steps == 2 and same(saved, weights(engine))
+          and same(saved, masters), f"raised {raised}, global_steps {engine.global_steps}")
+    engine.close()
+
+
 def main():
     if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
         signal.signal(signal.SIGINT, signal.default_int_handler)    # a launcher may ignore it
@@ -455,6 +486,7 @@ def main():
         if STAGE == 3:
             load_after_failures(root)
         ctrl_c_in_load(root)
+        ctrl_c_in_custom_load(root)
     raised = False
     try:        # outside zinc's calls a SIGINT is the KeyboardInterrupt it was, at once
         signal.raise_signal(signal.SIGINT)

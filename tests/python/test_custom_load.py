@@ -16,13 +16,18 @@ with load_module_only (DeepSpeed leaves the weights as they were) with its stage
 load) with its run whose copies were refreshed. Run A's checkpoint is zinc's, then, for the
 stage-1 and stage-3 cases, a DeepSpeed checkpoint of run A (zinc.utils.to_deepspeed): both load
 the same. Before this, custom_load_fn raised NotImplementedError."""
+import glob
 import json
 import os
+import shutil
+import sys
 import tempfile
 
 from _common import check, finish, torch, zinc  # noqa: F401
-from custom_load_cases import CASES, FLAGS, _windows, config, model_a, model_b, remap, run
-from load_flags_cases import offsets, worst_relative
+from custom_load_cases import (CASES, FLAGS, Renamed, _windows, config, edit, model_a, model_b,
+                               remap, run)
+from load_flags_cases import (_Scale, make_config, model as scale_model, offsets, train_windows,
+                              worst_relative)
 import zinc.utils as zu
 from zinc.utils.to_deepspeed import convert
 
@@ -73,20 +78,10 @@ def deepspeeds_own(folder):
     function that renames the keys: every fp32 master and the first window's losses bit for bit
     those of the same load, without a function, into the model under its own names (which
     test_ds_load_flags.py holds to DeepSpeed's own run)."""
-    from load_flags_cases import _Scale, make_config, model as scale_model, train_windows
     dtype, stage = os.path.basename(folder).split("_")[1:3]
-
-    class Renamed(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.first, self.second = _Scale(6, 0.7), _Scale(6, 0.7)
-
-        def forward(self, x):
-            return self.second(self.first(x))
-
     cfg = make_config(dtype, int(stage[1:]))
     runs = []
-    for m, kw in ((scale_model(0.7), {}), (Renamed(), {"custom_load_fn": remap})):
+    for m, kw in ((scale_model(0.7), {}), (Renamed(0.7, _Scale), {"custom_load_fn": remap})):
         e = zinc.initialize(model=m, model_parameters=m.parameters(), config=cfg)[0]
         e.load_checkpoint(folder, tag="a", load_module_only=True, **kw)
         masters = [master(e, p).clone() for p in e.module.parameters()]
@@ -140,7 +135,6 @@ def refusals(d):
         said = str(ex)
     check(f"a missing folder raises naming both formats ({said[:90]}...)",
           "nor is it a DeepSpeed checkpoint" in said)
-    import glob
     shard = glob.glob(os.path.join(d, "a", "rank-*.zck"))[0]       # (the tensors' file)
     with open(shard, "rb") as f:
         good = f.read()
@@ -181,7 +175,6 @@ def two_ranks(stage, dtype):
     global_steps), or for the full load A's masters with the edited working copy at stage 1
     and A's weights at stage 3, the edited buffer at both; one window on, the ranks' masters
     agree."""
-    import shutil
     case = f"{dtype}_s{stage}_module_remap"
     m = model_a(1.0)
     a = zinc.initialize(model=m, model_parameters=m.parameters(), config=config(case))[0]
@@ -202,7 +195,6 @@ def two_ranks(stage, dtype):
                 dst.first.w.mul_(3)
 
     def edit_then_rank1(src, dst):
-        from custom_load_cases import edit
         edit(src, dst)
         if rank == 1:
             with torch.no_grad():
@@ -260,7 +252,6 @@ def two_ranks(stage, dtype):
 
 
 def main():
-    import sys
     if sys.argv[1:2] == ["mpi"]:
         for stage in (1, 3):
             for dtype in ("fp32", "bf16"):
